@@ -1,0 +1,32 @@
+"""Fixed numbers of the .karc container (spec/FORMAT.md is the normative text)."""
+
+from __future__ import annotations
+
+import struct
+
+#: Archive container version written by this implementation (major, minor). Readers refuse a newer major.
+FORMAT_VERSION: tuple[int, int] = (1, 0)
+#: Version of the launch-ABI description inside each variant (spec/FORMAT.md, "Launch ABI").
+ABI_VERSION: int = 1
+
+#: zstd skippable-frame magics (RFC 8878 §3.1.2 reserves 0x184D2A50..0x184D2A5F).
+INDEX_FRAME_MAGIC = 0x184D2A5A
+FOOTER_FRAME_MAGIC = 0x184D2A5B
+ZSTD_FRAME_MAGIC = 0xFD2FB528
+
+FOOTER_TAG = b"KARCFOOT"
+#: Footer payload: tag, u16 major, u16 minor, u32 flags, u64 index offset, u64 index length, sha256.
+FOOTER_PAYLOAD = struct.Struct("<8sHHIQQ32s")
+SKIPPABLE_HEADER = struct.Struct("<II")
+FOOTER_SIZE = SKIPPABLE_HEADER.size + FOOTER_PAYLOAD.size  # 72 bytes, always the file's last bytes
+
+TAR_BLOCK = 512
+
+MANIFEST_NAME = "karchive/manifest.json"
+DICTIONARY_NAME = "karchive/dictionary.zdict"
+
+#: Path sentinel written in place of machine-specific directories inside metadata JSON.
+PATH_SENTINEL = "@KARCHIVE_ROOT@"
+
+#: Speculative tail read when opening remotely: footer, index, manifest and dictionary usually fit.
+TAIL_READ = 256 * 1024

@@ -1,0 +1,156 @@
+"""Ahead-of-time compile of one variant, on a machine with no GPU.
+
+``triton.compile(ASTSource(...), target=GPUTarget(...))`` needs no driver when the target is given,
+so a build machine compiles for ``cuda:80``, ``cuda:90`` or ``hip:gfx942`` alike.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import os
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ..errors import CompileError, KarchiveError, UnsupportedKernelError
+from ..format.manifest import Target
+from .describe import CompiledVariant, describe_variant
+from .kernel_ref import load_kernel
+from .signature import Specialization, resolve
+from .target import parse_target
+
+#: Options each backend accepts from the command line / spec file (others are refused early).
+COMMON_OPTIONS = {"num_warps", "num_stages", "num_ctas", "enable_fp_fusion", "debug", "launch_cooperative_grid",
+                  "launch_pdl", "sanitize_overflow"}
+BACKEND_OPTIONS = {
+    "cuda": COMMON_OPTIONS | {"maxnreg", "ptx_version", "enable_reflect_ftz"},
+    "hip": COMMON_OPTIONS | {"waves_per_eu", "matrix_instr_nonkdim", "kpack", "schedule_hint"},
+}
+
+
+@dataclass
+class VariantRequest:
+    """One variant to compile; plain data so it can travel to a worker process."""
+
+    kernel_ref: str
+    signature: Any
+    target: str
+    constexprs: dict = field(default_factory=dict)
+    options: dict = field(default_factory=dict)
+    include_ir: bool = True
+    base_dir: str | None = None
+
+    def label(self) -> str:
+        cx = ",".join(f"{k}={v}" for k, v in sorted(self.constexprs.items()))
+        opts = ",".join(f"{k}={v}" for k, v in sorted(self.options.items()))
+        return f"{self.kernel_ref.rpartition(':')[2]}[{self.target}]({cx}{';' if cx and opts else ''}{opts})"
+
+
+def pipeline_hooks() -> list[dict]:
+    """Pass-pipeline customisations in effect: they change the binary, so they enter the key."""
+    hooks: list[dict] = []
+    plugin = os.environ.get("TRITON_PASS_PLUGIN_PATH")
+    if plugin:
+        for path in plugin.split(os.pathsep):
+            if path:
+                with open(path, "rb") as fh:
+                    hooks.append({"kind": "pass_plugin", "name": os.path.basename(path),
+                                  "sha256": hashlib.sha256(fh.read()).hexdigest()})
+    try:
+        from triton import knobs
+
+        hook = getattr(knobs.runtime, "add_stages_inspection_hook", None)
+    except Exception:  # noqa: BLE001
+        hook = None
+    if hook is not None:
+        key, digest = hook()
+        hooks.append({"kind": "stages_inspection_hook", "name": str(key), "sha256": str(digest)})
+    return hooks
+
+
+def constexpr_params(fn: Any) -> list[str]:
+    params = getattr(fn, "params", None)
+    if params is not None:
+        return [p.name for p in params if getattr(p, "is_constexpr", False)]
+    return list(getattr(fn, "constexprs", []))
+
+
+def specialize(fn: Any, signature: Any, constexprs: Mapping[str, Any] | None = None) -> Specialization:
+    return resolve(list(fn.arg_names), constexpr_params(fn), signature, constexprs, kernel_name=fn.__name__)
+
+
+def module_source(module: Any) -> str | None:
+    try:
+        return inspect.getsource(module)
+    except (OSError, TypeError):
+        return None
+
+
+def compile_variant(req: VariantRequest) -> CompiledVariant:
+    """Compile one variant; every failure is a :class:`KarchiveError` with the compiler's text."""
+    target: Target = parse_target(req.target)
+    unknown = set(req.options) - BACKEND_OPTIONS[target.backend]
+    if unknown:
+        raise CompileError(
+            f"option(s) {sorted(unknown)} are not supported for {target.backend}; "
+            f"supported: {sorted(BACKEND_OPTIONS[target.backend])}"
+        )
+    fn, module = load_kernel(req.kernel_ref, req.base_dir)
+    spec = specialize(fn, req.signature, req.constexprs)
+    try:
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+    except ImportError as exc:  # pragma: no cover - producer extra missing
+        raise CompileError("compiling needs Triton: pip install 'karchive[producer]'") from exc
+    arch: Any = int(target.arch) if target.backend == "cuda" else target.arch
+    attrs = {(spec.names.index(n),): [["tt.divisibility", d]] for n, d in spec.divisibility.items()}
+    src = ASTSource(fn=fn, signature=dict(spec.types), constexprs=dict(spec.constexprs), attrs=attrs)
+    try:
+        compiled = triton.compile(src, target=GPUTarget(target.backend, arch, target.warp_size), options=dict(req.options))
+    except KarchiveError:
+        raise
+    except Exception as exc:  # Triton raises CompilationError, RuntimeError (ptxas), AssertionError ...
+        message = str(exc).strip() or type(exc).__name__
+        raise CompileError(f"{req.label()}: Triton failed to compile: {type(exc).__name__}: {message}") from exc
+    metadata = compiled.metadata._asdict()
+    try:
+        return describe_variant(
+            kernel=fn.__name__, param_names=spec.names, param_types=spec.types, constexprs=spec.constexprs,
+            divisibility=spec.divisibility, equal_to_1=spec.equal_to_1, metadata=metadata, asm=dict(compiled.asm),
+            source_key=fn.cache_key, source_text=module_source(module), hooks=pipeline_hooks(), origin="aot",
+            include_ir=req.include_ir,
+        )
+    except UnsupportedKernelError as exc:
+        raise UnsupportedKernelError(f"{req.label()}: {exc}") from exc
+
+
+def toolchain_versions() -> dict[str, Any]:
+    """What produced the archive: Triton, ptxas and LLVM versions where they can be read."""
+    out: dict[str, Any] = {"triton": None, "ptxas": None, "llvm": None}
+    try:
+        import triton
+
+        out["triton"] = triton.__version__
+    except ImportError:
+        return out
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+
+        out["ptxas"] = str(get_ptxas(90).version) if _takes_arch(get_ptxas) else str(get_ptxas().version)
+    except Exception:  # noqa: BLE001 - no CUDA backend or no ptxas
+        pass
+    try:
+        from triton._C.libtriton import llvm  # type: ignore[attr-defined]
+
+        out["llvm"] = getattr(llvm, "get_version", lambda: None)()
+    except Exception:  # noqa: BLE001
+        pass
+    return out
+
+
+def _takes_arch(fn: Any) -> bool:
+    try:
+        return len(inspect.signature(fn).parameters) > 0
+    except (TypeError, ValueError):
+        return False

@@ -1,0 +1,265 @@
+"""Turn one Triton compile result into a manifest variant: params, options, launch ABI, files.
+
+Used by both the AOT compiler and JIT capture, so both produce the same entries and keys. The
+launch ABI is derived from the metadata and then checked against the binary's own entry point
+(PTX ``.entry`` or LLVM ``define``): a kernel whose parameters cannot be accounted for is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import UnsupportedKernelError
+from ..format.constants import ABI_VERSION
+from ..format.manifest import SCALAR_SIZES
+from ..format.sentinel import rewrite_paths
+from .variant_key import normalize_options, variant_key
+
+IR_STAGES = {"cuda": ("ttir", "ttgir", "llir", "ptx"), "hip": ("ttir", "ttgir", "llir", "amdgcn")}
+BINARY_EXT = {"cuda": "cubin", "hip": "hsaco"}
+
+_PTX_SIZES = {"8": 1, "16": 2, "32": 4, "64": 8}
+_LLVM_SIZES = {"ptr": 8, "half": 2, "bfloat": 2, "float": 4, "double": 8, "i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8}
+
+
+@dataclass
+class CompiledVariant:
+    """A manifest variant entry (without file refs) plus the bytes to store."""
+
+    entry: dict
+    files: dict[str, bytes]  # "binary", "metadata", and IR stage names
+    source_text: str | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def ptx_entry_param_sizes(ptx: str, entry: str) -> list[int] | None:
+    m = re.search(r"\.entry\s+" + re.escape(entry) + r"\s*\((.*?)\)", ptx, re.S)
+    if not m:
+        return None
+    sizes = []
+    for decl in m.group(1).split(","):
+        decl = decl.strip()
+        if not decl:
+            continue
+        t = re.search(r"\.[busf](8|16|32|64)\b", decl)
+        if not t:
+            return None
+        count = re.search(r"\[(\d+)\]\s*$", decl)
+        sizes.append(_PTX_SIZES[t.group(1)] * (int(count.group(1)) if count else 1))
+    return sizes
+
+
+def llvm_entry_param_sizes(llir: str, entry: str) -> list[int] | None:
+    m = re.search(r"define\s[^@\n]*@" + re.escape(entry) + r"\(", llir)
+    if not m:
+        return None
+    sizes = []
+    depth = 0
+    current = ""
+    for ch in llir[m.end():]:
+        if ch in "([{<":
+            depth += 1
+        elif ch in ")]}>":
+            if depth == 0:
+                break
+            depth -= 1
+        if ch == "," and depth == 0:
+            sizes.append(current)
+            current = ""
+        else:
+            current += ch
+    if current.strip():
+        sizes.append(current)
+    out = []
+    for decl in sizes:
+        typ = decl.strip().split(" ", 1)[0]
+        if typ not in _LLVM_SIZES:
+            return None
+        out.append(_LLVM_SIZES[typ])
+    return out
+
+
+def _target_json(metadata: dict) -> dict:
+    target = metadata["target"]
+    if isinstance(target, dict):
+        backend, arch, warp = target["backend"], target["arch"], target["warp_size"]
+    else:  # GPUTarget dataclass
+        backend, arch, warp = target.backend, target.arch, target.warp_size
+    return {"backend": backend, "arch": str(arch), "warp_size": int(warp)}
+
+
+def build_abi(
+    *, kernel: str, param_names: list[str], param_types: dict[str, str], metadata: dict, target: dict,
+    asm: dict[str, Any],
+) -> dict:
+    """The launch ABI, explicit: the loader follows it and never consults a Triton version."""
+    if metadata.get("tensordesc_meta") or any(str(t).startswith("tensordesc") for t in param_types.values()):
+        raise UnsupportedKernelError(
+            f"{kernel}: tensor-descriptor (TMA) parameters are not supported by karchive's launch ABI v{ABI_VERSION}; "
+            "pass plain pointers or use device-side descriptors"
+        )
+    if any(isinstance(t, (tuple, list)) for t in param_types.values()):
+        raise UnsupportedKernelError(f"{kernel}: tuple parameters are not supported by launch ABI v{ABI_VERSION}")
+    params: list[dict] = []
+    for i, name in enumerate(param_names):
+        typ = param_types[name]
+        if typ == "constexpr":
+            continue
+        if typ.startswith("*"):
+            params.append({"name": name, "kind": "pointer", "type": typ, "arg": i, "size": 8})
+        elif typ in SCALAR_SIZES:
+            params.append({"name": name, "kind": "scalar", "type": typ, "arg": i, "size": SCALAR_SIZES[typ]})
+        else:
+            raise UnsupportedKernelError(f"{kernel}: parameter {name!r} has type {typ!r}, which ABI v{ABI_VERSION} cannot pass")
+    entry = metadata["name"]
+    backend = target["backend"]
+    sizes = None
+    if backend == "cuda" and isinstance(asm.get("ptx"), str):
+        sizes = ptx_entry_param_sizes(asm["ptx"], entry)
+    elif backend == "hip" and isinstance(asm.get("llir"), str):
+        sizes = llvm_entry_param_sizes(asm["llir"], entry)
+    n_user = len(params)
+    if sizes is not None:
+        extra = len(sizes) - n_user
+        if extra not in (0, 1, 2) or any(s != p["size"] for s, p in zip(sizes, params)) or any(s != 8 for s in sizes[n_user:]):
+            raise UnsupportedKernelError(
+                f"{kernel}: the binary's entry takes {len(sizes)} parameters of sizes {sizes}, which karchive cannot map "
+                f"onto {n_user} kernel parameters plus scratch pointers; refusing to pack a kernel it would launch wrongly"
+            )
+    else:  # binary-only input: follow the documented Triton history (3.3 added one pointer, 3.5 a second)
+        major_minor = tuple(int(x) for x in str(metadata.get("triton_version", "3.5")).split(".")[:2])
+        extra = 2 if major_minor >= (3, 5) else 1 if major_minor >= (3, 3) else 0
+    for name in ("global_scratch", "profile_scratch")[:extra]:
+        params.append({"name": name, "kind": name, "size": 8})
+    num_ctas = int(metadata.get("num_ctas", 1))
+    cluster = metadata.get("cluster_dims") or [num_ctas, 1, 1]
+    return {
+        "version": ABI_VERSION,
+        "entry": entry,
+        "binary_format": BINARY_EXT[backend],
+        "binary_arch": _binary_arch(metadata, target),
+        "params": params,
+        "shared": int(metadata.get("shared", 0)),
+        "tmem_size": int(metadata.get("tmem_size", 0) or 0),
+        "num_warps": int(metadata["num_warps"]),
+        "warp_size": int(target["warp_size"]),
+        "num_ctas": num_ctas,
+        "cluster_dims": [int(c) for c in cluster],
+        "cooperative_grid": bool(metadata.get("launch_cooperative_grid", False)),
+        "pdl": bool(metadata.get("launch_pdl", False)),
+        "global_scratch": {"size": int(metadata.get("global_scratch_size", 0) or 0),
+                           "align": int(metadata.get("global_scratch_align", 1) or 1)},
+        "profile_scratch": {"size": int(metadata.get("profile_scratch_size", 0) or 0),
+                            "align": int(metadata.get("profile_scratch_align", 1) or 1)},
+    }
+
+
+def _binary_arch(metadata: dict, target: dict) -> str:
+    if target["backend"] == "cuda":
+        cap = int(target["arch"])
+        return f"sm_{cap}a" if cap >= 90 else f"sm_{cap}"
+    return str(metadata.get("arch") or target["arch"])
+
+
+def triton_roots() -> list[str]:
+    """Directories whose paths are machine-specific: the site-packages holding Triton, the cache dir."""
+    roots = []
+    try:
+        import triton
+
+        roots.append(os.path.dirname(os.path.dirname(os.path.abspath(triton.__file__))))
+        from triton import knobs
+
+        roots.append(os.path.abspath(knobs.cache.dir))
+    except Exception:  # noqa: BLE001 - Triton absent or old: no roots to add
+        pass
+    return roots
+
+
+def describe_variant(
+    *,
+    kernel: str,
+    param_names: list[str],
+    param_types: dict[str, str],
+    constexprs: dict[str, Any],
+    divisibility: dict[str, int],
+    equal_to_1: dict[str, str],
+    metadata: dict,
+    asm: dict[str, Any],
+    source_key: str,
+    source_text: str | None,
+    hooks: list[dict],
+    origin: str,
+    include_ir: bool = True,
+    extra_roots: list[str] | None = None,
+) -> CompiledVariant:
+    target = _target_json(metadata)
+    backend = target["backend"]
+    abi = build_abi(kernel=kernel, param_names=param_names, param_types=param_types, metadata=metadata,
+                    target=target, asm=asm)
+    params = []
+    for name in param_names:
+        typ = param_types[name]
+        entry: dict[str, Any] = {"name": name, "type": equal_to_1.get(name, typ)}
+        hints = {}
+        if name in divisibility:
+            hints["divisibility"] = divisibility[name]
+        if name in equal_to_1:
+            hints["equal_to_1"] = True
+        if hints:
+            entry["hints"] = hints
+        if typ == "constexpr":
+            entry["value"] = _json_value(constexprs[name])
+        params.append(entry)
+    options = normalize_options(metadata)
+    hint_desc = {n: {"divisibility": d} for n, d in divisibility.items()}
+    hint_desc.update({n: {"equal_to_1": True} for n in equal_to_1})
+    key = variant_key(
+        kernel=kernel, source_key=source_key, signature={n: param_types[n] for n in param_names},
+        constexprs={n: _json_value(v) for n, v in constexprs.items()}, hints=hint_desc, target=target,
+        options=options, triton_version=str(metadata.get("triton_version", "")), hooks=hooks,
+    )
+    stored_meta = rewrite_paths(json.loads(json.dumps(metadata, default=_json_default)), triton_roots() + (extra_roots or []))
+    files: dict[str, bytes] = {
+        "binary": _as_bytes(asm[BINARY_EXT[backend]]),
+        "metadata": json.dumps(stored_meta, sort_keys=True, separators=(",", ":")).encode(),
+    }
+    if include_ir:
+        for stage in IR_STAGES[backend]:
+            if stage in asm and asm[stage] is not None:
+                files[stage] = _as_bytes(asm[stage])
+    entry = {
+        "kernel": kernel,
+        "key": key,
+        "target": target,
+        "params": params,
+        "options": options,
+        "abi": abi,
+        "provenance": {"origin": origin, "triton_version": str(metadata.get("triton_version", "")),
+                       "triton_hash": metadata.get("hash"), "source_key": source_key, "hooks": hooks},
+    }
+    return CompiledVariant(entry=entry, files=files, source_text=source_text)
+
+
+def _as_bytes(value: Any) -> bytes:
+    return value if isinstance(value, bytes) else str(value).encode()
+
+
+def _json_value(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if hasattr(value, "value"):  # tl.constexpr
+        return _json_value(value.value)
+    return str(value)
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "__dict__"):
+        return vars(obj)
+    if hasattr(obj, "_asdict"):
+        return obj._asdict()
+    return str(obj)

@@ -1,0 +1,91 @@
+"""The stable variant key: sha256 over a canonical description that no path or host can change.
+
+Triton's own cache key hashes the installed compiler's files and ``libtriton.so`` and the absolute
+paths of extern libraries, so it differs between two installs of the same version. This key uses
+only what decides the binary: the kernel's source and the source of the jitted functions it calls
+(Triton's ``JITFunction.cache_key``), signature, constexprs, specialisation hints, target, codegen
+options (extern libraries by content hash, not path), the Triton version, and any pipeline hook.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from functools import lru_cache
+from typing import Any
+
+from ..format.writer import canonical_json
+
+KEY_SCHEMA = 1
+
+#: Metadata fields that describe the compiled result, not the request; they stay out of the key.
+RESULT_FIELDS = frozenset(
+    {
+        "hash", "name", "shared", "tmem_size", "global_scratch_size", "global_scratch_align",
+        "profile_scratch_size", "profile_scratch_align", "target", "triton_version", "tensordesc_meta",
+        "cluster_dims", "num_tma_descriptors", "ir_override",
+    }
+)
+
+
+@lru_cache(maxsize=64)
+def file_sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    return repr(value)
+
+
+def normalize_options(metadata: dict) -> dict:
+    """Codegen options from compiled metadata, with extern libraries named by content hash."""
+    options = {}
+    for key, value in metadata.items():
+        if key in RESULT_FIELDS:
+            continue
+        if key == "extern_libs":
+            libs = []
+            for name, path in value or []:
+                digest = file_sha256(path) if isinstance(path, str) and os.path.isfile(path) else None
+                libs.append([name, digest or os.path.basename(str(path))])
+            options[key] = sorted(libs)
+            continue
+        options[key] = _jsonable(value)
+    return options
+
+
+def variant_key(
+    *,
+    kernel: str,
+    source_key: str,
+    signature: dict[str, str],
+    constexprs: dict[str, Any],
+    hints: dict[str, Any],
+    target: dict,
+    options: dict,
+    triton_version: str,
+    hooks: list[dict],
+) -> str:
+    description = {
+        "key_schema": KEY_SCHEMA,
+        "kernel": kernel,
+        "source": source_key,
+        "signature": signature,
+        "constexprs": _jsonable(constexprs),
+        "hints": _jsonable(hints),
+        "target": target,
+        "options": options,
+        "triton": triton_version,
+        "hooks": hooks,
+    }
+    return hashlib.sha256(canonical_json(description)).hexdigest()
