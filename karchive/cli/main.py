@@ -46,6 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         err(str(exc))
         return 2
+    except BrokenPipeError:  # `karchive inspect ... | head`
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         err("interrupted")
         return 130

@@ -43,7 +43,10 @@ class VariantRequest:
     def label(self) -> str:
         cx = ",".join(f"{k}={v}" for k, v in sorted(self.constexprs.items()))
         opts = ",".join(f"{k}={v}" for k, v in sorted(self.options.items()))
-        return f"{self.kernel_ref.rpartition(':')[2]}[{self.target}]({cx}{';' if cx and opts else ''}{opts})"
+        fixed = [f"arg{i}==1" for i, tok in enumerate(self.signature.split(",")) if tok.strip().endswith(":1")] \
+            if isinstance(self.signature, str) else []
+        args = ",".join(fixed + ([cx] if cx else []))
+        return f"{self.kernel_ref.rpartition(':')[2]}[{self.target}]({args}{';' if args and opts else ''}{opts})"
 
 
 def pipeline_hooks() -> list[dict]:

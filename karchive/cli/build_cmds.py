@@ -1,0 +1,110 @@
+"""`karchive compile` (one variant, flags mirror Triton's compile.py) and `karchive build SPEC.toml`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+
+from .output import emit_json, human_bytes
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compile", help="compile one kernel variant into an archive (flags mirror triton/tools/compile.py)")
+    p.add_argument("path", help="Python file (or package.module) holding the kernel")
+    p.add_argument("-n", "--kernel-name", required=True, help="name of the @triton.jit function")
+    p.add_argument("-s", "--signature", required=True, help='e.g. "*fp32:16, *fp32:16, i32, 1024"')
+    p.add_argument("-t", "--target", action="append", required=True,
+                   help="cuda:80, cuda:90, hip:gfx942 ... (repeat for several)")
+    p.add_argument("-w", "--num-warps", type=int, default=4)
+    p.add_argument("-ns", "--num-stages", type=int, default=None)
+    p.add_argument("--num-ctas", type=int, default=None)
+    p.add_argument("--maxnreg", type=int, default=None, help="register cap per thread (cuda only)")
+    p.add_argument("-o", "--out", required=True, help="archive to write (.karc)")
+    p.add_argument("--name", help="archive name (default: the kernel name)")
+    p.add_argument("--version", dest="archive_version", default="0.0.0", help="archive version")
+    p.add_argument("--no-ir", action="store_true", help="leave IR stages out (slim archive)")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.set_defaults(func=cmd_compile)
+
+    b = sub.add_parser("build", help="compile every variant a spec file asks for, in parallel, into one archive")
+    b.add_argument("spec", help="build spec (TOML), see spec/BUILD.md")
+    b.add_argument("-o", "--out", required=True, help="archive to write (.karc)")
+    b.add_argument("-j", "--jobs", type=int, default=0, help="worker processes (default: CPU count)")
+    b.add_argument("--keep-going", action="store_true", help="pack what built even if some variants failed")
+    b.add_argument("--no-ir", action="store_true", help="leave IR stages out (slim archive)")
+    b.add_argument("--quiet", action="store_true", help="no progress output")
+    b.add_argument("--json", action="store_true", help="print the summary as JSON")
+    b.set_defaults(func=cmd_build)
+
+
+def _summary(result, out: str, total: int) -> dict:
+    per = Counter((v.entry["kernel"], f'{v.entry["target"]["backend"]}:{v.entry["target"]["arch"]}') for v in result.built)
+    return {
+        "archive": out,
+        "requested": total,
+        "built": len(result.built),
+        "duplicates": result.duplicates,
+        "failed": [{"variant": req.label(), "error": msg} for req, msg in result.failed],
+        "per_kernel_target": [{"kernel": k, "target": t, "variants": n} for (k, t), n in sorted(per.items())],
+        "archive_bytes": result.archive_bytes,
+        "raw_bytes": result.raw_bytes,
+        "seconds": round(result.seconds, 3),
+    }
+
+
+def _print_summary(summary: dict) -> None:
+    print(f"built {summary['built']} of {summary['requested']} variants in {summary['seconds']:.1f}s"
+          + (f" ({summary['duplicates']} duplicate keys dropped)" if summary["duplicates"] else ""))
+    for row in summary["per_kernel_target"]:
+        print(f"  {row['kernel']:<28} {row['target']:<12} {row['variants']} variant(s)")
+    for f in summary["failed"]:
+        print(f"  FAILED {f['error']}")
+    if summary["archive_bytes"]:
+        ratio = summary["raw_bytes"] / max(1, summary["archive_bytes"])
+        print(f"wrote {summary['archive']}: {human_bytes(summary['archive_bytes'])} "
+              f"({human_bytes(summary['raw_bytes'])} of members, {ratio:.1f}x)")
+
+
+def cmd_build(args: argparse.Namespace) -> int:
+    from ..producer.build import build_archive
+    from ..producer.spec_file import load_spec, validate_requests
+
+    spec = load_spec(args.spec)
+    if args.no_ir:
+        for r in spec.requests:
+            r.include_ir = False
+    validate_requests(spec.requests)
+    if not args.quiet and not args.json:
+        print(f"{spec.name} {spec.version}: {len(spec.requests)} variants to compile", file=sys.stderr)
+    result = build_archive(spec, args.out, jobs=args.jobs, keep_going=args.keep_going,
+                           progress=not (args.quiet or args.json))
+    summary = _summary(result, args.out, len(spec.requests))
+    emit_json(summary) if args.json else _print_summary(summary)
+    return 1 if result.failed else 0
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    from ..producer.build import build_archive
+    from ..producer.spec_file import BuildSpec
+    from ..producer.aot import VariantRequest
+
+    ref = f"{args.path}:{args.kernel_name}"
+    options = {"num_warps": args.num_warps}
+    for key in ("num_stages", "num_ctas", "maxnreg"):
+        if getattr(args, key) is not None:
+            options[key] = getattr(args, key)
+    requests = [VariantRequest(kernel_ref=ref, signature=args.signature, target=t, options=dict(options),
+                               include_ir=not args.no_ir, base_dir=os.getcwd()) for t in args.target]
+    spec = BuildSpec(name=args.name or args.kernel_name, version=args.archive_version, requests=requests)
+    result = build_archive(spec, args.out, jobs=1, progress=False)
+    summary = _summary(result, args.out, len(requests))
+    if args.json:
+        summary["variants"] = [{"kernel": v.entry["kernel"], "key": v.entry["key"],
+                                "target": f'{v.entry["target"]["backend"]}:{v.entry["target"]["arch"]}'}
+                               for v in result.built]
+        emit_json(summary)
+    else:
+        _print_summary(summary)
+    return 0

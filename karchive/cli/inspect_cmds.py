@@ -1,0 +1,220 @@
+"""`karchive inspect` (what is inside), `karchive verify` (is it intact), `karchive extract`."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from typing import Any
+
+from ..errors import FormatError, KarchiveError
+from .output import emit_json, human_bytes, table
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("inspect", help="show an archive's identity and variants")
+    p.add_argument("archive", help="path or URL of a .karc archive")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.add_argument("-k", "--kernel", action="append", help="only these kernels")
+    p.add_argument("-t", "--target", action="append", help="only these targets (cuda:90, hip:gfx942)")
+    p.add_argument("--ir", metavar="STAGE", help="print one IR stage (ttir, ttgir, llir, ptx, amdgcn, source, metadata) "
+                   "of the single variant selected by --key/--kernel/--target")
+    p.add_argument("--key", help="select variants by key prefix")
+    p.set_defaults(func=cmd_inspect)
+
+    v = sub.add_parser("verify", help="check the schema and every digest; non-zero exit naming what failed")
+    v.add_argument("archive")
+    v.add_argument("--json", action="store_true")
+    v.set_defaults(func=cmd_verify)
+
+    x = sub.add_parser("extract", help="extract members into a directory (never outside it)")
+    x.add_argument("archive")
+    x.add_argument("-C", "--directory", required=True, help="destination directory")
+    x.add_argument("--restore-paths", metavar="ROOT",
+                   help="replace the path sentinel in metadata JSON with ROOT (e.g. the site-packages holding triton)")
+    x.set_defaults(func=cmd_extract)
+
+
+def _open(ref: str):
+    from ..format.open import open_reader
+
+    return open_reader(ref)
+
+
+def _target(v: dict) -> str:
+    return f'{v["target"]["backend"]}:{v["target"]["arch"]}'
+
+
+def _select(manifest: dict, args: argparse.Namespace) -> list[dict]:
+    out = []
+    for v in manifest.get("variants", []):
+        if args.kernel and v["kernel"] not in args.kernel:
+            continue
+        if args.target and _target(v) not in args.target:
+            continue
+        if getattr(args, "key", None) and not v["key"].startswith(args.key):
+            continue
+        out.append(v)
+    return sorted(out, key=lambda v: (v["kernel"], _target(v), _constexpr_text(v), v["options"].get("num_warps") or 0))
+
+
+def _files(v: dict) -> list[dict]:
+    files = v["files"]
+    rows = [{"role": "binary", **files["binary"]}, {"role": "metadata", **files["metadata"]}]
+    rows += [{"role": stage, **ref} for stage, ref in sorted((files.get("ir") or {}).items())]
+    return rows
+
+
+def variant_json(v: dict, sources: dict[str, dict]) -> dict[str, Any]:
+    files = _files(v)
+    if v["files"].get("source") in sources:
+        files.append({"role": "source", **sources[v["files"]["source"]]})
+    return {
+        "kernel": v["kernel"],
+        "target": _target(v),
+        "warp_size": v["target"]["warp_size"],
+        "key": v["key"],
+        "num_warps": v["options"].get("num_warps"),
+        "num_stages": v["options"].get("num_stages"),
+        "num_ctas": v["options"].get("num_ctas"),
+        "shared": v["abi"]["shared"],
+        "params": v["params"],
+        "options": v["options"],
+        "abi": v["abi"],
+        "files": files,
+        "provenance": v.get("provenance", {}),
+    }
+
+
+def cmd_inspect(args: argparse.Namespace) -> int:
+    reader = _open(args.archive)
+    m = reader.manifest
+    variants = _select(m, args)
+    if args.ir:
+        return _print_ir(reader, variants, args.ir)
+    sources = {s["path"]: s for s in m.get("sources", [])}
+    if args.json:
+        emit_json({
+            "name": m["name"], "version": m["version"], "format_version": m["format_version"],
+            "abi_version": m.get("abi_version"), "produced_by": m.get("produced_by"), "created": m.get("created"),
+            "archive_bytes": reader.source.size, "dictionary": reader._index.get("dictionary") is not None,
+            "variants": [variant_json(v, sources) for v in variants],
+            **{k: m[k] for k in ("autotune",) if k in m},
+        })
+        return 0
+    pb = m.get("produced_by", {})
+    print(f"{m['name']} {m['version']}  ({human_bytes(reader.source.size)}, {len(m['variants'])} variants)")
+    print(f"  format {m['format_version']}, launch ABI v{m.get('abi_version')}, created {m.get('created') or 'unset'}")
+    print("  produced by " + ", ".join(f"{k} {v}" for k, v in sorted(pb.items()) if v))
+    rows = []
+    for v in variants:
+        ir = sorted((v["files"].get("ir") or {}).keys())
+        hooks = v.get("provenance", {}).get("hooks") or []
+        rows.append([
+            v["kernel"], _target(v), v["key"][:12], f'{v["options"].get("num_warps")}/{v["options"].get("num_stages")}',
+            human_bytes(v["abi"]["shared"]), human_bytes(v["files"]["binary"]["size"]),
+            ",".join(ir) if ir else "no", ", ".join(h.get("name", "?") for h in hooks) or "-",
+            _constexpr_text(v),
+        ])
+    print()
+    print(table(["kernel", "target", "key", "warps/stages", "shared", "binary", "IR", "hooks", "constexprs"], rows,
+                right=["shared", "binary"]))
+    if m.get("autotune"):
+        print(f"\nautotune records: {sum(len(a.get('entries', [])) for a in m['autotune'])} chosen configs "
+              f"for {len(m['autotune'])} kernel(s)")
+    return 0
+
+
+def _constexpr_text(v: dict) -> str:
+    parts = []
+    for p in v["params"]:
+        if "value" in p and not (p.get("hints") or {}).get("equal_to_1"):
+            parts.append(f"{p['name']}={p['value']}")
+        elif (p.get("hints") or {}).get("equal_to_1"):
+            parts.append(f"{p['name']}==1")
+    return " ".join(parts)
+
+
+def _print_ir(reader, variants: list[dict], stage: str) -> int:
+    if len(variants) != 1:
+        listing = "\n".join(f"  {v['key'][:16]}  {v['kernel']}  {_target(v)}" for v in variants)
+        raise KarchiveError(f"--ir needs exactly one variant; {len(variants)} match (narrow with --key):\n{listing}")
+    v = variants[0]
+    if stage == "source":
+        path = v["files"].get("source")
+    elif stage == "metadata":
+        path = v["files"]["metadata"]["path"]
+    else:
+        ref = (v["files"].get("ir") or {}).get(stage)
+        path = ref["path"] if ref else None
+    if not path:
+        have = sorted((v["files"].get("ir") or {}).keys())
+        raise KarchiveError(f"variant {v['key'][:12]} has no {stage!r} stage (it has: {', '.join(have) or 'no IR'})")
+    sys.stdout.write(reader.read(path).decode("utf-8", errors="replace"))
+    return 0
+
+
+def schema_problems(manifest: dict) -> list[str]:
+    """Validate against manifest.schema.json when jsonschema is installed, else the built-in parser only."""
+    from ..format.manifest import Manifest
+
+    problems = []
+    try:
+        Manifest.from_json(manifest)
+    except KarchiveError as exc:
+        problems.append(f"manifest: {exc}")
+    try:
+        import jsonschema
+    except ImportError:
+        return problems
+    from ..format.schema import load_schema
+
+    validator = jsonschema.Draft202012Validator(load_schema())
+    for e in sorted(validator.iter_errors(manifest), key=lambda e: list(e.absolute_path)):
+        where = "/".join(str(p) for p in e.absolute_path) or "(root)"
+        problems.append(f"schema: {where}: {e.message}")
+    return problems
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    result: dict[str, Any] = {"archive": args.archive, "ok": False, "problems": []}
+    try:
+        reader = _open(args.archive)
+    except (FormatError, FileNotFoundError) as exc:
+        result["problems"].append(str(exc))
+    else:
+        result["problems"] += schema_problems(reader.manifest)
+        result["problems"] += reader.verify()
+        result["name"], result["version"] = reader.manifest.get("name"), reader.manifest.get("version")
+        result["members"] = len(reader.members)
+        if hasattr(reader.source, "path") and not getattr(reader.source, "fs", None):
+            h = hashlib.sha256()
+            for off in range(0, reader.source.size, 1 << 22):
+                h.update(reader.source.read(off, min(1 << 22, reader.source.size - off)))
+            result["sha256"] = h.hexdigest()
+    result["ok"] = not result["problems"]
+    if args.json:
+        emit_json(result)
+    elif result["ok"]:
+        print(f"OK {args.archive}: {result['name']} {result['version']}, {result['members']} members, "
+              f"every digest matches" + (f"\nsha256 {result['sha256']}" if "sha256" in result else ""))
+    else:
+        print(f"FAILED {args.archive}:")
+        for p in result["problems"]:
+            print(f"  - {p}")
+    return 0 if result["ok"] else 1
+
+
+def cmd_extract(args: argparse.Namespace) -> int:
+    from ..format.extract import extract_all
+    from ..format.sentinel import restore_json_bytes
+
+    reader = _open(args.archive)
+    metadata_paths = {v["files"]["metadata"]["path"] for v in reader.manifest.get("variants", [])}
+    transform = None
+    if args.restore_paths:
+        root = args.restore_paths
+        transform = lambda name, data: restore_json_bytes(data, root) if name in metadata_paths else data  # noqa: E731
+    written = extract_all(reader, args.directory, transform)
+    print(f"extracted {len(written)} members into {args.directory}")
+    return 0

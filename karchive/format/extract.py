@@ -1,0 +1,64 @@
+"""Extract an archive's members into a directory without ever writing outside it.
+
+Members are written through directory file descriptors with ``O_NOFOLLOW`` and ``O_EXCL``, so neither
+a hostile name nor a symlink planted in the destination can redirect a write.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Callable
+
+from ..errors import UnsafeMemberError
+from .reader import ArchiveReader
+from .tarheader import check_member_name
+
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
+
+
+def _open_subdir(parent_fd: int, name: str) -> int:
+    try:
+        os.mkdir(name, 0o755, dir_fd=parent_fd)
+    except FileExistsError:
+        pass
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
+    except OSError as exc:
+        raise UnsafeMemberError(f"cannot enter {name!r} in the destination (a symlink or not a directory): {exc}") from exc
+
+
+def extract_all(reader: ArchiveReader, dest: str | os.PathLike,
+                transform: Callable[[str, bytes], bytes] | None = None) -> list[str]:
+    """Write every member (digest-checked) under ``dest``; returns the member names written.
+
+    ``transform(name, data)`` may rewrite content on the way out (e.g. restoring sentinel paths).
+    Existing files are not overwritten.
+    """
+    os.makedirs(dest, exist_ok=True)
+    root_fd = os.open(os.fspath(dest), _DIR_FLAGS)
+    written = []
+    try:
+        for name in sorted(reader.members):
+            check_member_name(name)
+            data = reader.read(name) if name in reader._digests else reader._member_unchecked(reader.members[name])
+            if transform is not None:
+                data = transform(name, data)
+            *dirs, base = name.split("/")
+            fds = [root_fd]
+            try:
+                for d in dirs:
+                    fds.append(_open_subdir(fds[-1], d))
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+                try:
+                    fd = os.open(base, flags, 0o644, dir_fd=fds[-1])
+                except FileExistsError as exc:
+                    raise UnsafeMemberError(f"{name!r} already exists in the destination; not overwriting") from exc
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(data)
+                written.append(name)
+            finally:
+                for fd in fds[1:]:
+                    os.close(fd)
+    finally:
+        os.close(root_fd)
+    return written
