@@ -1,0 +1,52 @@
+"""Shared fixtures: real archives compiled by Triton on this (GPU-less) machine, built once per session."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+
+os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+
+
+def _have_triton() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+needs_triton = pytest.mark.skipif(not _have_triton(), reason="the producer tests need triton (pip install karchive[producer])")
+
+
+@pytest.fixture(scope="session")
+def examples_archive(tmp_path_factory) -> pathlib.Path:
+    """examples/build.toml built into one archive: every example kernel for cuda:80, cuda:90, hip:gfx942."""
+    if not _have_triton():
+        pytest.skip("needs triton")
+    from karchive.producer.build import build_archive
+    from karchive.producer.spec_file import load_spec
+
+    out = tmp_path_factory.mktemp("examples") / "examples.karc"
+    build_archive(load_spec(EXAMPLES / "build.toml"), out, jobs=2, progress=False)
+    return out
+
+
+@pytest.fixture(scope="session")
+def add_variants():
+    """Two compiled add_kernel variants (cuda:90 BLOCK=1024, hip:gfx942 BLOCK=256)."""
+    if not _have_triton():
+        pytest.skip("needs triton")
+    from karchive.producer.aot import VariantRequest, compile_variant
+
+    ref = str(EXAMPLES / "kernels.py") + ":add_kernel"
+    sig = "*fp32:16, *fp32:16, *fp32:16, i32"
+    return [
+        compile_variant(VariantRequest(ref, sig, "cuda:90", {"BLOCK": 1024}, {"num_warps": 4})),
+        compile_variant(VariantRequest(ref, sig, "hip:gfx942", {"BLOCK": 256}, {"num_warps": 4})),
+    ]

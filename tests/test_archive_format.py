@@ -1,0 +1,177 @@
+"""The .karc container end to end on real Triton output: determinism, schema, random access, tools."""
+
+import json
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import EXAMPLES, needs_triton
+from karchive.errors import SentinelError, UnsupportedKernelError, UnsupportedVersionError
+from karchive.format.constants import PATH_SENTINEL
+from karchive.format.manifest import Manifest
+from karchive.format.reader import ArchiveReader
+from karchive.format.sentinel import restore_paths, rewrite_paths
+from karchive.format.source import BytesSource
+from karchive.producer.pack import ArchiveBuilder
+
+pytestmark = needs_triton
+
+
+def _build(variants, **kw):
+    b = ArchiveBuilder("t", "1.0", produced_by={"triton": "x"}, **kw)
+    b.extend(variants)
+    return b.to_bytes()[0]
+
+
+def test_same_inputs_give_byte_identical_archives(add_variants, monkeypatch):
+    monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
+    a = _build(add_variants)
+    b = _build(list(reversed(add_variants)))
+    assert a == b
+    manifest = ArchiveReader.from_bytes(a).manifest
+    assert manifest["created"] is None
+    monkeypatch.setenv("SOURCE_DATE_EPOCH", "1700000000")
+    c = _build(add_variants)
+    assert c != a
+    assert ArchiveReader.from_bytes(c).manifest["created"] == "2023-11-14T22:13:20Z"
+    assert c == _build(add_variants)
+
+
+def test_full_build_is_reproducible_across_job_counts(examples_archive, tmp_path):
+    from karchive.producer.build import build_archive
+    from karchive.producer.spec_file import load_spec
+
+    again = tmp_path / "again.karc"
+    build_archive(load_spec(EXAMPLES / "build.toml"), again, jobs=1, progress=False)
+    assert again.read_bytes() == examples_archive.read_bytes()
+
+
+def test_examples_archive_validates_against_schema(examples_archive):
+    jsonschema = pytest.importorskip("jsonschema")
+    from karchive.format.schema import load_schema
+
+    reader = ArchiveReader.from_path(examples_archive)
+    jsonschema.Draft202012Validator(load_schema()).validate(reader.manifest)
+    manifest = Manifest.from_json(reader.manifest)
+    assert reader.verify() == []
+    kernels = {v.kernel for v in manifest.variants}
+    assert kernels == {"add_kernel", "softmax_kernel", "matmul_kernel", "scale_kernel"}
+    targets = {str(v.target) for v in manifest.variants}
+    assert targets == {"cuda:80", "cuda:90", "hip:gfx942"}
+    # Several variants of one kernel name coexist, each with its own key.
+    mm90 = [v for v in manifest.variants if v.kernel == "matmul_kernel" and str(v.target) == "cuda:90"]
+    assert len(mm90) == 8 and len({v.key for v in mm90}) == 8
+    assert any(v.abi.shared > 48 * 1024 for v in mm90), "one matmul variant must need > 48 KB of shared memory"
+    assert any(v.abi.num_warps == 8 for v in mm90)
+    scale = [v for v in manifest.variants if v.kernel == "scale_kernel" and str(v.target) == "cuda:90"]
+    assert sorted(p.equal_to_1 for v in scale for p in v.params if p.name == "stride") == [False, True]
+    for v in manifest.variants:
+        names = [p.name for p in v.abi.params]
+        assert names[-2:] == ["global_scratch", "profile_scratch"]
+        assert v.target.warp_size == (64 if v.target.backend == "hip" else 32)
+        assert v.abi.binary_format == ("hsaco" if v.target.backend == "hip" else "cubin")
+        meta = json.loads(reader.read(v.metadata.path))
+        assert meta["name"] == v.abi.entry
+        assert not any(s.startswith("/") for s in _strings(meta)), "absolute paths must be rewritten"
+
+
+def _strings(node):
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, list):
+        for v in node:
+            yield from _strings(v)
+    elif isinstance(node, dict):
+        for v in node.values():
+            yield from _strings(v)
+
+
+def test_one_variant_reads_only_the_tail_and_its_frame(examples_archive):
+    data = examples_archive.read_bytes()
+    source = BytesSource(data)
+    reader = ArchiveReader(source)
+    opened_requests, opened_bytes = source.requests, source.bytes_read
+    assert opened_requests <= 2
+    variant = Manifest.from_json(reader.manifest).variants[5]
+    cubin = reader.read(variant.binary.path)
+    reader.read(variant.metadata.path)  # same frame: no further read
+    assert source.requests == opened_requests + 1
+    frame = reader.frames[reader.members[variant.binary.path].frame]
+    assert source.bytes_read - opened_bytes == frame.length
+    assert frame.length < len(data) / 10
+    assert len(cubin) == variant.binary.size
+
+
+def test_ir_can_be_left_out(add_variants):
+    from karchive.producer.aot import VariantRequest, compile_variant
+
+    slim = compile_variant(VariantRequest(str(EXAMPLES / "kernels.py") + ":add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32",
+                                          "cuda:90", {"BLOCK": 1024}, {"num_warps": 4}, include_ir=False))
+    assert slim.entry["key"] == add_variants[0].entry["key"]
+    reader = ArchiveReader.from_bytes(_build([slim]))
+    (v,) = Manifest.from_json(reader.manifest).variants
+    assert v.ir == {} and not any(n.endswith((".ptx", ".llir", ".ttir")) for n in reader.members)
+
+
+def test_plain_archives_list_and_extract_with_standard_tar(add_variants, tmp_path):
+    if not shutil.which("tar") or not shutil.which("zstd"):
+        pytest.skip("needs GNU tar and zstd")
+    path = tmp_path / "plain.karc"
+    path.write_bytes(_build(add_variants, dictionary="none"))
+    listing = subprocess.run(["tar", "--zstd", "-tf", str(path)], capture_output=True, text=True, check=True).stdout.split()
+    assert "karchive/manifest.json" in listing and any(n.endswith(".cubin") for n in listing)
+    out = tmp_path / "x"
+    out.mkdir()
+    subprocess.run(["tar", "--zstd", "-xf", str(path), "-C", str(out)], check=True)
+    reader = ArchiveReader.from_path(path)
+    for name in reader.members:
+        if name != "karchive/manifest.json":
+            assert (out / name).read_bytes() == reader.read(name)
+
+
+def test_dictionary_archives_need_zstd_with_the_dictionary(examples_archive, tmp_path):
+    if not shutil.which("tar") or not shutil.which("zstd"):
+        pytest.skip("needs GNU tar and zstd")
+    reader = ArchiveReader.from_path(examples_archive)
+    assert reader._index["dictionary"]
+    dict_path = tmp_path / "d.zdict"
+    dict_path.write_bytes(reader._member_unchecked(reader.members[reader._index["dictionary"]]))
+    tar = subprocess.run(f"zstd -dc -D {dict_path} {examples_archive} | tar -tf -", shell=True,
+                         capture_output=True, text=True, check=True).stdout.split()
+    assert sorted(tar) == sorted(reader.members)
+
+
+def test_newer_manifest_major_version_is_refused_naming_both(add_variants):
+    builder = ArchiveBuilder("t", "1.0")
+    builder.extend(add_variants)
+    manifest, writer = builder.manifest_and_writer()
+    manifest["format_version"] = "7.3"
+    with pytest.raises(UnsupportedVersionError, match=r"7\.3.*1\.0"):
+        ArchiveReader.from_bytes(writer.to_bytes(manifest))
+
+
+def test_sentinel_rewrite_restore_and_refusal(tmp_path):
+    meta = {"extern_libs": [["libdevice", "/opt/site/triton/backends/nvidia/lib/libdevice.10.bc"]],
+            "cache": "/home/u/.triton/cache/abc", "name": "k", "other": "/elsewhere/x"}
+    packed = rewrite_paths(meta, ["/opt/site", "/home/u/.triton/cache"])
+    assert packed["extern_libs"][0][1] == f"{PATH_SENTINEL}/triton/backends/nvidia/lib/libdevice.10.bc"
+    assert packed["cache"] == f"{PATH_SENTINEL}/abc" and packed["other"] == "/elsewhere/x"
+    restored = restore_paths(packed, str(tmp_path))
+    assert restored["extern_libs"][0][1] == str(tmp_path / "triton/backends/nvidia/lib/libdevice.10.bc")
+    with pytest.raises(SentinelError):
+        rewrite_paths({"x": f"{PATH_SENTINEL}/already"}, ["/opt"])
+
+
+def test_kernels_whose_abi_cannot_be_described_are_refused():
+    from karchive.producer.describe import build_abi
+
+    meta = {"name": "k", "num_warps": 4, "tensordesc_meta": [{"swizzle": 128}]}
+    with pytest.raises(UnsupportedKernelError, match="tensor-descriptor"):
+        build_abi(kernel="k", param_names=["d"], param_types={"d": "tensordesc<fp16[64, 64]>"}, metadata=meta,
+                  target={"backend": "cuda", "arch": "90", "warp_size": 32}, asm={})
+    ptx = ".entry k(\n .param .u64 k_param_0,\n .param .u32 k_param_1,\n .param .u64 k_param_2\n)"
+    with pytest.raises(UnsupportedKernelError, match="cannot map"):
+        build_abi(kernel="k", param_names=["p", "n"], param_types={"p": "*fp32", "n": "i64"},
+                  metadata={"name": "k", "num_warps": 4}, target={"backend": "cuda", "arch": "90", "warp_size": 32},
+                  asm={"ptx": ptx})
