@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The main job on a fresh machine: set up, build the example archive (no GPU needed), publish it to the
+# default local registry, inspect and verify it, and launch its kernels where an NVIDIA GPU is present.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${KARCHIVE_VENV:-.venv}"
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+"$VENV/bin/python" -m pip install -q --upgrade pip
+"$VENV/bin/python" -m pip install -q -e ".[producer,cuda,cli]"
+export TRITON_DEFAULT_FP_FUSION=1
+K="$VENV/bin/karchive"
+mkdir -p out
+echo "== build examples/build.toml -> out/examples.karc"
+"$K" build examples/build.toml -o out/examples.karc
+echo "== publish to the default local registry"
+"$K" publish out/examples.karc
+"$K" ls
+echo "== inspect"
+"$K" inspect examples@0.1.0 2>/dev/null || "$K" inspect out/examples.karc
+"$K" verify out/examples.karc
+echo "== launch (needs an NVIDIA GPU and driver)"
+"$VENV/bin/python" examples/launch.py examples@0.1.0
