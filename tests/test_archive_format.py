@@ -175,3 +175,22 @@ def test_kernels_whose_abi_cannot_be_described_are_refused():
         build_abi(kernel="k", param_names=["p", "n"], param_types={"p": "*fp32", "n": "i64"},
                   metadata={"name": "k", "num_warps": 4}, target={"backend": "cuda", "arch": "90", "warp_size": 32},
                   asm={"ptx": ptx})
+
+
+def test_paths_from_another_triton_install_are_rewritten_and_hashed_locally():
+    """Triton's cache can return metadata written by another install of the same build (seen in CI)."""
+    import os
+
+    import triton
+
+    from karchive.producer.describe import install_roots_in, triton_roots
+    from karchive.producer.variant_key import normalize_options
+
+    local = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "lib", "libdevice.10.bc")
+    foreign = "/elsewhere/venv/lib/python3.11/site-packages/triton/backends/nvidia/lib/libdevice.10.bc"
+    opts_local = normalize_options({"extern_libs": [["libdevice", local]], "num_warps": 4})
+    opts_foreign = normalize_options({"extern_libs": [["libdevice", foreign]], "num_warps": 4})
+    assert opts_local == opts_foreign and len(opts_local["extern_libs"][0][1]) == 64
+    meta = {"extern_libs": [["libdevice", foreign]]}
+    packed = rewrite_paths(meta, triton_roots() + install_roots_in(meta))
+    assert packed["extern_libs"][0][1] == f"{PATH_SENTINEL}/triton/backends/nvidia/lib/libdevice.10.bc"

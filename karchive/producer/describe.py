@@ -165,6 +165,34 @@ def _binary_arch(metadata: dict, target: dict) -> str:
     return str(metadata.get("arch") or target["arch"])
 
 
+_TRITON_MARK = f"{os.sep}triton{os.sep}backends{os.sep}"
+
+
+def _strings(node: Any):
+    if isinstance(node, str):
+        yield node
+    elif isinstance(node, (list, tuple)):
+        for v in node:
+            yield from _strings(v)
+    elif isinstance(node, dict):
+        for v in node.values():
+            yield from _strings(v)
+
+
+def install_roots_in(metadata: Any) -> list[str]:
+    """Directories holding a ``triton`` package that the metadata's paths point into.
+
+    Triton's cache key hashes file contents, not locations, so a cache hit can return metadata
+    written by another install of the same Triton build: its paths name that install, not ours.
+    """
+    roots = set()
+    for s in _strings(metadata):
+        i = s.find(_TRITON_MARK) if os.path.isabs(s) else -1
+        if i > 0:
+            roots.add(s[:i])
+    return sorted(roots)
+
+
 def triton_roots() -> list[str]:
     """Directories whose paths are machine-specific: the site-packages holding Triton, the cache dir."""
     roots = []
@@ -196,6 +224,7 @@ def describe_variant(
     origin: str,
     include_ir: bool = True,
     extra_roots: list[str] | None = None,
+    provenance_extra: dict | None = None,
 ) -> CompiledVariant:
     target = _target_json(metadata)
     backend = target["backend"]
@@ -223,7 +252,9 @@ def describe_variant(
         constexprs={n: _json_value(v) for n, v in constexprs.items()}, hints=hint_desc, target=target,
         options=options, triton_version=str(metadata.get("triton_version", "")), hooks=hooks,
     )
-    stored_meta = rewrite_paths(json.loads(json.dumps(metadata, default=_json_default)), triton_roots() + (extra_roots or []))
+    plain_meta = json.loads(json.dumps(metadata, default=_json_default))
+    roots = triton_roots() + install_roots_in(plain_meta) + (extra_roots or [])
+    stored_meta = rewrite_paths(plain_meta, roots)
     files: dict[str, bytes] = {
         "binary": _as_bytes(asm[BINARY_EXT[backend]]),
         "metadata": json.dumps(stored_meta, sort_keys=True, separators=(",", ":")).encode(),
@@ -240,7 +271,8 @@ def describe_variant(
         "options": options,
         "abi": abi,
         "provenance": {"origin": origin, "triton_version": str(metadata.get("triton_version", "")),
-                       "triton_hash": metadata.get("hash"), "source_key": source_key, "hooks": hooks},
+                       "triton_hash": metadata.get("hash"), "source_key": source_key, "hooks": hooks,
+                       **(provenance_extra or {})},
     }
     return CompiledVariant(entry=entry, files=files, source_text=source_text)
 

@@ -37,6 +37,22 @@ def file_sha256(path: str) -> str:
     return h.hexdigest()
 
 
+def local_triton_file(path: str) -> str | None:
+    """The file a metadata path names, found in this machine's Triton install if it names another's."""
+    marker = f"{os.sep}triton{os.sep}"
+    if os.path.isfile(path):
+        return path
+    i = path.rfind(marker + "backends" + os.sep)
+    if i < 0:
+        return None
+    try:
+        import triton
+    except ImportError:
+        return None
+    local = os.path.join(os.path.dirname(os.path.abspath(triton.__file__)), path[i + len(marker):])
+    return local if os.path.isfile(local) else None
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
@@ -56,7 +72,8 @@ def normalize_options(metadata: dict) -> dict:
         if key == "extern_libs":
             libs = []
             for name, path in value or []:
-                digest = file_sha256(path) if isinstance(path, str) and os.path.isfile(path) else None
+                local = local_triton_file(str(path))
+                digest = file_sha256(local) if local else None
                 libs.append([name, digest or os.path.basename(str(path))])
             options[key] = sorted(libs)
             continue
