@@ -22,9 +22,12 @@ from ..errors import (
     IntegrityError,
     LimitExceededError,
     NotAnArchiveError,
+    SchemaError,
+    UnsafeMemberError,
     UnsupportedVersionError,
 )
 from .constants import (
+    DICTIONARY_NAME,
     FOOTER_FRAME_MAGIC,
     FOOTER_PAYLOAD,
     FOOTER_SIZE,
@@ -51,6 +54,13 @@ class Limits:
     max_dictionary_bytes: int = 8 * 1024 * 1024
     max_members: int = 1_000_000
     max_window_bytes: int = 1 << 27
+    #: JSON values (numbers, strings, arrays, objects) in the index or the manifest. Parsed JSON costs
+    #: up to ~60 bytes per value however short its text, so this, not the byte limits, bounds memory.
+    max_json_values: int = 2_000_000
+    #: Nesting depth of the manifest (walkers of it recurse).
+    max_json_depth: int = 64
+    #: Decompressed frames kept in the reader's cache, in bytes.
+    max_cache_bytes: int = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -70,11 +80,11 @@ class Frame:
 
 
 def parse_version(text: Any) -> tuple[int, int]:
-    if not isinstance(text, str) or text.count(".") != 1:
-        raise FormatError(f"bad format_version {text!r}")
+    if not isinstance(text, str) or text.count(".") != 1 or len(text) > 21:
+        raise SchemaError(f"bad format_version {text!r}")
     major, minor = text.split(".")
-    if not (major.isdigit() and minor.isdigit()):
-        raise FormatError(f"bad format_version {text!r}")
+    if not (major.isascii() and major.isdigit() and minor.isascii() and minor.isdigit()):
+        raise SchemaError(f"bad format_version {text!r}")
     return int(major), int(minor)
 
 
@@ -89,15 +99,69 @@ def check_version(found: tuple[int, int], what: str = "archive format") -> None:
 
 
 def iter_file_entries(node: Any) -> Iterator[dict]:
-    """Every ``{"path", "size", "sha256"}`` object in a manifest, wherever it sits."""
-    if isinstance(node, dict):
-        if isinstance(node.get("path"), str) and "sha256" in node and "size" in node:
-            yield node
-        for value in node.values():
-            yield from iter_file_entries(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from iter_file_entries(value)
+    """Every ``{"path", "size", "sha256"}`` object in a manifest, wherever it sits (depth first, in order).
+
+    Iterative, so a deeply nested hostile manifest cannot exhaust the interpreter's stack.
+    """
+    stack = [node]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("path"), str) and "sha256" in node and "size" in node:
+                yield node
+            stack.extend(reversed(list(node.values())))
+        elif isinstance(node, list):
+            stack.extend(reversed(node))
+
+
+def _json_depth(node: Any, limit: int) -> int:
+    """Nesting depth of parsed JSON, iteratively; stops counting past ``limit``."""
+    deepest = 0
+    stack = [(node, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if isinstance(node, (dict, list)):
+            if depth > limit:
+                return depth
+            deepest = max(deepest, depth)
+            children = node.values() if isinstance(node, dict) else node
+            stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
+    return deepest
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise FormatError(f"duplicate JSON key {dup!r}")
+    return obj
+
+
+def _bad_constant(name: str) -> Any:
+    raise FormatError(f"JSON constant {name} is not allowed")
+
+
+def load_json(raw: bytes, what: str, limits: "Limits") -> Any:
+    """Parse untrusted canonical JSON (ASCII, no duplicate keys, no NaN) within the value budget."""
+    if not raw.isascii():
+        raise FormatError(f"{what} is not ASCII JSON (karchive writes canonical, ASCII-only JSON)")
+    # Every JSON value but the first follows one of these bytes, so their count bounds the number of
+    # values, and so the memory the parsed objects can take, before anything is parsed.
+    values = raw.count(b",") + raw.count(b":") + raw.count(b"[") + raw.count(b"{")
+    if values > limits.max_json_values:
+        raise LimitExceededError(f"{what} holds up to {values} JSON values; the limit is {limits.max_json_values}")
+    try:
+        return json.loads(raw.decode("ascii"), object_pairs_hook=_no_duplicate_keys, parse_constant=_bad_constant)
+    except RecursionError as exc:
+        raise FormatError(f"{what}: JSON nested too deeply") from exc
+    except ValueError as exc:  # json.JSONDecodeError, over-long integers
+        raise FormatError(f"{what} is not valid JSON: {exc}") from exc
+
+
+def compress_bound(size: int) -> int:
+    """zstd's ZSTD_COMPRESSBOUND plus some slack: no honest frame of ``size`` bytes is longer."""
+    return size + (size >> 8) + ((128 * 1024 - size) >> 11 if size < 128 * 1024 else 0) + 1024
 
 
 def _as_int(value: Any, what: str) -> int:
@@ -115,6 +179,7 @@ class ArchiveReader:
         self._lock = threading.Lock()
         self._cache: OrderedDict[int, bytes] = OrderedDict()
         self._cache_size = frame_cache
+        self._cache_bytes = 0
         self._tail_start = 0
         self._tail = b""
         self._open()
@@ -174,14 +239,17 @@ class ArchiveReader:
         self._load_dictionary_and_manifest()
 
     def _parse_index(self, raw: bytes, index_offset: int) -> None:
-        try:
-            index = json.loads(raw)
-        except ValueError as exc:
-            raise FormatError(f"index is not JSON: {exc}") from exc
+        index = load_json(raw, "index", self.limits)
         if not isinstance(index, dict) or not isinstance(index.get("frames"), list) or not isinstance(
             index.get("members"), list
         ):
             raise FormatError("index lacks frames/members")
+        if index.get("manifest") != MANIFEST_NAME:
+            raise FormatError(f"index: manifest must be {MANIFEST_NAME!r}, got {index.get('manifest')!r}")
+        if index.get("dictionary") not in (None, DICTIONARY_NAME):
+            raise FormatError(f"index: dictionary must be {DICTIONARY_NAME!r} or null, got {index.get('dictionary')!r}")
+        if len(index["frames"]) > self.limits.max_members + 2:
+            raise LimitExceededError(f"index lists {len(index['frames'])} frames; the limit is {self.limits.max_members + 2}")
         frames = []
         expected = 0
         for entry in index["frames"]:
@@ -195,6 +263,11 @@ class ArchiveReader:
             if usize > self.limits.max_frame_bytes:
                 raise LimitExceededError(
                     f"frame {len(frames)} claims {usize} decompressed bytes; the limit is {self.limits.max_frame_bytes}"
+                )
+            if length > compress_bound(usize):
+                # Reading a frame costs its compressed length in memory: bound it by what it may decode to.
+                raise LimitExceededError(
+                    f"frame {len(frames)} is {length} bytes long, more than any zstd frame of {usize} bytes needs"
                 )
             frames.append(Frame(off, length, usize, bool(flag)))
             expected = off + length
@@ -213,9 +286,22 @@ class ArchiveReader:
             if name in members:
                 raise FormatError(f"index: duplicate member {name!r}")
             members[name] = Member(name, frame, offset, size)
+        # Each member's header and data must lie apart from every other's; otherwise one member's
+        # bytes would be another's content when the frame is read as the tar stream it claims to be.
+        previous: Member | None = None
+        by_frame: list[list[Member]] = [[] for _ in frames]
+        for m in sorted(members.values(), key=lambda m: (m.frame, m.offset)):
+            if previous is not None and previous.frame == m.frame and m.offset - TAR_BLOCK < previous.offset + padded(previous.size):
+                raise FormatError(f"index: members {previous.name!r} and {m.name!r} overlap")
+            by_frame[m.frame].append(m)
+            previous = m
+        if any(not listed for listed in by_frame):
+            raise FormatError(f"index: frame {[bool(x) for x in by_frame].index(False)} holds no member")
+        self._frame_members = by_frame
         self.frames = frames
         self.members = members
-        self._index = index
+        # Keep only what later steps consult, not a hostile index's extra keys.
+        self._index = {k: index.get(k) for k in ("manifest", "manifest_sha256", "dictionary", "dictionary_sha256")}
 
     def _load_dictionary_and_manifest(self) -> None:
         index = self._index
@@ -225,42 +311,55 @@ class ArchiveReader:
             needed.append(self.members.get(dict_name))
         if any(m is None for m in needed):
             raise FormatError("index names a manifest or dictionary member that does not exist")
-        first = min(self.frames[m.frame].offset for m in needed)
-        if first < self._tail_start:
+        # Their frames are decoded whole while opening: bound them by the member limits, not the frame limit.
+        limit_of = {MANIFEST_NAME: self.limits.max_manifest_bytes, DICTIONARY_NAME: self.limits.max_dictionary_bytes}
+        for m in needed:
+            frame = self.frames[m.frame]
+            if frame.uses_dict:
+                raise FormatError(f"{m.name} must be in a frame compressed without the dictionary")
+            if m.size > limit_of[m.name] or frame.size > limit_of[m.name] + 4 * TAR_BLOCK:
+                raise LimitExceededError(
+                    f"{m.name} ({m.size} bytes in a frame of {frame.size}) exceeds the limit of {limit_of[m.name]} bytes"
+                )
+        # Honest archives put them right before the index: fetch them with the tail in one read, but
+        # never a range wider than the frames themselves.
+        spans = {m.frame: self.frames[m.frame] for m in needed}
+        first = min(f.offset for f in spans.values())
+        if first < self._tail_start and self._tail_start - first <= sum(f.length for f in spans.values()):
             self._tail = self.source.read(first, self._tail_start - first) + self._tail
             self._tail_start = first
         self._dctx_plain = zstandard.ZstdDecompressor(max_window_size=self.limits.max_window_bytes)
         self._dctx_dict = None
+        self._dict_bytes: bytes | None = None
         if dict_name is not None:
-            dmember = self.members[dict_name]
-            if self.frames[dmember.frame].uses_dict or dmember.size > self.limits.max_dictionary_bytes:
-                raise FormatError("dictionary frame must be plain and within limits")
-            dict_bytes = self._member_unchecked(dmember)
+            dict_bytes = self._member_unchecked(self.members[dict_name])
             if hashlib.sha256(dict_bytes).hexdigest() != index.get("dictionary_sha256"):
-                raise IntegrityError("dictionary digest does not match the index")
-            self._dctx_dict = zstandard.ZstdDecompressor(
-                dict_data=zstandard.ZstdCompressionDict(dict_bytes), max_window_size=self.limits.max_window_bytes
-            )
+                raise IntegrityError("dictionary digest does not match the index (corrupt or tampered)")
+            try:
+                self._dctx_dict = zstandard.ZstdDecompressor(
+                    dict_data=zstandard.ZstdCompressionDict(dict_bytes), max_window_size=self.limits.max_window_bytes
+                )
+            except zstandard.ZstdError as exc:
+                raise FormatError(f"{dict_name} is not a usable zstd dictionary: {exc}") from exc
+            self._dict_bytes = dict_bytes
         elif any(f.uses_dict for f in self.frames):
             raise FormatError("frames need a dictionary but the index names none")
-        mmember = self.members[MANIFEST_NAME]
-        if mmember.size > self.limits.max_manifest_bytes or self.frames[mmember.frame].uses_dict:
-            raise LimitExceededError("manifest is too large or wrongly compressed")
-        raw = self._member_unchecked(mmember)
+        raw = self._member_unchecked(self.members[MANIFEST_NAME])
         if hashlib.sha256(raw).hexdigest() != index.get("manifest_sha256"):
             raise IntegrityError("manifest digest does not match the index (corrupt or tampered)")
-        try:
-            manifest = json.loads(raw)
-        except ValueError as exc:
-            raise FormatError(f"manifest is not JSON: {exc}") from exc
+        manifest = load_json(raw, "manifest", self.limits)
         if not isinstance(manifest, dict):
-            raise FormatError("manifest is not a JSON object")
-        check_version(parse_version(manifest.get("format_version")))
+            raise SchemaError("manifest is not a JSON object")
+        check_version(parse_version(manifest.get("format_version")), "manifest format")
+        if _json_depth(manifest, self.limits.max_json_depth) > self.limits.max_json_depth:
+            raise LimitExceededError(f"manifest is nested deeper than {self.limits.max_json_depth} levels")
         self.manifest = manifest
         self.manifest_bytes = raw
         self._digests: dict[str, tuple[int, str]] = {}
         for entry in iter_file_entries(manifest):
-            self._digests[entry["path"]] = (entry["size"], entry["sha256"])
+            path, ref = entry["path"], (entry["size"], entry["sha256"])
+            if self._digests.setdefault(path, ref) != ref:
+                raise SchemaError(f"manifest lists {path!r} twice with different sizes or digests")
         # The tail buffer only served opening; keep memory bounded afterwards.
         self._tail = b""
         self._tail_start = self.source.size
@@ -278,6 +377,11 @@ class ArchiveReader:
             raise FormatError(f"{what}: zstd frame does not declare its size")
         if size > declared:
             raise LimitExceededError(f"{what}: frame declares {size} bytes, more than the {declared} allowed")
+        # One-shot decompression does not apply max_window_size itself: check the header here.
+        if params.window_size > self.limits.max_window_bytes:
+            raise LimitExceededError(
+                f"{what}: frame needs a {params.window_size}-byte window; the limit is {self.limits.max_window_bytes}"
+            )
         dctx = dctx or zstandard.ZstdDecompressor(max_window_size=self.limits.max_window_bytes)
         try:
             out = dctx.decompress(blob, max_output_size=size, allow_extra_data=False)
@@ -301,10 +405,50 @@ class ArchiveReader:
             data = self._decompress(blob, frame.size, dctx, f"frame {index}")
             if len(data) != frame.size:
                 raise FormatError(f"frame {index}: size differs from the index")
-            self._cache[index] = data
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
+            self._check_layout(index, data)
+            if index not in self._cache and len(data) <= self.limits.max_cache_bytes:
+                self._cache[index] = data
+                self._cache_bytes += len(data)
+                while len(self._cache) > self._cache_size or self._cache_bytes > self.limits.max_cache_bytes:
+                    self._cache_bytes -= len(self._cache.popitem(last=False)[1])
         return data
+
+    def _check_layout(self, index: int, data: bytes) -> None:
+        """The frame must be exactly the tar entries the index lists for it: nothing hidden between,
+        before or after them (a link, a pax header, a second copy of a name), zero padding, and the
+        end-of-archive marker only at the end of the last frame. So any frame the reader accepts also
+        means the same thing to ``tar``."""
+        def stray(pos: int) -> str:
+            """What sits at ``pos`` where nothing should; raises the specific error for links, pax, bad names."""
+            if len(data) - pos < TAR_BLOCK:
+                return f"{len(data) - pos} stray bytes"
+            try:
+                header = parse_header(data[pos : pos + TAR_BLOCK])
+            except UnsafeMemberError:
+                raise
+            except FormatError:
+                return "bytes that are not a tar header"
+            return f"tar entry {header.name!r}" if header is not None else "a zero block"
+
+        pos = 0
+        for m in self._frame_members[index]:
+            if m.offset - TAR_BLOCK != pos:
+                raise FormatError(f"frame {index}: {stray(pos)} at {pos} is not listed in the index")
+            header = parse_header(data[pos : pos + TAR_BLOCK])
+            if header is None or header.name != m.name or header.size != m.size:
+                raise FormatError(f"tar header of {m.name!r} does not match the index")
+            end = m.offset + m.size
+            pos = m.offset + padded(m.size)
+            if data[end:pos].count(0) != pos - end:
+                raise FormatError(f"frame {index}: padding after {m.name!r} is not zero")
+        rest = len(data) - pos
+        if index != len(self.frames) - 1:
+            if rest:
+                raise FormatError(f"frame {index}: {stray(pos)} after its last member, not listed in the index")
+        elif rest < 2 * TAR_BLOCK or rest % TAR_BLOCK or data[pos:].count(0) != rest:
+            if rest >= TAR_BLOCK and data[pos : pos + TAR_BLOCK].count(0) != TAR_BLOCK:
+                raise FormatError(f"frame {index}: {stray(pos)} after its last member, not listed in the index")
+            raise FormatError(f"frame {index}: the last frame must end with the tar end-of-archive marker")
 
     def _member_unchecked(self, member: Member) -> bytes:
         frame = self.frame_bytes(member.frame)
@@ -314,10 +458,18 @@ class ArchiveReader:
         return frame[member.offset : member.offset + member.size]
 
     def read(self, name: str) -> bytes:
-        """A member's bytes, verified against the manifest's size and sha256."""
+        """A member's bytes, verified against the manifest's size and sha256.
+
+        The manifest and the dictionary, which the index's digests cover, are returned as verified
+        when the archive was opened; any other member the manifest does not list is refused.
+        """
         member = self.members.get(name)
         if member is None:
             raise FormatError(f"no member {name!r} in {self.source.describe()}")
+        if name == MANIFEST_NAME:
+            return self.manifest_bytes
+        if name == DICTIONARY_NAME and self._dict_bytes is not None:
+            return self._dict_bytes
         expected = self._digests.get(name)
         if expected is None:
             raise IntegrityError(f"member {name!r} has no digest in the manifest; refusing to trust it")

@@ -6,10 +6,11 @@ Readers ask for exact ranges, so a remote archive costs one request per range an
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from typing import Protocol
 
-from ..errors import FormatError, TransferError
+from ..errors import FormatError, NotAnArchiveError, TransferError
 
 
 class RangeSource(Protocol):
@@ -47,10 +48,16 @@ class FileSource:
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = os.fspath(path)
         try:
-            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            # O_NONBLOCK: opening a FIFO must not hang waiting for a writer (it is refused below).
+            self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
         except FileNotFoundError as exc:
             raise FileNotFoundError(f"no such archive: {self.path}") from exc
-        self.size = os.fstat(self._fd).st_size
+        st = os.fstat(self._fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(self._fd)
+            self._fd = -1
+            raise NotAnArchiveError(f"{self.path} is not a regular file")
+        self.size = st.st_size
         self.requests = 0
         self.bytes_read = 0
 

@@ -12,7 +12,7 @@ from typing import NamedTuple
 from ..errors import FormatError, UnsafeMemberError
 from .constants import TAR_BLOCK
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9._\-]+(/[A-Za-z0-9._\-]+)*$")
+_NAME_RE = re.compile(r"[A-Za-z0-9._\-]+(/[A-Za-z0-9._\-]+)*")
 MAX_NAME = 255
 
 
@@ -20,7 +20,7 @@ def check_member_name(name: str) -> str:
     """Refuse names that could escape a target directory or confuse a filesystem."""
     if not isinstance(name, str) or not name or len(name) > MAX_NAME:
         raise UnsafeMemberError(f"bad member name {name!r}")
-    if name.startswith("/") or "\\" in name or not _NAME_RE.match(name):
+    if name.startswith("/") or "\\" in name or not _NAME_RE.fullmatch(name):  # not match(): "$" allows a trailing "\n"
         raise UnsafeMemberError(f"unsafe member name {name!r} (absolute, odd characters or empty part)")
     if any(part in (".", "..") for part in name.split("/")):
         raise UnsafeMemberError(f"unsafe member name {name!r} ('.' or '..' component)")
