@@ -1087,3 +1087,27 @@ def test_fuzz_only_karchive_errors_and_never_wrong_bytes(small, with_dict, tmp_p
                  "LimitExceededError"):
         assert seen.get(kind, 0) > 0, seen
     assert seen.get("ok", 0) < cases // 5, seen
+
+
+def test_remote_sources_truncated_or_lying(small):
+    """Over fsspec: a truncated object, and a server that answers ranges with the wrong length."""
+    fsspec = pytest.importorskip("fsspec")
+    from karchive.format.source import FsspecSource
+
+    data, files = small
+    fs = fsspec.filesystem("memory")
+    fs.pipe("/hostile/truncated.karc", data[:-10])
+    with pytest.raises(NotAnArchiveError, match="truncated"):
+        open_reader("memory:///hostile/truncated.karc")
+
+    class Lying:
+        def size(self, path):
+            return len(data)
+
+        def cat_file(self, path, start, end):
+            return data[start:end][:-1] if end - start > 1000 else data[start:end]
+
+    with pytest.raises(FormatError, match="short range read"):
+        reader = ArchiveReader(FsspecSource(Lying(), "lying.karc"))
+        for name in files:
+            reader.read(name)
