@@ -1,0 +1,91 @@
+"""`karchive export-triton-cache` and `karchive import-triton-cache`: interop with Triton's own cache dir."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections import Counter
+
+from ..errors import CaptureError
+from .output import emit_json, human_bytes, table
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    e = sub.add_parser("export-triton-cache",
+                       help="write an archive's variants into Triton's cache layout, so plain Triton JIT hits them")
+    e.add_argument("archive", help="path or URL of a .karc archive")
+    e.add_argument("--cache-dir", help="Triton cache directory (default: TRITON_CACHE_DIR or ~/.triton/cache)")
+    e.add_argument("-k", "--kernel", action="append", help="only these kernels")
+    e.add_argument("--allow-unverified", action="store_true",
+                   help="also write variants that carry no Triton build fingerprint (they may never be hit)")
+    e.add_argument("--json", action="store_true", help="machine-readable output")
+    e.set_defaults(func=cmd_export)
+
+    i = sub.add_parser("import-triton-cache", help="turn a Triton cache directory into an archive")
+    i.add_argument("cache_dir", metavar="DIR", help="a Triton cache directory (e.g. ~/.triton/cache)")
+    i.add_argument("-o", "--out", required=True, help="archive to write (.karc)")
+    i.add_argument("--name", help="archive name (default: triton-cache)")
+    i.add_argument("--version", dest="archive_version", default="0.0.0", help="archive version")
+    i.add_argument("--same-build", action="store_true",
+                   help="the cache was written by this Triton install: record its fingerprint so the archive "
+                        "can be exported back into a Triton cache")
+    i.add_argument("--no-ir", action="store_true", help="leave IR stages out")
+    i.add_argument("--json", action="store_true", help="machine-readable output")
+    i.set_defaults(func=cmd_import)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from ..format.open import open_reader
+    from ..producer.triton_cache import export_archive, local_cache_dir
+
+    reader = open_reader(args.archive)
+    cache_dir = os.path.abspath(args.cache_dir or local_cache_dir())
+    results = export_archive(reader, cache_dir, allow_unverified=args.allow_unverified, kernels=args.kernel)
+    counts = Counter(r.status for r in results)
+    if args.json:
+        emit_json({"archive": args.archive, "cache_dir": cache_dir, "counts": dict(counts),
+                   "variants": [vars(r) for r in results]})
+    else:
+        rows = [(r.kernel, r.key[:16], r.status, r.detail) for r in results]
+        print(table(["kernel", "key", "status", "detail"], rows))
+        print(f"{cache_dir}: " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())) if counts
+              else f"{args.archive}: no variants selected")
+    refused = counts.get("mismatch", 0) + counts.get("unverified", 0)
+    if refused and not (counts.get("written", 0) + counts.get("exists", 0)):
+        print(f"karchive: nothing exported: every variant was built by a different Triton build or carries no "
+              f"build fingerprint (see 'detail'); entries written for another build would never be hit",
+              file=sys.stderr)
+        return 2
+    return 1 if refused or counts.get("skipped") else 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    from ..producer.aot import toolchain_versions
+    from ..producer.pack import ArchiveBuilder
+    from ..producer.triton_cache import import_cache
+
+    result = import_cache(args.cache_dir, same_build=args.same_build, include_ir=not args.no_ir)
+    if not result.variants:
+        raise CaptureError(f"{args.cache_dir}: no kernel entries could be imported"
+                           + ("".join(f"\n  {s}" for s in result.skipped[:20]) if result.skipped else ""))
+    produced = {k: (None if v is None else str(v)) for k, v in toolchain_versions().items()}
+    builder = ArchiveBuilder(args.name or "triton-cache", args.archive_version, produced_by=produced)
+    builder.extend(result.variants)
+    stats = builder.write(args.out)
+    summary = {"archive": args.out, "variants": len(result.variants), "duplicates": result.duplicates,
+               "skipped": result.skipped, "kernels": sorted({v.entry["kernel"] for v in result.variants}),
+               "archive_bytes": stats.archive_bytes, "raw_bytes": stats.raw_bytes,
+               "fingerprint": "this Triton install" if args.same_build else None}
+    if args.json:
+        emit_json(summary)
+    else:
+        print(f"imported {len(result.variants)} variant(s) of {len(summary['kernels'])} kernel(s) from "
+              f"{args.cache_dir}" + (f", {result.duplicates} duplicate(s) dropped" if result.duplicates else ""))
+        for s in result.skipped:
+            print(f"  skipped {s}")
+        print(f"wrote {args.out}: {human_bytes(stats.archive_bytes)}")
+        if not args.same_build:
+            print("note: no Triton build fingerprint recorded (pass --same-build if this install wrote the cache); "
+                  "export-triton-cache will refuse these variants")
+    return 0

@@ -1,0 +1,424 @@
+"""Triton's on-disk cache: read its entries, describe them as variants, write variants back as entries.
+
+An entry is a directory ``<cache>/<base32(sha256(key))>/`` holding ``<name>.json`` (metadata), the
+binary, IR files and ``__grp__<name>.json`` (``{"child_paths": {file: absolute path}}``); Triton counts
+a hit when the group file exists and every child path exists. The key starts with ``triton_key()`` (a
+hash of the installed Triton's sources and ``libtriton.so``), so entries only help the very same Triton
+build: variants carry that build's fingerprint (``provenance.triton_cache``) and export refuses others.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import hashlib
+import json
+import os
+import re
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Mapping
+
+from ..errors import CaptureError, KarchiveError, UnsupportedKernelError
+from .describe import BINARY_EXT, IR_STAGES, CompiledVariant, describe_variant
+
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+TEXT_EXTS = ("source", "ttir", "ttgir", "llir", "ptx", "amdgcn")
+BINARY_EXTS = tuple(BINARY_EXT.values())
+
+
+# --- identity of the local Triton build ----------------------------------------------------------
+def cache_dir_name(triton_hash: str) -> str:
+    """Triton's entry directory name for a metadata ``hash`` (runtime/cache.py ``_base32``)."""
+    if not isinstance(triton_hash, str) or not _HEX64.match(triton_hash):
+        raise CaptureError(f"not a Triton cache hash (64 lowercase hex digits): {triton_hash!r}")
+    return base64.b32encode(bytes.fromhex(triton_hash)).decode().rstrip("=")
+
+
+def local_cache_dir() -> str:
+    from triton import knobs
+
+    return os.path.abspath(knobs.cache.dir)
+
+
+def triton_site_root() -> str:
+    """The directory holding the ``triton`` package: what the metadata path sentinel stands for."""
+    import triton
+
+    return os.path.dirname(os.path.dirname(os.path.abspath(triton.__file__)))
+
+
+@functools.lru_cache(maxsize=1)
+def triton_key_sha256() -> str | None:
+    """sha256 of ``triton_key()``: the install-specific prefix of every Triton cache key."""
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:
+        try:
+            from triton.compiler.compiler import triton_key  # type: ignore[no-redef]
+        except ImportError:
+            return None
+    return hashlib.sha256(triton_key().encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=16)
+def backend_hash(backend: str, arch: str, warp_size: int) -> str | None:
+    """``backend.hash()`` for a target (CUDA: ptxas version + arch), the second install-specific key part."""
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler.compiler import make_backend
+
+        return str(make_backend(GPUTarget(backend, int(arch) if backend == "cuda" else arch, warp_size)).hash())
+    except Exception:  # noqa: BLE001 - backend absent (e.g. no ptxas): no fingerprint for this target
+        return None
+
+
+def cache_env_vars() -> dict[str, str]:
+    try:
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+
+        return dict(sorted(get_cache_invalidating_env_vars().items()))
+    except Exception:  # noqa: BLE001
+        return {}
+
+
+def build_fingerprint(target: Mapping[str, Any]) -> dict:
+    """``provenance.triton_cache``: what a Triton install must match for exported entries to be hit."""
+    return {
+        "triton_key_sha256": triton_key_sha256(),
+        "backend_hash": backend_hash(target["backend"], str(target["arch"]), int(target["warp_size"])),
+        "env_vars": cache_env_vars(),
+    }
+
+
+# --- reading entries -----------------------------------------------------------------------------
+@dataclass
+class CacheEntry:
+    """One compiled kernel in a Triton cache directory."""
+
+    directory: str
+    stem: str  # file name stem: the kernel's Python name, truncated to 150 characters by Triton
+    metadata: dict
+    paths: dict[str, str] = field(default_factory=dict)  # extension -> file path
+
+    @property
+    def triton_hash(self) -> str | None:
+        h = self.metadata.get("hash")
+        return h if isinstance(h, str) else None
+
+    def read_asm(self) -> dict[str, Any]:
+        """Binary as bytes, IR as text: the same shape as ``CompiledKernel.asm``."""
+        asm: dict[str, Any] = {}
+        for ext, path in self.paths.items():
+            try:
+                with open(path, "rb") as fh:
+                    data = fh.read()
+            except OSError as exc:
+                raise CaptureError(f"cannot read {path}: {exc}") from exc
+            asm[ext] = data if ext in BINARY_EXTS else data.decode("utf-8", "replace")
+        return asm
+
+
+def _load_json(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except (OSError, ValueError) as exc:
+        raise CaptureError(f"cannot read Triton cache file {path}: {exc}") from exc
+
+
+def entry_from_group(metadata_group: Mapping[str, str], directory: str | None = None) -> CacheEntry:
+    """An entry from a group map (``{file name: path}``), as the compilation listener receives it.
+
+    Paths that no longer exist are looked up by file name in ``directory`` (a copied cache dir).
+    """
+    paths: dict[str, str] = {}
+    stem = None
+    meta_path = None
+    for filename, path in metadata_group.items():
+        if directory is not None and not os.path.exists(path):
+            path = os.path.join(directory, os.path.basename(filename))
+        base, _, ext = filename.rpartition(".")
+        if ext == "json":
+            stem, meta_path = base, path
+        elif ext in TEXT_EXTS or ext in BINARY_EXTS:
+            paths[ext] = path
+    if meta_path is None or stem is None:
+        raise CaptureError(f"Triton cache group has no metadata file: {sorted(metadata_group)}")
+    metadata = _load_json(meta_path)
+    if not isinstance(metadata, dict) or "target" not in metadata:
+        raise CaptureError(f"{meta_path} is not Triton kernel metadata")
+    return CacheEntry(directory or os.path.dirname(meta_path), stem, metadata, paths)
+
+
+def entries_in_dir(entry_dir: str) -> list[CacheEntry]:
+    """Kernel entries of one cache directory; other entries (launchers, autotune results) give none."""
+    try:
+        names = os.listdir(entry_dir)
+    except OSError:
+        return []
+    out = []
+    for name in sorted(names):
+        if not (name.startswith("__grp__") and name.endswith(".json")):
+            continue
+        group = _load_json(os.path.join(entry_dir, name))
+        child = group.get("child_paths") if isinstance(group, dict) else None
+        if not isinstance(child, dict) or not any(k.endswith(".json") for k in child):
+            continue
+        try:
+            out.append(entry_from_group(child, entry_dir))
+        except CaptureError:
+            continue  # not kernel metadata (e.g. a launcher group)
+    return out
+
+
+def iter_cache(cache_dir: str) -> Iterator[CacheEntry]:
+    if not os.path.isdir(cache_dir):
+        raise CaptureError(f"not a directory: {cache_dir}")
+    for name in sorted(os.listdir(cache_dir)):
+        path = os.path.join(cache_dir, name)
+        if os.path.isdir(path) and not name.startswith("tmp."):
+            yield from entries_in_dir(path)
+
+
+# --- describing an entry without its Python source -----------------------------------------------
+_MLIR_TYPES = {
+    "i1": "i1", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64",
+    "f16": "fp16", "bf16": "bf16", "f32": "fp32", "f64": "fp64",
+    "f8E4M3FN": "fp8e4nv", "f8E5M2": "fp8e5", "f8E4M3FNUZ": "fp8e4b8", "f8E5M2FNUZ": "fp8e5b16",
+    "f8E4M3B11FNUZ": "fp8e4b15",
+}
+
+
+@dataclass(frozen=True)
+class TtirArg:
+    name: str
+    type: str
+    divisibility: int | None
+
+
+def _split_top(text: str) -> list[str]:
+    parts, depth, cur = [], 0, ""
+    quoted = False
+    for ch in text:
+        if ch == '"':
+            quoted = not quoted
+        if not quoted:
+            if ch in "([{<":
+                depth += 1
+            elif ch in ")]}>":
+                depth -= 1
+        if ch == "," and depth == 0 and not quoted:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        parts.append(cur)
+    return parts
+
+
+def _mlir_type(text: str, where: str) -> str:
+    text = text.strip()
+    m = re.match(r"^!tt\.ptr<\s*([^,>]+)", text)
+    if m:
+        return "*" + _mlir_type(m.group(1), where)
+    if text in _MLIR_TYPES:
+        return _MLIR_TYPES[text]
+    raise UnsupportedKernelError(f"{where}: parameter type {text!r} cannot be described by karchive's launch ABI")
+
+
+def parse_ttir_signature(ttir: str, kernel: str) -> list[TtirArg]:
+    """The public function's parameters as the binary takes them: names (from ``loc``), types, hints."""
+    m = re.search(r"tt\.func\s+public\s+@" + re.escape(kernel) + r"\s*\(", ttir) or re.search(
+        r"tt\.func\s+public\s+@[\w$.]+\s*\(", ttir)
+    if not m:
+        raise CaptureError(f"{kernel}: no public tt.func in the Triton IR")
+    depth, end = 1, m.end()
+    while end < len(ttir) and depth:
+        depth += {"(": 1, ")": -1}.get(ttir[end], 0)
+        end += 1
+    args = []
+    for i, decl in enumerate(_split_top(ttir[m.end(): end - 1])):
+        dm = re.match(r"\s*%([\w$.]+)\s*:\s*(.*)$", decl, re.S)
+        if not dm:
+            raise CaptureError(f"{kernel}: cannot parse parameter {decl.strip()!r}")
+        ssa, rest = dm.groups()
+        type_text = re.split(r"\s(?:\{|loc\()", rest, maxsplit=1)[0]
+        loc = re.search(r'loc\("([^"]+)"', rest)
+        name = loc.group(1) if loc else (ssa if not re.match(r"^arg\d+$", ssa) else f"arg{i}")
+        div = re.search(r"tt\.divisibility\s*=\s*(\d+)", rest)
+        args.append(TtirArg(name, _mlir_type(type_text, f"{kernel} parameter {i}"), int(div.group(1)) if div else None))
+    return args
+
+
+def describe_entry(entry: CacheEntry, *, origin: str = "triton-cache", include_ir: bool = True,
+                   provenance_extra: dict | None = None) -> CompiledVariant:
+    """Describe a cache entry from what it holds: the binary's own parameters, no constexpr values.
+
+    The params are the kernel's runtime arguments only (constexprs and ``== 1`` specialisations are
+    baked in and unknown), named from the IR's ``loc`` info; the key's source identity is Triton's
+    own cache hash, so these keys are install-specific and never equal AOT or capture keys.
+    """
+    asm = entry.read_asm()
+    ttir = asm.get("ttir") or asm.get("source")
+    if not isinstance(ttir, str):
+        raise CaptureError(f"{entry.directory}: entry has no Triton IR (.ttir/.source); cannot derive the signature")
+    args = parse_ttir_signature(ttir, entry.stem)
+    names = [a.name for a in args]
+    if len(set(names)) != len(names):
+        names = [f"arg{i}" for i in range(len(args))]
+    backend = entry.metadata["target"]["backend"] if isinstance(entry.metadata["target"], dict) else None
+    if backend not in BINARY_EXT or BINARY_EXT[backend] not in asm:
+        raise CaptureError(f"{entry.directory}: no {BINARY_EXT.get(backend, 'binary')} file in the entry")
+    asm = {k: v for k, v in asm.items() if k in IR_STAGES[backend] or k == BINARY_EXT[backend]}
+    divisibility = {n: a.divisibility for n, a in zip(names, args) if a.divisibility}
+    h = entry.triton_hash
+    return describe_variant(
+        kernel=entry.stem, param_names=names, param_types={n: a.type for n, a in zip(names, args)}, constexprs={},
+        divisibility=divisibility, equal_to_1={}, metadata=entry.metadata, asm=asm,
+        source_key=f"triton-cache:{h}", source_text=None, hooks=[], origin=origin, include_ir=include_ir,
+        provenance_extra=provenance_extra,
+    )
+
+
+# --- writing entries -----------------------------------------------------------------------------
+@dataclass
+class ExportResult:
+    kernel: str
+    key: str
+    status: str  # written | exists | mismatch | unverified | skipped
+    detail: str = ""
+    path: str | None = None
+
+
+def check_build(variant: Mapping[str, Any]) -> tuple[str, str]:
+    """("ok"|"mismatch"|"unverified", why): can this Triton install hit the variant's cache entry?"""
+    prov = variant.get("provenance") or {}
+    recorded = prov.get("triton_cache")
+    if not prov.get("triton_hash"):
+        return "unverified", "no Triton cache hash recorded"
+    if not isinstance(recorded, dict) or not recorded.get("triton_key_sha256"):
+        return "unverified", "no Triton build fingerprint recorded (provenance.triton_cache)"
+    local = build_fingerprint(variant["target"])
+    if recorded["triton_key_sha256"] != local["triton_key_sha256"]:
+        return "mismatch", (f"built by Triton {prov.get('triton_version') or '?'} build "
+                            f"{recorded['triton_key_sha256'][:12]}, this is Triton {_local_version()} build "
+                            f"{(local['triton_key_sha256'] or 'unknown')[:12]}; Triton would never look these entries up")
+    if recorded.get("backend_hash") != local["backend_hash"]:
+        return "mismatch", (f"backend hash differs (recorded {recorded.get('backend_hash')!r}, local "
+                            f"{local['backend_hash']!r}: another ptxas/ROCm toolchain)")
+    if (recorded.get("env_vars") or {}) != local["env_vars"]:
+        return "ok", (f"note: cache-invalidating environment differs (recorded {recorded.get('env_vars')}, "
+                      f"now {local['env_vars']}); Triton only hits the entry under the recorded environment")
+    return "ok", ""
+
+
+def _local_version() -> str:
+    import triton
+
+    return str(triton.__version__)
+
+
+def write_entry(cache_dir: str, triton_hash: str, stem: str, files: Mapping[str, bytes]) -> tuple[str, str]:
+    """Write one entry atomically (temporary dir + rename); an existing non-empty entry is left alone.
+
+    ``files`` maps extensions (``json``, ``cubin``, ``ptx`` ...) to bytes. Returns (status, path).
+    """
+    final = os.path.join(cache_dir, cache_dir_name(triton_hash))
+    if os.path.isdir(final) and os.listdir(final):
+        return "exists", final
+    os.makedirs(cache_dir, exist_ok=True)
+    tmp = os.path.join(cache_dir, f"tmp.karchive_{os.getpid()}_{uuid.uuid4().hex}")
+    os.makedirs(tmp)
+    try:
+        child_paths = {}
+        for ext, data in files.items():
+            filename = f"{stem}.{ext}"
+            with open(os.path.join(tmp, filename), "wb") as fh:
+                fh.write(data)
+            child_paths[filename] = os.path.join(final, filename)
+        with open(os.path.join(tmp, f"__grp__{stem}.json"), "w", encoding="utf-8") as fh:
+            json.dump({"child_paths": child_paths}, fh)
+        if os.path.isdir(final):
+            try:
+                os.rmdir(final)  # Triton creates entry dirs eagerly on a lookup; an empty one is ours to fill
+            except OSError:
+                return "exists", final
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if os.path.isdir(final) and os.listdir(final):
+                return "exists", final  # another writer won the race
+            raise
+        return "written", final
+    finally:
+        if os.path.isdir(tmp):
+            for name in os.listdir(tmp):
+                os.unlink(os.path.join(tmp, name))
+            os.rmdir(tmp)
+
+
+def export_archive(reader: Any, cache_dir: str | None = None, *, allow_unverified: bool = False,
+                   kernels: list[str] | None = None) -> list[ExportResult]:
+    """Write every variant of an open archive into a Triton cache directory (default: Triton's own)."""
+    from ..format.sentinel import restore_json_bytes
+
+    cache_dir = os.path.abspath(cache_dir or local_cache_dir())
+    root = triton_site_root()
+    results = []
+    for v in reader.manifest.get("variants", []):
+        if kernels and v["kernel"] not in kernels:
+            continue
+        status, why = check_build(v)
+        if status == "mismatch" or (status == "unverified" and not allow_unverified):
+            results.append(ExportResult(v["kernel"], v["key"], status, why))
+            continue
+        triton_hash = v["provenance"].get("triton_hash")
+        if not triton_hash:
+            results.append(ExportResult(v["kernel"], v["key"], "skipped", "no Triton cache hash recorded"))
+            continue
+        backend = v["target"]["backend"]
+        files = {BINARY_EXT[backend]: reader.read(v["files"]["binary"]["path"]),
+                 "json": restore_json_bytes(reader.read(v["files"]["metadata"]["path"]), root)}
+        for stage, ref in (v["files"].get("ir") or {}).items():
+            files[stage] = reader.read(ref["path"])
+        stem = v["kernel"][:150]
+        written, path = write_entry(cache_dir, triton_hash, stem, files)
+        detail = why if written == "written" else "entry already present; left alone"
+        results.append(ExportResult(v["kernel"], v["key"], written, detail, path))
+    return results
+
+
+@dataclass
+class ImportResult:
+    variants: list[CompiledVariant]
+    skipped: list[str]  # "<entry dir>: why"
+    duplicates: int = 0
+
+
+def import_cache(cache_dir: str, *, same_build: bool = False, include_ir: bool = True) -> ImportResult:
+    """Describe every kernel entry of a Triton cache directory (see :func:`describe_entry`).
+
+    ``same_build`` records this Triton install's fingerprint, i.e. the caller vouches that the cache
+    was written by this very install; without it the variants have none and export refuses them.
+    """
+    cache_dir = os.path.abspath(cache_dir)
+    result = ImportResult([], [])
+    seen: set[str] = set()
+    for entry in iter_cache(cache_dir):
+        extra: dict[str, Any] = {}
+        try:
+            if same_build:
+                target = entry.metadata["target"]
+                extra["triton_cache"] = build_fingerprint(target)
+            variant = describe_entry(entry, origin="triton-cache", include_ir=include_ir, provenance_extra=extra)
+        except (KarchiveError, KeyError, TypeError, ValueError) as exc:
+            result.skipped.append(f"{os.path.relpath(entry.directory, cache_dir)} ({entry.stem}): {exc}")
+            continue
+        if variant.entry["key"] in seen:
+            result.duplicates += 1
+            continue
+        seen.add(variant.entry["key"])
+        result.variants.append(variant)
+    return result

@@ -1,0 +1,350 @@
+"""JIT capture on a GPU-less machine: real Triton compiles for a forced cuda:90 target (fake driver, see
+test_capture_fakes.py), recorded through Triton's own hooks, packed, verified, compared with AOT."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="needs triton")
+
+if str(EXAMPLES) not in sys.path:
+    sys.path.insert(0, str(EXAMPLES))
+
+
+@pytest.fixture
+def cache_dir(tmp_path, monkeypatch):
+    d = tmp_path / "triton-cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(d))
+    return d
+
+
+@pytest.fixture
+def gpu():
+    from test_capture_fakes import fake_gpu
+
+    with fake_gpu(timings=[3.0, 1.0, 2.0]) as fake:
+        yield fake
+
+
+def _fresh(*fns):
+    """Drop JIT functions' in-memory kernel caches so the next call goes through triton.compile again."""
+    for fn in fns:
+        while not hasattr(fn, "device_caches"):
+            fn = fn.fn
+        fn.device_caches.clear()
+
+
+def _ptr():
+    import triton.language as tl
+    from test_capture_fakes import MockPtr
+
+    return MockPtr(tl.float32)
+
+
+def _verify(path):
+    from karchive.cli.inspect_cmds import schema_problems
+    from karchive.format.manifest import Manifest
+    from karchive.format.open import open_reader
+
+    reader = open_reader(path)
+    assert schema_problems(reader.manifest) == []
+    assert reader.verify() == []
+    Manifest.from_json(reader.manifest)
+    return reader
+
+
+def test_captured_keys_and_abi_equal_aot(cache_dir, gpu, tmp_path):
+    import karchive
+    import kernels
+    from karchive.producer.aot import VariantRequest, compile_variant
+
+    _fresh(kernels.add_kernel)
+    with karchive.capture("cap", version="1.0") as cap:
+        kernels.add_kernel[(4,)](_ptr(), _ptr(), _ptr(), 1000, BLOCK=1024, num_warps=4)
+    assert [e.how for e in cap.events] == ["compiled"]
+    (captured,) = cap.variants.values()
+    aot = compile_variant(VariantRequest(f"{EXAMPLES / 'kernels.py'}:add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32",
+                                         "cuda:90", {"BLOCK": 1024}, {"num_warps": 4}))
+    assert captured.entry["key"] == aot.entry["key"]
+    for field in ("params", "abi", "options", "target", "kernel"):
+        assert captured.entry[field] == aot.entry[field], field
+    assert captured.entry["provenance"]["origin"] == "capture"
+    fp = captured.entry["provenance"]["triton_cache"]
+    assert len(fp["triton_key_sha256"]) == 64 and fp["backend_hash"].endswith("-90")
+    assert captured.source_text is not None and "def add_kernel" in captured.source_text
+    assert b"@KARCHIVE_ROOT@/triton/backends" in captured.files["metadata"]
+    assert str(cache_dir).encode() not in captured.files["metadata"]
+
+    out = tmp_path / "cap.karc"
+    cap.save(out)
+    reader = _verify(out)
+    (v,) = reader.manifest["variants"]
+    assert v["key"] == aot.entry["key"] and set(v["files"]["ir"]) == {"ttir", "ttgir", "llir", "ptx"}
+    assert reader.read(v["files"]["binary"]["path"]) == aot.files["binary"]
+
+
+def test_cache_hits_and_warm_kernels_are_recorded(cache_dir, gpu):
+    import karchive
+    from test_capture_fakes import scale_rows
+
+    _fresh(scale_rows)
+    scale_rows[(1,)](_ptr(), _ptr(), 1000, 2.0, BLOCK=256)  # compiled before any capture: in the JIT's memory
+    with karchive.capture("warm", version="1", record_launches=False) as off:
+        scale_rows[(1,)](_ptr(), _ptr(), 1000, 2.0, BLOCK=256)
+    assert off.variants == {}
+    from karchive.errors import CaptureError
+
+    with pytest.raises(CaptureError, match="recorded no kernels"):
+        off.save(cache_dir / "never.karc")
+    with karchive.capture("warm", version="1") as on:
+        scale_rows[(1,)](_ptr(), _ptr(), 1000, 2.0, BLOCK=256)
+    assert [e.how for e in on.events] == ["launched"]
+    _fresh(scale_rows)  # a new process would find the kernel in Triton's disk cache
+    with karchive.capture("hit", version="1") as hit:
+        scale_rows[(1,)](_ptr(), _ptr(), 1000, 2.0, BLOCK=256)
+    assert [e.how for e in hit.events] == ["cache-hit"]
+    assert set(hit.variants) == set(on.variants)
+
+
+def test_two_threads_get_only_their_own_kernels(cache_dir, gpu):
+    import karchive
+    from test_capture_fakes import scale_rows
+
+    _fresh(scale_rows)
+    barrier = threading.Barrier(2)
+    caps: dict[str, object] = {}
+    errors: list[BaseException] = []
+
+    def work(label: str, blocks: list[int]) -> None:
+        try:
+            with karchive.capture(label, version="1") as cap:
+                barrier.wait()
+                for b in blocks:
+                    scale_rows[(1,)](_ptr(), _ptr(), 1000, 2.0, BLOCK=b)
+            caps[label] = cap
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=("a", [32, 64])), threading.Thread(target=work, args=("b", [128, 512]))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    blocks = {label: sorted(p["value"] for v in cap.variants.values() for p in v.entry["params"] if p["name"] == "BLOCK")
+              for label, cap in caps.items()}
+    assert blocks == {"a": [32, 64], "b": [128, 512]}
+
+
+def test_listener_and_hooks_are_chained_and_restored(cache_dir, gpu):
+    import karchive
+    from test_capture_fakes import scale_rows
+    from triton import knobs
+    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.jit import JITFunction
+
+    heard = []
+
+    def mine(**kw):
+        heard.append(kw["src"].name)
+
+    run_before, tune_before = JITFunction.run, Autotuner.run
+    knobs.compilation.listener = mine
+    try:
+        _fresh(scale_rows)
+        with karchive.capture("chain", version="1") as cap:
+            assert knobs.compilation.listener is not mine
+            scale_rows[(1,)](_ptr(), _ptr(), 1000, 2.0, BLOCK=64)
+        assert heard == ["scale_rows"] and len(cap.variants) == 1
+        assert knobs.compilation.listener is mine
+        assert JITFunction.run is run_before and Autotuner.run is tune_before
+    finally:
+        knobs.compilation.listener = None
+
+
+def test_decorator_saves_after_each_call(cache_dir, gpu, tmp_path):
+    import karchive
+    from test_capture_fakes import scale_rows
+
+    out = tmp_path / "dec.karc"
+
+    @karchive.capture("dec", version="2.0", path=out)
+    def workload(block: int) -> None:
+        scale_rows[(1,)](_ptr(), _ptr(), 1000, 2.0, BLOCK=block)
+
+    _fresh(scale_rows)
+    workload(32)
+    workload(64)
+    assert workload.capture.kernels() == ["scale_rows"]
+    reader = _verify(out)
+    assert reader.manifest["name"] == "dec" and len(reader.manifest["variants"]) == 2
+
+
+def test_bad_arguments_raise_karchive_errors():
+    import karchive
+    from karchive.errors import CaptureError
+
+    with pytest.raises(CaptureError, match="name"):
+        karchive.capture("", version="1")
+    with pytest.raises(CaptureError, match="version"):
+        karchive.capture("x", version="")
+
+
+def test_pass_plugin_and_stages_hook_enter_key_and_manifest(cache_dir, gpu, tmp_path, monkeypatch):
+    import karchive
+    from test_capture_fakes import scale_rows
+    from triton import knobs
+
+    _fresh(scale_rows)
+    with karchive.capture("stock", version="1") as stock:
+        scale_rows[(1,)](_ptr(), _ptr(), 1000, 2.0, BLOCK=64)
+
+    plugin = tmp_path / "libmy_pass.so"
+    plugin.write_bytes(b"\x7fELF not really a plugin: karchive only hashes it")
+    monkeypatch.setenv("TRITON_PASS_PLUGIN_PATH", str(plugin))
+
+    def stages_hook(*args):
+        if not args:  # Triton asks for (key, hash) to extend its cache key
+            return "my-pipeline", "0" * 63 + "1"
+        return None  # called with (backend, stages, options, language, capability): leave the pipeline as is
+
+    knobs.runtime.add_stages_inspection_hook = stages_hook
+    try:
+        _fresh(scale_rows)
+        with karchive.capture("custom", version="1") as custom:
+            scale_rows[(1,)](_ptr(), _ptr(), 1000, 2.0, BLOCK=64)
+    finally:
+        knobs.runtime.add_stages_inspection_hook = None
+    (a,), (b,) = stock.variants.values(), custom.variants.values()
+    assert a.entry["provenance"]["hooks"] == []
+    hooks = b.entry["provenance"]["hooks"]
+    assert {h["kind"] for h in hooks} == {"pass_plugin", "stages_inspection_hook"}
+    assert any(h["name"] == "libmy_pass.so" and len(h["sha256"]) == 64 for h in hooks)
+    assert any(h["name"] == "my-pipeline" for h in hooks)
+    assert a.entry["key"] != b.entry["key"]  # same kernel, custom pipeline: a different variant
+    custom.save(tmp_path / "custom.karc")
+    reader = _verify(tmp_path / "custom.karc")
+    assert reader.manifest["variants"][0]["provenance"]["hooks"] == hooks
+
+
+_WORKER = r"""
+import sys
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+import triton
+from test_capture_fakes import scale_rows
+src = ASTSource(fn=scale_rows, signature={"x_ptr": "*fp32", "out_ptr": "*fp32", "n": "i32", "alpha": "fp32",
+                "BLOCK": "constexpr"}, constexprs={"BLOCK": 16}, attrs={(0,): [["tt.divisibility", 16]]})
+triton.compile(src, target=GPUTarget("cuda", 90, 32))
+"""
+
+
+def test_kernels_compiled_by_other_processes_are_harvested(cache_dir, gpu, tmp_path):
+    import karchive
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
+    with karchive.capture("harvest", version="1") as cap:
+        subprocess.run([sys.executable, "-c", _WORKER], env=env, check=True, capture_output=True)
+    (v,) = cap.variants.values()
+    assert [e.how for e in cap.events] == ["harvested"]
+    assert v.entry["kernel"] == "scale_rows" and v.entry["provenance"]["harvested"] is True
+    assert v.entry["provenance"]["origin"] == "triton-cache"
+    # What the entry tells: the runtime arguments with their hints; BLOCK is baked into the binary.
+    assert [(p["name"], p["type"], p.get("hints")) for p in v.entry["params"]] == [
+        ("x_ptr", "*fp32", {"divisibility": 16}), ("out_ptr", "*fp32", None), ("n", "i32", None),
+        ("alpha", "fp32", None)]
+    cap.save(tmp_path / "h.karc")
+    _verify(tmp_path / "h.karc")
+    with karchive.capture("no-harvest", version="1", harvest=False) as off:
+        subprocess.run([sys.executable, "-c", _WORKER.replace("16}", "32}")], env=env, check=True,
+                       capture_output=True)
+    assert off.variants == {}
+
+
+def test_autotune_captures_every_config_and_records_the_choice(cache_dir, gpu, tmp_path):
+    import karchive
+    from karchive.format.autotune import choose_config, entry_config
+    from test_capture_fakes import tuned_copy
+
+    _fresh(tuned_copy)
+    tuned_copy.cache.clear()
+    tuned_copy.__dict__.pop("do_bench", None)  # the tuner caches the benchmarker of the driver it first saw
+    with karchive.capture("tuned", version="1") as cap:
+        tuned_copy[(1,)](_ptr(), _ptr(), 4096)  # benchmark: scripted timings 3, 1, 2 -> config 1 wins
+        tuned_copy[(1,)](_ptr(), _ptr(), 4096)  # same key: no new tuning
+        tuned_copy[(1,)](_ptr(), _ptr(), 1000)  # new key (and n no longer divisible by 16): tunes again
+    assert cap.errors == []
+    blocks = sorted((p["value"], v.entry["abi"]["num_warps"]) for v in cap.variants.values()
+                    for p in v.entry["params"] if p["name"] == "BLOCK")
+    assert blocks == [(64, 2), (64, 2), (128, 4), (128, 4), (256, 4), (256, 4)]  # 3 configs x 2 specialisations
+    (record,) = cap.autotune.to_json()
+    assert record["kernel"] == "tuned_copy" and record["key_names"] == ["n"]
+    assert record["dtype_args"] == ["x_ptr", "out_ptr"]
+    assert [e["key"] for e in record["entries"]] == [[4096, "fp32", "fp32"], [1000, "fp32", "fp32"]]
+    first, second = record["entries"]
+    assert first["config"] == 1 and first["timings_ms"] == [3.0, 1.0, 2.0]
+    assert second["config"] == 1  # timings cycle 3, 1, 2 again
+    chosen = cap.variants[first["variant"]].entry
+    assert [p["value"] for p in chosen["params"] if p["name"] == "BLOCK"] == [128]
+    assert {p["name"]: p.get("hints") for p in chosen["params"]}["n"] == {"divisibility": 16}
+    assert {p["name"]: p.get("hints") for p in cap.variants[second["variant"]].entry["params"]}["n"] is None
+
+    cap.save(tmp_path / "tuned.karc")
+    manifest = _verify(tmp_path / "tuned.karc").manifest
+    assert {e["variant"] for e in manifest["autotune"][0]["entries"]} <= {v["key"] for v in manifest["variants"]}
+    hit = choose_config(manifest["autotune"], [4096, "fp32", "fp32"], kernel="tuned_copy")
+    assert hit["variant"] == first["variant"]
+    near = choose_config(manifest["autotune"], [3000, "fp32", "fp32"])
+    assert near["key"] == [4096, "fp32", "fp32"]
+    assert entry_config(manifest["autotune"][0], near)["kwargs"] == {"BLOCK": 128}
+
+
+def test_autotuner_tuned_before_the_capture_still_records_its_choice(cache_dir, gpu):
+    import karchive
+    from test_capture_fakes import tuned_copy
+
+    _fresh(tuned_copy)
+    tuned_copy.cache.clear()
+    tuned_copy.__dict__.pop("do_bench", None)  # the tuner caches the benchmarker of the driver it first saw
+    tuned_copy[(1,)](_ptr(), _ptr(), 2048)  # tuned (and compiled) outside the capture
+    with karchive.capture("late", version="1") as cap:
+        tuned_copy[(1,)](_ptr(), _ptr(), 2048)
+    (record,) = cap.autotune.to_json()
+    (entry,) = record["entries"]
+    assert entry["key"] == [2048, "fp32", "fp32"] and entry["config"] == 1 and "timings_ms" not in entry
+    assert list(cap.variants) == [entry["variant"]]  # the launched winner, recorded from the JIT's memory
+
+
+def test_heuristics_kernels_are_captured_with_their_computed_constexprs(cache_dir, gpu):
+    import karchive
+    from test_capture_fakes import heur_copy
+
+    _fresh(heur_copy)
+    with karchive.capture("heur", version="1") as cap:
+        heur_copy[(1,)](_ptr(), _ptr(), 1024, BLOCK=128)
+        heur_copy[(1,)](_ptr(), _ptr(), 1000, BLOCK=128)
+    even = sorted(p["value"] for v in cap.variants.values() for p in v.entry["params"] if p["name"] == "EVEN")
+    assert even == [False, True]
+
+
+def test_capture_is_json_clean(cache_dir, gpu):
+    import karchive
+    from test_capture_fakes import scale_rows
+
+    _fresh(scale_rows)
+    with karchive.capture("j", version="1") as cap:
+        scale_rows[(1,)](_ptr(), _ptr(), 1, 2.0, BLOCK=64)  # n == 1: Triton specialises it away
+    (v,) = cap.variants.values()
+    n = next(p for p in v.entry["params"] if p["name"] == "n")
+    assert n == {"name": "n", "type": "i32", "value": 1, "hints": {"equal_to_1": True}}
+    json.dumps(v.entry)
