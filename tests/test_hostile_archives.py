@@ -945,8 +945,6 @@ def test_extract_tampered_member_is_not_written(tmp_path):
     assert not (tmp_path / "out" / "z").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="extract.py writes members missing from the manifest unverified "
-                   "(reader._member_unchecked); fix: call reader.read(name) for every member")
 def test_extract_refuses_members_the_manifest_does_not_list(tmp_path):
     forged = forge([Entry("a", b"a"), Entry("ghost", b"unverified", in_manifest=False)])
     with pytest.raises(IntegrityError, match="'ghost'"):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from ..errors import UnsafeMemberError
+from ..errors import IntegrityError, UnsafeMemberError
 from .reader import ArchiveReader
 from .tarheader import check_member_name
 
@@ -34,13 +34,18 @@ def extract_all(reader: ArchiveReader, dest: str | os.PathLike,
     ``transform(name, data)`` may rewrite content on the way out (e.g. restoring sentinel paths).
     Existing files are not overwritten.
     """
+    # Check everything before writing anything: a damaged archive leaves no partial extraction.
+    problems = reader.verify()
+    if problems:
+        raise IntegrityError(f"{reader.source.describe()} is damaged; nothing extracted: " + "; ".join(problems[:5]))
     os.makedirs(dest, exist_ok=True)
-    root_fd = os.open(os.fspath(dest), _DIR_FLAGS)
+    # The destination itself is the caller's choice and may be a symlink; what lies below it may not.
+    root_fd = os.open(os.fspath(dest), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     written = []
     try:
         for name in sorted(reader.members):
             check_member_name(name)
-            data = reader.read(name) if name in reader._digests else reader._member_unchecked(reader.members[name])
+            data = reader.read(name)
             if transform is not None:
                 data = transform(name, data)
             *dirs, base = name.split("/")

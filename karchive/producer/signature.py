@@ -83,11 +83,11 @@ def parse_token(text: str, where: str) -> Token:
             raise SignatureError(f"{where}: hint {hint_text.strip()!r} in {raw!r} is not supported (use :16 or :1)")
         hint = int(hint_text)
     value = _parse_value(body)
-    if value is not None and not _TYPE_RE.match(body):
+    if value is not None and not _TYPE_RE.fullmatch(body):
         if hint is not None:
             raise SignatureError(f"{where}: a constexpr value cannot carry a hint: {raw!r}")
         return Token(raw, None, value)
-    if not _TYPE_RE.match(body):
+    if not _TYPE_RE.fullmatch(body):
         raise SignatureError(f"{where}: cannot parse {raw!r} as a type or a constexpr value")
     typ = _check_type(body, where)
     if hint == 1 and typ.startswith("*"):

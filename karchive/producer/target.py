@@ -20,14 +20,14 @@ def parse_target(text: str) -> Target:
         raise TargetError(f"bad target {text!r}: expected 'cuda:<sm>' (e.g. cuda:90) or 'hip:<gfx>' (e.g. hip:gfx942)")
     backend, arch = parts[0].lower(), parts[1].lower()
     if backend == "cuda":
-        m = _CUDA_ARCH.match(arch)
+        m = _CUDA_ARCH.fullmatch(arch)
         if not m:
             raise TargetError(f"bad CUDA arch in {text!r}: expected a compute capability such as 80, 86, 90, 100")
         arch = m.group(1)
         default_warp = 32
     elif backend in ("hip", "rocm", "amd"):
         backend = "hip"
-        if not _HIP_ARCH.match(arch):
+        if not _HIP_ARCH.fullmatch(arch):
             raise TargetError(f"bad HIP arch in {text!r}: expected a gfx name such as gfx942 or gfx90a")
         default_warp = 32 if arch.startswith(_HIP_WAVE32_PREFIXES) else 64
     else:
