@@ -1,0 +1,232 @@
+"""`karchive publish | pull | ls | lock | reindex | cache ls | cache prune`: the registry from a shell."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from typing import Any
+
+from ..errors import RegistryError
+from .output import emit_json, human_bytes, table
+
+
+def _registry(args: argparse.Namespace) -> Any:
+    from ..registry import Registry
+    from ..registry.config import storage_options_from_env
+
+    return Registry(args.registry, storage_options_from_env(), cache=getattr(args, "cache_dir", None),
+                    progress=args.progress)
+
+
+def _common(p: argparse.ArgumentParser, *, registry: bool = True, cache: bool = True) -> None:
+    if registry:
+        p.add_argument("--registry", metavar="URL",
+                       help="registry directory or fsspec URL (default: $KARCHIVE_REGISTRY, else the local "
+                            "registry under $XDG_DATA_HOME/karchive/registry)")
+    if cache:
+        p.add_argument("--cache-dir", metavar="DIR", help="local cache (default: $KARCHIVE_CACHE_DIR, else "
+                                                          "$XDG_CACHE_HOME/karchive)")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    p.add_argument("--progress", dest="progress", action="store_const", const=True, default=None,
+                   help="show transfer progress on stderr (default: only when stderr is a terminal)")
+    p.add_argument("--no-progress", dest="progress", action="store_const", const=False)
+
+
+def _record_row(r: Any, latest: str | None = None) -> list[Any]:
+    mark = " (latest)" if r.version == latest else ""
+    return [r.name, r.version + mark, r.sha256[:12], human_bytes(r.size), r.variants, ",".join(r.targets), r.published]
+
+
+# -- commands -------------------------------------------------------------------------------------
+def cmd_publish(args: argparse.Namespace) -> int:
+    reg = _registry(args)
+    result = reg.publish(args.archive)
+    if args.json:
+        emit_json({"registry": result.registry, "created": result.created, "index_current": result.index_current,
+                   **result.record.to_dict()})
+    else:
+        verb = "published" if result.created else "already published (identical bytes, nothing to do):"
+        print(f"{verb} {result.record.ref} sha256:{result.record.sha256} ({human_bytes(result.record.size)}) "
+              f"to {result.registry}")
+        if not result.index_current:
+            print("warning: the derived indexes could not be refreshed; run `karchive reindex`", file=sys.stderr)
+    return 0
+
+
+def cmd_pull(args: argparse.Namespace) -> int:
+    reg = _registry(args)
+    result = reg.pull(args.ref, args.output, lockfile=args.lockfile)
+    if args.json:
+        emit_json({"path": str(result.path), "downloaded": result.downloaded, **result.record.to_dict()})
+    else:
+        how = "downloaded" if result.downloaded else "from cache"
+        print(f"{result.record.ref} sha256:{result.record.sha256} ({how}) -> {result.path}")
+    return 0
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    from ..registry.versions import newest
+
+    reg = _registry(args)
+    records = reg.list(args.name)
+    if args.json:
+        emit_json({"registry": reg.url, "archives": [r.to_dict() for r in records]})
+        return 0
+    if not records:
+        print(f"registry {reg.url} is empty")
+        return 0
+    headers = ["NAME", "VERSION", "SHA256", "SIZE", "VARIANTS", "TARGETS", "PUBLISHED"]
+    if args.name:
+        latest = newest([r.version for r in records])
+        rows = [_record_row(r, latest) for r in reversed(records)]
+    else:
+        by_name: dict[str, list[Any]] = {}
+        for r in records:
+            by_name.setdefault(r.name, []).append(r)
+        rows = []
+        for name, recs in sorted(by_name.items()):
+            latest = newest([r.version for r in recs])
+            row = _record_row(next(r for r in recs if r.version == latest), latest)
+            row[1] = f"{latest} ({len(recs)} version{'s' if len(recs) != 1 else ''})"
+            rows.append(row)
+    print(f"registry: {reg.url}")
+    print(table(headers, rows, right=["SIZE", "VARIANTS"]))
+    return 0
+
+
+def cmd_lock(args: argparse.Namespace) -> int:
+    from ..registry import Lockfile
+
+    reg = _registry(args)
+    records = [reg.resolve(ref) for ref in args.refs]
+    lock = Lockfile.from_records(records, reg.url)
+    lock.write(args.output)
+    if args.json:
+        emit_json({"lockfile": args.output, "archives": {n: p.to_json() for n, p in sorted(lock.pins.items())}})
+    else:
+        for pin in sorted(lock.pins.values(), key=lambda p: p.name):
+            print(f"pinned {pin.name}@{pin.version} sha256:{pin.sha256}")
+        print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_reindex(args: argparse.Namespace) -> int:
+    reg = _registry(args)
+    names = reg.reindex(args.name)
+    if args.json:
+        emit_json({"registry": reg.url, "reindexed": names})
+    else:
+        print(f"rebuilt indexes of {len(names)} name(s) in {reg.url}")
+    return 0
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000 ** 2, "mib": 1 << 20,
+               "g": 1 << 30, "gb": 1000 ** 3, "gib": 1 << 30, "t": 1 << 40, "tb": 1000 ** 4, "tib": 1 << 40}
+_AGE_UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        raise RegistryError(f"bad size {text!r}: use e.g. 500M, 2G, 1.5GiB or a byte count")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+
+
+def parse_age(text: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _AGE_UNITS:
+        raise RegistryError(f"bad age {text!r}: use e.g. 30d, 12h, 45m or seconds")
+    return float(m.group(1)) * _AGE_UNITS[m.group(2).lower()]
+
+
+def cmd_cache_ls(args: argparse.Namespace) -> int:
+    from ..registry import Cache
+
+    cache = Cache(args.cache_dir)
+    entries = cache.entries()
+    partial = cache.partial_files()
+    if args.json:
+        emit_json({"cache": str(cache.root), "archives": [e.to_json() for e in entries],
+                   "total_bytes": sum(e.size for e in entries), "partial_downloads": len(partial)})
+        return 0
+    print(f"cache: {cache.root}")
+    if not entries:
+        print("no cached archives")
+    else:
+        now = time.time()
+        rows = [[e.sha256[:12], ", ".join(e.refs) or "-", human_bytes(e.size), "yes" if e.verified else "no",
+                 _ago(now - e.last_used)] for e in entries]
+        print(table(["SHA256", "ARCHIVES", "SIZE", "VERIFIED", "LAST USED"], rows, right=["SIZE"]))
+        print(f"{len(entries)} archive(s), {human_bytes(sum(e.size for e in entries))}")
+    if partial:
+        print(f"{len(partial)} partial download(s) in {cache.root / 'tmp'} (`karchive cache prune` removes dead ones)")
+    return 0
+
+
+def _ago(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.0f}{unit} ago"
+    return "just now"
+
+
+def cmd_cache_prune(args: argparse.Namespace) -> int:
+    from ..registry import Cache
+
+    max_size = parse_size(args.max_size) if args.max_size else None
+    max_age = parse_age(args.max_age) if args.max_age else None
+    report = Cache(args.cache_dir).prune(max_size=max_size, max_age=max_age)
+    if args.json:
+        emit_json({"removed": [e.to_json() for e in report.removed], "freed_bytes": report.freed,
+                   "kept": report.kept, "kept_bytes": report.kept_bytes, "busy": report.busy,
+                   "partial_files_removed": report.partial_files_removed})
+    else:
+        print(f"removed {len(report.removed)} archive(s) ({human_bytes(report.freed)}), kept {report.kept} "
+              f"({human_bytes(report.kept_bytes)}), removed {report.partial_files_removed} partial download(s)"
+              + (f", {report.busy} in use" if report.busy else ""))
+    return 0
+
+
+# -- registration ---------------------------------------------------------------------------------
+def register(sub: Any) -> None:
+    p = sub.add_parser("publish", help="verify an archive and publish it to a registry")
+    p.add_argument("archive", help="the .karc file; its manifest gives the name and version")
+    _common(p, cache=False)
+    p.set_defaults(func=cmd_publish)
+
+    p = sub.add_parser("pull", help="fetch NAME[@VERSION] into the local cache (and optionally copy it out)")
+    p.add_argument("ref", metavar="NAME[@VERSION]")
+    p.add_argument("-o", "--output", metavar="PATH", help="also write the archive to PATH (file or directory)")
+    p.add_argument("--lockfile", metavar="FILE", help="refuse anything whose digest differs from FILE's pin")
+    _common(p)
+    p.set_defaults(func=cmd_pull)
+
+    p = sub.add_parser("ls", help="list archive names, or the versions of one name")
+    p.add_argument("name", nargs="?", metavar="NAME")
+    _common(p, cache=False)
+    p.set_defaults(func=cmd_ls)
+
+    p = sub.add_parser("lock", help="pin NAME@VERSION ... to their digests in a lockfile")
+    p.add_argument("refs", nargs="+", metavar="NAME@VERSION")
+    p.add_argument("-o", "--output", default="karchive.lock", metavar="PATH", help="lockfile to write (karchive.lock)")
+    _common(p, cache=False)
+    p.set_defaults(func=cmd_lock)
+
+    p = sub.add_parser("reindex", help="rebuild a registry's derived indexes from its version records")
+    p.add_argument("name", nargs="?", metavar="NAME")
+    _common(p, cache=False)
+    p.set_defaults(func=cmd_reindex)
+
+    p = sub.add_parser("cache", help="inspect or prune the local archive cache")
+    csub = p.add_subparsers(dest="cache_command", metavar="ACTION")
+    csub.required = True
+    c = csub.add_parser("ls", help="list cached archives")
+    _common(c, registry=False)
+    c.set_defaults(func=cmd_cache_ls)
+    c = csub.add_parser("prune", help="remove unused archives by age and/or total size, and dead partial downloads")
+    c.add_argument("--max-size", metavar="SIZE", help="keep at most SIZE bytes (e.g. 2G), dropping least recently used")
+    c.add_argument("--max-age", metavar="AGE", help="drop archives unused for longer than AGE (e.g. 30d, 12h)")
+    _common(c, registry=False)
+    c.set_defaults(func=cmd_cache_prune)

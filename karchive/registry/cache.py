@@ -1,0 +1,323 @@
+"""The local archive cache: content-addressed, verified once, safe under many processes.
+
+Layout under the cache root (spec/REGISTRY.md, "Local cache")::
+
+    blobs/sha256/<digest>.karc   complete, verified archives (read-only to everyone but prune)
+    receipts/<digest>.json       "verification passed" bound to the blob's (dev, inode, size, mtime_ns)
+    refs/<registry-key>/<name>/<version>.json   copies of immutable version records (offline resolve)
+    locks/<digest>.lock          flock held while one process downloads or verifies a digest
+    tmp/<digest>.<pid>.<rand>.part   downloads in progress; never read as archives
+
+A blob reaches ``blobs/`` only by ``rename`` after its sha256 and full structure were checked, so a
+killed writer leaves at most a ``.part`` file, which nothing reads and ``prune`` removes.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO, Callable
+
+from .. import __version__
+from ..errors import FormatError, RegistryError
+from ..format.writer import canonical_json
+from .archive_check import check_archive_file
+from .config import cache_dir, redact_url
+from .filelock import FileLock
+from .layout import check_digest
+from .records import VersionRecord
+from .refs import check_name, check_version
+
+Downloader = Callable[[BinaryIO], None]
+
+
+@dataclass
+class CacheEntry:
+    sha256: str
+    size: int
+    last_used: float
+    verified: bool
+    refs: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"sha256": self.sha256, "size": self.size, "verified": self.verified, "refs": self.refs,
+                "last_used": _iso(self.last_used)}
+
+
+@dataclass
+class PruneReport:
+    removed: list[CacheEntry] = field(default_factory=list)
+    kept: int = 0
+    kept_bytes: int = 0
+    partial_files_removed: int = 0
+    busy: int = 0
+
+    @property
+    def freed(self) -> int:
+        return sum(e.size for e in self.removed)
+
+
+def _iso(ts: float) -> str:
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def registry_key(url: str) -> str:
+    """Records are cached per registry: the same NAME@VERSION may differ between registries."""
+    return hashlib.sha256(redact_url(url).encode()).hexdigest()[:20]
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    try:
+        with open(tmp, "xb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+class Cache:
+    def __init__(self, root: str | os.PathLike | None = None) -> None:
+        self.root = cache_dir(root)
+        #: How many full verifications (hash + structure) this object ran; tests and benchmarks read it.
+        self.verifications = 0
+
+    # -- paths ------------------------------------------------------------------------------------
+    def blob_path(self, digest: str) -> Path:
+        return self.root / "blobs" / "sha256" / f"{check_digest(digest)}.karc"
+
+    def _receipt_path(self, digest: str) -> Path:
+        return self.root / "receipts" / f"{digest}.json"
+
+    def _lock(self, digest: str) -> FileLock:
+        return FileLock(self.root / "locks" / f"{digest}.lock")
+
+    # -- receipts ---------------------------------------------------------------------------------
+    @staticmethod
+    def _identity(st: os.stat_result) -> dict:
+        return {"dev": st.st_dev, "ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+
+    def _receipt_matches(self, digest: str, st: os.stat_result) -> bool:
+        try:
+            receipt = json.loads(self._receipt_path(digest).read_bytes())
+        except (OSError, ValueError):
+            return False
+        return isinstance(receipt, dict) and receipt.get("sha256") == digest and receipt.get("file") == self._identity(st)
+
+    def _write_receipt(self, digest: str, blob: Path) -> None:
+        receipt = {"sha256": digest, "file": self._identity(blob.stat()), "verified": _iso(time.time()),
+                   "karchive": __version__}
+        _atomic_write(self._receipt_path(digest), canonical_json(receipt))
+
+    def _touch(self, digest: str) -> None:
+        try:
+            os.utime(self._receipt_path(digest))  # receipt mtime = last use, for prune --max-age / LRU
+        except OSError:
+            pass
+
+    def _verified_blob(self, digest: str) -> Path | None:
+        blob = self.blob_path(digest)
+        try:
+            st = blob.stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return blob if self._receipt_matches(digest, st) else None
+
+    # -- lookups and installs ---------------------------------------------------------------------
+    def lookup(self, digest: str, size: int | None = None, *, name: str | None = None,
+               version: str | None = None) -> Path | None:
+        """The verified blob for ``digest``, or None. A matching receipt means no hashing at all."""
+        blob = self._verified_blob(digest)
+        if blob is not None:
+            self._touch(digest)
+            return blob
+        if not self.blob_path(digest).exists():
+            return None
+        with self._lock(digest):  # a blob without a valid receipt: (re)verify it once
+            return self._verify_in_place(digest, size, name, version)
+
+    def _verify_in_place(self, digest: str, size: int | None, name: str | None, version: str | None) -> Path | None:
+        blob = self._verified_blob(digest)
+        if blob is not None:
+            return blob
+        blob = self.blob_path(digest)
+        if not blob.exists():
+            return None
+        self.verifications += 1
+        try:
+            check_archive_file(blob, sha256=digest, size=size, name=name, version=version)
+        except (FormatError, RegistryError, OSError):
+            self._evict(digest)  # changed or damaged since it was verified: never serve it
+            return None
+        self._write_receipt(digest, blob)
+        return blob
+
+    def install(self, digest: str, size: int, download: Downloader, *, name: str | None = None,
+                version: str | None = None) -> tuple[Path, bool]:
+        """Return ``(path, downloaded)``; download, verify and rename into place unless cached.
+
+        One process per digest downloads (flock); the others wait, then find its verified blob.
+        """
+        hit = self.lookup(digest, size, name=name, version=version)
+        if hit is not None:
+            return hit, False
+        with self._lock(digest):
+            hit = self._verify_in_place(digest, size, name, version)
+            if hit is not None:
+                self._touch(digest)
+                return hit, False
+            self._remove_partials(digest)  # we hold the lock: any .part for this digest is from a dead writer
+            tmp_dir = self.root / "tmp"
+            tmp_dir.mkdir(parents=True, exist_ok=True)
+            tmp = tmp_dir / f"{digest}.{os.getpid()}.{secrets.token_hex(4)}.part"
+            try:
+                with open(tmp, "xb") as fh:
+                    download(fh)
+                    fh.flush()
+                    os.fsync(fh.fileno())
+                self.verifications += 1
+                check_archive_file(tmp, sha256=digest, size=size, name=name, version=version)
+                blob = self.blob_path(digest)
+                blob.parent.mkdir(parents=True, exist_ok=True)
+                os.chmod(tmp, 0o444)
+                os.replace(tmp, blob)
+                _fsync_dir(blob.parent)
+            finally:
+                tmp.unlink(missing_ok=True)
+            self._write_receipt(digest, blob)
+            return blob, True
+
+    def _remove_partials(self, digest: str) -> int:
+        removed = 0
+        for part in (self.root / "tmp").glob(f"{digest}.*.part"):
+            part.unlink(missing_ok=True)
+            removed += 1
+        return removed
+
+    def _evict(self, digest: str) -> None:
+        self.blob_path(digest).unlink(missing_ok=True)
+        self._receipt_path(digest).unlink(missing_ok=True)
+
+    # -- cached version records -------------------------------------------------------------------
+    def _ref_path(self, registry_url: str, name: str, version: str) -> Path:
+        return self.root / "refs" / registry_key(registry_url) / check_name(name) / f"{check_version(version)}.json"
+
+    def remember(self, registry_url: str, record: VersionRecord) -> None:
+        """Versions are immutable, so a record once seen answers NAME@VERSION offline forever."""
+        path = self._ref_path(registry_url, record.name, record.version)
+        if path.exists():
+            return
+        try:
+            _atomic_write(path, record.to_json())
+            marker = path.parent.parent / "registry.json"
+            if not marker.exists():
+                _atomic_write(marker, canonical_json({"url": redact_url(registry_url)}))
+        except OSError:
+            pass  # a read-only cache still works, only without offline resolution
+
+    def recall(self, registry_url: str, name: str, version: str) -> VersionRecord | None:
+        path = self._ref_path(registry_url, name, version)
+        try:
+            data = path.read_bytes()
+        except OSError:
+            return None
+        try:
+            record = VersionRecord.from_json(data, str(path))
+        except RegistryError:
+            path.unlink(missing_ok=True)
+            return None
+        return record if (record.name, record.version) == (name, version) else None
+
+    def _refs_by_digest(self) -> dict[str, list[str]]:
+        out: dict[str, list[str]] = {}
+        for path in (self.root / "refs").glob("*/*/*.json"):
+            try:
+                record = VersionRecord.from_json(path.read_bytes(), str(path))
+            except (OSError, RegistryError):
+                continue
+            out.setdefault(record.sha256, []).append(record.ref)
+        return {k: sorted(set(v)) for k, v in out.items()}
+
+    # -- listing and pruning ----------------------------------------------------------------------
+    def entries(self) -> list[CacheEntry]:
+        refs = self._refs_by_digest()
+        out = []
+        for blob in sorted((self.root / "blobs" / "sha256").glob("*.karc")):
+            digest = blob.name[: -len(".karc")]
+            try:
+                check_digest(digest)
+                st = blob.stat()
+            except (RegistryError, OSError):
+                continue
+            try:
+                last_used = self._receipt_path(digest).stat().st_mtime
+            except OSError:
+                last_used = st.st_mtime
+            out.append(CacheEntry(digest, st.st_size, last_used, self._receipt_matches(digest, st), refs.get(digest, [])))
+        return out
+
+    def partial_files(self) -> list[Path]:
+        return sorted((self.root / "tmp").glob("*.part"))
+
+    def prune(self, max_size: int | None = None, max_age: float | None = None, now: float | None = None) -> PruneReport:
+        """Drop blobs unused for longer than ``max_age`` seconds, then least recently used ones until
+        the cache holds at most ``max_size`` bytes. Always removes leftovers of dead downloads."""
+        now = time.time() if now is None else now
+        report = PruneReport()
+        for part in self.partial_files():
+            digest = part.name.split(".", 1)[0]
+            lock = self._lock(digest)
+            if lock.acquire(blocking=False):  # nobody is downloading it
+                try:
+                    part.unlink(missing_ok=True)
+                    report.partial_files_removed += 1
+                finally:
+                    lock.release()
+        for receipt in (self.root / "receipts").glob("*.json"):
+            try:
+                orphan = not self.blob_path(receipt.stem).exists()
+            except RegistryError:
+                orphan = True
+            if orphan:
+                receipt.unlink(missing_ok=True)
+        entries = sorted(self.entries(), key=lambda e: e.last_used)
+        total = sum(e.size for e in entries)
+        for entry in entries:
+            too_old = max_age is not None and now - entry.last_used > max_age
+            too_big = max_size is not None and total > max_size
+            if not (too_old or too_big):
+                report.kept += 1
+                report.kept_bytes += entry.size
+                continue
+            lock = self._lock(entry.sha256)
+            if not lock.acquire(blocking=False):
+                report.busy += 1
+                report.kept += 1
+                report.kept_bytes += entry.size
+                continue
+            try:
+                self._evict(entry.sha256)
+            finally:
+                lock.release()
+            total -= entry.size
+            report.removed.append(entry)
+        return report

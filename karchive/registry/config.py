@@ -1,0 +1,75 @@
+"""Where the registry and the cache are: flag, then environment, then XDG defaults.
+
+Only locations are configured here. Credentials never pass through karchive's own configuration:
+they are fsspec ``storage_options`` or the backend's own settings (AWS_*, GOOGLE_*, ~/.aws, ...).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from ..errors import RegistryError
+
+REGISTRY_ENV = "KARCHIVE_REGISTRY"
+CACHE_ENV = "KARCHIVE_CACHE_DIR"
+LOCKFILE_ENV = "KARCHIVE_LOCKFILE"
+STORAGE_OPTIONS_ENV = "KARCHIVE_STORAGE_OPTIONS"
+FETCH_ENV = "KARCHIVE_FETCH"
+
+
+def _xdg(var: str, fallback: str) -> Path:
+    value = os.environ.get(var)
+    return Path(value) if value and os.path.isabs(value) else Path.home() / fallback
+
+
+def default_registry_dir() -> Path:
+    return _xdg("XDG_DATA_HOME", ".local/share") / "karchive" / "registry"
+
+
+def default_cache_dir() -> Path:
+    return _xdg("XDG_CACHE_HOME", ".cache") / "karchive"
+
+
+def registry_url(flag: str | os.PathLike | None = None) -> str:
+    """Flag > ``$KARCHIVE_REGISTRY`` > ``$XDG_DATA_HOME/karchive/registry``."""
+    for value in (flag, os.environ.get(REGISTRY_ENV)):
+        if value:
+            return os.fspath(value)
+    return str(default_registry_dir())
+
+
+def cache_dir(flag: str | os.PathLike | None = None) -> Path:
+    """Flag > ``$KARCHIVE_CACHE_DIR`` > ``$XDG_CACHE_HOME/karchive``."""
+    for value in (flag, os.environ.get(CACHE_ENV)):
+        if value:
+            return Path(os.fspath(value)).expanduser()
+    return default_cache_dir()
+
+
+def storage_options_from_env() -> dict[str, Any]:
+    """Non-secret backend options (e.g. ``{"endpoint_url": ...}``) for the CLI, as JSON."""
+    raw = os.environ.get(STORAGE_OPTIONS_ENV)
+    if not raw:
+        return {}
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise RegistryError(f"${STORAGE_OPTIONS_ENV} is not JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise RegistryError(f"${STORAGE_OPTIONS_ENV} must be a JSON object")
+    return value
+
+
+def redact_url(url: str) -> str:
+    """The URL without user info, query or fragment: safe to print and to store."""
+    if "://" not in url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))

@@ -1,0 +1,144 @@
+"""``karchive.lock``: names pinned to exact archive digests.
+
+With a lockfile, loading NAME gives exactly the pinned bytes or an error: a registry that now serves
+other bytes for that version (re-pushed, tampered, another registry) is refused, and the error
+shows both digests. The file is JSON, sorted and indented, so it diffs well in review.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..errors import LockfileError, RegistryError
+from .config import redact_url
+from .layout import check_digest
+from .records import VersionRecord
+from .refs import check_name, check_version
+
+LOCKFILE_VERSION = 1
+DEFAULT_NAME = "karchive.lock"
+
+
+@dataclass(frozen=True)
+class Pin:
+    name: str
+    version: str
+    sha256: str
+    size: int
+    index_sha256: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": self.version, "sha256": self.sha256, "size": self.size, "index_sha256": self.index_sha256}
+
+    @classmethod
+    def from_record(cls, record: VersionRecord) -> "Pin":
+        return cls(record.name, record.version, record.sha256, record.size, record.index_sha256)
+
+
+@dataclass
+class Lockfile:
+    pins: dict[str, Pin]
+    registry: str | None = None
+    path: str | None = None
+
+    @classmethod
+    def from_records(cls, records: Iterable[VersionRecord], registry: str | None = None) -> "Lockfile":
+        pins: dict[str, Pin] = {}
+        for record in records:
+            existing = pins.get(record.name)
+            if existing is not None and existing.version != record.version:
+                raise LockfileError(f"{record.name} is asked for twice, at {existing.version} and {record.version}; "
+                                    "a lockfile pins one version per name")
+            pins[record.name] = Pin.from_record(record)
+        return cls(pins, redact_url(registry) if registry else None)
+
+    # -- (de)serialisation ------------------------------------------------------------------------
+    def to_json(self) -> bytes:
+        doc: dict[str, Any] = {"lockfile_version": LOCKFILE_VERSION,
+                               "archives": {n: p.to_json() for n, p in sorted(self.pins.items())}}
+        if self.registry:
+            doc["registry"] = self.registry
+        return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+
+    def write(self, path: str | os.PathLike) -> None:
+        target = Path(path)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_bytes(self.to_json())
+            os.replace(tmp, target)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise LockfileError(f"cannot write {target}: {exc}") from None
+        self.path = str(target)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "Lockfile":
+        where = os.fspath(path)
+        try:
+            raw = Path(where).read_bytes()
+        except OSError as exc:
+            raise LockfileError(f"cannot read lockfile {where}: {exc.strerror or exc}") from None
+        try:
+            doc = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise LockfileError(f"lockfile {where} is not valid JSON: {exc}") from None
+        if not isinstance(doc, dict) or not isinstance(doc.get("archives"), dict):
+            raise LockfileError(f"lockfile {where}: expected an object with an 'archives' object")
+        version = doc.get("lockfile_version")
+        if type(version) is not int or version < 1:
+            raise LockfileError(f"lockfile {where}: missing or bad lockfile_version")
+        if version > LOCKFILE_VERSION:
+            raise LockfileError(f"lockfile {where}: version {version} is newer than this karchive reads ({LOCKFILE_VERSION})")
+        pins = {}
+        for name, entry in doc["archives"].items():
+            try:
+                check_name(name)
+                if not isinstance(entry, dict):
+                    raise RegistryError("entry is not an object")
+                size = entry.get("size")
+                if type(size) is not int or size < 0:
+                    raise RegistryError(f"bad size {size!r}")
+                pins[name] = Pin(name, check_version(entry.get("version")), check_digest(entry.get("sha256")), size,
+                                 check_digest(entry.get("index_sha256")))
+            except RegistryError as exc:
+                raise LockfileError(f"lockfile {where}: archive {name!r}: {exc}") from None
+        registry = doc.get("registry")
+        return cls(pins, registry if isinstance(registry, str) else None, where)
+
+    # -- checks -----------------------------------------------------------------------------------
+    def _label(self) -> str:
+        return self.path or DEFAULT_NAME
+
+    def pin_for(self, name: str, version: str | None = None) -> Pin:
+        pin = self.pins.get(name)
+        if pin is None:
+            pinned = ", ".join(sorted(self.pins)) or "none"
+            raise LockfileError(f"{name} is not pinned in {self._label()} (it pins: {pinned}); "
+                                f"add it with `karchive lock`")
+        if version is not None and version != pin.version:
+            raise LockfileError(f"{name}@{version} was asked for, but {self._label()} pins {name}@{pin.version} "
+                                f"(sha256 {pin.sha256})")
+        return pin
+
+    def check(self, record: VersionRecord) -> Pin:
+        """Refuse a record whose bytes differ from the pin; the message shows both digests."""
+        pin = self.pin_for(record.name, record.version)
+        if record.sha256 != pin.sha256 or record.size != pin.size:
+            raise LockfileError(
+                f"{record.ref}: the registry serves sha256 {record.sha256} ({record.size} bytes) but "
+                f"{self._label()} pins sha256 {pin.sha256} ({pin.size} bytes); refusing to load it"
+            )
+        if record.index_sha256 != pin.index_sha256:
+            raise LockfileError(f"{record.ref}: index digest {record.index_sha256} differs from the pinned "
+                                f"{pin.index_sha256} in {self._label()}; refusing to load it")
+        return pin
+
+
+def load_lockfile(value: "Lockfile | str | os.PathLike | None") -> Lockfile | None:
+    if value is None or isinstance(value, Lockfile):
+        return value
+    return Lockfile.load(value)

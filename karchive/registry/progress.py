@@ -1,0 +1,68 @@
+"""Transfer progress on stderr: only when asked, or when stderr is a terminal (CLI default).
+
+Plain text with carriage returns, so the registry works without ``rich``; short transfers stay
+silent because nothing is drawn during the first half second.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} GiB"
+
+
+class Progress:
+    def __init__(self, label: str, total: int, stream: TextIO | None = None, delay: float = 0.5,
+                 interval: float = 0.2) -> None:
+        self.label = label
+        self.total = total
+        self.done = 0
+        self.stream = stream or sys.stderr
+        self._start = time.monotonic()
+        self._delay = delay
+        self._interval = interval
+        self._last = 0.0
+        self._drawn = False
+
+    def update(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now - self._start >= self._delay and now - self._last >= self._interval:
+            self._draw(now)
+
+    def _draw(self, now: float) -> None:
+        self._last = now
+        self._drawn = True
+        rate = self.done / max(now - self._start, 1e-6)
+        pct = f"{100 * self.done / self.total:3.0f}%" if self.total else ""
+        self.stream.write(f"\r{self.label}: {_human(self.done)} / {_human(self.total)} {pct} {_human(rate)}/s   ")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self._drawn:
+            self._draw(time.monotonic())
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+class NoProgress:
+    def update(self, n: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def make_progress(enabled: bool | None, label: str, total: int) -> Progress | NoProgress:
+    """``enabled=None`` means "if stderr is a terminal"."""
+    if enabled is None:
+        enabled = bool(getattr(sys.stderr, "isatty", lambda: False)())
+    return Progress(label, total) if enabled else NoProgress()

@@ -1,0 +1,65 @@
+"""Archive references: ``NAME``, ``NAME@VERSION``, ``NAME@latest``.
+
+Names and versions become path components in every backend (local directories, S3 keys, URLs), so
+they are restricted to a portable alphabet here, once, before any storage sees them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ..errors import RegistryError
+
+LATEST = "latest"
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
+
+
+def check_name(name: object) -> str:
+    """An archive name: letters, digits, ``.``, ``_``, ``-``; starts with a letter or digit; ≤ 128."""
+    if not isinstance(name, str) or not _NAME_RE.match(name) or ".." in name:
+        raise RegistryError(
+            f"bad archive name {name!r}: use letters, digits, '.', '_' and '-', starting with a letter or digit"
+        )
+    return name
+
+
+def check_version(version: object) -> str:
+    """A concrete version string; ``latest`` is reserved for resolution and cannot be published."""
+    if not isinstance(version, str) or not _VERSION_RE.match(version) or ".." in version:
+        raise RegistryError(
+            f"bad version {version!r}: use letters, digits, '.', '_', '+' and '-', starting with a letter or digit"
+        )
+    if version.lower() == LATEST:
+        raise RegistryError(f"{version!r} is reserved: it means 'the newest version' and cannot be published")
+    return version
+
+
+@dataclass(frozen=True)
+class Ref:
+    """A parsed reference; ``version is None`` means the newest version (``latest``)."""
+
+    name: str
+    version: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.version or LATEST}"
+
+
+def parse_ref(text: object) -> Ref:
+    if not isinstance(text, str) or not text.strip():
+        raise RegistryError(f"bad archive reference {text!r}: expected NAME, NAME@VERSION or NAME@latest")
+    name, sep, version = text.strip().partition("@")
+    if sep and not version:
+        raise RegistryError(f"bad archive reference {text!r}: nothing after '@'")
+    check_name(name)
+    if not sep or version.lower() == LATEST:
+        return Ref(name, None)
+    return Ref(name, check_version(version))
+
+
+def looks_like_path(text: str) -> bool:
+    """A file path or URL rather than a registry reference (references never hold '/')."""
+    return "/" in text or "\\" in text or text.endswith(".karc") or "://" in text

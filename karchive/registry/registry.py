@@ -1,0 +1,346 @@
+"""The registry client: publish, resolve, list, pull and open archives by NAME@VERSION.
+
+Authoritative state is one immutable *version record* per NAME@VERSION, created with an exclusive
+write after the content-addressed blob it points at is complete; so readers never see a version
+whose bytes are not all there, and of two racing publishers exactly one creates the record (the
+other gets a no-op for identical bytes or a :class:`ConflictError`). Name and root indexes are
+derived from the records (for backends that cannot list) and are rebuilt after each publish.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from ..errors import ConflictError, IntegrityError, NotFoundError, RegistryError
+from ..format.reader import ArchiveReader
+from .archive_check import check_archive_file
+from .cache import Cache
+from .config import FETCH_ENV, registry_url
+from .layout import MARKER, NAMES_DIR, RECORD_SUFFIX, ROOT_INDEX, blob_path, name_index_path, version_record_path, versions_dir
+from .lockfile import Lockfile, load_lockfile
+from .progress import make_progress
+from .records import (VersionRecord, check_marker, decode_name_index, decode_root_index, encode_marker,
+                      encode_name_index, encode_root_index)
+from .refs import Ref, check_name, check_version, parse_ref
+from .retry import RetryPolicy
+from .source import StoreSource
+from .store import Store, open_store
+from .transfer import download
+from .versions import newest, sort_versions, version_key
+
+FetchMode = Literal["auto", "lazy", "full"]
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    record: VersionRecord
+    created: bool  # False: this exact archive was already published under that version (no-op)
+    registry: str
+    index_current: bool = True  # False: the derived indexes could not be refreshed (records are fine)
+
+
+@dataclass(frozen=True)
+class PullResult:
+    record: VersionRecord
+    path: Path  # the verified archive in the cache (or the copy at -o PATH)
+    downloaded: bool  # False: served from the local cache
+
+
+def _listing(names: list[str], limit: int = 20) -> str:
+    if not names:
+        return "none"
+    shown = ", ".join(names[:limit])
+    return shown + (f", ... ({len(names) - limit} more)" if len(names) > limit else "")
+
+
+class Registry:
+    """A registry at a local directory or an fsspec URL (``s3://``, ``gs://``, ``memory://``, ``http(s)://``).
+
+    ``storage_options`` go to fsspec unchanged (credentials, endpoints); karchive never stores them.
+    """
+
+    def __init__(self, url: str | os.PathLike | None = None, storage_options: dict[str, Any] | None = None, *,
+                 cache: Cache | str | os.PathLike | None = None, retry: RetryPolicy | None = None,
+                 progress: bool | None = False) -> None:
+        self.retry = retry or RetryPolicy.from_env()
+        self.store: Store = open_store(registry_url(url), storage_options, self.retry)
+        self.url = self.store.url
+        self.cache = cache if isinstance(cache, Cache) else Cache(cache)
+        self.progress = progress
+
+    def __repr__(self) -> str:
+        return f"Registry({self.url!r})"
+
+    # -- reading records --------------------------------------------------------------------------
+    def _where(self, path: str) -> str:
+        return f"{self.url}/{path}"
+
+    def _read_record(self, name: str, version: str) -> VersionRecord | None:
+        path = version_record_path(name, version)
+        data = self.store.read(path)
+        if data is None:
+            return None
+        record = VersionRecord.from_json(data, self._where(path))
+        if (record.name, record.version) != (name, version):
+            raise RegistryError(f"{self._where(path)}: record describes {record.ref}, not {name}@{version} (damaged registry)")
+        return record
+
+    def _read_name_index(self, name: str) -> dict[str, VersionRecord] | None:
+        path = name_index_path(name)
+        data = self.store.read(path)
+        return None if data is None else decode_name_index(data, name, self._where(path))
+
+    def _listed_versions(self, name: str) -> list[str]:
+        files = self.store.list_dir(versions_dir(name))
+        return [f[: -len(RECORD_SUFFIX)] for f in files if f.endswith(RECORD_SUFFIX)]
+
+    def names(self) -> list[str]:
+        """Every archive name in the registry, sorted."""
+        if self.store.can_list:
+            found = []
+            for entry in self.store.list_dir(NAMES_DIR):
+                try:
+                    found.append(check_name(entry))
+                except RegistryError:
+                    continue
+            return sorted(found)
+        data = self.store.read(ROOT_INDEX)
+        return [] if data is None else sorted(decode_root_index(data, self._where(ROOT_INDEX)))
+
+    def versions(self, name: str) -> list[VersionRecord]:
+        """The versions of ``name``, oldest first; :class:`NotFoundError` if there are none."""
+        check_name(name)
+        if self.store.can_list:
+            listed = self._listed_versions(name)
+            index = self._read_name_index(name) or {}
+            records = []
+            for version in listed:
+                record = index.get(version) or self._read_record(name, version)
+                if record is not None:
+                    records.append(record)
+        else:
+            records = list((self._read_name_index(name) or {}).values())
+        if not records:
+            raise NotFoundError(f"no archive named {name!r} in registry {self.url}; it has: {_listing(self.names())}")
+        return sorted(records, key=lambda r: version_key(r.version))
+
+    def list(self, name: str | None = None) -> list[VersionRecord]:
+        """Version records of one name, or of every name (sorted by name, then version)."""
+        if name is not None:
+            return self.versions(name)
+        out: list[VersionRecord] = []
+        for n in self.names():
+            try:
+                out.extend(self.versions(n))
+            except NotFoundError:
+                continue  # a name directory without records (an interrupted first publish)
+        return out
+
+    def resolve(self, ref: str | Ref) -> VersionRecord:
+        """NAME@VERSION → its record; NAME or NAME@latest → the newest version's record."""
+        ref = parse_ref(ref) if isinstance(ref, str) else ref
+        if ref.version is not None:
+            record = self._read_record(ref.name, ref.version)
+            if record is None:
+                raise NotFoundError(self._missing_version(ref.name, ref.version))
+            return record
+        if self.store.can_list:
+            versions = self._listed_versions(ref.name)
+        else:
+            versions = list((self._read_name_index(ref.name) or {}).keys())
+        latest = newest(versions)
+        if latest is None:
+            raise NotFoundError(f"no archive named {ref.name!r} in registry {self.url}; it has: {_listing(self.names())}")
+        record = self._read_record(ref.name, latest)
+        if record is None:
+            raise RegistryError(f"{self._where(version_record_path(ref.name, latest))} is listed but missing (damaged index)")
+        return record
+
+    def _missing_version(self, name: str, version: str) -> str:
+        try:
+            versions = [r.version for r in self.versions(name)]
+        except NotFoundError as exc:
+            return str(exc)
+        return (f"{name}@{version} is not in registry {self.url}; versions of {name}: "
+                f"{_listing(sort_versions(versions)[::-1])} (latest: {newest(versions)})")
+
+    # -- publishing -------------------------------------------------------------------------------
+    def publish(self, archive: str | os.PathLike) -> PublishResult:
+        """Verify ``archive`` and publish it under the name and version in its manifest."""
+        if not self.store.writable:
+            raise RegistryError(f"registry {self.url} is read-only; publish to the directory or bucket it serves")
+        source = Path(archive)
+        if not source.is_file():
+            raise RegistryError(f"no such archive file: {source}")
+        with tempfile.TemporaryDirectory(prefix="karchive-publish-") as tmp:
+            snapshot = Path(tmp) / "archive.karc"  # what we hash is exactly what we upload
+            shutil.copyfile(source, snapshot)
+            facts = check_archive_file(snapshot)
+            record = VersionRecord(
+                name=check_name(facts.name), version=check_version(facts.version), sha256=facts.sha256,
+                size=facts.size, index_sha256=facts.index_sha256,
+                published=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                variants=facts.variants, kernels=facts.kernels, targets=facts.targets,
+            )
+            self._ensure_marker()
+            existing = self._read_record(record.name, record.version)
+            if existing is not None:
+                return self._same_or_conflict(existing, record)
+            self._put_blob(record, snapshot)
+        if not self.store.create(version_record_path(record.name, record.version), record.to_json()):
+            existing = self._read_record(record.name, record.version)
+            if existing is None:
+                raise RegistryError(f"{record.ref}: the backend refused to create the record but it does not exist")
+            return self._same_or_conflict(existing, record)
+        try:
+            self._refresh_indexes(record.name)
+            current = True
+        except RegistryError:
+            current = False  # the version is published; `karchive reindex` repairs the derived indexes
+        return PublishResult(record, True, self.url, current)
+
+    def _same_or_conflict(self, existing: VersionRecord, record: VersionRecord) -> PublishResult:
+        if existing.sha256 == record.sha256:
+            return PublishResult(existing, False, self.url)
+        raise ConflictError(
+            f"{record.ref} already exists in {self.url} with different bytes: published sha256 {existing.sha256} "
+            f"({existing.size} bytes), this archive sha256 {record.sha256} ({record.size} bytes). "
+            "Versions are immutable; publish under a new version"
+        )
+
+    def _ensure_marker(self) -> None:
+        data = self.store.read(MARKER)
+        if data is None:
+            self.store.create(MARKER, encode_marker())
+        else:
+            check_marker(data, self._where(MARKER))
+
+    def _put_blob(self, record: VersionRecord, snapshot: Path) -> None:
+        path = blob_path(record.sha256)
+        progress = make_progress(self.progress, f"publish {record.ref}", record.size)
+        try:
+            self.store.upload(path, str(snapshot), progress.update)
+        finally:
+            progress.close()
+        size = self.store.size(path)
+        if size != record.size:
+            raise RegistryError(f"{self._where(path)} holds {size} bytes, expected {record.size} (damaged registry blob)")
+
+    # -- derived indexes --------------------------------------------------------------------------
+    def _refresh_indexes(self, name: str, full: bool = False, rounds: int = 5) -> None:
+        """Rewrite the name and root indexes until a fresh listing matches what was written.
+
+        Racing publishers each rewrite after their own record exists, and re-check after writing;
+        so the last write always reflects every record that existed before it.
+        """
+        for _ in range(rounds):
+            listed = set(self._listed_versions(name))
+            try:
+                old = {} if full else (self._read_name_index(name) or {})
+            except RegistryError:
+                old = {}  # a corrupt index is rebuilt from the records
+            records = []
+            for version in sorted(listed, key=version_key):
+                record = old.get(version) or self._read_record(name, version)
+                if record is not None:
+                    records.append(record)
+            self.store.replace(name_index_path(name), encode_name_index(name, records))
+            if set(self._listed_versions(name)) == listed:
+                break
+        for _ in range(rounds):
+            names = self.names()
+            self.store.replace(ROOT_INDEX, encode_root_index(names))
+            if self.names() == names:
+                break
+
+    def reindex(self, name: str | None = None) -> list[str]:
+        """Rebuild derived indexes from the version records (all names by default)."""
+        if not self.store.writable:
+            raise RegistryError(f"registry {self.url} is read-only")
+        names = [check_name(name)] if name else self.names()
+        for n in names:
+            self._refresh_indexes(n, full=True)
+        if not names:
+            self.store.replace(ROOT_INDEX, encode_root_index([]))
+        return names
+
+    # -- pulling and opening ----------------------------------------------------------------------
+    def record_for(self, ref: str | Ref, lockfile: Lockfile | str | os.PathLike | None = None) -> VersionRecord:
+        """Resolve, preferring what needs no network: a lockfile pin or a cached (immutable) record."""
+        ref = parse_ref(ref) if isinstance(ref, str) else ref
+        lock = load_lockfile(lockfile)
+        if lock is not None:
+            pin = lock.pin_for(ref.name, ref.version)
+            if self.cache.lookup(pin.sha256, pin.size) is not None:
+                return VersionRecord(pin.name, pin.version, pin.sha256, pin.size, pin.index_sha256)
+            record = self.cache.recall(self.url, pin.name, pin.version) or self.resolve(Ref(pin.name, pin.version))
+            lock.check(record)
+        elif ref.version is not None:
+            record = self.cache.recall(self.url, ref.name, ref.version) or self.resolve(ref)
+        else:
+            record = self.resolve(ref)
+        self.cache.remember(self.url, record)
+        return record
+
+    def fetch(self, record: VersionRecord) -> tuple[Path, bool]:
+        """The verified archive for ``record`` in the local cache; downloads only on a miss."""
+        def fill(out: Any) -> None:
+            progress = make_progress(self.progress, f"pull {record.ref}", record.size)
+            download(self.store, blob_path(record.sha256), record.size, out, retry=self.retry, progress=progress)
+
+        return self.cache.install(record.sha256, record.size, fill, name=record.name, version=record.version)
+
+    def pull(self, ref: str | Ref, dest: str | os.PathLike | None = None, *,
+             lockfile: Lockfile | str | os.PathLike | None = None) -> PullResult:
+        record = self.record_for(ref, lockfile)
+        path, downloaded = self.fetch(record)
+        if dest is not None:
+            path = _copy_out(path, Path(dest), record)
+        return PullResult(record, path, downloaded)
+
+    def open(self, ref: str | Ref, *, lockfile: Lockfile | str | os.PathLike | None = None,
+             fetch: FetchMode | None = None) -> ArchiveReader:
+        """An :class:`ArchiveReader` for ``ref``.
+
+        ``auto`` (default, or ``$KARCHIVE_FETCH``): a cached archive is read from disk; a local
+        registry is pulled into the cache; a remote one is read lazily with range requests (the
+        tail, then one request per frame used). ``full`` always pulls; ``lazy`` never does.
+        """
+        mode = fetch or os.environ.get(FETCH_ENV) or "auto"
+        if mode not in ("auto", "lazy", "full"):
+            raise RegistryError(f"fetch mode must be auto, lazy or full, not {mode!r}")
+        record = self.record_for(ref, lockfile)
+        cached = self.cache.lookup(record.sha256, record.size, name=record.name, version=record.version)
+        if cached is not None:
+            return ArchiveReader.from_path(cached)
+        if mode == "full" or (mode == "auto" and self.store.is_local):
+            return ArchiveReader.from_path(self.fetch(record)[0])
+        return self.open_lazy(record)
+
+    def open_lazy(self, record: VersionRecord) -> ArchiveReader:
+        source = StoreSource(self.store, blob_path(record.sha256), record.size, self.retry)
+        reader = ArchiveReader(source)
+        found = source.footer_index_sha256()
+        if found != record.index_sha256:
+            raise IntegrityError(f"{source.describe()}: index digest {found} differs from {record.ref}'s record "
+                                 f"{record.index_sha256} (tampered or wrong blob)")
+        return reader
+
+
+def _copy_out(path: Path, dest: Path, record: VersionRecord) -> Path:
+    if dest.is_dir():
+        dest = dest / f"{record.name}-{record.version}.karc"
+    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+    try:
+        shutil.copyfile(path, tmp)
+        os.replace(tmp, dest)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise RegistryError(f"cannot write {dest}: {exc}") from None
+    return dest

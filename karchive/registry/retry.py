@@ -1,0 +1,81 @@
+"""Retries with exponential backoff for transient storage errors; everything else fails at once.
+
+A transient error is one a second attempt can fix: connection resets, timeouts, throttling and
+5xx answers. Missing objects, refused permissions and karchive's own errors are not retried.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from dataclasses import dataclass
+from typing import Callable, TypeVar
+
+from ..errors import KarchiveError, TransferError
+
+T = TypeVar("T")
+
+_PERMANENT = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError,
+              KarchiveError, ValueError, TypeError, KeyError, NotImplementedError)
+#: Exception class names (anywhere in the MRO) of network libraries we do not import.
+_TRANSIENT_NAMES = {"ClientError", "ClientConnectionError", "ClientPayloadError", "ServerDisconnectedError",
+                    "ServerTimeoutError", "EndpointConnectionError", "ConnectionClosedError", "ReadTimeoutError",
+                    "ConnectTimeoutError", "IncompleteReadError", "ChunkedEncodingError"}
+
+
+def _status(exc: BaseException) -> int | None:
+    for attr in ("status", "code", "status_code"):
+        value = getattr(exc, attr, None)
+        if isinstance(value, int) and 100 <= value < 600:
+            return value
+    return None
+
+
+def is_transient(exc: BaseException) -> bool:
+    if isinstance(exc, _PERMANENT):
+        return False
+    status = _status(exc)
+    if status is not None:
+        return status >= 500 or status in (408, 429)
+    if isinstance(exc, (ConnectionError, TimeoutError, OSError)):
+        return True
+    return any(cls.__name__ in _TRANSIENT_NAMES for cls in type(exc).__mro__)
+
+
+def _env_number(name: str, default: float) -> float:
+    try:
+        return float(os.environ.get(name, default))
+    except ValueError:
+        return default
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    attempts: int = 5
+    base_delay: float = 0.2
+    max_delay: float = 5.0
+
+    @classmethod
+    def from_env(cls) -> "RetryPolicy":
+        """``KARCHIVE_RETRIES`` (attempts) and ``KARCHIVE_RETRY_DELAY`` (first backoff, seconds)."""
+        return cls(attempts=max(1, int(_env_number("KARCHIVE_RETRIES", cls.attempts))),
+                   base_delay=max(0.0, _env_number("KARCHIVE_RETRY_DELAY", cls.base_delay)))
+
+    def delay(self, attempt: int) -> float:
+        """Full-jitter exponential backoff, so many clients retrying at once spread out."""
+        return random.uniform(0, min(self.max_delay, self.base_delay * (2 ** attempt)))
+
+    def call(self, fn: Callable[[], T], what: str, sleep: Callable[[float], None] = time.sleep) -> T:
+        for attempt in range(self.attempts):
+            try:
+                return fn()
+            except BaseException as exc:  # noqa: BLE001 - classified below
+                if not isinstance(exc, Exception) or not is_transient(exc):
+                    raise
+                if attempt + 1 >= self.attempts:
+                    raise TransferError(
+                        f"{what} failed after {self.attempts} attempts: {type(exc).__name__}: {exc}"
+                    ) from exc
+                sleep(self.delay(attempt))
+        raise AssertionError("unreachable")

@@ -1,0 +1,316 @@
+"""Storage backends for a registry: one small interface, two implementations.
+
+``LocalStore`` works on a directory with plain ``os`` calls, because the atomic primitives it needs
+(exclusive ``link``, ``rename``, ``fsync``) are not exposed by fsspec's local filesystem.
+``FsspecStore`` covers everything else: ``memory://``, ``s3://`` (s3fs), ``gs://`` (gcsfs), and
+read-only ``http(s)://``. Exclusive creation maps to the backend's conditional write
+(``If-None-Match: *`` on S3, ``ifGenerationMatch=0`` on GCS) through fsspec's ``mode="create"``.
+
+Every remote call goes through the retry policy; a missing object is ``None``/``False``, never an
+exception, and failures surface as :class:`TransferError` or :class:`RegistryError`.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+from pathlib import Path
+from typing import Any, Callable
+
+from ..errors import RegistryError, TransferError
+from ..format.source import FileSource, FsspecSource, RangeSource
+from .config import redact_url
+from .retry import RetryPolicy
+
+ProgressFn = Callable[[int], None]
+
+
+class Store:
+    """Interface; paths are '/'-separated and relative to the registry root."""
+
+    url: str  # redacted, printable
+    writable: bool = True
+    can_list: bool = True
+    is_local: bool = False
+    atomic_create: str = "unknown"  # how create() is made exclusive, for `karchive ls --json` and docs
+
+    def read(self, path: str) -> bytes | None: ...
+    def size(self, path: str) -> int | None: ...
+    def read_range(self, path: str, start: int, end: int) -> bytes: ...
+    def create(self, path: str, data: bytes) -> bool: ...
+    def replace(self, path: str, data: bytes) -> None: ...
+    def upload(self, path: str, local: str, progress: ProgressFn) -> bool: ...
+    def list_dir(self, path: str) -> list[str]: ...
+    def range_source(self, path: str, size: int) -> RangeSource: ...
+
+    def _read_only(self) -> RegistryError:
+        return RegistryError(f"registry {self.url} is read-only (publish to the directory or bucket it serves)")
+
+
+# -- local directory -------------------------------------------------------------------------------
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class LocalStore(Store):
+    is_local = True
+    atomic_create = "temporary file + fsync + link(2) (fails if the name exists)"
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root).expanduser().absolute()
+        self.url = str(self.root)
+
+    def _p(self, path: str) -> Path:
+        return self.root / path
+
+    def read(self, path: str) -> bytes | None:
+        try:
+            return self._p(path).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except IsADirectoryError:
+            raise RegistryError(f"{self._p(path)} is a directory, expected a file (damaged registry)") from None
+        except PermissionError as exc:
+            raise RegistryError(f"cannot read {self._p(path)}: {exc}") from None
+
+    def size(self, path: str) -> int | None:
+        try:
+            return self._p(path).stat().st_size
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        with open(self._p(path), "rb") as fh:
+            return os.pread(fh.fileno(), end - start, start)
+
+    def _write_temp(self, final: Path, write: Callable[[Any], None]) -> Path:
+        try:
+            final.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RegistryError(f"cannot create {final.parent}: {exc}") from None
+        tmp = final.parent / f".tmp-{os.getpid()}-{secrets.token_hex(6)}"
+        try:
+            with open(tmp, "xb") as fh:
+                write(fh)
+                fh.flush()
+                os.fsync(fh.fileno())
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return tmp
+
+    def _link_exclusive(self, tmp: Path, final: Path) -> bool:
+        try:
+            os.link(tmp, final)
+            created = True
+        except FileExistsError:
+            created = False
+        except OSError as exc:
+            raise RegistryError(f"cannot create {final}: {exc}") from None
+        finally:
+            tmp.unlink(missing_ok=True)
+        _fsync_dir(final.parent)
+        return created
+
+    def create(self, path: str, data: bytes) -> bool:
+        final = self._p(path)
+        if final.exists():
+            return False
+        return self._link_exclusive(self._write_temp(final, lambda fh: fh.write(data)), final)
+
+    def replace(self, path: str, data: bytes) -> None:
+        final = self._p(path)
+        tmp = self._write_temp(final, lambda fh: fh.write(data))
+        os.replace(tmp, final)
+        _fsync_dir(final.parent)
+
+    def upload(self, path: str, local: str, progress: ProgressFn) -> bool:
+        final = self._p(path)
+        if final.exists():
+            return False
+
+        def copy(fh: Any) -> None:
+            with open(local, "rb") as src:
+                while chunk := src.read(1 << 20):
+                    fh.write(chunk)
+                    progress(len(chunk))
+
+        return self._link_exclusive(self._write_temp(final, copy), final)
+
+    def list_dir(self, path: str) -> list[str]:
+        try:
+            return sorted(n for n in os.listdir(self._p(path)) if not n.startswith("."))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
+    def range_source(self, path: str, size: int) -> RangeSource:
+        return FileSource(self._p(path))
+
+
+# -- fsspec ---------------------------------------------------------------------------------------
+class _Callback:
+    """The subset of fsspec's Callback protocol that put_file uses, feeding our progress."""
+
+    def __init__(self, progress: ProgressFn) -> None:
+        self._progress = progress
+        self.value = 0
+        self.size = None
+
+    def set_size(self, size: int) -> None:
+        self.size = size
+
+    def absolute_update(self, value: int) -> None:
+        self._progress(max(0, value - self.value))
+        self.value = value
+
+    def relative_update(self, inc: int = 1) -> None:
+        self.value += inc
+        self._progress(inc)
+
+    def branched(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def call(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_ATOMIC = {
+    "s3": "conditional PUT (If-None-Match: *)",
+    "s3a": "conditional PUT (If-None-Match: *)",
+    "gs": "conditional upload (ifGenerationMatch=0)",
+    "gcs": "conditional upload (ifGenerationMatch=0)",
+    "memory": "in-process lock (memory filesystem is per process)",
+}
+
+
+class FsspecStore(Store):
+    #: Serialises create() within a process: makes memory:// exclusive, costs nothing elsewhere.
+    _create_lock = threading.Lock()
+
+    def __init__(self, fs: Any, root: str, url: str, retry: RetryPolicy) -> None:
+        self.fs = fs
+        self.root = root.rstrip("/")
+        self.url = redact_url(url)
+        self.retry = retry
+        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        self.protocol = protocol
+        self.writable = protocol not in ("http", "https")
+        self.can_list = self.writable
+        self.atomic_create = _ATOMIC.get(protocol, "exists-check then write (not atomic on this backend)")
+
+    def _p(self, path: str) -> str:
+        return f"{self.root}/{path}" if self.root else path
+
+    def _call(self, fn: Callable[[], Any], what: str, retry: bool = True) -> Any:
+        """Run a backend call with retries (``retry=False``: the caller retries, errors stay raw)."""
+        try:
+            return self.retry.call(fn, f"{what} {self.url}") if retry else fn()
+        except PermissionError as exc:
+            raise RegistryError(f"{what} {self.url}: permission denied ({exc}); check the backend's credentials") from None
+        except (TransferError, RegistryError, FileNotFoundError, FileExistsError):
+            raise
+        except Exception as exc:  # a permanent backend error we do not know by name
+            if not retry:
+                raise
+            raise TransferError(f"{what} {self.url} failed: {type(exc).__name__}: {exc}") from exc
+
+    def read(self, path: str) -> bytes | None:
+        full = self._p(path)
+        try:
+            return self._call(lambda: self.fs.cat_file(full), f"read {path} from")
+        except FileNotFoundError:
+            return None
+
+    def size(self, path: str) -> int | None:
+        full = self._p(path)
+        try:
+            info = self._call(lambda: self.fs.info(full), f"stat {path} in")
+        except FileNotFoundError:
+            return None
+        if info.get("type") == "directory":
+            return None
+        return int(info["size"])
+
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        full = self._p(path)
+        return self._call(lambda: self.fs.cat_file(full, start=start, end=end), f"read {path} [{start}, {end}) from",
+                          retry=False)
+
+    def create(self, path: str, data: bytes) -> bool:
+        if not self.writable:
+            raise self._read_only()
+        full = self._p(path)
+        with self._create_lock:
+            try:
+                self._call(lambda: self.fs.pipe_file(full, data, mode="create"), f"create {path} in")
+            except FileExistsError:
+                return False
+        return True
+
+    def replace(self, path: str, data: bytes) -> None:
+        if not self.writable:
+            raise self._read_only()
+        full = self._p(path)
+        self._call(lambda: self.fs.pipe_file(full, data), f"write {path} to")
+
+    def upload(self, path: str, local: str, progress: ProgressFn) -> bool:
+        if not self.writable:
+            raise self._read_only()
+        if self.size(path) is not None:
+            return False
+        full = self._p(path)
+        try:
+            self._call(lambda: self.fs.put_file(local, full, callback=_Callback(progress), mode="create"),
+                       f"upload {path} to")
+        except FileExistsError:
+            return False
+        return True
+
+    def list_dir(self, path: str) -> list[str]:
+        full = self._p(path)
+        try:
+            self.fs.invalidate_cache(full)
+            entries = self._call(lambda: self.fs.ls(full, detail=False), f"list {path} in")
+        except FileNotFoundError:
+            return []
+        names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
+        return sorted(n for n in names if n and not n.startswith("."))
+
+    def range_source(self, path: str, size: int) -> RangeSource:
+        return FsspecSource(self.fs, self._p(path), size=size)
+
+
+def open_store(url: str, storage_options: dict[str, Any] | None = None,
+               retry: RetryPolicy | None = None) -> Store:
+    """A local directory for paths and ``file://``; fsspec for every other URL."""
+    retry = retry or RetryPolicy.from_env()
+    if "://" not in url:
+        return LocalStore(url)
+    if url.startswith("file://"):
+        return LocalStore(url[len("file://"):])
+    try:
+        import fsspec
+
+        fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    except ImportError as exc:
+        raise RegistryError(
+            f"registry {redact_url(url)} needs an fsspec backend that is not installed ({exc}); "
+            "install karchive[s3] for s3://, karchive[gcs] for gs://, aiohttp for http(s)://"
+        ) from None
+    except (ValueError, TypeError) as exc:
+        raise RegistryError(f"cannot open registry {redact_url(url)}: {exc}") from None
+    if getattr(fs, "protocol", None) in ("file", ("file", "local")) or type(fs).__name__ == "LocalFileSystem":
+        return LocalStore(root)
+    if isinstance(fs.protocol, (tuple, list)) and fs.protocol[0] in ("http", "https"):
+        root = url.rstrip("/")  # HTTPFileSystem paths are full URLs
+    return FsspecStore(fs, root, url, retry)

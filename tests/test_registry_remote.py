@@ -1,0 +1,253 @@
+"""Remote behaviour measured at the server: partial reads, offline pulls, retries, tampering,
+racing publishers, and credentials that never leave storage_options."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from karchive.errors import ConflictError, FormatError, IntegrityError, KarchiveError, RegistryError, TransferError
+from karchive.format.reader import ArchiveReader
+from karchive.registry import Registry, RetryPolicy, open_reader
+from karchive.registry.layout import blob_path
+from registry_servers import ROOT, StaticHTTPServer, s3_server, subprocess_env
+from registry_support import big_archive, isolated, small_archive  # noqa: F401 - fixture
+
+FAST = RetryPolicy(attempts=3, base_delay=0.01)
+
+
+def test_one_variant_from_a_large_s3_archive_costs_two_range_requests(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+    s3 = s3_server()
+    url = f"s3://{s3.new_bucket()}/reg"
+    big = big_archive()
+    record = Registry(url, s3.storage_options(), cache=tmp_path / "w").publish(big).record
+    assert record.variants >= 300
+
+    mark = s3.mark()
+    reader = open_reader("big@1.0.0", registry=url, storage_options=s3.storage_options(),
+                         cache_dir=tmp_path / "cache", fetch="lazy")
+    variant = reader.manifest["variants"][200]
+    binary = reader.read(variant["files"]["binary"]["path"])
+    reader.read(variant["files"]["metadata"]["path"])  # same frame: no new request
+    assert binary.startswith(b"\x7fELF") or len(binary) > 1000
+
+    blob_requests = s3.requests_for(blob_path(record.sha256), mark)
+    all_requests = s3.requests_for("/", mark)
+    frame = reader.frames[reader.members[variant["files"]["binary"]["path"]].frame]
+    tail_needed = record.size - min(reader.frames[reader.members[n].frame].offset
+                                    for n in ("karchive/manifest.json", reader._index.get("dictionary")) if n)
+    served = sum(r["bytes"] for r in blob_requests)
+    print(f"\nlarge archive: {record.size} bytes, {record.variants} variants; one variant load: "
+          f"{len(blob_requests)} blob requests {[r['range'] for r in blob_requests]}, {served} bytes served "
+          f"(variant frame {frame.length} B, index+manifest+dictionary {tail_needed} B); "
+          f"{len(all_requests)} requests in all incl. the version record")
+    assert all(r["method"] == "GET" and r["range"] for r in blob_requests), "only ranged GETs, no HEAD, no full read"
+    assert len(blob_requests) <= 3
+    assert len(all_requests) <= 4  # + the version record; nothing else
+    assert served <= max(256 * 1024, tail_needed) + frame.length + 1024
+    assert served < record.size / 3
+
+
+def test_pull_satisfied_by_cache_makes_no_request(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+    s3 = s3_server()
+    url = f"s3://{s3.new_bucket()}/reg"
+    Registry(url, s3.storage_options(), cache=tmp_path / "w").publish(small_archive())
+    reg = Registry(url, s3.storage_options(), cache=tmp_path / "cache")
+    assert reg.pull("examples@0.1.0").downloaded
+    mark = s3.mark()
+    assert not reg.pull("examples@0.1.0").downloaded
+    reader = reg.open("examples@0.1.0")
+    assert reader.manifest["name"] == "examples"
+    assert s3.requests_for("/", mark) == []
+
+    # The server is unreachable: a pinned version still loads from the cache alone.
+    dead_options = {**s3.storage_options(), "retries": 1, "config_kwargs": {"retries": {"max_attempts": 1}},
+                    "client_kwargs": {"endpoint_url": "http://127.0.0.1:9", "region_name": "us-east-1"}}
+    dead = Registry(url, dead_options, cache=tmp_path / "cache", retry=FAST)
+    assert not dead.pull("examples@0.1.0").downloaded
+    with pytest.raises(TransferError):  # `latest` must ask the registry, and it is down
+        dead.resolve("examples")
+
+
+def _served(tmp_path: Path, *archives: Path) -> tuple[StaticHTTPServer, Path]:
+    root = tmp_path / "served"
+    writer = Registry(root / "registry", cache=tmp_path / "w")
+    for a in archives:
+        writer.publish(a)
+    return StaticHTTPServer(root), root / "registry"
+
+
+def test_dropped_connections_are_retried(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+    http, _ = _served(tmp_path, small_archive())
+    try:
+        http.fail_suffix, http.failures_left = ".karc", 2
+        reg = Registry(f"{http.url}/registry", cache=tmp_path / "cache", retry=FAST)
+        result = reg.pull("examples@0.1.0")
+        assert result.downloaded
+        assert len([r for r in http.requests_for(".karc") if r["method"] == "GET"]) == 3
+    finally:
+        http.stop()
+
+
+def test_persistent_failure_is_a_transfer_error_and_leaves_no_file(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+    http, _ = _served(tmp_path, small_archive())
+    try:
+        http.fail_suffix, http.failures_left = ".karc", 100
+        reg = Registry(f"{http.url}/registry", cache=tmp_path / "cache", retry=FAST)
+        with pytest.raises(TransferError, match="failed after 3 attempts"):
+            reg.pull("examples@0.1.0")
+        assert not list((tmp_path / "cache").rglob("*.karc"))
+        assert not list((tmp_path / "cache").rglob("*.part"))
+    finally:
+        http.stop()
+
+
+def test_unreachable_registry_is_a_clear_error(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+    reg = Registry("http://user:hunter2@127.0.0.1:9/registry", cache=tmp_path / "cache", retry=FAST)
+    with pytest.raises(TransferError) as info:
+        reg.pull("examples@0.1.0")
+    assert "127.0.0.1:9" in str(info.value) and "hunter2" not in str(info.value)
+
+
+@pytest.mark.parametrize("damage", ["tamper", "truncate"])
+def test_bad_download_never_enters_the_cache(tmp_path: Path, isolated: Path, damage: str) -> None:  # noqa: F811
+    http, regdir = _served(tmp_path, small_archive())
+    try:
+        blob = next(regdir.glob("blobs/sha256/*.karc"))
+        data = bytearray(blob.read_bytes())
+        if damage == "tamper":
+            data[len(data) // 2] ^= 0xFF
+        else:
+            data = data[: len(data) - 100]
+        os.chmod(blob, 0o644)
+        blob.write_bytes(bytes(data))
+        reg = Registry(f"{http.url}/registry", cache=tmp_path / "cache", retry=FAST)
+        with pytest.raises((IntegrityError, TransferError)) as info:
+            reg.pull("examples@0.1.0")
+        if damage == "tamper":
+            assert isinstance(info.value, IntegrityError) and "sha256" in str(info.value)
+        assert not list((tmp_path / "cache").rglob("*.karc")) and not list((tmp_path / "cache").rglob("*.part"))
+        # Lazy reads are authenticated member by member: the damaged frame is refused too.
+        if damage == "tamper":
+            reader = reg.open("examples@0.1.0", fetch="lazy")
+            with pytest.raises(FormatError):
+                for v in reader.manifest["variants"]:
+                    for ref in v["files"].values():
+                        if isinstance(ref, dict) and "path" in ref:
+                            reader.read(ref["path"])
+                        elif isinstance(ref, dict):
+                            for r in ref.values():
+                                reader.read(r["path"])
+    finally:
+        http.stop()
+
+
+def test_lazy_open_refuses_a_swapped_blob(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+    http, regdir = _served(tmp_path, small_archive("examples", "0.1.0"), small_archive("examples", "0.2.0"))
+    try:
+        blobs = sorted(regdir.glob("blobs/sha256/*.karc"))
+        a, b = blobs[0].read_bytes(), blobs[1].read_bytes()
+        os.chmod(blobs[0], 0o644)
+        blobs[0].write_bytes(b[: len(a)] if len(b) >= len(a) else b + b"\0" * (len(a) - len(b)))
+        reg = Registry(f"{http.url}/registry", cache=tmp_path / "cache", retry=FAST)
+        target = next(r for r in reg.list("examples") if blob_path(r.sha256).endswith(blobs[0].name))
+        with pytest.raises(KarchiveError):
+            reg.open(target.ref, fetch="lazy")
+    finally:
+        http.stop()
+
+
+_PUBLISH = """
+import sys, time
+from karchive.registry import Registry
+from karchive.errors import ConflictError
+url, archive, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
+reg = Registry(url, cache=sys.argv[4])
+while time.time() < start:
+    time.sleep(0.001)
+try:
+    r = reg.publish(archive)
+    print("created" if r.created else "noop", r.record.sha256)
+except ConflictError as exc:
+    print("conflict", exc)
+"""
+
+
+def _race(url: str, archives: list[Path], tmp_path: Path, env: dict[str, str]) -> list[str]:
+    start = time.time() + 2.0
+    procs = [subprocess.Popen([sys.executable, "-c", _PUBLISH, url, str(a), str(start), str(tmp_path / f"c{i}")],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env(**env),
+                              cwd=str(ROOT))
+             for i, a in enumerate(archives)]
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        outs.append(out.strip())
+    return outs
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_racing_publishers_exactly_one_wins(tmp_path: Path, isolated: Path, where: str) -> None:  # noqa: F811
+    env: dict[str, str] = {}
+    if where == "local":
+        url = str(tmp_path / "registry")
+    else:
+        s3 = s3_server()
+        url = f"s3://{s3.new_bucket()}/reg"
+        env = s3.env()
+    different = [small_archive("race", "1.0.0", block=b) for b in (256, 512, 1024, 2048)]
+    outs = _race(url, different, tmp_path, env)
+    winners = [o for o in outs if o.startswith("created")]
+    assert len(winners) == 1, outs
+    assert sum(o.startswith("conflict") for o in outs) == 3, outs
+    reg = Registry(url, s3_server().storage_options() if where == "s3" else None, cache=tmp_path / "check")
+    assert reg.resolve("race@1.0.0").sha256 == winners[0].split()[1]
+    assert reg.pull("race@1.0.0").downloaded
+
+    same = [small_archive("same", "1.0.0")] * 4
+    outs = _race(url, same, tmp_path, env)
+    assert sorted(o.split()[0] for o in outs) == ["created", "noop", "noop", "noop"], outs
+
+
+def test_credentials_stay_in_storage_options(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+    s3 = s3_server()
+    bucket = s3.new_bucket()
+    secret_key, secret = "AKIAKARCHIVESECRETID", "karchive-very-secret-value-123"
+    options = {**s3.storage_options(), "key": secret_key, "secret": secret}
+    url = f"s3://{bucket}/reg"
+    reg = Registry(url, options, cache=tmp_path / "cache")
+    reg.publish(small_archive())
+    reg.pull("examples@0.1.0", tmp_path / "copy.karc")
+    from karchive.registry import Lockfile
+
+    Lockfile.from_records([reg.resolve("examples@0.1.0")], reg.url).write(tmp_path / "karchive.lock")
+    import s3fs
+
+    fs = s3fs.S3FileSystem(**s3.storage_options())
+    stored = b"".join(fs.cat_file(p) for p in fs.find(bucket))
+    local = b"".join(p.read_bytes() for p in tmp_path.rglob("*") if p.is_file())
+    for blob in (stored, local, repr(reg).encode()):
+        assert secret.encode() not in blob and secret_key.encode() not in blob
+    # The S3 store also accepts the backend's own configuration (environment), as the CLI uses it.
+    out = subprocess.run([sys.executable, "-m", "karchive.cli.main", "ls", "--registry", url, "--json"],
+                         capture_output=True, text=True, env=subprocess_env(**s3.env()), cwd=str(ROOT), timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["archives"][0]["name"] == "examples"
+
+
+def test_lazy_reader_is_an_archive_reader(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+    s3 = s3_server()
+    url = f"s3://{s3.new_bucket()}/reg"
+    Registry(url, s3.storage_options(), cache=tmp_path / "w").publish(small_archive())
+    reader = open_reader("examples", registry=url, storage_options=s3.storage_options(), cache_dir=tmp_path / "c")
+    assert isinstance(reader, ArchiveReader)
+    assert reader.verify() == []
+    with pytest.raises(RegistryError):
+        open_reader("examples@", registry=url, storage_options=s3.storage_options(), cache_dir=tmp_path / "c")
