@@ -348,3 +348,19 @@ def test_capture_is_json_clean(cache_dir, gpu):
     n = next(p for p in v.entry["params"] if p["name"] == "n")
     assert n == {"name": "n", "type": "i32", "value": 1, "hints": {"equal_to_1": True}}
     json.dumps(v.entry)
+
+
+def test_async_compile_mode_is_recorded_on_the_waiting_thread(cache_dir, gpu):
+    from concurrent.futures import ThreadPoolExecutor
+
+    import karchive
+    from test_capture_fakes import scale_rows
+    from triton.runtime._async_compile import AsyncCompileMode
+
+    _fresh(scale_rows)
+    with karchive.capture("async", version="1") as cap, ThreadPoolExecutor(2) as pool:
+        with AsyncCompileMode(pool):  # compiles on pool threads; the listener fires there, not here
+            scale_rows.warmup(_ptr(), _ptr(), 1000, 2.0, BLOCK=32, grid=(1,))
+    assert [e.how for e in cap.events] == ["async"]
+    (v,) = cap.variants.values()
+    assert [p["value"] for p in v.entry["params"] if p["name"] == "BLOCK"] == [32]

@@ -411,15 +411,19 @@ def _on_post_compile(*, key: Any = None, fn: Any = None, compile: Any = None, **
         kernel = jit_fn.device_caches[device][0].get(key)
     except Exception:  # noqa: BLE001 - layout differs across versions; the listener remains the main path
         return
-    kernel = getattr(kernel, "kernel", None) or kernel  # async mode: FutureKernel -> CompiledKernel
-    if kernel is None or not hasattr(kernel, "metadata_group"):
+    if not _is_compiled_kernel(kernel):  # async mode stores the CompiledKernel before calling the hook
         return
     for cap in caps:
         cap.add_compiled_kernel(kernel, how="async")
 
 
+def _is_compiled_kernel(obj: Any) -> bool:
+    """Checked by type name: probing attributes of a FutureKernel would block on its compile."""
+    return type(obj).__name__ == "CompiledKernel"
+
+
 def _after_jit_run(kernel: Any) -> None:
-    if kernel is None or type(kernel).__name__ != "CompiledKernel":  # FutureKernel: resolved via the hook
+    if not _is_compiled_kernel(kernel):  # a FutureKernel is recorded by the post-compile hook
         return
     for cap in active_captures():
         if cap.record_launches:
@@ -439,7 +443,7 @@ def _after_autotune(tuner: Any, args: tuple, kwargs: dict, before: set, ret: Any
             else tuner.configs[0]
         timings = getattr(tuner, "configs_timings", None) if new else None
     for cap in caps:
-        variant_key = cap.add_compiled_kernel(ret, how="autotune") if hasattr(ret, "metadata_group") else None
+        variant_key = cap.add_compiled_kernel(ret, how="autotune") if _is_compiled_kernel(ret) else None
         try:
             cap.autotune.observe(tuner, args, kwargs, key=key, chosen=chosen, timings=timings, variant_key=variant_key)
         except Exception as exc:  # noqa: BLE001
@@ -460,19 +464,26 @@ class _Hooks:
     def acquire(self) -> None:
         with self._lock:
             if self._users == 0:
-                self._install()
+                try:
+                    self._install()
+                except BaseException:
+                    self._undo()
+                    raise
             self._users += 1
 
     def release(self) -> None:
         with self._lock:
             self._users -= 1
             if self._users == 0:
-                for undo in reversed(self._restore):
-                    try:
-                        undo()
-                    except Exception:  # noqa: BLE001 - restoring must not mask the workload's result
-                        pass
-                self._restore = []
+                self._undo()
+
+    def _undo(self) -> None:
+        for undo in reversed(self._restore):
+            try:
+                undo()
+            except Exception:  # noqa: BLE001 - restoring must not mask the workload's result
+                pass
+        self._restore = []
 
     def _install(self) -> None:
         try:

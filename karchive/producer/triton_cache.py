@@ -384,7 +384,10 @@ def export_archive(reader: Any, cache_dir: str | None = None, *, allow_unverifie
         for stage, ref in (v["files"].get("ir") or {}).items():
             files[stage] = reader.read(ref["path"])
         stem = v["kernel"][:150]
-        written, path = write_entry(cache_dir, triton_hash, stem, files)
+        try:
+            written, path = write_entry(cache_dir, triton_hash, stem, files)
+        except OSError as exc:
+            raise CaptureError(f"cannot write Triton cache entries under {cache_dir}: {exc}") from exc
         detail = why if written == "written" else "entry already present; left alone"
         results.append(ExportResult(v["kernel"], v["key"], written, detail, path))
     return results
