@@ -1,0 +1,177 @@
+"""``karchive.open(ref)``: an archive as a set of launchable kernels.
+
+Opening reads the archive's tail (footer, index, manifest) and nothing else; binaries are read,
+digest-checked and decompressed only when a variant is first launched (or preloaded) on a device, and
+each (variant, device) module is loaded once, under a lock. No GPU, driver or framework is touched
+until then, so opening and inspecting work on any machine.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from typing import Any
+
+from ..errors import KarchiveError, NoMatchingVariantError
+from ..format.manifest import Manifest, Variant
+from ..format.reader import ArchiveReader, Limits
+from .device import ptx_header
+from .dispatch import Kernel
+from .select import DeviceFit
+
+log = logging.getLogger("karchive.runtime")
+
+#: ``name`` or ``name@version`` as a registry reference (not a path, not a URL).
+_REGISTRY_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(@[A-Za-z0-9][A-Za-z0-9.+_~^<>=*!,-]*)?$")
+
+
+def looks_like_registry_ref(ref: str) -> bool:
+    """NAME or NAME@VERSION that is not an existing path and does not look like a file name."""
+    if "://" in ref or os.sep in ref or "/" in ref or ref.endswith(".karc") or os.path.exists(ref):
+        return False
+    return bool(_REGISTRY_REF.match(ref))
+
+
+class Archive:
+    """The consumer's view of one archive: ``kernel(name)`` returns a dispatcher over its variants."""
+
+    def __init__(self, reader: ArchiveReader, *, ref: str = "<archive>", allow_ptx: bool = False,
+                 backend: str | None = None) -> None:
+        self.reader = reader
+        self.ref = ref
+        self.manifest = Manifest.from_json(reader.manifest)
+        self.allow_ptx = allow_ptx
+        self._backend_name = backend
+        self._backend: Any = None
+        self._lock = threading.RLock()
+        self._kernels: dict[str, Kernel] = {}
+        self._functions: dict[tuple[str, int], Any] = {}
+        self._ptx_headers: dict[str, tuple] = {}
+        self._pool: Any = None
+
+    # -- inspection ------------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return self.manifest.name
+
+    @property
+    def version(self) -> str:
+        return self.manifest.version
+
+    def kernels(self) -> list[str]:
+        return self.manifest.kernels()
+
+    def variants(self, kernel: str | None = None) -> list[Variant]:
+        return [v for v in self.manifest.variants if kernel is None or v.kernel == kernel]
+
+    def __repr__(self) -> str:
+        return f"<karchive.Archive {self.name} {self.version} ({len(self.manifest.variants)} variants) from {self.ref}>"
+
+    def kernel(self, name: str) -> Kernel:
+        """The dispatcher for ``name`` (created once per archive)."""
+        k = self._kernels.get(name)
+        if k is None:
+            with self._lock:
+                k = self._kernels.get(name)
+                if k is None:
+                    variants = self.variants(name)
+                    if not variants:
+                        raise NoMatchingVariantError(
+                            f"{self.ref} has no kernel {name!r}; kernels: {', '.join(self.kernels()) or '(none)'}")
+                    k = self._kernels[name] = Kernel(self, name, variants)
+        return k
+
+    def __getitem__(self, name: str) -> Kernel:
+        return self.kernel(name)
+
+    # -- device side -----------------------------------------------------------------------------------
+    def backend(self) -> Any:
+        """The driver backend for this archive's variants (CUDA before HIP), initialised on first use."""
+        b = self._backend
+        if b is None:
+            from .backend import first_available
+
+            if self._backend_name:
+                names = [self._backend_name]
+            else:
+                present = {v.target.backend for v in self.manifest.variants}
+                names = [n for n in ("cuda", "hip") if n in present] or ["cuda"]
+            b = self._backend = first_available(names)
+        return b
+
+    def scratch_pool(self) -> Any:
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    from .scratch import ScratchPool
+
+                    self._pool = ScratchPool(self.backend())
+        return self._pool
+
+    def ptx_header(self, variant: Variant) -> tuple:
+        """(PTX ISA version, .target) of a variant's stored PTX (read once)."""
+        h = self._ptx_headers.get(variant.key)
+        if h is None:
+            h = self._ptx_headers[variant.key] = ptx_header(self.reader.read(variant.ir["ptx"].path))
+        return h
+
+    def load_function(self, variant: Variant, fit: DeviceFit, device: int) -> Any:
+        """Read + verify + decompress the binary and load it on ``device``, once per (variant, device)."""
+        key = (variant.key, device)
+        fn = self._functions.get(key)
+        if fn is not None:
+            return fn
+        with self._lock:
+            fn = self._functions.get(key)
+            if fn is not None:
+                return fn
+            backend = self.backend()
+            if fit.mode == "ptx":
+                image = self.reader.read(variant.ir["ptx"].path) + b"\0"
+                version, target = self.ptx_header(variant)
+                log.warning("karchive: JIT-compiling PTX (%s, ISA %s) of %s variant %s for %s; "
+                            "ship a cubin for this arch to avoid it", target, version, variant.kernel,
+                            variant.key[:12], backend.device_info(device))
+            else:
+                image = self.reader.read(variant.binary.path)
+            fn = backend.load(device, image, variant.abi.entry, variant.abi.shared, variant.abi.num_ctas)
+            self._functions[key] = fn
+            return fn
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
+        close = getattr(self.reader.source, "close", None)
+        if callable(close):
+            close()
+
+
+def open_archive(ref: str | os.PathLike, *, allow_ptx: bool = False, backend: str | None = None,
+                 storage_options: dict[str, Any] | None = None, limits: Limits = Limits(),
+                 **registry_options: Any) -> Archive:
+    """Open an archive for launching: a local path, any fsspec URL, or a registry ``name[@version]``.
+
+    ``allow_ptx`` lets variants whose cubin does not fit the GPU run from their PTX through the driver's
+    JIT (logged; only when the driver reads that PTX ISA version). ``backend`` forces "cuda" or "hip".
+    """
+    text = os.fspath(ref)
+    if looks_like_registry_ref(text):
+        try:
+            from .. import registry
+        except ImportError as exc:
+            raise KarchiveError(f"{text!r} is not a file, and the karchive registry is not available to resolve it "
+                                f"as NAME@VERSION ({exc})") from exc
+        opener = getattr(registry, "open_reader", None)
+        if opener is None:
+            raise KarchiveError(f"{text!r} is not a file, and this karchive has no registry client "
+                                "(karchive.registry.open_reader) to resolve it as NAME@VERSION")
+        reader = opener(text, **({"storage_options": storage_options} if storage_options else {}), **registry_options)
+    else:
+        if registry_options:
+            raise TypeError(f"unexpected options for a path or URL: {sorted(registry_options)}")
+        from ..format.open import open_reader
+
+        reader = open_reader(text, storage_options=storage_options, limits=limits)
+    return Archive(reader, ref=text, allow_ptx=allow_ptx, backend=backend)

@@ -1,0 +1,276 @@
+"""The CUDA backend over cuda-python's driver bindings (``cuda.bindings.driver``; ``cuda.cuda`` before 12.6).
+
+Everything GPU-specific the runtime does goes through here: device queries, primary contexts, module
+loads (``cuModuleLoadData`` + ``cuModuleGetFunction``), the shared-memory opt-in, scratch allocation,
+and launches (``cuLaunchKernel``; ``cuLaunchKernelEx`` for clusters, cooperative grids and PDL).
+Nothing is imported or initialised until the first launch asks for a device.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ..errors import LaunchError, NoDeviceError
+from .device import DeviceInfo
+
+_DEFAULT_SHARED = 48 * 1024
+
+
+def import_driver() -> Any:
+    """cuda-python's driver module, or :class:`NoDeviceError` saying which package is missing."""
+    try:
+        from cuda.bindings import driver  # cuda-python >= 12.6
+
+        return driver
+    except ImportError:
+        pass
+    try:
+        from cuda import cuda as driver  # older cuda-python
+
+        return driver
+    except ImportError as exc:
+        raise NoDeviceError(
+            "cannot launch on CUDA: the cuda-python driver bindings are not installed "
+            f"(pip install 'karchive[cuda]', i.e. cuda-python); import failed with: {exc}"
+        ) from exc
+
+
+class LoadedFunction:
+    """A kernel loaded into one device's context."""
+
+    __slots__ = ("module", "function", "context", "device")
+
+    def __init__(self, module: Any, function: Any, context: Any, device: int) -> None:
+        self.module, self.function, self.context, self.device = module, function, context, device
+
+
+class CudaBackend:
+    """One per process (see :func:`karchive.runtime.backend.get_backend`)."""
+
+    name = "cuda"
+
+    def __init__(self, driver: Any = None) -> None:
+        d = driver if driver is not None else import_driver()
+        self.d = d
+        self.SUCCESS = d.CUresult.CUDA_SUCCESS
+        try:
+            (err,) = d.cuInit(0)
+        except Exception as exc:  # noqa: BLE001 - cuda-python raises its own types when libcuda is absent
+            raise NoDeviceError(
+                f"cannot launch on CUDA: the NVIDIA driver library (libcuda.so.1) could not be loaded: {exc}"
+            ) from exc
+        if err != self.SUCCESS:
+            if err == d.CUresult.CUDA_ERROR_NO_DEVICE:
+                raise NoDeviceError("cannot launch on CUDA: the driver is installed but reports no CUDA device")
+            raise NoDeviceError(f"cannot launch on CUDA: cuInit failed: {self.error_text(err)}")
+        err, count = d.cuDeviceGetCount()
+        if err != self.SUCCESS or count == 0:
+            raise NoDeviceError("cannot launch on CUDA: no CUDA device is visible "
+                                "(check CUDA_VISIBLE_DEVICES and the driver)")
+        self.count = count
+        err, self.driver_version = d.cuDriverGetVersion()
+        self.launch = d.cuLaunchKernel  # the hot path calls this directly
+        self.context_errors = {int(getattr(d.CUresult, n)) for n in
+                               ("CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HANDLE",
+                                "CUDA_ERROR_CONTEXT_IS_DESTROYED") if hasattr(d.CUresult, n)}
+        self._lock = threading.Lock()
+        self._contexts: dict[int, Any] = {}
+        self._infos: dict[int, DeviceInfo] = {}
+        self._streams: dict[int, Any] = {}
+
+    # -- errors -----------------------------------------------------------------------------------
+    def error_text(self, err: Any) -> str:
+        try:
+            e2, name = self.d.cuGetErrorName(err)
+            e3, text = self.d.cuGetErrorString(err)
+            name = name.decode() if isinstance(name, bytes) else str(name)
+            text = text.decode() if isinstance(text, bytes) else str(text)
+            return f"{name} ({text})"
+        except Exception:  # noqa: BLE001
+            return str(err)
+
+    def check(self, result: Any, what: str) -> Any:
+        err = result[0]
+        if err != self.SUCCESS:
+            raise LaunchError(f"{what} failed: {self.error_text(err)}")
+        return result[1] if len(result) == 2 else result[1:]
+
+    # -- devices and contexts ------------------------------------------------------------------------
+    def device_info(self, index: int) -> DeviceInfo:
+        info = self._infos.get(index)
+        if info is not None:
+            return info
+        d = self.d
+        if not 0 <= index < self.count:
+            raise NoDeviceError(f"CUDA device {index} does not exist ({self.count} visible)")
+        dev = self.check(d.cuDeviceGet(index), "cuDeviceGet")
+        A = d.CUdevice_attribute
+
+        def attr(name: str) -> int:
+            return int(self.check(d.cuDeviceGetAttribute(getattr(A, name), dev), f"cuDeviceGetAttribute({name})"))
+
+        major = attr("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR")
+        minor = attr("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR")
+        raw_name = self.check(d.cuDeviceGetName(256, dev), "cuDeviceGetName")
+        name = raw_name.split(b"\0", 1)[0].decode(errors="replace") if isinstance(raw_name, bytes) else str(raw_name)
+        info = DeviceInfo(
+            backend="cuda", index=index, arch=f"{major}{minor}", warp_size=attr("CU_DEVICE_ATTRIBUTE_WARP_SIZE"),
+            cc=(major, minor), shared_optin=attr("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+            name=name, driver_version=int(self.driver_version),
+            multiprocessors=attr("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"),
+        )
+        self._infos[index] = info
+        return info
+
+    def context(self, index: int) -> Any:
+        """The device's primary context (the one torch, CuPy and Triton share), retained once."""
+        ctx = self._contexts.get(index)
+        if ctx is None:
+            with self._lock:
+                ctx = self._contexts.get(index)
+                if ctx is None:
+                    dev = self.check(self.d.cuDeviceGet(index), "cuDeviceGet")
+                    ctx = self.check(self.d.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+                    self._contexts[index] = ctx
+        return ctx
+
+    def current_device(self) -> int:
+        """The device of the calling thread's current context, else 0."""
+        err, ctx = self.d.cuCtxGetCurrent()
+        if err != self.SUCCESS or not int(ctx):
+            return 0
+        err, dev = self.d.cuCtxGetDevice()
+        return int(dev) if err == self.SUCCESS else 0
+
+    def has_current(self) -> bool:
+        """Whether the calling thread has any current context (a fresh thread has none)."""
+        err, ctx = self.d.cuCtxGetCurrent()
+        return err == self.SUCCESS and bool(int(ctx))
+
+    def make_current(self, index: int) -> None:
+        self.check(self.d.cuCtxSetCurrent(self.context(index)), "cuCtxSetCurrent")
+
+    class _Pushed:
+        def __init__(self, backend: "CudaBackend", index: int) -> None:
+            self.b, self.index = backend, index
+
+        def __enter__(self) -> None:
+            self.b.check(self.b.d.cuCtxPushCurrent(self.b.context(self.index)), "cuCtxPushCurrent")
+
+        def __exit__(self, *exc: Any) -> None:
+            self.b.d.cuCtxPopCurrent()
+
+    def in_context(self, index: int) -> "_Pushed":
+        """Run a block with the device's context pushed, leaving the caller's current context as it was."""
+        return CudaBackend._Pushed(self, index)
+
+    # -- modules ------------------------------------------------------------------------------------
+    def load(self, index: int, image: bytes, entry: str, shared: int, num_ctas: int = 1) -> LoadedFunction:
+        """Load a cubin (or NUL-terminated PTX, JIT-compiled by the driver) and get its entry function."""
+        d = self.d
+        info = self.device_info(index)
+        if shared > _DEFAULT_SHARED and info.shared_optin is not None and shared > info.shared_optin:
+            raise LaunchError(f"{entry} needs {shared} bytes of dynamic shared memory; {info} allows at most "
+                              f"{info.shared_optin} per block")
+        with self.in_context(index):
+            module = self.check(d.cuModuleLoadData(image), f"cuModuleLoadData({entry})")
+            func = self.check(d.cuModuleGetFunction(module, entry.encode()), f"cuModuleGetFunction({entry})")
+            if shared > _DEFAULT_SHARED:
+                self.check(d.cuFuncSetAttribute(
+                    func, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
+                    f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={shared})")
+            if num_ctas > 8:
+                self.check(d.cuFuncSetAttribute(
+                    func, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
+                    "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)")
+        return LoadedFunction(module, func, self.context(index), index)
+
+    # -- streams --------------------------------------------------------------------------------------
+    def stream(self, handle: Any) -> Any:
+        """A cached ``CUstream`` for an int handle or any stream object (torch, CuPy, ``__cuda_stream__``)."""
+        s = self._streams.get(handle) if type(handle) is int else None
+        if s is not None:
+            return s
+        raw = stream_handle(handle)
+        s = self._streams.get(raw)
+        if s is None:
+            s = self.d.CUstream(raw)
+            if len(self._streams) > 4096:
+                self._streams.clear()
+            self._streams[raw] = s
+        return s
+
+    def is_capturing(self, stream: Any) -> bool:
+        err, status = self.d.cuStreamIsCapturing(stream)
+        return err == self.SUCCESS and int(status) != 0
+
+    def synchronize(self, stream: Any) -> None:
+        self.check(self.d.cuStreamSynchronize(stream), "cuStreamSynchronize")
+
+    # -- memory ---------------------------------------------------------------------------------------
+    def alloc(self, index: int, nbytes: int) -> int:
+        with self.in_context(index):
+            return int(self.check(self.d.cuMemAlloc(nbytes), f"cuMemAlloc({nbytes})"))
+
+    def free(self, index: int, ptr: int) -> None:
+        with self.in_context(index):
+            self.check(self.d.cuMemFree(ptr), "cuMemFree")
+
+    # -- launch ---------------------------------------------------------------------------------------
+    def launch_ex(self, func: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared: int,
+                  stream: Any, kernel_params: int, cluster: tuple[int, int, int], cooperative: bool,
+                  pdl: bool) -> Any:
+        """``cuLaunchKernelEx`` with cluster / cooperative / PDL attributes, as Triton's launcher sets them."""
+        d = self.d
+        cfg = d.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = block
+        cfg.sharedMemBytes = shared
+        cfg.hStream = stream
+        attrs = []
+        ID = d.CUlaunchAttributeID
+        if pdl:
+            a = d.CUlaunchAttribute()
+            a.id = ID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            a.value.programmaticStreamSerializationAllowed = 1
+            attrs.append(a)
+        if cooperative:
+            a = d.CUlaunchAttribute()
+            a.id = ID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+            a.value.cooperative = 1
+            attrs.append(a)
+        if cluster[0] * cluster[1] * cluster[2] > 1:
+            a = d.CUlaunchAttribute()
+            a.id = ID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+            a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = cluster
+            attrs.append(a)
+            a = d.CUlaunchAttribute()
+            a.id = ID.CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE
+            a.value.clusterSchedulingPolicyPreference = d.CUclusterSchedulingPolicy.CU_CLUSTER_SCHEDULING_POLICY_SPREAD
+            attrs.append(a)
+        cfg.attrs = attrs
+        cfg.numAttrs = len(attrs)
+        return d.cuLaunchKernelEx(cfg, func, kernel_params, 0)
+
+
+def stream_handle(obj: Any) -> int:
+    """The raw ``CUstream`` value of an int, a torch/CuPy stream, a ``__cuda_stream__`` object or a CUstream."""
+    if obj is None:
+        return 0
+    if isinstance(obj, int):
+        return obj
+    proto = getattr(obj, "__cuda_stream__", None)
+    if proto is not None:
+        value = proto() if callable(proto) else proto
+        return int(value[1])
+    for attr in ("cuda_stream", "ptr", "handle"):  # torch.cuda.Stream, cupy.cuda.Stream, others
+        value = getattr(obj, attr, None)
+        if isinstance(value, int):
+            return value
+    try:
+        return int(obj)  # cuda-python CUstream / hip-python hipStream_t
+    except (TypeError, ValueError):
+        from ..errors import ArgumentError
+
+        raise ArgumentError(f"stream={obj!r}: expected an int handle or a torch/CuPy/__cuda_stream__ stream") from None

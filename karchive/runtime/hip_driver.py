@@ -1,0 +1,169 @@
+"""The HIP backend over hip-python (``from hip import hip``): same interface as the CUDA backend.
+
+NEVER RUN ON AMD HARDWARE. No AMD GPU was available while this was written; it is exercised only by
+unit tests with a recording stand-in for the ``hip`` module (tests/test_runtime_hip.py), which checks
+the calls and arguments up to the driver. See docs/runtime.md.
+
+Differences from CUDA: devices are selected with ``hipSetDevice`` (HIP has no user-visible primary
+context juggling), code objects must match the device's gfx arch exactly, the block is
+``warp_size * num_warps`` threads with warp size 64 on CDNA (gfx9xx) and 32 on RDNA, and there are no
+clusters or PDL.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from ..errors import LaunchError, NoDeviceError
+from .cuda_driver import LoadedFunction, stream_handle
+from .device import DeviceInfo
+
+
+def import_hip() -> Any:
+    try:
+        from hip import hip  # hip-python
+
+        return hip
+    except ImportError as exc:
+        raise NoDeviceError(
+            "cannot launch on HIP: hip-python is not installed (pip install 'karchive[hip]'); "
+            f"import failed with: {exc}"
+        ) from exc
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bytes):
+        return value.split(b"\0", 1)[0].decode(errors="replace")
+    return str(value)
+
+
+class HipBackend:
+    name = "hip"
+
+    def __init__(self, hip: Any = None) -> None:
+        h = hip if hip is not None else import_hip()
+        self.d = h
+        self.SUCCESS = h.hipError_t.hipSuccess
+        try:
+            (err,) = h.hipInit(0)
+        except Exception as exc:  # noqa: BLE001 - libamdhip64 missing
+            raise NoDeviceError(f"cannot launch on HIP: the ROCm runtime (libamdhip64.so) could not be loaded: {exc}") from exc
+        if err != self.SUCCESS:
+            raise NoDeviceError(f"cannot launch on HIP: hipInit failed: {self.error_text(err)}")
+        err, count = h.hipGetDeviceCount()
+        if err != self.SUCCESS or count == 0:
+            raise NoDeviceError("cannot launch on HIP: no AMD GPU is visible (check HIP_VISIBLE_DEVICES)")
+        self.count = count
+        err, version = h.hipDriverGetVersion()
+        self.driver_version = int(version) if err == self.SUCCESS else None
+        self.launch = h.hipModuleLaunchKernel
+        self.context_errors = {int(getattr(h.hipError_t, n)) for n in ("hipErrorInvalidContext", "hipErrorInvalidHandle",
+                                                                     "hipErrorContextIsDestroyed")
+                               if hasattr(h.hipError_t, n)}
+        self._lock = threading.Lock()
+        self._infos: dict[int, DeviceInfo] = {}
+        self._streams: dict[int, Any] = {}
+
+    def error_text(self, err: Any) -> str:
+        try:
+            name = self.d.hipGetErrorName(err)
+            return _text(name[0] if isinstance(name, tuple) else name)
+        except Exception:  # noqa: BLE001
+            return str(err)
+
+    def check(self, result: Any, what: str) -> Any:
+        err = result[0] if isinstance(result, tuple) else result
+        if err != self.SUCCESS:
+            raise LaunchError(f"{what} failed: {self.error_text(err)}")
+        if not isinstance(result, tuple):
+            return None
+        return result[1] if len(result) == 2 else result[1:]
+
+    def device_info(self, index: int) -> DeviceInfo:
+        info = self._infos.get(index)
+        if info is not None:
+            return info
+        if not 0 <= index < self.count:
+            raise NoDeviceError(f"HIP device {index} does not exist ({self.count} visible)")
+        props = self.check(self.d.hipGetDeviceProperties(index), "hipGetDeviceProperties")
+        arch = _text(props.gcnArchName).split(":", 1)[0]
+        optin = getattr(props, "sharedMemPerBlockOptin", 0) or getattr(props, "sharedMemPerBlock", 0) or None
+        info = DeviceInfo(backend="hip", index=index, arch=arch, warp_size=int(props.warpSize),
+                          shared_optin=int(optin) if optin else None, name=_text(props.name),
+                          driver_version=self.driver_version, multiprocessors=int(props.multiProcessorCount))
+        self._infos[index] = info
+        return info
+
+    def current_device(self) -> int:
+        err, dev = self.d.hipGetDevice()
+        return int(dev) if err == self.SUCCESS else 0
+
+    def make_current(self, index: int) -> None:
+        self.check(self.d.hipSetDevice(index), "hipSetDevice")
+
+    class _OnDevice:
+        def __init__(self, backend: "HipBackend", index: int) -> None:
+            self.b, self.index, self.prev = backend, index, None
+
+        def __enter__(self) -> None:
+            self.prev = self.b.current_device()
+            if self.prev != self.index:
+                self.b.make_current(self.index)
+
+        def __exit__(self, *exc: Any) -> None:
+            if self.prev is not None and self.prev != self.index:
+                self.b.d.hipSetDevice(self.prev)
+
+    def in_context(self, index: int) -> "_OnDevice":
+        return HipBackend._OnDevice(self, index)
+
+    def has_current(self) -> bool:
+        return True  # HIP always has a current device; switching it is scoped by in_context
+
+    def load(self, index: int, image: bytes, entry: str, shared: int, num_ctas: int = 1) -> LoadedFunction:
+        info = self.device_info(index)
+        if info.shared_optin is not None and shared > info.shared_optin:
+            raise LaunchError(f"{entry} needs {shared} bytes of shared memory; {info} allows {info.shared_optin}")
+        with self.in_context(index):
+            module = self.check(self.d.hipModuleLoadData(image), f"hipModuleLoadData({entry})")
+            func = self.check(self.d.hipModuleGetFunction(module, entry.encode()), f"hipModuleGetFunction({entry})")
+        return LoadedFunction(module, func, None, index)
+
+    def stream(self, handle: Any) -> Any:
+        s = self._streams.get(handle) if type(handle) is int else None
+        if s is not None:
+            return s
+        raw = stream_handle(handle)
+        s = self._streams.get(raw)
+        if s is None:
+            s = raw  # hip-python accepts an int address for hipStream_t
+            self._streams[raw] = s
+        return s
+
+    def is_capturing(self, stream: Any) -> bool:
+        try:
+            err, status = self.d.hipStreamIsCapturing(stream)
+        except Exception:  # noqa: BLE001
+            return False
+        return err == self.SUCCESS and int(status) != 0
+
+    def synchronize(self, stream: Any) -> None:
+        self.check(self.d.hipStreamSynchronize(stream), "hipStreamSynchronize")
+
+    def alloc(self, index: int, nbytes: int) -> int:
+        with self.in_context(index):
+            return int(self.check(self.d.hipMalloc(nbytes), f"hipMalloc({nbytes})"))
+
+    def free(self, index: int, ptr: int) -> None:
+        with self.in_context(index):
+            self.check(self.d.hipFree(ptr), "hipFree")
+
+    def launch_ex(self, func: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared: int,
+                  stream: Any, kernel_params: int, cluster: tuple[int, int, int], cooperative: bool,
+                  pdl: bool) -> Any:
+        if cluster[0] * cluster[1] * cluster[2] > 1 or pdl:
+            raise LaunchError("clusters and PDL do not exist on HIP; this variant cannot launch here")
+        if cooperative:
+            return self.d.hipModuleLaunchCooperativeKernel(func, *grid, *block, shared, stream, kernel_params)
+        return self.d.hipModuleLaunchKernel(func, *grid, *block, shared, stream, kernel_params, None)

@@ -1,0 +1,145 @@
+"""The kernel parameter buffer: one ``struct`` layout per variant, allocated once, re-packed per launch.
+
+``cuLaunchKernel`` takes ``void** kernelParams``: an array of pointers, one per binary parameter, each
+pointing at that parameter's bytes. We allocate one aligned byte buffer holding every parameter slot
+and the pointer array once; a launch then costs a single ``Struct.pack_into`` over the user
+parameters (pointers and scalars) and no allocation at all. Scratch pointers live in trailing slots
+written only when they change.
+
+Scalars are packed exactly as the binary takes them: ``i1``/``i8`` one byte, ``fp16`` and ``bf16`` two
+bytes. ``bf16`` follows Triton's own launcher (``extractBF16`` in triton/backends/nvidia/driver.c):
+the Python float is rounded to fp32 (round-to-nearest-even) and the high 16 bits are kept, i.e. the
+fp32 -> bf16 step truncates. Porting a call site therefore never changes the bits a kernel sees.
+``fp16`` uses IEEE round-to-nearest-even (as Triton, via ``PyFloat_Pack2``). Out-of-range values
+raise :class:`ArgumentError` naming the parameter instead of wrapping silently.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import struct
+from typing import Any, Sequence
+
+from ..errors import ArgumentError, LaunchError
+from ..format.manifest import Abi
+
+#: struct format characters per Triton scalar type (pointers are "Q").
+SCALAR_FORMATS: dict[str, str] = {
+    "i1": "b", "i8": "b", "i16": "h", "i32": "i", "i64": "q",
+    "u1": "B", "u8": "B", "u16": "H", "u32": "I", "u64": "Q",
+    "fp16": "e", "bf16": "H", "fp32": "f", "fp64": "d",
+}
+INT_RANGES: dict[str, tuple[int, int]] = {
+    "i1": (-128, 127), "i8": (-128, 127), "i16": (-(1 << 15), (1 << 15) - 1), "i32": (-(1 << 31), (1 << 31) - 1),
+    "i64": (-(1 << 63), (1 << 63) - 1), "u1": (0, 255), "u8": (0, 255), "u16": (0, (1 << 16) - 1),
+    "u32": (0, (1 << 32) - 1), "u64": (0, (1 << 64) - 1),
+}
+FLOAT_TYPES = frozenset({"fp16", "bf16", "fp32", "fp64"})
+
+_F32 = struct.Struct("<f")
+_U32 = struct.Struct("<I")
+
+
+def bf16_bits(value: Any) -> int:
+    """Bits of ``value`` as bf16 exactly as Triton's launcher makes them (fp32 RNE, then keep the top half)."""
+    return _U32.unpack(_F32.pack(float(value)))[0] >> 16
+
+
+def bf16_bits_rne(value: Any) -> int:
+    """Round-to-nearest-even bf16 bits (what ``torch.tensor(x, dtype=torch.bfloat16)`` stores); for reference."""
+    bits = _U32.unpack(_F32.pack(float(value)))[0]
+    if math.isnan(float(value)):
+        return (bits >> 16) | 0x40
+    return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+
+
+class ParamLayout:
+    """One parameter buffer for one variant's ABI. Not thread-safe: each thread/launcher owns one."""
+
+    __slots__ = ("abi", "names", "types", "offsets", "size", "buffer", "pointers", "kernel_params",
+                 "struct", "pack_into", "n_user", "scratch_offsets", "_keep")
+
+    def __init__(self, abi: Abi) -> None:
+        self.abi = abi
+        user = [p for p in abi.params if p.kind in ("pointer", "scalar")]
+        self.n_user = len(user)
+        if list(abi.params[: self.n_user]) != user:
+            raise LaunchError(f"{abi.entry}: scratch parameters must follow the kernel's own parameters in ABI v1")
+        fmt = ["<"]
+        offsets: list[int] = []
+        offset = 0
+        for i, p in enumerate(abi.params):
+            pad = (-offset) % p.size
+            if pad and i < self.n_user:
+                fmt.append(f"{pad}x")
+            offset += pad
+            offsets.append(offset)
+            if i < self.n_user:
+                fmt.append("Q" if p.kind == "pointer" else SCALAR_FORMATS[p.type])
+            offset += p.size
+        self.names = tuple(p.name for p in user)
+        self.types = tuple(p.type for p in user)
+        self.offsets = tuple(offsets)
+        self.size = max(offset, 8)
+        words = (self.size + 7) // 8
+        self.buffer = (ctypes.c_uint64 * words)()
+        base = ctypes.addressof(self.buffer)
+        count = max(len(abi.params), 1)
+        self.pointers = (ctypes.c_void_p * count)(*[base + o for o in offsets] or [None])
+        self.kernel_params = ctypes.addressof(self.pointers) if abi.params else 0
+        self.struct = struct.Struct("".join(fmt))
+        self.pack_into = self.struct.pack_into
+        self.scratch_offsets = {p.kind: offsets[i] for i, p in enumerate(abi.params) if i >= self.n_user}
+        self._keep = (self.buffer, self.pointers)
+
+    def pack(self, values: Sequence[Any]) -> None:
+        """Pack user parameter values (ABI order; pointers as ints, bf16 as bits); errors name the parameter."""
+        try:
+            self.pack_into(self.buffer, 0, *values)
+        except (struct.error, OverflowError, TypeError) as exc:
+            raise self.explain(values, exc) from None
+
+    def set_scratch(self, kind: str, address: int) -> None:
+        struct.pack_into("<Q", self.buffer, self.scratch_offsets[kind], address)
+
+    def set_one(self, index: int, value: Any) -> None:
+        """Re-pack a single user parameter in place (the bound launcher's ``set``)."""
+        p = self.abi.params[index]
+        fmt = "<Q" if p.kind == "pointer" else "<" + SCALAR_FORMATS[p.type]
+        if p.type == "bf16":
+            value = bf16_bits(value)
+        try:
+            struct.pack_into(fmt, self.buffer, self.offsets[index], value)
+        except (struct.error, OverflowError, TypeError) as exc:
+            raise ArgumentError(self._why(index, value, exc)) from None
+
+    def bytes(self) -> bytes:
+        return ctypes.string_at(ctypes.addressof(self.buffer), self.size)
+
+    def explain(self, values: Sequence[Any], exc: BaseException) -> ArgumentError:
+        if len(values) != self.n_user:
+            return ArgumentError(f"{self.abi.entry}: {len(values)} values for {self.n_user} parameters {list(self.names)}")
+        for i, value in enumerate(values):
+            p = self.abi.params[i]
+            fmt = "<Q" if p.kind == "pointer" else "<" + SCALAR_FORMATS[p.type]
+            try:
+                struct.pack(fmt, value)
+            except (struct.error, OverflowError, TypeError) as err:
+                return ArgumentError(self._why(i, value, err))
+        return ArgumentError(f"{self.abi.entry}: could not pack parameters: {exc}")
+
+    def _why(self, index: int, value: Any, exc: BaseException) -> str:
+        p = self.abi.params[index]
+        if p.kind == "pointer":
+            return f"parameter {p.name!r} ({p.type}): {value!r} is not a device address (expected an int in [0, 2**64))"
+        if p.type in INT_RANGES:
+            lo, hi = INT_RANGES[p.type]
+            if isinstance(value, int) and not isinstance(value, bool):
+                return f"parameter {p.name!r} ({p.type}): {value} is out of range [{lo}, {hi}]"
+            return f"parameter {p.name!r} ({p.type}): expected an integer, got {type(value).__name__} {value!r}"
+        if p.type in FLOAT_TYPES:
+            if isinstance(value, (int, float)):
+                return f"parameter {p.name!r} ({p.type}): {value!r} does not fit {p.type} ({exc})"
+            return f"parameter {p.name!r} ({p.type}): expected a number, got {type(value).__name__}"
+        return f"parameter {p.name!r} ({p.type}): {exc}"

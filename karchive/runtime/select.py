@@ -1,0 +1,215 @@
+"""Variant selection: first by device (backend, arch, warp size, limits), then by call (types, hints, constexprs).
+
+Each check returns a reason string when it rejects, so a failed selection can list every variant with
+the reason it did not fit. Selection runs only on a dispatch-cache miss; the hot path never comes here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from ..errors import NoMatchingVariantError
+from ..format.manifest import Param, Variant
+from .args import PointerInfo, describe_arg
+from .device import DeviceInfo
+from .dtypes import pointer_element, triton_dtype
+from .pack import FLOAT_TYPES, INT_RANGES
+
+
+class _Missing:
+    """Marks a parameter the caller did not pass."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+MISSING: Any = _Missing()
+
+_SM = re.compile(r"^sm_(\d+)([af]?)$")
+
+
+def cubin_runs_on(binary_arch: str, cc: tuple[int, int]) -> bool:
+    """sm_XY runs on X.Z for Z >= Y; sm_XYf on the same family (major) likewise; sm_XYa only on X.Y."""
+    m = _SM.match(binary_arch)
+    if not m:
+        return False
+    major, minor = divmod(int(m.group(1)), 10)
+    if m.group(2) == "a":
+        return cc == (major, minor)
+    return cc[0] == major and cc[1] >= minor
+
+
+def ptx_runs_on(ptx_target: str, cc: tuple[int, int]) -> bool:
+    """PTX for sm_XY JITs for any cc >= X.Y; sm_XYa only for X.Y; sm_XYf for the same family."""
+    m = _SM.match(ptx_target)
+    if not m:
+        return False
+    major, minor = divmod(int(m.group(1)), 10)
+    if m.group(2) == "a":
+        return cc == (major, minor)
+    if m.group(2) == "f":
+        return cc[0] == major and cc[1] >= minor
+    return cc >= (major, minor)
+
+
+def _hip_base(arch: str) -> str:
+    return arch.split(":", 1)[0].lower()
+
+
+@dataclass(frozen=True)
+class DeviceFit:
+    """How a variant runs on a device: from its binary, or through the driver's PTX JIT."""
+
+    mode: str  # "binary" | "ptx"
+    distance: int  # 0 = built for exactly this arch; larger = older compatible arch
+
+
+def device_fit(v: Variant, dev: DeviceInfo, allow_ptx: bool,
+               ptx_header: Callable[[Variant], tuple[tuple[int, int] | None, str | None]] | None = None,
+               ) -> DeviceFit | str:
+    """A :class:`DeviceFit`, or the reason the variant cannot run on ``dev``."""
+    abi = v.abi
+    if v.target.backend != dev.backend:
+        return f"built for {v.target.backend}, the device is {dev.backend}"
+    if abi.warp_size != dev.warp_size:
+        return f"built for warp size {abi.warp_size}, the device's is {dev.warp_size}"
+    if dev.shared_optin is not None and abi.shared > dev.shared_optin:
+        return f"needs {abi.shared} bytes of shared memory per block, the device allows {dev.shared_optin}"
+    if dev.backend == "hip":
+        if abi.binary_format != "hsaco":
+            return f"binary format {abi.binary_format!r} is not a HIP code object"
+        if _hip_base(abi.binary_arch) != _hip_base(dev.arch):
+            return f"built for {abi.binary_arch}, the device is {dev.arch} (HIP code objects need an exact match)"
+        return DeviceFit("binary", 0)
+    if abi.binary_format != "cubin":
+        return f"binary format {abi.binary_format!r} is not a cubin"
+    cc = dev.cc or divmod(int(dev.arch), 10)
+    cluster = abi.cluster_dims[0] * abi.cluster_dims[1] * abi.cluster_dims[2]
+    if (abi.num_ctas > 1 or cluster > 1) and cc < (9, 0):
+        return f"uses thread-block clusters (num_ctas={abi.num_ctas}), which need sm_90 or newer"
+    if cubin_runs_on(abi.binary_arch, cc):
+        m = _SM.match(abi.binary_arch)
+        built = divmod(int(m.group(1)), 10) if m else cc
+        return DeviceFit("binary", (cc[0] - built[0]) * 10 + cc[1] - built[1])
+    why = f"cubin is {abi.binary_arch}, the device is sm_{cc[0]}{cc[1]}"
+    if not allow_ptx:
+        return why + ("; PTX JIT fallback is off (open(..., allow_ptx=True))" if "ptx" in v.ir else "")
+    if "ptx" not in v.ir or ptx_header is None:
+        return why + "; the archive holds no PTX for it"
+    version, target = ptx_header(v)
+    if target is None or version is None:
+        return why + "; its PTX has no readable .version/.target"
+    if not ptx_runs_on(target, cc):
+        return why + f"; its PTX targets {target}, which the driver cannot JIT for sm_{cc[0]}{cc[1]}"
+    isa = dev.ptx_isa
+    if isa is None:
+        return why + "; the driver's PTX ISA level is unknown, so its PTX is not tried"
+    if version > isa:
+        return (why + f"; its PTX is ISA {version[0]}.{version[1]}, the driver (version {dev.driver_version}) "
+                f"reads up to {isa[0]}.{isa[1]}")
+    return DeviceFit("ptx", 1000)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) or (hasattr(value, "__index__") and not hasattr(value, "__float__")) or \
+        type(value).__module__ == "numpy" and hasattr(value, "__index__") and "int" in type(value).__name__
+
+
+def param_reason(p: Param, value: Any, info: PointerInfo | None, given_cx: bool) -> str | None:
+    """Why ``value`` does not fit parameter ``p`` of one variant (None when it fits)."""
+    name = p.name
+    if p.equal_to_1:
+        if value is MISSING:
+            return f"{name} is missing"
+        if isinstance(value, bool) or not _is_int(value) or int(value) != 1:
+            return f"{name}={value!r}, but this variant was specialised for {name} == 1"
+        return None
+    if p.is_constexpr:
+        if value is MISSING:
+            return None
+        want = p.constexpr
+        if value != want or (isinstance(value, bool) != isinstance(want, bool)):
+            return f"{name}={value!r}, but this variant was compiled with {name}={want!r}"
+        return None
+    if value is MISSING:
+        return f"{name} is missing"
+    typ = p.type
+    if typ.startswith("*"):
+        if info is None:
+            return f"{name} expects a pointer ({typ}), got {describe_arg(value)}"
+        ptr, dtype, _dev = info
+        elem = pointer_element(typ)
+        got = triton_dtype(dtype)
+        if dtype is not None and got != elem:
+            return f"{name} has dtype {got or dtype}, this variant takes {typ}"
+        if p.divisibility == 16 and ptr % 16:
+            return f"{name} address 0x{ptr:x} is not 16-byte aligned, this variant assumes {name}:16"
+        return None
+    if typ in INT_RANGES:
+        if not _is_int(value) or (isinstance(value, bool) and typ not in ("i1", "u1")):
+            return f"{name} expects an integer ({typ}), got {describe_arg(value)}"
+        lo, hi = INT_RANGES[typ]
+        if not lo <= int(value) <= hi:
+            return f"{name}={int(value)} does not fit {typ}"
+        if p.divisibility == 16 and int(value) % 16:
+            return f"{name}={int(value)} is not divisible by 16, this variant assumes {name}:16"
+        return None
+    if typ in FLOAT_TYPES:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+            return f"{name} expects a number ({typ}), got {describe_arg(value)}"
+        return None
+    return f"{name} has type {typ!r}, which this runtime cannot pass"
+
+
+def call_reason(v: Variant, values: Sequence[Any], infos: Sequence[PointerInfo | None]) -> str | None:
+    """Why the call's arguments do not fit variant ``v`` (None when they do)."""
+    if len(values) != len(v.params):
+        return f"takes {len(v.params)} parameters, the call gave {len(values)}"
+    reasons = [r for p, x, i in zip(v.params, values, infos) if (r := param_reason(p, x, i, False))]
+    return "; ".join(reasons) if reasons else None
+
+
+def specialisation_count(v: Variant) -> int:
+    return sum(1 for p in v.params if p.divisibility or p.equal_to_1)
+
+
+def variant_label(v: Variant) -> str:
+    cx = ", ".join(f"{k}={val!r}" for k, val in v.constexprs.items())
+    hints = ",".join(p.name + (":1" if p.equal_to_1 else ":16") for p in v.params if p.equal_to_1 or p.divisibility)
+    opts = f"num_warps={v.abi.num_warps}" + (f", num_ctas={v.abi.num_ctas}" if v.abi.num_ctas != 1 else "")
+    return (f"{v.key[:12]} [{v.target}/{v.abi.binary_arch}; {cx}{'; ' if cx else ''}{opts}"
+            f"{'; ' + hints if hints else ''}]")
+
+
+def select_variant(kernel: str, variants: Sequence[Variant], dev: DeviceInfo, values: Sequence[Any],
+                   infos: Sequence[PointerInfo | None], names: Sequence[str], allow_ptx: bool = False,
+                   ptx_header: Callable | None = None) -> tuple[Variant, DeviceFit]:
+    """The best variant for this device and call, or :class:`NoMatchingVariantError` listing every rejection.
+
+    Preference: runs from its binary over PTX JIT; more specialisation hints (``:16``, ``== 1``); the
+    closest arch; then manifest order (the producer's order).
+    """
+    fits: list[tuple[tuple, int, Variant, DeviceFit]] = []
+    rejected: list[str] = []
+    for i, v in enumerate(variants):
+        fit = device_fit(v, dev, allow_ptx, ptx_header)
+        if isinstance(fit, str):
+            rejected.append(f"  - {variant_label(v)}: {fit}")
+            continue
+        why = call_reason(v, values, infos)
+        if why:
+            rejected.append(f"  - {variant_label(v)}: {why}")
+            continue
+        fits.append(((fit.mode != "binary", -specialisation_count(v), fit.distance, i), i, v, fit))
+    if fits:
+        fits.sort(key=lambda t: t[0])
+        return fits[0][2], fits[0][3]
+    asked = ", ".join(f"{n}={describe_arg(x)}" for n, x in zip(names, values) if x is not MISSING)
+    raise NoMatchingVariantError(
+        f"no variant of {kernel!r} fits the call {kernel}({asked}) on {dev}; "
+        f"{len(variants)} variant(s) rejected:\n" + "\n".join(rejected)
+    )
