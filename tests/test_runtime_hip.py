@@ -53,7 +53,7 @@ def test_second_call_hits_the_cache_and_repacks(env):
     assert sum(c[0] == "hipModuleLoadData" for c in hip.calls) == n_loads  # loaded once
     add[(3,)](OUT, X, Y, 7, BLOCK=256)
     assert len(add._cache) == 2  # BLOCK omitted / given are two keys for one loaded entry
-    assert len({ent[0] for ent in add._cache.values()}) == 1
+    assert len({ent[4] for ent in add._cache.values()}) == 1
     assert hip.launches()[-1][8][:4] == [q(OUT), q(X), q(Y), struct.pack("<i", 7)]
 
 
@@ -166,3 +166,14 @@ def test_hip_device_info(env):
     b = arc.backend()
     info = b.device_info(0)
     assert (info.backend, info.arch, info.warp_size, info.name) == ("hip", "gfx942", 64, "Fake MI300X")
+
+
+def test_keyword_arguments_bind_like_positional_ones(env):
+    hip, arc = env
+    add = arc.kernel("add_kernel")
+    add[(1,)](x_ptr=X, y_ptr=Y, out_ptr=OUT, n_elements=3, BLOCK=256)
+    add[(1,)](X, Y, OUT, 3, BLOCK=256)
+    add[(1,)](X, Y, out_ptr=OUT, n_elements=3, BLOCK=256)
+    assert len(add._cache) == 1  # one key: keywords took the generated fast path, not the miss path
+    assert [c[8][:3] for c in hip.launches()] == [[q(X), q(Y), q(OUT)]] * 3
+    assert add._run.__code__.co_varnames[1:6] == ("x_ptr", "y_ptr", "out_ptr", "n_elements", "BLOCK")

@@ -52,8 +52,8 @@ def timeit_rounds(fns: dict, rounds: int, launches: int, sync) -> dict[str, floa
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--archive", default=str(ROOT / ".gpu" / "bench.karc"))
-    ap.add_argument("--rounds", type=int, default=41)
-    ap.add_argument("--launches", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=61)
+    ap.add_argument("--launches", type=int, default=400)
     ap.add_argument("--json")
     args = ap.parse_args()
 
@@ -130,7 +130,10 @@ def main() -> None:
     # stream getters
     get_raw = torch._C._cuda_getCurrentRawStream
     micro = timeit_rounds({"torch._C._cuda_getCurrentRawStream(0)": lambda: get_raw(0),
-                           "torch.cuda.current_stream()": torch.cuda.current_stream}, 21, 2000, lambda: None)
+                           "torch.cuda.current_stream()": torch.cuda.current_stream,
+                           "tensor.data_ptr()": x.data_ptr, "tensor.dtype": lambda: x.dtype,
+                           "tensor.get_device()": x.get_device, "tensor.is_cuda": lambda: x.is_cuda,
+                           "empty lambda": lambda: None}, 21, 2000, lambda: None)
 
     from cuda import bindings
 

@@ -154,7 +154,7 @@ class Kernel:
 
         real = list(self.param_names)
         ok = all(n.isidentifier() and not keyword.iskeyword(n) and not n.startswith("_k") for n in real)
-        names = real if ok else [f"_ka{i}" for i in range(len(real))]
+        names = [f"_ka{i}" for i in range(len(real))]  # placeholders; real names are patched in after compile
         key_lines: list[str] = []
         key_parts: list[str] = []
         for i, role in enumerate(self._roles):
@@ -188,10 +188,11 @@ class Kernel:
         params = ", ".join(f"{a}=_kNG" for a in names)
         all_tuple = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
         call_vals = ", ".join(f"_kq{i}" if i in self._extracted else names[i] for i in self._call_positions)
-        named = "{" + ", ".join(f"{n!r}: {a}" for n, a in zip(self.param_names, names)) + "}"
+        named = f"dict(zip(_knames, {all_tuple}))"
         g: dict[str, Any] = {
             "_kNG": MISSING, "_kTT": _Never, "_kpi": pointer_info, "_kmk": _mixed_key, "_kcache": self._cache,
-            "_kmiss": self._miss, "_kgridfn": self._grid,
+            "_kmiss": self._miss, "_kgridfn": self._grid, "_kident": threading.get_ident,
+            "_knames": self.param_names,
         }
         torch = sys.modules.get("torch")
         if torch is not None and is_torch_tensor_type(getattr(torch, "Tensor", object)):
@@ -204,18 +205,39 @@ class Kernel:
             + f"        _kent = _kcache[{key_expr}]\n"
             "    except Exception:\n"
             f"        return _kmiss(_kgrid, {all_tuple}, (), None, stream)\n"
-            "    _klaunch, _kmeta, _kdsf, _kdev = _kent\n"
+            "    _kdirect, _kmeta, _kdsf, _kdev, _klaunch = _kent\n"
             "    if type(_kgrid) is not tuple:\n"
             f"        _kgrid = _kgridfn(_kgrid, _kmeta, {named})\n"
             "    if stream is None:\n"
             "        stream = 0 if _kdsf is None else _kdsf(_kdev)\n"
-            f"    _klaunch(_kgrid, stream{', ' if call_vals else ''}{call_vals})\n"
+            "    if _kdirect is None:\n"
+            f"        return _klaunch(_kgrid, stream{', ' if call_vals else ''}{call_vals})\n"
+            "    _kpack, _kbuf, _kparams, _kfunc, _kbx, _kshared, _kowner, _kexplain, _kfailed = _kdirect\n"
+            "    if _kident() != _kowner:\n"
+            f"        return _klaunch(_kgrid, stream{', ' if call_vals else ''}{call_vals})\n"
+            "    _kn = len(_kgrid)\n"
+            "    if _kn == 1:\n        _kgx = _kgrid[0]; _kgy = 1; _kgz = 1\n"
+            "    elif _kn == 2:\n        _kgx, _kgy = _kgrid; _kgz = 1\n"
+            "    else:\n        _kgx, _kgy, _kgz = _kgrid\n"
+            "    try:\n"
+            f"        _kpack(_kbuf, 0{', ' if call_vals else ''}{call_vals})\n"
+            "    except Exception as _kexc:\n"
+            f"        raise _kexplain(({call_vals}{',' if len(self._call_positions) == 1 else ''}), _kexc) from None\n"
+            "    _ks = _kstreams.get(stream)\n"
+            "    if _ks is None:\n        _ks = _kstream(stream)\n"
+            "    _kerr = _kL(_kfunc, _kgx, _kgy, _kgz, _kbx, 1, 1, _kshared, _ks, _kparams, _kX)[0]\n"
+            "    if _kerr:\n        _kfailed(_kerr, _kgx, _kgy, _kgz, _ks)\n"
             "\n"
             f"def key({params}):\n"
             + "".join(key_lines)
             + f"    return {key_expr}\n"
         )
-        exec(compile(src, f"<karchive dispatch {self.name}>", "exec"), g)  # noqa: S102 - our own template
+        from .codegen import build, rename_args
+
+        build(src, g, "dispatch")
+        if ok:  # keyword arguments bind to the kernel's own parameter names
+            rename_args(g["run"], names, real)
+            rename_args(g["key"], names, real)
         return g["run"], g["key"], g
 
     # -- public API ------------------------------------------------------------------------------------
@@ -394,7 +416,11 @@ class Kernel:
         values = self._bind_values(values, {}) if any(v is MISSING for v in values) else list(values)
         ent, infos = self._resolve(values)
         dsf = self._stream_fn(values, infos)
-        tup = (ent.launch, ent.meta, dsf, ent.device)
+        g = self._g
+        if "_kL" not in g:  # backend-wide constants of the inline launch
+            b = ent.backend
+            g.update({"_kL": b.launch, "_kstreams": b._streams, "_kstream": b.stream, "_kX": ent._extra})
+        tup = (ent.direct, ent.meta, dsf, ent.device, ent.launch)
         for i, v in enumerate(values):  # turn the torch fast path on once torch tensors show up
             if infos[i] is not None and self._g["_kTT"] is _Never and is_torch_tensor_type(type(v)):
                 self._g["_kTT"] = sys.modules["torch"].Tensor

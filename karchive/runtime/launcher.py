@@ -86,6 +86,13 @@ class LaunchEntry:
         self._extra = None if backend.name == "hip" else 0
         self.launch = self._generate()
         self.label = variant_label(variant)
+        # When the call values map 1:1 onto the binary's parameters (no == 1 parameter dropped, nothing to
+        # convert) the dispatcher packs and launches inline, without a second Python frame.
+        identity = len(self.slots) == len(self.call_positions) and all(
+            j == i and conv is None for i, (j, conv) in enumerate(self.slots))
+        self.direct: tuple | None = None if self.special or not identity else (
+            self.layout.pack_into, self.layout.buffer, self.layout.kernel_params, loaded.function, self.block[0],
+            self.shared, self._owner, self.explain, self.failed)
 
     # -- conversion (slow path) ----------------------------------------------------------------------
     def convert(self, values: Sequence[Any]) -> list[Any]:
@@ -209,8 +216,9 @@ class LaunchEntry:
                 "    err = _launch(_func, gx, gy, gz, _bx, 1, 1, _shared, s, _params, _extra)[0]\n"
                 "    if err:\n        _failed(err, gx, gy, gz, s)\n"
             )
-        exec(compile(head + body, f"<karchive launch {self.kernel}>", "exec"), g)  # noqa: S102 - our own template
-        return g["launch"]
+        from .codegen import build
+
+        return build(head + body, g, "launch")["launch"]
 
 
 class BoundLauncher:
@@ -254,8 +262,8 @@ class BoundLauncher:
         packed = []
         for i, p in enumerate(user):
             if p.kind == "pointer":
-                lines.append(f"        t = type(v{i})\n        q{i} = v{i} if t is int else v{i}.data_ptr() "
-                             f"if t is _TT else _pv(v{i})\n")
+                lines.append(f"        q{i} = v{i}.data_ptr() if type(v{i}) is _TT else v{i} if type(v{i}) is int "
+                             f"else _pv(v{i})\n")
                 packed.append(f"q{i}")
             elif p.type == "bf16":
                 packed.append(f"_bf16(v{i})")
@@ -300,8 +308,9 @@ class BoundLauncher:
                 "    err = _launch(_func, GX, GY, GZ, _bx, 1, 1, _shared, S, _params, _extra)[0]\n"
                 "    if err:\n        _failed(err)\n"
             )
-        exec(compile(body, f"<karchive bound {e.kernel}>", "exec"), g)  # noqa: S102 - our own template
-        return g["call"]
+        from .codegen import build
+
+        return build(body, g, "bound")["call"]
 
     # Python looks special methods up on the type, so __call__ forwards to the generated function.
     def __call__(self, *args: Any) -> None:
