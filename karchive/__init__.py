@@ -6,6 +6,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "capture": ("karchive.producer.capture", "capture"),
     "open": ("karchive.runtime.archive", "open_archive"),
+    "torch": ("karchive.interop.torch", None),  # the module itself: karchive.torch.custom_op(...)
 }
 
 
@@ -14,5 +15,6 @@ def __getattr__(name: str):
         import importlib
 
         module, attr = _LAZY[name]
-        return getattr(importlib.import_module(module), attr)
+        mod = importlib.import_module(module)
+        return mod if attr is None else getattr(mod, attr)
     raise AttributeError(f"module 'karchive' has no attribute {name!r}")
