@@ -14,8 +14,8 @@ import re
 import threading
 from typing import Any
 
-from ..errors import KarchiveError, NoMatchingVariantError
-from ..format.manifest import Manifest, Variant
+from ..errors import KarchiveError, NoMatchingVariantError, SchemaError
+from ..format.manifest import Manifest, Variant, parse_variant
 from ..format.reader import ArchiveReader, Limits
 from .device import ptx_header
 from .dispatch import Kernel
@@ -41,7 +41,20 @@ class Archive:
                  backend: str | None = None) -> None:
         self.reader = reader
         self.ref = ref
-        self.manifest = Manifest.from_json(reader.manifest)
+        raw = reader.manifest
+        entries = raw.get("variants")
+        if not isinstance(entries, list) or not all(isinstance(v, dict) for v in entries):
+            raise SchemaError("manifest: 'variants' must be a list of objects")
+        keys = [v.get("key") for v in entries]
+        if len(set(keys)) != len(keys):
+            raise SchemaError("manifest: duplicate variant keys")
+        # Variants are parsed (and schema-checked) per kernel on first use: a cold start that launches
+        # a few kernels of a large archive does not pay for parsing all of them.
+        self._raw_by_kernel: dict[str, list[tuple[int, dict]]] = {}
+        for i, v in enumerate(entries):
+            self._raw_by_kernel.setdefault(str(v.get("kernel")), []).append((i, v))
+        self._parsed: dict[str, list[Variant]] = {}
+        self._manifest: Manifest | None = None
         self.allow_ptx = allow_ptx
         self._backend_name = backend
         self._backend: Any = None
@@ -53,21 +66,35 @@ class Archive:
 
     # -- inspection ------------------------------------------------------------------------------------
     @property
+    def manifest(self) -> Manifest:
+        """The whole manifest, parsed and checked (built on first access)."""
+        if self._manifest is None:
+            self._manifest = Manifest.from_json(self.reader.manifest)
+        return self._manifest
+
+    @property
     def name(self) -> str:
-        return self.manifest.name
+        return str(self.reader.manifest.get("name"))
 
     @property
     def version(self) -> str:
-        return self.manifest.version
+        return str(self.reader.manifest.get("version"))
 
     def kernels(self) -> list[str]:
-        return self.manifest.kernels()
+        return sorted(self._raw_by_kernel)
 
     def variants(self, kernel: str | None = None) -> list[Variant]:
-        return [v for v in self.manifest.variants if kernel is None or v.kernel == kernel]
+        if kernel is None:
+            return list(self.manifest.variants)
+        parsed = self._parsed.get(kernel)
+        if parsed is None:
+            parsed = [parse_variant(v, f"variants[{i}]") for i, v in self._raw_by_kernel.get(kernel, [])]
+            self._parsed[kernel] = parsed
+        return list(parsed)
 
     def __repr__(self) -> str:
-        return f"<karchive.Archive {self.name} {self.version} ({len(self.manifest.variants)} variants) from {self.ref}>"
+        n = sum(len(v) for v in self._raw_by_kernel.values())
+        return f"<karchive.Archive {self.name} {self.version} ({n} variants) from {self.ref}>"
 
     def kernel(self, name: str) -> Kernel:
         """The dispatcher for ``name`` (created once per archive)."""
@@ -96,7 +123,8 @@ class Archive:
             if self._backend_name:
                 names = [self._backend_name]
             else:
-                present = {v.target.backend for v in self.manifest.variants}
+                present = {str((v.get("target") or {}).get("backend")) for vs in self._raw_by_kernel.values()
+                           for _, v in vs}
                 names = [n for n in ("cuda", "hip") if n in present] or ["cuda"]
             b = self._backend = first_available(names)
         return b
