@@ -7,21 +7,9 @@ import pathlib
 
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-EXAMPLES = ROOT / "examples"
+from support import EXAMPLES, have_triton as _have_triton
 
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-
-
-def _have_triton() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-needs_triton = pytest.mark.skipif(not _have_triton(), reason="the producer tests need triton (pip install karchive[producer])")
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,7 @@ import subprocess
 
 import pytest
 
-from conftest import EXAMPLES, needs_triton
+from support import EXAMPLES, needs_triton
 from karchive.errors import SentinelError, UnsupportedKernelError, UnsupportedVersionError
 from karchive.format.constants import PATH_SENTINEL
 from karchive.format.manifest import Manifest

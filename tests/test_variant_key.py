@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from conftest import EXAMPLES, ROOT, needs_triton
+from support import EXAMPLES, ROOT, needs_triton
 
 pytestmark = needs_triton
 
