@@ -49,16 +49,23 @@ class VariantRequest:
         return f"{self.kernel_ref.rpartition(':')[2]}[{self.target}]({args}{';' if args and opts else ''}{opts})"
 
 
+PLUGIN_ENV_VARS = ("TRITON_PASS_PLUGIN_PATH", "TRITON_PLUGIN_PATHS", "LLVM_PASS_PLUGIN_PATH")
+
+
 def pipeline_hooks() -> list[dict]:
     """Pass-pipeline customisations in effect: they change the binary, so they enter the key."""
     hooks: list[dict] = []
-    plugin = os.environ.get("TRITON_PASS_PLUGIN_PATH")
-    if plugin:
-        for path in plugin.split(os.pathsep):
-            if path:
+    # Triton 3.6 reads TRITON_PASS_PLUGIN_PATH; 3.9 reads TRITON_PLUGIN_PATHS and LLVM_PASS_PLUGIN_PATH.
+    for var in PLUGIN_ENV_VARS:
+        for path in os.environ.get(var, "").split(os.pathsep):
+            if not path:
+                continue
+            try:
                 with open(path, "rb") as fh:
-                    hooks.append({"kind": "pass_plugin", "name": os.path.basename(path),
-                                  "sha256": hashlib.sha256(fh.read()).hexdigest()})
+                    digest = hashlib.sha256(fh.read()).hexdigest()
+            except OSError as exc:
+                raise CompileError(f"{var} names {path!r}, which cannot be read: {exc}") from exc
+            hooks.append({"kind": "pass_plugin", "name": os.path.basename(path), "sha256": digest})
     try:
         from triton import knobs
 
@@ -107,7 +114,10 @@ def compile_variant(req: VariantRequest) -> CompiledVariant:
     except ImportError as exc:  # pragma: no cover - producer extra missing
         raise CompileError("compiling needs Triton: pip install 'karchive[producer]'") from exc
     arch: Any = int(target.arch) if target.backend == "cuda" else target.arch
-    attrs = {(spec.names.index(n),): [["tt.divisibility", d]] for n, d in spec.divisibility.items()}
+    # One entry per non-constexpr parameter, as Triton's JIT builds them: Triton's own hash then
+    # equals the JIT's, so an exported AOT variant is a cache hit for plain JIT calls.
+    attrs = {(i,): ([["tt.divisibility", spec.divisibility[n]]] if n in spec.divisibility else [])
+             for i, n in enumerate(spec.names) if spec.types[n] != "constexpr"}
     src = ASTSource(fn=fn, signature=dict(spec.types), constexprs=dict(spec.constexprs), attrs=attrs)
     try:
         compiled = triton.compile(src, target=GPUTarget(target.backend, arch, target.warp_size), options=dict(req.options))
@@ -117,12 +127,13 @@ def compile_variant(req: VariantRequest) -> CompiledVariant:
         message = str(exc).strip() or type(exc).__name__
         raise CompileError(f"{req.label()}: Triton failed to compile: {type(exc).__name__}: {message}") from exc
     metadata = compiled.metadata._asdict()
+    from .triton_cache import build_fingerprint
     try:
         return describe_variant(
             kernel=fn.__name__, param_names=spec.names, param_types=spec.types, constexprs=spec.constexprs,
             divisibility=spec.divisibility, equal_to_1=spec.equal_to_1, metadata=metadata, asm=dict(compiled.asm),
             source_key=fn.cache_key, source_text=module_source(module), hooks=pipeline_hooks(), origin="aot",
-            include_ir=req.include_ir,
+            include_ir=req.include_ir, provenance_extra={"triton_cache": build_fingerprint(target.to_json())},
         )
     except UnsupportedKernelError as exc:
         raise UnsupportedKernelError(f"{req.label()}: {exc}") from exc
