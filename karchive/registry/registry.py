@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..errors import ConflictError, IntegrityError, NotFoundError, RegistryError
-from ..format.reader import ArchiveReader
+from ..format.reader import ArchiveReader, Limits
 from .archive_check import check_archive_file
 from .cache import Cache
 from .config import FETCH_ENV, registry_url
@@ -305,7 +305,7 @@ class Registry:
         return PullResult(record, path, downloaded)
 
     def open(self, ref: str | Ref, *, lockfile: Lockfile | str | os.PathLike | None = None,
-             fetch: FetchMode | None = None) -> ArchiveReader:
+             fetch: FetchMode | None = None, limits: Limits | None = None) -> ArchiveReader:
         """An :class:`ArchiveReader` for ``ref``.
 
         ``auto`` (default, or ``$KARCHIVE_FETCH``): a cached archive is read from disk; a local
@@ -317,15 +317,17 @@ class Registry:
             raise RegistryError(f"fetch mode must be auto, lazy or full, not {mode!r}")
         record = self.record_for(ref, lockfile)
         cached = self.cache.lookup(record.sha256, record.size, name=record.name, version=record.version)
+        limits = limits or Limits()
         if cached is not None:
-            return ArchiveReader.from_path(cached)
+            return ArchiveReader.from_path(cached, limits=limits)
         if mode == "full" or (mode == "auto" and self.store.is_local):
-            return ArchiveReader.from_path(self.fetch(record)[0])
-        return self.open_lazy(record)
+            return ArchiveReader.from_path(self.fetch(record)[0], limits=limits)
+        return self.open_lazy(record, limits)
 
-    def open_lazy(self, record: VersionRecord) -> ArchiveReader:
+    def open_lazy(self, record: VersionRecord, limits: Limits | None = None) -> ArchiveReader:
+        """Range reads only: the tail, then one request per frame used; authenticated via the index digest."""
         source = StoreSource(self.store, blob_path(record.sha256), record.size, self.retry)
-        reader = ArchiveReader(source)
+        reader = ArchiveReader(source, limits=limits or Limits())
         found = source.footer_index_sha256()
         if found != record.index_sha256:
             raise IntegrityError(f"{source.describe()}: index digest {found} differs from {record.ref}'s record "

@@ -255,6 +255,9 @@ class FsspecStore(Store):
                 self._call(lambda: self.fs.pipe_file(full, data, mode="create"), f"create {path} in")
             except FileExistsError:
                 return False
+            except TypeError as exc:  # an fsspec backend from before exclusive writes existed
+                raise RegistryError(f"{self.url}: this fsspec backend cannot create files exclusively ({exc}); "
+                                    "upgrade fsspec/s3fs/gcsfs to 2024.12 or newer") from None
         return True
 
     def replace(self, path: str, data: bytes) -> None:
