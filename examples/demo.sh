@@ -3,13 +3,7 @@
 # default local registry, inspect and verify it, and launch its kernels where an NVIDIA GPU is present.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV="${KARCHIVE_VENV:-.venv}"
-if [ ! -x "$VENV/bin/python" ]; then
-  python3 -m venv "$VENV"
-fi
-"$VENV/bin/python" -m pip install -q --upgrade pip
-"$VENV/bin/python" -m pip install -q -e ".[producer,cuda,cli]"
-export TRITON_DEFAULT_FP_FUSION=1
+source tools/venv.sh "producer,cuda,cli"
 K="$VENV/bin/karchive"
 mkdir -p out
 echo "== build examples/build.toml -> out/examples.karc"
@@ -21,4 +15,4 @@ echo "== inspect"
 "$K" inspect examples@0.1.0 2>/dev/null || "$K" inspect out/examples.karc
 "$K" verify out/examples.karc
 echo "== launch (needs an NVIDIA GPU and driver)"
-"$VENV/bin/python" examples/launch.py examples@0.1.0
+"$PY" examples/launch.py examples@0.1.0
