@@ -30,13 +30,15 @@ EOF
 } > "$OUT/env.txt" 2>&1
 cat "$OUT/env.txt"
 
-SECTIONS=${SECTIONS:-"tests launch cold"}
-if [[ " $SECTIONS " == *" tests "* ]]; then
-  timeout 240 $PY -m pytest tests/gpu -q -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -60
-fi
+# Benchmarks first, so no process left over from a test (JAX, compile workers) disturbs the timings.
+SECTIONS=${SECTIONS:-"launch cold tests"}
+GPU_TESTS=${GPU_TESTS:-tests/gpu}
 if [[ " $SECTIONS " == *" launch "* ]]; then
-  timeout 120 $PY tools/bench_launch.py --json "$OUT/bench_launch.json" 2>&1 | tee "$OUT/bench_launch.txt"
+  timeout 150 $PY tools/bench_launch.py --json "$OUT/bench_launch.json" 2>&1 | tee "$OUT/bench_launch.txt"
 fi
 if [[ " $SECTIONS " == *" cold "* ]]; then
   timeout 200 $PY tools/bench_coldstart.py --json "$OUT/bench_coldstart.json" 2>&1 | tee "$OUT/bench_coldstart.txt"
+fi
+if [[ " $SECTIONS " == *" tests "* ]]; then
+  timeout 240 $PY -m pytest $GPU_TESTS -q -rs -p no:cacheprovider 2>&1 | tee "$OUT/pytest.log" | tail -40
 fi

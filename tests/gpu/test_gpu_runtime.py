@@ -183,6 +183,33 @@ def test_cuda_graph_capture(arc):
         assert torch.equal(out, x + y)
 
 
+def test_bound_launcher_and_scratch_kernel_in_a_captured_graph(arc, fixtures):
+    n = 1 << 15
+    x, y = rnd(n), rnd(n)
+    out = poison(x)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):  # bind on the stream the graph will be captured on
+        b = arc.kernel("add_kernel").bind((cdiv(n, 1024),), x, y, out, n, BLOCK=1024)
+        k = karchive.open(str(fixtures / "scratch.karc")).kernel("tma_scale_kernel")
+        M, N = 128, 192
+        a = rnd(M, N)
+        a2 = poison(a)
+        k[(M // 64, N // 64)](a, a2, M, N)  # warm: loads and allocates scratch outside the capture
+    s.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        b()
+        k[(M // 64, N // 64)](a, a2, M, N)
+    x.copy_(rnd(n))
+    a.copy_(rnd(M, N))
+    out.fill_(float("nan"))
+    a2.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, x + y)
+    assert torch.equal(a2, a * 2)
+
+
 def test_bound_launcher(arc):
     n = 50_000
     x, y = rnd(n), rnd(n)
