@@ -17,6 +17,8 @@ from karchive.registry.layout import blob_path
 from registry_servers import StaticHTTPServer, gcs_server, s3_server
 from registry_support import big_archive, isolated, small_archive  # noqa: F401 - fixture
 
+pytestmark = pytest.mark.usefixtures("isolated")
+
 BACKENDS = ["local", "memory", "s3", "gcs", "http"]
 
 
@@ -38,7 +40,7 @@ class Backend:
 
 
 @pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path, isolated: Path):  # noqa: F811
+def backend(request: pytest.FixtureRequest, tmp_path: Path):
     kind = request.param
     if kind == "local":
         yield Backend(kind, str(tmp_path / "registry"))
@@ -129,7 +131,7 @@ def test_lazy_open_reads_tail_and_one_frame(backend: Backend, tmp_path: Path) ->
     assert not list((tmp_path / "cache").glob("blobs/sha256/*.karc")), "lazy mode must not download the archive"
 
 
-def test_http_registry_is_read_only(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_http_registry_is_read_only(tmp_path: Path) -> None:
     root = tmp_path / "served"
     Registry(root / "registry", cache=tmp_path / "c").publish(small_archive())
     http = StaticHTTPServer(root)

@@ -17,6 +17,8 @@ from karchive.registry import Cache, Registry
 from registry_servers import ROOT, StaticHTTPServer, s3_server, subprocess_env
 from registry_support import big_archive, isolated, release_together, run_cli, small_archive  # noqa: F401
 
+pytestmark = pytest.mark.usefixtures("isolated")
+
 
 @pytest.fixture
 def counted_checks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -32,7 +34,7 @@ def counted_checks(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return calls
 
 
-def test_verified_once_then_reused_without_hashing(tmp_path: Path, isolated: Path, counted_checks: list[str]) -> None:  # noqa: F811
+def test_verified_once_then_reused_without_hashing(tmp_path: Path, counted_checks: list[str]) -> None:
     reg = Registry(tmp_path / "registry", cache=tmp_path / "cache")
     record = reg.publish(big_archive()).record
     counted_checks.clear()
@@ -57,7 +59,7 @@ def test_verified_once_then_reused_without_hashing(tmp_path: Path, isolated: Pat
     assert len(counted_checks) == 2
 
 
-def test_tampered_cache_file_is_evicted_and_refetched(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_tampered_cache_file_is_evicted_and_refetched(tmp_path: Path) -> None:
     reg = Registry(tmp_path / "registry", cache=tmp_path / "cache")
     record = reg.publish(small_archive()).record
     path = reg.pull("examples@0.1.0").path
@@ -84,7 +86,7 @@ print("downloaded" if r.downloaded else "cached", r.path)
 """
 
 
-def test_eight_processes_pull_one_archive(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_eight_processes_pull_one_archive(tmp_path: Path) -> None:
     s3 = s3_server()
     url = f"s3://{s3.new_bucket()}/reg"
     record = Registry(url, s3.storage_options(), cache=tmp_path / "w").publish(big_archive()).record
@@ -104,7 +106,7 @@ def test_eight_processes_pull_one_archive(tmp_path: Path, isolated: Path) -> Non
     assert served == record.size, "one process downloads; the other seven wait and reuse its verified file"
 
 
-def test_killed_writer_leaves_nothing_mistaken_for_an_archive(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_killed_writer_leaves_nothing_mistaken_for_an_archive(tmp_path: Path) -> None:
     root = tmp_path / "served"
     record = Registry(root / "registry", cache=tmp_path / "w").publish(big_archive()).record
     http = StaticHTTPServer(root)
@@ -135,7 +137,7 @@ def test_killed_writer_leaves_nothing_mistaken_for_an_archive(tmp_path: Path, is
         http.stop()
 
 
-def test_prune_by_age_and_size(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_prune_by_age_and_size(tmp_path: Path) -> None:
     reg = Registry(tmp_path / "registry", cache=tmp_path / "cache")
     paths = {}
     for i, version in enumerate(["0.1.0", "0.2.0", "0.3.0"]):

@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from registry_servers import StaticHTTPServer, s3_server
 from registry_support import big_archive, isolated, run_cli, small_archive  # noqa: F401 - fixture
 
+pytestmark = pytest.mark.usefixtures("isolated")
 
-def test_cli_round_trip_on_the_default_registry(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+
+def test_cli_round_trip_on_the_default_registry(tmp_path: Path) -> None:
     env = {"XDG_DATA_HOME": str(tmp_path / "data"), "XDG_CACHE_HOME": str(tmp_path / "cache")}
     out = run_cli("publish", str(small_archive("examples", "0.1.0")), env=env)
     assert out.returncode == 0, out.stderr
@@ -57,7 +61,7 @@ def test_cli_round_trip_on_the_default_registry(tmp_path: Path, isolated: Path) 
     assert refs == ["examples@0.1.0", "examples@0.2.0"]
 
 
-def test_cli_against_s3_uses_the_backends_own_configuration(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_cli_against_s3_uses_the_backends_own_configuration(tmp_path: Path) -> None:
     s3 = s3_server()
     url = f"s3://{s3.new_bucket()}/reg"
     env = {**s3.env(), "KARCHIVE_REGISTRY": url, "KARCHIVE_CACHE_DIR": str(tmp_path / "cache")}
@@ -69,7 +73,7 @@ def test_cli_against_s3_uses_the_backends_own_configuration(tmp_path: Path, isol
     assert run_cli("reindex", env=env).returncode == 0
 
 
-def test_progress_is_shown_when_asked(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_progress_is_shown_when_asked(tmp_path: Path) -> None:
     root = tmp_path / "served"
     from karchive.registry import Registry
 
@@ -87,7 +91,7 @@ def test_progress_is_shown_when_asked(tmp_path: Path, isolated: Path) -> None:  
         http.stop()
 
 
-def test_cli_reports_a_corrupt_index_without_a_traceback(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_cli_reports_a_corrupt_index_without_a_traceback(tmp_path: Path) -> None:
     root = tmp_path / "served"
     from karchive.registry import Registry
 

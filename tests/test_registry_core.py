@@ -20,6 +20,8 @@ from karchive.registry.retry import is_transient
 from karchive.registry.versions import sort_versions
 from registry_support import isolated, small_archive  # noqa: F401 - fixture
 
+pytestmark = pytest.mark.usefixtures("isolated")
+
 
 # -- references and versions ----------------------------------------------------------------------
 @pytest.mark.parametrize("text,name,version", [
@@ -86,7 +88,7 @@ def test_record_round_trip_and_validation() -> None:
             VersionRecord.from_json(bad, "names/a/versions/1.0.json")
 
 
-def test_corrupt_registry_files_are_clear_errors(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_corrupt_registry_files_are_clear_errors(tmp_path: Path) -> None:
     root = tmp_path / "registry"
     reg = Registry(root, cache=tmp_path / "c")
     reg.publish(small_archive("examples", "0.1.0"))
@@ -110,7 +112,7 @@ def test_corrupt_registry_files_are_clear_errors(tmp_path: Path, isolated: Path)
         reg.publish(small_archive("examples", "0.3.0"))
 
 
-def test_publish_refuses_bad_input(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_publish_refuses_bad_input(tmp_path: Path) -> None:
     reg = Registry(tmp_path / "registry", cache=tmp_path / "c")
     with pytest.raises(RegistryError, match="no such archive"):
         reg.publish(tmp_path / "missing.karc")
@@ -139,7 +141,7 @@ def test_publish_refuses_bad_input(tmp_path: Path, isolated: Path) -> None:  # n
 
 
 # -- lockfiles ------------------------------------------------------------------------------------
-def test_lockfile_pins_digests(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_lockfile_pins_digests(tmp_path: Path) -> None:
     a = Registry(tmp_path / "a", cache=tmp_path / "cache")
     a.publish(small_archive("examples", "1.0.0", block=1024))
     lock = Lockfile.from_records([a.resolve("examples@1.0.0")], a.url)
@@ -160,7 +162,7 @@ def test_lockfile_pins_digests(tmp_path: Path, isolated: Path) -> None:  # noqa:
         open_reader("other", registry=a, lockfile=loaded)
 
 
-def test_lockfile_load_is_offline_when_cached(tmp_path: Path, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # noqa: F811
+def test_lockfile_load_is_offline_when_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     reg = Registry(tmp_path / "registry", cache=tmp_path / "cache")
     reg.publish(small_archive())
     Lockfile.from_records([reg.resolve("examples@0.1.0")]).write(tmp_path / "karchive.lock")
@@ -242,11 +244,11 @@ def test_registry_module_imports_without_rich_or_cloud_backends() -> None:
     assert out.returncode == 0, out.stderr
 
 
-def test_missing_backend_is_a_registry_error(isolated: Path) -> None:  # noqa: F811
+def test_missing_backend_is_a_registry_error() -> None:
     with pytest.raises(RegistryError):
         Registry("nosuchproto://bucket/reg")
 
 
-def test_not_found_is_a_registry_error_subclass(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_not_found_is_a_registry_error_subclass(tmp_path: Path) -> None:
     with pytest.raises(NotFoundError):
         Registry(tmp_path / "r", cache=tmp_path / "c").pull("examples@1.0")

@@ -7,22 +7,23 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from karchive.errors import ConflictError, FormatError, IntegrityError, KarchiveError, RegistryError, TransferError
+from karchive.errors import FormatError, IntegrityError, KarchiveError, RegistryError, TransferError
 from karchive.format.reader import ArchiveReader
 from karchive.registry import Registry, RetryPolicy, open_reader
 from karchive.registry.layout import blob_path
 from registry_servers import ROOT, StaticHTTPServer, gcs_server, s3_server, subprocess_env
 from registry_support import big_archive, isolated, release_together, small_archive  # noqa: F401
 
+pytestmark = pytest.mark.usefixtures("isolated")
+
 FAST = RetryPolicy(attempts=3, base_delay=0.01)
 
 
-def test_one_variant_from_a_large_s3_archive_costs_two_range_requests(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_one_variant_from_a_large_s3_archive_costs_two_range_requests(tmp_path: Path) -> None:
     s3 = s3_server()
     url = f"s3://{s3.new_bucket()}/reg"
     big = big_archive()
@@ -54,7 +55,7 @@ def test_one_variant_from_a_large_s3_archive_costs_two_range_requests(tmp_path: 
     assert served < record.size / 3
 
 
-def test_pull_satisfied_by_cache_makes_no_request(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_pull_satisfied_by_cache_makes_no_request(tmp_path: Path) -> None:
     s3 = s3_server()
     url = f"s3://{s3.new_bucket()}/reg"
     Registry(url, s3.storage_options(), cache=tmp_path / "w").publish(small_archive())
@@ -71,6 +72,7 @@ def test_pull_satisfied_by_cache_makes_no_request(tmp_path: Path, isolated: Path
                     "client_kwargs": {"endpoint_url": "http://127.0.0.1:9", "region_name": "us-east-1"}}
     dead = Registry(url, dead_options, cache=tmp_path / "cache", retry=FAST)
     assert not dead.pull("examples@0.1.0").downloaded
+    assert dead.store._fs is None, "a cache hit does not even construct the S3 client"
     with pytest.raises(TransferError):  # `latest` must ask the registry, and it is down
         dead.resolve("examples")
 
@@ -83,7 +85,7 @@ def _served(tmp_path: Path, *archives: Path) -> tuple[StaticHTTPServer, Path]:
     return StaticHTTPServer(root), root / "registry"
 
 
-def test_dropped_connections_are_retried(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_dropped_connections_are_retried(tmp_path: Path) -> None:
     http, _ = _served(tmp_path, small_archive())
     try:
         http.fail_suffix, http.failures_left = ".karc", 2
@@ -95,7 +97,7 @@ def test_dropped_connections_are_retried(tmp_path: Path, isolated: Path) -> None
         http.stop()
 
 
-def test_persistent_failure_is_a_transfer_error_and_leaves_no_file(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_persistent_failure_is_a_transfer_error_and_leaves_no_file(tmp_path: Path) -> None:
     http, _ = _served(tmp_path, small_archive())
     try:
         http.fail_suffix, http.failures_left = ".karc", 100
@@ -108,7 +110,7 @@ def test_persistent_failure_is_a_transfer_error_and_leaves_no_file(tmp_path: Pat
         http.stop()
 
 
-def test_unreachable_registry_is_a_clear_error(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_unreachable_registry_is_a_clear_error(tmp_path: Path) -> None:
     reg = Registry("http://user:hunter2@127.0.0.1:9/registry", cache=tmp_path / "cache", retry=FAST)
     with pytest.raises(TransferError) as info:
         reg.pull("examples@0.1.0")
@@ -116,7 +118,7 @@ def test_unreachable_registry_is_a_clear_error(tmp_path: Path, isolated: Path) -
 
 
 @pytest.mark.parametrize("damage", ["tamper", "truncate"])
-def test_bad_download_never_enters_the_cache(tmp_path: Path, isolated: Path, damage: str) -> None:  # noqa: F811
+def test_bad_download_never_enters_the_cache(tmp_path: Path, damage: str) -> None:
     http, regdir = _served(tmp_path, small_archive())
     try:
         blob = next(regdir.glob("blobs/sha256/*.karc"))
@@ -148,7 +150,7 @@ def test_bad_download_never_enters_the_cache(tmp_path: Path, isolated: Path, dam
         http.stop()
 
 
-def test_lazy_open_refuses_a_swapped_blob(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_lazy_open_refuses_a_swapped_blob(tmp_path: Path) -> None:
     http, regdir = _served(tmp_path, small_archive("examples", "0.1.0"), small_archive("examples", "0.2.0"))
     try:
         blobs = sorted(regdir.glob("blobs/sha256/*.karc"))
@@ -188,7 +190,7 @@ def _race(url: str, archives: list[Path], tmp_path: Path, env: dict[str, str]) -
 
 
 @pytest.mark.parametrize("where", ["local", "s3", "gcs"])
-def test_racing_publishers_exactly_one_wins(tmp_path: Path, isolated: Path, where: str) -> None:  # noqa: F811
+def test_racing_publishers_exactly_one_wins(tmp_path: Path, where: str) -> None:
     env: dict[str, str] = {}
     options = None
     if where == "local":
@@ -224,7 +226,7 @@ def test_racing_publishers_exactly_one_wins(tmp_path: Path, isolated: Path, wher
     assert [r.ref for r in reg.list()] == ["race@1.0.0", "same@1.0.0"]
 
 
-def test_credentials_stay_in_storage_options(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_credentials_stay_in_storage_options(tmp_path: Path) -> None:
     s3 = s3_server()
     bucket = s3.new_bucket()
     secret_key, secret = "AKIAKARCHIVESECRETID", "karchive-very-secret-value-123"
@@ -250,7 +252,7 @@ def test_credentials_stay_in_storage_options(tmp_path: Path, isolated: Path) -> 
     assert json.loads(out.stdout)["archives"][0]["name"] == "examples"
 
 
-def test_lazy_reader_is_an_archive_reader(tmp_path: Path, isolated: Path) -> None:  # noqa: F811
+def test_lazy_reader_is_an_archive_reader(tmp_path: Path) -> None:
     s3 = s3_server()
     url = f"s3://{s3.new_bucket()}/reg"
     Registry(url, s3.storage_options(), cache=tmp_path / "w").publish(small_archive())

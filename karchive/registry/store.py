@@ -197,16 +197,28 @@ class FsspecStore(Store):
     #: Serialises create() within a process: makes memory:// exclusive, costs nothing elsewhere.
     _create_lock = threading.Lock()
 
-    def __init__(self, fs: Any, root: str, url: str, retry: RetryPolicy) -> None:
-        self.fs = fs
+    def __init__(self, make_fs: Callable[[], Any], protocol: str, root: str, url: str, retry: RetryPolicy) -> None:
+        self._make_fs = make_fs
+        self._fs: Any = None
         self.root = root.rstrip("/")
         self.url = redact_url(url)
         self.retry = retry
-        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         self.protocol = protocol
         self.writable = protocol not in ("http", "https")
         self.can_list = self.writable
         self.atomic_create = _ATOMIC.get(protocol, "exists-check then write (not atomic on this backend)")
+
+    @property
+    def fs(self) -> Any:
+        """Created on first use: a cache hit never constructs a client (gcsfs may probe for credentials)."""
+        if self._fs is None:
+            try:
+                self._fs = self._make_fs()
+            except ImportError as exc:
+                raise _missing_backend(self.url, exc) from None
+            except (ValueError, TypeError) as exc:
+                raise RegistryError(f"cannot open registry {self.url}: {exc}") from None
+        return self._fs
 
     def _p(self, path: str) -> str:
         return f"{self.root}/{path}" if self.root else path
@@ -293,27 +305,43 @@ class FsspecStore(Store):
         return FsspecSource(self.fs, self._p(path), size=size)
 
 
+def _missing_backend(url: str, exc: Exception) -> RegistryError:
+    return RegistryError(
+        f"registry {redact_url(url)} needs an fsspec backend that is not installed ({exc}); "
+        "install karchive[s3] for s3://, karchive[gcs] for gs://, karchive[http] for http(s)://"
+    )
+
+
 def open_store(url: str, storage_options: dict[str, Any] | None = None,
                retry: RetryPolicy | None = None) -> Store:
-    """A local directory for paths and ``file://``; fsspec for every other URL."""
+    """A local directory for paths and ``file://``; fsspec for every other URL (client made lazily)."""
     retry = retry or RetryPolicy.from_env()
+    options = dict(storage_options or {})
     if "://" not in url:
         return LocalStore(url)
     if url.startswith("file://"):
         return LocalStore(url[len("file://"):])
-    try:
-        import fsspec
+    import fsspec
 
-        fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    if "::" in url:  # chained URLs (e.g. simplecache::s3://...): let fsspec build the chain now
+        try:
+            fs, root = fsspec.core.url_to_fs(url, **options)
+        except ImportError as exc:
+            raise _missing_backend(url, exc) from None
+        except (ValueError, TypeError) as exc:
+            raise RegistryError(f"cannot open registry {redact_url(url)}: {exc}") from None
+        protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+        return FsspecStore(lambda: fs, protocol, root, url, retry)
+    protocol = url.split("://", 1)[0].lower()
+    try:
+        cls = fsspec.get_filesystem_class(protocol)
     except ImportError as exc:
-        raise RegistryError(
-            f"registry {redact_url(url)} needs an fsspec backend that is not installed ({exc}); "
-            "install karchive[s3] for s3://, karchive[gcs] for gs://, aiohttp for http(s)://"
-        ) from None
-    except (ValueError, TypeError) as exc:
+        raise _missing_backend(url, exc) from None
+    except ValueError as exc:
         raise RegistryError(f"cannot open registry {redact_url(url)}: {exc}") from None
-    if getattr(fs, "protocol", None) in ("file", ("file", "local")) or type(fs).__name__ == "LocalFileSystem":
-        return LocalStore(root)
-    if isinstance(fs.protocol, (tuple, list)) and fs.protocol[0] in ("http", "https"):
+    if protocol in ("http", "https"):
         root = url.rstrip("/")  # HTTPFileSystem paths are full URLs
-    return FsspecStore(fs, root, url, retry)
+    else:
+        root = cls._strip_protocol(url)
+    kwargs = {**cls._get_kwargs_from_urls(url), **options}
+    return FsspecStore(lambda: cls(**kwargs), protocol, root, url, retry)
