@@ -252,3 +252,16 @@ def test_missing_backend_is_a_registry_error() -> None:
 def test_not_found_is_a_registry_error_subclass(tmp_path: Path) -> None:
     with pytest.raises(NotFoundError):
         Registry(tmp_path / "r", cache=tmp_path / "c").pull("examples@1.0")
+
+
+def test_karchive_open_resolves_through_the_configured_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import karchive
+
+    try:
+        opener = karchive.open
+    except (AttributeError, ImportError):
+        pytest.skip("the runtime (karchive.open) is not in this build")
+    monkeypatch.setenv("KARCHIVE_REGISTRY", str(tmp_path / "configured"))
+    Registry().publish(small_archive("demo-kernels", "0.1.0"))
+    archive = opener("demo-kernels@0.1.0")
+    assert (archive.manifest.name, archive.manifest.version) == ("demo-kernels", "0.1.0")
