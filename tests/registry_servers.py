@@ -217,6 +217,11 @@ class _Handler(BaseHTTPRequestHandler):
                 self.end_headers()
                 return
         payload = data[start:end]
+        if owner.forbid_suffix is not None and path.name.endswith(owner.forbid_suffix):
+            self.send_response(403)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         slow = owner.slow_suffix is not None and path.name.endswith(owner.slow_suffix)
         fail = False
         with owner.lock:
@@ -258,6 +263,7 @@ class StaticHTTPServer:
         self.slow_suffix: str | None = None
         self.slow_delay = 0.02
         self.fail_suffix: str | None = None
+        self.forbid_suffix: str | None = None
         self.failures_left = 0
         self.server = self._Server(("127.0.0.1", 0), _Handler)
         self.server.root = Path(root)

@@ -110,6 +110,27 @@ def test_persistent_failure_is_a_transfer_error_and_leaves_no_file(tmp_path: Pat
         http.stop()
 
 
+def test_refused_and_missing_objects_are_karchive_errors(tmp_path: Path) -> None:
+    http, regdir = _served(tmp_path, small_archive())
+    try:
+        reg = Registry(f"{http.url}/registry", cache=tmp_path / "cache", retry=FAST)
+        http.forbid_suffix = ".karc"
+        with pytest.raises(RegistryError, match="access denied"):
+            reg.pull("examples@0.1.0")
+        with pytest.raises(RegistryError, match="access denied"):
+            reg.open("examples@0.1.0", fetch="lazy")
+        assert len(http.requests_for(".karc")) == 2, "a refusal is not retried"
+        http.forbid_suffix = None
+        blob = next(regdir.glob("blobs/sha256/*.karc"))
+        blob.unlink()
+        with pytest.raises(TransferError, match="damaged registry"):
+            reg.pull("examples@0.1.0")
+        with pytest.raises(TransferError, match="damaged registry"):
+            reg.open("examples@0.1.0", fetch="lazy")
+    finally:
+        http.stop()
+
+
 def test_unreachable_registry_is_a_clear_error(tmp_path: Path) -> None:
     reg = Registry("http://user:hunter2@127.0.0.1:9/registry", cache=tmp_path / "cache", retry=FAST)
     with pytest.raises(TransferError) as info:

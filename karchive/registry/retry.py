@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
-from ..errors import KarchiveError, TransferError
+from ..errors import KarchiveError, RegistryError, TransferError
 
 T = TypeVar("T")
 
@@ -67,12 +67,22 @@ class RetryPolicy:
         return random.uniform(0, min(self.max_delay, self.base_delay * (2 ** attempt)))
 
     def call(self, fn: Callable[[], T], what: str, sleep: Callable[[float], None] = time.sleep) -> T:
+        """Run ``fn``; transient errors are retried, then a :class:`TransferError`.
+
+        Missing and existing objects (``FileNotFoundError``/``FileExistsError``) and karchive's own
+        errors pass through for the caller to interpret; any other backend error becomes a karchive
+        error, so no library exception escapes to the user.
+        """
         for attempt in range(self.attempts):
             try:
                 return fn()
             except BaseException as exc:  # noqa: BLE001 - classified below
-                if not isinstance(exc, Exception) or not is_transient(exc):
+                if not isinstance(exc, Exception) or isinstance(exc, (KarchiveError, FileNotFoundError, FileExistsError)):
                     raise
+                if isinstance(exc, PermissionError) or _status(exc) in (401, 403):
+                    raise RegistryError(f"{what}: access denied ({exc}); check the backend's credentials") from exc
+                if not is_transient(exc):
+                    raise TransferError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
                 if attempt + 1 >= self.attempts:
                     raise TransferError(
                         f"{what} failed after {self.attempts} attempts: {type(exc).__name__}: {exc}"

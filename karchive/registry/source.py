@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 
-from ..errors import FormatError
+from ..errors import FormatError, TransferError
 from ..format.constants import FOOTER_SIZE
 from .archive_check import index_sha256_from_footer
 from .retry import RetryPolicy
@@ -39,7 +39,11 @@ class StoreSource:
                 raise ConnectionError(f"short range read: {len(data)} of {length} bytes")
             return data
 
-        data = self.retry.call(fetch, f"range read of {self.describe()} [{offset}, {offset + length})")
+        try:
+            data = self.retry.call(fetch, f"range read of {self.describe()} [{offset}, {offset + length})")
+        except FileNotFoundError:
+            raise TransferError(f"{self.describe()} is missing although a version record points at it "
+                                "(damaged registry)") from None
         with self._lock:
             self.requests += 1
             self.bytes_read += length

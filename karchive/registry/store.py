@@ -224,17 +224,8 @@ class FsspecStore(Store):
         return f"{self.root}/{path}" if self.root else path
 
     def _call(self, fn: Callable[[], Any], what: str, retry: bool = True) -> Any:
-        """Run a backend call with retries (``retry=False``: the caller retries, errors stay raw)."""
-        try:
-            return self.retry.call(fn, f"{what} {self.url}") if retry else fn()
-        except PermissionError as exc:
-            raise RegistryError(f"{what} {self.url}: permission denied ({exc}); check the backend's credentials") from None
-        except (TransferError, RegistryError, FileNotFoundError, FileExistsError):
-            raise
-        except Exception as exc:  # a permanent backend error we do not know by name
-            if not retry:
-                raise
-            raise TransferError(f"{what} {self.url} failed: {type(exc).__name__}: {exc}") from exc
+        """Run a backend call with retries (``retry=False``: raw errors, the caller retries)."""
+        return self.retry.call(fn, f"{what} {self.url}") if retry else fn()
 
     def read(self, path: str) -> bytes | None:
         full = self._p(path)
@@ -267,9 +258,11 @@ class FsspecStore(Store):
                 self._call(lambda: self.fs.pipe_file(full, data, mode="create"), f"create {path} in")
             except FileExistsError:
                 return False
-            except TypeError as exc:  # an fsspec backend from before exclusive writes existed
-                raise RegistryError(f"{self.url}: this fsspec backend cannot create files exclusively ({exc}); "
-                                    "upgrade fsspec/s3fs/gcsfs to 2024.12 or newer") from None
+            except TransferError as exc:
+                if isinstance(exc.__cause__, TypeError):  # a backend from before exclusive writes existed
+                    raise RegistryError(f"{self.url}: this fsspec backend cannot create files exclusively "
+                                        f"({exc.__cause__}); upgrade fsspec/s3fs/gcsfs to 2024.12 or newer") from None
+                raise
         return True
 
     def replace(self, path: str, data: bytes) -> None:
