@@ -18,7 +18,7 @@ from karchive.registry.progress import Progress, make_progress
 from karchive.registry.records import VersionRecord
 from karchive.registry.retry import is_transient
 from karchive.registry.versions import sort_versions
-from registry_support import isolated, small_archive  # noqa: F401 - fixture
+from registry_support import isolated, run_cli, small_archive  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.usefixtures("isolated")
 
@@ -265,3 +265,16 @@ def test_karchive_open_resolves_through_the_configured_registry(tmp_path: Path, 
     Registry().publish(small_archive("demo-kernels", "0.1.0"))
     archive = opener("demo-kernels@0.1.0")
     assert (archive.manifest.name, archive.manifest.version) == ("demo-kernels", "0.1.0")
+
+
+def test_unwritable_places_are_registry_errors(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"  # a regular file where a directory must go: fails even for root
+    blocker.write_text("x")
+    with pytest.raises(RegistryError, match="cannot"):
+        Registry(blocker / "registry", cache=tmp_path / "c").publish(small_archive())
+    reg = Registry(tmp_path / "registry", cache=blocker / "cache")
+    reg.publish(small_archive())
+    with pytest.raises(RegistryError, match="local cache"):
+        reg.pull("examples@0.1.0")
+    out = run_cli("pull", "examples@0.1.0", "--registry", str(tmp_path / "registry"), "--cache-dir", str(blocker))
+    assert out.returncode == 2 and "Traceback" not in out.stderr

@@ -152,8 +152,11 @@ class Cache:
             return blob
         if not self.blob_path(digest).exists():
             return None
-        with self._lock(digest):  # a blob without a valid receipt: (re)verify it once
-            return self._verify_in_place(digest, size, name, version)
+        try:
+            with self._lock(digest):  # a blob without a valid receipt: (re)verify it once
+                return self._verify_in_place(digest, size, name, version)
+        except OSError as exc:
+            raise RegistryError(f"local cache {self.root}: {exc}") from None
 
     def _verify_in_place(self, digest: str, size: int | None, name: str | None, version: str | None) -> Path | None:
         blob = self._verified_blob(digest)
@@ -177,6 +180,13 @@ class Cache:
 
         One process per digest downloads (flock); the others wait, then find its verified blob.
         """
+        try:
+            return self._install(digest, size, download, name, version)
+        except OSError as exc:  # disk full, read-only or foreign-owned cache directory
+            raise RegistryError(f"local cache {self.root}: {exc}") from None
+
+    def _install(self, digest: str, size: int, download: Downloader, name: str | None,
+                 version: str | None) -> tuple[Path, bool]:
         hit = self.lookup(digest, size, name=name, version=version)
         if hit is not None:
             return hit, False

@@ -104,6 +104,9 @@ class LocalStore(Store):
                 write(fh)
                 fh.flush()
                 os.fsync(fh.fileno())
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise RegistryError(f"cannot write {final}: {exc}") from None
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
@@ -131,7 +134,11 @@ class LocalStore(Store):
     def replace(self, path: str, data: bytes) -> None:
         final = self._p(path)
         tmp = self._write_temp(final, lambda fh: fh.write(data))
-        os.replace(tmp, final)
+        try:
+            os.replace(tmp, final)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise RegistryError(f"cannot write {final}: {exc}") from None
         _fsync_dir(final.parent)
 
     def upload(self, path: str, local: str, progress: ProgressFn) -> bool:
