@@ -303,6 +303,7 @@ def main() -> int:
         k_add, k_sm, k_mm, k_sc = (arc.kernel(n) for n in ("add_kernel", "softmax_kernel", "matmul_kernel",
                                                             "scale_kernel"))
         sup_box: dict[str, Any] = {}
+        sd = jax.ShapeDtypeStruct
 
         @check("jax", "jaxlib support probe")
         def _() -> str:

@@ -53,8 +53,8 @@ def cmd_export(args: argparse.Namespace) -> int:
               else f"{args.archive}: no variants selected")
     refused = counts.get("mismatch", 0) + counts.get("unverified", 0)
     if refused and not (counts.get("written", 0) + counts.get("exists", 0)):
-        print(f"karchive: nothing exported: every variant was built by a different Triton build or carries no "
-              f"build fingerprint (see 'detail'); entries written for another build would never be hit",
+        print("karchive: nothing exported: every variant was built by a different Triton build or carries no "
+              "build fingerprint (see 'detail'); entries written for another build would never be hit",
               file=sys.stderr)
         return 2
     return 1 if refused or counts.get("skipped") else 0

@@ -10,7 +10,6 @@ import hashlib
 import inspect
 import os
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
 
 from ..errors import CompileError, KarchiveError, UnsupportedKernelError
 from ..format.manifest import Target
