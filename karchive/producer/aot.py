@@ -10,6 +10,7 @@ import hashlib
 import inspect
 import os
 from dataclasses import dataclass, field
+from typing import Any, Mapping
 
 from ..errors import CompileError, KarchiveError, UnsupportedKernelError
 from ..format.manifest import Target
