@@ -247,6 +247,29 @@ def test_racing_publishers_exactly_one_wins(tmp_path: Path, where: str) -> None:
     assert [r.ref for r in reg.list()] == ["race@1.0.0", "same@1.0.0"]
 
 
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_concurrent_publishes_of_new_versions_all_reach_the_index(tmp_path: Path, where: str) -> None:
+    """Derived indexes converge: every racing publisher re-lists after writing the index."""
+    from karchive.registry.layout import name_index_path
+    from karchive.registry.records import decode_name_index, decode_root_index
+
+    env: dict[str, str] = {}
+    options = None
+    if where == "local":
+        url = str(tmp_path / "registry")
+    else:
+        server = s3_server()
+        url, env, options = f"s3://{server.new_bucket()}/reg", server.env(), server.storage_options()
+    archives = [small_archive("many", f"1.{i}.0") for i in range(4)] + [small_archive(f"name{i}", "1.0.0")
+                                                                       for i in range(2)]
+    outs = _race(url, archives, tmp_path, env)
+    assert all(o.startswith("created") for o in outs), outs
+    store = Registry(url, options, cache=tmp_path / "check").store
+    index = decode_name_index(store.read(name_index_path("many")), "many", "index")
+    assert sorted(index) == ["1.0.0", "1.1.0", "1.2.0", "1.3.0"]
+    assert decode_root_index(store.read("index.json"), "root") == ["many", "name0", "name1"]
+
+
 def test_credentials_stay_in_storage_options(tmp_path: Path) -> None:
     s3 = s3_server()
     bucket = s3.new_bucket()
