@@ -6,6 +6,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "capture": ("karchive.producer.capture", "capture"),
     "open": ("karchive.runtime.archive", "open_archive"),
+    "Registry": ("karchive.registry", "Registry"),
     "torch": ("karchive.interop.torch", None),  # the module itself: karchive.torch.custom_op(...)
 }
 

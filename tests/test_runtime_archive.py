@@ -7,7 +7,7 @@ import pytest
 import karchive
 from karchive.errors import NoMatchingVariantError
 from karchive.runtime import DeviceInfo
-from karchive.runtime.archive import looks_like_registry_ref
+from karchive.resolve import looks_like_registry_ref
 from test_runtime_helpers import cuda_archive  # noqa: F401 - fixture
 
 
@@ -45,7 +45,8 @@ def test_registry_references_are_delegated(cuda_archive, monkeypatch):
 
     monkeypatch.setattr(registry, "open_reader", fake_open_reader, raising=False)
     arc = karchive.open("examples@0.1.0", registry="file:///somewhere")
-    assert seen == {"ref": "examples@0.1.0", "kw": {"registry": "file:///somewhere"}}
+    assert seen["ref"] == "examples@0.1.0" and seen["kw"]["registry"] == "file:///somewhere"
+    assert seen["kw"]["storage_options"] is None and seen["kw"]["limits"] is not None  # passed through
     assert "add_kernel" in arc.kernels()
 
 
@@ -57,7 +58,9 @@ def test_registry_ref_heuristic(ref, is_registry, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert looks_like_registry_ref(ref) is is_registry
     (tmp_path / "examples").mkdir()
-    assert looks_like_registry_ref("examples") is False  # an existing path wins
+    assert looks_like_registry_ref("examples") is True  # a directory is never an archive: still a registry name
+    (tmp_path / "kernels").write_bytes(b"")
+    assert looks_like_registry_ref("kernels") is False  # an existing file wins
 
 
 def test_missing_file_is_file_not_found(tmp_path):

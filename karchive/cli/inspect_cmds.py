@@ -13,7 +13,7 @@ from .output import emit_json, human_bytes, table
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="show an archive's identity and variants")
-    p.add_argument("archive", help="path or URL of a .karc archive")
+    p.add_argument("archive", help="path, URL, or NAME[@VERSION] in the registry")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("-k", "--kernel", action="append", help="only these kernels")
     p.add_argument("-t", "--target", action="append", help="only these targets (cuda:90, hip:gfx942)")
@@ -36,9 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _open(ref: str):
-    from ..format.open import open_reader
+    from ..resolve import open_any_reader
 
-    return open_reader(ref)
+    return open_any_reader(ref)
 
 
 def _target(v: dict) -> str:

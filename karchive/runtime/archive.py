@@ -10,29 +10,18 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 from typing import Any
 
-from ..errors import KarchiveError, NoMatchingVariantError, SchemaError
+from ..errors import NoMatchingVariantError, SchemaError
 from ..format.manifest import Manifest, Variant, parse_variant
 from ..format.reader import ArchiveReader, Limits
+from ..resolve import open_any_reader
 from .device import ptx_header
 from .dispatch import Kernel
 from .select import DeviceFit
 
 log = logging.getLogger("karchive.runtime")
-
-#: ``name`` or ``name@version`` as a registry reference (not a path, not a URL).
-_REGISTRY_REF = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(@[A-Za-z0-9][A-Za-z0-9.+_~^<>=*!,-]*)?$")
-
-
-def looks_like_registry_ref(ref: str) -> bool:
-    """NAME or NAME@VERSION that is not an existing path and does not look like a file name."""
-    if "://" in ref or os.sep in ref or "/" in ref or ref.endswith(".karc") or os.path.exists(ref):
-        return False
-    return bool(_REGISTRY_REF.match(ref))
-
 
 class Archive:
     """The consumer's view of one archive: ``kernel(name)`` returns a dispatcher over its variants."""
@@ -185,21 +174,5 @@ def open_archive(ref: str | os.PathLike, *, allow_ptx: bool = False, backend: st
     JIT (logged; only when the driver reads that PTX ISA version). ``backend`` forces "cuda" or "hip".
     """
     text = os.fspath(ref)
-    if looks_like_registry_ref(text):
-        try:
-            from .. import registry
-        except ImportError as exc:
-            raise KarchiveError(f"{text!r} is not a file, and the karchive registry is not available to resolve it "
-                                f"as NAME@VERSION ({exc})") from exc
-        opener = getattr(registry, "open_reader", None)
-        if opener is None:
-            raise KarchiveError(f"{text!r} is not a file, and this karchive has no registry client "
-                                "(karchive.registry.open_reader) to resolve it as NAME@VERSION")
-        reader = opener(text, **({"storage_options": storage_options} if storage_options else {}), **registry_options)
-    else:
-        if registry_options:
-            raise TypeError(f"unexpected options for a path or URL: {sorted(registry_options)}")
-        from ..format.open import open_reader
-
-        reader = open_reader(text, storage_options=storage_options, limits=limits)
+    reader = open_any_reader(text, storage_options=storage_options, limits=limits, **registry_options)
     return Archive(reader, ref=text, allow_ptx=allow_ptx, backend=backend)
