@@ -23,10 +23,13 @@ print(json.dumps({"key": v.entry["key"], "meta": v.files["metadata"].decode()}))
 """
 
 
-def _key_in_subprocess(kernel_file, cache_dir, cwd, target="cuda:90", constexprs=None, options=None):
+def _key_in_subprocess(kernel_file, cache_dir, cwd, target="cuda:90", constexprs=None, options=None, fusion_env="1"):
     req = {"kernel_ref": f"{kernel_file}:softmax_kernel", "signature": SOFTMAX_SIG, "target": target,
            "constexprs": constexprs or {"BLOCK": 1024}, "options": options or {"num_warps": 4}}
-    env = dict(os.environ, TRITON_CACHE_DIR=str(cache_dir), PYTHONPATH=str(ROOT), TRITON_DEFAULT_FP_FUSION="1")
+    env = dict(os.environ, TRITON_CACHE_DIR=str(cache_dir), PYTHONPATH=str(ROOT))
+    env.pop("TRITON_DEFAULT_FP_FUSION", None)
+    if fusion_env is not None:
+        env["TRITON_DEFAULT_FP_FUSION"] = fusion_env
     out = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(req)], cwd=cwd, env=env,
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -37,8 +40,8 @@ def test_same_key_from_two_directories_and_cache_dirs(tmp_path):
     elsewhere.mkdir(parents=True)
     shutil.copy(EXAMPLES / "kernels.py", elsewhere / "kernels.py")
     a = _key_in_subprocess(EXAMPLES / "kernels.py", tmp_path / "cache-a", cwd=ROOT)
-    b = _key_in_subprocess(elsewhere / "kernels.py", tmp_path / "cache-b", cwd=tmp_path)
-    assert a["key"] == b["key"]
+    b = _key_in_subprocess(elsewhere / "kernels.py", tmp_path / "cache-b", cwd=tmp_path, fusion_env=None)
+    assert a["key"] == b["key"], "the environment (here: a knob set to its default) must not change the key"
     # Neither the cache dir nor the source directory may leak into the stored metadata.
     for result, cache in ((a, "cache-a"), (b, "cache-b")):
         assert cache not in result["meta"] and str(tmp_path) not in result["meta"]

@@ -67,7 +67,10 @@ def normalize_options(metadata: dict) -> dict:
     """Codegen options from compiled metadata, with extern libraries named by content hash."""
     options = {}
     for key, value in metadata.items():
-        if key in RESULT_FIELDS:
+        # Upper-case entries are environment variables Triton copies into its metadata (for its own
+        # cache key). Their effect on codegen shows in the options themselves (TRITON_DEFAULT_FP_FUSION
+        # -> enable_fp_fusion); the environment stays out of the key, and in provenance.
+        if key in RESULT_FIELDS or key.isupper():
             continue
         if key == "extern_libs":
             libs = []
