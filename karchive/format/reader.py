@@ -13,7 +13,7 @@ import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import zstandard
 
@@ -98,35 +98,27 @@ def check_version(found: tuple[int, int], what: str = "archive format") -> None:
         raise UnsupportedVersionError(f"{what} version {found[0]}.{found[1]} is not supported")
 
 
-def iter_file_entries(node: Any) -> Iterator[dict]:
-    """Every ``{"path", "size", "sha256"}`` object in a manifest, wherever it sits (depth first, in order).
-
-    Iterative, so a deeply nested hostile manifest cannot exhaust the interpreter's stack.
-    """
-    stack = [node]
+def scan_manifest(root: Any, max_depth: int) -> list[dict]:
+    """Every ``{"path", "size", "sha256"}`` object in a manifest, wherever it sits, in one pass that
+    also enforces the nesting limit. Iterative, so a deeply nested hostile manifest cannot exhaust
+    the interpreter's stack; written as a plain loop because it runs on every open."""
+    found: list[dict] = []
+    stack: list[tuple[Any, int]] = [(root, 1)]
+    pop, push, containers = stack.pop, stack.append, (dict, list)
     while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            if isinstance(node.get("path"), str) and "sha256" in node and "size" in node:
-                yield node
-            stack.extend(reversed(list(node.values())))
-        elif isinstance(node, list):
-            stack.extend(reversed(node))
-
-
-def _json_depth(node: Any, limit: int) -> int:
-    """Nesting depth of parsed JSON, iteratively; stops counting past ``limit``."""
-    deepest = 0
-    stack = [(node, 1)]
-    while stack:
-        node, depth = stack.pop()
-        if isinstance(node, (dict, list)):
-            if depth > limit:
-                return depth
-            deepest = max(deepest, depth)
-            children = node.values() if isinstance(node, dict) else node
-            stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
-    return deepest
+        node, depth = pop()
+        if depth > max_depth:
+            raise LimitExceededError(f"manifest is nested deeper than {max_depth} levels")
+        if type(node) is dict:
+            if "sha256" in node and "size" in node and type(node.get("path")) is str:
+                found.append(node)
+            children = node.values()
+        else:
+            children = node
+        for child in children:
+            if type(child) in containers:
+                push((child, depth + 1))
+    return found
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
@@ -351,12 +343,11 @@ class ArchiveReader:
         if not isinstance(manifest, dict):
             raise SchemaError("manifest is not a JSON object")
         check_version(parse_version(manifest.get("format_version")), "manifest format")
-        if _json_depth(manifest, self.limits.max_json_depth) > self.limits.max_json_depth:
-            raise LimitExceededError(f"manifest is nested deeper than {self.limits.max_json_depth} levels")
+        entries = scan_manifest(manifest, self.limits.max_json_depth)
         self.manifest = manifest
         self.manifest_bytes = raw
         self._digests: dict[str, tuple[int, str]] = {}
-        for entry in iter_file_entries(manifest):
+        for entry in entries:
             path, ref = entry["path"], (entry["size"], entry["sha256"])
             if self._digests.setdefault(path, ref) != ref:
                 raise SchemaError(f"manifest lists {path!r} twice with different sizes or digests")
