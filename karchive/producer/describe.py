@@ -17,6 +17,7 @@ from ..errors import UnsupportedKernelError
 from ..format.constants import ABI_VERSION
 from ..format.manifest import SCALAR_SIZES
 from ..format.sentinel import rewrite_paths
+from .irtext import enclosed, split_top_level
 from .variant_key import normalize_options, variant_key
 
 IR_STAGES = {"cuda": ("ttir", "ttgir", "llir", "ptx"), "hip": ("ttir", "ttgir", "llir", "amdgcn")}
@@ -55,27 +56,11 @@ def ptx_entry_param_sizes(ptx: str, entry: str) -> list[int] | None:
 
 def llvm_entry_param_sizes(llir: str, entry: str) -> list[int] | None:
     m = re.search(r"define\s[^@\n]*@" + re.escape(entry) + r"\(", llir)
-    if not m:
+    args = enclosed(llir, m.end()) if m else None
+    if args is None:
         return None
-    sizes = []
-    depth = 0
-    current = ""
-    for ch in llir[m.end():]:
-        if ch in "([{<":
-            depth += 1
-        elif ch in ")]}>":
-            if depth == 0:
-                break
-            depth -= 1
-        if ch == "," and depth == 0:
-            sizes.append(current)
-            current = ""
-        else:
-            current += ch
-    if current.strip():
-        sizes.append(current)
     out = []
-    for decl in sizes:
+    for decl in split_top_level(args):
         typ = decl.strip().split(" ", 1)[0]
         if typ not in _LLVM_SIZES:
             return None

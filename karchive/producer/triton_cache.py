@@ -21,6 +21,7 @@ from typing import Any, Iterator, Mapping
 
 from ..errors import CaptureError, KarchiveError, UnsupportedKernelError
 from .describe import BINARY_EXT, IR_STAGES, CompiledVariant, describe_variant
+from .irtext import enclosed, split_top_level
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 TEXT_EXTS = ("source", "ttir", "ttgir", "llir", "ptx", "amdgcn")
@@ -197,27 +198,6 @@ class TtirArg:
     divisibility: int | None
 
 
-def _split_top(text: str) -> list[str]:
-    parts, depth, cur = [], 0, ""
-    quoted = False
-    for ch in text:
-        if ch == '"':
-            quoted = not quoted
-        if not quoted:
-            if ch in "([{<":
-                depth += 1
-            elif ch in ")]}>":
-                depth -= 1
-        if ch == "," and depth == 0 and not quoted:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        parts.append(cur)
-    return parts
-
-
 def _mlir_type(text: str, where: str) -> str:
     text = text.strip()
     m = re.match(r"^!tt\.ptr<\s*([^,>]+)", text)
@@ -234,12 +214,11 @@ def parse_ttir_signature(ttir: str, kernel: str) -> list[TtirArg]:
         r"tt\.func\s+public\s+@[\w$.]+\s*\(", ttir)
     if not m:
         raise CaptureError(f"{kernel}: no public tt.func in the Triton IR")
-    depth, end = 1, m.end()
-    while end < len(ttir) and depth:
-        depth += {"(": 1, ")": -1}.get(ttir[end], 0)
-        end += 1
+    params = enclosed(ttir, m.end())
+    if params is None:
+        raise CaptureError(f"{kernel}: unbalanced parameter list in the Triton IR")
     args = []
-    for i, decl in enumerate(_split_top(ttir[m.end(): end - 1])):
+    for i, decl in enumerate(split_top_level(params)):
         dm = re.match(r"\s*%([\w$.]+)\s*:\s*(.*)$", decl, re.S)
         if not dm:
             raise CaptureError(f"{kernel}: cannot parse parameter {decl.strip()!r}")
