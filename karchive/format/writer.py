@@ -103,12 +103,13 @@ class ArchiveWriter:
             return None
         if mode == "auto" and (total < _DICT_MIN_BYTES or len(samples) < _DICT_MIN_SAMPLES):
             return None
-        # Measured on Triton output (tools/bench_archive.py): gains flatten out near 1 MiB, and the
-        # dictionary itself compresses ~6x in its own frame, so a larger one pays for itself.
-        size = mode if isinstance(mode, int) else max(16 * 1024, min(1024 * 1024, total // 12))
+        # Measured on Triton output (tools/bench_archive.py, docs/benchmarks.md): sibling variants share
+        # long runs, so a large dictionary keeps paying (it compresses several-fold in its own frame);
+        # a quarter of the content, up to 4 MiB, brought 270 variants from 1.54x to ~1.28x of solid zstd.
+        size = mode if isinstance(mode, int) else max(16 * 1024, min(4 * 1024 * 1024, total // 4))
         try:
             # Fixed k/d and one thread: COVER training is then deterministic.
-            trained = zstandard.train_dictionary(size, samples, k=256, d=8, level=self.level, threads=1)
+            trained = zstandard.train_dictionary(size, samples, k=16384, d=8, level=self.level, threads=1)
         except zstandard.ZstdError:
             if mode == "always":
                 raise
