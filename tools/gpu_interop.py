@@ -382,7 +382,14 @@ def main() -> int:
                                out_shape=sd((N,), jnp.float32), grid=add_grid, BLOCK=block, mode=mode)
             f = jit_add(mode, block)
             t0 = time.perf_counter()
-            out = f(xj, yj).block_until_ready()
+            try:
+                out = f(xj, yj).block_until_ready()
+            except Exception as exc:  # noqa: BLE001
+                # Measured on the H100 (2026-11-22): PTX from a newer Triton than jaxlib's ptxas cannot be
+                # assembled there. A known limit of the PTX path (docs/interop.md), not a karchive fault.
+                if mode == "ptx" and "Unsupported .version" in str(exc):
+                    return f"SKIP: jaxlib's ptxas cannot read this PTX: {str(exc).splitlines()[0][:160]}"
+                raise
             first_ms = (time.perf_counter() - t0) * 1e3
             steady = per_call_us(lambda: f(xj, yj), lambda: f(xj, yj).block_until_ready(), 500)
             INFO.setdefault("jax_first_call", {})[label] = {
