@@ -403,12 +403,20 @@ def test_multi_gpu_each_device_loads_its_module(arc):
     if torch.cuda.device_count() < 2:
         pytest.skip("one GPU")
     n = 4096
-    for d in range(torch.cuda.device_count()):
+    count = torch.cuda.device_count()
+    add = arc.kernel("add_kernel")
+    # Interleave devices (0, 1, ..., then back): each launch must use the module of its tensors' device.
+    for d in list(range(count)) + list(reversed(range(count))):
         x = torch.randn(n, device=f"cuda:{d}")
+        y = torch.randn(n, device=f"cuda:{d}")
         out = torch.full_like(x, float("nan"))
-        arc.kernel("add_kernel")[(4,)](x, x, out, n, BLOCK=1024)
+        add[(4,)](x, y, out, n, BLOCK=1024)
         torch.cuda.synchronize(d)
-        assert torch.equal(out, 2 * x)
+        assert torch.equal(out, x + y)
+    # Tensors on two different GPUs in one call are refused before any launch.
+    a, b = torch.randn(n, device="cuda:0"), torch.randn(n, device="cuda:1")
+    with pytest.raises(KarchiveError):
+        add[(4,)](a, b, torch.empty_like(a), n, BLOCK=1024)
 
 
 # -- the launch path imports neither triton nor torch ------------------------------------------------------
