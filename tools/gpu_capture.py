@@ -153,7 +153,7 @@ def sec_capture(work: Path) -> dict:
 def sec_relaunch(work: Path) -> dict:
     import karchive
     import torch
-    from karchive.format.autotune import choose_config, entry_config, key_for_call
+    from karchive.format.autotune import choose_config, key_for_call
 
     saved = torch.load(work / "tensors.pt")
     t = {k: v.cuda() for k, v in saved.items()}
@@ -176,12 +176,15 @@ def sec_relaunch(work: Path) -> dict:
             if entry is None or entry["key"] != key:
                 problems.append(f"{c['kernel']}: no recorded autotune entry for key {key}")
                 continue
-            cx.update(entry_config(record, entry)["kwargs"])
-        variant = k.select(**named, **cx)
-        if c["autotune"] and variant.key != entry["variant"]:
-            problems.append(f"matmul: runtime selected {variant.key[:12]}, record says {entry['variant'][:12]}")
-        grid = tuple(c["grid"]) if c["grid"] else (
-            cdiv(named["M"], cx["BLOCK_M"]) * cdiv(named["N"], cx["BLOCK_N"]),)
+            # The runtime reads the records itself: no meta-parameters are passed for an autotuned call.
+            variant = k.select(**named)
+            if variant.key != entry["variant"]:
+                problems.append(f"matmul: runtime selected {variant.key[:12]}, record says {entry['variant'][:12]}")
+            grid = lambda m: (cdiv(m["M"], m["BLOCK_M"]) * cdiv(m["N"], m["BLOCK_N"]),)  # noqa: E731
+        else:
+            variant = k.select(**named, **cx)
+            grid = tuple(c["grid"]) if c["grid"] else (
+                lambda m: (cdiv(m["M"], m["BLOCK_M"]) * cdiv(m["N"], m["BLOCK_N"]),))
         k[grid](**named, **cx)
         torch.cuda.synchronize()
         launched.add(variant.key)

@@ -18,6 +18,7 @@ from ..format.manifest import Manifest, Variant, parse_variant
 from ..format.reader import ArchiveReader, Limits
 from ..resolve import open_any_reader
 from .device import ptx_header
+from .autotuned import AutotunedKernel
 from .dispatch import Kernel
 from .select import DeviceFit
 
@@ -48,7 +49,7 @@ class Archive:
         self._backend_name = backend
         self._backend: Any = None
         self._lock = threading.RLock()
-        self._kernels: dict[str, Kernel] = {}
+        self._kernels: dict[tuple[str, bool], Kernel | AutotunedKernel] = {}
         self._functions: dict[tuple[str, int], Any] = {}
         self._ptx_headers: dict[str, tuple] = {}
         self._pool: Any = None
@@ -85,18 +86,30 @@ class Archive:
         n = sum(len(v) for v in self._raw_by_kernel.values())
         return f"<karchive.Archive {self.name} {self.version} ({n} variants) from {self.ref}>"
 
-    def kernel(self, name: str) -> Kernel:
-        """The dispatcher for ``name`` (created once per archive)."""
-        k = self._kernels.get(name)
+    def kernel(self, name: str, *, benchmark: bool = False) -> Kernel | AutotunedKernel:
+        """The dispatcher for ``name`` (created once per archive).
+
+        A kernel captured from ``@triton.autotune`` (the manifest holds autotune records for it) gets an
+        :class:`AutotunedKernel`: each call uses the config recorded for its autotune key. With
+        ``benchmark=True`` a key that was never tuned is timed across the prebuilt configs instead of
+        taking the fallback rule's pick.
+        """
+        cache_key = (name, benchmark)
+        k = self._kernels.get(cache_key)
         if k is None:
             with self._lock:
-                k = self._kernels.get(name)
+                k = self._kernels.get(cache_key)
                 if k is None:
                     variants = self.variants(name)
                     if not variants:
                         raise NoMatchingVariantError(
                             f"{self.ref} has no kernel {name!r}; kernels: {', '.join(self.kernels()) or '(none)'}")
-                    k = self._kernels[name] = Kernel(self, name, variants)
+                    k = Kernel(self, name, variants)
+                    records = [r for r in self.reader.manifest.get("autotune") or []
+                               if isinstance(r, dict) and r.get("kernel") == name]
+                    if records:
+                        k = AutotunedKernel(k, records, benchmark=benchmark)
+                    self._kernels[cache_key] = k
         return k
 
     def __getitem__(self, name: str) -> Kernel:

@@ -1,0 +1,76 @@
+"""Autotune records at load time: the recorded config per key, the fallback rule, explicit overrides."""
+
+import pytest
+
+import karchive
+from karchive.errors import ArgumentError, NoMatchingVariantError
+from karchive.runtime.autotuned import AutotunedKernel
+from karchive.runtime.device import DeviceInfo
+from support import EXAMPLES, needs_triton
+
+pytestmark = needs_triton
+SIG = "*fp16:16, *fp16:16, *fp16:16, i32, i32, i32, i32:16, i32:1, i32:16, i32:1, i32:16, i32:1"
+CONFIGS = [({"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32}, 4), ({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32}, 8)]
+H100 = DeviceInfo.describe_target("cuda:90", shared_optin=227 * 1024)
+A = 0x7F0000000000  # 16-byte aligned device addresses (selection only: nothing is launched)
+
+
+@pytest.fixture(scope="module")
+def tuned_archive(tmp_path_factory):
+    from karchive.producer.aot import VariantRequest, compile_variant
+    from karchive.producer.pack import ArchiveBuilder
+
+    variants = [compile_variant(VariantRequest(f"{EXAMPLES / 'kernels.py'}:matmul_kernel", SIG, "cuda:90", cx,
+                                               {"num_warps": w, "num_stages": 3})) for cx, w in CONFIGS]
+    record = {
+        "kernel": "matmul_kernel", "key_names": ["M", "N", "K"], "dtype_args": [], "fallback": "nearest-log2",
+        "configs": [{"kwargs": cx, "num_warps": w, "num_stages": 3} for cx, w in CONFIGS],
+        "entries": [{"key": [128, 128, 128], "config": 0, "variant": variants[0].entry["key"]},
+                    {"key": [4096, 4096, 4096], "config": 1, "variant": variants[1].entry["key"]}],
+    }
+    builder = ArchiveBuilder("tuned", "1", extra={"autotune": [record]})
+    builder.extend(variants)
+    path = tmp_path_factory.mktemp("tuned") / "tuned.karc"
+    builder.write(path)
+    return path, [v.entry["key"] for v in variants]
+
+
+def call(n):
+    return (A, A + 4096, A + 8192, n, n, n, n, 1, n, 1, n, 1)
+
+
+def test_recorded_key_picks_its_variant_and_unseen_keys_fall_back(tuned_archive):
+    path, keys = tuned_archive
+    k = karchive.open(path).kernel("matmul_kernel")
+    assert isinstance(k, AutotunedKernel) and k.tuned_names == {"BLOCK_M", "BLOCK_N", "BLOCK_K"}
+    assert k.select(*call(128), device=H100).key == keys[0]
+    assert k.select(*call(4096), device=H100).key == keys[1]
+    # Not tuned: nearest-log2 -> 2048 is nearer 4096 than 128; 96 is nearer 128.
+    assert k.select(*call(2048), device=H100).key == keys[1]
+    assert k.select(*call(96), device=H100).key == keys[0]
+
+
+def test_explicit_meta_parameters_bypass_the_records(tuned_archive):
+    path, keys = tuned_archive
+    k = karchive.open(path).kernel("matmul_kernel")
+    assert k.select(*call(4096), BLOCK_M=64, BLOCK_N=128, BLOCK_K=32, device=H100).key == keys[0]
+    with pytest.raises(ArgumentError, match="all tuned meta-parameters"):
+        k.select(*call(4096), BLOCK_M=64, device=H100)
+
+
+def test_keys_that_compare_with_nothing_are_refused_clearly(tuned_archive):
+    path, _ = tuned_archive
+    k = karchive.open(path).kernel("matmul_kernel")
+    k.records = [{**k.records[0], "dtype_args": ["a_ptr"]}]  # recorded keys have no dtype part
+
+    class Half:
+        dtype = "torch.float16"
+
+    with pytest.raises(NoMatchingVariantError, match="matches no recorded config"):
+        k.choose({"M": 128, "N": 128, "K": 128, "a_ptr": Half()})
+
+
+def test_plain_kernels_stay_plain(examples_archive):
+    from karchive.runtime.dispatch import Kernel
+
+    assert type(karchive.open(examples_archive).kernel("add_kernel")) is Kernel
