@@ -7,8 +7,8 @@ import hashlib
 import sys
 from typing import Any
 
-from ..errors import FormatError, KarchiveError
-from .output import emit_json, human_bytes, table
+from ..errors import FormatError, KarchiveError, SchemaError
+from .output import emit_json, human_bytes, printable, table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -87,8 +87,19 @@ def variant_json(v: dict, sources: dict[str, dict]) -> dict[str, Any]:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
+    from ..format.manifest import Manifest
+
     reader = _open(args.archive)
     m = reader.manifest
+    Manifest.from_json(m)  # every field inspect relies on is checked here: SchemaError, not a traceback
+    try:
+        return _inspect(reader, m, args)
+    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
+        raise SchemaError(f"manifest does not follow the schema ({type(exc).__name__}: {exc}); "
+                          "'karchive verify' lists every problem") from exc
+
+
+def _inspect(reader, m: dict, args: argparse.Namespace) -> int:
     variants = _select(m, args)
     if args.ir:
         return _print_ir(reader, variants, args.ir)
@@ -103,9 +114,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         })
         return 0
     pb = m.get("produced_by", {})
-    print(f"{m['name']} {m['version']}  ({human_bytes(reader.source.size)}, {len(m['variants'])} variants)")
-    print(f"  format {m['format_version']}, launch ABI v{m.get('abi_version')}, created {m.get('created') or 'unset'}")
-    print("  produced by " + ", ".join(f"{k} {v}" for k, v in sorted(pb.items()) if v))
+    print(printable(f"{m['name']} {m['version']}  ({human_bytes(reader.source.size)}, {len(m['variants'])} variants)"))
+    print(printable(f"  format {m['format_version']}, launch ABI v{m.get('abi_version')}, "
+                    f"created {m.get('created') or 'unset'}"))
+    print(printable("  produced by " + ", ".join(f"{k} {v}" for k, v in sorted(pb.items()) if v)))
     rows = []
     for v in variants:
         ir = sorted((v["files"].get("ir") or {}).keys())
@@ -150,7 +162,7 @@ def _print_ir(reader, variants: list[dict], stage: str) -> int:
     if not path:
         have = sorted((v["files"].get("ir") or {}).keys())
         raise KarchiveError(f"variant {v['key'][:12]} has no {stage!r} stage (it has: {', '.join(have) or 'no IR'})")
-    sys.stdout.write(reader.read(path).decode("utf-8", errors="replace"))
+    sys.stdout.write(printable(reader.read(path).decode("utf-8", errors="replace"), keep="\n\t"))
     return 0
 
 
@@ -196,12 +208,12 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(result)
     elif result["ok"]:
-        print(f"OK {args.archive}: {result['name']} {result['version']}, {result['members']} members, "
-              f"every digest matches" + (f"\nsha256 {result['sha256']}" if "sha256" in result else ""))
+        print(printable(f"OK {args.archive}: {result['name']} {result['version']}, {result['members']} members, "
+                        "every digest matches") + (f"\nsha256 {result['sha256']}" if "sha256" in result else ""))
     else:
-        print(f"FAILED {args.archive}:")
+        print(printable(f"FAILED {args.archive}:"))
         for p in result["problems"]:
-            print(f"  - {p}")
+            print(f"  - {printable(p)}")
     return 0 if result["ok"] else 1
 
 

@@ -23,9 +23,18 @@ def human_bytes(n: int | float | None) -> str:
     return f"{value:.1f} GiB"
 
 
+def printable(value: Any, keep: str = "") -> str:
+    """Text from an archive, safe for a terminal: control characters (escape sequences) are shown
+    escaped, never emitted. ``keep`` lists characters to pass through (e.g. newlines for IR)."""
+    text = str(value)
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in keep else repr(c)[1:-1] for c in text)
+
+
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, right: Sequence[str] = ()) -> str:
-    """Plain aligned columns (no dependency, stable in logs and CI)."""
-    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in r] for r in rows]
+    """Plain aligned columns (no dependency, stable in logs and CI); cells are made printable."""
+    cells = [[str(h) for h in headers]] + [["-" if c is None else printable(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
     lines = []
     for n, r in enumerate(cells):
@@ -37,4 +46,4 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, right: Seque
 
 
 def err(message: str) -> None:
-    print(f"karchive: error: {message}", file=sys.stderr)
+    print(f"karchive: error: {printable(message, keep=chr(10))}", file=sys.stderr)

@@ -37,6 +37,16 @@ def _req(obj: dict, key: str, typ: type | tuple[type, ...], where: str) -> Any:
     return value
 
 
+def _opt(obj: dict, key: str, typ: type, where: str) -> Any:
+    """An optional field: absent or null gives None, anything else must have the type."""
+    value = obj.get(key)
+    if value is None:
+        return None
+    if (isinstance(value, bool) and typ is int) or not isinstance(value, typ):
+        raise SchemaError(f"{where}.{key}: expected {typ.__name__}, got {type(value).__name__}")
+    return value
+
+
 @dataclass(frozen=True)
 class Target:
     backend: str  # "cuda" | "hip"
@@ -183,7 +193,7 @@ def _abi(obj: Any, n_params: int, where: str) -> Abi:
         global_scratch_align=_req(gs, "align", int, where + ".global_scratch"),
         profile_scratch_size=_req(ps, "size", int, where + ".profile_scratch"),
         profile_scratch_align=_req(ps, "align", int, where + ".profile_scratch"),
-        tmem_size=int(obj.get("tmem_size") or 0),
+        tmem_size=_opt(obj, "tmem_size", int, where) or 0,
     )
 
 
@@ -191,19 +201,22 @@ def parse_variant(obj: Any, where: str) -> Variant:
     params = []
     for i, p in enumerate(_req(obj, "params", list, where)):
         w = f"{where}.params[{i}]"
-        hints = p.get("hints") or {}
+        name, typ = _req(p, "name", str, w), _req(p, "type", str, w)
+        hints = _opt(p, "hints", dict, w) or {}
+        divisibility = _opt(hints, "divisibility", int, w + ".hints")
         params.append(
             Param(
-                name=_req(p, "name", str, w),
-                type=_req(p, "type", str, w),
+                name=name,
+                type=typ,
                 constexpr=p.get("value"),
                 is_constexpr="value" in p,
-                divisibility=hints.get("divisibility"),
-                equal_to_1=bool(hints.get("equal_to_1")),
+                divisibility=divisibility,
+                equal_to_1=_opt(hints, "equal_to_1", bool, w + ".hints") is True,
             )
         )
     files = _req(obj, "files", dict, where)
-    ir = {stage: _file(ref, f"{where}.files.ir.{stage}") for stage, ref in (files.get("ir") or {}).items()}
+    ir = {stage: _file(ref, f"{where}.files.ir.{stage}")
+          for stage, ref in (_opt(files, "ir", dict, where + ".files") or {}).items()}
     return Variant(
         kernel=_req(obj, "kernel", str, where),
         key=_req(obj, "key", str, where),
@@ -214,8 +227,8 @@ def parse_variant(obj: Any, where: str) -> Variant:
         binary=_file(files.get("binary"), f"{where}.files.binary"),
         metadata=_file(files.get("metadata"), f"{where}.files.metadata"),
         ir=ir,
-        source=files.get("source"),
-        provenance=obj.get("provenance") or {},
+        source=_opt(files, "source", str, where + ".files"),
+        provenance=_opt(obj, "provenance", dict, where) or {},
     )
 
 

@@ -36,6 +36,8 @@ class Archive:
         if not isinstance(entries, list) or not all(isinstance(v, dict) for v in entries):
             raise SchemaError("manifest: 'variants' must be a list of objects")
         keys = [v.get("key") for v in entries]
+        if not all(isinstance(k, str) for k in keys):
+            raise SchemaError("manifest: every variant needs a string 'key'")
         if len(set(keys)) != len(keys):
             raise SchemaError("manifest: duplicate variant keys")
         # Variants are parsed (and schema-checked) per kernel on first use: a cold start that launches
