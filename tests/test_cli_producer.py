@@ -159,3 +159,25 @@ def test_console_entry_point_runs(examples_archive):
     out = subprocess.run([sys.executable, "-m", "karchive", "inspect", str(examples_archive)], env=env,
                          capture_output=True, text=True)
     assert out.returncode == 0 and "matmul_kernel" in out.stdout
+
+
+TMA = '''
+import triton
+import triton.language as tl
+
+@triton.jit
+def tma_copy(in_desc, out_desc, BLOCK: tl.constexpr):
+    pid = tl.program_id(0)
+    out_desc.store([pid * BLOCK, 0], in_desc.load([pid * BLOCK, 0]))
+'''
+
+
+def test_kernels_with_tensor_descriptors_are_refused_not_packed(tmp_path, capsys):
+    """Triton compiles a host tensor-descriptor kernel for cuda:90, but ABI v1 cannot describe how to pass
+    a CUtensorMap: the build must refuse it with a clear reason rather than pack it."""
+    (tmp_path / "tma.py").write_text(TMA)
+    out = tmp_path / "tma.karc"
+    code, _, err = run(capsys, "compile", str(tmp_path / "tma.py"), "-n", "tma_copy",
+                       "-s", "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64", "-t", "cuda:90", "-o", str(out))
+    assert code == 2 and "tensor-descriptor" in err and "not supported" in err
+    assert not out.exists()

@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import SignatureError
 from ..format.manifest import POINTER_ELEMENT_TYPES, SCALAR_SIZES
+from .irtext import split_top_level
 
 _TYPE_RE = re.compile(r"^\*?(?:k)?[a-z][a-z0-9]*$")
 
@@ -75,6 +76,9 @@ def parse_token(text: str, where: str) -> Token:
     raw = text.strip()
     if not raw:
         raise SignatureError(f"{where}: empty entry")
+    if raw.startswith("tensordesc<") and raw.endswith(">"):
+        # Triton compiles these; whether karchive can launch them is decided from the compiled result.
+        return Token(raw, raw)
     body, _, hint_text = raw.partition(":")
     body = body.strip()
     hint = None
@@ -98,8 +102,9 @@ def parse_token(text: str, where: str) -> Token:
 
 
 def split_signature(sig: str | Sequence[str]) -> list[str]:
+    """Entries of a signature string; commas inside ``<...>`` (tensor descriptor shapes) do not split."""
     if isinstance(sig, str):
-        return [] if not sig.strip() else [s for s in sig.split(",")]
+        return split_top_level(sig) if sig.strip() else []
     return [str(s) for s in sig]
 
 
