@@ -2,43 +2,136 @@
 
 Every failure karchive reports derives from :class:`KarchiveError`, so callers can catch one type.
 The subclasses say which layer refused: the format reader (untrusted bytes), the producer (compile,
-specs), the registry (storage, conflicts), the runtime (devices, arguments).
+specs), the registry (storage, conflicts), the runtime (devices, arguments), the trust layer
+(signatures, policies).
+
+Errors carry *fields* a caller can act on, not only a message (the way huggingface_hub's errors carry
+``repo_id``): ``ConflictError.existing_digest``, ``NoMatchingVariantError.rejections``,
+``ArgumentError.param`` ... Each class declares its fields as annotated class attributes with a
+default, so every field exists on every instance; the constructor takes them as keyword arguments and
+refuses names the class does not declare (a typo in a raise site fails loudly in tests, not silently
+in production). :meth:`KarchiveError.to_json` gives the CLI's ``--json`` error shape.
+
+Where a builtin exception is the natural catch-all (a missing file, a bad argument type), the karchive
+error also derives from it, so existing ``except FileNotFoundError`` / ``except TypeError`` clauses keep
+working.
 """
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 
 class KarchiveError(Exception):
     """Base class of every error karchive raises on purpose."""
+
+    _field_names: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        names: list[str] = []
+        for klass in reversed(cls.__mro__):
+            for name in getattr(klass, "__annotations__", {}):
+                if not name.startswith("_") and name not in names:
+                    names.append(name)
+        cls._field_names = tuple(names)
+
+    def __init__(self, message: str = "", **fields: Any) -> None:
+        unknown = set(fields) - set(self._field_names)
+        if unknown:
+            raise TypeError(f"{type(self).__name__} has no field(s) {sorted(unknown)}; "
+                            f"its fields are {list(self._field_names)}")
+        super().__init__(message)
+        for name, value in fields.items():
+            setattr(self, name, value)
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def __str__(self) -> str:
+        return self.message
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        """The declared fields and their values (defaults included)."""
+        return {name: getattr(self, name) for name in self._field_names}
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"error": class name, "message": ..., <fields>}`` with values made JSON-safe."""
+        return {"error": type(self).__name__, "message": self.message,
+                **{k: _jsonable(v) for k, v in self.fields.items()}}
+
+
+def _jsonable(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in value]
+    return str(value)
 
 
 # --- format --------------------------------------------------------------------------------------
 class FormatError(KarchiveError):
     """The bytes are not a well-formed karchive archive (truncated, corrupt, hostile)."""
 
+    source: str | None = None  # the archive (path or URL) being read, where known
+
 
 class NotAnArchiveError(FormatError):
-    """The file does not end with a karchive footer at all."""
+    """The file does not end with a karchive footer at all (or is not a regular file)."""
+
+
+class ArchiveNotFoundError(FormatError, FileNotFoundError):
+    """The archive path does not exist (also a ``FileNotFoundError``)."""
+
+    path: str | None = None
 
 
 class UnsupportedVersionError(FormatError):
     """The archive's format (or launch ABI) major version is newer than this reader knows."""
 
+    found: str | None = None
+    supported: str | None = None
+
 
 class IntegrityError(FormatError):
     """A digest or size recorded in the archive does not match the bytes."""
+
+    member: str | None = None
+    expected: str | None = None  # digest (or size) recorded
+    actual: str | None = None  # digest (or size) found
 
 
 class UnsafeMemberError(FormatError):
     """A member name or type would escape the target directory or is not a regular file."""
 
+    member: str | None = None
+
 
 class LimitExceededError(FormatError):
     """Something claims more bytes or members than the reader's limits allow (decompression bombs)."""
 
+    limit: int | None = None
+    value: int | None = None
+
 
 class SchemaError(FormatError):
     """The manifest does not follow the schema."""
+
+    where: str | None = None  # the JSON location, e.g. "variants[3].abi.params[0]"
+
+
+class TargetError(FormatError, ValueError):
+    """Unknown or malformed target such as ``cuda:80`` / ``hip:gfx942``.
+
+    A format-level error: targets are parsed wherever archives are read (selection without a GPU) as
+    well as where they are built.
+    """
+
+    target: str | None = None
 
 
 class SentinelError(KarchiveError):
@@ -50,32 +143,42 @@ class ProducerError(KarchiveError):
     """Base for build-side failures."""
 
 
-class TargetError(ProducerError):
-    """Unknown or malformed target such as ``cuda:80`` / ``hip:gfx942``."""
-
-
 class SignatureError(ProducerError):
     """A kernel signature string or structure is malformed or does not fit the kernel."""
+
+    kernel: str | None = None
+    param: str | None = None
 
 
 class KernelNotFoundError(ProducerError):
     """``file.py:fn`` or ``package.module:fn`` does not name a Triton kernel."""
 
+    ref: str | None = None
+    available: tuple[str, ...] = ()
+
 
 class CompileError(ProducerError):
     """Triton failed to compile a variant; the message carries the compiler's own text."""
+
+    variant: str | None = None  # the variant's label, e.g. "add_kernel[cuda:90](BLOCK=1024)"
 
 
 class UnsupportedKernelError(ProducerError):
     """The kernel's launch ABI cannot be described (e.g. tensor descriptors), so it is not packed."""
 
+    kernel: str | None = None
+
 
 class SpecFileError(ProducerError):
     """A build spec file (TOML) is invalid."""
 
+    path: str | None = None
+
 
 class BuildError(ProducerError):
     """One or more variants of a build failed."""
+
+    failures: tuple[tuple[str, str], ...] = ()  # (variant label, error message)
 
 
 class CaptureError(ProducerError):
@@ -86,21 +189,39 @@ class CaptureError(ProducerError):
 class RegistryError(KarchiveError):
     """Base for publish/pull/cache failures."""
 
+    registry: str | None = None  # the registry URL (redacted), where known
+
 
 class NotFoundError(RegistryError):
     """A name or version is not in the registry; the message lists what exists."""
+
+    name: str | None = None
+    version: str | None = None
+    available: tuple[str, ...] = ()  # names (no name given / unknown name) or versions of ``name``
 
 
 class ConflictError(RegistryError):
     """An immutable version already exists with different bytes."""
 
+    ref: str | None = None
+    existing_digest: str | None = None
+    new_digest: str | None = None
+
 
 class LockfileError(RegistryError):
     """A lockfile is malformed or an archive's digest differs from the pinned one."""
 
+    lockfile: str | None = None
+    name: str | None = None
+    pinned_digest: str | None = None
+    actual_digest: str | None = None
+
 
 class TransferError(RegistryError):
     """A network or storage operation failed after retries."""
+
+    url: str | None = None
+    attempts: int | None = None
 
 
 # --- runtime -------------------------------------------------------------------------------------
@@ -111,14 +232,38 @@ class RuntimeLoadError(KarchiveError):
 class NoDeviceError(RuntimeLoadError):
     """No GPU, no driver, or no driver bindings (cuda-python / hip-python) are available."""
 
+    backend: str | None = None
+
 
 class NoMatchingVariantError(RuntimeLoadError):
     """No variant fits the device and the call; the message lists every variant and why it was rejected."""
+
+    kernel: str | None = None
+    rejections: tuple[tuple[str, str], ...] = ()  # (variant label, reason)
+
+
+class KernelNameError(NoMatchingVariantError, KeyError):
+    """The archive has no kernel of that name; ``available`` lists the kernels it has."""
+
+    available: tuple[str, ...] = ()
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.message
 
 
 class ArgumentError(RuntimeLoadError, TypeError):
     """A launch argument is wrong: count, dtype, device, alignment, value range."""
 
+    kernel: str | None = None
+    param: str | None = None
+
 
 class LaunchError(RuntimeLoadError):
     """The driver refused to load a module or launch a kernel."""
+
+    kernel: str | None = None
+    code: int | None = None  # the driver's error code
+
+
+class InteropError(RuntimeLoadError):
+    """A framework (or its private API at this version) cannot express what the archived kernel needs."""

@@ -4,7 +4,7 @@ import pytest
 
 from karchive.errors import SignatureError, TargetError
 from karchive.producer.signature import resolve
-from karchive.producer.target import binary_arch, parse_target
+from karchive.format.target import Target
 
 PARAMS = ["x_ptr", "y_ptr", "out_ptr", "n", "BLOCK"]
 CONSTEXPR = ["BLOCK"]
@@ -62,12 +62,13 @@ def test_constexpr_given_twice_or_unknown():
     ("hip:gfx1100", "hip", "gfx1100", 32, "gfx1100"),
 ])
 def test_targets(text, backend, arch, warp, binary):
-    t = parse_target(text)
+    t = Target.parse(text)
     assert (t.backend, t.arch, t.warp_size) == (backend, arch, warp)
-    assert binary_arch(t) == binary
+    assert t.binary_arch == binary
 
 
-@pytest.mark.parametrize("text", ["cuda", "metal:1", "cuda:abc", "hip:sm90", "cuda:90:48", ""])
+@pytest.mark.parametrize("text", ["cuda", "metal:1", "cuda:abc", "hip:sm90", "cuda:90:48", "", "rocm:gfx942", "amd:gfx942"])
 def test_bad_targets(text):
-    with pytest.raises(TargetError):
-        parse_target(text)
+    with pytest.raises(TargetError) as info:
+        Target.parse(text)
+    assert info.value.target == text

@@ -6,21 +6,12 @@ import json
 import sys
 from typing import Any, Sequence
 
+from ..core.units import human_bytes  # noqa: F401 - re-exported: the CLI formats sizes through this module
+
 
 def emit_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=2, sort_keys=True)
     sys.stdout.write("\n")
-
-
-def human_bytes(n: int | float | None) -> str:
-    if n is None:
-        return "-"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
 
 
 def printable(value: Any, keep: str = "") -> str:

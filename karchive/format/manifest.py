@@ -12,6 +12,7 @@ from typing import Any
 
 from ..errors import SchemaError, UnsupportedVersionError
 from .constants import ABI_VERSION
+from .target import Target
 
 #: Scalar parameter types and their byte width as the binary takes them (ABI v1).
 SCALAR_SIZES: dict[str, int] = {
@@ -45,26 +46,6 @@ def _opt(obj: dict, key: str, typ: type, where: str) -> Any:
     if (isinstance(value, bool) and typ is int) or not isinstance(value, typ):
         raise SchemaError(f"{where}.{key}: expected {typ.__name__}, got {type(value).__name__}")
     return value
-
-
-@dataclass(frozen=True)
-class Target:
-    backend: str  # "cuda" | "hip"
-    arch: str  # "90", "80", "gfx942"
-    warp_size: int
-
-    def __str__(self) -> str:
-        return f"{self.backend}:{self.arch}"
-
-    @classmethod
-    def from_json(cls, obj: Any, where: str = "target") -> "Target":
-        backend = _req(obj, "backend", str, where)
-        if backend not in ("cuda", "hip"):
-            raise SchemaError(f"{where}: unknown backend {backend!r}")
-        return cls(backend, _req(obj, "arch", str, where), _req(obj, "warp_size", int, where))
-
-    def to_json(self) -> dict:
-        return {"backend": self.backend, "arch": self.arch, "warp_size": self.warp_size}
 
 
 @dataclass(frozen=True)

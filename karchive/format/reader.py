@@ -9,7 +9,6 @@ matches the manifest.
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from typing import Any
 
 import zstandard
 
+from ..core.jsonio import parse_json
 from ..errors import (
     FormatError,
     IntegrityError,
@@ -88,14 +88,16 @@ def parse_version(text: Any) -> tuple[int, int]:
     return int(major), int(minor)
 
 
-def check_version(found: tuple[int, int], what: str = "archive format") -> None:
+def check_format_version(found: tuple[int, int], what: str = "archive format") -> None:
     if found[0] > FORMAT_VERSION[0]:
         raise UnsupportedVersionError(
             f"{what} version {found[0]}.{found[1]} is newer than this reader supports "
-            f"({FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}); upgrade karchive"
-        )
+            f"({FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}); upgrade karchive",
+            found=f"{found[0]}.{found[1]}", supported=f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}")
     if found[0] < 1:
-        raise UnsupportedVersionError(f"{what} version {found[0]}.{found[1]} is not supported")
+        raise UnsupportedVersionError(f"{what} version {found[0]}.{found[1]} is not supported",
+                                      found=f"{found[0]}.{found[1]}",
+                                      supported=f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}")
 
 
 def scan_manifest(root: Any, max_depth: int) -> list[dict]:
@@ -121,34 +123,10 @@ def scan_manifest(root: Any, max_depth: int) -> list[dict]:
     return found
 
 
-def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict:
-    obj = dict(pairs)
-    if len(obj) != len(pairs):
-        seen: set[str] = set()
-        dup = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise FormatError(f"duplicate JSON key {dup!r}")
-    return obj
-
-
-def _bad_constant(name: str) -> Any:
-    raise FormatError(f"JSON constant {name} is not allowed")
-
-
 def load_json(raw: bytes, what: str, limits: "Limits") -> Any:
     """Parse untrusted canonical JSON (ASCII, no duplicate keys, no NaN) within the value budget."""
-    if not raw.isascii():
-        raise FormatError(f"{what} is not ASCII JSON (karchive writes canonical, ASCII-only JSON)")
-    # Every JSON value but the first follows one of these bytes, so their count bounds the number of
-    # values, and so the memory the parsed objects can take, before anything is parsed.
-    values = raw.count(b",") + raw.count(b":") + raw.count(b"[") + raw.count(b"{")
-    if values > limits.max_json_values:
-        raise LimitExceededError(f"{what} holds up to {values} JSON values; the limit is {limits.max_json_values}")
-    try:
-        return json.loads(raw.decode("ascii"), object_pairs_hook=_no_duplicate_keys, parse_constant=_bad_constant)
-    except RecursionError as exc:
-        raise FormatError(f"{what}: JSON nested too deeply") from exc
-    except ValueError as exc:  # json.JSONDecodeError, over-long integers
-        raise FormatError(f"{what} is not valid JSON: {exc}") from exc
+    return parse_json(raw, what, error=FormatError, strict=True, max_values=limits.max_json_values,
+                      limit_error=LimitExceededError)
 
 
 def compress_bound(size: int) -> int:
@@ -211,7 +189,7 @@ class ArchiveReader:
         if tag != FOOTER_TAG:
             raise NotAnArchiveError(f"{where}: footer tag mismatch (not a .karc archive)")
         self.format_version = (major, minor)
-        check_version(self.format_version)
+        check_format_version(self.format_version)
         if index_offset + index_length != size - FOOTER_SIZE or index_length < SKIPPABLE_HEADER.size:
             raise FormatError(f"{where}: footer points outside the file (truncated or corrupt)")
         if index_length > self.limits.max_index_bytes:
@@ -342,7 +320,7 @@ class ArchiveReader:
         manifest = load_json(raw, "manifest", self.limits)
         if not isinstance(manifest, dict):
             raise SchemaError("manifest is not a JSON object")
-        check_version(parse_version(manifest.get("format_version")), "manifest format")
+        check_format_version(parse_version(manifest.get("format_version")), "manifest format")
         entries = scan_manifest(manifest, self.limits.max_json_depth)
         self.manifest = manifest
         self.manifest_bytes = raw
@@ -465,8 +443,10 @@ class ArchiveReader:
         if expected is None:
             raise IntegrityError(f"member {name!r} has no digest in the manifest; refusing to trust it")
         data = self._member_unchecked(member)
-        if len(data) != expected[0] or hashlib.sha256(data).hexdigest() != expected[1]:
-            raise IntegrityError(f"member {name!r}: size or sha256 differs from the manifest (corrupt or tampered)")
+        digest = hashlib.sha256(data).hexdigest()
+        if len(data) != expected[0] or digest != expected[1]:
+            raise IntegrityError(f"member {name!r}: size or sha256 differs from the manifest (corrupt or tampered)",
+                                 source=self.source.describe(), member=name, expected=expected[1], actual=digest)
         return data
 
     # -- full check --------------------------------------------------------------------------------

@@ -8,13 +8,15 @@ on its inputs, so the same inputs give byte-identical archives.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Iterable, Literal
 
 import zstandard
 
+from ..core.digest import sha256_hex
+from ..core.fsio import atomic_writer
+from ..core.jsonio import canonical_json
 from ..errors import FormatError
 from .constants import (
     DICTIONARY_NAME,
@@ -34,15 +36,6 @@ DictionaryMode = Literal["auto", "none", "always"]
 #: Below this many dictionary-eligible bytes a trained dictionary costs more than it saves.
 _DICT_MIN_BYTES = 96 * 1024
 _DICT_MIN_SAMPLES = 12
-
-
-def canonical_json(obj: object) -> bytes:
-    """The one JSON encoding karchive hashes and stores: sorted keys, no spaces, ASCII."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 def source_date_epoch() -> int:
@@ -195,15 +188,6 @@ class ArchiveWriter:
     def write(self, path: str | os.PathLike, manifest: dict) -> WriteStats:
         """Write atomically: a temporary file in the same directory, then rename."""
         data = self.to_bytes(manifest)
-        path = os.fspath(path)
-        tmp = f"{path}.tmp.{os.getpid()}"
-        try:
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        with atomic_writer(path) as fh:
+            fh.write(data)
         return self.stats

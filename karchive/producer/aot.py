@@ -13,11 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..errors import CompileError, KarchiveError, UnsupportedKernelError
-from ..format.manifest import Target
+from ..format.target import Target
 from .describe import CompiledVariant, describe_variant
 from .kernel_ref import load_kernel
 from .signature import Specialization, resolve
-from .target import parse_target
 
 #: Options each backend accepts from the command line / spec file (others are refused early).
 COMMON_OPTIONS = {"num_warps", "num_stages", "num_ctas", "enable_fp_fusion", "debug", "launch_cooperative_grid",
@@ -98,7 +97,7 @@ def module_source(module: Any) -> str | None:
 
 def compile_variant(req: VariantRequest) -> CompiledVariant:
     """Compile one variant; every failure is a :class:`KarchiveError` with the compiler's text."""
-    target: Target = parse_target(req.target)
+    target = Target.parse(req.target)
     unknown = set(req.options) - BACKEND_OPTIONS[target.backend]
     if unknown:
         raise CompileError(

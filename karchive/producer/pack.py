@@ -15,7 +15,8 @@ from typing import Any, Iterable
 from .. import __version__
 from ..errors import FormatError
 from ..format.constants import ABI_VERSION, FORMAT_VERSION, PATH_SENTINEL
-from ..format.writer import ArchiveWriter, DictionaryMode, WriteStats, sha256_hex, source_date_epoch
+from ..core.digest import sha256_hex
+from ..format.writer import ArchiveWriter, DictionaryMode, WriteStats, source_date_epoch
 from .describe import BINARY_EXT, CompiledVariant
 
 

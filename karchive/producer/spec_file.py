@@ -19,7 +19,7 @@ else:  # pragma: no cover
 
 from ..errors import KarchiveError, SpecFileError
 from .aot import BACKEND_OPTIONS, VariantRequest
-from .target import parse_target
+from ..format.target import Target
 
 _KERNEL_KEYS = {"source", "signature", "signatures", "constexprs", "targets", "cuda", "hip", "include_ir"}
 _ALL_OPTIONS = set().union(*BACKEND_OPTIONS.values())
@@ -95,7 +95,7 @@ def parse_spec(data: dict, base_dir: str, label: str = "<spec>") -> BuildSpec:
         if not targets:
             raise SpecFileError(f"{where}: no targets (set [archive] targets or the kernel's targets)")
         for t in targets:
-            target = parse_target(t)
+            target = Target.parse(t)
             opts = dict(options)
             backend_opts = k.get(target.backend, {})
             if not isinstance(backend_opts, dict):

@@ -19,6 +19,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Mapping
 
+from ..core.jsonio import parse_json
 from ..errors import CaptureError, KarchiveError, UnsupportedKernelError
 from .describe import BINARY_EXT, IR_STAGES, CompiledVariant, describe_variant
 from .irtext import enclosed, split_top_level
@@ -121,11 +122,13 @@ class CacheEntry:
 
 
 def _load_json(path: str) -> Any:
+    """A Triton cache file: Triton's JSON, not canonical (so not strict), but still a karchive error."""
     try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, ValueError) as exc:
+        with open(path, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
         raise CaptureError(f"cannot read Triton cache file {path}: {exc}") from exc
+    return parse_json(raw, f"Triton cache file {path}", error=CaptureError, strict=False)
 
 
 def entry_from_group(metadata_group: Mapping[str, str], directory: str | None = None) -> CacheEntry:

@@ -6,10 +6,10 @@ or the local cache only after its sha256 is known and every frame and member has
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 
+from ..core.digest import sha256_file
 from ..errors import FormatError, IntegrityError, RegistryError
 from ..format.constants import FOOTER_PAYLOAD, FOOTER_SIZE, SKIPPABLE_HEADER
 from ..format.manifest import Manifest
@@ -27,16 +27,6 @@ class ArchiveFacts:
     variants: int
     kernels: tuple[str, ...]
     targets: tuple[str, ...]
-
-
-def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> tuple[str, int]:
-    h = hashlib.sha256()
-    size = 0
-    with open(path, "rb") as fh:
-        while data := fh.read(chunk):
-            h.update(data)
-            size += len(data)
-    return h.hexdigest(), size
 
 
 def index_sha256_from_footer(footer: bytes) -> str:

@@ -26,7 +26,8 @@ from typing import BinaryIO, Callable
 
 from .. import __version__
 from ..errors import FormatError, RegistryError
-from ..format.writer import canonical_json
+from ..core.fsio import atomic_write, fsync_dir
+from ..core.jsonio import canonical_json
 from .archive_check import check_archive_file
 from .config import cache_dir, redact_url
 from .filelock import FileLock
@@ -72,27 +73,10 @@ def registry_key(url: str) -> str:
     return hashlib.sha256(redact_url(url).encode()).hexdigest()[:20]
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def _write_small(path: Path, data: bytes) -> None:
+    """Receipts and cached records: atomic, but not fsynced (they are regenerable from the blobs)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    try:
-        with open(tmp, "xb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
+    atomic_write(path, data, durable=False)
 
 
 class Cache:
@@ -126,7 +110,7 @@ class Cache:
     def _write_receipt(self, digest: str, blob: Path) -> None:
         receipt = {"sha256": digest, "file": self._identity(blob.stat()), "verified": _iso(time.time()),
                    "karchive": __version__}
-        _atomic_write(self._receipt_path(digest), canonical_json(receipt))
+        _write_small(self._receipt_path(digest), canonical_json(receipt))
 
     def _touch(self, digest: str) -> None:
         try:
@@ -210,7 +194,7 @@ class Cache:
                 blob.parent.mkdir(parents=True, exist_ok=True)
                 os.chmod(tmp, 0o444)
                 os.replace(tmp, blob)
-                _fsync_dir(blob.parent)
+                fsync_dir(blob.parent)
             finally:
                 tmp.unlink(missing_ok=True)
             self._write_receipt(digest, blob)
@@ -237,10 +221,10 @@ class Cache:
         if path.exists():
             return
         try:
-            _atomic_write(path, record.to_json())
+            _write_small(path, record.to_json())
             marker = path.parent.parent / "registry.json"
             if not marker.exists():
-                _atomic_write(marker, canonical_json({"url": redact_url(registry_url)}))
+                _write_small(marker, canonical_json({"url": redact_url(registry_url)}))
         except OSError:
             pass  # a read-only cache still works, only without offline resolution
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from ..core.digest import is_sha256_hex
+from ..errors import RegistryError
 from .refs import check_name, check_version
 
 LAYOUT_VERSION = 1
@@ -12,11 +14,9 @@ RECORD_SUFFIX = ".json"
 
 
 def check_digest(digest: object) -> str:
-    if not isinstance(digest, str) or len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-        from ..errors import RegistryError
-
+    if not is_sha256_hex(digest):
         raise RegistryError(f"bad sha256 digest {digest!r}: expected 64 lowercase hex digits")
-    return digest
+    return digest  # type: ignore[return-value]
 
 
 def blob_path(digest: str) -> str:

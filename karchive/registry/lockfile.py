@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..core.fsio import atomic_write
+from ..core.jsonio import parse_json
 from ..errors import LockfileError, RegistryError
 from .config import redact_url
 from .layout import check_digest
@@ -66,13 +68,10 @@ class Lockfile:
 
     def write(self, path: str | os.PathLike) -> None:
         target = Path(path)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         try:
-            tmp.write_bytes(self.to_json())
-            os.replace(tmp, target)
+            atomic_write(target, self.to_json())
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
-            raise LockfileError(f"cannot write {target}: {exc}") from None
+            raise LockfileError(f"cannot write {target}: {exc}", lockfile=str(target)) from None
         self.path = str(target)
 
     @classmethod
@@ -82,10 +81,7 @@ class Lockfile:
             raw = Path(where).read_bytes()
         except OSError as exc:
             raise LockfileError(f"cannot read lockfile {where}: {exc.strerror or exc}") from None
-        try:
-            doc = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise LockfileError(f"lockfile {where} is not valid JSON: {exc}") from None
+        doc = parse_json(raw, f"lockfile {where}", error=LockfileError)
         if not isinstance(doc, dict) or not isinstance(doc.get("archives"), dict):
             raise LockfileError(f"lockfile {where}: expected an object with an 'archives' object")
         version = doc.get("lockfile_version")

@@ -10,13 +10,7 @@ import sys
 import time
 from typing import TextIO
 
-
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} GiB"
+from ..core.units import human_bytes
 
 
 class Progress:
@@ -43,7 +37,7 @@ class Progress:
         self._drawn = True
         rate = self.done / max(now - self._start, 1e-6)
         pct = f"{100 * self.done / self.total:3.0f}%" if self.total else ""
-        self.stream.write(f"\r{self.label}: {_human(self.done)} / {_human(self.total)} {pct} {_human(rate)}/s   ")
+        self.stream.write(f"\r{self.label}: {human_bytes(self.done)} / {human_bytes(self.total)} {pct} {human_bytes(rate)}/s   ")
         self.stream.flush()
 
     def close(self) -> None:

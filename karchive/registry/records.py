@@ -9,12 +9,11 @@ Everything read from a registry is untrusted: each field is checked, and anythin
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import RegistryError
-from ..format.writer import canonical_json
+from ..core.jsonio import canonical_json, parse_json
 from .layout import LAYOUT_VERSION, check_digest
 from .refs import check_name, check_version
 
@@ -85,10 +84,8 @@ class VersionRecord:
 
 
 def load_json(data: bytes, where: str) -> Any:
-    try:
-        return json.loads(data)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise RegistryError(f"{where} is not valid JSON (corrupt registry file): {exc}") from None
+    """A registry document: canonical JSON that karchive wrote; anything else means a damaged registry."""
+    return parse_json(data, where, error=RegistryError, note=" (corrupt registry file)")
 
 
 def _check_layout(obj: dict, where: str) -> None:

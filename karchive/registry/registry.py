@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from ..core.fsio import atomic_writer
 from ..errors import ConflictError, IntegrityError, NotFoundError, RegistryError
 from ..format.reader import ArchiveReader, Limits
 from .archive_check import check_archive_file
@@ -338,11 +339,9 @@ class Registry:
 def _copy_out(path: Path, dest: Path, record: VersionRecord) -> Path:
     if dest.is_dir():
         dest = dest / f"{record.name}-{record.version}.karc"
-    tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
     try:
-        shutil.copyfile(path, tmp)
-        os.replace(tmp, dest)
+        with open(path, "rb") as src, atomic_writer(dest) as out:
+            shutil.copyfileobj(src, out, 1 << 20)
     except OSError as exc:
-        tmp.unlink(missing_ok=True)
         raise RegistryError(f"cannot write {dest}: {exc}") from None
     return dest

@@ -13,11 +13,11 @@ exception, and failures surface as :class:`TransferError` or :class:`RegistryErr
 from __future__ import annotations
 
 import os
-import secrets
 import threading
 from pathlib import Path
 from typing import Any, Callable
 
+from ..core.fsio import fsync_dir, temp_path_for
 from ..errors import RegistryError, TransferError
 from ..format.source import FileSource, FsspecSource, RangeSource
 from .config import redact_url
@@ -49,19 +49,6 @@ class Store:
 
 
 # -- local directory -------------------------------------------------------------------------------
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 class LocalStore(Store):
     is_local = True
     atomic_create = "temporary file + fsync + link(2) (fails if the name exists)"
@@ -98,7 +85,7 @@ class LocalStore(Store):
             final.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise RegistryError(f"cannot create {final.parent}: {exc}") from None
-        tmp = final.parent / f".tmp-{os.getpid()}-{secrets.token_hex(6)}"
+        tmp = temp_path_for(final)
         try:
             with open(tmp, "xb") as fh:
                 write(fh)
@@ -122,7 +109,7 @@ class LocalStore(Store):
             raise RegistryError(f"cannot create {final}: {exc}") from None
         finally:
             tmp.unlink(missing_ok=True)
-        _fsync_dir(final.parent)
+        fsync_dir(final.parent)
         return created
 
     def create(self, path: str, data: bytes) -> bool:
@@ -139,7 +126,7 @@ class LocalStore(Store):
         except OSError as exc:
             tmp.unlink(missing_ok=True)
             raise RegistryError(f"cannot write {final}: {exc}") from None
-        _fsync_dir(final.parent)
+        fsync_dir(final.parent)
 
     def upload(self, path: str, local: str, progress: ProgressFn) -> bool:
         final = self._p(path)

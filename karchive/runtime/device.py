@@ -68,9 +68,9 @@ class DeviceInfo:
     def describe_target(cls, target: str, *, index: int = 0, shared_optin: int | None = None,
                         driver_version: int | None = None, name: str = "") -> "DeviceInfo":
         """A device description from ``cuda:86`` / ``hip:gfx942`` (selection without a GPU; no driver involved)."""
-        from ..producer.target import parse_target  # only parses strings; imports nothing heavy
+        from ..format.target import Target
 
-        t = parse_target(target)
+        t = Target.parse(target)
         if t.backend == "cuda":
             cap = int(t.arch)
             return cls("cuda", index, t.arch, t.warp_size, cc=divmod(cap, 10), shared_optin=shared_optin,

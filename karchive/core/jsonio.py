@@ -1,0 +1,74 @@
+"""The one canonical JSON encoding karchive hashes and stores, and one parser for JSON it did not write.
+
+Canonical JSON (spec/FORMAT.md §7): sorted keys, no insignificant whitespace, ASCII only (non-ASCII as
+``\\uXXXX``), no NaN/Infinity. Manifests, indexes, variant keys, registry records and signed statements
+all use it, which is what makes their bytes reproducible.
+
+:func:`parse_json` reads untrusted JSON. In ``strict`` mode (archives, registry documents: bytes
+karchive wrote canonically) it refuses non-ASCII bytes, duplicate keys (two parsers could disagree on
+which one wins) and NaN/Infinity, and it bounds the number of values *before* parsing, because parsed
+JSON costs up to ~60 bytes per value however short its text.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..errors import KarchiveError
+
+
+def canonical_json(obj: object) -> bytes:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
+
+
+def count_values_bound(raw: bytes) -> int:
+    """An upper bound on the number of JSON values in ``raw``: every value but the first follows one of
+    ``, : [ {``, so counting those bytes bounds the values without parsing anything."""
+    return raw.count(b",") + raw.count(b":") + raw.count(b"[") + raw.count(b"{") + 1
+
+
+def parse_json(raw: bytes, what: str, *, error: type[KarchiveError], strict: bool = True,
+               max_values: int | None = None, limit_error: type[KarchiveError] | None = None,
+               note: str = "") -> Any:
+    """Parse ``raw`` or raise ``error`` naming ``what``; see the module docstring for ``strict``.
+
+    ``max_values`` bounds the value count (raising ``limit_error``, default ``error``) before parsing;
+    ``note`` is added to the "not valid JSON" message (e.g. what that means for the reader).
+    """
+    if strict and not raw.isascii():
+        raise error(f"{what} is not ASCII JSON (karchive writes canonical, ASCII-only JSON)")
+    if max_values is not None:
+        values = count_values_bound(raw)
+        if values > max_values:
+            raise (limit_error or error)(f"{what} holds up to {values} JSON values; the limit is {max_values}")
+    try:
+        if strict:
+            return json.loads(raw.decode("ascii"), object_pairs_hook=_no_duplicate_keys(error),
+                              parse_constant=_no_constant(error))
+        return json.loads(raw)
+    except RecursionError as exc:
+        raise error(f"{what}: JSON nested too deeply") from exc
+    except KarchiveError:
+        raise
+    except (ValueError, UnicodeDecodeError) as exc:  # json.JSONDecodeError, over-long integers
+        raise error(f"{what} is not valid JSON{note}: {exc}") from exc
+
+
+def _no_duplicate_keys(error: type[KarchiveError]):  # noqa: ANN202 - a json hook
+    def hook(pairs: list[tuple[str, Any]]) -> dict:
+        obj = dict(pairs)
+        if len(obj) != len(pairs):
+            seen: set[str] = set()
+            dup = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
+            raise error(f"duplicate JSON key {dup!r}")
+        return obj
+
+    return hook
+
+
+def _no_constant(error: type[KarchiveError]):  # noqa: ANN202 - a json hook
+    def hook(name: str) -> Any:
+        raise error(f"JSON constant {name} is not allowed")
+
+    return hook
