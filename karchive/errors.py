@@ -124,6 +124,12 @@ class SchemaError(FormatError):
     where: str | None = None  # the JSON location, e.g. "variants[3].abi.params[0]"
 
 
+class UnsupportedLocationError(FormatError, ValueError):
+    """An archive location karchive cannot open: an unknown URL protocol or a missing fsspec backend."""
+
+    location: str | None = None
+
+
 class TargetError(FormatError, ValueError):
     """Unknown or malformed target such as ``cuda:80`` / ``hip:gfx942``.
 

@@ -1,36 +1,52 @@
 """One way to turn what a user typed into an archive reader: a path, an fsspec URL, or NAME[@VERSION].
 
-Shared by ``karchive.open`` and every CLI command that takes an archive, so both accept the same refs.
+``karchive.open`` and every CLI command that takes an archive go through :func:`open_reader`, so all
+accept the same references; :func:`karchive.registry.refs.is_registry_ref` is the rule that tells a
+registry reference from a path.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from .errors import LockfileError, NotFoundError
+from .format.open import open_location
 from .format.reader import ArchiveReader, Limits
+from .registry.refs import is_registry_ref
 
-#: ``name`` or ``name@version`` as a registry reference (not a path, not a URL).
-_REGISTRY_REF = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(@[A-Za-z0-9][A-Za-z0-9.+_~^<>=*!,-]*)?")
-
-
-def looks_like_registry_ref(ref: str) -> bool:
-    """NAME or NAME@VERSION that is not an existing file and does not look like a file name."""
-    if "://" in ref or os.sep in ref or "/" in ref or ref.endswith(".karc") or os.path.isfile(ref):
-        return False
-    return bool(_REGISTRY_REF.fullmatch(ref))
+if TYPE_CHECKING:  # pragma: no cover
+    from .registry import Lockfile, Registry
+    from .registry.registry import FetchMode
 
 
-def open_any_reader(ref: str | os.PathLike, *, storage_options: dict[str, Any] | None = None,
-                    limits: Limits = Limits(), **registry_options: Any) -> ArchiveReader:
+def open_reader(ref: str | os.PathLike, *, registry: Registry | str | os.PathLike | None = None,
+                lockfile: Lockfile | str | os.PathLike | None = None,
+                storage_options: dict[str, Any] | None = None, cache_dir: str | os.PathLike | None = None,
+                fetch: FetchMode | None = None, limits: Limits | None = None) -> ArchiveReader:
+    """An :class:`ArchiveReader` for a path, a URL, or ``NAME``/``NAME@VERSION``/``NAME@latest``.
+
+    References resolve through ``registry`` (a :class:`~karchive.registry.Registry` or its URL; default
+    ``$KARCHIVE_REGISTRY``, else the local one) and are checked against ``lockfile`` (default
+    ``$KARCHIVE_LOCKFILE``). ``storage_options`` go to fsspec for URLs and remote registries.
+    """
     text = os.fspath(ref)
-    if looks_like_registry_ref(text):
-        from .registry import open_reader as registry_open_reader
+    if is_registry_ref(text):
+        from .registry import Registry
+        from .registry.config import LOCKFILE_ENV
 
-        return registry_open_reader(text, storage_options=storage_options, limits=limits, **registry_options)
-    if registry_options:
-        raise TypeError(f"unexpected options for a path or URL: {sorted(registry_options)}")
-    from .format.open import open_reader
-
-    return open_reader(text, storage_options=storage_options, limits=limits)
+        reg = registry if isinstance(registry, Registry) else Registry(registry, storage_options, cache=cache_dir)
+        if lockfile is None and os.environ.get(LOCKFILE_ENV):
+            lockfile = os.environ[LOCKFILE_ENV]
+        try:
+            return reg.open(text, lockfile=lockfile, fetch=fetch, limits=limits)
+        except NotFoundError as exc:
+            if os.path.isdir(text):
+                raise NotFoundError(f"{exc}. (There is a directory {text!r} here, but a directory is not an "
+                                    "archive: give the .karc file's path.)", **exc.fields) from None
+            raise
+    if lockfile is not None:
+        # A lockfile pins registry names; silently ignoring it for a path would look like a check that passed.
+        raise LockfileError(f"{text} is a path, not a NAME@VERSION reference: a lockfile cannot pin it",
+                            lockfile=os.fspath(lockfile) if not hasattr(lockfile, "pins") else None)
+    return open_location(text, storage_options=storage_options, limits=limits)

@@ -54,7 +54,7 @@ def _ptr():
 def _verify(path):
     from karchive.cli.inspect_cmds import schema_problems
     from karchive.format.manifest import Manifest
-    from karchive.format.open import open_reader
+    from karchive.format.open import open_location as open_reader
 
     reader = open_reader(path)
     assert schema_problems(reader.manifest) == []

@@ -56,7 +56,7 @@ from karchive.format.constants import (
     TAR_BLOCK,
 )
 from karchive.format.extract import extract_all
-from karchive.format.open import open_reader
+from karchive.format.open import open_location as open_reader
 from karchive.format.reader import ArchiveReader, Limits
 from karchive.format.source import FileSource
 from karchive.format.writer import canonical_json, sha256_hex
@@ -177,7 +177,7 @@ def test_footer_alone_points_outside_the_file():
 def test_files_that_are_not_regular_files(tmp_path):
     refused_dir = tmp_path / "dir.karc"
     refused_dir.mkdir()
-    with pytest.raises(NotAnArchiveError, match="not a regular file"):
+    with pytest.raises(NotAnArchiveError, match="is a directory, not an archive"):
         open_reader(refused_dir)
     fifo = tmp_path / "pipe.karc"
     os.mkfifo(fifo)

@@ -11,7 +11,8 @@ import pytest
 
 from karchive.errors import (ConflictError, LockfileError, NotAnArchiveError, NotFoundError, RegistryError,
                              TransferError)
-from karchive.registry import Lockfile, Registry, RetryPolicy, newest, open_reader, parse_ref
+from karchive.registry import Lockfile, Registry, RetryPolicy, newest, parse_ref
+from karchive.resolve import open_reader
 from karchive.registry.config import cache_dir, redact_url, registry_url
 from karchive.registry.layout import version_record_path
 from karchive.registry.progress import Progress, make_progress
@@ -278,3 +279,21 @@ def test_unwritable_places_are_registry_errors(tmp_path: Path) -> None:
         reg.pull("examples@0.1.0")
     out = run_cli("pull", "examples@0.1.0", "--registry", str(tmp_path / "registry"), "--cache-dir", str(blocker))
     assert out.returncode == 2 and "Traceback" not in out.stderr
+
+
+def test_registry_errors_carry_fields_callers_can_act_on(tmp_path: Path) -> None:
+    reg = Registry(tmp_path / "registry", cache=tmp_path / "c")
+    reg.publish(small_archive("examples", "0.1.0"))
+    with pytest.raises(NotFoundError) as missing:
+        reg.resolve("examples@9.9.9")
+    assert (missing.value.name, missing.value.version, missing.value.available) == ("examples", "9.9.9", ("0.1.0",))
+    with pytest.raises(NotFoundError) as unknown:
+        reg.resolve("nosuch")
+    assert unknown.value.name == "nosuch" and unknown.value.available == ("examples",)
+    other = small_archive("examples", "0.1.0", block=256)
+    with pytest.raises(ConflictError) as conflict:
+        reg.publish(other)
+    published = reg.resolve("examples@0.1.0").sha256
+    assert conflict.value.ref == "examples@0.1.0" and conflict.value.existing_digest == published
+    assert conflict.value.new_digest not in (None, published)
+    assert conflict.value.to_json()["existing_digest"] == published

@@ -13,7 +13,8 @@ import pytest
 
 from karchive.errors import FormatError, IntegrityError, KarchiveError, RegistryError, TransferError
 from karchive.format.reader import ArchiveReader
-from karchive.registry import Registry, RetryPolicy, open_reader
+from karchive.registry import Registry, RetryPolicy
+from karchive.resolve import open_reader
 from karchive.registry.layout import blob_path
 from registry_servers import ROOT, StaticHTTPServer, gcs_server, s3_server, subprocess_env
 from registry_support import big_archive, isolated, release_together, small_archive  # noqa: F401

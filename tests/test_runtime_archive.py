@@ -7,7 +7,7 @@ import pytest
 import karchive
 from karchive.errors import NoMatchingVariantError
 from karchive.runtime import DeviceInfo
-from karchive.resolve import looks_like_registry_ref
+from karchive.registry.refs import is_registry_ref
 from test_runtime_helpers import cuda_archive  # noqa: F401 - fixture
 
 
@@ -33,36 +33,49 @@ def test_open_fsspec_url(cuda_archive):
     assert arc.reader.read(v.binary.path)[:4] == b"\x7fELF"  # a cubin
 
 
-def test_registry_references_are_delegated(cuda_archive, monkeypatch):
-    import karchive.registry as registry
-    from karchive.format.open import open_reader
+def test_registry_references_resolve_through_the_registry(cuda_archive, tmp_path):
+    from karchive.registry import Registry
 
-    seen = {}
-
-    def fake_open_reader(ref, **kw):
-        seen["ref"], seen["kw"] = ref, kw
-        return open_reader(str(cuda_archive))
-
-    monkeypatch.setattr(registry, "open_reader", fake_open_reader, raising=False)
-    arc = karchive.open("examples@0.1.0", registry="file:///somewhere")
-    assert seen["ref"] == "examples@0.1.0" and seen["kw"]["registry"] == "file:///somewhere"
-    assert seen["kw"]["storage_options"] is None and seen["kw"]["limits"] is not None  # passed through
+    reg = Registry(tmp_path / "registry", cache=tmp_path / "cache")
+    record = reg.publish(cuda_archive).record
+    arc = karchive.open(f"{record.name}@{record.version}", registry=str(tmp_path / "registry"),
+                        cache_dir=tmp_path / "cache")
     assert "add_kernel" in arc.kernels()
+    assert arc.reader.source.describe().endswith(f"{record.sha256}.karc")  # served from the verified cache
 
 
 @pytest.mark.parametrize(("ref", "is_registry"), [
     ("examples", True), ("examples@0.1.0", True), ("my-kernels@latest", True), ("examples.karc", False),
-    ("./examples", False), ("s3://b/x.karc", False), ("/abs/path", False), ("a b", False),
+    ("./examples", False), ("s3://b/x.karc", False), ("/abs/path", False), ("a b", True),
 ])
 def test_registry_ref_heuristic(ref, is_registry, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    assert looks_like_registry_ref(ref) is is_registry
+    assert is_registry_ref(ref) is is_registry
     (tmp_path / "examples").mkdir()
-    assert looks_like_registry_ref("examples") is True  # a directory is never an archive: still a registry name
+    assert is_registry_ref("examples") is True  # a directory is never an archive: still a registry name
     (tmp_path / "kernels").write_bytes(b"")
-    assert looks_like_registry_ref("kernels") is False  # an existing file wins
+    assert is_registry_ref("kernels") is False  # an existing file wins
 
 
 def test_missing_file_is_file_not_found(tmp_path):
-    with pytest.raises(FileNotFoundError):
+    from karchive.errors import ArchiveNotFoundError
+
+    with pytest.raises(FileNotFoundError) as info:  # existing `except FileNotFoundError` keeps working
         karchive.open(str(tmp_path / "missing.karc"))
+    assert isinstance(info.value, ArchiveNotFoundError) and info.value.path == str(tmp_path / "missing.karc")
+
+
+def test_unknown_url_protocol_is_a_karchive_error():
+    from karchive.errors import UnsupportedLocationError
+
+    with pytest.raises(UnsupportedLocationError, match="nosuchproto"):
+        karchive.open("nosuchproto://bucket/x.karc")
+
+
+def test_a_directory_named_like_a_registry_name_is_explained(tmp_path, monkeypatch):
+    from karchive.errors import NotFoundError
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "adir").mkdir()
+    with pytest.raises(NotFoundError, match="directory 'adir' here, but a directory is not an archive"):
+        karchive.open("adir", registry=str(tmp_path / "empty-registry"), cache_dir=tmp_path / "c")

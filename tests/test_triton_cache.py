@@ -96,7 +96,7 @@ def test_exported_entries_are_hits_in_a_fresh_process(captured, tmp_path):
 
 
 def test_empty_entry_dirs_are_filled(captured, tmp_path):
-    from karchive.format.open import open_reader
+    from karchive.format.open import open_location as open_reader
     from karchive.producer.triton_cache import cache_dir_name, export_archive
 
     archive, _, _ = captured
@@ -109,7 +109,7 @@ def test_empty_entry_dirs_are_filled(captured, tmp_path):
 
 
 def _rewrite(archive, out, mutate) -> None:
-    from karchive.format.open import open_reader
+    from karchive.format.open import open_location as open_reader
     from karchive.format.writer import ArchiveWriter
 
     reader = open_reader(archive)
@@ -141,7 +141,7 @@ def test_another_triton_build_is_detected_and_nothing_written(captured, tmp_path
 
 
 def test_import_a_cache_dir_and_round_trip(captured, tmp_path):
-    from karchive.format.open import open_reader
+    from karchive.format.open import open_location as open_reader
 
     archive, cache, _ = captured
     out = tmp_path / "imported.karc"

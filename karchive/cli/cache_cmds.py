@@ -36,8 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ..format.open import open_reader
     from ..producer.triton_cache import export_archive, local_cache_dir
+    from ..resolve import open_reader
 
     reader = open_reader(args.archive)
     cache_dir = os.path.abspath(args.cache_dir or local_cache_dir())

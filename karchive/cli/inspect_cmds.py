@@ -36,9 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _open(ref: str):
-    from ..resolve import open_any_reader
+    from ..resolve import open_reader
 
-    return open_any_reader(ref)
+    return open_reader(ref)
 
 
 def _target(v: dict) -> str:

@@ -10,7 +10,7 @@ import stat
 import threading
 from typing import Protocol
 
-from ..errors import FormatError, NotAnArchiveError, TransferError
+from ..errors import ArchiveNotFoundError, FormatError, NotAnArchiveError, TransferError
 
 
 class RangeSource(Protocol):
@@ -50,13 +50,18 @@ class FileSource:
         try:
             # O_NONBLOCK: opening a FIFO must not hang waiting for a writer (it is refused below).
             self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
-        except FileNotFoundError as exc:
-            raise FileNotFoundError(f"no such archive: {self.path}") from exc
+        except FileNotFoundError:
+            raise ArchiveNotFoundError(f"no such archive: {self.path}", path=self.path, source=self.path) from None
+        except IsADirectoryError:
+            raise NotAnArchiveError(f"{self.path} is a directory, not an archive", source=self.path) from None
+        except PermissionError as exc:
+            raise NotAnArchiveError(f"cannot read {self.path}: {exc.strerror}", source=self.path) from None
         st = os.fstat(self._fd)
         if not stat.S_ISREG(st.st_mode):
             os.close(self._fd)
             self._fd = -1
-            raise NotAnArchiveError(f"{self.path} is not a regular file")
+            kind = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
+            raise NotAnArchiveError(f"{self.path} is {kind}, not an archive", source=self.path)
         self.size = st.st_size
         self.requests = 0
         self.bytes_read = 0
@@ -98,17 +103,18 @@ class FsspecSource:
         try:
             self.size = int(size if size is not None else fs.size(path))
         except FileNotFoundError:
-            raise
-        except Exception as exc:  # network and backend errors
-            raise TransferError(f"cannot stat {path}: {exc}") from exc
+            raise ArchiveNotFoundError(f"no such archive: {path}", path=path, source=path) from None
+        except Exception as exc:  # noqa: BLE001 - network and backend errors all become one karchive error
+            raise TransferError(f"cannot stat {path}: {exc}", url=path) from exc
 
     def read(self, offset: int, length: int) -> bytes:
         if offset < 0 or length < 0 or offset + length > self.size:
             raise FormatError(f"read past the end of {self.path} ({offset}+{length} > {self.size})")
         try:
             data = self.fs.cat_file(self.path, start=offset, end=offset + length)
-        except Exception as exc:
-            raise TransferError(f"range read of {self.path} [{offset}, {offset + length}) failed: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - network and backend errors all become one karchive error
+            raise TransferError(f"range read of {self.path} [{offset}, {offset + length}) failed: {exc}",
+                                url=self.path) from exc
         if len(data) != length:
             raise FormatError(f"short range read from {self.path}: got {len(data)} of {length} bytes")
         with self._lock:

@@ -12,11 +12,6 @@ Nothing here imports torch or JAX until the submodule is imported.
 
 from __future__ import annotations
 
-from ..errors import RuntimeLoadError
-
-
-class InteropError(RuntimeLoadError):
-    """A framework (or its private API at this version) cannot express what the archived kernel needs."""
-
+from ..errors import InteropError  # the class lives with every other karchive error
 
 __all__ = ["InteropError"]

@@ -6,7 +6,6 @@ standard library, zstandard and fsspec; cloud backends are imported when a URL n
 
 from .cache import Cache, CacheEntry, PruneReport
 from .config import cache_dir, default_cache_dir, default_registry_dir, registry_url
-from .loader import open_reader
 from .lockfile import Lockfile, Pin
 from .records import VersionRecord
 from .refs import Ref, parse_ref
@@ -17,5 +16,5 @@ from .versions import newest, version_key
 __all__ = [
     "Cache", "CacheEntry", "Lockfile", "Pin", "PruneReport", "PublishResult", "PullResult", "Ref", "Registry",
     "RetryPolicy", "VersionRecord", "cache_dir", "default_cache_dir", "default_registry_dir", "newest",
-    "open_reader", "parse_ref", "registry_url", "version_key",
+    "parse_ref", "registry_url", "version_key",
 ]

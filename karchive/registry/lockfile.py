@@ -114,10 +114,10 @@ class Lockfile:
         if pin is None:
             pinned = ", ".join(sorted(self.pins)) or "none"
             raise LockfileError(f"{name} is not pinned in {self._label()} (it pins: {pinned}); "
-                                f"add it with `karchive lock`")
+                                f"add it with `karchive lock`", lockfile=self._label(), name=name)
         if version is not None and version != pin.version:
             raise LockfileError(f"{name}@{version} was asked for, but {self._label()} pins {name}@{pin.version} "
-                                f"(sha256 {pin.sha256})")
+                                f"(sha256 {pin.sha256})", lockfile=self._label(), name=name, pinned_digest=pin.sha256)
         return pin
 
     def check(self, record: VersionRecord) -> Pin:
@@ -126,11 +126,14 @@ class Lockfile:
         if record.sha256 != pin.sha256 or record.size != pin.size:
             raise LockfileError(
                 f"{record.ref}: the registry serves sha256 {record.sha256} ({record.size} bytes) but "
-                f"{self._label()} pins sha256 {pin.sha256} ({pin.size} bytes); refusing to load it"
+                f"{self._label()} pins sha256 {pin.sha256} ({pin.size} bytes); refusing to load it",
+                lockfile=self._label(), name=record.name, pinned_digest=pin.sha256, actual_digest=record.sha256,
             )
         if record.index_sha256 != pin.index_sha256:
             raise LockfileError(f"{record.ref}: index digest {record.index_sha256} differs from the pinned "
-                                f"{pin.index_sha256} in {self._label()}; refusing to load it")
+                                f"{pin.index_sha256} in {self._label()}; refusing to load it",
+                                lockfile=self._label(), name=record.name, pinned_digest=pin.sha256,
+                                actual_digest=record.sha256)
         return pin
 
 

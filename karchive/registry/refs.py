@@ -6,6 +6,7 @@ they are restricted to a portable alphabet here, once, before any storage sees t
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 
@@ -60,6 +61,15 @@ def parse_ref(text: object) -> Ref:
     return Ref(name, check_version(version))
 
 
-def looks_like_path(text: str) -> bool:
-    """A file path or URL rather than a registry reference (references never hold '/')."""
-    return "/" in text or "\\" in text or text.endswith(".karc") or "://" in text
+def is_registry_ref(text: str) -> bool:
+    """The one rule that tells a registry reference from a path or URL (``karchive.open`` and every CLI
+    command that takes an archive use it).
+
+    A path or URL holds ``://``, ``/`` or ``\\``, ends with ``.karc``, or names an existing *file*;
+    anything else can only mean ``NAME[@VERSION]``, and resolving it parses it strictly, so a malformed
+    reference gets the reference's own error (``nothing after '@'``) rather than "no such file". An
+    existing directory does not make a bare name a path (a directory is never an archive, and
+    ``karchive pull examples`` must work in a checkout that has an ``examples/`` folder); the resolver
+    mentions the directory when the registry has no such name.
+    """
+    return not ("://" in text or "/" in text or "\\" in text or text.endswith(".karc") or os.path.isfile(text))

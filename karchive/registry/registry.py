@@ -128,7 +128,9 @@ class Registry:
         else:
             records = list((self._read_name_index(name) or {}).values())
         if not records:
-            raise NotFoundError(f"no archive named {name!r} in registry {self.url}; it has: {_listing(self.names())}")
+            names = self.names()
+            raise NotFoundError(f"no archive named {name!r} in registry {self.url}; it has: {_listing(names)}",
+                                registry=self.url, name=name, available=tuple(names))
         return sorted(records, key=lambda r: version_key(r.version))
 
     def list(self, name: str | None = None) -> list[VersionRecord]:
@@ -149,7 +151,7 @@ class Registry:
         if ref.version is not None:
             record = self._read_record(ref.name, ref.version)
             if record is None:
-                raise NotFoundError(self._missing_version(ref.name, ref.version))
+                raise self._missing_version(ref.name, ref.version)
             return record
         if self.store.can_list:
             versions = self._listed_versions(ref.name)
@@ -157,19 +159,22 @@ class Registry:
             versions = list((self._read_name_index(ref.name) or {}).keys())
         latest = newest(versions)
         if latest is None:
-            raise NotFoundError(f"no archive named {ref.name!r} in registry {self.url}; it has: {_listing(self.names())}")
+            names = self.names()
+            raise NotFoundError(f"no archive named {ref.name!r} in registry {self.url}; it has: {_listing(names)}",
+                                registry=self.url, name=ref.name, available=tuple(names))
         record = self._read_record(ref.name, latest)
         if record is None:
             raise RegistryError(f"{self._where(version_record_path(ref.name, latest))} is listed but missing (damaged index)")
         return record
 
-    def _missing_version(self, name: str, version: str) -> str:
+    def _missing_version(self, name: str, version: str) -> NotFoundError:
         try:
             versions = [r.version for r in self.versions(name)]
         except NotFoundError as exc:
-            return str(exc)
-        return (f"{name}@{version} is not in registry {self.url}; versions of {name}: "
-                f"{_listing(sort_versions(versions)[::-1])} (latest: {newest(versions)})")
+            return NotFoundError(str(exc), **{**exc.fields, "version": version})
+        return NotFoundError(f"{name}@{version} is not in registry {self.url}; versions of {name}: "
+                             f"{_listing(sort_versions(versions)[::-1])} (latest: {newest(versions)})",
+                             registry=self.url, name=name, version=version, available=tuple(sort_versions(versions)))
 
     # -- publishing -------------------------------------------------------------------------------
     def publish(self, archive: str | os.PathLike) -> PublishResult:
@@ -212,7 +217,8 @@ class Registry:
         raise ConflictError(
             f"{record.ref} already exists in {self.url} with different bytes: published sha256 {existing.sha256} "
             f"({existing.size} bytes), this archive sha256 {record.sha256} ({record.size} bytes). "
-            "Versions are immutable; publish under a new version"
+            "Versions are immutable; publish under a new version",
+            registry=self.url, ref=record.ref, existing_digest=existing.sha256, new_digest=record.sha256,
         )
 
     def _ensure_marker(self) -> None:

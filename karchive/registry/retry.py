@@ -82,10 +82,11 @@ class RetryPolicy:
                 if isinstance(exc, PermissionError) or _status(exc) in (401, 403):
                     raise RegistryError(f"{what}: access denied ({exc}); check the backend's credentials") from exc
                 if not is_transient(exc):
-                    raise TransferError(f"{what} failed: {type(exc).__name__}: {exc}") from exc
+                    raise TransferError(f"{what} failed: {type(exc).__name__}: {exc}", attempts=attempt + 1) from exc
                 if attempt + 1 >= self.attempts:
                     raise TransferError(
-                        f"{what} failed after {self.attempts} attempts: {type(exc).__name__}: {exc}"
+                        f"{what} failed after {self.attempts} attempts: {type(exc).__name__}: {exc}",
+                        attempts=self.attempts,
                     ) from exc
                 sleep(self.delay(attempt))
         raise AssertionError("unreachable")

@@ -12,6 +12,7 @@ exception, and failures surface as :class:`TransferError` or :class:`RegistryErr
 
 from __future__ import annotations
 
+import abc
 import os
 import threading
 from pathlib import Path
@@ -19,39 +20,61 @@ from typing import Any, Callable
 
 from ..core.fsio import fsync_dir, temp_path_for
 from ..errors import RegistryError, TransferError
-from ..format.source import FileSource, FsspecSource, RangeSource
 from .config import redact_url
 from .retry import RetryPolicy
 
 ProgressFn = Callable[[int], None]
 
 
-class Store:
-    """Interface; paths are '/'-separated and relative to the registry root."""
+class Store(abc.ABC):
+    """What a registry needs from storage; paths are '/'-separated and relative to the registry root.
+
+    An abstract base class, as fsspec's ``AbstractFileSystem`` is a protocol with small backends: a
+    backend that lacks a method cannot be instantiated, instead of silently answering ``None``.
+    Missing objects are ``None``/``False``/``[]`` answers, never exceptions; failures are karchive errors.
+    """
 
     url: str  # redacted, printable
     writable: bool = True
     can_list: bool = True
     is_local: bool = False
-    atomic_create: str = "unknown"  # how create() is made exclusive, for `karchive ls --json` and docs
 
-    def read(self, path: str) -> bytes | None: ...
-    def size(self, path: str) -> int | None: ...
-    def read_range(self, path: str, start: int, end: int) -> bytes: ...
-    def create(self, path: str, data: bytes) -> bool: ...
-    def replace(self, path: str, data: bytes) -> None: ...
-    def upload(self, path: str, local: str, progress: ProgressFn) -> bool: ...
-    def list_dir(self, path: str) -> list[str]: ...
-    def range_source(self, path: str, size: int) -> RangeSource: ...
+    @abc.abstractmethod
+    def read(self, path: str) -> bytes | None:
+        """The whole object, or None if it does not exist."""
+
+    @abc.abstractmethod
+    def size(self, path: str) -> int | None:
+        """The object's size, or None if it does not exist."""
+
+    @abc.abstractmethod
+    def read_range(self, path: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)``; raw backend errors propagate (the caller retries)."""
+
+    @abc.abstractmethod
+    def create(self, path: str, data: bytes) -> bool:
+        """Write ``data`` only if ``path`` does not exist (atomically where the backend can); False if it did."""
+
+    @abc.abstractmethod
+    def replace(self, path: str, data: bytes) -> None:
+        """Write ``data`` at ``path`` whether or not it exists (derived indexes only)."""
+
+    @abc.abstractmethod
+    def upload(self, path: str, local: str, progress: ProgressFn) -> bool:
+        """Copy a local file to ``path`` unless it exists (False then); ``progress(n)`` per chunk."""
+
+    @abc.abstractmethod
+    def list_dir(self, path: str) -> list[str]:
+        """Entry names directly under ``path`` (hidden names excluded); [] if there is none."""
 
     def _read_only(self) -> RegistryError:
-        return RegistryError(f"registry {self.url} is read-only (publish to the directory or bucket it serves)")
+        return RegistryError(f"registry {self.url} is read-only (publish to the directory or bucket it serves)",
+                             registry=self.url)
 
 
 # -- local directory -------------------------------------------------------------------------------
 class LocalStore(Store):
     is_local = True
-    atomic_create = "temporary file + fsync + link(2) (fails if the name exists)"
 
     def __init__(self, root: str | os.PathLike) -> None:
         self.root = Path(root).expanduser().absolute()
@@ -147,44 +170,26 @@ class LocalStore(Store):
         except (FileNotFoundError, NotADirectoryError):
             return []
 
-    def range_source(self, path: str, size: int) -> RangeSource:
-        return FileSource(self._p(path))
-
 
 # -- fsspec ---------------------------------------------------------------------------------------
-class _Callback:
-    """The subset of fsspec's Callback protocol that put_file uses, feeding our progress."""
+def _progress_callback(progress: ProgressFn) -> Any:
+    """An ``fsspec.callbacks.Callback`` (what ``put_file`` reports through) feeding our progress function.
 
-    def __init__(self, progress: ProgressFn) -> None:
-        self._progress = progress
-        self.value = 0
-        self.size = None
+    Built on demand so importing this module does not import fsspec's callbacks.
+    """
+    from fsspec.callbacks import Callback
 
-    def set_size(self, size: int) -> None:
-        self.size = size
+    class _Progress(Callback):
+        """fsspec updates ``value`` (absolute or relative) and then calls ``call()``: report the delta."""
 
-    def absolute_update(self, value: int) -> None:
-        self._progress(max(0, value - self.value))
-        self.value = value
+        reported = 0
 
-    def relative_update(self, inc: int = 1) -> None:
-        self.value += inc
-        self._progress(inc)
+        def call(self, *args: Any, **kwargs: Any) -> None:
+            if self.value > self.reported:
+                progress(self.value - self.reported)
+                self.reported = self.value
 
-    def branched(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-    def call(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-_ATOMIC = {
-    "s3": "conditional PUT (If-None-Match: *)",
-    "s3a": "conditional PUT (If-None-Match: *)",
-    "gs": "conditional upload (ifGenerationMatch=0)",
-    "gcs": "conditional upload (ifGenerationMatch=0)",
-    "memory": "in-process lock (memory filesystem is per process)",
-}
+    return _Progress()
 
 
 class FsspecStore(Store):
@@ -200,7 +205,6 @@ class FsspecStore(Store):
         self.protocol = protocol
         self.writable = protocol not in ("http", "https")
         self.can_list = self.writable
-        self.atomic_create = _ATOMIC.get(protocol, "exists-check then write (not atomic on this backend)")
 
     @property
     def fs(self) -> Any:
@@ -272,7 +276,7 @@ class FsspecStore(Store):
             return False
         full = self._p(path)
         try:
-            self._call(lambda: self.fs.put_file(local, full, callback=_Callback(progress), mode="create"),
+            self._call(lambda: self.fs.put_file(local, full, callback=_progress_callback(progress), mode="create"),
                        f"upload {path} to")
         except FileExistsError:
             return False
@@ -287,9 +291,6 @@ class FsspecStore(Store):
             return []
         names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
         return sorted(n for n in names if n and not n.startswith("."))
-
-    def range_source(self, path: str, size: int) -> RangeSource:
-        return FsspecSource(self.fs, self._p(path), size=size)
 
 
 def _missing_backend(url: str, exc: Exception) -> RegistryError:

@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import NoMatchingVariantError, SchemaError
 from ..format.manifest import Manifest, Variant, parse_variant
 from ..format.reader import ArchiveReader, Limits
-from ..resolve import open_any_reader
+from ..resolve import open_reader
 from .device import ptx_header
 from .autotuned import AutotunedKernel
 from .dispatch import Kernel
@@ -181,13 +181,17 @@ class Archive:
 
 
 def open_archive(ref: str | os.PathLike, *, allow_ptx: bool = False, backend: str | None = None,
-                 storage_options: dict[str, Any] | None = None, limits: Limits = Limits(),
-                 **registry_options: Any) -> Archive:
+                 registry: Any = None, lockfile: Any = None, cache_dir: str | os.PathLike | None = None,
+                 fetch: str | None = None, storage_options: dict[str, Any] | None = None,
+                 limits: Limits | None = None) -> Archive:
     """Open an archive for launching: a local path, any fsspec URL, or a registry ``name[@version]``.
 
     ``allow_ptx`` lets variants whose cubin does not fit the GPU run from their PTX through the driver's
     JIT (logged; only when the driver reads that PTX ISA version). ``backend`` forces "cuda" or "hip".
+    ``registry``, ``lockfile``, ``cache_dir`` and ``fetch`` apply to registry references
+    (:func:`karchive.resolve.open_reader`).
     """
     text = os.fspath(ref)
-    reader = open_any_reader(text, storage_options=storage_options, limits=limits, **registry_options)
+    reader = open_reader(text, registry=registry, lockfile=lockfile, cache_dir=cache_dir, fetch=fetch,  # type: ignore[arg-type]
+                         storage_options=storage_options, limits=limits)
     return Archive(reader, ref=text, allow_ptx=allow_ptx, backend=backend)
