@@ -9,7 +9,6 @@ binary, one per IR set, a big manifest and a trained dictionary.
 from __future__ import annotations
 
 import atexit
-import copy
 import functools
 import hashlib
 import os
@@ -70,18 +69,15 @@ def small_archive(name: str = "examples", version: str = "0.1.0", block: int = 1
 
 @functools.lru_cache(maxsize=None)
 def big_archive(name: str = "big", version: str = "1.0.0", variants: int = BIG_VARIANTS) -> Path:
-    from karchive.producer.describe import CompiledVariant
     from karchive.producer.pack import ArchiveBuilder
 
     seeds = [compiled(t, b, w) for t in ("cuda:80", "cuda:90") for b in (256, 1024) for w in (4, 8)]
     builder = ArchiveBuilder(name, version, level=3)
     for i in range(variants):
         seed = seeds[i % len(seeds)]
-        entry = copy.deepcopy(seed.entry)
-        entry["key"] = hashlib.sha256(f"{name}-{version}-variant-{i}".encode()).hexdigest()
+        key = hashlib.sha256(f"{name}-{version}-variant-{i}".encode()).hexdigest()
         noise = b"".join(hashlib.sha256(f"{i}-{j}".encode()).digest() for j in range(32))  # 1 KiB, incompressible
-        files = dict(seed.files, binary=seed.files["binary"] + noise)
-        builder.add(CompiledVariant(entry, files, seed.source_text))
+        builder.add(seed.rekeyed(key, dict(seed.files, binary=seed.files["binary"] + noise)))
     path = workdir() / f"{name}-{version}-{variants}.karc"
     builder.write(path)
     return path

@@ -108,7 +108,7 @@ def test_ir_can_be_left_out(add_variants):
 
     slim = compile_variant(VariantRequest(str(EXAMPLES / "kernels.py") + ":add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32",
                                           "cuda:90", {"BLOCK": 1024}, {"num_warps": 4}, include_ir=False))
-    assert slim.entry["key"] == add_variants[0].entry["key"]
+    assert slim.variant.to_json()["key"] == add_variants[0].variant.to_json()["key"]
     reader = ArchiveReader.from_bytes(_build([slim]))
     (v,) = Manifest.from_json(reader.manifest).variants
     assert v.ir == {} and not any(n.endswith((".ptx", ".llir", ".ttir")) for n in reader.members)

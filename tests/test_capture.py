@@ -75,11 +75,11 @@ def test_captured_keys_and_abi_equal_aot(cache_dir, gpu, tmp_path):
     (captured,) = cap.variants.values()
     aot = compile_variant(VariantRequest(f"{EXAMPLES / 'kernels.py'}:add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32",
                                          "cuda:90", {"BLOCK": 1024}, {"num_warps": 4}))
-    assert captured.entry["key"] == aot.entry["key"]
+    assert captured.variant.to_json()["key"] == aot.variant.to_json()["key"]
     for field in ("params", "abi", "options", "target", "kernel"):
-        assert captured.entry[field] == aot.entry[field], field
-    assert captured.entry["provenance"]["origin"] == "capture"
-    fp = captured.entry["provenance"]["triton_cache"]
+        assert captured.variant.to_json()[field] == aot.variant.to_json()[field], field
+    assert captured.variant.to_json()["provenance"]["origin"] == "capture"
+    fp = captured.variant.to_json()["provenance"]["triton_cache"]
     assert len(fp["triton_key_sha256"]) == 64 and fp["backend_hash"].endswith("-90")
     assert captured.source_text is not None and "def add_kernel" in captured.source_text
     assert b"@KARCHIVE_ROOT@/triton/backends" in captured.files["metadata"]
@@ -89,7 +89,7 @@ def test_captured_keys_and_abi_equal_aot(cache_dir, gpu, tmp_path):
     cap.save(out)
     reader = _verify(out)
     (v,) = reader.manifest["variants"]
-    assert v["key"] == aot.entry["key"] and set(v["files"]["ir"]) == {"ttir", "ttgir", "llir", "ptx"}
+    assert v["key"] == aot.variant.to_json()["key"] and set(v["files"]["ir"]) == {"ttir", "ttgir", "llir", "ptx"}
     assert reader.read(v["files"]["binary"]["path"]) == aot.files["binary"]
 
 
@@ -141,7 +141,7 @@ def test_two_threads_get_only_their_own_kernels(cache_dir, gpu):
     for t in threads:
         t.join()
     assert not errors
-    blocks = {label: sorted(p["value"] for v in cap.variants.values() for p in v.entry["params"] if p["name"] == "BLOCK")
+    blocks = {label: sorted(p["value"] for v in cap.variants.values() for p in v.variant.to_json()["params"] if p["name"] == "BLOCK")
               for label, cap in caps.items()}
     assert blocks == {"a": [32, 64], "b": [128, 512]}
 
@@ -226,12 +226,12 @@ def test_pass_plugin_and_stages_hook_enter_key_and_manifest(cache_dir, gpu, tmp_
     finally:
         knobs.runtime.add_stages_inspection_hook = None
     (a,), (b,) = stock.variants.values(), custom.variants.values()
-    assert a.entry["provenance"]["hooks"] == []
-    hooks = b.entry["provenance"]["hooks"]
+    assert a.variant.to_json()["provenance"]["hooks"] == []
+    hooks = b.variant.to_json()["provenance"]["hooks"]
     assert {h["kind"] for h in hooks} == {"pass_plugin", "stages_inspection_hook"}
     assert any(h["name"] == "libmy_pass.so" and len(h["sha256"]) == 64 for h in hooks)
     assert any(h["name"] == "my-pipeline" for h in hooks)
-    assert a.entry["key"] != b.entry["key"]  # same kernel, custom pipeline: a different variant
+    assert a.variant.to_json()["key"] != b.variant.to_json()["key"]  # same kernel, custom pipeline: a different variant
     custom.save(tmp_path / "custom.karc")
     reader = _verify(tmp_path / "custom.karc")
     assert reader.manifest["variants"][0]["provenance"]["hooks"] == hooks
@@ -257,10 +257,10 @@ def test_kernels_compiled_by_other_processes_are_harvested(cache_dir, gpu, tmp_p
         subprocess.run([sys.executable, "-c", _WORKER], env=env, check=True, capture_output=True)
     (v,) = cap.variants.values()
     assert [e.how for e in cap.events] == ["harvested"]
-    assert v.entry["kernel"] == "scale_rows" and v.entry["provenance"]["harvested"] is True
-    assert v.entry["provenance"]["origin"] == "triton-cache"
+    assert v.variant.to_json()["kernel"] == "scale_rows" and v.variant.to_json()["provenance"]["harvested"] is True
+    assert v.variant.to_json()["provenance"]["origin"] == "triton-cache"
     # What the entry tells: the runtime arguments with their hints; BLOCK is baked into the binary.
-    assert [(p["name"], p["type"], p.get("hints")) for p in v.entry["params"]] == [
+    assert [(p["name"], p["type"], p.get("hints")) for p in v.variant.to_json()["params"]] == [
         ("x_ptr", "*fp32", {"divisibility": 16}), ("out_ptr", "*fp32", None), ("n", "i32", None),
         ("alpha", "fp32", None)]
     cap.save(tmp_path / "h.karc")
@@ -284,8 +284,8 @@ def test_autotune_captures_every_config_and_records_the_choice(cache_dir, gpu, t
         tuned_copy[(1,)](_ptr(), _ptr(), 4096)  # same key: no new tuning
         tuned_copy[(1,)](_ptr(), _ptr(), 1000)  # new key (and n no longer divisible by 16): tunes again
     assert cap.errors == []
-    blocks = sorted((p["value"], v.entry["abi"]["num_warps"]) for v in cap.variants.values()
-                    for p in v.entry["params"] if p["name"] == "BLOCK")
+    blocks = sorted((p["value"], v.variant.to_json()["abi"]["num_warps"]) for v in cap.variants.values()
+                    for p in v.variant.to_json()["params"] if p["name"] == "BLOCK")
     assert blocks == [(64, 2), (64, 2), (128, 4), (128, 4), (256, 4), (256, 4)]  # 3 configs x 2 specialisations
     (record,) = cap.autotune.to_json()
     assert record["kernel"] == "tuned_copy" and record["key_names"] == ["n"]
@@ -294,10 +294,10 @@ def test_autotune_captures_every_config_and_records_the_choice(cache_dir, gpu, t
     first, second = record["entries"]
     assert first["config"] == 1 and first["timings_ms"] == [3.0, 1.0, 2.0]
     assert second["config"] == 1  # timings cycle 3, 1, 2 again
-    chosen = cap.variants[first["variant"]].entry
+    chosen = cap.variants[first["variant"]].variant.to_json()
     assert [p["value"] for p in chosen["params"] if p["name"] == "BLOCK"] == [128]
     assert {p["name"]: p.get("hints") for p in chosen["params"]}["n"] == {"divisibility": 16}
-    assert {p["name"]: p.get("hints") for p in cap.variants[second["variant"]].entry["params"]}["n"] is None
+    assert {p["name"]: p.get("hints") for p in cap.variants[second["variant"]].variant.to_json()["params"]}["n"] is None
 
     cap.save(tmp_path / "tuned.karc")
     manifest = _verify(tmp_path / "tuned.karc").manifest
@@ -333,7 +333,7 @@ def test_heuristics_kernels_are_captured_with_their_computed_constexprs(cache_di
     with karchive.capture("heur", version="1") as cap:
         heur_copy[(1,)](_ptr(), _ptr(), 1024, BLOCK=128)
         heur_copy[(1,)](_ptr(), _ptr(), 1000, BLOCK=128)
-    even = sorted(p["value"] for v in cap.variants.values() for p in v.entry["params"] if p["name"] == "EVEN")
+    even = sorted(p["value"] for v in cap.variants.values() for p in v.variant.to_json()["params"] if p["name"] == "EVEN")
     assert even == [False, True]
 
 
@@ -345,9 +345,9 @@ def test_capture_is_json_clean(cache_dir, gpu):
     with karchive.capture("j", version="1") as cap:
         scale_rows[(1,)](_ptr(), _ptr(), 1, 2.0, BLOCK=64)  # n == 1: Triton specialises it away
     (v,) = cap.variants.values()
-    n = next(p for p in v.entry["params"] if p["name"] == "n")
+    n = next(p for p in v.variant.to_json()["params"] if p["name"] == "n")
     assert n == {"name": "n", "type": "i32", "value": 1, "hints": {"equal_to_1": True}}
-    json.dumps(v.entry)
+    json.dumps(v.variant.to_json())
 
 
 def test_async_compile_mode_is_recorded_on_the_waiting_thread(cache_dir, gpu):
@@ -363,4 +363,4 @@ def test_async_compile_mode_is_recorded_on_the_waiting_thread(cache_dir, gpu):
             scale_rows.warmup(_ptr(), _ptr(), 1000, 2.0, BLOCK=32, grid=(1,))
     assert [e.how for e in cap.events] == ["async"]
     (v,) = cap.variants.values()
-    assert [p["value"] for p in v.entry["params"] if p["name"] == "BLOCK"] == [32]
+    assert [p["value"] for p in v.variant.to_json()["params"] if p["name"] == "BLOCK"] == [32]

@@ -19,8 +19,9 @@ def test_open_path_lists_kernels_and_reads_only_the_tail(cuda_archive):
     add.select(0x1000, 0x2000, 0x3000, 4, device=DeviceInfo.describe_target("cuda:90"))
     assert arc.reader.source.requests == requests  # selection needs the manifest only
     assert arc.kernel("add_kernel") is add and arc["add_kernel"] is add
-    with pytest.raises(NoMatchingVariantError, match="no kernel 'nope'; kernels: add_kernel, matmul_kernel"):
+    with pytest.raises(NoMatchingVariantError, match="no kernel named 'nope'; it has: add_kernel, matmul_kernel") as info:
         arc.kernel("nope")
+    assert isinstance(info.value, KeyError) and info.value.available == ("add_kernel", "matmul_kernel", "scale_kernel")
 
 
 def test_open_fsspec_url(cuda_archive):

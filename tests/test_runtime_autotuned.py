@@ -25,14 +25,14 @@ def tuned_archive(tmp_path_factory):
     record = {
         "kernel": "matmul_kernel", "key_names": ["M", "N", "K"], "dtype_args": [], "fallback": "nearest-log2",
         "configs": [{"kwargs": cx, "num_warps": w, "num_stages": 3} for cx, w in CONFIGS],
-        "entries": [{"key": [128, 128, 128], "config": 0, "variant": variants[0].entry["key"]},
-                    {"key": [4096, 4096, 4096], "config": 1, "variant": variants[1].entry["key"]}],
+        "entries": [{"key": [128, 128, 128], "config": 0, "variant": variants[0].variant.to_json()["key"]},
+                    {"key": [4096, 4096, 4096], "config": 1, "variant": variants[1].variant.to_json()["key"]}],
     }
-    builder = ArchiveBuilder("tuned", "1", extra={"autotune": [record]})
+    builder = ArchiveBuilder("tuned", "1", autotune=[record])
     builder.extend(variants)
     path = tmp_path_factory.mktemp("tuned") / "tuned.karc"
     builder.write(path)
-    return path, [v.entry["key"] for v in variants]
+    return path, [v.variant.to_json()["key"] for v in variants]
 
 
 def call(n):

@@ -19,7 +19,7 @@ import json, sys
 from karchive.producer.aot import VariantRequest, compile_variant
 req = VariantRequest(**json.loads(sys.argv[1]))
 v = compile_variant(req)
-print(json.dumps({"key": v.entry["key"], "meta": v.files["metadata"].decode()}))
+print(json.dumps({"key": v.variant.to_json()["key"], "meta": v.files["metadata"].decode()}))
 """
 
 
@@ -53,7 +53,7 @@ def _key(target="cuda:90", constexprs=None, options=None, kernel_file=None):
 
     req = VariantRequest(f"{kernel_file or EXAMPLES / 'kernels.py'}:softmax_kernel", SOFTMAX_SIG, target,
                          constexprs or {"BLOCK": 1024}, options or {"num_warps": 4})
-    return compile_variant(req).entry["key"]
+    return compile_variant(req).key
 
 
 def test_key_changes_with_constexpr_warps_target_and_helper_source(tmp_path):

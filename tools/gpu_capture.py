@@ -143,7 +143,7 @@ def sec_capture(work: Path) -> dict:
     summary = cap.summary()
     ok = not summary["errors"] and set(summary["kernels"]) == {"add_kernel", "softmax_kernel", "scale_kernel",
                                                              "matmul_kernel"}
-    n_mm = sum(1 for v in cap.variants.values() if v.entry["kernel"] == "matmul_kernel")
+    n_mm = sum(1 for v in cap.variants.values() if v.variant.to_json()["kernel"] == "matmul_kernel")
     return {"ok": ok and n_mm >= len(MM_CONFIGS) and summary["autotune_records"] == 1,
             "summary": f"{summary['variants']} variants ({n_mm} matmul configs), events {summary['events']}, "
                        f"{stats.archive_bytes} B archive, triton {triton.__version__}",

@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _summary(result, out: str, total: int) -> dict:
-    per = Counter((v.entry["kernel"], f'{v.entry["target"]["backend"]}:{v.entry["target"]["arch"]}') for v in result.built)
+    per = Counter((v.kernel, str(v.variant.target)) for v in result.built)
     return {
         "archive": out,
         "requested": total,
@@ -101,8 +101,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     result = build_archive(spec, args.out, jobs=1, progress=False)
     summary = _summary(result, args.out, len(requests))
     if args.json:
-        summary["variants"] = [{"kernel": v.entry["kernel"], "key": v.entry["key"],
-                                "target": f'{v.entry["target"]["backend"]}:{v.entry["target"]["arch"]}'}
+        summary["variants"] = [{"kernel": v.kernel, "key": v.key, "target": str(v.variant.target)}
                                for v in result.built]
         emit_json(summary)
     else:

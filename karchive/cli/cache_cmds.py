@@ -74,7 +74,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     builder.extend(result.variants)
     stats = builder.write(args.out)
     summary = {"archive": args.out, "variants": len(result.variants), "duplicates": result.duplicates,
-               "skipped": result.skipped, "kernels": sorted({v.entry["kernel"] for v in result.variants}),
+               "skipped": result.skipped, "kernels": sorted({v.kernel for v in result.variants}),
                "archive_bytes": stats.archive_bytes, "raw_bytes": stats.raw_bytes,
                "fingerprint": "this Triton install" if args.same_build else None}
     if args.json:

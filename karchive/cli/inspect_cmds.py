@@ -7,7 +7,9 @@ import hashlib
 import sys
 from typing import Any
 
-from ..errors import FormatError, KarchiveError, SchemaError
+from ..errors import FormatError, KarchiveError
+from ..format.manifest import FileRef, Manifest, Variant
+from ..format.reader import ArchiveReader
 from .output import emit_json, human_bytes, printable, table
 
 
@@ -41,135 +43,113 @@ def _open(ref: str):
     return open_reader(ref)
 
 
-def _target(v: dict) -> str:
-    return f'{v["target"]["backend"]}:{v["target"]["arch"]}'
-
-
-def _select(manifest: dict, args: argparse.Namespace) -> list[dict]:
+def _select(manifest: Manifest, args: argparse.Namespace) -> list[Variant]:
     out = []
-    for v in manifest.get("variants", []):
-        if args.kernel and v["kernel"] not in args.kernel:
+    for v in manifest.variants:
+        if args.kernel and v.kernel not in args.kernel:
             continue
-        if args.target and _target(v) not in args.target:
+        if args.target and str(v.target) not in args.target:
             continue
-        if getattr(args, "key", None) and not v["key"].startswith(args.key):
+        if getattr(args, "key", None) and not v.key.startswith(args.key):
             continue
         out.append(v)
-    return sorted(out, key=lambda v: (v["kernel"], _target(v), _constexpr_text(v), v["options"].get("num_warps") or 0))
+    return sorted(out, key=lambda v: (v.kernel, str(v.target), _constexpr_text(v), v.abi.num_warps))
 
 
-def _files(v: dict) -> list[dict]:
-    files = v["files"]
-    rows = [{"role": "binary", **files["binary"]}, {"role": "metadata", **files["metadata"]}]
-    rows += [{"role": stage, **ref} for stage, ref in sorted((files.get("ir") or {}).items())]
+def _files(v: Variant, sources: dict[str, FileRef]) -> list[dict]:
+    rows = [{"role": "binary", **v.binary.to_json()}, {"role": "metadata", **v.metadata.to_json()}]
+    rows += [{"role": stage, **ref.to_json()} for stage, ref in sorted(v.ir.items())]
+    if v.source in sources:
+        rows.append({"role": "source", **sources[v.source].to_json()})
     return rows
 
 
-def variant_json(v: dict, sources: dict[str, dict]) -> dict[str, Any]:
-    files = _files(v)
-    if v["files"].get("source") in sources:
-        files.append({"role": "source", **sources[v["files"]["source"]]})
+def variant_json(v: Variant, sources: dict[str, FileRef]) -> dict[str, Any]:
+    """A variant as ``inspect --json`` shows it: the manifest entry plus the fields people filter on."""
+    entry = v.to_json()
     return {
-        "kernel": v["kernel"],
-        "target": _target(v),
-        "warp_size": v["target"]["warp_size"],
-        "key": v["key"],
-        "num_warps": v["options"].get("num_warps"),
-        "num_stages": v["options"].get("num_stages"),
-        "num_ctas": v["options"].get("num_ctas"),
-        "shared": v["abi"]["shared"],
-        "params": v["params"],
-        "options": v["options"],
-        "abi": v["abi"],
-        "files": files,
-        "provenance": v.get("provenance", {}),
+        "kernel": v.kernel,
+        "target": str(v.target),
+        "warp_size": v.target.warp_size,
+        "key": v.key,
+        "num_warps": v.options.get("num_warps"),
+        "num_stages": v.options.get("num_stages"),
+        "num_ctas": v.options.get("num_ctas"),
+        "shared": v.abi.shared,
+        "params": entry["params"],
+        "options": v.options,
+        "abi": entry["abi"],
+        "files": _files(v, sources),
+        "provenance": entry["provenance"],
     }
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from ..format.manifest import Manifest
-
     reader = _open(args.archive)
-    m = reader.manifest
-    Manifest.from_json(m)  # every field inspect relies on is checked here: SchemaError, not a traceback
-    try:
-        return _inspect(reader, m, args)
-    except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
-        raise SchemaError(f"manifest does not follow the schema ({type(exc).__name__}: {exc}); "
-                          "'karchive verify' lists every problem") from exc
-
-
-def _inspect(reader, m: dict, args: argparse.Namespace) -> int:
+    m = Manifest.from_json(reader.manifest)  # every field inspect relies on is checked here: SchemaError
     variants = _select(m, args)
     if args.ir:
         return _print_ir(reader, variants, args.ir)
-    sources = {s["path"]: s for s in m.get("sources", [])}
+    sources = {s.path: s for s in m.sources}
     if args.json:
         emit_json({
-            "name": m["name"], "version": m["version"], "format_version": m["format_version"],
-            "abi_version": m.get("abi_version"), "produced_by": m.get("produced_by"), "created": m.get("created"),
-            "archive_bytes": reader.source.size, "dictionary": reader._index.get("dictionary") is not None,
+            "name": m.name, "version": m.version, "format_version": m.format_version,
+            "abi_version": m.abi_version, "produced_by": m.produced_by, "created": m.created,
+            "archive_bytes": reader.source.size, "dictionary": reader.has_dictionary,
             "variants": [variant_json(v, sources) for v in variants],
-            **{k: m[k] for k in ("autotune",) if k in m},
+            **({"autotune": m.autotune} if m.autotune else {}),
         })
         return 0
-    pb = m.get("produced_by", {})
-    print(printable(f"{m['name']} {m['version']}  ({human_bytes(reader.source.size)}, {len(m['variants'])} variants)"))
-    print(printable(f"  format {m['format_version']}, launch ABI v{m.get('abi_version')}, "
-                    f"created {m.get('created') or 'unset'}"))
-    print(printable("  produced by " + ", ".join(f"{k} {v}" for k, v in sorted(pb.items()) if v)))
+    print(printable(f"{m.name} {m.version}  ({human_bytes(reader.source.size)}, {len(m)} variants)"))
+    print(printable(f"  format {m.format_version}, launch ABI v{m.abi_version}, created {m.created or 'unset'}"))
+    print(printable("  produced by " + ", ".join(f"{k} {v}" for k, v in sorted(m.produced_by.items()) if v)))
     rows = []
     for v in variants:
-        ir = sorted((v["files"].get("ir") or {}).keys())
-        hooks = v.get("provenance", {}).get("hooks") or []
+        ir = sorted(v.ir)
         rows.append([
-            v["kernel"], _target(v), v["key"][:12], f'{v["options"].get("num_warps")}/{v["options"].get("num_stages")}',
-            human_bytes(v["abi"]["shared"]), human_bytes(v["files"]["binary"]["size"]),
-            ",".join(ir) if ir else "no", ", ".join(h.get("name", "?") for h in hooks) or "-",
-            _constexpr_text(v),
+            v.kernel, str(v.target), v.key[:12], f"{v.options.get('num_warps')}/{v.options.get('num_stages')}",
+            human_bytes(v.abi.shared), human_bytes(v.binary.size), ",".join(ir) if ir else "no",
+            ", ".join(str(h.get("name", "?")) for h in v.provenance.hooks) or "-", _constexpr_text(v),
         ])
     print()
     print(table(["kernel", "target", "key", "warps/stages", "shared", "binary", "IR", "hooks", "constexprs"], rows,
                 right=["shared", "binary"]))
-    if m.get("autotune"):
-        print(f"\nautotune records: {sum(len(a.get('entries', [])) for a in m['autotune'])} chosen configs "
-              f"for {len(m['autotune'])} kernel(s)")
+    if m.autotune:
+        print(f"\nautotune records: {sum(len(a.get('entries', [])) for a in m.autotune)} chosen configs "
+              f"for {len(m.autotune)} kernel(s)")
     return 0
 
 
-def _constexpr_text(v: dict) -> str:
+def _constexpr_text(v: Variant) -> str:
     parts = []
-    for p in v["params"]:
-        if "value" in p and not (p.get("hints") or {}).get("equal_to_1"):
-            parts.append(f"{p['name']}={p['value']}")
-        elif (p.get("hints") or {}).get("equal_to_1"):
-            parts.append(f"{p['name']}==1")
+    for p in v.params:
+        if p.equal_to_1:
+            parts.append(f"{p.name}==1")
+        elif p.is_constexpr:
+            parts.append(f"{p.name}={p.constexpr}")
     return " ".join(parts)
 
 
-def _print_ir(reader, variants: list[dict], stage: str) -> int:
+def _print_ir(reader: ArchiveReader, variants: list[Variant], stage: str) -> int:
     if len(variants) != 1:
-        listing = "\n".join(f"  {v['key'][:16]}  {v['kernel']}  {_target(v)}" for v in variants)
+        listing = "\n".join(f"  {v.key[:16]}  {v.kernel}  {v.target}" for v in variants)
         raise KarchiveError(f"--ir needs exactly one variant; {len(variants)} match (narrow with --key):\n{listing}")
     v = variants[0]
     if stage == "source":
-        path = v["files"].get("source")
+        path = v.source
     elif stage == "metadata":
-        path = v["files"]["metadata"]["path"]
+        path = v.metadata.path
     else:
-        ref = (v["files"].get("ir") or {}).get(stage)
-        path = ref["path"] if ref else None
+        ref = v.ir.get(stage)
+        path = ref.path if ref else None
     if not path:
-        have = sorted((v["files"].get("ir") or {}).keys())
-        raise KarchiveError(f"variant {v['key'][:12]} has no {stage!r} stage (it has: {', '.join(have) or 'no IR'})")
+        raise KarchiveError(f"variant {v.key[:12]} has no {stage!r} stage (it has: {', '.join(sorted(v.ir)) or 'no IR'})")
     sys.stdout.write(printable(reader.read(path).decode("utf-8", errors="replace"), keep="\n\t"))
     return 0
 
 
 def schema_problems(manifest: dict) -> list[str]:
     """Validate against manifest.schema.json when jsonschema is installed, else the built-in parser only."""
-    from ..format.manifest import Manifest
-
     problems = []
     try:
         Manifest.from_json(manifest)
@@ -222,7 +202,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     from ..format.sentinel import restore_json_bytes
 
     reader = _open(args.archive)
-    metadata_paths = {v["files"]["metadata"]["path"] for v in reader.manifest.get("variants", [])}
+    metadata_paths = {v.metadata.path for v in Manifest.from_json(reader.manifest).variants}
     transform = None
     if args.restore_paths:
         root = args.restore_paths

@@ -333,6 +333,10 @@ class ArchiveReader:
         self._tail = b""
         self._tail_start = self.source.size
 
+    @property
+    def has_dictionary(self) -> bool:
+        return self._dict_bytes is not None
+
     # -- frames and members ------------------------------------------------------------------------
     def _decompress(self, blob: bytes, declared: int, dctx: zstandard.ZstdDecompressor | None, what: str) -> bytes:
         if len(blob) < 4 or int.from_bytes(blob[:4], "little") != ZSTD_FRAME_MAGIC:

@@ -238,7 +238,7 @@ class Capture:
         with self._lock:
             key = None
             if variant is not None:
-                key = variant.entry["key"]
+                key = variant.key
                 if key not in self.variants:
                     self.variants[key] = variant
             if triton_hash is not None:
@@ -271,7 +271,7 @@ class Capture:
             self._fail(name, triton_hash, how, exc)
             return None
         self._add(variant, triton_hash, how, name)
-        return variant.entry["key"]
+        return variant.key
 
     # -- harvesting other processes' compiles ------------------------------------------------------
     def _harvest(self) -> None:
@@ -304,7 +304,7 @@ class Capture:
     # -- results -----------------------------------------------------------------------------------
     def kernels(self) -> list[str]:
         with self._lock:
-            return sorted({v.entry["kernel"] for v in self.variants.values()})
+            return sorted({v.kernel for v in self.variants.values()})
 
     def builder(self, **kwargs: Any) -> ArchiveBuilder:
         from .aot import toolchain_versions
@@ -320,7 +320,7 @@ class Capture:
         builder = ArchiveBuilder(self.name, self.version, produced_by=produced, **kwargs)
         builder.extend(variants)
         if autotune:
-            builder.extra["autotune"] = autotune
+            builder.autotune = autotune
         return builder
 
     def save(self, path: str | os.PathLike, **kwargs: Any) -> Any:

@@ -10,18 +10,21 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..core.digest import sha256_hex
 from ..errors import UnsupportedKernelError
 from ..format.constants import ABI_VERSION
-from ..format.manifest import SCALAR_SIZES
+from ..format.dtypes import SCALAR_SIZES
+from ..format.layout import BINARY_EXT, IR_STAGES, METADATA_EXT, source_member, variant_member
+from ..format.manifest import Abi, AbiParam, FileRef, Param, Provenance, Variant
 from ..format.sentinel import rewrite_paths
+from ..format.target import Target
 from .irtext import enclosed, split_top_level
 from .variant_key import normalize_options, variant_key
 
-IR_STAGES = {"cuda": ("ttir", "ttgir", "llir", "ptx"), "hip": ("ttir", "ttgir", "llir", "amdgcn")}
-BINARY_EXT = {"cuda": "cubin", "hip": "hsaco"}
+__all__ = ["BINARY_EXT", "IR_STAGES", "CompiledVariant", "build_abi", "describe_variant"]
 
 _PTX_SIZES = {"8": 1, "16": 2, "32": 4, "64": 8}
 _LLVM_SIZES = {"ptr": 8, "half": 2, "bfloat": 2, "float": 4, "double": 8, "i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8}
@@ -29,12 +32,41 @@ _LLVM_SIZES = {"ptr": 8, "half": 2, "bfloat": 2, "float": 4, "double": 8, "i1": 
 
 @dataclass
 class CompiledVariant:
-    """A manifest variant entry (without file refs) plus the bytes to store."""
+    """A manifest variant (file refs included) plus the bytes those refs name."""
 
-    entry: dict
-    files: dict[str, bytes]  # "binary", "metadata", and IR stage names
+    variant: Variant
+    files: dict[str, bytes]  # role -> bytes: "binary", "metadata", and IR stage names
     source_text: str | None
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return self.variant.key
+
+    @property
+    def kernel(self) -> str:
+        return self.variant.kernel
+
+    @classmethod
+    def assemble(cls, variant: Variant, files: dict[str, bytes], source_text: str | None,
+                 warnings: list[str] | None = None) -> CompiledVariant:
+        """Point ``variant``'s file refs at ``files`` (member names from the format's layout rule)."""
+        key, backend = variant.key, variant.target.backend
+        ir = {stage: FileRef.for_bytes(variant_member(key, stage), data)
+              for stage, data in sorted(files.items()) if stage not in ("binary", "metadata")}
+        source = source_member(sha256_hex(source_text.encode())) if source_text is not None else None
+        complete = replace(
+            variant,
+            binary=FileRef.for_bytes(variant_member(key, BINARY_EXT[backend]), files["binary"]),
+            metadata=FileRef.for_bytes(variant_member(key, METADATA_EXT), files["metadata"]),
+            ir=ir, source=source,
+        )
+        return cls(complete, dict(files), source_text, list(warnings or []))
+
+    def rekeyed(self, key: str, files: dict[str, bytes] | None = None) -> CompiledVariant:
+        """The same variant under another key (and optionally other bytes): member names follow the key."""
+        return CompiledVariant.assemble(replace(self.variant, key=key), files if files is not None else self.files,
+                                        self.source_text, self.warnings)
 
 
 def ptx_entry_param_sizes(ptx: str, entry: str) -> list[int] | None:
@@ -80,7 +112,7 @@ def _target_json(metadata: dict) -> dict:
 def build_abi(
     *, kernel: str, param_names: list[str], param_types: dict[str, str], metadata: dict, target: dict,
     asm: dict[str, Any],
-) -> dict:
+) -> Abi:
     """The launch ABI, explicit: the loader follows it and never consults a Triton version."""
     if metadata.get("tensordesc_meta") or any(str(t).startswith("tensordesc") for t in param_types.values()):
         raise UnsupportedKernelError(
@@ -89,15 +121,15 @@ def build_abi(
         )
     if any(isinstance(t, (tuple, list)) for t in param_types.values()):
         raise UnsupportedKernelError(f"{kernel}: tuple parameters are not supported by launch ABI v{ABI_VERSION}")
-    params: list[dict] = []
+    params: list[AbiParam] = []
     for i, name in enumerate(param_names):
         typ = param_types[name]
         if typ == "constexpr":
             continue
         if typ.startswith("*"):
-            params.append({"name": name, "kind": "pointer", "type": typ, "arg": i, "size": 8})
+            params.append(AbiParam(name, "pointer", typ, i, 8))
         elif typ in SCALAR_SIZES:
-            params.append({"name": name, "kind": "scalar", "type": typ, "arg": i, "size": SCALAR_SIZES[typ]})
+            params.append(AbiParam(name, "scalar", typ, i, SCALAR_SIZES[typ]))
         else:
             raise UnsupportedKernelError(f"{kernel}: parameter {name!r} has type {typ!r}, which ABI v{ABI_VERSION} cannot pass")
     entry = metadata["name"]
@@ -110,7 +142,7 @@ def build_abi(
     n_user = len(params)
     if sizes is not None:
         extra = len(sizes) - n_user
-        if extra not in (0, 1, 2) or any(s != p["size"] for s, p in zip(sizes, params)) or any(s != 8 for s in sizes[n_user:]):
+        if extra not in (0, 1, 2) or any(s != p.size for s, p in zip(sizes, params)) or any(s != 8 for s in sizes[n_user:]):
             raise UnsupportedKernelError(
                 f"{kernel}: the binary's entry takes {len(sizes)} parameters of sizes {sizes}, which karchive cannot map "
                 f"onto {n_user} kernel parameters plus scratch pointers; refusing to pack a kernel it would launch wrongly"
@@ -119,34 +151,34 @@ def build_abi(
         major_minor = tuple(int(x) for x in str(metadata.get("triton_version", "3.5")).split(".")[:2])
         extra = 2 if major_minor >= (3, 5) else 1 if major_minor >= (3, 3) else 0
     for name in ("global_scratch", "profile_scratch")[:extra]:
-        params.append({"name": name, "kind": name, "size": 8})
+        params.append(AbiParam(name, name, None, None, 8))
     num_ctas = int(metadata.get("num_ctas", 1))
-    cluster = metadata.get("cluster_dims") or [num_ctas, 1, 1]
-    return {
-        "version": ABI_VERSION,
-        "entry": entry,
-        "binary_format": BINARY_EXT[backend],
-        "binary_arch": _binary_arch(metadata, target),
-        "params": params,
-        "shared": int(metadata.get("shared", 0)),
-        "tmem_size": int(metadata.get("tmem_size", 0) or 0),
-        "num_warps": int(metadata["num_warps"]),
-        "warp_size": int(target["warp_size"]),
-        "num_ctas": num_ctas,
-        "cluster_dims": [int(c) for c in cluster],
-        "cooperative_grid": bool(metadata.get("launch_cooperative_grid", False)),
-        "pdl": bool(metadata.get("launch_pdl", False)),
-        "global_scratch": {"size": int(metadata.get("global_scratch_size", 0) or 0),
-                           "align": int(metadata.get("global_scratch_align", 1) or 1)},
-        "profile_scratch": {"size": int(metadata.get("profile_scratch_size", 0) or 0),
-                            "align": int(metadata.get("profile_scratch_align", 1) or 1)},
-    }
+    cluster = [int(c) for c in (metadata.get("cluster_dims") or [num_ctas, 1, 1])]
+    return Abi(
+        version=ABI_VERSION,
+        entry=entry,
+        binary_format=BINARY_EXT[backend],
+        binary_arch=_binary_arch(metadata, target),
+        params=tuple(params),
+        shared=int(metadata.get("shared", 0)),
+        tmem_size=int(metadata.get("tmem_size", 0) or 0),
+        num_warps=int(metadata["num_warps"]),
+        warp_size=int(target["warp_size"]),
+        num_ctas=num_ctas,
+        cluster_dims=(cluster[0], cluster[1], cluster[2]),
+        cooperative_grid=bool(metadata.get("launch_cooperative_grid", False)),
+        pdl=bool(metadata.get("launch_pdl", False)),
+        global_scratch_size=int(metadata.get("global_scratch_size", 0) or 0),
+        global_scratch_align=int(metadata.get("global_scratch_align", 1) or 1),
+        profile_scratch_size=int(metadata.get("profile_scratch_size", 0) or 0),
+        profile_scratch_align=int(metadata.get("profile_scratch_align", 1) or 1),
+    )
 
 
 def _binary_arch(metadata: dict, target: dict) -> str:
+    """CUDA: Triton's rule (:attr:`Target.binary_arch`); HIP: the metadata's arch (it may carry features)."""
     if target["backend"] == "cuda":
-        cap = int(target["arch"])
-        return f"sm_{cap}a" if cap >= 90 else f"sm_{cap}"
+        return Target(target["backend"], str(target["arch"]), int(target["warp_size"])).binary_arch
     return str(metadata.get("arch") or target["arch"])
 
 
@@ -218,17 +250,11 @@ def describe_variant(
     params = []
     for name in param_names:
         typ = param_types[name]
-        entry: dict[str, Any] = {"name": name, "type": equal_to_1.get(name, typ)}
-        hints = {}
-        if name in divisibility:
-            hints["divisibility"] = divisibility[name]
-        if name in equal_to_1:
-            hints["equal_to_1"] = True
-        if hints:
-            entry["hints"] = hints
-        if typ == "constexpr":
-            entry["value"] = _json_value(constexprs[name])
-        params.append(entry)
+        params.append(Param(
+            name=name, type=equal_to_1.get(name, typ),
+            constexpr=_json_value(constexprs[name]) if typ == "constexpr" else None, is_constexpr=typ == "constexpr",
+            divisibility=divisibility.get(name), equal_to_1=name in equal_to_1,
+        ))
     options = normalize_options(metadata)
     hint_desc = {n: {"divisibility": d} for n, d in divisibility.items()}
     hint_desc.update({n: {"equal_to_1": True} for n in equal_to_1})
@@ -248,18 +274,17 @@ def describe_variant(
         for stage in IR_STAGES[backend]:
             if stage in asm and asm[stage] is not None:
                 files[stage] = _as_bytes(asm[stage])
-    entry = {
-        "kernel": kernel,
-        "key": key,
-        "target": target,
-        "params": params,
-        "options": options,
-        "abi": abi,
-        "provenance": {"origin": origin, "triton_version": str(metadata.get("triton_version", "")),
-                       "triton_hash": metadata.get("hash"), "source_key": source_key, "hooks": hooks,
-                       **(provenance_extra or {})},
-    }
-    return CompiledVariant(entry=entry, files=files, source_text=source_text)
+    extra = dict(provenance_extra or {})
+    provenance = Provenance(
+        origin=origin, triton_version=str(metadata.get("triton_version", "")), triton_hash=metadata.get("hash"),
+        source_key=source_key, hooks=tuple(hooks), triton_cache=extra.pop("triton_cache", None),
+        harvested=extra.pop("harvested", None), extra=extra,
+    )
+    placeholder = FileRef("", 0, "0" * 64)  # replaced by assemble() once the bytes are final
+    variant = Variant(kernel=kernel, key=key, target=Target(target["backend"], target["arch"], target["warp_size"]),
+                      params=tuple(params), options=options, abi=abi, binary=placeholder, metadata=placeholder,
+                      provenance=provenance)
+    return CompiledVariant.assemble(variant, files, source_text)
 
 
 def _as_bytes(value: Any) -> bytes:

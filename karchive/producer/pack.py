@@ -1,27 +1,24 @@
-"""Assemble compiled variants into one archive: member layout, file digests, manifest.
+"""Assemble compiled variants into one archive: member groups (frames), sources, the manifest.
 
-Layout (spec/FORMAT.md): ``variants/<key>/kernel.<ext>`` for the binary and metadata (one frame, what a
-loader reads), the IR stages of a variant in a second frame, and each distinct module source once
-under ``sources/<sha256>.py``.
+Layout (spec/FORMAT.md §4): a variant's binary and metadata share one frame (what a loader reads), its
+IR stages a second frame, and each distinct module source is stored once under ``sources/<sha256>.py``.
+Member names come from the variants' file refs (:mod:`karchive.format.layout`), the manifest from the
+typed model (:class:`karchive.format.manifest.Manifest`).
 """
 
 from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from .. import __version__
 from ..errors import FormatError
-from ..format.constants import ABI_VERSION, FORMAT_VERSION, PATH_SENTINEL
-from ..core.digest import sha256_hex
+from ..format.manifest import FileRef, Manifest
 from ..format.writer import ArchiveWriter, DictionaryMode, WriteStats, source_date_epoch
-from .describe import BINARY_EXT, CompiledVariant
-
-
-def _ref(path: str, data: bytes) -> dict:
-    return {"path": path, "size": len(data), "sha256": sha256_hex(data)}
+from .describe import CompiledVariant
 
 
 @dataclass
@@ -32,66 +29,49 @@ class ArchiveBuilder:
     level: int = 19
     dictionary: DictionaryMode | int = "auto"
     variants: dict[str, CompiledVariant] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)  # e.g. autotune records (capture)
+    autotune: list[dict] | None = None  # autotune records (capture)
+    extra: dict[str, Any] = field(default_factory=dict)  # other optional top-level manifest fields
 
     def add(self, variant: CompiledVariant) -> bool:
         """Add a variant; a second variant with the same key is dropped (same inputs, same binary)."""
-        key = variant.entry["key"]
-        if key in self.variants:
+        if variant.key in self.variants:
             return False
-        self.variants[key] = variant
+        self.variants[variant.key] = variant
         return True
 
     def extend(self, variants: Iterable[CompiledVariant]) -> None:
         for v in variants:
             self.add(v)
 
-    def manifest_and_writer(self) -> tuple[dict, ArchiveWriter]:
+    def manifest(self) -> Manifest:
         if not self.name or not self.version:
             raise FormatError("an archive needs a name and a version")
+        sources = {v.variant.source: v.source_text.encode() for v in self.variants.values()
+                   if v.variant.source is not None and v.source_text is not None}
+        created = None
+        if os.environ.get("SOURCE_DATE_EPOCH"):  # a timestamp only when the user asks for one
+            created = datetime.datetime.fromtimestamp(source_date_epoch(), datetime.timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%SZ")
+        return Manifest.build(
+            self.name, self.version, (v.variant for v in self.variants.values()),
+            produced_by={"karchive": __version__, **self.produced_by}, created=created,
+            sources=[FileRef.for_bytes(path, data) for path, data in sources.items()],
+            autotune=self.autotune, extra=self.extra,
+        )
+
+    def manifest_and_writer(self) -> tuple[dict[str, Any], ArchiveWriter]:
+        """The manifest as it will be written (JSON dict) and a writer holding every member group."""
+        manifest = self.manifest()
         writer = ArchiveWriter(level=self.level, dictionary=self.dictionary)
-        sources: dict[str, bytes] = {}
-        entries = []
-        for key in sorted(self.variants, key=lambda k: (self.variants[k].entry["kernel"], k)):
-            v = self.variants[key]
-            backend = v.entry["target"]["backend"]
-            base = f"variants/{key}/kernel"
-            binary_name = f"{base}.{BINARY_EXT[backend]}"
-            meta_name = f"{base}.json"
-            files: dict[str, Any] = {
-                "binary": _ref(binary_name, v.files["binary"]),
-                "metadata": _ref(meta_name, v.files["metadata"]),
-            }
-            writer.add_group([(binary_name, v.files["binary"]), (meta_name, v.files["metadata"])])
-            ir_members = [(f"{base}.{stage}", data) for stage, data in sorted(v.files.items())
-                          if stage not in ("binary", "metadata")]
-            if ir_members:
-                files["ir"] = {name.rsplit(".", 1)[1]: _ref(name, data) for name, data in ir_members}
-                writer.add_group(ir_members)
-            if v.source_text is not None:
-                data = v.source_text.encode()
-                path = f"sources/{sha256_hex(data)}.py"
-                sources[path] = data
-                files["source"] = path
-            entries.append({**v.entry, "files": files})
-        for path in sorted(sources):
-            writer.add_group([(path, sources[path])])
-        epoch = os.environ.get("SOURCE_DATE_EPOCH")
-        manifest = {
-            "format": "karchive",
-            "format_version": f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}",
-            "abi_version": ABI_VERSION,
-            "name": self.name,
-            "version": self.version,
-            "produced_by": {"karchive": __version__, **self.produced_by},
-            "created": (datetime.datetime.fromtimestamp(source_date_epoch(), datetime.timezone.utc)
-                        .strftime("%Y-%m-%dT%H:%M:%SZ") if epoch else None),
-            "path_sentinel": PATH_SENTINEL,
-            "sources": [_ref(p, d) for p, d in sorted(sources.items())],
-            "variants": entries,
-            **self.extra,
-        }
-        return manifest, writer
+        for v in manifest.variants:
+            files = self.variants[v.key].files
+            writer.add_group([(v.binary.path, files["binary"]), (v.metadata.path, files["metadata"])])
+            if v.ir:
+                writer.add_group([(v.ir[stage].path, files[stage]) for stage in sorted(v.ir)])
+        for ref in manifest.sources:
+            text = next(c.source_text for c in self.variants.values() if c.variant.source == ref.path)
+            writer.add_group([(ref.path, text.encode())])  # type: ignore[union-attr]
+        return manifest.to_json(), writer
 
     def to_bytes(self) -> tuple[bytes, WriteStats]:
         manifest, writer = self.manifest_and_writer()

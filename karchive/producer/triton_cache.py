@@ -21,7 +21,9 @@ from typing import Any, Iterator, Mapping
 
 from ..core.jsonio import parse_json
 from ..errors import CaptureError, KarchiveError, UnsupportedKernelError
-from .describe import BINARY_EXT, IR_STAGES, CompiledVariant, describe_variant
+from ..format.layout import BINARY_EXT, IR_STAGES
+from ..format.manifest import Manifest, Variant
+from .describe import CompiledVariant, describe_variant
 from .irtext import enclosed, split_top_level
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -274,17 +276,17 @@ class ExportResult:
     path: str | None = None
 
 
-def check_build(variant: Mapping[str, Any]) -> tuple[str, str]:
+def check_build(variant: Variant) -> tuple[str, str]:
     """("ok"|"mismatch"|"unverified", why): can this Triton install hit the variant's cache entry?"""
-    prov = variant.get("provenance") or {}
-    recorded = prov.get("triton_cache")
-    if not prov.get("triton_hash"):
+    prov = variant.provenance
+    recorded = prov.triton_cache
+    if not prov.triton_hash:
         return "unverified", "no Triton cache hash recorded"
     if not isinstance(recorded, dict) or not recorded.get("triton_key_sha256"):
         return "unverified", "no Triton build fingerprint recorded (provenance.triton_cache)"
-    local = build_fingerprint(variant["target"])
+    local = build_fingerprint(variant.target.to_json())
     if recorded["triton_key_sha256"] != local["triton_key_sha256"]:
-        return "mismatch", (f"built by Triton {prov.get('triton_version') or '?'} build "
+        return "mismatch", (f"built by Triton {prov.triton_version or '?'} build "
                             f"{recorded['triton_key_sha256'][:12]}, this is Triton {_local_version()} build "
                             f"{(local['triton_key_sha256'] or 'unknown')[:12]}; Triton would never look these entries up")
     if recorded.get("backend_hash") != local["backend_hash"]:
@@ -349,29 +351,28 @@ def export_archive(reader: Any, cache_dir: str | None = None, *, allow_unverifie
     cache_dir = os.path.abspath(cache_dir or local_cache_dir())
     root = triton_site_root()
     results = []
-    for v in reader.manifest.get("variants", []):
-        if kernels and v["kernel"] not in kernels:
+    for v in Manifest.from_json(reader.manifest).variants:
+        if kernels and v.kernel not in kernels:
             continue
         status, why = check_build(v)
         if status == "mismatch" or (status == "unverified" and not allow_unverified):
-            results.append(ExportResult(v["kernel"], v["key"], status, why))
+            results.append(ExportResult(v.kernel, v.key, status, why))
             continue
-        triton_hash = v["provenance"].get("triton_hash")
+        triton_hash = v.provenance.triton_hash
         if not triton_hash:
-            results.append(ExportResult(v["kernel"], v["key"], "skipped", "no Triton cache hash recorded"))
+            results.append(ExportResult(v.kernel, v.key, "skipped", "no Triton cache hash recorded"))
             continue
-        backend = v["target"]["backend"]
-        files = {BINARY_EXT[backend]: reader.read(v["files"]["binary"]["path"]),
-                 "json": restore_json_bytes(reader.read(v["files"]["metadata"]["path"]), root)}
-        for stage, ref in (v["files"].get("ir") or {}).items():
-            files[stage] = reader.read(ref["path"])
-        stem = v["kernel"][:150]
+        files = {BINARY_EXT[v.target.backend]: reader.read(v.binary.path),
+                 "json": restore_json_bytes(reader.read(v.metadata.path), root)}
+        for stage, ref in v.ir.items():
+            files[stage] = reader.read(ref.path)
+        stem = v.kernel[:150]
         try:
             written, path = write_entry(cache_dir, triton_hash, stem, files)
         except OSError as exc:
             raise CaptureError(f"cannot write Triton cache entries under {cache_dir}: {exc}") from exc
         detail = why if written == "written" else "entry already present; left alone"
-        results.append(ExportResult(v["kernel"], v["key"], written, detail, path))
+        results.append(ExportResult(v.kernel, v.key, written, detail, path))
     return results
 
 
@@ -401,9 +402,9 @@ def import_cache(cache_dir: str, *, same_build: bool = False, include_ir: bool =
         except (KarchiveError, KeyError, TypeError, ValueError) as exc:
             result.skipped.append(f"{os.path.relpath(entry.directory, cache_dir)} ({entry.stem}): {exc}")
             continue
-        if variant.entry["key"] in seen:
+        if variant.key in seen:
             result.duplicates += 1
             continue
-        seen.add(variant.entry["key"])
+        seen.add(variant.key)
         result.variants.append(variant)
     return result

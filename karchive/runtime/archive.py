@@ -13,8 +13,8 @@ import os
 import threading
 from typing import Any
 
-from ..errors import NoMatchingVariantError, SchemaError
-from ..format.manifest import Manifest, Variant, parse_variant
+from ..errors import KernelNameError
+from ..format.manifest import Manifest, Variant
 from ..format.reader import ArchiveReader, Limits
 from ..resolve import open_reader
 from .device import ptx_header
@@ -31,22 +31,9 @@ class Archive:
                  backend: str | None = None) -> None:
         self.reader = reader
         self.ref = ref
-        raw = reader.manifest
-        entries = raw.get("variants")
-        if not isinstance(entries, list) or not all(isinstance(v, dict) for v in entries):
-            raise SchemaError("manifest: 'variants' must be a list of objects")
-        keys = [v.get("key") for v in entries]
-        if not all(isinstance(k, str) for k in keys):
-            raise SchemaError("manifest: every variant needs a string 'key'")
-        if len(set(keys)) != len(keys):
-            raise SchemaError("manifest: duplicate variant keys")
         # Variants are parsed (and schema-checked) per kernel on first use: a cold start that launches
         # a few kernels of a large archive does not pay for parsing all of them.
-        self._raw_by_kernel: dict[str, list[tuple[int, dict]]] = {}
-        for i, v in enumerate(entries):
-            self._raw_by_kernel.setdefault(str(v.get("kernel")), []).append((i, v))
-        self._parsed: dict[str, list[Variant]] = {}
-        self._manifest: Manifest | None = None
+        self.manifest = Manifest.from_json(reader.manifest, lazy=True)
         self.allow_ptx = allow_ptx
         self._backend_name = backend
         self._backend: Any = None
@@ -58,35 +45,21 @@ class Archive:
 
     # -- inspection ------------------------------------------------------------------------------------
     @property
-    def manifest(self) -> Manifest:
-        """The whole manifest, parsed and checked (built on first access)."""
-        if self._manifest is None:
-            self._manifest = Manifest.from_json(self.reader.manifest)
-        return self._manifest
-
-    @property
     def name(self) -> str:
-        return str(self.reader.manifest.get("name"))
+        return self.manifest.name
 
     @property
     def version(self) -> str:
-        return str(self.reader.manifest.get("version"))
+        return self.manifest.version
 
     def kernels(self) -> list[str]:
-        return sorted(self._raw_by_kernel)
+        return self.manifest.kernels()
 
     def variants(self, kernel: str | None = None) -> list[Variant]:
-        if kernel is None:
-            return list(self.manifest.variants)
-        parsed = self._parsed.get(kernel)
-        if parsed is None:
-            parsed = [parse_variant(v, f"variants[{i}]") for i, v in self._raw_by_kernel.get(kernel, [])]
-            self._parsed[kernel] = parsed
-        return list(parsed)
+        return list(self.manifest.variants) if kernel is None else self.manifest.variants_of(kernel)
 
     def __repr__(self) -> str:
-        n = sum(len(v) for v in self._raw_by_kernel.values())
-        return f"<karchive.Archive {self.name} {self.version} ({n} variants) from {self.ref}>"
+        return f"<karchive.Archive {self.name} {self.version} ({len(self.manifest)} variants) from {self.ref}>"
 
     def kernel(self, name: str, *, benchmark: bool = False) -> Kernel | AutotunedKernel:
         """The dispatcher for ``name`` (created once per archive).
@@ -104,10 +77,12 @@ class Archive:
                 if k is None:
                     variants = self.variants(name)
                     if not variants:
-                        raise NoMatchingVariantError(
-                            f"{self.ref} has no kernel {name!r}; kernels: {', '.join(self.kernels()) or '(none)'}")
+                        have = self.kernels()
+                        raise KernelNameError(
+                            f"{self.ref} has no kernel named {name!r}; it has: {', '.join(have) or '(none)'}",
+                            kernel=name, available=tuple(have))
                     k = Kernel(self, name, variants)
-                    records = [r for r in self.reader.manifest.get("autotune") or []
+                    records = [r for r in self.manifest.autotune or []
                                if isinstance(r, dict) and r.get("kernel") == name]
                     if records:
                         k = AutotunedKernel(k, records, benchmark=benchmark)
@@ -127,8 +102,7 @@ class Archive:
             if self._backend_name:
                 names = [self._backend_name]
             else:
-                present = {str((v.get("target") or {}).get("backend")) for vs in self._raw_by_kernel.values()
-                           for _, v in vs}
+                present = self.manifest.backends()
                 names = [n for n in ("cuda", "hip") if n in present] or ["cuda"]
             b = self._backend = first_available(names)
         return b
