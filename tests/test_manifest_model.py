@@ -1,0 +1,116 @@
+"""The manifest model and the JSON Schema describe the same shapes, and the model round-trips what it writes."""
+
+from __future__ import annotations
+
+import pytest
+
+from karchive.format.manifest import Abi, AbiParam, FileRef, Manifest, Param, Provenance, Target, Variant
+from karchive.format.schema import load_schema
+
+jsonschema = pytest.importorskip("jsonschema")
+
+DIGEST = "ab" * 32
+
+
+def _abi(**kw) -> Abi:
+    base = dict(version=1, entry="k", binary_format="cubin", binary_arch="sm_90a",
+                params=(AbiParam("x", "pointer", "*fp32", 0, 8), AbiParam("n", "scalar", "i32", 1, 4),
+                        AbiParam("global_scratch", "global_scratch", None, None, 8)),
+                shared=1024, num_warps=4, warp_size=32, num_ctas=1, cluster_dims=(1, 1, 1), cooperative_grid=False,
+                pdl=False, global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0,
+                profile_scratch_align=1, tmem_size=0)
+    base.update(kw)
+    return Abi(**base)
+
+
+def _variant(*, full: bool) -> Variant:
+    ref = FileRef(f"variants/{DIGEST}/kernel.cubin", 10, DIGEST)
+    return Variant(
+        kernel="k", key=DIGEST, target=Target("cuda", "90", 32),
+        params=(Param("x", "*fp32", divisibility=16), Param("n", "i32"),
+                Param("s", "i32", constexpr=1, is_constexpr=True, equal_to_1=True),
+                Param("BLOCK", "constexpr", constexpr=128, is_constexpr=True)),
+        options={"num_warps": 4, "num_stages": 3}, abi=_abi(),
+        binary=ref, metadata=FileRef(f"variants/{DIGEST}/kernel.json", 5, DIGEST),
+        ir={"ptx": FileRef(f"variants/{DIGEST}/kernel.ptx", 7, DIGEST)} if full else {},
+        source=f"sources/{DIGEST}.py" if full else None,
+        provenance=Provenance("aot", "3.9.0", "f" * 64, "s" * 64,
+                              ({"kind": "pass_plugin", "name": "p.so", "sha256": DIGEST},),
+                              {"triton_key_sha256": DIGEST, "backend_hash": "x", "env_vars": {}} if full else None,
+                              True if full else None),
+    )
+
+
+def _manifest(*, full: bool) -> Manifest:
+    return Manifest.build("archive", "1.0", [_variant(full=full)], produced_by={"karchive": "0.1.0", "triton": "3.9.0"},
+                          created="2026-01-01T00:00:00Z" if full else None,
+                          sources=[FileRef(f"sources/{DIGEST}.py", 3, DIGEST)],
+                          autotune=[{"kernel": "k", "key_names": ["n"], "configs": [], "entries": []}] if full else None)
+
+
+def _defs() -> dict:
+    return load_schema()["$defs"]
+
+
+@pytest.mark.parametrize("full", [True, False])
+def test_written_manifests_validate_against_the_schema_and_round_trip(full):
+    m = _manifest(full=full).to_json()
+    jsonschema.Draft202012Validator(load_schema()).validate(m)
+    again = Manifest.from_json(m)
+    assert again.to_json() == m
+    assert again.variants == _manifest(full=full).variants
+
+
+def _keys_match(written: dict, schema_obj: dict, *, required_only: bool = False) -> None:
+    props, required = set(schema_obj.get("properties", {})), set(schema_obj.get("required", []))
+    if required_only:
+        assert required <= set(written) <= props, (sorted(written), sorted(required), sorted(props))
+    else:
+        assert set(written) == props, (sorted(written), sorted(props))
+
+
+def test_every_schema_object_has_exactly_the_model_fields():
+    d = _defs()
+    full, minimal = _variant(full=True), _variant(full=False)
+    _keys_match(full.binary.to_json(), d["file"])
+    _keys_match(full.target.to_json(), d["target"])
+    _keys_match(full.params[2].to_json(), d["param"])  # value and hints
+    _keys_match(Param("n", "i32").to_json(), d["param"], required_only=True)
+    _keys_match(full.abi.params[0].to_json(), d["abi_param"])  # type and arg
+    _keys_match(full.abi.params[2].to_json(), d["abi_param"], required_only=True)  # scratch: neither
+    _keys_match(full.abi.to_json(), d["abi"])
+    _keys_match(full.to_json(), d["variant"])
+    assert set(d["variant"]["required"]) == set(full.to_json())
+    _keys_match(full.to_json()["files"], d["variant"]["properties"]["files"])
+    _keys_match(minimal.to_json()["files"], d["variant"]["properties"]["files"], required_only=True)
+    _keys_match(full.to_json()["provenance"], d["variant"]["properties"]["provenance"])
+    _keys_match(minimal.to_json()["provenance"], d["variant"]["properties"]["provenance"], required_only=True)
+    _keys_match(_manifest(full=True).to_json(), load_schema())
+    _keys_match(_manifest(full=False).to_json(), load_schema(), required_only=True)
+
+
+def test_every_leaf_round_trips():
+    v = _variant(full=True)
+    assert Param.from_json(v.params[2].to_json(), "p") == v.params[2]
+    assert AbiParam.from_json(v.abi.params[2].to_json(), 4, "a") == v.abi.params[2]
+    assert Abi.from_json(v.abi.to_json(), 4, "abi") == v.abi
+    assert Provenance.from_json(v.provenance.to_json(), "prov") == v.provenance
+    assert Variant.from_json(v.to_json(), "v") == v
+
+
+def test_unknown_provenance_and_top_level_fields_survive_a_round_trip():
+    m = _manifest(full=True).to_json()
+    m["variants"][0]["provenance"]["build_host_kind"] = "ci"
+    m["future_field"] = {"x": 1}
+    assert Manifest.from_json(m).to_json() == m
+
+
+def test_a_real_archive_round_trips_and_validates(examples_archive):
+    from karchive.format.open import open_location
+
+    raw = open_location(examples_archive).manifest
+    jsonschema.Draft202012Validator(load_schema()).validate(raw)
+    assert Manifest.from_json(raw).to_json() == raw
+    lazy = Manifest.from_json(raw, lazy=True)
+    assert lazy.kernels() == sorted({v["kernel"] for v in raw["variants"]})
+    assert [v.to_json() for v in lazy.variants] == raw["variants"]
