@@ -297,6 +297,13 @@ def diff_manifests(ma: dict, mb: dict, *, kernels: Iterable[str] | None = None,
     registers/spills found per side."""
     _check_manifest(ma, refs[0] or "A")
     _check_manifest(mb, refs[1] or "B")
+    return _compare_checked(ma, mb, kernels, targets, refs, resources)
+
+
+def _compare_checked(ma: dict, mb: dict, kernels: Iterable[str] | None, targets: Iterable[str] | None,
+                     refs: tuple[str | None, str | None],
+                     resources: tuple[dict[str, dict], dict[str, dict]] | None) -> ArchiveDiff:
+    """:func:`diff_manifests` on manifests already checked by :func:`_check_manifest`."""
     try:
         return _diff_manifests(ma, mb, kernels, targets, refs, resources)
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
@@ -386,10 +393,10 @@ def diff_archives(a: Reader, b: Reader, *, refs: tuple[str | None, str | None] =
         raise KarchiveError("the number of context lines must be >= 0")
     kernels, targets = list(kernels or []), list(targets or [])
     ma, mb = a.manifest, b.manifest
+    _check_manifest(ma, refs[0] or "A")
+    _check_manifest(mb, refs[1] or "B")
     resources = None
     if check_members:
-        _check_manifest(ma, refs[0] or "A")
-        _check_manifest(mb, refs[1] or "B")
         try:
             sel_a, sel_b = _select(ma, kernels, targets), _select(mb, kernels, targets)
             src_a = {s["path"]: s for s in ma.get("sources") or []}
@@ -397,7 +404,7 @@ def diff_archives(a: Reader, b: Reader, *, refs: tuple[str | None, str | None] =
         except (KeyError, TypeError, AttributeError) as exc:
             raise SchemaError(f"manifest does not follow the schema ({type(exc).__name__}: {exc})") from exc
         resources = (_read_members(a, sel_a, src_a), _read_members(b, sel_b, src_b))
-    result = diff_manifests(ma, mb, kernels=kernels, targets=targets, refs=refs, resources=resources)
+    result = _compare_checked(ma, mb, kernels, targets, refs, resources)
     result.members_checked = check_members
     changed = [v for v in result.variants if v.status == "changed"]
     labels = (refs[0] or "A", refs[1] or "B")
