@@ -1,0 +1,4 @@
+"""Audit: compare archives (``karchive diff``). Pure functions over manifests and archive readers.
+
+Nothing here imports the producer or a GPU runtime: auditing needs only the format reader.
+"""
