@@ -52,7 +52,7 @@ def test_cubin_registers_and_stack_match_cuobjdump(tmp_path: Path) -> None:
     starved = _matmul("cuda:80", {"num_warps": 4, "num_stages": 3, "maxnreg": 64})
     seen = []
     for v in (add, starved):
-        found = recorded_resources(v.entry, v.files["binary"])
+        found = recorded_resources(v.variant.to_json(), v.files["binary"])
         assert found == _resource_usage(tool, v.files["binary"], tmp_path)
         seen.append(found)
     assert seen[1]["registers"] <= 64 and seen[1]["stack"] > seen[0]["stack"]
@@ -60,7 +60,7 @@ def test_cubin_registers_and_stack_match_cuobjdump(tmp_path: Path) -> None:
 
 def test_hsaco_registers_and_spills_match_the_assembly_metadata() -> None:
     v = compiled("hip:gfx942", 256, 4)
-    found = recorded_resources(v.entry, v.files["binary"])
+    found = recorded_resources(v.variant.to_json(), v.files["binary"])
     asm = v.files["amdgcn"].decode()
 
     def field(name: str) -> int:
@@ -89,7 +89,7 @@ def test_the_entry_name_selects_the_function() -> None:
 @pytest.mark.parametrize("target", ["cuda:90", "hip:gfx942"])
 def test_hostile_binaries_never_raise(target: str) -> None:
     v = compiled(target, 256, 4)
-    binary, entry = v.files["binary"], v.entry
+    binary, entry = v.files["binary"], v.variant.to_json()
     rng = random.Random(15)
     for cut in list(range(0, 200, 7)) + [len(binary) // 2, len(binary) - 1]:
         assert isinstance(recorded_resources(entry, binary[:cut]), dict)
@@ -106,7 +106,7 @@ def test_hostile_elf_headers_and_metadata_notes_yield_nothing() -> None:
     import struct
 
     v = compiled("cuda:90", 256, 4)
-    binary, entry = v.files["binary"], v.entry
+    binary, entry = v.files["binary"], v.variant.to_json()
     shoff = struct.unpack_from("<Q", binary, 0x28)[0]
     rng = random.Random(16)
     for _ in range(300):  # flips inside the ELF header and the section header table

@@ -66,18 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _open(ref: str, args: argparse.Namespace) -> Any:
     from ..registry.config import storage_options_from_env
-    from ..resolve import looks_like_registry_ref, open_any_reader
+    from ..resolve import open_reader
 
-    options: dict[str, Any] = {}
-    if looks_like_registry_ref(ref):
-        options = {"registry": args.registry, "cache_dir": args.cache_dir}
-    try:
-        return open_any_reader(ref, storage_options=storage_options_from_env(), **options)
-    except KarchiveError:
-        raise
-    except (OSError, ValueError) as exc:  # a missing file, a directory, an unknown URL protocol
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        raise KarchiveError(reason if ref in reason else f"cannot open {ref}: {reason}") from None
+    return open_reader(ref, registry=args.registry, cache_dir=args.cache_dir, storage_options=storage_options_from_env())
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
