@@ -122,3 +122,61 @@ class ArgumentError(RuntimeLoadError, TypeError):
 
 class LaunchError(RuntimeLoadError):
     """The driver refused to load a module or launch a kernel."""
+
+
+# --- trust ---------------------------------------------------------------------------------------
+class TrustError(KarchiveError):
+    """Signing or signature verification failed. ``reason`` is a stable code (spec/SIGNING.md §7)
+    a caller can branch on; ``archive`` (``NAME@VERSION``) and ``key_id`` say what it concerns."""
+
+    reason: str = "trust-error"
+
+    def __init__(self, message: str, *, reason: str | None = None, archive: str | None = None,
+                 key_id: str | None = None) -> None:
+        super().__init__(message)
+        if reason is not None:
+            self.reason = reason
+        self.archive = archive
+        self.key_id = key_id
+
+
+class KeyFileError(TrustError):
+    """A key file cannot be read or is not an Ed25519 key; ``path`` names it."""
+
+    reason = "bad-key-file"
+
+    def __init__(self, message: str, *, path: str | None = None, key_id: str | None = None) -> None:
+        super().__init__(message, key_id=key_id)
+        self.path = path
+
+
+class TrustPolicyError(TrustError):
+    """A trust policy (TOML) is malformed or cannot be satisfied; ``path`` names the file."""
+
+    reason = "bad-policy"
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class EnvelopeError(TrustError):
+    """A signature sidecar is not a well-formed DSSE envelope; ``path`` names the file."""
+
+    reason = "malformed-envelope"
+
+    def __init__(self, message: str, *, path: str | None = None, archive: str | None = None) -> None:
+        super().__init__(message, archive=archive)
+        self.path = path
+
+
+class UntrustedArchiveError(TrustError):
+    """The trust policy refuses the archive (unsigned, unknown or revoked key, signature not covering
+    these bytes, ...). ``reason`` is the primary cause; ``rejected`` lists every signature that did
+    not count as ``{"key_id", "reason", "detail"}``; ``policy_sha256`` identifies the policy."""
+
+    def __init__(self, message: str, *, reason: str, archive: str | None = None, key_id: str | None = None,
+                 rejected: tuple[dict, ...] = (), policy_sha256: str | None = None) -> None:
+        super().__init__(message, reason=reason, archive=archive, key_id=key_id)
+        self.rejected = rejected
+        self.policy_sha256 = policy_sha256
