@@ -645,3 +645,17 @@ def test_the_policy_example_in_the_spec_means_what_the_spec_says(keys):
     assert p.rule_for("anything").threshold == 2
     old, new = p.keys[0], p.keys[1]
     assert (old.name, new.name) == ("ci-2025", "ci-2026") and new.not_before < old.not_after  # the overlap
+
+
+def test_reason_codes_have_one_definition_and_the_spec_lists_them_all():
+    import re
+
+    from karchive import errors
+
+    codes = {v for k, v in vars(reasons).items() if k.isupper() and isinstance(v, str)}
+    assert codes == set(reasons.MEANING)
+    assert set(reasons.STAGE) <= codes
+    # errors.py cannot import the trust package (it is the bottom layer): its defaults must agree.
+    assert {errors.TrustPolicyError.reason, errors.KeyFileError.reason, errors.EnvelopeError.reason} <= codes
+    table = (ROOT / "spec" / "SIGNING.md").read_text().split("## 7. Reason codes")[1].split("## 8.")[0]
+    assert set(re.findall(r"^\| `([a-z-]+)` \|", table, re.M)) == codes

@@ -78,8 +78,7 @@ def cmd_sign(args: argparse.Namespace) -> int:
     from ..trust.sign import sign_archive
 
     if not os.path.isfile(args.archive):
-        raise TrustError(f"{args.archive}: no such archive file (sign a local .karc; publish it afterwards)",
-                         reason="not-found")
+        raise FileNotFoundError(f"{args.archive}: no such archive file (sign a local .karc; publish it afterwards)")
     key = load_private_key(args.key, _passphrase(args.passphrase_env))
     info = load_build_info(args.provenance) if args.provenance else None
     out = sign_archive(args.archive, key, build_info=info, replace=args.replace)
@@ -100,6 +99,7 @@ def trust_report(archive: str, policy_path: str, *, sha256: str | None = None, n
     refusal is a result (``ok: false``, ``reason``, ``error``, ``rejected``), not an exception, so
     `verify` can report it beside the digest checks. ``sha256``/``name``/``version`` are computed
     from the local file when not given."""
+    from ..trust import reasons
     from ..trust.sidecar import sidecar_path
 
     side = sidecar or sidecar_path(archive)
@@ -120,7 +120,7 @@ def trust_report(archive: str, policy_path: str, *, sha256: str | None = None, n
         report.update(reason=exc.reason, error=str(exc), rejected=list(getattr(exc, "rejected", ()) or ()))
         return report
     except FormatError as exc:  # the archive's own name and version cannot even be read
-        report.update(reason="damaged-archive", error=str(exc), rejected=[])
+        report.update(reason=reasons.DAMAGED_ARCHIVE, error=str(exc), rejected=[])
         return report
     report.update(result.to_json())
     return report
@@ -130,12 +130,16 @@ def _identity(archive: str) -> tuple[str, str, str]:
     from ..format.open import open_reader
     from ..registry.archive_check import sha256_file
 
+    from ..trust import reasons
+
     digest, _ = sha256_file(archive)
     reader = open_reader(archive)
     try:  # the manifest is chained to these bytes by the footer and index digests
         m = reader.manifest
     finally:
         getattr(reader.source, "close", lambda: None)()
+    if sha256_file(archive)[0] != digest:
+        raise TrustError(f"{archive} changed while it was being verified", reason=reasons.DIGEST_MISMATCH)
     return digest, m.get("name"), m.get("version")
 
 

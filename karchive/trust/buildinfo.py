@@ -21,6 +21,7 @@ import sysconfig
 from typing import Any
 
 from ..errors import TrustError
+from . import reasons
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _FIELDS = {
@@ -41,7 +42,7 @@ MAX_BUILD_INFO_BYTES = 1024 * 1024
 
 
 def _fail(msg: str) -> TrustError:
-    return TrustError(f"build info: {msg}", reason="bad-build-info")
+    return TrustError(f"build info: {msg}", reason=reasons.BAD_BUILD_INFO)
 
 
 def _is_json_scalar(v: Any) -> bool:

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import KeyFileError, TrustError
+from . import reasons
 
 try:  # cryptography is the `trust` extra: fail closed, and say what to install
     from cryptography.exceptions import InvalidSignature, UnsupportedAlgorithm
@@ -26,7 +27,7 @@ try:  # cryptography is the `trust` extra: fail closed, and say what to install
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 except ImportError as exc:  # pragma: no cover - exercised only on installs without the extra
     raise TrustError("signing and signature verification need the 'cryptography' package: "
-                     "pip install 'karchive[trust]'", reason="missing-dependency") from exc
+                     "pip install 'karchive[trust]'", reason=reasons.MISSING_DEPENDENCY) from exc
 
 ALGORITHM = "ed25519"
 #: Key files are small; anything larger is not a key (and is not read whole).

@@ -43,7 +43,7 @@ def _builder_version(manifest: dict, info: dict) -> dict[str, str]:
     for k, v in (info.get("toolchain") or {}).items():
         if k in out and out[k] != v:
             raise TrustError(f"build info says {k} {v}, the archive's manifest says {out[k]}",
-                             reason="bad-build-info")
+                             reason=reasons.BAD_BUILD_INFO)
         out[k] = v
     if "platform" in info:
         out["platform"] = info["platform"]
@@ -53,7 +53,7 @@ def _builder_version(manifest: dict, info: dict) -> dict[str, str]:
 def build_statement(manifest: dict, sha256: str, build_info: dict | None = None) -> dict[str, Any]:
     """The statement for the archive whose bytes hash to ``sha256`` and whose manifest is ``manifest``."""
     if not _HEX64.match(sha256):
-        raise TrustError(f"not a sha256 digest: {sha256!r}", reason="bad-digest")
+        raise ValueError(f"not a sha256 digest: {sha256!r}")
     info = check_build_info(dict(build_info or {}))
     name, version = manifest["name"], manifest["version"]
     variants = manifest.get("variants") or []

@@ -24,6 +24,14 @@ KEY_NOT_YET_VALID = "key-not-yet-valid"    # before the key's rotation window op
 KEY_EXPIRED = "key-expired"                # after the key's rotation window closed
 KEY_NOT_ALLOWED = "key-not-allowed"        # a known key, but not one the rule lets sign this name
 
+# Errors before or around verification (the first three are the class defaults in karchive/errors.py).
+BAD_POLICY = "bad-policy"                  # TrustPolicyError: the policy file is invalid
+BAD_KEY_FILE = "bad-key-file"              # KeyFileError: a key file cannot be used
+BAD_BUILD_INFO = "bad-build-info"          # build info is invalid or contradicts the manifest
+STATEMENT_CONFLICT = "statement-conflict"  # sign: the sidecar already holds another statement
+DAMAGED_ARCHIVE = "damaged-archive"        # the archive's own name/version cannot be read
+MISSING_DEPENDENCY = "missing-dependency"  # the cryptography package is not installed
+
 #: Per-signature codes in the order verification reaches them (spec/SIGNING.md §6).
 STAGE = {
     MALFORMED_ENVELOPE: 0,
@@ -55,4 +63,10 @@ MEANING = {
     KEY_NOT_YET_VALID: "signed by a key whose validity window has not started",
     KEY_EXPIRED: "signed by a key whose validity window has ended (key rotation)",
     KEY_NOT_ALLOWED: "signed by a key the policy does not allow for this archive name",
+    BAD_POLICY: "the trust policy is invalid",
+    BAD_KEY_FILE: "a key file cannot be used",
+    BAD_BUILD_INFO: "the build info is invalid or contradicts the archive",
+    STATEMENT_CONFLICT: "the signature file already holds a different statement for this archive",
+    DAMAGED_ARCHIVE: "the archive cannot be read",
+    MISSING_DEPENDENCY: "the cryptography package is not installed (pip install 'karchive[trust]')",
 }

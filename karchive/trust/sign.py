@@ -81,7 +81,7 @@ def sign_archive(archive: str | os.PathLike, key: SigningKey, *, build_info: dic
         if build_info is not None and existing.payload != payload:
             raise TrustError(f"{side} already holds a different provenance statement for {who}; co-signers sign "
                              "that statement (leave out --provenance), or use --replace to drop its signatures",
-                             reason="statement-conflict", archive=who)
+                             reason=reasons.STATEMENT_CONFLICT, archive=who)
         envelope = existing.add_signature(key)
         statement = old.raw
         cosigned = True

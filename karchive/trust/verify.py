@@ -148,6 +148,8 @@ def verify_archive_signatures(*, sha256: str, name: str, version: str | None, en
     """Accept or refuse the archive whose bytes hash to ``sha256`` and whose manifest says ``name``
     (and ``version``; None accepts any version the signer named). ``now`` decides rotation windows."""
     now = now or datetime.datetime.now(datetime.timezone.utc)
+    if now.tzinfo is None:
+        raise TypeError("now must be timezone-aware (policy windows are instants, not local times)")
     archive = subject_name(name, version) if version else name
     rule = policy.rule_for(name)
     if rule is None:
@@ -181,8 +183,7 @@ def verify_archive_signatures(*, sha256: str, name: str, version: str | None, en
             problem = problem or _check_key(key, policy, rule, now)
             if problem:
                 rejected.append(Rejection(problem[0], problem[1], key.key_id, True, key.name, e))
-            elif key.key_id not in signers:
-                assert isinstance(content, Statement)
+            elif isinstance(content, Statement) and key.key_id not in signers:
                 signers[key.key_id] = Signer(key, content, e)
     if len(signers) >= rule.threshold:
         return TrustResult(name, version, sha256, policy, rule, tuple(signers.values()), tuple(rejected))
