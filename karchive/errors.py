@@ -273,3 +273,43 @@ class LaunchError(RuntimeLoadError):
 
 class InteropError(RuntimeLoadError):
     """A framework (or its private API at this version) cannot express what the archived kernel needs."""
+
+
+# --- trust ---------------------------------------------------------------------------------------
+class TrustError(KarchiveError):
+    """Signing or signature verification failed. ``reason`` is a stable code (spec/SIGNING.md §7)
+    a caller can branch on; ``archive`` (``NAME@VERSION``) and ``key_id`` say what it concerns."""
+
+    reason: str = "trust-error"
+    archive: str | None = None
+    key_id: str | None = None
+
+
+class KeyFileError(TrustError):
+    """A key file cannot be read or is not an Ed25519 key; ``path`` names it."""
+
+    reason: str = "bad-key-file"
+    path: str | None = None
+
+
+class TrustPolicyError(TrustError):
+    """A trust policy (TOML) is malformed or cannot be satisfied; ``path`` names the file."""
+
+    reason: str = "bad-policy"
+    path: str | None = None
+
+
+class EnvelopeError(TrustError):
+    """A signature sidecar is not a well-formed DSSE envelope; ``path`` names the file."""
+
+    reason: str = "malformed-envelope"
+    path: str | None = None
+
+
+class UntrustedArchiveError(TrustError):
+    """The trust policy refuses the archive (unsigned, unknown or revoked key, signature not covering
+    these bytes, ...). ``reason`` is the primary cause; ``rejected`` lists every signature that did
+    not count as ``{"key_id", "reason", "detail"}``; ``policy_sha256`` identifies the policy."""
+
+    rejected: tuple[dict, ...] = ()
+    policy_sha256: str | None = None

@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "registry_cmds",  # publish, pull, ls, lock, cache
     "cache_cmds",     # export-triton-cache, import-triton-cache
     "diff_cmds",      # diff
+    "trust_cmds",     # keygen, sign
 )
 
 

@@ -28,7 +28,7 @@ from .. import __version__
 from ..errors import FormatError, RegistryError
 from ..core.fsio import atomic_write, fsync_dir
 from ..core.jsonio import canonical_json
-from .archive_check import check_archive_file
+from ..format.check import check_archive_file
 from .config import cache_dir, redact_url
 from .filelock import FileLock
 from .layout import check_digest

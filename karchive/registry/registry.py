@@ -20,7 +20,7 @@ from typing import Any, Literal
 from ..core.fsio import atomic_writer
 from ..errors import ConflictError, IntegrityError, NotFoundError, RegistryError
 from ..format.reader import ArchiveReader, Limits
-from .archive_check import check_archive_file
+from ..format.check import check_archive_file
 from .cache import Cache
 from .config import FETCH_ENV, registry_url
 from .layout import MARKER, NAMES_DIR, RECORD_SUFFIX, ROOT_INDEX, blob_path, name_index_path, version_record_path, versions_dir

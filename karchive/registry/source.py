@@ -13,7 +13,7 @@ import threading
 
 from ..errors import FormatError, TransferError
 from ..format.constants import FOOTER_SIZE
-from .archive_check import index_sha256_from_footer
+from ..format.check import index_sha256_from_footer
 from .retry import RetryPolicy
 from .store import Store
 

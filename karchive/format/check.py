@@ -1,7 +1,8 @@
 """Everything karchive checks about an archive file before trusting it: digest, size, structure.
 
-Publishing and caching both go through :func:`check_archive_file`, so an archive enters a registry
-or the local cache only after its sha256 is known and every frame and member has been verified.
+Publishing, caching and signing all go through :func:`check_archive_file`, so an archive enters a
+registry or the local cache, or gets signed, only after its sha256 is known and every frame and member
+has been verified.
 """
 
 from __future__ import annotations
@@ -10,11 +11,11 @@ import os
 from dataclasses import dataclass
 
 from ..core.digest import sha256_file
-from ..errors import FormatError, IntegrityError, RegistryError
-from ..format.constants import FOOTER_PAYLOAD, FOOTER_SIZE, SKIPPABLE_HEADER
-from ..format.manifest import Manifest
-from ..format.reader import ArchiveReader
-from ..format.source import FileSource
+from ..errors import FormatError, IntegrityError
+from .constants import FOOTER_PAYLOAD, FOOTER_SIZE, SKIPPABLE_HEADER
+from .manifest import Manifest
+from .reader import ArchiveReader
+from .source import FileSource
 
 
 @dataclass(frozen=True)
@@ -43,24 +44,26 @@ def check_archive_file(path: str | os.PathLike, *, sha256: str | None = None, si
     where = os.fspath(path)
     digest, actual_size = sha256_file(path)
     if size is not None and actual_size != size:
-        raise IntegrityError(f"{where}: {actual_size} bytes, the registry record says {size} (truncated or tampered)")
+        raise IntegrityError(f"{where}: {actual_size} bytes, the registry record says {size} (truncated or tampered)",
+                             source=where, expected=str(size), actual=str(actual_size))
     if sha256 is not None and digest != sha256:
-        raise IntegrityError(f"{where}: sha256 {digest} differs from the registry record's {sha256} (tampered or corrupt)")
+        raise IntegrityError(f"{where}: sha256 {digest} differs from the registry record's {sha256} (tampered or corrupt)",
+                             source=where, expected=sha256, actual=digest)
     source = FileSource(path)
     try:
         reader = ArchiveReader(source)
         problems = reader.verify()
         if problems:
             shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
-            raise IntegrityError(f"{where}: archive does not verify: {shown}")
+            raise IntegrityError(f"{where}: archive does not verify: {shown}", source=where)
         manifest = Manifest.from_json(reader.manifest)
         footer = source.read(source.size - FOOTER_SIZE, FOOTER_SIZE)
     finally:
         source.close()
     if name is not None and (manifest.name, manifest.version) != (name, version):
-        raise RegistryError(
-            f"{where}: archive says it is {manifest.name}@{manifest.version}, the registry record says {name}@{version}"
-        )
+        raise IntegrityError(
+            f"{where}: archive says it is {manifest.name}@{manifest.version}, the registry record says {name}@{version}",
+            source=where, expected=f"{name}@{version}", actual=f"{manifest.name}@{manifest.version}")
     return ArchiveFacts(
         name=manifest.name,
         version=manifest.version,

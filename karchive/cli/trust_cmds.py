@@ -1,0 +1,175 @@
+"""`karchive keygen`, `karchive sign`, and the trust report `karchive verify --trust POLICY` prints.
+
+Nothing here imports cryptography until a command runs, so `karchive --help` works without the
+`trust` extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+from typing import Any
+
+from ..errors import FormatError, KeyFileError, TrustError
+from .output import emit_json, printable
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    k = sub.add_parser("keygen", help="make an Ed25519 signing key pair: PREFIX.key (private) and PREFIX.pub")
+    k.add_argument("-o", "--out", required=True, metavar="PREFIX",
+                   help="writes PREFIX.key (PKCS#8 PEM, mode 0600) and PREFIX.pub; never overwrites")
+    k.add_argument("--name", help="the key's name in a trust policy (default: the base name of PREFIX)")
+    k.add_argument("--passphrase-env", metavar="VAR", help="encrypt the private key with the passphrase in $VAR")
+    k.add_argument("--json", action="store_true", help="machine-readable output")
+    k.set_defaults(func=cmd_keygen)
+
+    s = sub.add_parser("sign", help="sign an archive: provenance statement and signature in ARCHIVE.sig.json "
+                                    "(the archive is not changed)")
+    s.add_argument("archive", help="local archive file (.karc)")
+    s.add_argument("--key", required=True, help="private key file (from karchive keygen)")
+    s.add_argument("--passphrase-env", metavar="VAR", help="the key's passphrase is in $VAR")
+    s.add_argument("--provenance", metavar="BUILDINFO",
+                   help="build info (JSON) the build wrote: spec digest, parameters, platform (spec/SIGNING.md §4.2)")
+    s.add_argument("--replace", action="store_true",
+                   help="start a new statement, dropping the sidecar's earlier signatures")
+    s.add_argument("--json", action="store_true", help="machine-readable output")
+    s.set_defaults(func=cmd_sign)
+
+
+def _passphrase(var: str | None) -> bytes | None:
+    """Read from the environment, never from argv (argv is visible to every user via ps)."""
+    if not var:
+        return None
+    value = os.environ.get(var)
+    if not value:
+        raise KeyFileError(f"--passphrase-env {var}: the variable is not set or empty")
+    return value.encode()
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from ..trust.keys import SigningKey, save_keypair
+
+    name = args.name or os.path.basename(args.out)
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}", name):
+        raise KeyFileError(f"key name {name!r} cannot be used in a trust policy; choose one with --name "
+                           "(letters, digits, '._@+-')")
+    key = SigningKey.generate()
+    private, public = args.out + ".key", args.out + ".pub"
+    save_keypair(key, private, public, _passphrase(args.passphrase_env))
+    snippet = (f'[[keys]]\nname = "{name}"\npublic_key = "{key.public.inline()}"\nid = "{key.key_id}"\n'
+               f'# not_before = 2026-01-01T00:00:00Z   # optional rotation window\n'
+               f'# not_after = 2027-01-01T00:00:00Z\n')
+    if args.json:
+        emit_json({"private_key": private, "public_key_file": public, "key_id": key.key_id, "name": name,
+                   "public_key": key.public.inline(), "policy_snippet": snippet})
+        return 0
+    print(printable(f"wrote {private} (private: keep it secret) and {public}"))
+    print(f"key id {key.key_id}")
+    print("\nto trust it, add to a trust policy (spec/SIGNING.md §5):\n")
+    print(printable(snippet, keep="\n"), end="")
+    return 0
+
+
+def cmd_sign(args: argparse.Namespace) -> int:
+    from ..trust.buildinfo import load_build_info
+    from ..trust.keys import load_private_key
+    from ..trust.sign import sign_archive
+
+    if not os.path.isfile(args.archive):
+        raise FileNotFoundError(f"{args.archive}: no such archive file (sign a local .karc; publish it afterwards)")
+    key = load_private_key(args.key, _passphrase(args.passphrase_env))
+    info = load_build_info(args.provenance) if args.provenance else None
+    out = sign_archive(args.archive, key, build_info=info, replace=args.replace)
+    if args.json:
+        emit_json(out.to_json())
+        return 0
+    verb = "co-signed" if out.cosigned else "signed"
+    print(printable(f"{verb} {out.name} {out.version} (sha256 {out.sha256}) with key {out.key_id[:16]}"))
+    print(printable(f"wrote {out.sidecar}: {len(out.key_ids)} signature(s); {out.archive} is unchanged"))
+    return 0
+
+
+# --- karchive verify --trust POLICY (called by cli/inspect_cmds.py) -------------------------------
+def trust_report(archive: str, policy_path: str, *, sha256: str | None = None, name: str | None = None,
+                 version: str | None = None, sidecar: str | None = None,
+                 now: datetime.datetime | None = None) -> dict[str, Any]:
+    """Check the archive's signatures against a trust policy; a JSON-ready dict with ``ok``. A
+    refusal is a result (``ok: false``, ``reason``, ``error``, ``rejected``), not an exception, so
+    `verify` can report it beside the digest checks. ``sha256``/``name``/``version`` are computed
+    from the local file when not given."""
+    from ..trust import reasons
+    from ..trust.sidecar import sidecar_path
+
+    side = sidecar or sidecar_path(archive)
+    report: dict[str, Any] = {"ok": False, "policy": {"source": policy_path}, "sidecar": side}
+    try:
+        from ..trust.policy import TrustPolicy
+        from ..trust.sidecar import read_sidecar
+        from ..trust.verify import verify_archive_signatures
+
+        policy = TrustPolicy.load(policy_path)
+        report["policy"] = policy.to_json()
+        if sha256 is None or name is None:
+            sha256, name, version = _identity(archive)
+        envelope = read_sidecar(side)
+        result = verify_archive_signatures(sha256=sha256, name=name, version=version,
+                                           envelopes=[envelope] if envelope else [], policy=policy, now=now)
+    except TrustError as exc:
+        report.update(reason=exc.reason, error=str(exc), rejected=list(getattr(exc, "rejected", ()) or ()))
+        return report
+    except FormatError as exc:  # the archive's own name and version cannot even be read
+        report.update(reason=reasons.DAMAGED_ARCHIVE, error=str(exc), rejected=[])
+        return report
+    report.update(result.to_json())
+    return report
+
+
+def _identity(archive: str) -> tuple[str, str, str]:
+    from ..core.digest import sha256_file
+    from ..format.open import open_location
+    from ..trust import reasons
+
+    digest, _ = sha256_file(archive)
+    reader = open_location(archive)
+    try:  # the manifest is chained to these bytes by the footer and index digests
+        m = reader.manifest
+    finally:
+        getattr(reader.source, "close", lambda: None)()
+    if sha256_file(archive)[0] != digest:
+        raise TrustError(f"{archive} changed while it was being verified", reason=reasons.DIGEST_MISMATCH)
+    return digest, m.get("name"), m.get("version")
+
+
+def trust_lines(report: dict[str, Any]) -> list[str]:
+    """The human form of :func:`trust_report`: who signed what, and what did not count."""
+    pol = report.get("policy") or {}
+    where = f"policy {pol.get('source')}" + (f" (sha256 {pol['sha256'][:16]})" if pol.get("sha256") else "")
+    if not report.get("ok"):
+        lines = [f"trust: REFUSED under {where}: {report.get('reason')}"]
+        lines += [f"  {line}" for line in str(report.get("error", "")).splitlines()]
+        return [printable(line) for line in lines]
+    rule = report["rule"]
+    lines = [f"trust: OK under {where}, rule {rule['index'] + 1} (names {', '.join(rule['names'])}): "
+             f"{len(report['signers'])} valid signer(s), {rule['threshold']} needed"]
+    for s in report["signers"]:
+        st = s["statement"]
+        tools = ", ".join(f"{k} {v}" for k, v in sorted(st.get("toolchain", {}).items()))
+        lines.append(f"  signed by {s['key_name']} (key {s['key_id'][:16]}): {st['subject']} sha256 {st['sha256'][:16]}")
+        lines.append(f"    built by {st['builder']}" + (f" with {tools}" if tools else ""))
+        if st.get("spec"):
+            lines.append(f"    from build spec {st['spec'].get('name', '?')} sha256 {st['spec']['sha256'][:16]}")
+    for r in report.get("rejected", []):
+        who = r.get("key_name") or (r.get("key_id") or "(no keyid)")[:16]
+        lines.append(f"  ignored: key {who}: {r['reason']}: {r['detail']}")
+    return [printable(line) for line in lines]
+
+
+def print_trust(report: dict[str, Any], as_json: bool = False) -> int:
+    """Print a trust report alone (human or JSON); exit status 0 if trusted, 1 if refused."""
+    if as_json:
+        emit_json(report)
+    else:
+        print("\n".join(trust_lines(report)))
+    return 0 if report.get("ok") else 1
