@@ -19,7 +19,7 @@ from karchive.errors import ArgumentError  # noqa: E402
 from karchive.interop import InteropError, _proto as P  # noqa: E402
 from karchive.interop import jax as kj  # noqa: E402
 from karchive.interop._jaxdesc import ArrayParam, Buffer, ScalarParam, describe_variant  # noqa: E402
-from test_interop_proto import fake_triton_descriptor  # noqa: E402
+from interop_support import fake_triton_descriptor  # noqa: E402
 
 SD = jax.ShapeDtypeStruct
 N = 4096
