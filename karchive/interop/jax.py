@@ -151,13 +151,14 @@ def jaxlib_support(refresh: bool = False) -> JaxlibSupport:
         if jv < MIN_JAX:
             raise InteropError(f"karchive's JAX bridge needs jax >= {'.'.join(map(str, MIN_JAX))} "
                                f"(jax.ffi lowering); this is jax {'.'.join(map(str, jv))}")
+        lib: Any = None
         try:
-            from jax._src.lib import gpu_triton as lib
+            from jax._src.lib import gpu_triton
 
-            if getattr(lib, "TritonKernel", None) is None:
-                lib = None
+            if getattr(gpu_triton, "TritonKernel", None) is not None:
+                lib = gpu_triton
         except Exception:  # noqa: BLE001 - no CUDA plugin, or the private module moved
-            lib = None
+            pass
         target, api = ("triton_kernel_call_ffi", 4) if jv >= (0, 10, 1) else ("triton_kernel_call", 2)
         s = JaxlibSupport(jv, jlv, lib, target, api)
         if lib is None:
@@ -298,9 +299,9 @@ _opaque_cache: dict[tuple, bytes] = {}
 
 
 def _ffi_lowering() -> Callable:
-    ffi = getattr(jax, "ffi", None)
+    ffi: Any = getattr(jax, "ffi", None)
     if ffi is None or not hasattr(ffi, "ffi_lowering"):
-        from jax.extend import ffi  # type: ignore[no-redef]  # jax < 0.5
+        from jax.extend import ffi  # type: ignore[attr-defined,no-redef]  # jax < 0.5
     return ffi.ffi_lowering
 
 
@@ -320,7 +321,7 @@ def _primitive() -> Any:
     try:
         from jax.extend.core import Primitive
     except ImportError:  # pragma: no cover - older jax
-        from jax.core import Primitive  # type: ignore[no-redef]
+        from jax.core import Primitive  # type: ignore[attr-defined,no-redef]
     from jax._src import core as jcore
     from jax.interpreters import mlir
 
