@@ -19,7 +19,7 @@ from karchive.errors import ArgumentError  # noqa: E402
 from karchive.interop import InteropError, _proto as P  # noqa: E402
 from karchive.interop import jax as kj  # noqa: E402
 from karchive.interop._jaxdesc import ArrayParam, Buffer, ScalarParam, describe_variant  # noqa: E402
-from test_interop_proto import fake_triton_descriptor  # noqa: E402
+from interop_support import fake_triton_descriptor  # noqa: E402
 
 SD = jax.ShapeDtypeStruct
 N = 4096
@@ -252,3 +252,16 @@ def test_several_outputs_come_back_in_user_order(arc):
 
     out = jax.eval_shape(f, SD((N,), jnp.float32), SD((N,), jnp.float32))
     assert isinstance(out, list) and out[0].shape == (N,)
+
+
+def test_without_a_gpu_the_compute_capability_must_be_given(arc):
+    """plan_call asks JAX for the GPU; on a CPU host it says how to lower for one instead."""
+    if any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("JAX sees a GPU here")
+    k = arc.kernel("add_kernel")
+    x = SD((N,), jnp.float32)
+    with pytest.raises(InteropError, match="pass compute_capability="):
+        kj.plan_call(k, (x, x, N), {"BLOCK": 1024}, out_shape=x, grid=(4,), support=pure_support())
+    plan = kj.plan_call(k, (x, x, N), {"BLOCK": 1024}, out_shape=x, grid=(4,), support=pure_support(),
+                        compute_capability=80)
+    assert plan.desc.compute_capability == 80 and plan.variant.abi.binary_arch == "sm_80"

@@ -1,6 +1,6 @@
 """torch bridge, CPU side: schema, fake implementation, eager and torch.compile(fullgraph=True) tracing.
 
-The launch itself needs a GPU (tests/gpu/test_interop_gpu.py); here the archived kernel's metadata is
+The launch itself needs a GPU (tests/gpu/test_interop_torch_gpu.py); here the archived kernel's metadata is
 real and a stand-in performs the launch with torch CPU ops, so registration, schema inference,
 functionalization of mutated arguments and graph capture by Dynamo are exercised for real.
 """

@@ -15,7 +15,7 @@ from typing import Any, Sequence, Union
 
 from ..errors import ArgumentError
 from ..format.manifest import Variant
-from ..interop import InteropError
+from ..errors import InteropError
 
 #: Triton scalar types jaxlib's ``create_scalar_parameter`` takes, by the name it expects.
 JAXLIB_SCALARS = {"i1": "i1", "u1": "i1", "i32": "i32", "u32": "u32", "i64": "i64", "u64": "u64",
@@ -138,6 +138,8 @@ def describe_variant(variant: Variant, values: Sequence[Any], grid: Sequence[int
         raise InteropError(f"{variant.kernel}: launch ABI parameters {kinds} do not end in "
                            "[global_scratch, profile_scratch] as jaxlib appends them")
     for p in abi.params[:n_user]:
+        if p.arg is None or p.type is None:  # only scratch parameters lack them (checked above)
+            raise InteropError(f"{variant.kernel}: launch ABI parameter {p.name} has no argument index or type")
         value = values[p.arg]
         if p.kind == "pointer":
             if not isinstance(value, Buffer):

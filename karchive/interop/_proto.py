@@ -91,12 +91,27 @@ class Field:
     value: int | bytes  # int for VARINT/I32/I64 (raw bits), bytes for LEN
     raw: bytes  # the whole field as encoded (tag included)
 
+    @property
+    def data(self) -> bytes:
+        """The payload of a length-delimited (LEN) field."""
+        if not isinstance(self.value, bytes):
+            raise ProtoError(f"field {self.number} is not length-delimited (wire type {self.wire})")
+        return self.value
+
+    @property
+    def integer(self) -> int:
+        """The value of a VARINT, I32 or I64 field (raw bits)."""
+        if not isinstance(self.value, int):
+            raise ProtoError(f"field {self.number} is length-delimited, not a number")
+        return self.value
+
 
 def iter_fields(buf: bytes, start: int = 0, end: int | None = None, *, strict: bool = True) -> Iterator[Field]:
     """Fields of one message. With ``strict=False`` stops quietly at the first undecodable byte."""
     pos, end = start, len(buf) if end is None else end
     while pos < end:
         begin = pos
+        value: int | bytes
         try:
             key, pos = read_varint(buf, pos)
             number, wire = key >> 3, key & 7
@@ -137,7 +152,7 @@ def replace_in(message: bytes, path: tuple[int, ...], extra: bytes) -> bytes:
     found = False
     for f in iter_fields(message):
         if f.number == head and f.wire == LEN and not found:
-            out += f_bytes(head, replace_in(f.value, rest, extra), keep_empty=True)
+            out += f_bytes(head, replace_in(f.data, rest, extra), keep_empty=True)
             found = True
         else:
             out += f.raw
@@ -164,22 +179,22 @@ def _parse_message_type(buf: bytes, prefix: str, out: dict[str, MessageInfo]) ->
     nested: list[bytes] = []
     for f in iter_fields(buf):
         if f.number == 1 and f.wire == LEN:
-            info.name = f.value.decode("ascii")
+            info.name = f.data.decode("ascii")
         elif f.number == 2 and f.wire == LEN:
             name, number, typ, type_name = "", 0, 0, ""
-            for g in iter_fields(f.value):
+            for g in iter_fields(f.data):
                 if g.number == 1 and g.wire == LEN:
-                    name = g.value.decode("ascii")
+                    name = g.data.decode("ascii")
                 elif g.number == 3 and g.wire == VARINT:
-                    number = g.value
+                    number = g.integer
                 elif g.number == 5 and g.wire == VARINT:
-                    typ = g.value
+                    typ = g.integer
                 elif g.number == 6 and g.wire == LEN:
-                    type_name = g.value.decode("ascii")
+                    type_name = g.data.decode("ascii")
             if name and number:
                 info.fields[name] = (number, typ, type_name.rsplit(".", 1)[-1])
         elif f.number == 3 and f.wire == LEN:
-            nested.append(f.value)
+            nested.append(f.data)
     if not info.name:
         raise ProtoError("message type without a name")
     full = prefix + info.name
@@ -201,7 +216,7 @@ def parse_file_descriptor(blob: bytes, start: int = 0) -> dict[str, MessageInfo]
             break
         if f.number == 4 and f.wire == LEN:
             try:
-                _parse_message_type(f.value, "", out)
+                _parse_message_type(f.data, "", out)
             except (ProtoError, UnicodeDecodeError):
                 break
     return out

@@ -3,8 +3,9 @@
 ``triton_call(kernel, *args, out_shape=..., grid=..., input_output_aliases=..., zeroed_outputs=...,
 **constexprs)`` has jax-triton's call shape; ``kernel`` is ``karchive.open(path).kernel(name)``.
 
-How it works: at trace time the variant is chosen for the GPU's compute capability (archive metadata
-only), its launch ABI is mapped onto jaxlib's ``TritonKernelCall`` (:mod:`._jaxdesc`), serialised with
+How it works: at trace time the call is planned (:mod:`._jaxplan`: outputs, arguments, buffer layout,
+the variant for the GPU's compute capability from archive metadata only), the variant's launch ABI is
+mapped onto jaxlib's ``TritonKernelCall`` (:mod:`._jaxdesc`), serialised with
 jaxlib's own classes and zlib-compressed, and emitted as the ``triton_kernel_call_ffi`` custom call
 (``triton_kernel_call`` before jax 0.10.1). Machine code reaches jaxlib one of two ways:
 
@@ -31,24 +32,20 @@ import mmap
 import os
 import sys
 import threading
-import weakref
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import jax
-import numpy as np
 
-from ..errors import ArgumentError
-from ..runtime.device import DeviceInfo
-from ..runtime.select import MISSING
-from . import InteropError, _proto
-from ._jaxdesc import ArrayParam, Buffer, KernelDesc, describe_variant
-from ._roles import kernel_roles
+from ..errors import InteropError
+from . import _jaxplan, _proto
+from ._jaxdesc import ArrayParam, KernelDesc
+from ._jaxplan import Plan
 
 log = logging.getLogger("karchive.interop.jax")
 
-__all__ = ["JaxlibSupport", "describe", "jaxlib_support", "triton_call"]
+__all__ = ["JaxlibSupport", "Plan", "describe", "jaxlib_support", "plan_call", "triton_call"]
 
 #: jaxlib below this has no ``jax.ffi``-style lowering karchive can use.
 MIN_JAX = (0, 4, 36)
@@ -155,13 +152,14 @@ def jaxlib_support(refresh: bool = False) -> JaxlibSupport:
         if jv < MIN_JAX:
             raise InteropError(f"karchive's JAX bridge needs jax >= {'.'.join(map(str, MIN_JAX))} "
                                f"(jax.ffi lowering); this is jax {'.'.join(map(str, jv))}")
+        lib: Any = None
         try:
-            from jax._src.lib import gpu_triton as lib
+            from jax._src.lib import gpu_triton
 
-            if getattr(lib, "TritonKernel", None) is None:
-                lib = None
+            if getattr(gpu_triton, "TritonKernel", None) is not None:
+                lib = gpu_triton
         except Exception:  # noqa: BLE001 - no CUDA plugin, or the private module moved
-            lib = None
+            pass
         target, api = ("triton_kernel_call_ffi", 4) if jv >= (0, 10, 1) else ("triton_kernel_call", 2)
         s = JaxlibSupport(jv, jlv, lib, target, api)
         if lib is None:
@@ -264,25 +262,6 @@ def encode(desc: KernelDesc, name: str = "", metadata: bytes = b"", support: Jax
 
 
 # -- planning a call -----------------------------------------------------------------------------------
-def _is_array(v: Any) -> bool:
-    return hasattr(v, "shape") and hasattr(v, "dtype") and not isinstance(v, (bool, int, float, np.generic))
-
-
-class _Aval:
-    """Stands in for an array during variant selection: dtype known, address 16-byte aligned (XLA's are)."""
-
-    __slots__ = ("dtype",)
-
-    def __init__(self, dtype: Any) -> None:
-        self.dtype = np.dtype(dtype)
-
-    def data_ptr(self) -> int:
-        return 0
-
-    def get_device(self) -> int:
-        return 0
-
-
 def _compute_capability(explicit: int | None, support: JaxlibSupport) -> int:
     if explicit:
         return int(explicit)
@@ -299,187 +278,20 @@ def _compute_capability(explicit: int | None, support: JaxlibSupport) -> int:
     raise InteropError("no CUDA device is visible to JAX; pass compute_capability= (e.g. 90) to lower for one")
 
 
-_members: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
-
-
-def _member(kernel: Any, variant: Any, what: str) -> bytes | None:
-    """Binary or PTX of a variant, read (digest-checked) once per archive."""
-    archive = kernel.archive
-    cache = _members.setdefault(archive, {})
-    key = (variant.key, what)
-    if key not in cache:
-        if what == "ptx":
-            ref = variant.ir.get("ptx")
-            cache[key] = archive.reader.read(ref.path) if ref is not None else None
-        else:
-            cache[key] = archive.reader.read(variant.binary.path)
-    return cache[key]
-
-
-@dataclass
-class Plan:
-    """How one call maps onto the custom call (all static)."""
-
-    desc: KernelDesc
-    operands: list[Any]  # arrays, in buffer order (some may be zero-filled stand-ins for outputs)
-    out_avals: list[tuple[tuple[int, ...], Any]]  # results in custom-call order
-    aliases: dict[int, int]  # operand index -> result index
-    user_order: list[int]  # user output i is custom-call result user_order[i]
-    materialized: list[int]  # user outputs passed as zero-filled operands
-    variant: Any = None
-
-
-def _flatten_outs(out_shape: Any) -> tuple[list[Any], bool]:
-    if hasattr(out_shape, "shape") and hasattr(out_shape, "dtype"):
-        return [out_shape], True
-    if isinstance(out_shape, (list, tuple)) and all(hasattr(o, "shape") and hasattr(o, "dtype") for o in out_shape):
-        return list(out_shape), False
-    raise ArgumentError("out_shape must be a jax.ShapeDtypeStruct (or anything with .shape and .dtype), or a "
-                        f"list/tuple of them; got {type(out_shape).__name__}")
-
-
 def plan_call(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, out_shape: Any, grid: Any,
               input_output_aliases: Mapping[int, int] | None = None, zeroed_outputs: Any = (),
               out_names: Sequence[str] | None = None, mode: str = "auto", compute_capability: int | None = None,
               support: JaxlibSupport | None = None, zeros: Callable[[tuple, Any], Any] | None = None) -> Plan:
-    """Bind arguments, choose the variant, lay out buffers and build the :class:`KernelDesc` (no JAX tracing)."""
-    if mode not in ("auto", "cubin", "ptx"):
-        raise ArgumentError(f"mode must be 'auto', 'cubin' or 'ptx', got {mode!r}")
+    """Bind arguments, choose the variant, lay out buffers and build the :class:`KernelDesc` (no JAX tracing).
+
+    The steps live in :mod:`._jaxplan`; this resolves what they need from JAX: the installed jaxlib's
+    capabilities and the compute capability of the GPU JAX sees (or ``compute_capability``).
+    """
     s = support or jaxlib_support()
-    roles = kernel_roles(kernel)
-    outs, _single = _flatten_outs(out_shape)
-    aliases = {int(i): int(o) for i, o in (input_output_aliases or {}).items()}
-    if any(not 0 <= o < len(outs) for o in aliases.values()) or len(set(aliases.values())) != len(aliases):
-        raise ArgumentError(f"input_output_aliases {aliases} must map inputs to distinct outputs 0..{len(outs) - 1}")
-    true_outs = [o for o in range(len(outs)) if o not in aliases.values()]
-    runtime_params = [r for r in roles if r.kind != "constexpr"]
-    pointer_names = [r.name for r in runtime_params if r.kind == "pointer"]
-    if out_names is None:
-        k = len(true_outs)
-        names = pointer_names[len(pointer_names) - k:] if k else []
-        if len(names) != k:
-            raise ArgumentError(f"{kernel.name}: {k} outputs but only {len(pointer_names)} pointer parameters")
-    else:
-        names = list(out_names)
-        if len(names) != len(true_outs) or any(n not in pointer_names for n in names):
-            raise ArgumentError(f"{kernel.name}: out_names {names} must name {len(true_outs)} pointer parameter(s) "
-                                f"(one per non-aliased output) among {pointer_names}")
-    out_of = dict(zip(names, true_outs))  # param name -> user output index
-    inputs = [r for r in runtime_params if r.name not in out_of]
-    if len(args) > len(inputs):
-        raise ArgumentError(f"{kernel.name}: takes {len(inputs)} inputs ({', '.join(r.name for r in inputs)}), "
-                            f"got {len(args)} positional arguments")
-    values: dict[str, Any] = {r.name: a for r, a in zip(inputs, args)}
-    constexprs: dict[str, Any] = {}
-    for key, v in kwargs.items():
-        if key in values:
-            raise ArgumentError(f"{kernel.name}: got two values for {key!r}")
-        if any(r.name == key for r in inputs):
-            values[key] = v
-        elif any(r.name == key for r in roles if r.kind == "constexpr"):
-            constexprs[key] = v
-        else:
-            raise ArgumentError(f"{kernel.name}: unknown argument {key!r}; parameters: {', '.join(kernel.param_names)}")
-    missing = [r.name for r in inputs if r.name not in values]
-    if missing:
-        raise ArgumentError(f"{kernel.name}: missing argument(s) {', '.join(missing)} (outputs are {names})")
-    for i in aliases:
-        if not 0 <= i < len(inputs) or inputs[i].kind != "pointer" or not _is_array(values[inputs[i].name]):
-            raise ArgumentError(f"{kernel.name}: input_output_aliases key {i} must index an array input "
-                                f"(inputs: {[r.name for r in inputs]})")
-    for r in runtime_params:
-        if r.name in values:
-            v = values[r.name]
-            if r.kind == "pointer" and not _is_array(v):
-                raise ArgumentError(f"{kernel.name}: {r.name} is a pointer parameter; pass an array, got "
-                                    f"{type(v).__name__}")
-            if r.kind != "pointer" and _is_array(v):
-                if tuple(getattr(v, "shape", ())) != ():
-                    raise ArgumentError(f"{kernel.name}: {r.name} is a scalar parameter; got an array")
-                try:  # a concrete 0-d array is a number; a tracer is not (scalars are baked into the call)
-                    values[r.name] = v.item()
-                except Exception:  # noqa: BLE001 - jax raises ConcretizationTypeError for tracers
-                    raise ArgumentError(
-                        f"{kernel.name}: {r.name} must be a static Python number: scalars are baked into the "
-                        f"custom call, and inside jit this one is traced ({type(v).__name__})") from None
-    # Buffers: trailing output pointers stay results; earlier ones become zero-filled aliased operands.
-    suffix: list[str] = []
-    for n in reversed(pointer_names):
-        if n not in out_of:
-            break
-        suffix.insert(0, n)
-    materialize = [n for n in names if n not in suffix]
-    operand_params = [n for n in pointer_names if n not in suffix]
-    result_order = [out_of[n] for n in suffix] + sorted(set(aliases.values()) | {out_of[n] for n in materialize})
-    buffer_of: dict[str, int] = {n: i for i, n in enumerate(operand_params)}
-    buffer_of.update({n: len(operand_params) + i for i, n in enumerate(suffix)})
-    op_alias: dict[int, int] = {}
-    for i, o in aliases.items():
-        op_alias[buffer_of[inputs[i].name]] = result_order.index(o)
-    for n in materialize:
-        op_alias[buffer_of[n]] = result_order.index(out_of[n])
-    # Variant selection on archive metadata only.
-    cc = _compute_capability(compute_capability, s)
-    dev = DeviceInfo.describe_target(f"cuda:{cc}")
-    named: dict[str, Any] = {}
-    for pname in kernel.param_names:
-        if pname in out_of:
-            named[pname] = _Aval(outs[out_of[pname]].dtype)
-        elif pname in values:
-            v = values[pname]
-            named[pname] = _Aval(v.dtype) if _is_array(v) else v
-    variant = kernel.select(device=dev, **named, **constexprs)
-    # Grid and zeroed outputs may depend on the variant's meta-parameters.
-    meta = {**{n: values.get(n) for n in kernel.param_names if n in values}, **variant.constexprs,
-            "num_warps": variant.abi.num_warps, "num_ctas": variant.abi.num_ctas,
-            "num_stages": variant.options.get("num_stages")}
-    g = grid(meta) if callable(grid) else grid
-    g = (g,) if isinstance(g, int) else tuple(g)
-    zero = zeroed_outputs(meta) if callable(zeroed_outputs) else zeroed_outputs
-    zero_bytes: dict[int, int] = {}
-    for o in zero or ():
-        if not 0 <= o < len(outs):
-            raise ArgumentError(f"zeroed_outputs: no output {o}")
-        nbytes = int(np.prod(outs[o].shape, dtype=np.int64)) * np.dtype(outs[o].dtype).itemsize
-        pname = next((n for n, j in out_of.items() if j == o), None)
-        if pname is None:
-            pname = next(inputs[i].name for i, j in aliases.items() if j == o)
-        if pname not in materialize:  # zero-filled already
-            zero_bytes[buffer_of[pname]] = nbytes
-    call_values = []
-    for p in variant.params:
-        if p.name in buffer_of:
-            call_values.append(Buffer(buffer_of[p.name]))
-        else:
-            call_values.append(values.get(p.name, MISSING))
-    ptx_bytes = _member(kernel, variant, "ptx")
-    ptx = ptx_bytes.decode("ascii", "replace") if ptx_bytes else None
-    if mode == "auto":
-        path = "cubin" if s.accepts_cubin else "ptx"
-    else:
-        path = mode
-    if path == "cubin" and not s.accepts_cubin:
-        raise InteropError(f"mode='cubin': this jaxlib ({s.summary()['jaxlib']}) does not accept precompiled "
-                           f"module images ({'; '.join(s.notes) or 'no module_image field'}); use mode='ptx'")
-    cubin = _member(kernel, variant, "binary") if path == "cubin" else None
-    desc = describe_variant(variant, call_values, g, compute_capability=cc, zero_bytes=zero_bytes, path=path,
-                            ptx=(ptx if mode != "cubin" else None) if path == "cubin" else ptx, cubin=cubin)
-    # Operands (arrays in buffer order) and results.
-    operands: list[Any] = []
-    for n in operand_params:
-        if n in materialize:
-            o = outs[out_of[n]]
-            operands.append(zeros(tuple(o.shape), o.dtype) if zeros is not None else o)
-        else:
-            operands.append(values[n])
-    out_avals = [(tuple(outs[o].shape), np.dtype(outs[o].dtype)) for o in result_order]
-    for i, o in aliases.items():
-        v = values[inputs[i].name]
-        if tuple(v.shape) != tuple(outs[o].shape) or np.dtype(v.dtype) != np.dtype(outs[o].dtype):
-            raise ArgumentError(f"{kernel.name}: input {i} ({inputs[i].name}) is aliased to output {o} but has "
-                                f"shape/dtype {tuple(v.shape)}/{v.dtype}, output is {tuple(outs[o].shape)}/{outs[o].dtype}")
-    return Plan(desc, operands, out_avals, op_alias, [result_order.index(o) for o in range(len(outs))],
-                [out_of[n] for n in materialize], variant)
+    return _jaxplan.plan(kernel, args, kwargs, out_shape=out_shape, grid=grid,
+                         compute_capability=_compute_capability(compute_capability, s), support=s,
+                         input_output_aliases=input_output_aliases, zeroed_outputs=zeroed_outputs,
+                         out_names=out_names, mode=mode, zeros=zeros)
 
 
 # -- the primitive -------------------------------------------------------------------------------------
@@ -488,9 +300,9 @@ _opaque_cache: dict[tuple, bytes] = {}
 
 
 def _ffi_lowering() -> Callable:
-    ffi = getattr(jax, "ffi", None)
+    ffi: Any = getattr(jax, "ffi", None)
     if ffi is None or not hasattr(ffi, "ffi_lowering"):
-        from jax.extend import ffi  # type: ignore[no-redef]  # jax < 0.5
+        from jax.extend import ffi  # type: ignore[attr-defined,no-redef]  # jax < 0.5
     return ffi.ffi_lowering
 
 
@@ -510,7 +322,7 @@ def _primitive() -> Any:
     try:
         from jax.extend.core import Primitive
     except ImportError:  # pragma: no cover - older jax
-        from jax.core import Primitive  # type: ignore[no-redef]
+        from jax.core import Primitive  # type: ignore[attr-defined,no-redef]
     from jax._src import core as jcore
     from jax.interpreters import mlir
 
@@ -565,7 +377,7 @@ def triton_call(kernel: Any, *args: Any, out_shape: Any, grid: Any,
                                 aliases=tuple(sorted(plan.aliases.items())), target=s.target,
                                 api_version=s.api_version)
     outs = [results[i] for i in plan.user_order]
-    _flat, single = _flatten_outs(out_shape)
+    _flat, single = _jaxplan.flatten_outs(out_shape)
     return outs[0] if single else outs
 
 

@@ -22,7 +22,7 @@ Inductor's CUDA graphs). Launch the op once before capturing: the first launch l
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, Union, cast
 
 import torch
 
@@ -128,8 +128,8 @@ def custom_op(name: str, kernel: Any, *, grid: Any, out: Any = None, mutates_arg
         for o, spec in out_items:
             if isinstance(spec, str):
                 shape, dtype = named[spec].shape, named[spec].dtype
-            else:
-                shape, dtype = spec(named)
+            else:  # a callable: checked when the op was made
+                shape, dtype = cast(Callable[[dict], tuple], spec)(named)
             make = torch.zeros if o in zeroed_set else torch.empty
             result.append(make(tuple(shape), dtype=dtype, device=like.device))
         return result

@@ -1,0 +1,353 @@
+"""Planning one ``triton_call``, step by step, on plain data (no JAX here: every step runs on a CPU host).
+
+:func:`plan` runs the steps in order; each can be read and tested on its own:
+
+1. :func:`resolve_outputs` - which pointer parameters receive the outputs (``out_names``, else the last
+   pointer parameters) and which inputs are updated in place (``input_output_aliases``);
+2. :func:`bind_arguments` - positional and keyword arguments onto the remaining parameters, constexprs
+   apart; pointers must be arrays, scalars static numbers (they are baked into the call);
+3. :func:`layout_buffers` - jaxlib hands XLA buffers to pointer parameters one by one, operands first,
+   then results: trailing output pointers stay results, earlier ones become zero-filled operands
+   aliased to their result;
+4. :func:`select_variant` - the variant for the target compute capability, on archive metadata only;
+5. :func:`launch_meta`, :func:`normalize_grid`, :func:`zero_bytes` - what depends on the chosen variant
+   (grid and ``zeroed_outputs`` may be callables of it);
+6. :func:`machine_code` - cubin or PTX path, and the archive members that go with it.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+import numpy as np
+
+from ..errors import ArgumentError
+from ..runtime.device import DeviceInfo
+from ..runtime.select import MISSING
+from ..errors import InteropError
+from ._jaxdesc import Buffer, KernelDesc, describe_variant
+from ._roles import Role, kernel_roles
+
+MODES = ("auto", "cubin", "ptx")
+
+
+class JaxlibCaps(Protocol):
+    """What planning needs to know of the installed jaxlib (``karchive.interop.jax.JaxlibSupport``)."""
+
+    jaxlib_version: tuple[int, ...]
+    notes: list[str]
+
+    @property
+    def accepts_cubin(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """The user's outputs and the kernel parameters that produce them."""
+
+    shapes: tuple[Any, ...]  # anything with .shape and .dtype, in user order
+    single: bool  # out_shape was one struct (return one array), not a list
+    param_of: dict[str, int]  # output pointer parameter -> user output index (outputs not aliased)
+    aliases: dict[int, int]  # input index -> user output index (input updated in place)
+
+
+@dataclass(frozen=True)
+class Binding:
+    """The call's arguments, by parameter."""
+
+    inputs: tuple[Role, ...]  # runtime parameters that are not output pointers, declaration order
+    values: dict[str, Any]  # parameter name -> array, or static Python number for scalars
+    constexprs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class BufferLayout:
+    """Which XLA buffer feeds which pointer parameter, and which operands alias which results."""
+
+    operand_params: tuple[str, ...]  # pointer parameters fed by operands, in buffer order
+    result_params: tuple[str, ...]  # trailing output pointers, fed by results (buffers after the operands)
+    materialized: tuple[str, ...]  # output pointers passed as zero-filled operands aliased to their result
+    result_order: tuple[int, ...]  # custom-call result i is user output result_order[i]
+    buffer_of: dict[str, int]  # pointer parameter -> buffer index
+    operand_aliases: dict[int, int]  # operand index -> custom-call result index
+
+
+@dataclass
+class Plan:
+    """How one call maps onto the custom call (all static)."""
+
+    desc: KernelDesc
+    operands: list[Any]  # arrays, in buffer order (some may be zero-filled stand-ins for outputs)
+    out_avals: list[tuple[tuple[int, ...], Any]]  # results in custom-call order
+    aliases: dict[int, int]  # operand index -> result index
+    user_order: list[int]  # user output i is custom-call result user_order[i]
+    materialized: list[int]  # user outputs passed as zero-filled operands
+    variant: Any = None
+
+
+def is_array(v: Any) -> bool:
+    return hasattr(v, "shape") and hasattr(v, "dtype") and not isinstance(v, (bool, int, float, np.generic))
+
+
+def flatten_outs(out_shape: Any) -> tuple[list[Any], bool]:
+    """``out_shape`` as a list, and whether it was a single struct."""
+    if hasattr(out_shape, "shape") and hasattr(out_shape, "dtype"):
+        return [out_shape], True
+    if isinstance(out_shape, (list, tuple)) and all(hasattr(o, "shape") and hasattr(o, "dtype") for o in out_shape):
+        return list(out_shape), False
+    raise ArgumentError("out_shape must be a jax.ShapeDtypeStruct (or anything with .shape and .dtype), or a "
+                        f"list/tuple of them; got {type(out_shape).__name__}")
+
+
+# -- 1. outputs ----------------------------------------------------------------------------------------
+def resolve_outputs(kernel_name: str, roles: Sequence[Role], out_shape: Any,
+                    input_output_aliases: Mapping[int, int] | None, out_names: Sequence[str] | None) -> Outputs:
+    """Give each output that is not aliased to an input a pointer parameter."""
+    shapes, single = flatten_outs(out_shape)
+    aliases = {int(i): int(o) for i, o in (input_output_aliases or {}).items()}
+    if any(not 0 <= o < len(shapes) for o in aliases.values()) or len(set(aliases.values())) != len(aliases):
+        raise ArgumentError(f"input_output_aliases {aliases} must map inputs to distinct outputs 0..{len(shapes) - 1}")
+    produced = [o for o in range(len(shapes)) if o not in aliases.values()]
+    pointers = [r.name for r in roles if r.kind == "pointer"]
+    if out_names is None:
+        k = len(produced)
+        names = pointers[len(pointers) - k:] if k else []
+        if len(names) != k:
+            raise ArgumentError(f"{kernel_name}: {k} outputs but only {len(pointers)} pointer parameters")
+    else:
+        names = list(out_names)
+        if len(names) != len(produced) or any(n not in pointers for n in names):
+            raise ArgumentError(f"{kernel_name}: out_names {names} must name {len(produced)} pointer parameter(s) "
+                                f"(one per non-aliased output) among {pointers}")
+    return Outputs(tuple(shapes), single, dict(zip(names, produced)), aliases)
+
+
+# -- 2. arguments --------------------------------------------------------------------------------------
+def bind_arguments(kernel: Any, roles: Sequence[Role], outputs: Outputs, args: Sequence[Any],
+                   kwargs: Mapping[str, Any]) -> Binding:
+    """Arguments onto the input parameters (declaration order, outputs left out); constexprs apart."""
+    name = kernel.name
+    inputs = tuple(r for r in roles if r.kind != "constexpr" and r.name not in outputs.param_of)
+    if len(args) > len(inputs):
+        raise ArgumentError(f"{name}: takes {len(inputs)} inputs ({', '.join(r.name for r in inputs)}), "
+                            f"got {len(args)} positional arguments")
+    values: dict[str, Any] = {r.name: a for r, a in zip(inputs, args)}
+    constexprs: dict[str, Any] = {}
+    input_names = {r.name for r in inputs}
+    constexpr_names = {r.name for r in roles if r.kind == "constexpr"}
+    for key, v in kwargs.items():
+        if key in values:
+            raise ArgumentError(f"{name}: got two values for {key!r}")
+        if key in input_names:
+            values[key] = v
+        elif key in constexpr_names:
+            constexprs[key] = v
+        else:
+            raise ArgumentError(f"{name}: unknown argument {key!r}; parameters: {', '.join(kernel.param_names)}")
+    missing = [r.name for r in inputs if r.name not in values]
+    if missing:
+        raise ArgumentError(f"{name}: missing argument(s) {', '.join(missing)} (outputs are {list(outputs.param_of)})")
+    binding = Binding(inputs, {r.name: _checked_value(name, r, values[r.name]) for r in inputs}, constexprs)
+    _check_aliases(name, outputs, binding)
+    return binding
+
+
+def _checked_value(kernel_name: str, role: Role, v: Any) -> Any:
+    """Arrays for pointers; static numbers for scalars (a concrete 0-d array counts as its number)."""
+    if role.kind == "pointer":
+        if not is_array(v):
+            raise ArgumentError(f"{kernel_name}: {role.name} is a pointer parameter; pass an array, got "
+                                f"{type(v).__name__}")
+        return v
+    if not is_array(v):
+        return v
+    if tuple(getattr(v, "shape", ())) != ():
+        raise ArgumentError(f"{kernel_name}: {role.name} is a scalar parameter; got an array")
+    try:  # a concrete 0-d array is a number; a tracer is not (scalars are baked into the call)
+        return v.item()
+    except Exception:  # noqa: BLE001 - jax raises ConcretizationTypeError for tracers
+        raise ArgumentError(
+            f"{kernel_name}: {role.name} must be a static Python number: scalars are baked into the custom call, "
+            f"and inside jit this one is traced ({type(v).__name__})") from None
+
+
+def _check_aliases(kernel_name: str, outputs: Outputs, binding: Binding) -> None:
+    """Each aliased input is an array input with exactly its output's shape and dtype."""
+    inputs = binding.inputs
+    for i, o in outputs.aliases.items():
+        if not 0 <= i < len(inputs) or inputs[i].kind != "pointer":
+            raise ArgumentError(f"{kernel_name}: input_output_aliases key {i} must index an array input "
+                                f"(inputs: {[r.name for r in inputs]})")
+        v, out = binding.values[inputs[i].name], outputs.shapes[o]
+        if tuple(v.shape) != tuple(out.shape) or np.dtype(v.dtype) != np.dtype(out.dtype):
+            raise ArgumentError(f"{kernel_name}: input {i} ({inputs[i].name}) is aliased to output {o} but has "
+                                f"shape/dtype {tuple(v.shape)}/{v.dtype}, output is {tuple(out.shape)}/{out.dtype}")
+
+
+# -- 3. buffers ----------------------------------------------------------------------------------------
+def layout_buffers(pointer_names: Sequence[str], outputs: Outputs, input_names: Sequence[str]) -> BufferLayout:
+    """Buffer order for jaxlib, which gives buffer k to the k-th pointer parameter: operands, then results.
+
+    Output pointers at the end of the parameter list are results. An output pointer with an input
+    pointer after it cannot be a result (its buffer would come too late), so it is passed as a
+    zero-filled operand aliased to its result; so are inputs aliased by ``input_output_aliases``.
+    """
+    result_params: list[str] = []
+    for n in reversed(pointer_names):
+        if n not in outputs.param_of:
+            break
+        result_params.insert(0, n)
+    materialized = [n for n in outputs.param_of if n not in result_params]
+    operand_params = [n for n in pointer_names if n not in result_params]
+    result_order = [outputs.param_of[n] for n in result_params] + sorted(
+        set(outputs.aliases.values()) | {outputs.param_of[n] for n in materialized})
+    buffer_of = {n: i for i, n in enumerate(operand_params)}
+    buffer_of.update({n: len(operand_params) + i for i, n in enumerate(result_params)})
+    operand_aliases = {buffer_of[input_names[i]]: result_order.index(o) for i, o in outputs.aliases.items()}
+    operand_aliases.update({buffer_of[n]: result_order.index(outputs.param_of[n]) for n in materialized})
+    return BufferLayout(tuple(operand_params), tuple(result_params), tuple(materialized), tuple(result_order),
+                        buffer_of, operand_aliases)
+
+
+# -- 4. variant ----------------------------------------------------------------------------------------
+class _Aval:
+    """Stands in for an array during variant selection: dtype known, address 16-byte aligned (XLA's are)."""
+
+    __slots__ = ("dtype",)
+
+    def __init__(self, dtype: Any) -> None:
+        self.dtype = np.dtype(dtype)
+
+    def data_ptr(self) -> int:
+        return 0
+
+    def get_device(self) -> int:
+        return 0
+
+
+def select_variant(kernel: Any, outputs: Outputs, binding: Binding, compute_capability: int) -> Any:
+    """The variant the runtime would pick on a ``cuda:<cc>`` device for these dtypes, values and constexprs."""
+    named: dict[str, Any] = {}
+    for pname in kernel.param_names:
+        if pname in outputs.param_of:
+            named[pname] = _Aval(outputs.shapes[outputs.param_of[pname]].dtype)
+        elif pname in binding.values:
+            v = binding.values[pname]
+            named[pname] = _Aval(v.dtype) if is_array(v) else v
+    device = DeviceInfo.describe_target(f"cuda:{int(compute_capability)}")
+    return kernel.select(device=device, **named, **binding.constexprs)
+
+
+# -- 5. what depends on the variant --------------------------------------------------------------------
+def launch_meta(kernel: Any, binding: Binding, variant: Any) -> dict[str, Any]:
+    """What ``grid`` and ``zeroed_outputs`` callables see: the arguments, the variant's constexprs and options."""
+    return {**{n: binding.values[n] for n in kernel.param_names if n in binding.values}, **variant.constexprs,
+            "num_warps": variant.abi.num_warps, "num_ctas": variant.abi.num_ctas,
+            "num_stages": variant.options.get("num_stages")}
+
+
+def normalize_grid(grid: Any, meta: Mapping[str, Any]) -> tuple[int, ...]:
+    g = grid(meta) if callable(grid) else grid
+    return (g,) if isinstance(g, int) else tuple(g)
+
+
+def zero_bytes(zeroed_outputs: Any, meta: Mapping[str, Any], outputs: Outputs, binding: Binding,
+               layout: BufferLayout) -> dict[int, int]:
+    """Buffer index -> bytes jaxlib zeroes before the launch (materialized outputs are zero-filled already)."""
+    zero = zeroed_outputs(meta) if callable(zeroed_outputs) else zeroed_outputs
+    out: dict[int, int] = {}
+    for o in zero or ():
+        if not 0 <= o < len(outputs.shapes):
+            raise ArgumentError(f"zeroed_outputs: no output {o}")
+        shape = outputs.shapes[o]
+        nbytes = int(np.prod(shape.shape, dtype=np.int64)) * np.dtype(shape.dtype).itemsize
+        pname = next((n for n, j in outputs.param_of.items() if j == o), None)
+        if pname is None:
+            pname = next(binding.inputs[i].name for i, j in outputs.aliases.items() if j == o)
+        if pname not in layout.materialized:
+            out[layout.buffer_of[pname]] = nbytes
+    return out
+
+
+def call_values(variant: Any, layout: BufferLayout, binding: Binding) -> list[Any]:
+    """One entry per variant parameter: a :class:`Buffer` for pointers, the value for scalars."""
+    return [Buffer(layout.buffer_of[p.name]) if p.name in layout.buffer_of else binding.values.get(p.name, MISSING)
+            for p in variant.params]
+
+
+# -- 6. machine code -----------------------------------------------------------------------------------
+_members: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+
+
+def _member(kernel: Any, variant: Any, what: str) -> bytes | None:
+    """Binary or PTX of a variant, read (digest-checked) once per archive."""
+    archive = kernel.archive
+    cache = _members.setdefault(archive, {})
+    key = (variant.key, what)
+    if key not in cache:
+        if what == "ptx":
+            ref = variant.ir.get("ptx")
+            cache[key] = archive.reader.read(ref.path) if ref is not None else None
+        else:
+            cache[key] = archive.reader.read(variant.binary.path)
+    return cache[key]
+
+
+def machine_code(kernel: Any, variant: Any, mode: str, support: JaxlibCaps) -> tuple[str, str | None, bytes | None]:
+    """``(path, ptx, cubin)``: "cubin" where jaxlib takes module images (``auto``) or when asked, else "ptx".
+
+    On the cubin path the PTX rides along under ``auto`` (a jaxlib that ignores the image still works)
+    and is left out under ``mode="cubin"`` (strict: nothing compiled at run time).
+    """
+    path = ("cubin" if support.accepts_cubin else "ptx") if mode == "auto" else mode
+    if path == "cubin" and not support.accepts_cubin:
+        jaxlib = ".".join(map(str, support.jaxlib_version))
+        raise InteropError(f"mode='cubin': this jaxlib ({jaxlib}) does not accept precompiled module images "
+                           f"({'; '.join(support.notes) or 'no module_image field'}); use mode='ptx'")
+    ptx = None
+    if not (path == "cubin" and mode == "cubin"):
+        raw = _member(kernel, variant, "ptx")
+        ptx = raw.decode("ascii", "replace") if raw else None
+    cubin = _member(kernel, variant, "binary") if path == "cubin" else None
+    return path, ptx, cubin
+
+
+def operands(layout: BufferLayout, outputs: Outputs, binding: Binding,
+             zeros: Callable[[tuple, Any], Any] | None) -> list[Any]:
+    """Operand arrays in buffer order; materialized outputs are ``zeros(shape, dtype)`` (or their struct)."""
+    out = []
+    for n in layout.operand_params:
+        if n in layout.materialized:
+            o = outputs.shapes[outputs.param_of[n]]
+            out.append(zeros(tuple(o.shape), o.dtype) if zeros is not None else o)
+        else:
+            out.append(binding.values[n])
+    return out
+
+
+# -- all steps -----------------------------------------------------------------------------------------
+def plan(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, out_shape: Any, grid: Any,
+         compute_capability: int, support: JaxlibCaps, input_output_aliases: Mapping[int, int] | None = None,
+         zeroed_outputs: Any = (), out_names: Sequence[str] | None = None, mode: str = "auto",
+         zeros: Callable[[tuple, Any], Any] | None = None) -> Plan:
+    """Bind arguments, choose the variant, lay out buffers and build the :class:`KernelDesc` (no JAX tracing)."""
+    if mode not in MODES:
+        raise ArgumentError(f"mode must be 'auto', 'cubin' or 'ptx', got {mode!r}")
+    roles = kernel_roles(kernel)
+    outputs = resolve_outputs(kernel.name, roles, out_shape, input_output_aliases, out_names)
+    binding = bind_arguments(kernel, roles, outputs, args, kwargs)
+    pointers = [r.name for r in roles if r.kind == "pointer"]
+    layout = layout_buffers(pointers, outputs, [r.name for r in binding.inputs])
+    variant = select_variant(kernel, outputs, binding, compute_capability)
+    meta = launch_meta(kernel, binding, variant)
+    path, ptx, cubin = machine_code(kernel, variant, mode, support)
+    desc = describe_variant(variant, call_values(variant, layout, binding), normalize_grid(grid, meta),
+                            compute_capability=compute_capability,
+                            zero_bytes=zero_bytes(zeroed_outputs, meta, outputs, binding, layout),
+                            path=path, ptx=ptx, cubin=cubin)
+    out_avals = [(tuple(outputs.shapes[o].shape), np.dtype(outputs.shapes[o].dtype)) for o in layout.result_order]
+    return Plan(desc, operands(layout, outputs, binding, zeros), out_avals, layout.operand_aliases,
+                [layout.result_order.index(o) for o in range(len(outputs.shapes))],
+                [outputs.param_of[n] for n in layout.materialized], variant)
