@@ -17,6 +17,8 @@ from typing import Any, Callable, Iterator
 from ..format.heuristics import NOT_SCALAR, PROBE_ATTRS, PROBE_METHODS, probe_name, probe_value, scalar
 from .autotune import innermost_jit
 
+_UNKNOWN: Any = object()
+
 
 class _Probe:
     """Stands in for a non-scalar argument while a heuristic runs; notes what the heuristic asks of it."""
@@ -161,12 +163,14 @@ def _encode(read: tuple, opaque_objects: str | None) -> Any:
     return {"object": dict(sorted(seen.items()))}
 
 
-def trace_heuristic(fn: Callable[[dict], Any], named: dict) -> tuple[Any, dict[str, Any], bool]:
+def trace_heuristic(fn: Callable[[dict], Any], named: dict, expected: Any = _UNKNOWN) -> tuple[Any, dict[str, Any], bool]:
     """Evaluate ``fn`` on a noting copy of ``named``: (value, recorded inputs, ok).
 
-    First with probes around non-scalar arguments; if that raises, again on the plain objects (their
-    inputs are then opaque). ``ok`` is False when even that raises.
+    First with probes around non-scalar arguments; if that raises or does not give ``expected`` (Triton's
+    value), again on the plain objects, whose inputs are then opaque. ``ok`` is False when no evaluation
+    gives ``expected`` (or none succeeds): the function is not a pure function of its arguments.
     """
+    last: tuple[Any, dict[str, Any]] | None = None
     for probes in (True, False):
         reads = _Reads(named, probes)
         try:
@@ -178,9 +182,14 @@ def trace_heuristic(fn: Callable[[dict], Any], named: dict) -> tuple[Any, dict[s
                 if isinstance(k, str) and k not in reads.read:
                     scalar_like = v is None or scalar(v) is not NOT_SCALAR
                     reads.read[k] = ("scalar", v) if scalar_like else ("object", {"?": "iterates over the arguments"})
-        why = None if probes else "used in a way karchive cannot replay (fails behind a probe)"
-        return value, {k: _encode(r, why) for k, r in sorted(reads.read.items())}, True
-    return None, {}, False
+        why = None if probes else "used in a way karchive cannot replay (the heuristic needs the object itself, " \
+            "e.g. isinstance or arithmetic)"
+        last = (value, {k: _encode(r, why) for k, r in sorted(reads.read.items())})
+        if expected is _UNKNOWN or _equal(value, expected):
+            return last[0], last[1], True
+    if last is None:
+        return None, {}, False
+    return last[0], last[1], False
 
 
 class HeuristicsLog:
@@ -197,11 +206,12 @@ class HeuristicsLog:
         named = {**dict(zip(heur.arg_names, args)), **kwargs}
         record = self.records.setdefault(kernel, {"names": [], "cases": {}})
         for name, func in heur.values.items():
-            value, inputs, ok = trace_heuristic(func, named)
-            if produced is not None and name in produced:
-                if not ok or not _equal(value, produced[name]):
-                    inputs = {k: {"opaque": "the heuristic did not give Triton's value again when re-evaluated"}
-                              for k in inputs} or {"*": {"opaque": "the heuristic could not be re-evaluated"}}
+            known = produced is not None and name in produced
+            value, inputs, ok = trace_heuristic(func, named, produced[name] if known else _UNKNOWN)
+            if known:
+                if not ok:  # recorded for the record, never matched at load time
+                    why = "re-evaluating the heuristic did not give Triton's value (not a pure function of its arguments)"
+                    inputs = {k: {"opaque": why} for k in inputs} or {"*": {"opaque": why}}
                 value = produced[name]
             elif not ok:
                 self._warn(f"{kernel}: heuristic {name!r} raised when re-evaluated; its value is not recorded")
