@@ -127,13 +127,15 @@ def test_two_threads_get_only_their_own_kernels(cache_dir, gpu):
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=("a", [32, 64])), threading.Thread(target=work, args=("b", [128, 512]))]
+    threads = [threading.Thread(target=work, args=("a", [32, 64])),
+               threading.Thread(target=work, args=("b", [128, 512]))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert not errors
-    blocks = {label: sorted(p["value"] for v in cap.variants.values() for p in v.entry["params"] if p["name"] == "BLOCK")
+    blocks = {label: sorted(p["value"] for v in cap.variants.values() for p in v.entry["params"]
+                            if p["name"] == "BLOCK")
               for label, cap in caps.items()}
     assert blocks == {"a": [32, 64], "b": [128, 512]}
 

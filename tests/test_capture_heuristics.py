@@ -100,7 +100,8 @@ def test_each_launch_records_which_values_came_from_which_arguments(captured):
     records = {r["kernel"]: r for r in cap.heuristics.to_json()}
     assert set(records) == {"heur_bias", "heur_copy", "heur_opaque", "tuned_even_copy"}
     assert records["heur_copy"]["names"] == ["EVEN"]
-    assert _case(records["heur_copy"], "EVEN") == [({"BLOCK": 128, "n": 1024}, True), ({"BLOCK": 128, "n": 1000}, False)]
+    assert _case(records["heur_copy"], "EVEN") == [({"BLOCK": 128, "n": 1024}, True),
+                                                   ({"BLOCK": 128, "n": 1000}, False)]
     bias = records["heur_bias"]
     assert bias["names"] == ["HAS_BIAS", "WIDE", "num_warps"]
     assert _case(bias, "HAS_BIAS") == [({"bias_ptr": None}, False), ({"bias_ptr": {"object": {}}}, True)]
@@ -187,7 +188,8 @@ def test_autotune_and_heuristics_together(captured, h100):
     # computed: refused, unless the caller says.
     with pytest.raises(NoMatchingVariantError, match="EVEN"):
         call(3000)
-    assert k.select(DevBuf(A), DevBuf(A + 65536), 3000, EVEN=False, device=h100).constexprs == {"BLOCK": 128, "EVEN": False}
+    chosen = k.select(DevBuf(A), DevBuf(A + 65536), 3000, EVEN=False, device=h100)
+    assert chosen.constexprs == {"BLOCK": 128, "EVEN": False}
 
 
 # --- the record format, without Triton ---------------------------------------------------------------

@@ -144,7 +144,7 @@ def test_pool_tasks_follow_the_capture_that_submitted_them(gpu):
 def test_unowned_work_during_two_captures_goes_to_both_and_their_own_stays_apart(gpu):
     import karchive
 
-    ready, go, done = threading.Barrier(3), threading.Event(), threading.Event()
+    ready, done = threading.Barrier(3), threading.Event()
     caps: dict[str, object] = {}
 
     def work(label: str, block: int) -> None:

@@ -216,7 +216,9 @@ def resolve(record: HeuristicsRecord, named: Mapping[str, Any], skip: Iterable[s
         cases = record.cases.get(name, ())
         hit = next((c for c in cases if c.matches(current)), None)
         if hit is None:
-            shown = "; ".join(c.describe() for c in cases[:8]) + (f"; ... ({len(cases)} cases)" if len(cases) > 8 else "")
+            shown = "; ".join(c.describe() for c in cases[:8])
+            if len(cases) > 8:
+                shown += f"; ... ({len(cases)} cases)"
             unresolved[name] = f"no recorded case matches this call (recorded: {shown or 'none'})"
             continue
         values[name] = current[name] = hit.value

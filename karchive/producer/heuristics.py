@@ -163,7 +163,8 @@ def _encode(read: tuple, opaque_objects: str | None) -> Any:
     return {"object": dict(sorted(seen.items()))}
 
 
-def trace_heuristic(fn: Callable[[dict], Any], named: dict, expected: Any = _UNKNOWN) -> tuple[Any, dict[str, Any], bool]:
+def trace_heuristic(fn: Callable[[dict], Any], named: dict,
+                    expected: Any = _UNKNOWN) -> tuple[Any, dict[str, Any], bool]:
     """Evaluate ``fn`` on a noting copy of ``named``: (value, recorded inputs, ok).
 
     First with probes around non-scalar arguments; if that raises or does not give ``expected`` (Triton's
@@ -210,7 +211,8 @@ class HeuristicsLog:
             value, inputs, ok = trace_heuristic(func, named, produced[name] if known else _UNKNOWN)
             if known:
                 if not ok:  # recorded for the record, never matched at load time
-                    why = "re-evaluating the heuristic did not give Triton's value (not a pure function of its arguments)"
+                    why = ("re-evaluating the heuristic did not give Triton's value (not a pure function of its "
+                           "arguments)")
                     inputs = {k: {"opaque": why} for k in inputs} or {"*": {"opaque": why}}
                 value = produced[name]
             elif not ok:

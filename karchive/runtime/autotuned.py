@@ -119,7 +119,8 @@ class HeuristicsKernel:
         self._subsets = _Subsets(base)
 
     def __repr__(self) -> str:
-        return f"<karchive.HeuristicsKernel {self.name} ({len(self.variants)} variants, computes {list(self.heuristics.names)})>"
+        names = list(self.heuristics.names)
+        return f"<karchive.HeuristicsKernel {self.name} ({len(self.variants)} variants, computes {names})>"
 
     def _resolve(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Kernel, dict]:
         named = _named(self.name, self.param_names, args, kwargs)
