@@ -48,7 +48,7 @@ def test_unsupported_kernels_are_reported_warned_and_fatal_under_strict(triton_c
     (item,) = cap.left_out
     assert item.category == "unsupported" and item.kernel == "pair_sum" and "tuples are not supported" in item.reason
     s = cap.summary()
-    assert s["lost"] == 1 and s["left_out"][0]["triton_hash"] == item.triton_hash and s["seen_in_window"] == 2
+    assert s["lost"] == 1 and s["left_out"][0]["triton_hash"] == item.triton_hash and s["window"]["compiled"] == 2
 
     fresh(pair_sum)
     with warnings.catch_warnings():
@@ -78,7 +78,7 @@ def test_a_cache_dir_set_during_the_capture_is_watched_too(tmp_path, monkeypatch
     assert sorted(e.how for e in cap.events) == ["compiled", "compiled", "harvested"]
     harvested = next(v for v in cap.variants.values() if v.entry["provenance"].get("harvested"))
     assert harvested.entry["kernel"] == "scale_rows" and cap.left_out == []
-    assert cap.summary()["seen_in_window"] == 3
+    assert cap.summary()["window"] == {"windows": 1, "compiled": 2, "loaded_from_cache": 0, "other_processes": 1}
 
 
 def test_entries_from_before_the_capture_are_not_reported(triton_cache_dir, fake_gpu_driver):

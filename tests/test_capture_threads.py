@@ -74,7 +74,8 @@ def test_compiles_on_other_threads_are_recorded_by_default(gpu):
     assert by_block[64].thread == "request-7" and by_block[64].note == "unowned thread"
     assert by_block[32].thread == threading.current_thread().name and by_block[32].note == ""
     s = cap.summary()
-    assert s["scope"] == "process" and s["left_out"] == [] and s["seen_in_window"] == 2
+    assert s["scope"] == "process" and s["left_out"] == [] and s["window"] == {
+        "windows": 1, "compiled": 2, "loaded_from_cache": 0, "other_processes": 0}
 
 
 def test_thread_scope_leaves_other_threads_out_and_says_why(gpu):

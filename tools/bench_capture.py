@@ -56,9 +56,9 @@ def bench_training(work: pathlib.Path, steps: int) -> tuple[list[dict], dict]:
     facts: dict = {}
     if cap.get("ok"):
         s = cap["summary"]
-        facts = {"kernels_compiled_in_window": s["seen_in_window"], "variants_captured": s["variants"],
-                 "compile_events": s["events"], "left_out": s["left_out_counts"], "threads": s["threads"],
-                 "archive_bytes": cap.get("archive_bytes")}
+        facts = {"kernels_compiled_during_capture": s["window"]["compiled"] + s["window"]["other_processes"],
+                 "variants_captured": s["variants"], "recorded_by": s["events"], "left_out": s["left_out_counts"],
+                 "threads": s["threads"], "archive_bytes": cap.get("archive_bytes")}
         if plain.get("ok"):
             facts["capture_overhead_first_step_s"] = round(cap["first_step_s"] - plain["first_step_s"], 4)
             if cap.get("steady_step_captured_s") and plain.get("steady_step_s"):
@@ -87,8 +87,9 @@ def bench_compile(work: pathlib.Path) -> tuple[list[dict], dict]:
     facts: dict = {}
     if cap.get("ok"):
         s = cap["summary"]
-        facts = {"kernels_compiled_in_window": s["seen_in_window"], "variants_captured": s["variants"],
-                 "events": s["events"], "left_out": s["left_out_counts"]}
+        facts = {"kernels_compiled_during_capture": s["window"]["compiled"] + s["window"]["other_processes"],
+                 "window": s["window"], "variants_captured": s["variants"], "recorded_by": s["events"],
+                 "left_out": s["left_out_counts"]}
         dest = work / "exported-compile"
         facts["export"] = _export(work / "bench-compile.karc", dest)["counts"]
         rows.append(_row("torch.compile: fresh process, empty caches",

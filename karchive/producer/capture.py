@@ -187,8 +187,7 @@ class Capture:
         self._lock = threading.RLock()
         self._depth: dict[int, int] = {}
         self._window: tuple[int, CacheWatch] | None = None
-        self._windows = 0
-        self._seen_in_windows = 0
+        self._window_counts = {"windows": 0, "compiled": 0, "loaded_from_cache": 0, "other_processes": 0}
 
     # -- lifecycle ---------------------------------------------------------------------------------
     def __enter__(self) -> "Capture":
@@ -252,8 +251,12 @@ class Capture:
             known = {(i.triton_hash, i.category) for i in self.left_out}
             fresh = [i for i in items if (i.triton_hash, i.category) not in known]
             self.left_out.extend(fresh)
-            self._windows += 1
-            self._seen_in_windows += len({s.triton_hash for s in sightings} | {e.triton_hash for _, e in new_entries})
+            compiled = {s.triton_hash for s in sightings if not s.cache_hit}
+            counts = self._window_counts
+            counts["windows"] += 1
+            counts["compiled"] += len(compiled)
+            counts["loaded_from_cache"] += len({s.triton_hash for s in sightings if s.cache_hit} - compiled)
+            counts["other_processes"] += len({e.triton_hash for name, e in new_entries if name not in in_process})
         lost = [i for i in fresh if i.lost]
         if lost:
             warnings.warn(CaptureIncompleteWarning(
@@ -375,7 +378,13 @@ class Capture:
         return self.builder(**kwargs).write(path)
 
     def summary(self) -> dict:
-        """What the capture saw and recorded; ``left_out`` lists every kernel of its windows it does not hold."""
+        """What the capture saw and recorded.
+
+        ``window`` counts what happened while it was active, whoever it belongs to (``compiled``: fresh
+        ``triton.compile`` runs in this process, ``loaded_from_cache``: Triton cache hits, ``other_processes``:
+        new kernel entries other processes wrote); ``left_out`` lists every such kernel the archive does not hold,
+        with category and reason; ``lost`` counts those no archive of the window holds.
+        """
         with self._lock:
             hows: dict[str, int] = {}
             threads: dict[str, int] = {}
@@ -386,7 +395,7 @@ class Capture:
                     "scope": self.scope, "autotune_records": len(self.autotune.records),
                     "heuristics_records": len(self.heuristics.to_json()),
                     "warnings": list(self.warnings), "errors": list(self.errors),
-                    "seen_in_window": self._seen_in_windows,
+                    "window": dict(self._window_counts),
                     "left_out": [i.to_json() for i in self.left_out],
                     "left_out_counts": summarize(self.left_out),
                     "lost": sum(1 for i in self.left_out if i.lost)}

@@ -47,6 +47,7 @@ class _Subsets:
     def __init__(self, base: Kernel) -> None:
         self.base = base
         self._by_keys: dict[frozenset, Kernel] = {}
+        self._fitting: dict[tuple, Kernel] = {}
         self._lock = threading.Lock()
 
     def kernel(self, variants: Sequence[Variant]) -> Kernel:
@@ -62,10 +63,22 @@ class _Subsets:
         return k
 
     def fitting(self, constexprs: Mapping[str, Any], options: Mapping[str, Any], pinned: str | None = None) -> Kernel:
+        """The dispatcher over the variants compiled with these constexprs and options (else the pinned one)."""
+        try:
+            key: tuple | None = (tuple(sorted((k, type(v).__name__, v) for k, v in constexprs.items())),
+                                 tuple(sorted(options.items())), pinned)
+            hit = self._fitting.get(key)  # type: ignore[arg-type]
+        except TypeError:  # an unhashable value: no caching
+            key, hit = None, None
+        if hit is not None:
+            return hit
         chosen = [v for v in self.base.variants if _fits(v, constexprs, options)]
         if not chosen and pinned is not None:
             chosen = [v for v in self.base.variants if v.key == pinned]
-        return self.kernel(chosen) if chosen else self.base
+        k = self.kernel(chosen) if chosen else self.base
+        if key is not None:
+            self._fitting[key] = k
+        return k
 
 
 class _Heuristics:
