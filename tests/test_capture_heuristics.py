@@ -7,6 +7,7 @@ selects variants for a described H100 (nothing is launched: no GPU here). The re
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
 
 import pytest
@@ -274,3 +275,21 @@ def test_the_schema_agrees_with_the_parser():
                 {**RECORD, "cases": {"EVEN": [{"inputs": {"x": {"absent": False}}, "value": 1}]}},
                 {**RECORD, "cases": {"EVEN": [{"inputs": {}}]}}):
         assert list(validator.iter_errors(bad)), bad
+
+
+@needs_triton
+def test_a_hostile_heuristics_record_is_refused_when_its_kernel_is_opened(add_variants, tmp_path):
+    import karchive
+    from karchive.cli.inspect_cmds import schema_problems
+    from karchive.producer.pack import ArchiveBuilder
+
+    bad = {"kernel": "add_kernel", "names": ["X"],
+           "cases": {"X": [{"inputs": {"x_ptr": {"object": {"__class__.__init__": 1}}}, "value": 1}]}}
+    builder = ArchiveBuilder("bad", "1", extra={"heuristics": [bad]})
+    builder.extend(add_variants)
+    builder.write(tmp_path / "bad.karc")
+    arc = karchive.open(tmp_path / "bad.karc")
+    with pytest.raises(SchemaError, match="not a probe karchive replays"):
+        arc.kernel("add_kernel")
+    if importlib.util.find_spec("jsonschema"):
+        assert any("heuristics" in p for p in schema_problems(arc.reader.manifest))

@@ -184,7 +184,7 @@ class AutotunedKernel:
         self.tuned_names = frozenset(k for r in self.records for c in r.get("configs", []) for k in c.get("kwargs", {}))
         self.heuristics = _Heuristics(base.name, heuristics) if heuristics else None
         self._subsets = _Subsets(base)
-        self._choices: dict[tuple, tuple[Mapping[str, Any], dict]] = {}
+        self._choices: dict[tuple, tuple[Mapping[str, Any], dict, Kernel]] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -227,8 +227,8 @@ class AutotunedKernel:
         return self._subsets.fitting(cfg["kwargs"], cfg["options"], cfg["variant"]), dict(cfg["kwargs"]), entry
 
     def _tuned(self, named: Mapping[str, Any], grid: Any, args: Sequence[Any], kwargs: dict, stream: Any,
-               may_benchmark: bool) -> tuple[Mapping[str, Any], dict]:
-        """(config, its constexprs) for this call's autotune key, remembered per key."""
+               may_benchmark: bool) -> tuple[Mapping[str, Any], dict, Kernel]:
+        """(config, its constexprs, dispatcher over its variants) for this call's autotune key, remembered per key."""
         key = tuple(key_for_call(self.records[0], named)) if self.records else ()
         hit = self._choices.get(key)
         if hit is not None:
@@ -238,10 +238,11 @@ class AutotunedKernel:
             "kwargs": cx, "options": {}, "variant": None}
         if self.benchmark and entry is not None and tuple(entry.get("key", ())) != key:
             if not may_benchmark:  # select(): answer by the rule, remember nothing (a launch will benchmark)
-                return cfg, dict(cfg["kwargs"])
+                return cfg, dict(cfg["kwargs"]), _kernel
             cfg = self._fastest(grid, args, kwargs, stream)
+        kernel = self._subsets.fitting(cfg["kwargs"], cfg["options"], cfg["variant"])
         with self._lock:
-            self._choices[key] = hit = (cfg, dict(cfg["kwargs"]))
+            self._choices[key] = hit = (cfg, dict(cfg["kwargs"]), kernel)
         return hit
 
     def _resolve(self, grid: Any, args: Sequence[Any], kwargs: dict, stream: Any,
@@ -254,10 +255,11 @@ class AutotunedKernel:
                                     f"or none (got {sorted(given)})")
             cfg: Mapping[str, Any] = {"kwargs": {}, "options": {}, "variant": None}
             cx: dict = {}
+            kernel = self.base
         else:
-            cfg, cx = self._tuned(named, grid, args, kwargs, stream, may_benchmark)
+            cfg, cx, kernel = self._tuned(named, grid, args, kwargs, stream, may_benchmark)
         if self.heuristics is None:
-            return self._subsets.fitting(cfg["kwargs"], cfg["options"], cfg["variant"]), cx
+            return kernel, cx
         # Triton passes the config's constexprs to the heuristics (Autotuner -> Heuristics -> JIT).
         values = self.heuristics.values({**named, **cx}, frozenset(n for n in self.heuristics.names if n in kwargs))
         hcx, hopts = _split(values, self.param_names)
