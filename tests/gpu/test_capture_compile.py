@@ -31,7 +31,8 @@ def test_compiled_training_step_captured_exported_and_rerun_without_compiling(wo
     assert s["variants"] >= 2 and s["lost"] == 0 and s["errors"] == [], s
     dest = work / f"exported-{tag}"
     report = export(work / f"{tag}.karc", dest)
-    assert report["counts"].get("written", 0) >= 2 and set(report["counts"]) == {"written"}, report
+    counts = report["counts"]
+    assert counts.get("written", 0) >= 2 and not counts.get("mismatch") and not counts.get("unverified"), report
     rerun = ok(run_phase("compile_rerun", work, dest, _inductor_env(work, f"{tag}-rerun", threads),
                          opts={"tag": tag}, timeout=300))
     print(f"{tag}: fresh process, exported cache: {rerun}")

@@ -36,7 +36,7 @@ def test_relaunch_through_karchive_is_bit_equal_without_triton(work, captured):
 def test_exported_cache_is_hit_by_a_fresh_triton_process(work, captured):
     dest = work / "exported-cache"
     report = export(work / "workload.karc", dest)
-    assert set(report["counts"]) == {"written"}, report
+    assert report["counts"].get("written", 0) >= 8 and set(report["counts"]) == {"written"}, report
     cold = ok(run_phase("workload_jitrun", work, work / "caches" / "cold"))
     warm = ok(run_phase("workload_jitrun", work, dest))
     again = ok(run_phase("workload_jitrun", work, dest))
