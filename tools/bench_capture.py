@@ -1,6 +1,7 @@
 """Capture on a training step: kernels compiled vs captured, capture overhead, fresh-process step times.
 
     python tools/bench_capture.py [--steps 50] [--skip-compile] [--work DIR] [--json OUT.json]
+    python tools/bench_capture.py --hooks-only [--launches 5000] [--json OUT.json]     # no GPU needed
 
 Needs torch with CUDA and Triton. Every row is its own fresh process (tests/gpu/capture_phases.py), side by side
 in one run, with its own Triton cache directory:
@@ -17,12 +18,17 @@ in one run, with its own Triton cache directory:
 
 "first step" is measured in the process from just before the step to the synchronised end; "since spawn" from
 just before the parent starts the process (interpreter start, imports, CUDA init included).
+
+``--hooks-only`` measures what an active capture adds to each launch of a kernel already in Triton's memory
+(Triton's Python dispatch with karchive's wrappers around it), on any machine: the launch itself is replaced by
+the GPU-less driver double of tests/capture_fakes.py, so the numbers are the Python cost alone.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import pathlib
 import sys
 import tempfile
@@ -101,6 +107,42 @@ def bench_compile(work: pathlib.Path) -> tuple[list[dict], dict]:
     return rows, facts
 
 
+def bench_hooks(launches: int) -> tuple[list[dict], dict]:
+    """µs per launch of in-memory kernels with and without an active capture (fake driver: no GPU work)."""
+    import time
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    import karchive
+    from capture_fakes import fake_gpu, heur_copy, ptr, scale_rows, tuned_copy
+
+    x, y = ptr(), ptr()
+    calls = {"@triton.jit": lambda: scale_rows[(1,)](x, y, 4096, 2.0, BLOCK=256),
+             "@triton.autotune (tuned key)": lambda: tuned_copy[(1,)](x, y, 4096),
+             "@triton.heuristics": lambda: heur_copy[(1,)](x, y, 4096, BLOCK=256)}
+
+    def per_launch(fn) -> float:
+        for _ in range(50):
+            fn()
+        t = time.perf_counter()
+        for _ in range(launches):
+            fn()
+        return (time.perf_counter() - t) / launches * 1e6
+
+    rows = []
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["TRITON_CACHE_DIR"] = cache
+        with fake_gpu(timings=[3.0, 1.0, 2.0]):
+            for fn in calls.values():
+                fn()  # compile (and tune) outside any capture
+            for label, fn in calls.items():
+                plain = per_launch(fn)
+                with karchive.capture("bench", version="1"):
+                    captured = per_launch(fn)
+                rows.append({"row": f"hooks: {label}", "ok": True, "plain_us": round(plain, 2),
+                             "captured_us": round(captured, 2), "overhead_us": round(captured - plain, 2)})
+    return rows, {"launches per measurement": launches}
+
+
 def _fmt(v) -> str:
     if v is None:
         return "-"
@@ -141,7 +183,17 @@ def main() -> int:
     ap.add_argument("--skip-compile", action="store_true", help="leave out the torch.compile'd step")
     ap.add_argument("--work", help="where archives, caches and per-phase logs go (default: a temporary directory)")
     ap.add_argument("--json", help="also write the results as JSON to this file")
+    ap.add_argument("--hooks-only", action="store_true", help="only the per-launch hook cost (no GPU needed)")
+    ap.add_argument("--launches", type=int, default=5000, help="launches per --hooks-only measurement")
     args = ap.parse_args()
+    if args.hooks_only:
+        rows, facts = bench_hooks(args.launches)
+        print(f"{'':34s} {'plain µs':>10s} {'captured µs':>12s} {'overhead µs':>12s}")
+        for r in rows:
+            print(f"{r['row']:34s} {r['plain_us']:10.2f} {r['captured_us']:12.2f} {r['overhead_us']:12.2f}")
+        if args.json:
+            pathlib.Path(args.json).write_text(json.dumps({"rows": rows, "facts": facts}, indent=2))
+        return 0
     work = pathlib.Path(args.work) if args.work else pathlib.Path(tempfile.mkdtemp(prefix="bench_capture_"))
     work.mkdir(parents=True, exist_ok=True)
     rows, facts = bench_training(work / "training", args.steps)

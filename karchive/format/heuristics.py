@@ -41,7 +41,8 @@ _PROBE = re.compile(r"^(?:(dtype|shape|ndim)|(numel|dim|element_size|size|stride
 MAX_NAMES = 64
 MAX_CASES = 4096
 MAX_INPUTS = 256
-_ABSENT: Any = object()
+#: Stands for an argument the call did not pass.
+ABSENT: Any = object()
 
 
 class _NotScalar:
@@ -112,11 +113,11 @@ def _same(a: Any, b: Any) -> bool:
 
 
 def input_matches(recorded: Any, value: Any) -> bool:
-    """Does a call's argument (``_ABSENT`` when not passed) match one recorded input?"""
+    """Does a call's argument (``ABSENT`` when not passed) match one recorded input?"""
     if isinstance(recorded, dict):
         if "absent" in recorded:
-            return value is _ABSENT
-        if "opaque" in recorded or value is _ABSENT or value is None:
+            return value is ABSENT
+        if "opaque" in recorded or value is ABSENT or value is None:
             return False
         if scalar(value) is not NOT_SCALAR:
             return False
@@ -128,7 +129,7 @@ def input_matches(recorded: Any, value: Any) -> bool:
             if not _same(got, want):
                 return False
         return True
-    if value is _ABSENT:
+    if value is ABSENT:
         return False
     got = scalar(value)
     return got is not NOT_SCALAR and _same(got, recorded)
@@ -136,7 +137,7 @@ def input_matches(recorded: Any, value: Any) -> bool:
 
 def fingerprint(value: Any, spellings: Iterable[str]) -> tuple:
     """What matching can observe of an argument: a hashable key for caching resolutions per call."""
-    if value is _ABSENT:
+    if value is ABSENT:
         return ("absent",)
     s = scalar(value)
     if s is not NOT_SCALAR:
@@ -156,7 +157,7 @@ class Case:
     value: Any
 
     def matches(self, named: Mapping[str, Any]) -> bool:
-        return all(input_matches(rec, named.get(arg, _ABSENT)) for arg, rec in self.inputs.items())
+        return all(input_matches(rec, named.get(arg, ABSENT)) for arg, rec in self.inputs.items())
 
     def describe(self) -> str:
         def show(v: Any) -> str:
@@ -195,7 +196,7 @@ class HeuristicsRecord:
         return self._probes
 
     def call_key(self, named: Mapping[str, Any]) -> tuple:
-        return tuple((arg, fingerprint(named.get(arg, _ABSENT), spellings))
+        return tuple((arg, fingerprint(named.get(arg, ABSENT), spellings))
                      for arg, spellings in self.probes().items())
 
 

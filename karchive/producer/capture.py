@@ -499,12 +499,12 @@ def _after_jit_run(kernel: Any, kwargs: dict) -> None:
             cap.add_compiled_kernel(kernel, how="launched")
 
 
-def _after_autotune(tuner: Any, args: tuple, kwargs: dict, before: set, ret: Any, heard: dict | None,
+def _after_autotune(tuner: Any, args: tuple, kwargs: dict, before: int, ret: Any, heard: dict | None,
                     caps: list[Capture]) -> None:
     if heard is not None:
         key, timings, chosen = heard["key"], heard.get("configs_timings"), heard.get("best_config")
     else:
-        new = [k for k in tuner.cache if k not in before]
+        new = list(tuner.cache)[before:]  # a dict keeps insertion order: the keys this call tuned
         key = new[0] if len(new) == 1 else tuning_key(tuner, call_args(tuner, args, kwargs))
         chosen = tuner.cache.get(key, getattr(tuner, "best_config", None)) if len(tuner.configs) > 1 \
             else tuner.configs[0]
@@ -637,7 +637,7 @@ class _Hooks:
             caps = scope.targets()[0] if scope.any_active() else None
             if not caps:
                 return original(self, *args, **kwargs)
-            before = set(getattr(self, "cache", {}) or {})
+            before = len(getattr(self, "cache", None) or ())
             _tls.heard = None
             ret = original(self, *args, **kwargs)
             heard, _tls.heard = getattr(_tls, "heard", None), None

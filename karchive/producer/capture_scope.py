@@ -60,7 +60,7 @@ def owned() -> list["Capture"]:
     mine = getattr(_tls, "stack", None) or []
     adopted = getattr(_tls, "adopted", None) or []
     if not adopted:
-        return _dedupe(mine)
+        return list(mine) if len(mine) < 2 else _dedupe(mine)
     return _dedupe([*mine, *(c for frame in adopted for c in frame)])
 
 

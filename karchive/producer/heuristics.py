@@ -14,7 +14,16 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator
 
-from ..format.heuristics import NOT_SCALAR, PROBE_ATTRS, PROBE_METHODS, probe_name, probe_value, scalar
+from ..format.heuristics import (
+    ABSENT,
+    NOT_SCALAR,
+    PROBE_ATTRS,
+    PROBE_METHODS,
+    fingerprint,
+    probe_name,
+    probe_value,
+    scalar,
+)
 from .autotune import innermost_jit
 
 _UNKNOWN: Any = object()
@@ -199,6 +208,10 @@ class HeuristicsLog:
     def __init__(self) -> None:
         self.records: dict[str, dict] = {}  # kernel -> {"names": [...], "cases": {name: {repr: case}}}
         self.warnings: list[str] = []
+        # Per (heuristic, name): the arguments and probes its recorded cases read, and the fingerprints of calls
+        # already traced. A call that agrees with a traced one on every argument any case read runs the (pure)
+        # heuristic down the same path: same reads, same value; tracing it again would record nothing new.
+        self._memo: dict[tuple[int, str], dict] = {}
 
     def observe(self, heur: Any, args: tuple, kwargs: dict, produced: dict | None) -> None:
         """One ``Heuristics.run`` call: ``produced`` is what Triton passed on (None if not seen)."""
@@ -208,6 +221,11 @@ class HeuristicsLog:
         record = self.records.setdefault(kernel, {"names": [], "cases": {}})
         for name, func in heur.values.items():
             known = produced is not None and name in produced
+            memo = self._memo.setdefault((id(heur), name), {"heur": heur, "reads": {}, "traced": set(), "off": False})
+            call = self._fingerprint(memo, named, produced[name]) if known and not memo["off"] else None
+            if call is not None and call in memo["traced"]:
+                named[name] = produced[name]
+                continue
             value, inputs, ok = trace_heuristic(func, named, produced[name] if known else _UNKNOWN)
             if known:
                 if not ok:  # recorded for the record, never matched at load time
@@ -228,7 +246,30 @@ class HeuristicsLog:
                 record["names"].append(name)
             case = {"inputs": {k: v for k, v in inputs.items() if k != name}, "value": json_value}
             record["cases"].setdefault(name, {}).setdefault(repr(case), case)
+            if known and not memo["off"]:
+                self._learn(memo, inputs)
+                call = self._fingerprint(memo, named, value) if not memo["off"] else None
+                if call is not None:
+                    memo["traced"].add(call)
             named[name] = value
+
+    @staticmethod
+    def _learn(memo: dict, inputs: dict) -> None:
+        for arg, rec in inputs.items():
+            if isinstance(rec, dict) and "opaque" in rec:
+                memo["off"] = True  # what it used of the object is unknown: no fingerprint can stand for it
+                return
+            spellings = memo["reads"].setdefault(arg, [])
+            if isinstance(rec, dict) and "object" in rec:
+                spellings.extend(s for s in rec["object"] if s not in spellings)
+
+    @staticmethod
+    def _fingerprint(memo: dict, named: dict, value: Any) -> tuple | None:
+        try:
+            return (tuple((arg, fingerprint(named.get(arg, ABSENT), spellings))
+                          for arg, spellings in sorted(memo["reads"].items())), repr(value))
+        except Exception:  # noqa: BLE001 - an argument that cannot be fingerprinted: trace every time
+            return None
 
     def _warn(self, msg: str) -> None:
         if msg not in self.warnings:
