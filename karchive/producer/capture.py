@@ -221,7 +221,7 @@ class Capture:
             if last:
                 scope.deactivate(self)
                 if window is not None:
-                    lost = self._close_window(*window)
+                    lost = self._close_window(window[0], LEDGER.mark(), window[1])
         finally:
             _HOOKS.release()
         if exc_type is None and last:
@@ -234,9 +234,9 @@ class Capture:
             if self.path is not None:
                 self.save(self.path)
 
-    def _close_window(self, start: int, watch: CacheWatch) -> list[LeftOut]:
+    def _close_window(self, start: int, end: int, watch: CacheWatch) -> list[LeftOut]:
         """Harvest other processes' entries, then compare the window with the record; returns new losses."""
-        sightings = LEDGER.between(start)
+        sightings = LEDGER.between(start, end)
         extra_dirs = [s.entry_dir for s in sightings if s.entry_dir]
         try:
             new_entries = watch.new_entries(os.path.dirname(d) for d in extra_dirs)
