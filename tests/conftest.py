@@ -38,3 +38,24 @@ def add_variants():
         compile_variant(VariantRequest(ref, sig, "cuda:90", {"BLOCK": 1024}, {"num_warps": 4})),
         compile_variant(VariantRequest(ref, sig, "hip:gfx942", {"BLOCK": 256}, {"num_warps": 4})),
     ]
+
+
+# ---- capture fixtures (JIT capture tests: tests/test_capture*.py) ---------------------------------
+@pytest.fixture
+def triton_cache_dir(tmp_path, monkeypatch) -> pathlib.Path:
+    """A fresh, empty Triton cache directory (TRITON_CACHE_DIR) for this test."""
+    d = tmp_path / "triton-cache"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(d))
+    return d
+
+
+@pytest.fixture
+def fake_gpu_driver():
+    """Triton's active driver replaced by the GPU-less double of tests/capture_fakes.py (autotune timings 3, 1, 2)."""
+    if not _have_triton():
+        pytest.skip("needs triton")
+    from capture_fakes import fake_gpu
+
+    with fake_gpu(timings=[3.0, 1.0, 2.0]) as fake:
+        yield fake
+# ---- end of capture fixtures ------------------------------------------------------------------------

@@ -45,7 +45,8 @@ def _manifest(*, full: bool) -> Manifest:
     return Manifest.build("archive", "1.0", [_variant(full=full)], produced_by={"karchive": "0.1.0", "triton": "3.9.0"},
                           created="2026-01-01T00:00:00Z" if full else None,
                           sources=[FileRef(f"sources/{DIGEST}.py", 3, DIGEST)],
-                          autotune=[{"kernel": "k", "key_names": ["n"], "configs": [], "entries": []}] if full else None)
+                          autotune=[{"kernel": "k", "key_names": ["n"], "configs": [], "entries": []}] if full else None,
+                          heuristics=[{"kernel": "k", "names": ["EVEN"], "cases": {"EVEN": []}}] if full else None)
 
 
 def _defs() -> dict:

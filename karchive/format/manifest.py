@@ -366,7 +366,7 @@ def parse_variant(obj: Any, where: str) -> Variant:
 
 # -- manifest -------------------------------------------------------------------------------------
 _TOP_KNOWN = frozenset({"format", "format_version", "abi_version", "name", "version", "produced_by", "created",
-                        "path_sentinel", "sources", "variants", "autotune"})
+                        "path_sentinel", "sources", "variants", "autotune", "heuristics"})
 
 
 class Manifest:
@@ -378,7 +378,7 @@ class Manifest:
 
     def __init__(self, *, name: str, version: str, format_version: str, abi_version: int, produced_by: dict,
                  created: str | None, sources: tuple[FileRef, ...], autotune: list[dict] | None,
-                 extra: dict[str, Any], raw: dict | None, by_kernel: dict[str, list[tuple[int, Any]]],
+                 heuristics: list[dict] | None, extra: dict[str, Any], raw: dict | None, by_kernel: dict[str, list[tuple[int, Any]]],
                  parsed: dict[str, list[Variant]]) -> None:
         self.name = name
         self.version = version
@@ -387,7 +387,8 @@ class Manifest:
         self.produced_by = produced_by
         self.created = created
         self.sources = sources
-        self.autotune = autotune
+        self.autotune = autotune  # autotune records (spec §6.3; karchive.format.autotune reads them)
+        self.heuristics = heuristics  # heuristics records (spec §6.4; karchive.format.heuristics parses them)
         self.extra = extra
         self.raw = raw
         self._by_kernel = by_kernel  # kernel -> [(manifest index, raw or parsed entry)]
@@ -398,7 +399,7 @@ class Manifest:
     @classmethod
     def build(cls, name: str, version: str, variants: Iterable[Variant], *, produced_by: Mapping[str, Any],
               created: str | None = None, sources: Iterable[FileRef] = (), autotune: list[dict] | None = None,
-              extra: Mapping[str, Any] | None = None) -> Manifest:
+              heuristics: list[dict] | None = None, extra: Mapping[str, Any] | None = None) -> Manifest:
         """A manifest to write: variants ordered by kernel name, then key (spec/FORMAT.md §4)."""
         ordered = sorted(variants, key=lambda v: (v.kernel, v.key))
         keys = [v.key for v in ordered]
@@ -415,7 +416,7 @@ class Manifest:
         return cls(name=name, version=version, format_version=f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}",
                    abi_version=max([v.abi.version for v in ordered], default=ABI_VERSION), produced_by=dict(produced_by),
                    created=created, sources=tuple(sorted(sources, key=lambda f: f.path)), autotune=autotune,
-                   extra=dict(extra or {}), raw=None, by_kernel=by_kernel, parsed=parsed)
+                   heuristics=heuristics, extra=dict(extra or {}), raw=None, by_kernel=by_kernel, parsed=parsed)
 
     @classmethod
     def from_json(cls, obj: Any, *, lazy: bool = False) -> Manifest:
@@ -437,6 +438,9 @@ class Manifest:
         autotune = _opt(obj, "autotune", list, where)
         if autotune is not None and not all(isinstance(r, dict) for r in autotune):
             raise SchemaError("manifest.autotune: expected a list of objects", where="manifest.autotune")
+        heuristics = _opt(obj, "heuristics", list, where)
+        if heuristics is not None and not all(isinstance(r, dict) for r in heuristics):
+            raise SchemaError("manifest.heuristics: expected a list of objects", where="manifest.heuristics")
         sources = tuple(FileRef.from_json(s, f"manifest.sources[{i}]")
                         for i, s in enumerate(_opt(obj, "sources", list, where) or []))
         abi_version = _opt(obj, "abi_version", int, where)
@@ -449,6 +453,7 @@ class Manifest:
             created=_opt(obj, "created", str, where),
             sources=sources,
             autotune=autotune,
+            heuristics=heuristics,
             extra={k: v for k, v in obj.items() if k not in _TOP_KNOWN},
             raw=obj,
             by_kernel=by_kernel,
@@ -508,6 +513,8 @@ class Manifest:
         }
         if self.autotune:
             out["autotune"] = self.autotune
+        if self.heuristics:
+            out["heuristics"] = self.heuristics
         out.update(self.extra)
         return out
 

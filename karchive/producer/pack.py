@@ -30,6 +30,7 @@ class ArchiveBuilder:
     dictionary: DictionaryMode | int = "auto"
     variants: dict[str, CompiledVariant] = field(default_factory=dict)
     autotune: list[dict] | None = None  # autotune records (capture)
+    heuristics: list[dict] | None = None  # heuristics records (capture)
     extra: dict[str, Any] = field(default_factory=dict)  # other optional top-level manifest fields
 
     def add(self, variant: CompiledVariant) -> bool:
@@ -56,7 +57,7 @@ class ArchiveBuilder:
             self.name, self.version, (v.variant for v in self.variants.values()),
             produced_by={"karchive": __version__, **self.produced_by}, created=created,
             sources=[FileRef.for_bytes(path, data) for path, data in sources.items()],
-            autotune=self.autotune, extra=self.extra,
+            autotune=self.autotune, heuristics=self.heuristics, extra=self.extra,
         )
 
     def manifest_and_writer(self) -> tuple[dict[str, Any], ArchiveWriter]:

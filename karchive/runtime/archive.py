@@ -14,11 +14,12 @@ import threading
 from typing import Any
 
 from ..errors import KernelNameError
+from ..format.heuristics import records_for as heuristics_records
 from ..format.manifest import Manifest, Variant
 from ..format.reader import ArchiveReader, Limits
 from ..resolve import open_reader
 from .device import ptx_header
-from .autotuned import AutotunedKernel
+from .autotuned import AutotunedKernel, HeuristicsKernel
 from .dispatch import Kernel
 from .select import DeviceFit
 
@@ -38,7 +39,7 @@ class Archive:
         self._backend_name = backend
         self._backend: Any = None
         self._lock = threading.RLock()
-        self._kernels: dict[tuple[str, bool], Kernel | AutotunedKernel] = {}
+        self._kernels: dict[tuple[str, bool], Kernel | AutotunedKernel | HeuristicsKernel] = {}
         self._functions: dict[tuple[str, int], Any] = {}
         self._ptx_headers: dict[str, tuple] = {}
         self._pool: Any = None
@@ -61,13 +62,15 @@ class Archive:
     def __repr__(self) -> str:
         return f"<karchive.Archive {self.name} {self.version} ({len(self.manifest)} variants) from {self.ref}>"
 
-    def kernel(self, name: str, *, benchmark: bool = False) -> Kernel | AutotunedKernel:
+    def kernel(self, name: str, *, benchmark: bool = False) -> Kernel | AutotunedKernel | HeuristicsKernel:
         """The dispatcher for ``name`` (created once per archive).
 
         A kernel captured from ``@triton.autotune`` (the manifest holds autotune records for it) gets an
         :class:`AutotunedKernel`: each call uses the config recorded for its autotune key. With
         ``benchmark=True`` a key that was never tuned is timed across the prebuilt configs instead of
-        taking the fallback rule's pick.
+        taking the fallback rule's pick. A kernel with heuristics records (``@triton.heuristics``) takes
+        the computed meta-parameters from the recorded case that matches each call
+        (:class:`HeuristicsKernel`, or inside the :class:`AutotunedKernel`).
         """
         cache_key = (name, benchmark)
         k = self._kernels.get(cache_key)
@@ -84,8 +87,11 @@ class Archive:
                     k = Kernel(self, name, variants)
                     records = [r for r in self.manifest.autotune or []
                                if isinstance(r, dict) and r.get("kernel") == name]
+                    heuristics = heuristics_records(self.manifest.heuristics, name)
                     if records:
-                        k = AutotunedKernel(k, records, benchmark=benchmark)
+                        k = AutotunedKernel(k, records, benchmark=benchmark, heuristics=heuristics)
+                    elif heuristics:
+                        k = HeuristicsKernel(k, heuristics)
                     self._kernels[cache_key] = k
         return k
 
