@@ -35,6 +35,9 @@ class CompiledVariant:
     files: dict[str, bytes]  # "binary", "metadata", and IR stage names
     source_text: str | None
     warnings: list[str] = field(default_factory=list)
+    #: Sources of every module whose JIT functions the kernel uses (source_text's module first), stored
+    #: like source_text; provenance.build.sources names them for a rebuild (canonical.py).
+    extra_sources: list[str] = field(default_factory=list)
 
 
 def ptx_entry_param_sizes(ptx: str, entry: str) -> list[int] | None:
@@ -210,6 +213,7 @@ def describe_variant(
     include_ir: bool = True,
     extra_roots: list[str] | None = None,
     provenance_extra: dict | None = None,
+    codegen_env: dict[str, str] | None = None,
 ) -> CompiledVariant:
     target = _target_json(metadata)
     backend = target["backend"]
@@ -235,7 +239,7 @@ def describe_variant(
     key = variant_key(
         kernel=kernel, source_key=source_key, signature={n: param_types[n] for n in param_names},
         constexprs={n: _json_value(v) for n, v in constexprs.items()}, hints=hint_desc, target=target,
-        options=options, triton_version=str(metadata.get("triton_version", "")), hooks=hooks,
+        options=options, triton_version=str(metadata.get("triton_version", "")), hooks=hooks, env=codegen_env,
     )
     plain_meta = json.loads(json.dumps(metadata, default=_json_default))
     roots = triton_roots() + install_roots_in(plain_meta) + (extra_roots or [])

@@ -72,6 +72,9 @@ class ArchiveBuilder:
                 path = f"sources/{sha256_hex(data)}.py"
                 sources[path] = data
                 files["source"] = path
+            for text in v.extra_sources:  # helper modules a rebuild imports (provenance.build.sources)
+                data = text.encode()
+                sources[f"sources/{sha256_hex(data)}.py"] = data
             entries.append({**v.entry, "files": files})
         for path in sorted(sources):
             writer.add_group([(path, sources[path])])
