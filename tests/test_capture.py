@@ -90,7 +90,11 @@ def test_captured_keys_and_abi_equal_aot(cache_dir, gpu, tmp_path):
     reader = _verify(out)
     (v,) = reader.manifest["variants"]
     assert v["key"] == aot.entry["key"] and set(v["files"]["ir"]) == {"ttir", "ttgir", "llir", "ptx"}
-    assert reader.read(v["files"]["binary"]["path"]) == aot.files["binary"]
+    # AOT compiles name the source canonically (spec/FORMAT.md §12) and the JIT's debug info keeps Triton's
+    # absolute path, so the cubins differ there; the machine code is the same.
+    from triton.tools.disasm import get_sass
+
+    assert get_sass(reader.read(v["files"]["binary"]["path"])) == get_sass(aot.files["binary"])
 
 
 def test_cache_hits_and_warm_kernels_are_recorded(cache_dir, gpu):

@@ -207,6 +207,9 @@ def toolchain_versions() -> dict[str, Any]:
         from triton.backends.nvidia.compiler import get_ptxas
 
         out["ptxas"] = str(get_ptxas(90).version) if _takes_arch(get_ptxas) else str(get_ptxas().version)
+        if _takes_arch(get_ptxas) and get_ptxas(80).path != get_ptxas(90).path:
+            # Triton 3.9 compiles below sm_90 with a second ptxas; record it too.
+            out["ptxas_below_sm90"] = str(get_ptxas(80).version)
     except Exception:  # noqa: BLE001 - no CUDA backend or no ptxas
         pass
     try:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import ast
 import inspect
 import os
+import re
 import sys
 import tempfile
 from contextlib import contextmanager
@@ -220,6 +221,8 @@ def canonical_locations(kernel: Any, extra_values: Iterable[Any] = ()) -> Iterat
             yield Canonicalised([], [])
             return
         reached = reached_functions(kernel, extra_values)
+        kernel_fn = _unwrap(kernel, jit_type)
+        kernel_module = namer.module_of(kernel_fn) if kernel_fn is not None else None
         modules: dict[str, ModuleType] = {n: m for n, m in sorted(sys.modules.items())
                                           if isinstance(m, ModuleType) and _is_toolchain(n)}
         for fn in reached:
@@ -240,8 +243,6 @@ def canonical_locations(kernel: Any, extra_values: Iterable[Any] = ()) -> Iterat
                 renamed.append((fn, old))
                 fn.file_name = new
             names.add(new)
-        kernel_fn = _unwrap(kernel, jit_type)
-        kernel_module = namer.module_of(kernel_fn) if kernel_fn is not None else None
         ordered = sorted(sources.values(), key=lambda s: (kernel_module is None or s.module != kernel_module[0], s.module))
         yield Canonicalised(sorted(names), ordered)
     finally:
@@ -287,14 +288,30 @@ def machine_roots(extra: Iterable[str] = ()) -> list[str]:
     return sorted(out, key=lambda r: (-len(r), r))
 
 
+_PTX_B8 = re.compile(rb"^[ \t]*\.b8[ \t]+(\d+)", re.M)
+
+
+def ptx_debug_bytes(data: bytes) -> bytes:
+    """The bytes PTX spells out as ``.b8 N`` lines: its DWARF sections, where ``DW_AT_comp_dir`` hides a path."""
+    return bytes(int(n) & 0xFF for n in _PTX_B8.findall(data)) if b".b8" in data else b""
+
+
 def find_machine_paths(files: Mapping[str, bytes], roots: Iterable[str]) -> list[tuple[str, str, int]]:
-    """``(file, root, offset)`` for each file whose bytes contain one of ``roots`` (first hit per file)."""
+    """``(file, root, offset)`` for each file whose bytes contain one of ``roots`` (first hit per file).
+
+    PTX debug sections are also searched decoded (the offset is then -1): a JIT-compiled kernel's
+    PTX names its directory only there, as ``.b8 47 .b8 104 ...``.
+    """
     needles = [(r, r.encode()) for r in roots if r]
     hits = []
     for label, data in files.items():
+        decoded = None
         for root, needle in needles:
             i = data.find(needle)
-            if i >= 0:
+            if i < 0:
+                decoded = ptx_debug_bytes(data) if decoded is None else decoded
+                i = -1 if needle in decoded else -2
+            if i != -2:
                 hits.append((label, root, i))
                 break
     return hits

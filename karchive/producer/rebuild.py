@@ -8,8 +8,8 @@ checkout), compiles each variant with the local toolchain in a fresh Triton cach
 - same toolchain (Triton build, ptxas / AMD code generator): every member byte for byte and the
   manifest entry field by field -> ``reproduced``, or ``mismatch`` naming the member and the first
   differing offset (or the field);
-- another ptxas / AMD code generator, same Triton: key, options, launch ABI and the IR Triton
-  produced before that tool must still match -> ``consistent`` (or ``mismatch``);
+- another ptxas / AMD code generator, same Triton: key, options, launch ABI and the IR stages that
+  do not depend on that tool (TTIR, TTGIR, LLVM IR) must still match -> ``consistent`` (or ``mismatch``);
 - another Triton: the Python signature and the launch ABI must still match -> ``consistent``.
 
 Variants without a build record (JIT capture, Triton-cache import) are ``not-rebuildable`` with the
@@ -43,8 +43,9 @@ from .canonical import SCHEME, name_for_module
 REPRODUCED, CONSISTENT, NOT_REBUILDABLE, FAILED, MISMATCH = (
     "reproduced", "consistent", "not-rebuildable", "failed", "mismatch")
 
-#: IR stages Triton itself produces, before ptxas (CUDA) or the AMD code generator (HIP) run.
-_TRITON_STAGES = {"cuda": ("ttir", "ttgir", "llir", "ptx"), "hip": ("ttir", "ttgir", "llir")}
+#: IR stages that do not depend on ptxas (CUDA) or the AMD code generator (HIP). The PTX does: Triton
+#: picks the PTX ISA version from the ptxas version.
+_TRITON_STAGES = {"cuda": ("ttir", "ttgir", "llir"), "hip": ("ttir", "ttgir", "llir")}
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
@@ -279,8 +280,12 @@ def _toolchain_differences(v: dict, produced_by: dict, local: dict, rebuilt_entr
     if not same_triton:
         differs.append("triton")
     tool = "ptxas" if backend == "cuda" else "amd_codegen"
-    if (produced_by.get(tool) != local.get(tool)
-            or archived_fp.get("backend_hash") != local_fp.get("backend_hash")):
+    # backend_hash is Triton's own description of the tool that compiled this variant (the ptxas
+    # version for its arch: Triton uses one ptxas below sm_90 and another from sm_90 on).
+    if archived_fp.get("backend_hash") and local_fp.get("backend_hash"):
+        if archived_fp["backend_hash"] != local_fp["backend_hash"]:
+            differs.append(tool)
+    elif produced_by.get(tool) != local.get(tool):
         differs.append(tool)
     return same_triton, differs
 
@@ -299,7 +304,8 @@ def compare_variant(reader: Any, v: dict, rebuilt: Any, produced_by: dict, local
         must = {k: archived_entry.get(k) for k in ("key", "target", "params", "options", "abi")}
         _field_differences(must, {k: entry.get(k) for k in must}, "", diffs)
         diffs += _member_differences(reader, v, rebuilt.files, _TRITON_STAGES[v["target"]["backend"]])
-        check.reason = f"{', '.join(differs)} differs: compared key, options, launch ABI and Triton's IR, not the binary"
+        check.reason = (f"{', '.join(differs)} differs: compared key, options, launch ABI, TTIR, TTGIR and LLVM IR; "
+                        "not the PTX and binary, which depend on it")
     else:
         must = {"target": archived_entry.get("target"), "params": archived_entry.get("params"),
                 "abi": {k: (archived_entry.get("abi") or {}).get(k) for k in ("entry", "binary_format", "binary_arch", "params")}}
