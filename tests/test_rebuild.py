@@ -157,6 +157,24 @@ def test_variants_that_cannot_be_rebuilt_say_why(built, capsys, tmp_path):
     assert "is not in the archive" in reasons["softmax_kernel"]
 
 
+@pytest.mark.parametrize("change, reason", [
+    (lambda b: b.update(env={"LD_PRELOAD": "/tmp/x.so"}), "cannot be set by a build"),
+    (lambda b: b["sources"][0].update(module="os; import x"), "invalid module"),
+    (lambda b: b["sources"][0].update(module="triton.language"), "invalid module"),
+    (lambda b: b["sources"][0].update(name="../../etc/kernels.py"), "does not follow the canonical name"),
+    (lambda b: b.update(sources="kernels.py"), "not a list"),
+    (lambda b: b.update(scheme=99), "scheme 99"),
+])
+def test_a_hostile_build_record_is_refused_before_anything_runs(built, capsys, tmp_path, change, reason):
+    m, variants = _compiled(built)
+    (v,) = [v for v in variants if v.entry["kernel"] == "scaled_add" and v.entry["target"]["backend"] == "hip"]
+    change(v.entry["provenance"]["build"])
+    odd = _write(m, [v], tmp_path / "odd.karc")
+    code, out, _ = run(capsys, "rebuild", "--check", str(odd), "--json")
+    (check,) = json.loads(out)["variants"]
+    assert code == 3 and check["status"] == "not-rebuildable" and reason in check["reason"], check
+
+
 def test_rebuild_by_registry_reference(built, capsys, tmp_path, monkeypatch):
     """NAME@VERSION resolves through the registry; publishing identical bytes again is a no-op."""
     monkeypatch.setenv("KARCHIVE_REGISTRY", str(tmp_path / "registry"))

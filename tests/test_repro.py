@@ -188,6 +188,10 @@ def test_variants_compiled_in_process_restore_the_callers_state(tmp_path, monkey
     assert os.environ["TRITON_F32_DEFAULT"] == "tf32x3"
     assert before[0] == str(spec.parent / "mykern.py")  # Triton's own name outside a karchive compile
     assert v.entry["provenance"]["build"]["env"] == {}
+    from karchive.producer.canonical import module_sources
+
+    assert [(s.module, s.name) for s in module_sources(fn)] == [("mykern", "mykern.py"), ("helpers", "helpers.py")]
+    assert fn.file_name == before[0]
 
 
 def test_a_machine_path_that_escapes_canonicalisation_is_refused():

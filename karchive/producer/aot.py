@@ -10,6 +10,7 @@ import hashlib
 import inspect
 import os
 import sys
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -54,6 +55,8 @@ class VariantRequest:
         args = ",".join(fixed + ([cx] if cx else []))
         return f"{self.kernel_ref.rpartition(':')[2]}[{self.target}]({args}{';' if args and opts else ''}{opts})"
 
+
+_COMPILE_LOCK = threading.RLock()
 
 PLUGIN_ENV_VARS = ("TRITON_PASS_PLUGIN_PATH", "TRITON_PLUGIN_PATHS", "LLVM_PASS_PLUGIN_PATH")
 
@@ -135,7 +138,8 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
              for i, n in enumerate(spec.names) if spec.types[n] != "constexpr"}
     src = ASTSource(fn=fn, signature=dict(spec.types), constexprs=dict(spec.constexprs), attrs=attrs)
     from .triton_cache import build_fingerprint
-    with canonical_locations(fn) as canon:
+    # One compile at a time per process: canonical names, the environment and the cwd are process-wide.
+    with _COMPILE_LOCK, canonical_locations(fn) as canon:
         cache = cache_dir or os.path.join(cache_root(), cache_namespace(canon.names, env))
         try:
             with compile_environment(env, cache, always_compile=always_compile):

@@ -202,6 +202,36 @@ class Canonicalised:
     sources: list[SourceModule]  # non-toolchain modules defining reached JIT functions, kernel's first
 
 
+def _modules_and_sources(kernel: Any, reached: list[Any], namer: _Namer,
+                         jit_type: type) -> tuple[dict[str, ModuleType], list[SourceModule]]:
+    """Modules whose JIT functions get canonical names, and the non-Triton ones a rebuild must import."""
+    kernel_fn = _unwrap(kernel, jit_type)
+    kernel_module = namer.module_of(kernel_fn) if kernel_fn is not None else None
+    modules: dict[str, ModuleType] = {n: m for n, m in sorted(sys.modules.items())
+                                      if isinstance(m, ModuleType) and _is_toolchain(n)}
+    sources: dict[str, SourceModule] = {}
+    for fn in reached:
+        found = namer.module_of(fn)
+        if found is not None and found[0] in sys.modules:
+            modules.setdefault(found[0], sys.modules[found[0]])
+            if not _is_toolchain(found[0]) and found[0] not in sources:
+                sources[found[0]] = SourceModule(found[0], name_for_module(*found),
+                                                 _source_of(sys.modules[found[0]], found[0]))
+    first = kernel_module[0] if kernel_module is not None else None
+    return modules, sorted(sources.values(), key=lambda s: (s.module != first, s.module))
+
+
+def module_sources(kernel: Any) -> list[SourceModule]:
+    """The modules a rebuild of ``kernel`` imports (kernel's module first), as ``provenance.build.sources``.
+
+    For callers that describe a compile they did not run (JIT capture): nothing is renamed.
+    """
+    jit_type = jit_callable_type()
+    if jit_type is None:
+        return []
+    return _modules_and_sources(kernel, reached_functions(kernel), _Namer(), jit_type)[1]
+
+
 @contextmanager
 def canonical_locations(kernel: Any, extra_values: Iterable[Any] = ()) -> Iterator[Canonicalised]:
     """Point ``file_name`` of every JIT function a compile of ``kernel`` can reach at its canonical name.
@@ -215,23 +245,12 @@ def canonical_locations(kernel: Any, extra_values: Iterable[Any] = ()) -> Iterat
     namer = _Namer()
     renamed: list[tuple[Any, str]] = []
     names: set[str] = set()
-    sources: dict[str, SourceModule] = {}
     try:
         if jit_type is None:
             yield Canonicalised([], [])
             return
         reached = reached_functions(kernel, extra_values)
-        kernel_fn = _unwrap(kernel, jit_type)
-        kernel_module = namer.module_of(kernel_fn) if kernel_fn is not None else None
-        modules: dict[str, ModuleType] = {n: m for n, m in sorted(sys.modules.items())
-                                          if isinstance(m, ModuleType) and _is_toolchain(n)}
-        for fn in reached:
-            found = namer.module_of(fn)
-            if found is not None and found[0] in sys.modules:
-                modules.setdefault(found[0], sys.modules[found[0]])
-                if not _is_toolchain(found[0]) and found[0] not in sources:
-                    sources[found[0]] = SourceModule(found[0], name_for_module(*found),
-                                                     _source_of(sys.modules[found[0]], found[0]))
+        modules, sources = _modules_and_sources(kernel, reached, namer, jit_type)
         done: set[int] = set()
         for fn in [*reached, *_module_level_functions(modules.values(), jit_type)]:
             old = getattr(fn, "file_name", None)
@@ -243,8 +262,7 @@ def canonical_locations(kernel: Any, extra_values: Iterable[Any] = ()) -> Iterat
                 renamed.append((fn, old))
                 fn.file_name = new
             names.add(new)
-        ordered = sorted(sources.values(), key=lambda s: (kernel_module is None or s.module != kernel_module[0], s.module))
-        yield Canonicalised(sorted(names), ordered)
+        yield Canonicalised(sorted(names), sources)
     finally:
         for fn, old in reversed(renamed):
             fn.file_name = old

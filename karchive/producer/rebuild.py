@@ -135,9 +135,15 @@ def _plan(reader: Any, index: int, v: dict, cache_dir: str) -> _Task | VariantCh
     for name in ("module", "attr", "target"):
         if not isinstance(record.get(name), str):
             return refuse(f"provenance.build.{name} is missing")
+    if not isinstance(record.get("constexprs", {}), dict) or not isinstance(record.get("options", {}), dict) \
+            or not isinstance(record.get("signature"), (str, dict)):
+        return refuse("provenance.build has a malformed signature, constexprs or options")
+    sources = record.get("sources")
+    if not isinstance(sources, list) or not all(isinstance(x, dict) for x in sources):
+        return refuse("provenance.build.sources is not a list of {module, name, sha256}")
     by_sha = {f["sha256"]: f["path"] for f in reader.manifest.get("sources", [])}
     modules: dict[str, tuple[str, str, bool]] = {}
-    for src in record.get("sources") or []:
+    for src in sources:
         module, name, sha = src.get("module"), src.get("name"), src.get("sha256")
         if not isinstance(module, str) or not _MODULE.fullmatch(module) or module.split(".")[0] == "triton":
             return refuse(f"provenance.build.sources names an invalid module {module!r}")
@@ -146,7 +152,11 @@ def _plan(reader: Any, index: int, v: dict, cache_dir: str) -> _Task | VariantCh
             return refuse(f"source {name!r} does not follow the canonical name of module {module!r}")
         if sha not in by_sha:
             return refuse(f"the source of module {module!r} ({name}) is not in the archive")
-        modules[module] = (name, reader.read(by_sha[sha]).decode("utf-8"), is_pkg)
+        try:
+            text = reader.read(by_sha[sha]).decode("utf-8")
+        except UnicodeDecodeError:
+            return refuse(f"the archived source of module {module!r} is not UTF-8 text")
+        modules[module] = (name, text, is_pkg)
     if record["module"] not in modules:
         return refuse(f"the kernel's module {record['module']!r} is not among the archived sources")
     return _Task(index, record, modules, include_ir=bool(v["files"].get("ir")), cache_dir=cache_dir)
