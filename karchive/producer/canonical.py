@@ -279,12 +279,17 @@ def _source_of(module: ModuleType, name: str) -> str:
 
 
 # --- checking the result -------------------------------------------------------------------------
+_GENERIC_DIRS = frozenset({"/tmp", "/var", "/usr", "/opt", "/home", "/srv", "/mnt", "/private", "/Users", "/var/tmp",
+                           "/private/tmp", "/private/var"})
+
+
 def machine_roots(extra: Iterable[str] = ()) -> list[str]:
     """Directories whose names must never appear in an archive: where this machine keeps things.
 
     The home and working directories, the temp directory, the Python prefix, the directory holding
     Triton, Triton's cache, and any directory the caller adds (e.g. each source file's directory).
-    Roots of one path component (``/tmp``, ``/home``) are too generic to search for and are skipped.
+    Shared system directories (``/tmp``, ``/usr``, ``/home``) are too generic to search for and are
+    skipped; ``/root``, a home of its own, is not.
     """
     roots = {os.path.expanduser("~"), os.getcwd(), tempfile.gettempdir(), sys.prefix, *extra}
     try:
@@ -301,8 +306,9 @@ def machine_roots(extra: Iterable[str] = ()) -> list[str]:
         if not r:
             continue
         for form in (os.path.abspath(r), os.path.realpath(r)):
-            if form.count(os.sep) >= 2 and form.rstrip(os.sep):
-                out.add(form.rstrip(os.sep))
+            form = form.rstrip(os.sep)
+            if form and form not in _GENERIC_DIRS:
+                out.add(form)
     return sorted(out, key=lambda r: (-len(r), r))
 
 
