@@ -81,8 +81,12 @@ def test_captured_keys_and_abi_equal_aot(cache_dir, gpu, tmp_path):
     cap.save(out)
     reader = _verify(out)
     (v,) = reader.manifest["variants"]
-    assert v["key"] == aot.variant.to_json()["key"] and set(v["files"]["ir"]) == {"ttir", "ttgir", "llir", "ptx"}
-    assert reader.read(v["files"]["binary"]["path"]) == aot.files["binary"]
+    assert v["key"] == aot.key and set(v["files"]["ir"]) == {"ttir", "ttgir", "llir", "ptx"}
+    # AOT compiles name the source canonically (spec/FORMAT.md §12) and the JIT's debug info keeps Triton's
+    # absolute path, so the cubins differ there; the machine code is the same.
+    from triton.tools.disasm import get_sass
+
+    assert get_sass(reader.read(v["files"]["binary"]["path"])) == get_sass(aot.files["binary"])
 
 
 def test_cache_hits_and_warm_kernels_are_recorded(cache_dir, gpu):

@@ -37,7 +37,9 @@ def _variant(*, full: bool) -> Variant:
         provenance=Provenance("aot", "3.9.0", "f" * 64, "s" * 64,
                               ({"kind": "pass_plugin", "name": "p.so", "sha256": DIGEST},),
                               {"triton_key_sha256": DIGEST, "backend_hash": "x", "env_vars": {}} if full else None,
-                              True if full else None),
+                              True if full else None,
+                              {"scheme": 1, "module": "kernels", "attr": "k", "target": "cuda:90", "signature": "i32",
+                               "constexprs": {}, "options": {}, "env": {}, "sources": []} if full else None),
     )
 
 

@@ -39,6 +39,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.set_defaults(func=cmd_build)
 
 
+def _take_shell_env() -> list[str]:
+    """Warn once about codegen variables in the shell, then drop them before anything imports Triton.
+
+    Triton freezes some of them into defaults at import (``PTXAS_OPTIONS``); a build applies only
+    its spec's ``[archive] env`` (spec/BUILD.md, "Environment").
+    """
+    from ..producer.buildenv import shell_warning, strip_shell
+
+    warning = shell_warning()
+    if "triton" not in sys.modules:  # a process that already imported Triton (tests, notebooks) is left alone
+        strip_shell()
+    return [warning] if warning else []
+
+
 def _summary(result, out: str, total: int) -> dict:
     per = Counter((v.kernel, str(v.variant.target)) for v in result.built)
     return {
@@ -51,10 +65,13 @@ def _summary(result, out: str, total: int) -> dict:
         "archive_bytes": result.archive_bytes,
         "raw_bytes": result.raw_bytes,
         "seconds": round(result.seconds, 3),
+        "warnings": list(result.warnings),
     }
 
 
 def _print_summary(summary: dict) -> None:
+    for w in summary.get("warnings", []):
+        print(f"warning: {w}", file=sys.stderr)
     print(f"built {summary['built']} of {summary['requested']} variants in {summary['seconds']:.1f}s"
           + (f" ({summary['duplicates']} duplicate keys dropped)" if summary["duplicates"] else ""))
     for row in summary["per_kernel_target"]:
@@ -71,6 +88,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     from ..producer.build import build_archive
     from ..producer.spec_file import load_spec, validate_requests
 
+    shell_warnings = _take_shell_env()
     spec = load_spec(args.spec)
     if args.no_ir:
         for r in spec.requests:
@@ -80,6 +98,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(f"{spec.name} {spec.version}: {len(spec.requests)} variants to compile", file=sys.stderr)
     result = build_archive(spec, args.out, jobs=args.jobs, keep_going=args.keep_going,
                            progress=not (args.quiet or args.json))
+    result.warnings[:0] = shell_warnings
     summary = _summary(result, args.out, len(spec.requests))
     emit_json(summary) if args.json else _print_summary(summary)
     return 1 if result.failed else 0
@@ -90,6 +109,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
     from ..producer.spec_file import BuildSpec
     from ..producer.aot import VariantRequest
 
+    shell_warnings = _take_shell_env()
     ref = f"{args.path}:{args.kernel_name}"
     options = {"num_warps": args.num_warps}
     for key in ("num_stages", "num_ctas", "maxnreg"):
@@ -99,6 +119,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
                                include_ir=not args.no_ir, base_dir=os.getcwd()) for t in args.target]
     spec = BuildSpec(name=args.name or args.kernel_name, version=args.archive_version, requests=requests)
     result = build_archive(spec, args.out, jobs=1, progress=False)
+    result.warnings[:0] = shell_warnings
     summary = _summary(result, args.out, len(requests))
     if args.json:
         summary["variants"] = [{"kernel": v.kernel, "key": v.key, "target": str(v.variant.target)}

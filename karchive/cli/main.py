@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "cache_cmds",     # export-triton-cache, import-triton-cache
     "diff_cmds",      # diff
     "trust_cmds",     # keygen, sign
+    "rebuild_cmds",   # rebuild --check
 )
 
 

@@ -253,9 +253,10 @@ class Provenance:
     hooks: tuple[dict[str, str], ...] = ()  # pass plugins / stage-inspection hooks: {kind, name, sha256}
     triton_cache: dict[str, Any] | None = None  # {triton_key_sha256, backend_hash, env_vars}
     harvested: bool | None = None  # read from a Triton cache another process wrote
+    build: dict[str, Any] | None = None  # the AOT request as compiled, for `karchive rebuild` (spec §12)
     extra: dict[str, Any] = field(default_factory=dict)
 
-    _KNOWN = ("origin", "triton_version", "triton_hash", "source_key", "hooks", "triton_cache", "harvested")
+    _KNOWN = ("origin", "triton_version", "triton_hash", "source_key", "hooks", "triton_cache", "harvested", "build")
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> Provenance:
@@ -277,6 +278,7 @@ class Provenance:
             hooks=tuple(hooks),
             triton_cache=_opt(obj, "triton_cache", dict, where),
             harvested=_opt(obj, "harvested", bool, where),
+            build=_opt(obj, "build", dict, where),
             extra={k: v for k, v in obj.items() if k not in cls._KNOWN},
         )
 
@@ -288,6 +290,8 @@ class Provenance:
             out["triton_cache"] = self.triton_cache
         if self.harvested is not None:
             out["harvested"] = self.harvested
+        if self.build is not None:
+            out["build"] = self.build
         out.update(self.extra)
         return out
 

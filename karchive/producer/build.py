@@ -12,6 +12,7 @@ from typing import Callable
 
 from ..errors import BuildError, KarchiveError
 from .aot import VariantRequest, compile_variant, toolchain_versions
+from .buildenv import shell_warning, strip_shell
 from .describe import CompiledVariant
 from .pack import ArchiveBuilder
 from .spec_file import BuildSpec
@@ -25,6 +26,7 @@ class BuildResult:
     seconds: float = 0.0
     archive_bytes: int = 0
     raw_bytes: int = 0
+    warnings: list[str] = field(default_factory=list)
 
 
 def _compile_one(req: VariantRequest) -> tuple[CompiledVariant | None, str | None, float]:
@@ -94,9 +96,10 @@ def compile_all(requests: list[VariantRequest], jobs: int = 0, progress: bool = 
             for req in requests:
                 record(req, *_compile_one(req))
         else:
-            # spawn: workers start clean (no inherited Triton state or threads) on every platform.
+            # spawn: workers start clean (no inherited Triton state or threads) on every platform, and
+            # strip_shell runs before they import Triton, which freezes some variables into defaults.
             ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
+            with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx, initializer=strip_shell) as pool:
                 futures = {pool.submit(_compile_one, req): req for req in requests}
                 for fut in as_completed(futures):
                     record(futures[fut], *fut.result())
@@ -112,8 +115,9 @@ def build_archive(spec: BuildSpec, output: str | os.PathLike, *, jobs: int = 0, 
                   progress: bool = True) -> BuildResult:
     """Compile every request of ``spec`` and write the archive; fail unless all built or ``keep_going``."""
     start = time.perf_counter()
+    warning = shell_warning()  # once here, not once per worker
     built, failed = compile_all(spec.requests, jobs=jobs, progress=progress)
-    result = BuildResult(built=built, failed=failed)
+    result = BuildResult(built=built, failed=failed, warnings=[warning] if warning else [])
     if failed and not keep_going:
         result.seconds = time.perf_counter() - start
         lines = "\n".join(f"  - {msg}" for _, msg in failed)

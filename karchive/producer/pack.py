@@ -16,6 +16,8 @@ from typing import Any
 
 from .. import __version__
 from ..errors import FormatError
+from ..core.digest import sha256_hex
+from ..format.layout import source_member
 from ..format.manifest import FileRef, Manifest
 from ..format.writer import ArchiveWriter, DictionaryMode, WriteStats, source_date_epoch
 from .describe import CompiledVariant
@@ -47,8 +49,7 @@ class ArchiveBuilder:
     def manifest(self) -> Manifest:
         if not self.name or not self.version:
             raise FormatError("an archive needs a name and a version")
-        sources = {v.variant.source: v.source_text.encode() for v in self.variants.values()
-                   if v.variant.source is not None and v.source_text is not None}
+        sources = self._sources()
         created = None
         if os.environ.get("SOURCE_DATE_EPOCH"):  # a timestamp only when the user asks for one
             created = datetime.datetime.fromtimestamp(source_date_epoch(), datetime.timezone.utc).strftime(
@@ -69,10 +70,20 @@ class ArchiveBuilder:
             writer.add_group([(v.binary.path, files["binary"]), (v.metadata.path, files["metadata"])])
             if v.ir:
                 writer.add_group([(v.ir[stage].path, files[stage]) for stage in sorted(v.ir)])
+        sources = self._sources()
         for ref in manifest.sources:
-            text = next(c.source_text for c in self.variants.values() if c.variant.source == ref.path)
-            writer.add_group([(ref.path, text.encode())])  # type: ignore[union-attr]
+            writer.add_group([(ref.path, sources[ref.path])])
         return manifest.to_json(), writer
+
+    def _sources(self) -> dict[str, bytes]:
+        """Every module source the variants need, once: each kernel's module, and the helper modules a
+        rebuild imports (``provenance.build.sources``), by member name."""
+        out: dict[str, bytes] = {}
+        for c in self.variants.values():
+            for text in ([c.source_text] if c.source_text is not None else []) + list(c.extra_sources):
+                data = text.encode()
+                out[source_member(sha256_hex(data))] = data
+        return out
 
     def to_bytes(self) -> tuple[bytes, WriteStats]:
         manifest, writer = self.manifest_and_writer()

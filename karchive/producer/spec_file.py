@@ -20,6 +20,7 @@ else:  # pragma: no cover
 from ..errors import KarchiveError, SpecFileError
 from .aot import BACKEND_OPTIONS, VariantRequest
 from ..format.target import Target
+from .buildenv import validate_env
 
 _KERNEL_KEYS = {"source", "signature", "signatures", "constexprs", "targets", "cuda", "hip", "include_ir"}
 _ALL_OPTIONS = set().union(*BACKEND_OPTIONS.values())
@@ -35,6 +36,7 @@ class BuildSpec:
     level: int = 19
     path: str | None = None
     warnings: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # [archive] env: codegen environment applied to every compile
 
 
 def _as_list(value: Any) -> list:
@@ -68,6 +70,10 @@ def parse_spec(data: dict, base_dir: str, label: str = "<spec>") -> BuildSpec:
     name, version = archive.get("name"), archive.get("version")
     if not isinstance(name, str) or not name or not isinstance(version, str) or not version:
         raise SpecFileError(f"{label}: [archive] needs string 'name' and 'version'")
+    unknown_archive = set(archive) - {"name", "version", "targets", "include_ir", "dictionary", "level", "env"}
+    if unknown_archive:
+        raise SpecFileError(f"{label}: unknown [archive] keys {sorted(unknown_archive)}")
+    env = validate_env(archive.get("env"), f"{label}: [archive] env")
     default_targets = _as_list(archive.get("targets", []))
     include_ir = bool(archive.get("include_ir", True))
     kernels = data.get("kernel")
@@ -112,13 +118,13 @@ def parse_spec(data: dict, base_dir: str, label: str = "<spec>") -> BuildSpec:
                     for op in _product(opts):
                         requests.append(VariantRequest(
                             kernel_ref=k["source"], signature=sig, target=str(t), constexprs=cx, options=op,
-                            include_ir=bool(k.get("include_ir", include_ir)), base_dir=base_dir,
+                            include_ir=bool(k.get("include_ir", include_ir)), base_dir=base_dir, env=dict(env),
                         ))
     dictionary = archive.get("dictionary", "auto")
     if dictionary not in ("auto", "none", "always") and not isinstance(dictionary, int):
         raise SpecFileError(f"{label}: dictionary must be 'auto', 'none', 'always' or a size in bytes")
     return BuildSpec(name=name, version=version, requests=requests, include_ir=include_ir, dictionary=dictionary,
-                     level=int(archive.get("level", 19)), path=label)
+                     level=int(archive.get("level", 19)), path=label, env=env)
 
 
 def validate_requests(requests: list[VariantRequest]) -> None:
