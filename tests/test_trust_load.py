@@ -243,3 +243,20 @@ def test_a_file_changed_between_open_and_hash_is_refused(signed: Path, keys, tmp
     with pytest.raises(IntegrityError, match="changed while it was being opened"):
         karchive.open(signed, trust=policy)
     assert os.path.exists(signed)
+
+
+def test_loads_without_a_policy_never_import_cryptography(tmp_path: Path) -> None:
+    """Signing is opt-in: a consumer that sets no policy pays nothing for it, registry loads included."""
+    from karchive.registry import Registry
+
+    Registry(tmp_path / "registry", cache=tmp_path / "c").publish(small_archive("examples", "0.1.0"))
+    code = textwrap.dedent(f"""
+        import sys, json, karchive
+        karchive.open({str(small_archive("examples", "0.1.0"))!r}).close()
+        karchive.open("examples@0.1.0", registry={str(tmp_path / "registry")!r}, cache_dir={str(tmp_path / "c2")!r})
+        print(json.dumps("cryptography" in sys.modules))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=120,
+                          env=subprocess_env())
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) is False

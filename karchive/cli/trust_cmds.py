@@ -156,6 +156,8 @@ def trust_report_for(ref: str, policy_path: str, *, registry: str | None = None,
     except TrustError as exc:
         report.update(refusal_json(exc))
         return report
+    if verdict is None:  # pragma: no cover - a policy was given, so the loader returned a verdict or raised
+        raise TrustError(f"{ref}: no trust verdict although a policy was given")
     report.update(verdict.to_json())
     return report
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..core.digest import is_sha256_hex
 from ..core.jsonio import canonical_json
@@ -141,6 +141,3 @@ def refresh_signature_index(store: Store, digest: str, rounds: int = 5) -> list[
             break
     return listed
 
-
-def summary(sigs: SignatureSet) -> dict[str, Any]:
-    return {"where": sigs.where, "objects": list(sigs.key_ids), "unreadable": [k for k, _ in sigs.unreadable]}
