@@ -100,12 +100,16 @@ def split_sidecar(path: str | os.PathLike, *, name: str, version: str, sha256: s
     envelope = read_sidecar(where)
     if envelope is None or not envelope.signatures:
         return []
-    statement = parse_statement(envelope.payload)  # not yet verified: only to catch a stale sidecar early
+    try:  # not verified here (readers do that): only to catch a stale or outdated sidecar early
+        statement = parse_statement(envelope.payload)
+    except TrustError as exc:
+        raise TrustError(f"{where}: {exc}; sign the archive again (karchive sign --replace), or leave the "
+                         "sidecar out (--no-sidecar)", reason=exc.reason, archive=subject_name(name, version)) from None
     if (statement.name, statement.version, statement.sha256, statement.index_sha256) != (name, version, sha256,
                                                                                            index_sha256):
         raise TrustError(f"{where} signs {subject_name(statement.name, statement.version)} sha256 {statement.sha256}, "
                          f"not this archive ({subject_name(name, version)} sha256 {sha256}): a stale signature file; "
-                         "sign the archive again (karchive sign --replace) or remove it",
+                         "sign the archive again (karchive sign --replace), or leave it out (--no-sidecar)",
                          reason=reasons.DIGEST_MISMATCH, archive=subject_name(name, version))
     out = []
     for sig in envelope.signatures:
