@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import sys
 from typing import Any
 
@@ -24,8 +25,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--key", help="select variants by key prefix")
     p.set_defaults(func=cmd_inspect)
 
-    v = sub.add_parser("verify", help="check the schema and every digest; non-zero exit naming what failed")
-    v.add_argument("archive")
+    v = sub.add_parser("verify", help="check the schema and every digest (and, with --trust, the signatures); "
+                                      "non-zero exit naming what failed")
+    v.add_argument("archive", help="path, URL, or NAME[@VERSION] in the registry")
+    v.add_argument("--trust", metavar="POLICY",
+                   help="also check the signatures against this trust policy and show who signed what: "
+                        "ARCHIVE.sig.json beside a file or URL, the registry's for NAME@VERSION (spec/SIGNING.md)")
+    v.add_argument("--registry", metavar="URL", help="registry for NAME@VERSION (default: $KARCHIVE_REGISTRY)")
+    v.add_argument("--cache-dir", metavar="DIR", help="local cache for NAME@VERSION (default: $KARCHIVE_CACHE_DIR)")
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_verify)
 
@@ -169,9 +176,13 @@ def schema_problems(manifest: dict) -> list[str]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from ..resolve import open_reader
+
     result: dict[str, Any] = {"archive": args.archive, "ok": False, "problems": []}
     try:
-        reader = _open(args.archive)
+        # Digests first, with no policy (trust=False: not even $KARCHIVE_TRUST_POLICY), so that a damaged
+        # archive shows its damage; the signatures are checked below and reported beside it.
+        reader = open_reader(args.archive, registry=args.registry, cache_dir=args.cache_dir, trust=False)
     except (FormatError, FileNotFoundError) as exc:
         result["problems"].append(str(exc))
     else:
@@ -184,16 +195,30 @@ def cmd_verify(args: argparse.Namespace) -> int:
             for off in range(0, reader.source.size, 1 << 22):
                 h.update(reader.source.read(off, min(1 << 22, reader.source.size - off)))
             result["sha256"] = h.hexdigest()
+    from ..trust.enforce import POLICY_ENV
+
+    policy = args.trust or os.environ.get(POLICY_ENV)  # the variable applies to every load, verify's too
+    if policy:
+        from .trust_cmds import trust_report_for
+
+        result["trust"] = trust_report_for(args.archive, policy, registry=args.registry, cache_dir=args.cache_dir)
+        if not result["trust"]["ok"]:
+            result["problems"].append(f"trust: {result['trust']['reason']}")
     result["ok"] = not result["problems"]
     if args.json:
         emit_json(result)
-    elif result["ok"]:
-        print(printable(f"OK {args.archive}: {result['name']} {result['version']}, {result['members']} members, "
-                        "every digest matches") + (f"\nsha256 {result['sha256']}" if "sha256" in result else ""))
     else:
-        print(printable(f"FAILED {args.archive}:"))
-        for p in result["problems"]:
-            print(f"  - {printable(p)}")
+        if result["ok"]:
+            print(printable(f"OK {args.archive}: {result['name']} {result['version']}, {result['members']} members, "
+                            "every digest matches") + (f"\nsha256 {result['sha256']}" if "sha256" in result else ""))
+        else:
+            print(printable(f"FAILED {args.archive}:"))
+            for p in result["problems"]:
+                print(f"  - {printable(p)}")
+        if "trust" in result:
+            from .trust_cmds import trust_lines
+
+            print("\n".join(trust_lines(result["trust"])))
     return 0 if result["ok"] else 1
 
 

@@ -163,15 +163,17 @@ class Archive:
 def open_archive(ref: str | os.PathLike, *, allow_ptx: bool = False, backend: str | None = None,
                  registry: Any = None, lockfile: Any = None, cache_dir: str | os.PathLike | None = None,
                  fetch: str | None = None, storage_options: dict[str, Any] | None = None,
-                 limits: Limits | None = None) -> Archive:
+                 limits: Limits | None = None, trust: Any = None, allow_downgrade: bool = False) -> Archive:
     """Open an archive for launching: a local path, any fsspec URL, or a registry ``name[@version]``.
 
     ``allow_ptx`` lets variants whose cubin does not fit the GPU run from their PTX through the driver's
     JIT (logged; only when the driver reads that PTX ISA version). ``backend`` forces "cuda" or "hip".
     ``registry``, ``lockfile``, ``cache_dir`` and ``fetch`` apply to registry references
-    (:func:`karchive.resolve.open_reader`).
+    (:func:`karchive.resolve.open_reader`). ``trust`` (a trust policy or its file; default
+    ``$KARCHIVE_TRUST_POLICY``) refuses an archive its signatures do not satisfy, before anything is
+    loaded; ``allow_downgrade`` accepts a ``NAME@latest`` older than one this cache verified.
     """
     text = os.fspath(ref)
     reader = open_reader(text, registry=registry, lockfile=lockfile, cache_dir=cache_dir, fetch=fetch,  # type: ignore[arg-type]
-                         storage_options=storage_options, limits=limits)
+                         storage_options=storage_options, limits=limits, trust=trust, allow_downgrade=allow_downgrade)
     return Archive(reader, ref=text, allow_ptx=allow_ptx, backend=backend)
