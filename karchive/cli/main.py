@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "inspect_cmds",   # inspect, verify, extract
     "registry_cmds",  # publish, pull, ls, lock, cache
     "cache_cmds",     # export-triton-cache, import-triton-cache
+    "doctor_cmds",    # doctor
 )
 
 

@@ -43,6 +43,15 @@
 #define PyFloat_Pack8 _PyFloat_Pack8
 #endif
 
+/* An address from a Python int. PyLong_AsUnsignedLongLong converts multi-digit ints through a generic
+ * byte-array routine (measurably slow for 47-bit addresses); PyLong_AsUnsignedLong walks the digits,
+ * and is 64 bits wide where unsigned long is (Linux, macOS). Same errors: OverflowError, TypeError. */
+#if ULONG_MAX == UINT64_MAX
+#define as_u64(o) ((uint64_t)PyLong_AsUnsignedLong(o))
+#else
+#define as_u64(o) ((uint64_t)PyLong_AsUnsignedLongLong(o))
+#endif
+
 typedef int (*LaunchFn)(void *function, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
                         unsigned int by, unsigned int bz, unsigned int shared, void *stream, void **params,
                         void **extra);
@@ -60,9 +69,25 @@ enum { F_ALIGN = 1, F_EQ1 = 2, F_DIV16 = 4, F_RANGE = 8, F_PRESENT = 0x100 };
 /* The directly read tensor type (torch.Tensor once torch is in use; see args.TENSOR_TYPE)           */
 
 static PyTypeObject *tensor_type = NULL;
-static PyObject *tensor_data_ptr = NULL;   /* unbound method: data_ptr(self) */
-static PyObject *tensor_get_device = NULL; /* unbound method: get_device(self) */
-static PyObject *tensor_dtype = NULL;      /* the dtype descriptor */
+static PyObject *tensor_data_ptr = NULL;   /* the unbound method data_ptr(self) */
+static PyObject *tensor_get_device = NULL; /* the unbound method get_device(self) */
+static PyObject *tensor_dtype = NULL;      /* the dtype descriptor (a data descriptor), or NULL */
+/* torch defines data_ptr/get_device as METH_NOARGS C methods and dtype as a getset: calling their C
+ * functions directly skips CPython's descriptor dispatch (about a sixth of what one read costs). */
+static PyCFunction data_ptr_c = NULL, get_device_c = NULL;
+static getter dtype_c = NULL;
+static void *dtype_closure = NULL;
+
+static PyCFunction
+noargs_c_function(PyObject *descr)
+{
+    if (descr != NULL && Py_IS_TYPE(descr, &PyMethodDescr_Type)) {
+        PyMethodDef *def = ((PyMethodDescrObject *)descr)->d_method;
+        if ((def->ml_flags & ~METH_COEXIST) == METH_NOARGS)
+            return def->ml_meth;
+    }
+    return NULL;
+}
 
 static PyObject *
 set_tensor_type(PyObject *module, PyObject *tp)
@@ -73,7 +98,7 @@ set_tensor_type(PyObject *module, PyObject *tp)
             PyErr_SetString(PyExc_TypeError, "set_tensor_type expects a type or None");
             return NULL;
         }
-        data_ptr = PyObject_GetAttrString(tp, "data_ptr");     /* torch: method descriptors on TensorBase */
+        data_ptr = PyObject_GetAttrString(tp, "data_ptr"); /* torch: method descriptors of TensorBase */
         get_device = PyObject_GetAttrString(tp, "get_device");
         if (data_ptr == NULL || get_device == NULL) {
             Py_XDECREF(data_ptr);
@@ -92,36 +117,60 @@ set_tensor_type(PyObject *module, PyObject *tp)
     Py_XSETREF(tensor_get_device, get_device);
     Py_XSETREF(tensor_dtype, dtype);
     Py_XSETREF(tensor_type, tp == Py_None ? NULL : (PyTypeObject *)Py_NewRef(tp));
+    data_ptr_c = noargs_c_function(tensor_data_ptr);
+    get_device_c = noargs_c_function(tensor_get_device);
+    dtype_c = NULL;
+    dtype_closure = NULL;
+    if (tensor_dtype != NULL && Py_IS_TYPE(tensor_dtype, &PyGetSetDescr_Type)) {
+        PyGetSetDef *def = ((PyGetSetDescrObject *)tensor_dtype)->d_getset;
+        dtype_c = def->get;
+        dtype_closure = def->closure;
+    }
     Py_RETURN_NONE;
 }
 
-static PyObject *
+static inline PyObject *
+tensor_data_ptr_of(PyObject *a)
+{
+    return data_ptr_c ? data_ptr_c(a, NULL) : PyObject_Vectorcall(tensor_data_ptr, &a, 1, NULL);
+}
+
+static inline PyObject *
+tensor_get_device_of(PyObject *a)
+{
+    return get_device_c ? get_device_c(a, NULL) : PyObject_Vectorcall(tensor_get_device, &a, 1, NULL);
+}
+
+static inline PyObject *
 tensor_read_dtype(PyObject *a)
 {
+    if (dtype_c != NULL)
+        return dtype_c(a, dtype_closure);
     if (tensor_dtype != NULL)
         return Py_TYPE(tensor_dtype)->tp_descr_get(tensor_dtype, a, (PyObject *)Py_TYPE(a));
     return PyObject_GetAttrString(a, "dtype");
 }
 
-/* (address, dtype, device) of a pointer argument. dtype is a new reference; *has_dev is 0 when the
- * object does not say its device. Returns -1 with an exception set when it cannot be read. */
+/* (address, dtype, device) of a pointer argument; *has_dev is 0 when the object does not say its device.
+ * Returns 0 when dtype is a new reference, 1 when it is Py_None borrowed (ints and None: the common raw
+ * address case costs no reference counting), -1 with an exception set when it cannot be read. */
 static int
 read_pointer(PyObject *a, PyObject *pointer_info, uint64_t *ptr, PyObject **dtype, long *dev, int *has_dev)
 {
     *dtype = NULL;
     *has_dev = 0;
     if (tensor_type != NULL && Py_IS_TYPE(a, tensor_type)) {
-        PyObject *r = PyObject_Vectorcall(tensor_data_ptr, &a, 1, NULL);
+        PyObject *r = tensor_data_ptr_of(a);
         if (r == NULL)
             return -1;
-        *ptr = PyLong_AsUnsignedLongLong(r);
+        *ptr = as_u64(r);
         Py_DECREF(r);
         if (*ptr == (uint64_t)-1 && PyErr_Occurred())
             return -1;
         *dtype = tensor_read_dtype(a);
         if (*dtype == NULL)
             return -1;
-        r = PyObject_Vectorcall(tensor_get_device, &a, 1, NULL);
+        r = tensor_get_device_of(a);
         if (r == NULL)
             goto fail;
         *dev = PyLong_AsLong(r);
@@ -132,16 +181,16 @@ read_pointer(PyObject *a, PyObject *pointer_info, uint64_t *ptr, PyObject **dtyp
         return 0;
     }
     if (PyLong_CheckExact(a)) {
-        *ptr = PyLong_AsUnsignedLongLong(a);
+        *ptr = as_u64(a);
         if (*ptr == (uint64_t)-1 && PyErr_Occurred())
             return -1;
-        *dtype = Py_NewRef(Py_None);
-        return 0;
+        *dtype = Py_None; /* immortal enough: borrowed (the caller knows, see make_key) */
+        return 1;
     }
     if (a == Py_None) {
         *ptr = 0;
-        *dtype = Py_NewRef(Py_None);
-        return 0;
+        *dtype = Py_None;
+        return 1;
     }
     {
         PyObject *r = PyObject_CallOneArg(pointer_info, a);
@@ -152,7 +201,7 @@ read_pointer(PyObject *a, PyObject *pointer_info, uint64_t *ptr, PyObject **dtyp
             PyErr_SetString(PyExc_TypeError, "pointer_info must return (int, dtype, device)");
             return -1;
         }
-        *ptr = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(r, 0));
+        *ptr = as_u64(PyTuple_GET_ITEM(r, 0));
         if (*ptr == (uint64_t)-1 && PyErr_Occurred()) {
             Py_DECREF(r);
             return -1;
@@ -173,6 +222,18 @@ read_pointer(PyObject *a, PyObject *pointer_info, uint64_t *ptr, PyObject **dtyp
 fail:
     Py_CLEAR(*dtype);
     return -1;
+}
+
+/* 8 bytes of an address, little-endian as the driver reads it. */
+static inline void
+put_u64(unsigned char *dst, uint64_t v)
+{
+#if PY_LITTLE_ENDIAN
+    memcpy(dst, &v, 8);
+#else
+    for (int k = 0; k < 8; k++)
+        dst[k] = (unsigned char)(v >> (8 * k));
+#endif
 }
 
 /* ------------------------------------------------------------------------------------------------ */
@@ -197,7 +258,7 @@ pack_int(char code, PyObject *o, unsigned char *dst)
     uint64_t bits;
     int size;
     if (code == 'Q') {
-        unsigned long long x = PyLong_AsUnsignedLongLong(v);
+        unsigned long long x = as_u64(v);
         Py_DECREF(v);
         if (x == (unsigned long long)-1 && PyErr_Occurred())
             return -1;
@@ -536,30 +597,29 @@ release_key(Dispatcher *d, CallKey *k)
             Py_CLEAR(k->obj[i]);
 }
 
-/* 1 when the key is built, 0 when this call cannot be keyed here (the slow path takes it), -1 on error. */
+/* 1 when the key is built, 0 when this call cannot be keyed here (the slow path takes it), -1 on error.
+ * Every part of k is written (release_key may run after a failure part-way). */
 static int
 make_key(Dispatcher *d, PyObject **vals, CallKey *k, uint64_t *ptrs)
 {
     for (Py_ssize_t i = 0; i < d->n_slots; i++) {
+        PyObject *a = vals[i];
         k->obj[i] = NULL;
         k->type[i] = NULL;
         k->bits[i] = 0;
         k->own[i] = 0;
-    }
-    for (Py_ssize_t i = 0; i < d->n_slots; i++) {
-        PyObject *a = vals[i];
         if (a == NULL)
             continue; /* not passed: part of the key as "missing" */
         switch (d->roles[i]) {
         case ROLE_PTR: {
             PyObject *dtype;
-            ptrs[i] = 0;
             long dev = 0;
             int has_dev;
-            if (read_pointer(a, d->pointer_info, &ptrs[i], &dtype, &dev, &has_dev) < 0)
+            int got = read_pointer(a, d->pointer_info, &ptrs[i], &dtype, &dev, &has_dev);
+            if (got < 0)
                 return -1;
             k->obj[i] = dtype;
-            k->own[i] = 1;
+            k->own[i] = (got == 0);
             k->type[i] = (PyObject *)Py_TYPE(a);
             uint64_t devcode = has_dev ? (uint64_t)(dev + 2) : 0; /* unknown 0, host 1, ordinal n: n + 2 */
             k->bits[i] = F_PRESENT | (devcode << 16) | (((d->flags[i] & F_ALIGN) && !(ptrs[i] & 15)) ? F_ALIGN : 0);
@@ -619,11 +679,9 @@ static int
 key_matches(Dispatcher *d, Key *c, CallKey *k)
 {
     for (Py_ssize_t i = 0; i < d->n_slots; i++) {
+        PyObject *x = c->part[i].obj, *y = k->obj[i];
         if (c->part[i].bits != k->bits[i] || c->part[i].type != k->type[i])
             return 0;
-    }
-    for (Py_ssize_t i = 0; i < d->n_slots; i++) {
-        PyObject *x = c->part[i].obj, *y = k->obj[i];
         if (x == y)
             continue;
         if (x == NULL || y == NULL || Py_TYPE(x) != Py_TYPE(y))
@@ -717,19 +775,19 @@ insert(Dispatcher *d, CallKey *k, PyObject *target)
     return c;
 }
 
-/* (args after the grid, kwargs) of the call, for the Python side. */
+/* (args, kwargs) of the call for the Python side: the npos kernel arguments, keyword values after them. */
 static int
-call_args(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyObject **t, PyObject **kw)
+call_args(PyObject *const *args, Py_ssize_t npos, PyObject *kwnames, PyObject **t, PyObject **kw)
 {
-    *t = PyTuple_New(nargs > 1 ? nargs - 1 : 0);
+    *t = PyTuple_New(npos);
     *kw = PyDict_New();
     if (*t == NULL || *kw == NULL)
         goto fail;
-    for (Py_ssize_t i = 1; i < nargs; i++)
-        PyTuple_SET_ITEM(*t, i - 1, Py_NewRef(args[i]));
+    for (Py_ssize_t i = 0; i < npos; i++)
+        PyTuple_SET_ITEM(*t, i, Py_NewRef(args[i]));
     if (kwnames != NULL) {
         for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); k++)
-            if (PyDict_SetItem(*kw, PyTuple_GET_ITEM(kwnames, k), args[nargs + k]) < 0)
+            if (PyDict_SetItem(*kw, PyTuple_GET_ITEM(kwnames, k), args[npos + k]) < 0)
                 goto fail;
     }
     return 0;
@@ -740,12 +798,12 @@ fail:
 }
 
 static PyObject *
-call_slow(Dispatcher *d, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+call_slow(Dispatcher *d, PyObject *grid, PyObject *const *args, Py_ssize_t npos, PyObject *kwnames)
 {
     PyObject *t, *kw;
-    if (call_args(args, nargs, kwnames, &t, &kw) < 0)
+    if (call_args(args, npos, kwnames, &t, &kw) < 0)
         return NULL;
-    PyObject *r = PyObject_CallFunctionObjArgs(d->slow, nargs > 0 ? args[0] : Py_None, t, kw, NULL);
+    PyObject *r = PyObject_CallFunctionObjArgs(d->slow, grid, t, kw, NULL);
     Py_DECREF(t);
     Py_DECREF(kw);
     return r;
@@ -822,7 +880,7 @@ fast_grid(PyObject *grid, unsigned int *g)
         PyObject *v = PyTuple_GET_ITEM(grid, i);
         if (!PyLong_CheckExact(v))
             return 0;
-        unsigned long long x = PyLong_AsUnsignedLongLong(v);
+        unsigned long long x = as_u64(v);
         if (x == (unsigned long long)-1 && PyErr_Occurred()) {
             PyErr_Clear();
             return 0;
@@ -884,7 +942,7 @@ stream_value(Dispatcher *d, PyObject *stream, Key *hit, uint64_t *out)
         obj = Py_NewRef(stream);
     }
     if (PyLong_CheckExact(obj)) {
-        *out = PyLong_AsUnsignedLongLong(obj);
+        *out = as_u64(obj);
         if (!(*out == (uint64_t)-1 && PyErr_Occurred())) {
             Py_DECREF(obj);
             return 0;
@@ -895,7 +953,7 @@ stream_value(Dispatcher *d, PyObject *stream, Key *hit, uint64_t *out)
     Py_DECREF(obj);
     if (h == NULL)
         return -1;
-    *out = PyLong_AsUnsignedLongLong(h);
+    *out = as_u64(h);
     Py_DECREF(h);
     return (*out == (uint64_t)-1 && PyErr_Occurred()) ? -1 : 0;
 }
@@ -958,8 +1016,7 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
             continue; /* a null scratch pointer */
         Py_ssize_t i = d->call_positions[slot->value];
         if (slot->code == 'P') {
-            for (int k = 0; k < 8; k++)
-                dst[k] = (unsigned char)(ptrs[i] >> (8 * k));
+            put_u64(dst, ptrs[i]);
             continue;
         }
         if (vals[i] == NULL) {
@@ -998,31 +1055,24 @@ done:
     return result;
 }
 
+/* One launch: ``args`` are the kernel's arguments (npos by position, then the values of kwnames). */
 static PyObject *
-dispatcher_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+dispatch(Dispatcher *d, PyObject *grid, PyObject *const *args, Py_ssize_t npos, PyObject *kwnames)
 {
-    Dispatcher *d = (Dispatcher *)op;
-    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs < 1) {
-        PyErr_SetString(PyExc_TypeError, "a launch needs a grid: kernel[grid](...)");
-        return NULL;
-    }
-    PyObject *grid = args[0];
     PyObject *vals[MAX_SLOTS];
     PyObject *stream = NULL;
-    Py_ssize_t npos = nargs - 1;
 
     /* 1. bind */
     if (npos > d->n_params)
-        return call_slow(d, args, nargs, kwnames);
+        return call_slow(d, grid, args, npos, kwnames);
     for (Py_ssize_t i = 0; i < d->n_slots; i++)
-        vals[i] = (i < npos && args[1 + i] != d->missing) ? args[1 + i] : NULL;
+        vals[i] = (i < npos && args[i] != d->missing) ? args[i] : NULL;
     if (kwnames != NULL) {
         for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); k++) {
-            PyObject *value = args[nargs + k];
+            PyObject *value = args[npos + k];
             Py_ssize_t j = find_name(d, PyTuple_GET_ITEM(kwnames, k));
             if (j < 0)
-                return call_slow(d, args, nargs, kwnames); /* unknown keyword: the slow path names it */
+                return call_slow(d, grid, args, npos, kwnames); /* unknown keyword: the slow path names it */
             if (j == d->n_slots) {
                 stream = value == Py_None ? NULL : value;
                 continue;
@@ -1046,14 +1096,14 @@ dispatcher_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObje
         release_key(d, &key);
         if (ok < 0)
             PyErr_Clear(); /* the slow path reads the same argument and reports it properly */
-        return call_slow(d, args, nargs, kwnames);
+        return call_slow(d, grid, args, npos, kwnames);
     }
 
     /* 3. look up, or resolve in Python */
     Key *hit = lookup(d, &key);
     if (hit == NULL) {
         PyObject *t, *kw;
-        if (call_args(args, nargs, kwnames, &t, &kw) < 0) {
+        if (call_args(args, npos, kwnames, &t, &kw) < 0) {
             release_key(d, &key);
             return NULL;
         }
@@ -1077,6 +1127,18 @@ dispatcher_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObje
     PyObject *r = launch_hit(d, hit, grid, stream, vals, ptrs);
     Py_DECREF(hit);
     return r;
+}
+
+/* dispatcher(grid, *args, **kwargs) */
+static PyObject *
+dispatcher_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "a launch needs a grid: kernel[grid](...)");
+        return NULL;
+    }
+    return dispatch((Dispatcher *)op, args[0], args + 1, nargs - 1, kwnames);
 }
 
 static PyObject *
@@ -1239,6 +1301,133 @@ static PyTypeObject DispatcherType = {
 };
 
 /* ------------------------------------------------------------------------------------------------ */
+/* kernel[grid]: Kernel.__getitem__ in C, and the launcher it returns                                 */
+
+/* kernel[grid](...): the kernel's launch callable (Kernel._run) with the grid bound. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *run;  /* a Dispatcher, or the Python path's function */
+    PyObject *grid;
+} GridLaunch;
+
+static PyObject *
+gridlaunch_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    GridLaunch *g = (GridLaunch *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (Py_IS_TYPE(g->run, &DispatcherType))
+        return dispatch((Dispatcher *)g->run, g->grid, args, nargs, kwnames);
+    /* the Python path: run(grid, *args, **kwargs), as functools.partial would call it */
+    Py_ssize_t total = nargs + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0);
+    PyObject *small[16];
+    PyObject **stack = total + 1 <= 16 ? small : PyMem_Malloc(sizeof(PyObject *) * (size_t)(total + 1));
+    if (stack == NULL)
+        return PyErr_NoMemory();
+    stack[0] = g->grid;
+    memcpy(stack + 1, args, sizeof(PyObject *) * (size_t)total);
+    PyObject *r = PyObject_Vectorcall(g->run, stack, (size_t)(nargs + 1), kwnames);
+    if (stack != small)
+        PyMem_Free(stack);
+    return r;
+}
+
+static int
+gridlaunch_traverse(GridLaunch *g, visitproc visit, void *arg)
+{
+    Py_VISIT(g->run);
+    Py_VISIT(g->grid);
+    return 0;
+}
+
+static int
+gridlaunch_clear(GridLaunch *g)
+{
+    Py_CLEAR(g->run);
+    Py_CLEAR(g->grid);
+    return 0;
+}
+
+static void
+gridlaunch_dealloc(GridLaunch *g)
+{
+    PyObject_GC_UnTrack(g);
+    gridlaunch_clear(g);
+    Py_TYPE(g)->tp_free((PyObject *)g);
+}
+
+static PyObject *
+gridlaunch_repr(GridLaunch *g)
+{
+    return PyUnicode_FromFormat("<karchive launcher grid=%R>", g->grid);
+}
+
+static PyTypeObject GridLaunchType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "karchive.runtime._fastlaunch.GridLaunch",
+    .tp_doc = "kernel[grid]: call it with the kernel's arguments.",
+    .tp_basicsize = sizeof(GridLaunch),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(GridLaunch, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_dealloc = (destructor)gridlaunch_dealloc,
+    .tp_traverse = (traverseproc)gridlaunch_traverse,
+    .tp_clear = (inquiry)gridlaunch_clear,
+    .tp_repr = (reprfunc)gridlaunch_repr,
+};
+
+static PyObject *str_run = NULL; /* "_run" */
+
+/* Kernel.__getitem__ = _fastlaunch.subscript: an object of this type in the class. Its type says
+ * Py_TPFLAGS_METHOD_DESCRIPTOR, so CPython calls it as subscript(kernel, grid) without making a bound
+ * method first (as for functions defined in the class); like a function, it binds on attribute access. */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+} Subscript;
+
+static PyObject *
+subscript_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    if (PyVectorcall_NARGS(nargsf) != 2 || kwnames != NULL) {
+        PyErr_SetString(PyExc_TypeError, "__getitem__ takes exactly one grid");
+        return NULL;
+    }
+    PyObject *run = PyObject_GetAttr(args[0], str_run); /* Kernel._run: its launch path, made on first use */
+    if (run == NULL)
+        return NULL;
+    GridLaunch *g = PyObject_GC_New(GridLaunch, &GridLaunchType);
+    if (g == NULL) {
+        Py_DECREF(run);
+        return NULL;
+    }
+    g->vectorcall = gridlaunch_vectorcall;
+    g->run = run;
+    g->grid = Py_NewRef(args[1]);
+    PyObject_GC_Track(g);
+    return (PyObject *)g;
+}
+
+static PyObject *
+subscript_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyTypeObject SubscriptType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "karchive.runtime._fastlaunch.Subscript",
+    .tp_doc = "kernel[grid] -> a launcher for that grid (Kernel.__getitem__ on the compiled path).",
+    .tp_basicsize = sizeof(Subscript),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_vectorcall_offset = offsetof(Subscript, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_descr_get = subscript_get,
+};
+
+/* ------------------------------------------------------------------------------------------------ */
 /* Bound: the base of native.NativeBoundLauncher; bound() is one driver call                         */
 
 typedef struct {
@@ -1357,7 +1546,7 @@ bound_set_grid(Bound *self, PyObject *args)
 static PyObject *
 bound_set_stream(Bound *self, PyObject *arg)
 {
-    unsigned long long s = PyLong_AsUnsignedLongLong(arg);
+    unsigned long long s = as_u64(arg);
     if (s == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
     self->stream = (void *)(uintptr_t)s;
@@ -1407,14 +1596,14 @@ bound_repack(Bound *self, PyObject *args)
         }
         uint64_t p;
         if (tensor_type != NULL && Py_IS_TYPE(o, tensor_type)) {
-            PyObject *r = PyObject_Vectorcall(tensor_data_ptr, &o, 1, NULL);
+            PyObject *r = tensor_data_ptr_of(o);
             if (r == NULL)
                 goto fail;
-            p = PyLong_AsUnsignedLongLong(r);
+            p = as_u64(r);
             Py_DECREF(r);
         }
         else if (PyLong_CheckExact(o)) {
-            p = PyLong_AsUnsignedLongLong(o);
+            p = as_u64(o);
         }
         else if (o == Py_None) {
             p = 0;
@@ -1423,7 +1612,7 @@ bound_repack(Bound *self, PyObject *args)
             PyObject *r = PyObject_CallOneArg(self->pointer_value, o);
             if (r == NULL)
                 goto fail;
-            p = PyLong_AsUnsignedLongLong(r);
+            p = as_u64(r);
             Py_DECREF(r);
         }
         if (p == (uint64_t)-1 && PyErr_Occurred())
@@ -1432,8 +1621,7 @@ bound_repack(Bound *self, PyObject *args)
             PyErr_SetString(PyExc_ValueError, "misaligned");
             goto fail;
         }
-        for (int b = 0; b < 8; b++)
-            dst[b] = (unsigned char)(p >> (8 * b));
+        put_u64(dst, p);
     }
     memcpy(self->buffer, tmp, (size_t)self->buffer_size); /* all or nothing */
     if (tmp != stack_copy)
@@ -1629,8 +1817,13 @@ PyMODINIT_FUNC
 PyInit__fastlaunch(void)
 {
     if (PyType_Ready(&EntryType) < 0 || PyType_Ready(&KeyType) < 0 || PyType_Ready(&DispatcherType) < 0
-        || PyType_Ready(&BoundType) < 0)
+        || PyType_Ready(&BoundType) < 0 || PyType_Ready(&GridLaunchType) < 0 || PyType_Ready(&SubscriptType) < 0)
         return NULL;
+    str_run = PyUnicode_InternFromString("_run");
+    Subscript *subscript = PyObject_New(Subscript, &SubscriptType);
+    if (str_run == NULL || subscript == NULL)
+        return NULL;
+    subscript->vectorcall = subscript_vectorcall;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)
         return NULL;
@@ -1638,7 +1831,9 @@ PyInit__fastlaunch(void)
         || PyModule_AddIntConstant(m, "MAX_SLOTS", MAX_SLOTS) < 0
         || PyModule_AddObjectRef(m, "Dispatcher", (PyObject *)&DispatcherType) < 0
         || PyModule_AddObjectRef(m, "Entry", (PyObject *)&EntryType) < 0
-        || PyModule_AddObjectRef(m, "Bound", (PyObject *)&BoundType) < 0) {
+        || PyModule_AddObjectRef(m, "Bound", (PyObject *)&BoundType) < 0
+        || PyModule_AddObjectRef(m, "GridLaunch", (PyObject *)&GridLaunchType) < 0
+        || PyModule_AddObject(m, "subscript", (PyObject *)subscript) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -2,8 +2,9 @@
 
 How a call travels (read in this order):
 
-1. ``kernel[grid]`` is ``partial(kernel._run, grid)``. ``_run`` is the kernel's *launch path*: the
-   compiled ``_fastlaunch.Dispatcher`` (:mod:`.native`) or, where the extension is not built or
+1. ``kernel[grid]`` is ``kernel._run`` with the grid bound (``_fastlaunch.subscript`` in C, else
+   ``functools.partial``). ``_run`` is the kernel's *launch path*: the compiled
+   ``_fastlaunch.Dispatcher`` (:mod:`.native`) or, where the extension is not built or
    ``KARCHIVE_LAUNCH_PATH=python``, a function generated from one template (:mod:`.pydispatch`;
    print it with :meth:`Kernel.source`). Both do the same steps:
 2. bind the arguments to the kernel's parameters and launch options, and build the selection key
@@ -58,8 +59,18 @@ def _cupy_default_stream() -> Callable[[int], int] | None:
     return lambda _dev: get().ptr
 
 
+def _getitem(kernel: "Kernel", grid: Any) -> Callable[..., None]:
+    """``kernel[grid]`` -> a launcher taking the kernel's arguments (Triton's call shape)."""
+    return partial(kernel._run, grid)
+
+
 class Kernel:
     """Every variant of one kernel in an archive; launch with ``kernel[grid](...)``, ``run`` or ``bind``."""
+
+    #: ``kernel[grid]`` -> a launcher taking the kernel's arguments (Triton's call shape). The compiled
+    #: one where the extension is built (a C method-like object: no Python frame, no partial), else
+    #: :func:`_getitem`; both call ``kernel._run(grid, *args, **kwargs)``.
+    __getitem__ = launch_path.subscript(_getitem)
 
     def __init__(self, archive: "Archive", name: str, variants: Sequence[Variant]) -> None:
         if not variants:
@@ -93,10 +104,6 @@ class Kernel:
         return build(self)
 
     # -- public API ------------------------------------------------------------------------------------
-    def __getitem__(self, grid: Any) -> Callable[..., None]:
-        """``kernel[grid]`` -> a launcher taking the kernel's arguments (Triton's call shape)."""
-        return partial(self._run, grid)
-
     def run(self, *args: Any, grid: Any, stream: Any = None, **kwargs: Any) -> None:
         self._run(grid, *args, stream=stream, **kwargs)
 

@@ -16,7 +16,7 @@ import contextlib
 import os
 import threading
 from types import ModuleType
-from typing import Iterator, NamedTuple
+from typing import Any, Callable, Iterator, NamedTuple
 
 from ..errors import RuntimeLoadError
 
@@ -64,6 +64,16 @@ def _load() -> tuple[ModuleType | None, str]:
                         on_tensor_type(_fastlaunch.set_tensor_type)
                         _loaded = (_fastlaunch, str(_fastlaunch.__file__))
     return _loaded
+
+
+def subscript(python_getitem: Callable[[Any, Any], Any]) -> Any:
+    """``Kernel.__getitem__``: the extension's (``kernel[grid]`` without a Python frame or a partial object),
+    unless it is not built or ``KARCHIVE_LAUNCH_PATH=python`` when the runtime is imported; then
+    ``python_getitem``. Both return a callable ``(*args, **kwargs)`` that calls ``kernel._run(grid, ...)``."""
+    if requested() == PYTHON:
+        return python_getitem
+    module = extension()
+    return python_getitem if module is None else module.subscript
 
 
 def requested() -> str:
