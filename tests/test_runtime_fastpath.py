@@ -469,3 +469,23 @@ def test_forcing_the_python_path_and_requiring_the_extension(monkeypatch, cuda_a
 def test_the_compiled_launcher_is_built_where_required():
     status = launch_path.status()
     assert status.built, status.detail
+
+
+def test_without_the_extension_everything_takes_the_python_path():
+    """Where the extension was not built (no compiler), nothing imports it and every kernel is on the Python path."""
+    code = (
+        "import sys, json\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'karchive.runtime._fastlaunch':\n"
+        "            raise ImportError('not built (this test)')\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "from karchive.runtime import dispatch, launch_path\n"
+        "s = launch_path.status()\n"
+        "print(json.dumps([s.built, s.active, launch_path.choose(), dispatch.Kernel.__getitem__.__module__]))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop(launch_path.ENV, None)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == '[false, "python", "python", "karchive.runtime.dispatch"]'

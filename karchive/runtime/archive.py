@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import NoMatchingVariantError, SchemaError
 from ..format.manifest import Manifest, Variant, parse_variant
@@ -21,6 +21,9 @@ from .device import ptx_header
 from .autotuned import AutotunedKernel
 from .dispatch import Kernel
 from .select import DeviceFit
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .driver_api import Backend
 
 log = logging.getLogger("karchive.runtime")
 
@@ -49,7 +52,7 @@ class Archive:
         self._manifest: Manifest | None = None
         self.allow_ptx = allow_ptx
         self._backend_name = backend
-        self._backend: Any = None
+        self._backend: Backend | None = None
         self._lock = threading.RLock()
         self._kernels: dict[tuple[str, bool], Kernel | AutotunedKernel] = {}
         self._functions: dict[tuple[str, int], Any] = {}
@@ -118,7 +121,7 @@ class Archive:
         return self.kernel(name)
 
     # -- device side -----------------------------------------------------------------------------------
-    def backend(self) -> Any:
+    def backend(self) -> "Backend":
         """The driver backend for this archive's variants (CUDA before HIP), initialised on first use."""
         b = self._backend
         if b is None:

@@ -84,7 +84,7 @@ class CudaBackend:
         self._lock = threading.Lock()
         self._contexts: dict[int, Any] = {}
         self._infos: dict[int, DeviceInfo] = {}
-        self._streams = StreamCache(d.CUstream)
+        self.streams = StreamCache(d.CUstream)
         self._launch_address: int | None | bool = False  # False: not asked yet
 
     # -- errors -----------------------------------------------------------------------------------
@@ -197,7 +197,7 @@ class CudaBackend:
     # -- streams --------------------------------------------------------------------------------------
     def stream(self, handle: Any) -> Any:
         """A cached ``CUstream`` for an int handle or any stream object (torch, CuPy, ``__cuda_stream__``)."""
-        return self._streams.get(handle)
+        return self.streams.get(handle)
 
     def is_capturing(self, stream: Any) -> bool:
         err, status = self.d.cuStreamIsCapturing(stream)

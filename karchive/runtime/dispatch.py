@@ -23,7 +23,7 @@ from __future__ import annotations
 import sys
 import threading
 from functools import cached_property, partial
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ..errors import ArgumentError, NoMatchingVariantError
 from ..format.manifest import Variant
@@ -38,11 +38,14 @@ if TYPE_CHECKING:  # pragma: no cover
     from .archive import Archive
 
 
-class CallTarget(NamedTuple):
+class CallTarget:
     """What a selection key leads to: the loaded variant, and where the default stream comes from."""
 
-    entry: LaunchEntry
-    stream_fn: Callable[[int], int] | None  # device -> current stream of the arguments' framework; None: 0
+    __slots__ = ("entry", "stream_fn")
+
+    def __init__(self, entry: LaunchEntry, stream_fn: Callable[[int], int] | None) -> None:
+        self.entry = entry
+        self.stream_fn = stream_fn  # device -> current stream of the arguments' framework; None: stream 0
 
 
 def _torch_default_stream() -> Callable[[int], int] | None:

@@ -61,15 +61,18 @@ class StreamCache:
     Owned by one backend; ``get`` is on the launch path of the pure-Python route.
     """
 
-    __slots__ = ("_make", "_objects", "_lock", "_limit")
+    __slots__ = ("_make", "_objects", "_lock", "_limit", "known")
 
     def __init__(self, make: Callable[[int], Any], limit: int = 4096) -> None:
         self._make = make
         self._objects: dict[int, Any] = {}
         self._lock = threading.Lock()
         self._limit = limit  # handles of destroyed streams are never told to us: bound the cache
+        #: ``known(handle)``: the object already made for an int handle, else None (one C call, no frame).
+        self.known: Callable[[int], Any] = self._objects.get
 
     def get(self, stream: Any) -> Any:
+        """The binding's stream object for an int handle, None (stream 0) or a framework stream."""
         s = self._objects.get(stream) if type(stream) is int else None
         if s is not None:
             return s
@@ -92,6 +95,7 @@ class Backend(Protocol):
     count: int  # visible devices
     driver_version: int | None
     context_errors: frozenset[int]  # driver results after which a launch is retried in the device's context
+    streams: StreamCache  # the binding's stream objects per handle, owned by this backend
 
     def error_text(self, err: Any) -> str: ...
 

@@ -68,7 +68,7 @@ class HipBackend:
                                         if hasattr(h.hipError_t, n))
         self._lock = threading.Lock()
         self._infos: dict[int, DeviceInfo] = {}
-        self._streams = StreamCache(lambda raw: raw)  # hip-python accepts an int address for hipStream_t
+        self.streams = StreamCache(lambda raw: raw)  # hip-python accepts an int address for hipStream_t
         self._launch_address: int | None | bool = False  # False: not asked yet
 
     def error_text(self, err: Any) -> str:
@@ -137,7 +137,7 @@ class HipBackend:
         return LoadedFunction(module, func, None, index)
 
     def stream(self, handle: Any) -> Any:
-        return self._streams.get(handle)
+        return self.streams.get(handle)
 
     def is_capturing(self, stream: Any) -> bool:
         try:

@@ -124,6 +124,9 @@ class LaunchEntry:
         self._owner = threading.get_ident()
         self._tls = threading.local()
         self.label = variant_label(variant)
+        #: ``launch(grid, stream, values)``: the Python path's launch (grid as the caller gave it, after a
+        #: callable grid ran; ``values`` the call values).
+        self.launch: Callable[[Any, Any, Sequence[Any]], None] = self._make_launch()
 
     @cached_property
     def native(self) -> Any:
@@ -186,11 +189,38 @@ class LaunchEntry:
         return layout
 
     # -- launching -------------------------------------------------------------------------------------
-    def launch(self, grid: Any, stream: Any, values: Sequence[Any]) -> None:
-        """The pure-Python launch: ``grid`` as the caller gave it (after a callable grid ran)."""
-        gx, gy, gz = grid_dims(grid)
-        if gx * gy * gz:  # Triton launches nothing for an empty grid
-            self.launch_dims(gx, gy, gz, stream, values)
+    def _make_launch(self) -> Callable[[Any, Any, Sequence[Any]], None]:
+        """The Python path's launch as one function: for the common case (a plain launch from the thread
+        that made this entry) pack and call the driver in one frame; anything else is :meth:`launch_dims`.
+        It does what :meth:`launch_dims` does, with this entry's fixed parts bound once."""
+        layout = self.layout
+        pack_into, buffer, params = layout.pack_into, layout.buffer, layout.kernel_params
+        pick, owner, get_ident = self._pick, self._owner, threading.get_ident
+        streams = self.backend.streams
+        known, stream_of, driver_launch = streams.known, streams.get, self.backend.launch
+        function, block_x, shared = self.function, self.block_x, self.shared
+        general = self.special or self.converts
+        launch_dims, explain, failed = self.launch_dims, self.explain, self.failed
+
+        def launch(grid: Any, stream: Any, values: Sequence[Any]) -> None:
+            if type(grid) is tuple and len(grid) == 1 and type(grid[0]) is int and 0 <= grid[0] <= _MAX_DIM:
+                gx, gy, gz = grid[0], 1, 1
+            else:
+                gx, gy, gz = grid_dims(grid)
+            if not gx * gy * gz:
+                return  # Triton launches nothing for an empty grid
+            if general or get_ident() != owner:
+                return launch_dims(gx, gy, gz, stream, values)
+            try:
+                pack_into(buffer, 0, *(values if pick is None else pick(values)))
+            except Exception as exc:  # noqa: BLE001 - struct.error, OverflowError, TypeError
+                raise explain(values, exc) from None
+            s = known(stream) if type(stream) is int else None
+            err = driver_launch(function, gx, gy, gz, block_x, shared, s if s is not None else stream_of(stream), params)
+            if err:
+                failed(err, gx, gy, gz, stream, values, layout)
+
+        return launch
 
     def launch_dims(self, gx: int, gy: int, gz: int, stream: Any, values: Sequence[Any]) -> None:
         """Pack ``values`` into this thread's buffer and launch through the binding (every feature)."""

@@ -36,25 +36,29 @@ def launch(_k_grid, {params}*_k_extra, stream=None, {options}**_k_kw):
     if _k_extra or _k_kw:  # more positional arguments than parameters, or a keyword no parameter has
         return _k_slow(_k_grid, {values} + _k_extra, {{**_k_kw, {option_items}"stream": stream}})
     try:
-{key_reads}        _k_key = {key}
-        _k_target = _k_cache.get(_k_key)
-    except Exception:  # an argument whose pointer cannot be read, an unhashable value: the slow path says why
+        _k_T = _k_args.TENSOR_TYPE
+{key_reads}        _k_key = {key}{option_key}
+    except Exception:  # an argument whose pointer cannot be read: the slow path says why
         return _k_slow(_k_grid, {values}, {{{option_items}"stream": stream}})
-    if _k_target is None:  # a key not seen before: full checks, selection, module load
+    try:
+        _k_target = _k_cache[_k_key]
+    except KeyError:  # a key not seen before: full checks, selection, module load
         _k_target = _k_miss({values}, {{{option_items}}})
         _k_store(_k_key, _k_target)
+    except TypeError:  # an unhashable constexpr value: launch without caching
+        return _k_slow(_k_grid, {values}, {{{option_items}"stream": stream}})
     _k_entry = _k_target.entry
     if type(_k_grid) is not tuple:
         _k_grid = _k_grid_of(_k_grid, _k_entry.meta, {values})
-    if stream is None and _k_target.stream_fn is not None:
-        stream = _k_target.stream_fn(_k_entry.device)
+    if stream is None:
+        stream = 0 if _k_target.stream_fn is None else _k_target.stream_fn(_k_entry.device)
     _k_entry.launch(_k_grid, stream, {call_values})
 '''
 
 #: How each role reads its key part; ``{a}`` is the argument, ``{i}`` its position.
 POINTER_READ = '''\
         _k_t{i} = type({a})
-        if _k_t{i} is _k_args.TENSOR_TYPE:
+        if _k_t{i} is _k_T:
             _k_p{i} = {a}.data_ptr(); _k_d{i} = {a}.dtype; _k_v{i} = {a}.get_device()
         else:
             _k_p{i}, _k_d{i}, _k_v{i} = _k_info({a})
@@ -107,7 +111,11 @@ def render(plan: KernelPlan) -> str:
             key += [f"type({a})", a]
         elif p.role == MIXED:
             key.append(f"_k_mixed({a})")
-    key += [part for o in plan.options for part in (f"type({o})", o)]
+    # Launch options are rarely given: their part of the key is () then, and (type, value) pairs otherwise.
+    option_key = ""
+    if plan.options:
+        given = " and ".join(f"{o} is _k_MISSING" for o in plan.options)
+        option_key = f" + (() if {given} else {_tuple([p for o in plan.options for p in (f'type({o})', o)])})"
     call_values = [f"_k_p{i}" if plan.params[i].role == PTR else names[i] for i in plan.call_positions]
     return TEMPLATE.format(
         kernel=plan.kernel,
@@ -117,6 +125,7 @@ def render(plan: KernelPlan) -> str:
         option_items="".join(f'"{o}": {o}, ' for o in plan.options),
         key_reads="".join(reads),
         key=_tuple(key),
+        option_key=option_key,
         call_values=_tuple(call_values),
     )
 
