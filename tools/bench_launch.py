@@ -103,8 +103,10 @@ def main() -> None:
         if path == launch_path.EXTENSION and ext is None:
             del paths[path]
             continue
-        with launch_path.forced(path):
-            paths[path] = karchive.open(args.archive)
+        with launch_path.forced(path):  # a kernel's path is fixed when the kernel is made: make them here
+            arc = paths[path] = karchive.open(args.archive)
+            for name in ("add_kernel", "add16_kernel"):
+                assert arc.kernel(name).launch_path == path
     n, BLOCK = 4096, 1024
     grid = ((n + BLOCK - 1) // BLOCK,)
     x, y, out = (torch.randn(n, device="cuda") for _ in range(3))

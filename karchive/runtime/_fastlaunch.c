@@ -2,7 +2,8 @@
  *
  * Read karchive/runtime/dispatch.py first: it describes the whole path; karchive/runtime/plan.py says
  * what the selection key holds; karchive/runtime/pydispatch.py is the same steps in Python (the
- * fallback where this file is not compiled). Per call, a Dispatcher:
+ * fallback where this file is not compiled). kernel[grid] is `subscript` (Kernel.__getitem__), which
+ * returns a GridLaunch; calling it runs dispatch() of the kernel's Dispatcher. Per call, dispatch():
  *
  *   1. binds positional and keyword arguments to the kernel's parameters and launch options;
  *   2. builds the selection key (per pointer: Python type, dtype object, device, 16-byte alignment;
@@ -24,8 +25,9 @@
  * void **extra) -> an int-sized result, 0 on success.
  *
  * For tests without a GPU the module also exports a launch function with that signature that forwards
- * each call to a Python callable (forward_address / forward_to), and time_launches() times a C loop of
- * raw launches for the benchmark.
+ * each call to a Python callable (forward_address / forward_to), one that does nothing (noop_address,
+ * for measuring the path's own cost), and time_launches(), which times a C loop of raw launches for the
+ * benchmark. Bound is the base of the bound launcher (karchive/runtime/native.py).
  */
 
 #define PY_SSIZE_T_CLEAN
@@ -37,10 +39,10 @@
 
 #define ABI_VERSION 1
 
-#if PY_VERSION_HEX < 0x030B0000 /* public from 3.11 on */
-#define PyFloat_Pack2 _PyFloat_Pack2
-#define PyFloat_Pack4 _PyFloat_Pack4
-#define PyFloat_Pack8 _PyFloat_Pack8
+#if PY_VERSION_HEX < 0x030B0000 /* public from 3.11 on; before, private and taking unsigned char * */
+#define PyFloat_Pack2(x, p, le) _PyFloat_Pack2((x), (unsigned char *)(p), (le))
+#define PyFloat_Pack4(x, p, le) _PyFloat_Pack4((x), (unsigned char *)(p), (le))
+#define PyFloat_Pack8(x, p, le) _PyFloat_Pack8((x), (unsigned char *)(p), (le))
 #endif
 
 /* An address from a Python int. PyLong_AsUnsignedLongLong converts multi-digit ints through a generic
