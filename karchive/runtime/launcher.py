@@ -22,6 +22,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 
 from ..errors import ArgumentError, LaunchError
 from ..format.manifest import Variant
+from . import args as args_module
 from .args import NotAPointer, pointer_value
 from .driver_api import Backend, LoadedFunction, stream_handle
 from .pack import ParamLayout, bf16_bits
@@ -359,10 +360,11 @@ class BoundLauncher:
             raise ArgumentError(f"{self.entry.kernel}: the bound launcher takes {len(self.param_names)} values "
                                 f"{list(self.param_names)}, got {len(args)}")
         out = []
+        tensor = args_module.TENSOR_TYPE
         for p, v in zip(self.variant.abi.params, args):
             if p.kind == "pointer":
-                try:
-                    v = pointer_value(v)
+                try:  # the bound path reads only the address (the binding checked dtypes and devices)
+                    v = v.data_ptr() if type(v) is tensor else v if type(v) is int else pointer_value(v)
                 except (NotAPointer, TypeError) as exc:
                     raise ArgumentError(f"{self.entry.kernel}: parameter {p.name!r}: {exc}") from None
             elif p.type == "bf16":
