@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "diff_cmds",      # diff
     "trust_cmds",     # keygen, sign
     "rebuild_cmds",   # rebuild --check
+    "doctor_cmds",    # doctor
 )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import KernelNameError
 from ..format.heuristics import records_for as heuristics_records
@@ -22,6 +22,9 @@ from .device import ptx_header
 from .autotuned import AutotunedKernel, HeuristicsKernel
 from .dispatch import Kernel
 from .select import DeviceFit
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .driver_api import Backend
 
 log = logging.getLogger("karchive.runtime")
 
@@ -37,7 +40,7 @@ class Archive:
         self.manifest = Manifest.from_json(reader.manifest, lazy=True)
         self.allow_ptx = allow_ptx
         self._backend_name = backend
-        self._backend: Any = None
+        self._backend: Backend | None = None
         self._lock = threading.RLock()
         self._kernels: dict[tuple[str, bool], Kernel | AutotunedKernel | HeuristicsKernel] = {}
         self._functions: dict[tuple[str, int], Any] = {}
@@ -99,7 +102,7 @@ class Archive:
         return self.kernel(name)
 
     # -- device side -----------------------------------------------------------------------------------
-    def backend(self) -> Any:
+    def backend(self) -> "Backend":
         """The driver backend for this archive's variants (CUDA before HIP), initialised on first use."""
         b = self._backend
         if b is None:

@@ -22,6 +22,7 @@ import struct
 from typing import Any, Sequence
 
 from ..errors import ArgumentError, LaunchError
+from ..format.dtypes import FLOAT_TYPES, INT_RANGES
 from ..format.manifest import Abi
 
 #: struct format characters per Triton scalar type (pointers are "Q").
@@ -30,12 +31,21 @@ SCALAR_FORMATS: dict[str, str] = {
     "u1": "B", "u8": "B", "u16": "H", "u32": "I", "u64": "Q",
     "fp16": "e", "bf16": "H", "fp32": "f", "fp64": "d",
 }
-INT_RANGES: dict[str, tuple[int, int]] = {
-    "i1": (-128, 127), "i8": (-128, 127), "i16": (-(1 << 15), (1 << 15) - 1), "i32": (-(1 << 31), (1 << 31) - 1),
-    "i64": (-(1 << 63), (1 << 63) - 1), "u1": (0, 255), "u8": (0, 255), "u16": (0, (1 << 16) - 1),
-    "u32": (0, (1 << 32) - 1), "u64": (0, (1 << 64) - 1),
-}
-FLOAT_TYPES = frozenset({"fp16", "bf16", "fp32", "fp64"})
+
+#: How the compiled launcher writes each ABI parameter: the struct format character of the scalar,
+#: "P" for a device address, "E" for bf16 made as Triton makes it (see :func:`bf16_bits`), "Z" for a
+#: scratch slot that stays null. One character per parameter, so both launch paths read one table.
+POINTER_CODE, BF16_CODE, NULL_CODE = "P", "E", "Z"
+
+
+def pack_code(kind: str, typ: str | None) -> str:
+    """The compiled launcher's code for one ABI parameter (``kind`` and ``type`` as in the manifest's ABI)."""
+    if kind == "pointer":
+        return POINTER_CODE
+    if kind != "scalar":
+        return NULL_CODE
+    return BF16_CODE if typ == "bf16" else SCALAR_FORMATS[str(typ)]
+
 
 _F32 = struct.Struct("<f")
 _U32 = struct.Struct("<I")
@@ -100,6 +110,12 @@ class ParamLayout:
         except (struct.error, OverflowError, TypeError) as exc:
             raise self.explain(values, exc) from None
 
+    def replace(self, values: Sequence[Any]) -> None:
+        """Like :meth:`pack_into` the user parameters, but all or nothing (a bound launcher keeps its values
+        when new ones do not pack); raises what ``struct`` raises."""
+        packed = self.struct.pack(*values)
+        ctypes.memmove(self.buffer, packed, len(packed))
+
     def set_scratch(self, kind: str, address: int) -> None:
         struct.pack_into("<Q", self.buffer, self.scratch_offsets[kind], address)
 
@@ -113,9 +129,6 @@ class ParamLayout:
             struct.pack_into(fmt, self.buffer, self.offsets[index], value)
         except (struct.error, OverflowError, TypeError) as exc:
             raise ArgumentError(self._why(index, value, exc)) from None
-
-    def bytes(self) -> bytes:
-        return ctypes.string_at(ctypes.addressof(self.buffer), self.size)
 
     def explain(self, values: Sequence[Any], exc: BaseException) -> ArgumentError:
         if len(values) != self.n_user:
