@@ -564,7 +564,7 @@ def phase_pointwise_relaunch(work: Path, opts: dict) -> dict:
             if not torch.equal(o, ref):
                 problems.append(f"{v.kernel}: output differs from torch.compile's (max abs diff "
                                 f"{(o - ref).abs().max().item()})")
-        done.append(f"{v.kernel}[{v.provenance.get('origin')}{', harvested' if v.provenance.get('harvested') else ''}]")
+        done.append(f"{v.kernel}[{v.provenance.origin}{', harvested' if v.provenance.harvested else ''}]")
     return {"relaunched": done, "problems": problems}
 
 
