@@ -34,6 +34,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .logs import configure
+
+    configure()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import time
 from dataclasses import dataclass
 from typing import Callable, TypeVar
@@ -32,8 +33,23 @@ def _status(exc: BaseException) -> int | None:
     return None
 
 
+def cannot_resolve(exc: BaseException) -> bool:
+    """A host name that does not resolve (no network, or a mistyped endpoint): asking again will not help.
+
+    aiohttp (gcsfs, s3fs's aiobotocore, http) raises ``ClientConnectorDNSError`` from a ``socket.gaierror``;
+    botocore/urllib3 wrap the ``gaierror`` too: look through the chain of causes.
+    """
+    seen = 0
+    node: BaseException | None = exc
+    while node is not None and seen < 16:
+        if isinstance(node, socket.gaierror) or type(node).__name__ in ("ClientConnectorDNSError", "NameResolutionError"):
+            return True
+        node, seen = node.__cause__ or node.__context__, seen + 1
+    return False
+
+
 def is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, _PERMANENT):
+    if isinstance(exc, _PERMANENT) or cannot_resolve(exc):
         return False
     status = _status(exc)
     if status is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import os
+import socket
 import threading
 from pathlib import Path
 from typing import Any, Callable
@@ -216,6 +217,7 @@ class FsspecStore(Store):
                 raise _missing_backend(self.url, exc) from None
             except (ValueError, TypeError) as exc:
                 raise RegistryError(f"cannot open registry {self.url}: {exc}") from None
+            check_resolvable(endpoint_host(self._fs, self.protocol, self.root), self.url)
         return self._fs
 
     def _p(self, path: str) -> str:
@@ -291,6 +293,44 @@ class FsspecStore(Store):
             return []
         names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
         return sorted(n for n in names if n and not n.startswith("."))
+
+
+#: Where each cloud backend sends requests when no endpoint is configured.
+_DEFAULT_HOSTS = {"gs": "storage.googleapis.com", "gcs": "storage.googleapis.com", "s3": "s3.amazonaws.com",
+                  "s3a": "s3.amazonaws.com"}
+
+
+def endpoint_host(fs: Any, protocol: str, root: str) -> str | None:
+    """The host a backend will connect to, where it can be known without a request (else None)."""
+    from urllib.parse import urlsplit
+
+    url = getattr(fs, "endpoint_url", None) or (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url")
+    if protocol in ("gs", "gcs"):
+        url = getattr(fs, "_location", None) or url  # gcsfs: endpoint_url, STORAGE_EMULATOR_HOST or Google's
+    elif protocol in ("http", "https"):
+        url = root
+    if isinstance(url, str) and url:
+        return urlsplit(url if "://" in url else f"http://{url}").hostname
+    return _DEFAULT_HOSTS.get(protocol)
+
+
+def check_resolvable(host: str | None, url: str) -> None:
+    """Fail at once, in one line, when the backend's host name does not resolve.
+
+    Cloud clients retry connection errors with backoff on their own (gcsfs six times, ~30 s) before
+    karchive's policy sees them; a name that does not resolve (no network, a mistyped endpoint) would
+    cost minutes to report. One ``getaddrinfo`` before the first request answers in milliseconds.
+    """
+    if not host:
+        return
+    try:
+        socket.getaddrinfo(host, None)
+    except socket.gaierror as exc:
+        raise TransferError(f"registry {url}: cannot resolve {host} ({exc.strerror or exc}): no network, or a "
+                            "wrong endpoint (storage options / STORAGE_EMULATOR_HOST / AWS_ENDPOINT_URL)",
+                            registry=url, url=url, attempts=0) from None
+    except (UnicodeError, ValueError) as exc:
+        raise RegistryError(f"registry {url}: bad host name {host!r}: {exc}", registry=url) from None
 
 
 def _missing_backend(url: str, exc: Exception) -> RegistryError:
