@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .build_cmds import positive_int
 from .output import emit_json, printable, table
 
 
@@ -20,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("archive", help="path, URL, or NAME[@VERSION] in the registry")
     p.add_argument("--check", action="store_true", required=True, help="compare with the archive (the only mode)")
     p.add_argument("-k", "--kernel", action="append", help="only these kernels")
-    p.add_argument("-j", "--jobs", type=int, default=0, help="worker processes (default: CPU count)")
+    p.add_argument("-j", "--jobs", type=positive_int, default=None, help="worker processes (default: CPU count)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.set_defaults(func=cmd_rebuild)
 
@@ -74,7 +75,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             print(f"[{done[0]}/{total}] {check.status:<15} {printable(check.kernel)}[{check.target}] {check.key[:12]}",
                   file=sys.stderr, flush=True)
 
-    report = rebuild_archive(reader, label=str(args.archive), jobs=args.jobs, kernels=args.kernel, on_result=progress)
+    report = rebuild_archive(reader, label=str(args.archive), jobs=args.jobs or 0, kernels=args.kernel, on_result=progress)
     if args.json:
         emit_json(report.to_json())
     else:
