@@ -449,3 +449,53 @@ def test_os_errors_reach_the_terminal_as_one_line(examples_archive, tmp_path, ca
     code, _, err = run(capsys, "extract", str(examples_archive), "-C", str(too_long))
     lines = err.strip().splitlines()
     assert code == 2 and len(lines) == 1 and lines[0].startswith("karchive: error: ") and "name too long" in lines[0]
+
+
+# -- found in the redo of the trial ---------------------------------------------------------------------
+HELPER_MISUSE = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def silu_kernel(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(x_ptr + offs, x * tl.sigmoid(x), mask=offs < n)
+'''
+
+
+@needs_triton
+def test_a_compile_error_in_a_helper_says_why(tmp_path, capsys):
+    """tl.sigmoid on fp16 fails inside Triton's standard library; the outer error was a caret and no words."""
+    (tmp_path / "silu.py").write_text(HELPER_MISUSE)
+    code, _, err = run(capsys, "compile", str(tmp_path / "silu.py"), "-n", "silu_kernel", "-s", "*fp16:16, i32, 256",
+                       "-t", "cuda:90", "-o", str(tmp_path / "s.karc"))
+    assert code == 2 and "x * tl.sigmoid(x)" in err and "Expected dtype ['fp32', 'fp64'] but got fp16" in err
+
+
+@pytest.mark.parametrize("edit, says", [
+    (("num_warps = [4]", "num_warp = [4]"), "unknown key 'num_warp' (did you mean 'num_warps'?)"),
+    (("targets = ", "target = "), "unknown [archive] key 'target' (did you mean 'targets'?)"),
+    (('version = "0.1.0"', "version = 1.0"), 'needs version = "...", a non-empty string (quote it: version = "1.0")'),
+])
+def test_spec_key_mistakes_suggest_the_key(tmp_path, capsys, edit, says):
+    spec = add_spec(tmp_path, extra="num_warps = [4]")
+    spec.write_text(spec.read_text().replace(*edit))
+    code, _, err = run(capsys, "build", str(spec), "-o", str(tmp_path / "x.karc"))
+    assert code == 2 and says in err
+
+
+def test_rebuild_with_an_unknown_kernel_names_the_kernels(examples_archive, capsys):
+    code, _, err = run(capsys, "rebuild", "--check", str(examples_archive), "-k", "nosuch")
+    assert code == 2 and "has no kernel 'nosuch'; it has: add_kernel, matmul_kernel" in err
+
+
+def test_lockfile_write_error_names_the_file_once(tmp_path):
+    from karchive.registry import Lockfile
+    from karchive.errors import LockfileError
+
+    target = tmp_path / "missing" / "k.lock"
+    with pytest.raises(LockfileError) as info:
+        Lockfile({}).write(target)
+    assert str(info.value) == f"cannot write {target}: its directory {target.parent} does not exist"

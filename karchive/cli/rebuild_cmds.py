@@ -68,6 +68,12 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     reader = open_reader(args.archive)
     done = [0]
     total = sum(1 for v in reader.manifest.get("variants", []) if not args.kernel or v["kernel"] in args.kernel)
+    if args.kernel and not total:  # "-k nosuch" is a typo, not "0 variants, not everything reproduced"
+        from ..errors import KarchiveError
+
+        have = sorted({str(v.get("kernel")) for v in reader.manifest.get("variants", [])})
+        raise KarchiveError(f"{args.archive} has no kernel {', '.join(map(repr, args.kernel))}; "
+                            f"it has: {printable(', '.join(have)) or '(none)'}")
 
     def progress(check) -> None:
         done[0] += 1

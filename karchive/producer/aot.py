@@ -18,6 +18,7 @@ from ..errors import CompileError, KarchiveError, UnsupportedKernelError
 from ..core.digest import sha256_hex
 from .buildenv import (DEFAULT_FP_FUSION, cache_namespace, cache_root, check_import_time_state, compile_environment,
                        validate_env)
+from .compile_errors import compiler_message
 from .canonical import SCHEME, Canonicalised, canonical_locations, find_machine_paths, machine_roots
 from .describe import CompiledVariant, describe_variant
 from .kernel_ref import load_kernel, split_ref
@@ -159,8 +160,7 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
         except KarchiveError:
             raise
         except Exception as exc:  # Triton raises CompilationError, RuntimeError (ptxas), AssertionError ...
-            message = str(exc).strip() or type(exc).__name__
-            raise CompileError(f"{req.label()}: Triton failed to compile: {type(exc).__name__}: {message}") from exc
+            raise CompileError(f"{req.label()}: Triton failed to compile: {compiler_message(exc)}") from exc
     build = build_record(req, module.__name__, options, env, canon)
     try:
         variant = describe_variant(

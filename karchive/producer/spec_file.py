@@ -6,6 +6,7 @@ option values, signatures and targets. The whole file is validated before anythi
 
 from __future__ import annotations
 
+import difflib
 import itertools
 import os
 import sys
@@ -97,6 +98,15 @@ def _check_constexprs(constexprs: dict[str, Any], where: str) -> None:
                                     "string (a list gives one variant per value)")
 
 
+def _unknown(keys: set[str], known: set[str]) -> str:
+    """``key 'num_warp' (did you mean 'num_warps'?)``: each unknown key with the closest known one."""
+    out = []
+    for key in sorted(keys):
+        close = difflib.get_close_matches(key, sorted(known), n=1)
+        out.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
+    return f"key{'s' if len(out) > 1 else ''} " + ", ".join(out)
+
+
 def _bool(table: dict, key: str, default: bool, where: str) -> bool:
     value = table.get(key, default)
     if not isinstance(value, bool):
@@ -129,13 +139,17 @@ def parse_spec(data: dict, base_dir: str, label: str = "<spec>") -> BuildSpec:
         raise SpecFileError(f"{label}: missing [archive] table")
     unknown_top = set(data) - {"archive", "kernel"}
     if unknown_top:
-        raise SpecFileError(f"{label}: unknown top-level keys {sorted(unknown_top)}")
+        raise SpecFileError(f"{label}: unknown top-level {_unknown(unknown_top, {'archive', 'kernel'})} "
+                            "(a spec has [archive] and [[kernel]] tables)")
     name, version = archive.get("name"), archive.get("version")
-    if not isinstance(name, str) or not name or not isinstance(version, str) or not version:
-        raise SpecFileError(f"{label}: [archive] needs string 'name' and 'version'")
-    unknown_archive = set(archive) - {"name", "version", "targets", "include_ir", "dictionary", "level", "env"}
+    for key, value in (("name", name), ("version", version)):
+        if not isinstance(value, str) or not value:
+            raise SpecFileError(f"{label}: [archive] needs {key} = \"...\", a non-empty string"
+                                + (f" (quote it: {key} = \"{value}\")" if isinstance(value, (int, float)) else ""))
+    archive_keys = {"name", "version", "targets", "include_ir", "dictionary", "level", "env"}
+    unknown_archive = set(archive) - archive_keys
     if unknown_archive:
-        raise SpecFileError(f"{label}: unknown [archive] keys {sorted(unknown_archive)}")
+        raise SpecFileError(f"{label}: unknown [archive] {_unknown(unknown_archive, archive_keys)}")
     env = validate_env(archive.get("env"), f"{label}: [archive] env")
     default_targets = _as_list(archive.get("targets", []))
     include_ir = _bool(archive, "include_ir", True, f"{label}: [archive]")
@@ -158,7 +172,8 @@ def parse_spec(data: dict, base_dir: str, label: str = "<spec>") -> BuildSpec:
         options = {key: k[key] for key in k if key in _ALL_OPTIONS}
         unknown = set(k) - _KERNEL_KEYS - _ALL_OPTIONS
         if unknown:
-            raise SpecFileError(f"{where}: unknown keys {sorted(unknown)} (options known: {sorted(_ALL_OPTIONS)})")
+            raise SpecFileError(f"{where}: unknown {_unknown(unknown, _KERNEL_KEYS | _ALL_OPTIONS)} "
+                                f"(options known: {', '.join(sorted(_ALL_OPTIONS))})")
         if "signature" in k and "signatures" in k:
             raise SpecFileError(f"{where}: give 'signature' or 'signatures', not both")
         signatures = _as_list(k["signatures"]) if "signatures" in k else [k.get("signature")]
