@@ -499,3 +499,17 @@ def test_lockfile_write_error_names_the_file_once(tmp_path):
     with pytest.raises(LockfileError) as info:
         Lockfile({}).write(target)
     assert str(info.value) == f"cannot write {target}: its directory {target.parent} does not exist"
+
+
+@needs_triton
+def test_output_never_replaces_a_file_that_is_not_an_archive(tmp_path, capsys):
+    source = tmp_path / "kernels_copy.py"
+    source.write_text("# my kernels\n")
+    argv = ["compile", KERNELS, "-n", "add_kernel", "-s", ADD_SIG, "-t", "cuda:90"]
+    code, _, err = run(capsys, *argv, "-o", str(source))
+    assert code == 2 and "exists and is not a karchive archive; not replacing it" in err
+    assert source.read_text() == "# my kernels\n"
+    out = tmp_path / "a.karc"
+    assert run(capsys, *argv, "-o", str(out))[0] == 0
+    assert run(capsys, *argv[:-1], "cuda:80", "-o", str(out))[0] == 0  # an archive is replaced (atomically)
+    assert "cuda:80" in run(capsys, "inspect", str(out))[1]

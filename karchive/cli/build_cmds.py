@@ -125,11 +125,26 @@ def _print_summary(summary: dict) -> None:
               f"({human_bytes(summary['raw_bytes'])} of members, {ratio:.1f}x)")
 
 
-def _out_path(args: argparse.Namespace, name: str, version: str) -> str:
-    """Checked (and its directory created) before anything compiles: a build must not fail at the end."""
+def archive_out(path: str, name: str, version: str) -> str:
+    """The archive file ``-o`` names, checked (and its directory created) before anything compiles: a build
+    must not fail at the end. An existing file is replaced only if it is an archive: ``-o kernels.py``
+    (a slip of the tab key) must not turn a source file into zstd frames."""
     from ..core.destination import output_file
+    from ..errors import DestinationError, FormatError
+    from ..format.open import open_location
 
-    return output_file(args.out, default_name=f"{name}-{version}.karc")
+    out = output_file(path, default_name=f"{name}-{version}.karc")
+    if os.path.isfile(out) and os.path.getsize(out) > 0:
+        try:
+            open_location(out)
+        except FormatError:
+            raise DestinationError(f"{out} exists and is not a karchive archive; not replacing it (remove it "
+                                   "or give another -o)", path=out) from None
+    return out
+
+
+def _out_path(args: argparse.Namespace, name: str, version: str) -> str:
+    return archive_out(args.out, name, version)
 
 
 def cmd_build(args: argparse.Namespace) -> int:

@@ -78,9 +78,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     from ..producer.pack import ArchiveBuilder
     from ..producer.triton_cache import import_cache
 
-    from ..core.destination import output_file
+    from .build_cmds import archive_out
 
-    out = output_file(args.out, default_name=f"{args.name or 'triton-cache'}-{args.archive_version}.karc")
+    out = archive_out(args.out, args.name or "triton-cache", args.archive_version)
     result = import_cache(args.cache_dir, same_build=args.same_build, include_ir=not args.no_ir)
     if not result.variants:
         raise CaptureError(f"{args.cache_dir}: no kernel entries could be imported"
