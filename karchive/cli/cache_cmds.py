@@ -96,7 +96,8 @@ def cmd_import(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(summary)
     else:
-        print(f"imported {plural(len(result.variants), 'variant')} of {plural(len(summary['kernels']), 'kernel')} from "
+        kernels = {v.kernel for v in result.variants}
+        print(f"imported {plural(len(result.variants), 'variant')} of {plural(len(kernels), 'kernel')} from "
               f"{args.cache_dir}" + (f", {plural(result.duplicates, 'duplicate')} dropped" if result.duplicates else ""))
         for s in result.skipped:
             print(f"  skipped {s}")

@@ -98,6 +98,14 @@ def _check_constexprs(constexprs: dict[str, Any], where: str) -> None:
                                     "string (a list gives one variant per value)")
 
 
+def _text(archive: dict, key: str, label: str) -> str:
+    value = archive.get(key)
+    if not isinstance(value, str) or not value:
+        raise SpecFileError(f"{label}: [archive] needs {key} = \"...\", a non-empty string"
+                            + (f" (quote it: {key} = \"{value}\")" if isinstance(value, (int, float)) else ""))
+    return value
+
+
 def _unknown(keys: set[str], known: set[str]) -> str:
     """``key 'num_warp' (did you mean 'num_warps'?)``: each unknown key with the closest known one."""
     out = []
@@ -141,11 +149,7 @@ def parse_spec(data: dict, base_dir: str, label: str = "<spec>") -> BuildSpec:
     if unknown_top:
         raise SpecFileError(f"{label}: unknown top-level {_unknown(unknown_top, {'archive', 'kernel'})} "
                             "(a spec has [archive] and [[kernel]] tables)")
-    name, version = archive.get("name"), archive.get("version")
-    for key, value in (("name", name), ("version", version)):
-        if not isinstance(value, str) or not value:
-            raise SpecFileError(f"{label}: [archive] needs {key} = \"...\", a non-empty string"
-                                + (f" (quote it: {key} = \"{value}\")" if isinstance(value, (int, float)) else ""))
+    name, version = _text(archive, "name", label), _text(archive, "version", label)
     archive_keys = {"name", "version", "targets", "include_ir", "dictionary", "level", "env"}
     unknown_archive = set(archive) - archive_keys
     if unknown_archive:

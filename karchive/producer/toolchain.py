@@ -121,7 +121,7 @@ def _check_cuda(target: Target) -> None:
 
 def _check_hip_llvm(target: Target) -> None:
     try:
-        from triton._C.libtriton import amd  # type: ignore[attr-defined]
+        from triton._C.libtriton import amd
     except Exception:  # noqa: BLE001 - no Triton, or no AMD backend in this build: the compile says so
         return
     get_triple = getattr(amd, "get_target_triple", None)
