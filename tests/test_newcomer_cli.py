@@ -270,6 +270,8 @@ def test_inspect_extract_export_take_registry_and_cache_dir(examples_archive, tm
     code, out, _ = run(capsys, "inspect", "examples@0.1.0", "--registry", str(reg), "--cache-dir", str(cache),
                        "-k", "add_kernel")
     assert code == 0 and "examples 0.1.0" in out and cache.is_dir() and any(cache.rglob("*"))
+    code, out, _ = run(capsys, "verify", "examples@0.1.0", "--registry", str(reg), "--cache-dir", str(cache))
+    assert code == 0 and out.startswith("OK examples@0.1.0")
     code, out, _ = run(capsys, "extract", "examples@0.1.0", "--registry", str(reg), "-C", str(tmp_path / "x"))
     assert code == 0 and (tmp_path / "x" / "karchive" / "manifest.json").is_file()
     code, out, _ = run(capsys, "export-triton-cache", "examples@0.1.0", "--registry", str(reg),
