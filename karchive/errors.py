@@ -335,3 +335,12 @@ class DowngradeError(TrustError):
     registry: str | None = None
     newest_seen: str | None = None
     resolved: str | None = None
+
+
+# --- where karchive writes ------------------------------------------------------------------------
+class DestinationError(KarchiveError, OSError):
+    """A file or directory karchive was asked to write cannot be written there: a directory where a
+    file is wanted (or the reverse), a parent that cannot be created, no permission, a failed write.
+    Commands check their destination before the work that produces it. Also an ``OSError``."""
+
+    path: str | None = None  # the destination the user named (never an internal temporary file)

@@ -8,10 +8,11 @@ import os
 import sys
 from typing import Any
 
-from ..errors import FormatError, KarchiveError
+from ..errors import FormatError, KarchiveError, TargetError
 from ..format.manifest import FileRef, Manifest, Variant
 from ..format.reader import ArchiveReader
-from .output import emit_json, human_bytes, printable, table
+from ..format.target import Target
+from .output import emit_json, err, human_bytes, plural, printable, table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -23,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ir", metavar="STAGE", help="print one IR stage (ttir, ttgir, llir, ptx, amdgcn, source, metadata) "
                    "of the single variant selected by --key/--kernel/--target")
     p.add_argument("--key", help="select variants by key prefix")
+    _registry_args(p)
     p.set_defaults(func=cmd_inspect)
 
     v = sub.add_parser("verify", help="check the schema and every digest (and, with --trust, the signatures); "
@@ -37,25 +39,52 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.set_defaults(func=cmd_verify)
 
     x = sub.add_parser("extract", help="extract members into a directory (never outside it)")
-    x.add_argument("archive")
-    x.add_argument("-C", "--directory", required=True, help="destination directory")
+    x.add_argument("archive", help="path, URL, or NAME[@VERSION] in the registry")
+    x.add_argument("-C", "--directory", required=True,
+                   help="destination directory (created if missing; existing files are never overwritten)")
     x.add_argument("--restore-paths", metavar="ROOT",
                    help="replace the path sentinel in metadata JSON with ROOT (e.g. the site-packages holding triton)")
+    _registry_args(x)
     x.set_defaults(func=cmd_extract)
 
 
-def _open(ref: str):
+def _registry_args(p: argparse.ArgumentParser) -> None:
+    """Where a NAME@VERSION argument is looked up, as for pull (ignored for paths and URLs)."""
+    p.add_argument("--registry", metavar="URL", help="registry for NAME@VERSION (default: $KARCHIVE_REGISTRY, "
+                                                     "else the local registry)")
+    p.add_argument("--cache-dir", metavar="DIR", help="local cache for NAME@VERSION (default: $KARCHIVE_CACHE_DIR, "
+                                                      "else $XDG_CACHE_HOME/karchive)")
+
+
+def _open(ref: str, args: argparse.Namespace | None = None):
+    from ..registry.config import storage_options_from_env
     from ..resolve import open_reader
 
-    return open_reader(ref)
+    return open_reader(ref, registry=getattr(args, "registry", None), cache_dir=getattr(args, "cache_dir", None),
+                       storage_options=storage_options_from_env())
+
+
+def _target_names(given: list[str] | None) -> set[str] | None:
+    """``-t`` values as archives spell them (``CUDA:sm_90`` is ``cuda:90``); a malformed one is kept as typed
+    and simply matches nothing (the error then lists the targets the archive has)."""
+    if not given:
+        return None
+    out = set()
+    for t in given:
+        try:
+            out.add(str(Target.parse(t)))
+        except TargetError:
+            out.add(t)
+    return out
 
 
 def _select(manifest: Manifest, args: argparse.Namespace) -> list[Variant]:
     out = []
+    targets = _target_names(args.target)
     for v in manifest.variants:
         if args.kernel and v.kernel not in args.kernel:
             continue
-        if args.target and str(v.target) not in args.target:
+        if targets and str(v.target) not in targets:
             continue
         if getattr(args, "key", None) and not v.key.startswith(args.key):
             continue
@@ -91,10 +120,26 @@ def variant_json(v: Variant, sources: dict[str, FileRef]) -> dict[str, Any]:
     }
 
 
+def _no_match(m: Manifest, args: argparse.Namespace) -> str:
+    """Why a filter selected nothing, with what the archive has, so the next try can be right."""
+    asked = " ".join([*(f"-k {k}" for k in args.kernel or ()), *(f"-t {t}" for t in args.target or ()),
+                      *([f"--key {args.key}"] if args.key else [])])
+    kernels = sorted({v.kernel for v in m.variants})
+    targets = sorted({str(v.target) for v in m.variants})
+    return (f"no variant of {m.name} {m.version} matches {asked}; it has kernels {', '.join(kernels) or '(none)'} "
+            f"and targets {', '.join(targets) or '(none)'}")
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
-    reader = _open(args.archive)
+    reader = _open(args.archive, args)
     m = Manifest.from_json(reader.manifest)  # every field inspect relies on is checked here: SchemaError
     variants = _select(m, args)
+    filtered = bool(args.kernel or args.target or args.key)
+    if filtered and not variants and not args.ir:
+        if args.json:
+            emit_json({"name": m.name, "version": m.version, "variants": []})
+        err(_no_match(m, args))
+        return 1
     if args.ir:
         return _print_ir(reader, variants, args.ir)
     sources = {s.path: s for s in m.sources}
@@ -107,8 +152,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             **({"autotune": m.autotune} if m.autotune else {}),
         })
         return 0
-    print(printable(f"{m.name} {m.version}  ({human_bytes(reader.source.size)}, {len(m)} variants)"))
-    print(printable(f"  format {m.format_version}, launch ABI v{m.abi_version}, created {m.created or 'unset'}"))
+    print(printable(f"{m.name} {m.version}  ({human_bytes(reader.source.size)}, {plural(len(m), 'variant')}"
+                    + (f", {len(variants)} shown" if filtered else "") + ")"))
+    # A reproducible build records no time (spec/FORMAT.md §12): say nothing rather than "created unset".
+    print(printable(f"  format {m.format_version}, launch ABI v{m.abi_version}"
+                    + (f", created {m.created}" if m.created else "")))
     print(printable("  produced by " + ", ".join(f"{k} {v}" for k, v in sorted(m.produced_by.items()) if v)))
     rows = []
     for v in variants:
@@ -119,8 +167,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             ", ".join(str(h.get("name", "?")) for h in v.provenance.hooks) or "-", _constexpr_text(v),
         ])
     print()
-    print(table(["kernel", "target", "key", "warps/stages", "shared", "binary", "IR", "hooks", "constexprs"], rows,
-                right=["shared", "binary"]))
+    # "specialisation": constexpr values and the ints fixed to 1 (stride==1): what this variant was compiled for.
+    print(table(["kernel", "target", "key", "warps/stages", "shared", "binary", "IR", "hooks", "specialisation"],
+                rows, right=["shared", "binary"]))
     if m.autotune:
         print(f"\nautotune records: {sum(len(a.get('entries', [])) for a in m.autotune)} chosen configs "
               f"for {len(m.autotune)} kernel(s)")
@@ -139,8 +188,9 @@ def _constexpr_text(v: Variant) -> str:
 
 def _print_ir(reader: ArchiveReader, variants: list[Variant], stage: str) -> int:
     if len(variants) != 1:
-        listing = "\n".join(f"  {v.key[:16]}  {v.kernel}  {v.target}" for v in variants)
-        raise KarchiveError(f"--ir needs exactly one variant; {len(variants)} match (narrow with --key):\n{listing}")
+        listing = "\n".join(f"  {v.key[:16]}  {v.kernel}  {v.target}  {_constexpr_text(v)}" for v in variants)
+        raise KarchiveError(f"--ir needs exactly one variant; {len(variants)} match"
+                            + (f" (narrow with --key, -k, -t):\n{listing}" if variants else ""))
     v = variants[0]
     if stage == "source":
         path = v.source
@@ -226,12 +276,16 @@ def cmd_extract(args: argparse.Namespace) -> int:
     from ..format.extract import extract_all
     from ..format.sentinel import restore_json_bytes
 
-    reader = _open(args.archive)
+    from ..core.destination import output_dir
+
+    # Checked first (a file there, no permission), created only once the archive proved intact.
+    output_dir(args.directory, create=False)
+    reader = _open(args.archive, args)
     metadata_paths = {v.metadata.path for v in Manifest.from_json(reader.manifest).variants}
     transform = None
     if args.restore_paths:
         root = args.restore_paths
         transform = lambda name, data: restore_json_bytes(data, root) if name in metadata_paths else data  # noqa: E731
     written = extract_all(reader, args.directory, transform)
-    print(f"extracted {len(written)} members into {args.directory}")
+    print(f"extracted {plural(len(written), 'member')} into {args.directory}")
     return 0

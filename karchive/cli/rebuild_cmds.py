@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .build_cmds import positive_int
 from .output import emit_json, printable, table
 
 
@@ -20,7 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("archive", help="path, URL, or NAME[@VERSION] in the registry")
     p.add_argument("--check", action="store_true", required=True, help="compare with the archive (the only mode)")
     p.add_argument("-k", "--kernel", action="append", help="only these kernels")
-    p.add_argument("-j", "--jobs", type=int, default=0, help="worker processes (default: CPU count)")
+    p.add_argument("-j", "--jobs", type=positive_int, default=None, help="worker processes (default: CPU count)")
     p.add_argument("--json", action="store_true", help="machine-readable report")
     p.set_defaults(func=cmd_rebuild)
 
@@ -67,6 +68,12 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     reader = open_reader(args.archive)
     done = [0]
     total = sum(1 for v in reader.manifest.get("variants", []) if not args.kernel or v["kernel"] in args.kernel)
+    if args.kernel and not total:  # "-k nosuch" is a typo, not "0 variants, not everything reproduced"
+        from ..errors import KarchiveError
+
+        have = sorted({str(v.get("kernel")) for v in reader.manifest.get("variants", [])})
+        raise KarchiveError(f"{args.archive} has no kernel {', '.join(map(repr, args.kernel))}; "
+                            f"it has: {printable(', '.join(have)) or '(none)'}")
 
     def progress(check) -> None:
         done[0] += 1
@@ -74,7 +81,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
             print(f"[{done[0]}/{total}] {check.status:<15} {printable(check.kernel)}[{check.target}] {check.key[:12]}",
                   file=sys.stderr, flush=True)
 
-    report = rebuild_archive(reader, label=str(args.archive), jobs=args.jobs, kernels=args.kernel, on_result=progress)
+    report = rebuild_archive(reader, label=str(args.archive), jobs=args.jobs or 0, kernels=args.kernel, on_result=progress)
     if args.json:
         emit_json(report.to_json())
     else:

@@ -36,7 +36,7 @@ def _common(p: argparse.ArgumentParser, *, registry: bool = True, cache: bool = 
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     p.add_argument("--progress", dest="progress", action="store_const", const=True, default=None,
                    help="show transfer progress on stderr (default: only when stderr is a terminal)")
-    p.add_argument("--no-progress", dest="progress", action="store_const", const=False)
+    p.add_argument("--no-progress", dest="progress", action="store_const", const=False, help="no progress output")
 
 
 def _record_row(r: Any, latest: str | None = None) -> list[Any]:
@@ -245,7 +245,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_publish)
 
     p = sub.add_parser("pull", help="fetch NAME[@VERSION] into the local cache (and optionally copy it out)")
-    p.add_argument("ref", metavar="NAME[@VERSION]")
+    p.add_argument("ref", metavar="NAME[@VERSION]", help="archive name, with a version or @latest (default: latest)")
     p.add_argument("-o", "--output", metavar="PATH", help="also write the archive to PATH (file or directory)")
     p.add_argument("--lockfile", metavar="FILE", help="refuse anything whose digest differs from FILE's pin")
     _trust_args(p)
@@ -253,7 +253,7 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_pull)
 
     p = sub.add_parser("ls", help="list archive names, or the versions of one name")
-    p.add_argument("name", nargs="?", metavar="NAME")
+    p.add_argument("name", nargs="?", metavar="NAME", help="list this name's versions (default: every name)")
     _common(p, cache=False)
     p.set_defaults(func=cmd_ls)
 
@@ -265,12 +265,12 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_lock)
 
     p = sub.add_parser("reindex", help="rebuild a registry's derived indexes from its version records")
-    p.add_argument("name", nargs="?", metavar="NAME")
+    p.add_argument("name", nargs="?", metavar="NAME", help="only this name's index (default: every name)")
     _common(p, cache=False)
     p.set_defaults(func=cmd_reindex)
 
     p = sub.add_parser("cache", help="inspect or prune the local archive cache")
-    csub = p.add_subparsers(dest="cache_command", metavar="ACTION")
+    csub = p.add_subparsers(dest="cache_command", metavar="ACTION", help="ls or prune")
     csub.required = True
     c = csub.add_parser("ls", help="list cached archives")
     _common(c, registry=False)

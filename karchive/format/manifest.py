@@ -321,6 +321,19 @@ class Variant:
         """Every member this variant names (binary, metadata, IR stages), in a stable order."""
         return [self.binary, self.metadata, *(self.ir[s] for s in sorted(self.ir))]
 
+    def __repr__(self) -> str:
+        """One line, as ``inspect`` shows a variant (the dataclass default printed every file digest):
+        ``<Variant add_kernel cuda:90 stride==1 BLOCK=1024 warps=4 stages=3 key=05e7e5a2c737>``."""
+        spec = [f"{p.name}==1" for p in self.params if p.equal_to_1]
+        spec += [f"{p.name}={p.constexpr!r}" if isinstance(p.constexpr, str) else f"{p.name}={p.constexpr}"
+                 for p in self.params if p.is_constexpr and not p.equal_to_1]
+        opts = [f"{short}={self.options[k]}" for k, short in (("num_warps", "warps"), ("num_stages", "stages"),
+                                                               ("num_ctas", "ctas"))
+                if k in self.options and not (k == "num_ctas" and self.options[k] == 1)]
+        text = " ".join([self.kernel, str(self.target), *spec, *opts, f"key={self.key[:12]}"])
+        # Names come from an untrusted archive: escape control characters (as core.text.printable does).
+        return f"<Variant {text if text.isprintable() else ascii(text)[1:-1]}>"
+
     @classmethod
     def from_json(cls, obj: Any, where: str) -> Variant:
         if not isinstance(obj, dict):

@@ -16,13 +16,14 @@ from typing import Any, Mapping
 
 from ..errors import CompileError, KarchiveError, UnsupportedKernelError
 from ..core.digest import sha256_hex
-from ..format.target import Target
 from .buildenv import (DEFAULT_FP_FUSION, cache_namespace, cache_root, check_import_time_state, compile_environment,
                        validate_env)
+from .compile_errors import compiler_message
 from .canonical import SCHEME, Canonicalised, canonical_locations, find_machine_paths, machine_roots
 from .describe import CompiledVariant, describe_variant
 from .kernel_ref import load_kernel, split_ref
 from .signature import Specialization, resolve
+from .toolchain import check_target
 
 #: Options each backend accepts from the command line / spec file (others are refused early).
 COMMON_OPTIONS = {"num_warps", "num_stages", "num_ctas", "enable_fp_fusion", "debug", "launch_cooperative_grid",
@@ -45,12 +46,21 @@ class VariantRequest:
     include_ir: bool = True
     base_dir: str | None = None
     env: dict = field(default_factory=dict)  # codegen environment ([archive] env), see buildenv.py
+    #: Names of the int parameters specialised to 1 (``i32:1``), in order, once the signature was resolved
+    #: against the kernel (``validate_requests``); None before. Only the label reads it.
+    equal_to_1: tuple[str, ...] | None = None
 
     def label(self) -> str:
+        """``kernel[target](stride==1,BLOCK=1024;num_warps=4)``: the names ``inspect`` shows."""
         cx = ",".join(f"{k}={v}" for k, v in sorted(self.constexprs.items()))
         opts = ",".join(f"{k}={v}" for k, v in sorted(self.options.items()))
-        fixed = [f"arg{i}==1" for i, tok in enumerate(self.signature.split(",")) if tok.strip().endswith(":1")] \
-            if isinstance(self.signature, str) else []
+        if self.equal_to_1 is not None:
+            fixed = [f"{name}==1" for name in self.equal_to_1]
+        elif isinstance(self.signature, str):  # not resolved yet: positions in the signature string
+            fixed = [f"#{i}==1" for i, tok in enumerate(self.signature.split(",")) if tok.strip().endswith(":1")]
+        else:
+            fixed = [f"{name}==1" for name, typ in self.signature.items() if str(typ).strip().endswith(":1")] \
+                if isinstance(self.signature, dict) else []
         args = ",".join(fixed + ([cx] if cx else []))
         return f"{self.kernel_ref.rpartition(':')[2]}[{self.target}]({args}{';' if args and opts else ''}{opts})"
 
@@ -111,7 +121,7 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
     Triton cache (buildenv.py); ``cache_dir``/``always_compile`` replace the build cache (rebuild
     uses a fresh directory). The stored files are checked for machine paths before they are returned.
     """
-    target = Target.parse(req.target)
+    target = check_target(req.target)  # one clear line for a target this toolchain cannot build, not ptxas noise
     unknown = set(req.options) - BACKEND_OPTIONS[target.backend]
     if unknown:
         raise CompileError(
@@ -150,8 +160,7 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
         except KarchiveError:
             raise
         except Exception as exc:  # Triton raises CompilationError, RuntimeError (ptxas), AssertionError ...
-            message = str(exc).strip() or type(exc).__name__
-            raise CompileError(f"{req.label()}: Triton failed to compile: {type(exc).__name__}: {message}") from exc
+            raise CompileError(f"{req.label()}: Triton failed to compile: {compiler_message(exc)}") from exc
     build = build_record(req, module.__name__, options, env, canon)
     try:
         variant = describe_variant(

@@ -10,6 +10,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..core.destination import output_file
 from ..errors import BuildError, KarchiveError
 from .aot import VariantRequest, compile_variant, toolchain_versions
 from .buildenv import shell_warning, strip_shell
@@ -52,8 +53,18 @@ class Progress:
             try:
                 from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
 
-                self._bar = RichProgress(TextColumn("compiling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                         TextColumn("{task.description}"), transient=True)
+                from rich.table import Column
+
+                # The label is the one flexible column, cut with "…" at the terminal's edge (a long label
+                # otherwise squeezes the bar away); markup=False: "[cuda:90]" is text, not a rich style tag.
+                fixed = Column(no_wrap=True)
+                self._bar = RichProgress(TextColumn("compiling", table_column=fixed),
+                                         BarColumn(bar_width=24, table_column=Column(no_wrap=True)),
+                                         MofNCompleteColumn(table_column=Column(no_wrap=True)),
+                                         TimeElapsedColumn(table_column=Column(no_wrap=True)),
+                                         TextColumn("{task.description}", markup=False,
+                                                    table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
+                                         transient=True, expand=True)
                 self._bar.start()
                 self._task = self._bar.add_task("", total=total)
             except ImportError:
@@ -115,15 +126,20 @@ def build_archive(spec: BuildSpec, output: str | os.PathLike, *, jobs: int = 0, 
                   progress: bool = True) -> BuildResult:
     """Compile every request of ``spec`` and write the archive; fail unless all built or ``keep_going``."""
     start = time.perf_counter()
+    output = output_file(output)  # a destination that cannot work fails now, not after every compile
     warning = shell_warning()  # once here, not once per worker
     built, failed = compile_all(spec.requests, jobs=jobs, progress=progress)
     result = BuildResult(built=built, failed=failed, warnings=[warning] if warning else [])
+    lines = "\n".join(f"  - {msg}" for _, msg in failed)
+    failures = tuple((req.label(), msg) for req, msg in failed)
     if failed and not keep_going:
         result.seconds = time.perf_counter() - start
-        lines = "\n".join(f"  - {msg}" for _, msg in failed)
-        raise BuildError(f"{len(failed)} of {len(spec.requests)} variants failed (use --keep-going to pack the rest):\n{lines}")
+        # The hint only where there is a rest to pack.
+        hint = " (use --keep-going to pack the rest)" if built else ""
+        noun = "variant" if len(spec.requests) == 1 else "variants"
+        raise BuildError(f"{len(failed)} of {len(spec.requests)} {noun} failed{hint}:\n{lines}", failures=failures)
     if not built:
-        raise BuildError("no variant was built; nothing to pack")
+        raise BuildError("no variant was built; nothing to pack" + (f":\n{lines}" if lines else ""), failures=failures)
     builder = ArchiveBuilder(spec.name, spec.version, produced_by=toolchain_versions(), level=spec.level,
                              dictionary=spec.dictionary)
     for v in built:

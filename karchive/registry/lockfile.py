@@ -18,7 +18,7 @@ from typing import Any, Iterable, Mapping
 from ..core.digest import is_sha256_hex
 from ..core.fsio import atomic_write
 from ..core.jsonio import parse_json
-from ..errors import LockfileError, RegistryError
+from ..errors import DestinationError, LockfileError, RegistryError
 from .config import redact_url
 from .layout import check_digest
 from .records import VersionRecord
@@ -81,6 +81,8 @@ class Lockfile:
         target = Path(path)
         try:
             atomic_write(target, self.to_json())
+        except DestinationError as exc:  # already "cannot write <target>: <why>"
+            raise LockfileError(str(exc), lockfile=str(target)) from None
         except OSError as exc:
             raise LockfileError(f"cannot write {target}: {exc}", lockfile=str(target)) from None
         self.path = str(target)

@@ -13,6 +13,8 @@ import os
 import threading
 from typing import TYPE_CHECKING, Any
 
+from ..core.text import plural, printable, table
+from ..core.units import human_bytes
 from ..errors import KernelNameError
 from ..format.heuristics import records_for as heuristics_records
 from ..format.manifest import Manifest, Variant
@@ -63,7 +65,33 @@ class Archive:
         return list(self.manifest.variants) if kernel is None else self.manifest.variants_of(kernel)
 
     def __repr__(self) -> str:
-        return f"<karchive.Archive {self.name} {self.version} ({len(self.manifest)} variants) from {self.ref}>"
+        n = len(self.manifest)
+        return printable(f"<karchive.Archive {self.name} {self.version}: {n} variant{'' if n == 1 else 's'} of "
+                         f"{len(self.kernels())} kernel{'' if len(self.kernels()) == 1 else 's'}, from {self.ref}>")
+
+    def summary(self) -> str:
+        """What the archive holds, readable (``print(arc.summary())``): one line per kernel with its targets
+        and specialisations, as ``karchive inspect`` shows them (that command has the per-variant table)."""
+        rows = []
+        for name in self.kernels():
+            vs = self.variants(name)
+            values: dict[str, set] = {}  # constexpr name -> values; ints fixed to 1 count separately
+            fixed: dict[str, int] = {}
+            for v in vs:
+                for p in v.params:
+                    if p.equal_to_1:
+                        fixed[p.name] = fixed.get(p.name, 0) + 1
+                    elif p.is_constexpr:
+                        values.setdefault(p.name, set()).add(p.constexpr)
+            spec = [f"{k}==1" + ("" if n == len(vs) else f" (in {n})") for k, n in fixed.items()]
+            spec += [f"{k}=" + "|".join(str(x) for x in sorted(vals, key=_value_order)) for k, vals in values.items()]
+            rows.append([name, plural(len(vs), "variant"), ", ".join(sorted({str(v.target) for v in vs})),
+                         " ".join(spec) or "-"])
+        head = (f"{self.name} {self.version}: {plural(len(self.manifest), 'variant')} of "
+                f"{plural(len(rows), 'kernel')} ({human_bytes(self.reader.source.size)}) from {self.ref}")
+        return printable(head) + "\n" + table(["kernel", "variants", "targets", "specialisations"], rows) + \
+            "\n\narc.kernel(NAME) gives a launcher; arc.variants(NAME) lists the variants; `karchive inspect` " \
+            "shows every variant."
 
     def kernel(self, name: str, *, benchmark: bool = False) -> Kernel | AutotunedKernel | HeuristicsKernel:
         """The dispatcher for ``name`` (created once per archive).
@@ -81,7 +109,8 @@ class Archive:
             with self._lock:
                 k = self._kernels.get(cache_key)
                 if k is None:
-                    variants = self.variants(name)
+                    # variants(None) means "all kernels": a non-string name is simply not a kernel here.
+                    variants = self.variants(name) if isinstance(name, str) else []
                     if not variants:
                         have = self.kernels()
                         raise KernelNameError(
@@ -161,6 +190,11 @@ class Archive:
         close = getattr(self.reader.source, "close", None)
         if callable(close):
             close()
+
+
+def _value_order(value: Any) -> tuple[int, Any]:
+    """Numbers first, in numeric order (256 before 1024), then anything else by its text."""
+    return (0, value) if isinstance(value, (int, float)) else (1, str(value))
 
 
 def open_archive(ref: str | os.PathLike, *, allow_ptx: bool = False, backend: str | None = None,
