@@ -295,23 +295,25 @@ class FsspecStore(Store):
         return sorted(n for n in names if n and not n.startswith("."))
 
 
-#: Where each cloud backend sends requests when no endpoint is configured.
-_DEFAULT_HOSTS = {"gs": "storage.googleapis.com", "gcs": "storage.googleapis.com", "s3": "s3.amazonaws.com",
-                  "s3a": "s3.amazonaws.com"}
-
-
 def endpoint_host(fs: Any, protocol: str, root: str) -> str | None:
-    """The host a backend will connect to, where it can be known without a request (else None)."""
+    """The host a backend will connect to, where it is known without a request; else None (no probe).
+
+    gcsfs resolves its endpoint itself (``endpoint_url``, ``STORAGE_EMULATOR_HOST``, Google's); s3fs only
+    when one is given (``endpoint_url``, or ``AWS_ENDPOINT_URL[_S3]``): otherwise botocore decides from its
+    own configuration files, which karchive does not second-guess.
+    """
     from urllib.parse import urlsplit
 
     url = getattr(fs, "endpoint_url", None) or (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url")
     if protocol in ("gs", "gcs"):
-        url = getattr(fs, "_location", None) or url  # gcsfs: endpoint_url, STORAGE_EMULATOR_HOST or Google's
+        url = getattr(fs, "_location", None) or url
+    elif protocol in ("s3", "s3a"):
+        url = url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
     elif protocol in ("http", "https"):
         url = root
     if isinstance(url, str) and url:
         return urlsplit(url if "://" in url else f"http://{url}").hostname
-    return _DEFAULT_HOSTS.get(protocol)
+    return None
 
 
 def check_resolvable(host: str | None, url: str) -> None:
