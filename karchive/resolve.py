@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
-from .errors import LockfileError, NotFoundError
+from .errors import LockfileError, NotFoundError, UnsupportedLocationError
 from .format.open import is_url, open_location
 from .format.reader import ArchiveReader, Limits
 from .registry.refs import is_registry_ref
@@ -51,6 +51,9 @@ def open_verified(ref: str | os.PathLike, *, registry: Registry | str | os.PathL
     """:func:`open_reader`, and what the trust policy accepted (None without one): a
     :class:`~karchive.registry.verdict.Verdict` for registry references, a
     :class:`~karchive.trust.verify.TrustResult` for paths and URLs."""
+    if not isinstance(ref, (str, os.PathLike)):
+        raise UnsupportedLocationError(f"an archive reference is a path, a URL or NAME[@VERSION], not {type(ref).__name__} "
+                                       f"{ref!r}", location=repr(ref))
     text = os.fspath(ref)
     if is_registry_ref(text):
         from .registry import Registry

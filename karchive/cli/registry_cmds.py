@@ -126,9 +126,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_lock(args: argparse.Namespace) -> int:
+    from ..core.destination import output_file
+
+    output = output_file(args.output)  # checked (parents made) before anything is resolved
     reg = _registry(args)
     lock, verdicts = reg.lock(args.refs, trust=args.trust, allow_downgrade=args.allow_downgrade)
-    lock.write(args.output)
+    lock.write(output)
     if args.json:
         emit_json({"lockfile": args.output, "archives": {n: p.to_json() for n, p in sorted(lock.pins.items())},
                    "signer_names": {n: dict(v.signers) for n, v in sorted(verdicts.items())}})

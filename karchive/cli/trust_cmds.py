@@ -58,8 +58,10 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}", name):
         raise KeyFileError(f"key name {name!r} cannot be used in a trust policy; choose one with --name "
                            "(letters, digits, '._@+-')")
+    from ..core.destination import output_file
+
     key = SigningKey.generate()
-    private, public = args.out + ".key", args.out + ".pub"
+    private, public = output_file(args.out + ".key"), output_file(args.out + ".pub")
     save_keypair(key, private, public, passphrase(args.passphrase_env))
     snippet = (f'[[keys]]\nname = "{name}"\npublic_key = "{key.public.inline()}"\nid = "{key.key_id}"\n'
                f'# not_before = 2026-01-01T00:00:00Z   # optional rotation window\n'

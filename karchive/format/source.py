@@ -102,7 +102,12 @@ class FsspecSource:
         self.bytes_read = 0
         try:
             self.size = int(size if size is not None else fs.size(path))
-        except FileNotFoundError:
+        except FileNotFoundError as exc:
+            cause = exc.__cause__ or exc.__context__
+            if cause is not None and not isinstance(cause, FileNotFoundError) and getattr(cause, "status", None) not in (404, 410):
+                # fsspec's HTTP file system reports any failed request as "not found"; a refused
+                # connection is a network problem, not a missing archive.
+                raise TransferError(f"cannot reach {path}: {type(cause).__name__}: {cause}", url=path) from exc
             raise ArchiveNotFoundError(f"no such archive: {path}", path=path, source=path) from None
         except Exception as exc:  # noqa: BLE001 - network and backend errors all become one karchive error
             raise TransferError(f"cannot stat {path}: {exc}", url=path) from exc

@@ -24,12 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from ..core.destination import output_file
 from ..core.fsio import atomic_writer
-from ..errors import ConflictError, IntegrityError, NotFoundError, RegistryError, TrustError
+from ..errors import (ConflictError, DestinationError, IntegrityError, KarchiveError, NotFoundError, RegistryError,
+                      TrustError)
 from ..format.reader import ArchiveReader, Limits
 from ..format.check import ArchiveFacts, check_archive_file
 from .cache import Cache
-from .config import FETCH_ENV, registry_url
+from .config import FETCH_ENV, REGISTRY_ENV, registry_url
 from .layout import MARKER, NAMES_DIR, RECORD_SUFFIX, ROOT_INDEX, blob_path, name_index_path, version_record_path, versions_dir
 from .lockfile import Lockfile, load_lockfile
 from .progress import make_progress
@@ -101,6 +103,9 @@ class Registry:
                  cache: Cache | str | os.PathLike | None = None, retry: RetryPolicy | None = None,
                  progress: bool | None = False) -> None:
         self.retry = retry or RetryPolicy.from_env()
+        #: The default local registry may not exist yet (a fresh machine): it reads as empty. Any other
+        #: location must hold a registry: a mistyped path is an error, not an empty listing.
+        self.is_default = not url and not os.environ.get(REGISTRY_ENV)
         self.store: Store = open_store(registry_url(url), storage_options, self.retry)
         self.url = self.store.url
         self.cache = cache if isinstance(cache, Cache) else Cache(cache)
@@ -141,9 +146,23 @@ class Registry:
                     found.append(check_name(entry))
                 except RegistryError:
                     continue
-            return sorted(found)
-        data = self.store.read(ROOT_INDEX)
-        return [] if data is None else sorted(decode_root_index(data, self._where(ROOT_INDEX)))
+        else:
+            data = self.store.read(ROOT_INDEX)
+            found = [] if data is None else decode_root_index(data, self._where(ROOT_INDEX))
+        if not found:
+            self.require_registry()
+        return sorted(found)
+
+    def require_registry(self) -> None:
+        """Refuse a location that holds no registry (no ``karchive-registry.json``, which the first publish
+        writes): reading a mistyped path must not look like reading an empty registry. The default local
+        registry before its first publish is the exception: it is simply empty."""
+        if self.store.read(MARKER) is not None:
+            return
+        if self.is_default and self.store.is_local and not Path(self.url).exists():
+            return
+        raise NotFoundError(f"{self.url} is not a karchive registry (it has no {MARKER}): a mistyped location? "
+                            "A registry is created by its first `karchive publish`", registry=self.url)
 
     def versions(self, name: str) -> list[VersionRecord]:
         """The versions of ``name``, oldest first; :class:`NotFoundError` if there are none."""
@@ -224,7 +243,10 @@ class Registry:
         with tempfile.TemporaryDirectory(prefix="karchive-publish-") as tmp:
             snapshot = Path(tmp) / "archive.karc"  # what we hash is exactly what we upload
             shutil.copyfile(source, snapshot)
-            facts = check_archive_file(snapshot)
+            try:
+                facts = check_archive_file(snapshot)
+            except KarchiveError as exc:  # name the user's file, not our private copy of it
+                raise _renamed(exc, str(snapshot), str(source)) from None
             record = VersionRecord(
                 name=check_name(facts.name), version=check_version(facts.version), sha256=facts.sha256,
                 size=facts.size, index_sha256=facts.index_sha256,
@@ -446,7 +468,7 @@ class Registry:
         if verdict is not None:
             self.cache.raise_mark(self.url, record.name, record.version)
         if dest is not None:
-            path = _copy_out(path, Path(dest), record)
+            path = _copy_out(path, dest, record)  # not Path(dest): it would drop a trailing '/'
         return PullResult(record, path, downloaded, verdict)
 
     def open(self, ref: str | Ref, *, lockfile: Lockfile | str | os.PathLike | None = None,
@@ -576,12 +598,21 @@ def _close(reader: ArchiveReader) -> None:
         close()
 
 
-def _copy_out(path: Path, dest: Path, record: VersionRecord) -> Path:
-    if dest.is_dir():
-        dest = dest / f"{record.name}-{record.version}.karc"
+def _copy_out(path: Path, dest: str | os.PathLike, record: VersionRecord) -> Path:
+    """Copy the verified archive to ``dest``: a file, or a directory (existing, or any path ending in
+    ``/``) to put ``NAME-VERSION.karc`` in; missing parent directories are created."""
+    target = Path(output_file(dest, default_name=f"{record.name}-{record.version}.karc"))
     try:
-        with open(path, "rb") as src, atomic_writer(dest) as out:
+        with open(path, "rb") as src, atomic_writer(target) as out:
             shutil.copyfileobj(src, out, 1 << 20)
+    except DestinationError:
+        raise
     except OSError as exc:
-        raise RegistryError(f"cannot write {dest}: {exc}") from None
-    return dest
+        raise DestinationError(f"cannot write {target}: {exc.strerror or exc}", path=str(target)) from None
+    return target
+
+
+def _renamed(exc: KarchiveError, private: str, public: str) -> KarchiveError:
+    """The same error, naming ``public`` wherever it named the ``private`` path."""
+    fields = {k: (v.replace(private, public) if isinstance(v, str) else v) for k, v in exc.fields.items()}
+    return type(exc)(str(exc).replace(private, public), **fields)

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.text import plural, printable, table
 from ..core.units import human_bytes
-from ..errors import KernelNameError
+from ..errors import KernelNameError, NoDeviceError
 from ..format.heuristics import records_for as heuristics_records
 from ..format.manifest import Manifest, Variant
 from ..format.reader import ArchiveReader, Limits
@@ -210,7 +210,8 @@ def open_archive(ref: str | os.PathLike, *, allow_ptx: bool = False, backend: st
     ``$KARCHIVE_TRUST_POLICY``) refuses an archive its signatures do not satisfy, before anything is
     loaded; ``allow_downgrade`` accepts a ``NAME@latest`` older than one this cache verified.
     """
-    text = os.fspath(ref)
-    reader = open_reader(text, registry=registry, lockfile=lockfile, cache_dir=cache_dir, fetch=fetch,  # type: ignore[arg-type]
+    if backend not in (None, "cuda", "hip"):
+        raise NoDeviceError(f"backend={backend!r}: karchive launches on 'cuda' or 'hip'", backend=str(backend))
+    reader = open_reader(ref, registry=registry, lockfile=lockfile, cache_dir=cache_dir, fetch=fetch,  # type: ignore[arg-type]
                          storage_options=storage_options, limits=limits, trust=trust, allow_downgrade=allow_downgrade)
-    return Archive(reader, ref=text, allow_ptx=allow_ptx, backend=backend)
+    return Archive(reader, ref=os.fspath(ref), allow_ptx=allow_ptx, backend=backend)

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import LaunchError, NoDeviceError
 from .device import DeviceInfo
-from .driver_api import LoadedFunction, StreamCache
+from .driver_api import LoadedFunction, StreamCache, plain_text
 
 _DEFAULT_SHARED = 48 * 1024
 #: cuLaunchKernel exists since CUDA 4.0; its ABI has not changed (cuda.h: ``cuLaunchKernel`` has no _v2).
@@ -65,7 +65,8 @@ class CudaBackend:
             (err,) = d.cuInit(0)
         except Exception as exc:  # noqa: BLE001 - cuda-python raises its own types when libcuda is absent
             raise NoDeviceError(
-                f"cannot launch on CUDA: the NVIDIA driver library (libcuda.so.1) could not be loaded: {exc}"
+                f"cannot launch on CUDA: the NVIDIA driver library (libcuda.so.1) could not be loaded: {plain_text(exc)}",
+                backend="cuda",
             ) from exc
         if err != self.SUCCESS:
             if err == d.CUresult.CUDA_ERROR_NO_DEVICE:

@@ -8,6 +8,8 @@ backend (and the tests' stand-ins) can use it without importing the other.
 
 from __future__ import annotations
 
+import re
+
 import threading
 from typing import Any, Callable, ContextManager, Protocol, runtime_checkable
 
@@ -137,3 +139,10 @@ class Backend(Protocol):
     def handle_address(self, obj: Any) -> int:
         """The raw value of a function or stream handle object of this binding."""
         ...
+
+
+def plain_text(exc: BaseException) -> str:
+    """A driver library's error message for people: hip-python formats names as ``b'libamdhip64.so'``
+    (``failed to dlopen 'b'libamdhip64.so''``); show the bytes' text, not their repr."""
+    text = re.sub(r"""b(['"])(.*?)\1""", lambda m: m.group(2), str(exc))
+    return text.replace("''", "'").strip()

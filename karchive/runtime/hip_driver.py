@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import LaunchError, NoDeviceError
 from .device import DeviceInfo
-from .driver_api import LoadedFunction, StreamCache
+from .driver_api import LoadedFunction, StreamCache, plain_text
 
 #: hipGetProcAddress takes a HIP version as 100 * major + minor; hipModuleLaunchKernel predates 6.0.
 _LAUNCH_KERNEL_VERSION = 600
@@ -54,7 +54,8 @@ class HipBackend:
         try:
             (err,) = h.hipInit(0)
         except Exception as exc:  # noqa: BLE001 - libamdhip64 missing
-            raise NoDeviceError(f"cannot launch on HIP: the ROCm runtime (libamdhip64.so) could not be loaded: {exc}") from exc
+            raise NoDeviceError("cannot launch on HIP: the ROCm runtime (libamdhip64.so) could not be loaded: "
+                                f"{plain_text(exc)}", backend="hip") from exc
         if err != self.SUCCESS:
             raise NoDeviceError(f"cannot launch on HIP: hipInit failed: {self.error_text(err)}")
         err, count = h.hipGetDeviceCount()
