@@ -111,7 +111,14 @@ class Kernel:
         self._run(grid, *args, stream=stream, **kwargs)
 
     def __repr__(self) -> str:
-        return f"<karchive.Kernel {self.name} ({len(self.variants)} variants) from {self.archive.ref}>"
+        """``<karchive.Kernel add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK): 6 variants for cuda:80,
+        cuda:90, hip:gfx942, from examples 0.1.0>``: what to call, and what it can run on."""
+        from ..core.text import printable
+
+        n = len(self.variants)
+        targets = ", ".join(sorted({str(v.target) for v in self.variants}))
+        return printable(f"<karchive.Kernel {self.name}({', '.join(self.param_names)}): {n} variant"
+                         f"{'' if n == 1 else 's'} for {targets}, from {self.archive.name} {self.archive.version}>")
 
     def source(self) -> str:
         """The generated Python of this kernel's launch path (the compiled path does the same steps in C)."""
