@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-from typing import Iterator
+from collections.abc import Iterator
 
 import triton
 import triton.language as tl

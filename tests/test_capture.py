@@ -128,7 +128,7 @@ def test_two_threads_get_only_their_own_kernels(cache_dir, gpu):
                 for b in blocks:
                     scale_rows[(1,)](_ptr(), _ptr(), 1000, 2.0, BLOCK=b)
             caps[label] = cap
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=("a", [32, 64])),

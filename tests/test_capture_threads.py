@@ -43,7 +43,7 @@ def _on_thread(fn, *args, name: str = "worker") -> None:
     def run() -> None:
         try:
             fn(*args)
-        except BaseException as exc:  # noqa: BLE001 - re-raised on the test thread
+        except BaseException as exc:
             errors.append(exc)
 
     t = threading.Thread(target=run, name=name)
@@ -121,7 +121,7 @@ def test_pool_tasks_follow_the_capture_that_submitted_them(gpu):
                         f.result()
                     barrier.wait()  # both windows stay open until both threads are done
                 caps[label] = cap
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 errors.append(exc)
 
         with warnings.catch_warnings():
@@ -241,7 +241,7 @@ def test_async_compile_on_a_foreign_executor_is_recorded_on_the_waiting_thread(g
             def run() -> None:
                 try:
                     f.set_result(fn(*args, **kwargs))
-                except BaseException as exc:  # noqa: BLE001
+                except BaseException as exc:
                     f.set_exception(exc)
 
             threading.Thread(target=run, name="foreign-compile").start()

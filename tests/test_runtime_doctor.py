@@ -13,7 +13,7 @@ import pytest
 
 from karchive.cli.main import main
 from karchive.runtime import launch_path
-from test_runtime_helpers import ROOT, fake_cuda
+from runtime_support import ROOT, fake_cuda
 
 
 def run_cli(*argv: str) -> tuple[int, str]:

@@ -1,6 +1,6 @@
 """The compiled launch path and the pure-Python one do the same thing, call by call.
 
-Each script of calls runs twice against a CudaBackend over FakeCuda (tests/test_runtime_helpers.py, a
+Each script of calls runs twice against a CudaBackend over FakeCuda (tests/runtime_support.py, a
 TEST DOUBLE for the driver: this machine has no GPU): once with kernels on the Python path, once on the
 compiled path, whose launches reach the stand-in through the driver address it hands out, so the
 parameter bytes read there are the bytes ``_fastlaunch.c`` packed. Every launch (grid, block, shared
@@ -19,7 +19,8 @@ import sys
 import threading
 import traceback
 import weakref
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import pytest
 
@@ -28,9 +29,7 @@ from karchive.errors import ArgumentError, KarchiveError, NoMatchingVariantError
 from karchive.runtime import DeviceInfo, args, launch_path
 from karchive.runtime.pack import bf16_bits
 from karchive.runtime.select import MISSING
-from test_runtime_helpers import (  # noqa: F401 - fixtures
-    PATHS, ROOT, cuda_archive, fake_cuda, launch_archive, path_param, q, register_sizes,
-)
+from runtime_support import PATHS, ROOT, fake_cuda, q, register_sizes
 
 X, Y, OUT = 0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_3000
 
@@ -119,7 +118,7 @@ def play(monkeypatch, archive, path: str, script: list[Step]) -> list[tuple]:
             try:
                 step(arc)
                 outcome: tuple = ("ok",)
-            except Exception as exc:  # noqa: BLE001 - compared between the paths
+            except Exception as exc:
                 outcome = (type(exc).__name__, str(exc))
             seen = [(a.kernel, a.grid, a.block, a.shared, a.stream, a.params, a.extra, a.result)
                     for a in rec.attempts[before:]]
@@ -399,7 +398,7 @@ def test_eight_threads_on_their_own_streams(monkeypatch, cuda_archive, path):
                 start.wait()
                 for i in range(50):
                     add[(t + 1,)](T(X + 16 * t), T(Y), T(OUT + 16 * i), t * 1000 + i, stream=0x1000 + t)
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 errors.append(exc)
 
         threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]

@@ -1,6 +1,6 @@
 """The HIP backend up to the driver calls, through a recording stand-in for hip-python, on both launch paths.
 
-TEST DOUBLE FOR MISSING HARDWARE: there is no AMD GPU in this project, so FakeHip (tests/test_runtime_helpers.py)
+TEST DOUBLE FOR MISSING HARDWARE: there is no AMD GPU in this project, so FakeHip (tests/runtime_support.py)
 records hipModuleLoadData / hipModuleGetFunction / hipModuleLaunchKernel and the bytes each kernel
 parameter pointer points at. On the compiled path the launch arrives through the driver address
 FakeHip hands out from ``hipGetProcAddress``. This exercises the dispatcher, selection cache, both
@@ -19,7 +19,7 @@ import pytest
 import karchive
 from karchive.errors import ArgumentError, LaunchError, NoMatchingVariantError
 from karchive.runtime import launch_path
-from test_runtime_helpers import PATHS, fake_hip, hip_archive, path_param, q, register_sizes  # noqa: F401 - fixture
+from runtime_support import PATHS, fake_hip, path_param, q, register_sizes
 
 X, Y, OUT = 0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_3000
 

@@ -17,7 +17,7 @@ import pytest
 import karchive
 from karchive.errors import NoDeviceError
 from karchive.runtime import backend as backend_mod
-from test_runtime_helpers import ROOT, cuda_archive  # noqa: F401 - fixture
+from runtime_support import ROOT
 
 
 def _has_gpu() -> bool:
@@ -25,7 +25,7 @@ def _has_gpu() -> bool:
         from cuda.bindings import driver
 
         return driver.cuInit(0)[0] == 0
-    except Exception:  # noqa: BLE001
+    except Exception:
         return False
 
 

@@ -19,11 +19,11 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-from cryptography.hazmat.primitives import serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from support import ROOT  # noqa: E402
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from support import ROOT
 
-from karchive.errors import (  # noqa: E402
+from karchive.errors import (
     EnvelopeError,
     KarchiveError,
     KeyFileError,
@@ -31,19 +31,19 @@ from karchive.errors import (  # noqa: E402
     TrustPolicyError,
     UntrustedArchiveError,
 )
-from karchive.trust import reasons  # noqa: E402
-from karchive.trust.buildinfo import check_build_info, collect_build_info  # noqa: E402
-from karchive.trust.dsse import INTOTO_PAYLOAD_TYPE, Envelope, Signature, pae, verify_signature  # noqa: E402
-from karchive.trust.keys import (  # noqa: E402
+from karchive.trust import reasons
+from karchive.trust.buildinfo import check_build_info, collect_build_info
+from karchive.trust.dsse import INTOTO_PAYLOAD_TYPE, Envelope, Signature, pae, verify_signature
+from karchive.trust.keys import (
     SigningKey,
     load_private_key,
     load_public_key,
     parse_inline_public_key,
     save_keypair,
 )
-from karchive.trust.policy import TrustPolicy  # noqa: E402
-from karchive.trust.provenance import build_statement, parse_statement, statement_bytes  # noqa: E402
-from karchive.trust.verify import verify_archive_signatures  # noqa: E402
+from karchive.trust.policy import TrustPolicy
+from karchive.trust.provenance import build_statement, parse_statement, statement_bytes
+from karchive.trust.verify import verify_archive_signatures
 
 UTC = datetime.timezone.utc
 NOW = datetime.datetime(2026, 6, 1, tzinfo=UTC)

@@ -14,14 +14,14 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-import karchive  # noqa: E402
-import karchive.registry.cache as cache_mod  # noqa: E402
-import karchive.trust.verify as verify_mod  # noqa: E402
-from karchive.errors import DowngradeError, PinnedSignerError, UntrustedArchiveError  # noqa: E402
-from karchive.registry import Cache, Lockfile, Registry  # noqa: E402
-from karchive.trust import reasons  # noqa: E402
-from registry_support import isolated, run_cli, small_archive  # noqa: E402,F401 - fixture
-from trust_support import UTC, hide_version, make_keys, nothing_loaded, write_policy  # noqa: E402
+import karchive
+import karchive.registry.cache as cache_mod
+import karchive.trust.verify as verify_mod
+from karchive.errors import DowngradeError, PinnedSignerError, UntrustedArchiveError
+from karchive.registry import Cache, Lockfile, Registry
+from karchive.trust import reasons
+from registry_support import isolated, run_cli, small_archive  # noqa: F401 - fixture
+from trust_support import UTC, hide_version, make_keys, nothing_loaded, write_policy
 
 pytestmark = pytest.mark.usefixtures("isolated")
 

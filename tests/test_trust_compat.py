@@ -15,12 +15,12 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-from karchive.errors import UntrustedArchiveError  # noqa: E402
-from karchive.registry import Registry  # noqa: E402
-from karchive.trust import reasons  # noqa: E402
-from registry_servers import ROOT, subprocess_env  # noqa: E402
-from registry_support import isolated, small_archive  # noqa: E402,F401 - fixture
-from trust_support import make_keys, write_policy  # noqa: E402
+from karchive.errors import UntrustedArchiveError
+from karchive.registry import Registry
+from karchive.trust import reasons
+from registry_servers import ROOT, subprocess_env
+from registry_support import isolated, small_archive  # noqa: F401 - fixture
+from trust_support import make_keys, write_policy
 
 pytestmark = pytest.mark.usefixtures("isolated")
 

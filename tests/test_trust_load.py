@@ -17,17 +17,17 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-import karchive  # noqa: E402
-from karchive.errors import IntegrityError, TrustError, UntrustedArchiveError  # noqa: E402
-from karchive.format.check import index_sha256_from_footer  # noqa: E402
-from karchive.resolve import open_verified  # noqa: E402
-from karchive.trust import reasons  # noqa: E402
-from karchive.trust.sidecar import sidecar_path, sidecar_url  # noqa: E402
-from karchive.trust.sign import sign_archive  # noqa: E402
-from karchive.trust.verify import verify_archive_signatures  # noqa: E402
-from registry_servers import ROOT, StaticHTTPServer, s3_server, subprocess_env  # noqa: E402
-from registry_support import isolated, small_archive  # noqa: E402,F401 - fixture
-from trust_support import UTC, binary_paths, load_policy, make_keys, nothing_loaded, write_policy  # noqa: E402
+import karchive
+from karchive.errors import IntegrityError, TrustError, UntrustedArchiveError
+from karchive.format.check import index_sha256_from_footer
+from karchive.resolve import open_verified
+from karchive.trust import reasons
+from karchive.trust.sidecar import sidecar_path, sidecar_url
+from karchive.trust.sign import sign_archive
+from karchive.trust.verify import verify_archive_signatures
+from registry_servers import ROOT, StaticHTTPServer, s3_server, subprocess_env
+from registry_support import isolated, small_archive  # noqa: F401 - fixture
+from trust_support import UTC, binary_paths, load_policy, make_keys, nothing_loaded, write_policy
 
 pytestmark = pytest.mark.usefixtures("isolated")
 

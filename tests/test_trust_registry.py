@@ -16,8 +16,8 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-import karchive  # noqa: E402
-from karchive.errors import (  # noqa: E402
+import karchive
+from karchive.errors import (
     ConflictError,
     FormatError,
     IntegrityError,
@@ -25,13 +25,13 @@ from karchive.errors import (  # noqa: E402
     TrustError,
     UntrustedArchiveError,
 )
-from karchive.registry import Registry  # noqa: E402
-from karchive.registry.layout import blob_path, signature_index_path, signature_path, signatures_dir  # noqa: E402
-from karchive.trust import reasons  # noqa: E402
-from karchive.trust.sidecar import sidecar_path  # noqa: E402
-from registry_servers import ROOT, StaticHTTPServer, gcs_server, s3_server, subprocess_env  # noqa: E402
-from registry_support import isolated, release_together, small_archive  # noqa: E402,F401 - fixture
-from trust_support import (  # noqa: E402
+from karchive.registry import Registry
+from karchive.registry.layout import blob_path, signature_index_path, signature_path, signatures_dir
+from karchive.trust import reasons
+from karchive.trust.sidecar import sidecar_path
+from registry_servers import ROOT, StaticHTTPServer, gcs_server, s3_server, subprocess_env
+from registry_support import isolated, release_together, small_archive  # noqa: F401 - fixture
+from trust_support import (
     UTC,
     load_policy,
     make_keys,

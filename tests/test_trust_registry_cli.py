@@ -11,11 +11,11 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-from karchive.registry import Registry  # noqa: E402
-from karchive.registry.layout import signature_index_path  # noqa: E402
-from karchive.trust.keys import save_keypair  # noqa: E402
-from registry_support import isolated, run_cli, small_archive  # noqa: E402,F401 - fixture
-from trust_support import make_keys, write_policy  # noqa: E402
+from karchive.registry import Registry
+from karchive.registry.layout import signature_index_path
+from karchive.trust.keys import save_keypair
+from registry_support import isolated, run_cli, small_archive  # noqa: F401 - fixture
+from trust_support import make_keys, write_policy
 
 pytestmark = pytest.mark.usefixtures("isolated")
 

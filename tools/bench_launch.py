@@ -34,7 +34,8 @@ import platform
 import statistics
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -150,7 +151,7 @@ def main() -> None:
         if ext is not None and launch_address:
             fa = backend.handle_address(entry.function)
 
-            def raw_c(fa=fa, params=layout.kernel_params) -> float:
+            def raw_c(fa=fa, params=layout.kernel_params, entry=entry, stream_handle=stream_handle) -> float:
                 secs, err = ext.time_launches(launch=launch_address, function=fa, grid=(grid[0], 1, 1),
                                               block_x=entry.block_x, shared=entry.shared, stream=stream_handle,
                                               kernel_params=params, count=args.launches)

@@ -115,7 +115,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         for r in records:
             by_name.setdefault(r.name, []).append(r)
         rows = []
-        for name, recs in sorted(by_name.items()):
+        for _name, recs in sorted(by_name.items()):
             latest = newest([r.version for r in recs])
             row = _record_row(next(r for r in recs if r.version == latest), latest)
             row[1] = f"{latest} ({len(recs)} version{'s' if len(recs) != 1 else ''})"

@@ -55,7 +55,7 @@ def parse_json(raw: bytes, what: str, *, error: type[KarchiveError], strict: boo
         raise error(f"{what} is not valid JSON{note}: {exc}") from exc
 
 
-def _no_duplicate_keys(error: type[KarchiveError]):  # noqa: ANN202 - a json hook
+def _no_duplicate_keys(error: type[KarchiveError]):
     def hook(pairs: list[tuple[str, Any]]) -> dict:
         obj = dict(pairs)
         if len(obj) != len(pairs):
@@ -67,7 +67,7 @@ def _no_duplicate_keys(error: type[KarchiveError]):  # noqa: ANN202 - a json hoo
     return hook
 
 
-def _no_constant(error: type[KarchiveError]):  # noqa: ANN202 - a json hook
+def _no_constant(error: type[KarchiveError]):
     def hook(name: str) -> Any:
         raise error(f"JSON constant {name} is not allowed")
 

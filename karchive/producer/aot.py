@@ -12,7 +12,8 @@ import os
 import sys
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from ..errors import CompileError, KarchiveError, UnsupportedKernelError
 from ..core.digest import sha256_hex

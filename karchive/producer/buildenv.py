@@ -25,7 +25,8 @@ import os
 import shutil
 import tempfile
 from contextlib import ExitStack, contextmanager
-from typing import Any, Iterator, Mapping
+from typing import Any
+from collections.abc import Iterator, Mapping
 
 from ..errors import CompileError, SpecFileError
 

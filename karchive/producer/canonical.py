@@ -27,7 +27,8 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
 
 #: Version of the naming rules; it enters the build cache namespace (buildenv.py) and provenance.build.
 SCHEME = 1

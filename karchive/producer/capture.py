@@ -36,7 +36,8 @@ import sys
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
+from collections.abc import Callable
 
 from ..errors import CaptureError, UnsupportedKernelError
 from . import capture_scope as scope
@@ -62,7 +63,7 @@ class CaptureIncompleteWarning(UserWarning):
     """A capture window saw kernels that no archive of that window holds (the message says which and why)."""
 
 
-def active_captures() -> list["Capture"]:
+def active_captures() -> list[Capture]:
     """Captures the calling thread works for (entered here or handed over to it), outermost first."""
     return scope.owned()
 
@@ -190,7 +191,7 @@ class Capture:
         self._window_counts = {"windows": 0, "compiled": 0, "loaded_from_cache": 0, "other_processes": 0}
 
     # -- lifecycle ---------------------------------------------------------------------------------
-    def __enter__(self) -> "Capture":
+    def __enter__(self) -> Capture:
         _HOOKS.acquire()
         try:
             with self._lock:

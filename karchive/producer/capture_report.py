@@ -19,7 +19,8 @@ import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable
 
 from .triton_cache import CacheEntry, cache_dir_name, entries_in_dir, local_cache_dir
 
@@ -86,7 +87,7 @@ class Ledger:
         self._sightings: list[Sighting] = []
         self._entry_names: set[str] = set()  # cache-dir names produced in this process (harvest skips them)
 
-    def note(self, triton_hash: str | None, kernel: str, cache_hit: bool, how: str, caps: Iterable["Capture"],
+    def note(self, triton_hash: str | None, kernel: str, cache_hit: bool, how: str, caps: Iterable[Capture],
              entry_dir: str | None) -> Sighting:
         caps = list(caps)
         with self._lock:
@@ -134,7 +135,7 @@ class CacheWatch:
     snapshot: dict[str, set[str]] = field(default_factory=dict)
 
     @classmethod
-    def start(cls) -> "CacheWatch":
+    def start(cls) -> CacheWatch:
         watch = cls()
         for d in candidate_dirs():
             try:
@@ -183,7 +184,7 @@ def candidate_dirs() -> list[str]:
         return []
 
 
-def left_out(cap: "Capture", sightings: list[Sighting], new_entries: list[tuple[str, CacheEntry]],
+def left_out(cap: Capture, sightings: list[Sighting], new_entries: list[tuple[str, CacheEntry]],
              in_process: set[str]) -> list[LeftOut]:
     """Every kernel of the window that ``cap`` does not hold, with the reason (one per Triton hash)."""
     recorded = cap.recorded_hashes()

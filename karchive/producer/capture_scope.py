@@ -24,7 +24,8 @@ import contextlib
 import functools
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
 
 if TYPE_CHECKING:  # pragma: no cover
     from .capture import Capture
@@ -34,12 +35,12 @@ SCOPES = ("process", "thread")
 _tls = threading.local()
 _lock = threading.Lock()
 #: Captures active anywhere in the process (entered on some thread and not yet left there).
-_active: list["Capture"] = []
+_active: list[Capture] = []
 #: Thread ident -> captures of a capturing thread that is inside torch.autograd.backward/grad.
-_engine_waits: dict[int, tuple["Capture", ...]] = {}
+_engine_waits: dict[int, tuple[Capture, ...]] = {}
 
 
-def _dedupe(caps: Any) -> list["Capture"]:
+def _dedupe(caps: Any) -> list[Capture]:
     out: list[Capture] = []
     for c in caps:
         if c not in out:
@@ -47,7 +48,7 @@ def _dedupe(caps: Any) -> list["Capture"]:
     return out
 
 
-def stack() -> list["Capture"]:
+def stack() -> list[Capture]:
     """This thread's entered captures, outermost first (with repeats for nested re-entry)."""
     s = getattr(_tls, "stack", None)
     if s is None:
@@ -55,7 +56,7 @@ def stack() -> list["Capture"]:
     return s
 
 
-def owned() -> list["Capture"]:
+def owned() -> list[Capture]:
     """Captures this thread works for: those it entered, then those whose work it is running."""
     mine = getattr(_tls, "stack", None) or []
     adopted = getattr(_tls, "adopted", None) or []
@@ -68,24 +69,24 @@ def any_active() -> bool:
     return bool(_active)
 
 
-def activate(cap: "Capture") -> None:
+def activate(cap: Capture) -> None:
     with _lock:
         if cap not in _active:
             _active.append(cap)
 
 
-def deactivate(cap: "Capture") -> None:
+def deactivate(cap: Capture) -> None:
     with _lock:
         if cap in _active:
             _active.remove(cap)
 
 
-def active() -> list["Capture"]:
+def active() -> list[Capture]:
     with _lock:
         return list(_active)
 
 
-def targets() -> tuple[list["Capture"], str]:
+def targets() -> tuple[list[Capture], str]:
     """(captures, how) for work on the calling thread; ``how`` names the rule that decided."""
     if getattr(_tls, "stack", None):
         return owned(), "own thread"
@@ -107,7 +108,7 @@ def targets() -> tuple[list["Capture"], str]:
 
 
 @contextlib.contextmanager
-def adopt(caps: list["Capture"]) -> Iterator[None]:
+def adopt(caps: list[Capture]) -> Iterator[None]:
     """Run a handed-over task as work of ``caps`` on this thread."""
     frames = getattr(_tls, "adopted", None)
     if frames is None:
@@ -119,13 +120,13 @@ def adopt(caps: list["Capture"]) -> Iterator[None]:
         frames.pop()
 
 
-def _run_adopted(caps: list["Capture"], fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def _run_adopted(caps: list[Capture], fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     with adopt(caps):
         return fn(*args, **kwargs)
 
 
 @contextlib.contextmanager
-def engine_wait(caps: list["Capture"]) -> Iterator[None]:
+def engine_wait(caps: list[Capture]) -> Iterator[None]:
     """Mark the calling thread as waiting in the autograd engine for ``caps``."""
     me = threading.get_ident()
     with _lock:

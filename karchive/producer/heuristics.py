@@ -12,7 +12,8 @@ opaque and never matches at load time. Manifest shape and matching: :mod:`karchi
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import Any
+from collections.abc import Callable, Iterator
 
 from ..format.heuristics import (
     ABSENT,

@@ -32,7 +32,8 @@ import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from ..errors import KarchiveError, SpecFileError
 from ..core.jsonio import canonical_json

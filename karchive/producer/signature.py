@@ -10,7 +10,8 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 from ..errors import SignatureError
 from ..format.manifest import POINTER_ELEMENT_TYPES, SCALAR_SIZES

@@ -17,7 +17,8 @@ import os
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any
+from collections.abc import Iterator, Mapping
 
 from ..core.jsonio import parse_json
 from ..errors import CaptureError, KarchiveError, UnsupportedKernelError

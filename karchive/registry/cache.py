@@ -30,7 +30,8 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
+from collections.abc import Callable
 
 from .. import __version__
 from ..errors import FormatError, RegistryError

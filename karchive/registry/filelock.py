@@ -55,7 +55,7 @@ class FileLock:
             os.close(self._fd)  # closing drops the flock
             self._fd = -1
 
-    def __enter__(self) -> "FileLock":
+    def __enter__(self) -> FileLock:
         self.acquire()
         return self
 

@@ -13,7 +13,8 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
+from collections.abc import Iterable, Mapping
 
 from ..core.digest import is_sha256_hex
 from ..core.fsio import atomic_write
@@ -45,7 +46,7 @@ class Pin:
         return out
 
     @classmethod
-    def from_record(cls, record: VersionRecord, signers: Iterable[str] = ()) -> "Pin":
+    def from_record(cls, record: VersionRecord, signers: Iterable[str] = ()) -> Pin:
         return cls(record.name, record.version, record.sha256, record.size, record.index_sha256,
                    tuple(sorted(set(signers))))
 
@@ -58,7 +59,7 @@ class Lockfile:
 
     @classmethod
     def from_records(cls, records: Iterable[VersionRecord], registry: str | None = None,
-                     signers: Mapping[str, Iterable[str]] | None = None) -> "Lockfile":
+                     signers: Mapping[str, Iterable[str]] | None = None) -> Lockfile:
         """Pins for ``records``; ``signers`` maps a name to the key ids to pin with it."""
         pins: dict[str, Pin] = {}
         for record in records:
@@ -88,7 +89,7 @@ class Lockfile:
         self.path = str(target)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Lockfile":
+    def load(cls, path: str | os.PathLike) -> Lockfile:
         where = os.fspath(path)
         try:
             raw = Path(where).read_bytes()
@@ -160,7 +161,7 @@ def _check_key_id(value: object) -> str:
     return value  # type: ignore[return-value]
 
 
-def load_lockfile(value: "Lockfile | str | os.PathLike | None") -> Lockfile | None:
+def load_lockfile(value: Lockfile | str | os.PathLike | None) -> Lockfile | None:
     if value is None or isinstance(value, Lockfile):
         return value
     return Lockfile.load(value)

@@ -11,7 +11,8 @@ import random
 import socket
 import time
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
+from collections.abc import Callable
 
 from ..errors import KarchiveError, RegistryError, TransferError
 
@@ -73,7 +74,7 @@ class RetryPolicy:
     max_delay: float = 5.0
 
     @classmethod
-    def from_env(cls) -> "RetryPolicy":
+    def from_env(cls) -> RetryPolicy:
         """``KARCHIVE_RETRIES`` (attempts) and ``KARCHIVE_RETRY_DELAY`` (first backoff, seconds)."""
         return cls(attempts=max(1, int(_env_number("KARCHIVE_RETRIES", cls.attempts))),
                    base_delay=max(0.0, _env_number("KARCHIVE_RETRY_DELAY", cls.base_delay)))
@@ -92,7 +93,7 @@ class RetryPolicy:
         for attempt in range(self.attempts):
             try:
                 return fn()
-            except BaseException as exc:  # noqa: BLE001 - classified below
+            except BaseException as exc:
                 if not isinstance(exc, Exception) or isinstance(exc, (KarchiveError, FileNotFoundError, FileExistsError)):
                     raise
                 if isinstance(exc, PermissionError) or _status(exc) in (401, 403):

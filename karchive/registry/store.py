@@ -17,7 +17,8 @@ import os
 import socket
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from ..core.fsio import fsync_dir, temp_path_for
 from ..errors import RegistryError, TransferError

@@ -9,7 +9,7 @@ order. Ties (``1.0`` vs ``1.0.0``) are broken by the string so the order is tota
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 _PEP440 = re.compile(
     r"""^v?

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .dtypes import DLPackDtype
 

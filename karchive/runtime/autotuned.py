@@ -18,7 +18,8 @@ from __future__ import annotations
 import threading
 import time
 from functools import partial
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 from ..errors import ArgumentError, NoMatchingVariantError
 from ..format.autotune import choose_config, entry_config, key_for_call

@@ -63,7 +63,7 @@ class CudaBackend:
         self.SUCCESS = d.CUresult.CUDA_SUCCESS
         try:
             (err,) = d.cuInit(0)
-        except Exception as exc:  # noqa: BLE001 - cuda-python raises its own types when libcuda is absent
+        except Exception as exc:
             raise NoDeviceError(
                 f"cannot launch on CUDA: the NVIDIA driver library (libcuda.so.1) could not be loaded: {plain_text(exc)}",
                 backend="cuda",
@@ -161,7 +161,7 @@ class CudaBackend:
         self.check(self.d.cuCtxSetCurrent(self.context(index)), "cuCtxSetCurrent")
 
     class _Pushed:
-        def __init__(self, backend: "CudaBackend", index: int) -> None:
+        def __init__(self, backend: CudaBackend, index: int) -> None:
             self.b, self.index = backend, index
 
         def __enter__(self) -> None:
@@ -170,7 +170,7 @@ class CudaBackend:
         def __exit__(self, *exc: Any) -> None:
             self.b.d.cuCtxPopCurrent()
 
-    def in_context(self, index: int) -> "_Pushed":
+    def in_context(self, index: int) -> _Pushed:
         """Run a block with the device's context pushed, leaving the caller's current context as it was."""
         return CudaBackend._Pushed(self, index)
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 import sys
 import threading
 from functools import cached_property, partial
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
 
 from ..errors import ArgumentError, NoMatchingVariantError
 from ..format.manifest import Variant
@@ -62,7 +63,7 @@ def _cupy_default_stream() -> Callable[[int], int] | None:
     return lambda _dev: get().ptr
 
 
-def _getitem(kernel: "Kernel", grid: Any) -> Callable[..., None]:
+def _getitem(kernel: Kernel, grid: Any) -> Callable[..., None]:
     """``kernel[grid]`` -> a launcher taking the kernel's arguments (Triton's call shape)."""
     return partial(kernel._run, grid)
 
@@ -75,7 +76,7 @@ class Kernel:
     #: :func:`_getitem`; both call ``kernel._run(grid, *args, **kwargs)``.
     __getitem__ = launch_path.subscript(_getitem)
 
-    def __init__(self, archive: "Archive", name: str, variants: Sequence[Variant]) -> None:
+    def __init__(self, archive: Archive, name: str, variants: Sequence[Variant]) -> None:
         if not variants:
             raise NoMatchingVariantError(f"the archive has no variant of kernel {name!r}", kernel=name)
         self.archive = archive

@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 
 import threading
-from typing import Any, Callable, ContextManager, Protocol, runtime_checkable
+from contextlib import AbstractContextManager as ContextManager
+from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable
 
 from ..errors import ArgumentError
 from .device import DeviceInfo

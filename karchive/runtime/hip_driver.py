@@ -53,7 +53,7 @@ class HipBackend:
         self.SUCCESS = h.hipError_t.hipSuccess
         try:
             (err,) = h.hipInit(0)
-        except Exception as exc:  # noqa: BLE001 - libamdhip64 missing
+        except Exception as exc:
             raise NoDeviceError("cannot launch on HIP: the ROCm runtime (libamdhip64.so) could not be loaded: "
                                 f"{plain_text(exc)}", backend="hip") from exc
         if err != self.SUCCESS:
@@ -110,7 +110,7 @@ class HipBackend:
         self.check(self.d.hipSetDevice(index), "hipSetDevice")
 
     class _OnDevice:
-        def __init__(self, backend: "HipBackend", index: int) -> None:
+        def __init__(self, backend: HipBackend, index: int) -> None:
             self.b, self.index, self.prev = backend, index, None
 
         def __enter__(self) -> None:
@@ -122,7 +122,7 @@ class HipBackend:
             if self.prev is not None and self.prev != self.index:
                 self.b.d.hipSetDevice(self.prev)
 
-    def in_context(self, index: int) -> "_OnDevice":
+    def in_context(self, index: int) -> _OnDevice:
         return HipBackend._OnDevice(self, index)
 
     def has_current(self) -> bool:

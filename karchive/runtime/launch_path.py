@@ -16,7 +16,8 @@ import contextlib
 import os
 import threading
 from types import ModuleType
-from typing import Any, Callable, Iterator, NamedTuple
+from typing import Any, NamedTuple
+from collections.abc import Callable, Iterator
 
 from ..errors import RuntimeLoadError
 

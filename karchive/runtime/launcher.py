@@ -18,7 +18,8 @@ import logging
 import operator
 import threading
 from functools import cached_property
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, NamedTuple
+from collections.abc import Callable, Sequence
 
 from ..errors import ArgumentError, LaunchError
 from ..format.manifest import Variant

@@ -7,7 +7,8 @@ offsets (:mod:`.pack`), and the Python functions it calls back for the rare case
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
 
 from . import launch_path
 from .args import pointer_info, pointer_value
@@ -27,7 +28,7 @@ _fastlaunch = launch_path.require_extension()
 ROLE_CODES = {PTR: 1, INT: 2, FLOAT: 3, VALUE: 4, MIXED: 5}
 
 
-def make_dispatcher(kernel: "Kernel") -> Any:
+def make_dispatcher(kernel: Kernel) -> Any:
     """``kernel[grid](...)`` of one kernel in C (falls back to the Python path for plans it cannot hold)."""
     launch_path.require_extension()  # (this module may be imported already while the extension is disowned)
     plan = kernel.plan

@@ -19,7 +19,8 @@ from __future__ import annotations
 import ctypes
 import math
 import struct
-from typing import Any, Sequence
+from typing import Any
+from collections.abc import Sequence
 
 from ..errors import ArgumentError, LaunchError
 from ..format.dtypes import FLOAT_TYPES, INT_RANGES

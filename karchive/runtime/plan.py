@@ -21,7 +21,8 @@ A parameter that was not passed is part of the key too (as "missing").
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple
+from collections.abc import Sequence
 
 from ..errors import ArgumentError
 from ..format.manifest import Variant

@@ -19,7 +19,8 @@ import hashlib
 import keyword
 import linecache
 import threading
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
 
 from . import args as args_module
 from .args import pointer_info
@@ -154,7 +155,7 @@ def launch_function_name(kernel: str) -> str:
     return f"{kernel}_launch"
 
 
-def build(kernel: "Kernel") -> Callable[..., None]:
+def build(kernel: Kernel) -> Callable[..., None]:
     """The Python launch function of ``kernel`` (its key cache is ``kernel._py_cache``)."""
     cache = kernel._py_cache
     lock = threading.Lock()

@@ -23,7 +23,7 @@ def sidecar_path(archive: str | os.PathLike) -> str:
     return os.fspath(archive) + SUFFIX
 
 
-def read_sidecar(path: str | os.PathLike) -> "Envelope | None":
+def read_sidecar(path: str | os.PathLike) -> Envelope | None:
     """The envelope in ``path``, or None when there is no such file (an unsigned archive)."""
     from .dsse import MAX_ENVELOPE_BYTES, Envelope
 
@@ -45,7 +45,7 @@ def sidecar_url(url: str) -> str:
     return base + SUFFIX + sep + query
 
 
-def read_sidecar_url(url: str, storage_options: dict[str, Any] | None = None) -> "Envelope | None":
+def read_sidecar_url(url: str, storage_options: dict[str, Any] | None = None) -> Envelope | None:
     """The envelope beside the archive at ``url`` (any fsspec URL), or None if there is none. At most
     :data:`~karchive.trust.dsse.MAX_ENVELOPE_BYTES` + 1 bytes are fetched (one ranged request)."""
     import fsspec
@@ -58,12 +58,12 @@ def read_sidecar_url(url: str, storage_options: dict[str, Any] | None = None) ->
         data = fs.cat_file(path, start=0, end=MAX_ENVELOPE_BYTES + 1)
     except FileNotFoundError:
         return None
-    except Exception as exc:  # noqa: BLE001 - any backend failure: the signature cannot be read, fail closed
+    except Exception as exc:
         raise EnvelopeError(f"cannot read signature file {where}: {exc}", path=where) from exc
     return Envelope.parse(bytes(data), where)
 
 
-def write_sidecar(path: str | os.PathLike, envelope: "Envelope") -> None:
+def write_sidecar(path: str | os.PathLike, envelope: Envelope) -> None:
     """Atomically: a same-directory temporary file, fsync, rename. A reader sees the old or the new
     envelope, never half of one, and a crash leaves the old one."""
     where = os.fspath(path)

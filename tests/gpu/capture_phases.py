@@ -35,7 +35,8 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -635,7 +636,7 @@ def main() -> int:
     opts = dict(o.split("=", 1) for o in args.opt)
     try:
         result = {"ok": True, **PHASES[args.phase](Path(args.work), opts)}
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, never hidden
+    except BaseException as exc:
         traceback.print_exc()
         result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
     Path(args.result).write_text(json.dumps(result, indent=1, default=str))

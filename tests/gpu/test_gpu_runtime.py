@@ -286,7 +286,7 @@ def test_threads_launch_concurrently(arc):
                 add[(cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
                 torch.cuda.current_stream().synchronize()
                 assert torch.equal(out, x + y)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
@@ -323,7 +323,7 @@ def test_eight_threads_launch_on_their_own_streams(arc):
             s.synchronize()
             for i in range(50):
                 assert torch.equal(outs[i], xs[i] + ys[i]), (t, i)
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]

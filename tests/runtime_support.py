@@ -1,4 +1,4 @@
-"""Shared pieces of the runtime tests: small archives compiled here (Triton, no GPU) and driver stand-ins.
+"""Shared pieces of the runtime tests (a plain module; their fixtures are in conftest.py): small archives compiled here (Triton, no GPU) and driver stand-ins.
 
 FakeCuda and FakeHip are TEST DOUBLES FOR HARDWARE THAT DOES NOT EXIST HERE (no GPU on this machine, no
 AMD GPU anywhere in this project). Each implements the handful of binding calls karchive makes
@@ -18,7 +18,8 @@ import pathlib
 import struct
 import threading
 import types
-from typing import Any, Iterator, NamedTuple
+from typing import Any, NamedTuple
+from collections.abc import Iterator
 
 import pytest
 
@@ -89,28 +90,6 @@ LAUNCH_REQS = [
 ]
 
 
-@pytest.fixture(scope="session")
-def cuda_archive(tmp_path_factory) -> pathlib.Path:
-    if not have_triton():
-        pytest.skip("building test archives needs triton")
-    return write_archive(tmp_path_factory.mktemp("rt") / "cuda.karc", compile_many(CUDA_REQS))
-
-
-@pytest.fixture(scope="session")
-def hip_archive(tmp_path_factory) -> pathlib.Path:
-    if not have_triton():
-        pytest.skip("building test archives needs triton")
-    return write_archive(tmp_path_factory.mktemp("rt") / "hip.karc", compile_many(HIP_REQS))
-
-
-@pytest.fixture(scope="session")
-def launch_archive(tmp_path_factory) -> pathlib.Path:
-    if not have_triton():
-        pytest.skip("building test archives needs triton")
-    return write_archive(tmp_path_factory.mktemp("rt") / "launch.karc", compile_many(LAUNCH_REQS), name="launch")
-
-
-# -- recording --------------------------------------------------------------------------------------------
 class Handle:
     """A binding's opaque handle (CUfunction, CUstream, ...): only ``int()`` gives its value."""
 
