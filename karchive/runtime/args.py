@@ -118,7 +118,8 @@ class NoTensorType:
 #: The tensor type whose pointer, dtype and device both launch paths read directly (``data_ptr()``,
 #: ``.dtype``, ``get_device()``) instead of through :func:`pointer_info`: ``torch.Tensor`` once a
 #: torch tensor has been launched with (karchive never imports torch itself).
-TENSOR_TYPE: type = NoTensorType
+# type[Any], not type: the launch paths call its instances' methods, which no stub describes.
+TENSOR_TYPE: type[Any] = NoTensorType
 _tensor_listeners: list[Callable[[Any], None]] = []
 
 

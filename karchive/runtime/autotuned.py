@@ -65,10 +65,11 @@ class _Subsets:
 
     def fitting(self, constexprs: Mapping[str, Any], options: Mapping[str, Any], pinned: str | None = None) -> Kernel:
         """The dispatcher over the variants compiled with these constexprs and options (else the pinned one)."""
+        key: tuple | None
         try:
-            key: tuple | None = (tuple(sorted((k, type(v).__name__, v) for k, v in constexprs.items())),
-                                 tuple(sorted(options.items())), pinned)
-            hit = self._fitting.get(key)  # type: ignore[arg-type]
+            key = (tuple(sorted((k, type(v).__name__, v) for k, v in constexprs.items())),
+                   tuple(sorted(options.items())), pinned)
+            hit = self._fitting.get(key)
         except TypeError:  # an unhashable value: no caching
             key, hit = None, None
         if hit is not None:
@@ -235,7 +236,7 @@ class AutotunedKernel:
         if hit is not None:
             return hit
         _kernel, cx, entry = self.choose(named)
-        cfg = self._config_of(self._record_for(entry), entry) if entry is not None else {
+        cfg: Mapping[str, Any] = self._config_of(self._record_for(entry), entry) if entry is not None else {
             "kwargs": cx, "options": {}, "variant": None}
         if self.benchmark and entry is not None and tuple(entry.get("key", ())) != key:
             if not may_benchmark:  # select(): answer by the rule, remember nothing (a launch will benchmark)

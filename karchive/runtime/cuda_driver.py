@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import LaunchError, NoDeviceError
 from .device import DeviceInfo
@@ -86,7 +86,7 @@ class CudaBackend:
         self._contexts: dict[int, Any] = {}
         self._infos: dict[int, DeviceInfo] = {}
         self.streams = StreamCache(d.CUstream)
-        self._launch_address: int | None | bool = False  # False: not asked yet
+        self._launch_address: int | None | Literal[False] = False  # False: not asked yet
 
     # -- errors -----------------------------------------------------------------------------------
     def error_text(self, err: Any) -> str:
@@ -226,7 +226,7 @@ class CudaBackend:
         """``cuLaunchKernel``'s address from ``cuGetProcAddress`` (None if the binding or driver cannot say)."""
         if self._launch_address is False:
             self._launch_address = self._proc_address("cuLaunchKernel", _LAUNCH_KERNEL_VERSION)
-        return self._launch_address  # type: ignore[return-value]
+        return self._launch_address
 
     def _proc_address(self, symbol: str, version: int) -> int | None:
         d = self.d

@@ -14,7 +14,7 @@ launcher calls it the same way, at the address hip-python's ``hipGetProcAddress`
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import LaunchError, NoDeviceError
 from .device import DeviceInfo
@@ -70,7 +70,7 @@ class HipBackend:
         self._lock = threading.Lock()
         self._infos: dict[int, DeviceInfo] = {}
         self.streams = StreamCache(lambda raw: raw)  # hip-python accepts an int address for hipStream_t
-        self._launch_address: int | None | bool = False  # False: not asked yet
+        self._launch_address: int | None | Literal[False] = False  # False: not asked yet
 
     def error_text(self, err: Any) -> str:
         try:
@@ -111,7 +111,8 @@ class HipBackend:
 
     class _OnDevice:
         def __init__(self, backend: HipBackend, index: int) -> None:
-            self.b, self.index, self.prev = backend, index, None
+            self.b, self.index = backend, index
+            self.prev: int | None = None  # the device current before __enter__
 
         def __enter__(self) -> None:
             self.prev = self.b.current_device()
@@ -187,7 +188,7 @@ class HipBackend:
                         self._launch_address = int(result[1])
                 except Exception:  # noqa: BLE001 - unverified binding conventions (never run on AMD hardware)
                     self._launch_address = None
-        return self._launch_address  # type: ignore[return-value]
+        return self._launch_address
 
     def handle_address(self, obj: Any) -> int:
         return int(obj)

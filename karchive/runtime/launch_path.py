@@ -51,7 +51,7 @@ def _load() -> tuple[ModuleType | None, str]:
         with _lock:
             if _loaded is None:
                 try:
-                    from . import _fastlaunch  # type: ignore[attr-defined]
+                    from . import _fastlaunch
                 except ImportError as exc:
                     _loaded = (None, f"not built ({exc})")
                 else:

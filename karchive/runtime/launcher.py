@@ -18,7 +18,7 @@ import logging
 import operator
 import threading
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 from collections.abc import Callable, Sequence
 
 from ..errors import ArgumentError, LaunchError
@@ -91,7 +91,7 @@ class LaunchEntry:
         self.layout = ParamLayout(abi)  # the creating thread's buffer; other threads get their own
         self.block_x = abi.num_warps * abi.warp_size
         self.shared = abi.shared
-        self.cluster = tuple(abi.cluster_dims)
+        self.cluster = abi.cluster_dims
         self.num_ctas = abi.num_ctas
         self.cooperative = abi.cooperative_grid
         self.pdl = abi.pdl
@@ -121,8 +121,13 @@ class LaunchEntry:
         indices = [s.value for s in self.slots]
         self._pick: Callable[[Sequence[Any]], Sequence[Any]] | None = None
         if indices != list(range(len(self.call_positions))):
-            self._pick = (operator.itemgetter(*indices) if len(indices) > 1
-                          else (lambda v, i=indices[0]: (v[i],)) if indices else (lambda v: ()))
+            if len(indices) > 1:
+                self._pick = operator.itemgetter(*indices)
+            elif indices:
+                only = indices[0]
+                self._pick = lambda v: (v[only],)
+            else:
+                self._pick = lambda v: ()
         self._owner = threading.get_ident()
         self._tls = threading.local()
         self.label = variant_label(variant)
@@ -296,8 +301,9 @@ class BoundLauncher:
         self.layout = ParamLayout(abi)
         user = abi.params[: self.layout.n_user]
         self.param_names = tuple(p.name for p in user)
+        # A pointer always has its call argument's index (AbiParam.from_json refuses one without).
         self._aligned = tuple(i for i, p in enumerate(user)
-                              if p.kind == "pointer" and entry.variant.params[p.arg].divisibility == 16)
+                              if p.kind == "pointer" and entry.variant.params[cast(int, p.arg)].divisibility == 16)
         self.grid = grid_dims(grid)
         self._stream_raw = stream
         self._stream = entry.backend.stream(stream)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from collections.abc import Sequence
 
+from ..errors import LaunchError
 from . import launch_path
 from .args import pointer_info, pointer_value
 from .driver_api import stream_handle
@@ -20,9 +21,10 @@ from .pydispatch import launch_function_name
 from .select import MISSING
 
 if TYPE_CHECKING:  # pragma: no cover
+    from . import _fastlaunch  # its stub (_fastlaunch.pyi), for the types of what this module calls
     from .dispatch import Kernel
-
-_fastlaunch = launch_path.require_extension()
+else:  # the module launch_path loaded and checked (not built, or stale: a clear RuntimeLoadError)
+    _fastlaunch = launch_path.require_extension()
 
 #: Role numbers of ``_fastlaunch.c`` (ROLE_PTR ...).
 ROLE_CODES = {PTR: 1, INT: 2, FLOAT: 3, VALUE: 4, MIXED: 5}
@@ -60,12 +62,14 @@ def make_entry(entry: LaunchEntry) -> Any:
         code = pack_code(p.kind, p.type)
         value = entry.slots[i].value if i < layout.n_user else -1
         slots.append((value if code != NULL_CODE else -1, code, layout.offsets[i]))
-    in_python = entry.special or address is None or any(s.convert == "ptr" for s in entry.slots)
-    function = 0 if in_python else entry.backend.handle_address(entry.function)
+    if entry.special or address is None or any(s.convert == "ptr" for s in entry.slots):
+        launch, function, python_launch = 0, 0, entry.launch_dims  # the C code calls back into Python
+    else:
+        launch, function, python_launch = address, entry.backend.handle_address(entry.function), None
     return _fastlaunch.Entry(
-        launch=0 if in_python else address, function=function, block_x=entry.block_x,
+        launch=launch, function=function, block_x=entry.block_x,
         shared=entry.shared, device=entry.device, slots=tuple(slots), buffer_size=layout.size, meta=entry.meta,
-        python_launch=entry.launch_dims if in_python else None, failed=entry.failed, explain=entry.explain,
+        python_launch=python_launch, failed=entry.failed, explain=entry.explain,
     )
 
 
@@ -74,13 +78,16 @@ class NativeBoundLauncher(_fastlaunch.Bound, BoundLauncher):
     ``bound(*values)`` and the driver call happen without a Python frame. Same buffer, same errors."""
 
     def __init__(self, entry: LaunchEntry, grid: tuple[int, int, int], stream: Any, values: Sequence[Any]) -> None:
+        launch = entry.backend.launch_address()
+        if launch is None:  # Kernel.bind makes this class only where the binding gives the driver's address
+            raise LaunchError(f"{entry.kernel}: no launch function address for the compiled bound launcher")
         BoundLauncher.__init__(self, entry, grid, stream, values)
         abi = entry.variant.abi
         user = abi.params[: self.layout.n_user]
         slots = tuple((pack_code(p.kind, p.type), self.layout.offsets[i], i in self._aligned)
                       for i, p in enumerate(user))
         self._configure(
-            launch=entry.backend.launch_address(), function=entry.backend.handle_address(entry.function),
+            launch=launch, function=entry.backend.handle_address(entry.function),
             grid=self.grid, block_x=entry.block_x, shared=entry.shared, stream=stream_handle(stream),
             kernel_params=self.layout.kernel_params, buffer=_address(self.layout.buffer), buffer_size=self.layout.size,
             slots=slots, pointer_value=pointer_value,

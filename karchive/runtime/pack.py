@@ -19,12 +19,12 @@ from __future__ import annotations
 import ctypes
 import math
 import struct
-from typing import Any
+from typing import Any, cast
 from collections.abc import Sequence
 
 from ..errors import ArgumentError, LaunchError
 from ..format.dtypes import FLOAT_TYPES, INT_RANGES
-from ..format.manifest import Abi
+from ..format.manifest import Abi, AbiParam
 
 #: struct format characters per Triton scalar type (pointers are "Q").
 SCALAR_FORMATS: dict[str, str] = {
@@ -46,6 +46,12 @@ def pack_code(kind: str, typ: str | None) -> str:
     if kind != "scalar":
         return NULL_CODE
     return BF16_CODE if typ == "bf16" else SCALAR_FORMATS[str(typ)]
+
+
+def _struct_char(p: AbiParam) -> str:
+    """The struct format character of a user (pointer or scalar) parameter."""
+    # A scalar's type is never None: AbiParam.from_json refuses a pointer/scalar parameter without one.
+    return "Q" if p.kind == "pointer" else SCALAR_FORMATS[cast(str, p.type)]
 
 
 _F32 = struct.Struct("<f")
@@ -87,7 +93,7 @@ class ParamLayout:
             offset += pad
             offsets.append(offset)
             if i < self.n_user:
-                fmt.append("Q" if p.kind == "pointer" else SCALAR_FORMATS[p.type])
+                fmt.append(_struct_char(p))
             offset += p.size
         self.names = tuple(p.name for p in user)
         self.types = tuple(p.type for p in user)
@@ -97,7 +103,8 @@ class ParamLayout:
         self.buffer = (ctypes.c_uint64 * words)()
         base = ctypes.addressof(self.buffer)
         count = max(len(abi.params), 1)
-        self.pointers = (ctypes.c_void_p * count)(*[base + o for o in offsets] or [None])
+        addresses: list[int | None] = [base + o for o in offsets] or [None]
+        self.pointers = (ctypes.c_void_p * count)(*addresses)
         self.kernel_params = ctypes.addressof(self.pointers) if abi.params else 0
         self.struct = struct.Struct("".join(fmt))
         self.pack_into = self.struct.pack_into
@@ -123,7 +130,7 @@ class ParamLayout:
     def set_one(self, index: int, value: Any) -> None:
         """Re-pack a single user parameter in place (the bound launcher's ``set``)."""
         p = self.abi.params[index]
-        fmt = "<Q" if p.kind == "pointer" else "<" + SCALAR_FORMATS[p.type]
+        fmt = "<" + _struct_char(p)
         if p.type == "bf16":
             value = bf16_bits(value)
         try:
@@ -131,12 +138,12 @@ class ParamLayout:
         except (struct.error, OverflowError, TypeError) as exc:
             raise ArgumentError(self._why(index, value, exc)) from None
 
-    def explain(self, values: Sequence[Any], exc: BaseException) -> ArgumentError:
+    def explain(self, values: Sequence[Any], exc: BaseException | None) -> ArgumentError:
         if len(values) != self.n_user:
             return ArgumentError(f"{self.abi.entry}: {len(values)} values for {self.n_user} parameters {list(self.names)}")
         for i, value in enumerate(values):
             p = self.abi.params[i]
-            fmt = "<Q" if p.kind == "pointer" else "<" + SCALAR_FORMATS[p.type]
+            fmt = "<" + _struct_char(p)
             try:
                 struct.pack(fmt, value)
             except (struct.error, OverflowError, TypeError) as err:
