@@ -232,7 +232,7 @@ def toolchain_versions() -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - no AMD backend, or an older Triton
         pass
     try:
-        from triton._C.libtriton import llvm  # type: ignore[attr-defined]
+        from triton._C.libtriton import llvm
 
         out["llvm"] = getattr(llvm, "get_version", lambda: None)()
     except Exception:  # noqa: BLE001

@@ -78,9 +78,10 @@ class AutotuneLog:
                 timings: dict | None, variant_key: str | None) -> None:
         if key is None:
             key = tuning_key(tuner, call_args(tuner, args, kwargs))
+        known: tuple | None
         try:  # every launch of a tuned kernel comes here: the same choice again is recorded once
-            known: tuple | None = (id(tuner), tuple(key), id(chosen), variant_key)
-            if not timings and self._known.get(known) is tuner:  # type: ignore[arg-type]
+            known = (id(tuner), tuple(key), id(chosen), variant_key)
+            if not timings and self._known.get(known) is tuner:
                 return
         except TypeError:  # an unhashable key part
             known = None

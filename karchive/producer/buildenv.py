@@ -26,7 +26,7 @@ import shutil
 import tempfile
 from contextlib import ExitStack, contextmanager
 from typing import Any
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, MutableMapping
 
 from ..errors import CompileError, SpecFileError
 
@@ -171,13 +171,13 @@ def check_import_time_state(backend: str, env: Mapping[str, str]) -> None:
             "imported (the karchive CLI and build workers with -j > 1 do this themselves)")
 
 
-def strip_shell(environ: dict[str, str] | None = None) -> None:
+def strip_shell(environ: MutableMapping[str, str] | None = None) -> None:
     """Remove every controlled variable from ``environ`` (default: this process's, before Triton loads)."""
-    environ = os.environ if environ is None else environ  # type: ignore[assignment]
+    target = os.environ if environ is None else environ
     names = set(CODEGEN_ENV) | set(CLEARED_ENV)
-    for k in list(environ):
+    for k in list(target):
         if k in names:
-            environ.pop(k, None)
+            target.pop(k, None)
 
 
 @contextmanager

@@ -96,16 +96,17 @@ class _Namer:
     def module_of(self, fn: Any) -> tuple[str, bool] | None:
         """(import name, is package) of the module that defines ``fn``, if its file is that module's."""
         file_name = getattr(fn, "file_name", None)
-        mod_name = getattr(fn, "__module__", None)
-        module = sys.modules.get(mod_name) if isinstance(mod_name, str) else None
+        attr = getattr(fn, "__module__", None)
+        mod_name = attr if isinstance(attr, str) else None
+        module = sys.modules.get(mod_name) if mod_name is not None else None
         if not isinstance(file_name, str):
             return None
         if not os.path.isabs(file_name):
             # Already canonical: a module a rebuild loaded from an archive under its canonical name.
-            if module is not None and getattr(module, "__file__", None) == file_name:
-                return mod_name, hasattr(module, "__path__")  # type: ignore[return-value]
+            if mod_name is not None and module is not None and getattr(module, "__file__", None) == file_name:
+                return mod_name, hasattr(module, "__path__")
             return None
-        if module is not None and mod_name != "__main__":
+        if mod_name is not None and module is not None and mod_name != "__main__":
             f = _module_file(module)
             if f is not None and _real(f) == _real(file_name):
                 return mod_name, hasattr(module, "__path__")

@@ -36,7 +36,7 @@ import sys
 import threading
 import warnings
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar, cast
 from collections.abc import Callable
 
 from ..errors import CaptureError, UnsupportedKernelError
@@ -70,7 +70,8 @@ def active_captures() -> list[Capture]:
 
 # --- describing a compile ------------------------------------------------------------------------
 def _module_source(fn: Any) -> str | None:
-    module = sys.modules.get(getattr(fn, "module", None) or getattr(getattr(fn, "fn", None), "__module__", ""))
+    name = getattr(fn, "module", None) or getattr(getattr(fn, "fn", None), "__module__", None)
+    module = sys.modules.get(name) if isinstance(name, str) else None
     if module is None:
         return None
     try:
@@ -108,7 +109,7 @@ def describe_source(src: Any, entry: CacheEntry, *, origin: str = "capture", inc
     constexprs: dict[str, Any] = {}
     equal_to_1: dict[str, str] = {}
     for i, name in enumerate(names):
-        typ = signature.get(name, signature.get(i))  # type: ignore[call-overload]
+        typ = signature.get(name, signature.get(i))
         if not isinstance(typ, str):
             raise UnsupportedKernelError(f"{kernel}: parameter {name!r} has type {typ!r} (tuples are not supported)")
         types[name] = typ
@@ -273,11 +274,11 @@ class Capture:
             with self:
                 return fn(*args, **kwargs)
 
-        wrapper.capture = self  # type: ignore[attr-defined]
-        return wrapper  # type: ignore[return-value]
+        wrapper.capture = self  # type: ignore[attr-defined]  # set on the function object, for the caller to find
+        return cast(F, wrapper)  # functools.wraps made it look like fn; it takes the same arguments
 
     # -- recording ---------------------------------------------------------------------------------
-    def _seen(self, triton_hash: str | None) -> bool:
+    def _seen(self, triton_hash: str | None) -> TypeGuard[str]:
         return triton_hash is not None and triton_hash in self._hash_to_key  # a dict lookup: atomic in CPython
 
     def _add(self, variant: CompiledVariant | None, triton_hash: str | None, how: str, kernel: str,
@@ -470,6 +471,8 @@ def _on_post_compile(*, key: Any = None, fn: Any = None, compile: Any = None, **
     if not caps or fn is None:
         return
     jit_fn = getattr(fn, "jit_function", None)
+    if jit_fn is None:
+        return
     device = (compile or {}).get("device")
     try:
         kernel = jit_fn.device_caches[device][0].get(key)
@@ -601,7 +604,7 @@ class _Hooks:
                 return previous(*args, **kwargs)
             return None
 
-        chained.__karchive__ = True  # type: ignore[attr-defined]
+        chained.__karchive__ = True  # type: ignore[attr-defined]  # a marker on the function object: ours
         setattr(owner, attr, chained)
 
         def undo() -> None:
@@ -624,7 +627,7 @@ class _Hooks:
                     pass
             return kernel
 
-        JITFunction.run = run  # type: ignore[method-assign]
+        JITFunction.run = run
         self._restore.append(lambda: setattr(JITFunction, "run", original) if JITFunction.run is run else None)
 
     def _wrap_autotuner(self) -> None:
@@ -648,7 +651,7 @@ class _Hooks:
                 pass
             return ret
 
-        Autotuner.run = run  # type: ignore[method-assign]
+        Autotuner.run = run
         self._restore.append(lambda: setattr(Autotuner, "run", original) if Autotuner.run is run else None)
 
     def _wrap_heuristics(self) -> None:
@@ -680,7 +683,7 @@ class _Hooks:
                 pass
             return ret
 
-        Heuristics.run = run  # type: ignore[method-assign]
+        Heuristics.run = run
         self._restore.append(lambda: setattr(Heuristics, "run", original) if Heuristics.run is run else None)
 
 

@@ -151,7 +151,8 @@ def install_followers() -> list[Callable[[], None]]:
     undo: list[Callable[[], None]] = []
     from concurrent.futures import ThreadPoolExecutor
 
-    original_submit = ThreadPoolExecutor.submit
+    # As a plain callable: the wrapper forwards whatever it is given, so submit's generic signature adds nothing.
+    original_submit: Callable[..., Any] = ThreadPoolExecutor.submit
 
     @functools.wraps(original_submit)
     def submit(self: Any, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -160,7 +161,7 @@ def install_followers() -> list[Callable[[], None]]:
             return original_submit(self, functools.partial(_run_adopted, caps, fn), *args, **kwargs)
         return original_submit(self, fn, *args, **kwargs)
 
-    ThreadPoolExecutor.submit = submit  # type: ignore[method-assign]
+    ThreadPoolExecutor.submit = submit  # type: ignore[method-assign]  # patched on purpose; undone below
     undo.append(lambda: setattr(ThreadPoolExecutor, "submit", original_submit)
                 if ThreadPoolExecutor.submit is submit else None)
 
@@ -184,7 +185,7 @@ def _engine_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
         with engine_wait(caps):
             return original(*args, **kwargs)
 
-    call.__karchive__ = True  # type: ignore[attr-defined]
+    call.__karchive__ = True  # type: ignore[attr-defined]  # a marker on the function object: ours, never wrap twice
     return call
 
 

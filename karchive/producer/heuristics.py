@@ -12,7 +12,7 @@ opaque and never matches at load time. Manifest shape and matching: :mod:`karchi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Iterator
 
 from ..format.heuristics import (
@@ -26,6 +26,9 @@ from ..format.heuristics import (
     scalar,
 )
 from .autotune import innermost_jit
+
+if TYPE_CHECKING:  # the view types dict's own keys()/values()/items() return (typeshed names them here)
+    from _collections_abc import dict_items, dict_keys, dict_values
 
 _UNKNOWN: Any = object()
 
@@ -139,15 +142,15 @@ class _Reads(dict):
     def _all(self) -> None:
         self.everything = True
 
-    def keys(self):  # type: ignore[override]
+    def keys(self) -> dict_keys[Any, Any]:
         self._all()
         return dict.keys(self)
 
-    def values(self):  # type: ignore[override]
+    def values(self) -> dict_values[Any, Any]:
         self._all()
         return dict.values(self)
 
-    def items(self):  # type: ignore[override]
+    def items(self) -> dict_items[Any, Any]:
         self._all()
         return dict.items(self)
 
@@ -221,19 +224,20 @@ class HeuristicsLog:
         named = {**dict(zip(heur.arg_names, args)), **kwargs}
         record = self.records.setdefault(kernel, {"names": [], "cases": {}})
         for name, func in heur.values.items():
-            known = produced is not None and name in produced
+            given = produced.get(name, _UNKNOWN) if produced is not None else _UNKNOWN  # Triton's value, if seen
+            known = given is not _UNKNOWN
             memo = self._memo.setdefault((id(heur), name), {"heur": heur, "reads": {}, "traced": set(), "off": False})
-            call = self._fingerprint(memo, named, produced[name]) if known and not memo["off"] else None
+            call = self._fingerprint(memo, named, given) if known and not memo["off"] else None
             if call is not None and call in memo["traced"]:
-                named[name] = produced[name]
+                named[name] = given
                 continue
-            value, inputs, ok = trace_heuristic(func, named, produced[name] if known else _UNKNOWN)
+            value, inputs, ok = trace_heuristic(func, named, given)
             if known:
                 if not ok:  # recorded for the record, never matched at load time
                     why = ("re-evaluating the heuristic did not give Triton's value (not a pure function of its "
                            "arguments)")
                     inputs = {k: {"opaque": why} for k in inputs} or {"*": {"opaque": why}}
-                value = produced[name]
+                value = given
             elif not ok:
                 self._warn(f"{kernel}: heuristic {name!r} raised when re-evaluated; its value is not recorded")
                 continue
