@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from collections.abc import Callable
 
 from ..errors import KarchiveError
 
@@ -55,13 +56,15 @@ def parse_json(raw: bytes, what: str, *, error: type[KarchiveError], strict: boo
         raise error(f"{what} is not valid JSON{note}: {exc}") from exc
 
 
-def _no_duplicate_keys(error: type[KarchiveError]):
+def _no_duplicate_keys(error: type[KarchiveError]) -> Callable[[list[tuple[str, Any]]], dict]:
     def hook(pairs: list[tuple[str, Any]]) -> dict:
         obj = dict(pairs)
         if len(obj) != len(pairs):
             seen: set[str] = set()
-            dup = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-            raise error(f"duplicate JSON key {dup!r}")
+            for k, _ in pairs:
+                if k in seen:
+                    raise error(f"duplicate JSON key {k!r}")
+                seen.add(k)
         return obj
 
     return hook

@@ -17,7 +17,7 @@ from ..errors import TransferError
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # None: the lock is a no-op (module docstring)
 
 
 class FileLock:

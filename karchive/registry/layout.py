@@ -16,7 +16,7 @@ RECORD_SUFFIX = ".json"
 def check_digest(digest: object) -> str:
     if not is_sha256_hex(digest):
         raise RegistryError(f"bad sha256 digest {digest!r}: expected 64 lowercase hex digits")
-    return digest  # type: ignore[return-value]
+    return digest
 
 
 def blob_path(digest: str) -> str:

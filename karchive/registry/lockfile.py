@@ -158,7 +158,7 @@ class Lockfile:
 def _check_key_id(value: object) -> str:
     if not is_sha256_hex(value):
         raise RegistryError(f"bad signer key id {value!r}: expected 64 lowercase hex digits")
-    return value  # type: ignore[return-value]
+    return value
 
 
 def load_lockfile(value: Lockfile | str | os.PathLike | None) -> Lockfile | None:
