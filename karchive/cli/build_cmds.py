@@ -33,6 +33,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     b.add_argument("-o", "--out", required=True, help="archive to write (.karc)")
     b.add_argument("-j", "--jobs", type=int, default=0, help="worker processes (default: CPU count)")
     b.add_argument("--keep-going", action="store_true", help="pack what built even if some variants failed")
+    b.add_argument("--executor", default="local", metavar="WHERE",
+                   help="where the compiles run: local (default), ray (a local Ray started for this build), auto (the "
+                        "Ray cluster of this machine), ray://HOST:PORT or HOST:PORT (an existing Ray cluster); Ray "
+                        "needs karchive[ray], see docs/build-at-scale.md")
+    b.add_argument("--reuse", metavar="PREVIOUS", help="copy the variants of this archive (path, URL or NAME@VERSION) "
+                                                       "whose build inputs are unchanged; compile only the others")
     b.add_argument("--no-ir", action="store_true", help="leave IR stages out (slim archive)")
     b.add_argument("--quiet", action="store_true", help="no progress output")
     b.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -66,6 +72,10 @@ def _summary(result, out: str, total: int) -> dict:
         "raw_bytes": result.raw_bytes,
         "seconds": round(result.seconds, 3),
         "warnings": list(result.warnings),
+        "compiled": result.compiled,
+        "reused": result.reused,
+        **({"reuse": result.reuse} if result.reuse is not None else {}),
+        **({"executor": result.executor} if result.executor else {}),
     }
 
 
@@ -74,6 +84,14 @@ def _print_summary(summary: dict) -> None:
         print(f"warning: {w}", file=sys.stderr)
     print(f"built {summary['built']} of {summary['requested']} variants in {summary['seconds']:.1f}s"
           + (f" ({summary['duplicates']} duplicate keys dropped)" if summary["duplicates"] else ""))
+    if summary.get("reuse") is not None:
+        r = summary["reuse"]
+        why = ", ".join(f"{n} {k}" for k, n in sorted(r["compiled_because"].items()))
+        print(f"  reused {r['reused']} from {r['previous']}, compiled {summary['compiled']}" + (f" ({why})" if why else "")
+              + ("" if r["same_toolchain"] else f"; toolchain differs: {'; '.join(r['toolchain_differs'])}"))
+    ex = summary.get("executor") or {}
+    if ex.get("kind") == "ray":
+        print(f"  compiled on Ray ({ex.get('address')}): {ex.get('nodes')} node(s), {len(ex.get('workers', []))} worker(s)")
     for row in summary["per_kernel_target"]:
         print(f"  {row['kernel']:<28} {row['target']:<12} {row['variants']} variant(s)")
     for f in summary["failed"]:
@@ -94,10 +112,16 @@ def cmd_build(args: argparse.Namespace) -> int:
         for r in spec.requests:
             r.include_ir = False
     validate_requests(spec.requests)
+    previous = None
+    if args.reuse:
+        from ..resolve import open_reader
+
+        previous = open_reader(args.reuse)
     if not args.quiet and not args.json:
         print(f"{spec.name} {spec.version}: {len(spec.requests)} variants to compile", file=sys.stderr)
     result = build_archive(spec, args.out, jobs=args.jobs, keep_going=args.keep_going,
-                           progress=not (args.quiet or args.json))
+                           progress=not (args.quiet or args.json), executor=args.executor, reuse=previous,
+                           reuse_label=args.reuse or "")
     result.warnings[:0] = shell_warnings
     summary = _summary(result, args.out, len(spec.requests))
     emit_json(summary) if args.json else _print_summary(summary)
