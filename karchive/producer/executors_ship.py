@@ -166,23 +166,38 @@ def toolchain_identity() -> dict[str, str | None]:
     return out
 
 
-def compile_shipped(request: VariantRequest, modules: tuple[ShippedModule, ...]
-                    ) -> tuple[CompiledVariant | None, str | None, float]:
-    """Worker side: import the shipped modules by their canonical names, compile, and forget them again."""
+#: The module set this worker process has imported, and the finder serving it: consecutive tasks of one
+#: checkout share it, as a local worker process keeps a kernel module imported between variants.
+_IMPORTED: tuple[tuple[ShippedModule, ...], Any] | None = None
+
+
+def _import_shipped(modules: tuple[ShippedModule, ...]) -> None:
+    """Serve ``modules`` to imports from now on (replacing another set, and whatever it imported)."""
+    global _IMPORTED
     from .rebuild import ArchiveSourceFinder
 
+    if _IMPORTED is not None:
+        if _IMPORTED[0] == modules:
+            return
+        _IMPORTED[1].uninstall()
+        _IMPORTED = None
+    finder = ArchiveSourceFinder({m.module: (m.name, m.text, m.is_package) for m in modules})
+    for mod in finder.modules:  # same-named modules of this worker (another checkout): never mixed in
+        sys.modules.pop(mod, None)
+    finder.install()
+    _IMPORTED = (modules, finder)
+
+
+def compile_shipped(request: VariantRequest, modules: tuple[ShippedModule, ...]
+                    ) -> tuple[CompiledVariant | None, str | None, float]:
+    """Worker side: import the shipped modules by their canonical names and compile."""
     start = time.perf_counter()
     if "triton" not in sys.modules:
         strip_shell()  # before Triton is imported: it freezes some variables (PTXAS_OPTIONS) into defaults
-    finder = ArchiveSourceFinder({m.module: (m.name, m.text, m.is_package) for m in modules})
-    for mod in finder.modules:  # left by an earlier task of this worker, possibly another version of it
-        sys.modules.pop(mod, None)
-    finder.install()
     try:
+        _import_shipped(modules)
         return compile_variant(request), None, time.perf_counter() - start
     except KarchiveError as exc:
         return None, str(exc), time.perf_counter() - start
     except Exception as exc:  # noqa: BLE001 - a shipped module failed to import, or the compiler crashed
         return None, f"{request.label()}: {type(exc).__name__}: {exc}", time.perf_counter() - start
-    finally:
-        finder.uninstall()
