@@ -17,7 +17,7 @@ from ..errors import BuildError
 from .aot import VariantRequest, toolchain_versions
 from .buildenv import shell_warning
 from .describe import CompiledVariant
-from .executors import Executor, TaskOutcome, make_executor
+from .executors import Executor, TaskOutcome, executor_kind, make_executor
 from .pack import ArchiveBuilder
 from .spec_file import BuildSpec
 
@@ -77,8 +77,8 @@ def compile_all(requests: list[VariantRequest], jobs: int = 0, progress: bool = 
                 executor: Executor | None = None) -> tuple[list[CompiledVariant], list[tuple[VariantRequest, str]]]:
     """Compile ``requests`` on ``executor`` (default: ``jobs`` local worker processes).
 
-    Returns (built, failed); ``failed`` is in request order. A started executor is used as it is; one
-    that is not started is started here and closed again.
+    Returns (built, failed); ``failed`` is in request order. The executor is its caller's: it starts
+    itself when first used, and the caller closes it.
     """
     executor = executor or make_executor("local", jobs)
     show_where = executor.kind != "local"  # on a cluster, say which node and worker compiled each variant
@@ -118,6 +118,8 @@ def build_archive(spec: BuildSpec, output: str | os.PathLike, *, jobs: int = 0, 
     is the same bytes either way.
     """
     start = time.perf_counter()
+    if not isinstance(executor, Executor):
+        executor_kind(executor)  # a mistyped --executor fails now, not after the reuse plan
     warning = shell_warning()  # once here, not once per worker
     result = BuildResult(warnings=[warning] if warning else [])
     requests = spec.requests
@@ -129,10 +131,10 @@ def build_archive(spec: BuildSpec, output: str | os.PathLike, *, jobs: int = 0, 
         reused, requests, result.reuse = plan.reused, plan.to_compile, plan.report.to_json()
         if progress:
             print(plan.report.headline(), file=sys.stderr, flush=True)
-    ex = executor if isinstance(executor, Executor) else make_executor(executor, jobs, verbose=progress)
     built: list[CompiledVariant] = []
-    if requests:  # a build that reuses everything starts no workers (and no Ray)
+    if requests:  # a build that reuses everything starts no workers (and imports no Ray)
         owned = not isinstance(executor, Executor)
+        ex = executor if isinstance(executor, Executor) else make_executor(executor, jobs, verbose=progress)
         try:
             if owned:
                 ex.start()

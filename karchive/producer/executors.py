@@ -127,18 +127,26 @@ EXECUTOR_HELP = ("local (default: -j worker processes here), ray (a local Ray st
                  "compiles in flight (default: as many as the cluster schedules)")
 
 
+def executor_kind(spec: str | None) -> str:
+    """``local`` or ``ray`` for a ``--executor`` value; anything else is refused (before any work)."""
+    text = (spec or "local").strip()
+    if text == "local":
+        return "local"
+    if text in ("ray", "auto") or text.startswith("ray://") or _GCS_ADDRESS.fullmatch(text):
+        return "ray"
+    raise BuildError(f"unknown executor {text!r}: use {EXECUTOR_HELP}")
+
+
 def make_executor(spec: str | None = None, jobs: int = 0, *, verbose: bool = True) -> Executor:
     """The executor a ``--executor`` value names (see :data:`EXECUTOR_HELP`); Ray is imported only here.
 
     ``verbose`` False keeps a cluster's worker logs off this process's stdout (``--json``, ``--quiet``).
     """
     text = (spec or "local").strip()
-    if text == "local":
+    if executor_kind(text) == "local":
         return LocalExecutor(jobs)
-    if text == "ray" or text == "auto" or text.startswith("ray://") or _GCS_ADDRESS.fullmatch(text):
-        from .executors_ray import RayExecutor
+    from .executors_ray import RayExecutor
 
-        if text == "ray":
-            return RayExecutor(None, num_cpus=jobs or None, log_to_driver=verbose)
-        return RayExecutor(text, max_in_flight=jobs or None, log_to_driver=verbose)
-    raise BuildError(f"unknown executor {text!r}: use {EXECUTOR_HELP}")
+    if text == "ray":
+        return RayExecutor(None, num_cpus=jobs or None, log_to_driver=verbose)
+    return RayExecutor(text, max_in_flight=jobs or None, log_to_driver=verbose)
