@@ -133,6 +133,10 @@ def test_a_build_without_executor_ray_never_imports_ray(tmp_path):
     out, _ = _no_ray_run("watch", "build", str(spec), "-o", str(tmp_path / "b.karc"), "--reuse",
                          str(tmp_path / "a.karc"), "--quiet", env=env)
     assert out == {"code": 0, "ray": []}
+    # Nothing left to compile: not even --executor ray needs Ray.
+    out, _ = _no_ray_run("block", "build", str(spec), "-o", str(tmp_path / "b2.karc"), "--executor", "ray",
+                         "--reuse", str(tmp_path / "a.karc"), "--quiet", env=env)
+    assert out == {"code": 0, "ray": []}
     # Without Ray installed, asking for it is a clear error before anything compiles.
     out, err = _no_ray_run("block", "build", str(spec), "-o", str(tmp_path / "c.karc"), "--executor", "ray", env=env)
     assert out["code"] == 2 and "pip install 'karchive[ray]'" in err and not (tmp_path / "c.karc").exists()
