@@ -343,3 +343,38 @@ def test_executor_ray_starts_a_local_ray_for_the_build(local, workdir):
     assert summary["executor"]["address"] == "local" and summary["executor"]["nodes"] == 1
     assert summary["executor"]["cpus"] == 2
     assert (workdir / "ondemand.karc").read_bytes() == expected.read_bytes()
+
+
+def _second_ptxas() -> str | None:
+    """The CUDA toolkit's ptxas, if this machine has one of another version than Triton's own for sm_80."""
+    try:
+        from triton.backends.nvidia.compiler import get_ptxas
+    except ImportError:
+        return None
+    other = shutil.which("ptxas", path="/usr/local/cuda/bin:" + os.environ.get("PATH", ""))
+    if other is None or os.path.realpath(other) == os.path.realpath(get_ptxas(80).path):
+        return None
+    r = subprocess.run([other, "--version"], capture_output=True, text=True)
+    return other if get_ptxas(80).version and str(get_ptxas(80).version) not in r.stdout else None
+
+
+@pytest.mark.ray
+@needs_ray
+@needs_triton
+def test_a_worker_with_another_toolchain_stops_the_build(local, workdir):
+    """A node whose Triton uses another ptxas (TRITON_PTXAS_PATH, a real CUDA toolkit's) must not add
+    its variants to an archive that records this machine's toolchain."""
+    other = _second_ptxas()
+    if other is None:
+        pytest.skip("no second ptxas of another version on this machine")
+    from ray_cluster import LocalRayCluster
+
+    spec, _, env = local
+    out = workdir / "mixed-toolchain.karc"
+    with LocalRayCluster(workers=0, cpus=1, env={"KARCHIVE_CACHE_DIR": str(workdir / "odd-cache"),
+                                                 "TRITON_PTXAS_PATH": other}) as odd:
+        r = karchive("build", str(spec), "-o", str(out), "--executor", odd.address, "--quiet",
+                     env={**env, **_ray_env(odd)})
+    assert r.returncode == 2 and not out.exists(), r.stderr
+    assert re.search(r"karchive: error: worker node [0-9a-f]{8} pid \d+ compiles with another toolchain "
+                     r"\(ptxas_below_sm90 [\d.]+ \(worker\) vs [\d.]+ \(here\)\)", r.stderr), r.stderr
