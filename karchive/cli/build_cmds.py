@@ -8,6 +8,7 @@ import sys
 from collections import Counter
 from collections.abc import Callable
 
+from ..errors import KarchiveError
 from .output import emit_json, human_bytes, plural
 
 
@@ -71,7 +72,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="archive to write (.karc); a directory (existing, or ending in /) gets NAME-VERSION.karc")
     b.add_argument("-j", "--jobs", type=positive_int, default=None, help="worker processes (default: CPU count)")
     b.add_argument("--keep-going", action="store_true", help="pack what built even if some variants failed")
+    b.add_argument("--executor", default="local", metavar="WHERE",
+                   help="where the compiles run: local (default), ray (a local Ray started for this build), auto (the "
+                        "Ray cluster of this machine), ray://HOST:PORT or HOST:PORT (an existing Ray cluster); Ray "
+                        "needs karchive[ray], see docs/build-at-scale.md")
+    b.add_argument("--reuse", metavar="PREVIOUS", help="copy the variants of this archive (path, URL or NAME@VERSION) "
+                                                       "whose build inputs are unchanged; compile only the others")
     b.add_argument("--no-ir", action="store_true", help="leave IR stages out (slim archive)")
+    b.add_argument("--sign", action="append", metavar="KEY",
+                   help="sign the archive with this private key (repeatable; ARCHIVE.sig.json beside it, spec/SIGNING.md)")
+    b.add_argument("--provenance", action="store_true",
+                   help="put the build's provenance (spec and source digests, parameters, platform) in the signed "
+                        "statement (needs --sign)")
+    b.add_argument("--passphrase-env", metavar="VAR", help="environment variable holding the signing key's passphrase")
     b.add_argument("--quiet", action="store_true", help="no progress output")
     b.add_argument("--json", action="store_true", help="print the summary as JSON")
     b.set_defaults(func=cmd_build)
@@ -106,6 +119,10 @@ def _summary(result, out: str, total: int) -> dict:
         "raw_bytes": result.raw_bytes,
         "seconds": round(result.seconds, 3),
         "warnings": list(result.warnings),
+        "compiled": result.compiled,
+        "reused": result.reused,
+        **({"reuse": result.reuse} if result.reuse is not None else {}),
+        **({"executor": result.executor} if result.executor else {}),
     }
 
 
@@ -115,6 +132,14 @@ def _print_summary(summary: dict) -> None:
     dups = summary["duplicates"]
     print(f"built {summary['built']} of {plural(summary['requested'], 'variant')} in {summary['seconds']:.1f}s"
           + (f" ({plural(dups, 'duplicate')} of another variant's key, stored once)" if dups else ""))
+    if summary.get("reuse") is not None:
+        r = summary["reuse"]
+        why = ", ".join(f"{n} {k}" for k, n in sorted(r["compiled_because"].items()))
+        print(f"  reused {r['reused']} from {r['previous']}, compiled {summary['compiled']}" + (f" ({why})" if why else "")
+              + ("" if r["same_toolchain"] else f"; toolchain differs: {'; '.join(r['toolchain_differs'])}"))
+    ex = summary.get("executor") or {}
+    if ex.get("kind") == "ray":
+        print(f"  compiled on Ray ({ex.get('address')}): {ex.get('nodes')} node(s), {len(ex.get('workers', []))} worker(s)")
     for row in summary["per_kernel_target"]:
         print(f"  {row['kernel']:<28} {row['target']:<12} {plural(row['variants'], 'variant')}")
     for f in summary["failed"]:
@@ -147,6 +172,35 @@ def _out_path(args: argparse.Namespace, name: str, version: str) -> str:
     return archive_out(args.out, name, version)
 
 
+def _signing_keys(args: argparse.Namespace) -> list:
+    """``--sign KEY`` (repeatable): the private keys, loaded (and their passphrase read) up front."""
+    if not getattr(args, "sign", None):
+        if getattr(args, "provenance", False):
+            raise KarchiveError("--provenance goes into the signed statement: give --sign KEY too")
+        return []
+    from ..trust.keys import load_private_key
+    from .trust_cmds import passphrase
+
+    secret = passphrase(args.passphrase_env)
+    return [load_private_key(path, secret) for path in args.sign]
+
+
+def _sign(out: str, keys: list, args: argparse.Namespace, parameters: dict) -> list[dict]:
+    """Sign the archive just written (ARCHIVE.sig.json beside it, never inside: its bytes do not change).
+
+    The first key makes the in-toto statement (with ``--provenance``: the build spec's and sources'
+    digests, these parameters, the platform; spec/SIGNING.md), the others co-sign that statement."""
+    from ..trust.buildinfo import collect_build_info
+    from ..trust.sign import sign_archive
+
+    info = collect_build_info(command="build", spec_path=args.spec, parameters=parameters) if args.provenance else None
+    done = []
+    for i, key in enumerate(keys):
+        signed = sign_archive(out, key, build_info=info if i == 0 else None, replace=i == 0)
+        done.append({"key_id": signed.key_id, "provenance": bool(info) and i == 0, "sidecar": signed.sidecar})
+    return done
+
+
 def cmd_build(args: argparse.Namespace) -> int:
     from ..producer.build import build_archive
     from ..producer.spec_file import load_spec, validate_requests
@@ -158,19 +212,32 @@ def cmd_build(args: argparse.Namespace) -> int:
         for r in spec.requests:
             r.include_ir = False
     validate_requests(spec.requests)
+    previous = None
+    if args.reuse:
+        from ..resolve import open_reader
+
+        previous = open_reader(args.reuse)
     if not args.quiet and not args.json:
         for w in spec.warnings:
             print(f"warning: {w}", file=sys.stderr)
         print(f"{spec.name} {spec.version}: {plural(len(spec.requests), 'variant')} to compile", file=sys.stderr)
+    signers = _signing_keys(args)  # a bad key or passphrase fails before anything compiles
     result = build_archive(spec, out, jobs=args.jobs or 0, keep_going=args.keep_going,
-                           progress=not (args.quiet or args.json))
+                           progress=not (args.quiet or args.json), executor=args.executor, reuse=previous,
+                           reuse_label=args.reuse or "")
     # The spec's warnings were printed before compiling (where they can save the wait); JSON carries them all.
     result.warnings[:0] = shell_warnings + (spec.warnings if args.json else [])
     summary = _summary(result, out, len(spec.requests))
+    if signers:
+        summary["signed"] = _sign(out, signers, args, {"jobs": args.jobs, "keep_going": args.keep_going,
+                                                       "no_ir": args.no_ir, "executor": args.executor or "local"})
     if args.json:
         emit_json(summary)
     else:
         _print_summary(summary)
+        for line in summary.get("signed", []):
+            print(f"  signed by {line['key_id']}" + (" (with provenance)" if line["provenance"] else "")
+                  + f" -> {line['sidecar']}")
     return 1 if result.failed else 0
 
 
