@@ -127,7 +127,7 @@ class Archive:
                     self._kernels[cache_key] = k
         return k
 
-    def __getitem__(self, name: str) -> Kernel:
+    def __getitem__(self, name: str) -> Kernel | AutotunedKernel | HeuristicsKernel:
         return self.kernel(name)
 
     # -- device side -----------------------------------------------------------------------------------
