@@ -86,7 +86,7 @@ def pipeline_hooks() -> list[dict]:
         from triton import knobs
 
         hook = getattr(knobs.runtime, "add_stages_inspection_hook", None)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - a Triton without knobs.runtime has no inspection hook
         hook = None
     if hook is not None:
         key, digest = hook()
