@@ -232,7 +232,7 @@ def toolchain_versions() -> dict[str, Any]:
         from triton._C.libtriton import llvm
 
         out["llvm"] = getattr(llvm, "get_version", lambda: None)()
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - private Triton API: without it the LLVM version is simply not recorded
         pass
     return out
 
