@@ -28,6 +28,7 @@ Needs Triton (seeds), and moto[server] + s3fs for the S3 part (--no-s3 skips it)
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import os
@@ -272,6 +273,16 @@ def main() -> int:
         results["archives"]["format 1"] = build(variants, paths["format 1"], (1, 0), 3, "none")
         print(f"built {results['archives']['format 1']}", file=sys.stderr)
 
+    series = {}
+    for n in sorted({int(x) for x in args.verify_sizes.split(",") if x} | {args.variants}):
+        p = paths["format 2"] if n == args.variants else work / f"scale-{n}-v2.karc"
+        if not p.exists():
+            build(variants[:n] if n <= len(variants) else generate(seed_vs, n, args.kernels, targets), p, (2, 0), 19,
+                  "auto")
+        series[n] = p
+    del variants, seed_vs  # measure with this process's heap back to its usual size
+    gc.collect()
+
     results["local"] = {label: local_latency(str(p), kernel, block, args.repeat) for label, p in paths.items()}
     print(f"local: {results['local']}", file=sys.stderr)
     if not args.no_s3:
@@ -286,11 +297,7 @@ def main() -> int:
     print(f"inspect: {results['inspect']}", file=sys.stderr)
 
     results["verify"] = []
-    for n in sorted({int(x) for x in args.verify_sizes.split(",") if x} | {args.variants}):
-        p = paths["format 2"] if n == args.variants else work / f"scale-{n}-v2.karc"
-        if not p.exists():
-            build(variants[:n] if n <= len(variants) else generate(seed_vs, n, args.kernels, targets), p, (2, 0), 19,
-                  "auto")
+    for n, p in series.items():
         wall, rss, _ = cli("verify", str(p))
         results["verify"].append({"format": "2.0", "variants": n, "bytes": p.stat().st_size,
                                   "peak_rss_mib": round(rss / 1024, 1), "wall_s": round(wall, 1)})

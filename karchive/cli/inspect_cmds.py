@@ -234,7 +234,7 @@ def _sharded_schema_problems(reader: ArchiveReader) -> list[str]:
         problems.append(f"schema: {where}: {e.message}")
     for kernel in reader.model.kernels():
         try:
-            entries = reader.shard_entries(kernel)
+            entries = reader.shard_entries(kernel, keep=False)
         except KarchiveError as exc:
             problems.append(f"manifest: {exc}")
             continue

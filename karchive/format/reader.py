@@ -600,16 +600,18 @@ class ArchiveReader:
         """The whole manifest's canonical JSON (format 2: assembled, see :attr:`manifest`)."""
         return self.header_bytes if not self.sharded else canonical_json(self.manifest)
 
-    def shard_entries(self, kernel: str) -> list[dict]:
+    def shard_entries(self, kernel: str, *, keep: bool = True) -> list[dict]:
         """Format 2: the raw manifest entries of ``kernel``'s variants (one shard read, digest-checked);
-        their members become readable. [] for a kernel the archive does not have."""
+        their members become readable unless ``keep`` is false (a caller streaming through every
+        shard, whose memory should not grow with them). [] for a kernel the archive does not have."""
         i = self._shard_of.get(kernel)
         if i is None:
             return []
         with self._shard_lock:
             entries, located = decode_shard(self._shard_doc(i), self._shards[i].kernel)
             self._check_counts(i, (target_label(e.get("target")) for e in entries))
-            self._claim(i, located)
+            if keep:
+                self._claim(i, located)
             return entries
 
     def shard_variants(self, kernel: str) -> list[Variant]:
