@@ -17,8 +17,8 @@ import random
 import struct
 import tarfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import zstandard
 

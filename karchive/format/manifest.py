@@ -68,7 +68,7 @@ def _new(cls: type, fields: dict[str, Any]) -> Any:
     """An instance of a frozen dataclass from already-checked fields, without its ``__init__``: that
     sets each field through ``object.__setattr__``, a few times slower, and a shard's rows create six
     file refs and a variant each (thousands per kernel, on the way to its first launch)."""
-    obj = object.__new__(cls)
+    obj: Any = object.__new__(cls)
     obj.__dict__.update(fields)
     return obj
 
@@ -185,7 +185,7 @@ class AbiParam:
                 raise SchemaError(f"{where}: pointer type must start with '*'", where=where)
         else:
             typ, arg = None, None
-        size = 8 if kind != "scalar" else SCALAR_SIZES[typ]  # type: ignore[index]
+        size = 8 if kind != "scalar" else SCALAR_SIZES[typ]
         if _req(p, "size", int, where) != size:
             raise SchemaError(f"{where}: size {p['size']} does not match type {typ!r}", where=where)
         return cls(_req(p, "name", str, where), kind, typ, arg, size)
@@ -277,7 +277,7 @@ class Abi:
         if not (type(gsize) is int and gsize >= 0 and type(galign) is int and type(psize) is int and psize >= 0
                 and type(palign) is int):
             return None
-        return _new(cls, {  # type: ignore[no-any-return]
+        return _new(cls, {
             "version": version, "entry": entry, "binary_format": fmt, "binary_arch": arch, "params": params,
             "shared": shared, "num_warps": warps, "warp_size": warp_size, "num_ctas": ctas,
             "cluster_dims": (cluster[0], cluster[1], cluster[2]), "cooperative_grid": coop, "pdl": pdl,
@@ -400,7 +400,7 @@ class Variant:
         if memo is None:
             params = tuple(Param.from_json(p, f"{where}.params[{i}]") for i, p in enumerate(raw_params))
         else:
-            params = tuple(_memo(memo, "param", p, 0, lambda p=p, i=i: Param.from_json(p, f"{where}.params[{i}]"))
+            params = tuple(_memo(memo, "param", p, 0, _param_parser(p, f"{where}.params[{i}]"))
                            for i, p in enumerate(raw_params))
         files = _req(obj, "files", dict, where)
         ir = {stage: FileRef.from_json(ref, f"{where}.files.ir.{stage}")
@@ -432,7 +432,7 @@ class Variant:
                     provenance: Provenance) -> Variant:
         """A variant from fields already checked as :meth:`from_json` checks them (a format-2 shard
         checks them a column at a time, :mod:`.shard`); skips the dataclass ``__init__``."""
-        return _new(cls, {"kernel": kernel, "key": key, "target": target, "params": params,  # type: ignore[no-any-return]
+        return _new(cls, {"kernel": kernel, "key": key, "target": target, "params": params,
                           "options": options, "abi": abi, "binary": binary, "metadata": metadata, "ir": ir,
                           "source": source, "provenance": provenance})
 
@@ -476,7 +476,7 @@ class Variant:
         for i, p in enumerate(raw_params):
             hit = memo.get(("param", id(p), 0))
             params.append(hit[0] if hit is not None else
-                          _memo(memo, "param", p, 0, lambda p=p, i=i: Param.from_json(p, f"{where}.params[{i}]")))
+                          _memo(memo, "param", p, 0, _param_parser(p, f"{where}.params[{i}]")))
         n = len(params)
         hit = memo.get(("target", id(raw_target), 0))
         target = hit[0] if hit is not None else \
@@ -487,7 +487,7 @@ class Variant:
         hit = memo.get(("provenance", id(raw_prov), 0))
         prov = hit[0] if hit is not None else \
             _memo(memo, "provenance", raw_prov, 0, lambda: Provenance.from_json(raw_prov, where + ".provenance"))
-        return _new(cls, {"kernel": kernel, "key": key, "target": target, "params": tuple(params),  # type: ignore[no-any-return]
+        return _new(cls, {"kernel": kernel, "key": key, "target": target, "params": tuple(params),
                           "options": options, "abi": abi, "binary": binary, "metadata": metadata, "ir": ir,
                           "source": source, "provenance": prov})
 
@@ -519,6 +519,10 @@ def _memo(memo: dict[tuple[str, int, int], Any] | None, what: str, raw: Any, ext
     if hit is None:
         hit = memo[slot] = (parse(), raw)
     return hit[0]
+
+
+def _param_parser(raw: Any, where: str) -> Callable[[], Param]:
+    return lambda: Param.from_json(raw, where)
 
 
 def parse_variant(obj: Any, where: str) -> Variant:

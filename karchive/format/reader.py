@@ -91,7 +91,7 @@ class Frame(NamedTuple):
     uses_dict: bool
 
 
-class FrameTable(Sequence):  # type: ignore[type-arg]
+class FrameTable(Sequence[Frame]):
     """The index's frames as four columns, a :class:`Frame` made when one is asked for: an archive of
     10,000 variants has a thousand frames or more, opened for one or two of them."""
 
@@ -373,7 +373,7 @@ class ArchiveReader:
         return FrameTable(offs, lens, sizes, flags)  # type: ignore[return-value]
 
     def _frames_checked(self, entries: list, index_offset: int) -> list[Frame]:
-        frames = []
+        frames: list[Frame] = []
         expected = 0
         for entry in entries:
             if not isinstance(entry, list) or len(entry) != 4:
@@ -462,11 +462,10 @@ class ArchiveReader:
 
     def _load_dictionary_and_manifest(self) -> None:
         index = self._index
-        needed = [self._members.get(MANIFEST_NAME)]
         dict_name = index.get("dictionary")
-        if dict_name is not None:
-            needed.append(self._members.get(dict_name))
-        if any(m is None for m in needed):
+        maybe = [self._members.get(MANIFEST_NAME)] + ([self._members.get(dict_name)] if dict_name is not None else [])
+        needed = [m for m in maybe if m is not None]
+        if len(needed) != len(maybe):
             raise FormatError("index names a manifest or dictionary member that does not exist")
         # Their frames are decoded whole while opening: bound them by the member limits, not the frame limit.
         limit_of = {MANIFEST_NAME: self.limits.max_manifest_bytes, DICTIONARY_NAME: self.limits.max_dictionary_bytes}

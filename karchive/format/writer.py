@@ -16,7 +16,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 import zstandard
 
@@ -112,7 +112,7 @@ class ArchiveWriter:
 
     # -- encoding ---------------------------------------------------------------------------------
     def _train_dictionary(self) -> bytes | None:
-        samples = [data for g in self._groups if g.use_dict for _, data in g.members if len(data) >= 16]
+        samples: list[Any] = [data for g in self._groups if g.use_dict for _, data in g.members if len(data) >= 16]
         total = sum(len(s) for s in samples)
         mode = self.dictionary
         if mode == "none" or not samples:
@@ -150,10 +150,9 @@ class ArchiveWriter:
         return bytes(out), placed
 
     def _compressor(self, dict_bytes: bytes | None) -> zstandard.ZstdCompressor:
-        params = dict(level=self.level, write_checksum=True, write_content_size=True, write_dict_id=True)
-        if dict_bytes is not None:
-            return zstandard.ZstdCompressor(dict_data=zstandard.ZstdCompressionDict(dict_bytes), **params)
-        return zstandard.ZstdCompressor(**params)
+        return zstandard.ZstdCompressor(
+            level=self.level, write_checksum=True, write_content_size=True, write_dict_id=True,
+            dict_data=zstandard.ZstdCompressionDict(dict_bytes) if dict_bytes is not None else None)
 
     def _compress_all(self, jobs: list[tuple[bytes, bool]], dict_bytes: bytes | None) -> list[bytes]:
         """Compress independent frames (``(data, with the dictionary?)``), in parallel where it pays:
