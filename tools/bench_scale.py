@@ -138,8 +138,15 @@ def generate(seed_variants: list, n: int, kernels: int, targets: tuple[str, ...]
 
 
 def build(variants: list, path: Path, version: tuple[int, int], level: int, dictionary: str) -> dict:
+    """Build (or, with --keep, reuse an archive an earlier run left there: the same inputs give the same bytes)."""
     from karchive.producer.pack import ArchiveBuilder
 
+    if path.exists():
+        from karchive.format.reader import ArchiveReader
+
+        r = ArchiveReader.from_path(path, limits=WIDE)
+        return {"path": str(path), "format": "{}.{}".format(*r.format_version), "variants": len(variants),
+                "bytes": path.stat().st_size, "reused": True}
     b = ArchiveBuilder("scale", "1.0", level=level, dictionary=dictionary, format_version=version)
     b.extend(variants)
     t0 = time.perf_counter()
@@ -150,6 +157,15 @@ def build(variants: list, path: Path, version: tuple[int, int], level: int, dict
 
 
 # -- measurements -----------------------------------------------------------------------------------
+def _wide() -> object:
+    from karchive.format.reader import Limits
+
+    # A format-1 manifest of 10,000 variants holds ~3.4 million JSON values: over the default limit of
+    # 2 million (refused as it stands), so the format-1 comparison raises it.
+    return Limits(max_json_values=20_000_000)
+
+
+WIDE = _wide()
 def pick(variants: list) -> tuple[str, int]:
     """An add-based kernel from the middle of the archive (select() then takes plain ints) and the
     BLOCK of its middle sm_90 config."""
@@ -163,6 +179,7 @@ def pick(variants: list) -> tuple[str, int]:
 OPEN_SELECT_LOAD = """
 import sys, time
 import karchive
+import karchive.runtime.archive, karchive.runtime.dispatch, zstandard  # imports are not opening: done first
 from karchive.runtime.device import DeviceInfo
 dev = DeviceInfo.describe_target("cuda:90", shared_optin=227 * 1024)
 A = 0x7F0000000000
@@ -182,9 +199,11 @@ def once(ref, kernel, block, **kw):
 def local_latency(path: str, kernel: str, block: int, repeat: int) -> dict:
     ns: dict = {}
     exec(compile(OPEN_SELECT_LOAD, "bench", "exec"), ns)  # noqa: S102 - the same code runs in the child below
-    runs = [ns["once"](path, kernel, block) for _ in range(repeat)]
+    runs = [ns["once"](path, kernel, block, limits=WIDE) for _ in range(repeat)]
     med = [statistics.median(r[i] for r in runs) * 1e3 for i in range(4)]
-    child = OPEN_SELECT_LOAD + f"\nr = once({path!r}, {kernel!r}, {block})\nprint(' '.join(str(x * 1e3) for x in r))\n"
+    child = (OPEN_SELECT_LOAD + "\nfrom karchive.format.reader import Limits\n"
+             f"r = once({path!r}, {kernel!r}, {block}, limits=Limits(max_json_values=20_000_000))\n"
+             "print(' '.join(str(x * 1e3) for x in r))\n")
     out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.split()
     fresh = [float(x) for x in out]
@@ -197,6 +216,7 @@ def s3_costs(paths: dict[str, str], kernel: str, block: int) -> dict:
     from registry_servers import s3_server
 
     import karchive
+    from karchive.errors import KarchiveError
     from karchive.registry import Registry
     from karchive.registry.layout import blob_path
 
@@ -206,24 +226,54 @@ def s3_costs(paths: dict[str, str], kernel: str, block: int) -> dict:
     out = {}
     work = Path(tempfile.mkdtemp(prefix="karchive-bench-scale-"))
     for label, path in paths.items():
-        url = f"s3://{s3.new_bucket()}/reg"
-        record = Registry(url, s3.storage_options(), cache=work / f"pub-{label}").publish(path).record
+        bucket = s3.new_bucket()
+        url = f"s3://{bucket}/reg"
+        note = "through the registry (lazy fetch)"
+        try:
+            record = Registry(url, s3.storage_options(), cache=work / f"pub-{label}").publish(path).record
+            key, ref, kw = blob_path(record.sha256), "scale@1.0", {
+                "registry": url, "cache_dir": work / f"lazy-{label}", "fetch": "lazy"}
+        except KarchiveError as exc:  # format 1 at 10,000 variants: over the default JSON limits
+            note = f"publish refused ({type(exc).__name__}: {str(exc)[:120]}); read as a plain s3:// object"
+            import s3fs
+
+            fs = s3fs.S3FileSystem(**s3.storage_options())
+            fs.put(path, f"{bucket}/plain.karc")
+            key, ref, kw = "plain.karc", f"s3://{bucket}/plain.karc", {}
         mark = s3.mark()
         t0 = time.perf_counter()
-        ns["once"]("scale@1.0", kernel, block, registry=url, storage_options=s3.storage_options(),
-                   cache_dir=work / f"lazy-{label}", fetch="lazy")
+        ns["once"](ref, kernel, block, storage_options=s3.storage_options(), limits=WIDE, **kw)
         wall = time.perf_counter() - t0
-        blob = s3.requests_for(blob_path(record.sha256), mark)
+        blob = [r for r in s3.requests_for(key, mark) if r["method"] == "GET"]
         every = s3.requests_for("/", mark)
         out[label] = {"blob_requests": len(blob), "blob_bytes": sum(r["bytes"] for r in blob),
                       "ranges": [r["range"] for r in blob], "all_requests": len(every),
-                      "archive_bytes": record.size, "wall_ms": round(wall * 1e3, 1)}
+                      "archive_bytes": Path(path).stat().st_size, "wall_ms": round(wall * 1e3, 1), "how": note}
     del karchive
     return out
 
 
+VERIFY = """
+import resource, sys, time
+from karchive.format.reader import ArchiveReader, Limits
+t = time.perf_counter()
+problems = ArchiveReader.from_path(sys.argv[1], limits=Limits(max_json_values=20_000_000)).verify()
+assert problems == [], problems[:3]
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter() - t)
+"""
+
+
+def verify_rss(path: Path, code: Path = ROOT) -> tuple[float, float]:
+    """Peak RSS (MiB) and seconds of ``ArchiveReader(path).verify()`` alone, in a fresh process running the
+    karchive found in ``code`` (format 1 with its manifest's JSON limit raised: at 10,000 variants it is
+    over the default)."""
+    out = subprocess.run([sys.executable, "-c", VERIFY, str(path)], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(code)}).stdout.split()
+    return round(int(out[0]) / 1024, 1), round(float(out[1]), 1)
+
+
 def cli(*argv: str) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS (KiB) and stdout of ``karchive ARGV`` in a fresh process."""
+    """Wall seconds, peak RSS (KiB) and stdout of ``karchive ARGV`` in a fresh process (-1 seconds: it failed)."""
     code = ("import resource, subprocess, sys, time\n"
             "t = time.perf_counter()\n"
             f"p = subprocess.run([sys.executable, '-m', 'karchive.cli.main', *{list(argv)!r}], capture_output=True, text=True)\n"
@@ -233,8 +283,9 @@ def cli(*argv: str) -> tuple[float, int, str]:
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     wall, rss, rc = p.stdout.split()
-    if rc != "0":
-        raise SystemExit(f"karchive {' '.join(argv)} failed: {p.stderr}")
+    if rc not in ("0",):
+        print(f"karchive {' '.join(argv)} exited {rc}: {p.stderr.strip()[-300:]}", file=sys.stderr)
+        return -1.0, int(rss), p.stderr
     return float(wall), int(rss), p.stderr
 
 
@@ -249,7 +300,10 @@ def main() -> int:
     ap.add_argument("-j", "--jobs", type=int, default=0)
     ap.add_argument("--no-s3", action="store_true")
     ap.add_argument("--no-v1", action="store_true", help="skip the format 1 comparison")
-    ap.add_argument("--keep", help="write the archives into this directory (default: a temporary one)")
+    ap.add_argument("--keep", help="write the archives into this directory (default: a temporary one), and reuse "
+                    "archives an earlier run left there")
+    ap.add_argument("--before", help="a directory holding an older karchive package: its reader.verify() on the "
+                    "format 1 archives is measured too")
     ap.add_argument("--json", help="write all results here")
     args = ap.parse_args()
     targets = tuple(args.targets.split(","))
@@ -273,13 +327,15 @@ def main() -> int:
         results["archives"]["format 1"] = build(variants, paths["format 1"], (1, 0), 3, "none")
         print(f"built {results['archives']['format 1']}", file=sys.stderr)
 
-    series = {}
+    series: dict[tuple[str, int], Path] = {}
     for n in sorted({int(x) for x in args.verify_sizes.split(",") if x} | {args.variants}):
-        p = paths["format 2"] if n == args.variants else work / f"scale-{n}-v2.karc"
-        if not p.exists():
-            build(variants[:n] if n <= len(variants) else generate(seed_vs, n, args.kernels, targets), p, (2, 0), 19,
-                  "auto")
-        series[n] = p
+        part = variants[:n] if n <= len(variants) else generate(seed_vs, n, args.kernels, targets)
+        for fmt, version, level, dictionary in (("2.0", (2, 0), 19, "auto"), ("1.0", (1, 0), 3, "none")):
+            if fmt == "1.0" and args.no_v1:
+                continue
+            p = work / f"scale-{n}-v{version[0]}.karc"
+            build(part, p, version, level, dictionary)
+            series[(fmt, n)] = p
     del variants, seed_vs  # measure with this process's heap back to its usual size
     gc.collect()
 
@@ -297,14 +353,16 @@ def main() -> int:
     print(f"inspect: {results['inspect']}", file=sys.stderr)
 
     results["verify"] = []
-    for n, p in series.items():
-        wall, rss, _ = cli("verify", str(p))
-        results["verify"].append({"format": "2.0", "variants": n, "bytes": p.stat().st_size,
-                                  "peak_rss_mib": round(rss / 1024, 1), "wall_s": round(wall, 1)})
-    if "format 1" in paths:
-        wall, rss, _ = cli("verify", str(paths["format 1"]))
-        results["verify"].append({"format": "1.0", "variants": args.variants, "bytes": paths["format 1"].stat().st_size,
-                                  "peak_rss_mib": round(rss / 1024, 1), "wall_s": round(wall, 1)})
+    for (fmt, n), p in series.items():
+        rss_lib, wall_lib = verify_rss(p)
+        row = {"format": fmt, "variants": n, "bytes": p.stat().st_size, "reader_verify_peak_rss_mib": rss_lib,
+               "reader_verify_s": wall_lib}
+        if fmt == "2.0":
+            wall, rss, _ = cli("verify", str(p))
+            row.update(cli_verify_peak_rss_mib=round(rss / 1024, 1), cli_verify_s=round(wall, 1))
+        elif args.before:  # the reader before format 2 (e.g. `git archive 84e2c78 karchive | tar -x -C DIR`)
+            row["before_reader_verify_peak_rss_mib"], row["before_reader_verify_s"] = verify_rss(p, Path(args.before))
+        results["verify"].append(row)
     print(f"verify: {results['verify']}", file=sys.stderr)
 
     print(f"\n{args.variants} variants ({args.kernels} kernels x {len(targets)} targets), select {kernel} "
@@ -324,9 +382,14 @@ def main() -> int:
              ("inspect --json (all variants) s", lambda lab: results["inspect"][lab]["full_json_s"])]
     for label, fn in rows:
         print(f"| {label} | " + " | ".join(str(fn(lab)) for lab in paths) + " |")
-    print("\n| verify | variants | archive bytes | peak RSS MiB | wall s |\n|---|---:|---:|---:|---:|")
+    print("\n| verify | variants | archive bytes | reader.verify() peak RSS MiB | s | `karchive verify` peak RSS MiB | s |"
+          "\n|---|---:|---:|---:|---:|---:|---:|")
     for r in results["verify"]:
-        print(f"| format {r['format']} | {r['variants']} | {r['bytes']} | {r['peak_rss_mib']} | {r['wall_s']} |")
+        print(f"| format {r['format']} | {r['variants']} | {r['bytes']} | {r['reader_verify_peak_rss_mib']} | "
+              f"{r['reader_verify_s']} | {r.get('cli_verify_peak_rss_mib', '-')} | {r.get('cli_verify_s', '-')} |")
+        if "before_reader_verify_peak_rss_mib" in r:
+            print(f"| format 1.0, reader before format 2 | {r['variants']} | {r['bytes']} | "
+                  f"{r['before_reader_verify_peak_rss_mib']} | {r['before_reader_verify_s']} | - | - |")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

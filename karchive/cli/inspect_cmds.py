@@ -255,7 +255,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         result["problems"] += schema_problems(reader)  # format 2: one shard at a time
         result["problems"] += reader.verify()
         result["name"], result["version"] = reader.header.get("name"), reader.header.get("version")
-        result["members"] = len(reader.members)
+        result["members"] = reader.member_count()  # format 2: counted by verify(), not loaded
         if hasattr(reader.source, "path") and not getattr(reader.source, "fs", None):
             h = hashlib.sha256()
             for off in range(0, reader.source.size, 1 << 22):

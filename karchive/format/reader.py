@@ -254,6 +254,7 @@ class ArchiveReader:
         self._all_loaded = True
         self._manifest: dict | None = None
         self._model: Manifest | None = None
+        self._verified_count: int | None = None
         self._open()
 
     # -- construction -----------------------------------------------------------------------------
@@ -537,6 +538,7 @@ class ArchiveReader:
         if len(table) > self.limits.max_shards:
             raise LimitExceededError(f"manifest header lists {len(table)} shards; the limit is {self.limits.max_shards}")
         total = 0
+        paths: set[str] = set()
         for i, row in enumerate(table):
             where = f"manifest.shards[{i}]"
             if not isinstance(row, dict):
@@ -556,8 +558,9 @@ class ArchiveReader:
                 raise FormatError(f"{where}: shard {path!r} is not a member the index lists with a digest")
             if member.size > self.limits.max_manifest_bytes:
                 raise LimitExceededError(f"{where}: shard of {member.size} bytes exceeds the manifest limit")
-            if any(s.path == path for s in self._shards):
+            if path in paths:
                 raise SchemaError(f"{where}: two kernels share the shard {path!r}")
+            paths.add(path)
             total += n
             self._shard_of[kernel] = len(self._shards)
             self._shards.append(ShardEntry(kernel, path, KernelSummary(kernel, n, tuple(sorted(targets.items())))))
@@ -672,6 +675,17 @@ class ArchiveReader:
             for i, shard in enumerate(self._shards):
                 if i not in self._registered:
                     self.shard_entries(shard.kernel)
+
+    def member_count(self) -> int:
+        """How many members the archive holds. Format 2: counted shard by shard without keeping them
+        (after :meth:`verify`, which counts them as it goes, without reading anything again)."""
+        if not self.sharded or self._all_loaded:
+            return len(self._members) + len(self._pending_names)
+        if self._verified_count is not None:
+            return self._verified_count
+        root = sum(len(self._frame_members[f]) for f, owner in enumerate(self._owner) if owner == _ROOT)
+        with self._shard_lock:
+            return root + sum(len(decode_shard(self._shard_doc(i), s.kernel)[1]) for i, s in enumerate(self._shards))
 
     @property
     def members(self) -> dict[str, Member]:
@@ -952,6 +966,7 @@ class ArchiveReader:
                     self._unregister(frames)
                     self._registered.discard(i)
                     self._all_loaded = False
+        self._verified_count = len(names)
         empty = [i for i, owner in enumerate(self._owner) if owner == _UNCLAIMED and not checked[i]]
         if empty:
             problems.append(f"frame {empty[0]} holds no member any shard or the index lists"
