@@ -78,9 +78,10 @@ def solid_zstd(reader: ArchiveReader, level: int = 19) -> tuple[int, int]:
     return out[0], out[1]
 
 
-def measure(label: str, variants, name: str, v1: bool = True) -> dict:
+def measure(label: str, variants, name: str, v1: bool = True, nodict: bool = True) -> dict:
     out: dict = {"archive": label, "variants": len(variants)}
-    modes = [("v2", (2, 0), "auto"), ("v2_nodict", (2, 0), "none")] + ([("v1", (1, 0), "auto")] if v1 else [])
+    modes = [("v2", (2, 0), "auto")] + ([("v2_nodict", (2, 0), "none")] if nodict else []) + \
+        ([("v1", (1, 0), "auto")] if v1 else [])
     for key, version, dictionary in modes:
         builder = ArchiveBuilder(name, "bench", produced_by=toolchain_versions(), dictionary=dictionary,
                                  format_version=version)
@@ -133,7 +134,7 @@ def main() -> int:
         variants = bench_scale.generate(seed_vs, args.scale, args.kernels, bench_scale.TARGETS)
         del built, seed_vs
         rows.append(measure(f"scale ({args.scale} variants, {args.kernels} kernels x 5 targets, re-keyed seeds)",
-                            variants, "scale", v1=False))
+                            variants, "scale", v1=False, nodict=False))
     cols = ["archive", "variants", "raw", "solid_zstd19", "solid_zstd19_archive_order", "v2", "v2_nodict", "v1",
             "dictionary_bytes", "ratio_v2", "ratio_v2_vs_archive_order", "ratio_v1", "compression_vs_raw",
             "largest_launch_frame_v2", "largest_launch_frame_v1"]
