@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The main job on a fresh machine: set up, build the example archive (no GPU needed), publish it to the
-# default local registry, inspect and verify it, and launch its kernels where an NVIDIA GPU is present.
+# default local registry, inspect and verify it, rebuild part of it from the archive alone, and launch its
+# kernels where an NVIDIA GPU is present. Runs from any directory, as often as you like: the build is
+# byte-reproducible (spec/FORMAT.md §12), so publishing it again is a no-op.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/venv.sh "producer,cuda,cli"
@@ -8,11 +10,13 @@ K="$VENV/bin/karchive"
 mkdir -p out
 echo "== build examples/build.toml -> out/examples.karc"
 "$K" build examples/build.toml -o out/examples.karc
-echo "== publish to the default local registry"
+echo "== publish to the default local registry (run again: the same bytes, so a no-op)"
 "$K" publish out/examples.karc
 "$K" ls
 echo "== inspect"
 "$K" inspect examples@0.1.0 2>/dev/null || "$K" inspect out/examples.karc
 "$K" verify out/examples.karc
+echo "== rebuild add_kernel's variants from the published archive alone and compare (docs/reproducibility.md)"
+"$K" rebuild --check examples@0.1.0 -k add_kernel
 echo "== launch (needs an NVIDIA GPU and driver)"
 "$PY" examples/launch.py examples@0.1.0

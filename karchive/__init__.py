@@ -1,4 +1,11 @@
-"""karchive: versioned archives of prebuilt Triton kernels, and a light runtime to launch them."""
+"""karchive: versioned archives of prebuilt Triton kernels, and a light runtime to launch them.
+
+``karchive.open(ref)`` opens an archive (a path, a URL, or NAME@VERSION from a registry);
+``karchive.capture(name, version)`` records what Triton's JIT compiles; ``karchive.Registry`` publishes
+and pulls. Every error karchive raises derives from ``karchive.KarchiveError``; the main subclasses
+are here too (``karchive.NotFoundError``, ``karchive.NoMatchingVariantError``, ...). ``dir(karchive)``
+lists them all.
+"""
 
 __version__ = "0.1.0"
 
@@ -6,9 +13,21 @@ __version__ = "0.1.0"
 _LAZY = {
     "capture": ("karchive.producer.capture", "capture"),
     "open": ("karchive.runtime.archive", "open_archive"),
+    "Archive": ("karchive.runtime.archive", "Archive"),
     "Registry": ("karchive.registry", "Registry"),
     "torch": ("karchive.interop.torch", None),  # the module itself: karchive.torch.custom_op(...)
 }
+
+#: The exception hierarchy's base and main classes, one ``except`` away (karchive/errors.py has them all).
+_ERRORS = (
+    "KarchiveError",
+    "FormatError", "ArchiveNotFoundError", "IntegrityError", "UnsupportedLocationError", "TargetError",
+    "ProducerError", "CompileError", "SpecFileError", "BuildError", "CaptureError",
+    "RegistryError", "NotFoundError", "ConflictError", "LockfileError", "TransferError",
+    "RuntimeLoadError", "NoDeviceError", "NoMatchingVariantError", "KernelNameError", "ArgumentError", "LaunchError",
+    "TrustError", "UntrustedArchiveError", "DestinationError",
+)
+_LAZY.update({name: ("karchive.errors", name) for name in _ERRORS})
 
 
 def __getattr__(name: str):
@@ -19,3 +38,8 @@ def __getattr__(name: str):
         mod = importlib.import_module(module)
         return mod if attr is None else getattr(mod, attr)
     raise AttributeError(f"module 'karchive' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The lazy attributes too (PEP 562), so tab completion and ``dir(karchive)`` show ``open`` & co."""
+    return sorted(set(globals()) | set(_LAZY))

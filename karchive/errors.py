@@ -313,3 +313,34 @@ class UntrustedArchiveError(TrustError):
 
     rejected: tuple[dict, ...] = ()
     policy_sha256: str | None = None
+
+
+class PinnedSignerError(UntrustedArchiveError):
+    """A lockfile pins signer key ids and the archive is not validly signed by all of them now (or no
+    trust policy was given to check them). ``lockfile`` names the file; ``pinned`` and ``found`` are
+    key ids."""
+
+    reason: str = "pinned-signer-missing"
+    lockfile: str | None = None
+    pinned: tuple[str, ...] = ()
+    found: tuple[str, ...] = ()
+
+
+class DowngradeError(TrustError):
+    """``NAME@latest`` resolved to a version older than one this cache has already loaded and verified
+    under a trust policy (a possible rollback); pass ``allow_downgrade=True`` / ``--allow-downgrade``
+    to accept it. ``newest_seen`` and ``resolved`` are the two versions."""
+
+    reason: str = "downgrade"
+    registry: str | None = None
+    newest_seen: str | None = None
+    resolved: str | None = None
+
+
+# --- where karchive writes ------------------------------------------------------------------------
+class DestinationError(KarchiveError, OSError):
+    """A file or directory karchive was asked to write cannot be written there: a directory where a
+    file is wanted (or the reverse), a parent that cannot be created, no permission, a failed write.
+    Commands check their destination before the work that produces it. Also an ``OSError``."""
+
+    path: str | None = None  # the destination the user named (never an internal temporary file)

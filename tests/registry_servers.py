@@ -143,7 +143,7 @@ class GCSServer:
                 break
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"fake-gcs-server did not start: {Path(self._logdir, 'log').read_text()}")
+                    raise RuntimeError(f"fake-gcs-server did not start: {Path(self._logdir, 'log').read_text()}") from None
                 time.sleep(0.1)
 
     def storage_options(self) -> dict[str, Any]:
@@ -171,7 +171,7 @@ class GCSServer:
 
 # -- static HTTP ----------------------------------------------------------------------------------
 class _Handler(BaseHTTPRequestHandler):
-    server: "StaticHTTPServer._Server"
+    server: StaticHTTPServer._Server
     protocol_version = "HTTP/1.1"
 
     def log_message(self, *args: Any) -> None:
@@ -255,7 +255,7 @@ class StaticHTTPServer:
     class _Server(ThreadingHTTPServer):
         daemon_threads = True
         root: Path
-        owner: "StaticHTTPServer"
+        owner: StaticHTTPServer
 
     def __init__(self, root: Path) -> None:
         self.log: list[dict] = []

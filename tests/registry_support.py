@@ -47,7 +47,7 @@ def _triton_or_skip() -> None:
         pytest.skip("needs triton (pip install karchive[producer]) to compile test archives")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def compiled(target: str = "cuda:90", block: int = 1024, warps: int = 4):
     _triton_or_skip()
     from karchive.producer.aot import VariantRequest, compile_variant
@@ -55,7 +55,7 @@ def compiled(target: str = "cuda:90", block: int = 1024, warps: int = 4):
     return compile_variant(VariantRequest(KERNEL, SIGNATURE, target, {"BLOCK": block}, {"num_warps": warps}))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def small_archive(name: str = "examples", version: str = "0.1.0", block: int = 1024, target: str = "cuda:90") -> Path:
     """A one-variant archive; different ``block`` values give different bytes for the same name@version."""
     from karchive.producer.pack import ArchiveBuilder
@@ -67,7 +67,7 @@ def small_archive(name: str = "examples", version: str = "0.1.0", block: int = 1
     return path
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def big_archive(name: str = "big", version: str = "1.0.0", variants: int = BIG_VARIANTS) -> Path:
     from karchive.producer.pack import ArchiveBuilder
 

@@ -2,7 +2,6 @@
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -44,7 +43,7 @@ def test_compile_mirrors_triton_compile_py(tmp_path, capsys):
 def test_inspect_table_filters_and_ir(examples_archive, capsys):
     code, stdout, _ = run(capsys, "inspect", str(examples_archive), "-k", "softmax_kernel", "-t", "cuda:80")
     assert code == 0 and "examples 0.1.0" in stdout and "launch ABI v1" in stdout
-    rows = [l for l in stdout.splitlines() if l.startswith("softmax_kernel")]
+    rows = [line for line in stdout.splitlines() if line.startswith("softmax_kernel")]
     assert len(rows) == 2 and all("cuda:80" in r for r in rows)
     info = json.loads(run(capsys, "inspect", str(examples_archive), "--json", "-k", "add_kernel", "-t", "cuda:90")[1])
     key = info["variants"][0]["key"]

@@ -19,9 +19,7 @@ import pytest
 import zstandard
 
 from hostile_factory import (
-    SMALL_GROUPS,
     Entry,
-    Forge,
     assemble,
     compress_index,
     dictionary_groups,
@@ -53,8 +51,6 @@ from karchive.format.constants import (
     FOOTER_PAYLOAD,
     FOOTER_SIZE,
     MANIFEST_NAME,
-    SKIPPABLE_HEADER,
-    TAR_BLOCK,
 )
 from karchive.format.extract import extract_all
 from karchive.format.open import open_location as open_reader
@@ -594,7 +590,7 @@ def test_member_geometry(small):
         (3, 10**9, "outside its frame"), (1, -1, "non-negative"), (2, "512", "non-negative"),
         (3, None, "non-negative"), (0, 7, "bad member name"),
     ]:
-        forged = reindex(data, lambda ix: ix["members"][0].__setitem__(field, value))
+        forged = reindex(data, lambda ix, field=field, value=value: ix["members"][0].__setitem__(field, value))
         exc = refused(FormatError, forged, match)
         assert not isinstance(exc, (NotAnArchiveError,))
     refused(FormatError, reindex(data, lambda ix: ix["members"].append(["x", 0])), "bad member entry")
@@ -1091,7 +1087,7 @@ def test_fuzz_only_karchive_errors_and_never_wrong_bytes(small, with_dict, tmp_p
                     _extract_contained(mutated, tmp_path, cases)
             except AssertionError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - the point of the test
+            except Exception as exc:
                 pytest.fail(f"{type(exc).__name__} escaped the reader: {exc!r}")
             seen[result] = seen.get(result, 0) + 1
             cases += 1

@@ -37,7 +37,9 @@ def _variant(*, full: bool) -> Variant:
         provenance=Provenance("aot", "3.9.0", "f" * 64, "s" * 64,
                               ({"kind": "pass_plugin", "name": "p.so", "sha256": DIGEST},),
                               {"triton_key_sha256": DIGEST, "backend_hash": "x", "env_vars": {}} if full else None,
-                              True if full else None),
+                              True if full else None,
+                              {"scheme": 1, "module": "kernels", "attr": "k", "target": "cuda:90", "signature": "i32",
+                               "constexprs": {}, "options": {}, "env": {}, "sources": []} if full else None),
     )
 
 
@@ -45,7 +47,8 @@ def _manifest(*, full: bool) -> Manifest:
     return Manifest.build("archive", "1.0", [_variant(full=full)], produced_by={"karchive": "0.1.0", "triton": "3.9.0"},
                           created="2026-01-01T00:00:00Z" if full else None,
                           sources=[FileRef(f"sources/{DIGEST}.py", 3, DIGEST)],
-                          autotune=[{"kernel": "k", "key_names": ["n"], "configs": [], "entries": []}] if full else None)
+                          autotune=[{"kernel": "k", "key_names": ["n"], "configs": [], "entries": []}] if full else None,
+                          heuristics=[{"kernel": "k", "names": ["EVEN"], "cases": {"EVEN": []}}] if full else None)
 
 
 def _defs() -> dict:

@@ -146,11 +146,14 @@ def test_http_registry_is_read_only(tmp_path: Path) -> None:
         http.stop()
 
 
-def test_registry_root_without_anything_is_empty(backend: Backend, tmp_path: Path) -> None:
+def test_a_location_without_a_registry_is_not_an_empty_registry(backend: Backend, tmp_path: Path) -> None:
+    """Reading a location that holds no registry (a mistyped path or bucket) is an error on every backend,
+    not an empty listing (issue 15, item 6); the first publish creates the registry."""
     reg = backend.reader(tmp_path / "cache")
-    assert reg.names() == [] and reg.list() == []
-    with pytest.raises(NotFoundError, match="it has: none"):
-        reg.resolve("examples")
+    for read in (reg.names, reg.list, lambda: reg.resolve("examples")):
+        with pytest.raises(NotFoundError, match="is not a karchive registry") as info:
+            read()
+        assert info.value.registry == reg.url
 
 
 def test_blob_is_content_addressed(backend: Backend, tmp_path: Path) -> None:

@@ -140,7 +140,7 @@ def test_killed_writer_leaves_nothing_mistaken_for_an_archive(tmp_path: Path) ->
 def test_prune_by_age_and_size(tmp_path: Path) -> None:
     reg = Registry(tmp_path / "registry", cache=tmp_path / "cache")
     paths = {}
-    for i, version in enumerate(["0.1.0", "0.2.0", "0.3.0"]):
+    for version in ["0.1.0", "0.2.0", "0.3.0"]:
         reg.publish(small_archive("examples", version))
         paths[version] = reg.pull(f"examples@{version}").path
     cache = Cache(tmp_path / "cache")

@@ -138,7 +138,7 @@ def test_publish_refuses_bad_input(tmp_path: Path) -> None:
         b.write(path)
         with pytest.raises(RegistryError, match=match):
             reg.publish(path)
-    assert reg.names() == []
+    assert not (tmp_path / "registry").exists()  # a refused publish writes nothing, not even the marker
 
 
 # -- lockfiles ------------------------------------------------------------------------------------

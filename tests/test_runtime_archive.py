@@ -8,7 +8,6 @@ import karchive
 from karchive.errors import NoMatchingVariantError
 from karchive.runtime import DeviceInfo
 from karchive.registry.refs import is_registry_ref
-from test_runtime_helpers import cuda_archive  # noqa: F401 - fixture
 
 
 def test_open_path_lists_kernels_and_reads_only_the_tail(cuda_archive):

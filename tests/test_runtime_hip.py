@@ -1,13 +1,16 @@
-"""The HIP backend up to the driver calls, through a recording stand-in for hip-python.
+"""The HIP backend up to the driver calls, through a recording stand-in for hip-python, on both launch paths.
 
-TEST DOUBLE FOR MISSING HARDWARE: there is no AMD GPU in this project, so FakeHip (tests/test_runtime_helpers.py)
+TEST DOUBLE FOR MISSING HARDWARE: there is no AMD GPU in this project, so FakeHip (tests/runtime_support.py)
 records hipModuleLoadData / hipModuleGetFunction / hipModuleLaunchKernel and the bytes each kernel
-parameter pointer points at. This exercises the dispatcher, selection cache, launch code generation,
-bound launchers and per-thread buffers that CUDA shares; it proves nothing about AMD hardware itself.
+parameter pointer points at. On the compiled path the launch arrives through the driver address
+FakeHip hands out from ``hipGetProcAddress``. This exercises the dispatcher, selection cache, both
+launch paths, bound launchers and per-thread buffers that CUDA shares; it proves nothing about AMD
+hardware itself.
 """
 
 from __future__ import annotations
 
+import inspect
 import struct
 import threading
 
@@ -15,17 +18,23 @@ import pytest
 
 import karchive
 from karchive.errors import ArgumentError, LaunchError, NoMatchingVariantError
-from test_runtime_helpers import fake_hip_backend, hip_archive, q  # noqa: F401 - fixture
+from karchive.runtime import launch_path
+from runtime_support import PATHS, fake_hip, path_param, q, register_sizes
 
 X, Y, OUT = 0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_3000
 
 
+@pytest.fixture(params=PATHS)
+def path(request):
+    return path_param(request)
+
+
 @pytest.fixture
-def env(monkeypatch, hip_archive):
-    hip, backend = fake_hip_backend(monkeypatch)
-    arc = karchive.open(str(hip_archive))
-    hip.sizes = {"add_kernel": [8, 8, 8, 4, 8, 8], "scale_kernel": [8, 8, 4, 2, 8, 8]}
-    return hip, arc
+def env(monkeypatch, hip_archive, path):
+    with fake_hip(monkeypatch, path) as (hip, backend):
+        arc = karchive.open(str(hip_archive))
+        register_sizes(hip.rec, arc)
+        yield hip, arc
 
 
 def test_add_launch_reaches_hip_with_exact_arguments(env, hip_archive):
@@ -37,11 +46,10 @@ def test_add_launch_reaches_hip_with_exact_arguments(env, hip_archive):
     assert len(loads) == 1 and loads[0][1] == arc.reader.read(v.binary.path)  # the verified hsaco bytes
     assert [c[2] for c in hip.calls if c[0] == "hipModuleGetFunction"] == [b"add_kernel"]
     (launch,) = hip.launches()
-    _, func, grid, block, shared, stream, params, extra, slots = launch
-    assert func.startswith("func:add_kernel")
-    assert grid == (7, 2, 1) and block == (64 * 4, 1, 1)  # warp size 64 x num_warps 4
-    assert shared == v.abi.shared and stream == 0 and extra is None
-    assert slots == [q(X), q(Y), q(OUT), struct.pack("<i", 1000), q(0), q(0)]
+    assert launch.kernel == "add_kernel"
+    assert launch.grid == (7, 2, 1) and launch.block == (64 * 4, 1, 1)  # warp size 64 x num_warps 4
+    assert launch.shared == v.abi.shared and launch.stream == 0 and launch.extra == 0
+    assert launch.params == (q(X), q(Y), q(OUT), struct.pack("<i", 1000), q(0), q(0))
 
 
 def test_second_call_hits_the_cache_and_repacks(env):
@@ -52,29 +60,27 @@ def test_second_call_hits_the_cache_and_repacks(env):
     add[(3,)](OUT, X, Y, 6, BLOCK=256)
     assert sum(c[0] == "hipModuleLoadData" for c in hip.calls) == n_loads  # loaded once
     add[(3,)](OUT, X, Y, 7, BLOCK=256)
-    assert len(add._cache) == 2  # BLOCK omitted / given are two keys for one loaded entry
-    assert len({ent[4] for ent in add._cache.values()}) == 1
-    assert hip.launches()[-1][8][:4] == [q(OUT), q(X), q(Y), struct.pack("<i", 7)]
+    assert add.cached_calls == 2  # BLOCK omitted / given are two keys for one loaded entry
+    assert len(add._entries) == 1
+    assert hip.launches()[-1].params[:4] == (q(OUT), q(X), q(Y), struct.pack("<i", 7))
 
 
 def test_equal_to_1_param_is_not_passed_and_fp16_is_two_bytes(env):
     hip, arc = env
     scale = arc.kernel("scale_kernel")
     scale[(1,)](X, OUT, 100, 1, 0.1, BLOCK=256)
-    _, func, grid, block, shared, stream, params, extra, slots = hip.launches()[-1]
     # x, out, n, alpha(fp16), scratch, scratch: stride == 1 was compiled in
-    assert slots == [q(X), q(OUT), struct.pack("<i", 100), struct.pack("<e", 0.1), q(0), q(0)]
-    hip.sizes["scale_kernel"] = [8, 8, 4, 4, 4, 8, 8]
-    scale[(1,)](X, OUT, 100, 3, 0.1, BLOCK=256)  # fp32 pointers? no: same ints -> general fp32 variant
-    slots = hip.launches()[-1][8]
-    assert slots == [q(X), q(OUT), struct.pack("<i", 100), struct.pack("<i", 3), struct.pack("<f", 0.1), q(0), q(0)]
+    assert hip.launches()[-1].params == (q(X), q(OUT), struct.pack("<i", 100), struct.pack("<e", 0.1), q(0), q(0))
+    scale[(1,)](X, OUT, 100, 3, 0.1, BLOCK=256)  # raw int pointers say no dtype: the general fp32 variant
+    assert hip.launches()[-1].params == (q(X), q(OUT), struct.pack("<i", 100), struct.pack("<i", 3),
+                                         struct.pack("<f", 0.1), q(0), q(0))
 
 
 def test_grid_callable_and_empty_grid(env):
     hip, arc = env
     add = arc.kernel("add_kernel")
     add[lambda meta: ((meta["n_elements"] + meta["BLOCK"] - 1) // meta["BLOCK"],)](X, Y, OUT, 1000)
-    assert hip.launches()[-1][2] == (4, 1, 1)
+    assert hip.launches()[-1].grid == (4, 1, 1)
     hip.launch_result = 1  # the runtime reports an invalid value for an empty grid
     add[(0,)](X, Y, OUT, 1000)  # Triton launches nothing for an empty grid: no error
     with pytest.raises(LaunchError, match=r"hipErrorFake1.*grid=\(2, 1, 1\)"):
@@ -115,7 +121,7 @@ def test_streams_ints_and_objects(env):
     add[(1,)](X, Y, OUT, 5, stream=0x123)
     add[(1,)](X, Y, OUT, 5, stream=TorchLikeStream())
     add[(1,)](X, Y, OUT, 5, stream=ProtocolStream())
-    assert [c[5] for c in hip.launches()[-3:]] == [0x123, 0xABC, 0xDEF]
+    assert [c.stream for c in hip.launches()[-3:]] == [0x123, 0xABC, 0xDEF]
     with pytest.raises(ArgumentError, match="stream="):
         add[(1,)](X, Y, OUT, 5, stream="fast")
 
@@ -125,13 +131,16 @@ def test_bound_launcher(env):
     b = arc.kernel("add_kernel").bind((5,), X, Y, OUT, 10, stream=7)
     assert b.param_names == ("x_ptr", "y_ptr", "out_ptr", "n_elements")
     b()
-    assert hip.launches()[-1][2] == (5, 1, 1) and hip.launches()[-1][5] == 7
+    assert hip.launches()[-1].grid == (5, 1, 1) and hip.launches()[-1].stream == 7
     b(Y, X, OUT, 11)
-    assert hip.launches()[-1][8][:4] == [q(Y), q(X), q(OUT), struct.pack("<i", 11)]
+    assert hip.launches()[-1].params[:4] == (q(Y), q(X), q(OUT), struct.pack("<i", 11))
     b.set("n_elements", 12)
     b.set_grid((2, 3))
     b.launch()
-    assert hip.launches()[-1][8][3] == struct.pack("<i", 12) and hip.launches()[-1][2] == (2, 3, 1)
+    assert hip.launches()[-1].params[3] == struct.pack("<i", 12) and hip.launches()[-1].grid == (2, 3, 1)
+    b.set_stream(9)
+    b()
+    assert hip.launches()[-1].stream == 9
     n = len(hip.launches())
     with pytest.raises(ArgumentError, match="out_ptr address .* not 16-byte aligned"):
         b(X, Y, OUT + 8, 10)
@@ -146,19 +155,18 @@ def test_threads_get_their_own_parameter_buffers(env):
     hip, arc = env
     add = arc.kernel("add_kernel")
     add[(1,)](X, Y, OUT, 1)
-    seen = []
 
     def work(i):
         add[(1,)](X + 16 * i, Y, OUT, i)
-        seen.append((i, hip.launches()[-1][6]))
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(1, 5)]
     for t in threads:
         t.start()
         t.join()
-    owner = hip.launches()[0][6]
-    assert all(params != owner for _, params in seen)  # non-owner threads never touch the owner's buffer
-    assert [c[8][0] for c in hip.launches()[1:]] == [q(X + 16 * i) for i in range(1, 5)]
+    assert [c.params[0] for c in hip.launches()[1:]] == [q(X + 16 * i) for i in range(1, 5)]
+    owner = hip.launches()[0].kernel_params
+    if add.launch_path == launch_path.PYTHON:  # (the compiled path packs on each call's own C stack)
+        assert all(c.kernel_params != owner for c in hip.launches()[1:])  # never the owner thread's buffer
 
 
 def test_hip_device_info(env):
@@ -174,6 +182,8 @@ def test_keyword_arguments_bind_like_positional_ones(env):
     add[(1,)](x_ptr=X, y_ptr=Y, out_ptr=OUT, n_elements=3, BLOCK=256)
     add[(1,)](X, Y, OUT, 3, BLOCK=256)
     add[(1,)](X, Y, out_ptr=OUT, n_elements=3, BLOCK=256)
-    assert len(add._cache) == 1  # one key: keywords took the generated fast path, not the miss path
-    assert [c[8][:3] for c in hip.launches()] == [[q(X), q(Y), q(OUT)]] * 3
-    assert add._run.__code__.co_varnames[1:6] == ("x_ptr", "y_ptr", "out_ptr", "n_elements", "BLOCK")
+    assert add.cached_calls == 1  # one key: keywords bound like positional arguments, not a second miss
+    assert [c.params[:3] for c in hip.launches()] == [(q(X), q(Y), q(OUT))] * 3
+    if add.launch_path == launch_path.PYTHON:  # the generated function takes the kernel's own names
+        assert list(inspect.signature(add._run).parameters)[1:6] == ["x_ptr", "y_ptr", "out_ptr", "n_elements",
+                                                                      "BLOCK"]

@@ -6,6 +6,7 @@ triton nor torch (checked in a fresh interpreter where both are made unimportabl
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import pytest
 import karchive
 from karchive.errors import NoDeviceError
 from karchive.runtime import backend as backend_mod
-from test_runtime_helpers import ROOT, cuda_archive  # noqa: F401 - fixture
+from runtime_support import ROOT
 
 
 def _has_gpu() -> bool:
@@ -24,11 +25,22 @@ def _has_gpu() -> bool:
         from cuda.bindings import driver
 
         return driver.cuInit(0)[0] == 0
-    except Exception:  # noqa: BLE001
+    except Exception:
+        return False
+
+
+def _has_cuda_python() -> bool:
+    try:
+        return importlib.util.find_spec("cuda.bindings") is not None or importlib.util.find_spec("cuda.cuda") is not None
+    except ImportError:  # no "cuda" package at all
         return False
 
 
 needs_no_gpu = pytest.mark.skipif(_has_gpu(), reason="this machine has a GPU; the no-device behaviour cannot show")
+needs_cuda_python = pytest.mark.skipif(
+    not _has_cuda_python(),
+    reason="cuda-python is not installed, so a launch stops at the missing package before it looks for libcuda "
+           "(test_launch_without_cuda_python_names_the_package covers that)")
 
 BLOCKER = textwrap.dedent("""
     import sys
@@ -84,6 +96,7 @@ def test_load_and_launch_path_imports_neither_triton_nor_torch(cuda_archive):
 
 
 @needs_no_gpu
+@needs_cuda_python
 def test_launch_without_driver_names_libcuda(cuda_archive, monkeypatch):
     monkeypatch.setattr(backend_mod, "_backends", {})
     monkeypatch.setattr(backend_mod, "_failures", {})

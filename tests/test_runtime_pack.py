@@ -13,7 +13,7 @@ from karchive.runtime.pack import ParamLayout, bf16_bits, bf16_bits_rne
 
 
 def _abi(params: list[tuple[str, str, str]], scratch: int = 2) -> Abi:
-    from karchive.format.manifest import SCALAR_SIZES
+    from karchive.format.dtypes import SCALAR_SIZES
 
     ps = [AbiParam(n, k, t, i, 8 if k == "pointer" else SCALAR_SIZES[t]) for i, (n, k, t) in enumerate(params)]
     ps += [AbiParam(k, k, None, None, 8) for k in ("global_scratch", "profile_scratch")[:scratch]]

@@ -9,7 +9,6 @@ from karchive.errors import NoMatchingVariantError
 from karchive.runtime import DeviceInfo
 from karchive.runtime.device import driver_ptx_isa, ptx_header
 from karchive.runtime.select import cubin_runs_on, ptx_runs_on
-from test_runtime_helpers import cuda_archive, hip_archive  # noqa: F401 - fixtures
 
 H100 = DeviceInfo.describe_target("cuda:90", shared_optin=227 * 1024, driver_version=13000, name="H100")
 A100 = DeviceInfo.describe_target("cuda:80", shared_optin=163 * 1024, driver_version=12040)

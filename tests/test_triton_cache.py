@@ -22,7 +22,7 @@ _WORKLOAD = r"""
 import json, sys, time
 import triton.language as tl
 from triton import knobs
-from test_capture_fakes import MockPtr, fake_gpu, scale_rows, tuned_copy
+from capture_fakes import MockPtr, fake_gpu, scale_rows, tuned_copy
 events = []
 knobs.compilation.listener = lambda **kw: events.append([kw["src"].name, kw["cache_hit"]])
 P = lambda: MockPtr(tl.float32)

@@ -19,11 +19,11 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-from cryptography.hazmat.primitives import serialization  # noqa: E402
-from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
-from support import ROOT  # noqa: E402
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from support import ROOT
 
-from karchive.errors import (  # noqa: E402
+from karchive.errors import (
     EnvelopeError,
     KarchiveError,
     KeyFileError,
@@ -31,19 +31,19 @@ from karchive.errors import (  # noqa: E402
     TrustPolicyError,
     UntrustedArchiveError,
 )
-from karchive.trust import reasons  # noqa: E402
-from karchive.trust.buildinfo import check_build_info, collect_build_info  # noqa: E402
-from karchive.trust.dsse import INTOTO_PAYLOAD_TYPE, Envelope, Signature, pae, verify_signature  # noqa: E402
-from karchive.trust.keys import (  # noqa: E402
+from karchive.trust import reasons
+from karchive.trust.buildinfo import check_build_info, collect_build_info
+from karchive.trust.dsse import INTOTO_PAYLOAD_TYPE, Envelope, Signature, pae, verify_signature
+from karchive.trust.keys import (
     SigningKey,
     load_private_key,
     load_public_key,
     parse_inline_public_key,
     save_keypair,
 )
-from karchive.trust.policy import TrustPolicy  # noqa: E402
-from karchive.trust.provenance import build_statement, parse_statement, statement_bytes  # noqa: E402
-from karchive.trust.verify import verify_archive_signatures  # noqa: E402
+from karchive.trust.policy import TrustPolicy
+from karchive.trust.provenance import build_statement, parse_statement, statement_bytes
+from karchive.trust.verify import verify_archive_signatures
 
 UTC = datetime.timezone.utc
 NOW = datetime.datetime(2026, 6, 1, tzinfo=UTC)
@@ -56,8 +56,11 @@ class Archive:
     def __init__(self, path: Path) -> None:
         from karchive.format.open import open_location as open_reader
 
+        from karchive.format.check import index_sha256_from_footer
+
         self.path = path
         self.sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+        self.index_sha256 = index_sha256_from_footer(path.read_bytes()[-72:])
         reader = open_reader(path)
         self.manifest = reader.manifest
         reader.source.close()
@@ -106,7 +109,8 @@ def policy_for(keys, body: str, revoked: tuple[str, ...] = ()) -> TrustPolicy:
 
 
 def envelope_for(archive: Archive, *signers: SigningKey, build_info=None) -> Envelope:
-    payload = statement_bytes(build_statement(archive.manifest, archive.sha256, build_info))
+    payload = statement_bytes(build_statement(archive.manifest, archive.sha256, build_info,
+                                              index_sha256=archive.index_sha256))
     env = Envelope(INTOTO_PAYLOAD_TYPE, payload)
     for k in signers:
         env = env.add_signature(k)
@@ -259,10 +263,11 @@ def test_wrong_key_files_are_clear_errors(tmp_path, keys):
 # --- provenance statement ----------------------------------------------------------------------------
 def test_statement_is_derived_from_the_manifest(archives):
     a = archives["a"]
-    st = build_statement(a.manifest, a.sha256)
+    st = build_statement(a.manifest, a.sha256, index_sha256=a.index_sha256)
     assert st["_type"] == "https://in-toto.io/Statement/v1"
     assert st["predicateType"] == "https://slsa.dev/provenance/v1"
-    assert st["subject"] == [{"name": "kernels@1.0.0", "digest": {"sha256": a.sha256}}]
+    assert st["subject"] == [{"name": "kernels@1.0.0", "digest": {"sha256": a.sha256},
+                              "annotations": {"karchive": {"index_sha256": a.index_sha256}}}]
     build = st["predicate"]["buildDefinition"]
     assert build["externalParameters"]["kernels"] == ["add_kernel"]
     assert build["externalParameters"]["targets"] == ["cuda:90", "hip:gfx942"]
@@ -273,9 +278,15 @@ def test_statement_is_derived_from_the_manifest(archives):
 
     assert version["triton"] == triton.__version__ and version["karchive"] == a.manifest["produced_by"]["karchive"]
     # Same inputs, same bytes: provenance is as reproducible as the archive.
-    assert statement_bytes(st) == statement_bytes(build_statement(a.manifest, a.sha256))
+    assert statement_bytes(st) == statement_bytes(build_statement(a.manifest, a.sha256, index_sha256=a.index_sha256))
     parsed = parse_statement(statement_bytes(st))
-    assert (parsed.name, parsed.version, parsed.sha256) == ("kernels", "1.0.0", a.sha256)
+    assert (parsed.name, parsed.version, parsed.sha256, parsed.index_sha256) == ("kernels", "1.0.0", a.sha256,
+                                                                                 a.index_sha256)
+    # The index digest is required: without it a ranged reader could not be bound to the signature.
+    del st["subject"][0]["annotations"]
+    with pytest.raises(TrustError, match="index_sha256") as e:
+        parse_statement(statement_bytes(st))
+    assert e.value.reason == reasons.MALFORMED_STATEMENT
 
 
 def test_build_info_goes_into_the_predicate(archives, tmp_path, monkeypatch):
@@ -289,7 +300,7 @@ def test_build_info_goes_into_the_predicate(archives, tmp_path, monkeypatch):
     assert "started_on" not in info and str(ROOT) not in json.dumps(info)  # no path, no time unless asked
     info["builder_id"] = "https://ci.example/workflows/build@refs/heads/main"
     info["dependencies"] = [{"uri": "git+https://example.com/kernels", "digest": {"gitCommit": "ab" * 20}}]
-    st = build_statement(a.manifest, a.sha256, info)
+    st = build_statement(a.manifest, a.sha256, info, index_sha256=a.index_sha256)
     ext = st["predicate"]["buildDefinition"]["externalParameters"]
     assert ext["command"] == "build" and ext["spec"] == info["spec"] and ext["parameters"]["jobs"] == 8
     builder = st["predicate"]["runDetails"]["builder"]
@@ -299,7 +310,7 @@ def test_build_info_goes_into_the_predicate(archives, tmp_path, monkeypatch):
         st["predicate"]["buildDefinition"]["resolvedDependencies"]
     timed = collect_build_info(command="build", timestamps=True)
     assert timed["started_on"].endswith("Z") and "metadata" in \
-        build_statement(a.manifest, a.sha256, timed)["predicate"]["runDetails"]
+        build_statement(a.manifest, a.sha256, timed, index_sha256=a.index_sha256)["predicate"]["runDetails"]
 
 
 @pytest.mark.parametrize("info, fragment", [
@@ -319,7 +330,7 @@ def test_bad_build_info_is_refused(info, fragment):
 def test_build_info_cannot_contradict_the_manifest(archives):
     a = archives["a"]
     with pytest.raises(TrustError, match="build info says triton 0.0.1, the archive's manifest says"):
-        build_statement(a.manifest, a.sha256, {"toolchain": {"triton": "0.0.1"}})
+        build_statement(a.manifest, a.sha256, {"toolchain": {"triton": "0.0.1"}}, index_sha256=a.index_sha256)
 
 
 # --- policy ------------------------------------------------------------------------------------------
@@ -531,7 +542,7 @@ def test_envelope_swapped_from_another_archive_is_refused(archives, keys):
 
 def test_wrong_payload_type_is_refused_even_when_validly_signed(archives, keys):
     a = archives["a"]
-    payload = statement_bytes(build_statement(a.manifest, a.sha256))
+    payload = statement_bytes(build_statement(a.manifest, a.sha256, index_sha256=a.index_sha256))
     env = Envelope.create("application/json", payload, keys["ci"])
     e = refused(a, [env], policy_for(keys, SIMPLE))
     assert e.reason == reasons.WRONG_PAYLOAD_TYPE and "'application/json'" in str(e)
@@ -656,6 +667,7 @@ def test_reason_codes_have_one_definition_and_the_spec_lists_them_all():
     assert codes == set(reasons.MEANING)
     assert set(reasons.STAGE) <= codes
     # errors.py cannot import the trust package (it is the bottom layer): its defaults must agree.
-    assert {errors.TrustPolicyError.reason, errors.KeyFileError.reason, errors.EnvelopeError.reason} <= codes
+    assert {errors.TrustPolicyError.reason, errors.KeyFileError.reason, errors.EnvelopeError.reason,
+            errors.PinnedSignerError.reason, errors.DowngradeError.reason} <= codes
     table = (ROOT / "spec" / "SIGNING.md").read_text().split("## 7. Reason codes")[1].split("## 8.")[0]
     assert set(re.findall(r"^\| `([a-z-]+)` \|", table, re.M)) == codes

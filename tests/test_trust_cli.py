@@ -13,12 +13,12 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-from support import ROOT  # noqa: E402
+from support import ROOT
 
-from karchive.cli.main import main  # noqa: E402
-from karchive.cli.trust_cmds import print_trust, trust_lines, trust_report  # noqa: E402
-from karchive.trust.dsse import Envelope  # noqa: E402
-from karchive.trust.sidecar import sidecar_path  # noqa: E402
+from karchive.cli.main import main
+from karchive.cli.trust_cmds import print_trust, trust_lines, trust_report
+from karchive.trust.dsse import Envelope
+from karchive.trust.sidecar import sidecar_path
 
 
 def run(capsys, *argv: str) -> tuple[int, str, str]:

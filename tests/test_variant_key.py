@@ -6,7 +6,6 @@ import shutil
 import subprocess
 import sys
 
-import pytest
 
 from support import EXAMPLES, ROOT, needs_triton
 

@@ -33,7 +33,8 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU with torch and CuPy
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -100,7 +101,7 @@ def bench_torch(arc: Any, rounds: int, calls: int) -> dict:
         tk = _load(ROOT / "examples" / "kernels.py", "bench_interop_kernels")
         g = grid({"n_elements": N, "BLOCK": BLOCK})
         fns["triton k[grid](...)"] = lambda: tk.add_kernel[g](x, y, out, N, BLOCK=BLOCK)
-    except Exception as exc:  # noqa: BLE001 - Triton is optional on a consumer machine
+    except Exception as exc:
         print(f"  (no Triton launch: {type(exc).__name__}: {exc})")
     per_call = timeit_rounds(fns, torch.cuda.synchronize, rounds, calls)
     streams = timeit_rounds({"torch.cuda.current_stream().cuda_stream": lambda: torch.cuda.current_stream().cuda_stream,
@@ -282,7 +283,7 @@ def main() -> int:
         print(f"== {name}", flush=True)
         try:
             results[name] = fn()
-        except Exception as exc:  # noqa: BLE001 - one failing section must not hide the others
+        except Exception as exc:
             results[name] = {"error": f"{type(exc).__name__}: {exc}"}
             print(f"  FAILED: {results[name]['error']}")
     print(f"\nhost µs per call, {N} float32 elements, median of {args.rounds} rounds x {args.calls} calls")

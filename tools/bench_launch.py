@@ -1,19 +1,32 @@
-"""Host time per launch, same process: karchive dispatcher, karchive bound path, Triton, raw cuLaunchKernel.
+"""Host time per launch, side by side in one process: raw driver calls, karchive's paths, Triton.
 
-    python tools/bench_launch.py [--archive .gpu/bench.karc] [--rounds 41] [--launches 200] [--json out.json]
+    python tools/bench_launch.py [--archive .gpu/bench.karc] [--rounds 61] [--launches 400] [--passes 2]
+                                 [--json out.json]
 
-Each method launches the same tiny problem ``launches`` times in a loop timed with perf_counter; the
-GPU is synchronised between rounds (outside the timed loop); the result is the median over
-``rounds`` of (loop time / launches). Methods are interleaved round by round so drift hits all alike.
-The raw baseline calls ``cuda.bindings.driver.cuLaunchKernel`` on the very CUfunction karchive loaded
-(same cubin) with a pre-packed ``void**`` and a pre-made CUstream. Triton launches its own JIT
-compile of the same source (the GPU machine's Triton). Needs torch, triton and cuda-python.
+Rows, each launching the same small problem (n = 4096, grid 4, BLOCK=1024, torch tensors, the current
+torch stream) ``launches`` times per round; the result is the median over ``rounds`` of (loop time /
+launches), methods interleaved round by round so drift hits all alike, the whole measurement repeated
+``passes`` times (the spread between passes is the noise floor):
+
+- ``raw C cuLaunchKernel``: a C loop of the driver's cuLaunchKernel (``_fastlaunch.time_launches``, at
+  the address cuda-python's cuGetProcAddress gives) with a pre-packed ``void**``: the physical limit.
+- ``raw cuLaunchKernel (cuda.bindings)``: the same call from Python through cuda-python, pre-packed,
+  with a ready ``CUstream``: the reference the targets are written against.
+- ``karchive bound()``, ``karchive bound(*args)``: ``b = kernel.bind(grid, ...)`` on the compiled path.
+- ``karchive k[grid](...)`` on the compiled path and on the pure-Python path (``KARCHIVE_LAUNCH_PATH=python``),
+  and ``run = k[grid]; run(...)``.
+- ``triton k[grid](...)``: the GPU machine's Triton launching its own JIT compile of the same source.
+
+Every karchive row and both raw rows launch the same CUfunction (karchive's load of the archive's cubin).
+Calls are written out with their arguments (no ``*args``), as a user writes them. 4 arguments:
+``add_kernel``; 16: ``add16_kernel`` (15 pointers and an i32); per extra argument = (16 - 4) / 12.
+Needs torch, triton, cuda-python and a GPU; the compiled launcher should be built
+(``python tools/build_extension.py``), else its rows are skipped.
 """
 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import importlib.util
 import json
 import pathlib
@@ -21,39 +34,56 @@ import platform
 import statistics
 import sys
 import time
+from typing import Any
+from collections.abc import Callable
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+#: Targets of issue 11 (host time ratios to the cuda.bindings raw launch; per extra argument in us).
+TARGETS = {"k[grid] / raw": {"4 args": 1.10, "16 args": 1.20}, "bound() / raw": {"4 args": 1.00, "16 args": 1.00},
+           "per extra argument (us)": 0.08, "triton / karchive k[grid]": {"4 args": 3.5, "16 args": 4.0}}
 
-def _load(path: pathlib.Path, name: str):
+
+def _load(path: pathlib.Path, name: str) -> Any:
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
 
-def timeit_rounds(fns: dict, rounds: int, launches: int, sync) -> dict[str, float]:
+def timeit_rounds(fns: dict[str, Callable[[], Any]], rounds: int, launches: int, sync: Callable[[], None],
+                  self_timed: frozenset[str] = frozenset()) -> dict[str, dict[str, float]]:
+    """Median (and spread) of us per launch; ``self_timed`` functions return their own us per launch."""
     samples: dict[str, list[float]] = {k: [] for k in fns}
-    rng = range(launches)
     for _ in range(rounds):
         for name, fn in fns.items():
             sync()
+            if name in self_timed:
+                samples[name].append(fn())
+                continue
             t0 = time.perf_counter()
-            for _ in rng:
-                fn()
-            t1 = time.perf_counter()
-            samples[name].append((t1 - t0) / launches * 1e6)
+            fn()
+            samples[name].append((time.perf_counter() - t0) / launches * 1e6)
     sync()
-    return {k: statistics.median(v) for k, v in samples.items()} | {
-        k + "__spread": (max(v) - min(v)) / 2 for k, v in samples.items()}
+    return {k: {"median": statistics.median(v), "spread": (max(v) - min(v)) / 2} for k, v in samples.items()}
+
+
+def looped(expr: str, launches: int, namespace: dict[str, Any]) -> Callable[[], None]:
+    """A function running ``expr`` ``launches`` times, compiled with the names as locals of the loop."""
+    names = ", ".join(sorted(namespace))
+    src = f"def make({names}):\n    def loop():\n        for _ in range({launches}):\n            {expr}\n    return loop\n"
+    scope: dict[str, Any] = {}
+    exec(src, scope)  # noqa: S102 - our own benchmark text
+    return scope["make"](**namespace)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--archive", default=str(ROOT / ".gpu" / "bench.karc"))
     ap.add_argument("--rounds", type=int, default=61)
     ap.add_argument("--launches", type=int, default=400)
+    ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--json")
     args = ap.parse_args()
 
@@ -62,80 +92,101 @@ def main() -> None:
     from cuda.bindings import driver as d
 
     import karchive
+    from karchive.runtime import launch_path
+    from karchive.runtime.backend import get_backend
+    from karchive.runtime.pack import ParamLayout
 
+    ext = launch_path.extension()
     tk = _load(ROOT / "examples" / "kernels.py", "bench_examples_kernels")
     xk = _load(ROOT / "tests" / "gpu" / "extra_kernels.py", "bench_extra_kernels")
-    arc = karchive.open(args.archive)
-    n = 4096
-    BLOCK = 1024
+    paths = {launch_path.PYTHON: None, launch_path.EXTENSION: None}
+    for path in list(paths):
+        if path == launch_path.EXTENSION and ext is None:
+            del paths[path]
+            continue
+        with launch_path.forced(path):  # a kernel's path is fixed when the kernel is made: make them here
+            arc = paths[path] = karchive.open(args.archive)
+            for name in ("add_kernel", "add16_kernel"):
+                assert arc.kernel(name).launch_path == path
+    n, BLOCK = 4096, 1024
     grid = ((n + BLOCK - 1) // BLOCK,)
     x, y, out = (torch.randn(n, device="cuda") for _ in range(3))
-    ins16 = [torch.randn(n, device="cuda") for _ in range(14)]
+    ins = [torch.randn(n, device="cuda") for _ in range(14)]
     sync = torch.cuda.synchronize
-    results: dict[str, dict] = {}
+    backend = get_backend("cuda")
+    launch_address = backend.launch_address()
+    results: dict[str, dict[str, Any]] = {}
 
-    for label, kname, kargs, tfn in [
-        ("4 args", "add_kernel", (x, y, out, n), tk.add_kernel),
-        ("16 args", "add16_kernel", (out, *ins16, n), xk.add16_kernel),
-    ]:
-        k = arc.kernel(kname)
-        run = k[grid]
-        run(*kargs, BLOCK=BLOCK)  # select + load
-        bound = k.bind(grid, *kargs, BLOCK=BLOCK)
-        ent = bound.entry
-        # Raw: same CUfunction, own pre-packed buffer, pre-made CUstream.
-        from karchive.runtime.pack import ParamLayout
+    cases = [
+        ("4 args", "add_kernel", ["x", "y", "out", "n"], tk.add_kernel, lambda: torch.equal(out, x + y)),
+        ("16 args", "add16_kernel", ["out"] + [f"p{i}" for i in range(14)] + ["n"], xk.add16_kernel,
+         lambda: torch.equal(out, ins[0] + ins[1])),
+    ]
+    for label, kname, arg_names, tfn, correct in cases:
+        values = {"x": x, "y": y, "out": out, "n": n, **{f"p{i}": t for i, t in enumerate(ins)}}
+        call = ", ".join(arg_names)
+        ns: dict[str, Any] = {name: values[name] for name in arg_names}
+        ns.update(grid=grid, BLOCK=BLOCK, tfn=tfn)
+        fns: dict[str, Callable[[], Any]] = {}
+        entry = None
+        for path, arc in paths.items():
+            k = arc.kernel(kname)
+            k[grid](*[values[a] for a in arg_names], BLOCK=BLOCK)  # select + load
+            ns[f"k_{path}"] = k
+            ns[f"run_{path}"] = k[grid]
+            if path == launch_path.EXTENSION or entry is None:
+                bound = k.bind(grid, *[values[a] for a in arg_names], BLOCK=BLOCK)
+                entry = bound.entry
+            if path == launch_path.EXTENSION:
+                ns["bound"] = bound
+        # The raw rows: the same CUfunction, our own pre-packed buffer, a ready CUstream.
+        layout = ParamLayout(entry.variant.abi)
+        entry.pack(layout, [values[a].data_ptr() if hasattr(values[a], "data_ptr") else values[a] for a in arg_names])
+        stream_handle = torch.cuda.current_stream().cuda_stream
+        ns.update(launch=d.cuLaunchKernel, func=entry.function, params=layout.kernel_params,
+                  stream=d.CUstream(stream_handle), bx=entry.block_x, shared=entry.shared, gx=grid[0])
+        fns["raw cuLaunchKernel (cuda.bindings)"] = looped(
+            "launch(func, gx, 1, 1, bx, 1, 1, shared, stream, params, 0)", args.launches, ns)
+        self_timed = frozenset()
+        if ext is not None and launch_address:
+            fa = backend.handle_address(entry.function)
 
-        layout = ParamLayout(ent.variant.abi)
-        layout.pack(ent.convert([a.data_ptr() if hasattr(a, "data_ptr") else a for a in kargs]))
-        func, params = ent.loaded.function, layout.kernel_params
-        stream = d.CUstream(torch.cuda.current_stream().cuda_stream)
-        launch = d.cuLaunchKernel
-        bx, shared = ent.block[0], ent.shared
-        gx = grid[0]
+            def raw_c(fa=fa, params=layout.kernel_params, entry=entry, stream_handle=stream_handle) -> float:
+                secs, err = ext.time_launches(launch=launch_address, function=fa, grid=(grid[0], 1, 1),
+                                              block_x=entry.block_x, shared=entry.shared, stream=stream_handle,
+                                              kernel_params=params, count=args.launches)
+                assert err == 0, err
+                return secs / args.launches * 1e6
 
-        def raw():
-            launch(func, gx, 1, 1, bx, 1, 1, shared, stream, params, 0)
-
-        def dispatcher():
-            run(*kargs, BLOCK=BLOCK)
-
-        def dispatcher_subscript():
-            k[grid](*kargs, BLOCK=BLOCK)
-
-        def bound_same():
-            bound()
-
-        def bound_repack():
-            bound(*kargs)
-
-        def triton_launch():
-            tfn[grid](*kargs, BLOCK=BLOCK)
-
-        triton_launch()
-        fns = {"raw cuLaunchKernel": raw, "karchive bound()": bound_same, "karchive bound(*args)": bound_repack,
-               "karchive run = k[grid]; run(...)": dispatcher, "karchive k[grid](...)": dispatcher_subscript,
-               "triton k[grid](...)": triton_launch}
-        for fn in fns.values():  # warm
-            for _ in range(50):
-                fn()
+            fns["raw C cuLaunchKernel (loop in C)"] = raw_c
+            self_timed = frozenset({"raw C cuLaunchKernel (loop in C)"})
+        if "bound" in ns:
+            fns["karchive bound()"] = looped("bound()", args.launches, ns)
+            fns["karchive bound(*args)"] = looped(f"bound({call})", args.launches, ns)
+        for path in paths:
+            fns[f"karchive k[grid](...) [{path}]"] = looped(f"k_{path}[grid]({call}, BLOCK=BLOCK)", args.launches, ns)
+            fns[f"karchive run = k[grid]; run(...) [{path}]"] = looped(f"run_{path}({call}, BLOCK=BLOCK)",
+                                                                     args.launches, ns)
+        fns["triton k[grid](...)"] = looped(f"tfn[grid]({call}, BLOCK=BLOCK)", args.launches, ns)
+        for fn in fns.values():  # warm every row, then check what is timed computes the right thing
+            fn()
         sync()
-        # correctness of what we time
         out.zero_()
-        raw()
+        fns["raw cuLaunchKernel (cuda.bindings)"]()
         sync()
-        assert torch.equal(out, kargs[1] + kargs[2]) if kname == "add16_kernel" else torch.equal(out, x + y)
-        results[label] = timeit_rounds(fns, args.rounds, args.launches, sync)
-        # The same measurement again: the difference between the passes is the noise floor.
-        results[label + " (pass 2)"] = timeit_rounds(fns, args.rounds, args.launches, sync)
+        assert correct(), f"{label}: the raw launch did not compute the expected result"
+        for p in range(args.passes):
+            results[f"{label} (pass {p + 1})"] = timeit_rounds(fns, args.rounds, args.launches, sync, self_timed)
 
-    # stream getters
-    get_raw = torch._C._cuda_getCurrentRawStream
-    micro = timeit_rounds({"torch._C._cuda_getCurrentRawStream(0)": lambda: get_raw(0),
-                           "torch.cuda.current_stream()": torch.cuda.current_stream,
-                           "tensor.data_ptr()": x.data_ptr, "tensor.dtype": lambda: x.dtype,
-                           "tensor.get_device()": x.get_device, "tensor.is_cuda": lambda: x.is_cuda,
-                           "empty lambda": lambda: None}, 21, 2000, lambda: None)
+    micro_ns = {"get_raw": torch._C._cuda_getCurrentRawStream, "x": x}
+    micro = timeit_rounds({
+        "torch._C._cuda_getCurrentRawStream(0)": looped("get_raw(0)", 2000, micro_ns),
+        "torch.cuda.current_stream()": looped("torch.cuda.current_stream()", 2000, {"torch": torch}),
+        "tensor.data_ptr()": looped("x.data_ptr()", 2000, micro_ns),
+        "tensor.dtype": looped("x.dtype", 2000, micro_ns),
+        "tensor.get_device()": looped("x.get_device()", 2000, micro_ns),
+        "empty loop body": looped("pass", 2000, {}),
+    }, 21, 2000, lambda: None)
 
     from cuda import bindings
 
@@ -143,24 +194,64 @@ def main() -> None:
         "gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
         "cuda_python": getattr(bindings, "__version__", "?"), "driver": d.cuDriverGetVersion()[1],
-        "archive_triton": arc.manifest.produced_by.get("triton"), "rounds": args.rounds, "launches": args.launches,
+        "archive_triton": next(iter(paths.values())).manifest.produced_by.get("triton"),
+        "launch_path": launch_path.status()._asdict(), "rounds": args.rounds, "launches": args.launches,
+        "passes": args.passes,
     }
-    report = {"info": info, "results": results, "micro": micro}
+    verdict = summarize(results, args.passes)
+    report = {"info": info, "results": results, "micro": micro, "targets": TARGETS, "verdict": verdict}
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(report, indent=2))
     print(json.dumps(info))
     for label, r in results.items():
-        raw_us = r["raw cuLaunchKernel"]
-        print(f"\n{label}: host us per launch (median of {args.rounds} rounds x {args.launches}), ratio to raw")
-        for name in [k for k in r if not k.endswith("__spread")]:
-            print(f"  {name:36s} {r[name]:7.2f} us  +-{r[name + '__spread']:.2f}  {r[name] / raw_us:5.2f}x")
-    for suffix in ("", " (pass 2)"):
-        a4, a16 = results["4 args" + suffix], results["16 args" + suffix]
-        for name in [k for k in a4 if not k.endswith("__spread")]:
-            print(f"  per extra arg{suffix}, {name:36s} {(a16[name] - a4[name]) / 12:6.3f} us")
+        raw = r["raw cuLaunchKernel (cuda.bindings)"]["median"]
+        print(f"\n{label}: host us per launch (median of {args.rounds} rounds x {args.launches}), ratio to "
+              "the cuda.bindings raw launch")
+        for name, v in r.items():
+            print(f"  {name:46s} {v['median']:7.3f} us  +-{v['spread']:.2f}  {v['median'] / raw:5.2f}x")
+    print("\nper extra argument, (16 args - 4 args) / 12:")
+    for p in range(args.passes):
+        a4, a16 = results[f"4 args (pass {p + 1})"], results[f"16 args (pass {p + 1})"]
+        for name in a4:
+            print(f"  pass {p + 1}  {name:46s} {(a16[name]['median'] - a4[name]['median']) / 12:7.3f} us")
+    print("\nagainst the targets (issue 11):")
+    for line in verdict["lines"]:
+        print("  " + line)
+    print("\nmicro (us per call):")
     for name, v in micro.items():
-        if not name.endswith("__spread"):
-            print(f"  {name:40s} {v:6.3f} us")
+        print(f"  {name:40s} {v['median']:6.3f}")
+
+
+def summarize(results: dict[str, dict[str, Any]], passes: int) -> dict[str, Any]:
+    """Each target against each pass (ratios from medians within the same pass)."""
+    ext_row = "karchive k[grid](...) [extension]"
+    raw_row = "raw cuLaunchKernel (cuda.bindings)"
+    lines: list[str] = []
+    met: dict[str, list[bool]] = {}
+
+    def check(name: str, value: float, ok: bool, want: str) -> None:
+        met.setdefault(name, []).append(ok)
+        lines.append(f"{name:44s} {value:6.3f}  (target {want})  {'met' if ok else 'MISSED'}")
+
+    for p in range(1, passes + 1):
+        for label in ("4 args", "16 args"):
+            r = results.get(f"{label} (pass {p})", {})
+            if ext_row not in r:
+                lines.append(f"{label}: no compiled-path rows (extension not built)")
+                continue
+            raw = r[raw_row]["median"]
+            check(f"pass {p} {label}: k[grid] / raw", r[ext_row]["median"] / raw,
+                  r[ext_row]["median"] / raw <= TARGETS["k[grid] / raw"][label], f"<= {TARGETS['k[grid] / raw'][label]}")
+            check(f"pass {p} {label}: bound() / raw", r["karchive bound()"]["median"] / raw,
+                  r["karchive bound()"]["median"] / raw <= 1.0, "<= 1.00")
+            tri = r["triton k[grid](...)"]["median"] / r[ext_row]["median"]
+            check(f"pass {p} {label}: triton / karchive k[grid]", tri, tri >= TARGETS["triton / karchive k[grid]"][label],
+                  f">= {TARGETS['triton / karchive k[grid]'][label]}")
+        a4, a16 = results.get(f"4 args (pass {p})", {}), results.get(f"16 args (pass {p})", {})
+        if ext_row in a4 and ext_row in a16:
+            per = (a16[ext_row]["median"] - a4[ext_row]["median"]) / 12
+            check(f"pass {p}: per extra argument, k[grid] (us)", per, per <= 0.08, "<= 0.08")
+    return {"lines": lines, "met": {k: all(v) for k, v in met.items()}}
 
 
 if __name__ == "__main__":

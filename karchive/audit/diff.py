@@ -327,11 +327,11 @@ def _diff_manifests(ma: dict, mb: dict, kernels: Iterable[str] | None, targets: 
     # Show the full signature only where the short form would make two slots look alike.
     short_slots: dict[tuple[str, str, str], set[str]] = {}
     for p in pairs:
-        v = p.a or p.b
+        v = p.variant
         short_slots.setdefault((v["kernel"], target_text(v), specialisation_text(v)), set()).add(p.slot)
     rows = []
     for p in pairs:
-        v = p.a or p.b
+        v = p.variant
         full = len(short_slots[(v["kernel"], target_text(v), specialisation_text(v))]) > 1
         rows.append(_row(p, specialisation_text(v, full=full), sources_a, sources_b, res_a, res_b))
     return ArchiveDiff(
@@ -343,8 +343,7 @@ def _diff_manifests(ma: dict, mb: dict, kernels: Iterable[str] | None, targets: 
 
 
 def _row(p: Pair, spec: str, sources_a: dict, sources_b: dict, res_a: dict, res_b: dict) -> VariantDiff:
-    v = p.a or p.b
-    assert v is not None
+    v = p.variant
     ra = res_a.get(p.a["key"], {}) if p.a is not None else {}
     rb = res_b.get(p.b["key"], {}) if p.b is not None else {}
     if p.a is None or p.b is None:
@@ -490,7 +489,8 @@ def _stage_diffs(a: Reader, b: Reader, changed: list[VariantDiff], stage: str, l
             continue  # the same text
         if ra is None or rb is None:
             missing = labels[0] if ra is None else labels[1]
-            out.append(TextDiff(stage, [_describe(v)], ra and ra["path"], rb and rb["path"],
+            out.append(TextDiff(stage, [_describe(v)], ra["path"] if ra is not None else None,
+                                rb["path"] if rb is not None else None,
                                 note=f"no {stage} stage stored in {missing}"))
             continue
         note = _too_large(ra["size"], rb["size"])

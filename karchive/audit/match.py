@@ -97,6 +97,13 @@ class Pair:
     b: dict | None
     matched_by: str | None = None  # "key" | "options" | "tuning" | "slot"; None when unpaired
 
+    @property
+    def variant(self) -> dict:
+        """``a``, or ``b`` where there is no ``a``: what names the row (every pair holds at least one)."""
+        v = self.a if self.a is not None else self.b
+        assert v is not None, "a Pair holds at least one variant"
+        return v
+
 
 #: The pairing rounds, strictest first: (name, what must be equal inside a slot).
 ROUNDS: tuple[tuple[str, Callable[[dict], str]], ...] = (

@@ -7,24 +7,27 @@ import os
 import sys
 from collections import Counter
 
-from ..errors import CaptureError
-from .output import emit_json, human_bytes, table
+from ..errors import CaptureError, KarchiveError
+from .output import emit_json, human_bytes, plural, table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     e = sub.add_parser("export-triton-cache",
                        help="write an archive's variants into Triton's cache layout, so plain Triton JIT hits them")
-    e.add_argument("archive", help="path or URL of a .karc archive")
+    e.add_argument("archive", help="path, URL, or NAME[@VERSION] in the registry")
     e.add_argument("--cache-dir", help="Triton cache directory (default: TRITON_CACHE_DIR or ~/.triton/cache)")
     e.add_argument("-k", "--kernel", action="append", help="only these kernels")
     e.add_argument("--allow-unverified", action="store_true",
                    help="also write variants that carry no Triton build fingerprint (they may never be hit)")
+    e.add_argument("--registry", metavar="URL",
+                   help="registry for a NAME@VERSION archive (default: $KARCHIVE_REGISTRY, else the local registry)")
     e.add_argument("--json", action="store_true", help="machine-readable output")
     e.set_defaults(func=cmd_export)
 
     i = sub.add_parser("import-triton-cache", help="turn a Triton cache directory into an archive")
     i.add_argument("cache_dir", metavar="DIR", help="a Triton cache directory (e.g. ~/.triton/cache)")
-    i.add_argument("-o", "--out", required=True, help="archive to write (.karc)")
+    i.add_argument("-o", "--out", required=True,
+                   help="archive to write (.karc); a directory (existing, or ending in /) gets NAME-VERSION.karc")
     i.add_argument("--name", help="archive name (default: triton-cache)")
     i.add_argument("--version", dest="archive_version", default="0.0.0", help="archive version")
     i.add_argument("--same-build", action="store_true",
@@ -39,8 +42,18 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ..producer.triton_cache import export_archive, local_cache_dir
     from ..resolve import open_reader
 
-    reader = open_reader(args.archive)
-    cache_dir = os.path.abspath(args.cache_dir or local_cache_dir())
+    from ..core.destination import output_dir
+    from ..format.manifest import Manifest
+    from ..registry.config import storage_options_from_env
+
+    cache_dir = os.path.abspath(output_dir(args.cache_dir or local_cache_dir(), create=False))
+    reader = open_reader(args.archive, registry=args.registry, storage_options=storage_options_from_env())
+    if args.kernel:  # a -k that matches nothing is a typo: say what there is rather than export nothing
+        have = Manifest.from_json(reader.manifest, lazy=True).kernels()
+        missing = [k for k in args.kernel if k not in have]
+        if missing:
+            raise KarchiveError(f"{args.archive} has no kernel {', '.join(map(repr, missing))}; "
+                                f"it has: {', '.join(have) or '(none)'}")
     results = export_archive(reader, cache_dir, allow_unverified=args.allow_unverified, kernels=args.kernel)
     counts = Counter(r.status for r in results)
     if args.json:
@@ -65,6 +78,9 @@ def cmd_import(args: argparse.Namespace) -> int:
     from ..producer.pack import ArchiveBuilder
     from ..producer.triton_cache import import_cache
 
+    from .build_cmds import archive_out
+
+    out = archive_out(args.out, args.name or "triton-cache", args.archive_version)
     result = import_cache(args.cache_dir, same_build=args.same_build, include_ir=not args.no_ir)
     if not result.variants:
         raise CaptureError(f"{args.cache_dir}: no kernel entries could be imported"
@@ -72,19 +88,20 @@ def cmd_import(args: argparse.Namespace) -> int:
     produced = {k: (None if v is None else str(v)) for k, v in toolchain_versions().items()}
     builder = ArchiveBuilder(args.name or "triton-cache", args.archive_version, produced_by=produced)
     builder.extend(result.variants)
-    stats = builder.write(args.out)
-    summary = {"archive": args.out, "variants": len(result.variants), "duplicates": result.duplicates,
+    stats = builder.write(out)
+    summary = {"archive": out, "variants": len(result.variants), "duplicates": result.duplicates,
                "skipped": result.skipped, "kernels": sorted({v.kernel for v in result.variants}),
                "archive_bytes": stats.archive_bytes, "raw_bytes": stats.raw_bytes,
                "fingerprint": "this Triton install" if args.same_build else None}
     if args.json:
         emit_json(summary)
     else:
-        print(f"imported {len(result.variants)} variant(s) of {len(summary['kernels'])} kernel(s) from "
-              f"{args.cache_dir}" + (f", {result.duplicates} duplicate(s) dropped" if result.duplicates else ""))
+        kernels = {v.kernel for v in result.variants}
+        print(f"imported {plural(len(result.variants), 'variant')} of {plural(len(kernels), 'kernel')} from "
+              f"{args.cache_dir}" + (f", {plural(result.duplicates, 'duplicate')} dropped" if result.duplicates else ""))
         for s in result.skipped:
             print(f"  skipped {s}")
-        print(f"wrote {args.out}: {human_bytes(stats.archive_bytes)}")
+        print(f"wrote {out}: {human_bytes(stats.archive_bytes)}")
         if not args.same_build:
             print("note: no Triton build fingerprint recorded (pass --same-build if this install wrote the cache); "
                   "export-triton-cache will refuse these variants")

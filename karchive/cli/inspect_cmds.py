@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import os
 import sys
 from typing import Any
 
-from ..errors import FormatError, KarchiveError
+from ..errors import FormatError, KarchiveError, TargetError
 from ..format.manifest import FileRef, Manifest, Variant
 from ..format.reader import ArchiveReader
-from .output import emit_json, human_bytes, printable, table
+from ..format.target import Target
+from .output import emit_json, err, human_bytes, plural, printable, table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -24,36 +26,70 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--key", help="select variants by key prefix")
     p.add_argument("--summary", action="store_true",
                    help="identity and variant counts per kernel and target only (reads no variant: fast on any size)")
+    _registry_args(p)
     p.set_defaults(func=cmd_inspect)
 
-    v = sub.add_parser("verify", help="check the schema and every digest; non-zero exit naming what failed")
-    v.add_argument("archive")
+    v = sub.add_parser("verify", help="check the schema and every digest (and, with --trust, the signatures); "
+                                      "non-zero exit naming what failed")
+    v.add_argument("archive", help="path, URL, or NAME[@VERSION] in the registry")
+    v.add_argument("--trust", metavar="POLICY",
+                   help="also check the signatures against this trust policy and show who signed what: "
+                        "ARCHIVE.sig.json beside a file or URL, the registry's for NAME@VERSION (spec/SIGNING.md)")
+    v.add_argument("--registry", metavar="URL", help="registry for NAME@VERSION (default: $KARCHIVE_REGISTRY)")
+    v.add_argument("--cache-dir", metavar="DIR", help="local cache for NAME@VERSION (default: $KARCHIVE_CACHE_DIR)")
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_verify)
 
     x = sub.add_parser("extract", help="extract members into a directory (never outside it)")
-    x.add_argument("archive")
-    x.add_argument("-C", "--directory", required=True, help="destination directory")
+    x.add_argument("archive", help="path, URL, or NAME[@VERSION] in the registry")
+    x.add_argument("-C", "--directory", required=True,
+                   help="destination directory (created if missing; existing files are never overwritten)")
     x.add_argument("--restore-paths", metavar="ROOT",
                    help="replace the path sentinel in metadata JSON with ROOT (e.g. the site-packages holding triton)")
+    _registry_args(x)
     x.set_defaults(func=cmd_extract)
 
 
-def _open(ref: str):
+def _registry_args(p: argparse.ArgumentParser) -> None:
+    """Where a NAME@VERSION argument is looked up, as for pull (ignored for paths and URLs)."""
+    p.add_argument("--registry", metavar="URL", help="registry for NAME@VERSION (default: $KARCHIVE_REGISTRY, "
+                                                     "else the local registry)")
+    p.add_argument("--cache-dir", metavar="DIR", help="local cache for NAME@VERSION (default: $KARCHIVE_CACHE_DIR, "
+                                                      "else $XDG_CACHE_HOME/karchive)")
+
+
+def _open(ref: str, args: argparse.Namespace | None = None):
+    from ..registry.config import storage_options_from_env
     from ..resolve import open_reader
 
-    return open_reader(ref)
+    return open_reader(ref, registry=getattr(args, "registry", None), cache_dir=getattr(args, "cache_dir", None),
+                       storage_options=storage_options_from_env())
+
+
+def _target_names(given: list[str] | None) -> set[str] | None:
+    """``-t`` values as archives spell them (``CUDA:sm_90`` is ``cuda:90``); a malformed one is kept as typed
+    and simply matches nothing (the error then lists the targets the archive has)."""
+    if not given:
+        return None
+    out = set()
+    for t in given:
+        try:
+            out.add(str(Target.parse(t)))
+        except TargetError:
+            out.add(t)
+    return out
 
 
 def _select(manifest: Manifest, args: argparse.Namespace) -> list[Variant]:
     out = []
+    targets = _target_names(args.target)
     # Only the kernels asked for are read (format 2: one manifest shard each).
     pool = [v for k in args.kernel if k in manifest.kernels() for v in manifest.variants_of(k)] if args.kernel \
         else manifest.variants
     for v in pool:
         if args.kernel and v.kernel not in args.kernel:
             continue
-        if args.target and str(v.target) not in args.target:
+        if targets and str(v.target) not in targets:
             continue
         if getattr(args, "key", None) and not v.key.startswith(args.key):
             continue
@@ -95,9 +131,12 @@ def _identity(m: Manifest, reader: ArchiveReader) -> dict[str, Any]:
             "archive_bytes": reader.source.size, "dictionary": reader.has_dictionary}
 
 
-def _print_identity(m: Manifest, reader: ArchiveReader) -> None:
-    print(printable(f"{m.name} {m.version}  ({human_bytes(reader.source.size)}, {len(m)} variants)"))
-    print(printable(f"  format {m.format_version}, launch ABI v{m.abi_version}, created {m.created or 'unset'}"))
+def _print_identity(m: Manifest, reader: ArchiveReader, shown: int | None = None) -> None:
+    print(printable(f"{m.name} {m.version}  ({human_bytes(reader.source.size)}, {plural(len(m), 'variant')}"
+                    + (f", {shown} shown" if shown is not None else "") + ")"))
+    # A reproducible build records no time (spec/FORMAT.md §12): say nothing rather than "created unset".
+    print(printable(f"  format {m.format_version}, launch ABI v{m.abi_version}"
+                    + (f", created {m.created}" if m.created else "")))
     print(printable("  produced by " + ", ".join(f"{k} {v}" for k, v in sorted(m.produced_by.items()) if v)))
 
 
@@ -117,12 +156,28 @@ def _print_summary(m: Manifest, reader: ArchiveReader, as_json: bool) -> int:
     return 0
 
 
+def _no_match(m: Manifest, args: argparse.Namespace) -> str:
+    """Why a filter selected nothing, with what the archive has, so the next try can be right (read from
+    the manifest header: no shard is loaded for the message)."""
+    asked = " ".join([*(f"-k {k}" for k in args.kernel or ()), *(f"-t {t}" for t in args.target or ()),
+                      *([f"--key {args.key}"] if args.key else [])])
+    kernels, targets = m.kernels(), m.targets()
+    return (f"no variant of {m.name} {m.version} matches {asked}; it has kernels {', '.join(kernels) or '(none)'} "
+            f"and targets {', '.join(targets) or '(none)'}")
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
-    reader = _open(args.archive)
+    reader = _open(args.archive, args)
     m = reader.model  # every field inspect relies on is checked as it is read: SchemaError
     if args.summary:
         return _print_summary(m, reader, args.json)
     variants = _select(m, args)
+    filtered = bool(args.kernel or args.target or args.key)
+    if filtered and not variants and not args.ir:
+        if args.json:
+            emit_json({"name": m.name, "version": m.version, "variants": []})
+        err(_no_match(m, args))
+        return 1
     if args.ir:
         return _print_ir(reader, variants, args.ir)
     sources = {s.path: s for s in m.sources}
@@ -133,7 +188,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             **({"autotune": m.autotune} if m.autotune else {}),
         })
         return 0
-    _print_identity(m, reader)
+    _print_identity(m, reader, len(variants) if filtered else None)
     rows = []
     for v in variants:
         ir = sorted(v.ir)
@@ -143,8 +198,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             ", ".join(str(h.get("name", "?")) for h in v.provenance.hooks) or "-", _constexpr_text(v),
         ])
     print()
-    print(table(["kernel", "target", "key", "warps/stages", "shared", "binary", "IR", "hooks", "constexprs"], rows,
-                right=["shared", "binary"]))
+    # "specialisation": constexpr values and the ints fixed to 1 (stride==1): what this variant was compiled for.
+    print(table(["kernel", "target", "key", "warps/stages", "shared", "binary", "IR", "hooks", "specialisation"],
+                rows, right=["shared", "binary"]))
     if m.autotune:
         print(f"\nautotune records: {sum(len(a.get('entries', [])) for a in m.autotune)} chosen configs "
               f"for {len(m.autotune)} kernel(s)")
@@ -163,8 +219,9 @@ def _constexpr_text(v: Variant) -> str:
 
 def _print_ir(reader: ArchiveReader, variants: list[Variant], stage: str) -> int:
     if len(variants) != 1:
-        listing = "\n".join(f"  {v.key[:16]}  {v.kernel}  {v.target}" for v in variants)
-        raise KarchiveError(f"--ir needs exactly one variant; {len(variants)} match (narrow with --key):\n{listing}")
+        listing = "\n".join(f"  {v.key[:16]}  {v.kernel}  {v.target}  {_constexpr_text(v)}" for v in variants)
+        raise KarchiveError(f"--ir needs exactly one variant; {len(variants)} match"
+                            + (f" (narrow with --key, -k, -t):\n{listing}" if variants else ""))
     v = variants[0]
     if stage == "source":
         path = v.source
@@ -246,9 +303,13 @@ def _sharded_schema_problems(reader: ArchiveReader) -> list[str]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
+    from ..resolve import open_reader
+
     result: dict[str, Any] = {"archive": args.archive, "ok": False, "problems": []}
     try:
-        reader = _open(args.archive)
+        # Digests first, with no policy (trust=False: not even $KARCHIVE_TRUST_POLICY), so that a damaged
+        # archive shows its damage; the signatures are checked below and reported beside it.
+        reader = open_reader(args.archive, registry=args.registry, cache_dir=args.cache_dir, trust=False)
     except (FormatError, FileNotFoundError) as exc:
         result["problems"].append(str(exc))
     else:
@@ -261,16 +322,30 @@ def cmd_verify(args: argparse.Namespace) -> int:
             for off in range(0, reader.source.size, 1 << 22):
                 h.update(reader.source.read(off, min(1 << 22, reader.source.size - off)))
             result["sha256"] = h.hexdigest()
+    from ..trust.enforce import POLICY_ENV
+
+    policy = args.trust or os.environ.get(POLICY_ENV)  # the variable applies to every load, verify's too
+    if policy:
+        from .trust_cmds import trust_report_for
+
+        result["trust"] = trust_report_for(args.archive, policy, registry=args.registry, cache_dir=args.cache_dir)
+        if not result["trust"]["ok"]:
+            result["problems"].append(f"trust: {result['trust']['reason']}")
     result["ok"] = not result["problems"]
     if args.json:
         emit_json(result)
-    elif result["ok"]:
-        print(printable(f"OK {args.archive}: {result['name']} {result['version']}, {result['members']} members, "
-                        "every digest matches") + (f"\nsha256 {result['sha256']}" if "sha256" in result else ""))
     else:
-        print(printable(f"FAILED {args.archive}:"))
-        for p in result["problems"]:
-            print(f"  - {printable(p)}")
+        if result["ok"]:
+            print(printable(f"OK {args.archive}: {result['name']} {result['version']}, {result['members']} members, "
+                            "every digest matches") + (f"\nsha256 {result['sha256']}" if "sha256" in result else ""))
+        else:
+            print(printable(f"FAILED {args.archive}:"))
+            for p in result["problems"]:
+                print(f"  - {printable(p)}")
+        if "trust" in result:
+            from .trust_cmds import trust_lines
+
+            print("\n".join(trust_lines(result["trust"])))
     return 0 if result["ok"] else 1
 
 
@@ -278,12 +353,16 @@ def cmd_extract(args: argparse.Namespace) -> int:
     from ..format.extract import extract_all
     from ..format.sentinel import restore_json_bytes
 
-    reader = _open(args.archive)
+    from ..core.destination import output_dir
+
+    # Checked first (a file there, no permission), created only once the archive proved intact.
+    output_dir(args.directory, create=False)
+    reader = _open(args.archive, args)
     metadata_paths = {v.metadata.path for v in reader.model.variants}
     transform = None
     if args.restore_paths:
         root = args.restore_paths
         transform = lambda name, data: restore_json_bytes(data, root) if name in metadata_paths else data  # noqa: E731
     written = extract_all(reader, args.directory, transform)
-    print(f"extracted {len(written)} members into {args.directory}")
+    print(f"extracted {plural(len(written), 'member')} into {args.directory}")
     return 0

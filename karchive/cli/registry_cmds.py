@@ -1,4 +1,9 @@
-"""`karchive publish | pull | ls | lock | reindex | cache ls | cache prune`: the registry from a shell."""
+"""`karchive publish | pull | ls | lock | reindex | cache ls | cache prune`: the registry from a shell.
+
+Signing touches these through ``publish --sign KEY`` (signatures stored beside the blob),
+``pull --trust POLICY`` and ``lock --trust POLICY`` (signer key ids pinned); cryptography is imported
+only when one of them is used.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ import time
 from typing import Any
 
 from ..errors import RegistryError
-from .output import emit_json, human_bytes, table
+from .output import emit_json, human_bytes, printable, table
 
 
 def _registry(args: argparse.Namespace) -> Any:
@@ -31,7 +36,7 @@ def _common(p: argparse.ArgumentParser, *, registry: bool = True, cache: bool = 
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     p.add_argument("--progress", dest="progress", action="store_const", const=True, default=None,
                    help="show transfer progress on stderr (default: only when stderr is a terminal)")
-    p.add_argument("--no-progress", dest="progress", action="store_const", const=False)
+    p.add_argument("--no-progress", dest="progress", action="store_const", const=False, help="no progress output")
 
 
 def _record_row(r: Any, latest: str | None = None) -> list[Any]:
@@ -40,16 +45,36 @@ def _record_row(r: Any, latest: str | None = None) -> list[Any]:
 
 
 # -- commands -------------------------------------------------------------------------------------
+def _signing_keys(args: argparse.Namespace) -> list[Any]:
+    if not args.sign:
+        return []
+    from ..trust.keys import load_private_key
+    from .trust_cmds import passphrase
+
+    secret = passphrase(args.passphrase_env)
+    return [load_private_key(path, secret) for path in args.sign]
+
+
 def cmd_publish(args: argparse.Namespace) -> int:
     reg = _registry(args)
-    result = reg.publish(args.archive)
+    keys = _signing_keys(args)
+    info = None
+    if args.provenance:
+        from ..trust.buildinfo import load_build_info
+
+        info = load_build_info(args.provenance)
+    result = reg.publish(args.archive, sign=keys, build_info=info, sidecar=not args.no_sidecar)
+    sigs = [{"key_id": s.key_id, "created": s.created, "source": s.source} for s in result.signatures]
     if args.json:
         emit_json({"registry": result.registry, "created": result.created, "index_current": result.index_current,
-                   **result.record.to_dict()})
+                   "signatures": sigs, **result.record.to_dict()})
     else:
         verb = "published" if result.created else "already published (identical bytes, nothing to do):"
         print(f"{verb} {result.record.ref} sha256:{result.record.sha256} ({human_bytes(result.record.size)}) "
               f"to {result.registry}")
+        for s in result.signatures:
+            how = "stored" if s.created else "already stored"
+            print(f"  signature by key {s.key_id[:16]} ({'signed now' if s.source == 'key' else 'from the sidecar'}): {how}")
         if not result.index_current:
             print("warning: the derived indexes could not be refreshed; run `karchive reindex`", file=sys.stderr)
     return 0
@@ -57,12 +82,16 @@ def cmd_publish(args: argparse.Namespace) -> int:
 
 def cmd_pull(args: argparse.Namespace) -> int:
     reg = _registry(args)
-    result = reg.pull(args.ref, args.output, lockfile=args.lockfile)
+    result = reg.pull(args.ref, args.output, lockfile=args.lockfile, trust=args.trust,
+                      allow_downgrade=args.allow_downgrade)
     if args.json:
-        emit_json({"path": str(result.path), "downloaded": result.downloaded, **result.record.to_dict()})
+        emit_json({"path": str(result.path), "downloaded": result.downloaded, **result.record.to_dict(),
+                   **({"trust": result.trust.to_json()} if result.trust else {})})
     else:
         how = "downloaded" if result.downloaded else "from cache"
         print(f"{result.record.ref} sha256:{result.record.sha256} ({how}) -> {result.path}")
+        if result.trust is not None:
+            print(printable(f"  {result.trust.describe()}"))
     return 0
 
 
@@ -86,7 +115,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         for r in records:
             by_name.setdefault(r.name, []).append(r)
         rows = []
-        for name, recs in sorted(by_name.items()):
+        for _name, recs in sorted(by_name.items()):
             latest = newest([r.version for r in recs])
             row = _record_row(next(r for r in recs if r.version == latest), latest)
             row[1] = f"{latest} ({len(recs)} version{'s' if len(recs) != 1 else ''})"
@@ -97,17 +126,25 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 
 def cmd_lock(args: argparse.Namespace) -> int:
-    from ..registry import Lockfile
+    from ..core.destination import output_file
 
+    output = output_file(args.output)  # checked (parents made) before anything is resolved
     reg = _registry(args)
-    records = [reg.resolve(ref) for ref in args.refs]
-    lock = Lockfile.from_records(records, reg.url)
-    lock.write(args.output)
+    lock, verdicts = reg.lock(args.refs, trust=args.trust, allow_downgrade=args.allow_downgrade)
+    lock.write(output)
     if args.json:
-        emit_json({"lockfile": args.output, "archives": {n: p.to_json() for n, p in sorted(lock.pins.items())}})
+        emit_json({"lockfile": args.output, "archives": {n: p.to_json() for n, p in sorted(lock.pins.items())},
+                   "signer_names": {n: dict(v.signers) for n, v in sorted(verdicts.items())}})
     else:
         for pin in sorted(lock.pins.values(), key=lambda p: p.name):
             print(f"pinned {pin.name}@{pin.version} sha256:{pin.sha256}")
+            names = dict(verdicts[pin.name].signers) if pin.name in verdicts else {}
+            for key_id in pin.signers:
+                print(printable(f"  signer {names.get(key_id, '?')} (key {key_id[:16]})"))
+            if pin.name in verdicts and not pin.signers:
+                print("  no signer pinned: the policy allows this name unsigned")
+        if not verdicts:
+            print("no signers pinned: give --trust POLICY (or set $KARCHIVE_TRUST_POLICY) to pin who signed each archive")
         print(f"wrote {args.output}")
     return 0
 
@@ -190,37 +227,53 @@ def cmd_cache_prune(args: argparse.Namespace) -> int:
 
 
 # -- registration ---------------------------------------------------------------------------------
+def _trust_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--trust", metavar="POLICY",
+                   help="refuse an archive whose signatures this trust policy does not accept (spec/SIGNING.md; "
+                        "default: $KARCHIVE_TRUST_POLICY)")
+    p.add_argument("--allow-downgrade", action="store_true",
+                   help="accept a NAME@latest older than a version this cache already verified (rollback check)")
+
+
 def register(sub: Any) -> None:
-    p = sub.add_parser("publish", help="verify an archive and publish it to a registry")
+    p = sub.add_parser("publish", help="verify an archive and publish it to a registry (and sign it)")
     p.add_argument("archive", help="the .karc file; its manifest gives the name and version")
+    p.add_argument("--sign", action="append", metavar="KEY",
+                   help="sign it with this private key (repeatable); the signature is stored beside the blob")
+    p.add_argument("--passphrase-env", metavar="VAR", help="the signing keys' passphrase is in $VAR")
+    p.add_argument("--provenance", metavar="BUILDINFO", help="build info (JSON) for the statement --sign signs")
+    p.add_argument("--no-sidecar", action="store_true",
+                   help="do not store the signatures of ARCHIVE.sig.json (stored by default when it exists)")
     _common(p, cache=False)
     p.set_defaults(func=cmd_publish)
 
     p = sub.add_parser("pull", help="fetch NAME[@VERSION] into the local cache (and optionally copy it out)")
-    p.add_argument("ref", metavar="NAME[@VERSION]")
+    p.add_argument("ref", metavar="NAME[@VERSION]", help="archive name, with a version or @latest (default: latest)")
     p.add_argument("-o", "--output", metavar="PATH", help="also write the archive to PATH (file or directory)")
     p.add_argument("--lockfile", metavar="FILE", help="refuse anything whose digest differs from FILE's pin")
+    _trust_args(p)
     _common(p)
     p.set_defaults(func=cmd_pull)
 
     p = sub.add_parser("ls", help="list archive names, or the versions of one name")
-    p.add_argument("name", nargs="?", metavar="NAME")
+    p.add_argument("name", nargs="?", metavar="NAME", help="list this name's versions (default: every name)")
     _common(p, cache=False)
     p.set_defaults(func=cmd_ls)
 
-    p = sub.add_parser("lock", help="pin NAME@VERSION ... to their digests in a lockfile")
+    p = sub.add_parser("lock", help="pin NAME@VERSION ... to their digests (and, with --trust, their signers)")
     p.add_argument("refs", nargs="+", metavar="NAME@VERSION")
     p.add_argument("-o", "--output", default="karchive.lock", metavar="PATH", help="lockfile to write (karchive.lock)")
-    _common(p, cache=False)
+    _trust_args(p)
+    _common(p)
     p.set_defaults(func=cmd_lock)
 
     p = sub.add_parser("reindex", help="rebuild a registry's derived indexes from its version records")
-    p.add_argument("name", nargs="?", metavar="NAME")
+    p.add_argument("name", nargs="?", metavar="NAME", help="only this name's index (default: every name)")
     _common(p, cache=False)
     p.set_defaults(func=cmd_reindex)
 
     p = sub.add_parser("cache", help="inspect or prune the local archive cache")
-    csub = p.add_subparsers(dest="cache_command", metavar="ACTION")
+    csub = p.add_subparsers(dest="cache_command", metavar="ACTION", help="ls or prune")
     csub.required = True
     c = csub.add_parser("ls", help="list cached archives")
     _common(c, registry=False)

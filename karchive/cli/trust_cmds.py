@@ -25,20 +25,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     k.add_argument("--json", action="store_true", help="machine-readable output")
     k.set_defaults(func=cmd_keygen)
 
-    s = sub.add_parser("sign", help="sign an archive: provenance statement and signature in ARCHIVE.sig.json "
-                                    "(the archive is not changed)")
-    s.add_argument("archive", help="local archive file (.karc)")
+    s = sub.add_parser("sign", help="sign an archive: provenance statement and signature in ARCHIVE.sig.json, "
+                                    "or beside the blob for NAME@VERSION in a registry (the archive is not changed)")
+    s.add_argument("archive", help="local archive file (.karc), or NAME@VERSION already published in --registry")
     s.add_argument("--key", required=True, help="private key file (from karchive keygen)")
     s.add_argument("--passphrase-env", metavar="VAR", help="the key's passphrase is in $VAR")
     s.add_argument("--provenance", metavar="BUILDINFO",
                    help="build info (JSON) the build wrote: spec digest, parameters, platform (spec/SIGNING.md §4.2)")
     s.add_argument("--replace", action="store_true",
-                   help="start a new statement, dropping the sidecar's earlier signatures")
+                   help="start a new statement, dropping the sidecar's earlier signatures (local files only)")
+    s.add_argument("--registry", metavar="URL",
+                   help="for NAME@VERSION: the registry (default: $KARCHIVE_REGISTRY, else the local registry)")
+    s.add_argument("--cache-dir", metavar="DIR", help="for NAME@VERSION: the local cache the archive is verified in")
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_sign)
 
 
-def _passphrase(var: str | None) -> bytes | None:
+def passphrase(var: str | None) -> bytes | None:
     """Read from the environment, never from argv (argv is visible to every user via ps)."""
     if not var:
         return None
@@ -55,9 +58,11 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}", name):
         raise KeyFileError(f"key name {name!r} cannot be used in a trust policy; choose one with --name "
                            "(letters, digits, '._@+-')")
+    from ..core.destination import output_file
+
     key = SigningKey.generate()
-    private, public = args.out + ".key", args.out + ".pub"
-    save_keypair(key, private, public, _passphrase(args.passphrase_env))
+    private, public = output_file(args.out + ".key"), output_file(args.out + ".pub")
+    save_keypair(key, private, public, passphrase(args.passphrase_env))
     snippet = (f'[[keys]]\nname = "{name}"\npublic_key = "{key.public.inline()}"\nid = "{key.key_id}"\n'
                f'# not_before = 2026-01-01T00:00:00Z   # optional rotation window\n'
                f'# not_after = 2027-01-01T00:00:00Z\n')
@@ -77,9 +82,15 @@ def cmd_sign(args: argparse.Namespace) -> int:
     from ..trust.keys import load_private_key
     from ..trust.sign import sign_archive
 
+    from ..registry.refs import is_registry_ref
+
+    if is_registry_ref(args.archive):
+        return _sign_published(args)
+    if args.registry:
+        raise FileNotFoundError(f"{args.archive}: --registry signs a published NAME@VERSION, not a file")
     if not os.path.isfile(args.archive):
         raise FileNotFoundError(f"{args.archive}: no such archive file (sign a local .karc; publish it afterwards)")
-    key = load_private_key(args.key, _passphrase(args.passphrase_env))
+    key = load_private_key(args.key, passphrase(args.passphrase_env))
     info = load_build_info(args.provenance) if args.provenance else None
     out = sign_archive(args.archive, key, build_info=info, replace=args.replace)
     if args.json:
@@ -91,14 +102,74 @@ def cmd_sign(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sign_published(args: argparse.Namespace) -> int:
+    """`karchive sign NAME@VERSION --registry URL`: one more signer for an already published version."""
+    from ..registry import Registry
+    from ..registry.config import storage_options_from_env
+    from ..trust.buildinfo import load_build_info
+    from ..trust.keys import load_private_key
+
+    if args.replace:
+        raise TrustError("--replace is for sidecar files: a registry never replaces a signature (each signer has "
+                         "its own object; publish a new version to start over)")
+    key = load_private_key(args.key, passphrase(args.passphrase_env))
+    info = load_build_info(args.provenance) if args.provenance else None
+    reg = Registry(args.registry, storage_options_from_env(), cache=args.cache_dir)
+    out = reg.sign(args.archive, key, build_info=info)
+    if args.json:
+        emit_json({"registry": out.registry, "archive": out.record.ref, "sha256": out.record.sha256,
+                   "key_id": out.signature.key_id, "created": out.signature.created,
+                   "index_current": out.index_current, "signers": reg.signers(out.record.ref)})
+        return 0
+    verb = "signed" if out.signature.created else "already signed (identical signature, nothing to do):"
+    print(printable(f"{verb} {out.record.ref} (sha256 {out.record.sha256}) with key {key.key_id[:16]} in {out.registry}"))
+    if not out.index_current:
+        print("warning: the derived signature index could not be refreshed; run `karchive reindex`")
+    return 0
+
+
 # --- karchive verify --trust POLICY (called by cli/inspect_cmds.py) -------------------------------
-def trust_report(archive: str, policy_path: str, *, sha256: str | None = None, name: str | None = None,
-                 version: str | None = None, sidecar: str | None = None,
+def trust_report_for(ref: str, policy_path: str, *, registry: str | None = None,
+                     cache_dir: str | None = None) -> dict[str, Any]:
+    """:func:`trust_report` for any archive reference: a local file (its sidecar), a URL (the sidecar
+    beside it) or NAME@VERSION (the signatures beside the registry's blob), checked the way a load
+    checks them (:func:`karchive.resolve.open_verified`). A refusal is a result, not an exception."""
+    from ..registry.refs import is_registry_ref
+    from ..registry.verdict import refusal_json
+
+    if not is_registry_ref(ref) and "://" not in ref:
+        return trust_report(ref, policy_path)
+    report: dict[str, Any] = {"ok": False, "policy": {"source": policy_path}}
+    try:
+        from ..registry.config import storage_options_from_env
+        from ..resolve import open_verified
+        from ..trust.policy import TrustPolicy
+
+        policy = TrustPolicy.load(policy_path)
+        report["policy"] = policy.to_json()
+        if is_registry_ref(ref):  # verified now, not from a cache receipt: the report shows the statements
+            from ..registry import Registry
+
+            reg = Registry(registry, storage_options_from_env(), cache=cache_dir)
+            reader, verdict = reg.open_verified(ref, trust=policy, reuse_verdict=False)
+        else:
+            reader, verdict = open_verified(ref, trust=policy, storage_options=storage_options_from_env())
+        getattr(reader.source, "close", lambda: None)()
+    except TrustError as exc:
+        report.update(refusal_json(exc))
+        return report
+    if verdict is None:  # pragma: no cover - a policy was given, so the loader returned a verdict or raised
+        raise TrustError(f"{ref}: no trust verdict although a policy was given")
+    report.update(verdict.to_json())
+    return report
+
+
+def trust_report(archive: str, policy_path: str, *, sidecar: str | None = None,
                  now: datetime.datetime | None = None) -> dict[str, Any]:
-    """Check the archive's signatures against a trust policy; a JSON-ready dict with ``ok``. A
+    """Check a local archive's sidecar against a trust policy, as a load would (the sha256 of the file
+    and the index digest its reader checked, spec/SIGNING.md §6.1); a JSON-ready dict with ``ok``. A
     refusal is a result (``ok: false``, ``reason``, ``error``, ``rejected``), not an exception, so
-    `verify` can report it beside the digest checks. ``sha256``/``name``/``version`` are computed
-    from the local file when not given."""
+    `verify` can report it beside the digest checks."""
     from ..trust import reasons
     from ..trust.sidecar import sidecar_path
 
@@ -111,10 +182,9 @@ def trust_report(archive: str, policy_path: str, *, sha256: str | None = None, n
 
         policy = TrustPolicy.load(policy_path)
         report["policy"] = policy.to_json()
-        if sha256 is None or name is None:
-            sha256, name, version = _identity(archive)
+        sha256, index, name, version = _identity(archive)
         envelope = read_sidecar(side)
-        result = verify_archive_signatures(sha256=sha256, name=name, version=version,
+        result = verify_archive_signatures(sha256=sha256, index_sha256=index, name=name, version=version,
                                            envelopes=[envelope] if envelope else [], policy=policy, now=now)
     except TrustError as exc:
         report.update(reason=exc.reason, error=str(exc), rejected=list(getattr(exc, "rejected", ()) or ()))
@@ -126,20 +196,20 @@ def trust_report(archive: str, policy_path: str, *, sha256: str | None = None, n
     return report
 
 
-def _identity(archive: str) -> tuple[str, str, str]:
-    from ..core.digest import sha256_file
-    from ..format.open import open_location
-    from ..trust import reasons
+def _identity(archive: str) -> tuple[str, str, str, str]:
+    """(sha256, index digest, name, version) of a local archive, all from one open file descriptor."""
+    from ..format.source import FileSource
+    from ..trust.bind import hash_source, open_recorded
+    from ..trust.enforce import manifest_identity
 
-    digest, _ = sha256_file(archive)
-    reader = open_location(archive)
-    try:  # the manifest is chained to these bytes by the footer and index digests
-        m = reader.manifest
+    source = FileSource(archive)
+    try:
+        reader, index = open_recorded(source)
+        sha256 = hash_source(source, index)
+        name, version = manifest_identity(reader, archive)
     finally:
-        getattr(reader.source, "close", lambda: None)()
-    if sha256_file(archive)[0] != digest:
-        raise TrustError(f"{archive} changed while it was being verified", reason=reasons.DIGEST_MISMATCH)
-    return digest, m.get("name"), m.get("version")
+        source.close()
+    return sha256, index, name, version
 
 
 def trust_lines(report: dict[str, Any]) -> list[str]:
@@ -154,7 +224,10 @@ def trust_lines(report: dict[str, Any]) -> list[str]:
     lines = [f"trust: OK under {where}, rule {rule['index'] + 1} (names {', '.join(rule['names'])}): "
              f"{len(report['signers'])} valid signer(s), {rule['threshold']} needed"]
     for s in report["signers"]:
-        st = s["statement"]
+        st = s.get("statement")
+        if st is None:  # a verdict a cache receipt holds: who, not what (verify re-checks the statements)
+            lines.append(f"  signed by {s['key_name']} (key {s['key_id'][:16]}) (verified earlier; cache receipt)")
+            continue
         tools = ", ".join(f"{k} {v}" for k, v in sorted(st.get("toolchain", {}).items()))
         lines.append(f"  signed by {s['key_name']} (key {s['key_id'][:16]}): {st['subject']} sha256 {st['sha256'][:16]}")
         lines.append(f"    built by {st['builder']}" + (f" with {tools}" if tools else ""))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from typing import TypeGuard
 
 _HEX = frozenset("0123456789abcdef")
 
@@ -23,6 +24,6 @@ def sha256_file(path: str | os.PathLike, chunk: int = 1 << 20) -> tuple[str, int
     return h.hexdigest(), size
 
 
-def is_sha256_hex(value: object) -> bool:
+def is_sha256_hex(value: object) -> TypeGuard[str]:
     """64 lowercase hex digits: the only digest spelling karchive writes or accepts."""
     return isinstance(value, str) and len(value) == 64 and _HEX.issuperset(value)

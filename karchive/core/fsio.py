@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from ..errors import DestinationError
+
 
 def fsync_dir(path: str | os.PathLike) -> None:
     """Make a rename or link in ``path`` durable; best effort (some file systems refuse directory fsync)."""
@@ -45,19 +47,44 @@ def atomic_writer(final: str | os.PathLike, *, durable: bool = True, mode: int |
     """
     tmp = temp_path_for(final)
     try:
-        with open(tmp, "xb") as fh:
+        try:
+            fh = open(tmp, "xb")
+        except OSError as exc:
+            raise _destination_error(final, exc) from None
+        with fh:
             yield fh
-            fh.flush()
-            if durable:
-                os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, final)
+            try:
+                fh.flush()
+                if durable:
+                    os.fsync(fh.fileno())
+            except OSError as exc:
+                raise _destination_error(final, exc) from None
+        try:
+            if mode is not None:
+                os.chmod(tmp, mode)
+            os.replace(tmp, final)
+        except OSError as exc:
+            raise _destination_error(final, exc) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
     if durable:
         fsync_dir(Path(final).parent)
+
+
+def _destination_error(final: str | os.PathLike, exc: OSError) -> DestinationError:
+    """The error names the file the caller asked for, never the temporary beside it (its name means
+    nothing to a user); the OS's reason (errno text) is kept."""
+    final = os.fspath(final)
+    if isinstance(exc, IsADirectoryError) or os.path.isdir(final):
+        why = "it is a directory"
+    elif isinstance(exc, FileNotFoundError):
+        why = f"its directory {os.path.dirname(os.path.abspath(final))} does not exist"
+    elif isinstance(exc, NotADirectoryError):
+        why = "a part of its path is a file, not a directory"
+    else:
+        why = exc.strerror or str(exc)
+    return DestinationError(f"cannot write {final}: {why}", path=final)
 
 
 def atomic_write(final: str | os.PathLike, data: bytes, *, durable: bool = True, mode: int | None = None) -> None:

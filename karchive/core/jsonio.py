@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from collections.abc import Callable
 
 from ..errors import KarchiveError
 
@@ -55,19 +56,21 @@ def parse_json(raw: bytes, what: str, *, error: type[KarchiveError], strict: boo
         raise error(f"{what} is not valid JSON{note}: {exc}") from exc
 
 
-def _no_duplicate_keys(error: type[KarchiveError]):  # noqa: ANN202 - a json hook
+def _no_duplicate_keys(error: type[KarchiveError]) -> Callable[[list[tuple[str, Any]]], dict]:
     def hook(pairs: list[tuple[str, Any]]) -> dict:
         obj = dict(pairs)
         if len(obj) != len(pairs):
             seen: set[str] = set()
-            dup = next(k for k, _ in pairs if k in seen or seen.add(k))  # type: ignore[func-returns-value]
-            raise error(f"duplicate JSON key {dup!r}")
+            for k, _ in pairs:
+                if k in seen:
+                    raise error(f"duplicate JSON key {k!r}")
+                seen.add(k)
         return obj
 
     return hook
 
 
-def _no_constant(error: type[KarchiveError]):  # noqa: ANN202 - a json hook
+def _no_constant(error: type[KarchiveError]):
     def hook(name: str) -> Any:
         raise error(f"JSON constant {name} is not allowed")
 

@@ -9,7 +9,7 @@ spec/FORMAT.md §6) describes the same shapes; a test checks that the two agree 
 Large archives: :meth:`Manifest.from_json` with ``lazy=True`` checks the top level and the variant keys
 but parses each kernel's variants only when asked for (``variants_of``), so opening an archive to
 launch a few kernels does not pay for parsing all of them. Format 2 archives store the variants in one
-shard per kernel (spec/FORMAT.md §6.4); :meth:`Manifest.sharded` builds the same model from the
+shard per kernel (spec/FORMAT.md §6.5); :meth:`Manifest.sharded` builds the same model from the
 manifest's header and a loader, and ``variants_of(kernel)`` then reads that kernel's shard only. Either
 way callers see one model: the shards are the container's business.
 """
@@ -316,9 +316,10 @@ class Provenance:
     hooks: tuple[dict[str, str], ...] = ()  # pass plugins / stage-inspection hooks: {kind, name, sha256}
     triton_cache: dict[str, Any] | None = None  # {triton_key_sha256, backend_hash, env_vars}
     harvested: bool | None = None  # read from a Triton cache another process wrote
+    build: dict[str, Any] | None = None  # the AOT request as compiled, for `karchive rebuild` (spec §12)
     extra: dict[str, Any] = field(default_factory=dict)
 
-    _KNOWN = ("origin", "triton_version", "triton_hash", "source_key", "hooks", "triton_cache", "harvested")
+    _KNOWN = ("origin", "triton_version", "triton_hash", "source_key", "hooks", "triton_cache", "harvested", "build")
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> Provenance:
@@ -340,6 +341,7 @@ class Provenance:
             hooks=tuple(hooks),
             triton_cache=_opt(obj, "triton_cache", dict, where),
             harvested=_opt(obj, "harvested", bool, where),
+            build=_opt(obj, "build", dict, where),
             extra={k: v for k, v in obj.items() if k not in cls._KNOWN},
         )
 
@@ -351,6 +353,8 @@ class Provenance:
             out["triton_cache"] = self.triton_cache
         if self.harvested is not None:
             out["harvested"] = self.harvested
+        if self.build is not None:
+            out["build"] = self.build
         out.update(self.extra)
         return out
 
@@ -379,6 +383,19 @@ class Variant:
     def members(self) -> list[FileRef]:
         """Every member this variant names (binary, metadata, IR stages), in a stable order."""
         return [self.binary, self.metadata, *(self.ir[s] for s in sorted(self.ir))]
+
+    def __repr__(self) -> str:
+        """One line, as ``inspect`` shows a variant (the dataclass default printed every file digest):
+        ``<Variant add_kernel cuda:90 stride==1 BLOCK=1024 warps=4 stages=3 key=05e7e5a2c737>``."""
+        spec = [f"{p.name}==1" for p in self.params if p.equal_to_1]
+        spec += [f"{p.name}={p.constexpr!r}" if isinstance(p.constexpr, str) else f"{p.name}={p.constexpr}"
+                 for p in self.params if p.is_constexpr and not p.equal_to_1]
+        opts = [f"{short}={self.options[k]}" for k, short in (("num_warps", "warps"), ("num_stages", "stages"),
+                                                               ("num_ctas", "ctas"))
+                if k in self.options and not (k == "num_ctas" and self.options[k] == 1)]
+        text = " ".join([self.kernel, str(self.target), *spec, *opts, f"key={self.key[:12]}"])
+        # Names come from an untrusted archive: escape control characters (as core.text.printable does).
+        return f"<Variant {text if text.isprintable() else ascii(text)[1:-1]}>"
 
     @classmethod
     def from_json(cls, obj: Any, where: str, memo: dict[tuple[str, int, int], Any] | None = None) -> Variant:
@@ -559,7 +576,7 @@ class KernelSummary:
 
 # -- manifest -------------------------------------------------------------------------------------
 _TOP_KNOWN = frozenset({"format", "format_version", "abi_version", "name", "version", "produced_by", "created",
-                        "path_sentinel", "sources", "variants", "autotune"})
+                        "path_sentinel", "sources", "variants", "autotune", "heuristics"})
 
 #: Loads one kernel's variants from its shard (format 2), checked by this model; see :meth:`Manifest.sharded`.
 ShardLoader = Callable[[str], list["Variant"]]
@@ -576,9 +593,9 @@ class Manifest:
 
     def __init__(self, *, name: str, version: str, format_version: str, abi_version: int, produced_by: dict,
                  created: str | None, sources: tuple[FileRef, ...], autotune: list[dict] | None,
-                 extra: dict[str, Any], raw: dict | None, by_kernel: dict[str, list[tuple[int, Any]]],
-                 parsed: dict[str, list[Variant]], summaries: dict[str, KernelSummary] | None = None,
-                 loader: ShardLoader | None = None) -> None:
+                 heuristics: list[dict] | None, extra: dict[str, Any], raw: dict | None,
+                 by_kernel: dict[str, list[tuple[int, Any]]], parsed: dict[str, list[Variant]],
+                 summaries: dict[str, KernelSummary] | None = None, loader: ShardLoader | None = None) -> None:
         self.name = name
         self.version = version
         self.format_version = format_version
@@ -586,7 +603,8 @@ class Manifest:
         self.produced_by = produced_by
         self.created = created
         self.sources = sources
-        self.autotune = autotune
+        self.autotune = autotune  # autotune records (spec §6.3; karchive.format.autotune reads them)
+        self.heuristics = heuristics  # heuristics records (spec §6.4; karchive.format.heuristics parses them)
         self.extra = extra
         self.raw = raw
         self._by_kernel = by_kernel  # kernel -> [(manifest index, raw or parsed entry)]; empty when sharded
@@ -599,7 +617,8 @@ class Manifest:
     @classmethod
     def build(cls, name: str, version: str, variants: Iterable[Variant], *, produced_by: Mapping[str, Any],
               created: str | None = None, sources: Iterable[FileRef] = (), autotune: list[dict] | None = None,
-              extra: Mapping[str, Any] | None = None, format_version: tuple[int, int] = FORMAT_VERSION) -> Manifest:
+              heuristics: list[dict] | None = None, extra: Mapping[str, Any] | None = None,
+              format_version: tuple[int, int] = FORMAT_VERSION) -> Manifest:
         """A manifest to write: variants ordered by kernel name, then key (spec/FORMAT.md §4)."""
         ordered = sorted(variants, key=lambda v: (v.kernel, v.key))
         keys = [v.key for v in ordered]
@@ -616,7 +635,7 @@ class Manifest:
         return cls(name=name, version=version, format_version=f"{format_version[0]}.{format_version[1]}",
                    abi_version=max([v.abi.version for v in ordered], default=ABI_VERSION), produced_by=dict(produced_by),
                    created=created, sources=tuple(sorted(sources, key=lambda f: f.path)), autotune=autotune,
-                   extra=dict(extra or {}), raw=None, by_kernel=by_kernel, parsed=parsed)
+                   heuristics=heuristics, extra=dict(extra or {}), raw=None, by_kernel=by_kernel, parsed=parsed)
 
     @staticmethod
     def _top(obj: Any, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
@@ -625,6 +644,9 @@ class Manifest:
         autotune = _opt(obj, "autotune", list, where)
         if autotune is not None and not all(isinstance(r, dict) for r in autotune):
             raise SchemaError("manifest.autotune: expected a list of objects", where="manifest.autotune")
+        heuristics = _opt(obj, "heuristics", list, where)
+        if heuristics is not None and not all(isinstance(r, dict) for r in heuristics):
+            raise SchemaError("manifest.heuristics: expected a list of objects", where="manifest.heuristics")
         sources = tuple(FileRef.from_json(s, f"manifest.sources[{i}]")
                         for i, s in enumerate(_opt(obj, "sources", list, where) or []))
         abi_version = _opt(obj, "abi_version", int, where)
@@ -637,6 +659,7 @@ class Manifest:
             created=_opt(obj, "created", str, where),
             sources=sources,
             autotune=autotune,
+            heuristics=heuristics,
             extra={k: v for k, v in obj.items() if k not in _TOP_KNOWN and k not in skip},
             raw=obj,
         )
@@ -771,6 +794,8 @@ class Manifest:
         }
         if self.autotune:
             out["autotune"] = self.autotune
+        if self.heuristics:
+            out["heuristics"] = self.heuristics
         out.update(self.extra)
         return out
 

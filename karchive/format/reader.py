@@ -5,7 +5,7 @@ Opening costs one tail read (footer, index, dictionary, manifest) — two if the
 declared size has been checked against the limits, and no member is returned before its sha256
 matches the manifest.
 
-Format 2 (spec/FORMAT.md §6.4) keeps each kernel's variants, and where their members lie, in a shard
+Format 2 (spec/FORMAT.md §6.5) keeps each kernel's variants, and where their members lie, in a shard
 of its own: opening reads the manifest's header only, and a kernel's shard is read (one more range,
 digest-checked against the header) the first time that kernel's variants or members are asked for.
 """
@@ -270,7 +270,7 @@ class ArchiveReader:
 
     @property
     def sharded(self) -> bool:
-        """True for format 2 and later: variants live in per-kernel shards (spec/FORMAT.md §6.4)."""
+        """True for format 2 and later: variants live in per-kernel shards (spec/FORMAT.md §6.5)."""
         return self.format_version[0] >= 2
 
     def _bytes_at(self, offset: int, length: int) -> bytes:

@@ -1,6 +1,6 @@
 """Format 2 manifest shards: one kernel's variants, stored by column, with where their members lie.
 
-A shard (spec/FORMAT.md §6.4) is canonical JSON::
+A shard (spec/FORMAT.md §6.5) is canonical JSON::
 
     {"kernel": "add_kernel",
      "parts": {"field": [["num_warps", 4], ...], "abi": [[0, 7, 9, ...], ...], "abi_params": [...],

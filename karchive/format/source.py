@@ -87,7 +87,7 @@ class FileSource:
     def __del__(self) -> None:  # pragma: no cover - interpreter teardown
         try:
             self.close()
-        except Exception:
+        except Exception:  # noqa: BLE001 - nothing may escape __del__ at interpreter teardown
             pass
 
 
@@ -102,9 +102,14 @@ class FsspecSource:
         self.bytes_read = 0
         try:
             self.size = int(size if size is not None else fs.size(path))
-        except FileNotFoundError:
+        except FileNotFoundError as exc:
+            cause = exc.__cause__ or exc.__context__
+            if cause is not None and not isinstance(cause, FileNotFoundError) and getattr(cause, "status", None) not in (404, 410):
+                # fsspec's HTTP file system reports any failed request as "not found"; a refused
+                # connection is a network problem, not a missing archive.
+                raise TransferError(f"cannot reach {path}: {type(cause).__name__}: {cause}", url=path) from exc
             raise ArchiveNotFoundError(f"no such archive: {path}", path=path, source=path) from None
-        except Exception as exc:  # noqa: BLE001 - network and backend errors all become one karchive error
+        except Exception as exc:
             raise TransferError(f"cannot stat {path}: {exc}", url=path) from exc
 
     def read(self, offset: int, length: int) -> bytes:
@@ -112,7 +117,7 @@ class FsspecSource:
             raise FormatError(f"read past the end of {self.path} ({offset}+{length} > {self.size})")
         try:
             data = self.fs.cat_file(self.path, start=offset, end=offset + length)
-        except Exception as exc:  # noqa: BLE001 - network and backend errors all become one karchive error
+        except Exception as exc:
             raise TransferError(f"range read of {self.path} [{offset}, {offset + length}) failed: {exc}",
                                 url=self.path) from exc
         if len(data) != length:

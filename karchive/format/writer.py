@@ -2,7 +2,7 @@
 
 The writer takes groups of (name, bytes) members, each group becoming one zstd frame (the unit of
 random access), plus the manifest as one JSON-able dict. For format 2 (the default) it splits that
-manifest into a header and one shard per kernel (spec/FORMAT.md §6.4), which is the only thing it
+manifest into a header and one shard per kernel (spec/FORMAT.md §6.5), which is the only thing it
 needs to know about kernels: each frame must then hold members of one kernel only. Format 1 is still
 written on request, for readers that predate format 2. Output depends only on the inputs (frames are
 compressed in parallel, each independently), so the same inputs give byte-identical archives.

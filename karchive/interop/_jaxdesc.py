@@ -11,7 +11,8 @@ ABI (spec/FORMAT.md §6.2) onto that and refuses what jaxlib cannot express, wit
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence, Union
+from typing import Any, Union
+from collections.abc import Sequence
 
 from ..errors import ArgumentError
 from ..format.manifest import Variant

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -278,7 +279,7 @@ def call_values(variant: Any, layout: BufferLayout, binding: Binding) -> list[An
 
 
 # -- 6. machine code -----------------------------------------------------------------------------------
-_members: "weakref.WeakKeyDictionary[Any, dict]" = weakref.WeakKeyDictionary()
+_members: weakref.WeakKeyDictionary[Any, dict] = weakref.WeakKeyDictionary()
 
 
 def _member(kernel: Any, variant: Any, what: str) -> bytes | None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass, field
-from typing import Iterator
+from collections.abc import Iterator
 
 # Wire types.
 VARINT, I64, LEN, I32 = 0, 1, 2, 5

@@ -27,6 +27,7 @@ are therefore passed as zero-filled operands aliased to the result, which costs 
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import mmap
 import os
@@ -34,7 +35,8 @@ import sys
 import threading
 import zlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 import jax
 
@@ -302,7 +304,7 @@ _opaque_cache: dict[tuple, bytes] = {}
 def _ffi_lowering() -> Callable:
     ffi: Any = getattr(jax, "ffi", None)
     if ffi is None or not hasattr(ffi, "ffi_lowering"):
-        from jax.extend import ffi  # type: ignore[attr-defined,no-redef]  # jax < 0.5
+        ffi = importlib.import_module("jax.extend.ffi")  # jax < 0.5 (by name: this jax's stubs do not have it)
     return ffi.ffi_lowering
 
 
@@ -319,19 +321,22 @@ def _primitive() -> Any:
     global _prim
     if _prim is not None:
         return _prim
+    primitive_type: Any
     try:
         from jax.extend.core import Primitive
-    except ImportError:  # pragma: no cover - older jax
-        from jax.core import Primitive  # type: ignore[attr-defined,no-redef]
+
+        primitive_type = Primitive
+    except ImportError:  # pragma: no cover - older jax (by name: this jax's stubs do not have it there)
+        primitive_type = importlib.import_module("jax.core").Primitive
     from jax._src import core as jcore
     from jax.interpreters import mlir
 
     try:
         from jax._src.dispatch import apply_primitive
     except ImportError:  # pragma: no cover
-        from jax.interpreters.xla import apply_primitive  # type: ignore[no-redef]
+        from jax.interpreters.xla import apply_primitive
 
-    p = Primitive("karchive_triton_call")
+    p = primitive_type("karchive_triton_call")
     p.multiple_results = True
     p.def_impl(functools.partial(apply_primitive, p))
     p.def_abstract_eval(lambda *avals, out_avals, **_: [jcore.ShapedArray(s, d) for s, d in out_avals])

@@ -22,7 +22,8 @@ Inductor's CUDA graphs). Launch the op once before capturing: the first launch l
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Sequence, Union, cast
+from typing import Any, Union, cast
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 

@@ -9,14 +9,22 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import sys
+import threading
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
+from collections.abc import Mapping
 
 from ..errors import CompileError, KarchiveError, UnsupportedKernelError
-from ..format.target import Target
+from ..core.digest import sha256_hex
+from .buildenv import (DEFAULT_FP_FUSION, cache_namespace, cache_root, check_import_time_state, compile_environment,
+                       validate_env)
+from .compile_errors import compiler_message
+from .canonical import SCHEME, Canonicalised, canonical_locations, find_machine_paths, machine_roots
 from .describe import CompiledVariant, describe_variant
-from .kernel_ref import load_kernel
+from .kernel_ref import load_kernel, split_ref
 from .signature import Specialization, resolve
+from .toolchain import check_target
 
 #: Options each backend accepts from the command line / spec file (others are refused early).
 COMMON_OPTIONS = {"num_warps", "num_stages", "num_ctas", "enable_fp_fusion", "debug", "launch_cooperative_grid",
@@ -38,15 +46,27 @@ class VariantRequest:
     options: dict = field(default_factory=dict)
     include_ir: bool = True
     base_dir: str | None = None
+    env: dict = field(default_factory=dict)  # codegen environment ([archive] env), see buildenv.py
+    #: Names of the int parameters specialised to 1 (``i32:1``), in order, once the signature was resolved
+    #: against the kernel (``validate_requests``); None before. Only the label reads it.
+    equal_to_1: tuple[str, ...] | None = None
 
     def label(self) -> str:
+        """``kernel[target](stride==1,BLOCK=1024;num_warps=4)``: the names ``inspect`` shows."""
         cx = ",".join(f"{k}={v}" for k, v in sorted(self.constexprs.items()))
         opts = ",".join(f"{k}={v}" for k, v in sorted(self.options.items()))
-        fixed = [f"arg{i}==1" for i, tok in enumerate(self.signature.split(",")) if tok.strip().endswith(":1")] \
-            if isinstance(self.signature, str) else []
+        if self.equal_to_1 is not None:
+            fixed = [f"{name}==1" for name in self.equal_to_1]
+        elif isinstance(self.signature, str):  # not resolved yet: positions in the signature string
+            fixed = [f"#{i}==1" for i, tok in enumerate(self.signature.split(",")) if tok.strip().endswith(":1")]
+        else:
+            fixed = [f"{name}==1" for name, typ in self.signature.items() if str(typ).strip().endswith(":1")] \
+                if isinstance(self.signature, dict) else []
         args = ",".join(fixed + ([cx] if cx else []))
         return f"{self.kernel_ref.rpartition(':')[2]}[{self.target}]({args}{';' if args and opts else ''}{opts})"
 
+
+_COMPILE_LOCK = threading.RLock()
 
 PLUGIN_ENV_VARS = ("TRITON_PASS_PLUGIN_PATH", "TRITON_PLUGIN_PATHS", "LLVM_PASS_PLUGIN_PATH")
 
@@ -95,15 +115,21 @@ def module_source(module: Any) -> str | None:
         return None
 
 
-def compile_variant(req: VariantRequest) -> CompiledVariant:
-    """Compile one variant; every failure is a :class:`KarchiveError` with the compiler's text."""
-    target = Target.parse(req.target)
+def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always_compile: bool = False) -> CompiledVariant:
+    """Compile one variant; every failure is a :class:`KarchiveError` with the compiler's text.
+
+    The compile runs under canonical source names (canonical.py) and an explicit environment and
+    Triton cache (buildenv.py); ``cache_dir``/``always_compile`` replace the build cache (rebuild
+    uses a fresh directory). The stored files are checked for machine paths before they are returned.
+    """
+    target = check_target(req.target)  # one clear line for a target this toolchain cannot build, not ptxas noise
     unknown = set(req.options) - BACKEND_OPTIONS[target.backend]
     if unknown:
         raise CompileError(
             f"option(s) {sorted(unknown)} are not supported for {target.backend}; "
             f"supported: {sorted(BACKEND_OPTIONS[target.backend])}"
         )
+    env = validate_env(req.env)
     fn, module = load_kernel(req.kernel_ref, req.base_dir)
     spec = specialize(fn, req.signature, req.constexprs)
     try:
@@ -112,30 +138,73 @@ def compile_variant(req: VariantRequest) -> CompiledVariant:
         from triton.compiler import ASTSource
     except ImportError as exc:  # pragma: no cover - producer extra missing
         raise CompileError("compiling needs Triton: pip install 'karchive[producer]'") from exc
+    check_import_time_state(target.backend, env)
+    # Explicit, so neither TRITON_DEFAULT_FP_FUSION nor Triton's changing default decides it.
+    options = {"enable_fp_fusion": DEFAULT_FP_FUSION, **req.options}
     arch: Any = int(target.arch) if target.backend == "cuda" else target.arch
     # One entry per non-constexpr parameter, as Triton's JIT builds them: Triton's own hash then
     # equals the JIT's, so an exported AOT variant is a cache hit for plain JIT calls.
     attrs = {(i,): ([["tt.divisibility", spec.divisibility[n]]] if n in spec.divisibility else [])
              for i, n in enumerate(spec.names) if spec.types[n] != "constexpr"}
     src = ASTSource(fn=fn, signature=dict(spec.types), constexprs=dict(spec.constexprs), attrs=attrs)
-    try:
-        compiled = triton.compile(src, target=GPUTarget(target.backend, arch, target.warp_size), options=dict(req.options))
-    except KarchiveError:
-        raise
-    except Exception as exc:  # Triton raises CompilationError, RuntimeError (ptxas), AssertionError ...
-        message = str(exc).strip() or type(exc).__name__
-        raise CompileError(f"{req.label()}: Triton failed to compile: {type(exc).__name__}: {message}") from exc
-    metadata = compiled.metadata._asdict()
     from .triton_cache import build_fingerprint
+    # One compile at a time per process: canonical names, the environment and the cwd are process-wide.
+    with _COMPILE_LOCK, canonical_locations(fn) as canon:
+        cache = cache_dir or os.path.join(cache_root(), cache_namespace(canon.names, env))
+        try:
+            with compile_environment(env, cache, always_compile=always_compile):
+                compiled = triton.compile(src, target=GPUTarget(target.backend, arch, target.warp_size),
+                                          options=dict(options))
+                metadata = compiled.metadata._asdict()
+                asm = dict(compiled.asm)
+                fingerprint = build_fingerprint(target.to_json())
+        except KarchiveError:
+            raise
+        except Exception as exc:  # Triton raises CompilationError, RuntimeError (ptxas), AssertionError ...
+            raise CompileError(f"{req.label()}: Triton failed to compile: {compiler_message(exc)}") from exc
+    build = build_record(req, module.__name__, options, env, canon)
     try:
-        return describe_variant(
+        variant = describe_variant(
             kernel=fn.__name__, param_names=spec.names, param_types=spec.types, constexprs=spec.constexprs,
-            divisibility=spec.divisibility, equal_to_1=spec.equal_to_1, metadata=metadata, asm=dict(compiled.asm),
+            divisibility=spec.divisibility, equal_to_1=spec.equal_to_1, metadata=metadata, asm=asm,
             source_key=fn.cache_key, source_text=module_source(module), hooks=pipeline_hooks(), origin="aot",
-            include_ir=req.include_ir, provenance_extra={"triton_cache": build_fingerprint(target.to_json())},
+            include_ir=req.include_ir, provenance_extra={"triton_cache": fingerprint, "build": build},
+            codegen_env=env,
         )
     except UnsupportedKernelError as exc:
         raise UnsupportedKernelError(f"{req.label()}: {exc}") from exc
+    variant.extra_sources = [s.text for s in canon.sources]
+    check_no_machine_paths(req.label(), variant, canon, req.base_dir)
+    return variant
+
+
+def build_record(req: VariantRequest, module_name: str, options: dict, env: dict, canon: Canonicalised) -> dict:
+    """``provenance.build``: the request exactly as compiled, so a rebuild needs nothing but the archive."""
+    return {
+        "scheme": SCHEME,
+        "module": module_name,
+        "attr": split_ref(req.kernel_ref)[1],
+        "target": req.target,
+        "signature": req.signature,
+        "constexprs": dict(req.constexprs),
+        "options": dict(sorted(options.items())),
+        "env": dict(env),
+        "sources": [{"module": s.module, "name": s.name, "sha256": sha256_hex(s.text.encode())} for s in canon.sources],
+    }
+
+
+def check_no_machine_paths(label: str, variant: CompiledVariant, canon: Canonicalised, base_dir: str | None) -> None:
+    """Refuse a variant whose stored files still name a directory of this machine (a canonicalisation gap)."""
+    dirs = [base_dir or ""]
+    for s in canon.sources:
+        f = getattr(sys.modules.get(s.module), "__file__", None)
+        if isinstance(f, str):
+            dirs.append(os.path.dirname(os.path.abspath(f)))
+    hits = find_machine_paths(variant.files, machine_roots(dirs))
+    if hits:
+        where = "; ".join(f"{member} names {root!r} at byte {offset}" for member, root, offset in hits)
+        raise CompileError(f"{label}: a machine path reached the compiled files ({where}); karchive names sources "
+                           "canonically (spec/FORMAT.md §12) and refuses to pack what it could not rename")
 
 
 def toolchain_versions() -> dict[str, Any]:
@@ -151,10 +220,19 @@ def toolchain_versions() -> dict[str, Any]:
         from triton.backends.nvidia.compiler import get_ptxas
 
         out["ptxas"] = str(get_ptxas(90).version) if _takes_arch(get_ptxas) else str(get_ptxas().version)
+        if _takes_arch(get_ptxas) and get_ptxas(80).path != get_ptxas(90).path:
+            # Triton 3.9 compiles below sm_90 with a second ptxas; record it too.
+            out["ptxas_below_sm90"] = str(get_ptxas(80).version)
     except Exception:  # noqa: BLE001 - no CUDA backend or no ptxas
         pass
     try:
-        from triton._C.libtriton import llvm  # type: ignore[attr-defined]
+        from triton.backends.amd.compiler import get_amd_codegen_revision
+
+        out["amd_codegen"] = str(get_amd_codegen_revision())
+    except Exception:  # noqa: BLE001 - no AMD backend, or an older Triton
+        pass
+    try:
+        from triton._C.libtriton import llvm
 
         out["llvm"] = getattr(llvm, "get_version", lambda: None)()
     except Exception:  # noqa: BLE001

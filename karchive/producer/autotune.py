@@ -72,9 +72,19 @@ class AutotuneLog:
     def __init__(self) -> None:
         self.records: dict[tuple, AutotuneRecord] = {}
         self.warnings: list[str] = []
+        self._known: dict[tuple, Any] = {}  # (tuner, key, chosen config, variant) already recorded -> the tuner
 
     def observe(self, tuner: Any, args: tuple, kwargs: dict, *, key: tuple | None, chosen: Any,
                 timings: dict | None, variant_key: str | None) -> None:
+        if key is None:
+            key = tuning_key(tuner, call_args(tuner, args, kwargs))
+        known: tuple | None
+        try:  # every launch of a tuned kernel comes here: the same choice again is recorded once
+            known = (id(tuner), tuple(key), id(chosen), variant_key)
+            if not timings and self._known.get(known) is tuner:
+                return
+        except TypeError:  # an unhashable key part
+            known = None
         fn = innermost_jit(tuner)
         kernel = getattr(fn, "__name__", None) or str(fn)
         named = call_args(tuner, args, kwargs)
@@ -101,6 +111,8 @@ class AutotuneLog:
         if timings:
             entry["timings_ms"] = [_median(timings.get(c)) if c in timings else None for c in tuner.configs]
         record.entries[repr(key_list)] = entry
+        if known is not None:
+            self._known[known] = tuner  # holds the tuner, so its id cannot be reused while this log lives
 
     def to_json(self) -> list[dict]:
         return [r.to_json() for r in sorted(self.records.values(), key=lambda r: (r.kernel, r.key_names))]

@@ -1,18 +1,24 @@
-"""Compile many variants in parallel worker processes, with progress, then pack one archive."""
+"""Compile many variants in parallel (worker processes or a Ray cluster), with progress, then pack one archive.
+
+Where the compiles run is an executor's business (executors.py); what is packed is decided here, in
+one place, so every executor and every incremental build (reuse.py) yields the same bytes.
+"""
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable
+from typing import Any
 
-from ..errors import BuildError, KarchiveError
-from .aot import VariantRequest, compile_variant, toolchain_versions
+from ..core.destination import output_file
+from ..errors import BuildError
+from .aot import VariantRequest, toolchain_versions
+from .buildenv import shell_warning
 from .describe import CompiledVariant
+from .executors import Executor, TaskOutcome, executor_kind, make_executor
 from .pack import ArchiveBuilder
 from .spec_file import BuildSpec
 
@@ -25,17 +31,11 @@ class BuildResult:
     seconds: float = 0.0
     archive_bytes: int = 0
     raw_bytes: int = 0
-
-
-def _compile_one(req: VariantRequest) -> tuple[CompiledVariant | None, str | None, float]:
-    """Worker entry: returns (variant, error text, seconds); never raises across the process boundary."""
-    start = time.perf_counter()
-    try:
-        return compile_variant(req), None, time.perf_counter() - start
-    except KarchiveError as exc:
-        return None, str(exc), time.perf_counter() - start
-    except Exception as exc:  # noqa: BLE001 - an unexpected compiler crash is still one variant's failure
-        return None, f"{req.label()}: {type(exc).__name__}: {exc}", time.perf_counter() - start
+    warnings: list[str] = field(default_factory=list)
+    compiled: int = 0  # variants compiled by this build (the rest of `built` was reused)
+    reused: int = 0  # variants copied from the previous archive (--reuse)
+    reuse: dict[str, Any] | None = None  # reuse.ReuseReport.to_json(), with --reuse
+    executor: dict[str, Any] = field(default_factory=dict)  # Executor.describe(): where the compiles ran
 
 
 class Progress:
@@ -50,22 +50,33 @@ class Progress:
             try:
                 from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
 
-                self._bar = RichProgress(TextColumn("compiling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                                         TextColumn("{task.description}"), transient=True)
+                from rich.table import Column
+
+                # The label is the one flexible column, cut with "…" at the terminal's edge (a long label
+                # otherwise squeezes the bar away); markup=False: "[cuda:90]" is text, not a rich style tag.
+                fixed = Column(no_wrap=True)
+                self._bar = RichProgress(TextColumn("compiling", table_column=fixed),
+                                         BarColumn(bar_width=24, table_column=Column(no_wrap=True)),
+                                         MofNCompleteColumn(table_column=Column(no_wrap=True)),
+                                         TimeElapsedColumn(table_column=Column(no_wrap=True)),
+                                         TextColumn("{task.description}", markup=False,
+                                                    table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
+                                         transient=True, expand=True)
                 self._bar.start()
                 self._task = self._bar.add_task("", total=total)
             except ImportError:
                 self._bar = None
 
-    def step(self, label: str, ok: bool, seconds: float) -> None:
+    def step(self, label: str, ok: bool, seconds: float, where: str = "") -> None:
         self.done += 1
         if not self.enabled:
             return
         if self._bar is not None:
-            self._bar.update(self._task, advance=1, description=label)
+            self._bar.update(self._task, advance=1, description=label + (f" ({where})" if where else ""))
         else:
             status = "ok  " if ok else "FAIL"
-            print(f"[{self.done}/{self.total}] {status} {label} ({seconds:.2f}s)", file=sys.stderr, flush=True)
+            on = f" on {where}" if where else ""
+            print(f"[{self.done}/{self.total}] {status} {label} ({seconds:.2f}s{on})", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:
@@ -73,56 +84,94 @@ class Progress:
 
 
 def compile_all(requests: list[VariantRequest], jobs: int = 0, progress: bool = True,
-                on_result: Callable[[VariantRequest, CompiledVariant | None, str | None], None] | None = None
-                ) -> tuple[list[CompiledVariant], list[tuple[VariantRequest, str]]]:
-    jobs = jobs or min(len(requests), os.cpu_count() or 1)
+                on_result: Callable[[VariantRequest, CompiledVariant | None, str | None], None] | None = None,
+                executor: Executor | None = None) -> tuple[list[CompiledVariant], list[tuple[VariantRequest, str]]]:
+    """Compile ``requests`` on ``executor`` (default: ``jobs`` local worker processes).
+
+    Returns (built, failed); ``failed`` is in request order. The executor is its caller's: it starts
+    itself when first used, and the caller closes it.
+    """
+    executor = executor or make_executor("local", jobs)
+    show_where = executor.kind != "local"  # on a cluster, say which node and worker compiled each variant
     bar = Progress(len(requests), progress)
     built: list[CompiledVariant] = []
-    failed: list[tuple[VariantRequest, str]] = []
+    failed: list[tuple[int, VariantRequest, str]] = []
 
-    def record(req: VariantRequest, variant: CompiledVariant | None, error: str | None, secs: float) -> None:
-        if variant is not None:
-            built.append(variant)
+    def record(out: TaskOutcome) -> None:
+        req = requests[out.index]
+        if out.variant is not None:
+            built.append(out.variant)
         else:
-            failed.append((req, error or "unknown error"))
-        bar.step(req.label(), variant is not None, secs)
+            failed.append((out.index, req, out.error or "unknown error"))
+        bar.step(req.label(), out.variant is not None, out.seconds, out.worker if show_where else "")
         if on_result:
-            on_result(req, variant, error)
+            on_result(req, out.variant, out.error)
 
     try:
-        if jobs <= 1 or len(requests) <= 1:
-            for req in requests:
-                record(req, *_compile_one(req))
-        else:
-            # spawn: workers start clean (no inherited Triton state or threads) on every platform.
-            ctx = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(max_workers=jobs, mp_context=ctx) as pool:
-                futures = {pool.submit(_compile_one, req): req for req in requests}
-                for fut in as_completed(futures):
-                    record(futures[fut], *fut.result())
+        if requests:
+            executor.run(requests, record)
     finally:
         bar.close()
-    # Results arrive in completion order; sort so the archive never depends on scheduling.
-    order = {id(r): i for i, r in enumerate(requests)}
-    failed.sort(key=lambda f: order.get(id(f[0]), 0))
-    return built, failed
+    # Results arrive in completion order; the archive is sorted when packed, and failures are listed in
+    # request order, so nothing depends on scheduling.
+    failed.sort(key=lambda f: f[0])
+    return built, [(req, msg) for _, req, msg in failed]
 
 
 def build_archive(spec: BuildSpec, output: str | os.PathLike, *, jobs: int = 0, keep_going: bool = False,
-                  progress: bool = True) -> BuildResult:
-    """Compile every request of ``spec`` and write the archive; fail unless all built or ``keep_going``."""
+                  progress: bool = True, executor: str | Executor | None = None, reuse: Any = None,
+                  reuse_label: str = "") -> BuildResult:
+    """Compile every request of ``spec`` and write the archive; fail unless all built or ``keep_going``.
+
+    ``executor``: an :class:`Executor` or a ``--executor`` value (executors.make_executor; default
+    ``jobs`` local worker processes). ``reuse``: an open reader of a previous archive whose variants
+    are copied instead of compiled where their build inputs are unchanged (reuse.py); the archive
+    is the same bytes either way.
+    """
     start = time.perf_counter()
-    built, failed = compile_all(spec.requests, jobs=jobs, progress=progress)
-    result = BuildResult(built=built, failed=failed)
-    if failed and not keep_going:
+    output = output_file(output)  # a destination that cannot work fails now, not after every compile
+    if not isinstance(executor, Executor):
+        executor_kind(executor)  # a mistyped --executor fails now, not after the reuse plan
+    warning = shell_warning()  # once here, not once per worker
+    result = BuildResult(warnings=[warning] if warning else [])
+    requests = spec.requests
+    reused: list[CompiledVariant] = []
+    if reuse is not None:
+        from .reuse import plan_reuse
+
+        plan = plan_reuse(requests, reuse, label=reuse_label)
+        reused, requests, result.reuse = plan.reused, plan.to_compile, plan.report.to_json()
+        if progress:
+            print(plan.report.headline(), file=sys.stderr, flush=True)
+    built: list[CompiledVariant] = []
+    if requests:  # a build that reuses everything starts no workers (and imports no Ray)
+        owned = not isinstance(executor, Executor)
+        ex = executor if isinstance(executor, Executor) else make_executor(executor, jobs, verbose=progress)
+        try:
+            if owned:
+                ex.start()
+            if progress and ex.kind != "local":
+                print(f"compiling {len(requests)} variant(s) on {ex.headline()}", file=sys.stderr, flush=True)
+            built, result.failed = compile_all(requests, progress=progress, executor=ex)
+            result.executor = ex.describe()
+        finally:
+            if owned:
+                ex.close()
+    result.compiled, result.reused = len(built), len(reused)
+    result.built = reused + built
+    lines = "\n".join(f"  - {msg}" for _, msg in result.failed)
+    failures = tuple((req.label(), msg) for req, msg in result.failed)
+    if result.failed and not keep_going:
         result.seconds = time.perf_counter() - start
-        lines = "\n".join(f"  - {msg}" for _, msg in failed)
-        raise BuildError(f"{len(failed)} of {len(spec.requests)} variants failed (use --keep-going to pack the rest):\n{lines}")
-    if not built:
-        raise BuildError("no variant was built; nothing to pack")
+        hint = " (use --keep-going to pack the rest)" if result.built else ""  # only where there is a rest
+        noun = "variant" if len(spec.requests) == 1 else "variants"
+        raise BuildError(f"{len(result.failed)} of {len(spec.requests)} {noun} failed{hint}:\n{lines}",
+                         failures=failures)
+    if not result.built:
+        raise BuildError("no variant was built; nothing to pack" + (f":\n{lines}" if lines else ""), failures=failures)
     builder = ArchiveBuilder(spec.name, spec.version, produced_by=toolchain_versions(), level=spec.level,
                              dictionary=spec.dictionary)
-    for v in built:
+    for v in result.built:
         if not builder.add(v):
             result.duplicates += 1
     stats = builder.write(output)

@@ -38,6 +38,9 @@ class CompiledVariant:
     files: dict[str, bytes]  # role -> bytes: "binary", "metadata", and IR stage names
     source_text: str | None
     warnings: list[str] = field(default_factory=list)
+    #: Sources of every module whose JIT functions the kernel uses (source_text's module first), stored
+    #: like source_text; provenance.build.sources names them for a rebuild (canonical.py).
+    extra_sources: list[str] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -49,7 +52,7 @@ class CompiledVariant:
 
     @classmethod
     def assemble(cls, variant: Variant, files: dict[str, bytes], source_text: str | None,
-                 warnings: list[str] | None = None) -> CompiledVariant:
+                 warnings: list[str] | None = None, extra_sources: list[str] | None = None) -> CompiledVariant:
         """Point ``variant``'s file refs at ``files`` (member names from the format's layout rule)."""
         key, backend = variant.key, variant.target.backend
         ir = {stage: FileRef.for_bytes(variant_member(key, stage), data)
@@ -61,12 +64,16 @@ class CompiledVariant:
             metadata=FileRef.for_bytes(variant_member(key, METADATA_EXT), files["metadata"]),
             ir=ir, source=source,
         )
-        return cls(complete, dict(files), source_text, list(warnings or []))
+        return cls(complete, dict(files), source_text, list(warnings or []), list(extra_sources or []))
 
     def rekeyed(self, key: str, files: dict[str, bytes] | None = None) -> CompiledVariant:
         """The same variant under another key (and optionally other bytes): member names follow the key."""
-        return CompiledVariant.assemble(replace(self.variant, key=key), files if files is not None else self.files,
-                                        self.source_text, self.warnings)
+        return self.replaced(replace(self.variant, key=key), files)
+
+    def replaced(self, variant: Variant, files: dict[str, bytes] | None = None) -> CompiledVariant:
+        """Another manifest entry (and optionally other bytes) for the same sources; refs re-derived."""
+        return CompiledVariant.assemble(variant, files if files is not None else self.files, self.source_text,
+                                        self.warnings, self.extra_sources)
 
 
 def ptx_entry_param_sizes(ptx: str, entry: str) -> list[int] | None:
@@ -242,6 +249,7 @@ def describe_variant(
     include_ir: bool = True,
     extra_roots: list[str] | None = None,
     provenance_extra: dict | None = None,
+    codegen_env: dict[str, str] | None = None,
 ) -> CompiledVariant:
     target = _target_json(metadata)
     backend = target["backend"]
@@ -261,7 +269,7 @@ def describe_variant(
     key = variant_key(
         kernel=kernel, source_key=source_key, signature={n: param_types[n] for n in param_names},
         constexprs={n: _json_value(v) for n, v in constexprs.items()}, hints=hint_desc, target=target,
-        options=options, triton_version=str(metadata.get("triton_version", "")), hooks=hooks,
+        options=options, triton_version=str(metadata.get("triton_version", "")), hooks=hooks, env=codegen_env,
     )
     plain_meta = json.loads(json.dumps(metadata, default=_json_default))
     roots = triton_roots() + install_roots_in(plain_meta) + (extra_roots or [])
@@ -278,7 +286,7 @@ def describe_variant(
     provenance = Provenance(
         origin=origin, triton_version=str(metadata.get("triton_version", "")), triton_hash=metadata.get("hash"),
         source_key=source_key, hooks=tuple(hooks), triton_cache=extra.pop("triton_cache", None),
-        harvested=extra.pop("harvested", None), extra=extra,
+        harvested=extra.pop("harvested", None), build=extra.pop("build", None), extra=extra,
     )
     placeholder = FileRef("", 0, "0" * 64)  # replaced by assemble() once the bytes are final
     variant = Variant(kernel=kernel, key=key, target=Target(target["backend"], target["arch"], target["warp_size"]),

@@ -25,7 +25,9 @@ def enclosed(text: str, start: int) -> str | None:
 
 def split_top_level(text: str) -> list[str]:
     """Split on commas that are outside brackets and quotes; empty trailing parts are dropped."""
-    parts, depth, quoted, current = [], 0, False, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth, quoted = 0, False
     for ch in text:
         if ch == '"':
             quoted = not quoted

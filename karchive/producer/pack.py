@@ -20,7 +20,9 @@ from typing import Any
 
 from .. import __version__
 from ..errors import FormatError
+from ..core.digest import sha256_hex
 from ..format.constants import FORMAT_VERSION
+from ..format.layout import source_member
 from ..format.manifest import FileRef, Manifest, Variant
 from ..format.writer import ArchiveWriter, DictionaryMode, WriteStats, source_date_epoch
 from .describe import CompiledVariant
@@ -40,6 +42,7 @@ class ArchiveBuilder:
     dictionary: DictionaryMode | int = "auto"
     variants: dict[str, CompiledVariant] = field(default_factory=dict)
     autotune: list[dict] | None = None  # autotune records (capture)
+    heuristics: list[dict] | None = None  # heuristics records (capture)
     extra: dict[str, Any] = field(default_factory=dict)  # other optional top-level manifest fields
     #: (2, 0): per-kernel manifest shards; (1, 0) for readers older than format 2.
     format_version: tuple[int, int] = FORMAT_VERSION
@@ -58,8 +61,7 @@ class ArchiveBuilder:
     def manifest(self) -> Manifest:
         if not self.name or not self.version:
             raise FormatError("an archive needs a name and a version")
-        sources = {v.variant.source: v.source_text.encode() for v in self.variants.values()
-                   if v.variant.source is not None and v.source_text is not None}
+        sources = self._sources()
         created = None
         if os.environ.get("SOURCE_DATE_EPOCH"):  # a timestamp only when the user asks for one
             created = datetime.datetime.fromtimestamp(source_date_epoch(), datetime.timezone.utc).strftime(
@@ -68,7 +70,8 @@ class ArchiveBuilder:
             self.name, self.version, (v.variant for v in self.variants.values()),
             produced_by={"karchive": __version__, **self.produced_by}, created=created,
             sources=[FileRef.for_bytes(path, data) for path, data in sources.items()],
-            autotune=self.autotune, extra=self.extra, format_version=self.format_version,
+            autotune=self.autotune, heuristics=self.heuristics, extra=self.extra,
+            format_version=self.format_version,
         )
 
     def manifest_and_writer(self) -> tuple[dict[str, Any], ArchiveWriter]:
@@ -83,9 +86,9 @@ class ArchiveBuilder:
                 writer.add_group([(v.binary.path, files["binary"]), (v.metadata.path, files["metadata"])])
                 if v.ir:
                     writer.add_group([(v.ir[stage].path, files[stage]) for stage in sorted(v.ir)])
+        sources = self._sources()
         for ref in manifest.sources:
-            text = next(c.source_text for c in self.variants.values() if c.variant.source == ref.path)
-            writer.add_group([(ref.path, text.encode())])  # type: ignore[union-attr]
+            writer.add_group([(ref.path, sources[ref.path])])
         return manifest.to_json(), writer
 
     def _add_chunked(self, writer: ArchiveWriter, manifest: Manifest) -> None:
@@ -104,6 +107,16 @@ class ArchiveBuilder:
                      for v in variants if v.ir]
             for group in _chunks(units, IR_FRAME):
                 writer.add_group(group, use_dict=False)
+
+    def _sources(self) -> dict[str, bytes]:
+        """Every module source the variants need, once: each kernel's module, and the helper modules a
+        rebuild imports (``provenance.build.sources``), by member name."""
+        out: dict[str, bytes] = {}
+        for c in self.variants.values():
+            for text in ([c.source_text] if c.source_text is not None else []) + list(c.extra_sources):
+                data = text.encode()
+                out[source_member(sha256_hex(data))] = data
+        return out
 
     def to_bytes(self) -> tuple[bytes, WriteStats]:
         manifest, writer = self.manifest_and_writer()

@@ -7,9 +7,11 @@ non-constexpr parameters and give constexprs by name. Both resolve to one :class
 
 from __future__ import annotations
 
+import difflib
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 from ..errors import SignatureError
 from ..format.manifest import POINTER_ELEMENT_TYPES, SCALAR_SIZES
@@ -108,6 +110,11 @@ def split_signature(sig: str | Sequence[str]) -> list[str]:
     return [str(s) for s in sig]
 
 
+def _with_suggestion(name: str, known: Sequence[str]) -> str:
+    close = difflib.get_close_matches(name, list(known), n=1)
+    return f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
+
+
 def resolve(
     kernel_params: Sequence[str],
     constexpr_params: Sequence[str],
@@ -124,6 +131,15 @@ def resolve(
     constexprs = dict(constexprs or {})
     names = list(kernel_params)
     runtime_params = [n for n in names if n not in constexpr_params]
+    unknown_cx = [k for k in constexprs if k not in names]
+    if unknown_cx:  # before anything else: a typo ("BLOCKK") would otherwise surface as "BLOCK: no value given"
+        raise SignatureError(f"{kernel_name}: unknown constexpr{'' if len(unknown_cx) == 1 else 's'} "
+                             f"{', '.join(_with_suggestion(k, names) for k in unknown_cx)}: not a parameter of "
+                             f"{kernel_name}, whose parameters are {', '.join(names)}",
+                             kernel=kernel_name, param=unknown_cx[0])
+    if not isinstance(signature, (str, Mapping, list, tuple)):
+        raise SignatureError(f"{kernel_name}: a signature is a string such as '*fp32:16, i32', a list of those "
+                             f"entries or a table name -> type, not {type(signature).__name__}", kernel=kernel_name)
     if isinstance(signature, Mapping):
         unknown = set(signature) - set(names)
         if unknown:

@@ -17,7 +17,8 @@ import os
 import re
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Mapping
+from typing import Any
+from collections.abc import Iterator, Mapping
 
 from ..core.jsonio import parse_json
 from ..errors import CaptureError, KarchiveError, UnsupportedKernelError
@@ -59,7 +60,7 @@ def triton_key_sha256() -> str | None:
         from triton.runtime.cache import triton_key
     except ImportError:
         try:
-            from triton.compiler.compiler import triton_key  # type: ignore[no-redef]
+            from triton.compiler.compiler import triton_key
         except ImportError:
             return None
     return hashlib.sha256(triton_key().encode()).hexdigest()
@@ -252,7 +253,7 @@ def describe_entry(entry: CacheEntry, *, origin: str = "triton-cache", include_i
     names = [a.name for a in args]
     if len(set(names)) != len(names):
         names = [f"arg{i}" for i in range(len(args))]
-    backend = entry.metadata["target"]["backend"] if isinstance(entry.metadata["target"], dict) else None
+    backend = entry.metadata["target"]["backend"] if isinstance(entry.metadata["target"], dict) else ""
     if backend not in BINARY_EXT or BINARY_EXT[backend] not in asm:
         raise CaptureError(f"{entry.directory}: no {BINARY_EXT.get(backend, 'binary')} file in the entry")
     asm = {k: v for k, v in asm.items() if k in IR_STAGES[backend] or k == BINARY_EXT[backend]}

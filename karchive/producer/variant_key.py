@@ -95,6 +95,7 @@ def variant_key(
     options: dict,
     triton_version: str,
     hooks: list[dict],
+    env: dict[str, str] | None = None,
 ) -> str:
     description = {
         "key_schema": KEY_SCHEMA,
@@ -108,4 +109,8 @@ def variant_key(
         "triton": triton_version,
         "hooks": hooks,
     }
+    if env:
+        # A build's explicit codegen environment ([archive] env, buildenv.py) changes the binary; an
+        # empty one leaves the description, and so every key built without one, as it was.
+        description["env"] = dict(sorted(env.items()))
     return hashlib.sha256(canonical_json(description)).hexdigest()

@@ -3,13 +3,21 @@
 Layout under the cache root (spec/REGISTRY.md, "Local cache")::
 
     blobs/sha256/<digest>.karc   complete, verified archives (read-only to everyone but prune)
-    receipts/<digest>.json       "verification passed" bound to the blob's (dev, inode, size, mtime_ns)
+    receipts/<digest>.json       "verification passed" bound to the blob's (dev, inode, size, mtime_ns,
+                                 ctime_ns), with the index digest and, per trust policy, who signed it
     refs/<registry-key>/<name>/<version>.json   copies of immutable version records (offline resolve)
+    ratchet/<registry-key>/<name>.json   the newest versions loaded and verified under a trust policy
     locks/<digest>.lock          flock held while one process downloads or verifies a digest
     tmp/<digest>.<pid>.<rand>.part   downloads in progress; never read as archives
 
 A blob reaches ``blobs/`` only by ``rename`` after its sha256 and full structure were checked, so a
 killed writer leaves at most a ``.part`` file, which nothing reads and ``prune`` removes.
+
+A receipt is bound to the blob's inode *change* time as well as its modification time: a writer can
+put back mtime with ``utime(2)`` after changing bytes in place, but the kernel sets ctime to the
+current time on every change (including that ``utime`` and the ``chmod`` a read-only blob needs), and
+no system call sets it back. A blob whose stat differs from its receipt in any field is verified
+again before it is used, and removed if that fails.
 """
 
 from __future__ import annotations
@@ -22,7 +30,8 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO, Callable
+from typing import BinaryIO
+from collections.abc import Callable
 
 from .. import __version__
 from ..errors import FormatError, RegistryError
@@ -98,19 +107,66 @@ class Cache:
     # -- receipts ---------------------------------------------------------------------------------
     @staticmethod
     def _identity(st: os.stat_result) -> dict:
-        return {"dev": st.st_dev, "ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns}
+        # ctime_ns: no system call sets it, so bytes changed in place and mtime put back still show (module doc).
+        return {"dev": st.st_dev, "ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
+                "ctime_ns": st.st_ctime_ns}
 
-    def _receipt_matches(self, digest: str, st: os.stat_result) -> bool:
+    def _read_receipt(self, digest: str) -> dict | None:
         try:
             receipt = json.loads(self._receipt_path(digest).read_bytes())
         except (OSError, ValueError):
-            return False
-        return isinstance(receipt, dict) and receipt.get("sha256") == digest and receipt.get("file") == self._identity(st)
+            return None
+        return receipt if isinstance(receipt, dict) else None
 
-    def _write_receipt(self, digest: str, blob: Path) -> None:
-        receipt = {"sha256": digest, "file": self._identity(blob.stat()), "verified": _iso(time.time()),
-                   "karchive": __version__}
+    def _receipt_matches(self, digest: str, st: os.stat_result) -> bool:
+        receipt = self._read_receipt(digest)
+        return (receipt is not None and receipt.get("sha256") == digest and receipt.get("file") == self._identity(st)
+                and isinstance(receipt.get("index_sha256"), str))
+
+    def _write_receipt(self, digest: str, blob: Path, index_sha256: str) -> None:
+        receipt = {"sha256": digest, "index_sha256": index_sha256, "file": self._identity(blob.stat()),
+                   "verified": _iso(time.time()), "karchive": __version__, "trust": {}}
         _write_small(self._receipt_path(digest), canonical_json(receipt))
+
+    def receipt(self, digest: str) -> dict | None:
+        """The receipt of the cached blob ``digest`` if it still matches the file (else None: not verified)."""
+        try:
+            st = self.blob_path(digest).stat()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        receipt = self._read_receipt(digest)
+        if receipt is None or not self._receipt_matches(digest, st):
+            return None
+        return receipt
+
+    # -- trust verdicts in receipts (spec/REGISTRY.md §5) -------------------------------------------
+    def trusted(self, digest: str, policy_sha256: str, now: float | None = None) -> dict | None:
+        """What the trust policy with this sha256 accepted about the cached blob, if the receipt still
+        matches the file and the verdict has not run out (a signer's key window closing); else None,
+        and the caller verifies the signatures again. A different policy never matches: a stricter one
+        re-verifies."""
+        receipt = self.receipt(digest)
+        entry = (receipt.get("trust") or {}).get(policy_sha256) if receipt else None
+        if not isinstance(entry, dict):
+            return None
+        until = entry.get("valid_until_ns")
+        if until is not None and (type(until) is not int or (time.time() if now is None else now) * 1e9 > until):
+            return None
+        return entry
+
+    def record_trust(self, digest: str, policy_sha256: str, entry: dict) -> None:
+        """Add a policy's verdict to the receipt, if the receipt still matches the blob (best effort: a
+        lost verdict only costs one more verification)."""
+        receipt = self.receipt(digest)
+        if receipt is None:
+            return
+        verdicts = receipt.get("trust")
+        receipt["trust"] = {**(verdicts if isinstance(verdicts, dict) else {}),
+                            policy_sha256: {**entry, "verified": _iso(time.time())}}
+        try:
+            _write_small(self._receipt_path(digest), canonical_json(receipt))
+        except OSError:
+            pass  # a read-only cache still works; every load verifies the signatures again
 
     def _touch(self, digest: str) -> None:
         try:
@@ -151,11 +207,11 @@ class Cache:
             return None
         self.verifications += 1
         try:
-            check_archive_file(blob, sha256=digest, size=size, name=name, version=version)
+            facts = check_archive_file(blob, sha256=digest, size=size, name=name, version=version)
         except (FormatError, RegistryError, OSError):
             self._evict(digest)  # changed or damaged since it was verified: never serve it
             return None
-        self._write_receipt(digest, blob)
+        self._write_receipt(digest, blob, facts.index_sha256)
         return blob
 
     def install(self, digest: str, size: int, download: Downloader, *, name: str | None = None,
@@ -189,7 +245,7 @@ class Cache:
                     fh.flush()
                     os.fsync(fh.fileno())
                 self.verifications += 1
-                check_archive_file(tmp, sha256=digest, size=size, name=name, version=version)
+                facts = check_archive_file(tmp, sha256=digest, size=size, name=name, version=version)
                 blob = self.blob_path(digest)
                 blob.parent.mkdir(parents=True, exist_ok=True)
                 os.chmod(tmp, 0o444)
@@ -197,7 +253,7 @@ class Cache:
                 fsync_dir(blob.parent)
             finally:
                 tmp.unlink(missing_ok=True)
-            self._write_receipt(digest, blob)
+            self._write_receipt(digest, blob, facts.index_sha256)
             return blob, True
 
     def _remove_partials(self, digest: str) -> int:
@@ -240,6 +296,41 @@ class Cache:
             path.unlink(missing_ok=True)
             return None
         return record if (record.name, record.version) == (name, version) else None
+
+    # -- the rollback ratchet (spec/SIGNING.md §9.4) ----------------------------------------------
+    def _ratchet_path(self, registry_url: str, name: str) -> Path:
+        return self.root / "ratchet" / registry_key(registry_url) / f"{check_name(name)}.json"
+
+    def newest_verified(self, registry_url: str, name: str) -> dict[str, str | None]:
+        """``{"final": V, "any": V}``: the newest final release and the newest version of ``name`` from
+        this registry that were loaded and verified under a trust policy (None where there is none)."""
+        try:
+            mark = json.loads(self._ratchet_path(registry_url, name).read_bytes())
+        except (OSError, ValueError):
+            return {"final": None, "any": None}
+        if not isinstance(mark, dict):
+            return {"final": None, "any": None}
+        return {k: mark[k] if isinstance(mark.get(k), str) else None for k in ("final", "any")}
+
+    def raise_mark(self, registry_url: str, name: str, version: str) -> None:
+        """Record that ``version`` was loaded and verified under a trust policy: the mark only rises.
+        Read-modify-write under a lock, so concurrent loads of different versions cannot lower it."""
+        from .versions import is_prerelease, version_key
+
+        path = self._ratchet_path(registry_url, name)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with FileLock(self.root / "locks" / f"ratchet.{registry_key(registry_url)}.{name}.lock"):
+                mark = self.newest_verified(registry_url, name)
+                new = dict(mark)
+                for k in ("any",) if is_prerelease(version) else ("final", "any"):
+                    current = new[k]
+                    if current is None or version_key(version) > version_key(current):
+                        new[k] = version
+                if new != mark:
+                    _write_small(path, canonical_json({**new, "name": name, "registry": redact_url(registry_url)}))
+        except OSError:
+            pass  # a read-only cache cannot remember; it also has nothing to compare against
 
     def _refs_by_digest(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}

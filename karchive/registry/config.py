@@ -12,26 +12,17 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from ..core.paths import CACHE_ENV, cache_dir, default_cache_dir, xdg_dir  # noqa: F401 - re-exported
 from ..errors import RegistryError
 
 REGISTRY_ENV = "KARCHIVE_REGISTRY"
-CACHE_ENV = "KARCHIVE_CACHE_DIR"
 LOCKFILE_ENV = "KARCHIVE_LOCKFILE"
 STORAGE_OPTIONS_ENV = "KARCHIVE_STORAGE_OPTIONS"
 FETCH_ENV = "KARCHIVE_FETCH"
 
 
-def _xdg(var: str, fallback: str) -> Path:
-    value = os.environ.get(var)
-    return Path(value) if value and os.path.isabs(value) else Path.home() / fallback
-
-
 def default_registry_dir() -> Path:
-    return _xdg("XDG_DATA_HOME", ".local/share") / "karchive" / "registry"
-
-
-def default_cache_dir() -> Path:
-    return _xdg("XDG_CACHE_HOME", ".cache") / "karchive"
+    return xdg_dir("XDG_DATA_HOME", ".local/share") / "karchive" / "registry"
 
 
 def registry_url(flag: str | os.PathLike | None = None) -> str:
@@ -40,14 +31,6 @@ def registry_url(flag: str | os.PathLike | None = None) -> str:
         if value:
             return os.fspath(value)
     return str(default_registry_dir())
-
-
-def cache_dir(flag: str | os.PathLike | None = None) -> Path:
-    """Flag > ``$KARCHIVE_CACHE_DIR`` > ``$XDG_CACHE_HOME/karchive``."""
-    for value in (flag, os.environ.get(CACHE_ENV)):
-        if value:
-            return Path(os.fspath(value)).expanduser()
-    return default_cache_dir()
 
 
 def storage_options_from_env() -> dict[str, Any]:

@@ -17,7 +17,7 @@ from ..errors import TransferError
 try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
-    fcntl = None  # type: ignore[assignment]
+    fcntl = None  # type: ignore[assignment]  # None: the lock is a no-op (module docstring)
 
 
 class FileLock:
@@ -55,7 +55,7 @@ class FileLock:
             os.close(self._fd)  # closing drops the flock
             self._fd = -1
 
-    def __enter__(self) -> "FileLock":
+    def __enter__(self) -> FileLock:
         self.acquire()
         return self
 

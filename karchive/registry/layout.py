@@ -16,7 +16,7 @@ RECORD_SUFFIX = ".json"
 def check_digest(digest: object) -> str:
     if not is_sha256_hex(digest):
         raise RegistryError(f"bad sha256 digest {digest!r}: expected 64 lowercase hex digits")
-    return digest  # type: ignore[return-value]
+    return digest
 
 
 def blob_path(digest: str) -> str:
@@ -33,3 +33,23 @@ def version_record_path(name: str, version: str) -> str:
 
 def name_index_path(name: str) -> str:
     return f"{NAMES_DIR}/{check_name(name)}/index.json"
+
+
+# -- signatures (spec/REGISTRY.md §3, "Signatures") --------------------------------------------------
+SIGNATURE_INDEX = "index.json"
+SIGNATURE_SUFFIX = ".json"
+
+
+def signatures_dir(digest: str) -> str:
+    """Beside the blob: one object per signing key, named by its key id."""
+    return f"{blob_path(digest)}.sigs"
+
+
+def signature_path(digest: str, key_id: str) -> str:
+    if not is_sha256_hex(key_id):
+        raise RegistryError(f"bad key id {key_id!r}: expected 64 lowercase hex digits (karchive keygen prints it)")
+    return f"{signatures_dir(digest)}/{key_id}{SIGNATURE_SUFFIX}"
+
+
+def signature_index_path(digest: str) -> str:
+    return f"{signatures_dir(digest)}/{SIGNATURE_INDEX}"

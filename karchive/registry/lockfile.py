@@ -2,7 +2,9 @@
 
 With a lockfile, loading NAME gives exactly the pinned bytes or an error: a registry that now serves
 other bytes for that version (re-pushed, tampered, another registry) is refused, and the error
-shows both digests. The file is JSON, sorted and indented, so it diffs well in review.
+shows both digests. A pin may also name the signers (key ids) whose signatures counted when it was
+written; a locked load then needs all of them to count again under the trust policy
+(spec/SIGNING.md §9.2). The file is JSON, sorted and indented, so it diffs well in review.
 """
 
 from __future__ import annotations
@@ -11,11 +13,13 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable, Mapping
 
+from ..core.digest import is_sha256_hex
 from ..core.fsio import atomic_write
 from ..core.jsonio import parse_json
-from ..errors import LockfileError, RegistryError
+from ..errors import DestinationError, LockfileError, RegistryError
 from .config import redact_url
 from .layout import check_digest
 from .records import VersionRecord
@@ -32,13 +36,19 @@ class Pin:
     sha256: str
     size: int
     index_sha256: str
+    signers: tuple[str, ...] = ()  # key ids (sorted) that must sign validly; () pins no signer
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": self.version, "sha256": self.sha256, "size": self.size, "index_sha256": self.index_sha256}
+        out: dict[str, Any] = {"version": self.version, "sha256": self.sha256, "size": self.size,
+                               "index_sha256": self.index_sha256}
+        if self.signers:  # absent rather than empty: lockfiles without signing read exactly as before
+            out["signers"] = list(self.signers)
+        return out
 
     @classmethod
-    def from_record(cls, record: VersionRecord) -> "Pin":
-        return cls(record.name, record.version, record.sha256, record.size, record.index_sha256)
+    def from_record(cls, record: VersionRecord, signers: Iterable[str] = ()) -> Pin:
+        return cls(record.name, record.version, record.sha256, record.size, record.index_sha256,
+                   tuple(sorted(set(signers))))
 
 
 @dataclass
@@ -48,14 +58,16 @@ class Lockfile:
     path: str | None = None
 
     @classmethod
-    def from_records(cls, records: Iterable[VersionRecord], registry: str | None = None) -> "Lockfile":
+    def from_records(cls, records: Iterable[VersionRecord], registry: str | None = None,
+                     signers: Mapping[str, Iterable[str]] | None = None) -> Lockfile:
+        """Pins for ``records``; ``signers`` maps a name to the key ids to pin with it."""
         pins: dict[str, Pin] = {}
         for record in records:
             existing = pins.get(record.name)
             if existing is not None and existing.version != record.version:
                 raise LockfileError(f"{record.name} is asked for twice, at {existing.version} and {record.version}; "
                                     "a lockfile pins one version per name")
-            pins[record.name] = Pin.from_record(record)
+            pins[record.name] = Pin.from_record(record, (signers or {}).get(record.name, ()))
         return cls(pins, redact_url(registry) if registry else None)
 
     # -- (de)serialisation ------------------------------------------------------------------------
@@ -70,12 +82,14 @@ class Lockfile:
         target = Path(path)
         try:
             atomic_write(target, self.to_json())
+        except DestinationError as exc:  # already "cannot write <target>: <why>"
+            raise LockfileError(str(exc), lockfile=str(target)) from None
         except OSError as exc:
             raise LockfileError(f"cannot write {target}: {exc}", lockfile=str(target)) from None
         self.path = str(target)
 
     @classmethod
-    def load(cls, path: str | os.PathLike) -> "Lockfile":
+    def load(cls, path: str | os.PathLike) -> Lockfile:
         where = os.fspath(path)
         try:
             raw = Path(where).read_bytes()
@@ -98,8 +112,12 @@ class Lockfile:
                 size = entry.get("size")
                 if type(size) is not int or size < 0:
                     raise RegistryError(f"bad size {size!r}")
+                signers = entry.get("signers", [])
+                if not isinstance(signers, list):
+                    raise RegistryError("signers must be a list of key ids")
                 pins[name] = Pin(name, check_version(entry.get("version")), check_digest(entry.get("sha256")), size,
-                                 check_digest(entry.get("index_sha256")))
+                                 check_digest(entry.get("index_sha256")),
+                                 tuple(sorted({_check_key_id(k) for k in signers})))
             except RegistryError as exc:
                 raise LockfileError(f"lockfile {where}: archive {name!r}: {exc}") from None
         registry = doc.get("registry")
@@ -137,7 +155,13 @@ class Lockfile:
         return pin
 
 
-def load_lockfile(value: "Lockfile | str | os.PathLike | None") -> Lockfile | None:
+def _check_key_id(value: object) -> str:
+    if not is_sha256_hex(value):
+        raise RegistryError(f"bad signer key id {value!r}: expected 64 lowercase hex digits")
+    return value
+
+
+def load_lockfile(value: Lockfile | str | os.PathLike | None) -> Lockfile | None:
     if value is None or isinstance(value, Lockfile):
         return value
     return Lockfile.load(value)

@@ -58,7 +58,7 @@ class VersionRecord:
         return canonical_json(self.to_dict())
 
     @classmethod
-    def from_dict(cls, obj: Any, where: str) -> "VersionRecord":
+    def from_dict(cls, obj: Any, where: str) -> VersionRecord:
         if not isinstance(obj, dict):
             raise RegistryError(f"{where}: version record is not a JSON object")
         _check_layout(obj, where)
@@ -79,7 +79,7 @@ class VersionRecord:
         return record
 
     @classmethod
-    def from_json(cls, data: bytes, where: str) -> "VersionRecord":
+    def from_json(cls, data: bytes, where: str) -> VersionRecord:
         return cls.from_dict(load_json(data, where), where)
 
 

@@ -5,24 +5,33 @@ write after the content-addressed blob it points at is complete; so readers neve
 whose bytes are not all there, and of two racing publishers exactly one creates the record (the
 other gets a no-op for identical bytes or a :class:`ConflictError`). Name and root indexes are
 derived from the records (for backends that cannot list) and are rebuilt after each publish.
+
+Signatures are additive metadata beside the blob, one object per signing key
+(:mod:`.signatures`); with a trust policy, :meth:`Registry.open` and :meth:`Registry.pull` check them
+(:mod:`.verdict`) before handing anything out.
 """
 
 from __future__ import annotations
 
+import builtins
+import dataclasses
 import datetime
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
+from ..core.destination import output_file
 from ..core.fsio import atomic_writer
-from ..errors import ConflictError, IntegrityError, NotFoundError, RegistryError
+from ..errors import (ConflictError, DestinationError, IntegrityError, KarchiveError, NotFoundError, RegistryError,
+                      TrustError)
 from ..format.reader import ArchiveReader, Limits
-from ..format.check import check_archive_file
+from ..format.check import ArchiveFacts, check_archive_file
 from .cache import Cache
-from .config import FETCH_ENV, registry_url
+from .config import FETCH_ENV, REGISTRY_ENV, registry_url
 from .layout import MARKER, NAMES_DIR, RECORD_SUFFIX, ROOT_INDEX, blob_path, name_index_path, version_record_path, versions_dir
 from .lockfile import Lockfile, load_lockfile
 from .progress import make_progress
@@ -30,12 +39,26 @@ from .records import (VersionRecord, check_marker, decode_name_index, decode_roo
                       encode_name_index, encode_root_index)
 from .refs import Ref, check_name, check_version, parse_ref
 from .retry import RetryPolicy
+from .signatures import put_signature, refresh_signature_index, signer_ids
 from .source import StoreSource
 from .store import Store, open_store
 from .transfer import download
+from .verdict import Verdict, check_downgrade, check_pinned_signers, verify_record
 from .versions import newest, sort_versions, version_key
 
+if TYPE_CHECKING:  # pragma: no cover - signing needs cryptography; naming the types does not
+    from ..trust.enforce import TrustArg
+    from ..trust.keys import SigningKey
+    from ..trust.policy import TrustPolicy
+
 FetchMode = Literal["auto", "lazy", "full"]
+
+
+@dataclass(frozen=True)
+class StoredSignature:
+    key_id: str  # the signer's key id (the object's name)
+    created: bool  # False: the identical signature was already stored
+    source: str  # "key" (signed now) or "sidecar" (copied from ARCHIVE.sig.json)
 
 
 @dataclass(frozen=True)
@@ -44,6 +67,7 @@ class PublishResult:
     created: bool  # False: this exact archive was already published under that version (no-op)
     registry: str
     index_current: bool = True  # False: the derived indexes could not be refreshed (records are fine)
+    signatures: tuple[StoredSignature, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,6 +75,15 @@ class PullResult:
     record: VersionRecord
     path: Path  # the verified archive in the cache (or the copy at -o PATH)
     downloaded: bool  # False: served from the local cache
+    trust: Verdict | None = None  # with a trust policy: who signed it
+
+
+@dataclass(frozen=True)
+class SignResult:
+    record: VersionRecord
+    signature: StoredSignature
+    registry: str
+    index_current: bool = True  # False: the derived signature index could not be refreshed
 
 
 def _listing(names: list[str], limit: int = 20) -> str:
@@ -70,6 +103,9 @@ class Registry:
                  cache: Cache | str | os.PathLike | None = None, retry: RetryPolicy | None = None,
                  progress: bool | None = False) -> None:
         self.retry = retry or RetryPolicy.from_env()
+        #: The default local registry may not exist yet (a fresh machine): it reads as empty. Any other
+        #: location must hold a registry: a mistyped path is an error, not an empty listing.
+        self.is_default = not url and not os.environ.get(REGISTRY_ENV)
         self.store: Store = open_store(registry_url(url), storage_options, self.retry)
         self.url = self.store.url
         self.cache = cache if isinstance(cache, Cache) else Cache(cache)
@@ -110,9 +146,23 @@ class Registry:
                     found.append(check_name(entry))
                 except RegistryError:
                     continue
-            return sorted(found)
-        data = self.store.read(ROOT_INDEX)
-        return [] if data is None else sorted(decode_root_index(data, self._where(ROOT_INDEX)))
+        else:
+            data = self.store.read(ROOT_INDEX)
+            found = [] if data is None else decode_root_index(data, self._where(ROOT_INDEX))
+        if not found:
+            self.require_registry()
+        return sorted(found)
+
+    def require_registry(self) -> None:
+        """Refuse a location that holds no registry (no ``karchive-registry.json``, which the first publish
+        writes): reading a mistyped path must not look like reading an empty registry. The default local
+        registry before its first publish is the exception: it is simply empty."""
+        if self.store.read(MARKER) is not None:
+            return
+        if self.is_default and self.store.is_local and not Path(self.url).exists():
+            return
+        raise NotFoundError(f"{self.url} is not a karchive registry (it has no {MARKER}): a mistyped location? "
+                            "A registry is created by its first `karchive publish`", registry=self.url)
 
     def versions(self, name: str) -> list[VersionRecord]:
         """The versions of ``name``, oldest first; :class:`NotFoundError` if there are none."""
@@ -177,8 +227,14 @@ class Registry:
                              registry=self.url, name=name, version=version, available=tuple(sort_versions(versions)))
 
     # -- publishing -------------------------------------------------------------------------------
-    def publish(self, archive: str | os.PathLike) -> PublishResult:
-        """Verify ``archive`` and publish it under the name and version in its manifest."""
+    def publish(self, archive: str | os.PathLike, *, sign: Sequence[SigningKey] = (),
+                build_info: dict[str, Any] | None = None, sidecar: bool = True) -> PublishResult:
+        """Verify ``archive`` and publish it under the name and version in its manifest.
+
+        Each key in ``sign`` signs it (``build_info`` goes into the provenance statement), and with
+        ``sidecar`` the signatures in ``ARCHIVE.sig.json`` are stored too, each beside the blob as
+        its signer's object (REGISTRY.md §3). Signing an already published, identical version adds
+        the signatures; the version itself is never changed."""
         if not self.store.writable:
             raise RegistryError(f"registry {self.url} is read-only; publish to the directory or bucket it serves")
         source = Path(archive)
@@ -187,29 +243,104 @@ class Registry:
         with tempfile.TemporaryDirectory(prefix="karchive-publish-") as tmp:
             snapshot = Path(tmp) / "archive.karc"  # what we hash is exactly what we upload
             shutil.copyfile(source, snapshot)
-            facts = check_archive_file(snapshot)
+            try:
+                facts = check_archive_file(snapshot)
+            except KarchiveError as exc:  # name the user's file, not our private copy of it
+                raise _renamed(exc, str(snapshot), str(source)) from None
             record = VersionRecord(
                 name=check_name(facts.name), version=check_version(facts.version), sha256=facts.sha256,
                 size=facts.size, index_sha256=facts.index_sha256,
                 published=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                 variants=facts.variants, kernels=facts.kernels, targets=facts.targets,
             )
+            # Signed before anything is written: a bad key or a stale sidecar leaves the registry untouched.
+            envelopes = self._signatures_to_store(snapshot, source, facts, sign, build_info, sidecar)
             self._ensure_marker()
             existing = self._read_record(record.name, record.version)
             if existing is not None:
-                return self._same_or_conflict(existing, record)
+                return self._store_signatures(self._same_or_conflict(existing, record), envelopes)
             self._put_blob(record, snapshot)
         if not self.store.create(version_record_path(record.name, record.version), record.to_json()):
             existing = self._read_record(record.name, record.version)
             if existing is None:
                 raise RegistryError(f"{record.ref}: the backend refused to create the record but it does not exist")
-            return self._same_or_conflict(existing, record)
+            return self._store_signatures(self._same_or_conflict(existing, record), envelopes)
         try:
             self._refresh_indexes(record.name)
             current = True
         except RegistryError:
             current = False  # the version is published; `karchive reindex` repairs the derived indexes
-        return PublishResult(record, True, self.url, current)
+        return self._store_signatures(PublishResult(record, True, self.url, current), envelopes)
+
+    def _signatures_to_store(self, snapshot: Path, source: Path, facts: ArchiveFacts, keys: Sequence[SigningKey],
+                             build_info: dict[str, Any] | None, sidecar: bool) -> tuple[tuple[str, bytes, str], ...]:
+        """``(key id, envelope bytes, source)`` for every signature publish stores: one fresh
+        envelope per key, then the sidecar's signatures, each as a one-signature envelope."""
+        out: builtins.list[tuple[str, bytes, str]] = []
+        if keys:
+            from ..trust.sign import sign_statement
+
+            for key in keys:
+                signed = sign_statement(snapshot, key, build_info=build_info)
+                if signed.sha256 != facts.sha256:
+                    raise IntegrityError(f"{source} changed while it was being published")
+                out.append((key.key_id, signed.envelope.to_bytes(), "key"))
+        from ..trust.sidecar import sidecar_path
+
+        side = sidecar_path(source)
+        if sidecar and os.path.exists(side):
+            from ..trust.sidecar import split_sidecar
+
+            for key_id, data in split_sidecar(side, name=facts.name, version=facts.version, sha256=facts.sha256,
+                                              index_sha256=facts.index_sha256):
+                if key_id not in {k for k, _, _ in out}:
+                    out.append((key_id, data, "sidecar"))
+        return tuple(out)
+
+    def _store_signatures(self, result: PublishResult, envelopes: tuple[tuple[str, bytes, str], ...]) -> PublishResult:
+        if not envelopes:
+            return result
+        stored = tuple(StoredSignature(key_id, put_signature(self.store, result.record.sha256, key_id, data,
+                                                             result.record.ref), origin)
+                       for key_id, data, origin in envelopes)
+        try:
+            refresh_signature_index(self.store, result.record.sha256)
+            current = result.index_current
+        except RegistryError:
+            current = False
+        return dataclasses.replace(result, signatures=stored, index_current=current)
+
+    def sign(self, ref: str | Ref, key: SigningKey, *, build_info: dict[str, Any] | None = None) -> SignResult:
+        """Add ``key``'s signature to the published ``NAME@VERSION`` (REGISTRY.md §3).
+
+        The archive is pulled into the cache and verified first (its sha256 must be the record's), so
+        the signer signs the bytes the registry serves. The version stays immutable: a signature is a
+        separate object, created exclusively, so signers working at once never lose one another's."""
+        if not self.store.writable:
+            raise RegistryError(f"registry {self.url} is read-only; sign in the directory or bucket it serves")
+        ref = parse_ref(ref) if isinstance(ref, str) else ref
+        if ref.version is None:
+            raise RegistryError(f"sign {ref.name}@VERSION: say which version to sign ('latest' can change "
+                                "between reading it and signing it)")
+        from ..trust.sign import sign_statement
+
+        record = self.resolve(ref)
+        path, _ = self.fetch(record)
+        signed = sign_statement(path, key, build_info=build_info)
+        if (signed.name, signed.version, signed.sha256) != (record.name, record.version, record.sha256):
+            raise IntegrityError(f"{record.ref}: the cached archive is {signed.name}@{signed.version} sha256 "
+                                 f"{signed.sha256}, the record says sha256 {record.sha256}; refusing to sign")
+        created = put_signature(self.store, record.sha256, key.key_id, signed.envelope.to_bytes(), record.ref)
+        try:
+            refresh_signature_index(self.store, record.sha256)
+            current = True
+        except RegistryError:
+            current = False  # the signature is stored; `karchive reindex` repairs the derived index
+        return SignResult(record, StoredSignature(key.key_id, created, "key"), self.url, current)
+
+    def signers(self, ref: str | Ref) -> builtins.list[str]:
+        """Key ids that have a signature object for ``ref`` (claimed, not verified: see :meth:`open`)."""
+        return signer_ids(self.store, self.resolve(ref).sha256)
 
     def _same_or_conflict(self, existing: VersionRecord, record: VersionRecord) -> PublishResult:
         if existing.sha256 == record.sha256:
@@ -266,20 +397,33 @@ class Registry:
             if self.names() == names:
                 break
 
-    def reindex(self, name: str | None = None) -> list[str]:
+    def _records_of(self, name: str) -> builtins.list[VersionRecord]:
+        try:
+            return self.versions(name)
+        except NotFoundError:
+            return []
+
+    def reindex(self, name: str | None = None) -> builtins.list[str]:
         """Rebuild derived indexes from the version records (all names by default)."""
         if not self.store.writable:
             raise RegistryError(f"registry {self.url} is read-only")
         names = [check_name(name)] if name else self.names()
         for n in names:
             self._refresh_indexes(n, full=True)
+            for record in self._records_of(n):
+                if signer_ids(self.store, record.sha256):
+                    refresh_signature_index(self.store, record.sha256)
         if not names:
             self.store.replace(ROOT_INDEX, encode_root_index([]))
         return names
 
     # -- pulling and opening ----------------------------------------------------------------------
-    def record_for(self, ref: str | Ref, lockfile: Lockfile | str | os.PathLike | None = None) -> VersionRecord:
-        """Resolve, preferring what needs no network: a lockfile pin or a cached (immutable) record."""
+    def record_for(self, ref: str | Ref, lockfile: Lockfile | str | os.PathLike | None = None, *,
+                   allow_downgrade: bool = False) -> VersionRecord:
+        """Resolve, preferring what needs no network: a lockfile pin or a cached (immutable) record.
+
+        ``NAME@latest`` that resolves below a version this cache already verified under a trust
+        policy is refused (:class:`~karchive.errors.DowngradeError`) unless ``allow_downgrade``."""
         ref = parse_ref(ref) if isinstance(ref, str) else ref
         lock = load_lockfile(lockfile)
         if lock is not None:
@@ -292,6 +436,8 @@ class Registry:
             record = self.cache.recall(self.url, ref.name, ref.version) or self.resolve(ref)
         else:
             record = self.resolve(ref)
+            if not allow_downgrade:
+                check_downgrade(self.cache, self.url, record)
         self.cache.remember(self.url, record)
         return record
 
@@ -304,32 +450,116 @@ class Registry:
         return self.cache.install(record.sha256, record.size, fill, name=record.name, version=record.version)
 
     def pull(self, ref: str | Ref, dest: str | os.PathLike | None = None, *,
-             lockfile: Lockfile | str | os.PathLike | None = None) -> PullResult:
-        record = self.record_for(ref, lockfile)
+             lockfile: Lockfile | str | os.PathLike | None = None, trust: TrustArg = None,
+             allow_downgrade: bool = False) -> PullResult:
+        """Fetch ``ref`` into the cache (verified), and with a trust policy (``trust`` or
+        ``$KARCHIVE_TRUST_POLICY``) check its signatures; ``dest`` gets a copy only if all passed."""
+        from ..trust.enforce import resolve_policy
+
+        policy = resolve_policy(trust)
+        lock = load_lockfile(lockfile)
+        record = self.record_for(ref, lock, allow_downgrade=allow_downgrade)
         path, downloaded = self.fetch(record)
+        verdict = None
+        if policy is not None:
+            reader, verdict = self._open_cached(record, path, Limits(), policy)
+            _close(reader)
+        check_pinned_signers(lock, record, verdict)
+        if verdict is not None:
+            self.cache.raise_mark(self.url, record.name, record.version)
         if dest is not None:
-            path = _copy_out(path, Path(dest), record)
-        return PullResult(record, path, downloaded)
+            path = _copy_out(path, dest, record)  # not Path(dest): it would drop a trailing '/'
+        return PullResult(record, path, downloaded, verdict)
 
     def open(self, ref: str | Ref, *, lockfile: Lockfile | str | os.PathLike | None = None,
-             fetch: FetchMode | None = None, limits: Limits | None = None) -> ArchiveReader:
+             fetch: FetchMode | None = None, limits: Limits | None = None, trust: TrustArg = None,
+             allow_downgrade: bool = False) -> ArchiveReader:
         """An :class:`ArchiveReader` for ``ref``.
 
         ``auto`` (default, or ``$KARCHIVE_FETCH``): a cached archive is read from disk; a local
         registry is pulled into the cache; a remote one is read lazily with range requests (the
         tail, then one request per frame used). ``full`` always pulls; ``lazy`` never does.
+
+        With a trust policy (``trust``, else ``$KARCHIVE_TRUST_POLICY``) the archive's signatures
+        must satisfy it before the reader is returned (:meth:`open_verified`).
         """
+        return self.open_verified(ref, lockfile=lockfile, fetch=fetch, limits=limits, trust=trust,
+                                  allow_downgrade=allow_downgrade)[0]
+
+    def open_verified(self, ref: str | Ref, *, lockfile: Lockfile | str | os.PathLike | None = None,
+                      fetch: FetchMode | None = None, limits: Limits | None = None, trust: TrustArg = None,
+                      allow_downgrade: bool = False, reuse_verdict: bool = True) -> tuple[ArchiveReader, Verdict | None]:
+        """:meth:`open`, and who signed the archive (None without a trust policy). ``reuse_verdict=False``
+        verifies the signatures even when the cache receipt already holds this policy's verdict.
+
+        The signatures are checked against the digests the returned reader itself verified: the
+        cached file's sha256 and index digest, or, for a lazy (ranged) read, the index digest of the
+        footer it opened from (spec/SIGNING.md §6.1). A refusal raises before any reader is returned.
+        """
+        from ..trust.enforce import resolve_policy
+
         mode = fetch or os.environ.get(FETCH_ENV) or "auto"
         if mode not in ("auto", "lazy", "full"):
             raise RegistryError(f"fetch mode must be auto, lazy or full, not {mode!r}")
-        record = self.record_for(ref, lockfile)
-        cached = self.cache.lookup(record.sha256, record.size, name=record.name, version=record.version)
+        policy = resolve_policy(trust)
+        lock = load_lockfile(lockfile)
+        record = self.record_for(ref, lock, allow_downgrade=allow_downgrade)
         limits = limits or Limits()
+        cached = self.cache.lookup(record.sha256, record.size, name=record.name, version=record.version)
+        if cached is None and (mode == "full" or (mode == "auto" and self.store.is_local)):
+            cached = self.fetch(record)[0]
         if cached is not None:
-            return ArchiveReader.from_path(cached, limits=limits)
-        if mode == "full" or (mode == "auto" and self.store.is_local):
-            return ArchiveReader.from_path(self.fetch(record)[0], limits=limits)
-        return self.open_lazy(record, limits)
+            reader, verdict = self._open_cached(record, cached, limits, policy, reuse_verdict)
+        else:
+            reader = self.open_lazy(record, limits)
+            verdict = None
+            if policy is not None:
+                try:
+                    verdict = self._verify_lazy(record, reader, policy)
+                except BaseException:
+                    _close(reader)
+                    raise
+        try:
+            check_pinned_signers(lock, record, verdict)
+        except TrustError:
+            _close(reader)
+            raise
+        if verdict is not None:
+            self.cache.raise_mark(self.url, record.name, record.version)
+        return reader, verdict
+
+    def _open_cached(self, record: VersionRecord, path: Path, limits: Limits, policy: TrustPolicy | None,
+                     reuse_verdict: bool = True) -> tuple[ArchiveReader, Verdict | None]:
+        """Open the cached blob so that the reader is bound to what the cache verified: the index digest
+        of the footer the reader opened from must be the one the receipt recorded when the file was
+        hashed (a file swapped or changed after the receipt check is refused, never trusted)."""
+        from ..format.source import FileSource
+        from ..trust.bind import open_recorded
+
+        source = FileSource(path)
+        try:
+            reader, index = open_recorded(source, limits)
+            receipt = self.cache.receipt(record.sha256)
+            if receipt is None or receipt.get("index_sha256") != index:
+                raise IntegrityError(f"{path} changed after it was verified (its cache receipt no longer matches); "
+                                     "refusing it: load it again to verify it anew", source=str(path))
+            verdict = None
+            if policy is not None:
+                verdict = verify_record(self.store, policy, record, index_sha256=index, sha256=record.sha256,
+                                        cache=self.cache, reuse=reuse_verdict)
+        except BaseException:
+            source.close()
+            raise
+        return reader, verdict
+
+    def _verify_lazy(self, record: VersionRecord, reader: ArchiveReader, policy: TrustPolicy) -> Verdict:
+        """A ranged reader never hashes the whole blob: bind the signature to the footer it opened from
+        (already compared with the record by :meth:`open_lazy`) and to its manifest's identity."""
+        manifest = reader.manifest
+        if (manifest.get("name"), manifest.get("version")) != (record.name, record.version):
+            raise IntegrityError(f"{record.ref}: the blob's manifest says {manifest.get('name')}@"
+                                 f"{manifest.get('version')} (tampered or wrong blob)")
+        return verify_record(self.store, policy, record, index_sha256=record.index_sha256, sha256=record.sha256)
 
     def open_lazy(self, record: VersionRecord, limits: Limits | None = None) -> ArchiveReader:
         """Range reads only: the tail, then one request per frame used; authenticated via the index digest."""
@@ -341,13 +571,48 @@ class Registry:
                                  f"{record.index_sha256} (tampered or wrong blob)")
         return reader
 
+    def lock(self, refs: Sequence[str | Ref], *, trust: TrustArg = None,
+             allow_downgrade: bool = False) -> tuple[Lockfile, dict[str, Verdict]]:
+        """A lockfile pinning each reference's digests and, with a trust policy, its signers (the key
+        ids whose signatures count now). Each archive is pulled and verified to learn them."""
+        from ..trust.enforce import resolve_policy
+        from .lockfile import Lockfile
 
-def _copy_out(path: Path, dest: Path, record: VersionRecord) -> Path:
-    if dest.is_dir():
-        dest = dest / f"{record.name}-{record.version}.karc"
+        policy = resolve_policy(trust)
+        records, verdicts = [], {}
+        for ref in refs:
+            if policy is None:
+                records.append(self.record_for(ref, allow_downgrade=allow_downgrade))
+                continue
+            result = self.pull(ref, trust=policy, allow_downgrade=allow_downgrade)
+            records.append(result.record)
+            if result.trust is not None:
+                verdicts[result.record.name] = result.trust
+        signers = {name: v.key_ids for name, v in verdicts.items()}
+        return Lockfile.from_records(records, self.url, signers), verdicts
+
+
+def _close(reader: ArchiveReader) -> None:
+    close = getattr(reader.source, "close", None)
+    if callable(close):
+        close()
+
+
+def _copy_out(path: Path, dest: str | os.PathLike, record: VersionRecord) -> Path:
+    """Copy the verified archive to ``dest``: a file, or a directory (existing, or any path ending in
+    ``/``) to put ``NAME-VERSION.karc`` in; missing parent directories are created."""
+    target = Path(output_file(dest, default_name=f"{record.name}-{record.version}.karc"))
     try:
-        with open(path, "rb") as src, atomic_writer(dest) as out:
+        with open(path, "rb") as src, atomic_writer(target) as out:
             shutil.copyfileobj(src, out, 1 << 20)
+    except DestinationError:
+        raise
     except OSError as exc:
-        raise RegistryError(f"cannot write {dest}: {exc}") from None
-    return dest
+        raise DestinationError(f"cannot write {target}: {exc.strerror or exc}", path=str(target)) from None
+    return target
+
+
+def _renamed(exc: KarchiveError, private: str, public: str) -> KarchiveError:
+    """The same error, naming ``public`` wherever it named the ``private`` path."""
+    fields = {k: (v.replace(private, public) if isinstance(v, str) else v) for k, v in exc.fields.items()}
+    return type(exc)(str(exc).replace(private, public), **fields)

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 import random
+import socket
 import time
 from dataclasses import dataclass
-from typing import Callable, TypeVar
+from typing import TypeVar
+from collections.abc import Callable
 
 from ..errors import KarchiveError, RegistryError, TransferError
 
@@ -32,8 +34,23 @@ def _status(exc: BaseException) -> int | None:
     return None
 
 
+def cannot_resolve(exc: BaseException) -> bool:
+    """A host name that does not resolve (no network, or a mistyped endpoint): asking again will not help.
+
+    aiohttp (gcsfs, s3fs's aiobotocore, http) raises ``ClientConnectorDNSError`` from a ``socket.gaierror``;
+    botocore/urllib3 wrap the ``gaierror`` too: look through the chain of causes.
+    """
+    seen = 0
+    node: BaseException | None = exc
+    while node is not None and seen < 16:
+        if isinstance(node, socket.gaierror) or type(node).__name__ in ("ClientConnectorDNSError", "NameResolutionError"):
+            return True
+        node, seen = node.__cause__ or node.__context__, seen + 1
+    return False
+
+
 def is_transient(exc: BaseException) -> bool:
-    if isinstance(exc, _PERMANENT):
+    if isinstance(exc, _PERMANENT) or cannot_resolve(exc):
         return False
     status = _status(exc)
     if status is not None:
@@ -57,7 +74,7 @@ class RetryPolicy:
     max_delay: float = 5.0
 
     @classmethod
-    def from_env(cls) -> "RetryPolicy":
+    def from_env(cls) -> RetryPolicy:
         """``KARCHIVE_RETRIES`` (attempts) and ``KARCHIVE_RETRY_DELAY`` (first backoff, seconds)."""
         return cls(attempts=max(1, int(_env_number("KARCHIVE_RETRIES", cls.attempts))),
                    base_delay=max(0.0, _env_number("KARCHIVE_RETRY_DELAY", cls.base_delay)))
@@ -76,7 +93,7 @@ class RetryPolicy:
         for attempt in range(self.attempts):
             try:
                 return fn()
-            except BaseException as exc:  # noqa: BLE001 - classified below
+            except BaseException as exc:
                 if not isinstance(exc, Exception) or isinstance(exc, (KarchiveError, FileNotFoundError, FileExistsError)):
                     raise
                 if isinstance(exc, PermissionError) or _status(exc) in (401, 403):

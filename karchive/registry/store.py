@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import abc
 import os
+import socket
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from ..core.fsio import fsync_dir, temp_path_for
 from ..errors import RegistryError, TransferError
@@ -216,6 +218,7 @@ class FsspecStore(Store):
                 raise _missing_backend(self.url, exc) from None
             except (ValueError, TypeError) as exc:
                 raise RegistryError(f"cannot open registry {self.url}: {exc}") from None
+            check_resolvable(endpoint_host(self._fs, self.protocol, self.root), self.url)
         return self._fs
 
     def _p(self, path: str) -> str:
@@ -291,6 +294,46 @@ class FsspecStore(Store):
             return []
         names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
         return sorted(n for n in names if n and not n.startswith("."))
+
+
+def endpoint_host(fs: Any, protocol: str, root: str) -> str | None:
+    """The host a backend will connect to, where it is known without a request; else None (no probe).
+
+    gcsfs resolves its endpoint itself (``endpoint_url``, ``STORAGE_EMULATOR_HOST``, Google's); s3fs only
+    when one is given (``endpoint_url``, or ``AWS_ENDPOINT_URL[_S3]``): otherwise botocore decides from its
+    own configuration files, which karchive does not second-guess.
+    """
+    from urllib.parse import urlsplit
+
+    url = getattr(fs, "endpoint_url", None) or (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url")
+    if protocol in ("gs", "gcs"):
+        url = getattr(fs, "_location", None) or url
+    elif protocol in ("s3", "s3a"):
+        url = url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    elif protocol in ("http", "https"):
+        url = root
+    if isinstance(url, str) and url:
+        return urlsplit(url if "://" in url else f"http://{url}").hostname
+    return None
+
+
+def check_resolvable(host: str | None, url: str) -> None:
+    """Fail at once, in one line, when the backend's host name does not resolve.
+
+    Cloud clients retry connection errors with backoff on their own (gcsfs six times, ~30 s) before
+    karchive's policy sees them; a name that does not resolve (no network, a mistyped endpoint) would
+    cost minutes to report. One ``getaddrinfo`` before the first request answers in milliseconds.
+    """
+    if not host:
+        return
+    try:
+        socket.getaddrinfo(host, None)
+    except socket.gaierror as exc:
+        raise TransferError(f"registry {url}: cannot resolve {host} ({exc.strerror or exc}): no network, or a "
+                            "wrong endpoint (storage options / STORAGE_EMULATOR_HOST / AWS_ENDPOINT_URL)",
+                            registry=url, url=url, attempts=0) from None
+    except (UnicodeError, ValueError) as exc:
+        raise RegistryError(f"registry {url}: bad host name {host!r}: {exc}", registry=url) from None
 
 
 def _missing_backend(url: str, exc: Exception) -> RegistryError:

@@ -9,7 +9,7 @@ order. Ties (``1.0`` vs ``1.0.0``) are broken by the string so the order is tota
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 _PEP440 = re.compile(
     r"""^v?
@@ -33,6 +33,7 @@ def version_key(version: str) -> tuple:
     release = tuple(int(p) for p in m.group("release").split("."))
     while len(release) > 1 and release[-1] == 0:
         release = release[:-1]
+    pre: tuple[float, int]  # (inf, 0) sorts a final release after all of its pre-releases
     if m.group("pre_l"):
         pre = (_PRE_RANK[m.group("pre_l").lower()], int(m.group("pre_n") or 0))
     elif m.group("dev_l") and not m.group("post_l"):

@@ -11,16 +11,22 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..errors import KernelNameError
+from ..core.text import plural, printable, table
+from ..core.units import human_bytes
+from ..errors import KernelNameError, NoDeviceError
+from ..format.heuristics import records_for as heuristics_records
 from ..format.manifest import Manifest, Variant
 from ..format.reader import ArchiveReader, Limits
 from ..resolve import open_reader
 from .device import ptx_header
-from .autotuned import AutotunedKernel
+from .autotuned import AutotunedKernel, HeuristicsKernel
 from .dispatch import Kernel
 from .select import DeviceFit
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .driver_api import Backend
 
 log = logging.getLogger("karchive.runtime")
 
@@ -37,9 +43,9 @@ class Archive:
         self.manifest: Manifest = reader.model
         self.allow_ptx = allow_ptx
         self._backend_name = backend
-        self._backend: Any = None
+        self._backend: Backend | None = None
         self._lock = threading.RLock()
-        self._kernels: dict[tuple[str, bool], Kernel | AutotunedKernel] = {}
+        self._kernels: dict[tuple[str, bool], Kernel | AutotunedKernel | HeuristicsKernel] = {}
         self._functions: dict[tuple[str, int], Any] = {}
         self._ptx_headers: dict[str, tuple] = {}
         self._pool: Any = None
@@ -60,15 +66,43 @@ class Archive:
         return list(self.manifest.variants) if kernel is None else self.manifest.variants_of(kernel)
 
     def __repr__(self) -> str:
-        return f"<karchive.Archive {self.name} {self.version} ({len(self.manifest)} variants) from {self.ref}>"
+        n = len(self.manifest)
+        return printable(f"<karchive.Archive {self.name} {self.version}: {n} variant{'' if n == 1 else 's'} of "
+                         f"{len(self.kernels())} kernel{'' if len(self.kernels()) == 1 else 's'}, from {self.ref}>")
 
-    def kernel(self, name: str, *, benchmark: bool = False) -> Kernel | AutotunedKernel:
+    def summary(self) -> str:
+        """What the archive holds, readable (``print(arc.summary())``): one line per kernel with its targets
+        and specialisations, as ``karchive inspect`` shows them (that command has the per-variant table)."""
+        rows = []
+        for name in self.kernels():
+            vs = self.variants(name)
+            values: dict[str, set] = {}  # constexpr name -> values; ints fixed to 1 count separately
+            fixed: dict[str, int] = {}
+            for v in vs:
+                for p in v.params:
+                    if p.equal_to_1:
+                        fixed[p.name] = fixed.get(p.name, 0) + 1
+                    elif p.is_constexpr:
+                        values.setdefault(p.name, set()).add(p.constexpr)
+            spec = [f"{k}==1" + ("" if n == len(vs) else f" (in {n})") for k, n in fixed.items()]
+            spec += [f"{k}=" + "|".join(str(x) for x in sorted(vals, key=_value_order)) for k, vals in values.items()]
+            rows.append([name, plural(len(vs), "variant"), ", ".join(sorted({str(v.target) for v in vs})),
+                         " ".join(spec) or "-"])
+        head = (f"{self.name} {self.version}: {plural(len(self.manifest), 'variant')} of "
+                f"{plural(len(rows), 'kernel')} ({human_bytes(self.reader.source.size)}) from {self.ref}")
+        return printable(head) + "\n" + table(["kernel", "variants", "targets", "specialisations"], rows) + \
+            "\n\narc.kernel(NAME) gives a launcher; arc.variants(NAME) lists the variants; `karchive inspect` " \
+            "shows every variant."
+
+    def kernel(self, name: str, *, benchmark: bool = False) -> Kernel | AutotunedKernel | HeuristicsKernel:
         """The dispatcher for ``name`` (created once per archive).
 
         A kernel captured from ``@triton.autotune`` (the manifest holds autotune records for it) gets an
         :class:`AutotunedKernel`: each call uses the config recorded for its autotune key. With
         ``benchmark=True`` a key that was never tuned is timed across the prebuilt configs instead of
-        taking the fallback rule's pick.
+        taking the fallback rule's pick. A kernel with heuristics records (``@triton.heuristics``) takes
+        the computed meta-parameters from the recorded case that matches each call
+        (:class:`HeuristicsKernel`, or inside the :class:`AutotunedKernel`).
         """
         cache_key = (name, benchmark)
         k = self._kernels.get(cache_key)
@@ -76,7 +110,8 @@ class Archive:
             with self._lock:
                 k = self._kernels.get(cache_key)
                 if k is None:
-                    variants = self.variants(name)
+                    # variants(None) means "all kernels": a non-string name is simply not a kernel here.
+                    variants = self.variants(name) if isinstance(name, str) else []
                     if not variants:
                         have = self.kernels()
                         raise KernelNameError(
@@ -85,16 +120,19 @@ class Archive:
                     k = Kernel(self, name, variants)
                     records = [r for r in self.manifest.autotune or []
                                if isinstance(r, dict) and r.get("kernel") == name]
+                    heuristics = heuristics_records(self.manifest.heuristics, name)
                     if records:
-                        k = AutotunedKernel(k, records, benchmark=benchmark)
+                        k = AutotunedKernel(k, records, benchmark=benchmark, heuristics=heuristics)
+                    elif heuristics:
+                        k = HeuristicsKernel(k, heuristics)
                     self._kernels[cache_key] = k
         return k
 
-    def __getitem__(self, name: str) -> Kernel:
+    def __getitem__(self, name: str) -> Kernel | AutotunedKernel | HeuristicsKernel:
         return self.kernel(name)
 
     # -- device side -----------------------------------------------------------------------------------
-    def backend(self) -> Any:
+    def backend(self) -> Backend:
         """The driver backend for this archive's variants (CUDA before HIP), initialised on first use."""
         b = self._backend
         if b is None:
@@ -155,18 +193,26 @@ class Archive:
             close()
 
 
+def _value_order(value: Any) -> tuple[int, Any]:
+    """Numbers first, in numeric order (256 before 1024), then anything else by its text."""
+    return (0, value) if isinstance(value, (int, float)) else (1, str(value))
+
+
 def open_archive(ref: str | os.PathLike, *, allow_ptx: bool = False, backend: str | None = None,
                  registry: Any = None, lockfile: Any = None, cache_dir: str | os.PathLike | None = None,
                  fetch: str | None = None, storage_options: dict[str, Any] | None = None,
-                 limits: Limits | None = None) -> Archive:
+                 limits: Limits | None = None, trust: Any = None, allow_downgrade: bool = False) -> Archive:
     """Open an archive for launching: a local path, any fsspec URL, or a registry ``name[@version]``.
 
     ``allow_ptx`` lets variants whose cubin does not fit the GPU run from their PTX through the driver's
     JIT (logged; only when the driver reads that PTX ISA version). ``backend`` forces "cuda" or "hip".
     ``registry``, ``lockfile``, ``cache_dir`` and ``fetch`` apply to registry references
-    (:func:`karchive.resolve.open_reader`).
+    (:func:`karchive.resolve.open_reader`). ``trust`` (a trust policy or its file; default
+    ``$KARCHIVE_TRUST_POLICY``) refuses an archive its signatures do not satisfy, before anything is
+    loaded; ``allow_downgrade`` accepts a ``NAME@latest`` older than one this cache verified.
     """
-    text = os.fspath(ref)
-    reader = open_reader(text, registry=registry, lockfile=lockfile, cache_dir=cache_dir, fetch=fetch,  # type: ignore[arg-type]
-                         storage_options=storage_options, limits=limits)
-    return Archive(reader, ref=text, allow_ptx=allow_ptx, backend=backend)
+    if backend not in (None, "cuda", "hip"):
+        raise NoDeviceError(f"backend={backend!r}: karchive launches on 'cuda' or 'hip'", backend=str(backend))
+    reader = open_reader(ref, registry=registry, lockfile=lockfile, cache_dir=cache_dir, fetch=fetch,  # type: ignore[arg-type]
+                         storage_options=storage_options, limits=limits, trust=trust, allow_downgrade=allow_downgrade)
+    return Archive(reader, ref=os.fspath(ref), allow_ptx=allow_ptx, backend=backend)

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import ctypes
 import sys
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from .dtypes import DLPackDtype
 
@@ -108,6 +109,41 @@ def _dlpack(a: Any) -> PointerInfo:
 
 def _module_root(tp: type) -> str:
     return (getattr(tp, "__module__", "") or "").split(".", 1)[0]
+
+
+class NoTensorType:
+    """Stands for "no tensor type known yet": no argument's type is this class."""
+
+
+#: The tensor type whose pointer, dtype and device both launch paths read directly (``data_ptr()``,
+#: ``.dtype``, ``get_device()``) instead of through :func:`pointer_info`: ``torch.Tensor`` once a
+#: torch tensor has been launched with (karchive never imports torch itself).
+# type[Any], not type: the launch paths call its instances' methods, which no stub describes.
+TENSOR_TYPE: type[Any] = NoTensorType
+_tensor_listeners: list[Callable[[Any], None]] = []
+
+
+def set_tensor_type(tp: type | None) -> None:
+    """Make ``tp`` the directly-read tensor type (None: none). Tests use it with a stand-in class."""
+    global TENSOR_TYPE
+    TENSOR_TYPE = NoTensorType if tp is None else tp
+    for notify in _tensor_listeners:
+        notify(tp)
+
+
+def on_tensor_type(notify: Callable[[Any], None]) -> None:
+    """Call ``notify(tp)`` now and whenever the tensor type changes (the compiled launcher keeps a copy)."""
+    _tensor_listeners.append(notify)
+    notify(None if TENSOR_TYPE is NoTensorType else TENSOR_TYPE)
+
+
+def notice_tensors(values: Any) -> None:
+    """Turn the direct tensor read on the first time a torch tensor is launched with."""
+    if TENSOR_TYPE is NoTensorType:
+        for v in values:
+            if is_torch_tensor_type(type(v)):
+                set_tensor_type(sys.modules["torch"].Tensor)
+                return
 
 
 def is_torch_tensor_type(tp: type) -> bool:

@@ -1,11 +1,16 @@
-"""Kernels captured from ``@triton.autotune``: pick the recorded config per call, never compile.
+"""Kernels captured from ``@triton.autotune`` / ``@triton.heuristics``: meta-parameters from records, never compiled.
 
 The manifest's ``autotune`` records (spec/FORMAT.md §6.3) map an autotune key (the ``key=`` argument
-values, then argument dtypes) to the config Triton chose and the variant compiled for it. A call
-computes its key, takes the recorded entry (exact key, else the ``nearest-log2`` fallback), and
-launches exactly that variant with that config's constexprs. With ``benchmark=True`` a key that was
-never tuned is timed once across the prebuilt variants of every recorded config (no compiling) and
-the fastest is remembered for the life of the process.
+values, then argument dtypes) to the config Triton chose. A call computes its key, takes the recorded
+entry (exact key, else the ``nearest-log2`` fallback), and launches among the variants compiled for
+that config (its constexprs, ``num_warps``/``num_stages``...) the one that fits the call. With
+``benchmark=True`` a key that was never tuned is timed once across the prebuilt variants of every
+recorded config (no compiling) and the fastest is remembered for the life of the process.
+
+The ``heuristics`` records (§6.4) give the values ``@triton.heuristics`` computed: for each computed
+name, the first recorded case whose inputs match the call (after the autotune config's constexprs,
+which Triton also passes to the heuristics). A call that matches no case is refused with the cases
+that were recorded, unless the caller passes the value.
 """
 
 from __future__ import annotations
@@ -13,20 +18,165 @@ from __future__ import annotations
 import threading
 import time
 from functools import partial
-from typing import Any, Mapping, Sequence
+from typing import Any
+from collections.abc import Mapping, Sequence
 
 from ..errors import ArgumentError, NoMatchingVariantError
 from ..format.autotune import choose_config, entry_config, key_for_call
+from ..format.heuristics import OPTION_NAMES, HeuristicsRecord, resolve
 from ..format.manifest import Variant
 from .dispatch import Kernel
+
+
+def _fits(v: Variant, constexprs: Mapping[str, Any], options: Mapping[str, Any]) -> bool:
+    """Was ``v`` compiled with these constexpr values and codegen options (None: not constrained)?"""
+    mine = v.constexprs
+    names = {p.name for p in v.params}
+    for k, want in constexprs.items():
+        if k in names and (k not in mine or mine[k] != want or isinstance(mine[k], bool) != isinstance(want, bool)):
+            return False
+    for k, want in options.items():
+        have = v.options.get(k)
+        if want is not None and have is not None and have != want:
+            return False
+    return True
+
+
+class _Subsets:
+    """Dispatchers over subsets of one kernel's variants (one per subset, created once)."""
+
+    def __init__(self, base: Kernel) -> None:
+        self.base = base
+        self._by_keys: dict[frozenset, Kernel] = {}
+        self._fitting: dict[tuple, Kernel] = {}
+        self._lock = threading.Lock()
+
+    def kernel(self, variants: Sequence[Variant]) -> Kernel:
+        if not variants or len(variants) == len(self.base.variants):
+            return self.base
+        keys = frozenset(v.key for v in variants)
+        k = self._by_keys.get(keys)
+        if k is None:
+            with self._lock:
+                k = self._by_keys.get(keys)
+                if k is None:
+                    k = self._by_keys[keys] = Kernel(self.base.archive, self.base.name, list(variants))
+        return k
+
+    def fitting(self, constexprs: Mapping[str, Any], options: Mapping[str, Any], pinned: str | None = None) -> Kernel:
+        """The dispatcher over the variants compiled with these constexprs and options (else the pinned one)."""
+        key: tuple | None
+        try:
+            key = (tuple(sorted((k, type(v).__name__, v) for k, v in constexprs.items())),
+                   tuple(sorted(options.items())), pinned)
+            hit = self._fitting.get(key)
+        except TypeError:  # an unhashable value: no caching
+            key, hit = None, None
+        if hit is not None:
+            return hit
+        chosen = [v for v in self.base.variants if _fits(v, constexprs, options)]
+        if not chosen and pinned is not None:
+            chosen = [v for v in self.base.variants if v.key == pinned]
+        k = self.kernel(chosen) if chosen else self.base
+        if key is not None:
+            self._fitting[key] = k
+        return k
+
+
+class _Heuristics:
+    """The recorded heuristics of one kernel: values per call, resolutions cached per observable call."""
+
+    def __init__(self, name: str, records: Sequence[HeuristicsRecord]) -> None:
+        self.name = name
+        self.records = list(records)
+        self.names = tuple(n for r in self.records for n in r.names)
+        self._cache: dict[tuple, dict[str, Any]] = {}
+
+    def values(self, named: Mapping[str, Any], given: frozenset) -> dict[str, Any]:
+        """Values for every computed name the caller did not pass; ``NoMatchingVariantError`` if one has no case."""
+        current = dict(named)
+        out: dict[str, Any] = {}
+        for record in self.records:
+            key = (id(record), given, record.call_key(current))
+            hit = self._cache.get(key)
+            if hit is None:
+                values, unresolved = resolve(record, current, skip=given)
+                if unresolved:
+                    why = "; ".join(f"{n}: {w}" for n, w in unresolved.items())
+                    raise NoMatchingVariantError(
+                        f"{self.name}: the @triton.heuristics value(s) {sorted(unresolved)} for this call were never "
+                        f"recorded ({why}); pass {', '.join(f'{n}=...' for n in unresolved)} explicitly, or capture "
+                        "a call like this one")
+                hit = self._cache[key] = values
+            out.update(hit)
+            current.update(hit)
+        return out
+
+
+def _split(values: Mapping[str, Any], param_names: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(constexpr arguments, codegen options) of heuristic values."""
+    params = set(param_names)
+    cx = {k: v for k, v in values.items() if k in params}
+    opts = {k: v for k, v in values.items() if k in OPTION_NAMES and k not in params}
+    return cx, opts
+
+
+class HeuristicsKernel:
+    """Triton's call shape over a kernel whose ``@triton.heuristics`` values come from recorded cases."""
+
+    def __init__(self, base: Kernel, records: Sequence[HeuristicsRecord]) -> None:
+        self.base = base
+        self.archive = base.archive
+        self.name = base.name
+        self.param_names = base.param_names
+        self.variants = base.variants
+        self.heuristics = _Heuristics(base.name, records)
+        self._subsets = _Subsets(base)
+
+    def __repr__(self) -> str:
+        names = list(self.heuristics.names)
+        return f"<karchive.HeuristicsKernel {self.name} ({len(self.variants)} variants, computes {names})>"
+
+    def _resolve(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Kernel, dict]:
+        named = _named(self.name, self.param_names, args, kwargs)
+        given = frozenset(n for n in self.heuristics.names if n in kwargs)
+        values = self.heuristics.values(named, given)
+        cx, opts = _split(values, self.param_names)
+        kernel = self._subsets.fitting({}, opts) if opts else self.base
+        return kernel, cx
+
+    def __getitem__(self, grid: Any):
+        return partial(self.run, grid=grid)
+
+    def run(self, *args: Any, grid: Any, stream: Any = None, **kwargs: Any) -> None:
+        kernel, cx = self._resolve(args, kwargs)
+        kernel._run(grid, *args, stream=stream, **kwargs, **cx)
+
+    def select(self, *args: Any, device: Any = None, **kwargs: Any) -> Variant:
+        kernel, cx = self._resolve(args, kwargs)
+        return kernel.select(*args, device=device, **kwargs, **cx)
+
+    def bind(self, grid: Any, *args: Any, stream: Any = None, **kwargs: Any):
+        kernel, cx = self._resolve(args, kwargs)
+        return kernel.bind(grid, *args, stream=stream, **kwargs, **cx)
+
+    def preload(self, device: int | None = None) -> int:
+        return self.base.preload(device)
+
+
+def _named(name: str, param_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    if len(args) > len(param_names):
+        raise ArgumentError(f"{name}: {len(args)} positional arguments for {len(param_names)} parameters")
+    return {**dict(zip(param_names, args)), **kwargs}
 
 
 class AutotunedKernel:
     """Triton's call shape (``k[grid](...)``) over a kernel whose tuned meta-parameters come from records."""
 
     def __init__(self, base: Kernel, records: Sequence[Mapping[str, Any]], *, benchmark: bool = False,
-                 benchmark_reps: int = 10) -> None:
+                 benchmark_reps: int = 10, heuristics: Sequence[HeuristicsRecord] = ()) -> None:
         self.base = base
+        self.archive = base.archive
         self.name = base.name
         self.param_names = base.param_names
         self.variants = base.variants
@@ -34,9 +184,9 @@ class AutotunedKernel:
         self.benchmark = benchmark
         self.benchmark_reps = benchmark_reps
         self.tuned_names = frozenset(k for r in self.records for c in r.get("configs", []) for k in c.get("kwargs", {}))
-        self._by_key = {v.key: v for v in base.variants}
-        self._sub: dict[str, Kernel] = {}
-        self._choices: dict[tuple, tuple[Kernel, dict]] = {}
+        self.heuristics = _Heuristics(base.name, heuristics) if heuristics else None
+        self._subsets = _Subsets(base)
+        self._choices: dict[tuple, tuple[Mapping[str, Any], dict, Kernel]] = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -44,27 +194,26 @@ class AutotunedKernel:
         return f"<karchive.AutotunedKernel {self.name} ({len(self.variants)} variants, {n} tuned keys)>"
 
     # -- choosing -------------------------------------------------------------------------------------
-    def _kernel_for(self, variant_key: str | None) -> Kernel:
-        """A dispatcher restricted to one recorded variant (so warps/stages are exactly the tuned ones)."""
-        if variant_key is None or variant_key not in self._by_key:
-            return self.base
-        sub = self._sub.get(variant_key)
-        if sub is None:
-            sub = self._sub[variant_key] = Kernel(self.base.archive, self.name, [self._by_key[variant_key]])
-        return sub
+    def _config_of(self, record: Mapping[str, Any], entry: Mapping[str, Any]) -> Mapping[str, Any]:
+        cfg = entry_config(record, entry) or {}
+        return {"kwargs": dict(cfg.get("kwargs", {})),
+                "options": {k: cfg.get(k) for k in OPTION_NAMES if cfg.get(k) is not None},
+                "variant": entry.get("variant")}
 
     def _record_for(self, entry: Mapping[str, Any]) -> Mapping[str, Any]:
         return next(r for r in self.records if any(e is entry for e in r.get("entries", [])))
 
-    def _candidates(self) -> list[tuple[Kernel, dict]]:
+    def _candidates(self) -> list[Mapping[str, Any]]:
         seen, out = set(), []
         for r in self.records:
             for e in r.get("entries", []):
-                cfg = entry_config(r, e)
-                if cfg is None or e.get("variant") in seen:
+                if entry_config(r, e) is None:
                     continue
-                seen.add(e.get("variant"))
-                out.append((self._kernel_for(e.get("variant")), dict(cfg.get("kwargs", {}))))
+                cfg = self._config_of(r, e)
+                ident = repr((cfg["kwargs"], cfg["options"]))
+                if ident not in seen:
+                    seen.add(ident)
+                    out.append(cfg)
         return out
 
     def choose(self, named: Mapping[str, Any]) -> tuple[Kernel, dict, Mapping[str, Any] | None]:
@@ -76,39 +225,67 @@ class AutotunedKernel:
             raise NoMatchingVariantError(
                 f"{self.name}: autotune key {key} matches no recorded config (recorded keys: "
                 f"{', '.join(recorded) or 'none'}); pass the meta-parameters {sorted(self.tuned_names)} explicitly")
-        cfg = entry_config(self._record_for(entry), entry) or {}
-        return self._kernel_for(entry.get("variant")), dict(cfg.get("kwargs", {})), entry
+        cfg = self._config_of(self._record_for(entry), entry)
+        return self._subsets.fitting(cfg["kwargs"], cfg["options"], cfg["variant"]), dict(cfg["kwargs"]), entry
 
-    def _named(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        if len(args) > len(self.param_names):
-            raise ArgumentError(f"{self.name}: {len(args)} positional arguments for {len(self.param_names)} parameters")
-        return {**dict(zip(self.param_names, args)), **kwargs}
-
-    def _resolve(self, grid: Any, args: Sequence[Any], kwargs: dict, stream: Any) -> tuple[Kernel, dict]:
-        given = self.tuned_names & kwargs.keys()
-        if given:
-            if given != self.tuned_names:
-                raise ArgumentError(f"{self.name}: give all tuned meta-parameters {sorted(self.tuned_names)} "
-                                    f"or none (got {sorted(given)})")
-            return self.base, {}
-        named = self._named(args, kwargs)
+    def _tuned(self, named: Mapping[str, Any], grid: Any, args: Sequence[Any], kwargs: dict, stream: Any,
+               may_benchmark: bool) -> tuple[Mapping[str, Any], dict, Kernel]:
+        """(config, its constexprs, dispatcher over its variants) for this call's autotune key, remembered per key."""
         key = tuple(key_for_call(self.records[0], named)) if self.records else ()
         hit = self._choices.get(key)
         if hit is not None:
             return hit
-        kernel, cx, entry = self.choose(named)
+        _kernel, cx, entry = self.choose(named)
+        cfg: Mapping[str, Any] = self._config_of(self._record_for(entry), entry) if entry is not None else {
+            "kwargs": cx, "options": {}, "variant": None}
         if self.benchmark and entry is not None and tuple(entry.get("key", ())) != key:
-            kernel, cx = self._fastest(grid, args, kwargs, stream)
+            if not may_benchmark:  # select(): answer by the rule, remember nothing (a launch will benchmark)
+                return cfg, dict(cfg["kwargs"]), _kernel
+            cfg = self._fastest(grid, args, kwargs, stream)
+        kernel = self._subsets.fitting(cfg["kwargs"], cfg["options"], cfg["variant"])
         with self._lock:
-            self._choices[key] = (kernel, cx)
-        return kernel, cx
+            self._choices[key] = hit = (cfg, dict(cfg["kwargs"]), kernel)
+        return hit
 
-    def _fastest(self, grid: Any, args: Sequence[Any], kwargs: dict, stream: Any) -> tuple[Kernel, dict]:
-        """Time every recorded config's prebuilt variant on this call (outputs are overwritten, as Triton's
+    def _resolve(self, grid: Any, args: Sequence[Any], kwargs: dict, stream: Any,
+                 may_benchmark: bool = True) -> tuple[Kernel, dict]:
+        given = self.tuned_names & kwargs.keys()
+        named = _named(self.name, self.param_names, args, kwargs)
+        if given:
+            if given != self.tuned_names:
+                raise ArgumentError(f"{self.name}: give all tuned meta-parameters {sorted(self.tuned_names)} "
+                                    f"or none (got {sorted(given)})")
+            cfg: Mapping[str, Any] = {"kwargs": {}, "options": {}, "variant": None}
+            cx: dict = {}
+            kernel = self.base
+        else:
+            cfg, cx, kernel = self._tuned(named, grid, args, kwargs, stream, may_benchmark)
+        if self.heuristics is None:
+            return kernel, cx
+        # Triton passes the config's constexprs to the heuristics (Autotuner -> Heuristics -> JIT).
+        values = self.heuristics.values({**named, **cx}, frozenset(n for n in self.heuristics.names if n in kwargs))
+        hcx, hopts = _split(values, self.param_names)
+        kernel = self._subsets.fitting({**cfg["kwargs"], **hcx}, {**cfg["options"], **hopts})
+        return kernel, {**cx, **hcx}
+
+    def _fastest(self, grid: Any, args: Sequence[Any], kwargs: dict, stream: Any) -> Mapping[str, Any]:
+        """Time every recorded config's prebuilt variants on this call (outputs are overwritten, as Triton's
         autotuner does); configs that cannot run here are skipped."""
         backend = self.base.archive.backend()
-        best: tuple[float, Kernel, dict] | None = None
-        for kernel, cx in self._candidates():
+        best: tuple[float, Mapping[str, Any]] | None = None
+        for cfg in self._candidates():
+            kernel = self._subsets.fitting(cfg["kwargs"], cfg["options"], cfg["variant"])
+            cx = dict(cfg["kwargs"])
+            if self.heuristics is not None:
+                named = _named(self.name, self.param_names, args, kwargs)
+                try:
+                    values = self.heuristics.values({**named, **cx}, frozenset(n for n in self.heuristics.names
+                                                                                if n in kwargs))
+                except NoMatchingVariantError:
+                    continue
+                hcx, hopts = _split(values, self.param_names)
+                kernel = self._subsets.fitting({**cfg["kwargs"], **hcx}, {**cfg["options"], **hopts})
+                cx.update(hcx)
             try:
                 bound = kernel.bind(grid, *args, stream=stream, **{**kwargs, **cx})
             except NoMatchingVariantError:
@@ -122,10 +299,10 @@ class AutotunedKernel:
             backend.synchronize(s)
             took = time.perf_counter() - start
             if best is None or took < best[0]:
-                best = (took, kernel, cx)
+                best = (took, cfg)
         if best is None:
             raise NoMatchingVariantError(f"{self.name}: no recorded config can run on this device for this call")
-        return best[1], best[2]
+        return best[1]
 
     # -- Triton's call shape and the runtime's API ---------------------------------------------------------
     def __getitem__(self, grid: Any):
@@ -136,8 +313,7 @@ class AutotunedKernel:
         kernel._run(grid, *args, stream=stream, **kwargs, **cx)
 
     def select(self, *args: Any, device: Any = None, **kwargs: Any) -> Variant:
-        kernel, cx = self._resolve(None, args, kwargs, None) if not self.benchmark else self.choose(
-            self._named(args, kwargs))[:2]
+        kernel, cx = self._resolve(None, args, kwargs, None, may_benchmark=False)
         return kernel.select(*args, device=device, **kwargs, **cx)
 
     def bind(self, grid: Any, *args: Any, stream: Any = None, **kwargs: Any):

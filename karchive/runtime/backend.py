@@ -7,16 +7,28 @@ every later launch fails fast with the same :class:`NoDeviceError` naming what i
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from ..errors import NoDeviceError
+from .driver_api import Backend
 
 _lock = threading.Lock()
-_backends: dict[str, Any] = {}
+_backends: dict[str, Backend] = {}
 _failures: dict[str, NoDeviceError] = {}
 
 
-def get_backend(name: str) -> Any:
+def _create(name: str) -> Backend:
+    if name == "cuda":
+        from .cuda_driver import CudaBackend
+
+        return CudaBackend()
+    if name == "hip":
+        from .hip_driver import HipBackend
+
+        return HipBackend()
+    raise NoDeviceError(f"unknown backend {name!r}")
+
+
+def get_backend(name: str) -> Backend:
     """The backend for ``"cuda"`` or ``"hip"`` (initialising the driver the first time)."""
     b = _backends.get(name)
     if b is not None:
@@ -28,16 +40,7 @@ def get_backend(name: str) -> Any:
         if name in _failures:
             raise _failures[name]
         try:
-            if name == "cuda":
-                from .cuda_driver import CudaBackend
-
-                b = CudaBackend()
-            elif name == "hip":
-                from .hip_driver import HipBackend
-
-                b = HipBackend()
-            else:
-                raise NoDeviceError(f"unknown backend {name!r}")
+            b = _create(name)
         except NoDeviceError as exc:
             _failures[name] = exc
             raise
@@ -45,20 +48,7 @@ def get_backend(name: str) -> Any:
         return b
 
 
-def install_backend(name: str, backend: Any) -> None:
-    """Use ``backend`` for ``name`` (tests only: a recording stand-in for hardware that does not exist here)."""
-    with _lock:
-        _backends[name] = backend
-        _failures.pop(name, None)
-
-
-def reset_backends() -> None:
-    with _lock:
-        _backends.clear()
-        _failures.clear()
-
-
-def first_available(names: list[str]) -> Any:
+def first_available(names: list[str]) -> Backend:
     """The first backend among ``names`` that initialises; otherwise one error naming why each failed."""
     errors = []
     for name in names:

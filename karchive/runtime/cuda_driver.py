@@ -3,18 +3,24 @@
 Everything GPU-specific the runtime does goes through here: device queries, primary contexts, module
 loads (``cuModuleLoadData`` + ``cuModuleGetFunction``), the shared-memory opt-in, scratch allocation,
 and launches (``cuLaunchKernel``; ``cuLaunchKernelEx`` for clusters, cooperative grids and PDL).
-Nothing is imported or initialised until the first launch asks for a device.
+The compiled launcher calls ``cuLaunchKernel`` itself, at the address cuda-python's own
+``cuGetProcAddress`` gives (:meth:`CudaBackend.launch_address`), so cuda-python stays the one way
+karchive reaches the driver. Nothing is imported or initialised until the first launch asks for a device.
 """
 
 from __future__ import annotations
 
+import os
 import threading
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import LaunchError, NoDeviceError
 from .device import DeviceInfo
+from .driver_api import LoadedFunction, StreamCache, plain_text
 
 _DEFAULT_SHARED = 48 * 1024
+#: cuLaunchKernel exists since CUDA 4.0; its ABI has not changed (cuda.h: ``cuLaunchKernel`` has no _v2).
+_LAUNCH_KERNEL_VERSION = 4000
 
 
 def import_driver() -> Any:
@@ -36,13 +42,14 @@ def import_driver() -> Any:
         ) from exc
 
 
-class LoadedFunction:
-    """A kernel loaded into one device's context."""
-
-    __slots__ = ("module", "function", "context", "device")
-
-    def __init__(self, module: Any, function: Any, context: Any, device: int) -> None:
-        self.module, self.function, self.context, self.device = module, function, context, device
+def per_thread_default_stream() -> bool:
+    """Whether cuda-python binds the per-thread-default-stream driver entry points (its own switch,
+    ``CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM``, read as cuda-python reads it): the compiled launcher
+    asks for the same variant of ``cuLaunchKernel`` so both routes treat stream 0 alike."""
+    try:
+        return bool(int(os.environ.get("CUDA_PYTHON_CUDA_PER_THREAD_DEFAULT_STREAM", "0")))
+    except ValueError:
+        return False
 
 
 class CudaBackend:
@@ -56,9 +63,10 @@ class CudaBackend:
         self.SUCCESS = d.CUresult.CUDA_SUCCESS
         try:
             (err,) = d.cuInit(0)
-        except Exception as exc:  # noqa: BLE001 - cuda-python raises its own types when libcuda is absent
+        except Exception as exc:
             raise NoDeviceError(
-                f"cannot launch on CUDA: the NVIDIA driver library (libcuda.so.1) could not be loaded: {exc}"
+                f"cannot launch on CUDA: the NVIDIA driver library (libcuda.so.1) could not be loaded: {plain_text(exc)}",
+                backend="cuda",
             ) from exc
         if err != self.SUCCESS:
             if err == d.CUresult.CUDA_ERROR_NO_DEVICE:
@@ -70,14 +78,15 @@ class CudaBackend:
                                 "(check CUDA_VISIBLE_DEVICES and the driver)")
         self.count = count
         err, self.driver_version = d.cuDriverGetVersion()
-        self.launch = d.cuLaunchKernel  # the hot path calls this directly
-        self.context_errors = {int(getattr(d.CUresult, n)) for n in
-                               ("CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HANDLE",
-                                "CUDA_ERROR_CONTEXT_IS_DESTROYED") if hasattr(d.CUresult, n)}
+        self._launch_kernel = d.cuLaunchKernel
+        self.context_errors = frozenset(int(getattr(d.CUresult, n)) for n in
+                                        ("CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HANDLE",
+                                         "CUDA_ERROR_CONTEXT_IS_DESTROYED") if hasattr(d.CUresult, n))
         self._lock = threading.Lock()
         self._contexts: dict[int, Any] = {}
         self._infos: dict[int, DeviceInfo] = {}
-        self._streams: dict[int, Any] = {}
+        self.streams = StreamCache(d.CUstream)
+        self._launch_address: int | None | Literal[False] = False  # False: not asked yet
 
     # -- errors -----------------------------------------------------------------------------------
     def error_text(self, err: Any) -> str:
@@ -152,7 +161,7 @@ class CudaBackend:
         self.check(self.d.cuCtxSetCurrent(self.context(index)), "cuCtxSetCurrent")
 
     class _Pushed:
-        def __init__(self, backend: "CudaBackend", index: int) -> None:
+        def __init__(self, backend: CudaBackend, index: int) -> None:
             self.b, self.index = backend, index
 
         def __enter__(self) -> None:
@@ -161,7 +170,7 @@ class CudaBackend:
         def __exit__(self, *exc: Any) -> None:
             self.b.d.cuCtxPopCurrent()
 
-    def in_context(self, index: int) -> "_Pushed":
+    def in_context(self, index: int) -> _Pushed:
         """Run a block with the device's context pushed, leaving the caller's current context as it was."""
         return CudaBackend._Pushed(self, index)
 
@@ -189,17 +198,7 @@ class CudaBackend:
     # -- streams --------------------------------------------------------------------------------------
     def stream(self, handle: Any) -> Any:
         """A cached ``CUstream`` for an int handle or any stream object (torch, CuPy, ``__cuda_stream__``)."""
-        s = self._streams.get(handle) if type(handle) is int else None
-        if s is not None:
-            return s
-        raw = stream_handle(handle)
-        s = self._streams.get(raw)
-        if s is None:
-            s = self.d.CUstream(raw)
-            if len(self._streams) > 4096:
-                self._streams.clear()
-            self._streams[raw] = s
-        return s
+        return self.streams.get(handle)
 
     def is_capturing(self, stream: Any) -> bool:
         err, status = self.d.cuStreamIsCapturing(stream)
@@ -218,9 +217,41 @@ class CudaBackend:
             self.check(self.d.cuMemFree(ptr), "cuMemFree")
 
     # -- launch ---------------------------------------------------------------------------------------
+    def launch(self, function: Any, gx: int, gy: int, gz: int, block_x: int, shared: int, stream: Any,
+               kernel_params: int) -> int:
+        """``cuLaunchKernel`` through cuda-python (the pure-Python route; the compiled one calls the driver)."""
+        return self._launch_kernel(function, gx, gy, gz, block_x, 1, 1, shared, stream, kernel_params, 0)[0]
+
+    def launch_address(self) -> int | None:
+        """``cuLaunchKernel``'s address from ``cuGetProcAddress`` (None if the binding or driver cannot say)."""
+        if self._launch_address is False:
+            self._launch_address = self._proc_address("cuLaunchKernel", _LAUNCH_KERNEL_VERSION)
+        return self._launch_address
+
+    def _proc_address(self, symbol: str, version: int) -> int | None:
+        d = self.d
+        get = getattr(d, "cuGetProcAddress", None)
+        if get is None:
+            return None
+        flags = d.CUdriverProcAddress_flags
+        flag = (flags.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM if per_thread_default_stream()
+                else flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM)
+        try:
+            result = get(symbol.encode(), version, flag)
+        except Exception:  # noqa: BLE001 - an old binding with another signature: use the Python route
+            return None
+        if result[0] != self.SUCCESS or not result[1]:
+            return None
+        if len(result) > 2 and int(result[2]) != 0:  # CU_GET_PROC_ADDRESS_SUCCESS is 0
+            return None
+        return int(result[1])
+
+    def handle_address(self, obj: Any) -> int:
+        return int(obj)
+
     def launch_ex(self, func: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared: int,
                   stream: Any, kernel_params: int, cluster: tuple[int, int, int], cooperative: bool,
-                  pdl: bool) -> Any:
+                  pdl: bool) -> int:
         """``cuLaunchKernelEx`` with cluster / cooperative / PDL attributes, as Triton's launcher sets them."""
         d = self.d
         cfg = d.CUlaunchConfig()
@@ -251,26 +282,5 @@ class CudaBackend:
             attrs.append(a)
         cfg.attrs = attrs
         cfg.numAttrs = len(attrs)
-        return d.cuLaunchKernelEx(cfg, func, kernel_params, 0)
+        return d.cuLaunchKernelEx(cfg, func, kernel_params, 0)[0]
 
-
-def stream_handle(obj: Any) -> int:
-    """The raw ``CUstream`` value of an int, a torch/CuPy stream, a ``__cuda_stream__`` object or a CUstream."""
-    if obj is None:
-        return 0
-    if isinstance(obj, int):
-        return obj
-    proto = getattr(obj, "__cuda_stream__", None)
-    if proto is not None:
-        value = proto() if callable(proto) else proto
-        return int(value[1])
-    for attr in ("cuda_stream", "ptr", "handle"):  # torch.cuda.Stream, cupy.cuda.Stream, others
-        value = getattr(obj, attr, None)
-        if isinstance(value, int):
-            return value
-    try:
-        return int(obj)  # cuda-python CUstream / hip-python hipStream_t
-    except (TypeError, ValueError):
-        from ..errors import ArgumentError
-
-        raise ArgumentError(f"stream={obj!r}: expected an int handle or a torch/CuPy/__cuda_stream__ stream") from None

@@ -66,7 +66,7 @@ class DeviceInfo:
 
     @classmethod
     def describe_target(cls, target: str, *, index: int = 0, shared_optin: int | None = None,
-                        driver_version: int | None = None, name: str = "") -> "DeviceInfo":
+                        driver_version: int | None = None, name: str = "") -> DeviceInfo:
         """A device description from ``cuda:86`` / ``hip:gfx942`` (selection without a GPU; no driver involved)."""
         from ..format.target import Target
 

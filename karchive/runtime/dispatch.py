@@ -1,49 +1,58 @@
 """The dispatcher: ``kernel[grid](*args, **constexprs)`` with Triton's call shape, over every variant of a kernel.
 
-A call builds a small key from what can change the choice of variant (pointer dtypes, devices and
-16-byte alignment, ``== 1`` / divisibility / range of ints where some variant specialises on them,
-constexpr values) and looks it up in a dict. The code that builds the key is generated per kernel
-with the kernel's own parameter names, so the hot path has no loops, no ``**kwargs`` handling and no
-framework calls beyond ``data_ptr()``, ``dtype`` and ``get_device()``. A miss runs the full checks,
-selects a variant (:mod:`.select`), loads it on the device (once) and caches the result.
+How a call travels (read in this order):
+
+1. ``kernel[grid]`` is ``kernel._run`` with the grid bound (``_fastlaunch.subscript`` in C, else
+   ``functools.partial``). ``_run`` is the kernel's *launch path*: the compiled
+   ``_fastlaunch.Dispatcher`` (:mod:`.native`) or, where the extension is not built or
+   ``KARCHIVE_LAUNCH_PATH=python``, a function generated from one template (:mod:`.pydispatch`;
+   print it with :meth:`Kernel.source`). Both do the same steps:
+2. bind the arguments to the kernel's parameters and launch options, and build the selection key
+   (:mod:`.plan` says what it holds: pointer types/dtypes/devices/alignment, int hints, constexprs);
+3. look the key up; a new key goes to :meth:`Kernel._miss` -- full checks, variant selection
+   (:mod:`.select`), the module load (once per variant and device) -- and is remembered;
+4. resolve a callable grid and the default stream, pack the parameters (:mod:`.pack`) and call the
+   driver's launch (:class:`.launcher.LaunchEntry`).
+
+Calls the fast steps cannot bind (unknown keywords, too many arguments, objects whose pointer cannot
+be read) go to :meth:`Kernel._slow`, which runs every step in plain Python and raises the error.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-from functools import partial
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from functools import cached_property, partial
+from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
 
 from ..errors import ArgumentError, NoMatchingVariantError
 from ..format.manifest import Variant
-from .args import NotAPointer, framework_of, is_torch_tensor_type, pointer_info
+from . import launch_path
+from .args import NotAPointer, framework_of, notice_tensors, pointer_info
 from .device import DeviceInfo
-from .launcher import BoundLauncher, LaunchEntry, _Never, pad_grid
-from .pack import INT_RANGES
-from .select import MISSING, select_variant
+from .launcher import BoundLauncher, LaunchEntry, grid_dims
+from .plan import MIXED, PTR, STREAM, KernelPlan, make_plan
+from .select import MISSING, DeviceFit, device_fit, select_variant
 
 if TYPE_CHECKING:  # pragma: no cover
     from .archive import Archive
 
-#: Keyword arguments a call may add after the kernel's own parameters.
-LAUNCH_KWARGS = ("stream",)
 
+class CallTarget:
+    """What a selection key leads to: the loaded variant, and where the default stream comes from."""
 
-def _mixed_key(value: Any) -> Any:
-    """Key element for a parameter whose role differs between variants (rare): type plus what decides."""
-    if isinstance(value, bool) or value is None or isinstance(value, (str, float)):
-        return (type(value), value)
-    if isinstance(value, int):
-        return (int, value == 1, value % 16 == 0, -(1 << 31) <= value < (1 << 31), value >= 0)
-    ptr, dtype, dev = pointer_info(value)
-    return ("ptr", dtype, dev, ptr % 16 == 0)
+    __slots__ = ("entry", "stream_fn")
+
+    def __init__(self, entry: LaunchEntry, stream_fn: Callable[[int], int] | None) -> None:
+        self.entry = entry
+        self.stream_fn = stream_fn  # device -> current stream of the arguments' framework; None: stream 0
 
 
 def _torch_default_stream() -> Callable[[int], int] | None:
     torch = sys.modules.get("torch")
-    fn = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
-    return fn
+    # torch.cuda.current_stream() costs ~5-7 us per call; the raw getter Inductor uses costs ~0.1 us.
+    return getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
 
 
 def _cupy_default_stream() -> Callable[[int], int] | None:
@@ -54,12 +63,22 @@ def _cupy_default_stream() -> Callable[[int], int] | None:
     return lambda _dev: get().ptr
 
 
+def _getitem(kernel: Kernel, grid: Any) -> Callable[..., None]:
+    """``kernel[grid]`` -> a launcher taking the kernel's arguments (Triton's call shape)."""
+    return partial(kernel._run, grid)
+
+
 class Kernel:
     """Every variant of one kernel in an archive; launch with ``kernel[grid](...)``, ``run`` or ``bind``."""
 
-    def __init__(self, archive: "Archive", name: str, variants: Sequence[Variant]) -> None:
+    #: ``kernel[grid]`` -> a launcher taking the kernel's arguments (Triton's call shape). The compiled
+    #: one where the extension is built (a C method-like object: no Python frame, no partial), else
+    #: :func:`_getitem`; both call ``kernel._run(grid, *args, **kwargs)``.
+    __getitem__ = launch_path.subscript(_getitem)
+
+    def __init__(self, archive: Archive, name: str, variants: Sequence[Variant]) -> None:
         if not variants:
-            raise NoMatchingVariantError(f"the archive has no variant of kernel {name!r}")
+            raise NoMatchingVariantError(f"the archive has no variant of kernel {name!r}", kernel=name)
         self.archive = archive
         self.name = name
         self.variants = tuple(variants)
@@ -68,200 +87,68 @@ class Kernel:
             if [p.name for p in v.params] != names:
                 raise NoMatchingVariantError(
                     f"variants of {name!r} disagree on the parameter list ({names} vs {[p.name for p in v.params]}); "
-                    "karchive cannot dispatch between them")
-        self.param_names = tuple(names)
-        if set(names) & set(LAUNCH_KWARGS):
-            raise ArgumentError(f"{name}: a kernel parameter is named like a launch option {LAUNCH_KWARGS}")
-        self._analyse()
-        self._cache: dict[Any, tuple] = {}
+                    "karchive cannot dispatch between them", kernel=name)
+        self.plan: KernelPlan = make_plan(name, self.variants)
+        self.param_names = self.plan.names
+        #: "extension" (the compiled launcher) or "python"; fixed when the kernel is made.
+        self.launch_path = launch_path.choose()
         self._lock = threading.RLock()
         self._entries: dict[tuple[str, int], LaunchEntry] = {}
-        self._gen: tuple[Callable, Callable, dict] | None = None  # generated on first use (cheap opens)
+        self._py_cache: dict[Any, CallTarget] = {}  # the Python path's key -> target (the compiled one has its own)
 
-    @property
-    def _run(self) -> Callable:
-        gen = self._gen
-        if gen is None:
-            with self._lock:
-                gen = self._gen
-                if gen is None:
-                    gen = self._gen = self._generate()
-        return gen[0]
+    @cached_property
+    def _run(self) -> Callable[..., None]:
+        """The launch path's callable ``(grid, *args, stream=None, **kwargs)``, made on first use."""
+        if self.launch_path == launch_path.EXTENSION:
+            from .native import make_dispatcher
 
-    @property
-    def _keyfn(self) -> Callable:
-        self._run  # noqa: B018 - make sure the code exists
-        return self._gen[1]  # type: ignore[index]
+            return make_dispatcher(self)
+        from .pydispatch import build
 
-    @property
-    def _g(self) -> dict:
-        self._run  # noqa: B018
-        return self._gen[2]  # type: ignore[index]
-
-    # -- structure -------------------------------------------------------------------------------------
-    def _analyse(self) -> None:
-        """Per parameter position: its role across variants and what the dispatch key must capture."""
-        roles: list[str] = []
-        want: list[set[str]] = []
-        for i, name in enumerate(self.param_names):
-            ps = [v.params[i] for v in self.variants]
-            kinds = set()
-            w: set[str] = set()
-            for p in ps:
-                if p.equal_to_1:
-                    kinds.add("int")
-                    w.add("eq1")
-                elif p.is_constexpr:
-                    kinds.add("cx")
-                elif p.type.startswith("*"):
-                    kinds.add("ptr")
-                    if p.divisibility == 16:
-                        w.add("align")
-                elif p.type in INT_RANGES:
-                    kinds.add("int")
-                    if p.divisibility == 16:
-                        w.add("div16")
-                else:
-                    kinds.add("float")
-            int_types = {p.type for p in ps if not p.is_constexpr and p.type in INT_RANGES}
-            if len(int_types) > 1:
-                w.add("range")
-            if "cx" in kinds and len(kinds) > 1:
-                role = "mixed"
-            elif kinds == {"int"} and any(p.equal_to_1 for p in ps) and not all(p.equal_to_1 for p in ps):
-                role = "int"
-            elif len(kinds) == 1:
-                role = kinds.pop()
-            else:
-                role = "mixed"
-            roles.append(role)
-            want.append(w)
-        self._roles = roles
-        self._want = want
-        # Positions whose values the launcher receives: everything that is not constexpr in every variant.
-        self._call_positions = [i for i, r in enumerate(roles) if r != "cx"]
-        self._extracted = frozenset(i for i, r in enumerate(roles) if r == "ptr")
-        self._required = [i for i, name in enumerate(self.param_names)
-                          if all(not v.params[i].is_constexpr or v.params[i].equal_to_1 for v in self.variants)]
-
-    def _generate(self) -> tuple[Callable, Callable, dict]:
-        """Source for ``run`` (the call path) and ``key`` (the same key, for the miss path to store under).
-
-        The generated signature uses the kernel's own parameter names, so constexprs passed by keyword
-        bind like positional ones (no ``**kwargs`` on the hot path). Locals start with ``_k``.
-        """
-        import keyword
-
-        real = list(self.param_names)
-        ok = all(n.isidentifier() and not keyword.iskeyword(n) and not n.startswith("_k") for n in real)
-        names = [f"_ka{i}" for i in range(len(real))]  # placeholders; real names are patched in after compile
-        key_lines: list[str] = []
-        key_parts: list[str] = []
-        for i, role in enumerate(self._roles):
-            a = names[i]
-            w = self._want[i]
-            if role == "ptr":
-                key_lines.append(
-                    f"    if type({a}) is _kTT:\n"
-                    f"        _kq{i} = {a}.data_ptr(); _kt{i} = {a}.dtype; _kd{i} = {a}.get_device()\n"
-                    f"    else:\n"
-                    f"        _kq{i}, _kt{i}, _kd{i} = _kpi({a})\n")
-                key_parts += [f"_kt{i}", f"_kd{i}"]
-                if "align" in w:
-                    key_parts.append(f"not _kq{i} & 15")
-            elif role == "int":
-                if "eq1" in w:
-                    key_parts.append(f"{a} == 1")
-                if "div16" in w:
-                    key_parts.append(f"not {a} & 15")
-                if "range" in w:
-                    key_parts.append(f"-2147483648 <= {a} <= 2147483647")
-                if not w:
-                    key_parts.append(f"{a} is _kNG")
-            elif role == "float":
-                key_parts.append(f"{a} is _kNG")
-            elif role == "cx":
-                key_parts.append(a)
-            else:
-                key_parts.append(f"_kmk({a})")
-        key_expr = "(" + ", ".join(key_parts) + ("," if len(key_parts) == 1 else "") + ")"
-        params = ", ".join(f"{a}=_kNG" for a in names)
-        all_tuple = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
-        call_vals = ", ".join(f"_kq{i}" if i in self._extracted else names[i] for i in self._call_positions)
-        named = f"dict(zip(_knames, {all_tuple}))"
-        g: dict[str, Any] = {
-            "_kNG": MISSING, "_kTT": _Never, "_kpi": pointer_info, "_kmk": _mixed_key, "_kcache": self._cache,
-            "_kmiss": self._miss, "_kgridfn": self._grid, "_kident": threading.get_ident,
-            "_knames": self.param_names,
-        }
-        torch = sys.modules.get("torch")
-        if torch is not None and is_torch_tensor_type(getattr(torch, "Tensor", object)):
-            g["_kTT"] = torch.Tensor
-        src = (
-            f"def run(_kgrid, {params}{', ' if params else ''}*_kextra, stream=None, **_kkw):\n"
-            f"    if _kextra or _kkw:\n        return _kmiss(_kgrid, {all_tuple}, _kextra, _kkw, stream)\n"
-            "    try:\n"
-            + "".join("    " + ln for ln in "".join(key_lines).splitlines(True))
-            + f"        _kent = _kcache[{key_expr}]\n"
-            "    except Exception:\n"
-            f"        return _kmiss(_kgrid, {all_tuple}, (), None, stream)\n"
-            "    _kdirect, _kmeta, _kdsf, _kdev, _klaunch = _kent\n"
-            "    if type(_kgrid) is not tuple:\n"
-            f"        _kgrid = _kgridfn(_kgrid, _kmeta, {named})\n"
-            "    if stream is None:\n"
-            "        stream = 0 if _kdsf is None else _kdsf(_kdev)\n"
-            "    if _kdirect is None:\n"
-            f"        return _klaunch(_kgrid, stream{', ' if call_vals else ''}{call_vals})\n"
-            "    _kpack, _kbuf, _kparams, _kfunc, _kbx, _kshared, _kowner, _kexplain, _kfailed = _kdirect\n"
-            "    if _kident() != _kowner:\n"
-            f"        return _klaunch(_kgrid, stream{', ' if call_vals else ''}{call_vals})\n"
-            "    _kn = len(_kgrid)\n"
-            "    if _kn == 1:\n        _kgx = _kgrid[0]; _kgy = 1; _kgz = 1\n"
-            "    elif _kn == 2:\n        _kgx, _kgy = _kgrid; _kgz = 1\n"
-            "    else:\n        _kgx, _kgy, _kgz = _kgrid\n"
-            "    try:\n"
-            f"        _kpack(_kbuf, 0{', ' if call_vals else ''}{call_vals})\n"
-            "    except Exception as _kexc:\n"
-            f"        raise _kexplain(({call_vals}{',' if len(self._call_positions) == 1 else ''}), _kexc) from None\n"
-            "    _ks = _kstreams.get(stream)\n"
-            "    if _ks is None:\n        _ks = _kstream(stream)\n"
-            "    _kerr = _kL(_kfunc, _kgx, _kgy, _kgz, _kbx, 1, 1, _kshared, _ks, _kparams, _kX)[0]\n"
-            "    if _kerr:\n        _kfailed(_kerr, _kgx, _kgy, _kgz, _ks)\n"
-            "\n"
-            f"def key({params}):\n"
-            + "".join(key_lines)
-            + f"    return {key_expr}\n"
-        )
-        from .codegen import build, rename_args
-
-        build(src, g, "dispatch")
-        if ok:  # keyword arguments bind to the kernel's own parameter names
-            rename_args(g["run"], names, real)
-            rename_args(g["key"], names, real)
-        return g["run"], g["key"], g
+        return build(self)
 
     # -- public API ------------------------------------------------------------------------------------
-    def __getitem__(self, grid: Any) -> Callable[..., None]:
-        """``kernel[grid]`` -> a launcher taking the kernel's arguments (Triton's call shape)."""
-        return partial(self._run, grid)
-
     def run(self, *args: Any, grid: Any, stream: Any = None, **kwargs: Any) -> None:
         self._run(grid, *args, stream=stream, **kwargs)
 
     def __repr__(self) -> str:
-        return f"<karchive.Kernel {self.name} ({len(self.variants)} variants) from {self.archive.ref}>"
+        """``<karchive.Kernel add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK): 6 variants for cuda:80,
+        cuda:90, hip:gfx942, from examples 0.1.0>``: what to call, and what it can run on."""
+        from ..core.text import printable
 
-    def select(self, *args: Any, device: DeviceInfo | int | None = None, **kwargs: Any) -> Variant:
-        """The variant a call with these arguments would launch (no launch; ``device`` may be a
-        :class:`DeviceInfo` to ask about a GPU this machine does not have)."""
-        values = self._bind_values(args, kwargs)
+        n = len(self.variants)
+        targets = ", ".join(sorted({str(v.target) for v in self.variants}))
+        return printable(f"<karchive.Kernel {self.name}({', '.join(self.param_names)}): {n} variant"
+                         f"{'' if n == 1 else 's'} for {targets}, from {self.archive.name} {self.archive.version}>")
+
+    def source(self) -> str:
+        """The generated Python of this kernel's launch path (the compiled path does the same steps in C)."""
+        from .pydispatch import render
+
+        return render(self.plan)
+
+    @property
+    def cached_calls(self) -> int:
+        """How many distinct selection keys this kernel has resolved (a new one means a full selection)."""
+        run = self._run
+        return len(run) if hasattr(run, "__len__") else len(self._py_cache)
+
+    def select(self, *args: Any, device: DeviceInfo | int | str | None = None, **kwargs: Any) -> Variant:
+        """The variant a call with these arguments would launch, without launching.
+
+        ``device`` may be a :class:`DeviceInfo` or a target such as ``"cuda:90"`` / ``"hip:gfx942"`` to ask
+        about a GPU this machine does not have (no driver is touched then).
+        """
+        values, options = self._bind_call(args, kwargs)
         infos = self._infos(values)
+        if isinstance(device, str):
+            device = DeviceInfo.describe_target(device)
         if isinstance(device, DeviceInfo):
             dev = device
         else:
             index = device if isinstance(device, int) else self._device_index(infos)
             dev = self.archive.backend().device_info(index)
-        return self._select(dev, values, infos)[0]
+        return self._select(dev, values, infos, options)[0]
 
     def bind(self, grid: Any, *args: Any, stream: Any = None, **kwargs: Any) -> BoundLauncher:
         """Select and load once, fix grid/stream/layout; the returned launcher re-launches at near-raw cost.
@@ -269,16 +156,18 @@ class Kernel:
         A callable ``grid`` is evaluated once, here. With ``stream=None`` the stream is the framework's
         current stream *at bind time* (torch/CuPy), else the legacy default stream.
         """
-        values = self._bind_values(args, kwargs)
-        ent, infos = self._resolve(values)
-        if callable(grid):
-            grid = grid({**dict(zip(self.param_names, values)), **ent.meta})
-        g3 = pad_grid(tuple(grid) if not isinstance(grid, tuple) else grid)
+        values, options = self._bind_call(args, kwargs)
+        ent, infos = self._resolve(values, options)
+        grid = grid_dims(self._grid_of(grid, ent.meta, values))
         if stream is None:
             fn = self._stream_fn(values, infos)
             stream = 0 if fn is None else fn(ent.device)
         call_values = self._call_values(values, infos)
-        return BoundLauncher(ent, g3, stream, call_values)
+        if self.launch_path == launch_path.EXTENSION and not ent.special and ent.backend.launch_address():
+            from .native import NativeBoundLauncher
+
+            return NativeBoundLauncher(ent, grid, stream, call_values)
+        return BoundLauncher(ent, grid, stream, call_values)
 
     def preload(self, device: int | None = None) -> int:
         """Load every variant that can run on ``device`` now (keeps module loads out of timed or captured
@@ -286,8 +175,6 @@ class Kernel:
         backend = self.archive.backend()
         index = backend.current_device() if device is None else device
         dev = backend.device_info(index)
-        from .select import device_fit
-
         count = 0
         for v in self.variants:
             fit = device_fit(v, dev, self.archive.allow_ptx, self.archive.ptx_header)
@@ -296,7 +183,38 @@ class Kernel:
                 count += 1
         return count
 
-    # -- slow path -------------------------------------------------------------------------------------
+    # -- what both launch paths call -------------------------------------------------------------------
+    def _miss(self, args: Sequence[Any], kwargs: dict[str, Any]) -> CallTarget:
+        """A selection key seen for the first time: full checks, selection, load. Raises for a bad call."""
+        values, options = self._bind_call(args, kwargs)
+        ent, infos = self._resolve(values, options)
+        notice_tensors(values)
+        return CallTarget(ent, self._stream_fn(values, infos))
+
+    def _slow(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        """A call the fast steps could not bind or key: every step in plain Python (raises for a bad call)."""
+        stream = kwargs.get(STREAM)
+        values, options = self._bind_call(args, kwargs)
+        ent, infos = self._resolve(values, options)
+        if stream is None:
+            fn = self._stream_fn(values, infos)
+            stream = 0 if fn is None else fn(ent.device)
+        ent.launch(self._grid_of(grid, ent.meta, values), stream, self._call_values(values, infos))
+
+    def _grid_of(self, grid: Any, meta: dict[str, Any], values: Sequence[Any]) -> Any:
+        """A callable grid evaluated on the call's named arguments plus the variant's meta-parameters."""
+        if not callable(grid):
+            return grid
+        named = {n: v for n, v in zip(self.param_names, values) if v is not MISSING}
+        return grid({**named, **meta})
+
+    # -- binding and selection (slow path) ---------------------------------------------------------------
+    def _bind_call(self, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        """(values per parameter, MISSING where not given; launch options given) of a call."""
+        kwargs = {k: v for k, v in kwargs.items() if v is not MISSING and k != STREAM}
+        options = {o: kwargs.pop(o) for o in self.plan.options if o in kwargs}
+        return self._bind_values(args, kwargs), options
+
     def _bind_values(self, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
         n = len(self.param_names)
         if len(args) > n:
@@ -307,33 +225,36 @@ class Kernel:
             try:
                 i = self.param_names.index(k)
             except ValueError:
-                raise ArgumentError(f"{self.name}() got an unknown keyword argument {k!r}; parameters are "
-                                    f"{', '.join(self.param_names)} (launch options: {', '.join(LAUNCH_KWARGS)})") from None
+                raise ArgumentError(
+                    f"{self.name}() got an unknown keyword argument {k!r}; parameters are "
+                    f"{', '.join(self.param_names)} (launch options: {', '.join(self.plan.options + (STREAM,))})"
+                ) from None
             if values[i] is not MISSING:
                 raise ArgumentError(f"{self.name}() got two values for {k!r}")
             values[i] = v
-        for i in self._required:
-            if values[i] is MISSING:
-                raise ArgumentError(f"{self.name}() is missing argument {self.param_names[i]!r} "
+        for i, p in enumerate(self.plan.params):
+            if p.required and values[i] is MISSING:
+                raise ArgumentError(f"{self.name}() is missing argument {p.name!r} "
                                     f"(parameter {i} of {', '.join(self.param_names)})")
         return values
 
     def _infos(self, values: Sequence[Any]) -> list[Any]:
         infos: list[Any] = []
-        for i, v in enumerate(values):
-            if self._roles[i] in ("ptr", "mixed") and v is not MISSING and not isinstance(v, (bool, float)) \
-                    and not (self._roles[i] == "mixed" and isinstance(v, (int, str))):
+        for p, v in zip(self.plan.params, values):
+            role = p.role
+            if role in (PTR, MIXED) and v is not MISSING and not isinstance(v, (bool, float)) \
+                    and not (role == MIXED and isinstance(v, (int, str))):
                 try:
                     infos.append(pointer_info(v))
                 except NotAPointer as exc:
-                    if self._roles[i] == "ptr":
-                        raise ArgumentError(f"{self.name}: argument {self.param_names[i]!r}: {exc}") from None
+                    if role == PTR:
+                        raise ArgumentError(f"{self.name}: argument {p.name!r}: {exc}") from None
                     infos.append(None)
                 except Exception as exc:  # noqa: BLE001 - a framework accessor failed
-                    raise ArgumentError(f"{self.name}: argument {self.param_names[i]!r}: cannot read its device "
+                    raise ArgumentError(f"{self.name}: argument {p.name!r}: cannot read its device "
                                         f"pointer: {exc}") from None
-            elif self._roles[i] == "ptr" and isinstance(v, (bool, float)):
-                raise ArgumentError(f"{self.name}: argument {self.param_names[i]!r} must be a pointer "
+            elif role == PTR and isinstance(v, (bool, float)):
+                raise ArgumentError(f"{self.name}: argument {p.name!r} must be a pointer "
                                     f"(tensor/array or int address), got {type(v).__name__} {v!r}")
             else:
                 infos.append(None)
@@ -359,11 +280,12 @@ class Kernel:
             return first[1]
         return self.archive.backend().current_device()
 
-    def _select(self, dev: DeviceInfo, values: Sequence[Any], infos: Sequence[Any]) -> tuple:
+    def _select(self, dev: DeviceInfo, values: Sequence[Any], infos: Sequence[Any],
+                options: dict[str, Any]) -> tuple[Variant, DeviceFit]:
         return select_variant(self.name, self.variants, dev, values, infos, self.param_names,
-                              self.archive.allow_ptx, self.archive.ptx_header)
+                              self.archive.allow_ptx, self.archive.ptx_header, options)
 
-    def _entry(self, variant: Variant, fit: Any, index: int) -> LaunchEntry:
+    def _entry(self, variant: Variant, fit: DeviceFit, index: int) -> LaunchEntry:
         key = (variant.key, index)
         ent = self._entries.get(key)
         if ent is None:
@@ -371,18 +293,16 @@ class Kernel:
                 ent = self._entries.get(key)
                 if ent is None:
                     loaded = self.archive.load_function(variant, fit, index)
-                    backend = self.archive.backend()
-                    ent = LaunchEntry(self.name, variant, fit, loaded, backend, self.archive.scratch_pool(),
-                                      self._call_positions, self._extracted)
+                    ent = LaunchEntry(self.name, variant, fit, loaded, self.archive.backend(),
+                                      self.archive.scratch_pool(), self.plan)
                     self._entries[key] = ent
         return ent
 
-    def _resolve(self, values: Sequence[Any]) -> tuple[LaunchEntry, list[Any]]:
+    def _resolve(self, values: Sequence[Any], options: dict[str, Any]) -> tuple[LaunchEntry, list[Any]]:
         infos = self._infos(values)
         index = self._device_index(infos)
-        backend = self.archive.backend()
-        dev = backend.device_info(index)
-        variant, fit = self._select(dev, values, infos)
+        dev = self.archive.backend().device_info(index)
+        variant, fit = self._select(dev, values, infos, options)
         return self._entry(variant, fit, index), infos
 
     def _stream_fn(self, values: Sequence[Any], infos: Sequence[Any]) -> Callable[[int], int] | None:
@@ -400,53 +320,5 @@ class Kernel:
         return None
 
     def _call_values(self, values: Sequence[Any], infos: Sequence[Any]) -> list[Any]:
-        return [infos[i][0] if i in self._extracted else values[i] for i in self._call_positions]
-
-    def _miss(self, grid: Any, values: tuple, extra: tuple, kw: dict | None, stream: Any) -> None:
-        """Cache miss or bad call: full checks, selection, load, cache, launch."""
-        if extra or kw:
-            values = tuple(self._bind_values(list(values) + list(extra), {}) if extra else values)
-            if kw:
-                given = {self.param_names[i]: v for i, v in enumerate(values) if v is not MISSING}
-                dup = set(given) & set(kw)
-                if dup:
-                    raise ArgumentError(f"{self.name}() got two values for {sorted(dup)[0]!r}")
-                merged = self._bind_values([], {**given, **kw})
-                values = tuple(merged)
-        values = self._bind_values(values, {}) if any(v is MISSING for v in values) else list(values)
-        ent, infos = self._resolve(values)
-        dsf = self._stream_fn(values, infos)
-        g = self._g
-        if "_kL" not in g:  # backend-wide constants of the inline launch
-            b = ent.backend
-            g.update({"_kL": b.launch, "_kstreams": b._streams, "_kstream": b.stream, "_kX": ent._extra})
-        tup = (ent.direct, ent.meta, dsf, ent.device, ent.launch)
-        for i, v in enumerate(values):  # turn the torch fast path on once torch tensors show up
-            if infos[i] is not None and self._g["_kTT"] is _Never and is_torch_tensor_type(type(v)):
-                self._g["_kTT"] = sys.modules["torch"].Tensor
-                break
-        try:
-            key = self._keyfn(*values)
-            with self._lock:
-                if len(self._cache) > 4096:
-                    self._cache.clear()
-                self._cache[key] = tup
-        except Exception:  # noqa: BLE001 - unhashable constexpr values: launch uncached
-            pass
-        if type(grid) is not tuple:
-            grid = self._grid(grid, ent.meta, dict(zip(self.param_names, values)))
-        if stream is None:
-            stream = 0 if dsf is None else dsf(ent.device)
-        ent.launch(grid, stream, *self._call_values(values, infos))
-
-    @staticmethod
-    def _grid(grid: Any, meta: dict, named: dict) -> tuple:
-        if callable(grid):
-            grid = grid({**named, **meta})
-        if isinstance(grid, int):
-            return (grid,)
-        if not isinstance(grid, tuple):
-            grid = tuple(grid)
-        if not 1 <= len(grid) <= 3:
-            raise ArgumentError(f"grid must have 1 to 3 dimensions, got {grid!r}")
-        return grid
+        extracted = self.plan.extracted
+        return [infos[i][0] if i in extracted else values[i] for i in self.plan.call_positions]

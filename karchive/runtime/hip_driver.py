@@ -7,17 +7,21 @@ the calls and arguments up to the driver. See docs/runtime.md.
 Differences from CUDA: devices are selected with ``hipSetDevice`` (HIP has no user-visible primary
 context juggling), code objects must match the device's gfx arch exactly, the block is
 ``warp_size * num_warps`` threads with warp size 64 on CDNA (gfx9xx) and 32 on RDNA, and there are no
-clusters or PDL.
+clusters or PDL. ``hipModuleLaunchKernel`` has ``cuLaunchKernel``'s C signature, so the compiled
+launcher calls it the same way, at the address hip-python's ``hipGetProcAddress`` gives.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Literal
 
 from ..errors import LaunchError, NoDeviceError
-from .cuda_driver import LoadedFunction, stream_handle
 from .device import DeviceInfo
+from .driver_api import LoadedFunction, StreamCache, plain_text
+
+#: hipGetProcAddress takes a HIP version as 100 * major + minor; hipModuleLaunchKernel predates 6.0.
+_LAUNCH_KERNEL_VERSION = 600
 
 
 def import_hip() -> Any:
@@ -39,6 +43,8 @@ def _text(value: Any) -> str:
 
 
 class HipBackend:
+    """One per process; satisfies :class:`karchive.runtime.driver_api.Backend`."""
+
     name = "hip"
 
     def __init__(self, hip: Any = None) -> None:
@@ -47,8 +53,9 @@ class HipBackend:
         self.SUCCESS = h.hipError_t.hipSuccess
         try:
             (err,) = h.hipInit(0)
-        except Exception as exc:  # noqa: BLE001 - libamdhip64 missing
-            raise NoDeviceError(f"cannot launch on HIP: the ROCm runtime (libamdhip64.so) could not be loaded: {exc}") from exc
+        except Exception as exc:
+            raise NoDeviceError("cannot launch on HIP: the ROCm runtime (libamdhip64.so) could not be loaded: "
+                                f"{plain_text(exc)}", backend="hip") from exc
         if err != self.SUCCESS:
             raise NoDeviceError(f"cannot launch on HIP: hipInit failed: {self.error_text(err)}")
         err, count = h.hipGetDeviceCount()
@@ -57,13 +64,13 @@ class HipBackend:
         self.count = count
         err, version = h.hipDriverGetVersion()
         self.driver_version = int(version) if err == self.SUCCESS else None
-        self.launch = h.hipModuleLaunchKernel
-        self.context_errors = {int(getattr(h.hipError_t, n)) for n in ("hipErrorInvalidContext", "hipErrorInvalidHandle",
-                                                                     "hipErrorContextIsDestroyed")
-                               if hasattr(h.hipError_t, n)}
+        self.context_errors = frozenset(int(getattr(h.hipError_t, n)) for n in
+                                        ("hipErrorInvalidContext", "hipErrorInvalidHandle", "hipErrorContextIsDestroyed")
+                                        if hasattr(h.hipError_t, n))
         self._lock = threading.Lock()
         self._infos: dict[int, DeviceInfo] = {}
-        self._streams: dict[int, Any] = {}
+        self.streams = StreamCache(lambda raw: raw)  # hip-python accepts an int address for hipStream_t
+        self._launch_address: int | None | Literal[False] = False  # False: not asked yet
 
     def error_text(self, err: Any) -> str:
         try:
@@ -103,8 +110,9 @@ class HipBackend:
         self.check(self.d.hipSetDevice(index), "hipSetDevice")
 
     class _OnDevice:
-        def __init__(self, backend: "HipBackend", index: int) -> None:
-            self.b, self.index, self.prev = backend, index, None
+        def __init__(self, backend: HipBackend, index: int) -> None:
+            self.b, self.index = backend, index
+            self.prev: int | None = None  # the device current before __enter__
 
         def __enter__(self) -> None:
             self.prev = self.b.current_device()
@@ -115,7 +123,7 @@ class HipBackend:
             if self.prev is not None and self.prev != self.index:
                 self.b.d.hipSetDevice(self.prev)
 
-    def in_context(self, index: int) -> "_OnDevice":
+    def in_context(self, index: int) -> _OnDevice:
         return HipBackend._OnDevice(self, index)
 
     def has_current(self) -> bool:
@@ -131,15 +139,7 @@ class HipBackend:
         return LoadedFunction(module, func, None, index)
 
     def stream(self, handle: Any) -> Any:
-        s = self._streams.get(handle) if type(handle) is int else None
-        if s is not None:
-            return s
-        raw = stream_handle(handle)
-        s = self._streams.get(raw)
-        if s is None:
-            s = raw  # hip-python accepts an int address for hipStream_t
-            self._streams[raw] = s
-        return s
+        return self.streams.get(handle)
 
     def is_capturing(self, stream: Any) -> bool:
         try:
@@ -159,11 +159,36 @@ class HipBackend:
         with self.in_context(index):
             self.check(self.d.hipFree(ptr), "hipFree")
 
+    def launch(self, function: Any, gx: int, gy: int, gz: int, block_x: int, shared: int, stream: Any,
+               kernel_params: int) -> int:
+        result = self.d.hipModuleLaunchKernel(function, gx, gy, gz, block_x, 1, 1, shared, stream, kernel_params, None)
+        return result[0] if isinstance(result, tuple) else result
+
     def launch_ex(self, func: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared: int,
                   stream: Any, kernel_params: int, cluster: tuple[int, int, int], cooperative: bool,
-                  pdl: bool) -> Any:
+                  pdl: bool) -> int:
         if cluster[0] * cluster[1] * cluster[2] > 1 or pdl:
             raise LaunchError("clusters and PDL do not exist on HIP; this variant cannot launch here")
         if cooperative:
-            return self.d.hipModuleLaunchCooperativeKernel(func, *grid, *block, shared, stream, kernel_params)
-        return self.d.hipModuleLaunchKernel(func, *grid, *block, shared, stream, kernel_params, None)
+            result = self.d.hipModuleLaunchCooperativeKernel(func, *grid, *block, shared, stream, kernel_params)
+        else:
+            result = self.d.hipModuleLaunchKernel(func, *grid, *block, shared, stream, kernel_params, None)
+        return result[0] if isinstance(result, tuple) else result
+
+    def launch_address(self) -> int | None:
+        """``hipModuleLaunchKernel``'s address from hip-python's ``hipGetProcAddress`` (HIP >= 6.2), else None
+        (then launches take the pure-Python route)."""
+        if self._launch_address is False:
+            self._launch_address = None
+            get = getattr(self.d, "hipGetProcAddress", None)
+            if get is not None:
+                try:
+                    result = get(b"hipModuleLaunchKernel", _LAUNCH_KERNEL_VERSION, 0)
+                    if result[0] == self.SUCCESS and result[1] is not None and int(result[1]):
+                        self._launch_address = int(result[1])
+                except Exception:  # noqa: BLE001 - unverified binding conventions (never run on AMD hardware)
+                    self._launch_address = None
+        return self._launch_address
+
+    def handle_address(self, obj: Any) -> int:
+        return int(obj)

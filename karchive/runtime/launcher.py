@@ -1,62 +1,97 @@
-"""One variant loaded on one device, ready to launch: parameter buffer, launch config, generated launch code.
+"""One variant loaded on one device (:class:`LaunchEntry`) and the bound launcher for hot loops.
 
-The per-launch function is generated once per (variant, device) with the exact arity and packing of
-that variant, so a launch is: grid unpack, one thread-identity check, one ``Struct.pack_into``, one
-stream-cache lookup and the driver call. Anything unusual (clusters, cooperative grids, PDL, scratch,
-a second thread) takes :meth:`LaunchEntry.launch_generic`, which is plain Python and slower.
+A :class:`LaunchEntry` holds what a launch of that variant needs: the loaded function, the block and
+shared memory, the parameter layout (:mod:`.pack`) and which call value feeds which binary parameter.
+Its :meth:`LaunchEntry.launch_dims` is the pure-Python launch (pack, then the driver through the
+binding); the compiled launcher gets the same facts as a ``_fastlaunch.Entry`` (:attr:`LaunchEntry.native`)
+and calls back into :meth:`LaunchEntry.failed` / :meth:`LaunchEntry.explain` for errors, so both paths
+raise the same errors. Clusters, cooperative grids, PDL and scratch take :meth:`LaunchEntry.launch_dims`
+on both paths.
 
-:class:`BoundLauncher` goes further for hot loops: grid, stream and argument layout are fixed at bind
-time, and ``bound()`` is the driver call plus an error check.
+:class:`BoundLauncher` fixes variant, grid, stream and packed parameters once; ``bound()`` is one
+driver call.
 """
 
 from __future__ import annotations
 
 import logging
+import operator
 import threading
-from typing import Any, Sequence
+from functools import cached_property
+from typing import Any, NamedTuple, cast
+from collections.abc import Callable, Sequence
 
 from ..errors import ArgumentError, LaunchError
 from ..format.manifest import Variant
-from .args import NotAPointer, is_torch_tensor_type, pointer_value
-from .cuda_driver import LoadedFunction, stream_handle
+from . import args as args_module
+from .args import NotAPointer, pointer_value
+from .driver_api import Backend, LoadedFunction, stream_handle
 from .pack import ParamLayout, bf16_bits
+from .plan import KernelPlan
 from .select import MISSING, DeviceFit, variant_label
 
 log = logging.getLogger("karchive.runtime")
 
-
-class _Never:
-    """A type no argument has: the torch fast path is off until a torch tensor is seen."""
+_MAX_DIM = (1 << 32) - 1
 
 
-def pad_grid(grid: Any) -> tuple[int, int, int]:
-    n = len(grid)
-    if n == 1:
-        return (grid[0], 1, 1)
-    if n == 2:
-        return (grid[0], grid[1], 1)
-    if n == 3:
-        return (grid[0], grid[1], grid[2])
-    raise ArgumentError(f"grid must have 1 to 3 dimensions, got {grid!r}")
+def grid_dims(grid: Any) -> tuple[int, int, int]:
+    """``(gx, gy, gz)`` from a grid of 1 to 3 ints (or one int); :class:`ArgumentError` otherwise.
+
+    Both launch paths call this for any grid that is not a plain tuple of small ints, so both raise the
+    same errors.
+    """
+    if type(grid) is tuple and len(grid) == 3:
+        gx, gy, gz = grid
+        if type(gx) is int and type(gy) is int and type(gz) is int and 0 <= gx <= _MAX_DIM \
+                and 0 <= gy <= _MAX_DIM and 0 <= gz <= _MAX_DIM:
+            return grid
+    if isinstance(grid, int) and not isinstance(grid, bool):
+        grid = (grid,)
+    try:
+        dims = tuple(grid)
+    except TypeError:
+        raise ArgumentError(f"grid must be 1 to 3 ints, a tuple of them, or a callable returning one; "
+                            f"got {grid!r}") from None
+    if not 1 <= len(dims) <= 3:
+        raise ArgumentError(f"grid must have 1 to 3 dimensions, got {grid!r}")
+    out = []
+    for d in dims:
+        if isinstance(d, bool) or not hasattr(d, "__index__"):
+            raise ArgumentError(f"grid dimensions must be ints, got {grid!r}")
+        d = operator.index(d)
+        if not 0 <= d <= _MAX_DIM:
+            raise ArgumentError(f"grid dimension {d} is out of range [0, 2**32) in {grid!r}")
+        out.append(d)
+    out += [1] * (3 - len(out))
+    return (out[0], out[1], out[2])
+
+
+class PackSlot(NamedTuple):
+    """Where one of the binary's user parameters comes from."""
+
+    value: int  # index into the call values (the kernel's non-constexpr parameters, in call order)
+    convert: str | None  # None: as is; "ptr": read the address from an object; "bf16": to bf16 bits
 
 
 class LaunchEntry:
-    """A loaded variant on one device. ``launch(grid, stream, *call_values)`` is its generated fast path."""
+    """A loaded variant on one device, and its pure-Python launch."""
 
-    def __init__(self, kernel: str, variant: Variant, fit: DeviceFit, loaded: LoadedFunction, backend: Any,
-                 pool: Any, call_positions: Sequence[int], extracted: frozenset[int]) -> None:
+    def __init__(self, kernel: str, variant: Variant, fit: DeviceFit, loaded: LoadedFunction, backend: Backend,
+                 pool: Any, plan: KernelPlan) -> None:
         abi = variant.abi
         self.kernel = kernel
         self.variant = variant
         self.fit = fit
         self.loaded = loaded
+        self.function = loaded.function
         self.backend = backend
         self.pool = pool
         self.device = loaded.device
-        self.layout = ParamLayout(abi)
-        self.block = (abi.num_warps * abi.warp_size, 1, 1)
+        self.layout = ParamLayout(abi)  # the creating thread's buffer; other threads get their own
+        self.block_x = abi.num_warps * abi.warp_size
         self.shared = abi.shared
-        self.cluster = tuple(abi.cluster_dims)
+        self.cluster = abi.cluster_dims
         self.num_ctas = abi.num_ctas
         self.cooperative = abi.cooperative_grid
         self.pdl = abi.pdl
@@ -65,37 +100,51 @@ class LaunchEntry:
                         if s > 0 and k in self.layout.scratch_offsets]
         cluster_n = self.cluster[0] * self.cluster[1] * self.cluster[2]
         self.use_ex = cluster_n > 1 or self.cooperative or self.pdl
+        #: Needs more than pack + plain launch (launch attributes or scratch): both paths launch it from Python.
         self.special = self.use_ex or bool(self.scratch)
-        opts = variant.options
         self.meta: dict[str, Any] = {**variant.constexprs, "num_warps": abi.num_warps, "num_ctas": abi.num_ctas,
-                                     "num_stages": opts.get("num_stages")}
-        self.call_positions = list(call_positions)
-        n_user = self.layout.n_user
-        # For each user ABI parameter: which call value feeds it, and how it is converted.
-        self.slots: list[tuple[int, str | None]] = []
-        for p in abi.params[:n_user]:
+                                     "num_stages": variant.options.get("num_stages")}
+        self.call_positions = plan.call_positions
+        extracted = plan.extracted
+        slots = []
+        for p in abi.params[: self.layout.n_user]:
             j = self.call_positions.index(p.arg)
-            conv = None
+            convert = None
             if p.kind == "pointer" and p.arg not in extracted:
-                conv = "ptr"
+                convert = "ptr"
             elif p.type == "bf16":
-                conv = "bf16"
-            self.slots.append((j, conv))
+                convert = "bf16"
+            slots.append(PackSlot(j, convert))
+        self.slots = tuple(slots)
+        self.converts = any(s.convert for s in self.slots)
+        # Values reach the binary in order, or some (the == 1 ones) are dropped: an itemgetter picks them.
+        indices = [s.value for s in self.slots]
+        self._pick: Callable[[Sequence[Any]], Sequence[Any]] | None = None
+        if indices != list(range(len(self.call_positions))):
+            if len(indices) > 1:
+                self._pick = operator.itemgetter(*indices)
+            elif indices:
+                only = indices[0]
+                self._pick = lambda v: (v[only],)
+            else:
+                self._pick = lambda v: ()
         self._owner = threading.get_ident()
         self._tls = threading.local()
-        self._extra = None if backend.name == "hip" else 0
-        self.launch = self._generate()
         self.label = variant_label(variant)
-        # When the call values map 1:1 onto the binary's parameters (no == 1 parameter dropped, nothing to
-        # convert) the dispatcher packs and launches inline, without a second Python frame.
-        identity = len(self.slots) == len(self.call_positions) and all(
-            j == i and conv is None for i, (j, conv) in enumerate(self.slots))
-        self.direct: tuple | None = None if self.special or not identity else (
-            self.layout.pack_into, self.layout.buffer, self.layout.kernel_params, loaded.function, self.block[0],
-            self.shared, self._owner, self.explain, self.failed)
+        #: ``launch(grid, stream, values)``: the Python path's launch (grid as the caller gave it, after a
+        #: callable grid ran; ``values`` the call values).
+        self.launch: Callable[[Any, Any, Sequence[Any]], None] = self._make_launch()
 
-    # -- conversion (slow path) ----------------------------------------------------------------------
+    @cached_property
+    def native(self) -> Any:
+        """This entry as the compiled launcher's ``_fastlaunch.Entry`` (made on first use of that path)."""
+        from .native import make_entry
+
+        return make_entry(self)
+
+    # -- values -> parameter buffer ------------------------------------------------------------------
     def convert(self, values: Sequence[Any]) -> list[Any]:
+        """The binary's user parameter values from the call values (errors name the parameter)."""
         out = []
         for (j, conv), p in zip(self.slots, self.variant.abi.params):
             v = values[j]
@@ -112,7 +161,19 @@ class LaunchEntry:
             out.append(v)
         return out
 
-    def explain(self, values: Sequence[Any], exc: BaseException) -> ArgumentError:
+    def pack(self, layout: ParamLayout, values: Sequence[Any]) -> None:
+        try:
+            if self.converts:
+                layout.pack_into(layout.buffer, 0, *self.convert(values))
+            elif self._pick is not None:
+                layout.pack_into(layout.buffer, 0, *self._pick(values))
+            else:
+                layout.pack_into(layout.buffer, 0, *values)
+        except Exception as exc:  # noqa: BLE001 - struct.error, OverflowError, TypeError, ArgumentError
+            raise self.explain(values, exc) from None
+
+    def explain(self, values: Sequence[Any], exc: BaseException | None) -> ArgumentError:
+        """The :class:`ArgumentError` for call values that did not pack (shared by both launch paths)."""
         if isinstance(exc, ArgumentError):
             return exc
         for j, v in enumerate(values):
@@ -123,10 +184,10 @@ class LaunchEntry:
             converted = self.convert(values)
         except ArgumentError as err:
             return err
-        err = self.layout.explain(converted, exc)
-        return ArgumentError(f"{self.kernel}: {err}")
+        return ArgumentError(f"{self.kernel}: {self.layout.explain(converted, exc)}")
 
     def thread_layout(self) -> ParamLayout:
+        """The calling thread's parameter buffer: the driver call releases the GIL, so threads never share one."""
         if threading.get_ident() == self._owner:
             return self.layout
         layout = getattr(self._tls, "layout", None)
@@ -135,101 +196,102 @@ class LaunchEntry:
         return layout
 
     # -- launching -------------------------------------------------------------------------------------
-    def launch_generic(self, gx: int, gy: int, gz: int, stream: Any, values: Sequence[Any],
-                       layout: ParamLayout | None = None) -> None:
-        """Every feature, any thread: used for clusters/cooperative/PDL/scratch and non-owner threads."""
-        layout = layout or self.thread_layout()
-        try:
-            layout.pack(self.convert(values))
-        except ArgumentError as exc:
-            raise ArgumentError(f"{self.kernel}: {exc}") from None
+    def _make_launch(self) -> Callable[[Any, Any, Sequence[Any]], None]:
+        """The Python path's launch as one function: for the common case (a plain launch from the thread
+        that made this entry) pack and call the driver in one frame; anything else is :meth:`launch_dims`.
+        It does what :meth:`launch_dims` does, with this entry's fixed parts bound once."""
+        layout = self.layout
+        pack_into, buffer, params = layout.pack_into, layout.buffer, layout.kernel_params
+        pick, owner, get_ident = self._pick, self._owner, threading.get_ident
+        streams = self.backend.streams
+        known, stream_of, driver_launch = streams.known, streams.get, self.backend.launch
+        function, block_x, shared = self.function, self.block_x, self.shared
+        general = self.special or self.converts
+        launch_dims, explain, failed = self.launch_dims, self.explain, self.failed
+
+        def launch(grid: Any, stream: Any, values: Sequence[Any]) -> None:
+            if type(grid) is tuple and len(grid) == 1 and type(grid[0]) is int and 0 <= grid[0] <= _MAX_DIM:
+                gx, gy, gz = grid[0], 1, 1
+            else:
+                gx, gy, gz = grid_dims(grid)
+            if not gx * gy * gz:
+                return  # Triton launches nothing for an empty grid
+            if general or get_ident() != owner:
+                return launch_dims(gx, gy, gz, stream, values)
+            try:
+                pack_into(buffer, 0, *(values if pick is None else pick(values)))
+            except Exception as exc:  # noqa: BLE001 - struct.error, OverflowError, TypeError
+                raise explain(values, exc) from None
+            s = known(stream) if type(stream) is int else None
+            err = driver_launch(function, gx, gy, gz, block_x, shared, s if s is not None else stream_of(stream), params)
+            if err:
+                failed(err, gx, gy, gz, stream, values, layout)
+
+        return launch
+
+    def launch_dims(self, gx: int, gy: int, gz: int, stream: Any, values: Sequence[Any]) -> None:
+        """Pack ``values`` into this thread's buffer and launch through the binding (every feature)."""
+        layout = self.thread_layout()
+        self.pack(layout, values)
         s = self.backend.stream(stream)
         if self.scratch:
-            blocks = gx * gy * gz * self.num_ctas
-            key = stream_handle(stream)
-            for kind, size, align in self.scratch:
-                addr = self.pool.get(self.device, key, s, kind, blocks * size, align) if blocks else 0
-                layout.set_scratch(kind, addr)
-        err = self._raw(gx, gy, gz, s, layout)
+            self.set_scratch(layout, gx, gy, gz, stream, s)
+        err = self.raw_launch(gx, gy, gz, s, layout)
         if err:
-            self.failed(err, gx, gy, gz, s, layout)
+            self.failed(err, gx, gy, gz, stream, values, layout)
 
-    def _raw(self, gx: int, gy: int, gz: int, s: Any, layout: ParamLayout) -> Any:
+    def set_scratch(self, layout: ParamLayout, gx: int, gy: int, gz: int, stream: Any, s: Any) -> None:
+        blocks = gx * gy * gz * self.num_ctas
+        key = stream_handle(stream)
+        for kind, size, align in self.scratch:
+            layout.set_scratch(kind, self.pool.get(self.device, key, s, kind, blocks * size, align) if blocks else 0)
+
+    def raw_launch(self, gx: int, gy: int, gz: int, s: Any, layout: ParamLayout) -> int:
+        """One driver call with an already packed buffer; returns the driver's result."""
         if self.use_ex:
             c = self.cluster
-            res = self.backend.launch_ex(self.loaded.function, (gx * c[0], gy * c[1], gz * c[2]), self.block,
-                                         self.shared, s, layout.kernel_params, c, self.cooperative, self.pdl)
-        else:
-            res = self.backend.launch(self.loaded.function, gx, gy, gz, self.block[0], 1, 1, self.shared, s,
-                                      layout.kernel_params, self._extra)
-        return res[0]
+            return self.backend.launch_ex(self.function, (gx * c[0], gy * c[1], gz * c[2]), (self.block_x, 1, 1),
+                                          self.shared, s, layout.kernel_params, c, self.cooperative, self.pdl)
+        return self.backend.launch(self.function, gx, gy, gz, self.block_x, self.shared, s, layout.kernel_params)
 
-    def failed(self, err: Any, gx: int, gy: int, gz: int, s: Any, layout: ParamLayout | None = None) -> None:
-        """After a non-zero driver result: skip empty grids, retry once in the right context, else raise."""
-        if gx * gy * gz == 0:
-            return  # Triton launches nothing for an empty grid; the driver calls that invalid
-        layout = layout or self.layout
+    def failed(self, err: Any, gx: int, gy: int, gz: int, stream: Any, values: Sequence[Any] | None,
+               layout: ParamLayout | None = None) -> None:
+        """After a non-zero driver result: retry once in the device's context, else raise :class:`LaunchError`.
+
+        A thread that never touched the GPU has no current context; adopting the device's primary
+        context (the one torch, CuPy and Triton share) and launching again is what their launchers do.
+        ``values`` re-pack the buffer when the failed launch packed elsewhere (the compiled path).
+        """
         b = self.backend
+        s = b.stream(stream)
         if int(err) in b.context_errors:
+            if layout is None:
+                layout = self.thread_layout()
+                self.pack(layout, values or ())
+                if self.scratch:
+                    self.set_scratch(layout, gx, gy, gz, stream, s)
             if not b.has_current():
-                b.make_current(self.device)  # a fresh thread: adopt the device's primary context
-                err = self._raw(gx, gy, gz, s, layout)
+                b.make_current(self.device)
+                err = self.raw_launch(gx, gy, gz, s, layout)
             else:
                 with b.in_context(self.device):
-                    err = self._raw(gx, gy, gz, s, layout)
+                    err = self.raw_launch(gx, gy, gz, s, layout)
             if not err:
                 return
         raise LaunchError(
             f"launching {self.kernel} {self.label} on {b.name} device {self.device} failed: {b.error_text(err)} "
-            f"(grid=({gx}, {gy}, {gz}), block={self.block}, shared={self.shared})"
+            f"(grid=({gx}, {gy}, {gz}), block=({self.block_x}, 1, 1), shared={self.shared})"
         )
-
-    def _generate(self) -> Any:
-        n = len(self.call_positions)
-        args = ", ".join(f"a{j}" for j in range(n))
-        tup = f"({args}{',' if n == 1 else ''})"
-        packed = []
-        for j, conv in self.slots:
-            packed.append(f"_pv(a{j})" if conv == "ptr" else f"_bf16(a{j})" if conv == "bf16" else f"a{j}")
-        g: dict[str, Any] = {
-            "_ident": threading.get_ident, "_owner": self._owner, "_generic": self.launch_generic,
-            "_pack": self.layout.pack_into, "_buf": self.layout.buffer, "_params": self.layout.kernel_params,
-            "_explain": self.explain, "_pv": pointer_value, "_bf16": bf16_bits,
-            "_streams": self.backend._streams, "_stream": self.backend.stream, "_launch": self.backend.launch,
-            "_func": self.loaded.function, "_bx": self.block[0], "_shared": self.shared, "_failed": self.failed,
-            "_extra": self._extra,
-        }
-        head = (f"def launch(grid, stream{', ' if n else ''}{args}):\n"
-                "    n = len(grid)\n"
-                "    if n == 1:\n        gx = grid[0]; gy = 1; gz = 1\n"
-                "    elif n == 2:\n        gx, gy = grid; gz = 1\n"
-                "    else:\n        gx, gy, gz = grid\n")
-        if self.special:
-            body = f"    return _generic(gx, gy, gz, stream, {tup})\n"
-        else:
-            body = (
-                f"    if _ident() != _owner:\n        return _generic(gx, gy, gz, stream, {tup})\n"
-                f"    try:\n        _pack(_buf, 0{', ' if packed else ''}{', '.join(packed)})\n"
-                f"    except Exception as exc:\n        raise _explain({tup}, exc) from None\n"
-                "    s = _streams.get(stream)\n"
-                "    if s is None:\n        s = _stream(stream)\n"
-                "    err = _launch(_func, gx, gy, gz, _bx, 1, 1, _shared, s, _params, _extra)[0]\n"
-                "    if err:\n        _failed(err, gx, gy, gz, s)\n"
-            )
-        from .codegen import build
-
-        return build(head + body, g, "launch")["launch"]
 
 
 class BoundLauncher:
-    """A variant, grid, stream and argument layout fixed once; ``bound()`` re-launches at near-raw cost.
+    """A variant, grid, stream and packed parameters fixed once; ``bound()`` re-launches with one driver call.
 
-    ``bound()`` launches with the arguments packed so far; ``bound(*values)`` re-packs every kernel
-    parameter first (values in ``bound.param_names`` order: the kernel's non-constexpr parameters,
-    without ``== 1`` specialised ones; pointers as tensors/arrays or int addresses); ``bound.set(name,
-    value)`` re-packs one. The bound path does not re-check dtypes or devices (it trusts the layout it
-    was bound with) but does check 16-byte alignment of ``:16`` pointers. One bound launcher must not be
-    used from two threads at once (it owns one parameter buffer).
+    ``bound()`` launches with the values packed so far; ``bound(*values)`` re-packs every parameter first
+    (in ``bound.param_names`` order: the binary's parameters, i.e. the kernel's non-constexpr ones without
+    ``== 1`` specialised ones; pointers as tensors/arrays or int addresses); ``bound.set(name, value)``
+    re-packs one. The bound path trusts the dtypes and devices it was bound with but checks 16-byte
+    alignment of ``:16`` pointers. A bound launcher owns one parameter buffer: use one per thread.
     """
 
     def __init__(self, entry: LaunchEntry, grid: tuple[int, int, int], stream: Any, values: Sequence[Any]) -> None:
@@ -239,100 +301,40 @@ class BoundLauncher:
         self.layout = ParamLayout(abi)
         user = abi.params[: self.layout.n_user]
         self.param_names = tuple(p.name for p in user)
+        # A pointer always has its call argument's index (AbiParam.from_json refuses one without).
+        self._aligned = tuple(i for i, p in enumerate(user)
+                              if p.kind == "pointer" and entry.variant.params[cast(int, p.arg)].divisibility == 16)
+        self.grid = grid_dims(grid)
         self._stream_raw = stream
-        self.grid = grid
-        self.layout.pack(entry.convert(values))
-        self._align_check = [i for i, p in enumerate(user) if p.kind == "pointer"
-                             and entry.variant.params[p.arg].divisibility == 16]
-        self._g: dict[str, Any] = {}
-        self._call = self._generate()
-        self.set_stream(stream)
-        self.set_grid(grid)
-        # Special methods are looked up on the type: give this launcher its own subclass whose __call__
-        # is the generated function, so ``bound()`` is a single Python frame before the driver call.
-        self.__class__ = type(f"BoundLauncher_{entry.kernel}", (BoundLauncher,),
-                              {"__call__": self._call, "launch": self._call, "__slots__": ()})
+        self._stream = entry.backend.stream(stream)
+        entry.pack(self.layout, values)  # selection already checked the alignment of these values
 
-    def _generate(self) -> Any:
+    def __call__(self, *values: Any) -> None:
+        if values:
+            self._repack(values)
+        gx, gy, gz = self.grid
+        if not gx * gy * gz:
+            return
         e = self.entry
-        abi = e.variant.abi
-        user = abi.params[: self.layout.n_user]
-        names = [f"v{i}" for i in range(len(user))]
-        lines = []
-        packed = []
-        for i, p in enumerate(user):
-            if p.kind == "pointer":
-                lines.append(f"        q{i} = v{i}.data_ptr() if type(v{i}) is _TT else v{i} if type(v{i}) is int "
-                             f"else _pv(v{i})\n")
-                packed.append(f"q{i}")
-            elif p.type == "bf16":
-                packed.append(f"_bf16(v{i})")
-            else:
-                packed.append(f"v{i}")
-        check = ""
-        if self._align_check:
-            ors = " | ".join(f"q{i}" for i in self._align_check)
-            check = f"        if ({ors}) & 15:\n            _misaligned({', '.join(packed)})\n"
-        g = self._g
-        torch_type = None
-        try:
-            import sys
-
-            torch = sys.modules.get("torch")
-            torch_type = torch.Tensor if torch is not None and is_torch_tensor_type(torch.Tensor) else None
-        except Exception:  # noqa: BLE001
-            torch_type = None
-        g.update({
-            "_TT": torch_type or _Never, "_pv": pointer_value, "_bf16": bf16_bits, "_pack": self.layout.pack_into,
-            "_buf": self.layout.buffer, "_params": self.layout.kernel_params, "_launch": e.backend.launch,
-            "_func": e.loaded.function, "_bx": e.block[0], "_shared": e.shared, "_extra": e._extra,
-            "_failed": self._failed, "_explain": self._explain, "_misaligned": self._misaligned,
-            "_generic": self._generic, "_ArgErr": ArgumentError,
-        })
-        n = len(user)
         if e.special:
-            body = ("def call(self, *args):\n"
-                    "    _generic(args)\n")
+            if e.scratch:
+                e.set_scratch(self.layout, gx, gy, gz, self._stream_raw, self._stream)
+            err = e.raw_launch(gx, gy, gz, self._stream, self.layout)
         else:
-            unpack = f"        ({', '.join(names)}{',' if n == 1 else ''}) = args\n" if n else ""
-            body = (
-                "def call(self, *args):\n"
-                "    if args:\n"
-                "        try:\n"
-                + "".join("    " + ln for ln in (unpack + "".join(lines)).splitlines(True))
-                + "        except Exception as exc:\n            raise _explain(args, exc) from None\n"
-                + check
-                + "        try:\n"
-                f"            _pack(_buf, 0{', ' if packed else ''}{', '.join(packed)})\n"
-                "        except Exception as exc:\n            raise _explain(args, exc) from None\n"
-                "    err = _launch(_func, GX, GY, GZ, _bx, 1, 1, _shared, S, _params, _extra)[0]\n"
-                "    if err:\n        _failed(err)\n"
-            )
-        from .codegen import build
+            err = e.backend.launch(e.function, gx, gy, gz, e.block_x, e.shared, self._stream, self.layout.kernel_params)
+        if err:
+            self._failed(err)
 
-        return build(body, g, "bound")["call"]
-
-    # Python looks special methods up on the type, so __call__ forwards to the generated function.
-    def __call__(self, *args: Any) -> None:
-        self._call(self, *args)
-
-    def launch(self, *args: Any) -> None:
+    def launch(self, *values: Any) -> None:
         """Same as calling the launcher."""
-        self._call(self, *args)
-
-    @property
-    def fast(self) -> Any:
-        """The generated function itself: ``f = bound.fast; f(bound)`` or ``f(bound, *values)`` skips one frame."""
-        return self._call
+        self(*values)
 
     def set_grid(self, grid: Any) -> None:
-        g3 = pad_grid(tuple(grid) if not isinstance(grid, tuple) else grid)
-        self.grid = g3
-        self._g["GX"], self._g["GY"], self._g["GZ"] = g3
+        self.grid = grid_dims(grid)
 
     def set_stream(self, stream: Any) -> None:
+        self._stream = self.entry.backend.stream(stream)
         self._stream_raw = stream
-        self._g["S"] = self.entry.backend.stream(stream)
 
     def set(self, name: str, value: Any) -> None:
         """Re-pack one parameter (by name) in place; the next launch uses it."""
@@ -341,64 +343,63 @@ class BoundLauncher:
         except ValueError:
             raise ArgumentError(f"{self.entry.kernel}: no parameter {name!r} to set; "
                                 f"settable: {list(self.param_names)}") from None
-        p = self.variant.abi.params[i]
-        if p.kind == "pointer":
-            value = pointer_value(value)
-            if i in self._align_check and value % 16:
-                raise ArgumentError(f"{self.entry.kernel}: {name} address 0x{value:x} is not 16-byte aligned; "
-                                    f"the bound variant assumes {name}:16")
+        if self.variant.abi.params[i].kind == "pointer":
+            try:
+                value = pointer_value(value)
+            except (NotAPointer, TypeError) as exc:
+                raise ArgumentError(f"{self.entry.kernel}: parameter {name!r}: {exc}") from None
+            if i in self._aligned:
+                self._misaligned([value], (i,))
         self.layout.set_one(i, value)
+
+    # -- slow parts ------------------------------------------------------------------------------------
+    def _repack(self, args: Sequence[Any]) -> None:
+        """All or nothing: a value that does not pack leaves the buffer as it was."""
+        try:
+            values = self._values(args)
+            self._misaligned([values[i] for i in self._aligned], self._aligned)
+            self.layout.replace(values)
+        except Exception as exc:  # noqa: BLE001 - struct.error, OverflowError, TypeError, ArgumentError
+            raise self._explain(args, exc) from None
 
     def _values(self, args: Sequence[Any]) -> list[Any]:
         if len(args) != len(self.param_names):
             raise ArgumentError(f"{self.entry.kernel}: the bound launcher takes {len(self.param_names)} values "
                                 f"{list(self.param_names)}, got {len(args)}")
         out = []
+        tensor = args_module.TENSOR_TYPE
         for p, v in zip(self.variant.abi.params, args):
             if p.kind == "pointer":
-                try:
-                    v = pointer_value(v)
+                try:  # the bound path reads only the address (the binding checked dtypes and devices)
+                    v = v.data_ptr() if type(v) is tensor else v if type(v) is int else pointer_value(v)
                 except (NotAPointer, TypeError) as exc:
                     raise ArgumentError(f"{self.entry.kernel}: parameter {p.name!r}: {exc}") from None
             elif p.type == "bf16":
-                v = bf16_bits(v)
+                try:
+                    v = bf16_bits(v)
+                except (TypeError, ValueError, OverflowError) as exc:
+                    raise ArgumentError(f"{self.entry.kernel}: parameter {p.name!r} (bf16): {v!r}: {exc}") from None
             out.append(v)
         return out
 
-    def _explain(self, args: Sequence[Any], exc: BaseException) -> ArgumentError:
+    def _explain(self, args: Sequence[Any], exc: BaseException | None) -> ArgumentError:
+        """The error for ``bound(*args)`` values that did not pack (the compiled launcher asks this too)."""
         if isinstance(exc, ArgumentError):
             return exc
         try:
             values = self._values(args)
+            self._misaligned([values[i] for i in self._aligned], self._aligned)
         except ArgumentError as err:
             return err
         return ArgumentError(f"{self.entry.kernel}: {self.layout.explain(values, exc)}")
 
-    def _misaligned(self, *packed: Any) -> None:
-        for i in self._align_check:
-            if packed[i] % 16:
+    def _misaligned(self, addresses: Sequence[int], indices: Sequence[int]) -> None:
+        for i, a in zip(indices, addresses):
+            if isinstance(a, int) and a % 16:
                 name = self.param_names[i]
-                raise ArgumentError(f"{self.entry.kernel}: {name} address 0x{packed[i]:x} is not 16-byte aligned; "
+                raise ArgumentError(f"{self.entry.kernel}: {name} address 0x{a:x} is not 16-byte aligned; "
                                     f"the bound variant assumes {name}:16")
-
-    def _generic(self, args: Sequence[Any]) -> None:
-        """Clusters / cooperative / PDL / scratch: pack if given, then the entry's full launch path."""
-        e = self.entry
-        if args:
-            values = self._values(args)
-            self._misaligned(*values)
-            self.layout.pack(values)
-        gx, gy, gz = self.grid
-        s = self._g["S"]
-        if e.scratch:
-            blocks = gx * gy * gz * e.num_ctas
-            key = stream_handle(self._stream_raw)
-            for kind, size, align in e.scratch:
-                self.layout.set_scratch(kind, e.pool.get(e.device, key, s, kind, blocks * size, align) if blocks else 0)
-        err = e._raw(gx, gy, gz, s, self.layout)
-        if err:
-            e.failed(err, gx, gy, gz, s, self.layout)
 
     def _failed(self, err: Any) -> None:
         gx, gy, gz = self.grid
-        self.entry.failed(err, gx, gy, gz, self._g["S"], self.layout)
+        self.entry.failed(err, gx, gy, gz, self._stream_raw, None, self.layout)

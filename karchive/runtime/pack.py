@@ -19,10 +19,12 @@ from __future__ import annotations
 import ctypes
 import math
 import struct
-from typing import Any, Sequence
+from typing import Any, cast
+from collections.abc import Sequence
 
 from ..errors import ArgumentError, LaunchError
-from ..format.manifest import Abi
+from ..format.dtypes import FLOAT_TYPES, INT_RANGES
+from ..format.manifest import Abi, AbiParam
 
 #: struct format characters per Triton scalar type (pointers are "Q").
 SCALAR_FORMATS: dict[str, str] = {
@@ -30,12 +32,27 @@ SCALAR_FORMATS: dict[str, str] = {
     "u1": "B", "u8": "B", "u16": "H", "u32": "I", "u64": "Q",
     "fp16": "e", "bf16": "H", "fp32": "f", "fp64": "d",
 }
-INT_RANGES: dict[str, tuple[int, int]] = {
-    "i1": (-128, 127), "i8": (-128, 127), "i16": (-(1 << 15), (1 << 15) - 1), "i32": (-(1 << 31), (1 << 31) - 1),
-    "i64": (-(1 << 63), (1 << 63) - 1), "u1": (0, 255), "u8": (0, 255), "u16": (0, (1 << 16) - 1),
-    "u32": (0, (1 << 32) - 1), "u64": (0, (1 << 64) - 1),
-}
-FLOAT_TYPES = frozenset({"fp16", "bf16", "fp32", "fp64"})
+
+#: How the compiled launcher writes each ABI parameter: the struct format character of the scalar,
+#: "P" for a device address, "E" for bf16 made as Triton makes it (see :func:`bf16_bits`), "Z" for a
+#: scratch slot that stays null. One character per parameter, so both launch paths read one table.
+POINTER_CODE, BF16_CODE, NULL_CODE = "P", "E", "Z"
+
+
+def pack_code(kind: str, typ: str | None) -> str:
+    """The compiled launcher's code for one ABI parameter (``kind`` and ``type`` as in the manifest's ABI)."""
+    if kind == "pointer":
+        return POINTER_CODE
+    if kind != "scalar":
+        return NULL_CODE
+    return BF16_CODE if typ == "bf16" else SCALAR_FORMATS[str(typ)]
+
+
+def _struct_char(p: AbiParam) -> str:
+    """The struct format character of a user (pointer or scalar) parameter."""
+    # A scalar's type is never None: AbiParam.from_json refuses a pointer/scalar parameter without one.
+    return "Q" if p.kind == "pointer" else SCALAR_FORMATS[cast(str, p.type)]
+
 
 _F32 = struct.Struct("<f")
 _U32 = struct.Struct("<I")
@@ -76,7 +93,7 @@ class ParamLayout:
             offset += pad
             offsets.append(offset)
             if i < self.n_user:
-                fmt.append("Q" if p.kind == "pointer" else SCALAR_FORMATS[p.type])
+                fmt.append(_struct_char(p))
             offset += p.size
         self.names = tuple(p.name for p in user)
         self.types = tuple(p.type for p in user)
@@ -86,7 +103,8 @@ class ParamLayout:
         self.buffer = (ctypes.c_uint64 * words)()
         base = ctypes.addressof(self.buffer)
         count = max(len(abi.params), 1)
-        self.pointers = (ctypes.c_void_p * count)(*[base + o for o in offsets] or [None])
+        addresses: list[int | None] = [base + o for o in offsets] or [None]
+        self.pointers = (ctypes.c_void_p * count)(*addresses)
         self.kernel_params = ctypes.addressof(self.pointers) if abi.params else 0
         self.struct = struct.Struct("".join(fmt))
         self.pack_into = self.struct.pack_into
@@ -100,13 +118,19 @@ class ParamLayout:
         except (struct.error, OverflowError, TypeError) as exc:
             raise self.explain(values, exc) from None
 
+    def replace(self, values: Sequence[Any]) -> None:
+        """Like :meth:`pack_into` the user parameters, but all or nothing (a bound launcher keeps its values
+        when new ones do not pack); raises what ``struct`` raises."""
+        packed = self.struct.pack(*values)
+        ctypes.memmove(self.buffer, packed, len(packed))
+
     def set_scratch(self, kind: str, address: int) -> None:
         struct.pack_into("<Q", self.buffer, self.scratch_offsets[kind], address)
 
     def set_one(self, index: int, value: Any) -> None:
         """Re-pack a single user parameter in place (the bound launcher's ``set``)."""
         p = self.abi.params[index]
-        fmt = "<Q" if p.kind == "pointer" else "<" + SCALAR_FORMATS[p.type]
+        fmt = "<" + _struct_char(p)
         if p.type == "bf16":
             value = bf16_bits(value)
         try:
@@ -114,15 +138,12 @@ class ParamLayout:
         except (struct.error, OverflowError, TypeError) as exc:
             raise ArgumentError(self._why(index, value, exc)) from None
 
-    def bytes(self) -> bytes:
-        return ctypes.string_at(ctypes.addressof(self.buffer), self.size)
-
-    def explain(self, values: Sequence[Any], exc: BaseException) -> ArgumentError:
+    def explain(self, values: Sequence[Any], exc: BaseException | None) -> ArgumentError:
         if len(values) != self.n_user:
             return ArgumentError(f"{self.abi.entry}: {len(values)} values for {self.n_user} parameters {list(self.names)}")
         for i, value in enumerate(values):
             p = self.abi.params[i]
-            fmt = "<Q" if p.kind == "pointer" else "<" + SCALAR_FORMATS[p.type]
+            fmt = "<" + _struct_char(p)
             try:
                 struct.pack(fmt, value)
             except (struct.error, OverflowError, TypeError) as err:

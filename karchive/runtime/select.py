@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
+from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import NoMatchingVariantError
 from ..format.manifest import Param, Variant
 from .args import PointerInfo, describe_arg
 from .device import DeviceInfo
 from .dtypes import pointer_element, triton_dtype
-from .pack import FLOAT_TYPES, INT_RANGES
+from ..format.dtypes import FLOAT_TYPES, INT_RANGES
+from .plan import option_value
 
 
 class _Missing:
@@ -165,11 +167,23 @@ def param_reason(p: Param, value: Any, info: PointerInfo | None, given_cx: bool)
     return f"{name} has type {typ!r}, which this runtime cannot pass"
 
 
-def call_reason(v: Variant, values: Sequence[Any], infos: Sequence[PointerInfo | None]) -> str | None:
-    """Why the call's arguments do not fit variant ``v`` (None when they do)."""
+def option_reason(v: Variant, options: Mapping[str, Any]) -> str | None:
+    """Why the launch options (``num_warps=`` & co.) do not fit variant ``v`` (None when they do)."""
+    for name, want in options.items():
+        have = option_value(v, name)
+        if want != have or isinstance(want, bool) != isinstance(have, bool):
+            return f"{name}={want!r}, but this variant was compiled with {name}={have!r}"
+    return None
+
+
+def call_reason(v: Variant, values: Sequence[Any], infos: Sequence[PointerInfo | None],
+                options: Mapping[str, Any] | None = None) -> str | None:
+    """Why the call's arguments and launch options do not fit variant ``v`` (None when they do)."""
     if len(values) != len(v.params):
         return f"takes {len(v.params)} parameters, the call gave {len(values)}"
     reasons = [r for p, x, i in zip(v.params, values, infos) if (r := param_reason(p, x, i, False))]
+    if options and (r := option_reason(v, options)):
+        reasons.append(r)
     return "; ".join(reasons) if reasons else None
 
 
@@ -180,36 +194,43 @@ def specialisation_count(v: Variant) -> int:
 def variant_label(v: Variant) -> str:
     cx = ", ".join(f"{k}={val!r}" for k, val in v.constexprs.items())
     hints = ",".join(p.name + (":1" if p.equal_to_1 else ":16") for p in v.params if p.equal_to_1 or p.divisibility)
-    opts = f"num_warps={v.abi.num_warps}" + (f", num_ctas={v.abi.num_ctas}" if v.abi.num_ctas != 1 else "")
+    stages = v.options.get("num_stages")
+    opts = (f"num_warps={v.abi.num_warps}" + (f", num_stages={stages}" if stages is not None else "")
+            + (f", num_ctas={v.abi.num_ctas}" if v.abi.num_ctas != 1 else "")
+            + (f", maxnreg={v.options['maxnreg']}" if v.options.get("maxnreg") is not None else ""))
     return (f"{v.key[:12]} [{v.target}/{v.abi.binary_arch}; {cx}{'; ' if cx else ''}{opts}"
             f"{'; ' + hints if hints else ''}]")
 
 
 def select_variant(kernel: str, variants: Sequence[Variant], dev: DeviceInfo, values: Sequence[Any],
                    infos: Sequence[PointerInfo | None], names: Sequence[str], allow_ptx: bool = False,
-                   ptx_header: Callable | None = None) -> tuple[Variant, DeviceFit]:
-    """The best variant for this device and call, or :class:`NoMatchingVariantError` listing every rejection.
+                   ptx_header: Callable | None = None, options: Mapping[str, Any] | None = None,
+                   ) -> tuple[Variant, DeviceFit]:
+    """The best variant for this device, call and launch options, or :class:`NoMatchingVariantError` listing
+    every rejection.
 
     Preference: runs from its binary over PTX JIT; more specialisation hints (``:16``, ``== 1``); the
     closest arch; then manifest order (the producer's order).
     """
     fits: list[tuple[tuple, int, Variant, DeviceFit]] = []
-    rejected: list[str] = []
+    rejected: list[tuple[str, str]] = []
     for i, v in enumerate(variants):
         fit = device_fit(v, dev, allow_ptx, ptx_header)
         if isinstance(fit, str):
-            rejected.append(f"  - {variant_label(v)}: {fit}")
+            rejected.append((variant_label(v), fit))
             continue
-        why = call_reason(v, values, infos)
+        why = call_reason(v, values, infos, options)
         if why:
-            rejected.append(f"  - {variant_label(v)}: {why}")
+            rejected.append((variant_label(v), why))
             continue
         fits.append(((fit.mode != "binary", -specialisation_count(v), fit.distance, i), i, v, fit))
     if fits:
         fits.sort(key=lambda t: t[0])
         return fits[0][2], fits[0][3]
-    asked = ", ".join(f"{n}={describe_arg(x)}" for n, x in zip(names, values) if x is not MISSING)
+    asked = ", ".join([f"{n}={describe_arg(x)}" for n, x in zip(names, values) if x is not MISSING]
+                      + [f"{n}={x!r}" for n, x in (options or {}).items()])
     raise NoMatchingVariantError(
         f"no variant of {kernel!r} fits the call {kernel}({asked}) on {dev}; "
-        f"{len(variants)} variant(s) rejected:\n" + "\n".join(rejected)
+        f"{len(variants)} variant(s) rejected:\n" + "\n".join(f"  - {label}: {why}" for label, why in rejected),
+        kernel=kernel, rejections=tuple(rejected),
     )

@@ -14,13 +14,14 @@ import fnmatch
 import hashlib
 import os
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10: the `trust` extra installs tomli
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # Python 3.10: the `trust` extra installs tomli
+    import tomli as tomllib
 
 from ..errors import KeyFileError, TrustPolicyError
 from .keys import PublicKey, parse_inline_public_key

@@ -1,10 +1,14 @@
 """The provenance statement: an in-toto Statement v1 about one archive, with a SLSA provenance v1
 predicate (spec/SIGNING.md §4).
 
-The subject is the archive file itself — its sha256 — named ``NAME@VERSION``; the predicate says
-who built it with which toolchain, from which sources and build spec, with which parameters. It is
-derived from the archive's manifest plus the optional build info (:mod:`.buildinfo`). The statement
-lives beside the archive, so the archive's bytes are the same signed or not.
+The subject is the archive file itself — its sha256 — named ``NAME@VERSION``, annotated with the
+digest of the archive's index (from its footer): a reader that fetches only byte ranges never hashes
+the whole file, but it does check the index against the footer, and the index pins the manifest and
+every member, so the signed index digest binds a lazily read archive to the signature (§4.3). The
+predicate says who built it with which toolchain, from which sources and build spec, with which
+parameters. It is derived from the archive's manifest plus the optional build info
+(:mod:`.buildinfo`). The statement lives beside the archive, so the archive's bytes are the same
+signed or not.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 BUILD_TYPE = "urn:karchive:build:v1"
 #: SLSA builder.id when the build info names none: "whoever holds the signing key built it".
 DEFAULT_BUILDER_ID = "urn:karchive:builder:local"
+#: The subject's annotation holding karchive-specific digests. in-toto ResourceDescriptor v1 makes
+#: ``annotations`` a map of field name -> object, so the index digest sits one level down.
+ANNOTATION = "karchive"
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -50,10 +57,13 @@ def _builder_version(manifest: dict, info: dict) -> dict[str, str]:
     return out
 
 
-def build_statement(manifest: dict, sha256: str, build_info: dict | None = None) -> dict[str, Any]:
-    """The statement for the archive whose bytes hash to ``sha256`` and whose manifest is ``manifest``."""
-    if not _HEX64.match(sha256):
-        raise ValueError(f"not a sha256 digest: {sha256!r}")
+def build_statement(manifest: dict, sha256: str, build_info: dict | None = None, *,
+                    index_sha256: str) -> dict[str, Any]:
+    """The statement for the archive whose bytes hash to ``sha256``, whose footer names the index
+    digest ``index_sha256``, and whose manifest is ``manifest``."""
+    for what, digest in (("sha256", sha256), ("index_sha256", index_sha256)):
+        if not isinstance(digest, str) or not _HEX64.match(digest):
+            raise ValueError(f"{what} is not a sha256 digest: {digest!r}")
     info = check_build_info(dict(build_info or {}))
     name, version = manifest["name"], manifest["version"]
     variants = manifest.get("variants") or []
@@ -83,7 +93,8 @@ def build_statement(manifest: dict, sha256: str, build_info: dict | None = None)
         run["metadata"] = metadata
     return {
         "_type": STATEMENT_TYPE,
-        "subject": [{"name": subject_name(name, version), "digest": {"sha256": sha256}}],
+        "subject": [{"name": subject_name(name, version), "digest": {"sha256": sha256},
+                     "annotations": {ANNOTATION: {"index_sha256": index_sha256}}}],
         "predicateType": PREDICATE_TYPE,
         "predicate": {
             "buildDefinition": {
@@ -111,6 +122,7 @@ class Statement:
     name: str
     version: str
     sha256: str
+    index_sha256: str  # the archive index's digest (its footer's): what a ranged reader can check
     builder_id: str
     builder_version: dict
     raw: dict
@@ -120,7 +132,7 @@ class Statement:
         build = self.raw["predicate"].get("buildDefinition") or {}
         ext = build.get("externalParameters") or {}
         return {"subject": subject_name(self.name, self.version), "sha256": self.sha256,
-                "builder": self.builder_id, "toolchain": self.builder_version,
+                "index_sha256": self.index_sha256, "builder": self.builder_id, "toolchain": self.builder_version,
                 **({"spec": ext["spec"]} if isinstance(ext.get("spec"), dict) else {})}
 
 
@@ -151,6 +163,12 @@ def parse_statement(payload: bytes) -> Statement:
     sha = digest.get("sha256")
     if type(sha) is not str or not _HEX64.match(sha):
         raise _bad("the subject has no sha256 digest (64 lowercase hex digits)")
+    notes = subj.get("annotations")
+    ours = notes.get(ANNOTATION) if type(notes) is dict else None
+    index = ours.get("index_sha256") if type(ours) is dict else None
+    if type(index) is not str or not _HEX64.match(index):
+        raise _bad(f"the subject has no annotations.{ANNOTATION}.index_sha256 (64 lowercase hex digits): "
+                   "statements must carry the archive's index digest (sign the archive again)")
     predicate = obj.get("predicate")
     build = predicate.get("buildDefinition") if type(predicate) is dict else None
     run = predicate.get("runDetails") if type(predicate) is dict else None
@@ -162,4 +180,5 @@ def parse_statement(payload: bytes) -> Statement:
     if type(version) is not dict:
         raise _bad("runDetails.builder.version must be an object")
     name, _, ver = sname.partition("@")
-    return Statement(name=name, version=ver, sha256=sha, builder_id=builder["id"], builder_version=version, raw=obj)
+    return Statement(name=name, version=ver, sha256=sha, index_sha256=index, builder_id=builder["id"],
+                     builder_version=version, raw=obj)

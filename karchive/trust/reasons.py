@@ -32,6 +32,11 @@ STATEMENT_CONFLICT = "statement-conflict"  # sign: the sidecar already holds ano
 DAMAGED_ARCHIVE = "damaged-archive"        # the archive's own name/version cannot be read
 MISSING_DEPENDENCY = "missing-dependency"  # the cryptography package is not installed
 
+# Refusals by the loader around verification (spec/SIGNING.md §9, REGISTRY.md §6-§7).
+DOWNGRADE = "downgrade"                    # NAME@latest resolved below a version this cache verified
+PINNED_SIGNER_MISSING = "pinned-signer-missing"  # a lockfile pins a signer whose signature does not count now
+POLICY_REQUIRED = "policy-required"        # a lockfile pins signers, but no trust policy was given
+
 #: Per-signature codes in the order verification reaches them (spec/SIGNING.md §6).
 STAGE = {
     MALFORMED_ENVELOPE: 0,
@@ -69,4 +74,7 @@ MEANING = {
     STATEMENT_CONFLICT: "the signature file already holds a different statement for this archive",
     DAMAGED_ARCHIVE: "the archive cannot be read",
     MISSING_DEPENDENCY: "the cryptography package is not installed (pip install 'karchive[trust]')",
+    DOWNGRADE: "the newest version is older than one this cache already verified (possible rollback)",
+    PINNED_SIGNER_MISSING: "a signer the lockfile pins does not sign this archive validly now",
+    POLICY_REQUIRED: "the lockfile pins signers; checking them needs a trust policy",
 }

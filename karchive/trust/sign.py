@@ -34,8 +34,9 @@ class SignOutcome:
                 "signatures": len(self.key_ids), "key_ids": list(self.key_ids), "statement": self.statement}
 
 
-def _verified_manifest(path: str) -> tuple[str, dict]:
-    """sha256 and manifest of an archive that verifies completely: nobody should sign damaged bytes."""
+def _verified_manifest(path: str) -> tuple[str, str, dict]:
+    """sha256, index digest and manifest of an archive that verifies completely: nobody should sign
+    damaged bytes."""
     from ..format.reader import ArchiveReader
     from ..format.source import FileSource
     from ..format.check import check_archive_file
@@ -46,7 +47,33 @@ def _verified_manifest(path: str) -> tuple[str, dict]:
         manifest = ArchiveReader(source).manifest
     finally:
         source.close()
-    return facts.sha256, manifest
+    return facts.sha256, facts.index_sha256, manifest
+
+
+@dataclass(frozen=True)
+class SignedStatement:
+    """A fresh one-signature envelope over the statement for an archive file (see :func:`sign_statement`)."""
+
+    name: str
+    version: str
+    sha256: str
+    index_sha256: str
+    envelope: Envelope
+
+
+def sign_statement(archive: str | os.PathLike, key: SigningKey, *,
+                   build_info: dict[str, Any] | None = None) -> SignedStatement:
+    """Verify ``archive`` completely, make its statement and sign it: the envelope a registry stores
+    as one signer's object (REGISTRY.md §3). Refuses if the file changed while it was being signed."""
+    from ..core.digest import sha256_file
+
+    path = os.fspath(archive)
+    sha256, index_sha256, manifest = _verified_manifest(path)
+    payload = statement_bytes(build_statement(manifest, sha256, build_info, index_sha256=index_sha256))
+    envelope = Envelope.create(INTOTO_PAYLOAD_TYPE, payload, key)
+    if sha256_file(path)[0] != sha256:
+        raise TrustError(f"{path} changed while it was being signed", reason=reasons.DIGEST_MISMATCH)
+    return SignedStatement(manifest["name"], manifest["version"], sha256, index_sha256, envelope)
 
 
 def sign_archive(archive: str | os.PathLike, key: SigningKey, *, build_info: dict[str, Any] | None = None,
@@ -62,9 +89,9 @@ def sign_archive(archive: str | os.PathLike, key: SigningKey, *, build_info: dic
 
     path = os.fspath(archive)
     side = os.fspath(sidecar) if sidecar is not None else sidecar_path(path)
-    sha256, manifest = _verified_manifest(path)
+    sha256, index_sha256, manifest = _verified_manifest(path)
     name, version = manifest["name"], manifest["version"]
-    statement = build_statement(manifest, sha256, build_info)
+    statement = build_statement(manifest, sha256, build_info, index_sha256=index_sha256)
     payload = statement_bytes(statement)
     existing = None if replace else read_sidecar(side)
     cosigned = False
@@ -73,8 +100,12 @@ def sign_archive(archive: str | os.PathLike, key: SigningKey, *, build_info: dic
         if existing.payload_type != INTOTO_PAYLOAD_TYPE:
             raise TrustError(f"{side} holds a {existing.payload_type!r} payload, not a provenance statement; "
                              "use --replace to start a new one", reason=reasons.WRONG_PAYLOAD_TYPE, archive=who)
-        old = parse_statement(existing.payload)
-        if (old.name, old.version, old.sha256) != (name, version, sha256):
+        try:
+            old = parse_statement(existing.payload)
+        except TrustError as exc:  # e.g. a statement without the index digest (made before it was required)
+            raise TrustError(f"{side}: {exc}; use --replace to start a new statement",
+                             reason=exc.reason, archive=who) from None
+        if (old.name, old.version, old.sha256, old.index_sha256) != (name, version, sha256, index_sha256):
             raise TrustError(f"{side} signs {subject_name(old.name, old.version)} sha256 {old.sha256}, not these bytes "
                              f"({who} sha256 {sha256}): the archive was rebuilt; use --replace to sign it anew",
                              reason=reasons.DIGEST_MISMATCH, archive=who)

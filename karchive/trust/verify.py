@@ -1,5 +1,10 @@
-"""The one verification entry point: archive digest + identity, envelopes, policy -> who signed it,
+"""The one verification entry point: archive digests + identity, envelopes, policy -> who signed it,
 or an :class:`~karchive.errors.UntrustedArchiveError` naming why not (spec/SIGNING.md §6).
+
+The archive is identified by what the caller could establish about the bytes it will use: the
+sha256 of the whole file (when it hashed it), the index digest its reader checked against the footer
+(always, for loaders: a ranged reader knows nothing else), or both. A signed statement must agree
+with each digest given.
 
 Per signature: find the policy key that verifies it (DSSE's ``keyid`` only chooses which key to try
 first), then — using the payload bytes that signature covers and nothing else — the payload type,
@@ -69,33 +74,45 @@ class TrustResult:
 
     name: str
     version: str | None
-    sha256: str
+    sha256: str | None
     policy: TrustPolicy
     rule: Rule
     signers: tuple[Signer, ...]
     rejected: tuple[Rejection, ...] = field(default=())
+    index_sha256: str | None = None
 
     @property
     def key_ids(self) -> tuple[str, ...]:
         """Signer key ids, sorted (what a lockfile pins)."""
         return tuple(sorted(s.key.key_id for s in self.signers))
 
+    def valid_until(self) -> datetime.datetime | None:
+        """When this acceptance may stop holding as time passes alone: the earliest ``not_after`` of the
+        counting keys (conservative: the threshold might still be met after it). None: never."""
+        ends = [s.key.not_after for s in self.signers if s.key.not_after is not None]
+        return min(ends) if ends else None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "ok": True, "archive": subject_name(self.name, self.version or "*"), "sha256": self.sha256,
+            **({"index_sha256": self.index_sha256} if self.index_sha256 else {}),
             "policy": self.policy.to_json(),
             "rule": {"index": self.rule.index, "names": list(self.rule.names), "threshold": self.rule.threshold},
             "signers": [s.to_json() for s in self.signers], "rejected": [r.to_json() for r in self.rejected],
         }
 
 
-def _check_subject(stmt: Statement, name: str, version: str | None, sha256: str) -> tuple[str, str] | None:
+def _check_subject(stmt: Statement, name: str, version: str | None, sha256: str | None,
+                   index_sha256: str | None) -> tuple[str, str] | None:
     if stmt.name != name or (version is not None and stmt.version != version):
         return reasons.SWAPPED_ENVELOPE, (f"the signed statement is about {subject_name(stmt.name, stmt.version)}, "
                                           f"not {subject_name(name, version or stmt.version)}")
-    if stmt.sha256 != sha256:
+    if sha256 is not None and stmt.sha256 != sha256:
         return reasons.DIGEST_MISMATCH, (f"the signed statement covers sha256 {stmt.sha256}; "
                                          f"these bytes are sha256 {sha256}")
+    if index_sha256 is not None and stmt.index_sha256 != index_sha256:
+        return reasons.DIGEST_MISMATCH, (f"the signed statement covers an archive whose index digest is "
+                                         f"{stmt.index_sha256}; this archive's index digest is {index_sha256}")
     return None
 
 
@@ -143,10 +160,17 @@ def _content(envelope: Envelope) -> Statement | tuple[str, str]:
         return reasons.MALFORMED_STATEMENT, str(exc)
 
 
-def verify_archive_signatures(*, sha256: str, name: str, version: str | None, envelopes: Sequence[Envelope],
-                              policy: TrustPolicy, now: datetime.datetime | None = None) -> TrustResult:
-    """Accept or refuse the archive whose bytes hash to ``sha256`` and whose manifest says ``name``
-    (and ``version``; None accepts any version the signer named). ``now`` decides rotation windows."""
+def verify_archive_signatures(*, sha256: str | None, name: str, version: str | None, envelopes: Sequence[Envelope],
+                              policy: TrustPolicy, now: datetime.datetime | None = None,
+                              index_sha256: str | None = None,
+                              unreadable: Sequence[tuple[str, str]] = ()) -> TrustResult:
+    """Accept or refuse the archive whose bytes hash to ``sha256`` and/or whose reader checked its
+    index against ``index_sha256`` (at least one is needed), and whose manifest says ``name`` (and
+    ``version``; None accepts any version the signer named). ``now`` decides rotation windows.
+    ``unreadable`` lists signature objects that could not be parsed, as ``(keyid hint, why)``: each is
+    a rejected ``malformed-envelope`` signature (it cannot count, and it must not hide the others)."""
+    if sha256 is None and index_sha256 is None:
+        raise TypeError("give sha256 and/or index_sha256: the digests of the bytes that will be used")
     now = now or datetime.datetime.now(datetime.timezone.utc)
     if now.tzinfo is None:
         raise TypeError("now must be timezone-aware (policy windows are instants, not local times)")
@@ -156,8 +180,9 @@ def verify_archive_signatures(*, sha256: str, name: str, version: str | None, en
         raise UntrustedArchiveError(f"{archive}: no rule of trust policy {policy.source} covers the name {name!r}",
                                     reason=reasons.NO_RULE, archive=archive, policy_sha256=policy.sha256)
     signers: dict[str, Signer] = {}
-    rejected: list[Rejection] = []
-    total = 0
+    rejected: list[Rejection] = [Rejection(reasons.MALFORMED_ENVELOPE, why[:500], hint[:_MAX_HINT], False, envelope=-1)
+                                 for hint, why in unreadable]
+    total = len(rejected)
     budget = [MAX_VERIFICATIONS, MAX_VERIFIED_BYTES]
     for e, envelope in enumerate(envelopes):
         content: Statement | tuple[str, str] | None = None
@@ -169,24 +194,25 @@ def verify_archive_signatures(*, sha256: str, name: str, version: str | None, en
                 if sig.keyid in policy.revoked:
                     rejected.append(Rejection(reasons.REVOKED_KEY, "the signature names a revoked key", hint, False,
                                               envelope=e))
-                elif policy.key(sig.keyid):
+                elif (named := policy.key(sig.keyid)) is not None:
                     rejected.append(Rejection(reasons.BAD_SIGNATURE, "the key the signature names does not verify it "
                                               "(payload, payloadType or signature altered)", hint, False,
-                                              policy.key(sig.keyid).name, e))
+                                              named.name, e))
                 else:
                     rejected.append(Rejection(reasons.UNKNOWN_KEY, "no key in the policy verifies this signature",
                                               hint, False, envelope=e))
                 continue
             if content is None:
                 content = _content(envelope)
-            problem = content if isinstance(content, tuple) else _check_subject(content, name, version, sha256)
+            problem = content if isinstance(content, tuple) else _check_subject(content, name, version, sha256,
+                                                                                index_sha256)
             problem = problem or _check_key(key, policy, rule, now)
             if problem:
                 rejected.append(Rejection(problem[0], problem[1], key.key_id, True, key.name, e))
             elif isinstance(content, Statement) and key.key_id not in signers:
                 signers[key.key_id] = Signer(key, content, e)
     if len(signers) >= rule.threshold:
-        return TrustResult(name, version, sha256, policy, rule, tuple(signers.values()), tuple(rejected))
+        return TrustResult(name, version, sha256, policy, rule, tuple(signers.values()), tuple(rejected), index_sha256)
     if total == 0:
         reason = reasons.UNSIGNED
     elif signers:

@@ -2,7 +2,9 @@
 
 Every check compares with the GPU machine's own Triton launching the same source on the same fresh
 random inputs, and/or with torch. Outputs are poisoned (NaN) before each launch so unwritten elements
-fail. Skipped cleanly where there is no GPU (see conftest.py).
+fail. Every test runs twice: on the compiled launch path (``_fastlaunch``; build it first with
+``python tools/build_extension.py``, else those runs skip) and on the pure-Python path. Skipped
+cleanly where there is no GPU (see conftest.py).
 """
 
 from __future__ import annotations
@@ -17,9 +19,29 @@ import pytest
 
 import karchive
 from karchive.errors import ArgumentError, KarchiveError, NoMatchingVariantError
+from karchive.runtime import launch_path
 
 torch = pytest.importorskip("torch")
 DEV = "cuda"
+
+
+@pytest.fixture(autouse=True, params=[launch_path.EXTENSION, launch_path.PYTHON])
+def path(request):
+    """Kernels made during the test use this launch path."""
+    if request.param == launch_path.EXTENSION and launch_path.extension() is None:
+        pytest.skip(f"the compiled launcher is not built: {launch_path.status().detail} "
+                    "(python tools/build_extension.py)")
+    with launch_path.forced(request.param):
+        yield request.param
+
+
+@pytest.fixture
+def arc(fixtures, path):
+    """The example archive opened for this test (its kernels on this test's launch path)."""
+    a = karchive.open(str(fixtures / "examples_gpu.karc"))
+    for name in a.kernels():
+        assert a.kernel(name).launch_path == path
+    return a
 
 
 def rnd(*shape, dtype=None):
@@ -264,7 +286,7 @@ def test_threads_launch_concurrently(arc):
                 add[(cdiv(n, 1024),)](x, y, out, n, BLOCK=1024)
                 torch.cuda.current_stream().synchronize()
                 assert torch.equal(out, x + y)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
@@ -273,6 +295,58 @@ def test_threads_launch_concurrently(arc):
     for t in threads:
         t.join()
     assert not errors, errors[0]
+
+
+def test_eight_threads_launch_on_their_own_streams(arc):
+    """8 threads, each on a stream of its own (given as stream= and as torch's current stream), 50 launches
+    each with its own inputs and sizes, all at once: every output is right."""
+    add = arc.kernel("add_kernel")
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def work(t: int) -> None:
+        try:
+            s = torch.cuda.Stream()
+            n = 4096 + 1024 * t
+            with torch.cuda.stream(s):
+                xs = [rnd(n) for _ in range(50)]
+                ys = [rnd(n) for _ in range(50)]
+                outs = [poison(x) for x in xs]
+            s.synchronize()
+            start.wait()
+            for i in range(50):
+                if i % 2:
+                    add[(cdiv(n, 1024),)](xs[i], ys[i], outs[i], n, BLOCK=1024, stream=s)
+                else:
+                    with torch.cuda.stream(s):
+                        add[(cdiv(n, 1024),)](xs[i], ys[i], outs[i], n, BLOCK=1024)
+            s.synchronize()
+            for i in range(50):
+                assert torch.equal(outs[i], xs[i] + ys[i]), (t, i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors, errors[0]
+
+
+def test_launch_options_select_variants_on_the_gpu(arc, tk):
+    """num_warps= picks the variant built with it (as Triton does), and it computes the same result."""
+    n = 50_000
+    x, y = rnd(n), rnd(n)
+    add = arc.kernel("add_kernel")
+    assert add.select(x, y, x, n, BLOCK=1024).abi.num_warps == 4
+    assert add.select(x, y, x, n, BLOCK=1024, num_warps=8).abi.num_warps == 8
+    out = poison(x)
+    add[(cdiv(n, 1024),)](x, y, out, n, BLOCK=1024, num_warps=8)
+    torch.cuda.synchronize()
+    assert torch.equal(out, x + y)
+    with pytest.raises(NoMatchingVariantError, match="num_warps=2, but this variant was compiled with num_warps=4"):
+        add[(cdiv(n, 1024),)](x, y, out, n, BLOCK=1024, num_warps=2)
 
 
 def test_empty_grid_is_a_no_op(arc):
@@ -448,14 +522,16 @@ CHILD = textwrap.dedent(r"""
     assert list(res) == [2.0 * i for i in range(n)], list(res)[:5]
     bad = sorted(m for m in sys.modules if m.split(".")[0] in ("triton", "torch"))
     assert not bad, bad
+    import os
+    assert add.launch_path == os.environ["KARCHIVE_LAUNCH_PATH"], add.launch_path
     print("OK no triton, no torch")
 """)
 
 
-def test_launch_path_imports_neither_triton_nor_torch(fixtures, tmp_path):
+def test_launch_path_imports_neither_triton_nor_torch(fixtures, tmp_path, path):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    env = dict(os.environ)
+    env = {**os.environ, launch_path.ENV: path}
     r = subprocess.run([sys.executable, str(script), str(fixtures / "examples_gpu.karc")], capture_output=True,
                        text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -4,16 +4,17 @@ This machine has no GPU. Triton's JIT asks ``driver.active`` for the current tar
 stream, loads binaries and launches them; this fake answers with ``GPUTarget("cuda", 90, 32)``,
 pretends to load modules and turns launches into no-ops, so ``@triton.jit`` calls (and autotuning,
 with scripted timings) run the real compile path on CPU. It proves capture, keys and cache interop;
-it proves nothing about running kernels — tools/gpu_capture.py does that on an H100.
+it proves nothing about running kernels — tests/gpu/test_capture_*.py do that on an H100.
 
-Also holds the kernels the capture tests run (no test functions here).
+Also holds the kernels the capture tests run. A plain module (not collected by pytest, imported only
+by tests that need Triton and by their subprocesses), so a machine without Triton collects the suite.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
-from typing import Iterator
+from collections.abc import Iterator
 
 import triton
 import triton.language as tl
@@ -129,3 +130,68 @@ def heur_copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
     else:
         m = offs < n
         tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
+
+
+@triton.jit
+def pair_sum(ptrs, out_ptr, n, BLOCK: tl.constexpr):
+    """Takes a tuple of pointers: Triton compiles it, karchive's launch ABI cannot describe it."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(ptrs[0] + offs, mask=m) + tl.load(ptrs[1] + offs, mask=m), mask=m)
+
+
+@triton.heuristics({
+    "HAS_BIAS": lambda args: args["bias_ptr"] is not None,
+    "WIDE": lambda args: args["x_ptr"].dtype.primitive_bitwidth > 16 and args["n"] >= 4096,
+    "num_warps": lambda args: 8 if args["n"] >= 4096 else 4,
+})
+@triton.jit
+def heur_bias(x_ptr, bias_ptr, out_ptr, n, BLOCK: tl.constexpr, HAS_BIAS: tl.constexpr, WIDE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    if HAS_BIAS:
+        x += tl.load(bias_ptr + offs, mask=m)
+    if WIDE:
+        x = x * 2
+    tl.store(out_ptr + offs, x, mask=m)
+
+
+@triton.heuristics({"ODD": lambda args: isinstance(args["x_ptr"], MockPtr) and args["n"] % 2 == 1})
+@triton.jit
+def heur_opaque(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ODD: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n - ODD
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4)],
+                 key=["n"])
+@triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
+@triton.jit
+def tuned_even_copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if EVEN:
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs))
+    else:
+        m = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
+
+
+def ptr(dtype=None) -> MockPtr:
+    """A pointer argument for the fake GPU (fp32 unless given a triton.language dtype)."""
+    return MockPtr(dtype if dtype is not None else tl.float32)
+
+
+def fresh(*fns) -> None:
+    """Drop JIT functions' in-memory kernel caches (and autotuners' choices) so the next call compiles again."""
+    for fn in fns:
+        obj = fn
+        while True:
+            if hasattr(obj, "cache") and isinstance(obj.cache, dict):
+                obj.cache.clear()
+                obj.__dict__.pop("do_bench", None)  # the tuner caches the benchmarker of the driver it first saw
+            if hasattr(obj, "device_caches"):
+                obj.device_caches.clear()
+                break
+            obj = obj.fn

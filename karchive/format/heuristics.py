@@ -1,0 +1,302 @@
+"""Heuristics records in the manifest, and the rule that gives a call its ``@triton.heuristics`` values.
+
+``@triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})`` computes a meta-parameter
+in Python at every call. Python cannot travel in an archive, so JIT capture records, per kernel and per
+computed name, the cases it saw: which arguments the function read, what they were, and the value it
+returned. At load time a call takes, for each name in order, the value of the first case whose every
+input matches the call (spec/FORMAT.md §6.4). Pure data and comparisons, no Triton import: the runtime
+uses it. Manifest shape (top-level ``heuristics`` list, one record per kernel)::
+
+    {"kernel": "copy_kernel",
+     "names": ["EVEN"],                               # computed names, in Triton's evaluation order
+     "cases": {"EVEN": [{"inputs": {"n": 1024, "BLOCK": 128}, "value": true},
+                        {"inputs": {"n": 1000, "BLOCK": 128}, "value": false}]}}
+
+An input is what the heuristic read of one argument:
+
+- a JSON scalar (or a list of scalars): the argument's value, compared by value (``True`` is not ``1``);
+- ``{"absent": true}``: the heuristic asked for an argument the call did not pass (``args.get(name)``);
+- ``{"object": {probe: result}}``: a non-scalar argument (a tensor), described by the probes the heuristic
+  used on it: ``dtype`` (``str(x.dtype)``), ``shape``, ``ndim``, ``numel()``, ``dim()``, ``element_size()``,
+  ``size()``/``size(i)``, ``stride()``/``stride(i)``; ``{}`` means only ``is None`` was tested;
+- ``{"opaque": why}``: used in a way karchive cannot replay (another attribute, arithmetic on the object,
+  ``isinstance``): such a case is kept for the record and never matches.
+"""
+
+from __future__ import annotations
+
+import numbers
+import re
+from dataclasses import dataclass, field
+from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+
+from ..errors import SchemaError
+
+#: Options Triton takes from a heuristic's result like it takes them from an autotune config.
+OPTION_NAMES = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+PROBE_ATTRS = ("dtype", "shape", "ndim")
+PROBE_METHODS = ("numel", "dim", "element_size", "size", "stride")
+_PROBE = re.compile(r"^(?:(dtype|shape|ndim)|(numel|dim|element_size|size|stride)\((\d{1,3}(?:,\d{1,3}){0,7})?\))$")
+#: Bounds on what a hostile manifest can make the runtime hold or scan.
+MAX_NAMES = 64
+MAX_CASES = 4096
+MAX_INPUTS = 256
+#: Stands for an argument the call did not pass.
+ABSENT: Any = object()
+
+
+class _NotScalar:
+    """Marks a value that has no JSON scalar form (a tensor, a dtype object, ...)."""
+
+    __slots__ = ()
+
+
+NOT_SCALAR: Any = _NotScalar()
+
+
+def scalar(value: Any) -> Any:
+    """The JSON form of a scalar argument or heuristic result, else :data:`NOT_SCALAR`."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, numbers.Integral):  # numpy integers and friends
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    if isinstance(value, (tuple, list)) and len(value) <= 64:
+        items = [scalar(v) for v in value]
+        if not any(i is NOT_SCALAR or isinstance(i, list) for i in items):
+            return items
+    return NOT_SCALAR
+
+
+def probe_name(method: str, args: Sequence[Any] = ()) -> str | None:
+    """The probe spelling for ``x.method(*args)`` (``None`` when it is not a replayable probe)."""
+    if method in PROBE_ATTRS:
+        return method
+    if method in PROBE_METHODS and all(type(a) is int and 0 <= a < 1000 for a in args) and len(args) <= 8:
+        return f"{method}({','.join(str(a) for a in args)})"
+    return None
+
+
+def probe_value(value: Any) -> Any:
+    """A probe's result as JSON: dtypes by ``str``, shapes (``torch.Size``, tuples) as lists of ints."""
+    s = scalar(value)
+    if s is not NOT_SCALAR:
+        return s
+    if isinstance(value, Iterable) and not isinstance(value, (str, bytes)):
+        try:
+            items = [scalar(v) for v in value]
+        except TypeError:
+            return str(value)
+        if not any(i is NOT_SCALAR for i in items):
+            return items
+    return str(value)
+
+
+def run_probe(obj: Any, spelling: str) -> Any:
+    """Evaluate a probe (already validated by :data:`_PROBE`) on a call's argument; raises on failure."""
+    m = _PROBE.match(spelling)
+    if m is None:
+        raise ValueError(f"not a probe: {spelling!r}")
+    if m.group(1):
+        return probe_value(getattr(obj, m.group(1)))
+    args = [int(a) for a in m.group(3).split(",")] if m.group(3) else []
+    return probe_value(getattr(obj, m.group(2))(*args))
+
+
+# --- matching ------------------------------------------------------------------------------------
+def _same(a: Any, b: Any) -> bool:
+    """Equal JSON values where ``True`` is not ``1`` (a heuristic may branch on either)."""
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
+
+
+def input_matches(recorded: Any, value: Any) -> bool:
+    """Does a call's argument (``ABSENT`` when not passed) match one recorded input?"""
+    if isinstance(recorded, dict):
+        if "absent" in recorded:
+            return value is ABSENT
+        if "opaque" in recorded or value is ABSENT or value is None:
+            return False
+        if scalar(value) is not NOT_SCALAR:
+            return False
+        for spelling, want in recorded["object"].items():
+            try:
+                got = run_probe(value, spelling)
+            except Exception:  # noqa: BLE001 - an argument without the probe (a raw pointer): no match
+                return False
+            if not _same(got, want):
+                return False
+        return True
+    if value is ABSENT:
+        return False
+    got = scalar(value)
+    return got is not NOT_SCALAR and _same(got, recorded)
+
+
+def fingerprint(value: Any, spellings: Iterable[str]) -> tuple:
+    """What matching can observe of an argument: a hashable key for caching resolutions per call."""
+    if value is ABSENT:
+        return ("absent",)
+    s = scalar(value)
+    if s is not NOT_SCALAR:
+        return ("s", type(s).__name__, repr(s))
+    out = []
+    for spelling in spellings:
+        try:
+            out.append(repr(run_probe(value, spelling)))
+        except Exception:  # noqa: BLE001
+            out.append("!")
+    return ("o", tuple(out))
+
+
+@dataclass(frozen=True)
+class Case:
+    inputs: Mapping[str, Any]
+    value: Any
+
+    def matches(self, named: Mapping[str, Any]) -> bool:
+        return all(input_matches(rec, named.get(arg, ABSENT)) for arg, rec in self.inputs.items())
+
+    def describe(self) -> str:
+        def show(v: Any) -> str:
+            if isinstance(v, dict):
+                if "absent" in v:
+                    return "<not passed>"
+                if "opaque" in v:
+                    return f"<opaque: {v['opaque']}>"
+                return "<object " + ", ".join(f"{k}={p!r}" for k, p in v["object"].items()) + ">"
+            return repr(v)
+
+        ins = ", ".join(f"{k}={show(v)}" for k, v in self.inputs.items())
+        return f"({ins}) -> {self.value!r}"
+
+
+@dataclass(frozen=True)
+class HeuristicsRecord:
+    """One kernel's recorded heuristics: the computed names in order and their cases."""
+
+    kernel: str
+    names: tuple[str, ...]
+    cases: Mapping[str, tuple[Case, ...]]
+    _probes: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def probes(self) -> dict[str, tuple[str, ...]]:
+        """Per argument read by any case: the probe spellings any case used on it (for fingerprints)."""
+        if not self._probes:
+            seen: dict[str, list[str]] = {}
+            for cases in self.cases.values():
+                for case in cases:
+                    for arg, rec in case.inputs.items():
+                        spellings = seen.setdefault(arg, [])
+                        if isinstance(rec, dict) and "object" in rec:
+                            spellings.extend(s for s in rec["object"] if s not in spellings)
+            self._probes.update({k: tuple(v) for k, v in sorted(seen.items())})
+        return self._probes
+
+    def call_key(self, named: Mapping[str, Any]) -> tuple:
+        return tuple((arg, fingerprint(named.get(arg, ABSENT), spellings))
+                     for arg, spellings in self.probes().items())
+
+
+def resolve(record: HeuristicsRecord, named: Mapping[str, Any], skip: Iterable[str] = ()
+            ) -> tuple[dict[str, Any], dict[str, str]]:
+    """Values for the record's names (in order) that are not in ``skip``, and why each unresolved one is.
+
+    Each name takes the first case whose inputs all match the call; a resolved value is visible to
+    the names after it (Triton evaluates heuristics in order and each sees the earlier results).
+    """
+    skip = set(skip)
+    current = dict(named)
+    values: dict[str, Any] = {}
+    unresolved: dict[str, str] = {}
+    for name in record.names:
+        if name in skip:
+            continue
+        cases = record.cases.get(name, ())
+        hit = next((c for c in cases if c.matches(current)), None)
+        if hit is None:
+            shown = "; ".join(c.describe() for c in cases[:8])
+            if len(cases) > 8:
+                shown += f"; ... ({len(cases)} cases)"
+            unresolved[name] = f"no recorded case matches this call (recorded: {shown or 'none'})"
+            continue
+        values[name] = current[name] = hit.value
+    return values, unresolved
+
+
+# --- parsing (an archive is untrusted input) -----------------------------------------------------
+def _check_scalar(value: Any, where: str) -> Any:
+    s = scalar(value)
+    if s is NOT_SCALAR or (isinstance(value, list) and not isinstance(s, list)):
+        raise SchemaError(f"{where}: not a JSON scalar or list of scalars")
+    return value
+
+
+def _parse_input(rec: Any, where: str) -> Any:
+    if not isinstance(rec, dict):
+        return _check_scalar(rec, where)
+    if len(rec) != 1:
+        raise SchemaError(f"{where}: an input object has exactly one of 'absent', 'object', 'opaque'")
+    (kind, body), = rec.items()
+    if kind == "absent":
+        if body is not True:
+            raise SchemaError(f"{where}.absent: must be true")
+    elif kind == "opaque":
+        if not isinstance(body, str):
+            raise SchemaError(f"{where}.opaque: must be a string")
+    elif kind == "object":
+        if not isinstance(body, dict) or len(body) > 32:
+            raise SchemaError(f"{where}.object: an object of at most 32 probes expected")
+        for spelling, result in body.items():
+            if not isinstance(spelling, str) or not _PROBE.match(spelling):
+                raise SchemaError(f"{where}.object: {spelling!r} is not a probe karchive replays")
+            if not isinstance(result, str):
+                _check_scalar(result, f"{where}.object.{spelling}")
+    else:
+        raise SchemaError(f"{where}: unknown input kind {kind!r}")
+    return rec
+
+
+def parse_record(obj: Any, where: str) -> HeuristicsRecord:
+    if not isinstance(obj, dict):
+        raise SchemaError(f"{where}: a heuristics record must be an object")
+    kernel = obj.get("kernel")
+    names = obj.get("names")
+    cases = obj.get("cases")
+    if not isinstance(kernel, str) or not kernel:
+        raise SchemaError(f"{where}.kernel: a non-empty string expected")
+    if (not isinstance(names, list) or not names or len(names) > MAX_NAMES
+            or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names)):
+        raise SchemaError(f"{where}.names: 1 to {MAX_NAMES} distinct non-empty strings expected")
+    if not isinstance(cases, dict) or set(cases) - set(names):
+        raise SchemaError(f"{where}.cases: an object keyed by the record's names expected")
+    parsed: dict[str, tuple[Case, ...]] = {}
+    for name, items in cases.items():
+        w = f"{where}.cases.{name}"
+        if not isinstance(items, list) or len(items) > MAX_CASES:
+            raise SchemaError(f"{w}: a list of at most {MAX_CASES} cases expected")
+        out = []
+        for i, case in enumerate(items):
+            if not isinstance(case, dict) or not isinstance(case.get("inputs"), dict) or "value" not in case:
+                raise SchemaError(f"{w}[{i}]: a case needs 'inputs' (object) and 'value'")
+            if len(case["inputs"]) > MAX_INPUTS:
+                raise SchemaError(f"{w}[{i}].inputs: more than {MAX_INPUTS} inputs")
+            inputs = {str(k): _parse_input(v, f"{w}[{i}].inputs.{k}") for k, v in case["inputs"].items()}
+            out.append(Case(inputs, _check_scalar(case["value"], f"{w}[{i}].value")))
+        parsed[name] = tuple(out)
+    return HeuristicsRecord(kernel, tuple(names), parsed)
+
+
+def records_for(manifest: Mapping[str, Any] | Sequence[Any] | None, kernel: str) -> list[HeuristicsRecord]:
+    """The parsed heuristics records of one kernel, from a manifest dict or its ``heuristics`` list
+    (``SchemaError`` on a malformed list or record)."""
+    raw = manifest.get("heuristics") if isinstance(manifest, Mapping) else manifest
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise SchemaError("manifest.heuristics: a list expected")
+    return [parse_record(r, f"heuristics[{i}]") for i, r in enumerate(raw)
+            if isinstance(r, dict) and r.get("kernel") == kernel]

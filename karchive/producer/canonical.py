@@ -1,0 +1,343 @@
+"""Canonical source names: what an archive's source locations say instead of machine paths.
+
+Triton names a kernel's source file by absolute path: ``JITFunction.file_name`` is the function's
+``co_filename`` (``triton/runtime/jit.py``), and the code generator passes it to every location it
+creates (``compiler/code_generator.py``: ``builder.set_loc`` / ``create_loc``). From there the path
+reaches TTIR/TTGIR ``loc(...)``, LLVM ``DIFile``, PTX ``.file`` and the DWARF line tables of the
+cubin/hsaco, and the helpers the kernel calls (``tl.max`` lives in ``triton/language/standard.py``)
+bring the Triton install's path too. Triton's cache key hashes source text, not the file name, so a
+cache hit can also return artifacts compiled from another checkout.
+
+karchive names every source file by its **canonical name**, the module's import name as a relative
+path (``kernels.py``, ``pkg/ops.py``, ``pkg/__init__.py``, ``triton/language/standard.py``; a file
+given by path is imported as a top-level module named after the file), and points each JIT
+function's ``file_name`` at it for the duration of one compile (``-ffile-prefix-map`` for Triton).
+Lines and columns are untouched, so ``nvdisasm -g``, ``cuobjdump`` and profilers still map
+instructions to ``kernels.py:27``. The rules are normative: spec/FORMAT.md §12.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import os
+import re
+import sys
+import tempfile
+from contextlib import contextmanager
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+
+#: Version of the naming rules; it enters the build cache namespace (buildenv.py) and provenance.build.
+SCHEME = 1
+
+#: Module-name prefixes that belong to the toolchain: their sources are never stored in an archive
+#: (the toolchain version is recorded instead), but their locations are canonicalised all the same.
+TOOLCHAIN_MODULES = ("triton",)
+
+
+@dataclass(frozen=True)
+class SourceModule:
+    """A module whose JIT functions a kernel uses: what a rebuild must import, and under which names."""
+
+    module: str  # import name, e.g. "kernels" or "pkg.ops"
+    name: str  # canonical file name, e.g. "kernels.py" or "pkg/ops.py"
+    text: str  # the module's source, exactly as Triton read it
+
+
+def name_for_module(module: str, is_package: bool = False) -> str:
+    """``pkg.ops`` -> ``pkg/ops.py``; a package's own file -> ``pkg/__init__.py``."""
+    base = module.replace(".", "/")
+    return f"{base}/__init__.py" if is_package else f"{base}.py"
+
+
+def module_for_name(name: str) -> tuple[str, bool]:
+    """The inverse of :func:`name_for_module`: ``(import name, is package)``."""
+    if name.endswith("/__init__.py"):
+        return name[: -len("/__init__.py")].replace("/", "."), True
+    return name[: -len(".py")].replace("/", "."), False
+
+
+def _is_toolchain(module: str) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in TOOLCHAIN_MODULES)
+
+
+def _real(path: str) -> str:
+    return os.path.normcase(os.path.realpath(path))
+
+
+def _module_file(module: ModuleType) -> str | None:
+    f = getattr(module, "__file__", None)
+    return f if isinstance(f, str) and os.path.isabs(f) else None
+
+
+class _Namer:
+    """Canonical names for absolute file paths, looked up through the modules Python has loaded."""
+
+    def __init__(self) -> None:
+        self._index: dict[str, tuple[str, bool]] | None = None
+
+    def _lookup(self, real: str) -> tuple[str, bool] | None:
+        if self._index is None:
+            index: dict[str, tuple[str, bool]] = {}
+            for mod_name, module in sorted(sys.modules.items()):
+                f = _module_file(module) if isinstance(module, ModuleType) and mod_name != "__main__" else None
+                if f is not None:
+                    # Deterministic choice when one file is loaded under two names: the shorter name.
+                    prev = index.get(_real(f))
+                    cand = (mod_name, hasattr(module, "__path__"))
+                    if prev is None or (len(cand[0]), cand[0]) < (len(prev[0]), prev[0]):
+                        index[_real(f)] = cand
+            self._index = index
+        return self._index.get(real)
+
+    def module_of(self, fn: Any) -> tuple[str, bool] | None:
+        """(import name, is package) of the module that defines ``fn``, if its file is that module's."""
+        file_name = getattr(fn, "file_name", None)
+        attr = getattr(fn, "__module__", None)
+        mod_name = attr if isinstance(attr, str) else None
+        module = sys.modules.get(mod_name) if mod_name is not None else None
+        if not isinstance(file_name, str):
+            return None
+        if not os.path.isabs(file_name):
+            # Already canonical: a module a rebuild loaded from an archive under its canonical name.
+            if mod_name is not None and module is not None and getattr(module, "__file__", None) == file_name:
+                return mod_name, hasattr(module, "__path__")
+            return None
+        if mod_name is not None and module is not None and mod_name != "__main__":
+            f = _module_file(module)
+            if f is not None and _real(f) == _real(file_name):
+                return mod_name, hasattr(module, "__path__")
+        return self._lookup(_real(file_name))
+
+    def name(self, file_name: str, fn: Any = None) -> str:
+        """The canonical name of ``file_name`` (unchanged if it is not an absolute path)."""
+        if not os.path.isabs(file_name):
+            return file_name
+        found = self.module_of(fn) if fn is not None else self._lookup(_real(file_name))
+        if found is None:  # __main__ or a file no loaded module owns: the base name is all that is portable
+            return os.path.basename(file_name)
+        return name_for_module(*found)
+
+
+def jit_callable_type() -> type | None:
+    try:
+        from triton.runtime import jit
+    except ImportError:
+        return None
+    return getattr(jit, "JITCallable", None) or getattr(jit, "JITFunction", None)
+
+
+def _unwrap(obj: Any, jit_type: type) -> Any:
+    """Autotuner/Heuristics wrap a JITFunction in ``.fn`` (possibly several times)."""
+    for _ in range(8):
+        if isinstance(obj, jit_type):
+            return obj
+        nxt = getattr(obj, "fn", None) if not isinstance(obj, (type, ModuleType)) else None
+        if nxt is None or nxt is obj:
+            return None
+        obj = nxt
+    return None
+
+
+def _referenced_values(fn: Any) -> Iterator[Any]:
+    """Globals, nonlocals and attribute chains (``mod.helper``) a JIT function's source names."""
+    try:
+        tree = ast.parse(fn.src if isinstance(getattr(fn, "src", None), str) else inspect.getsource(fn.fn))
+    except (OSError, TypeError, SyntaxError, AttributeError):
+        return
+    scope = dict(getattr(fn, "__globals__", {}) or {})
+    try:
+        scope.update(inspect.getclosurevars(fn.fn).nonlocals)
+    except (TypeError, ValueError, AttributeError):
+        pass
+    for node in ast.walk(tree):
+        chain: list[str] = []
+        while isinstance(node, ast.Attribute):
+            chain.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name) or node.id not in scope:
+            continue
+        value = scope[node.id]
+        yield value
+        for attr in reversed(chain):
+            if not isinstance(value, ModuleType):  # attribute access on arbitrary objects could run code
+                break
+            value = getattr(value, attr, None)
+            if value is None:
+                break
+            yield value
+
+
+def reached_functions(kernel: Any, extra_values: Iterable[Any] = ()) -> list[Any]:
+    """The kernel and every JIT function it reaches by name (the same closure Triton's cache key covers)."""
+    jit_type = jit_callable_type()
+    if jit_type is None:
+        return []
+    seen: dict[int, Any] = {}
+    todo = [kernel, *extra_values]
+    while todo:
+        fn = _unwrap(todo.pop(), jit_type)
+        if fn is None or id(fn) in seen:
+            continue
+        seen[id(fn)] = fn
+        if not _is_toolchain(str(getattr(fn, "__module__", ""))):
+            todo.extend(_referenced_values(fn))
+    return list(seen.values())
+
+
+def _module_level_functions(modules: Iterable[ModuleType], jit_type: type) -> Iterator[Any]:
+    for module in modules:
+        for value in list(vars(module).values()):
+            fn = _unwrap(value, jit_type)
+            if fn is not None:
+                yield fn
+
+
+@dataclass
+class Canonicalised:
+    """What :func:`canonical_locations` did: the names it gave and the sources a rebuild needs."""
+
+    names: list[str]  # every canonical name given (sorted)
+    sources: list[SourceModule]  # non-toolchain modules defining reached JIT functions, kernel's first
+
+
+def _modules_and_sources(kernel: Any, reached: list[Any], namer: _Namer,
+                         jit_type: type) -> tuple[dict[str, ModuleType], list[SourceModule]]:
+    """Modules whose JIT functions get canonical names, and the non-Triton ones a rebuild must import."""
+    kernel_fn = _unwrap(kernel, jit_type)
+    kernel_module = namer.module_of(kernel_fn) if kernel_fn is not None else None
+    modules: dict[str, ModuleType] = {n: m for n, m in sorted(sys.modules.items())
+                                      if isinstance(m, ModuleType) and _is_toolchain(n)}
+    sources: dict[str, SourceModule] = {}
+    for fn in reached:
+        found = namer.module_of(fn)
+        if found is not None and found[0] in sys.modules:
+            modules.setdefault(found[0], sys.modules[found[0]])
+            if not _is_toolchain(found[0]) and found[0] not in sources:
+                sources[found[0]] = SourceModule(found[0], name_for_module(*found),
+                                                 _source_of(sys.modules[found[0]], found[0]))
+    first = kernel_module[0] if kernel_module is not None else None
+    return modules, sorted(sources.values(), key=lambda s: (s.module != first, s.module))
+
+
+def module_sources(kernel: Any) -> list[SourceModule]:
+    """The modules a rebuild of ``kernel`` imports (kernel's module first), as ``provenance.build.sources``.
+
+    For callers that describe a compile they did not run (JIT capture): nothing is renamed.
+    """
+    jit_type = jit_callable_type()
+    if jit_type is None:
+        return []
+    return _modules_and_sources(kernel, reached_functions(kernel), _Namer(), jit_type)[1]
+
+
+@contextmanager
+def canonical_locations(kernel: Any, extra_values: Iterable[Any] = ()) -> Iterator[Canonicalised]:
+    """Point ``file_name`` of every JIT function a compile of ``kernel`` can reach at its canonical name.
+
+    Renamed: the functions the kernel reaches by name, every module-level JIT function of their
+    modules, and those of Triton's own modules (tensor methods such as ``x.sum()`` resolve there and
+    cannot be found from the source). Everything is restored on exit, so JIT calls made later in
+    the same process see Triton's usual absolute paths.
+    """
+    jit_type = jit_callable_type()
+    namer = _Namer()
+    renamed: list[tuple[Any, str]] = []
+    names: set[str] = set()
+    try:
+        if jit_type is None:
+            yield Canonicalised([], [])
+            return
+        reached = reached_functions(kernel, extra_values)
+        modules, sources = _modules_and_sources(kernel, reached, namer, jit_type)
+        done: set[int] = set()
+        for fn in [*reached, *_module_level_functions(modules.values(), jit_type)]:
+            old = getattr(fn, "file_name", None)
+            if id(fn) in done or not isinstance(old, str):
+                continue
+            done.add(id(fn))
+            new = namer.name(old, fn)
+            if new != old:
+                renamed.append((fn, old))
+                fn.file_name = new
+            names.add(new)
+        yield Canonicalised(sorted(names), sources)
+    finally:
+        for fn, old in reversed(renamed):
+            fn.file_name = old
+
+
+def _source_of(module: ModuleType, name: str) -> str:
+    try:
+        return inspect.getsource(module)
+    except (OSError, TypeError) as exc:
+        from ..errors import CompileError
+
+        raise CompileError(f"cannot read the source of module {name!r}, which defines a JIT function the kernel "
+                           f"uses: {exc}") from exc
+
+
+# --- checking the result -------------------------------------------------------------------------
+_GENERIC_DIRS = frozenset({"/tmp", "/var", "/usr", "/opt", "/home", "/srv", "/mnt", "/private", "/Users", "/var/tmp",
+                           "/private/tmp", "/private/var"})
+
+
+def machine_roots(extra: Iterable[str] = ()) -> list[str]:
+    """Directories whose names must never appear in an archive: where this machine keeps things.
+
+    The home and working directories, the temp directory, the Python prefix, the directory holding
+    Triton, Triton's cache, and any directory the caller adds (e.g. each source file's directory).
+    Shared system directories (``/tmp``, ``/usr``, ``/home``) are too generic to search for and are
+    skipped; ``/root``, a home of its own, is not.
+    """
+    roots = {os.path.expanduser("~"), os.getcwd(), tempfile.gettempdir(), sys.prefix, *extra}
+    try:
+        import triton
+
+        roots.add(os.path.dirname(os.path.dirname(os.path.abspath(triton.__file__))))
+        from triton import knobs
+
+        roots.add(os.path.abspath(knobs.cache.dir))
+    except Exception:  # noqa: BLE001 - Triton absent: nothing of it can leak
+        pass
+    out = set()
+    for r in roots:
+        if not r:
+            continue
+        for form in (os.path.abspath(r), os.path.realpath(r)):
+            form = form.rstrip(os.sep)
+            if form and form not in _GENERIC_DIRS:
+                out.add(form)
+    return sorted(out, key=lambda r: (-len(r), r))
+
+
+_PTX_B8 = re.compile(rb"^[ \t]*\.b8[ \t]+(\d+)", re.M)
+
+
+def ptx_debug_bytes(data: bytes) -> bytes:
+    """The bytes PTX spells out as ``.b8 N`` lines: its DWARF sections, where ``DW_AT_comp_dir`` hides a path."""
+    return bytes(int(n) & 0xFF for n in _PTX_B8.findall(data)) if b".b8" in data else b""
+
+
+def find_machine_paths(files: Mapping[str, bytes], roots: Iterable[str]) -> list[tuple[str, str, int]]:
+    """``(file, root, offset)`` for each file whose bytes contain one of ``roots`` (first hit per file).
+
+    PTX debug sections are also searched decoded (the offset is then -1): a JIT-compiled kernel's
+    PTX names its directory only there, as ``.b8 47 .b8 104 ...``.
+    """
+    needles = [(r, r.encode()) for r in roots if r]
+    hits = []
+    for label, data in files.items():
+        decoded = None
+        for root, needle in needles:
+            i = data.find(needle)
+            if i < 0:
+                decoded = ptx_debug_bytes(data) if decoded is None else decoded
+                i = -1 if needle in decoded else -2
+            if i != -2:
+                hits.append((label, root, i))
+                break
+    return hits

@@ -1,0 +1,108 @@
+"""The compiled launch path: ``_fastlaunch`` objects made from the same plan and entries as the Python path.
+
+Imported only for kernels on the extension path (:mod:`.launch_path`). Everything the C code needs is
+handed over here, by name: the plan's roles and key flags (:mod:`.plan`), each entry's pack codes and
+offsets (:mod:`.pack`), and the Python functions it calls back for the rare cases.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+
+from ..errors import LaunchError
+from . import launch_path
+from .args import pointer_info, pointer_value
+from .driver_api import stream_handle
+from .launcher import BoundLauncher, LaunchEntry, grid_dims
+from .pack import NULL_CODE, pack_code
+from .plan import FLOAT, INT, MIXED, PTR, STREAM, VALUE, mixed_key
+from .pydispatch import launch_function_name
+from .select import MISSING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from . import _fastlaunch  # its stub (_fastlaunch.pyi), for the types of what this module calls
+    from .dispatch import Kernel
+else:  # the module launch_path loaded and checked (not built, or stale: a clear RuntimeLoadError)
+    _fastlaunch = launch_path.require_extension()
+
+#: Role numbers of ``_fastlaunch.c`` (ROLE_PTR ...).
+ROLE_CODES = {PTR: 1, INT: 2, FLOAT: 3, VALUE: 4, MIXED: 5}
+
+
+def make_dispatcher(kernel: Kernel) -> Any:
+    """``kernel[grid](...)`` of one kernel in C (falls back to the Python path for plans it cannot hold)."""
+    launch_path.require_extension()  # (this module may be imported already while the extension is disowned)
+    plan = kernel.plan
+    roles = [ROLE_CODES[p.role] for p in plan.params] + [ROLE_CODES[VALUE]] * len(plan.options)
+    if len(roles) >= _fastlaunch.MAX_SLOTS:
+        from .pydispatch import build
+
+        return build(kernel)
+    flags = [p.flags for p in plan.params] + [0] * len(plan.options)
+    return _fastlaunch.Dispatcher(
+        names=plan.names + plan.options + (STREAM,), roles=bytes(roles), flags=bytes(flags),
+        n_params=len(plan.params), call_positions=plan.call_positions, miss=kernel._miss, slow=kernel._slow,
+        grid_of=kernel._grid_of, grid_dims=grid_dims, stream_handle=stream_handle, pointer_info=pointer_info,
+        mixed_key=mixed_key, missing=MISSING, qualname=launch_function_name(kernel.name),
+    )
+
+
+def make_entry(entry: LaunchEntry) -> Any:
+    """A :class:`LaunchEntry` as ``_fastlaunch.Entry``: what a launch of it packs where, and whom to call back.
+
+    Entries the C code does not launch itself (launch attributes, scratch, values that need a Python
+    conversion, or no driver address from the binding) launch through ``LaunchEntry.launch_dims``.
+    """
+    address = entry.backend.launch_address()
+    layout = entry.layout
+    abi = entry.variant.abi
+    slots = []
+    for i, p in enumerate(abi.params):
+        code = pack_code(p.kind, p.type)
+        value = entry.slots[i].value if i < layout.n_user else -1
+        slots.append((value if code != NULL_CODE else -1, code, layout.offsets[i]))
+    if entry.special or address is None or any(s.convert == "ptr" for s in entry.slots):
+        launch, function, python_launch = 0, 0, entry.launch_dims  # the C code calls back into Python
+    else:
+        launch, function, python_launch = address, entry.backend.handle_address(entry.function), None
+    return _fastlaunch.Entry(
+        launch=launch, function=function, block_x=entry.block_x,
+        shared=entry.shared, device=entry.device, slots=tuple(slots), buffer_size=layout.size, meta=entry.meta,
+        python_launch=python_launch, failed=entry.failed, explain=entry.explain,
+    )
+
+
+class NativeBoundLauncher(_fastlaunch.Bound, BoundLauncher):
+    """:class:`BoundLauncher` whose ``__call__`` and ``launch`` are C (``_fastlaunch.Bound``): packing
+    ``bound(*values)`` and the driver call happen without a Python frame. Same buffer, same errors."""
+
+    def __init__(self, entry: LaunchEntry, grid: tuple[int, int, int], stream: Any, values: Sequence[Any]) -> None:
+        launch = entry.backend.launch_address()
+        if launch is None:  # Kernel.bind makes this class only where the binding gives the driver's address
+            raise LaunchError(f"{entry.kernel}: no launch function address for the compiled bound launcher")
+        BoundLauncher.__init__(self, entry, grid, stream, values)
+        abi = entry.variant.abi
+        user = abi.params[: self.layout.n_user]
+        slots = tuple((pack_code(p.kind, p.type), self.layout.offsets[i], i in self._aligned)
+                      for i, p in enumerate(user))
+        self._configure(
+            launch=launch, function=entry.backend.handle_address(entry.function),
+            grid=self.grid, block_x=entry.block_x, shared=entry.shared, stream=stream_handle(stream),
+            kernel_params=self.layout.kernel_params, buffer=_address(self.layout.buffer), buffer_size=self.layout.size,
+            slots=slots, pointer_value=pointer_value,
+        )
+
+    def set_grid(self, grid: Any) -> None:
+        BoundLauncher.set_grid(self, grid)
+        self._set_grid(*self.grid)
+
+    def set_stream(self, stream: Any) -> None:
+        BoundLauncher.set_stream(self, stream)
+        self._set_stream(stream_handle(stream))
+
+
+def _address(buffer: Any) -> int:
+    import ctypes
+
+    return ctypes.addressof(buffer)

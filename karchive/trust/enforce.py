@@ -1,0 +1,103 @@
+"""Load-time enforcement for archives opened by path or URL: the policy to apply, and opening an
+archive so that what the reader returns is what the signature covers (spec/SIGNING.md §6.1).
+
+The registry does the same for ``NAME@VERSION`` with signatures stored beside its blobs
+(:mod:`karchive.registry.signatures`); :func:`karchive.resolve.open_reader` picks one or the other.
+Every check here runs before a reader is handed out, so a refused archive never reaches the runtime.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any, Union
+
+from ..errors import TrustError
+from . import reasons
+
+if TYPE_CHECKING:  # pragma: no cover - a policy needs cryptography; naming the type does not
+    from ..format.reader import ArchiveReader, Limits
+    from .policy import TrustPolicy
+    from .verify import TrustResult
+
+#: For servers that do not change code: every load without an explicit ``trust=`` applies this policy.
+POLICY_ENV = "KARCHIVE_TRUST_POLICY"
+
+TrustArg = Union["TrustPolicy", str, os.PathLike, bool, None]
+
+
+def resolve_policy(trust: TrustArg) -> TrustPolicy | None:
+    """``trust`` (a :class:`TrustPolicy` or the path of one) if given, else ``$KARCHIVE_TRUST_POLICY``
+    if set, else None (no enforcement). ``False`` means no policy even when the variable is set (for
+    callers that check signatures themselves, as ``karchive verify`` does). Loading a policy needs
+    ``cryptography``; without it this fails closed with ``missing-dependency``."""
+    if trust is False:
+        return None
+    if trust is None:
+        trust = os.environ.get(POLICY_ENV) or None
+        if trust is None:
+            return None
+    from .policy import TrustPolicy
+
+    if isinstance(trust, TrustPolicy):
+        return trust
+    if isinstance(trust, bool) or not isinstance(trust, (str, os.PathLike)):
+        raise TypeError(f"trust must be a TrustPolicy or the path of a policy file, not {type(trust).__name__}")
+    return TrustPolicy.load(trust)
+
+
+def manifest_identity(reader: ArchiveReader, where: str) -> tuple[str, str]:
+    """NAME and VERSION from the reader's manifest (authentic: the index digest pins the manifest)."""
+    name, version = reader.manifest.get("name"), reader.manifest.get("version")
+    if not isinstance(name, str) or not isinstance(version, str):
+        raise TrustError(f"{where}: the manifest has no usable name and version", reason=reasons.DAMAGED_ARCHIVE)
+    return name, version
+
+
+def open_trusted_path(path: str, policy: TrustPolicy, limits: Limits | None = None) -> tuple[ArchiveReader, TrustResult]:
+    """A local archive whose sidecar (``PATH.sig.json``) satisfies ``policy``. The file is hashed through
+    the reader's own descriptor, so the sha256 and the index digest checked describe the bytes the
+    reader uses; a refusal closes the file and raises."""
+    from ..format.source import FileSource
+    from .bind import hash_source, open_recorded
+    from .sidecar import read_sidecar, sidecar_path
+    from .verify import verify_archive_signatures
+
+    source = FileSource(path)
+    try:
+        reader, index = open_recorded(source, limits)
+        sha256 = hash_source(source, index)
+        name, version = manifest_identity(reader, path)
+        envelope = read_sidecar(sidecar_path(path))
+        result = verify_archive_signatures(sha256=sha256, index_sha256=index, name=name, version=version,
+                                           envelopes=[envelope] if envelope else [], policy=policy)
+    except BaseException:
+        source.close()
+        raise
+    return reader, result
+
+
+def open_trusted_url(url: str, policy: TrustPolicy, storage_options: dict[str, Any] | None = None,
+                     limits: Limits | None = None) -> tuple[ArchiveReader, TrustResult]:
+    """A remote archive (any fsspec URL, read with ranged requests) whose sidecar beside the URL
+    satisfies ``policy``. Nothing hashes the whole object, so the signature is bound through the index
+    digest of the footer the reader opened from (SIGNING.md §6.1); a frame altered later is caught by
+    ``read()`` (member digests), before its bytes are used."""
+    import fsspec
+
+    from ..format.open import open_location
+    from ..format.source import FsspecSource
+    from .bind import open_recorded
+    from .sidecar import read_sidecar_url
+    from .verify import verify_archive_signatures
+
+    try:
+        fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
+    except (ImportError, ValueError, TypeError):
+        open_location(url, storage_options=storage_options, limits=limits)  # raises the format layer's error
+        raise
+    reader, index = open_recorded(FsspecSource(fs, path), limits)
+    name, version = manifest_identity(reader, url)
+    envelope = read_sidecar_url(url, storage_options)
+    result = verify_archive_signatures(sha256=None, index_sha256=index, name=name, version=version,
+                                       envelopes=[envelope] if envelope else [], policy=policy)
+    return reader, result

@@ -1,0 +1,438 @@
+"""Shared pieces of the runtime tests (a plain module; their fixtures are in conftest.py): small archives compiled here (Triton, no GPU) and driver stand-ins.
+
+FakeCuda and FakeHip are TEST DOUBLES FOR HARDWARE THAT DOES NOT EXIST HERE (no GPU on this machine, no
+AMD GPU anywhere in this project). Each implements the handful of binding calls karchive makes
+(cuda-python's ``cuda.bindings.driver`` / hip-python's ``hip.hip``) and records every launch with the
+exact bytes behind each kernel parameter pointer. Both launch paths reach the same recording function:
+the Python path through the binding's launch call, the compiled path through the driver address the
+stand-in hands out (``_fastlaunch.forward_address()``: a C function with the driver's signature that
+forwards to Python), so what the C code packed is read while the call is in progress. On the real
+driver the same code runs on the H100 (tests/gpu).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import pathlib
+import struct
+import threading
+import types
+from typing import Any, NamedTuple
+from collections.abc import Iterator
+
+import pytest
+
+from karchive.runtime import launch_path
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+KERNELS = str(ROOT / "examples" / "kernels.py")
+TEST_KERNELS = str(ROOT / "tests" / "runtime_kernels.py")
+ADD16 = "*fp32:16, *fp32:16, *fp32:16, i32"
+#: One parameter of every scalar type the runtime packs (tests/runtime_kernels.py: scalars_kernel).
+SCALARS_SIG = "*fp32:16, i1, i8, i16, u32, i64, fp16, bf16, fp32, fp64, i32"
+
+PATHS = [launch_path.PYTHON, launch_path.EXTENSION]
+
+
+def have_triton() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def path_param(request: Any) -> str:
+    """For fixtures parametrized over PATHS: skip the compiled path where it is not built."""
+    if request.param == launch_path.EXTENSION and launch_path.extension() is None:
+        pytest.skip(f"the compiled launcher is not built here: {launch_path.status().detail}")
+    return request.param
+
+
+def compile_many(reqs: list[tuple]) -> list:
+    from karchive.producer.aot import VariantRequest, compile_variant
+
+    return [compile_variant(VariantRequest(src + ":" + k, sig, target, cx, opts))
+            for src, k, sig, target, cx, opts in reqs]
+
+
+def write_archive(path: pathlib.Path, variants: list, name: str = "rt") -> pathlib.Path:
+    from karchive.producer.pack import ArchiveBuilder
+
+    b = ArchiveBuilder(name, "1.0", produced_by={"triton": "test"})
+    b.extend(variants)
+    b.write(path)
+    return path
+
+
+CUDA_REQS = [
+    (KERNELS, "add_kernel", ADD16, "cuda:90", {"BLOCK": 1024}, {"num_warps": 4}),
+    (KERNELS, "add_kernel", "*fp32, *fp32, *fp32, i32", "cuda:90", {"BLOCK": 1024}, {"num_warps": 8}),
+    (KERNELS, "add_kernel", ADD16, "cuda:80", {"BLOCK": 512}, {"num_warps": 4}),
+    (KERNELS, "scale_kernel", "*fp32:16, *fp32:16, i32, i32:1, fp32", "cuda:90", {"BLOCK": 256}, {"num_warps": 4}),
+    (KERNELS, "scale_kernel", "*fp32:16, *fp32:16, i32, i32, fp32", "cuda:90", {"BLOCK": 256}, {"num_warps": 4}),
+    (KERNELS, "scale_kernel", "*bf16:16, *bf16:16, i32, i32:1, bf16", "cuda:90", {"BLOCK": 256}, {"num_warps": 4}),
+    (KERNELS, "matmul_kernel", "*fp16:16, *fp16:16, *fp16:16, i32, i32, i32, i32, i32:1, i32, i32:1, i32, i32:1",
+     "cuda:90", {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, {"num_warps": 4}),
+]
+HIP_REQS = [
+    (KERNELS, "add_kernel", ADD16, "hip:gfx942", {"BLOCK": 256}, {"num_warps": 4}),
+    (KERNELS, "scale_kernel", "*fp16:16, *fp16:16, i32, i32:1, fp16", "hip:gfx942", {"BLOCK": 256}, {"num_warps": 4}),
+    (KERNELS, "scale_kernel", "*fp32:16, *fp32:16, i32, i32, fp32", "hip:gfx942", {"BLOCK": 256}, {"num_warps": 4}),
+]
+#: The launch path's own archive: every scalar type, and one kernel built at two num_warps/num_stages.
+LAUNCH_REQS = [
+    (TEST_KERNELS, "scalars_kernel", SCALARS_SIG, "cuda:90", {"BLOCK": 128}, {"num_warps": 4}),
+    (KERNELS, "add_kernel", ADD16, "cuda:90", {"BLOCK": 1024}, {"num_warps": 4, "num_stages": 3}),
+    (KERNELS, "add_kernel", ADD16, "cuda:90", {"BLOCK": 1024}, {"num_warps": 8, "num_stages": 3}),
+    (KERNELS, "add_kernel", ADD16, "cuda:90", {"BLOCK": 1024}, {"num_warps": 4, "num_stages": 2}),
+]
+
+
+class Handle:
+    """A binding's opaque handle (CUfunction, CUstream, ...): only ``int()`` gives its value."""
+
+    __slots__ = ("value", "kind")
+
+    def __init__(self, value: int, kind: str = "handle") -> None:
+        self.value, self.kind = int(value), kind
+
+    def __int__(self) -> int:
+        return self.value
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Handle) and other.value == self.value
+
+    def __hash__(self) -> int:
+        return hash(self.value)
+
+    def __repr__(self) -> str:
+        return f"<{self.kind} 0x{self.value:x}>"
+
+
+class Launch(NamedTuple):
+    """One launch as the driver saw it."""
+
+    kernel: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared: int
+    stream: int
+    params: tuple[bytes, ...]  # the bytes behind each kernelParams pointer
+    extra: int
+    result: int  # what the stand-in returned (0: launched)
+    thread: int
+    kernel_params: int  # the address of the void* array (whose buffer the launch read)
+
+
+class Recorder:
+    """What both stand-ins share: function handles, parameter sizes per loaded image, launch records."""
+
+    def __init__(self) -> None:
+        self.functions: dict[int, tuple[str, bytes]] = {}  # handle -> (entry name, image)
+        self.sizes: dict[bytes, list[int]] = {}  # image -> ABI parameter sizes (the test says, from the manifest)
+        self.attempts: list[Launch] = []
+        self.results: list[int] = []  # results to return next, first first (then: success)
+        self.lock = threading.Lock()
+        self.next_handle = 0x5000
+
+    def new_function(self, name: str, image: bytes) -> Handle:
+        with self.lock:
+            self.next_handle += 0x10
+            h = self.next_handle
+        self.functions[h] = (name, image)
+        return Handle(h, "function")
+
+    def record(self, function: int, grid: tuple, block: tuple, shared: int, stream: int, params: int, extra: int,
+               refuse: int = 0) -> int:
+        name, image = self.functions[function]
+        sizes = self.sizes.get(image, [])
+        ptrs = (ctypes.c_void_p * max(len(sizes), 1)).from_address(params) if params else []
+        data = tuple(ctypes.string_at(ptrs[i], s) for i, s in enumerate(sizes)) if params else ()
+        with self.lock:
+            result = refuse or (self.results.pop(0) if self.results else 0)
+            self.attempts.append(Launch(name, tuple(grid), tuple(block), shared, stream, data, extra, result,
+                                        threading.get_ident(), params))
+        return result
+
+    def launches(self) -> list[Launch]:
+        return [a for a in self.attempts if a.result == 0]
+
+
+@contextlib.contextmanager
+def forwarding(recorder_fn: Any) -> Iterator[int | None]:
+    """The compiled path's stand-in driver address while the block runs (None where it is not built)."""
+    ext = launch_path.extension()
+    if ext is None:
+        yield None
+        return
+    ext.forward_to(recorder_fn)
+    try:
+        yield ext.forward_address()
+    finally:
+        ext.forward_to(None)
+
+
+# -- CUDA -------------------------------------------------------------------------------------------------
+def _enum(**members: int) -> types.SimpleNamespace:
+    return types.SimpleNamespace(**members)
+
+
+class FakeCuda:
+    """Recording stand-in for ``cuda.bindings.driver``. TEST DOUBLE: there is no GPU on this machine.
+
+    Contexts are per thread, as in the driver: a thread that never made one current gets
+    CUDA_ERROR_INVALID_CONTEXT from a launch (the runtime then adopts the device's primary context).
+    """
+
+    CUDA_ERROR_INVALID_CONTEXT = 201
+
+    def __init__(self, recorder: Recorder, devices: int = 2, cc: tuple[int, int] = (9, 0), address: int | None = None):
+        self.rec = recorder
+        self.CUresult = _enum(CUDA_SUCCESS=0, CUDA_ERROR_INVALID_VALUE=1, CUDA_ERROR_NO_DEVICE=100,
+                              CUDA_ERROR_INVALID_CONTEXT=201, CUDA_ERROR_CONTEXT_IS_DESTROYED=709,
+                              CUDA_ERROR_INVALID_HANDLE=400, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES=701)
+        self.CUdevice_attribute = _enum(**{n: n for n in (
+            "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR", "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR",
+            "CU_DEVICE_ATTRIBUTE_WARP_SIZE", "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
+            "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")})
+        self.CUfunction_attribute = _enum(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8,
+                                          CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED=16)
+        self.CUdriverProcAddress_flags = _enum(CU_GET_PROC_ADDRESS_DEFAULT=0, CU_GET_PROC_ADDRESS_LEGACY_STREAM=1,
+                                               CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM=2)
+        self.devices, self.cc, self.address = devices, cc, address
+        self.current = threading.local()
+        self.loads: list[tuple[int, bytes]] = []
+        self.proc_requests: list[tuple] = []
+
+    # errors, init, devices
+    def cuGetErrorName(self, err):
+        return (0, b"CUDA_ERROR_FAKE_%d" % int(err))
+
+    def cuGetErrorString(self, err):
+        return (0, b"a fake driver error")
+
+    def cuInit(self, flags):
+        return (0,)
+
+    def cuDeviceGetCount(self):
+        return (0, self.devices)
+
+    def cuDriverGetVersion(self):
+        return (0, 13000)
+
+    def cuDeviceGet(self, index):
+        return (0, index)
+
+    def cuDeviceGetAttribute(self, attr, dev):
+        return (0, {"CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR": self.cc[0],
+                    "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR": self.cc[1],
+                    "CU_DEVICE_ATTRIBUTE_WARP_SIZE": 32,
+                    "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024,
+                    "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT": 132}[attr])
+
+    def cuDeviceGetName(self, length, dev):
+        return (0, b"Fake H100\0")
+
+    # contexts (one primary context per device; a per-thread stack of current ones)
+    def _stack(self) -> list:
+        if not hasattr(self.current, "stack"):
+            self.current.stack = []
+        return self.current.stack
+
+    def cuDevicePrimaryCtxRetain(self, dev):
+        return (0, Handle(0xC000 + dev, "context"))
+
+    def cuCtxGetCurrent(self):
+        s = self._stack()
+        return (0, s[-1] if s else Handle(0, "context"))
+
+    def cuCtxGetDevice(self):
+        s = self._stack()
+        return (0, int(s[-1]) - 0xC000) if s else (201, 0)
+
+    def cuCtxSetCurrent(self, ctx):
+        s = self._stack()
+        if s:
+            s[-1] = ctx
+        else:
+            s.append(ctx)
+        return (0,)
+
+    def cuCtxPushCurrent(self, ctx):
+        self._stack().append(ctx)
+        return (0,)
+
+    def cuCtxPopCurrent(self):
+        s = self._stack()
+        return (0, s.pop() if s else None)
+
+    # modules and memory
+    def cuModuleLoadData(self, image):
+        self.loads.append((int(self._stack()[-1]) - 0xC000 if self._stack() else -1, bytes(image)))
+        return (0, Handle(len(self.loads), "module"))
+
+    def cuModuleGetFunction(self, module, name):
+        image = self.loads[int(module) - 1][1]
+        return (0, self.rec.new_function(name.decode(), image))
+
+    def cuFuncSetAttribute(self, func, attr, value):
+        return (0,)
+
+    def cuMemAlloc(self, n):
+        return (0, 0x7E00_0000_0000 + 0x10_0000 * len(self.loads))
+
+    def cuMemFree(self, ptr):
+        return (0,)
+
+    def cuStreamIsCapturing(self, s):
+        return (0, 0)
+
+    def cuStreamSynchronize(self, s):
+        return (0,)
+
+    def CUstream(self, raw):
+        return Handle(raw, "CUstream")
+
+    # launching
+    def cuGetProcAddress(self, symbol, version, flags):
+        self.proc_requests.append((symbol, version, flags))
+        if self.address is None or symbol != b"cuLaunchKernel":
+            return (0, 0, 1)  # CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND
+        return (0, self.address, 0)
+
+    def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        """The binding's call (Python path); the compiled path arrives in :meth:`launch_from_c`."""
+        return (self.launch_from_c(int(f), gx, gy, gz, bx, by, bz, shared, int(stream), int(params), int(extra or 0)),)
+
+    def launch_from_c(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) -> int:
+        refuse = 0 if self._stack() else self.CUDA_ERROR_INVALID_CONTEXT
+        return self.rec.record(f, (gx, gy, gz), (bx, by, bz), shared, stream, params, extra, refuse)
+
+
+@contextlib.contextmanager
+def fake_cuda(monkeypatch, path: str, **kw) -> Iterator[tuple[Recorder, Any]]:
+    """A CudaBackend over FakeCuda as the process's "cuda" backend, and kernels made on ``path``."""
+    from karchive.runtime import backend as backend_mod
+    from karchive.runtime.cuda_driver import CudaBackend
+
+    rec = Recorder()
+    with launch_path.forced(path):
+        fake = FakeCuda(rec, **kw)
+        with forwarding(fake.launch_from_c) as address:
+            fake.address = address if path == launch_path.EXTENSION else None
+            b = CudaBackend(fake)
+            monkeypatch.setattr(backend_mod, "_backends", {"cuda": b})
+            monkeypatch.setattr(backend_mod, "_failures", {})
+            yield rec, b
+
+
+def register_sizes(rec: Recorder, archive: Any) -> None:
+    """Tell the recorder each binary's parameter sizes (from the archive's ABI) so it can read them."""
+    for name in archive.kernels():
+        for v in archive.variants(name):
+            rec.sizes[archive.reader.read(v.binary.path)] = [p.size for p in v.abi.params]
+
+
+# -- HIP --------------------------------------------------------------------------------------------------
+class FakeHip:
+    """Recording stand-in for ``hip.hip`` (hip-python). TEST DOUBLE: no AMD GPU exists in this project."""
+
+    def __init__(self, arch: str = "gfx942:sramecc+:xnack-", warp: int = 64, devices: int = 1,
+                 recorder: Recorder | None = None, address: int | None = None) -> None:
+        self.hipError_t = types.SimpleNamespace(hipSuccess=0, hipErrorInvalidContext=201, hipErrorInvalidHandle=400)
+        self.arch, self.warp, self.devices = arch, warp, devices
+        self.rec = recorder or Recorder()
+        self.address = address
+        self.modules: dict[int, bytes] = {}
+        self.calls: list[tuple] = []
+        self.current = 0
+        self.allocs = 0
+
+    @property
+    def launch_result(self) -> int:
+        return self.rec.results[0] if self.rec.results else 0
+
+    @launch_result.setter
+    def launch_result(self, value: int) -> None:
+        self.rec.results[:] = [value] * 1000 if value else []
+
+    def hipInit(self, flags):
+        self.calls.append(("hipInit", flags))
+        return (0,)
+
+    def hipGetDeviceCount(self):
+        return (0, self.devices)
+
+    def hipDriverGetVersion(self):
+        return (0, 60240000)
+
+    def hipGetErrorName(self, err):
+        return (b"hipErrorFake%d" % int(err),)
+
+    def hipGetDeviceProperties(self, index):
+        props = types.SimpleNamespace(gcnArchName=self.arch.encode(), warpSize=self.warp, sharedMemPerBlock=65536,
+                                      name=b"Fake MI300X", multiProcessorCount=304)
+        return (0, props)
+
+    def hipGetDevice(self):
+        return (0, self.current)
+
+    def hipSetDevice(self, index):
+        self.calls.append(("hipSetDevice", index))
+        self.current = index
+        return (0,)
+
+    def hipModuleLoadData(self, image):
+        self.calls.append(("hipModuleLoadData", bytes(image), self.current))
+        self.modules[len(self.modules) + 1] = bytes(image)
+        return (0, Handle(len(self.modules), "hipModule_t"))
+
+    def hipModuleGetFunction(self, module, name):
+        self.calls.append(("hipModuleGetFunction", module, name))
+        return (0, self.rec.new_function(name.decode(), self.modules[int(module)]))
+
+    def hipGetProcAddress(self, symbol, version, flags):
+        if self.address is None or symbol != b"hipModuleLaunchKernel":
+            return (1, None, 1)
+        return (0, Handle(self.address, "Pointer"), 0)
+
+    def hipModuleLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
+        return (self.launch_from_c(int(f), gx, gy, gz, bx, by, bz, shared, int(stream), int(params), int(extra or 0)),)
+
+    def launch_from_c(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) -> int:
+        return self.rec.record(f, (gx, gy, gz), (bx, by, bz), shared, stream, params, extra)
+
+    def hipMalloc(self, n):
+        self.allocs += 1
+        return (0, 0x7F0000000000 + self.allocs * 0x100000)
+
+    def hipFree(self, p):
+        return (0,)
+
+    def hipStreamIsCapturing(self, s):
+        return (0, 0)
+
+    def launches(self) -> list[Launch]:
+        return self.rec.launches()
+
+
+def q(v: int) -> bytes:
+    return struct.pack("<Q", v)
+
+
+@contextlib.contextmanager
+def fake_hip(monkeypatch, path: str, **kw) -> Iterator[tuple[FakeHip, Any]]:
+    """A HipBackend over FakeHip as the process's "hip" backend, and kernels made on ``path``."""
+    from karchive.runtime import backend as backend_mod
+    from karchive.runtime.hip_driver import HipBackend
+
+    with launch_path.forced(path):
+        hip = FakeHip(**kw)
+        with forwarding(hip.launch_from_c) as address:
+            hip.address = address if path == launch_path.EXTENSION else None
+            b = HipBackend(hip)
+            monkeypatch.setattr(backend_mod, "_backends", {"hip": b})
+            monkeypatch.setattr(backend_mod, "_failures", {})
+            yield hip, b

@@ -1,0 +1,186 @@
+"""The launch path's own host cost on a machine without a GPU: the driver call is a C function that does nothing.
+
+    python tools/bench_launch_cpu.py [--archive A.karc] [--torch] [--calls 20000]
+    valgrind --tool=callgrind --instr-atstart=no --callgrind-out-file=/tmp/cg.%p \\
+        python tools/bench_launch_cpu.py --instructions [--torch]      # exact instructions per call
+
+What runs is everything ``kernel[grid](...)`` does except the driver's own work: binding, selection
+key, lookup, packing, the stream, and the call through the driver's launch signature (into
+``_fastlaunch.noop_address()`` on the compiled path, into a binding stand-in that returns success on the
+Python path). Rows: ``k[grid](...)`` at 4 and 16 arguments on both paths, ``bound()``,
+``bound(*args)``; per extra argument = (16 - 4) / 12. Arguments are int addresses, or with ``--torch``
+CPU torch tensors standing for device ones (their host check is switched off in this process only:
+BENCHMARK ONLY). Wall time on a shared machine is noisy; ``--instructions`` under callgrind is exact
+(it compiles a 3-line helper against valgrind's headers to zero and dump the counters around each row).
+The GPU numbers that count are tools/bench_launch.py's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import pathlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+CG_HELPER = """#include <valgrind/callgrind.h>
+void cg_zero(void) { CALLGRIND_ZERO_STATS; }
+void cg_dump(const char *label) { CALLGRIND_DUMP_STATS_AT(label); }
+void cg_start(void) { CALLGRIND_START_INSTRUMENTATION; }
+"""
+
+
+class _Handle:
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __int__(self) -> int:
+        return self.value
+
+
+class NoopDriver:
+    """The few ``cuda.bindings.driver`` calls a CudaBackend makes, answered without a GPU; launches do nothing.
+    (A stand-in for measuring host cost only: nothing here is a test of the driver.)"""
+
+    def __init__(self, address: int | None) -> None:
+        e = types.SimpleNamespace
+        self.CUresult = e(CUDA_SUCCESS=0, CUDA_ERROR_NO_DEVICE=100, CUDA_ERROR_INVALID_CONTEXT=201)
+        self.CUdevice_attribute = e(**{n: n for n in (
+            "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR", "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR",
+            "CU_DEVICE_ATTRIBUTE_WARP_SIZE", "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
+            "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")})
+        self.CUfunction_attribute = e(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8)
+        self.CUdriverProcAddress_flags = e(CU_GET_PROC_ADDRESS_LEGACY_STREAM=1,
+                                           CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM=2)
+        self.address = address
+
+    def cuInit(self, flags): return (0,)  # noqa: E704
+    def cuDeviceGetCount(self): return (0, 1)  # noqa: E704
+    def cuDriverGetVersion(self): return (0, 13000)  # noqa: E704
+    def cuDeviceGet(self, i): return (0, i)  # noqa: E704
+    def cuDeviceGetName(self, n, d): return (0, b"no GPU (noop driver)\0")  # noqa: E704
+    def cuDevicePrimaryCtxRetain(self, d): return (0, _Handle(1))  # noqa: E704
+    def cuCtxGetCurrent(self): return (0, _Handle(1))  # noqa: E704
+    def cuCtxGetDevice(self): return (0, 0)  # noqa: E704
+    def cuCtxPushCurrent(self, c): return (0,)  # noqa: E704
+    def cuCtxPopCurrent(self): return (0, None)  # noqa: E704
+    def cuModuleLoadData(self, image): return (0, _Handle(2))  # noqa: E704
+    def cuModuleGetFunction(self, m, name): return (0, _Handle(3))  # noqa: E704
+    def cuFuncSetAttribute(self, *a): return (0,)  # noqa: E704
+    def CUstream(self, raw): return _Handle(raw)  # noqa: E704
+    def cuLaunchKernel(self, *a): return (0,)  # noqa: E704
+
+    def cuDeviceGetAttribute(self, attr, dev):
+        return (0, {"CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR": 9, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR": 0,
+                    "CU_DEVICE_ATTRIBUTE_WARP_SIZE": 32}.get(attr, 227 * 1024))
+
+    def cuGetProcAddress(self, symbol, version, flags):
+        return (0, self.address, 0) if self.address else (0, 0, 1)
+
+
+def _archive(path: str | None) -> str:
+    if path:
+        return path
+    bench = ROOT / ".gpu" / "bench.karc"
+    if bench.exists():
+        return str(bench)
+    from karchive.producer.aot import VariantRequest, compile_variant  # needs triton (no GPU)
+    from karchive.producer.pack import ArchiveBuilder
+
+    ex, xk = ROOT / "examples" / "kernels.py", ROOT / "tests" / "gpu" / "extra_kernels.py"
+    reqs = [(f"{ex}:add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32"),
+            (f"{xk}:add16_kernel", ", ".join(["*fp32:16"] * 15 + ["i32"]))]
+    b = ArchiveBuilder("bench", "0.1.0")
+    b.extend(compile_variant(VariantRequest(r, sig, "cuda:90", {"BLOCK": 1024}, {"num_warps": 4})) for r, sig in reqs)
+    out = pathlib.Path(tempfile.mkdtemp()) / "bench.karc"
+    b.write(out)
+    return str(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--archive")
+    ap.add_argument("--torch", action="store_true", help="CPU torch tensors as arguments (needs torch)")
+    ap.add_argument("--calls", type=int, default=20000)
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--instructions", action="store_true", help="run under callgrind (see above)")
+    args = ap.parse_args()
+
+    import karchive
+    from karchive.runtime import backend as backend_mod
+    from karchive.runtime import launch_path
+    from karchive.runtime.cuda_driver import CudaBackend
+    from karchive.runtime.dispatch import Kernel
+
+    ext = launch_path.extension()
+    backend_mod._backends["cuda"] = CudaBackend(NoopDriver(ext.noop_address() if ext else None))
+    archive = _archive(args.archive)
+    if args.torch:
+        import torch
+
+        Kernel._device_index = lambda self, infos: 0  # BENCHMARK ONLY: CPU tensors stand for device ones
+        pool = [torch.empty(4096 + 4 * i) for i in range(64)]
+        values = [t for t in pool if t.data_ptr() % 16 == 0][:15]
+    else:
+        values = [0x7F00_0000_1000 + 4096 * i for i in range(15)]
+    cg = None
+    if args.instructions:
+        tmp = pathlib.Path(tempfile.mkdtemp())
+        (tmp / "cg.c").write_text(CG_HELPER)
+        subprocess.run(["cc", "-O2", "-shared", "-fPIC", str(tmp / "cg.c"), "-o", str(tmp / "cg.so")], check=True)
+        cg = ctypes.CDLL(str(tmp / "cg.so"))
+        cg.cg_start()
+    names = {"x": values[0], "y": values[1], "o": values[2], **{f"p{i}": v for i, v in enumerate(values[3:15])}}
+    rows = {"k[grid](...) 4 args": "add[g](x, y, o, 4096, BLOCK=1024)",
+            "k[grid](...) 16 args": "add16[g](o, x, y, p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, 4096, BLOCK=1024)",
+            "bound()": "b4()", "bound(*args)": "b4(x, y, o, 4096)", "empty loop": "pass"}
+    results: dict[str, float] = {}
+    for path in [p for p in (launch_path.EXTENSION, launch_path.PYTHON) if p == launch_path.PYTHON or ext]:
+        with launch_path.forced(path):
+            arc = karchive.open(archive)
+            add, add16 = arc.kernel("add_kernel"), arc.kernel("add16_kernel")
+        g = (4,)
+        add[g](names["x"], names["y"], names["o"], 4096, BLOCK=1024)
+        add16[g](names["o"], names["x"], names["y"], *values[3:15], 4096, BLOCK=1024)
+        ns: dict[str, Any] = {**names, "add": add, "add16": add16, "g": g,
+                              "b4": add.bind(g, names["x"], names["y"], names["o"], 4096, BLOCK=1024)}
+        for row, body in rows.items():
+            scope: dict[str, Any] = {}
+            exec(f"def make({', '.join(ns)}):\n    def loop(n):\n        for _ in range(n):\n            {body}\n"  # noqa: S102
+                 "    return loop\n", scope)
+            loop = scope["make"](**ns)
+            loop(50)
+            label = f"{row} [{path}]"
+            if cg is not None:
+                cg.cg_zero()
+                loop(args.calls)
+                cg.cg_dump(label.encode())
+                continue
+            samples = []
+            for _ in range(args.rounds):
+                t0 = time.perf_counter()
+                loop(args.calls)
+                samples.append((time.perf_counter() - t0) / args.calls * 1e6)
+            results[label] = statistics.median(samples)
+    if cg is not None:
+        print("instruction counts are in the callgrind dump files, one per row (desc: Trigger: Client Request: "
+              f"<row>); divide each file's 'summary' by {args.calls}")
+        return
+    for label, us in results.items():
+        print(f"{label:40s} {us:7.3f} us")
+    for path in (launch_path.EXTENSION, launch_path.PYTHON):
+        a4, a16 = results.get(f"k[grid](...) 4 args [{path}]"), results.get(f"k[grid](...) 16 args [{path}]")
+        if a4 is not None and a16 is not None:
+            print(f"per extra argument [{path}]: {(a16 - a4) / 12 * 1000:.0f} ns")
+
+
+if __name__ == "__main__":
+    main()
