@@ -597,6 +597,20 @@ class ArchiveReader:
                     self._manifest = manifest
         return manifest
 
+    def manifest_of(self, kernels: Iterable[str] | None) -> dict:
+        """The manifest as JSON with only ``kernels``' variants (all of them for None or empty), in
+        manifest order: what a tool comparing or rebuilding a few kernels needs. Format 2 reads only
+        those kernels' shards; the raw entries are the ones :attr:`manifest` holds."""
+        wanted = set(kernels or ())
+        if not wanted:
+            return self.manifest
+        if not self.sharded:
+            return {**self.manifest, "variants": [v for v in self.manifest.get("variants") or []
+                                         if isinstance(v, dict) and v.get("kernel") in wanted]}
+        out = {k: v for k, v in self.header.items() if k != "shards"}
+        out["variants"] = [e for s in self._shards if s.kernel in wanted for e in self.shard_entries(s.kernel)]
+        return out
+
     @property
     def manifest_bytes(self) -> bytes:
         """The whole manifest's canonical JSON (format 2: assembled, see :attr:`manifest`)."""
