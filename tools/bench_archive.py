@@ -61,12 +61,12 @@ def large_requests(n: int) -> list[VariantRequest]:
     return reqs[:n]
 
 
-def solid_zstd(reader: ArchiveReader, level: int = 19) -> tuple[int, int]:
+def solid_zstd(reader: ArchiveReader, level: int = 19, archive_order: bool = True) -> tuple[int, int | None]:
     """One tar of every member (manifest, shards and dictionary excluded), compressed as a single
-    zstd -19 frame: (members in name order, members in the archive's order)."""
+    zstd -19 frame: (members in name order, members in the archive's order or None if not asked for)."""
     members = [(n, d) for n, d in reader.iter_members() if not n.startswith("karchive/")]
-    out = []
-    for order in (sorted(members), members):
+    out: list[int | None] = []
+    for order in (sorted(members), members) if archive_order else (sorted(members),):
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
             for name, data in order:
@@ -75,7 +75,7 @@ def solid_zstd(reader: ArchiveReader, level: int = 19) -> tuple[int, int]:
                 tar.addfile(info, io.BytesIO(data))
         # Single-threaded like `zstd -19`: multi-threaded compression splits the input and compresses worse.
         out.append(len(zstandard.ZstdCompressor(level=level).compress(buf.getvalue())))
-    return out[0], out[1]
+    return out[0] or 0, out[1] if archive_order else None
 
 
 def measure(label: str, variants, name: str, v1: bool = True, nodict: bool = True) -> dict:
@@ -113,9 +113,27 @@ def main() -> int:
     ap.add_argument("--scale", type=int, default=0, help="also N variants generated from re-keyed seeds (10000)")
     ap.add_argument("--kernels", type=int, default=40, help="kernels of the --scale archive")
     ap.add_argument("-j", "--jobs", type=int, default=0)
+    ap.add_argument("--measure", nargs="+", metavar="ARCHIVE",
+                    help="only compare these existing archives (e.g. tools/bench_scale.py --keep's 10,000-variant "
+                         "one) with a solid zstd -19 of their members in name order")
     ap.add_argument("--json", help="write results as JSON here")
     args = ap.parse_args()
     rows = []
+    if args.measure:
+        for path in args.measure:
+            reader = ArchiveReader.from_path(path)
+            raw = sum(m.size for n, m in reader.members.items() if not n.startswith("karchive/"))
+            t0 = time.perf_counter()
+            solid, _ = solid_zstd(reader, archive_order=False)
+            size = os.path.getsize(path)
+            rows.append({"archive": os.path.basename(path), "variants": len(reader.model), "raw": raw,
+                         "format": reader.model.format_version, "bytes": size, "solid_zstd19": solid,
+                         "ratio": round(size / solid, 3), "solid_s": round(time.perf_counter() - t0, 1)})
+            print(rows[-1], flush=True)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(rows, fh, indent=2)
+        return 0
     spec = load_spec(os.path.join(ROOT, "examples", "build.toml"))
     built, failed = compile_all(spec.requests, jobs=args.jobs, progress=False)
     assert not failed, failed
