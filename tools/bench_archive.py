@@ -78,6 +78,21 @@ def solid_zstd(reader: ArchiveReader, level: int = 19, archive_order: bool = Tru
     return out[0] or 0, out[1] if archive_order else None
 
 
+def solid_per_kernel(reader: ArchiveReader, level: int = 19) -> int:
+    """Sum over kernels of one solid zstd -19 frame over a tar of that kernel's variant members (name order)."""
+    total = 0
+    for kernel in reader.model.kernels():
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            for name in sorted(ref.path for v in reader.model.variants_of(kernel) for ref in v.members()):
+                data = reader.read(name)
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        total += len(zstandard.ZstdCompressor(level=level).compress(buf.getvalue()))
+    return total
+
+
 def measure(label: str, variants, name: str, v1: bool = True, nodict: bool = True) -> dict:
     out: dict = {"archive": label, "variants": len(variants)}
     modes = [("v2", (2, 0), "auto")] + ([("v2_nodict", (2, 0), "none")] if nodict else []) + \
@@ -116,6 +131,9 @@ def main() -> int:
     ap.add_argument("--measure", nargs="+", metavar="ARCHIVE",
                     help="only compare these existing archives (e.g. tools/bench_scale.py --keep's 10,000-variant "
                          "one) with a solid zstd -19 of their members in name order")
+    ap.add_argument("--per-kernel", action="store_true",
+                    help="with --measure: also the sum of one solid zstd -19 per kernel (each kernel's variant "
+                         "members alone): what compression within kernels can reach, without cross-kernel matches")
     ap.add_argument("--json", help="write results as JSON here")
     args = ap.parse_args()
     rows = []
@@ -129,6 +147,9 @@ def main() -> int:
             rows.append({"archive": os.path.basename(path), "variants": len(reader.model), "raw": raw,
                          "format": reader.model.format_version, "bytes": size, "solid_zstd19": solid,
                          "ratio": round(size / solid, 3), "solid_s": round(time.perf_counter() - t0, 1)})
+            if args.per_kernel:
+                rows[-1]["solid_zstd19_per_kernel_sum"] = per_kernel = solid_per_kernel(reader)
+                rows[-1]["ratio_per_kernel"] = round(size / per_kernel, 3)
             print(rows[-1], flush=True)
         if args.json:
             with open(args.json, "w") as fh:
