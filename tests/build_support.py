@@ -12,6 +12,7 @@ import pathlib
 import subprocess
 import sys
 
+from repro_support import HELPERS  # the same helper module as the reproducibility checkout
 from support import EXAMPLES, ROOT
 
 #: A plain module (no JIT function) that the kernel module imports: it must travel to Ray workers too.
@@ -19,15 +20,6 @@ CONFIG = '''"""Tuning constants shared by the kernels of this checkout."""
 import triton.language as tl
 
 SCALE = tl.constexpr(3)
-'''
-
-HELPERS = '''"""A helper module: its JIT function is inlined into a kernel of another file."""
-import triton
-
-
-@triton.jit
-def twice(x):
-    return x * 2
 '''
 
 MYKERN = '''"""A kernel that calls a JIT helper of another module and reads a constexpr from a plain module."""

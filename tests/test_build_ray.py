@@ -196,7 +196,7 @@ def test_cluster_build_is_byte_identical_with_progress(cluster, local, workdir):
     assert r.returncode == 0, r.stderr
     assert out.read_bytes() == expected.read_bytes()
     # Progress: the cluster's nodes and CPUs up front, then completed/total with where each variant ran.
-    assert f"compiling {SPEC_VARIANTS} variant(s) on Ray cluster {cluster.address}: 2 node(s), 2 CPU(s)" in r.stderr
+    assert f"compiling {SPEC_VARIANTS} variants on Ray cluster {cluster.address}: 2 nodes, 2 CPUs" in r.stderr
     lines = re.findall(r"^\[(\d+)/(\d+)\] ok   \S+ \(\d+\.\d\ds on node ([0-9a-f]{8}) pid (\d+)\)$", r.stderr, re.M)
     assert [int(n) for n, _, _, _ in lines] == list(range(1, SPEC_VARIANTS + 1))
     assert {int(t) for _, t, _, _ in lines} == {SPEC_VARIANTS}

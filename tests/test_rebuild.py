@@ -65,7 +65,7 @@ def test_rebuild_reproduces_every_variant_from_the_archive_alone(built, capsys, 
     monkeypatch.chdir(tmp_path)
     code, out, err = run(capsys, "rebuild", "--check", str(built), "-j", "2")
     assert code == 0, out + err
-    assert "4 variant(s): 4 reproduced -- every variant reproduced byte for byte" in out
+    assert "4 variants: 4 reproduced -- every variant reproduced byte for byte" in out
     assert err.count("reproduced") == 4  # one progress line per variant
     code, out, _ = run(capsys, "rebuild", "--check", str(built), "--json", "-k", "scaled_add")
     report = json.loads(out)

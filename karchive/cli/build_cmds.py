@@ -139,7 +139,7 @@ def _print_summary(summary: dict) -> None:
               + ("" if r["same_toolchain"] else f"; toolchain differs: {'; '.join(r['toolchain_differs'])}"))
     ex = summary.get("executor") or {}
     if ex.get("kind") == "ray":
-        print(f"  compiled on Ray ({ex.get('address')}): {ex.get('nodes')} node(s), {len(ex.get('workers', []))} worker(s)")
+        print(f"  compiled on Ray ({ex.get('address')}): {plural(ex.get('nodes') or 0, 'node')}, {plural(len(ex.get('workers', [])), 'worker')}")
     for row in summary["per_kernel_target"]:
         print(f"  {row['kernel']:<28} {row['target']:<12} {plural(row['variants'], 'variant')}")
     for f in summary["failed"]:

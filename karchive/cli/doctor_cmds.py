@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from .output import emit_json, human_bytes, printable
+from .output import emit_json, human_bytes, plural, printable
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,7 +28,7 @@ def _driver_lines(name: str, info: dict[str, Any] | None) -> list[str]:
         return [f"{name:14s}not usable: {printable(info['error'])}"]
     via = "cuGetProcAddress" if name == "CUDA" else "hipGetProcAddress"
     launch = "yes" if info["launch_function"] else f"no (launches go through the binding: {via} gave no address)"
-    lines = [f"{name:14s}driver {info['driver_version']}, {len(info['devices'])} device(s); "
+    lines = [f"{name:14s}driver {info['driver_version']}, {plural(len(info['devices']), 'device')}; "
              f"compiled launcher can call the driver: {launch}"]
     for d in info["devices"]:
         if "error" in d:

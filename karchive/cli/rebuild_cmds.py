@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from .build_cmds import positive_int
-from .output import emit_json, printable, table
+from .output import emit_json, plural, printable, table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,7 +55,7 @@ def _print(report) -> None:
     summary = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     verdict = {0: "every variant reproduced byte for byte", 1: "MISMATCH: the archive does not match its sources",
                3: "not everything could be reproduced byte for byte"}[report.exit_code()]
-    print(f"{total} variant(s): {summary} -- {verdict}")
+    print(f"{plural(total, 'variant')}: {summary} -- {verdict}")
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:

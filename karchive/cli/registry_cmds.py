@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from ..errors import RegistryError
-from .output import emit_json, human_bytes, printable, table
+from .output import emit_json, human_bytes, plural, printable, table
 
 
 def _registry(args: argparse.Namespace) -> Any:
@@ -155,7 +155,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"registry": reg.url, "reindexed": names})
     else:
-        print(f"rebuilt indexes of {len(names)} name(s) in {reg.url}")
+        print(f"rebuilt indexes of {plural(len(names), 'name')} in {reg.url}")
     return 0
 
 
@@ -196,9 +196,9 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
         rows = [[e.sha256[:12], ", ".join(e.refs) or "-", human_bytes(e.size), "yes" if e.verified else "no",
                  _ago(now - e.last_used)] for e in entries]
         print(table(["SHA256", "ARCHIVES", "SIZE", "VERIFIED", "LAST USED"], rows, right=["SIZE"]))
-        print(f"{len(entries)} archive(s), {human_bytes(sum(e.size for e in entries))}")
+        print(f"{plural(len(entries), 'archive')}, {human_bytes(sum(e.size for e in entries))}")
     if partial:
-        print(f"{len(partial)} partial download(s) in {cache.root / 'tmp'} (`karchive cache prune` removes dead ones)")
+        print(f"{plural(len(partial), 'partial download')} in {cache.root / 'tmp'} (`karchive cache prune` removes dead ones)")
     return 0
 
 
@@ -220,8 +220,8 @@ def cmd_cache_prune(args: argparse.Namespace) -> int:
                    "kept": report.kept, "kept_bytes": report.kept_bytes, "busy": report.busy,
                    "partial_files_removed": report.partial_files_removed})
     else:
-        print(f"removed {len(report.removed)} archive(s) ({human_bytes(report.freed)}), kept {report.kept} "
-              f"({human_bytes(report.kept_bytes)}), removed {report.partial_files_removed} partial download(s)"
+        print(f"removed {plural(len(report.removed), 'archive')} ({human_bytes(report.freed)}), kept {report.kept} "
+              f"({human_bytes(report.kept_bytes)}), removed {plural(report.partial_files_removed, 'partial download')}"
               + (f", {report.busy} in use" if report.busy else ""))
     return 0
 

@@ -13,7 +13,7 @@ import re
 from typing import Any
 
 from ..errors import FormatError, KeyFileError, TrustError
-from .output import emit_json, printable
+from .output import emit_json, plural, printable
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -98,7 +98,7 @@ def cmd_sign(args: argparse.Namespace) -> int:
         return 0
     verb = "co-signed" if out.cosigned else "signed"
     print(printable(f"{verb} {out.name} {out.version} (sha256 {out.sha256}) with key {out.key_id[:16]}"))
-    print(printable(f"wrote {out.sidecar}: {len(out.key_ids)} signature(s); {out.archive} is unchanged"))
+    print(printable(f"wrote {out.sidecar}: {plural(len(out.key_ids), 'signature')}; {out.archive} is unchanged"))
     return 0
 
 

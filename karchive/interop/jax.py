@@ -147,7 +147,7 @@ def jaxlib_support(refresh: bool = False) -> JaxlibSupport:
             from jax._src import lib as _lib
 
             jlv = tuple(getattr(_lib, "version", None) or _version(_lib.version_str))[:3]
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - jax._src is private: on any change, read jaxlib's public version
             import jaxlib
 
             jlv = _version(jaxlib.__version__)
@@ -275,7 +275,7 @@ def _compute_capability(explicit: int | None, support: JaxlibSupport) -> int:
     if support.lib is not None:
         try:
             return int(support.lib.get_compute_capability(0))
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a failed query means no usable device: the error below says what to pass
             pass
     raise InteropError("no CUDA device is visible to JAX; pass compute_capability= (e.g. 90) to lower for one")
 

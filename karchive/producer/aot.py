@@ -10,14 +10,13 @@ import hashlib
 import inspect
 import os
 import sys
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Mapping
 
 from ..errors import CompileError, KarchiveError, UnsupportedKernelError
 from ..core.digest import sha256_hex
-from .buildenv import (DEFAULT_FP_FUSION, cache_namespace, cache_root, check_import_time_state, compile_environment,
+from .buildenv import (COMPILE_LOCK, DEFAULT_FP_FUSION, cache_namespace, cache_root, check_import_time_state, compile_environment,
                        validate_env)
 from .compile_errors import compiler_message
 from .canonical import SCHEME, Canonicalised, canonical_locations, find_machine_paths, machine_roots
@@ -66,8 +65,6 @@ class VariantRequest:
         return f"{self.kernel_ref.rpartition(':')[2]}[{self.target}]({args}{';' if args and opts else ''}{opts})"
 
 
-_COMPILE_LOCK = threading.RLock()
-
 PLUGIN_ENV_VARS = ("TRITON_PASS_PLUGIN_PATH", "TRITON_PLUGIN_PATHS", "LLVM_PASS_PLUGIN_PATH")
 
 
@@ -89,7 +86,7 @@ def pipeline_hooks() -> list[dict]:
         from triton import knobs
 
         hook = getattr(knobs.runtime, "add_stages_inspection_hook", None)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - a Triton without knobs.runtime has no inspection hook
         hook = None
     if hook is not None:
         key, digest = hook()
@@ -149,7 +146,7 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
     src = ASTSource(fn=fn, signature=dict(spec.types), constexprs=dict(spec.constexprs), attrs=attrs)
     from .triton_cache import build_fingerprint
     # One compile at a time per process: canonical names, the environment and the cwd are process-wide.
-    with _COMPILE_LOCK, canonical_locations(fn) as canon:
+    with COMPILE_LOCK, canonical_locations(fn) as canon:
         cache = cache_dir or os.path.join(cache_root(), cache_namespace(canon.names, env))
         try:
             with compile_environment(env, cache, always_compile=always_compile):
@@ -235,7 +232,7 @@ def toolchain_versions() -> dict[str, Any]:
         from triton._C.libtriton import llvm
 
         out["llvm"] = getattr(llvm, "get_version", lambda: None)()
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - private Triton API: without it the LLVM version is simply not recorded
         pass
     return out
 

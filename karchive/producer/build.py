@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.destination import output_file
+from ..core.text import plural
 from ..errors import BuildError
 from .aot import VariantRequest, toolchain_versions
 from .buildenv import shell_warning
@@ -151,7 +152,7 @@ def build_archive(spec: BuildSpec, output: str | os.PathLike, *, jobs: int = 0, 
             if owned:
                 ex.start()
             if progress and ex.kind != "local":
-                print(f"compiling {len(requests)} variant(s) on {ex.headline()}", file=sys.stderr, flush=True)
+                print(f"compiling {plural(len(requests), 'variant')} on {ex.headline()}", file=sys.stderr, flush=True)
             built, result.failed = compile_all(requests, progress=progress, executor=ex)
             result.executor = ex.describe()
         finally:

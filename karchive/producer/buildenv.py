@@ -24,6 +24,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+import threading
 from contextlib import ExitStack, contextmanager
 from typing import Any
 from collections.abc import Iterator, Mapping, MutableMapping
@@ -178,6 +179,12 @@ def strip_shell(environ: MutableMapping[str, str] | None = None) -> None:
     for k in list(target):
         if k in names:
             target.pop(k, None)
+
+
+#: Held around every compile in this process. The environment, Triton's knobs and the working directory
+#: that :func:`compile_environment` sets are process-wide, so two threads compiling at once would see
+#: each other's settings; reentrant because a compile may probe a target (toolchain.py) inside it.
+COMPILE_LOCK = threading.RLock()
 
 
 @contextmanager

@@ -343,7 +343,7 @@ class Capture:
                 fp = build_fingerprint(entry.metadata["target"])
                 variant = describe_entry(entry, origin="triton-cache", include_ir=self.include_ir,
                                          provenance_extra={"triton_cache": fp, "harvested": True})
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - a harvested entry that cannot be described is reported as left out, never fatal
                 self._fail(entry.stem, entry.triton_hash, "harvested", exc)
                 continue
             self._add(variant, entry.triton_hash, "harvested", entry.stem,
@@ -428,7 +428,7 @@ def _entry_dir(metadata_group: Any) -> str | None:
     try:
         path = next(iter(metadata_group.values()))
         return os.path.dirname(os.path.abspath(path))
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - no usable path in Triton's metadata group: the caller falls back
         return None
 
 
@@ -457,7 +457,7 @@ def _on_compile(*, src: Any = None, metadata: Any = None, metadata_group: Any = 
                 else:  # compiled from an IR file: describe from the entry
                     by_ir[cap.include_ir] = describe_entry(entry, origin="capture", include_ir=cap.include_ir,
                                                            provenance_extra={"triton_cache": fp})
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - kept per include_ir; every capture it concerns reports it as failed
                 by_ir[cap.include_ir] = exc
         result = by_ir[cap.include_ir]
         if isinstance(result, BaseException):
@@ -519,7 +519,7 @@ def _after_autotune(tuner: Any, args: tuple, kwargs: dict, before: int, ret: Any
             with cap._lock:
                 cap.autotune.observe(tuner, args, kwargs, key=key, chosen=chosen, timings=timings,
                                      variant_key=variant_key)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - capture must never break the user's workload: the failure is reported
             cap._fail(getattr(innermost_jit(tuner), "__name__", "autotuner"), None, "autotune", exc)
         with cap._lock:
             for w in cap.autotune.warnings:
@@ -535,7 +535,7 @@ def _after_heuristics(heur: Any, args: tuple, kwargs: dict, produced: dict | Non
                 for w in cap.heuristics.warnings:
                     if w not in cap.warnings:
                         cap.warnings.append(w)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - capture must never break the user's workload: the failure is reported
             cap._fail(getattr(innermost_jit(heur), "__name__", "heuristics"), None, "heuristics", exc)
 
 
@@ -623,7 +623,7 @@ class _Hooks:
             if scope.any_active():
                 try:
                     _after_jit_run(kernel, kwargs)
-                except Exception:  # noqa: BLE001
+                except Exception:  # noqa: BLE001 - a hook inside Triton's launch must never break the user's workload
                     pass
             return kernel
 
@@ -647,7 +647,7 @@ class _Hooks:
             heard, _tls.heard = getattr(_tls, "heard", None), None
             try:
                 _after_autotune(self, args, kwargs, before, ret, heard, caps)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a hook inside Triton's autotuner must never break the user's workload
                 pass
             return ret
 
@@ -679,7 +679,7 @@ class _Hooks:
                         break
             try:
                 _after_heuristics(self, args, dict(kwargs), frame["produced"], caps)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a hook inside Triton's heuristics must never break the user's workload
                 pass
             return ret
 

@@ -25,6 +25,7 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
     raise BuildError("--executor ray needs Ray on this machine and on the cluster: pip install 'karchive[ray]' "
                      f"({exc})") from exc
 
+from ..core.text import plural
 from ..errors import BuildError
 from .aot import VariantRequest
 from .executors import Executor, OnOutcome, TaskOutcome
@@ -125,7 +126,9 @@ class RayExecutor(Executor):
         where = "a local Ray instance" if self.address is None else f"Ray cluster {self.address}"
         cpus = c["cpus"]
         cpus = int(cpus) if isinstance(cpus, float) and cpus.is_integer() else cpus
-        return f"{where}: {c['nodes']} node(s), {cpus} CPU(s)"
+        nodes = f"{plural(c['nodes'], 'node')}" if isinstance(c["nodes"], int) else f"{c['nodes']} nodes"
+        cpus_text = plural(cpus, "CPU") if isinstance(cpus, int) else f"{cpus} CPUs"
+        return f"{where}: {nodes}, {cpus_text}"
 
     # -- running ---------------------------------------------------------------------------------
     def run(self, requests: list[VariantRequest], on_outcome: OnOutcome) -> None:

@@ -157,11 +157,10 @@ def _hip_compiles(arch: str, warp_size: int) -> str | None:
     from triton.compiler import ASTSource
 
     from . import _probe_kernel
-    from .aot import _COMPILE_LOCK
-    from .buildenv import DEFAULT_FP_FUSION, cache_root, compile_environment
+    from .buildenv import COMPILE_LOCK, DEFAULT_FP_FUSION, cache_root, compile_environment
 
     src = ASTSource(fn=_probe_kernel.karchive_probe, signature={"x": "*fp32"}, constexprs={})
-    with _COMPILE_LOCK, compile_environment({}, os.path.join(cache_root(), "target-probe")), \
+    with COMPILE_LOCK, compile_environment({}, os.path.join(cache_root(), "target-probe")), \
             _quiet_stderr() as sink:
         try:
             triton.compile(src, target=GPUTarget("hip", arch, warp_size),

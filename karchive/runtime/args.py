@@ -249,7 +249,7 @@ def describe_arg(a: Any) -> str:
     tp = type(a)
     try:
         ptr, dtype, dev = pointer_info(a)
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - describing a bad argument must not raise: fall back to its type
         return f"<{tp.__module__}.{tp.__qualname__}>"
     where = "host memory" if dev == -1 else f"device {dev}" if dev is not None else "unknown device"
     return f"<{tp.__qualname__} dtype={dtype} at 0x{ptr:x} on {where}>"

@@ -96,7 +96,7 @@ class CudaBackend:
             name = name.decode() if isinstance(name, bytes) else str(name)
             text = text.decode() if isinstance(text, bytes) else str(text)
             return f"{name} ({text})"
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - naming an error must never hide the error itself
             return str(err)
 
     def check(self, result: Any, what: str) -> Any:
