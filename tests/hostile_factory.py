@@ -17,8 +17,8 @@ import random
 import struct
 import tarfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import zstandard
 
@@ -59,10 +59,14 @@ SMALL_GROUPS: list[list[tuple[str, bytes]]] = [
 
 
 def honest_archive(groups=None, *, dictionary: str = "none", level: int = 3) -> tuple[bytes, dict[str, bytes]]:
-    """(archive bytes, {member name: bytes}) for the given groups (default: a small three-frame archive)."""
+    """(archive bytes, {member name: bytes}) for the given groups (default: a small three-frame archive).
+
+    Format 1.0, whose index lists every member: the container rules these archives break are shared by
+    both formats, and 1.0 archives are still read (format 2's own structures: :func:`honest_v2`).
+    """
     groups = SMALL_GROUPS if groups is None else groups
     files = {n: d for g in groups for n, d in g}
-    w = ArchiveWriter(level=level, dictionary=dictionary)
+    w = ArchiveWriter(level=level, dictionary=dictionary, format_version=(1, 0))
     for g in groups:
         w.add_group(g)
     return w.to_bytes(manifest_for(files)), files
@@ -351,3 +355,190 @@ def zip_bytes(files: dict[str, bytes]) -> bytes:
         for name, data in files.items():
             zf.writestr(name, data)
     return buf.getvalue()
+
+
+# --------------------------------------------------------------------------------------------------
+# Format 2: manifest shards
+# --------------------------------------------------------------------------------------------------
+
+
+def v2_variant(kernel: str, i: int, *, target: str = "cuda:90", ir: bool = True,
+               source: str | None = None) -> tuple[dict, list[tuple[str, bytes]], list[tuple[str, bytes]]]:
+    """A variant the manifest model accepts (no Triton needed): (entry, launch members, IR members)."""
+    from karchive.format.manifest import Abi, AbiParam, FileRef, Param, Provenance, Target, Variant
+
+    key = hashlib.sha256(f"{kernel}-{target}-{i}".encode()).hexdigest()
+    rng = random.Random(key)
+    binary = b"\x7fELF" + bytes(rng.randrange(256) for _ in range(300 + 40 * i)) + b"\0" * 200
+    meta = canonical_json({"name": kernel, "num_warps": 4, "i": i})
+    ptx = (f".version 8.0\n.target sm_90a\n// {kernel} {i}\n" + "mov.u32 %r1, %r2;\n" * (20 + i)).encode()
+    backend, arch = target.split(":")
+    t = Target(backend, arch, 64 if backend == "hip" else 32)
+    base = f"variants/{key}/kernel"
+    abi = Abi(version=1, entry=kernel, binary_format="hsaco" if backend == "hip" else "cubin",
+              binary_arch=arch if backend == "hip" else f"sm_{arch}a",
+              params=(AbiParam("x", "pointer", "*fp32", 0, 8), AbiParam("n", "scalar", "i32", 1, 4)),
+              shared=128 * (i % 3), num_warps=4, warp_size=t.warp_size, num_ctas=1, cluster_dims=(1, 1, 1),
+              cooperative_grid=False, pdl=False, global_scratch_size=0, global_scratch_align=1,
+              profile_scratch_size=0, profile_scratch_align=1)
+    v = Variant(kernel=kernel, key=key, target=t,
+                params=(Param("x", "*fp32", divisibility=16), Param("n", "i32"),
+                        Param("BLOCK", "constexpr", constexpr=64 << (i % 4), is_constexpr=True)),
+                options={"num_warps": 4, "num_stages": 1 + i % 3}, abi=abi,
+                binary=FileRef.for_bytes(f"{base}.{abi.binary_format}", binary),
+                metadata=FileRef.for_bytes(f"{base}.json", meta),
+                ir={"ptx": FileRef.for_bytes(f"{base}.ptx", ptx)} if ir else {}, source=source,
+                provenance=Provenance("aot", "3.9.0"))
+    launch = [(v.binary.path, binary), (v.metadata.path, meta)]
+    return v.to_json(), launch, ([(v.ir["ptx"].path, ptx)] if ir else [])
+
+
+SOURCE_TEXT = b"@triton.jit\ndef k(x, n, BLOCK: tl.constexpr):\n    pass\n"
+
+
+def honest_v2(kernels: dict[str, int] | None = None, *, dictionary: str = "none", ir: bool = True,
+              per_frame: int = 2, level: int = 3) -> tuple[bytes, dict[str, bytes], dict]:
+    """A format-2 archive through the real writer: (bytes, {member: bytes}, logical manifest).
+
+    ``kernels`` maps kernel names to variant counts (default: two kernels, three targets between
+    them); launch members share frames ``per_frame`` variants at a time, IR one frame per kernel.
+    """
+    from karchive.format.manifest import FileRef
+
+    kernels = kernels if kernels is not None else {"alpha": 3, "beta": 4}
+    source = FileRef.for_bytes(f"sources/{sha256_hex(SOURCE_TEXT)}.py", SOURCE_TEXT)
+    targets = ("cuda:80", "cuda:90", "hip:gfx942")
+    w = ArchiveWriter(level=level, dictionary=dictionary, format_version=(2, 0))
+    files: dict[str, bytes] = {source.path: SOURCE_TEXT}
+    entries = []
+    for kernel, n in sorted(kernels.items()):
+        launch_units, ir_units = [], []
+        for i in range(n):
+            entry, launch, irm = v2_variant(kernel, i, target=targets[i % len(targets)], ir=ir, source=source.path)
+            entries.append(entry)
+            launch_units.append(launch)
+            ir_units.extend(irm)
+            files.update(launch)
+            files.update(irm)
+        for j in range(0, len(launch_units), per_frame):
+            w.add_group([m for unit in launch_units[j : j + per_frame] for m in unit])
+        if ir_units:
+            w.add_group(ir_units, use_dict=False)
+    w.add_group([(source.path, SOURCE_TEXT)])
+    manifest = {"format": "karchive", "format_version": "2.0", "abi_version": 1, "name": "hostile", "version": "2",
+                "produced_by": {"karchive": "test"}, "created": None, "path_sentinel": "@KARCHIVE_ROOT@",
+                "sources": [source.to_json()], "variants": sorted(entries, key=lambda e: (e["kernel"], e["key"]))}
+    return w.to_bytes(manifest), files, manifest
+
+
+@dataclass
+class V2Parts:
+    """A format-2 archive taken apart: frames as member lists, the shard documents, the header."""
+
+    content: list[tuple[list[tuple[str, bytes]], bool]]  # content frames: (members, uses the dictionary)
+    shards: dict[str, dict]  # shard member name -> decoded document
+    dictionary: bytes | None
+    header: dict
+    footer_version: tuple[int, int] = (2, 0)
+
+
+def _frame_entries(tar: bytes) -> list[tuple[str, bytes]]:
+    from karchive.format.tarheader import parse_header
+
+    out, pos = [], 0
+    while pos + TAR_BLOCK <= len(tar):
+        h = parse_header(tar[pos : pos + TAR_BLOCK])
+        if h is None:
+            break
+        out.append((h.name, tar[pos + TAR_BLOCK : pos + TAR_BLOCK + h.size]))
+        pos += TAR_BLOCK + padded(h.size)
+    return out
+
+
+def take_apart(archive: bytes) -> V2Parts:
+    body, index, _ = split(archive)
+    dict_bytes = None
+    raw = []
+    for off, length, _usize, _flag in index["frames"]:
+        raw.append(body[off : off + length])
+    # The dictionary frame is plain: find it first so that dictionary frames can be decoded.
+    plain = zstandard.ZstdDecompressor()
+    decoded: list[bytes | None] = []
+    for blob, (_o, _l, _u, flag) in zip(raw, index["frames"]):
+        decoded.append(None if flag else plain.decompress(blob))
+    for tar in decoded:
+        for name, data in _frame_entries(tar or b""):
+            if name == DICTIONARY_NAME:
+                dict_bytes = data
+    with_dict = zstandard.ZstdDecompressor(dict_data=zstandard.ZstdCompressionDict(dict_bytes)) if dict_bytes else None
+    content, shards, header = [], {}, None
+    for blob, tar, (_o, _l, _u, flag) in zip(raw, decoded, index["frames"]):
+        entries = _frame_entries(tar if tar is not None else with_dict.decompress(blob))
+        names = [n for n, _ in entries]
+        if names == [MANIFEST_NAME]:
+            header = json.loads(entries[0][1])
+        elif names == [DICTIONARY_NAME]:
+            continue
+        elif len(names) == 1 and names[0].startswith("karchive/shards/"):
+            shards[names[0]] = json.loads(entries[0][1])
+        else:
+            content.append((entries, bool(flag)))
+    return V2Parts(content, shards, dict_bytes, header)
+
+
+def put_together(parts: V2Parts, *, shard_bytes: dict[str, bytes] | None = None, header_bytes: bytes | None = None,
+                 fix_header: bool = True, edit_index: Callable[[dict], object] | None = None,
+                 unlisted: set[str] = frozenset()) -> bytes:
+    """Re-assemble ``parts`` (edited or not). Shard bytes default to the canonical JSON of the
+    documents; with ``fix_header`` the header's shard sizes and digests follow them, so a test breaks
+    exactly the rule it means to. Members no shard locates are listed by the index, except ``unlisted``."""
+    from karchive.format.shard import LOCATED
+
+    located: set[str] = set()
+    for doc in parts.shards.values():
+        cols = doc.get("variants") if isinstance(doc, dict) else None
+        cols = cols if isinstance(cols, dict) else {}
+        keys = cols.get("key") if isinstance(cols.get("key"), list) else []
+        for name in ("files.binary", "files.metadata", "files.ir"):
+            col = cols.get(name)
+            for key, value in zip(keys, col if isinstance(col, list) else []):
+                refs = [value] if isinstance(value, list) else list(value.values()) if isinstance(value, dict) else []
+                located.update(f"variants/{key}/" + r[0][2:] if r[0].startswith("./") else r[0]
+                               for r in refs if isinstance(r, list) and len(r) == LOCATED and isinstance(r[0], str))
+    frames: list[tuple[bytes, bool, list]] = []
+    for entries, flag in parts.content:
+        tar, placed = tar_bytes([Entry(n, d) for n, d in entries])
+        frames.append((tar, flag and parts.dictionary is not None, placed))
+    header = json.loads(json.dumps(parts.header))
+    shard_bytes = shard_bytes or {}
+    for name, doc in parts.shards.items():
+        raw = shard_bytes.get(name, canonical_json(doc))
+        tar, placed = tar_bytes([Entry(name, raw)])
+        frames.append((tar, False, placed))
+        table = header.get("shards") if isinstance(header, dict) else None
+        if fix_header and isinstance(table, list):
+            for row in table:
+                if isinstance(row, dict) and row.get("path") == name:
+                    row["size"], row["sha256"] = len(raw), sha256_hex(raw)
+    if parts.dictionary is not None:
+        tar, placed = tar_bytes([Entry(DICTIONARY_NAME, parts.dictionary)])
+        frames.append((tar, False, placed))
+    hbytes = header_bytes if header_bytes is not None else canonical_json(header)
+    tar, placed = tar_bytes([Entry(MANIFEST_NAME, hbytes)])
+    frames.append((tar + bytes(2 * TAR_BLOCK), False, placed))
+    body = bytearray()
+    index_frames, members = [], []
+    for i, (tar, flag, placed) in enumerate(frames):
+        blob = zstd_frame(tar, dict_data=parts.dictionary if flag else None)
+        index_frames.append([len(body), len(blob), len(tar), int(flag)])
+        body += blob
+        for e, off in placed:
+            if e.name not in located and e.name not in unlisted:
+                members.append([e.name, i, off, len(e.data)])
+    index = {"frames": index_frames, "members": members, "manifest": MANIFEST_NAME,
+             "manifest_sha256": sha256_hex(hbytes),
+             "dictionary": DICTIONARY_NAME if parts.dictionary is not None else None,
+             "dictionary_sha256": sha256_hex(parts.dictionary) if parts.dictionary is not None else None}
+    if edit_index is not None:
+        edit_index(index)
+    return assemble(bytes(body), index, major=parts.footer_version[0], minor=parts.footer_version[1])

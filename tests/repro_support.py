@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 import subprocess
@@ -131,4 +130,7 @@ def cache_entries(cache: pathlib.Path) -> set[str]:
 
 
 def manifest(path: os.PathLike) -> dict:
-    return json.loads(members(path)["karchive/manifest.json"])
+    """The whole manifest (format 2: the header and every shard, assembled by the reader)."""
+    from karchive.format.reader import ArchiveReader
+
+    return ArchiveReader.from_path(path).manifest

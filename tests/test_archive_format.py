@@ -8,7 +8,7 @@ import pytest
 
 from support import EXAMPLES, needs_triton
 from karchive.errors import SentinelError, UnsupportedKernelError, UnsupportedVersionError
-from karchive.format.constants import PATH_SENTINEL
+from karchive.format.constants import FORMAT_VERSION, PATH_SENTINEL
 from karchive.format.manifest import Manifest
 from karchive.format.reader import ArchiveReader
 from karchive.format.sentinel import restore_paths, rewrite_paths
@@ -93,7 +93,10 @@ def test_one_variant_reads_only_the_tail_and_its_frame(examples_archive):
     reader = ArchiveReader(source)
     opened_requests, opened_bytes = source.requests, source.bytes_read
     assert opened_requests <= 2
-    variant = Manifest.from_json(reader.manifest).variants[5]
+    variant = reader.model.variants_of("matmul_kernel")[5]  # its shard: in the tail already, or one read
+    shard = reader.frames[reader.members[reader._shards[reader._shard_of["matmul_kernel"]].path].frame]
+    assert source.requests - opened_requests <= 1 and source.bytes_read - opened_bytes in (0, shard.length)
+    opened_requests, opened_bytes = source.requests, source.bytes_read
     cubin = reader.read(variant.binary.path)
     reader.read(variant.metadata.path)  # same frame: no further read
     assert source.requests == opened_requests + 1
@@ -147,7 +150,7 @@ def test_newer_manifest_major_version_is_refused_naming_both(add_variants):
     builder.extend(add_variants)
     manifest, writer = builder.manifest_and_writer()
     manifest["format_version"] = "7.3"
-    with pytest.raises(UnsupportedVersionError, match=r"7\.3.*1\.0"):
+    with pytest.raises(UnsupportedVersionError, match=rf"7\.3.*{FORMAT_VERSION[0]}\.{FORMAT_VERSION[1]}"):
         ArchiveReader.from_bytes(writer.to_bytes(manifest))
 
 
@@ -194,3 +197,37 @@ def test_paths_from_another_triton_install_are_rewritten_and_hashed_locally():
     meta = {"extern_libs": [["libdevice", foreign]]}
     packed = rewrite_paths(meta, triton_roots() + install_roots_in(meta))
     assert packed["extern_libs"][0][1] == f"{PATH_SENTINEL}/triton/backends/nvidia/lib/libdevice.10.bc"
+
+
+def test_inspect_summary_reads_only_the_header(examples_archive, capsys):
+    """`karchive inspect --summary`: counts per kernel and target from a format-2 header, no shard read."""
+    from karchive.cli.main import main
+
+    assert main(["inspect", str(examples_archive), "--summary", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["format_version"] == "{}.{}".format(*FORMAT_VERSION) and info["variants"] == 42
+    kernels = {k["kernel"]: k for k in info["kernels"]}
+    assert set(kernels) == {"add_kernel", "softmax_kernel", "matmul_kernel", "scale_kernel"}
+    assert kernels["matmul_kernel"]["targets"]["cuda:90"] == 8
+    assert sum(k["variants"] for k in info["kernels"]) == 42
+    assert main(["inspect", str(examples_archive), "--summary"]) == 0
+    text = capsys.readouterr().out
+    assert "42 variants" in text and "matmul_kernel" in text and "cuda:90 8" in text
+    source = BytesSource(examples_archive.read_bytes())
+    reader = ArchiveReader(source)
+    assert reader.model.summary()[0].variants and not reader._registered, "the summary reads no shard"
+
+
+def test_format_2_members_are_grouped_per_kernel_and_target(examples_archive):
+    """Launch members share frames per kernel and target, IR per kernel; no frame mixes kernels."""
+    reader = ArchiveReader.from_path(examples_archive)
+    owner: dict[int, set[str]] = {}
+    for v in reader.model.variants:
+        for ref in v.members():
+            owner.setdefault(reader.members[ref.path].frame, set()).add(v.kernel)
+        launch = reader.members[v.binary.path].frame
+        assert reader.members[v.metadata.path].frame == launch
+        assert all(reader.members[r.path].frame != launch for r in v.ir.values()), "IR is not in the launch frame"
+    assert all(len(k) == 1 for k in owner.values())
+    assert len(owner) < len(reader.model.variants), "variants share frames"
+    assert max(reader.frames[f].size for f in owner) <= 4 * 1024 * 1024 + 64 * 1024

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from support import EXAMPLES, ROOT, needs_triton
+from karchive.format.constants import FORMAT_VERSION
 from karchive.cli.main import main
 
 pytestmark = needs_triton
@@ -27,7 +28,7 @@ def test_compile_mirrors_triton_compile_py(tmp_path, capsys):
     assert code == 0 and "built 2 of 2" in stdout
     code, stdout, _ = run(capsys, "inspect", str(out), "--json")
     info = json.loads(stdout)
-    assert code == 0 and info["name"] == "add_kernel" and info["format_version"] == "1.0"
+    assert code == 0 and info["name"] == "add_kernel" and info["format_version"] == "{}.{}".format(*FORMAT_VERSION)
     assert {v["target"] for v in info["variants"]} == {"cuda:90", "hip:gfx942"}
     for v in info["variants"]:
         assert v["kernel"] == "add_kernel" and len(v["key"]) == 64

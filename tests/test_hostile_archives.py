@@ -19,9 +19,7 @@ import pytest
 import zstandard
 
 from hostile_factory import (
-    SMALL_GROUPS,
     Entry,
-    Forge,
     assemble,
     compress_index,
     dictionary_groups,
@@ -49,11 +47,10 @@ from karchive.errors import (
 )
 from karchive.format.constants import (
     DICTIONARY_NAME,
+    FORMAT_VERSION,
     FOOTER_PAYLOAD,
     FOOTER_SIZE,
     MANIFEST_NAME,
-    SKIPPABLE_HEADER,
-    TAR_BLOCK,
 )
 from karchive.format.extract import extract_all
 from karchive.format.open import open_location as open_reader
@@ -593,7 +590,7 @@ def test_member_geometry(small):
         (3, 10**9, "outside its frame"), (1, -1, "non-negative"), (2, "512", "non-negative"),
         (3, None, "non-negative"), (0, 7, "bad member name"),
     ]:
-        forged = reindex(data, lambda ix: ix["members"][0].__setitem__(field, value))
+        forged = reindex(data, lambda ix, field=field, value=value: ix["members"][0].__setitem__(field, value))
         exc = refused(FormatError, forged, match)
         assert not isinstance(exc, (NotAnArchiveError,))
     refused(FormatError, reindex(data, lambda ix: ix["members"].append(["x", 0])), "bad member entry")
@@ -640,12 +637,15 @@ def test_frames_without_checksum_or_with_a_lying_content_size():
 # ==================================================================================================
 
 
-@pytest.mark.parametrize("major,minor", [(2, 0), (3, 7), (65535, 65535)])
+CURRENT = f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}"
+
+
+@pytest.mark.parametrize("major,minor", [(FORMAT_VERSION[0] + 1, 0), (FORMAT_VERSION[0] + 1, 7), (65535, 65535)])
 def test_newer_footer_major_names_both_versions(small, major, minor):
     data, _ = small
     body, index, _ = split(data)
     exc = refused(UnsupportedVersionError, assemble(body, index, major=major, minor=minor))
-    assert f"{major}.{minor}" in str(exc) and "1.0" in str(exc) and "upgrade" in str(exc)
+    assert f"{major}.{minor}" in str(exc) and CURRENT in str(exc) and "upgrade" in str(exc)
 
 
 def test_major_zero_and_newer_minor(small):
@@ -655,11 +655,17 @@ def test_major_zero_and_newer_minor(small):
     assert read_everything(assemble(body, index, minor=9), files) == files  # minor bumps stay readable
 
 
-@pytest.mark.parametrize("version", ["2.0", "17.3"])
+@pytest.mark.parametrize("version", [f"{FORMAT_VERSION[0] + 1}.0", "17.3"])
 def test_newer_manifest_major_names_both_versions(version):
     forged = forge([Entry("a", b"a")], format_version=version)
     exc = refused(UnsupportedVersionError, forged.data)
-    assert f"manifest format version {version}" in str(exc) and "(1.0)" in str(exc)
+    assert f"manifest format version {version}" in str(exc) and f"({CURRENT})" in str(exc)
+
+
+def test_manifest_and_footer_must_agree_on_the_major():
+    """A 1.0 footer over a manifest that says 2.0 (or the reverse) is refused: either could be the lie."""
+    forged = forge([Entry("a", b"a")], format_version="2.0")
+    refused(SchemaError, forged.data, "manifest says format 2.0, the footer 1.0")
 
 
 @pytest.mark.parametrize("version", [None, "", "1", "1.0.0", "v1.0", "1.x", 1.0, 1, ["1", "0"], "\u0661.0", "9" * 30 + ".0"])
@@ -1081,7 +1087,7 @@ def test_fuzz_only_karchive_errors_and_never_wrong_bytes(small, with_dict, tmp_p
                     _extract_contained(mutated, tmp_path, cases)
             except AssertionError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - the point of the test
+            except Exception as exc:
                 pytest.fail(f"{type(exc).__name__} escaped the reader: {exc!r}")
             seen[result] = seen.get(result, 0) + 1
             cases += 1

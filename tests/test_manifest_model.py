@@ -117,3 +117,51 @@ def test_a_real_archive_round_trips_and_validates(examples_archive):
     lazy = Manifest.from_json(raw, lazy=True)
     assert lazy.kernels() == sorted({v["kernel"] for v in raw["variants"]})
     assert [v.to_json() for v in lazy.variants] == raw["variants"]
+
+
+def test_a_sharded_manifest_is_the_same_model_and_reads_one_shard_per_kernel():
+    """Format 2 stores the variants in one shard per kernel; Manifest.sharded hides it: counts come from
+    the header, a kernel's variants from one loader call, and to_json() is the whole manifest."""
+    from karchive.errors import SchemaError
+    from karchive.format.manifest import KernelSummary
+
+    whole = _manifest(full=True)
+    m = whole.to_json()
+    header = {k: v for k, v in m.items() if k != "variants"}
+    calls: list[str] = []
+
+    def loader(kernel):
+        calls.append(kernel)
+        return [v for v in whole.variants if v.kernel == kernel]
+
+    sharded = Manifest.sharded(header, [KernelSummary.of("k", ["cuda:90"])], loader)
+    assert sharded.is_sharded and len(sharded) == 1 and sharded.kernels() == ["k"] and calls == []
+    assert sharded.targets() == ["cuda:90"] and sharded.backends() == {"cuda"} and calls == []
+    assert sharded.variants_of("k") == list(whole.variants) and calls == ["k"]
+    assert sharded.variants_of("k") and calls == ["k"], "parsed once"
+    assert sharded.variants_of("other") == [] and calls == ["k"]
+    assert sharded.to_json() == m
+    jsonschema.Draft202012Validator(load_schema()).validate(sharded.to_json())
+
+    wrong = Manifest.sharded(header, [KernelSummary.of("k", ["cuda:80"])], loader)
+    with pytest.raises(SchemaError, match="do not match the counts"):
+        wrong.variants_of("k")
+    with pytest.raises(SchemaError, match="keeps its variants in shards"):
+        Manifest.sharded(m, [], loader)
+    with pytest.raises(SchemaError, match="two shards"):
+        Manifest.sharded(header, [KernelSummary.of("k", ["cuda:90"])] * 2, loader)
+
+
+def test_a_real_format_2_archive_reads_one_shard_for_one_kernel(examples_archive):
+    from karchive.format.open import open_location
+
+    reader = open_location(examples_archive)
+    assert reader.sharded and reader.model.is_sharded
+    model = reader.model
+    assert len(model) == 42 and len(model.kernels()) == 4 and reader._registered == set()
+    matmul = model.variants_of("matmul_kernel")
+    assert {v.kernel for v in matmul} == {"matmul_kernel"} and len(reader._registered) == 1
+    # The same variants as the whole manifest parsed by from_json, which the schema validates.
+    raw = reader.manifest
+    jsonschema.Draft202012Validator(load_schema()).validate(raw)
+    assert [v for v in Manifest.from_json(raw).variants if v.kernel == "matmul_kernel"] == matmul

@@ -1,6 +1,8 @@
 """Signatures are additive to registry layout 1: karchive from before them (the code at ``OLD``, taken
 from this repository's history) reads a registry that holds signatures, and this karchive reads a
-registry the old code published. The old code runs as itself, in a child process."""
+registry the old code published. The old code runs as itself, in a child process. It reads archive
+format 1.0 only, so the archives it is given are written as 1.0 (``small_archive(format_version=...)``);
+a 2.0 archive it refuses by the footer's major version (spec/FORMAT.md §2, §13), as the last test shows."""
 
 from __future__ import annotations
 
@@ -23,6 +25,9 @@ from registry_support import isolated, small_archive  # noqa: F401 - fixture
 from trust_support import make_keys, write_policy
 
 pytestmark = pytest.mark.usefixtures("isolated")
+
+#: The archive format the old code reads.
+V1 = (1, 0)
 
 #: main just before registry signatures (the merge of the trust core, issue 13 round 1, and later work).
 OLD = "84e2c78efb9f4c2a6618f1842fd6dfc8a591a192"
@@ -56,8 +61,8 @@ def _old(old_karchive: Path, code: str, tmp_path: Path) -> dict:
 def test_old_code_reads_a_registry_with_signatures(old_karchive: Path, tmp_path: Path) -> None:
     keys = make_keys()
     reg = Registry(tmp_path / "registry", cache=tmp_path / "w")
-    reg.publish(small_archive("examples", "0.1.0"), sign=[keys["ci"], keys["alice"]])
-    reg.publish(small_archive("examples", "0.2.0"), sign=[keys["ci"]])
+    reg.publish(small_archive("examples", "0.1.0", format_version=V1), sign=[keys["ci"], keys["alice"]])
+    reg.publish(small_archive("examples", "0.2.0", format_version=V1), sign=[keys["ci"]])
     out = _old(old_karchive, f"""
         import json, karchive
         from karchive.registry import Registry
@@ -65,7 +70,7 @@ def test_old_code_reads_a_registry_with_signatures(old_karchive: Path, tmp_path:
         assert karchive.__file__.startswith({str(old_karchive)!r}), karchive.__file__
         pulled = reg.pull("examples@0.1.0")
         reader = reg.open("examples")
-        reg.publish({str(small_archive("examples", "0.3.0"))!r})
+        reg.publish({str(small_archive("examples", "0.3.0", format_version=V1))!r})
         reg.reindex()
         print(json.dumps({{"names": reg.names(), "versions": [r.version for r in reg.list("examples")],
                           "pulled": pulled.downloaded, "latest": reader.manifest["version"]}}))
@@ -87,7 +92,7 @@ def test_a_registry_the_old_code_published_is_read_and_is_simply_unsigned(old_ka
         import json
         from karchive.registry import Registry
         reg = Registry({str(tmp_path / "registry")!r}, cache={str(tmp_path / "old-cache")!r})
-        reg.publish({str(small_archive("examples", "0.1.0"))!r})
+        reg.publish({str(small_archive("examples", "0.1.0", format_version=V1))!r})
         print(json.dumps({{}}))
     """, tmp_path)
     reg = Registry(tmp_path / "registry", cache=tmp_path / "cache")
@@ -104,3 +109,19 @@ def test_a_registry_the_old_code_published_is_read_and_is_simply_unsigned(old_ka
     reg.sign("examples@0.1.0", keys["ci"])
     assert record_file.read_bytes() == before
     assert reg.open("examples@0.1.0", trust=tmp_path / "p.toml")
+
+
+def test_the_old_code_refuses_a_2_0_archive_by_its_version(old_karchive: Path, tmp_path: Path) -> None:
+    """A new major is refused cleanly, naming both versions, rather than misread (spec/FORMAT.md §2)."""
+    out = _old(old_karchive, f"""
+        import json
+        from karchive.errors import UnsupportedVersionError
+        from karchive.format.reader import ArchiveReader
+        try:
+            ArchiveReader.from_path({str(small_archive("examples", "0.4.0"))!r})
+        except UnsupportedVersionError as exc:
+            print(json.dumps({{"refused": str(exc)}}))
+        else:
+            print(json.dumps({{"refused": None}}))
+    """, tmp_path)
+    assert out["refused"] and "2.0" in out["refused"] and "1.0" in out["refused"]

@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
 """Archive size against raw bytes and against one solid `zstd -19` of the same members, side by side.
 
-Builds (1) the example archive from examples/build.toml and (2) a larger generated one with hundreds
-of variants, then for each reports: raw member bytes, karchive as built (per-variant frames with a
-trained dictionary when it pays), karchive without a dictionary, and a solid zstd -19 of a tar of the
-same members (no random access). Usage: python tools/bench_archive.py [--large N] [--json OUT]
+Builds (1) the example archive from examples/build.toml, (2) a larger generated one with hundreds of
+real compiles and, with ``--scale N``, (3) N variants generated as tools/bench_scale.py does (real
+seeds re-keyed, with per-variant noise), then for each reports: raw member bytes; karchive format 2.0
+as built (per-kernel frames, a small trained dictionary when it pays) and without a dictionary;
+format 1.0 (one frame per variant, a large dictionary; skipped for --scale, whose COVER training on
+all the content would take an hour); and a solid zstd -19 of a tar of the same members (no random
+access), with the members in name order (as before) and in the archive's order.
+
+Usage: python tools/bench_archive.py [--large N] [--scale N] [--json OUT]
 """
 
 from __future__ import annotations
@@ -56,52 +61,100 @@ def large_requests(n: int) -> list[VariantRequest]:
     return reqs[:n]
 
 
-def solid_zstd(reader: ArchiveReader, level: int = 19) -> int:
-    """One tar of every member (dictionary excluded), compressed as a single zstd -19 frame."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
-        for name in sorted(reader.members):
-            if name.endswith(".zdict"):
-                continue
-            data = reader._member_unchecked(reader.members[name])
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    # Single-threaded like `zstd -19`: multi-threaded compression splits the input and compresses worse.
-    return len(zstandard.ZstdCompressor(level=level).compress(buf.getvalue()))
+def solid_zstd(reader: ArchiveReader, level: int = 19, archive_order: bool = True) -> tuple[int, int | None]:
+    """One tar of every member (manifest, shards and dictionary excluded), compressed as a single
+    zstd -19 frame: (members in name order, members in the archive's order or None if not asked for)."""
+    members = [(n, d) for n, d in reader.iter_members() if not n.startswith("karchive/")]
+    out: list[int | None] = []
+    for order in (sorted(members), members) if archive_order else (sorted(members),):
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            for name, data in order:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        # Single-threaded like `zstd -19`: multi-threaded compression splits the input and compresses worse.
+        out.append(len(zstandard.ZstdCompressor(level=level).compress(buf.getvalue())))
+    return out[0] or 0, out[1] if archive_order else None
 
 
-def measure(label: str, variants, name: str) -> dict:
+def solid_per_kernel(reader: ArchiveReader, level: int = 19) -> int:
+    """Sum over kernels of one solid zstd -19 frame over a tar of that kernel's variant members (name order)."""
+    total = 0
+    for kernel in reader.model.kernels():
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+            for name in sorted(ref.path for v in reader.model.variants_of(kernel) for ref in v.members()):
+                data = reader.read(name)
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        total += len(zstandard.ZstdCompressor(level=level).compress(buf.getvalue()))
+    return total
+
+
+def measure(label: str, variants, name: str, v1: bool = True, nodict: bool = True) -> dict:
     out: dict = {"archive": label, "variants": len(variants)}
-    for mode in ("auto", "none"):
-        builder = ArchiveBuilder(name, "bench", produced_by=toolchain_versions(), dictionary=mode)
+    modes = [("v2", (2, 0), "auto")] + ([("v2_nodict", (2, 0), "none")] if nodict else []) + \
+        ([("v1", (1, 0), "auto")] if v1 else [])
+    for key, version, dictionary in modes:
+        builder = ArchiveBuilder(name, "bench", produced_by=toolchain_versions(), dictionary=dictionary,
+                                 format_version=version)
         builder.extend(variants)
         start = time.perf_counter()
         data, stats = builder.to_bytes()
-        out[f"karchive_{mode}"] = len(data)
-        out[f"pack_seconds_{mode}"] = round(time.perf_counter() - start, 2)
-        if mode == "auto":
+        out[key] = len(data)
+        out[f"pack_s_{key}"] = round(time.perf_counter() - start, 1)
+        reader = ArchiveReader.from_bytes(data)
+        # Random access cost: the largest frame a loader decodes for one variant's binary.
+        frames = [reader.frames[reader.members[v.binary.path].frame] for v in reader.model.variants]
+        out[f"largest_launch_frame_{key}"] = max(f.length for f in frames)
+        out[f"largest_launch_frame_decoded_{key}"] = max(f.size for f in frames)
+        if key == "v2":
             out["raw"] = stats.raw_bytes
             out["dictionary_bytes"] = stats.dictionary_bytes
-            reader = ArchiveReader.from_bytes(data)
-            out["solid_zstd19"] = solid_zstd(reader)
-            # Random access cost: bytes read to open + load the largest variant's binary frame.
-            frames = [reader.frames[reader.members[v["files"]["binary"]["path"]].frame].length
-                      for v in reader.manifest["variants"]]
-            out["largest_launch_frame"] = max(frames)
-    out["ratio_vs_solid"] = round(out["karchive_auto"] / out["solid_zstd19"], 3)
-    out["ratio_nodict_vs_solid"] = round(out["karchive_none"] / out["solid_zstd19"], 3)
-    out["compression_vs_raw"] = round(out["raw"] / out["karchive_auto"], 1)
+            out["solid_zstd19"], out["solid_zstd19_archive_order"] = solid_zstd(reader)
+        del data, reader
+    for key, _, _ in modes:
+        out[f"ratio_{key}"] = round(out[key] / out["solid_zstd19"], 3)
+        out[f"ratio_{key}_vs_archive_order"] = round(out[key] / out["solid_zstd19_archive_order"], 3)
+    out["compression_vs_raw"] = round(out["raw"] / out["v2"], 1)
     return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--large", type=int, default=300, help="variants in the generated archive")
+    ap.add_argument("--large", type=int, default=300, help="variants in the generated archive of real compiles")
+    ap.add_argument("--scale", type=int, default=0, help="also N variants generated from re-keyed seeds (10000)")
+    ap.add_argument("--kernels", type=int, default=40, help="kernels of the --scale archive")
     ap.add_argument("-j", "--jobs", type=int, default=0)
+    ap.add_argument("--measure", nargs="+", metavar="ARCHIVE",
+                    help="only compare these existing archives (e.g. tools/bench_scale.py --keep's 10,000-variant "
+                         "one) with a solid zstd -19 of their members in name order")
+    ap.add_argument("--per-kernel", action="store_true",
+                    help="with --measure: also the sum of one solid zstd -19 per kernel (each kernel's variant "
+                         "members alone): what compression within kernels can reach, without cross-kernel matches")
     ap.add_argument("--json", help="write results as JSON here")
     args = ap.parse_args()
     rows = []
+    if args.measure:
+        for path in args.measure:
+            reader = ArchiveReader.from_path(path)
+            raw = sum(m.size for n, m in reader.members.items() if not n.startswith("karchive/"))
+            t0 = time.perf_counter()
+            solid, _ = solid_zstd(reader, archive_order=False)
+            size = os.path.getsize(path)
+            rows.append({"archive": os.path.basename(path), "variants": len(reader.model), "raw": raw,
+                         "format": reader.model.format_version, "bytes": size, "solid_zstd19": solid,
+                         "ratio": round(size / solid, 3), "solid_s": round(time.perf_counter() - t0, 1)})
+            if args.per_kernel:
+                rows[-1]["solid_zstd19_per_kernel_sum"] = per_kernel = solid_per_kernel(reader)
+                rows[-1]["ratio_per_kernel"] = round(size / per_kernel, 3)
+            print(rows[-1], flush=True)
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(rows, fh, indent=2)
+        return 0
     spec = load_spec(os.path.join(ROOT, "examples", "build.toml"))
     built, failed = compile_all(spec.requests, jobs=args.jobs, progress=False)
     assert not failed, failed
@@ -112,12 +165,22 @@ def main() -> int:
     print(f"compiled {len(built)} large-archive variants in {time.perf_counter() - t0:.1f}s "
           f"({len(failed)} failed)", file=sys.stderr)
     rows.append(measure(f"generated ({len(built)} variants)", built, "large"))
-    cols = ["archive", "variants", "raw", "solid_zstd19", "karchive_auto", "karchive_none", "dictionary_bytes",
-            "ratio_vs_solid", "ratio_nodict_vs_solid", "compression_vs_raw", "largest_launch_frame"]
+    if args.scale:
+        sys.path.insert(0, os.path.join(ROOT, "tools"))
+        import bench_scale
+
+        seed_vs = bench_scale.seeds(bench_scale.TARGETS, None, args.jobs)
+        variants = bench_scale.generate(seed_vs, args.scale, args.kernels, bench_scale.TARGETS)
+        del built, seed_vs
+        rows.append(measure(f"scale ({args.scale} variants, {args.kernels} kernels x 5 targets, re-keyed seeds)",
+                            variants, "scale", v1=False, nodict=False))
+    cols = ["archive", "variants", "raw", "solid_zstd19", "solid_zstd19_archive_order", "v2", "v2_nodict", "v1",
+            "dictionary_bytes", "ratio_v2", "ratio_v2_vs_archive_order", "ratio_v1", "compression_vs_raw",
+            "largest_launch_frame_v2", "largest_launch_frame_v1"]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for r in rows:
-        print("| " + " | ".join(str(r[c]) for c in cols) + " |")
+        print("| " + " | ".join(str(r.get(c, "-")) for c in cols) + " |")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=2)

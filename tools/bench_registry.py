@@ -45,12 +45,13 @@ def main() -> int:
     t = time.perf_counter()
     reg = Registry(url, s3.storage_options(), cache=work / "lazy")
     reader = reg.open("bench@1.0.0", fetch="lazy")
-    variant = reader.manifest["variants"][len(reader.manifest["variants"]) // 2]
-    reader.read(variant["files"]["binary"]["path"])
+    variants = reader.model.variants_of(reader.model.kernels()[0])  # format 2: that kernel's shard only
+    variant = variants[len(variants) // 2]
+    reader.read(variant.binary.path)
     lazy_s = time.perf_counter() - t
     blob = s3.requests_for(blob_path(record.sha256), mark)
     total = s3.requests_for("/", mark)
-    frame = reader.frames[reader.members[variant["files"]["binary"]["path"]].frame]
+    frame = reader.frames[reader.members[variant.binary.path].frame]
     print(f"lazy load of one variant: {len(total)} requests ({len(blob)} ranged GETs on the archive: "
           f"{', '.join(r['range'] for r in blob)}), {sum(r['bytes'] for r in blob)} archive bytes "
           f"(variant frame {frame.length} B), {lazy_s * 1e3:.0f} ms")

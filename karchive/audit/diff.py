@@ -391,7 +391,9 @@ def diff_archives(a: Reader, b: Reader, *, refs: tuple[str | None, str | None] =
     if context < 0:
         raise KarchiveError("the number of context lines must be >= 0")
     kernels, targets = list(kernels or []), list(targets or [])
-    ma, mb = a.manifest, b.manifest
+    ma, mb = _manifest(a, kernels), _manifest(b, kernels)
+    if kernels and not (ma.get("variants") or mb.get("variants")):
+        ma, mb = a.manifest, b.manifest  # nothing selected: the error names what both archives hold
     _check_manifest(ma, refs[0] or "A")
     _check_manifest(mb, refs[1] or "B")
     resources = None
@@ -412,6 +414,13 @@ def diff_archives(a: Reader, b: Reader, *, refs: tuple[str | None, str | None] =
     if ir:
         result.texts += _stage_diffs(a, b, changed, ir, labels, context)
     return result
+
+
+def _manifest(reader: Reader, kernels: list[str]) -> dict:
+    """The manifest with the selected kernels' variants: a format-2 archive reads only their shards
+    (``ArchiveReader.manifest_of``); any other reader gives its whole manifest, filtered later."""
+    of = getattr(reader, "manifest_of", None)
+    return of(kernels) if of is not None and kernels else reader.manifest
 
 
 def _text(data: bytes) -> list[str]:

@@ -43,13 +43,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     from ..resolve import open_reader
 
     from ..core.destination import output_dir
-    from ..format.manifest import Manifest
     from ..registry.config import storage_options_from_env
 
     cache_dir = os.path.abspath(output_dir(args.cache_dir or local_cache_dir(), create=False))
     reader = open_reader(args.archive, registry=args.registry, storage_options=storage_options_from_env())
     if args.kernel:  # a -k that matches nothing is a typo: say what there is rather than export nothing
-        have = Manifest.from_json(reader.manifest, lazy=True).kernels()
+        have = reader.model.kernels()  # the header: no shard read
         missing = [k for k in args.kernel if k not in have]
         if missing:
             raise KarchiveError(f"{args.archive} has no kernel {', '.join(map(repr, missing))}; "

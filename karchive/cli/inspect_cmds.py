@@ -24,6 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ir", metavar="STAGE", help="print one IR stage (ttir, ttgir, llir, ptx, amdgcn, source, metadata) "
                    "of the single variant selected by --key/--kernel/--target")
     p.add_argument("--key", help="select variants by key prefix")
+    p.add_argument("--summary", action="store_true",
+                   help="identity and variant counts per kernel and target only (reads no variant: fast on any size)")
     _registry_args(p)
     p.set_defaults(func=cmd_inspect)
 
@@ -81,7 +83,10 @@ def _target_names(given: list[str] | None) -> set[str] | None:
 def _select(manifest: Manifest, args: argparse.Namespace) -> list[Variant]:
     out = []
     targets = _target_names(args.target)
-    for v in manifest.variants:
+    # Only the kernels asked for are read (format 2: one manifest shard each).
+    pool = [v for k in args.kernel if k in manifest.kernels() for v in manifest.variants_of(k)] if args.kernel \
+        else manifest.variants
+    for v in pool:
         if args.kernel and v.kernel not in args.kernel:
             continue
         if targets and str(v.target) not in targets:
@@ -120,19 +125,52 @@ def variant_json(v: Variant, sources: dict[str, FileRef]) -> dict[str, Any]:
     }
 
 
+def _identity(m: Manifest, reader: ArchiveReader) -> dict[str, Any]:
+    return {"name": m.name, "version": m.version, "format_version": m.format_version,
+            "abi_version": m.abi_version, "produced_by": m.produced_by, "created": m.created,
+            "archive_bytes": reader.source.size, "dictionary": reader.has_dictionary}
+
+
+def _print_identity(m: Manifest, reader: ArchiveReader, shown: int | None = None) -> None:
+    print(printable(f"{m.name} {m.version}  ({human_bytes(reader.source.size)}, {plural(len(m), 'variant')}"
+                    + (f", {shown} shown" if shown is not None else "") + ")"))
+    # A reproducible build records no time (spec/FORMAT.md §12): say nothing rather than "created unset".
+    print(printable(f"  format {m.format_version}, launch ABI v{m.abi_version}"
+                    + (f", created {m.created}" if m.created else "")))
+    print(printable("  produced by " + ", ".join(f"{k} {v}" for k, v in sorted(m.produced_by.items()) if v)))
+
+
+def _print_summary(m: Manifest, reader: ArchiveReader, as_json: bool) -> int:
+    """Identity and per-kernel counts: from a format-2 header alone, so it costs the same at any size."""
+    kernels = m.summary()
+    if as_json:
+        emit_json({**_identity(m, reader), "variants": len(m),
+                   "kernels": [{"kernel": s.kernel, "variants": s.variants, "targets": dict(s.targets)} for s in kernels],
+                   **({"autotune": len(m.autotune)} if m.autotune else {})})
+        return 0
+    _print_identity(m, reader)
+    print(printable(f"  {len(kernels)} kernels, targets {', '.join(m.targets()) or 'none'}"))
+    print()
+    rows = [[s.kernel, str(s.variants), ", ".join(f"{t} {n}" for t, n in s.targets)] for s in kernels]
+    print(table(["kernel", "variants", "per target"], rows, right=["variants"]))
+    return 0
+
+
 def _no_match(m: Manifest, args: argparse.Namespace) -> str:
-    """Why a filter selected nothing, with what the archive has, so the next try can be right."""
+    """Why a filter selected nothing, with what the archive has, so the next try can be right (read from
+    the manifest header: no shard is loaded for the message)."""
     asked = " ".join([*(f"-k {k}" for k in args.kernel or ()), *(f"-t {t}" for t in args.target or ()),
                       *([f"--key {args.key}"] if args.key else [])])
-    kernels = sorted({v.kernel for v in m.variants})
-    targets = sorted({str(v.target) for v in m.variants})
+    kernels, targets = m.kernels(), m.targets()
     return (f"no variant of {m.name} {m.version} matches {asked}; it has kernels {', '.join(kernels) or '(none)'} "
             f"and targets {', '.join(targets) or '(none)'}")
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     reader = _open(args.archive, args)
-    m = Manifest.from_json(reader.manifest)  # every field inspect relies on is checked here: SchemaError
+    m = reader.model  # every field inspect relies on is checked as it is read: SchemaError
+    if args.summary:
+        return _print_summary(m, reader, args.json)
     variants = _select(m, args)
     filtered = bool(args.kernel or args.target or args.key)
     if filtered and not variants and not args.ir:
@@ -145,19 +183,12 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     sources = {s.path: s for s in m.sources}
     if args.json:
         emit_json({
-            "name": m.name, "version": m.version, "format_version": m.format_version,
-            "abi_version": m.abi_version, "produced_by": m.produced_by, "created": m.created,
-            "archive_bytes": reader.source.size, "dictionary": reader.has_dictionary,
+            **_identity(m, reader),
             "variants": [variant_json(v, sources) for v in variants],
             **({"autotune": m.autotune} if m.autotune else {}),
         })
         return 0
-    print(printable(f"{m.name} {m.version}  ({human_bytes(reader.source.size)}, {plural(len(m), 'variant')}"
-                    + (f", {len(variants)} shown" if filtered else "") + ")"))
-    # A reproducible build records no time (spec/FORMAT.md §12): say nothing rather than "created unset".
-    print(printable(f"  format {m.format_version}, launch ABI v{m.abi_version}"
-                    + (f", created {m.created}" if m.created else "")))
-    print(printable("  produced by " + ", ".join(f"{k} {v}" for k, v in sorted(m.produced_by.items()) if v)))
+    _print_identity(m, reader, len(variants) if filtered else None)
     rows = []
     for v in variants:
         ir = sorted(v.ir)
@@ -205,23 +236,69 @@ def _print_ir(reader: ArchiveReader, variants: list[Variant], stage: str) -> int
     return 0
 
 
-def schema_problems(manifest: dict) -> list[str]:
-    """Validate against manifest.schema.json when jsonschema is installed, else the built-in parser only."""
+def schema_problems(manifest: dict | ArchiveReader) -> list[str]:
+    """Validate against manifest.schema.json when jsonschema is installed, else the built-in parser only.
+
+    Given a format-2 reader, the manifest is checked one shard at a time (memory bounded by a shard,
+    not the archive): the header's fields with the model, each kernel's variants against the schema
+    (the model parses them in the reader's own verify()).
+    """
+    if isinstance(manifest, ArchiveReader):
+        if manifest.sharded:
+            return _sharded_schema_problems(manifest)
+        manifest = manifest.manifest
     problems = []
     try:
         Manifest.from_json(manifest)
     except KarchiveError as exc:
         problems.append(f"manifest: {exc}")
-    try:
-        import jsonschema
-    except ImportError:
+    validator = _validator()
+    if validator is None:
         return problems
-    from ..format.schema import load_schema
-
-    validator = jsonschema.Draft202012Validator(load_schema())
     for e in sorted(validator.iter_errors(manifest), key=lambda e: list(e.absolute_path)):
         where = "/".join(str(p) for p in e.absolute_path) or "(root)"
         problems.append(f"schema: {where}: {e.message}")
+    return problems
+
+
+def _validator(definition: str | None = None) -> Any:
+    try:
+        import jsonschema
+    except ImportError:
+        return None
+    from ..format.schema import load_schema
+
+    schema = load_schema()
+    if definition is not None:
+        schema = {**schema, "$ref": f"#/$defs/{definition}"}
+        for k in ("properties", "required", "additionalProperties", "type"):
+            schema.pop(k, None)
+    return jsonschema.Draft202012Validator(schema)
+
+
+def _sharded_schema_problems(reader: ArchiveReader) -> list[str]:
+    problems = []
+    header = {k: v for k, v in reader.header.items() if k != "shards"}
+    try:
+        Manifest._top(header)
+    except KarchiveError as exc:
+        problems.append(f"manifest: {exc}")
+    whole, variant = _validator(), _validator("variant")
+    if whole is None or variant is None:
+        return problems
+    for e in sorted(whole.iter_errors({**header, "variants": []}), key=lambda e: list(e.absolute_path)):
+        where = "/".join(str(p) for p in e.absolute_path) or "(root)"
+        problems.append(f"schema: {where}: {e.message}")
+    for kernel in reader.model.kernels():
+        try:
+            entries = reader.shard_entries(kernel, keep=False)
+        except KarchiveError as exc:
+            problems.append(f"manifest: {exc}")
+            continue
+        for i, entry in enumerate(entries):
+            for e in sorted(variant.iter_errors(entry), key=lambda e: list(e.absolute_path)):
+                where = "/".join(str(p) for p in e.absolute_path) or "(root)"
+                problems.append(f"schema: shard of {kernel}: variants/{i}/{where}: {e.message}")
     return problems
 
 
@@ -236,10 +313,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     except (FormatError, FileNotFoundError) as exc:
         result["problems"].append(str(exc))
     else:
-        result["problems"] += schema_problems(reader.manifest)
+        result["problems"] += schema_problems(reader)  # format 2: one shard at a time
         result["problems"] += reader.verify()
-        result["name"], result["version"] = reader.manifest.get("name"), reader.manifest.get("version")
-        result["members"] = len(reader.members)
+        result["name"], result["version"] = reader.header.get("name"), reader.header.get("version")
+        result["members"] = reader.member_count()  # format 2: counted by verify(), not loaded
         if hasattr(reader.source, "path") and not getattr(reader.source, "fs", None):
             h = hashlib.sha256()
             for off in range(0, reader.source.size, 1 << 22):
@@ -281,7 +358,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
     # Checked first (a file there, no permission), created only once the archive proved intact.
     output_dir(args.directory, create=False)
     reader = _open(args.archive, args)
-    metadata_paths = {v.metadata.path for v in Manifest.from_json(reader.manifest).variants}
+    metadata_paths = {v.metadata.path for v in reader.model.variants}
     transform = None
     if args.restore_paths:
         root = args.restore_paths

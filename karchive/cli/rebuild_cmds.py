@@ -67,11 +67,12 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
         strip_shell()  # the rebuild applies each variant's recorded environment, never the shell's
     reader = open_reader(args.archive)
     done = [0]
-    total = sum(1 for v in reader.manifest.get("variants", []) if not args.kernel or v["kernel"] in args.kernel)
+    counts = {s.kernel: s.variants for s in reader.model.summary()}  # the header's counts: no shard read
+    total = sum(n for k, n in counts.items() if not args.kernel or k in args.kernel)
     if args.kernel and not total:  # "-k nosuch" is a typo, not "0 variants, not everything reproduced"
         from ..errors import KarchiveError
 
-        have = sorted({str(v.get("kernel")) for v in reader.manifest.get("variants", [])})
+        have = sorted(counts)
         raise KarchiveError(f"{args.archive} has no kernel {', '.join(map(repr, args.kernel))}; "
                             f"it has: {printable(', '.join(have)) or '(none)'}")
 

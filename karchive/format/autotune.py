@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
 FALLBACK_RULE = "nearest-log2"
 

@@ -56,7 +56,9 @@ def check_archive_file(path: str | os.PathLike, *, sha256: str | None = None, si
         if problems:
             shown = "; ".join(problems[:5]) + (f"; and {len(problems) - 5} more" if len(problems) > 5 else "")
             raise IntegrityError(f"{where}: archive does not verify: {shown}", source=where)
-        manifest = Manifest.from_json(reader.manifest)
+        manifest = reader.model  # identity and counts; format 2 answers them from the header
+        if not manifest.is_sharded:  # format 2: verify() parsed every shard's variants, one shard at a time
+            Manifest.from_json(reader.manifest)
         footer = source.read(source.size - FOOTER_SIZE, FOOTER_SIZE)
     finally:
         source.close()
@@ -70,7 +72,7 @@ def check_archive_file(path: str | os.PathLike, *, sha256: str | None = None, si
         sha256=digest,
         size=actual_size,
         index_sha256=index_sha256_from_footer(footer),
-        variants=len(manifest.variants),
+        variants=len(manifest),
         kernels=tuple(manifest.kernels()),
-        targets=tuple(sorted({str(v.target) for v in manifest.variants})),
+        targets=tuple(manifest.targets()),
     )

@@ -5,7 +5,9 @@ from __future__ import annotations
 import struct
 
 #: Archive container version written by this implementation (major, minor). Readers refuse a newer major.
-FORMAT_VERSION: tuple[int, int] = (1, 0)
+FORMAT_VERSION: tuple[int, int] = (2, 0)
+#: Majors this reader reads: 1.x (one manifest, every member in the index) and 2.x (manifest shards).
+READABLE_MAJORS: tuple[int, ...] = (1, 2)
 #: Version of the launch-ABI description inside each variant (spec/FORMAT.md, "Launch ABI").
 ABI_VERSION: int = 1
 
@@ -24,9 +26,12 @@ TAR_BLOCK = 512
 
 MANIFEST_NAME = "karchive/manifest.json"
 DICTIONARY_NAME = "karchive/dictionary.zdict"
+#: Format 2: one manifest shard per kernel, ``karchive/shards/<n>.json`` (n counts from 0 in header order).
+SHARD_PREFIX = "karchive/shards/"
 
 #: Path sentinel written in place of machine-specific directories inside metadata JSON.
 PATH_SENTINEL = "@KARCHIVE_ROOT@"
 
-#: Speculative tail read when opening remotely: footer, index, manifest and dictionary usually fit.
-TAIL_READ = 256 * 1024
+#: Speculative tail read when opening: footer, index, manifest (format 2: its header) and dictionary
+#: usually fit. 128 KiB holds them for 10,000 variants in format 2 (about 90 KB: docs/benchmarks.md).
+TAIL_READ = 128 * 1024

@@ -7,7 +7,7 @@ a hostile name nor a symlink planted in the destination can redirect a write.
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from ..errors import IntegrityError, UnsafeMemberError
 from .reader import ArchiveReader
@@ -43,9 +43,8 @@ def extract_all(reader: ArchiveReader, dest: str | os.PathLike,
     root_fd = os.open(os.fspath(dest), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     written = []
     try:
-        for name in sorted(reader.members):
+        for name, data in reader.iter_members():  # archive order: each frame is decoded once
             check_member_name(name)
-            data = reader.read(name)
             if transform is not None:
                 data = transform(name, data)
             *dirs, base = name.split("/")

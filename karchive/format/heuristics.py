@@ -28,7 +28,8 @@ from __future__ import annotations
 import numbers
 import re
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
 
 from ..errors import SchemaError
 

@@ -8,15 +8,19 @@ spec/FORMAT.md §6) describes the same shapes; a test checks that the two agree 
 
 Large archives: :meth:`Manifest.from_json` with ``lazy=True`` checks the top level and the variant keys
 but parses each kernel's variants only when asked for (``variants_of``), so opening an archive to
-launch a few kernels does not pay for parsing all of them.
+launch a few kernels does not pay for parsing all of them. Format 2 archives store the variants in one
+shard per kernel (spec/FORMAT.md §6.5); :meth:`Manifest.sharded` builds the same model from the
+manifest's header and a loader, and ``variants_of(kernel)`` then reads that kernel's shard only. Either
+way callers see one model: the shards are the container's business.
 """
 
 from __future__ import annotations
 
+import re
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..core.digest import is_sha256_hex
 from ..errors import SchemaError, UnsupportedVersionError
@@ -25,11 +29,12 @@ from .dtypes import POINTER_ELEMENT_TYPES, SCALAR_SIZES
 from .target import Target
 
 __all__ = [
-    "ABI_KINDS", "POINTER_ELEMENT_TYPES", "SCALAR_SIZES", "Abi", "AbiParam", "FileRef", "Manifest", "Param",
-    "Provenance", "Target", "Variant", "parse_variant",
+    "ABI_KINDS", "POINTER_ELEMENT_TYPES", "SCALAR_SIZES", "Abi", "AbiParam", "FileRef", "KernelSummary", "Manifest",
+    "Param", "Provenance", "Target", "Variant", "parse_variant", "target_label",
 ]
 
 ABI_KINDS = ("pointer", "scalar", "global_scratch", "profile_scratch")
+_SHA256 = re.compile("[0-9a-f]{64}")  # is_sha256_hex, as one regex (checked for every file of every variant)
 ORIGINS = ("aot", "capture", "triton-cache")
 
 
@@ -59,6 +64,15 @@ def _typename(typ: type | tuple[type, ...]) -> str:
     return " or ".join(t.__name__ for t in typ) if isinstance(typ, tuple) else typ.__name__
 
 
+def _new(cls: type, fields: dict[str, Any]) -> Any:
+    """An instance of a frozen dataclass from already-checked fields, without its ``__init__``: that
+    sets each field through ``object.__setattr__``, a few times slower, and a shard's rows create six
+    file refs and a variant each (thousands per kernel, on the way to its first launch)."""
+    obj: Any = object.__new__(cls)
+    obj.__dict__.update(fields)
+    return obj
+
+
 def _nonneg(value: int, where: str) -> int:
     if value < 0:
         raise SchemaError(f"{where}: must not be negative, got {value}", where=where)
@@ -66,9 +80,11 @@ def _nonneg(value: int, where: str) -> int:
 
 
 # -- leaves ---------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class FileRef:
-    """A member named by the manifest, with the size and sha256 a reader checks before returning it."""
+class FileRef(NamedTuple):
+    """A member named by the manifest, with the size and sha256 a reader checks before returning it.
+
+    A named tuple, not a dataclass: a format-2 shard makes six per variant, thousands per kernel on the
+    way to its first launch, and tuples are built in bulk at C speed (:mod:`.shard`)."""
 
     path: str
     size: int
@@ -81,7 +97,24 @@ class FileRef:
         return cls(path, len(data), sha256_hex(data))
 
     @classmethod
+    def valid(cls, obj: Any) -> FileRef | None:
+        """The common, valid case in one step (None for anything :meth:`from_json` must look at closely)."""
+        if type(obj) is dict:
+            return cls.checked(obj.get("path"), obj.get("size"), obj.get("sha256"))
+        return None
+
+    @classmethod
+    def checked(cls, path: Any, size: Any, digest: Any) -> FileRef | None:
+        """A file ref from fields that pass :meth:`from_json`'s checks, else None."""
+        if type(path) is str and type(size) is int and size >= 0 and type(digest) is str and _SHA256.fullmatch(digest):
+            return cls(path, size, digest)
+        return None
+
+    @classmethod
     def from_json(cls, obj: Any, where: str) -> FileRef:
+        ref = cls.valid(obj)
+        if ref is not None:
+            return ref
         path = _req(obj, "path", str, where)
         size = _nonneg(_req(obj, "size", int, where), f"{where}.size")
         digest = _req(obj, "sha256", str, where)
@@ -152,7 +185,7 @@ class AbiParam:
                 raise SchemaError(f"{where}: pointer type must start with '*'", where=where)
         else:
             typ, arg = None, None
-        size = 8 if kind != "scalar" else SCALAR_SIZES[typ]  # type: ignore[index]
+        size = 8 if kind != "scalar" else SCALAR_SIZES[typ]
         if _req(p, "size", int, where) != size:
             raise SchemaError(f"{where}: size {p['size']} does not match type {typ!r}", where=where)
         return cls(_req(p, "name", str, where), kind, typ, arg, size)
@@ -187,14 +220,18 @@ class Abi:
     tmem_size: int = 0
 
     @classmethod
-    def from_json(cls, obj: Any, n_params: int, where: str) -> Abi:
+    def from_json(cls, obj: Any, n_params: int, where: str, memo: dict | None = None) -> Abi:
         version = _req(obj, "version", int, where)
         if version > ABI_VERSION:
             raise UnsupportedVersionError(
                 f"{where}: launch ABI version {version} is newer than this runtime supports ({ABI_VERSION})",
                 found=str(version), supported=str(ABI_VERSION))
-        params = tuple(AbiParam.from_json(p, n_params, f"{where}.params[{i}]")
-                       for i, p in enumerate(_req(obj, "params", list, where)))
+        raw_params = _req(obj, "params", list, where)
+        params = _memo(memo, "abi_params", raw_params, n_params, lambda: tuple(
+            AbiParam.from_json(p, n_params, f"{where}.params[{i}]") for i, p in enumerate(raw_params)))
+        fast = cls._valid(obj, params)
+        if fast is not None:
+            return fast
         gs = _req(obj, "global_scratch", dict, where)
         ps = _req(obj, "profile_scratch", dict, where)
         cluster = _req(obj, "cluster_dims", list, where)
@@ -220,6 +257,32 @@ class Abi:
             profile_scratch_align=_req(ps, "align", int, where + ".profile_scratch"),
             tmem_size=_opt(obj, "tmem_size", int, where) or 0,
         )
+
+    @classmethod
+    def _valid(cls, obj: dict, params: tuple[AbiParam, ...]) -> Abi | None:
+        """The checks below in one expression, for a valid ABI (None: let them find what is wrong).
+        Format-2 shards parse one per distinct ABI; variants of a kernel often differ only in ``shared``."""
+        g = obj.get
+        version, entry, fmt, arch, shared, warps, warp_size, ctas, cluster, coop, pdl, gs, ps, tmem = (
+            g("version"), g("entry"), g("binary_format"), g("binary_arch"), g("shared"), g("num_warps"),
+            g("warp_size"), g("num_ctas"), g("cluster_dims"), g("cooperative_grid"), g("pdl"), g("global_scratch"),
+            g("profile_scratch"), g("tmem_size"))
+        if not (type(version) is int and version <= ABI_VERSION and type(entry) is str and type(fmt) is str
+                and type(arch) is str and type(shared) is int and shared >= 0 and type(warps) is int
+                and type(warp_size) is int and type(ctas) is int and type(cluster) is list and len(cluster) == 3
+                and all(type(c) is int and c >= 1 for c in cluster) and type(coop) is bool and type(pdl) is bool
+                and type(gs) is dict and type(ps) is dict and (tmem is None or type(tmem) is int)):
+            return None
+        gsize, galign, psize, palign = gs.get("size"), gs.get("align"), ps.get("size"), ps.get("align")
+        if not (type(gsize) is int and gsize >= 0 and type(galign) is int and type(psize) is int and psize >= 0
+                and type(palign) is int):
+            return None
+        return _new(cls, {
+            "version": version, "entry": entry, "binary_format": fmt, "binary_arch": arch, "params": params,
+            "shared": shared, "num_warps": warps, "warp_size": warp_size, "num_ctas": ctas,
+            "cluster_dims": (cluster[0], cluster[1], cluster[2]), "cooperative_grid": coop, "pdl": pdl,
+            "global_scratch_size": gsize, "global_scratch_align": galign, "profile_scratch_size": psize,
+            "profile_scratch_align": palign, "tmem_size": tmem or 0})
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -335,29 +398,115 @@ class Variant:
         return f"<Variant {text if text.isprintable() else ascii(text)[1:-1]}>"
 
     @classmethod
-    def from_json(cls, obj: Any, where: str) -> Variant:
+    def from_json(cls, obj: Any, where: str, memo: dict[tuple[str, int, int], Any] | None = None) -> Variant:
+        """Parse and check one ``variants[]`` entry.
+
+        ``memo`` lets the variants of one format-2 shard share the parsing of what they share: a shard
+        stores each distinct target, parameter, options, launch ABI and provenance once and its rows
+        point at the same JSON object, so the memo (keyed by the object's identity, which it keeps
+        alive) checks each once. Every variant still passes every check; what they share are
+        immutable model objects.
+        """
+        if memo is not None and type(obj) is dict:
+            fast = cls._shared(obj, where, memo)
+            if fast is not None:
+                return fast
         if not isinstance(obj, dict):
             raise SchemaError(f"{where}: expected an object", where=where)
-        params = tuple(Param.from_json(p, f"{where}.params[{i}]") for i, p in enumerate(_req(obj, "params", list, where)))
+        raw_params = _req(obj, "params", list, where)
+        if memo is None:
+            params = tuple(Param.from_json(p, f"{where}.params[{i}]") for i, p in enumerate(raw_params))
+        else:
+            params = tuple(_memo(memo, "param", p, 0, _param_parser(p, f"{where}.params[{i}]"))
+                           for i, p in enumerate(raw_params))
         files = _req(obj, "files", dict, where)
         ir = {stage: FileRef.from_json(ref, f"{where}.files.ir.{stage}")
               for stage, ref in (_opt(files, "ir", dict, where + ".files") or {}).items()}
         key = _req(obj, "key", str, where)
         if not is_sha256_hex(key):
             raise SchemaError(f"{where}.key: not a 64-digit lowercase hex key", where=f"{where}.key")
+        raw_target = _req(obj, "target", dict, where)
+        raw_abi = _req(obj, "abi", dict, where)
+        raw_prov = _req(obj, "provenance", dict, where)
         return cls(
             kernel=_req(obj, "kernel", str, where),
             key=key,
-            target=Target.from_json(_req(obj, "target", dict, where), where + ".target"),
+            target=_memo(memo, "target", raw_target, 0, lambda: Target.from_json(raw_target, where + ".target")),
             params=params,
             options=_req(obj, "options", dict, where),
-            abi=Abi.from_json(_req(obj, "abi", dict, where), len(params), where + ".abi"),
+            abi=_memo(memo, "abi", raw_abi, len(params), lambda: Abi.from_json(raw_abi, len(params), where + ".abi", memo)),
             binary=FileRef.from_json(files.get("binary"), f"{where}.files.binary"),
             metadata=FileRef.from_json(files.get("metadata"), f"{where}.files.metadata"),
             ir=ir,
             source=_opt(files, "source", str, where + ".files"),
-            provenance=Provenance.from_json(_req(obj, "provenance", dict, where), where + ".provenance"),
+            provenance=_memo(memo, "provenance", raw_prov, 0,
+                             lambda: Provenance.from_json(raw_prov, where + ".provenance")),
         )
+
+    @classmethod
+    def checked_new(cls, kernel: str, key: str, target: Target, params: tuple[Param, ...], options: dict,
+                    abi: Abi, binary: FileRef, metadata: FileRef, ir: dict[str, FileRef], source: str | None,
+                    provenance: Provenance) -> Variant:
+        """A variant from fields already checked as :meth:`from_json` checks them (a format-2 shard
+        checks them a column at a time, :mod:`.shard`); skips the dataclass ``__init__``."""
+        return _new(cls, {"kernel": kernel, "key": key, "target": target, "params": params,
+                          "options": options, "abi": abi, "binary": binary, "metadata": metadata, "ir": ir,
+                          "source": source, "provenance": provenance})
+
+    @classmethod
+    def _shared(cls, obj: dict, where: str, memo: dict) -> Variant | None:
+        """:meth:`from_json` for a valid entry whose parts the memo may already know (None sends
+        anything unusual to the full checks, which then raise the precise error)."""
+        get = obj.get
+        files = get("files")
+        if type(files) is not dict:
+            return None
+        fget = files.get
+        binary, metadata, raw_ir = FileRef.valid(fget("binary")), FileRef.valid(fget("metadata")), fget("ir")
+        if binary is None or metadata is None:
+            return None
+        ir: dict[str, FileRef] = {}
+        if raw_ir is not None:
+            if type(raw_ir) is not dict:
+                return None
+            for stage, raw in raw_ir.items():
+                ref = FileRef.valid(raw)
+                if ref is None:
+                    return None
+                ir[stage] = ref
+        return cls.from_parts(get("kernel"), get("key"), get("target"), get("params"), get("options"), get("abi"),
+                              get("provenance"), binary, metadata, ir, fget("source"), where, memo)
+
+    @classmethod
+    def from_parts(cls, kernel: Any, key: Any, raw_target: Any, raw_params: Any, options: Any, raw_abi: Any,
+                   raw_prov: Any, binary: FileRef, metadata: FileRef, ir: dict[str, FileRef], source: Any,
+                   where: str, memo: dict) -> Variant | None:
+        """A variant from its fields as JSON (file refs already checked), with no error message built in
+        advance: the path a format-2 shard's rows take (thousands per kernel). Each distinct part is
+        parsed once through ``memo``; a part that is wrong raises its precise error, anything else
+        unusual gives None (the caller then runs :meth:`from_json`)."""
+        if not (type(key) is str and type(kernel) is str and type(options) is dict and type(raw_params) is list
+                and type(raw_target) is dict and type(raw_abi) is dict and type(raw_prov) is dict
+                and (source is None or type(source) is str) and _SHA256.fullmatch(key)):
+            return None
+        params = []
+        for i, p in enumerate(raw_params):
+            hit = memo.get(("param", id(p), 0))
+            params.append(hit[0] if hit is not None else
+                          _memo(memo, "param", p, 0, _param_parser(p, f"{where}.params[{i}]")))
+        n = len(params)
+        hit = memo.get(("target", id(raw_target), 0))
+        target = hit[0] if hit is not None else \
+            _memo(memo, "target", raw_target, 0, lambda: Target.from_json(raw_target, where + ".target"))
+        hit = memo.get(("abi", id(raw_abi), n))
+        abi = hit[0] if hit is not None else \
+            _memo(memo, "abi", raw_abi, n, lambda: Abi.from_json(raw_abi, n, where + ".abi", memo))
+        hit = memo.get(("provenance", id(raw_prov), 0))
+        prov = hit[0] if hit is not None else \
+            _memo(memo, "provenance", raw_prov, 0, lambda: Provenance.from_json(raw_prov, where + ".provenance"))
+        return _new(cls, {"kernel": kernel, "key": key, "target": target, "params": tuple(params),
+                          "options": options, "abi": abi, "binary": binary, "metadata": metadata, "ir": ir,
+                          "source": source, "provenance": prov})
 
     def to_json(self) -> dict[str, Any]:
         files: dict[str, Any] = {"binary": self.binary.to_json(), "metadata": self.metadata.to_json()}
@@ -377,26 +526,76 @@ class Variant:
         }
 
 
+def _memo(memo: dict[tuple[str, int, int], Any] | None, what: str, raw: Any, extra: int, parse: Callable[[], Any]) -> Any:
+    """``parse()``, or its earlier result for the very same JSON object (see :meth:`Variant.from_json`).
+    The memo holds the raw objects alive while it lives, so an identity is never reused within it."""
+    if memo is None:
+        return parse()
+    slot = (what, id(raw), extra)
+    hit = memo.get(slot)
+    if hit is None:
+        hit = memo[slot] = (parse(), raw)
+    return hit[0]
+
+
+def _param_parser(raw: Any, where: str) -> Callable[[], Param]:
+    return lambda: Param.from_json(raw, where)
+
+
 def parse_variant(obj: Any, where: str) -> Variant:
     return Variant.from_json(obj, where)
+
+
+def target_label(raw: Any) -> str | None:
+    """``backend:arch`` of a raw ``target`` object (what summaries count by), None if it is not one."""
+    if isinstance(raw, dict) and isinstance(raw.get("backend"), str) and isinstance(raw.get("arch"), str):
+        return f"{raw['backend']}:{raw['arch']}"
+    return None
+
+
+@dataclass(frozen=True)
+class KernelSummary:
+    """How many variants one kernel has, per target (``cuda:90`` → count): what a format-2 manifest
+    header records for each shard, so listing and counting never parse a variant."""
+
+    kernel: str
+    variants: int
+    targets: tuple[tuple[str, int], ...]
+
+    @classmethod
+    def of(cls, kernel: str, targets: Iterable[str | None]) -> KernelSummary:
+        counts: dict[str, int] = {}
+        n = 0
+        for t in targets:
+            n += 1
+            if t is None:
+                raise SchemaError(f"a variant of {kernel!r} has no valid target", where="variants")
+            counts[t] = counts.get(t, 0) + 1
+        return cls(kernel, n, tuple(sorted(counts.items())))
 
 
 # -- manifest -------------------------------------------------------------------------------------
 _TOP_KNOWN = frozenset({"format", "format_version", "abi_version", "name", "version", "produced_by", "created",
                         "path_sentinel", "sources", "variants", "autotune", "heuristics"})
 
+#: Loads one kernel's variants from its shard (format 2), checked by this model; see :meth:`Manifest.sharded`.
+ShardLoader = Callable[[str], list["Variant"]]
+
 
 class Manifest:
     """``karchive/manifest.json``: the archive's identity and every variant (spec/FORMAT.md §6).
 
-    Build one to write (:meth:`build`), or parse one (:meth:`from_json`; ``lazy=True`` defers each
-    kernel's variants until :meth:`variants_of` asks). ``raw`` is the parsed JSON it came from, if any.
+    Build one to write (:meth:`build`), or parse one: :meth:`from_json` for a whole manifest
+    (``lazy=True`` defers each kernel's variants until :meth:`variants_of` asks), :meth:`sharded` for
+    a format-2 header whose variants are read one kernel's shard at a time. ``raw`` is the parsed
+    JSON it came from, if any (the header, for a sharded manifest).
     """
 
     def __init__(self, *, name: str, version: str, format_version: str, abi_version: int, produced_by: dict,
                  created: str | None, sources: tuple[FileRef, ...], autotune: list[dict] | None,
-                 heuristics: list[dict] | None, extra: dict[str, Any], raw: dict | None, by_kernel: dict[str, list[tuple[int, Any]]],
-                 parsed: dict[str, list[Variant]]) -> None:
+                 heuristics: list[dict] | None, extra: dict[str, Any], raw: dict | None,
+                 by_kernel: dict[str, list[tuple[int, Any]]], parsed: dict[str, list[Variant]],
+                 summaries: dict[str, KernelSummary] | None = None, loader: ShardLoader | None = None) -> None:
         self.name = name
         self.version = version
         self.format_version = format_version
@@ -408,15 +607,18 @@ class Manifest:
         self.heuristics = heuristics  # heuristics records (spec §6.4; karchive.format.heuristics parses them)
         self.extra = extra
         self.raw = raw
-        self._by_kernel = by_kernel  # kernel -> [(manifest index, raw or parsed entry)]
+        self._by_kernel = by_kernel  # kernel -> [(manifest index, raw or parsed entry)]; empty when sharded
         self._parsed = parsed
+        self._summaries = summaries  # sharded: kernel -> counts, in manifest (shard) order
+        self._loader = loader
         self._lock = threading.Lock()
 
     # -- construction -------------------------------------------------------------------------------
     @classmethod
     def build(cls, name: str, version: str, variants: Iterable[Variant], *, produced_by: Mapping[str, Any],
               created: str | None = None, sources: Iterable[FileRef] = (), autotune: list[dict] | None = None,
-              heuristics: list[dict] | None = None, extra: Mapping[str, Any] | None = None) -> Manifest:
+              heuristics: list[dict] | None = None, extra: Mapping[str, Any] | None = None,
+              format_version: tuple[int, int] = FORMAT_VERSION) -> Manifest:
         """A manifest to write: variants ordered by kernel name, then key (spec/FORMAT.md §4)."""
         ordered = sorted(variants, key=lambda v: (v.kernel, v.key))
         keys = [v.key for v in ordered]
@@ -430,10 +632,37 @@ class Manifest:
         unknown = set(extra or {}) & _TOP_KNOWN
         if unknown:
             raise SchemaError(f"manifest: extra fields {sorted(unknown)} shadow standard ones", where="manifest")
-        return cls(name=name, version=version, format_version=f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}",
+        return cls(name=name, version=version, format_version=f"{format_version[0]}.{format_version[1]}",
                    abi_version=max([v.abi.version for v in ordered], default=ABI_VERSION), produced_by=dict(produced_by),
                    created=created, sources=tuple(sorted(sources, key=lambda f: f.path)), autotune=autotune,
                    heuristics=heuristics, extra=dict(extra or {}), raw=None, by_kernel=by_kernel, parsed=parsed)
+
+    @staticmethod
+    def _top(obj: Any, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+        """The top-level fields (everything but the variants), checked."""
+        where = "manifest"
+        autotune = _opt(obj, "autotune", list, where)
+        if autotune is not None and not all(isinstance(r, dict) for r in autotune):
+            raise SchemaError("manifest.autotune: expected a list of objects", where="manifest.autotune")
+        heuristics = _opt(obj, "heuristics", list, where)
+        if heuristics is not None and not all(isinstance(r, dict) for r in heuristics):
+            raise SchemaError("manifest.heuristics: expected a list of objects", where="manifest.heuristics")
+        sources = tuple(FileRef.from_json(s, f"manifest.sources[{i}]")
+                        for i, s in enumerate(_opt(obj, "sources", list, where) or []))
+        abi_version = _opt(obj, "abi_version", int, where)
+        return dict(
+            name=_req(obj, "name", str, where),
+            version=_req(obj, "version", str, where),
+            format_version=_req(obj, "format_version", str, where),
+            abi_version=ABI_VERSION if abi_version is None else abi_version,
+            produced_by=_req(obj, "produced_by", dict, where),
+            created=_opt(obj, "created", str, where),
+            sources=sources,
+            autotune=autotune,
+            heuristics=heuristics,
+            extra={k: v for k, v in obj.items() if k not in _TOP_KNOWN and k not in skip},
+            raw=obj,
+        )
 
     @classmethod
     def from_json(cls, obj: Any, *, lazy: bool = False) -> Manifest:
@@ -452,62 +681,97 @@ class Manifest:
                 raise SchemaError("manifest: duplicate variant keys", where=w)
             seen.add(key)
             by_kernel.setdefault(kernel, []).append((i, v))
-        autotune = _opt(obj, "autotune", list, where)
-        if autotune is not None and not all(isinstance(r, dict) for r in autotune):
-            raise SchemaError("manifest.autotune: expected a list of objects", where="manifest.autotune")
-        heuristics = _opt(obj, "heuristics", list, where)
-        if heuristics is not None and not all(isinstance(r, dict) for r in heuristics):
-            raise SchemaError("manifest.heuristics: expected a list of objects", where="manifest.heuristics")
-        sources = tuple(FileRef.from_json(s, f"manifest.sources[{i}]")
-                        for i, s in enumerate(_opt(obj, "sources", list, where) or []))
-        abi_version = _opt(obj, "abi_version", int, where)
-        manifest = cls(
-            name=_req(obj, "name", str, where),
-            version=_req(obj, "version", str, where),
-            format_version=_req(obj, "format_version", str, where),
-            abi_version=ABI_VERSION if abi_version is None else abi_version,
-            produced_by=_req(obj, "produced_by", dict, where),
-            created=_opt(obj, "created", str, where),
-            sources=sources,
-            autotune=autotune,
-            heuristics=heuristics,
-            extra={k: v for k, v in obj.items() if k not in _TOP_KNOWN},
-            raw=obj,
-            by_kernel=by_kernel,
-            parsed={},
-        )
+        manifest = cls(**cls._top(obj), by_kernel=by_kernel, parsed={})
         if not lazy:
             for kernel in by_kernel:
                 manifest.variants_of(kernel)
         return manifest
 
+    @classmethod
+    def sharded(cls, header: Any, summaries: Iterable[KernelSummary], loader: ShardLoader,
+                skip: frozenset[str] = frozenset()) -> Manifest:
+        """A format-2 manifest: ``header`` holds every top-level field but the variants, ``summaries``
+        count each kernel's variants, and ``loader(kernel)`` returns that kernel's variants (one shard
+        read, parsed by :meth:`Variant.from_json` or its shortcut :meth:`Variant.from_parts`). ``skip``
+        names header fields that belong to the container, not the manifest."""
+        if not isinstance(header, dict):
+            raise SchemaError("manifest is not a JSON object", where="manifest")
+        if "variants" in header:
+            raise SchemaError("manifest header: a sharded manifest keeps its variants in shards", where="manifest")
+        table: dict[str, KernelSummary] = {}
+        for s in summaries:
+            if s.kernel in table:
+                raise SchemaError(f"manifest header: kernel {s.kernel!r} has two shards", where="manifest")
+            table[s.kernel] = s
+        return cls(**cls._top(header, skip), by_kernel={}, parsed={}, summaries=table, loader=loader)
+
     # -- reading ------------------------------------------------------------------------------------
+    @property
+    def is_sharded(self) -> bool:
+        return self._summaries is not None
+
     def kernels(self) -> list[str]:
-        return sorted(self._by_kernel)
+        return sorted(self._summaries if self._summaries is not None else self._by_kernel)
 
     def variants_of(self, kernel: str) -> list[Variant]:
         """The variants of one kernel (parsed and checked on first use); [] for an unknown kernel."""
         parsed = self._parsed.get(kernel)
         if parsed is None:
-            entries = self._by_kernel.get(kernel, [])
-            parsed = [e if isinstance(e, Variant) else Variant.from_json(e, f"variants[{i}]") for i, e in entries]
+            if self._summaries is not None:
+                parsed = self._load(kernel)
+            else:
+                entries = self._by_kernel.get(kernel, [])
+                parsed = [e if isinstance(e, Variant) else Variant.from_json(e, f"variants[{i}]") for i, e in entries]
             with self._lock:
                 self._parsed[kernel] = parsed
         return list(parsed)
 
+    def _load(self, kernel: str) -> list[Variant]:
+        summary = self._summaries.get(kernel) if self._summaries is not None else None
+        if summary is None or self._loader is None:
+            return []
+        out = self._loader(kernel)
+        where = f"shard of {kernel!r}"
+        if any(v.kernel != kernel for v in out):
+            raise SchemaError(f"{where}: holds a variant of another kernel", where=where)
+        if KernelSummary.of(kernel, (str(v.target) for v in out)) != summary:
+            raise SchemaError(f"{where}: its variants do not match the counts in the manifest header", where=where)
+        return out
+
+    def summary(self) -> list[KernelSummary]:
+        """Per kernel: how many variants, for which targets. Sharded manifests answer from the header."""
+        if self._summaries is not None:
+            return [self._summaries[k] for k in sorted(self._summaries)]
+        out = []
+        for kernel in sorted(self._by_kernel):
+            entries = self._by_kernel[kernel]
+            out.append(KernelSummary.of(kernel, (
+                str(e.target) if isinstance(e, Variant) else target_label(e.get("target")) for _, e in entries)))
+        return out
+
     @property
     def variants(self) -> tuple[Variant, ...]:
         """Every variant, in manifest order."""
+        if self._summaries is not None:  # manifest order is shard order, then row order
+            return tuple(v for kernel in self._summaries for v in self.variants_of(kernel))
         out: list[tuple[int, Variant]] = []
         for kernel, entries in self._by_kernel.items():
             out.extend(zip((i for i, _ in entries), self.variants_of(kernel)))
         return tuple(v for _, v in sorted(out, key=lambda t: t[0]))
 
     def __len__(self) -> int:
+        if self._summaries is not None:
+            return sum(s.variants for s in self._summaries.values())
         return sum(len(e) for e in self._by_kernel.values())
+
+    def targets(self) -> list[str]:
+        """Every target (``cuda:90``) some variant is built for, read without parsing every variant."""
+        return sorted({t for s in self.summary() for t, _ in s.targets})
 
     def backends(self) -> set[str]:
         """Backends the variants target, read without parsing every variant."""
+        if self._summaries is not None:
+            return {t.split(":", 1)[0] for t in self.targets()}
         out = set()
         for entries in self._by_kernel.values():
             for _, e in entries:
@@ -536,4 +800,4 @@ class Manifest:
         return out
 
     def __repr__(self) -> str:
-        return f"<karchive.Manifest {self.name} {self.version}: {len(self)} variants of {len(self._by_kernel)} kernels>"
+        return f"<karchive.Manifest {self.name} {self.version}: {len(self)} variants of {len(self.kernels())} kernels>"

@@ -4,19 +4,28 @@ Opening costs one tail read (footer, index, dictionary, manifest) — two if the
 :data:`TAIL_READ` — and each member costs one read of its frame. Nothing is decompressed before its
 declared size has been checked against the limits, and no member is returned before its sha256
 matches the manifest.
+
+Format 2 (spec/FORMAT.md §6.5) keeps each kernel's variants, and where their members lie, in a shard
+of its own: opening reads the manifest's header only, and a kernel's shard is read (one more range,
+digest-checked against the header) the first time that kernel's variants or members are asked for.
 """
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from itertools import accumulate, chain, groupby
+from operator import add, itemgetter, le
+from typing import Any, NamedTuple
 
 import zstandard
 
-from ..core.jsonio import parse_json
+from ..core.jsonio import canonical_json, parse_json
 from ..errors import (
     FormatError,
     IntegrityError,
@@ -35,11 +44,14 @@ from .constants import (
     FORMAT_VERSION,
     INDEX_FRAME_MAGIC,
     MANIFEST_NAME,
+    READABLE_MAJORS,
     SKIPPABLE_HEADER,
     TAIL_READ,
     TAR_BLOCK,
     ZSTD_FRAME_MAGIC,
 )
+from .manifest import KernelSummary, Manifest, Variant, target_label
+from .shard import decode_shard, shard_variants
 from .source import BytesSource, RangeSource
 from .tarheader import check_member_name, padded, parse_header
 
@@ -61,22 +73,43 @@ class Limits:
     max_json_depth: int = 64
     #: Decompressed frames kept in the reader's cache, in bytes.
     max_cache_bytes: int = 256 * 1024 * 1024
+    #: Format 2: manifest shards (one per kernel), each at most ``max_manifest_bytes``.
+    max_shards: int = 100_000
 
 
-@dataclass(frozen=True)
-class Member:
+class Member(NamedTuple):
     name: str
     frame: int
-    offset: int
+    offset: int  # of the data in the decompressed frame (its tar header is the 512 bytes before)
     size: int
 
 
-@dataclass(frozen=True)
-class Frame:
+class Frame(NamedTuple):
     offset: int
     length: int
-    size: int
+    size: int  # decompressed
     uses_dict: bool
+
+
+class FrameTable(Sequence[Frame]):
+    """The index's frames as four columns, a :class:`Frame` made when one is asked for: an archive of
+    10,000 variants has a thousand frames or more, opened for one or two of them."""
+
+    def __init__(self, offsets: list[int], lengths: list[int], sizes: list[int], flags: list[int]) -> None:
+        self._columns = (offsets, lengths, sizes, flags)
+
+    def __len__(self) -> int:
+        return len(self._columns[0])
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        o, n, s, f = self._columns
+        return Frame(o[i], n[i], s[i], bool(f[i]))
+
+    def __iter__(self) -> Iterator[Frame]:
+        o, n, s, f = self._columns
+        return map(Frame, o, n, s, map(bool, f))
 
 
 def parse_version(text: Any) -> tuple[int, int]:
@@ -89,12 +122,12 @@ def parse_version(text: Any) -> tuple[int, int]:
 
 
 def check_format_version(found: tuple[int, int], what: str = "archive format") -> None:
-    if found[0] > FORMAT_VERSION[0]:
+    if found[0] > max(READABLE_MAJORS):
         raise UnsupportedVersionError(
             f"{what} version {found[0]}.{found[1]} is newer than this reader supports "
             f"({FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}); upgrade karchive",
             found=f"{found[0]}.{found[1]}", supported=f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}")
-    if found[0] < 1:
+    if found[0] not in READABLE_MAJORS:
         raise UnsupportedVersionError(f"{what} version {found[0]}.{found[1]} is not supported",
                                       found=f"{found[0]}.{found[1]}",
                                       supported=f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}")
@@ -123,10 +156,40 @@ def scan_manifest(root: Any, max_depth: int) -> list[dict]:
     return found
 
 
-def load_json(raw: bytes, what: str, limits: "Limits") -> Any:
+def load_json(raw: bytes, what: str, limits: Limits) -> Any:
     """Parse untrusted canonical JSON (ASCII, no duplicate keys, no NaN) within the value budget."""
     return parse_json(raw, what, error=FormatError, strict=True, max_values=limits.max_json_values,
                       limit_error=LimitExceededError)
+
+
+#: Bracket bytes to +1 / -1 (as signed bytes), everything else deleted: see :func:`json_depth`.
+_BRACKETS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[{]}")
+
+
+def _outside_strings(raw: bytes, what: str) -> bytes:
+    """JSON text with its strings cut out (bytes operations only): escaped backslashes, then escaped
+    quotes, are removed, so the remaining quotes delimit strings."""
+    pieces = raw.replace(b"\\\\", b"").replace(b'\\"', b"").split(b'"')
+    if len(pieces) % 2 == 0:
+        raise FormatError(f"{what} is not valid JSON: a string is not closed")
+    return b"".join(pieces[::2])
+
+
+def json_depth(raw: bytes) -> int:
+    """Nesting depth of JSON text, counted on its brackets outside strings, without parsing it."""
+    steps = memoryview(_outside_strings(raw, "JSON").translate(_BRACKETS, _NOT_BRACKETS)).cast("b")
+    return max(accumulate(steps), default=0)
+
+
+def load_shard_json(raw: bytes, what: str, limits: Limits) -> Any:
+    """Parse a format-2 shard: as :func:`load_json` (ASCII, no duplicate keys, no NaN, within the value
+    budget), and no deeper than ``max_json_depth`` (counted on the text: a shard is not walked the way
+    :func:`scan_manifest` walks a format-1 manifest)."""
+    obj = load_json(raw, what, limits)
+    if json_depth(raw) > limits.max_json_depth:
+        raise LimitExceededError(f"{what} is nested deeper than {limits.max_json_depth} levels")
+    return obj
 
 
 def compress_bound(size: int) -> int:
@@ -140,30 +203,75 @@ def _as_int(value: Any, what: str) -> int:
     return value
 
 
+#: Frame owners (format 2): not yet claimed by a loaded shard, or listed by the index itself.
+_UNCLAIMED, _ROOT = -1, -2
+
+
+@dataclass(frozen=True)
+class ShardEntry:
+    """One row of a format-2 header's ``shards`` table."""
+
+    kernel: str
+    path: str
+    summary: KernelSummary
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """No cyclic garbage collection while a shard is parsed: it allocates tens of thousands of small
+    objects that hold no cycle, and the collector's passes over them cost a fifth of the parse. Only
+    delays collection (it resumes, as it was, right after); any thread may re-enable it meanwhile."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 class ArchiveReader:
     """Random access to one archive. Thread-safe; decompressed frames are cached (a few, LRU)."""
 
-    def __init__(self, source: RangeSource, limits: Limits = Limits(), frame_cache: int = 4) -> None:
+    def __init__(self, source: RangeSource, limits: Limits = Limits(), frame_cache: int = 16) -> None:
         self.source = source
         self.limits = limits
         self._lock = threading.Lock()
+        self._shard_lock = threading.RLock()
         self._cache: OrderedDict[int, bytes] = OrderedDict()
         self._cache_size = frame_cache
         self._cache_bytes = 0
         self._tail_start = 0
         self._tail = b""
+        self._members: dict[str, Member] = {}
+        self._digests: dict[str, tuple[int, str]] = {}
+        self._shards: list[ShardEntry] = []
+        self._shard_of: dict[str, int] = {}
+        self._registered: set[int] = set()  # shards whose members are known (placed, perhaps not yet checked)
+        self._pending: dict[int, list[tuple[str, int, int, int]]] = {}  # frame -> members to check on first use
+        self._pending_names: dict[str, int] = {}
+        self._all_loaded = True
+        self._manifest: dict | None = None
+        self._model: Manifest | None = None
+        self._verified_count: int | None = None
         self._open()
 
     # -- construction -----------------------------------------------------------------------------
     @classmethod
-    def from_bytes(cls, data: bytes, label: str = "<bytes>", **kw: Any) -> "ArchiveReader":
+    def from_bytes(cls, data: bytes, label: str = "<bytes>", **kw: Any) -> ArchiveReader:
         return cls(BytesSource(data, label), **kw)
 
     @classmethod
-    def from_path(cls, path: Any, **kw: Any) -> "ArchiveReader":
+    def from_path(cls, path: Any, **kw: Any) -> ArchiveReader:
         from .source import FileSource
 
         return cls(FileSource(path), **kw)
+
+    @property
+    def sharded(self) -> bool:
+        """True for format 2 and later: variants live in per-kernel shards (spec/FORMAT.md §6.5)."""
+        return self.format_version[0] >= 2
 
     def _bytes_at(self, offset: int, length: int) -> bytes:
         if offset >= self._tail_start and offset + length <= self._tail_start + len(self._tail):
@@ -220,9 +328,55 @@ class ArchiveReader:
             raise FormatError(f"index: dictionary must be {DICTIONARY_NAME!r} or null, got {index.get('dictionary')!r}")
         if len(index["frames"]) > self.limits.max_members + 2:
             raise LimitExceededError(f"index lists {len(index['frames'])} frames; the limit is {self.limits.max_members + 2}")
-        frames = []
+        frames = self._frames_fast(index["frames"], index_offset)
+        if frames is None:
+            frames = self._frames_checked(index["frames"], index_offset)
+        if len(index["members"]) > self.limits.max_members:
+            raise LimitExceededError(f"index lists {len(index['members'])} members; the limit is {self.limits.max_members}")
+        self.frames = frames
+        self._frame_members: list[list[Member]] = [[] for _ in range(len(frames))]
+        self._owner = [_UNCLAIMED] * len(frames)
+        placed = []
+        for entry in index["members"]:
+            if not isinstance(entry, list) or len(entry) != 4:
+                raise FormatError(f"index: bad member entry {entry!r}")
+            name = entry[0]
+            frame, offset, size = (_as_int(v, "member field") for v in entry[1:])
+            placed.append((name, frame, offset, size))
+        self._register(placed, _ROOT, "index")
+        # A format-1 index lists every member, so every frame must hold one; format 2's shards list the
+        # rest of them, and verify() checks the same once every shard has been read.
+        if not self.sharded and _UNCLAIMED in self._owner:
+            raise FormatError(f"index: frame {self._owner.index(_UNCLAIMED)} holds no member")
+        # Keep only what later steps consult, not a hostile index's extra keys.
+        self._index = {k: index.get(k) for k in ("manifest", "manifest_sha256", "dictionary", "dictionary_sha256")}
+
+    def _frames_fast(self, entries: list, index_offset: int) -> list[Frame] | None:
+        """The frame table when it is valid, checked with C-speed passes (an archive of 10,000 variants
+        has a thousand frames or more, and they are checked on every open); None otherwise, and
+        :meth:`_frames_checked` says what is wrong."""
+        if not entries or len(entries) > self.limits.max_members + 2 or set(map(type, entries)) != {list} \
+                or set(map(len, entries)) != {4}:
+            return None
+        flat = list(chain.from_iterable(entries))
+        if set(map(type, flat)) != {int} or min(flat) < 0:
+            return None
+        offs, lens, sizes, flags = flat[0::4], flat[1::4], flat[2::4], flat[3::4]
+        ends = list(map(add, offs, lens))
+        if offs[0] != 0 or offs[1:] != ends[:-1] or ends[-1] != index_offset:
+            return None
+        if 0 in lens or not set(flags) <= {0, 1} or max(sizes) > self.limits.max_frame_bytes:
+            return None
+        # length <= size + size/256 + 1 KiB is within compress_bound(size) (which adds a little more).
+        if not all(map(le, lens, [n + (n >> 8) + 1024 for n in sizes])) and \
+                not all(map(le, lens, map(compress_bound, sizes))):
+            return None
+        return FrameTable(offs, lens, sizes, flags)  # type: ignore[return-value]
+
+    def _frames_checked(self, entries: list, index_offset: int) -> list[Frame]:
+        frames: list[Frame] = []
         expected = 0
-        for entry in index["frames"]:
+        for entry in entries:
             if not isinstance(entry, list) or len(entry) != 4:
                 raise FormatError(f"index: bad frame entry {entry!r}")
             off, length, usize, flag = (_as_int(v, "frame field") for v in entry)
@@ -243,43 +397,76 @@ class ArchiveReader:
             expected = off + length
         if expected != index_offset:
             raise FormatError("index: frames do not end where the index begins")
-        if len(index["members"]) > self.limits.max_members:
-            raise LimitExceededError(f"index lists {len(index['members'])} members; the limit is {self.limits.max_members}")
-        members: dict[str, Member] = {}
-        for entry in index["members"]:
-            if not isinstance(entry, list) or len(entry) != 4:
-                raise FormatError(f"index: bad member entry {entry!r}")
-            name = check_member_name(entry[0])
-            frame, offset, size = (_as_int(v, "member field") for v in entry[1:])
+        return frames
+
+    def _register(self, placed: list[tuple[str, int, int, int]], owner: int, what: str) -> list[int]:
+        """Add members (name, frame, data offset, size) that ``owner`` (the index, or shard n) lists.
+
+        Each frame belongs to one owner, which must list all of its members: a frame claimed twice, a
+        name listed twice, a member outside its frame or overlapping another is refused. Returns the
+        frames newly claimed. Members are only added once every check has passed.
+        """
+        if len(self._members) + len(placed) > self.limits.max_members:
+            raise LimitExceededError(f"{what} brings the archive past {self.limits.max_members} members")
+        frames = self.frames
+        added: dict[str, Member] = {}
+        claimed: dict[int, list[Member]] = {}
+        for name, frame, offset, size in placed:
+            check_member_name(name)
             if frame >= len(frames) or offset % TAR_BLOCK or offset < TAR_BLOCK or offset + size > frames[frame].size:
-                raise FormatError(f"index: member {name!r} lies outside its frame")
-            if name in members:
-                raise FormatError(f"index: duplicate member {name!r}")
-            members[name] = Member(name, frame, offset, size)
+                raise FormatError(f"{what}: member {name!r} lies outside its frame")
+            if name in added or name in self._members:
+                raise FormatError(f"{what}: duplicate member {name!r}")
+            if self._owner[frame] not in (_UNCLAIMED, owner) or self._frame_members[frame]:
+                raise FormatError(f"{what}: member {name!r} is in frame {frame}, which holds members listed "
+                                  "elsewhere (each frame belongs to the index or to one shard)")
+            m = Member(name, frame, offset, size)
+            added[name] = m
+            claimed.setdefault(frame, []).append(m)
         # Each member's header and data must lie apart from every other's; otherwise one member's
         # bytes would be another's content when the frame is read as the tar stream it claims to be.
-        previous: Member | None = None
-        by_frame: list[list[Member]] = [[] for _ in frames]
-        for m in sorted(members.values(), key=lambda m: (m.frame, m.offset)):
-            if previous is not None and previous.frame == m.frame and m.offset - TAR_BLOCK < previous.offset + padded(previous.size):
-                raise FormatError(f"index: members {previous.name!r} and {m.name!r} overlap")
-            by_frame[m.frame].append(m)
-            previous = m
-        if any(not listed for listed in by_frame):
-            raise FormatError(f"index: frame {[bool(x) for x in by_frame].index(False)} holds no member")
-        self._frame_members = by_frame
-        self.frames = frames
-        self.members = members
-        # Keep only what later steps consult, not a hostile index's extra keys.
-        self._index = {k: index.get(k) for k in ("manifest", "manifest_sha256", "dictionary", "dictionary_sha256")}
+        for ms in claimed.values():
+            ms.sort(key=lambda m: m.offset)
+            for previous, m in zip(ms, ms[1:]):
+                if m.offset - TAR_BLOCK < previous.offset + padded(previous.size):
+                    raise FormatError(f"{what}: members {previous.name!r} and {m.name!r} overlap")
+        for frame, ms in claimed.items():
+            self._owner[frame] = owner
+            self._frame_members[frame] = ms
+        self._members.update(added)
+        return sorted(claimed)
+
+    def _unregister(self, frames: list[int]) -> None:
+        """Forget the members of ``frames`` (verify() streams shard by shard)."""
+        for frame in frames:
+            for m in self._frame_members[frame]:
+                self._members.pop(m.name, None)
+                self._digests.pop(m.name, None)
+            for name, *_ in self._pending.pop(frame, ()):
+                self._pending_names.pop(name, None)
+                self._digests.pop(name, None)
+            self._frame_members[frame] = []
+            self._owner[frame] = _UNCLAIMED
+            self._cache.pop(frame, None)
+
+    def _register_frame(self, frame: int) -> None:
+        """Check and add the members a loaded shard places in ``frame`` (done when the frame is first
+        needed: loading a kernel's shard does not pay for its members' checks)."""
+        with self._shard_lock:
+            placed = self._pending.get(frame)
+            if placed is None:
+                return
+            self._register(placed, self._owner[frame], f"shard of {self._shards[self._owner[frame]].kernel!r}")
+            del self._pending[frame]
+            for name, *_ in placed:
+                self._pending_names.pop(name, None)
 
     def _load_dictionary_and_manifest(self) -> None:
         index = self._index
-        needed = [self.members.get(MANIFEST_NAME)]
         dict_name = index.get("dictionary")
-        if dict_name is not None:
-            needed.append(self.members.get(dict_name))
-        if any(m is None for m in needed):
+        maybe = [self._members.get(MANIFEST_NAME)] + ([self._members.get(dict_name)] if dict_name is not None else [])
+        needed = [m for m in maybe if m is not None]
+        if len(needed) != len(maybe):
             raise FormatError("index names a manifest or dictionary member that does not exist")
         # Their frames are decoded whole while opening: bound them by the member limits, not the frame limit.
         limit_of = {MANIFEST_NAME: self.limits.max_manifest_bytes, DICTIONARY_NAME: self.limits.max_dictionary_bytes}
@@ -302,7 +489,7 @@ class ArchiveReader:
         self._dctx_dict = None
         self._dict_bytes: bytes | None = None
         if dict_name is not None:
-            dict_bytes = self._member_unchecked(self.members[dict_name])
+            dict_bytes = self._member_unchecked(self._members[dict_name])
             if hashlib.sha256(dict_bytes).hexdigest() != index.get("dictionary_sha256"):
                 raise IntegrityError("dictionary digest does not match the index (corrupt or tampered)")
             try:
@@ -314,24 +501,214 @@ class ArchiveReader:
             self._dict_bytes = dict_bytes
         elif any(f.uses_dict for f in self.frames):
             raise FormatError("frames need a dictionary but the index names none")
-        raw = self._member_unchecked(self.members[MANIFEST_NAME])
+        raw = self._member_unchecked(self._members[MANIFEST_NAME])
         if hashlib.sha256(raw).hexdigest() != index.get("manifest_sha256"):
             raise IntegrityError("manifest digest does not match the index (corrupt or tampered)")
         manifest = load_json(raw, "manifest", self.limits)
         if not isinstance(manifest, dict):
             raise SchemaError("manifest is not a JSON object")
-        check_format_version(parse_version(manifest.get("format_version")), "manifest format")
+        found = parse_version(manifest.get("format_version"))
+        check_format_version(found, "manifest format")
+        if found[0] != self.format_version[0]:
+            raise SchemaError(f"manifest says format {found[0]}.{found[1]}, the footer "
+                              f"{self.format_version[0]}.{self.format_version[1]}")
         entries = scan_manifest(manifest, self.limits.max_json_depth)
-        self.manifest = manifest
-        self.manifest_bytes = raw
-        self._digests: dict[str, tuple[int, str]] = {}
+        #: ``karchive/manifest.json`` as stored: the whole manifest (format 1) or its header (format 2).
+        self.header_bytes = raw
+        self.header = manifest
         for entry in entries:
             path, ref = entry["path"], (entry["size"], entry["sha256"])
             if self._digests.setdefault(path, ref) != ref:
                 raise SchemaError(f"manifest lists {path!r} twice with different sizes or digests")
+        if self.sharded:
+            self._parse_shard_table(manifest)
+            # Honest archives put the shards just before the dictionary and the header: what the tail
+            # read already holds costs no further request, so keep it (it is at most TAIL_READ + the
+            # header and dictionary, which were bounded above).
+            return
+        self._manifest = manifest
         # The tail buffer only served opening; keep memory bounded afterwards.
         self._tail = b""
         self._tail_start = self.source.size
+
+    def _parse_shard_table(self, header: dict) -> None:
+        table = header.get("shards")
+        if not isinstance(table, list):
+            raise SchemaError("manifest header: 'shards' must be a list (format 2)")
+        if len(table) > self.limits.max_shards:
+            raise LimitExceededError(f"manifest header lists {len(table)} shards; the limit is {self.limits.max_shards}")
+        total = 0
+        paths: set[str] = set()
+        for i, row in enumerate(table):
+            where = f"manifest.shards[{i}]"
+            if not isinstance(row, dict):
+                raise SchemaError(f"{where}: expected an object")
+            kernel, path, n, targets = row.get("kernel"), row.get("path"), row.get("variants"), row.get("targets")
+            if not isinstance(kernel, str) or not isinstance(path, str):
+                raise SchemaError(f"{where}: kernel and path must be strings")
+            if type(n) is not int or n < 0 or not isinstance(targets, dict) or not all(
+                    isinstance(t, str) and type(c) is int and c > 0 for t, c in targets.items()):
+                raise SchemaError(f"{where}: variants must be a count and targets a map of positive counts")
+            if sum(targets.values()) != n:
+                raise SchemaError(f"{where}: the per-target counts do not add up to {n} variants")
+            if kernel in self._shard_of:
+                raise SchemaError(f"{where}: kernel {kernel!r} has two shards")
+            member = self._members.get(path)
+            if member is None or path in (MANIFEST_NAME, DICTIONARY_NAME) or path not in self._digests:
+                raise FormatError(f"{where}: shard {path!r} is not a member the index lists with a digest")
+            if member.size > self.limits.max_manifest_bytes:
+                raise LimitExceededError(f"{where}: shard of {member.size} bytes exceeds the manifest limit")
+            if path in paths:
+                raise SchemaError(f"{where}: two kernels share the shard {path!r}")
+            paths.add(path)
+            total += n
+            self._shard_of[kernel] = len(self._shards)
+            self._shards.append(ShardEntry(kernel, path, KernelSummary(kernel, n, tuple(sorted(targets.items())))))
+        if total > self.limits.max_members:
+            raise LimitExceededError(f"manifest header counts {total} variants; the limit is {self.limits.max_members}")
+        self._all_loaded = not self._shards
+
+    # -- the manifest ------------------------------------------------------------------------------
+    @property
+    def model(self) -> Manifest:
+        """The manifest as the typed model. Format 2: built from the header alone; a kernel's shard is
+        read when its variants are first asked for (``model.variants_of(kernel)``)."""
+        model = self._model
+        if model is None:
+            if self.sharded:
+                model = Manifest.sharded(self.header, [s.summary for s in self._shards], self.shard_variants,
+                                         skip=frozenset({"shards"}))
+            else:
+                model = Manifest.from_json(self.manifest, lazy=True)
+            self._model = model
+        return model
+
+    @property
+    def manifest(self) -> dict:
+        """The whole manifest as JSON (spec/FORMAT.md §6). Format 2 assembles it from the header and
+        every shard on first use: prefer :attr:`model`, which reads only the shards it needs."""
+        manifest = self._manifest
+        if manifest is None:
+            with self._shard_lock:
+                manifest = self._manifest
+                if manifest is None:
+                    manifest = {k: v for k, v in self.header.items() if k != "shards"}
+                    manifest["variants"] = [e for s in self._shards for e in self.shard_entries(s.kernel)]
+                    self._manifest = manifest
+        return manifest
+
+    def manifest_of(self, kernels: Iterable[str] | None) -> dict:
+        """The manifest as JSON with only ``kernels``' variants (all of them for None or empty), in
+        manifest order: what a tool comparing or rebuilding a few kernels needs. Format 2 reads only
+        those kernels' shards; the raw entries are the ones :attr:`manifest` holds."""
+        wanted = set(kernels or ())
+        if not wanted:
+            return self.manifest
+        if not self.sharded:
+            return {**self.manifest, "variants": [v for v in self.manifest.get("variants") or []
+                                         if isinstance(v, dict) and v.get("kernel") in wanted]}
+        out = {k: v for k, v in self.header.items() if k != "shards"}
+        out["variants"] = [e for s in self._shards if s.kernel in wanted for e in self.shard_entries(s.kernel)]
+        return out
+
+    @property
+    def manifest_bytes(self) -> bytes:
+        """The whole manifest's canonical JSON (format 2: assembled, see :attr:`manifest`)."""
+        return self.header_bytes if not self.sharded else canonical_json(self.manifest)
+
+    def shard_entries(self, kernel: str, *, keep: bool = True) -> list[dict]:
+        """Format 2: the raw manifest entries of ``kernel``'s variants (one shard read, digest-checked);
+        their members become readable unless ``keep`` is false (a caller streaming through every
+        shard, whose memory should not grow with them). [] for a kernel the archive does not have."""
+        i = self._shard_of.get(kernel)
+        if i is None:
+            return []
+        with self._shard_lock:
+            entries, located = decode_shard(self._shard_doc(i), self._shards[i].kernel)
+            self._check_counts(i, (target_label(e.get("target")) for e in entries))
+            if keep:
+                self._claim(i, located)
+            return entries
+
+    def shard_variants(self, kernel: str) -> list[Variant]:
+        """Format 2: ``kernel``'s variants, checked by the manifest model, from one shard read (what
+        :attr:`model` loads); their members become readable. [] for a kernel the archive does not have."""
+        i = self._shard_of.get(kernel)
+        if i is None:
+            return []
+        with self._shard_lock, _gc_paused():
+            variants, located = shard_variants(self._shard_doc(i), self._shards[i].kernel)
+            self._check_counts(i, (str(v.target) for v in variants))
+            self._claim(i, located)
+            return variants
+
+    def _shard_doc(self, i: int) -> Any:
+        shard = self._shards[i]
+        return load_shard_json(self.read(shard.path), f"shard {shard.path}", self.limits)
+
+    def _check_counts(self, i: int, targets: Iterable[str | None]) -> None:
+        shard = self._shards[i]
+        if KernelSummary.of(shard.kernel, targets) != shard.summary:
+            raise SchemaError(f"shard of {shard.kernel!r} does not match the counts in the manifest header")
+
+    def _claim(self, i: int, located: list[tuple[str, int, int, int, Any]]) -> list[int]:
+        """Take the frames shard ``i`` places its members in (each frame belongs to one owner) and
+        remember the members, to be checked frame by frame when first needed. Returns the frames."""
+        if i in self._registered:
+            return []
+        what = f"shard of {self._shards[i].kernel!r}"
+        if len(self._members) + len(self._pending_names) + len(located) > self.limits.max_members:
+            raise LimitExceededError(f"{what} brings the archive past {self.limits.max_members} members")
+        names = [loc[0] for loc in located]
+        frame_of = dict(zip(names, [loc[1] for loc in located]))
+        twice = len(frame_of) != len(names) or not self._digests.keys().isdisjoint(frame_of)
+        if twice:
+            seen: set[str] = set()
+            name = next(n for n in names if n in seen or n in self._digests or seen.add(n))  # type: ignore[func-returns-value]
+            raise FormatError(f"{what}: member {name!r} is listed twice")
+        by_frame: dict[int, list[tuple[str, int, int, int]]] = {}
+        for frame, group in groupby(sorted(located, key=itemgetter(1)), key=itemgetter(1)):
+            placed = [loc[:4] for loc in group]
+            if frame >= len(self.frames):
+                raise FormatError(f"{what}: member {placed[0][0]!r} lies outside its frame")
+            if self._owner[frame] != _UNCLAIMED:
+                raise FormatError(f"{what}: member {placed[0][0]!r} is in frame {frame}, which holds members "
+                                  "listed elsewhere (each frame belongs to the index or to one shard)")
+            by_frame[frame] = placed
+        for frame, placed in by_frame.items():
+            self._owner[frame] = i
+            self._pending[frame] = placed
+        self._pending_names.update(frame_of)
+        self._digests.update(zip(names, [(loc[3], loc[4]) for loc in located]))
+        self._registered.add(i)
+        self._all_loaded = len(self._registered) == len(self._shards)
+        return sorted(by_frame)
+
+    def _load_all(self) -> None:
+        with self._shard_lock:
+            for i, shard in enumerate(self._shards):
+                if i not in self._registered:
+                    self.shard_entries(shard.kernel)
+
+    def member_count(self) -> int:
+        """How many members the archive holds. Format 2: counted shard by shard without keeping them
+        (after :meth:`verify`, which counts them as it goes, without reading anything again)."""
+        if not self.sharded or self._all_loaded:
+            return len(self._members) + len(self._pending_names)
+        if self._verified_count is not None:
+            return self._verified_count
+        root = sum(len(self._frame_members[f]) for f, owner in enumerate(self._owner) if owner == _ROOT)
+        with self._shard_lock:
+            return root + sum(len(decode_shard(self._shard_doc(i), s.kernel)[1]) for i, s in enumerate(self._shards))
+
+    @property
+    def members(self) -> dict[str, Member]:
+        """Every member, by name (format 2: reads every shard first)."""
+        if not self._all_loaded:
+            self._load_all()
+        for frame in list(self._pending):
+            self._register_frame(frame)
+        return self._members
 
     @property
     def has_dictionary(self) -> bool:
@@ -364,13 +741,15 @@ class ArchiveReader:
             raise FormatError(f"{what}: decompressed {len(out)} bytes, frame declared {size}")
         return out
 
-    def frame_bytes(self, index: int) -> bytes:
-        """One frame, decompressed (and cached)."""
+    def frame_bytes(self, index: int, *, cache: bool = True) -> bytes:
+        """One frame, decompressed and checked against the members listed for it (and cached)."""
         with self._lock:
             cached = self._cache.get(index)
             if cached is not None:
                 self._cache.move_to_end(index)
                 return cached
+        if index in self._pending:
+            self._register_frame(index)
         frame = self.frames[index]
         blob = self._bytes_at(frame.offset, frame.length)
         dctx = self._dctx_dict if frame.uses_dict else self._dctx_plain
@@ -379,7 +758,7 @@ class ArchiveReader:
             if len(data) != frame.size:
                 raise FormatError(f"frame {index}: size differs from the index")
             self._check_layout(index, data)
-            if index not in self._cache and len(data) <= self.limits.max_cache_bytes:
+            if cache and index not in self._cache and len(data) <= self.limits.max_cache_bytes:
                 self._cache[index] = data
                 self._cache_bytes += len(data)
                 while len(self._cache) > self._cache_size or self._cache_bytes > self.limits.max_cache_bytes:
@@ -387,10 +766,10 @@ class ArchiveReader:
         return data
 
     def _check_layout(self, index: int, data: bytes) -> None:
-        """The frame must be exactly the tar entries the index lists for it: nothing hidden between,
-        before or after them (a link, a pax header, a second copy of a name), zero padding, and the
-        end-of-archive marker only at the end of the last frame. So any frame the reader accepts also
-        means the same thing to ``tar``."""
+        """The frame must be exactly the tar entries listed for it: nothing hidden between, before or
+        after them (a link, a pax header, a second copy of a name), zero padding, and the end-of-archive
+        marker only at the end of the last frame. So any frame the reader accepts also means the same
+        thing to ``tar``."""
         def stray(pos: int) -> str:
             """What sits at ``pos`` where nothing should; raises the specific error for links, pax, bad names."""
             if len(data) - pos < TAR_BLOCK:
@@ -403,10 +782,11 @@ class ArchiveReader:
                 return "bytes that are not a tar header"
             return f"tar entry {header.name!r}" if header is not None else "a zero block"
 
+        listed = "listed in the index" if self._owner[index] == _ROOT or not self.sharded else "listed by its shard"
         pos = 0
         for m in self._frame_members[index]:
             if m.offset - TAR_BLOCK != pos:
-                raise FormatError(f"frame {index}: {stray(pos)} at {pos} is not listed in the index")
+                raise FormatError(f"frame {index}: {stray(pos)} at {pos} is not {listed}")
             header = parse_header(data[pos : pos + TAR_BLOCK])
             if header is None or header.name != m.name or header.size != m.size:
                 raise FormatError(f"tar header of {m.name!r} does not match the index")
@@ -417,10 +797,10 @@ class ArchiveReader:
         rest = len(data) - pos
         if index != len(self.frames) - 1:
             if rest:
-                raise FormatError(f"frame {index}: {stray(pos)} after its last member, not listed in the index")
+                raise FormatError(f"frame {index}: {stray(pos)} after its last member, not {listed}")
         elif rest < 2 * TAR_BLOCK or rest % TAR_BLOCK or data[pos:].count(0) != rest:
             if rest >= TAR_BLOCK and data[pos : pos + TAR_BLOCK].count(0) != TAR_BLOCK:
-                raise FormatError(f"frame {index}: {stray(pos)} after its last member, not listed in the index")
+                raise FormatError(f"frame {index}: {stray(pos)} after its last member, not {listed}")
             raise FormatError(f"frame {index}: the last frame must end with the tar end-of-archive marker")
 
     def _member_unchecked(self, member: Member) -> bytes:
@@ -430,74 +810,190 @@ class ArchiveReader:
             raise FormatError(f"tar header of {member.name!r} does not match the index")
         return frame[member.offset : member.offset + member.size]
 
+    def _lookup(self, name: str) -> Member:
+        member = self._members.get(name)
+        if member is None and not self._all_loaded and name not in self._pending_names:
+            self._load_all()  # format 2: a name no loaded shard lists may be in one not yet read
+        if member is None and name in self._pending_names:
+            self._register_frame(self._pending_names[name])
+            member = self._members.get(name)
+        if member is None:
+            raise FormatError(f"no member {name!r} in {self.source.describe()}")
+        return member
+
     def read(self, name: str) -> bytes:
         """A member's bytes, verified against the manifest's size and sha256.
 
         The manifest and the dictionary, which the index's digests cover, are returned as verified
         when the archive was opened; any other member the manifest does not list is refused.
         """
-        member = self.members.get(name)
-        if member is None:
-            raise FormatError(f"no member {name!r} in {self.source.describe()}")
+        member = self._lookup(name)
         if name == MANIFEST_NAME:
-            return self.manifest_bytes
+            return self.header_bytes
         if name == DICTIONARY_NAME and self._dict_bytes is not None:
             return self._dict_bytes
         expected = self._digests.get(name)
         if expected is None:
             raise IntegrityError(f"member {name!r} has no digest in the manifest; refusing to trust it")
-        data = self._member_unchecked(member)
+        return self._checked(member, self._member_unchecked(member), expected)
+
+    def _checked(self, member: Member, data: bytes, expected: tuple[int, str]) -> bytes:
         digest = hashlib.sha256(data).hexdigest()
         if len(data) != expected[0] or digest != expected[1]:
-            raise IntegrityError(f"member {name!r}: size or sha256 differs from the manifest (corrupt or tampered)",
-                                 source=self.source.describe(), member=name, expected=expected[1], actual=digest)
+            raise IntegrityError(f"member {member.name!r}: size or sha256 differs from the manifest (corrupt or tampered)",
+                                 source=self.source.describe(), member=member.name, expected=expected[1], actual=digest)
         return data
 
     # -- full check --------------------------------------------------------------------------------
     def verify(self) -> list[str]:
-        """Decode every frame and walk its tar stream; return problems (empty means intact)."""
+        """Decode every frame, check it holds exactly the members listed for it, and check every
+        member's digest; return the problems (empty means intact).
+
+        Streams: frames are decoded one at a time and not cached; a format-2 archive is checked shard
+        by shard, each shard's members forgotten once checked, so memory stays bounded by the largest
+        frame and shard whatever the archive's size.
+        """
+        if self.sharded:
+            return self._verify_sharded()
         problems: list[str] = []
         seen: set[str] = set()
-        for i, frame in enumerate(self.frames):
-            try:
-                data = self.frame_bytes(i)
-            except FormatError as exc:
-                problems.append(str(exc))
-                continue
-            pos = 0
-            end_blocks = 0
-            while pos < len(data):
-                try:
-                    header = parse_header(data[pos : pos + TAR_BLOCK])
-                except FormatError as exc:
-                    problems.append(f"frame {i} at {pos}: {exc}")
-                    break
-                if header is None:
-                    end_blocks += 1
-                    pos += TAR_BLOCK
-                    continue
-                if end_blocks:
-                    problems.append(f"frame {i}: data after the end-of-archive marker")
-                    break
-                member = self.members.get(header.name)
-                if member is None or member.frame != i or member.offset != pos + TAR_BLOCK or member.size != header.size:
-                    problems.append(f"frame {i}: tar member {header.name!r} is not where the index says")
-                if header.name in seen:
-                    problems.append(f"duplicate tar member {header.name!r}")
-                seen.add(header.name)
-                pos += TAR_BLOCK + padded(header.size)
-            if end_blocks and i != len(self.frames) - 1:
-                problems.append(f"frame {i}: end-of-archive marker before the last frame")
-        missing = set(self.members) - seen
+        for i in range(len(self.frames)):
+            problems.extend(self._verify_frame_v1(i, seen))
+        missing = set(self._members) - seen
         problems.extend(f"index member {name!r} has no tar header" for name in sorted(missing))
         for name in sorted(self._digests):
-            if name not in self.members:
+            if name not in self._members:
                 problems.append(f"manifest file {name!r} is missing from the archive")
-                continue
-            try:
-                self.read(name)
-            except FormatError as exc:
-                problems.append(str(exc))
-        unlisted = set(self.members) - set(self._digests) - {MANIFEST_NAME, self._index.get("dictionary")}
+        unlisted = set(self._members) - set(self._digests) - {MANIFEST_NAME, self._index.get("dictionary")}
         problems.extend(f"member {name!r} is not listed in the manifest" for name in sorted(unlisted))
         return problems
+
+    def _verify_frame_v1(self, i: int, seen: set[str]) -> list[str]:
+        """Format 1: walk frame ``i``'s tar stream and report what disagrees with the index; check the
+        digests of the members it holds."""
+        problems: list[str] = []
+        try:
+            data = self.frame_bytes(i, cache=False)
+        except FormatError as exc:
+            return [str(exc)]
+        pos = 0
+        end_blocks = 0
+        while pos < len(data):
+            try:
+                header = parse_header(data[pos : pos + TAR_BLOCK])
+            except FormatError as exc:
+                problems.append(f"frame {i} at {pos}: {exc}")
+                break
+            if header is None:
+                end_blocks += 1
+                pos += TAR_BLOCK
+                continue
+            if end_blocks:
+                problems.append(f"frame {i}: data after the end-of-archive marker")
+                break
+            member = self._members.get(header.name)
+            if member is None or member.frame != i or member.offset != pos + TAR_BLOCK or member.size != header.size:
+                problems.append(f"frame {i}: tar member {header.name!r} is not where the index says")
+            if header.name in seen:
+                problems.append(f"duplicate tar member {header.name!r}")
+            seen.add(header.name)
+            pos += TAR_BLOCK + padded(header.size)
+        if end_blocks and i != len(self.frames) - 1:
+            problems.append(f"frame {i}: end-of-archive marker before the last frame")
+        problems.extend(self._verify_digests(i, data))
+        return problems
+
+    def _verify_digests(self, i: int, data: bytes) -> list[str]:
+        problems = []
+        for m in self._frame_members[i]:
+            expected = self._digests.get(m.name)
+            if expected is None or m.name in (MANIFEST_NAME, DICTIONARY_NAME):
+                continue
+            try:
+                self._checked(m, data[m.offset : m.offset + m.size], expected)
+            except FormatError as exc:
+                problems.append(str(exc))
+        return problems
+
+    def _verify_frames(self, frames: list[int]) -> list[str]:
+        """Format 2: each frame decodes to exactly its listed members (``frame_bytes`` checks the
+        layout), whose digests match."""
+        problems = []
+        for i in frames:
+            try:
+                data = self.frame_bytes(i, cache=False)
+            except FormatError as exc:
+                problems.append(str(exc))
+                continue
+            problems.extend(self._verify_digests(i, data))
+        return problems
+
+    def _verify_sharded(self) -> list[str]:
+        problems = self._verify_frames([i for i, owner in enumerate(self._owner) if owner == _ROOT])
+        unlisted = [m for m in self._members if m not in self._digests and m not in (MANIFEST_NAME, DICTIONARY_NAME)]
+        problems.extend(f"member {name!r} is not listed in the manifest" for name in sorted(unlisted))
+        # Names and variant keys must be unique across shards; remember 8-byte hashes of them, not the
+        # names, so that memory grows by a few bytes per member rather than by whole entries.
+        names: set[bytes] = {_short(m.name) for f, owner in enumerate(self._owner) if owner == _ROOT
+                              for m in self._frame_members[f]}
+        keys: set[bytes] = set()
+        checked = bytearray(len(self.frames))  # frames some owner claimed
+        with self._shard_lock:
+            for i, shard in enumerate(self._shards):
+                keep = i in self._registered  # loaded before verify() was called: leave it loaded
+                where = f"shard of {shard.kernel!r}"
+                try:
+                    entries, located = decode_shard(self._shard_doc(i), shard.kernel)
+                    self._check_counts(i, (target_label(e.get("target")) for e in entries))
+                    self._claim(i, located)
+                except FormatError as exc:
+                    problems.append(str(exc))
+                    continue
+                memo: dict = {}
+                for n, e in enumerate(entries):
+                    key = _short(str(e.get("key")))
+                    if key in keys:
+                        problems.append(f"{where}: variant key {e.get('key')!r} appears twice")
+                    keys.add(key)
+                    try:  # the rows must be variants the model accepts (what a loader will parse)
+                        Variant.from_json(e, f"{where}: variants[{n}]", memo)
+                    except FormatError as exc:
+                        problems.append(str(exc))
+                del memo, entries, located
+                frames = [f for f, owner in enumerate(self._owner) if owner == i]
+                for frame in frames:
+                    if checked[frame]:
+                        problems.append(f"frame {frame} holds members listed elsewhere ({where} and another)")
+                    checked[frame] = 1
+                    try:
+                        self._register_frame(frame)
+                    except FormatError as exc:
+                        problems.append(str(exc))
+                        continue
+                    for m in self._frame_members[frame]:
+                        h = _short(m.name)
+                        if h in names:
+                            problems.append(f"{where}: member {m.name!r} appears twice")
+                        names.add(h)
+                problems.extend(self._verify_frames([f for f in frames if not self._pending.get(f)]))
+                if not keep:  # forget what was only read to be checked
+                    self._unregister(frames)
+                    self._registered.discard(i)
+                    self._all_loaded = False
+        self._verified_count = len(names)
+        empty = [i for i, owner in enumerate(self._owner) if owner == _UNCLAIMED and not checked[i]]
+        if empty:
+            problems.append(f"frame {empty[0]} holds no member any shard or the index lists"
+                            + (f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""))
+        return problems
+
+    def iter_members(self) -> Iterator[tuple[str, bytes]]:
+        """Every member, verified, in archive order: each frame is decoded once, which makes this the
+        way to read a whole archive (``read`` in name order would decode a shared frame many times)."""
+        members = self.members
+        for m in sorted(members.values(), key=lambda m: (m.frame, m.offset)):
+            yield m.name, self.read(m.name)
+
+
+def _short(text: str) -> bytes:
+    return hashlib.blake2b(text.encode(), digest_size=8).digest()

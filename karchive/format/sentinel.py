@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 from ..errors import FormatError, SentinelError
 from .constants import PATH_SENTINEL

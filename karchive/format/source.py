@@ -87,7 +87,7 @@ class FileSource:
     def __del__(self) -> None:  # pragma: no cover - interpreter teardown
         try:
             self.close()
-        except Exception:
+        except Exception:  # noqa: BLE001 - nothing may escape __del__ at interpreter teardown
             pass
 
 
@@ -109,7 +109,7 @@ class FsspecSource:
                 # connection is a network problem, not a missing archive.
                 raise TransferError(f"cannot reach {path}: {type(cause).__name__}: {cause}", url=path) from exc
             raise ArchiveNotFoundError(f"no such archive: {path}", path=path, source=path) from None
-        except Exception as exc:  # noqa: BLE001 - network and backend errors all become one karchive error
+        except Exception as exc:
             raise TransferError(f"cannot stat {path}: {exc}", url=path) from exc
 
     def read(self, offset: int, length: int) -> bytes:
@@ -117,7 +117,7 @@ class FsspecSource:
             raise FormatError(f"read past the end of {self.path} ({offset}+{length} > {self.size})")
         try:
             data = self.fs.cat_file(self.path, start=offset, end=offset + length)
-        except Exception as exc:  # noqa: BLE001 - network and backend errors all become one karchive error
+        except Exception as exc:
             raise TransferError(f"range read of {self.path} [{offset}, {offset + length}) failed: {exc}",
                                 url=self.path) from exc
         if len(data) != length:

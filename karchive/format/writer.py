@@ -1,23 +1,29 @@
 """Write .karc containers: tar members in independent zstd frames, an index, and a footer.
 
-The writer knows nothing about kernels: it takes groups of (name, bytes) members, each group becoming
-one zstd frame (the unit of random access), plus the manifest as a JSON-able dict. Output depends only
-on its inputs, so the same inputs give byte-identical archives.
+The writer takes groups of (name, bytes) members, each group becoming one zstd frame (the unit of
+random access), plus the manifest as one JSON-able dict. For format 2 (the default) it splits that
+manifest into a header and one shard per kernel (spec/FORMAT.md §6.5), which is the only thing it
+needs to know about kernels: each frame must then hold members of one kernel only. Format 1 is still
+written on request, for readers that predate format 2. Output depends only on the inputs (frames are
+compressed in parallel, each independently), so the same inputs give byte-identical archives.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, Literal
+from typing import Any, Literal
 
 import zstandard
 
 from ..core.digest import sha256_hex
 from ..core.fsio import atomic_writer
 from ..core.jsonio import canonical_json
-from ..errors import FormatError
+from ..errors import FormatError, SchemaError
 from .constants import (
     DICTIONARY_NAME,
     FOOTER_FRAME_MAGIC,
@@ -26,9 +32,12 @@ from .constants import (
     FORMAT_VERSION,
     INDEX_FRAME_MAGIC,
     MANIFEST_NAME,
+    SHARD_PREFIX,
     SKIPPABLE_HEADER,
     TAR_BLOCK,
 )
+from .manifest import KernelSummary, target_label
+from .shard import encode_shard, file_paths
 from .tarheader import build_header, check_member_name, padded
 
 DictionaryMode = Literal["auto", "none", "always"]
@@ -36,6 +45,13 @@ DictionaryMode = Literal["auto", "none", "always"]
 #: Below this many dictionary-eligible bytes a trained dictionary costs more than it saves.
 _DICT_MIN_BYTES = 96 * 1024
 _DICT_MIN_SAMPLES = 12
+#: Format 2 dictionary: frames hold many members each, so the dictionary only has to prime each frame's
+#: first members; a small one (1/16 of the dictionary-eligible bytes, 16-256 KiB) does that and stays
+#: cheap to fetch with the index. 4 MiB cost 1/3 of a format-1 archive (docs/benchmarks.md, "Archive size").
+_DICT2_MIN, _DICT2_MAX, _DICT2_FRACTION = 16 * 1024, 256 * 1024, 16
+#: COVER training time grows with its input: format 2 trains on at most this many bytes, an evenly
+#: spaced (so deterministic) selection of the samples.
+_DICT2_TRAIN_BYTES = 16 * 1024 * 1024
 
 
 def source_date_epoch() -> int:
@@ -66,11 +82,18 @@ class WriteStats:
     members: int = 0
 
 
+def shard_name(index: int) -> str:
+    """Member name of the ``index``-th manifest shard (format 2)."""
+    return f"{SHARD_PREFIX}{index}.json"
+
+
 @dataclass
 class ArchiveWriter:
     level: int = 19
     dictionary: DictionaryMode | int = "auto"
+    #: Threads compressing frames (0: up to 8, one per CPU). Frames are independent: same bytes either way.
     threads: int = 0
+    format_version: tuple[int, int] = FORMAT_VERSION
     _groups: list[_Group] = field(default_factory=list)
     _names: set[str] = field(default_factory=set)
     stats: WriteStats = field(default_factory=WriteStats)
@@ -89,17 +112,23 @@ class ArchiveWriter:
 
     # -- encoding ---------------------------------------------------------------------------------
     def _train_dictionary(self) -> bytes | None:
-        samples = [data for g in self._groups if g.use_dict for _, data in g.members if len(data) >= 16]
+        samples: list[Any] = [data for g in self._groups if g.use_dict for _, data in g.members if len(data) >= 16]
         total = sum(len(s) for s in samples)
         mode = self.dictionary
         if mode == "none" or not samples:
             return None
         if mode == "auto" and (total < _DICT_MIN_BYTES or len(samples) < _DICT_MIN_SAMPLES):
             return None
-        # Measured on Triton output (tools/bench_archive.py, docs/benchmarks.md): sibling variants share
-        # long runs, so a large dictionary keeps paying (it compresses several-fold in its own frame);
-        # a quarter of the content, up to 4 MiB, brought 270 variants from 1.54x to ~1.28x of solid zstd.
-        size = mode if isinstance(mode, int) else max(16 * 1024, min(4 * 1024 * 1024, total // 4))
+        if self.format_version[0] >= 2:
+            size = mode if isinstance(mode, int) else max(_DICT2_MIN, min(_DICT2_MAX, total // _DICT2_FRACTION))
+            if total > _DICT2_TRAIN_BYTES:
+                step = total / _DICT2_TRAIN_BYTES
+                samples = [samples[int(i * step)] for i in range(int(len(samples) / step))]
+        else:
+            # Format 1, one frame per variant: sibling variants share long runs, so a large dictionary
+            # keeps paying; a quarter of the content, up to 4 MiB, brought 270 variants from 1.54x to
+            # ~1.28x of solid zstd (docs/benchmarks.md).
+            size = mode if isinstance(mode, int) else max(16 * 1024, min(4 * 1024 * 1024, total // 4))
         try:
             # Fixed k/d and one thread: COVER training is then deterministic.
             trained = zstandard.train_dictionary(size, samples, k=16384, d=8, level=self.level, threads=1)
@@ -121,13 +150,35 @@ class ArchiveWriter:
         return bytes(out), placed
 
     def _compressor(self, dict_bytes: bytes | None) -> zstandard.ZstdCompressor:
-        params = dict(level=self.level, write_checksum=True, write_content_size=True, write_dict_id=True)
-        if dict_bytes is not None:
-            return zstandard.ZstdCompressor(dict_data=zstandard.ZstdCompressionDict(dict_bytes), **params)
-        return zstandard.ZstdCompressor(**params)
+        return zstandard.ZstdCompressor(
+            level=self.level, write_checksum=True, write_content_size=True, write_dict_id=True,
+            dict_data=zstandard.ZstdCompressionDict(dict_bytes) if dict_bytes is not None else None)
+
+    def _compress_all(self, jobs: list[tuple[bytes, bool]], dict_bytes: bytes | None) -> list[bytes]:
+        """Compress independent frames (``(data, with the dictionary?)``), in parallel where it pays:
+        zstd releases the GIL. A compressor is not safe for concurrent use, so each thread has its own."""
+        threads = self.threads or min(8, os.cpu_count() or 1)
+        local = threading.local()
+
+        def one(job: tuple[bytes, bool]) -> bytes:
+            data, use_dict = job
+            cache = getattr(local, "c", None)
+            if cache is None:
+                cache = local.c = {}
+            c = cache.get(use_dict)
+            if c is None:
+                c = cache[use_dict] = self._compressor(dict_bytes if use_dict else None)
+            return c.compress(data)
+
+        if threads <= 1 or len(jobs) < 4:
+            return [one(job) for job in jobs]
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            return list(pool.map(one, jobs))
 
     def to_bytes(self, manifest: dict) -> bytes:
         """Encode every group, the dictionary, the manifest, the index and the footer."""
+        if self.format_version[0] >= 2:
+            return self._to_bytes_v2(manifest)
         mtime = source_date_epoch()
         dict_bytes = self._train_dictionary()
         plain = self._compressor(None)
@@ -170,20 +221,108 @@ class ArchiveWriter:
             "dictionary": DICTIONARY_NAME if dict_bytes is not None else None,
             "dictionary_sha256": sha256_hex(dict_bytes) if dict_bytes is not None else None,
         }
+        self._finish(out, index, stats)
+        return bytes(out)
+
+    def _to_bytes_v2(self, manifest: dict) -> bytes:
+        """Format 2: content frames, one shard frame per kernel, the dictionary, the manifest header
+        (the last frame, with tar's end-of-archive marker), the index and the footer."""
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("variants"), list):
+            raise SchemaError("manifest: expected an object with a list of variants", where="manifest")
+        # Which kernel owns each member: a frame, and the shard that locates its members, is one kernel's.
+        by_kernel: dict[str, list[dict]] = {}
+        owner: dict[str, str] = {}
+        for i, v in enumerate(manifest["variants"]):
+            kernel = v.get("kernel") if isinstance(v, dict) else None
+            if not isinstance(kernel, str):
+                raise SchemaError(f"variants[{i}]: a variant needs a kernel name", where=f"variants[{i}]")
+            by_kernel.setdefault(kernel, []).append(v)
+            for path in file_paths(v.get("files")):
+                if owner.setdefault(path, kernel) != kernel:
+                    raise FormatError(f"member {path!r} belongs to variants of two kernels")
+        mtime = source_date_epoch()
+        dict_bytes = self._train_dictionary()
+        stats = WriteStats()
+        tars: list[tuple[bytes, bool]] = []
+        frames_members: list[list[tuple[str, int, int]]] = []
+        placed: dict[str, tuple[int, int]] = {}
+
+        def add_frame(group: list[tuple[str, bytes]], use_dict: bool, trailer: bytes = b"") -> None:
+            tar, where = self._tar_bytes(group, mtime)
+            for name, offset, _size in where:
+                placed[name] = (len(tars), offset)
+            tars.append((tar + trailer, use_dict))
+            frames_members.append(where)
+
+        for group in self._groups:
+            owners = {owner.get(name) for name, _ in group.members}
+            if len(owners) > 1:
+                names = sorted(str(o) if o is not None else "(none)" for o in owners)
+                raise FormatError(f"a frame would hold members of several kernels ({', '.join(names)}); "
+                                  "format 2 keeps each kernel's members in frames of its own")
+            add_frame(group.members, group.use_dict and dict_bytes is not None)
+            stats.raw_bytes += sum(len(data) for _, data in group.members)
+        content_frames = len(tars)
+
+        def locate(path: str) -> tuple[int, int]:
+            where = placed.get(path)
+            if where is None or where[0] >= content_frames:
+                raise FormatError(f"the manifest names {path!r}, a member the writer was not given")
+            return where
+
+        shards = []
+        for n, (kernel, variants) in enumerate(by_kernel.items()):
+            doc = canonical_json(encode_shard(kernel, variants, locate))
+            summary = KernelSummary.of(kernel, (target_label(v.get("target")) for v in variants))
+            name = shard_name(n)
+            add_frame([(name, doc)], False)
+            shards.append({"kernel": kernel, "path": name, "size": len(doc), "sha256": sha256_hex(doc),
+                           "variants": summary.variants, "targets": dict(summary.targets)})
+        if dict_bytes is not None:
+            add_frame([(DICTIONARY_NAME, dict_bytes)], False)
+            stats.dictionary_bytes = len(dict_bytes)
+        header = {k: v for k, v in manifest.items() if k != "variants"}
+        header["shards"] = shards
+        header_bytes = canonical_json(header)
+        add_frame([(MANIFEST_NAME, header_bytes)], False, trailer=bytes(2 * TAR_BLOCK))
+
+        blobs = self._compress_all(tars, dict_bytes)
+        out = bytearray()
+        frames: list[list[int]] = []
+        members: list[list] = []
+        for i, (blob, (tar, use_dict), where) in enumerate(zip(blobs, tars, frames_members)):
+            frames.append([len(out), len(blob), len(tar), 1 if use_dict else 0])
+            out += blob
+            for name, offset, size in where:
+                stats.members += 1
+                if name not in owner:  # the kernels' members are located by their shards
+                    members.append([name, i, offset, size])
+        index = {
+            "frames": frames,
+            "members": members,
+            "manifest": MANIFEST_NAME,
+            "manifest_sha256": sha256_hex(header_bytes),
+            "dictionary": DICTIONARY_NAME if dict_bytes is not None else None,
+            "dictionary_sha256": sha256_hex(dict_bytes) if dict_bytes is not None else None,
+        }
+        self._finish(out, index, stats)
+        return bytes(out)
+
+    def _finish(self, out: bytearray, index: dict, stats: WriteStats) -> None:
+        """Append the index frame and the footer; record the totals."""
         index_payload = zstandard.ZstdCompressor(level=19, write_content_size=True, write_checksum=True).compress(
             canonical_json(index)
         )
         index_offset = len(out)
         out += SKIPPABLE_HEADER.pack(INDEX_FRAME_MAGIC, len(index_payload)) + index_payload
         payload = FOOTER_PAYLOAD.pack(
-            FOOTER_TAG, FORMAT_VERSION[0], FORMAT_VERSION[1], 0, index_offset,
+            FOOTER_TAG, self.format_version[0], self.format_version[1], 0, index_offset,
             SKIPPABLE_HEADER.size + len(index_payload), hashlib.sha256(index_payload).digest(),
         )
         out += SKIPPABLE_HEADER.pack(FOOTER_FRAME_MAGIC, len(payload)) + payload
-        stats.frames = len(frames)
+        stats.frames = len(index["frames"])
         stats.archive_bytes = len(out)
         self.stats = stats
-        return bytes(out)
 
     def write(self, path: str | os.PathLike, manifest: dict) -> WriteStats:
         """Write atomically: a temporary file in the same directory, then rename."""

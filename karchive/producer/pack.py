@@ -1,7 +1,11 @@
 """Assemble compiled variants into one archive: member groups (frames), sources, the manifest.
 
-Layout (spec/FORMAT.md §4): a variant's binary and metadata share one frame (what a loader reads), its
-IR stages a second frame, and each distinct module source is stored once under ``sources/<sha256>.py``.
+Layout (spec/FORMAT.md §4): what a loader reads (a variant's binary and metadata) lies apart from its
+IR stages, and each distinct module source is stored once under ``sources/<sha256>.py``. Format 2 packs
+the launch members of one kernel and target into frames of up to :data:`LAUNCH_FRAME` bytes, and the IR
+of one kernel into frames of up to :data:`IR_FRAME`: siblings share long runs, so a frame of several
+compresses far better than one each, while reading a variant still decodes one small frame. Format 1
+(``format_version=(1, 0)``) keeps one frame per variant for its launch members and one for its IR.
 Member names come from the variants' file refs (:mod:`karchive.format.layout`), the manifest from the
 typed model (:class:`karchive.format.manifest.Manifest`).
 """
@@ -17,10 +21,16 @@ from typing import Any
 from .. import __version__
 from ..errors import FormatError
 from ..core.digest import sha256_hex
+from ..format.constants import FORMAT_VERSION
 from ..format.layout import source_member
-from ..format.manifest import FileRef, Manifest
+from ..format.manifest import FileRef, Manifest, Variant
 from ..format.writer import ArchiveWriter, DictionaryMode, WriteStats, source_date_epoch
 from .describe import CompiledVariant
+
+#: Format 2 frame sizes (decompressed): launch members of one kernel and target, IR of one kernel.
+#: Measured on Triton output (tools/bench_archive.py, docs/benchmarks.md "Archive size").
+LAUNCH_FRAME = 256 * 1024
+IR_FRAME = 4 * 1024 * 1024
 
 
 @dataclass
@@ -34,6 +44,8 @@ class ArchiveBuilder:
     autotune: list[dict] | None = None  # autotune records (capture)
     heuristics: list[dict] | None = None  # heuristics records (capture)
     extra: dict[str, Any] = field(default_factory=dict)  # other optional top-level manifest fields
+    #: (2, 0): per-kernel manifest shards; (1, 0) for readers older than format 2.
+    format_version: tuple[int, int] = FORMAT_VERSION
 
     def add(self, variant: CompiledVariant) -> bool:
         """Add a variant; a second variant with the same key is dropped (same inputs, same binary)."""
@@ -59,21 +71,42 @@ class ArchiveBuilder:
             produced_by={"karchive": __version__, **self.produced_by}, created=created,
             sources=[FileRef.for_bytes(path, data) for path, data in sources.items()],
             autotune=self.autotune, heuristics=self.heuristics, extra=self.extra,
+            format_version=self.format_version,
         )
 
     def manifest_and_writer(self) -> tuple[dict[str, Any], ArchiveWriter]:
         """The manifest as it will be written (JSON dict) and a writer holding every member group."""
         manifest = self.manifest()
-        writer = ArchiveWriter(level=self.level, dictionary=self.dictionary)
-        for v in manifest.variants:
-            files = self.variants[v.key].files
-            writer.add_group([(v.binary.path, files["binary"]), (v.metadata.path, files["metadata"])])
-            if v.ir:
-                writer.add_group([(v.ir[stage].path, files[stage]) for stage in sorted(v.ir)])
+        writer = ArchiveWriter(level=self.level, dictionary=self.dictionary, format_version=self.format_version)
+        if self.format_version[0] >= 2:
+            self._add_chunked(writer, manifest)
+        else:
+            for v in manifest.variants:
+                files = self.variants[v.key].files
+                writer.add_group([(v.binary.path, files["binary"]), (v.metadata.path, files["metadata"])])
+                if v.ir:
+                    writer.add_group([(v.ir[stage].path, files[stage]) for stage in sorted(v.ir)])
         sources = self._sources()
         for ref in manifest.sources:
             writer.add_group([(ref.path, sources[ref.path])])
         return manifest.to_json(), writer
+
+    def _add_chunked(self, writer: ArchiveWriter, manifest: Manifest) -> None:
+        """Format 2 frames, kernel by kernel: launch members per target, then the kernel's IR."""
+        for kernel in manifest.kernels():
+            variants = manifest.variants_of(kernel)
+            by_target: dict[str, list[Variant]] = {}
+            for v in variants:
+                by_target.setdefault(str(v.target), []).append(v)
+            for target in sorted(by_target):
+                units = [[(v.binary.path, self.variants[v.key].files["binary"]),
+                          (v.metadata.path, self.variants[v.key].files["metadata"])] for v in by_target[target]]
+                for group in _chunks(units, LAUNCH_FRAME):
+                    writer.add_group(group)
+            units = [[(v.ir[stage].path, self.variants[v.key].files[stage]) for stage in sorted(v.ir)]
+                     for v in variants if v.ir]
+            for group in _chunks(units, IR_FRAME):
+                writer.add_group(group, use_dict=False)
 
     def _sources(self) -> dict[str, bytes]:
         """Every module source the variants need, once: each kernel's module, and the helper modules a
@@ -93,3 +126,21 @@ class ArchiveBuilder:
     def write(self, path: str | os.PathLike) -> WriteStats:
         manifest, writer = self.manifest_and_writer()
         return writer.write(path, manifest)
+
+
+def _chunks(units: list[list[tuple[str, bytes]]], limit: int) -> list[list[tuple[str, bytes]]]:
+    """Consecutive units (one variant's members each, never split) joined into groups of about
+    ``limit`` bytes of tar: a group closes before the unit that would take it past the limit."""
+    groups: list[list[tuple[str, bytes]]] = []
+    current: list[tuple[str, bytes]] = []
+    size = 0
+    for unit in units:
+        n = sum(512 + len(data) for _, data in unit)
+        if current and size + n > limit:
+            groups.append(current)
+            current, size = [], 0
+        current.extend(unit)
+        size += n
+    if current:
+        groups.append(current)
+    return groups

@@ -32,13 +32,16 @@ import sys
 import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
 
 from ..errors import KarchiveError, SpecFileError
 from ..core.jsonio import canonical_json
 from .buildenv import strip_shell, validate_env
 from .canonical import SCHEME, name_for_module
+
+if TYPE_CHECKING:
+    from ..format.reader import ArchiveReader
 
 #: Statuses, from best to worst for the exit code: 0 only if every variant is reproduced.
 REPRODUCED, CONSISTENT, NOT_REBUILDABLE, FAILED, MISMATCH = (
@@ -142,7 +145,7 @@ def _plan(reader: Any, index: int, v: dict, cache_dir: str) -> _Task | VariantCh
     sources = record.get("sources")
     if not isinstance(sources, list) or not all(isinstance(x, dict) for x in sources):
         return refuse("provenance.build.sources is not a list of {module, name, sha256}")
-    by_sha = {f["sha256"]: f["path"] for f in reader.manifest.get("sources", [])}
+    by_sha = {f.sha256: f.path for f in reader.model.sources}  # the header's: no shard read
     modules: dict[str, tuple[str, str, bool]] = {}
     for src in sources:
         module, name, sha = src.get("module"), src.get("name"), src.get("sha256")
@@ -341,16 +344,16 @@ def toolchain_summary(produced_by: dict, local: dict) -> dict:
             "differs": [n for n in names if produced_by.get(n) != local.get(n)]}
 
 
-def rebuild_archive(reader: Any, *, label: str = "", jobs: int = 1, kernels: list[str] | None = None,
+def rebuild_archive(reader: ArchiveReader, *, label: str = "", jobs: int = 1, kernels: list[str] | None = None,
                     on_result: Callable[[VariantCheck], None] | None = None) -> RebuildReport:
     """Rebuild every (selected) variant of an open archive and compare; see the module docstring."""
     from .. import __version__
     from .aot import toolchain_versions
 
-    manifest = reader.manifest
-    produced_by = dict(manifest.get("produced_by") or {})
+    produced_by = dict(reader.model.produced_by)
     local = {**{k: (None if val is None else str(val)) for k, val in toolchain_versions().items()}, "karchive": __version__}
-    variants = [v for v in manifest.get("variants", []) if not kernels or v["kernel"] in kernels]
+    # The selected kernels' raw entries only (format 2: their shards), as the manifest holds them.
+    variants = reader.manifest_of(kernels).get("variants") or []
     results: list[VariantCheck | None] = [None] * len(variants)
     cache_dir = tempfile.mkdtemp(prefix="karchive-rebuild-")
     try:
@@ -382,5 +385,5 @@ def rebuild_archive(reader: Any, *, label: str = "", jobs: int = 1, kernels: lis
                         on_result(check)
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
-    return RebuildReport(label, str(manifest.get("name", "")), str(manifest.get("version", "")),
+    return RebuildReport(label, reader.model.name, reader.model.version,
                          toolchain_summary(produced_by, local), [r for r in results if r is not None])

@@ -224,15 +224,16 @@ def reuse_variant(reader: Any, entry: dict[str, Any], want: _Wanted) -> Compiled
 
 def plan_reuse(requests: list[VariantRequest], reader: Any, label: str = "") -> ReusePlan:
     """Split ``requests`` into variants copied from ``reader``'s archive and requests still to compile."""
-    manifest = reader.manifest
-    report = ReuseReport(previous=label or str(manifest.get("name", "")) + "@" + str(manifest.get("version", "")),
-                         requested=len(requests))
-    report.toolchain_differs = toolchain_differences(manifest.get("produced_by") or {}, manifest.get("format_version"))
+    model = reader.model  # identity and toolchain from the header: format 2 reads no shard for them
+    report = ReuseReport(previous=label or f"{model.name}@{model.version}", requested=len(requests))
+    report.toolchain_differs = toolchain_differences(model.produced_by, model.format_version)
     if report.toolchain_differs:
         report.compiled_because = {TOOLCHAIN: len(requests)} if requests else {}
         return ReusePlan([], list(requests), report)
+    # The raw entries (format 2: every shard, expanded), not the model's variants: reuse_variant copies
+    # only an entry the model re-creates exactly, and a field the model does not know would be lost.
     index: dict[str, list[tuple[dict, dict]]] = {}
-    for v in manifest.get("variants", []):
+    for v in reader.manifest.get("variants", []):
         found = recorded(v) if isinstance(v, dict) else None
         if found is not None:
             index.setdefault(found[0], []).append((v, found[1]))

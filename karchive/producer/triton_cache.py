@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping
 from ..core.jsonio import parse_json
 from ..errors import CaptureError, KarchiveError, UnsupportedKernelError
 from ..format.layout import BINARY_EXT, IR_STAGES
-from ..format.manifest import Manifest, Variant
+from ..format.manifest import Variant
 from .describe import CompiledVariant, describe_variant
 from .irtext import enclosed, split_top_level
 
@@ -352,9 +352,8 @@ def export_archive(reader: Any, cache_dir: str | None = None, *, allow_unverifie
     cache_dir = os.path.abspath(cache_dir or local_cache_dir())
     root = triton_site_root()
     results = []
-    for v in Manifest.from_json(reader.manifest).variants:
-        if kernels and v.kernel not in kernels:
-            continue
+    model = reader.model  # format 2: only the selected kernels' shards are read
+    for v in (v for k in model.kernels() if not kernels or k in kernels for v in model.variants_of(k)):
         status, why = check_build(v)
         if status == "mismatch" or (status == "unverified" and not allow_unverified):
             results.append(ExportResult(v.kernel, v.key, status, why))

@@ -555,7 +555,7 @@ class Registry:
     def _verify_lazy(self, record: VersionRecord, reader: ArchiveReader, policy: TrustPolicy) -> Verdict:
         """A ranged reader never hashes the whole blob: bind the signature to the footer it opened from
         (already compared with the record by :meth:`open_lazy`) and to its manifest's identity."""
-        manifest = reader.manifest
+        manifest = reader.header  # the identity, without reading a format-2 archive's shards
         if (manifest.get("name"), manifest.get("version")) != (record.name, record.version):
             raise IntegrityError(f"{record.ref}: the blob's manifest says {manifest.get('name')}@"
                                  f"{manifest.get('version')} (tampered or wrong blob)")

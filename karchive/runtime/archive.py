@@ -37,9 +37,10 @@ class Archive:
                  backend: str | None = None) -> None:
         self.reader = reader
         self.ref = ref
-        # Variants are parsed (and schema-checked) per kernel on first use: a cold start that launches
-        # a few kernels of a large archive does not pay for parsing all of them.
-        self.manifest = Manifest.from_json(reader.manifest, lazy=True)
+        # Variants are parsed (and schema-checked) per kernel on first use, and a format-2 archive reads
+        # a kernel's manifest shard only then: a cold start that launches a few kernels of a large
+        # archive pays for those kernels, not for the whole manifest.
+        self.manifest: Manifest = reader.model
         self.allow_ptx = allow_ptx
         self._backend_name = backend
         self._backend: Backend | None = None
@@ -131,7 +132,7 @@ class Archive:
         return self.kernel(name)
 
     # -- device side -----------------------------------------------------------------------------------
-    def backend(self) -> "Backend":
+    def backend(self) -> Backend:
         """The driver backend for this archive's variants (CUDA before HIP), initialised on first use."""
         b = self._backend
         if b is None:

@@ -47,7 +47,8 @@ def resolve_policy(trust: TrustArg) -> TrustPolicy | None:
 
 def manifest_identity(reader: ArchiveReader, where: str) -> tuple[str, str]:
     """NAME and VERSION from the reader's manifest (authentic: the index digest pins the manifest)."""
-    name, version = reader.manifest.get("name"), reader.manifest.get("version")
+    # The header (format 2) or the whole manifest (1.0): both carry the identity; no shard is read.
+    name, version = reader.header.get("name"), reader.header.get("version")
     if not isinstance(name, str) or not isinstance(version, str):
         raise TrustError(f"{where}: the manifest has no usable name and version", reason=reasons.DAMAGED_ARCHIVE)
     return name, version

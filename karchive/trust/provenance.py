@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import TrustError
+from ..format.manifest import Manifest
 from . import reasons
 from .buildinfo import check_build_info
 
@@ -38,15 +39,10 @@ def subject_name(name: str, version: str) -> str:
     return f"{name}@{version}"
 
 
-def _target(v: dict) -> str:
-    t = v.get("target") or {}
-    return f"{t.get('backend')}:{t.get('arch')}"
-
-
-def _builder_version(manifest: dict, info: dict) -> dict[str, str]:
+def _builder_version(produced_by: dict, info: dict) -> dict[str, str]:
     """Toolchain versions: the manifest's ``produced_by`` (what the archive says built it) plus the
     build info's ``toolchain`` and ``platform``. A disagreement is refused: one of them is wrong."""
-    out = {k: str(v) for k, v in sorted((manifest.get("produced_by") or {}).items()) if v is not None}
+    out = {k: str(v) for k, v in sorted((produced_by or {}).items()) if v is not None}
     for k, v in (info.get("toolchain") or {}).items():
         if k in out and out[k] != v:
             raise TrustError(f"build info says {k} {v}, the archive's manifest says {out[k]}",
@@ -57,38 +53,41 @@ def _builder_version(manifest: dict, info: dict) -> dict[str, str]:
     return out
 
 
-def build_statement(manifest: dict, sha256: str, build_info: dict | None = None, *,
+def build_statement(manifest: Manifest | dict, sha256: str, build_info: dict | None = None, *,
                     index_sha256: str) -> dict[str, Any]:
     """The statement for the archive whose bytes hash to ``sha256``, whose footer names the index
-    digest ``index_sha256``, and whose manifest is ``manifest``."""
+    digest ``index_sha256``, and whose manifest is ``manifest`` (the typed model, or its JSON).
+
+    Only the manifest's header is needed — identity, toolchain, sources, and kernels and targets
+    from the per-kernel counts — so signing a format-2 archive reads none of its shards."""
     for what, digest in (("sha256", sha256), ("index_sha256", index_sha256)):
         if not isinstance(digest, str) or not _HEX64.match(digest):
             raise ValueError(f"{what} is not a sha256 digest: {digest!r}")
     info = check_build_info(dict(build_info or {}))
-    name, version = manifest["name"], manifest["version"]
-    variants = manifest.get("variants") or []
+    model = manifest if isinstance(manifest, Manifest) else Manifest.from_json(manifest, lazy=True)
+    name, version = model.name, model.version
     external: dict[str, Any] = {
         "archive": {"name": name, "version": version},
-        "kernels": sorted({v["kernel"] for v in variants}),
-        "targets": sorted({_target(v) for v in variants}),
+        "kernels": model.kernels(),
+        "targets": model.targets(),
     }
     for key in ("command", "spec", "parameters"):
         if key in info:
             external[key] = info[key]
     internal: dict[str, Any] = {
-        "format_version": manifest.get("format_version"),
-        "abi_version": manifest.get("abi_version"),
-        "created": manifest.get("created"),
-        "variants": len(variants),
+        "format_version": model.format_version,
+        "abi_version": model.abi_version,
+        "created": model.created,
+        "variants": len(model),
     }
     if info.get("env"):
         internal["env"] = info["env"]
-    deps = [{"name": s["path"], "digest": {"sha256": s["sha256"]}} for s in manifest.get("sources") or []]
+    deps = [{"name": s.path, "digest": {"sha256": s.sha256}} for s in model.sources]
     deps += [dict(d) for d in info.get("dependencies") or []]
     metadata = {k2: info[k1] for k1, k2 in (("invocation_id", "invocationId"), ("started_on", "startedOn"),
                                             ("finished_on", "finishedOn")) if k1 in info}
     run: dict[str, Any] = {"builder": {"id": info.get("builder_id", DEFAULT_BUILDER_ID),
-                                       "version": _builder_version(manifest, info)}}
+                                       "version": _builder_version(model.produced_by, info)}}
     if metadata:
         run["metadata"] = metadata
     return {

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import TrustError
 from . import reasons
@@ -14,6 +14,9 @@ from .dsse import INTOTO_PAYLOAD_TYPE, Envelope
 from .keys import SigningKey
 from .provenance import build_statement, parse_statement, statement_bytes, subject_name
 from .sidecar import read_sidecar, sidecar_path, write_sidecar
+
+if TYPE_CHECKING:
+    from ..format.manifest import Manifest
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,7 @@ class SignOutcome:
                 "signatures": len(self.key_ids), "key_ids": list(self.key_ids), "statement": self.statement}
 
 
-def _verified_manifest(path: str) -> tuple[str, str, dict]:
+def _verified_manifest(path: str) -> tuple[str, str, Manifest]:
     """sha256, index digest and manifest of an archive that verifies completely: nobody should sign
     damaged bytes."""
     from ..format.reader import ArchiveReader
@@ -44,7 +47,7 @@ def _verified_manifest(path: str) -> tuple[str, str, dict]:
     facts = check_archive_file(path)  # hashes the file, verifies every frame and digest, parses the manifest
     source = FileSource(path)
     try:  # footer -> index -> manifest digests chain this to the bytes hashed (re-checked before writing)
-        manifest = ArchiveReader(source).manifest
+        manifest = ArchiveReader(source).model  # the header: format 2 reads no shard for the statement
     finally:
         source.close()
     return facts.sha256, facts.index_sha256, manifest
@@ -73,7 +76,7 @@ def sign_statement(archive: str | os.PathLike, key: SigningKey, *,
     envelope = Envelope.create(INTOTO_PAYLOAD_TYPE, payload, key)
     if sha256_file(path)[0] != sha256:
         raise TrustError(f"{path} changed while it was being signed", reason=reasons.DIGEST_MISMATCH)
-    return SignedStatement(manifest["name"], manifest["version"], sha256, index_sha256, envelope)
+    return SignedStatement(manifest.name, manifest.version, sha256, index_sha256, envelope)
 
 
 def sign_archive(archive: str | os.PathLike, key: SigningKey, *, build_info: dict[str, Any] | None = None,
@@ -90,7 +93,7 @@ def sign_archive(archive: str | os.PathLike, key: SigningKey, *, build_info: dic
     path = os.fspath(archive)
     side = os.fspath(sidecar) if sidecar is not None else sidecar_path(path)
     sha256, index_sha256, manifest = _verified_manifest(path)
-    name, version = manifest["name"], manifest["version"]
+    name, version = manifest.name, manifest.version
     statement = build_statement(manifest, sha256, build_info, index_sha256=index_sha256)
     payload = statement_bytes(statement)
     existing = None if replace else read_sidecar(side)

@@ -1,0 +1,461 @@
+"""Format 2 manifest shards: one kernel's variants, stored by column, with where their members lie.
+
+A shard (spec/FORMAT.md §6.5) is canonical JSON::
+
+    {"kernel": "add_kernel",
+     "parts": {"field": [["num_warps", 4], ...], "abi": [[0, 7, 9, ...], ...], "abi_params": [...],
+               "options": [[...], ...], "provenance": [[...], ...], "param": [...], "source": [...],
+               "target": [...]},
+     "variants": {"key": ["<64 hex>", ...], "target": [2, ...], "params": [[0, 1, 2, 5], ...],
+                  "options": [1, ...], "abi": [0, ...], "provenance": [0, ...],
+                  "files.binary": [["./kernel.cubin", size, sha256, frame, offset], ...],
+                  "files.metadata": [...], "files.ir": [{"ptx": [...], ...}, ...], "files.source": [0, ...]}}
+
+``variants`` holds one column per field of the manifest's ``variants[]`` entries (§6.1), each a list
+with one value per variant (``null``: the variant lacks that field); the kernel is the shard's. Values
+are indexes into ``parts``: ``target``, ``options``, ``abi`` and ``provenance`` as a whole, ``params``
+element by element (variants differ in a constexpr or two), and ``files.source``. An ABI, an options
+object and a provenance object are stored as a list of indexes into ``parts.field``, whose entries are
+``[key, value]`` pairs (the objects of one kernel differ in a field or two: ``shared``,
+``num_stages``), except an ABI's ``params`` pair, whose value is an index into ``parts.abi_params``.
+The variants of one kernel share almost all of these, so each distinct value is stored, and checked, once. A file object
+(``files.<role>``, and each stage of ``files.ir``) becomes ``[path, size, sha256, frame, offset]``:
+the member's place (frame number, data offset in the decompressed frame), which format 1 kept in the
+index; a path under the variant's own directory is written ``./<rest>`` for ``variants/<key>/<rest>``
+(no member name starts with ``./``). Any other column is a variant field stored as it is.
+
+Columns and shared parts keep a shard small and quick to parse: a shard is read on the way to a
+kernel's first launch. This module maps shards to and from the manifest's JSON
+(:func:`encode_shard`, :func:`decode_shard`) and, for loading, straight to checked model objects
+(:func:`shard_variants`), which the model's own checks build; :mod:`.reader` checks the places.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from itertools import chain
+from typing import Any
+
+from ..core.jsonio import canonical_json
+from ..errors import FormatError, SchemaError
+from .manifest import Abi, FileRef, Param, Provenance, Target, Variant
+
+#: Variant fields stored once per distinct value, and the tables of parts a shard may have.
+INTERNED = ("abi", "options", "provenance", "target")
+PARTS = ("abi", "abi_params", "field", "options", "param", "provenance", "source", "target")
+#: Parts stored as lists of ``parts.field`` indexes (objects that differ from each other in a few fields).
+RECORDS = ("abi", "options", "provenance")
+#: A located file object: path, size, sha256, frame number, data offset.
+LOCATED = 5
+FILES = "files."
+
+#: (member name, frame, data offset, size, sha256) of one member a shard places.
+Located = tuple[str, int, int, int, Any]
+
+
+class _Table:
+    """Distinct JSON values, by canonical text, in first-seen order."""
+
+    def __init__(self) -> None:
+        self.values: list[Any] = []
+        self._seen: dict[bytes, int] = {}
+
+    def add(self, value: Any) -> int:
+        index = self._seen.setdefault(canonical_json(value), len(self.values))
+        if index == len(self.values):
+            self.values.append(value)
+        return index
+
+
+# -- writing ----------------------------------------------------------------------------------------
+def _encode_file(ref: Any, locate: Callable[[str], tuple[int, int]], home: str, where: str) -> list:
+    if not isinstance(ref, dict) or not isinstance(ref.get("path"), str):
+        raise SchemaError(f"{where}: expected a file object", where=where)
+    path = ref["path"]
+    frame, offset = locate(path)
+    short = "./" + path[len(home):] if path.startswith(home) and len(path) > len(home) else path
+    return [short, ref.get("size"), ref.get("sha256"), frame, offset]
+
+
+def file_paths(files: Any) -> list[str]:
+    """Member names a raw variant's ``files`` refers to (for deciding which shard owns a member)."""
+    out: list[str] = []
+    if not isinstance(files, dict):
+        return out
+    for value in files.values():
+        if isinstance(value, dict) and isinstance(value.get("path"), str):
+            out.append(value["path"])
+        elif isinstance(value, dict):
+            out.extend(ref["path"] for ref in value.values() if isinstance(ref, dict) and isinstance(ref.get("path"), str))
+    return out
+
+
+def encode_shard(kernel: str, variants: list[dict], locate: Callable[[str], tuple[int, int]]) -> dict:
+    """The shard document for ``variants`` (raw manifest entries of one kernel, in manifest order)."""
+    parts = {name: _Table() for name in PARTS}
+    n = len(variants)
+    columns: dict[str, list[Any]] = {}
+
+    def column(name: str) -> list[Any]:
+        col = columns.get(name)
+        if col is None:
+            col = columns[name] = [None] * n
+        return col
+
+    for i, variant in enumerate(variants):
+        where = f"variants of {kernel!r}[{i}]"
+        if not isinstance(variant, dict):
+            raise SchemaError(f"{where}: expected an object", where=where)
+        for name, value in variant.items():
+            if name == "kernel":
+                continue
+            if name == "params":
+                if not isinstance(value, list):
+                    raise SchemaError(f"{where}.params: expected a list", where=f"{where}.params")
+                column(name)[i] = [parts["param"].add(p) for p in value]
+            elif name == "abi":
+                if not isinstance(value, dict) or not isinstance(value.get("params"), list):
+                    raise SchemaError(f"{where}.abi: expected an object with a params list", where=f"{where}.abi")
+                record = {**value, "params": parts["abi_params"].add(value["params"])}
+                column(name)[i] = parts["abi"].add([parts["field"].add([k, v]) for k, v in sorted(record.items())])
+            elif name in RECORDS:
+                if not isinstance(value, dict):
+                    raise SchemaError(f"{where}.{name}: expected an object", where=f"{where}.{name}")
+                column(name)[i] = parts[name].add([parts["field"].add([k, v]) for k, v in sorted(value.items())])
+            elif name in INTERNED:
+                column(name)[i] = parts[name].add(value)
+            elif name == "files":
+                _encode_files(value, column, i, locate, f"variants/{variant.get('key')}/", parts["source"].add,
+                              f"{where}.files")
+            elif name.startswith(FILES):
+                raise SchemaError(f"{where}: field {name!r} clashes with a shard column", where=where)
+            else:
+                column(name)[i] = value
+    return {"kernel": kernel, "parts": {k: t.values for k, t in parts.items() if t.values}, "variants": columns}
+
+
+def _encode_files(files: Any, column: Callable[[str], list], i: int, locate: Callable[[str], tuple[int, int]],
+                  home: str, source: Callable[[Any], int], where: str) -> None:
+    if not isinstance(files, dict):
+        raise SchemaError(f"{where}: expected an object", where=where)
+    column(FILES + "binary")  # every shard has these columns, so a row always has a files object
+    for role, value in files.items():
+        if role == "source":
+            if value is not None:
+                column(FILES + role)[i] = source(value)
+        elif role == "ir":
+            if not isinstance(value, dict):
+                raise SchemaError(f"{where}.ir: expected a map of file objects", where=f"{where}.ir")
+            column(FILES + role)[i] = {stage: _encode_file(ref, locate, home, f"{where}.ir.{stage}")
+                                       for stage, ref in value.items()}
+        else:
+            column(FILES + role)[i] = _encode_file(value, locate, home, f"{where}.{role}")
+
+
+# -- reading ----------------------------------------------------------------------------------------
+def _index(value: Any, table: list, what: str) -> Any:
+    if type(value) is not int or not 0 <= value < len(table):
+        raise FormatError(f"{what}: {value!r} is not an index into its parts table")
+    return table[value]
+
+
+def _loc(value: Any, home: str) -> Located | None:
+    """A well-formed located file (path resolved), else None."""
+    if type(value) is list and len(value) == LOCATED:
+        path, size, digest, frame, offset = value
+        if type(path) is str and type(size) is int and type(frame) is int and type(offset) is int and size >= 0 \
+                and frame >= 0 and offset >= 0:
+            return (home + path[2:] if path.startswith("./") else path), frame, offset, size, digest
+    return None
+
+
+def _ref(value: Any, home: str) -> FileRef | None:
+    """The file ref of a well-formed located file, else None."""
+    if type(value) is list and len(value) == LOCATED:
+        path, size, digest, frame, offset = value
+        if type(path) is str and type(frame) is int and type(offset) is int and frame >= 0 and offset >= 0:
+            return FileRef.checked(home + path[2:] if path.startswith("./") else path, size, digest)
+    return None
+
+
+def _place(value: list, ref: FileRef) -> Located:
+    return ref.path, value[3], value[4], ref.size, ref.sha256
+
+
+def _located(value: Any, home: str, where: str) -> Located:
+    """:func:`_loc`, or the error saying what is wrong with it."""
+    loc = _loc(value, home)
+    if loc is not None:
+        return loc
+    if type(value) is not list or len(value) != LOCATED:
+        raise FormatError(f"{where}: expected [path, size, sha256, frame, offset]")
+    if type(value[0]) is not str:
+        raise FormatError(f"{where}: the path must be a string")
+    raise FormatError(f"{where}: size, frame and offset must be non-negative integers, got {value[1:]!r}")
+
+
+class _Shard:
+    """A shard document checked as far as the encoding goes: its parts and columns."""
+
+    def __init__(self, doc: Any, kernel: str) -> None:
+        where = self.where = f"shard of {kernel!r}"
+        if not isinstance(doc, dict) or not isinstance(doc.get("parts"), dict) or not isinstance(doc.get("variants"), dict):
+            raise FormatError(f"{where}: expected an object with parts and variants")
+        if doc.get("kernel") != kernel:
+            raise FormatError(f"{where}: the shard says it holds kernel {doc.get('kernel')!r}")
+        parts = doc["parts"]
+        for name, values in parts.items():
+            if name not in PARTS or not isinstance(values, list):
+                raise FormatError(f"{where}: unknown or malformed part {name!r}")
+        fields = parts.get("field", [])
+        for i, pair in enumerate(fields):
+            if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
+                raise FormatError(f"{where}: parts.field[{i}] is not a [key, value] pair")
+        records = {name: [self._record(r, fields, f"{where}: parts.{name}[{i}]") for i, r in enumerate(parts.get(name, []))]
+                   for name in RECORDS}
+        abi_params = parts.get("abi_params", [])
+        for i, abi in enumerate(records["abi"]):
+            abi["params"] = _index(abi.get("params"), abi_params, f"{where}: parts.abi[{i}].params")
+        self.tables = {**records, "target": parts.get("target", [])}
+        self.param = parts.get("param", [])
+        self.source = parts.get("source", [])
+        columns = doc["variants"]
+        keys = columns.get("key")
+        if type(keys) is not list:
+            raise FormatError(f"{where}: variants has no key column")
+        self.n = len(keys)
+        for name, col in columns.items():
+            if type(col) is not list or len(col) != self.n:
+                raise FormatError(f"{where}: column {name!r} is not a list of {self.n} values")
+            if name == "kernel":
+                raise FormatError(f"{where}: a shard must not have a kernel column (the shard names its kernel)")
+            if name.startswith(FILES) and name[len(FILES):] not in ("binary", "metadata", "ir", "source"):
+                raise FormatError(f"{where}: unknown file column {name!r}")
+        self.columns = columns
+        self.kernel = kernel
+
+    @staticmethod
+    def _record(indexes: Any, fields: list, where: str) -> dict:
+        """An object from its ``parts.field`` indexes (each key once)."""
+        if type(indexes) is not list:
+            raise FormatError(f"{where}: expected a list of indexes into parts.field")
+        if indexes and not _ints(indexes, len(fields)):
+            raise FormatError(f"{where}: not a list of indexes into parts.field")
+        record = dict(map(fields.__getitem__, indexes))
+        if len(record) != len(indexes):
+            raise FormatError(f"{where}: names a key twice")
+        return record
+
+    def column(self, name: str) -> list:
+        return self.columns.get(name) or [None] * self.n
+
+    def value(self, name: str, v: Any, i: int) -> Any:
+        """Column ``name``'s value ``v`` for variant ``i``, resolved (``None``: absent)."""
+        if v is None:
+            return None
+        w = f"{self.where}: variants[{i}]"
+        table = self.tables.get(name)
+        if table is not None:
+            return _index(v, table, f"{w}.{name}")
+        if name == "params":
+            if type(v) is not list:
+                raise FormatError(f"{w}.params: expected a list of indexes into parts.param")
+            return [_index(p, self.param, f"{w}.params") for p in v]
+        return v
+
+    def files(self, i: int, binary: Any, metadata: Any, ir: Any, source: Any, home: str,
+              located: list[Located]) -> dict[str, Any]:
+        """Variant ``i``'s ``files`` object (and the members it places, appended to ``located``)."""
+        w = f"{self.where}: variants[{i}].files"
+        out: dict[str, Any] = {}
+        for role, value in (("binary", binary), ("metadata", metadata)):
+            if value is not None:
+                loc = _located(value, home, f"{w}.{role}")
+                located.append(loc)
+                out[role] = {"path": loc[0], "size": loc[3], "sha256": loc[4]}
+        if ir is not None:
+            if type(ir) is not dict:
+                raise FormatError(f"{w}.ir: expected a map of located files")
+            stages = {}
+            for stage, value in ir.items():
+                loc = _located(value, home, f"{w}.ir.{stage}")
+                located.append(loc)
+                stages[stage] = {"path": loc[0], "size": loc[3], "sha256": loc[4]}
+            out["ir"] = stages
+        if source is not None:
+            out["source"] = _index(source, self.source, f"{w}.source")
+        return out
+
+
+def decode_shard(doc: Any, kernel: str) -> tuple[list[dict], list[Located]]:
+    """(raw manifest entries of ``kernel``, the members they place) from a shard: the manifest's JSON,
+    for callers that want it whole. Rows that share a part share the same JSON object."""
+    shard = _Shard(doc, kernel)
+    located: list[Located] = []
+    entries: list[dict] = [{"kernel": kernel} for _ in range(shard.n)]
+    files = [shard.column(FILES + r) for r in ("binary", "metadata", "ir", "source")]
+    keys = shard.columns["key"]
+    for i, (entry, b, m, ir, src) in enumerate(zip(entries, *files)):
+        entry["files"] = shard.files(i, b, m, ir, src, f"variants/{keys[i]}/", located)
+    for name, col in shard.columns.items():
+        if name.startswith(FILES):
+            continue
+        for i, (entry, v) in enumerate(zip(entries, col)):
+            if v is not None:
+                entry[name] = shard.value(name, v, i)
+    return entries, located
+
+
+_HEX64S = re.compile("(?:[0-9a-f]{64})*")
+_NONE = type(None)
+
+
+def _ints(column: Any, bound: int) -> bool:
+    """Every value an int in [0, bound) (checked a column at a time, at C speed)."""
+    return type(column) in (list, tuple) and (not column or set(map(type, column)) == {int} and min(column) >= 0
+                                              and max(column) < bound)
+
+
+def _files(column: Any, homes: list[str]) -> tuple[list[FileRef], list[Located]] | None:
+    """The file refs and places of a column of located files, or None if any is not well formed."""
+    if not column:
+        return [], []
+    if set(map(type, column)) != {list} or set(map(len, column)) != {LOCATED}:
+        return None
+    paths, sizes, digests, frames, offsets = zip(*column)
+    if set(map(type, paths)) != {str} or set(map(type, digests)) != {str} or set(map(len, digests)) != {64} \
+            or not _ints(sizes, 1 << 62) or not _ints(frames, 1 << 62) or not _ints(offsets, 1 << 62) \
+            or not _HEX64S.fullmatch("".join(digests)):
+        return None
+    full = [home + p[2:] if p.startswith("./") else p for home, p in zip(homes, paths)]
+    return list(map(FileRef, full, sizes, digests)), list(zip(full, frames, offsets, sizes, digests))
+
+
+def _bulk(shard: _Shard, kernel: str) -> tuple[list[Variant], list[Located]] | None:
+    """:func:`shard_variants` for a shard with nothing unusual, checked a column at a time: the same
+    checks, but each distinct part parsed once and each column tested in a few C-speed passes. None
+    if anything is off (the row-by-row path then finds and reports it)."""
+    cols, n = shard.columns, shard.n
+    required = ("key", "target", "params", "options", "abi", "provenance", "files.binary", "files.metadata")
+    if any(c not in cols for c in required) or not set(cols) <= {*required, "files.ir", "files.source"}:
+        return None
+    keys = cols["key"]
+    if n == 0:
+        return [], []
+    if set(map(type, keys)) != {str} or set(map(len, keys)) != {64} or not _HEX64S.fullmatch("".join(keys)):
+        return None
+    t = shard.tables
+    targets, abis, options, provs, param, sources = (t["target"], t["abi"], t["options"], t["provenance"],
+                                                     shard.param, shard.source)
+    tc, pc, oc, ac, vc = cols["target"], cols["params"], cols["options"], cols["abi"], cols["provenance"]
+    if not (_ints(tc, len(targets)) and _ints(oc, len(options)) and _ints(ac, len(abis)) and _ints(vc, len(provs))
+            and set(map(type, pc)) == {list} and _ints(list(chain.from_iterable(pc)), len(param))):
+        return None
+    src = cols.get("files.source") or [None] * n
+    if not set(map(type, src)) <= {int, _NONE} or not _ints([x for x in src if x is not None], len(sources)) \
+            or not all(type(sources[x]) is str for x in set(src) if x is not None):
+        return None
+    if not all(type(options[o]) is dict for o in set(oc)):
+        return None
+    homes = [f"variants/{k}/" for k in keys]
+    binary, metadata = _files(cols["files.binary"], homes), _files(cols["files.metadata"], homes)
+    irc = cols.get("files.ir") or [None] * n
+    if binary is None or metadata is None or not set(map(type, irc)) <= {dict, _NONE}:
+        return None
+    owners, stages, values = [], [], []
+    for i, ir in enumerate(irc):
+        if ir:
+            owners.extend([i] * len(ir))
+            stages.extend(ir)
+            values.extend(ir.values())
+    ir_files = _files(values, [homes[i] for i in owners])
+    if ir_files is None:
+        return None
+    irs: list[dict[str, FileRef]] = [{} for _ in range(n)]
+    for i, stage, ref in zip(owners, stages, ir_files[0]):
+        irs[i][stage] = ref
+    where = shard.where
+    try:  # each distinct part once, through the model's own checks
+        target_of = {i: Target.from_json(targets[i], f"{where}: parts.target[{i}]") for i in set(tc)}
+        prov_of = {i: Provenance.from_json(provs[i], f"{where}: parts.provenance[{i}]") for i in set(vc)}
+        param_of = {i: Param.from_json(param[i], f"{where}: parts.param[{i}]") for i in set(chain.from_iterable(pc))}
+        params_of = {ps: tuple(param_of[i] for i in ps) for ps in set(map(tuple, pc))}
+        memo: dict = {}
+        abi_of = {(a, len(ps)): Abi.from_json(abis[a], len(ps), f"{where}: parts.abi[{a}]", memo)
+                  for a, ps in set(zip(ac, map(tuple, pc)))}
+    except FormatError:
+        return None
+    out = [Variant.checked_new(kernel, key, target_of[ti], params_of[tuple(ps)], options[oi], abi_of[(ai, len(ps))],
+                               b, m, ir, sources[si] if si is not None else None, prov_of[vi])
+           for key, ti, ps, oi, ai, vi, b, m, ir, si in zip(keys, tc, pc, oc, ac, vc, binary[0], metadata[0], irs, src)]
+    return out, binary[1] + metadata[1] + ir_files[1]
+
+
+def shard_variants(doc: Any, kernel: str) -> tuple[list[Variant], list[Located]]:
+    """(checked variants of ``kernel``, the members they place) from a shard, in one pass: each
+    distinct part is parsed once, and a variant whose fields hold no surprise is built without an
+    intermediate JSON object; anything unusual goes through :meth:`Variant.from_json` for the precise error.
+    """
+    shard = _Shard(doc, kernel)
+    bulk = _bulk(shard, kernel)
+    if bulk is not None:
+        return bulk
+    located: list[Located] = []
+    out: list[Variant] = []
+    memo: dict = {}
+    cols = shard.columns
+    known = {"key", "target", "params", "options", "abi", "provenance"}
+    extra = [name for name in cols if name not in known and not name.startswith(FILES)]
+    tables = shard.tables
+    targets, abis, options, provs = tables["target"], tables["abi"], tables["options"], tables["provenance"]
+    param, sources = shard.param, shard.source
+    n_targets, n_abis, n_options, n_provs, n_param, n_sources = (
+        len(targets), len(abis), len(options), len(provs), len(param), len(sources))
+    append = located.append
+    where = shard.where  # a variant's own place is only spelled out by the full checks, when one fails
+    rows = zip(cols["key"], shard.column("target"), shard.column("params"), shard.column("options"),
+               shard.column("abi"), shard.column("provenance"), shard.column(FILES + "binary"),
+               shard.column(FILES + "metadata"), shard.column(FILES + "ir"), shard.column(FILES + "source"))
+    for i, (key, t, ps, o, a, pv, b, m, ir, src) in enumerate(rows):
+        home = f"variants/{key}/"
+        v = None
+        if (type(t) is int and type(o) is int and type(a) is int and type(pv) is int and type(ps) is list
+                and 0 <= t < n_targets and 0 <= o < n_options and 0 <= a < n_abis and 0 <= pv < n_provs
+                and (not ps or set(map(type, ps)) == {int} and min(ps) >= 0 and max(ps) < n_param)
+                and (src is None or type(src) is int and 0 <= src < n_sources)):
+            binary, metadata = _ref(b, home), _ref(m, home)
+            stages: dict[str, FileRef] | None = {}
+            if ir is not None:
+                if type(ir) is dict:
+                    for stage, value in ir.items():
+                        ref = _ref(value, home)
+                        if ref is None:
+                            stages = None
+                            break
+                        stages[stage] = ref  # type: ignore[index]
+                else:
+                    stages = None
+            if binary is not None and metadata is not None and stages is not None:
+                try:
+                    v = Variant.from_parts(kernel, key, targets[t], [param[p] for p in ps], options[o], abis[a],
+                                           provs[pv], binary, metadata, stages,
+                                           sources[src] if src is not None else None, where, memo)
+                except FormatError:
+                    v = None  # the full checks below raise it again, saying which variant
+                if v is not None:
+                    append(_place(b, binary))
+                    append(_place(m, metadata))
+                    for stage, ref in stages.items():
+                        append(_place(ir[stage], ref))
+        if v is None:  # the full checks, from the variant's JSON, say what is wrong
+            entry: dict[str, Any] = {"kernel": kernel, "files": shard.files(i, b, m, ir, src, home, located)}
+            for name, value in (("key", key), ("target", t), ("params", ps), ("options", o), ("abi", a),
+                                ("provenance", pv)):
+                if value is not None:
+                    entry[name] = shard.value(name, value, i)
+            v = Variant.from_json(entry, f"{shard.where}: variants[{i}]", memo)
+        for name in extra:  # fields this version does not know: check that they resolve, as decode_shard does
+            shard.value(name, cols[name][i], i)
+        out.append(v)
+    return out, located
