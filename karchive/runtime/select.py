@@ -213,24 +213,27 @@ def select_variant(kernel: str, variants: Sequence[Variant], dev: DeviceInfo, va
     closest arch; then manifest order (the producer's order).
     """
     fits: list[tuple[tuple, int, Variant, DeviceFit]] = []
-    rejected: list[tuple[str, str]] = []
+    # Labels are only for the error below: a kernel of hundreds of variants rejects most of them on
+    # every successful selection too, and formatting each label would be most of the selection's cost.
+    rejected: list[tuple[Variant, str]] = []
     for i, v in enumerate(variants):
         fit = device_fit(v, dev, allow_ptx, ptx_header)
         if isinstance(fit, str):
-            rejected.append((variant_label(v), fit))
+            rejected.append((v, fit))
             continue
         why = call_reason(v, values, infos, options)
         if why:
-            rejected.append((variant_label(v), why))
+            rejected.append((v, why))
             continue
         fits.append(((fit.mode != "binary", -specialisation_count(v), fit.distance, i), i, v, fit))
     if fits:
         fits.sort(key=lambda t: t[0])
         return fits[0][2], fits[0][3]
+    labelled = [(variant_label(v), why) for v, why in rejected]
     asked = ", ".join([f"{n}={describe_arg(x)}" for n, x in zip(names, values) if x is not MISSING]
                       + [f"{n}={x!r}" for n, x in (options or {}).items()])
     raise NoMatchingVariantError(
         f"no variant of {kernel!r} fits the call {kernel}({asked}) on {dev}; "
-        f"{len(variants)} variant(s) rejected:\n" + "\n".join(f"  - {label}: {why}" for label, why in rejected),
-        kernel=kernel, rejections=tuple(rejected),
+        f"{len(variants)} variant(s) rejected:\n" + "\n".join(f"  - {label}: {why}" for label, why in labelled),
+        kernel=kernel, rejections=tuple(labelled),
     )
