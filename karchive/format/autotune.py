@@ -31,15 +31,22 @@ from collections.abc import Iterable, Mapping, Sequence
 FALLBACK_RULE = "nearest-log2"
 
 
-def normalize_value(value: Any) -> Any:
-    """A key component as JSON stores it: numbers, strings, booleans and None stay; anything else is str()."""
+def json_scalar(value: Any) -> Any:
+    """``value`` as a JSON scalar: None, booleans, numbers and strings (numpy integers and reals
+    converted), else :data:`NotImplemented`. Autotune keys and heuristics inputs both go through it."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, numbers.Integral):  # numpy integers and friends
         return int(value)
     if isinstance(value, numbers.Real):
         return float(value)
-    return str(value)
+    return NotImplemented
+
+
+def normalize_value(value: Any) -> Any:
+    """A key component as JSON stores it: numbers, strings, booleans and None stay; anything else is str()."""
+    out = json_scalar(value)
+    return str(value) if out is NotImplemented else out
 
 
 def normalize_key(values: Iterable[Any]) -> list:

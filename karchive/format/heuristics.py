@@ -25,13 +25,13 @@ An input is what the heuristic read of one argument:
 
 from __future__ import annotations
 
-import numbers
 import re
 from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..errors import SchemaError
+from .autotune import json_scalar
 
 #: Options Triton takes from a heuristic's result like it takes them from an autotune config.
 OPTION_NAMES = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -57,12 +57,9 @@ NOT_SCALAR: Any = _NotScalar()
 
 def scalar(value: Any) -> Any:
     """The JSON form of a scalar argument or heuristic result, else :data:`NOT_SCALAR`."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, numbers.Integral):  # numpy integers and friends
-        return int(value)
-    if isinstance(value, numbers.Real):
-        return float(value)
+    out = json_scalar(value)
+    if out is not NotImplemented:
+        return out
     if isinstance(value, (tuple, list)) and len(value) <= 64:
         items = [scalar(v) for v in value]
         if not any(i is NOT_SCALAR or isinstance(i, list) for i in items):
