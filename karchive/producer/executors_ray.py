@@ -12,9 +12,11 @@ This is the only module that imports Ray; nothing imports it unless an executor 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import sys
+import time
 from typing import Any
 
 try:
@@ -33,6 +35,8 @@ from .executors_ship import ShippedKernel, ShippedModule, compile_shipped, ship_
 
 #: Attempts after the first when a worker process or node dies mid-task (Ray's default for tasks is 3).
 MAX_RETRIES = 3
+#: Attempts at a ``ray://`` client connection whose server side fails to start (see RayExecutor._init_cluster).
+CLIENT_CONNECT_ATTEMPTS = 3
 
 #: Outcomes are collected in batches of up to this many (or after WAIT_S): ray.wait on the whole pending
 #: list once per finished task would cost O(tasks^2) on a 10,000-variant build.
@@ -89,12 +93,32 @@ class RayExecutor(Executor):
                 # "local": always a new instance, never a cluster found through RAY_ADDRESS or `ray start`.
                 ray.init(address="local", num_cpus=self.num_cpus, include_dashboard=False, **kwargs)
             else:
-                ray.init(address=self.address, **kwargs)
+                self._init_cluster(kwargs)
         except Exception as exc:
             self._restore_stdout()
             where = "a local Ray instance" if self.address is None else f"the Ray cluster at {self.address}"
             raise BuildError(f"cannot start or reach {where}: {type(exc).__name__}: {exc}") from exc
         self._connected = self._owned = True
+
+    def _init_cluster(self, kwargs: dict[str, Any]) -> None:
+        """Connect to an existing cluster. A ``ray://`` connection is retried when the server side fails
+        to start: Ray's client proxy starts one server process per connection, and when that process
+        dies while the proxy polls it (ray/util/client/server/proxier.py, ``start_specific_server``:
+        ``psutil.ZombieProcess``) the client sees ``ConnectionAbortedError: Initialization failure from
+        server``; a new connection starts a new server. Anything else fails at once."""
+        attempts = CLIENT_CONNECT_ATTEMPTS if str(self.address).startswith("ray://") else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                ray.init(address=self.address, **kwargs)
+                return
+            except ConnectionError as exc:  # ConnectionAbortedError is one
+                if attempt == attempts:
+                    raise
+                print(f"karchive: Ray client connection to {self.address} failed ({type(exc).__name__}); "
+                      f"retrying ({attempt}/{attempts - 1})", file=sys.stderr, flush=True)
+                with contextlib.suppress(Exception):
+                    ray.shutdown()  # a half-made client connection must not be taken for a live one
+                time.sleep(2.0 * attempt)
 
     def close(self) -> None:
         try:
