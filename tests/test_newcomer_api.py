@@ -216,3 +216,18 @@ def test_variant_repr_escapes_terminal_control_characters(examples_archive):
     v = karchive.open(examples_archive).variants()[0]
     hostile = dataclasses.replace(v, kernel="k\x1b[31mred")
     assert "\x1b" not in repr(hostile) and "\\x1b" in repr(hostile)
+
+
+@pytest.mark.parametrize("typed, means", [("gfx942", "hip:gfx942"), ("GFX90A", "hip:gfx90a"), ("sm_90", "cuda:90"),
+                                          ("90", "cuda:90"), ("foo", None), ("cuda", None)])
+def test_a_bare_arch_suggests_the_target_it_means(typed, means):
+    from karchive.format.target import Target
+
+    with pytest.raises(errors.TargetError) as info:
+        Target.parse(typed)
+    assert info.value.target == typed
+    if means:
+        assert str(info.value).endswith(f"did you mean {means!r}?")
+        assert str(Target.parse(means)) == means  # and what it suggests parses
+    else:
+        assert "did you mean" not in str(info.value)

@@ -21,6 +21,17 @@ BACKENDS = ("cuda", "hip")
 FORMS = "'cuda:<compute capability>' (e.g. cuda:90) or 'hip:<gfx arch>' (e.g. hip:gfx942), optionally ':<warp size>'"
 
 
+def _suggestion(raw: str) -> str:
+    """``; did you mean 'hip:gfx942'?`` for a bare arch (``gfx942``, ``sm_90``, ``90``), else ''."""
+    bare = raw.strip().lower()
+    if _HIP_ARCH.fullmatch(bare):
+        return f"; did you mean 'hip:{bare}'?"
+    m = _CUDA_ARCH.fullmatch(bare)
+    if m:
+        return f"; did you mean 'cuda:{m.group(1)}'?"
+    return ""
+
+
 @dataclass(frozen=True)
 class Target:
     backend: str  # "cuda" | "hip"
@@ -36,7 +47,7 @@ class Target:
         raw = str(text)
         parts = [p.strip() for p in raw.split(":")]
         if len(parts) not in (2, 3) or not all(parts):
-            raise TargetError(f"bad target {raw!r}: expected {FORMS}", target=raw)
+            raise TargetError(f"bad target {raw!r}: expected {FORMS}{_suggestion(raw)}", target=raw)
         backend, arch = parts[0].lower(), parts[1].lower()
         if backend == "cuda":
             m = _CUDA_ARCH.fullmatch(arch)
