@@ -7,6 +7,7 @@ selects variants for a described H100 (nothing is launched: no GPU here). The re
 
 from __future__ import annotations
 
+import json
 import importlib.util
 import warnings
 
@@ -123,6 +124,21 @@ def test_each_launch_records_which_values_came_from_which_arguments(captured):
     arc = karchive.open(path)
     assert schema_problems(arc.reader.manifest) == []
     assert arc.reader.manifest["heuristics"] == cap.heuristics.to_json()
+
+
+@needs_triton
+def test_inspect_shows_the_heuristics_records(captured, capsys):
+    from karchive.cli.main import main
+
+    _, path = captured
+    assert main(["inspect", str(path)]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("heuristics records:"))
+    assert "computing " in line and "EVEN" in line and "heur_copy" in line and "heur_bias" in line
+    assert main(["inspect", str(path), "--json"]) == 0
+    records = json.loads(capsys.readouterr().out)["heuristics"]
+    assert {r["kernel"] for r in records} >= {"heur_copy", "heur_bias"}
+    assert main(["inspect", str(path), "--summary", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["heuristics"] == len(records)
 
 
 @needs_triton

@@ -146,7 +146,8 @@ def _print_summary(m: Manifest, reader: ArchiveReader, as_json: bool) -> int:
     if as_json:
         emit_json({**_identity(m, reader), "variants": len(m),
                    "kernels": [{"kernel": s.kernel, "variants": s.variants, "targets": dict(s.targets)} for s in kernels],
-                   **({"autotune": len(m.autotune)} if m.autotune else {})})
+                   **({"autotune": len(m.autotune)} if m.autotune else {}),
+                   **({"heuristics": len(m.heuristics)} if m.heuristics else {})})
         return 0
     _print_identity(m, reader)
     print(printable(f"  {len(kernels)} kernels, targets {', '.join(m.targets()) or 'none'}"))
@@ -186,6 +187,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             **_identity(m, reader),
             "variants": [variant_json(v, sources) for v in variants],
             **({"autotune": m.autotune} if m.autotune else {}),
+            **({"heuristics": m.heuristics} if m.heuristics else {}),
         })
         return 0
     _print_identity(m, reader, len(variants) if filtered else None)
@@ -204,7 +206,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if m.autotune:
         print(f"\nautotune records: {sum(len(a.get('entries', [])) for a in m.autotune)} chosen configs "
               f"for {len(m.autotune)} kernel(s)")
+    if m.heuristics:
+        print()
+        print(printable(_heuristics_line(m.heuristics)))
     return 0
+
+
+def _heuristics_line(records: list[dict]) -> str:
+    """``@triton.heuristics`` records (spec §6.4) in one line: which values are computed, from how many
+    recorded cases, for which kernels (the records themselves are in ``--json``)."""
+    names = sorted({str(n) for r in records for n in (r.get("names") or [])})
+    cases = sum(len(c) for r in records for c in (r.get("cases") or {}).values() if isinstance(c, list))
+    kernels = ", ".join(sorted(str(r.get("kernel")) for r in records))
+    return (f"heuristics records: {plural(cases, 'recorded case')} computing {', '.join(names) or '(nothing)'} "
+            f"for {kernels}")
 
 
 def _constexpr_text(v: Variant) -> str:
