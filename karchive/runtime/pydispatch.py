@@ -19,7 +19,7 @@ import hashlib
 import keyword
 import linecache
 import threading
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
 
 from . import args as args_module
@@ -64,16 +64,6 @@ POINTER_READ = '''\
         else:
             _k_p{i}, _k_d{i}, _k_v{i} = _k_info({a})
 '''
-
-
-class Hooks(NamedTuple):
-    """The functions the generated code calls (its globals besides ``_k_MISSING``, ``_k_info`` & co.)."""
-
-    cache: dict[Any, Any]
-    store: Callable[[Any, Any], None]
-    miss: Callable[..., Any]
-    slow: Callable[..., None]
-    grid_of: Callable[..., Any]
 
 
 def _tuple(items: list[str]) -> str:
@@ -166,11 +156,11 @@ def build(kernel: Kernel) -> Callable[..., None]:
                 cache.clear()
             cache[key] = target
 
-    hooks = Hooks(cache, store, kernel._miss, kernel._slow, kernel._grid_of)
+    # The generated code's globals: the helpers it calls, and this kernel's cache and fallbacks.
     namespace: dict[str, Any] = {
         "_k_MISSING": MISSING, "_k_info": pointer_info, "_k_args": args_module, "_k_mixed": mixed_key,
-        "_k_cache": hooks.cache, "_k_store": hooks.store, "_k_miss": hooks.miss, "_k_slow": hooks.slow,
-        "_k_grid_of": hooks.grid_of,
+        "_k_cache": cache, "_k_store": store, "_k_miss": kernel._miss, "_k_slow": kernel._slow,
+        "_k_grid_of": kernel._grid_of,
     }
     exec(_compile(render(kernel.plan)), namespace)  # noqa: S102 - our own template
     fn = namespace["launch"]
