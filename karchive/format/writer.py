@@ -213,15 +213,7 @@ class ArchiveWriter:
         # The manifest frame also carries tar's end-of-archive marker (two zero blocks).
         emit([(MANIFEST_NAME, manifest_bytes)], plain, 0, trailer=bytes(2 * TAR_BLOCK), content=False)
 
-        index = {
-            "frames": frames,
-            "members": members,
-            "manifest": MANIFEST_NAME,
-            "manifest_sha256": sha256_hex(manifest_bytes),
-            "dictionary": DICTIONARY_NAME if dict_bytes is not None else None,
-            "dictionary_sha256": sha256_hex(dict_bytes) if dict_bytes is not None else None,
-        }
-        self._finish(out, index, stats)
+        self._finish(out, frames, members, manifest_bytes, dict_bytes, stats)
         return bytes(out)
 
     def _to_bytes_v2(self, manifest: dict) -> bytes:
@@ -297,19 +289,20 @@ class ArchiveWriter:
                 stats.members += 1
                 if name not in owner:  # the kernels' members are located by their shards
                     members.append([name, i, offset, size])
+        self._finish(out, frames, members, header_bytes, dict_bytes, stats)
+        return bytes(out)
+
+    def _finish(self, out: bytearray, frames: list, members: list, manifest_bytes: bytes, dict_bytes: bytes | None,
+                stats: WriteStats) -> None:
+        """Append the index frame (spec §3; the same shape in both versions) and the footer; record the totals."""
         index = {
             "frames": frames,
             "members": members,
             "manifest": MANIFEST_NAME,
-            "manifest_sha256": sha256_hex(header_bytes),
+            "manifest_sha256": sha256_hex(manifest_bytes),
             "dictionary": DICTIONARY_NAME if dict_bytes is not None else None,
             "dictionary_sha256": sha256_hex(dict_bytes) if dict_bytes is not None else None,
         }
-        self._finish(out, index, stats)
-        return bytes(out)
-
-    def _finish(self, out: bytearray, index: dict, stats: WriteStats) -> None:
-        """Append the index frame and the footer; record the totals."""
         index_payload = zstandard.ZstdCompressor(level=19, write_content_size=True, write_checksum=True).compress(
             canonical_json(index)
         )
@@ -320,7 +313,7 @@ class ArchiveWriter:
             SKIPPABLE_HEADER.size + len(index_payload), hashlib.sha256(index_payload).digest(),
         )
         out += SKIPPABLE_HEADER.pack(FOOTER_FRAME_MAGIC, len(payload)) + payload
-        stats.frames = len(index["frames"])
+        stats.frames = len(frames)
         stats.archive_bytes = len(out)
         self.stats = stats
 
