@@ -40,6 +40,7 @@ from ..errors import ConflictError, NotFoundError, RegistryError, RegistryMetada
 from .cache import _write_small, registry_key
 from .config import redact_url
 from .filelock import FileLock
+from .layout import version_record_path
 from .records import VersionRecord
 from .refs import Ref, check_name, check_version
 from .versions import newest
@@ -62,6 +63,8 @@ _SNAPSHOT_FILE = re.compile(r"[1-9][0-9]{0,15}\.json")
 DEFAULT_SNAPSHOT_EXPIRY = datetime.timedelta(days=30)
 DEFAULT_TIMESTAMP_EXPIRY = datetime.timedelta(days=1)
 _ENTRY_FIELDS = {"sha256", "size", "index_sha256"}
+#: A version record is a few hundred bytes (its kernel and target lists make it longer); far larger is hostile.
+MAX_RECORD_BYTES = 1024 * 1024
 UTC = datetime.timezone.utc
 
 
@@ -214,6 +217,15 @@ def load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | No
     section (TUF's client workflow, steps for the timestamp then the snapshot): signatures, then
     rollback against this cache's marks, then expiry; the snapshot must be exactly the object the
     timestamp names. Raises :class:`RegistryMetadataError`; on success the marks rise."""
+    try:
+        return _load_trusted(reg, policy, now)
+    except RegistryMetadataError as exc:  # errors from the document layer know no registry or policy
+        exc.registry = exc.registry or reg.url
+        exc.policy_sha256 = exc.policy_sha256 or policy.sha256
+        raise
+
+
+def _load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | None) -> TrustedMetadata:
     from ..trust import reasons
     from ..trust.metadata import (MAX_SNAPSHOT_BYTES, MAX_TIMESTAMP_BYTES, SNAPSHOT_TYPE, TIMESTAMP_TYPE, Timestamp,
                                   fmt_time, parse_envelope, verify_envelope)
@@ -275,16 +287,22 @@ def load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | No
 
 
 def _read_bounded(store: Store, path: str, limit: int) -> bytes | None:
-    """The object, refusing one far larger than any honest document before reading it whole."""
+    """The object, or None if absent; never more than ``limit + 1`` bytes are fetched (one ranged read:
+    a stat would also work, but fsspec answers it from a listing cache that can predate the object)."""
     from ..trust import reasons
 
-    size = store.size(path)
-    if size is None:
+    try:
+        data = store.read_range(path, 0, limit + 1)
+    except FileNotFoundError:
         return None
-    if size > limit:
-        raise RegistryMetadataError(f"{store.url}/{path} is {size} bytes; registry metadata is at most {limit}",
-                                    reason=reasons.METADATA_MALFORMED, registry=store.url)
-    return store.read(path)
+    except Exception:  # noqa: BLE001 - a backend without ranged reads of this object: read it whole, with retries
+        data = store.read(path)
+        if data is None:
+            return None
+    if len(data) > limit:
+        raise RegistryMetadataError(f"{store.url}/{path} is larger than {limit} bytes; registry metadata is at most "
+                                    f"{limit}", reason=reasons.METADATA_MALFORMED, registry=store.url)
+    return data
 
 
 def requires_metadata(policy: TrustPolicy | None) -> bool:
@@ -309,6 +327,21 @@ def check_record(meta: TrustedMetadata, record: VersionRecord, reg: Registry, po
                       reg, policy, role="snapshot", version=meta.snapshot.version, archive=record.ref)
 
 
+def _read_record(reg: Registry, name: str, version: str) -> VersionRecord | None:
+    """The version record by one ranged read. (A whole-object read through s3fs first stats the object,
+    and the stat is answered from the listing cache an earlier listing in this process left: a record
+    created since would read as absent, and a withheld-version alarm would be false.)"""
+    path = version_record_path(name, version)
+    data = _read_bounded(reg.store, path, MAX_RECORD_BYTES)
+    if data is None:
+        return None
+    record = VersionRecord.from_json(data, f"{reg.url}/{path}")
+    if (record.name, record.version) != (name, version):
+        raise RegistryError(f"{reg.url}/{path}: record describes {record.ref}, not {name}@{version} (damaged registry)",
+                            registry=reg.url)
+    return record
+
+
 def resolve_with_metadata(reg: Registry, ref: Ref, policy: TrustPolicy) -> VersionRecord:
     """``NAME@VERSION`` or ``NAME@latest`` resolved through the verified snapshot (never through the
     registry's own listing, which a writer-compromised bucket controls)."""
@@ -323,7 +356,7 @@ def resolve_with_metadata(reg: Registry, ref: Ref, policy: TrustPolicy) -> Versi
                           version=meta.snapshot.version, archive=str(ref))
     else:
         version = ref.version
-    record = reg.cache.recall(reg.url, ref.name, version) or reg._read_record(ref.name, version)
+    record = reg.cache.recall(reg.url, ref.name, version) or _read_record(reg, ref.name, version)
     if record is None:
         if meta.snapshot.entry(ref.name, version) is not None:
             raise _refuse(reasons.VERSION_WITHHELD, f"{ref.name}@{version} is in the signed snapshot of {reg.url} "
@@ -349,11 +382,13 @@ class MetadataUpdate:
     names: int
     versions: int
     attempts: int = 1  # > 1: another writer issued a snapshot meanwhile, and this one took the next number
+    timestamp_snapshot: int = 0  # the snapshot the timestamp names: the newest (another writer's, after a race)
 
     def to_json(self) -> dict[str, Any]:
         return {"registry": self.registry, "snapshot": {"version": self.snapshot_version, "created": self.snapshot_created,
                                                         "expires": self.snapshot_expires},
-                "timestamp": {"version": self.timestamp_version, "expires": self.timestamp_expires},
+                "timestamp": {"version": self.timestamp_version, "expires": self.timestamp_expires,
+                              "snapshot": self.timestamp_snapshot},
                 "names": self.names, "versions": self.versions, "attempts": self.attempts}
 
 
@@ -385,13 +420,26 @@ def _current_timestamp_version(store: Store) -> int:
 
 
 def _collect(reg: Registry) -> dict[str, dict[str, SnapshotEntry]]:
+    """Every version record, from the listing (writers can always list); the derived name index only
+    saves reads, and a damaged one is ignored rather than trusted or fatal."""
     names: dict[str, dict[str, SnapshotEntry]] = {}
     try:
-        records = reg.list()
+        all_names = reg.names()
     except NotFoundError:
-        records = []
-    for record in records:
-        names.setdefault(record.name, {})[record.version] = SnapshotEntry.of(record)
+        all_names = []
+    for name in all_names:
+        try:
+            index = reg._read_name_index(name) or {}
+        except RegistryError:
+            index = {}
+        for version in reg._listed_versions(name):
+            try:
+                check_version(version)
+            except RegistryError:
+                continue  # a stray file beside the records is not a version
+            record = index.get(version) or reg._read_record(name, version)
+            if record is not None:
+                names.setdefault(name, {})[version] = SnapshotEntry.of(record)
     return {n: dict(sorted(vs.items())) for n, vs in sorted(names.items())}
 
 
@@ -445,6 +493,7 @@ def update_metadata(reg: Registry, keys: Sequence[SigningKey], *, snapshot: bool
     store = reg.store
     attempts = 0
     created = False
+    snap: Snapshot | None = None
     if snapshot:
         if not keys:
             raise RegistryError("issuing a snapshot needs a signing key (--registry-key KEY)")
@@ -468,13 +517,15 @@ def update_metadata(reg: Registry, keys: Sequence[SigningKey], *, snapshot: bool
     ts_keys = list(timestamp_keys or keys)
     if not ts_keys:
         raise RegistryError("re-signing the timestamp needs a signing key (--key KEY)")
-    ts_version, snap_number, snap_expires, snap_count = _write_timestamp(reg, ts_keys, now, timestamp_expires, rounds)
-    return MetadataUpdate(reg.url, snap_number, created, ts_version, fmt_time(snap_expires),
-                          fmt_time(now + timestamp_expires), snap_count[0], snap_count[1], max(attempts, 1))
+    ts_version, current = _write_timestamp(reg, ts_keys, now, timestamp_expires, rounds)
+    mine = snap if created and snap is not None else current  # a racing writer's newer snapshot may be the one the timestamp names
+    return MetadataUpdate(reg.url, mine.version, created, ts_version, fmt_time(mine.expires),
+                          fmt_time(now + timestamp_expires), len(mine.names), mine.count(), max(attempts, 1),
+                          current.version)
 
 
 def _write_timestamp(reg: Registry, keys: Sequence[SigningKey], now: datetime.datetime,
-                     expires: datetime.timedelta, rounds: int) -> tuple[int, int, datetime.datetime, tuple[int, int]]:
+                     expires: datetime.timedelta, rounds: int) -> tuple[int, Snapshot]:
     """Replace the timestamp with one naming the newest snapshot, then re-list: if a newer snapshot
     appeared meanwhile (its writer's timestamp may have been overwritten by ours), write again. The
     last timestamp written therefore names the newest snapshot."""
@@ -492,7 +543,7 @@ def _write_timestamp(reg: Registry, keys: Sequence[SigningKey], now: datetime.da
         ts = Timestamp(version, now, now + expires, number, hashlib.sha256(data).hexdigest(), len(data))
         store.replace(TIMESTAMP_PATH, sign_payload(TIMESTAMP_TYPE, ts.to_payload(), keys).to_bytes())
         if _listed_snapshots(store)[-1:] == [number]:
-            return version, number, snap.expires, (len(snap.names), snap.count())
+            return version, snap
     raise ConflictError(f"{reg.url}: snapshots kept changing while the timestamp was written; try again",
                         registry=reg.url)
 
