@@ -291,14 +291,15 @@ def _read_bounded(store: Store, path: str, limit: int) -> bytes | None:
     a stat would also work, but fsspec answers it from a listing cache that can predate the object)."""
     from ..trust import reasons
 
+    data: bytes | None
     try:
         data = store.read_range(path, 0, limit + 1)
     except FileNotFoundError:
         return None
     except Exception:  # noqa: BLE001 - a backend without ranged reads of this object: read it whole, with retries
         data = store.read(path)
-        if data is None:
-            return None
+    if data is None:
+        return None
     if len(data) > limit:
         raise RegistryMetadataError(f"{store.url}/{path} is larger than {limit} bytes; registry metadata is at most "
                                     f"{limit}", reason=reasons.METADATA_MALFORMED, registry=store.url)
