@@ -400,3 +400,42 @@ def test_refresh_on_a_registry_without_a_snapshot_says_how_to_start(keys, tmp_pa
     with pytest.raises(KarchiveError, match="--snapshot"):
         reg.update_metadata([keys["alice"]], snapshot=False)
     assert reg.update_metadata([keys["alice"]]).snapshot_version == 1
+
+
+def test_an_http_registry_serves_the_metadata_without_listing(keys, tmp_path: Path) -> None:
+    from registry_servers import StaticHTTPServer
+
+    root = tmp_path / "served"
+    writer = Registry(root / "registry", cache=tmp_path / "w")
+    writer.publish(small_archive("examples", "0.1.0"), sign=[keys["ci"]], registry_keys=[keys["alice"]])
+    writer.publish(small_archive("examples", "0.2.0"), sign=[keys["ci"]])  # not in the snapshot
+    http = StaticHTTPServer(root)
+    try:
+        policy = meta_policy(tmp_path / "p.toml", keys)
+        reg = Registry(f"{http.url}/registry", cache=tmp_path / "c")
+        assert reg.resolve("examples").version == "0.2.0"  # the name index, without the metadata
+        assert reg.pull("examples", trust=policy).record.version == "0.1.0"  # the snapshot's latest
+        refused(reg, "examples@0.2.0", policy, reasons.VERSION_NOT_IN_SNAPSHOT)
+        assert any(r["path"].endswith("/metadata/snapshots/1.json") for r in http.log)
+        (root / "registry" / TIMESTAMP_PATH).unlink()
+        refused(Registry(f"{http.url}/registry", cache=tmp_path / "c2"), "examples@0.1.0", policy,
+                reasons.METADATA_MISSING)
+    finally:
+        http.stop()
+
+
+def test_a_timestamp_signed_as_a_snapshot_is_refused(keys, tmp_path: Path) -> None:
+    """PAE binds the payload type: the snapshot key's signature over a timestamp body presented with the
+    snapshot's payload type does not make it a timestamp."""
+    from karchive.trust.metadata import SNAPSHOT_TYPE, TIMESTAMP_TYPE, sign_payload
+
+    reg = Registry(tmp_path / "registry", cache=tmp_path / "w")
+    reg.publish(small_archive("examples", "0.1.0"), sign=[keys["ci"]], registry_keys=[keys["alice"]])
+    from karchive.trust.dsse import Envelope
+
+    ts = Envelope.parse(reg.store.read(TIMESTAMP_PATH))
+    assert ts.payload_type == TIMESTAMP_TYPE
+    reg.store.replace(TIMESTAMP_PATH, sign_payload(SNAPSHOT_TYPE, ts.payload, [keys["alice"]]).to_bytes())
+    e = refused(Registry(tmp_path / "registry", cache=tmp_path / "c"), "examples", meta_policy(tmp_path / "p.toml", keys),
+                reasons.METADATA_SIGNATURE)
+    assert [r["reason"] for r in e.rejected] == [reasons.WRONG_PAYLOAD_TYPE]
