@@ -2,11 +2,12 @@
 digests, and the short-lived *timestamp* that signs the snapshot's version and digest (TUF's snapshot
 and timestamp roles, without its root and targets roles).
 
-This module knows the documents and their signatures only: their canonical JSON, strict parsing of
-untrusted payloads, signing with Ed25519 in DSSE envelopes (:mod:`.dsse`), and verification against a
-trust policy's ``[registry]`` section (:mod:`.registry_policy`) with the policy's own keys, revocations
-and key windows. Where the documents live in a registry, and the client's memory of the newest it
-verified, are :mod:`karchive.registry.metadata`.
+This module holds what needs no registry: the timestamp document, the strict field parsers both
+documents use (untrusted payloads), signing with Ed25519 in DSSE envelopes (:mod:`.dsse`), and
+verification against a trust policy's ``[registry]`` section (:mod:`.registry_policy`) with the
+policy's own keys, revocations and key windows. The snapshot document names registry names and
+versions, so it lives with them in :mod:`karchive.registry.metadata` (the trust layer does not import
+the registry), as do where the documents are stored and the client's memory of the newest it verified.
 """
 
 from __future__ import annotations
