@@ -439,3 +439,18 @@ def test_a_timestamp_signed_as_a_snapshot_is_refused(keys, tmp_path: Path) -> No
     e = refused(Registry(tmp_path / "registry", cache=tmp_path / "c"), "examples", meta_policy(tmp_path / "p.toml", keys),
                 reasons.METADATA_SIGNATURE)
     assert [r["reason"] for r in e.rejected] == [reasons.WRONG_PAYLOAD_TYPE]
+
+
+def test_an_expired_snapshot_under_a_fresh_timestamp_is_refused(keys, tmp_path: Path) -> None:
+    """Re-signing only the timestamp cannot keep a snapshot alive past its own expiry."""
+    reg = Registry(tmp_path / "registry", cache=tmp_path / "w")
+    reg.publish(small_archive("examples", "0.1.0"), sign=[keys["ci"]])
+    reg.update_metadata([keys["alice"]], now=PAST, snapshot_expires=datetime.timedelta(days=2))
+    fresh = reg.update_metadata([keys["alice"]], snapshot=False)
+    assert not fresh.snapshot_created and fresh.snapshot_expires < fresh.timestamp_expires
+    e = refused(Registry(tmp_path / "registry", cache=tmp_path / "c"), "examples",
+                meta_policy(tmp_path / "p.toml", keys), reasons.METADATA_EXPIRED)
+    assert (e.role, e.version) == ("snapshot", 1) and "--snapshot" in str(e)
+    assert reg.update_metadata([keys["alice"]]).snapshot_version == 2
+    assert Registry(tmp_path / "registry", cache=tmp_path / "c").pull(
+        "examples", trust=meta_policy(tmp_path / "p.toml", keys)).record.version == "0.1.0"
