@@ -337,6 +337,24 @@ class DowngradeError(TrustError):
     resolved: str | None = None
 
 
+class RegistryMetadataError(TrustError):
+    """Signed registry metadata (spec/SIGNING.md §11: the snapshot of every name's versions and the
+    timestamp that signs it) is missing, malformed, not signed as the policy's ``[registry]`` section
+    asks, expired, older than what this cache verified (a rollback), or disagrees with the registry
+    (a version withheld, or one it lacks). ``reason`` is the code; ``role`` is ``snapshot`` or
+    ``timestamp`` where one document is at fault; ``version`` its version number and ``seen`` the
+    highest this cache verified; ``rejected`` lists the signatures that did not count."""
+
+    reason: str = "metadata-malformed"
+    registry: str | None = None
+    role: str | None = None
+    version: int | None = None
+    seen: int | None = None
+    expires: str | None = None
+    rejected: tuple[dict, ...] = ()
+    policy_sha256: str | None = None
+
+
 # --- where karchive writes ------------------------------------------------------------------------
 class DestinationError(KarchiveError, OSError):
     """A file or directory karchive was asked to write cannot be written there: a directory where a

@@ -19,6 +19,7 @@ COMMAND_MODULES = (
     "cache_cmds",     # export-triton-cache, import-triton-cache
     "diff_cmds",      # diff
     "trust_cmds",     # keygen, sign
+    "regmeta_cmds",   # registry-meta refresh, registry-meta show
     "rebuild_cmds",   # rebuild --check
     "doctor_cmds",    # doctor
 )

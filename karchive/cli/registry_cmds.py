@@ -63,11 +63,16 @@ def cmd_publish(args: argparse.Namespace) -> int:
         from ..trust.buildinfo import load_build_info
 
         info = load_build_info(args.provenance)
-    result = reg.publish(args.archive, sign=keys, build_info=info, sidecar=not args.no_sidecar)
+    from .regmeta_cmds import metadata_lines, registry_keys
+
+    meta_keys = registry_keys(args.registry_key, args.passphrase_env)
+    result = reg.publish(args.archive, sign=keys, build_info=info, sidecar=not args.no_sidecar,
+                         registry_keys=meta_keys)
     sigs = [{"key_id": s.key_id, "created": s.created, "source": s.source} for s in result.signatures]
     if args.json:
         emit_json({"registry": result.registry, "created": result.created, "index_current": result.index_current,
-                   "signatures": sigs, **result.record.to_dict()})
+                   "signatures": sigs, **result.record.to_dict(),
+                   **({"metadata": result.metadata.to_json()} if result.metadata else {})})
     else:
         verb = "published" if result.created else "already published (identical bytes, nothing to do):"
         print(f"{verb} {result.record.ref} sha256:{result.record.sha256} ({human_bytes(result.record.size)}) "
@@ -75,6 +80,8 @@ def cmd_publish(args: argparse.Namespace) -> int:
         for s in result.signatures:
             how = "stored" if s.created else "already stored"
             print(f"  signature by key {s.key_id[:16]} ({'signed now' if s.source == 'key' else 'from the sidecar'}): {how}")
+        if result.metadata is not None:
+            print("\n".join(printable(line) for line in metadata_lines(result.metadata)))
         if not result.index_current:
             print("warning: the derived indexes could not be refreshed; run `karchive reindex`", file=sys.stderr)
     return 0
@@ -244,6 +251,9 @@ def register(sub: Any) -> None:
     p.add_argument("--provenance", metavar="BUILDINFO", help="build info (JSON) for the statement --sign signs")
     p.add_argument("--no-sidecar", action="store_true",
                    help="do not store the signatures of ARCHIVE.sig.json (stored by default when it exists)")
+    from .regmeta_cmds import add_registry_key_arg
+
+    add_registry_key_arg(p)
     _common(p, cache=False)
     p.set_defaults(func=cmd_publish)
 

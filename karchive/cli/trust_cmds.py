@@ -37,6 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--registry", metavar="URL",
                    help="for NAME@VERSION: the registry (default: $KARCHIVE_REGISTRY, else the local registry)")
     s.add_argument("--cache-dir", metavar="DIR", help="for NAME@VERSION: the local cache the archive is verified in")
+    from .regmeta_cmds import add_registry_key_arg
+
+    add_registry_key_arg(s)
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_sign)
 
@@ -88,6 +91,9 @@ def cmd_sign(args: argparse.Namespace) -> int:
         return _sign_published(args)
     if args.registry:
         raise FileNotFoundError(f"{args.archive}: --registry signs a published NAME@VERSION, not a file")
+    if args.registry_key:
+        raise FileNotFoundError(f"{args.archive}: --registry-key signs a registry's metadata; it goes with a published "
+                                "NAME@VERSION, not a file")
     if not os.path.isfile(args.archive):
         raise FileNotFoundError(f"{args.archive}: no such archive file (sign a local .karc; publish it afterwards)")
     key = load_private_key(args.key, passphrase(args.passphrase_env))
@@ -114,15 +120,21 @@ def _sign_published(args: argparse.Namespace) -> int:
                          "its own object; publish a new version to start over)")
     key = load_private_key(args.key, passphrase(args.passphrase_env))
     info = load_build_info(args.provenance) if args.provenance else None
+    from .regmeta_cmds import metadata_lines, registry_keys
+
+    meta_keys = registry_keys(args.registry_key, args.passphrase_env)
     reg = Registry(args.registry, storage_options_from_env(), cache=args.cache_dir)
-    out = reg.sign(args.archive, key, build_info=info)
+    out = reg.sign(args.archive, key, build_info=info, registry_keys=meta_keys)
     if args.json:
         emit_json({"registry": out.registry, "archive": out.record.ref, "sha256": out.record.sha256,
                    "key_id": out.signature.key_id, "created": out.signature.created,
-                   "index_current": out.index_current, "signers": reg.signers(out.record.ref)})
+                   "index_current": out.index_current, "signers": reg.signers(out.record.ref),
+                   **({"metadata": out.metadata.to_json()} if out.metadata else {})})
         return 0
     verb = "signed" if out.signature.created else "already signed (identical signature, nothing to do):"
     print(printable(f"{verb} {out.record.ref} (sha256 {out.record.sha256}) with key {key.key_id[:16]} in {out.registry}"))
+    if out.metadata is not None:
+        print("\n".join(printable(line) for line in metadata_lines(out.metadata)))
     if not out.index_current:
         print("warning: the derived signature index could not be refreshed; run `karchive reindex`")
     return 0

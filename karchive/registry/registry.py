@@ -48,6 +48,7 @@ from .versions import newest, sort_versions, version_key
 
 if TYPE_CHECKING:  # pragma: no cover - signing needs cryptography; naming the types does not
     from ..trust.enforce import TrustArg
+    from .metadata import MetadataUpdate
     from ..trust.keys import SigningKey
     from ..trust.policy import TrustPolicy
 
@@ -68,6 +69,7 @@ class PublishResult:
     registry: str
     index_current: bool = True  # False: the derived indexes could not be refreshed (records are fine)
     signatures: tuple[StoredSignature, ...] = ()
+    metadata: MetadataUpdate | None = None  # with registry_keys: the snapshot and timestamp issued
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ class SignResult:
     signature: StoredSignature
     registry: str
     index_current: bool = True  # False: the derived signature index could not be refreshed
+    metadata: MetadataUpdate | None = None  # with registry_keys: the snapshot and timestamp issued
 
 
 def _listing(names: list[str], limit: int = 20) -> str:
@@ -228,13 +231,29 @@ class Registry:
 
     # -- publishing -------------------------------------------------------------------------------
     def publish(self, archive: str | os.PathLike, *, sign: Sequence[SigningKey] = (),
-                build_info: dict[str, Any] | None = None, sidecar: bool = True) -> PublishResult:
-        """Verify ``archive`` and publish it under the name and version in its manifest.
+                build_info: dict[str, Any] | None = None, sidecar: bool = True,
+                registry_keys: Sequence[SigningKey] = ()) -> PublishResult:
+        """Verify ``archive`` and publish it under the name and version in its manifest; with
+        ``registry_keys``, then issue the registry's next signed snapshot and timestamp (spec/SIGNING.md
+        §11), which list it.
 
         Each key in ``sign`` signs it (``build_info`` goes into the provenance statement), and with
         ``sidecar`` the signatures in ``ARCHIVE.sig.json`` are stored too, each beside the blob as
         its signer's object (REGISTRY.md §3). Signing an already published, identical version adds
         the signatures; the version itself is never changed."""
+        result = self._publish(archive, sign=sign, build_info=build_info, sidecar=sidecar)
+        if registry_keys:
+            result = dataclasses.replace(result, metadata=self.update_metadata(registry_keys))
+        return result
+
+    def update_metadata(self, keys: Sequence[SigningKey], **options: Any) -> MetadataUpdate:
+        """Issue a new signed snapshot and timestamp (:func:`karchive.registry.metadata.update_metadata`)."""
+        from .metadata import update_metadata
+
+        return update_metadata(self, keys, **options)
+
+    def _publish(self, archive: str | os.PathLike, *, sign: Sequence[SigningKey], build_info: dict[str, Any] | None,
+                 sidecar: bool) -> PublishResult:
         if not self.store.writable:
             raise RegistryError(f"registry {self.url} is read-only; publish to the directory or bucket it serves")
         source = Path(archive)
@@ -310,12 +329,14 @@ class Registry:
             current = False
         return dataclasses.replace(result, signatures=stored, index_current=current)
 
-    def sign(self, ref: str | Ref, key: SigningKey, *, build_info: dict[str, Any] | None = None) -> SignResult:
+    def sign(self, ref: str | Ref, key: SigningKey, *, build_info: dict[str, Any] | None = None,
+             registry_keys: Sequence[SigningKey] = ()) -> SignResult:
         """Add ``key``'s signature to the published ``NAME@VERSION`` (REGISTRY.md §3).
 
         The archive is pulled into the cache and verified first (its sha256 must be the record's), so
         the signer signs the bytes the registry serves. The version stays immutable: a signature is a
-        separate object, created exclusively, so signers working at once never lose one another's."""
+        separate object, created exclusively, so signers working at once never lose one another's.
+        With ``registry_keys``, the registry's signed snapshot and timestamp are then issued anew."""
         if not self.store.writable:
             raise RegistryError(f"registry {self.url} is read-only; sign in the directory or bucket it serves")
         ref = parse_ref(ref) if isinstance(ref, str) else ref
@@ -336,7 +357,8 @@ class Registry:
             current = True
         except RegistryError:
             current = False  # the signature is stored; `karchive reindex` repairs the derived index
-        return SignResult(record, StoredSignature(key.key_id, created, "key"), self.url, current)
+        metadata = self.update_metadata(registry_keys) if registry_keys else None
+        return SignResult(record, StoredSignature(key.key_id, created, "key"), self.url, current, metadata)
 
     def signers(self, ref: str | Ref) -> builtins.list[str]:
         """Key ids that have a signature object for ``ref`` (claimed, not verified: see :meth:`open`)."""
@@ -419,11 +441,13 @@ class Registry:
 
     # -- pulling and opening ----------------------------------------------------------------------
     def record_for(self, ref: str | Ref, lockfile: Lockfile | str | os.PathLike | None = None, *,
-                   allow_downgrade: bool = False) -> VersionRecord:
+                   allow_downgrade: bool = False, policy: TrustPolicy | None = None) -> VersionRecord:
         """Resolve, preferring what needs no network: a lockfile pin or a cached (immutable) record.
 
         ``NAME@latest`` that resolves below a version this cache already verified under a trust
-        policy is refused (:class:`~karchive.errors.DowngradeError`) unless ``allow_downgrade``."""
+        policy is refused (:class:`~karchive.errors.DowngradeError`) unless ``allow_downgrade``. Under a
+        ``policy`` that requires signed registry metadata, references without a lockfile resolve through
+        the verified snapshot (:mod:`.metadata`; a lockfile pin is already the chosen version)."""
         ref = parse_ref(ref) if isinstance(ref, str) else ref
         lock = load_lockfile(lockfile)
         if lock is not None:
@@ -432,6 +456,12 @@ class Registry:
                 return VersionRecord(pin.name, pin.version, pin.sha256, pin.size, pin.index_sha256)
             record = self.cache.recall(self.url, pin.name, pin.version) or self.resolve(Ref(pin.name, pin.version))
             lock.check(record)
+        elif policy is not None and policy.registry is not None and policy.registry.require_signed_metadata:
+            from .metadata import resolve_with_metadata
+
+            record = resolve_with_metadata(self, ref, policy)
+            if ref.version is None and not allow_downgrade:
+                check_downgrade(self.cache, self.url, record)
         elif ref.version is not None:
             record = self.cache.recall(self.url, ref.name, ref.version) or self.resolve(ref)
         else:
@@ -458,7 +488,7 @@ class Registry:
 
         policy = resolve_policy(trust)
         lock = load_lockfile(lockfile)
-        record = self.record_for(ref, lock, allow_downgrade=allow_downgrade)
+        record = self.record_for(ref, lock, allow_downgrade=allow_downgrade, policy=policy)
         path, downloaded = self.fetch(record)
         verdict = None
         if policy is not None:
@@ -503,7 +533,7 @@ class Registry:
             raise RegistryError(f"fetch mode must be auto, lazy or full, not {mode!r}")
         policy = resolve_policy(trust)
         lock = load_lockfile(lockfile)
-        record = self.record_for(ref, lock, allow_downgrade=allow_downgrade)
+        record = self.record_for(ref, lock, allow_downgrade=allow_downgrade, policy=policy)
         limits = limits or Limits()
         cached = self.cache.lookup(record.sha256, record.size, name=record.name, version=record.version)
         if cached is None and (mode == "full" or (mode == "auto" and self.store.is_local)):

@@ -25,12 +25,13 @@ else:  # Python 3.10: the `trust` extra installs tomli
 
 from ..errors import KeyFileError, TrustPolicyError
 from .keys import PublicKey, parse_inline_public_key
+from .registry_policy import RegistryRules, parse_registry_section
 
 POLICY_VERSION = 1
 MAX_POLICY_BYTES = 1024 * 1024
 _KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
-_TOP = {"version", "keys", "rules", "revoked"}
+_TOP = {"version", "keys", "rules", "revoked", "registry"}
 _KEY_FIELDS = {"name", "public_key", "id", "not_before", "not_after"}
 _RULE_FIELDS = {"names", "keys", "threshold"}
 
@@ -76,6 +77,8 @@ class TrustPolicy:
     revoked: frozenset[str]
     sha256: str
     source: str = "<policy>"
+    #: The ``[registry]`` section: signed registry metadata (spec/SIGNING.md §11); None when absent.
+    registry: RegistryRules | None = None
 
     def rule_for(self, archive_name: str) -> Rule | None:
         """The first rule, in file order, whose patterns match the name (like a firewall's rules)."""
@@ -195,4 +198,5 @@ def _parse(doc: dict, sha256: str, path: str) -> TrustPolicy:
         rules.append(Rule(tuple(pats), tuple(dict.fromkeys(rkeys)), threshold, i))
     if not rules:
         raise bad("no [[rules]]: the policy would refuse every archive; add a rule (names = [\"*\"] for all)")
-    return TrustPolicy(tuple(keys), tuple(rules), frozenset(revoked), sha256, path)
+    registry = parse_registry_section(doc.get("registry"), names, path)
+    return TrustPolicy(tuple(keys), tuple(rules), frozenset(revoked), sha256, path, registry)

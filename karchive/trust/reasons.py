@@ -37,6 +37,16 @@ DOWNGRADE = "downgrade"                    # NAME@latest resolved below a versio
 PINNED_SIGNER_MISSING = "pinned-signer-missing"  # a lockfile pins a signer whose signature does not count now
 POLICY_REQUIRED = "policy-required"        # a lockfile pins signers, but no trust policy was given
 
+# Signed registry metadata (spec/SIGNING.md §11; RegistryMetadataError).
+METADATA_MISSING = "metadata-missing"      # the policy requires registry metadata; the registry has none
+METADATA_MALFORMED = "metadata-malformed"  # a snapshot/timestamp is not a document of §11.2
+METADATA_SIGNATURE = "metadata-signature"  # bad, untrusted or too few signatures on a snapshot/timestamp
+METADATA_EXPIRED = "metadata-expired"      # the snapshot or timestamp is past its expiry (freeze)
+METADATA_ROLLBACK = "metadata-rollback"    # older snapshot/timestamp than this cache already verified
+METADATA_MISMATCH = "metadata-mismatch"    # the timestamp's snapshot digest, or a record's digests, differ
+VERSION_NOT_IN_SNAPSHOT = "version-not-in-snapshot"  # the registry serves a version the snapshot lacks
+VERSION_WITHHELD = "version-withheld"      # the snapshot lists a version the registry does not serve
+
 #: Per-signature codes in the order verification reaches them (spec/SIGNING.md §6).
 STAGE = {
     MALFORMED_ENVELOPE: 0,
@@ -77,4 +87,12 @@ MEANING = {
     DOWNGRADE: "the newest version is older than one this cache already verified (possible rollback)",
     PINNED_SIGNER_MISSING: "a signer the lockfile pins does not sign this archive validly now",
     POLICY_REQUIRED: "the lockfile pins signers; checking them needs a trust policy",
+    METADATA_MISSING: "the trust policy requires signed registry metadata and the registry has none",
+    METADATA_MALFORMED: "the registry metadata is not a valid snapshot or timestamp",
+    METADATA_SIGNATURE: "the registry metadata is not signed by enough trusted keys",
+    METADATA_EXPIRED: "the registry metadata has expired (the registry may be frozen)",
+    METADATA_ROLLBACK: "the registry metadata is older than metadata this cache already verified (rollback)",
+    METADATA_MISMATCH: "the registry's contents differ from what its signed metadata says",
+    VERSION_NOT_IN_SNAPSHOT: "the version is not in the registry's signed snapshot",
+    VERSION_WITHHELD: "the registry's signed snapshot lists a version the registry does not serve (withheld)",
 }
