@@ -1,8 +1,11 @@
 """Canonical source names: what an archive's source locations say instead of machine paths.
 
-Triton names a kernel's source file by absolute path: ``JITFunction.file_name`` is the function's
-``co_filename`` (``triton/runtime/jit.py``), and the code generator passes it to every location it
-creates (``compiler/code_generator.py``: ``builder.set_loc`` / ``create_loc``). From there the path
+Triton names a kernel's source file by absolute path, the Python function's ``co_filename``, and the
+code generator passes it to every location it creates (``compiler/code_generator.py``:
+``builder.set_loc`` / ``create_loc``). Where it reads it depends on the release: Triton 3.4 to 3.7
+read ``fn.fn.__code__.co_filename`` at each compile (``runtime/jit.py``: ``get_jit_fn_file_line``),
+Triton 3.8 and later copy it into ``JITFunction.file_name`` when the function is decorated and read
+that attribute. From there the path
 reaches TTIR/TTGIR ``loc(...)``, LLVM ``DIFile``, PTX ``.file`` and the DWARF line tables of the
 cubin/hsaco, and the helpers the kernel calls (``tl.max`` lives in ``triton/language/standard.py``)
 bring the Triton install's path too. Triton's cache key hashes source text, not the file name, so a
@@ -10,8 +13,9 @@ cache hit can also return artifacts compiled from another checkout.
 
 karchive names every source file by its **canonical name**, the module's import name as a relative
 path (``kernels.py``, ``pkg/ops.py``, ``pkg/__init__.py``, ``triton/language/standard.py``; a file
-given by path is imported as a top-level module named after the file), and points each JIT
-function's ``file_name`` at it for the duration of one compile (``-ffile-prefix-map`` for Triton).
+given by path is imported as a top-level module named after the file), and points both places at it
+(``file_name`` and the code object's ``co_filename``) for the duration of one compile
+(``-ffile-prefix-map`` for Triton).
 Lines and columns are untouched, so ``nvdisasm -g``, ``cuobjdump`` and profilers still map
 instructions to ``kernels.py:27``. The rules are normative: spec/FORMAT.md §12.
 """
@@ -20,13 +24,14 @@ from __future__ import annotations
 
 import ast
 import inspect
+import linecache
 import os
 import re
 import sys
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import ModuleType
+from types import FunctionType, ModuleType
 from typing import Any
 from collections.abc import Iterable, Iterator, Mapping
 
@@ -73,6 +78,45 @@ def _module_file(module: ModuleType) -> str | None:
     return f if isinstance(f, str) and os.path.isabs(f) else None
 
 
+def source_file(fn: Any) -> str | None:
+    """The file name Triton writes into ``fn``'s locations, read where this Triton release reads it.
+
+    Triton >= 3.8: the ``file_name`` attribute. Triton 3.4 to 3.7 have no such attribute and read the
+    Python function's ``__code__.co_filename`` at each compile.
+    """
+    name = getattr(fn, "file_name", None)
+    if isinstance(name, str):
+        return name
+    code = getattr(getattr(fn, "fn", None), "__code__", None)
+    name = getattr(code, "co_filename", None)
+    return name if isinstance(name, str) else None
+
+
+class _Renamed:
+    """What one rename changed on a JIT function, so it can be put back exactly."""
+
+    __slots__ = ("fn", "attr", "pyfn", "code")
+
+    def __init__(self, fn: Any, new: str) -> None:
+        self.fn = fn
+        self.attr = getattr(fn, "file_name", None)
+        pyfn = getattr(fn, "fn", None)
+        self.pyfn = pyfn if isinstance(pyfn, FunctionType) else None
+        self.code = self.pyfn.__code__ if self.pyfn is not None else None
+        if isinstance(self.attr, str):  # Triton >= 3.8 reads the attribute
+            fn.file_name = new
+        if self.pyfn is not None and self.code is not None and self.code.co_filename != new:
+            # Triton 3.4-3.7 read the code object's file name; a copy with another name changes nothing else
+            # (the function's behaviour, closure and line numbers are the same objects).
+            self.pyfn.__code__ = self.code.replace(co_filename=new)
+
+    def restore(self) -> None:
+        if isinstance(self.attr, str):
+            self.fn.file_name = self.attr
+        if self.pyfn is not None and self.code is not None:
+            self.pyfn.__code__ = self.code
+
+
 class _Namer:
     """Canonical names for absolute file paths, looked up through the modules Python has loaded."""
 
@@ -95,7 +139,7 @@ class _Namer:
 
     def module_of(self, fn: Any) -> tuple[str, bool] | None:
         """(import name, is package) of the module that defines ``fn``, if its file is that module's."""
-        file_name = getattr(fn, "file_name", None)
+        file_name = source_file(fn)
         attr = getattr(fn, "__module__", None)
         mod_name = attr if isinstance(attr, str) else None
         module = sys.modules.get(mod_name) if mod_name is not None else None
@@ -236,16 +280,17 @@ def module_sources(kernel: Any) -> list[SourceModule]:
 
 @contextmanager
 def canonical_locations(kernel: Any, extra_values: Iterable[Any] = ()) -> Iterator[Canonicalised]:
-    """Point ``file_name`` of every JIT function a compile of ``kernel`` can reach at its canonical name.
+    """Point the source file name of every JIT function a compile of ``kernel`` can reach at its canonical name.
 
     Renamed: the functions the kernel reaches by name, every module-level JIT function of their
     modules, and those of Triton's own modules (tensor methods such as ``x.sum()`` resolve there and
-    cannot be found from the source). Everything is restored on exit, so JIT calls made later in
-    the same process see Triton's usual absolute paths.
+    cannot be found from the source); in both places a Triton release may read it (:func:`source_file`).
+    Everything is restored on exit, so JIT calls made later in the same process see Triton's usual
+    absolute paths.
     """
     jit_type = jit_callable_type()
     namer = _Namer()
-    renamed: list[tuple[Any, str]] = []
+    renamed: list[_Renamed] = []
     names: set[str] = set()
     try:
         if jit_type is None:
@@ -255,19 +300,31 @@ def canonical_locations(kernel: Any, extra_values: Iterable[Any] = ()) -> Iterat
         modules, sources = _modules_and_sources(kernel, reached, namer, jit_type)
         done: set[int] = set()
         for fn in [*reached, *_module_level_functions(modules.values(), jit_type)]:
-            old = getattr(fn, "file_name", None)
-            if id(fn) in done or not isinstance(old, str):
+            old = source_file(fn)
+            if id(fn) in done or old is None:
                 continue
             done.add(id(fn))
             new = namer.name(old, fn)
-            if new != old:
-                renamed.append((fn, old))
-                fn.file_name = new
+            renamed.append(_Renamed(fn, new))  # sets only what differs; restore puts back the same objects
             names.add(new)
+        _forget_lines(names)
         yield Canonicalised(sorted(names), sources)
     finally:
-        for fn, old in reversed(renamed):
-            fn.file_name = old
+        for r in reversed(renamed):
+            r.restore()
+        _forget_lines(names)
+
+
+def _forget_lines(names: Iterable[str]) -> None:
+    """Drop :mod:`linecache` entries under canonical names.
+
+    Triton 3.4 calls ``inspect.getsourcelines`` on the kernel during a compile; under a canonical (relative)
+    name linecache finds the source through the module's loader and caches it by that name, which two
+    different modules with one name (two archives rebuilt in one process) would otherwise share.
+    """
+    for name in names:
+        if not os.path.isabs(name):
+            linecache.cache.pop(name, None)
 
 
 def _source_of(module: ModuleType, name: str) -> str:
