@@ -38,6 +38,11 @@ from collections.abc import Iterable, Iterator, Mapping
 #: Version of the naming rules; it enters the build cache namespace (buildenv.py) and provenance.build.
 SCHEME = 1
 
+#: Revision of how the names are put in place (the rules are :data:`SCHEME`'s). It enters the build cache
+#: namespace only: revision 1 set ``file_name`` alone, which Triton 3.5-3.7 never read, so its cache entries
+#: for those releases hold absolute paths and a build that hit them would be refused (issue 19).
+NAMING_REVISION = 2
+
 #: Module-name prefixes that belong to the toolchain: their sources are never stored in an archive
 #: (the toolchain version is recorded instead), but their locations are canonicalised all the same.
 TOOLCHAIN_MODULES = ("triton",)
