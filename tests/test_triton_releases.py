@@ -12,6 +12,7 @@ venvs every test is skipped with the command that makes them.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ import pytest
 
 from repro_support import clean_env, make_checkout, manifest, members
 from support import needs_triton
-from triton_releases import KERNELS, PROBES, TARGETS, Venv, build, floor, venvs
+from triton_releases import KERNELS, PROBES, ROOT, TARGETS, VENVS, Venv, build, floor, venvs
 
 pytestmark = pytest.mark.tritons
 
@@ -163,3 +164,17 @@ def test_a_release_without_file_name_is_named_from_the_code_object(tmp_path):
     finally:
         if saved is not None:
             fn.file_name = saved
+
+
+def test_a_second_run_of_tritons_sh_needs_no_package_index():
+    """CI runs tools/tritons.sh before every test run, the second time without network: venvs it made are
+    reused without pip (pip is pointed at nothing here, so any install attempt would fail)."""
+    if not _FOUND:
+        pytest.skip("no Triton release venvs (bash tools/tritons.sh)")
+    minors = [v.minor for v in _FOUND if v.key >= _FLOOR]
+    env = dict(clean_env(PIP_NO_INDEX="1", PIP_FIND_LINKS=os.devnull, PIP_CONFIG_FILE=os.devnull),
+               KARCHIVE_TRITON_VENVS=str(VENVS))
+    r = subprocess.run(["bash", str(ROOT / "tools" / "tritons.sh"), "--check", *minors], env=env, cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.count("ready, reused") == len(minors), r.stdout

@@ -4,6 +4,7 @@
 #
 #   bash tools/tritons.sh                 # the CI set: the oldest supported (pyproject.toml's floor), 3.6, 3.9
 #   bash tools/tritons.sh 3.5 3.7 3.8     # others; `all` = every minor from the floor to 3.9
+#   bash tools/tritons.sh --check [...]   # only say whether those venvs are ready (exit 1 if one is not)
 #
 # Each venv is .venv-triton/<minor>/ (git-ignored) with only `pip install -e .` and `triton==<minor>.*`: no
 # torch, no extras. A venv that already holds that Triton, imports karchive from this checkout and was made
@@ -29,6 +30,11 @@ minors_from() {  # every minor from $1 to $NEWEST (same major)
   for ((m = lo; m <= hi; m++)); do echo "$major.$m"; done
 }
 
+CHECK=0
+if [ "${1:-}" = --check ]; then
+  CHECK=1
+  shift
+fi
 if [ "$#" -eq 0 ]; then
   set -- "$FLOOR" 3.6 "$NEWEST"
 elif [ "$1" = all ]; then
@@ -66,6 +72,11 @@ for v in "$@"; do
   venv=$BASE/$minor
   if ready "$venv" "$minor"; then
     echo "tritons: $venv (triton $minor) ready, reused"
+    continue
+  fi
+  if [ "$CHECK" = 1 ]; then
+    echo "tritons: $venv (triton $minor) missing or stale: bash tools/tritons.sh $minor"
+    status=1
     continue
   fi
   t0=$SECONDS
