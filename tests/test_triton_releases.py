@@ -166,6 +166,16 @@ def test_a_release_without_file_name_is_named_from_the_code_object(tmp_path):
             fn.file_name = saved
 
 
+def test_rebuild_check_reproduces_every_variant(built, tmp_path):
+    """The same release recompiles the archive from its own sources (imported from the archive, so the code
+    objects carry canonical names already) and gets every variant byte for byte."""
+    env = dict(built["env"], KARCHIVE_CACHE_DIR=str(tmp_path / "kc"))
+    r = subprocess.run([str(built["venv"].python), "-m", "karchive", "rebuild", "--check", str(built["a"]), "-j", "2"],
+                       env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"{len(KERNELS) * len(TARGETS)} variants: {len(KERNELS) * len(TARGETS)} reproduced" in r.stdout, r.stdout
+
+
 def test_a_second_run_of_tritons_sh_needs_no_package_index():
     """CI runs tools/tritons.sh before every test run, the second time without network: venvs it made are
     reused without pip (pip is pointed at nothing here, so any install attempt would fail)."""
