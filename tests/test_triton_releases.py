@@ -6,8 +6,9 @@ newest), the real CLI of that venv builds tests/data/probes/build.toml (pointer 
 ``tl.atomic_add``, ``tl.dot``, libdevice math and a device-side tensor descriptor with global scratch,
 for cuda:80, cuda:90 and hip:gfx942) twice: from two checkouts at different paths, by two users with
 their own homes and caches. The archives must be identical, name no directory of this machine, keep line
-info under canonical names in each release's debug-info format, and pass ``karchive verify``. Without the
-venvs every test is skipped with the command that makes them.
+info under canonical names in each release's debug-info format, pass ``karchive verify``, and be reproduced
+byte for byte by ``karchive rebuild --check`` with the same release. Without the venvs every test is skipped
+with the command that makes them.
 """
 
 from __future__ import annotations
