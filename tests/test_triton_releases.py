@@ -5,7 +5,8 @@ release each, only ``pip install -e .`` and ``triton==X.Y.*``; CI makes the olde
 newest), the real CLI of that venv builds tests/data/probes/build.toml (pointer arithmetic, masked loads,
 ``tl.atomic_add``, ``tl.dot``, libdevice math and a device-side tensor descriptor with global scratch,
 for cuda:80, cuda:90 and hip:gfx942) twice: from two checkouts at different paths, by two users with
-their own homes and caches. The archives must be identical, name no directory of this machine, keep line
+their own homes and caches, and a third time with the release imported from another install prefix.
+The archives must be identical, name no directory of this machine, keep line
 info under canonical names in each release's debug-info format, pass ``karchive verify``, and be reproduced
 byte for byte by ``karchive rebuild --check`` with the same release. Without the venvs every test is skipped
 with the command that makes them.
@@ -52,11 +53,22 @@ def built(request, tmp_path_factory) -> dict:
         h.mkdir(parents=True)
     envs = [clean_env(HOME=str(h), USER=h.name, LOGNAME=h.name, KARCHIVE_CACHE_DIR=str(root / f"kc-{i}"),
                       TRITON_CACHE_DIR=str(root / f"tc-{i}")) for i, h in enumerate(homes)]
-    out_a, out_b = root / "a.karc", root / "b.karc"
+    out_a, out_b, out_c = root / "a.karc", root / "b.karc", root / "c.karc"
     build(venv, checkouts[0] / "build.toml", out_a, cwd=checkouts[0], env=envs[0], jobs=2)
     build(venv, checkouts[1] / "build.toml", out_b, cwd=root, env=envs[1], jobs=1)
-    return {"venv": venv, "root": root, "a": out_a, "b": out_b, "checkouts": checkouts, "homes": homes,
-            "env": envs[0]}
+    # C: the same release imported from another install prefix (its package reached through /opt-like path).
+    prefix = root / "opt" / "tools-7" / "pylib"
+    prefix.mkdir(parents=True)
+    (package,) = venv.python.parent.parent.glob("lib/python*/site-packages/triton")
+    (prefix / "triton").symlink_to(package, target_is_directory=True)
+    env_c = dict(envs[1], PYTHONPATH=os.pathsep.join([str(prefix), envs[1]["PYTHONPATH"]]),
+                 KARCHIVE_CACHE_DIR=str(root / "kc-c"))
+    where = subprocess.run([str(venv.python), "-c", "import triton; print(triton.__file__)"], env=env_c,
+                           capture_output=True, text=True, check=True).stdout.strip()
+    assert where.startswith(str(prefix)), where
+    build(venv, checkouts[1] / "build.toml", out_c, cwd=root, env=env_c, jobs=2)
+    return {"venv": venv, "root": root, "a": out_a, "b": out_b, "c": out_c, "checkouts": checkouts, "homes": homes,
+            "env": envs[0], "prefix": prefix}
 
 
 def test_every_probe_builds_for_every_target(built):
@@ -71,9 +83,17 @@ def test_two_checkouts_two_homes_same_bytes(built):
     assert a == b, f"triton {built['venv'].version}: {len(a)} vs {len(b)} bytes"
 
 
+def test_another_install_prefix_gives_the_same_bytes(built):
+    """Triton 3.5-3.8 hash AMD's device libraries by path into their cache key (metadata ``hash``); karchive
+    hashes them by content, so where Triton is installed does not change the archive."""
+    a, c = built["a"].read_bytes(), built["c"].read_bytes()
+    assert a == c, f"triton {built['venv'].version}: {len(a)} vs {len(c)} bytes"
+
+
 def test_no_member_names_a_machine_path(built):
     venv = built["venv"]
     needles = {str(built["root"]), "kuser_a12", "kuser_b34", "site-packages", str(venv.python.parent.parent),
+               "tools-7",
                str(PROBES.parent.parent.parent), *(str(c) for c in built["checkouts"])}
     found = [(name, n) for name, data in members(built["a"]).items() for n in needles if n.encode() in data]
     assert not found, found

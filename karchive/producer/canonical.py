@@ -342,6 +342,97 @@ def _source_of(module: ModuleType, name: str) -> str:
                            f"uses: {exc}") from exc
 
 
+# --- Triton's cache key, install-independent ----------------------------------------------------
+#: One target per backend: their option classes' ``hash()`` enters Triton's cache key (metadata ``hash``,
+#: provenance.triton_hash).
+_BACKEND_PROBES = (("cuda", 90, 32), ("hip", "gfx942", 64))
+
+
+def _content_hash(self: Any) -> str:
+    """An options hash with each extern library named by its content (what Triton 3.9's ``HIPOptions`` does)."""
+    import hashlib
+
+    from .variant_key import file_sha256
+
+    fields = dict(self.__dict__)
+    libs = fields.get("extern_libs") or ()
+    fields["extern_libs"] = tuple((k, file_sha256(v) if isinstance(v, str) and os.path.isfile(v) else v)
+                                  for k, v in (libs.items() if isinstance(libs, dict) else libs))
+    key = "_".join(f"{name}-{value}" for name, value in sorted(fields.items()))
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _hash_names_paths(options: Any) -> bool:
+    """Does ``options.hash()`` change when an extern library's path changes but its bytes do not?
+
+    Triton 3.5-3.8's ``HIPOptions.hash`` joins the extern libraries' absolute paths (ocml.bc and ockl.bc in
+    Triton's own package), so Triton's cache key differed between two installs of one release at two
+    prefixes; Triton 3.9 and every ``CUDAOptions`` hash the file's content instead.
+    """
+    import dataclasses
+
+    if "extern_libs" not in getattr(options, "__dataclass_fields__", {}):  # not a dataclass, or no extern libraries
+        return False
+    with tempfile.TemporaryDirectory(prefix="karchive-libprobe-") as tmp:
+        paths = [os.path.join(tmp, d, "lib.bc") for d in ("one", "two")]
+        for path in paths:
+            os.makedirs(os.path.dirname(path))
+            with open(path, "wb") as fh:
+                fh.write(b"karchive")
+        try:
+            variants: list[Any] = [dataclasses.replace(options, extern_libs=(("lib", p),)) for p in paths]
+            hashes = {v.hash() for v in variants}
+        except Exception:  # noqa: BLE001 - options this check cannot rebuild: leave Triton's hash as it is
+            return False
+    return len(hashes) > 1
+
+
+_PATH_HASHING: dict[tuple, type | None] = {}
+
+
+def _path_hashing_classes() -> list[type]:
+    """This Triton's backend option classes whose hash names paths (found once per process)."""
+    found = []
+    for probe in _BACKEND_PROBES:
+        if probe not in _PATH_HASHING:
+            cls: type | None = None
+            try:
+                from triton.backends.compiler import GPUTarget
+                from triton.compiler.compiler import make_backend
+
+                # enable_fp_fusion as every karchive compile passes it (else Triton 3.9 warns about its default)
+                options = make_backend(GPUTarget(*probe)).parse_options({"enable_fp_fusion": True})
+                cls = type(options) if _hash_names_paths(options) else None
+            except Exception:  # noqa: BLE001 - a backend this Triton lacks or cannot set up: nothing to change
+                cls = None
+            _PATH_HASHING[probe] = cls
+        if _PATH_HASHING[probe] is not None:
+            found.append(_PATH_HASHING[probe])
+    return [c for c in found if c is not None]
+
+
+@contextmanager
+def install_independent_keys() -> Iterator[None]:
+    """Make Triton's cache key of the compiles inside independent of where Triton is installed.
+
+    Where a backend's options hash names extern libraries by path (:func:`_hash_names_paths`), its ``hash``
+    is replaced for the duration by :func:`_content_hash`, so the ``hash`` Triton writes into the metadata
+    (and karchive into ``provenance.triton_hash``) is the same from every install of that release. Such a
+    variant's hash is then not the one a plain JIT of the same release computes, which only ever matched
+    where Triton sits at the same path (docs/reproducibility.md). Held under the compile lock: the class
+    attribute is process-wide.
+    """
+    patched: list[tuple[type, Any]] = []
+    try:
+        for cls in _path_hashing_classes():
+            patched.append((cls, cls.__dict__["hash"]))
+            setattr(cls, "hash", _content_hash)  # noqa: B010 - the class, for the duration of this compile
+        yield
+    finally:
+        for cls, original in reversed(patched):
+            setattr(cls, "hash", original)  # noqa: B010
+
+
 # --- checking the result -------------------------------------------------------------------------
 _GENERIC_DIRS = frozenset({"/tmp", "/var", "/usr", "/opt", "/home", "/srv", "/mnt", "/private", "/Users", "/var/tmp",
                            "/private/tmp", "/private/var"})
