@@ -209,3 +209,14 @@ def test_a_second_run_of_tritons_sh_needs_no_package_index():
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("ready, reused") == len(minors), r.stdout
+
+
+def test_the_supported_range_is_stated_the_same_everywhere():
+    """pyproject.toml (floor and comment), the README and tools/tritons.sh (the newest CI builds with) agree."""
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    readme = (ROOT / "README.md").read_text()
+    newest = re.search(r"^NEWEST=(\d+\.\d+)$", (ROOT / "tools" / "tritons.sh").read_text(), re.M)
+    stated = re.search(r"supported Triton range \(also in README.md\): (\d+\.\d+) to (\d+\.\d+)", pyproject)
+    in_readme = re.search(r"Triton (\d+\.\d+) to (\d+\.\d+)", readme)
+    assert newest and stated and in_readme
+    assert stated.groups() == in_readme.groups() == (floor(), newest.group(1))
