@@ -12,8 +12,9 @@ each compile runs in an environment karchive sets up explicitly:
   warning about it never fires;
 - Triton's cache is a karchive-owned namespace, ``<karchive cache>/triton-build/<namespace>``, where
   the namespace hashes the karchive version, the naming scheme and the revision of its implementation,
-  the canonical source names and the applied environment: an entry in it can only have been compiled under the same canonical names,
-  so a warm ``TRITON_CACHE_DIR`` from a JIT run or another checkout is never even read.
+  the canonical source names and the applied environment: an entry in it can only have been compiled
+  under the same canonical names, so a warm ``TRITON_CACHE_DIR`` from a JIT run or another checkout is
+  never even read.
 
 spec/BUILD.md ("Environment") lists the variables; spec/FORMAT.md §12 states the rules.
 """

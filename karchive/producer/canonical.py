@@ -323,9 +323,10 @@ def canonical_locations(kernel: Any, extra_values: Iterable[Any] = ()) -> Iterat
 def _forget_lines(names: Iterable[str]) -> None:
     """Drop :mod:`linecache` entries under canonical names.
 
-    Triton 3.4 calls ``inspect.getsourcelines`` on the kernel during a compile; under a canonical (relative)
-    name linecache finds the source through the module's loader and caches it by that name, which two
-    different modules with one name (two archives rebuilt in one process) would otherwise share.
+    Whatever asks :mod:`inspect` for a renamed function's source during a compile (Triton 3.4's
+    ``get_jit_fn_file_line`` does) finds it through the module's loader under the canonical (relative)
+    name, and linecache keeps it by that name, which two different modules with one name (two archives
+    rebuilt in one process) would otherwise share.
     """
     for name in names:
         if not os.path.isabs(name):
