@@ -197,6 +197,18 @@ def test_rebuild_check_reproduces_every_variant(built, tmp_path):
     assert f"{len(KERNELS) * len(TARGETS)} variants: {len(KERNELS) * len(TARGETS)} reproduced" in r.stdout, r.stdout
 
 
+def test_an_incremental_build_reuses_every_variant(built, tmp_path):
+    """``--reuse`` finds each kernel's sources (the same lookup Ray's shipping uses) under every release."""
+    out = tmp_path / "again.karc"
+    cmd = [str(built["venv"].python), "-m", "karchive", "build", str(built["checkouts"][1] / "build.toml"),
+           "-o", str(out), "--reuse", str(built["a"]), "-j", "1"]
+    env = dict(built["env"], KARCHIVE_CACHE_DIR=str(tmp_path / "kc"))
+    r = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"reusing {len(KERNELS) * len(TARGETS)} of {len(KERNELS) * len(TARGETS)} variant(s)" in r.stderr + r.stdout
+    assert out.read_bytes() == built["a"].read_bytes()
+
+
 def test_a_second_run_of_tritons_sh_needs_no_package_index():
     """CI runs tools/tritons.sh before every test run, the second time without network: venvs it made are
     reused without pip (pip is pointed at nothing here, so any install attempt would fail)."""
