@@ -8,7 +8,7 @@ for cuda:80, cuda:90 and hip:gfx942) twice: from two checkouts at different path
 their own homes and caches, and a third time with the release imported from another install prefix.
 The archives must be identical, name no directory of this machine, keep line
 info under canonical names in each release's debug-info format, pass ``karchive verify``, and be reproduced
-byte for byte by ``karchive rebuild --check`` with the same release. Without the venvs every test is skipped
+byte for byte by ``karchive rebuild --check`` with the same release, and by ``--reuse`` of itself. Without the venvs every test is skipped
 with the command that makes them.
 """
 
