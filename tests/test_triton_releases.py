@@ -33,7 +33,7 @@ _FOUND = venvs()
 _PARAMS = [pytest.param(v, id=f"triton-{v.version}", marks=[] if v.key >= _FLOOR else pytest.mark.skip(
     reason=f"triton {v.version} is below pyproject.toml's floor triton>={floor()} (a stale venv: rm -r it)"))
     for v in _FOUND] or [pytest.param(None, id="no-venvs", marks=pytest.mark.skip(
-        reason="no Triton release venvs under .venv-triton/: make them with `bash tools/tritons.sh` (CI set) or "
+        reason=f"no Triton release venvs under {VENVS}: make them with `bash tools/tritons.sh` (CI set) or "
                "`bash tools/tritons.sh all` (every supported minor)"))]
 
 #: Every source file name a probe's debug info may give: the probes' own module and Triton's language helpers
