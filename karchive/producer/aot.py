@@ -19,7 +19,8 @@ from ..core.digest import sha256_hex
 from .buildenv import (COMPILE_LOCK, DEFAULT_FP_FUSION, cache_namespace, cache_root, check_import_time_state, compile_environment,
                        validate_env)
 from .compile_errors import compiler_message
-from .canonical import SCHEME, Canonicalised, canonical_locations, find_machine_paths, machine_roots
+from .canonical import (SCHEME, Canonicalised, canonical_locations, find_machine_paths, install_independent_keys,
+                        machine_roots)
 from .describe import CompiledVariant, describe_variant
 from .kernel_ref import load_kernel, split_ref
 from .signature import Specialization, resolve
@@ -149,7 +150,7 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
     with COMPILE_LOCK, canonical_locations(fn) as canon:
         cache = cache_dir or os.path.join(cache_root(), cache_namespace(canon.names, env))
         try:
-            with compile_environment(env, cache, always_compile=always_compile):
+            with compile_environment(env, cache, always_compile=always_compile), install_independent_keys():
                 compiled = triton.compile(src, target=GPUTarget(target.backend, arch, target.warp_size),
                                           options=dict(options))
                 metadata = compiled.metadata._asdict()

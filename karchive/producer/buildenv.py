@@ -11,9 +11,10 @@ each compile runs in an environment karchive sets up explicitly:
   default, which Triton 3.10 turns off), so ``TRITON_DEFAULT_FP_FUSION`` has no effect and Triton's
   warning about it never fires;
 - Triton's cache is a karchive-owned namespace, ``<karchive cache>/triton-build/<namespace>``, where
-  the namespace hashes the karchive version, the naming scheme, the canonical source names and the
-  applied environment: an entry in it can only have been compiled under the same canonical names,
-  so a warm ``TRITON_CACHE_DIR`` from a JIT run or another checkout is never even read.
+  the namespace hashes the karchive version, the naming scheme and the revision of its implementation,
+  the canonical source names and the applied environment: an entry in it can only have been compiled
+  under the same canonical names, so a warm ``TRITON_CACHE_DIR`` from a JIT run or another checkout is
+  never even read.
 
 spec/BUILD.md ("Environment") lists the variables; spec/FORMAT.md §12 states the rules.
 """
@@ -132,9 +133,10 @@ def cache_namespace(names: list[str], env: Mapping[str, str]) -> str:
     """A directory name that changes whenever an artifact compiled under it could differ in its names."""
     from .. import __version__
     from ..core.jsonio import canonical_json
-    from .canonical import SCHEME
+    from .canonical import NAMING_REVISION, SCHEME
 
-    desc = {"karchive": __version__, "scheme": SCHEME, "names": sorted(names), "env": dict(env)}
+    desc = {"karchive": __version__, "scheme": SCHEME, "naming": NAMING_REVISION, "names": sorted(names),
+            "env": dict(env)}
     return hashlib.sha256(canonical_json(desc)).hexdigest()[:32]
 
 

@@ -1,8 +1,11 @@
 """Canonical source names: what an archive's source locations say instead of machine paths.
 
-Triton names a kernel's source file by absolute path: ``JITFunction.file_name`` is the function's
-``co_filename`` (``triton/runtime/jit.py``), and the code generator passes it to every location it
-creates (``compiler/code_generator.py``: ``builder.set_loc`` / ``create_loc``). From there the path
+Triton names a kernel's source file by absolute path, the Python function's ``co_filename``, and the
+code generator passes it to every location it creates (``compiler/code_generator.py``:
+``builder.set_loc`` / ``create_loc``). Where it reads it depends on the release: Triton 3.4 to 3.7
+read ``fn.fn.__code__.co_filename`` at each compile (``runtime/jit.py``: ``get_jit_fn_file_line``),
+Triton 3.8 and later copy it into ``JITFunction.file_name`` when the function is decorated and read
+that attribute. From there the path
 reaches TTIR/TTGIR ``loc(...)``, LLVM ``DIFile``, PTX ``.file`` and the DWARF line tables of the
 cubin/hsaco, and the helpers the kernel calls (``tl.max`` lives in ``triton/language/standard.py``)
 bring the Triton install's path too. Triton's cache key hashes source text, not the file name, so a
@@ -10,8 +13,9 @@ cache hit can also return artifacts compiled from another checkout.
 
 karchive names every source file by its **canonical name**, the module's import name as a relative
 path (``kernels.py``, ``pkg/ops.py``, ``pkg/__init__.py``, ``triton/language/standard.py``; a file
-given by path is imported as a top-level module named after the file), and points each JIT
-function's ``file_name`` at it for the duration of one compile (``-ffile-prefix-map`` for Triton).
+given by path is imported as a top-level module named after the file), and points both places at it
+(``file_name`` and the code object's ``co_filename``) for the duration of one compile
+(``-ffile-prefix-map`` for Triton).
 Lines and columns are untouched, so ``nvdisasm -g``, ``cuobjdump`` and profilers still map
 instructions to ``kernels.py:27``. The rules are normative: spec/FORMAT.md §12.
 """
@@ -20,18 +24,24 @@ from __future__ import annotations
 
 import ast
 import inspect
+import linecache
 import os
 import re
 import sys
 import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import ModuleType
+from types import FunctionType, ModuleType
 from typing import Any
 from collections.abc import Iterable, Iterator, Mapping
 
 #: Version of the naming rules; it enters the build cache namespace (buildenv.py) and provenance.build.
 SCHEME = 1
+
+#: Revision of how the names are put in place (the rules are :data:`SCHEME`'s). It enters the build cache
+#: namespace only: revision 1 set ``file_name`` alone, which Triton 3.5-3.7 never read, so its cache entries
+#: for those releases hold absolute paths and a build that hit them would be refused (issue 19).
+NAMING_REVISION = 2
 
 #: Module-name prefixes that belong to the toolchain: their sources are never stored in an archive
 #: (the toolchain version is recorded instead), but their locations are canonicalised all the same.
@@ -73,6 +83,45 @@ def _module_file(module: ModuleType) -> str | None:
     return f if isinstance(f, str) and os.path.isabs(f) else None
 
 
+def source_file(fn: Any) -> str | None:
+    """The file name Triton writes into ``fn``'s locations, read where this Triton release reads it.
+
+    Triton >= 3.8: the ``file_name`` attribute. Triton 3.4 to 3.7 have no such attribute and read the
+    Python function's ``__code__.co_filename`` at each compile.
+    """
+    name = getattr(fn, "file_name", None)
+    if isinstance(name, str):
+        return name
+    code = getattr(getattr(fn, "fn", None), "__code__", None)
+    name = getattr(code, "co_filename", None)
+    return name if isinstance(name, str) else None
+
+
+class _Renamed:
+    """What one rename changed on a JIT function, so it can be put back exactly."""
+
+    __slots__ = ("fn", "attr", "pyfn", "code")
+
+    def __init__(self, fn: Any, new: str) -> None:
+        self.fn = fn
+        self.attr = getattr(fn, "file_name", None)
+        pyfn = getattr(fn, "fn", None)
+        self.pyfn = pyfn if isinstance(pyfn, FunctionType) else None
+        self.code = self.pyfn.__code__ if self.pyfn is not None else None
+        if isinstance(self.attr, str):  # Triton >= 3.8 reads the attribute
+            fn.file_name = new
+        if self.pyfn is not None and self.code is not None and self.code.co_filename != new:
+            # Triton 3.4-3.7 read the code object's file name; a copy with another name changes nothing else
+            # (the function's behaviour, closure and line numbers are the same objects).
+            self.pyfn.__code__ = self.code.replace(co_filename=new)
+
+    def restore(self) -> None:
+        if isinstance(self.attr, str):
+            self.fn.file_name = self.attr
+        if self.pyfn is not None and self.code is not None:
+            self.pyfn.__code__ = self.code
+
+
 class _Namer:
     """Canonical names for absolute file paths, looked up through the modules Python has loaded."""
 
@@ -95,7 +144,7 @@ class _Namer:
 
     def module_of(self, fn: Any) -> tuple[str, bool] | None:
         """(import name, is package) of the module that defines ``fn``, if its file is that module's."""
-        file_name = getattr(fn, "file_name", None)
+        file_name = source_file(fn)
         attr = getattr(fn, "__module__", None)
         mod_name = attr if isinstance(attr, str) else None
         module = sys.modules.get(mod_name) if mod_name is not None else None
@@ -236,16 +285,17 @@ def module_sources(kernel: Any) -> list[SourceModule]:
 
 @contextmanager
 def canonical_locations(kernel: Any, extra_values: Iterable[Any] = ()) -> Iterator[Canonicalised]:
-    """Point ``file_name`` of every JIT function a compile of ``kernel`` can reach at its canonical name.
+    """Point the source file name of every JIT function a compile of ``kernel`` can reach at its canonical name.
 
     Renamed: the functions the kernel reaches by name, every module-level JIT function of their
     modules, and those of Triton's own modules (tensor methods such as ``x.sum()`` resolve there and
-    cannot be found from the source). Everything is restored on exit, so JIT calls made later in
-    the same process see Triton's usual absolute paths.
+    cannot be found from the source); in both places a Triton release may read it (:func:`source_file`).
+    Everything is restored on exit, so JIT calls made later in the same process see Triton's usual
+    absolute paths.
     """
     jit_type = jit_callable_type()
     namer = _Namer()
-    renamed: list[tuple[Any, str]] = []
+    renamed: list[_Renamed] = []
     names: set[str] = set()
     try:
         if jit_type is None:
@@ -255,19 +305,32 @@ def canonical_locations(kernel: Any, extra_values: Iterable[Any] = ()) -> Iterat
         modules, sources = _modules_and_sources(kernel, reached, namer, jit_type)
         done: set[int] = set()
         for fn in [*reached, *_module_level_functions(modules.values(), jit_type)]:
-            old = getattr(fn, "file_name", None)
-            if id(fn) in done or not isinstance(old, str):
+            old = source_file(fn)
+            if id(fn) in done or old is None:
                 continue
             done.add(id(fn))
             new = namer.name(old, fn)
-            if new != old:
-                renamed.append((fn, old))
-                fn.file_name = new
+            renamed.append(_Renamed(fn, new))  # sets only what differs; restore puts back the same objects
             names.add(new)
+        _forget_lines(names)
         yield Canonicalised(sorted(names), sources)
     finally:
-        for fn, old in reversed(renamed):
-            fn.file_name = old
+        for r in reversed(renamed):
+            r.restore()
+        _forget_lines(names)
+
+
+def _forget_lines(names: Iterable[str]) -> None:
+    """Drop :mod:`linecache` entries under canonical names.
+
+    Whatever asks :mod:`inspect` for a renamed function's source during a compile (Triton 3.4's
+    ``get_jit_fn_file_line`` does) finds it through the module's loader under the canonical (relative)
+    name, and linecache keeps it by that name, which two different modules with one name (two archives
+    rebuilt in one process) would otherwise share.
+    """
+    for name in names:
+        if not os.path.isabs(name):
+            linecache.cache.pop(name, None)
 
 
 def _source_of(module: ModuleType, name: str) -> str:
@@ -278,6 +341,97 @@ def _source_of(module: ModuleType, name: str) -> str:
 
         raise CompileError(f"cannot read the source of module {name!r}, which defines a JIT function the kernel "
                            f"uses: {exc}") from exc
+
+
+# --- Triton's cache key, install-independent ----------------------------------------------------
+#: One target per backend: their option classes' ``hash()`` enters Triton's cache key (metadata ``hash``,
+#: provenance.triton_hash).
+_BACKEND_PROBES = (("cuda", 90, 32), ("hip", "gfx942", 64))
+
+
+def _content_hash(self: Any) -> str:
+    """An options hash with each extern library named by its content (what Triton 3.9's ``HIPOptions`` does)."""
+    import hashlib
+
+    from .variant_key import file_sha256
+
+    fields = dict(self.__dict__)
+    libs = fields.get("extern_libs") or ()
+    fields["extern_libs"] = tuple((k, file_sha256(v) if isinstance(v, str) and os.path.isfile(v) else v)
+                                  for k, v in (libs.items() if isinstance(libs, dict) else libs))
+    key = "_".join(f"{name}-{value}" for name, value in sorted(fields.items()))
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _hash_names_paths(options: Any) -> bool:
+    """Does ``options.hash()`` change when an extern library's path changes but its bytes do not?
+
+    Triton 3.5-3.8's ``HIPOptions.hash`` joins the extern libraries' absolute paths (ocml.bc and ockl.bc in
+    Triton's own package), so Triton's cache key differed between two installs of one release at two
+    prefixes; Triton 3.9 and every ``CUDAOptions`` hash the file's content instead.
+    """
+    import dataclasses
+
+    if "extern_libs" not in getattr(options, "__dataclass_fields__", {}):  # not a dataclass, or no extern libraries
+        return False
+    with tempfile.TemporaryDirectory(prefix="karchive-libprobe-") as tmp:
+        paths = [os.path.join(tmp, d, "lib.bc") for d in ("one", "two")]
+        for path in paths:
+            os.makedirs(os.path.dirname(path))
+            with open(path, "wb") as fh:
+                fh.write(b"karchive")
+        try:
+            variants: list[Any] = [dataclasses.replace(options, extern_libs=(("lib", p),)) for p in paths]
+            hashes = {v.hash() for v in variants}
+        except Exception:  # noqa: BLE001 - options this check cannot rebuild: leave Triton's hash as it is
+            return False
+    return len(hashes) > 1
+
+
+_PATH_HASHING: dict[tuple, type | None] = {}
+
+
+def _path_hashing_classes() -> list[type]:
+    """This Triton's backend option classes whose hash names paths (found once per process)."""
+    found = []
+    for probe in _BACKEND_PROBES:
+        if probe not in _PATH_HASHING:
+            cls: type | None = None
+            try:
+                from triton.backends.compiler import GPUTarget
+                from triton.compiler.compiler import make_backend
+
+                # enable_fp_fusion as every karchive compile passes it (else Triton 3.9 warns about its default)
+                options = make_backend(GPUTarget(*probe)).parse_options({"enable_fp_fusion": True})
+                cls = type(options) if _hash_names_paths(options) else None
+            except Exception:  # noqa: BLE001 - a backend this Triton lacks or cannot set up: nothing to change
+                cls = None
+            _PATH_HASHING[probe] = cls
+        if _PATH_HASHING[probe] is not None:
+            found.append(_PATH_HASHING[probe])
+    return [c for c in found if c is not None]
+
+
+@contextmanager
+def install_independent_keys() -> Iterator[None]:
+    """Make Triton's cache key of the compiles inside independent of where Triton is installed.
+
+    Where a backend's options hash names extern libraries by path (:func:`_hash_names_paths`), its ``hash``
+    is replaced for the duration by :func:`_content_hash`, so the ``hash`` Triton writes into the metadata
+    (and karchive into ``provenance.triton_hash``) is the same from every install of that release. Such a
+    variant's hash is then not the one a plain JIT of the same release computes, which only ever matched
+    where Triton sits at the same path (docs/reproducibility.md). Held under the compile lock: the class
+    attribute is process-wide.
+    """
+    patched: list[tuple[type, Any]] = []
+    try:
+        for cls in _path_hashing_classes():
+            patched.append((cls, cls.__dict__["hash"]))
+            setattr(cls, "hash", _content_hash)  # noqa: B010 - the class, for the duration of this compile
+        yield
+    finally:
+        for cls, original in reversed(patched):
+            setattr(cls, "hash", original)  # noqa: B010
 
 
 # --- checking the result -------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Build the archives the GPU tests and benchmarks use, on a CPU-only machine (any Triton >= 3.4).
+"""Build the archives the GPU tests and benchmarks use, on a CPU-only machine (any supported Triton).
 
     python tests/gpu/build_fixtures.py [OUT_DIR]      # default: .gpu/ at the repository root
     python tests/gpu/build_fixtures.py --check [DIR]  # exit 1, naming what is missing, if DIR is incomplete

@@ -35,8 +35,8 @@ def _load(path: pathlib.Path, name: str) -> ModuleType:
     return mod
 
 
-def _gpu_reason() -> str | None:
-    """Why the GPU tests cannot run here, or None."""
+def _device_reason() -> str | None:
+    """Why no GPU test can run here (no torch, no CUDA GPU, not sm_90), or None."""
     try:
         import torch
     except ImportError:
@@ -47,6 +47,11 @@ def _gpu_reason() -> str | None:
     if cc != (9, 0):
         return (f"the GPU test archives hold sm_90a cubins (H100/H200); {torch.cuda.get_device_name(0)} is "
                 f"sm_{cc[0]}{cc[1]}")
+    return None
+
+
+def _fixtures_reason() -> str | None:
+    """Why the tests that use build_fixtures.py's archives cannot run here, or None."""
     gone = _load(_HERE / "build_fixtures.py", "karchive_gpu_build_fixtures").missing(FIXTURES)
     if gone:
         return f"{FIXTURES} lacks {', '.join(gone)}: run python tests/gpu/build_fixtures.py (tests/gpu/README.md)"
@@ -54,14 +59,20 @@ def _gpu_reason() -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    reason: str | None = None
-    checked = False
+    """Mark every test here ``gpu``; skip it with the reason where it cannot run. A module that brings its own
+    archives (``USES_BUILD_FIXTURES = False``, e.g. test_triton_releases_gpu.py) needs only the GPU."""
+    reasons: dict[str, str | None] = {}
     for item in items:
         if "tests/gpu/" not in str(item.fspath).replace(os.sep, "/"):
             continue
         item.add_marker(pytest.mark.gpu)
-        if not checked:
-            reason, checked = _gpu_reason(), True
+        if "device" not in reasons:
+            reasons["device"] = _device_reason()
+        reason = reasons["device"]
+        if reason is None and getattr(getattr(item, "module", None), "USES_BUILD_FIXTURES", True):
+            if "fixtures" not in reasons:
+                reasons["fixtures"] = _fixtures_reason()
+            reason = reasons["fixtures"]
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))
 
