@@ -19,19 +19,21 @@ An input is what the heuristic read of one argument:
 - ``{"object": {probe: result}}``: a non-scalar argument (a tensor), described by the probes the heuristic
   used on it: ``dtype`` (``str(x.dtype)``), ``shape``, ``ndim``, ``numel()``, ``dim()``, ``element_size()``,
   ``size()``/``size(i)``, ``stride()``/``stride(i)``; ``{}`` means only ``is None`` was tested;
+- ``{"float": "inf" | "-inf" | "nan"}``: a non-finite float argument (JSON has no such numbers);
 - ``{"opaque": why}``: used in a way karchive cannot replay (another attribute, arithmetic on the object,
   ``isinstance``): such a case is kept for the record and never matches.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..errors import SchemaError
-from .autotune import json_scalar
+from .autotune import NONFINITE, json_scalar, nonfinite
 
 #: Options Triton takes from a heuristic's result like it takes them from an autotune config.
 OPTION_NAMES = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -115,6 +117,8 @@ def input_matches(recorded: Any, value: Any) -> bool:
     if isinstance(recorded, dict):
         if "absent" in recorded:
             return value is ABSENT
+        if "float" in recorded:
+            return nonfinite_input(value) == recorded
         if "opaque" in recorded or value is ABSENT or value is None:
             return False
         if scalar(value) is not NOT_SCALAR:
@@ -133,10 +137,24 @@ def input_matches(recorded: Any, value: Any) -> bool:
     return got is not NOT_SCALAR and _same(got, recorded)
 
 
+def nonfinite_input(value: Any) -> dict[str, str] | None:
+    """``{"float": ...}`` when ``value`` is a non-finite float (numpy's included), else None."""
+    if isinstance(value, float) or (type(value).__module__ == "numpy" and "float" in type(value).__name__):
+        try:
+            f = float(value)
+        except (TypeError, ValueError):
+            return None
+        return None if f == f and f not in (math.inf, -math.inf) else nonfinite(f)
+    return None
+
+
 def fingerprint(value: Any, spellings: Iterable[str]) -> tuple:
     """What matching can observe of an argument: a hashable key for caching resolutions per call."""
     if value is ABSENT:
         return ("absent",)
+    nf = nonfinite_input(value)
+    if nf is not None:
+        return ("f", nf["float"])
     s = scalar(value)
     if s is not NOT_SCALAR:
         return ("s", type(s).__name__, repr(s))
@@ -164,6 +182,8 @@ class Case:
                     return "<not passed>"
                 if "opaque" in v:
                     return f"<opaque: {v['opaque']}>"
+                if "float" in v:
+                    return f"float({v['float']!r})"
                 return "<object " + ", ".join(f"{k}={p!r}" for k, p in v["object"].items()) + ">"
             return repr(v)
 
@@ -236,11 +256,14 @@ def _parse_input(rec: Any, where: str) -> Any:
     if not isinstance(rec, dict):
         return _check_scalar(rec, where)
     if len(rec) != 1:
-        raise SchemaError(f"{where}: an input object has exactly one of 'absent', 'object', 'opaque'")
+        raise SchemaError(f"{where}: an input object has exactly one of 'absent', 'float', 'object', 'opaque'")
     (kind, body), = rec.items()
     if kind == "absent":
         if body is not True:
             raise SchemaError(f"{where}.absent: must be true")
+    elif kind == "float":
+        if body not in NONFINITE:
+            raise SchemaError(f"{where}.float: one of {', '.join(NONFINITE)}")
     elif kind == "opaque":
         if not isinstance(body, str):
             raise SchemaError(f"{where}.opaque: must be a string")

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..format.autotune import FALLBACK_RULE, normalize_key, normalize_value
+from ..format.autotune import FALLBACK_RULE, json_number, json_scalar, normalize_key, normalize_value
 
 
 def innermost_jit(obj: Any) -> Any:
@@ -25,13 +25,21 @@ def innermost_jit(obj: Any) -> Any:
     return obj
 
 
+def _option(value: Any) -> int | None:
+    """A codegen option of a config as stored: an int (numpy ints converted) or None."""
+    out = json_scalar(value)
+    return out if isinstance(out, int) and not isinstance(out, bool) else None
+
+
 def config_json(config: Any) -> dict:
+    """A ``triton.Config`` as data: every value JSON-safe whatever type the library used."""
+    kwargs = getattr(config, "kwargs", None) or {}
     out: dict[str, Any] = {
-        "kwargs": {str(k): normalize_value(v) for k, v in sorted(getattr(config, "kwargs", {}).items())},
-        "num_warps": getattr(config, "num_warps", None),
-        "num_stages": getattr(config, "num_stages", None),
-        "num_ctas": getattr(config, "num_ctas", None),
-        "maxnreg": getattr(config, "maxnreg", None),
+        "kwargs": {str(k): normalize_value(v) for k, v in sorted(kwargs.items(), key=lambda kv: str(kv[0]))},
+        "num_warps": _option(getattr(config, "num_warps", None)),
+        "num_stages": _option(getattr(config, "num_stages", None)),
+        "num_ctas": _option(getattr(config, "num_ctas", None)),
+        "maxnreg": _option(getattr(config, "maxnreg", None)),
     }
     if getattr(config, "ir_override", None):
         out["ir_override"] = str(config.ir_override)
@@ -131,10 +139,9 @@ def _config_index(configs: list, chosen: Any) -> int | None:
     return None
 
 
-def _median(value: Any) -> float | None:
+def _median(value: Any) -> Any:
+    """Triton's timing of one config (a float, or [median, q20, q80]) as stored: a finite float,
+    ``{"float": "inf"}`` for a config that could not run (Triton's own marker), None if not a number."""
     if isinstance(value, (list, tuple)):
         value = value[0] if value else None
-    try:
-        return None if value is None else float(value)
-    except (TypeError, ValueError):
-        return None
+    return json_number(value)

@@ -39,7 +39,9 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar, cast
 from collections.abc import Callable
 
-from ..errors import CaptureError, UnsupportedKernelError
+from ..core.jsonio import canonical_json
+from ..errors import CaptureError, KarchiveError, UnsupportedKernelError
+from ..format.autotune import json_safe
 from . import capture_scope as scope
 from .autotune import AutotuneLog, call_args, innermost_jit, tuning_key
 from .capture_report import LEDGER, CacheWatch, LeftOut, describe_left_out, left_out, summarize
@@ -355,12 +357,22 @@ class Capture:
             return sorted({v.kernel for v in self.variants.values()})
 
     def builder(self, **kwargs: Any) -> ArchiveBuilder:
+        """An :class:`ArchiveBuilder` holding what the capture recorded, every part checked to be storable.
+
+        A variant whose manifest entry cannot be written (a value Triton handed over that JSON cannot hold)
+        is left out with a ``LeftOut`` entry and the rest are kept; an autotune or heuristics record is made
+        JSON-safe (:func:`json_safe`) or, failing that, left out with a warning: one odd value never costs
+        the window.
+        """
         from .aot import toolchain_versions
 
         with self._lock:
             variants = list(self.variants.values())
             autotune = self.autotune.to_json()
             heuristics = self.heuristics.to_json()
+        variants = self._storable(variants)
+        autotune = self._storable_records("autotune", autotune)
+        heuristics = self._storable_records("heuristics", heuristics)
         if not variants:
             raise CaptureError(
                 f"capture {self.name!r} recorded no kernels: nothing Triton compiled or launched "
@@ -375,9 +387,53 @@ class Capture:
             builder.heuristics = heuristics
         return builder
 
+    def _storable(self, variants: list[CompiledVariant]) -> list[CompiledVariant]:
+        """The variants whose manifest entry canonical JSON can hold; the others become ``LeftOut`` entries."""
+        keep = []
+        for v in variants:
+            try:
+                canonical_json(v.variant.to_json())
+            except Exception as exc:  # noqa: BLE001 - one variant Triton described oddly must not cost the others
+                with self._lock:
+                    hashes = [h for h, k in self._hash_to_key.items() if k == v.key]
+                    item = LeftOut(v.kernel, hashes[0] if hashes else None, "failed",
+                                   f"its manifest entry cannot be stored: {type(exc).__name__}: {exc}")
+                    if item not in self.left_out:
+                        self.left_out.append(item)
+                    self.errors.append(f"{v.kernel}: left out: {item.reason}")
+                continue
+            keep.append(v)
+        return keep
+
+    def _storable_records(self, what: str, records: list[dict]) -> list[dict]:
+        out = []
+        for record in records:
+            kernel = record.get("kernel", "?") if isinstance(record, dict) else "?"
+            try:
+                safe = json_safe(record)
+                canonical_json(safe)
+            except Exception as exc:  # noqa: BLE001 - a record that cannot be stored is reported, never fatal
+                with self._lock:
+                    msg = f"{kernel}: the {what} record is not stored ({type(exc).__name__}: {exc})"
+                    if msg not in self.warnings:
+                        self.warnings.append(msg)
+                continue
+            out.append(safe)
+        return out
+
     def save(self, path: str | os.PathLike, **kwargs: Any) -> Any:
-        """Write the archive (atomically); returns the writer's stats."""
-        return self.builder(**kwargs).write(path)
+        """Write the archive (atomically); returns the writer's stats.
+
+        Every failure is a :class:`~karchive.errors.KarchiveError`: what the capture cannot store is left
+        out and reported (``summary()``), and an error writing the file names it.
+        """
+        try:
+            return self.builder(**kwargs).write(path)
+        except KarchiveError:
+            raise
+        except Exception as exc:  # the caller's window is worth a clear error, not a bare ValueError from json
+            raise CaptureError(f"capture {self.name!r}: writing {os.fspath(path)} failed: "
+                               f"{type(exc).__name__}: {exc}") from exc
 
     def summary(self) -> dict:
         """What the capture saw and recorded.

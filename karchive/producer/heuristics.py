@@ -21,6 +21,7 @@ from ..format.heuristics import (
     PROBE_ATTRS,
     PROBE_METHODS,
     fingerprint,
+    nonfinite_input,
     probe_name,
     probe_value,
     scalar,
@@ -109,7 +110,7 @@ class _Reads(dict):
         value = dict.__getitem__(self, key)
         if not isinstance(key, str):
             return value
-        if value is None or scalar(value) is not NOT_SCALAR:
+        if value is None or scalar(value) is not NOT_SCALAR or nonfinite_input(value) is not None:
             self.read[key] = ("scalar", value)
             return value
         prev = self.read.get(key)
@@ -167,7 +168,8 @@ def _encode(read: tuple, opaque_objects: str | None) -> Any:
     if read[0] == "absent":
         return {"absent": True}
     if read[0] == "scalar":
-        return scalar(read[1])
+        nf = nonfinite_input(read[1])
+        return nf if nf is not None else scalar(read[1])
     seen = read[1]
     if opaque_objects:
         return {"opaque": opaque_objects}
@@ -194,7 +196,7 @@ def trace_heuristic(fn: Callable[[dict], Any], named: dict,
         if reads.everything:  # it iterated over the arguments: every one is an input, objects opaquely
             for k, v in dict.items(reads):
                 if isinstance(k, str) and k not in reads.read:
-                    scalar_like = v is None or scalar(v) is not NOT_SCALAR
+                    scalar_like = v is None or scalar(v) is not NOT_SCALAR or nonfinite_input(v) is not None
                     reads.read[k] = ("scalar", v) if scalar_like else ("object", {"?": "iterates over the arguments"})
         why = None if probes else "used in a way karchive cannot replay (the heuristic needs the object itself, " \
             "e.g. isinstance or arithmetic)"
