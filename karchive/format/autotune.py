@@ -118,11 +118,21 @@ def normalize_key(values: Iterable[Any]) -> list:
     return [normalize_value(v) for v in values]
 
 
-def key_for_call(record: Mapping[str, Any], named_args: Mapping[str, Any]) -> list:
-    """The autotune key of a call, computed the way Triton's Autotuner does (key args, then arg dtypes)."""
+def key_for_call(record: Mapping[str, Any], named_args: Mapping[str, Any],
+                 arg_names: Iterable[str] | None = None) -> list:
+    """The autotune key of a call, computed as Triton's ``Autotuner.run`` does (3.4 to 3.9 alike).
+
+    ``named_args`` is what the autotuner receives, in its order: the positional arguments by name, then
+    the keywords, then (when ``@triton.heuristics`` wraps the autotuner) the values the heuristics
+    computed. Triton keeps the names that are kernel parameters (``arg_names``; all when None), takes the
+    ``key=`` values among them, then appends ``str(x.dtype)`` of *every* kept argument that has a
+    ``dtype``, in that order (``dtype_args`` in a record is informational: the rule is Triton's).
+    """
+    if arg_names is not None:
+        names = set(arg_names)
+        named_args = {k: v for k, v in named_args.items() if k in names}
     key = [named_args[n] for n in record.get("key_names", []) if n in named_args]
-    key += [str(named_args[n].dtype) for n in record.get("dtype_args", [])
-            if n in named_args and hasattr(named_args[n], "dtype")]
+    key += [str(v.dtype) for v in named_args.values() if hasattr(v, "dtype")]
     return normalize_key(key)
 
 

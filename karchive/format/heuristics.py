@@ -193,11 +193,13 @@ class Case:
 
 @dataclass(frozen=True)
 class HeuristicsRecord:
-    """One kernel's recorded heuristics: the computed names in order and their cases."""
+    """One kernel's recorded heuristics: the computed names in order, their cases, and the expressions
+    (:mod:`.heuristics_expr`) an ahead-of-time build stores for the names it could translate."""
 
     kernel: str
     names: tuple[str, ...]
     cases: Mapping[str, tuple[Case, ...]]
+    exprs: Mapping[str, list] = field(default_factory=dict)
     _probes: dict = field(default_factory=dict, compare=False, repr=False)
 
     def probes(self) -> dict[str, tuple[str, ...]]:
@@ -210,12 +212,28 @@ class HeuristicsRecord:
                         spellings = seen.setdefault(arg, [])
                         if isinstance(rec, dict) and "object" in rec:
                             spellings.extend(s for s in rec["object"] if s not in spellings)
+            for expr in self.exprs.values():
+                _expr_reads(expr, seen)
             self._probes.update({k: tuple(v) for k, v in sorted(seen.items())})
         return self._probes
 
     def call_key(self, named: Mapping[str, Any]) -> tuple:
         return tuple((arg, fingerprint(named.get(arg, ABSENT), spellings))
                      for arg, spellings in self.probes().items())
+
+
+def _expr_reads(node: Any, seen: dict[str, list[str]], depth: int = 0) -> None:
+    """The arguments (and probes on them) an expression reads, for the call fingerprint."""
+    if not isinstance(node, list) or not node or depth > 64:
+        return
+    if node[0] in ("arg", "get") and len(node) > 1 and isinstance(node[1], str):
+        seen.setdefault(node[1], [])
+    if node[0] == "probe" and len(node) == 3 and isinstance(node[1], list) and node[1][:1] in (["arg"], ["get"]):
+        spellings = seen.setdefault(str(node[1][1]), [])
+        if node[2] not in spellings:
+            spellings.append(node[2])
+    for child in node[1:]:
+        _expr_reads(child, seen, depth + 1)
 
 
 def resolve(record: HeuristicsRecord, named: Mapping[str, Any], skip: Iterable[str] = ()
@@ -234,6 +252,14 @@ def resolve(record: HeuristicsRecord, named: Mapping[str, Any], skip: Iterable[s
             continue
         cases = record.cases.get(name, ())
         hit = next((c for c in cases if c.matches(current)), None)
+        if hit is None and name in record.exprs:
+            from .heuristics_expr import ExprError, evaluate
+
+            try:
+                values[name] = current[name] = evaluate(record.exprs[name], current)
+            except ExprError as exc:
+                unresolved[name] = f"its stored expression has no value for this call ({exc})"
+            continue
         if hit is None:
             shown = "; ".join(c.describe() for c in cases[:8])
             if len(cases) > 8:
@@ -307,7 +333,14 @@ def parse_record(obj: Any, where: str) -> HeuristicsRecord:
             inputs = {str(k): _parse_input(v, f"{w}[{i}].inputs.{k}") for k, v in case["inputs"].items()}
             out.append(Case(inputs, _check_scalar(case["value"], f"{w}[{i}].value")))
         parsed[name] = tuple(out)
-    return HeuristicsRecord(kernel, tuple(names), parsed)
+    exprs = obj.get("exprs", {})
+    if not isinstance(exprs, dict) or set(exprs) - set(names):
+        raise SchemaError(f"{where}.exprs: an object keyed by the record's names expected")
+    from .heuristics_expr import check
+
+    for name, expr in exprs.items():
+        check(expr, f"{where}.exprs.{name}")
+    return HeuristicsRecord(kernel, tuple(names), parsed, dict(exprs))
 
 
 def records_for(manifest: Mapping[str, Any] | Sequence[Any] | None, kernel: str) -> list[HeuristicsRecord]:

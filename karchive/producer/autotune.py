@@ -68,10 +68,15 @@ class AutotuneRecord:
     dtype_args: list[str]
     configs: list[dict]
     entries: dict[str, dict] = field(default_factory=dict)  # canonical key text -> entry
+    outer_heuristics: list[str] = field(default_factory=list)  # computed above the tuner: part of its key
+    reset_to_zero: list[str] = field(default_factory=list)
+    restore_value: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"kernel": self.kernel, "key_names": self.key_names, "dtype_args": self.dtype_args,
-                "configs": self.configs, "entries": list(self.entries.values()), "fallback": FALLBACK_RULE}
+                "configs": self.configs, "entries": list(self.entries.values()), "fallback": FALLBACK_RULE,
+                "outer_heuristics": list(self.outer_heuristics), "reset_to_zero": list(self.reset_to_zero),
+                "restore_value": list(self.restore_value)}
 
 
 class AutotuneLog:
@@ -83,7 +88,7 @@ class AutotuneLog:
         self._known: dict[tuple, Any] = {}  # (tuner, key, chosen config, variant) already recorded -> the tuner
 
     def observe(self, tuner: Any, args: tuple, kwargs: dict, *, key: tuple | None, chosen: Any,
-                timings: dict | None, variant_key: str | None) -> None:
+                timings: dict | None, variant_key: str | None, outer: list[str] | None = None) -> None:
         if key is None:
             key = tuning_key(tuner, call_args(tuner, args, kwargs))
         known: tuple | None
@@ -104,8 +109,12 @@ class AutotuneLog:
                 self.warnings.append(f"{kernel}: two autotuners with different keys/configs wrap this kernel; "
                                      "both records are kept and the runtime sees two records for one kernel")
             record = AutotuneRecord(kernel, list(tuner.keys), [n for n, v in named.items() if hasattr(v, "dtype")],
-                                    configs)
+                                    configs, reset_to_zero=[str(n) for n in getattr(tuner, "reset_to_zero", None) or []],
+                                    restore_value=[str(n) for n in getattr(tuner, "restore_value", None) or []])
             self.records[rec_id] = record
+        for name in outer or ():
+            if name not in record.outer_heuristics:
+                record.outer_heuristics.append(name)
         if any(c.get("pre_hook") for c in configs):
             msg = f"{kernel}: autotune configs have pre_hooks; the runtime launches the binary but cannot run the hook"
             if msg not in self.warnings:

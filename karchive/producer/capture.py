@@ -569,12 +569,15 @@ def _after_autotune(tuner: Any, args: tuple, kwargs: dict, before: int, ret: Any
         chosen = tuner.cache.get(key, getattr(tuner, "best_config", None)) if len(tuner.configs) > 1 \
             else tuner.configs[0]
         timings = getattr(tuner, "configs_timings", None) if new else None
+    # @triton.heuristics above this autotuner: their frames are still open, and what they computed reached
+    # the tuner as keywords (part of its key: the runtime must compute them before the key).
+    outer = [n for frame in getattr(_tls, "heur_frames", None) or () for n in frame["names"] if n in kwargs]
     for cap in caps:
         variant_key = cap.add_compiled_kernel(ret, how="autotune") if _is_compiled_kernel(ret) else None
         try:
             with cap._lock:
                 cap.autotune.observe(tuner, args, kwargs, key=key, chosen=chosen, timings=timings,
-                                     variant_key=variant_key)
+                                     variant_key=variant_key, outer=outer)
         except Exception as exc:  # noqa: BLE001 - capture must never break the user's workload: the failure is reported
             cap._fail(getattr(innermost_jit(tuner), "__name__", "autotuner"), None, "autotune", exc)
         with cap._lock:

@@ -1,0 +1,63 @@
+"""Autotuned and heuristics kernels in every stacking order, for the AOT and exact-key tests (a plain
+module: not collected; imported only where Triton is installed). Shaped like real libraries' kernels
+(flash-linear-attention puts heuristics over autotune and keys on a heuristics-computed flag)."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+CONFIGS = [triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4),
+           triton.Config({"BLOCK": 256}, num_warps=8, num_stages=2)]
+
+
+def _prune(configs, named_args, **kwargs):
+    return [c for c in configs if c.kwargs["BLOCK"] <= 128]
+
+
+@triton.autotune(configs=CONFIGS, key=["n"], reset_to_zero=["out_ptr"], prune_configs_by={"early_config_prune": _prune})
+@triton.jit
+def at_copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
+
+
+# heuristics over autotune: IS_VARLEN is computed first and is part of the autotune key
+@triton.heuristics({"IS_VARLEN": lambda args: args["offsets"] is not None})
+@triton.autotune(configs=CONFIGS[:2], key=["n", "IS_VARLEN"])
+@triton.jit
+def h_over_at(x_ptr, out_ptr, offsets, n, scale, BLOCK: tl.constexpr, IS_VARLEN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    if IS_VARLEN:
+        x += tl.load(offsets + offs, mask=m)
+    tl.store(out_ptr + offs, x * scale, mask=m)
+
+
+# autotune over heuristics: EVEN sees the config's BLOCK
+@triton.autotune(configs=CONFIGS[:2], key=["n"], restore_value=["x_ptr"])
+@triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
+@triton.jit
+def at_over_h(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if EVEN:
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs))
+    else:
+        m = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
+
+
+def _opaque_warps(args):
+    import os  # a tuning table or device query: no single expression
+
+    return 8 if os.environ.get("WIDE_TILES") else 4
+
+
+@triton.heuristics({"num_warps": _opaque_warps, "BLOCK": lambda args: triton.next_power_of_2(args["n"])})
+@triton.jit
+def h_only(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
