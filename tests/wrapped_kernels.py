@@ -61,3 +61,20 @@ def h_only(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     m = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
+
+
+# Every key type Triton's autotuner hashes: ints (do_not_specialize), floats, bools, None, a dtype value,
+# heuristics-computed values from above (HAS_B, BLOCK_D) and tensor dtypes; a heuristic below sees the config.
+@triton.heuristics({"HAS_B": lambda args: args["b_ptr"] is not None,
+                    "BLOCK_D": lambda args: triton.next_power_of_2(args["D"])})
+@triton.autotune(configs=CONFIGS[:2], key=["D", "eps", "flag", "mode", "BLOCK_D", "HAS_B", "opt"])
+@triton.heuristics({"EVEN": lambda args: args["D"] % args["BLOCK"] == 0})
+@triton.jit(do_not_specialize=["D"])
+def keyed(x_ptr, b_ptr, out_ptr, D, eps, flag, mode, opt, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr,
+          HAS_B: tl.constexpr, EVEN: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < D
+    x = tl.load(x_ptr + offs, mask=m)
+    if HAS_B:
+        x += tl.load(b_ptr + offs, mask=m)
+    tl.store(out_ptr + offs, x * eps, mask=m)

@@ -156,8 +156,8 @@ def fingerprint(value: Any, spellings: Iterable[str]) -> tuple:
     if nf is not None:
         return ("f", nf["float"])
     s = scalar(value)
-    if s is not NOT_SCALAR:
-        return ("s", type(s).__name__, repr(s))
+    if s is not NOT_SCALAR:  # the argument's own type: a numpy integer computes values of its type
+        return ("s", type(value).__name__, repr(s))
     out = []
     for spelling in spellings:
         try:

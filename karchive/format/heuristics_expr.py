@@ -23,7 +23,7 @@ A node is a list whose first item names it (spec/FORMAT.md §6.4)::
 
 from __future__ import annotations
 
-import math
+import numbers
 import operator
 from typing import Any
 from collections.abc import Callable, Mapping
@@ -41,9 +41,15 @@ class ExprError(Exception):
     """An expression has no value for this call (an absent argument, a type it cannot combine)."""
 
 
-def _next_power_of_2(n: int) -> int:
-    n = int(n)
-    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+def _next_power_of_2(n: Any) -> Any:
+    """``triton.next_power_of_2``, step for step, so a numpy integer stays one (Triton's key then holds its dtype)."""
+    if not isinstance(n, numbers.Integral) or isinstance(n, bool) or not -(1 << 64) < int(n) < (1 << 64):
+        raise ExprError("next_power_of_2 of a non-integer or of more than 64 bits")
+    n -= 1
+    for shift in (1, 2, 4, 8, 16, 32):
+        n |= n >> shift
+    n += 1
+    return n
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -161,13 +167,13 @@ def check(node: Any, where: str) -> None:
 
 
 def evaluate(node: list, named: Mapping[str, Any]) -> Any:
-    """The expression's value on a call's named arguments (a JSON scalar); ``ExprError`` if it has none.
-    ``node`` must have passed :func:`check`."""
+    """The expression's value on a call's named arguments; ``ExprError`` if it has none. ``node`` must have
+    passed :func:`check`. The value is a scalar of the type Python gives (a numpy integer argument keeps
+    its type through arithmetic, as in Triton, where it then adds its dtype to the autotune key)."""
     value = _eval(node, named)
-    out = scalar(value)
-    if out is NOT_SCALAR:
+    if scalar(value) is NOT_SCALAR and not isinstance(value, float):
         raise ExprError(f"the value is a {type(value).__name__}, not a scalar")
-    return out
+    return value
 
 
 def _eval(n: list, named: Mapping[str, Any]) -> Any:
@@ -199,7 +205,7 @@ def _eval(n: list, named: Mapping[str, Any]) -> Any:
         if head in BINARY:
             a, b = _eval(n[1], named), _eval(n[2], named)
             for v in (a, b):
-                if scalar(v) is NOT_SCALAR:
+                if scalar(v) is NOT_SCALAR and not isinstance(v, float):  # inf and nan are numbers here
                     raise ExprError(f"{head} on a {type(v).__name__}")
             return _bounded(BINARY[head](a, b))
         if head == "and":
@@ -240,12 +246,6 @@ def _eval(n: list, named: Mapping[str, Any]) -> Any:
 
 
 def _arg(value: Any) -> Any:
-    """An argument as the evaluator holds it: its JSON scalar form, else the object (for probes)."""
-    if value is None:
-        return None
-    s = scalar(value)
-    if s is not NOT_SCALAR:
-        return s
-    if isinstance(value, float) and not math.isfinite(value):
-        return value
+    """An argument as the evaluator holds it: the value itself (a number keeps its type; an object is only
+    probed or tested against None)."""
     return value

@@ -280,6 +280,13 @@ class AutotunedKernel:
         """The autotune key Triton computes for a call that reaches the autotuner with ``named``."""
         return key_for_call(self.records[0], named, self.param_names) if self.records else []
 
+    def tuning_key(self, *args: Any, **kwargs: Any) -> list:
+        """The autotune key (as stored) Triton computes for ``k[grid](*args, **kwargs)``: heuristics above
+        the autotuner evaluated first, as they are in Triton. Nothing is launched or tuned."""
+        named = _named(self.name, self.param_names, args, kwargs)
+        hgiven = frozenset(n for n in self.heuristics.names if n in kwargs) if self.heuristics else frozenset()
+        return self.key({**named, **self._outer(named, hgiven)})
+
     def choose(self, named: Mapping[str, Any]) -> tuple[Kernel, dict, Mapping[str, Any] | None]:
         """The (dispatcher, tuned constexprs, entry) a call with these named arguments uses."""
         key = self.key(named)
