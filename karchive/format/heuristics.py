@@ -171,24 +171,69 @@ def fingerprint(value: Any, spellings: Iterable[str]) -> tuple:
 class Case:
     inputs: Mapping[str, Any]
     value: Any
+    #: The device a concretely recorded case ran on (``{"target": "cuda:90", "name": ...}``), else None.
+    device: Mapping[str, str] | None = None
 
-    def matches(self, named: Mapping[str, Any]) -> bool:
+    def matches(self, named: Mapping[str, Any], device: Any = None) -> bool:
+        if not self.device_matches(device):
+            return False
         return all(input_matches(rec, named.get(arg, ABSENT)) for arg, rec in self.inputs.items())
 
-    def describe(self) -> str:
-        def show(v: Any) -> str:
-            if isinstance(v, dict):
-                if "absent" in v:
-                    return "<not passed>"
-                if "opaque" in v:
-                    return f"<opaque: {v['opaque']}>"
-                if "float" in v:
-                    return f"float({v['float']!r})"
-                return "<object " + ", ".join(f"{k}={p!r}" for k, p in v["object"].items()) + ">"
-            return repr(v)
+    def device_matches(self, device: Any) -> bool:
+        """``device``: None (unknown: not checked), a target string, or a DeviceInfo-like object."""
+        if self.device is None or device is None:
+            return True
+        target = device if isinstance(device, str) else f"{getattr(device, 'backend', '')}:{getattr(device, 'arch', '')}"
+        want = self.device.get("target")
+        if want is not None and want != target:
+            return False
+        name = getattr(device, "name", "") if not isinstance(device, str) else ""
+        return not (name and self.device.get("name") and self.device["name"] != name)
 
-        ins = ", ".join(f"{k}={show(v)}" for k, v in self.inputs.items())
-        return f"({ins}) -> {self.value!r}"
+    def differences(self, named: Mapping[str, Any]) -> list[str]:
+        """The inputs this call does not match, each with the recorded value and the call's."""
+        out = []
+        for arg, rec in self.inputs.items():
+            value = named.get(arg, ABSENT)
+            if input_matches(rec, value):
+                continue
+            out.append(f"{arg} (recorded {_show(rec)}, this call {_show_value(value, rec)})")
+        return out
+
+    def describe(self) -> str:
+        ins = ", ".join(f"{k}={_show(v)}" for k, v in self.inputs.items())
+        on = f" on {self.device.get('target', '?')}" if self.device else ""
+        return f"({ins}){on} -> {self.value!r}"
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, dict):
+        if "absent" in v:
+            return "<not passed>"
+        if "opaque" in v:
+            return f"<opaque: {v['opaque']}>"
+        if "float" in v:
+            return f"float({v['float']!r})"
+        return "<object " + ", ".join(f"{k}={p!r}" for k, p in v["object"].items()) + ">"
+    return repr(v)
+
+
+def _show_value(value: Any, rec: Any) -> str:
+    """A call's argument as the recorded input would show it (the probes the record used)."""
+    if value is ABSENT:
+        return "<not passed>"
+    s = scalar(value)
+    if s is not NOT_SCALAR or value is None:
+        return repr(s if value is not None else None)
+    if isinstance(rec, dict) and "object" in rec:
+        parts = []
+        for spelling in rec["object"]:
+            try:
+                parts.append(f"{spelling}={run_probe(value, spelling)!r}")
+            except Exception:  # noqa: BLE001 - the probe cannot be read from this argument
+                parts.append(f"{spelling}=<cannot be read>")
+        return "<object " + ", ".join(parts) + ">"
+    return f"<{type(value).__name__}>"
 
 
 @dataclass(frozen=True)
@@ -222,6 +267,18 @@ class HeuristicsRecord:
                      for arg, spellings in self.probes().items())
 
 
+def _nearest(cases: Sequence[Case], named: Mapping[str, Any], device: Any) -> str:
+    """Which inputs the closest recorded case (fewest differing inputs) differs in, as text."""
+    best: list[str] | None = None
+    for case in cases[:MAX_CASES]:
+        diff = case.differences(named)
+        if not case.device_matches(device):
+            diff = [f"the device (recorded {case.device.get('target') if case.device else '?'})"] + diff
+        if diff and (best is None or len(diff) < len(best)):
+            best = diff
+    return ", ".join(best) if best else ""
+
+
 def _expr_reads(node: Any, seen: dict[str, list[str]], depth: int = 0) -> None:
     """The arguments (and probes on them) an expression reads, for the call fingerprint."""
     if not isinstance(node, list) or not node or depth > 64:
@@ -236,7 +293,7 @@ def _expr_reads(node: Any, seen: dict[str, list[str]], depth: int = 0) -> None:
         _expr_reads(child, seen, depth + 1)
 
 
-def resolve(record: HeuristicsRecord, named: Mapping[str, Any], skip: Iterable[str] = ()
+def resolve(record: HeuristicsRecord, named: Mapping[str, Any], skip: Iterable[str] = (), device: Any = None
             ) -> tuple[dict[str, Any], dict[str, str]]:
     """Values for the record's names (in order) that are not in ``skip``, and why each unresolved one is.
 
@@ -251,7 +308,7 @@ def resolve(record: HeuristicsRecord, named: Mapping[str, Any], skip: Iterable[s
         if name in skip:
             continue
         cases = record.cases.get(name, ())
-        hit = next((c for c in cases if c.matches(current)), None)
+        hit = next((c for c in cases if c.matches(current, device)), None)
         if hit is None and name in record.exprs:
             from .heuristics_expr import ExprError, evaluate
 
@@ -265,6 +322,9 @@ def resolve(record: HeuristicsRecord, named: Mapping[str, Any], skip: Iterable[s
             if len(cases) > 8:
                 shown += f"; ... ({len(cases)} cases)"
             unresolved[name] = f"no recorded case matches this call (recorded: {shown or 'none'})"
+            near = _nearest(cases, current, device)
+            if near:
+                unresolved[name] += f"; the nearest recorded case differs in {near}"
             continue
         values[name] = current[name] = hit.value
     return values, unresolved
@@ -331,7 +391,11 @@ def parse_record(obj: Any, where: str) -> HeuristicsRecord:
             if len(case["inputs"]) > MAX_INPUTS:
                 raise SchemaError(f"{w}[{i}].inputs: more than {MAX_INPUTS} inputs")
             inputs = {str(k): _parse_input(v, f"{w}[{i}].inputs.{k}") for k, v in case["inputs"].items()}
-            out.append(Case(inputs, _check_scalar(case["value"], f"{w}[{i}].value")))
+            device = case.get("device")
+            if device is not None and (not isinstance(device, dict) or set(device) - {"target", "name"}
+                                       or not all(isinstance(x, str) and len(x) <= 256 for x in device.values())):
+                raise SchemaError(f"{w}[{i}].device: an object with string 'target' and/or 'name' expected")
+            out.append(Case(inputs, _check_scalar(case["value"], f"{w}[{i}].value"), device))
         parsed[name] = tuple(out)
     exprs = obj.get("exprs", {})
     if not isinstance(exprs, dict) or set(exprs) - set(names):

@@ -25,6 +25,7 @@ from ..errors import ArgumentError, NoMatchingVariantError
 from ..format.autotune import choose_config, entry_config, key_for_call
 from ..format.heuristics import OPTION_NAMES, HeuristicsRecord, resolve
 from ..format.manifest import Variant
+from .device import DeviceInfo
 from .dispatch import Kernel
 
 
@@ -96,15 +97,19 @@ class _Heuristics:
         self.names = tuple(n for r in self.records for n in r.names)
         self._cache: dict[tuple, dict[str, Any]] = {}
 
-    def values(self, named: Mapping[str, Any], given: frozenset) -> dict[str, Any]:
-        """Values for every computed name the caller did not pass; ``NoMatchingVariantError`` if one has no case."""
+    def values(self, named: Mapping[str, Any], given: frozenset, device: Any = None) -> dict[str, Any]:
+        """Values for every computed name the caller did not pass; ``NoMatchingVariantError`` if one has no case.
+        ``device`` (a target string or DeviceInfo; None: not checked) must be the one a concretely recorded
+        case ran on."""
         current = dict(named)
         out: dict[str, Any] = {}
+        dev_key = device if device is None or isinstance(device, str) else (
+            getattr(device, "backend", ""), getattr(device, "arch", ""), getattr(device, "name", ""))
         for record in self.records:
-            key = (id(record), given, record.call_key(current))
+            key = (id(record), given, record.call_key(current), dev_key)
             hit = self._cache.get(key)
             if hit is None:
-                values, unresolved = resolve(record, current, skip=given)
+                values, unresolved = resolve(record, current, skip=given, device=device)
                 if unresolved:
                     why = "; ".join(f"{n}: {w}" for n, w in unresolved.items())
                     raise NoMatchingVariantError(
@@ -141,10 +146,10 @@ class HeuristicsKernel:
         names = list(self.heuristics.names)
         return f"<karchive.HeuristicsKernel {self.name} ({len(self.variants)} variants, computes {names})>"
 
-    def _resolve(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Kernel, dict]:
+    def _resolve(self, args: Sequence[Any], kwargs: Mapping[str, Any], device: Any = None) -> tuple[Kernel, dict]:
         named = _named(self.name, self.param_names, args, kwargs)
         given = frozenset(n for n in self.heuristics.names if n in kwargs)
-        values = self.heuristics.values(named, given)
+        values = self.heuristics.values(named, given, device if isinstance(device, (str, DeviceInfo)) else None)
         cx, opts = _split(values, self.param_names)
         kernel = self._subsets.fitting({}, opts) if opts else self.base
         return kernel, cx
@@ -157,7 +162,7 @@ class HeuristicsKernel:
         kernel._run(grid, *args, stream=stream, **kwargs, **cx)
 
     def select(self, *args: Any, device: Any = None, **kwargs: Any) -> Variant:
-        kernel, cx = self._resolve(args, kwargs)
+        kernel, cx = self._resolve(args, kwargs, device)
         return kernel.select(*args, device=device, **kwargs, **cx)
 
     def bind(self, grid: Any, *args: Any, stream: Any = None, **kwargs: Any):
