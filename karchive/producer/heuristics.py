@@ -6,8 +6,9 @@ from the keyword arguments Triton passes, see :mod:`karchive.producer.capture`),
 arguments each function depends on by evaluating it once more on a mapping that notes every key it
 reads; tensor-like arguments are handed over behind a probe that notes the attributes used (``dtype``,
 ``shape``, ``numel()`` ...). When the second evaluation does not reproduce Triton's value (a function
-that is not pure, or that used an argument in a way the probe cannot replay) the case is recorded as
-opaque and never matches at load time. Manifest shape and matching: :mod:`karchive.format.heuristics`.
+that is not pure: a device query, a tuning table) or used an argument in a way no probe replays, the
+case is recorded concretely (:func:`concrete_inputs`): every kernel argument of the call and the device
+it ran on, so that very call replays and any other is refused naming the input that differs. Manifest shape and matching: :mod:`karchive.format.heuristics`.
 """
 
 from __future__ import annotations
