@@ -137,3 +137,50 @@ def test_an_older_record_learns_that_heuristics_sit_above(monkeypatch):
     k = _runtime(wk.h_over_at, legacy_entries=[{"key": want, "config": 1, "variant": None}])
     assert k.outer is None
     assert k.tuning_key(*args) == want and k.outer == frozenset({"IS_VARLEN"})
+
+
+class _Dtype:
+    """numpy's name for the runtime's pointer check, Triton's MockTensor spelling for str() (what capture saw)."""
+
+    def __init__(self, name: str, text: str) -> None:
+        self.name, self._text = name, text
+
+    def __str__(self) -> str:
+        return self._text
+
+
+class _DevBuf:
+    def __init__(self, addr: int) -> None:
+        self.addr, self.dtype = addr, _Dtype("float32", "fp32")
+
+    def data_ptr(self) -> int:
+        return self.addr
+
+    def get_device(self) -> int:
+        return 0
+
+
+def test_a_captured_stack_relaunches_with_the_heuristics_in_its_key(triton_cache_dir, tmp_path):
+    """Capture of heuristics over autotune (flash-linear-attention's pattern) on the fake GPU, relaunch keys."""
+    import karchive
+    import wrapped_kernels as wk
+    from capture_fakes import fake_gpu, fresh, ptr
+    from karchive.runtime.device import DeviceInfo
+
+    fresh(wk.h_over_at)
+    with fake_gpu(timings=[3.0, 1.0]), karchive.capture("fla-like", version="1") as cap:
+        wk.h_over_at[(1,)](ptr(), ptr(), None, 4096, 1.5)
+        wk.h_over_at[(1,)](ptr(), ptr(), ptr(), 4096, 1.5)
+    (record,) = cap.autotune.to_json()
+    assert record["outer_heuristics"] == ["IS_VARLEN"]
+    assert sorted(e["key"] for e in record["entries"]) == [[4096, False, "fp32", "fp32"],
+                                                           [4096, True, "fp32", "fp32", "fp32"]]
+    cap.save(tmp_path / "fla.karc")
+    k = karchive.open(str(tmp_path / "fla.karc")).kernel("h_over_at")
+    h100 = DeviceInfo.describe_target("cuda:90", shared_optin=227 * 1024)
+    A = 0x7F00_0000_0000
+    by_key = {tuple(e["key"]): e["variant"] for e in record["entries"]}
+    plain = k.select(_DevBuf(A), _DevBuf(A + 4096), None, 4096, 1.5, device=h100)
+    assert plain.key == by_key[(4096, False, "fp32", "fp32")] and plain.constexprs["IS_VARLEN"] is False
+    varlen = k.select(_DevBuf(A), _DevBuf(A + 4096), _DevBuf(A + 8192), 4096, 1.5, device=h100)
+    assert varlen.key == by_key[(4096, True, "fp32", "fp32", "fp32")] and varlen.constexprs["IS_VARLEN"] is True
