@@ -250,3 +250,12 @@ def test_heuristics_only_kernels_evaluate_their_expressions(device):
     assert k.select(Tensor(X), Tensor(Y), 60, num_warps=4).constexprs == {"BLOCK": 64}
     with pytest.raises(NoMatchingVariantError, match="num_warps"):
         k.select(Tensor(X), Tensor(Y), 60)  # its num_warps heuristic reads the environment: the caller says
+
+
+def test_records_follow_qualified_kernel_names():
+    """Variants may name a kernel module:qualname (issue 19); records written by function name follow them."""
+    from karchive.producer.wrapped import align_kernel_names
+
+    recs = [{"kernel": "add"}, {"kernel": "mul"}, {"kernel": "gone"}]
+    out = align_kernel_names(recs, {"pkg.ops:add", "pkg.ops:Ops.mul", "a:mul2", "b:gone", "c:gone"})
+    assert [r["kernel"] for r in out] == ["pkg.ops:add", "pkg.ops:Ops.mul", "gone"]  # two fit "gone": unchanged

@@ -47,6 +47,7 @@ from .autotune import AutotuneLog, call_args, innermost_jit, tuning_key
 from .capture_report import LEDGER, CacheWatch, LeftOut, describe_left_out, left_out, summarize
 from .describe import BINARY_EXT, IR_STAGES, CompiledVariant, describe_variant
 from .heuristics import HeuristicsLog
+from .wrapped import align_kernel_names
 from .pack import ArchiveBuilder
 from .triton_cache import (
     CacheEntry,
@@ -371,8 +372,10 @@ class Capture:
             autotune = self.autotune.to_json()
             heuristics = self.heuristics.to_json()
         variants = self._storable(variants)
-        autotune = self._storable_records("autotune", autotune)
-        heuristics = self._storable_records("heuristics", heuristics)
+        kernels = {v.kernel for v in variants}
+        # Records name a kernel by its function's name; variants may name it module:qualname (describe.py).
+        autotune = align_kernel_names(self._storable_records("autotune", autotune), kernels)
+        heuristics = align_kernel_names(self._storable_records("heuristics", heuristics), kernels)
         if not variants:
             raise CaptureError(
                 f"capture {self.name!r} recorded no kernels: nothing Triton compiled or launched "

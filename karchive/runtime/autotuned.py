@@ -339,16 +339,18 @@ class AutotunedKernel:
         if self.heuristics is None:
             return {}
         outer = self.outer
-        if outer is None:  # an older record: learn the layering from which reading gives a recorded key
+        if outer is None:  # an older record: learn the layering from the reading that gives a recorded key
+            outer = frozenset()
             if self._exact(self.key(named)):
-                outer = frozenset()
+                self.outer = outer
             else:
                 try:
                     values = self.heuristics.values(named, hgiven)
                 except NoMatchingVariantError:
                     values = {}
-                outer = frozenset(values) if values and self._exact(self.key({**named, **values})) else frozenset()
-            self.outer = outer
+                if values and self._exact(self.key({**named, **values})):
+                    self.outer = outer = frozenset(values)
+                # neither reading is recorded (a new key): decide nothing yet, read it as inner this time
         if not outer:
             return {}
         inner = frozenset(self.heuristics.names) - outer
