@@ -190,11 +190,12 @@ class Tensor:
 
 
 @pytest.fixture
-def device(monkeypatch, built):
+def device(monkeypatch, built, tmp_path):
     import karchive
     from karchive.runtime import args, launch_path
     from runtime_support import fake_cuda, register_sizes
 
+    monkeypatch.setenv("KARCHIVE_CACHE_DIR", str(tmp_path / "kcache"))  # tuning decisions land here
     args.set_tensor_type(Tensor)
     try:
         with fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _backend):
@@ -259,3 +260,33 @@ def test_records_follow_qualified_kernel_names():
     recs = [{"kernel": "add"}, {"kernel": "mul"}, {"kernel": "gone"}]
     out = align_kernel_names(recs, {"pkg.ops:add", "pkg.ops:Ops.mul", "a:mul2", "b:gone", "c:gone"})
     assert [r["kernel"] for r in out] == ["pkg.ops:add", "pkg.ops:Ops.mul", "gone"]  # two fit "gone": unchanged
+
+
+def test_decisions_are_remembered_per_gpu_model_and_driver(device, tmp_path, monkeypatch):
+    import karchive
+
+    arc, rec = device
+    x, out = Tensor(X), Tensor(Y)
+    arc.kernel("h_over_at")[(32,)](x, out, None, 4096, 1.5)
+    tuned = len(rec.launches())
+    assert tuned == 2 * 11 + 1
+    (path,) = (tmp_path / "kcache" / "tuning").rglob("*.json")
+    saved = json.loads(path.read_text())
+    assert saved["kernel"] == "h_over_at" and path.name == "Fake_H100--13000.json"
+    assert saved["device"] == {"name": "Fake H100", "driver": 13000}
+    (decision,) = saved["decisions"].values()
+    # a fresh process (a fresh open): the decision is read back; select() answers; one launch, no timing
+    k = karchive.open(str(arc.ref)).kernel("h_over_at")
+    assert k.select(x, out, None, 4096, 1.5).constexprs["BLOCK"] == decision["kwargs"]["BLOCK"]
+    k[(32,)](x, out, None, 4096, 1.5)
+    assert len(rec.launches()) == tuned + 1
+    # an edited file naming a config the archive does not hold is ignored: the key is tuned again
+    saved["decisions"] = {key: {"kwargs": {"BLOCK": 4096}, "options": {"num_warps": 4}} for key in saved["decisions"]}
+    path.write_text(json.dumps(saved))
+    karchive.open(str(arc.ref)).kernel("h_over_at")[(32,)](x, out, None, 4096, 1.5)
+    assert len(rec.launches()) == tuned + 1 + tuned
+    # turned off: nothing read, nothing written
+    monkeypatch.setenv("KARCHIVE_TUNING_CACHE", "0")
+    path.unlink()
+    karchive.open(str(arc.ref)).kernel("h_over_at")[(32,)](x, out, None, 4096, 1.5)
+    assert not path.exists()

@@ -15,11 +15,12 @@ that were recorded, unless the caller passes the value.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from functools import partial
 from typing import Any
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import ArgumentError, NoMatchingVariantError
 from ..format.autotune import choose_config, entry_config, key_for_call
@@ -179,6 +180,25 @@ def _config_dict(cfg: Mapping[str, Any], variant: Any) -> dict[str, Any]:
             "variant": variant}
 
 
+def _l2_flush(device: Any) -> Callable[[], None]:
+    """Overwrite 256 MiB on the device (more than any L2) before a timed run, through torch when the process
+    uses it (karchive has no allocator of its own); a no-op otherwise."""
+    torch = sys.modules.get("torch")
+    index = getattr(device, "index", None)
+    if torch is None or index is None or getattr(device, "backend", "") not in ("cuda", "hip"):
+        return lambda: None
+    try:
+        buf = torch.empty(256 << 20, dtype=torch.int8, device=f"cuda:{index}")
+    except Exception:  # noqa: BLE001 - no CUDA torch, or no memory to spare: time without the flush
+        return lambda: None
+
+    def flush() -> None:
+        buf.zero_()
+        torch.cuda.synchronize(index)
+
+    return flush
+
+
 class _TuningHooks:
     """``reset_to_zero`` / ``restore_value`` around each benchmark run (Triton's default pre/post hooks)."""
 
@@ -250,6 +270,7 @@ class AutotunedKernel:
         self._subsets = _Subsets(base)
         self._choices: dict[tuple, tuple[Mapping[str, Any], dict, Kernel]] = {}
         self._lock = threading.Lock()
+        self._store: Any = None  # tuning.TuningStore, made on the first key tuned on the device
 
     def __repr__(self) -> str:
         n = sum(len(r.get("entries", [])) for r in self.records)
@@ -316,23 +337,55 @@ class AutotunedKernel:
         if hit is not None:
             return hit
         if self.tune_on_device:
-            if not may_benchmark:
+            cfg = self._remembered_or_tuned(named, grid, args, kwargs, stream, may_benchmark, outer_cx)
+            if cfg is None:
                 raise NoMatchingVariantError(
                     f"{self.name}: autotune key {self.key(named)} is not tuned yet: this archive was built ahead "
                     "of time with every config, and a launch tunes the key on the device (select() does not)")
-            cfg = self._fastest(grid, args, kwargs, stream, named, outer_cx)
         else:
             _kernel, cx, entry = self.choose(named)
             cfg = self._config_of(self._record_for(entry), entry) if entry is not None else {
                 "kwargs": cx, "options": {}, "variant": None}
             if self.benchmark and entry is not None and not self._exact(self.key(named)):
-                if not may_benchmark:  # select(): answer by the rule, remember nothing (a launch will benchmark)
+                tuned = self._remembered_or_tuned(named, grid, args, kwargs, stream, may_benchmark, outer_cx)
+                if tuned is None:  # select(): answer by the rule, remember nothing (a launch will benchmark)
                     return cfg, dict(cfg["kwargs"]), _kernel
-                cfg = self._fastest(grid, args, kwargs, stream, named, outer_cx)
+                cfg = tuned
         kernel = self._subsets.fitting(cfg["kwargs"], cfg["options"], cfg["variant"])
         with self._lock:
             self._choices[key] = hit = (cfg, dict(cfg["kwargs"]), kernel)
         return hit
+
+    def _remembered_or_tuned(self, named: Mapping[str, Any], grid: Any, args: Sequence[Any], kwargs: dict,
+                             stream: Any, may_benchmark: bool, outer_cx: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The decision for this key on this device: from the local tuning cache (:mod:`.tuning`), else timed
+        now (and remembered there) when the call may benchmark, else None."""
+        from .tuning import TuningStore, kernel_digest
+
+        key = self.key(named)
+        device = self._device_of(args, kwargs)
+        if self._store is None:
+            self._store = TuningStore(self.name, kernel_digest(self.name, [v.key for v in self.variants],
+                                                                self.records))
+        if device is not None:
+            hit = self._store.get(device, key, self._candidates())
+            if hit is not None:
+                return hit
+        if not may_benchmark:
+            return None
+        cfg = self._fastest(grid, args, kwargs, stream, named, outer_cx)
+        if device is not None:
+            self._store.put(device, key, cfg)
+        return cfg
+
+    def _device_of(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> DeviceInfo | None:
+        """The device this call launches on (its tensors' device, else the current one); None if unknown."""
+        try:
+            values, _ = self.base._bind_call(args, dict(kwargs))
+            index = self.base._device_index(self.base._infos(values))
+            return self.base.archive.backend().device_info(index)
+        except Exception:  # noqa: BLE001 - no driver or no device: nothing to remember the decision under
+            return None
 
     def _outer(self, named: dict, hgiven: frozenset) -> dict[str, Any]:
         """The heuristics values computed above the autotuner (they join its key)."""
@@ -389,6 +442,7 @@ class AutotunedKernel:
         run this call are skipped."""
         backend = self.base.archive.backend()
         hooks = _TuningHooks(self.name, named, self.reset_to_zero, self.restore_value)
+        flush = _l2_flush(self._device_of(args, kwargs))
         best: tuple[float, Mapping[str, Any]] | None = None
         hgiven = frozenset(n for n in self.heuristics.names if n in kwargs) if self.heuristics else frozenset()
         try:
@@ -418,6 +472,7 @@ class AutotunedKernel:
                 times = []
                 for _ in range(self.benchmark_reps):
                     hooks.before()
+                    flush()  # each run starts from a cold L2, as Triton's do_bench measures
                     backend.synchronize(s)
                     start = time.perf_counter()
                     bound()
