@@ -1,16 +1,18 @@
-"""Kernels captured from ``@triton.autotune`` / ``@triton.heuristics``: meta-parameters from records, never compiled.
+"""Kernels wrapped in ``@triton.autotune`` / ``@triton.heuristics``: meta-parameters from records, never compiled.
 
-The manifest's ``autotune`` records (spec/FORMAT.md §6.3) map an autotune key (the ``key=`` argument
-values, then argument dtypes) to the config Triton chose. A call computes its key, takes the recorded
-entry (exact key, else the ``nearest-log2`` fallback), and launches among the variants compiled for
-that config (its constexprs, ``num_warps``/``num_stages``...) the one that fits the call. With
-``benchmark=True`` a key that was never tuned is timed once across the prebuilt variants of every
-recorded config (no compiling) and the fastest is remembered for the life of the process.
+The manifest's ``autotune`` records (spec/FORMAT.md §6.3) map an autotune key, computed as Triton computes it
+(heuristics above the autotuner first, then the ``key=`` values and argument dtypes), to a config. A call
+takes the recorded entry (exact key, else the ``nearest-log2`` fallback) and launches among the variants
+compiled for that config (its constexprs, ``num_warps``/``num_stages``...) the one that fits the call. A
+record without entries (an ahead-of-time build, spec/BUILD.md), or ``benchmark=True`` for a key never
+tuned, has the key timed on the device across the prebuilt variants of every config (no compiling; the
+in-place hooks honoured), and the winner remembered for the process and in the local tuning cache
+(:mod:`.tuning`).
 
-The ``heuristics`` records (§6.4) give the values ``@triton.heuristics`` computed: for each computed
-name, the first recorded case whose inputs match the call (after the autotune config's constexprs,
-which Triton also passes to the heuristics). A call that matches no case is refused with the cases
-that were recorded, unless the caller passes the value.
+The ``heuristics`` records (§6.4) give the values ``@triton.heuristics`` computes: for each computed name,
+the first recorded case whose inputs match the call, else the stored expression; the heuristics below the
+autotuner see the config's constexprs, as in Triton. A call that matches no case is refused with the cases
+that were recorded and the inputs the nearest one differs in, unless the caller passes the value.
 """
 
 from __future__ import annotations
