@@ -352,3 +352,17 @@ def test_a_heuristic_that_is_not_a_pure_function_is_recorded_per_call():
     assert resolve(rec, {"x": x, "n": 1024, "TILE_N": 64}) == ({"num_warps": 4}, {})
     values, why = resolve(rec, {"x": x, "n": 1024, "TILE_N": 128})
     assert values == {} and "differs in TILE_N (recorded 64, this call 128)" in why["num_warps"]
+
+
+def test_a_concrete_case_never_stands_for_objects_it_cannot_describe():
+    from karchive.producer.heuristics import concrete_inputs
+
+    class Cfg:  # neither a tensor nor a pointer: nothing tells one instance from another
+        pass
+
+    class Ptr:
+        def data_ptr(self) -> int:
+            return 0
+
+    got = concrete_inputs({"cfg": Cfg(), "p": Ptr(), "n": 3, "grid": (1,)}, ["cfg", "p", "n"], "X")
+    assert got == {"cfg": {"opaque": "a Cfg argument that no probe describes"}, "n": 3, "p": {"object": {}}}

@@ -349,7 +349,12 @@ def concrete_inputs(named: dict, arg_names: Any, name: str) -> dict[str, Any]:
                     seen[spelling] = run_probe(v, spelling)
                 except Exception:  # noqa: BLE001 - an object without that probe: described by the others
                     continue
-            out[k] = {"object": seen}
+            if not seen and not hasattr(v, "data_ptr"):
+                # Neither a tensor nor a pointer (a dtype, a config object): "any object" would match other values
+                # of it, so the case is kept for the record and matches nothing.
+                out[k] = {"opaque": f"a {type(v).__name__} argument that no probe describes"}
+            else:
+                out[k] = {"object": seen}
     return dict(sorted(out.items()))
 
 
