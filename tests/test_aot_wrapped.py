@@ -290,3 +290,35 @@ def test_decisions_are_remembered_per_gpu_model_and_driver(device, tmp_path, mon
     path.unlink()
     karchive.open(str(arc.ref)).kernel("h_over_at")[(32,)](x, out, None, 4096, 1.5)
     assert not path.exists()
+
+
+def test_decisions_ship_to_another_machine_with_karchive_tune(device, built, tmp_path, monkeypatch):
+    import karchive
+
+    arc, rec = device
+    x, out = Tensor(X), Tensor(Y)
+    arc.kernel("h_over_at")[(32,)](x, out, None, 4096, 1.5)  # tuned here: decisions in $KARCHIVE_CACHE_DIR
+    tuned = len(rec.launches())
+    shipped = tmp_path / "h100.json"
+    env = dict(__import__("os").environ, PYTHONPATH=str(ROOT))
+    run = subprocess.run([sys.executable, "-m", "karchive", "tune", str(built[0]), "--export", str(shipped), "--json"],
+                         capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == {"exported": 1, "kernels": ["h_over_at"], "file": str(shipped)}
+    other = tmp_path / "other-machine"
+    run = subprocess.run([sys.executable, "-m", "karchive", "tune", str(built[0]), "--import", str(shipped),
+                          "--cache-dir", str(other), "--json"], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout) == {"written": 1, "skipped": []}
+    monkeypatch.setenv("KARCHIVE_CACHE_DIR", str(other))
+    karchive.open(str(built[0])).kernel("h_over_at")[(32,)](x, out, None, 4096, 1.5)
+    assert len(rec.launches()) == tuned + 1  # the shipped decision: launched, nothing timed
+    # decisions for another build of the kernel are not imported
+    data = json.loads(shipped.read_text())
+    data["kernels"][0]["digest"] = "0" * 64
+    shipped.write_text(json.dumps(data))
+    from karchive.format.open import open_location
+    from karchive.runtime.tuning import import_decisions
+
+    report = import_decisions(open_location(built[0]).model, data, tmp_path / "third")
+    assert report["written"] == 0 and "differs" in report["skipped"][0]

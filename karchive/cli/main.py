@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "trust_cmds",     # keygen, sign
     "rebuild_cmds",   # rebuild --check
     "doctor_cmds",    # doctor
+    "tune_cmds",      # tune --export/--import (on-device tuning decisions)
 )
 
 

@@ -113,3 +113,78 @@ class TuningStore:
                 os.replace(tmp, path)
             except (OSError, ValueError, TypeError):
                 pass  # a read-only or full cache: the decision lives for this process only
+
+
+# --- shipping decisions between machines (karchive tune) ------------------------------------------------------
+FILE_FORMAT = "karchive-tuning/1"
+
+
+def archive_kernels(manifest: Any) -> list[tuple[str, str]]:
+    """(kernel, digest) of every kernel of an archive model with autotune records, digested as the runtime does."""
+    out: list[tuple[str, str]] = []
+    records = [r for r in (manifest.autotune or []) if isinstance(r, dict)]
+    names: set[str] = {r["kernel"] for r in records if isinstance(r.get("kernel"), str)}
+    for name in sorted(names):
+        mine = [r for r in records if r.get("kernel") == name]
+        out.append((name, kernel_digest(name, [v.key for v in manifest.variants_of(name)], mine)))
+    return out
+
+
+def export_decisions(manifest: Any, root: Path | None = None) -> dict[str, Any]:
+    """The decisions this machine's tuning cache holds for an archive's kernels, per GPU model and driver."""
+    base = (root if root is not None else cache_dir()) / "tuning"
+    kernels = []
+    for name, digest in archive_kernels(manifest):
+        devices = []
+        folder = base / digest
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+            try:
+                from ..core.jsonio import parse_json
+
+                data = parse_json(path.read_bytes(), str(path), error=KarchiveError)
+            except (OSError, KarchiveError):
+                continue
+            if isinstance(data, dict) and isinstance(data.get("decisions"), dict) and isinstance(data.get("device"), dict):
+                devices.append({"device": data["device"], "decisions": data["decisions"]})
+        if devices:
+            kernels.append({"kernel": name, "digest": digest, "devices": devices})
+    return {"format": FILE_FORMAT, "archive": {"name": manifest.name, "version": manifest.version}, "kernels": kernels}
+
+
+def import_decisions(manifest: Any, data: Any, root: Path | None = None) -> dict[str, Any]:
+    """Write decisions exported elsewhere (:func:`export_decisions`) into this machine's tuning cache, for the
+    kernels whose content (digest) is the same here; a decision is used only if it names one of the kernel's
+    configs (checked at launch)."""
+    if not isinstance(data, dict) or data.get("format") != FILE_FORMAT or not isinstance(data.get("kernels"), list):
+        raise KarchiveError(f"not a karchive tuning file (expected format {FILE_FORMAT!r})")
+    mine = dict(archive_kernels(manifest))
+    written, skipped = 0, []
+    for k in data["kernels"]:
+        if not isinstance(k, dict) or not isinstance(k.get("devices"), list):
+            raise KarchiveError("a tuning file's kernels entry must hold 'kernel', 'digest' and 'devices'")
+        name = str(k.get("kernel"))
+        if mine.get(name) != k.get("digest"):
+            skipped.append(f"{name}: the archive's kernel differs from the tuned one (digest)")
+            continue
+        store = TuningStore(str(name), str(k["digest"]), root)
+        for d in k["devices"]:
+            device, decisions = (d.get("device"), d.get("decisions")) if isinstance(d, dict) else (None, None)
+            if not isinstance(device, dict) or not isinstance(decisions, dict):
+                raise KarchiveError(f"{name}: a device entry needs 'device' and 'decisions' objects")
+            dev = _Device(str(device.get("name") or ""), device.get("driver") if isinstance(device.get("driver"), int)
+                          else None)
+            for text, cfg in decisions.items():
+                if isinstance(cfg, dict) and isinstance(cfg.get("kwargs"), dict) and isinstance(cfg.get("options"), dict):
+                    from ..core.jsonio import parse_json
+
+                    key = parse_json(str(text).encode(), "a tuning key", error=KarchiveError)
+                    store.put(dev, key if isinstance(key, list) else [key], cfg)
+                    written += 1
+    return {"written": written, "skipped": skipped}
+
+
+class _Device:
+    """A device as a decisions file names it (the fields the store keys on)."""
+
+    def __init__(self, name: str, driver_version: int | None) -> None:
+        self.name, self.driver_version = name, driver_version
