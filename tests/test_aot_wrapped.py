@@ -71,8 +71,9 @@ def test_kernel_refs_reach_the_kernel_inside_its_wrappers():
     assert type(obj).__name__ == "Autotuner"
     with pytest.raises(KernelNotFoundError) as err:
         load_kernel(f"{KERNELS}:missing")
-    assert set(err.value.available) == {"at_copy", "h_over_at", "at_over_h", "h_only", "keyed", "h_device"}
-    assert "at_copy, at_over_h, h_device, h_only, h_over_at, keyed" in str(err.value) and err.value.ref.endswith(":missing")
+    assert set(err.value.available) == {"at_copy", "h_over_at", "at_over_h", "h_only", "keyed", "h_device",
+                                        "at_matmul", "at_rowsum"}
+    assert "at_copy, at_matmul, at_over_h, at_rowsum, h_device, h_only, h_over_at, keyed" in str(err.value) and err.value.ref.endswith(":missing")
     with pytest.raises(KernelNotFoundError, match="is a function, not a @triton.jit kernel"):
         load_kernel(f"{KERNELS}:_prune")
 

@@ -95,3 +95,47 @@ def h_device(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) + 1.0, mask=m)
+
+
+# Matmul-like and reduction-like autotuned kernels for the tuning-quality check on the GPU (karchive's on-device
+# choice among prebuilt configs against Triton's own autotuner).
+MM_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
+              for bm, bn, bk, w, s in ((64, 64, 32, 4, 3), (128, 64, 32, 4, 4), (64, 128, 64, 4, 3),
+                                       (128, 128, 32, 8, 3), (128, 256, 64, 8, 3), (32, 32, 32, 2, 2))]
+
+
+@triton.autotune(configs=MM_CONFIGS, key=["M", "N", "K"])
+@triton.jit
+def at_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid = tl.program_id(0)
+    num_n = tl.cdiv(N, BLOCK_N)
+    pid_m = pid // num_n
+    pid_n = pid % num_n
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    a = a_ptr + rm[:, None] * stride_am + rk[None, :] * stride_ak
+    b = b_ptr + rk[:, None] * stride_bk + rn[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        k_left = K - k * BLOCK_K
+        a_tile = tl.load(a, mask=(rm[:, None] < M) & (rk[None, :] < k_left), other=0.0)
+        b_tile = tl.load(b, mask=(rk[:, None] < k_left) & (rn[None, :] < N), other=0.0)
+        acc += tl.dot(a_tile, b_tile)
+        a += BLOCK_K * stride_ak
+        b += BLOCK_K * stride_bk
+    c = c_ptr + rm[:, None] * stride_cm + rn[None, :] * stride_cn
+    tl.store(c, acc.to(tl.float16), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK_N": bn}, num_warps=w) for bn, w in
+                          ((256, 1), (512, 2), (1024, 4), (2048, 8), (4096, 8), (4096, 16))], key=["N"])
+@triton.jit
+def at_rowsum(x_ptr, out_ptr, N, stride, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    acc = tl.zeros((BLOCK_N,), dtype=tl.float32)
+    for start in range(0, N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        acc += tl.load(x_ptr + row * stride + cols, mask=cols < N, other=0.0)
+    tl.store(out_ptr + row, tl.sum(acc, axis=0))

@@ -82,3 +82,17 @@ def test_exported_cache_neither_compiles_nor_retunes(work):
     assert counts.get("written", 0) > 0 and set(counts) == {"written"}, counts
     rerun = run("jit_rerun", work, dest, {"TRITON_CACHE_AUTOTUNING": "1"})
     assert rerun["benchmarked"] == 0 and rerun["compiled"] == 0 and rerun["not_bit_equal"] == {}, rerun
+
+
+def test_tuning_among_prebuilt_configs_is_within_5_percent_of_triton(tmp_path_factory):
+    """Issue 23, tuning without a compiler: for a matmul-like and a reduction-like kernel, the config karchive picks
+    on the device among the AOT-built ones runs within 5% of Triton's own autotuner's pick (both timed by
+    triton.testing.do_bench on Triton's JIT, so only the choice differs)."""
+    w = _work(tmp_path_factory)
+    r = run("tune_quality", w, w / "cache-tq")
+    for row in r["results"]:
+        print(f"  {row['kernel']} {row['case']}: triton {row['triton_ms']} ms ({row['triton']}), karchive "
+              f"{row['karchive_ms']} ms ({row['karchive']}), ratio {row['ratio']}")
+    assert {row["kernel"] for row in r["results"]} == {"at_matmul", "at_rowsum"}
+    slow = [row for row in r["results"] if row["ratio"] > 1.05]
+    assert not slow, slow

@@ -16,6 +16,8 @@ reads the device). Phases:
                device-reading heuristic never saw is refused naming the input that differs
   jit_rerun    plain Triton against an exported cache with TRITON_CACHE_AUTOTUNING=1: benchmarks and compiles
                counted, outputs compared with the capture
+  tune_quality at_matmul / at_rowsum built ahead of time; karchive's on-device choice per shape against Triton's
+               autotuner's, both timed with triton.testing.do_bench on Triton's JIT (only the choice differs)
 """
 
 from __future__ import annotations
@@ -256,7 +258,74 @@ def phase_jit_rerun(work: Path, opts: dict) -> dict:
             "cache_hits": sum(1 for hit in compiles if hit), "not_bit_equal": _diff(out, ref)}
 
 
-PHASES = {"triton_ref": phase_triton_ref, "aot_build": phase_aot_build, "aot_launch": phase_aot_launch,
+TQ_SPEC = """[archive]
+name = "tune-quality"
+version = "1"
+targets = ["cuda:90"]
+[[kernel]]
+source = "{k}:at_matmul"
+signature = "*fp16:16, *fp16:16, *fp16:16, i32, i32, i32, i32, i32, i32, i32, i32, i32"
+[[kernel]]
+source = "{k}:at_rowsum"
+signature = "*fp32:16, *fp32:16, i32, i32"
+"""
+
+
+def phase_tune_quality(work: Path, opts: dict) -> dict:
+    """karchive's on-device choice among prebuilt configs vs Triton's own autotuner, both timed by Triton's
+    do_bench on Triton's JIT with each chosen config (so only the choice differs)."""
+    import torch
+    from triton.testing import do_bench
+
+    import karchive
+    import wrapped_kernels as wk
+    from karchive.producer.build import build_archive
+    from karchive.producer.spec_file import load_spec, validate_requests
+    from karchive.producer.wrapped import stack_of
+
+    spec_path = work / "tq.toml"
+    spec_path.write_text(TQ_SPEC.format(k=ROOT / "tests" / "wrapped_kernels.py"))
+    spec = load_spec(spec_path)
+    validate_requests(spec.requests)
+    build_archive(spec, work / "tq.karc", progress=False)
+    arc = karchive.open(str(work / "tq.karc"))
+    results = []
+
+    def compare(name: str, case: str, args: tuple, grid: Any) -> None:
+        obj = getattr(wk, name)
+        tuner = stack_of(obj).tuner
+        tuner.cache.clear()
+        obj[grid](*args)
+        (t_cfg,) = tuner.cache.values()
+        k = arc.kernel(name)
+        k[grid](*args)
+        (choice,) = [c for c, _cx, _k in k._choices.values()]
+        k_meta = {**choice["kwargs"], **choice["options"]}
+        fn = tuner.fn
+        t_ms = do_bench(lambda: fn[grid](*args, **t_cfg.all_kwargs()))
+        k_ms = do_bench(lambda: fn[grid](*args, **k_meta))
+        results.append({"kernel": name, "case": case, "triton": str(t_cfg), "karchive": k_meta,
+                        "triton_ms": round(t_ms, 5), "karchive_ms": round(k_ms, 5), "ratio": round(k_ms / t_ms, 4)})
+
+    for m, n, kk in ((1024, 1024, 1024), (4096, 4096, 512), (512, 8192, 2048)):
+        a = torch.randn(m, kk, device="cuda", dtype=torch.float16)
+        b = torch.randn(kk, n, device="cuda", dtype=torch.float16)
+        c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+        grid = lambda meta, m=m, n=n: (triton_cdiv(m, meta["BLOCK_M"]) * triton_cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
+        compare("at_matmul", f"{m}x{n}x{kk}", (a, b, c, m, n, kk, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                              c.stride(0), c.stride(1)), grid)
+    for rows, n in ((4096, 4096), (1024, 65536), (16384, 1000)):
+        x = torch.randn(rows, n, device="cuda", dtype=torch.float32)
+        o = torch.empty(rows, device="cuda", dtype=torch.float32)
+        compare("at_rowsum", f"{rows}x{n}", (x, o, n, x.stride(0)), (rows,))
+    return {"results": results}
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+PHASES = {"tune_quality": phase_tune_quality, "triton_ref": phase_triton_ref, "aot_build": phase_aot_build, "aot_launch": phase_aot_launch,
           "capture": phase_capture, "relaunch": phase_relaunch, "jit_rerun": phase_jit_rerun}
 
 
