@@ -201,6 +201,28 @@ def _l2_flush(device: Any) -> Callable[[], None]:
     return flush
 
 
+def _event_timer(device: Any) -> Callable[[Any], float] | None:
+    """Seconds one launch takes on the device, by CUDA events on torch's current stream; None without torch."""
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(device, "backend", "") not in ("cuda", "hip"):
+        return None
+    try:
+        if not torch.cuda.is_available():
+            return None
+    except Exception:  # noqa: BLE001 - a torch without CUDA support
+        return None
+
+    def run(launch: Any) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end)) / 1000.0
+
+    return run
+
+
 class _TuningHooks:
     """``reset_to_zero`` / ``restore_value`` around each benchmark run (Triton's default pre/post hooks)."""
 
@@ -444,7 +466,11 @@ class AutotunedKernel:
         run this call are skipped."""
         backend = self.base.archive.backend()
         hooks = _TuningHooks(self.name, named, self.reset_to_zero, self.restore_value)
-        flush = _l2_flush(self._device_of(args, kwargs))
+        device = self._device_of(args, kwargs)
+        flush = _l2_flush(device)
+        # The kernel's own time from CUDA events where torch is in use and the launch goes on its current stream
+        # (the default: no stream given); else wall time around a synchronised launch.
+        events = _event_timer(device) if stream is None else None
         best: tuple[float, Mapping[str, Any]] | None = None
         hgiven = frozenset(n for n in self.heuristics.names if n in kwargs) if self.heuristics else frozenset()
         try:
@@ -476,10 +502,13 @@ class AutotunedKernel:
                     hooks.before()
                     flush()  # each run starts from a cold L2, as Triton's do_bench measures
                     backend.synchronize(s)
-                    start = time.perf_counter()
-                    bound()
-                    backend.synchronize(s)
-                    times.append(time.perf_counter() - start)
+                    if events is not None:
+                        times.append(events(bound))
+                    else:
+                        start = time.perf_counter()
+                        bound()
+                        backend.synchronize(s)
+                        times.append(time.perf_counter() - start)
                     hooks.after()
                 took = sorted(times)[len(times) // 2] if times else 0.0
                 if best is None or took < best[0]:
