@@ -129,3 +129,14 @@ def test_size_depth_and_number_bounds():
     with pytest.raises(ExprError, match="probe"):
         evaluate(["probe", ["arg", "x"], "stride(0)"], {"x": object()})
     assert evaluate(["*", ["arg", "eps"], ["const", 2]], {"eps": math.inf}) == math.inf
+
+
+def test_records_with_hostile_expressions_are_refused_when_parsed():
+    from karchive.format.heuristics import parse_record
+
+    good = {"kernel": "k", "names": ["EVEN"], "cases": {}, "exprs": {"EVEN": ["==", ["arg", "n"], ["const", 1]]}}
+    assert parse_record(good, "h").exprs["EVEN"][0] == "=="
+    for bad in ({**good, "exprs": {"EVEN": ["exec", "rm -rf /"]}}, {**good, "exprs": {"OTHER": ["const", 1]}},
+                {**good, "exprs": ["EVEN"]}):
+        with pytest.raises(SchemaError):
+            parse_record(bad, "h")
