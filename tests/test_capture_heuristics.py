@@ -36,8 +36,11 @@ class Dtype:
 class DevBuf:
     """A device buffer as the runtime sees one (``data_ptr()``, ``dtype``, device); selection only."""
 
-    def __init__(self, addr: int, dtype: str = "fp32") -> None:
-        self.addr, self.dtype = addr, Dtype(dtype)
+    def __init__(self, addr: int, dtype: str = "fp32", shape: tuple = (1,)) -> None:
+        self.addr, self.dtype, self.shape = addr, Dtype(dtype), list(shape)
+
+    def stride(self) -> tuple:
+        return tuple(1 for _ in self.shape)
 
     def data_ptr(self) -> int:
         return self.addr
@@ -112,8 +115,12 @@ def test_each_launch_records_which_values_came_from_which_arguments(captured):
                                    ({"n": 8192, "x_ptr": {"object": {"dtype": "fp32"}}}, True),
                                    ({"x_ptr": {"object": {"dtype": "fp16"}}}, False)]
     assert _case(bias, "num_warps") == [({"n": 1000}, 4), ({"n": 8192}, 8)]
-    ((inputs, value),) = _case(records["heur_opaque"], "ODD")
-    assert value is True and inputs["n"] == 1001 and "opaque" in inputs["x_ptr"]
+    # isinstance() cannot be replayed from probes: the call is recorded concretely, with its device.
+    (case,) = records["heur_opaque"]["cases"]["ODD"]
+    assert case["value"] is True and case["device"] == {"target": "cuda:90"}
+    assert case["inputs"] == {"BLOCK": 128, "n": 1001,
+                              "out_ptr": {"object": {"dtype": "fp32", "shape": [1], "stride()": [1]}},
+                              "x_ptr": {"object": {"dtype": "fp32", "shape": [1], "stride()": [1]}}}
     # Under the autotuner the heuristic sees each benchmarked config's BLOCK.
     assert sorted(_case(records["tuned_even_copy"], "EVEN"), key=str) == sorted(
         [({"BLOCK": b, "n": n}, n % b == 0) for n in (4096, 1000) for b in (64, 128)], key=str)
@@ -175,13 +182,23 @@ def test_tensor_probes_none_checks_and_option_values(captured, h100):
 
 
 @needs_triton
-def test_opaque_cases_never_match_and_say_why(captured, h100):
+def test_heuristics_that_cannot_be_replayed_replay_the_captured_calls(captured, h100):
+    """Issue 23.4: a heuristic that is not a pure function of what probes see (isinstance here; a device query
+    or tuning table in an operator library) replays the very calls captured, and refuses others by name."""
     import karchive
+    from karchive.runtime.device import DeviceInfo
 
     _, path = captured
     k = karchive.open(path).kernel("heur_opaque")
-    with pytest.raises(NoMatchingVariantError, match=r"ODD.*opaque: used in a way karchive cannot replay"):
-        k.select(A, A + 4096, 1001, BLOCK=128, device=h100)
+    assert k.select(DevBuf(A), DevBuf(A + 4096), 1001, BLOCK=128, device=h100).constexprs["ODD"] is True
+    with pytest.raises(NoMatchingVariantError, match=r"ODD.*differs in n \(recorded 1001, this call 1003\)"):
+        k.select(DevBuf(A), DevBuf(A + 4096), 1003, BLOCK=128, device=h100)
+    with pytest.raises(NoMatchingVariantError, match=r"differs in x_ptr \(recorded <object dtype='fp32', shape=\[1\]"
+                                                     r", stride\(\)=\[1\]>, this call <object dtype='fp16'"):
+        k.select(DevBuf(A, "fp16"), DevBuf(A + 4096), 1001, BLOCK=128, device=h100)
+    a100 = DeviceInfo.describe_target("cuda:80", shared_optin=163 * 1024)
+    with pytest.raises(NoMatchingVariantError, match=r"differs in the device \(recorded cuda:90\)"):
+        k.select(DevBuf(A), DevBuf(A + 4096), 1001, BLOCK=128, device=a100)
     assert k.select(A, A + 4096, 1001, BLOCK=128, ODD=True, device=h100).constexprs["ODD"] is True
 
 
@@ -309,3 +326,43 @@ def test_a_hostile_heuristics_record_is_refused_when_its_kernel_is_opened(add_va
         arc.kernel("add_kernel")
     if importlib.util.find_spec("jsonschema"):
         assert any("heuristics" in p for p in schema_problems(arc.reader.manifest))
+
+
+def test_a_heuristic_that_is_not_a_pure_function_is_recorded_per_call():
+    """A tuning table or device query (re-evaluating gives another value than Triton's): each captured call is
+    recorded with its concrete arguments, replays, and a call that matches none is refused naming the input."""
+    import types
+
+    from karchive.producer.heuristics import HeuristicsLog
+
+    state = {"warps": 8}
+    jit = types.SimpleNamespace(__name__="table_kernel", params=[], cache_key="k")
+    heur = types.SimpleNamespace(fn=jit, arg_names=["x", "n", "TILE_N"],
+                                 values={"num_warps": lambda args: state["warps"]})
+    x = T("torch.float16", (4, 8))
+    log = HeuristicsLog()
+    log.observe(heur, (x, 1024), {"TILE_N": 64, "grid": (4,)}, {"num_warps": 4})  # the table said 4 then
+    log.observe(heur, (x, 1024), {"TILE_N": 64, "grid": (4,)}, {"num_warps": 4})  # the same call: one case
+    (record,) = log.to_json()
+    (case,) = record["cases"]["num_warps"]
+    assert case["value"] == 4 and "grid" not in case["inputs"]  # only kernel arguments
+    # T has no stride() without an index: the object is described by the probes it has
+    assert case["inputs"] == {"TILE_N": 64, "n": 1024, "x": {"object": {"dtype": "torch.float16", "shape": [4, 8]}}}
+    rec = parse_record(json.loads(json.dumps(record)), "r")
+    assert resolve(rec, {"x": x, "n": 1024, "TILE_N": 64}) == ({"num_warps": 4}, {})
+    values, why = resolve(rec, {"x": x, "n": 1024, "TILE_N": 128})
+    assert values == {} and "differs in TILE_N (recorded 64, this call 128)" in why["num_warps"]
+
+
+def test_a_concrete_case_never_stands_for_objects_it_cannot_describe():
+    from karchive.producer.heuristics import concrete_inputs
+
+    class Cfg:  # neither a tensor nor a pointer: nothing tells one instance from another
+        pass
+
+    class Ptr:
+        def data_ptr(self) -> int:
+            return 0
+
+    got = concrete_inputs({"cfg": Cfg(), "p": Ptr(), "n": 3, "grid": (1,)}, ["cfg", "p", "n"], "X")
+    assert got == {"cfg": {"opaque": "a Cfg argument that no probe describes"}, "n": 3, "p": {"object": {}}}

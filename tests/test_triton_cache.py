@@ -82,7 +82,9 @@ def test_exported_entries_are_hits_in_a_fresh_process(captured, tmp_path):
     r = _cli("export-triton-cache", archive, "--cache-dir", cache, "--json")
     assert r.returncode == 0, r.stderr
     report = json.loads(r.stdout)
-    assert report["counts"] == {"written": 4}  # scale_rows + the three tuned_copy configs
+    # scale_rows + the three tuned_copy configs + tuned_copy's autotune decision (Triton's <fn>.autotune.json)
+    assert report["counts"] == {"written": 5}
+    assert [v["path"].endswith("tuned_copy.autotune.json") for v in report["variants"]] == [False] * 4 + [True]
     warm = _run_workload(cache)
     assert warm["events"] == [[name, True] for name, _ in cold["events"]]  # Triton compiled nothing
     # Exporting again leaves every entry alone, and a foreign non-empty entry is never touched.
@@ -90,7 +92,7 @@ def test_exported_entries_are_hits_in_a_fresh_process(captured, tmp_path):
     with open(os.path.join(victim, "marker"), "w") as fh:
         fh.write("mine")
     again = json.loads(_cli("export-triton-cache", archive, "--cache-dir", cache, "--json").stdout)
-    assert again["counts"] == {"exists": 4}
+    assert again["counts"] == {"exists": 5}
     assert open(os.path.join(victim, "marker")).read() == "mine"
     assert not [n for n in os.listdir(cache) if n.startswith("tmp.")]
 
@@ -137,7 +139,7 @@ def test_another_triton_build_is_detected_and_nothing_written(captured, tmp_path
     _rewrite(archive, unknown, lambda p: p.pop("triton_cache"))
     assert _cli("export-triton-cache", unknown, "--cache-dir", cache).returncode == 2
     r = _cli("export-triton-cache", unknown, "--cache-dir", cache, "--allow-unverified", "--json")
-    assert r.returncode == 0 and json.loads(r.stdout)["counts"] == {"written": 4}
+    assert r.returncode == 0 and json.loads(r.stdout)["counts"] == {"written": 5}  # 4 variants, 1 decision
 
 
 def test_import_a_cache_dir_and_round_trip(captured, tmp_path):

@@ -22,6 +22,7 @@ COMMAND_MODULES = (
     "regmeta_cmds",   # registry-meta refresh, registry-meta show
     "rebuild_cmds",   # rebuild --check
     "doctor_cmds",    # doctor
+    "tune_cmds",      # tune --export/--import (on-device tuning decisions)
 )
 
 

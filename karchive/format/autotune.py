@@ -11,8 +11,13 @@ autotuned kernel without benchmarking. Manifest shape (top-level ``autotune`` li
      "entries": [{"key": [512, 512, 512, "torch.float16", "torch.float16", "torch.float16"],
                   "config": 1,                 # index into "configs" of the chosen config
                   "variant": "<variant key>",  # the archive variant Triton launched for that key (or null)
-                  "timings_ms": [0.31, 0.12, null]}],  # per config, when benchmarked during capture
+                  "timings_ms": [0.31, 0.12, {"float": "inf"}]}],  # per config, when benchmarked during capture
      "fallback": "nearest-log2"}
+
+JSON has no infinity or NaN, and Triton hands over both (``float('inf')`` is its timing of a config
+that ran out of resources; a key argument may be a non-finite float): such a number is stored as
+``{"float": "inf"}``, ``{"float": "-inf"}`` or ``{"float": "nan"}`` (:func:`json_number`), which
+compares equal to itself and never to a number (spec/FORMAT.md §6.3).
 
 Fallback for a key that was never seen (:func:`choose_config`): among the entries whose key has the
 same length and the same non-numeric parts (dtype strings, booleans, None), take the one nearest in
@@ -31,33 +36,103 @@ from collections.abc import Iterable, Mapping, Sequence
 FALLBACK_RULE = "nearest-log2"
 
 
+#: The spellings of the non-finite floats JSON cannot hold, as ``{"float": <spelling>}``.
+NONFINITE = ("inf", "-inf", "nan")
+
+
+def nonfinite(value: float) -> dict[str, str]:
+    """``{"float": "inf" | "-inf" | "nan"}`` for a non-finite float."""
+    return {"float": "nan" if value != value else ("inf" if value > 0 else "-inf")}
+
+
+def is_nonfinite_record(value: Any) -> bool:
+    return isinstance(value, dict) and len(value) == 1 and value.get("float") in NONFINITE
+
+
+def _is_numpy_bool(value: Any) -> bool:
+    t = type(value)
+    return t.__module__ == "numpy" and t.__name__ in ("bool_", "bool")  # numpy 1 and 2 spell it differently
+
+
 def json_scalar(value: Any) -> Any:
-    """``value`` as a JSON scalar: None, booleans, numbers and strings (numpy integers and reals
-    converted), else :data:`NotImplemented`. Autotune keys and heuristics inputs both go through it."""
-    if value is None or isinstance(value, (bool, int, float, str)):
+    """``value`` as a finite JSON scalar: None, booleans, finite numbers and strings (numpy booleans,
+    integers and reals converted), else :data:`NotImplemented` (non-finite floats included: JSON cannot
+    hold them, see :func:`json_number`). Autotune keys and heuristics inputs both go through it."""
+    if value is None or isinstance(value, (bool, int, str)):
         return value
+    if _is_numpy_bool(value):
+        return bool(value)
     if isinstance(value, numbers.Integral):  # numpy integers and friends
         return int(value)
     if isinstance(value, numbers.Real):
-        return float(value)
+        try:
+            f = float(value)
+        except (TypeError, ValueError, OverflowError):
+            return NotImplemented
+        return f if math.isfinite(f) else NotImplemented
     return NotImplemented
 
 
+def json_number(value: Any) -> Any:
+    """A timing or other number as stored: a finite float, ``{"float": ...}`` for inf/NaN, None if not a number."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        f = float(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return f if math.isfinite(f) else nonfinite(f)
+
+
 def normalize_value(value: Any) -> Any:
-    """A key component as JSON stores it: numbers, strings, booleans and None stay; anything else is str()."""
+    """A key component as JSON stores it: finite numbers, strings, booleans and None stay; a non-finite
+    float is ``{"float": ...}``; anything else (a dtype, an enum) is its ``str()``."""
     out = json_scalar(value)
-    return str(value) if out is NotImplemented else out
+    if out is not NotImplemented:
+        return out
+    if isinstance(value, numbers.Real) and not _is_numpy_bool(value):
+        try:
+            return nonfinite(float(value))
+        except (TypeError, ValueError, OverflowError):
+            pass
+    try:
+        return str(value)
+    except Exception:  # noqa: BLE001 - a foreign object whose __str__ fails: its type still says what it was
+        return f"<{type(value).__name__}>"
+
+
+def json_safe(obj: Any, depth: int = 0) -> Any:
+    """A record made storable as canonical JSON: dicts (string keys), lists, finite JSON scalars; non-finite
+    floats as ``{"float": ...}``, numpy scalars converted, anything else its ``str()``. Producer records go
+    through it before they are written, so a value of a type nobody foresaw costs nothing but its detail."""
+    if depth > 48:
+        raise ValueError("nested too deeply to store")
+    if isinstance(obj, dict):
+        return {str(k): json_safe(v, depth + 1) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v, depth + 1) for v in obj]
+    return normalize_value(obj)
 
 
 def normalize_key(values: Iterable[Any]) -> list:
     return [normalize_value(v) for v in values]
 
 
-def key_for_call(record: Mapping[str, Any], named_args: Mapping[str, Any]) -> list:
-    """The autotune key of a call, computed the way Triton's Autotuner does (key args, then arg dtypes)."""
+def key_for_call(record: Mapping[str, Any], named_args: Mapping[str, Any],
+                 arg_names: Iterable[str] | None = None) -> list:
+    """The autotune key of a call, computed as Triton's ``Autotuner.run`` does (3.4 to 3.9 alike).
+
+    ``named_args`` is what the autotuner receives, in its order: the positional arguments by name, then
+    the keywords, then (when ``@triton.heuristics`` wraps the autotuner) the values the heuristics
+    computed. Triton keeps the names that are kernel parameters (``arg_names``; all when None), takes the
+    ``key=`` values among them, then appends ``str(x.dtype)`` of *every* kept argument that has a
+    ``dtype``, in that order (``dtype_args`` in a record is informational: the rule is Triton's).
+    """
+    if arg_names is not None:
+        names = set(arg_names)
+        named_args = {k: v for k, v in named_args.items() if k in names}
     key = [named_args[n] for n in record.get("key_names", []) if n in named_args]
-    key += [str(named_args[n].dtype) for n in record.get("dtype_args", [])
-            if n in named_args and hasattr(named_args[n], "dtype")]
+    key += [str(v.dtype) for v in named_args.values() if hasattr(v, "dtype")]
     return normalize_key(key)
 
 

@@ -19,19 +19,21 @@ An input is what the heuristic read of one argument:
 - ``{"object": {probe: result}}``: a non-scalar argument (a tensor), described by the probes the heuristic
   used on it: ``dtype`` (``str(x.dtype)``), ``shape``, ``ndim``, ``numel()``, ``dim()``, ``element_size()``,
   ``size()``/``size(i)``, ``stride()``/``stride(i)``; ``{}`` means only ``is None`` was tested;
+- ``{"float": "inf" | "-inf" | "nan"}``: a non-finite float argument (JSON has no such numbers);
 - ``{"opaque": why}``: used in a way karchive cannot replay (another attribute, arithmetic on the object,
   ``isinstance``): such a case is kept for the record and never matches.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..errors import SchemaError
-from .autotune import json_scalar
+from .autotune import NONFINITE, json_scalar, nonfinite
 
 #: Options Triton takes from a heuristic's result like it takes them from an autotune config.
 OPTION_NAMES = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -115,6 +117,8 @@ def input_matches(recorded: Any, value: Any) -> bool:
     if isinstance(recorded, dict):
         if "absent" in recorded:
             return value is ABSENT
+        if "float" in recorded:
+            return nonfinite_input(value) == recorded
         if "opaque" in recorded or value is ABSENT or value is None:
             return False
         if scalar(value) is not NOT_SCALAR:
@@ -133,13 +137,27 @@ def input_matches(recorded: Any, value: Any) -> bool:
     return got is not NOT_SCALAR and _same(got, recorded)
 
 
+def nonfinite_input(value: Any) -> dict[str, str] | None:
+    """``{"float": ...}`` when ``value`` is a non-finite float (numpy's included), else None."""
+    if isinstance(value, float) or (type(value).__module__ == "numpy" and "float" in type(value).__name__):
+        try:
+            f = float(value)
+        except (TypeError, ValueError):
+            return None
+        return None if f == f and f not in (math.inf, -math.inf) else nonfinite(f)
+    return None
+
+
 def fingerprint(value: Any, spellings: Iterable[str]) -> tuple:
     """What matching can observe of an argument: a hashable key for caching resolutions per call."""
     if value is ABSENT:
         return ("absent",)
+    nf = nonfinite_input(value)
+    if nf is not None:
+        return ("f", nf["float"])
     s = scalar(value)
-    if s is not NOT_SCALAR:
-        return ("s", type(s).__name__, repr(s))
+    if s is not NOT_SCALAR:  # the argument's own type: a numpy integer computes values of its type
+        return ("s", type(value).__name__, repr(s))
     out = []
     for spelling in spellings:
         try:
@@ -153,31 +171,80 @@ def fingerprint(value: Any, spellings: Iterable[str]) -> tuple:
 class Case:
     inputs: Mapping[str, Any]
     value: Any
+    #: The device a concretely recorded case ran on (``{"target": "cuda:90", "name": ...}``), else None.
+    device: Mapping[str, str] | None = None
 
-    def matches(self, named: Mapping[str, Any]) -> bool:
+    def matches(self, named: Mapping[str, Any], device: Any = None) -> bool:
+        if not self.device_matches(device):
+            return False
         return all(input_matches(rec, named.get(arg, ABSENT)) for arg, rec in self.inputs.items())
 
-    def describe(self) -> str:
-        def show(v: Any) -> str:
-            if isinstance(v, dict):
-                if "absent" in v:
-                    return "<not passed>"
-                if "opaque" in v:
-                    return f"<opaque: {v['opaque']}>"
-                return "<object " + ", ".join(f"{k}={p!r}" for k, p in v["object"].items()) + ">"
-            return repr(v)
+    def device_matches(self, device: Any) -> bool:
+        """``device``: None (unknown: not checked), a target string, or a DeviceInfo-like object."""
+        if self.device is None or device is None:
+            return True
+        target = device if isinstance(device, str) else f"{getattr(device, 'backend', '')}:{getattr(device, 'arch', '')}"
+        want = self.device.get("target")
+        if want is not None and want != target:
+            return False
+        name = getattr(device, "name", "") if not isinstance(device, str) else ""
+        return not (name and self.device.get("name") and self.device["name"] != name)
 
-        ins = ", ".join(f"{k}={show(v)}" for k, v in self.inputs.items())
-        return f"({ins}) -> {self.value!r}"
+    def differences(self, named: Mapping[str, Any]) -> list[str]:
+        """The inputs this call does not match, each with the recorded value and the call's."""
+        out = []
+        for arg, rec in self.inputs.items():
+            value = named.get(arg, ABSENT)
+            if input_matches(rec, value):
+                continue
+            out.append(f"{arg} (recorded {_show(rec)}, this call {_show_value(value, rec)})")
+        return out
+
+    def describe(self) -> str:
+        ins = ", ".join(f"{k}={_show(v)}" for k, v in self.inputs.items())
+        on = f" on {self.device.get('target', '?')}" if self.device else ""
+        return f"({ins}){on} -> {self.value!r}"
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, dict):
+        if "absent" in v:
+            return "<not passed>"
+        if "opaque" in v:
+            return f"<opaque: {v['opaque']}>"
+        if "float" in v:
+            return f"float({v['float']!r})"
+        return "<object " + ", ".join(f"{k}={p!r}" for k, p in v["object"].items()) + ">"
+    return repr(v)
+
+
+def _show_value(value: Any, rec: Any) -> str:
+    """A call's argument as the recorded input would show it (the probes the record used)."""
+    if value is ABSENT:
+        return "<not passed>"
+    s = scalar(value)
+    if s is not NOT_SCALAR or value is None:
+        return repr(s if value is not None else None)
+    if isinstance(rec, dict) and "object" in rec:
+        parts = []
+        for spelling in rec["object"]:
+            try:
+                parts.append(f"{spelling}={run_probe(value, spelling)!r}")
+            except Exception:  # noqa: BLE001 - the probe cannot be read from this argument
+                parts.append(f"{spelling}=<cannot be read>")
+        return "<object " + ", ".join(parts) + ">"
+    return f"<{type(value).__name__}>"
 
 
 @dataclass(frozen=True)
 class HeuristicsRecord:
-    """One kernel's recorded heuristics: the computed names in order and their cases."""
+    """One kernel's recorded heuristics: the computed names in order, their cases, and the expressions
+    (:mod:`.heuristics_expr`) an ahead-of-time build stores for the names it could translate."""
 
     kernel: str
     names: tuple[str, ...]
     cases: Mapping[str, tuple[Case, ...]]
+    exprs: Mapping[str, list] = field(default_factory=dict)
     _probes: dict = field(default_factory=dict, compare=False, repr=False)
 
     def probes(self) -> dict[str, tuple[str, ...]]:
@@ -190,6 +257,8 @@ class HeuristicsRecord:
                         spellings = seen.setdefault(arg, [])
                         if isinstance(rec, dict) and "object" in rec:
                             spellings.extend(s for s in rec["object"] if s not in spellings)
+            for expr in self.exprs.values():
+                _expr_reads(expr, seen)
             self._probes.update({k: tuple(v) for k, v in sorted(seen.items())})
         return self._probes
 
@@ -198,7 +267,33 @@ class HeuristicsRecord:
                      for arg, spellings in self.probes().items())
 
 
-def resolve(record: HeuristicsRecord, named: Mapping[str, Any], skip: Iterable[str] = ()
+def _nearest(cases: Sequence[Case], named: Mapping[str, Any], device: Any) -> str:
+    """Which inputs the closest recorded case (fewest differing inputs) differs in, as text."""
+    best: list[str] | None = None
+    for case in cases[:MAX_CASES]:
+        diff = case.differences(named)
+        if not case.device_matches(device):
+            diff = [f"the device (recorded {case.device.get('target') if case.device else '?'})"] + diff
+        if diff and (best is None or len(diff) < len(best)):
+            best = diff
+    return ", ".join(best) if best else ""
+
+
+def _expr_reads(node: Any, seen: dict[str, list[str]], depth: int = 0) -> None:
+    """The arguments (and probes on them) an expression reads, for the call fingerprint."""
+    if not isinstance(node, list) or not node or depth > 64:
+        return
+    if node[0] in ("arg", "get") and len(node) > 1 and isinstance(node[1], str):
+        seen.setdefault(node[1], [])
+    if node[0] == "probe" and len(node) == 3 and isinstance(node[1], list) and node[1][:1] in (["arg"], ["get"]):
+        spellings = seen.setdefault(str(node[1][1]), [])
+        if node[2] not in spellings:
+            spellings.append(node[2])
+    for child in node[1:]:
+        _expr_reads(child, seen, depth + 1)
+
+
+def resolve(record: HeuristicsRecord, named: Mapping[str, Any], skip: Iterable[str] = (), device: Any = None
             ) -> tuple[dict[str, Any], dict[str, str]]:
     """Values for the record's names (in order) that are not in ``skip``, and why each unresolved one is.
 
@@ -213,12 +308,23 @@ def resolve(record: HeuristicsRecord, named: Mapping[str, Any], skip: Iterable[s
         if name in skip:
             continue
         cases = record.cases.get(name, ())
-        hit = next((c for c in cases if c.matches(current)), None)
+        hit = next((c for c in cases if c.matches(current, device)), None)
+        if hit is None and name in record.exprs:
+            from .heuristics_expr import ExprError, evaluate
+
+            try:
+                values[name] = current[name] = evaluate(record.exprs[name], current)
+            except ExprError as exc:
+                unresolved[name] = f"its stored expression has no value for this call ({exc})"
+            continue
         if hit is None:
             shown = "; ".join(c.describe() for c in cases[:8])
             if len(cases) > 8:
                 shown += f"; ... ({len(cases)} cases)"
             unresolved[name] = f"no recorded case matches this call (recorded: {shown or 'none'})"
+            near = _nearest(cases, current, device)
+            if near:
+                unresolved[name] += f"; the nearest recorded case differs in {near}"
             continue
         values[name] = current[name] = hit.value
     return values, unresolved
@@ -236,11 +342,14 @@ def _parse_input(rec: Any, where: str) -> Any:
     if not isinstance(rec, dict):
         return _check_scalar(rec, where)
     if len(rec) != 1:
-        raise SchemaError(f"{where}: an input object has exactly one of 'absent', 'object', 'opaque'")
+        raise SchemaError(f"{where}: an input object has exactly one of 'absent', 'float', 'object', 'opaque'")
     (kind, body), = rec.items()
     if kind == "absent":
         if body is not True:
             raise SchemaError(f"{where}.absent: must be true")
+    elif kind == "float":
+        if body not in NONFINITE:
+            raise SchemaError(f"{where}.float: one of {', '.join(NONFINITE)}")
     elif kind == "opaque":
         if not isinstance(body, str):
             raise SchemaError(f"{where}.opaque: must be a string")
@@ -282,9 +391,20 @@ def parse_record(obj: Any, where: str) -> HeuristicsRecord:
             if len(case["inputs"]) > MAX_INPUTS:
                 raise SchemaError(f"{w}[{i}].inputs: more than {MAX_INPUTS} inputs")
             inputs = {str(k): _parse_input(v, f"{w}[{i}].inputs.{k}") for k, v in case["inputs"].items()}
-            out.append(Case(inputs, _check_scalar(case["value"], f"{w}[{i}].value")))
+            device = case.get("device")
+            if device is not None and (not isinstance(device, dict) or set(device) - {"target", "name"}
+                                       or not all(isinstance(x, str) and len(x) <= 256 for x in device.values())):
+                raise SchemaError(f"{w}[{i}].device: an object with string 'target' and/or 'name' expected")
+            out.append(Case(inputs, _check_scalar(case["value"], f"{w}[{i}].value"), device))
         parsed[name] = tuple(out)
-    return HeuristicsRecord(kernel, tuple(names), parsed)
+    exprs = obj.get("exprs", {})
+    if not isinstance(exprs, dict) or set(exprs) - set(names):
+        raise SchemaError(f"{where}.exprs: an object keyed by the record's names expected")
+    from .heuristics_expr import check
+
+    for name, expr in exprs.items():
+        check(expr, f"{where}.exprs.{name}")
+    return HeuristicsRecord(kernel, tuple(names), parsed, dict(exprs))
 
 
 def records_for(manifest: Mapping[str, Any] | Sequence[Any] | None, kernel: str) -> list[HeuristicsRecord]:

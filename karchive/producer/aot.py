@@ -50,6 +50,10 @@ class VariantRequest:
     #: Names of the int parameters specialised to 1 (``i32:1``), in order, once the signature was resolved
     #: against the kernel (``validate_requests``); None before. Only the label reads it.
     equal_to_1: tuple[str, ...] | None = None
+    #: For an autotuned kernel: the indexes of the configs to build (None: all of them).
+    configs: list[int] | None = None
+    #: True once a request for an autotuned/heuristics kernel became one request per config (wrapped.py).
+    expanded: bool = False
 
     def label(self) -> str:
         """``kernel[target](stride==1,BLOCK=1024;num_warps=4)``: the names ``inspect`` shows."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..format.autotune import FALLBACK_RULE, normalize_key, normalize_value
+from ..format.autotune import FALLBACK_RULE, json_number, json_scalar, normalize_key, normalize_value
 
 
 def innermost_jit(obj: Any) -> Any:
@@ -25,13 +25,21 @@ def innermost_jit(obj: Any) -> Any:
     return obj
 
 
+def _option(value: Any) -> int | None:
+    """A codegen option of a config as stored: an int (numpy ints converted) or None."""
+    out = json_scalar(value)
+    return out if isinstance(out, int) and not isinstance(out, bool) else None
+
+
 def config_json(config: Any) -> dict:
+    """A ``triton.Config`` as data: every value JSON-safe whatever type the library used."""
+    kwargs = getattr(config, "kwargs", None) or {}
     out: dict[str, Any] = {
-        "kwargs": {str(k): normalize_value(v) for k, v in sorted(getattr(config, "kwargs", {}).items())},
-        "num_warps": getattr(config, "num_warps", None),
-        "num_stages": getattr(config, "num_stages", None),
-        "num_ctas": getattr(config, "num_ctas", None),
-        "maxnreg": getattr(config, "maxnreg", None),
+        "kwargs": {str(k): normalize_value(v) for k, v in sorted(kwargs.items(), key=lambda kv: str(kv[0]))},
+        "num_warps": _option(getattr(config, "num_warps", None)),
+        "num_stages": _option(getattr(config, "num_stages", None)),
+        "num_ctas": _option(getattr(config, "num_ctas", None)),
+        "maxnreg": _option(getattr(config, "maxnreg", None)),
     }
     if getattr(config, "ir_override", None):
         out["ir_override"] = str(config.ir_override)
@@ -60,10 +68,15 @@ class AutotuneRecord:
     dtype_args: list[str]
     configs: list[dict]
     entries: dict[str, dict] = field(default_factory=dict)  # canonical key text -> entry
+    outer_heuristics: list[str] = field(default_factory=list)  # computed above the tuner: part of its key
+    reset_to_zero: list[str] = field(default_factory=list)
+    restore_value: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
         return {"kernel": self.kernel, "key_names": self.key_names, "dtype_args": self.dtype_args,
-                "configs": self.configs, "entries": list(self.entries.values()), "fallback": FALLBACK_RULE}
+                "configs": self.configs, "entries": list(self.entries.values()), "fallback": FALLBACK_RULE,
+                "outer_heuristics": list(self.outer_heuristics), "reset_to_zero": list(self.reset_to_zero),
+                "restore_value": list(self.restore_value)}
 
 
 class AutotuneLog:
@@ -75,7 +88,7 @@ class AutotuneLog:
         self._known: dict[tuple, Any] = {}  # (tuner, key, chosen config, variant) already recorded -> the tuner
 
     def observe(self, tuner: Any, args: tuple, kwargs: dict, *, key: tuple | None, chosen: Any,
-                timings: dict | None, variant_key: str | None) -> None:
+                timings: dict | None, variant_key: str | None, outer: list[str] | None = None) -> None:
         if key is None:
             key = tuning_key(tuner, call_args(tuner, args, kwargs))
         known: tuple | None
@@ -96,8 +109,12 @@ class AutotuneLog:
                 self.warnings.append(f"{kernel}: two autotuners with different keys/configs wrap this kernel; "
                                      "both records are kept and the runtime sees two records for one kernel")
             record = AutotuneRecord(kernel, list(tuner.keys), [n for n, v in named.items() if hasattr(v, "dtype")],
-                                    configs)
+                                    configs, reset_to_zero=[str(n) for n in getattr(tuner, "reset_to_zero", None) or []],
+                                    restore_value=[str(n) for n in getattr(tuner, "restore_value", None) or []])
             self.records[rec_id] = record
+        for name in outer or ():
+            if name not in record.outer_heuristics:
+                record.outer_heuristics.append(name)
         if any(c.get("pre_hook") for c in configs):
             msg = f"{kernel}: autotune configs have pre_hooks; the runtime launches the binary but cannot run the hook"
             if msg not in self.warnings:
@@ -131,10 +148,9 @@ def _config_index(configs: list, chosen: Any) -> int | None:
     return None
 
 
-def _median(value: Any) -> float | None:
+def _median(value: Any) -> Any:
+    """Triton's timing of one config (a float, or [median, q20, q80]) as stored: a finite float,
+    ``{"float": "inf"}`` for a config that could not run (Triton's own marker), None if not a number."""
     if isinstance(value, (list, tuple)):
         value = value[0] if value else None
-    try:
-        return None if value is None else float(value)
-    except (TypeError, ValueError):
-        return None
+    return json_number(value)

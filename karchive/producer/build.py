@@ -22,6 +22,7 @@ from .describe import CompiledVariant
 from .executors import Executor, TaskOutcome, executor_kind, make_executor
 from .pack import ArchiveBuilder
 from .spec_file import BuildSpec
+from .wrapped import align_kernel_names, expand as expand_wrapped
 
 
 @dataclass
@@ -135,6 +136,10 @@ def build_archive(spec: BuildSpec, output: str | os.PathLike, *, jobs: int = 0, 
         executor_kind(executor)  # a mistyped --executor fails now, not after the reuse plan
     warning = shell_warning()  # once here, not once per worker
     result = BuildResult(warnings=[warning] if warning else [])
+    # Autotuned / heuristics kernels: one request per config, and their records as data (wrapped.py).
+    wrapped = expand_wrapped(spec.requests)
+    spec.requests = wrapped.requests
+    result.warnings.extend(w for w in wrapped.warnings if w not in result.warnings)
     requests = spec.requests
     reused: list[CompiledVariant] = []
     if reuse is not None:
@@ -175,6 +180,11 @@ def build_archive(spec: BuildSpec, output: str | os.PathLike, *, jobs: int = 0, 
     for v in result.built:
         if not builder.add(v):
             result.duplicates += 1
+    kernels = {v.kernel for v in result.built}
+    if wrapped.autotune:
+        builder.autotune = align_kernel_names(wrapped.autotune, kernels)
+    if wrapped.heuristics:
+        builder.heuristics = align_kernel_names(wrapped.heuristics, kernels)
     stats = builder.write(output)
     result.archive_bytes = stats.archive_bytes
     result.raw_bytes = stats.raw_bytes

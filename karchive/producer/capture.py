@@ -39,12 +39,15 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar, cast
 from collections.abc import Callable
 
-from ..errors import CaptureError, UnsupportedKernelError
+from ..core.jsonio import canonical_json
+from ..errors import CaptureError, KarchiveError, UnsupportedKernelError
+from ..format.autotune import json_safe
 from . import capture_scope as scope
 from .autotune import AutotuneLog, call_args, innermost_jit, tuning_key
 from .capture_report import LEDGER, CacheWatch, LeftOut, describe_left_out, left_out, summarize
 from .describe import BINARY_EXT, IR_STAGES, CompiledVariant, describe_variant
 from .heuristics import HeuristicsLog
+from .wrapped import align_kernel_names
 from .pack import ArchiveBuilder
 from .triton_cache import (
     CacheEntry,
@@ -355,12 +358,24 @@ class Capture:
             return sorted({v.kernel for v in self.variants.values()})
 
     def builder(self, **kwargs: Any) -> ArchiveBuilder:
+        """An :class:`ArchiveBuilder` holding what the capture recorded, every part checked to be storable.
+
+        A variant whose manifest entry cannot be written (a value Triton handed over that JSON cannot hold)
+        is left out with a ``LeftOut`` entry and the rest are kept; an autotune or heuristics record is made
+        JSON-safe (:func:`json_safe`) or, failing that, left out with a warning: one odd value never costs
+        the window.
+        """
         from .aot import toolchain_versions
 
         with self._lock:
             variants = list(self.variants.values())
             autotune = self.autotune.to_json()
             heuristics = self.heuristics.to_json()
+        variants = self._storable(variants)
+        kernels = {v.kernel for v in variants}
+        # Records name a kernel by its function's name; variants may name it module:qualname (describe.py).
+        autotune = align_kernel_names(self._storable_records("autotune", autotune), kernels)
+        heuristics = align_kernel_names(self._storable_records("heuristics", heuristics), kernels)
         if not variants:
             raise CaptureError(
                 f"capture {self.name!r} recorded no kernels: nothing Triton compiled or launched "
@@ -375,9 +390,53 @@ class Capture:
             builder.heuristics = heuristics
         return builder
 
+    def _storable(self, variants: list[CompiledVariant]) -> list[CompiledVariant]:
+        """The variants whose manifest entry canonical JSON can hold; the others become ``LeftOut`` entries."""
+        keep = []
+        for v in variants:
+            try:
+                canonical_json(v.variant.to_json())
+            except Exception as exc:  # noqa: BLE001 - one variant Triton described oddly must not cost the others
+                with self._lock:
+                    hashes = [h for h, k in self._hash_to_key.items() if k == v.key]
+                    item = LeftOut(v.kernel, hashes[0] if hashes else None, "failed",
+                                   f"its manifest entry cannot be stored: {type(exc).__name__}: {exc}")
+                    if item not in self.left_out:
+                        self.left_out.append(item)
+                    self.errors.append(f"{v.kernel}: left out: {item.reason}")
+                continue
+            keep.append(v)
+        return keep
+
+    def _storable_records(self, what: str, records: list[dict]) -> list[dict]:
+        out = []
+        for record in records:
+            kernel = record.get("kernel", "?") if isinstance(record, dict) else "?"
+            try:
+                safe = json_safe(record)
+                canonical_json(safe)
+            except Exception as exc:  # noqa: BLE001 - a record that cannot be stored is reported, never fatal
+                with self._lock:
+                    msg = f"{kernel}: the {what} record is not stored ({type(exc).__name__}: {exc})"
+                    if msg not in self.warnings:
+                        self.warnings.append(msg)
+                continue
+            out.append(safe)
+        return out
+
     def save(self, path: str | os.PathLike, **kwargs: Any) -> Any:
-        """Write the archive (atomically); returns the writer's stats."""
-        return self.builder(**kwargs).write(path)
+        """Write the archive (atomically); returns the writer's stats.
+
+        Every failure is a :class:`~karchive.errors.KarchiveError`: what the capture cannot store is left
+        out and reported (``summary()``), and an error writing the file names it.
+        """
+        try:
+            return self.builder(**kwargs).write(path)
+        except KarchiveError:
+            raise
+        except Exception as exc:  # the caller's window is worth a clear error, not a bare ValueError from json
+            raise CaptureError(f"capture {self.name!r}: writing {os.fspath(path)} failed: "
+                               f"{type(exc).__name__}: {exc}") from exc
 
     def summary(self) -> dict:
         """What the capture saw and recorded.
@@ -513,12 +572,15 @@ def _after_autotune(tuner: Any, args: tuple, kwargs: dict, before: int, ret: Any
         chosen = tuner.cache.get(key, getattr(tuner, "best_config", None)) if len(tuner.configs) > 1 \
             else tuner.configs[0]
         timings = getattr(tuner, "configs_timings", None) if new else None
+    # @triton.heuristics above this autotuner: their frames are still open, and what they computed reached
+    # the tuner as keywords (part of its key: the runtime must compute them before the key).
+    outer = [n for frame in getattr(_tls, "heur_frames", None) or () for n in frame["names"] if n in kwargs]
     for cap in caps:
         variant_key = cap.add_compiled_kernel(ret, how="autotune") if _is_compiled_kernel(ret) else None
         try:
             with cap._lock:
                 cap.autotune.observe(tuner, args, kwargs, key=key, chosen=chosen, timings=timings,
-                                     variant_key=variant_key)
+                                     variant_key=variant_key, outer=outer)
         except Exception as exc:  # noqa: BLE001 - capture must never break the user's workload: the failure is reported
             cap._fail(getattr(innermost_jit(tuner), "__name__", "autotuner"), None, "autotune", exc)
         with cap._lock:

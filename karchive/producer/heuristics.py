@@ -6,12 +6,14 @@ from the keyword arguments Triton passes, see :mod:`karchive.producer.capture`),
 arguments each function depends on by evaluating it once more on a mapping that notes every key it
 reads; tensor-like arguments are handed over behind a probe that notes the attributes used (``dtype``,
 ``shape``, ``numel()`` ...). When the second evaluation does not reproduce Triton's value (a function
-that is not pure, or that used an argument in a way the probe cannot replay) the case is recorded as
-opaque and never matches at load time. Manifest shape and matching: :mod:`karchive.format.heuristics`.
+that is not pure: a device query, a tuning table) or used an argument in a way no probe replays, the
+case is recorded concretely (:func:`concrete_inputs`): every kernel argument of the call and the device
+it ran on, so that very call replays and any other is refused naming the input that differs. Manifest shape and matching: :mod:`karchive.format.heuristics`.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Iterator
 
@@ -21,8 +23,11 @@ from ..format.heuristics import (
     PROBE_ATTRS,
     PROBE_METHODS,
     fingerprint,
+    nonfinite_input,
+    MAX_CASES,
     probe_name,
     probe_value,
+    run_probe,
     scalar,
 )
 from .autotune import innermost_jit
@@ -109,7 +114,7 @@ class _Reads(dict):
         value = dict.__getitem__(self, key)
         if not isinstance(key, str):
             return value
-        if value is None or scalar(value) is not NOT_SCALAR:
+        if value is None or scalar(value) is not NOT_SCALAR or nonfinite_input(value) is not None:
             self.read[key] = ("scalar", value)
             return value
         prev = self.read.get(key)
@@ -167,7 +172,8 @@ def _encode(read: tuple, opaque_objects: str | None) -> Any:
     if read[0] == "absent":
         return {"absent": True}
     if read[0] == "scalar":
-        return scalar(read[1])
+        nf = nonfinite_input(read[1])
+        return nf if nf is not None else scalar(read[1])
     seen = read[1]
     if opaque_objects:
         return {"opaque": opaque_objects}
@@ -194,7 +200,7 @@ def trace_heuristic(fn: Callable[[dict], Any], named: dict,
         if reads.everything:  # it iterated over the arguments: every one is an input, objects opaquely
             for k, v in dict.items(reads):
                 if isinstance(k, str) and k not in reads.read:
-                    scalar_like = v is None or scalar(v) is not NOT_SCALAR
+                    scalar_like = v is None or scalar(v) is not NOT_SCALAR or nonfinite_input(v) is not None
                     reads.read[k] = ("scalar", v) if scalar_like else ("object", {"?": "iterates over the arguments"})
         why = None if probes else "used in a way karchive cannot replay (the heuristic needs the object itself, " \
             "e.g. isinstance or arithmetic)"
@@ -232,11 +238,15 @@ class HeuristicsLog:
                 named[name] = given
                 continue
             value, inputs, ok = trace_heuristic(func, named, given)
+            device = None
             if known:
-                if not ok:  # recorded for the record, never matched at load time
-                    why = ("re-evaluating the heuristic did not give Triton's value (not a pure function of its "
-                           "arguments)")
-                    inputs = {k: {"opaque": why} for k in inputs} or {"*": {"opaque": why}}
+                if not ok or any(isinstance(v, dict) and "opaque" in v for v in inputs.values()):
+                    # Not a pure function of what it read (a device query, a tuning table) or it used an argument
+                    # in a way no probe replays: record what it returned for this very call on this device, so
+                    # the captured calls replay and any other call is refused, naming the input that differs.
+                    inputs = concrete_inputs(named, heur.arg_names, name)
+                    device = self._device()
+                    memo["off"] = True
                 value = given
             elif not ok:
                 self._warn(f"{kernel}: heuristic {name!r} raised when re-evaluated; its value is not recorded")
@@ -250,7 +260,14 @@ class HeuristicsLog:
             if name not in record["names"]:
                 record["names"].append(name)
             case = {"inputs": {k: v for k, v in inputs.items() if k != name}, "value": json_value}
-            record["cases"].setdefault(name, {}).setdefault(repr(case), case)
+            if device is not None:
+                case["device"] = device
+            cases = record["cases"].setdefault(name, {})
+            if len(cases) < MAX_CASES:
+                cases.setdefault(repr(case), case)
+            else:
+                self._warn(f"{kernel}: heuristic {name!r}: more than {MAX_CASES} distinct cases; later ones are "
+                           "not recorded")
             if known and not memo["off"]:
                 self._learn(memo, inputs)
                 call = self._fingerprint(memo, named, value) if not memo["off"] else None
@@ -276,6 +293,25 @@ class HeuristicsLog:
         except Exception:  # noqa: BLE001 - an argument that cannot be fingerprinted: trace every time
             return None
 
+    @staticmethod
+    def _device() -> dict[str, str]:
+        """The device the call ran on: Triton's current target, and the GPU's name where torch knows it."""
+        out: dict[str, str] = {}
+        try:
+            from triton.runtime.driver import driver
+
+            t = driver.active.get_current_target()
+            out["target"] = f"{t.backend}:{t.arch}"
+        except Exception:  # noqa: BLE001 - no active driver: the device is simply not recorded
+            pass
+        torch = sys.modules.get("torch")
+        try:
+            if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+                out["name"] = str(torch.cuda.get_device_name())
+        except Exception:  # noqa: BLE001 - torch without a usable CUDA: the target says enough
+            pass
+        return out
+
     def _warn(self, msg: str) -> None:
         if msg not in self.warnings:
             self.warnings.append(msg)
@@ -287,6 +323,39 @@ class HeuristicsLog:
                 out.append({"kernel": kernel, "names": list(rec["names"]),
                             "cases": {n: list(rec["cases"].get(n, {}).values()) for n in rec["names"]}})
         return out
+
+
+#: Probes that describe an argument concretely (those the object has are recorded).
+CONCRETE_PROBES = ("dtype", "shape", "stride()")
+
+
+def concrete_inputs(named: dict, arg_names: Any, name: str) -> dict[str, Any]:
+    """Every kernel argument of the call as a recorded input: scalars by value, objects by their dtype,
+    shape and strides (where they have them). A case made of them matches this call and its equals only."""
+    params = set(arg_names or ())
+    out: dict[str, Any] = {}
+    for k, v in named.items():
+        if not isinstance(k, str) or k == name or (params and k not in params):
+            continue
+        nf = nonfinite_input(v)
+        if nf is not None:
+            out[k] = nf
+        elif v is None or scalar(v) is not NOT_SCALAR:
+            out[k] = scalar(v) if v is not None else None
+        else:
+            seen: dict[str, Any] = {}
+            for spelling in CONCRETE_PROBES:
+                try:
+                    seen[spelling] = run_probe(v, spelling)
+                except Exception:  # noqa: BLE001 - an object without that probe: described by the others
+                    continue
+            if not seen and not hasattr(v, "data_ptr"):
+                # Neither a tensor nor a pointer (a dtype, a config object): "any object" would match other values
+                # of it, so the case is kept for the record and matches nothing.
+                out[k] = {"opaque": f"a {type(v).__name__} argument that no probe describes"}
+            else:
+                out[k] = {"object": seen}
+    return dict(sorted(out.items()))
 
 
 def _equal(a: Any, b: Any) -> bool:

@@ -49,25 +49,67 @@ def load_module(where: str, base_dir: str | None = None) -> ModuleType:
         raise KernelNotFoundError(f"cannot import module {where!r}: {exc}") from exc
 
 
+def is_jit(obj: Any) -> bool:
+    """A ``@triton.jit`` function (JITFunction): its source, parameters and cache key. Triton 3.9's
+    Autotuner and Heuristics also carry ``arg_names``, so that alone does not tell a kernel."""
+    return hasattr(obj, "arg_names") and hasattr(obj, "src") and hasattr(obj, "params") \
+        and not hasattr(obj, "configs") and not hasattr(obj, "values")
+
+
+def wrappers(obj: Any) -> list[Any]:
+    """The ``@triton.autotune`` / ``@triton.heuristics`` objects around a kernel, outermost first."""
+    out: list[Any] = []
+    while not is_jit(obj) and hasattr(obj, "fn") and len(out) < 8:
+        out.append(obj)
+        obj = obj.fn
+    return out
+
+
 def unwrap(obj: Any) -> Any:
     """Autotuner/Heuristics wrap a JITFunction in ``.fn`` (possibly several times)."""
     seen = 0
-    while not hasattr(obj, "arg_names") and hasattr(obj, "fn") and seen < 8:
+    while not is_jit(obj) and hasattr(obj, "fn") and seen < 8:
         obj = obj.fn
         seen += 1
     return obj
 
 
-def load_kernel(ref: str, base_dir: str | None = None) -> tuple[Any, ModuleType]:
-    """Return ``(JITFunction, module)``; the error says what the name is if it is not a kernel."""
+def kernel_names(module: ModuleType) -> list[str]:
+    """The Triton kernels a module defines at top level, wrapped (autotune, heuristics) or not."""
+    out = []
+    for k, v in vars(module).items():
+        try:
+            if is_jit(unwrap(v)):
+                out.append(k)
+        except Exception:  # noqa: BLE001 - a module attribute whose getattr misbehaves is simply not a kernel
+            continue
+    return sorted(out)
+
+
+def load_object(ref: str, base_dir: str | None = None) -> tuple[Any, ModuleType]:
+    """The object ``ref`` names (a kernel, or the autotuner/heuristics wrapping one) and its module.
+
+    The name may be a dotted path below the module: ``matmul.fn`` (the kernel inside an autotuner, as
+    Triton users write it) or ``Ops.kernel``.
+    """
     where, name = split_ref(ref)
     module = load_module(where, base_dir)
-    if not hasattr(module, name):
-        kernels = sorted(k for k, v in vars(module).items() if hasattr(unwrap(v), "arg_names") and hasattr(unwrap(v), "src"))
-        raise KernelNotFoundError(
-            f"{name!r} not found in {where}; Triton kernels there: {', '.join(kernels) or 'none'}"
-        )
-    fn = unwrap(getattr(module, name))
-    if not (hasattr(fn, "arg_names") and hasattr(fn, "src")):
-        raise KernelNotFoundError(f"{ref} is a {type(fn).__name__}, not a @triton.jit kernel")
+    obj: Any = module
+    for part in name.split("."):
+        if not part.isidentifier() or not hasattr(obj, part):
+            kernels = kernel_names(module)
+            raise KernelNotFoundError(
+                f"{name!r} not found in {where}; Triton kernels there: {', '.join(kernels) or 'none'}",
+                ref=ref, available=tuple(kernels))
+        obj = getattr(obj, part)
+    return obj, module
+
+
+def load_kernel(ref: str, base_dir: str | None = None) -> tuple[Any, ModuleType]:
+    """Return ``(JITFunction, module)``; the error says what the name is if it is not a kernel."""
+    obj, module = load_object(ref, base_dir)
+    fn = unwrap(obj)
+    if not is_jit(fn):
+        raise KernelNotFoundError(f"{ref} is a {type(fn).__name__}, not a @triton.jit kernel", ref=ref,
+                                  available=tuple(kernel_names(module)))
     return fn, module

@@ -23,7 +23,7 @@ from .aot import BACKEND_OPTIONS, VariantRequest
 from ..format.target import Target
 from .buildenv import validate_env
 
-_KERNEL_KEYS = {"source", "signature", "signatures", "constexprs", "targets", "cuda", "hip", "include_ir"}
+_KERNEL_KEYS = {"source", "signature", "signatures", "constexprs", "targets", "cuda", "hip", "include_ir", "configs"}
 _ALL_OPTIONS = set().union(*BACKEND_OPTIONS.values())
 
 
@@ -191,6 +191,10 @@ def parse_spec(data: dict, base_dir: str, label: str = "<spec>") -> BuildSpec:
         _check_constexprs(constexprs, where)
         _check_options(options, where)
         kernel_ir = _bool(k, "include_ir", include_ir, where)
+        configs = k.get("configs")
+        if configs is not None and (not isinstance(configs, list) or not configs or not all(
+                isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in configs)):
+            raise SpecFileError(f"{where}: configs must list autotune config indexes, e.g. configs = [0, 2]")
         targets = _as_list(k.get("targets", default_targets))
         if not targets:
             raise SpecFileError(f"{where}: no targets (set [archive] targets or the kernel's targets)")
@@ -214,6 +218,7 @@ def parse_spec(data: dict, base_dir: str, label: str = "<spec>") -> BuildSpec:
                         req = VariantRequest(
                             kernel_ref=k["source"], signature=sig, target=str(target), constexprs=cx, options=op,
                             include_ir=kernel_ir, base_dir=base_dir, env=dict(env),
+                            configs=list(configs) if configs is not None else None,
                         )
                         ident = _identity(req)
                         if ident in seen:  # e.g. a target listed twice: compile it once, say so once
@@ -234,20 +239,30 @@ def _identity(req: VariantRequest) -> str:
     import json
 
     return json.dumps([req.kernel_ref, req.signature, str(Target.parse(req.target)), req.constexprs, req.options,
-                       req.include_ir], sort_keys=True, default=str)
+                       req.include_ir, req.configs], sort_keys=True, default=str)
 
 
-def validate_requests(requests: list[VariantRequest]) -> None:
+def validate_requests(requests: list[VariantRequest]) -> list[str]:
     """Everything that can be checked before compiling, so a typo fails in a second, not after a build:
     each target against the installed toolchain (:func:`~karchive.producer.toolchain.check_target`,
     once per target), each option value, each signature and constexpr against its kernel.
-    Fills each request's ``equal_to_1`` names (for labels that say ``stride==1``, as ``inspect`` does)."""
+    Fills each request's ``equal_to_1`` names (for labels that say ``stride==1``, as ``inspect`` does).
+    A request naming an autotuned or heuristics kernel is replaced, in place, by one request per config
+    and computed value (:func:`karchive.producer.wrapped.expand`); returns what that expansion warns."""
     from .aot import specialize
     from .kernel_ref import load_kernel
     from .toolchain import check_target
+    from .wrapped import expand
 
     for target in sorted({str(r.target) for r in requests}):
         check_target(target, probe=True)
+    try:
+        plan = expand(requests)
+    except SpecFileError:
+        raise
+    except KarchiveError as exc:
+        raise SpecFileError(str(exc)) from exc
+    requests[:] = plan.requests
     for req in requests:
         try:
             _check_options(req.options, req.label())
@@ -258,3 +273,4 @@ def validate_requests(requests: list[VariantRequest]) -> None:
         except KarchiveError as exc:
             raise SpecFileError(f"{req.label()}: {exc}") from exc
         req.equal_to_1 = tuple(n for n in spec.names if n in spec.equal_to_1)
+    return plan.warnings

@@ -373,6 +373,119 @@ def export_archive(reader: Any, cache_dir: str | None = None, *, allow_unverifie
             raise CaptureError(f"cannot write Triton cache entries under {cache_dir}: {exc}") from exc
         detail = why if written == "written" else "entry already present; left alone"
         results.append(ExportResult(v.kernel, v.key, written, detail, path))
+    # The decisions of the kernels whose binaries are in the cache now (a decision alone would make Triton
+    # compile the chosen config; for a refused build it would never be looked up).
+    exported = sorted({r.kernel for r in results if r.status in ("written", "exists")})
+    if getattr(model, "autotune", None) and exported:
+        manifest = {"variants": [v.to_json() for k in exported for v in model.variants_of(k)],
+                    "autotune": model.autotune}
+        results.extend(export_autotune(manifest, cache_dir, exported))
+    return results
+
+
+def _key_value(v: Any) -> Any:
+    """A stored key part back as Triton held it (a non-finite float is stored as ``{"float": ...}``)."""
+    if isinstance(v, dict) and v.get("float") in ("inf", "-inf", "nan"):
+        return float(v["float"])
+    return v
+
+
+def _triton_config(c: Mapping[str, Any]) -> Any:
+    """The ``triton.Config`` a stored config describes (None where it cannot be rebuilt exactly)."""
+    import triton
+
+    if c.get("pre_hook") or c.get("ir_override") or not isinstance(c.get("kwargs"), dict):
+        return None  # Triton does not read its disk cache for configs with pre_hooks; overrides are files
+    opts = {k: c[k] for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if c.get(k) is not None}
+    return triton.Config(dict(c["kwargs"]), **opts)
+
+
+def autotune_cache_files(manifest: Mapping[str, Any], kernels: list[str] | None = None) -> list[tuple[str, str, Any]]:
+    """``(kernel, cache key, file text or why not)`` per recorded autotune decision: the files Triton's
+    ``Autotuner.check_disk_cache`` reads (``<cache>/<base32 key>/<fn name>.autotune.json``), keyed as this
+    Triton install keys them (``triton_key()``, the backend's hash, the JIT function's ``cache_key``, the
+    cache-invalidating environment, ``str(key)``, ``str(config)`` of the configs it benchmarked)."""
+    from triton.runtime.cache import triton_key
+
+    out: list[tuple[str, str, Any]] = []
+    by_kernel: dict[str, list[Mapping[str, Any]]] = {}
+    for v in manifest.get("variants", []):
+        by_kernel.setdefault(v.get("kernel"), []).append(v)
+    env = str(sorted(cache_env_vars().items()))
+    for record in manifest.get("autotune") or []:
+        kernel = record.get("kernel")
+        if kernels and kernel not in kernels:
+            continue
+        variants = {v.get("key"): v for v in by_kernel.get(kernel, [])}
+        configs = [_triton_config(c) for c in record.get("configs", [])]
+        fn_name = str(kernel).rpartition(":")[2].rpartition(".")[2]
+        for entry in record.get("entries", []):
+            index = entry.get("config")
+            variant = variants.get(entry.get("variant")) or next(iter(variants.values()), None)
+            source_key = ((variant or {}).get("provenance") or {}).get("source_key")
+            if not isinstance(index, int) or not 0 <= index < len(configs) or configs[index] is None:
+                out.append((kernel, "", "its chosen config cannot be rebuilt (a pre_hook or ir_override)"))
+                continue
+            if variant is None or not source_key or source_key.startswith("triton-cache:"):
+                out.append((kernel, "", "no variant with the JIT function's cache key recorded"))
+                continue
+            timings = entry.get("timings_ms")
+            # The configs Triton benchmarked for this key (after pruning): those with a timing; all without timings.
+            picked = [i for i, t in enumerate(timings) if t is not None] if isinstance(timings, list) and \
+                len(timings) == len(configs) else list(range(len(configs)))
+            if index not in picked or any(configs[i] is None for i in picked):
+                out.append((kernel, "", "a benchmarked config cannot be rebuilt (a pre_hook or ir_override)"))
+                continue
+            t = variant["target"]
+            backend = backend_hash(t["backend"], str(t["arch"]), int(t["warp_size"]))
+            if backend is None:
+                out.append((kernel, "", f"this Triton has no backend for {t['backend']}:{t['arch']}"))
+                continue
+            key = tuple(_key_value(k) for k in entry.get("key", []))
+            parts = [triton_key(), backend, source_key, env, str(key)] + [str(configs[i]) for i in picked]
+            cache_key = hashlib.sha256("-".join(parts).encode("utf-8")).hexdigest()
+            # Triton takes the minimum: the recorded timings where they make the recorded choice win, else 0
+            # for the choice and 1 for the others (the decision is what is exported, not the measurements).
+            times = {i: (timings[i] if isinstance(timings, list) and isinstance(timings[i], (int, float)) else None)
+                     for i in picked}
+            chosen_t = times[index]
+            honest = chosen_t is not None and all(times[i] is None or times[i] > chosen_t for i in picked if i != index)
+            rows = []
+            for i in picked:
+                ms = times[i] if honest and times[i] is not None else (0.0 if i == index else 1.0)
+                if honest and times[i] is None:
+                    ms = chosen_t + 1.0 if chosen_t is not None else 1.0
+                rows.append((dict(vars(configs[i])), [ms, ms, ms]))
+            text = json.dumps({"key": list(key), "configs_timings": rows})
+            out.append((kernel, cache_key, (fn_name[:150] + ".autotune.json", text)))
+    return out
+
+
+def export_autotune(manifest: Mapping[str, Any], cache_dir: str, kernels: list[str] | None = None) -> list[ExportResult]:
+    """Write the archive's autotune decisions into a Triton cache (see :func:`autotune_cache_files`). Triton
+    reads them for autotuners with ``cache_results=True``, or every autotuner under ``TRITON_CACHE_AUTOTUNING=1``:
+    a fresh process then benchmarks nothing for the recorded keys."""
+    results = []
+    for kernel, cache_key, what in autotune_cache_files(manifest, kernels):
+        if isinstance(what, str):
+            results.append(ExportResult(kernel, "autotune", "unexportable", what))
+            continue
+        name, text = what
+        directory = os.path.join(cache_dir, cache_dir_name(cache_key))
+        path = os.path.join(directory, name)
+        if os.path.exists(path):
+            results.append(ExportResult(kernel, cache_key, "exists", "autotune decision already present", path))
+            continue
+        try:
+            os.makedirs(directory, exist_ok=True)
+            tmp = f"{path}.tmp.karchive_{os.getpid()}_{uuid.uuid4().hex}"
+            with open(tmp, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise CaptureError(f"cannot write Triton autotune cache files under {cache_dir}: {exc}") from exc
+        results.append(ExportResult(kernel, cache_key, "written", "autotune decision (read under cache_results=True "
+                                                                  "or TRITON_CACHE_AUTOTUNING=1)", path))
     return results
 
 

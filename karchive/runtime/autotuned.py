@@ -1,30 +1,34 @@
-"""Kernels captured from ``@triton.autotune`` / ``@triton.heuristics``: meta-parameters from records, never compiled.
+"""Kernels wrapped in ``@triton.autotune`` / ``@triton.heuristics``: meta-parameters from records, never compiled.
 
-The manifest's ``autotune`` records (spec/FORMAT.md §6.3) map an autotune key (the ``key=`` argument
-values, then argument dtypes) to the config Triton chose. A call computes its key, takes the recorded
-entry (exact key, else the ``nearest-log2`` fallback), and launches among the variants compiled for
-that config (its constexprs, ``num_warps``/``num_stages``...) the one that fits the call. With
-``benchmark=True`` a key that was never tuned is timed once across the prebuilt variants of every
-recorded config (no compiling) and the fastest is remembered for the life of the process.
+The manifest's ``autotune`` records (spec/FORMAT.md §6.3) map an autotune key, computed as Triton computes it
+(heuristics above the autotuner first, then the ``key=`` values and argument dtypes), to a config. A call
+takes the recorded entry (exact key, else the ``nearest-log2`` fallback) and launches among the variants
+compiled for that config (its constexprs, ``num_warps``/``num_stages``...) the one that fits the call. A
+record without entries (an ahead-of-time build, spec/BUILD.md), or ``benchmark=True`` for a key never
+tuned, has the key timed on the device across the prebuilt variants of every config (no compiling; the
+in-place hooks honoured), and the winner remembered for the process and in the local tuning cache
+(:mod:`.tuning`).
 
-The ``heuristics`` records (§6.4) give the values ``@triton.heuristics`` computed: for each computed
-name, the first recorded case whose inputs match the call (after the autotune config's constexprs,
-which Triton also passes to the heuristics). A call that matches no case is refused with the cases
-that were recorded, unless the caller passes the value.
+The ``heuristics`` records (§6.4) give the values ``@triton.heuristics`` computes: for each computed name,
+the first recorded case whose inputs match the call, else the stored expression; the heuristics below the
+autotuner see the config's constexprs, as in Triton. A call that matches no case is refused with the cases
+that were recorded and the inputs the nearest one differs in, unless the caller passes the value.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from functools import partial
 from typing import Any
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import ArgumentError, NoMatchingVariantError
 from ..format.autotune import choose_config, entry_config, key_for_call
 from ..format.heuristics import OPTION_NAMES, HeuristicsRecord, resolve
 from ..format.manifest import Variant
+from .device import DeviceInfo
 from .dispatch import Kernel
 
 
@@ -82,6 +86,10 @@ class _Subsets:
             self._fitting[key] = k
         return k
 
+    def has(self, constexprs: Mapping[str, Any], options: Mapping[str, Any]) -> bool:
+        """Is any variant compiled with these constexprs and options?"""
+        return any(_fits(v, constexprs, options) for v in self.base.variants)
+
 
 class _Heuristics:
     """The recorded heuristics of one kernel: values per call, resolutions cached per observable call."""
@@ -92,15 +100,19 @@ class _Heuristics:
         self.names = tuple(n for r in self.records for n in r.names)
         self._cache: dict[tuple, dict[str, Any]] = {}
 
-    def values(self, named: Mapping[str, Any], given: frozenset) -> dict[str, Any]:
-        """Values for every computed name the caller did not pass; ``NoMatchingVariantError`` if one has no case."""
+    def values(self, named: Mapping[str, Any], given: frozenset, device: Any = None) -> dict[str, Any]:
+        """Values for every computed name the caller did not pass; ``NoMatchingVariantError`` if one has no case.
+        ``device`` (a target string or DeviceInfo; None: not checked) must be the one a concretely recorded
+        case ran on."""
         current = dict(named)
         out: dict[str, Any] = {}
+        dev_key = device if device is None or isinstance(device, str) else (
+            getattr(device, "backend", ""), getattr(device, "arch", ""), getattr(device, "name", ""))
         for record in self.records:
-            key = (id(record), given, record.call_key(current))
+            key = (id(record), given, record.call_key(current), dev_key)
             hit = self._cache.get(key)
             if hit is None:
-                values, unresolved = resolve(record, current, skip=given)
+                values, unresolved = resolve(record, current, skip=given, device=device)
                 if unresolved:
                     why = "; ".join(f"{n}: {w}" for n, w in unresolved.items())
                     raise NoMatchingVariantError(
@@ -137,10 +149,10 @@ class HeuristicsKernel:
         names = list(self.heuristics.names)
         return f"<karchive.HeuristicsKernel {self.name} ({len(self.variants)} variants, computes {names})>"
 
-    def _resolve(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[Kernel, dict]:
+    def _resolve(self, args: Sequence[Any], kwargs: Mapping[str, Any], device: Any = None) -> tuple[Kernel, dict]:
         named = _named(self.name, self.param_names, args, kwargs)
         given = frozenset(n for n in self.heuristics.names if n in kwargs)
-        values = self.heuristics.values(named, given)
+        values = self.heuristics.values(named, given, device if isinstance(device, (str, DeviceInfo)) else None)
         cx, opts = _split(values, self.param_names)
         kernel = self._subsets.fitting({}, opts) if opts else self.base
         return kernel, cx
@@ -153,7 +165,7 @@ class HeuristicsKernel:
         kernel._run(grid, *args, stream=stream, **kwargs, **cx)
 
     def select(self, *args: Any, device: Any = None, **kwargs: Any) -> Variant:
-        kernel, cx = self._resolve(args, kwargs)
+        kernel, cx = self._resolve(args, kwargs, device)
         return kernel.select(*args, device=device, **kwargs, **cx)
 
     def bind(self, grid: Any, *args: Any, stream: Any = None, **kwargs: Any):
@@ -164,6 +176,86 @@ class HeuristicsKernel:
         return self.base.preload(device)
 
 
+def _config_dict(cfg: Mapping[str, Any], variant: Any) -> dict[str, Any]:
+    return {"kwargs": dict(cfg.get("kwargs", {})),
+            "options": {k: cfg.get(k) for k in OPTION_NAMES if cfg.get(k) is not None},
+            "variant": variant}
+
+
+def _l2_flush(device: Any) -> Callable[[], None]:
+    """Overwrite 256 MiB on the device (more than any L2) before a timed run, through torch when the process
+    uses it (karchive has no allocator of its own); a no-op otherwise."""
+    torch = sys.modules.get("torch")
+    index = getattr(device, "index", None)
+    if torch is None or index is None or getattr(device, "backend", "") not in ("cuda", "hip"):
+        return lambda: None
+    try:
+        buf = torch.empty(256 << 20, dtype=torch.int8, device=f"cuda:{index}")
+    except Exception:  # noqa: BLE001 - no CUDA torch, or no memory to spare: time without the flush
+        return lambda: None
+
+    def flush() -> None:
+        buf.zero_()
+        torch.cuda.synchronize(index)
+
+    return flush
+
+
+def _event_timer(device: Any) -> Callable[[Any], float] | None:
+    """Seconds one launch takes on the device, by CUDA events on torch's current stream; None without torch."""
+    torch = sys.modules.get("torch")
+    if torch is None or getattr(device, "backend", "") not in ("cuda", "hip"):
+        return None
+    try:
+        if not torch.cuda.is_available():
+            return None
+    except Exception:  # noqa: BLE001 - a torch without CUDA support
+        return None
+
+    def run(launch: Any) -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        launch()
+        end.record()
+        end.synchronize()
+        return float(start.elapsed_time(end)) / 1000.0
+
+    return run
+
+
+class _TuningHooks:
+    """``reset_to_zero`` / ``restore_value`` around each benchmark run (Triton's default pre/post hooks)."""
+
+    def __init__(self, name: str, named: Mapping[str, Any], reset: Sequence[str], restore: Sequence[str]) -> None:
+        self.reset = [(n, named[n]) for n in reset if named.get(n) is not None]
+        self.restore = []
+        for n in restore:
+            obj = named.get(n)
+            if obj is None:
+                continue
+            if not (hasattr(obj, "clone") and hasattr(obj, "copy_")):
+                raise ArgumentError(f"{name}: restore_value names {n!r}, and tuning must put it back after each run, "
+                                    f"but a {type(obj).__name__} has no clone()/copy_(); pass a tensor, or pass the "
+                                    "meta-parameters explicitly")
+            self.restore.append((n, obj, obj.clone()))
+        for n, obj in self.reset:
+            if not hasattr(obj, "zero_"):
+                raise ArgumentError(f"{name}: reset_to_zero names {n!r}, but a {type(obj).__name__} has no zero_(); "
+                                    "pass a tensor, or pass the meta-parameters explicitly")
+
+    def before(self) -> None:
+        for _n, obj in self.reset:
+            obj.zero_()
+
+    def after(self) -> None:
+        for _n, obj, saved in self.restore:
+            obj.copy_(saved)
+
+    def done(self) -> None:
+        """After tuning, as Triton: zero the reset_to_zero tensors once more for the real launch."""
+        self.before()
+
+
 def _named(name: str, param_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
     if len(args) > len(param_names):
         raise ArgumentError(f"{name}: {len(args)} positional arguments for {len(param_names)} parameters")
@@ -171,7 +263,15 @@ def _named(name: str, param_names: Sequence[str], args: Sequence[Any], kwargs: M
 
 
 class AutotunedKernel:
-    """Triton's call shape (``k[grid](...)``) over a kernel whose tuned meta-parameters come from records."""
+    """Triton's call shape (``k[grid](...)``) over a kernel whose tuned meta-parameters come from records.
+
+    The call goes through the layers as Triton's do: heuristics named in the record's ``outer_heuristics``
+    (``@triton.heuristics`` above ``@triton.autotune``) are computed first and join the arguments the
+    autotune key is computed from; then the key picks a config; then the remaining heuristics see the
+    config's values. A key with no recorded entry is tuned on the device among the prebuilt configs when
+    the record has no entries at all (an ahead-of-time build) or ``benchmark=True``; otherwise it takes the
+    fallback rule's pick.
+    """
 
     def __init__(self, base: Kernel, records: Sequence[Mapping[str, Any]], *, benchmark: bool = False,
                  benchmark_reps: int = 10, heuristics: Sequence[HeuristicsRecord] = ()) -> None:
@@ -185,9 +285,16 @@ class AutotunedKernel:
         self.benchmark_reps = benchmark_reps
         self.tuned_names = frozenset(k for r in self.records for c in r.get("configs", []) for k in c.get("kwargs", {}))
         self.heuristics = _Heuristics(base.name, heuristics) if heuristics else None
+        # Names computed above the autotuner (part of its key); None: a record that does not say (older captures).
+        outer = self.records[0].get("outer_heuristics") if self.records else []
+        self.outer: frozenset[str] | None = frozenset(outer) if isinstance(outer, list) else None
+        self.tune_on_device = bool(self.records) and not any(r.get("entries") for r in self.records)
+        self.reset_to_zero = tuple(n for r in self.records for n in r.get("reset_to_zero", []) or [])
+        self.restore_value = tuple(n for r in self.records for n in r.get("restore_value", []) or [])
         self._subsets = _Subsets(base)
         self._choices: dict[tuple, tuple[Mapping[str, Any], dict, Kernel]] = {}
         self._lock = threading.Lock()
+        self._store: Any = None  # tuning.TuningStore, made on the first key tuned on the device
 
     def __repr__(self) -> str:
         n = sum(len(r.get("entries", [])) for r in self.records)
@@ -195,30 +302,44 @@ class AutotunedKernel:
 
     # -- choosing -------------------------------------------------------------------------------------
     def _config_of(self, record: Mapping[str, Any], entry: Mapping[str, Any]) -> Mapping[str, Any]:
-        cfg = entry_config(record, entry) or {}
-        return {"kwargs": dict(cfg.get("kwargs", {})),
-                "options": {k: cfg.get(k) for k in OPTION_NAMES if cfg.get(k) is not None},
-                "variant": entry.get("variant")}
+        return _config_dict(entry_config(record, entry) or {}, entry.get("variant"))
 
     def _record_for(self, entry: Mapping[str, Any]) -> Mapping[str, Any]:
         return next(r for r in self.records if any(e is entry for e in r.get("entries", [])))
 
     def _candidates(self) -> list[Mapping[str, Any]]:
+        """Every config of the records (recorded choices first), once each."""
         seen, out = set(), []
         for r in self.records:
             for e in r.get("entries", []):
-                if entry_config(r, e) is None:
-                    continue
-                cfg = self._config_of(r, e)
-                ident = repr((cfg["kwargs"], cfg["options"]))
-                if ident not in seen:
-                    seen.add(ident)
-                    out.append(cfg)
-        return out
+                if entry_config(r, e) is not None:
+                    out.append(self._config_of(r, e))
+        for r in self.records:
+            for c in r.get("configs", []):
+                if isinstance(c, Mapping):
+                    out.append(_config_dict(c, None))
+        unique = []
+        for cfg in out:
+            ident = repr((sorted(cfg["kwargs"].items()), sorted(cfg["options"].items())))
+            if ident not in seen:
+                seen.add(ident)
+                unique.append(cfg)
+        return unique
+
+    def key(self, named: Mapping[str, Any]) -> list:
+        """The autotune key Triton computes for a call that reaches the autotuner with ``named``."""
+        return key_for_call(self.records[0], named, self.param_names) if self.records else []
+
+    def tuning_key(self, *args: Any, **kwargs: Any) -> list:
+        """The autotune key (as stored) Triton computes for ``k[grid](*args, **kwargs)``: heuristics above
+        the autotuner evaluated first, as they are in Triton. Nothing is launched or tuned."""
+        named = _named(self.name, self.param_names, args, kwargs)
+        hgiven = frozenset(n for n in self.heuristics.names if n in kwargs) if self.heuristics else frozenset()
+        return self.key({**named, **self._outer(named, hgiven)})
 
     def choose(self, named: Mapping[str, Any]) -> tuple[Kernel, dict, Mapping[str, Any] | None]:
         """The (dispatcher, tuned constexprs, entry) a call with these named arguments uses."""
-        key = key_for_call(self.records[0], named) if self.records else []
+        key = self.key(named)
         entry = choose_config(self.records, key, kernel=self.name)
         if entry is None:
             recorded = sorted({str(e.get("key")) for r in self.records for e in r.get("entries", [])})
@@ -228,29 +349,98 @@ class AutotunedKernel:
         cfg = self._config_of(self._record_for(entry), entry)
         return self._subsets.fitting(cfg["kwargs"], cfg["options"], cfg["variant"]), dict(cfg["kwargs"]), entry
 
+    def _exact(self, key: Sequence[Any]) -> bool:
+        want = list(key)
+        return any(list(e.get("key", ())) == want for r in self.records for e in r.get("entries", []))
+
     def _tuned(self, named: Mapping[str, Any], grid: Any, args: Sequence[Any], kwargs: dict, stream: Any,
-               may_benchmark: bool) -> tuple[Mapping[str, Any], dict, Kernel]:
+               may_benchmark: bool, outer_cx: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict, Kernel]:
         """(config, its constexprs, dispatcher over its variants) for this call's autotune key, remembered per key."""
-        key = tuple(key_for_call(self.records[0], named)) if self.records else ()
+        key = tuple(repr(k) for k in self.key(named))
         hit = self._choices.get(key)
         if hit is not None:
             return hit
-        _kernel, cx, entry = self.choose(named)
-        cfg: Mapping[str, Any] = self._config_of(self._record_for(entry), entry) if entry is not None else {
-            "kwargs": cx, "options": {}, "variant": None}
-        if self.benchmark and entry is not None and tuple(entry.get("key", ())) != key:
-            if not may_benchmark:  # select(): answer by the rule, remember nothing (a launch will benchmark)
-                return cfg, dict(cfg["kwargs"]), _kernel
-            cfg = self._fastest(grid, args, kwargs, stream)
+        if self.tune_on_device:
+            cfg = self._remembered_or_tuned(named, grid, args, kwargs, stream, may_benchmark, outer_cx)
+            if cfg is None:
+                raise NoMatchingVariantError(
+                    f"{self.name}: autotune key {self.key(named)} is not tuned yet: this archive was built ahead "
+                    "of time with every config, and a launch tunes the key on the device (select() does not)")
+        else:
+            _kernel, cx, entry = self.choose(named)
+            cfg = self._config_of(self._record_for(entry), entry) if entry is not None else {
+                "kwargs": cx, "options": {}, "variant": None}
+            if self.benchmark and entry is not None and not self._exact(self.key(named)):
+                tuned = self._remembered_or_tuned(named, grid, args, kwargs, stream, may_benchmark, outer_cx)
+                if tuned is None:  # select(): answer by the rule, remember nothing (a launch will benchmark)
+                    return cfg, dict(cfg["kwargs"]), _kernel
+                cfg = tuned
         kernel = self._subsets.fitting(cfg["kwargs"], cfg["options"], cfg["variant"])
         with self._lock:
             self._choices[key] = hit = (cfg, dict(cfg["kwargs"]), kernel)
         return hit
 
+    def _remembered_or_tuned(self, named: Mapping[str, Any], grid: Any, args: Sequence[Any], kwargs: dict,
+                             stream: Any, may_benchmark: bool, outer_cx: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The decision for this key on this device: from the local tuning cache (:mod:`.tuning`), else timed
+        now (and remembered there) when the call may benchmark, else None."""
+        from .tuning import TuningStore, kernel_digest
+
+        key = self.key(named)
+        device = self._device_of(args, kwargs)
+        if self._store is None:
+            self._store = TuningStore(self.name, kernel_digest(self.name, [v.key for v in self.variants],
+                                                                self.records))
+        if device is not None:
+            hit = self._store.get(device, key, self._candidates())
+            if hit is not None:
+                return hit
+        if not may_benchmark:
+            return None
+        cfg = self._fastest(grid, args, kwargs, stream, named, outer_cx)
+        if device is not None:
+            self._store.put(device, key, cfg)
+        return cfg
+
+    def _device_of(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> DeviceInfo | None:
+        """The device this call launches on (its tensors' device, else the current one); None if unknown."""
+        try:
+            values, _ = self.base._bind_call(args, dict(kwargs))
+            index = self.base._device_index(self.base._infos(values))
+            return self.base.archive.backend().device_info(index)
+        except Exception:  # noqa: BLE001 - no driver or no device: nothing to remember the decision under
+            return None
+
+    def _outer(self, named: dict, hgiven: frozenset) -> dict[str, Any]:
+        """The heuristics values computed above the autotuner (they join its key)."""
+        if self.heuristics is None:
+            return {}
+        outer = self.outer
+        if outer is None:  # an older record: learn the layering from the reading that gives a recorded key
+            outer = frozenset()
+            if self._exact(self.key(named)):
+                self.outer = outer
+            else:
+                try:
+                    values = self.heuristics.values(named, hgiven)
+                except NoMatchingVariantError:
+                    values = {}
+                if values and self._exact(self.key({**named, **values})):
+                    self.outer = outer = frozenset(values)
+                # neither reading is recorded (a new key): decide nothing yet, read it as inner this time
+        if not outer:
+            return {}
+        inner = frozenset(self.heuristics.names) - outer
+        return self.heuristics.values(named, hgiven | inner)
+
     def _resolve(self, grid: Any, args: Sequence[Any], kwargs: dict, stream: Any,
                  may_benchmark: bool = True) -> tuple[Kernel, dict]:
         given = self.tuned_names & kwargs.keys()
         named = _named(self.name, self.param_names, args, kwargs)
+        hgiven = frozenset(n for n in self.heuristics.names if n in kwargs) if self.heuristics else frozenset()
+        outer_vals = self._outer(named, hgiven)
+        named = {**named, **outer_vals}  # Heuristics.run passes them on as keywords, after the caller's
+        ocx, oopts = _split(outer_vals, self.param_names)
         if given:
             if given != self.tuned_names:
                 raise ArgumentError(f"{self.name}: give all tuned meta-parameters {sorted(self.tuned_names)} "
@@ -259,49 +449,74 @@ class AutotunedKernel:
             cx: dict = {}
             kernel = self.base
         else:
-            cfg, cx, kernel = self._tuned(named, grid, args, kwargs, stream, may_benchmark)
+            cfg, cx, kernel = self._tuned(named, grid, args, kwargs, stream, may_benchmark, ocx)
         if self.heuristics is None:
             return kernel, cx
-        # Triton passes the config's constexprs to the heuristics (Autotuner -> Heuristics -> JIT).
-        values = self.heuristics.values({**named, **cx}, frozenset(n for n in self.heuristics.names if n in kwargs))
+        # Triton passes the config's constexprs to the heuristics below it (Autotuner -> Heuristics -> JIT).
+        values = self.heuristics.values({**named, **cx}, hgiven | frozenset(outer_vals))
         hcx, hopts = _split(values, self.param_names)
-        kernel = self._subsets.fitting({**cfg["kwargs"], **hcx}, {**cfg["options"], **hopts})
-        return kernel, {**cx, **hcx}
+        kernel = self._subsets.fitting({**cfg["kwargs"], **ocx, **hcx}, {**cfg["options"], **oopts, **hopts})
+        return kernel, {**ocx, **cx, **hcx}
 
-    def _fastest(self, grid: Any, args: Sequence[Any], kwargs: dict, stream: Any) -> Mapping[str, Any]:
-        """Time every recorded config's prebuilt variants on this call (outputs are overwritten, as Triton's
-        autotuner does); configs that cannot run here are skipped."""
+    def _fastest(self, grid: Any, args: Sequence[Any], kwargs: dict, stream: Any, named: Mapping[str, Any],
+                 outer_cx: Mapping[str, Any]) -> Mapping[str, Any]:
+        """Time every config's prebuilt variants on this call, as Triton's autotuner does: tensors named by
+        ``reset_to_zero`` are zeroed before each run and those named by ``restore_value`` put back after it,
+        so an in-place kernel leaves its arguments as the caller gave them. Configs with no variant that can
+        run this call are skipped."""
         backend = self.base.archive.backend()
+        hooks = _TuningHooks(self.name, named, self.reset_to_zero, self.restore_value)
+        device = self._device_of(args, kwargs)
+        flush = _l2_flush(device)
+        # The kernel's own time from CUDA events where torch is in use and the launch goes on its current stream
+        # (the default: no stream given); else wall time around a synchronised launch.
+        events = _event_timer(device) if stream is None else None
         best: tuple[float, Mapping[str, Any]] | None = None
-        for cfg in self._candidates():
-            kernel = self._subsets.fitting(cfg["kwargs"], cfg["options"], cfg["variant"])
-            cx = dict(cfg["kwargs"])
-            if self.heuristics is not None:
-                named = _named(self.name, self.param_names, args, kwargs)
+        hgiven = frozenset(n for n in self.heuristics.names if n in kwargs) if self.heuristics else frozenset()
+        try:
+            for cfg in self._candidates():
+                cx = {**outer_cx, **cfg["kwargs"]}
+                options = dict(cfg["options"])
+                if self.heuristics is not None:
+                    try:
+                        values = self.heuristics.values({**named, **cfg["kwargs"]}, hgiven | frozenset(outer_cx))
+                    except NoMatchingVariantError:
+                        continue
+                    hcx, hopts = _split(values, self.param_names)
+                    cx.update(hcx)
+                    options.update(hopts)
+                if not self._subsets.has(cx, options):
+                    continue
+                kernel = self._subsets.fitting(cx, options)
                 try:
-                    values = self.heuristics.values({**named, **cx}, frozenset(n for n in self.heuristics.names
-                                                                                if n in kwargs))
+                    bound = kernel.bind(grid, *args, stream=stream, **{**kwargs, **cx})
                 except NoMatchingVariantError:
                     continue
-                hcx, hopts = _split(values, self.param_names)
-                kernel = self._subsets.fitting({**cfg["kwargs"], **hcx}, {**cfg["options"], **hopts})
-                cx.update(hcx)
-            try:
-                bound = kernel.bind(grid, *args, stream=stream, **{**kwargs, **cx})
-            except NoMatchingVariantError:
-                continue
-            s = backend.stream(bound._stream_raw)
-            bound()
-            backend.synchronize(s)
-            start = time.perf_counter()
-            for _ in range(self.benchmark_reps):
+                s = backend.stream(bound._stream_raw)
+                hooks.before()
                 bound()
-            backend.synchronize(s)
-            took = time.perf_counter() - start
-            if best is None or took < best[0]:
-                best = (took, cfg)
+                hooks.after()
+                backend.synchronize(s)
+                times = []
+                for _ in range(self.benchmark_reps):
+                    hooks.before()
+                    flush()  # each run starts from a cold L2, as Triton's do_bench measures
+                    backend.synchronize(s)
+                    if events is not None:
+                        times.append(events(bound))
+                    else:
+                        start = time.perf_counter()
+                        bound()
+                        backend.synchronize(s)
+                        times.append(time.perf_counter() - start)
+                    hooks.after()
+                took = sorted(times)[len(times) // 2] if times else 0.0
+                if best is None or took < best[0]:
+                    best = (took, cfg)
+        finally:
+            hooks.done()
         if best is None:
-            raise NoMatchingVariantError(f"{self.name}: no recorded config can run on this device for this call")
+            raise NoMatchingVariantError(f"{self.name}: no prebuilt config can run on this device for this call")
         return best[1]
 
     # -- Triton's call shape and the runtime's API ---------------------------------------------------------

@@ -1,0 +1,353 @@
+"""Phases of the autotune/heuristics GPU proof (issue 23), each in a fresh Python process.
+
+    python tests/gpu/wrapped_phases.py PHASE --work DIR --result FILE
+
+The kernels are tests/wrapped_kernels.py (autotune and heuristics in every stacking order, one heuristic that
+reads the device). Phases:
+
+  triton_ref   Triton's own autotuned runs on fixed inputs: outputs and the configs Triton chose (ref.pt, ref.json)
+  aot_build    the kernels built ahead of time from a spec, with no GPU visible (CUDA_VISIBLE_DEVICES=""):
+               every config per kernel -> aot.karc
+  aot_launch   Triton unimportable: aot.karc's kernels called as with Triton, without meta-parameters; the
+               runtime tunes each key on the device; outputs compared bit for bit with triton_ref (these kernels'
+               results do not depend on the config), in-place hooks honoured
+  capture      the same calls (and two keys of heuristics over autotune) under karchive.capture -> cap.karc
+  relaunch     Triton unimportable: every captured call relaunched through cap.karc; bit-equal; a call the
+               device-reading heuristic never saw is refused naming the input that differs
+  jit_rerun    plain Triton against an exported cache with TRITON_CACHE_AUTOTUNING=1: benchmarks and compiles
+               counted, outputs compared with the capture
+  tune_quality at_matmul / at_rowsum built ahead of time; karchive's on-device choice per shape against Triton's
+               autotuner's, both timed with triton.testing.do_bench on Triton's JIT (only the choice differs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+N = 1 << 16
+NO_TRITON = {"aot_launch", "relaunch"}
+
+SPEC = """[archive]
+name = "wrapped-gpu"
+version = "1"
+targets = ["cuda:90"]
+[[kernel]]
+source = "{k}:at_copy"
+signature = "*fp32:16, *fp32:16, i32"
+[[kernel]]
+source = "{k}:h_over_at"
+signature = "*fp32:16, *fp32:16, *fp32:16, i32, fp32"
+[[kernel]]
+source = "{k}:at_over_h"
+signature = "*fp32:16, *fp32:16, i32"
+"""
+
+
+def _inputs() -> dict:
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(N, generator=g).cuda()
+    off = torch.randn(N, generator=g).cuda()
+    return {"x": x, "off": off}
+
+
+def _grid(n: int):
+    return lambda meta: ((n + meta["BLOCK"] - 1) // meta["BLOCK"],)
+
+
+def _calls(k: Any, t: dict) -> dict:
+    """The workload, on Triton's kernels or karchive's (``k``: name -> callable with Triton's call shape)."""
+    import torch
+
+    x, off = t["x"], t["off"]
+    out: dict = {}
+    o = torch.full_like(x, 7.0)
+    k["at_copy"][_grid(N)](x, o, N)  # reset_to_zero=["out_ptr"]
+    out["at_copy"] = o
+    o = torch.empty_like(x)
+    k["h_over_at"][_grid(N)](x, o, None, N, 1.5)  # IS_VARLEN False: part of the key
+    out["h_over_at_plain"] = o
+    o = torch.empty_like(x)
+    k["h_over_at"][_grid(N)](x, o, off, N, 1.5)  # IS_VARLEN True: another key
+    out["h_over_at_varlen"] = o
+    o = torch.empty_like(x)
+    xs = x.clone()
+    k["at_over_h"][_grid(N - 3)](xs, o, N - 3)  # restore_value=["x_ptr"]; EVEN computed per config
+    out["at_over_h"] = o
+    out["at_over_h_x"] = xs
+    torch.cuda.synchronize()
+    return out
+
+
+def _triton_kernels() -> dict:
+    import wrapped_kernels as wk
+
+    return {n: getattr(wk, n) for n in ("at_copy", "h_over_at", "at_over_h", "h_device")}
+
+
+def _chosen(wk: dict) -> dict:
+    from karchive.producer.wrapped import stack_of
+
+    out = {}
+    for name, obj in wk.items():
+        tuner = stack_of(obj).tuner
+        out[name] = {repr(k): str(c) for k, c in tuner.cache.items()}
+    return out
+
+
+def _diff(got: dict, ref: dict) -> dict:
+    import torch
+
+    bad = {}
+    for name, r in ref.items():
+        g = got.get(name)
+        if g is None or g.shape != r.shape or not torch.equal(g.cpu(), r.cpu()):
+            bad[name] = "missing" if g is None else f"max |diff| {(g.cpu() - r.cpu()).abs().max().item()}"
+    return bad
+
+
+def phase_triton_ref(work: Path, opts: dict) -> dict:
+    import torch
+
+    t = _inputs()
+    wk = _triton_kernels()
+    out = _calls(wk, t)
+    torch.save({**{k: v.cpu() for k, v in out.items()}, **{"in_" + k: v.cpu() for k, v in t.items()}},
+               work / "ref.pt")
+    chosen = _chosen(wk)
+    (work / "ref.json").write_text(json.dumps(chosen, indent=1))
+    return {"chosen": chosen}
+
+
+def phase_aot_build(work: Path, opts: dict) -> dict:
+    from karchive.producer.build import build_archive
+    from karchive.producer.spec_file import load_spec, validate_requests
+
+    spec_path = work / "aot.toml"
+    spec_path.write_text(SPEC.format(k=ROOT / "tests" / "wrapped_kernels.py"))
+    spec = load_spec(spec_path)
+    warnings = validate_requests(spec.requests)
+    t0 = time.perf_counter()
+    result = build_archive(spec, work / "aot.karc", progress=False)
+    return {"variants": len(result.built), "seconds": round(time.perf_counter() - t0, 2), "warnings": warnings,
+            "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
+
+
+def _load_ref(work: Path) -> tuple[dict, dict]:
+    import torch
+
+    ref = torch.load(work / "ref.pt")
+    t = {k[3:]: v.cuda() for k, v in ref.items() if k.startswith("in_")}
+    return {k: v for k, v in ref.items() if not k.startswith("in_")}, t
+
+
+def _triton_importable() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def phase_aot_launch(work: Path, opts: dict) -> dict:
+    import karchive
+
+    ref, t = _load_ref(work)
+    arc = karchive.open(str(work / "aot.karc"))
+    k = {n: arc.kernel(n) for n in ("at_copy", "h_over_at", "at_over_h")}
+    t0 = time.perf_counter()
+    out = _calls(k, t)
+    first = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    again = _calls(k, t)  # every key tuned: no benchmarking now
+    second = time.perf_counter() - t0
+    chosen = {n: {repr(key): c[0]["kwargs"] | c[0]["options"] for key, c in kern._choices.items()}
+              for n, kern in k.items()}
+    return {"not_bit_equal": _diff(out, ref), "not_bit_equal_again": _diff(again, ref), "first_s": round(first, 3),
+            "second_s": round(second, 4), "chosen": chosen, "triton_importable": _triton_importable()}
+
+
+def phase_capture(work: Path, opts: dict) -> dict:
+    import torch
+
+    import karchive
+
+    t = _inputs()
+    wk = _triton_kernels()
+    with karchive.capture("wrapped-cap", version="1") as cap:
+        out = _calls(wk, t)
+        o = torch.empty_like(t["x"])
+        wk["h_device"][_grid(N)](t["x"], o, N)
+        out["h_device"] = o
+        torch.cuda.synchronize()
+    cap.save(work / "cap.karc")
+    torch.save({**{k: v.cpu() for k, v in out.items()}, **{"in_" + k: v.cpu() for k, v in t.items()}},
+               work / "cap.pt")
+    s = cap.summary()
+    heur = {r["kernel"]: r for r in cap.heuristics.to_json()}
+    return {"summary": {k: s[k] for k in ("kernels", "variants", "autotune_records", "heuristics_records",
+                                          "errors", "lost")},
+            "outer": {r["kernel"]: r.get("outer_heuristics") for r in cap.autotune.to_json()},
+            "h_device_cases": heur.get("h_device", {}).get("cases")}
+
+
+def phase_relaunch(work: Path, opts: dict) -> dict:
+    import torch
+
+    import karchive
+    from karchive.errors import NoMatchingVariantError
+
+    ref, t = _load_ref_file(work / "cap.pt")
+    arc = karchive.open(str(work / "cap.karc"))
+    k = {n: arc.kernel(n) for n in ("at_copy", "h_over_at", "at_over_h", "h_device")}
+    out = _calls(k, t)
+    o = torch.empty_like(t["x"])
+    k["h_device"][_grid(N)](t["x"], o, N)
+    torch.cuda.synchronize()
+    out["h_device"] = o
+    refused = None
+    try:
+        k["h_device"][_grid(N // 2)](t["x"], torch.empty_like(t["x"]), N // 2)
+    except NoMatchingVariantError as exc:
+        refused = str(exc)
+    return {"not_bit_equal": _diff(out, ref), "refused": refused, "triton_importable": _triton_importable(),
+            "kinds": {n: type(v).__name__ for n, v in k.items()}}
+
+
+def _load_ref_file(path: Path) -> tuple[dict, dict]:
+    import torch
+
+    ref = torch.load(path)
+    t = {k[3:]: v.cuda() for k, v in ref.items() if k.startswith("in_")}
+    return {k: v for k, v in ref.items() if not k.startswith("in_")}, t
+
+
+def phase_jit_rerun(work: Path, opts: dict) -> dict:
+    import torch
+    from triton import knobs
+    from triton.runtime.autotuner import Autotuner
+
+    compiles: list[bool] = []
+    knobs.compilation.listener = lambda **kw: compiles.append(bool(kw.get("cache_hit")))
+    benched = []
+    real = Autotuner._bench
+
+    def counting(self: Any, *a: Any, **kw: Any) -> Any:
+        benched.append(1)
+        return real(self, *a, **kw)
+
+    Autotuner._bench = counting
+    ref, t = _load_ref_file(work / "cap.pt")
+    wk = _triton_kernels()
+    out = _calls(wk, t)
+    o = torch.empty_like(t["x"])
+    wk["h_device"][_grid(N)](t["x"], o, N)
+    torch.cuda.synchronize()
+    out["h_device"] = o
+    return {"benchmarked": len(benched), "compiled": sum(1 for hit in compiles if not hit),
+            "cache_hits": sum(1 for hit in compiles if hit), "not_bit_equal": _diff(out, ref)}
+
+
+TQ_SPEC = """[archive]
+name = "tune-quality"
+version = "1"
+targets = ["cuda:90"]
+[[kernel]]
+source = "{k}:at_matmul"
+signature = "*fp16:16, *fp16:16, *fp16:16, i32, i32, i32, i32, i32, i32, i32, i32, i32"
+[[kernel]]
+source = "{k}:at_rowsum"
+signature = "*fp32:16, *fp32:16, i32, i32"
+"""
+
+
+def phase_tune_quality(work: Path, opts: dict) -> dict:
+    """karchive's on-device choice among prebuilt configs vs Triton's own autotuner, both timed by Triton's
+    do_bench on Triton's JIT with each chosen config (so only the choice differs)."""
+    import torch
+    from triton.testing import do_bench
+
+    import karchive
+    import wrapped_kernels as wk
+    from karchive.producer.build import build_archive
+    from karchive.producer.spec_file import load_spec, validate_requests
+    from karchive.producer.wrapped import stack_of
+
+    spec_path = work / "tq.toml"
+    spec_path.write_text(TQ_SPEC.format(k=ROOT / "tests" / "wrapped_kernels.py"))
+    spec = load_spec(spec_path)
+    validate_requests(spec.requests)
+    build_archive(spec, work / "tq.karc", progress=False)
+    arc = karchive.open(str(work / "tq.karc"))
+    results = []
+
+    def compare(name: str, case: str, args: tuple, grid: Any) -> None:
+        obj = getattr(wk, name)
+        tuner = stack_of(obj).tuner
+        tuner.cache.clear()
+        obj[grid](*args)
+        (t_cfg,) = tuner.cache.values()
+        k = arc.kernel(name)
+        k[grid](*args)
+        (choice,) = [c for c, _cx, _k in k._choices.values()]
+        k_meta = {**choice["kwargs"], **choice["options"]}
+        fn = tuner.fn
+        t_ms = do_bench(lambda: fn[grid](*args, **t_cfg.all_kwargs()))
+        k_ms = do_bench(lambda: fn[grid](*args, **k_meta))
+        results.append({"kernel": name, "case": case, "triton": str(t_cfg), "karchive": k_meta,
+                        "triton_ms": round(t_ms, 5), "karchive_ms": round(k_ms, 5), "ratio": round(k_ms / t_ms, 4)})
+
+    for m, n, kk in ((1024, 1024, 1024), (4096, 4096, 512), (512, 8192, 2048)):
+        a = torch.randn(m, kk, device="cuda", dtype=torch.float16)
+        b = torch.randn(kk, n, device="cuda", dtype=torch.float16)
+        c = torch.empty(m, n, device="cuda", dtype=torch.float16)
+        grid = lambda meta, m=m, n=n: (triton_cdiv(m, meta["BLOCK_M"]) * triton_cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
+        compare("at_matmul", f"{m}x{n}x{kk}", (a, b, c, m, n, kk, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                                              c.stride(0), c.stride(1)), grid)
+    for rows, n in ((4096, 4096), (1024, 65536), (16384, 1000)):
+        x = torch.randn(rows, n, device="cuda", dtype=torch.float32)
+        o = torch.empty(rows, device="cuda", dtype=torch.float32)
+        compare("at_rowsum", f"{rows}x{n}", (x, o, n, x.stride(0)), (rows,))
+    return {"results": results}
+
+
+def triton_cdiv(a: int, b: int) -> int:
+    return (a + b - 1) // b
+
+
+PHASES = {"tune_quality": phase_tune_quality, "triton_ref": phase_triton_ref, "aot_build": phase_aot_build, "aot_launch": phase_aot_launch,
+          "capture": phase_capture, "relaunch": phase_relaunch, "jit_rerun": phase_jit_rerun}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("phase", choices=sorted(PHASES))
+    ap.add_argument("--work", required=True)
+    ap.add_argument("--result", required=True)
+    args = ap.parse_args()
+    if args.phase in NO_TRITON:
+        sys.modules["triton"] = None  # type: ignore[assignment]  # `import triton` now raises ImportError
+    for p in (str(ROOT), str(ROOT / "tests")):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    try:
+        result = {"ok": True, **PHASES[args.phase](Path(args.work), {})}
+    except BaseException as exc:
+        traceback.print_exc()
+        result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[:2000]}
+    Path(args.result).write_text(json.dumps(result, indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
