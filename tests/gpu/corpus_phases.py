@@ -338,6 +338,13 @@ def replay(arc: Any, launches: list, only: set[str] | None = None, benchmark: bo
             if name not in kernels:
                 kernels[name] = arc.kernel(name, benchmark=benchmark) if benchmark else arc.kernel(name)
             bufs, args, kwargs = rebuild(rec)
+            try:  # which binary karchive picks, against the one Triton launched (diagnostics only)
+                if benchmark:  # selecting would benchmark (launch) on these very buffers first
+                    raise LookupError("not asked: the kernel benchmarks when selecting")
+                picked = kernels[name].select(*args, **kwargs).provenance.triton_hash
+                row["same_binary_as_triton"] = None if rec.get("triton_hash") is None else picked == rec["triton_hash"]
+            except Exception as exc:  # the launch below reports the same problem
+                row["select_error"] = f"{type(exc).__name__}: {exc}"[:300]
             kernels[name][tuple(rec["grid"])](*args, **kwargs)
             _sync()
             same, diff, excess = compare(bufs, rec, rtol=ATOMIC_RTOL)
@@ -357,7 +364,9 @@ def replay(arc: Any, launches: list, only: set[str] | None = None, benchmark: bo
     for row in rows:
         per_kernel.setdefault(row["kernel"], {}).setdefault(row["status"], 0)
         per_kernel[row["kernel"]][row["status"]] += 1
+    other_binary = sorted({r["kernel"] for r in rows if r.get("same_binary_as_triton") is False})
     return {"launches": len(rows), "counts": counts, "per_kernel": per_kernel, "atomic_kernels": sorted(atomics),
+            "other_binary_than_triton": other_binary,
             "problems": [r for r in rows if r["status"] in ("differs", "error")],
             "tolerated": [r for r in rows if r["status"] == "within-tolerance"],
             "relaunch_s": round(time.perf_counter() - t0, 3)}

@@ -174,7 +174,7 @@ class Recorder:
         try:
             grid = _resolve_grid(jit, args, kwargs)
             frame["launch"] = {"name": jit.__name__, "grid": grid, "pre": pre, "post": _snapshot(tensors),
-                               "tensors": tensors}
+                               "tensors": tensors, "triton_hash": getattr(ret, "hash", None)}
         except Exception as exc:  # noted as above
             self._failed(jit.__name__, f"grid or snapshot after the launch: {type(exc).__name__}: {exc}")
         return ret
@@ -192,7 +192,8 @@ class Recorder:
         torch.cuda.synchronize()
         g = tuple(int(v) for v in grid) + (1,) * (3 - len(tuple(grid)))
         frame["launch"] = {"name": kernel.src.fn.__name__ if getattr(kernel, "src", None) is not None else kernel.name,
-                           "grid": g, "pre": pre, "post": _snapshot(tensors), "tensors": tensors}
+                           "grid": g, "pre": pre, "post": _snapshot(tensors), "tensors": tensors,
+                           "triton_hash": getattr(kernel, "hash", None)}
 
     def _finish(self, frame: dict) -> None:
         launch = frame.get("launch")
@@ -230,7 +231,9 @@ class Recorder:
             return {"unreplayable": f"{type(v).__module__}.{type(v).__qualname__}: {v!r}"[:200]}
 
         kwargs = {k: v for k, v in frame["kwargs"].items() if k not in ("grid", "warmup")}
+        th = launch.get("triton_hash")
         record = {"kind": frame["kind"], "kernel": launch["name"], "grid": list(launch["grid"]),
+                  "triton_hash": th if isinstance(th, str) else None,
                   "args": [enc(a) for a in frame["args"]], "kwargs": {k: enc(v) for k, v in kwargs.items()},
                   "pre": [launch["pre"]["bytes"][k] for k in storages],
                   "post": [launch["post"]["bytes"][k] for k in storages]}
