@@ -51,11 +51,14 @@ KERNELS: dict[str, dict] = {
         "signature": "*fp32:16, *fp32:16, *fp32:16, *fp32:16, *fp32:16, *fp32:16, *fp32:16, *fp32:16, i32:16",
         "constexprs": {"HAVE_BETA": [True], "N": [512]},
     },
-    "fla-cumsum": {
-        "library": "fla-simple-gla", "file": "site:fla/ops/utils/cumsum.py", "kernel": "chunk_local_cumsum_scalar_kernel",
-        # s, o, scale, T (cu_seqlens and chunk_indices are None; HAS_SCALE / IS_VARLEN come from its heuristics)
-        "signature": {"s": "*fp32:16", "o": "*fp32:16", "scale": "fp32", "T": "i32"},
-        "constexprs": {"B": [2], "H": [4], "BT": [64], "REVERSE": [False]},
+    "fla-kkt": {
+        "library": "fla-delta-rule", "file": "site:fla/ops/common/chunk_scaled_dot_kkt.py",
+        "kernel": "chunk_scaled_dot_kkt_fwd_kernel",  # @triton.heuristics over @triton.autotune (tunes BK)
+        # k, beta (bf16), A (fp32), T (do_not_specialize); g, cu_seqlens and chunk_indices are None in the
+        # corpus step and USE_G / IS_VARLEN come from its heuristics: how a spec spells a None argument is
+        # issue 23's to settle (this entry gives none of them)
+        "signature": {"k": "*bf16:16", "beta": "*bf16:16", "A": "*fp32:16", "T": "i32"},
+        "constexprs": {"H": [4], "HV": [4], "K": [64], "BT": [64]},
     },
 }
 
