@@ -4,6 +4,7 @@ in a child process, through real pipes."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import shutil
@@ -109,3 +110,114 @@ def test_the_real_venv_reruns_offline():
     if done.returncode != 0 or (venv / ".karchive-install").read_text() != before:
         pytest.fail(f"rerun was not a no-op: rc {done.returncode}\n{done.stderr}")
     assert done.stderr == ""
+
+
+# -- the CLI: pipes, exit codes, JSON errors, "did you mean" -----------------------------------------
+def karchive(*argv: str, cwd: pathlib.Path | None = None, env: dict[str, str] | None = None,
+             timeout: float = 120) -> subprocess.CompletedProcess:
+    """``karchive ARGV`` in a fresh process, as a terminal runs it."""
+    return subprocess.run([sys.executable, "-m", "karchive.cli.main", *argv], capture_output=True, text=True,
+                          cwd=str(cwd or ROOT), env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                          timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def big_archive(tmp_path_factory) -> pathlib.Path:
+    """An archive (no Triton needed) whose `inspect --json` is far larger than a pipe's buffer."""
+    from hostile_factory import honest_v2
+
+    path = tmp_path_factory.mktemp("big") / "big.karc"
+    path.write_bytes(honest_v2({"k": 300})[0])
+    return path
+
+
+@pytest.mark.parametrize("argv", [["inspect", "{big}", "--json"], ["inspect", "{big}"], ["diff", "{big}", "{big}", "--json"],
+                                  ["--help"], ["inspect", "--help"]])
+def test_a_command_piped_into_head_exits_quietly(big_archive, argv):
+    cmd = " ".join([sys.executable, "-m", "karchive.cli.main", *(a.format(big=big_archive) for a in argv)])
+    done = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd} | head -1"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # no "Broken pipe", no "Exception ignored"
+    assert len(done.stdout.splitlines()) == 1
+
+
+def _missing_file_commands(tmp: pathlib.Path) -> list[list[str]]:
+    """Every command that reads a file, each given one that does not exist (with --json where it has it)."""
+    nope = str(tmp / "nope.karc")
+    return [
+        ["inspect", nope, "--json"], ["verify", nope, "--json"], ["diff", nope, nope, "--json"],
+        ["rebuild", "--check", nope, "--json"], ["export-triton-cache", nope, "--json"],
+        ["publish", nope, "--json", "--registry", str(tmp / "reg")], ["sign", nope, "--key", str(tmp / "k.key"), "--json"],
+        ["build", str(tmp / "nope.toml"), "-o", str(tmp / "out/"), "--json"],
+        ["import-triton-cache", str(tmp / "nodir"), "-o", str(tmp / "x.karc"), "--json"],
+        ["verify", nope, "--trust", str(tmp / "nopolicy.toml"), "--json"],
+        ["extract", nope, "-C", str(tmp / "dest")],
+    ]
+
+
+def test_a_missing_file_is_exit_2_everywhere_and_json_says_so(tmp_path):
+    for argv in _missing_file_commands(tmp_path):
+        done = karchive(*argv, cwd=tmp_path)
+        assert done.returncode == 2, (argv, done.stdout, done.stderr)
+        assert done.stderr.startswith("karchive: error: "), (argv, done.stderr)
+        if "--json" in argv:
+            payload = json.loads(done.stdout)
+            assert payload["error"] and payload["message"] in done.stderr, (argv, payload)
+        else:
+            assert done.stdout == ""
+
+
+def test_json_errors_carry_the_error_fields(tmp_path, big_archive):
+    done = karchive("inspect", str(tmp_path / "nope.karc"), "--json")
+    assert json.loads(done.stdout) == {"error": "ArchiveNotFoundError", "message": f"no such archive: {tmp_path}/nope.karc",
+                                       "path": f"{tmp_path}/nope.karc", "source": f"{tmp_path}/nope.karc"}
+    # A usage error has no Namespace yet: still JSON, still exit 2.
+    done = karchive("inspect", str(big_archive), "--json", "--no-such-flag")
+    assert done.returncode == 2 and json.loads(done.stdout)["error"] == "UsageError"
+    assert "unrecognized arguments: --no-such-flag" in done.stderr
+    # A filter that matches nothing is the same kind of mistake in inspect as in diff: 2.
+    done = karchive("inspect", str(big_archive), "-k", "nosuch", "--json")
+    assert done.returncode == 2 and "it has kernels k" in json.loads(done.stdout)["message"]
+
+
+def test_a_negative_answer_is_1_and_json_is_the_answer(tmp_path, big_archive):
+    damaged = tmp_path / "damaged.karc"
+    data = bytearray(big_archive.read_bytes())
+    data[len(data) // 3] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    done = karchive("verify", str(damaged), "--json")
+    assert done.returncode == 1 and json.loads(done.stdout)["ok"] is False
+
+
+def test_the_exit_code_table_is_documented_once_and_matches_the_code():
+    from karchive.cli import output
+
+    table = (ROOT / "docs" / "cli.md").read_text()
+    for name, code in [("EXIT_OK", 0), ("EXIT_NEGATIVE", 1), ("EXIT_ERROR", 2), ("EXIT_PARTIAL", 3),
+                       ("EXIT_INTERRUPTED", 130)]:
+        assert getattr(output, name) == code
+        assert f"| **{code}** |" in table, code
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["inspec"], "did you mean 'inspect'?"),
+    (["verfy", "x"], "did you mean 'verify'?"),
+    (["cache", "lss"], "did you mean 'ls'?"),
+    (["pull", "mykernels:1.1.0"], "did you mean 'mykernels@1.1.0'?"),
+    (["inspect", "mykernels==1.1.0"], "did you mean 'mykernels@1.1.0'?"),
+    (["inspect", "{py}"], "did you mean `karchive compile {py} -n KERNEL ...`?"),
+    (["verify", "{toml}"], "did you mean `karchive build {toml} -o out/`?"),
+    (["rebuild", "--check", "{toml}"], "did you mean `karchive build {toml} -o out/`?"),
+    (["publish", "{py}"], "did you mean `karchive compile {py}"),
+    (["build", "{py}", "-o", "out/"], "did you mean `karchive compile {py} -n KERNEL"),
+])
+def test_the_wrong_kind_of_input_gets_did_you_mean(tmp_path, argv, says):
+    py, toml = tmp_path / "mykernels.py", tmp_path / "build.toml"
+    py.write_text("import triton\n")
+    toml.write_text('[archive]\nname = "x"\nversion = "1"\n')
+    argv = [a.format(py=py, toml=toml) for a in argv]
+    done = karchive(*argv, cwd=tmp_path, env={"KARCHIVE_REGISTRY": str(tmp_path / "reg"),
+                                               "KARCHIVE_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 2, done.stderr
+    assert says.format(py=py, toml=toml) in done.stderr
