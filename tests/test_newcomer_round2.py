@@ -15,7 +15,7 @@ import textwrap
 
 import pytest
 
-from support import ROOT
+from support import ROOT, needs_triton
 
 OFFLINE = {"PIP_NO_INDEX": "1", "PIP_INDEX_URL": "http://127.0.0.1:9/", "PIP_FIND_LINKS": ""}
 
@@ -221,3 +221,79 @@ def test_the_wrong_kind_of_input_gets_did_you_mean(tmp_path, argv, says):
                                                "KARCHIVE_CACHE_DIR": str(tmp_path / "cache")})
     assert done.returncode == 2, done.stderr
     assert says.format(py=py, toml=toml) in done.stderr
+
+
+# -- the cache: the build cache counted, pruned, and named in a rebuild ------------------------------
+def _small_spec(directory: pathlib.Path) -> pathlib.Path:
+    spec = directory / "spec.toml"
+    spec.write_text(textwrap.dedent(f"""\
+        [archive]
+        name = "cached"
+        version = "0.1.0"
+        targets = ["cuda:90", "hip:gfx942"]
+
+        [[kernel]]
+        source = "{ROOT / 'examples' / 'kernels.py'}:add_kernel"
+        signature = "*fp32:16, *fp32:16, *fp32:16, i32"
+        constexprs = {{ BLOCK = [256] }}
+        """))
+    return spec
+
+
+@needs_triton
+def test_a_rebuild_from_the_build_cache_says_so_and_cache_ls_prune_count_it(tmp_path):
+    env = {"KARCHIVE_CACHE_DIR": str(tmp_path / "cache")}
+    spec = _small_spec(tmp_path)
+    first = karchive("build", str(spec), "-o", str(tmp_path / "a.karc"), "-j", "1", "--json", env=env, timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["from_cache"] == 0
+    # Rebuilds until nothing compiles: the build cache's namespace still depends on which Triton modules a
+    # worker process had imported before its first compile (reported to the lead), so a cold cache can take
+    # a few runs to serve every variant. Each run's summary must agree with its progress lines.
+    for _ in range(4):
+        again = karchive("build", str(spec), "-o", str(tmp_path / "b.karc"), "-j", "1", "--json", env=env, timeout=300)
+        assert again.returncode == 0, again.stderr
+        hits = json.loads(again.stdout)["from_cache"]
+        assert again.stderr.count(", from the build cache)") == 0  # --json: no progress
+        if hits == 2:
+            break
+    again = karchive("build", str(spec), "-o", str(tmp_path / "b.karc"), "-j", "1", env=env, timeout=300)
+    assert "cached 0.1.0: 2 variants to build" in again.stderr and "to compile" not in again.stderr
+    assert "2 from the build cache, 0 compiled" in again.stdout
+    assert again.stderr.count(", from the build cache)") == 2  # each progress line says so
+    assert (tmp_path / "a.karc").read_bytes() == (tmp_path / "b.karc").read_bytes()
+
+    listed = json.loads(karchive("cache", "ls", "--json", env=env).stdout)
+    assert listed["archives"] == [] and listed["build_cache"]["entries"] >= 2
+    assert listed["build_cache"]["bytes"] > 0 and listed["disk_bytes"] >= listed["build_cache"]["bytes"]
+    text = karchive("cache", "ls", env=env).stdout
+    assert "compiled variants, " in text and str(tmp_path / "cache" / "triton-build") in text
+    # Too young for --max-age 1d: kept. --max-size 0: everything goes, and the namespaces with it.
+    kept = json.loads(karchive("cache", "prune", "--max-age", "1d", "--json", env=env).stdout)
+    assert kept["build_cache"]["removed"] == 0 and kept["build_cache"]["kept"] == listed["build_cache"]["entries"]
+    gone = json.loads(karchive("cache", "prune", "--max-size", "0", "--json", env=env).stdout)
+    assert gone["build_cache"]["removed"] == listed["build_cache"]["entries"]
+    assert gone["build_cache"]["freed_bytes"] == listed["build_cache"]["bytes"]
+    assert list((tmp_path / "cache" / "triton-build").iterdir()) == []
+    assert json.loads(karchive("cache", "ls", "--json", env=env).stdout)["build_cache"]["entries"] == 0
+    # After a prune the same build compiles again, and says so.
+    third = karchive("build", str(spec), "-o", str(tmp_path / "c.karc"), "-j", "1", "--json", env=env, timeout=300)
+    assert json.loads(third.stdout)["from_cache"] == 0
+
+
+def test_cache_prune_without_a_limit_says_what_it_needs(tmp_path):
+    done = karchive("cache", "prune", env={"KARCHIVE_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 0 and "without --max-size SIZE or --max-age AGE" in done.stderr
+
+
+@needs_triton
+def test_compile_variant_says_when_triton_answered_from_the_cache(tmp_path):
+    from karchive.producer.aot import VariantRequest, compile_variant
+
+    req = VariantRequest(str(ROOT / "examples" / "kernels.py") + ":add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32",
+                         "cuda:90", {"BLOCK": 128}, {"num_warps": 4})
+    first = compile_variant(req, cache_dir=str(tmp_path / "c"))
+    second = compile_variant(req, cache_dir=str(tmp_path / "c"))
+    fresh = compile_variant(req, cache_dir=str(tmp_path / "other"))
+    assert (first.from_cache, second.from_cache, fresh.from_cache) == (False, True, False)
+    assert first.files == second.files == fresh.files

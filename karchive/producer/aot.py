@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import time
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,8 +151,10 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
         cache = cache_dir or os.path.join(cache_root(), cache_namespace(canon.names, env))
         try:
             with compile_environment(env, cache, always_compile=always_compile):
+                started = time.time()
                 compiled = triton.compile(src, target=GPUTarget(target.backend, arch, target.warp_size),
                                           options=dict(options))
+                from_cache = _served_from_cache(cache, compiled, started)
                 metadata = compiled.metadata._asdict()
                 asm = dict(compiled.asm)
                 fingerprint = build_fingerprint(target.to_json())
@@ -171,8 +174,21 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
     except UnsupportedKernelError as exc:
         raise UnsupportedKernelError(f"{req.label()}: {exc}") from exc
     variant.extra_sources = [s.text for s in canon.sources]
+    variant.from_cache = from_cache
     check_no_machine_paths(req.label(), variant, canon, req.base_dir)
     return variant
+
+
+def _served_from_cache(cache: str, compiled: Any, started: float) -> bool:
+    """Whether Triton answered from ``cache``: the entry's metadata file predates this compile (Triton names
+    an entry by the base32 of its hash and never rewrites one). False where that cannot be told."""
+    import base64
+
+    try:
+        entry = base64.b32encode(bytes.fromhex(compiled.hash)).decode("ascii").rstrip("=")
+        return os.path.getmtime(os.path.join(cache, entry, f"{compiled.name}.json")) < started
+    except (AttributeError, TypeError, ValueError, OSError):  # another Triton's layout: report it as compiled
+        return False
 
 
 def build_record(req: VariantRequest, module_name: str, options: dict, env: dict, canon: Canonicalised) -> dict:
