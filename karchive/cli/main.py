@@ -121,8 +121,8 @@ def _fail(args: argparse.Namespace, exc: BaseException, message: str) -> int:
         if isinstance(exc, KarchiveError):
             payload = {**exc.to_json(), "message": message}
         else:
-            payload = {"error": type(exc).__name__, "message": message,
-                       **({"path": str(exc.filename)} if getattr(exc, "filename", None) else {})}
+            filename = getattr(exc, "filename", None)
+            payload = {"error": type(exc).__name__, "message": message, **({"path": str(filename)} if filename else {})}
         emit_json(payload)
     return exit_code_for(exc)
 
