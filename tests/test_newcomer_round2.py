@@ -297,3 +297,81 @@ def test_compile_variant_says_when_triton_answered_from_the_cache(tmp_path):
     fresh = compile_variant(req, cache_dir=str(tmp_path / "other"))
     assert (first.from_cache, second.from_cache, fresh.from_cache) == (False, True, False)
     assert first.files == second.files == fresh.files
+
+
+# -- diff --stat, and what docs/audit.md says about line numbers --------------------------------------
+TWO_KERNELS = '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def first(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1.0, mask=offs < n)
+
+
+@triton.jit
+def second(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2.0, mask=offs < n)
+'''
+
+
+@needs_triton
+def test_diff_stat_is_one_line_per_kernel_and_moved_lines_change_keys(tmp_path):
+    """docs/audit.md: a kernel's line numbers enter its key, so editing `first` (one line added) gives the
+    untouched `second`, below it, new keys and binaries too; `diff --stat` says so in one line per kernel."""
+    src = tmp_path / "two.py"
+    src.write_text(TWO_KERNELS)
+    spec = tmp_path / "spec.toml"
+    spec.write_text(textwrap.dedent(f"""\
+        [archive]
+        name = "two"
+        version = "1"
+        targets = ["cuda:90"]
+
+        [[kernel]]
+        source = "{src}:first"
+        signature = "*fp32:16, i32"
+        constexprs = {{ BLOCK = [128, 256] }}
+
+        [[kernel]]
+        source = "{src}:second"
+        signature = "*fp32:16, i32"
+        constexprs = {{ BLOCK = [128] }}
+        """))
+    env = {"KARCHIVE_CACHE_DIR": str(tmp_path / "cache")}
+    assert karchive("build", str(spec), "-o", str(tmp_path / "v1.karc"), "-j", "1", "--quiet", env=env,
+                    timeout=300).returncode == 0
+    src.write_text(TWO_KERNELS.replace("    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n",
+                                       "    pid = tl.program_id(0)\n    offs = pid * BLOCK + tl.arange(0, BLOCK)\n", 1))
+    assert karchive("build", str(spec), "-o", str(tmp_path / "v2.karc"), "-j", "1", "--quiet", env=env,
+                    timeout=300).returncode == 0
+    done = karchive("diff", str(tmp_path / "v1.karc"), str(tmp_path / "v2.karc"), "--stat")
+    assert done.returncode == 1, done.stderr
+    lines = done.stdout.splitlines()
+    first_line = next(line for line in lines if line.startswith("first "))
+    second_line = next(line for line in lines if line.startswith("second "))
+    assert "2 changed" in first_line and "1 changed" in second_line
+    assert "binary" in second_line  # not edited, only moved down one line: new code bytes all the same
+    assert len(lines) < 12  # the summary, not 2 x 3 detail blocks
+    stat = json.loads(karchive("diff", str(tmp_path / "v1.karc"), str(tmp_path / "v2.karc"), "--stat", "--json").stdout)
+    assert [(k["kernel"], k["changed"], k["unchanged"]) for k in stat["kernels"]] == [("first", 2, 0), ("second", 1, 0)]
+    assert "binary" in stat["kernels"][1]["fields"] and stat["identical"] is False
+    same = karchive("diff", str(tmp_path / "v2.karc"), str(tmp_path / "v2.karc"), "--stat")
+    assert same.returncode == 0 and "identical" in same.stdout
+
+
+def test_the_docs_say_what_the_code_does():
+    signing = (ROOT / "spec" / "SIGNING.md").read_text()
+    assert "Not wired yet: `karchive build --sign" not in signing and "`karchive build --sign KEY [--provenance]`" in signing
+    from karchive.cli.main import build_parser
+
+    build_help = build_parser()._subparsers._group_actions[0].choices["build"].format_help()  # type: ignore[union-attr]
+    assert "--sign" in build_help and "--provenance" in build_help
+    synopsis = (ROOT / "spec" / "BUILD.md").read_text().splitlines()[0]
+    for flag in ("--sign", "--provenance", "--quiet", "--json", "--reuse", "--executor"):
+        assert flag in synopsis and flag in build_help
+    audit = (ROOT / "docs" / "audit.md").read_text()
+    assert "Line numbers are part of a kernel's identity" in audit and "--stat" in audit
