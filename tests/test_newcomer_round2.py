@@ -375,3 +375,57 @@ def test_the_docs_say_what_the_code_does():
         assert flag in synopsis and flag in build_help
     audit = (ROOT / "docs" / "audit.md").read_text()
     assert "Line numbers are part of a kernel's identity" in audit and "--stat" in audit
+
+
+# -- doctor -------------------------------------------------------------------------------------------
+_NO_EXTENSION = (
+    "import sys\n"
+    "class Block:\n"
+    "    def find_spec(self, name, path=None, target=None):\n"
+    "        if name == 'karchive.runtime._fastlaunch':\n"
+    "            raise ImportError('not built (this test)')\n"
+    "sys.meta_path.insert(0, Block())\n"
+    "from karchive.cli.main import main\n"
+    "sys.exit(main(sys.argv[1:]))\n"
+)
+
+
+@pytest.mark.parametrize("asked, code", [("extension", 1), ("auto", 0), ("python", 0)])
+def test_doctor_fails_when_the_launch_path_asked_for_is_unavailable(asked, code):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KARCHIVE_LAUNCH_PATH": asked}
+    done = subprocess.run([sys.executable, "-c", _NO_EXTENSION, "doctor", "--no-probe", "--json"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == code, done.stderr
+    report = json.loads(done.stdout)
+    assert report["ok"] is (code == 0) and report["launch_path"]["extension_built"] is False
+    text = subprocess.run([sys.executable, "-c", _NO_EXTENSION, "doctor", "--no-probe"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert text.returncode == code
+    assert ("REQUESTED BUT NOT BUILT" in text.stdout) is (code == 1)
+
+
+def test_doctor_reports_toolchain_and_locations(tmp_path):
+    env = {"KARCHIVE_CACHE_DIR": str(tmp_path / "cache"), "KARCHIVE_REGISTRY": str(tmp_path / "reg"),
+           "KARCHIVE_TRUST_POLICY": str(tmp_path / "policy.toml")}
+    done = karchive("doctor", "--json", env=env, timeout=300)
+    assert done.returncode == 0, done.stderr
+    r = json.loads(done.stdout)
+    assert r["locations"] == {"cache": str(tmp_path / "cache"), "build_cache": str(tmp_path / "cache" / "triton-build"),
+                              "registry": str(tmp_path / "reg"), "registry_from_env": True,
+                              "trust_policy": str(tmp_path / "policy.toml"), "lockfile": None}
+    tc = r["toolchain"]
+    try:
+        import triton
+    except ImportError:
+        assert tc["triton"] is None
+        assert "nothing can be built here" in karchive("doctor", env=env, timeout=300).stdout
+        return
+    assert tc["triton"] == triton.__version__ and tc["probed"] is True
+    assert "nvidia" in tc["backends"] and "cuda:90" in tc["cuda_targets"]
+    assert tc["ptxas"] and all(os.path.isfile(p["path"]) and p["version"] for p in tc["ptxas"])
+    assert tc["hip"]["llvm"] is ("amd" in tc["backends"])
+    text = karchive("doctor", env=env, timeout=300).stdout
+    assert f"triton        {triton.__version__}" in text and "ptxas" in text and "cuda:90" in text
+    assert f"registry      {tmp_path / 'reg'} ($KARCHIVE_REGISTRY)" in text
+    quick = json.loads(karchive("doctor", "--no-probe", "--json", env=env).stdout)["toolchain"]
+    assert quick == {"triton": triton.__version__, "probed": False}
