@@ -39,6 +39,12 @@ COMMON_HELP = {
 }
 
 
+#: Optional packages a command may need, and the extra that installs each (pyproject.toml): a command run
+#: without one says what to install instead of printing a traceback.
+EXTRAS = {"triton": "producer", "rich": "cli", "cuda": "cuda", "hip": "hip", "s3fs": "s3", "gcsfs": "gcs",
+          "aiohttp": "http", "cryptography": "trust", "ray": "ray"}
+
+
 class HelpFormatter(argparse.HelpFormatter):
     """Shows each option's default (``(default: 4)``) unless the help text already says it or there is none."""
 
@@ -149,6 +155,12 @@ def main(argv: list[str] | None = None) -> int:
             code = int(args.func(args) or 0)
         except KarchiveError as exc:
             code = _fail(args, exc, str(exc) + hints.suggest(exc, args))
+        except ModuleNotFoundError as exc:
+            extra = EXTRAS.get((exc.name or "").split(".")[0])
+            if extra is None:
+                raise  # not an optional dependency: a bug, and its traceback is the report
+            code = _fail(args, exc, f"this command needs {exc.name}, which is not installed: "
+                                    f"pip install 'karchive[{extra}]'")
         except BrokenPipeError:
             raise
         except OSError as exc:  # the machine refused (disk full, permission): one line, not a traceback
