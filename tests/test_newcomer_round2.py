@@ -429,3 +429,25 @@ def test_doctor_reports_toolchain_and_locations(tmp_path):
     assert f"registry      {tmp_path / 'reg'} ($KARCHIVE_REGISTRY)" in text
     quick = json.loads(karchive("doctor", "--no-probe", "--json", env=env).stdout)["toolchain"]
     assert quick == {"triton": triton.__version__, "probed": False}
+
+
+# -- wording ------------------------------------------------------------------------------------------
+def test_publish_says_nothing_to_do_only_when_nothing_was_done(tmp_path, big_archive):
+    pytest.importorskip("cryptography")
+    archive = tmp_path / "big.karc"
+    shutil.copy(big_archive, archive)
+    env = {"KARCHIVE_REGISTRY": str(tmp_path / "reg"), "KARCHIVE_CACHE_DIR": str(tmp_path / "cache")}
+    assert karchive("publish", str(archive), env=env).stdout.startswith("published hostile@2 ")
+    assert karchive("keygen", "-o", str(tmp_path / "ci"), env=env).returncode == 0
+    assert karchive("sign", str(archive), "--key", str(tmp_path / "ci.key"), env=env).returncode == 0
+    again = karchive("publish", str(archive), env=env).stdout
+    assert again.startswith("already published (identical bytes): ") and "nothing to do" not in again
+    assert "(from the sidecar): stored" in again
+    third = karchive("publish", str(archive), env=env).stdout
+    assert "nothing to do" in third and "already stored" in third
+
+
+def test_cache_commands_offer_no_progress_flags():
+    for action in ("ls", "prune"):
+        text = karchive("cache", action, "--help").stdout
+        assert "--progress" not in text and "--cache-dir" in text

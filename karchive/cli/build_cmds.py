@@ -242,7 +242,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     else:
         _print_summary(summary)
         for line in summary.get("signed", []):
-            print(f"  signed by {line['key_id']}" + (" (with provenance)" if line["provenance"] else "")
+            print(f"  signed by key {line['key_id'][:16]}" + (" (with provenance)" if line["provenance"] else "")
                   + f" -> {line['sidecar']}")
     return 1 if result.failed else 0
 

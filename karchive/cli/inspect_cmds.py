@@ -36,8 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--trust", metavar="POLICY",
                    help="also check the signatures against this trust policy and show who signed what: "
                         "ARCHIVE.sig.json beside a file or URL, the registry's for NAME@VERSION (spec/SIGNING.md)")
-    v.add_argument("--registry", metavar="URL", help="registry for NAME@VERSION (default: $KARCHIVE_REGISTRY)")
-    v.add_argument("--cache-dir", metavar="DIR", help="local cache for NAME@VERSION (default: $KARCHIVE_CACHE_DIR)")
+    _registry_args(v)
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_verify)
 

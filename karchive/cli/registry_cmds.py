@@ -29,7 +29,7 @@ def _registry(args: argparse.Namespace) -> Any:
                     progress=args.progress)
 
 
-def _common(p: argparse.ArgumentParser, *, registry: bool = True, cache: bool = True) -> None:
+def _common(p: argparse.ArgumentParser, *, registry: bool = True, cache: bool = True, progress: bool = True) -> None:
     if registry:
         p.add_argument("--registry", metavar="URL",
                        help="registry directory or fsspec URL (default: $KARCHIVE_REGISTRY, else the local "
@@ -38,6 +38,9 @@ def _common(p: argparse.ArgumentParser, *, registry: bool = True, cache: bool = 
         p.add_argument("--cache-dir", metavar="DIR", help="local cache (default: $KARCHIVE_CACHE_DIR, else "
                                                           "$XDG_CACHE_HOME/karchive)")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    if not progress:  # nothing is transferred (cache ls/prune): no progress flags to offer
+        p.set_defaults(progress=None)
+        return
     p.add_argument("--progress", dest="progress", action="store_const", const=True, default=None,
                    help="show transfer progress on stderr (default: only when stderr is a terminal)")
     p.add_argument("--no-progress", dest="progress", action="store_const", const=False, help="no progress output")
@@ -73,7 +76,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
         emit_json({"registry": result.registry, "created": result.created, "index_current": result.index_current,
                    "signatures": sigs, **result.record.to_dict()})
     else:
-        verb = "published" if result.created else "already published (identical bytes, nothing to do):"
+        stored_now = any(sig.created for sig in result.signatures)  # then there was something to do after all
+        verb = "published" if result.created else \
+            "already published (identical bytes):" if stored_now else "already published (identical bytes, nothing to do):"
         print(f"{verb} {result.record.ref} sha256:{result.record.sha256} ({human_bytes(result.record.size)}) "
               f"to {result.registry}")
         for s in result.signatures:
@@ -355,7 +360,7 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("lock", help="pin NAME@VERSION ... to their digests (and, with --trust, their signers)")
     p.add_argument("refs", nargs="+", metavar="NAME@VERSION")
-    p.add_argument("-o", "--output", default="karchive.lock", metavar="PATH", help="lockfile to write (karchive.lock)")
+    p.add_argument("-o", "--output", default="karchive.lock", metavar="PATH", help="lockfile to write")
     _trust_args(p)
     _common(p)
     p.set_defaults(func=cmd_lock)
@@ -369,7 +374,7 @@ def register(sub: Any) -> None:
     csub = p.add_subparsers(dest="cache_command", metavar="ACTION", help="ls or prune")
     csub.required = True
     c = csub.add_parser("ls", help="list cached archives, and the build cache's size")
-    _common(c, registry=False)
+    _common(c, registry=False, progress=False)
     c.set_defaults(func=cmd_cache_ls)
     c = csub.add_parser("prune", help="remove unused archives and build-cache entries by age and/or total size, "
                                       "and dead partial downloads")
@@ -377,5 +382,5 @@ def register(sub: Any) -> None:
                                                       "(e.g. 2G), dropping the least recently used first")
     c.add_argument("--max-age", metavar="AGE", help="drop archives unused, and build-cache entries written, longer "
                                                     "than AGE ago (e.g. 30d, 12h; 0 empties both)")
-    _common(c, registry=False)
+    _common(c, registry=False, progress=False)
     c.set_defaults(func=cmd_cache_prune)
