@@ -247,16 +247,8 @@ def test_a_rebuild_from_the_build_cache_says_so_and_cache_ls_prune_count_it(tmp_
     first = karchive("build", str(spec), "-o", str(tmp_path / "a.karc"), "-j", "1", "--json", env=env, timeout=300)
     assert first.returncode == 0, first.stderr
     assert json.loads(first.stdout)["from_cache"] == 0
-    # Rebuilds until nothing compiles: the build cache's namespace still depends on which Triton modules a
-    # worker process had imported before its first compile (reported to the lead), so a cold cache can take
-    # a few runs to serve every variant. Each run's summary must agree with its progress lines.
-    for _ in range(4):
-        again = karchive("build", str(spec), "-o", str(tmp_path / "b.karc"), "-j", "1", "--json", env=env, timeout=300)
-        assert again.returncode == 0, again.stderr
-        hits = json.loads(again.stdout)["from_cache"]
-        assert again.stderr.count(", from the build cache)") == 0  # --json: no progress
-        if hits == 2:
-            break
+    # The second run compiles nothing: the first compile of a fresh process looks in the same build-cache
+    # namespace as the rest (aot.py imports Triton's code generator before naming sources).
     again = karchive("build", str(spec), "-o", str(tmp_path / "b.karc"), "-j", "1", env=env, timeout=300)
     assert "cached 0.1.0: 2 variants to build" in again.stderr and "to compile" not in again.stderr
     assert "2 from the build cache, 0 compiled" in again.stdout

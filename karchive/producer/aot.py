@@ -146,6 +146,14 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
              for i, n in enumerate(spec.names) if spec.types[n] != "constexpr"}
     src = ASTSource(fn=fn, signature=dict(spec.types), constexprs=dict(spec.constexprs), attrs=attrs)
     from .triton_cache import build_fingerprint
+    try:
+        # Every compile that generates code imports this (and, through it, Gluon's modules); a cache hit
+        # does not. The build cache's namespace hashes the canonical names of every loaded Triton module,
+        # so without this a worker's first compile and its later ones would look in different namespaces
+        # and a warm cache would miss once per worker per run.
+        import triton.compiler.code_generator
+    except ImportError:  # pragma: no cover - another Triton layout: the namespace is merely less stable
+        pass
     # One compile at a time per process: canonical names, the environment and the cwd are process-wide.
     with COMPILE_LOCK, canonical_locations(fn) as canon:
         cache = cache_dir or os.path.join(cache_root(), cache_namespace(canon.names, env))
