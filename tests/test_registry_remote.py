@@ -78,7 +78,12 @@ def test_pull_satisfied_by_cache_makes_no_request(tmp_path: Path) -> None:
         dead.resolve("examples")
 
 
+def _needs_http() -> None:
+    pytest.importorskip("aiohttp", reason="fsspec's http filesystem needs aiohttp (pip install 'karchive[http]')")
+
+
 def _served(tmp_path: Path, *archives: Path) -> tuple[StaticHTTPServer, Path]:
+    _needs_http()
     root = tmp_path / "served"
     writer = Registry(root / "registry", cache=tmp_path / "w")
     for a in archives:
@@ -133,6 +138,7 @@ def test_refused_and_missing_objects_are_karchive_errors(tmp_path: Path) -> None
 
 
 def test_unreachable_registry_is_a_clear_error(tmp_path: Path) -> None:
+    _needs_http()
     reg = Registry("http://user:hunter2@127.0.0.1:9/registry", cache=tmp_path / "cache", retry=FAST)
     with pytest.raises(TransferError) as info:
         reg.pull("examples@0.1.0")

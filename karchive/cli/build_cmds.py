@@ -120,6 +120,7 @@ def _summary(result, out: str, total: int) -> dict:
         "seconds": round(result.seconds, 3),
         "warnings": list(result.warnings),
         "compiled": result.compiled,
+        "from_cache": result.from_cache,
         "reused": result.reused,
         **({"reuse": result.reuse} if result.reuse is not None else {}),
         **({"executor": result.executor} if result.executor else {}),
@@ -130,8 +131,11 @@ def _print_summary(summary: dict) -> None:
     for w in summary.get("warnings", []):
         print(f"warning: {w}", file=sys.stderr)
     dups = summary["duplicates"]
+    cached = summary.get("from_cache", 0)
     print(f"built {summary['built']} of {plural(summary['requested'], 'variant')} in {summary['seconds']:.1f}s"
           + (f" ({plural(dups, 'duplicate')} of another variant's key, stored once)" if dups else ""))
+    if cached:
+        print(f"  {cached} from the build cache, {summary['compiled'] - cached} compiled")
     if summary.get("reuse") is not None:
         r = summary["reuse"]
         why = ", ".join(f"{n} {k}" for k, n in sorted(r["compiled_because"].items()))
@@ -220,7 +224,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     if not args.quiet and not args.json:
         for w in spec.warnings:
             print(f"warning: {w}", file=sys.stderr)
-        print(f"{spec.name} {spec.version}: {plural(len(spec.requests), 'variant')} to compile", file=sys.stderr)
+        # "to build", not "to compile": what the build cache already holds is not compiled again (the
+        # summary says how many came from it).
+        print(f"{spec.name} {spec.version}: {plural(len(spec.requests), 'variant')} to build", file=sys.stderr)
     signers = _signing_keys(args)  # a bad key or passphrase fails before anything compiles
     result = build_archive(spec, out, jobs=args.jobs or 0, keep_going=args.keep_going,
                            progress=not (args.quiet or args.json), executor=args.executor, reuse=previous,
@@ -236,7 +242,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     else:
         _print_summary(summary)
         for line in summary.get("signed", []):
-            print(f"  signed by {line['key_id']}" + (" (with provenance)" if line["provenance"] else "")
+            print(f"  signed by key {line['key_id'][:16]}" + (" (with provenance)" if line["provenance"] else "")
                   + f" -> {line['sidecar']}")
     return 1 if result.failed else 0
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections import Counter
 from typing import Any
 
 from ..errors import KarchiveError
-from .output import emit_json, human_bytes, printable, table
+from .output import EXIT_NEGATIVE, EXIT_OK, emit_json, human_bytes, printable, table
 
 _MATCHING_HELP = """\
 matching: variants are paired by kernel name, target and specialisation (the signature's types and
@@ -50,6 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ir", metavar="STAGE", choices=TEXT_STAGES,
                    help=f"add a unified diff of one stage ({', '.join(TEXT_STAGES)}) of each changed variant "
                         "where it differs")
+    p.add_argument("--stat", action="store_true",
+                   help="one line per kernel: how many variants were added, removed, changed, and which fields changed")
     p.add_argument("-U", "--context", type=int, default=3, metavar="N",
                    help="lines of context in unified diffs (default: %(default)s)")
     p.add_argument("-k", "--kernel", action="append", help="compare only these kernels (repeatable)")
@@ -81,11 +84,46 @@ def cmd_diff(args: argparse.Namespace) -> int:
     result = diff_archives(reader_a, reader_b, refs=(args.a, args.b), kernels=args.kernel, targets=args.target,
                            check_members=not args.manifest_only, source=args.source, ir=args.ir,
                            context=args.context)
-    if args.json:
+    if args.stat:
+        stats = kernel_stats(result)
+        if args.json:
+            emit_json({"a": result.a, "b": result.b, "identical": result.identical, "kernels": stats,
+                       "summary": result.summary()})
+        else:
+            print(render_stat(result, stats))
+    elif args.json:
         emit_json(result.to_json())
     else:
         print(render(result))
-    return 0 if result.identical else 1
+    return EXIT_OK if result.identical else EXIT_NEGATIVE
+
+
+def kernel_stats(result: Any) -> list[dict[str, Any]]:
+    """Per kernel: variant counts by status and the fields that changed (most frequent first)."""
+    stats: dict[str, dict[str, Any]] = {}
+    fields: dict[str, Counter] = {}
+    for v in result.variants:
+        row = stats.setdefault(v.kernel, {"kernel": v.kernel, "added": 0, "removed": 0, "changed": 0, "unchanged": 0})
+        row[v.status] += 1
+        fields.setdefault(v.kernel, Counter()).update(c.field for c in v.changes if c.field != "key")
+    for t in result.autotune:
+        stats.setdefault(t["kernel"], {"kernel": t["kernel"], "added": 0, "removed": 0, "changed": 0, "unchanged": 0})
+        fields.setdefault(t["kernel"], Counter())["autotune"] += 1
+    return [{**row, "fields": [f for f, _ in fields.get(k, Counter()).most_common()]} for k, row in sorted(stats.items())]
+
+
+def render_stat(result: Any, stats: list[dict[str, Any]]) -> str:
+    out = [printable(f"{label}: {side['name']} {side['version']}  ({side['ref']})")
+           for label, side in (("A", result.a), ("B", result.b))]
+    rows = []
+    for row in stats:
+        counts = ", ".join(f"{row[s]} {s}" for s in ("added", "removed", "changed") if row[s]) or "unchanged"
+        what = ", ".join(row["fields"][:_MAX_LISTED]) + (f", +{len(row['fields']) - _MAX_LISTED} more"
+                                                         if len(row["fields"]) > _MAX_LISTED else "")
+        rows.append([row["kernel"], counts, str(row["unchanged"]), what or "-"])
+    out += ["", table(["kernel", "variants", "unchanged", "changes"], rows, right=["unchanged"]), "",
+            printable(result.summary())]
+    return "\n".join(out)
 
 
 # -- rendering for people --------------------------------------------------------------------------

@@ -1,17 +1,25 @@
-"""`karchive doctor`: which launch path is active and what the runtime found (bindings, drivers, devices)."""
+"""`karchive doctor`: which launch path is active and what the runtime found (bindings, drivers, devices),
+what this machine can build with (Triton, ptxas, its targets), and where karchive keeps things.
+
+Exit status 1 when the launch path asked for (``KARCHIVE_LAUNCH_PATH=extension``) is not available: a
+deployment check can run ``karchive doctor`` and trust its status."""
 
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any
 
-from .output import emit_json, human_bytes, plural, printable
+from .output import EXIT_NEGATIVE, EXIT_OK, emit_json, human_bytes, plural, printable
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("doctor", help="say which launch path is active and which drivers and GPUs the runtime sees")
+    p = sub.add_parser("doctor", help="say which launch path is active, which drivers and GPUs the runtime sees, what "
+                                      "this machine can build with, and where the cache and registry are "
+                                      "(exit 1 when the launch path asked for is unavailable)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--no-probe", action="store_true", help="do not initialise the GPU drivers (packages only)")
+    p.add_argument("--no-probe", action="store_true",
+                   help="do not initialise the GPU drivers nor import Triton (package versions only)")
     p.set_defaults(func=cmd_doctor)
 
 
@@ -41,18 +49,69 @@ def _driver_lines(name: str, info: dict[str, Any] | None) -> list[str]:
     return lines
 
 
+def _toolchain(probe: bool) -> dict[str, Any]:
+    """The producer side. --no-probe: the installed Triton's version only (importing Triton takes seconds)."""
+    if not probe:
+        import importlib.metadata
+
+        try:
+            return {"triton": importlib.metadata.version("triton"), "probed": False}
+        except importlib.metadata.PackageNotFoundError:
+            return {"triton": None, "probed": False}
+    from ..producer.toolchain import toolchain_report
+
+    return {**toolchain_report(), "probed": True}
+
+
+def _locations() -> dict[str, Any]:
+    from ..core.paths import BUILD_CACHE, cache_dir
+    from ..registry.config import LOCKFILE_ENV, REGISTRY_ENV, redact_url, registry_url
+    from ..trust.enforce import POLICY_ENV
+
+    cache = cache_dir()
+    return {"cache": str(cache), "build_cache": str(cache / BUILD_CACHE),
+            "registry": redact_url(registry_url()), "registry_from_env": bool(os.environ.get(REGISTRY_ENV)),
+            "trust_policy": os.environ.get(POLICY_ENV) or None, "lockfile": os.environ.get(LOCKFILE_ENV) or None}
+
+
+def _toolchain_lines(tc: dict[str, Any]) -> list[str]:
+    if tc.get("triton") is None:
+        return [f"{'triton':14s}not installed: nothing can be built here (pip install 'karchive[producer]')"]
+    if not tc.get("probed"):
+        return [f"{'triton':14s}{tc['triton']} (not imported: --no-probe)"]
+    lines = [f"{'triton':14s}{tc['triton']}, backends: {', '.join(tc.get('backends') or []) or 'none found'}"]
+    for p in tc.get("ptxas", []):
+        lines.append(f"{'ptxas':14s}{p['version']} for sm_{p['from_capability']} and up: {printable(p['path'])}")
+    if tc.get("cuda_targets"):
+        lines.append(f"{'cuda targets':14s}{', '.join(tc['cuda_targets'])}")
+    hip = tc.get("hip") or {}
+    lines.append(f"{'hip targets':14s}" + (f"AMD LLVM present (e.g. {', '.join('hip:' + t for t in hip['targets_include'])})"
+                                           if hip.get("llvm") else "none: this Triton has no AMD backend"))
+    return lines
+
+
+def launch_path_unavailable(lp: dict[str, Any]) -> bool:
+    """The user asked for the compiled launcher (KARCHIVE_LAUNCH_PATH=extension) and it is not built."""
+    return lp["requested"] == "extension" and not lp["extension_built"]
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from ..runtime.doctor import report
 
     r = report(probe_drivers=not args.no_probe)
+    r["toolchain"] = _toolchain(not args.no_probe)
+    r["locations"] = _locations()
+    lp = r["launch_path"]
+    code = EXIT_NEGATIVE if launch_path_unavailable(lp) else EXIT_OK
+    r["ok"] = code == EXIT_OK
     if args.json:
         emit_json(r)
-        return 0
-    lp = r["launch_path"]
+        return code
     active = "compiled launcher (C extension)" if lp["active"] == "extension" else "pure Python"
-    if lp["active"] == "extension" and not lp["extension_built"]:
+    if launch_path_unavailable(lp):
         active += " -- REQUESTED BUT NOT BUILT: launches will fail"
     py = r["python"]
+    loc = r["locations"]
     lines = [
         f"karchive {r['karchive']}, {py['implementation']} {py['version']} on {py['platform']}",
         f"{'launch path':14s}{active}",
@@ -63,5 +122,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     ]
     lines += _driver_lines("CUDA", r.get("cuda"))
     lines += _driver_lines("HIP", r.get("hip"))
+    lines += _toolchain_lines(r["toolchain"])
+    lines += [
+        f"{'cache':14s}{printable(loc['cache'])} (build cache: {printable(loc['build_cache'])})",
+        f"{'registry':14s}{printable(loc['registry'])}" + (" ($KARCHIVE_REGISTRY)" if loc["registry_from_env"] else ""),
+        f"{'trust policy':14s}{printable(loc['trust_policy']) if loc['trust_policy'] else '(none: $KARCHIVE_TRUST_POLICY unset)'}",
+    ]
+    if loc["lockfile"]:
+        lines.append(f"{'lockfile':14s}{printable(loc['lockfile'])} ($KARCHIVE_LOCKFILE)")
     print("\n".join(lines))
-    return 0
+    return code

@@ -8,11 +8,12 @@ import os
 import sys
 from typing import Any
 
-from ..errors import FormatError, KarchiveError, TargetError
+from ..errors import FormatError, KarchiveError, NotAnArchiveError, TargetError
 from ..format.manifest import FileRef, Manifest, Variant
 from ..format.reader import ArchiveReader
 from ..format.target import Target
-from .output import emit_json, err, human_bytes, plural, printable, table
+from .hints import wrong_kind
+from .output import emit_json, human_bytes, plural, printable, table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -35,8 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--trust", metavar="POLICY",
                    help="also check the signatures against this trust policy and show who signed what: "
                         "ARCHIVE.sig.json beside a file or URL, the registry's for NAME@VERSION (spec/SIGNING.md)")
-    v.add_argument("--registry", metavar="URL", help="registry for NAME@VERSION (default: $KARCHIVE_REGISTRY)")
-    v.add_argument("--cache-dir", metavar="DIR", help="local cache for NAME@VERSION (default: $KARCHIVE_CACHE_DIR)")
+    _registry_args(v)
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_verify)
 
@@ -174,11 +174,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return _print_summary(m, reader, args.json)
     variants = _select(m, args)
     filtered = bool(args.kernel or args.target or args.key)
-    if filtered and not variants and not args.ir:
-        if args.json:
-            emit_json({"name": m.name, "version": m.version, "variants": []})
-        err(_no_match(m, args))
-        return 1
+    if filtered and not variants and not args.ir:  # a filter naming nothing is a mistake: exit 2, as in diff
+        raise KarchiveError(_no_match(m, args))
     if args.ir:
         return _print_ir(reader, variants, args.ir)
     sources = {s.path: s for s in m.sources}
@@ -320,12 +317,23 @@ def _sharded_schema_problems(reader: ArchiveReader) -> list[str]:
 def cmd_verify(args: argparse.Namespace) -> int:
     from ..resolve import open_reader
 
+    from ..trust.enforce import POLICY_ENV
+
+    policy = args.trust or os.environ.get(POLICY_ENV)  # the variable applies to every load, verify's too
+    if policy:  # a missing or malformed policy is an error (exit 2), said before any digest is checked
+        from ..trust.policy import TrustPolicy
+
+        TrustPolicy.load(policy)
     result: dict[str, Any] = {"archive": args.archive, "ok": False, "problems": []}
     try:
         # Digests first, with no policy (trust=False: not even $KARCHIVE_TRUST_POLICY), so that a damaged
         # archive shows its damage; the signatures are checked below and reported beside it.
         reader = open_reader(args.archive, registry=args.registry, cache_dir=args.cache_dir, trust=False)
-    except (FormatError, FileNotFoundError) as exc:
+    except FileNotFoundError:
+        raise  # nothing to verify: an error (exit 2), as in every command, not "damaged" (exit 1)
+    except FormatError as exc:
+        if isinstance(exc, NotAnArchiveError) and wrong_kind(args.archive):
+            raise  # a spec or a .py given by mistake: the error with its "did you mean" (exit 2)
         result["problems"].append(str(exc))
     else:
         result["problems"] += schema_problems(reader)  # format 2: one shard at a time
@@ -337,9 +345,6 @@ def cmd_verify(args: argparse.Namespace) -> int:
             for off in range(0, reader.source.size, 1 << 22):
                 h.update(reader.source.read(off, min(1 << 22, reader.source.size - off)))
             result["sha256"] = h.hexdigest()
-    from ..trust.enforce import POLICY_ENV
-
-    policy = args.trust or os.environ.get(POLICY_ENV)  # the variable applies to every load, verify's too
     if policy:
         from .trust_cmds import trust_report_for
 

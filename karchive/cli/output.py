@@ -9,6 +9,14 @@ from typing import Any
 from ..core.text import plural, printable, table  # noqa: F401 - re-exported: the CLI formats text through here
 from ..core.units import human_bytes  # noqa: F401 - re-exported: the CLI formats sizes through this module
 
+#: Exit statuses, one table for every command (docs/cli.md); karchive.cli.main.exit_code_for maps errors.
+EXIT_OK = 0  # success
+EXIT_NEGATIVE = 1  # the command ran and its answer is "no": verify found damage, diff found differences,
+#                    a --keep-going build with failed variants, an export that skipped variants
+EXIT_ERROR = 2  # an error: a missing file, a bad argument, a refusal (every KarchiveError and OSError)
+EXIT_PARTIAL = 3  # rebuild --check: no mismatch, but not everything could be reproduced
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
+
 
 def emit_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=2, sort_keys=True)

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 import argparse
 import re
+import shutil
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from ..core.paths import BUILD_CACHE
 from ..errors import RegistryError
 from .output import emit_json, human_bytes, plural, printable, table
 
@@ -25,7 +29,7 @@ def _registry(args: argparse.Namespace) -> Any:
                     progress=args.progress)
 
 
-def _common(p: argparse.ArgumentParser, *, registry: bool = True, cache: bool = True) -> None:
+def _common(p: argparse.ArgumentParser, *, registry: bool = True, cache: bool = True, progress: bool = True) -> None:
     if registry:
         p.add_argument("--registry", metavar="URL",
                        help="registry directory or fsspec URL (default: $KARCHIVE_REGISTRY, else the local "
@@ -34,6 +38,9 @@ def _common(p: argparse.ArgumentParser, *, registry: bool = True, cache: bool = 
         p.add_argument("--cache-dir", metavar="DIR", help="local cache (default: $KARCHIVE_CACHE_DIR, else "
                                                           "$XDG_CACHE_HOME/karchive)")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    if not progress:  # nothing is transferred (cache ls/prune): no progress flags to offer
+        p.set_defaults(progress=None)
+        return
     p.add_argument("--progress", dest="progress", action="store_const", const=True, default=None,
                    help="show transfer progress on stderr (default: only when stderr is a terminal)")
     p.add_argument("--no-progress", dest="progress", action="store_const", const=False, help="no progress output")
@@ -74,7 +81,9 @@ def cmd_publish(args: argparse.Namespace) -> int:
                    "signatures": sigs, **result.record.to_dict(),
                    **({"metadata": result.metadata.to_json()} if result.metadata else {})})
     else:
-        verb = "published" if result.created else "already published (identical bytes, nothing to do):"
+        stored_now = any(sig.created for sig in result.signatures)  # then there was something to do after all
+        verb = "published" if result.created else \
+            "already published (identical bytes):" if stored_now else "already published (identical bytes, nothing to do):"
         print(f"{verb} {result.record.ref} sha256:{result.record.sha256} ({human_bytes(result.record.size)}) "
               f"to {result.registry}")
         for s in result.signatures:
@@ -185,15 +194,61 @@ def parse_age(text: str) -> float:
     return float(m.group(1)) * _AGE_UNITS[m.group(2).lower()]
 
 
+@dataclass
+class BuildEntry:
+    """One entry of the producer's Triton build cache (``<cache>/triton-build/<namespace>/<hash>/``)."""
+
+    path: Path
+    size: int
+    written: float  # newest mtime of its files: Triton never rewrites an entry, so this is when it was made
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": str(self.path), "size": self.size, "written": self.written}
+
+
+def build_cache_entries(root: Path) -> list[BuildEntry]:
+    """Every entry of the build cache under the cache root ``root`` (none when no build ran here)."""
+    out = []
+    for entry in sorted((root / BUILD_CACHE).glob("*/*")):
+        if entry.is_symlink() or not entry.is_dir():
+            continue
+        size, written = 0, 0.0
+        for f in entry.rglob("*"):
+            try:
+                st = f.lstat()
+            except OSError:  # removed meanwhile (another prune, Triton's own temp files)
+                continue
+            size += st.st_size
+            written = max(written, st.st_mtime)
+        out.append(BuildEntry(entry, size, written or entry.stat().st_mtime))
+    return out
+
+
+def _tree_bytes(path: Path) -> int:
+    total = 0
+    for f in path.rglob("*"):
+        try:
+            total += f.lstat().st_size if f.is_file() or f.is_symlink() else 0
+        except OSError:
+            continue
+    return total
+
+
 def cmd_cache_ls(args: argparse.Namespace) -> int:
     from ..registry import Cache
 
     cache = Cache(args.cache_dir)
     entries = cache.entries()
     partial = cache.partial_files()
+    build = build_cache_entries(cache.root)
+    archive_bytes, build_bytes = sum(e.size for e in entries), sum(b.size for b in build)
+    on_disk = _tree_bytes(cache.root) if cache.root.exists() else 0
+    other = max(0, on_disk - archive_bytes - build_bytes)  # receipts, refs, locks, partial downloads
     if args.json:
         emit_json({"cache": str(cache.root), "archives": [e.to_json() for e in entries],
-                   "total_bytes": sum(e.size for e in entries), "partial_downloads": len(partial)})
+                   "total_bytes": archive_bytes, "partial_downloads": len(partial),
+                   "build_cache": {"path": str(cache.root / BUILD_CACHE), "entries": len(build), "bytes": build_bytes},
+                   "other_bytes": other, "disk_bytes": on_disk})
         return 0
     print(f"cache: {cache.root}")
     if not entries:
@@ -203,9 +258,12 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
         rows = [[e.sha256[:12], ", ".join(e.refs) or "-", human_bytes(e.size), "yes" if e.verified else "no",
                  _ago(now - e.last_used)] for e in entries]
         print(table(["SHA256", "ARCHIVES", "SIZE", "VERIFIED", "LAST USED"], rows, right=["SIZE"]))
-        print(f"{plural(len(entries), 'archive')}, {human_bytes(sum(e.size for e in entries))}")
+        print(f"{plural(len(entries), 'archive')}, {human_bytes(archive_bytes)}")
     if partial:
         print(f"{plural(len(partial), 'partial download')} in {cache.root / 'tmp'} (`karchive cache prune` removes dead ones)")
+    print(f"build cache: {plural(len(build), 'compiled variant')}, {human_bytes(build_bytes)} in {cache.root / BUILD_CACHE} "
+          "(Triton's cache for karchive build: safe to prune, a build compiles again what is gone)")
+    print(f"total on disk: {human_bytes(on_disk)} ({human_bytes(other)} of receipts, references and partial downloads)")
     return 0
 
 
@@ -216,20 +274,60 @@ def _ago(seconds: float) -> str:
     return "just now"
 
 
+def _remove_build_entry(entry: BuildEntry) -> None:
+    shutil.rmtree(entry.path, ignore_errors=True)
+    try:
+        entry.path.parent.rmdir()  # the namespace, once empty
+    except OSError:
+        pass  # not empty: other entries live there
+
+
 def cmd_cache_prune(args: argparse.Namespace) -> int:
+    """Archives and build-cache entries are pruned by one rule: older than --max-age goes, then the least
+    recently used (an archive's last use, a build entry's creation) until the total fits --max-size."""
     from ..registry import Cache
 
     max_size = parse_size(args.max_size) if args.max_size else None
     max_age = parse_age(args.max_age) if args.max_age else None
-    report = Cache(args.cache_dir).prune(max_size=max_size, max_age=max_age)
+    cache = Cache(args.cache_dir)
+    now = time.time()
+    build = build_cache_entries(cache.root)
+    doomed = [b for b in build if max_age is not None and now - b.written > max_age]
+    kept_build = [b for b in build if b not in doomed]
+    archive_budget = None
+    if max_size is not None:
+        # One LRU order over both kinds: walk oldest first, dropping until the rest fits.
+        archives = [e for e in cache.entries() if max_age is None or now - e.last_used <= max_age]
+        items: list[tuple[float, Any]] = sorted([(b.written, b) for b in kept_build] + [(e.last_used, e) for e in archives],
+                                                key=lambda t: t[0])
+        total = sum(b.size for b in kept_build) + sum(e.size for e in archives)
+        for _when, item in items:
+            if total <= max_size:
+                break
+            if isinstance(item, BuildEntry):
+                doomed.append(item)
+                kept_build.remove(item)
+            total -= item.size
+        archive_budget = max(0, max_size - sum(b.size for b in kept_build))
+    for b in doomed:
+        _remove_build_entry(b)
+    report = cache.prune(max_size=archive_budget, max_age=max_age)
+    freed_build = sum(b.size for b in doomed)
     if args.json:
         emit_json({"removed": [e.to_json() for e in report.removed], "freed_bytes": report.freed,
                    "kept": report.kept, "kept_bytes": report.kept_bytes, "busy": report.busy,
-                   "partial_files_removed": report.partial_files_removed})
+                   "partial_files_removed": report.partial_files_removed,
+                   "build_cache": {"removed": len(doomed), "freed_bytes": freed_build, "kept": len(kept_build),
+                                   "kept_bytes": sum(b.size for b in kept_build)}})
     else:
         print(f"removed {plural(len(report.removed), 'archive')} ({human_bytes(report.freed)}), kept {report.kept} "
               f"({human_bytes(report.kept_bytes)}), removed {plural(report.partial_files_removed, 'partial download')}"
               + (f", {report.busy} in use" if report.busy else ""))
+        print(f"build cache: removed {plural(len(doomed), 'compiled variant')} ({human_bytes(freed_build)}), kept "
+              f"{len(kept_build)} ({human_bytes(sum(b.size for b in kept_build))})")
+        if max_size is None and max_age is None:
+            print("nothing is pruned by size or age without --max-size SIZE or --max-age AGE "
+                  "(only dead partial downloads were removed)", file=sys.stderr)
     return 0
 
 
@@ -272,7 +370,7 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("lock", help="pin NAME@VERSION ... to their digests (and, with --trust, their signers)")
     p.add_argument("refs", nargs="+", metavar="NAME@VERSION")
-    p.add_argument("-o", "--output", default="karchive.lock", metavar="PATH", help="lockfile to write (karchive.lock)")
+    p.add_argument("-o", "--output", default="karchive.lock", metavar="PATH", help="lockfile to write")
     _trust_args(p)
     _common(p)
     p.set_defaults(func=cmd_lock)
@@ -282,14 +380,17 @@ def register(sub: Any) -> None:
     _common(p, cache=False)
     p.set_defaults(func=cmd_reindex)
 
-    p = sub.add_parser("cache", help="inspect or prune the local archive cache")
+    p = sub.add_parser("cache", help="inspect or prune the local cache: pulled archives and the build cache")
     csub = p.add_subparsers(dest="cache_command", metavar="ACTION", help="ls or prune")
     csub.required = True
-    c = csub.add_parser("ls", help="list cached archives")
-    _common(c, registry=False)
+    c = csub.add_parser("ls", help="list cached archives, and the build cache's size")
+    _common(c, registry=False, progress=False)
     c.set_defaults(func=cmd_cache_ls)
-    c = csub.add_parser("prune", help="remove unused archives by age and/or total size, and dead partial downloads")
-    c.add_argument("--max-size", metavar="SIZE", help="keep at most SIZE bytes (e.g. 2G), dropping least recently used")
-    c.add_argument("--max-age", metavar="AGE", help="drop archives unused for longer than AGE (e.g. 30d, 12h)")
-    _common(c, registry=False)
+    c = csub.add_parser("prune", help="remove unused archives and build-cache entries by age and/or total size, "
+                                      "and dead partial downloads")
+    c.add_argument("--max-size", metavar="SIZE", help="keep at most SIZE bytes of archives and build cache together "
+                                                      "(e.g. 2G), dropping the least recently used first")
+    c.add_argument("--max-age", metavar="AGE", help="drop archives unused, and build-cache entries written, longer "
+                                                    "than AGE ago (e.g. 30d, 12h; 0 empties both)")
+    _common(c, registry=False, progress=False)
     c.set_defaults(func=cmd_cache_prune)

@@ -11,6 +11,8 @@ import os
 from pathlib import Path
 
 CACHE_ENV = "KARCHIVE_CACHE_DIR"
+#: The producer's own Triton cache for builds, under the cache root (``karchive cache ls`` counts it).
+BUILD_CACHE = "triton-build"
 
 
 def xdg_dir(var: str, fallback: str) -> Path:

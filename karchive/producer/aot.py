@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
+import time
 import sys
 from dataclasses import dataclass, field
 from typing import Any
@@ -150,13 +151,23 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
              for i, n in enumerate(spec.names) if spec.types[n] != "constexpr"}
     src = ASTSource(fn=fn, signature=dict(spec.types), constexprs=dict(spec.constexprs), attrs=attrs)
     from .triton_cache import build_fingerprint
+    try:
+        # Every compile that generates code imports this (and, through it, Gluon's modules); a cache hit
+        # does not. The build cache's namespace hashes the canonical names of every loaded Triton module,
+        # so without this a worker's first compile and its later ones would look in different namespaces
+        # and a warm cache would miss once per worker per run.
+        import triton.compiler.code_generator
+    except ImportError:  # pragma: no cover - another Triton layout: the namespace is merely less stable
+        pass
     # One compile at a time per process: canonical names, the environment and the cwd are process-wide.
     with COMPILE_LOCK, canonical_locations(fn) as canon:
         cache = cache_dir or os.path.join(cache_root(), cache_namespace(canon.names, env))
         try:
             with compile_environment(env, cache, always_compile=always_compile), install_independent_keys():
+                started = time.time()
                 compiled = triton.compile(src, target=GPUTarget(target.backend, arch, target.warp_size),
                                           options=dict(options))
+                from_cache = _served_from_cache(cache, compiled, started)
                 metadata = compiled.metadata._asdict()
                 asm = dict(compiled.asm)
                 fingerprint = build_fingerprint(target.to_json())
@@ -176,8 +187,21 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
     except UnsupportedKernelError as exc:
         raise UnsupportedKernelError(f"{req.label()}: {exc}") from exc
     variant.extra_sources = [s.text for s in canon.sources]
+    variant.from_cache = from_cache
     check_no_machine_paths(req.label(), variant, canon, req.base_dir)
     return variant
+
+
+def _served_from_cache(cache: str, compiled: Any, started: float) -> bool:
+    """Whether Triton answered from ``cache``: the entry's metadata file predates this compile (Triton names
+    an entry by the base32 of its hash and never rewrites one). False where that cannot be told."""
+    import base64
+
+    try:
+        entry = base64.b32encode(bytes.fromhex(compiled.hash)).decode("ascii").rstrip("=")
+        return os.path.getmtime(os.path.join(cache, entry, f"{compiled.name}.json")) < started
+    except (AttributeError, TypeError, ValueError, OSError):  # another Triton's layout: report it as compiled
+        return False
 
 
 def build_record(req: VariantRequest, module_name: str, options: dict, env: dict, canon: Canonicalised) -> dict:

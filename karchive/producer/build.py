@@ -36,6 +36,7 @@ class BuildResult:
     warnings: list[str] = field(default_factory=list)
     compiled: int = 0  # variants compiled by this build (the rest of `built` was reused)
     reused: int = 0  # variants copied from the previous archive (--reuse)
+    from_cache: int = 0  # of `compiled`: served by Triton from the build cache (nothing compiled again)
     reuse: dict[str, Any] | None = None  # reuse.ReuseReport.to_json(), with --reuse
     executor: dict[str, Any] = field(default_factory=dict)  # Executor.describe(): where the compiles ran
 
@@ -69,7 +70,7 @@ class Progress:
             except ImportError:
                 self._bar = None
 
-    def step(self, label: str, ok: bool, seconds: float, where: str = "") -> None:
+    def step(self, label: str, ok: bool, seconds: float, where: str = "", cached: bool = False) -> None:
         self.done += 1
         if not self.enabled:
             return
@@ -78,7 +79,8 @@ class Progress:
         else:
             status = "ok  " if ok else "FAIL"
             on = f" on {where}" if where else ""
-            print(f"[{self.done}/{self.total}] {status} {label} ({seconds:.2f}s{on})", file=sys.stderr, flush=True)
+            how = ", from the build cache" if cached else ""
+            print(f"[{self.done}/{self.total}] {status} {label} ({seconds:.2f}s{on}{how})", file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:
@@ -105,7 +107,8 @@ def compile_all(requests: list[VariantRequest], jobs: int = 0, progress: bool = 
             built.append(out.variant)
         else:
             failed.append((out.index, req, out.error or "unknown error"))
-        bar.step(req.label(), out.variant is not None, out.seconds, out.worker if show_where else "")
+        bar.step(req.label(), out.variant is not None, out.seconds, out.worker if show_where else "",
+                 cached=out.variant is not None and out.variant.from_cache)
         if on_result:
             on_result(req, out.variant, out.error)
 
@@ -164,6 +167,7 @@ def build_archive(spec: BuildSpec, output: str | os.PathLike, *, jobs: int = 0, 
             if owned:
                 ex.close()
     result.compiled, result.reused = len(built), len(reused)
+    result.from_cache = sum(1 for v in built if v.from_cache)
     result.built = reused + built
     lines = "\n".join(f"  - {msg}" for _, msg in result.failed)
     failures = tuple((req.label(), msg) for req, msg in result.failed)

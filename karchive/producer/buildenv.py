@@ -124,9 +124,9 @@ def validate_env(env: Any, where: str = "env") -> dict[str, str]:
 
 def cache_root() -> str:
     """``<karchive cache>/triton-build``: karchive's own Triton cache for builds (safe to delete)."""
-    from ..core.paths import cache_dir
+    from ..core.paths import BUILD_CACHE, cache_dir
 
-    return os.path.join(os.path.abspath(cache_dir()), "triton-build")
+    return os.path.join(os.path.abspath(cache_dir()), BUILD_CACHE)
 
 
 def cache_namespace(names: list[str], env: Mapping[str, str]) -> str:

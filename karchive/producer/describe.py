@@ -41,6 +41,8 @@ class CompiledVariant:
     #: Sources of every module whose JIT functions the kernel uses (source_text's module first), stored
     #: like source_text; provenance.build.sources names them for a rebuild (canonical.py).
     extra_sources: list[str] = field(default_factory=list)
+    #: Triton served it from the build cache (``karchive build`` says "from the build cache", not "compiled").
+    from_cache: bool = False
 
     @property
     def key(self) -> str:

@@ -194,3 +194,35 @@ def check_target(target: Target | str, *, probe: bool = False) -> Target:
                 raise TargetError(f"target {t} is not supported by this {_triton_version()}'s AMD backend "
                                   f"({reason}); targets it builds include {HIP_EXAMPLES}", target=str(t))
     return t
+
+
+def toolchain_report() -> dict[str, Any]:
+    """What this machine can build with (``karchive doctor``): Triton, its backends, the ptxas it picks
+    (one below sm_90, one from it, where they differ), the CUDA targets those accept and whether the
+    AMD backend's LLVM is there. Never raises: a missing piece is reported as absent."""
+    try:
+        import triton
+    except Exception as exc:  # noqa: BLE001 - not installed, or broken: either way nothing can be built
+        return {"triton": None, "error": f"{type(exc).__name__}: {exc}"}
+    try:
+        from triton.backends import backends
+
+        names = sorted(backends)
+    except Exception:  # noqa: BLE001 - an older or unusual Triton: backends unknown, the rest still helps
+        names = []
+    ptxas: list[dict[str, Any]] = []
+    nv = _nvidia()
+    if nv is not None:
+        for low in (80, 90):
+            tool = _ptxas_for(nv[0], low)
+            if tool is not None and all(p["path"] != tool[0] for p in ptxas):
+                ptxas.append({"from_capability": low, "path": tool[0], "version": tool[1]})
+    try:
+        from triton._C.libtriton import amd
+
+        hip_llvm = getattr(amd, "get_target_triple", None) is not None
+    except Exception:  # noqa: BLE001 - no AMD backend in this Triton build
+        hip_llvm = False
+    return {"triton": getattr(triton, "__version__", None), "backends": names, "ptxas": ptxas,
+            "cuda_targets": [f"cuda:{c}" for c in cuda_capabilities()],
+            "hip": {"llvm": hip_llvm, "targets_include": HIP_EXAMPLES.split(", ") if hip_llvm else []}}

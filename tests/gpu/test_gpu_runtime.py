@@ -350,9 +350,17 @@ def test_launch_options_select_variants_on_the_gpu(arc, tk):
 
 
 def test_empty_grid_is_a_no_op(arc):
-    x = rnd(16)
-    arc.kernel("add_kernel")[(0,)](x, x, x, 16, BLOCK=1024)
+    """A grid with a zero dimension launches nothing, as in Triton: no error, and not one element written."""
+    x, y = rnd(16), rnd(16)
+    out = poison(x)
+    add = arc.kernel("add_kernel")
+    for grid in [(0,), (0, 4), (4, 0, 1), (1, 1, 0)]:
+        add[grid](x, y, out, 16, BLOCK=1024)
     torch.cuda.synchronize()
+    assert torch.isnan(out).all(), "an empty grid wrote to the output"
+    add[(1,)](x, y, out, 16, BLOCK=1024)  # the same call with one program does write: the check above can fail
+    torch.cuda.synchronize()
+    assert torch.equal(out, x + y)
 
 
 @pytest.mark.parametrize("name", ["cluster", "pdl", "coop"])
