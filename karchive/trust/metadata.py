@@ -27,7 +27,7 @@ from .dsse import MAX_ENVELOPE_BYTES, Envelope, verify_signature
 from .keys import PublicKey, SigningKey, short_id
 from .policy import PolicyKey, TrustPolicy
 from .registry_policy import MetadataRole
-from .verify import MAX_VERIFICATIONS, MAX_VERIFIED_BYTES, _find_key
+from .verify import MAX_VERIFICATIONS, MAX_VERIFIED_BYTES, _find_key, key_standing
 
 #: DSSE payload types: PAE authenticates the type with the payload, so a timestamp can never be
 #: presented as a snapshot (or an archive statement as either).
@@ -173,12 +173,9 @@ def parse_envelope(data: bytes, where: str, role: str, limit: int) -> Envelope:
 
 
 def _key_problem(key: PolicyKey, policy: TrustPolicy, role: MetadataRole, now: datetime.datetime) -> tuple[str, str] | None:
-    if key.key_id in policy.revoked:
-        return reasons.REVOKED_KEY, f"key {key.name} is revoked by the policy"
-    if key.not_before is not None and now < key.not_before:
-        return reasons.KEY_NOT_YET_VALID, f"key {key.name} is valid from {key.window()['not_before']}"
-    if key.not_after is not None and now > key.not_after:
-        return reasons.KEY_EXPIRED, f"key {key.name} was valid until {key.window()['not_after']}"
+    standing = key_standing(key, policy, now)
+    if standing is not None:
+        return standing
     if key.name not in role.keys:
         return reasons.KEY_NOT_ALLOWED, (f"key {key.name} may not sign the registry {role.role} "
                                          f"(allowed: {', '.join(role.keys)})")

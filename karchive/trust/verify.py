@@ -116,7 +116,9 @@ def _check_subject(stmt: Statement, name: str, version: str | None, sha256: str 
     return None
 
 
-def _check_key(key: PolicyKey, policy: TrustPolicy, rule: Rule, now: datetime.datetime) -> tuple[str, str] | None:
+def key_standing(key: PolicyKey, policy: TrustPolicy, now: datetime.datetime) -> tuple[str, str] | None:
+    """Why ``key`` may not sign anything at ``now`` (revoked, or outside its validity window), or None.
+    One rule for archive signatures and registry metadata alike (spec/SIGNING.md §5, §11)."""
     if key.key_id in policy.revoked:
         return reasons.REVOKED_KEY, f"key {key.name} is revoked by the policy"
     if key.not_before is not None and now < key.not_before:
@@ -124,6 +126,13 @@ def _check_key(key: PolicyKey, policy: TrustPolicy, rule: Rule, now: datetime.da
     if key.not_after is not None and now > key.not_after:
         return reasons.KEY_EXPIRED, (f"key {key.name} was valid until {key.window()['not_after']} "
                                      "(rotated out: re-sign with a current key)")
+    return None
+
+
+def _check_key(key: PolicyKey, policy: TrustPolicy, rule: Rule, now: datetime.datetime) -> tuple[str, str] | None:
+    standing = key_standing(key, policy, now)
+    if standing is not None:
+        return standing
     if key.name not in rule.keys:
         return reasons.KEY_NOT_ALLOWED, (f"key {key.name} may not sign this name under {rule.describe()} "
                                          f"(allowed: {', '.join(rule.keys) or 'none'})")
