@@ -50,7 +50,7 @@ from .constants import (
     TAR_BLOCK,
     ZSTD_FRAME_MAGIC,
 )
-from .manifest import KernelSummary, Manifest, Variant, target_label
+from .manifest import KernelSummary, Manifest, Variant, check_kernel_name, target_label
 from .shard import decode_shard, shard_variants
 from .source import BytesSource, RangeSource
 from .tarheader import check_member_name, padded, parse_header
@@ -546,6 +546,7 @@ class ArchiveReader:
             kernel, path, n, targets = row.get("kernel"), row.get("path"), row.get("variants"), row.get("targets")
             if not isinstance(kernel, str) or not isinstance(path, str):
                 raise SchemaError(f"{where}: kernel and path must be strings")
+            check_kernel_name(kernel, f"{where}.kernel")  # names reach file names (export-triton-cache)
             if type(n) is not int or n < 0 or not isinstance(targets, dict) or not all(
                     isinstance(t, str) and type(c) is int and c > 0 for t, c in targets.items()):
                 raise SchemaError(f"{where}: variants must be a count and targets a map of positive counts")
