@@ -39,7 +39,8 @@ def _files_under(top: Path) -> set[Path]:
 # --------------------------------------------------------------------------------------------------
 
 
-def _archive_naming(kernel: str, fmt: tuple[int, int], *, stage: str | None = None) -> bytes:
+def _archive_naming(kernel: str, fmt: tuple[int, int], *, stage: str | None = None, name: str = "hostile",
+                    version: str = "1") -> bytes:
     """An archive (format ``fmt``) with one variant of ``kernel``, a Triton cache hash recorded, so that
     ``export-triton-cache --allow-unverified`` writes it; the writer computes every digest honestly.
     ``stage`` renames the variant's IR stage."""
@@ -49,8 +50,8 @@ def _archive_naming(kernel: str, fmt: tuple[int, int], *, stage: str | None = No
         entry["files"]["ir"] = {stage: entry["files"]["ir"]["ptx"]}
     w = ArchiveWriter(format_version=fmt)
     w.add_group(launch + irm)
-    manifest = {"format": "karchive", "format_version": f"{fmt[0]}.{fmt[1]}", "abi_version": 1, "name": "hostile",
-                "version": "1", "produced_by": {"karchive": "test"}, "created": None,
+    manifest = {"format": "karchive", "format_version": f"{fmt[0]}.{fmt[1]}", "abi_version": 1, "name": name,
+                "version": version, "produced_by": {"karchive": "test"}, "created": None,
                 "path_sentinel": "@KARCHIVE_ROOT@", "sources": [], "variants": [entry]}
     return w.to_bytes(manifest)
 
@@ -156,3 +157,307 @@ def test_export_triton_cache_write_entry_refuses_paths_from_archive_data(tmp_pat
     with pytest.raises(CaptureError):
         write_entry(str(cache), TRITON_HASH + "\n", "k", {"json": b"x"})
     assert not cache.exists()
+
+
+# --------------------------------------------------------------------------------------------------
+# 2. A trailing newline passed every grammar: `$` matches before a final "\n"
+# --------------------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def keys():
+    pytest.importorskip("cryptography")
+    from trust_support import make_keys
+
+    return make_keys()
+
+
+def _policy(keys, *, revoked: str = "", key_name: str = "ci", version: str = "1", extra: str = "") -> bytes:
+    body = f'version = {version}\n{revoked}\n{extra}\n[[keys]]\nname = {key_name}\npublic_key = "{keys["ci"].public.inline()}"\n' \
+           '\n[[rules]]\nnames = ["*"]\nkeys = ["ci"]\nthreshold = 1\n'
+    return body.encode()
+
+
+def test_trailing_newline_revocation_is_not_silently_ignored(keys):
+    """``revoked = ["<id>\\n"]`` (what a TOML multi-line string yields) loaded and revoked nothing. Now the
+    policy is refused, naming the bad entry, so no archive loads under it; the exact id still revokes."""
+    from karchive.errors import TrustPolicyError
+    from karchive.trust.policy import TrustPolicy
+
+    kid = keys["ci"].key_id
+    multi_line = f'revoked = ["""\n{kid}\n"""]'  # the TOML spelling that gives a leading and a trailing newline
+    for revoked in (f'revoked = ["{kid}\\n"]', multi_line, f'revoked = ["{kid} "]', f'revoked = ["\\t{kid}"]'):
+        with pytest.raises(TrustPolicyError, match="revoked"):
+            TrustPolicy.from_bytes(_policy(keys, revoked=revoked, key_name='"ci"'))
+    assert kid in TrustPolicy.from_bytes(_policy(keys, revoked=f'revoked = ["{kid}"]', key_name='"ci"')).revoked
+
+
+def test_trailing_newline_revocation_blocks_the_signed_archive(keys, tmp_path, monkeypatch):
+    """End to end: a signed archive under a policy whose revocation ends in a newline does not load."""
+    from registry_support import small_archive
+
+    from karchive.errors import TrustError
+    from karchive.trust.sign import sign_archive
+
+    import karchive
+
+    for var in ("KARCHIVE_REGISTRY", "KARCHIVE_CACHE_DIR", "KARCHIVE_TRUST_POLICY"):
+        monkeypatch.delenv(var, raising=False)
+    arc = tmp_path / "examples-0.1.0.karc"
+    arc.write_bytes(small_archive("examples", "0.1.0").read_bytes())
+    sign_archive(arc, keys["ci"])
+    policy = tmp_path / "p.toml"
+    policy.write_bytes(_policy(keys, revoked=f'revoked = ["{keys["ci"].key_id}\\n"]', key_name='"ci"'))
+    with pytest.raises(TrustError):
+        karchive.open(arc, trust=policy)
+
+
+@pytest.mark.parametrize("name", ['"ci\\n"', '"ci\\r\\n"', '" ci"', '"ci\\u0000"'])
+def test_trailing_newline_key_name_is_refused(keys, name):
+    from karchive.errors import TrustPolicyError
+    from karchive.trust.policy import TrustPolicy, is_key_name
+
+    with pytest.raises(TrustPolicyError, match="needs a name"):
+        TrustPolicy.from_bytes(_policy(keys, key_name=name))
+    assert not is_key_name("ci\n") and is_key_name("ci")
+
+
+def test_trailing_newline_version_is_refused_at_publish(tmp_path, monkeypatch):
+    """An archive versioned ``9.9.9\\n`` published beside ``9.9.9`` and became what ``pull NAME`` fetched."""
+    from karchive.errors import RegistryError
+    from karchive.registry import Registry
+    from karchive.registry.refs import check_name, check_version
+    from karchive.registry.versions import is_prerelease, version_key
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    reg = Registry(str(tmp_path / "reg"), cache=tmp_path / "cache")
+    good = tmp_path / "good.karc"
+    good.write_bytes(_archive_naming("k", (2, 0), version="9.9.9"))
+    reg.publish(good)
+    for bad_version in ("9.9.9\n", "9.9.10\n", "9.9.9\r", "9.9.9 "):
+        bad = tmp_path / "bad.karc"
+        bad.write_bytes(_archive_naming("k", (2, 0), version=bad_version))
+        with pytest.raises(RegistryError, match="bad version"):
+            reg.publish(bad)
+    assert [r.version for r in reg.versions("hostile")] == ["9.9.9"]
+    assert reg.resolve("hostile").version == "9.9.9"
+    for bad_name in ("hostile\n", "a\n"):
+        with pytest.raises(RegistryError):
+            check_name(bad_name)
+    with pytest.raises(RegistryError):
+        check_version("1.0\n")
+    assert version_key("1.0\n")[0] == 0 and not is_prerelease("1.0a1\n")  # not PEP 440: sorts as a plain string
+
+
+def test_trailing_newline_hex_digests_are_refused():
+    """Every 64-hex grammar: a digest with a trailing newline is not a digest."""
+    from karchive.core.digest import is_sha256_hex
+    from karchive.errors import CaptureError
+    from karchive.producer.triton_cache import cache_dir_name
+    from karchive.runtime.select import cubin_runs_on
+
+    h = "ab" * 32
+    assert not is_sha256_hex(h + "\n")
+    with pytest.raises(CaptureError):
+        cache_dir_name(h + "\n")
+    assert cubin_runs_on("sm_90", (9, 0)) and not cubin_runs_on("sm_90\n", (9, 0))
+
+
+def test_trailing_newline_no_grammar_uses_match_with_dollar():
+    """The rule itself: no compiled grammar in karchive/ is checked with ``.match`` and an anchored ``$``
+    (every one goes through karchive.core.grammar); a regression here reopens the hole."""
+    import re
+
+    offenders = []
+    for path in (ROOT / "karchive").rglob("*.py"):
+        text = path.read_text()
+        for m in re.finditer(r"re\.compile\(\s*r?b?(\"\"\"|\"|')(.*?)\1", text, re.S):
+            if m.group(2).rstrip().endswith("$") and "re.M" not in text[m.end():m.end() + 40]:
+                offenders.append(f"{path.relative_to(ROOT)}: {m.group(2)[:40]!r}")
+    assert not offenders, offenders
+
+
+# --------------------------------------------------------------------------------------------------
+# 5. An empty KARCHIVE_TRUST_POLICY= switched enforcement off
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["", " ", "\n"])
+def test_empty_trust_policy_variable_is_an_error(tmp_path, monkeypatch, value):
+    """``KARCHIVE_TRUST_POLICY=`` once meant "no policy" and an unsigned archive loaded."""
+    from registry_support import small_archive
+
+    import karchive
+    from karchive.errors import TrustPolicyError
+    from karchive.trust.enforce import resolve_policy
+
+    monkeypatch.setenv("KARCHIVE_TRUST_POLICY", value)
+    with pytest.raises(TrustPolicyError, match="KARCHIVE_TRUST_POLICY"):
+        resolve_policy(None)
+    assert resolve_policy(False) is None  # an explicit "no policy" still means none
+    unsigned = tmp_path / "u.karc"
+    unsigned.write_bytes(small_archive("examples", "0.1.0").read_bytes())
+    with pytest.raises(TrustPolicyError, match="KARCHIVE_TRUST_POLICY"):
+        karchive.open(unsigned)
+    r = _cli("verify", unsigned, env={"KARCHIVE_TRUST_POLICY": value})
+    assert r.returncode != 0 and "KARCHIVE_TRUST_POLICY" in r.stdout + r.stderr
+    monkeypatch.delenv("KARCHIVE_TRUST_POLICY")
+    karchive.open(unsigned).close()  # unset: no policy, as documented
+
+
+# --------------------------------------------------------------------------------------------------
+# 7. Raw RecursionError from deep nesting
+# --------------------------------------------------------------------------------------------------
+
+
+def test_deeply_nested_policy_file_is_a_policy_error(tmp_path, keys):
+    from karchive.errors import TrustPolicyError
+    from karchive.trust.policy import TrustPolicy
+
+    for depth in (5000, 65):
+        deep = "x = " + "[" * depth + "]" * depth + "\n"
+        path = tmp_path / f"deep{depth}.toml"
+        path.write_bytes(_policy(keys, key_name='"ci"', extra=deep))
+        with pytest.raises(TrustPolicyError, match="nested more than 64 deep"):
+            TrustPolicy.load(path)
+    tables = "".join(f"[{'.'.join(['t'] * d)}]\n" for d in range(1, 70))
+    with pytest.raises(TrustPolicyError, match="nested"):
+        TrustPolicy.from_bytes(_policy(keys, key_name='"ci"') + tables.encode())
+
+
+def test_deeply_nested_storage_options_variable_is_a_registry_error(monkeypatch):
+    from karchive.errors import RegistryError
+    from karchive.registry.config import storage_options_from_env
+
+    monkeypatch.setenv("KARCHIVE_STORAGE_OPTIONS", '{"a": ' + "[" * 5000 + "]" * 5000 + "}")
+    with pytest.raises(RegistryError, match="KARCHIVE_STORAGE_OPTIONS.*nested"):
+        storage_options_from_env()
+    monkeypatch.setenv("KARCHIVE_STORAGE_OPTIONS", '{"endpoint_url": "http://127.0.0.1:1", "x": [[1]]}')
+    assert storage_options_from_env()["x"] == [[1]]
+    r = _cli("ls", env={"KARCHIVE_STORAGE_OPTIONS": "[" * 5000 + "]" * 5000, "KARCHIVE_REGISTRY": "s3://b/p"})
+    assert r.returncode != 0 and "Traceback" not in r.stderr and "nested" in r.stderr, r.stderr
+
+
+def test_deeply_nested_json_is_refused_before_parsing():
+    """parse_json, the one parser for untrusted JSON, bounds depth for every caller (strict or not)."""
+    from karchive.core.jsonio import parse_json
+    from karchive.errors import FormatError
+
+    for strict in (True, False):
+        with pytest.raises(FormatError, match="nested more than 64 deep"):
+            parse_json(b"[" * 100_000 + b"]" * 100_000, "doc", error=FormatError, strict=strict)
+        deep_ok = b'{"a":' * 64 + b'"[[[[\\"{{"' + b"}" * 64
+        assert parse_json(deep_ok, "doc", error=FormatError, strict=strict)
+
+
+# --------------------------------------------------------------------------------------------------
+# 9. A FIFO named ARCHIVE.sig.json hung karchive.open(path, trust=...)
+# --------------------------------------------------------------------------------------------------
+
+
+def _in_subprocess(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")])))
+
+
+def test_fifo_sidecar_does_not_hang_a_trusted_open(tmp_path, keys):
+    """A FIFO where the sidecar should be: the open fails at once with a karchive error (run in a child
+    with a timeout, so a regression fails instead of hanging the suite)."""
+    from registry_support import small_archive
+    from trust_support import write_policy
+
+    arc = tmp_path / "examples-0.1.0.karc"
+    arc.write_bytes(small_archive("examples", "0.1.0").read_bytes())
+    os.mkfifo(str(arc) + ".sig.json")
+    policy = write_policy(tmp_path / "p.toml", keys)
+    fifo_policy = tmp_path / "fifo.toml"
+    os.mkfifo(fifo_policy)
+    code = f"""
+import karchive, json
+from karchive.errors import KarchiveError
+out = []
+for trust in ({str(policy)!r}, {str(fifo_policy)!r}):
+    try:
+        karchive.open({str(arc)!r}, trust=trust)
+        out.append("opened")
+    except KarchiveError as exc:
+        out.append(type(exc).__name__ + ": " + str(exc))
+print(json.dumps(out))
+"""
+    try:
+        done = _in_subprocess(code, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("karchive.open hung on a FIFO")
+    assert done.returncode == 0, done.stderr
+    import json
+
+    sidecar, pol = json.loads(done.stdout)
+    assert sidecar.startswith("EnvelopeError") and "not a regular file" in sidecar
+    assert pol.startswith("TrustPolicyError") and "not a regular file" in pol
+
+
+def test_fifo_key_file_is_refused(tmp_path):
+    """Key files are read the same way (``karchive sign --key FIFO`` must not hang either)."""
+    pytest.importorskip("cryptography")
+    fifo = tmp_path / "k.key"
+    os.mkfifo(fifo)
+    code = f"""
+from karchive.errors import KeyFileError
+from karchive.trust.keys import load_private_key
+try:
+    load_private_key({str(fifo)!r})
+except KeyFileError as exc:
+    print(exc)
+"""
+    try:
+        done = _in_subprocess(code, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("reading a FIFO key file hung")
+    assert "not a regular file" in done.stdout, done.stdout + done.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# 10. The policy loader accepted odd values
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["true", "1.0", '"1"', "[1]"])
+def test_policy_odd_version_values_are_refused(keys, version):
+    """``version = true`` and ``version = 1.0`` both compare equal to 1 in Python."""
+    from karchive.errors import TrustPolicyError
+    from karchive.trust.policy import TrustPolicy
+
+    with pytest.raises(TrustPolicyError, match="version"):
+        TrustPolicy.from_bytes(_policy(keys, key_name='"ci"', version=version))
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    ("revoked = {}", "'revoked' must be a list"),
+    ('revoked = ""', "'revoked' must be a list"),
+    ("revoked = false", "'revoked' must be a list"),
+    ("keys = {}", "'keys' must be an array"),
+    ("rules = false", "'rules' must be an array"),
+])
+def test_policy_odd_table_values_are_refused(keys, extra, fragment):
+    """``revoked = {}`` is falsy and was read as "no revocations"."""
+    from karchive.errors import TrustPolicyError
+    from karchive.trust.policy import TrustPolicy
+
+    if extra.startswith("revoked"):
+        body = _policy(keys, key_name='"ci"', extra=extra).decode()
+    elif extra.startswith("keys"):
+        body = f'version = 1\n{extra}\n[[rules]]\nnames = ["*"]\nkeys = []\nthreshold = 0\n'
+    else:
+        body = f"version = 1\n{extra}\n"
+    with pytest.raises(TrustPolicyError, match=fragment):
+        TrustPolicy.from_bytes(body.encode())
+
+
+def test_policy_odd_threshold_and_id_values_are_refused(keys):
+    from karchive.errors import TrustPolicyError
+    from karchive.trust.policy import TrustPolicy
+
+    base = _policy(keys, key_name='"ci"').decode()
+    for bad in (base.replace("threshold = 1", "threshold = true"), base.replace("threshold = 1", "threshold = 1.0"),
+                base.replace('name = "ci"', f'name = "ci"\nid = {len(keys)}')):
+        with pytest.raises(TrustPolicyError):
+            TrustPolicy.from_bytes(bad.encode())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import sys
 from typing import Any
 
@@ -337,9 +336,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
             for off in range(0, reader.source.size, 1 << 22):
                 h.update(reader.source.read(off, min(1 << 22, reader.source.size - off)))
             result["sha256"] = h.hexdigest()
-    from ..trust.enforce import POLICY_ENV
+    from ..trust.enforce import policy_from_env
 
-    policy = args.trust or os.environ.get(POLICY_ENV)  # the variable applies to every load, verify's too
+    policy = args.trust or policy_from_env()  # the variable applies to every load, verify's too
     if policy:
         from .trust_cmds import trust_report_for
 

@@ -233,7 +233,7 @@ def parse_ttir_signature(ttir: str, kernel: str) -> list[TtirArg]:
         ssa, rest = dm.groups()
         type_text = re.split(r"\s(?:\{|loc\()", rest, maxsplit=1)[0]
         loc = re.search(r'loc\("([^"]+)"', rest)
-        name = loc.group(1) if loc else (ssa if not re.match(r"^arg\d+$", ssa) else f"arg{i}")
+        name = loc.group(1) if loc else (ssa if not re.fullmatch(r"arg\d+", ssa) else f"arg{i}")
         div = re.search(r"tt\.divisibility\s*=\s*(\d+)", rest)
         args.append(TtirArg(name, _mlir_type(type_text, f"{kernel} parameter {i}"), int(div.group(1)) if div else None))
     return args

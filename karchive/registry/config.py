@@ -6,12 +6,12 @@ they are fsspec ``storage_options`` or the backend's own settings (AWS_*, GOOGLE
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from ..core.jsonio import parse_json
 from ..core.paths import CACHE_ENV, cache_dir, default_cache_dir, xdg_dir  # noqa: F401 - re-exported
 from ..errors import RegistryError
 
@@ -38,10 +38,9 @@ def storage_options_from_env() -> dict[str, Any]:
     raw = os.environ.get(STORAGE_OPTIONS_ENV)
     if not raw:
         return {}
-    try:
-        value = json.loads(raw)
-    except ValueError as exc:
-        raise RegistryError(f"${STORAGE_OPTIONS_ENV} is not JSON: {exc}") from None
+    # The one parser for JSON karchive did not write: bounded depth (a 5,000-deep value is an error here,
+    # not a RecursionError).
+    value = parse_json(raw, f"${STORAGE_OPTIONS_ENV}", error=RegistryError, strict=False)
     if not isinstance(value, dict):
         raise RegistryError(f"${STORAGE_OPTIONS_ENV} must be a JSON object")
     return value
