@@ -461,3 +461,47 @@ def test_policy_odd_threshold_and_id_values_are_refused(keys):
                 base.replace('name = "ci"', f'name = "ci"\nid = {len(keys)}')):
         with pytest.raises(TrustPolicyError):
             TrustPolicy.from_bytes(bad.encode())
+
+
+# --------------------------------------------------------------------------------------------------
+# 8. One stray file under a registry's versions/ broke `ls`
+# --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["local", "s3"])
+def test_stray_entries_in_registry_versions_are_skipped_and_reported(tmp_path, monkeypatch, kind, caplog):
+    from trust_support import make_store
+
+    from karchive.registry.layout import versions_dir
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    store = make_store(kind, tmp_path)
+    reg = store.registry(tmp_path / "cache")
+    arc = tmp_path / "k.karc"
+    arc.write_bytes(_archive_naming("k", (2, 0), version="1.0"))
+    reg.publish(arc)
+    strays = ["bad name.json", "notes.txt", "latest.json", "a..b.json"] + (["x\n.json"] if kind == "local" else [])
+    for stray in strays:
+        reg.store.replace(f"{versions_dir('hostile')}/{stray}", b"{}")
+    if kind == "local":  # a file name that is not UTF-8 (only a local file system can hold one)
+        os.close(os.open(os.path.join(os.fsencode(store.url), b"names/hostile/versions/\xff\xfe.json"),
+                         os.O_CREAT | os.O_WRONLY))
+        os.close(os.open(os.path.join(os.fsencode(store.url), b"names/\xff bad"), os.O_CREAT | os.O_WRONLY))
+    fresh = store.registry(tmp_path / "cache2")
+    with caplog.at_level("WARNING", logger="karchive.registry.registry"):
+        records = fresh.list()
+    assert [(r.name, r.version) for r in records] == [("hostile", "1.0")]
+    assert fresh.resolve("hostile").version == "1.0"
+    skipped = fresh.stray
+    assert len(skipped) == len(strays) + (2 if kind == "local" else 0), skipped
+    assert any("bad name.json" in s for s in skipped) and all("\n" not in s for s in skipped)
+    assert "skipped" in caplog.text
+    if kind == "local":
+        r = _cli("ls", "--registry", store.url, "--json")
+        assert r.returncode == 0, r.stderr
+        import json
+
+        out = json.loads(r.stdout)
+        assert [a["version"] for a in out["archives"]] == ["1.0"] and len(out["skipped"]) == len(skipped)
+        r = _cli("ls", "--registry", store.url)
+        assert r.returncode == 0 and "hostile" in r.stdout and "skipped" in r.stderr, r.stderr

@@ -16,6 +16,7 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import datetime
+import logging
 import os
 import shutil
 import tempfile
@@ -45,6 +46,8 @@ from .store import Store, open_store
 from .transfer import download
 from .verdict import Verdict, check_downgrade, check_pinned_signers, verify_record
 from .versions import newest, sort_versions, version_key
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover - signing needs cryptography; naming the types does not
     from ..trust.enforce import TrustArg
@@ -110,6 +113,9 @@ class Registry:
         self.url = self.store.url
         self.cache = cache if isinstance(cache, Cache) else Cache(cache)
         self.progress = progress
+        #: Entries under ``names/`` that are no archive name or version record (``bad name.json``, a
+        #: non-UTF-8 file name, a stray editor file): skipped by listings, reported here and as a warning.
+        self.stray: builtins.list[str] = []
 
     def __repr__(self) -> str:
         return f"Registry({self.url!r})"
@@ -133,9 +139,23 @@ class Registry:
         data = self.store.read(path)
         return None if data is None else decode_name_index(data, name, self._where(path))
 
+    def _skip_stray(self, directory: str, entry: str) -> None:
+        """Note an entry a listing skips: one stray file must not break ``ls`` for the whole registry."""
+        where = f"{directory}/{ascii(entry)[1:-1]}"  # escaped: the name may hold control or non-UTF-8 bytes
+        if where not in self.stray:
+            self.stray.append(where)
+            log.warning("registry %s: skipped %s (not an archive name or version record)", self.url, where)
+
     def _listed_versions(self, name: str) -> list[str]:
-        files = self.store.list_dir(versions_dir(name))
-        return [f[: -len(RECORD_SUFFIX)] for f in files if f.endswith(RECORD_SUFFIX)]
+        directory = versions_dir(name)
+        out = []
+        for entry in self.store.list_dir(directory):
+            version = entry[: -len(RECORD_SUFFIX)] if entry.endswith(RECORD_SUFFIX) else None
+            try:
+                out.append(check_version(version))
+            except RegistryError:
+                self._skip_stray(directory, entry)
+        return out
 
     def names(self) -> list[str]:
         """Every archive name in the registry, sorted."""
@@ -145,7 +165,7 @@ class Registry:
                 try:
                     found.append(check_name(entry))
                 except RegistryError:
-                    continue
+                    self._skip_stray(NAMES_DIR, entry)
         else:
             data = self.store.read(ROOT_INDEX)
             found = [] if data is None else decode_root_index(data, self._where(ROOT_INDEX))
