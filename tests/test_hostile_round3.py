@@ -505,3 +505,57 @@ def test_stray_entries_in_registry_versions_are_skipped_and_reported(tmp_path, m
         assert [a["version"] for a in out["archives"]] == ["1.0"] and len(out["skipped"]) == len(skipped)
         r = _cli("ls", "--registry", store.url)
         assert r.returncode == 0 and "hostile" in r.stdout and "skipped" in r.stderr, r.stderr
+
+
+# --------------------------------------------------------------------------------------------------
+# 6. The rollback ratchet depended on how the registry path was spelt
+# --------------------------------------------------------------------------------------------------
+
+
+def test_rollback_ratchet_through_a_symlink_or_dotdot_path_still_refuses(keys, tmp_path, monkeypatch):
+    """Load 2.0.0 under a policy through one spelling of the registry, hide 2.0.0 (the rollback), then
+    ask for ``NAME@latest`` through a symlink and through a ``..`` path: both are refused."""
+    from registry_support import small_archive
+    from trust_support import hide_version, write_policy
+
+    import karchive
+    from karchive.errors import DowngradeError
+    from karchive.registry import Registry
+
+    for var in ("KARCHIVE_REGISTRY", "KARCHIVE_CACHE_DIR", "KARCHIVE_TRUST_POLICY"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    real = tmp_path / "registry"
+    writer = Registry(real, cache=tmp_path / "w")
+    for v in ("1.0.0", "2.0.0"):
+        writer.publish(small_archive("examples", v), sign=[keys["ci"]])
+    policy = write_policy(tmp_path / "p.toml", keys)
+    cache = tmp_path / "cache"
+    assert karchive.open("examples", registry=Registry(real, cache=cache), trust=policy).version == "2.0.0"
+    hide_version(writer, "examples", "2.0.0")
+
+    (tmp_path / "link").symlink_to(real)
+    (tmp_path / "sub").mkdir()
+    spellings = [tmp_path / "link", tmp_path / "sub" / ".." / "registry", str(real) + "/", f"file://{real}"]
+    for spelling in spellings:
+        reg = Registry(str(spelling), cache=cache)
+        with pytest.raises(DowngradeError) as err:
+            karchive.open("examples", registry=reg, trust=policy)
+        assert (err.value.newest_seen, err.value.resolved) == ("2.0.0", "1.0.0"), spelling
+    r = _cli("pull", "examples", "--registry", tmp_path / "link", "--cache-dir", cache, "--trust", policy,
+             env={"XDG_CACHE_HOME": str(tmp_path / "xdg-cache")})
+    assert r.returncode != 0 and "already loaded and verified examples@2.0.0" in r.stderr, r.stderr
+
+
+def test_rollback_ratchet_registry_identity_is_canonical_but_never_merges_registries():
+    from karchive.registry.cache import registry_key
+    from karchive.registry.config import canonical_registry
+
+    same = ["https://Reg.example.com/a/b", "https://user:pw@reg.example.com:443/a/./x/../b/?token=1",
+            "HTTPS://reg.example.com/a/b/"]
+    assert len({registry_key(u) for u in same}) == 1
+    assert canonical_registry("s3://bucket/prefix/") == canonical_registry("s3://bucket/prefix")
+    # In an object store "a/../b" is a key prefix of its own: another registry, never merged with "b".
+    assert registry_key("s3://bucket/a/../b") != registry_key("s3://bucket/b")
+    assert registry_key("s3://bucket/b") != registry_key("gs://bucket/b")
+    assert registry_key("http://h:8080/r") != registry_key("http://h/r")

@@ -38,7 +38,7 @@ from ..errors import FormatError, RegistryError
 from ..core.fsio import atomic_write, fsync_dir
 from ..core.jsonio import canonical_json
 from ..format.check import check_archive_file
-from .config import cache_dir, redact_url
+from .config import cache_dir, canonical_registry, redact_url
 from .filelock import FileLock
 from .layout import check_digest
 from .records import VersionRecord
@@ -78,8 +78,10 @@ def _iso(ts: float) -> str:
 
 
 def registry_key(url: str) -> str:
-    """Records are cached per registry: the same NAME@VERSION may differ between registries."""
-    return hashlib.sha256(redact_url(url).encode()).hexdigest()[:20]
+    """Records (and the rollback ratchet) are kept per registry: the same NAME@VERSION may differ
+    between registries. Keyed by the registry's canonical identity, never by how its location was
+    spelt (a symlink, a ``..`` path, a trailing slash): see :func:`~.config.canonical_registry`."""
+    return hashlib.sha256(canonical_registry(url).encode()).hexdigest()[:20]
 
 
 def _write_small(path: Path, data: bytes) -> None:
