@@ -559,3 +559,92 @@ def test_rollback_ratchet_registry_identity_is_canonical_but_never_merges_regist
     assert registry_key("s3://bucket/a/../b") != registry_key("s3://bucket/b")
     assert registry_key("s3://bucket/b") != registry_key("gs://bucket/b")
     assert registry_key("http://h:8080/r") != registry_key("http://h/r")
+
+
+# --------------------------------------------------------------------------------------------------
+# 3. cache prune beside running loads raised false tamper alarms
+# --------------------------------------------------------------------------------------------------
+
+_LOADER = r"""
+import collections, json, sys, time
+from karchive.registry import Registry
+registry, cache, refs, seconds = sys.argv[1], sys.argv[2], sys.argv[3].split(","), float(sys.argv[4])
+reg = Registry(registry, cache=cache)
+errors, opens, pulls, downloads = collections.Counter(), 0, 0, 0
+end = time.monotonic() + seconds
+i = 0
+while time.monotonic() < end:
+    ref = refs[i % len(refs)]
+    i += 1
+    try:
+        reader = reg.open(ref)
+        try:
+            for name in sorted(reader.members)[:3]:
+                reader.read(name)
+        finally:
+            reader.source.close()
+        opens += 1
+        result = reg.pull(ref)
+        pulls += 1
+        downloads += result.downloaded
+        if not result.path.exists():
+            errors["pulled path vanished"] += 1
+        with open(result.path, "rb") as fh:  # still there, whole, while the result is held
+            fh.read()
+        result.release()
+    except Exception as exc:
+        errors[f"{type(exc).__name__}: {str(exc)[:120]}"] += 1
+print(json.dumps({"errors": errors, "opens": opens, "pulls": pulls, "downloads": downloads}))
+"""
+
+_PRUNER = r"""
+import json, sys, time
+from karchive.registry import Cache
+cache, seconds = Cache(sys.argv[1]), float(sys.argv[2])
+removed = busy = rounds = 0
+end = time.monotonic() + seconds
+while time.monotonic() < end:
+    report = cache.prune(max_size=0)
+    removed += len(report.removed)
+    busy += report.busy
+    rounds += 1
+print(json.dumps({"removed": removed, "busy": busy, "rounds": rounds}))
+"""
+
+
+def test_cache_prune_beside_running_loads_raises_no_false_tamper_alarm(tmp_path, monkeypatch):
+    """Two loader processes open, read, and pull archives while a third prunes the cache to nothing in a
+    loop. Every load succeeds (a pruned entry is fetched again), no open reports "changed after it was
+    verified" or a missing archive, and no path pull() returned vanishes while its result is held."""
+    import json
+
+    from karchive.registry import Registry
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    registry, cache = tmp_path / "registry", tmp_path / "cache"
+    writer = Registry(registry, cache=tmp_path / "w")
+    refs = []
+    for i in range(3):
+        arc = tmp_path / f"a{i}.karc"
+        arc.write_bytes(_archive_naming("k", (2, 0), name=f"prune{i}", version="1.0"))
+        writer.publish(arc)
+        refs.append(f"prune{i}@1.0")
+    env = dict(os.environ, PYTHONPATH=str(ROOT), KARCHIVE_RETRY_DELAY="0.01")
+    env.pop("KARCHIVE_TRUST_POLICY", None)
+    seconds = "4"
+    loaders = [subprocess.Popen([sys.executable, "-c", _LOADER, str(registry), str(cache), ",".join(refs), seconds],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    pruner = subprocess.Popen([sys.executable, "-c", _PRUNER, str(cache), seconds], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env)
+    results = []
+    for proc in [*loaders, pruner]:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        results.append(json.loads(out))
+    *loaded, pruned = results
+    for one in loaded:
+        assert one["errors"] == {}, one["errors"]
+        assert one["opens"] > 5 and one["pulls"] > 5
+    # The race was really run: prune removed entries the loaders then fetched again, and it found some busy.
+    assert pruned["removed"] > 0, pruned
+    assert sum(one["downloads"] for one in loaded) > 0, results

@@ -21,7 +21,7 @@ import os
 import shutil
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -32,6 +32,7 @@ from ..errors import (ConflictError, DestinationError, IntegrityError, KarchiveE
 from ..format.reader import ArchiveReader, Limits
 from ..format.check import ArchiveFacts, check_archive_file
 from .cache import Cache
+from .filelock import FileLock
 from .config import FETCH_ENV, REGISTRY_ENV, registry_url
 from .layout import MARKER, NAMES_DIR, RECORD_SUFFIX, ROOT_INDEX, blob_path, name_index_path, version_record_path, versions_dir
 from .lockfile import Lockfile, load_lockfile
@@ -79,6 +80,14 @@ class PullResult:
     path: Path  # the verified archive in the cache (or the copy at -o PATH)
     downloaded: bool  # False: served from the local cache
     trust: Verdict | None = None  # with a trust policy: who signed it
+    #: While this result lives (or until :meth:`release`), ``cache prune`` leaves ``path`` alone
+    #: (the cache's shared use lock, spec/REGISTRY.md §5); None for a copy at ``dest``.
+    hold: FileLock | None = field(default=None, repr=False, compare=False)
+
+    def release(self) -> None:
+        """Let ``cache prune`` remove the cached file again (also happens when the result is dropped)."""
+        if self.hold is not None:
+            self.hold.release()
 
 
 @dataclass(frozen=True)
@@ -345,8 +354,13 @@ class Registry:
         from ..trust.sign import sign_statement
 
         record = self.resolve(ref)
-        path, _ = self.fetch(record)
-        signed = sign_statement(path, key, build_info=build_info)
+        hold = self.cache.hold(record.sha256)  # prune must not remove the file while it is hashed and signed
+        try:
+            path, _ = self.fetch(record)
+            signed = sign_statement(path, key, build_info=build_info)
+        finally:
+            if hold is not None:
+                hold.release()
         if (signed.name, signed.version, signed.sha256) != (record.name, record.version, record.sha256):
             raise IntegrityError(f"{record.ref}: the cached archive is {signed.name}@{signed.version} sha256 "
                                  f"{signed.sha256}, the record says sha256 {record.sha256}; refusing to sign")
@@ -479,17 +493,28 @@ class Registry:
         policy = resolve_policy(trust)
         lock = load_lockfile(lockfile)
         record = self.record_for(ref, lock, allow_downgrade=allow_downgrade)
-        path, downloaded = self.fetch(record)
-        verdict = None
-        if policy is not None:
-            reader, verdict = self._open_cached(record, path, Limits(), policy)
-            _close(reader)
-        check_pinned_signers(lock, record, verdict)
-        if verdict is not None:
-            self.cache.raise_mark(self.url, record.name, record.version)
-        if dest is not None:
-            path = _copy_out(path, dest, record)  # not Path(dest): it would drop a trailing '/'
-        return PullResult(record, path, downloaded, verdict)
+        # Held from before the lookup: prune cannot remove the blob between fetch and open, nor while
+        # the caller uses the returned path (until the result is released or dropped).
+        hold = self.cache.hold(record.sha256)
+        try:
+            path, downloaded = self.fetch(record)
+            verdict = None
+            if policy is not None:
+                reader, verdict = self._open_cached(record, path, Limits(), policy)
+                _close(reader)
+            check_pinned_signers(lock, record, verdict)
+            if verdict is not None:
+                self.cache.raise_mark(self.url, record.name, record.version)
+            if dest is not None:
+                path = _copy_out(path, dest, record)  # not Path(dest): it would drop a trailing '/'
+        except BaseException:
+            if hold is not None:
+                hold.release()
+            raise
+        if dest is not None and hold is not None:
+            hold.release()  # the copy is the caller's; the cached file may go
+            hold = None
+        return PullResult(record, path, downloaded, verdict, hold)
 
     def open(self, ref: str | Ref, *, lockfile: Lockfile | str | os.PathLike | None = None,
              fetch: FetchMode | None = None, limits: Limits | None = None, trust: TrustArg = None,
@@ -525,12 +550,21 @@ class Registry:
         lock = load_lockfile(lockfile)
         record = self.record_for(ref, lock, allow_downgrade=allow_downgrade)
         limits = limits or Limits()
-        cached = self.cache.lookup(record.sha256, record.size, name=record.name, version=record.version)
-        if cached is None and (mode == "full" or (mode == "auto" and self.store.is_local)):
-            cached = self.fetch(record)[0]
-        if cached is not None:
-            reader, verdict = self._open_cached(record, cached, limits, policy, reuse_verdict)
-        else:
+        # The use lock, shared, from before the lookup until the reader is closed: prune never removes
+        # the blob in between (no false "changed after it was verified"), and a blob pruned before we
+        # got the lock is simply a miss, fetched again (spec/REGISTRY.md §5).
+        hold = self.cache.hold(record.sha256)
+        try:
+            cached = self.cache.lookup(record.sha256, record.size, name=record.name, version=record.version)
+            if cached is None and (mode == "full" or (mode == "auto" and self.store.is_local)):
+                cached = self.fetch(record)[0]
+            if cached is not None:
+                reader, verdict = self._open_cached(record, cached, limits, policy, reuse_verdict, hold)
+                hold = None  # the reader's source releases it when closed
+        finally:
+            if hold is not None:
+                hold.release()
+        if cached is None:
             reader = self.open_lazy(record, limits)
             verdict = None
             if policy is not None:
@@ -549,14 +583,15 @@ class Registry:
         return reader, verdict
 
     def _open_cached(self, record: VersionRecord, path: Path, limits: Limits, policy: TrustPolicy | None,
-                     reuse_verdict: bool = True) -> tuple[ArchiveReader, Verdict | None]:
+                     reuse_verdict: bool = True, hold: FileLock | None = None) -> tuple[ArchiveReader, Verdict | None]:
         """Open the cached blob so that the reader is bound to what the cache verified: the index digest
         of the footer the reader opened from must be the one the receipt recorded when the file was
-        hashed (a file swapped or changed after the receipt check is refused, never trusted)."""
-        from ..format.source import FileSource
+        hashed (a file swapped or changed after the receipt check is refused, never trusted). ``hold``
+        (the cache's use lock) is handed to the reader's source, which releases it when closed."""
         from ..trust.bind import open_recorded
+        from .cache import HeldFileSource
 
-        source = FileSource(path)
+        source = HeldFileSource(path, hold)
         try:
             reader, index = open_recorded(source, limits)
             receipt = self.cache.receipt(record.sha256)
