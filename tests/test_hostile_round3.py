@@ -648,3 +648,126 @@ def test_cache_prune_beside_running_loads_raises_no_false_tamper_alarm(tmp_path,
     # The race was really run: prune removed entries the loaders then fetched again, and it found some busy.
     assert pruned["removed"] > 0, pruned
     assert sum(one["downloads"] for one in loaded) > 0, results
+
+
+# --------------------------------------------------------------------------------------------------
+# 4. No overall deadline: a registry endpoint that accepts connections and never answers
+# --------------------------------------------------------------------------------------------------
+
+
+class SilentListener:
+    """A TCP server on 127.0.0.1 that accepts every connection, reads what it is sent, and never answers."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+        self.accepted = 0
+        self.held: list = []
+        self._stop = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self) -> None:
+        self.sock.settimeout(0.2)
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            self.accepted += 1
+            self.held.append(conn)  # never answered, never closed until the test ends
+
+    def close(self) -> None:
+        self._stop = True
+        self.thread.join(timeout=5)
+        for conn in self.held:
+            conn.close()
+        self.sock.close()
+
+
+@pytest.fixture
+def silent():
+    listener = SilentListener()
+    yield listener
+    listener.close()
+
+
+@pytest.mark.parametrize("kind", ["s3", "http"])
+def test_silent_registry_endpoint_hits_the_overall_deadline(silent, kind, tmp_path, monkeypatch):
+    """``ls`` against an endpoint that accepts and never answers once waited past 25 minutes. With a
+    2 s deadline it fails in seconds, with a TransferError naming the registry and the endpoint."""
+    import time
+
+    from karchive.errors import TransferError
+    from karchive.registry import Registry
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+    endpoint = f"http://127.0.0.1:{silent.port}"
+    if kind == "s3":
+        pytest.importorskip("s3fs")
+        reg = Registry("s3://bucket/reg", {"endpoint_url": endpoint, "key": "k", "secret": "s"},
+                       cache=tmp_path / "c", timeout=2)
+    else:
+        pytest.importorskip("aiohttp")
+        reg = Registry(f"{endpoint}/reg", cache=tmp_path / "c", timeout=2)
+    start = time.monotonic()
+    with pytest.raises(TransferError) as err:
+        reg.list()
+    took = time.monotonic() - start
+    assert took < 15, took
+    assert f"127.0.0.1:{silent.port}" in str(err.value) and "KARCHIVE_REGISTRY_TIMEOUT" in str(err.value)
+    assert silent.accepted >= 1  # the server really was reached, and said nothing
+    start = time.monotonic()
+    with pytest.raises(TransferError):
+        reg.resolve("examples@1.0")  # every operation gets its own deadline
+    assert time.monotonic() - start < 15
+
+
+def test_silent_registry_endpoint_cli_ls_gives_up_within_the_configured_deadline(silent, tmp_path):
+    import time
+
+    pytest.importorskip("aiohttp")
+    start = time.monotonic()
+    r = _cli("ls", "--registry", f"http://127.0.0.1:{silent.port}/reg",
+             env={"KARCHIVE_REGISTRY_TIMEOUT": "2", "XDG_CACHE_HOME": str(tmp_path / "xdg-cache")}, timeout=60)
+    assert time.monotonic() - start < 30
+    assert r.returncode != 0 and "no answer within 2 s" in r.stderr and f"127.0.0.1:{silent.port}" in r.stderr, \
+        r.stderr
+    assert "Traceback" not in r.stderr
+    bad = _cli("ls", "--registry", f"http://127.0.0.1:{silent.port}/reg", env={"KARCHIVE_REGISTRY_TIMEOUT": "soon"})
+    assert bad.returncode != 0 and "KARCHIVE_REGISTRY_TIMEOUT" in bad.stderr
+
+
+def test_registry_deadline_counts_waiting_not_local_work_and_progress_restarts_it():
+    """The budget is time spent waiting on the registry: local work between requests is free, and a
+    chunk received restarts it (a large download is bounded by a stall, not by its size)."""
+    import time
+
+    from karchive.errors import TransferError
+    from karchive.registry.deadline import DEFAULT_TIMEOUT, operation, progress
+    from karchive.registry.retry import RetryPolicy
+
+    assert DEFAULT_TIMEOUT <= 60
+    policy = RetryPolicy(attempts=100, base_delay=0.01, timeout=0.5)
+    with operation(policy.timeout) as deadline:
+        for _ in range(4):  # four 0.2 s waits with progress between them: never more than 0.5 s in a row
+            policy.call(lambda: time.sleep(0.2), "chunk")
+            progress()
+        time.sleep(0.6)  # local work: not counted
+        assert deadline.remaining() > 0
+    calls = []
+
+    def silent() -> None:
+        calls.append(1)
+        time.sleep(0.1)
+        raise TimeoutError("no answer")
+
+    start = time.monotonic()
+    with pytest.raises(TransferError, match="no answer within 0.5 s"):
+        policy.call(silent, "read x from s3://b/r (endpoint http://127.0.0.1:1)")
+    assert time.monotonic() - start < 2 and 2 <= len(calls) < 100

@@ -16,14 +16,15 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import datetime
+import functools
 import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ..core.destination import output_file
 from ..core.fsio import atomic_writer
@@ -34,6 +35,7 @@ from ..format.check import ArchiveFacts, check_archive_file
 from .cache import Cache
 from .filelock import FileLock
 from .config import FETCH_ENV, REGISTRY_ENV, registry_url
+from .deadline import check_timeout, operation
 from .layout import MARKER, NAMES_DIR, RECORD_SUFFIX, ROOT_INDEX, blob_path, name_index_path, version_record_path, versions_dir
 from .lockfile import Lockfile, load_lockfile
 from .progress import make_progress
@@ -49,6 +51,19 @@ from .verdict import Verdict, check_downgrade, check_pinned_signers, verify_reco
 from .versions import newest, sort_versions, version_key
 
 log = logging.getLogger(__name__)
+
+_M = TypeVar("_M", bound=Callable[..., Any])
+
+
+def _operation(method: _M) -> _M:
+    """One registry operation: its requests, retries and backoff share one deadline (:mod:`.deadline`);
+    an operation inside another (``pull`` resolving a name) shares the outer one."""
+    @functools.wraps(method)
+    def bounded(self: Registry, *args: Any, **kwargs: Any) -> Any:
+        with operation(self.retry.timeout):
+            return method(self, *args, **kwargs)
+
+    return bounded  # type: ignore[return-value]
 
 if TYPE_CHECKING:  # pragma: no cover - signing needs cryptography; naming the types does not
     from ..trust.enforce import TrustArg
@@ -113,8 +128,10 @@ class Registry:
 
     def __init__(self, url: str | os.PathLike | None = None, storage_options: dict[str, Any] | None = None, *,
                  cache: Cache | str | os.PathLike | None = None, retry: RetryPolicy | None = None,
-                 progress: bool | None = False) -> None:
+                 progress: bool | None = False, timeout: float | None = None) -> None:
         self.retry = retry or RetryPolicy.from_env()
+        if timeout is not None:  # the deadline of each operation (default $KARCHIVE_REGISTRY_TIMEOUT, 60 s)
+            self.retry = dataclasses.replace(self.retry, timeout=check_timeout(timeout))
         #: The default local registry may not exist yet (a fresh machine): it reads as empty. Any other
         #: location must hold a registry: a mistyped path is an error, not an empty listing.
         self.is_default = not url and not os.environ.get(REGISTRY_ENV)
@@ -166,6 +183,7 @@ class Registry:
                 self._skip_stray(directory, entry)
         return out
 
+    @_operation
     def names(self) -> list[str]:
         """Every archive name in the registry, sorted."""
         if self.store.can_list:
@@ -182,6 +200,7 @@ class Registry:
             self.require_registry()
         return sorted(found)
 
+    @_operation
     def require_registry(self) -> None:
         """Refuse a location that holds no registry (no ``karchive-registry.json``, which the first publish
         writes): reading a mistyped path must not look like reading an empty registry. The default local
@@ -193,6 +212,7 @@ class Registry:
         raise NotFoundError(f"{self.url} is not a karchive registry (it has no {MARKER}): a mistyped location? "
                             "A registry is created by its first `karchive publish`", registry=self.url)
 
+    @_operation
     def versions(self, name: str) -> list[VersionRecord]:
         """The versions of ``name``, oldest first; :class:`NotFoundError` if there are none."""
         check_name(name)
@@ -212,6 +232,7 @@ class Registry:
                                 registry=self.url, name=name, available=tuple(names))
         return sorted(records, key=lambda r: version_key(r.version))
 
+    @_operation
     def list(self, name: str | None = None) -> list[VersionRecord]:
         """Version records of one name, or of every name (sorted by name, then version)."""
         if name is not None:
@@ -224,6 +245,7 @@ class Registry:
                 continue  # a name directory without records (an interrupted first publish)
         return out
 
+    @_operation
     def resolve(self, ref: str | Ref) -> VersionRecord:
         """NAME@VERSION → its record; NAME or NAME@latest → the newest version's record."""
         ref = parse_ref(ref) if isinstance(ref, str) else ref
@@ -256,6 +278,7 @@ class Registry:
                              registry=self.url, name=name, version=version, available=tuple(sort_versions(versions)))
 
     # -- publishing -------------------------------------------------------------------------------
+    @_operation
     def publish(self, archive: str | os.PathLike, *, sign: Sequence[SigningKey] = (),
                 build_info: dict[str, Any] | None = None, sidecar: bool = True) -> PublishResult:
         """Verify ``archive`` and publish it under the name and version in its manifest.
@@ -339,6 +362,7 @@ class Registry:
             current = False
         return dataclasses.replace(result, signatures=stored, index_current=current)
 
+    @_operation
     def sign(self, ref: str | Ref, key: SigningKey, *, build_info: dict[str, Any] | None = None) -> SignResult:
         """Add ``key``'s signature to the published ``NAME@VERSION`` (REGISTRY.md §3).
 
@@ -372,6 +396,7 @@ class Registry:
             current = False  # the signature is stored; `karchive reindex` repairs the derived index
         return SignResult(record, StoredSignature(key.key_id, created, "key"), self.url, current)
 
+    @_operation
     def signers(self, ref: str | Ref) -> builtins.list[str]:
         """Key ids that have a signature object for ``ref`` (claimed, not verified: see :meth:`open`)."""
         return signer_ids(self.store, self.resolve(ref).sha256)
@@ -437,6 +462,7 @@ class Registry:
         except NotFoundError:
             return []
 
+    @_operation
     def reindex(self, name: str | None = None) -> builtins.list[str]:
         """Rebuild derived indexes from the version records (all names by default)."""
         if not self.store.writable:
@@ -452,6 +478,7 @@ class Registry:
         return names
 
     # -- pulling and opening ----------------------------------------------------------------------
+    @_operation
     def record_for(self, ref: str | Ref, lockfile: Lockfile | str | os.PathLike | None = None, *,
                    allow_downgrade: bool = False) -> VersionRecord:
         """Resolve, preferring what needs no network: a lockfile pin or a cached (immutable) record.
@@ -475,6 +502,7 @@ class Registry:
         self.cache.remember(self.url, record)
         return record
 
+    @_operation
     def fetch(self, record: VersionRecord) -> tuple[Path, bool]:
         """The verified archive for ``record`` in the local cache; downloads only on a miss."""
         def fill(out: Any) -> None:
@@ -483,6 +511,7 @@ class Registry:
 
         return self.cache.install(record.sha256, record.size, fill, name=record.name, version=record.version)
 
+    @_operation
     def pull(self, ref: str | Ref, dest: str | os.PathLike | None = None, *,
              lockfile: Lockfile | str | os.PathLike | None = None, trust: TrustArg = None,
              allow_downgrade: bool = False) -> PullResult:
@@ -531,6 +560,7 @@ class Registry:
         return self.open_verified(ref, lockfile=lockfile, fetch=fetch, limits=limits, trust=trust,
                                   allow_downgrade=allow_downgrade)[0]
 
+    @_operation
     def open_verified(self, ref: str | Ref, *, lockfile: Lockfile | str | os.PathLike | None = None,
                       fetch: FetchMode | None = None, limits: Limits | None = None, trust: TrustArg = None,
                       allow_downgrade: bool = False, reuse_verdict: bool = True) -> tuple[ArchiveReader, Verdict | None]:
@@ -616,6 +646,7 @@ class Registry:
                                  f"{manifest.get('version')} (tampered or wrong blob)")
         return verify_record(self.store, policy, record, index_sha256=record.index_sha256, sha256=record.sha256)
 
+    @_operation
     def open_lazy(self, record: VersionRecord, limits: Limits | None = None) -> ArchiveReader:
         """Range reads only: the tail, then one request per frame used; authenticated via the index digest."""
         source = StoreSource(self.store, blob_path(record.sha256), record.size, self.retry)
@@ -626,6 +657,7 @@ class Registry:
                                  f"{record.index_sha256} (tampered or wrong blob)")
         return reader
 
+    @_operation
     def lock(self, refs: Sequence[str | Ref], *, trust: TrustArg = None,
              allow_downgrade: bool = False) -> tuple[Lockfile, dict[str, Verdict]]:
         """A lockfile pinning each reference's digests and, with a trust policy, its signers (the key

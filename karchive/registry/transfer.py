@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import BinaryIO
 
 from ..errors import TransferError
+from .deadline import progress as progress_made
 from .progress import NoProgress, Progress
 from .retry import RetryPolicy
 from .store import Store
@@ -31,6 +32,7 @@ def download(store: Store, path: str, size: int, out: BinaryIO, *, retry: RetryP
                 return data
 
             data = retry.call(fetch, f"download of {path} from {store.url} at byte {offset}")
+            progress_made()  # the registry is answering: a large archive is bounded by a stall, not its size
             out.write(data)
             offset += len(data)
             progress.update(len(data))
