@@ -34,8 +34,7 @@ _STRING = re.compile(rb'"[^"]*"')
 
 
 def deeper_than(raw: bytes, limit: int) -> bool:
-    """True when the arrays and objects of JSON ``raw`` nest more than ``limit`` deep (or its brackets
-    do not balance). Runs at C speed before any parser recurses: escaped backslashes and quotes go
+    """True when the arrays and objects of JSON ``raw`` nest more than ``limit`` deep. Runs at C speed before any parser recurses: escaped backslashes and quotes go
     first, then everything but quotes and brackets, then the strings; objects count as arrays, and each
     pass removes the innermost ``[]`` pairs, so a document of depth d is empty after d passes."""
     if raw.count(b"[") + raw.count(b"{") <= limit:
@@ -52,7 +51,7 @@ def deeper_than(raw: bytes, limit: int) -> bool:
             return False
         shorter = s.replace(b"[]", b"")
         if len(shorter) == len(s):
-            return True  # unbalanced: not JSON, and certainly not something to recurse into
+            return False  # unbalanced: not JSON; the parser says so (and its RecursionError is caught)
         s = shorter
     return bool(s)
 
@@ -84,7 +83,7 @@ def parse_json(raw: bytes | str, what: str, *, error: type[KarchiveError], stric
         if values > max_values:
             raise (limit_error or error)(f"{what} holds up to {values} JSON values; the limit is {max_values}")
     if deeper_than(raw, max_depth):
-        raise (limit_error or error)(f"{what}: JSON nested more than {max_depth} deep (or its brackets do not balance)")
+        raise (limit_error or error)(f"{what} is nested deeper than {max_depth} levels")
     try:
         if strict:
             return json.loads(raw.decode("ascii"), object_pairs_hook=_no_duplicate_keys(error),

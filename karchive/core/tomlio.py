@@ -40,9 +40,9 @@ def parse_toml(data: bytes, what: str, error: Callable[[str], KarchiveError], *,
     try:
         doc = tomllib.loads(data.decode("utf-8"))
     except RecursionError:
-        raise error(f"{what}: TOML nested more than {max_depth} deep") from None
+        raise error(f"{what} is nested deeper than {max_depth} levels") from None
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise error(f"{what} is not valid TOML: {exc}") from exc
     if depth(doc) > max_depth:
-        raise error(f"{what}: TOML nested more than {max_depth} deep")
+        raise error(f"{what} is nested deeper than {max_depth} levels")
     return doc

@@ -159,7 +159,7 @@ def scan_manifest(root: Any, max_depth: int) -> list[dict]:
 def load_json(raw: bytes, what: str, limits: Limits) -> Any:
     """Parse untrusted canonical JSON (ASCII, no duplicate keys, no NaN) within the value budget."""
     return parse_json(raw, what, error=FormatError, strict=True, max_values=limits.max_json_values,
-                      limit_error=LimitExceededError)
+                      limit_error=LimitExceededError, max_depth=limits.max_json_depth)
 
 
 #: Bracket bytes to +1 / -1 (as signed bytes), everything else deleted: see :func:`json_depth`.
