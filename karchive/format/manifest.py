@@ -16,6 +16,7 @@ way callers see one model: the shards are the container's business.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -41,17 +42,20 @@ ORIGINS = ("aot", "capture", "triton-cache")
 #: An IR stage name (``files.ir`` keys): a short lowercase identifier. Stages become file extensions
 #: (``export-triton-cache`` writes ``<kernel>.<stage>``), so nothing else is accepted (spec/FORMAT.md §6.1).
 IR_STAGE = re.compile(r"[a-z][a-z0-9_]{0,31}")
-_STAGES_SEEN: set[str] = {"ttir", "ttgir", "llir", "ptx", "amdgcn"}  # grammar already checked: skip the regex
 
 
 def is_ir_stage(value: Any) -> bool:
     """True for a valid ``files.ir`` key (:data:`IR_STAGE`, whole string)."""
-    if type(value) is str and value in _STAGES_SEEN:
-        return True
-    if not fullmatch(IR_STAGE, value):
-        return False
-    _STAGES_SEEN.add(value)
-    return True
+    return type(value) is str and _stage_ok(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _stage_ok(value: str) -> bool:  # each stage of each variant is checked: the few names repeat
+    return fullmatch(IR_STAGE, value)
+
+
+#: :func:`~.names.is_kernel_name`, remembered: a format-2 shard checks its kernel's name on every row.
+_kernel_ok = functools.lru_cache(maxsize=4096)(is_kernel_name)
 
 
 def check_kernel_name(value: Any, where: str) -> str:
@@ -523,7 +527,7 @@ class Variant:
         unusual gives None (the caller then runs :meth:`from_json`)."""
         if not (type(key) is str and type(kernel) is str and type(options) is dict and type(raw_params) is list
                 and type(raw_target) is dict and type(raw_abi) is dict and type(raw_prov) is dict
-                and (source is None or type(source) is str) and _SHA256.fullmatch(key) and is_kernel_name(kernel)
+                and (source is None or type(source) is str) and _SHA256.fullmatch(key) and _kernel_ok(kernel)
                 and all(map(is_ir_stage, ir))):
             return None
         params = []
