@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import accumulate, chain, groupby
+from itertools import chain, groupby
 from operator import add, itemgetter, le
 from typing import Any, NamedTuple
 
@@ -162,34 +162,11 @@ def load_json(raw: bytes, what: str, limits: Limits) -> Any:
                       limit_error=LimitExceededError, max_depth=limits.max_json_depth)
 
 
-#: Bracket bytes to +1 / -1 (as signed bytes), everything else deleted: see :func:`json_depth`.
-_BRACKETS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
-_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[{]}")
-
-
-def _outside_strings(raw: bytes, what: str) -> bytes:
-    """JSON text with its strings cut out (bytes operations only): escaped backslashes, then escaped
-    quotes, are removed, so the remaining quotes delimit strings."""
-    pieces = raw.replace(b"\\\\", b"").replace(b'\\"', b"").split(b'"')
-    if len(pieces) % 2 == 0:
-        raise FormatError(f"{what} is not valid JSON: a string is not closed")
-    return b"".join(pieces[::2])
-
-
-def json_depth(raw: bytes) -> int:
-    """Nesting depth of JSON text, counted on its brackets outside strings, without parsing it."""
-    steps = memoryview(_outside_strings(raw, "JSON").translate(_BRACKETS, _NOT_BRACKETS)).cast("b")
-    return max(accumulate(steps), default=0)
-
-
 def load_shard_json(raw: bytes, what: str, limits: Limits) -> Any:
     """Parse a format-2 shard: as :func:`load_json` (ASCII, no duplicate keys, no NaN, within the value
-    budget), and no deeper than ``max_json_depth`` (counted on the text: a shard is not walked the way
-    :func:`scan_manifest` walks a format-1 manifest)."""
-    obj = load_json(raw, what, limits)
-    if json_depth(raw) > limits.max_json_depth:
-        raise LimitExceededError(f"{what} is nested deeper than {limits.max_json_depth} levels")
-    return obj
+    budget, and no deeper than ``max_json_depth``, counted on the text before parsing: a shard is not
+    walked the way :func:`scan_manifest` walks a format-1 manifest)."""
+    return load_json(raw, what, limits)
 
 
 def compress_bound(size: int) -> int:
