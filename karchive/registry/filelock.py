@@ -61,6 +61,12 @@ class FileLock:
     def held(self) -> bool:
         return self._fd >= 0
 
+    def __copy__(self) -> FileLock:  # one lock, one descriptor: a copy closing it would release the original
+        return self
+
+    def __deepcopy__(self, memo: dict) -> FileLock:  # (dataclasses.asdict of a PullResult deep-copies)
+        return self
+
     def __del__(self) -> None:  # a holder dropped without release() must not keep the lock (or the fd)
         try:
             self.release()
