@@ -721,6 +721,7 @@ def test_silent_registry_endpoint_hits_the_overall_deadline(silent, kind, tmp_pa
     took = time.monotonic() - start
     assert took < 15, took
     assert f"127.0.0.1:{silent.port}" in str(err.value) and "KARCHIVE_REGISTRY_TIMEOUT" in str(err.value)
+    assert err.value.registry == reg.url and err.value.attempts >= 1
     assert silent.accepted >= 1  # the server really was reached, and said nothing
     start = time.monotonic()
     with pytest.raises(TransferError):

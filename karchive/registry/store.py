@@ -229,7 +229,7 @@ class FsspecStore(Store):
     def _call(self, fn: Callable[[], Any], what: str, retry: bool = True) -> Any:
         """Run a backend call with retries (``retry=False``: raw errors, the caller retries), within
         the operation's deadline (:mod:`.deadline`); errors name the registry and its endpoint."""
-        return self.retry.call(fn, f"{what} {self._named()}") if retry else fn()
+        return self.retry.call(fn, f"{what} {self._named()}", registry=self.url) if retry else fn()
 
     def _named(self) -> str:
         """The registry URL, and the endpoint it is reached through where that says more (S3, GCS)."""

@@ -31,7 +31,7 @@ def download(store: Store, path: str, size: int, out: BinaryIO, *, retry: RetryP
                     raise ConnectionError(f"short read: {len(data)} of {stop - start} bytes")
                 return data
 
-            data = retry.call(fetch, f"download of {path} from {store.url} at byte {offset}")
+            data = retry.call(fetch, f"download of {path} from {store.url} at byte {offset}", registry=store.url)
             progress_made()  # the registry is answering: a large archive is bounded by a stall, not its size
             out.write(data)
             offset += len(data)
