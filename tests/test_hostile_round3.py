@@ -754,12 +754,12 @@ def test_registry_deadline_counts_waiting_not_local_work_and_progress_restarts_i
     from karchive.registry.retry import RetryPolicy
 
     assert DEFAULT_TIMEOUT <= 60
-    policy = RetryPolicy(attempts=100, base_delay=0.01, timeout=0.5)
+    policy = RetryPolicy(attempts=100, base_delay=0.01, timeout=1.0)
     with operation(policy.timeout) as deadline:
-        for _ in range(4):  # four 0.2 s waits with progress between them: never more than 0.5 s in a row
-            policy.call(lambda: time.sleep(0.2), "chunk")
+        for _ in range(4):  # 1.2 s of waiting in all, with progress between the waits: within the budget
+            policy.call(lambda: time.sleep(0.3), "chunk")
             progress()
-        time.sleep(0.6)  # local work: not counted
+        time.sleep(1.1)  # local work: not counted
         assert deadline.remaining() > 0
     calls = []
 
@@ -769,6 +769,6 @@ def test_registry_deadline_counts_waiting_not_local_work_and_progress_restarts_i
         raise TimeoutError("no answer")
 
     start = time.monotonic()
-    with pytest.raises(TransferError, match="no answer within 0.5 s"):
+    with pytest.raises(TransferError, match="no answer within 1 s"):
         policy.call(silent, "read x from s3://b/r (endpoint http://127.0.0.1:1)")
-    assert time.monotonic() - start < 2 and 2 <= len(calls) < 100
+    assert time.monotonic() - start < 5 and 2 <= len(calls) < 100
