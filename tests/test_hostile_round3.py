@@ -729,13 +729,21 @@ def test_silent_registry_endpoint_hits_the_overall_deadline(silent, kind, tmp_pa
     assert time.monotonic() - start < 15
 
 
-def test_silent_registry_endpoint_cli_ls_gives_up_within_the_configured_deadline(silent, tmp_path):
+@pytest.mark.parametrize("kind", ["s3", "http"])
+def test_silent_registry_endpoint_cli_ls_gives_up_within_the_configured_deadline(silent, tmp_path, kind):
+    import json
     import time
 
-    pytest.importorskip("aiohttp")
+    pytest.importorskip("s3fs" if kind == "s3" else "aiohttp")
+    env = {"KARCHIVE_REGISTRY_TIMEOUT": "2", "XDG_CACHE_HOME": str(tmp_path / "xdg-cache")}
+    if kind == "s3":
+        registry = "s3://bucket/reg"
+        env["KARCHIVE_STORAGE_OPTIONS"] = json.dumps({"endpoint_url": f"http://127.0.0.1:{silent.port}",
+                                                      "key": "k", "secret": "s"})
+    else:
+        registry = f"http://127.0.0.1:{silent.port}/reg"
     start = time.monotonic()
-    r = _cli("ls", "--registry", f"http://127.0.0.1:{silent.port}/reg",
-             env={"KARCHIVE_REGISTRY_TIMEOUT": "2", "XDG_CACHE_HOME": str(tmp_path / "xdg-cache")}, timeout=60)
+    r = _cli("ls", "--registry", registry, env=env, timeout=60)
     assert time.monotonic() - start < 30
     assert r.returncode != 0 and "no answer within 2 s" in r.stderr and f"127.0.0.1:{silent.port}" in r.stderr, \
         r.stderr
