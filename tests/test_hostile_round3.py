@@ -780,3 +780,29 @@ def test_registry_deadline_counts_waiting_not_local_work_and_progress_restarts_i
     with pytest.raises(TransferError, match="no answer within 1 s"):
         policy.call(silent, "read x from s3://b/r (endpoint http://127.0.0.1:1)")
     assert time.monotonic() - start < 5 and 2 <= len(calls) < 100
+
+
+def test_fifo_planted_as_a_registry_record_does_not_hang_ls(tmp_path):
+    """The same rule in a local registry: a FIFO where a version record should be is a damaged
+    registry (a RegistryError naming it), not a hang."""
+    from karchive.registry import Registry
+    from karchive.registry.layout import version_record_path
+
+    registry = tmp_path / "registry"
+    arc = tmp_path / "k.karc"
+    arc.write_bytes(_archive_naming("k", (2, 0), version="1.0"))
+    Registry(registry, cache=tmp_path / "c").publish(arc)
+    os.mkfifo(registry / version_record_path("hostile", "2.0"))
+    code = f"""
+from karchive.errors import RegistryError
+from karchive.registry import Registry
+try:
+    Registry({str(registry)!r}, cache={str(tmp_path / "c2")!r}).resolve("hostile@2.0")
+except RegistryError as exc:
+    print(exc)
+"""
+    try:
+        done = _in_subprocess(code, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("reading a FIFO planted in a registry hung")
+    assert "not a regular file" in done.stdout and "damaged registry" in done.stdout, done.stdout + done.stderr

@@ -94,8 +94,8 @@ def atomic_write(final: str | os.PathLike, data: bytes, *, durable: bool = True,
         fh.write(data)
 
 
-def read_regular(path: str | os.PathLike, limit: int) -> bytes:
-    """At most ``limit`` + 1 bytes of ``path``, which must be a regular file.
+def read_regular(path: str | os.PathLike, limit: int | None) -> bytes:
+    """At most ``limit`` + 1 bytes of ``path`` (all of it for None), which must be a regular file.
 
     Opened with ``O_NONBLOCK`` and checked with ``fstat`` before any read (as archives are, in
     :class:`karchive.format.source.FileSource`): a FIFO named like a signature sidecar or a policy
@@ -111,7 +111,7 @@ def read_regular(path: str | os.PathLike, limit: int) -> bytes:
         if not stat.S_ISREG(mode):
             kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, device or socket)"
             raise OSError(errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL, kind, os.fspath(path))
-        chunks, left = [], limit + 1
+        chunks, left = [], (os.fstat(fd).st_size + 1 if limit is None else limit + 1)
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 20))
             if not chunk:

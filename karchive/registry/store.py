@@ -21,7 +21,7 @@ from typing import Any
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
-from ..core.fsio import fsync_dir, temp_path_for
+from ..core.fsio import fsync_dir, read_regular, temp_path_for
 from ..errors import RegistryError, TransferError
 from .config import redact_url
 from .deadline import current as current_deadline
@@ -88,14 +88,16 @@ class LocalStore(Store):
         return self.root / path
 
     def read(self, path: str) -> bytes | None:
-        try:
-            return self._p(path).read_bytes()
+        try:  # a regular file only: a FIFO planted as a record must not hang `ls`
+            return read_regular(self._p(path), None)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except IsADirectoryError:
             raise RegistryError(f"{self._p(path)} is a directory, expected a file (damaged registry)") from None
         except PermissionError as exc:
             raise RegistryError(f"cannot read {self._p(path)}: {exc}") from None
+        except OSError as exc:
+            raise RegistryError(f"cannot read {self._p(path)}: {exc.strerror or exc} (damaged registry)") from None
 
     def size(self, path: str) -> int | None:
         try:
