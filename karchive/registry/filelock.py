@@ -51,6 +51,9 @@ class FileLock:
                         "it may be stuck downloading"
                     ) from None
                 time.sleep(self.poll)
+            except OSError:  # no locking on this file system (ENOLCK ...): the caller decides, fd not leaked
+                os.close(fd)
+                raise
 
     def release(self) -> None:
         if self._fd >= 0:
