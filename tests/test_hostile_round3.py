@@ -806,3 +806,14 @@ except RegistryError as exc:
     except subprocess.TimeoutExpired:
         pytest.fail("reading a FIFO planted in a registry hung")
     assert "not a regular file" in done.stdout and "damaged registry" in done.stdout, done.stdout + done.stderr
+
+
+def test_deeply_nested_build_spec_is_a_spec_error(tmp_path):
+    from karchive.errors import SpecFileError
+    from karchive.producer.spec_file import load_spec
+
+    for depth in (5000, 65):
+        spec = tmp_path / f"deep{depth}.toml"
+        spec.write_text("x = " + "[" * depth + "]" * depth + "\n")
+        with pytest.raises(SpecFileError, match="nested deeper than 64 levels"):
+            load_spec(spec)

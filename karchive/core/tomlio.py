@@ -19,6 +19,8 @@ else:  # Python 3.10: the `trust` extra installs tomli
 from ..errors import KarchiveError
 from .jsonio import MAX_DEPTH
 
+__all__ = ["MAX_DEPTH", "TOMLDecodeError", "depth", "parse_toml"]
+
 TOMLDecodeError = tomllib.TOMLDecodeError
 
 
