@@ -690,7 +690,7 @@ def test_manifest_that_is_not_an_object():
     (b'{"frames":NaN,"members":[]}', FormatError, "NaN"),
     (b'{"frames":[],"members":[],"x":"\xc3\xa9"}', FormatError, "not ASCII"),
     (b"\xef\xbb\xbf{}", FormatError, "not ASCII"),
-    (b"[" * 100_000 + b"]" * 100_000, FormatError, "nested too deeply"),
+    (b"[" * 100_000 + b"]" * 100_000, FormatError, "nested deeper than 64 levels"),
     (b'{"frames":[],"members":[],"n":' + b"9" * 5000 + b"}", FormatError, "not valid JSON"),
     (b'{"frames":[],"members":[],"manifest":"other.json"}', FormatError, "manifest must be"),
 ])
@@ -715,7 +715,7 @@ def test_index_payload_that_is_not_zstd(small):
 
 def test_manifest_json_malformations():
     for raw, match in [(b"{", "not valid JSON"), (b'{"format_version":"1.0","x":"\xff"}', "not ASCII"),
-                       (b"[" * 50_000 + b"]" * 50_000, "nested too deeply"),
+                       (b"[" * 50_000 + b"]" * 50_000, "nested deeper than 64 levels"),
                        (b'{"format_version":"1.0","x":Infinity}', "Infinity")]:
         refused(FormatError, forge([Entry("a", b"a", in_manifest=False)], manifest_bytes=raw).data, match)
     deep = {"format_version": "1.0", "x": json.loads("[" * 200 + "]" * 200)}

@@ -290,7 +290,7 @@ def _snapshot(**changes) -> bytes:
     (_snapshot(names={"examples": []}), "not an object"),
     (_snapshot().replace(b'"version": 3', b'"version": 3, "version": 4'), "duplicate JSON key"),
     (_snapshot().replace(b'"size": 10', b'"size": NaN'), "NaN"),
-    (b"[" * 5000 + b"]" * 5000, "JSON"),
+    (b"[" * 5000 + b"]" * 5000, "nested deeper than"),
     (b"\xff{}", "ASCII"),
 ])
 def test_a_hostile_snapshot_is_a_named_error(payload: bytes, says: str) -> None:

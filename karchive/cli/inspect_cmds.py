@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import sys
 from typing import Any
 
@@ -317,9 +316,9 @@ def _sharded_schema_problems(reader: ArchiveReader) -> list[str]:
 def cmd_verify(args: argparse.Namespace) -> int:
     from ..resolve import open_reader
 
-    from ..trust.enforce import POLICY_ENV
+    from ..trust.enforce import policy_from_env
 
-    policy = args.trust or os.environ.get(POLICY_ENV)  # the variable applies to every load, verify's too
+    policy = args.trust or policy_from_env()  # the variable applies to every load, verify's too
     if policy:  # a missing or malformed policy is an error (exit 2), said before any digest is checked
         from ..trust.policy import TrustPolicy
 

@@ -116,8 +116,8 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
     reg = _registry(args)
     records = reg.list(args.name)
-    if args.json:
-        emit_json({"registry": reg.url, "archives": [r.to_dict() for r in records]})
+    if args.json:  # stray entries were skipped (and warned about on stderr); --json lists them too
+        emit_json({"registry": reg.url, "archives": [r.to_dict() for r in records], "skipped": reg.stray})
         return 0
     if not records:
         print(f"registry {reg.url} is empty")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import re
 from typing import Any
 
 from ..errors import FormatError, KeyFileError, TrustError
@@ -56,9 +55,10 @@ def passphrase(var: str | None) -> bytes | None:
 
 def cmd_keygen(args: argparse.Namespace) -> int:
     from ..trust.keys import SigningKey, save_keypair
+    from ..trust.policy import is_key_name
 
     name = args.name or os.path.basename(args.out)
-    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}", name):
+    if not is_key_name(name):
         raise KeyFileError(f"key name {name!r} cannot be used in a trust policy; choose one with --name "
                            "(letters, digits, '._@+-')")
     from ..core.destination import output_file

@@ -9,6 +9,7 @@ POSIX rename(2)); the directory fsync makes the rename itself durable.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import secrets
 from collections.abc import Iterator
@@ -91,3 +92,32 @@ def atomic_write(final: str | os.PathLike, data: bytes, *, durable: bool = True,
     """Write ``data`` to ``final`` atomically (see :func:`atomic_writer`)."""
     with atomic_writer(final, durable=durable, mode=mode) as fh:
         fh.write(data)
+
+
+def read_regular(path: str | os.PathLike, limit: int | None) -> bytes:
+    """At most ``limit`` + 1 bytes of ``path`` (all of it for None), which must be a regular file.
+
+    Opened with ``O_NONBLOCK`` and checked with ``fstat`` before any read (as archives are, in
+    :class:`karchive.format.source.FileSource`): a FIFO named like a signature sidecar or a policy
+    once hung ``karchive.open`` waiting for a writer (issue 20). Anything else (FIFO, device, socket,
+    directory) raises an ``OSError`` whose ``strerror`` says so; a missing file raises
+    ``FileNotFoundError`` as ``open`` does.
+    """
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file (a FIFO, device or socket)"
+            raise OSError(errno.EISDIR if stat.S_ISDIR(mode) else errno.EINVAL, kind, os.fspath(path))
+        chunks, left = [], (os.fstat(fd).st_size + 1 if limit is None else limit + 1)
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)

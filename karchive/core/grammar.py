@@ -20,3 +20,8 @@ def fullmatch(pattern: re.Pattern[str], value: Any) -> bool:
     """True when ``value`` is a ``str`` and ``pattern`` matches all of it (never a prefix, never
     before a trailing newline)."""
     return type(value) is str and pattern.fullmatch(value) is not None
+
+
+def whole(pattern: re.Pattern[str], value: Any) -> re.Match[str] | None:
+    """:func:`fullmatch` for a caller that needs the groups: the match of all of ``value``, or None."""
+    return pattern.fullmatch(value) if type(value) is str else None

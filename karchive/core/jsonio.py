@@ -7,12 +7,15 @@ all use it, which is what makes their bytes reproducible.
 :func:`parse_json` reads untrusted JSON. In ``strict`` mode (archives, registry documents: bytes
 karchive wrote canonically) it refuses non-ASCII bytes, duplicate keys (two parsers could disagree on
 which one wins) and NaN/Infinity, and it bounds the number of values *before* parsing, because parsed
-JSON costs up to ~60 bytes per value however short its text.
+JSON costs up to ~60 bytes per value however short its text. In every mode it bounds the nesting
+depth (:data:`MAX_DEPTH`) before parsing, so a 5,000-deep document is a karchive error naming what was
+read, never a raw ``RecursionError`` (issue 20).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 from collections.abc import Callable
 
@@ -23,26 +26,64 @@ def canonical_json(obj: object) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()
 
 
+#: Deepest nesting of arrays and objects accepted in JSON karchive did not write (spec/FORMAT.md §7).
+MAX_DEPTH = 64
+_KEEP_QUOTES_AND_BRACKETS = bytes(set(range(256)) - set(b'"[]{}'))
+_OBJECTS_AS_ARRAYS = bytes.maketrans(b"{}", b"[]")
+_STRING = re.compile(rb'"[^"]*"')
+
+
+def deeper_than(raw: bytes, limit: int) -> bool:
+    """True when the arrays and objects of JSON ``raw`` nest more than ``limit`` deep. Runs at C speed before any parser recurses: escaped backslashes and quotes go
+    first, then everything but quotes and brackets, then the strings; objects count as arrays, and each
+    pass removes the innermost ``[]`` pairs, so a document of depth d is empty after d passes."""
+    if raw.count(b"[") + raw.count(b"{") <= limit:
+        return False
+    s = raw.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _KEEP_QUOTES_AND_BRACKETS)
+    # Adjacent quotes are an empty string or two strings with nothing between them: removing them keeps
+    # the structure, and leaves only the few strings that hold brackets to the regex.
+    s = s.replace(b'""', b"")
+    if b'"' in s:
+        s = _STRING.sub(b"", s)
+    s = s.translate(_OBJECTS_AS_ARRAYS)
+    for _ in range(limit):
+        if not s:
+            return False
+        shorter = s.replace(b"[]", b"")
+        if len(shorter) == len(s):
+            return False  # unbalanced: not JSON; the parser says so (and its RecursionError is caught)
+        s = shorter
+    return bool(s)
+
+
 def count_values_bound(raw: bytes) -> int:
     """An upper bound on the number of JSON values in ``raw``: every value but the first follows one of
     ``, : [ {``, so counting those bytes bounds the values without parsing anything."""
     return raw.count(b",") + raw.count(b":") + raw.count(b"[") + raw.count(b"{") + 1
 
 
-def parse_json(raw: bytes, what: str, *, error: type[KarchiveError], strict: bool = True,
+def parse_json(raw: bytes | str, what: str, *, error: type[KarchiveError], strict: bool = True,
                max_values: int | None = None, limit_error: type[KarchiveError] | None = None,
-               note: str = "") -> Any:
+               note: str = "", max_depth: int = MAX_DEPTH) -> Any:
     """Parse ``raw`` or raise ``error`` naming ``what``; see the module docstring for ``strict``.
 
     ``max_values`` bounds the value count (raising ``limit_error``, default ``error``) before parsing;
-    ``note`` is added to the "not valid JSON" message (e.g. what that means for the reader).
+    ``max_depth`` bounds the nesting (raising ``limit_error`` too); ``note`` is added to the "not valid
+    JSON" message (e.g. what that means for the reader).
     """
+    if isinstance(raw, str):
+        try:
+            raw = raw.encode("utf-8")
+        except UnicodeEncodeError as exc:  # lone surrogates from the environment
+            raise error(f"{what} is not valid JSON: {exc}") from exc
     if strict and not raw.isascii():
         raise error(f"{what} is not ASCII JSON (karchive writes canonical, ASCII-only JSON)")
     if max_values is not None:
         values = count_values_bound(raw)
         if values > max_values:
             raise (limit_error or error)(f"{what} holds up to {values} JSON values; the limit is {max_values}")
+    if deeper_than(raw, max_depth):
+        raise (limit_error or error)(f"{what} is nested deeper than {max_depth} levels")
     try:
         if strict:
             return json.loads(raw.decode("ascii"), object_pairs_hook=_no_duplicate_keys(error),

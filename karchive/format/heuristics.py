@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Iterable, Mapping, Sequence
 
+from ..core.grammar import fullmatch, whole
 from ..errors import SchemaError
 from .autotune import NONFINITE, json_scalar, nonfinite
 
@@ -39,7 +40,7 @@ from .autotune import NONFINITE, json_scalar, nonfinite
 OPTION_NAMES = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 PROBE_ATTRS = ("dtype", "shape", "ndim")
 PROBE_METHODS = ("numel", "dim", "element_size", "size", "stride")
-_PROBE = re.compile(r"^(?:(dtype|shape|ndim)|(numel|dim|element_size|size|stride)\((\d{1,3}(?:,\d{1,3}){0,7})?\))$")
+_PROBE = re.compile(r"(?:(dtype|shape|ndim)|(numel|dim|element_size|size|stride)\((\d{1,3}(?:,\d{1,3}){0,7})?\))")
 #: Bounds on what a hostile manifest can make the runtime hold or scan.
 MAX_NAMES = 64
 MAX_CASES = 4096
@@ -95,7 +96,7 @@ def probe_value(value: Any) -> Any:
 
 def run_probe(obj: Any, spelling: str) -> Any:
     """Evaluate a probe (already validated by :data:`_PROBE`) on a call's argument; raises on failure."""
-    m = _PROBE.match(spelling)
+    m = whole(_PROBE, spelling)
     if m is None:
         raise ValueError(f"not a probe: {spelling!r}")
     if m.group(1):
@@ -357,7 +358,7 @@ def _parse_input(rec: Any, where: str) -> Any:
         if not isinstance(body, dict) or len(body) > 32:
             raise SchemaError(f"{where}.object: an object of at most 32 probes expected")
         for spelling, result in body.items():
-            if not isinstance(spelling, str) or not _PROBE.match(spelling):
+            if not fullmatch(_PROBE, spelling):
                 raise SchemaError(f"{where}.object: {spelling!r} is not a probe karchive replays")
             if not isinstance(result, str):
                 _check_scalar(result, f"{where}.object.{spelling}")

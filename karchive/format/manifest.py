@@ -16,6 +16,7 @@ way callers see one model: the shards are the container's business.
 
 from __future__ import annotations
 
+import functools
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -23,9 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from ..core.digest import is_sha256_hex
+from ..core.grammar import fullmatch
 from ..errors import SchemaError, UnsupportedVersionError
 from .constants import ABI_VERSION, FORMAT_VERSION, PATH_SENTINEL
 from .dtypes import POINTER_ELEMENT_TYPES, SCALAR_SIZES
+from .names import MAX_KERNEL_NAME, is_kernel_name
 from .target import Target
 
 __all__ = [
@@ -36,6 +39,42 @@ __all__ = [
 ABI_KINDS = ("pointer", "scalar", "global_scratch", "profile_scratch")
 _SHA256 = re.compile("[0-9a-f]{64}")  # is_sha256_hex, as one regex (checked for every file of every variant)
 ORIGINS = ("aot", "capture", "triton-cache")
+#: An IR stage name (``files.ir`` keys): a short lowercase identifier. Stages become file extensions
+#: (``export-triton-cache`` writes ``<kernel>.<stage>``), so nothing else is accepted (spec/FORMAT.md §6.1).
+IR_STAGE = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def is_ir_stage(value: Any) -> bool:
+    """True for a valid ``files.ir`` key (:data:`IR_STAGE`, whole string)."""
+    return type(value) is str and _stage_ok(value)
+
+
+@functools.lru_cache(maxsize=1024)
+def _stage_ok(value: str) -> bool:  # each stage of each variant is checked: the few names repeat
+    return fullmatch(IR_STAGE, value)
+
+
+#: :func:`~.names.is_kernel_name`, remembered: a format-2 shard checks its kernel's name on every row.
+_kernel_ok = functools.lru_cache(maxsize=4096)(is_kernel_name)
+
+
+def check_kernel_name(value: Any, where: str) -> str:
+    """``value`` if it is a kernel name (spec/FORMAT.md, "Kernel names"), else a :class:`SchemaError`.
+
+    Archives are untrusted and kernel names end up in file names (``export-triton-cache``) and
+    terminals: ``../../x`` or ``/abs/path`` must never get past the model."""
+    if not is_kernel_name(value):
+        shown = value if isinstance(value, str) else type(value).__name__
+        raise SchemaError(f"{where}: {ascii(shown)[:80]} is not a kernel name (an identifier or module:qualname, "
+                          f"at most {MAX_KERNEL_NAME} characters)", where=where)
+    return str(value)
+
+
+def _check_stages(ir: Mapping[Any, Any], where: str) -> None:
+    for stage in ir:
+        if not is_ir_stage(stage):
+            raise SchemaError(f"{where}: {ascii(stage)[:40]} is not an IR stage name (lowercase identifier, "
+                              f"at most 32 characters)", where=where)
 
 
 # -- field checks ---------------------------------------------------------------------------------
@@ -420,8 +459,9 @@ class Variant:
             params = tuple(_memo(memo, "param", p, 0, _param_parser(p, f"{where}.params[{i}]"))
                            for i, p in enumerate(raw_params))
         files = _req(obj, "files", dict, where)
-        ir = {stage: FileRef.from_json(ref, f"{where}.files.ir.{stage}")
-              for stage, ref in (_opt(files, "ir", dict, where + ".files") or {}).items()}
+        raw_ir = _opt(files, "ir", dict, where + ".files") or {}
+        _check_stages(raw_ir, where + ".files.ir")
+        ir = {stage: FileRef.from_json(ref, f"{where}.files.ir.{stage}") for stage, ref in raw_ir.items()}
         key = _req(obj, "key", str, where)
         if not is_sha256_hex(key):
             raise SchemaError(f"{where}.key: not a 64-digit lowercase hex key", where=f"{where}.key")
@@ -429,7 +469,7 @@ class Variant:
         raw_abi = _req(obj, "abi", dict, where)
         raw_prov = _req(obj, "provenance", dict, where)
         return cls(
-            kernel=_req(obj, "kernel", str, where),
+            kernel=check_kernel_name(_req(obj, "kernel", str, where), where + ".kernel"),
             key=key,
             target=_memo(memo, "target", raw_target, 0, lambda: Target.from_json(raw_target, where + ".target")),
             params=params,
@@ -487,7 +527,8 @@ class Variant:
         unusual gives None (the caller then runs :meth:`from_json`)."""
         if not (type(key) is str and type(kernel) is str and type(options) is dict and type(raw_params) is list
                 and type(raw_target) is dict and type(raw_abi) is dict and type(raw_prov) is dict
-                and (source is None or type(source) is str) and _SHA256.fullmatch(key)):
+                and (source is None or type(source) is str) and _SHA256.fullmatch(key) and _kernel_ok(kernel)
+                and all(map(is_ir_stage, ir))):
             return None
         params = []
         for i, p in enumerate(raw_params):
@@ -621,6 +662,9 @@ class Manifest:
               format_version: tuple[int, int] = FORMAT_VERSION) -> Manifest:
         """A manifest to write: variants ordered by kernel name, then key (spec/FORMAT.md §4)."""
         ordered = sorted(variants, key=lambda v: (v.kernel, v.key))
+        for v in ordered:  # what a reader would refuse is never written
+            check_kernel_name(v.kernel, "variants.kernel")
+            _check_stages(v.ir, "variants.files.ir")
         keys = [v.key for v in ordered]
         if len(set(keys)) != len(keys):
             raise SchemaError("manifest: duplicate variant keys", where="variants")
@@ -676,7 +720,7 @@ class Manifest:
             w = f"variants[{i}]"
             if not isinstance(v, dict):
                 raise SchemaError(f"{w}: expected an object", where=w)
-            key, kernel = _req(v, "key", str, w), _req(v, "kernel", str, w)
+            key, kernel = _req(v, "key", str, w), check_kernel_name(_req(v, "kernel", str, w), f"{w}.kernel")
             if key in seen:
                 raise SchemaError("manifest: duplicate variant keys", where=w)
             seen.add(key)
@@ -700,6 +744,7 @@ class Manifest:
             raise SchemaError("manifest header: a sharded manifest keeps its variants in shards", where="manifest")
         table: dict[str, KernelSummary] = {}
         for s in summaries:
+            check_kernel_name(s.kernel, "manifest.shards")
             if s.kernel in table:
                 raise SchemaError(f"manifest header: kernel {s.kernel!r} has two shards", where="manifest")
             table[s.kernel] = s

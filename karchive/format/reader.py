@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from itertools import accumulate, chain, groupby
+from itertools import chain, groupby
 from operator import add, itemgetter, le
 from typing import Any, NamedTuple
 
@@ -50,7 +50,7 @@ from .constants import (
     TAR_BLOCK,
     ZSTD_FRAME_MAGIC,
 )
-from .manifest import KernelSummary, Manifest, Variant, target_label
+from .manifest import KernelSummary, Manifest, Variant, check_kernel_name, target_label
 from .shard import decode_shard, shard_variants
 from .source import BytesSource, RangeSource
 from .tarheader import check_member_name, padded, parse_header
@@ -159,37 +159,14 @@ def scan_manifest(root: Any, max_depth: int) -> list[dict]:
 def load_json(raw: bytes, what: str, limits: Limits) -> Any:
     """Parse untrusted canonical JSON (ASCII, no duplicate keys, no NaN) within the value budget."""
     return parse_json(raw, what, error=FormatError, strict=True, max_values=limits.max_json_values,
-                      limit_error=LimitExceededError)
-
-
-#: Bracket bytes to +1 / -1 (as signed bytes), everything else deleted: see :func:`json_depth`.
-_BRACKETS = bytes.maketrans(b"[{]}", b"\x01\x01\xff\xff")
-_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[{]}")
-
-
-def _outside_strings(raw: bytes, what: str) -> bytes:
-    """JSON text with its strings cut out (bytes operations only): escaped backslashes, then escaped
-    quotes, are removed, so the remaining quotes delimit strings."""
-    pieces = raw.replace(b"\\\\", b"").replace(b'\\"', b"").split(b'"')
-    if len(pieces) % 2 == 0:
-        raise FormatError(f"{what} is not valid JSON: a string is not closed")
-    return b"".join(pieces[::2])
-
-
-def json_depth(raw: bytes) -> int:
-    """Nesting depth of JSON text, counted on its brackets outside strings, without parsing it."""
-    steps = memoryview(_outside_strings(raw, "JSON").translate(_BRACKETS, _NOT_BRACKETS)).cast("b")
-    return max(accumulate(steps), default=0)
+                      limit_error=LimitExceededError, max_depth=limits.max_json_depth)
 
 
 def load_shard_json(raw: bytes, what: str, limits: Limits) -> Any:
     """Parse a format-2 shard: as :func:`load_json` (ASCII, no duplicate keys, no NaN, within the value
-    budget), and no deeper than ``max_json_depth`` (counted on the text: a shard is not walked the way
-    :func:`scan_manifest` walks a format-1 manifest)."""
-    obj = load_json(raw, what, limits)
-    if json_depth(raw) > limits.max_json_depth:
-        raise LimitExceededError(f"{what} is nested deeper than {limits.max_json_depth} levels")
-    return obj
+    budget, and no deeper than ``max_json_depth``, counted on the text before parsing: a shard is not
+    walked the way :func:`scan_manifest` walks a format-1 manifest)."""
+    return load_json(raw, what, limits)
 
 
 def compress_bound(size: int) -> int:
@@ -546,6 +523,7 @@ class ArchiveReader:
             kernel, path, n, targets = row.get("kernel"), row.get("path"), row.get("variants"), row.get("targets")
             if not isinstance(kernel, str) or not isinstance(path, str):
                 raise SchemaError(f"{where}: kernel and path must be strings")
+            check_kernel_name(kernel, f"{where}.kernel")  # names reach file names (export-triton-cache)
             if type(n) is not int or n < 0 or not isinstance(targets, dict) or not all(
                     isinstance(t, str) and type(c) is int and c > 0 for t, c in targets.items()):
                 raise SchemaError(f"{where}: variants must be a count and targets a map of positive counts")

@@ -39,7 +39,7 @@ from typing import Any
 
 from ..core.jsonio import canonical_json
 from ..errors import FormatError, SchemaError
-from .manifest import Abi, FileRef, Param, Provenance, Target, Variant
+from .manifest import Abi, FileRef, Param, Provenance, Target, Variant, is_ir_stage
 
 #: Variant fields stored once per distinct value, and the tables of parts a shard may have.
 INTERNED = ("abi", "options", "provenance", "target")
@@ -370,7 +370,7 @@ def _bulk(shard: _Shard, kernel: str) -> tuple[list[Variant], list[Located]] | N
             stages.extend(ir)
             values.extend(ir.values())
     ir_files = _files(values, [homes[i] for i in owners])
-    if ir_files is None:
+    if ir_files is None or not all(map(is_ir_stage, set(stages))):
         return None
     irs: list[dict[str, FileRef]] = [{} for _ in range(n)]
     for i, stage, ref in zip(owners, stages, ir_files[0]):

@@ -17,7 +17,7 @@ from ..errors import SignatureError
 from ..format.manifest import POINTER_ELEMENT_TYPES, SCALAR_SIZES
 from .irtext import split_top_level
 
-_TYPE_RE = re.compile(r"^\*?(?:k)?[a-z][a-z0-9]*$")
+_TYPE_RE = re.compile(r"\*?(?:k)?[a-z][a-z0-9]*")
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from ..core.tomlio import MAX_DEPTH, depth as toml_depth
 from ..errors import KarchiveError, SpecFileError
 from .aot import BACKEND_OPTIONS, VariantRequest
 from ..format.target import Target
@@ -138,6 +139,10 @@ def load_spec(path: str | os.PathLike) -> BuildSpec:
         raise SpecFileError(f"{path}: not a text file; a build spec is TOML (spec/BUILD.md)", path=path) from None
     except tomllib.TOMLDecodeError as exc:
         raise SpecFileError(f"{path}: not valid TOML: {exc}", path=path) from exc
+    except RecursionError:  # tomllib recurses per nesting level: bounded here, as for trust policies
+        raise SpecFileError(f"{path} is nested deeper than {MAX_DEPTH} levels", path=path) from None
+    if toml_depth(data) > MAX_DEPTH:
+        raise SpecFileError(f"{path} is nested deeper than {MAX_DEPTH} levels", path=path)
     return parse_spec(data, base_dir=os.path.dirname(os.path.abspath(path)), label=path)
 
 

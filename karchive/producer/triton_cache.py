@@ -20,14 +20,16 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Iterator, Mapping
 
+from ..core.grammar import fullmatch
 from ..core.jsonio import parse_json
-from ..errors import CaptureError, KarchiveError, UnsupportedKernelError
+from ..errors import CaptureError, KarchiveError, SchemaError, UnsupportedKernelError
 from ..format.layout import BINARY_EXT, IR_STAGES
-from ..format.manifest import Variant
+from ..format.manifest import Variant, is_ir_stage
+from ..format.names import SHORT_NAME, short_name
 from .describe import CompiledVariant, describe_variant
 from .irtext import enclosed, split_top_level
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 TEXT_EXTS = ("source", "ttir", "ttgir", "llir", "ptx", "amdgcn")
 BINARY_EXTS = tuple(BINARY_EXT.values())
 
@@ -35,7 +37,7 @@ BINARY_EXTS = tuple(BINARY_EXT.values())
 # --- identity of the local Triton build ----------------------------------------------------------
 def cache_dir_name(triton_hash: str) -> str:
     """Triton's entry directory name for a metadata ``hash`` (runtime/cache.py ``_base32``)."""
-    if not isinstance(triton_hash, str) or not _HEX64.match(triton_hash):
+    if not isinstance(triton_hash, str) or not fullmatch(_HEX64, triton_hash):
         raise CaptureError(f"not a Triton cache hash (64 lowercase hex digits): {triton_hash!r}")
     return base64.b32encode(bytes.fromhex(triton_hash)).decode().rstrip("=")
 
@@ -231,7 +233,7 @@ def parse_ttir_signature(ttir: str, kernel: str) -> list[TtirArg]:
         ssa, rest = dm.groups()
         type_text = re.split(r"\s(?:\{|loc\()", rest, maxsplit=1)[0]
         loc = re.search(r'loc\("([^"]+)"', rest)
-        name = loc.group(1) if loc else (ssa if not re.match(r"^arg\d+$", ssa) else f"arg{i}")
+        name = loc.group(1) if loc else (ssa if not re.fullmatch(r"arg\d+", ssa) else f"arg{i}")
         div = re.search(r"tt\.divisibility\s*=\s*(\d+)", rest)
         args.append(TtirArg(name, _mlir_type(type_text, f"{kernel} parameter {i}"), int(div.group(1)) if div else None))
     return args
@@ -305,12 +307,27 @@ def _local_version() -> str:
     return str(triton.__version__)
 
 
+def _inside(directory: str, path: str) -> bool:
+    """True when ``path`` resolves to a direct child of ``directory`` (after symlinks and ``..``)."""
+    return os.path.dirname(os.path.realpath(path)) == os.path.realpath(directory)
+
+
 def write_entry(cache_dir: str, triton_hash: str, stem: str, files: Mapping[str, bytes]) -> tuple[str, str]:
     """Write one entry atomically (temporary dir + rename); an existing non-empty entry is left alone.
 
     ``files`` maps extensions (``json``, ``cubin``, ``ptx`` ...) to bytes. Returns (status, path).
+    ``stem`` and the extensions come from an archive: each must be a plain name (an identifier, an IR
+    stage name), and every path written is checked to stay inside ``cache_dir`` (issue 20: a kernel
+    named ``../../x`` once wrote two directories above it).
     """
+    if not fullmatch(SHORT_NAME, stem):
+        raise SchemaError(f"not a Triton cache file stem (an identifier): {ascii(stem)[:80]}", where="kernel")
+    for ext in files:
+        if not is_ir_stage(ext):
+            raise SchemaError(f"not a Triton cache file extension: {ascii(ext)[:40]}", where="files.ir")
     final = os.path.join(cache_dir, cache_dir_name(triton_hash))
+    if not _inside(cache_dir, final):
+        raise CaptureError(f"Triton cache entry {final} would lie outside {cache_dir}")
     if os.path.isdir(final) and os.listdir(final):
         return "exists", final
     os.makedirs(cache_dir, exist_ok=True)
@@ -320,7 +337,10 @@ def write_entry(cache_dir: str, triton_hash: str, stem: str, files: Mapping[str,
         child_paths = {}
         for ext, data in files.items():
             filename = f"{stem}.{ext}"
-            with open(os.path.join(tmp, filename), "wb") as fh:
+            target = os.path.join(tmp, filename)
+            if not _inside(tmp, target):  # cannot happen with the names checked above; never trust that alone
+                raise CaptureError(f"Triton cache file {filename!r} would lie outside {tmp}")
+            with open(target, "xb") as fh:
                 fh.write(data)
             child_paths[filename] = os.path.join(final, filename)
         with open(os.path.join(tmp, f"__grp__{stem}.json"), "w", encoding="utf-8") as fh:
@@ -365,8 +385,11 @@ def export_archive(reader: Any, cache_dir: str | None = None, *, allow_unverifie
         files = {BINARY_EXT[v.target.backend]: reader.read(v.binary.path),
                  "json": restore_json_bytes(reader.read(v.metadata.path), root)}
         for stage, ref in v.ir.items():
-            files[stage] = reader.read(ref.path)
-        stem = v.kernel[:150]
+            if stage not in files:  # a stage named like the binary or metadata must not replace them
+                files[stage] = reader.read(ref.path)
+        # Triton names an entry's files after the function's __name__ (the short name), truncated to 150
+        # characters; the model checked the whole name's grammar, write_entry checks the stem again.
+        stem = short_name(v.kernel)[:150]
         try:
             written, path = write_entry(cache_dir, triton_hash, stem, files)
         except OSError as exc:

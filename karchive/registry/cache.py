@@ -8,6 +8,7 @@ Layout under the cache root (spec/REGISTRY.md, "Local cache")::
     refs/<registry-key>/<name>/<version>.json   copies of immutable version records (offline resolve)
     ratchet/<registry-key>/<name>.json   the newest versions loaded and verified under a trust policy
     locks/<digest>.lock          flock held while one process downloads or verifies a digest
+    locks/<digest>.use           flock held *shared* by every reader of the blob; prune needs it exclusively
     tmp/<digest>.<pid>.<rand>.part   downloads in progress; never read as archives
 
 A blob reaches ``blobs/`` only by ``rename`` after its sha256 and full structure were checked, so a
@@ -18,6 +19,13 @@ put back mtime with ``utime(2)`` after changing bytes in place, but the kernel s
 current time on every change (including that ``utime`` and the ``chmod`` a read-only blob needs), and
 no system call sets it back. A blob whose stat differs from its receipt in any field is verified
 again before it is used, and removed if that fails.
+
+Readers and prune (spec/REGISTRY.md §5, "Pruning beside readers"): a reader takes the digest's *use*
+lock shared (:meth:`Cache.hold`) **before** it looks the blob up, and keeps it until its reader is
+closed; prune removes a blob only while holding that lock exclusively, taken without waiting, so it
+skips anything in use and a reader never finds its blob (or receipt) gone between lookup and open.
+A reader that arrives while prune holds the lock waits the moment prune needs, then finds no blob and
+fetches it again: a pruned entry is a cache miss, never "changed after it was verified".
 """
 
 from __future__ import annotations
@@ -38,7 +46,8 @@ from ..errors import FormatError, RegistryError
 from ..core.fsio import atomic_write, fsync_dir
 from ..core.jsonio import canonical_json
 from ..format.check import check_archive_file
-from .config import cache_dir, redact_url
+from ..format.source import FileSource
+from .config import cache_dir, canonical_registry, redact_url
 from .filelock import FileLock
 from .layout import check_digest
 from .records import VersionRecord
@@ -78,8 +87,32 @@ def _iso(ts: float) -> str:
 
 
 def registry_key(url: str) -> str:
-    """Records are cached per registry: the same NAME@VERSION may differ between registries."""
-    return hashlib.sha256(redact_url(url).encode()).hexdigest()[:20]
+    """Records (and the rollback ratchet) are kept per registry: the same NAME@VERSION may differ
+    between registries. Keyed by the registry's canonical identity, never by how its location was
+    spelt (a symlink, a ``..`` path, a trailing slash): see :func:`~.config.canonical_registry`."""
+    return hashlib.sha256(canonical_registry(url).encode()).hexdigest()[:20]
+
+
+class HeldFileSource(FileSource):
+    """A cached blob opened for reading, holding the cache's use lock until closed (or collected), so
+    that ``cache prune`` leaves the file alone while the reader lives."""
+
+    def __init__(self, path: str | os.PathLike, hold: FileLock | None) -> None:
+        self._hold = hold
+        try:
+            super().__init__(path)
+        except BaseException:
+            self._release_hold()
+            raise
+
+    def _release_hold(self) -> None:
+        hold, self._hold = self._hold, None
+        if hold is not None:
+            hold.release()
+
+    def close(self) -> None:
+        super().close()
+        self._release_hold()
 
 
 def _write_small(path: Path, data: bytes) -> None:
@@ -103,6 +136,20 @@ class Cache:
 
     def _lock(self, digest: str) -> FileLock:
         return FileLock(self.root / "locks" / f"{digest}.lock")
+
+    def _use_lock(self, digest: str, *, shared: bool) -> FileLock:
+        return FileLock(self.root / "locks" / f"{check_digest(digest)}.use", shared=shared)
+
+    def hold(self, digest: str) -> FileLock | None:
+        """Keep ``digest``'s blob from being pruned while the caller uses it: the use lock, shared, or
+        None where it cannot be taken (a read-only cache: nothing can prune it from here either).
+        Take it before :meth:`lookup` and release it when the reader is closed (module docstring)."""
+        lock = self._use_lock(digest, shared=True)
+        try:
+            lock.acquire()
+        except OSError:
+            return None
+        return lock
 
     # -- receipts ---------------------------------------------------------------------------------
     @staticmethod
@@ -393,8 +440,16 @@ class Cache:
                 report.kept += 1
                 report.kept_bytes += entry.size
                 continue
-            lock = self._lock(entry.sha256)
+            # Neither being downloaded or verified (the digest lock) nor read (the use lock, which every
+            # reader holds shared from before its lookup until it closes): both taken without waiting.
+            lock, use = self._lock(entry.sha256), self._use_lock(entry.sha256, shared=False)
             if not lock.acquire(blocking=False):
+                busy = True
+            else:
+                busy = not use.acquire(blocking=False)
+                if busy:
+                    lock.release()
+            if busy:
                 report.busy += 1
                 report.kept += 1
                 report.kept_bytes += entry.size
@@ -402,6 +457,7 @@ class Cache:
             try:
                 self._evict(entry.sha256)
             finally:
+                use.release()
                 lock.release()
             total -= entry.size
             report.removed.append(entry)

@@ -10,17 +10,18 @@ import os
 import re
 from dataclasses import dataclass
 
+from ..core.grammar import fullmatch
 from ..errors import RegistryError
 
 LATEST = "latest"
 
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_VERSION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
+_NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_VERSION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 
 
 def check_name(name: object) -> str:
     """An archive name: letters, digits, ``.``, ``_``, ``-``; starts with a letter or digit; ≤ 128."""
-    if not isinstance(name, str) or not _NAME_RE.match(name) or ".." in name:
+    if not isinstance(name, str) or not fullmatch(_NAME_RE, name) or ".." in name:
         raise RegistryError(
             f"bad archive name {name!r}: use letters, digits, '.', '_' and '-', starting with a letter or digit"
         )
@@ -29,7 +30,7 @@ def check_name(name: object) -> str:
 
 def check_version(version: object) -> str:
     """A concrete version string; ``latest`` is reserved for resolution and cannot be published."""
-    if not isinstance(version, str) or not _VERSION_RE.match(version) or ".." in version:
+    if not isinstance(version, str) or not fullmatch(_VERSION_RE, version) or ".." in version:
         raise RegistryError(
             f"bad version {version!r}: use letters, digits, '.', '_', '+' and '-', starting with a letter or digit"
         )

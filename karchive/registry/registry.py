@@ -16,13 +16,15 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import datetime
+import functools
+import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from ..core.destination import output_file
 from ..core.fsio import atomic_writer
@@ -31,7 +33,9 @@ from ..errors import (ConflictError, DestinationError, IntegrityError, KarchiveE
 from ..format.reader import ArchiveReader, Limits
 from ..format.check import ArchiveFacts, check_archive_file
 from .cache import Cache
+from .filelock import FileLock
 from .config import FETCH_ENV, REGISTRY_ENV, registry_url
+from .deadline import check_timeout, operation
 from .layout import MARKER, NAMES_DIR, RECORD_SUFFIX, ROOT_INDEX, blob_path, name_index_path, version_record_path, versions_dir
 from .lockfile import Lockfile, load_lockfile
 from .progress import make_progress
@@ -45,6 +49,21 @@ from .store import Store, open_store
 from .transfer import download
 from .verdict import Verdict, check_downgrade, check_pinned_signers, verify_record
 from .versions import newest, sort_versions, version_key
+
+log = logging.getLogger(__name__)
+
+_M = TypeVar("_M", bound=Callable[..., Any])
+
+
+def _operation(method: _M) -> _M:
+    """One registry operation: its requests, retries and backoff share one deadline (:mod:`.deadline`);
+    an operation inside another (``pull`` resolving a name) shares the outer one."""
+    @functools.wraps(method)
+    def bounded(self: Registry, *args: Any, **kwargs: Any) -> Any:
+        with operation(self.retry.timeout):
+            return method(self, *args, **kwargs)
+
+    return bounded  # type: ignore[return-value]
 
 if TYPE_CHECKING:  # pragma: no cover - signing needs cryptography; naming the types does not
     from ..trust.enforce import TrustArg
@@ -78,6 +97,14 @@ class PullResult:
     path: Path  # the verified archive in the cache (or the copy at -o PATH)
     downloaded: bool  # False: served from the local cache
     trust: Verdict | None = None  # with a trust policy: who signed it
+    #: While this result lives (or until :meth:`release`), ``cache prune`` leaves ``path`` alone
+    #: (the cache's shared use lock, spec/REGISTRY.md §5); None for a copy at ``dest``.
+    hold: FileLock | None = field(default=None, repr=False, compare=False)
+
+    def release(self) -> None:
+        """Let ``cache prune`` remove the cached file again (also happens when the result is dropped)."""
+        if self.hold is not None:
+            self.hold.release()
 
 
 @dataclass(frozen=True)
@@ -104,8 +131,10 @@ class Registry:
 
     def __init__(self, url: str | os.PathLike | None = None, storage_options: dict[str, Any] | None = None, *,
                  cache: Cache | str | os.PathLike | None = None, retry: RetryPolicy | None = None,
-                 progress: bool | None = False) -> None:
+                 progress: bool | None = False, timeout: float | None = None) -> None:
         self.retry = retry or RetryPolicy.from_env()
+        if timeout is not None:  # the deadline of each operation (default $KARCHIVE_REGISTRY_TIMEOUT, 60 s)
+            self.retry = dataclasses.replace(self.retry, timeout=check_timeout(timeout))
         #: The default local registry may not exist yet (a fresh machine): it reads as empty. Any other
         #: location must hold a registry: a mistyped path is an error, not an empty listing.
         self.is_default = not url and not os.environ.get(REGISTRY_ENV)
@@ -113,6 +142,9 @@ class Registry:
         self.url = self.store.url
         self.cache = cache if isinstance(cache, Cache) else Cache(cache)
         self.progress = progress
+        #: Entries under ``names/`` that are no archive name or version record (``bad name.json``, a
+        #: non-UTF-8 file name, a stray editor file): skipped by listings, reported here and as a warning.
+        self.stray: builtins.list[str] = []
 
     def __repr__(self) -> str:
         return f"Registry({self.url!r})"
@@ -136,10 +168,25 @@ class Registry:
         data = self.store.read(path)
         return None if data is None else decode_name_index(data, name, self._where(path))
 
-    def _listed_versions(self, name: str) -> list[str]:
-        files = self.store.list_dir(versions_dir(name))
-        return [f[: -len(RECORD_SUFFIX)] for f in files if f.endswith(RECORD_SUFFIX)]
+    def _skip_stray(self, directory: str, entry: str) -> None:
+        """Note an entry a listing skips: one stray file must not break ``ls`` for the whole registry."""
+        where = f"{directory}/{ascii(entry)[1:-1]}"  # escaped: the name may hold control or non-UTF-8 bytes
+        if where not in self.stray:
+            self.stray.append(where)
+            log.warning("registry %s: skipped %s (not an archive name or version record)", self.url, where)
 
+    def _listed_versions(self, name: str) -> list[str]:
+        directory = versions_dir(name)
+        out = []
+        for entry in self.store.list_dir(directory):
+            version = entry[: -len(RECORD_SUFFIX)] if entry.endswith(RECORD_SUFFIX) else None
+            try:
+                out.append(check_version(version))
+            except RegistryError:
+                self._skip_stray(directory, entry)
+        return out
+
+    @_operation
     def names(self) -> list[str]:
         """Every archive name in the registry, sorted."""
         if self.store.can_list:
@@ -148,7 +195,7 @@ class Registry:
                 try:
                     found.append(check_name(entry))
                 except RegistryError:
-                    continue
+                    self._skip_stray(NAMES_DIR, entry)
         else:
             data = self.store.read(ROOT_INDEX)
             found = [] if data is None else decode_root_index(data, self._where(ROOT_INDEX))
@@ -156,6 +203,7 @@ class Registry:
             self.require_registry()
         return sorted(found)
 
+    @_operation
     def require_registry(self) -> None:
         """Refuse a location that holds no registry (no ``karchive-registry.json``, which the first publish
         writes): reading a mistyped path must not look like reading an empty registry. The default local
@@ -167,6 +215,7 @@ class Registry:
         raise NotFoundError(f"{self.url} is not a karchive registry (it has no {MARKER}): a mistyped location? "
                             "A registry is created by its first `karchive publish`", registry=self.url)
 
+    @_operation
     def versions(self, name: str) -> list[VersionRecord]:
         """The versions of ``name``, oldest first; :class:`NotFoundError` if there are none."""
         check_name(name)
@@ -186,6 +235,7 @@ class Registry:
                                 registry=self.url, name=name, available=tuple(names))
         return sorted(records, key=lambda r: version_key(r.version))
 
+    @_operation
     def list(self, name: str | None = None) -> list[VersionRecord]:
         """Version records of one name, or of every name (sorted by name, then version)."""
         if name is not None:
@@ -198,6 +248,7 @@ class Registry:
                 continue  # a name directory without records (an interrupted first publish)
         return out
 
+    @_operation
     def resolve(self, ref: str | Ref) -> VersionRecord:
         """NAME@VERSION → its record; NAME or NAME@latest → the newest version's record."""
         ref = parse_ref(ref) if isinstance(ref, str) else ref
@@ -230,6 +281,7 @@ class Registry:
                              registry=self.url, name=name, version=version, available=tuple(sort_versions(versions)))
 
     # -- publishing -------------------------------------------------------------------------------
+    @_operation
     def publish(self, archive: str | os.PathLike, *, sign: Sequence[SigningKey] = (),
                 build_info: dict[str, Any] | None = None, sidecar: bool = True,
                 registry_keys: Sequence[SigningKey] = ()) -> PublishResult:
@@ -246,6 +298,7 @@ class Registry:
             result = dataclasses.replace(result, metadata=self.update_metadata(registry_keys))
         return result
 
+    @_operation
     def update_metadata(self, keys: Sequence[SigningKey], **options: Any) -> MetadataUpdate:
         """Issue a new signed snapshot and timestamp (:func:`karchive.registry.metadata.update_metadata`)."""
         from .metadata import update_metadata
@@ -329,6 +382,7 @@ class Registry:
             current = False
         return dataclasses.replace(result, signatures=stored, index_current=current)
 
+    @_operation
     def sign(self, ref: str | Ref, key: SigningKey, *, build_info: dict[str, Any] | None = None,
              registry_keys: Sequence[SigningKey] = ()) -> SignResult:
         """Add ``key``'s signature to the published ``NAME@VERSION`` (REGISTRY.md §3).
@@ -346,8 +400,13 @@ class Registry:
         from ..trust.sign import sign_statement
 
         record = self.resolve(ref)
-        path, _ = self.fetch(record)
-        signed = sign_statement(path, key, build_info=build_info)
+        hold = self.cache.hold(record.sha256)  # prune must not remove the file while it is hashed and signed
+        try:
+            path, _ = self.fetch(record)
+            signed = sign_statement(path, key, build_info=build_info)
+        finally:
+            if hold is not None:
+                hold.release()
         if (signed.name, signed.version, signed.sha256) != (record.name, record.version, record.sha256):
             raise IntegrityError(f"{record.ref}: the cached archive is {signed.name}@{signed.version} sha256 "
                                  f"{signed.sha256}, the record says sha256 {record.sha256}; refusing to sign")
@@ -360,6 +419,7 @@ class Registry:
         metadata = self.update_metadata(registry_keys) if registry_keys else None
         return SignResult(record, StoredSignature(key.key_id, created, "key"), self.url, current, metadata)
 
+    @_operation
     def signers(self, ref: str | Ref) -> builtins.list[str]:
         """Key ids that have a signature object for ``ref`` (claimed, not verified: see :meth:`open`)."""
         return signer_ids(self.store, self.resolve(ref).sha256)
@@ -425,6 +485,7 @@ class Registry:
         except NotFoundError:
             return []
 
+    @_operation
     def reindex(self, name: str | None = None) -> builtins.list[str]:
         """Rebuild derived indexes from the version records (all names by default)."""
         if not self.store.writable:
@@ -440,6 +501,7 @@ class Registry:
         return names
 
     # -- pulling and opening ----------------------------------------------------------------------
+    @_operation
     def record_for(self, ref: str | Ref, lockfile: Lockfile | str | os.PathLike | None = None, *,
                    allow_downgrade: bool = False, policy: TrustPolicy | None = None) -> VersionRecord:
         """Resolve, preferring what needs no network: a lockfile pin or a cached (immutable) record.
@@ -471,6 +533,7 @@ class Registry:
         self.cache.remember(self.url, record)
         return record
 
+    @_operation
     def fetch(self, record: VersionRecord) -> tuple[Path, bool]:
         """The verified archive for ``record`` in the local cache; downloads only on a miss."""
         def fill(out: Any) -> None:
@@ -479,6 +542,7 @@ class Registry:
 
         return self.cache.install(record.sha256, record.size, fill, name=record.name, version=record.version)
 
+    @_operation
     def pull(self, ref: str | Ref, dest: str | os.PathLike | None = None, *,
              lockfile: Lockfile | str | os.PathLike | None = None, trust: TrustArg = None,
              allow_downgrade: bool = False) -> PullResult:
@@ -489,17 +553,28 @@ class Registry:
         policy = resolve_policy(trust)
         lock = load_lockfile(lockfile)
         record = self.record_for(ref, lock, allow_downgrade=allow_downgrade, policy=policy)
-        path, downloaded = self.fetch(record)
-        verdict = None
-        if policy is not None:
-            reader, verdict = self._open_cached(record, path, Limits(), policy)
-            _close(reader)
-        check_pinned_signers(lock, record, verdict)
-        if verdict is not None:
-            self.cache.raise_mark(self.url, record.name, record.version)
-        if dest is not None:
-            path = _copy_out(path, dest, record)  # not Path(dest): it would drop a trailing '/'
-        return PullResult(record, path, downloaded, verdict)
+        # Held from before the lookup: prune cannot remove the blob between fetch and open, nor while
+        # the caller uses the returned path (until the result is released or dropped).
+        hold = self.cache.hold(record.sha256)
+        try:
+            path, downloaded = self.fetch(record)
+            verdict = None
+            if policy is not None:
+                reader, verdict = self._open_cached(record, path, Limits(), policy)
+                _close(reader)
+            check_pinned_signers(lock, record, verdict)
+            if verdict is not None:
+                self.cache.raise_mark(self.url, record.name, record.version)
+            if dest is not None:
+                path = _copy_out(path, dest, record)  # not Path(dest): it would drop a trailing '/'
+        except BaseException:
+            if hold is not None:
+                hold.release()
+            raise
+        if dest is not None and hold is not None:
+            hold.release()  # the copy is the caller's; the cached file may go
+            hold = None
+        return PullResult(record, path, downloaded, verdict, hold)
 
     def open(self, ref: str | Ref, *, lockfile: Lockfile | str | os.PathLike | None = None,
              fetch: FetchMode | None = None, limits: Limits | None = None, trust: TrustArg = None,
@@ -516,6 +591,7 @@ class Registry:
         return self.open_verified(ref, lockfile=lockfile, fetch=fetch, limits=limits, trust=trust,
                                   allow_downgrade=allow_downgrade)[0]
 
+    @_operation
     def open_verified(self, ref: str | Ref, *, lockfile: Lockfile | str | os.PathLike | None = None,
                       fetch: FetchMode | None = None, limits: Limits | None = None, trust: TrustArg = None,
                       allow_downgrade: bool = False, reuse_verdict: bool = True) -> tuple[ArchiveReader, Verdict | None]:
@@ -535,12 +611,21 @@ class Registry:
         lock = load_lockfile(lockfile)
         record = self.record_for(ref, lock, allow_downgrade=allow_downgrade, policy=policy)
         limits = limits or Limits()
-        cached = self.cache.lookup(record.sha256, record.size, name=record.name, version=record.version)
-        if cached is None and (mode == "full" or (mode == "auto" and self.store.is_local)):
-            cached = self.fetch(record)[0]
-        if cached is not None:
-            reader, verdict = self._open_cached(record, cached, limits, policy, reuse_verdict)
-        else:
+        # The use lock, shared, from before the lookup until the reader is closed: prune never removes
+        # the blob in between (no false "changed after it was verified"), and a blob pruned before we
+        # got the lock is simply a miss, fetched again (spec/REGISTRY.md §5).
+        hold = self.cache.hold(record.sha256)
+        try:
+            cached = self.cache.lookup(record.sha256, record.size, name=record.name, version=record.version)
+            if cached is None and (mode == "full" or (mode == "auto" and self.store.is_local)):
+                cached = self.fetch(record)[0]
+            if cached is not None:
+                reader, verdict = self._open_cached(record, cached, limits, policy, reuse_verdict, hold)
+                hold = None  # the reader's source releases it when closed
+        finally:
+            if hold is not None:
+                hold.release()
+        if cached is None:
             reader = self.open_lazy(record, limits)
             verdict = None
             if policy is not None:
@@ -559,14 +644,15 @@ class Registry:
         return reader, verdict
 
     def _open_cached(self, record: VersionRecord, path: Path, limits: Limits, policy: TrustPolicy | None,
-                     reuse_verdict: bool = True) -> tuple[ArchiveReader, Verdict | None]:
+                     reuse_verdict: bool = True, hold: FileLock | None = None) -> tuple[ArchiveReader, Verdict | None]:
         """Open the cached blob so that the reader is bound to what the cache verified: the index digest
         of the footer the reader opened from must be the one the receipt recorded when the file was
-        hashed (a file swapped or changed after the receipt check is refused, never trusted)."""
-        from ..format.source import FileSource
+        hashed (a file swapped or changed after the receipt check is refused, never trusted). ``hold``
+        (the cache's use lock) is handed to the reader's source, which releases it when closed."""
         from ..trust.bind import open_recorded
+        from .cache import HeldFileSource
 
-        source = FileSource(path)
+        source = HeldFileSource(path, hold)
         try:
             reader, index = open_recorded(source, limits)
             receipt = self.cache.receipt(record.sha256)
@@ -591,6 +677,7 @@ class Registry:
                                  f"{manifest.get('version')} (tampered or wrong blob)")
         return verify_record(self.store, policy, record, index_sha256=record.index_sha256, sha256=record.sha256)
 
+    @_operation
     def open_lazy(self, record: VersionRecord, limits: Limits | None = None) -> ArchiveReader:
         """Range reads only: the tail, then one request per frame used; authenticated via the index digest."""
         source = StoreSource(self.store, blob_path(record.sha256), record.size, self.retry)
@@ -601,6 +688,7 @@ class Registry:
                                  f"{record.index_sha256} (tampered or wrong blob)")
         return reader
 
+    @_operation
     def lock(self, refs: Sequence[str | Ref], *, trust: TrustArg = None,
              allow_downgrade: bool = False) -> tuple[Lockfile, dict[str, Verdict]]:
         """A lockfile pinning each reference's digests and, with a trust policy, its signers (the key

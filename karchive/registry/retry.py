@@ -15,6 +15,7 @@ from typing import TypeVar
 from collections.abc import Callable
 
 from ..errors import KarchiveError, RegistryError, TransferError
+from .deadline import DEFAULT_TIMEOUT, TIMEOUT_ENV, Deadline, operation, timeout_from_env
 
 T = TypeVar("T")
 
@@ -72,38 +73,67 @@ class RetryPolicy:
     attempts: int = 5
     base_delay: float = 0.2
     max_delay: float = 5.0
+    #: The operation's deadline (:mod:`.deadline`): seconds of waiting on the registry, retries included.
+    timeout: float = DEFAULT_TIMEOUT
 
     @classmethod
     def from_env(cls) -> RetryPolicy:
-        """``KARCHIVE_RETRIES`` (attempts) and ``KARCHIVE_RETRY_DELAY`` (first backoff, seconds)."""
+        """``KARCHIVE_RETRIES`` (attempts), ``KARCHIVE_RETRY_DELAY`` (first backoff, seconds) and
+        ``KARCHIVE_REGISTRY_TIMEOUT`` (the operation deadline, seconds)."""
         return cls(attempts=max(1, int(_env_number("KARCHIVE_RETRIES", cls.attempts))),
-                   base_delay=max(0.0, _env_number("KARCHIVE_RETRY_DELAY", cls.base_delay)))
+                   base_delay=max(0.0, _env_number("KARCHIVE_RETRY_DELAY", cls.base_delay)),
+                   timeout=timeout_from_env())
 
     def delay(self, attempt: int) -> float:
         """Full-jitter exponential backoff, so many clients retrying at once spread out."""
         return random.uniform(0, min(self.max_delay, self.base_delay * (2 ** attempt)))
 
-    def call(self, fn: Callable[[], T], what: str, sleep: Callable[[float], None] = time.sleep) -> T:
+    def call(self, fn: Callable[[], T], what: str, sleep: Callable[[float], None] = time.sleep, *,
+             registry: str | None = None) -> T:
         """Run ``fn``; transient errors are retried, then a :class:`TransferError`.
 
         Missing and existing objects (``FileNotFoundError``/``FileExistsError``) and karchive's own
         errors pass through for the caller to interpret; any other backend error becomes a karchive
-        error, so no library exception escapes to the user.
+        error, so no library exception escapes to the user. ``registry`` (its URL) fills the errors'
+        ``registry`` field.
         """
+        with operation(self.timeout) as deadline:
+            return self._call(fn, what, sleep, deadline, registry)
+
+    def _call(self, fn: Callable[[], T], what: str, sleep: Callable[[float], None], deadline: Deadline,
+              registry: str | None) -> T:
+        last: BaseException | None = None
         for attempt in range(self.attempts):
+            if deadline.remaining() <= 0:
+                raise _too_late(what, deadline, attempt, last, registry)
             try:
-                return fn()
+                with deadline.waiting():
+                    return fn()
             except BaseException as exc:
                 if not isinstance(exc, Exception) or isinstance(exc, (KarchiveError, FileNotFoundError, FileExistsError)):
                     raise
                 if isinstance(exc, PermissionError) or _status(exc) in (401, 403):
-                    raise RegistryError(f"{what}: access denied ({exc}); check the backend's credentials") from exc
+                    raise RegistryError(f"{what}: access denied ({exc}); check the backend's credentials",
+                                        registry=registry) from exc
                 if not is_transient(exc):
-                    raise TransferError(f"{what} failed: {type(exc).__name__}: {exc}", attempts=attempt + 1) from exc
+                    raise TransferError(f"{what} failed: {type(exc).__name__}: {exc}", attempts=attempt + 1,
+                                        registry=registry, url=registry) from exc
+                last = exc
+                if deadline.remaining() <= 0:  # the request itself used up the budget (a silent server)
+                    raise _too_late(what, deadline, attempt + 1, exc, registry) from exc
                 if attempt + 1 >= self.attempts:
                     raise TransferError(
                         f"{what} failed after {self.attempts} attempts: {type(exc).__name__}: {exc}",
-                        attempts=self.attempts,
+                        attempts=self.attempts, registry=registry, url=registry,
                     ) from exc
-                sleep(self.delay(attempt))
+                with deadline.waiting():
+                    sleep(min(self.delay(attempt), max(0.0, deadline.remaining())))
         raise AssertionError("unreachable")
+
+
+def _too_late(what: str, deadline: Deadline, attempts: int, last: BaseException | None,
+              registry: str | None) -> TransferError:
+    why = f"; last error: {type(last).__name__}: {last}" if last is not None and str(last) else (
+        f"; last error: {type(last).__name__}" if last is not None else "")
+    return TransferError(f"{what}: no answer within {deadline.seconds:g} s, the registry deadline (${TIMEOUT_ENV} "
+                         f"or Registry(timeout=...)){why}", attempts=attempts, registry=registry, url=registry)

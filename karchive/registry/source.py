@@ -40,7 +40,8 @@ class StoreSource:
             return data
 
         try:
-            data = self.retry.call(fetch, f"range read of {self.describe()} [{offset}, {offset + length})")
+            data = self.retry.call(fetch, f"range read of {self.describe()} [{offset}, {offset + length})",
+                                   registry=self.store.url)
         except FileNotFoundError:
             raise TransferError(f"{self.describe()} is missing although a version record points at it "
                                 "(damaged registry)") from None

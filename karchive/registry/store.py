@@ -19,10 +19,12 @@ import threading
 from pathlib import Path
 from typing import Any
 from collections.abc import Callable
+from urllib.parse import urlsplit
 
-from ..core.fsio import fsync_dir, temp_path_for
+from ..core.fsio import fsync_dir, read_regular, temp_path_for
 from ..errors import RegistryError, TransferError
 from .config import redact_url
+from .deadline import current as current_deadline
 from .retry import RetryPolicy
 
 ProgressFn = Callable[[int], None]
@@ -86,14 +88,16 @@ class LocalStore(Store):
         return self.root / path
 
     def read(self, path: str) -> bytes | None:
-        try:
-            return self._p(path).read_bytes()
+        try:  # a regular file only: a FIFO planted as a record must not hang `ls`
+            return read_regular(self._p(path), None)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except IsADirectoryError:
             raise RegistryError(f"{self._p(path)} is a directory, expected a file (damaged registry)") from None
         except PermissionError as exc:
             raise RegistryError(f"cannot read {self._p(path)}: {exc}") from None
+        except OSError as exc:
+            raise RegistryError(f"cannot read {self._p(path)}: {exc.strerror or exc} (damaged registry)") from None
 
     def size(self, path: str) -> int | None:
         try:
@@ -225,20 +229,34 @@ class FsspecStore(Store):
         return f"{self.root}/{path}" if self.root else path
 
     def _call(self, fn: Callable[[], Any], what: str, retry: bool = True) -> Any:
-        """Run a backend call with retries (``retry=False``: raw errors, the caller retries)."""
-        return self.retry.call(fn, f"{what} {self.url}") if retry else fn()
+        """Run a backend call with retries (``retry=False``: raw errors, the caller retries), within
+        the operation's deadline (:mod:`.deadline`); errors name the registry and its endpoint."""
+        return self.retry.call(fn, f"{what} {self._named()}", registry=self.url) if retry else fn()
+
+    def _named(self) -> str:
+        """The registry URL, and the endpoint it is reached through where that says more (S3, GCS)."""
+        endpoint = endpoint_url(self._fs, self.protocol, self.root) if self._fs is not None else None
+        return f"{self.url} (endpoint {endpoint})" if endpoint and endpoint not in self.url else self.url
+
+    def _limit(self) -> dict[str, Any]:
+        """``timeout=`` for an fsspec call: what is left of the operation's deadline. Async backends
+        (s3fs, gcsfs, http) cancel the request when it runs out; others do no network I/O here."""
+        deadline = current_deadline()
+        if deadline is None or not getattr(self.fs, "async_impl", False):
+            return {}
+        return {"timeout": max(0.001, deadline.remaining())}
 
     def read(self, path: str) -> bytes | None:
         full = self._p(path)
         try:
-            return self._call(lambda: self.fs.cat_file(full), f"read {path} from")
+            return self._call(lambda: self.fs.cat_file(full, **self._limit()), f"read {path} from")
         except FileNotFoundError:
             return None
 
     def size(self, path: str) -> int | None:
         full = self._p(path)
         try:
-            info = self._call(lambda: self.fs.info(full), f"stat {path} in")
+            info = self._call(lambda: self.fs.info(full, **self._limit()), f"stat {path} in")
         except FileNotFoundError:
             return None
         if info.get("type") == "directory":
@@ -247,8 +265,8 @@ class FsspecStore(Store):
 
     def read_range(self, path: str, start: int, end: int) -> bytes:
         full = self._p(path)
-        return self._call(lambda: self.fs.cat_file(full, start=start, end=end), f"read {path} [{start}, {end}) from",
-                          retry=False)
+        return self._call(lambda: self.fs.cat_file(full, start=start, end=end, **self._limit()),
+                          f"read {path} [{start}, {end}) from", retry=False)
 
     def create(self, path: str, data: bytes) -> bool:
         if not self.writable:
@@ -256,7 +274,7 @@ class FsspecStore(Store):
         full = self._p(path)
         with self._create_lock:
             try:
-                self._call(lambda: self.fs.pipe_file(full, data, mode="create"), f"create {path} in")
+                self._call(lambda: self.fs.pipe_file(full, data, mode="create", **self._limit()), f"create {path} in")
             except FileExistsError:
                 return False
             except TransferError as exc:
@@ -270,7 +288,7 @@ class FsspecStore(Store):
         if not self.writable:
             raise self._read_only()
         full = self._p(path)
-        self._call(lambda: self.fs.pipe_file(full, data), f"write {path} to")
+        self._call(lambda: self.fs.pipe_file(full, data, **self._limit()), f"write {path} to")
 
     def upload(self, path: str, local: str, progress: ProgressFn) -> bool:
         if not self.writable:
@@ -289,7 +307,7 @@ class FsspecStore(Store):
         full = self._p(path)
         try:
             self.fs.invalidate_cache(full)
-            entries = self._call(lambda: self.fs.ls(full, detail=False), f"list {path} in")
+            entries = self._call(lambda: self.fs.ls(full, detail=False, **self._limit()), f"list {path} in")
         except FileNotFoundError:
             return []
         names = {str(e).rstrip("/").rsplit("/", 1)[-1] for e in entries}
@@ -297,14 +315,19 @@ class FsspecStore(Store):
 
 
 def endpoint_host(fs: Any, protocol: str, root: str) -> str | None:
-    """The host a backend will connect to, where it is known without a request; else None (no probe).
+    """The host a backend will connect to, where it is known without a request; else None (no probe)."""
+    url = endpoint_url(fs, protocol, root)
+    return urlsplit(url).hostname if url else None
+
+
+def endpoint_url(fs: Any, protocol: str, root: str) -> str | None:
+    """The endpoint a backend will connect to (``http://127.0.0.1:9000``), where it is known without a
+    request; else None.
 
     gcsfs resolves its endpoint itself (``endpoint_url``, ``STORAGE_EMULATOR_HOST``, Google's); s3fs only
     when one is given (``endpoint_url``, or ``AWS_ENDPOINT_URL[_S3]``): otherwise botocore decides from its
     own configuration files, which karchive does not second-guess.
     """
-    from urllib.parse import urlsplit
-
     url = getattr(fs, "endpoint_url", None) or (getattr(fs, "client_kwargs", None) or {}).get("endpoint_url")
     if protocol in ("gs", "gcs"):
         url = getattr(fs, "_location", None) or url
@@ -313,7 +336,8 @@ def endpoint_host(fs: Any, protocol: str, root: str) -> str | None:
     elif protocol in ("http", "https"):
         url = root
     if isinstance(url, str) and url:
-        return urlsplit(url if "://" in url else f"http://{url}").hostname
+        parts = urlsplit(url if "://" in url else f"http://{url}")
+        return f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}"  # never the credentials
     return None
 
 

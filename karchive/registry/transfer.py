@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import BinaryIO
 
 from ..errors import TransferError
+from .deadline import progress as progress_made
 from .progress import NoProgress, Progress
 from .retry import RetryPolicy
 from .store import Store
@@ -30,7 +31,8 @@ def download(store: Store, path: str, size: int, out: BinaryIO, *, retry: RetryP
                     raise ConnectionError(f"short read: {len(data)} of {stop - start} bytes")
                 return data
 
-            data = retry.call(fetch, f"download of {path} from {store.url} at byte {offset}")
+            data = retry.call(fetch, f"download of {path} from {store.url} at byte {offset}", registry=store.url)
+            progress_made()  # the registry is answering: a large archive is bounded by a stall, not its size
             out.write(data)
             offset += len(data)
             progress.update(len(data))

@@ -11,14 +11,16 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from ..core.grammar import whole
+
 _PEP440 = re.compile(
-    r"""^v?
+    r"""v?
     (?P<release>\d+(?:\.\d+)*)
     (?:[-_.]?(?P<pre_l>a|alpha|b|beta|c|rc|pre|preview)[-_.]?(?P<pre_n>\d+)?)?
     (?:[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n>\d+)?)?
     (?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>\d+)?)?
     (?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?
-    $""",
+    """,
     re.VERBOSE | re.IGNORECASE,
 )
 _PRE_RANK = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
@@ -27,7 +29,7 @@ _INF = float("inf")
 
 def version_key(version: str) -> tuple:
     """Sort key: larger means newer."""
-    m = _PEP440.match(version)
+    m = whole(_PEP440, version)
     if not m:
         return (0, (), (), version)
     release = tuple(int(p) for p in m.group("release").split("."))
@@ -48,7 +50,7 @@ def version_key(version: str) -> tuple:
 
 
 def is_prerelease(version: str) -> bool:
-    m = _PEP440.match(version)
+    m = whole(_PEP440, version)
     return bool(m and (m.group("pre_l") or m.group("dev_l")))
 
 

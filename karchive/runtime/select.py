@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable, Mapping, Sequence
 
+from ..core.grammar import whole
 from ..errors import NoMatchingVariantError
 from ..format.manifest import Param, Variant
 from .args import PointerInfo, describe_arg
@@ -31,12 +32,12 @@ class _Missing:
 
 MISSING: Any = _Missing()
 
-_SM = re.compile(r"^sm_(\d+)([af]?)$")
+_SM = re.compile(r"sm_(\d+)([af]?)")
 
 
 def cubin_runs_on(binary_arch: str, cc: tuple[int, int]) -> bool:
     """sm_XY runs on X.Z for Z >= Y; sm_XYf on the same family (major) likewise; sm_XYa only on X.Y."""
-    m = _SM.match(binary_arch)
+    m = whole(_SM, binary_arch)
     if not m:
         return False
     major, minor = divmod(int(m.group(1)), 10)
@@ -47,7 +48,7 @@ def cubin_runs_on(binary_arch: str, cc: tuple[int, int]) -> bool:
 
 def ptx_runs_on(ptx_target: str, cc: tuple[int, int]) -> bool:
     """PTX for sm_XY JITs for any cc >= X.Y; sm_XYa only for X.Y; sm_XYf for the same family."""
-    m = _SM.match(ptx_target)
+    m = whole(_SM, ptx_target)
     if not m:
         return False
     major, minor = divmod(int(m.group(1)), 10)
@@ -94,7 +95,7 @@ def device_fit(v: Variant, dev: DeviceInfo, allow_ptx: bool,
     if (abi.num_ctas > 1 or cluster > 1) and cc < (9, 0):
         return f"uses thread-block clusters (num_ctas={abi.num_ctas}), which need sm_90 or newer"
     if cubin_runs_on(abi.binary_arch, cc):
-        m = _SM.match(abi.binary_arch)
+        m = whole(_SM, abi.binary_arch)
         built = divmod(int(m.group(1)), 10) if m else cc
         return DeviceFit("binary", (cc[0] - built[0]) * 10 + cc[1] - built[1])
     why = f"cubin is {abi.binary_arch}, the device is sm_{cc[0]}{cc[1]}"

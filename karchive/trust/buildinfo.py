@@ -20,10 +20,11 @@ import re
 import sysconfig
 from typing import Any
 
+from ..core.grammar import fullmatch
 from ..errors import TrustError
 from . import reasons
 
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 _FIELDS = {
     "builder_id": str,        # SLSA runDetails.builder.id, e.g. a CI workflow URI
     "command": str,           # "build", "compile", "capture"
@@ -37,7 +38,7 @@ _FIELDS = {
     "started_on": str,        # RFC 3339 UTC, e.g. "2026-01-02T03:04:05Z"
     "finished_on": str,
 }
-_TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
+_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z")
 MAX_BUILD_INFO_BYTES = 1024 * 1024
 
 
@@ -76,7 +77,7 @@ def check_build_info(info: Any) -> dict[str, Any]:
             raise _fail(f"{key!r} must be a {'JSON object' if typ is dict else typ.__name__}")
     spec = info.get("spec")
     if spec is not None:
-        if set(spec) - {"name", "sha256"} or not _HEX64.match(str(spec.get("sha256", ""))):
+        if set(spec) - {"name", "sha256"} or not fullmatch(_HEX64, spec.get("sha256")):
             raise _fail("'spec' must be {\"name\": file name, \"sha256\": 64 lowercase hex digits}")
         if "name" in spec and type(spec["name"]) is not str:
             raise _fail("'spec.name' must be a string")
@@ -93,7 +94,7 @@ def check_build_info(info: Any) -> dict[str, Any]:
                        for k, v in digest.items())):
             raise _fail(f"dependencies[{i}] must be {{\"uri\"?, \"name\"?, \"digest\": {{algorithm: lowercase hex}}}}")
     for key in ("started_on", "finished_on"):
-        if key in info and not _TIME.match(info[key]):
+        if key in info and not fullmatch(_TIME, info[key]):
             raise _fail(f"{key!r} must be an RFC 3339 UTC time such as 2026-01-02T03:04:05Z")
     return info
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Union
 
-from ..errors import TrustError
+from ..errors import TrustError, TrustPolicyError
 from . import reasons
 
 if TYPE_CHECKING:  # pragma: no cover - a policy needs cryptography; naming the type does not
@@ -25,6 +25,19 @@ POLICY_ENV = "KARCHIVE_TRUST_POLICY"
 TrustArg = Union["TrustPolicy", str, os.PathLike, bool, None]
 
 
+def policy_from_env() -> str | None:
+    """``$KARCHIVE_TRUST_POLICY``: None when unset; set but empty (or blank) is an error, never "no
+    policy": ``KARCHIVE_TRUST_POLICY=`` once switched enforcement off and an unsigned archive loaded
+    (issue 20). Unset the variable to run without a policy."""
+    value = os.environ.get(POLICY_ENV)
+    if value is None:
+        return None
+    if not value.strip():
+        raise TrustPolicyError(f"${POLICY_ENV} is set but empty: give the path of a trust policy, or unset the "
+                               "variable to load without one", path="")
+    return value
+
+
 def resolve_policy(trust: TrustArg) -> TrustPolicy | None:
     """``trust`` (a :class:`TrustPolicy` or the path of one) if given, else ``$KARCHIVE_TRUST_POLICY``
     if set, else None (no enforcement). ``False`` means no policy even when the variable is set (for
@@ -33,7 +46,7 @@ def resolve_policy(trust: TrustArg) -> TrustPolicy | None:
     if trust is False:
         return None
     if trust is None:
-        trust = os.environ.get(POLICY_ENV) or None
+        trust = policy_from_env()
         if trust is None:
             return None
     from .policy import TrustPolicy

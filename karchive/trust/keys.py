@@ -18,6 +18,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from ..core.fsio import read_regular
+from ..core.grammar import whole
 from ..errors import KeyFileError, TrustError
 from . import reasons
 
@@ -32,7 +34,7 @@ except ImportError as exc:  # pragma: no cover - exercised only on installs with
 ALGORITHM = "ed25519"
 #: Key files are small; anything larger is not a key (and is not read whole).
 MAX_KEY_FILE_BYTES = 64 * 1024
-_INLINE = re.compile(r"^ed25519:([A-Za-z0-9+/]{43}=)$")
+_INLINE = re.compile(r"ed25519:([A-Za-z0-9+/]{43}=)")
 
 
 def key_id_of(raw_public: bytes) -> str:
@@ -107,7 +109,7 @@ class SigningKey:
 
 def parse_inline_public_key(text: object, where: str = "public key") -> PublicKey:
     """``ed25519:<base64>`` (as written by ``karchive keygen`` and held in trust policies)."""
-    match = _INLINE.match(text) if isinstance(text, str) else None
+    match = whole(_INLINE, text)
     if not match:
         raise KeyFileError(f"{where}: expected 'ed25519:' followed by the base64 of a 32-byte key, got {text!r}")
     return PublicKey.from_raw(base64.b64decode(match.group(1), validate=True))
@@ -116,8 +118,7 @@ def parse_inline_public_key(text: object, where: str = "public key") -> PublicKe
 def _read_small(path: str | os.PathLike) -> bytes:
     where = os.fspath(path)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_KEY_FILE_BYTES + 1)
+        data = read_regular(path, MAX_KEY_FILE_BYTES)
     except OSError as exc:
         raise KeyFileError(f"cannot read key file {where}: {exc.strerror or exc}", path=where) from exc
     if len(data) > MAX_KEY_FILE_BYTES:

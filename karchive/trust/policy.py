@@ -14,26 +14,30 @@ import fnmatch
 import hashlib
 import os
 import re
-import sys
 from dataclasses import dataclass
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # Python 3.10: the `trust` extra installs tomli
-    import tomli as tomllib
-
+from ..core.fsio import read_regular
+from ..core.grammar import fullmatch
+from ..core.tomlio import parse_toml
 from ..errors import KeyFileError, TrustPolicyError
 from .keys import PublicKey, parse_inline_public_key
 from .registry_policy import RegistryRules, parse_registry_section
 
 POLICY_VERSION = 1
 MAX_POLICY_BYTES = 1024 * 1024
-_KEY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}$")
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
 _TOP = {"version", "keys", "rules", "revoked", "registry"}
 _KEY_FIELDS = {"name", "public_key", "id", "not_before", "not_after"}
 _RULE_FIELDS = {"names", "keys", "threshold"}
+
+
+def is_key_name(value: object) -> bool:
+    """A key name a policy accepts: letters, digits, ``._@+-``, at most 128 characters (whole string)."""
+    return fullmatch(_KEY_NAME, value)
+
 
 
 @dataclass(frozen=True)
@@ -93,9 +97,8 @@ class TrustPolicy:
     @classmethod
     def load(cls, path: str | os.PathLike) -> TrustPolicy:
         where = os.fspath(path)
-        try:
-            with open(path, "rb") as fh:
-                data = fh.read(MAX_POLICY_BYTES + 1)
+        try:  # a regular file only: a FIFO must not hang the load
+            data = read_regular(path, MAX_POLICY_BYTES)
         except OSError as exc:
             raise TrustPolicyError(f"cannot read trust policy {where}: {exc.strerror or exc}", path=where) from exc
         return cls.from_bytes(data, where)
@@ -104,10 +107,7 @@ class TrustPolicy:
     def from_bytes(cls, data: bytes, where: str = "<policy>") -> TrustPolicy:
         if len(data) > MAX_POLICY_BYTES:
             raise TrustPolicyError(f"trust policy {where} is larger than {MAX_POLICY_BYTES} bytes", path=where)
-        try:
-            doc = tomllib.loads(data.decode("utf-8"))
-        except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-            raise TrustPolicyError(f"trust policy {where} is not valid TOML: {exc}", path=where) from exc
+        doc = parse_toml(data, f"trust policy {where}", lambda msg: TrustPolicyError(msg, path=where))
         return _parse(doc, hashlib.sha256(data).hexdigest(), where)
 
 
@@ -141,23 +141,30 @@ def _parse(doc: dict, sha256: str, path: str) -> TrustPolicy:
         return TrustPolicyError(f"{path}: {msg}", path=path)
 
     _unknown(doc, _TOP, "the policy", path)
-    if doc.get("version") != POLICY_VERSION:
-        raise bad(f"'version = {POLICY_VERSION}' is required (found {doc.get('version')!r}); "
+    # Values are typed strictly (issue 20): `version = true` and `version = 1.0` both equal 1 in Python,
+    # and `revoked = {}` is falsy, so loose checks accepted them as a policy they do not spell.
+    version = doc.get("version")
+    if type(version) is not int or version != POLICY_VERSION:
+        raise bad(f"'version = {POLICY_VERSION}' is required, an integer (found {version!r}); "
                   "a newer policy version needs a newer karchive")
+    for table, spelling in (("keys", "an array of [[keys]] tables"), ("rules", "an array of [[rules]] tables"),
+                            ("revoked", "a list of key ids")):
+        if table in doc and type(doc[table]) is not list:
+            raise bad(f"'{table}' must be {spelling}, not {type(doc[table]).__name__}")
     keys: list[PolicyKey] = []
-    for i, k in enumerate(doc.get("keys") or []):
+    for i, k in enumerate(doc.get("keys", [])):
         where = f"[[keys]] #{i + 1}"
         if not isinstance(k, dict):
             raise bad(f"{where} is not a table")
         _unknown(k, _KEY_FIELDS, where, path)
         name = k.get("name")
-        if not isinstance(name, str) or not _KEY_NAME.match(name):
+        if not isinstance(name, str) or not fullmatch(_KEY_NAME, name):
             raise bad(f"{where} needs a name (letters, digits, '._@+-', up to 128 characters), got {name!r}")
         try:
             public = parse_inline_public_key(k.get("public_key"), f"key {name!r}: public_key")
         except KeyFileError as exc:
             raise bad(str(exc)) from exc
-        if "id" in k and k["id"] != public.key_id:
+        if "id" in k and (type(k["id"]) is not str or k["id"] != public.key_id):
             raise bad(f"key {name!r}: id {k['id']!r} is not the id of its public_key ({public.key_id}); "
                       "one of them was copied wrongly")
         nb = _time(k.get("not_before"), f"key {name!r}: not_before", path)
@@ -172,11 +179,13 @@ def _parse(doc: dict, sha256: str, path: str) -> TrustPolicy:
     if len(set(ids)) != len(ids):
         dup = next(k for k in keys if ids.count(k.key_id) > 1)
         raise bad(f"the same public key is listed twice (id {dup.key_id}); list it once, with one window")
-    revoked = doc.get("revoked") or []
-    if not isinstance(revoked, list) or any(not isinstance(r, str) or not _HEX64.match(r) for r in revoked):
-        raise bad("'revoked' must be a list of key ids (64 lowercase hex digits, as karchive keygen prints)")
+    revoked = doc.get("revoked", [])
+    wrong = next((r for r in revoked if not fullmatch(_HEX64, r)), None)
+    if wrong is not None:  # whole string: "<id>\n" (a TOML multi-line string) once loaded and revoked nothing
+        raise bad(f"'revoked' must be a list of key ids (64 lowercase hex digits, as karchive keygen prints, "
+                  f"nothing before or after them), got {wrong!r}")
     rules: list[Rule] = []
-    for i, r in enumerate(doc.get("rules") or []):
+    for i, r in enumerate(doc.get("rules", [])):
         where = f"[[rules]] #{i + 1}"
         if not isinstance(r, dict):
             raise bad(f"{where} is not a table")

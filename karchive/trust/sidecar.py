@@ -10,6 +10,7 @@ import os
 import tempfile
 from typing import TYPE_CHECKING, Any
 
+from ..core.fsio import read_regular
 from ..errors import EnvelopeError
 
 if TYPE_CHECKING:  # envelopes need cryptography; naming a sidecar does not
@@ -28,9 +29,8 @@ def read_sidecar(path: str | os.PathLike) -> Envelope | None:
     from .dsse import MAX_ENVELOPE_BYTES, Envelope
 
     where = os.fspath(path)
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_ENVELOPE_BYTES + 1)
+    try:  # a regular file only: a FIFO named ARCHIVE.sig.json must not hang the load (issue 20)
+        data = read_regular(path, MAX_ENVELOPE_BYTES)
     except FileNotFoundError:
         return None
     except OSError as exc:
