@@ -20,7 +20,7 @@ from .buildenv import (COMPILE_LOCK, DEFAULT_FP_FUSION, cache_namespace, cache_r
                        validate_env)
 from .compile_errors import compiler_message
 from .canonical import SCHEME, Canonicalised, canonical_locations, find_machine_paths, machine_roots
-from .describe import CompiledVariant, describe_variant
+from .describe import CompiledVariant, describe_variant, signature_defaults
 from .kernel_ref import load_kernel, split_ref
 from .signature import Specialization, resolve
 from .toolchain import check_target
@@ -166,7 +166,7 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
             divisibility=spec.divisibility, equal_to_1=spec.equal_to_1, metadata=metadata, asm=asm,
             source_key=fn.cache_key, source_text=module_source(module), hooks=pipeline_hooks(), origin="aot",
             include_ir=req.include_ir, provenance_extra={"triton_cache": fingerprint, "build": build},
-            codegen_env=env,
+            codegen_env=env, signature_defaults=signature_defaults(fn),
         )
     except UnsupportedKernelError as exc:
         raise UnsupportedKernelError(f"{req.label()}: {exc}") from exc
