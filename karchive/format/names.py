@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from collections.abc import Iterable
 
 from karchive.core.grammar import IDENTIFIER, fullmatch
 
@@ -41,3 +42,38 @@ def short_name(name: str) -> str:
 def is_qualified(name: str) -> bool:
     """True for ``module:qualname``; False for a bare ``__name__`` (an archive from before qualified names)."""
     return ":" in name
+
+
+def find_kernel(name: Any, kernels: Iterable[str]) -> list[str]:
+    """The archive's kernels that ``name`` asks for: itself where the archive has it (a qualified name,
+    or a bare name in an archive written before qualified names), else those whose short name it is
+    (``add_kernel`` finds ``pkg.a:add_kernel``, and finds ``pkg.b:add_kernel`` too: the caller refuses
+    more than one, listing them). Empty when nothing fits."""
+    have = list(kernels)
+    if not isinstance(name, str):
+        return []
+    if name in have:
+        return [name]
+    if fullmatch(SHORT_NAME, name):
+        return sorted(k for k in have if short_name(k) == name)
+    return []
+
+
+def kernel_matches(query: str, kernel: str) -> bool:
+    """Does a ``-k``/``--kernel`` filter ``query`` select ``kernel``? The same name; a short name selects
+    every kernel of that short name (``add_kernel`` selects ``a:add_kernel`` and ``b:add_kernel``); and a
+    qualified name selects a bare-named kernel of the same short name (an archive from before qualified
+    names does not know the module), so one filter works on an old and a new version of an archive."""
+    if query == kernel:
+        return True
+    if not (isinstance(query, str) and isinstance(kernel, str)):
+        return False
+    if is_qualified(query) and is_qualified(kernel):
+        return False
+    return short_name(query) == short_name(kernel)
+
+
+def select_kernels(queries: Iterable[str] | None, kernels: Iterable[str]) -> list[str]:
+    """The ``kernels`` any of ``queries`` selects (:func:`kernel_matches`), in their order; all for none."""
+    qs = list(queries or ())
+    return [k for k in kernels if not qs or any(kernel_matches(q, k) for q in qs)]

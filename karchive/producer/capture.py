@@ -42,6 +42,7 @@ from collections.abc import Callable
 from ..errors import CaptureError, UnsupportedKernelError
 from . import capture_scope as scope
 from .autotune import AutotuneLog, call_args, innermost_jit, tuning_key
+from .canonical import kernel_name
 from .capture_report import LEDGER, CacheWatch, LeftOut, describe_left_out, left_out, summarize
 from .describe import BINARY_EXT, IR_STAGES, CompiledVariant, describe_variant, signature_defaults
 from .heuristics import HeuristicsLog
@@ -93,7 +94,7 @@ def describe_source(src: Any, entry: CacheEntry, *, origin: str = "capture", inc
     from .aot import pipeline_hooks
 
     fn = src.fn
-    kernel = fn.__name__
+    kernel = kernel_name(fn)
     names = list(fn.arg_names)
     signature = dict(src.signature)
     consts: dict[int, Any] = {}

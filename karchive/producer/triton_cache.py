@@ -24,6 +24,7 @@ from ..core.jsonio import parse_json
 from ..errors import CaptureError, KarchiveError, UnsupportedKernelError
 from ..format.layout import BINARY_EXT, IR_STAGES
 from ..format.manifest import Variant
+from ..format.names import select_kernels, short_name
 from .describe import CompiledVariant, describe_variant
 from .irtext import enclosed, split_top_level
 
@@ -353,7 +354,7 @@ def export_archive(reader: Any, cache_dir: str | None = None, *, allow_unverifie
     root = triton_site_root()
     results = []
     model = reader.model  # format 2: only the selected kernels' shards are read
-    for v in (v for k in model.kernels() if not kernels or k in kernels for v in model.variants_of(k)):
+    for v in (v for k in select_kernels(kernels, model.kernels()) for v in model.variants_of(k)):
         status, why = check_build(v)
         if status == "mismatch" or (status == "unverified" and not allow_unverified):
             results.append(ExportResult(v.kernel, v.key, status, why))
@@ -366,7 +367,7 @@ def export_archive(reader: Any, cache_dir: str | None = None, *, allow_unverifie
                  "json": restore_json_bytes(reader.read(v.metadata.path), root)}
         for stage, ref in v.ir.items():
             files[stage] = reader.read(ref.path)
-        stem = v.kernel[:150]
+        stem = short_name(v.kernel)[:150]  # Triton names its cache files by the function's __name__
         try:
             written, path = write_entry(cache_dir, triton_hash, stem, files)
         except OSError as exc:
