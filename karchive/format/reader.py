@@ -608,7 +608,7 @@ class ArchiveReader:
         # A short name selects every kernel of that short name (format/names.py, kernel_matches).
         if not self.sharded:
             return {**self.manifest, "variants": [v for v in self.manifest.get("variants") or []
-                                         if isinstance(v, dict) and select_kernels(queries, [v.get("kernel")])]}
+                                         if isinstance(v, dict) and select_kernels(queries, [str(v.get("kernel"))])]}
         out = {k: v for k, v in self.header.items() if k != "shards"}
         out["variants"] = [e for s in self._shards if select_kernels(queries, [s.kernel])
                            for e in self.shard_entries(s.kernel)]
