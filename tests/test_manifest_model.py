@@ -166,9 +166,9 @@ def test_a_real_format_2_archive_reads_one_shard_for_one_kernel(examples_archive
     assert reader.sharded and reader.model.is_sharded
     model = reader.model
     assert len(model) == 42 and len(model.kernels()) == 4 and reader._registered == set()
-    matmul = model.variants_of("matmul_kernel")
-    assert {v.kernel for v in matmul} == {"matmul_kernel"} and len(reader._registered) == 1
+    matmul = model.variants_of("kernels:matmul_kernel")
+    assert {v.kernel for v in matmul} == {"kernels:matmul_kernel"} and len(reader._registered) == 1
     # The same variants as the whole manifest parsed by from_json, which the schema validates.
     raw = reader.manifest
     jsonschema.Draft202012Validator(load_schema()).validate(raw)
-    assert [v for v in Manifest.from_json(raw).variants if v.kernel == "matmul_kernel"] == matmul
+    assert [v for v in Manifest.from_json(raw).variants if v.kernel == "kernels:matmul_kernel"] == matmul
