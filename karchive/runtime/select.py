@@ -132,7 +132,7 @@ def param_reason(p: Param, value: Any, info: PointerInfo | None, given_cx: bool)
         return None
     if p.is_constexpr:
         if value is MISSING:
-            if not p.has_default:  # required (refused before selection) or not recorded (see select_variant)
+            if not p.has_default:  # no default, or none on record: omitted_constexprs has decided
                 return None
             value = p.default  # the call takes the signature's default, as Triton does
             if _differs(value, p.constexpr):
@@ -220,9 +220,10 @@ def omitted_constexprs(kernel: str, variants: Sequence[Variant], values: Sequenc
     a value that followed from an argument's alignment or dtype would change what the kernel computes
     behind the caller's back (``EVEN=True``, the unmasked path, because the pointers happen to be
     aligned). Per-arch values stay allowed (an archive may hold ``BLOCK=1024`` for sm_90 and only
-    ``BLOCK=512`` for sm_80; a callable grid reads the one chosen). A constexpr with a default in the kernel's signature (recorded in the archive) takes it, as Triton
-    does (:func:`param_reason`); without one Triton refuses the call outright, karchive where the
-    archive leaves a choice. Archives that do not record defaults are treated as having none.
+    ``BLOCK=512`` for sm_80; a callable grid reads the one chosen). A constexpr with a default in the
+    kernel's signature (recorded in the archive) takes it, as Triton does (:func:`param_reason`);
+    without one Triton refuses the call outright, karchive where the archive leaves a choice.
+    Archives that do not record defaults are treated as having none.
     """
     problems: list[tuple[str, str, tuple[str, ...]]] = []
     for i, name in enumerate(names):
