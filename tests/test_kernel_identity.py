@@ -104,7 +104,9 @@ def test_tools_take_short_or_qualified_names(twins, tmp_path):
 def test_kernel_names_follow_the_grammar():
     assert find_kernel("add_kernel", ["a:add_kernel", "b:add_kernel"]) == ["a:add_kernel", "b:add_kernel"]
     assert find_kernel("a:add_kernel", ["a:add_kernel", "b:add_kernel"]) == ["a:add_kernel"]
-    assert find_kernel("add_kernel", ["add_kernel", "a:add_kernel"]) == ["add_kernel"]  # exact first
+    # a bare name beside a qualified one of that short name (a Triton-cache import next to a capture): both
+    assert find_kernel("add_kernel", ["add_kernel", "a:add_kernel"]) == ["a:add_kernel", "add_kernel"]
+    assert find_kernel("add_kernel", ["add_kernel", "b:mul"]) == ["add_kernel"]
     assert find_kernel("c:add_kernel", ["a:add_kernel"]) == [] and find_kernel(None, ["a:k"]) == []
     assert find_kernel("k", ["m:Outer.<locals>.k"]) == ["m:Outer.<locals>.k"]
     assert kernel_matches("a:k", "k") and kernel_matches("k", "a:k") and not kernel_matches("a:k", "b:k")

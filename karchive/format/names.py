@@ -45,18 +45,16 @@ def is_qualified(name: str) -> bool:
 
 
 def find_kernel(name: Any, kernels: Iterable[str]) -> list[str]:
-    """The archive's kernels that ``name`` asks for: itself where the archive has it (a qualified name,
-    or a bare name in an archive written before qualified names), else those whose short name it is
-    (``add_kernel`` finds ``pkg.a:add_kernel``, and finds ``pkg.b:add_kernel`` too: the caller refuses
-    more than one, listing them). Empty when nothing fits."""
+    """The archive's kernels that ``name`` asks for: a qualified name finds itself; a short name finds
+    every kernel whose short name it is (``add_kernel`` finds ``pkg.a:add_kernel`` and ``pkg.b:add_kernel``,
+    and a bare ``add_kernel`` of an archive from before qualified names, or one imported from a Triton
+    cache): the caller refuses more than one, listing them. Empty when nothing fits."""
     have = list(kernels)
     if not isinstance(name, str):
         return []
-    if name in have:
-        return [name]
     if fullmatch(SHORT_NAME, name):
         return sorted(k for k in have if short_name(k) == name)
-    return []
+    return [name] if name in have else []
 
 
 def kernel_matches(query: str, kernel: str) -> bool:
