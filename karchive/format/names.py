@@ -44,17 +44,31 @@ def is_qualified(name: str) -> bool:
     return ":" in name
 
 
+class KernelIndex:
+    """:func:`find_kernel` over a fixed list of kernels, with the short names indexed once (an archive's
+    lookups: a cold start over many kernels must not scan them all for each)."""
+
+    def __init__(self, kernels: Iterable[str]) -> None:
+        self.names = list(kernels)
+        self._all = set(self.names)
+        self._short: dict[str, list[str]] = {}
+        for k in sorted(self.names):
+            self._short.setdefault(short_name(k), []).append(k)
+
+    def find(self, name: Any) -> list[str]:
+        if not isinstance(name, str):
+            return []
+        if fullmatch(SHORT_NAME, name):
+            return list(self._short.get(name, ()))
+        return [name] if name in self._all else []
+
+
 def find_kernel(name: Any, kernels: Iterable[str]) -> list[str]:
     """The archive's kernels that ``name`` asks for: a qualified name finds itself; a short name finds
     every kernel whose short name it is (``add_kernel`` finds ``pkg.a:add_kernel`` and ``pkg.b:add_kernel``,
     and a bare ``add_kernel`` of an archive from before qualified names, or one imported from a Triton
     cache): the caller refuses more than one, listing them. Empty when nothing fits."""
-    have = list(kernels)
-    if not isinstance(name, str):
-        return []
-    if fullmatch(SHORT_NAME, name):
-        return sorted(k for k in have if short_name(k) == name)
-    return [name] if name in have else []
+    return KernelIndex(kernels).find(name)
 
 
 def kernel_matches(query: str, kernel: str) -> bool:

@@ -18,7 +18,7 @@ from ..core.units import human_bytes
 from ..errors import KernelNameError, NoDeviceError
 from ..format.heuristics import records_for as heuristics_records
 from ..format.manifest import Manifest, Variant
-from ..format.names import find_kernel
+from ..format.names import KernelIndex
 from ..format.reader import ArchiveReader, Limits
 from ..resolve import open_reader
 from .device import ptx_header
@@ -50,6 +50,7 @@ class Archive:
         self._functions: dict[tuple[str, int], Any] = {}
         self._ptx_headers: dict[str, tuple] = {}
         self._pool: Any = None
+        self._index: KernelIndex | None = None  # kernel names by short name, made on the first lookup
 
     # -- inspection ------------------------------------------------------------------------------------
     @property
@@ -67,7 +68,7 @@ class Archive:
         """Every variant, or those of one kernel (named as :meth:`kernel` takes it; [] for none)."""
         if kernel is None:
             return list(self.manifest.variants)
-        found = find_kernel(kernel, self.kernels())
+        found = self._names().find(kernel)
         return self.manifest.variants_of(self.kernel_name(kernel)) if found else []
 
     def __repr__(self) -> str:
@@ -139,8 +140,9 @@ class Archive:
         """The archive's name for the kernel ``name`` asks for: the name itself (``module:qualname``, or a
         bare name in an archive from before qualified names), or the one kernel whose short name it is.
         :class:`KernelNameError` when none is, or when several are (it lists their qualified names)."""
-        have = self.kernels()
-        found = find_kernel(name, have)
+        index = self._names()
+        have = index.names
+        found = index.find(name)
         if len(found) == 1:
             return found[0]
         if found:
@@ -150,6 +152,12 @@ class Archive:
                 kernel=name, available=tuple(found))
         raise KernelNameError(f"{self.ref} has no kernel named {name!r}; it has: {', '.join(have) or '(none)'}",
                               kernel=name if isinstance(name, str) else repr(name), available=tuple(have))
+
+    def _names(self) -> KernelIndex:
+        index = self._index
+        if index is None:
+            index = self._index = KernelIndex(self.kernels())
+        return index
 
     def __getitem__(self, name: str) -> Kernel | AutotunedKernel | HeuristicsKernel:
         return self.kernel(name)
