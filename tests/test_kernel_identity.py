@@ -158,3 +158,33 @@ def test_capture_files_two_same_named_kernels_apart(tmp_path, triton_cache_dir, 
     aot = compile_variant(VariantRequest(f"{tmp_path / 'co' / 'beta.py'}:add_kernel", SIG, "cuda:90", {"BLOCK": 256},
                                          {"num_warps": 4}))
     assert aot.kernel == "beta:add_kernel" and aot.key == arc.variants("beta:add_kernel")[0].key
+
+
+@needs_triton
+def test_two_modules_of_one_name_are_refused_not_merged(tmp_path):
+    """a/kernels.py and b/kernels.py both define add_kernel: both are kernels:add_kernel, so the build refuses
+    rather than file two kernels' variants under one name (selection could then pick between them)."""
+    from identity_support import ALPHA, BETA
+
+    for sub, text in (("a", ALPHA), ("b", BETA)):
+        (tmp_path / sub).mkdir()
+        (tmp_path / sub / "kernels.py").write_text(text)
+    spec = tmp_path / "build.toml"
+    spec.write_text(f'''[archive]
+name = "clash"
+version = "1.0"
+targets = ["cuda:90"]
+
+[[kernel]]
+source = "a/kernels.py:add_kernel"
+signature = "{SIG}"
+constexprs = {{ BLOCK = [256] }}
+
+[[kernel]]
+source = "b/kernels.py:add_kernel"
+signature = "{SIG}"
+constexprs = {{ BLOCK = [128] }}
+''')
+    r = _cli("build", spec, "-o", tmp_path / "clash.karc", "-j", "1", cwd=tmp_path)
+    assert r.returncode != 0 and "two different kernels would be archived as 'kernels:add_kernel'" in r.stderr, r.stderr
+    assert not (tmp_path / "clash.karc").exists()
