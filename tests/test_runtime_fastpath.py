@@ -360,6 +360,8 @@ def test_select_refuses_host_memory_for_a_named_target(omit_archive):
         k.select(x, out, 1024, BLOCK=256, EVEN=True, device="cuda:90")
     with pytest.raises(ArgumentError, match="host .*memory"):
         k.select(x, out, 1024, BLOCK=256, EVEN=True, device=DeviceInfo.describe_target("cuda:90"))
+    with pytest.raises(ArgumentError, match="host .*memory"):  # a device index: refused before any driver
+        k.select(x, out, 1024, BLOCK=256, EVEN=True, device=0)
     with pytest.raises(ArgumentError, match="on device 1"):
         k.select(T(X, device=0), T(OUT, device=1), 1024, BLOCK=256, EVEN=True, device="cuda:90")
     assert k.select(T(X), T(OUT), 1024, BLOCK=256, EVEN=True, device="cuda:90").constexprs["EVEN"] is True

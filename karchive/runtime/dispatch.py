@@ -141,15 +141,16 @@ class Kernel:
         """
         values, options = self._bind_call(args, kwargs)
         infos = self._infos(values)
+        # The launch's argument checks (host memory, two GPUs) apply whatever ``device`` says: select
+        # must never accept a call that the launch refuses.
+        on = self._argument_device(infos)
         if isinstance(device, str):
             device = DeviceInfo.describe_target(device)
         if isinstance(device, DeviceInfo):
-            # The launch's argument checks (host memory, two GPUs) apply to a described device too:
-            # select must never accept a call that the launch refuses.
-            self._argument_device(infos)
             dev = device
         else:
-            index = device if isinstance(device, int) else self._device_index(infos)
+            index = device if isinstance(device, int) else (
+                self.archive.backend().current_device() if on is None else on)
             dev = self.archive.backend().device_info(index)
         return self._select(dev, values, infos, options)[0]
 
