@@ -246,6 +246,8 @@ class NoMatchingVariantError(RuntimeLoadError):
 
     kernel: str | None = None
     rejections: tuple[tuple[str, str], ...] = ()  # (variant label, reason)
+    param: str | None = None  # a call that omits what selection needs: the parameter or launch option
+    values: tuple[str, ...] = ()  # ... and the values the archive holds for it (as repr)
 
 
 class KernelNameError(NoMatchingVariantError, KeyError):

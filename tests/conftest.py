@@ -78,6 +78,14 @@ def hip_archive(tmp_path_factory) -> pathlib.Path:
 
 
 @pytest.fixture(scope="session")
+def omit_archive(tmp_path_factory) -> pathlib.Path:
+    if not _have_triton():
+        pytest.skip("building test archives needs triton")
+    return runtime_support.write_archive(tmp_path_factory.mktemp("rt") / "omit.karc",
+                                         runtime_support.compile_many(runtime_support.OMIT_REQS), name="omit")
+
+
+@pytest.fixture(scope="session")
 def launch_archive(tmp_path_factory) -> pathlib.Path:
     if not _have_triton():
         pytest.skip("building test archives needs triton")

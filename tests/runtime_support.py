@@ -89,6 +89,17 @@ LAUNCH_REQS = [
     (KERNELS, "add_kernel", ADD16, "cuda:90", {"BLOCK": 1024}, {"num_warps": 4, "num_stages": 2}),
 ]
 
+#: Calls that omit what selection needs (tests/test_runtime_omitted.py): EVEN in {True, False} with no
+#: default, the same kernel with ``EVEN=False`` as its default, and num_warps 2 / 8 (Triton's 4 not built).
+OMIT_SIG = "*fp32:16, *fp32:16, i32"
+OMIT_REQS = [
+    (TEST_KERNELS, "even_kernel", OMIT_SIG, "cuda:90", {"BLOCK": 256, "EVEN": True}, {"num_warps": 4}),
+    (TEST_KERNELS, "even_kernel", OMIT_SIG, "cuda:90", {"BLOCK": 256, "EVEN": False}, {"num_warps": 4}),
+    (TEST_KERNELS, "even_default_kernel", OMIT_SIG, "cuda:90", {"BLOCK": 256, "EVEN": True}, {"num_warps": 4}),
+    (TEST_KERNELS, "even_default_kernel", OMIT_SIG, "cuda:90", {"BLOCK": 256, "EVEN": False}, {"num_warps": 2}),
+    (TEST_KERNELS, "even_default_kernel", OMIT_SIG, "cuda:90", {"BLOCK": 256, "EVEN": False}, {"num_warps": 8}),
+]
+
 
 class Handle:
     """A binding's opaque handle (CUfunction, CUstream, ...): only ``int()`` gives its value."""

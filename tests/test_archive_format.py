@@ -56,15 +56,15 @@ def test_examples_archive_validates_against_schema(examples_archive):
     manifest = Manifest.from_json(reader.manifest)
     assert reader.verify() == []
     kernels = {v.kernel for v in manifest.variants}
-    assert kernels == {"add_kernel", "softmax_kernel", "matmul_kernel", "scale_kernel"}
+    assert kernels == {"kernels:add_kernel", "kernels:softmax_kernel", "kernels:matmul_kernel", "kernels:scale_kernel"}
     targets = {str(v.target) for v in manifest.variants}
     assert targets == {"cuda:80", "cuda:90", "hip:gfx942"}
     # Several variants of one kernel name coexist, each with its own key.
-    mm90 = [v for v in manifest.variants if v.kernel == "matmul_kernel" and str(v.target) == "cuda:90"]
+    mm90 = [v for v in manifest.variants if v.kernel == "kernels:matmul_kernel" and str(v.target) == "cuda:90"]
     assert len(mm90) == 8 and len({v.key for v in mm90}) == 8
     assert any(v.abi.shared > 48 * 1024 for v in mm90), "one matmul variant must need > 48 KB of shared memory"
     assert any(v.abi.num_warps == 8 for v in mm90)
-    scale = [v for v in manifest.variants if v.kernel == "scale_kernel" and str(v.target) == "cuda:90"]
+    scale = [v for v in manifest.variants if v.kernel == "kernels:scale_kernel" and str(v.target) == "cuda:90"]
     assert sorted(p.equal_to_1 for v in scale for p in v.params if p.name == "stride") == [False, True]
     for v in manifest.variants:
         names = [p.name for p in v.abi.params]
@@ -93,8 +93,8 @@ def test_one_variant_reads_only_the_tail_and_its_frame(examples_archive):
     reader = ArchiveReader(source)
     opened_requests, opened_bytes = source.requests, source.bytes_read
     assert opened_requests <= 2
-    variant = reader.model.variants_of("matmul_kernel")[5]  # its shard: in the tail already, or one read
-    shard = reader.frames[reader.members[reader._shards[reader._shard_of["matmul_kernel"]].path].frame]
+    variant = reader.model.variants_of("kernels:matmul_kernel")[5]  # its shard: in the tail already, or one read
+    shard = reader.frames[reader.members[reader._shards[reader._shard_of["kernels:matmul_kernel"]].path].frame]
     assert source.requests - opened_requests <= 1 and source.bytes_read - opened_bytes in (0, shard.length)
     opened_requests, opened_bytes = source.requests, source.bytes_read
     cubin = reader.read(variant.binary.path)
@@ -207,8 +207,9 @@ def test_inspect_summary_reads_only_the_header(examples_archive, capsys):
     info = json.loads(capsys.readouterr().out)
     assert info["format_version"] == "{}.{}".format(*FORMAT_VERSION) and info["variants"] == 42
     kernels = {k["kernel"]: k for k in info["kernels"]}
-    assert set(kernels) == {"add_kernel", "softmax_kernel", "matmul_kernel", "scale_kernel"}
-    assert kernels["matmul_kernel"]["targets"]["cuda:90"] == 8
+    assert set(kernels) == {"kernels:add_kernel", "kernels:softmax_kernel", "kernels:matmul_kernel",
+                            "kernels:scale_kernel"}
+    assert kernels["kernels:matmul_kernel"]["targets"]["cuda:90"] == 8
     assert sum(k["variants"] for k in info["kernels"]) == 42
     assert main(["inspect", str(examples_archive), "--summary"]) == 0
     text = capsys.readouterr().out

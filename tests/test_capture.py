@@ -183,7 +183,7 @@ def test_decorator_saves_after_each_call(cache_dir, gpu, tmp_path):
     _fresh(scale_rows)
     workload(32)
     workload(64)
-    assert workload.capture.kernels() == ["scale_rows"]
+    assert workload.capture.kernels() == ["capture_fakes:scale_rows"]  # module:qualname
     reader = _verify(out)
     assert reader.manifest["name"] == "dec" and len(reader.manifest["variants"]) == 2
 
@@ -290,7 +290,7 @@ def test_autotune_captures_every_config_and_records_the_choice(cache_dir, gpu, t
                     for p in v.variant.to_json()["params"] if p["name"] == "BLOCK")
     assert blocks == [(64, 2), (64, 2), (128, 4), (128, 4), (256, 4), (256, 4)]  # 3 configs x 2 specialisations
     (record,) = cap.autotune.to_json()
-    assert record["kernel"] == "tuned_copy" and record["key_names"] == ["n"]
+    assert record["kernel"] == "capture_fakes:tuned_copy" and record["key_names"] == ["n"]  # as its variants
     assert record["dtype_args"] == ["x_ptr", "out_ptr"]
     assert [e["key"] for e in record["entries"]] == [[4096, "fp32", "fp32"], [1000, "fp32", "fp32"]]
     first, second = record["entries"]
@@ -304,7 +304,7 @@ def test_autotune_captures_every_config_and_records_the_choice(cache_dir, gpu, t
     cap.save(tmp_path / "tuned.karc")
     manifest = _verify(tmp_path / "tuned.karc").manifest
     assert {e["variant"] for e in manifest["autotune"][0]["entries"]} <= {v["key"] for v in manifest["variants"]}
-    hit = choose_config(manifest["autotune"], [4096, "fp32", "fp32"], kernel="tuned_copy")
+    hit = choose_config(manifest["autotune"], [4096, "fp32", "fp32"], kernel="capture_fakes:tuned_copy")
     assert hit["variant"] == first["variant"]
     near = choose_config(manifest["autotune"], [3000, "fp32", "fp32"])
     assert near["key"] == [4096, "fp32", "fp32"]
@@ -346,7 +346,7 @@ def test_capture_is_json_clean(cache_dir, gpu):
         scale_rows[(1,)](_ptr(), _ptr(), 1, 2.0, BLOCK=64)  # n == 1: Triton specialises it away
     (v,) = cap.variants.values()
     n = next(p for p in v.variant.to_json()["params"] if p["name"] == "n")
-    assert n == {"name": "n", "type": "i32", "value": 1, "hints": {"equal_to_1": True}}
+    assert n == {"name": "n", "type": "i32", "value": 1, "hints": {"equal_to_1": True}, "required": True}
     json.dumps(v.variant.to_json())
 
 

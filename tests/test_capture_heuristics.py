@@ -102,7 +102,7 @@ def _case(record: dict, name: str) -> list[tuple[dict, object]]:
 @needs_triton
 def test_each_launch_records_which_values_came_from_which_arguments(captured):
     cap, path = captured
-    records = {r["kernel"]: r for r in cap.heuristics.to_json()}
+    records = {r["kernel"].rpartition(":")[2]: r for r in cap.heuristics.to_json()}  # module:qualname
     assert set(records) == {"heur_bias", "heur_copy", "heur_opaque", "tuned_even_copy"}
     assert records["heur_copy"]["names"] == ["EVEN"]
     assert _case(records["heur_copy"], "EVEN") == [({"BLOCK": 128, "n": 1024}, True),
@@ -143,7 +143,7 @@ def test_inspect_shows_the_heuristics_records(captured, capsys):
     assert "computing " in line and "EVEN" in line and "heur_copy" in line and "heur_bias" in line
     assert main(["inspect", str(path), "--json"]) == 0
     records = json.loads(capsys.readouterr().out)["heuristics"]
-    assert {r["kernel"] for r in records} >= {"heur_copy", "heur_bias"}
+    assert {r["kernel"] for r in records} >= {"capture_fakes:heur_copy", "capture_fakes:heur_bias"}
     assert main(["inspect", str(path), "--summary", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["heuristics"] == len(records)
 
@@ -210,7 +210,7 @@ def test_autotune_and_heuristics_together(captured, h100):
     cap, path = captured
     k = karchive.open(path).kernel("tuned_even_copy")
     assert isinstance(k, AutotunedKernel) and k.heuristics is not None
-    (record,) = [r for r in cap.autotune.to_json() if r["kernel"] == "tuned_even_copy"]
+    (record,) = [r for r in cap.autotune.to_json() if r["kernel"] == "capture_fakes:tuned_even_copy"]
     by_key = {e["key"][0]: e["variant"] for e in record["entries"]}
 
     def call(n: int):
@@ -316,7 +316,7 @@ def test_a_hostile_heuristics_record_is_refused_when_its_kernel_is_opened(add_va
     from karchive.cli.inspect_cmds import schema_problems
     from karchive.producer.pack import ArchiveBuilder
 
-    bad = {"kernel": "add_kernel", "names": ["X"],
+    bad = {"kernel": "kernels:add_kernel", "names": ["X"],
            "cases": {"X": [{"inputs": {"x_ptr": {"object": {"__class__.__init__": 1}}}, "value": 1}]}}
     builder = ArchiveBuilder("bad", "1", heuristics=[bad])
     builder.extend(add_variants)

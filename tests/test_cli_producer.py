@@ -31,7 +31,7 @@ def test_compile_mirrors_triton_compile_py(tmp_path, capsys):
     assert code == 0 and info["name"] == "add_kernel" and info["format_version"] == "{}.{}".format(*FORMAT_VERSION)
     assert {v["target"] for v in info["variants"]} == {"cuda:90", "hip:gfx942"}
     for v in info["variants"]:
-        assert v["kernel"] == "add_kernel" and len(v["key"]) == 64
+        assert v["kernel"] == "kernels:add_kernel" and len(v["key"]) == 64
         assert v["num_warps"] == 4 and v["num_stages"] == 3 and v["shared"] == 0
         assert [p["name"] for p in v["abi"]["params"]] == ["x_ptr", "y_ptr", "out_ptr", "n_elements",
                                                              "global_scratch", "profile_scratch"]
@@ -43,7 +43,7 @@ def test_compile_mirrors_triton_compile_py(tmp_path, capsys):
 def test_inspect_table_filters_and_ir(examples_archive, capsys):
     code, stdout, _ = run(capsys, "inspect", str(examples_archive), "-k", "softmax_kernel", "-t", "cuda:80")
     assert code == 0 and "examples 0.1.0" in stdout and "launch ABI v1" in stdout
-    rows = [line for line in stdout.splitlines() if line.startswith("softmax_kernel")]
+    rows = [line for line in stdout.splitlines() if line.startswith("kernels:softmax_kernel")]
     assert len(rows) == 2 and all("cuda:80" in r for r in rows)
     info = json.loads(run(capsys, "inspect", str(examples_archive), "--json", "-k", "add_kernel", "-t", "cuda:90")[1])
     key = info["variants"][0]["key"]

@@ -15,6 +15,7 @@ from support import needs_triton
 from karchive.audit.diff import diff_archives
 from karchive.format.reader import ArchiveReader
 from karchive.format.writer import ArchiveWriter
+from karchive.format.names import short_name
 
 pytestmark = needs_triton
 
@@ -135,7 +136,7 @@ def diff_json(*args: str) -> tuple[int, dict]:
 
 
 def _by(doc: dict, kernel: str, status: str | None = None) -> list[dict]:
-    return [v for v in doc["variants"] if v["kernel"] == kernel and (status is None or v["status"] == status)]
+    return [v for v in doc["variants"] if short_name(v["kernel"]) == kernel and (status is None or v["status"] == status)]
 
 
 def _fields(v: dict) -> list[str]:
@@ -165,7 +166,7 @@ def test_changed_source_is_a_changed_variant_with_source_digest_and_unified_diff
     assert "-    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) + tl.load(y_ptr" in out
     assert "+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) - tl.load(y_ptr" in out
     # one module holds both kernels: its diff is shown once, naming every variant it concerns
-    assert out.count("\n+++ ") == 1 and "source of add_kernel cuda:90 BLOCK=1024; scale_kernel" in out
+    assert out.count("\n+++ ") == 1 and "source of kernels:add_kernel cuda:90 BLOCK=1024; kernels:scale_kernel" in out
     assert out.strip().splitlines()[-1] == ("kernels: 2 changed; variants: 0 added, 0 removed, 3 changed, "
                                             "0 unchanged")
 
@@ -187,11 +188,11 @@ def test_ir_ptx_shows_the_instruction_that_changed(archives: dict[str, Path]) ->
     done = diff(archives["base"], archives["edited"], "--ir", "ptx", "-k", "add_kernel", "-U", "0")
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
-    assert "ptx of add_kernel cuda:90 BLOCK=1024:" in lines
+    assert "ptx of kernels:add_kernel cuda:90 BLOCK=1024:" in lines
     assert any(line.startswith("-\tadd.f32") for line in lines) and any(line.startswith("+\tsub.f32") for line in lines)
     code, doc = diff_json(archives["base"], archives["edited"], "--ir", "ptx", "-k", "add_kernel")
     [text] = doc["texts"]
-    assert text["what"] == "ptx" and text["variants"] == ["add_kernel cuda:90 BLOCK=1024"]
+    assert text["what"] == "ptx" and text["variants"] == ["kernels:add_kernel cuda:90 BLOCK=1024"]
     assert text["a_path"].endswith("/kernel.ptx") and "+\tsub.f32" in text["diff"] and text["note"] is None
     # variants whose PTX did not change get no diff
     code, doc = diff_json(archives["base"], archives["edited"], "--ir", "ptx", "-k", "scale_kernel")
@@ -220,7 +221,7 @@ def test_a_slim_archive_differs_by_its_missing_ir(archives: dict[str, Path]) -> 
 def test_added_kernel_new_constexpr_and_changed_num_warps(archives: dict[str, Path]) -> None:
     code, doc = diff_json(archives["base"], archives["reshaped"])
     assert code == 1
-    assert doc["summary"]["kernels"]["added"] == ["mul_kernel"] and doc["summary"]["kernels"]["removed"] == []
+    assert doc["summary"]["kernels"]["added"] == ["extra:mul_kernel"] and doc["summary"]["kernels"]["removed"] == []
     assert [v["status"] for v in _by(doc, "mul_kernel")] == ["added"]
     # a changed constexpr set: BLOCK=1024 removed, BLOCK=512 added (different slots never pair)
     add = {v["status"]: v["specialisation"] for v in _by(doc, "add_kernel")}
@@ -237,26 +238,26 @@ def test_added_kernel_new_constexpr_and_changed_num_warps(archives: dict[str, Pa
     text = diff(archives["base"], archives["reshaped"]).stdout
     rows = [line.split() for line in text.splitlines() if line.split()[:1] in (["added"], ["removed"], ["changed"])]
     assert len(rows) == 4  # unchanged variants are counted, not listed
-    assert ["added", "mul_kernel", "cuda:90", "BLOCK=1024", "4/3"] in [r[:5] for r in rows]
-    assert ["added", "add_kernel", "cuda:90", "BLOCK=512", "4/3"] in [r[:5] for r in rows]
-    assert ["removed", "add_kernel", "cuda:90", "BLOCK=1024", "4/3"] in [r[:5] for r in rows]
-    assert ["changed", "scale_kernel", "cuda:90", "BLOCK=1024", "8/3", "->", "2/3"] in [r[:7] for r in rows]
-    assert "~ scale_kernel cuda:90 BLOCK=1024, warps/stages 8/3 -> 2/3  (paired by slot)" in text
+    assert ["added", "extra:mul_kernel", "cuda:90", "BLOCK=1024", "4/3"] in [r[:5] for r in rows]
+    assert ["added", "kernels:add_kernel", "cuda:90", "BLOCK=512", "4/3"] in [r[:5] for r in rows]
+    assert ["removed", "kernels:add_kernel", "cuda:90", "BLOCK=1024", "4/3"] in [r[:5] for r in rows]
+    assert ["changed", "kernels:scale_kernel", "cuda:90", "BLOCK=1024", "8/3", "->", "2/3"] in [r[:7] for r in rows]
+    assert "~ kernels:scale_kernel cuda:90 BLOCK=1024, warps/stages 8/3 -> 2/3  (paired by slot)" in text
     assert "    num_warps  " in text and "8 -> 2" in text
 
     code, back = diff_json(archives["reshaped"], archives["base"])
-    assert code == 1 and back["summary"]["kernels"]["removed"] == ["mul_kernel"]
+    assert code == 1 and back["summary"]["kernels"]["removed"] == ["extra:mul_kernel"]
 
 
 def test_filters_and_a_filter_that_matches_nothing(archives: dict[str, Path]) -> None:
     code, doc = diff_json(archives["base"], archives["reshaped"], "-k", "scale_kernel", "-t", "cuda:90")
-    assert code == 1 and {v["kernel"] for v in doc["variants"]} == {"scale_kernel"}
+    assert code == 1 and {v["kernel"] for v in doc["variants"]} == {"kernels:scale_kernel"}
     assert diff(archives["base"], archives["reshaped"], "-k", "add_kernel", "-k", "mul_kernel").returncode == 1
     code, doc = diff_json(archives["base"], archives["edited"], "-k", "nosuch", "-k", "scale_kernel", "-t", "cuda:90")
     assert code == 1 and len(doc["variants"]) == 2
     none = diff(archives["base"], archives["reshaped"], "-k", "nosuch")
     assert none.returncode == 2 and "no variant in either archive matches" in none.stderr
-    assert "add_kernel (cuda:90)" in none.stderr and "Traceback" not in none.stderr
+    assert "kernels:add_kernel (cuda:90)" in none.stderr and "Traceback" not in none.stderr
     assert diff(archives["base"], archives["reshaped"], "-t", "cuda:80").returncode == 2
 
 
@@ -335,7 +336,7 @@ def test_diff_archives_is_usable_from_python(archives: dict[str, Path], monkeypa
     result = diff_archives(a, b, source=True, ir="ttir")
     assert not result.identical and result.count("changed") == 3
     assert [t.what for t in result.texts] == ["source", "ttir"]
-    assert result.to_json()["summary"]["kernels"]["changed"] == ["add_kernel", "scale_kernel"]
+    assert result.to_json()["summary"]["kernels"]["changed"] == ["kernels:add_kernel", "kernels:scale_kernel"]
     assert diff_archives(a, a).identical
     # texts too large for difflib get a note instead of a diff
     monkeypatch.setattr("karchive.audit.diff.MAX_TEXT_BYTES", 100)
@@ -353,7 +354,7 @@ def test_name_at_version_through_a_local_registry(archives: dict[str, Path], tmp
     done = diff("kernels@1.4.0", "kernels@1.5.0", *args)
     assert done.returncode == 1, done.stderr
     assert "A: kernels 1.4.0  (kernels@1.4.0, 3 variants)" in done.stdout
-    assert any(line.split()[:2] == ["changed", "add_kernel"] for line in done.stdout.splitlines())
+    assert any(line.split()[:2] == ["changed", "kernels:add_kernel"] for line in done.stdout.splitlines())
     assert diff("kernels@1.4.0", archives["base"], *args).returncode == 0
     # the registry also comes from the environment, as for every other command
     env = {"KARCHIVE_REGISTRY": str(registry), "KARCHIVE_CACHE_DIR": str(cache)}

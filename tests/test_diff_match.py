@@ -159,13 +159,13 @@ def test_compare_names_every_aspect_most_telling_first(base: dict) -> None:
 
 
 def test_autotune_records_are_compared_per_kernel(base: dict) -> None:
-    record = {"kernel": "add_kernel", "key_names": ["n"], "dtype_args": [], "configs": [{"kwargs": {}}],
+    record = {"kernel": "kernels:add_kernel", "key_names": ["n"], "dtype_args": [], "configs": [{"kwargs": {}}],
               "entries": [], "fallback": "nearest-log2"}
     b = copy.deepcopy(base)
     b["autotune"] = [record]
     result = diff_manifests(base, b)
-    assert not result.identical and result.kernels()["changed"] == ["add_kernel"]
-    assert result.autotune == [{"kernel": "add_kernel", "status": "added", "configs": [None, 1], "entries": [None, 0]}]
+    assert not result.identical and result.kernels()["changed"] == ["kernels:add_kernel"]
+    assert result.autotune == [{"kernel": "kernels:add_kernel", "status": "added", "configs": [None, 1], "entries": [None, 0]}]
     c = copy.deepcopy(b)
     c["autotune"][0]["entries"] = [{"key": [1], "config": 0, "variant": base["variants"][0]["key"]}]
     assert diff_manifests(b, c).autotune[0]["status"] == "changed"
@@ -194,3 +194,30 @@ def test_pairing_is_order_independent(base: dict) -> None:
     backward = [(p.matched_by, p.a and p.a["key"], p.b and p.b["key"]) for p in pair_variants(a[::-1], b[::-1])]
     assert forward == backward and [m for m, _, _ in forward] == ["key", "slot"]
     assert specialisation_text(w4) == "BLOCK=1024"
+
+
+def bare(v: dict, tag: str) -> dict:
+    """The variant as an archive from before qualified kernel names holds it: ``add_kernel``, its own key."""
+    out = rekey(v, tag)
+    out["kernel"] = out["kernel"].rpartition(":")[2]
+    return out
+
+
+def test_a_bare_named_old_version_pairs_with_its_qualified_new_version(base: dict) -> None:
+    """Issue 19: kernels are now filed as module:qualname. diff of an old archive (bare names) and its
+    new build pairs each variant with its counterpart (a "kernel" change on top), where the new side
+    has exactly one kernel of that short name; a filter by either name selects both sides."""
+    assert all(v["kernel"] == "kernels:add_kernel" for v in base["variants"])
+    old = {**base, "variants": [bare(v, "old") for v in base["variants"]]}
+    result = diff_manifests(old, base)
+    assert [r.status for r in result.variants] == ["changed"] * 3
+    assert all(r.kernel == "kernels:add_kernel" and r.changes[0].field == "kernel" for r in result.variants)
+    assert result.kernels()["changed"] == ["kernels:add_kernel"] and not result.kernels()["added"]
+    for k in ("add_kernel", "kernels:add_kernel"):
+        assert len(diff_manifests(old, base, kernels=[k]).variants) == 3
+    # Two qualified kernels of that short name on the new side: nothing is guessed.
+    other = copy.deepcopy(base["variants"][0])
+    other["kernel"], other["key"] = "extra:add_kernel", hashlib.sha256(b"other").hexdigest()
+    two = {**base, "variants": [*copy.deepcopy(base["variants"]), other]}
+    statuses_two = sorted(r.status for r in diff_manifests(old, two).variants)
+    assert statuses_two == ["added"] * 4 + ["removed"] * 3

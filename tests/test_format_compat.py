@@ -59,6 +59,14 @@ def test_a_1_0_archive_opens_for_launch_and_selects(path):
     assert str(v.target) == "cuda:90" and arc.reader.read(v.binary.path).startswith(b"\x7fELF")
     mi300 = DeviceInfo.describe_target("hip:gfx942")
     assert str(arc.kernel("add_kernel").select(A, A, A, 4096, BLOCK=256, device=mi300).target) == "hip:gfx942"
+    # Issue 19: written before qualified names and signature records. Bare names are looked up as they
+    # are (a qualified name is not guessed onto them); an omitted BLOCK is taken where the device's
+    # variants hold one value, as before, since no order decides anything there.
+    assert arc.kernels() == ["add_kernel", "scale_kernel", "softmax_kernel"] and arc.kernel("add_kernel").name == "add_kernel"
+    assert all(p.has_default is None for v in arc.variants() for p in v.params)
+    assert arc.kernel("add_kernel").select(A, A, A, 4096, device=h100).constexprs == {"BLOCK": 1024}
+    with pytest.raises(karchive.KernelNameError, match="no kernel named 'kernels:add_kernel'"):
+        arc.kernel("kernels:add_kernel")
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)

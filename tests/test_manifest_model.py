@@ -6,6 +6,7 @@ import pytest
 
 from karchive.format.manifest import Abi, AbiParam, FileRef, Manifest, Param, Provenance, Target, Variant
 from karchive.format.schema import load_schema
+from karchive.errors import SchemaError
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -28,8 +29,8 @@ def _variant(*, full: bool) -> Variant:
     return Variant(
         kernel="k", key=DIGEST, target=Target("cuda", "90", 32),
         params=(Param("x", "*fp32", divisibility=16), Param("n", "i32"),
-                Param("s", "i32", constexpr=1, is_constexpr=True, equal_to_1=True),
-                Param("BLOCK", "constexpr", constexpr=128, is_constexpr=True)),
+                Param("s", "i32", constexpr=1, is_constexpr=True, equal_to_1=True, has_default=False),
+                Param("BLOCK", "constexpr", constexpr=128, is_constexpr=True, has_default=True, default=64)),
         options={"num_warps": 4, "num_stages": 3}, abi=_abi(),
         binary=ref, metadata=FileRef(f"variants/{DIGEST}/kernel.json", 5, DIGEST),
         ir={"ptx": FileRef(f"variants/{DIGEST}/kernel.ptx", 7, DIGEST)} if full else {},
@@ -77,7 +78,13 @@ def test_every_schema_object_has_exactly_the_model_fields():
     full, minimal = _variant(full=True), _variant(full=False)
     _keys_match(full.binary.to_json(), d["file"])
     _keys_match(full.target.to_json(), d["target"])
-    _keys_match(full.params[2].to_json(), d["param"])  # value and hints
+    # value and hints; "required" (no default in the signature) and "default" exclude each other
+    _keys_match({**full.params[2].to_json(), **full.params[3].to_json()}, d["param"])
+    both = {**full.params[2].to_json(), "default": 1}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(both, {**d["param"], "$defs": d})
+    with pytest.raises(SchemaError, match="not both"):
+        Param.from_json(both, "p")
     _keys_match(Param("n", "i32").to_json(), d["param"], required_only=True)
     _keys_match(full.abi.params[0].to_json(), d["abi_param"])  # type and arg
     _keys_match(full.abi.params[2].to_json(), d["abi_param"], required_only=True)  # scratch: neither
@@ -159,9 +166,9 @@ def test_a_real_format_2_archive_reads_one_shard_for_one_kernel(examples_archive
     assert reader.sharded and reader.model.is_sharded
     model = reader.model
     assert len(model) == 42 and len(model.kernels()) == 4 and reader._registered == set()
-    matmul = model.variants_of("matmul_kernel")
-    assert {v.kernel for v in matmul} == {"matmul_kernel"} and len(reader._registered) == 1
+    matmul = model.variants_of("kernels:matmul_kernel")
+    assert {v.kernel for v in matmul} == {"kernels:matmul_kernel"} and len(reader._registered) == 1
     # The same variants as the whole manifest parsed by from_json, which the schema validates.
     raw = reader.manifest
     jsonschema.Draft202012Validator(load_schema()).validate(raw)
-    assert [v for v in Manifest.from_json(raw).variants if v.kernel == "matmul_kernel"] == matmul
+    assert [v for v in Manifest.from_json(raw).variants if v.kernel == "kernels:matmul_kernel"] == matmul

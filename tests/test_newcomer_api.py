@@ -55,7 +55,7 @@ def test_not_an_archive(tmp_path):
 def test_kernel_lookup_with_a_wrong_name(examples_archive):
     arc = karchive.open(examples_archive)
     for name in ("typo", None, 3):  # None used to mean "all variants" and failed deep in the dispatcher
-        with pytest.raises(karchive.KernelNameError, match="it has: add_kernel, matmul_kernel") as info:
+        with pytest.raises(karchive.KernelNameError, match="it has: kernels:add_kernel, kernels:matmul_kernel") as info:
             arc.kernel(name)
         assert isinstance(info.value, KeyError) and isinstance(info.value, karchive.NoMatchingVariantError)
 
@@ -197,7 +197,7 @@ def test_archive_and_variant_reprs_are_short(examples_archive):
     reprs = [repr(v) for v in arc.variants()]
     assert len(reprs) == 42 and max(len(r) for r in reprs) < 160
     scale = [repr(v) for v in arc.variants("scale_kernel") if str(v.target) == "cuda:90"]
-    assert any(r.startswith("<Variant scale_kernel cuda:90 stride==1 BLOCK=1024 warps=4 stages=3 key=") for r in scale)
+    assert any(r.startswith("<Variant kernels:scale_kernel cuda:90 stride==1 BLOCK=1024 warps=4 stages=3 key=") for r in scale)
     assert "sha256" not in "".join(reprs)
 
 
@@ -205,9 +205,9 @@ def test_archive_summary_reads_like_inspect(examples_archive):
     text = karchive.open(examples_archive).summary()
     lines = text.splitlines()
     assert lines[0].startswith("examples 0.1.0: 42 variants of 4 kernels (")
-    row = next(line for line in lines if line.startswith("add_kernel"))
+    row = next(line for line in lines if line.startswith("kernels:add_kernel"))
     assert "6 variants" in row and "cuda:80, cuda:90, hip:gfx942" in row and "BLOCK=256|1024" in row
-    assert "stride==1 (in 3) BLOCK=1024" in next(line for line in lines if line.startswith("scale_kernel"))
+    assert "stride==1 (in 3) BLOCK=1024" in next(line for line in lines if line.startswith("kernels:scale_kernel"))
 
 
 def test_variant_repr_escapes_terminal_control_characters(examples_archive):

@@ -242,7 +242,7 @@ def test_summary_counts_distinct_keys(tmp_path):
     summary = _summary(result, str(out), 2)
     held = len(ArchiveReader.from_path(out).manifest["variants"])
     assert summary["built"] == held == 1 and summary["duplicates"] == 1
-    assert summary["per_kernel_target"] == [{"kernel": "add_kernel", "target": "cuda:90", "variants": 1}]
+    assert summary["per_kernel_target"] == [{"kernel": "kernels:add_kernel", "target": "cuda:90", "variants": 1}]
 
 
 # -- 11. a constexpr typo names the unknown key --------------------------------------------------------
@@ -327,7 +327,8 @@ def test_progress_bar_on_a_terminal_shows_the_target(tmp_path):
 
 # -- 15. filters that match nothing --------------------------------------------------------------------
 @pytest.mark.parametrize("args, says", [
-    (["-k", "nosuch"], "matches -k nosuch; it has kernels add_kernel, matmul_kernel, scale_kernel, softmax_kernel"),
+    (["-k", "nosuch"], "matches -k nosuch; it has kernels kernels:add_kernel, kernels:matmul_kernel, kernels:scale_kernel, "
+                      "kernels:softmax_kernel"),
     (["-t", "cuda:75"], "matches -t cuda:75; it has kernels"),
     (["--key", "ffffffff"], "matches --key ffffffff"),
 ])
@@ -347,7 +348,7 @@ def test_target_filters_are_spelled_as_archives_spell_them(examples_archive, cap
 def test_export_with_an_unknown_kernel_names_the_kernels(examples_archive, tmp_path, capsys):
     code, _, err = run(capsys, "export-triton-cache", str(examples_archive), "--cache-dir", str(tmp_path / "tc"),
                        "-k", "nosuch")
-    assert code == 2 and "has no kernel 'nosuch'; it has: add_kernel" in err and not (tmp_path / "tc").exists()
+    assert code == 2 and "has no kernel 'nosuch'; it has: kernels:add_kernel" in err and not (tmp_path / "tc").exists()
 
 
 # -- 16. counts that cannot be right -------------------------------------------------------------------
@@ -491,7 +492,7 @@ def test_spec_key_mistakes_suggest_the_key(tmp_path, capsys, edit, says):
 
 def test_rebuild_with_an_unknown_kernel_names_the_kernels(examples_archive, capsys):
     code, _, err = run(capsys, "rebuild", "--check", str(examples_archive), "-k", "nosuch")
-    assert code == 2 and "has no kernel 'nosuch'; it has: add_kernel, matmul_kernel" in err
+    assert code == 2 and "has no kernel 'nosuch'; it has: kernels:add_kernel, kernels:matmul_kernel" in err
 
 
 def test_lockfile_write_error_names_the_file_once(tmp_path):

@@ -9,6 +9,7 @@ import shutil
 import pytest
 
 from karchive.cli.main import main
+from karchive.format.names import short_name
 from repro_support import clean_env, karchive, make_checkout, manifest
 from support import needs_triton
 
@@ -78,7 +79,7 @@ def test_a_binary_that_does_not_come_from_its_source_is_named(built, capsys, tmp
     """A publisher ships a cubin that differs (digests consistent): variant, member and first offset are named."""
     m, variants = _compiled(built)
     i, target = next((i, v) for i, v in enumerate(variants)
-                     if v.kernel == "scaled_add" and v.variant.target.backend == "cuda")
+                     if short_name(v.kernel) == "scaled_add" and v.variant.target.backend == "cuda")
     cubin = bytearray(target.files["binary"])
     cubin[len(cubin) - 40] ^= 0x01
     variants[i] = target.replaced(target.variant, {**target.files, "binary": bytes(cubin)})
@@ -99,7 +100,7 @@ def test_a_launch_abi_that_does_not_match_is_named(built, capsys, tmp_path):
     from dataclasses import replace
 
     i, target = next((i, v) for i, v in enumerate(variants)
-                     if v.kernel == "softmax_kernel" and v.variant.target.backend == "hip")
+                     if short_name(v.kernel) == "softmax_kernel" and v.variant.target.backend == "hip")
     abi = replace(target.variant.abi, shared=target.variant.abi.shared + 1024)
     variants[i] = target.replaced(replace(target.variant, abi=abi))
     bad = _write(m, variants, tmp_path / "abi.karc")
@@ -153,13 +154,13 @@ def test_variants_that_cannot_be_rebuilt_say_why(built, capsys, tmp_path):
     m, variants = _compiled(built)
     from karchive.producer.describe import CompiledVariant
 
-    found = next(v for v in variants if v.kernel == "softmax_kernel")
+    found = next(v for v in variants if short_name(v.kernel) == "softmax_kernel")
     orphan = CompiledVariant.assemble(found.variant, found.files, None, extra_sources=[])
     odd = _write(m, [imported, orphan], tmp_path / "odd.karc")
     code, out, _ = run(capsys, "rebuild", "--check", str(odd), "--json")
     report = json.loads(out)
     assert code == 3 and report["counts"] == {"not-rebuildable": 2}
-    reasons = {v["kernel"]: v["reason"] for v in report["variants"]}
+    reasons = {short_name(v["kernel"]): v["reason"] for v in report["variants"]}
     assert "imported from a Triton cache" in reasons["scaled_add"]
     assert "is not in the archive" in reasons["softmax_kernel"]
 
@@ -174,7 +175,7 @@ def test_variants_that_cannot_be_rebuilt_say_why(built, capsys, tmp_path):
 ])
 def test_a_hostile_build_record_is_refused_before_anything_runs(built, capsys, tmp_path, change, reason):
     m, variants = _compiled(built)
-    (v,) = [v for v in variants if v.kernel == "scaled_add" and v.variant.target.backend == "hip"]
+    (v,) = [v for v in variants if short_name(v.kernel) == "scaled_add" and v.variant.target.backend == "hip"]
     change(v.variant.provenance.build)
     odd = _write(m, [v], tmp_path / "odd.karc")
     code, out, _ = run(capsys, "rebuild", "--check", str(odd), "--json")

@@ -88,11 +88,11 @@ def test_line_info_kept_under_canonical_names(two_builds, tmp_path):
     """PTX .file entries, TTIR locs and the cubin's line table name kernels.py / triton/language/standard.py."""
     m = manifest(two_builds["a"])
     files = members(two_builds["a"])
-    softmax = next(v for v in m["variants"] if v["kernel"] == "softmax_kernel" and v["target"]["backend"] == "cuda")
+    softmax = next(v for v in m["variants"] if v["kernel"] == "kernels:softmax_kernel" and v["target"]["backend"] == "cuda")
     ptx = files[softmax["files"]["ir"]["ptx"]["path"]].decode()
     assert '.file\t1 "kernels.py"' in ptx and '"triton/language/standard.py"' in ptx
     assert 'loc("kernels.py":' in files[softmax["files"]["ir"]["ttir"]["path"]].decode()
-    helper = next(v for v in m["variants"] if v["kernel"] == "scaled_add" and v["target"]["backend"] == "hip")
+    helper = next(v for v in m["variants"] if v["kernel"] == "mykern:scaled_add" and v["target"]["backend"] == "hip")
     llir = files[helper["files"]["ir"]["llir"]["path"]].decode()
     assert 'DIFile(filename: "mykern.py", directory: "")' in llir and 'DIFile(filename: "helpers.py"' in llir
     from triton.backends.nvidia.compiler import get_ptxas
@@ -122,7 +122,7 @@ def test_the_shell_does_not_decide_and_is_told_once(two_builds):
 
 def test_helper_module_sources_are_stored_for_a_rebuild(two_builds):
     m = manifest(two_builds["a"])
-    v = next(v for v in m["variants"] if v["kernel"] == "scaled_add" and v["target"]["backend"] == "cuda")
+    v = next(v for v in m["variants"] if v["kernel"] == "mykern:scaled_add" and v["target"]["backend"] == "cuda")
     build = v["provenance"]["build"]
     assert [(s["module"], s["name"]) for s in build["sources"]] == [("mykern", "mykern.py"), ("helpers", "helpers.py")]
     stored = {s["sha256"] for s in m["sources"]}

@@ -12,15 +12,20 @@ from karchive.registry.refs import is_registry_ref
 
 def test_open_path_lists_kernels_and_reads_only_the_tail(cuda_archive):
     arc = karchive.open(cuda_archive)
-    assert arc.kernels() == ["add_kernel", "matmul_kernel", "scale_kernel"]
+    assert arc.kernels() == ["kernels:add_kernel", "kernels:matmul_kernel", "kernels:scale_kernel"]
     requests = arc.reader.source.requests
     add = arc.kernel("add_kernel")
     add.select(0x1000, 0x2000, 0x3000, 4, device=DeviceInfo.describe_target("cuda:90"))
     assert arc.reader.source.requests == requests  # selection needs the manifest only
-    assert arc.kernel("add_kernel") is add and arc["add_kernel"] is add
-    with pytest.raises(NoMatchingVariantError, match="no kernel named 'nope'; it has: add_kernel, matmul_kernel") as info:
+    # the short name finds the one kernel of that name; both names give the same dispatcher
+    assert arc.kernel("add_kernel") is add and arc["add_kernel"] is add and arc.kernel("kernels:add_kernel") is add
+    assert add.name == "kernels:add_kernel"
+    with pytest.raises(NoMatchingVariantError, match="no kernel named 'nope'; it has: kernels:add_kernel, ") as info:
         arc.kernel("nope")
-    assert isinstance(info.value, KeyError) and info.value.available == ("add_kernel", "matmul_kernel", "scale_kernel")
+    assert isinstance(info.value, KeyError) and info.value.available == (
+        "kernels:add_kernel", "kernels:matmul_kernel", "kernels:scale_kernel")
+    with pytest.raises(NoMatchingVariantError, match="no kernel named 'other:add_kernel'"):
+        arc.kernel("other:add_kernel")  # a qualified name is never matched by its short name
 
 
 def test_open_fsspec_url(cuda_archive):
@@ -28,7 +33,7 @@ def test_open_fsspec_url(cuda_archive):
     fs = fsspec.filesystem("memory")
     fs.pipe("/rt/cuda.karc", cuda_archive.read_bytes())
     arc = karchive.open("memory://rt/cuda.karc")
-    assert "add_kernel" in arc.kernels()
+    assert "kernels:add_kernel" in arc.kernels()
     v = arc.variants("add_kernel")[0]
     assert arc.reader.read(v.binary.path)[:4] == b"\x7fELF"  # a cubin
 
@@ -40,7 +45,7 @@ def test_registry_references_resolve_through_the_registry(cuda_archive, tmp_path
     record = reg.publish(cuda_archive).record
     arc = karchive.open(f"{record.name}@{record.version}", registry=str(tmp_path / "registry"),
                         cache_dir=tmp_path / "cache")
-    assert "add_kernel" in arc.kernels()
+    assert "kernels:add_kernel" in arc.kernels()
     assert arc.reader.source.describe().endswith(f"{record.sha256}.karc")  # served from the verified cache
 
 

@@ -23,7 +23,7 @@ def tuned_archive(tmp_path_factory):
     variants = [compile_variant(VariantRequest(f"{EXAMPLES / 'kernels.py'}:matmul_kernel", SIG, "cuda:90", cx,
                                                {"num_warps": w, "num_stages": 3})) for cx, w in CONFIGS]
     record = {
-        "kernel": "matmul_kernel", "key_names": ["M", "N", "K"], "dtype_args": [], "fallback": "nearest-log2",
+        "kernel": "kernels:matmul_kernel", "key_names": ["M", "N", "K"], "dtype_args": [], "fallback": "nearest-log2",
         "configs": [{"kwargs": cx, "num_warps": w, "num_stages": 3} for cx, w in CONFIGS],
         "entries": [{"key": [128, 128, 128], "config": 0, "variant": variants[0].variant.to_json()["key"]},
                     {"key": [4096, 4096, 4096], "config": 1, "variant": variants[1].variant.to_json()["key"]}],

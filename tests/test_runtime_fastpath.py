@@ -312,6 +312,61 @@ def test_select_for_a_named_target_on_a_cpu_machine(launch_archive, cuda_archive
     assert add.select(X, Y, OUT, 5, device=DeviceInfo.describe_target("cuda:90")).abi.binary_arch == "sm_90a"
 
 
+def test_omitted_constexprs_and_options_resolve_the_same_on_both_paths(monkeypatch, omit_archive):
+    """Issue 19: what a call leaves out never picks a variant by order. EVEN with no default and two
+    archived values is refused (naming EVEN and its values); EVEN with a default takes it; num_warps
+    left out where the candidates are 2 and 8 (Triton's 4 not built) is refused, listing both. The
+    same on both paths, and a refusal is not cached as a launch (the next, complete call launches)."""
+    ev, evd = (lambda a: a.kernel("even_kernel")), (lambda a: a.kernel("even_default_kernel"))
+    script: list[Step] = [
+        lambda a: ev(a)[(4,)](X, OUT, 1000, BLOCK=256),
+        lambda a: ev(a)[(4,)](X, OUT, 1000, BLOCK=256),  # the same key again: refused again, not cached
+        lambda a: ev(a)[(4,)](X, OUT, 1000, BLOCK=256, EVEN=False),
+        lambda a: ev(a)[(4,)](X, OUT, 1024, BLOCK=256, EVEN=True),
+        lambda a: evd(a)[(4,)](X, OUT, 1000, BLOCK=256),  # EVEN=False by default: num_warps 2 or 8
+        lambda a: evd(a)[(4,)](X, OUT, 1000, BLOCK=256, num_warps=8),
+        lambda a: evd(a)[(4,)](X, OUT, 1024, BLOCK=256, EVEN=True),  # only num_warps=4 has EVEN=True
+        lambda a: evd(a).bind((4,), X, OUT, 1000, BLOCK=256, num_warps=2)(),
+    ]
+    outcomes = both(monkeypatch, omit_archive, script)
+    kinds = [o[0][0] for o in outcomes]
+    assert kinds == ["NoMatchingVariantError", "NoMatchingVariantError", "ok", "ok", "NoMatchingVariantError",
+                     "ok", "ok", "ok"], outcomes
+    assert "omits constexpr 'EVEN', which has no default in the kernel's signature" in outcomes[0][0][1]
+    assert "EVEN = False, True" in outcomes[0][0][1]
+    assert "num_warps = 2, 8 (Triton's default: 4)" in outcomes[4][0][1]
+    assert all(not seen for (kind, *_), seen in outcomes if kind != "ok")  # nothing launched when refused
+    blocks = [seen[-1][2][0] if seen else None for _, seen in outcomes]
+    assert blocks[5] == 256 and blocks[6] == 128 and blocks[7] == 64  # 8, 4 and 2 warps of 32 threads
+
+
+def test_the_build_records_signature_defaults(omit_archive):
+    """The producer records, per parameter, whether the kernel's signature gives it a default (and which)."""
+    arc = karchive.open(str(omit_archive))
+    even = arc.variants("even_kernel")[0].params
+    with_default = arc.variants("even_default_kernel")[0].params
+    assert [(p.name, p.has_default) for p in even] == [
+        ("x_ptr", False), ("out_ptr", False), ("n", False), ("BLOCK", False), ("EVEN", False)]
+    assert (with_default[4].has_default, with_default[4].default) == (True, False)
+    assert with_default[4].to_json()["default"] is False and even[4].to_json()["required"] is True
+
+
+def test_select_refuses_host_memory_for_a_named_target(omit_archive):
+    """select(..., device="cuda:90") applies the launch's argument checks: a host array is refused."""
+    np = pytest.importorskip("numpy")
+    k = karchive.open(str(omit_archive)).kernel("even_kernel")
+    x, out = np.zeros(1024, np.float32), np.zeros(1024, np.float32)
+    with pytest.raises(ArgumentError, match="host .*memory"):
+        k.select(x, out, 1024, BLOCK=256, EVEN=True, device="cuda:90")
+    with pytest.raises(ArgumentError, match="host .*memory"):
+        k.select(x, out, 1024, BLOCK=256, EVEN=True, device=DeviceInfo.describe_target("cuda:90"))
+    with pytest.raises(ArgumentError, match="host .*memory"):  # a device index: refused before any driver
+        k.select(x, out, 1024, BLOCK=256, EVEN=True, device=0)
+    with pytest.raises(ArgumentError, match="on device 1"):
+        k.select(T(X, device=0), T(OUT, device=1), 1024, BLOCK=256, EVEN=True, device="cuda:90")
+    assert k.select(T(X), T(OUT), 1024, BLOCK=256, EVEN=True, device="cuda:90").constexprs["EVEN"] is True
+
+
 # -- bound launchers, retries, threads ----------------------------------------------------------------------
 def test_bound_launchers_behave_the_same(monkeypatch, cuda_archive):
     held: dict[str, Any] = {}

@@ -84,7 +84,11 @@ def test_ptx_fallback_needs_opt_in_and_a_new_enough_driver(cuda_archive):
     with pytest.raises(NoMatchingVariantError, match=r"its PTX is ISA \d+\.\d+, the driver .* reads up to 7\.0"):
         add.select(ALIGNED, ALIGNED, ALIGNED, 10, BLOCK=512, device=old)
     # a cubin that fits still wins over PTX
-    assert add.select(ALIGNED, ALIGNED, ALIGNED, 10, device=new).abi.binary_arch == "sm_90a"
+    assert add.select(ALIGNED, ALIGNED, ALIGNED, 10, BLOCK=1024, device=new).abi.binary_arch == "sm_90a"
+    # but BLOCK is no tie-break: omitted, with 1024 (cubin) and 512 (PTX) both able to run, it is refused
+    with pytest.raises(NoMatchingVariantError, match=r"omits constexpr 'BLOCK'.*BLOCK = 512, 1024") as e:
+        add.select(ALIGNED, ALIGNED, ALIGNED, 10, device=new)
+    assert e.value.param == "BLOCK" and e.value.values == ("512", "1024")
 
 
 def test_call_rules_alignment_dtype_equal_to_1(cuda_archive):

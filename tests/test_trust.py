@@ -269,7 +269,7 @@ def test_statement_is_derived_from_the_manifest(archives):
     assert st["subject"] == [{"name": "kernels@1.0.0", "digest": {"sha256": a.sha256},
                               "annotations": {"karchive": {"index_sha256": a.index_sha256}}}]
     build = st["predicate"]["buildDefinition"]
-    assert build["externalParameters"]["kernels"] == ["add_kernel"]
+    assert build["externalParameters"]["kernels"] == ["kernels:add_kernel"]
     assert build["externalParameters"]["targets"] == ["cuda:90", "hip:gfx942"]
     srcs = {s["path"]: s["sha256"] for s in a.manifest["sources"]}
     assert {d["name"]: d["digest"]["sha256"] for d in build["resolvedDependencies"]} == srcs

@@ -77,7 +77,7 @@ def test_publish_signed_then_open_and_pull_under_a_policy(store, keys, tmp_path:
     assert verdict.from_receipt and verdict.signers == ((keys["ci"].key_id, "ci"),)
     reader.source.close()
     arc = karchive.open("examples@0.1.0", registry=reg, trust=policy)
-    assert arc.name == "examples" and arc.kernels() == ["add_kernel"]
+    assert arc.name == "examples" and arc.kernels() == ["kernels:add_kernel"]
     arc.close()
     if store.kind != "local":  # a lazy (ranged) open verifies through the index digest, with no download
         lazy = store.registry(tmp_path / "lazy-cache")

@@ -102,10 +102,11 @@ def _noise(key: str, n: int) -> bytes:
 def generate(seed_variants: list, n: int, kernels: int, targets: tuple[str, ...]) -> list:
     """``n`` distinct variants: ``kernels`` kernels (the seed kernels renamed) x targets x configs."""
     from karchive.format.manifest import Param
+    from karchive.format.names import short_name
 
     by = {}
-    for s in seed_variants:
-        by.setdefault((s.kernel, str(s.variant.target)), []).append(s)
+    for s in seed_variants:  # seeds are filed as kernels:add_kernel (module:qualname); SEED_KERNELS names them short
+        by.setdefault((short_name(s.kernel), str(s.variant.target)), []).append(s)
     for group in by.values():
         group.sort(key=lambda s: s.key)
     configs = -(-n // (kernels * len(targets)))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import FormatError, KarchiveError, SchemaError
+from ..format.names import select_kernels
 from .match import TUNING_OPTIONS, Pair, canonical, pair_variants, specialisation_text, target_text
 from .resources import recorded_resources
 
@@ -235,7 +236,7 @@ def compare_variants(va: dict, vb: dict, sources_a: dict[str, dict], sources_b: 
 def _select(manifest: dict, kernels: Iterable[str] | None, targets: Iterable[str] | None) -> list[dict]:
     ks, ts = set(kernels or ()), set(targets or ())
     return [v for v in manifest["variants"]
-            if (not ks or v["kernel"] in ks) and (not ts or target_text(v) in ts)]
+            if (not ks or select_kernels(ks, [v["kernel"]])) and (not ts or target_text(v) in ts)]
 
 
 def _identity(manifest: dict, ref: str | None, variants: list[dict]) -> dict[str, Any]:
@@ -261,7 +262,8 @@ def _autotune_changes(ma: dict, mb: dict, kernels: set[str] | None) -> list[dict
     def records(m: dict) -> dict[str, dict]:
         out = {}
         for r in m.get("autotune") or []:
-            if isinstance(r, dict) and isinstance(r.get("kernel"), str) and (not kernels or r["kernel"] in kernels):
+            if isinstance(r, dict) and isinstance(r.get("kernel"), str) and (
+                    not kernels or select_kernels(kernels, [r["kernel"]])):
                 out[r["kernel"]] = r
         return out
 
@@ -328,11 +330,11 @@ def _diff_manifests(ma: dict, mb: dict, kernels: Iterable[str] | None, targets: 
     short_slots: dict[tuple[str, str, str], set[str]] = {}
     for p in pairs:
         v = p.variant
-        short_slots.setdefault((v["kernel"], target_text(v), specialisation_text(v)), set()).add(p.slot)
+        short_slots.setdefault((p.kernel, target_text(v), specialisation_text(v)), set()).add(p.slot)
     rows = []
     for p in pairs:
         v = p.variant
-        full = len(short_slots[(v["kernel"], target_text(v), specialisation_text(v))]) > 1
+        full = len(short_slots[(p.kernel, target_text(v), specialisation_text(v))]) > 1
         rows.append(_row(p, specialisation_text(v, full=full), sources_a, sources_b, res_a, res_b))
     return ArchiveDiff(
         a=_identity(ma, refs[0], va), b=_identity(mb, refs[1], vb),
@@ -350,8 +352,10 @@ def _row(p: Pair, spec: str, sources_a: dict, sources_b: dict, res_a: dict, res_
         status, changes = ("added" if p.a is None else "removed"), []
     else:
         changes = compare_variants(p.a, p.b, sources_a, sources_b, ra, rb)
+        if p.a["kernel"] != p.b["kernel"]:  # a bare name paired with its qualified name (match.py)
+            changes.insert(0, Change("kernel", p.a["kernel"], p.b["kernel"]))
         status = "changed" if changes else "unchanged"
-    return VariantDiff(status, v["kernel"], target_text(v), spec, p.a, p.b, p.matched_by, changes, ra, rb)
+    return VariantDiff(status, p.kernel, target_text(v), spec, p.a, p.b, p.matched_by, changes, ra, rb)
 
 
 # -- comparing archives (member bytes) -------------------------------------------------------------

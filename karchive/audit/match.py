@@ -8,7 +8,11 @@ variant by — and uses the key only to pair exact equals first:
 * **slot** = kernel name + target (backend, arch, warp size) + specialisation: the Python signature
   in order (parameter names, types, ``divisibility``/``equal_to_1`` hints) and the constexpr values.
   Variants in different slots are never paired: a new constexpr value, a changed type or hint, a
-  renamed parameter or kernel is a removed variant plus an added one.
+  renamed parameter or kernel is a removed variant plus an added one. One exception keeps an old
+  and a new version of an archive comparable: a bare kernel name (written before qualified names)
+  on one side counts as the one qualified kernel of that short name on the other side
+  (:func:`kernel_aliases`; ``add_kernel`` and ``kernels:add_kernel``); where the other side has two
+  such kernels nothing is guessed.
 * Inside one slot an archive may hold several variants that differ only in their options (e.g.
   ``matmul_kernel`` at ``num_warps`` 4 and 8, examples/build.toml). They are paired in rounds from the
   strictest criterion to the loosest; a round pairs a variant only when its group holds exactly one
@@ -29,6 +33,8 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from ..format.names import is_qualified, short_name
 
 #: Options that shape the launch and that builds sweep (spec/BUILD.md): within a slot they tell
 #: variants apart before the looser "one left on each side" round.
@@ -57,11 +63,26 @@ def _param_identity(p: dict) -> dict:
     return out
 
 
-def slot_of(v: dict) -> str:
+def kernel_aliases(a: Iterable[str], b: Iterable[str]) -> dict[str, str]:
+    """Bare kernel names of one side -> the one qualified name with that short name on the other side
+    (and no bare kernel of that name there): the same kernel before and after qualified names."""
+    names_a, names_b = set(a), set(b)
+    out: dict[str, str] = {}
+    for one, other in ((names_a, names_b), (names_b, names_a)):
+        for k in sorted(one):
+            if is_qualified(k) or k in other:
+                continue
+            found = [q for q in other if is_qualified(q) and short_name(q) == k]
+            if len(found) == 1:
+                out[k] = found[0]
+    return out
+
+
+def slot_of(v: dict, aliases: dict[str, str] | None = None) -> str:
     """The slot as canonical text: kernel, target and specialisation (see the module docstring)."""
     t = v["target"]
     return canonical({
-        "kernel": v["kernel"],
+        "kernel": (aliases or {}).get(v["kernel"], v["kernel"]),
         "target": [t["backend"], t["arch"], t["warp_size"]],
         "params": [_param_identity(p) for p in v["params"]],
     })
@@ -104,6 +125,11 @@ class Pair:
         assert v is not None, "a Pair holds at least one variant"
         return v
 
+    @property
+    def kernel(self) -> str:
+        """The row's kernel name: B's where both sides hold one (a bare A name paired with a qualified B)."""
+        return (self.b if self.b is not None else self.variant)["kernel"]
+
 
 #: The pairing rounds, strictest first: (name, what must be equal inside a slot).
 ROUNDS: tuple[tuple[str, Callable[[dict], str]], ...] = (
@@ -123,7 +149,8 @@ def _group(variants: Iterable[dict], fn: Callable[[dict], str]) -> dict[str, lis
 
 def pair_variants(a: list[dict], b: list[dict]) -> list[Pair]:
     """Every variant of ``a`` and ``b`` in exactly one :class:`Pair`, in a stable order."""
-    slots_a, slots_b = _group(a, slot_of), _group(b, slot_of)
+    aliases = kernel_aliases((v["kernel"] for v in a), (v["kernel"] for v in b))
+    slots_a, slots_b = _group(a, lambda v: slot_of(v, aliases)), _group(b, lambda v: slot_of(v, aliases))
     pairs: list[Pair] = []
     for slot in sorted(set(slots_a) | set(slots_b)):
         left_a, left_b = list(slots_a.get(slot, [])), list(slots_b.get(slot, []))

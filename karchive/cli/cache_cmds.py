@@ -8,6 +8,7 @@ import sys
 from collections import Counter
 
 from ..errors import CaptureError, KarchiveError
+from ..format.names import select_kernels
 from .output import emit_json, human_bytes, plural, table
 
 
@@ -49,7 +50,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     reader = open_reader(args.archive, registry=args.registry, storage_options=storage_options_from_env())
     if args.kernel:  # a -k that matches nothing is a typo: say what there is rather than export nothing
         have = reader.model.kernels()  # the header: no shard read
-        missing = [k for k in args.kernel if k not in have]
+        missing = [k for k in args.kernel if not select_kernels([k], have)]  # short or qualified names
         if missing:
             raise KarchiveError(f"{args.archive} has no kernel {', '.join(map(repr, missing))}; "
                                 f"it has: {', '.join(have) or '(none)'}")

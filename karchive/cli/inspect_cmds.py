@@ -9,6 +9,7 @@ from typing import Any
 
 from ..errors import FormatError, KarchiveError, NotAnArchiveError, TargetError
 from ..format.manifest import FileRef, Manifest, Variant
+from ..format.names import select_kernels
 from ..format.reader import ArchiveReader
 from ..format.target import Target
 from .hints import wrong_kind
@@ -83,11 +84,10 @@ def _select(manifest: Manifest, args: argparse.Namespace) -> list[Variant]:
     out = []
     targets = _target_names(args.target)
     # Only the kernels asked for are read (format 2: one manifest shard each).
-    pool = [v for k in args.kernel if k in manifest.kernels() for v in manifest.variants_of(k)] if args.kernel \
-        else manifest.variants
+    # -k takes a qualified name or a short one (format/names.py, kernel_matches).
+    pool = [v for k in select_kernels(args.kernel, manifest.kernels()) for v in manifest.variants_of(k)] \
+        if args.kernel else manifest.variants
     for v in pool:
-        if args.kernel and v.kernel not in args.kernel:
-            continue
         if targets and str(v.target) not in targets:
             continue
         if getattr(args, "key", None) and not v.key.startswith(args.key):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..format.names import select_kernels
 from .build_cmds import positive_int
 from .output import emit_json, plural, printable, table
 
@@ -68,7 +69,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     reader = open_reader(args.archive)
     done = [0]
     counts = {s.kernel: s.variants for s in reader.model.summary()}  # the header's counts: no shard read
-    total = sum(n for k, n in counts.items() if not args.kernel or k in args.kernel)
+    total = sum(counts[k] for k in select_kernels(args.kernel, counts))  # short or qualified names
     if args.kernel and not total:  # "-k nosuch" is a typo, not "0 variants, not everything reproduced"
         from ..errors import KarchiveError
 

@@ -3,7 +3,7 @@
 Pure data and arithmetic, no Triton import: the runtime uses it to choose a prebuilt variant for an
 autotuned kernel without benchmarking. Manifest shape (top-level ``autotune`` list, one record per kernel)::
 
-    {"kernel": "matmul_kernel",                # the @triton.jit function's name (= variants' "kernel")
+    {"kernel": "kernels:matmul_kernel",        # the kernel's name, module:qualname (= the variants' "kernel")
      "key_names": ["M", "N", "K"],             # Autotuner(key=...) argument names, in order
      "dtype_args": ["a_ptr", "b_ptr", "c_ptr"],  # arguments whose str(dtype) Triton appends to the key
      "configs": [{"kwargs": {"BLOCK_M": 64}, "num_warps": 4, "num_stages": 3, "num_ctas": 1,

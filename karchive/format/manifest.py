@@ -175,14 +175,28 @@ class Param:
     is_constexpr: bool = False
     divisibility: int | None = None  # 16 for ':16' pointers/ints
     equal_to_1: bool = False  # ints specialised to 1 (fixed at compile time, not passed)
+    # The kernel's Python signature: True/False whether the parameter has a default there (``default``
+    # holds it), None where the archive does not say (written before 2.0 recorded it). Selection needs
+    # it: a call that omits a constexpr takes its default, as Triton does, or is refused.
+    has_default: bool | None = None
+    default: Any = None
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> Param:
         name, typ = _req(obj, "name", str, where), _req(obj, "type", str, where)
         hints = _opt(obj, "hints", dict, where) or {}
+        required = _opt(obj, "required", bool, where)
+        if "default" in obj and required is not None:
+            raise SchemaError(f"{where}: a parameter has either a signature default or required: true, not both",
+                              where=where)
+        default = obj.get("default")
+        if default is not None and type(default) not in (bool, int, float, str):
+            raise SchemaError(f"{where}.default: a JSON scalar expected", where=f"{where}.default")
+        has_default = True if "default" in obj else (False if required else None)
         return cls(name=name, type=typ, constexpr=obj.get("value"), is_constexpr="value" in obj,
                    divisibility=_opt(hints, "divisibility", int, where + ".hints"),
-                   equal_to_1=_opt(hints, "equal_to_1", bool, where + ".hints") is True)
+                   equal_to_1=_opt(hints, "equal_to_1", bool, where + ".hints") is True,
+                   has_default=has_default, default=default)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "type": self.type}
@@ -195,6 +209,10 @@ class Param:
             out["hints"] = hints
         if self.is_constexpr:
             out["value"] = self.constexpr
+        if self.has_default:
+            out["default"] = self.default
+        elif self.has_default is False:
+            out["required"] = True
         return out
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from typing import Any
+from collections.abc import Iterable
 
 from karchive.core.grammar import IDENTIFIER, fullmatch
 
@@ -41,3 +42,50 @@ def short_name(name: str) -> str:
 def is_qualified(name: str) -> bool:
     """True for ``module:qualname``; False for a bare ``__name__`` (an archive from before qualified names)."""
     return ":" in name
+
+
+class KernelIndex:
+    """:func:`find_kernel` over a fixed list of kernels, with the short names indexed once (an archive's
+    lookups: a cold start over many kernels must not scan them all for each)."""
+
+    def __init__(self, kernels: Iterable[str]) -> None:
+        self.names = list(kernels)
+        self._all = set(self.names)
+        self._short: dict[str, list[str]] = {}
+        for k in sorted(self.names):
+            self._short.setdefault(short_name(k), []).append(k)
+
+    def find(self, name: Any) -> list[str]:
+        if not isinstance(name, str):
+            return []
+        if fullmatch(SHORT_NAME, name):
+            return list(self._short.get(name, ()))
+        return [name] if name in self._all else []
+
+
+def find_kernel(name: Any, kernels: Iterable[str]) -> list[str]:
+    """The archive's kernels that ``name`` asks for: a qualified name finds itself; a short name finds
+    every kernel whose short name it is (``add_kernel`` finds ``pkg.a:add_kernel`` and ``pkg.b:add_kernel``,
+    and a bare ``add_kernel`` of an archive from before qualified names, or one imported from a Triton
+    cache): the caller refuses more than one, listing them. Empty when nothing fits."""
+    return KernelIndex(kernels).find(name)
+
+
+def kernel_matches(query: str, kernel: str) -> bool:
+    """Does a ``-k``/``--kernel`` filter ``query`` select ``kernel``? The same name; a short name selects
+    every kernel of that short name (``add_kernel`` selects ``a:add_kernel`` and ``b:add_kernel``); and a
+    qualified name selects a bare-named kernel of the same short name (an archive from before qualified
+    names does not know the module), so one filter works on an old and a new version of an archive."""
+    if query == kernel:
+        return True
+    if not (isinstance(query, str) and isinstance(kernel, str)):
+        return False
+    if is_qualified(query) and is_qualified(kernel):
+        return False
+    return short_name(query) == short_name(kernel)
+
+
+def select_kernels(queries: Iterable[str] | None, kernels: Iterable[str]) -> list[str]:
+    """The ``kernels`` any of ``queries`` selects (:func:`kernel_matches`), in their order; all for none."""
+    qs = list(queries or ())
+    return [k for k in kernels if not qs or any(kernel_matches(q, k) for q in qs)]

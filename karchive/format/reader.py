@@ -51,6 +51,7 @@ from .constants import (
     ZSTD_FRAME_MAGIC,
 )
 from .manifest import KernelSummary, Manifest, Variant, check_kernel_name, target_label
+from .names import select_kernels
 from .shard import decode_shard, shard_variants
 from .source import BytesSource, RangeSource
 from .tarheader import check_member_name, padded, parse_header
@@ -579,14 +580,16 @@ class ArchiveReader:
         """The manifest as JSON with only ``kernels``' variants (all of them for None or empty), in
         manifest order: what a tool comparing or rebuilding a few kernels needs. Format 2 reads only
         those kernels' shards; the raw entries are the ones :attr:`manifest` holds."""
-        wanted = set(kernels or ())
-        if not wanted:
+        queries = list(kernels or ())
+        if not queries:
             return self.manifest
+        # A short name selects every kernel of that short name (format/names.py, kernel_matches).
         if not self.sharded:
             return {**self.manifest, "variants": [v for v in self.manifest.get("variants") or []
-                                         if isinstance(v, dict) and v.get("kernel") in wanted]}
+                                         if isinstance(v, dict) and select_kernels(queries, [str(v.get("kernel"))])]}
         out = {k: v for k, v in self.header.items() if k != "shards"}
-        out["variants"] = [e for s in self._shards if s.kernel in wanted for e in self.shard_entries(s.kernel)]
+        out["variants"] = [e for s in self._shards if select_kernels(queries, [s.kernel])
+                           for e in self.shard_entries(s.kernel)]
         return out
 
     @property

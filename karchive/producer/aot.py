@@ -21,8 +21,8 @@ from .buildenv import (COMPILE_LOCK, DEFAULT_FP_FUSION, cache_namespace, cache_r
                        validate_env)
 from .compile_errors import compiler_message
 from .canonical import (SCHEME, Canonicalised, canonical_locations, find_machine_paths, install_independent_keys,
-                        machine_roots)
-from .describe import CompiledVariant, describe_variant
+                        kernel_name, machine_roots)
+from .describe import CompiledVariant, describe_variant, signature_defaults
 from .kernel_ref import load_kernel, split_ref
 from .signature import Specialization, resolve
 from .toolchain import check_target
@@ -55,6 +55,9 @@ class VariantRequest:
     configs: list[int] | None = None
     #: True once a request for an autotuned/heuristics kernel became one request per config (wrapped.py).
     expanded: bool = False
+    #: The name to file the variant under; None: the kernel's ``module:qualname`` (canonical.kernel_name).
+    #: A rebuild passes the archived name, so an archive from before qualified names reproduces its keys.
+    kernel_name: str | None = None
 
     def label(self) -> str:
         """``kernel[target](stride==1,BLOCK=1024;num_warps=4)``: the names ``inspect`` shows."""
@@ -178,11 +181,11 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
     build = build_record(req, module.__name__, options, env, canon)
     try:
         variant = describe_variant(
-            kernel=fn.__name__, param_names=spec.names, param_types=spec.types, constexprs=spec.constexprs,
+            kernel=req.kernel_name or kernel_name(fn), param_names=spec.names, param_types=spec.types, constexprs=spec.constexprs,
             divisibility=spec.divisibility, equal_to_1=spec.equal_to_1, metadata=metadata, asm=asm,
             source_key=fn.cache_key, source_text=module_source(module), hooks=pipeline_hooks(), origin="aot",
             include_ir=req.include_ir, provenance_extra={"triton_cache": fingerprint, "build": build},
-            codegen_env=env,
+            codegen_env=env, signature_defaults=signature_defaults(fn),
         )
     except UnsupportedKernelError as exc:
         raise UnsupportedKernelError(f"{req.label()}: {exc}") from exc

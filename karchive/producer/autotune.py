@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..format.autotune import FALLBACK_RULE, json_number, json_scalar, normalize_key, normalize_value
+from .canonical import kernel_name
 
 
 def innermost_jit(obj: Any) -> Any:
@@ -99,7 +100,7 @@ class AutotuneLog:
         except TypeError:  # an unhashable key part
             known = None
         fn = innermost_jit(tuner)
-        kernel = getattr(fn, "__name__", None) or str(fn)
+        kernel = kernel_name(fn)  # the variants' name: module:qualname
         named = call_args(tuner, args, kwargs)
         configs = [config_json(c) for c in tuner.configs]
         rec_id = (kernel, tuple(tuner.keys), repr(configs))

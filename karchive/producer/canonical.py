@@ -29,6 +29,7 @@ import os
 import re
 import sys
 import tempfile
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FunctionType, ModuleType
@@ -169,6 +170,56 @@ class _Namer:
         if found is None:  # __main__ or a file no loaded module owns: the base name is all that is portable
             return os.path.basename(file_name)
         return name_for_module(*found)
+
+
+def kernel_name(fn: Any) -> str:
+    """The name a kernel is filed under in an archive: ``module:qualname`` (spec/FORMAT.md, "Kernel names").
+
+    Libraries reuse ``__name__`` across modules (two ``add_kernel``), so the module and the qualified
+    name keep them apart; Triton names a JIT function the same way (``JITFunction(module:qualname)``).
+    The module is its canonical import name (:class:`_Namer`, the name the kernel's source is stored
+    under), never a path, so the name is the same on every checkout: a build-spec file ``ops/kernels.py``
+    is module ``kernels``. A kernel defined in a script (``__main__``) is named after the script's file
+    when that is an identifier (``train.py`` -> ``train``), else ``__main__``. A name outside the grammar
+    (a non-ASCII identifier) falls back to the bare ``__name__``, and then to an error.
+    """
+    try:
+        hit = _KERNEL_NAMES.get(fn)
+    except TypeError:  # not weak-referenceable or hashable: compute every time
+        hit = None
+    if hit is not None:
+        return hit
+    name = _kernel_name(fn)
+    try:
+        _KERNEL_NAMES[fn] = name
+    except TypeError:
+        pass
+    return name
+
+
+#: kernel_name per JIT function (capture asks on every new autotune/heuristics record; the module
+#: lookup can walk sys.modules).
+_KERNEL_NAMES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def _kernel_name(fn: Any) -> str:
+    from ..errors import UnsupportedKernelError
+    from ..format.names import is_kernel_name
+
+    inner = getattr(fn, "fn", fn)
+    short = getattr(fn, "__name__", None) or getattr(inner, "__name__", None)
+    qualname = getattr(inner, "__qualname__", None) or short
+    found = _Namer().module_of(fn)
+    module = found[0] if found is not None else getattr(fn, "__module__", None)
+    if module in (None, "__main__"):
+        file_name = getattr(fn, "file_name", None) or getattr(getattr(inner, "__code__", None), "co_filename", "")
+        stem = os.path.splitext(os.path.basename(str(file_name)))[0]
+        module = stem if stem.isidentifier() and stem.isascii() else "__main__"
+    for candidate in (f"{module}:{qualname}", short):
+        if is_kernel_name(candidate):
+            return str(candidate)
+    raise UnsupportedKernelError(f"kernel {short!r} of module {module!r}: neither {module}:{qualname} nor "
+                                 f"{short!r} is a kernel name an archive can hold (ASCII identifiers)")
 
 
 def jit_callable_type() -> type | None:

@@ -44,8 +44,9 @@ from ..errors import CaptureError, KarchiveError, UnsupportedKernelError
 from ..format.autotune import json_safe
 from . import capture_scope as scope
 from .autotune import AutotuneLog, call_args, innermost_jit, tuning_key
+from .canonical import kernel_name
 from .capture_report import LEDGER, CacheWatch, LeftOut, describe_left_out, left_out, summarize
-from .describe import BINARY_EXT, IR_STAGES, CompiledVariant, describe_variant
+from .describe import BINARY_EXT, IR_STAGES, CompiledVariant, describe_variant, signature_defaults
 from .heuristics import HeuristicsLog
 from .wrapped import align_kernel_names
 from .pack import ArchiveBuilder
@@ -96,7 +97,7 @@ def describe_source(src: Any, entry: CacheEntry, *, origin: str = "capture", inc
     from .aot import pipeline_hooks
 
     fn = src.fn
-    kernel = fn.__name__
+    kernel = kernel_name(fn)
     names = list(fn.arg_names)
     signature = dict(src.signature)
     consts: dict[int, Any] = {}
@@ -138,7 +139,7 @@ def describe_source(src: Any, entry: CacheEntry, *, origin: str = "capture", inc
         kernel=kernel, param_names=names, param_types=types, constexprs=constexprs, divisibility=divisibility,
         equal_to_1=equal_to_1, metadata=entry.metadata, asm=asm, source_key=fn.cache_key,
         source_text=_module_source(fn), hooks=pipeline_hooks() if hooks is None else hooks, origin=origin,
-        include_ir=include_ir, provenance_extra=provenance_extra,
+        include_ir=include_ir, provenance_extra=provenance_extra, signature_defaults=signature_defaults(fn),
     )
 
 

@@ -252,7 +252,11 @@ def describe_variant(
     extra_roots: list[str] | None = None,
     provenance_extra: dict | None = None,
     codegen_env: dict[str, str] | None = None,
+    signature_defaults: dict[str, tuple[bool, Any]] | None = None,
 ) -> CompiledVariant:
+    """One compile as a manifest variant. ``signature_defaults`` (:func:`signature_defaults`) records
+    which parameters have a default in the kernel's Python signature; None where it is not known (a
+    Triton-cache import has no function to read it from)."""
     target = _target_json(metadata)
     backend = target["backend"]
     abi = build_abi(kernel=kernel, param_names=param_names, param_types=param_types, metadata=metadata,
@@ -260,10 +264,12 @@ def describe_variant(
     params = []
     for name in param_names:
         typ = param_types[name]
+        has_default, default = (signature_defaults or {}).get(name, (None, None))
         params.append(Param(
             name=name, type=equal_to_1.get(name, typ),
             constexpr=_json_value(constexprs[name]) if typ == "constexpr" else None, is_constexpr=typ == "constexpr",
             divisibility=divisibility.get(name), equal_to_1=name in equal_to_1,
+            has_default=has_default, default=_json_value(default) if has_default else None,
         ))
     options = normalize_options(metadata)
     hint_desc = {n: {"divisibility": d} for n, d in divisibility.items()}
@@ -295,6 +301,25 @@ def describe_variant(
                       params=tuple(params), options=options, abi=abi, binary=placeholder, metadata=placeholder,
                       provenance=provenance)
     return CompiledVariant.assemble(variant, files, source_text)
+
+
+def signature_defaults(fn: Any) -> dict[str, tuple[bool, Any]] | None:
+    """Per parameter of a ``@triton.jit`` function: (has a default in its Python signature, the default).
+
+    The runtime needs it to treat a call that omits a constexpr as Triton does (the default, or a
+    refusal when there is none); None when the signature cannot be read.
+    """
+    import inspect
+
+    params = getattr(fn, "params", None)
+    if params is not None and all(hasattr(p, "name") and hasattr(p, "default") for p in params):
+        pairs = [(p.name, p.default) for p in params]
+    else:
+        try:
+            pairs = [(p.name, p.default) for p in inspect.signature(getattr(fn, "fn", fn)).parameters.values()]
+        except (TypeError, ValueError):
+            return None
+    return {name: (False, None) if d is inspect.Parameter.empty else (True, d) for name, d in pairs}
 
 
 def _as_bytes(value: Any) -> bytes:

@@ -31,6 +31,7 @@ from ..format.heuristics import (
     scalar,
 )
 from .autotune import innermost_jit
+from .canonical import kernel_name
 
 if TYPE_CHECKING:  # the view types dict's own keys()/values()/items() return (typeshed names them here)
     from _collections_abc import dict_items, dict_keys, dict_values
@@ -226,7 +227,7 @@ class HeuristicsLog:
     def observe(self, heur: Any, args: tuple, kwargs: dict, produced: dict | None) -> None:
         """One ``Heuristics.run`` call: ``produced`` is what Triton passed on (None if not seen)."""
         fn = innermost_jit(heur)
-        kernel = getattr(fn, "__name__", None) or str(fn)
+        kernel = kernel_name(fn)  # the variants' name: module:qualname
         named = {**dict(zip(heur.arg_names, args)), **kwargs}
         record = self.records.setdefault(kernel, {"names": [], "cases": {}})
         for name, func in heur.values.items():

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import __version__
-from ..errors import FormatError
+from ..errors import BuildError, FormatError
 from ..core.digest import sha256_hex
 from ..format.constants import FORMAT_VERSION
 from ..format.layout import source_member
@@ -61,6 +61,7 @@ class ArchiveBuilder:
     def manifest(self) -> Manifest:
         if not self.name or not self.version:
             raise FormatError("an archive needs a name and a version")
+        self._check_kernel_identity()
         sources = self._sources()
         created = None
         if os.environ.get("SOURCE_DATE_EPOCH"):  # a timestamp only when the user asks for one
@@ -73,6 +74,27 @@ class ArchiveBuilder:
             autotune=self.autotune, heuristics=self.heuristics, extra=self.extra,
             format_version=self.format_version,
         )
+
+    def _check_kernel_identity(self) -> None:
+        """Refuse two different kernels under one name. A kernel is filed as ``module:qualname``; two
+        functions can still share that (two files ``kernels.py`` in different directories of one build
+        spec, a module edited and re-imported during a capture), and their variants under one name
+        would let selection pick between different code. The kernel's source key (Triton's hash of
+        its source and what it calls) tells them apart; Triton-cache imports record none of their own."""
+        keys: dict[str, dict[str, str]] = {}
+        for cv in self.variants.values():
+            v = cv.variant
+            sk = v.provenance.source_key
+            if sk and not sk.startswith("triton-cache:"):
+                keys.setdefault(v.kernel, {}).setdefault(sk, _where(v))
+        clash = {k: found for k, found in keys.items() if len(found) > 1}
+        if clash:
+            kernel, found = sorted(clash.items())[0]
+            detail = "; ".join(f"source key {sk[:12]} from {where}" for sk, where in sorted(found.items()))
+            msg = (f"two different kernels would be archived as {kernel!r} ({detail}): a kernel is named by its "
+                   "module and qualified name, and these share both (two modules of one name, e.g. two files "
+                   "kernels.py in different directories, or a module changed between compiles); rename one")
+            raise BuildError(msg, failures=tuple((k, f"{len(f)} different sources") for k, f in sorted(clash.items())))
 
     def manifest_and_writer(self) -> tuple[dict[str, Any], ArchiveWriter]:
         """The manifest as it will be written (JSON dict) and a writer holding every member group."""
@@ -126,6 +148,11 @@ class ArchiveBuilder:
     def write(self, path: str | os.PathLike) -> WriteStats:
         manifest, writer = self.manifest_and_writer()
         return writer.write(path, manifest)
+
+
+def _where(v: Variant) -> str:
+    """Where a variant's kernel came from, for an error: its origin and stored module source (named by digest)."""
+    return f"{v.provenance.origin}, {v.source or 'no stored source'}"
 
 
 def _chunks(units: list[list[tuple[str, bytes]]], limit: int) -> list[list[tuple[str, bytes]]]:

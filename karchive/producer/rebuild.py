@@ -106,6 +106,7 @@ class RebuildReport:
 @dataclass
 class _Task:
     index: int
+    kernel: str  # the archived variant's kernel name (bare in archives from before qualified names)
     record: dict
     modules: dict[str, tuple[str, str, bool]]  # import name -> (canonical name, text, is package)
     include_ir: bool
@@ -163,7 +164,7 @@ def _plan(reader: Any, index: int, v: dict, cache_dir: str) -> _Task | VariantCh
         modules[module] = (name, text, is_pkg)
     if record["module"] not in modules:
         return refuse(f"the kernel's module {record['module']!r} is not among the archived sources")
-    return _Task(index, record, modules, include_ir=bool(v["files"].get("ir")), cache_dir=cache_dir)
+    return _Task(index, v["kernel"], record, modules, include_ir=bool(v["files"].get("ir")), cache_dir=cache_dir)
 
 
 # --- importing sources from the archive (worker side) --------------------------------------------
@@ -224,7 +225,7 @@ def _rebuild_one(task: _Task) -> tuple[int, Any, str | None]:
         r = task.record
         req = VariantRequest(kernel_ref=f"{r['module']}:{r['attr']}", signature=r.get("signature"), target=r["target"],
                              constexprs=dict(r.get("constexprs") or {}), options=dict(r.get("options") or {}),
-                             include_ir=task.include_ir, env=dict(r.get("env") or {}))
+                             include_ir=task.include_ir, env=dict(r.get("env") or {}), kernel_name=task.kernel)
         return task.index, compile_variant(req, cache_dir=task.cache_dir, always_compile=True), None
     except KarchiveError as exc:
         return task.index, None, str(exc)
@@ -304,12 +305,26 @@ def _toolchain_differences(v: dict, produced_by: dict, local: dict, rebuilt_entr
     return same_triton, differs
 
 
+def _as_recorded(archived: dict, rebuilt: dict) -> None:
+    """Leave out of ``rebuilt`` what this karchive records and the archive's producer did not: the
+    signature record (``default`` / ``required`` of each parameter, spec/FORMAT.md §6.1) is absent
+    from archives written before it, and its absence is no difference in what was built."""
+    old, new = archived.get("params"), rebuilt.get("params")
+    if not (isinstance(old, list) and isinstance(new, list) and len(old) == len(new)):
+        return
+    for a, b in zip(old, new):
+        if isinstance(a, dict) and isinstance(b, dict) and "default" not in a and "required" not in a:
+            b.pop("default", None)
+            b.pop("required", None)
+
+
 def compare_variant(reader: Any, v: dict, rebuilt: Any, produced_by: dict, local: dict) -> VariantCheck:
     """Compare one rebuilt variant with the archived one under the rules in the module docstring."""
     check = VariantCheck(v["kernel"], v["key"], _target_text(v), REPRODUCED, rebuilt_key=rebuilt.key)
     archived_entry = {k: val for k, val in v.items() if k != "files"}
     # As the manifest would hold it (lists, not tuples); files are compared member by member below.
     entry = {k: val for k, val in json.loads(canonical_json(rebuilt.variant.to_json())).items() if k != "files"}
+    _as_recorded(archived_entry, entry)
     same_triton, differs = _toolchain_differences(v, produced_by, local, entry)
     diffs: list[dict] = []
     if not differs:

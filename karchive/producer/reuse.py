@@ -49,7 +49,7 @@ from ..format.manifest import Variant
 from ..format.target import Target
 from .aot import VariantRequest, module_source, pipeline_hooks
 from .buildenv import DEFAULT_FP_FUSION, compile_environment, validate_env
-from .canonical import SCHEME, SourceModule, module_sources
+from .canonical import SCHEME, SourceModule, kernel_name, module_sources
 from .describe import CompiledVariant
 from .executors_ship import toolchain_identity
 from .kernel_ref import load_kernel, split_ref
@@ -161,6 +161,9 @@ def wanted(req: VariantRequest, kernels: _Kernels, hooks: list[dict]) -> _Wanted
         "hooks": hooks,
         "triton_cache": _fingerprint(req.target, tuple(sorted(env.items()))),
         "include_ir": bool(req.include_ir),
+        # The name the variant is filed under (module:qualname): an archive written before qualified
+        # names holds the bare name, and a reused variant must not keep it beside new ones.
+        "kernel": kernel_name(fn),
     }
     return _Wanted(_request_key(record), inputs, module_source(module), sources)
 
@@ -185,6 +188,7 @@ def recorded(v: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
             "hooks": list(prov.get("hooks") or []),
             "triton_cache": _digest(fingerprint) if isinstance(fingerprint, dict) else None,
             "include_ir": bool((v.get("files") or {}).get("ir")),
+            "kernel": v.get("kernel"),
         }
         canonical_json(inputs)
     except (TypeError, ValueError):  # not JSON-clean: not something this karchive wrote
@@ -197,6 +201,8 @@ def _why_not(want: dict[str, Any], have: dict[str, Any]) -> str:
         return SOURCE
     if want["include_ir"] != have["include_ir"]:
         return IR
+    if want["kernel"] != have["kernel"]:
+        return SOURCE  # the name it is filed under (bare in archives from before qualified names)
     return TOOLCHAIN  # triton_cache or hooks
 
 

@@ -25,7 +25,7 @@ from ..core.jsonio import parse_json
 from ..errors import CaptureError, KarchiveError, SchemaError, UnsupportedKernelError
 from ..format.layout import BINARY_EXT, IR_STAGES
 from ..format.manifest import Variant, is_ir_stage
-from ..format.names import SHORT_NAME, short_name
+from ..format.names import SHORT_NAME, select_kernels, short_name
 from .describe import CompiledVariant, describe_variant
 from .irtext import enclosed, split_top_level
 
@@ -373,7 +373,7 @@ def export_archive(reader: Any, cache_dir: str | None = None, *, allow_unverifie
     root = triton_site_root()
     results = []
     model = reader.model  # format 2: only the selected kernels' shards are read
-    for v in (v for k in model.kernels() if not kernels or k in kernels for v in model.variants_of(k)):
+    for v in (v for k in select_kernels(kernels, model.kernels()) for v in model.variants_of(k)):
         status, why = check_build(v)
         if status == "mismatch" or (status == "unverified" and not allow_unverified):
             results.append(ExportResult(v.kernel, v.key, status, why))

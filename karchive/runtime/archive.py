@@ -18,6 +18,7 @@ from ..core.units import human_bytes
 from ..errors import KernelNameError, NoDeviceError
 from ..format.heuristics import records_for as heuristics_records
 from ..format.manifest import Manifest, Variant
+from ..format.names import KernelIndex
 from ..format.reader import ArchiveReader, Limits
 from ..resolve import open_reader
 from .device import ptx_header
@@ -49,6 +50,7 @@ class Archive:
         self._functions: dict[tuple[str, int], Any] = {}
         self._ptx_headers: dict[str, tuple] = {}
         self._pool: Any = None
+        self._index: KernelIndex | None = None  # kernel names by short name, made on the first lookup
 
     # -- inspection ------------------------------------------------------------------------------------
     @property
@@ -63,7 +65,11 @@ class Archive:
         return self.manifest.kernels()
 
     def variants(self, kernel: str | None = None) -> list[Variant]:
-        return list(self.manifest.variants) if kernel is None else self.manifest.variants_of(kernel)
+        """Every variant, or those of one kernel (named as :meth:`kernel` takes it; [] for none)."""
+        if kernel is None:
+            return list(self.manifest.variants)
+        found = self._names().find(kernel)
+        return self.manifest.variants_of(self.kernel_name(kernel)) if found else []
 
     def __repr__(self) -> str:
         n = len(self.manifest)
@@ -110,13 +116,15 @@ class Archive:
             with self._lock:
                 k = self._kernels.get(cache_key)
                 if k is None:
-                    # variants(None) means "all kernels": a non-string name is simply not a kernel here.
-                    variants = self.variants(name) if isinstance(name, str) else []
+                    name = self.kernel_name(name)
+                    k = self._kernels.get((name, benchmark))
+                    if k is not None:
+                        self._kernels[cache_key] = k
+                        return k
+                    variants = self.variants(name)
                     if not variants:
-                        have = self.kernels()
-                        raise KernelNameError(
-                            f"{self.ref} has no kernel named {name!r}; it has: {', '.join(have) or '(none)'}",
-                            kernel=name, available=tuple(have))
+                        raise KernelNameError(f"{self.ref}: kernel {name!r} has no variants", kernel=name,
+                                              available=tuple(self.kernels()))
                     k = Kernel(self, name, variants)
                     records = [r for r in self.manifest.autotune or []
                                if isinstance(r, dict) and r.get("kernel") == name]
@@ -125,8 +133,31 @@ class Archive:
                         k = AutotunedKernel(k, records, benchmark=benchmark, heuristics=heuristics)
                     elif heuristics:
                         k = HeuristicsKernel(k, heuristics)
-                    self._kernels[cache_key] = k
+                    self._kernels[cache_key] = self._kernels[(name, benchmark)] = k
         return k
+
+    def kernel_name(self, name: str) -> str:
+        """The archive's name for the kernel ``name`` asks for: the name itself (``module:qualname``, or a
+        bare name in an archive from before qualified names), or the one kernel whose short name it is.
+        :class:`KernelNameError` when none is, or when several are (it lists their qualified names)."""
+        index = self._names()
+        have = index.names
+        found = index.find(name)
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise KernelNameError(
+                f"{self.ref} has {len(found)} kernels named {name!r} (in different modules): "
+                f"{', '.join(found)}; ask for one by its qualified name, e.g. arc.kernel({found[0]!r})",
+                kernel=name, available=tuple(found))
+        raise KernelNameError(f"{self.ref} has no kernel named {name!r}; it has: {', '.join(have) or '(none)'}",
+                              kernel=name if isinstance(name, str) else repr(name), available=tuple(have))
+
+    def _names(self) -> KernelIndex:
+        index = self._index
+        if index is None:
+            index = self._index = KernelIndex(self.kernels())
+        return index
 
     def __getitem__(self, name: str) -> Kernel | AutotunedKernel | HeuristicsKernel:
         return self.kernel(name)

@@ -141,12 +141,16 @@ class Kernel:
         """
         values, options = self._bind_call(args, kwargs)
         infos = self._infos(values)
+        # The launch's argument checks (host memory, two GPUs) apply whatever ``device`` says: select
+        # must never accept a call that the launch refuses.
+        on = self._argument_device(infos)
         if isinstance(device, str):
             device = DeviceInfo.describe_target(device)
         if isinstance(device, DeviceInfo):
             dev = device
         else:
-            index = device if isinstance(device, int) else self._device_index(infos)
+            index = device if isinstance(device, int) else (
+                self.archive.backend().current_device() if on is None else on)
             dev = self.archive.backend().device_info(index)
         return self._select(dev, values, infos, options)[0]
 
@@ -261,6 +265,13 @@ class Kernel:
         return infos
 
     def _device_index(self, infos: Sequence[Any]) -> int:
+        """The device the call's tensors are on (the current device when none says)."""
+        index = self._argument_device(infos)
+        return self.archive.backend().current_device() if index is None else index
+
+    def _argument_device(self, infos: Sequence[Any]) -> int | None:
+        """The one device the call's arguments report (None: none reports one); refuses host memory and
+        arguments on two GPUs. Touches no driver."""
         first: tuple[str, int] | None = None
         for name, info in zip(self.param_names, infos):
             if info is None:
@@ -276,9 +287,7 @@ class Kernel:
             elif dev != first[1]:
                 raise ArgumentError(f"{self.name}: argument {name!r} is on device {dev} but {first[0]!r} is on "
                                     f"device {first[1]}; all tensors of one launch must be on one GPU")
-        if first is not None:
-            return first[1]
-        return self.archive.backend().current_device()
+        return None if first is None else first[1]
 
     def _select(self, dev: DeviceInfo, values: Sequence[Any], infos: Sequence[Any],
                 options: dict[str, Any]) -> tuple[Variant, DeviceFit]:

@@ -22,6 +22,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
 
+from ..format.names import short_name
 from . import args as args_module
 from .args import pointer_info
 from .plan import ALIGN, DIV16, EQ1, FLOAT, INT, MIXED, PTR, RANGE, VALUE, KernelPlan, mixed_key
@@ -141,8 +142,9 @@ def _compile(source: str) -> Any:
 
 
 def launch_function_name(kernel: str) -> str:
-    """The launch function's name (Python's binding errors name it; the compiled path says the same)."""
-    return f"{kernel}_launch"
+    """The launch function's name (Python's binding errors name it; the compiled path says the same):
+    ``add_kernel_launch`` for ``pkg.ops:add_kernel``, a name Python could have given a function."""
+    return f"{short_name(kernel)}_launch"
 
 
 def build(kernel: Kernel) -> Callable[..., None]:

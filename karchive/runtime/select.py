@@ -18,7 +18,7 @@ from .args import PointerInfo, describe_arg
 from .device import DeviceInfo
 from .dtypes import pointer_element, triton_dtype
 from ..format.dtypes import FLOAT_TYPES, INT_RANGES
-from .plan import option_value
+from .plan import LAUNCH_OPTIONS, option_value
 
 
 class _Missing:
@@ -133,6 +133,12 @@ def param_reason(p: Param, value: Any, info: PointerInfo | None, given_cx: bool)
         return None
     if p.is_constexpr:
         if value is MISSING:
+            if not p.has_default:  # no default, or none on record: omitted_constexprs has decided
+                return None
+            value = p.default  # the call takes the signature's default, as Triton does
+            if _differs(value, p.constexpr):
+                return (f"{name} is not passed, so it takes its default {value!r}, but this variant was "
+                        f"compiled with {name}={p.constexpr!r}")
             return None
         want = p.constexpr
         if value != want or (isinstance(value, bool) != isinstance(want, bool)):
@@ -166,6 +172,101 @@ def param_reason(p: Param, value: Any, info: PointerInfo | None, given_cx: bool)
             return f"{name} expects a number ({typ}), got {describe_arg(value)}"
         return None
     return f"{name} has type {typ!r}, which this runtime cannot pass"
+
+
+def _differs(value: Any, want: Any) -> bool:
+    """Not the same constexpr: unequal, or a bool against a non-bool (``True`` is not ``1``)."""
+    return value != want or isinstance(value, bool) != isinstance(want, bool)
+
+
+#: Triton's defaults for the launch options, per backend (``CUDAOptions`` in
+#: triton/backends/nvidia/compiler.py, ``HIPOptions`` in triton/backends/amd/compiler.py, read from
+#: Triton 3.9). A call that omits an option gets the variant built with this value
+#: where the candidates differ on it (docs/runtime.md, "Omitted arguments").
+TRITON_OPTION_DEFAULTS: dict[str, dict[str, Any]] = {
+    "cuda": {"num_warps": 4, "num_stages": 3, "num_ctas": 1, "maxnreg": None},
+    "hip": {"num_warps": 4, "num_stages": 2, "num_ctas": 1, "maxnreg": None},
+}
+
+
+def _value_key(value: Any) -> tuple[str, str]:
+    """A hashable identity of a JSON scalar that keeps ``True`` apart from ``1``."""
+    return (type(value).__name__, repr(value))
+
+
+def _distinct(values: Sequence[Any]) -> list[Any]:
+    """The distinct values, numbers first in numeric order, then the rest by text (no input order)."""
+    distinct = {_value_key(x): x for x in values}
+    return sorted(distinct.values(), key=lambda x: (type(x).__name__ == "bool", _num_or_text(x)))
+
+
+def _listing(values: Sequence[Any]) -> str:
+    return ", ".join(repr(x) for x in _distinct(values))
+
+
+def _reprs(values: Sequence[Any]) -> tuple[str, ...]:
+    """The distinct values as repr, in :func:`_listing`'s order (the error's ``values`` field)."""
+    return tuple(repr(x) for x in _distinct(values))
+
+
+def _num_or_text(value: Any) -> tuple[int, Any]:
+    return (0, value) if isinstance(value, (int, float)) and not isinstance(value, bool) else (1, str(value))
+
+
+def omitted_constexprs(kernel: str, variants: Sequence[Variant], values: Sequence[Any], names: Sequence[str]) -> None:
+    """Refuse a call that omits a constexpr on which the kernel's variants differ and that has no
+    default to take (docs/runtime.md, "Omitted arguments"), naming the parameter and the archived values.
+
+    Judged over the variants that can run on the device, before the call's arguments are looked at:
+    a value that followed from an argument's alignment or dtype would change what the kernel computes
+    behind the caller's back (``EVEN=True``, the unmasked path, because the pointers happen to be
+    aligned). Per-arch values stay allowed (an archive may hold ``BLOCK=1024`` for sm_90 and only
+    ``BLOCK=512`` for sm_80; a callable grid reads the one chosen). A constexpr with a default in the
+    kernel's signature (recorded in the archive) takes it, as Triton does (:func:`param_reason`);
+    without one Triton refuses the call outright, karchive where the archive leaves a choice.
+    Archives that do not record defaults are treated as having none.
+    """
+    problems: list[tuple[str, str, tuple[str, ...]]] = []
+    for i, name in enumerate(names):
+        if values[i] is not MISSING:
+            continue
+        ps = [v.params[i] for v in variants if v.params[i].is_constexpr and not v.params[i].equal_to_1
+              and not v.params[i].has_default]
+        archived = [p.constexpr for p in ps]
+        if len({_value_key(x) for x in archived}) > 1:
+            why = ("has no default in the kernel's signature" if any(p.has_default is False for p in ps)
+                   else "has no default recorded in this archive (written before karchive recorded them)")
+            problems.append((name, f"the call omits constexpr {name!r}, which {why}, and the archive holds "
+                             f"{name} = {_listing(archived)}: pass one, e.g. {name}={_reprs(archived)[0]}",
+                             _reprs(archived)))
+    if problems:
+        raise NoMatchingVariantError(f"{kernel}: " + "; ".join(p[1] for p in problems),
+                                     kernel=kernel, rejections=(), param=problems[0][0], values=problems[0][2])
+
+
+def resolve_options(kernel: str, fits: Sequence[Variant], option_names: Sequence[str], given: Mapping[str, Any],
+                    backend: str) -> list[Variant]:
+    """The candidates left once the launch options the call omits are settled (docs/runtime.md,
+    "Omitted arguments"): for each omitted option on which the candidates differ, the candidates built
+    with Triton's default for it (:data:`TRITON_OPTION_DEFAULTS`), for every such option at once, so
+    no order of options can change the answer; none: refused, listing the choices. An option every
+    candidate shares needs no rule (launch options change how fast a kernel runs, not what it computes).
+    """
+    defaults = TRITON_OPTION_DEFAULTS.get(backend, TRITON_OPTION_DEFAULTS["cuda"])
+    ambiguous = [o for o in option_names if o not in given
+                 and len({_value_key(option_value(v, o)) for v in fits}) > 1]
+    if not ambiguous:
+        return list(fits)
+    chosen = [v for v in fits if all(not _differs(option_value(v, o), defaults.get(o)) for o in ambiguous)]
+    if chosen:
+        return chosen
+    choices = "; ".join(f"{o} = {_listing([option_value(v, o) for v in fits])} (Triton's default: {defaults.get(o)!r})"
+                        for o in ambiguous)
+    raise NoMatchingVariantError(
+        f"{kernel}: the call omits launch option(s) {', '.join(ambiguous)}, the variants that fit differ on "
+        f"them and none was built with Triton's defaults for all of them; archived: {choices}. Pass the one "
+        f"you want, e.g. {ambiguous[0]}=...", kernel=kernel, rejections=(), param=ambiguous[0],
+        values=_reprs([option_value(v, ambiguous[0]) for v in fits]))
 
 
 def option_reason(v: Variant, options: Mapping[str, Any]) -> str | None:
@@ -210,26 +311,36 @@ def select_variant(kernel: str, variants: Sequence[Variant], dev: DeviceInfo, va
     """The best variant for this device, call and launch options, or :class:`NoMatchingVariantError` listing
     every rejection.
 
-    Preference: runs from its binary over PTX JIT; more specialisation hints (``:16``, ``== 1``); the
-    closest arch; then manifest order (the producer's order).
+    What the call omits is settled first (:func:`omitted_constexprs`, :func:`resolve_options`). Then,
+    preference: runs from its binary over PTX JIT; more specialisation hints (``:16``, ``== 1``); the
+    closest arch; then the variant key (never the order variants are listed in).
     """
     fits: list[tuple[tuple, int, Variant, DeviceFit]] = []
     # Labels are only for the error below: a kernel of hundreds of variants rejects most of them on
     # every successful selection too, and formatting each label would be most of the selection's cost.
     rejected: list[tuple[Variant, str]] = []
+    runnable: list[tuple[int, Variant, DeviceFit]] = []
     for i, v in enumerate(variants):
         fit = device_fit(v, dev, allow_ptx, ptx_header)
         if isinstance(fit, str):
             rejected.append((v, fit))
-            continue
+        else:
+            runnable.append((i, v, fit))
+    omitted_constexprs(kernel, [v for _, v, _ in runnable], values, names)
+    for i, v, fit in runnable:
         why = call_reason(v, values, infos, options)
         if why:
             rejected.append((v, why))
             continue
-        fits.append(((fit.mode != "binary", -specialisation_count(v), fit.distance, i), i, v, fit))
+        fits.append(((fit.mode != "binary", -specialisation_count(v), fit.distance, v.key), i, v, fit))
     if fits:
-        fits.sort(key=lambda t: t[0])
-        return fits[0][2], fits[0][3]
+        option_names = [o for o in LAUNCH_OPTIONS if o not in names]
+        keep = {id(v) for v in resolve_options(kernel, [t[2] for t in fits], option_names, options or {},
+                                               dev.backend)}
+        # What is left differs only in how well it runs (binary, hints, arch), never in what it computes;
+        # the variant key breaks the last tie, so no manifest or insertion order decides.
+        best = min((t for t in fits if id(t[2]) in keep), key=lambda t: t[0])
+        return best[2], best[3]
     labelled = [(variant_label(v), why) for v, why in rejected]
     asked = ", ".join([f"{n}={describe_arg(x)}" for n, x in zip(names, values) if x is not MISSING]
                       + [f"{n}={x!r}" for n, x in (options or {}).items()])

@@ -196,7 +196,9 @@ def phase_workload_capture(work: Path, opts: dict) -> dict:
     torch.save({k: v.cpu() for k, v in {**inp, **out}.items()}, work / "workload.pt")
     (work / "workload-calls.json").write_text(json.dumps(log, indent=1))
     s = cap.summary()
-    n_mm = sum(1 for v in cap.variants.values() if v.kernel == "matmul_kernel")
+    from karchive.format.names import short_name
+
+    n_mm = sum(1 for v in cap.variants.values() if short_name(v.kernel) == "matmul_kernel")  # module:qualname
     return {"summary": s, "matmul_variants": n_mm, "archive_bytes": stats.archive_bytes,
             "triton": triton.__version__}
 
@@ -325,13 +327,15 @@ def phase_train_capture(work: Path, opts: dict) -> dict:
             with cap:
                 result["steady_step_captured_s"] = round(timed(True), 6)
     if cap is not None:
+        from karchive.format.names import short_name
+
         s = cap.summary()
         stats = cap.save(work / f"{tag}.karc")
         result.update(summary=s, archive_bytes=stats.archive_bytes,
                       events=[{"kernel": e.kernel, "how": e.how, "thread": e.thread, "note": e.note}
                               for e in cap.events],
-                      autotune_kernels=sorted(r["kernel"] for r in cap.autotune.to_json()),
-                      heuristics_kernels=sorted(r["kernel"] for r in cap.heuristics.to_json()))
+                      autotune_kernels=sorted(short_name(r["kernel"]) for r in cap.autotune.to_json()),
+                      heuristics_kernels=sorted(short_name(r["kernel"]) for r in cap.heuristics.to_json()))
         torch.save({**{k: v.cpu() for k, v in inp.items()}, **{k: v.cpu() for k, v in out.items()},
                     "h": ck.SAVED["h"].cpu(), "dh": ck.SAVED["dh"].cpu()}, work / f"{tag}.pt")
     return result
