@@ -84,7 +84,8 @@ def test_every_config_is_built_per_target(built):
     for v in result.built:
         j = v.variant.to_json()
         cx = {p["name"]: p["value"] for p in j["params"] if "value" in p and p.get("type") == "constexpr"}
-        by_kernel.setdefault(v.kernel, []).append((cx, j["abi"]["num_warps"]))
+        assert v.kernel.startswith("wrapped_kernels:")  # filed under module:qualname
+        by_kernel.setdefault(v.kernel.removeprefix("wrapped_kernels:"), []).append((cx, j["abi"]["num_warps"]))
     assert sorted(by_kernel["at_copy"], key=str) == sorted(
         [({"BLOCK": 64}, 2), ({"BLOCK": 128}, 4), ({"BLOCK": 256}, 8)], key=str)  # prune is not applied
     # heuristics over autotune: 2 configs x IS_VARLEN both values (a boolean expression)
@@ -106,14 +107,16 @@ def test_the_archive_records_keys_configs_hooks_and_heuristics_as_data(built):
     reader = open_location(path)
     manifest = reader.manifest
     assert schema_problems(manifest) == [] and reader.verify() == []
-    at = {r["kernel"]: r for r in manifest["autotune"]}
+    # records carry the variants' module:qualname
+    assert all(r["kernel"].startswith("wrapped_kernels:") for r in manifest["autotune"] + manifest["heuristics"])
+    at = {r["kernel"].removeprefix("wrapped_kernels:"): r for r in manifest["autotune"]}
     assert at["at_copy"]["key_names"] == ["n"] and at["at_copy"]["entries"] == []
     assert at["at_copy"]["reset_to_zero"] == ["out_ptr"] and "prune_configs_by" in at["at_copy"]["prune"]
     assert [c["kwargs"] for c in at["at_copy"]["configs"]] == [{"BLOCK": 64}, {"BLOCK": 128}, {"BLOCK": 256}]
     assert at["at_copy"]["configs"][2]["num_stages"] == 2
     assert at["h_over_at"]["key_names"] == ["n", "IS_VARLEN"] and at["h_over_at"]["outer_heuristics"] == ["IS_VARLEN"]
     assert at["at_over_h"]["restore_value"] == ["x_ptr"] and at["at_over_h"]["outer_heuristics"] == []
-    he = {r["kernel"]: r for r in manifest["heuristics"]}
+    he = {r["kernel"].removeprefix("wrapped_kernels:"): r for r in manifest["heuristics"]}
     assert he["h_over_at"]["exprs"] == {"IS_VARLEN": ["not_none", ["arg", "offsets"]]}
     assert he["at_over_h"]["exprs"] == {"EVEN": ["==", ["%", ["arg", "n"], ["arg", "BLOCK"]], ["const", 0]]}
     assert he["h_only"]["names"] == ["num_warps", "BLOCK"]
@@ -273,7 +276,7 @@ def test_decisions_are_remembered_per_gpu_model_and_driver(device, tmp_path, mon
     assert tuned == 2 * 11 + 1
     (path,) = (tmp_path / "kcache" / "tuning").rglob("*.json")
     saved = json.loads(path.read_text())
-    assert saved["kernel"] == "h_over_at" and path.name == "Fake_H100--13000.json"
+    assert saved["kernel"] == "wrapped_kernels:h_over_at" and path.name == "Fake_H100--13000.json"
     assert saved["device"] == {"name": "Fake H100", "driver": 13000}
     (decision,) = saved["decisions"].values()
     # a fresh process (a fresh open): the decision is read back; select() answers; one launch, no timing
@@ -305,7 +308,7 @@ def test_decisions_ship_to_another_machine_with_karchive_tune(device, built, tmp
     run = subprocess.run([sys.executable, "-m", "karchive", "tune", str(built[0]), "--export", str(shipped), "--json"],
                          capture_output=True, text=True, env=env)
     assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout) == {"exported": 1, "kernels": ["h_over_at"], "file": str(shipped)}
+    assert json.loads(run.stdout) == {"exported": 1, "kernels": ["wrapped_kernels:h_over_at"], "file": str(shipped)}
     other = tmp_path / "other-machine"
     run = subprocess.run([sys.executable, "-m", "karchive", "tune", str(built[0]), "--import", str(shipped),
                           "--cache-dir", str(other), "--json"], capture_output=True, text=True, env=env)

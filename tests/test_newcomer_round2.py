@@ -343,13 +343,14 @@ def test_diff_stat_is_one_line_per_kernel_and_moved_lines_change_keys(tmp_path):
     done = karchive("diff", str(tmp_path / "v1.karc"), str(tmp_path / "v2.karc"), "--stat")
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
-    first_line = next(line for line in lines if line.startswith("first "))
-    second_line = next(line for line in lines if line.startswith("second "))
+    # kernels are filed under module:qualname (the spec's module is its file, two.py)
+    first_line = next(line for line in lines if line.startswith("two:first "))
+    second_line = next(line for line in lines if line.startswith("two:second "))
     assert "2 changed" in first_line and "1 changed" in second_line
     assert "binary" in second_line  # not edited, only moved down one line: new code bytes all the same
     assert len(lines) < 12  # the summary, not 2 x 3 detail blocks
     stat = json.loads(karchive("diff", str(tmp_path / "v1.karc"), str(tmp_path / "v2.karc"), "--stat", "--json").stdout)
-    assert [(k["kernel"], k["changed"], k["unchanged"]) for k in stat["kernels"]] == [("first", 2, 0), ("second", 1, 0)]
+    assert [(k["kernel"], k["changed"], k["unchanged"]) for k in stat["kernels"]] == [("two:first", 2, 0), ("two:second", 1, 0)]
     assert "binary" in stat["kernels"][1]["fields"] and stat["identical"] is False
     same = karchive("diff", str(tmp_path / "v2.karc"), str(tmp_path / "v2.karc"), "--stat")
     assert same.returncode == 0 and "identical" in same.stdout

@@ -12,6 +12,9 @@ if command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || command -v
   export KARCHIVE_REQUIRE_EXTENSION="${KARCHIVE_REQUIRE_EXTENSION:-1}"
 fi
 if [ "$#" -eq 0 ]; then
+  # One venv per Triton release for tests/test_triton_releases.py (the oldest pyproject.toml allows, 3.6, the
+  # newest): made once, reused without network after (issue 19: every supported Triton builds).
+  bash tools/tritons.sh
   echo "ruff check ."
   "$PY" -m ruff check .
   echo "mypy (karchive/)"
