@@ -74,7 +74,7 @@ def built(request, tmp_path_factory) -> dict:
 def test_every_probe_builds_for_every_target(built):
     m = manifest(built["a"])
     got = sorted((v["kernel"], v["target"]["backend"] + ":" + str(v["target"]["arch"])) for v in m["variants"])
-    assert got == sorted((k, t) for k in KERNELS for t in TARGETS)
+    assert got == sorted((f"probe_kernels:{k}", t) for k in KERNELS for t in TARGETS)  # module:qualname
     assert m["produced_by"]["triton"] == built["venv"].version
 
 
@@ -130,7 +130,7 @@ def test_the_descriptor_probe_asks_for_global_scratch_on_hopper(built):
     """On sm_90 the descriptors are TMA descriptors written to global scratch (sm_80 and gfx942 lower them
     to plain loads and stores), so the archive's ABI must carry a scratch size the runtime allocates."""
     (v,) = [v for v in manifest(built["a"])["variants"]
-            if v["kernel"] == "descriptor_kernel" and v["target"]["arch"] == "90"]
+            if v["kernel"] == "probe_kernels:descriptor_kernel" and v["target"]["arch"] == "90"]
     assert v["abi"]["global_scratch"]["size"] > 0, v["abi"]
 
 
