@@ -321,7 +321,7 @@ def _atomic_kernels(arc: Any) -> set[str]:
     for v in arc.manifest.variants:
         ttir = v.ir.get("ttir") if v.ir else None
         if ttir is not None and b"tt.atomic" in arc.reader.read(ttir.path):
-            out.add(v.kernel)
+            out |= {v.kernel, v.kernel.rsplit(":", 1)[-1]}  # module:qualname, and the short name launches carry
     return out
 
 

@@ -76,7 +76,7 @@ def test_exported_cache_neither_compiles_nor_retunes(work):
     dest = work / "exported"
     r = subprocess.run([sys.executable, "-m", "karchive", "export-triton-cache", str(work / "cap.karc"),
                         "--cache-dir", str(dest), "--json"], capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                       env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])))
     assert r.returncode == 0, r.stderr or r.stdout
     counts = json.loads(r.stdout)["counts"]
     assert counts.get("written", 0) > 0 and set(counts) == {"written"}, counts

@@ -194,10 +194,10 @@ def phase_capture(work: Path, opts: dict) -> dict:
     torch.save({**{k: v.cpu() for k, v in out.items()}, **{"in_" + k: v.cpu() for k, v in t.items()}},
                work / "cap.pt")
     s = cap.summary()
-    heur = {r["kernel"]: r for r in cap.heuristics.to_json()}
+    heur = {r["kernel"].rsplit(":", 1)[-1]: r for r in cap.heuristics.to_json()}
     return {"summary": {k: s[k] for k in ("kernels", "variants", "autotune_records", "heuristics_records",
                                           "errors", "lost")},
-            "outer": {r["kernel"]: r.get("outer_heuristics") for r in cap.autotune.to_json()},
+            "outer": {r["kernel"].rsplit(":", 1)[-1]: r.get("outer_heuristics") for r in cap.autotune.to_json()},
             "h_device_cases": heur.get("h_device", {}).get("cases")}
 
 
@@ -297,7 +297,8 @@ def phase_tune_quality(work: Path, opts: dict) -> dict:
         tuner.cache.clear()
         obj[grid](*args)
         (t_cfg,) = tuner.cache.values()
-        k = arc.kernel(name)
+        k = arc.kernel(name)  # the same object for every case of this name: its choices accumulate
+        k._choices.clear()
         k[grid](*args)
         (choice,) = [c for c, _cx, _k in k._choices.values()]
         k_meta = {**choice["kwargs"], **choice["options"]}
