@@ -131,7 +131,7 @@ CHILD = textwrap.dedent(r'''
     t = launch("descriptor_kernel", (cdiv(M, 64), cdiv(N, 64)), x, out, M, N, BM=64, BN=64)
     record("descriptor_kernel", t, out, x * 3.0)
 
-    results["_triton_modules"] = sorted(m for m in sys.modules if m.split(".")[0] == "triton")
+    results["_triton_modules"] = sorted(m for m, mod in sys.modules.items() if m.split(".")[0] == "triton" and mod is not None)
     print(json.dumps(results))
 ''')
 
