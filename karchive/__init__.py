@@ -11,7 +11,7 @@ __version__ = "0.1.0"
 
 #: Public names imported on first use, so ``import karchive`` stays light (no Triton, no zstd).
 _LAZY = {
-    "capture": ("karchive.producer.capture", "capture"),
+    "capture": ("karchive.producer.capture.jit_capture", "capture"),
     "open": ("karchive.runtime.archive", "open_archive"),
     "Archive": ("karchive.runtime.archive", "Archive"),
     "Registry": ("karchive.registry", "Registry"),

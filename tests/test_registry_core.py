@@ -128,7 +128,7 @@ def test_publish_refuses_bad_input(tmp_path: Path) -> None:
     with pytest.raises(Exception) as info:
         reg.publish(damaged)
     assert "karchive" in type(info.value).__module__
-    from karchive.producer.pack import ArchiveBuilder
+    from karchive.producer.build.pack import ArchiveBuilder
     from registry_support import compiled
 
     for name, version, match in (("bad/name", "1.0", "bad archive name"), ("ok", "latest", "reserved")):

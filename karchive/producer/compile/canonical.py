@@ -203,8 +203,8 @@ _KERNEL_NAMES: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 def _kernel_name(fn: Any) -> str:
-    from ..errors import UnsupportedKernelError
-    from ..format.names import is_kernel_name
+    from ...errors import UnsupportedKernelError
+    from ...format.names import is_kernel_name
 
     inner = getattr(fn, "fn", fn)
     short = getattr(fn, "__name__", None) or getattr(inner, "__name__", None)
@@ -388,7 +388,7 @@ def _source_of(module: ModuleType, name: str) -> str:
     try:
         return inspect.getsource(module)
     except (OSError, TypeError) as exc:
-        from ..errors import CompileError
+        from ...errors import CompileError
 
         raise CompileError(f"cannot read the source of module {name!r}, which defines a JIT function the kernel "
                            f"uses: {exc}") from exc

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..format.autotune import FALLBACK_RULE, json_number, json_scalar, normalize_key, normalize_value
-from .canonical import kernel_name
+from ...format.autotune import FALLBACK_RULE, json_number, json_scalar, normalize_key, normalize_value
+from ..compile.canonical import kernel_name
 
 
 def innermost_jit(obj: Any) -> Any:

@@ -4,11 +4,11 @@ The driver has each kernel loaded (it loads them anyway to validate the spec) an
 task the text of the modules the compile imports:
 
 - the modules defining the JIT functions the kernel reaches, under their canonical names
-  (:func:`karchive.producer.canonical.module_sources`: the set ``provenance.build.sources`` records);
+  (:func:`karchive.producer.compile.canonical.module_sources`: the set ``provenance.build.sources`` records);
 - the plain Python modules of the same source tree that the driver has loaded (a config module the
   kernel module imports, a package's ``__init__``): a worker could not import them otherwise.
 
-A worker imports them from that text through :class:`karchive.producer.rebuild.ArchiveSourceFinder`,
+A worker imports them from that text through :class:`karchive.producer.build.rebuild.ArchiveSourceFinder`,
 the finder ``karchive rebuild`` uses to compile an archive's own sources, so the compile sees the
 same modules under the same canonical names as a local build and returns the same bytes; the worker
 never reads the driver's checkout. Installed packages (site-packages, the standard library, Triton,
@@ -27,13 +27,13 @@ from dataclasses import dataclass, replace
 from types import ModuleType
 from typing import Any
 
-from .. import __version__
-from ..errors import CompileError, KarchiveError
-from .aot import VariantRequest, compile_variant, toolchain_versions
-from .buildenv import strip_shell
-from .canonical import module_sources, name_for_module
-from .describe import CompiledVariant
-from .kernel_ref import load_kernel, split_ref
+from ... import __version__
+from ...errors import CompileError, KarchiveError
+from ..compile.aot import VariantRequest, compile_variant, toolchain_versions
+from ..compile.buildenv import strip_shell
+from ..compile.canonical import module_sources, name_for_module
+from ..compile.describe import CompiledVariant
+from ..compile.kernel_ref import load_kernel, split_ref
 
 #: Top-level packages that never travel: the toolchain and karchive are installed on every worker.
 _NEVER_SHIPPED = ("triton", "karchive")

@@ -29,8 +29,8 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from ..errors import TargetError
-from ..format.target import Target
+from ...errors import TargetError
+from ...format.target import Target
 
 #: Examples named when a gfx arch is refused (each compiles with Triton 3.9; the check itself asks the toolchain).
 HIP_EXAMPLES = "gfx90a, gfx942, gfx950, gfx1100, gfx1201"

@@ -14,7 +14,7 @@ import os
 from functools import lru_cache
 from typing import Any
 
-from ..core.jsonio import canonical_json
+from ...core.jsonio import canonical_json
 
 KEY_SCHEMA = 1
 

@@ -13,16 +13,16 @@ from dataclasses import dataclass, field
 from collections.abc import Callable
 from typing import Any
 
-from ..core.destination import output_file
-from ..core.text import plural
-from ..errors import BuildError
-from .aot import VariantRequest, toolchain_versions
-from .buildenv import shell_warning
-from .describe import CompiledVariant
+from ...core.destination import output_file
+from ...core.text import plural
+from ...errors import BuildError
+from ..compile.aot import VariantRequest, toolchain_versions
+from ..compile.buildenv import shell_warning
+from ..compile.describe import CompiledVariant
 from .executors import Executor, TaskOutcome, executor_kind, make_executor
 from .pack import ArchiveBuilder
 from .spec_file import BuildSpec
-from .wrapped import align_kernel_names, expand as expand_wrapped
+from ..compile.wrapped import align_kernel_names, expand as expand_wrapped
 
 
 @dataclass

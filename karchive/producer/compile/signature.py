@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Mapping, Sequence
 
-from ..errors import SignatureError
-from ..format.manifest import POINTER_ELEMENT_TYPES, SCALAR_SIZES
-from .irtext import split_top_level
+from ...errors import SignatureError
+from ...format.manifest import POINTER_ELEMENT_TYPES, SCALAR_SIZES
+from ._irtext import split_top_level
 
 _TYPE_RE = re.compile(r"\*?(?:k)?[a-z][a-z0-9]*")
 

@@ -18,14 +18,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import __version__
-from ..errors import BuildError, FormatError
-from ..core.digest import sha256_hex
-from ..format.constants import FORMAT_VERSION
-from ..format.layout import source_member
-from ..format.manifest import FileRef, Manifest, Variant
-from ..format.writer import ArchiveWriter, DictionaryMode, WriteStats, source_date_epoch
-from .describe import CompiledVariant
+from ... import __version__
+from ...errors import BuildError, FormatError
+from ...core.digest import sha256_hex
+from ...format.constants import FORMAT_VERSION
+from ...format.layout import source_member
+from ...format.manifest import FileRef, Manifest, Variant
+from ...format.writer import ArchiveWriter, DictionaryMode, WriteStats, source_date_epoch
+from ..compile.describe import CompiledVariant
 
 #: Format 2 frame sizes (decompressed): launch members of one kernel and target, IR of one kernel.
 #: Measured on Triton output (tools/bench_archive.py, docs/benchmarks.md "Archive size").

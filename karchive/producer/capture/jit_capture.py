@@ -39,17 +39,17 @@ from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar, cast
 from collections.abc import Callable
 
-from ..core.jsonio import canonical_json
-from ..errors import CaptureError, KarchiveError, UnsupportedKernelError
-from ..format.autotune import json_safe
-from . import capture_scope as scope
-from .autotune import AutotuneLog, call_args, innermost_jit, tuning_key
-from .canonical import kernel_name
-from .capture_report import LEDGER, CacheWatch, LeftOut, describe_left_out, left_out, summarize
-from .describe import BINARY_EXT, IR_STAGES, CompiledVariant, describe_variant, signature_defaults
-from .heuristics import HeuristicsLog
-from .wrapped import align_kernel_names
-from .pack import ArchiveBuilder
+from ...core.jsonio import canonical_json
+from ...errors import CaptureError, KarchiveError, UnsupportedKernelError
+from ...format.autotune import json_safe
+from . import _scope as scope
+from ._autotune_log import AutotuneLog, call_args, innermost_jit, tuning_key
+from ..compile.canonical import kernel_name
+from ._report import LEDGER, CacheWatch, LeftOut, describe_left_out, left_out, summarize
+from ..compile.describe import BINARY_EXT, IR_STAGES, CompiledVariant, describe_variant, signature_defaults
+from ._heuristics_log import HeuristicsLog
+from ..compile.wrapped import align_kernel_names
+from ..build.pack import ArchiveBuilder
 from .triton_cache import (
     CacheEntry,
     build_fingerprint,
@@ -94,7 +94,7 @@ def _constexpr_names(fn: Any) -> set[str]:
 def describe_source(src: Any, entry: CacheEntry, *, origin: str = "capture", include_ir: bool = True,
                     hooks: list[dict] | None = None, provenance_extra: dict | None = None) -> CompiledVariant:
     """Describe a compile from its ``ASTSource`` exactly as AOT describes one: same params, same key."""
-    from .aot import pipeline_hooks
+    from ..compile.aot import pipeline_hooks
 
     fn = src.fn
     kernel = kernel_name(fn)
@@ -161,7 +161,7 @@ class Capture:
 
     ``scope="process"`` (default) records work on every thread of the process; ``scope="thread"`` only the
     entering thread's and what it hands over (thread-pool tasks, its autograd backward). See
-    :mod:`karchive.producer.capture_scope`.
+    :mod:`karchive.producer.capture._scope`.
     """
 
     def __init__(self, name: str, version: str, *, path: str | os.PathLike | None = None, include_ir: bool = True,
@@ -366,7 +366,7 @@ class Capture:
         JSON-safe (:func:`json_safe`) or, failing that, left out with a warning: one odd value never costs
         the window.
         """
-        from .aot import toolchain_versions
+        from ..compile.aot import toolchain_versions
 
         with self._lock:
             variants = list(self.variants.values())

@@ -30,7 +30,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 from collections.abc import Iterator, Mapping, MutableMapping
 
-from ..errors import CompileError, SpecFileError
+from ...errors import CompileError, SpecFileError
 
 #: Triton 3.9 defaults to FP fusion when neither the option nor TRITON_DEFAULT_FP_FUSION is given;
 #: karchive pins that default so a spec means the same thing under Triton 3.10 (which flips it).
@@ -124,15 +124,15 @@ def validate_env(env: Any, where: str = "env") -> dict[str, str]:
 
 def cache_root() -> str:
     """``<karchive cache>/triton-build``: karchive's own Triton cache for builds (safe to delete)."""
-    from ..core.paths import BUILD_CACHE, cache_dir
+    from ...core.paths import BUILD_CACHE, cache_dir
 
     return os.path.join(os.path.abspath(cache_dir()), BUILD_CACHE)
 
 
 def cache_namespace(names: list[str], env: Mapping[str, str]) -> str:
     """A directory name that changes whenever an artifact compiled under it could differ in its names."""
-    from .. import __version__
-    from ..core.jsonio import canonical_json
+    from ... import __version__
+    from ...core.jsonio import canonical_json
     from .canonical import NAMING_REVISION, SCHEME
 
     desc = {"karchive": __version__, "scheme": SCHEME, "naming": NAMING_REVISION, "names": sorted(names),

@@ -18,11 +18,11 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from ..core.tomlio import MAX_DEPTH, depth as toml_depth
-from ..errors import KarchiveError, SpecFileError
-from .aot import BACKEND_OPTIONS, VariantRequest
-from ..format.target import Target
-from .buildenv import validate_env
+from ...core.tomlio import MAX_DEPTH, depth as toml_depth
+from ...errors import KarchiveError, SpecFileError
+from ..compile.aot import BACKEND_OPTIONS, VariantRequest
+from ...format.target import Target
+from ..compile.buildenv import validate_env
 
 _KERNEL_KEYS = {"source", "signature", "signatures", "constexprs", "targets", "cuda", "hip", "include_ir", "configs"}
 _ALL_OPTIONS = set().union(*BACKEND_OPTIONS.values())
@@ -249,15 +249,15 @@ def _identity(req: VariantRequest) -> str:
 
 def validate_requests(requests: list[VariantRequest]) -> list[str]:
     """Everything that can be checked before compiling, so a typo fails in a second, not after a build:
-    each target against the installed toolchain (:func:`~karchive.producer.toolchain.check_target`,
+    each target against the installed toolchain (:func:`~karchive.producer.compile.toolchain.check_target`,
     once per target), each option value, each signature and constexpr against its kernel.
     Fills each request's ``equal_to_1`` names (for labels that say ``stride==1``, as ``inspect`` does).
     A request naming an autotuned or heuristics kernel is replaced, in place, by one request per config
-    and computed value (:func:`karchive.producer.wrapped.expand`); returns what that expansion warns."""
-    from .aot import specialize
-    from .kernel_ref import load_kernel
-    from .toolchain import check_target
-    from .wrapped import expand
+    and computed value (:func:`karchive.producer.compile.wrapped.expand`); returns what that expansion warns."""
+    from ..compile.aot import specialize
+    from ..compile.kernel_ref import load_kernel
+    from ..compile.toolchain import check_target
+    from ..compile.wrapped import expand
 
     for target in sorted({str(r.target) for r in requests}):
         check_target(target, probe=True)

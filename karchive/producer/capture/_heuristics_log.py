@@ -2,7 +2,7 @@
 
 Triton's ``Heuristics.run`` evaluates each ``values[name](args)`` in order and passes the results on
 as keyword arguments. Capture learns the results exactly (the ``JITFunction.run`` wrapper reads them
-from the keyword arguments Triton passes, see :mod:`karchive.producer.capture`), and learns which
+from the keyword arguments Triton passes, see :mod:`karchive.producer.capture.jit_capture`), and learns which
 arguments each function depends on by evaluating it once more on a mapping that notes every key it
 reads; tensor-like arguments are handed over behind a probe that notes the attributes used (``dtype``,
 ``shape``, ``numel()`` ...). When the second evaluation does not reproduce Triton's value (a function
@@ -17,7 +17,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Iterator
 
-from ..format.heuristics import (
+from ...format.heuristics import (
     ABSENT,
     NOT_SCALAR,
     PROBE_ATTRS,
@@ -30,8 +30,8 @@ from ..format.heuristics import (
     run_probe,
     scalar,
 )
-from .autotune import innermost_jit
-from .canonical import kernel_name
+from ._autotune_log import innermost_jit
+from ..compile.canonical import kernel_name
 
 if TYPE_CHECKING:  # the view types dict's own keys()/values()/items() return (typeshed names them here)
     from _collections_abc import dict_items, dict_keys, dict_values

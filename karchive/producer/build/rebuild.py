@@ -35,13 +35,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
 
-from ..errors import KarchiveError, SpecFileError
-from ..core.jsonio import canonical_json
-from .buildenv import strip_shell, validate_env
-from .canonical import SCHEME, name_for_module
+from ...errors import KarchiveError, SpecFileError
+from ...core.jsonio import canonical_json
+from ..compile.buildenv import strip_shell, validate_env
+from ..compile.canonical import SCHEME, name_for_module
 
 if TYPE_CHECKING:
-    from ..format.reader import ArchiveReader
+    from ...format.reader import ArchiveReader
 
 #: Statuses, from best to worst for the exit code: 0 only if every variant is reproduced.
 REPRODUCED, CONSISTENT, NOT_REBUILDABLE, FAILED, MISMATCH = (
@@ -215,7 +215,7 @@ class ArchiveSourceFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
 def _rebuild_one(task: _Task) -> tuple[int, Any, str | None]:
     """Worker entry: (index, CompiledVariant or None, error text)."""
-    from .aot import VariantRequest, compile_variant
+    from ..compile.aot import VariantRequest, compile_variant
 
     finder = ArchiveSourceFinder(task.modules)
     for mod in task.modules:  # a module left by a previous task of this worker, maybe another version
@@ -362,8 +362,8 @@ def toolchain_summary(produced_by: dict, local: dict) -> dict:
 def rebuild_archive(reader: ArchiveReader, *, label: str = "", jobs: int = 1, kernels: list[str] | None = None,
                     on_result: Callable[[VariantCheck], None] | None = None) -> RebuildReport:
     """Rebuild every (selected) variant of an open archive and compare; see the module docstring."""
-    from .. import __version__
-    from .aot import toolchain_versions
+    from ... import __version__
+    from ..compile.aot import toolchain_versions
 
     produced_by = dict(reader.model.produced_by)
     local = {**{k: (None if val is None else str(val)) for k, val in toolchain_versions().items()}, "karchive": __version__}

@@ -1,5 +1,5 @@
 """The smallest kernel there is: compiled once per HIP target to ask Triton whether it supports it
-(:mod:`karchive.producer.toolchain`). Imported only by that check; importing it imports Triton."""
+(:mod:`karchive.producer.compile.toolchain`). Imported only by that check; importing it imports Triton."""
 
 import triton
 import triton.language as tl

@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Iterator, Mapping
 
-from ..core.grammar import fullmatch
-from ..core.jsonio import parse_json
-from ..errors import CaptureError, KarchiveError, SchemaError, UnsupportedKernelError
-from ..format.layout import BINARY_EXT, IR_STAGES
-from ..format.manifest import Variant, is_ir_stage
-from ..format.names import SHORT_NAME, select_kernels, short_name
-from .describe import CompiledVariant, describe_variant
-from .irtext import enclosed, split_top_level
+from ...core.grammar import fullmatch
+from ...core.jsonio import parse_json
+from ...errors import CaptureError, KarchiveError, SchemaError, UnsupportedKernelError
+from ...format.layout import BINARY_EXT, IR_STAGES
+from ...format.manifest import Variant, is_ir_stage
+from ...format.names import SHORT_NAME, select_kernels, short_name
+from ..compile.describe import CompiledVariant, describe_variant
+from ..compile._irtext import enclosed, split_top_level
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 TEXT_EXTS = ("source", "ttir", "ttgir", "llir", "ptx", "amdgcn")
@@ -367,7 +367,7 @@ def write_entry(cache_dir: str, triton_hash: str, stem: str, files: Mapping[str,
 def export_archive(reader: Any, cache_dir: str | None = None, *, allow_unverified: bool = False,
                    kernels: list[str] | None = None) -> list[ExportResult]:
     """Write every variant of an open archive into a Triton cache directory (default: Triton's own)."""
-    from ..format.sentinel import restore_json_bytes
+    from ...format.sentinel import restore_json_bytes
 
     cache_dir = os.path.abspath(cache_dir or local_cache_dir())
     root = triton_site_root()

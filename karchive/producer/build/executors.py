@@ -1,10 +1,10 @@
 """Where compile tasks run: worker processes on this machine (``-j N``) or a Ray cluster (``--executor``).
 
-Every executor runs the same compile (:func:`karchive.producer.aot.compile_variant`) on the same
+Every executor runs the same compile (:func:`karchive.producer.compile.aot.compile_variant`) on the same
 request and hands back the same :class:`CompiledVariant`, so the archive never depends on where a
 variant compiled; the build sorts and packs what comes back (tests/test_build_ray.py checks that a
 Ray build and a ``-j`` build are byte-identical). Ray is optional: this module never imports it, and
-:func:`make_executor` imports :mod:`karchive.producer.executors_ray` only when a Ray executor is asked for.
+:func:`make_executor` imports :mod:`karchive.producer.build.executors_ray` only when a Ray executor is asked for.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import BuildError, KarchiveError
-from .aot import VariantRequest, compile_variant
-from .buildenv import strip_shell
-from .describe import CompiledVariant
+from ...errors import BuildError, KarchiveError
+from ..compile.aot import VariantRequest, compile_variant
+from ..compile.buildenv import strip_shell
+from ..compile.describe import CompiledVariant
 
 
 @dataclass

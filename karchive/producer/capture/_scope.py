@@ -15,7 +15,7 @@ pool threads, servers on request threads. The policy (docs/capture.md, *Threads*
 
 Kernels compiled by other processes cannot be told apart at all: every harvesting capture gets them.
 Whatever a capture did not get is named, with the reason, in its end-of-capture report
-(:mod:`karchive.producer.capture_report`).
+(:mod:`karchive.producer.capture._report`).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Iterator
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .capture import Capture
+    from .jit_capture import Capture
 
 SCOPES = ("process", "thread")
 

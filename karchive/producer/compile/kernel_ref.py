@@ -9,7 +9,7 @@ import sys
 from types import ModuleType
 from typing import Any
 
-from ..errors import KernelNotFoundError
+from ...errors import KernelNotFoundError
 
 
 def split_ref(ref: str) -> tuple[str, str]:

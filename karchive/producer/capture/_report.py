@@ -25,7 +25,7 @@ from collections.abc import Iterable
 from .triton_cache import CacheEntry, cache_dir_name, entries_in_dir, local_cache_dir
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .capture import Capture
+    from .jit_capture import Capture
 
 #: Categories of a left-out kernel; only ``elsewhere`` is not a loss.
 CATEGORIES = {

@@ -13,15 +13,15 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..core.digest import sha256_hex
-from ..errors import UnsupportedKernelError
-from ..format.constants import ABI_VERSION
-from ..format.dtypes import SCALAR_SIZES
-from ..format.layout import BINARY_EXT, IR_STAGES, METADATA_EXT, source_member, variant_member
-from ..format.manifest import Abi, AbiParam, FileRef, Param, Provenance, Variant
-from ..format.sentinel import rewrite_paths
-from ..format.target import Target
-from .irtext import enclosed, split_top_level
+from ...core.digest import sha256_hex
+from ...errors import UnsupportedKernelError
+from ...format.constants import ABI_VERSION
+from ...format.dtypes import SCALAR_SIZES
+from ...format.layout import BINARY_EXT, IR_STAGES, METADATA_EXT, source_member, variant_member
+from ...format.manifest import Abi, AbiParam, FileRef, Param, Provenance, Variant
+from ...format.sentinel import rewrite_paths
+from ...format.target import Target
+from ._irtext import enclosed, split_top_level
 from .variant_key import normalize_options, variant_key
 
 __all__ = ["BINARY_EXT", "IR_STAGES", "CompiledVariant", "build_abi", "describe_variant"]

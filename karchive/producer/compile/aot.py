@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Mapping
 
-from ..errors import CompileError, KarchiveError, UnsupportedKernelError
-from ..core.digest import sha256_hex
+from ...errors import CompileError, KarchiveError, UnsupportedKernelError
+from ...core.digest import sha256_hex
 from .buildenv import (COMPILE_LOCK, DEFAULT_FP_FUSION, cache_namespace, cache_root, check_import_time_state, compile_environment,
                        validate_env)
-from .compile_errors import compiler_message
+from ._compile_errors import compiler_message
 from .canonical import (SCHEME, Canonicalised, canonical_locations, find_machine_paths, install_independent_keys,
                         kernel_name, machine_roots)
 from .describe import CompiledVariant, describe_variant, signature_defaults
@@ -153,7 +153,7 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
     attrs = {(i,): ([["tt.divisibility", spec.divisibility[n]]] if n in spec.divisibility else [])
              for i, n in enumerate(spec.names) if spec.types[n] != "constexpr"}
     src = ASTSource(fn=fn, signature=dict(spec.types), constexprs=dict(spec.constexprs), attrs=attrs)
-    from .triton_cache import build_fingerprint
+    from ..capture.triton_cache import build_fingerprint
     try:
         # Every compile that generates code imports this (and, through it, Gluon's modules); a cache hit
         # does not. The build cache's namespace hashes the canonical names of every loaded Triton module,

@@ -22,16 +22,16 @@ from typing import Any
 try:
     import ray
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without Ray (tests/test_build_ray.py)
-    from ..errors import BuildError
+    from ...errors import BuildError
 
     raise BuildError("--executor ray needs Ray on this machine and on the cluster: pip install 'karchive[ray]' "
                      f"({exc})") from exc
 
-from ..core.text import plural
-from ..errors import BuildError
-from .aot import VariantRequest
+from ...core.text import plural
+from ...errors import BuildError
+from ..compile.aot import VariantRequest
 from .executors import Executor, OnOutcome, TaskOutcome
-from .executors_ship import ShippedKernel, ShippedModule, compile_shipped, ship_requests, toolchain_identity
+from ._executors_ship import ShippedKernel, ShippedModule, compile_shipped, ship_requests, toolchain_identity
 
 #: Attempts after the first when a worker process or node dies mid-task (Ray's default for tasks is 3).
 MAX_RETRIES = 3

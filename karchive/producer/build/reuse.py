@@ -42,17 +42,17 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..core.digest import sha256_hex
-from ..core.jsonio import canonical_json
-from ..format.constants import FORMAT_VERSION
-from ..format.manifest import Variant
-from ..format.target import Target
-from .aot import VariantRequest, module_source, pipeline_hooks
-from .buildenv import DEFAULT_FP_FUSION, compile_environment, validate_env
-from .canonical import SCHEME, SourceModule, kernel_name, module_sources
-from .describe import CompiledVariant
-from .executors_ship import toolchain_identity
-from .kernel_ref import load_kernel, split_ref
+from ...core.digest import sha256_hex
+from ...core.jsonio import canonical_json
+from ...format.constants import FORMAT_VERSION
+from ...format.manifest import Variant
+from ...format.target import Target
+from ..compile.aot import VariantRequest, module_source, pipeline_hooks
+from ..compile.buildenv import DEFAULT_FP_FUSION, compile_environment, validate_env
+from ..compile.canonical import SCHEME, SourceModule, kernel_name, module_sources
+from ..compile.describe import CompiledVariant
+from ._executors_ship import toolchain_identity
+from ..compile.kernel_ref import load_kernel, split_ref
 
 #: provenance.build fields that make up the request (sources are compared apart: their digests may differ).
 REQUEST_FIELDS = ("module", "attr", "target", "signature", "constexprs", "options", "env")
@@ -124,7 +124,7 @@ def toolchain_differences(produced_by: dict[str, Any], format_version: Any) -> l
 @functools.lru_cache(maxsize=64)
 def _fingerprint(target: str, env_items: tuple[tuple[str, str], ...]) -> str:
     """``provenance.triton_cache`` a compile here would record for this target and environment (digest)."""
-    from .triton_cache import build_fingerprint
+    from ..capture.triton_cache import build_fingerprint
 
     with tempfile.TemporaryDirectory(prefix="karchive-reuse-") as cache, compile_environment(dict(env_items), cache):
         return _digest(build_fingerprint(Target.parse(target).to_json()))
