@@ -43,7 +43,7 @@ import json, os, sys, time
 from karchive.producer.compile.buildenv import strip_shell
 strip_shell()
 from karchive.producer.build.spec_file import load_spec, validate_requests
-from karchive.producer.build.executors import make_executor
+from karchive.producer.build.pipeline import make_executor
 spec_path, executor, jobs = sys.argv[1], sys.argv[2], int(sys.argv[3])
 spec = load_spec(spec_path)
 validate_requests(spec.requests)

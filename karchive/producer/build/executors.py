@@ -3,22 +3,23 @@
 Every executor runs the same compile (:func:`karchive.producer.compile.aot.compile_variant`) on the same
 request and hands back the same :class:`CompiledVariant`, so the archive never depends on where a
 variant compiled; the build sorts and packs what comes back (tests/test_build_ray.py checks that a
-Ray build and a ``-j`` build are byte-identical). Ray is optional: this module never imports it, and
-:func:`make_executor` imports :mod:`karchive.producer.build.executors_ray` only when a Ray executor is asked for.
+Ray build and a ``-j`` build are byte-identical). This module holds the contract (:class:`Executor`,
+:class:`TaskOutcome`) and the local executor; :mod:`.executors_ray` builds on it, and the choice between them
+(:func:`karchive.producer.build.pipeline.make_executor`) lives with the build, so Ray is imported only
+when a Ray executor is asked for and no executor module imports another that imports it back.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-import re
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any
 
-from ...errors import BuildError, KarchiveError
+from ...errors import KarchiveError
 from ..compile.aot import VariantRequest, compile_variant
 from ..compile.buildenv import strip_shell
 from ..compile.describe import CompiledVariant
@@ -116,37 +117,3 @@ class LocalExecutor(Executor):
             for fut in as_completed(futures):
                 index, variant, error, secs, pid = fut.result()
                 on_outcome(TaskOutcome(index, variant, error, secs, f"pid {pid}"))
-
-
-#: ``HOST:PORT`` of a Ray cluster's GCS, as ``ray start --head`` prints it (IPv6 in brackets).
-_GCS_ADDRESS = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}")
-
-EXECUTOR_HELP = ("local (default: -j worker processes here), ray (a local Ray started for this build), "
-                 "auto (the Ray cluster this machine belongs to: RAY_ADDRESS or the one `ray start` made), "
-                 "ray://HOST:PORT (Ray Client) or HOST:PORT (a cluster's GCS address); with a cluster, -j caps the "
-                 "compiles in flight (default: as many as the cluster schedules)")
-
-
-def executor_kind(spec: str | None) -> str:
-    """``local`` or ``ray`` for a ``--executor`` value; anything else is refused (before any work)."""
-    text = (spec or "local").strip()
-    if text == "local":
-        return "local"
-    if text in ("ray", "auto") or text.startswith("ray://") or _GCS_ADDRESS.fullmatch(text):
-        return "ray"
-    raise BuildError(f"unknown executor {text!r}: use {EXECUTOR_HELP}")
-
-
-def make_executor(spec: str | None = None, jobs: int = 0, *, verbose: bool = True) -> Executor:
-    """The executor a ``--executor`` value names (see :data:`EXECUTOR_HELP`); Ray is imported only here.
-
-    ``verbose`` False keeps a cluster's worker logs off this process's stdout (``--json``, ``--quiet``).
-    """
-    text = (spec or "local").strip()
-    if executor_kind(text) == "local":
-        return LocalExecutor(jobs)
-    from .executors_ray import RayExecutor
-
-    if text == "ray":
-        return RayExecutor(None, num_cpus=jobs or None, log_to_driver=verbose)
-    return RayExecutor(text, max_in_flight=jobs or None, log_to_driver=verbose)

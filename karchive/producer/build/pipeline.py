@@ -7,6 +7,7 @@ one place, so every executor and every incremental build (reuse.py) yields the s
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -19,7 +20,7 @@ from ...errors import BuildError
 from ..compile.aot import VariantRequest, toolchain_versions
 from ..compile.buildenv import shell_warning
 from ..compile.describe import CompiledVariant
-from .executors import Executor, TaskOutcome, executor_kind, make_executor
+from .executors import Executor, LocalExecutor, TaskOutcome
 from .pack import ArchiveBuilder
 from .spec_file import BuildSpec
 from ..compile.wrapped import align_kernel_names, expand as expand_wrapped
@@ -194,3 +195,38 @@ def build_archive(spec: BuildSpec, output: str | os.PathLike, *, jobs: int = 0, 
     result.raw_bytes = stats.raw_bytes
     result.seconds = time.perf_counter() - start
     return result
+
+
+# --- which executor runs the compiles ---------------------------------------------------------
+#: ``HOST:PORT`` of a Ray cluster's GCS, as ``ray start --head`` prints it (IPv6 in brackets).
+_GCS_ADDRESS = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}")
+
+EXECUTOR_HELP = ("local (default: -j worker processes here), ray (a local Ray started for this build), "
+                 "auto (the Ray cluster this machine belongs to: RAY_ADDRESS or the one `ray start` made), "
+                 "ray://HOST:PORT (Ray Client) or HOST:PORT (a cluster's GCS address); with a cluster, -j caps the "
+                 "compiles in flight (default: as many as the cluster schedules)")
+
+
+def executor_kind(spec: str | None) -> str:
+    """``local`` or ``ray`` for a ``--executor`` value; anything else is refused (before any work)."""
+    text = (spec or "local").strip()
+    if text == "local":
+        return "local"
+    if text in ("ray", "auto") or text.startswith("ray://") or _GCS_ADDRESS.fullmatch(text):
+        return "ray"
+    raise BuildError(f"unknown executor {text!r}: use {EXECUTOR_HELP}")
+
+
+def make_executor(spec: str | None = None, jobs: int = 0, *, verbose: bool = True) -> Executor:
+    """The executor a ``--executor`` value names (see :data:`EXECUTOR_HELP`); Ray is imported only here.
+
+    ``verbose`` False keeps a cluster's worker logs off this process's stdout (``--json``, ``--quiet``).
+    """
+    text = (spec or "local").strip()
+    if executor_kind(text) == "local":
+        return LocalExecutor(jobs)
+    from .executors_ray import RayExecutor  # Ray itself is imported there, only now
+
+    if text == "ray":
+        return RayExecutor(None, num_cpus=jobs or None, log_to_driver=verbose)
+    return RayExecutor(text, max_in_flight=jobs or None, log_to_driver=verbose)

@@ -124,7 +124,7 @@ def toolchain_differences(produced_by: dict[str, Any], format_version: Any) -> l
 @functools.lru_cache(maxsize=64)
 def _fingerprint(target: str, env_items: tuple[tuple[str, str], ...]) -> str:
     """``provenance.triton_cache`` a compile here would record for this target and environment (digest)."""
-    from ..capture.triton_cache import build_fingerprint
+    from ..compile.toolchain import build_fingerprint
 
     with tempfile.TemporaryDirectory(prefix="karchive-reuse-") as cache, compile_environment(dict(env_items), cache):
         return _digest(build_fingerprint(Target.parse(target).to_json()))

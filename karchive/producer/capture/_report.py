@@ -19,13 +19,29 @@ import os
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from collections.abc import Iterable
 
 from .triton_cache import CacheEntry, cache_dir_name, entries_in_dir, local_cache_dir
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .jit_capture import Capture
+
+class RecordingCapture(Protocol):
+    """A capture as the report sees it (:class:`~.jit_capture.Capture` is one): what it holds and how it listens.
+
+    A protocol rather than an import of ``Capture``: the capture imports this module, never the reverse."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def scope(self) -> str: ...
+
+    @property
+    def harvest(self) -> bool: ...
+
+    def recorded_hashes(self) -> set[str]: ...
+
+    def failures(self) -> dict[str, tuple[str, str]]: ...
 
 #: Categories of a left-out kernel; only ``elsewhere`` is not a loss.
 CATEGORIES = {
@@ -87,7 +103,7 @@ class Ledger:
         self._sightings: list[Sighting] = []
         self._entry_names: set[str] = set()  # cache-dir names produced in this process (harvest skips them)
 
-    def note(self, triton_hash: str | None, kernel: str, cache_hit: bool, how: str, caps: Iterable[Capture],
+    def note(self, triton_hash: str | None, kernel: str, cache_hit: bool, how: str, caps: Iterable[RecordingCapture],
              entry_dir: str | None) -> Sighting:
         caps = list(caps)
         with self._lock:
@@ -184,7 +200,7 @@ def candidate_dirs() -> list[str]:
         return []
 
 
-def left_out(cap: Capture, sightings: list[Sighting], new_entries: list[tuple[str, CacheEntry]],
+def left_out(cap: RecordingCapture, sightings: list[Sighting], new_entries: list[tuple[str, CacheEntry]],
              in_process: set[str]) -> list[LeftOut]:
     """Every kernel of the window that ``cap`` does not hold, with the reason (one per Triton hash)."""
     recorded = cap.recorded_hashes()

@@ -24,31 +24,44 @@ import contextlib
 import functools
 import sys
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from collections.abc import Callable, Iterator
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .jit_capture import Capture
+
+class ScopedCapture(Protocol):
+    """A capture as attribution sees it (:class:`~.jit_capture.Capture` is one): only its scope matters here.
+
+    A protocol rather than an import of ``Capture``: the capture imports this module, never the reverse."""
+
+    @property
+    def scope(self) -> str:  # "process" | "thread" (SCOPES)
+        ...
+
+
+#: What the registry hands back: the :class:`~.jit_capture.Capture` objects it was given. ``Any`` on purpose:
+#: naming that class here would import the module that imports this one, and the rules below read only
+#: ``scope`` (:class:`ScopedCapture`), so the caller gets its own type back unchanged.
+Held = Any
 
 SCOPES = ("process", "thread")
 
 _tls = threading.local()
 _lock = threading.Lock()
 #: Captures active anywhere in the process (entered on some thread and not yet left there).
-_active: list[Capture] = []
+_active: list[Held] = []
 #: Thread ident -> captures of a capturing thread that is inside torch.autograd.backward/grad.
-_engine_waits: dict[int, tuple[Capture, ...]] = {}
+_engine_waits: dict[int, tuple[Held, ...]] = {}
 
 
-def _dedupe(caps: Any) -> list[Capture]:
-    out: list[Capture] = []
+def _dedupe(caps: Any) -> list[Held]:
+    out: list[Held] = []
     for c in caps:
         if c not in out:
             out.append(c)
     return out
 
 
-def stack() -> list[Capture]:
+def stack() -> list[Held]:
     """This thread's entered captures, outermost first (with repeats for nested re-entry)."""
     s = getattr(_tls, "stack", None)
     if s is None:
@@ -56,7 +69,7 @@ def stack() -> list[Capture]:
     return s
 
 
-def owned() -> list[Capture]:
+def owned() -> list[Held]:
     """Captures this thread works for: those it entered, then those whose work it is running."""
     mine = getattr(_tls, "stack", None) or []
     adopted = getattr(_tls, "adopted", None) or []
@@ -69,24 +82,24 @@ def any_active() -> bool:
     return bool(_active)
 
 
-def activate(cap: Capture) -> None:
+def activate(cap: ScopedCapture) -> None:
     with _lock:
         if cap not in _active:
             _active.append(cap)
 
 
-def deactivate(cap: Capture) -> None:
+def deactivate(cap: ScopedCapture) -> None:
     with _lock:
         if cap in _active:
             _active.remove(cap)
 
 
-def active() -> list[Capture]:
+def active() -> list[Held]:
     with _lock:
         return list(_active)
 
 
-def targets() -> tuple[list[Capture], str]:
+def targets() -> tuple[list[Held], str]:
     """(captures, how) for work on the calling thread; ``how`` names the rule that decided."""
     if getattr(_tls, "stack", None):
         return owned(), "own thread"
@@ -108,7 +121,7 @@ def targets() -> tuple[list[Capture], str]:
 
 
 @contextlib.contextmanager
-def adopt(caps: list[Capture]) -> Iterator[None]:
+def adopt(caps: list[Held]) -> Iterator[None]:
     """Run a handed-over task as work of ``caps`` on this thread."""
     frames = getattr(_tls, "adopted", None)
     if frames is None:
@@ -120,13 +133,13 @@ def adopt(caps: list[Capture]) -> Iterator[None]:
         frames.pop()
 
 
-def _run_adopted(caps: list[Capture], fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+def _run_adopted(caps: list[Held], fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     with adopt(caps):
         return fn(*args, **kwargs)
 
 
 @contextlib.contextmanager
-def engine_wait(caps: list[Capture]) -> Iterator[None]:
+def engine_wait(caps: list[Held]) -> Iterator[None]:
     """Mark the calling thread as waiting in the autograd engine for ``caps``."""
     me = threading.get_ident()
     with _lock:

@@ -10,7 +10,6 @@ build: variants carry that build's fingerprint (``provenance.triton_cache``) and
 from __future__ import annotations
 
 import base64
-import functools
 import hashlib
 import json
 import os
@@ -27,6 +26,7 @@ from ...format.layout import BINARY_EXT, IR_STAGES
 from ...format.manifest import Variant, is_ir_stage
 from ...format.names import SHORT_NAME, select_kernels, short_name
 from ..compile.describe import CompiledVariant, describe_variant
+from ..compile.toolchain import backend_hash, build_fingerprint, cache_env_vars
 from ..compile._irtext import enclosed, split_top_level
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -53,49 +53,6 @@ def triton_site_root() -> str:
     import triton
 
     return os.path.dirname(os.path.dirname(os.path.abspath(triton.__file__)))
-
-
-@functools.lru_cache(maxsize=1)
-def triton_key_sha256() -> str | None:
-    """sha256 of ``triton_key()``: the install-specific prefix of every Triton cache key."""
-    try:
-        from triton.runtime.cache import triton_key
-    except ImportError:
-        try:
-            from triton.compiler.compiler import triton_key
-        except ImportError:
-            return None
-    return hashlib.sha256(triton_key().encode()).hexdigest()
-
-
-@functools.lru_cache(maxsize=16)
-def backend_hash(backend: str, arch: str, warp_size: int) -> str | None:
-    """``backend.hash()`` for a target (CUDA: ptxas version + arch), the second install-specific key part."""
-    try:
-        from triton.backends.compiler import GPUTarget
-        from triton.compiler.compiler import make_backend
-
-        return str(make_backend(GPUTarget(backend, int(arch) if backend == "cuda" else arch, warp_size)).hash())
-    except Exception:  # noqa: BLE001 - backend absent (e.g. no ptxas): no fingerprint for this target
-        return None
-
-
-def cache_env_vars() -> dict[str, str]:
-    try:
-        from triton._C.libtriton import get_cache_invalidating_env_vars
-
-        return dict(sorted(get_cache_invalidating_env_vars().items()))
-    except Exception:  # noqa: BLE001 - private Triton API, absent or changed: no variables known
-        return {}
-
-
-def build_fingerprint(target: Mapping[str, Any]) -> dict:
-    """``provenance.triton_cache``: what a Triton install must match for exported entries to be hit."""
-    return {
-        "triton_key_sha256": triton_key_sha256(),
-        "backend_hash": backend_hash(target["backend"], str(target["arch"]), int(target["warp_size"])),
-        "env_vars": cache_env_vars(),
-    }
 
 
 # --- reading entries -----------------------------------------------------------------------------

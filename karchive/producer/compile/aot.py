@@ -153,7 +153,7 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
     attrs = {(i,): ([["tt.divisibility", spec.divisibility[n]]] if n in spec.divisibility else [])
              for i, n in enumerate(spec.names) if spec.types[n] != "constexpr"}
     src = ASTSource(fn=fn, signature=dict(spec.types), constexprs=dict(spec.constexprs), attrs=attrs)
-    from ..capture.triton_cache import build_fingerprint
+    from .toolchain import build_fingerprint
     try:
         # Every compile that generates code imports this (and, through it, Gluon's modules); a cache hit
         # does not. The build cache's namespace hashes the canonical names of every loaded Triton module,

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import inspect
 import os
 import re
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ...errors import TargetError
@@ -226,3 +227,49 @@ def toolchain_report() -> dict[str, Any]:
     return {"triton": getattr(triton, "__version__", None), "backends": names, "ptxas": ptxas,
             "cuda_targets": [f"cuda:{c}" for c in cuda_capabilities()],
             "hip": {"llvm": hip_llvm, "targets_include": HIP_EXAMPLES.split(", ") if hip_llvm else []}}
+
+
+# --- identity of the installed Triton build ---------------------------------------------------
+# What a Triton cache key starts with on this install. Every compile records it (``provenance.triton_cache``),
+# so an archive can say which install its entries would be Triton cache hits for (capture/triton_cache.py).
+@functools.lru_cache(maxsize=1)
+def triton_key_sha256() -> str | None:
+    """sha256 of ``triton_key()``: the install-specific prefix of every Triton cache key."""
+    try:
+        from triton.runtime.cache import triton_key
+    except ImportError:
+        try:
+            from triton.compiler.compiler import triton_key
+        except ImportError:
+            return None
+    return hashlib.sha256(triton_key().encode()).hexdigest()
+
+
+@functools.lru_cache(maxsize=16)
+def backend_hash(backend: str, arch: str, warp_size: int) -> str | None:
+    """``backend.hash()`` for a target (CUDA: ptxas version + arch), the second install-specific key part."""
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler.compiler import make_backend
+
+        return str(make_backend(GPUTarget(backend, int(arch) if backend == "cuda" else arch, warp_size)).hash())
+    except Exception:  # noqa: BLE001 - backend absent (e.g. no ptxas): no fingerprint for this target
+        return None
+
+
+def cache_env_vars() -> dict[str, str]:
+    try:
+        from triton._C.libtriton import get_cache_invalidating_env_vars
+
+        return dict(sorted(get_cache_invalidating_env_vars().items()))
+    except Exception:  # noqa: BLE001 - private Triton API, absent or changed: no variables known
+        return {}
+
+
+def build_fingerprint(target: Mapping[str, Any]) -> dict:
+    """``provenance.triton_cache``: what a Triton install must match for exported entries to be hit."""
+    return {
+        "triton_key_sha256": triton_key_sha256(),
+        "backend_hash": backend_hash(target["backend"], str(target["arch"]), int(target["warp_size"])),
+        "env_vars": cache_env_vars(),
+    }
