@@ -472,7 +472,7 @@ def test_policy_odd_threshold_and_id_values_are_refused(keys):
 def test_stray_entries_in_registry_versions_are_skipped_and_reported(tmp_path, monkeypatch, kind, caplog):
     from trust_support import make_store
 
-    from karchive.registry.layout import versions_dir
+    from karchive.registry.store_layout import versions_dir
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
     store = make_store(kind, tmp_path)
@@ -786,7 +786,7 @@ def test_fifo_planted_as_a_registry_record_does_not_hang_ls(tmp_path):
     """The same rule in a local registry: a FIFO where a version record should be is a damaged
     registry (a RegistryError naming it), not a hang."""
     from karchive.registry import Registry
-    from karchive.registry.layout import version_record_path
+    from karchive.registry.store_layout import version_record_path
 
     registry = tmp_path / "registry"
     arc = tmp_path / "k.karc"

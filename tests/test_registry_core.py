@@ -14,7 +14,7 @@ from karchive.errors import (ConflictError, LockfileError, NotAnArchiveError, No
 from karchive.registry import Lockfile, Registry, RetryPolicy, newest, parse_ref
 from karchive.resolve import open_reader
 from karchive.registry.config import cache_dir, redact_url, registry_url
-from karchive.registry.layout import version_record_path
+from karchive.registry.store_layout import version_record_path
 from karchive.registry.progress import Progress, make_progress
 from karchive.registry.records import VersionRecord
 from karchive.registry.retry import is_transient

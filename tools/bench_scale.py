@@ -236,7 +236,7 @@ def s3_costs(paths: dict[str, str], kernel: str, block: int) -> dict:
     import karchive
     from karchive.errors import KarchiveError
     from karchive.registry import Registry
-    from karchive.registry.layout import blob_path
+    from karchive.registry.store_layout import blob_path
 
     ns: dict = {}
     exec(compile(OPEN_SELECT_LOAD, "bench", "exec"), ns)  # noqa: S102

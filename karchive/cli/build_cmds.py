@@ -183,7 +183,7 @@ def _signing_keys(args: argparse.Namespace) -> list:
             raise KarchiveError("--provenance goes into the signed statement: give --sign KEY too")
         return []
     from ..trust.keys import load_private_key
-    from .trust_cmds import passphrase
+    from .arg_types import passphrase
 
     secret = passphrase(args.passphrase_env)
     return [load_private_key(path, secret) for path in args.sign]

@@ -29,7 +29,7 @@ from typing import Any
 from collections.abc import Callable, Mapping
 
 from ..errors import SchemaError
-from .heuristics import ABSENT, NOT_SCALAR, _PROBE, run_probe, scalar
+from .probes import ABSENT, NOT_SCALAR, PROBE as _PROBE, run_probe, scalar
 
 MAX_NODES = 256
 MAX_DEPTH = 32

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...format.autotune import FALLBACK_RULE, json_number, json_scalar, normalize_key, normalize_value
+from ...format.autotune import FALLBACK_RULE, json_number, normalize_key
 from ..compile.canonical import kernel_name
+from ..compile.kernel_ref import config_json
 
 
 def innermost_jit(obj: Any) -> Any:
@@ -24,29 +25,6 @@ def innermost_jit(obj: Any) -> Any:
             break
         obj = obj.fn
     return obj
-
-
-def _option(value: Any) -> int | None:
-    """A codegen option of a config as stored: an int (numpy ints converted) or None."""
-    out = json_scalar(value)
-    return out if isinstance(out, int) and not isinstance(out, bool) else None
-
-
-def config_json(config: Any) -> dict:
-    """A ``triton.Config`` as data: every value JSON-safe whatever type the library used."""
-    kwargs = getattr(config, "kwargs", None) or {}
-    out: dict[str, Any] = {
-        "kwargs": {str(k): normalize_value(v) for k, v in sorted(kwargs.items(), key=lambda kv: str(kv[0]))},
-        "num_warps": _option(getattr(config, "num_warps", None)),
-        "num_stages": _option(getattr(config, "num_stages", None)),
-        "num_ctas": _option(getattr(config, "num_ctas", None)),
-        "maxnreg": _option(getattr(config, "maxnreg", None)),
-    }
-    if getattr(config, "ir_override", None):
-        out["ir_override"] = str(config.ir_override)
-    if getattr(config, "pre_hook", None) is not None:
-        out["pre_hook"] = True  # Python code the runtime cannot replay; the caller must run it
-    return out
 
 
 def call_args(tuner: Any, args: tuple, kwargs: dict) -> dict[str, Any]:

@@ -17,19 +17,8 @@ import sys
 from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Iterator
 
-from ...format.heuristics import (
-    ABSENT,
-    NOT_SCALAR,
-    PROBE_ATTRS,
-    PROBE_METHODS,
-    fingerprint,
-    nonfinite_input,
-    MAX_CASES,
-    probe_name,
-    probe_value,
-    run_probe,
-    scalar,
-)
+from ...format.heuristics import MAX_CASES, fingerprint, nonfinite_input
+from ...format.probes import ABSENT, NOT_SCALAR, PROBE_ATTRS, PROBE_METHODS, probe_name, probe_value, run_probe, scalar
 from ._autotune_log import innermost_jit
 from ..compile.canonical import kernel_name
 

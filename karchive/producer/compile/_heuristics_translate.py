@@ -16,7 +16,7 @@ import inspect
 import textwrap
 from typing import Any
 
-from ...format.heuristics import NOT_SCALAR, PROBE_ATTRS, PROBE_METHODS, probe_name, scalar
+from ...format.probes import NOT_SCALAR, PROBE_ATTRS, PROBE_METHODS, probe_name, scalar
 from ...format.heuristics_expr import CALLS, check
 
 _BINOPS: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",

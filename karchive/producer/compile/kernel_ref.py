@@ -1,4 +1,5 @@
-"""Find a Triton kernel from ``path/to/file.py:fn`` or ``package.module:fn``."""
+"""Find a Triton kernel from ``path/to/file.py:fn`` or ``package.module:fn``, and read the decorators around it
+(``@triton.autotune`` configs as data, for both the ahead-of-time build and JIT capture)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from types import ModuleType
 from typing import Any
 
 from ...errors import KernelNotFoundError
+from ...format.autotune import json_scalar, normalize_value
 
 
 def split_ref(ref: str) -> tuple[str, str]:
@@ -72,6 +74,29 @@ def unwrap(obj: Any) -> Any:
         obj = obj.fn
         seen += 1
     return obj
+
+
+def _option(value: Any) -> int | None:
+    """A codegen option of a config as stored: an int (numpy ints converted) or None."""
+    out = json_scalar(value)
+    return out if isinstance(out, int) and not isinstance(out, bool) else None
+
+
+def config_json(config: Any) -> dict:
+    """A ``triton.Config`` as data: every value JSON-safe whatever type the library used."""
+    kwargs = getattr(config, "kwargs", None) or {}
+    out: dict[str, Any] = {
+        "kwargs": {str(k): normalize_value(v) for k, v in sorted(kwargs.items(), key=lambda kv: str(kv[0]))},
+        "num_warps": _option(getattr(config, "num_warps", None)),
+        "num_stages": _option(getattr(config, "num_stages", None)),
+        "num_ctas": _option(getattr(config, "num_ctas", None)),
+        "maxnreg": _option(getattr(config, "maxnreg", None)),
+    }
+    if getattr(config, "ir_override", None):
+        out["ir_override"] = str(config.ir_override)
+    if getattr(config, "pre_hook", None) is not None:
+        out["pre_hook"] = True  # Python code the runtime cannot replay; the caller must run it
+    return out
 
 
 def kernel_names(module: ModuleType) -> list[str]:

@@ -25,9 +25,8 @@ from typing import Any
 from ...errors import KarchiveError, SpecFileError
 from ...format.heuristics import OPTION_NAMES
 from ...format.heuristics_expr import is_boolean
-from ..capture._autotune_log import config_json
 from ._heuristics_translate import Untranslatable, translate
-from .kernel_ref import load_object, unwrap, wrappers
+from .kernel_ref import config_json, load_object, unwrap, wrappers
 
 PRUNE_SKIPPED = ("prune_configs_by is not applied ahead of time: early_config_prune and perf_model take the "
                  "launch's arguments (and often the device), which a build has not; every config is built and "

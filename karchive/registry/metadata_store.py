@@ -40,7 +40,7 @@ from ..errors import ConflictError, NotFoundError, RegistryError, RegistryMetada
 from .cache import _write_small, registry_key
 from .config import redact_url
 from .filelock import FileLock
-from .layout import version_record_path
+from .store_layout import version_record_path
 from .records import VersionRecord
 from .refs import Ref, check_name, check_version
 from .versions import newest
