@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+__all__ = ["human_bytes"]
+
 
 def human_bytes(n: int | float | None) -> str:
     """``1536`` -> ``"1.5 KiB"``; binary units, whole bytes below 1 KiB; ``None`` -> ``"-"``."""

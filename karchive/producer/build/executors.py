@@ -24,6 +24,8 @@ from ..compile.aot import VariantRequest, compile_variant
 from ..compile.buildenv import strip_shell
 from ..compile.describe import CompiledVariant
 
+__all__ = ["Executor", "LocalExecutor", "OnOutcome", "TaskOutcome", "compile_one"]
+
 
 @dataclass
 class TaskOutcome:

@@ -33,6 +33,8 @@ from ..compile.aot import VariantRequest
 from .executors import Executor, OnOutcome, TaskOutcome
 from ._executors_ship import ShippedKernel, ShippedModule, compile_shipped, ship_requests, toolchain_identity
 
+__all__ = ["CLIENT_CONNECT_ATTEMPTS", "MAX_RETRIES", "RayExecutor", "WAIT_BATCH", "WAIT_S"]
+
 #: Attempts after the first when a worker process or node dies mid-task (Ray's default for tasks is 3).
 MAX_RETRIES = 3
 #: Attempts at a ``ray://`` client connection whose server side fails to start (see RayExecutor._init_cluster).

@@ -27,6 +27,8 @@ from ...format.manifest import FileRef, Manifest, Variant
 from ...format.writer import ArchiveWriter, DictionaryMode, WriteStats, source_date_epoch
 from ..compile.describe import CompiledVariant
 
+__all__ = ["ArchiveBuilder", "IR_FRAME", "LAUNCH_FRAME"]
+
 #: Format 2 frame sizes (decompressed): launch members of one kernel and target, IR of one kernel.
 #: Measured on Triton output (tools/bench_archive.py, docs/benchmarks.md "Archive size").
 LAUNCH_FRAME = 256 * 1024

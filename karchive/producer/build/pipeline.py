@@ -25,6 +25,10 @@ from .pack import ArchiveBuilder
 from .spec_file import BuildSpec
 from ..compile.wrapped import align_kernel_names, expand as expand_wrapped
 
+__all__ = [
+    "BuildResult", "EXECUTOR_HELP", "Progress", "build_archive", "compile_all", "executor_kind", "make_executor",
+]
+
 
 @dataclass
 class BuildResult:

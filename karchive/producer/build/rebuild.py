@@ -43,6 +43,11 @@ from ..compile.canonical import SCHEME, name_for_module
 if TYPE_CHECKING:
     from ...format.reader import ArchiveReader
 
+__all__ = [
+    "ArchiveSourceFinder", "RebuildReport", "VariantCheck", "compare_variant", "first_difference", "rebuild_archive",
+    "toolchain_summary",
+]
+
 #: Statuses, from best to worst for the exit code: 0 only if every variant is reproduced.
 REPRODUCED, CONSISTENT, NOT_REBUILDABLE, FAILED, MISMATCH = (
     "reproduced", "consistent", "not-rebuildable", "failed", "mismatch")

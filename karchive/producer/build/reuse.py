@@ -54,6 +54,11 @@ from ..compile.describe import CompiledVariant
 from ._executors_ship import toolchain_identity
 from ..compile.kernel_ref import load_kernel, split_ref
 
+__all__ = [
+    "REQUEST_FIELDS", "ReusePlan", "ReuseReport", "plan_reuse", "recorded", "reuse_variant", "toolchain_differences",
+    "wanted",
+]
+
 #: provenance.build fields that make up the request (sources are compared apart: their digests may differ).
 REQUEST_FIELDS = ("module", "attr", "target", "signature", "constexprs", "options", "env")
 

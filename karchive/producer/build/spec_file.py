@@ -13,6 +13,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+__all__ = ["BuildSpec", "OPTION_TYPES", "check_option", "load_spec", "parse_spec", "validate_requests"]
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover

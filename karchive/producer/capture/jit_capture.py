@@ -50,9 +50,9 @@ from ..compile.describe import BINARY_EXT, IR_STAGES, CompiledVariant, describe_
 from ._heuristics_log import HeuristicsLog
 from ..compile.wrapped import align_kernel_names
 from ..build.pack import ArchiveBuilder
+from ..compile.toolchain import build_fingerprint
 from .triton_cache import (
     CacheEntry,
-    build_fingerprint,
     describe_entry,
     entry_from_group,
 )

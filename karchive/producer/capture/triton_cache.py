@@ -29,6 +29,13 @@ from ..compile.describe import CompiledVariant, describe_variant
 from ..compile.toolchain import backend_hash, build_fingerprint, cache_env_vars
 from ..compile._irtext import enclosed, split_top_level
 
+__all__ = [
+    "BINARY_EXTS", "CacheEntry", "ExportResult", "ImportResult", "TEXT_EXTS", "TtirArg", "autotune_cache_files",
+    "cache_dir_name", "check_build", "describe_entry", "entries_in_dir", "entry_from_group", "export_archive",
+    "export_autotune", "import_cache", "iter_cache", "local_cache_dir", "parse_ttir_signature", "triton_site_root",
+    "write_entry",
+]
+
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 TEXT_EXTS = ("source", "ttir", "ttgir", "llir", "ptx", "amdgcn")
 BINARY_EXTS = tuple(BINARY_EXT.values())

@@ -27,6 +27,12 @@ from .kernel_ref import load_kernel, split_ref
 from .signature import Specialization, resolve
 from .toolchain import check_target
 
+__all__ = [
+    "BACKEND_OPTIONS", "COMMON_OPTIONS", "PLUGIN_ENV_VARS", "VariantRequest", "build_record",
+    "check_no_machine_paths", "compile_variant", "constexpr_params", "module_source", "pipeline_hooks", "specialize",
+    "toolchain_versions",
+]
+
 #: Options each backend accepts from the command line / spec file (others are refused early).
 COMMON_OPTIONS = {"num_warps", "num_stages", "num_ctas", "enable_fp_fusion", "debug", "launch_cooperative_grid",
                   "launch_pdl", "sanitize_overflow"}

@@ -32,6 +32,12 @@ from collections.abc import Iterator, Mapping, MutableMapping
 
 from ...errors import CompileError, SpecFileError
 
+__all__ = [
+    "CLEARED_ENV", "CODEGEN_ENV", "COMPILE_LOCK", "DEFAULT_FP_FUSION", "cache_namespace", "cache_root",
+    "check_import_time_state", "compile_environment", "controlled_names", "ignored_from_shell", "shell_warning",
+    "strip_shell", "triton_env_vars", "validate_env",
+]
+
 #: Triton 3.9 defaults to FP fusion when neither the option nor TRITON_DEFAULT_FP_FUSION is given;
 #: karchive pins that default so a spec means the same thing under Triton 3.10 (which flips it).
 DEFAULT_FP_FUSION = True

@@ -36,6 +36,12 @@ from types import FunctionType, ModuleType
 from typing import Any
 from collections.abc import Iterable, Iterator, Mapping
 
+__all__ = [
+    "Canonicalised", "NAMING_REVISION", "SCHEME", "SourceModule", "TOOLCHAIN_MODULES", "canonical_locations",
+    "find_machine_paths", "install_independent_keys", "jit_callable_type", "kernel_name", "machine_roots",
+    "module_for_name", "module_sources", "name_for_module", "ptx_debug_bytes", "reached_functions", "source_file",
+]
+
 #: Version of the naming rules; it enters the build cache namespace (buildenv.py) and provenance.build.
 SCHEME = 1
 

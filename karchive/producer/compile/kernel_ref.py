@@ -13,6 +13,11 @@ from typing import Any
 from ...errors import KernelNotFoundError
 from ...format.autotune import json_scalar, normalize_value
 
+__all__ = [
+    "config_json", "is_jit", "kernel_names", "load_kernel", "load_module", "load_object", "split_ref", "unwrap",
+    "wrappers",
+]
+
 
 def split_ref(ref: str) -> tuple[str, str]:
     where, sep, name = str(ref).rpartition(":")

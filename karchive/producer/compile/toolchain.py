@@ -33,6 +33,11 @@ from typing import Any
 from ...errors import TargetError
 from ...format.target import Target
 
+__all__ = [
+    "HIP_EXAMPLES", "backend_hash", "build_fingerprint", "cache_env_vars", "check_target", "cuda_capabilities",
+    "toolchain_report", "triton_key_sha256",
+]
+
 #: Examples named when a gfx arch is refused (each compiles with Triton 3.9; the check itself asks the toolchain).
 HIP_EXAMPLES = "gfx90a, gfx942, gfx950, gfx1100, gfx1201"
 

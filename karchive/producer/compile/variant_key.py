@@ -16,6 +16,8 @@ from typing import Any
 
 from ...core.jsonio import canonical_json
 
+__all__ = ["KEY_SCHEMA", "RESULT_FIELDS", "file_sha256", "local_triton_file", "normalize_options", "variant_key"]
+
 KEY_SCHEMA = 1
 
 #: Metadata fields that describe the compiled result, not the request; they stay out of the key.
