@@ -1,7 +1,7 @@
 """Compile tasks on a Ray cluster: ``karchive build SPEC -o OUT --executor ray|auto|ray://HOST:PORT|HOST:PORT``.
 
 Each variant is one Ray task (``num_cpus=1``) that carries its request and, by object reference, its
-kernel's module sources (executors_ship.py): workers need karchive and Triton installed, never the
+kernel's module sources (_executors_ship.py): workers need karchive and Triton installed, never the
 driver's files. Ray retries a task whose worker process or node dies (``max_retries``,
 :data:`MAX_RETRIES`); a compile error is not an exception to Ray but a returned message, so it is
 reported once, as in a local build, and never retried. The driver packs what comes back exactly as a

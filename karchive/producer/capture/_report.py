@@ -88,7 +88,7 @@ class Sighting:
     kernel: str
     cache_hit: bool
     thread: str
-    how: str  # the attribution rule (capture_scope.targets)
+    how: str  # the attribution rule (_scope.targets)
     claimed_by: tuple[int, ...]  # id() of the captures it was attributed to
     claimed_names: tuple[str, ...]
     entry_dir: str | None

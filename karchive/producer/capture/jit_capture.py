@@ -21,9 +21,9 @@ Where the kernels come from (Triton >= 3.4, which has ``triton.knobs``):
 - Kernels compiled by other processes (torch.compile's compile workers) are harvested from the Triton
   cache directory at exit: entries created during the capture that no in-process compile produced.
 
-Which capture a kernel compiled on some thread belongs to is :mod:`.capture_scope`'s policy (a
+Which capture a kernel compiled on some thread belongs to is :mod:`._scope`'s policy (a
 process-wide default, ``scope="thread"`` to isolate); what the window saw but the archive lacks is
-:mod:`.capture_report`'s (a warning, ``summary()["left_out"]``, ``CaptureError`` under ``strict=True``).
+:mod:`._report`'s (a warning, ``summary()["left_out"]``, ``CaptureError`` under ``strict=True``).
 Previously installed listeners and hooks are chained and restored when the last capture ends.
 """
 
