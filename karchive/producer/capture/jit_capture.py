@@ -15,9 +15,9 @@ Where the kernels come from (Triton >= 3.4, which has ``triton.knobs``):
   thread but the hook runs on the thread that waits for the result.
 - ``JITFunction.run`` is wrapped while captures are active, so kernels already in a JIT function's
   in-memory cache (compiled before the capture began) are recorded when launched (``record_launches``);
-  the wrapper also reads the values ``@triton.heuristics`` passed on (:mod:`.heuristics`).
+  the wrapper also reads the values ``@triton.heuristics`` passed on (:mod:`._heuristics_log`).
 - ``Autotuner.run`` is wrapped (and ``knobs.autotuning.listener`` chained on 3.8+) to record the chosen
-  config per autotune key (:mod:`.autotune`); ``Heuristics.run`` likewise for heuristics cases.
+  config per autotune key (:mod:`._autotune_log`); ``Heuristics.run`` likewise for heuristics cases.
 - Kernels compiled by other processes (torch.compile's compile workers) are harvested from the Triton
   cache directory at exit: entries created during the capture that no in-process compile produced.
 
