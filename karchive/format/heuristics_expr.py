@@ -31,6 +31,10 @@ from collections.abc import Callable, Mapping
 from ..errors import SchemaError
 from .probes import ABSENT, NOT_SCALAR, PROBE as _PROBE, run_probe, scalar
 
+__all__ = [
+    "BINARY", "BOOLEAN", "CALLS", "ExprError", "MAX_BITS", "MAX_DEPTH", "MAX_NODES", "check", "evaluate", "is_boolean",
+]
+
 MAX_NODES = 256
 MAX_DEPTH = 32
 #: Numbers an expression makes stay below 2**MAX_BITS (a hostile ``2 ** 2 ** 60`` is refused, not computed).
