@@ -132,7 +132,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         for _name, recs in sorted(by_name.items()):
             latest = newest([r.version for r in recs])
             row = _record_row(next(r for r in recs if r.version == latest), latest)
-            row[1] = f"{latest} ({len(recs)} version{'s' if len(recs) != 1 else ''})"
+            row[1] = f"{latest} ({plural(len(recs), 'version')})"
             rows.append(row)
     print(f"registry: {reg.url}")
     print(table(headers, rows, right=["SIZE", "VARIANTS"]))

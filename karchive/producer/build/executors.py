@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any
 
+from ...core.text import plural
 from ...errors import KarchiveError
 from ..compile.aot import VariantRequest, compile_variant
 from ..compile.buildenv import strip_shell
@@ -102,7 +103,7 @@ class LocalExecutor(Executor):
 
     def headline(self) -> str:
         jobs = self.jobs or os.cpu_count() or 1
-        return f"{jobs} local worker process{'es' if jobs != 1 else ''}"
+        return plural(jobs, "local worker process", "local worker processes")
 
     def run(self, requests: list[VariantRequest], on_outcome: OnOutcome) -> None:
         workers = self._workers(len(requests))
