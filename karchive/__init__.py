@@ -1,21 +1,23 @@
 """karchive: versioned archives of prebuilt Triton kernels, and a light runtime to launch them.
 
 ``karchive.open(ref)`` opens an archive (a path, a URL, or NAME@VERSION from a registry);
-``karchive.capture(name, version)`` records what Triton's JIT compiles; ``karchive.Registry`` publishes
-and pulls. Every error karchive raises derives from ``karchive.KarchiveError``; the main subclasses
-are here too (``karchive.NotFoundError``, ``karchive.NoMatchingVariantError``, ...). ``dir(karchive)``
-lists them all.
+``karchive.capture(name, version)`` records what Triton's JIT compiles; :mod:`karchive.build` and
+:mod:`karchive.compile` build ahead of time; ``karchive.Registry`` publishes and pulls. Every error
+karchive raises derives from ``karchive.KarchiveError``; the main subclasses are here too
+(``karchive.NotFoundError``, ``karchive.NoMatchingVariantError``, ...). ``dir(karchive)`` lists them all.
 """
 
 __version__ = "0.1.0"
 
 #: Public names imported on first use, so ``import karchive`` stays light (no Triton, no zstd).
 _LAZY = {
-    "capture": ("karchive.producer.capture", "capture"),
+    "capture": ("karchive.producer.capture.jit_capture", "capture"),
     "open": ("karchive.runtime.archive", "open_archive"),
     "Archive": ("karchive.runtime.archive", "Archive"),
     "Registry": ("karchive.registry", "Registry"),
     "torch": ("karchive.interop.torch", None),  # the module itself: karchive.torch.custom_op(...)
+    "build": ("karchive.build", None),  # karchive.build.build_archive(...), as `karchive build` does
+    "compile": ("karchive.compile", None),  # karchive.compile.compile_variant(...)
 }
 
 #: The exception hierarchy's base and main classes, one ``except`` away (karchive/errors.py has them all).

@@ -18,8 +18,8 @@ def examples_archive(tmp_path_factory) -> pathlib.Path:
     """examples/build.toml built into one archive: every example kernel for cuda:80, cuda:90, hip:gfx942."""
     if not _have_triton():
         pytest.skip("needs triton")
-    from karchive.producer.build import build_archive
-    from karchive.producer.spec_file import load_spec
+    from karchive.producer.build.pipeline import build_archive
+    from karchive.producer.build.spec_file import load_spec
 
     out = tmp_path_factory.mktemp("examples") / "examples.karc"
     build_archive(load_spec(EXAMPLES / "build.toml"), out, jobs=2, progress=False)
@@ -31,7 +31,7 @@ def add_variants():
     """Two compiled add_kernel variants (cuda:90 BLOCK=1024, hip:gfx942 BLOCK=256)."""
     if not _have_triton():
         pytest.skip("needs triton")
-    from karchive.producer.aot import VariantRequest, compile_variant
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
 
     ref = str(EXAMPLES / "kernels.py") + ":add_kernel"
     sig = "*fp32:16, *fp32:16, *fp32:16, i32"

@@ -50,7 +50,7 @@ def _triton_or_skip() -> None:
 @functools.cache
 def compiled(target: str = "cuda:90", block: int = 1024, warps: int = 4):
     _triton_or_skip()
-    from karchive.producer.aot import VariantRequest, compile_variant
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
 
     return compile_variant(VariantRequest(KERNEL, SIGNATURE, target, {"BLOCK": block}, {"num_warps": warps}))
 
@@ -60,7 +60,7 @@ def small_archive(name: str = "examples", version: str = "0.1.0", block: int = 1
                   format_version: tuple[int, int] | None = None) -> Path:
     """A one-variant archive; different ``block`` values give different bytes for the same name@version.
     ``format_version=(1, 0)`` writes the format karchive wrote before 2.0 (for older readers)."""
-    from karchive.producer.pack import ArchiveBuilder
+    from karchive.producer.build.pack import ArchiveBuilder
 
     builder = ArchiveBuilder(name, version, level=3)
     if format_version is not None:
@@ -74,7 +74,7 @@ def small_archive(name: str = "examples", version: str = "0.1.0", block: int = 1
 
 @functools.cache
 def big_archive(name: str = "big", version: str = "1.0.0", variants: int = BIG_VARIANTS) -> Path:
-    from karchive.producer.pack import ArchiveBuilder
+    from karchive.producer.build.pack import ArchiveBuilder
 
     seeds = [compiled(t, b, w) for t in ("cuda:80", "cuda:90") for b in (256, 1024) for w in (4, 8)]
     builder = ArchiveBuilder(name, version, level=3)

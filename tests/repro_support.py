@@ -86,7 +86,7 @@ def make_checkout(directory: pathlib.Path) -> pathlib.Path:
 
 def clean_env(**extra: str | None) -> dict[str, str]:
     """The test process's environment without the variables a build controls, plus ``extra`` (None removes)."""
-    from karchive.producer.buildenv import CLEARED_ENV, CODEGEN_ENV
+    from karchive.producer.compile.buildenv import CLEARED_ENV, CODEGEN_ENV
 
     env = {k: v for k, v in os.environ.items() if k not in CODEGEN_ENV | CLEARED_ENV}
     env["PYTHONPATH"] = str(ROOT)

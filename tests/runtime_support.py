@@ -51,14 +51,14 @@ def path_param(request: Any) -> str:
 
 
 def compile_many(reqs: list[tuple]) -> list:
-    from karchive.producer.aot import VariantRequest, compile_variant
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
 
     return [compile_variant(VariantRequest(src + ":" + k, sig, target, cx, opts))
             for src, k, sig, target, cx, opts in reqs]
 
 
 def write_archive(path: pathlib.Path, variants: list, name: str = "rt") -> pathlib.Path:
-    from karchive.producer.pack import ArchiveBuilder
+    from karchive.producer.build.pack import ArchiveBuilder
 
     b = ArchiveBuilder(name, "1.0", produced_by={"triton": "test"})
     b.extend(variants)

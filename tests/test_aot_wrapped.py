@@ -51,8 +51,8 @@ num_warps = 4
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    from karchive.producer.build import build_archive
-    from karchive.producer.spec_file import load_spec, validate_requests
+    from karchive.producer.build.pipeline import build_archive
+    from karchive.producer.build.spec_file import load_spec, validate_requests
 
     tmp = tmp_path_factory.mktemp("wrapped")
     spec = load_spec(_spec(tmp, SPEC))
@@ -62,7 +62,7 @@ def built(tmp_path_factory):
 
 
 def test_kernel_refs_reach_the_kernel_inside_its_wrappers():
-    from karchive.producer.kernel_ref import load_kernel, load_object
+    from karchive.producer.compile.kernel_ref import load_kernel, load_object
 
     for name in ("at_copy", "h_over_at", "at_over_h", "h_only", "at_over_h.fn", "h_over_at.fn", "at_copy.fn"):
         fn, _ = load_kernel(f"{KERNELS}:{name}")
@@ -126,7 +126,7 @@ def test_the_archive_records_keys_configs_hooks_and_heuristics_as_data(built):
 
 
 def test_a_computed_value_that_cannot_be_enumerated_needs_the_spec(tmp_path):
-    from karchive.producer.spec_file import load_spec, validate_requests
+    from karchive.producer.build.spec_file import load_spec, validate_requests
 
     spec = load_spec(_spec(tmp_path, f'[[kernel]]\nsource = "{KERNELS}:h_only"\nsignature = "*fp32, *fp32, i32"\n'
                                      'num_warps = 4\n'))
@@ -259,7 +259,7 @@ def test_heuristics_only_kernels_evaluate_their_expressions(device):
 
 def test_records_follow_qualified_kernel_names():
     """Variants may name a kernel module:qualname (issue 19); records written by function name follow them."""
-    from karchive.producer.wrapped import align_kernel_names
+    from karchive.producer.compile.wrapped import align_kernel_names
 
     recs = [{"kernel": "add"}, {"kernel": "mul"}, {"kernel": "gone"}]
     out = align_kernel_names(recs, {"pkg.ops:add", "pkg.ops:Ops.mul", "a:mul2", "b:gone", "c:gone"})

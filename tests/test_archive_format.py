@@ -13,7 +13,7 @@ from karchive.format.manifest import Manifest
 from karchive.format.reader import ArchiveReader
 from karchive.format.sentinel import restore_paths, rewrite_paths
 from karchive.format.source import BytesSource
-from karchive.producer.pack import ArchiveBuilder
+from karchive.producer.build.pack import ArchiveBuilder
 
 pytestmark = needs_triton
 
@@ -39,8 +39,8 @@ def test_same_inputs_give_byte_identical_archives(add_variants, monkeypatch):
 
 
 def test_full_build_is_reproducible_across_job_counts(examples_archive, tmp_path):
-    from karchive.producer.build import build_archive
-    from karchive.producer.spec_file import load_spec
+    from karchive.producer.build.pipeline import build_archive
+    from karchive.producer.build.spec_file import load_spec
 
     again = tmp_path / "again.karc"
     build_archive(load_spec(EXAMPLES / "build.toml"), again, jobs=1, progress=False)
@@ -107,7 +107,7 @@ def test_one_variant_reads_only_the_tail_and_its_frame(examples_archive):
 
 
 def test_ir_can_be_left_out(add_variants):
-    from karchive.producer.aot import VariantRequest, compile_variant
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
 
     slim = compile_variant(VariantRequest(str(EXAMPLES / "kernels.py") + ":add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32",
                                           "cuda:90", {"BLOCK": 1024}, {"num_warps": 4}, include_ir=False))
@@ -167,7 +167,7 @@ def test_sentinel_rewrite_restore_and_refusal(tmp_path):
 
 
 def test_kernels_whose_abi_cannot_be_described_are_refused():
-    from karchive.producer.describe import build_abi
+    from karchive.producer.compile.describe import build_abi
 
     meta = {"name": "k", "num_warps": 4, "tensordesc_meta": [{"swizzle": 128}]}
     with pytest.raises(UnsupportedKernelError, match="tensor-descriptor"):
@@ -186,8 +186,8 @@ def test_paths_from_another_triton_install_are_rewritten_and_hashed_locally():
 
     import triton
 
-    from karchive.producer.describe import install_roots_in, triton_roots
-    from karchive.producer.variant_key import normalize_options
+    from karchive.producer.compile.describe import install_roots_in, triton_roots
+    from karchive.producer.compile.variant_key import normalize_options
 
     local = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "lib", "libdevice.10.bc")
     foreign = "/elsewhere/venv/lib/python3.11/site-packages/triton/backends/nvidia/lib/libdevice.10.bc"

@@ -47,8 +47,8 @@ class Tensor:
 
 def _triton_key(obj, monkeypatch, args, kwargs):
     """The key Triton's autotuner inside ``obj`` computes for ``obj[grid](*args, **kwargs)``."""
-    from karchive.producer.kernel_ref import unwrap
-    from karchive.producer.wrapped import stack_of
+    from karchive.producer.compile.kernel_ref import unwrap
+    from karchive.producer.compile.wrapped import stack_of
 
     stack = stack_of(obj)
     tuner = stack.tuner
@@ -63,8 +63,8 @@ def _triton_key(obj, monkeypatch, args, kwargs):
 def _runtime(obj, *, legacy_entries=None):
     """An AutotunedKernel over the records an AOT build stores for ``obj`` (no variants: keys only)."""
     from karchive.format.heuristics import parse_record
-    from karchive.producer.kernel_ref import unwrap
-    from karchive.producer.wrapped import _records, stack_of
+    from karchive.producer.compile.kernel_ref import unwrap
+    from karchive.producer.compile.wrapped import _records, stack_of
     from karchive.runtime.autotuned import AutotunedKernel
 
     at, he = _records(stack_of(obj), [], "test")

@@ -101,7 +101,7 @@ def test_only_the_ray_executor_module_imports_ray():
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
             if any(n == "ray" or n.startswith("ray.") for n in names):
                 offenders.append(str(path.relative_to(ROOT)))
-    assert offenders == ["karchive/producer/executors_ray.py"]
+    assert offenders == ["karchive/producer/build/executors_ray.py"]
 
 
 NO_RAY = textwrap.dedent('''
@@ -224,11 +224,11 @@ def test_client_and_auto_addresses_give_the_same_bytes(cluster, local, workdir):
 #: only have imported the shipped text.
 SHIP_THEN_DELETE = textwrap.dedent('''
     import shutil, sys
-    from karchive.producer.aot import toolchain_versions
-    from karchive.producer.executors_ray import RayExecutor
-    from karchive.producer.executors_ship import ship_requests
-    from karchive.producer.pack import ArchiveBuilder
-    from karchive.producer.spec_file import load_spec, validate_requests
+    from karchive.producer.compile.aot import toolchain_versions
+    from karchive.producer.build.executors_ray import RayExecutor
+    from karchive.producer.build._executors_ship import ship_requests
+    from karchive.producer.build.pack import ArchiveBuilder
+    from karchive.producer.build.spec_file import load_spec, validate_requests
     spec_path, address, out = sys.argv[1:4]
     spec = load_spec(spec_path)
     validate_requests(spec.requests)

@@ -58,7 +58,7 @@ def _verify(path):
 def test_captured_keys_and_abi_equal_aot(cache_dir, gpu, tmp_path):
     import karchive
     import kernels
-    from karchive.producer.aot import VariantRequest, compile_variant
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
 
     _fresh(kernels.add_kernel)
     with karchive.capture("cap", version="1.0") as cap:
@@ -263,7 +263,7 @@ def test_kernels_compiled_by_other_processes_are_harvested(cache_dir, gpu, tmp_p
         ("alpha", "fp32", None)]
     cap.save(tmp_path / "h.karc")
     _verify(tmp_path / "h.karc")
-    from karchive.producer.capture import CaptureIncompleteWarning
+    from karchive.producer.capture.jit_capture import CaptureIncompleteWarning
 
     with pytest.warns(CaptureIncompleteWarning, match=r"\[not-harvested\] scale_rows .*harvest=False"):
         with karchive.capture("no-harvest", version="1", harvest=False) as off:

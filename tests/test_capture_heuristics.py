@@ -280,7 +280,7 @@ def test_records_for_reads_one_kernel_and_refuses_a_malformed_list():
 
 
 def test_tracing_notes_reads_absences_and_probes():
-    from karchive.producer.heuristics import trace_heuristic
+    from karchive.producer.capture._heuristics_log import trace_heuristic
 
     x = T("torch.float16", (4, 8))
     value, inputs, ok = trace_heuristic(lambda a: a.get("bias") is None and a["x"].shape[1] * a["x"].stride(0) > 16,
@@ -314,7 +314,7 @@ def test_the_schema_agrees_with_the_parser():
 def test_a_hostile_heuristics_record_is_refused_when_its_kernel_is_opened(add_variants, tmp_path):
     import karchive
     from karchive.cli.inspect_cmds import schema_problems
-    from karchive.producer.pack import ArchiveBuilder
+    from karchive.producer.build.pack import ArchiveBuilder
 
     bad = {"kernel": "kernels:add_kernel", "names": ["X"],
            "cases": {"X": [{"inputs": {"x_ptr": {"object": {"__class__.__init__": 1}}}, "value": 1}]}}
@@ -333,7 +333,7 @@ def test_a_heuristic_that_is_not_a_pure_function_is_recorded_per_call():
     recorded with its concrete arguments, replays, and a call that matches none is refused naming the input."""
     import types
 
-    from karchive.producer.heuristics import HeuristicsLog
+    from karchive.producer.capture._heuristics_log import HeuristicsLog
 
     state = {"warps": 8}
     jit = types.SimpleNamespace(__name__="table_kernel", params=[], cache_key="k")
@@ -355,7 +355,7 @@ def test_a_heuristic_that_is_not_a_pure_function_is_recorded_per_call():
 
 
 def test_a_concrete_case_never_stands_for_objects_it_cannot_describe():
-    from karchive.producer.heuristics import concrete_inputs
+    from karchive.producer.capture._heuristics_log import concrete_inputs
 
     class Cfg:  # neither a tensor nor a pointer: nothing tells one instance from another
         pass

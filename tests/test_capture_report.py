@@ -37,7 +37,7 @@ def test_unsupported_kernels_are_reported_warned_and_fatal_under_strict(triton_c
     import karchive
     from capture_fakes import fresh, pair_sum, ptr, scale_rows
     from karchive.errors import CaptureError
-    from karchive.producer.capture import CaptureIncompleteWarning
+    from karchive.producer.capture.jit_capture import CaptureIncompleteWarning
 
     fresh(pair_sum, scale_rows)
     with pytest.warns(CaptureIncompleteWarning, match=r"(?s)1 kernel\(s\).*\[unsupported\] pair_sum .*tuples"):
@@ -97,7 +97,7 @@ def test_entries_from_before_the_capture_are_not_reported(triton_cache_dir, fake
 def test_each_window_of_a_decorated_function_is_reported_once(triton_cache_dir, fake_gpu_driver):
     import karchive
     from capture_fakes import fresh, pair_sum, ptr
-    from karchive.producer.capture import CaptureIncompleteWarning
+    from karchive.producer.capture.jit_capture import CaptureIncompleteWarning
 
     fresh(pair_sum)
 

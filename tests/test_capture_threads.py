@@ -1,4 +1,4 @@
-"""Attribution of compiles on threads other than the capturing one (karchive/producer/capture_scope.py).
+"""Attribution of compiles on threads other than the capturing one (karchive/producer/capture/_scope.py).
 
 Real Triton compiles for a forced cuda:90 target (fake driver, tests/capture_fakes.py), driven from plain
 threads, ``concurrent.futures`` pools and Triton's async compile mode. PyTorch's autograd engine (backward on
@@ -37,7 +37,7 @@ def _incomplete() -> type[Warning]:
     """The warning a capture gives when it left a kernel out: the one these tests turn into an error.
     Only this one: others (a library's deprecation, Python's fork-while-threaded warning when a compile
     spawns ptxas) would fail a pool task and say nothing about attribution."""
-    from karchive.producer.capture import CaptureIncompleteWarning
+    from karchive.producer.capture.jit_capture import CaptureIncompleteWarning
 
     return CaptureIncompleteWarning
 
@@ -90,7 +90,7 @@ def test_compiles_on_other_threads_are_recorded_by_default(gpu):
 def test_thread_scope_leaves_other_threads_out_and_says_why(gpu):
     import karchive
     from karchive.errors import CaptureError
-    from karchive.producer.capture import CaptureIncompleteWarning
+    from karchive.producer.capture.jit_capture import CaptureIncompleteWarning
 
     with pytest.warns(CaptureIncompleteWarning, match=r"\[out-of-scope\] scale_rows .*thread 'request-8'.*"
                                                       r"scope='thread'"):

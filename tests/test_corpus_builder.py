@@ -13,7 +13,7 @@ import zipfile
 
 import pytest
 
-from karchive.producer.spec_file import tomllib  # tomllib, or tomli before Python 3.11
+from karchive.producer.build.spec_file import tomllib  # tomllib, or tomli before Python 3.11
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -19,7 +19,7 @@ pytestmark = needs_triton
 
 
 def manifest(*variants: Any, **top: Any) -> dict:
-    from karchive.producer.pack import ArchiveBuilder
+    from karchive.producer.build.pack import ArchiveBuilder
 
     builder = ArchiveBuilder("kernels", "1.0.0", level=1)
     for v in variants:

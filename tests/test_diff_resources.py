@@ -30,7 +30,7 @@ def _cuobjdump() -> Path:
 
 
 def _matmul(target: str, options: dict):
-    from karchive.producer.aot import VariantRequest, compile_variant
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
 
     return compile_variant(VariantRequest(str(EXAMPLES / "kernels.py") + ":matmul_kernel", MATMUL_SIG, target,
                                           {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}, options))

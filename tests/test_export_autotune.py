@@ -42,7 +42,7 @@ print(json.dumps({{"benched": len(benched), "block": cfg.kwargs["BLOCK"], "warps
 def test_a_fresh_process_reads_the_exported_decision(triton_cache_dir, fake_gpu_driver, tmp_path):
     import karchive
     from capture_fakes import fresh, ptr, tuned_copy
-    from karchive.producer.triton_cache import export_archive
+    from karchive.producer.capture.triton_cache import export_archive
     from karchive.resolve import open_reader
 
     fresh(tuned_copy)

@@ -24,8 +24,8 @@ SHA = "0" * 64
 
 @pytest.fixture(scope="module")
 def v2_bytes() -> bytes:
-    from karchive.producer.describe import CompiledVariant
-    from karchive.producer.pack import ArchiveBuilder
+    from karchive.producer.compile.describe import CompiledVariant
+    from karchive.producer.build.pack import ArchiveBuilder
 
     old = ArchiveReader.from_path(V1)
     builder = ArchiveBuilder(old.model.name, old.model.version, produced_by=dict(old.model.produced_by),

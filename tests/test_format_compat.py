@@ -88,7 +88,7 @@ def test_a_1_0_archive_through_the_cli(path, tmp_path, capsys):
 
 def _compiled(reader: ArchiveReader) -> list:
     """The archive's variants as the producer hands them to the builder (bytes from the archive)."""
-    from karchive.producer.describe import CompiledVariant
+    from karchive.producer.compile.describe import CompiledVariant
 
     out = []
     for v in reader.model.variants:
@@ -101,7 +101,7 @@ def _compiled(reader: ArchiveReader) -> list:
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
 def test_the_1_0_writer_still_writes_the_same_bytes(path, monkeypatch):
     """Format 1.0 stays available for consumers that cannot read 2.0, and it did not change."""
-    from karchive.producer.pack import ArchiveBuilder
+    from karchive.producer.build.pack import ArchiveBuilder
 
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     reader = ArchiveReader.from_path(path)
@@ -118,7 +118,7 @@ def test_the_1_0_writer_still_writes_the_same_bytes(path, monkeypatch):
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
 def test_a_1_0_archive_repacked_as_2_0_keeps_every_variant_and_byte(path):
-    from karchive.producer.pack import ArchiveBuilder
+    from karchive.producer.build.pack import ArchiveBuilder
 
     reader = ArchiveReader.from_path(path)
     old = reader.model

@@ -10,7 +10,7 @@ import pytest
 
 from karchive.errors import SchemaError
 from karchive.format.heuristics_expr import ExprError, check, evaluate, is_boolean
-from karchive.producer.heuristics_translate import Untranslatable, translate
+from karchive.producer.compile._heuristics_translate import Untranslatable, translate
 
 LIMIT = 4096
 TABLE = {"a": 1}

@@ -15,7 +15,7 @@ import karchive
 from karchive.cli.main import main
 from karchive.errors import KarchiveError
 from karchive.format.reader import ArchiveReader
-from karchive.producer.pack import ArchiveBuilder
+from karchive.producer.build.pack import ArchiveBuilder
 from karchive.runtime.device import DeviceInfo
 from support import needs_triton
 

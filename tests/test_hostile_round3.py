@@ -76,7 +76,7 @@ def test_export_triton_cache_path_traversal_kernel_name_is_refused(tmp_path, ker
     """A kernel named ``../../pwn`` or ``/abs/dir/owned`` once passed ``verify`` and made
     ``export-triton-cache`` write outside ``--cache-dir``. Now the model refuses the name (SchemaError)
     and the export writes nothing anywhere."""
-    from karchive.producer.triton_cache import export_archive
+    from karchive.producer.capture.triton_cache import export_archive
 
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -131,7 +131,7 @@ def test_export_triton_cache_qualified_name_uses_the_short_name(tmp_path):
     """A qualified name (``pkg.mod:Outer.<locals>.k``) is valid; Triton names the entry's files after the
     short name, and every file lands inside the entry directory under --cache-dir."""
     pytest.importorskip("triton")
-    from karchive.producer.triton_cache import cache_dir_name, export_archive
+    from karchive.producer.capture.triton_cache import cache_dir_name, export_archive
 
     archive = tmp_path / "q.karc"
     archive.write_bytes(_archive_naming("pkg.mod:Outer.<locals>.k", (2, 0)))
@@ -148,7 +148,7 @@ def test_export_triton_cache_write_entry_refuses_paths_from_archive_data(tmp_pat
     name, or a hash with a trailing newline (``bytes.fromhex`` skips whitespace), writes nothing."""
     pytest.importorskip("triton")
     from karchive.errors import CaptureError
-    from karchive.producer.triton_cache import write_entry
+    from karchive.producer.capture.triton_cache import write_entry
 
     cache = tmp_path / "cache"
     for stem, ext in (("../../pwn", "json"), (str(tmp_path / "abs"), "json"), ("k", "../x"), ("k", "a/b")):
@@ -252,7 +252,7 @@ def test_trailing_newline_hex_digests_are_refused():
     """Every 64-hex grammar: a digest with a trailing newline is not a digest."""
     from karchive.core.digest import is_sha256_hex
     from karchive.errors import CaptureError
-    from karchive.producer.triton_cache import cache_dir_name
+    from karchive.producer.capture.triton_cache import cache_dir_name
     from karchive.runtime.select import cubin_runs_on
 
     h = "ab" * 32
@@ -472,7 +472,7 @@ def test_policy_odd_threshold_and_id_values_are_refused(keys):
 def test_stray_entries_in_registry_versions_are_skipped_and_reported(tmp_path, monkeypatch, kind, caplog):
     from trust_support import make_store
 
-    from karchive.registry.layout import versions_dir
+    from karchive.registry.store_layout import versions_dir
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
     store = make_store(kind, tmp_path)
@@ -786,7 +786,7 @@ def test_fifo_planted_as_a_registry_record_does_not_hang_ls(tmp_path):
     """The same rule in a local registry: a FIFO where a version record should be is a damaged
     registry (a RegistryError naming it), not a hang."""
     from karchive.registry import Registry
-    from karchive.registry.layout import version_record_path
+    from karchive.registry.store_layout import version_record_path
 
     registry = tmp_path / "registry"
     arc = tmp_path / "k.karc"
@@ -810,7 +810,7 @@ except RegistryError as exc:
 
 def test_deeply_nested_build_spec_is_a_spec_error(tmp_path):
     from karchive.errors import SpecFileError
-    from karchive.producer.spec_file import load_spec
+    from karchive.producer.build.spec_file import load_spec
 
     for depth in (5000, 65):
         spec = tmp_path / f"deep{depth}.toml"

@@ -1,7 +1,7 @@
 """Parameter-list parsing shared by the ABI check (LLVM IR) and Triton-cache import (Triton IR)."""
 
-from karchive.producer.describe import llvm_entry_param_sizes
-from karchive.producer.irtext import enclosed, split_top_level
+from karchive.producer.compile.describe import llvm_entry_param_sizes
+from karchive.producer.compile._irtext import enclosed, split_top_level
 
 
 def test_enclosed_respects_nesting_and_quotes():

@@ -116,7 +116,7 @@ def test_kernel_names_follow_the_grammar():
 
 def test_kernel_name_of_scripts_and_functions(tmp_path):
     """__main__ kernels are named after the script where that is an identifier, never after its path."""
-    from karchive.producer.canonical import kernel_name
+    from karchive.producer.compile.canonical import kernel_name
 
     def fake(module: str, qualname: str, file_name: str) -> types.SimpleNamespace:
         inner = types.SimpleNamespace(__qualname__=qualname, __name__=qualname.rpartition(".")[2])
@@ -153,7 +153,7 @@ def test_capture_files_two_same_named_kernels_apart(tmp_path, triton_cache_dir, 
     with pytest.raises(KernelNameError, match="alpha:add_kernel, beta:add_kernel"):
         arc.kernel("add_kernel")
     # the capture names them as the build does: same keys as an AOT compile of the same request
-    from karchive.producer.aot import VariantRequest, compile_variant
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
 
     aot = compile_variant(VariantRequest(f"{tmp_path / 'co' / 'beta.py'}:add_kernel", SIG, "cuda:90", {"BLOCK": 256},
                                          {"num_warps": 4}))

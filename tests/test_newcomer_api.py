@@ -95,7 +95,7 @@ def test_atomic_writer_names_the_destination(tmp_path):
 
 @needs_triton
 def test_builder_and_capture_writes_name_the_path(tmp_path, add_variants):
-    from karchive.producer.pack import ArchiveBuilder
+    from karchive.producer.build.pack import ArchiveBuilder
 
     builder = ArchiveBuilder("a", "1")
     builder.extend(add_variants)
@@ -123,7 +123,7 @@ def test_destination_checks(tmp_path):
 
 # -- producer API -------------------------------------------------------------------------------------
 def test_load_spec_errors_are_spec_file_errors(tmp_path):
-    from karchive.producer.spec_file import load_spec
+    from karchive.producer.build.spec_file import load_spec
 
     binary = tmp_path / "b.toml"
     binary.write_bytes(b"\xb5\x00\xff")
@@ -134,7 +134,7 @@ def test_load_spec_errors_are_spec_file_errors(tmp_path):
 
 @needs_triton
 def test_signature_errors(tmp_path):
-    from karchive.producer.aot import VariantRequest, compile_variant
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
 
     ref = KERNELS + ":add_kernel"
     with pytest.raises(errors.SignatureError, match="not int"):
@@ -146,7 +146,7 @@ def test_signature_errors(tmp_path):
 # -- 7. targets the installed toolchain cannot build ---------------------------------------------------
 @needs_triton
 def test_toolchain_knows_its_cuda_targets():
-    from karchive.producer.toolchain import check_target, cuda_capabilities
+    from karchive.producer.compile.toolchain import check_target, cuda_capabilities
 
     caps = cuda_capabilities()
     assert {75, 80, 86, 89, 90, 100, 120} <= set(caps) and 88 not in caps and 999 not in caps
@@ -162,7 +162,7 @@ def test_toolchain_knows_its_cuda_targets():
     ("hip:gfx803", True, "unsupported target: 'gfx803'"),
 ])
 def test_toolchain_refuses_in_one_line_and_prints_nothing(capfd, target, probe, says):
-    from karchive.producer.toolchain import check_target
+    from karchive.producer.compile.toolchain import check_target
 
     with pytest.raises(errors.TargetError, match=says) as info:
         check_target(target, probe=probe)
@@ -175,7 +175,7 @@ def test_toolchain_refuses_in_one_line_and_prints_nothing(capfd, target, probe, 
 @pytest.mark.parametrize("target", ["hip:gfx90a", "hip:gfx942", "hip:gfx950", "hip:gfx1100", "hip:gfx1201"])
 def test_toolchain_probe_accepts_what_it_names(target):
     """The examples the error message names are targets this Triton builds."""
-    from karchive.producer.toolchain import HIP_EXAMPLES, check_target
+    from karchive.producer.compile.toolchain import HIP_EXAMPLES, check_target
 
     assert target.split(":")[1] in HIP_EXAMPLES
     check_target(target, probe=True)
@@ -183,7 +183,7 @@ def test_toolchain_probe_accepts_what_it_names(target):
 
 @needs_triton
 def test_compile_variant_refuses_before_compiling(capfd):
-    from karchive.producer.aot import VariantRequest, compile_variant
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
 
     with pytest.raises(errors.TargetError, match="cuda:999"):
         compile_variant(VariantRequest(KERNELS + ":add_kernel", ADD_SIG, "cuda:999", {"BLOCK": 64}))

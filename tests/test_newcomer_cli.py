@@ -120,9 +120,9 @@ def test_missing_parents_are_created_and_a_directory_gets_name_version(tmp_path,
 @needs_triton
 def test_producer_api_checks_the_destination_first(tmp_path):
     from karchive.errors import DestinationError
-    from karchive.producer.aot import VariantRequest
-    from karchive.producer.build import build_archive
-    from karchive.producer.spec_file import BuildSpec
+    from karchive.producer.compile.aot import VariantRequest
+    from karchive.producer.build.pipeline import build_archive
+    from karchive.producer.build.spec_file import BuildSpec
 
     (tmp_path / "broken.py").write_text(BROKEN_KERNEL)
     afile = tmp_path / "afile"
@@ -231,9 +231,9 @@ def test_summary_counts_distinct_keys(tmp_path):
     """Requests that differ in nothing compile to one key: the summary says 1 (the archive holds 1)."""
     from karchive.cli.build_cmds import _summary
     from karchive.format.reader import ArchiveReader
-    from karchive.producer.aot import VariantRequest
-    from karchive.producer.build import build_archive
-    from karchive.producer.spec_file import BuildSpec
+    from karchive.producer.compile.aot import VariantRequest
+    from karchive.producer.build.pipeline import build_archive
+    from karchive.producer.build.spec_file import BuildSpec
 
     req = lambda: VariantRequest(KERNELS + ":add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32", "cuda:90",  # noqa: E731
                                  {"BLOCK": 128})

@@ -280,7 +280,7 @@ def test_cache_prune_without_a_limit_says_what_it_needs(tmp_path):
 
 @needs_triton
 def test_compile_variant_says_when_triton_answered_from_the_cache(tmp_path):
-    from karchive.producer.aot import VariantRequest, compile_variant
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
 
     req = VariantRequest(str(ROOT / "examples" / "kernels.py") + ":add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32",
                          "cuda:90", {"BLOCK": 128}, {"num_warps": 4})

@@ -38,7 +38,7 @@ def _compiled(archive):
     """The archive's variants back as CompiledVariants (to write altered archives the way a publisher could)."""
     from karchive.format.manifest import Manifest
     from karchive.format.reader import ArchiveReader
-    from karchive.producer.describe import CompiledVariant
+    from karchive.producer.compile.describe import CompiledVariant
 
     reader = ArchiveReader.from_path(archive)
     manifest = Manifest.from_json(reader.manifest)
@@ -53,7 +53,7 @@ def _compiled(archive):
 
 
 def _write(manifest, variants, path, **kw):
-    from karchive.producer.pack import ArchiveBuilder
+    from karchive.producer.build.pack import ArchiveBuilder
 
     builder = ArchiveBuilder(manifest["name"], manifest["version"], produced_by=kw.pop("produced_by", {
         k: v for k, v in manifest["produced_by"].items() if k != "karchive"}), dictionary="none", **kw)
@@ -143,8 +143,8 @@ def test_a_different_ptxas_is_named_and_the_rest_still_compared(built, capsys, m
 
 def test_variants_that_cannot_be_rebuilt_say_why(built, capsys, tmp_path):
     """An imported Triton-cache entry has no source or constexprs; a variant whose sources are missing neither."""
-    from karchive.producer.aot import VariantRequest, compile_variant
-    from karchive.producer.triton_cache import import_cache
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
+    from karchive.producer.capture.triton_cache import import_cache
 
     spec = make_checkout(tmp_path / "co")
     cache = tmp_path / "tc"
@@ -152,7 +152,7 @@ def test_variants_that_cannot_be_rebuilt_say_why(built, capsys, tmp_path):
                                    "hip:gfx942", {"BLOCK": 128}), cache_dir=str(cache))
     (imported,) = import_cache(str(cache)).variants
     m, variants = _compiled(built)
-    from karchive.producer.describe import CompiledVariant
+    from karchive.producer.compile.describe import CompiledVariant
 
     found = next(v for v in variants if short_name(v.kernel) == "softmax_kernel")
     orphan = CompiledVariant.assemble(found.variant, found.files, None, extra_sources=[])

@@ -14,7 +14,7 @@ from karchive.errors import (ConflictError, LockfileError, NotAnArchiveError, No
 from karchive.registry import Lockfile, Registry, RetryPolicy, newest, parse_ref
 from karchive.resolve import open_reader
 from karchive.registry.config import cache_dir, redact_url, registry_url
-from karchive.registry.layout import version_record_path
+from karchive.registry.store_layout import version_record_path
 from karchive.registry.progress import Progress, make_progress
 from karchive.registry.records import VersionRecord
 from karchive.registry.retry import is_transient
@@ -128,7 +128,7 @@ def test_publish_refuses_bad_input(tmp_path: Path) -> None:
     with pytest.raises(Exception) as info:
         reg.publish(damaged)
     assert "karchive" in type(info.value).__module__
-    from karchive.producer.pack import ArchiveBuilder
+    from karchive.producer.build.pack import ArchiveBuilder
     from registry_support import compiled
 
     for name, version, match in (("bad/name", "1.0", "bad archive name"), ("ok", "latest", "reserved")):

@@ -22,8 +22,8 @@ pytest.importorskip("cryptography")
 import karchive
 from karchive.errors import ConflictError, KarchiveError, RegistryError, RegistryMetadataError, TrustPolicyError
 from karchive.registry import Registry
-from karchive.registry.layout import version_record_path
-from karchive.registry.metadata import TIMESTAMP_PATH, Snapshot, seen_versions, snapshot_path
+from karchive.registry.store_layout import version_record_path
+from karchive.registry.metadata_store import TIMESTAMP_PATH, Snapshot, seen_versions, snapshot_path
 from karchive.trust import reasons
 from karchive.trust.metadata import Timestamp
 from karchive.trust.policy import TrustPolicy
@@ -233,7 +233,7 @@ def test_concurrent_publishers_each_get_a_snapshot_and_the_last_lists_all(store,
     loaded = TrustPolicy.load(policy)
     assert client.record_for("examples", policy=loaded).version == "1.2.0"  # (the archives are unsigned)
     assert seen_versions(client)[0] == 4
-    from karchive.registry.metadata import load_trusted
+    from karchive.registry.metadata_store import load_trusted
 
     meta = load_trusted(client, loaded)
     assert sorted(meta.snapshot.versions("examples")) == ["0.1.0", *versions]

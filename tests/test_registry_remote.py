@@ -15,7 +15,7 @@ from karchive.errors import FormatError, IntegrityError, KarchiveError, Registry
 from karchive.format.reader import ArchiveReader
 from karchive.registry import Registry, RetryPolicy
 from karchive.resolve import open_reader
-from karchive.registry.layout import blob_path
+from karchive.registry.store_layout import blob_path
 from registry_servers import ROOT, StaticHTTPServer, gcs_server, s3_server, subprocess_env
 from registry_support import big_archive, isolated, release_together, small_archive  # noqa: F401
 
@@ -257,7 +257,7 @@ def test_racing_publishers_exactly_one_wins(tmp_path: Path, where: str) -> None:
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_concurrent_publishes_of_new_versions_all_reach_the_index(tmp_path: Path, where: str) -> None:
     """Derived indexes converge: every racing publisher re-lists after writing the index."""
-    from karchive.registry.layout import name_index_path
+    from karchive.registry.store_layout import name_index_path
     from karchive.registry.records import decode_name_index, decode_root_index
 
     env: dict[str, str] = {}

@@ -161,7 +161,7 @@ def test_spec_env_is_applied_recorded_and_keyed(tmp_path):
 ])
 def test_spec_env_refuses_what_a_build_must_not_set(env, message, tmp_path):
     from karchive.errors import SpecFileError
-    from karchive.producer.spec_file import parse_spec
+    from karchive.producer.build.spec_file import parse_spec
 
     data = {"archive": {"name": "x", "version": "1", "targets": ["cuda:90"], "env": env},
             "kernel": [{"source": "k.py:f", "signature": "*fp32"}]}
@@ -173,8 +173,8 @@ def test_variants_compiled_in_process_restore_the_callers_state(tmp_path, monkey
     """compile_variant leaves JIT functions' file names, the cwd, env and Triton's cache dir as they were."""
     from triton import knobs
 
-    from karchive.producer.aot import VariantRequest, compile_variant
-    from karchive.producer.kernel_ref import load_kernel
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
+    from karchive.producer.compile.kernel_ref import load_kernel
 
     spec = make_checkout(tmp_path / "proj")
     monkeypatch.setenv("KARCHIVE_CACHE_DIR", str(tmp_path / "kc"))
@@ -188,14 +188,14 @@ def test_variants_compiled_in_process_restore_the_callers_state(tmp_path, monkey
     assert os.environ["TRITON_F32_DEFAULT"] == "tf32x3"
     assert before[0] == str(spec.parent / "mykern.py")  # Triton's own name outside a karchive compile
     assert v.variant.to_json()["provenance"]["build"]["env"] == {}
-    from karchive.producer.canonical import module_sources
+    from karchive.producer.compile.canonical import module_sources
 
     assert [(s.module, s.name) for s in module_sources(fn)] == [("mykern", "mykern.py"), ("helpers", "helpers.py")]
     assert fn.file_name == before[0]
 
 
 def test_a_machine_path_that_escapes_canonicalisation_is_refused():
-    from karchive.producer.canonical import find_machine_paths, machine_roots
+    from karchive.producer.compile.canonical import find_machine_paths, machine_roots
 
     roots = machine_roots(["/srv/builds/proj"])
     files = {"ptx": b'.file 1 "kernels.py"\n', "llir": b'!DIFile(filename: "k.py", directory: "/srv/builds/proj")'}
@@ -204,7 +204,7 @@ def test_a_machine_path_that_escapes_canonicalisation_is_refused():
 
 def test_the_scan_finds_what_a_plain_jit_compile_leaks(two_builds):
     """Triton's own JIT-style output names the checkout (PTX .file, and DW_AT_comp_dir spelled as .b8 bytes)."""
-    from karchive.producer.canonical import find_machine_paths, machine_roots
+    from karchive.producer.compile.canonical import find_machine_paths, machine_roots
 
     third = str(two_builds["checkouts"][2])
     ptx_files = sorted(two_builds["warm"].rglob("*.ptx"))

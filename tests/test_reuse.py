@@ -125,10 +125,10 @@ def test_no_ir_and_env_changes_are_not_reused(first, env, tmp_path):
 REPACK = textwrap.dedent('''
     import dataclasses, sys
     from karchive.format.reader import ArchiveReader
-    from karchive.producer.aot import toolchain_versions
-    from karchive.producer.pack import ArchiveBuilder
-    from karchive.producer.reuse import plan_reuse
-    from karchive.producer.spec_file import load_spec
+    from karchive.producer.compile.aot import toolchain_versions
+    from karchive.producer.build.pack import ArchiveBuilder
+    from karchive.producer.build.reuse import plan_reuse
+    from karchive.producer.build.spec_file import load_spec
     spec, prev, out, mode = sys.argv[1:5]
     s = load_spec(spec)
     plan = plan_reuse(s.requests, ArchiveReader.from_path(prev))
@@ -178,7 +178,7 @@ def test_reuse_by_registry_name(first, env, tmp_path):
 
 def test_recorded_refuses_what_carries_no_build_record():
     """Captured variants and Triton-cache imports say nothing about their request: never reused."""
-    from karchive.producer.reuse import recorded
+    from karchive.producer.build.reuse import recorded
 
     build_rec = {"scheme": 1, "module": "k", "attr": "f", "target": "cuda:90", "signature": "i32", "constexprs": {},
                  "options": {}, "env": {}, "sources": [{"module": "k", "name": "k.py", "sha256": "0" * 64}]}

@@ -17,8 +17,8 @@ A = 0x7F0000000000  # 16-byte aligned device addresses (selection only: nothing 
 
 @pytest.fixture(scope="module")
 def tuned_archive(tmp_path_factory):
-    from karchive.producer.aot import VariantRequest, compile_variant
-    from karchive.producer.pack import ArchiveBuilder
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
+    from karchive.producer.build.pack import ArchiveBuilder
 
     variants = [compile_variant(VariantRequest(f"{EXAMPLES / 'kernels.py'}:matmul_kernel", SIG, "cuda:90", cx,
                                                {"num_warps": w, "num_stages": 3})) for cx, w in CONFIGS]

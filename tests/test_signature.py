@@ -3,7 +3,7 @@
 import pytest
 
 from karchive.errors import SignatureError, TargetError
-from karchive.producer.signature import resolve
+from karchive.producer.compile.signature import resolve
 from karchive.format.target import Target
 
 PARAMS = ["x_ptr", "y_ptr", "out_ptr", "n", "BLOCK"]

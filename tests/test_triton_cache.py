@@ -67,7 +67,7 @@ def captured(tmp_path_factory):
 
 def test_cache_dir_name_is_tritons():
     from karchive.errors import CaptureError
-    from karchive.producer.triton_cache import cache_dir_name
+    from karchive.producer.capture.triton_cache import cache_dir_name
     from triton.runtime.cache import _base32
 
     h = "ab" * 32
@@ -99,7 +99,7 @@ def test_exported_entries_are_hits_in_a_fresh_process(captured, tmp_path):
 
 def test_empty_entry_dirs_are_filled(captured, tmp_path):
     from karchive.format.open import open_location as open_reader
-    from karchive.producer.triton_cache import cache_dir_name, export_archive
+    from karchive.producer.capture.triton_cache import cache_dir_name, export_archive
 
     archive, _, _ = captured
     reader = open_reader(archive)
@@ -189,7 +189,7 @@ def test_import_without_fingerprint_and_bad_dirs(tmp_path, captured):
 
 def test_parse_ttir_signature_handles_older_spellings():
     from karchive.errors import UnsupportedKernelError
-    from karchive.producer.triton_cache import parse_ttir_signature
+    from karchive.producer.capture.triton_cache import parse_ttir_signature
 
     old = ('#loc = loc("/x/k.py":3:0)\nmodule {\n  tt.func public @mm(%arg0: !tt.ptr<f16> {tt.divisibility = 16 : i32} '
            'loc("a_ptr"(#loc)), %arg1: !tt.ptr<f8E4M3FN, 1> loc("b"(#loc)), %arg2: i64 loc(unknown), %arg3: bf16) '

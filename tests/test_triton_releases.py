@@ -147,8 +147,8 @@ def test_canonical_names_reach_both_places_a_release_reads(tmp_path, monkeypatch
     own language functions included. With the installed Triton; the venv tests above compile with each release."""
     import triton.language.standard as std
 
-    from karchive.producer.kernel_ref import load_kernel
-    from karchive.producer.canonical import canonical_locations, source_file
+    from karchive.producer.compile.kernel_ref import load_kernel
+    from karchive.producer.compile.canonical import canonical_locations, source_file
 
     spec = make_checkout(tmp_path / "proj")
     fn, _ = load_kernel(f"{spec.parent / 'mykern.py'}:scaled_add")
@@ -170,8 +170,8 @@ def test_canonical_names_reach_both_places_a_release_reads(tmp_path, monkeypatch
 def test_a_release_without_file_name_is_named_from_the_code_object(tmp_path):
     """What Triton 3.4-3.7 look like to karchive: no ``file_name`` attribute. The name still comes from the code
     object, so the module is found and the kernel is not named by its base name only."""
-    from karchive.producer.kernel_ref import load_kernel
-    from karchive.producer.canonical import canonical_locations, source_file
+    from karchive.producer.compile.kernel_ref import load_kernel
+    from karchive.producer.compile.canonical import canonical_locations, source_file
 
     spec = make_checkout(tmp_path / "pkgdir")
     fn, _ = load_kernel(f"{spec.parent / 'mykern.py'}:scaled_add")

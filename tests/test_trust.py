@@ -71,8 +71,8 @@ class Archive:
 def archives(add_variants, tmp_path_factory):
     """``a``: kernels@1.0.0; ``rebuilt``: other bytes, same name and version; ``other``: another
     name; ``v2``: kernels@2.0.0."""
-    from karchive.producer.aot import toolchain_versions
-    from karchive.producer.pack import ArchiveBuilder
+    from karchive.producer.compile.aot import toolchain_versions
+    from karchive.producer.build.pack import ArchiveBuilder
 
     root = tmp_path_factory.mktemp("trust-archives")
     tools = toolchain_versions()  # what `karchive build` records in produced_by

@@ -29,8 +29,8 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 @pytest.fixture(scope="module")
 def built(add_variants, tmp_path_factory) -> dict[str, Path]:
-    from karchive.producer.aot import toolchain_versions
-    from karchive.producer.pack import ArchiveBuilder
+    from karchive.producer.compile.aot import toolchain_versions
+    from karchive.producer.build.pack import ArchiveBuilder
 
     root = tmp_path_factory.mktemp("trust-cli")
     out = {}

@@ -26,7 +26,7 @@ from karchive.errors import (
     UntrustedArchiveError,
 )
 from karchive.registry import Registry
-from karchive.registry.layout import blob_path, signature_index_path, signature_path, signatures_dir
+from karchive.registry.store_layout import blob_path, signature_index_path, signature_path, signatures_dir
 from karchive.trust import reasons
 from karchive.trust.sidecar import sidecar_path
 from registry_servers import ROOT, StaticHTTPServer, gcs_server, s3_server, subprocess_env

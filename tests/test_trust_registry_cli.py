@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("cryptography")
 
 from karchive.registry import Registry
-from karchive.registry.layout import signature_index_path
+from karchive.registry.store_layout import signature_index_path
 from karchive.trust.keys import save_keypair
 from registry_support import isolated, run_cli, small_archive  # noqa: F401 - fixture
 from trust_support import make_keys, write_policy

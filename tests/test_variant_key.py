@@ -15,7 +15,7 @@ SOFTMAX_SIG = "*fp32:16, *fp32:16, i32, i32, i32"
 
 _SCRIPT = r"""
 import json, sys
-from karchive.producer.aot import VariantRequest, compile_variant
+from karchive.producer.compile.aot import VariantRequest, compile_variant
 req = VariantRequest(**json.loads(sys.argv[1]))
 v = compile_variant(req)
 print(json.dumps({"key": v.variant.to_json()["key"], "meta": v.files["metadata"].decode()}))
@@ -48,7 +48,7 @@ def test_same_key_from_two_directories_and_cache_dirs(tmp_path):
 
 
 def _key(target="cuda:90", constexprs=None, options=None, kernel_file=None):
-    from karchive.producer.aot import VariantRequest, compile_variant
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
 
     req = VariantRequest(f"{kernel_file or EXAMPLES / 'kernels.py'}:softmax_kernel", SOFTMAX_SIG, target,
                          constexprs or {"BLOCK": 1024}, options or {"num_warps": 4})

@@ -18,7 +18,7 @@ import pytest
 
 from karchive.format.check import check_archive_file
 from karchive.registry import Registry, VersionRecord
-from karchive.registry.layout import blob_path, name_index_path, signature_path, version_record_path
+from karchive.registry.store_layout import blob_path, name_index_path, signature_path, version_record_path
 from registry_servers import gcs_server, s3_server
 
 UTC = datetime.timezone.utc

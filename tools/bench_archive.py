@@ -29,10 +29,10 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
 from karchive.format.reader import ArchiveReader  # noqa: E402
-from karchive.producer.aot import VariantRequest, toolchain_versions  # noqa: E402
-from karchive.producer.build import compile_all  # noqa: E402
-from karchive.producer.pack import ArchiveBuilder  # noqa: E402
-from karchive.producer.spec_file import load_spec  # noqa: E402
+from karchive.producer.compile.aot import VariantRequest, toolchain_versions  # noqa: E402
+from karchive.producer.build.pipeline import compile_all  # noqa: E402
+from karchive.producer.build.pack import ArchiveBuilder  # noqa: E402
+from karchive.producer.build.spec_file import load_spec  # noqa: E402
 
 KERNELS = os.path.join(ROOT, "examples", "kernels.py")
 

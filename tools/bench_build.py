@@ -40,10 +40,10 @@ sys.path.insert(0, str(ROOT / "tests"))
 #: Runs in a fresh interpreter: one executor, the spec's requests twice (cold, then warm), JSON out.
 DRIVER = r'''
 import json, os, sys, time
-from karchive.producer.buildenv import strip_shell
+from karchive.producer.compile.buildenv import strip_shell
 strip_shell()
-from karchive.producer.spec_file import load_spec, validate_requests
-from karchive.producer.executors import make_executor
+from karchive.producer.build.spec_file import load_spec, validate_requests
+from karchive.producer.build.pipeline import make_executor
 spec_path, executor, jobs = sys.argv[1], sys.argv[2], int(sys.argv[3])
 spec = load_spec(spec_path)
 validate_requests(spec.requests)
@@ -155,7 +155,7 @@ def main() -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--only", choices=["local", "ray"], help="run only one kind")
     args = ap.parse_args()
-    from karchive.producer.spec_file import load_spec
+    from karchive.producer.build.spec_file import load_spec
 
     n_variants = len(load_spec(args.spec).requests)
     configs = [c for c in CONFIGS if args.only is None or (c[1] is None) == (args.only == "ray")]

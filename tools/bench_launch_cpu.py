@@ -92,8 +92,8 @@ def _archive(path: str | None) -> str:
     bench = ROOT / ".gpu" / "bench.karc"
     if bench.exists():
         return str(bench)
-    from karchive.producer.aot import VariantRequest, compile_variant  # needs triton (no GPU)
-    from karchive.producer.pack import ArchiveBuilder
+    from karchive.producer.compile.aot import VariantRequest, compile_variant  # needs triton (no GPU)
+    from karchive.producer.build.pack import ArchiveBuilder
 
     ex, xk = ROOT / "examples" / "kernels.py", ROOT / "tests" / "gpu" / "extra_kernels.py"
     reqs = [(f"{ex}:add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32"),

@@ -29,7 +29,7 @@ def main() -> int:
     from registry_support import big_archive
 
     from karchive.registry import Registry
-    from karchive.registry.layout import blob_path
+    from karchive.registry.store_layout import blob_path
 
     archive = big_archive("bench", "1.0.0", args.variants)
     s3 = s3_server()

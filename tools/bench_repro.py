@@ -37,8 +37,8 @@ def raw_compile(name: str, sig: str, cx: dict, target: str, cache: str) -> float
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    from karchive.producer.aot import specialize
-    from karchive.producer.kernel_ref import load_kernel
+    from karchive.producer.compile.aot import specialize
+    from karchive.producer.compile.kernel_ref import load_kernel
     from karchive.format.target import Target
 
     fn, _ = load_kernel(f"{ROOT / 'examples' / 'kernels.py'}:{name}")
@@ -55,7 +55,7 @@ def raw_compile(name: str, sig: str, cx: dict, target: str, cache: str) -> float
 
 
 def karchive_compile(name: str, sig: str, cx: dict, target: str, cache: str) -> float:
-    from karchive.producer.aot import VariantRequest, compile_variant
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
 
     start = time.perf_counter()
     compile_variant(VariantRequest(f"{ROOT / 'examples' / 'kernels.py'}:{name}", sig, target, cx), cache_dir=cache)
@@ -64,9 +64,9 @@ def karchive_compile(name: str, sig: str, cx: dict, target: str, cache: str) -> 
 
 def own_steps(name: str) -> float:
     """Entering and leaving karchive's wrappers around a compile, without compiling."""
-    from karchive.producer.buildenv import compile_environment
-    from karchive.producer.canonical import canonical_locations, find_machine_paths, machine_roots
-    from karchive.producer.kernel_ref import load_kernel
+    from karchive.producer.compile.buildenv import compile_environment
+    from karchive.producer.compile.canonical import canonical_locations, find_machine_paths, machine_roots
+    from karchive.producer.compile.kernel_ref import load_kernel
 
     fn, _ = load_kernel(f"{ROOT / 'examples' / 'kernels.py'}:{name}")
     blob = os.urandom(200_000)
@@ -100,8 +100,8 @@ def main() -> None:
             label = f"{v[0]}[{v[3]}]"
             print(f"{label:<34} {statistics.median(raw):>8.3f} {statistics.median(kar):>11.3f} "
                   f"{statistics.median(own) * 1000:>13.1f}")
-        from karchive.producer.build import build_archive
-        from karchive.producer.spec_file import load_spec
+        from karchive.producer.build.pipeline import build_archive
+        from karchive.producer.build.spec_file import load_spec
 
         spec = load_spec(ROOT / "examples" / "build.toml")
         jobs = min(2, os.cpu_count() or 1)

@@ -63,7 +63,7 @@ SEED_KERNELS = (
 # -- variants ---------------------------------------------------------------------------------------
 def seeds(targets: tuple[str, ...], cache: str | None, jobs: int) -> list:
     """Real compiles (kept in ``cache``, an archive, when given: later runs skip compiling)."""
-    from karchive.producer.describe import CompiledVariant
+    from karchive.producer.compile.describe import CompiledVariant
 
     if cache and os.path.exists(cache):
         from karchive.format.reader import ArchiveReader
@@ -76,8 +76,8 @@ def seeds(targets: tuple[str, ...], cache: str | None, jobs: int) -> list:
             out.append(CompiledVariant(v, files, r.read(v.source).decode() if v.source else None))
         if {str(v.variant.target) for v in out} >= set(targets):
             return out
-    from karchive.producer.aot import VariantRequest
-    from karchive.producer.build import compile_all
+    from karchive.producer.compile.aot import VariantRequest
+    from karchive.producer.build.pipeline import compile_all
 
     reqs = [VariantRequest(f"{KERNELS}:{k}", sig, t, cx, opts)
             for k, sig, _, configs in SEED_KERNELS for t in targets for cx, opts in configs]
@@ -87,7 +87,7 @@ def seeds(targets: tuple[str, ...], cache: str | None, jobs: int) -> list:
         raise SystemExit(f"seed compiles failed: {failed[:3]}")
     print(f"compiled {len(built)} seeds in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     if cache:
-        from karchive.producer.pack import ArchiveBuilder
+        from karchive.producer.build.pack import ArchiveBuilder
 
         b = ArchiveBuilder("seeds", "1", level=3)
         b.extend(built)
@@ -140,7 +140,7 @@ def generate(seed_variants: list, n: int, kernels: int, targets: tuple[str, ...]
 
 def build(variants: list, path: Path, version: tuple[int, int], level: int, dictionary: str) -> dict:
     """Build (or, with --keep, reuse an archive an earlier run left there: the same inputs give the same bytes)."""
-    from karchive.producer.pack import ArchiveBuilder
+    from karchive.producer.build.pack import ArchiveBuilder
 
     if path.exists():
         from karchive.format.reader import ArchiveReader
@@ -236,7 +236,7 @@ def s3_costs(paths: dict[str, str], kernel: str, block: int) -> dict:
     import karchive
     from karchive.errors import KarchiveError
     from karchive.registry import Registry
-    from karchive.registry.layout import blob_path
+    from karchive.registry.store_layout import blob_path
 
     ns: dict = {}
     exec(compile(OPEN_SELECT_LOAD, "bench", "exec"), ns)  # noqa: S102

@@ -1,4 +1,4 @@
-"""What the up-front target check (karchive/producer/toolchain.py) costs a build, side by side.
+"""What the up-front target check (karchive/producer/compile/toolchain.py) costs a build, side by side.
 
 Each case runs in a fresh process (the checks are cached per process), three times:
   cuda     check_target("cuda:90") and ("cuda:80"): one `ptxas --help` per ptxas binary Triton uses
@@ -21,8 +21,8 @@ KERNEL = str(ROOT / "examples" / "kernels.py") + ":add_kernel"
 CHILD = r"""
 import sys, time
 import triton  # validate_requests imports Triton anyway (to load the kernels): not part of the check
-from karchive.producer.aot import VariantRequest, compile_variant
-from karchive.producer.toolchain import check_target
+from karchive.producer.compile.aot import VariantRequest, compile_variant
+from karchive.producer.compile.toolchain import check_target
 
 case = sys.argv[1]
 req = VariantRequest(sys.argv[2], "*fp32:16, *fp32:16, *fp32:16, i32", "hip:gfx942", {"BLOCK": 512})

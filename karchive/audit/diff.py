@@ -23,6 +23,11 @@ from ..format.names import select_kernels
 from .match import TUNING_OPTIONS, Pair, canonical, pair_variants, specialisation_text, target_text
 from .resources import recorded_resources
 
+__all__ = [
+    "ArchiveDiff", "Change", "MAX_TEXT_BYTES", "Reader", "TEXT_STAGES", "TextDiff", "VariantDiff", "compare_variants",
+    "diff_archives", "diff_manifests",
+]
+
 #: IR stages ``--ir`` accepts (spec/FORMAT.md §4), plus the metadata JSON (shown pretty-printed).
 TEXT_STAGES = ("ttir", "ttgir", "llir", "ptx", "amdgcn", "metadata")
 

@@ -36,6 +36,11 @@ from typing import Any
 
 from ..format.names import is_qualified, short_name
 
+__all__ = [
+    "Pair", "ROUNDS", "TUNING_OPTIONS", "canonical", "kernel_aliases", "pair_variants", "slot_of",
+    "specialisation_text", "target_text", "tuning_of",
+]
+
 #: Options that shape the launch and that builds sweep (spec/BUILD.md): within a slot they tell
 #: variants apart before the looser "one left on each side" round.
 TUNING_OPTIONS = (

@@ -20,6 +20,8 @@ from __future__ import annotations
 import struct
 from typing import Any
 
+__all__ = ["cubin_resources", "hsaco_resources", "recorded_resources"]
+
 _EIATTR_FRAME_SIZE = 0x11
 _EIATTR_REGCOUNT = 0x2F
 _EIFMT_SVAL = 4

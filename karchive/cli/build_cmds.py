@@ -27,7 +27,7 @@ def _option(name: str) -> Callable[[str], int]:
     """An argparse type for a compile option, checked by the same rule as a spec file's (spec_file.check_option)."""
     def parse(text: str) -> int:
         from ..errors import SpecFileError
-        from ..producer.spec_file import check_option
+        from ..producer.build.spec_file import check_option
 
         try:
             value = int(text)
@@ -96,7 +96,7 @@ def _take_shell_env() -> list[str]:
     Triton freezes some of them into defaults at import (``PTXAS_OPTIONS``); a build applies only
     its spec's ``[archive] env`` (spec/BUILD.md, "Environment").
     """
-    from ..producer.buildenv import shell_warning, strip_shell
+    from ..producer.compile.buildenv import shell_warning, strip_shell
 
     warning = shell_warning()
     if "triton" not in sys.modules:  # a process that already imported Triton (tests, notebooks) is left alone
@@ -183,7 +183,7 @@ def _signing_keys(args: argparse.Namespace) -> list:
             raise KarchiveError("--provenance goes into the signed statement: give --sign KEY too")
         return []
     from ..trust.keys import load_private_key
-    from .trust_cmds import passphrase
+    from .arg_types import passphrase
 
     secret = passphrase(args.passphrase_env)
     return [load_private_key(path, secret) for path in args.sign]
@@ -206,8 +206,8 @@ def _sign(out: str, keys: list, args: argparse.Namespace, parameters: dict) -> l
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from ..producer.build import build_archive
-    from ..producer.spec_file import load_spec, validate_requests
+    from ..producer.build.pipeline import build_archive
+    from ..producer.build.spec_file import load_spec, validate_requests
 
     shell_warnings = _take_shell_env()
     spec = load_spec(args.spec)
@@ -249,9 +249,9 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from ..errors import BuildError
-    from ..producer.aot import VariantRequest
-    from ..producer.build import build_archive
-    from ..producer.spec_file import BuildSpec, validate_requests
+    from ..producer.compile.aot import VariantRequest
+    from ..producer.build.pipeline import build_archive
+    from ..producer.build.spec_file import BuildSpec, validate_requests
 
     shell_warnings = _take_shell_env()
     name = args.name or args.kernel_name

@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from ..producer.triton_cache import export_archive, local_cache_dir
+    from ..producer.capture.triton_cache import export_archive, local_cache_dir
     from ..resolve import open_reader
 
     from ..core.destination import output_dir
@@ -74,9 +74,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    from ..producer.aot import toolchain_versions
-    from ..producer.pack import ArchiveBuilder
-    from ..producer.triton_cache import import_cache
+    from ..producer.compile.aot import toolchain_versions
+    from ..producer.build.pack import ArchiveBuilder
+    from ..producer.capture.triton_cache import import_cache
 
     from .build_cmds import archive_out
 

@@ -58,7 +58,7 @@ def _toolchain(probe: bool) -> dict[str, Any]:
             return {"triton": importlib.metadata.version("triton"), "probed": False}
         except importlib.metadata.PackageNotFoundError:
             return {"triton": None, "probed": False}
-    from ..producer.toolchain import toolchain_report
+    from ..producer.compile.toolchain import toolchain_report
 
     return {**toolchain_report(), "probed": True}
 

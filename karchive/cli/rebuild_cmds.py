@@ -60,8 +60,8 @@ def _print(report) -> None:
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
-    from ..producer.buildenv import strip_shell
-    from ..producer.rebuild import rebuild_archive
+    from ..producer.compile.buildenv import strip_shell
+    from ..producer.build.rebuild import rebuild_archive
     from ..resolve import open_reader
 
     if "triton" not in sys.modules:

@@ -8,7 +8,6 @@ only when one of them is used.
 from __future__ import annotations
 
 import argparse
-import re
 import shutil
 import sys
 import time
@@ -17,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.paths import BUILD_CACHE
-from ..errors import RegistryError
+from .arg_types import parse_age, parse_size, passphrase
 from .output import emit_json, human_bytes, plural, printable, table
 
 
@@ -56,7 +55,6 @@ def _signing_keys(args: argparse.Namespace) -> list[Any]:
     if not args.sign:
         return []
     from ..trust.keys import load_private_key
-    from .trust_cmds import passphrase
 
     secret = passphrase(args.passphrase_env)
     return [load_private_key(path, secret) for path in args.sign]
@@ -134,7 +132,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         for _name, recs in sorted(by_name.items()):
             latest = newest([r.version for r in recs])
             row = _record_row(next(r for r in recs if r.version == latest), latest)
-            row[1] = f"{latest} ({len(recs)} version{'s' if len(recs) != 1 else ''})"
+            row[1] = f"{latest} ({plural(len(recs), 'version')})"
             rows.append(row)
     print(f"registry: {reg.url}")
     print(table(headers, rows, right=["SIZE", "VARIANTS"]))
@@ -173,25 +171,6 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     else:
         print(f"rebuilt indexes of {plural(len(names), 'name')} in {reg.url}")
     return 0
-
-
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000 ** 2, "mib": 1 << 20,
-               "g": 1 << 30, "gb": 1000 ** 3, "gib": 1 << 30, "t": 1 << 40, "tb": 1000 ** 4, "tib": 1 << 40}
-_AGE_UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
-
-def parse_size(text: str) -> int:
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).lower() not in _SIZE_UNITS:
-        raise RegistryError(f"bad size {text!r}: use e.g. 500M, 2G, 1.5GiB or a byte count")
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
-
-
-def parse_age(text: str) -> float:
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).lower() not in _AGE_UNITS:
-        raise RegistryError(f"bad age {text!r}: use e.g. 30d, 12h, 45m or seconds")
-    return float(m.group(1)) * _AGE_UNITS[m.group(2).lower()]
 
 
 @dataclass

@@ -27,7 +27,7 @@ def registry_keys(paths: list[str] | None, passphrase_env: str | None) -> list[A
     if not paths:
         return []
     from ..trust.keys import load_private_key
-    from .trust_cmds import passphrase
+    from .arg_types import passphrase
 
     secret = passphrase(passphrase_env)
     return [load_private_key(p, secret) for p in paths]
@@ -51,7 +51,7 @@ def metadata_lines(update: Any) -> list[str]:
 
 
 def _duration(text: str) -> datetime.timedelta:
-    from .registry_cmds import parse_age
+    from .arg_types import parse_age
 
     seconds = parse_age(text)
     if seconds <= 0:
@@ -89,7 +89,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
     reg = _registry(args)
     if args.trust:
-        from ..registry.metadata import load_trusted
+        from ..registry.metadata_store import load_trusted
         from ..trust.policy import TrustPolicy
 
         policy = TrustPolicy.load(args.trust)
@@ -100,7 +100,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         snap: Any = meta.snapshot
         verified: dict[str, Any] | None = meta.to_json()
     else:
-        from ..registry.metadata import read_current
+        from ..registry.metadata_store import read_current
 
         ts, snap, _, _ = read_current(reg)
         verified = None

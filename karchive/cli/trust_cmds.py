@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from ..errors import FormatError, KeyFileError, TrustError
+from .arg_types import passphrase
 from .output import emit_json, plural, printable
 
 
@@ -41,16 +42,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_registry_key_arg(s)
     s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=cmd_sign)
-
-
-def passphrase(var: str | None) -> bytes | None:
-    """Read from the environment, never from argv (argv is visible to every user via ps)."""
-    if not var:
-        return None
-    value = os.environ.get(var)
-    if not value:
-        raise KeyFileError(f"--passphrase-env {var}: the variable is not set or empty")
-    return value.encode()
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:

@@ -14,6 +14,8 @@ from pathlib import Path
 
 from ..errors import DestinationError
 
+__all__ = ["output_dir", "output_file"]
+
 
 def _make_dirs(directory: Path, wanted: str, *, create: bool = True) -> None:
     """``mkdir -p directory`` (or, with ``create=False``, check that it could be made); a file in the way

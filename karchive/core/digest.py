@@ -6,6 +6,8 @@ import hashlib
 import os
 from typing import TypeGuard
 
+__all__ = ["is_sha256_hex", "sha256_file", "sha256_hex"]
+
 _HEX = frozenset("0123456789abcdef")
 
 

@@ -18,6 +18,8 @@ from typing import BinaryIO
 
 from ..errors import DestinationError
 
+__all__ = ["atomic_write", "atomic_writer", "fsync_dir", "read_regular", "temp_path_for"]
+
 
 def fsync_dir(path: str | os.PathLike) -> None:
     """Make a rename or link in ``path`` durable; best effort (some file systems refuse directory fsync)."""

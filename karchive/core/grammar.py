@@ -12,6 +12,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+__all__ = ["IDENTIFIER", "fullmatch", "whole"]
+
 #: A Python identifier in ASCII (kernel, parameter and module names as archives store them).
 IDENTIFIER = r"[A-Za-z_][A-Za-z0-9_]*"
 

@@ -21,6 +21,8 @@ from collections.abc import Callable
 
 from ..errors import KarchiveError
 
+__all__ = ["MAX_DEPTH", "canonical_json", "count_values_bound", "deeper_than", "parse_json"]
+
 
 def canonical_json(obj: object) -> bytes:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+__all__ = ["BUILD_CACHE", "CACHE_ENV", "cache_dir", "default_cache_dir", "xdg_dir"]
+
 CACHE_ENV = "KARCHIVE_CACHE_DIR"
 #: The producer's own Triton cache for builds, under the cache root (``karchive cache ls`` counts it).
 BUILD_CACHE = "triton-build"

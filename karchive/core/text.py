@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+__all__ = ["plural", "printable", "table"]
+
 
 def printable(value: Any, keep: str = "") -> str:
     """Text from an archive, safe for a terminal: control characters (escape sequences) are shown

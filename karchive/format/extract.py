@@ -13,6 +13,8 @@ from ..errors import IntegrityError, UnsafeMemberError
 from .reader import ArchiveReader
 from .tarheader import check_member_name
 
+__all__ = ["extract_all"]
+
 _DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0)
 
 

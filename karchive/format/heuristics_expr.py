@@ -29,7 +29,11 @@ from typing import Any
 from collections.abc import Callable, Mapping
 
 from ..errors import SchemaError
-from .heuristics import ABSENT, NOT_SCALAR, _PROBE, run_probe, scalar
+from .probes import ABSENT, NOT_SCALAR, PROBE as _PROBE, run_probe, scalar
+
+__all__ = [
+    "BINARY", "BOOLEAN", "CALLS", "ExprError", "MAX_BITS", "MAX_DEPTH", "MAX_NODES", "check", "evaluate", "is_boolean",
+]
 
 MAX_NODES = 256
 MAX_DEPTH = 32

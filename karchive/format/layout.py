@@ -6,6 +6,8 @@ the same names; readers never rely on them (they follow the index and the manife
 
 from __future__ import annotations
 
+__all__ = ["BINARY_EXT", "IR_STAGES", "METADATA_EXT", "source_member", "variant_member"]
+
 #: Binary file extension per backend.
 BINARY_EXT: dict[str, str] = {"cuda": "cubin", "hip": "hsaco"}
 #: IR stages stored per backend (optional members: slim archives leave them out).

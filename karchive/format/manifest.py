@@ -28,6 +28,7 @@ from ..core.grammar import fullmatch
 from ..errors import SchemaError, UnsupportedVersionError
 from .constants import ABI_VERSION, FORMAT_VERSION, PATH_SENTINEL
 from .dtypes import POINTER_ELEMENT_TYPES, SCALAR_SIZES
+from ._fields import nonneg as _nonneg, opt as _opt, req as _req
 from .names import MAX_KERNEL_NAME, is_kernel_name
 from .target import Target
 
@@ -77,32 +78,6 @@ def _check_stages(ir: Mapping[Any, Any], where: str) -> None:
                               f"at most 32 characters)", where=where)
 
 
-# -- field checks ---------------------------------------------------------------------------------
-def _req(obj: Any, key: str, typ: type | tuple[type, ...], where: str) -> Any:
-    if not isinstance(obj, dict) or key not in obj:
-        raise SchemaError(f"{where}: missing {key!r}", where=where)
-    value = obj[key]
-    if isinstance(value, bool) and typ in (int, (int,)):
-        raise SchemaError(f"{where}.{key}: expected integer, got boolean", where=f"{where}.{key}")
-    if not isinstance(value, typ):
-        raise SchemaError(f"{where}.{key}: expected {_typename(typ)}, got {type(value).__name__}", where=f"{where}.{key}")
-    return value
-
-
-def _opt(obj: Any, key: str, typ: type | tuple[type, ...], where: str) -> Any:
-    """An optional field: absent or null gives None, anything else must have the type."""
-    value = obj.get(key) if isinstance(obj, dict) else None
-    if value is None:
-        return None
-    if (isinstance(value, bool) and typ is int) or not isinstance(value, typ):
-        raise SchemaError(f"{where}.{key}: expected {_typename(typ)}, got {type(value).__name__}", where=f"{where}.{key}")
-    return value
-
-
-def _typename(typ: type | tuple[type, ...]) -> str:
-    return " or ".join(t.__name__ for t in typ) if isinstance(typ, tuple) else typ.__name__
-
-
 def _new(cls: type, fields: dict[str, Any]) -> Any:
     """An instance of a frozen dataclass from already-checked fields, without its ``__init__``: that
     sets each field through ``object.__setattr__``, a few times slower, and a shard's rows create six
@@ -110,12 +85,6 @@ def _new(cls: type, fields: dict[str, Any]) -> Any:
     obj: Any = object.__new__(cls)
     obj.__dict__.update(fields)
     return obj
-
-
-def _nonneg(value: int, where: str) -> int:
-    if value < 0:
-        raise SchemaError(f"{where}: must not be negative, got {value}", where=where)
-    return value
 
 
 # -- leaves ---------------------------------------------------------------------------------------

@@ -6,6 +6,8 @@ import json
 from functools import lru_cache
 from importlib import resources
 
+__all__ = ["load_schema"]
+
 
 @lru_cache(maxsize=1)
 def load_schema() -> dict:

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from ..errors import FormatError, SentinelError
 from .constants import PATH_SENTINEL
 
+__all__ = ["restore_json_bytes", "restore_paths", "rewrite_paths"]
+
 
 def _walk(node: Any, fn) -> Any:
     if isinstance(node, str):

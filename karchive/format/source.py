@@ -12,6 +12,8 @@ from typing import Protocol
 
 from ..errors import ArchiveNotFoundError, FormatError, NotAnArchiveError, TransferError
 
+__all__ = ["BytesSource", "FileSource", "FsspecSource", "RangeSource"]
+
 
 class RangeSource(Protocol):
     size: int

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SchemaError, TargetError
+from ._fields import req as _req
 
 _CUDA_ARCH = re.compile(r"(?:sm_?)?(\d{2,3})")
 _HIP_ARCH = re.compile(r"gfx[0-9a-f]{3,5}")
@@ -83,8 +84,6 @@ class Target:
 
     @classmethod
     def from_json(cls, obj: Any, where: str = "target") -> Target:
-        from .manifest import _req  # the manifest's field checker (one place for "missing/wrong type")
-
         backend = _req(obj, "backend", str, where)
         if backend not in BACKENDS:
             raise SchemaError(f"{where}: unknown backend {backend!r}", where=where)

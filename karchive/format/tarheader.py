@@ -12,6 +12,8 @@ from typing import NamedTuple
 from ..errors import FormatError, UnsafeMemberError
 from .constants import TAR_BLOCK
 
+__all__ = ["Header", "MAX_NAME", "build_header", "check_member_name", "padded", "parse_header"]
+
 _NAME_RE = re.compile(r"[A-Za-z0-9._\-]+(/[A-Za-z0-9._\-]+)*")
 #: The same, with no "." or ".." component: a name this matches whole is safe (the fast path).
 _SAFE_RE = re.compile(r"(?!\.\.?(?:/|$))[A-Za-z0-9._\-]+(?:/(?!\.\.?(?:/|$))[A-Za-z0-9._\-]+)*")

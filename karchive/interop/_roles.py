@@ -1,4 +1,9 @@
-"""What each parameter of an archived kernel is, across all its variants (shared by the bridges)."""
+"""What each parameter of an archived kernel is to a bridge (torch.library, JAX), across all its variants.
+
+The classification itself has one owner, the launch path's plan (:func:`karchive.runtime.plan.make_plan`:
+pointer, int, float, value or mixed per position, over every variant); this module only names those roles
+the way the bridges declare parameters, and refuses what no bridge can type.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ArgumentError
+from ..runtime.plan import FLOAT, INT, MIXED, PTR, VALUE, make_plan
 
-_FLOATS = frozenset({"fp16", "bf16", "fp32", "fp64"})
+__all__ = ["Role", "kernel_roles"]
+
+#: The plan's role -> the bridge's kind (an int role over i1/u1 only is a bool).
+_KINDS = {PTR: "pointer", INT: "int", FLOAT: "float", VALUE: "constexpr"}
 
 
 @dataclass(frozen=True)
@@ -29,26 +38,24 @@ def kernel_roles(kernel: Any) -> list[Role]:
     names = getattr(kernel, "param_names", None)
     if not variants or names is None:
         raise ArgumentError(f"expected a karchive kernel (karchive.open(path).kernel(name)), got {type(kernel).__name__}")
+    kernel_name = getattr(kernel, "name", "kernel")
+    plan = make_plan(kernel_name, variants)
     roles = []
     for i, name in enumerate(names):
-        ps = [v.params[i] for v in variants]
-        types = frozenset(p.type for p in ps)
-        runtime = [p for p in ps if not (p.is_constexpr and not p.equal_to_1)]
-        if not runtime:
-            kind = "constexpr"
-        else:
-            ptr = {p.type.startswith("*") for p in runtime}
-            if len(ptr) > 1:
-                raise ArgumentError(f"{kernel.name}: parameter {name!r} is a pointer in some variants and a scalar "
-                                    f"in others ({sorted(types)})")
-            rt = {p.type for p in runtime}
-            if ptr == {True}:
-                kind = "pointer"
-            elif rt <= _FLOATS:
-                kind = "float"
-            elif rt <= {"i1", "u1"}:
-                kind = "bool"
-            else:
-                kind = "int"
+        types = frozenset(v.params[i].type for v in variants)
+        role = plan.params[i].role
+        if role == MIXED:
+            # Fixed at compile time in some variants only: the bridge passes it where it is passed, so the
+            # variants that take it decide (the plan over them alone).
+            passed = [v for v in variants if not (v.params[i].is_constexpr and not v.params[i].equal_to_1)]
+            role = make_plan(kernel_name, passed).params[i].role
+        if role == MIXED:  # still two kinds among the variants that take it: a pointer and a scalar, or int and float
+            if any(v.params[i].type.startswith("*") for v in variants):
+                raise ArgumentError(f"{kernel_name}: parameter {name!r} is a pointer in some variants and a scalar "
+                                    f"in others ({sorted(types)})", kernel=kernel_name, param=name)
+            role = INT  # an int in some variants, a float in others: the caller's number goes through as given
+        kind = _KINDS[role]
+        if kind == "int" and {t for t in types if t != "constexpr"} <= {"i1", "u1"}:
+            kind = "bool"
         roles.append(Role(name, i, kind, types))
     return roles

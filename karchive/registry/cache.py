@@ -49,7 +49,7 @@ from ..format.check import check_archive_file
 from ..format.source import FileSource
 from .config import cache_dir, canonical_registry, redact_url
 from .filelock import FileLock
-from .layout import check_digest
+from .store_layout import check_digest
 from .records import VersionRecord
 from .refs import check_name, check_version
 

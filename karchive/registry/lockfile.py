@@ -21,7 +21,7 @@ from ..core.fsio import atomic_write
 from ..core.jsonio import parse_json
 from ..errors import DestinationError, LockfileError, RegistryError
 from .config import redact_url
-from .layout import check_digest
+from .store_layout import check_digest
 from .records import VersionRecord
 from .refs import check_name, check_version
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import RegistryError
 from ..core.jsonio import canonical_json, parse_json
-from .layout import LAYOUT_VERSION, check_digest
+from .store_layout import LAYOUT_VERSION, check_digest
 from .refs import check_name, check_version
 
 RECORD_KIND = "karchive-version"

@@ -36,7 +36,7 @@ from .cache import Cache
 from .filelock import FileLock
 from .config import FETCH_ENV, REGISTRY_ENV, registry_url
 from .deadline import check_timeout, operation
-from .layout import MARKER, NAMES_DIR, RECORD_SUFFIX, ROOT_INDEX, blob_path, name_index_path, version_record_path, versions_dir
+from .store_layout import MARKER, NAMES_DIR, RECORD_SUFFIX, ROOT_INDEX, blob_path, name_index_path, version_record_path, versions_dir
 from .lockfile import Lockfile, load_lockfile
 from .progress import make_progress
 from .records import (VersionRecord, check_marker, decode_name_index, decode_root_index, encode_marker,
@@ -44,7 +44,7 @@ from .records import (VersionRecord, check_marker, decode_name_index, decode_roo
 from .refs import Ref, check_name, check_version, parse_ref
 from .retry import RetryPolicy
 from .signatures import put_signature, refresh_signature_index, signer_ids
-from .source import StoreSource
+from .store_source import StoreSource
 from .store import Store, open_store
 from .transfer import download
 from .verdict import Verdict, check_downgrade, check_pinned_signers, verify_record
@@ -67,7 +67,7 @@ def _operation(method: _M) -> _M:
 
 if TYPE_CHECKING:  # pragma: no cover - signing needs cryptography; naming the types does not
     from ..trust.enforce import TrustArg
-    from .metadata import MetadataUpdate
+    from .metadata_store import MetadataUpdate
     from ..trust.keys import SigningKey
     from ..trust.policy import TrustPolicy
 
@@ -300,8 +300,8 @@ class Registry:
 
     @_operation
     def update_metadata(self, keys: Sequence[SigningKey], **options: Any) -> MetadataUpdate:
-        """Issue a new signed snapshot and timestamp (:func:`karchive.registry.metadata.update_metadata`)."""
-        from .metadata import update_metadata
+        """Issue a new signed snapshot and timestamp (:func:`karchive.registry.metadata_store.update_metadata`)."""
+        from .metadata_store import update_metadata
 
         return update_metadata(self, keys, **options)
 
@@ -519,7 +519,7 @@ class Registry:
             record = self.cache.recall(self.url, pin.name, pin.version) or self.resolve(Ref(pin.name, pin.version))
             lock.check(record)
         elif policy is not None and policy.registry is not None and policy.registry.require_signed_metadata:
-            from .metadata import resolve_with_metadata
+            from .metadata_store import resolve_with_metadata
 
             record = resolve_with_metadata(self, ref, policy)
             if ref.version is None and not allow_downgrade:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from ..core.digest import is_sha256_hex
 from ..core.jsonio import canonical_json
 from ..errors import ConflictError, EnvelopeError, RegistryError
-from .layout import LAYOUT_VERSION, SIGNATURE_SUFFIX, signature_index_path, signature_path, signatures_dir
+from .store_layout import LAYOUT_VERSION, SIGNATURE_SUFFIX, signature_index_path, signature_path, signatures_dir
 from .records import _check_layout, load_json
 from .store import Store
 

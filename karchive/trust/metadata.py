@@ -6,7 +6,7 @@ This module holds what needs no registry: the timestamp document, the strict fie
 documents use (untrusted payloads), signing with Ed25519 in DSSE envelopes (:mod:`.dsse`), and
 verification against a trust policy's ``[registry]`` section (:mod:`.registry_policy`) with the
 policy's own keys, revocations and key windows. The snapshot document names registry names and
-versions, so it lives with them in :mod:`karchive.registry.metadata` (the trust layer does not import
+versions, so it lives with them in :mod:`karchive.registry.metadata_store` (the trust layer does not import
 the registry), as do where the documents are stored and the client's memory of the newest it verified.
 """
 

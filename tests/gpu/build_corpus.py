@@ -145,7 +145,7 @@ def build(out: pathlib.Path, only: list[str] | None = None) -> int:
             failed += 1
             row["error"] = "\n".join(text.strip().splitlines()[-6:]) or f"karchive build exited {rc}"
             print(f"{entry}: NOT BUILT (exit {rc}, {row['seconds']} s): {row['error']}")
-    from karchive.producer.aot import toolchain_versions
+    from karchive.producer.compile.aot import toolchain_versions
 
     (out / "corpus-build.json").write_text(json.dumps(
         {"built_with": toolchain_versions(), "kernels": report}, indent=1, sort_keys=True, default=str) + "\n")

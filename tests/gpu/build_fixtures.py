@@ -100,15 +100,15 @@ def missing(out: pathlib.Path) -> list[str]:
 
 
 def _compile(req: Any):
-    from karchive.producer.aot import compile_variant
+    from karchive.producer.compile.aot import compile_variant
 
     return compile_variant(req)
 
 
 def _requests(out: pathlib.Path) -> dict[str, tuple[Any, list]]:
     """archive name -> (spec or None, VariantRequests)."""
-    from karchive.producer.aot import VariantRequest
-    from karchive.producer.spec_file import load_spec
+    from karchive.producer.compile.aot import VariantRequest
+    from karchive.producer.build.spec_file import load_spec
 
     jobs: dict[str, tuple[Any, list]] = {
         name: (None, [VariantRequest(ref, sig, target, cx, opts, include_ir=True)
@@ -127,8 +127,8 @@ def _requests(out: pathlib.Path) -> dict[str, tuple[Any, list]]:
 
 
 def build(out: pathlib.Path) -> None:
-    from karchive.producer.aot import toolchain_versions
-    from karchive.producer.pack import ArchiveBuilder
+    from karchive.producer.compile.aot import toolchain_versions
+    from karchive.producer.build.pack import ArchiveBuilder
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "cold_kernels.py").write_text(COLD_SRC_HEAD + "".join(COLD_KERNEL.format(i=i, c=i + 1) for i in range(COLD)))

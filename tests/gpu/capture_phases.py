@@ -93,7 +93,7 @@ class CompileCounter:
 
 def kernel_hashes(cache_dir: str) -> set[str]:
     """Triton hashes of the kernel entries (not launcher stubs) in a cache directory."""
-    from karchive.producer.triton_cache import iter_cache
+    from karchive.producer.capture.triton_cache import iter_cache
 
     if not cache_dir or not os.path.isdir(cache_dir):
         return set()

@@ -96,7 +96,7 @@ def _triton_kernels() -> dict:
 
 
 def _chosen(wk: dict) -> dict:
-    from karchive.producer.wrapped import stack_of
+    from karchive.producer.compile.wrapped import stack_of
 
     out = {}
     for name, obj in wk.items():
@@ -130,8 +130,8 @@ def phase_triton_ref(work: Path, opts: dict) -> dict:
 
 
 def phase_aot_build(work: Path, opts: dict) -> dict:
-    from karchive.producer.build import build_archive
-    from karchive.producer.spec_file import load_spec, validate_requests
+    from karchive.producer.build.pipeline import build_archive
+    from karchive.producer.build.spec_file import load_spec, validate_requests
 
     spec_path = work / "aot.toml"
     spec_path.write_text(SPEC.format(k=ROOT / "tests" / "wrapped_kernels.py"))
@@ -279,9 +279,9 @@ def phase_tune_quality(work: Path, opts: dict) -> dict:
 
     import karchive
     import wrapped_kernels as wk
-    from karchive.producer.build import build_archive
-    from karchive.producer.spec_file import load_spec, validate_requests
-    from karchive.producer.wrapped import stack_of
+    from karchive.producer.build.pipeline import build_archive
+    from karchive.producer.build.spec_file import load_spec, validate_requests
+    from karchive.producer.compile.wrapped import stack_of
 
     spec_path = work / "tq.toml"
     spec_path.write_text(TQ_SPEC.format(k=ROOT / "tests" / "wrapped_kernels.py"))

@@ -1,0 +1,41 @@
+"""Argument values that several commands take: sizes and ages (``--max-size 2G``, ``--max-age 30d``) and a
+passphrase named by ``--passphrase-env``. Below every ``*_cmds`` module, so no command module imports another
+for them.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ..errors import KeyFileError, RegistryError
+
+__all__ = ["parse_age", "parse_size", "passphrase"]
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000 ** 2, "mib": 1 << 20,
+               "g": 1 << 30, "gb": 1000 ** 3, "gib": 1 << 30, "t": 1 << 40, "tb": 1000 ** 4, "tib": 1 << 40}
+_AGE_UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _SIZE_UNITS:
+        raise RegistryError(f"bad size {text!r}: use e.g. 500M, 2G, 1.5GiB or a byte count")
+    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+
+
+def parse_age(text: str) -> float:
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in _AGE_UNITS:
+        raise RegistryError(f"bad age {text!r}: use e.g. 30d, 12h, 45m or seconds")
+    return float(m.group(1)) * _AGE_UNITS[m.group(2).lower()]
+
+
+def passphrase(var: str | None) -> bytes | None:
+    """Read from the environment, never from argv (argv is visible to every user via ps)."""
+    if not var:
+        return None
+    value = os.environ.get(var)
+    if not value:
+        raise KeyFileError(f"--passphrase-env {var}: the variable is not set or empty")
+    return value.encode()
