@@ -71,6 +71,6 @@ def test_keys_that_compare_with_nothing_are_refused_clearly(tuned_archive):
 
 
 def test_plain_kernels_stay_plain(examples_archive):
-    from karchive.runtime.dispatch import Kernel
+    from karchive.runtime.launch.kernel import Kernel
 
     assert type(karchive.open(examples_archive).kernel("add_kernel")) is Kernel

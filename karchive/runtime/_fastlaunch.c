@@ -37,7 +37,7 @@
 #include <string.h>
 #include <time.h>
 
-#define ABI_VERSION 1
+#define ABI_VERSION 2
 
 #if PY_VERSION_HEX < 0x030B0000 /* public from 3.11 on; before, private and taking unsigned char * */
 #define PyFloat_Pack2(x, p, le) _PyFloat_Pack2((x), (unsigned char *)(p), (le))
@@ -294,7 +294,7 @@ pack_int(char code, PyObject *o, unsigned char *dst)
     return 0;
 }
 
-/* One scalar at dst. Codes are karchive.runtime.pack.pack_code's: struct characters, and "E" for bf16 as
+/* One scalar at dst. Codes are karchive.runtime.launch._argpack.pack_code's: struct characters, and "E" for bf16 as
  * Triton's launcher makes it (float -> fp32 round-to-nearest-even -> keep the high 16 bits). */
 static int
 pack_scalar(char code, PyObject *o, unsigned char *dst)
@@ -566,7 +566,7 @@ typedef struct {
     PyObject *slow;             /* Kernel._slow(grid, args, kwargs) */
     PyObject *grid_of;          /* Kernel._grid_of(grid, meta, values) */
     PyObject *grid_dims;        /* launcher.grid_dims(grid) -> (gx, gy, gz) */
-    PyObject *stream_handle;    /* driver_api.stream_handle(obj) -> int */
+    PyObject *stream_handle;    /* backend.stream_handle(obj) -> int */
     PyObject *pointer_info;     /* args.pointer_info(obj) -> (ptr, dtype, device) */
     PyObject *mixed_key;        /* plan.mixed_key(obj) */
     PyObject *missing;          /* select.MISSING */
@@ -722,16 +722,12 @@ lookup(Dispatcher *d, CallKey *k)
 static Key *
 insert(Dispatcher *d, CallKey *k, PyObject *target)
 {
-    PyObject *launch_entry = PyObject_GetAttrString(target, "entry");
-    if (launch_entry == NULL)
-        return NULL;
-    PyObject *native = PyObject_GetAttrString(launch_entry, "native");
-    Py_DECREF(launch_entry);
+    PyObject *native = PyObject_GetAttrString(target, "native"); /* made from the variant's record (_native.py) */
     if (native == NULL)
         return NULL;
     if (!Py_IS_TYPE(native, &EntryType)) {
         Py_DECREF(native);
-        PyErr_SetString(PyExc_TypeError, "LaunchEntry.native must be a _fastlaunch.Entry");
+        PyErr_SetString(PyExc_TypeError, "CallTarget.native must be a _fastlaunch.Entry");
         return NULL;
     }
     Entry *e = (Entry *)native;

@@ -23,11 +23,11 @@ from ..format.reader import ArchiveReader, Limits
 from ..resolve import open_reader
 from .device import ptx_header
 from .autotuned import AutotunedKernel, HeuristicsKernel
-from .dispatch import Kernel
+from .launch.kernel import Kernel
 from .select import DeviceFit
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .driver_api import Backend
+    from .backend import Backend
 
 log = logging.getLogger("karchive.runtime")
 

@@ -29,7 +29,7 @@ from ..format.autotune import choose_config, entry_config, key_for_call
 from ..format.heuristics import OPTION_NAMES, HeuristicsRecord, resolve
 from ..format.manifest import Variant
 from .device import DeviceInfo
-from .dispatch import Kernel
+from .launch.kernel import Kernel
 
 
 def _fits(v: Variant, constexprs: Mapping[str, Any], options: Mapping[str, Any]) -> bool:

@@ -1,18 +1,18 @@
-"""The dispatcher: ``kernel[grid](*args, **constexprs)`` with Triton's call shape, over every variant of a kernel.
+"""The kernel: ``kernel[grid](*args, **constexprs)`` with Triton's call shape, over every variant of a kernel.
 
-How a call travels (read in this order):
+How a call travels (read in this order; docs/architecture.md walks it with the file names):
 
 1. ``kernel[grid]`` is ``kernel._run`` with the grid bound (``_fastlaunch.subscript`` in C, else
    ``functools.partial``). ``_run`` is the kernel's *launch path*: the compiled
-   ``_fastlaunch.Dispatcher`` (:mod:`.native`) or, where the extension is not built or
-   ``KARCHIVE_LAUNCH_PATH=python``, a function generated from one template (:mod:`.pydispatch`;
-   print it with :meth:`Kernel.source`). Both do the same steps:
+   ``_fastlaunch.Dispatcher`` (:mod:`._native`) or, where the extension is not built or
+   ``KARCHIVE_LAUNCH_PATH=python``, a plain Python function (:mod:`._pypath`). Both do the same steps:
 2. bind the arguments to the kernel's parameters and launch options, and build the selection key
-   (:mod:`.plan` says what it holds: pointer types/dtypes/devices/alignment, int hints, constexprs);
+   (:mod:`._plan` says what it holds: pointer types/dtypes/devices/alignment, int hints, constexprs);
 3. look the key up; a new key goes to :meth:`Kernel._miss` -- full checks, variant selection
-   (:mod:`.select`), the module load (once per variant and device) -- and is remembered;
-4. resolve a callable grid and the default stream, pack the parameters (:mod:`.pack`) and call the
-   driver's launch (:class:`.launcher.LaunchEntry`).
+   (:mod:`..select`), the module load (once per variant and device, a :class:`._record.VariantRecord`)
+   -- and is remembered;
+4. resolve a callable grid and the default stream, pack the parameters (:mod:`._argpack`) and call the
+   driver's launch (:class:`._record.LaunchEntry`, or the C ``Entry`` made from the same record).
 
 Calls the fast steps cannot bind (unknown keywords, too many arguments, objects whose pointer cannot
 be read) go to :meth:`Kernel._slow`, which runs every step in plain Python and raises the error.
@@ -23,30 +23,44 @@ from __future__ import annotations
 import sys
 import threading
 from functools import cached_property, partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 from collections.abc import Callable, Sequence
 
-from ..errors import ArgumentError, NoMatchingVariantError
-from ..format.manifest import Variant
-from . import launch_path
-from .args import NotAPointer, framework_of, notice_tensors, pointer_info
-from .device import DeviceInfo
-from .launcher import BoundLauncher, LaunchEntry, grid_dims
-from .plan import MIXED, PTR, STREAM, KernelPlan, make_plan
-from .select import MISSING, DeviceFit, device_fit, select_variant
+from ...errors import ArgumentError, NoMatchingVariantError
+from ...format.manifest import Variant
+from .. import launch_path
+from ..args import NotAPointer, framework_of, notice_tensors, pointer_info
+from ..backend import Backend, LoadedFunction
+from ..device import DeviceInfo
+from ..select import MISSING, DeviceFit, device_fit, select_variant
+from ._plan import MIXED, PTR, STREAM, KernelPlan, make_plan
+from ._record import BoundLauncher, LaunchEntry, grid_dims
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .archive import Archive
+
+class Host(Protocol):
+    """What a kernel needs of the archive it comes from (``runtime.archive.Archive`` is one)."""
+
+    allow_ptx: bool
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+    def ptx_header(self, variant: Variant) -> Any: ...
+    def backend(self) -> Backend: ...
+    def load_function(self, variant: Variant, fit: DeviceFit, index: int) -> LoadedFunction: ...
+    def scratch_pool(self) -> Any: ...
 
 
 class CallTarget:
     """What a selection key leads to: the loaded variant, and where the default stream comes from."""
 
-    __slots__ = ("entry", "stream_fn")
+    __slots__ = ("entry", "stream_fn", "native")
 
     def __init__(self, entry: LaunchEntry, stream_fn: Callable[[int], int] | None) -> None:
         self.entry = entry
         self.stream_fn = stream_fn  # device -> current stream of the arguments' framework; None: stream 0
+        self.native: Any = None  # the compiled path's ``_fastlaunch.Entry`` of ``entry`` (set by :mod:`._native`)
 
 
 def _torch_default_stream() -> Callable[[int], int] | None:
@@ -76,7 +90,7 @@ class Kernel:
     #: :func:`_getitem`; both call ``kernel._run(grid, *args, **kwargs)``.
     __getitem__ = launch_path.subscript(_getitem)
 
-    def __init__(self, archive: Archive, name: str, variants: Sequence[Variant]) -> None:
+    def __init__(self, archive: Host, name: str, variants: Sequence[Variant]) -> None:
         if not variants:
             raise NoMatchingVariantError(f"the archive has no variant of kernel {name!r}", kernel=name)
         self.archive = archive
@@ -100,10 +114,10 @@ class Kernel:
     def _run(self) -> Callable[..., None]:
         """The launch path's callable ``(grid, *args, stream=None, **kwargs)``, made on first use."""
         if self.launch_path == launch_path.EXTENSION:
-            from .native import make_dispatcher
+            from ._native import make_dispatcher
 
             return make_dispatcher(self)
-        from .pydispatch import build
+        from ._pypath import build
 
         return build(self)
 
@@ -120,12 +134,6 @@ class Kernel:
         targets = ", ".join(sorted({str(v.target) for v in self.variants}))
         return printable(f"<karchive.Kernel {self.name}({', '.join(self.param_names)}): {n} variant"
                          f"{'' if n == 1 else 's'} for {targets}, from {self.archive.name} {self.archive.version}>")
-
-    def source(self) -> str:
-        """The generated Python of this kernel's launch path (the compiled path does the same steps in C)."""
-        from .pydispatch import render
-
-        return render(self.plan)
 
     @property
     def cached_calls(self) -> int:
@@ -168,7 +176,7 @@ class Kernel:
             stream = 0 if fn is None else fn(ent.device)
         call_values = self._call_values(values, infos)
         if self.launch_path == launch_path.EXTENSION and not ent.special and ent.backend.launch_address():
-            from .native import NativeBoundLauncher
+            from ._native import NativeBoundLauncher
 
             return NativeBoundLauncher(ent, grid, stream, call_values)
         return BoundLauncher(ent, grid, stream, call_values)
@@ -302,8 +310,8 @@ class Kernel:
                 ent = self._entries.get(key)
                 if ent is None:
                     loaded = self.archive.load_function(variant, fit, index)
-                    ent = LaunchEntry(self.name, variant, fit, loaded, self.archive.backend(),
-                                      self.archive.scratch_pool(), self.plan)
+                    ent = LaunchEntry.load(self.name, variant, fit, loaded, self.archive.backend(),
+                                           self.archive.scratch_pool(), self.plan)
                     self._entries[key] = ent
         return ent
 
