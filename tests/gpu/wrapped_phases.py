@@ -171,7 +171,7 @@ def phase_aot_launch(work: Path, opts: dict) -> dict:
     t0 = time.perf_counter()
     again = _calls(k, t)  # every key tuned: no benchmarking now
     second = time.perf_counter() - t0
-    chosen = {n: {repr(key): c[0]["kwargs"] | c[0]["options"] for key, c in kern._choices.items()}
+    chosen = {n: {repr(key): c[0]["kwargs"] | c[0]["options"] for key, c in kern.resolver._choices.items()}
               for n, kern in k.items()}
     return {"not_bit_equal": _diff(out, ref), "not_bit_equal_again": _diff(again, ref), "first_s": round(first, 3),
             "second_s": round(second, 4), "chosen": chosen, "triton_importable": _triton_importable()}
@@ -299,7 +299,7 @@ def phase_tune_quality(work: Path, opts: dict) -> dict:
         (t_cfg,) = tuner.cache.values()
         k = arc.kernel(name)
         k[grid](*args)
-        (choice,) = [c for c, _cx, _k in k._choices.values()]
+        (choice,) = [c for c, _cx, _k in k.resolver._choices.values()]
         k_meta = {**choice["kwargs"], **choice["options"]}
         fn = tuner.fn
         t_ms = do_bench(lambda: fn[grid](*args, **t_cfg.all_kwargs()))

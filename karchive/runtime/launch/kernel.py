@@ -24,7 +24,7 @@ import sys
 import threading
 from functools import cached_property, partial
 from typing import Any, Protocol
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ...errors import ArgumentError, NoMatchingVariantError
 from ...format.manifest import Variant
@@ -50,6 +50,22 @@ class Host(Protocol):
     def backend(self) -> Backend: ...
     def load_function(self, variant: Variant, fit: DeviceFit, index: int) -> LoadedFunction: ...
     def scratch_pool(self) -> Any: ...
+
+
+class MetaResolver(Protocol):
+    """Meta-parameters of a call that the caller does not pass (``@triton.autotune``, ``@triton.heuristics``).
+
+    Consulted before the selection key is built: it answers the kernel over the variants that fit the
+    resolved values (a plain :class:`Kernel`: its own launch path, the compiled one included) and the
+    constexprs to add to the call. ``runtime/autotuned.py`` has the two there are.
+    """
+
+    base: Kernel  # the plain kernel over every variant
+
+    def resolve(self, grid: Any, args: Sequence[Any], kwargs: Mapping[str, Any], stream: Any, *,
+                may_benchmark: bool = True, device: Any = None) -> tuple[Kernel, dict[str, Any]]: ...
+
+    def describe(self) -> str: ...
 
 
 class CallTarget:
@@ -90,7 +106,8 @@ class Kernel:
     #: :func:`_getitem`; both call ``kernel._run(grid, *args, **kwargs)``.
     __getitem__ = launch_path.subscript(_getitem)
 
-    def __init__(self, archive: Host, name: str, variants: Sequence[Variant]) -> None:
+    def __init__(self, archive: Host, name: str, variants: Sequence[Variant],
+                 resolver: MetaResolver | None = None) -> None:
         if not variants:
             raise NoMatchingVariantError(f"the archive has no variant of kernel {name!r}", kernel=name)
         self.archive = archive
@@ -106,6 +123,8 @@ class Kernel:
         self.param_names = self.plan.names
         #: "extension" (the compiled launcher) or "python"; fixed when the kernel is made.
         self.launch_path = launch_path.choose()
+        #: Where meta-parameters the caller leaves out come from (autotune, then heuristics); None: plain.
+        self.resolver = resolver
         self._lock = threading.RLock()
         self._entries: dict[tuple[str, int], LaunchEntry] = {}
         self._py_cache: dict[Any, CallTarget] = {}  # the Python path's key -> target (the compiled one has its own)
@@ -113,6 +132,8 @@ class Kernel:
     @cached_property
     def _run(self) -> Callable[..., None]:
         """The launch path's callable ``(grid, *args, stream=None, **kwargs)``, made on first use."""
+        if self.resolver is not None:
+            return self._resolving_run(self.resolver)
         if self.launch_path == launch_path.EXTENSION:
             from ._native import make_dispatcher
 
@@ -121,6 +142,20 @@ class Kernel:
 
         return build(self)
 
+    def _resolving_run(self, resolver: MetaResolver) -> Callable[..., None]:
+        """``_run`` of a kernel with a resolver: resolve the meta-parameters, then the chosen variants'
+        own launch path (the compiled dispatcher where it is built) with them added to the call."""
+        from ._pypath import launch_function_name
+
+        resolve = resolver.resolve
+
+        def run(grid: Any, *args: Any, stream: Any = None, **kwargs: Any) -> None:
+            kernel, cx = resolve(grid, args, kwargs, stream)
+            kernel._run(grid, *args, stream=stream, **kwargs, **cx)
+
+        run.__qualname__ = run.__name__ = launch_function_name(self.name)
+        return run
+
     # -- public API ------------------------------------------------------------------------------------
     def run(self, *args: Any, grid: Any, stream: Any = None, **kwargs: Any) -> None:
         self._run(grid, *args, stream=stream, **kwargs)
@@ -128,12 +163,13 @@ class Kernel:
     def __repr__(self) -> str:
         """``<karchive.Kernel add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK): 6 variants for cuda:80,
         cuda:90, hip:gfx942, from examples 0.1.0>``: what to call, and what it can run on."""
-        from ..core.text import printable
+        from ...core.text import printable
 
         n = len(self.variants)
         targets = ", ".join(sorted({str(v.target) for v in self.variants}))
+        how = "" if self.resolver is None else f"; {type(self.resolver).__name__}: {self.resolver.describe()}"
         return printable(f"<karchive.Kernel {self.name}({', '.join(self.param_names)}): {n} variant"
-                         f"{'' if n == 1 else 's'} for {targets}, from {self.archive.name} {self.archive.version}>")
+                         f"{'' if n == 1 else 's'} for {targets}, from {self.archive.name} {self.archive.version}{how}>")
 
     @property
     def cached_calls(self) -> int:
@@ -147,6 +183,9 @@ class Kernel:
         ``device`` may be a :class:`DeviceInfo` or a target such as ``"cuda:90"`` / ``"hip:gfx942"`` to ask
         about a GPU this machine does not have (no driver is touched then).
         """
+        if self.resolver is not None:  # meta-parameters first; select() never benchmarks
+            kernel, cx = self.resolver.resolve(None, args, kwargs, None, may_benchmark=False, device=device)
+            return kernel.select(*args, device=device, **kwargs, **cx)
         values, options = self._bind_call(args, kwargs)
         infos = self._infos(values)
         # The launch's argument checks (host memory, two GPUs) apply whatever ``device`` says: select
@@ -168,6 +207,9 @@ class Kernel:
         A callable ``grid`` is evaluated once, here. With ``stream=None`` the stream is the framework's
         current stream *at bind time* (torch/CuPy), else the legacy default stream.
         """
+        if self.resolver is not None:
+            kernel, cx = self.resolver.resolve(grid, args, kwargs, stream)
+            return kernel.bind(grid, *args, stream=stream, **kwargs, **cx)
         values, options = self._bind_call(args, kwargs)
         ent, infos = self._resolve(values, options)
         grid = grid_dims(self._grid_of(grid, ent.meta, values))
@@ -184,6 +226,8 @@ class Kernel:
     def preload(self, device: int | None = None) -> int:
         """Load every variant that can run on ``device`` now (keeps module loads out of timed or captured
         regions); returns how many were loaded."""
+        if self.resolver is not None:
+            return self.resolver.base.preload(device)
         backend = self.archive.backend()
         index = backend.current_device() if device is None else device
         dev = backend.device_info(index)
