@@ -16,7 +16,7 @@ from ..errors import NoMatchingVariantError
 from ..format.manifest import Param, Variant
 from .args import PointerInfo, describe_arg
 from .device import DeviceInfo
-from .dtypes import pointer_element, triton_dtype
+from .arg_dtypes import pointer_element, triton_dtype
 from ..format.dtypes import FLOAT_TYPES, INT_RANGES
 from .launch._plan import LAUNCH_OPTIONS, option_value
 
