@@ -39,97 +39,118 @@ def launch_function_name(kernel: str) -> str:
     return f"{short_name(kernel)}_launch"
 
 
+# Role codes of the loop below (small ints: one comparison each).
+_R_PTR, _R_INT, _R_FLOAT, _R_VALUE, _R_MIXED = range(5)
+_ROLE_CODE = {PTR: _R_PTR, INT: _R_INT, FLOAT: _R_FLOAT, VALUE: _R_VALUE, MIXED: _R_MIXED}
+#: The key part of a plain int address (what ``pointer_info`` says of an int: no dtype, no device).
+_INT_ADDRESS = (int, None, None)
+
+
 def build(kernel: Kernel) -> Callable[..., None]:
-    """``kernel._run`` on the Python path: ``launch(grid, *args, stream=None, **kwargs)``."""
+    """``kernel._run`` on the Python path: ``launch(grid, *args, stream=None, **kwargs)``.
+
+    Written for speed in plain Python: one pass over the parameters builds the key and the call values
+    together, and what only a miss or the slow path needs (the values tuple, the options given) is made
+    only there.
+    """
     plan = kernel.plan
     names = plan.names
     n = len(names)
     options = plan.options
     # position of each keyword a call may use: parameters, then launch options
-    slot_of = {name: i for i, name in enumerate(names + options)}
-    roles = tuple((p.role, p.flags) for p in plan.params)
-    calls = plan.call_positions
-    ptr_positions = plan.extracted
+    slot_of = {name: i for i, name in enumerate(names + options)}.get
+    params = tuple((_ROLE_CODE[p.role], p.flags) for p in plan.params)
+    pad = (MISSING,) * (n + len(options))
     cache = kernel._py_cache
     lock = threading.Lock()
     miss, slow, grid_of = kernel._miss, kernel._slow, kernel._grid_of
     qualname = launch_function_name(kernel.name)
-
-    def key_of(vals: list[Any], ptrs: list[Any]) -> tuple[Any, ...]:
-        """The selection key (raises for an argument whose pointer cannot be read)."""
-        key: list[Any] = []
-        tensor = args_module.TENSOR_TYPE
-        for i, (role, flags) in enumerate(roles):
-            a = vals[i]
-            if role == PTR:
-                t = type(a)
-                if t is tensor:
-                    p, d, v = a.data_ptr(), a.dtype, a.get_device()
-                else:
-                    p, d, v = pointer_info(a)
-                ptrs[i] = p
-                key += (t, d, v)
-                if flags & ALIGN:
-                    key.append(not p & 15)
-            elif role == INT:
-                key.append(type(a))
-                if flags & EQ1:
-                    key.append(a == 1)
-                if flags & DIV16:
-                    key.append(not a & 15)
-                if flags & RANGE:
-                    key.append(-2147483648 <= a <= 2147483647)
-            elif role == FLOAT:
-                key.append(type(a))
-            elif role == VALUE:
-                key += (type(a), a)
-            elif role == MIXED:
-                key.append(mixed_key(a))
-        if options:
-            opts = vals[n:]
-            if any(o is not MISSING for o in opts):
-                for o in opts:
-                    key += (type(o), o)
-        return tuple(key)
+    int_ = int
 
     def launch(grid: Any, *args: Any, stream: Any = None, **kwargs: Any) -> None:
-        # 1. bind (Python's own binding error for a value given twice, as the generated function had)
-        vals = list(args) + [MISSING] * (n + len(options) - len(args))
-        if len(args) > n:
+        # 1. bind (Python's own binding error for a value given twice, as a def with these parameters gives)
+        nargs = len(args)
+        if nargs > n:
             return slow(grid, args, {**kwargs, STREAM: stream})
-        for k, v in kwargs.items():
-            j = slot_of.get(k)
-            if j is None:
-                return slow(grid, args, {**kwargs, STREAM: stream})
-            if j < len(args):
-                raise TypeError(f"{qualname}() got multiple values for argument {k!r}")
-            vals[j] = v
-        values = tuple(vals[:n])
-        given = {o: vals[n + i] for i, o in enumerate(options) if vals[n + i] is not MISSING}
-        # 2. key
-        ptrs: list[Any] = [None] * n
+        has_options = False
+        if kwargs:
+            vals = list(args + pad[nargs:])
+            for k, v in kwargs.items():
+                j = slot_of(k)
+                if j is None:
+                    return slow(grid, args, {**kwargs, STREAM: stream})
+                if j < nargs:
+                    raise TypeError(f"{qualname}() got multiple values for argument {k!r}")
+                vals[j] = v
+                if j >= n and v is not MISSING:
+                    has_options = True
+        else:
+            vals = args + pad[nargs:]  # type: ignore[assignment]
+        # 2. key, and the call values (pointers as their addresses) in the same pass
+        key: list[Any] = []
+        calls: list[Any] = []
+        tensor = args_module.TENSOR_TYPE
         try:
-            key = key_of(vals, ptrs)
+            for a, (role, flags) in zip(vals, params):  # (vals may go on with the launch options)
+                if role == _R_PTR:
+                    t = type(a)
+                    if t is tensor:
+                        p = a.data_ptr()
+                        key += (t, a.dtype, a.get_device())
+                    elif t is int_:
+                        p = a
+                        key += _INT_ADDRESS
+                    else:
+                        p, d, dev = pointer_info(a)
+                        key += (t, d, dev)
+                    if flags & ALIGN:
+                        key.append(not p & 15)
+                    calls.append(p)
+                    continue
+                if role == _R_VALUE:
+                    key += (type(a), a)
+                    continue
+                if role == _R_INT:
+                    key.append(type(a))
+                    if flags:
+                        if flags & EQ1:
+                            key.append(a == 1)
+                        if flags & DIV16:
+                            key.append(not a & 15)
+                        if flags & RANGE:
+                            key.append(-2147483648 <= a <= 2147483647)
+                elif role == _R_FLOAT:
+                    key.append(type(a))
+                else:
+                    key.append(mixed_key(a))
+                calls.append(a)
+            if has_options:
+                for o in vals[n:]:
+                    key += (type(o), o)
         except Exception:  # noqa: BLE001 - an argument whose pointer cannot be read: the slow path says why
-            return slow(grid, values, {**given, STREAM: stream})
+            return slow(grid, tuple(vals[:n]), {**_given(vals), STREAM: stream})
         # 3. look up, or resolve
         try:
-            target = cache[key]
+            target = cache[tuple(key)]
         except KeyError:  # a key not seen before: full checks, selection, module load
-            target = miss(values, given)
+            target = miss(tuple(vals[:n]), _given(vals))
             with lock:
                 if len(cache) >= _CACHE_LIMIT:
                     cache.clear()
-                cache[key] = target
+                cache[tuple(key)] = target
         except TypeError:  # an unhashable constexpr value: launch without caching
-            return slow(grid, values, {**given, STREAM: stream})
+            return slow(grid, tuple(vals[:n]), {**_given(vals), STREAM: stream})
         # 4. launch
         entry = target.entry
         if type(grid) is not tuple:
-            grid = grid_of(grid, entry.meta, values)
+            grid = grid_of(grid, entry.meta, tuple(vals[:n]))
         if stream is None:
             stream = 0 if target.stream_fn is None else target.stream_fn(entry.device)
-        entry.launch(grid, stream, [ptrs[i] if i in ptr_positions else values[i] for i in calls])
+        entry.launch(grid, stream, calls)
+
+    def _given(vals: Any) -> dict[str, Any]:
+        """The launch options a call gave."""
+        return {o: vals[n + i] for i, o in enumerate(options) if vals[n + i] is not MISSING}
 
     launch.__qualname__ = launch.__name__ = qualname
     launch.__doc__ = f"{kernel.name}[grid](...) on karchive's Python launch path."
