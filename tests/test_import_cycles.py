@@ -136,3 +136,12 @@ def test_the_checker_finds_a_circle_and_ignores_function_level_imports(tmp_path,
     (pkg / "sub" / "d.py").write_text("def f():\n    from .c import g\n")
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", pkg)
     assert cycles(import_graph()) == [("karchive.sub.a", "karchive.sub.b")]
+
+
+def test_runtime_module_names_are_not_used_by_other_packages():
+    """A name means one thing: ``runtime/pack.py`` beside ``producer/pack.py`` made readers open the wrong one.
+    (Scoped to runtime/ here; the package-wide rule belongs with the producer/ regroup of issue 24.)"""
+    names = lambda paths: {p.stem.lstrip("_") for p in paths if p.name != "__init__.py"}  # noqa: E731
+    runtime = names((PACKAGE / "runtime").rglob("*.py"))
+    others = names(p for p in PACKAGE.rglob("*.py") if "runtime" not in p.relative_to(PACKAGE).parts)
+    assert not runtime & others, f"runtime modules named like modules elsewhere: {sorted(runtime & others)}"
