@@ -67,7 +67,7 @@ def build(kernel: Kernel) -> Callable[..., None]:
     qualname = launch_function_name(kernel.name)
     int_ = int
 
-    def launch(grid: Any, *args: Any, stream: Any = None, **kwargs: Any) -> None:
+    def launch(grid: Any, /, *args: Any, stream: Any = None, **kwargs: Any) -> None:
         # 1. bind (Python's own binding error for a value given twice, as a def with these parameters gives)
         nargs = len(args)
         if nargs > n:
@@ -162,7 +162,7 @@ def build(kernel: Kernel) -> Callable[..., None]:
 
 def _signature(names: tuple[str, ...], options: tuple[str, ...]) -> inspect.Signature | None:
     """``(grid, x_ptr, ..., *, stream=None, num_warps=..., ...)``; None when a name cannot be a Python parameter."""
-    if not all(n.isidentifier() and not keyword.iskeyword(n) for n in names) or "grid" in names:
+    if not all(n.isidentifier() and not keyword.iskeyword(n) for n in names) or "grid" in names:  # a signature cannot name "grid" twice
         return None
     P = inspect.Parameter
     params = [P("grid", P.POSITIONAL_ONLY)]

@@ -149,7 +149,7 @@ class Kernel:
 
         resolve = resolver.resolve
 
-        def run(grid: Any, *args: Any, stream: Any = None, **kwargs: Any) -> None:
+        def run(grid: Any, /, *args: Any, stream: Any = None, **kwargs: Any) -> None:
             kernel, cx = resolve(grid, args, kwargs, stream)
             kernel._run(grid, *args, stream=stream, **kwargs, **cx)
 
