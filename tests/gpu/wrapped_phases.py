@@ -173,8 +173,13 @@ def phase_aot_launch(work: Path, opts: dict) -> dict:
     second = time.perf_counter() - t0
     chosen = {n: {repr(key): c[0]["kwargs"] | c[0]["options"] for key, c in kern.resolver._choices.items()}
               for n, kern in k.items()}
+    from karchive.runtime import launch_path
+
+    # issue 24: the variants a tuned call resolves to launch on their own path (the C dispatcher where built)
+    paths = {n: sorted({type(c[2]._run).__name__ for c in kern.resolver._choices.values()}) for n, kern in k.items()}
     return {"not_bit_equal": _diff(out, ref), "not_bit_equal_again": _diff(again, ref), "first_s": round(first, 3),
-            "second_s": round(second, 4), "chosen": chosen, "triton_importable": _triton_importable()}
+            "second_s": round(second, 4), "chosen": chosen, "triton_importable": _triton_importable(),
+            "tuned_launch_paths": paths, "launch_path": launch_path.choose()}
 
 
 def phase_capture(work: Path, opts: dict) -> dict:
