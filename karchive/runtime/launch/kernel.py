@@ -99,7 +99,12 @@ def _getitem(kernel: Kernel, grid: Any) -> Callable[..., None]:
 
 
 class Kernel:
-    """Every variant of one kernel in an archive; launch with ``kernel[grid](...)``, ``run`` or ``bind``."""
+    """Every variant of one kernel in an archive; launch with ``kernel[grid](...)``, ``run`` or ``bind``.
+
+    The one kernel type: a kernel captured from ``@triton.autotune`` / ``@triton.heuristics`` is a Kernel
+    with a :class:`MetaResolver`, asked for the meta-parameters before anything else (``run``, ``select``,
+    ``bind``, ``preload`` and ``kernel[grid]`` alike).
+    """
 
     #: ``kernel[grid]`` -> a launcher taking the kernel's arguments (Triton's call shape). The compiled
     #: one where the extension is built (a C method-like object: no Python frame, no partial), else
