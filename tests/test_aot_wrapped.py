@@ -211,11 +211,11 @@ def device(monkeypatch, built, tmp_path):
 
 
 def test_launch_without_meta_parameters_tunes_once_per_key(device):
-    from karchive.runtime.autotuned import AutotunedKernel
+    from karchive.runtime.autotuned import AutotuneResolver
 
     arc, rec = device
     k = arc.kernel("h_over_at")
-    assert isinstance(k, AutotunedKernel) and k.tune_on_device
+    assert isinstance(k.resolver, AutotuneResolver) and k.resolver.tune_on_device
     x, out = Tensor(X), Tensor(Y)
     with pytest.raises(NoMatchingVariantError, match="not tuned yet"):
         k.select(x, out, None, 4096, 1.5)
@@ -232,7 +232,7 @@ def test_launch_without_meta_parameters_tunes_once_per_key(device):
     v = k.select(x, out, Tensor(Z), 4096, 1.5)
     assert v.constexprs["IS_VARLEN"] is True
     assert k.select(x, out, None, 4096, 1.5).constexprs["IS_VARLEN"] is False
-    assert sorted(k._choices) == sorted([tuple(repr(p) for p in [4096, False, "torch.float32", "torch.float32"]),
+    assert sorted(k.resolver._choices) == sorted([tuple(repr(p) for p in [4096, False, "torch.float32", "torch.float32"]),
                                          tuple(repr(p) for p in [4096, True] + ["torch.float32"] * 3)])
 
 

@@ -61,11 +61,12 @@ def _triton_key(obj, monkeypatch, args, kwargs):
 
 
 def _runtime(obj, *, legacy_entries=None):
-    """An AutotunedKernel over the records an AOT build stores for ``obj`` (no variants: keys only)."""
+    """An AutotuneResolver over the records an AOT build stores for ``obj`` (no variants: keys only)."""
     from karchive.format.heuristics import parse_record
     from karchive.producer.compile.kernel_ref import unwrap
     from karchive.producer.compile.wrapped import _records, stack_of
-    from karchive.runtime.autotuned import AutotunedKernel
+    from karchive.format.autotune import AutotuneRecord
+    from karchive.runtime.autotuned import AutotuneResolver
 
     at, he = _records(stack_of(obj), [], "test")
     if legacy_entries is not None:  # an archive written before outer_heuristics existed, by a capture
@@ -74,7 +75,7 @@ def _runtime(obj, *, legacy_entries=None):
     base = types.SimpleNamespace(archive=None, name=at["kernel"], param_names=list(unwrap(obj).arg_names),
                                  variants=[])
     heur = [parse_record(he, "h")] if he else []
-    return AutotunedKernel(base, [at], heuristics=heur)
+    return AutotuneResolver(base, [AutotuneRecord.from_json(at)], heuristics=heur)
 
 
 T16, T32 = "torch.float16", "torch.float32"

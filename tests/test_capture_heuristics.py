@@ -151,11 +151,11 @@ def test_inspect_shows_the_heuristics_records(captured, capsys):
 @needs_triton
 def test_the_runtime_picks_the_recorded_values_without_the_caller_restating_them(captured, h100):
     import karchive
-    from karchive.runtime.autotuned import HeuristicsKernel
+    from karchive.runtime.autotuned import HeuristicsResolver
 
     _, path = captured
     k = karchive.open(path).kernel("heur_copy")
-    assert isinstance(k, HeuristicsKernel)
+    assert isinstance(k.resolver, HeuristicsResolver)
     assert k.select(A, A + 4096, 1024, BLOCK=128, device=h100).constexprs == {"BLOCK": 128, "EVEN": True}
     assert k.select(A, A + 4096, 1000, BLOCK=128, device=h100).constexprs == {"BLOCK": 128, "EVEN": False}
     with pytest.raises(NoMatchingVariantError, match=r"(?s)heuristics value\(s\) \['EVEN'\].*never recorded.*"
@@ -205,11 +205,11 @@ def test_heuristics_that_cannot_be_replayed_replay_the_captured_calls(captured, 
 @needs_triton
 def test_autotune_and_heuristics_together(captured, h100):
     import karchive
-    from karchive.runtime.autotuned import AutotunedKernel
+    from karchive.runtime.autotuned import AutotuneResolver
 
     cap, path = captured
     k = karchive.open(path).kernel("tuned_even_copy")
-    assert isinstance(k, AutotunedKernel) and k.heuristics is not None
+    assert isinstance(k.resolver, AutotuneResolver) and k.resolver.heuristics is not None
     (record,) = [r for r in cap.autotune.to_json() if r["kernel"] == "capture_fakes:tuned_even_copy"]
     by_key = {e["key"][0]: e["variant"] for e in record["entries"]}
 

@@ -16,7 +16,8 @@ import pytest
 
 RUNTIME = Path(__file__).resolve().parent.parent / "karchive" / "runtime"
 STUB = ast.parse((RUNTIME / "_fastlaunch.pyi").read_text())
-C_SOURCE = (RUNTIME / "_fastlaunch.c").read_text()
+#: The compiled launcher's whole source: _fastlaunch.c and the files of c-ext/ it includes.
+C_SOURCE = "\n".join(p.read_text() for p in [RUNTIME / "_fastlaunch.c", *sorted((RUNTIME / "c-ext").glob("*.[ch]"))])
 
 #: C function that parses the arguments -> where the stub declares them (class or None, function).
 PARSERS = {

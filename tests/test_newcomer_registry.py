@@ -107,7 +107,7 @@ def test_http_refused_is_a_network_error_and_404_a_missing_archive(tmp_path: Pat
 
 
 def test_driver_load_failures_show_text_not_bytes_reprs():
-    from karchive.runtime.driver_api import plain_text
+    from karchive.runtime.backend import plain_text
 
     hip_message = RuntimeError("failed to dlopen 'b'libamdhip64.so'': b'libamdhip64.so: cannot open shared object file'")
     shown = plain_text(hip_message)

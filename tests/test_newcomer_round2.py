@@ -31,6 +31,7 @@ def fake_checkout(tmp_path: pathlib.Path) -> pathlib.Path:
     shutil.copy(ROOT / "tools" / "venv.sh", repo / "tools" / "venv.sh")
     shutil.copy(ROOT / "pyproject.toml", repo / "pyproject.toml")
     shutil.copy(ROOT / "karchive" / "runtime" / "_fastlaunch.c", repo / "karchive" / "runtime" / "_fastlaunch.c")
+    shutil.copytree(ROOT / "karchive" / "runtime" / "c-ext", repo / "karchive" / "runtime" / "c-ext")
     python = repo / "venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
     python.write_text(textwrap.dedent(f"""\
@@ -76,7 +77,7 @@ def test_venv_rerun_runs_no_pip(fake_checkout):
     assert _source_venv(fake_checkout, "test") == []
 
 
-@pytest.mark.parametrize("edit", ["pyproject.toml", "karchive/runtime/_fastlaunch.c"])
+@pytest.mark.parametrize("edit", ["pyproject.toml", "karchive/runtime/_fastlaunch.c", "karchive/runtime/c-ext/pack.c"])
 def test_venv_reinstalls_when_pyproject_or_the_c_source_changes(fake_checkout, edit):
     assert _source_venv(fake_checkout, "cli")
     assert _source_venv(fake_checkout, "cli") == []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from karchive.runtime.args import NotAPointer, pointer_info
-from karchive.runtime.dtypes import DLPackDtype, pointer_element, triton_dtype
+from karchive.runtime.arg_dtypes import DLPackDtype, pointer_element, triton_dtype
 
 
 def test_ints_and_none_are_raw_addresses():

@@ -4,7 +4,8 @@ import pytest
 
 import karchive
 from karchive.errors import ArgumentError, NoMatchingVariantError
-from karchive.runtime.autotuned import AutotunedKernel
+from karchive.format.autotune import AutotuneRecord
+from karchive.runtime.autotuned import AutotuneResolver
 from karchive.runtime.device import DeviceInfo
 from support import EXAMPLES, needs_triton
 
@@ -42,7 +43,7 @@ def call(n):
 def test_recorded_key_picks_its_variant_and_unseen_keys_fall_back(tuned_archive):
     path, keys = tuned_archive
     k = karchive.open(path).kernel("matmul_kernel")
-    assert isinstance(k, AutotunedKernel) and k.tuned_names == {"BLOCK_M", "BLOCK_N", "BLOCK_K"}
+    assert isinstance(k.resolver, AutotuneResolver) and k.resolver.tuned_names == {"BLOCK_M", "BLOCK_N", "BLOCK_K"}
     assert k.select(*call(128), device=H100).key == keys[0]
     assert k.select(*call(4096), device=H100).key == keys[1]
     # Not tuned: nearest-log2 -> 2048 is nearer 4096 than 128; 96 is nearer 128.
@@ -61,16 +62,43 @@ def test_explicit_meta_parameters_bypass_the_records(tuned_archive):
 def test_keys_that_compare_with_nothing_are_refused_clearly(tuned_archive):
     path, _ = tuned_archive
     k = karchive.open(path).kernel("matmul_kernel")
-    k.records = [{**k.records[0], "dtype_args": ["a_ptr"]}]  # recorded keys have no dtype part
+    k.resolver.records = [AutotuneRecord.from_json({**k.resolver.records[0].to_json(), "dtype_args": ["a_ptr"]})]  # recorded keys have no dtype part
 
     class Half:
         dtype = "torch.float16"
 
     with pytest.raises(NoMatchingVariantError, match="matches no recorded config"):
-        k.choose({"M": 128, "N": 128, "K": 128, "a_ptr": Half()})
+        k.resolver.choose({"M": 128, "N": 128, "K": 128, "a_ptr": Half()})
 
 
-def test_plain_kernels_stay_plain(examples_archive):
-    from karchive.runtime.dispatch import Kernel
+def test_plain_kernels_stay_plain(examples_archive):  # one Kernel type, with no resolver
+    from karchive.runtime.launch.kernel import Kernel
 
     assert type(karchive.open(examples_archive).kernel("add_kernel")) is Kernel
+
+
+@pytest.mark.parametrize("path", ["python", "extension"])
+def test_tuned_kernels_are_kernels_and_launch_on_the_chosen_variants_own_path(monkeypatch, tuned_archive, path):
+    """One Kernel type: the resolver picks the config before the key is built, then the subset's launch path
+    (the compiled dispatcher where built) launches it, and a repeated call hits that path's key cache."""
+    from karchive.runtime import launch_path
+    from karchive.runtime.launch.kernel import Kernel
+    from runtime_support import fake_cuda, register_sizes
+
+    if path == launch_path.EXTENSION and launch_path.extension() is None:
+        pytest.skip("the compiled launcher is not built here")
+    p, keys = tuned_archive
+    with fake_cuda(monkeypatch, path) as (rec, _backend):
+        arc = karchive.open(p)
+        register_sizes(rec, arc)
+        k = arc.kernel("matmul_kernel")
+        assert type(k) is Kernel and "AutotuneResolver: 2 tuned keys" in repr(k)
+        k[(2,)](*call(4096))
+        k[(2,)](*call(4096))
+        ((cfg, cx, chosen),) = k.resolver._choices.values()
+        assert cx == CONFIGS[1][0] and [v.key for v in chosen.variants] == [keys[1]]
+        assert chosen.cached_calls == 1  # the second call hit the chosen variants' key cache
+        assert type(chosen._run).__name__ == ("Dispatcher" if path == launch_path.EXTENSION else "function")
+        launches = rec.launches()
+        assert len(launches) == 2 and all(a.grid == (2, 1, 1) and a.block == (8 * 32, 1, 1) for a in launches)
+        assert k.select(*call(4096), device=H100).key == keys[1]

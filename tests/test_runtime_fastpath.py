@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import gc
 import os
+import pathlib
 import struct
 import subprocess
 import sys
@@ -27,7 +28,7 @@ import pytest
 import karchive
 from karchive.errors import ArgumentError, KarchiveError, NoMatchingVariantError, RuntimeLoadError
 from karchive.runtime import DeviceInfo, args, launch_path
-from karchive.runtime.pack import bf16_bits
+from karchive.runtime.launch._argpack import bf16_bits
 from karchive.runtime.select import MISSING
 from runtime_support import PATHS, ROOT, fake_cuda, q, register_sizes
 
@@ -472,17 +473,15 @@ def test_eight_threads_on_their_own_streams(monkeypatch, cuda_archive, path):
 
 
 # -- the path itself ----------------------------------------------------------------------------------------
-def test_generated_source_is_printable_and_shows_in_tracebacks(monkeypatch, cuda_archive):
+def test_the_python_path_is_a_plain_function_that_shows_in_tracebacks(monkeypatch, cuda_archive):
+    """No generated source: the Python path is ``_pypath.build``'s function, named like the launch function."""
     with fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, backend):
         add = karchive.open(str(cuda_archive)).kernel("add_kernel")
-        src = add.source()
-        assert src.startswith("def launch(_k_grid, x_ptr=_k_MISSING, y_ptr=_k_MISSING, out_ptr=_k_MISSING, "
-                              "n_elements=_k_MISSING, BLOCK=_k_MISSING, *_k_extra, stream=None, num_warps=_k_MISSING")
-        assert "_k_key = (_k_t0, _k_d0, _k_v0, not _k_p0 & 15," in src
+        assert add._run.__name__ == "add_kernel_launch" and add._run.__module__ == "karchive.runtime.launch._pypath"
         with pytest.raises(ArgumentError) as info:
             add[(1,)](X, Y, OUT)
-        text = "".join(traceback.format_exception(info.value))
-        assert "_k_target = _k_miss((x_ptr, y_ptr, out_ptr, n_elements, BLOCK)" in text  # the generated line
+        frames = [(pathlib.Path(f.filename).name, f.name) for f in traceback.extract_tb(info.value.__traceback__)]
+        assert ("_pypath.py", "launch") in frames and ("kernel.py", "_miss") in frames  # a real file, then the miss
 
 
 def test_kernels_and_their_compiled_dispatchers_are_collected(monkeypatch, cuda_archive):
@@ -534,7 +533,8 @@ def test_without_the_extension_everything_takes_the_python_path():
         "        if name == 'karchive.runtime._fastlaunch':\n"
         "            raise ImportError('not built (this test)')\n"
         "sys.meta_path.insert(0, Block())\n"
-        "from karchive.runtime import dispatch, launch_path\n"
+        "from karchive.runtime import launch_path\n"
+        "from karchive.runtime.launch import kernel as dispatch\n"
         "s = launch_path.status()\n"
         "print(json.dumps([s.built, s.active, launch_path.choose(), dispatch.Kernel.__getitem__.__module__]))\n"
     )
@@ -542,4 +542,4 @@ def test_without_the_extension_everything_takes_the_python_path():
     env.pop(launch_path.ENV, None)
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.strip() == '[false, "python", "python", "karchive.runtime.dispatch"]'
+    assert r.stdout.strip() == '[false, "python", "python", "karchive.runtime.launch.kernel"]'

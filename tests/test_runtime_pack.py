@@ -9,7 +9,7 @@ import pytest
 
 from karchive.errors import ArgumentError
 from karchive.format.manifest import Abi, AbiParam
-from karchive.runtime.pack import ParamLayout, bf16_bits, bf16_bits_rne
+from karchive.runtime.launch._argpack import ParamLayout, bf16_bits, bf16_bits_rne
 
 
 def _abi(params: list[tuple[str, str, str]], scratch: int = 2) -> Abi:

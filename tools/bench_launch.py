@@ -94,7 +94,7 @@ def main() -> None:
     import karchive
     from karchive.runtime import launch_path
     from karchive.runtime.backend import get_backend
-    from karchive.runtime.pack import ParamLayout
+    from karchive.runtime.launch._argpack import ParamLayout
 
     ext = launch_path.extension()
     tk = _load(ROOT / "examples" / "kernels.py", "bench_examples_kernels")

@@ -118,7 +118,7 @@ def main() -> None:
     from karchive.runtime import backend as backend_mod
     from karchive.runtime import launch_path
     from karchive.runtime.cuda_driver import CudaBackend
-    from karchive.runtime.dispatch import Kernel
+    from karchive.runtime.launch.kernel import Kernel
 
     ext = launch_path.extension()
     backend_mod._backends["cuda"] = CudaBackend(NoopDriver(ext.noop_address() if ext else None))

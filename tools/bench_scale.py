@@ -180,7 +180,7 @@ def pick(variants: list) -> tuple[str, int]:
 OPEN_SELECT_LOAD = """
 import sys, time
 import karchive
-import karchive.runtime.archive, karchive.runtime.dispatch, zstandard  # imports are not opening: done first
+import karchive.runtime.archive, karchive.runtime.launch.kernel, zstandard  # imports are not opening: done first
 from karchive.runtime.device import DeviceInfo
 dev = DeviceInfo.describe_target("cuda:90", shared_optin=227 * 1024)
 A = 0x7F0000000000

@@ -42,6 +42,7 @@ def build_with_setuptools(name: str, sources: list[str]) -> None:
     dist = Distribution({"name": "karchive-extension", "ext_modules": [Extension(name, sources)]})
     cmd = dist.get_command_obj("build_ext")
     cmd.inplace = True
+    cmd.force = True  # the sources include c-ext/ files that setuptools does not date-check here
     dist.run_command("build_ext")
 
 

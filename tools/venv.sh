@@ -6,7 +6,7 @@
 # it installed (pyproject.toml, the compiled launcher's C source, this checkout's path) and the extras.
 # While the digest matches and the extras asked for are among those installed, pip is not run at all.
 # The install is editable, so edits to Python files need no reinstall; an edit to pyproject.toml or to
-# karchive/runtime/_fastlaunch.c does. Builds use the venv's own setuptools (--no-build-isolation), so a
+# karchive/runtime/_fastlaunch.c or c-ext/ does. Builds use the venv's own setuptools (--no-build-isolation), so a
 # reinstall does not download the build backend again either.
 VENV="${KARCHIVE_VENV:-.venv}"
 PY="$VENV/bin/python"
@@ -18,10 +18,10 @@ fi
 # Prints the extras to install (the union of those asked for and those installed) when an install is
 # needed, nothing when the recorded install covers this request.
 _karchive_need="$("$PY" -I - "$1" "$VENV/.karchive-install" <<'EOF'
-import hashlib, importlib.metadata, os, sys
+import glob, hashlib, importlib.metadata, os, sys
 wanted = {e for e in sys.argv[1].split(",") if e}
 h = hashlib.sha256(os.getcwd().encode())
-for path in ("pyproject.toml", "karchive/runtime/_fastlaunch.c"):
+for path in ["pyproject.toml", "karchive/runtime/_fastlaunch.c"] + sorted(glob.glob("karchive/runtime/c-ext/*")):
     with open(path, "rb") as f:
         h.update(b"\0" + path.encode() + b"\0" + f.read())
 try:

@@ -30,10 +30,13 @@ from __future__ import annotations
 
 import math
 import numbers
+from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Iterable, Mapping, Sequence
 
 FALLBACK_RULE = "nearest-log2"
+#: A config's codegen options besides its ``kwargs`` (the launch options a variant records).
+CONFIG_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
 
 #: The spellings of the non-finite floats JSON cannot hold, as ``{"float": <spelling>}``.
@@ -195,3 +198,89 @@ def entry_config(record: Mapping[str, Any], entry: Mapping[str, Any]) -> Mapping
     if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < len(configs):
         return configs[index]
     return None
+
+
+# --- the typed record the runtime reads ---------------------------------------------------------------------
+@dataclass(frozen=True)
+class AutotuneConfig:
+    """One config an autotuner declares: its constexprs and its codegen options (the non-null ones)."""
+
+    kwargs: Mapping[str, Any]
+    options: Mapping[str, Any]  # num_warps, num_stages, num_ctas, maxnreg: only those the record gives
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> AutotuneConfig:
+        kwargs = obj.get("kwargs")
+        return cls(dict(kwargs) if isinstance(kwargs, Mapping) else {},
+                   {k: obj[k] for k in CONFIG_OPTIONS if obj.get(k) is not None})
+
+
+@dataclass(frozen=True)
+class AutotuneEntry:
+    """One tuned key: the key as stored, the chosen config (None: the index names none), the variant Triton ran."""
+
+    key: tuple[Any, ...]
+    config: AutotuneConfig | None
+    variant: str | None
+
+
+@dataclass(frozen=True)
+class AutotuneRecord:
+    """A manifest ``autotune`` record (spec/FORMAT.md §6.3), typed; :attr:`raw` is the object as stored.
+
+    The on-disk shape is unchanged: :meth:`from_json` reads it, :meth:`to_json` gives it back as read (the
+    tuning cache digests it, so a rebuilt archive does not share decisions with this one).
+    """
+
+    kernel: str
+    key_names: tuple[str, ...]
+    configs: tuple[AutotuneConfig | None, ...]  # by index, as entries refer to them (None: not an object)
+    entries: tuple[AutotuneEntry, ...]
+    #: Heuristics computed above the autotuner (they join its key); None: a record that does not say (older).
+    outer_heuristics: frozenset[str] | None
+    reset_to_zero: tuple[str, ...]
+    restore_value: tuple[str, ...]
+    fallback: str
+    raw: Mapping[str, Any] = field(repr=False, compare=False)
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> AutotuneRecord:
+        configs = tuple(AutotuneConfig.from_json(c) if isinstance(c, Mapping) else None
+                        for c in obj.get("configs") or [])
+        entries = []
+        for e in obj.get("entries") or []:
+            if not isinstance(e, Mapping):
+                continue
+            index = e.get("config")
+            cfg = configs[index] if isinstance(index, int) and not isinstance(index, bool) \
+                and 0 <= index < len(configs) else None
+            variant = e.get("variant")
+            entries.append(AutotuneEntry(tuple(e.get("key") or ()), cfg, variant if isinstance(variant, str) else None))
+        outer = obj.get("outer_heuristics")
+        return cls(
+            kernel=str(obj.get("kernel", "")), key_names=tuple(str(n) for n in obj.get("key_names") or []),
+            configs=configs, entries=tuple(entries),
+            outer_heuristics=frozenset(str(n) for n in outer) if isinstance(outer, list) else None,
+            reset_to_zero=tuple(str(n) for n in obj.get("reset_to_zero") or []),
+            restore_value=tuple(str(n) for n in obj.get("restore_value") or []),
+            fallback=str(obj.get("fallback") or FALLBACK_RULE), raw=obj,
+        )
+
+    def to_json(self) -> Mapping[str, Any]:
+        return self.raw
+
+    def key_for_call(self, named_args: Mapping[str, Any], arg_names: Iterable[str] | None = None) -> list:
+        """The autotune key of a call (:func:`key_for_call`)."""
+        return key_for_call({"key_names": list(self.key_names)}, named_args, arg_names)
+
+
+def choose_entry(records: Sequence[AutotuneRecord], key_values: Sequence[Any]) -> tuple[AutotuneRecord, AutotuneEntry] | None:
+    """:func:`choose_config` over typed records: the exact key, else the fallback rule's pick (ties: recorded first)."""
+    key = normalize_key(key_values)
+    best: tuple[float, AutotuneRecord, AutotuneEntry] | None = None
+    for record in records:
+        for entry in record.entries:
+            d = key_distance(key, entry.key)
+            if d is not None and (best is None or d < best[0]):
+                best = (d, record, entry)
+    return None if best is None else (best[1], best[2])

@@ -1,6 +1,6 @@
 """What each parameter of an archived kernel is to a bridge (torch.library, JAX), across all its variants.
 
-The classification itself has one owner, the launch path's plan (:func:`karchive.runtime.plan.make_plan`:
+The classification itself has one owner, the launch path's plan (:func:`karchive.runtime.launch._plan.make_plan`:
 pointer, int, float, value or mixed per position, over every variant); this module only names those roles
 the way the bridges declare parameters, and refuses what no bridge can type.
 """
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ArgumentError
-from ..runtime.plan import FLOAT, INT, MIXED, PTR, VALUE, make_plan
+from ..runtime.launch._plan import FLOAT, INT, MIXED, PTR, VALUE, make_plan
 
 __all__ = ["Role", "kernel_roles"]
 

@@ -2,7 +2,7 @@
 
 Keyword names and argument types follow each ``PyArg_ParseTupleAndKeywords`` format in the C file;
 a change there changes this stub in the same commit. Callables the C code calls back are ``Callable[...,
-Any]``: their contracts are written in :mod:`karchive.runtime.native`, which hands them over.
+Any]``: their contracts are written in :mod:`karchive.runtime.launch._native`, which hands them over.
 """
 
 from collections.abc import Callable

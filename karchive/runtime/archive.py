@@ -16,18 +16,19 @@ from typing import TYPE_CHECKING, Any
 from ..core.text import plural, printable, table
 from ..core.units import human_bytes
 from ..errors import KernelNameError, NoDeviceError
+from ..format.autotune import AutotuneRecord
 from ..format.heuristics import records_for as heuristics_records
 from ..format.manifest import Manifest, Variant
 from ..format.names import KernelIndex
 from ..format.reader import ArchiveReader, Limits
 from ..resolve import open_reader
 from .device import ptx_header
-from .autotuned import AutotunedKernel, HeuristicsKernel
-from .dispatch import Kernel
+from .autotuned import AutotuneResolver, HeuristicsResolver
+from .launch.kernel import Kernel
 from .select import DeviceFit
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .driver_api import Backend
+    from .backend import Backend
 
 log = logging.getLogger("karchive.runtime")
 
@@ -46,7 +47,7 @@ class Archive:
         self._backend_name = backend
         self._backend: Backend | None = None
         self._lock = threading.RLock()
-        self._kernels: dict[tuple[str, bool], Kernel | AutotunedKernel | HeuristicsKernel] = {}
+        self._kernels: dict[tuple[str, bool], Kernel] = {}
         self._functions: dict[tuple[str, int], Any] = {}
         self._ptx_headers: dict[str, tuple] = {}
         self._pool: Any = None
@@ -100,15 +101,15 @@ class Archive:
             "\n\narc.kernel(NAME) gives a launcher; arc.variants(NAME) lists the variants; `karchive inspect` " \
             "shows every variant."
 
-    def kernel(self, name: str, *, benchmark: bool = False) -> Kernel | AutotunedKernel | HeuristicsKernel:
+    def kernel(self, name: str, *, benchmark: bool = False) -> Kernel:
         """The dispatcher for ``name`` (created once per archive).
 
-        A kernel captured from ``@triton.autotune`` (the manifest holds autotune records for it) gets an
-        :class:`AutotunedKernel`: each call uses the config recorded for its autotune key. With
-        ``benchmark=True`` a key that was never tuned is timed across the prebuilt configs instead of
+        Always a :class:`Kernel`. One captured from ``@triton.autotune`` (the manifest holds autotune records
+        for it) has an :class:`AutotuneResolver`: each call uses the config recorded for its autotune key.
+        With ``benchmark=True`` a key that was never tuned is timed across the prebuilt configs instead of
         taking the fallback rule's pick. A kernel with heuristics records (``@triton.heuristics``) takes
         the computed meta-parameters from the recorded case that matches each call
-        (:class:`HeuristicsKernel`, or inside the :class:`AutotunedKernel`).
+        (a :class:`HeuristicsResolver`, or inside the :class:`AutotuneResolver`).
         """
         cache_key = (name, benchmark)
         k = self._kernels.get(cache_key)
@@ -126,13 +127,15 @@ class Archive:
                         raise KernelNameError(f"{self.ref}: kernel {name!r} has no variants", kernel=name,
                                               available=tuple(self.kernels()))
                     k = Kernel(self, name, variants)
-                    records = [r for r in self.manifest.autotune or []
+                    records = [AutotuneRecord.from_json(r) for r in self.manifest.autotune or []
                                if isinstance(r, dict) and r.get("kernel") == name]
                     heuristics = heuristics_records(self.manifest.heuristics, name)
+                    # The resolver chooses among subsets of ``k``'s variants; the kernel handed out asks it first.
                     if records:
-                        k = AutotunedKernel(k, records, benchmark=benchmark, heuristics=heuristics)
+                        k = Kernel(self, name, variants, AutotuneResolver(k, records, benchmark=benchmark,
+                                                                          heuristics=heuristics))
                     elif heuristics:
-                        k = HeuristicsKernel(k, heuristics)
+                        k = Kernel(self, name, variants, HeuristicsResolver(k, heuristics))
                     self._kernels[cache_key] = self._kernels[(name, benchmark)] = k
         return k
 
@@ -159,7 +162,7 @@ class Archive:
             index = self._index = KernelIndex(self.kernels())
         return index
 
-    def __getitem__(self, name: str) -> Kernel | AutotunedKernel | HeuristicsKernel:
+    def __getitem__(self, name: str) -> Kernel:
         return self.kernel(name)
 
     # -- device side -----------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import sys
 from typing import Any
 from collections.abc import Callable
 
-from .dtypes import DLPackDtype
+from .arg_dtypes import DLPackDtype
 
 PointerInfo = tuple[int, Any, "int | None"]
 Extractor = Callable[[Any], PointerInfo]

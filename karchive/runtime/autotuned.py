@@ -1,4 +1,9 @@
-"""Kernels wrapped in ``@triton.autotune`` / ``@triton.heuristics``: meta-parameters from records, never compiled.
+"""Meta-parameter resolvers of kernels wrapped in ``@triton.autotune`` / ``@triton.heuristics``: values from records.
+
+A :class:`~.launch.kernel.Kernel` with a resolver asks it, before the selection key is built, which
+meta-parameters a call gets and which variants they leave (a plain Kernel over that subset); the call then
+takes the subset's launch path, the compiled one included. :class:`AutotuneResolver` (autotune records, and
+the heuristics records around them) and :class:`HeuristicsResolver` (heuristics records only) are the two.
 
 The manifest's ``autotune`` records (spec/FORMAT.md §6.3) map an autotune key, computed as Triton computes it
 (heuristics above the autotuner first, then the ``key=`` values and argument dtypes), to a config. A call
@@ -20,16 +25,15 @@ from __future__ import annotations
 import sys
 import threading
 import time
-from functools import partial
 from typing import Any
 from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import ArgumentError, NoMatchingVariantError
-from ..format.autotune import choose_config, entry_config, key_for_call
+from ..format.autotune import AutotuneConfig, AutotuneEntry, AutotuneRecord, choose_entry
 from ..format.heuristics import OPTION_NAMES, HeuristicsRecord, resolve
 from ..format.manifest import Variant
 from .device import DeviceInfo
-from .dispatch import Kernel
+from .launch.kernel import Kernel
 
 
 def _fits(v: Variant, constexprs: Mapping[str, Any], options: Mapping[str, Any]) -> bool:
@@ -133,23 +137,22 @@ def _split(values: Mapping[str, Any], param_names: Sequence[str]) -> tuple[dict[
     return cx, opts
 
 
-class HeuristicsKernel:
-    """Triton's call shape over a kernel whose ``@triton.heuristics`` values come from recorded cases."""
+class HeuristicsResolver:
+    """The meta-parameters ``@triton.heuristics`` computes for a call, from recorded cases."""
 
     def __init__(self, base: Kernel, records: Sequence[HeuristicsRecord]) -> None:
         self.base = base
-        self.archive = base.archive
         self.name = base.name
         self.param_names = base.param_names
-        self.variants = base.variants
         self.heuristics = _Heuristics(base.name, records)
         self._subsets = _Subsets(base)
 
-    def __repr__(self) -> str:
-        names = list(self.heuristics.names)
-        return f"<karchive.HeuristicsKernel {self.name} ({len(self.variants)} variants, computes {names})>"
+    def describe(self) -> str:
+        return f"computes {list(self.heuristics.names)}"
 
-    def _resolve(self, args: Sequence[Any], kwargs: Mapping[str, Any], device: Any = None) -> tuple[Kernel, dict]:
+    def resolve(self, grid: Any, args: Sequence[Any], kwargs: Mapping[str, Any], stream: Any, *,
+                may_benchmark: bool = True, device: Any = None) -> tuple[Kernel, dict]:
+        """(the kernel over the variants the computed options leave, the computed constexprs to pass)."""
         named = _named(self.name, self.param_names, args, kwargs)
         given = frozenset(n for n in self.heuristics.names if n in kwargs)
         values = self.heuristics.values(named, given, device if isinstance(device, (str, DeviceInfo)) else None)
@@ -157,29 +160,12 @@ class HeuristicsKernel:
         kernel = self._subsets.fitting({}, opts) if opts else self.base
         return kernel, cx
 
-    def __getitem__(self, grid: Any):
-        return partial(self.run, grid=grid)
 
-    def run(self, *args: Any, grid: Any, stream: Any = None, **kwargs: Any) -> None:
-        kernel, cx = self._resolve(args, kwargs)
-        kernel._run(grid, *args, stream=stream, **kwargs, **cx)
-
-    def select(self, *args: Any, device: Any = None, **kwargs: Any) -> Variant:
-        kernel, cx = self._resolve(args, kwargs, device)
-        return kernel.select(*args, device=device, **kwargs, **cx)
-
-    def bind(self, grid: Any, *args: Any, stream: Any = None, **kwargs: Any):
-        kernel, cx = self._resolve(args, kwargs)
-        return kernel.bind(grid, *args, stream=stream, **kwargs, **cx)
-
-    def preload(self, device: int | None = None) -> int:
-        return self.base.preload(device)
-
-
-def _config_dict(cfg: Mapping[str, Any], variant: Any) -> dict[str, Any]:
-    return {"kwargs": dict(cfg.get("kwargs", {})),
-            "options": {k: cfg.get(k) for k in OPTION_NAMES if cfg.get(k) is not None},
-            "variant": variant}
+def _config_dict(cfg: AutotuneConfig | None, variant: Any) -> dict[str, Any]:
+    """A choice as the tuning cache stores it: the config's constexprs and options, and the recorded variant."""
+    if cfg is None:
+        return {"kwargs": {}, "options": {}, "variant": variant}
+    return {"kwargs": dict(cfg.kwargs), "options": dict(cfg.options), "variant": variant}
 
 
 def _l2_flush(device: Any) -> Callable[[], None]:
@@ -262,8 +248,8 @@ def _named(name: str, param_names: Sequence[str], args: Sequence[Any], kwargs: M
     return {**dict(zip(param_names, args)), **kwargs}
 
 
-class AutotunedKernel:
-    """Triton's call shape (``k[grid](...)``) over a kernel whose tuned meta-parameters come from records.
+class AutotuneResolver:
+    """The tuned meta-parameters of a call, from the kernel's autotune records (then its heuristics records).
 
     The call goes through the layers as Triton's do: heuristics named in the record's ``outer_heuristics``
     (``@triton.heuristics`` above ``@triton.autotune``) are computed first and join the arguments the
@@ -273,52 +259,44 @@ class AutotunedKernel:
     fallback rule's pick.
     """
 
-    def __init__(self, base: Kernel, records: Sequence[Mapping[str, Any]], *, benchmark: bool = False,
+    def __init__(self, base: Kernel, records: Sequence[AutotuneRecord], *, benchmark: bool = False,
                  benchmark_reps: int = 10, heuristics: Sequence[HeuristicsRecord] = ()) -> None:
         self.base = base
-        self.archive = base.archive
         self.name = base.name
         self.param_names = base.param_names
         self.variants = base.variants
         self.records = list(records)
         self.benchmark = benchmark
         self.benchmark_reps = benchmark_reps
-        self.tuned_names = frozenset(k for r in self.records for c in r.get("configs", []) for k in c.get("kwargs", {}))
+        self.tuned_names = frozenset(k for r in self.records for c in r.configs if c is not None for k in c.kwargs)
         self.heuristics = _Heuristics(base.name, heuristics) if heuristics else None
         # Names computed above the autotuner (part of its key); None: a record that does not say (older captures).
-        outer = self.records[0].get("outer_heuristics") if self.records else []
-        self.outer: frozenset[str] | None = frozenset(outer) if isinstance(outer, list) else None
-        self.tune_on_device = bool(self.records) and not any(r.get("entries") for r in self.records)
-        self.reset_to_zero = tuple(n for r in self.records for n in r.get("reset_to_zero", []) or [])
-        self.restore_value = tuple(n for r in self.records for n in r.get("restore_value", []) or [])
+        self.outer: frozenset[str] | None = self.records[0].outer_heuristics if self.records else frozenset()
+        self.tune_on_device = bool(self.records) and not any(r.entries for r in self.records)
+        self.reset_to_zero = tuple(n for r in self.records for n in r.reset_to_zero)
+        self.restore_value = tuple(n for r in self.records for n in r.restore_value)
         self._subsets = _Subsets(base)
         self._choices: dict[tuple, tuple[Mapping[str, Any], dict, Kernel]] = {}
         self._lock = threading.Lock()
         self._store: Any = None  # tuning.TuningStore, made on the first key tuned on the device
 
-    def __repr__(self) -> str:
-        n = sum(len(r.get("entries", [])) for r in self.records)
-        return f"<karchive.AutotunedKernel {self.name} ({len(self.variants)} variants, {n} tuned keys)>"
+    def describe(self) -> str:
+        n = sum(len(r.entries) for r in self.records)
+        return f"{n} tuned keys"
 
     # -- choosing -------------------------------------------------------------------------------------
-    def _config_of(self, record: Mapping[str, Any], entry: Mapping[str, Any]) -> Mapping[str, Any]:
-        return _config_dict(entry_config(record, entry) or {}, entry.get("variant"))
-
-    def _record_for(self, entry: Mapping[str, Any]) -> Mapping[str, Any]:
-        return next(r for r in self.records if any(e is entry for e in r.get("entries", [])))
-
     def _candidates(self) -> list[Mapping[str, Any]]:
         """Every config of the records (recorded choices first), once each."""
         seen, out = set(), []
         for r in self.records:
-            for e in r.get("entries", []):
-                if entry_config(r, e) is not None:
-                    out.append(self._config_of(r, e))
+            for e in r.entries:
+                if e.config is not None:
+                    out.append(_config_dict(e.config, e.variant))
         for r in self.records:
-            for c in r.get("configs", []):
-                if isinstance(c, Mapping):
+            for c in r.configs:
+                if c is not None:
                     out.append(_config_dict(c, None))
-        unique = []
+        unique: list[Mapping[str, Any]] = []
         for cfg in out:
             ident = repr((sorted(cfg["kwargs"].items()), sorted(cfg["options"].items())))
             if ident not in seen:
@@ -328,7 +306,7 @@ class AutotunedKernel:
 
     def key(self, named: Mapping[str, Any]) -> list:
         """The autotune key Triton computes for a call that reaches the autotuner with ``named``."""
-        return key_for_call(self.records[0], named, self.param_names) if self.records else []
+        return self.records[0].key_for_call(named, self.param_names) if self.records else []
 
     def tuning_key(self, *args: Any, **kwargs: Any) -> list:
         """The autotune key (as stored) Triton computes for ``k[grid](*args, **kwargs)``: heuristics above
@@ -337,21 +315,22 @@ class AutotunedKernel:
         hgiven = frozenset(n for n in self.heuristics.names if n in kwargs) if self.heuristics else frozenset()
         return self.key({**named, **self._outer(named, hgiven)})
 
-    def choose(self, named: Mapping[str, Any]) -> tuple[Kernel, dict, Mapping[str, Any] | None]:
+    def choose(self, named: Mapping[str, Any]) -> tuple[Kernel, dict, AutotuneEntry | None]:
         """The (dispatcher, tuned constexprs, entry) a call with these named arguments uses."""
         key = self.key(named)
-        entry = choose_config(self.records, key, kernel=self.name)
-        if entry is None:
-            recorded = sorted({str(e.get("key")) for r in self.records for e in r.get("entries", [])})
+        chosen = choose_entry(self.records, key)
+        if chosen is None:
+            recorded = sorted({str(list(e.key)) for r in self.records for e in r.entries})
             raise NoMatchingVariantError(
                 f"{self.name}: autotune key {key} matches no recorded config (recorded keys: "
                 f"{', '.join(recorded) or 'none'}); pass the meta-parameters {sorted(self.tuned_names)} explicitly")
-        cfg = self._config_of(self._record_for(entry), entry)
+        entry = chosen[1]
+        cfg = _config_dict(entry.config, entry.variant)
         return self._subsets.fitting(cfg["kwargs"], cfg["options"], cfg["variant"]), dict(cfg["kwargs"]), entry
 
     def _exact(self, key: Sequence[Any]) -> bool:
         want = list(key)
-        return any(list(e.get("key", ())) == want for r in self.records for e in r.get("entries", []))
+        return any(list(e.key) == want for r in self.records for e in r.entries)
 
     def _tuned(self, named: Mapping[str, Any], grid: Any, args: Sequence[Any], kwargs: dict, stream: Any,
                may_benchmark: bool, outer_cx: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict, Kernel]:
@@ -368,7 +347,7 @@ class AutotunedKernel:
                     "of time with every config, and a launch tunes the key on the device (select() does not)")
         else:
             _kernel, cx, entry = self.choose(named)
-            cfg = self._config_of(self._record_for(entry), entry) if entry is not None else {
+            cfg = _config_dict(entry.config, entry.variant) if entry is not None else {
                 "kwargs": cx, "options": {}, "variant": None}
             if self.benchmark and entry is not None and not self._exact(self.key(named)):
                 tuned = self._remembered_or_tuned(named, grid, args, kwargs, stream, may_benchmark, outer_cx)
@@ -390,7 +369,7 @@ class AutotunedKernel:
         device = self._device_of(args, kwargs)
         if self._store is None:
             self._store = TuningStore(self.name, kernel_digest(self.name, [v.key for v in self.variants],
-                                                                self.records))
+                                                                [r.to_json() for r in self.records]))
         if device is not None:
             hit = self._store.get(device, key, self._candidates())
             if hit is not None:
@@ -433,8 +412,11 @@ class AutotunedKernel:
         inner = frozenset(self.heuristics.names) - outer
         return self.heuristics.values(named, hgiven | inner)
 
-    def _resolve(self, grid: Any, args: Sequence[Any], kwargs: dict, stream: Any,
-                 may_benchmark: bool = True) -> tuple[Kernel, dict]:
+    def resolve(self, grid: Any, args: Sequence[Any], kwargs: Mapping[str, Any], stream: Any, *,
+                may_benchmark: bool = True, device: Any = None) -> tuple[Kernel, dict]:
+        """(the kernel over the variants of the chosen config, the constexprs to pass): the config recorded
+        (or tuned) for the call's autotune key, then the heuristics below the autotuner."""
+        kwargs = dict(kwargs)
         given = self.tuned_names & kwargs.keys()
         named = _named(self.name, self.param_names, args, kwargs)
         hgiven = frozenset(n for n in self.heuristics.names if n in kwargs) if self.heuristics else frozenset()
@@ -518,22 +500,3 @@ class AutotunedKernel:
         if best is None:
             raise NoMatchingVariantError(f"{self.name}: no prebuilt config can run on this device for this call")
         return best[1]
-
-    # -- Triton's call shape and the runtime's API ---------------------------------------------------------
-    def __getitem__(self, grid: Any):
-        return partial(self.run, grid=grid)
-
-    def run(self, *args: Any, grid: Any, stream: Any = None, **kwargs: Any) -> None:
-        kernel, cx = self._resolve(grid, args, kwargs, stream)
-        kernel._run(grid, *args, stream=stream, **kwargs, **cx)
-
-    def select(self, *args: Any, device: Any = None, **kwargs: Any) -> Variant:
-        kernel, cx = self._resolve(None, args, kwargs, None, may_benchmark=False)
-        return kernel.select(*args, device=device, **kwargs, **cx)
-
-    def bind(self, grid: Any, *args: Any, stream: Any = None, **kwargs: Any):
-        kernel, cx = self._resolve(grid, args, kwargs, stream)
-        return kernel.bind(grid, *args, stream=stream, **kwargs, **cx)
-
-    def preload(self, device: int | None = None) -> int:
-        return self.base.preload(device)

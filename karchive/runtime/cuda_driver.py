@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from ..errors import LaunchError, NoDeviceError
 from .device import DeviceInfo
-from .driver_api import LoadedFunction, StreamCache, plain_text
+from .backend import LoadedFunction, StreamCache, plain_text
 
 _DEFAULT_SHARED = 48 * 1024
 #: cuLaunchKernel exists since CUDA 4.0; its ABI has not changed (cuda.h: ``cuLaunchKernel`` has no _v2).

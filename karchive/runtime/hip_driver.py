@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from ..errors import LaunchError, NoDeviceError
 from .device import DeviceInfo
-from .driver_api import LoadedFunction, StreamCache, plain_text
+from .backend import LoadedFunction, StreamCache, plain_text
 
 #: hipGetProcAddress takes a HIP version as 100 * major + minor; hipModuleLaunchKernel predates 6.0.
 _LAUNCH_KERNEL_VERSION = 600
@@ -43,7 +43,7 @@ def _text(value: Any) -> str:
 
 
 class HipBackend:
-    """One per process; satisfies :class:`karchive.runtime.driver_api.Backend`."""
+    """One per process; satisfies :class:`karchive.runtime.backend.Backend`."""
 
     name = "hip"
 

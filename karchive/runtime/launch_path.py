@@ -24,7 +24,7 @@ from ..errors import RuntimeLoadError
 ENV = "KARCHIVE_LAUNCH_PATH"
 EXTENSION, PYTHON, AUTO = "extension", "python", "auto"
 #: The interface version this Python code expects of ``_fastlaunch`` (a stale build is not used).
-ABI_VERSION = 1
+ABI_VERSION = 2
 
 _lock = threading.Lock()
 _loaded: tuple[ModuleType | None, str] | None = None

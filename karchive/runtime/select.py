@@ -16,9 +16,9 @@ from ..errors import NoMatchingVariantError
 from ..format.manifest import Param, Variant
 from .args import PointerInfo, describe_arg
 from .device import DeviceInfo
-from .dtypes import pointer_element, triton_dtype
+from .arg_dtypes import pointer_element, triton_dtype
 from ..format.dtypes import FLOAT_TYPES, INT_RANGES
-from .plan import LAUNCH_OPTIONS, option_value
+from .launch._plan import LAUNCH_OPTIONS, option_value
 
 
 class _Missing:

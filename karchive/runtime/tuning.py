@@ -1,7 +1,7 @@
 """On-device tuning decisions, kept in the local cache so a process tunes a key once per GPU model and driver.
 
 When a kernel's autotune key has no recorded entry (an ahead-of-time build, or ``benchmark=True``), the
-runtime times its prebuilt configs on the device (:class:`karchive.runtime.autotuned.AutotunedKernel`). The
+runtime times its prebuilt configs on the device (:class:`karchive.runtime.autotuned.AutotuneResolver`). The
 winner is written here, under the cache root (``$KARCHIVE_CACHE_DIR``, else ``~/.cache/karchive``)::
 
     tuning/<kernel digest>/<GPU model>--<driver version>.json

@@ -404,7 +404,7 @@ def phase_train_karchive(work: Path, opts: dict) -> dict:
             karchive_step(arc, t)
         _sync()
         steady = round((time.perf_counter() - s0) / steps, 6)
-    kinds = {name: type(arc.kernel(name)).__name__ for name in ("fwd_mul", "fwd_silu", "bwd_silu", "bwd_dx",
+    kinds = {name: type(arc.kernel(name).resolver or arc.kernel(name)).__name__ for name in ("fwd_mul", "fwd_silu", "bwd_silu", "bwd_dx",
                                                                 "bwd_dw")}
     return {"first_step_s": round(first, 4), "since_spawn_s": _since_spawn(), "steady_step_s": steady,
             "not_bit_equal": _equal(out, ref, ["y", "h", "dh", "dx", "dw"]), "dispatchers": kinds,

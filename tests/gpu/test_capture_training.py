@@ -67,5 +67,5 @@ def test_the_step_relaunches_through_karchive_with_triton_unimportable(work, cap
     r = ok(run_phase("train_karchive", work, None, opts={"tag": "train-process"}))
     print(f"\nkarchive launch, no Triton: {r}")
     assert r["triton_importable"] is False
-    assert r["dispatchers"]["bwd_silu"] == "AutotunedKernel"  # autotune records + heuristics records
+    assert r["dispatchers"]["bwd_silu"] == "AutotuneResolver"  # autotune records + heuristics records
     assert r["not_bit_equal"] == {}, r

@@ -165,7 +165,7 @@ def test_fp16_bf16_scalars_are_16_bit(arc, dtype):
     result equals torch's; bf16 alpha is made as Triton's launcher makes it (fp32, keep the high half),
     and 0.3333 is a value where that differs from round-to-nearest-even.
     """
-    from karchive.runtime.pack import bf16_bits, bf16_bits_rne
+    from karchive.runtime.launch._argpack import bf16_bits, bf16_bits_rne
 
     dt = getattr(torch, dtype)
     n = 4096

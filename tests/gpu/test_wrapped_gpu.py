@@ -56,6 +56,9 @@ def test_aot_built_autotuned_kernels_launch_without_meta_parameters(work):
     # one tuned choice per autotune key, as Triton's own run made (h_over_at: two keys, IS_VARLEN in each)
     ref = json.loads((work / "ref.json").read_text())
     assert {n: len(c) for n, c in r["chosen"].items()} == {n: len(ref[n]) for n in r["chosen"]}
+    # tuned kernels take the compiled launcher too (issue 24), or the plain Python function without it
+    want = ["Dispatcher"] if r["launch_path"] == "extension" else ["function"]
+    assert all(p == want for p in r["tuned_launch_paths"].values()), r["tuned_launch_paths"]
 
 
 def test_captured_stacks_relaunch_bit_equal_without_triton(work):

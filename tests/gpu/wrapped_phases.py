@@ -171,10 +171,15 @@ def phase_aot_launch(work: Path, opts: dict) -> dict:
     t0 = time.perf_counter()
     again = _calls(k, t)  # every key tuned: no benchmarking now
     second = time.perf_counter() - t0
-    chosen = {n: {repr(key): c[0]["kwargs"] | c[0]["options"] for key, c in kern._choices.items()}
+    chosen = {n: {repr(key): c[0]["kwargs"] | c[0]["options"] for key, c in kern.resolver._choices.items()}
               for n, kern in k.items()}
+    from karchive.runtime import launch_path
+
+    # issue 24: the variants a tuned call resolves to launch on their own path (the C dispatcher where built)
+    paths = {n: sorted({type(c[2]._run).__name__ for c in kern.resolver._choices.values()}) for n, kern in k.items()}
     return {"not_bit_equal": _diff(out, ref), "not_bit_equal_again": _diff(again, ref), "first_s": round(first, 3),
-            "second_s": round(second, 4), "chosen": chosen, "triton_importable": _triton_importable()}
+            "second_s": round(second, 4), "chosen": chosen, "triton_importable": _triton_importable(),
+            "tuned_launch_paths": paths, "launch_path": launch_path.choose()}
 
 
 def phase_capture(work: Path, opts: dict) -> dict:
@@ -300,7 +305,7 @@ def phase_tune_quality(work: Path, opts: dict) -> dict:
         k = arc.kernel(name)  # the same object for every case of this name: its choices accumulate
         k._choices.clear()
         k[grid](*args)
-        (choice,) = [c for c, _cx, _k in k._choices.values()]
+        (choice,) = [c for c, _cx, _k in k.resolver._choices.values()]
         k_meta = {**choice["kwargs"], **choice["options"]}
         fn = tuner.fn
         t_ms = do_bench(lambda: fn[grid](*args, **t_cfg.all_kwargs()))

@@ -1,8 +1,9 @@
-"""The compiled launch path: ``_fastlaunch`` objects made from the same plan and entries as the Python path.
+"""The compiled launch path: ``_fastlaunch`` objects made from the kernel's plan and the variants' records.
 
-Imported only for kernels on the extension path (:mod:`.launch_path`). Everything the C code needs is
-handed over here, by name: the plan's roles and key flags (:mod:`.plan`), each entry's pack codes and
-offsets (:mod:`.pack`), and the Python functions it calls back for the rare cases.
+Imported only for kernels on the extension path (:mod:`..launch_path`). Everything the C code needs is
+handed over here, by name: the plan's roles and key flags (:mod:`._plan`), each record's pack codes and
+offsets (:mod:`._argpack`), and the Python functions it calls back for the rare cases. The C objects are
+made from :class:`._record.VariantRecord` values, never the reverse.
 """
 
 from __future__ import annotations
@@ -10,19 +11,19 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from collections.abc import Sequence
 
-from ..errors import LaunchError
-from . import launch_path
-from .args import pointer_info, pointer_value
-from .driver_api import stream_handle
-from .launcher import BoundLauncher, LaunchEntry, grid_dims
-from .pack import NULL_CODE, pack_code
-from .plan import FLOAT, INT, MIXED, PTR, STREAM, VALUE, mixed_key
-from .pydispatch import launch_function_name
-from .select import MISSING
+from ...errors import LaunchError
+from .. import launch_path
+from ..args import pointer_info, pointer_value
+from ..backend import stream_handle
+from ._record import BoundLauncher, LaunchEntry, grid_dims
+from ._argpack import NULL_CODE, pack_code
+from ._plan import FLOAT, INT, MIXED, PTR, STREAM, VALUE, mixed_key
+from ._pypath import build, launch_function_name
+from ..select import MISSING
 
 if TYPE_CHECKING:  # pragma: no cover
-    from . import _fastlaunch  # its stub (_fastlaunch.pyi), for the types of what this module calls
-    from .dispatch import Kernel
+    from .. import _fastlaunch  # its stub (_fastlaunch.pyi), for the types of what this module calls
+    from .kernel import Kernel
 else:  # the module launch_path loaded and checked (not built, or stale: a clear RuntimeLoadError)
     _fastlaunch = launch_path.require_extension()
 
@@ -36,39 +37,50 @@ def make_dispatcher(kernel: Kernel) -> Any:
     plan = kernel.plan
     roles = [ROLE_CODES[p.role] for p in plan.params] + [ROLE_CODES[VALUE]] * len(plan.options)
     if len(roles) >= _fastlaunch.MAX_SLOTS:
-        from .pydispatch import build
-
         return build(kernel)
     flags = [p.flags for p in plan.params] + [0] * len(plan.options)
+    natives: dict[LaunchEntry, Any] = {}  # one C Entry per loaded variant of this kernel
+    resolve = kernel._miss
+
+    def miss(args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        """``Kernel._miss``, with the C twin of the resolved variant attached (made once, from its record)."""
+        target = resolve(args, kwargs)
+        native = natives.get(target.entry)
+        if native is None:
+            native = natives[target.entry] = make_entry(target.entry)
+        target.native = native
+        return target
+
     return _fastlaunch.Dispatcher(
         names=plan.names + plan.options + (STREAM,), roles=bytes(roles), flags=bytes(flags),
-        n_params=len(plan.params), call_positions=plan.call_positions, miss=kernel._miss, slow=kernel._slow,
+        n_params=len(plan.params), call_positions=plan.call_positions, miss=miss, slow=kernel._slow,
         grid_of=kernel._grid_of, grid_dims=grid_dims, stream_handle=stream_handle, pointer_info=pointer_info,
         mixed_key=mixed_key, missing=MISSING, qualname=launch_function_name(kernel.name),
     )
 
 
 def make_entry(entry: LaunchEntry) -> Any:
-    """A :class:`LaunchEntry` as ``_fastlaunch.Entry``: what a launch of it packs where, and whom to call back.
+    """The ``_fastlaunch.Entry`` of a loaded variant: what a launch of it packs where (from its record), and
+    whom to call back (its :class:`LaunchEntry`).
 
-    Entries the C code does not launch itself (launch attributes, scratch, values that need a Python
+    Variants the C code does not launch itself (launch attributes, scratch, values that need a Python
     conversion, or no driver address from the binding) launch through ``LaunchEntry.launch_dims``.
     """
+    r = entry.record
     address = entry.backend.launch_address()
     layout = entry.layout
-    abi = entry.variant.abi
     slots = []
-    for i, p in enumerate(abi.params):
+    for i, p in enumerate(r.variant.abi.params):
         code = pack_code(p.kind, p.type)
-        value = entry.slots[i].value if i < layout.n_user else -1
+        value = r.slots[i].value if i < layout.n_user else -1
         slots.append((value if code != NULL_CODE else -1, code, layout.offsets[i]))
-    if entry.special or address is None or any(s.convert == "ptr" for s in entry.slots):
+    if r.special or address is None or any(s.convert == "ptr" for s in r.slots):
         launch, function, python_launch = 0, 0, entry.launch_dims  # the C code calls back into Python
     else:
-        launch, function, python_launch = address, entry.backend.handle_address(entry.function), None
+        launch, function, python_launch = address, entry.backend.handle_address(r.loaded.function), None
     return _fastlaunch.Entry(
-        launch=launch, function=function, block_x=entry.block_x,
-        shared=entry.shared, device=entry.device, slots=tuple(slots), buffer_size=layout.size, meta=entry.meta,
+        launch=launch, function=function, block_x=r.block_x,
+        shared=r.shared, device=r.device, slots=tuple(slots), buffer_size=layout.size, meta=r.meta,
         python_launch=python_launch, failed=entry.failed, explain=entry.explain,
     )
 

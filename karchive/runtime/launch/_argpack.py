@@ -22,9 +22,9 @@ import struct
 from typing import Any, cast
 from collections.abc import Sequence
 
-from ..errors import ArgumentError, LaunchError
-from ..format.dtypes import FLOAT_TYPES, INT_RANGES
-from ..format.manifest import Abi, AbiParam
+from ...errors import ArgumentError, LaunchError
+from ...format.dtypes import FLOAT_TYPES, INT_RANGES
+from ...format.manifest import Abi, AbiParam
 
 #: struct format characters per Triton scalar type (pointers are "Q").
 SCALAR_FORMATS: dict[str, str] = {

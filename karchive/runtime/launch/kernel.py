@@ -1,18 +1,18 @@
-"""The dispatcher: ``kernel[grid](*args, **constexprs)`` with Triton's call shape, over every variant of a kernel.
+"""The kernel: ``kernel[grid](*args, **constexprs)`` with Triton's call shape, over every variant of a kernel.
 
-How a call travels (read in this order):
+How a call travels (read in this order; docs/architecture.md walks it with the file names):
 
 1. ``kernel[grid]`` is ``kernel._run`` with the grid bound (``_fastlaunch.subscript`` in C, else
    ``functools.partial``). ``_run`` is the kernel's *launch path*: the compiled
-   ``_fastlaunch.Dispatcher`` (:mod:`.native`) or, where the extension is not built or
-   ``KARCHIVE_LAUNCH_PATH=python``, a function generated from one template (:mod:`.pydispatch`;
-   print it with :meth:`Kernel.source`). Both do the same steps:
+   ``_fastlaunch.Dispatcher`` (:mod:`._native`) or, where the extension is not built or
+   ``KARCHIVE_LAUNCH_PATH=python``, a plain Python function (:mod:`._pypath`). Both do the same steps:
 2. bind the arguments to the kernel's parameters and launch options, and build the selection key
-   (:mod:`.plan` says what it holds: pointer types/dtypes/devices/alignment, int hints, constexprs);
+   (:mod:`._plan` says what it holds: pointer types/dtypes/devices/alignment, int hints, constexprs);
 3. look the key up; a new key goes to :meth:`Kernel._miss` -- full checks, variant selection
-   (:mod:`.select`), the module load (once per variant and device) -- and is remembered;
-4. resolve a callable grid and the default stream, pack the parameters (:mod:`.pack`) and call the
-   driver's launch (:class:`.launcher.LaunchEntry`).
+   (:mod:`..select`), the module load (once per variant and device, a :class:`._record.VariantRecord`)
+   -- and is remembered;
+4. resolve a callable grid and the default stream, pack the parameters (:mod:`._argpack`) and call the
+   driver's launch (:class:`._record.LaunchEntry`, or the C ``Entry`` made from the same record).
 
 Calls the fast steps cannot bind (unknown keywords, too many arguments, objects whose pointer cannot
 be read) go to :meth:`Kernel._slow`, which runs every step in plain Python and raises the error.
@@ -23,30 +23,60 @@ from __future__ import annotations
 import sys
 import threading
 from functools import cached_property, partial
-from typing import TYPE_CHECKING, Any
-from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
 
-from ..errors import ArgumentError, NoMatchingVariantError
-from ..format.manifest import Variant
-from . import launch_path
-from .args import NotAPointer, framework_of, notice_tensors, pointer_info
-from .device import DeviceInfo
-from .launcher import BoundLauncher, LaunchEntry, grid_dims
-from .plan import MIXED, PTR, STREAM, KernelPlan, make_plan
-from .select import MISSING, DeviceFit, device_fit, select_variant
+from ...errors import ArgumentError, NoMatchingVariantError
+from ...format.manifest import Variant
+from .. import launch_path
+from ..args import NotAPointer, framework_of, notice_tensors, pointer_info
+from ..backend import Backend, LoadedFunction
+from ..device import DeviceInfo
+from ..select import MISSING, DeviceFit, device_fit, select_variant
+from ._plan import MIXED, PTR, STREAM, KernelPlan, make_plan
+from ._record import BoundLauncher, LaunchEntry, grid_dims
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .archive import Archive
+
+class Host(Protocol):
+    """What a kernel needs of the archive it comes from (``runtime.archive.Archive`` is one)."""
+
+    allow_ptx: bool
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+    def ptx_header(self, variant: Variant) -> Any: ...
+    def backend(self) -> Backend: ...
+    def load_function(self, variant: Variant, fit: DeviceFit, index: int) -> LoadedFunction: ...
+    def scratch_pool(self) -> Any: ...
+
+
+class MetaResolver(Protocol):
+    """Meta-parameters of a call that the caller does not pass (``@triton.autotune``, ``@triton.heuristics``).
+
+    Consulted before the selection key is built: it answers the kernel over the variants that fit the
+    resolved values (a plain :class:`Kernel`: its own launch path, the compiled one included) and the
+    constexprs to add to the call. ``runtime/autotuned.py`` has the two there are.
+    """
+
+    base: Kernel  # the plain kernel over every variant
+
+    def resolve(self, grid: Any, args: Sequence[Any], kwargs: Mapping[str, Any], stream: Any, *,
+                may_benchmark: bool = True, device: Any = None) -> tuple[Kernel, dict[str, Any]]: ...
+
+    def describe(self) -> str: ...
 
 
 class CallTarget:
     """What a selection key leads to: the loaded variant, and where the default stream comes from."""
 
-    __slots__ = ("entry", "stream_fn")
+    __slots__ = ("entry", "stream_fn", "native")
 
     def __init__(self, entry: LaunchEntry, stream_fn: Callable[[int], int] | None) -> None:
         self.entry = entry
         self.stream_fn = stream_fn  # device -> current stream of the arguments' framework; None: stream 0
+        self.native: Any = None  # the compiled path's ``_fastlaunch.Entry`` of ``entry`` (set by :mod:`._native`)
 
 
 def _torch_default_stream() -> Callable[[int], int] | None:
@@ -69,14 +99,20 @@ def _getitem(kernel: Kernel, grid: Any) -> Callable[..., None]:
 
 
 class Kernel:
-    """Every variant of one kernel in an archive; launch with ``kernel[grid](...)``, ``run`` or ``bind``."""
+    """Every variant of one kernel in an archive; launch with ``kernel[grid](...)``, ``run`` or ``bind``.
+
+    The one kernel type: a kernel captured from ``@triton.autotune`` / ``@triton.heuristics`` is a Kernel
+    with a :class:`MetaResolver`, asked for the meta-parameters before anything else (``run``, ``select``,
+    ``bind``, ``preload`` and ``kernel[grid]`` alike).
+    """
 
     #: ``kernel[grid]`` -> a launcher taking the kernel's arguments (Triton's call shape). The compiled
     #: one where the extension is built (a C method-like object: no Python frame, no partial), else
     #: :func:`_getitem`; both call ``kernel._run(grid, *args, **kwargs)``.
     __getitem__ = launch_path.subscript(_getitem)
 
-    def __init__(self, archive: Archive, name: str, variants: Sequence[Variant]) -> None:
+    def __init__(self, archive: Host, name: str, variants: Sequence[Variant],
+                 resolver: MetaResolver | None = None) -> None:
         if not variants:
             raise NoMatchingVariantError(f"the archive has no variant of kernel {name!r}", kernel=name)
         self.archive = archive
@@ -92,6 +128,8 @@ class Kernel:
         self.param_names = self.plan.names
         #: "extension" (the compiled launcher) or "python"; fixed when the kernel is made.
         self.launch_path = launch_path.choose()
+        #: Where meta-parameters the caller leaves out come from (autotune, then heuristics); None: plain.
+        self.resolver = resolver
         self._lock = threading.RLock()
         self._entries: dict[tuple[str, int], LaunchEntry] = {}
         self._py_cache: dict[Any, CallTarget] = {}  # the Python path's key -> target (the compiled one has its own)
@@ -99,13 +137,29 @@ class Kernel:
     @cached_property
     def _run(self) -> Callable[..., None]:
         """The launch path's callable ``(grid, *args, stream=None, **kwargs)``, made on first use."""
+        if self.resolver is not None:
+            return self._resolving_run(self.resolver)
         if self.launch_path == launch_path.EXTENSION:
-            from .native import make_dispatcher
+            from ._native import make_dispatcher
 
             return make_dispatcher(self)
-        from .pydispatch import build
+        from ._pypath import build
 
         return build(self)
+
+    def _resolving_run(self, resolver: MetaResolver) -> Callable[..., None]:
+        """``_run`` of a kernel with a resolver: resolve the meta-parameters, then the chosen variants'
+        own launch path (the compiled dispatcher where it is built) with them added to the call."""
+        from ._pypath import launch_function_name
+
+        resolve = resolver.resolve
+
+        def run(grid: Any, /, *args: Any, stream: Any = None, **kwargs: Any) -> None:
+            kernel, cx = resolve(grid, args, kwargs, stream)
+            kernel._run(grid, *args, stream=stream, **kwargs, **cx)
+
+        run.__qualname__ = run.__name__ = launch_function_name(self.name)
+        return run
 
     # -- public API ------------------------------------------------------------------------------------
     def run(self, *args: Any, grid: Any, stream: Any = None, **kwargs: Any) -> None:
@@ -114,18 +168,13 @@ class Kernel:
     def __repr__(self) -> str:
         """``<karchive.Kernel add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK): 6 variants for cuda:80,
         cuda:90, hip:gfx942, from examples 0.1.0>``: what to call, and what it can run on."""
-        from ..core.text import printable
+        from ...core.text import printable
 
         n = len(self.variants)
         targets = ", ".join(sorted({str(v.target) for v in self.variants}))
+        how = "" if self.resolver is None else f"; {type(self.resolver).__name__}: {self.resolver.describe()}"
         return printable(f"<karchive.Kernel {self.name}({', '.join(self.param_names)}): {n} variant"
-                         f"{'' if n == 1 else 's'} for {targets}, from {self.archive.name} {self.archive.version}>")
-
-    def source(self) -> str:
-        """The generated Python of this kernel's launch path (the compiled path does the same steps in C)."""
-        from .pydispatch import render
-
-        return render(self.plan)
+                         f"{'' if n == 1 else 's'} for {targets}, from {self.archive.name} {self.archive.version}{how}>")
 
     @property
     def cached_calls(self) -> int:
@@ -139,6 +188,9 @@ class Kernel:
         ``device`` may be a :class:`DeviceInfo` or a target such as ``"cuda:90"`` / ``"hip:gfx942"`` to ask
         about a GPU this machine does not have (no driver is touched then).
         """
+        if self.resolver is not None:  # meta-parameters first; select() never benchmarks
+            kernel, cx = self.resolver.resolve(None, args, kwargs, None, may_benchmark=False, device=device)
+            return kernel.select(*args, device=device, **kwargs, **cx)
         values, options = self._bind_call(args, kwargs)
         infos = self._infos(values)
         # The launch's argument checks (host memory, two GPUs) apply whatever ``device`` says: select
@@ -160,6 +212,9 @@ class Kernel:
         A callable ``grid`` is evaluated once, here. With ``stream=None`` the stream is the framework's
         current stream *at bind time* (torch/CuPy), else the legacy default stream.
         """
+        if self.resolver is not None:
+            kernel, cx = self.resolver.resolve(grid, args, kwargs, stream)
+            return kernel.bind(grid, *args, stream=stream, **kwargs, **cx)
         values, options = self._bind_call(args, kwargs)
         ent, infos = self._resolve(values, options)
         grid = grid_dims(self._grid_of(grid, ent.meta, values))
@@ -168,7 +223,7 @@ class Kernel:
             stream = 0 if fn is None else fn(ent.device)
         call_values = self._call_values(values, infos)
         if self.launch_path == launch_path.EXTENSION and not ent.special and ent.backend.launch_address():
-            from .native import NativeBoundLauncher
+            from ._native import NativeBoundLauncher
 
             return NativeBoundLauncher(ent, grid, stream, call_values)
         return BoundLauncher(ent, grid, stream, call_values)
@@ -176,6 +231,8 @@ class Kernel:
     def preload(self, device: int | None = None) -> int:
         """Load every variant that can run on ``device`` now (keeps module loads out of timed or captured
         regions); returns how many were loaded."""
+        if self.resolver is not None:
+            return self.resolver.base.preload(device)
         backend = self.archive.backend()
         index = backend.current_device() if device is None else device
         dev = backend.device_info(index)
@@ -302,8 +359,8 @@ class Kernel:
                 ent = self._entries.get(key)
                 if ent is None:
                     loaded = self.archive.load_function(variant, fit, index)
-                    ent = LaunchEntry(self.name, variant, fit, loaded, self.archive.backend(),
-                                      self.archive.scratch_pool(), self.plan)
+                    ent = LaunchEntry.load(self.name, variant, fit, loaded, self.archive.backend(),
+                                           self.archive.scratch_pool(), self.plan)
                     self._entries[key] = ent
         return ent
 

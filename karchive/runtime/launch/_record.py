@@ -1,12 +1,13 @@
-"""One variant loaded on one device (:class:`LaunchEntry`) and the bound launcher for hot loops.
+"""One loaded variant: its plain record (:class:`VariantRecord`), its launch (:class:`LaunchEntry`), and the
+bound launcher for hot loops (:class:`BoundLauncher`).
 
-A :class:`LaunchEntry` holds what a launch of that variant needs: the loaded function, the block and
-shared memory, the parameter layout (:mod:`.pack`) and which call value feeds which binary parameter.
-Its :meth:`LaunchEntry.launch_dims` is the pure-Python launch (pack, then the driver through the
-binding); the compiled launcher gets the same facts as a ``_fastlaunch.Entry`` (:attr:`LaunchEntry.native`)
-and calls back into :meth:`LaunchEntry.failed` / :meth:`LaunchEntry.explain` for errors, so both paths
-raise the same errors. Clusters, cooperative grids, PDL and scratch take :meth:`LaunchEntry.launch_dims`
-on both paths.
+A :class:`VariantRecord` holds what a launch of that variant needs: the loaded function, the block and
+shared memory, scratch sizes, which call value feeds which binary parameter. Both launch paths are built
+from it. :meth:`LaunchEntry.launch_dims` is the pure-Python launch (pack with :mod:`._argpack`, then the
+driver through the backend); the compiled launcher gets the same record as a ``_fastlaunch.Entry``
+(:func:`._native.make_entry`) and calls back into :meth:`LaunchEntry.failed` / :meth:`LaunchEntry.explain`
+for errors, so both paths raise the same errors. Clusters, cooperative grids, PDL and scratch take
+:meth:`LaunchEntry.launch_dims` on both paths.
 
 :class:`BoundLauncher` fixes variant, grid, stream and packed parameters once; ``bound()`` is one
 driver call.
@@ -17,18 +18,18 @@ from __future__ import annotations
 import logging
 import operator
 import threading
-from functools import cached_property
+from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
 from collections.abc import Callable, Sequence
 
-from ..errors import ArgumentError, LaunchError
-from ..format.manifest import Variant
-from . import args as args_module
-from .args import NotAPointer, pointer_value
-from .driver_api import Backend, LoadedFunction, stream_handle
-from .pack import ParamLayout, bf16_bits
-from .plan import KernelPlan
-from .select import MISSING, DeviceFit, variant_label
+from ...errors import ArgumentError, LaunchError
+from ...format.manifest import Variant
+from .. import args as args_module
+from ..args import NotAPointer, pointer_value
+from ..backend import Backend, LoadedFunction, stream_handle
+from ._argpack import ParamLayout, bf16_bits
+from ._plan import KernelPlan
+from ..select import MISSING, DeviceFit, variant_label
 
 log = logging.getLogger("karchive.runtime")
 
@@ -74,49 +75,87 @@ class PackSlot(NamedTuple):
     convert: str | None  # None: as is; "ptr": read the address from an object; "bf16": to bf16 bits
 
 
-class LaunchEntry:
-    """A loaded variant on one device, and its pure-Python launch."""
+@dataclass(frozen=True, eq=False)
+class VariantRecord:
+    """The facts of one variant loaded on one device that a launch needs: plain data, made once per load.
 
-    def __init__(self, kernel: str, variant: Variant, fit: DeviceFit, loaded: LoadedFunction, backend: Backend,
-                 pool: Any, plan: KernelPlan) -> None:
+    Both launch paths are built from it: :class:`LaunchEntry` (the Python launch and the rare cases) and the
+    compiled launcher's ``_fastlaunch.Entry`` (:func:`._native.make_entry`), never the reverse.
+    """
+
+    kernel: str
+    variant: Variant
+    fit: DeviceFit
+    loaded: LoadedFunction
+    device: int
+    block_x: int  # threads per block (num_warps * warp size); block y and z are 1
+    shared: int  # dynamic shared memory bytes
+    cluster: tuple[int, int, int]
+    num_ctas: int
+    cooperative: bool
+    pdl: bool
+    #: (kind, bytes per block, alignment) of each scratch buffer the binary takes (global, profile)
+    scratch: tuple[tuple[str, int, int], ...]
+    #: per user parameter of the binary: which call value feeds it, and how it is converted
+    slots: tuple[PackSlot, ...]
+    call_positions: tuple[int, ...]
+    meta: dict[str, Any]  # constexprs and launch options, as a callable grid sees them (never mutated)
+    label: str
+
+    @property
+    def use_ex(self) -> bool:
+        """Needs launch attributes (clusters, cooperative grid, PDL): the driver's extended launch."""
+        c = self.cluster
+        return c[0] * c[1] * c[2] > 1 or self.cooperative or self.pdl
+
+    @property
+    def special(self) -> bool:
+        """Needs more than pack + plain launch (launch attributes or scratch): launched from Python on both paths."""
+        return self.use_ex or bool(self.scratch)
+
+    @property
+    def converts(self) -> bool:
+        """Some value needs a Python conversion before packing (an object's pointer, a bf16)."""
+        return any(s.convert for s in self.slots)
+
+    @classmethod
+    def of(cls, kernel: str, variant: Variant, fit: DeviceFit, loaded: LoadedFunction, plan: KernelPlan,
+           layout: ParamLayout) -> VariantRecord:
         abi = variant.abi
-        self.kernel = kernel
-        self.variant = variant
-        self.fit = fit
-        self.loaded = loaded
-        self.function = loaded.function
-        self.backend = backend
-        self.pool = pool
-        self.device = loaded.device
-        self.layout = ParamLayout(abi)  # the creating thread's buffer; other threads get their own
-        self.block_x = abi.num_warps * abi.warp_size
-        self.shared = abi.shared
-        self.cluster = abi.cluster_dims
-        self.num_ctas = abi.num_ctas
-        self.cooperative = abi.cooperative_grid
-        self.pdl = abi.pdl
-        self.scratch = [(k, s, a) for k, s, a in (("global_scratch", abi.global_scratch_size, abi.global_scratch_align),
+        scratch = tuple((k, s, a) for k, s, a in (("global_scratch", abi.global_scratch_size, abi.global_scratch_align),
                                                   ("profile_scratch", abi.profile_scratch_size, abi.profile_scratch_align))
-                        if s > 0 and k in self.layout.scratch_offsets]
-        cluster_n = self.cluster[0] * self.cluster[1] * self.cluster[2]
-        self.use_ex = cluster_n > 1 or self.cooperative or self.pdl
-        #: Needs more than pack + plain launch (launch attributes or scratch): both paths launch it from Python.
-        self.special = self.use_ex or bool(self.scratch)
-        self.meta: dict[str, Any] = {**variant.constexprs, "num_warps": abi.num_warps, "num_ctas": abi.num_ctas,
-                                     "num_stages": variant.options.get("num_stages")}
-        self.call_positions = plan.call_positions
+                        if s > 0 and k in layout.scratch_offsets)
         extracted = plan.extracted
         slots = []
-        for p in abi.params[: self.layout.n_user]:
-            j = self.call_positions.index(p.arg)
+        for p in abi.params[: layout.n_user]:
             convert = None
             if p.kind == "pointer" and p.arg not in extracted:
                 convert = "ptr"
             elif p.type == "bf16":
                 convert = "bf16"
-            slots.append(PackSlot(j, convert))
-        self.slots = tuple(slots)
-        self.converts = any(s.convert for s in self.slots)
+            slots.append(PackSlot(plan.call_positions.index(p.arg), convert))
+        meta = {**variant.constexprs, "num_warps": abi.num_warps, "num_ctas": abi.num_ctas,
+                "num_stages": variant.options.get("num_stages")}
+        return cls(kernel, variant, fit, loaded, loaded.device, abi.num_warps * abi.warp_size, abi.shared,
+                   abi.cluster_dims, abi.num_ctas, abi.cooperative_grid, abi.pdl, scratch, tuple(slots),
+                   plan.call_positions, meta, variant_label(variant))
+
+
+class LaunchEntry:
+    """A :class:`VariantRecord` with its launch behaviour: pack, launch through the backend, explain, retry."""
+
+    def __init__(self, record: VariantRecord, layout: ParamLayout, backend: Backend, pool: Any) -> None:
+        r = self.record = record
+        # the record's fields as attributes: the launch reads them per call
+        self.kernel, self.variant, self.fit, self.loaded = r.kernel, r.variant, r.fit, r.loaded
+        self.function, self.device = r.loaded.function, r.device
+        self.block_x, self.shared, self.cluster, self.num_ctas = r.block_x, r.shared, r.cluster, r.num_ctas
+        self.cooperative, self.pdl, self.scratch, self.slots = r.cooperative, r.pdl, r.scratch, r.slots
+        self.use_ex, self.special, self.converts = r.use_ex, r.special, r.converts
+        self.meta, self.call_positions, self.label = r.meta, r.call_positions, r.label
+        self.backend = backend
+        self.pool = pool
+        self.layout = layout  # the creating thread's buffer; other threads get their own
         # Values reach the binary in order, or some (the == 1 ones) are dropped: an itemgetter picks them.
         indices = [s.value for s in self.slots]
         self._pick: Callable[[Sequence[Any]], Sequence[Any]] | None = None
@@ -130,17 +169,15 @@ class LaunchEntry:
                 self._pick = lambda v: ()
         self._owner = threading.get_ident()
         self._tls = threading.local()
-        self.label = variant_label(variant)
         #: ``launch(grid, stream, values)``: the Python path's launch (grid as the caller gave it, after a
         #: callable grid ran; ``values`` the call values).
         self.launch: Callable[[Any, Any, Sequence[Any]], None] = self._make_launch()
 
-    @cached_property
-    def native(self) -> Any:
-        """This entry as the compiled launcher's ``_fastlaunch.Entry`` (made on first use of that path)."""
-        from .native import make_entry
-
-        return make_entry(self)
+    @classmethod
+    def load(cls, kernel: str, variant: Variant, fit: DeviceFit, loaded: LoadedFunction, backend: Backend,
+             pool: Any, plan: KernelPlan) -> LaunchEntry:
+        layout = ParamLayout(variant.abi)
+        return cls(VariantRecord.of(kernel, variant, fit, loaded, plan, layout), layout, backend, pool)
 
     # -- values -> parameter buffer ------------------------------------------------------------------
     def convert(self, values: Sequence[Any]) -> list[Any]:

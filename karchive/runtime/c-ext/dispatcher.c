@@ -1,0 +1,824 @@
+/* Key and Dispatcher: kernel[grid](...) for one kernel: bind, key, look up, launch.
+ * Part of karchive's compiled launcher: compiled inside ../_fastlaunch.c, after fastlaunch.h. */
+
+#include "fastlaunch.h"
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Key: one resolved selection key and what it leads to                                              */
+
+typedef struct {
+    PyObject *obj;  /* compared by identity, else same type and == (dtypes, constexpr values) */
+    PyObject *type; /* compared by identity (the argument's Python type) */
+    uint64_t bits;  /* device and hints */
+} KeyPart;
+
+typedef struct {
+    PyObject_VAR_HEAD
+    Entry *entry;
+    PyObject *stream_fn; /* device -> stream handle, or None for stream 0 */
+    KeyPart part[1];
+} Key;
+
+static PyTypeObject KeyType;
+
+static int
+key_traverse(Key *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->entry);
+    Py_VISIT(self->stream_fn);
+    for (Py_ssize_t i = 0; i < Py_SIZE(self); i++) {
+        Py_VISIT(self->part[i].obj);
+        Py_VISIT(self->part[i].type);
+    }
+    return 0;
+}
+
+static int
+key_clear(Key *self)
+{
+    Py_CLEAR(self->entry);
+    Py_CLEAR(self->stream_fn);
+    for (Py_ssize_t i = 0; i < Py_SIZE(self); i++) {
+        Py_CLEAR(self->part[i].obj);
+        Py_CLEAR(self->part[i].type);
+    }
+    return 0;
+}
+
+static void
+key_dealloc(Key *self)
+{
+    PyObject_GC_UnTrack(self);
+    key_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject KeyType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "karchive.runtime._fastlaunch.Key",
+    .tp_basicsize = sizeof(Key) - sizeof(KeyPart),
+    .tp_itemsize = sizeof(KeyPart),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_dealloc = (destructor)key_dealloc,
+    .tp_traverse = (traverseproc)key_traverse,
+    .tp_clear = (inquiry)key_clear,
+};
+
+/* The key of the call being made: parts on the stack (objects borrowed unless own[i]). */
+typedef struct {
+    PyObject *obj[MAX_SLOTS];
+    PyObject *type[MAX_SLOTS];
+    uint64_t bits[MAX_SLOTS];
+    unsigned char own[MAX_SLOTS];
+} CallKey;
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Dispatcher: kernel[grid](...) for one kernel                                                      */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    Py_ssize_t n_params;        /* the kernel's parameters (positional or by keyword) */
+    Py_ssize_t n_slots;         /* n_params + launch options (keyword only) */
+    Py_ssize_t n_calls;         /* call values: parameters that are not constexpr in every variant */
+    PyObject *names;            /* tuple: parameter names, option names, "stream" (interned) */
+    PyObject *qualname;         /* the Python path's function name, for Python's own binding errors */
+    unsigned char roles[MAX_SLOTS];
+    unsigned char flags[MAX_SLOTS];
+    Py_ssize_t call_positions[MAX_SLOTS];
+    PyObject *cache;            /* list of Key, most recently used first */
+    PyObject *miss;             /* Kernel._miss(args, kwargs) -> CallTarget */
+    PyObject *slow;             /* Kernel._slow(grid, args, kwargs) */
+    PyObject *grid_of;          /* Kernel._grid_of(grid, meta, values) */
+    PyObject *grid_dims;        /* launcher.grid_dims(grid) -> (gx, gy, gz) */
+    PyObject *stream_handle;    /* backend.stream_handle(obj) -> int */
+    PyObject *pointer_info;     /* args.pointer_info(obj) -> (ptr, dtype, device) */
+    PyObject *mixed_key;        /* plan.mixed_key(obj) */
+    PyObject *missing;          /* select.MISSING */
+} Dispatcher;
+
+static PyTypeObject DispatcherType;
+
+static Py_ssize_t
+find_name(Dispatcher *d, PyObject *name)
+{
+    Py_ssize_t n = PyTuple_GET_SIZE(d->names);
+    for (Py_ssize_t j = 0; j < n; j++)
+        if (PyTuple_GET_ITEM(d->names, j) == name)
+            return j; /* identifiers at call sites are interned, as are ours */
+    for (Py_ssize_t j = 0; j < n; j++) {
+        int eq = PyUnicode_Compare(PyTuple_GET_ITEM(d->names, j), name);
+        if (eq == 0)
+            return j;
+        if (eq == -1 && PyErr_Occurred())
+            PyErr_Clear();
+    }
+    return -1;
+}
+
+static void
+release_key(Dispatcher *d, CallKey *k)
+{
+    for (Py_ssize_t i = 0; i < d->n_slots; i++)
+        if (k->own[i])
+            Py_CLEAR(k->obj[i]);
+}
+
+/* 1 when the key is built, 0 when this call cannot be keyed here (the slow path takes it), -1 on error.
+ * Every part of k is written (release_key may run after a failure part-way). */
+static int
+make_key(Dispatcher *d, PyObject **vals, CallKey *k, uint64_t *ptrs)
+{
+    for (Py_ssize_t i = 0; i < d->n_slots; i++) {
+        PyObject *a = vals[i];
+        k->obj[i] = NULL;
+        k->type[i] = NULL;
+        k->bits[i] = 0;
+        k->own[i] = 0;
+        if (a == NULL)
+            continue; /* not passed: part of the key as "missing" */
+        switch (d->roles[i]) {
+        case ROLE_PTR: {
+            PyObject *dtype;
+            long dev = 0;
+            int has_dev;
+            int got = read_pointer(a, d->pointer_info, &ptrs[i], &dtype, &dev, &has_dev);
+            if (got < 0)
+                return -1;
+            k->obj[i] = dtype;
+            k->own[i] = (got == 0);
+            k->type[i] = (PyObject *)Py_TYPE(a);
+            uint64_t devcode = has_dev ? (uint64_t)(dev + 2) : 0; /* unknown 0, host 1, ordinal n: n + 2 */
+            k->bits[i] = F_PRESENT | (devcode << 16) | (((d->flags[i] & F_ALIGN) && !(ptrs[i] & 15)) ? F_ALIGN : 0);
+            break;
+        }
+        case ROLE_INT: {
+            k->type[i] = (PyObject *)Py_TYPE(a);
+            unsigned char want = d->flags[i] & (F_EQ1 | F_DIV16 | F_RANGE);
+            if (!want)
+                break;
+            PyObject *v;
+            if (PyLong_Check(a))
+                v = Py_NewRef(a);
+            else if (PyIndex_Check(a)) {
+                v = PyNumber_Index(a);
+                if (v == NULL)
+                    return -1;
+            }
+            else
+                return 0; /* not an integer: the checks in Python say why */
+            int overflow;
+            long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+            uint64_t low = PyLong_AsUnsignedLongLongMask(v);
+            Py_DECREF(v);
+            if (PyErr_Occurred())
+                return -1;
+            uint64_t bits = F_PRESENT;
+            if ((want & F_EQ1) && !overflow && x == 1)
+                bits |= F_EQ1;
+            if ((want & F_DIV16) && (low & 15) == 0)
+                bits |= F_DIV16;
+            if ((want & F_RANGE) && !overflow && x >= INT32_MIN && x <= INT32_MAX)
+                bits |= F_RANGE;
+            k->bits[i] = bits;
+            break;
+        }
+        case ROLE_FLOAT:
+            k->type[i] = (PyObject *)Py_TYPE(a);
+            break;
+        case ROLE_VALUE:
+            k->obj[i] = a;
+            break;
+        case ROLE_MIXED: {
+            PyObject *o = PyObject_CallOneArg(d->mixed_key, a);
+            if (o == NULL)
+                return -1;
+            k->obj[i] = o;
+            k->own[i] = 1;
+            break;
+        }
+        }
+    }
+    return 1;
+}
+
+static int
+key_matches(Dispatcher *d, Key *c, CallKey *k)
+{
+    for (Py_ssize_t i = 0; i < d->n_slots; i++) {
+        PyObject *x = c->part[i].obj, *y = k->obj[i];
+        if (c->part[i].bits != k->bits[i] || c->part[i].type != k->type[i])
+            return 0;
+        if (x == y)
+            continue;
+        if (x == NULL || y == NULL || Py_TYPE(x) != Py_TYPE(y))
+            return 0;
+        int eq = PyObject_RichCompareBool(x, y, Py_EQ);
+        if (eq < 0) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (!eq)
+            return 0;
+    }
+    return 1;
+}
+
+/* A new reference to the matching Key, moved to the front; NULL (no error) when there is none. */
+static Key *
+lookup(Dispatcher *d, CallKey *k)
+{
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(d->cache); j++) {
+        Key *c = (Key *)Py_NewRef(PyList_GET_ITEM(d->cache, j));
+        if (key_matches(d, c, k)) {
+            /* key_matches may have run Python code (==): move to the front only if the list is unchanged */
+            if (j > 0 && j < PyList_GET_SIZE(d->cache) && PyList_GET_ITEM(d->cache, j) == (PyObject *)c) {
+                PyObject **items = ((PyListObject *)d->cache)->ob_item;
+                memmove(items + 1, items, (size_t)j * sizeof(PyObject *));
+                items[0] = (PyObject *)c;
+            }
+            return c;
+        }
+        Py_DECREF(c);
+    }
+    return NULL;
+}
+
+static Key *
+insert(Dispatcher *d, CallKey *k, PyObject *target)
+{
+    PyObject *native = PyObject_GetAttrString(target, "native"); /* made from the variant's record (_native.py) */
+    if (native == NULL)
+        return NULL;
+    if (!Py_IS_TYPE(native, &EntryType)) {
+        Py_DECREF(native);
+        PyErr_SetString(PyExc_TypeError, "CallTarget.native must be a _fastlaunch.Entry");
+        return NULL;
+    }
+    Entry *e = (Entry *)native;
+    for (Py_ssize_t s = 0; s < e->n_params; s++) { /* the entry reads this dispatcher's call values */
+        PackSlot *slot = &e->slots[s];
+        if (slot->code == 'Z')
+            continue;
+        if (slot->value < 0 || slot->value >= d->n_calls
+            || (slot->code == 'P' && d->roles[d->call_positions[slot->value]] != ROLE_PTR)) {
+            Py_DECREF(native);
+            PyErr_SetString(PyExc_ValueError, "Entry does not fit this kernel's call values");
+            return NULL;
+        }
+    }
+    PyObject *stream_fn = PyObject_GetAttrString(target, "stream_fn");
+    if (stream_fn == NULL) {
+        Py_DECREF(native);
+        return NULL;
+    }
+    Key *c = PyObject_GC_NewVar(Key, &KeyType, d->n_slots);
+    if (c == NULL) {
+        Py_DECREF(native);
+        Py_DECREF(stream_fn);
+        return NULL;
+    }
+    c->entry = (Entry *)native;
+    c->stream_fn = stream_fn;
+    for (Py_ssize_t i = 0; i < d->n_slots; i++) {
+        c->part[i].obj = Py_XNewRef(k->obj[i]);
+        c->part[i].type = Py_XNewRef(k->type[i]);
+        c->part[i].bits = k->bits[i];
+    }
+    PyObject_GC_Track(c);
+    if (PyList_Insert(d->cache, 0, (PyObject *)c) < 0) {
+        Py_DECREF(c);
+        return NULL;
+    }
+    if (PyList_GET_SIZE(d->cache) > MAX_CACHE
+        && PyList_SetSlice(d->cache, MAX_CACHE, PyList_GET_SIZE(d->cache), NULL) < 0) {
+        Py_DECREF(c);
+        return NULL;
+    }
+    return c;
+}
+
+/* (args, kwargs) of the call for the Python side: the npos kernel arguments, keyword values after them. */
+static int
+call_args(PyObject *const *args, Py_ssize_t npos, PyObject *kwnames, PyObject **t, PyObject **kw)
+{
+    *t = PyTuple_New(npos);
+    *kw = PyDict_New();
+    if (*t == NULL || *kw == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < npos; i++)
+        PyTuple_SET_ITEM(*t, i, Py_NewRef(args[i]));
+    if (kwnames != NULL) {
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); k++)
+            if (PyDict_SetItem(*kw, PyTuple_GET_ITEM(kwnames, k), args[npos + k]) < 0)
+                goto fail;
+    }
+    return 0;
+fail:
+    Py_CLEAR(*t);
+    Py_CLEAR(*kw);
+    return -1;
+}
+
+static PyObject *
+call_slow(Dispatcher *d, PyObject *grid, PyObject *const *args, Py_ssize_t npos, PyObject *kwnames)
+{
+    PyObject *t, *kw;
+    if (call_args(args, npos, kwnames, &t, &kw) < 0)
+        return NULL;
+    PyObject *r = PyObject_CallFunctionObjArgs(d->slow, grid, t, kw, NULL);
+    Py_DECREF(t);
+    Py_DECREF(kw);
+    return r;
+}
+
+/* The call values (Python objects, read pointers as ints) for callbacks into Python. */
+static PyObject *
+call_values(Dispatcher *d, PyObject **vals, const uint64_t *ptrs)
+{
+    PyObject *t = PyTuple_New(d->n_calls);
+    if (t == NULL)
+        return NULL;
+    for (Py_ssize_t j = 0; j < d->n_calls; j++) {
+        Py_ssize_t i = d->call_positions[j];
+        PyObject *v;
+        if (vals[i] == NULL)
+            v = Py_NewRef(d->missing);
+        else if (d->roles[i] == ROLE_PTR)
+            v = PyLong_FromUnsignedLongLong(ptrs[i]);
+        else
+            v = Py_NewRef(vals[i]);
+        if (v == NULL) {
+            Py_DECREF(t);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(t, j, v);
+    }
+    return t;
+}
+
+/* All parameter values with MISSING where not given (what a callable grid is evaluated on). */
+static PyObject *
+all_values(Dispatcher *d, PyObject **vals)
+{
+    PyObject *t = PyTuple_New(d->n_params);
+    if (t == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < d->n_params; i++)
+        PyTuple_SET_ITEM(t, i, Py_NewRef(vals[i] ? vals[i] : d->missing));
+    return t;
+}
+
+/* Raise entry.explain(values, exc) in place of the pending exception. */
+static PyObject *
+raise_explained(Dispatcher *d, Entry *e, PyObject **vals, const uint64_t *ptrs)
+{
+    PyObject *type, *value, *tb;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    PyObject *values = call_values(d, vals, ptrs);
+    PyObject *err = values ? PyObject_CallFunctionObjArgs(e->explain, values, value ? value : Py_None, NULL) : NULL;
+    Py_XDECREF(values);
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    if (err == NULL)
+        return NULL;
+    PyErr_SetObject((PyObject *)Py_TYPE(err), err);
+    Py_DECREF(err);
+    return NULL;
+}
+
+/* gx, gy, gz of a tuple of 1 to 3 plain ints in [0, 2**32); 0 when the grid is anything else. */
+static int
+fast_grid(PyObject *grid, unsigned int *g)
+{
+    if (!PyTuple_CheckExact(grid))
+        return 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(grid);
+    if (n < 1 || n > 3)
+        return 0;
+    g[0] = g[1] = g[2] = 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(grid, i);
+        if (!PyLong_CheckExact(v))
+            return 0;
+        unsigned long long x = as_u64(v);
+        if (x == (unsigned long long)-1 && PyErr_Occurred()) {
+            PyErr_Clear();
+            return 0;
+        }
+        if (x > UINT32_MAX)
+            return 0;
+        g[i] = (unsigned int)x;
+    }
+    return 1;
+}
+
+static int
+grid_of_call(Dispatcher *d, Entry *e, PyObject *grid, PyObject **vals, unsigned int *g)
+{
+    PyObject *resolved;
+    if (PyTuple_CheckExact(grid)) {
+        resolved = Py_NewRef(grid);
+    }
+    else {
+        PyObject *values = all_values(d, vals);
+        if (values == NULL)
+            return -1;
+        resolved = PyObject_CallFunctionObjArgs(d->grid_of, grid, e->meta, values, NULL);
+        Py_DECREF(values);
+        if (resolved == NULL)
+            return -1;
+    }
+    if (!fast_grid(resolved, g)) {
+        PyObject *dims = PyObject_CallOneArg(d->grid_dims, resolved);
+        if (dims == NULL) {
+            Py_DECREF(resolved);
+            return -1;
+        }
+        int ok = PyArg_ParseTuple(dims, "III", &g[0], &g[1], &g[2]);
+        Py_DECREF(dims);
+        if (!ok) {
+            Py_DECREF(resolved);
+            return -1;
+        }
+    }
+    Py_DECREF(resolved);
+    return 0;
+}
+
+static int
+stream_value(Dispatcher *d, PyObject *stream, Key *hit, uint64_t *out)
+{
+    PyObject *obj;
+    if (stream == NULL) {
+        if (hit->stream_fn == Py_None) {
+            *out = 0;
+            return 0;
+        }
+        obj = PyObject_CallOneArg(hit->stream_fn, hit->entry->device);
+        if (obj == NULL)
+            return -1;
+    }
+    else {
+        obj = Py_NewRef(stream);
+    }
+    if (PyLong_CheckExact(obj)) {
+        *out = as_u64(obj);
+        if (!(*out == (uint64_t)-1 && PyErr_Occurred())) {
+            Py_DECREF(obj);
+            return 0;
+        }
+        PyErr_Clear();
+    }
+    PyObject *h = PyObject_CallOneArg(d->stream_handle, obj); /* validates, and raises ArgumentError */
+    Py_DECREF(obj);
+    if (h == NULL)
+        return -1;
+    *out = as_u64(h);
+    Py_DECREF(h);
+    return (*out == (uint64_t)-1 && PyErr_Occurred()) ? -1 : 0;
+}
+
+/* Step 4: grid, stream, pack, launch. */
+static PyObject *
+launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject **vals, uint64_t *ptrs)
+{
+    Entry *e = hit->entry;
+    unsigned int g[3];
+    if (!fast_grid(grid, g) && grid_of_call(d, e, grid, vals, g) < 0)
+        return NULL;
+    if ((uint64_t)g[0] * g[1] * g[2] == 0)
+        Py_RETURN_NONE; /* Triton launches nothing for an empty grid */
+
+    if (e->launch == NULL || e->python_launch != Py_None) {
+        /* launch attributes, scratch, conversions: LaunchEntry.launch_dims, with the stream as given */
+        PyObject *values = call_values(d, vals, ptrs);
+        if (values == NULL)
+            return NULL;
+        PyObject *s;
+        if (stream != NULL)
+            s = Py_NewRef(stream);
+        else if (hit->stream_fn != Py_None)
+            s = PyObject_CallOneArg(hit->stream_fn, e->device);
+        else
+            s = PyLong_FromLong(0);
+        PyObject *r = s ? PyObject_CallFunction(e->python_launch, "IIIOO", g[0], g[1], g[2], s, values) : NULL;
+        Py_XDECREF(s);
+        Py_DECREF(values);
+        return r;
+    }
+
+    uint64_t stack_bytes[STACK_BYTES / 8];
+    void *stack_params[STACK_PARAMS];
+    unsigned char *buf = (unsigned char *)stack_bytes;
+    void **params = stack_params;
+    if (e->buffer_size > STACK_BYTES) {
+        buf = PyMem_Calloc(1, (size_t)e->buffer_size);
+        if (buf == NULL)
+            return PyErr_NoMemory();
+    }
+    else {
+        memset(buf, 0, (size_t)e->buffer_size);
+    }
+    if (e->n_params > STACK_PARAMS) {
+        params = PyMem_Malloc(sizeof(void *) * (size_t)e->n_params);
+        if (params == NULL) {
+            if (buf != (unsigned char *)stack_bytes)
+                PyMem_Free(buf);
+            return PyErr_NoMemory();
+        }
+    }
+    PyObject *result = NULL;
+    for (Py_ssize_t s = 0; s < e->n_params; s++) {
+        PackSlot *slot = &e->slots[s];
+        unsigned char *dst = buf + slot->offset;
+        params[s] = dst;
+        if (slot->code == 'Z')
+            continue; /* a null scratch pointer */
+        Py_ssize_t i = d->call_positions[slot->value];
+        if (slot->code == 'P') {
+            put_u64(dst, ptrs[i]);
+            continue;
+        }
+        if (vals[i] == NULL) {
+            PyErr_SetString(PyExc_TypeError, "missing value");
+            raise_explained(d, e, vals, ptrs);
+            goto done;
+        }
+        if (pack_scalar(slot->code, vals[i], dst) < 0) {
+            raise_explained(d, e, vals, ptrs);
+            goto done;
+        }
+    }
+    uint64_t sh;
+    if (stream_value(d, stream, hit, &sh) < 0)
+        goto done;
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = e->launch(e->function, g[0], g[1], g[2], e->block_x, 1, 1, e->shared, (void *)(uintptr_t)sh, params, NULL);
+    Py_END_ALLOW_THREADS
+    if (err != 0) {
+        PyObject *values = call_values(d, vals, ptrs);
+        if (values == NULL)
+            goto done;
+        result = PyObject_CallFunction(e->failed, "iIIIKO", err, g[0], g[1], g[2], (unsigned long long)sh, values);
+        Py_DECREF(values);
+        if (result == NULL)
+            goto done;
+        Py_DECREF(result);
+    }
+    result = Py_NewRef(Py_None);
+done:
+    if (buf != (unsigned char *)stack_bytes)
+        PyMem_Free(buf);
+    if (params != stack_params)
+        PyMem_Free(params);
+    return result;
+}
+
+/* One launch: ``args`` are the kernel's arguments (npos by position, then the values of kwnames). */
+static PyObject *
+dispatch(Dispatcher *d, PyObject *grid, PyObject *const *args, Py_ssize_t npos, PyObject *kwnames)
+{
+    PyObject *vals[MAX_SLOTS];
+    PyObject *stream = NULL;
+
+    /* 1. bind */
+    if (npos > d->n_params)
+        return call_slow(d, grid, args, npos, kwnames);
+    for (Py_ssize_t i = 0; i < d->n_slots; i++)
+        vals[i] = (i < npos && args[i] != d->missing) ? args[i] : NULL;
+    if (kwnames != NULL) {
+        for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(kwnames); k++) {
+            PyObject *value = args[npos + k];
+            Py_ssize_t j = find_name(d, PyTuple_GET_ITEM(kwnames, k));
+            if (j < 0)
+                return call_slow(d, grid, args, npos, kwnames); /* unknown keyword: the slow path names it */
+            if (j == d->n_slots) {
+                stream = value == Py_None ? NULL : value;
+                continue;
+            }
+            if (j < npos) {
+                /* what Python's call binding says on the pure-Python path, before any karchive code runs */
+                PyErr_Format(PyExc_TypeError, "%U() got multiple values for argument '%U'", d->qualname,
+                             PyTuple_GET_ITEM(d->names, j));
+                return NULL;
+            }
+            if (value != d->missing)
+                vals[j] = value;
+        }
+    }
+
+    /* 2. key */
+    CallKey key;
+    uint64_t ptrs[MAX_SLOTS];
+    int ok = make_key(d, vals, &key, ptrs);
+    if (ok <= 0) {
+        release_key(d, &key);
+        if (ok < 0)
+            PyErr_Clear(); /* the slow path reads the same argument and reports it properly */
+        return call_slow(d, grid, args, npos, kwnames);
+    }
+
+    /* 3. look up, or resolve in Python */
+    Key *hit = lookup(d, &key);
+    if (hit == NULL) {
+        PyObject *t, *kw;
+        if (call_args(args, npos, kwnames, &t, &kw) < 0) {
+            release_key(d, &key);
+            return NULL;
+        }
+        PyObject *target = PyObject_CallFunctionObjArgs(d->miss, t, kw, NULL);
+        Py_DECREF(t);
+        Py_DECREF(kw);
+        if (target == NULL) {
+            release_key(d, &key);
+            return NULL;
+        }
+        hit = insert(d, &key, target);
+        Py_DECREF(target);
+        if (hit == NULL) {
+            release_key(d, &key);
+            return NULL;
+        }
+    }
+    release_key(d, &key);
+
+    /* 4. launch */
+    PyObject *r = launch_hit(d, hit, grid, stream, vals, ptrs);
+    Py_DECREF(hit);
+    return r;
+}
+
+/* dispatcher(grid, *args, **kwargs) */
+static PyObject *
+dispatcher_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "a launch needs a grid: kernel[grid](...)");
+        return NULL;
+    }
+    return dispatch((Dispatcher *)op, args[0], args + 1, nargs - 1, kwnames);
+}
+
+static PyObject *
+dispatcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"names", "roles", "flags", "n_params", "call_positions", "miss", "slow", "grid_of",
+                             "grid_dims", "stream_handle", "pointer_info", "mixed_key", "missing", "qualname", NULL};
+    PyObject *names, *call_positions, *miss, *slow, *grid_of, *grid_dims, *stream_handle, *pointer_info, *mixed_key,
+        *missing, *qualname;
+    const char *roles, *flags;
+    Py_ssize_t n_roles, n_flags, n_params;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!y#y#nO!OOOOOOOOU", kwlist, &PyTuple_Type, &names, &roles,
+                                     &n_roles, &flags, &n_flags, &n_params, &PyTuple_Type, &call_positions, &miss,
+                                     &slow, &grid_of, &grid_dims, &stream_handle, &pointer_info, &mixed_key, &missing,
+                                     &qualname))
+        return NULL;
+    if (n_roles != n_flags || n_roles >= MAX_SLOTS || PyTuple_GET_SIZE(names) != n_roles + 1 || n_params > n_roles
+        || n_params < 0 || PyTuple_GET_SIZE(call_positions) > n_params) {
+        PyErr_SetString(PyExc_ValueError, "Dispatcher: inconsistent plan (or more parameters than it supports)");
+        return NULL;
+    }
+    Dispatcher *d = (Dispatcher *)type->tp_alloc(type, 0);
+    if (d == NULL)
+        return NULL;
+    d->vectorcall = dispatcher_vectorcall;
+    d->n_params = n_params;
+    d->n_slots = n_roles;
+    d->n_calls = PyTuple_GET_SIZE(call_positions);
+    for (Py_ssize_t i = 0; i < n_roles; i++) {
+        d->roles[i] = (unsigned char)roles[i];
+        d->flags[i] = (unsigned char)flags[i];
+        if (d->roles[i] < ROLE_PTR || d->roles[i] > ROLE_MIXED) {
+            PyErr_SetString(PyExc_ValueError, "Dispatcher: unknown role");
+            Py_DECREF(d);
+            return NULL;
+        }
+    }
+    for (Py_ssize_t j = 0; j < d->n_calls; j++) {
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(call_positions, j));
+        if (i < 0 || i >= n_params) {
+            if (!PyErr_Occurred())
+                PyErr_SetString(PyExc_ValueError, "Dispatcher: bad call position");
+            Py_DECREF(d);
+            return NULL;
+        }
+        d->call_positions[j] = i;
+    }
+    d->names = PyTuple_New(n_roles + 1);
+    if (d->names == NULL) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i <= n_roles; i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        if (!PyUnicode_CheckExact(name)) {
+            PyErr_SetString(PyExc_TypeError, "Dispatcher: names must be str");
+            Py_DECREF(d);
+            return NULL;
+        }
+        Py_INCREF(name);
+        PyUnicode_InternInPlace(&name);
+        PyTuple_SET_ITEM(d->names, i, name);
+    }
+    d->cache = PyList_New(0);
+    if (d->cache == NULL) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    d->miss = Py_NewRef(miss);
+    d->slow = Py_NewRef(slow);
+    d->grid_of = Py_NewRef(grid_of);
+    d->grid_dims = Py_NewRef(grid_dims);
+    d->stream_handle = Py_NewRef(stream_handle);
+    d->pointer_info = Py_NewRef(pointer_info);
+    d->mixed_key = Py_NewRef(mixed_key);
+    d->missing = Py_NewRef(missing);
+    d->qualname = Py_NewRef(qualname);
+    return (PyObject *)d;
+}
+
+static int
+dispatcher_traverse(Dispatcher *d, visitproc visit, void *arg)
+{
+    Py_VISIT(d->names);
+    Py_VISIT(d->qualname);
+    Py_VISIT(d->cache);
+    Py_VISIT(d->miss);
+    Py_VISIT(d->slow);
+    Py_VISIT(d->grid_of);
+    Py_VISIT(d->grid_dims);
+    Py_VISIT(d->stream_handle);
+    Py_VISIT(d->pointer_info);
+    Py_VISIT(d->mixed_key);
+    Py_VISIT(d->missing);
+    return 0;
+}
+
+static int
+dispatcher_clear(Dispatcher *d)
+{
+    Py_CLEAR(d->names);
+    Py_CLEAR(d->qualname);
+    Py_CLEAR(d->cache);
+    Py_CLEAR(d->miss);
+    Py_CLEAR(d->slow);
+    Py_CLEAR(d->grid_of);
+    Py_CLEAR(d->grid_dims);
+    Py_CLEAR(d->stream_handle);
+    Py_CLEAR(d->pointer_info);
+    Py_CLEAR(d->mixed_key);
+    Py_CLEAR(d->missing);
+    return 0;
+}
+
+static void
+dispatcher_dealloc(Dispatcher *d)
+{
+    PyObject_GC_UnTrack(d);
+    dispatcher_clear(d);
+    Py_TYPE(d)->tp_free((PyObject *)d);
+}
+
+static Py_ssize_t
+dispatcher_len(Dispatcher *d)
+{
+    return d->cache ? PyList_GET_SIZE(d->cache) : 0;
+}
+
+static PyObject *
+dispatcher_clear_cache(Dispatcher *d, PyObject *unused)
+{
+    if (d->cache && PyList_SetSlice(d->cache, 0, PyList_GET_SIZE(d->cache), NULL) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef dispatcher_methods[] = {
+    {"clear", (PyCFunction)dispatcher_clear_cache, METH_NOARGS, "forget every resolved key"},
+    {NULL},
+};
+
+static PySequenceMethods dispatcher_as_sequence = {
+    .sq_length = (lenfunc)dispatcher_len,
+};
+
+static PyTypeObject DispatcherType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "karchive.runtime._fastlaunch.Dispatcher",
+    .tp_doc = "kernel[grid](...) of one kernel: bind, key, look up, pack, launch (len(): resolved keys).",
+    .tp_basicsize = sizeof(Dispatcher),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(Dispatcher, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = dispatcher_new,
+    .tp_dealloc = (destructor)dispatcher_dealloc,
+    .tp_traverse = (traverseproc)dispatcher_traverse,
+    .tp_clear = (inquiry)dispatcher_clear,
+    .tp_methods = dispatcher_methods,
+    .tp_as_sequence = &dispatcher_as_sequence,
+};

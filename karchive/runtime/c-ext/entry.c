@@ -1,0 +1,145 @@
+/* Entry: one loaded variant, made from its VariantRecord by karchive/runtime/launch/_native.py.
+ * Part of karchive's compiled launcher: compiled inside ../_fastlaunch.c, after fastlaunch.h. */
+
+#include "fastlaunch.h"
+
+/* ------------------------------------------------------------------------------------------------ */
+/* Entry: one variant loaded on one device (made from its VariantRecord by launch/_native.py)          */
+
+typedef struct {
+    Py_ssize_t value;  /* index into the call values; -1 for a scratch slot */
+    Py_ssize_t offset; /* byte offset in the parameter buffer */
+    char code;         /* pack code */
+} PackSlot;
+
+typedef struct {
+    PyObject_HEAD
+    LaunchFn launch;         /* NULL: launch through python_launch */
+    void *function;
+    unsigned int block_x;
+    unsigned int shared;
+    Py_ssize_t n_params;     /* the binary's parameters, scratch slots included */
+    Py_ssize_t buffer_size;
+    PackSlot *slots;
+    PyObject *device;        /* int: argument of the default-stream function */
+    PyObject *meta;          /* dict: what a callable grid sees besides the arguments */
+    PyObject *python_launch; /* None, or launch_dims(gx, gy, gz, stream, values) for every launch */
+    PyObject *failed;        /* failed(err, gx, gy, gz, stream, values) */
+    PyObject *explain;       /* explain(values, exc) -> the exception to raise */
+} Entry;
+
+static PyTypeObject EntryType;
+
+static int
+entry_traverse(Entry *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->device);
+    Py_VISIT(self->meta);
+    Py_VISIT(self->python_launch);
+    Py_VISIT(self->failed);
+    Py_VISIT(self->explain);
+    return 0;
+}
+
+static int
+entry_clear(Entry *self)
+{
+    Py_CLEAR(self->device);
+    Py_CLEAR(self->meta);
+    Py_CLEAR(self->python_launch);
+    Py_CLEAR(self->failed);
+    Py_CLEAR(self->explain);
+    return 0;
+}
+
+static void
+entry_dealloc(Entry *self)
+{
+    PyObject_GC_UnTrack(self);
+    entry_clear(self);
+    PyMem_Free(self->slots);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"launch", "function", "block_x", "shared", "device", "slots", "buffer_size", "meta",
+                             "python_launch", "failed", "explain", NULL};
+    unsigned long long launch, function;
+    unsigned int block_x, shared;
+    PyObject *device, *slots, *meta, *python_launch, *failed, *explain;
+    Py_ssize_t buffer_size;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKIIO!O!nO!OOO", kwlist, &launch, &function, &block_x, &shared,
+                                     &PyLong_Type, &device, &PyTuple_Type, &slots, &buffer_size, &PyDict_Type,
+                                     &meta, &python_launch, &failed, &explain))
+        return NULL;
+    Py_ssize_t n = PyTuple_GET_SIZE(slots);
+    if (buffer_size < 0 || n > 4096) {
+        PyErr_SetString(PyExc_ValueError, "Entry: bad parameter layout");
+        return NULL;
+    }
+    Entry *self = (Entry *)type->tp_alloc(type, 0);
+    if (self == NULL)
+        return NULL;
+    self->slots = PyMem_Calloc(n ? n : 1, sizeof(PackSlot));
+    if (self->slots == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *s = PyTuple_GET_ITEM(slots, i);
+        Py_ssize_t value, offset;
+        const char *code;
+        Py_ssize_t code_len;
+        if (!PyArg_ParseTuple(s, "ns#n", &value, &code, &code_len, &offset)) {
+            Py_DECREF(self);
+            return NULL;
+        }
+        if (code_len != 1 || code_size(code[0]) == 0 || offset < 0 || offset + code_size(code[0]) > buffer_size
+            || (code[0] == 'Z') != (value < 0)) {
+            PyErr_Format(PyExc_ValueError, "Entry: bad slot %zd", i);
+            Py_DECREF(self);
+            return NULL;
+        }
+        self->slots[i].value = value;
+        self->slots[i].offset = offset;
+        self->slots[i].code = code[0];
+    }
+    self->launch = (LaunchFn)(uintptr_t)launch;
+    self->function = (void *)(uintptr_t)function;
+    self->block_x = block_x;
+    self->shared = shared;
+    self->n_params = n;
+    self->buffer_size = buffer_size;
+    self->device = Py_NewRef(device);
+    self->meta = Py_NewRef(meta);
+    self->python_launch = Py_NewRef(python_launch);
+    self->failed = Py_NewRef(failed);
+    self->explain = Py_NewRef(explain);
+    return (PyObject *)self;
+}
+
+static PyObject *
+entry_get_meta(Entry *self, void *closure)
+{
+    return Py_NewRef(self->meta);
+}
+
+static PyGetSetDef entry_getset[] = {
+    {"meta", (getter)entry_get_meta, NULL, "the variant's meta-parameters", NULL},
+    {NULL},
+};
+
+static PyTypeObject EntryType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "karchive.runtime._fastlaunch.Entry",
+    .tp_doc = "One variant loaded on one device, as the compiled launcher needs it.",
+    .tp_basicsize = sizeof(Entry),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_new = entry_new,
+    .tp_dealloc = (destructor)entry_dealloc,
+    .tp_traverse = (traverseproc)entry_traverse,
+    .tp_clear = (inquiry)entry_clear,
+    .tp_getset = entry_getset,
+};

@@ -1,0 +1,44 @@
+/* Shared by every file of karchive's compiled launcher (see ../_fastlaunch.c for the whole path).
+ * Not a public header: the files are compiled as one translation unit (../_fastlaunch.c includes
+ * them in order), so the per-call path inlines across concerns and every symbol stays static. */
+#ifndef KARCHIVE_FASTLAUNCH_H
+#define KARCHIVE_FASTLAUNCH_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#define ABI_VERSION 2
+
+#if PY_VERSION_HEX < 0x030B0000 /* public from 3.11 on; before, private and taking unsigned char * */
+#define PyFloat_Pack2(x, p, le) _PyFloat_Pack2((x), (unsigned char *)(p), (le))
+#define PyFloat_Pack4(x, p, le) _PyFloat_Pack4((x), (unsigned char *)(p), (le))
+#define PyFloat_Pack8(x, p, le) _PyFloat_Pack8((x), (unsigned char *)(p), (le))
+#endif
+
+/* An address from a Python int. PyLong_AsUnsignedLongLong converts multi-digit ints through a generic
+ * byte-array routine (measurably slow for 47-bit addresses); PyLong_AsUnsignedLong walks the digits,
+ * and is 64 bits wide where unsigned long is (Linux, macOS). Same errors: OverflowError, TypeError. */
+#if ULONG_MAX == UINT64_MAX
+#define as_u64(o) ((uint64_t)PyLong_AsUnsignedLong(o))
+#else
+#define as_u64(o) ((uint64_t)PyLong_AsUnsignedLongLong(o))
+#endif
+
+typedef int (*LaunchFn)(void *function, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
+                        unsigned int by, unsigned int bz, unsigned int shared, void *stream, void **params,
+                        void **extra);
+
+/* Parameter roles and key flags: the same numbers as karchive/runtime/launch/_native.py sends (from _plan.py). */
+enum { ROLE_PTR = 1, ROLE_INT = 2, ROLE_FLOAT = 3, ROLE_VALUE = 4, ROLE_MIXED = 5 };
+enum { F_ALIGN = 1, F_EQ1 = 2, F_DIV16 = 4, F_RANGE = 8, F_PRESENT = 0x100 };
+
+#define MAX_SLOTS 192          /* kernel parameters + launch options a Dispatcher accepts */
+#define MAX_CACHE 256          /* resolved keys kept per kernel (least recently used dropped) */
+#define STACK_BYTES 4096       /* parameter bytes packed on the stack (more: on the heap) */
+#define STACK_PARAMS 128       /* kernel parameters whose pointers fit the stack array */
+
+#endif /* KARCHIVE_FASTLAUNCH_H */
