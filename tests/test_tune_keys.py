@@ -400,3 +400,34 @@ def test_the_cli_says_where_decisions_go(built, tmp_path, capsys):
         err = capsys.readouterr().err
         assert want in err, err
     assert not (tmp_path / "o.karc").exists()
+
+
+# -- calls recorded by a capture ------------------------------------------------------------------------------------
+def test_a_captured_call_is_recorded_as_data_and_tuned_again_from_the_capture(device, built, tmp_path):
+    import triton
+
+    from karchive.format.open import open_location
+    from karchive.producer.autotune import describe_call
+    from karchive.runtime.tune_keys import Tuner, calls_from_records
+
+    arc, rec = device
+    configs = [triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4),
+               triton.Config({"BLOCK": 256}, num_warps=8, num_stages=2)]
+    x, out = Tensor(0x7F10_0000_0000), Tensor(0x7F20_0000_0000)
+    named = {"x_ptr": x, "out_ptr": out, "n": N}
+    call = describe_call(named, lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),), configs, skip=set())
+    assert call == {"args": {"x_ptr": {"tensor": {"shape": [N], "dtype": "float32", "stride": [1]}},
+                             "out_ptr": {"tensor": {"shape": [N], "dtype": "float32", "stride": [1]}}, "n": N},
+                    "grids": [[64], [32], [16]]}
+    assert describe_call({"x": object(), "n": float("inf")}, (1,), configs, skip=set()) is None
+    # a heuristic value above the autotuner is computed at run time, not recorded
+    assert "IS_VARLEN" not in describe_call({**named, "IS_VARLEN": True}, (1,), configs, skip={"IS_VARLEN"})["args"]
+    records = [dict(r) for r in open_location(built).model.autotune]
+    (copy,) = [r for r in records if r["kernel"].endswith(":at_copy")]
+    copy["entries"] = [{"key": [N, "torch.float32", "torch.float32"], "config": 0, "variant": None, "call": call}]
+    calls = calls_from_records(records)
+    assert [c.kernel for c in calls] == ["wrapped_kernels:at_copy"]
+    bench = TableBench({64: 2, 128: 3, 256: 1})
+    (d,) = Tuner(arc, bench=bench, factory=Factory()).tune(calls)
+    assert d.config == 2 and bench.timed == [64, 128, 256]
+    assert [launch.grid for launch in rec.launches()] == [(64, 1, 1), (32, 1, 1), (16, 1, 1)]  # the recorded grids

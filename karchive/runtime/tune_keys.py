@@ -39,14 +39,14 @@ from ..core.jsonio import parse_json
 from ..errors import ArgumentError, KarchiveError, NoMatchingVariantError, SchemaError
 from ..format.autotune import normalize_key
 from ..format.heuristics_expr import ExprError, check, evaluate
+from ..format.tuned import KEY_DTYPES
 
 KEYS_FORMAT = "karchive-tune-keys/1"
 MAX_KEYS_BYTES = 8 << 20
 MAX_CALLS = 4096
 #: Elements of one tensor a keys file may ask for (2**34: 32 GiB of fp16), so a typo cannot exhaust the device.
 MAX_NUMEL = 1 << 34
-DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
-          "float8_e4m3fn", "float8_e5m2")
+DTYPES = KEY_DTYPES
 INITS = ("randn", "zeros", "ones")
 
 
