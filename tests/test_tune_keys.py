@@ -208,19 +208,20 @@ def test_each_key_is_timed_once_across_the_built_configs_with_the_hooks(device):
         ("wrapped_kernels:h_over_at", (N, True, "torch.float32", "torch.float32", "torch.float32")),
         ("wrapped_kernels:at_over_h", (N, "torch.float32", "torch.float32"))])  # COPY twice: timed once
     copy = got[("wrapped_kernels:at_copy", (N, "torch.float32", "torch.float32"))]
-    assert copy.config == 1 and copy.timings_ms == [0.003, 0.001, 0.002]
+    assert copy.config == 1 and copy.timings_ms == [0.003, 0.001, None]
+    assert "not built" in copy.skipped[2]  # at_copy's early_config_prune (BLOCK <= 128) was applied at build
     # at_over_h was built for config 1 only: config 0 is not timed, and says why
     (restore,) = [d for d in decisions if d.kernel.endswith("at_over_h")]
     assert restore.config == 1 and restore.timings_ms[0] is None and "not built" in restore.skipped[0]
-    assert bench.timed == [64, 128, 256] + [64, 128] * 2 + [128]
+    assert bench.timed == [64, 128] + [64, 128] * 2 + [128]
     # reset_to_zero (at_copy's out_ptr) before each run and once after; restore_value (at_over_h's x_ptr) put back
     outs = [t for t, s in factory.made]
-    assert outs[1].calls.count("zero_") == 3 + 1
+    assert outs[1].calls.count("zero_") == 2 + 1
     x_restore = outs[-2]
     assert x_restore.calls == ["clone", "copy_"]
     # the grid expression saw each config's BLOCK: cdiv(4096, 64) = 64 programs for BLOCK=64
     grids = [launch.grid for launch in rec.launches()]
-    assert grids[:3] == [(64, 1, 1), (32, 1, 1), (16, 1, 1)]
+    assert grids[:2] == [(64, 1, 1), (32, 1, 1)]
 
 
 def test_a_key_the_file_states_must_be_the_one_the_runtime_computes(device):
@@ -305,22 +306,22 @@ def test_the_runtime_prefers_the_archive_table_then_the_local_cache_then_tunes(d
     k[(32,)](x, out, N)
     assert len(rec.launches()) == before + 1 and rec.launches()[-1].block[0] == 4 * 32  # num_warps 4
     assert out.calls == []
-    # a local-cache decision for the same key (here: BLOCK=256) loses to the table ...
+    # a local-cache decision for the same key (here: BLOCK=64) loses to the table ...
     digest = kernel_digest(k.name, [v.key for v in k.variants], k.records)
     assert digest == kernel_digest(k.name, [v.key for v in k.variants],
                                    [r for r in open_location(built).model.autotune if r["kernel"] == k.name])
     store = TuningStore(k.name, digest)
-    (cfg256,) = [c for c in k._candidates() if c["kwargs"] == {"BLOCK": 256}]
-    store.put(k._device_of([x, out, N], {}), [N, "torch.float32", "torch.float32"], cfg256)
+    (cfg64,) = [c for c in k._candidates() if c["kwargs"] == {"BLOCK": 64}]
+    store.put(k._device_of([x, out, N], {}), [N, "torch.float32", "torch.float32"], cfg64)
     k2 = karchive.open(str(tmp_path / "t.karc")).kernel("at_copy")
     assert k2.select(x, out, N).constexprs["BLOCK"] == 128
     # ... and is what the untuned version (same kernel digest) launches, without timing
     k3 = karchive.open(str(built)).kernel("at_copy")
-    assert k3.select(x, out, N).constexprs["BLOCK"] == 256
+    assert k3.select(x, out, N).constexprs["BLOCK"] == 64
     # a key the table does not hold falls to the cache, then to tuning on the device
     n = len(rec.launches())
     k2[(8,)](x, out, 1024)
-    assert len(rec.launches()) == n + 3 * 11 + 1
+    assert len(rec.launches()) == n + 2 * 11 + 1  # 2 configs built
     # a table for another GPU model is not used
     monkeypatch.setattr("karchive.runtime.tuning.enabled", lambda: False)
     other = open_location(tmp_path / "t.karc").model.autotune
@@ -427,7 +428,7 @@ def test_a_captured_call_is_recorded_as_data_and_tuned_again_from_the_capture(de
     copy["entries"] = [{"key": [N, "torch.float32", "torch.float32"], "config": 0, "variant": None, "call": call}]
     calls = calls_from_records(records)
     assert [c.kernel for c in calls] == ["wrapped_kernels:at_copy"]
-    bench = TableBench({64: 2, 128: 3, 256: 1})
+    bench = TableBench({64: 3, 128: 1, 256: 2})
     (d,) = Tuner(arc, bench=bench, factory=Factory()).tune(calls)
-    assert d.config == 2 and bench.timed == [64, 128, 256]
-    assert [launch.grid for launch in rec.launches()] == [(64, 1, 1), (32, 1, 1), (16, 1, 1)]  # the recorded grids
+    assert d.config == 1 and bench.timed == [64, 128]  # BLOCK=256 was pruned at build: not timed
+    assert [launch.grid for launch in rec.launches()] == [(64, 1, 1), (32, 1, 1)]  # the recorded grids
