@@ -432,3 +432,53 @@ def test_a_captured_call_is_recorded_as_data_and_tuned_again_from_the_capture(de
     (d,) = Tuner(arc, bench=bench, factory=Factory()).tune(calls)
     assert d.config == 1 and bench.timed == [64, 128]  # BLOCK=256 was pruned at build: not timed
     assert [launch.grid for launch in rec.launches()] == [(64, 1, 1), (32, 1, 1)]  # the recorded grids
+
+
+# -- the GPU check's archive and keys file, run here up to the driver ---------------------------------------------
+class RankBench:
+    """Times from a function of the config (the GPU's real times are the H100 test's business)."""
+
+    def __init__(self, time_of) -> None:
+        self.time_of, self.timed = time_of, []
+
+    def __call__(self, config, launch, hooks, sync):
+        hooks.before()
+        launch()
+        hooks.after()
+        self.timed.append(dict(config["kwargs"]))
+        return [self.time_of(config)]
+
+
+def test_the_gpu_checks_keys_file_tunes_every_call_against_its_archive(tmp_path, monkeypatch):
+    """tests/gpu/build_tune.py's archive and keys file, as the H100 run uses them: every call parses, its key is
+    the one the file states, every config is built and timed, and the grids are what the kernels need."""
+    import importlib.util
+
+    import karchive
+    from karchive.runtime import args, launch_path
+    from karchive.runtime.tune_keys import Tuner, parse_keys_file
+    from runtime_support import fake_cuda, register_sizes
+
+    spec = importlib.util.spec_from_file_location("build_tune", ROOT / "tests" / "gpu" / "build_tune.py")
+    bt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bt)
+    info = bt.build(tmp_path)
+    assert info["variants"] == 14 and bt.missing(tmp_path) == []
+    calls = parse_keys_file((tmp_path / "tune-keys.json").read_bytes())
+    monkeypatch.setenv("KARCHIVE_CACHE_DIR", str(tmp_path / "kcache"))
+    args.set_tensor_type(Tensor)
+    try:
+        with fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _backend):
+            arc = karchive.open(str(tmp_path / "tune.karc"))
+            register_sizes(rec, arc)
+            bench = RankBench(lambda c: 1.0 / (1 + sum(v for v in c["kwargs"].values())))  # biggest tile "fastest"
+            decisions = Tuner(arc, bench=bench, factory=Factory()).tune(calls)
+            grids = [launch.grid for launch in rec.launches()]
+    finally:
+        args.set_tensor_type(None)
+    assert len(decisions) == 7 and all(not d.skipped for d in decisions)
+    assert all(None not in d.timings_ms for d in decisions)
+    linear = [d for d in decisions if d.kernel.endswith("tq_linear")]
+    assert [d.config for d in linear] == [5, 5, 5]  # (128, 256, 64) has the largest sum of meta-parameters
+    assert grids[0] == ((2048 // 32) * (2048 // 32), 1, 1)  # TILE_M = TILE_N = 32 for config 0
+    assert (16384, 1, 1) in grids  # one program per row
