@@ -482,3 +482,37 @@ def test_the_gpu_checks_keys_file_tunes_every_call_against_its_archive(tmp_path,
     assert [d.config for d in linear] == [5, 5, 5]  # (128, 256, 64) has the largest sum of meta-parameters
     assert grids[0] == ((2048 // 32) * (2048 // 32), 1, 1)  # TILE_M = TILE_N = 32 for config 0
     assert (16384, 1, 1) in grids  # one program per row
+
+
+def test_a_tuned_version_can_be_signed_and_a_sidecar_imported_from_the_command_line(device, built, tmp_path, capsys):
+    from karchive.cli.main import main
+    from karchive.format.open import open_location
+    from karchive.trust.dsse import verify_signature
+    from karchive.trust.keys import SigningKey, save_keypair
+    from karchive.trust.provenance import parse_statement
+    from karchive.trust.sidecar import read_sidecar
+
+    arc, _rec = device
+    key = SigningKey.generate()
+    save_keypair(key, tmp_path / "k.pem", tmp_path / "k.pub")
+    report = _tune(arc, open_location(built), tmp_path / "s.karc", {64: 3, 128: 1, 256: 2}, COPY, signers=[key])
+    assert report["signed"] == [str(tmp_path / "s.karc") + ".sig.json"]
+    env = read_sidecar(tmp_path / "s.karc.sig.json")
+    stmt = parse_statement(env.payload)
+    assert verify_signature(env, env.signatures[0], key.public)
+    assert (stmt.name, stmt.version, stmt.sha256) == ("tunable", "1+tuned-Fake-H100", _sha(tmp_path / "s.karc"))
+    side = tmp_path / "side.json"
+    _tune(arc, open_location(built), None, {64: 3, 128: 1, 256: 2}, COPY, sidecar=str(side), signers=[key])
+    other = tmp_path / "other-cache"
+    # a signed sidecar is refused without a key to verify it, and with the wrong key
+    assert main(["tune", str(built), "--import", str(side), "--cache-dir", str(other)]) != 0
+    assert "give --key PUB" in capsys.readouterr().err
+    wrong = SigningKey.generate()
+    save_keypair(wrong, tmp_path / "w.pem", tmp_path / "w.pub")
+    assert main(["tune", str(built), "--import", str(side), "--key", str(tmp_path / "w.pub"),
+                 "--cache-dir", str(other)]) != 0
+    assert "no given key verifies" in capsys.readouterr().err and not other.exists()
+    assert main(["tune", str(built), "--import", str(side), "--key", str(tmp_path / "k.pub"), "--cache-dir",
+                 str(other), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"written": 1, "skipped": []}
+    assert len(list((other / "tuning").rglob("*.json"))) == 1

@@ -72,6 +72,19 @@ def test_captured_stacks_relaunch_bit_equal_without_triton(work):
     assert r["refused"] and "differs in n (recorded 65536, this call 32768)" in r["refused"], r["refused"]
 
 
+def test_karchive_tune_from_a_capture_times_its_recorded_calls_again(work):
+    """The capture records each autotune entry's call (args, per-config grids): `karchive tune --from-capture` times
+    those keys on the device without a keys file and without Triton, and the tuned capture still relaunches the
+    workload bit for bit."""
+    if not (work / "cap.karc").exists():
+        run("capture", work, work / "cache-cap")
+    r = run("tune_from_capture", work, work / "cache-tune-cap")
+    assert r["triton_importable"] is False and r["not_bit_equal"] == {}, r
+    kernels = {d["kernel"].rpartition(":")[2] for d in r["decisions"]}
+    assert {"at_copy", "h_over_at", "at_over_h"} <= kernels, r["decisions"]
+    assert sum(1 for d in r["decisions"] if d["kernel"].endswith("h_over_at")) == 2  # IS_VARLEN: two keys
+
+
 def test_exported_cache_neither_compiles_nor_retunes(work):
     if not (work / "cap.karc").exists():
         run("capture", work, work / "cache-cap")

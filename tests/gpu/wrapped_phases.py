@@ -20,6 +20,8 @@ reads the device). Phases:
                autotuner's, both timed with triton.testing.do_bench on Triton's JIT (only the choice differs)
   tune_cli     Triton unimportable: `karchive tune .gpu/tune.karc --keys .gpu/tune-keys.json -o tuned.karc`
                (tests/gpu/build_tune.py), then every call launched through tuned.karc from an empty tuning cache
+  tune_from_capture  Triton unimportable: `karchive tune cap.karc --from-capture -o cap-tuned.karc` (the calls the
+               capture recorded), then the workload relaunched through cap-tuned.karc, bit-equal
   tune_compare per call of the keys file: Triton's autotuner's choice vs karchive tune's, both timed by do_bench
 """
 
@@ -37,7 +39,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 N = 1 << 16
-NO_TRITON = {"aot_launch", "relaunch", "tune_cli"}
+NO_TRITON = {"aot_launch", "relaunch", "tune_cli", "tune_from_capture"}
 
 SPEC = """[archive]
 name = "wrapped-gpu"
@@ -383,6 +385,31 @@ def phase_tune_cli(work: Path, opts: dict) -> dict:
             "tuning_cache_files": tuned_files, "triton_importable": _triton_importable()}
 
 
+def phase_tune_from_capture(work: Path, opts: dict) -> dict:
+    """Triton unimportable: `karchive tune cap.karc --from-capture -o cap-tuned.karc` times again the calls the
+    capture recorded with its autotune entries; the tuned capture then relaunches the workload bit-equal."""
+    import contextlib
+    import io
+
+    import karchive
+    from karchive.cli.main import main as karchive_main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = karchive_main(["tune", str(work / "cap.karc"), "--from-capture", "-o", str(work / "cap-tuned.karc"),
+                            "--json"])
+    if rc != 0:
+        raise RuntimeError(f"karchive tune --from-capture exited {rc}: {out.getvalue()[-2000:]}")
+    report = json.loads(out.getvalue())
+    ref, t = _load_ref_file(work / "cap.pt")
+    arc = karchive.open(str(work / "cap-tuned.karc"))
+    got = _calls({n: arc.kernel(n) for n in ("at_copy", "h_over_at", "at_over_h")}, t)
+    ref = {k: v for k, v in ref.items() if k in got}
+    tables = {r["kernel"]: len(r.get("tuned", [{}])[0].get("entries", [])) for r in arc.manifest.autotune}
+    return {"decisions": [{k: d[k] for k in ("kernel", "key", "config", "timings_ms")} for d in report["decisions"]],
+            "tables": tables, "not_bit_equal": _diff(got, ref), "triton_importable": _triton_importable()}
+
+
 def phase_tune_compare(work: Path, opts: dict) -> dict:
     """For every call of the keys file: Triton's autotuner's choice (fresh cache) and karchive tune's (tune-report.json),
     both run on Triton's JIT with their meta-parameters and timed by triton.testing.do_bench, alternating, best of
@@ -439,7 +466,7 @@ def phase_tune_compare(work: Path, opts: dict) -> dict:
     return {"results": results, "device": torch.cuda.get_device_name(0)}
 
 
-PHASES = {"tune_cli": phase_tune_cli, "tune_compare": phase_tune_compare, "tune_quality": phase_tune_quality, "triton_ref": phase_triton_ref, "aot_build": phase_aot_build, "aot_launch": phase_aot_launch,
+PHASES = {"tune_from_capture": phase_tune_from_capture, "tune_cli": phase_tune_cli, "tune_compare": phase_tune_compare, "tune_quality": phase_tune_quality, "triton_ref": phase_triton_ref, "aot_build": phase_aot_build, "aot_launch": phase_aot_launch,
           "capture": phase_capture, "relaunch": phase_relaunch, "jit_rerun": phase_jit_rerun}
 
 
