@@ -235,6 +235,10 @@ def test_a_key_the_file_states_must_be_the_one_the_runtime_computes(device):
     with pytest.raises(TuneError, match="has no parameter"):
         Tuner(arc, bench=TableBench({}), factory=Factory()).tune(
             parse_keys_file(keys_doc({**COPY, "args": {**COPY["args"], "m": 3}})))
+    # --keep-going: the bad call is reported, the good one still tuned
+    t = Tuner(arc, bench=TableBench({64: 2, 128: 1}), factory=Factory())
+    (d,) = t.tune(parse_keys_file(keys_doc({**COPY, "key": [1]}, COPY)), keep_going=True)
+    assert d.config == 1 and [f["call"] for f in t.failed] == [0] and "the runtime computes" in t.failed[0]["error"]
 
 
 # -- a new archive version -----------------------------------------------------------------------------------------

@@ -43,6 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                                   "version (ARCHIVE.sig.json); repeatable")
     t.add_argument("--passphrase-env", metavar="VAR", help="environment variable holding the keys' passphrase")
     t.add_argument("--key", action="append", metavar="PUB", help="public key that must verify an imported sidecar")
+    t.add_argument("--keep-going", action="store_true", help="a call that cannot be tuned is reported, the others "
+                                                               "are still tuned and written")
     t.add_argument("--reps", type=int, default=25, help="timed runs per config (median; default 25)")
     t.add_argument("--warmup", type=int, default=3, help="untimed runs per config first (default 3)")
     t.add_argument("--cache-dir", metavar="DIR", help="local cache (default: $KARCHIVE_CACHE_DIR, else "
@@ -127,7 +129,8 @@ def tune_from_args(args: argparse.Namespace, reader: Any) -> dict[str, Any]:
                                 "capture by this karchive records them); write a keys file instead")
     signers = _signing_keys(args)
     return tune_archive(reader, calls, ref=args.archive, out=args.out, version=args.version, sidecar=args.sidecar,
-                        signers=signers, make_bench=lambda device: DeviceBench(device, args.warmup, args.reps))
+                        signers=signers, make_bench=lambda device: DeviceBench(device, args.warmup, args.reps),
+                        keep_going=args.keep_going)
 
 
 def _signing_keys(args: argparse.Namespace) -> list:
@@ -142,7 +145,8 @@ def _signing_keys(args: argparse.Namespace) -> list:
 
 def tune_archive(reader: Any, calls: list, *, ref: str, out: str | None = None, version: str | None = None,
                  sidecar: str | None = None, signers: list | None = None, bench: Any = None,
-                 make_bench: Any = None, factory: Any = None, archive: Any = None) -> dict[str, Any]:
+                 make_bench: Any = None, factory: Any = None, archive: Any = None,
+                 keep_going: bool = False) -> dict[str, Any]:
     """Tune ``calls`` on this device and write the decisions (a new version at ``out``, or a signed sidecar).
 
     ``bench`` (a :class:`~karchive.runtime.tune_keys.Bench`) or ``make_bench`` (device -> Bench; default the
@@ -155,7 +159,9 @@ def tune_archive(reader: Any, calls: list, *, ref: str, out: str | None = None, 
 
     arc = archive if archive is not None else Archive(reader, ref=ref)
     tuner = Tuner(arc, bench=bench, make_bench=make_bench, factory=factory)
-    decisions = tuner.tune(calls)
+    decisions = tuner.tune(calls, keep_going=keep_going)
+    if not decisions:
+        raise TuneError("no call could be tuned: " + "; ".join(f["error"] for f in tuner.failed)[:2000])
     device = tuner.device
     if device is None or not getattr(device, "name", ""):
         raise TuneError("the device the calls ran on has no name: tuning tables are filed per GPU model")
@@ -174,6 +180,8 @@ def tune_archive(reader: Any, calls: list, *, ref: str, out: str | None = None, 
     report: dict[str, Any] = {"device": {"name": device.name, "target": target,
                                          "driver": getattr(device, "driver_version", None)},
                               "bench": info, "decisions": [d.to_json() for d in decisions]}
+    if tuner.failed:
+        report["failed"] = tuner.failed
     if out:
         new_version = version or f"{model.version}+tuned-{_SLUG.sub('-', device.name).strip('-')}"[:128]
         check_version(new_version)

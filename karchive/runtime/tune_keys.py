@@ -356,6 +356,7 @@ class Tuner:
         self._factory = factory
         self.bench_info: dict[str, Any] = {}
         self.device: Any = None
+        self.failed: list[dict[str, Any]] = []  # calls a keep_going run could not tune, with why
 
     def _kernel(self, call: TuneCall) -> Any:
         from .autotuned import AutotunedKernel
@@ -369,19 +370,26 @@ class Tuner:
                         "there is nothing to choose", call.index, call.kernel)
         return k
 
-    def tune(self, calls: Sequence[TuneCall]) -> list[Decision]:
-        """One decision per distinct (kernel, key); a key given twice is timed once (the first call)."""
+    def tune(self, calls: Sequence[TuneCall], *, keep_going: bool = False) -> list[Decision]:
+        """One decision per distinct (kernel, key); a key given twice is timed once (the first call). With
+        ``keep_going`` a call that cannot be tuned is listed in ``self.failed`` and the others still are."""
         seen: set[tuple[str, str]] = set()
         out = []
+        self.failed = []
         for call in calls:
-            k = self._kernel(call)
-            args = materialize(call, self._factory or TorchFactory())
-            key = self._key(k, call, args)
-            ident = (k.name, repr(key))
-            if ident in seen:
-                continue
-            seen.add(ident)
-            out.append(self._tune_one(k, call, args, key))
+            try:
+                k = self._kernel(call)
+                args = materialize(call, self._factory or TorchFactory())
+                key = self._key(k, call, args)
+                ident = (k.name, repr(key))
+                if ident in seen:
+                    continue
+                seen.add(ident)
+                out.append(self._tune_one(k, call, args, key))
+            except TuneError as exc:
+                if not keep_going:
+                    raise
+                self.failed.append({"call": call.index, "kernel": call.kernel, "error": str(exc)})
         return out
 
     def _key(self, k: Any, call: TuneCall, args: Mapping[str, Any]) -> list:

@@ -397,7 +397,7 @@ def phase_tune_from_capture(work: Path, opts: dict) -> dict:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         rc = karchive_main(["tune", str(work / "cap.karc"), "--from-capture", "-o", str(work / "cap-tuned.karc"),
-                            "--json"])
+                            "--keep-going", "--json"])
     if rc != 0:
         raise RuntimeError(f"karchive tune --from-capture exited {rc}: {out.getvalue()[-2000:]}")
     report = json.loads(out.getvalue())
@@ -407,6 +407,7 @@ def phase_tune_from_capture(work: Path, opts: dict) -> dict:
     ref = {k: v for k, v in ref.items() if k in got}
     tables = {r["kernel"]: len(r.get("tuned", [{}])[0].get("entries", [])) for r in arc.manifest.autotune}
     return {"decisions": [{k: d[k] for k in ("kernel", "key", "config", "timings_ms")} for d in report["decisions"]],
+            "failed": report.get("failed", []),
             "tables": tables, "not_bit_equal": _diff(got, ref), "triton_importable": _triton_importable()}
 
 
