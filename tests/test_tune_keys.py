@@ -282,6 +282,15 @@ def test_decisions_become_a_new_version_with_the_same_variants(device, built, tm
     from karchive.cli.inspect_cmds import schema_problems
 
     assert schema_problems(new.manifest) == []
+    # heuristics over autotune: the table's key holds IS_VARLEN (computed first), and the runtime finds it
+    import karchive
+
+    n = len(rec.launches())
+    k = karchive.open(str(tmp_path / "a.karc")).kernel("h_over_at")
+    v = k.select(Tensor(0x7F10_0000_0000), Tensor(0x7F20_0000_0000), None, N, 1.5)
+    assert v.constexprs == {"BLOCK": 128, "IS_VARLEN": False} and len(rec.launches()) == n
+    with pytest.raises(Exception, match="not tuned yet"):  # IS_VARLEN True: another key, in no table
+        k.select(Tensor(0x7F10_0000_0000), Tensor(0x7F20_0000_0000), Tensor(0x7F30_0000_0000), N, 1.5)
     # the same decisions give the same bytes; other timings with the same winners too
     _tune(arc, reader, tmp_path / "b.karc", {64: 30, 128: 10, 256: 20}, PLAIN, COPY)
     assert _sha(tmp_path / "a.karc") == _sha(tmp_path / "b.karc")
