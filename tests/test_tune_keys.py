@@ -529,3 +529,30 @@ def test_a_tuned_version_can_be_signed_and_a_sidecar_imported_from_the_command_l
                  str(other), "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"written": 1, "skipped": []}
     assert len(list((other / "tuning").rglob("*.json"))) == 1
+
+
+def test_the_cli_tunes_a_keys_file_end_to_end_with_the_device_bench(device, built, tmp_path, capsys, monkeypatch):
+    """`karchive tune ARCHIVE --keys FILE -o OUT --json` through main(), the device bench included (on the recording
+    stand-in it times by wall clock: no torch here), tensors from the stand-in factory instead of torch."""
+    from karchive.cli.main import main
+    from karchive.format.open import open_location
+    from karchive.runtime import tune_keys
+
+    arc, rec = device
+    keys = tmp_path / "keys.json"
+    keys.write_bytes(keys_doc(COPY, PLAIN))
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:  # a karchive error that says what to install, not an ImportError
+        assert main(["tune", str(built), "--keys", str(keys), "-o", str(tmp_path / "cli.karc"), "--json"]) != 0
+        assert "torch, which is not installed" in capsys.readouterr().err
+    monkeypatch.setattr(tune_keys, "TorchFactory", Factory)
+    n = len(rec.launches())
+    assert main(["tune", str(built), "--keys", str(keys), "-o", str(tmp_path / "cli.karc"), "--reps", "4",
+                 "--warmup", "2", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["bench"] == {"warmup": 2, "reps": 4, "l2_flush": False, "timer": "wall"}
+    assert len(report["decisions"]) == 2 and report["written"]["version"] == "1+tuned-Fake-H100"
+    assert len(rec.launches()) == n + 2 * 6 + 2 * 6  # two keys x two built configs x (2 warm-up + 4 timed)
+    at = {r["kernel"]: r for r in open_location(tmp_path / "cli.karc").model.autotune}
+    assert at["wrapped_kernels:at_copy"]["tuned"][0]["provenance"]["bench"]["reps"] == 4

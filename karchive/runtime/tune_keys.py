@@ -204,7 +204,11 @@ class TorchFactory:
     """Tensors made by torch on the current CUDA device (karchive has no allocator of its own)."""
 
     def __init__(self, device: str = "cuda") -> None:
-        import torch
+        try:
+            import torch
+        except ImportError:
+            raise TuneError("tuning makes the keys file's tensors with torch, which is not installed here "
+                            "(pip install torch)") from None
 
         self.torch = torch
         self.device = device
