@@ -514,6 +514,9 @@ def test_a_tuned_version_can_be_signed_and_a_sidecar_imported_from_the_command_l
     stmt = parse_statement(env.payload)
     assert verify_signature(env, env.signatures[0], key.public)
     assert (stmt.name, stmt.version, stmt.sha256) == ("tunable", "1+tuned-Fake-H100", _sha(tmp_path / "s.karc"))
+    ext = stmt.raw["predicate"]["buildDefinition"]["externalParameters"]
+    assert ext["command"] == "tune" and ext["parameters"]["device"]["name"] == "Fake H100"
+    assert ext["parameters"]["from"] == {"name": "tunable", "version": "1", "sha256": _sha(built)}
     side = tmp_path / "side.json"
     _tune(arc, open_location(built), None, {64: 3, 128: 1, 256: 2}, COPY, sidecar=str(side), signers=[key])
     other = tmp_path / "other-cache"

@@ -189,7 +189,9 @@ def tune_archive(reader: Any, calls: list, *, ref: str, out: str | None = None, 
         if signers:
             from ..trust.sign import sign_archive
 
-            report["signed"] = [sign_archive(out, k).to_json()["sidecar"] for k in signers]
+            # the signed statement says what made this version: `karchive tune` of which archive, on which GPU model
+            info = {"command": "tune", "parameters": {"from": source, "device": report["device"]}}
+            report["signed"] = [sign_archive(out, k, build_info=info).to_json()["sidecar"] for k in signers]
     else:
         from ..core.fsio import atomic_write
         from ..runtime.tuning import tables_document
