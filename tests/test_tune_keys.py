@@ -122,6 +122,23 @@ class Tensor:
         return self
 
 
+class IntTensor(Tensor):
+    """An int32 index tensor stand-in whose values can be read (torch's detach/flatten/tolist)."""
+
+    def __init__(self, values: list[int]) -> None:
+        super().__init__(0x7F40_0000_0000, (len(values),), "torch.int32")
+        self._values = values
+
+    def detach(self) -> IntTensor:
+        return self
+
+    def flatten(self) -> IntTensor:
+        return self
+
+    def tolist(self) -> list[int]:
+        return list(self._values)
+
+
 class Factory:
     def __init__(self) -> None:
         self.made: list[tuple[Tensor, object]] = []
@@ -174,7 +191,11 @@ def device(monkeypatch, built, tmp_path):
 def test_keys_files_are_parsed_strictly_and_evaluate_nothing_until_the_device_run():
     from karchive.runtime.tune_keys import Expr, TensorSpec, TuneError, parse_keys_file
 
-    (call,) = parse_keys_file(keys_doc(RESTORE))
+    (call,) = parse_keys_file(keys_doc({**RESTORE, "args": {**RESTORE["args"], "off": {"tensor": {
+        "shape": [3], "dtype": "int32", "values": [0, 5, 9]}}, "idx": {"tensor": {"shape": [4], "dtype": "int64"}}}}))
+    # integer tensors default to zeros (random indices would go out of bounds); small ones may list their values
+    assert call.args["off"].values == (0, 5, 9) and call.args["idx"].init == "zeros"
+    assert call.args["x_ptr"].init == "randn"
     assert call.kernel == "at_over_h" and isinstance(call.args["x_ptr"], TensorSpec)
     assert isinstance(call.args["n"], Expr) and isinstance(call.grid[0], Expr)
     bad = [
@@ -186,6 +207,10 @@ def test_keys_files_are_parsed_strictly_and_evaluate_nothing_until_the_device_ru
         (keys_doc({**COPY, "grid": ["16"]}), "non-negative integer or an expression"),
         (keys_doc({**COPY, "args": {"n": [1, 2]}}), "JSON scalar"),
         (keys_doc({**COPY, "extra": 1}), "a call is"),
+        (keys_doc({**COPY, "args": {"o": {"tensor": {"shape": [3], "dtype": "int32", "values": [0, 1]}}}}),
+         "values must list the tensor's 3 elements"),
+        (keys_doc({**COPY, "args": {"o": {"tensor": {"shape": [1], "dtype": "int32", "values": ["0"]}}}}),
+         "values must list"),
         (b'{"format": "karchive-tune-keys/1", "calls": [1e999]}', "a call is"),
     ]
     for raw, want in bad:
@@ -434,6 +459,10 @@ def test_a_captured_call_is_recorded_as_data_and_tuned_again_from_the_capture(de
                              "out_ptr": {"tensor": {"shape": [N], "dtype": "float32", "stride": [1]}}, "n": N},
                     "grids": [[64], [32], [16]]}
     assert describe_call({"x": object(), "n": float("inf")}, (1,), configs, skip=set()) is None
+    # an index tensor is recorded with its values (random ones would index out of bounds at tuning time)
+    offsets = IntTensor([0, 7, 12])
+    got = describe_call({"cu_seqlens": offsets}, (1,), configs, skip=set())["args"]["cu_seqlens"]
+    assert got == {"tensor": {"shape": [3], "dtype": "int32", "stride": [1], "values": [0, 7, 12]}}
     # a heuristic value above the autotuner is computed at run time, not recorded
     assert "IS_VARLEN" not in describe_call({**named, "IS_VARLEN": True}, (1,), configs, skip={"IS_VARLEN"})["args"]
     records = [dict(r) for r in open_location(built).model.autotune]

@@ -29,6 +29,8 @@ FIELD = "tuned"
 #: Tensor dtypes a keys file (and a captured call) names, as torch spells them without ``torch.``.
 KEY_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
               "float8_e4m3fn", "float8_e5m2")
+#: Elements a tensor's ``values`` may list in a keys file or a captured call (index tensors, not data).
+KEY_MAX_VALUES = 1 << 16
 
 
 def key_text(key: Sequence[Any]) -> str:

@@ -145,7 +145,7 @@ def describe_call(named: dict[str, Any], grid: Any, configs: list, skip: set[str
     shape, dtype and stride, scalars by value, and the grid Triton computes for each config (the user's grid
     function, called as Triton calls it with the arguments and the config's meta-parameters). None when an
     argument is neither (e.g. a tensor of a dtype keys files do not name): that entry then needs a keys file."""
-    from ..format.tuned import KEY_DTYPES
+    from ..format.tuned import KEY_DTYPES, KEY_MAX_VALUES
 
     args: dict[str, Any] = {}
     for name, value in named.items():
@@ -159,7 +159,18 @@ def describe_call(named: dict[str, Any], grid: Any, configs: list, skip: set[str
                 return None
             if dtype not in KEY_DTYPES:
                 return None
-            args[name] = {"tensor": {"shape": shape, "dtype": dtype, "stride": stride}}
+            tensor: dict[str, Any] = {"shape": shape, "dtype": dtype, "stride": stride}
+            if not dtype.startswith(("float", "bfloat")):
+                # an integer tensor is usually an index (sequence offsets, gather indices): random values would
+                # send the kernel out of bounds, so a small one is recorded whole and a large one made of zeros
+                try:
+                    if value.numel() <= KEY_MAX_VALUES:
+                        values = [json_scalar(v) for v in value.detach().flatten().tolist()]
+                        if NotImplemented not in values:
+                            tensor["values"] = values
+                except Exception:  # noqa: BLE001 - not a torch tensor after all: zeros at tuning time
+                    pass
+            args[name] = {"tensor": tensor}
             continue
         scalar = json_scalar(value)
         if scalar is NotImplemented:

@@ -13,8 +13,10 @@ A keys file (``karchive-tune-keys/1``, spec/FORMAT.md §6.6, docs/runtime.md) de
                 "key": [1024, 1024, 512, "torch.float16", "torch.float16", "torch.float16"]}]}
 
 ``args`` names the kernel's parameters (tuned meta-parameters and heuristics-computed ones left out: the
-tuner supplies them). A tensor is ``{"tensor": {"shape", "dtype", "stride"?, "init"?}}`` made on the
-device (``init``: ``randn`` (default), ``zeros``, ``ones``; seeded, so every run times the same data); a
+tuner supplies them). A tensor is ``{"tensor": {"shape", "dtype", "stride"?, "init"?, "values"?}}`` made on the
+device (``init``: ``randn`` (floating-point default; seeded, so every run times the same data), ``zeros``
+(integer and bool default: an index tensor of random values would send the kernel out of bounds), ``ones``;
+``values``, the elements in row-major order, for small index tensors such as sequence offsets); a
 scalar is a JSON scalar, or ``{"expr": NODE}`` in the heuristics expression language
 (:mod:`karchive.format.heuristics_expr`) over the tensors and scalars; ``null`` passes None. ``grid`` is
 one to three items, each an integer or an expression over the arguments and the config's meta-parameters
@@ -39,7 +41,7 @@ from ..core.jsonio import parse_json
 from ..errors import ArgumentError, KarchiveError, NoMatchingVariantError, SchemaError
 from ..format.autotune import normalize_key
 from ..format.heuristics_expr import ExprError, check, evaluate
-from ..format.tuned import KEY_DTYPES
+from ..format.tuned import KEY_DTYPES, KEY_MAX_VALUES
 
 KEYS_FORMAT = "karchive-tune-keys/1"
 MAX_KEYS_BYTES = 8 << 20
@@ -48,6 +50,7 @@ MAX_CALLS = 4096
 MAX_NUMEL = 1 << 34
 DTYPES = KEY_DTYPES
 INITS = ("randn", "zeros", "ones")
+MAX_VALUES = KEY_MAX_VALUES
 
 
 class TuneError(KarchiveError):
@@ -63,6 +66,7 @@ class TensorSpec:
     dtype: str
     stride: tuple[int, ...] | None = None
     init: str = "randn"
+    values: tuple | None = None  # the elements, row-major (small integer tensors: offsets, indices)
 
 
 @dataclass(frozen=True)
@@ -86,8 +90,8 @@ def _fail(msg: str, index: int | None = None, kernel: str | None = None) -> Tune
 
 
 def _tensor(obj: Any, where: str, index: int) -> TensorSpec:
-    if not isinstance(obj, dict) or set(obj) - {"shape", "dtype", "stride", "init"}:
-        raise _fail(f"{where}: a tensor is {{'shape', 'dtype', 'stride'?, 'init'?}}", index)
+    if not isinstance(obj, dict) or set(obj) - {"shape", "dtype", "stride", "init", "values"}:
+        raise _fail(f"{where}: a tensor is {{'shape', 'dtype', 'stride'?, 'init'?, 'values'?}}", index)
     shape, dtype = obj.get("shape"), obj.get("dtype")
     if not isinstance(shape, list) or len(shape) > 8 or not all(type(d) is int and d >= 0 for d in shape):
         raise _fail(f"{where}.shape must be a list of at most 8 non-negative integers", index)
@@ -99,10 +103,19 @@ def _tensor(obj: Any, where: str, index: int) -> TensorSpec:
     if stride is not None and (not isinstance(stride, list) or len(stride) != len(shape)
                                or not all(type(s) is int and s >= 0 for s in stride)):
         raise _fail(f"{where}.stride must give one non-negative integer per dimension", index)
-    init = obj.get("init", "randn")
+    floating = dtype.startswith(("float", "bfloat"))
+    init = obj.get("init", "randn" if floating else "zeros")
     if init not in INITS:
         raise _fail(f"{where}.init {init!r} is not one of {', '.join(INITS)}", index)
-    return TensorSpec(tuple(shape), dtype, tuple(stride) if stride is not None else None, init)
+    values = obj.get("values")
+    if values is not None:
+        ok = isinstance(values, list) and len(values) == math.prod(shape) <= MAX_VALUES and all(
+            type(v) in (int, bool) or (type(v) is float and math.isfinite(v)) for v in values)
+        if not ok:
+            raise _fail(f"{where}.values must list the tensor's {math.prod(shape)} elements as finite numbers "
+                        f"(at most {MAX_VALUES})", index)
+    return TensorSpec(tuple(shape), dtype, tuple(stride) if stride is not None else None, init,
+                      tuple(values) if values is not None else None)
 
 
 def _arg(value: Any, where: str, index: int) -> Any:
@@ -218,9 +231,12 @@ class TorchFactory:
         dtype = getattr(torch, spec.dtype)
         if spec.stride is not None:
             span = 1 + sum((d - 1) * s for d, s in zip(spec.shape, spec.stride)) if all(spec.shape) else 0
-            base = self._fill(span, dtype, spec.init, seed)
-            return torch.as_strided(base, spec.shape, spec.stride)
-        return self._fill(math.prod(spec.shape), dtype, spec.init, seed).reshape(spec.shape)
+            out = torch.as_strided(self._fill(span, dtype, spec.init, seed), spec.shape, spec.stride)
+        else:
+            out = self._fill(math.prod(spec.shape), dtype, spec.init, seed).reshape(spec.shape)
+        if spec.values is not None:
+            out.copy_(torch.tensor(spec.values, dtype=dtype, device=self.device).reshape(spec.shape))
+        return out
 
     def _fill(self, n: int, dtype: Any, init: str, seed: int) -> Any:
         torch = self.torch
