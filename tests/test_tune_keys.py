@@ -470,6 +470,9 @@ def test_a_captured_call_is_recorded_as_data_and_tuned_again_from_the_capture(de
     copy["entries"] = [{"key": [N, "torch.float32", "torch.float32"], "config": 0, "variant": None, "call": call}]
     calls = calls_from_records(records)
     assert [c.kernel for c in calls] == ["wrapped_kernels:at_copy"]
+    # grids are archive data: anything but 1-3 small non-negative integers counts as not recorded
+    hostile = [{**copy, "entries": [{**copy["entries"][0], "call": {**call, "grids": [["64"], [-1], [1, 2, 3, 4]]}}]}]
+    assert calls_from_records(hostile)[0].grid[0].grids == [None, None, None]
     bench = TableBench({64: 3, 128: 1, 256: 2})
     (d,) = Tuner(arc, bench=bench, factory=Factory()).tune(calls)
     assert d.config == 1 and bench.timed == [64, 128]  # BLOCK=256 was pruned at build: not timed

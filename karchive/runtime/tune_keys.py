@@ -196,7 +196,9 @@ def calls_from_records(records: Sequence[Mapping[str, Any]], kernels: Sequence[s
             i = len(out)
             tc = TuneCall(name, {str(n): _arg(v, f"{name}.call.args.{n}", i) for n, v in call["args"].items()},
                           [], list(e.get("key") or []), i)
-            tc.grid = [_PerConfig([g if isinstance(g, list) else None for g in grids])]
+            # archive data: a grid is used only as 1 to 3 non-negative integers, anything else is "not recorded"
+            tc.grid = [_PerConfig([g if isinstance(g, list) and 1 <= len(g) <= 3 and all(
+                type(x) is int and 0 <= x < (1 << 31) for x in g) else None for g in grids])]
             out.append(tc)
     return out
 
