@@ -189,7 +189,8 @@ def device(monkeypatch, built, tmp_path):
 
 # -- the keys file -------------------------------------------------------------------------------------------------
 def test_keys_files_are_parsed_strictly_and_evaluate_nothing_until_the_device_run():
-    from karchive.runtime.tune_keys import Expr, TensorSpec, TuneError, parse_keys_file
+    from karchive.errors import TuneError
+    from karchive.runtime.tune_keys import Expr, TensorSpec, parse_keys_file
 
     (call,) = parse_keys_file(keys_doc({**RESTORE, "args": {**RESTORE["args"], "off": {"tensor": {
         "shape": [3], "dtype": "int32", "values": [0, 5, 9]}}, "idx": {"tensor": {"shape": [4], "dtype": "int64"}}}}))
@@ -250,7 +251,8 @@ def test_each_key_is_timed_once_across_the_built_configs_with_the_hooks(device):
 
 
 def test_a_key_the_file_states_must_be_the_one_the_runtime_computes(device):
-    from karchive.runtime.tune_keys import TuneError, Tuner, parse_keys_file
+    from karchive.errors import TuneError
+    from karchive.runtime.tune_keys import Tuner, parse_keys_file
 
     arc, _ = device
     calls = parse_keys_file(keys_doc({**COPY, "key": [N, "torch.float16", "torch.float32"]}))

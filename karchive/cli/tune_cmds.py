@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KarchiveError
-from .output import emit_json
+from .output import EXIT_NEGATIVE, emit_json
 
 _SLUG = re.compile(r"[^A-Za-z0-9.-]+")
 
@@ -79,7 +79,9 @@ def cmd_tune(args: argparse.Namespace) -> int:
     reader = open_reader(args.archive, registry=args.registry, storage_options=storage_options_from_env())
     root = cache_dir(args.cache_dir)
     if args.keys is not None or args.from_capture is not None:
-        return _report(args, tune_from_args(args, reader))
+        report = tune_from_args(args, reader)
+        _report(args, report)
+        return EXIT_NEGATIVE if report.get("failed") else 0  # --keep-going with calls left untuned, as build
     if args.export:
         data = export_decisions(reader.model, root)
         Path(args.export).write_bytes(canonical_json(data) + b"\n")

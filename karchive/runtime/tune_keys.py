@@ -38,7 +38,7 @@ from typing import Any, Protocol
 from collections.abc import Callable, Mapping, Sequence
 
 from ..core.jsonio import parse_json
-from ..errors import ArgumentError, KarchiveError, NoMatchingVariantError, SchemaError
+from ..errors import ArgumentError, NoMatchingVariantError, SchemaError, TuneError
 from ..format.autotune import normalize_key
 from ..format.heuristics_expr import ExprError, check, evaluate
 from ..format.tuned import KEY_DTYPES, KEY_MAX_VALUES
@@ -51,13 +51,6 @@ MAX_NUMEL = 1 << 34
 DTYPES = KEY_DTYPES
 INITS = ("randn", "zeros", "ones")
 MAX_VALUES = KEY_MAX_VALUES
-
-
-class TuneError(KarchiveError):
-    """A keys file or a tuning run is wrong: the call, the kernel or the device cannot be tuned as asked."""
-
-    kernel: str | None = None
-    call: int | None = None  # index of the call in the keys file
 
 
 @dataclass(frozen=True)
