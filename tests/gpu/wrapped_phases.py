@@ -380,7 +380,7 @@ def phase_tune_cli(work: Path, opts: dict) -> dict:
         err = ((got - want).abs().max() / want.abs().max().clamp_min(1e-6)).item()
         if not err < 1e-2:
             errors[f"{call.kernel} {call.index}"] = err
-    tuned_files = [str(p) for p in cache.rglob("*.json")] if cache.exists() else []
+    tuned_files = [str(p) for p in (cache / "tuning").rglob("*.json")] if (cache / "tuning").exists() else []
     return {"report": report, "tune_s": round(tune_s, 2), "relative_errors_over_1e-2": errors,
             "tuning_cache_files": tuned_files, "triton_importable": _triton_importable()}
 
