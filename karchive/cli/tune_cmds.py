@@ -122,9 +122,11 @@ def tune_from_args(args: argparse.Namespace, reader: Any) -> dict[str, Any]:
     if args.keys is not None:
         calls = parse_keys_file(_read(args.keys), args.keys)
     else:
+        from ..registry.config import storage_options_from_env
         from ..resolve import open_reader
 
-        src = reader if not args.from_capture else open_reader(args.from_capture)
+        src = reader if not args.from_capture else open_reader(args.from_capture, registry=args.registry,
+                                                                storage_options=storage_options_from_env())
         calls = calls_from_records(src.model.autotune or [])
         if not calls:
             raise KarchiveError(f"{args.from_capture or args.archive}: no autotune entry records its call (a "
