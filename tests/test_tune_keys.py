@@ -262,6 +262,17 @@ def test_a_key_the_file_states_must_be_the_one_the_runtime_computes(device):
     with pytest.raises(TuneError, match="has no parameter"):
         Tuner(arc, bench=TableBench({}), factory=Factory()).tune(
             parse_keys_file(keys_doc({**COPY, "args": {**COPY["args"], "m": 3}})))
+    # a config the driver refuses (out of resources on this device) is skipped with the reason, as Triton times it inf
+    from karchive.errors import LaunchError
+
+    class Refusing(TableBench):
+        def __call__(self, config, launch, hooks, sync):
+            if config["kwargs"]["BLOCK"] == 128:
+                raise LaunchError("CUDA_ERROR_OUT_OF_RESOURCES")
+            return super().__call__(config, launch, hooks, sync)
+
+    (d,) = Tuner(arc, bench=Refusing({64: 2, 128: 1}), factory=Factory()).tune(parse_keys_file(keys_doc(COPY)))
+    assert d.config == 0 and "OUT_OF_RESOURCES" in d.skipped[1] and d.timings_ms[1] is None
     # --keep-going: the bad call is reported, the good one still tuned
     t = Tuner(arc, bench=TableBench({64: 2, 128: 1}), factory=Factory())
     (d,) = t.tune(parse_keys_file(keys_doc({**COPY, "key": [1]}, COPY)), keep_going=True)

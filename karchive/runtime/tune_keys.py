@@ -38,7 +38,7 @@ from typing import Any, Protocol
 from collections.abc import Callable, Mapping, Sequence
 
 from ..core.jsonio import parse_json
-from ..errors import ArgumentError, NoMatchingVariantError, SchemaError, TuneError
+from ..errors import ArgumentError, LaunchError, NoMatchingVariantError, SchemaError, TuneError
 from ..format.autotune import normalize_key
 from ..format.heuristics_expr import ExprError, check, evaluate
 from ..format.tuned import KEY_DTYPES, KEY_MAX_VALUES
@@ -476,7 +476,11 @@ class Tuner:
                 def sync(s: Any = s) -> None:
                     backend.synchronize(s)
 
-                times = bench(cfg, bound, hooks, sync)
+                try:
+                    times = bench(cfg, bound, hooks, sync)
+                except LaunchError as exc:  # out of resources on this device: Triton times such a config as inf
+                    skipped[i] = f"the driver refused to launch it: {exc}"
+                    continue
                 took = _median(times)
                 timings[i] = round(took * 1000.0, 6) if math.isfinite(took) else None
                 if best is None or took < best[0]:
