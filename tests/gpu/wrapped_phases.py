@@ -18,6 +18,7 @@ reads the device). Phases:
                counted, outputs compared with the capture
   tune_quality at_matmul / at_rowsum built ahead of time; karchive's on-device choice per shape against Triton's
                autotuner's, both timed with triton.testing.do_bench on Triton's JIT (only the choice differs)
+  tune_build   build_tune.py with this machine's Triton (when the .gpu fixture was built by another release)
   tune_cli     Triton unimportable: `karchive tune .gpu/tune.karc --keys .gpu/tune-keys.json -o tuned.karc`
                (tests/gpu/build_tune.py), then every call launched through tuned.karc from an empty tuning cache
   tune_from_capture  Triton unimportable: `karchive tune cap.karc --from-capture -o cap-tuned.karc` (the calls the
@@ -335,6 +336,18 @@ def _fixtures() -> Path:
     return Path(os.environ.get("KARCHIVE_GPU_FIXTURES", ROOT / ".gpu"))
 
 
+def phase_tune_build(work: Path, opts: dict) -> dict:
+    """tests/gpu/build_tune.py with this machine's Triton into $KARCHIVE_GPU_FIXTURES (the fixture archive was built
+    by another Triton release: timing choices on this Triton's JIT compares like with like only for its own binaries)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_tune", HERE / "build_tune.py")
+    assert spec is not None and spec.loader is not None
+    bt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bt)
+    return bt.build(_fixtures())
+
+
 def phase_tune_cli(work: Path, opts: dict) -> dict:
     """Triton unimportable: `karchive tune tune.karc --keys tune-keys.json -o tuned.karc --json` in this process,
     then every call launched through tuned.karc without meta-parameters from an empty tuning cache: the table
@@ -467,7 +480,7 @@ def phase_tune_compare(work: Path, opts: dict) -> dict:
     return {"results": results, "device": torch.cuda.get_device_name(0)}
 
 
-PHASES = {"tune_from_capture": phase_tune_from_capture, "tune_cli": phase_tune_cli, "tune_compare": phase_tune_compare, "tune_quality": phase_tune_quality, "triton_ref": phase_triton_ref, "aot_build": phase_aot_build, "aot_launch": phase_aot_launch,
+PHASES = {"tune_build": phase_tune_build, "tune_from_capture": phase_tune_from_capture, "tune_cli": phase_tune_cli, "tune_compare": phase_tune_compare, "tune_quality": phase_tune_quality, "triton_ref": phase_triton_ref, "aot_build": phase_aot_build, "aot_launch": phase_aot_launch,
           "capture": phase_capture, "relaunch": phase_relaunch, "jit_rerun": phase_jit_rerun}
 
 
