@@ -292,7 +292,7 @@ def _sha(path) -> str:
     return hashlib.sha256(pathlib.Path(path).read_bytes()).hexdigest()
 
 
-def test_decisions_become_a_new_version_with_the_same_variants(device, built, tmp_path):
+def test_decisions_become_a_new_version_with_the_same_variants(device, built, tmp_path, capsys):
     from karchive.format.open import open_location
 
     arc, rec = device
@@ -317,6 +317,10 @@ def test_decisions_become_a_new_version_with_the_same_variants(device, built, tm
     assert prov["by"] == "karchive tune" and prov["driver"] == 13000 and prov["bench"]["timer"] == "table"
     assert prov["from"] == {"name": "tunable", "version": "1", "sha256": _sha(built)}
     assert "tuned" not in at["wrapped_kernels:at_over_h"]  # no call for it: no table
+    from karchive.cli.main import main
+
+    assert main(["inspect", str(tmp_path / "a.karc")]) == 0
+    assert "tuning tables: Fake H100: 2 keys" in capsys.readouterr().out
     from karchive.cli.inspect_cmds import schema_problems
 
     assert schema_problems(new.manifest) == []
