@@ -433,8 +433,16 @@ def test_a_signed_sidecar_ships_the_decisions_to_another_machine(device, built, 
     with pytest.raises(TrustError, match="no given key verifies"):
         verify_tuning(json.dumps(env).encode(), [key.public])
     doc = verify_tuning(raw, [key.public])
+    # a machine of the same GPU model on another driver files the decisions under its own driver
+    from karchive.runtime.device import DeviceInfo
+
+    newer = DeviceInfo.describe_target("cuda:90", name="Fake H100", driver_version=13010)
+    elsewhere = tmp_path / "newer-driver"
+    assert import_tables(open_location(built).model, doc, elsewhere, local=newer)["written"] == 1
+    assert [p.name for p in (elsewhere / "tuning").rglob("*.json")] == ["Fake_H100--13010.json"]
     machine = tmp_path / "fleet-machine"
     assert import_tables(open_location(built).model, doc, machine) == {"written": 1, "skipped": []}
+    assert [p.name for p in (machine / "tuning").rglob("*.json")] == ["Fake_H100--13000.json"]
     monkeypatch.setenv("KARCHIVE_CACHE_DIR", str(machine))
     n = len(rec.launches())
     x, out = Tensor(0x7F10_0000_0000), Tensor(0x7F20_0000_0000)

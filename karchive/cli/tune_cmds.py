@@ -97,8 +97,18 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if not args.key:
             raise KarchiveError(f"{args.import_} is a signed tuning sidecar: give --key PUB to verify it")
         doc = verify_tuning(raw, [load_public_key(p) for p in args.key], args.import_)
-        return _report(args, import_tables(reader.model, doc, root))
+        return _report(args, import_tables(reader.model, doc, root, local=_local_device(reader)))
     return _report(args, import_decisions(reader.model, parse_json(raw, args.import_, error=KarchiveError), root))
+
+
+def _local_device(reader: Any) -> Any:
+    """This machine's first GPU (its name and driver), or None where there is none or no driver bindings."""
+    from ..runtime.archive import Archive
+
+    try:
+        return Archive(reader).backend().device_info(0)
+    except Exception:  # noqa: BLE001 - no GPU here: decisions are filed under the driver the table names
+        return None
 
 
 def _looks_signed(raw: bytes) -> bool:

@@ -211,9 +211,11 @@ def tables_document(manifest: Any, records: Sequence[Mapping[str, Any]], device_
     return {"format": "karchive-tuned/1", "archive": dict(archive), "kernels": kernels}
 
 
-def import_tables(manifest: Any, document: Mapping[str, Any], root: Path | None = None) -> dict[str, Any]:
-    """Write a (verified) sidecar document's decisions into this machine's tuning cache, per GPU model and the
-    driver the table was tuned with, for the kernels whose content (digest) is the same here."""
+def import_tables(manifest: Any, document: Mapping[str, Any], root: Path | None = None,
+                  local: Any = None) -> dict[str, Any]:
+    """Write a (verified) sidecar document's decisions into this machine's tuning cache, for the kernels whose
+    content (digest) is the same here: per GPU model, under this machine's driver version when ``local`` (its
+    device) is that GPU model (tables are per model; the cache is per driver too), else the table's."""
     from ..format.tuned import tables
 
     mine = dict(archive_kernels(manifest))
@@ -232,6 +234,8 @@ def import_tables(manifest: Any, document: Mapping[str, Any], root: Path | None 
             dev = table.get("device") or {}
             prov = table.get("provenance")
             driver = prov.get("driver") if isinstance(prov, dict) and isinstance(prov.get("driver"), int) else None
+            if local is not None and getattr(local, "name", None) == dev.get("name"):
+                driver = getattr(local, "driver_version", driver)
             device = _Device(str(dev.get("name") or ""), driver)
             for e in table.get("entries") or []:
                 i = e.get("config") if isinstance(e, dict) else None
