@@ -31,7 +31,6 @@ from .kernel_ref import load_object, unwrap, wrappers
 from .prune import PruneOutcome, early_prune
 
 
-
 @dataclass
 class Stack:
     """What wraps one kernel: outermost first, each ``("autotune", Autotuner)`` or ``("heuristics", Heuristics)``."""
@@ -156,7 +155,7 @@ def expand(requests: list) -> WrappedPlan:
                     include_ir=req.include_ir, base_dir=req.base_dir, env=dict(req.env), expanded=True))
     for ref, (at, he) in done.items():
         if at is not None:
-            _record_pruning(at, stacks_of(stacks, ref), pruned.get(ref), plan.warnings, ref)
+            _record_pruning(at, _stack_of(stacks, ref), pruned.get(ref), plan.warnings, ref)
             plan.autotune.append(at)
         if he is not None:
             plan.heuristics.append(he)
@@ -179,7 +178,7 @@ def _prune(stack: Stack, req: Any, params: set[str], pruned: dict[str, PruneOutc
     return outcome
 
 
-def stacks_of(stacks: dict, ref: str) -> Stack | None:
+def _stack_of(stacks: dict, ref: str) -> Stack | None:
     return next((st for (r, _base), st in stacks.items() if r == ref and st is not None), None)
 
 
