@@ -266,6 +266,13 @@ class ArgumentError(RuntimeLoadError, TypeError):
     param: str | None = None
 
 
+class TuneError(RuntimeLoadError):
+    """`karchive tune`: a keys file, a call or the device cannot be tuned as asked (runtime/tune_keys.py)."""
+
+    kernel: str | None = None
+    call: int | None = None  # index of the call in the keys file
+
+
 class LaunchError(RuntimeLoadError):
     """The driver refused to load a module or launch a kernel."""
 

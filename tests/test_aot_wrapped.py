@@ -87,7 +87,7 @@ def test_every_config_is_built_per_target(built):
         assert v.kernel.startswith("wrapped_kernels:")  # filed under module:qualname
         by_kernel.setdefault(v.kernel.removeprefix("wrapped_kernels:"), []).append((cx, j["abi"]["num_warps"]))
     assert sorted(by_kernel["at_copy"], key=str) == sorted(
-        [({"BLOCK": 64}, 2), ({"BLOCK": 128}, 4), ({"BLOCK": 256}, 8)], key=str)  # prune is not applied
+        [({"BLOCK": 64}, 2), ({"BLOCK": 128}, 4)], key=str)  # early_config_prune (configs only) applied
     # heuristics over autotune: 2 configs x IS_VARLEN both values (a boolean expression)
     assert sorted(by_kernel["h_over_at"], key=str) == sorted(
         [({"BLOCK": b, "IS_VARLEN": v}, w) for b, w in ((64, 2), (128, 4)) for v in (False, True)], key=str)
@@ -95,7 +95,7 @@ def test_every_config_is_built_per_target(built):
     assert sorted(by_kernel["at_over_h"], key=str) == [({"BLOCK": 128, "EVEN": False}, 4),
                                                         ({"BLOCK": 128, "EVEN": True}, 4)]
     assert sorted(by_kernel["h_only"], key=str) == [({"BLOCK": 128}, 4), ({"BLOCK": 64}, 4)]
-    assert any("prune_configs_by is not applied" in w for w in warnings)
+    assert any("early_config_prune applied ahead of time" in w for w in warnings)
     assert any("h_only" in w and "'num_warps' is not stored" in w for w in result.warnings)
 
 
@@ -111,7 +111,7 @@ def test_the_archive_records_keys_configs_hooks_and_heuristics_as_data(built):
     assert all(r["kernel"].startswith("wrapped_kernels:") for r in manifest["autotune"] + manifest["heuristics"])
     at = {r["kernel"].removeprefix("wrapped_kernels:"): r for r in manifest["autotune"]}
     assert at["at_copy"]["key_names"] == ["n"] and at["at_copy"]["entries"] == []
-    assert at["at_copy"]["reset_to_zero"] == ["out_ptr"] and "prune_configs_by" in at["at_copy"]["prune"]
+    assert at["at_copy"]["reset_to_zero"] == ["out_ptr"] and "early_config_prune applied" in at["at_copy"]["prune"]
     assert [c["kwargs"] for c in at["at_copy"]["configs"]] == [{"BLOCK": 64}, {"BLOCK": 128}, {"BLOCK": 256}]
     assert at["at_copy"]["configs"][2]["num_stages"] == 2
     assert at["h_over_at"]["key_names"] == ["n", "IS_VARLEN"] and at["h_over_at"]["outer_heuristics"] == ["IS_VARLEN"]
@@ -240,7 +240,7 @@ def test_tuning_honours_reset_to_zero_and_restore_value(device):
     arc, rec = device
     x, out = Tensor(X), Tensor(Y)
     arc.kernel("at_copy")[(4,)](x, out, 1024)
-    assert out.calls.count("zero_") == 3 * 11 + 1 and x.calls == []  # before each run, then once for the launch
+    assert out.calls.count("zero_") == 2 * 11 + 1 and x.calls == []  # 2 configs (the third pruned at build)
     x2, out2 = Tensor(X), Tensor(Y)
     arc.kernel("at_over_h")[(4,)](x2, out2, 1024)
     assert x2.calls[0] == "clone" and x2.calls.count("copy_") == 11 and out2.calls == []

@@ -202,6 +202,15 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if m.autotune:
         print(f"\nautotune records: {sum(len(a.get('entries', [])) for a in m.autotune)} chosen configs "
               f"for {len(m.autotune)} kernel(s)")
+        from ..format.tuned import tables
+
+        tuned: dict[str, int] = {}  # GPU model -> keys decided (karchive tune)
+        for a in m.autotune:
+            for t in tables(a):
+                name = str((t.get("device") or {}).get("name"))
+                tuned[name] = tuned.get(name, 0) + len(t.get("entries") or [])
+        if tuned:
+            print(printable("tuning tables: " + ", ".join(f"{n}: {c} keys" for n, c in sorted(tuned.items()))))
     if m.heuristics:
         print()
         print(printable(_heuristics_line(m.heuristics)))

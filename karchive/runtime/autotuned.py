@@ -279,6 +279,7 @@ class AutotuneResolver:
         self._choices: dict[tuple, tuple[Mapping[str, Any], dict, Kernel]] = {}
         self._lock = threading.Lock()
         self._store: Any = None  # tuning.TuningStore, made on the first key tuned on the device
+        self._tables = any(r.raw.get("tuned") for r in self.records)  # karchive tune's per-GPU-model tables
 
     def describe(self) -> str:
         n = sum(len(r.entries) for r in self.records)
@@ -339,12 +340,16 @@ class AutotuneResolver:
         hit = self._choices.get(key)
         if hit is not None:
             return hit
-        if self.tune_on_device:
-            cfg = self._remembered_or_tuned(named, grid, args, kwargs, stream, may_benchmark, outer_cx)
-            if cfg is None:
+        table = self._from_table(named, args, kwargs) if self._tables else None
+        if table is not None:  # the archive's tuning table for this GPU model (karchive tune) comes first
+            cfg = table
+        elif self.tune_on_device:
+            remembered = self._remembered_or_tuned(named, grid, args, kwargs, stream, may_benchmark, outer_cx)
+            if remembered is None:
                 raise NoMatchingVariantError(
                     f"{self.name}: autotune key {self.key(named)} is not tuned yet: this archive was built ahead "
                     "of time with every config, and a launch tunes the key on the device (select() does not)")
+            cfg = remembered
         else:
             _kernel, cx, entry = self.choose(named)
             cfg = _config_dict(entry.config, entry.variant) if entry is not None else {
@@ -358,6 +363,16 @@ class AutotuneResolver:
         with self._lock:
             self._choices[key] = hit = (cfg, dict(cfg["kwargs"]), kernel)
         return hit
+
+    def _from_table(self, named: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The config the archive's tuning table for this device's GPU model holds for exactly this key."""
+        from ..format.tuned import lookup
+
+        device = self._device_of(args, kwargs)
+        if device is None or not getattr(device, "name", ""):
+            return None
+        hit = lookup([r.raw for r in self.records], device.name, f"{device.backend}:{device.arch}", self.key(named))
+        return _config_dict(AutotuneConfig.from_json(hit[1]), None) if hit is not None else None
 
     def _remembered_or_tuned(self, named: Mapping[str, Any], grid: Any, args: Sequence[Any], kwargs: dict,
                              stream: Any, may_benchmark: bool, outer_cx: Mapping[str, Any]) -> Mapping[str, Any] | None:

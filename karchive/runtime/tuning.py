@@ -40,7 +40,12 @@ def enabled() -> bool:
 
 
 def kernel_digest(name: str, variant_keys: Sequence[str], records: Sequence[Mapping[str, Any]]) -> str:
-    data = canonical_json({"kernel": name, "variants": sorted(variant_keys), "records": list(records)})
+    from ..format.tuned import without_tables
+
+    # tuning tables (karchive tune) are left out: a tuned version holds the same binaries and configs, and
+    # shares the decisions this machine made for its untuned one
+    data = canonical_json({"kernel": name, "variants": sorted(variant_keys),
+                           "records": [without_tables(r) for r in records]})
     return hashlib.sha256(data).hexdigest()
 
 
@@ -188,3 +193,57 @@ class _Device:
 
     def __init__(self, name: str, driver_version: int | None) -> None:
         self.name, self.driver_version = name, driver_version
+
+
+# --- tuning tables shipped as a signed sidecar (karchive tune --sidecar; trust/tuning_sidecar.py) ------------
+def tables_document(manifest: Any, records: Sequence[Mapping[str, Any]], device_name: str,
+                    archive: Mapping[str, Any]) -> dict[str, Any]:
+    """The sidecar document: per kernel (with its content digest), the tuning tables for ``device_name``."""
+    from ..format.tuned import tables
+
+    digests = dict(archive_kernels(manifest))
+    kernels = []
+    for r in records:
+        name = r.get("kernel")
+        mine = [t for t in tables(r) if isinstance(t.get("device"), dict) and t["device"].get("name") == device_name]
+        if isinstance(name, str) and mine and name in digests:
+            kernels.append({"kernel": name, "digest": digests[name], "tuned": mine})
+    return {"format": "karchive-tuned/1", "archive": dict(archive), "kernels": kernels}
+
+
+def import_tables(manifest: Any, document: Mapping[str, Any], root: Path | None = None,
+                  local: Any = None) -> dict[str, Any]:
+    """Write a (verified) sidecar document's decisions into this machine's tuning cache, for the kernels whose
+    content (digest) is the same here: per GPU model, under this machine's driver version when ``local`` (its
+    device) is that GPU model (tables are per model; the cache is per driver too), else the table's."""
+    from ..format.tuned import tables
+
+    mine = dict(archive_kernels(manifest))
+    records = {r.get("kernel"): r for r in (manifest.autotune or []) if isinstance(r, dict)}
+    written, skipped = 0, []
+    for k in document.get("kernels") or []:
+        if not isinstance(k, dict):
+            raise KarchiveError("a tuning sidecar's kernels entry must be an object")
+        name = str(k.get("kernel"))
+        if mine.get(name) != k.get("digest") or name not in records:
+            skipped.append(f"{name}: the archive's kernel differs from the tuned one (digest)")
+            continue
+        configs = records[name].get("configs") or []
+        store = TuningStore(name, mine[name], root)
+        for table in tables({"tuned": k.get("tuned")}):
+            dev = table.get("device") or {}
+            prov = table.get("provenance")
+            driver = prov.get("driver") if isinstance(prov, dict) and isinstance(prov.get("driver"), int) else None
+            if local is not None and getattr(local, "name", None) == dev.get("name"):
+                driver = getattr(local, "driver_version", driver)
+            device = _Device(str(dev.get("name") or ""), driver)
+            for e in table.get("entries") or []:
+                i = e.get("config") if isinstance(e, dict) else None
+                if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(configs):
+                    c = configs[i]
+                    cfg = {"kwargs": dict(c.get("kwargs") or {}),
+                           "options": {o: c.get(o) for o in ("num_warps", "num_stages", "num_ctas", "maxnreg")
+                                       if c.get(o) is not None}}
+                    store.put(device, list(e.get("key") or []), cfg)
+                    written += 1
+    return {"written": written, "skipped": skipped}

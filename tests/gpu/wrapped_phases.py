@@ -18,6 +18,12 @@ reads the device). Phases:
                counted, outputs compared with the capture
   tune_quality at_matmul / at_rowsum built ahead of time; karchive's on-device choice per shape against Triton's
                autotuner's, both timed with triton.testing.do_bench on Triton's JIT (only the choice differs)
+  tune_build   build_tune.py with this machine's Triton (when the .gpu fixture was built by another release)
+  tune_cli     Triton unimportable: `karchive tune .gpu/tune.karc --keys .gpu/tune-keys.json -o tuned.karc`
+               (tests/gpu/build_tune.py), then every call launched through tuned.karc from an empty tuning cache
+  tune_from_capture  Triton unimportable: `karchive tune cap.karc --from-capture -o cap-tuned.karc` (the calls the
+               capture recorded), then the workload relaunched through cap-tuned.karc, bit-equal
+  tune_compare per call of the keys file: Triton's autotuner's choice vs karchive tune's, both timed by do_bench
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 N = 1 << 16
-NO_TRITON = {"aot_launch", "relaunch"}
+NO_TRITON = {"aot_launch", "relaunch", "tune_cli", "tune_from_capture"}
 
 SPEC = """[archive]
 name = "wrapped-gpu"
@@ -331,7 +337,156 @@ def triton_cdiv(a: int, b: int) -> int:
     return (a + b - 1) // b
 
 
-PHASES = {"tune_quality": phase_tune_quality, "triton_ref": phase_triton_ref, "aot_build": phase_aot_build, "aot_launch": phase_aot_launch,
+# -- karchive tune (the CLI) against Triton's autotuner, on the archive and keys file of build_tune.py -------------
+def _fixtures() -> Path:
+    return Path(os.environ.get("KARCHIVE_GPU_FIXTURES", ROOT / ".gpu"))
+
+
+def phase_tune_build(work: Path, opts: dict) -> dict:
+    """tests/gpu/build_tune.py with this machine's Triton into $KARCHIVE_GPU_FIXTURES (the fixture archive was built
+    by another Triton release: timing choices on this Triton's JIT compares like with like only for its own binaries)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("build_tune", HERE / "build_tune.py")
+    assert spec is not None and spec.loader is not None
+    bt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bt)
+    return bt.build(_fixtures())
+
+
+def phase_tune_cli(work: Path, opts: dict) -> dict:
+    """Triton unimportable: `karchive tune tune.karc --keys tune-keys.json -o tuned.karc --json` in this process,
+    then every call launched through tuned.karc without meta-parameters from an empty tuning cache: the table
+    answers (nothing is timed, nothing written to the cache) and the outputs are right."""
+    import contextlib
+    import io
+
+    import torch
+
+    import karchive
+    from karchive.cli.main import main as karchive_main
+    from karchive.runtime.tune_keys import TorchFactory, grid_for, materialize, parse_keys_file
+
+    fx = _fixtures()
+    out = io.StringIO()
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(out):
+        rc = karchive_main(["tune", str(fx / "tune.karc"), "--keys", str(fx / "tune-keys.json"), "-o",
+                            str(work / "tuned.karc"), "--json"])
+    tune_s = time.perf_counter() - t0
+    if rc != 0:
+        raise RuntimeError(f"karchive tune exited {rc}: {out.getvalue()[-2000:]}")
+    report = json.loads(out.getvalue())
+    (work / "tune-report.json").write_text(json.dumps(report, indent=1))
+    cache = work / "empty-tuning-cache"
+    os.environ["KARCHIVE_CACHE_DIR"] = str(cache)
+    arc = karchive.open(str(work / "tuned.karc"))
+    calls = parse_keys_file((fx / "tune-keys.json").read_bytes())
+    factory = TorchFactory()
+    errors = {}
+    for call in calls:
+        a = materialize(call, factory)
+        k = arc.kernel(call.kernel)
+        params = [n for n in k.param_names if n in a]
+        k[lambda meta, call=call, a=a: grid_for(call, {**a, **meta}, None)](*[a[n] for n in params])
+        torch.cuda.synchronize()
+        if call.kernel == "tq_linear":
+            want = (a["x_ptr"].float() @ a["w_ptr"].float().T + a["bias_ptr"].float())
+            got = a["out_ptr"].float()
+        else:
+            want = torch.linalg.vector_norm(a["x_ptr"].float(), dim=1)
+            got = a["out_ptr"]
+        err = ((got - want).abs().max() / want.abs().max().clamp_min(1e-6)).item()
+        if not err < 1e-2:
+            errors[f"{call.kernel} {call.index}"] = err
+    tuned_files = [str(p) for p in (cache / "tuning").rglob("*.json")] if (cache / "tuning").exists() else []
+    return {"report": report, "tune_s": round(tune_s, 2), "relative_errors_over_1e-2": errors,
+            "tuning_cache_files": tuned_files, "triton_importable": _triton_importable()}
+
+
+def phase_tune_from_capture(work: Path, opts: dict) -> dict:
+    """Triton unimportable: `karchive tune cap.karc --from-capture -o cap-tuned.karc` times again the calls the
+    capture recorded with its autotune entries; the tuned capture then relaunches the workload bit-equal."""
+    import contextlib
+    import io
+
+    import karchive
+    from karchive.cli.main import main as karchive_main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        rc = karchive_main(["tune", str(work / "cap.karc"), "--from-capture", "-o", str(work / "cap-tuned.karc"),
+                            "--keep-going", "--json"])
+    if rc != 0:
+        raise RuntimeError(f"karchive tune --from-capture exited {rc}: {out.getvalue()[-2000:]}")
+    report = json.loads(out.getvalue())
+    ref, t = _load_ref_file(work / "cap.pt")
+    arc = karchive.open(str(work / "cap-tuned.karc"))
+    got = _calls({n: arc.kernel(n) for n in ("at_copy", "h_over_at", "at_over_h")}, t)
+    ref = {k: v for k, v in ref.items() if k in got}
+    tables = {r["kernel"]: len(r.get("tuned", [{}])[0].get("entries", [])) for r in arc.manifest.autotune}
+    return {"decisions": [{k: d[k] for k in ("kernel", "key", "config", "timings_ms")} for d in report["decisions"]],
+            "failed": report.get("failed", []),
+            "tables": tables, "not_bit_equal": _diff(got, ref), "triton_importable": _triton_importable()}
+
+
+def phase_tune_compare(work: Path, opts: dict) -> dict:
+    """For every call of the keys file: Triton's autotuner's choice (fresh cache) and karchive tune's (tune-report.json),
+    both run on Triton's JIT with their meta-parameters and timed by triton.testing.do_bench, alternating, best of
+    three rounds each (so only the choice differs)."""
+    import torch
+    from triton.testing import do_bench
+
+    import karchive
+    from karchive.producer.compile.wrapped import stack_of
+    from karchive.runtime.tune_keys import TorchFactory, grid_for, materialize, parse_keys_file
+
+    sys.path.insert(0, str(ROOT / "tests" / "data" / "tune"))
+    import tune_kernels as tk
+
+    fx = _fixtures()
+    report = json.loads((work / "tune-report.json").read_text())
+    chosen = {(d["kernel"].rpartition(":")[2], json.dumps(d["key"])): d["config"] for d in report["decisions"]}
+    arc = karchive.open(str(work / "tuned.karc"))
+    calls = parse_keys_file((fx / "tune-keys.json").read_bytes())
+    factory = TorchFactory()
+    results = []
+    for call in calls:
+        a = materialize(call, factory)
+        obj = getattr(tk, call.kernel)
+        tuner = stack_of(obj).tuner
+        fn = tuner.fn
+        params = [n for n in fn.arg_names if n in a]
+        pos = [a[n] for n in params]
+
+        def grid(meta, call=call, a=a):
+            return grid_for(call, {**a, **meta}, None)
+
+        tuner.cache.clear()
+        obj[grid](*pos)
+        torch.cuda.synchronize()
+        (t_cfg,) = tuner.cache.values()
+        key = arc.kernel(call.kernel).tuning_key(*pos)
+        k_index = chosen[(call.kernel, json.dumps(key))]
+        k_cfg = tuner.configs[k_index]
+        t_meta, k_meta = t_cfg.all_kwargs(), k_cfg.all_kwargs()
+        def timed(meta: dict, fn: Any = fn, grid: Any = grid, pos: list = pos) -> float:
+            return do_bench(lambda: fn[grid](*pos, **meta), warmup=50, rep=300)
+
+        t_ms, k_ms = [], []
+        for _ in range(3):
+            t_ms.append(timed(t_meta))
+            k_ms.append(timed(k_meta))
+        t_best, k_best = min(t_ms), min(k_ms)
+        shape = key[:3] if call.kernel == "tq_linear" else key[:1]
+        results.append({"kernel": call.kernel, "case": " x ".join(str(x) for x in shape),
+                        "triton": str(t_cfg), "karchive": str(k_cfg), "same_config": t_cfg is k_cfg,
+                        "triton_ms": round(t_best, 5), "karchive_ms": round(k_best, 5),
+                        "ratio": round(k_best / t_best, 4)})
+    return {"results": results, "device": torch.cuda.get_device_name(0)}
+
+
+PHASES = {"tune_build": phase_tune_build, "tune_from_capture": phase_tune_from_capture, "tune_cli": phase_tune_cli, "tune_compare": phase_tune_compare, "tune_quality": phase_tune_quality, "triton_ref": phase_triton_ref, "aot_build": phase_aot_build, "aot_launch": phase_aot_launch,
           "capture": phase_capture, "relaunch": phase_relaunch, "jit_rerun": phase_jit_rerun}
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...format.autotune import FALLBACK_RULE, json_number, normalize_key
+from ...format.autotune import FALLBACK_RULE, json_number, json_scalar, normalize_key
 from ..compile.canonical import kernel_name
 from ..compile.kernel_ref import config_json
 
@@ -101,6 +101,10 @@ class AutotuneLog:
         index = _config_index(tuner.configs, chosen)
         key_list = normalize_key(key if key is not None else tuning_key(tuner, named))
         entry = record.entries.get(repr(key_list)) or {"key": key_list}
+        if "call" not in entry:  # the call as data, so `karchive tune --from-capture` can time it again
+            described = describe_call(named, kwargs.get("grid"), tuner.configs, skip=set(outer or ()))
+            if described is not None:
+                entry["call"] = described
         entry["config"] = index
         if variant_key is not None or "variant" not in entry:
             entry["variant"] = variant_key
@@ -112,6 +116,53 @@ class AutotuneLog:
 
     def to_json(self) -> list[dict]:
         return [r.to_json() for r in sorted(self.records.values(), key=lambda r: (r.kernel, r.key_names))]
+
+
+def describe_call(named: dict[str, Any], grid: Any, configs: list, skip: set[str]) -> dict | None:
+    """The call an autotune entry was tuned on, as a keys file describes one (spec/FORMAT.md §6.6): tensors by
+    shape, dtype and stride, scalars by value, and the grid Triton computes for each config (the user's grid
+    function, called as Triton calls it with the arguments and the config's meta-parameters). None when an
+    argument is neither (e.g. a tensor of a dtype keys files do not name): that entry then needs a keys file."""
+    from ...format.tuned import KEY_DTYPES, KEY_MAX_VALUES
+
+    args: dict[str, Any] = {}
+    for name, value in named.items():
+        if name in skip or name in ("grid", "warmup"):
+            continue
+        if hasattr(value, "data_ptr") and hasattr(value, "shape") and hasattr(value, "dtype"):
+            dtype = str(value.dtype).removeprefix("torch.")
+            try:
+                shape, stride = [int(d) for d in value.shape], [int(s) for s in value.stride()]
+            except Exception:  # noqa: BLE001 - not a torch-like tensor: this entry gets no call
+                return None
+            if dtype not in KEY_DTYPES:
+                return None
+            tensor: dict[str, Any] = {"shape": shape, "dtype": dtype, "stride": stride}
+            if not dtype.startswith(("float", "bfloat")):
+                # an integer tensor is usually an index (sequence offsets, gather indices): random values would
+                # send the kernel out of bounds, so a small one is recorded whole and a large one made of zeros
+                try:
+                    if value.numel() <= KEY_MAX_VALUES:
+                        values = [json_scalar(v) for v in value.detach().flatten().tolist()]
+                        if NotImplemented not in values:
+                            tensor["values"] = values
+                except Exception:  # noqa: BLE001 - not a torch tensor after all: zeros at tuning time
+                    pass
+            args[name] = {"tensor": tensor}
+            continue
+        scalar = json_scalar(value)
+        if scalar is NotImplemented:
+            return None
+        args[name] = scalar
+    grids: list[list[int] | None] = []
+    for c in configs:
+        try:
+            meta = {**named, **c.all_kwargs()}
+            g = grid(meta) if callable(grid) else grid
+            grids.append([int(x) for x in g] if isinstance(g, (tuple, list)) and 1 <= len(g) <= 3 else None)
+        except Exception:  # noqa: BLE001 - a grid function that fails for a config Triton never ran
+            grids.append(None)
+    return {"args": args, "grids": grids}
 
 
 def _config_index(configs: list, chosen: Any) -> int | None:

@@ -12,9 +12,9 @@ heuristics-computed constexpr, and the archive gets, as data:
   (:mod:`karchive.format.heuristics_expr`) translated from the function's source, or nothing when it
   cannot be translated (the build then needs the name's values from the spec, and a caller passes it).
 
-``prune_configs_by`` is not applied: its ``early_config_prune`` and ``perf_model`` are Python called with
-the launch's arguments (and, in practice, the device's properties), none of which a build has. Every
-config is built and the reason is recorded; the runtime benchmarks among them on the device.
+``prune_configs_by``: ``early_config_prune`` is applied per request with the spec's constexpr values where
+it needs nothing else; ``perf_model`` / ``top_k`` never (they need the device). What was applied, and why
+the rest was not, is recorded (:mod:`.prune`).
 """
 
 from __future__ import annotations
@@ -27,10 +27,7 @@ from ...format.heuristics import OPTION_NAMES
 from ...format.heuristics_expr import is_boolean
 from ._heuristics_translate import Untranslatable, translate
 from .kernel_ref import config_json, load_object, unwrap, wrappers
-
-PRUNE_SKIPPED = ("prune_configs_by is not applied ahead of time: early_config_prune and perf_model take the "
-                 "launch's arguments (and often the device), which a build has not; every config is built and "
-                 "the device tunes among them")
+from .prune import PruneOutcome, early_prune
 
 
 @dataclass
@@ -98,6 +95,7 @@ def expand(requests: list) -> WrappedPlan:
     from .aot import VariantRequest
 
     stacks: dict = {}
+    pruned: dict[str, PruneOutcome] = {}
     plan = WrappedPlan([])
     done: dict[str, tuple[dict | None, dict | None]] = {}
     for req in requests:
@@ -107,10 +105,11 @@ def expand(requests: list) -> WrappedPlan:
             continue
         if req.kernel_ref not in done:
             done[req.kernel_ref] = _records(stack, plan.warnings, req.kernel_ref)
+        params = {p.name for p in stack.jit.params}
+        outcome = _prune(stack, req, params, pruned)
         if getattr(req, "expanded", False):
             plan.requests.append(req)
             continue
-        params = {p.name for p in stack.jit.params}
         configs = list(stack.tuner.configs) if stack.tuner is not None else [None]
         chosen = req.configs
         if chosen is not None:
@@ -118,7 +117,10 @@ def expand(requests: list) -> WrappedPlan:
             if bad or stack.tuner is None:
                 raise SpecFileError(f"{req.label()}: configs = {chosen} does not index the autotuner's "
                                     f"{len(configs) if stack.tuner is not None else 0} configs")
-            configs = [configs[i] for i in chosen]
+        indexes = list(chosen) if chosen is not None else list(range(len(configs)))
+        if outcome is not None and outcome["applied"]:
+            indexes = [i for i in indexes if i in outcome["kept"]]
+        configs = [configs[i] for i in indexes]
         heur = [(name, fn) for name, fn, _outer in stack.heuristics()]
         for cfg in configs:
             cx = dict(req.constexprs)
@@ -150,12 +152,49 @@ def expand(requests: list) -> WrappedPlan:
                 plan.requests.append(VariantRequest(
                     kernel_ref=req.kernel_ref, signature=req.signature, target=req.target, constexprs=c, options=o,
                     include_ir=req.include_ir, base_dir=req.base_dir, env=dict(req.env), expanded=True))
-    for at, he in done.values():
+    for ref, (at, he) in done.items():
         if at is not None:
+            _record_pruning(at, _stack_of(stacks, ref), pruned.get(ref), plan.warnings, ref)
             plan.autotune.append(at)
         if he is not None:
             plan.heuristics.append(he)
     return plan
+
+
+def _prune(stack: Stack, req: Any, params: set[str], pruned: dict[str, PruneOutcome]) -> dict[str, Any] | None:
+    """``early_config_prune`` with the spec's constexprs (an expanded request's, less what the configs and
+    heuristics set: the same arguments, so the same outcome, recorded once)."""
+    tuner = stack.tuner
+    if tuner is None or getattr(tuner, "early_config_prune", None) is None:
+        return None
+    known = dict(req.constexprs)
+    if getattr(req, "expanded", False):
+        tuned = {k for c in tuner.configs for k in getattr(c, "kwargs", {})}
+        computed = {name for name, _fn, _outer in stack.heuristics()}
+        known = {k: v for k, v in known.items() if k not in tuned and k not in computed}
+    outcome = early_prune(tuner, known, params)
+    pruned.setdefault(req.kernel_ref, PruneOutcome()).add(outcome)
+    return outcome
+
+
+def _stack_of(stacks: dict, ref: str) -> Stack | None:
+    return next((st for (r, _base), st in stacks.items() if r == ref and st is not None), None)
+
+
+def _record_pruning(at: dict, stack: Stack | None, outcome: PruneOutcome | None, warnings: list[str], ref: str) -> None:
+    """The record's ``prune`` (one line) and ``pruning`` (per part: applied with which arguments and which
+    configs kept, or the reason it was not), and the same line as a build warning."""
+    tuner = stack.tuner if stack is not None else None
+    if tuner is None:
+        return
+    outcome = outcome or PruneOutcome()
+    if getattr(tuner, "perf_model", None) is not None:
+        outcome.perf_model, outcome.top_k = True, getattr(tuner, "configs_top_k", None)
+    if not outcome.early and not outcome.perf_model:
+        return
+    at["prune"] = outcome.summary()
+    at["pruning"] = outcome.record()
+    warnings.append(f"{ref}: {at['prune']}")
 
 
 def _build_values(name: str, fn: Any) -> list | None:
@@ -179,9 +218,6 @@ def _records(stack: Stack, warnings: list[str], ref: str) -> tuple[dict | None, 
               "reset_to_zero": [str(n) for n in getattr(t, "reset_to_zero", None) or []],
               "restore_value": [str(n) for n in getattr(t, "restore_value", None) or []],
               "outer_heuristics": [n for n, _fn, outer in heur if outer]}
-        if getattr(t, "early_config_prune", None) is not None or getattr(t, "perf_model", None) is not None:
-            at["prune"] = PRUNE_SKIPPED
-            warnings.append(f"{ref}: {PRUNE_SKIPPED}")
         if getattr(t, "user_defined_pre_hook", False) or getattr(t, "user_defined_post_hook", False):
             warnings.append(f"{ref}: the autotuner's pre_hook/post_hook is Python the runtime cannot run; "
                             "it is not recorded")
