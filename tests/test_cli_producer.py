@@ -58,9 +58,7 @@ def test_inspect_table_filters_and_ir(examples_archive, capsys):
 def test_verify_passes_then_names_the_damage(examples_archive, tmp_path, capsys):
     code, stdout, _ = run(capsys, "verify", str(examples_archive))
     assert code == 0 and stdout.startswith("OK")
-    from karchive.format.manifest import Manifest
     from karchive.format.reader import ArchiveReader
-    from karchive.format.source import BytesSource
 
     reader = ArchiveReader.from_path(examples_archive)
     variant = reader.manifest["variants"][3]
@@ -181,7 +179,6 @@ def test_kernels_with_tensor_descriptors_build_with_their_expansion_recorded(tmp
 
     from karchive.format.manifest import Manifest
     from karchive.format.reader import ArchiveReader
-    from karchive.format.source import BytesSource
     from karchive.format.tensordesc import convention_for_triton
 
     (tmp_path / "tma.py").write_text(TMA)
@@ -191,7 +188,7 @@ def test_kernels_with_tensor_descriptors_build_with_their_expansion_recorded(tmp
                        "-o", str(out))
     assert code == 0, err
     convention = convention_for_triton(triton.__version__)
-    manifest = Manifest.from_json(ArchiveReader(BytesSource(out.read_bytes())).manifest)
+    manifest = Manifest.from_json(ArchiveReader.from_path(out).manifest)
     by_arch = {v.target.arch: v for v in manifest.variants}
     assert manifest.abi_version == 2
     tma = by_arch["90"].abi

@@ -138,7 +138,7 @@ def test_a_real_archive_round_trips_and_validates(examples_archive):
 def test_a_sharded_manifest_is_the_same_model_and_reads_one_shard_per_kernel():
     """Format 2 stores the variants in one shard per kernel; Manifest.sharded hides it: counts come from
     the header, a kernel's variants from one loader call, and to_json() is the whole manifest."""
-    from karchive.errors import SchemaError, UnsupportedVersionError
+    from karchive.errors import SchemaError
     from karchive.format.manifest import KernelSummary
 
     whole = _manifest(full=True)
