@@ -26,7 +26,9 @@ from ..format.manifest import Variant
 from . import args as args_module
 from .args import NotAPointer, pointer_value
 from .driver_api import Backend, LoadedFunction, stream_handle
+from ..format.tensordesc import TensorDescAbi
 from .pack import ParamLayout, bf16_bits
+from .tensordesc import expand
 from .plan import KernelPlan
 from .select import MISSING, DeviceFit, variant_label
 
@@ -101,7 +103,9 @@ class LaunchEntry:
         cluster_n = self.cluster[0] * self.cluster[1] * self.cluster[2]
         self.use_ex = cluster_n > 1 or self.cooperative or self.pdl
         #: Needs more than pack + plain launch (launch attributes or scratch): both paths launch it from Python.
-        self.special = self.use_ex or bool(self.scratch)
+        self.special = self.use_ex or bool(self.scratch) or any(p.kind == "tensordesc" for p in abi.params)
+        #: Autotuned kernels: a descriptor's block shape is the chosen variant's, whatever the call site's says.
+        self.descriptor_block_from_variant = False
         self.meta: dict[str, Any] = {**variant.constexprs, "num_warps": abi.num_warps, "num_ctas": abi.num_ctas,
                                      "num_stages": variant.options.get("num_stages")}
         self.call_positions = plan.call_positions
@@ -110,7 +114,9 @@ class LaunchEntry:
         for p in abi.params[: self.layout.n_user]:
             j = self.call_positions.index(p.arg)
             convert = None
-            if p.kind == "pointer" and p.arg not in extracted:
+            if p.kind == "tensordesc":
+                convert = "desc"  # one call value -> several binary parameters (tensordesc.expand)
+            elif p.kind == "pointer" and p.arg not in extracted:
                 convert = "ptr"
             elif p.type == "bf16":
                 convert = "bf16"
@@ -148,6 +154,12 @@ class LaunchEntry:
         out = []
         for (j, conv), p in zip(self.slots, self.variant.abi.params):
             v = values[j]
+            if conv == "desc":
+                try:
+                    out.extend(expand(p.name, cast(TensorDescAbi, p.desc), v, self.descriptor_block_from_variant))
+                except ArgumentError as exc:
+                    raise ArgumentError(f"{self.kernel}: {exc}", kernel=self.kernel, param=p.name) from None
+                continue
             if conv == "ptr":
                 try:
                     v = pointer_value(v)
@@ -343,6 +355,9 @@ class BoundLauncher:
         except ValueError:
             raise ArgumentError(f"{self.entry.kernel}: no parameter {name!r} to set; "
                                 f"settable: {list(self.param_names)}") from None
+        if self.variant.abi.params[i].kind == "tensordesc":
+            raise ArgumentError(f"{self.entry.kernel}: {name!r} is a tensor descriptor; pass every value to the bound "
+                                "launcher (bound(*values)) to change it", param=name)
         if self.variant.abi.params[i].kind == "pointer":
             try:
                 value = pointer_value(value)
@@ -369,6 +384,9 @@ class BoundLauncher:
         out = []
         tensor = args_module.TENSOR_TYPE
         for p, v in zip(self.variant.abi.params, args):
+            if p.kind == "tensordesc":
+                out.extend(expand(p.name, cast(TensorDescAbi, p.desc), v, self.entry.descriptor_block_from_variant))
+                continue
             if p.kind == "pointer":
                 try:  # the bound path reads only the address (the binding checked dtypes and devices)
                     v = v.data_ptr() if type(v) is tensor else v if type(v) is int else pointer_value(v)
