@@ -326,3 +326,45 @@ def test_a_kernel_of_descriptors_selects_and_refuses_through_the_archive(tmp_pat
     small = td.TensorDescriptor(FakeTensor(0x20000, [128, 64], FP16), [32, 64])
     with pytest.raises(NoMatchingVariantError, match=r"out_desc has block_shape \[32, 64\]"):
         k.select(a, small, BLOCK_M=64, BLOCK_N=64, device=h100)
+
+
+@pytest.mark.parametrize("path", ["python", "extension"])
+def test_descriptor_launch_packs_the_recorded_expansion_on_both_paths(path, monkeypatch, tmp_path, no_driver):
+    """kernel[grid](desc, desc) through the recording driver stand-in (runtime_support.FakeCuda): the bytes
+    behind each kernelParams pointer are the maps, then shape (i32) and strides (i64), then the scratch
+    pointers; a second launch re-encodes nothing; a misaligned descriptor launches nothing."""
+    pytest.importorskip("triton")
+    import karchive
+    from karchive.cli.main import main
+    from karchive.producer.tensordesc_abi import binary_param_sizes
+    from karchive.runtime import launch_path
+    from runtime_support import fake_cuda
+
+    if path == "extension" and launch_path.extension() is None:
+        pytest.skip(f"the compiled launcher is not built here: {launch_path.status().detail}")
+    out = tmp_path / "tma.karc"
+    assert main(["compile", str(DATA / "tma_kernels.py"), "-n", "desc_copy", "-s",
+                 "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64, 64", "-t", "cuda:90", "-o", str(out)]) == 0
+    with fake_cuda(monkeypatch, path) as (rec, _backend):
+        arc = karchive.open(str(out))
+        (v,) = arc.variants("desc_copy")
+        user = [p for p in v.abi.params if p.kind == "tensordesc"]
+        rec.sizes[arc.reader.read(v.binary.path)] = binary_param_sizes(user) + [8] * (len(v.abi.params) - len(user))
+        k = arc.kernel("desc_copy")
+        assert k.launch_path == path
+        a = td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP16), [64, 64])
+        b = td.TensorDescriptor(FakeTensor(0x30000, [256, 64], FP16), [64, 64])
+        k[(2, 1)](a, b, BLOCK_M=64, BLOCK_N=64)
+        k[(2, 1)](a, b, BLOCK_M=64, BLOCK_N=64)
+        assert len(no_driver) == 2  # two maps encoded once each, reused by the second launch
+        (first, second) = rec.launches()
+        assert first.params == second.params and first.grid == (2, 1, 1) and first.block == (128, 1, 1)
+        p = first.params
+        assert p[0] == bytes([1]) * 128 and p[5] == bytes([2]) * 128
+        assert [struct.unpack("<i", x)[0] for x in (p[1], p[2], p[6], p[7])] == [128, 64, 256, 64]
+        assert [struct.unpack("<q", x)[0] for x in (p[3], p[4], p[8], p[9])] == [64, 1, 64, 1]
+        assert no_driver[0].address == 0x10000 and no_driver[1].address == 0x30000
+        bad = td.TensorDescriptor(FakeTensor(0x30008, [256, 64], FP16), [64, 64])
+        with pytest.raises(ArgumentError, match="desc_copy: parameter 'out_desc'.*not 16-byte aligned") as err:
+            k[(2, 1)](a, bad, BLOCK_M=64, BLOCK_N=64)
+        assert err.value.param == "out_desc" and len(rec.launches()) == 2
