@@ -368,3 +368,47 @@ def test_descriptor_launch_packs_the_recorded_expansion_on_both_paths(path, monk
         with pytest.raises(ArgumentError, match="desc_copy: parameter 'out_desc'.*not 16-byte aligned") as err:
             k[(2, 1)](a, bad, BLOCK_M=64, BLOCK_N=64)
         assert err.value.param == "out_desc" and len(rec.launches()) == 2
+
+
+def test_autotuned_descriptor_kernel_takes_the_block_of_the_chosen_config(monkeypatch, tmp_path, no_driver,
+                                                                          triton_cache_dir, fake_gpu_driver):
+    """An autotuned matmul whose configs set descriptor block shapes in a pre_hook (Triton's pattern) is
+    captured; the archive's dispatcher launches the recorded winner with call-site descriptors whose block
+    shape is a placeholder, encoding each map with the winner's block (no hook run, none needed)."""
+    pytest.importorskip("triton")
+    import triton.language as tl
+    from triton.tools.tensor_descriptor import TensorDescriptor as TritonDesc
+
+    import karchive
+    from capture_fakes import MockPtr, fresh
+    from karchive.producer.tensordesc_abi import binary_param_sizes
+    from runtime_support import fake_cuda
+
+    sys.path.insert(0, str(DATA))
+    import tma_kernels
+
+    fresh(tma_kernels.desc_matmul_tuned)
+    fake_gpu_driver._timings = iter([2.0, 1.0])  # the second config (BLOCK_M=128) wins
+    with karchive.capture("tuned", version="1.0") as cap:
+        descs = [TritonDesc(MockPtr(tl.float16), [256, 128], [128, 1], [1, 1]) for _ in range(2)]
+        c = TritonDesc(MockPtr(tl.float16), [256, 256], [256, 1], [1, 1])
+        tma_kernels.desc_matmul_tuned[lambda m: (4,)](descs[0], descs[1], c, 256, 256, 128)
+    assert any("take each variant's compiled block shape" in w for w in cap.warnings)
+    out = tmp_path / "tuned.karc"
+    cap.save(out)
+    with fake_cuda(monkeypatch, "python") as (rec, _backend):
+        arc = karchive.open(str(out))
+        for v in arc.variants("desc_matmul_tuned"):
+            user = [p for p in v.abi.params if p.kind != "global_scratch" and p.kind != "profile_scratch"]
+            rec.sizes[arc.reader.read(v.binary.path)] = binary_param_sizes(user) + [8] * (len(v.abi.params) - len(user))
+        k = arc.kernel("desc_matmul_tuned")
+        a = td.TensorDescriptor(FakeTensor(0x10000, [256, 128], FP16), [1, 1])  # placeholder blocks
+        b = td.TensorDescriptor(FakeTensor(0x20000, [256, 128], FP16), None)
+        cc = td.TensorDescriptor(FakeTensor(0x40000, [256, 256], FP16), [1, 1])
+        chosen = k.select(a, b, cc, 256, 256, 128)
+        assert chosen.constexprs["BLOCK_M"] == 128
+        k[lambda meta: (4,)](a, b, cc, 256, 256, 128)
+        (launch,) = rec.launches()
+        assert launch.block == (256, 1, 1)  # num_warps=8 of the winning config
+        boxes = {p.address: p.box_dim for p in no_driver}
+        assert boxes == {0x10000: (64, 128), 0x20000: (64, 64), 0x40000: (64, 128)}

@@ -61,7 +61,10 @@ class TensorDescriptor:
     The address is read again at every launch (a tensor whose storage moved is re-encoded, not reused).
     """
 
-    __slots__ = ("source", "shape", "strides", "block_shape", "dtype", "padding", "round_f32_to_tf32", "_fixed_ptr")
+    # No ``dtype`` attribute, on purpose: Triton's autotune key adds ``str(x.dtype)`` of every argument that has
+    # one, and Triton's own descriptor has none; karchive's must give the same key (spec/FORMAT.md §6.3).
+    __slots__ = ("source", "shape", "strides", "block_shape", "elem_dtype", "padding", "round_f32_to_tf32",
+                 "_fixed_ptr")
 
     def __init__(self, x: Any, block_shape: Sequence[int] | None = None, *, shape: Sequence[int] | None = None,
                  strides: Sequence[int] | None = None, dtype: Any = None, padding: str = "zero",
@@ -95,7 +98,7 @@ class TensorDescriptor:
         if self.block_shape is not None and len(self.block_shape) != len(self.shape):
             raise ArgumentError(f"TensorDescriptor: block_shape {self.block_shape} has rank {len(self.block_shape)}, "
                                 f"the tensor {len(self.shape)}")
-        self.dtype = found_dtype
+        self.elem_dtype = found_dtype
         self.padding = padding
         self.round_f32_to_tf32 = bool(round_f32_to_tf32)
 
@@ -106,7 +109,7 @@ class TensorDescriptor:
     def __repr__(self) -> str:
         return (f"karchive.TensorDescriptor(shape={list(self.shape)}, strides={list(self.strides)}, "
                 f"block_shape={None if self.block_shape is None else list(self.block_shape)}, "
-                f"dtype={triton_dtype(self.dtype) or self.dtype})")
+                f"dtype={triton_dtype(self.elem_dtype) or self.elem_dtype})")
 
 
 def shape_and_strides(x: Any, dtype: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -188,7 +191,7 @@ def _read(value: Any) -> _Call:
             ptr, dev = value._fixed_ptr, None
         else:
             ptr, _d, dev = pointer_info(value.source)
-        return _Call(ptr, value.shape, value.strides, value.block_shape, value.dtype, dev, value.padding,
+        return _Call(ptr, value.shape, value.strides, value.block_shape, value.elem_dtype, dev, value.padding,
                      value.round_f32_to_tf32)
     if is_descriptor(value):  # Triton's TensorDescriptor (any release with host descriptors)
         try:

@@ -70,3 +70,29 @@ def device_desc_copy(src, dst, M, N, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexp
     pm = tl.program_id(0)
     pn = tl.program_id(1)
     d.store([pm * BLOCK_M, pn * BLOCK_N], s.load([pm * BLOCK_M, pn * BLOCK_N]))
+
+
+def _descriptor_blocks(nargs):
+    """Triton's usual autotune pre_hook: each config sets the descriptors' block shapes it was compiled for."""
+    bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
+    nargs["a_desc"].block_shape = [bm, bk]
+    nargs["b_desc"].block_shape = [bn, bk]
+    nargs["c_desc"].block_shape = [bm, bn]
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}, num_warps=4,
+                                        pre_hook=_descriptor_blocks),
+                          triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64}, num_warps=8,
+                                        pre_hook=_descriptor_blocks)], key=["M", "N", "K"])
+@triton.jit
+def desc_matmul_tuned(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                      BLOCK_K: tl.constexpr):
+    """One output tile per program: C = A @ B^T with block shapes chosen by the autotuner."""
+    pid = tl.program_id(0)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    row = (pid // tiles_n) * BLOCK_M
+    col = (pid % tiles_n) * BLOCK_N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, K, BLOCK_K):
+        acc = tl.dot(a_desc.load([row, k]), b_desc.load([col, k]).T, acc)
+    c_desc.store([row, col], acc.to(c_desc.dtype))
