@@ -187,3 +187,39 @@ def test_release_venvs_record_their_own_convention(tmp_path):
     assert m.produced_by["triton"].startswith("3.6")
     assert by_arch["90"] is not None and by_arch["90"].convention == "triton-3.5" and by_arch["90"].mode == "tma"
     assert by_arch["80"] is not None and by_arch["80"].slots.count("i1") == 1
+
+
+def _has_gluon() -> bool:
+    try:
+        import triton.experimental.gluon  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(not _has_gluon(), reason="the installed Triton has no triton.experimental.gluon")
+def test_gluon_kernels_build_ahead_of_time_and_are_captured(triton_cache_dir, fake_gpu_driver, tmp_path):
+    """A Gluon kernel builds for cuda:80/90/100 (through GluonASTSource, as Gluon's JIT compiles it) and a
+    JIT call of it is captured with the same key and ABI as the ahead-of-time build."""
+    import karchive
+    import gluon_kernels
+    from capture_fakes import MockPtr, fresh
+    from karchive.producer.aot import VariantRequest, compile_variant
+
+    sig = "*fp32:16, *fp32:16, i32, fp32"
+    built = {}
+    for t in ("80", "90", "100"):
+        cv = compile_variant(VariantRequest(f"{DATA / 'gluon_kernels.py'}:gluon_scale", sig, f"cuda:{t}",
+                                            {"BLOCK": 1024}, {"num_warps": 4}))
+        assert cubin_sm(cv.files["binary"]) == int(t) and cv.variant.abi.version == 1
+        built[t] = cv
+    import triton.language as tl
+
+    fresh(gluon_kernels.gluon_scale)
+    with karchive.capture("gl", version="1.0") as cap:
+        gluon_kernels.gluon_scale[(4,)](MockPtr(tl.float32), MockPtr(tl.float32), 4001, 2.0, BLOCK=1024,
+                                        num_warps=4)
+    assert cap.warnings == []
+    (captured,) = cap.variants.values()
+    for field in ("key", "params", "abi", "options", "target"):
+        assert captured.variant.to_json()[field] == built["90"].variant.to_json()[field], field

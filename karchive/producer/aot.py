@@ -141,7 +141,6 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
     try:
         import triton
         from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource
     except ImportError as exc:  # pragma: no cover - producer extra missing
         raise CompileError("compiling needs Triton: pip install 'karchive[producer]'") from exc
     check_import_time_state(target.backend, env)
@@ -152,7 +151,9 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
     # equals the JIT's, so an exported AOT variant is a cache hit for plain JIT calls.
     attrs = {(i,): ([["tt.divisibility", spec.divisibility[n]]] if n in spec.divisibility else [])
              for i, n in enumerate(spec.names) if spec.types[n] != "constexpr"}
-    src = ASTSource(fn=fn, signature=dict(spec.types), constexprs=dict(spec.constexprs), attrs=attrs)
+    from .gluon import ast_source_class
+
+    src = ast_source_class(fn)(fn=fn, signature=dict(spec.types), constexprs=dict(spec.constexprs), attrs=attrs)
     from .triton_cache import build_fingerprint
     try:
         # Every compile that generates code imports this (and, through it, Gluon's modules); a cache hit
