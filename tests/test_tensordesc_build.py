@@ -223,3 +223,55 @@ def test_gluon_kernels_build_ahead_of_time_and_are_captured(triton_cache_dir, fa
     (captured,) = cap.variants.values()
     for field in ("key", "params", "abi", "options", "target"):
         assert captured.variant.to_json()[field] == built["90"].variant.to_json()[field], field
+
+
+def test_autotuned_descriptor_configs_build_from_named_blocks_with_the_jit_keys(triton_cache_dir, fake_gpu_driver):
+    """``tensordesc<fp16[BLOCK_M, BLOCK_K]>`` in a build spec binds each config's block (what the autotune
+    pre_hook sets for the JIT): every config builds with the key and ABI the JIT capture gives it."""
+    import triton.language as tl
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    import karchive
+    import tma_kernels
+    from capture_fakes import MockPtr, fresh
+
+    fresh(tma_kernels.desc_matmul_tuned)
+    fake_gpu_driver._timings = iter([2.0, 1.0])
+    with karchive.capture("tuned", version="1.0") as cap:
+        ds = [TensorDescriptor(MockPtr(tl.float16), [256, 128], [128, 1], [1, 1]) for _ in range(2)]
+        c = TensorDescriptor(MockPtr(tl.float16), [256, 256], [256, 1], [1, 1])
+        tma_kernels.desc_matmul_tuned[lambda m: (4,)](ds[0], ds[1], c, 256, 256, 128)
+    captured = {v.variant.constexprs["BLOCK_M"]: v.variant for v in cap.variants.values()}
+    assert set(captured) == {64, 128}
+    sig = ("tensordesc<fp16[BLOCK_M, BLOCK_K]>, tensordesc<fp16[BLOCK_N, BLOCK_K]>, "
+           "tensordesc<fp16[BLOCK_M, BLOCK_N]>, i32:16, i32:16, i32:16")  # 256, 256, 128: divisible by 16
+    for bm, warps in ((64, 4), (128, 8)):
+        from karchive.producer.aot import VariantRequest, compile_variant
+
+        aot = compile_variant(VariantRequest(f"{KERNELS}:desc_matmul_tuned", sig, "cuda:90",
+                                             {"BLOCK_M": bm, "BLOCK_N": 64, "BLOCK_K": 64}, {"num_warps": warps}))
+        assert aot.variant.params[0].type == f"tensordesc<fp16[{bm}, 64]>"
+        for field in ("key", "params", "abi"):
+            assert aot.variant.to_json()[field] == captured[bm].to_json()[field], (bm, field)
+    from karchive.errors import UnsupportedKernelError
+    from karchive.producer.tensordesc_abi import bind_descriptor_blocks
+
+    with pytest.raises(UnsupportedKernelError, match="'BLOCK_Q', which is not an int constexpr"):
+        bind_descriptor_blocks({"a": "tensordesc<fp16[BLOCK_Q, 64]>"}, {"BLOCK_M": 64})
+
+
+def test_the_gpu_proof_archive_builds_on_cpu(tmp_path):
+    """tests/gpu/build_tensordesc.py (what the lead runs before carrying .gpu/ to the H100) builds every
+    kernel of tests/gpu/tensordesc_build.toml for cuda:90 and cuda:100."""
+    out = tmp_path / "gpu"
+    proc = subprocess.run([sys.executable, str(ROOT / "tests" / "gpu" / "build_tensordesc.py"), str(out)],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    from karchive.format.manifest import Manifest
+    from karchive.format.open import open_location
+
+    m = Manifest.from_json(open_location(out / "tensordesc.karc").manifest)
+    kinds = {(v.kernel.split(":")[-1], v.target.arch) for v in m.variants}
+    for k in ("desc_copy", "desc_matmul_persistent", "desc_attention_fwd", "device_desc_copy", "desc_matmul_tuned"):
+        assert (k, "90") in kinds and (k, "100") in kinds
+    assert m.autotune and m.autotune[0]["kernel"].endswith("desc_matmul_tuned")

@@ -26,6 +26,7 @@ from .describe import CompiledVariant, describe_variant, signature_defaults
 from .kernel_ref import load_kernel, split_ref
 from .signature import Specialization, resolve
 from .toolchain import check_target
+from .tensordesc_abi import bind_descriptor_blocks
 
 #: Options each backend accepts from the command line / spec file (others are refused early).
 COMMON_OPTIONS = {"num_warps", "num_stages", "num_ctas", "enable_fp_fusion", "debug", "launch_cooperative_grid",
@@ -138,6 +139,7 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
     env = validate_env(req.env)
     fn, module = load_kernel(req.kernel_ref, req.base_dir)
     spec = specialize(fn, req.signature, req.constexprs)
+    spec.types = bind_descriptor_blocks(spec.types, spec.constexprs, req.label())
     try:
         import triton
         from triton.backends.compiler import GPUTarget

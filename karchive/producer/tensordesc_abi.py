@@ -9,6 +9,7 @@ entry-point check in :func:`karchive.producer.describe.build_abi` confirms it ag
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +19,7 @@ from ..format.tensordesc import (
     CONVENTIONS, TensorDescAbi, convention_for_triton, parse_tensordesc_type, slot_size,
 )
 
-__all__ = ["binary_param_sizes", "tensordesc_records"]
+__all__ = ["binary_param_sizes", "bind_descriptor_blocks", "tensordesc_records"]
 
 
 def _triton_version(metadata: dict) -> str:
@@ -92,3 +93,31 @@ def binary_param_sizes(params: Sequence[AbiParam]) -> list[int]:
         else:
             sizes.append(p.size)
     return sizes
+
+
+_BLOCK_RE = re.compile(r"^(tensordesc(?:_im2col)?<[a-z][a-z0-9]*\[)([^\]]*)(\].*>)$")
+
+
+def bind_descriptor_blocks(types: dict[str, str], constexprs: dict[str, Any], kernel: str = "kernel") -> dict[str, str]:
+    """A build spec may name a descriptor's block by constexprs (``tensordesc<fp16[BLOCK_M, BLOCK_K]>``), as
+    an autotune ``pre_hook`` sets it per config: each name becomes that variant's value (what Triton's JIT
+    sees after the hook), so every config of an autotuned descriptor kernel builds from one signature."""
+    out = dict(types)
+    for name, typ in types.items():
+        m = _BLOCK_RE.match(str(typ).strip())
+        if not m or all(part.strip().isdigit() for part in m.group(2).split(",")):
+            continue
+        dims = []
+        for part in m.group(2).split(","):
+            part = part.strip()
+            if part.isdigit():
+                dims.append(part)
+                continue
+            value = constexprs.get(part)
+            if type(value) is not int:
+                raise UnsupportedKernelError(
+                    f"{kernel}: descriptor {name!r} names block dimension {part!r}, which is not an int constexpr "
+                    f"of this variant (constexprs: {sorted(constexprs)})", kernel=kernel)
+            dims.append(str(value))
+        out[name] = f"{m.group(1)}{', '.join(dims)}{m.group(3)}"
+    return out
