@@ -20,6 +20,15 @@ def desc_copy(in_desc, out_desc, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
 
 
 @triton.jit
+def desc_add(a_desc, b_desc, c_desc, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """C = A + B, one tile per program: three descriptors and little work (tools/bench_launch.py times it)."""
+    pm = tl.program_id(0)
+    pn = tl.program_id(1)
+    c_desc.store([pm * BLOCK_M, pn * BLOCK_N],
+                 a_desc.load([pm * BLOCK_M, pn * BLOCK_N]) + b_desc.load([pm * BLOCK_M, pn * BLOCK_N]))
+
+
+@triton.jit
 def desc_matmul_persistent(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                            BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr):
     """C[M, N] = A[M, K] @ B[N, K]^T, fp32 accumulation; each program walks tiles start, start + P, ..."""
