@@ -272,6 +272,6 @@ def test_the_gpu_proof_archive_builds_on_cpu(tmp_path):
 
     m = Manifest.from_json(open_location(out / "tensordesc.karc").manifest)
     kinds = {(v.kernel.split(":")[-1], v.target.arch) for v in m.variants}
-    for k in ("desc_copy", "desc_matmul_persistent", "desc_attention_fwd", "device_desc_copy", "desc_matmul_tuned"):
+    for k in ("desc_copy", "desc_add", "desc_matmul_persistent", "desc_attention_fwd", "device_desc_copy", "desc_matmul_tuned"):
         assert (k, "90") in kinds and (k, "100") in kinds
     assert m.autotune and m.autotune[0]["kernel"].endswith("desc_matmul_tuned")
