@@ -316,6 +316,7 @@ def check_call(name: str, d: TensorDescAbi, call: _Call, block_from_variant: boo
 
 _lock = threading.Lock()
 _cache: dict[tuple, list[Any]] = {}
+_records: dict[int, TensorDescAbi] = {}
 _CACHE_LIMIT = 4096
 _driver_version: list[int] = []
 
@@ -323,6 +324,7 @@ _driver_version: list[int] = []
 def clear_cache() -> None:
     with _lock:
         _cache.clear()
+        _records.clear()
 
 
 def _driver() -> int:
@@ -357,15 +359,26 @@ def encode_tiled(p: EncodeParams) -> bytes:
 def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = False) -> list[Any]:
     """A descriptor argument as the values of the binary parameters ``d`` lists (``d.slots``, in order):
     bytes for a ``tensormap`` slot, ints (bools as 0/1) for the rest. Cached by everything it depends on."""
-    try:
-        call = _read(value)
-    except ArgumentError as exc:
-        raise ArgumentError(f"parameter {name!r}: {exc}", param=name) from None
-    key = (call.ptr, call.shape, call.strides, call.dtype, call.device, call.block, call.padding, call.tf32, d,
-           block_from_variant)
-    out = _cache.get(key)
-    if out is not None:
-        return out
+    if type(value) is TensorDescriptor:  # the steady state: one address read, one dict lookup
+        fixed = value._fixed_ptr
+        ptr, _dt, dev = (fixed, None, None) if fixed is not None else pointer_info(value.source)
+        key = (ptr, value.shape, value.strides, value.elem_dtype, dev, value.block_shape, value.padding,
+               value.round_f32_to_tf32, id(d), block_from_variant)
+        out = _cache.get(key)
+        if out is not None:
+            return out
+        call = _Call(ptr, value.shape, value.strides, value.block_shape, value.elem_dtype, dev, value.padding,
+                     value.round_f32_to_tf32)
+    else:
+        try:
+            call = _read(value)
+        except ArgumentError as exc:
+            raise ArgumentError(f"parameter {name!r}: {exc}", param=name) from None
+        key = (call.ptr, call.shape, call.strides, call.dtype, call.device, call.block, call.padding, call.tf32, id(d),
+               block_from_variant)
+        out = _cache.get(key)
+        if out is not None:
+            return out
     check_call(name, d, call, block_from_variant)
     r = d.rank
     if d.mode == "tma":
@@ -384,6 +397,7 @@ def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = F
         if len(_cache) >= _CACHE_LIMIT:
             _cache.clear()
         _cache[key] = out
+        _records[id(d)] = d  # id(d) in the key stays this record's while the cache holds it
     return out
 
 
