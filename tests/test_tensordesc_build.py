@@ -275,3 +275,17 @@ def test_the_gpu_proof_archive_builds_on_cpu(tmp_path):
     for k in ("desc_copy", "desc_add", "desc_matmul_persistent", "desc_attention_fwd", "device_desc_copy", "desc_matmul_tuned"):
         assert (k, "90") in kinds and (k, "100") in kinds
     assert m.autotune and m.autotune[0]["kernel"].endswith("desc_matmul_tuned")
+
+
+@pytest.mark.parametrize("arch", ["90", "100"])
+def test_fp8_pointers_and_an_fp8_descriptor_build_and_are_recorded(arch):
+    """``*fp8e4nv``/``*fp8e5`` pointers and a ``tensordesc<fp8e4nv[...]>`` (1-byte elements) build; the
+    descriptor record carries the element size the map is encoded with."""
+    if arch != "90" and not _installed_ptxas_has(arch):
+        pytest.skip(f"the installed Triton's ptxas does not offer sm_{arch}")
+    cv = _compile(f"cuda:{arch}", "fp8_scale", "*fp8e4nv:16, *fp8e5:16, tensordesc<fp8e4nv[128]>, i32, fp32",
+                  {"BLOCK": 128})
+    params = cv.variant.abi.params
+    assert [p.type for p in params[:2]] == ["*fp8e4nv", "*fp8e5"] and params[2].kind == "tensordesc"
+    d = params[2].desc
+    assert d is not None and d.dtype == "fp8e4nv" and d.elem_size == 1 and d.rank == 1 and d.block_shape == (128,)

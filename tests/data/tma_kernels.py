@@ -105,3 +105,12 @@ def desc_matmul_tuned(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BL
     for k in range(0, K, BLOCK_K):
         acc = tl.dot(a_desc.load([row, k]), b_desc.load([col, k]).T, acc)
     c_desc.store([row, col], acc.to(c_desc.dtype))
+
+
+@triton.jit
+def fp8_scale(x_ptr, y_ptr, out_desc, n, scale, BLOCK: tl.constexpr):
+    """fp8 in (e4m3 and e5m2 pointers), fp8 e4m3 out through a descriptor: the fp8 types in signatures."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    v = tl.load(x_ptr + offs, mask=m).to(tl.float32) + tl.load(y_ptr + offs, mask=m).to(tl.float32)
+    out_desc.store([tl.program_id(0) * BLOCK], (v * scale).to(tl.float8e4nv))
