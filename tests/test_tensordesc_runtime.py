@@ -412,3 +412,25 @@ def test_autotuned_descriptor_kernel_takes_the_block_of_the_chosen_config(monkey
         assert launch.block == (256, 1, 1)  # num_warps=8 of the winning config
         boxes = {p.address: p.box_dim for p in no_driver}
         assert boxes == {0x10000: (64, 128), 0x20000: (64, 64), 0x40000: (64, 128)}
+
+
+def test_archive_tools_and_bridges_handle_descriptor_kernels(tmp_path, capsys):
+    """inspect / verify / export-triton-cache / rebuild --check work on a descriptor archive; the torch and JAX
+    bridges refuse descriptor parameters with a karchive error instead of passing them as ints."""
+    pytest.importorskip("triton")
+    import karchive
+    from karchive.cli.main import main
+    from karchive.errors import InteropError
+    from karchive.interop._roles import kernel_roles
+
+    out = tmp_path / "tma.karc"
+    assert main(["compile", str(DATA / "tma_kernels.py"), "-n", "desc_copy", "-s",
+                 "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64, 64", "-t", "cuda:90", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(out)]) == 0
+    assert "desc_copy" in capsys.readouterr().out
+    assert main(["verify", str(out)]) == 0
+    assert main(["export-triton-cache", str(out), "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert main(["rebuild", str(out), "--check"]) == 0, capsys.readouterr()
+    with pytest.raises(InteropError, match="host tensor descriptor"):
+        kernel_roles(karchive.open(str(out)).kernel("desc_copy"))

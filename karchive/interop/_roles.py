@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, InteropError
 
 _FLOATS = frozenset({"fp16", "bf16", "fp32", "fp64"})
 
@@ -37,6 +37,10 @@ def kernel_roles(kernel: Any) -> list[Role]:
         if not runtime:
             kind = "constexpr"
         else:
+            if any(p.type.startswith("tensordesc") for p in runtime):
+                raise InteropError(f"{kernel.name}: parameter {name!r} is a host tensor descriptor ({sorted(types)}); "
+                                   "the torch and JAX bridges do not pass descriptors: launch it with "
+                                   "kernel[grid](karchive.TensorDescriptor(x, block_shape=...), ...)")
             ptr = {p.type.startswith("*") for p in runtime}
             if len(ptr) > 1:
                 raise ArgumentError(f"{kernel.name}: parameter {name!r} is a pointer in some variants and a scalar "
