@@ -434,3 +434,12 @@ def test_archive_tools_and_bridges_handle_descriptor_kernels(tmp_path, capsys):
     assert main(["rebuild", str(out), "--check"]) == 0, capsys.readouterr()
     with pytest.raises(InteropError, match="host tensor descriptor"):
         kernel_roles(karchive.open(str(out)).kernel("desc_copy"))
+
+
+def test_a_descriptor_over_another_gpus_memory_is_refused(no_driver):
+    t = FakeTensor(0x10000, [128, 64], FP16)
+    t.get_device = lambda: 1  # type: ignore[method-assign]
+    desc = td.TensorDescriptor(t, [64, 64])
+    assert len(td.expand("a", tma(), desc, device=1)) == 5
+    with pytest.raises(ArgumentError, match="on device 1, the launch on device 0"):
+        td.expand("a", tma(), desc, device=0)

@@ -156,7 +156,8 @@ class LaunchEntry:
             v = values[j]
             if conv == "desc":
                 try:
-                    out.extend(expand(p.name, cast(TensorDescAbi, p.desc), v, self.descriptor_block_from_variant))
+                    out.extend(expand(p.name, cast(TensorDescAbi, p.desc), v, self.descriptor_block_from_variant,
+                                      self.device))
                 except ArgumentError as exc:
                     raise ArgumentError(f"{self.kernel}: {exc}", kernel=self.kernel, param=p.name) from None
                 continue
@@ -385,7 +386,8 @@ class BoundLauncher:
         tensor = args_module.TENSOR_TYPE
         for p, v in zip(self.variant.abi.params, args):
             if p.kind == "tensordesc":
-                out.extend(expand(p.name, cast(TensorDescAbi, p.desc), v, self.entry.descriptor_block_from_variant))
+                out.extend(expand(p.name, cast(TensorDescAbi, p.desc), v, self.entry.descriptor_block_from_variant,
+                                  self.entry.device))
                 continue
             if p.kind == "pointer":
                 try:  # the bound path reads only the address (the binding checked dtypes and devices)

@@ -356,14 +356,16 @@ def encode_tiled(p: EncodeParams) -> bytes:
     return bytes(raw)
 
 
-def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = False) -> list[Any]:
+def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = False,
+           device: int | None = None) -> list[Any]:
     """A descriptor argument as the values of the binary parameters ``d`` lists (``d.slots``, in order):
-    bytes for a ``tensormap`` slot, ints (bools as 0/1) for the rest. Cached by everything it depends on."""
+    bytes for a ``tensormap`` slot, ints (bools as 0/1) for the rest. Cached by everything it depends on.
+    ``device``: the launch's device; a descriptor over memory of another GPU is refused."""
     if type(value) is TensorDescriptor:  # the steady state: one address read, one dict lookup
         fixed = value._fixed_ptr
         ptr, _dt, dev = (fixed, None, None) if fixed is not None else pointer_info(value.source)
         key = (ptr, value.shape, value.strides, value.elem_dtype, dev, value.block_shape, value.padding,
-               value.round_f32_to_tf32, id(d), block_from_variant)
+               value.round_f32_to_tf32, id(d), block_from_variant, device)
         out = _cache.get(key)
         if out is not None:
             return out
@@ -375,11 +377,14 @@ def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = F
         except ArgumentError as exc:
             raise ArgumentError(f"parameter {name!r}: {exc}", param=name) from None
         key = (call.ptr, call.shape, call.strides, call.dtype, call.device, call.block, call.padding, call.tf32, id(d),
-               block_from_variant)
+               block_from_variant, device)
         out = _cache.get(key)
         if out is not None:
             return out
     check_call(name, d, call, block_from_variant)
+    if device is not None and call.device is not None and call.device >= 0 and call.device != device:
+        raise ArgumentError(f"parameter {name!r}: the descriptor's tensor is on device {call.device}, the launch on "
+                            f"device {device}; a tensor map must describe memory of the launching GPU", param=name)
     r = d.rank
     if d.mode == "tma":
         params = encode_params(d, call.ptr, call.shape, call.strides, call.padding, call.tf32, _driver())
