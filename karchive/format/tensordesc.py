@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.grammar import whole
 from ..errors import SchemaError, UnsupportedVersionError
 from .dtypes import POINTER_ELEMENT_TYPES
 
@@ -57,7 +58,7 @@ class TensorDescType:
 
 def parse_tensordesc_type(typ: str) -> TensorDescType | None:
     """``tensordesc<fp16[64, 64]>`` (and Triton 3.9's ``tensordesc_im2col<...,input_rank=4>``), else None."""
-    m = _DESC_RE.fullmatch(typ.strip())
+    m = whole(_DESC_RE, typ.strip())
     if not m or m.group(2) not in POINTER_ELEMENT_TYPES:
         return None
     try:

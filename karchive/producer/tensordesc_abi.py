@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from ..core.grammar import whole
 from ..errors import UnsupportedKernelError
 from ..format.manifest import AbiParam
 from ..format.tensordesc import (
@@ -95,7 +96,7 @@ def binary_param_sizes(params: Sequence[AbiParam]) -> list[int]:
     return sizes
 
 
-_BLOCK_RE = re.compile(r"^(tensordesc(?:_im2col)?<[a-z][a-z0-9]*\[)([^\]]*)(\].*>)$")
+_BLOCK_RE = re.compile(r"(tensordesc(?:_im2col)?<[a-z][a-z0-9]*\[)([^\]]*)(\].*>)")
 
 
 def bind_descriptor_blocks(types: dict[str, str], constexprs: dict[str, Any], kernel: str = "kernel") -> dict[str, str]:
@@ -104,7 +105,7 @@ def bind_descriptor_blocks(types: dict[str, str], constexprs: dict[str, Any], ke
     sees after the hook), so every config of an autotuned descriptor kernel builds from one signature."""
     out = dict(types)
     for name, typ in types.items():
-        m = _BLOCK_RE.match(str(typ).strip())
+        m = whole(_BLOCK_RE, str(typ).strip())
         if not m or all(part.strip().isdigit() for part in m.group(2).split(",")):
             continue
         dims = []
