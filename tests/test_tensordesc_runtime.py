@@ -443,3 +443,36 @@ def test_a_descriptor_over_another_gpus_memory_is_refused(no_driver):
     assert len(td.expand("a", tma(), desc, device=1)) == 5
     with pytest.raises(ArgumentError, match="on device 1, the launch on device 0"):
         td.expand("a", tma(), desc, device=0)
+
+
+def test_bound_launchers_repack_descriptors_and_check_the_pointers_after_them(monkeypatch, tmp_path, no_driver):
+    """bind() / bound() / bound(*values) with a descriptor before a ``:16`` pointer and an int: the pointer's
+    alignment is checked at its own position after the descriptor's five values."""
+    pytest.importorskip("triton")
+    import karchive
+    from karchive.cli.main import main
+    from karchive.producer.tensordesc_abi import binary_param_sizes
+    from runtime_support import fake_cuda
+
+    out = tmp_path / "tp.karc"
+    assert main(["compile", str(DATA / "tma_kernels.py"), "-n", "desc_to_ptr", "-s",
+                 "tensordesc<fp16[64, 64]>, *fp16:16, i32, 64, 64", "-t", "cuda:90", "-o", str(out)]) == 0
+    with fake_cuda(monkeypatch, "python") as (rec, _backend):
+        arc = karchive.open(str(out))
+        (v,) = arc.variants("desc_to_ptr")
+        user = [p for p in v.abi.params if p.kind in ("tensordesc", "pointer", "scalar")]
+        rec.sizes[arc.reader.read(v.binary.path)] = binary_param_sizes(user) + [8] * (len(v.abi.params) - len(user))
+        k = arc.kernel("desc_to_ptr")
+        a = td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP16), [64, 64])
+        bound = k.bind((2,), a, FakeTensor(0x80000, [128, 64], FP16), 64, BLOCK_M=64, BLOCK_N=64)
+        bound()
+        b = td.TensorDescriptor(FakeTensor(0x20000, [128, 64], FP16), [64, 64])
+        bound(b, 0x90000, 64)
+        first, second = rec.launches()
+        assert struct.unpack("<Q", first.params[5])[0] == 0x80000 and struct.unpack("<i", first.params[6])[0] == 64
+        assert struct.unpack("<Q", second.params[5])[0] == 0x90000 and no_driver[-1].address == 0x20000
+        with pytest.raises(ArgumentError, match="out_ptr address 0x90008 is not 16-byte aligned"):
+            bound(b, 0x90008, 64)
+        with pytest.raises(ArgumentError, match="is a tensor descriptor"):
+            bound.set("in_desc", b)
+        assert len(rec.launches()) == 2

@@ -317,6 +317,11 @@ class BoundLauncher:
         # A pointer always has its call argument's index (AbiParam.from_json refuses one without).
         self._aligned = tuple(i for i, p in enumerate(user)
                               if p.kind == "pointer" and entry.variant.params[cast(int, p.arg)].divisibility == 16)
+        # where each parameter's value sits among the packed values (a tensor descriptor packs several)
+        self._flat = [0] * len(user)
+        for i in range(1, len(user)):
+            prev = user[i - 1]
+            self._flat[i] = self._flat[i - 1] + (len(prev.desc.slots) if prev.desc is not None else 1)
         self.grid = grid_dims(grid)
         self._stream_raw = stream
         self._stream = entry.backend.stream(stream)
@@ -373,7 +378,7 @@ class BoundLauncher:
         """All or nothing: a value that does not pack leaves the buffer as it was."""
         try:
             values = self._values(args)
-            self._misaligned([values[i] for i in self._aligned], self._aligned)
+            self._misaligned([values[self._flat[i]] for i in self._aligned], self._aligned)
             self.layout.replace(values)
         except Exception as exc:  # noqa: BLE001 - struct.error, OverflowError, TypeError, ArgumentError
             raise self._explain(args, exc) from None
@@ -408,7 +413,7 @@ class BoundLauncher:
             return exc
         try:
             values = self._values(args)
-            self._misaligned([values[i] for i in self._aligned], self._aligned)
+            self._misaligned([values[self._flat[i]] for i in self._aligned], self._aligned)
         except ArgumentError as err:
             return err
         return ArgumentError(f"{self.entry.kernel}: {self.layout.explain(values, exc)}")

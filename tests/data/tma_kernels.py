@@ -114,3 +114,12 @@ def fp8_scale(x_ptr, y_ptr, out_desc, n, scale, BLOCK: tl.constexpr):
     m = offs < n
     v = tl.load(x_ptr + offs, mask=m).to(tl.float32) + tl.load(y_ptr + offs, mask=m).to(tl.float32)
     out_desc.store([tl.program_id(0) * BLOCK], (v * scale).to(tl.float8e4nv))
+
+
+@triton.jit
+def desc_to_ptr(in_desc, out_ptr, stride, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """A descriptor followed by a plain pointer and an int: the packer must place each after the expansion."""
+    pm = tl.program_id(0)
+    rows = pm * BLOCK_M + tl.arange(0, BLOCK_M)[:, None]
+    cols = tl.arange(0, BLOCK_N)[None, :]
+    tl.store(out_ptr + rows * stride + cols, in_desc.load([pm * BLOCK_M, 0]))
