@@ -476,3 +476,13 @@ def test_bound_launchers_repack_descriptors_and_check_the_pointers_after_them(mo
         with pytest.raises(ArgumentError, match="is a tensor descriptor"):
             bound.set("in_desc", b)
         assert len(rec.launches()) == 2
+
+
+def test_one_descriptor_alternating_between_two_variants_gets_each_variants_map(no_driver):
+    """The per-descriptor memo of the last expansion is keyed by the variant's record: an autotuned call site
+    whose descriptor feeds two configs in turn gets each config's map, never the other's."""
+    small, large = tma(block=(64, 64)), tma(block=(128, 64))
+    desc = td.TensorDescriptor(FakeTensor(0x10000, [256, 64], FP16), None)
+    outs = [td.expand("a", rec, desc) for rec in (small, large, small, large)]
+    assert outs[0] is outs[2] and outs[1] is outs[3] and outs[0][0] != outs[1][0]
+    assert [p.box_dim for p in no_driver] == [(64, 64), (64, 128)]
