@@ -486,3 +486,19 @@ def test_one_descriptor_alternating_between_two_variants_gets_each_variants_map(
     outs = [td.expand("a", rec, desc) for rec in (small, large, small, large)]
     assert outs[0] is outs[2] and outs[1] is outs[3] and outs[0][0] != outs[1][0]
     assert [p.box_dim for p in no_driver] == [(64, 64), (64, 128)]
+
+
+def test_the_encode_call_converts_its_arguments_for_the_installed_cuda_python():
+    """cuTensorMapEncodeTiled through the real binding: here there is no driver, so the call must get as far
+    as loading it (its arguments converted: the binding takes cuuint64_t/cuuint32_t lists, not ints), and
+    where a driver exists (the GPU machine) it returns a 128-byte map."""
+    pytest.importorskip("cuda.bindings.driver")
+    p = td.encode_params(tma(), 0x7F0000010000, [256, 128], [128, 1], "zero", False, 13020)
+    try:
+        out = td.encode_tiled(p)
+    except (TypeError, ValueError, AttributeError):
+        raise
+    except Exception as exc:  # no driver library or no context on this machine
+        assert "cuda" in str(exc).lower() or "CUDA" in type(exc).__name__ or isinstance(exc, td.LaunchError), exc
+    else:
+        assert len(out) == 128

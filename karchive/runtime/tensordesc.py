@@ -343,9 +343,11 @@ def encode_tiled(p: EncodeParams) -> bytes:
     """The 128-byte CUtensorMap for ``p`` from the driver (cuda-python), with Triton's bit patch applied."""
     from cuda.bindings import driver as cu
 
+    u64, u32 = cu.cuuint64_t, cu.cuuint32_t  # the binding takes its own integer types in these lists
     err, tmap = cu.cuTensorMapEncodeTiled(
-        cu.CUtensorMapDataType(p.data_type), p.rank, p.address, list(p.global_dim), list(p.global_strides),
-        list(p.box_dim), list(p.element_strides), cu.CUtensorMapInterleave(p.interleave),
+        cu.CUtensorMapDataType(p.data_type), p.rank, p.address, [u64(v) for v in p.global_dim],
+        [u64(v) for v in p.global_strides], [u32(v) for v in p.box_dim], [u32(v) for v in p.element_strides],
+        cu.CUtensorMapInterleave(p.interleave),
         cu.CUtensorMapSwizzle(p.swizzle), cu.CUtensorMapL2promotion(p.l2_promotion),
         cu.CUtensorMapFloatOOBfill(p.oob_fill))
     if int(err) != 0:
