@@ -15,6 +15,7 @@ _LAZY = {
     "open": ("karchive.runtime.archive", "open_archive"),
     "Archive": ("karchive.runtime.archive", "Archive"),
     "Registry": ("karchive.registry", "Registry"),
+    "TensorDescriptor": ("karchive.runtime.tensordesc", "TensorDescriptor"),
     "torch": ("karchive.interop.torch", None),  # the module itself: karchive.torch.custom_op(...)
     "build": ("karchive.build", None),  # karchive.build.build_archive(...), as `karchive build` does
     "compile": ("karchive.compile", None),  # karchive.compile.compile_variant(...)

@@ -172,12 +172,30 @@ def tma_copy(in_desc, out_desc, BLOCK: tl.constexpr):
 '''
 
 
-def test_kernels_with_tensor_descriptors_are_refused_not_packed(tmp_path, capsys):
-    """Triton compiles a host tensor-descriptor kernel for cuda:90, but ABI v1 cannot describe how to pass
-    a CUtensorMap: the build must refuse it with a clear reason rather than pack it."""
+def test_kernels_with_tensor_descriptors_build_with_their_expansion_recorded(tmp_path, capsys):
+    """A host tensor-descriptor kernel builds for cuda:90 (TMA) and cuda:80 (decomposed); each variant's ABI
+    records per descriptor how the installed Triton expands it, checked against the PTX entry."""
+    import triton
+
+    from karchive.format.manifest import Manifest
+    from karchive.format.reader import ArchiveReader
+    from karchive.format.tensordesc import convention_for_triton
+
     (tmp_path / "tma.py").write_text(TMA)
     out = tmp_path / "tma.karc"
     code, _, err = run(capsys, "compile", str(tmp_path / "tma.py"), "-n", "tma_copy",
-                       "-s", "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64", "-t", "cuda:90", "-o", str(out))
-    assert code == 2 and "tensor-descriptor" in err and "not supported" in err
-    assert not out.exists()
+                       "-s", "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64", "-t", "cuda:90", "-t", "cuda:80",
+                       "-o", str(out))
+    assert code == 0, err
+    convention = convention_for_triton(triton.__version__)
+    manifest = Manifest.from_json(ArchiveReader.from_path(out).manifest)
+    by_arch = {v.target.arch: v for v in manifest.variants}
+    assert manifest.abi_version == 2
+    tma = by_arch["90"].abi
+    assert tma.version == 2 and [p.kind for p in tma.params[:2]] == ["tensordesc", "tensordesc"]
+    d = tma.params[0].desc
+    assert d is not None and d.convention == convention and d.mode == "tma" and d.block_shape == (64, 64)
+    assert d.slots == ("tensormap", "i32", "i32", "i64", "i64") and d.elem_size == 2 and d.swizzle == 3
+    dec = by_arch["80"].abi.params[0].desc
+    assert dec is not None and dec.mode == "decomposed" and dec.slots[0] == "*fp16"
+    assert dec.slots.count("i1") == (1 if convention == "triton-3.5" else 2)

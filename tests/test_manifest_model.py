@@ -6,7 +6,8 @@ import pytest
 
 from karchive.format.manifest import Abi, AbiParam, FileRef, Manifest, Param, Provenance, Target, Variant
 from karchive.format.schema import load_schema
-from karchive.errors import SchemaError
+from karchive.errors import SchemaError, UnsupportedVersionError
+from karchive.format.tensordesc import TensorDescAbi
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -22,6 +23,12 @@ def _abi(**kw) -> Abi:
                 profile_scratch_align=1, tmem_size=0)
     base.update(kw)
     return Abi(**base)
+
+
+def _desc_param(convention: str = "triton-3.8", mode: str = "tma") -> AbiParam:
+    desc = TensorDescAbi(convention, mode, "fp16", 2, (64, 32), swizzle=3, elem_size=2, elem_type=6) \
+        if mode == "tma" else TensorDescAbi(convention, mode, "fp16", 2, (64, 32))
+    return AbiParam("a", "tensordesc", "tensordesc<fp16[64, 32]>", 0, desc.size, desc)
 
 
 def _variant(*, full: bool) -> Variant:
@@ -86,7 +93,9 @@ def test_every_schema_object_has_exactly_the_model_fields():
     with pytest.raises(SchemaError, match="not both"):
         Param.from_json(both, "p")
     _keys_match(Param("n", "i32").to_json(), d["param"], required_only=True)
-    _keys_match(full.abi.params[0].to_json(), d["abi_param"])  # type and arg
+    _keys_match(full.abi.params[0].to_json(), d["abi_param"], required_only=True)  # type and arg
+    _keys_match(_desc_param().to_json(), d["abi_param"])  # a tensordesc: every field
+    _keys_match(_desc_param().desc.to_json(), d["abi_tensordesc"])  # type: ignore[union-attr]
     _keys_match(full.abi.params[2].to_json(), d["abi_param"], required_only=True)  # scratch: neither
     _keys_match(full.abi.to_json(), d["abi"])
     _keys_match(full.to_json(), d["variant"])
@@ -172,3 +181,35 @@ def test_a_real_format_2_archive_reads_one_shard_for_one_kernel(examples_archive
     raw = reader.manifest
     jsonschema.Draft202012Validator(load_schema()).validate(raw)
     assert [v for v in Manifest.from_json(raw).variants if v.kernel == "kernels:matmul_kernel"] == matmul
+
+
+@pytest.mark.parametrize("convention", ["triton-3.5", "triton-3.8"])
+@pytest.mark.parametrize("mode", ["tma", "decomposed"])
+def test_tensordesc_params_round_trip_validate_and_need_abi_v2(convention, mode):
+    p = _desc_param(convention, mode)
+    assert p.desc is not None
+    # what the binary takes: the 3.5 convention has one i1 flag where 3.8 has two (padding, tf32)
+    flags = p.desc.slots.count("i1")
+    assert flags == (0 if mode == "tma" else 1 if convention == "triton-3.5" else 2)
+    assert p.size == sum(128 if s == "tensormap" else 1 if s == "i1" else 4 if s == "i32" else 8 for s in p.desc.slots)
+    v = _variant(full=False)
+    abi = _abi(version=2, params=(p,) + v.abi.params[1:])
+    m = Manifest.build("a", "1.0", [Variant(**{**v.__dict__, "abi": abi})], produced_by={"karchive": "0.1.0"})
+    raw = m.to_json()
+    jsonschema.Draft202012Validator(load_schema()).validate(raw)
+    again = Manifest.from_json(raw)
+    assert again.variants[0].abi.params[0] == p and again.abi_version == 2
+    # a version-1 ABI cannot hold one; unknown conventions and disagreeing slots are refused, not guessed
+    raw1 = Manifest.from_json(raw).to_json()
+    raw1["variants"][0]["abi"]["version"] = 1
+    with pytest.raises(SchemaError, match="need launch ABI version 2"):
+        Manifest.from_json(raw1)
+    bad = m.to_json()
+    bad["variants"][0]["abi"]["params"][0]["tensordesc"]["convention"] = "triton-9.9"
+    with pytest.raises(UnsupportedVersionError, match="convention 'triton-9.9' is unknown") as err:
+        Manifest.from_json(bad)
+    assert err.value.found == "triton-9.9"
+    bad = m.to_json()
+    bad["variants"][0]["abi"]["params"][0]["tensordesc"]["slots"] = ["tensormap"]
+    with pytest.raises(SchemaError, match="disagrees with convention"):
+        Manifest.from_json(bad)

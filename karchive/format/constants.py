@@ -8,8 +8,11 @@ import struct
 FORMAT_VERSION: tuple[int, int] = (2, 0)
 #: Majors this reader reads: 1.x (one manifest, every member in the index) and 2.x (manifest shards).
 READABLE_MAJORS: tuple[int, ...] = (1, 2)
-#: Version of the launch-ABI description inside each variant (spec/FORMAT.md, "Launch ABI").
-ABI_VERSION: int = 1
+#: Highest version of the launch-ABI description inside a variant (spec/FORMAT.md, "Launch ABI") this
+#: implementation reads. Version 2 adds ``tensordesc`` parameters; a variant without them is written as 1.
+ABI_VERSION: int = 2
+#: The version a variant is written with when nothing in it needs version 2 (older readers read it).
+ABI_VERSION_PLAIN: int = 1
 
 #: zstd skippable-frame magics (RFC 8878 §3.1.2 reserves 0x184D2A50..0x184D2A5F).
 INDEX_FRAME_MAGIC = 0x184D2A5A

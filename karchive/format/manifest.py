@@ -26,7 +26,8 @@ from typing import Any, NamedTuple
 from ..core.digest import is_sha256_hex
 from ..core.grammar import fullmatch
 from ..errors import SchemaError, UnsupportedVersionError
-from .constants import ABI_VERSION, FORMAT_VERSION, PATH_SENTINEL
+from .constants import ABI_VERSION, ABI_VERSION_PLAIN, FORMAT_VERSION, PATH_SENTINEL
+from .tensordesc import TensorDescAbi
 from .dtypes import POINTER_ELEMENT_TYPES, SCALAR_SIZES
 from ._fields import nonneg as _nonneg, opt as _opt, req as _req
 from .names import MAX_KERNEL_NAME, is_kernel_name
@@ -37,7 +38,7 @@ __all__ = [
     "Param", "Provenance", "Target", "Variant", "parse_variant", "target_label",
 ]
 
-ABI_KINDS = ("pointer", "scalar", "global_scratch", "profile_scratch")
+ABI_KINDS = ("pointer", "scalar", "global_scratch", "profile_scratch", "tensordesc")
 _SHA256 = re.compile("[0-9a-f]{64}")  # is_sha256_hex, as one regex (checked for every file of every variant)
 ORIGINS = ("aot", "capture", "triton-cache")
 #: An IR stage name (``files.ir`` keys): a short lowercase identifier. Stages become file extensions
@@ -190,10 +191,11 @@ class AbiParam:
     """One parameter exactly as the binary takes it."""
 
     name: str
-    kind: str  # pointer | scalar | global_scratch | profile_scratch
-    type: str | None  # "*fp32" / "i32" / None for scratch
+    kind: str  # pointer | scalar | global_scratch | profile_scratch | tensordesc (ABI v2)
+    type: str | None  # "*fp32" / "i32" / "tensordesc<fp16[64, 64]>" / None for scratch
     arg: int | None  # index into the call's arguments; None for scratch
-    size: int  # bytes in the parameter buffer
+    size: int  # bytes in the parameter buffer (a tensordesc: its slots' sizes summed, no padding)
+    desc: TensorDescAbi | None = None  # kind tensordesc: how it expands into binary parameters (§6.2.1)
 
     @classmethod
     def from_json(cls, p: Any, n_params: int, where: str) -> AbiParam:
@@ -202,6 +204,13 @@ class AbiParam:
             raise SchemaError(f"{where}: unknown kind {kind!r}", where=where)
         typ = p.get("type")
         arg = p.get("arg")
+        if kind == "tensordesc":
+            if not isinstance(typ, str) or not isinstance(arg, int) or isinstance(arg, bool) or not 0 <= arg < n_params:
+                raise SchemaError(f"{where}: tensordesc params need a type and a valid arg index", where=where)
+            desc = TensorDescAbi.from_json(p.get("tensordesc"), f"{where}.tensordesc")
+            if _req(p, "size", int, where) != desc.size:
+                raise SchemaError(f"{where}: size {p['size']} does not match its slots {list(desc.slots)}", where=where)
+            return cls(_req(p, "name", str, where), kind, typ, arg, desc.size, desc)
         if kind in ("pointer", "scalar"):
             if not isinstance(typ, str) or not isinstance(arg, int) or isinstance(arg, bool) or not 0 <= arg < n_params:
                 raise SchemaError(f"{where}: pointer/scalar params need a type and a valid arg index", where=where)
@@ -218,8 +227,10 @@ class AbiParam:
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "kind": self.kind, "size": self.size}
-        if self.kind in ("pointer", "scalar"):
+        if self.kind in ("pointer", "scalar", "tensordesc"):
             out["type"], out["arg"] = self.type, self.arg
+        if self.desc is not None:
+            out["tensordesc"] = self.desc.to_json()
         return out
 
 
@@ -255,6 +266,9 @@ class Abi:
         raw_params = _req(obj, "params", list, where)
         params = _memo(memo, "abi_params", raw_params, n_params, lambda: tuple(
             AbiParam.from_json(p, n_params, f"{where}.params[{i}]") for i, p in enumerate(raw_params)))
+        if version < 2 and any(p.kind == "tensordesc" for p in params):
+            raise SchemaError(f"{where}: tensordesc parameters need launch ABI version 2, this one says {version}",
+                              where=f"{where}.version")
         fast = cls._valid(obj, params)
         if fast is not None:
             return fast
@@ -664,7 +678,7 @@ class Manifest:
         if unknown:
             raise SchemaError(f"manifest: extra fields {sorted(unknown)} shadow standard ones", where="manifest")
         return cls(name=name, version=version, format_version=f"{format_version[0]}.{format_version[1]}",
-                   abi_version=max([v.abi.version for v in ordered], default=ABI_VERSION), produced_by=dict(produced_by),
+                   abi_version=max([v.abi.version for v in ordered], default=ABI_VERSION_PLAIN), produced_by=dict(produced_by),
                    created=created, sources=tuple(sorted(sources, key=lambda f: f.path)), autotune=autotune,
                    heuristics=heuristics, extra=dict(extra or {}), raw=None, by_kernel=by_kernel, parsed=parsed)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, InteropError
 from ..runtime.launch._plan import FLOAT, INT, MIXED, PTR, VALUE, make_plan
 
 __all__ = ["Role", "kernel_roles"]
@@ -39,6 +39,11 @@ def kernel_roles(kernel: Any) -> list[Role]:
     if not variants or names is None:
         raise ArgumentError(f"expected a karchive kernel (karchive.open(path).kernel(name)), got {type(kernel).__name__}")
     kernel_name = getattr(kernel, "name", "kernel")
+    for i, name in enumerate(names):
+        if any(v.params[i].type.startswith("tensordesc") for v in variants):
+            raise InteropError(f"{kernel_name}: parameter {name!r} is a host tensor descriptor; the torch and JAX "
+                               "bridges do not pass descriptors: launch it with "
+                               "kernel[grid](karchive.TensorDescriptor(x, block_shape=...), ...)")
     plan = make_plan(kernel_name, variants)
     roles = []
     for i, name in enumerate(names):

@@ -17,7 +17,13 @@ _BY_NAME: dict[str, str] = {
     "float64": "fp64", "double": "fp64",
     "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5", "float8_e4m3fnuz": "fp8e4b8",
     "float8_e5m2fnuz": "fp8e5b16", "float8_e8m0fnu": "fp8e8m0", "float4_e2m1fn_x2": "fp4",
+    # ml_dtypes' name of Triton's fp8e4b15 (4 exponent bits, bias 11, no infinities)
+    "float8_e4m3b11fnuz": "fp8e4b15",
 }
+#: Triton's own names, as ``triton.language`` dtypes print them (``tl.float16`` -> "fp16"): a base tensor
+#: that already speaks Triton (Triton's MockTensor, a descriptor's base) needs no translation.
+_TRITON_NAMES = frozenset(["i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32",
+                           "fp64", "fp8e4nv", "fp8e5", "fp8e4b15", "fp8e4b8", "fp8e5b16", "fp8e8m0", "fp4"])
 
 #: ``__cuda_array_interface__`` typestr (without byte order) to Triton names.
 _BY_TYPESTR: dict[str, str] = {
@@ -33,6 +39,8 @@ _BY_DLPACK: dict[tuple[int, int], str] = {
     (1, 8): "u8", (1, 16): "u16", (1, 32): "u32", (1, 64): "u64",
     (2, 16): "fp16", (2, 32): "fp32", (2, 64): "fp64", (4, 16): "bf16", (6, 8): "i1", (1, 1): "i1",
     (10, 8): "fp8e4nv", (12, 8): "fp8e5",
+    # dlpack.h (v1.1): kDLFloat8_e4m3b11fnuz=9, kDLFloat8_e4m3fnuz=11, kDLFloat8_e5m2fnuz=13, kDLFloat8_e8m0fnu=14
+    (9, 8): "fp8e4b15", (11, 8): "fp8e4b8", (13, 8): "fp8e5b16", (14, 8): "fp8e8m0",
 }
 
 
@@ -56,7 +64,9 @@ def triton_dtype(dtype: Any) -> str | None:
     name = getattr(dtype, "name", None)  # NumPy / CuPy / JAX dtypes
     if isinstance(name, str) and name in _BY_NAME:
         return _BY_NAME[name]
-    return _BY_NAME.get(str(dtype).rsplit(".", 1)[-1])  # torch.float32 -> "float32"
+    text = str(dtype).rsplit(".", 1)[-1]  # torch.float32 -> "float32"
+    return _BY_NAME.get(text) or (text if text in _TRITON_NAMES and type(dtype).__module__.startswith("triton")
+                                  else None)
 
 
 def pointer_element(sig_type: str) -> str:

@@ -60,15 +60,18 @@ class _Subsets:
         self._lock = threading.Lock()
 
     def kernel(self, variants: Sequence[Variant]) -> Kernel:
-        if not variants or len(variants) == len(self.base.variants):
+        if not variants:
             return self.base
+        # (a dispatcher of its own even over every variant: it takes descriptors' block shapes per config)
         keys = frozenset(v.key for v in variants)
         k = self._by_keys.get(keys)
         if k is None:
             with self._lock:
                 k = self._by_keys.get(keys)
                 if k is None:
-                    k = self._by_keys[keys] = Kernel(self.base.archive, self.base.name, list(variants))
+                    k = Kernel(self.base.archive, self.base.name, list(variants))
+                    k.descriptor_block_from_variant = True  # descriptors take the config's block shape
+                    self._by_keys[keys] = k
         return k
 
     def fitting(self, constexprs: Mapping[str, Any], options: Mapping[str, Any], pinned: str | None = None) -> Kernel:

@@ -19,6 +19,7 @@ from .device import DeviceInfo
 from .arg_dtypes import pointer_element, triton_dtype
 from ..format.dtypes import FLOAT_TYPES, INT_RANGES
 from .launch._plan import LAUNCH_OPTIONS, option_value
+from .tensordesc import descriptor_reason
 
 
 class _Missing:
@@ -57,6 +58,23 @@ def ptx_runs_on(ptx_target: str, cc: tuple[int, int]) -> bool:
     if m.group(2) == "f":
         return cc[0] == major and cc[1] >= minor
     return cc >= (major, minor)
+
+
+def _arch_rule(binary_arch: str, cc: tuple[int, int]) -> str:
+    """Why a cubin does not run on ``cc``, in the words of the rule that refused it (for the rejection list)."""
+    m = whole(_SM, binary_arch)
+    if not m:
+        return " (an arch name karchive cannot read)"
+    major, minor = divmod(int(m.group(1)), 10)
+    if m.group(2) == "a":
+        return (f" (an arch-specific sm_{m.group(1)}a cubin runs only on exactly sm_{m.group(1)}: its "
+                f"architecture-specific instructions (wgmma, tcgen05, setmaxnreg) are not carried to other models, "
+                f"not even sm_{major}x siblings)")
+    if m.group(2) == "f":
+        return f" (a family-specific sm_{m.group(1)}f cubin runs on sm_{major}x with x >= {minor} only)"
+    if (cc[0], cc[1]) < (major, minor):
+        return " (a cubin never runs on an older GPU)"
+    return f" (a cubin runs on its own major version only: sm_{major}x)"
 
 
 def _hip_base(arch: str) -> str:
@@ -98,7 +116,7 @@ def device_fit(v: Variant, dev: DeviceInfo, allow_ptx: bool,
         m = whole(_SM, abi.binary_arch)
         built = divmod(int(m.group(1)), 10) if m else cc
         return DeviceFit("binary", (cc[0] - built[0]) * 10 + cc[1] - built[1])
-    why = f"cubin is {abi.binary_arch}, the device is sm_{cc[0]}{cc[1]}"
+    why = f"cubin is {abi.binary_arch}, the device is sm_{cc[0]}{cc[1]}" + _arch_rule(abi.binary_arch, cc)
     if not allow_ptx:
         return why + ("; PTX JIT fallback is off (open(..., allow_ptx=True))" if "ptx" in v.ir else "")
     if "ptx" not in v.ir or ptx_header is None:
@@ -122,7 +140,8 @@ def _is_int(value: Any) -> bool:
         type(value).__module__ == "numpy" and hasattr(value, "__index__") and "int" in type(value).__name__
 
 
-def param_reason(p: Param, value: Any, info: PointerInfo | None, given_cx: bool) -> str | None:
+def param_reason(p: Param, value: Any, info: PointerInfo | None, given_cx: bool,
+                 block_from_variant: bool = False) -> str | None:
     """Why ``value`` does not fit parameter ``p`` of one variant (None when it fits)."""
     name = p.name
     if p.equal_to_1:
@@ -167,6 +186,8 @@ def param_reason(p: Param, value: Any, info: PointerInfo | None, given_cx: bool)
         if p.divisibility == 16 and int(value) % 16:
             return f"{name}={int(value)} is not divisible by 16, this variant assumes {name}:16"
         return None
+    if typ.startswith("tensordesc"):
+        return descriptor_reason(name, typ, value, block_from_variant)
     if typ in FLOAT_TYPES:
         if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
             return f"{name} expects a number ({typ}), got {describe_arg(value)}"
@@ -279,11 +300,13 @@ def option_reason(v: Variant, options: Mapping[str, Any]) -> str | None:
 
 
 def call_reason(v: Variant, values: Sequence[Any], infos: Sequence[PointerInfo | None],
-                options: Mapping[str, Any] | None = None) -> str | None:
-    """Why the call's arguments and launch options do not fit variant ``v`` (None when they do)."""
+                options: Mapping[str, Any] | None = None, block_from_variant: bool = False) -> str | None:
+    """Why the call's arguments and launch options do not fit variant ``v`` (None when they do).
+    ``block_from_variant``: descriptors take the variant's block shape (autotuned kernels), so theirs is not compared."""
     if len(values) != len(v.params):
         return f"takes {len(v.params)} parameters, the call gave {len(values)}"
-    reasons = [r for p, x, i in zip(v.params, values, infos) if (r := param_reason(p, x, i, False))]
+    reasons = [r for p, x, i in zip(v.params, values, infos)
+               if (r := param_reason(p, x, i, False, block_from_variant))]
     if options and (r := option_reason(v, options)):
         reasons.append(r)
     return "; ".join(reasons) if reasons else None
@@ -307,7 +330,7 @@ def variant_label(v: Variant) -> str:
 def select_variant(kernel: str, variants: Sequence[Variant], dev: DeviceInfo, values: Sequence[Any],
                    infos: Sequence[PointerInfo | None], names: Sequence[str], allow_ptx: bool = False,
                    ptx_header: Callable | None = None, options: Mapping[str, Any] | None = None,
-                   ) -> tuple[Variant, DeviceFit]:
+                   block_from_variant: bool = False) -> tuple[Variant, DeviceFit]:
     """The best variant for this device, call and launch options, or :class:`NoMatchingVariantError` listing
     every rejection.
 
@@ -328,7 +351,7 @@ def select_variant(kernel: str, variants: Sequence[Variant], dev: DeviceInfo, va
             runnable.append((i, v, fit))
     omitted_constexprs(kernel, [v for _, v, _ in runnable], values, names)
     for i, v, fit in runnable:
-        why = call_reason(v, values, infos, options)
+        why = call_reason(v, values, infos, options, block_from_variant)
         if why:
             rejected.append((v, why))
             continue

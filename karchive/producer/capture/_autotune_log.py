@@ -96,6 +96,9 @@ class AutotuneLog:
                 record.outer_heuristics.append(name)
         if any(c.get("pre_hook") for c in configs):
             msg = f"{kernel}: autotune configs have pre_hooks; the runtime launches the binary but cannot run the hook"
+            if any(hasattr(v, "block_shape") and hasattr(v, "base") for v in named.values()):  # issue 21
+                msg += ("; its tensor descriptors take each variant's compiled block shape (what such hooks "
+                        "usually set), anything else the hook does is not reproduced")
             if msg not in self.warnings:
                 self.warnings.append(msg)
         index = _config_index(tuner.configs, chosen)

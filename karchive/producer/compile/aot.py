@@ -26,6 +26,7 @@ from .describe import CompiledVariant, describe_variant, signature_defaults
 from .kernel_ref import load_kernel, split_ref
 from .signature import Specialization, resolve
 from .toolchain import check_target
+from .tensordesc_abi import bind_descriptor_blocks
 
 __all__ = [
     "BACKEND_OPTIONS", "COMMON_OPTIONS", "PLUGIN_ENV_VARS", "VariantRequest", "build_record",
@@ -144,10 +145,10 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
     env = validate_env(req.env)
     fn, module = load_kernel(req.kernel_ref, req.base_dir)
     spec = specialize(fn, req.signature, req.constexprs)
+    spec.types = bind_descriptor_blocks(spec.types, spec.constexprs, req.label())
     try:
         import triton
         from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource
     except ImportError as exc:  # pragma: no cover - producer extra missing
         raise CompileError("compiling needs Triton: pip install 'karchive[producer]'") from exc
     check_import_time_state(target.backend, env)
@@ -158,7 +159,9 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
     # equals the JIT's, so an exported AOT variant is a cache hit for plain JIT calls.
     attrs = {(i,): ([["tt.divisibility", spec.divisibility[n]]] if n in spec.divisibility else [])
              for i, n in enumerate(spec.names) if spec.types[n] != "constexpr"}
-    src = ASTSource(fn=fn, signature=dict(spec.types), constexprs=dict(spec.constexprs), attrs=attrs)
+    from .gluon import ast_source_class
+
+    src = ast_source_class(fn)(fn=fn, signature=dict(spec.types), constexprs=dict(spec.constexprs), attrs=attrs)
     from .toolchain import build_fingerprint
     try:
         # Every compile that generates code imports this (and, through it, Gluon's modules); a cache hit

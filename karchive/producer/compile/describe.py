@@ -15,13 +15,14 @@ from typing import Any
 
 from ...core.digest import sha256_hex
 from ...errors import UnsupportedKernelError
-from ...format.constants import ABI_VERSION
+from ...format.constants import ABI_VERSION, ABI_VERSION_PLAIN
 from ...format.dtypes import SCALAR_SIZES
 from ...format.layout import BINARY_EXT, IR_STAGES, METADATA_EXT, source_member, variant_member
 from ...format.manifest import Abi, AbiParam, FileRef, Param, Provenance, Variant
 from ...format.sentinel import rewrite_paths
 from ...format.target import Target
 from ._irtext import enclosed, split_top_level
+from .tensordesc_abi import binary_param_sizes, tensordesc_records
 from .variant_key import normalize_options, variant_key
 
 __all__ = ["BINARY_EXT", "IR_STAGES", "CompiledVariant", "build_abi", "describe_variant"]
@@ -123,19 +124,17 @@ def build_abi(
     asm: dict[str, Any],
 ) -> Abi:
     """The launch ABI, explicit: the loader follows it and never consults a Triton version."""
-    if metadata.get("tensordesc_meta") or any(str(t).startswith("tensordesc") for t in param_types.values()):
-        raise UnsupportedKernelError(
-            f"{kernel}: tensor-descriptor (TMA) parameters are not supported by karchive's launch ABI v{ABI_VERSION}; "
-            "pass plain pointers or use device-side descriptors"
-        )
     if any(isinstance(t, (tuple, list)) for t in param_types.values()):
         raise UnsupportedKernelError(f"{kernel}: tuple parameters are not supported by launch ABI v{ABI_VERSION}")
+    descs = tensordesc_records(kernel, param_names, param_types, metadata)
     params: list[AbiParam] = []
     for i, name in enumerate(param_names):
         typ = param_types[name]
         if typ == "constexpr":
             continue
-        if typ.startswith("*"):
+        if name in descs:
+            params.append(AbiParam(name, "tensordesc", typ, i, descs[name].size, descs[name]))
+        elif typ.startswith("*"):
             params.append(AbiParam(name, "pointer", typ, i, 8))
         elif typ in SCALAR_SIZES:
             params.append(AbiParam(name, "scalar", typ, i, SCALAR_SIZES[typ]))
@@ -148,10 +147,11 @@ def build_abi(
         sizes = ptx_entry_param_sizes(asm["ptx"], entry)
     elif backend == "hip" and isinstance(asm.get("llir"), str):
         sizes = llvm_entry_param_sizes(asm["llir"], entry)
-    n_user = len(params)
+    expected = binary_param_sizes(params)  # a descriptor is several binary parameters
+    n_user = len(expected)
     if sizes is not None:
         extra = len(sizes) - n_user
-        if extra not in (0, 1, 2) or any(s != p.size for s, p in zip(sizes, params)) or any(s != 8 for s in sizes[n_user:]):
+        if extra not in (0, 1, 2) or any(s != e for s, e in zip(sizes, expected)) or any(s != 8 for s in sizes[n_user:]):
             raise UnsupportedKernelError(
                 f"{kernel}: the binary's entry takes {len(sizes)} parameters of sizes {sizes}, which karchive cannot map "
                 f"onto {n_user} kernel parameters plus scratch pointers; refusing to pack a kernel it would launch wrongly"
@@ -164,7 +164,7 @@ def build_abi(
     num_ctas = int(metadata.get("num_ctas", 1))
     cluster = [int(c) for c in (metadata.get("cluster_dims") or [num_ctas, 1, 1])]
     return Abi(
-        version=ABI_VERSION,
+        version=ABI_VERSION if descs else ABI_VERSION_PLAIN,
         entry=entry,
         binary_format=BINARY_EXT[backend],
         binary_arch=_binary_arch(metadata, target),

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from ...errors import ArgumentError, LaunchError
 from ...format.dtypes import FLOAT_TYPES, INT_RANGES
 from ...format.manifest import Abi, AbiParam
+from ..tensordesc import slot_formats
 
 #: struct format characters per Triton scalar type (pointers are "Q").
 SCALAR_FORMATS: dict[str, str] = {
@@ -75,41 +76,58 @@ class ParamLayout:
     """One parameter buffer for one variant's ABI. Not thread-safe: each thread/launcher owns one."""
 
     __slots__ = ("abi", "names", "types", "offsets", "size", "buffer", "pointers", "kernel_params",
-                 "struct", "pack_into", "n_user", "scratch_offsets", "_keep")
+                 "struct", "pack_into", "n_user", "scratch_offsets", "_keep", "n_values")
 
     def __init__(self, abi: Abi) -> None:
         self.abi = abi
-        user = [p for p in abi.params if p.kind in ("pointer", "scalar")]
+        user = [p for p in abi.params if p.kind in ("pointer", "scalar", "tensordesc")]
         self.n_user = len(user)
         if list(abi.params[: self.n_user]) != user:
             raise LaunchError(f"{abi.entry}: scratch parameters must follow the kernel's own parameters in ABI v1")
         fmt = ["<"]
-        offsets: list[int] = []
+        offsets: list[int] = []  # per ABI parameter: its (first) binary parameter's offset
+        slot_offsets: list[int] = []  # per binary parameter (a tensor descriptor is several)
         offset = 0
+        align_to = 8
         for i, p in enumerate(abi.params):
-            pad = (-offset) % p.size
-            if pad and i < self.n_user:
-                fmt.append(f"{pad}x")
-            offset += pad
-            offsets.append(offset)
-            if i < self.n_user:
-                fmt.append(_struct_char(p))
-            offset += p.size
+            # (struct format, size, alignment) of each binary parameter this ABI parameter becomes
+            slots = slot_formats(p.desc) if p.desc is not None else [(None, p.size, p.size)]
+            for j, (char, size, align) in enumerate(slots):
+                pad = (-offset) % align
+                if pad and i < self.n_user:
+                    fmt.append(f"{pad}x")
+                offset += pad
+                align_to = max(align_to, align)
+                if j == 0:
+                    offsets.append(offset)
+                slot_offsets.append(offset)
+                if i < self.n_user:
+                    fmt.append(char if char is not None else _struct_char(p))
+                offset += size
         self.names = tuple(p.name for p in user)
         self.types = tuple(p.type for p in user)
         self.offsets = tuple(offsets)
         self.size = max(offset, 8)
         words = (self.size + 7) // 8
-        self.buffer = (ctypes.c_uint64 * words)()
+        if align_to > 8:  # a CUtensorMap slot: the buffer itself 64-byte aligned, as the driver reads it
+            raw = (ctypes.c_uint64 * (words + align_to // 8))()
+            base = ctypes.addressof(raw) + (-ctypes.addressof(raw)) % align_to
+            self.buffer = (ctypes.c_uint64 * words).from_address(base)
+            keep: Any = raw
+        else:
+            self.buffer = (ctypes.c_uint64 * words)()
+            keep = None
         base = ctypes.addressof(self.buffer)
-        count = max(len(abi.params), 1)
-        addresses: list[int | None] = [base + o for o in offsets] or [None]
+        count = max(len(slot_offsets), 1)
+        addresses: list[int | None] = [base + o for o in slot_offsets] or [None]
         self.pointers = (ctypes.c_void_p * count)(*addresses)
         self.kernel_params = ctypes.addressof(self.pointers) if abi.params else 0
         self.struct = struct.Struct("".join(fmt))
         self.pack_into = self.struct.pack_into
+        #: How many values a pack takes (a tensor descriptor's expansion counts one per binary parameter).
+        self.n_values = len(self.struct.unpack(bytes(self.struct.size)))
         self.scratch_offsets = {p.kind: offsets[i] for i, p in enumerate(abi.params) if i >= self.n_user}
-        self._keep = (self.buffer, self.pointers)
+        self._keep = (self.buffer, self.pointers, keep)
 
     def pack(self, values: Sequence[Any]) -> None:
         """Pack user parameter values (ABI order; pointers as ints, bf16 as bits); errors name the parameter."""
@@ -139,8 +157,9 @@ class ParamLayout:
             raise ArgumentError(self._why(index, value, exc)) from None
 
     def explain(self, values: Sequence[Any], exc: BaseException | None) -> ArgumentError:
-        if len(values) != self.n_user:
-            return ArgumentError(f"{self.abi.entry}: {len(values)} values for {self.n_user} parameters {list(self.names)}")
+        if len(values) != self.n_user or self.n_values != self.n_user:  # (descriptors: expanded values)
+            return ArgumentError(f"{self.abi.entry}: {len(values)} values for {self.n_user} parameters "
+                                 f"{list(self.names)}: {exc}")
         for i, value in enumerate(values):
             p = self.abi.params[i]
             fmt = "<" + _struct_char(p)

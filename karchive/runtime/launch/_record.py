@@ -30,6 +30,8 @@ from ..backend import Backend, LoadedFunction, stream_handle
 from ._argpack import ParamLayout, bf16_bits
 from ._plan import KernelPlan
 from ..select import MISSING, DeviceFit, variant_label
+from ...format.tensordesc import TensorDescAbi
+from ..tensordesc import expand
 
 log = logging.getLogger("karchive.runtime")
 
@@ -110,8 +112,9 @@ class VariantRecord:
 
     @property
     def special(self) -> bool:
-        """Needs more than pack + plain launch (launch attributes or scratch): launched from Python on both paths."""
-        return self.use_ex or bool(self.scratch)
+        """Needs more than pack + plain launch (launch attributes, scratch, or a host tensor descriptor, which
+        expands into several binary parameters in Python): launched from Python on both paths."""
+        return self.use_ex or bool(self.scratch) or any(p.kind == "tensordesc" for p in self.variant.abi.params)
 
     @property
     def converts(self) -> bool:
@@ -129,7 +132,9 @@ class VariantRecord:
         slots = []
         for p in abi.params[: layout.n_user]:
             convert = None
-            if p.kind == "pointer" and p.arg not in extracted:
+            if p.kind == "tensordesc":
+                convert = "desc"  # one call value -> several binary parameters (tensordesc.expand)
+            elif p.kind == "pointer" and p.arg not in extracted:
                 convert = "ptr"
             elif p.type == "bf16":
                 convert = "bf16"
@@ -156,6 +161,8 @@ class LaunchEntry:
         self.backend = backend
         self.pool = pool
         self.layout = layout  # the creating thread's buffer; other threads get their own
+        #: Autotuned kernels: a descriptor's block shape is the chosen variant's, whatever the call site's says.
+        self.descriptor_block_from_variant = False
         # Values reach the binary in order, or some (the == 1 ones) are dropped: an itemgetter picks them.
         indices = [s.value for s in self.slots]
         self._pick: Callable[[Sequence[Any]], Sequence[Any]] | None = None
@@ -185,6 +192,13 @@ class LaunchEntry:
         out = []
         for (j, conv), p in zip(self.slots, self.variant.abi.params):
             v = values[j]
+            if conv == "desc":
+                try:
+                    out.extend(expand(p.name, cast(TensorDescAbi, p.desc), v, self.descriptor_block_from_variant,
+                                      self.device))
+                except ArgumentError as exc:
+                    raise ArgumentError(f"{self.kernel}: {exc}", kernel=self.kernel, param=p.name) from None
+                continue
             if conv == "ptr":
                 try:
                     v = pointer_value(v)
@@ -341,6 +355,11 @@ class BoundLauncher:
         # A pointer always has its call argument's index (AbiParam.from_json refuses one without).
         self._aligned = tuple(i for i, p in enumerate(user)
                               if p.kind == "pointer" and entry.variant.params[cast(int, p.arg)].divisibility == 16)
+        # where each parameter's value sits among the packed values (a tensor descriptor packs several)
+        self._flat = [0] * len(user)
+        for i in range(1, len(user)):
+            prev = user[i - 1]
+            self._flat[i] = self._flat[i - 1] + (len(prev.desc.slots) if prev.desc is not None else 1)
         self.grid = grid_dims(grid)
         self._stream_raw = stream
         self._stream = entry.backend.stream(stream)
@@ -380,6 +399,9 @@ class BoundLauncher:
         except ValueError:
             raise ArgumentError(f"{self.entry.kernel}: no parameter {name!r} to set; "
                                 f"settable: {list(self.param_names)}") from None
+        if self.variant.abi.params[i].kind == "tensordesc":
+            raise ArgumentError(f"{self.entry.kernel}: {name!r} is a tensor descriptor; pass every value to the bound "
+                                "launcher (bound(*values)) to change it", param=name)
         if self.variant.abi.params[i].kind == "pointer":
             try:
                 value = pointer_value(value)
@@ -394,7 +416,7 @@ class BoundLauncher:
         """All or nothing: a value that does not pack leaves the buffer as it was."""
         try:
             values = self._values(args)
-            self._misaligned([values[i] for i in self._aligned], self._aligned)
+            self._misaligned([values[self._flat[i]] for i in self._aligned], self._aligned)
             self.layout.replace(values)
         except Exception as exc:  # noqa: BLE001 - struct.error, OverflowError, TypeError, ArgumentError
             raise self._explain(args, exc) from None
@@ -406,6 +428,10 @@ class BoundLauncher:
         out = []
         tensor = args_module.TENSOR_TYPE
         for p, v in zip(self.variant.abi.params, args):
+            if p.kind == "tensordesc":
+                out.extend(expand(p.name, cast(TensorDescAbi, p.desc), v, self.entry.descriptor_block_from_variant,
+                                  self.entry.device))
+                continue
             if p.kind == "pointer":
                 try:  # the bound path reads only the address (the binding checked dtypes and devices)
                     v = v.data_ptr() if type(v) is tensor else v if type(v) is int else pointer_value(v)
@@ -425,7 +451,7 @@ class BoundLauncher:
             return exc
         try:
             values = self._values(args)
-            self._misaligned([values[i] for i in self._aligned], self._aligned)
+            self._misaligned([values[self._flat[i]] for i in self._aligned], self._aligned)
         except ArgumentError as err:
             return err
         return ArgumentError(f"{self.entry.kernel}: {self.layout.explain(values, exc)}")

@@ -125,6 +125,9 @@ class Kernel:
                     f"variants of {name!r} disagree on the parameter list ({names} vs {[p.name for p in v.params]}); "
                     "karchive cannot dispatch between them", kernel=name)
         self.plan: KernelPlan = make_plan(name, self.variants)
+        #: Set on the per-config dispatchers of autotuned kernels: a tensor descriptor's block shape comes
+        #: from the chosen variant (Triton's pre_hook would set it per config), not from the call site.
+        self.descriptor_block_from_variant = False
         self.param_names = self.plan.names
         #: "extension" (the compiled launcher) or "python"; fixed when the kernel is made.
         self.launch_path = launch_path.choose()
@@ -349,7 +352,8 @@ class Kernel:
     def _select(self, dev: DeviceInfo, values: Sequence[Any], infos: Sequence[Any],
                 options: dict[str, Any]) -> tuple[Variant, DeviceFit]:
         return select_variant(self.name, self.variants, dev, values, infos, self.param_names,
-                              self.archive.allow_ptx, self.archive.ptx_header, options)
+                              self.archive.allow_ptx, self.archive.ptx_header, options,
+                              block_from_variant=self.descriptor_block_from_variant)
 
     def _entry(self, variant: Variant, fit: DeviceFit, index: int) -> LaunchEntry:
         key = (variant.key, index)
@@ -361,6 +365,7 @@ class Kernel:
                     loaded = self.archive.load_function(variant, fit, index)
                     ent = LaunchEntry.load(self.name, variant, fit, loaded, self.archive.backend(),
                                            self.archive.scratch_pool(), self.plan)
+                    ent.descriptor_block_from_variant = self.descriptor_block_from_variant
                     self._entries[key] = ent
         return ent
 

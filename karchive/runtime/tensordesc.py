@@ -1,0 +1,436 @@
+"""Host tensor descriptors at launch: ``karchive.TensorDescriptor``, CUtensorMap encoding, the expansion.
+
+A ``tensordesc`` parameter (launch ABI v2, spec/FORMAT.md §6.2.1) becomes several binary parameters whose
+layout the variant records (its *convention*). :func:`expand` is the one function the launch path calls
+for it: descriptor argument -> the values of those parameters, in order. It accepts karchive's own
+:class:`TensorDescriptor` (from a torch tensor, a JAX or CuPy array, anything with
+``__cuda_array_interface__`` or DLPack, or a raw address with shape and strides) and, duck-typed, Triton's
+``triton.tools.tensor_descriptor.TensorDescriptor`` (``base``, ``shape``, ``strides``, ``block_shape``,
+``padding``) without importing Triton.
+
+The ``CUtensorMap`` is encoded with cuda-python's ``cuTensorMapEncodeTiled`` exactly as the producing
+Triton's launcher encodes it (:func:`encode_params` is that computation, pure and testable without a GPU).
+Encoded maps are cached by (address, shape, strides, dtype, device, the variant's record, padding, tf32),
+so a steady-state launch with the same tensors costs one dict lookup; every check runs on a cache miss,
+before anything reaches the driver.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import threading
+from dataclasses import dataclass
+from typing import Any
+from collections.abc import Sequence
+
+from ..errors import ArgumentError, LaunchError
+from ..format.dtypes import SCALAR_SIZES
+from ..format.tensordesc import TENSORMAP, TENSORMAP_ALIGN, TENSORMAP_SIZE, TensorDescAbi, parse_tensordesc_type
+from .args import NotAPointer, pointer_info
+from .arg_dtypes import triton_dtype
+
+__all__ = ["TensorDescriptor", "EncodeParams", "descriptor_reason", "encode_params", "expand", "slot_formats",
+           "is_descriptor", "clear_cache"]
+
+#: Bytes per element of each element type a descriptor may have (fp4: two values per byte, as Triton's
+#: ``float4_e2m1fn_x2`` bytes; fp8 kinds one byte).
+ELEMENT_SIZES: dict[str, int] = {**{k: v for k, v in SCALAR_SIZES.items() if k not in ("i1", "u1")}, "i1": 1, "u1": 1,
+                                 "fp8e4nv": 1, "fp8e5": 1, "fp8e4b15": 1, "fp8e4b8": 1, "fp8e5b16": 1, "fp8e8m0": 1,
+                                 "fp4": 1}
+#: Triton's device-side TMA data type codes -> CUtensorMapDataType (``TMA_DTYPE_DEVICE_TO_HOST`` in
+#: triton/backends/nvidia/driver.py, the same in 3.5 to 3.9).
+_DEVICE_TO_HOST = {i: i for i in range(16)}
+_DEVICE_TO_HOST.update({8: 10, 9: 8, 10: 9})
+TMA_TF32 = 11
+L2_PROMOTION_128B = 2
+OOB_FILL_NONE, OOB_FILL_NAN = 0, 1
+#: Triton 3.8+ clears this bit of the map's second word for small tensors on drivers <= 13.1 (CUTLASS's fix).
+_SMALL_TENSOR_BIT = 1 << 21
+_SMALL_TENSOR_BYTES = 128 * 1024
+_DRIVER_PATCHED = 13010
+
+
+class TensorDescriptor:
+    """A host tensor descriptor karchive can launch with, Triton not needed.
+
+    ``TensorDescriptor(x, block_shape=[64, 64])`` with ``x`` a torch tensor, a JAX/CuPy array or anything
+    with ``__cuda_array_interface__``/DLPack; or ``TensorDescriptor(address, block_shape, shape=...,
+    strides=..., dtype="fp16")``. ``block_shape=None`` takes the block the chosen variant was compiled
+    for (autotuned kernels, whose block sizes differ per config). Shape and strides are in elements.
+    The address is read again at every launch (a tensor whose storage moved is re-encoded, not reused).
+    """
+
+    # No ``dtype`` attribute, on purpose: Triton's autotune key adds ``str(x.dtype)`` of every argument that has
+    # one, and Triton's own descriptor has none; karchive's must give the same key (spec/FORMAT.md §6.3).
+    __slots__ = ("source", "shape", "strides", "block_shape", "elem_dtype", "padding", "round_f32_to_tf32",
+                 "_fixed_ptr", "_memo")
+
+    def __init__(self, x: Any, block_shape: Sequence[int] | None = None, *, shape: Sequence[int] | None = None,
+                 strides: Sequence[int] | None = None, dtype: Any = None, padding: str = "zero",
+                 round_f32_to_tf32: bool = False) -> None:
+        if padding not in ("zero", "nan"):
+            raise ArgumentError(f"TensorDescriptor: padding must be 'zero' or 'nan', got {padding!r}")
+        self.source = x
+        self._fixed_ptr: int | None = None
+        #: The last expansion: (record id, block_from_variant, launch device, address, device, values). Shape,
+        #: strides, dtype and options are fixed at construction, so only the address (and device) can change.
+        self._memo: tuple | None = None
+        if isinstance(x, int) and not isinstance(x, bool):
+            if shape is None or strides is None or dtype is None:
+                raise ArgumentError("TensorDescriptor: a raw address needs shape=, strides= and dtype=")
+            self._fixed_ptr = x
+            found_dtype: Any = dtype
+        else:
+            try:
+                _ptr, found_dtype, _dev = pointer_info(x)
+            except (NotAPointer, TypeError) as exc:
+                raise ArgumentError(f"TensorDescriptor: {exc}") from None
+            if dtype is not None:
+                found_dtype = dtype
+            if shape is None or strides is None:
+                got_shape, got_strides = shape_and_strides(x, found_dtype)
+                shape = got_shape if shape is None else shape
+                strides = got_strides if strides is None else strides
+        self.shape = tuple(int(s) for s in shape)
+        self.strides = tuple(int(s) for s in strides)
+        if len(self.shape) != len(self.strides) or not 1 <= len(self.shape) <= 5:
+            raise ArgumentError(f"TensorDescriptor: shape {self.shape} and strides {self.strides} must have one "
+                                "length, 1 to 5")
+        self.block_shape = None if block_shape is None else tuple(int(b) for b in block_shape)
+        if self.block_shape is not None and len(self.block_shape) != len(self.shape):
+            raise ArgumentError(f"TensorDescriptor: block_shape {self.block_shape} has rank {len(self.block_shape)}, "
+                                f"the tensor {len(self.shape)}")
+        self.elem_dtype = found_dtype
+        self.padding = padding
+        self.round_f32_to_tf32 = bool(round_f32_to_tf32)
+
+    @property
+    def ptr(self) -> int:
+        return self._fixed_ptr if self._fixed_ptr is not None else pointer_info(self.source)[0]
+
+    def __repr__(self) -> str:
+        return (f"karchive.TensorDescriptor(shape={list(self.shape)}, strides={list(self.strides)}, "
+                f"block_shape={None if self.block_shape is None else list(self.block_shape)}, "
+                f"dtype={triton_dtype(self.elem_dtype) or self.elem_dtype})")
+
+
+def shape_and_strides(x: Any, dtype: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Shape and element strides of an array object (torch, CuPy, JAX, ``__cuda_array_interface__``, DLPack)."""
+    stride = getattr(x, "stride", None)
+    if callable(stride):  # torch
+        return tuple(x.shape), tuple(stride())
+    cai = getattr(x, "__cuda_array_interface__", None)
+    if isinstance(cai, dict):
+        shape = tuple(cai["shape"])
+        size = _itemsize(dtype)
+        raw = cai.get("strides")
+        return shape, _contiguous(shape) if raw is None else tuple(s // size for s in raw)
+    if hasattr(x, "__dlpack__") and not hasattr(x, "unsafe_buffer_pointer") and not hasattr(x, "strides"):
+        return _dlpack_shape(x)
+    shape = tuple(getattr(x, "shape", ()))
+    strides = getattr(x, "strides", None)  # CuPy / NumPy: bytes
+    if strides is not None and not hasattr(x, "unsafe_buffer_pointer"):
+        return shape, tuple(s // _itemsize(dtype) for s in strides)
+    return shape, _contiguous(shape)  # JAX arrays are dense row-major
+
+
+def _dlpack_shape(x: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    from .args import _capsule_get, _capsule_valid, _DLTensor
+
+    capsule = x.__dlpack__()
+    for name in (b"dltensor", b"dltensor_versioned"):
+        if _capsule_valid(capsule, name):
+            break
+    else:
+        raise ArgumentError("TensorDescriptor: __dlpack__ returned no usable DLPack capsule")
+    t = _DLTensor.from_address(_capsule_get(capsule, name) + (32 if name == b"dltensor_versioned" else 0))
+    shape = tuple((ctypes.c_int64 * t.ndim).from_address(t.shape)) if t.ndim else ()
+    strides = tuple((ctypes.c_int64 * t.ndim).from_address(t.strides)) if t.strides else _contiguous(shape)
+    return shape, strides
+
+
+def _contiguous(shape: Sequence[int]) -> tuple[int, ...]:
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= int(s)
+    return tuple(reversed(out))
+
+
+def _itemsize(dtype: Any) -> int:
+    name = triton_dtype(dtype)
+    if name in ELEMENT_SIZES:
+        return ELEMENT_SIZES[name]
+    size = getattr(dtype, "itemsize", None)
+    if isinstance(size, int) and size > 0:
+        return size
+    raise ArgumentError(f"TensorDescriptor: cannot tell the element size of dtype {dtype!r}")
+
+
+def is_descriptor(value: Any) -> bool:
+    """karchive's descriptor, or one shaped like Triton's (duck-typed: base, shape, strides, block_shape)."""
+    return isinstance(value, TensorDescriptor) or all(
+        hasattr(value, a) for a in ("base", "shape", "strides", "block_shape"))
+
+
+@dataclass(frozen=True)
+class _Call:
+    """What a descriptor argument says, whatever its class."""
+
+    ptr: int
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+    block: tuple[int, ...] | None
+    dtype: Any
+    device: int | None
+    padding: str
+    tf32: bool
+
+
+def _read(value: Any) -> _Call:
+    if isinstance(value, TensorDescriptor):
+        if value._fixed_ptr is not None:
+            ptr, dev = value._fixed_ptr, None
+        else:
+            ptr, _d, dev = pointer_info(value.source)
+        return _Call(ptr, value.shape, value.strides, value.block_shape, value.elem_dtype, dev, value.padding,
+                     value.round_f32_to_tf32)
+    if is_descriptor(value):  # Triton's TensorDescriptor (any release with host descriptors)
+        try:
+            ptr, dtype, dev = pointer_info(value.base)
+        except (NotAPointer, TypeError) as exc:
+            raise ArgumentError(f"descriptor base: {exc}") from None
+        return _Call(ptr, tuple(int(s) for s in value.shape), tuple(int(s) for s in value.strides),
+                     tuple(int(b) for b in value.block_shape), dtype, dev, str(getattr(value, "padding", "zero")),
+                     bool(getattr(value, "round_f32_to_tf32", False)))
+    raise ArgumentError(f"expected a tensor descriptor (karchive.TensorDescriptor or Triton's TensorDescriptor), "
+                        f"got {type(value).__name__}")
+
+
+def descriptor_reason(name: str, typ: str, value: Any, block_from_variant: bool = False) -> str | None:
+    """Why ``value`` does not fit a ``tensordesc<...>`` parameter of a variant (None when it fits): the
+    selection-time check (element type, rank, block shape; alignment and the rest at encoding)."""
+    parsed = parse_tensordesc_type(typ)
+    if parsed is None:
+        return f"{name} has type {typ!r}, which this runtime cannot read"
+    if not is_descriptor(value):
+        return f"{name} expects a tensor descriptor ({typ}), got {type(value).__name__}"
+    try:
+        call = _read(value)
+    except ArgumentError as exc:
+        return f"{name}: {exc}"
+    got = triton_dtype(call.dtype)
+    if call.dtype is not None and got != parsed.dtype:
+        return f"{name} has dtype {got or call.dtype}, this variant takes {typ}"
+    if len(call.shape) != parsed.rank:
+        return f"{name} has rank {len(call.shape)}, this variant takes {typ}"
+    if call.block is not None and not block_from_variant and not parsed.im2col and call.block != parsed.block_shape:
+        return (f"{name} has block_shape {list(call.block)}, this variant was compiled for "
+                f"{list(parsed.block_shape)} ({typ})")
+    return None
+
+
+@dataclass(frozen=True)
+class EncodeParams:
+    """The arguments of ``cuTensorMapEncodeTiled`` (innermost dimension first), and the bit patch."""
+
+    data_type: int
+    rank: int
+    address: int
+    global_dim: tuple[int, ...]
+    global_strides: tuple[int, ...]  # bytes, rank - 1 entries
+    box_dim: tuple[int, ...]
+    element_strides: tuple[int, ...]
+    swizzle: int
+    oob_fill: int
+    l2_promotion: int = L2_PROMOTION_128B
+    interleave: int = 0
+    clear_small_tensor_bit: bool = False
+
+
+def encode_params(d: TensorDescAbi, ptr: int, shape: Sequence[int], strides: Sequence[int], padding: str,
+                  tf32: bool, driver_version: int) -> EncodeParams:
+    """What the producing Triton's launcher passes to ``cuTensorMapEncodeTiled`` for this descriptor
+    (``make_tensordesc_arg`` + ``fillTMADescriptorTiled``), with karchive's checks first."""
+    assert d.elem_size is not None and d.elem_type is not None and d.swizzle is not None
+    rank = d.rank
+    dims = list(shape)
+    if d.fp4_padded:
+        dims[-1] *= 2
+    elem_type = d.elem_type
+    if tf32:
+        if d.convention == "triton-3.5":
+            raise ArgumentError("round_f32_to_tf32 descriptors did not exist before Triton 3.8; this variant's "
+                                "convention (triton-3.5) cannot take one")
+        elem_type = TMA_TF32
+    data_type = elem_type if tf32 else _DEVICE_TO_HOST[elem_type]
+    global_dim = tuple(int(s) for s in reversed(dims))
+    byte_strides = [int(s) * d.elem_size for s in strides[:-1]]
+    global_strides = tuple(reversed(byte_strides))
+    box = tuple(int(b) for b in reversed(d.block_shape))
+    clear = False
+    if d.convention != "triton-3.5" and driver_version <= _DRIVER_PATCHED:
+        # Triton 3.8+: highest byte offset over the *encoded* dims (innermost stride = element size)
+        inner = [d.elem_size] + list(global_strides)
+        top = sum((gd - 1) * st for gd, st in zip(global_dim, inner))
+        clear = top + 1 < _SMALL_TENSOR_BYTES
+    return EncodeParams(data_type, rank, ptr, global_dim, global_strides, box, (1,) * rank, d.swizzle,
+                        OOB_FILL_NAN if padding == "nan" else OOB_FILL_NONE, clear_small_tensor_bit=clear)
+
+
+def check_call(name: str, d: TensorDescAbi, call: _Call, block_from_variant: bool) -> None:
+    """The argument checks that must pass before a launch (ArgumentError naming the parameter)."""
+    where = f"parameter {name!r} (tensordesc<{d.dtype}[{', '.join(map(str, d.block_shape))}]>)"
+    if d.im2col:
+        raise ArgumentError(f"{where}: im2col tensor descriptors are recorded but karchive cannot launch them yet",
+                            param=name)
+    got = triton_dtype(call.dtype)
+    if call.dtype is not None and got != d.dtype:
+        raise ArgumentError(f"{where}: the tensor has dtype {got or call.dtype}, the variant takes {d.dtype}",
+                            param=name)
+    if len(call.shape) != d.rank or len(call.strides) != d.rank:
+        raise ArgumentError(f"{where}: the descriptor has rank {len(call.shape)}, the variant takes {d.rank}",
+                            param=name)
+    if call.block is not None and not block_from_variant and call.block != d.block_shape:
+        raise ArgumentError(f"{where}: the descriptor's block_shape is {list(call.block)}, the variant was compiled "
+                            f"for {list(d.block_shape)}", param=name)
+    if call.device is not None and call.device < 0:
+        raise ArgumentError(f"{where}: the tensor is in host memory; TMA needs device memory", param=name)
+    if any(s <= 0 for s in call.shape):
+        raise ArgumentError(f"{where}: shape {list(call.shape)} must be positive", param=name)
+    if d.mode == "tma":
+        size = d.elem_size or ELEMENT_SIZES.get(d.dtype, 1)
+        if call.ptr % 16:
+            raise ArgumentError(f"{where}: base address 0x{call.ptr:x} is not 16-byte aligned (TMA needs it)",
+                                param=name)
+        if call.strides[-1] != 1:
+            raise ArgumentError(f"{where}: the last dimension must be contiguous (stride 1), strides are "
+                                f"{list(call.strides)}", param=name)
+        bad = [s for s in call.strides[:-1] if (s * size) % 16]
+        if bad:
+            raise ArgumentError(f"{where}: strides {list(call.strides)} of {size}-byte elements are not multiples of "
+                                "16 bytes (TMA needs every stride but the last 16-byte aligned)", param=name)
+        if any(s >= 1 << 32 for s in call.shape):
+            raise ArgumentError(f"{where}: shape {list(call.shape)} exceeds 2**32 - 1 in a dimension", param=name)
+    if call.padding == "nan" and not d.dtype.startswith(("fp", "bf")):
+        raise ArgumentError(f"{where}: padding 'nan' needs a floating-point tensor", param=name)
+
+
+_lock = threading.Lock()
+_cache: dict[tuple, list[Any]] = {}
+_records: dict[int, TensorDescAbi] = {}
+_CACHE_LIMIT = 4096
+_driver_version: list[int] = []
+
+
+def clear_cache() -> None:
+    with _lock:
+        _cache.clear()
+        _records.clear()
+
+
+def _driver() -> int:
+    if not _driver_version:
+        from cuda.bindings import driver as cu  # the CUDA runtime path needs cuda-python anyway
+
+        err, version = cu.cuDriverGetVersion()
+        _driver_version.append(int(version) if int(err) == 0 else 0)
+    return _driver_version[0]
+
+
+def encode_tiled(p: EncodeParams) -> bytes:
+    """The 128-byte CUtensorMap for ``p`` from the driver (cuda-python), with Triton's bit patch applied."""
+    from cuda.bindings import driver as cu
+
+    u64, u32 = cu.cuuint64_t, cu.cuuint32_t  # the binding takes its own integer types in these lists
+    err, tmap = cu.cuTensorMapEncodeTiled(
+        cu.CUtensorMapDataType(p.data_type), p.rank, p.address, [u64(v) for v in p.global_dim],
+        [u64(v) for v in p.global_strides], [u32(v) for v in p.box_dim], [u32(v) for v in p.element_strides],
+        cu.CUtensorMapInterleave(p.interleave),
+        cu.CUtensorMapSwizzle(p.swizzle), cu.CUtensorMapL2promotion(p.l2_promotion),
+        cu.CUtensorMapFloatOOBfill(p.oob_fill))
+    if int(err) != 0:
+        _e, text = cu.cuGetErrorString(err)
+        raise LaunchError(f"cuTensorMapEncodeTiled failed: {text.decode() if isinstance(text, bytes) else text} "
+                          f"({p})", code=int(err))
+    raw = bytearray(ctypes.string_at(tmap.getPtr(), TENSORMAP_SIZE))
+    if p.clear_small_tensor_bit:
+        word = struct.unpack_from("<Q", raw, 8)[0] & ~_SMALL_TENSOR_BIT
+        struct.pack_into("<Q", raw, 8, word)
+    return bytes(raw)
+
+
+def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = False,
+           device: int | None = None) -> list[Any]:
+    """A descriptor argument as the values of the binary parameters ``d`` lists (``d.slots``, in order):
+    bytes for a ``tensormap`` slot, ints (bools as 0/1) for the rest. Cached by everything it depends on.
+    ``device``: the launch's device; a descriptor over memory of another GPU is refused."""
+    if type(value) is TensorDescriptor:  # the steady state: one address read, compared with the last launch's
+        fixed = value._fixed_ptr
+        ptr, _dt, dev = (fixed, None, None) if fixed is not None else pointer_info(value.source)
+        memo = value._memo
+        if memo is not None and memo[3] == ptr and memo[0] == id(d) and memo[4] == dev and memo[2] == device \
+                and memo[1] == block_from_variant:
+            return memo[5]
+        key = (ptr, value.shape, value.strides, value.elem_dtype, dev, value.block_shape, value.padding,
+               value.round_f32_to_tf32, id(d), block_from_variant, device)
+        out = _cache.get(key)
+        if out is not None:
+            value._memo = (id(d), block_from_variant, device, ptr, dev, out)
+            return out
+        call = _Call(ptr, value.shape, value.strides, value.block_shape, value.elem_dtype, dev, value.padding,
+                     value.round_f32_to_tf32)
+    else:
+        try:
+            call = _read(value)
+        except ArgumentError as exc:
+            raise ArgumentError(f"parameter {name!r}: {exc}", param=name) from None
+        key = (call.ptr, call.shape, call.strides, call.dtype, call.device, call.block, call.padding, call.tf32, id(d),
+               block_from_variant, device)
+        out = _cache.get(key)
+        if out is not None:
+            return out
+    check_call(name, d, call, block_from_variant)
+    if device is not None and call.device is not None and call.device >= 0 and call.device != device:
+        raise ArgumentError(f"parameter {name!r}: the descriptor's tensor is on device {call.device}, the launch on "
+                            f"device {device}; a tensor map must describe memory of the launching GPU", param=name)
+    r = d.rank
+    if d.mode == "tma":
+        params = encode_params(d, call.ptr, call.shape, call.strides, call.padding, call.tf32, _driver())
+        tmap = encode_tiled(params)
+        shape = list(call.shape)
+        if d.fp4_padded and d.convention == "triton-3.5":  # 3.5/3.6 pass the doubled shape on as well
+            shape[-1] *= 2
+        out = [tmap, *shape, *call.strides]
+    else:
+        nan = 1 if call.padding == "nan" else 0
+        flags = [nan] if d.convention == "triton-3.5" else [nan, 1 if call.tf32 else 0]
+        out = [call.ptr, *call.shape, *call.strides, *flags, *call.shape, *call.strides]
+    assert len(out) == len(d.slots) and r == len(call.shape)
+    with _lock:
+        if len(_cache) >= _CACHE_LIMIT:
+            _cache.clear()
+        _cache[key] = out
+        _records[id(d)] = d  # id(d) in the key stays this record's while the cache holds it
+    if type(value) is TensorDescriptor:
+        value._memo = (id(d), block_from_variant, device, call.ptr, call.device, out)
+    return out
+
+
+#: struct format character of each non-map slot type (a pointer slot is "Q").
+_SLOT_FORMATS = {"i1": "B", "i32": "i", "i64": "q"}
+
+
+def slot_formats(d: TensorDescAbi) -> list[tuple[str, int, int]]:
+    """(struct format, size, alignment) of each binary parameter a descriptor becomes, for the packer."""
+    out = []
+    for s in d.slots:
+        if s == TENSORMAP:
+            out.append((f"{TENSORMAP_SIZE}s", TENSORMAP_SIZE, TENSORMAP_ALIGN))
+        elif s.startswith("*"):
+            out.append(("Q", 8, 8))
+        else:
+            size = {"i1": 1, "i32": 4, "i64": 8}[s]
+            out.append((_SLOT_FORMATS[s], size, size))
+    return out

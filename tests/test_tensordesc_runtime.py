@@ -1,0 +1,504 @@
+"""Tensor descriptors at launch, without a GPU (issue 21): what karchive would pass, and what it refuses.
+
+The ``cuTensorMapEncodeTiled`` call itself needs a driver (tests/gpu/test_tensordesc_gpu.py makes it);
+here its *arguments* are compared with what the installed Triton's own launcher computes for the same
+descriptor (``make_tensordesc_arg`` with a recording ``fill_tma_descriptor_tiled``), the trailing
+shape/stride values and the decomposed expansion with Triton's, and the checks, the cache, the parameter
+buffer layout, selection (block shapes, dtypes, fp8) and the Blackwell exact-model rules run for real.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import struct
+import sys
+import pathlib
+
+import pytest
+
+from karchive.errors import ArgumentError, NoMatchingVariantError
+from karchive.format.manifest import Abi, AbiParam
+from karchive.format.tensordesc import TensorDescAbi
+from karchive.runtime import tensordesc as td
+from karchive.runtime.device import DeviceInfo
+from karchive.runtime.launch._argpack import ParamLayout
+from karchive.runtime.select import cubin_runs_on, device_fit
+
+DATA = pathlib.Path(__file__).resolve().parent / "data"
+
+
+class FakeDtype:
+    """A framework dtype as karchive reads it (its name) with the attributes Triton's descriptor reads."""
+
+    def __init__(self, name: str, itemsize: int, floating: bool = True) -> None:
+        self.name, self.itemsize, self.is_floating_point = name, itemsize, floating
+
+    def __str__(self) -> str:
+        return f"torch.{self.name}"
+
+
+class FakeTensor:
+    """data_ptr / dtype / shape / stride(), as a torch tensor offers them (device 0)."""
+
+    def __init__(self, ptr: int, shape, dtype: FakeDtype, strides=None) -> None:
+        self.ptr, self.shape, self.dtype = ptr, tuple(shape), dtype
+        self._strides = tuple(strides) if strides is not None else tuple(td._contiguous(shape))
+
+    def data_ptr(self) -> int:
+        return self.ptr
+
+    def stride(self):
+        return self._strides
+
+    def get_device(self) -> int:
+        return 0
+
+
+FP16 = FakeDtype("float16", 2)
+BF16 = FakeDtype("bfloat16", 2)
+FP32 = FakeDtype("float32", 4)
+FP8 = FakeDtype("float8_e4m3fn", 1)
+
+
+def tma(convention="triton-3.8", dtype="fp16", block=(64, 64), elem_size=2, elem_type=6, swizzle=3, fp4=False):
+    return TensorDescAbi(convention, "tma", dtype, len(block), tuple(block), swizzle=swizzle, elem_size=elem_size,
+                         elem_type=elem_type, fp4_padded=fp4)
+
+
+@pytest.fixture
+def no_driver(monkeypatch):
+    """encode_tiled recorded instead of called (no driver here); a driver version of 13.2 by default."""
+    calls: list[td.EncodeParams] = []
+
+    def fake_encode(p: td.EncodeParams) -> bytes:
+        calls.append(p)
+        return bytes([len(calls)]) * 128
+
+    monkeypatch.setattr(td, "encode_tiled", fake_encode)
+    monkeypatch.setattr(td, "_driver", lambda: 13020)
+    td.clear_cache()
+    yield calls
+    td.clear_cache()
+
+
+def test_encode_params_follow_tritons_tiled_encoding():
+    d = tma()
+    p = td.encode_params(d, 0x10000, [256, 128], [128, 1], "zero", False, 13020)
+    assert (p.data_type, p.rank, p.address) == (6, 2, 0x10000)
+    assert p.global_dim == (128, 256) and p.global_strides == (256,) and p.box_dim == (64, 64)
+    assert p.element_strides == (1, 1) and p.swizzle == 3 and p.oob_fill == td.OOB_FILL_NONE
+    assert p.l2_promotion == 2 and not p.clear_small_tensor_bit
+    # bf16 is 10 on the device side and 9 (CU_TENSOR_MAP_DATA_TYPE_BFLOAT16) on the host side
+    assert td.encode_params(tma(elem_type=10), 0, [64, 64], [64, 1], "nan", False, 13020).data_type == 9
+    assert td.encode_params(tma(), 0, [64, 64], [64, 1], "nan", False, 13020).oob_fill == td.OOB_FILL_NAN
+    # fp4_padded: the map's innermost dimension is doubled
+    assert td.encode_params(tma(fp4=True, dtype="u8", elem_size=1, elem_type=0), 0, [64, 32], [32, 1], "zero",
+                            False, 13020).global_dim == (64, 64)
+    # TF32: only under the 3.8 convention
+    assert td.encode_params(tma(dtype="fp32", elem_size=4, elem_type=7), 0, [64, 64], [64, 1], "zero", True,
+                            13020).data_type == 11
+    with pytest.raises(ArgumentError, match="round_f32_to_tf32"):
+        td.encode_params(tma("triton-3.5", dtype="fp32", elem_size=4, elem_type=7), 0, [64, 64], [64, 1], "zero",
+                         True, 13020)
+
+
+def test_small_tensor_bit_patch_only_under_3_8_on_old_drivers():
+    small = ([128, 64], [64, 1])  # 16 KiB of fp16
+    large = ([1024, 1024], [1024, 1])  # 2 MiB
+    assert td.encode_params(tma(), 0, *small, "zero", False, 13010).clear_small_tensor_bit
+    assert not td.encode_params(tma(), 0, *small, "zero", False, 13020).clear_small_tensor_bit
+    assert not td.encode_params(tma(), 0, *large, "zero", False, 13010).clear_small_tensor_bit
+    assert not td.encode_params(tma("triton-3.5"), 0, *small, "zero", False, 12080).clear_small_tensor_bit
+
+
+@pytest.mark.parametrize("shape,strides,block,padding", [
+    ([256, 128], [128, 1], [64, 64], "zero"),
+    ([8, 96, 64], [96 * 64, 64, 1], [2, 32, 64], "nan"),
+])
+def test_expansion_matches_the_installed_tritons_launcher(shape, strides, block, padding, no_driver, fake_gpu_driver):
+    """Triton's make_tensordesc_arg, with fill_tma_descriptor_tiled recording its arguments, against karchive's
+    encode parameters and expansion for the convention of the installed release."""
+    triton = pytest.importorskip("triton")
+    from triton.backends.nvidia import driver as nvdriver
+    from triton.tools.tensor_descriptor import TensorDescriptor as TritonDesc
+
+    from karchive.format.tensordesc import convention_for_triton
+
+    convention = convention_for_triton(triton.__version__)
+    if convention is None:
+        pytest.skip(f"Triton {triton.__version__} has no recorded convention")
+    recorded = []
+
+    def fill(*args):
+        recorded.append(args)
+        return "MAP"
+
+    fake_gpu_driver.utils.fill_tma_descriptor_tiled = fill  # 3.8+
+    fake_gpu_driver.utils.fill_tma_descriptor = fill  # 3.5/3.6
+    base = FakeTensor(0x7f0000010000, shape, FP16, strides)
+    tdesc = TritonDesc(base, shape, strides, block, padding=padding)
+    meta = {"swizzle": 3, "elem_size": 2, "elem_type": 6, "block_size": block, "fp4_padded": False,
+            "is_im2col": False}
+    args = [meta] if convention == "triton-3.5" else [meta, None]
+    theirs = nvdriver.make_tensordesc_arg(tdesc, *args)
+    (ptr, swizzle, elem_size, host_type, box, dims, their_strides, their_padding) = recorded[0]
+    d = tma(convention, block=tuple(block))
+    ours = td.expand("a", d, tdesc)
+    (p,) = no_driver
+    assert p.address == ptr and p.swizzle == swizzle and p.data_type == host_type
+    assert p.box_dim == tuple(reversed(box)) and p.global_dim == tuple(reversed(dims))
+    assert p.global_strides == tuple(reversed([s * elem_size for s in their_strides[:-1]]))
+    assert p.oob_fill == their_padding
+    assert theirs[0] == "MAP" and ours[1:] == list(theirs[1:])  # shape and strides passed after the map
+    # the decomposed expansion (no TMA metadata) against Triton's, value for value
+    dec = TensorDescAbi(convention, "decomposed", "fp16", len(shape), tuple(block))
+    their_dec = nvdriver.make_tensordesc_arg(tdesc, None) if convention == "triton-3.5" else \
+        nvdriver.make_tensordesc_arg(tdesc, None, None)
+    ours_dec = td.expand("a", dec, tdesc)
+    assert their_dec[0] is base and ours_dec[0] == base.ptr
+    assert ours_dec[1:] == [int(x) for x in their_dec[1:]] and len(ours_dec) == len(dec.slots)
+
+
+def test_karchive_descriptors_from_arrays_and_raw_addresses(no_driver):
+    class CAI:
+        __cuda_array_interface__ = {"data": (0x20000, False), "shape": (64, 32), "strides": (128, 4),
+                                    "typestr": "<f4", "version": 3}
+
+    d = td.TensorDescriptor(CAI(), block_shape=[16, 32])
+    assert d.shape == (64, 32) and d.strides == (32, 1) and d.ptr == 0x20000
+    raw = td.TensorDescriptor(0x40000, [64, 64], shape=[128, 64], strides=[64, 1], dtype="float16")
+    out = td.expand("a", tma(), raw)
+    assert out[1:] == [128, 64, 64, 1] and len(out[0]) == 128
+    with pytest.raises(ArgumentError, match="raw address needs"):
+        td.TensorDescriptor(0x40000, [64, 64])
+    t = td.TensorDescriptor(FakeTensor(0x50000, [128, 64], FP16), block_shape=None)
+    assert t.block_shape is None and td.expand("a", tma(), t)[1:] == [128, 64, 64, 1]
+
+
+def test_checks_before_launch(no_driver):
+    d = tma()
+    good = FakeTensor(0x10000, [128, 64], FP16)
+    with pytest.raises(ArgumentError, match="not 16-byte aligned") as err:
+        td.expand("a_desc", d, td.TensorDescriptor(FakeTensor(0x10008, [128, 64], FP16), [64, 64]))
+    assert err.value.param == "a_desc"
+    with pytest.raises(ArgumentError, match="not multiples of 16 bytes"):
+        td.expand("a", d, td.TensorDescriptor(FakeTensor(0x10000, [128, 60], FP16, [60, 1]), [64, 64]))
+    with pytest.raises(ArgumentError, match="last dimension must be contiguous"):
+        td.expand("a", d, td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP16, [1, 128]), [64, 64]))
+    with pytest.raises(ArgumentError, match="dtype bf16, the variant takes fp16"):
+        td.expand("a", d, td.TensorDescriptor(FakeTensor(0x10000, [128, 64], BF16), [64, 64]))
+    with pytest.raises(ArgumentError, match=r"block_shape is \[32, 64\], the variant was compiled for \[64, 64\]"):
+        td.expand("a", d, td.TensorDescriptor(good, [32, 64]))
+    # an autotuned kernel's dispatcher takes the variant's block instead
+    assert len(td.expand("a", d, td.TensorDescriptor(good, [32, 64]), block_from_variant=True)) == 5
+    with pytest.raises(ArgumentError, match="rank 3"):
+        td.expand("a", d, td.TensorDescriptor(FakeTensor(0x10000, [2, 128, 64], FP16), [1, 64, 64]))
+    host = FakeTensor(0x10000, [128, 64], FP16)
+    host.get_device = lambda: -1  # type: ignore[method-assign]
+    with pytest.raises(ArgumentError, match="host memory"):
+        td.expand("a", d, td.TensorDescriptor(host, [64, 64]))
+    with pytest.raises(ArgumentError, match="expected a tensor descriptor"):
+        td.expand("a", d, good)
+    im2col = TensorDescAbi("triton-3.8", "tma", "fp16", 4, (32, 64), swizzle=3, elem_size=2, elem_type=6,
+                           im2col=True)
+    with pytest.raises(ArgumentError, match="im2col"):
+        td.expand("a", im2col, td.TensorDescriptor(FakeTensor(0x10000, [1, 8, 8, 64], FP16), None))
+
+
+def test_encoded_maps_are_cached_and_a_moved_tensor_is_reencoded(no_driver):
+    d = tma()
+    t = FakeTensor(0x10000, [128, 64], FP16)
+    desc = td.TensorDescriptor(t, [64, 64])
+    first = td.expand("a", d, desc)
+    for _ in range(5):
+        assert td.expand("a", d, desc) is first
+    assert len(no_driver) == 1
+    # the same tensor seen through another descriptor object: still no re-encoding
+    td.expand("a", d, td.TensorDescriptor(t, [64, 64]))
+    assert len(no_driver) == 1
+    t.ptr = 0x20000  # the storage moved: the address is read at each launch, so the map follows it
+    moved = td.expand("a", d, desc)
+    assert len(no_driver) == 2 and no_driver[-1].address == 0x20000 and moved[0] != first[0]
+
+
+def _desc_abi(descs: list[TensorDescAbi], scalars=("i32",)) -> Abi:
+    params = [AbiParam(f"d{i}", "tensordesc", f"tensordesc<fp16[{d.block_shape[0]}, {d.block_shape[1]}]>", i,
+                       d.size, d) for i, d in enumerate(descs)]
+    params += [AbiParam(f"s{j}", "scalar", t, len(descs) + j, 4) for j, t in enumerate(scalars)]
+    params += [AbiParam("global_scratch", "global_scratch", None, None, 8)]
+    return Abi(version=2, entry="k", binary_format="cubin", binary_arch="sm_90a", params=tuple(params), shared=0,
+               num_warps=4, warp_size=32, num_ctas=1, cluster_dims=(1, 1, 1), cooperative_grid=False, pdl=False,
+               global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0, profile_scratch_align=1)
+
+
+def test_parameter_buffer_places_maps_64_byte_aligned(no_driver):
+    """Two descriptors and an int: 2 x (map + 2 x i32 + 2 x i64) + i32 + scratch, each binary parameter at
+    its C offset, the maps 64-byte aligned in memory, one kernelParams pointer per binary parameter."""
+    d = tma()
+    layout = ParamLayout(_desc_abi([d, d]))
+    assert layout.n_values == 11 and layout.offsets[:3] == (0, 192, 344)
+    assert ctypes.addressof(layout.buffer) % 64 == 0
+    t = td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP16), [64, 64])
+    u = td.TensorDescriptor(FakeTensor(0x20000, [256, 64], FP16), [64, 64])
+    values = td.expand("d0", d, t) + td.expand("d1", d, u) + [7]
+    layout.pack(values)
+    raw = bytes((ctypes.c_char * layout.size).from_address(ctypes.addressof(layout.buffer)))
+    assert raw[0:128] == values[0] and raw[192:320] == values[5]
+    assert struct.unpack_from("<iiqq", raw, 128) == (128, 64, 64, 1)
+    assert struct.unpack_from("<iiqq", raw, 320) == (256, 64, 64, 1) and struct.unpack_from("<i", raw, 344) == (7,)
+    ptrs = [layout.pointers[i] for i in range(12)]
+    base = ctypes.addressof(layout.buffer)
+    assert [p - base for p in ptrs] == [0, 128, 132, 136, 144, 192, 320, 324, 328, 336, 344, 352]
+
+
+def test_selection_checks_descriptors_and_autotuned_dispatchers_take_the_variant_block(no_driver):
+    from karchive.format.manifest import Param
+    from karchive.runtime.select import param_reason
+
+    p = Param("a_desc", "tensordesc<fp16[64, 64]>")
+    ok = td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP16), [64, 64])
+    assert param_reason(p, ok, None, False) is None
+    wrong_block = td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP16), [128, 64])
+    assert "compiled for [64, 64]" in param_reason(p, wrong_block, None, False)
+    assert param_reason(p, wrong_block, None, False, block_from_variant=True) is None
+    assert "dtype fp8e4nv" in param_reason(p, td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP8), [64, 64]),
+                                           None, False)
+    assert "expects a tensor descriptor" in param_reason(p, 0x10000, None, False)
+    # fp8 pointers: the signature's element type is checked against the framework's dtype
+    f8 = Param("x", "*fp8e4nv")
+    assert param_reason(f8, object(), (0x10000, FP8, 0), False) is None
+    assert "has dtype fp16, this variant takes *fp8e4nv" in param_reason(f8, object(), (0x10000, FP16, 0), False)
+    assert param_reason(Param("y", "*fp8e5"), object(), (0x10000, FakeDtype("float8_e5m2", 1), 0), False) is None
+    assert param_reason(Param("y", "*fp8e4b15"), object(), (0, "float8_e4m3b11fnuz", 0), False) is None
+    assert param_reason(Param("y", "*fp4"), object(), (0, FakeDtype("float4_e2m1fn_x2", 1), 0), False) is None
+
+
+@pytest.mark.parametrize("binary_arch,cc,ok", [
+    ("sm_100a", (10, 0), True), ("sm_100a", (10, 3), False), ("sm_103a", (10, 3), True),
+    ("sm_103a", (10, 0), False), ("sm_120a", (12, 0), True), ("sm_120a", (12, 1), False),
+    ("sm_100a", (12, 0), False), ("sm_90a", (10, 0), False), ("sm_100f", (10, 3), True), ("sm_103f", (10, 0), False),
+    ("sm_100", (10, 3), True), ("sm_100", (12, 0), False), ("sm_120", (12, 1), True),
+])
+def test_blackwell_cubins_load_only_where_built_for(binary_arch, cc, ok):
+    assert cubin_runs_on(binary_arch, cc) is ok
+
+
+def test_rejection_list_explains_the_exact_model_rule():
+    from karchive.format.manifest import Target, Variant, FileRef
+
+    ref = FileRef("x", 1, "0" * 64)
+    abi = _desc_abi([tma()])
+    import dataclasses
+
+    v = Variant(kernel="k", key="a" * 64, target=Target("cuda", "100", 32), params=(), options={},
+                abi=dataclasses.replace(abi, binary_arch="sm_100a"), binary=ref, metadata=ref)
+    why = device_fit(v, DeviceInfo("cuda", 0, "103", 32, cc=(10, 3)), allow_ptx=False)
+    assert isinstance(why, str) and "cubin is sm_100a, the device is sm_103" in why
+    assert "runs only on exactly sm_100" in why and "not even sm_10x siblings" in why
+    fit = device_fit(v, DeviceInfo("cuda", 0, "100", 32, cc=(10, 0)), allow_ptx=False)
+    assert not isinstance(fit, str) and fit.mode == "binary"
+
+
+def test_a_kernel_of_descriptors_selects_and_refuses_through_the_archive(tmp_path, no_driver):
+    """A real archive (cuda:90 and cuda:100 builds of the copy kernel) opened with no GPU: selection per
+    device model and the call's descriptors, with every rejection explained."""
+    pytest.importorskip("triton")
+    sys.path.insert(0, str(DATA))
+    import karchive
+    from karchive.cli.main import main
+
+    out = tmp_path / "tma.karc"
+    code = main(["compile", str(DATA / "tma_kernels.py"), "-n", "desc_copy", "-s",
+                 "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64, 64", "-t", "cuda:90", "-t", "cuda:100",
+                 "-o", str(out)])
+    assert code == 0
+    k = karchive.open(str(out)).kernel("desc_copy")
+    a = td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP16), [64, 64])
+    b = td.TensorDescriptor(FakeTensor(0x20000, [128, 64], FP16), [64, 64])
+    h100 = DeviceInfo("cuda", 0, "90", 32, cc=(9, 0))
+    b200 = DeviceInfo("cuda", 0, "100", 32, cc=(10, 0))
+    b300 = DeviceInfo("cuda", 0, "103", 32, cc=(10, 3))
+    assert k.select(a, b, BLOCK_M=64, BLOCK_N=64, device=h100).abi.binary_arch == "sm_90a"
+    assert k.select(a, b, BLOCK_M=64, BLOCK_N=64, device=b200).abi.binary_arch == "sm_100a"
+    with pytest.raises(NoMatchingVariantError) as err:
+        k.select(a, b, BLOCK_M=64, BLOCK_N=64, device=b300)
+    assert "runs only on exactly sm_100" in str(err.value) and "sm_90a" in str(err.value)
+    small = td.TensorDescriptor(FakeTensor(0x20000, [128, 64], FP16), [32, 64])
+    with pytest.raises(NoMatchingVariantError, match=r"out_desc has block_shape \[32, 64\]"):
+        k.select(a, small, BLOCK_M=64, BLOCK_N=64, device=h100)
+
+
+@pytest.mark.parametrize("path", ["python", "extension"])
+def test_descriptor_launch_packs_the_recorded_expansion_on_both_paths(path, monkeypatch, tmp_path, no_driver):
+    """kernel[grid](desc, desc) through the recording driver stand-in (runtime_support.FakeCuda): the bytes
+    behind each kernelParams pointer are the maps, then shape (i32) and strides (i64), then the scratch
+    pointers; a second launch re-encodes nothing; a misaligned descriptor launches nothing."""
+    pytest.importorskip("triton")
+    import karchive
+    from karchive.cli.main import main
+    from karchive.producer.compile.tensordesc_abi import binary_param_sizes
+    from karchive.runtime import launch_path
+    from runtime_support import fake_cuda
+
+    if path == "extension" and launch_path.extension() is None:
+        pytest.skip(f"the compiled launcher is not built here: {launch_path.status().detail}")
+    out = tmp_path / "tma.karc"
+    assert main(["compile", str(DATA / "tma_kernels.py"), "-n", "desc_copy", "-s",
+                 "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64, 64", "-t", "cuda:90", "-o", str(out)]) == 0
+    with fake_cuda(monkeypatch, path) as (rec, _backend):
+        arc = karchive.open(str(out))
+        (v,) = arc.variants("desc_copy")
+        user = [p for p in v.abi.params if p.kind == "tensordesc"]
+        rec.sizes[arc.reader.read(v.binary.path)] = binary_param_sizes(user) + [8] * (len(v.abi.params) - len(user))
+        k = arc.kernel("desc_copy")
+        assert k.launch_path == path
+        a = td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP16), [64, 64])
+        b = td.TensorDescriptor(FakeTensor(0x30000, [256, 64], FP16), [64, 64])
+        k[(2, 1)](a, b, BLOCK_M=64, BLOCK_N=64)
+        k[(2, 1)](a, b, BLOCK_M=64, BLOCK_N=64)
+        assert len(no_driver) == 2  # two maps encoded once each, reused by the second launch
+        (first, second) = rec.launches()
+        assert first.params == second.params and first.grid == (2, 1, 1) and first.block == (128, 1, 1)
+        p = first.params
+        assert p[0] == bytes([1]) * 128 and p[5] == bytes([2]) * 128
+        assert [struct.unpack("<i", x)[0] for x in (p[1], p[2], p[6], p[7])] == [128, 64, 256, 64]
+        assert [struct.unpack("<q", x)[0] for x in (p[3], p[4], p[8], p[9])] == [64, 1, 64, 1]
+        assert no_driver[0].address == 0x10000 and no_driver[1].address == 0x30000
+        bad = td.TensorDescriptor(FakeTensor(0x30008, [256, 64], FP16), [64, 64])
+        with pytest.raises(ArgumentError, match="desc_copy: parameter 'out_desc'.*not 16-byte aligned") as err:
+            k[(2, 1)](a, bad, BLOCK_M=64, BLOCK_N=64)
+        assert err.value.param == "out_desc" and len(rec.launches()) == 2
+
+
+def test_autotuned_descriptor_kernel_takes_the_block_of_the_chosen_config(monkeypatch, tmp_path, no_driver,
+                                                                          triton_cache_dir, fake_gpu_driver):
+    """An autotuned matmul whose configs set descriptor block shapes in a pre_hook (Triton's pattern) is
+    captured; the archive's dispatcher launches the recorded winner with call-site descriptors whose block
+    shape is a placeholder, encoding each map with the winner's block (no hook run, none needed)."""
+    pytest.importorskip("triton")
+    import triton.language as tl
+    from triton.tools.tensor_descriptor import TensorDescriptor as TritonDesc
+
+    import karchive
+    from capture_fakes import MockPtr, fresh
+    from karchive.producer.compile.tensordesc_abi import binary_param_sizes
+    from runtime_support import fake_cuda
+
+    sys.path.insert(0, str(DATA))
+    import tma_kernels
+
+    fresh(tma_kernels.desc_matmul_tuned)
+    fake_gpu_driver._timings = iter([2.0, 1.0])  # the second config (BLOCK_M=128) wins
+    with karchive.capture("tuned", version="1.0") as cap:
+        descs = [TritonDesc(MockPtr(tl.float16), [256, 128], [128, 1], [1, 1]) for _ in range(2)]
+        c = TritonDesc(MockPtr(tl.float16), [256, 256], [256, 1], [1, 1])
+        tma_kernels.desc_matmul_tuned[lambda m: (4,)](descs[0], descs[1], c, 256, 256, 128)
+    assert any("take each variant's compiled block shape" in w for w in cap.warnings)
+    out = tmp_path / "tuned.karc"
+    cap.save(out)
+    with fake_cuda(monkeypatch, "python") as (rec, _backend):
+        arc = karchive.open(str(out))
+        for v in arc.variants("desc_matmul_tuned"):
+            user = [p for p in v.abi.params if p.kind != "global_scratch" and p.kind != "profile_scratch"]
+            rec.sizes[arc.reader.read(v.binary.path)] = binary_param_sizes(user) + [8] * (len(v.abi.params) - len(user))
+        k = arc.kernel("desc_matmul_tuned")
+        a = td.TensorDescriptor(FakeTensor(0x10000, [256, 128], FP16), [1, 1])  # placeholder blocks
+        b = td.TensorDescriptor(FakeTensor(0x20000, [256, 128], FP16), None)
+        cc = td.TensorDescriptor(FakeTensor(0x40000, [256, 256], FP16), [1, 1])
+        chosen = k.select(a, b, cc, 256, 256, 128)
+        assert chosen.constexprs["BLOCK_M"] == 128
+        k[lambda meta: (4,)](a, b, cc, 256, 256, 128)
+        (launch,) = rec.launches()
+        assert launch.block == (256, 1, 1)  # num_warps=8 of the winning config
+        boxes = {p.address: p.box_dim for p in no_driver}
+        assert boxes == {0x10000: (64, 128), 0x20000: (64, 64), 0x40000: (64, 128)}
+
+
+def test_archive_tools_and_bridges_handle_descriptor_kernels(tmp_path, capsys):
+    """inspect / verify / export-triton-cache / rebuild --check work on a descriptor archive; the torch and JAX
+    bridges refuse descriptor parameters with a karchive error instead of passing them as ints."""
+    pytest.importorskip("triton")
+    import karchive
+    from karchive.cli.main import main
+    from karchive.errors import InteropError
+    from karchive.interop._roles import kernel_roles
+
+    out = tmp_path / "tma.karc"
+    assert main(["compile", str(DATA / "tma_kernels.py"), "-n", "desc_copy", "-s",
+                 "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64, 64", "-t", "cuda:90", "-o", str(out)]) == 0
+    capsys.readouterr()
+    assert main(["inspect", str(out)]) == 0
+    assert "desc_copy" in capsys.readouterr().out
+    assert main(["verify", str(out)]) == 0
+    assert main(["export-triton-cache", str(out), "--cache-dir", str(tmp_path / "cache")]) == 0
+    assert main(["rebuild", str(out), "--check"]) == 0, capsys.readouterr()
+    with pytest.raises(InteropError, match="host tensor descriptor"):
+        kernel_roles(karchive.open(str(out)).kernel("desc_copy"))
+
+
+def test_a_descriptor_over_another_gpus_memory_is_refused(no_driver):
+    t = FakeTensor(0x10000, [128, 64], FP16)
+    t.get_device = lambda: 1  # type: ignore[method-assign]
+    desc = td.TensorDescriptor(t, [64, 64])
+    assert len(td.expand("a", tma(), desc, device=1)) == 5
+    with pytest.raises(ArgumentError, match="on device 1, the launch on device 0"):
+        td.expand("a", tma(), desc, device=0)
+
+
+def test_bound_launchers_repack_descriptors_and_check_the_pointers_after_them(monkeypatch, tmp_path, no_driver):
+    """bind() / bound() / bound(*values) with a descriptor before a ``:16`` pointer and an int: the pointer's
+    alignment is checked at its own position after the descriptor's five values."""
+    pytest.importorskip("triton")
+    import karchive
+    from karchive.cli.main import main
+    from karchive.producer.compile.tensordesc_abi import binary_param_sizes
+    from runtime_support import fake_cuda
+
+    out = tmp_path / "tp.karc"
+    assert main(["compile", str(DATA / "tma_kernels.py"), "-n", "desc_to_ptr", "-s",
+                 "tensordesc<fp16[64, 64]>, *fp16:16, i32, 64, 64", "-t", "cuda:90", "-o", str(out)]) == 0
+    with fake_cuda(monkeypatch, "python") as (rec, _backend):
+        arc = karchive.open(str(out))
+        (v,) = arc.variants("desc_to_ptr")
+        user = [p for p in v.abi.params if p.kind in ("tensordesc", "pointer", "scalar")]
+        rec.sizes[arc.reader.read(v.binary.path)] = binary_param_sizes(user) + [8] * (len(v.abi.params) - len(user))
+        k = arc.kernel("desc_to_ptr")
+        a = td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP16), [64, 64])
+        bound = k.bind((2,), a, FakeTensor(0x80000, [128, 64], FP16), 64, BLOCK_M=64, BLOCK_N=64)
+        bound()
+        b = td.TensorDescriptor(FakeTensor(0x20000, [128, 64], FP16), [64, 64])
+        bound(b, 0x90000, 64)
+        first, second = rec.launches()
+        assert struct.unpack("<Q", first.params[5])[0] == 0x80000 and struct.unpack("<i", first.params[6])[0] == 64
+        assert struct.unpack("<Q", second.params[5])[0] == 0x90000 and no_driver[-1].address == 0x20000
+        with pytest.raises(ArgumentError, match="out_ptr address 0x90008 is not 16-byte aligned"):
+            bound(b, 0x90008, 64)
+        with pytest.raises(ArgumentError, match="is a tensor descriptor"):
+            bound.set("in_desc", b)
+        assert len(rec.launches()) == 2
+
+
+def test_one_descriptor_alternating_between_two_variants_gets_each_variants_map(no_driver):
+    """The per-descriptor memo of the last expansion is keyed by the variant's record: an autotuned call site
+    whose descriptor feeds two configs in turn gets each config's map, never the other's."""
+    small, large = tma(block=(64, 64)), tma(block=(128, 64))
+    desc = td.TensorDescriptor(FakeTensor(0x10000, [256, 64], FP16), None)
+    outs = [td.expand("a", rec, desc) for rec in (small, large, small, large)]
+    assert outs[0] is outs[2] and outs[1] is outs[3] and outs[0][0] != outs[1][0]
+    assert [p.box_dim for p in no_driver] == [(64, 64), (64, 128)]
+
+
+def test_the_encode_call_converts_its_arguments_for_the_installed_cuda_python():
+    """cuTensorMapEncodeTiled through the real binding: here there is no driver, so the call must get as far
+    as loading it (its arguments converted: the binding takes cuuint64_t/cuuint32_t lists, not ints), and
+    where a driver exists (the GPU machine) it returns a 128-byte map."""
+    pytest.importorskip("cuda.bindings.driver")
+    p = td.encode_params(tma(), 0x7F0000010000, [256, 128], [128, 1], "zero", False, 13020)
+    try:
+        out = td.encode_tiled(p)
+    except (TypeError, ValueError, AttributeError):
+        raise
+    except Exception as exc:  # no driver library or no context on this machine
+        assert "cuda" in str(exc).lower() or "CUDA" in type(exc).__name__ or isinstance(exc, td.LaunchError), exc
+    else:
+        assert len(out) == 128
