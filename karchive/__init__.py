@@ -1,7 +1,8 @@
 """karchive: versioned archives of prebuilt Triton kernels, and a light runtime to launch them.
 
 ``karchive.open(ref)`` opens an archive (a path, a URL, or NAME@VERSION from a registry);
-``karchive.capture(name, version)`` records what Triton's JIT compiles; ``karchive.Registry`` publishes
+``karchive.capture(name, version)`` records what Triton's JIT compiles; ``karchive.serve(arc)`` serves
+unchanged ``kernel[grid](...)`` call sites from archives; ``karchive.Registry`` publishes
 and pulls. Every error karchive raises derives from ``karchive.KarchiveError``; the main subclasses
 are here too (``karchive.NotFoundError``, ``karchive.NoMatchingVariantError``, ...). ``dir(karchive)``
 lists them all.
@@ -16,6 +17,8 @@ _LAZY = {
     "Archive": ("karchive.runtime.archive", "Archive"),
     "Registry": ("karchive.registry", "Registry"),
     "torch": ("karchive.interop.torch", None),  # the module itself: karchive.torch.custom_op(...)
+    "serve": ("karchive.serve", None),  # a callable package: karchive.serve(ARCHIVES, mode=...) (docs/serving.md)
+    "serve_report": ("karchive.serve", "serve_report"),
 }
 
 #: The exception hierarchy's base and main classes, one ``except`` away (karchive/errors.py has them all).

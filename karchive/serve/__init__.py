@@ -1,0 +1,146 @@
+"""Serve unchanged ``kernel[grid](...)`` call sites from archives: zero JIT at start-up (docs/serving.md).
+
+``karchive.serve(*archives, mode="strict")`` routes every launch of an archived kernel -- through
+``JITFunction``, ``Autotuner``, ``Heuristics`` and the wrappers libraries put around them -- to karchive's
+launcher, matched by module, qualified name and source digest (:mod:`.identity`). Modes: ``strict``
+(Triton never compiles; a miss raises :class:`karchive.errors.ServeMissError`), ``fallback`` (a miss runs
+through Triton, is reported once and recorded as a build spec), ``audit`` (Triton runs everything; the
+report says what karchive would have served). ``karchive.serve_report()`` says what happened.
+
+For processes whose code you do not touch: ``KARCHIVE_SERVE=NAME@VERSION,...`` (and ``KARCHIVE_SERVE_MODE``,
+``KARCHIVE_SERVE_REPORT``, ``KARCHIVE_SERVE_MISSES``) with ``python -m karchive.serve -- PROGRAM ARGS``, which
+also makes child Python processes serve (:mod:`.boot`).
+
+This is a consumer package: it never imports the producer; without Triton installed it installs a small
+import shim (:mod:`.shim`) so that library modules that only decorate and launch kernels import.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib
+import os
+import sys
+from typing import Any
+
+from ..errors import KarchiveError
+from .core import AUDIT, FALLBACK, MODES, STRICT, Session, active, install, uninstall
+from .report import Report
+
+__all__ = ["serve", "serve_report", "stop", "activate_from_env", "STRICT", "FALLBACK", "AUDIT", "Report",
+           "ENV_ARCHIVES", "ENV_MODE", "ENV_REPORT", "ENV_MISSES", "shim_active"]
+
+ENV_ARCHIVES = "KARCHIVE_SERVE"
+ENV_MODE = "KARCHIVE_SERVE_MODE"
+ENV_REPORT = "KARCHIVE_SERVE_REPORT"  # "1"/"stderr": text to stderr at exit; a path: JSON there
+ENV_MISSES = "KARCHIVE_SERVE_MISSES"  # fallback misses as a build spec at this path
+
+_SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim")
+_exit_hook: dict[str, Any] = {"registered": False, "where": None}
+
+
+def shim_active() -> bool:
+    """Is ``triton`` karchive's import shim (no real Triton in this process)?"""
+    mod = sys.modules.get("triton")
+    return bool(getattr(mod, "KARCHIVE_SHIM", False))
+
+
+def _ensure_triton() -> bool:
+    """Import Triton, or install the shim where Triton cannot be imported; True when the shim is in use."""
+    if "triton" in sys.modules:
+        return shim_active()
+    try:
+        import triton
+    except ImportError:
+        for name in [m for m in sys.modules if m == "triton" or m.startswith("triton.")]:
+            del sys.modules[name]  # a half-imported Triton must not shadow the shim
+        if _SHIM_DIR not in sys.path:
+            sys.path.append(_SHIM_DIR)  # last: a Triton installed later in the path still wins
+        importlib.invalidate_caches()
+        import triton  # noqa: F401 - the shim
+
+    return shim_active()
+
+
+def serve(*archives: Any, mode: str = STRICT, misses: str | os.PathLike | None = None,
+          report_at_exit: bool | str = False, **open_kwargs: Any) -> Report:
+    """Serve launches of the kernels in ``archives`` (Archive objects, paths, URLs or NAME@VERSION).
+
+    ``misses``: in fallback mode, write the launches that were not served there as a build spec.
+    ``report_at_exit``: True (or "stderr") prints the report at exit; a path writes it as JSON.
+    ``open_kwargs`` go to ``karchive.open`` (``trust=``, ``registry=``, ``allow_ptx=``...). Calling ``serve``
+    again replaces the previous session. Returns the session's (live) report.
+    """
+    if mode not in MODES:
+        raise KarchiveError(f"karchive.serve: mode must be one of {', '.join(MODES)}, got {mode!r}")
+    shim = _ensure_triton()
+    if shim and mode != STRICT:
+        raise KarchiveError(f"karchive.serve(mode={mode!r}) needs Triton to compile misses; it is not installed "
+                            "(only the import shim is): use mode='strict'")
+    from ..runtime.archive import Archive, open_archive
+
+    opened = [a if isinstance(a, Archive) else open_archive(a, **open_kwargs) for a in archives]
+    log = None
+    if misses is not None and mode == FALLBACK:
+        from .misses import MissLog
+
+        log = MissLog(misses)
+    session = Session(opened, mode, log)
+    install(session)
+    if report_at_exit:
+        _exit_hook["where"] = report_at_exit
+        if not _exit_hook["registered"]:
+            atexit.register(_report_at_exit)
+            _exit_hook["registered"] = True
+    return session.report
+
+
+def serve_report() -> Report | None:
+    """The active session's report (None when not serving)."""
+    s = active()
+    return None if s is None else s.report
+
+
+def stop() -> Report | None:
+    """Stop serving (Triton's own methods back); returns the last session's report."""
+    s = uninstall()
+    return None if s is None else s.report
+
+
+def _report_at_exit() -> None:
+    s = active()
+    where = _exit_hook["where"]
+    if s is None or not where:
+        return
+    if where is True or where in ("1", "stderr", "true", "yes"):
+        print(str(s.report), file=sys.stderr)
+        return
+    import json
+
+    try:
+        with open(str(where), "w", encoding="utf-8") as f:
+            json.dump(s.report.to_json(), f, indent=1, sort_keys=True)
+    except OSError as exc:
+        print(f"karchive.serve: cannot write the report to {where}: {exc}", file=sys.stderr)
+
+
+def activate_from_env(environ: dict[str, str] | None = None) -> Report | None:
+    """Serve as ``KARCHIVE_SERVE`` (comma-separated archives) and ``KARCHIVE_SERVE_MODE`` say; None if unset."""
+    env = os.environ if environ is None else environ
+    refs = [r.strip() for r in env.get(ENV_ARCHIVES, "").split(",") if r.strip()]
+    if not refs:
+        return None
+    mode = env.get(ENV_MODE, STRICT).strip() or STRICT
+    report = env.get(ENV_REPORT) or False
+    return serve(*refs, mode=mode, misses=env.get(ENV_MISSES) or None, report_at_exit=report)
+
+
+class _ServeModule(type(sys)):  # type: ignore[misc]
+    """``karchive.serve`` is this package once imported (``import karchive.serve`` sets the attribute), so the
+    package itself is callable: ``karchive.serve(arc, mode="strict")`` is :func:`serve`."""
+
+    def __call__(self, *archives: Any, **kwargs: Any) -> Report:
+        return serve(*archives, **kwargs)
+
+
+sys.modules[__name__].__class__ = _ServeModule
