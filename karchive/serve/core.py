@@ -73,17 +73,18 @@ class Session:
     def labels(self) -> tuple[str, ...]:
         return tuple(f"{a.name}@{a.version}" for a in self.archives)
 
-    def lookup(self, live: LiveIdentity) -> tuple[Any, Any, str | None, list[str]]:
-        """(archive, dispatcher, archive's kernel name) of the first archive serving ``live``, else reasons."""
+    def lookup(self, live: LiveIdentity) -> tuple[list[tuple[Any, Any]], list[str]]:
+        """[(archive, dispatcher)] of every archive serving ``live``, in the order given; else why not."""
         reasons: list[str] = []
         if live.digest is None:
-            return None, None, None, [f"{live.name}: its source digest cannot be computed ({live.kind})"]
+            return [], [f"{live.name}: its source digest cannot be computed ({live.kind})"]
+        found = []
         for arc in self.archives:
             name, why = find(arc, live)
             if name is not None:
-                return arc, arc.kernel(name), name, []
+                found.append((arc, arc.kernel(name)))
             reasons += why
-        return None, None, None, reasons
+        return found, reasons
 
 
 class Route:
@@ -102,6 +103,7 @@ class Route:
         self.reasons: list[str] = []
         self.passthrough = False  # a library's own wrapper: its run decides, the JIT function's route serves
         self.extra: dict[str, Any] = {}  # a one-config autotuner's config, as Triton passes it
+        self.alternates: list[Any] = []
         layers: list[tuple[str, Any]] = []
         x, jit = obj, None
         for _ in range(16):
@@ -135,10 +137,12 @@ class Route:
         self.constexpr_names = {p.name for p in getattr(jit, "params", []) if getattr(p, "is_constexpr", False)}
         tuners = [a for k, a in layers if k == "autotune"]
         self.tuner = tuners[0] if tuners else None
-        arc, kernel, _name, reasons = session.lookup(self.live)
-        if kernel is None:
+        found, reasons = session.lookup(self.live)
+        if not found:
             self.reasons = reasons
             return
+        arc, kernel = found[0]
+        self.alternates = [k for _a, k in found[1:]]  # the same kernel in later archives: tried on a miss
         if self.tuner is not None and not hasattr(kernel, "tuned_names"):
             configs = list(getattr(self.tuner, "configs", []) or [])
             if len(configs) != 1:
@@ -160,8 +164,9 @@ class Route:
         session.report.routed(self.live.name, f"{arc.name}@{arc.version}", self)
 
     # -- serving -------------------------------------------------------------------------------------------
-    def launch(self, grid: Any, *args: Any, **kwargs: Any) -> None:
-        """One launch through karchive (``kernel[grid](...)`` of a served call site)."""
+    def launch(self, grid: Any, *args: Any, **kwargs: Any) -> Any:
+        """One launch through karchive (``kernel[grid](...)`` of a served call site); a fallback miss returns
+        what Triton's run returns."""
         if self.outer:
             kwargs = self._heuristics(args, kwargs)
         if self.extra:
@@ -172,6 +177,13 @@ class Route:
         try:
             self.kernel[grid](*args, **kwargs)
         except MISS_ERRORS as exc:
+            for other in self.alternates:  # a later archive may hold the variant this call needs
+                try:
+                    other[grid](*args, **kwargs)
+                except MISS_ERRORS:
+                    continue
+                self.calls += 1
+                return None
             return self._missed(grid, args, kwargs, exc)
         self.calls += 1
         return None
@@ -236,9 +248,9 @@ class Route:
         if self.memo:
             sig = call_shape(self, args, kwargs)
             if sig is not None and sig in self.memo:
+                self.session.report.again(self.live.name, self.memo[sig])
                 return self.triton(obj, orig, grid, warmup, args, kwargs)
-        launched = self.launch(grid, *args, **kwargs)
-        return launched
+        return self.launch(grid, *args, **kwargs)
 
     def audit(self, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         """Would karchive serve this call? (selection only, remembered per call shape)"""
@@ -248,7 +260,7 @@ class Route:
         full = self._heuristics(args, kwargs) if self.outer else dict(kwargs)
         full.update(self.extra)
         try:
-            variant = self.kernel.select(*args, **full)
+            variant = _select_any([self.kernel, *self.alternates], args, full)
             verdict: str | None = None
             self.session.report.would_serve(self.live.name, getattr(variant, "key", "")[:12])
         except MISS_ERRORS as exc:
@@ -259,6 +271,18 @@ class Route:
             self.session.report.missed(self.live.name, verdict, self.describe(args, kwargs))
         if sig is not None and len(self.memo) < _MEMO_LIMIT:
             self.memo[sig] = verdict
+
+
+def _select_any(kernels: Sequence[Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+    """The variant the first of ``kernels`` that fits would launch (the first one's error if none fits)."""
+    first: BaseException | None = None
+    for k in kernels:
+        try:
+            return k.select(*args, **kwargs)
+        except MISS_ERRORS as exc:
+            first = first or exc
+    assert first is not None
+    raise first
 
 
 def _reason(exc: BaseException) -> str:
@@ -345,7 +369,7 @@ def _make_run(orig: Callable[..., Any]) -> Callable[..., Any]:
 class _RunOf(dict):
     """type -> the run its instances reach when they do not override it (the patched run of its base)."""
 
-    def get(self, tp: Any, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, tp: Any, default: Any = None) -> Any:
         hit = dict.get(self, tp)
         if hit is None:
             bases = _ACTIVE["patched"] or {}
@@ -368,10 +392,10 @@ def install(session: Session) -> None:
         for cls in (jit_type, autotuner_type, heuristics_type):
             orig = cls.__dict__["run"]
             patched[cls] = (orig, _make_run(orig))
-            cls.run = patched[cls][1]
+            setattr(cls, "run", patched[cls][1])  # noqa: B010 - a class attribute of a Triton class
         orig_get = ki.__dict__["__getitem__"]
         patched["__getitem__"] = (orig_get, _make_getitem(orig_get))
-        ki.__getitem__ = patched["__getitem__"][1]
+        setattr(ki, "__getitem__", patched["__getitem__"][1])  # noqa: B010
         _ACTIVE["patched"] = patched
         _ACTIVE["classes"] = session.classes
         _RUN_OF.clear()
@@ -385,10 +409,7 @@ def uninstall() -> Session | None:
     if patched is not None:
         ki = _ACTIVE["classes"][0]
         for cls, (orig, _new) in patched.items():
-            if cls == "__getitem__":
-                ki.__getitem__ = orig
-            else:
-                cls.run = orig
+            setattr(ki if cls == "__getitem__" else cls, "__getitem__" if cls == "__getitem__" else "run", orig)
         _ACTIVE["patched"] = None
         _RUN_OF.clear()
     _ACTIVE["session"] = None

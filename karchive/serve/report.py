@@ -47,6 +47,13 @@ class Report:
                                                         call[:_MAX_CALL], reason)
         return first
 
+    def again(self, kernel: str, reason: str) -> None:
+        """One more call of a miss already recorded (remembered by call shape: no description made)."""
+        with self._lock:
+            hit = self._misses.get((kernel, reason))
+            if hit is not None:
+                hit["count"] += 1
+
     def would_serve(self, kernel: str, variant: str) -> None:
         with self._lock:
             self._would.setdefault(kernel, set()).add(variant)

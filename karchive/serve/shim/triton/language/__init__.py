@@ -10,7 +10,7 @@ class constexpr:
     """``tl.constexpr``: an annotation, or a value wrapper (``tl.constexpr(3)``) as Triton's."""
 
     def __init__(self, value: Any = None) -> None:
-        self.value = value.value if isinstance(value, constexpr) else value
+        self.value: Any = value.value if isinstance(value, constexpr) else value
 
     def __repr__(self) -> str:
         return f"constexpr[{self.value!r}]"

@@ -40,6 +40,7 @@ class JITFunction(KernelInterface):
     """A ``@triton.jit`` function as far as serving needs it (no source parsing, no compiler)."""
 
     _karchive_shim = True
+    run = KernelInterface.run  # its own, as Triton's classes have (karchive.serve patches each class's run)
 
     def __init__(self, fn: Any, version: Any = None, do_not_specialize: Any = None,
                  do_not_specialize_on_alignment: Any = None, debug: Any = None, noinline: Any = None,
