@@ -132,7 +132,8 @@ def test_strict_serves_an_unchanged_call_site_and_compiles_nothing(cuda_archive,
     launched = rec.launches()
     assert [(la.kernel, la.grid, la.block) for la in launched] == [("add_kernel", (4, 1, 1), (128, 1, 1))] * 2
     assert launched[0].params[3] == (4096).to_bytes(4, "little")
-    assert report.served["kernels:add_kernel"] == {"archive": "rt@1.0", "calls": 2}
+    # strict, nothing to compute: kernel[grid] of the call site is the archive kernel's own launcher
+    assert report.served["kernels:add_kernel"] == {"archive": "rt@1.0", "calls": 0, "direct": True}
     assert report.missed_list == []
     assert not kernels_module.add_kernel.device_caches  # Triton never made a binder, let alone compiled
 
@@ -140,13 +141,20 @@ def test_strict_serves_an_unchanged_call_site_and_compiles_nothing(cuda_archive,
 def test_strict_miss_names_kernel_call_and_rejections_and_launches_nothing(cuda_archive, kernels_module,
                                                                              monkeypatch, path):
     import karchive
+    from karchive.errors import NoMatchingVariantError
 
     with rs.fake_cuda(monkeypatch, path) as (rec, _b):
         karchive.serve(_arc(cuda_archive, rec), mode="strict")
-        with pytest.raises(ServeMissError) as err:
+        # the direct path (kernel[grid] is the archive's launcher): the runtime's own error
+        with pytest.raises(NoMatchingVariantError) as direct:
             kernels_module.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=64)
+        # through .run (libraries that call it, wrappers): serve's ServeMissError, recorded in the report
+        with pytest.raises(ServeMissError) as err:
+            kernels_module.add_kernel.run(A, A + 4096, A + 8192, 4096, BLOCK=64, grid=(4,), warmup=False)
         with pytest.raises(ServeMissError) as unknown:
             kernels_module.softmax_kernel[(1,)](A, A, 64, 64, 64, BLOCK=64)  # not in the archive
+    assert direct.value.kernel == "kernels:add_kernel" and len(direct.value.rejections) == 3
+    assert "BLOCK=64" in str(direct.value)
     e = err.value
     assert e.kernel == "kernels:add_kernel" and "BLOCK=64" in e.call and e.archives == ("rt@1.0",)
     assert len(e.rejections) == 3 and any("compiled with BLOCK=1024" in why for _, why in e.rejections)
@@ -340,7 +348,7 @@ def test_env_runner_serves_a_program_it_does_not_touch_and_reports_at_exit(cuda_
     assert r.returncode == 0, r.stderr
     assert "LAUNCHES 1 TRITON_IS_SHIM False" in r.stdout
     data = json.loads(report.read_text())
-    assert data["mode"] == "strict" and data["served"]["kernels:add_kernel"]["calls"] == 1
+    assert data["mode"] == "strict" and data["served"]["kernels:add_kernel"]["direct"] is True
 
 
 def test_without_triton_the_shim_imports_the_library_and_serves_it(cuda_archive, tmp_path):

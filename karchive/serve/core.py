@@ -104,6 +104,9 @@ class Route:
         self.passthrough = False  # a library's own wrapper: its run decides, the JIT function's route serves
         self.extra: dict[str, Any] = {}  # a one-config autotuner's config, as Triton passes it
         self.alternates: list[Any] = []
+        self.fast: Callable[[Any], Any] | None = None  # obj[grid] -> launcher, for classes that keep Triton's run
+        self.prep = False  # heuristics or a one-config autotuner's config to add before launching
+        self.direct = False  # obj[grid] is the archive kernel's own launcher (strict, nothing to compute)
         layers: list[tuple[str, Any]] = []
         x, jit = obj, None
         for _ in range(16):
@@ -162,15 +165,32 @@ class Route:
         self.kernel, self.archive = kernel, arc
         self.keys = set(getattr(self.tuner, "keys", None) or ())
         session.report.routed(self.live.name, f"{arc.name}@{arc.version}", self)
+        self.prep = bool(self.outer or self.extra)
+        self.fast = self._fast_path(obj, session)
+
+    def _fast_path(self, obj: Any, session: Session) -> Callable[[Any], Any] | None:
+        """What ``obj[grid]`` returns for a served call site whose class keeps Triton's ``run`` (None: ``obj[grid]``
+        goes through ``run``). Strict mode with nothing to compute first: the archive kernel's own
+        ``kernel[grid]``, so the call site costs what ``arc.kernel(name)[grid](...)`` costs plus one Python step;
+        a miss there raises the runtime's NoMatchingVariantError / ArgumentError (KarchiveErrors naming the
+        kernel, the call and every variant's rejection) and is not counted in the report, nor are its launches.
+        Otherwise ``partial(self.launch, grid)``: heuristics, the miss report, the fallback."""
+        if self.mode == AUDIT or type(obj).run is not _RUN_OF.get(type(obj)):
+            return None
+        if self.mode == STRICT and not (self.prep or self.alternates):
+            self.direct = True
+            return self.kernel.__getitem__
+        return partial(partial, self.launch)
 
     # -- serving -------------------------------------------------------------------------------------------
     def launch(self, grid: Any, *args: Any, **kwargs: Any) -> Any:
         """One launch through karchive (``kernel[grid](...)`` of a served call site); a fallback miss returns
         what Triton's run returns."""
-        if self.outer:
-            kwargs = self._heuristics(args, kwargs)
-        if self.extra:
-            kwargs = {**kwargs, **self.extra}
+        if self.prep:
+            if self.outer:
+                kwargs = self._heuristics(args, kwargs)
+            if self.extra:
+                kwargs = {**kwargs, **self.extra}
         if self.hooks:
             for hook in self.hooks:
                 hook(*args, **kwargs)
@@ -213,6 +233,7 @@ class Route:
         sig = call_shape(self, args, kwargs)
         if sig is not None and len(self.memo) < _MEMO_LIMIT:
             self.memo[sig] = reason
+            self.fast = None  # the memo is read on the run path
         return self.triton(obj if obj is not None else self.obj, orig, grid, warmup, args, kwargs)
 
     def triton(self, obj: Any, orig: Callable[..., Any] | None, grid: Any, warmup: bool, args: Sequence[Any],
@@ -347,8 +368,9 @@ def _make_getitem(orig: Callable[..., Any]) -> Callable[..., Any]:
             r = self.__dict__.get(ATTR)
             if r is None or r.session is not s:
                 r = route_of(self, s)
-            if r.kernel is not None and r.mode != AUDIT and not r.memo and type(self).run is _RUN_OF.get(type(self)):
-                return partial(r.launch, grid)
+            fast = r.fast
+            if fast is not None and not r.hooks:  # pre_run_hooks run in launch(): not on the direct path
+                return fast(grid)
         return orig(self, grid)
 
     __getitem__._karchive_orig = orig  # type: ignore[attr-defined]

@@ -61,12 +61,16 @@ class Report:
     # -- reading -------------------------------------------------------------------------------------------
     @property
     def served(self) -> dict[str, dict[str, Any]]:
-        """kernel -> {"archive", "calls"} for every kernel an archive serves (calls: launches through karchive;
-        in audit mode, the variants selection would have launched)."""
+        """kernel -> {"archive", "calls", "direct"} for every kernel an archive serves. ``calls``: launches that
+        went through serve's own step (heuristics computed, fallback, ``.run``); ``direct``: the call site's
+        ``kernel[grid]`` is the archive kernel's own launcher (strict, nothing to compute), whose launches are
+        not counted (counting would cost every launch a Python step). Audit mode adds ``would_launch``: the
+        variants selection picked (Triton launched)."""
         out: dict[str, dict[str, Any]] = {}
         with self._lock:
             for kernel, (archive, routes) in sorted(self._routes.items()):
-                out[kernel] = {"archive": archive, "calls": sum(r.calls for r in routes)}
+                out[kernel] = {"archive": archive, "calls": sum(r.calls for r in routes),
+                               "direct": any(r.direct for r in routes)}
                 if kernel in self._would:
                     out[kernel]["would_launch"] = sorted(self._would[kernel])
         return out
@@ -89,7 +93,8 @@ class Report:
                  f"{len(served)} kernel(s) served, {len(missed)} miss(es)"]
         for kernel, info in served.items():
             extra = f", would launch {', '.join(info['would_launch'])}" if "would_launch" in info else ""
-            lines.append(f"  served  {kernel} from {info['archive']}: {info['calls']} launch(es){extra}")
+            direct = " + direct kernel[grid] launches (not counted)" if info["direct"] else ""
+            lines.append(f"  served  {kernel} from {info['archive']}: {info['calls']} launch(es){direct}{extra}")
         for m in missed:
             head, *rest = str(m["reason"]).splitlines() or [""]
             lines.append(f"  missed  {m['kernel']} ({m['count']} call(s)): {head}")
