@@ -33,7 +33,7 @@ class _Dtype:
     (and puts in autotune keys: "fp32" as capture_fakes' MockPtr said it when the archive was captured)."""
 
     def __init__(self, text: str) -> None:
-        self.name, self.text = "float32", text
+        self.name, self.text = {"fp16": "float16", "float16": "float16"}.get(text, "float32"), text
 
     def __str__(self) -> str:
         return self.text
@@ -88,13 +88,15 @@ def captured(tmp_path_factory):
     """A capture (GPU-less Triton driver, scripted timings 3, 1, 2: config 1 wins every key) of a plain, an
     autotuned, a heuristics and an autotune-over-heuristics kernel of capture_fakes.py."""
     import karchive
+    import triton.language as tl
     from capture_fakes import fake_gpu, fresh, heur_copy, ptr, scale_rows, tuned_copy, tuned_even_copy
+    from serve_kernels import cast_copy, h_over_tuned
 
     base = tmp_path_factory.mktemp("served")
     old = os.environ.get("TRITON_CACHE_DIR")
     os.environ["TRITON_CACHE_DIR"] = str(base / "cache")
     try:
-        fresh(scale_rows, tuned_copy, heur_copy, tuned_even_copy)
+        fresh(scale_rows, tuned_copy, heur_copy, tuned_even_copy, cast_copy, h_over_tuned)
         with fake_gpu(timings=[3.0, 1.0, 2.0]):
             with karchive.capture("served", version="1", strict=True) as cap:
                 scale_rows[(4,)](ptr(), ptr(), 1000, 2.0, BLOCK=256)
@@ -102,7 +104,10 @@ def captured(tmp_path_factory):
                 heur_copy[(1,)](ptr(), ptr(), 1024, BLOCK=128)
                 heur_copy[(1,)](ptr(), ptr(), 1000, BLOCK=128)
                 tuned_even_copy[(1,)](ptr(), ptr(), 4096)
-        fresh(scale_rows, tuned_copy, heur_copy, tuned_even_copy)  # nothing compiled stays in Triton's memory
+                cast_copy[(1,)](ptr(), ptr(tl.float16), 128, DT=tl.float16, BLOCK=128)
+                h_over_tuned[(1,)](ptr(), None, ptr(), 4096)  # HAS_B=False, key (4096, False, fp32, fp32)
+        # nothing compiled stays in Triton's memory
+        fresh(scale_rows, tuned_copy, heur_copy, tuned_even_copy, cast_copy, h_over_tuned)
     finally:
         if old is None:
             os.environ.pop("TRITON_CACHE_DIR", None)
@@ -132,8 +137,7 @@ def test_strict_serves_an_unchanged_call_site_and_compiles_nothing(cuda_archive,
     launched = rec.launches()
     assert [(la.kernel, la.grid, la.block) for la in launched] == [("add_kernel", (4, 1, 1), (128, 1, 1))] * 2
     assert launched[0].params[3] == (4096).to_bytes(4, "little")
-    # strict, nothing to compute: kernel[grid] of the call site is the archive kernel's own launcher
-    assert report.served["kernels:add_kernel"] == {"archive": "rt@1.0", "calls": 0, "direct": True}
+    assert report.served["kernels:add_kernel"] == {"archive": "rt@1.0", "calls": 2, "direct": False}
     assert report.missed_list == []
     assert not kernels_module.add_kernel.device_caches  # Triton never made a binder, let alone compiled
 
@@ -145,14 +149,23 @@ def test_strict_miss_names_kernel_call_and_rejections_and_launches_nothing(cuda_
 
     with rs.fake_cuda(monkeypatch, path) as (rec, _b):
         karchive.serve(_arc(cuda_archive, rec), mode="strict")
-        # the direct path (kernel[grid] is the archive's launcher): the runtime's own error
-        with pytest.raises(NoMatchingVariantError) as direct:
-            kernels_module.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=64)
-        # through .run (libraries that call it, wrappers): serve's ServeMissError, recorded in the report
         with pytest.raises(ServeMissError) as err:
-            kernels_module.add_kernel.run(A, A + 4096, A + 8192, 4096, BLOCK=64, grid=(4,), warmup=False)
+            kernels_module.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=64)
         with pytest.raises(ServeMissError) as unknown:
             kernels_module.softmax_kernel[(1,)](A, A, 64, 64, 64, BLOCK=64)  # not in the archive
+        assert rec.launches() == []
+        # after a few launches with nothing to compute, kernel[grid] of the call site is the archive's launcher:
+        # a miss then raises the runtime's own error (a KarchiveError with the call and every rejection)
+        for _ in range(8):
+            kernels_module.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=1024)
+        assert karchive.serve_report().served["kernels:add_kernel"] == {"archive": "rt@1.0", "calls": 8,
+                                                                         "direct": True}
+        with pytest.raises(NoMatchingVariantError) as direct:
+            kernels_module.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=64)
+        # through .run (libraries that call it, wrappers): always serve's ServeMissError
+        with pytest.raises(ServeMissError):
+            kernels_module.add_kernel.run(A, A + 4096, A + 8192, 4096, BLOCK=64, grid=(4,), warmup=False)
+    assert len(rec.launches()) == 8
     assert direct.value.kernel == "kernels:add_kernel" and len(direct.value.rejections) == 3
     assert "BLOCK=64" in str(direct.value)
     e = err.value
@@ -160,7 +173,6 @@ def test_strict_miss_names_kernel_call_and_rejections_and_launches_nothing(cuda_
     assert len(e.rejections) == 3 and any("compiled with BLOCK=1024" in why for _, why in e.rejections)
     assert "Triton was not asked to compile it" in str(e)
     assert "no kernel named kernels:softmax_kernel" in str(unknown.value)
-    assert rec.launches() == []
     report = karchive.serve_report()
     assert {m["kernel"] for m in report.missed_list} == {"kernels:add_kernel", "kernels:softmax_kernel"}
 
@@ -188,7 +200,9 @@ def test_autotuned_and_heuristics_call_sites_take_the_recorded_choices_without_b
                                                                                               path):
     import karchive
     import triton
+    import triton.language as tl
     from capture_fakes import heur_copy, scale_rows, tuned_copy, tuned_even_copy
+    from serve_kernels import cast_copy, h_over_tuned
 
     with rs.fake_cuda(monkeypatch, path) as (rec, _b):
         report = karchive.serve(_arc(captured, rec), mode="strict")
@@ -197,12 +211,21 @@ def test_autotuned_and_heuristics_call_sites_take_the_recorded_choices_without_b
         tuned_copy[lambda m: (triton.cdiv(n, m["BLOCK"]),)](mock(), mock(), n)  # config 1: BLOCK=128, 4 warps
         heur_copy[(1,)](mock(), mock(), 1000, BLOCK=128)  # EVEN=False from the library's own lambda
         tuned_even_copy[(1,)](mock(), mock(), 4096)
+        cast_copy[(1,)](mock(), DevBuf(text="fp16"), 128, DT=tl.float16, BLOCK=128)  # a tl.dtype constexpr
+        h_over_tuned[(1,)](mock(), None, mock(), 4096)  # HAS_B from the library's lambda, then the record
     got = [(la.kernel, la.grid, la.block) for la in rec.launches()]
+    # h_over_tuned: the config its capture chose (the scripted timings' cycle decides which)
+    record = next(r for r in karchive.open(captured).manifest.autotune if r["kernel"] == "serve_kernels:h_over_tuned")
+    assert [e["key"] for e in record["entries"]] == [[4096, False, "fp32", "fp32"]]
+    chosen = record["configs"][record["entries"][0]["config"]]
     assert got == [("scale_rows", (4, 1, 1), (128, 1, 1)), ("tuned_copy", (32, 1, 1), (128, 1, 1)),
-                   ("heur_copy", (1, 1, 1), (128, 1, 1)), ("tuned_even_copy", (1, 1, 1), (128, 1, 1))]
+                   ("heur_copy", (1, 1, 1), (128, 1, 1)), ("tuned_even_copy", (1, 1, 1), (128, 1, 1)),
+                   ("cast_copy", (1, 1, 1), (128, 1, 1)), ("h_over_tuned", (1, 1, 1), (32 * chosen["num_warps"], 1, 1))]
     assert not tuned_copy.cache and not tuned_even_copy.cache  # Triton's autotuner never ran
     assert set(report.served) == {f"capture_fakes:{k}" for k in ("scale_rows", "tuned_copy", "heur_copy",
-                                                                  "tuned_even_copy")}
+                                                                  "tuned_even_copy")} | {
+        "serve_kernels:cast_copy", "serve_kernels:h_over_tuned"}
+    assert not h_over_tuned.fn.cache
     # the heuristic picked the EVEN=False variant: its key differs from the EVEN=True one captured for n=1024
     arc = karchive.open(captured)
     even = {v.constexprs["EVEN"]: v for v in arc.variants("capture_fakes:heur_copy")}
@@ -348,7 +371,7 @@ def test_env_runner_serves_a_program_it_does_not_touch_and_reports_at_exit(cuda_
     assert r.returncode == 0, r.stderr
     assert "LAUNCHES 1 TRITON_IS_SHIM False" in r.stdout
     data = json.loads(report.read_text())
-    assert data["mode"] == "strict" and data["served"]["kernels:add_kernel"]["direct"] is True
+    assert data["mode"] == "strict" and data["served"]["kernels:add_kernel"]["calls"] == 1
 
 
 def test_without_triton_the_shim_imports_the_library_and_serves_it(cuda_archive, tmp_path):

@@ -107,6 +107,10 @@ class Route:
         self.fast: Callable[[Any], Any] | None = None  # obj[grid] -> launcher, for classes that keep Triton's run
         self.prep = False  # heuristics or a one-config autotuner's config to add before launching
         self.direct = False  # obj[grid] is the archive kernel's own launcher (strict, nothing to compute)
+        self.can_direct = False
+        self.saw_triton_objects = False  # a call passed tl.dtype / tl.constexpr objects as constexprs
+        self.cx_pos: tuple[int, ...] = ()
+        self.cx_names: frozenset[str] = frozenset()
         layers: list[tuple[str, Any]] = []
         x, jit = obj, None
         for _ in range(16):
@@ -138,6 +142,8 @@ class Route:
         inner_h = {n for k, h in layers[first_at:] if k == "heuristics" for n in h.values}
         self.param_names = [p.name for p in getattr(jit, "params", [])]
         self.constexpr_names = {p.name for p in getattr(jit, "params", []) if getattr(p, "is_constexpr", False)}
+        self.cx_pos = tuple(i for i, n in enumerate(self.param_names) if n in self.constexpr_names)
+        self.cx_names = frozenset(self.constexpr_names)
         tuners = [a for k, a in layers if k == "autotune"]
         self.tuner = tuners[0] if tuners else None
         found, reasons = session.lookup(self.live)
@@ -170,22 +176,30 @@ class Route:
 
     def _fast_path(self, obj: Any, session: Session) -> Callable[[Any], Any] | None:
         """What ``obj[grid]`` returns for a served call site whose class keeps Triton's ``run`` (None: ``obj[grid]``
-        goes through ``run``). Strict mode with nothing to compute first: the archive kernel's own
-        ``kernel[grid]``, so the call site costs what ``arc.kernel(name)[grid](...)`` costs plus one Python step;
-        a miss there raises the runtime's NoMatchingVariantError / ArgumentError (KarchiveErrors naming the
-        kernel, the call and every variant's rejection) and is not counted in the report, nor are its launches.
-        Otherwise ``partial(self.launch, grid)``: heuristics, the miss report, the fallback."""
+        goes through ``run``): ``partial(self.launch, grid)``, one Python step before karchive's launcher (the
+        heuristics, Triton objects passed as constexprs, the miss report, the fallback). In strict mode with
+        nothing to compute first, after :data:`_WARM` launches that passed no Triton object, the route turns
+        *direct* (:meth:`_go_direct`)."""
         if self.mode == AUDIT or type(obj).run is not _RUN_OF.get(type(obj)):
             return None
-        if self.mode == STRICT and not (self.prep or self.alternates):
-            self.direct = True
-            return self.kernel.__getitem__
+        self.can_direct = self.mode == STRICT and not (self.prep or self.alternates)
         return partial(partial, self.launch)
+
+    def _go_direct(self) -> None:
+        """``obj[grid]`` becomes the archive kernel's own ``kernel[grid]``: the call site then costs what
+        ``arc.kernel(name)[grid](...)`` costs plus one Python step. A miss there raises the runtime's
+        NoMatchingVariantError / ArgumentError (KarchiveErrors naming the kernel, the call and every variant's
+        rejection), not counted in the report, nor are its launches."""
+        if self.fast is not None and self.can_direct and not self.saw_triton_objects:
+            self.fast = self.kernel.__getitem__
+            self.direct = True
 
     # -- serving -------------------------------------------------------------------------------------------
     def launch(self, grid: Any, *args: Any, **kwargs: Any) -> Any:
         """One launch through karchive (``kernel[grid](...)`` of a served call site); a fallback miss returns
         what Triton's run returns."""
+        if self.cx_pos:
+            args, kwargs = self._plain_constexprs(args, kwargs)
         if self.prep:
             if self.outer:
                 kwargs = self._heuristics(args, kwargs)
@@ -206,7 +220,27 @@ class Route:
                 return None
             return self._missed(grid, args, kwargs, exc)
         self.calls += 1
+        if self.calls == _WARM and self.can_direct:
+            self._go_direct()
         return None
+
+    def _plain_constexprs(self, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+        """Triton objects passed as constexprs, as an archive holds them: ``tl.constexpr(x)`` is ``x``, a
+        ``tl.dtype`` is its name (``tl.float32`` -> ``"fp32"``), as Triton's own cache key spells it."""
+        n = len(args)
+        changed = None
+        for i in self.cx_pos:
+            if i < n and type(args[i]).__module__.startswith("triton"):
+                changed = changed or list(args)
+                changed[i] = _plain(args[i])
+        for k, v in kwargs.items():
+            if k in self.cx_names and type(v).__module__.startswith("triton"):
+                kwargs = {**kwargs, k: _plain(v)}
+                self.saw_triton_objects = True
+        if changed is not None:
+            self.saw_triton_objects = True
+            args = tuple(changed)
+        return args, kwargs
 
     def _heuristics(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
         """What ``Heuristics.run`` does: each value computed from the named arguments, in order, as a keyword."""
@@ -278,6 +312,8 @@ class Route:
         sig = call_shape(self, args, kwargs)
         if sig is not None and sig in self.memo:
             return
+        if self.cx_pos:
+            args, kwargs = self._plain_constexprs(tuple(args), kwargs)
         full = self._heuristics(args, kwargs) if self.outer else dict(kwargs)
         full.update(self.extra)
         try:
@@ -292,6 +328,15 @@ class Route:
             self.session.report.missed(self.live.name, verdict, self.describe(args, kwargs))
         if sig is not None and len(self.memo) < _MEMO_LIMIT:
             self.memo[sig] = verdict
+
+
+#: Launches through :meth:`Route.launch` before a strict route with nothing to compute turns direct.
+_WARM = 8
+
+
+def _plain(value: Any) -> Any:
+    inner = getattr(value, "value", value)
+    return inner if inner is not value else str(value)
 
 
 def _select_any(kernels: Sequence[Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
