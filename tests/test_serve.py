@@ -378,9 +378,19 @@ def test_without_triton_the_shim_imports_the_library_and_serves_it(cuda_archive,
     prog = tmp_path / "prog.py"
     prog.write_text(f"import karchive.serve\nkarchive.serve({str(cuda_archive)!r}, mode='strict')\n" + _PROGRAM.format(tests=str(ROOT / "tests"), examples=str(EXAMPLES),
                                                      archive=str(cuda_archive)))
+    prog.write_text(prog.read_text() + textwrap.dedent("""
+        # what library modules use at import time, from the shim
+        import triton, triton.language as tl
+        from triton.language.extra.libdevice import rsqrt
+        from triton.language.math import tanh
+        from packaging.version import Version
+        Version(triton.__version__)
+        assert triton.cdiv(10, 4) == 3 and triton.next_power_of_2(100) == 128 and str(tl.bfloat16) == "bf16"
+        print("SHIM OK", triton.__version__)
+    """))
     r = _run(prog, [], {}, tmp_path, hide_triton=True)
     assert r.returncode == 0, r.stderr
-    assert "LAUNCHES 1 TRITON_IS_SHIM True" in r.stdout
+    assert "LAUNCHES 1 TRITON_IS_SHIM True" in r.stdout and "SHIM OK 0.0.0+karchive.shim" in r.stdout
     # and a process without Triton cannot ask for fallback: nothing could compile a miss
     bad = tmp_path / "bad.py"
     bad.write_text(f"import karchive.serve\nkarchive.serve({str(cuda_archive)!r}, mode='fallback')\n")

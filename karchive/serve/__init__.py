@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import importlib
 import os
+import re
 import sys
 from typing import Any
 
@@ -45,20 +46,23 @@ def shim_active() -> bool:
     return bool(getattr(mod, "KARCHIVE_SHIM", False))
 
 
-def _ensure_triton() -> bool:
-    """Import Triton, or install the shim where Triton cannot be imported; True when the shim is in use."""
+def _ensure_triton(version: str | None = None) -> bool:
+    """Import Triton, or install the shim where Triton cannot be imported; True when the shim is in use. The
+    shim reports ``version`` (the Triton the archives were built with) as ``triton.__version__``, so library
+    code that branches on the version takes the branch the archived binaries were compiled for."""
     if "triton" in sys.modules:
         return shim_active()
     try:
-        import triton
+        import triton  # noqa: F401 - real Triton: its classes are patched
     except ImportError:
         for name in [m for m in sys.modules if m == "triton" or m.startswith("triton.")]:
             del sys.modules[name]  # a half-imported Triton must not shadow the shim
         if _SHIM_DIR not in sys.path:
             sys.path.append(_SHIM_DIR)  # last: a Triton installed later in the path still wins
         importlib.invalidate_caches()
-        import triton  # noqa: F401 - the shim
-
+        shim = importlib.import_module("triton")
+        if version and re.fullmatch(r"\d+(\.\d+){1,2}", version):  # libraries parse it (packaging.Version)
+            setattr(shim, "__version__", f"{version}+karchive.shim")  # noqa: B010
     return shim_active()
 
 
@@ -73,13 +77,14 @@ def serve(*archives: Any, mode: str = STRICT, misses: str | os.PathLike | None =
     """
     if mode not in MODES:
         raise KarchiveError(f"karchive.serve: mode must be one of {', '.join(MODES)}, got {mode!r}")
-    shim = _ensure_triton()
-    if shim and mode != STRICT:
-        raise KarchiveError(f"karchive.serve(mode={mode!r}) needs Triton to compile misses; it is not installed "
-                            "(only the import shim is): use mode='strict'")
     from ..runtime.archive import Archive, open_archive
 
     opened = [a if isinstance(a, Archive) else open_archive(a, **open_kwargs) for a in archives]
+    built_with = next((str(v) for a in opened if (v := (a.manifest.produced_by or {}).get("triton"))), None)
+    shim = _ensure_triton(built_with)
+    if shim and mode != STRICT:
+        raise KarchiveError(f"karchive.serve(mode={mode!r}) needs Triton to compile misses; it is not installed "
+                            "(only the import shim is): use mode='strict'")
     log = None
     if misses is not None and mode == FALLBACK:
         from .misses import MissLog
