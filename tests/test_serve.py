@@ -342,20 +342,8 @@ def _run(code_path, args, env_extra, tmp_path, hide_triton=False):
     pre = []
     if hide_triton:  # a process where Triton is not installed: its real package cannot be imported
         (tmp_path / "hide").mkdir(exist_ok=True)
-        (tmp_path / "hide" / "sitecustomize.py").write_text(textwrap.dedent("""
-            import importlib.machinery, os, sys
-            class _NoTriton:
-                def find_spec(self, name, path=None, target=None):
-                    if name != "triton":
-                        return None
-                    paths = [p for p in sys.path if not os.path.isdir(os.path.join(p or ".", "triton"))
-                             or "shim" in p]
-                    spec = importlib.machinery.PathFinder.find_spec(name, paths)
-                    if spec is None:
-                        raise ImportError("No module named 'triton' (hidden by the test)")
-                    return spec
-            sys.meta_path.insert(0, _NoTriton())
-        """))
+        (tmp_path / "hide" / "sitecustomize.py").write_text(
+            "import sys\nsys.modules['triton'] = None  # `import triton` raises ImportError\n")
         env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "hide"), str(ROOT)])
     return subprocess.run([sys.executable, *pre, *args, str(code_path)], env=env, capture_output=True, text=True,
                           timeout=300)

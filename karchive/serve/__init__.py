@@ -18,7 +18,7 @@ import shim (:mod:`.shim`) so that library modules that only decorate and launch
 from __future__ import annotations
 
 import atexit
-import importlib
+import importlib.util
 import os
 import re
 import sys
@@ -37,6 +37,7 @@ ENV_REPORT = "KARCHIVE_SERVE_REPORT"  # "1"/"stderr": text to stderr at exit; a 
 ENV_MISSES = "KARCHIVE_SERVE_MISSES"  # fallback misses as a build spec at this path
 
 _SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim")
+_MISSING = object()
 _exit_hook: dict[str, Any] = {"registered": False, "where": None}
 
 
@@ -47,23 +48,36 @@ def shim_active() -> bool:
 
 
 def _ensure_triton(version: str | None = None) -> bool:
-    """Import Triton, or install the shim where Triton cannot be imported; True when the shim is in use. The
-    shim reports ``version`` (the Triton the archives were built with) as ``triton.__version__``, so library
-    code that branches on the version takes the branch the archived binaries were compiled for."""
-    if "triton" in sys.modules:
+    """Import Triton, or install the shim where Triton cannot be imported (not installed, or blocked with
+    ``sys.modules["triton"] = None``); True when the shim is in use. The shim reports ``version`` (the Triton
+    the archives were built with) as ``triton.__version__``, so library code that branches on the version
+    takes the branch the archived binaries were compiled for."""
+    have = sys.modules.get("triton", _MISSING)
+    if have is not _MISSING and have is not None:
         return shim_active()
+    if have is _MISSING:
+        try:
+            import triton  # noqa: F401 - real Triton: its classes are patched
+            return shim_active()
+        except ImportError:
+            pass
+    # The shim, loaded from its own directory (never through sys.path, so a blocked or broken Triton stays out)
+    for name in [m for m in sys.modules if m.startswith("triton.")]:
+        del sys.modules[name]  # a half-imported Triton must not shadow the shim's submodules
+    package = os.path.join(_SHIM_DIR, "triton")
+    spec = importlib.util.spec_from_file_location("triton", os.path.join(package, "__init__.py"),
+                                                  submodule_search_locations=[package])
+    assert spec is not None and spec.loader is not None
+    shim = importlib.util.module_from_spec(spec)
+    sys.modules["triton"] = shim
     try:
-        import triton  # noqa: F401 - real Triton: its classes are patched
-    except ImportError:
-        for name in [m for m in sys.modules if m == "triton" or m.startswith("triton.")]:
-            del sys.modules[name]  # a half-imported Triton must not shadow the shim
-        if _SHIM_DIR not in sys.path:
-            sys.path.append(_SHIM_DIR)  # last: a Triton installed later in the path still wins
-        importlib.invalidate_caches()
-        shim = importlib.import_module("triton")
-        if version and re.fullmatch(r"\d+(\.\d+){1,2}", version):  # libraries parse it (packaging.Version)
-            setattr(shim, "__version__", f"{version}+karchive.shim")  # noqa: B010
-    return shim_active()
+        spec.loader.exec_module(shim)
+    except BaseException:
+        del sys.modules["triton"]
+        raise
+    if version and re.fullmatch(r"\d+(\.\d+){1,2}", version):  # libraries parse it (packaging.Version)
+        setattr(shim, "__version__", f"{version}+karchive.shim")  # noqa: B010
+    return True
 
 
 def serve(*archives: Any, mode: str = STRICT, misses: str | os.PathLike | None = None,
