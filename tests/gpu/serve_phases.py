@@ -16,6 +16,9 @@ Phases:
   cold        plain Triton, empty cache: the first step's time (compiles and autotunes)
   warm        plain Triton, the cache ``cold`` left: the first step's time (autotuning runs again)
   exported    plain Triton, an empty cache filled by ``karchive export-triton-cache LIB.karc``: first step's time
+  shim        Triton unimportable (``sys.modules["triton"] = None``): ``karchive.serve`` installs its import shim,
+              the library imports on it and its step is served from LIB.karc: the outputs LIB-shim.pt, or the
+              error that says why the library needs real Triton
 """
 
 from __future__ import annotations
@@ -158,12 +161,35 @@ def _plain(lib: str, work: Path, fresh: bool, export: bool = False) -> dict:
     return {"ops": info["ops"], "op_errors": info["op_errors"], "step_s": round(step_s, 3), "export_s": export_s}
 
 
-PHASES = {"reference": phase_reference, "serve": phase_serve,
+def phase_shim(lib: str, work: Path) -> dict:
+    import torch
+
+    reason = corpus_phases.unavailable(lib)
+    if reason:
+        return {"skip": reason}
+    sys.modules["triton"] = None  # type: ignore[assignment]  # no Triton in this process
+    import karchive
+    import karchive.serve
+
+    report = karchive.serve(work / f"{lib}.karc", mode="strict")
+    assert karchive.serve.shim_active(), "the shim is not the triton this process imports"
+    try:
+        info, kept, step_s = _step(lib)
+    except Exception as exc:  # the library needs real Triton: the test reports why
+        traceback.print_exc()
+        return {"needs_triton": f"{type(exc).__name__}: {exc}"[:1500], "report_text": str(report)}
+    torch.save(dict(kept), work / f"{lib}-shim.pt")
+    return {"ops": info["ops"], "op_errors": info["op_errors"], "step_s": round(step_s, 3),
+            "report": report.to_json(), "report_text": str(report),
+            "triton_version_seen": getattr(sys.modules["triton"], "__version__", None)}
+
+
+PHASES = {"reference": phase_reference, "serve": phase_serve, "shim": phase_shim,
           "cold": lambda lib, work: _plain(lib, work, fresh=True),
           "warm": lambda lib, work: _plain(lib, work, fresh=False),
           "exported": lambda lib, work: _plain(lib, work, fresh=True, export=True)}
 #: Each phase's own Triton cache directory under the work directory (warm reuses cold's).
-CACHES = {"reference": "tc-reference", "serve": "tc-serve", "cold": "tc-plain", "warm": "tc-plain",
+CACHES = {"reference": "tc-reference", "serve": "tc-serve", "shim": "tc-shim", "cold": "tc-plain", "warm": "tc-plain",
           "exported": "tc-exported"}
 
 
