@@ -384,3 +384,24 @@ def test_without_triton_the_shim_imports_the_library_and_serves_it(cuda_archive,
     bad.write_text(f"import karchive.serve\nkarchive.serve({str(cuda_archive)!r}, mode='fallback')\n")
     r = _run(bad, [], {}, tmp_path, hide_triton=True)
     assert r.returncode != 0 and "needs Triton to compile misses" in r.stderr
+
+
+def test_the_runner_makes_child_python_processes_serve_too(cuda_archive, tmp_path):
+    """python -m karchive.serve puts karchive/serve/boot on PYTHONPATH: a worker the program starts serves from
+    the same variables (its sitecustomize), and the environment's own sitecustomize still runs after it."""
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "sitecustomize.py").write_text("import os\nos.environ['OWN_SITECUSTOMIZE_RAN'] = '1'\n")
+    child = tmp_path / "child.py"
+    child.write_text(textwrap.dedent("""
+        import os, karchive.serve
+        r = karchive.serve.serve_report()
+        print("CHILD", r is not None and r.mode, r is not None and r.archives, os.environ.get("OWN_SITECUSTOMIZE_RAN"))
+    """))
+    prog = tmp_path / "parent.py"
+    prog.write_text(f"import subprocess, sys\nsubprocess.run([sys.executable, {str(child)!r}], check=True)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path / "own")]),
+           "KARCHIVE_SERVE": str(cuda_archive), "KARCHIVE_SERVE_MODE": "audit"}
+    r = subprocess.run([sys.executable, "-m", "karchive.serve", "--", str(prog)], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "CHILD audit ['rt@1.0'] 1" in r.stdout
