@@ -107,7 +107,8 @@ def _compare(want: dict, got: dict, atomics: set[str]) -> tuple[list[str], list[
 
 
 #: Libraries expected to import on karchive's shim (their modules only decorate and launch kernels at import;
-#: docs/serving.md). fla calls Triton's driver and language at import: it needs real Triton.
+#: docs/serving.md). fla asks Triton's driver about the device at import (the shim's driver answers from torch):
+#: not expected; an xfail with the error when it fails, a pass (with a note) when it works.
 SHIM_LIBS = {"liger"}
 
 
@@ -122,8 +123,7 @@ def test_without_triton_the_library_imports_on_the_shim_and_is_served(lib, work)
         pytest.skip(r["skip"])
     assert r.get("ok"), r.get("error")
     _SUMMARY.setdefault(lib, {})["shim"] = r
-    if lib not in SHIM_LIBS:
-        assert "needs_triton" in r, f"{lib} now runs on the shim: add it to SHIM_LIBS and docs/serving.md"
+    if lib not in SHIM_LIBS and "needs_triton" in r:
         pytest.xfail(f"{lib} needs real Triton: {r['needs_triton'][:300]}")
     assert "needs_triton" not in r, r["needs_triton"]
     assert not r["op_errors"] and r["report"]["missed"] == [], r["report_text"]
@@ -133,6 +133,8 @@ def test_without_triton_the_library_imports_on_the_shim_and_is_served(lib, work)
     differ, tolerated = _compare(want, got, _atomic_kernels(work / f"{lib}.karc"))
     _SUMMARY[lib]["shim_within_tolerance"] = tolerated
     assert not differ, differ
+    if lib not in SHIM_LIBS:
+        print(f"{lib} runs on karchive's shim: add it to SHIM_LIBS and to docs/serving.md's table")
 
 
 @pytest.mark.parametrize("lib", LIBS)
