@@ -196,6 +196,20 @@ def test_an_edited_kernel_is_never_served_the_archived_binary(cuda_archive, tmp_
     assert err.value.kernel == "kernels:add_kernel" and rec.launches() == []
 
 
+def test_a_library_imported_after_serve_is_served(cuda_archive, monkeypatch):
+    """The patches are on Triton's classes: a module whose kernels are decorated after serve() is covered."""
+    import karchive
+
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
+        karchive.serve(_arc(cuda_archive, rec), mode="strict")
+        spec = importlib.util.spec_from_file_location("kernels", EXAMPLES / "kernels.py")
+        late = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, "kernels", late)
+        spec.loader.exec_module(late)
+        late.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=1024)
+    assert [la.kernel for la in rec.launches()] == ["add_kernel"]
+
+
 def test_autotuned_and_heuristics_call_sites_take_the_recorded_choices_without_benchmarking(captured, monkeypatch,
                                                                                               path):
     import karchive
