@@ -71,6 +71,10 @@ class Report:
             for kernel, (archive, routes) in sorted(self._routes.items()):
                 out[kernel] = {"archive": archive, "calls": sum(r.calls for r in routes),
                                "direct": any(r.direct for r in routes)}
+                if any(getattr(r.kernel, "tune_on_device", False) for r in routes):
+                    # an archive built ahead of time holds configs but no decisions: the runtime times them on
+                    # the device once per key (and remembers it in the local tuning cache)
+                    out[kernel]["tunes_on_device"] = True
                 if kernel in self._would:
                     out[kernel]["would_launch"] = sorted(self._would[kernel])
         return out
@@ -94,7 +98,8 @@ class Report:
         for kernel, info in served.items():
             extra = f", would launch {', '.join(info['would_launch'])}" if "would_launch" in info else ""
             direct = " + direct kernel[grid] launches (not counted)" if info["direct"] else ""
-            lines.append(f"  served  {kernel} from {info['archive']}: {info['calls']} launch(es){direct}{extra}")
+            tunes = ", tunes new keys on the device (no recorded decisions)" if info.get("tunes_on_device") else ""
+            lines.append(f"  served  {kernel} from {info['archive']}: {info['calls']} launch(es){direct}{extra}{tunes}")
         for m in missed:
             head, *rest = str(m["reason"]).splitlines() or [""]
             lines.append(f"  missed  {m['kernel']} ({m['count']} call(s)): {head}")
