@@ -196,6 +196,22 @@ def test_an_edited_kernel_is_never_served_the_archived_binary(cuda_archive, tmp_
     assert err.value.kernel == "kernels:add_kernel" and rec.launches() == []
 
 
+def test_the_same_source_under_another_module_name_is_not_served(cuda_archive, monkeypatch):
+    """Identity is module, qualified name and source: ``otherlib:add_kernel`` with add_kernel's exact source is
+    not ``kernels:add_kernel``; the miss says the archive has the same source under another name."""
+    import karchive
+
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
+        karchive.serve(_arc(cuda_archive, rec), mode="strict")
+        spec = importlib.util.spec_from_file_location("otherlib", EXAMPLES / "kernels.py")
+        other = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, "otherlib", other)
+        spec.loader.exec_module(other)
+        with pytest.raises(ServeMissError, match="same source but another module name") as err:
+            other.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=1024)
+    assert err.value.kernel == "otherlib:add_kernel" and rec.launches() == []
+
+
 def test_a_library_imported_after_serve_is_served(cuda_archive, monkeypatch):
     """The patches are on Triton's classes: a module whose kernels are decorated after serve() is covered."""
     import karchive
