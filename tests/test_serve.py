@@ -316,6 +316,45 @@ def test_fallback_runs_misses_through_triton_reports_once_and_writes_a_buildable
     assert len(rec.launches()) == 1 and report.missed_list == []
 
 
+def test_an_autotuned_miss_becomes_a_spec_entry_the_build_tunes(cuda_archive, tmp_path, monkeypatch):
+    """Fallback on an autotuned kernel the archive lacks: Triton tunes and runs it; the spec entry leaves the tuned
+    meta-parameters out, so the build compiles every config. Served from the rebuilt archive, Triton compiles and
+    tunes nothing; that archive holds configs but no decisions, so the runtime times its prebuilt configs once for
+    the key (the report says so) and the next call is one launch."""
+    import karchive
+    from capture_fakes import fake_gpu, fresh, tuned_copy
+
+    misses = tmp_path / "misses.toml"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tcache"))
+    fresh(tuned_copy)
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b), fake_gpu(timings=[3.0, 1.0, 2.0]) as fake:
+        report = karchive.serve(_arc(cuda_archive, rec), mode="fallback", misses=misses)
+        tuned_copy[(32,)](buf(), buf(), 4096)
+    assert fake.launches >= 1 and rec.launches() == []
+    assert [m["kernel"] for m in report.missed_list] == ["capture_fakes:tuned_copy"]
+    text = misses.read_text()
+    assert 'source = "capture_fakes:tuned_copy"' in text and 'signature = "*fp32:16, *fp32:16, i32:16"' in text
+    assert "constexprs" not in text.split("[[kernel]]")[1]  # BLOCK is tuned: the build takes every config
+
+    from karchive.producer.build import build_archive
+    from karchive.producer.spec_file import load_spec
+
+    built = tmp_path / "next.karc"
+    build_archive(load_spec(misses), built, progress=False)
+    assert len(karchive.open(built).variants("capture_fakes:tuned_copy")) == 3
+    karchive.serve.stop()
+    fresh(tuned_copy)
+    monkeypatch.setenv("KARCHIVE_CACHE_DIR", str(tmp_path / "kcache"))  # the tuning decision is remembered here
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
+        report = karchive.serve(_arc(built, rec), mode="strict")
+        tuned_copy[(32,)](buf(), buf(), 4096)
+        tuning = len(rec.launches())
+        tuned_copy[(32,)](buf(), buf(), 4096)
+    assert tuning > 3 and len(rec.launches()) == tuning + 1  # every config timed once, then one launch
+    assert report.missed_list == [] and not tuned_copy.cache  # Triton's autotuner never ran
+    assert report.served["capture_fakes:tuned_copy"].get("tunes_on_device") is True
+
+
 def test_audit_lets_triton_run_everything_and_says_what_would_be_served(cuda_archive, kernels_module, tmp_path,
                                                                         monkeypatch):
     import karchive
