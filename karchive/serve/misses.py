@@ -145,6 +145,10 @@ class MissLog:
             out.append(f"# {e['kernel']}: {e['reason']}".replace("\n", " "))
             for note in e["notes"]:
                 out.append(f"# note: {note}")
+            if e["autotuned"]:
+                out.append("# autotuned: the build compiles every config and records no decision; served, the runtime "
+                           "times the configs once per key on the device (capture the call, or ship decisions with "
+                           "`karchive tune --import`, for none)")
             out.append(f"source = {json.dumps(e['source'])}")
             out.append(f"signature = {json.dumps(e['signature'])}")
             if e["constexprs"]:
