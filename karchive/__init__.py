@@ -28,6 +28,7 @@ _ERRORS = (
     "ProducerError", "CompileError", "SpecFileError", "BuildError", "CaptureError",
     "RegistryError", "NotFoundError", "ConflictError", "LockfileError", "TransferError",
     "RuntimeLoadError", "NoDeviceError", "NoMatchingVariantError", "KernelNameError", "ArgumentError", "LaunchError",
+    "ServeMissError",
     "TrustError", "UntrustedArchiveError", "DestinationError",
 )
 _LAZY.update({name: ("karchive.errors", name) for name in _ERRORS})
