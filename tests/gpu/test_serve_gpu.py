@@ -5,7 +5,7 @@ step runs under plain Triton and ``karchive.capture`` (the archive and the refer
 process with an empty Triton cache, Triton's compiler made unusable (``triton.compile`` raises and counts;
 ``TRITON_PTXAS_PATH`` points nowhere) and ``karchive.serve(LIB.karc, mode="strict")`` runs the same step
 through the libraries' own, unchanged ``kernel[grid](...)`` call sites. Asserted: every op ran, 0 compiles,
-nothing written to the Triton cache, no miss in the report, and every output and gradient bit-equal to the
+no kernel file in the Triton cache (Triton's driver may build its own host helpers there), no miss in the report, and every output and gradient bit-equal to the
 reference run's (where the archive holds kernels with atomics: within ``ATOMIC_ATOL + ATOMIC_RTOL * |want|``,
 and the test says which tensors needed it). Then the first step's time in a fresh process: Triton with a cold
 cache, with the warm cache, with the cache ``karchive export-triton-cache`` filled, and ``serve(strict)``.
@@ -72,7 +72,11 @@ def test_unmodified_library_step_served_strict_zero_compiles_bit_equal(lib, work
     summary = _SUMMARY.setdefault(lib, {})
     summary.update(reference_step_s=ref["step_s"], serve=served)
     assert served["compiles"] == 0, f"Triton compiled {served['compiles']} time(s)"
-    assert served["triton_cache_files"] == [], served["triton_cache_files"]
+    # Triton's driver builds its small host helpers (cuda_utils.so, __triton_launcher.so) into the cache when a
+    # library asks it about the device; no kernel may be there (a cubin, PTX or IR file would be a compile)
+    kernels = [f for f in served["triton_cache_files"]
+               if f.endswith((".cubin", ".ptx", ".ttir", ".ttgir", ".llir", ".hsaco", ".amdgcn"))]
+    assert kernels == [], kernels
     report = served["report"]
     assert report["missed"] == [], served["report_text"]
     assert report["served"], "nothing was served"
