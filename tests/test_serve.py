@@ -212,6 +212,22 @@ def test_the_same_source_under_another_module_name_is_not_served(cuda_archive, m
     assert err.value.kernel == "otherlib:add_kernel" and rec.launches() == []
 
 
+def test_pre_run_hooks_run_before_served_launches_even_when_added_later(cuda_archive, kernels_module, monkeypatch):
+    import karchive
+
+    seen = []
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
+        karchive.serve(_arc(cuda_archive, rec), mode="strict")
+        for _ in range(9):  # the route turns direct
+            kernels_module.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=1024)
+        kernels_module.add_kernel.add_pre_run_hook(lambda *a, **k: seen.append((len(a), sorted(k))))
+        try:
+            kernels_module.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=1024)
+        finally:
+            kernels_module.add_kernel.pre_run_hooks.clear()
+    assert seen == [(4, ["BLOCK"])] and len(rec.launches()) == 10
+
+
 def test_a_library_imported_after_serve_is_served(cuda_archive, monkeypatch):
     """The patches are on Triton's classes: a module whose kernels are decorated after serve() is covered."""
     import karchive

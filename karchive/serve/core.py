@@ -127,7 +127,8 @@ class Route:
             if x is None:
                 break
         self.jit = jit
-        self.hooks: list[Any] = getattr(jit, "pre_run_hooks", None) or []
+        hooks = getattr(jit, "pre_run_hooks", None)
+        self.hooks: list[Any] = hooks if isinstance(hooks, list) else []  # the live list: hooks added later count
         if jit is None:
             self.live = LiveIdentity(f"<{type(obj).__name__}>", "", None, "")
             self.reasons = [f"{type(obj).__name__} wraps no @triton.jit function karchive can find"]
