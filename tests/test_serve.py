@@ -371,6 +371,35 @@ def test_an_autotuned_miss_becomes_a_spec_entry_the_build_tunes(cuda_archive, tm
     assert report.served["capture_fakes:tuned_copy"].get("tunes_on_device") is True
 
 
+def test_fallback_under_capture_records_the_misses_as_an_archive(cuda_archive, kernels_module, tmp_path, monkeypatch):
+    """``karchive.capture`` around a fallback session records exactly what Triton compiled for the misses (with
+    autotune decisions and heuristics cases): the next archive, ready to serve strictly."""
+    import karchive
+    from capture_fakes import fake_gpu, fresh, tuned_copy
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tcache"))
+    fresh(tuned_copy, kernels_module.add_kernel)
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b), fake_gpu(timings=[3.0, 1.0, 2.0]):
+        karchive.serve(_arc(cuda_archive, rec), mode="fallback")
+        with karchive.capture("misses", version="2", strict=True) as cap:
+            kernels_module.add_kernel[(4,)](buf(), buf(), buf(), 4096, BLOCK=1024)  # served: nothing compiled
+            kernels_module.add_kernel[(64,)](buf(), buf(), buf(), 4096, BLOCK=64)  # miss: Triton compiles it
+            tuned_copy[(32,)](buf(), buf(), 4096)  # miss: Triton tunes and compiles
+    cap.save(tmp_path / "misses.karc")
+    karchive.serve.stop()
+    nxt = karchive.open(tmp_path / "misses.karc")
+    assert sorted(nxt.kernels()) == ["capture_fakes:tuned_copy", "kernels:add_kernel"]
+    assert {v.constexprs["BLOCK"] for v in nxt.variants("kernels:add_kernel")} == {64}
+    fresh(tuned_copy, kernels_module.add_kernel)
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
+        report = karchive.serve(_arc(cuda_archive, rec), _arc(tmp_path / "misses.karc", rec), mode="strict")
+        kernels_module.add_kernel[(4,)](A, A + 16, A + 32, 4096, BLOCK=1024)
+        kernels_module.add_kernel[(64,)](A, A + 16, A + 32, 4096, BLOCK=64)
+        tuned_copy[(32,)](buf(), buf(), 4096)  # the key holds str(dtype) as the captured call's did
+    assert len(rec.launches()) == 3 and report.missed_list == []
+    assert "tunes_on_device" not in report.served["capture_fakes:tuned_copy"]  # the decision was captured
+
+
 def test_audit_lets_triton_run_everything_and_says_what_would_be_served(cuda_archive, kernels_module, tmp_path,
                                                                         monkeypatch):
     import karchive
