@@ -2,9 +2,10 @@
 
 ``karchive.open(ref)`` opens an archive (a path, a URL, or NAME@VERSION from a registry);
 ``karchive.capture(name, version)`` records what Triton's JIT compiles; :mod:`karchive.build` and
-:mod:`karchive.compile` build ahead of time; ``karchive.Registry`` publishes and pulls. Every error
-karchive raises derives from ``karchive.KarchiveError``; the main subclasses are here too
-(``karchive.NotFoundError``, ``karchive.NoMatchingVariantError``, ...). ``dir(karchive)`` lists them all.
+:mod:`karchive.compile` build ahead of time; ``karchive.serve(arc)`` serves unchanged ``kernel[grid](...)``
+call sites from archives; ``karchive.Registry`` publishes and pulls. Every error karchive raises derives
+from ``karchive.KarchiveError``; the main subclasses are here too (``karchive.NotFoundError``,
+``karchive.NoMatchingVariantError``, ...). ``dir(karchive)`` lists them all.
 """
 
 __version__ = "0.1.0"
@@ -15,10 +16,12 @@ _LAZY = {
     "open": ("karchive.runtime.archive", "open_archive"),
     "Archive": ("karchive.runtime.archive", "Archive"),
     "Registry": ("karchive.registry", "Registry"),
-    "TensorDescriptor": ("karchive.runtime.tensordesc", "TensorDescriptor"),
+    "TensorDescriptor": ("karchive.runtime.descriptors", "TensorDescriptor"),
     "torch": ("karchive.interop.torch", None),  # the module itself: karchive.torch.custom_op(...)
     "build": ("karchive.build", None),  # karchive.build.build_archive(...), as `karchive build` does
     "compile": ("karchive.compile", None),  # karchive.compile.compile_variant(...)
+    "serve": ("karchive.serve", None),  # a callable package: karchive.serve(ARCHIVES, mode=...) (docs/serving.md)
+    "serve_report": ("karchive.serve", "serve_report"),
 }
 
 #: The exception hierarchy's base and main classes, one ``except`` away (karchive/errors.py has them all).
@@ -28,6 +31,7 @@ _ERRORS = (
     "ProducerError", "CompileError", "SpecFileError", "BuildError", "CaptureError",
     "RegistryError", "NotFoundError", "ConflictError", "LockfileError", "TransferError",
     "RuntimeLoadError", "NoDeviceError", "NoMatchingVariantError", "KernelNameError", "ArgumentError", "LaunchError",
+    "ServeMissError",
     "TrustError", "UntrustedArchiveError", "DestinationError",
 )
 _LAZY.update({name: ("karchive.errors", name) for name in _ERRORS})

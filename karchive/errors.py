@@ -250,6 +250,14 @@ class NoMatchingVariantError(RuntimeLoadError):
     values: tuple[str, ...] = ()  # ... and the values the archive holds for it (as repr)
 
 
+class ServeMissError(NoMatchingVariantError):
+    """``karchive.serve(mode="strict")`` met a launch its archives cannot serve (an unknown kernel, a changed
+    source, a call no variant fits); Triton was not asked to compile it."""
+
+    call: str | None = None  # the call, every argument described
+    archives: tuple[str, ...] = ()  # NAME@VERSION of each archive served from
+
+
 class KernelNameError(NoMatchingVariantError, KeyError):
     """The archive has no kernel of that name; ``available`` lists the kernels it has."""
 

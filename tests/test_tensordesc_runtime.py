@@ -19,7 +19,7 @@ import pytest
 from karchive.errors import ArgumentError, NoMatchingVariantError
 from karchive.format.manifest import Abi, AbiParam
 from karchive.format.tensordesc import TensorDescAbi
-from karchive.runtime import tensordesc as td
+from karchive.runtime import descriptors as td
 from karchive.runtime.device import DeviceInfo
 from karchive.runtime.launch._argpack import ParamLayout
 from karchive.runtime.select import cubin_runs_on, device_fit

@@ -19,7 +19,7 @@ from .device import DeviceInfo
 from .arg_dtypes import pointer_element, triton_dtype
 from ..format.dtypes import FLOAT_TYPES, INT_RANGES
 from .launch._plan import LAUNCH_OPTIONS, option_value
-from .tensordesc import descriptor_reason
+from .descriptors import descriptor_reason
 
 
 class _Missing:

@@ -4,7 +4,7 @@ Triton's compile metadata says, per descriptor parameter in order, whether it wa
 (``tensordesc_meta``: swizzle, element size and type, the compiled block, ``fp4_padded``, im2col) or left
 to the decomposed expansion (no metadata). Which parameters that becomes depends on the compiling Triton's
 release (:mod:`karchive.format.tensordesc`): the producer names that convention here, once, and the
-entry-point check in :func:`karchive.producer.describe.build_abi` confirms it against the PTX.
+entry-point check in :func:`karchive.producer.compile.describe.build_abi` confirms it against the PTX.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from ...errors import ArgumentError, LaunchError
 from ...format.dtypes import FLOAT_TYPES, INT_RANGES
 from ...format.manifest import Abi, AbiParam
-from ..tensordesc import slot_formats
+from ..descriptors import slot_formats
 
 #: struct format characters per Triton scalar type (pointers are "Q").
 SCALAR_FORMATS: dict[str, str] = {

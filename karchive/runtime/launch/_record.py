@@ -31,7 +31,7 @@ from ._argpack import ParamLayout, bf16_bits
 from ._plan import KernelPlan
 from ..select import MISSING, DeviceFit, variant_label
 from ...format.tensordesc import TensorDescAbi
-from ..tensordesc import expand
+from ..descriptors import expand
 
 log = logging.getLogger("karchive.runtime")
 

@@ -1,0 +1,109 @@
+"""What a serving session did: kernels served (and from which archive), launches missed and why.
+
+``karchive.serve_report()`` returns a :class:`Report`; ``str(report)`` is a readable summary, ``to_json()`` a
+JSON-ready dict (``KARCHIVE_SERVE_REPORT=path.json`` writes it at exit). A miss is listed once per
+(kernel, reason) with the first call that met it and how many calls did.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+_MAX_CALL = 600  # characters of a call description kept per miss
+
+
+class Report:
+    """Served and missed kernels of one session (thread-safe; a few entries per kernel, never per call)."""
+
+    def __init__(self, mode: str, archives: list[str]) -> None:
+        self.mode = mode
+        self.archives = archives
+        self._routes: dict[str, tuple[str, list[Any]]] = {}  # kernel -> (archive, routes)
+        self._misses: dict[tuple[str, str], dict[str, Any]] = {}
+        self._would: dict[str, set[str]] = {}  # audit: kernel -> variant keys selection picked
+        self._lock = threading.Lock()
+        self._announced: set[tuple[str, str]] = set()
+
+    def routed(self, kernel: str, archive: str, route: Any) -> None:
+        with self._lock:
+            self._routes.setdefault(kernel, (archive, []))[1].append(route)
+
+    def missed(self, kernel: str, reason: str, call: str) -> bool:
+        """Record a miss; True the first time this (kernel, reason) is seen (the caller reports it once)."""
+        with self._lock:
+            key = (kernel, reason)
+            hit = self._misses.get(key)
+            if hit is None:
+                self._misses[key] = {"kernel": kernel, "reason": reason, "call": call[:_MAX_CALL], "count": 1}
+                first = True
+            else:
+                hit["count"] += 1
+                first = False
+        if first and self.mode != "strict":
+            import logging
+
+            logging.getLogger("karchive.serve").warning("karchive.serve(%s): not served: %s: %s", self.mode,
+                                                        call[:_MAX_CALL], reason)
+        return first
+
+    def again(self, kernel: str, reason: str) -> None:
+        """One more call of a miss already recorded (remembered by call shape: no description made)."""
+        with self._lock:
+            hit = self._misses.get((kernel, reason))
+            if hit is not None:
+                hit["count"] += 1
+
+    def would_serve(self, kernel: str, variant: str) -> None:
+        with self._lock:
+            self._would.setdefault(kernel, set()).add(variant)
+
+    # -- reading -------------------------------------------------------------------------------------------
+    @property
+    def served(self) -> dict[str, dict[str, Any]]:
+        """kernel -> {"archive", "calls", "direct"} for every kernel an archive serves. ``calls``: launches that
+        went through serve's own step (heuristics computed, fallback, ``.run``); ``direct``: the call site's
+        ``kernel[grid]`` is the archive kernel's own launcher (strict, nothing to compute), whose launches are
+        not counted (counting would cost every launch a Python step). Audit mode adds ``would_launch``: the
+        variants selection picked (Triton launched)."""
+        out: dict[str, dict[str, Any]] = {}
+        with self._lock:
+            for kernel, (archive, routes) in sorted(self._routes.items()):
+                out[kernel] = {"archive": archive, "calls": sum(r.calls for r in routes),
+                               "direct": any(r.direct for r in routes)}
+                if any(getattr(getattr(r.kernel, "resolver", None), "tune_on_device", False) for r in routes):
+                    # an archive built ahead of time holds configs but no decisions: the runtime times them on
+                    # the device once per key (and remembers it in the local tuning cache)
+                    out[kernel]["tunes_on_device"] = True
+                if kernel in self._would:
+                    out[kernel]["would_launch"] = sorted(self._would[kernel])
+        return out
+
+    @property
+    def missed_list(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return [dict(m) for m in self._misses.values()]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"format": "karchive-serve-report/1", "mode": self.mode, "archives": list(self.archives),
+                "served": self.served, "missed": self.missed_list}
+
+    def __str__(self) -> str:
+        from ..core.text import printable
+
+        served = self.served
+        missed = self.missed_list
+        lines = [f"karchive.serve({self.mode}) from {', '.join(self.archives) or '(no archives)'}: "
+                 f"{len(served)} kernel(s) served, {len(missed)} miss(es)"]
+        for kernel, info in served.items():
+            extra = f", would launch {', '.join(info['would_launch'])}" if "would_launch" in info else ""
+            direct = " + direct kernel[grid] launches (not counted)" if info["direct"] else ""
+            tunes = ", tunes new keys on the device (no recorded decisions)" if info.get("tunes_on_device") else ""
+            lines.append(f"  served  {kernel} from {info['archive']}: {info['calls']} launch(es){direct}{extra}{tunes}")
+        for m in missed:
+            head, *rest = str(m["reason"]).splitlines() or [""]
+            lines.append(f"  missed  {m['kernel']} ({m['count']} call(s)): {head}")
+            lines += [f"          {r}" for r in rest]
+            lines.append(f"          first call: {m['call']}")
+        # names and reasons come from archives and user code: one printable line each
+        return "\n".join(printable(line) for line in lines)

@@ -1,0 +1,521 @@
+"""karchive.serve: unchanged ``kernel[grid](...)`` call sites served from archives (issue 22).
+
+Archives are real Triton compiles (cuda:90, no GPU) and real captures (on capture_fakes' GPU-less Triton
+driver). Launches reach the recording driver stand-in of runtime_support (a TEST DOUBLE for the missing GPU),
+so the tests see which binary, grid and block each unchanged call site launched. In strict mode Triton's own
+driver is the real one, which has no GPU here: had Triton been asked to compile or launch, the call would fail.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import runtime_support as rs
+from karchive.errors import ServeMissError
+from karchive.runtime import launch_path
+from support import EXAMPLES, needs_triton
+
+pytestmark = needs_triton
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+A = 0x7F0000000000  # 16-byte aligned device addresses (the stand-in reads nothing behind them)
+
+
+class _Dtype:
+    """A framework dtype: ``.name`` as NumPy spells it (what the runtime reads); ``str()`` what Triton reads
+    (and puts in autotune keys: "fp32" as capture_fakes' MockPtr said it when the archive was captured)."""
+
+    def __init__(self, text: str) -> None:
+        self.name, self.text = {"fp16": "float16", "float16": "float16"}.get(text, "float32"), text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+class DevBuf:
+    """A device buffer as the runtime sees one (``data_ptr()``, ``dtype``, device 0); nothing behind it."""
+
+    def __init__(self, addr: int = A, text: str = "float32") -> None:
+        self.addr, self.dtype = addr, _Dtype(text)
+
+    def data_ptr(self) -> int:
+        return self.addr
+
+    def get_device(self) -> int:
+        return 0
+
+
+def buf() -> DevBuf:
+    return DevBuf()
+
+
+def mock() -> DevBuf:
+    """A buffer whose dtype reads as the captured calls' did (autotune keys hold str(dtype))."""
+    return DevBuf(text="fp32")
+
+
+@pytest.fixture(autouse=True)
+def _stop_serving():
+    yield
+    import karchive.serve
+
+    karchive.serve.stop()
+
+
+@pytest.fixture(params=rs.PATHS)
+def path(request):
+    return rs.path_param(request)
+
+
+@pytest.fixture
+def kernels_module(monkeypatch):
+    """examples/kernels.py imported as ``kernels``: the module name its archive files the kernels under."""
+    monkeypatch.syspath_prepend(str(EXAMPLES))
+    import kernels
+
+    return kernels
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory):
+    """A capture (GPU-less Triton driver, scripted timings 3, 1, 2: config 1 wins every key) of a plain, an
+    autotuned, a heuristics and an autotune-over-heuristics kernel of capture_fakes.py."""
+    import karchive
+    import triton.language as tl
+    from capture_fakes import fake_gpu, fresh, heur_copy, ptr, scale_rows, tuned_copy, tuned_even_copy
+    from serve_kernels import cast_copy, h_over_tuned
+
+    base = tmp_path_factory.mktemp("served")
+    old = os.environ.get("TRITON_CACHE_DIR")
+    os.environ["TRITON_CACHE_DIR"] = str(base / "cache")
+    try:
+        fresh(scale_rows, tuned_copy, heur_copy, tuned_even_copy, cast_copy, h_over_tuned)
+        with fake_gpu(timings=[3.0, 1.0, 2.0]):
+            with karchive.capture("served", version="1", strict=True) as cap:
+                scale_rows[(4,)](ptr(), ptr(), 1000, 2.0, BLOCK=256)
+                tuned_copy[(1,)](ptr(), ptr(), 4096)
+                heur_copy[(1,)](ptr(), ptr(), 1024, BLOCK=128)
+                heur_copy[(1,)](ptr(), ptr(), 1000, BLOCK=128)
+                tuned_even_copy[(1,)](ptr(), ptr(), 4096)
+                cast_copy[(1,)](ptr(), ptr(tl.float16), 128, DT=tl.float16, BLOCK=128)
+                h_over_tuned[(1,)](ptr(), None, ptr(), 4096)  # HAS_B=False, key (4096, False, fp32, fp32)
+        # nothing compiled stays in Triton's memory
+        fresh(scale_rows, tuned_copy, heur_copy, tuned_even_copy, cast_copy, h_over_tuned)
+    finally:
+        if old is None:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+        else:
+            os.environ["TRITON_CACHE_DIR"] = old
+    out = base / "served.karc"
+    cap.save(out)
+    return out
+
+
+def _arc(path_, rec):
+    import karchive
+
+    arc = karchive.open(path_)
+    rs.register_sizes(rec, arc)
+    return arc
+
+
+# -- strict --------------------------------------------------------------------------------------------------
+def test_strict_serves_an_unchanged_call_site_and_compiles_nothing(cuda_archive, kernels_module, monkeypatch, path):
+    import karchive
+
+    with rs.fake_cuda(monkeypatch, path) as (rec, _b):
+        report = karchive.serve(_arc(cuda_archive, rec), mode="strict")
+        kernels_module.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=1024)  # the library's own line
+        kernels_module.add_kernel[lambda meta: (4096 // meta["BLOCK"],)](A, A + 16, A + 32, 4096, BLOCK=1024)
+    launched = rec.launches()
+    assert [(la.kernel, la.grid, la.block) for la in launched] == [("add_kernel", (4, 1, 1), (128, 1, 1))] * 2
+    assert launched[0].params[3] == (4096).to_bytes(4, "little")
+    assert report.served["kernels:add_kernel"] == {"archive": "rt@1.0", "calls": 2, "direct": False}
+    assert report.missed_list == []
+    assert not kernels_module.add_kernel.device_caches  # Triton never made a binder, let alone compiled
+
+
+def test_strict_miss_names_kernel_call_and_rejections_and_launches_nothing(cuda_archive, kernels_module,
+                                                                             monkeypatch, path):
+    import karchive
+    from karchive.errors import NoMatchingVariantError
+
+    with rs.fake_cuda(monkeypatch, path) as (rec, _b):
+        karchive.serve(_arc(cuda_archive, rec), mode="strict")
+        with pytest.raises(ServeMissError) as err:
+            kernels_module.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=64)
+        with pytest.raises(ServeMissError) as unknown:
+            kernels_module.softmax_kernel[(1,)](A, A, 64, 64, 64, BLOCK=64)  # not in the archive
+        assert rec.launches() == []
+        # after a few launches with nothing to compute, kernel[grid] of the call site is the archive's launcher:
+        # a miss then raises the runtime's own error (a KarchiveError with the call and every rejection)
+        for _ in range(8):
+            kernels_module.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=1024)
+        assert karchive.serve_report().served["kernels:add_kernel"] == {"archive": "rt@1.0", "calls": 8,
+                                                                         "direct": True}
+        with pytest.raises(NoMatchingVariantError) as direct:
+            kernels_module.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=64)
+        # through .run (libraries that call it, wrappers): always serve's ServeMissError
+        with pytest.raises(ServeMissError):
+            kernels_module.add_kernel.run(A, A + 4096, A + 8192, 4096, BLOCK=64, grid=(4,), warmup=False)
+    assert len(rec.launches()) == 8
+    assert direct.value.kernel == "kernels:add_kernel" and len(direct.value.rejections) == 3
+    assert "BLOCK=64" in str(direct.value)
+    e = err.value
+    assert e.kernel == "kernels:add_kernel" and "BLOCK=64" in e.call and e.archives == ("rt@1.0",)
+    assert len(e.rejections) == 3 and any("compiled with BLOCK=1024" in why for _, why in e.rejections)
+    assert "Triton was not asked to compile it" in str(e)
+    assert "no kernel named kernels:softmax_kernel" in str(unknown.value)
+    report = karchive.serve_report()
+    assert {m["kernel"] for m in report.missed_list} == {"kernels:add_kernel", "kernels:softmax_kernel"}
+
+
+def test_an_edited_kernel_is_never_served_the_archived_binary(cuda_archive, tmp_path, monkeypatch):
+    """Same module name, same qualified name, edited body: Triton's source key differs, so it is a miss.
+    The module is imported after serve() started (the patches are on the classes)."""
+    import karchive
+
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
+        karchive.serve(_arc(cuda_archive, rec), mode="strict")
+        src = (EXAMPLES / "kernels.py").read_text().replace("tl.store(out_ptr + offsets, x + y, mask=mask)",
+                                                            "tl.store(out_ptr + offsets, x - y, mask=mask)")
+        (tmp_path / "kernels.py").write_text(src)
+        spec = importlib.util.spec_from_file_location("kernels", tmp_path / "kernels.py")
+        edited = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, "kernels", edited)
+        spec.loader.exec_module(edited)
+        with pytest.raises(ServeMissError, match="built from another source") as err:
+            edited.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=1024)
+    assert err.value.kernel == "kernels:add_kernel" and rec.launches() == []
+
+
+def test_the_same_source_under_another_module_name_is_not_served(cuda_archive, monkeypatch):
+    """Identity is module, qualified name and source: ``otherlib:add_kernel`` with add_kernel's exact source is
+    not ``kernels:add_kernel``; the miss says the archive has the same source under another name."""
+    import karchive
+
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
+        karchive.serve(_arc(cuda_archive, rec), mode="strict")
+        spec = importlib.util.spec_from_file_location("otherlib", EXAMPLES / "kernels.py")
+        other = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, "otherlib", other)
+        spec.loader.exec_module(other)
+        with pytest.raises(ServeMissError, match="same source but another module name") as err:
+            other.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=1024)
+    assert err.value.kernel == "otherlib:add_kernel" and rec.launches() == []
+
+
+def test_pre_run_hooks_run_before_served_launches_even_when_added_later(cuda_archive, kernels_module, monkeypatch):
+    import karchive
+
+    seen = []
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
+        karchive.serve(_arc(cuda_archive, rec), mode="strict")
+        for _ in range(9):  # the route turns direct
+            kernels_module.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=1024)
+        kernels_module.add_kernel.add_pre_run_hook(lambda *a, **k: seen.append((len(a), sorted(k))))
+        try:
+            kernels_module.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=1024)
+        finally:
+            kernels_module.add_kernel.pre_run_hooks.clear()
+    assert seen == [(4, ["BLOCK"])] and len(rec.launches()) == 10
+
+
+def test_a_library_imported_after_serve_is_served(cuda_archive, monkeypatch):
+    """The patches are on Triton's classes: a module whose kernels are decorated after serve() is covered."""
+    import karchive
+
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
+        karchive.serve(_arc(cuda_archive, rec), mode="strict")
+        spec = importlib.util.spec_from_file_location("kernels", EXAMPLES / "kernels.py")
+        late = importlib.util.module_from_spec(spec)
+        monkeypatch.setitem(sys.modules, "kernels", late)
+        spec.loader.exec_module(late)
+        late.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=1024)
+    assert [la.kernel for la in rec.launches()] == ["add_kernel"]
+
+
+def test_autotuned_and_heuristics_call_sites_take_the_recorded_choices_without_benchmarking(captured, monkeypatch,
+                                                                                              path):
+    import karchive
+    import triton
+    import triton.language as tl
+    from capture_fakes import heur_copy, scale_rows, tuned_copy, tuned_even_copy
+    from serve_kernels import cast_copy, h_over_tuned
+
+    with rs.fake_cuda(monkeypatch, path) as (rec, _b):
+        report = karchive.serve(_arc(captured, rec), mode="strict")
+        n = 4096
+        scale_rows[(4,)](mock(), mock(), 1000, 2.0, BLOCK=256)
+        tuned_copy[lambda m: (triton.cdiv(n, m["BLOCK"]),)](mock(), mock(), n)  # config 1: BLOCK=128, 4 warps
+        heur_copy[(1,)](mock(), mock(), 1000, BLOCK=128)  # EVEN=False from the library's own lambda
+        tuned_even_copy[(1,)](mock(), mock(), 4096)
+        cast_copy[(1,)](mock(), DevBuf(text="fp16"), 128, DT=tl.float16, BLOCK=128)  # a tl.dtype constexpr
+        h_over_tuned[(1,)](mock(), None, mock(), 4096)  # HAS_B from the library's lambda, then the record
+    got = [(la.kernel, la.grid, la.block) for la in rec.launches()]
+    # h_over_tuned: the config its capture chose (the scripted timings' cycle decides which)
+    record = next(r for r in karchive.open(captured).manifest.autotune if r["kernel"] == "serve_kernels:h_over_tuned")
+    assert [e["key"] for e in record["entries"]] == [[4096, False, "fp32", "fp32"]]
+    chosen = record["configs"][record["entries"][0]["config"]]
+    assert got == [("scale_rows", (4, 1, 1), (128, 1, 1)), ("tuned_copy", (32, 1, 1), (128, 1, 1)),
+                   ("heur_copy", (1, 1, 1), (128, 1, 1)), ("tuned_even_copy", (1, 1, 1), (128, 1, 1)),
+                   ("cast_copy", (1, 1, 1), (128, 1, 1)), ("h_over_tuned", (1, 1, 1), (32 * chosen["num_warps"], 1, 1))]
+    assert not tuned_copy.cache and not tuned_even_copy.cache  # Triton's autotuner never ran
+    assert set(report.served) == {f"capture_fakes:{k}" for k in ("scale_rows", "tuned_copy", "heur_copy",
+                                                                  "tuned_even_copy")} | {
+        "serve_kernels:cast_copy", "serve_kernels:h_over_tuned"}
+    assert not h_over_tuned.fn.cache
+    # the heuristic picked the EVEN=False variant: its key differs from the EVEN=True one captured for n=1024
+    arc = karchive.open(captured)
+    even = {v.constexprs["EVEN"]: v for v in arc.variants("capture_fakes:heur_copy")}
+    assert set(even) == {True, False}
+
+
+def test_a_library_wrapper_class_around_an_autotuner_still_serves(captured, monkeypatch):
+    """A library's Autotuner subclass with its own run (fla's CachedAutotuner shape) ends in Autotuner.run."""
+    import karchive
+    from capture_fakes import tuned_copy
+    from triton.runtime.autotuner import Autotuner
+
+    seen = []
+
+    class LibraryAutotuner(Autotuner):
+        def run(self, *args, **kwargs):
+            seen.append(len(args))
+            return super().run(*args, **kwargs)
+
+    wrapped = LibraryAutotuner(tuned_copy.fn, tuned_copy.arg_names, tuned_copy.configs, tuned_copy.keys, None, None)
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
+        karchive.serve(_arc(captured, rec), mode="strict")
+        wrapped[(32,)](mock(), mock(), 4096)
+    assert seen == [3] and [la.block for la in rec.launches()] == [(128, 1, 1)]
+
+
+# -- fallback, audit ------------------------------------------------------------------------------------------
+def test_fallback_runs_misses_through_triton_reports_once_and_writes_a_buildable_spec(cuda_archive, kernels_module,
+                                                                                      tmp_path, monkeypatch):
+    import karchive
+    from capture_fakes import fake_gpu
+
+    misses = tmp_path / "misses.toml"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tcache"))
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b), fake_gpu() as fake:
+        report = karchive.serve(_arc(cuda_archive, rec), mode="fallback", misses=misses)
+        x, y, out = buf(), buf(), buf()
+        kernels_module.add_kernel[(4,)](x, y, out, 4096, BLOCK=1024)  # served
+        kernels_module.add_kernel[(64,)](x, y, out, 4096, BLOCK=64)  # miss: Triton compiles and launches
+        kernels_module.add_kernel[(64,)](x, y, out, 4096, BLOCK=64)  # the same miss: reported once
+    assert len(rec.launches()) == 1 and fake.launches == 2
+    assert [(m["kernel"], m["count"]) for m in report.missed_list] == [("kernels:add_kernel", 2)]
+    text = misses.read_text()
+    assert 'source = "kernels:add_kernel"' in text and 'signature = "*fp32:16, *fp32:16, *fp32:16, i32:16"' in text
+    assert "constexprs = { BLOCK = [64] }" in text
+
+    # the misses file is the next archive's build spec: build it, serve from both, the miss is served
+    from karchive.producer.build import build_archive
+    from karchive.producer.build.spec_file import load_spec
+
+    monkeypatch.chdir(tmp_path)
+    built = tmp_path / "next.karc"
+    build_archive(load_spec(misses), built, progress=False)
+    karchive.serve.stop()
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
+        report = karchive.serve(_arc(cuda_archive, rec), _arc(built, rec), mode="strict")
+        kernels_module.add_kernel[(64,)](A, A + 16, A + 32, 4096, BLOCK=64)
+    assert len(rec.launches()) == 1 and report.missed_list == []
+
+
+def test_an_autotuned_miss_becomes_a_spec_entry_the_build_tunes(cuda_archive, tmp_path, monkeypatch):
+    """Fallback on an autotuned kernel the archive lacks: Triton tunes and runs it; the spec entry leaves the tuned
+    meta-parameters out, so the build compiles every config. Served from the rebuilt archive, Triton compiles and
+    tunes nothing; that archive holds configs but no decisions, so the runtime times its prebuilt configs once for
+    the key (the report says so) and the next call is one launch."""
+    import karchive
+    from capture_fakes import fake_gpu, fresh, tuned_copy
+
+    misses = tmp_path / "misses.toml"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tcache"))
+    fresh(tuned_copy)
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b), fake_gpu(timings=[3.0, 1.0, 2.0]) as fake:
+        report = karchive.serve(_arc(cuda_archive, rec), mode="fallback", misses=misses)
+        tuned_copy[(32,)](buf(), buf(), 4096)
+    assert fake.launches >= 1 and rec.launches() == []
+    assert [m["kernel"] for m in report.missed_list] == ["capture_fakes:tuned_copy"]
+    text = misses.read_text()
+    assert 'source = "capture_fakes:tuned_copy"' in text and 'signature = "*fp32:16, *fp32:16, i32:16"' in text
+    assert "constexprs" not in text.split("[[kernel]]")[1]  # BLOCK is tuned: the build takes every config
+
+    from karchive.producer.build import build_archive
+    from karchive.producer.build.spec_file import load_spec
+
+    built = tmp_path / "next.karc"
+    build_archive(load_spec(misses), built, progress=False)
+    assert len(karchive.open(built).variants("capture_fakes:tuned_copy")) == 3
+    karchive.serve.stop()
+    fresh(tuned_copy)
+    monkeypatch.setenv("KARCHIVE_CACHE_DIR", str(tmp_path / "kcache"))  # the tuning decision is remembered here
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
+        report = karchive.serve(_arc(built, rec), mode="strict")
+        tuned_copy[(32,)](buf(), buf(), 4096)
+        tuning = len(rec.launches())
+        tuned_copy[(32,)](buf(), buf(), 4096)
+    assert tuning > 3 and len(rec.launches()) == tuning + 1  # every config timed once, then one launch
+    assert report.missed_list == [] and not tuned_copy.cache  # Triton's autotuner never ran
+    assert report.served["capture_fakes:tuned_copy"].get("tunes_on_device") is True
+
+
+def test_fallback_under_capture_records_the_misses_as_an_archive(cuda_archive, kernels_module, tmp_path, monkeypatch):
+    """``karchive.capture`` around a fallback session records exactly what Triton compiled for the misses (with
+    autotune decisions and heuristics cases): the next archive, ready to serve strictly."""
+    import karchive
+    from capture_fakes import fake_gpu, fresh, tuned_copy
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tcache"))
+    fresh(tuned_copy, kernels_module.add_kernel)
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b), fake_gpu(timings=[3.0, 1.0, 2.0]):
+        karchive.serve(_arc(cuda_archive, rec), mode="fallback")
+        with karchive.capture("misses", version="2", strict=True) as cap:
+            kernels_module.add_kernel[(4,)](buf(), buf(), buf(), 4096, BLOCK=1024)  # served: nothing compiled
+            kernels_module.add_kernel[(64,)](buf(), buf(), buf(), 4096, BLOCK=64)  # miss: Triton compiles it
+            tuned_copy[(32,)](buf(), buf(), 4096)  # miss: Triton tunes and compiles
+    cap.save(tmp_path / "misses.karc")
+    karchive.serve.stop()
+    nxt = karchive.open(tmp_path / "misses.karc")
+    assert sorted(nxt.kernels()) == ["capture_fakes:tuned_copy", "kernels:add_kernel"]
+    assert {v.constexprs["BLOCK"] for v in nxt.variants("kernels:add_kernel")} == {64}
+    fresh(tuned_copy, kernels_module.add_kernel)
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
+        report = karchive.serve(_arc(cuda_archive, rec), _arc(tmp_path / "misses.karc", rec), mode="strict")
+        kernels_module.add_kernel[(4,)](A, A + 16, A + 32, 4096, BLOCK=1024)
+        kernels_module.add_kernel[(64,)](A, A + 16, A + 32, 4096, BLOCK=64)
+        tuned_copy[(32,)](buf(), buf(), 4096)  # the key holds str(dtype) as the captured call's did
+    assert len(rec.launches()) == 3 and report.missed_list == []
+    assert "tunes_on_device" not in report.served["capture_fakes:tuned_copy"]  # the decision was captured
+
+
+def test_audit_lets_triton_run_everything_and_says_what_would_be_served(cuda_archive, kernels_module, tmp_path,
+                                                                        monkeypatch):
+    import karchive
+    from capture_fakes import fake_gpu
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tcache"))
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b), fake_gpu() as fake:
+        report = karchive.serve(_arc(cuda_archive, rec), mode="audit")
+        kernels_module.add_kernel[(4,)](buf(), buf(), buf(), 4096, BLOCK=1024)
+        kernels_module.add_kernel[(64,)](buf(), buf(), buf(), 4096, BLOCK=64)
+    assert rec.launches() == [] and fake.launches == 2  # Triton launched both
+    assert report.served["kernels:add_kernel"]["would_launch"]  # a variant key
+    assert [m["kernel"] for m in report.missed_list] == ["kernels:add_kernel"]
+    assert "BLOCK=1024" in report.missed_list[0]["reason"]
+    assert "served  kernels:add_kernel" in str(report)
+
+
+def test_stop_gives_triton_its_methods_back():
+    import karchive.serve
+    from triton.runtime.autotuner import Autotuner, Heuristics
+    from triton.runtime.jit import JITFunction, KernelInterface
+
+    before = (JITFunction.run, Autotuner.run, Heuristics.run, KernelInterface.__getitem__)
+    karchive.serve(mode="strict")
+    assert JITFunction.run is not before[0]
+    karchive.serve.stop()
+    assert (JITFunction.run, Autotuner.run, Heuristics.run, KernelInterface.__getitem__) == before
+    with pytest.raises(Exception, match="mode must be one of"):
+        karchive.serve(mode="lenient")
+
+
+# -- processes whose code is not touched ---------------------------------------------------------------------
+_PROGRAM = """
+import sys
+sys.path[:0] = [{tests!r}, {examples!r}]
+import runtime_support as rs
+from karchive.runtime import backend as backend_mod, launch_path
+from karchive.runtime.cuda_driver import CudaBackend
+
+# TEST DOUBLE for the missing GPU (the program's launch would reach the driver here)
+rec = rs.Recorder()
+ctx = launch_path.forced(launch_path.PYTHON); ctx.__enter__()
+backend_mod._backends = {{"cuda": CudaBackend(rs.FakeCuda(rec))}}
+import karchive
+rs.register_sizes(rec, karchive.open({archive!r}))
+import kernels                               # the library, unchanged
+kernels.add_kernel[(4,)](0x7F0000000000, 0x7F0000001000, 0x7F0000002000, 4096, BLOCK=1024)
+print("LAUNCHES", len(rec.launches()), "TRITON_IS_SHIM", getattr(sys.modules["triton"], "KARCHIVE_SHIM", False))
+"""
+
+
+def _run(code_path, args, env_extra, tmp_path, hide_triton=False):
+    env = {**os.environ, **env_extra, "PYTHONPATH": str(ROOT)}
+    pre = []
+    if hide_triton:  # a process where Triton is not installed: its real package cannot be imported
+        (tmp_path / "hide").mkdir(exist_ok=True)
+        (tmp_path / "hide" / "sitecustomize.py").write_text(
+            "import sys\nsys.modules['triton'] = None  # `import triton` raises ImportError\n")
+        env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "hide"), str(ROOT)])
+    return subprocess.run([sys.executable, *pre, *args, str(code_path)], env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_env_runner_serves_a_program_it_does_not_touch_and_reports_at_exit(cuda_archive, tmp_path):
+    prog = tmp_path / "prog.py"
+    prog.write_text(_PROGRAM.format(tests=str(ROOT / "tests"), examples=str(EXAMPLES), archive=str(cuda_archive)))
+    report = tmp_path / "report.json"
+    r = subprocess.run([sys.executable, "-m", "karchive.serve", "--", str(prog)], capture_output=True, text=True,
+                       timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), "KARCHIVE_SERVE": str(cuda_archive),
+                                         "KARCHIVE_SERVE_MODE": "strict", "KARCHIVE_SERVE_REPORT": str(report)})
+    assert r.returncode == 0, r.stderr
+    assert "LAUNCHES 1 TRITON_IS_SHIM False" in r.stdout
+    data = json.loads(report.read_text())
+    assert data["mode"] == "strict" and data["served"]["kernels:add_kernel"]["calls"] == 1
+
+
+def test_without_triton_the_shim_imports_the_library_and_serves_it(cuda_archive, tmp_path):
+    prog = tmp_path / "prog.py"
+    prog.write_text(f"import karchive.serve\nkarchive.serve({str(cuda_archive)!r}, mode='strict')\n" + _PROGRAM.format(tests=str(ROOT / "tests"), examples=str(EXAMPLES),
+                                                     archive=str(cuda_archive)))
+    prog.write_text(prog.read_text() + textwrap.dedent("""
+        # what library modules use at import time, from the shim
+        import triton, triton.language as tl
+        from triton.language.extra.libdevice import rsqrt
+        from triton.language.math import tanh
+        from packaging.version import Version
+        Version(triton.__version__)
+        assert triton.cdiv(10, 4) == 3 and triton.next_power_of_2(100) == 128 and str(tl.bfloat16) == "bf16"
+        print("SHIM OK", triton.__version__)
+    """))
+    r = _run(prog, [], {}, tmp_path, hide_triton=True)
+    assert r.returncode == 0, r.stderr
+    assert "LAUNCHES 1 TRITON_IS_SHIM True" in r.stdout and "SHIM OK 0.0.0+karchive.shim" in r.stdout
+    # and a process without Triton cannot ask for fallback: nothing could compile a miss
+    bad = tmp_path / "bad.py"
+    bad.write_text(f"import karchive.serve\nkarchive.serve({str(cuda_archive)!r}, mode='fallback')\n")
+    r = _run(bad, [], {}, tmp_path, hide_triton=True)
+    assert r.returncode != 0 and "needs Triton to compile misses" in r.stderr
+
+
+def test_the_runner_makes_child_python_processes_serve_too(cuda_archive, tmp_path):
+    """python -m karchive.serve puts karchive/serve/boot on PYTHONPATH: a worker the program starts serves from
+    the same variables (its sitecustomize), and the environment's own sitecustomize still runs after it."""
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "sitecustomize.py").write_text("import os\nos.environ['OWN_SITECUSTOMIZE_RAN'] = '1'\n")
+    child = tmp_path / "child.py"
+    child.write_text(textwrap.dedent("""
+        import os, karchive.serve
+        r = karchive.serve.serve_report()
+        print("CHILD", r is not None and r.mode, r is not None and r.archives, os.environ.get("OWN_SITECUSTOMIZE_RAN"))
+    """))
+    prog = tmp_path / "parent.py"
+    prog.write_text(f"import subprocess, sys\nsubprocess.run([sys.executable, {str(child)!r}], check=True)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path / "own")]),
+           "KARCHIVE_SERVE": str(cuda_archive), "KARCHIVE_SERVE_MODE": "audit"}
+    r = subprocess.run([sys.executable, "-m", "karchive.serve", "--", str(prog)], capture_output=True, text=True,
+                       timeout=300, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "CHILD audit ['rt@1.0'] 1" in r.stdout
