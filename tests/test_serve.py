@@ -130,6 +130,7 @@ def _arc(path_, rec):
 def test_strict_serves_an_unchanged_call_site_and_compiles_nothing(cuda_archive, kernels_module, monkeypatch, path):
     import karchive
 
+    kernels_module.add_kernel.device_caches.clear()  # what other tests' JIT runs of this module left behind
     with rs.fake_cuda(monkeypatch, path) as (rec, _b):
         report = karchive.serve(_arc(cuda_archive, rec), mode="strict")
         kernels_module.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=1024)  # the library's own line
