@@ -126,10 +126,18 @@ def test_unknown_triton_release_is_refused_at_build_time():
     from karchive.errors import UnsupportedKernelError
     from karchive.producer.compile.tensordesc_abi import tensordesc_records
 
-    meta = {"triton_version": "3.7.1", "target": {"backend": "cuda"}, "tensordesc_meta": []}
-    with pytest.raises(UnsupportedKernelError, match="Triton 3.7.1") as err:
+    meta = {"triton_version": "3.10.0", "target": {"backend": "cuda"}, "tensordesc_meta": []}
+    with pytest.raises(UnsupportedKernelError, match="Triton 3.10.0") as err:
         tensordesc_records("k", ["d"], {"d": DESC}, meta)
     assert err.value.kernel == "k"
+    # 3.7 is read (its launcher passes descriptors as 3.8's does) and records triton-3.8, decomposed and TMA
+    meta = {"triton_version": "3.7.1", "target": {"backend": "cuda"}, "tensordesc_meta": []}
+    assert tensordesc_records("k", ["d"], {"d": DESC}, meta)["d"].slots == (
+        "*fp16", "i64", "i64", "i64", "i64", "i1", "i1", "i32", "i32", "i64", "i64")
+    meta["tensordesc_meta"] = [{"swizzle": 3, "elem_size": 2, "elem_type": 6, "block_size": [64, 64],
+                                "fp4_padded": False}]
+    rec = tensordesc_records("k", ["d"], {"d": DESC}, meta)["d"]
+    assert (rec.convention, rec.mode, rec.im2col) == ("triton-3.8", "tma", False)
     meta = {"triton_version": "3.9.0", "target": {"backend": "hip"}, "tensordesc_meta": []}
     with pytest.raises(UnsupportedKernelError, match="CUDA only"):
         tensordesc_records("k", ["d"], {"d": DESC}, meta)
@@ -165,28 +173,33 @@ def test_captured_descriptor_kernel_equals_the_aot_build(triton_cache_dir, fake_
     assert v.abi.params[0].desc == aot.variant.abi.params[0].desc
 
 
-def test_release_venvs_record_their_own_convention(tmp_path):
-    """Where tools/tritons.sh made a Triton 3.6 venv, its CLI builds the copy kernel and records the
-    ``triton-3.5`` convention (3.6's launcher), checked there against 3.6's own PTX for cuda:90 and cuda:80."""
-    venv = ROOT / os.environ.get("KARCHIVE_TRITON_VENVS", ".venv-triton") / "3.6"
-    exe = venv / "bin" / "karchive"
-    if not exe.exists():
-        pytest.skip("no Triton 3.6 venv: bash tools/tritons.sh 3.6")
-    out = tmp_path / "t36.karc"
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_CACHE_DIR"}
+@pytest.mark.parametrize("minor,convention,flags", [("3.6", "triton-3.5", 1), ("3.7", "triton-3.8", 2)])
+def test_release_venvs_record_their_own_convention(minor, convention, flags, tmp_path):
+    """Where tools/tritons.sh made a Triton 3.6 (3.7) venv, its interpreter builds the copy kernel with this
+    checkout's karchive and records the ``triton-3.5`` (``triton-3.8``) convention, which the producer checks
+    there against that release's own PTX entry, parameter by parameter, for cuda:90 (TMA) and cuda:80
+    (decomposed: one i1 flag, or nan and round_f32_to_tf32)."""
+    venv = pathlib.Path(os.environ.get("KARCHIVE_TRITON_VENVS", ROOT / ".venv-triton")) / minor
+    python = venv / "bin" / "python"
+    if not python.exists():
+        pytest.skip(f"no Triton {minor} venv: bash tools/tritons.sh {minor}")
+    out = tmp_path / f"t{minor}.karc"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "PYTHON"))}
     env["TRITON_CACHE_DIR"] = str(tmp_path / "cache")
-    proc = subprocess.run([str(exe), "compile", str(KERNELS), "-n", "desc_copy", "-s", f"{DESC}, {DESC}, 64, 64",
-                           "-t", "cuda:90", "-t", "cuda:80", "-o", str(out)], capture_output=True, text=True, env=env,
-                          timeout=600)
+    # ``-m karchive`` from the checkout root: this karchive, also with a venv made for another checkout
+    proc = subprocess.run([str(python), "-m", "karchive", "compile", str(KERNELS), "-n", "desc_copy", "-s",
+                           f"{DESC}, {DESC}, 64, 64", "-t", "cuda:90", "-t", "cuda:80", "-o", str(out)],
+                          capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
     assert proc.returncode == 0, proc.stderr
     from karchive.format.manifest import Manifest
     from karchive.format.open import open_location
 
     m = Manifest.from_json(open_location(out).manifest)
     by_arch = {v.target.arch: v.abi.params[0].desc for v in m.variants}
-    assert m.produced_by["triton"].startswith("3.6")
-    assert by_arch["90"] is not None and by_arch["90"].convention == "triton-3.5" and by_arch["90"].mode == "tma"
-    assert by_arch["80"] is not None and by_arch["80"].slots.count("i1") == 1
+    assert m.produced_by["triton"].startswith(minor)
+    assert by_arch["90"] is not None and by_arch["90"].convention == convention and by_arch["90"].mode == "tma"
+    assert by_arch["80"] is not None and by_arch["80"].convention == convention
+    assert by_arch["80"].mode == "decomposed" and by_arch["80"].slots.count("i1") == flags
 
 
 def _has_gluon() -> bool:
@@ -289,3 +302,43 @@ def test_fp8_pointers_and_an_fp8_descriptor_build_and_are_recorded(arch):
     assert [p.type for p in params[:2]] == ["*fp8e4nv", "*fp8e5"] and params[2].kind == "tensordesc"
     d = params[2].desc
     assert d is not None and d.dtype == "fp8e4nv" and d.elem_size == 1 and d.rank == 1 and d.block_shape == (128,)
+
+
+def test_gpu_proof_build_skips_release_venvs_without_a_known_convention(tmp_path, monkeypatch, capsys):
+    """tests/gpu/build_tensordesc.py builds with every release venv whose Triton has a descriptor convention and
+    skips, with a printed note, one whose Triton has none (karchive's producer would refuse its descriptor
+    kernels) or that holds no single Triton, instead of failing the whole GPU proof build."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location("build_tensordesc", ROOT / "tests" / "gpu" / "build_tensordesc.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    base = tmp_path / "venvs"
+    for name, dists in {"3.6": ["3.6.0"], "3.7": ["3.7.1"], "3.10": ["3.10.0"], "odd": [], "two": ["3.8.0", "3.9.0"]}.items():
+        (base / name / "bin").mkdir(parents=True)
+        (base / name / "bin" / "python").write_text("")
+        for d in dists:
+            (base / name / "lib" / "python3.11" / "site-packages" / f"triton-{d}.dist-info").mkdir(parents=True)
+    (base / "no-python").mkdir()
+    use, notes = mod.release_venvs(base)
+    assert [v.name for v in use] == ["3.6", "3.7"]
+    assert len(notes) == 3 and "Triton 3.10.0" in notes[0] and "triton-3.8: Triton 3.7, 3.8, 3.9" in notes[0]
+    assert all("no single triton" in n for n in notes[1:])
+
+    built: list[str] = []
+
+    def fake_build(python: str, out: pathlib.Path) -> str:  # the real one compiles with that interpreter
+        built.append(python)
+        out.write_bytes(b"karc")
+        return "3.9.0" if python == sys.executable else {"3.6": "3.6.0", "3.7": "3.7.1"}[pathlib.Path(python).parent.parent.name]
+
+    monkeypatch.setattr(mod, "_build", fake_build)
+    monkeypatch.setattr(mod, "VENVS", base)
+    assert mod.main([str(tmp_path / "out")]) == 0
+    printed = capsys.readouterr().out
+    assert "note: skipped" in printed and "Triton 3.10.0" in printed
+    assert built == [sys.executable, str(base / "3.6" / "bin" / "python"), str(base / "3.7" / "bin" / "python")]
+    assert json.loads((tmp_path / "out" / "index.json").read_text()) == {
+        "3.6.0": "tensordesc-triton-3.6.0.karc", "3.7.1": "tensordesc-triton-3.7.1.karc", "3.9.0": "tensordesc.karc"}

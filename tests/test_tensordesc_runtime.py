@@ -139,8 +139,10 @@ def test_expansion_matches_the_installed_tritons_launcher(shape, strides, block,
     tdesc = TritonDesc(base, shape, strides, block, padding=padding)
     meta = {"swizzle": 3, "elem_size": 2, "elem_type": 6, "block_size": block, "fp4_padded": False,
             "is_im2col": False}
-    args = [meta] if convention == "triton-3.5" else [meta, None]
-    theirs = nvdriver.make_tensordesc_arg(tdesc, *args)
+    import inspect
+
+    extra = [None] * (len(inspect.signature(nvdriver.make_tensordesc_arg).parameters) - 2)  # 3.8+ take a third
+    theirs = nvdriver.make_tensordesc_arg(tdesc, meta, *extra)
     (ptr, swizzle, elem_size, host_type, box, dims, their_strides, their_padding) = recorded[0]
     d = tma(convention, block=tuple(block))
     ours = td.expand("a", d, tdesc)
@@ -152,8 +154,7 @@ def test_expansion_matches_the_installed_tritons_launcher(shape, strides, block,
     assert theirs[0] == "MAP" and ours[1:] == list(theirs[1:])  # shape and strides passed after the map
     # the decomposed expansion (no TMA metadata) against Triton's, value for value
     dec = TensorDescAbi(convention, "decomposed", "fp16", len(shape), tuple(block))
-    their_dec = nvdriver.make_tensordesc_arg(tdesc, None) if convention == "triton-3.5" else \
-        nvdriver.make_tensordesc_arg(tdesc, None, None)
+    their_dec = nvdriver.make_tensordesc_arg(tdesc, None, *extra)
     ours_dec = td.expand("a", dec, tdesc)
     assert their_dec[0] is base and ours_dec[0] == base.ptr
     assert ours_dec[1:] == [int(x) for x in their_dec[1:]] and len(ours_dec) == len(dec.slots)
@@ -203,6 +204,14 @@ def test_checks_before_launch(no_driver):
                            im2col=True)
     with pytest.raises(ArgumentError, match="im2col"):
         td.expand("a", im2col, td.TensorDescriptor(FakeTensor(0x10000, [1, 8, 8, 64], FP16), None))
+    # TF32 rounding under triton-3.5 (no flag to pass, no TF32 map): refused in both modes, not silently dropped
+    f32 = td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP32), [64, 64], round_f32_to_tf32=True)
+    for old in (tma("triton-3.5", dtype="fp32", elem_size=4, elem_type=7),
+                TensorDescAbi("triton-3.5", "decomposed", "fp32", 2, (64, 64))):
+        with pytest.raises(ArgumentError, match="round_f32_to_tf32") as err:
+            td.expand("f", old, f32)
+        assert err.value.param == "f"
+    assert td.expand("f", TensorDescAbi("triton-3.8", "decomposed", "fp32", 2, (64, 64)), f32)[6] == 1
 
 
 def test_encoded_maps_are_cached_and_a_moved_tensor_is_reencoded(no_driver):
@@ -502,3 +511,103 @@ def test_the_encode_call_converts_its_arguments_for_the_installed_cuda_python():
         assert "cuda" in str(exc).lower() or "CUDA" in type(exc).__name__ or isinstance(exc, td.LaunchError), exc
     else:
         assert len(out) == 128
+
+
+# ---- every Triton release venv (tools/tritons.sh) against the convention karchive assigns to it ----------
+#: The convention each release minor must record (what its launcher was read to do; spec/FORMAT.md §6.2.1).
+RELEASE_CONVENTIONS = {"3.5": "triton-3.5", "3.6": "triton-3.5", "3.7": "triton-3.8", "3.8": "triton-3.8",
+                       "3.9": "triton-3.8"}
+
+
+def _release_venv(minor: str):
+    from triton_releases import venvs
+
+    found = {v.minor: v for v in venvs()}
+    if minor not in found:
+        pytest.skip(f"no Triton {minor} venv: bash tools/tritons.sh {minor} (or KARCHIVE_TRITON_VENVS)")
+    return found[minor]
+
+
+def test_release_conventions_table_is_the_one_karchive_uses():
+    from karchive.format.tensordesc import CONVENTIONS, convention_for_triton
+
+    assert {m: convention_for_triton(f"{m}.1") for m in RELEASE_CONVENTIONS} == RELEASE_CONVENTIONS
+    assert sorted(m for ms in CONVENTIONS.values() for m in ms) == sorted(RELEASE_CONVENTIONS)
+    assert convention_for_triton("3.10.0") is None and convention_for_triton("3.4.0") is None
+
+
+@pytest.mark.parametrize("minor", sorted(RELEASE_CONVENTIONS))
+def test_each_release_launcher_expands_descriptors_as_karchive_does(minor):
+    """The release's own ``make_tensordesc_arg`` (its interpreter, this checkout's karchive) against karchive's
+    ``expand`` under the convention karchive gives that release: the ``cuTensorMapEncodeTiled`` arguments its C
+    encoder would pass (fp16, bf16 host type 9, NaN padding, fp4_padded doubling, TF32 type 11), the values
+    after the map (3.5/3.6 pass the fp4-doubled shape on, 3.7+ the shape as given), the decomposed expansion
+    value for value (one i1 flag, or nan + round_f32_to_tf32), and the release's ``expand_signature`` slots
+    where it is reachable (3.7+). TF32 descriptors under ``triton-3.5`` are refused, TMA and decomposed."""
+    venv = _release_venv(minor)
+    import os
+    import json
+    import subprocess
+
+    root = DATA.parent.parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "PYTHON"))}
+    env["PYTHONPATH"] = str(root)  # this checkout's karchive, ahead of the venv's own install
+    proc = subprocess.run([str(venv.python), str(DATA / "tensordesc_launcher_probe.py")], capture_output=True,
+                          text=True, env=env, cwd=root, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["karchive"].startswith(str(root / "karchive")), out["karchive"]
+    assert out["triton"] == venv.version and out["convention"] == RELEASE_CONVENTIONS[minor]
+    cases = out["cases"]
+    assert len(cases) == 7
+    new = out["convention"] != "triton-3.5"
+    for name, case in cases.items():
+        if case["their_slots"] is not None:
+            assert case["their_slots"] == case["slots"], name
+        else:
+            assert not new, f"{name}: Triton {minor} should expose expand_signature"
+        if "ours_refused" in case:
+            assert not new and "tf32" in name and case["ours_refused"], name
+            continue
+        theirs, ours = case["theirs"], case["ours"]
+        if case["mode"] == "decomposed":
+            assert ours == theirs and len(ours) == len(case["slots"]), name
+            assert case["slots"].count("i1") == (2 if new else 1), name
+            continue
+        assert ours["encode"] == theirs["encode"], name
+        assert ours["after_map"] == theirs["after_map"] and theirs["map"] == ours["map"] == "MAP", name
+        rank = ours["encode"]["rank"]
+        assert ours["fixed"] == [0, 2, [1] * rank], name  # INTERLEAVE_NONE, L2_128B, element strides 1 (the C's)
+    fp4 = cases["fp4-padded"]
+    assert fp4["theirs"]["encode"]["global_dim"] == [64, 64]  # the map: innermost dimension doubled, every release
+    assert fp4["theirs"]["after_map"][:2] == ([64, 32] if new else [64, 64])
+    if new:
+        assert cases["fp32-tf32"]["theirs"]["encode"]["data_type"] == td.TMA_TF32
+        assert cases["fp32-tf32-decomposed"]["theirs"][-5] == 1  # the round_f32_to_tf32 flag
+
+
+_PATCH_RE = r"if \(driver_version <= (\d+)\) \{.*?if \(max_byte_index \+ 1 < (\d+) \* 1024\) \{.*?" \
+            r"desc_u64\[1\] &= ~\(1llu << (\d+)\);"
+
+
+@pytest.mark.parametrize("minor", sorted(RELEASE_CONVENTIONS))
+def test_small_tensor_patch_is_in_the_release_encoder_exactly_where_the_convention_has_it(minor):
+    """The bit-21 patch lives in the release's C encoder (``driver.c``), which cannot run here: its source must
+    carry it (with karchive's driver bound, size limit and bit) for ``triton-3.8`` releases and not for
+    ``triton-3.5`` ones, and the tiled encoder must pass the fixed arguments karchive passes."""
+    import re
+
+    venv = _release_venv(minor)
+    (src,) = venv.python.parent.parent.glob("lib/python*/site-packages/triton/backends/nvidia/driver.c")
+    text = src.read_text()
+    m = re.search(_PATCH_RE, text, re.S)
+    if RELEASE_CONVENTIONS[minor] == "triton-3.5":
+        assert m is None and "max_byte_index" not in text
+        return
+    assert m is not None, f"Triton {minor}'s driver.c has no small-tensor patch"
+    assert int(m.group(1)) == td._DRIVER_PATCHED
+    assert int(m.group(2)) * 1024 == td._SMALL_TENSOR_BYTES and 1 << int(m.group(3)) == td._SMALL_TENSOR_BIT
+    tiled = text[text.index("fillTMADescriptorTiled(PyObject"):m.end()]
+    assert "bytes_stride = i == 0 ? elemSize : stridesLL[i - 1]" in tiled  # innermost stride = element size
+    assert "CU_TENSOR_MAP_INTERLEAVE_NONE" in tiled and "CU_TENSOR_MAP_L2_PROMOTION_L2_128B" in tiled
+    assert "elementStrides[5] = {1, 1, 1, 1, 1}" in tiled

@@ -12,11 +12,18 @@ Conventions, by what they pass (``r`` = the descriptor's rank):
 ``triton-3.5`` (Triton 3.5 and 3.6)
     tma: ``tensormap, i32 x r (shape; last dimension doubled when fp4_padded), i64 x r (strides)``;
     decomposed: ``*dtype, i64 x r, i64 x r, i1 (padding == "nan"), i32 x r, i64 x r``.
-``triton-3.8`` (Triton 3.8 and 3.9)
+``triton-3.8`` (Triton 3.7, 3.8 and 3.9)
     tma: ``tensormap, i32 x r (shape as given), i64 x r``; the map itself is encoded with the last
     dimension doubled when fp4_padded, with the TF32 element type for ``round_f32_to_tf32`` descriptors,
     and with bit 21 of its second word cleared for tensors under 128 KiB when the driver is 13.1 or older;
     decomposed: ``*dtype, i64 x r, i64 x r, i1 (nan), i1 (round_f32_to_tf32), i32 x r, i64 x r``.
+
+The names are identifiers stored in archives, not ranges: ``triton-3.8`` was named after the first release
+karchive read with it; Triton 3.7.1's launcher was read later and passes descriptors identically (the same
+``make_tensordesc_arg`` arithmetic, ``expand_signature`` slots and C ``fillTMADescriptorTiled``, small-tensor
+patch included; it differs from 3.8 only in having no im2col maps and no descriptors nested in tuples, which
+change nothing for the tiled descriptors it compiles), so it records ``triton-3.8`` and older readers of that
+name launch its variants correctly.
 """
 
 from __future__ import annotations
@@ -38,8 +45,9 @@ TENSORMAP_SIZE, TENSORMAP_ALIGN = 128, 64
 #: Byte sizes of the other slot types (a ``*dtype`` slot is an 8-byte address).
 SLOT_SIZES: dict[str, int] = {TENSORMAP: TENSORMAP_SIZE, "i1": 1, "i32": 4, "i64": 8}
 #: Conventions this reader knows, and the Triton minors that produce each (informational for readers;
-#: producers pick by :func:`convention_for_triton`). 3.7 is not listed: karchive has not read its launcher.
-CONVENTIONS: dict[str, tuple[str, ...]] = {"triton-3.5": ("3.5", "3.6"), "triton-3.8": ("3.8", "3.9")}
+#: producers pick by :func:`convention_for_triton`). A minor is listed only once its launcher has been read
+#: (and tests/test_tensordesc_runtime.py compares it with the release's own ``make_tensordesc_arg``).
+CONVENTIONS: dict[str, tuple[str, ...]] = {"triton-3.5": ("3.5", "3.6"), "triton-3.8": ("3.7", "3.8", "3.9")}
 MODES = ("tma", "decomposed")
 
 _DESC_RE = re.compile(r"tensordesc(_im2col)?<([a-z][a-z0-9]*)\[([0-9,\s]*)\](.*)>")

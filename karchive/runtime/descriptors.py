@@ -45,7 +45,7 @@ _DEVICE_TO_HOST.update({8: 10, 9: 8, 10: 9})
 TMA_TF32 = 11
 L2_PROMOTION_128B = 2
 OOB_FILL_NONE, OOB_FILL_NAN = 0, 1
-#: Triton 3.8+ clears this bit of the map's second word for small tensors on drivers <= 13.1 (CUTLASS's fix).
+#: Triton 3.7+ clears this bit of the map's second word for small tensors on drivers <= 13.1 (CUTLASS's fix).
 _SMALL_TENSOR_BIT = 1 << 21
 _SMALL_TENSOR_BYTES = 128 * 1024
 _DRIVER_PATCHED = 13010
@@ -261,7 +261,7 @@ def encode_params(d: TensorDescAbi, ptr: int, shape: Sequence[int], strides: Seq
     elem_type = d.elem_type
     if tf32:
         if d.convention == "triton-3.5":
-            raise ArgumentError("round_f32_to_tf32 descriptors did not exist before Triton 3.8; this variant's "
+            raise ArgumentError("round_f32_to_tf32 descriptors did not exist before Triton 3.7; this variant's "
                                 "convention (triton-3.5) cannot take one")
         elem_type = TMA_TF32
     data_type = elem_type if tf32 else _DEVICE_TO_HOST[elem_type]
@@ -271,7 +271,9 @@ def encode_params(d: TensorDescAbi, ptr: int, shape: Sequence[int], strides: Seq
     box = tuple(int(b) for b in reversed(d.block_shape))
     clear = False
     if d.convention != "triton-3.5" and driver_version <= _DRIVER_PATCHED:
-        # Triton 3.8+: highest byte offset over the *encoded* dims (innermost stride = element size)
+        # Triton 3.7+: highest byte offset over the *encoded* dims (innermost stride = element size). Triton's C
+        # sums it in a 32-bit int, which wraps for tensors of 2 GiB and more and can clear the bit there too;
+        # karchive sums exactly and keeps the driver's own map for such tensors (spec/FORMAT.md §6.2.1).
         inner = [d.elem_size] + list(global_strides)
         top = sum((gd - 1) * st for gd, st in zip(global_dim, inner))
         clear = top + 1 < _SMALL_TENSOR_BYTES
@@ -315,6 +317,11 @@ def check_call(name: str, d: TensorDescAbi, call: _Call, block_from_variant: boo
             raise ArgumentError(f"{where}: shape {list(call.shape)} exceeds 2**32 - 1 in a dimension", param=name)
     if call.padding == "nan" and not d.dtype.startswith(("fp", "bf")):
         raise ArgumentError(f"{where}: padding 'nan' needs a floating-point tensor", param=name)
+    if call.tf32 and d.convention == "triton-3.5":
+        # the binary has no rounding flag to take (decomposed) nor a TF32 map to read (tma): launching would
+        # silently skip the rounding the caller asked for
+        raise ArgumentError(f"{where}: round_f32_to_tf32 descriptors did not exist before Triton 3.7; this variant's "
+                            "convention (triton-3.5) cannot take one", param=name)
 
 
 _lock = threading.Lock()

@@ -7,7 +7,9 @@
 (host-descriptor copy and add, persistent matmul, attention forward, a device-side descriptor kernel and an
 autotuned descriptor matmul, for cuda:90 and cuda:100). ``OUT/tensordesc-triton-<X.Y.Z>.karc``: the same
 spec built by each Triton release venv under ``.venv-triton/`` (tools/tritons.sh), so the H100 launches
-archives of two descriptor conventions (``triton-3.5`` from 3.6, ``triton-3.8`` from 3.8/3.9).
+archives of two descriptor conventions (``triton-3.5`` from 3.5/3.6, ``triton-3.8`` from 3.7/3.8/3.9).
+A venv whose Triton has no descriptor convention in this checkout (a release karchive has not read, which
+its producer refuses) is skipped with a printed note instead of failing the whole build.
 ``OUT/index.json`` names each archive with the Triton that built it. No GPU needed.
 """
 
@@ -35,6 +37,35 @@ def _build(python: str, out: pathlib.Path) -> str:
     return str(open_location(out).manifest["produced_by"]["triton"])
 
 
+def venv_triton(venv: pathlib.Path) -> str | None:
+    """The Triton version a release venv holds, from its installed distribution (None: no single one)."""
+    dists = sorted(venv.glob("lib/python*/site-packages/triton-*.dist-info"))
+    return dists[0].name[len("triton-"):-len(".dist-info")] if len(dists) == 1 else None
+
+
+def release_venvs(base: pathlib.Path) -> tuple[list[pathlib.Path], list[str]]:
+    """The venvs under ``base`` to build with, and a note for each one skipped (no interpreter, no single
+    Triton, or a Triton whose descriptor convention this checkout does not know: karchive's producer would
+    refuse its descriptor kernels, which says nothing about the archives the other releases build)."""
+    from karchive.format.tensordesc import CONVENTIONS, convention_for_triton
+
+    use: list[pathlib.Path] = []
+    notes: list[str] = []
+    for venv in sorted(base.glob("*")) if base.is_dir() else []:
+        if not (venv / "bin" / "python").exists():
+            continue
+        version = venv_triton(venv)
+        if version is None:
+            notes.append(f"skipped {venv}: no single triton distribution installed there")
+        elif convention_for_triton(version) is None:
+            known = "; ".join(f"{c}: Triton {', '.join(m)}" for c, m in CONVENTIONS.items())
+            notes.append(f"skipped {venv}: karchive knows no tensor-descriptor convention for Triton {version} "
+                         f"(known: {known})")
+        else:
+            use.append(venv)
+    return use, notes
+
+
 def main(argv: list[str]) -> int:
     out = pathlib.Path(argv[0]) if argv else DEFAULT_OUT
     out.mkdir(parents=True, exist_ok=True)
@@ -43,10 +74,11 @@ def main(argv: list[str]) -> int:
         version = _build(sys.executable, out / "tensordesc.karc")
         index[version] = "tensordesc.karc"
         shutil.copyfile(out / "tensordesc.karc", out / f"tensordesc-triton-{version}.karc")
-        for venv in sorted(VENVS.glob("*")) if VENVS.is_dir() else []:
+        venvs, notes = release_venvs(VENVS)
+        for note in notes:
+            print(f"note: {note}")
+        for venv in venvs:
             python = venv / "bin" / "python"
-            if not python.exists():
-                continue
             path = out / f"tensordesc-triton-{venv.name}.karc"
             v = _build(str(python), path)
             final = out / f"tensordesc-triton-{v}.karc"

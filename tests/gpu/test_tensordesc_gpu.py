@@ -2,7 +2,8 @@
 
 The archives are built on the CPU machine by ``python tests/gpu/build_tensordesc.py`` (after, optionally,
 ``bash tools/tritons.sh 3.6``) into ``.gpu/tensordesc/``: one per Triton release that built it, each with
-its own descriptor convention recorded (``triton-3.5`` from Triton 3.6, ``triton-3.8`` from 3.8/3.9).
+its own descriptor convention recorded (``triton-3.5`` from Triton 3.5/3.6, ``triton-3.8`` from
+3.7/3.8/3.9; a release venv without one is skipped there with a note).
 
 Here, for every archive and both launch paths, a fresh interpreter that blocks every ``triton`` import
 launches with ``karchive.TensorDescriptor`` arguments built from torch tensors: a descriptor copy, a
