@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from .core import settings
 from .errors import LockfileError, NotFoundError, UnsupportedLocationError
 from .format.open import is_url, open_location
 from .format.reader import ArchiveReader, Limits
@@ -57,11 +58,10 @@ def open_verified(ref: str | os.PathLike, *, registry: Registry | str | os.PathL
     text = os.fspath(ref)
     if is_registry_ref(text):
         from .registry import Registry
-        from .registry.config import LOCKFILE_ENV
 
         reg = registry if isinstance(registry, Registry) else Registry(registry, storage_options, cache=cache_dir)
-        if lockfile is None and os.environ.get(LOCKFILE_ENV):
-            lockfile = os.environ[LOCKFILE_ENV]
+        if lockfile is None:
+            lockfile = settings.lockfile()
         try:
             return reg.open_verified(text, lockfile=lockfile, fetch=fetch, limits=limits, trust=trust,
                                      allow_downgrade=allow_downgrade)

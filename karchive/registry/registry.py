@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from ..core import settings
 from ..core.destination import output_file
 from ..core.fsio import atomic_writer
 from ..errors import (ConflictError, DestinationError, IntegrityError, KarchiveError, NotFoundError, RegistryError,
@@ -34,7 +35,7 @@ from ..format.reader import ArchiveReader, Limits
 from ..format.check import ArchiveFacts, check_archive_file
 from .cache import Cache
 from .filelock import FileLock
-from .config import FETCH_ENV, REGISTRY_ENV, registry_url
+from .config import registry_url
 from .deadline import check_timeout, operation
 from .layout import MARKER, NAMES_DIR, RECORD_SUFFIX, ROOT_INDEX, blob_path, name_index_path, version_record_path, versions_dir
 from .lockfile import Lockfile, load_lockfile
@@ -137,7 +138,7 @@ class Registry:
             self.retry = dataclasses.replace(self.retry, timeout=check_timeout(timeout))
         #: The default local registry may not exist yet (a fresh machine): it reads as empty. Any other
         #: location must hold a registry: a mistyped path is an error, not an empty listing.
-        self.is_default = not url and not os.environ.get(REGISTRY_ENV)
+        self.is_default = not url and not settings.registry()
         self.store: Store = open_store(registry_url(url), storage_options, self.retry)
         self.url = self.store.url
         self.cache = cache if isinstance(cache, Cache) else Cache(cache)
@@ -604,7 +605,7 @@ class Registry:
         """
         from ..trust.enforce import resolve_policy
 
-        mode = fetch or os.environ.get(FETCH_ENV) or "auto"
+        mode = fetch or settings.fetch() or "auto"
         if mode not in ("auto", "lazy", "full"):
             raise RegistryError(f"fetch mode must be auto, lazy or full, not {mode!r}")
         policy = resolve_policy(trust)

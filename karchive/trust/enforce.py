@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Union
 
+from ..core import settings
 from ..errors import TrustError, TrustPolicyError
 from . import reasons
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover - a policy needs cryptography; naming the 
     from .verify import TrustResult
 
 #: For servers that do not change code: every load without an explicit ``trust=`` applies this policy.
-POLICY_ENV = "KARCHIVE_TRUST_POLICY"
+POLICY_ENV = settings.TRUST_POLICY.name
 
 TrustArg = Union["TrustPolicy", str, os.PathLike, bool, None]
 
@@ -29,7 +30,7 @@ def policy_from_env() -> str | None:
     """``$KARCHIVE_TRUST_POLICY``: None when unset; set but empty (or blank) is an error, never "no
     policy": ``KARCHIVE_TRUST_POLICY=`` once switched enforcement off and an unsigned archive loaded
     (issue 20). Unset the variable to run without a policy."""
-    value = os.environ.get(POLICY_ENV)
+    value = settings.trust_policy()
     if value is None:
         return None
     if not value.strip():
