@@ -15,6 +15,7 @@ _LAZY = {
     "open": ("karchive.runtime.archive", "open_archive"),
     "Archive": ("karchive.runtime.archive", "Archive"),
     "Registry": ("karchive.registry", "Registry"),
+    "OpenOptions": ("karchive.registry.options", "OpenOptions"),
     "torch": ("karchive.interop.torch", None),  # the module itself: karchive.torch.custom_op(...)
 }
 

@@ -199,10 +199,10 @@ def once(ref, kernel, block, **kw):
 
 def once_model(ref, kernel, block, **kw):
     # The same through the format layer alone: the manifest model picks by target and constexpr.
-    from karchive.resolve import open_reader
+    from karchive.resolve import open as open_ref
     c0 = time.process_time()
     t0 = time.perf_counter()
-    reader = open_reader(ref, **kw)
+    reader = open_ref(ref, **kw)
     v = next(v for v in reader.model.variants_of(kernel) if str(v.target) == "cuda:90" and v.constexprs["BLOCK"] == block)
     binary = reader.read(v.binary.path)
     assert len(binary) == v.binary.size
@@ -404,7 +404,7 @@ def main() -> int:
             ("  fastest of the runs ms", lambda lab: results["local"][lab]["total_min_ms"]),
             ("  CPU time ms (median)", lambda lab: results["local"][lab]["total_cpu_ms"]),
             ("same, fresh process ms", lambda lab: results["local"][lab]["fresh_process_total_ms"]),
-            ("format layer only (open_reader, model pick, read) ms", lambda lab: results["local"][lab]["model_path_ms"]),
+            ("format layer only (resolve.open, model pick, read) ms", lambda lab: results["local"][lab]["model_path_ms"]),
             ("  its CPU time ms", lambda lab: results["local"][lab]["model_path_cpu_ms"]),
             ("load average (1 min) during the timings", lambda lab: round(results["local"][lab]["load_average"], 1))]
     if "s3" in results:

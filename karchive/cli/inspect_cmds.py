@@ -60,9 +60,9 @@ def _registry_args(p: argparse.ArgumentParser) -> None:
 
 def _open(ref: str, args: argparse.Namespace | None = None):
     from ..registry.config import storage_options_from_env
-    from ..resolve import open_reader
+    from ..resolve import open as open_ref
 
-    return open_reader(ref, registry=getattr(args, "registry", None), cache_dir=getattr(args, "cache_dir", None),
+    return open_ref(ref, registry=getattr(args, "registry", None), cache_dir=getattr(args, "cache_dir", None),
                        storage_options=storage_options_from_env())
 
 
@@ -314,7 +314,7 @@ def _sharded_schema_problems(reader: ArchiveReader) -> list[str]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from ..resolve import open_reader
+    from ..resolve import open as open_ref
 
     from ..trust.enforce import policy_from_env
 
@@ -327,7 +327,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     try:
         # Digests first, with no policy (trust=False: not even $KARCHIVE_TRUST_POLICY), so that a damaged
         # archive shows its damage; the signatures are checked below and reported beside it.
-        reader = open_reader(args.archive, registry=args.registry, cache_dir=args.cache_dir, trust=False)
+        reader = open_ref(args.archive, registry=args.registry, cache_dir=args.cache_dir, trust=False)
     except FileNotFoundError:
         raise  # nothing to verify: an error (exit 2), as in every command, not "damaged" (exit 1)
     except FormatError as exc:

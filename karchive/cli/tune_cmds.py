@@ -29,10 +29,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from ..core.jsonio import canonical_json, parse_json
     from ..core.paths import cache_dir
     from ..registry.config import storage_options_from_env
-    from ..resolve import open_reader
+    from ..resolve import open as open_ref
     from ..runtime.tuning import export_decisions, import_decisions
 
-    reader = open_reader(args.archive, registry=args.registry, storage_options=storage_options_from_env())
+    reader = open_ref(args.archive, registry=args.registry, storage_options=storage_options_from_env())
     root = cache_dir(args.cache_dir)
     if args.export:
         data = export_decisions(reader.model, root)

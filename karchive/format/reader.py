@@ -215,6 +215,9 @@ class ArchiveReader:
     def __init__(self, source: RangeSource, limits: Limits = Limits(), frame_cache: int = 16) -> None:
         self.source = source
         self.limits = limits
+        #: What a trust policy accepted when this archive was opened (a :class:`karchive.trust.decide.Verdict`,
+        #: set by the loader before the reader is handed out); None: opened without a policy.
+        self.verdict: Any = None
         self._lock = threading.Lock()
         self._shard_lock = threading.RLock()
         self._cache: OrderedDict[int, bytes] = OrderedDict()
