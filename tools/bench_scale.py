@@ -148,10 +148,17 @@ def build(variants: list, path: Path, version: tuple[int, int], level: int, dict
         r = ArchiveReader.from_path(path, limits=WIDE)
         return {"path": str(path), "format": "{}.{}".format(*r.format_version), "variants": len(variants),
                 "bytes": path.stat().st_size, "reused": True}
-    b = ArchiveBuilder("scale", "1.0", level=level, dictionary=dictionary, format_version=version)
+    b = ArchiveBuilder("scale", "1.0", level=level, dictionary=dictionary)
     b.extend(variants)
     t0 = time.perf_counter()
-    stats = b.write(path)
+    if version == (1, 0):  # karchive writes format 2 only; the old 1.0 writer lives on in tests/
+        sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+        from format1_writer import build_format1
+
+        data, stats = build_format1(b)
+        path.write_bytes(data)
+    else:
+        stats = b.write(path)
     return {"path": str(path), "format": f"{version[0]}.{version[1]}", "variants": len(variants),
             "bytes": path.stat().st_size, "raw": stats.raw_bytes, "frames": stats.frames,
             "dictionary": stats.dictionary_bytes, "level": level, "pack_s": round(time.perf_counter() - t0, 1)}
