@@ -22,10 +22,10 @@ _LAZY = {
 #: The exception hierarchy's base and main classes, one ``except`` away (karchive/errors.py has them all).
 _ERRORS = (
     "KarchiveError",
-    "FormatError", "ArchiveNotFoundError", "IntegrityError", "UnsupportedLocationError", "TargetError",
+    "FormatError", "ArchiveNotFoundError", "IntegrityError", "DigestMismatchError", "UnsupportedLocationError", "TargetError",
     "ProducerError", "CompileError", "SpecFileError", "BuildError", "CaptureError",
     "RegistryError", "NotFoundError", "ConflictError", "LockfileError", "TransferError",
-    "RuntimeLoadError", "NoDeviceError", "NoMatchingVariantError", "KernelNameError", "ArgumentError", "LaunchError",
+    "RuntimeLoadError", "NoDeviceError", "NoMatchingVariantError", "KernelNameError", "ArgumentError", "LaunchError", "DriverError",
     "TrustError", "UntrustedArchiveError", "DestinationError",
 )
 _LAZY.update({name: ("karchive.errors", name) for name in _ERRORS})

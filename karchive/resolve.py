@@ -37,7 +37,7 @@ def open(ref: str | os.PathLike, options: OpenOptions | None = None, **fields: A
     opts = OpenOptions.of(options, **fields)
     if not isinstance(ref, (str, os.PathLike)):
         raise UnsupportedLocationError(f"an archive reference is a path, a URL or NAME[@VERSION], not {type(ref).__name__} "
-                                       f"{ref!r}", location=repr(ref), source=repr(ref))
+                                       f"{ref!r}", location=repr(ref))
     text = os.fspath(ref)
     if is_registry_ref(text):
         return _open_registry(text, opts)

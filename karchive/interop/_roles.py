@@ -40,7 +40,7 @@ def kernel_roles(kernel: Any) -> list[Role]:
             ptr = {p.type.startswith("*") for p in runtime}
             if len(ptr) > 1:
                 raise ArgumentError(f"{kernel.name}: parameter {name!r} is a pointer in some variants and a scalar "
-                                    f"in others ({sorted(types)})")
+                                    f"in others ({sorted(types)})", kernel=kernel.name, param=name)
             rt = {p.type for p in runtime}
             if ptr == {True}:
                 kind = "pointer"

@@ -353,7 +353,7 @@ class Registry:
             for key in keys:
                 signed = sign_statement(snapshot, key, build_info=build_info)
                 if signed.sha256 != facts.sha256:
-                    raise IntegrityError(f"{source} changed while it was being published")
+                    raise IntegrityError(f"{source} changed while it was being published", source=str(source))
                 out.append((key.key_id, signed.envelope.to_bytes(), "key"))
         from ..trust.sidecar import sidecar_path
 
@@ -407,7 +407,7 @@ class Registry:
                 hold.release()
         if (signed.name, signed.version, signed.sha256) != (record.name, record.version, record.sha256):
             raise IntegrityError(f"{record.ref}: the cached archive is {signed.name}@{signed.version} sha256 "
-                                 f"{signed.sha256}, the record says sha256 {record.sha256}; refusing to sign")
+                                 f"{signed.sha256}, the record says sha256 {record.sha256}; refusing to sign", source=str(path))
         created = put_signature(self.store, record.sha256, key.key_id, signed.envelope.to_bytes(), record.ref)
         try:
             refresh_signature_index(self.store, record.sha256)
@@ -667,7 +667,7 @@ class Registry:
             manifest = reader.header  # the identity, without reading a format-2 archive's shards
             if (manifest.get("name"), manifest.get("version")) != (record.name, record.version):
                 raise IntegrityError(f"{record.ref}: the blob's manifest says {manifest.get('name')}@"
-                                     f"{manifest.get('version')} (tampered or wrong blob)")
+                                     f"{manifest.get('version')} (tampered or wrong blob)", source=self._where(blob_path(record.sha256)))
         return decide_record(self.store, policy, record, index_sha256=record.index_sha256, sha256=record.sha256,
                              lock=lock)
 
@@ -679,7 +679,7 @@ class Registry:
         found = source.footer_index_sha256()
         if found != record.index_sha256:
             raise IntegrityError(f"{source.describe()}: index digest {found} differs from {record.ref}'s record "
-                                 f"{record.index_sha256} (tampered or wrong blob)")
+                                 f"{record.index_sha256} (tampered or wrong blob)", source=source.describe())
         return reader
 
     @_operation

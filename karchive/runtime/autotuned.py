@@ -236,12 +236,12 @@ class _TuningHooks:
             if not (hasattr(obj, "clone") and hasattr(obj, "copy_")):
                 raise ArgumentError(f"{name}: restore_value names {n!r}, and tuning must put it back after each run, "
                                     f"but a {type(obj).__name__} has no clone()/copy_(); pass a tensor, or pass the "
-                                    "meta-parameters explicitly")
+                                    "meta-parameters explicitly", kernel=name, param=n)
             self.restore.append((n, obj, obj.clone()))
         for n, obj in self.reset:
             if not hasattr(obj, "zero_"):
                 raise ArgumentError(f"{name}: reset_to_zero names {n!r}, but a {type(obj).__name__} has no zero_(); "
-                                    "pass a tensor, or pass the meta-parameters explicitly")
+                                    "pass a tensor, or pass the meta-parameters explicitly", kernel=name, param=n)
 
     def before(self) -> None:
         for _n, obj in self.reset:
@@ -258,7 +258,7 @@ class _TuningHooks:
 
 def _named(name: str, param_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
     if len(args) > len(param_names):
-        raise ArgumentError(f"{name}: {len(args)} positional arguments for {len(param_names)} parameters")
+        raise ArgumentError(f"{name}: {len(args)} positional arguments for {len(param_names)} parameters", kernel=name, param=None)
     return {**dict(zip(param_names, args)), **kwargs}
 
 
@@ -444,7 +444,7 @@ class AutotunedKernel:
         if given:
             if given != self.tuned_names:
                 raise ArgumentError(f"{self.name}: give all tuned meta-parameters {sorted(self.tuned_names)} "
-                                    f"or none (got {sorted(given)})")
+                                    f"or none (got {sorted(given)})", kernel=self.name, param=sorted(self.tuned_names - given)[0] if self.tuned_names - given else sorted(given - self.tuned_names)[0])
             cfg: Mapping[str, Any] = {"kwargs": {}, "options": {}, "variant": None}
             cx: dict = {}
             kernel = self.base

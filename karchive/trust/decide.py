@@ -124,7 +124,8 @@ def decide(policy: TrustPolicy | None, subject: Subject, signatures: Callable[[T
                 f"{subject.archive}: {pins.lockfile} pins its signers ({', '.join(k[:16] for k in pins.signers)}), "
                 "which only a trust policy can check; give one (trust=POLICY, --trust POLICY or "
                 "$KARCHIVE_TRUST_POLICY)", reason=reasons.POLICY_REQUIRED, archive=subject.archive,
-                key_id=pins.signers[0], lockfile=pins.lockfile, pinned=pins.signers)
+                key_id=pins.signers[0], lockfile=pins.lockfile, pinned=pins.signers,
+                policy_sha256=None)  # no policy was given: that is the refusal
         return None
     verdict = _remembered(policy, subject, receipts, receipt_key) if reuse else None
     if verdict is None:

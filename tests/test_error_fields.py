@@ -1,0 +1,164 @@
+"""Error fields tell the truth (issue 24): every ``XxxError(...)`` in the package passes each field its class
+declares, unless the class gives the field a real (non-None) default, and passes no field the class does
+not declare. A field no raise site can fill is removed, or omitted by the subclasses it means nothing for
+(``_omit``), so ``to_json()`` never emits a null that only means "not filled in".
+
+Raise sites not yet brought to the rule are listed in :data:`NOT_YET`, per file and class, with how many:
+a ratchet. A count may only go down (the test fails when it rises, and when a listed entry is already
+clean, so the list shrinks as sites are fixed); a file or class not listed must be clean.
+"""
+
+from __future__ import annotations
+
+import ast
+import collections
+import pathlib
+
+import karchive.errors as errors_module
+from karchive.errors import KarchiveError
+
+PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "karchive"
+CLASSES = {name: cls for name, cls in vars(errors_module).items()
+           if isinstance(cls, type) and issubclass(cls, KarchiveError)}
+
+#: (file under karchive/, class) -> raise sites that leave out a declared field, as of issue 24's branch
+#: (542 sites when the test was written; 237 left). Left on purpose there: producer/ (being regrouped into
+#: compile/, build/, capture/ on another branch) and the runtime launch files (launcher, native, dispatch,
+#: pack: rewritten on another branch). Left for want of time: ``RegistryError.registry`` (62 sites: most
+#: raise sites, records and refs among them, do not know the registry; the field should move to the
+#: subclasses that do), ``TrustError.archive`` where no archive is concerned (key and dependency errors),
+#: ``RegistryMetadataError``'s per-reason fields, ``TransferError`` raised by the format layer's fsspec reads.
+NOT_YET: dict[tuple[str, str], int] = {
+    ("audit/diff.py", "SchemaError"): 5,
+    ("cli/registry_cmds.py", "RegistryError"): 2,
+    ("cli/regmeta_cmds.py", "RegistryError"): 3,
+    ("cli/trust_cmds.py", "KeyFileError"): 2,
+    ("cli/trust_cmds.py", "TrustError"): 2,
+    ("format/heuristics.py", "SchemaError"): 1,
+    ("format/reader.py", "SchemaError"): 6,
+    ("format/source.py", "TransferError"): 3,
+    ("interop/_jaxplan.py", "ArgumentError"): 3,
+    ("interop/_roles.py", "ArgumentError"): 1,
+    ("interop/torch.py", "ArgumentError"): 1,
+    ("producer/aot.py", "CompileError"): 5,
+    ("producer/aot.py", "UnsupportedKernelError"): 1,
+    ("producer/buildenv.py", "CompileError"): 1,
+    ("producer/buildenv.py", "SpecFileError"): 3,
+    ("producer/canonical.py", "CompileError"): 1,
+    ("producer/canonical.py", "UnsupportedKernelError"): 1,
+    ("producer/capture.py", "UnsupportedKernelError"): 3,
+    ("producer/describe.py", "UnsupportedKernelError"): 4,
+    ("producer/executors_ship.py", "CompileError"): 3,
+    ("producer/kernel_ref.py", "KernelNotFoundError"): 5,
+    ("producer/signature.py", "SignatureError"): 14,
+    ("producer/spec_file.py", "SpecFileError"): 27,
+    ("producer/triton_cache.py", "UnsupportedKernelError"): 1,
+    ("producer/wrapped.py", "SpecFileError"): 3,
+    ("registry/cache.py", "RegistryError"): 2,
+    ("registry/config.py", "RegistryError"): 1,
+    ("registry/deadline.py", "RegistryError"): 1,
+    ("registry/filelock.py", "TransferError"): 1,
+    ("registry/layout.py", "RegistryError"): 2,
+    ("registry/lockfile.py", "LockfileError"): 12,
+    ("registry/lockfile.py", "RegistryError"): 4,
+    ("registry/metadata.py", "ConflictError"): 2,
+    ("registry/metadata.py", "RegistryError"): 3,
+    ("registry/metadata.py", "RegistryMetadataError"): 1,
+    ("registry/options.py", "RegistryError"): 2,
+    ("registry/records.py", "RegistryError"): 13,
+    ("registry/refs.py", "RegistryError"): 5,
+    ("registry/registry.py", "NotFoundError"): 3,
+    ("registry/registry.py", "RegistryError"): 9,
+    ("registry/signatures.py", "RegistryError"): 3,
+    ("registry/source.py", "TransferError"): 1,
+    ("registry/store.py", "RegistryError"): 12,
+    ("registry/transfer.py", "TransferError"): 1,
+    ("resolve.py", "LockfileError"): 1,
+    ("runtime/autotuned.py", "NoMatchingVariantError"): 4,
+    ("runtime/dispatch.py", "ArgumentError"): 9,
+    ("runtime/dispatch.py", "NoMatchingVariantError"): 2,
+    ("runtime/driver_api.py", "ArgumentError"): 2,
+    ("runtime/hip_driver.py", "LaunchError"): 1,
+    ("runtime/launcher.py", "ArgumentError"): 15,
+    ("runtime/launcher.py", "LaunchError"): 1,
+    ("runtime/native.py", "LaunchError"): 1,
+    ("runtime/pack.py", "ArgumentError"): 4,
+    ("runtime/pack.py", "LaunchError"): 1,
+    ("runtime/scratch.py", "LaunchError"): 1,
+    ("runtime/select.py", "NoMatchingVariantError"): 1,
+    ("trust/buildinfo.py", "TrustError"): 1,
+    ("trust/dsse.py", "EnvelopeError"): 3,
+    ("trust/enforce.py", "TrustError"): 1,
+    ("trust/keys.py", "KeyFileError"): 2,
+    ("trust/keys.py", "TrustError"): 1,
+    ("trust/metadata.py", "RegistryMetadataError"): 3,
+    ("trust/provenance.py", "TrustError"): 2,
+    ("trust/sign.py", "TrustError"): 2,
+}
+
+
+def _required(cls: type[KarchiveError]) -> list[str]:
+    return [f for f in cls._field_names if getattr(cls, f) is None]
+
+
+def _calls() -> list[tuple[str, int, str, ast.Call]]:
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = str(path.relative_to(PACKAGE))
+        for node in ast.walk(ast.parse(path.read_text(), rel)):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+                if name in CLASSES:
+                    out.append((rel, node.lineno, name, node))
+    return out
+
+
+def _unfilled() -> dict[tuple[str, str], list[str]]:
+    found: dict[tuple[str, str], list[str]] = collections.defaultdict(list)
+    for rel, line, name, node in _calls():
+        if any(k.arg is None for k in node.keywords):
+            continue  # **fields of another error: copied whole
+        given = {k.arg for k in node.keywords}
+        missing = [f for f in _required(CLASSES[name]) if f not in given]
+        if missing:
+            found[(rel, name)].append(f"{rel}:{line}: {name} without {', '.join(missing)}")
+    return found
+
+
+def test_no_raise_site_passes_a_field_its_class_does_not_declare():
+    bad = [f"{rel}:{line}: {name}({k.arg}=...)" for rel, line, name, node in _calls()
+           for k in node.keywords if k.arg is not None and k.arg not in CLASSES[name]._field_names]
+    assert not bad, "\n".join(bad)
+
+
+def test_every_declared_field_is_filled_where_raised():
+    found = _unfilled()
+    new = {key: sites for key, sites in found.items() if len(sites) > NOT_YET.get(key, 0)}
+    assert not new, "raise sites that leave declared fields empty (fill them, or remove the field):\n" + \
+        "\n".join(s for sites in new.values() for s in sites)
+
+
+def test_the_ratchet_only_lists_what_is_still_unfilled():
+    found = _unfilled()
+    stale = {key: (n, len(found.get(key, []))) for key, n in NOT_YET.items() if len(found.get(key, [])) < n}
+    assert not stale, f"lower these NOT_YET counts to what is left (listed, found): {stale}"
+
+
+def test_the_walker_sees_raise_sites():
+    """It would pass vacuously if it found nothing: the package raises hundreds of karchive errors."""
+    calls = _calls()
+    assert len(calls) > 400
+    assert {"ArgumentError", "LaunchError", "SchemaError", "TrustError"} <= {name for _, _, name, _ in calls}
+
+
+def test_omitted_fields_are_neither_accepted_nor_emitted():
+    from karchive.errors import DriverError, KeyFileError
+
+    assert "archive" not in KeyFileError._field_names and "archive" not in KeyFileError("x", path="k").to_json()
+    assert DriverError("x", call="cuLaunchKernel", code=700).to_json() == {
+        "error": "DriverError", "message": "x", "call": "cuLaunchKernel", "code": 700}
+    import pytest
+
+    with pytest.raises(TypeError):
+        KeyFileError("x", archive="a@1")
