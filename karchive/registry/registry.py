@@ -158,7 +158,7 @@ class Registry:
             return None
         record = VersionRecord.from_json(data, self._where(path))
         if (record.name, record.version) != (name, version):
-            raise RegistryError(f"{self._where(path)}: record describes {record.ref}, not {name}@{version} (damaged registry)")
+            raise RegistryError(f"{self._where(path)}: record describes {record.ref}, not {name}@{version} (damaged registry)", registry=self.url)
         return record
 
     def _read_name_index(self, name: str) -> dict[str, VersionRecord] | None:
@@ -266,7 +266,7 @@ class Registry:
                                 registry=self.url, name=ref.name, available=tuple(names))
         record = self._read_record(ref.name, latest)
         if record is None:
-            raise RegistryError(f"{self._where(version_record_path(ref.name, latest))} is listed but missing (damaged index)")
+            raise RegistryError(f"{self._where(version_record_path(ref.name, latest))} is listed but missing (damaged index)", registry=self.url)
         return record
 
     def _missing_version(self, name: str, version: str) -> NotFoundError:
@@ -306,10 +306,10 @@ class Registry:
     def _publish(self, archive: str | os.PathLike, *, sign: Sequence[SigningKey], build_info: dict[str, Any] | None,
                  sidecar: bool) -> PublishResult:
         if not self.store.writable:
-            raise RegistryError(f"registry {self.url} is read-only; publish to the directory or bucket it serves")
+            raise RegistryError(f"registry {self.url} is read-only; publish to the directory or bucket it serves", registry=self.url)
         source = Path(archive)
         if not source.is_file():
-            raise RegistryError(f"no such archive file: {source}")
+            raise RegistryError(f"no such archive file: {source}", registry=self.url)
         with tempfile.TemporaryDirectory(prefix="karchive-publish-") as tmp:
             snapshot = Path(tmp) / "archive.karc"  # what we hash is exactly what we upload
             shutil.copyfile(source, snapshot)
@@ -333,7 +333,7 @@ class Registry:
         if not self.store.create(version_record_path(record.name, record.version), record.to_json()):
             existing = self._read_record(record.name, record.version)
             if existing is None:
-                raise RegistryError(f"{record.ref}: the backend refused to create the record but it does not exist")
+                raise RegistryError(f"{record.ref}: the backend refused to create the record but it does not exist", registry=self.url)
             return self._store_signatures(self._same_or_conflict(existing, record), envelopes)
         try:
             self._refresh_indexes(record.name)
@@ -390,11 +390,11 @@ class Registry:
         separate object, created exclusively, so signers working at once never lose one another's.
         With ``registry_keys``, the registry's signed snapshot and timestamp are then issued anew."""
         if not self.store.writable:
-            raise RegistryError(f"registry {self.url} is read-only; sign in the directory or bucket it serves")
+            raise RegistryError(f"registry {self.url} is read-only; sign in the directory or bucket it serves", registry=self.url)
         ref = parse_ref(ref) if isinstance(ref, str) else ref
         if ref.version is None:
             raise RegistryError(f"sign {ref.name}@VERSION: say which version to sign ('latest' can change "
-                                "between reading it and signing it)")
+                                "between reading it and signing it)", registry=self.url)
         from ..trust.sign import sign_statement
 
         record = self.resolve(ref)
@@ -448,7 +448,7 @@ class Registry:
             progress.close()
         size = self.store.size(path)
         if size != record.size:
-            raise RegistryError(f"{self._where(path)} holds {size} bytes, expected {record.size} (damaged registry blob)")
+            raise RegistryError(f"{self._where(path)} holds {size} bytes, expected {record.size} (damaged registry blob)", registry=self.url)
 
     # -- derived indexes --------------------------------------------------------------------------
     def _refresh_indexes(self, name: str, full: bool = False, rounds: int = 5) -> None:
@@ -487,7 +487,7 @@ class Registry:
     def reindex(self, name: str | None = None) -> builtins.list[str]:
         """Rebuild derived indexes from the version records (all names by default)."""
         if not self.store.writable:
-            raise RegistryError(f"registry {self.url} is read-only")
+            raise RegistryError(f"registry {self.url} is read-only", registry=self.url)
         names = [check_name(name)] if name else self.names()
         for n in names:
             self._refresh_indexes(n, full=True)
