@@ -233,10 +233,23 @@ class ConflictError(RegistryError):
 
 
 class LockfileError(RegistryError):
-    """A lockfile is malformed or an archive's digest differs from the pinned one."""
+    """A lockfile is malformed, cannot be written, or cannot pin what is asked (:class:`LockfilePinError`);
+    ``lockfile`` names it."""
 
+    _omit = ("registry",)  # a lockfile names its registry inside; the error is about the file
     lockfile: str | None = None
+
+
+class LockfilePinError(LockfileError):
+    """``name`` is not pinned, pinned at another version, or asked for at two versions while locking."""
+
     name: str | None = None
+
+
+class LockfileMismatchError(LockfilePinError):
+    """The registry serves other bytes than the lockfile pins: ``pinned_digest`` and ``actual_digest``
+    are the sha256 (or, when only the index differs, the index digests) that differ."""
+
     pinned_digest: str | None = None
     actual_digest: str | None = None
 

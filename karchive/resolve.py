@@ -45,7 +45,8 @@ def open(ref: str | os.PathLike, options: OpenOptions | None = None, **fields: A
         # A lockfile pins registry names; silently ignoring it for a path would look like a check that passed.
         lockfile = opts.lockfile
         raise LockfileError(f"{text} is a path, not a NAME@VERSION reference: a lockfile cannot pin it",
-                            lockfile=os.fspath(lockfile) if not hasattr(lockfile, "pins") else None)
+                            lockfile=(getattr(lockfile, "path", None) or "the lockfile given") if hasattr(lockfile, "pins")
+                            else os.fspath(lockfile))
     from .trust.enforce import open_trusted_path, open_trusted_url, resolve_policy
 
     policy = resolve_policy(opts.trust)
