@@ -216,6 +216,15 @@ class RegistryError(KarchiveError):
     registry: str | None = None  # the registry URL (redacted), where known
 
 
+class RegistryValueError(RegistryError):
+    """A value refused before any registry is involved: an archive name, version or reference, a digest or
+    key id, a fetch mode, a timeout, ``$KARCHIVE_STORAGE_OPTIONS``. ``value`` is what was given (its repr,
+    at most 200 characters)."""
+
+    _omit = ("registry",)
+    value: str | None = None
+
+
 class NotFoundError(RegistryError):
     """A name or version is not in the registry; the message lists what exists."""
 

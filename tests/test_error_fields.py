@@ -22,9 +22,9 @@ CLASSES = {name: cls for name, cls in vars(errors_module).items()
            if isinstance(cls, type) and issubclass(cls, KarchiveError)}
 
 #: (file under karchive/, class) -> raise sites that leave out a declared field, as of issue 24's branch
-#: (542 sites when the test was written; 197 left). Left on purpose there: producer/ (being regrouped into
+#: (542 sites when the test was written; 186 left). Left on purpose there: producer/ (being regrouped into
 #: compile/, build/, capture/ on another branch) and the runtime launch files (launcher, native, dispatch,
-#: pack: rewritten on another branch). Left for want of time: ``RegistryError.registry`` (37 sites: most
+#: pack: rewritten on another branch). Left for want of time: ``RegistryError.registry`` (26 sites: most
 #: raise sites, records and refs among them, do not know the registry; the field should move to the
 #: subclasses that do), ``TrustError.archive`` where no archive is concerned (key and dependency errors),
 #: ``RegistryMetadataError``'s per-reason fields, ``TransferError`` raised by the format layer's fsspec reads.
@@ -55,16 +55,11 @@ NOT_YET: dict[tuple[str, str], int] = {
     ("producer/triton_cache.py", "UnsupportedKernelError"): 1,
     ("producer/wrapped.py", "SpecFileError"): 3,
     ("registry/cache.py", "RegistryError"): 2,
-    ("registry/config.py", "RegistryError"): 1,
-    ("registry/deadline.py", "RegistryError"): 1,
     ("registry/filelock.py", "TransferError"): 1,
-    ("registry/layout.py", "RegistryError"): 2,
     ("registry/lockfile.py", "RegistryError"): 4,
     ("registry/metadata.py", "ConflictError"): 2,
     ("registry/metadata.py", "RegistryMetadataError"): 1,
-    ("registry/options.py", "RegistryError"): 2,
     ("registry/records.py", "RegistryError"): 13,
-    ("registry/refs.py", "RegistryError"): 5,
     ("registry/registry.py", "NotFoundError"): 3,
     ("registry/signatures.py", "RegistryError"): 2,
     ("registry/source.py", "TransferError"): 1,

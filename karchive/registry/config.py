@@ -14,7 +14,7 @@ from urllib.parse import urlsplit, urlunsplit
 from ..core import settings
 from ..core.jsonio import parse_json
 from ..core.paths import CACHE_ENV, cache_dir, default_cache_dir, xdg_dir  # noqa: F401 - re-exported
-from ..errors import RegistryError
+from ..errors import RegistryError, RegistryValueError
 
 REGISTRY_ENV = settings.REGISTRY.name
 LOCKFILE_ENV = settings.LOCKFILE.name
@@ -43,7 +43,7 @@ def storage_options_from_env() -> dict[str, Any]:
     # not a RecursionError).
     value = parse_json(raw, f"${STORAGE_OPTIONS_ENV}", error=RegistryError, strict=False)
     if not isinstance(value, dict):
-        raise RegistryError(f"${STORAGE_OPTIONS_ENV} must be a JSON object")
+        raise RegistryValueError(f"${STORAGE_OPTIONS_ENV} must be a JSON object", value=repr(value)[:200])
     return value
 
 

@@ -21,7 +21,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ..core import settings
-from ..errors import RegistryError
+from ..errors import RegistryValueError
 
 TIMEOUT_ENV = settings.REGISTRY_TIMEOUT.name
 DEFAULT_TIMEOUT = 60.0
@@ -41,7 +41,8 @@ def check_timeout(value: object, what: str = "timeout") -> float:
     except (TypeError, ValueError):
         seconds = float("nan")
     if isinstance(value, bool) or not seconds > 0 or seconds == float("inf"):
-        raise RegistryError(f"{what} must be a positive number of seconds, not {value!r}")
+        raise RegistryValueError(f"{what} must be a positive number of seconds, not {value!r}",
+                                 value=repr(value)[:200])
     return seconds
 
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..core import settings
-from ..errors import RegistryError
+from ..errors import RegistryValueError
 
 if TYPE_CHECKING:  # pragma: no cover - naming the types imports nothing at run time
     from ..format.reader import Limits
@@ -61,7 +61,8 @@ class OpenOptions:
 
     def __post_init__(self) -> None:
         if self.fetch is not None and self.fetch not in FETCH_MODES:
-            raise RegistryError(f"fetch mode must be auto, lazy or full, not {self.fetch!r}")
+            raise RegistryValueError(f"fetch mode must be auto, lazy or full, not {self.fetch!r}",
+                                     value=repr(self.fetch)[:200])
 
     @classmethod
     def of(cls, options: OpenOptions | None = None, **fields: Any) -> OpenOptions:
@@ -83,7 +84,8 @@ class OpenOptions:
         """``fetch``, else ``$KARCHIVE_FETCH``, else ``auto``; a bad value in the environment is refused."""
         mode = self.fetch or settings.fetch() or "auto"
         if mode not in FETCH_MODES:
-            raise RegistryError(f"fetch mode must be auto, lazy or full, not {mode!r} (${settings.FETCH.name})")
+            raise RegistryValueError(f"fetch mode must be auto, lazy or full, not {mode!r} (${settings.FETCH.name})",
+                                     value=repr(mode)[:200])
         return mode  # type: ignore[return-value]
 
     def lockfile_or_env(self) -> Lockfile | str | os.PathLike | None:
