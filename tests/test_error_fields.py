@@ -24,9 +24,9 @@ CLASSES = {name: cls for name, cls in vars(errors_module).items()
 #: (file under karchive/, class) -> raise sites that leave out a declared field, as of issue 24's branch
 #: (542 sites when the test was written; 186 left). Left on purpose there: producer/ (being regrouped into
 #: compile/, build/, capture/ on another branch) and the runtime launch files (launcher, native, dispatch,
-#: pack: rewritten on another branch). Left for want of time: ``RegistryError.registry`` (26 sites: most
-#: raise sites, records and refs among them, do not know the registry; the field should move to the
-#: subclasses that do), ``TrustError.archive`` where no archive is concerned (key and dependency errors),
+#: pack: rewritten on another branch). Left for want of time: ``RegistryError.registry`` (26 sites:
+#: records.py's corrupt registry documents know only a location, the cache none, nor the CLI's usage errors;
+#: the field should move to the subclasses that know it), ``TrustError.archive`` where no archive is concerned (key and dependency errors),
 #: ``RegistryMetadataError``'s per-reason fields, ``TransferError`` raised by the format layer's fsspec reads.
 NOT_YET: dict[tuple[str, str], int] = {
     ("audit/diff.py", "SchemaError"): 5,
