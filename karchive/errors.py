@@ -302,8 +302,9 @@ class KernelNameError(NoMatchingVariantError, KeyError):
 
 class ArgumentError(RuntimeLoadError, TypeError):
     """A launch argument is wrong: count, dtype, device, alignment, value range. ``kernel`` is the kernel
-    called; ``param`` the parameter (or keyword of karchive's own API) at fault, None when the call as a
-    whole is (too many positional arguments)."""
+    called (None: the argument was refused before any kernel was in hand, e.g. a bridge given something
+    that is not a kernel); ``param`` the parameter (or keyword of karchive's own API) at fault, None when
+    the call as a whole is (too many positional arguments)."""
 
     kernel: str | None = None
     param: str | None = None

@@ -415,6 +415,6 @@ def records_for(manifest: Mapping[str, Any] | Sequence[Any] | None, kernel: str)
     if raw is None:
         return []
     if not isinstance(raw, list):
-        raise SchemaError("manifest.heuristics: a list expected")
+        raise SchemaError("manifest.heuristics: a list expected", where="heuristics")
     return [parse_record(r, f"heuristics[{i}]") for i, r in enumerate(raw)
             if isinstance(r, dict) and r.get("kernel") == kernel]

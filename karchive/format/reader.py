@@ -116,10 +116,10 @@ class FrameTable(Sequence[Frame]):
 
 def parse_version(text: Any) -> tuple[int, int]:
     if not isinstance(text, str) or text.count(".") != 1 or len(text) > 21:
-        raise SchemaError(f"bad format_version {text!r}")
+        raise SchemaError(f"bad format_version {text!r}", where="format_version")
     major, minor = text.split(".")
     if not (major.isascii() and major.isdigit() and minor.isascii() and minor.isdigit()):
-        raise SchemaError(f"bad format_version {text!r}")
+        raise SchemaError(f"bad format_version {text!r}", where="format_version")
     return int(major), int(minor)
 
 
@@ -493,12 +493,12 @@ class ArchiveReader:
                                       actual=hashlib.sha256(raw).hexdigest())
         manifest = load_json(raw, "manifest", self.limits)
         if not isinstance(manifest, dict):
-            raise SchemaError("manifest is not a JSON object")
+            raise SchemaError("manifest is not a JSON object", where="manifest")
         found = parse_version(manifest.get("format_version"))
         check_format_version(found, "manifest format")
         if found[0] != self.format_version[0]:
             raise SchemaError(f"manifest says format {found[0]}.{found[1]}, the footer "
-                              f"{self.format_version[0]}.{self.format_version[1]}")
+                              f"{self.format_version[0]}.{self.format_version[1]}", where="format_version")
         entries = scan_manifest(manifest, self.limits.max_json_depth)
         #: ``karchive/manifest.json`` as stored: the whole manifest (format 1) or its header (format 2).
         self.header_bytes = raw
@@ -506,7 +506,7 @@ class ArchiveReader:
         for entry in entries:
             path, ref = entry["path"], (entry["size"], entry["sha256"])
             if self._digests.setdefault(path, ref) != ref:
-                raise SchemaError(f"manifest lists {path!r} twice with different sizes or digests")
+                raise SchemaError(f"manifest lists {path!r} twice with different sizes or digests", where="files")
         if self.sharded:
             self._parse_shard_table(manifest)
             # Honest archives put the shards just before the dictionary and the header: what the tail
@@ -639,7 +639,7 @@ class ArchiveReader:
     def _check_counts(self, i: int, targets: Iterable[str | None]) -> None:
         shard = self._shards[i]
         if KernelSummary.of(shard.kernel, targets) != shard.summary:
-            raise SchemaError(f"shard of {shard.kernel!r} does not match the counts in the manifest header")
+            raise SchemaError(f"shard of {shard.kernel!r} does not match the counts in the manifest header", where=f"shards[{i}]")
 
     def _claim(self, i: int, located: list[tuple[str, int, int, int, Any]]) -> list[int]:
         """Take the frames shard ``i`` places its members in (each frame belongs to one owner) and

@@ -99,7 +99,7 @@ def flatten_outs(out_shape: Any) -> tuple[list[Any], bool]:
     if isinstance(out_shape, (list, tuple)) and all(hasattr(o, "shape") and hasattr(o, "dtype") for o in out_shape):
         return list(out_shape), False
     raise ArgumentError("out_shape must be a jax.ShapeDtypeStruct (or anything with .shape and .dtype), or a "
-                        f"list/tuple of them; got {type(out_shape).__name__}")
+                        f"list/tuple of them; got {type(out_shape).__name__}", kernel=None, param="out_shape")
 
 
 # -- 1. outputs ----------------------------------------------------------------------------------------
@@ -261,7 +261,7 @@ def zero_bytes(zeroed_outputs: Any, meta: Mapping[str, Any], outputs: Outputs, b
     out: dict[int, int] = {}
     for o in zero or ():
         if not 0 <= o < len(outputs.shapes):
-            raise ArgumentError(f"zeroed_outputs: no output {o}")
+            raise ArgumentError(f"zeroed_outputs: no output {o}", kernel=None, param="zeroed_outputs")
         shape = outputs.shapes[o]
         nbytes = int(np.prod(shape.shape, dtype=np.int64)) * np.dtype(shape.dtype).itemsize
         pname = next((n for n, j in outputs.param_of.items() if j == o), None)
@@ -335,7 +335,7 @@ def plan(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, out_sha
          zeros: Callable[[tuple, Any], Any] | None = None) -> Plan:
     """Bind arguments, choose the variant, lay out buffers and build the :class:`KernelDesc` (no JAX tracing)."""
     if mode not in MODES:
-        raise ArgumentError(f"mode must be 'auto', 'cubin' or 'ptx', got {mode!r}")
+        raise ArgumentError(f"mode must be 'auto', 'cubin' or 'ptx', got {mode!r}", kernel=getattr(kernel, "name", None), param="mode")
     roles = kernel_roles(kernel)
     outputs = resolve_outputs(kernel.name, roles, out_shape, input_output_aliases, out_names)
     binding = bind_arguments(kernel, roles, outputs, args, kwargs)

@@ -65,7 +65,7 @@ def _normalise_out(out: Any) -> dict[str, OutSpec | None]:
         return dict(out)
     if isinstance(out, (list, tuple)) and all(isinstance(o, str) for o in out):
         return {o: None for o in out}
-    raise ArgumentError(f"out must be a parameter name, a list of names or a mapping name -> spec; got {out!r}")
+    raise ArgumentError(f"out must be a parameter name, a list of names or a mapping name -> spec; got {out!r}", kernel=None, param="out")
 
 
 def custom_op(name: str, kernel: Any, *, grid: Any, out: Any = None, mutates_args: Sequence[str] = (),
