@@ -373,7 +373,8 @@ def _read_members(reader: Reader, variants: list[dict], sources: dict[str, dict]
         src = files.get("source")
         if src and src not in seen_sources:
             if src not in sources:
-                raise SchemaError(f"variant {v['key'][:12]} names source {src!r}, which the manifest does not list", where="variants.files.source")
+                raise SchemaError(f"variant {v['key'][:12]} names source {src!r}, which the manifest does not list",
+                                  where="variants.files.source")
             reader.read(src)
             seen_sources.add(src)
         res = recorded_resources(v, binary)
@@ -407,7 +408,8 @@ def diff_archives(a: Reader, b: Reader, *, refs: tuple[str | None, str | None] =
             src_a = {s["path"]: s for s in ma.get("sources") or []}
             src_b = {s["path"]: s for s in mb.get("sources") or []}
         except (KeyError, TypeError, AttributeError) as exc:
-            raise SchemaError(f"manifest does not follow the schema ({type(exc).__name__}: {exc})", where="manifest") from exc
+            raise SchemaError(f"manifest does not follow the schema ({type(exc).__name__}: {exc})",
+                              where="manifest") from exc
         resources = (_read_members(a, sel_a, src_a), _read_members(b, sel_b, src_b))
     result = _compare_checked(ma, mb, kernels, targets, refs, resources)
     result.members_checked = check_members

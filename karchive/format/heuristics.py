@@ -343,7 +343,8 @@ def _parse_input(rec: Any, where: str) -> Any:
     if not isinstance(rec, dict):
         return _check_scalar(rec, where)
     if len(rec) != 1:
-        raise SchemaError(f"{where}: an input object has exactly one of 'absent', 'float', 'object', 'opaque'", where=where)
+        raise SchemaError(f"{where}: an input object has exactly one of 'absent', 'float', 'object', 'opaque'",
+                          where=where)
     (kind, body), = rec.items()
     if kind == "absent":
         if body is not True:
@@ -395,7 +396,8 @@ def parse_record(obj: Any, where: str) -> HeuristicsRecord:
             device = case.get("device")
             if device is not None and (not isinstance(device, dict) or set(device) - {"target", "name"}
                                        or not all(isinstance(x, str) and len(x) <= 256 for x in device.values())):
-                raise SchemaError(f"{w}[{i}].device: an object with string 'target' and/or 'name' expected", where=where)
+                raise SchemaError(f"{w}[{i}].device: an object with string 'target' and/or 'name' expected",
+                                  where=where)
             out.append(Case(inputs, _check_scalar(case["value"], f"{w}[{i}].value"), device))
         parsed[name] = tuple(out)
     exprs = obj.get("exprs", {})

@@ -283,7 +283,8 @@ class ArchiveReader:
         if index_offset + index_length != size - FOOTER_SIZE or index_length < SKIPPABLE_HEADER.size:
             raise FormatError(f"{where}: footer points outside the file (truncated or corrupt)")
         if index_length > self.limits.max_index_bytes:
-            raise LimitExceededError(f"{where}: index of {index_length} bytes exceeds the limit", limit=self.limits.max_index_bytes, value=index_length)
+            raise LimitExceededError(f"{where}: index of {index_length} bytes exceeds the limit",
+                                     limit=self.limits.max_index_bytes, value=index_length)
         if index_offset < self._tail_start:
             # A large index: fetch everything from the index on in one more read.
             self._tail_start = index_offset
@@ -295,7 +296,8 @@ class ArchiveReader:
         payload = raw_index[SKIPPABLE_HEADER.size :]
         if hashlib.sha256(payload).digest() != index_digest:
             raise DigestMismatchError(f"{where}: index digest does not match the footer (corrupt or tampered)",
-                                      source=where, expected=index_digest.hex(), actual=hashlib.sha256(payload).hexdigest())
+                                      source=where,
+                                      expected=index_digest.hex(), actual=hashlib.sha256(payload).hexdigest())
         self._parse_index(self._decompress(payload, self.limits.max_index_bytes, None, "index"), index_offset)
         self._load_dictionary_and_manifest()
 
@@ -310,12 +312,14 @@ class ArchiveReader:
         if index.get("dictionary") not in (None, DICTIONARY_NAME):
             raise FormatError(f"index: dictionary must be {DICTIONARY_NAME!r} or null, got {index.get('dictionary')!r}")
         if len(index["frames"]) > self.limits.max_members + 2:
-            raise LimitExceededError(f"index lists {len(index['frames'])} frames; the limit is {self.limits.max_members + 2}", limit=self.limits.max_members + 2, value=len(index["frames"]))
+            raise LimitExceededError(f"index lists {len(index['frames'])} frames; the limit is {self.limits.max_members + 2}",
+                                     limit=self.limits.max_members + 2, value=len(index["frames"]))
         frames = self._frames_fast(index["frames"], index_offset)
         if frames is None:
             frames = self._frames_checked(index["frames"], index_offset)
         if len(index["members"]) > self.limits.max_members:
-            raise LimitExceededError(f"index lists {len(index['members'])} members; the limit is {self.limits.max_members}", limit=self.limits.max_members, value=len(index["members"]))
+            raise LimitExceededError(f"index lists {len(index['members'])} members; the limit is {self.limits.max_members}",
+                                     limit=self.limits.max_members, value=len(index["members"]))
         self.frames = frames
         self._frame_members: list[list[Member]] = [[] for _ in range(len(frames))]
         self._owner = [_UNCLAIMED] * len(frames)
@@ -390,7 +394,8 @@ class ArchiveReader:
         frames newly claimed. Members are only added once every check has passed.
         """
         if len(self._members) + len(placed) > self.limits.max_members:
-            raise LimitExceededError(f"{what} brings the archive past {self.limits.max_members} members", limit=self.limits.max_members, value=len(self._members) + len(placed))
+            raise LimitExceededError(f"{what} brings the archive past {self.limits.max_members} members",
+                                     limit=self.limits.max_members, value=len(self._members) + len(placed))
         frames = self.frames
         added: dict[str, Member] = {}
         claimed: dict[int, list[Member]] = {}
@@ -523,7 +528,8 @@ class ArchiveReader:
         if not isinstance(table, list):
             raise SchemaError("manifest header: 'shards' must be a list (format 2)", where="shards")
         if len(table) > self.limits.max_shards:
-            raise LimitExceededError(f"manifest header lists {len(table)} shards; the limit is {self.limits.max_shards}", limit=self.limits.max_shards, value=len(table))
+            raise LimitExceededError(f"manifest header lists {len(table)} shards; the limit is {self.limits.max_shards}",
+                                     limit=self.limits.max_shards, value=len(table))
         total = 0
         paths: set[str] = set()
         for i, row in enumerate(table):
@@ -536,7 +542,8 @@ class ArchiveReader:
             check_kernel_name(kernel, f"{where}.kernel")  # names reach file names (export-triton-cache)
             if type(n) is not int or n < 0 or not isinstance(targets, dict) or not all(
                     isinstance(t, str) and type(c) is int and c > 0 for t, c in targets.items()):
-                raise SchemaError(f"{where}: variants must be a count and targets a map of positive counts", where=where)
+                raise SchemaError(f"{where}: variants must be a count and targets a map of positive counts",
+                                  where=where)
             if sum(targets.values()) != n:
                 raise SchemaError(f"{where}: the per-target counts do not add up to {n} variants", where=where)
             if kernel in self._shard_of:
@@ -545,7 +552,8 @@ class ArchiveReader:
             if member is None or path in (MANIFEST_NAME, DICTIONARY_NAME) or path not in self._digests:
                 raise FormatError(f"{where}: shard {path!r} is not a member the index lists with a digest")
             if member.size > self.limits.max_manifest_bytes:
-                raise LimitExceededError(f"{where}: shard of {member.size} bytes exceeds the manifest limit", limit=self.limits.max_manifest_bytes, value=member.size)
+                raise LimitExceededError(f"{where}: shard of {member.size} bytes exceeds the manifest limit",
+                                         limit=self.limits.max_manifest_bytes, value=member.size)
             if path in paths:
                 raise SchemaError(f"{where}: two kernels share the shard {path!r}", where=where)
             paths.add(path)
@@ -553,7 +561,8 @@ class ArchiveReader:
             self._shard_of[kernel] = len(self._shards)
             self._shards.append(ShardEntry(kernel, path, KernelSummary(kernel, n, tuple(sorted(targets.items())))))
         if total > self.limits.max_members:
-            raise LimitExceededError(f"manifest header counts {total} variants; the limit is {self.limits.max_members}", limit=self.limits.max_members, value=total)
+            raise LimitExceededError(f"manifest header counts {total} variants; the limit is {self.limits.max_members}",
+                                     limit=self.limits.max_members, value=total)
         self._all_loaded = not self._shards
 
     # -- the manifest ------------------------------------------------------------------------------
@@ -639,7 +648,8 @@ class ArchiveReader:
     def _check_counts(self, i: int, targets: Iterable[str | None]) -> None:
         shard = self._shards[i]
         if KernelSummary.of(shard.kernel, targets) != shard.summary:
-            raise SchemaError(f"shard of {shard.kernel!r} does not match the counts in the manifest header", where=f"shards[{i}]")
+            raise SchemaError(f"shard of {shard.kernel!r} does not match the counts in the manifest header",
+                              where=f"shards[{i}]")
 
     def _claim(self, i: int, located: list[tuple[str, int, int, int, Any]]) -> list[int]:
         """Take the frames shard ``i`` places its members in (each frame belongs to one owner) and
@@ -648,7 +658,8 @@ class ArchiveReader:
             return []
         what = f"shard of {self._shards[i].kernel!r}"
         if len(self._members) + len(self._pending_names) + len(located) > self.limits.max_members:
-            raise LimitExceededError(f"{what} brings the archive past {self.limits.max_members} members", limit=self.limits.max_members, value=len(self._members) + len(self._pending_names) + len(located))
+            raise LimitExceededError(f"{what} brings the archive past {self.limits.max_members} members",
+                                     limit=self.limits.max_members, value=len(self._members) + len(self._pending_names) + len(located))
         names = [loc[0] for loc in located]
         frame_of = dict(zip(names, [loc[1] for loc in located]))
         twice = len(frame_of) != len(names) or not self._digests.keys().isdisjoint(frame_of)
@@ -716,7 +727,8 @@ class ArchiveReader:
         if size in (zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR):
             raise FormatError(f"{what}: zstd frame does not declare its size")
         if size > declared:
-            raise LimitExceededError(f"{what}: frame declares {size} bytes, more than the {declared} allowed", limit=declared, value=size)
+            raise LimitExceededError(f"{what}: frame declares {size} bytes, more than the {declared} allowed",
+                                     limit=declared, value=size)
         # One-shot decompression does not apply max_window_size itself: check the header here.
         if params.window_size > self.limits.max_window_bytes:
             raise LimitExceededError(
@@ -824,7 +836,8 @@ class ArchiveReader:
             return self._dict_bytes
         expected = self._digests.get(name)
         if expected is None:
-            raise IntegrityError(f"member {name!r} has no digest in the manifest; refusing to trust it", source=self.source.describe())
+            raise IntegrityError(f"member {name!r} has no digest in the manifest; refusing to trust it",
+                                 source=self.source.describe())
         return self._checked(member, self._member_unchecked(member), expected)
 
     def _checked(self, member: Member, data: bytes, expected: tuple[int, str]) -> bytes:

@@ -109,14 +109,16 @@ def resolve_outputs(kernel_name: str, roles: Sequence[Role], out_shape: Any,
     shapes, single = flatten_outs(out_shape)
     aliases = {int(i): int(o) for i, o in (input_output_aliases or {}).items()}
     if any(not 0 <= o < len(shapes) for o in aliases.values()) or len(set(aliases.values())) != len(aliases):
-        raise ArgumentError(f"input_output_aliases {aliases} must map inputs to distinct outputs 0..{len(shapes) - 1}", kernel=kernel_name, param="input_output_aliases")
+        raise ArgumentError(f"input_output_aliases {aliases} must map inputs to distinct outputs 0..{len(shapes) - 1}",
+                            kernel=kernel_name, param="input_output_aliases")
     produced = [o for o in range(len(shapes)) if o not in aliases.values()]
     pointers = [r.name for r in roles if r.kind == "pointer"]
     if out_names is None:
         k = len(produced)
         names = pointers[len(pointers) - k:] if k else []
         if len(names) != k:
-            raise ArgumentError(f"{kernel_name}: {k} outputs but only {len(pointers)} pointer parameters", kernel=kernel_name, param="out_shape")
+            raise ArgumentError(f"{kernel_name}: {k} outputs but only {len(pointers)} pointer parameters",
+                                kernel=kernel_name, param="out_shape")
     else:
         names = list(out_names)
         if len(names) != len(produced) or any(n not in pointers for n in names):
@@ -146,10 +148,12 @@ def bind_arguments(kernel: Any, roles: Sequence[Role], outputs: Outputs, args: S
         elif key in constexpr_names:
             constexprs[key] = v
         else:
-            raise ArgumentError(f"{name}: unknown argument {key!r}; parameters: {', '.join(kernel.param_names)}", kernel=name, param=key)
+            raise ArgumentError(f"{name}: unknown argument {key!r}; parameters: {', '.join(kernel.param_names)}",
+                                kernel=name, param=key)
     missing = [r.name for r in inputs if r.name not in values]
     if missing:
-        raise ArgumentError(f"{name}: missing argument(s) {', '.join(missing)} (outputs are {list(outputs.param_of)})", kernel=name, param=missing[0])
+        raise ArgumentError(f"{name}: missing argument(s) {', '.join(missing)} (outputs are {list(outputs.param_of)})",
+                            kernel=name, param=missing[0])
     binding = Binding(inputs, {r.name: _checked_value(name, r, values[r.name]) for r in inputs}, constexprs)
     _check_aliases(name, outputs, binding)
     return binding
@@ -165,7 +169,8 @@ def _checked_value(kernel_name: str, role: Role, v: Any) -> Any:
     if not is_array(v):
         return v
     if tuple(getattr(v, "shape", ())) != ():
-        raise ArgumentError(f"{kernel_name}: {role.name} is a scalar parameter; got an array", kernel=kernel_name, param=role.name)
+        raise ArgumentError(f"{kernel_name}: {role.name} is a scalar parameter; got an array",
+                            kernel=kernel_name, param=role.name)
     try:  # a concrete 0-d array is a number; a tracer is not (scalars are baked into the call)
         return v.item()
     except Exception:  # noqa: BLE001 - jax raises ConcretizationTypeError for tracers
@@ -180,11 +185,13 @@ def _check_aliases(kernel_name: str, outputs: Outputs, binding: Binding) -> None
     for i, o in outputs.aliases.items():
         if not 0 <= i < len(inputs) or inputs[i].kind != "pointer":
             raise ArgumentError(f"{kernel_name}: input_output_aliases key {i} must index an array input "
-                                f"(inputs: {[r.name for r in inputs]})", kernel=kernel_name, param="input_output_aliases")
+                                f"(inputs: {[r.name for r in inputs]})",
+                                kernel=kernel_name, param="input_output_aliases")
         v, out = binding.values[inputs[i].name], outputs.shapes[o]
         if tuple(v.shape) != tuple(out.shape) or np.dtype(v.dtype) != np.dtype(out.dtype):
             raise ArgumentError(f"{kernel_name}: input {i} ({inputs[i].name}) is aliased to output {o} but has "
-                                f"shape/dtype {tuple(v.shape)}/{v.dtype}, output is {tuple(out.shape)}/{out.dtype}", kernel=kernel_name, param=inputs[i].name)
+                                f"shape/dtype {tuple(v.shape)}/{v.dtype}, output is {tuple(out.shape)}/{out.dtype}",
+                                kernel=kernel_name, param=inputs[i].name)
 
 
 # -- 3. buffers ----------------------------------------------------------------------------------------
@@ -335,7 +342,8 @@ def plan(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, out_sha
          zeros: Callable[[tuple, Any], Any] | None = None) -> Plan:
     """Bind arguments, choose the variant, lay out buffers and build the :class:`KernelDesc` (no JAX tracing)."""
     if mode not in MODES:
-        raise ArgumentError(f"mode must be 'auto', 'cubin' or 'ptx', got {mode!r}", kernel=getattr(kernel, "name", None), param="mode")
+        raise ArgumentError(f"mode must be 'auto', 'cubin' or 'ptx', got {mode!r}",
+                            kernel=getattr(kernel, "name", None), param="mode")
     roles = kernel_roles(kernel)
     outputs = resolve_outputs(kernel.name, roles, out_shape, input_output_aliases, out_names)
     binding = bind_arguments(kernel, roles, outputs, args, kwargs)

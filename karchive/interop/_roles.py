@@ -28,7 +28,8 @@ def kernel_roles(kernel: Any) -> list[Role]:
     variants = getattr(kernel, "variants", None)
     names = getattr(kernel, "param_names", None)
     if not variants or names is None:
-        raise ArgumentError(f"expected a karchive kernel (karchive.open(path).kernel(name)), got {type(kernel).__name__}", kernel=None, param="kernel")
+        raise ArgumentError(f"expected a karchive kernel (karchive.open(path).kernel(name)), got {type(kernel).__name__}",
+                            kernel=None, param="kernel")
     roles = []
     for i, name in enumerate(names):
         ps = [v.params[i] for v in variants]

@@ -103,7 +103,8 @@ class Lockfile:
         if type(version) is not int or version < 1:
             raise LockfileError(f"lockfile {where}: missing or bad lockfile_version", lockfile=where)
         if version > LOCKFILE_VERSION:
-            raise LockfileError(f"lockfile {where}: version {version} is newer than this karchive reads ({LOCKFILE_VERSION})", lockfile=where)
+            raise LockfileError(f"lockfile {where}: version {version} is newer than this karchive reads ({LOCKFILE_VERSION})",
+                                lockfile=where)
         pins = {}
         for name, entry in doc["archives"].items():
             try:

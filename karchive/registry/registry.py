@@ -158,7 +158,8 @@ class Registry:
             return None
         record = VersionRecord.from_json(data, self._where(path))
         if (record.name, record.version) != (name, version):
-            raise RegistryError(f"{self._where(path)}: record describes {record.ref}, not {name}@{version} (damaged registry)", registry=self.url)
+            raise RegistryError(f"{self._where(path)}: record describes {record.ref}, not {name}@{version} (damaged registry)",
+                                registry=self.url)
         return record
 
     def _read_name_index(self, name: str) -> dict[str, VersionRecord] | None:
@@ -266,7 +267,8 @@ class Registry:
                                 registry=self.url, name=ref.name, available=tuple(names))
         record = self._read_record(ref.name, latest)
         if record is None:
-            raise RegistryError(f"{self._where(version_record_path(ref.name, latest))} is listed but missing (damaged index)", registry=self.url)
+            raise RegistryError(f"{self._where(version_record_path(ref.name, latest))} is listed but missing (damaged index)",
+                                registry=self.url)
         return record
 
     def _missing_version(self, name: str, version: str) -> NotFoundError:
@@ -306,7 +308,8 @@ class Registry:
     def _publish(self, archive: str | os.PathLike, *, sign: Sequence[SigningKey], build_info: dict[str, Any] | None,
                  sidecar: bool) -> PublishResult:
         if not self.store.writable:
-            raise RegistryError(f"registry {self.url} is read-only; publish to the directory or bucket it serves", registry=self.url)
+            raise RegistryError(f"registry {self.url} is read-only; publish to the directory or bucket it serves",
+                                registry=self.url)
         source = Path(archive)
         if not source.is_file():
             raise RegistryError(f"no such archive file: {source}", registry=self.url)
@@ -333,7 +336,8 @@ class Registry:
         if not self.store.create(version_record_path(record.name, record.version), record.to_json()):
             existing = self._read_record(record.name, record.version)
             if existing is None:
-                raise RegistryError(f"{record.ref}: the backend refused to create the record but it does not exist", registry=self.url)
+                raise RegistryError(f"{record.ref}: the backend refused to create the record but it does not exist",
+                                    registry=self.url)
             return self._store_signatures(self._same_or_conflict(existing, record), envelopes)
         try:
             self._refresh_indexes(record.name)
@@ -390,7 +394,8 @@ class Registry:
         separate object, created exclusively, so signers working at once never lose one another's.
         With ``registry_keys``, the registry's signed snapshot and timestamp are then issued anew."""
         if not self.store.writable:
-            raise RegistryError(f"registry {self.url} is read-only; sign in the directory or bucket it serves", registry=self.url)
+            raise RegistryError(f"registry {self.url} is read-only; sign in the directory or bucket it serves",
+                                registry=self.url)
         ref = parse_ref(ref) if isinstance(ref, str) else ref
         if ref.version is None:
             raise RegistryError(f"sign {ref.name}@VERSION: say which version to sign ('latest' can change "
@@ -407,7 +412,8 @@ class Registry:
                 hold.release()
         if (signed.name, signed.version, signed.sha256) != (record.name, record.version, record.sha256):
             raise IntegrityError(f"{record.ref}: the cached archive is {signed.name}@{signed.version} sha256 "
-                                 f"{signed.sha256}, the record says sha256 {record.sha256}; refusing to sign", source=str(path))
+                                 f"{signed.sha256}, the record says sha256 {record.sha256}; refusing to sign",
+                                 source=str(path))
         created = put_signature(self.store, record.sha256, key.key_id, signed.envelope.to_bytes(), record.ref)
         try:
             refresh_signature_index(self.store, record.sha256)
@@ -448,7 +454,8 @@ class Registry:
             progress.close()
         size = self.store.size(path)
         if size != record.size:
-            raise RegistryError(f"{self._where(path)} holds {size} bytes, expected {record.size} (damaged registry blob)", registry=self.url)
+            raise RegistryError(f"{self._where(path)} holds {size} bytes, expected {record.size} (damaged registry blob)",
+                                registry=self.url)
 
     # -- derived indexes --------------------------------------------------------------------------
     def _refresh_indexes(self, name: str, full: bool = False, rounds: int = 5) -> None:
@@ -667,7 +674,8 @@ class Registry:
             manifest = reader.header  # the identity, without reading a format-2 archive's shards
             if (manifest.get("name"), manifest.get("version")) != (record.name, record.version):
                 raise IntegrityError(f"{record.ref}: the blob's manifest says {manifest.get('name')}@"
-                                     f"{manifest.get('version')} (tampered or wrong blob)", source=self._where(blob_path(record.sha256)))
+                                     f"{manifest.get('version')} (tampered or wrong blob)",
+                                     source=self._where(blob_path(record.sha256)))
         return decide_record(self.store, policy, record, index_sha256=record.index_sha256, sha256=record.sha256,
                              lock=lock)
 

@@ -121,7 +121,8 @@ def put_signature(store: Store, digest: str, key_id: str, data: bytes, ref: str)
     if existing == data:
         return False
     if existing is None:
-        raise RegistryError(f"{store.url}/{path}: the backend refused to create it but it does not exist", registry=store.url)
+        raise RegistryError(f"{store.url}/{path}: the backend refused to create it but it does not exist",
+                            registry=store.url)
     raise ConflictError(
         f"{ref} already has a signature by key {key_id[:16]} in {store.url} with a different statement "
         f"(object sha256 {hashlib.sha256(existing).hexdigest()[:16]}, this one {hashlib.sha256(data).hexdigest()[:16]}). "

@@ -93,11 +93,13 @@ class LocalStore(Store):
         except (FileNotFoundError, NotADirectoryError):
             return None
         except IsADirectoryError:
-            raise RegistryError(f"{self._p(path)} is a directory, expected a file (damaged registry)", registry=self.url) from None
+            raise RegistryError(f"{self._p(path)} is a directory, expected a file (damaged registry)",
+                                registry=self.url) from None
         except PermissionError as exc:
             raise RegistryError(f"cannot read {self._p(path)}: {exc}", registry=self.url) from None
         except OSError as exc:
-            raise RegistryError(f"cannot read {self._p(path)}: {exc.strerror or exc} (damaged registry)", registry=self.url) from None
+            raise RegistryError(f"cannot read {self._p(path)}: {exc.strerror or exc} (damaged registry)",
+                                registry=self.url) from None
 
     def size(self, path: str) -> int | None:
         try:
@@ -280,7 +282,8 @@ class FsspecStore(Store):
             except TransferError as exc:
                 if isinstance(exc.__cause__, TypeError):  # a backend from before exclusive writes existed
                     raise RegistryError(f"{self.url}: this fsspec backend cannot create files exclusively "
-                                        f"({exc.__cause__}); upgrade fsspec/s3fs/gcsfs to 2024.12 or newer", registry=self.url) from None
+                                        f"({exc.__cause__}); upgrade fsspec/s3fs/gcsfs to 2024.12 or newer",
+                                        registry=self.url) from None
                 raise
         return True
 

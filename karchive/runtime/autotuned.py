@@ -118,7 +118,7 @@ class _Heuristics:
                     raise NoMatchingVariantError(
                         f"{self.name}: the @triton.heuristics value(s) {sorted(unresolved)} for this call were never "
                         f"recorded ({why}); pass {', '.join(f'{n}=...' for n in unresolved)} explicitly, or capture "
-                        "a call like this one")
+                        "a call like this one", kernel=self.name, param=sorted(unresolved)[0])
                 hit = self._cache[key] = values
             out.update(hit)
             current.update(hit)
@@ -258,7 +258,8 @@ class _TuningHooks:
 
 def _named(name: str, param_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
     if len(args) > len(param_names):
-        raise ArgumentError(f"{name}: {len(args)} positional arguments for {len(param_names)} parameters", kernel=name, param=None)
+        raise ArgumentError(f"{name}: {len(args)} positional arguments for {len(param_names)} parameters",
+                            kernel=name, param=None)
     return {**dict(zip(param_names, args)), **kwargs}
 
 
@@ -345,7 +346,8 @@ class AutotunedKernel:
             recorded = sorted({str(e.get("key")) for r in self.records for e in r.get("entries", [])})
             raise NoMatchingVariantError(
                 f"{self.name}: autotune key {key} matches no recorded config (recorded keys: "
-                f"{', '.join(recorded) or 'none'}); pass the meta-parameters {sorted(self.tuned_names)} explicitly")
+                f"{', '.join(recorded) or 'none'}); pass the meta-parameters {sorted(self.tuned_names)} explicitly",
+                kernel=self.name, param=sorted(self.tuned_names)[0] if self.tuned_names else None)
         cfg = self._config_of(self._record_for(entry), entry)
         return self._subsets.fitting(cfg["kwargs"], cfg["options"], cfg["variant"]), dict(cfg["kwargs"]), entry
 
@@ -365,7 +367,8 @@ class AutotunedKernel:
             if cfg is None:
                 raise NoMatchingVariantError(
                     f"{self.name}: autotune key {self.key(named)} is not tuned yet: this archive was built ahead "
-                    "of time with every config, and a launch tunes the key on the device (select() does not)")
+                    "of time with every config, and a launch tunes the key on the device (select() does not)",
+                    kernel=self.name, param=sorted(self.tuned_names)[0] if self.tuned_names else None)
         else:
             _kernel, cx, entry = self.choose(named)
             cfg = self._config_of(self._record_for(entry), entry) if entry is not None else {
@@ -444,7 +447,8 @@ class AutotunedKernel:
         if given:
             if given != self.tuned_names:
                 raise ArgumentError(f"{self.name}: give all tuned meta-parameters {sorted(self.tuned_names)} "
-                                    f"or none (got {sorted(given)})", kernel=self.name, param=sorted(self.tuned_names - given)[0] if self.tuned_names - given else sorted(given - self.tuned_names)[0])
+                                    f"or none (got {sorted(given)})", kernel=self.name,
+                                    param=sorted(self.tuned_names ^ given)[0])  # the first one missing or extra
             cfg: Mapping[str, Any] = {"kwargs": {}, "options": {}, "variant": None}
             cx: dict = {}
             kernel = self.base
@@ -516,7 +520,8 @@ class AutotunedKernel:
         finally:
             hooks.done()
         if best is None:
-            raise NoMatchingVariantError(f"{self.name}: no prebuilt config can run on this device for this call")
+            raise NoMatchingVariantError(f"{self.name}: no prebuilt config can run on this device for this call",
+                                         kernel=self.name, param=None)  # nothing omitted: no config fits
         return best[1]
 
     # -- Triton's call shape and the runtime's API ---------------------------------------------------------

@@ -58,4 +58,5 @@ def first_available(names: list[str]) -> Backend:
             errors.append(str(exc))
     if not errors:
         raise NoDeviceError("the archive holds no variant for any known backend", backend=",".join(names))
-    raise NoDeviceError(errors[0] if len(errors) == 1 else "no usable GPU backend:\n  " + "\n  ".join(errors), backend=",".join(names))
+    raise NoDeviceError(errors[0] if len(errors) == 1 else "no usable GPU backend:\n  " + "\n  ".join(errors),
+                        backend=",".join(names))

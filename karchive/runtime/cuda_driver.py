@@ -70,7 +70,8 @@ class CudaBackend:
             ) from exc
         if err != self.SUCCESS:
             if err == d.CUresult.CUDA_ERROR_NO_DEVICE:
-                raise NoDeviceError("cannot launch on CUDA: the driver is installed but reports no CUDA device", backend="cuda")
+                raise NoDeviceError("cannot launch on CUDA: the driver is installed but reports no CUDA device",
+                                    backend="cuda")
             raise NoDeviceError(f"cannot launch on CUDA: cuInit failed: {self.error_text(err)}", backend="cuda")
         err, count = d.cuDeviceGetCount()
         if err != self.SUCCESS or count == 0:

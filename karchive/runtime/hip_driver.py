@@ -60,7 +60,8 @@ class HipBackend:
             raise NoDeviceError(f"cannot launch on HIP: hipInit failed: {self.error_text(err)}", backend="hip")
         err, count = h.hipGetDeviceCount()
         if err != self.SUCCESS or count == 0:
-            raise NoDeviceError("cannot launch on HIP: no AMD GPU is visible (check HIP_VISIBLE_DEVICES)", backend="hip")
+            raise NoDeviceError("cannot launch on HIP: no AMD GPU is visible (check HIP_VISIBLE_DEVICES)",
+                                backend="hip")
         self.count = count
         err, version = h.hipDriverGetVersion()
         self.driver_version = int(version) if err == self.SUCCESS else None
