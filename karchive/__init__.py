@@ -24,7 +24,7 @@ _ERRORS = (
     "KarchiveError",
     "FormatError", "ArchiveNotFoundError", "IntegrityError", "DigestMismatchError", "UnsupportedLocationError", "TargetError",
     "ProducerError", "CompileError", "SpecFileError", "BuildError", "CaptureError",
-    "RegistryError", "RegistryValueError", "NotFoundError", "ConflictError", "LockfileError", "LockfilePinError", "LockfileMismatchError", "TransferError",
+    "RegistryError", "DamagedRegistryError", "RegistryValueError", "NotFoundError", "ConflictError", "LockfileError", "LockfilePinError", "LockfileMismatchError", "TransferError",
     "RuntimeLoadError", "NoDeviceError", "NoMatchingVariantError", "KernelNameError", "ArgumentError", "LaunchError", "DriverError",
     "TrustError", "UntrustedArchiveError", "DestinationError",
 )

@@ -216,6 +216,14 @@ class RegistryError(KarchiveError):
     registry: str | None = None  # the registry URL (redacted), where known
 
 
+class DamagedRegistryError(RegistryError):
+    """A registry document (version record, name or root index, marker, signature index) is not what
+    karchive writes: ``where`` names it (the registry's location and the document's path, or the field)."""
+
+    _omit = ("registry",)  # ``where`` already says which registry, as the reader of the document knew it
+    where: str | None = None
+
+
 class RegistryValueError(RegistryError):
     """A value refused before any registry is involved: an archive name, version or reference, a digest or
     key id, a fetch mode, a timeout, ``$KARCHIVE_STORAGE_OPTIONS``. ``value`` is what was given (its repr,

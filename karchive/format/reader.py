@@ -659,7 +659,8 @@ class ArchiveReader:
         what = f"shard of {self._shards[i].kernel!r}"
         if len(self._members) + len(self._pending_names) + len(located) > self.limits.max_members:
             raise LimitExceededError(f"{what} brings the archive past {self.limits.max_members} members",
-                                     limit=self.limits.max_members, value=len(self._members) + len(self._pending_names) + len(located))
+                                     limit=self.limits.max_members,
+                                     value=len(self._members) + len(self._pending_names) + len(located))
         names = [loc[0] for loc in located]
         frame_of = dict(zip(names, [loc[1] for loc in located]))
         twice = len(frame_of) != len(names) or not self._digests.keys().isdisjoint(frame_of)

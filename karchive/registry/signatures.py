@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from ..core.digest import is_sha256_hex
 from ..core.jsonio import canonical_json
-from ..errors import ConflictError, EnvelopeError, RegistryError
+from ..errors import ConflictError, DamagedRegistryError, EnvelopeError, RegistryError
 from .layout import LAYOUT_VERSION, SIGNATURE_SUFFIX, signature_index_path, signature_path, signatures_dir
 from .records import _check_layout, load_json
 from .store import Store
@@ -62,12 +62,12 @@ def encode_signature_index(digest: str, key_ids: Collection[str]) -> bytes:
 def decode_signature_index(data: bytes, digest: str, where: str) -> list[str]:
     obj = load_json(data, where)
     if not isinstance(obj, dict) or obj.get("kind") != SIGNATURE_INDEX_KIND:
-        raise RegistryError(f"{where}: corrupt signature index; rebuild it with `karchive reindex`")
+        raise DamagedRegistryError(f"{where}: corrupt signature index; rebuild it with `karchive reindex`", where=where)
     _check_layout(obj, where)
     keyids = obj.get("keyids")
     if obj.get("sha256") != digest or not isinstance(keyids, list) or not all(is_sha256_hex(k) for k in keyids):
-        raise RegistryError(f"{where}: corrupt signature index (wrong digest or key ids); rebuild it with "
-                            "`karchive reindex`")
+        raise DamagedRegistryError(f"{where}: corrupt signature index (wrong digest or key ids); rebuild it with "
+                            "`karchive reindex`", where=where)
     return list(keyids)
 
 
