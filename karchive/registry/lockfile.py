@@ -19,7 +19,8 @@ from collections.abc import Iterable, Mapping
 from ..core.digest import is_sha256_hex
 from ..core.fsio import atomic_write
 from ..core.jsonio import parse_json
-from ..errors import DestinationError, LockfileError, LockfileMismatchError, LockfilePinError, RegistryError
+from ..errors import (DestinationError, LockfileError, LockfileMismatchError, LockfilePinError, RegistryError,
+                      RegistryValueError)
 from .config import redact_url
 from .layout import check_digest
 from .records import VersionRecord
@@ -110,13 +111,13 @@ class Lockfile:
             try:
                 check_name(name)
                 if not isinstance(entry, dict):
-                    raise RegistryError("entry is not an object")
+                    raise RegistryValueError("entry is not an object", value=repr(entry)[:200])
                 size = entry.get("size")
                 if type(size) is not int or size < 0:
-                    raise RegistryError(f"bad size {size!r}")
+                    raise RegistryValueError(f"bad size {size!r}", value=repr(size)[:200])
                 signers = entry.get("signers", [])
                 if not isinstance(signers, list):
-                    raise RegistryError("signers must be a list of key ids")
+                    raise RegistryValueError("signers must be a list of key ids", value=repr(signers)[:200])
                 pins[name] = Pin(name, check_version(entry.get("version")), check_digest(entry.get("sha256")), size,
                                  check_digest(entry.get("index_sha256")),
                                  tuple(sorted({_check_key_id(k) for k in signers})))
@@ -160,7 +161,8 @@ class Lockfile:
 
 def _check_key_id(value: object) -> str:
     if not is_sha256_hex(value):
-        raise RegistryError(f"bad signer key id {value!r}: expected 64 lowercase hex digits")
+        raise RegistryValueError(f"bad signer key id {value!r}: expected 64 lowercase hex digits",
+                                 value=repr(value)[:200])
     return value
 
 
