@@ -22,6 +22,7 @@ CLASSES = {name: cls for name, cls in vars(errors_module).items()
            if isinstance(cls, type) and issubclass(cls, KarchiveError)}
 
 #: (file under karchive/, class) -> raise sites that leave out a declared field, as of issue 24's branch
+#: (`python tests/test_error_fields.py` prints the table as the code stands)
 #: (542 sites when the test was written; 144 left). Left on purpose there: producer/ (being regrouped into
 #: compile/, build/, capture/ on another branch) and the runtime launch files (launcher, native, dispatch,
 #: pack: rewritten on another branch). Left for want of time: ``RegistryError.registry`` (7 sites: the
@@ -140,3 +141,8 @@ def test_omitted_fields_are_neither_accepted_nor_emitted():
 
     with pytest.raises(TypeError):
         KeyFileError("x", archive="a@1")
+
+
+if __name__ == "__main__":  # `python tests/test_error_fields.py`: the NOT_YET table as it is now, to paste
+    for (rel, name), sites in sorted(_unfilled().items()):
+        print(f'    ("{rel}", "{name}"): {len(sites)},')
