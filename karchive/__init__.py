@@ -17,6 +17,7 @@ _LAZY = {
     "Archive": ("karchive.runtime.archive", "Archive"),
     "Registry": ("karchive.registry", "Registry"),
     "TensorDescriptor": ("karchive.runtime.descriptors", "TensorDescriptor"),
+    "OpenOptions": ("karchive.registry.options", "OpenOptions"),
     "torch": ("karchive.interop.torch", None),  # the module itself: karchive.torch.custom_op(...)
     "build": ("karchive.build", None),  # karchive.build.build_archive(...), as `karchive build` does
     "compile": ("karchive.compile", None),  # karchive.compile.compile_variant(...)
@@ -27,11 +28,12 @@ _LAZY = {
 #: The exception hierarchy's base and main classes, one ``except`` away (karchive/errors.py has them all).
 _ERRORS = (
     "KarchiveError",
-    "FormatError", "ArchiveNotFoundError", "IntegrityError", "UnsupportedLocationError", "TargetError",
+    "FormatError", "ArchiveNotFoundError", "IntegrityError", "DigestMismatchError", "UnsupportedLocationError", "TargetError",
     "ProducerError", "CompileError", "SpecFileError", "BuildError", "CaptureError",
-    "RegistryError", "NotFoundError", "ConflictError", "LockfileError", "TransferError",
+    "RegistryError", "DamagedRegistryError", "RegistryValueError", "NotFoundError", "ConflictError", "LockfileError",
+    "LockfilePinError", "LockfileMismatchError", "TransferError",
     "RuntimeLoadError", "NoDeviceError", "NoMatchingVariantError", "KernelNameError", "ArgumentError", "LaunchError",
-    "ServeMissError",
+    "DriverError", "ServeMissError",
     "TrustError", "UntrustedArchiveError", "DestinationError",
 )
 _LAZY.update({name: ("karchive.errors", name) for name in _ERRORS})

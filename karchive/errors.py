@@ -12,6 +12,12 @@ default, so every field exists on every instance; the constructor takes them as 
 refuses names the class does not declare (a typo in a raise site fails loudly in tests, not silently
 in production). :meth:`KarchiveError.to_json` gives the CLI's ``--json`` error shape.
 
+A field is declared only where the raise sites can fill it: ``tests/test_error_fields.py`` walks every
+``XxxError(...)`` in the package and fails when one leaves out a declared field whose default is None
+(a field with a real default, such as ``TrustError.reason``, may be left to it). A subclass for which
+an inherited field has no meaning names it in ``_omit`` (``KeyFileError`` concerns a key file, not an
+archive), so it is neither accepted nor emitted by :meth:`to_json`.
+
 Where a builtin exception is the natural catch-all (a missing file, a bad argument type), the karchive
 error also derives from it, so existing ``except FileNotFoundError`` / ``except TypeError`` clauses keep
 working.
@@ -26,6 +32,8 @@ class KarchiveError(Exception):
     """Base class of every error karchive raises on purpose."""
 
     _field_names: ClassVar[tuple[str, ...]] = ()
+    #: Inherited fields that have no meaning for this class (and its subclasses).
+    _omit: ClassVar[tuple[str, ...]] = ()
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -34,7 +42,8 @@ class KarchiveError(Exception):
             for name in getattr(klass, "__annotations__", {}):
                 if not name.startswith("_") and name not in names:
                     names.append(name)
-        cls._field_names = tuple(names)
+        omitted = {n for klass in cls.__mro__ for n in getattr(klass, "_omit", ())}
+        cls._field_names = tuple(n for n in names if n not in omitted)
 
     def __init__(self, message: str = "", **fields: Any) -> None:
         unknown = set(fields) - set(self._field_names)
@@ -75,13 +84,14 @@ def _jsonable(value: Any) -> Any:
 
 # --- format --------------------------------------------------------------------------------------
 class FormatError(KarchiveError):
-    """The bytes are not a well-formed karchive archive (truncated, corrupt, hostile)."""
-
-    source: str | None = None  # the archive (path or URL) being read, where known
+    """The bytes are not a well-formed karchive archive (truncated, corrupt, hostile). The message names
+    the archive; the subclasses carry what a caller can act on."""
 
 
 class NotAnArchiveError(FormatError):
     """The file does not end with a karchive footer at all (or is not a regular file)."""
+
+    source: str | None = None  # the archive (path or URL) being read
 
 
 class ArchiveNotFoundError(FormatError, FileNotFoundError):
@@ -98,11 +108,19 @@ class UnsupportedVersionError(FormatError):
 
 
 class IntegrityError(FormatError):
-    """A digest or size recorded in the archive does not match the bytes."""
+    """The bytes are not the ones recorded: a digest or size differs (:class:`DigestMismatchError`), a
+    member has no digest to check, or the file changed while (or after) it was verified. ``source``
+    names the archive (or file)."""
 
-    member: str | None = None
-    expected: str | None = None  # digest (or size) recorded
-    actual: str | None = None  # digest (or size) found
+    source: str | None = None
+
+
+class DigestMismatchError(IntegrityError):
+    """A digest, size or identity recorded for the bytes differs from the bytes: ``expected`` is what was
+    recorded, ``actual`` what was found."""
+
+    expected: str | None = None
+    actual: str | None = None
 
 
 class UnsafeMemberError(FormatError):
@@ -198,6 +216,23 @@ class RegistryError(KarchiveError):
     registry: str | None = None  # the registry URL (redacted), where known
 
 
+class DamagedRegistryError(RegistryError):
+    """A registry document (version record, name or root index, marker, signature index) is not what
+    karchive writes: ``where`` names it (the registry's location and the document's path, or the field)."""
+
+    _omit = ("registry",)  # ``where`` already says which registry, as the reader of the document knew it
+    where: str | None = None
+
+
+class RegistryValueError(RegistryError):
+    """A value refused before any registry is involved: an archive name, version or reference, a digest or
+    key id, a fetch mode, a timeout, ``$KARCHIVE_STORAGE_OPTIONS``. ``value`` is what was given (its repr,
+    at most 200 characters)."""
+
+    _omit = ("registry",)
+    value: str | None = None
+
+
 class NotFoundError(RegistryError):
     """A name or version is not in the registry; the message lists what exists."""
 
@@ -215,10 +250,23 @@ class ConflictError(RegistryError):
 
 
 class LockfileError(RegistryError):
-    """A lockfile is malformed or an archive's digest differs from the pinned one."""
+    """A lockfile is malformed, cannot be written, or cannot pin what is asked (:class:`LockfilePinError`);
+    ``lockfile`` names it."""
 
+    _omit = ("registry",)  # a lockfile names its registry inside; the error is about the file
     lockfile: str | None = None
+
+
+class LockfilePinError(LockfileError):
+    """``name`` is not pinned, pinned at another version, or asked for at two versions while locking."""
+
     name: str | None = None
+
+
+class LockfileMismatchError(LockfilePinError):
+    """The registry serves other bytes than the lockfile pins: ``pinned_digest`` and ``actual_digest``
+    are the sha256 (or, when only the index differs, the index digests) that differ."""
+
     pinned_digest: str | None = None
     actual_digest: str | None = None
 
@@ -261,6 +309,7 @@ class ServeMissError(NoMatchingVariantError):
 class KernelNameError(NoMatchingVariantError, KeyError):
     """The archive has no kernel of that name; ``available`` lists the kernels it has."""
 
+    _omit = ("rejections", "param", "values")  # no variant was considered
     available: tuple[str, ...] = ()
 
     def __str__(self) -> str:  # KeyError would quote the message
@@ -268,7 +317,10 @@ class KernelNameError(NoMatchingVariantError, KeyError):
 
 
 class ArgumentError(RuntimeLoadError, TypeError):
-    """A launch argument is wrong: count, dtype, device, alignment, value range."""
+    """A launch argument is wrong: count, dtype, device, alignment, value range. ``kernel`` is the kernel
+    called (None: the argument was refused before any kernel was in hand, e.g. a bridge given something
+    that is not a kernel); ``param`` the parameter (or keyword of karchive's own API) at fault, None when
+    the call as a whole is (too many positional arguments)."""
 
     kernel: str | None = None
     param: str | None = None
@@ -282,10 +334,19 @@ class TuneError(RuntimeLoadError):
 
 
 class LaunchError(RuntimeLoadError):
-    """The driver refused to load a module or launch a kernel."""
+    """A module cannot be loaded or a kernel cannot be launched (the variant needs what the device or
+    the backend cannot give, or the driver refused: :class:`DriverError`)."""
 
-    kernel: str | None = None
-    code: int | None = None  # the driver's error code
+    kernel: str | None = None  # the kernel (or its entry point)
+
+
+class DriverError(LaunchError):
+    """A driver call failed: ``call`` names it (``cuModuleLoadData(add_kernel)``), ``code`` is the
+    driver's own error code (``CUresult`` / ``hipError_t``), for looking up or branching on."""
+
+    _omit = ("kernel",)  # a driver call is made for a kernel, but the driver wrapper is not told which
+    call: str | None = None
+    code: int | None = None
 
 
 class InteropError(RuntimeLoadError):
@@ -295,16 +356,16 @@ class InteropError(RuntimeLoadError):
 # --- trust ---------------------------------------------------------------------------------------
 class TrustError(KarchiveError):
     """Signing or signature verification failed. ``reason`` is a stable code (spec/SIGNING.md §7)
-    a caller can branch on; ``archive`` (``NAME@VERSION``) and ``key_id`` say what it concerns."""
+    a caller can branch on; ``archive`` (``NAME@VERSION``) says what it concerns."""
 
     reason: str = "trust-error"
     archive: str | None = None
-    key_id: str | None = None
 
 
 class KeyFileError(TrustError):
     """A key file cannot be read or is not an Ed25519 key; ``path`` names it."""
 
+    _omit = ("archive",)
     reason: str = "bad-key-file"
     path: str | None = None
 
@@ -312,6 +373,7 @@ class KeyFileError(TrustError):
 class TrustPolicyError(TrustError):
     """A trust policy (TOML) is malformed or cannot be satisfied; ``path`` names the file."""
 
+    _omit = ("archive",)
     reason: str = "bad-policy"
     path: str | None = None
 
@@ -319,6 +381,7 @@ class TrustPolicyError(TrustError):
 class EnvelopeError(TrustError):
     """A signature sidecar is not a well-formed DSSE envelope; ``path`` names the file."""
 
+    _omit = ("archive",)
     reason: str = "malformed-envelope"
     path: str | None = None
 
@@ -328,6 +391,7 @@ class UntrustedArchiveError(TrustError):
     these bytes, ...). ``reason`` is the primary cause; ``rejected`` lists every signature that did
     not count as ``{"key_id", "reason", "detail"}``; ``policy_sha256`` identifies the policy."""
 
+    key_id: str | None = None  # the signature's key (or its unverified hint) behind ``reason``; None: unsigned
     rejected: tuple[dict, ...] = ()
     policy_sha256: str | None = None
 

@@ -1,86 +1,78 @@
 """One way to turn what a user typed into an archive reader: a path, an fsspec URL, or NAME[@VERSION].
 
-``karchive.open`` and every CLI command that takes an archive go through :func:`open_reader`, so all
-accept the same references; :func:`karchive.registry.refs.is_registry_ref` is the rule that tells a
-registry reference from a path.
+``karchive.open`` and every CLI command that takes an archive go through :func:`open`, so all accept
+the same references and the same :class:`OpenOptions`; :func:`karchive.registry.refs.is_registry_ref`
+is the rule that tells a registry reference from a path.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .errors import LockfileError, NotFoundError, UnsupportedLocationError
 from .format.open import is_url, open_location
-from .format.reader import ArchiveReader, Limits
+from .format.reader import ArchiveReader
+from .registry.options import OpenOptions
 from .registry.refs import is_registry_ref
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .registry import Lockfile, Registry
-    from .registry.registry import FetchMode
-    from .trust.enforce import TrustArg
+__all__ = ["OpenOptions", "open"]
 
 
-def open_reader(ref: str | os.PathLike, *, registry: Registry | str | os.PathLike | None = None,
-                lockfile: Lockfile | str | os.PathLike | None = None,
-                storage_options: dict[str, Any] | None = None, cache_dir: str | os.PathLike | None = None,
-                fetch: FetchMode | None = None, limits: Limits | None = None, trust: TrustArg = None,
-                allow_downgrade: bool = False) -> ArchiveReader:
-    """An :class:`ArchiveReader` for a path, a URL, or ``NAME``/``NAME@VERSION``/``NAME@latest``.
+def open(ref: str | os.PathLike, options: OpenOptions | None = None, **fields: Any) -> ArchiveReader:
+    """An :class:`ArchiveReader` for a path, a URL, or ``NAME``/``NAME@VERSION``/``NAME@latest``, opened as
+    ``options`` say (:class:`OpenOptions`; keyword arguments replace single fields).
 
-    References resolve through ``registry`` (a :class:`~karchive.registry.Registry` or its URL; default
-    ``$KARCHIVE_REGISTRY``, else the local one) and are checked against ``lockfile`` (default
-    ``$KARCHIVE_LOCKFILE``). ``storage_options`` go to fsspec for URLs and remote registries.
+    References resolve through ``options.registry`` (a :class:`~karchive.registry.Registry` or its URL;
+    default ``$KARCHIVE_REGISTRY``, else the local one) and are checked against ``options.lockfile``
+    (default ``$KARCHIVE_LOCKFILE``). ``storage_options`` go to fsspec for URLs and remote registries.
 
     ``trust`` (a :class:`~karchive.trust.policy.TrustPolicy` or a policy file; default
     ``$KARCHIVE_TRUST_POLICY``) makes the archive's signatures a condition of opening it: from the
-    registry beside the blob, or the sidecar ``ARCHIVE.sig.json`` beside a path or URL. A refusal is a
-    :class:`~karchive.errors.TrustError` naming the reason, raised before any reader exists.
-    ``allow_downgrade`` accepts a ``NAME@latest`` older than one this cache already verified.
+    registry beside the blob, or the sidecar ``ARCHIVE.sig.json`` beside a path or URL; every route
+    asks :func:`karchive.trust.decide.decide`. A refusal is a :class:`~karchive.errors.TrustError`
+    naming the reason, raised before any reader exists; the reader's ``verdict`` is what the policy
+    accepted (None without one).
     """
-    return open_verified(ref, registry=registry, lockfile=lockfile, storage_options=storage_options,
-                         cache_dir=cache_dir, fetch=fetch, limits=limits, trust=trust,
-                         allow_downgrade=allow_downgrade)[0]
-
-
-def open_verified(ref: str | os.PathLike, *, registry: Registry | str | os.PathLike | None = None,
-                  lockfile: Lockfile | str | os.PathLike | None = None,
-                  storage_options: dict[str, Any] | None = None, cache_dir: str | os.PathLike | None = None,
-                  fetch: FetchMode | None = None, limits: Limits | None = None, trust: TrustArg = None,
-                  allow_downgrade: bool = False) -> tuple[ArchiveReader, Any]:
-    """:func:`open_reader`, and what the trust policy accepted (None without one): a
-    :class:`~karchive.registry.verdict.Verdict` for registry references, a
-    :class:`~karchive.trust.verify.TrustResult` for paths and URLs."""
+    opts = OpenOptions.of(options, **fields)
     if not isinstance(ref, (str, os.PathLike)):
         raise UnsupportedLocationError(f"an archive reference is a path, a URL or NAME[@VERSION], not {type(ref).__name__} "
                                        f"{ref!r}", location=repr(ref))
     text = os.fspath(ref)
     if is_registry_ref(text):
-        from .registry import Registry
-        from .registry.config import LOCKFILE_ENV
-
-        reg = registry if isinstance(registry, Registry) else Registry(registry, storage_options, cache=cache_dir)
-        if lockfile is None and os.environ.get(LOCKFILE_ENV):
-            lockfile = os.environ[LOCKFILE_ENV]
-        try:
-            return reg.open_verified(text, lockfile=lockfile, fetch=fetch, limits=limits, trust=trust,
-                                     allow_downgrade=allow_downgrade)
-        except NotFoundError as exc:
-            if os.path.isdir(text):
-                raise NotFoundError(f"{exc}. (There is a directory {text!r} here, but a directory is not an "
-                                    "archive: give the .karc file's path.)", **exc.fields) from None
-            raise
-    if lockfile is not None:
+        return _open_registry(text, opts)
+    if opts.lockfile is not None:
         # A lockfile pins registry names; silently ignoring it for a path would look like a check that passed.
+        lockfile = opts.lockfile
         raise LockfileError(f"{text} is a path, not a NAME@VERSION reference: a lockfile cannot pin it",
-                            lockfile=os.fspath(lockfile) if not hasattr(lockfile, "pins") else None)
-    from .trust.enforce import resolve_policy
+                            lockfile=(getattr(lockfile, "path", None) or "the lockfile given") if hasattr(lockfile, "pins")
+                            else os.fspath(lockfile))
+    from .trust.enforce import open_trusted_path, open_trusted_url, resolve_policy
 
-    policy = resolve_policy(trust)
+    policy = resolve_policy(opts.trust)
+    storage = dict(opts.storage_options) if opts.storage_options is not None else None
     if policy is None:
-        return open_location(text, storage_options=storage_options, limits=limits), None
-    from .trust.enforce import open_trusted_path, open_trusted_url
-
+        return open_location(text, storage_options=storage, limits=opts.limits)
     if is_url(text) and not text.startswith("file://"):
-        return open_trusted_url(text, policy, storage_options, limits)
-    return open_trusted_path(text[len("file://"):] if text.startswith("file://") else text, policy, limits)
+        reader, verdict = open_trusted_url(text, policy, storage, opts.limits)
+    else:
+        reader, verdict = open_trusted_path(text[len("file://"):] if text.startswith("file://") else text, policy,
+                                            opts.limits)
+    reader.verdict = verdict
+    return reader
+
+
+def _open_registry(text: str, opts: OpenOptions) -> ArchiveReader:
+    from .registry import Registry
+
+    reg = opts.registry
+    if not isinstance(reg, Registry):
+        storage = dict(opts.storage_options) if opts.storage_options is not None else None
+        reg = Registry(reg, storage, cache=opts.cache_dir)
+    try:
+        return reg.open(text, OpenOptions.of(opts, lockfile=opts.lockfile_or_env()))
+    except NotFoundError as exc:
+        if os.path.isdir(text):
+            raise NotFoundError(f"{exc}. (There is a directory {text!r} here, but a directory is not an "
+                                "archive: give the .karc file's path.)", **exc.fields) from None
+        raise

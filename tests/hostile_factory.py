@@ -36,6 +36,7 @@ from karchive.format.constants import (
 from karchive.errors import FormatError
 from karchive.format.tarheader import build_header, padded
 from karchive.format.writer import ArchiveWriter, canonical_json, sha256_hex
+from format1_writer import Format1Writer
 
 # --------------------------------------------------------------------------------------------------
 # Honest archives (through the real writer)
@@ -66,7 +67,7 @@ def honest_archive(groups=None, *, dictionary: str = "none", level: int = 3) -> 
     """
     groups = SMALL_GROUPS if groups is None else groups
     files = {n: d for g in groups for n, d in g}
-    w = ArchiveWriter(level=level, dictionary=dictionary, format_version=(1, 0))
+    w = Format1Writer(level=level, dictionary=dictionary)
     for g in groups:
         w.add_group(g)
     return w.to_bytes(manifest_for(files)), files
@@ -408,7 +409,7 @@ def honest_v2(kernels: dict[str, int] | None = None, *, dictionary: str = "none"
     kernels = kernels if kernels is not None else {"alpha": 3, "beta": 4}
     source = FileRef.for_bytes(f"sources/{sha256_hex(SOURCE_TEXT)}.py", SOURCE_TEXT)
     targets = ("cuda:80", "cuda:90", "hip:gfx942")
-    w = ArchiveWriter(level=level, dictionary=dictionary, format_version=(2, 0))
+    w = ArchiveWriter(level=level, dictionary=dictionary)
     files: dict[str, bytes] = {source.path: SOURCE_TEXT}
     entries = []
     for kernel, n in sorted(kernels.items()):

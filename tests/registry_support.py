@@ -59,16 +59,21 @@ def compiled(target: str = "cuda:90", block: int = 1024, warps: int = 4):
 def small_archive(name: str = "examples", version: str = "0.1.0", block: int = 1024, target: str = "cuda:90",
                   format_version: tuple[int, int] | None = None) -> Path:
     """A one-variant archive; different ``block`` values give different bytes for the same name@version.
-    ``format_version=(1, 0)`` writes the format karchive wrote before 2.0 (for older readers)."""
+    ``format_version=(1, 0)`` gives the format karchive wrote before 2.0 (tests/format1_writer.py: karchive
+    reads 1.0 archives, it no longer writes them)."""
     from karchive.producer.build.pack import ArchiveBuilder
 
     builder = ArchiveBuilder(name, version, level=3)
-    if format_version is not None:
-        builder.format_version = format_version
     builder.add(compiled(target, block))
     suffix = "" if format_version is None else f"-v{format_version[0]}_{format_version[1]}"
     path = workdir() / f"{name}-{version}-{block}-{target.replace(':', '_')}{suffix}.karc"
-    builder.write(path)
+    if format_version == (1, 0):
+        from format1_writer import build_format1
+
+        path.write_bytes(build_format1(builder)[0])
+    else:
+        assert format_version in (None, (2, 0)), format_version
+        builder.write(path)
     return path
 
 

@@ -43,7 +43,7 @@ def test_a_fresh_process_reads_the_exported_decision(triton_cache_dir, fake_gpu_
     import karchive
     from capture_fakes import fresh, ptr, tuned_copy
     from karchive.producer.capture.triton_cache import export_archive
-    from karchive.resolve import open_reader
+    from karchive.resolve import open as open_ref
 
     fresh(tuned_copy)
     with karchive.capture("tuned", version="1") as cap:
@@ -52,7 +52,7 @@ def test_a_fresh_process_reads_the_exported_decision(triton_cache_dir, fake_gpu_
     assert entry["config"] == 1
     cap.save(tmp_path / "tuned.karc")
     out = tmp_path / "exported"
-    results = export_archive(open_reader(str(tmp_path / "tuned.karc")), str(out))
+    results = export_archive(open_ref(str(tmp_path / "tuned.karc")), str(out))
     tuned = [r for r in results if r.key != r.kernel and r.path and r.path.endswith(".autotune.json")]
     assert [r.status for r in tuned] == ["written"], [vars(r) for r in results]
     data = json.loads(pathlib.Path(tuned[0].path).read_text())
@@ -71,5 +71,5 @@ def test_a_fresh_process_reads_the_exported_decision(triton_cache_dir, fake_gpu_
     control = json.loads(run.stdout.strip().splitlines()[-1])
     assert control["benched"] == 3 and control["block"] == 64
     # again, written a second time: left alone
-    again = export_archive(open_reader(str(tmp_path / "tuned.karc")), str(out))
+    again = export_archive(open_ref(str(tmp_path / "tuned.karc")), str(out))
     assert {r.status for r in again} == {"exists"}

@@ -99,17 +99,19 @@ def _compiled(reader: ArchiveReader) -> list:
 
 
 @pytest.mark.parametrize("path", FIXTURES, ids=lambda p: p.name)
-def test_the_1_0_writer_still_writes_the_same_bytes(path, monkeypatch):
-    """Format 1.0 stays available for consumers that cannot read 2.0, and it did not change."""
+def test_the_tests_1_0_writer_writes_what_the_old_writer_wrote(path, monkeypatch):
+    """karchive writes format 2 only; the 1.0 archives its frozen reader is tested with (hostile inputs
+    included) come from tests/format1_writer.py, which must reproduce the old writer's bytes exactly."""
+    from format1_writer import build_format1
     from karchive.producer.build.pack import ArchiveBuilder
 
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     reader = ArchiveReader.from_path(path)
     old = reader.model
-    builder = ArchiveBuilder(old.name, old.version, produced_by={"triton": "3.9.0"}, format_version=(1, 0),
+    builder = ArchiveBuilder(old.name, old.version, produced_by={"triton": "3.9.0"},
                              dictionary="auto" if reader.has_dictionary else "none")
     builder.extend(_compiled(reader))
-    data, _ = builder.to_bytes()
+    data, _ = build_format1(builder)
     expected = path.read_bytes()
     if old.produced_by.get("karchive") != karchive.__version__:
         pytest.skip("karchive's version changed since the fixture was written (it is in produced_by)")
@@ -134,3 +136,20 @@ def test_a_1_0_archive_repacked_as_2_0_keeps_every_variant_and_byte(path):
             assert hashlib.sha256(new.read(name)).hexdigest() == digest
     assert {k: v for k, v in new.manifest.items() if k != "format_version"} == \
         {k: v for k, v in reader.manifest.items() if k != "format_version"}
+
+
+def test_karchive_writes_format_2_only():
+    """Writers have no format choice left (issue 24): what the package writes is the current format."""
+    import dataclasses
+
+    from karchive.format.writer import ArchiveWriter
+    from karchive.producer.pack import ArchiveBuilder
+
+    assert "format_version" not in {f.name for f in dataclasses.fields(ArchiveWriter)}
+    assert "format_version" not in {f.name for f in dataclasses.fields(ArchiveBuilder)}
+    w = ArchiveWriter(level=1, dictionary="none")
+    w.add_group([("sources/x.py", b"print(1)\n")])
+    data = w.to_bytes({"format": "karchive", "format_version": "2.0", "abi_version": 1, "name": "n", "version": "1",
+                       "produced_by": {}, "created": None, "sources": [], "variants": []})
+    reader = ArchiveReader.from_bytes(data)
+    assert reader.format_version == FORMAT_VERSION and FORMAT_VERSION[0] == 2

@@ -19,6 +19,7 @@ from hostile_factory import put_together, take_apart, v2_variant
 from karchive.errors import SchemaError
 from karchive.format.open import open_location
 from karchive.format.writer import ArchiveWriter
+from format1_writer import Format1Writer
 
 ROOT = Path(__file__).resolve().parent.parent
 TRITON_HASH = "ab" * 32
@@ -48,7 +49,7 @@ def _archive_naming(kernel: str, fmt: tuple[int, int], *, stage: str | None = No
     entry["provenance"]["triton_hash"] = TRITON_HASH
     if stage is not None:
         entry["files"]["ir"] = {stage: entry["files"]["ir"]["ptx"]}
-    w = ArchiveWriter(format_version=fmt)
+    w = Format1Writer() if fmt == (1, 0) else ArchiveWriter()
     w.add_group(launch + irm)
     manifest = {"format": "karchive", "format_version": f"{fmt[0]}.{fmt[1]}", "abi_version": 1, "name": name,
                 "version": version, "produced_by": {"karchive": "test"}, "created": None,

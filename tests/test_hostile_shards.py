@@ -28,6 +28,7 @@ from karchive.format.manifest import Manifest
 from karchive.format.reader import ArchiveReader, Limits
 from karchive.format.source import BytesSource
 from karchive.format.writer import ArchiveWriter, canonical_json
+from format1_writer import Format1Writer
 
 
 @pytest.fixture(scope="module")
@@ -419,7 +420,7 @@ def test_a_frame_no_one_lists(v2):
 def test_format_2_footer_over_a_format_1_manifest(v2):
     """A 1.0 writer's archive relabelled 2.0: its manifest has variants and no shard table."""
     data, files, manifest = v2
-    w = ArchiveWriter(level=3, dictionary="none", format_version=(1, 0))
+    w = Format1Writer(level=3, dictionary="none")
     for name, blob in files.items():
         w.add_group([(name, blob)])
     v1 = w.to_bytes({**manifest, "format_version": "2.0"})

@@ -183,3 +183,25 @@ def test_public_packages_declare_their_names():
             if not hasattr(m, name):
                 importlib.import_module(f"{mod}.{name}")  # a listed submodule: importable
     assert not missing, f"packages without __all__: {missing}"
+
+
+def test_registry_and_trust_depend_one_way():
+    """The registry calls down into the trust layer (policies, decide, envelopes); the trust layer never
+    names the registry, so a trust decision can be read without the registry's code (issue 24)."""
+    assert "trust" in ALLOWED["registry"] and "registry" not in ALLOWED["trust"]
+    for path in (PACKAGE / "trust").rglob("*.py"):
+        assert not [t for _, t in _imports(path) if _layer(t) == "registry"], path
+
+
+def test_one_function_makes_the_trust_decision():
+    """Every load route (path, URL, registry, `verify --trust`) goes through trust/decide.decide: nothing else
+    in the package calls the signature verifier itself."""
+    callers = set()
+    for path in _modules():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call):
+                f = node.func
+                name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+                if name == "verify_archive_signatures":
+                    callers.add(str(path.relative_to(PACKAGE)))
+    assert callers == {"trust/decide.py"}, callers

@@ -31,13 +31,13 @@ def test_open_missing_file_is_a_karchive_error_and_a_file_not_found(tmp_path):
     ("/", "FormatError", None),  # a directory
     ("nosuchname@1.0", "NotFoundError", None),
 ])
-def test_open_and_open_reader_raise_karchive_errors(tmp_path, monkeypatch, ref, cls, builtin):
-    from karchive.resolve import open_reader
+def test_open_and_resolve_open_raise_karchive_errors(tmp_path, monkeypatch, ref, cls, builtin):
+    from karchive.resolve import open as open_ref
 
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("KARCHIVE_REGISTRY", raising=False)
-    for opener in (karchive.open, open_reader):
+    for opener in (karchive.open, open_ref):
         with pytest.raises(getattr(karchive, cls)) as info:
             opener(ref)
         assert isinstance(info.value, karchive.KarchiveError)

@@ -12,7 +12,7 @@ import pytest
 from karchive.errors import (ConflictError, LockfileError, NotAnArchiveError, NotFoundError, RegistryError,
                              TransferError)
 from karchive.registry import Lockfile, Registry, RetryPolicy, newest, parse_ref
-from karchive.resolve import open_reader
+from karchive.resolve import open as open_ref
 from karchive.registry.config import cache_dir, redact_url, registry_url
 from karchive.registry.store_layout import version_record_path
 from karchive.registry.progress import Progress, make_progress
@@ -68,7 +68,7 @@ def test_default_registry_is_embedded(isolated: Path) -> None:  # noqa: F811
     reg = Registry()
     reg.publish(small_archive())
     assert (isolated / "xdg-data" / "karchive" / "registry" / version_record_path("examples", "0.1.0")).is_file()
-    reader = open_reader("examples@0.1.0")
+    reader = open_ref("examples@0.1.0")
     assert reader.manifest["name"] == "examples"
     assert list((isolated / "xdg-cache" / "karchive" / "blobs" / "sha256").glob("*.karc"))
 
@@ -149,18 +149,18 @@ def test_lockfile_pins_digests(tmp_path: Path) -> None:
     lock.write(tmp_path / "karchive.lock")
     loaded = Lockfile.load(tmp_path / "karchive.lock")
     assert loaded.pins == lock.pins
-    assert open_reader("examples", registry=a, lockfile=tmp_path / "karchive.lock").manifest["version"] == "1.0.0"
+    assert open_ref("examples", registry=a, lockfile=tmp_path / "karchive.lock").manifest["version"] == "1.0.0"
 
     # Another registry serves different bytes under the same name@version: refused, both digests shown.
     b = Registry(tmp_path / "b", cache=tmp_path / "cache-b")
     other = b.publish(small_archive("examples", "1.0.0", block=512)).record
     with pytest.raises(LockfileError) as info:
-        open_reader("examples@1.0.0", registry=b, lockfile=tmp_path / "karchive.lock")
+        open_ref("examples@1.0.0", registry=b, lockfile=tmp_path / "karchive.lock")
     assert other.sha256 in str(info.value) and lock.pins["examples"].sha256 in str(info.value)
     with pytest.raises(LockfileError, match="pins examples@1.0.0"):
-        open_reader("examples@2.0.0", registry=a, lockfile=loaded)
+        open_ref("examples@2.0.0", registry=a, lockfile=loaded)
     with pytest.raises(LockfileError, match="not pinned"):
-        open_reader("other", registry=a, lockfile=loaded)
+        open_ref("other", registry=a, lockfile=loaded)
 
 
 def test_lockfile_load_is_offline_when_cached(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -170,7 +170,7 @@ def test_lockfile_load_is_offline_when_cached(tmp_path: Path, monkeypatch: pytes
     reg.pull("examples@0.1.0")
     monkeypatch.setenv("KARCHIVE_LOCKFILE", str(tmp_path / "karchive.lock"))
     gone = Registry("http://127.0.0.1:9/nothing-here", cache=tmp_path / "cache", retry=RetryPolicy(1, 0))
-    assert open_reader("examples", registry=gone).manifest["name"] == "examples"
+    assert open_ref("examples", registry=gone).manifest["name"] == "examples"
 
 
 @pytest.mark.parametrize("content,match", [

@@ -14,7 +14,7 @@ import pytest
 from karchive.errors import FormatError, IntegrityError, KarchiveError, RegistryError, TransferError
 from karchive.format.reader import ArchiveReader
 from karchive.registry import Registry, RetryPolicy
-from karchive.resolve import open_reader
+from karchive.resolve import open as open_ref
 from karchive.registry.store_layout import blob_path
 from registry_servers import ROOT, StaticHTTPServer, gcs_server, s3_server, subprocess_env
 from registry_support import big_archive, isolated, release_together, small_archive  # noqa: F401
@@ -32,7 +32,7 @@ def test_one_variant_from_a_large_s3_archive_costs_two_range_requests(tmp_path: 
     assert record.variants >= 300
 
     mark = s3.mark()
-    reader = open_reader("big@1.0.0", registry=url, storage_options=s3.storage_options(),
+    reader = open_ref("big@1.0.0", registry=url, storage_options=s3.storage_options(),
                          cache_dir=tmp_path / "cache", fetch="lazy")
     variant = reader.manifest["variants"][200]
     binary = reader.read(variant["files"]["binary"]["path"])
@@ -307,8 +307,8 @@ def test_lazy_reader_is_an_archive_reader(tmp_path: Path) -> None:
     s3 = s3_server()
     url = f"s3://{s3.new_bucket()}/reg"
     Registry(url, s3.storage_options(), cache=tmp_path / "w").publish(small_archive())
-    reader = open_reader("examples", registry=url, storage_options=s3.storage_options(), cache_dir=tmp_path / "c")
+    reader = open_ref("examples", registry=url, storage_options=s3.storage_options(), cache_dir=tmp_path / "c")
     assert isinstance(reader, ArchiveReader)
     assert reader.verify() == []
     with pytest.raises(RegistryError):
-        open_reader("examples@", registry=url, storage_options=s3.storage_options(), cache_dir=tmp_path / "c")
+        open_ref("examples@", registry=url, storage_options=s3.storage_options(), cache_dir=tmp_path / "c")

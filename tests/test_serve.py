@@ -448,7 +448,7 @@ import karchive
 rs.register_sizes(rec, karchive.open({archive!r}))
 import kernels                               # the library, unchanged
 kernels.add_kernel[(4,)](0x7F0000000000, 0x7F0000001000, 0x7F0000002000, 4096, BLOCK=1024)
-print("LAUNCHES", len(rec.launches()), "TRITON_IS_SHIM", getattr(sys.modules["triton"], "KARCHIVE_SHIM", False))
+print("LAUNCHES", len(rec.launches()), "TRITON_IS_SHIM", getattr(sys.modules["triton"], "__karchive_shim__", False))
 """
 
 

@@ -79,7 +79,7 @@ def test_old_code_reads_a_registry_with_signatures(old_karchive: Path, tmp_path:
     # What the old code wrote (a version, reindexed indexes) leaves the signatures intact.
     policy = write_policy(tmp_path / "p.toml", keys)
     fresh = Registry(tmp_path / "registry", cache=tmp_path / "new-cache")
-    assert len(fresh.open_verified("examples@0.1.0", trust=policy)[1].signers) == 1
+    assert len(fresh.open("examples@0.1.0", trust=policy).verdict.signers) == 1
     assert sorted(fresh.signers("examples@0.1.0")) == sorted([keys["ci"].key_id, keys["alice"].key_id])
     # The old code's cache: its receipts predate ctime, so each blob is verified once more, then reused.
     shared = Registry(tmp_path / "registry", cache=tmp_path / "old-cache")

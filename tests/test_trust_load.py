@@ -20,7 +20,7 @@ pytest.importorskip("cryptography")
 import karchive
 from karchive.errors import IntegrityError, TrustError, UntrustedArchiveError
 from karchive.format.check import index_sha256_from_footer
-from karchive.resolve import open_verified
+from karchive.resolve import open as open_ref
 from karchive.trust import reasons
 from karchive.trust.sidecar import sidecar_path, sidecar_url
 from karchive.trust.sign import sign_archive
@@ -50,7 +50,8 @@ def test_a_signed_local_file_opens_and_reports_who_signed(signed: Path, keys, tm
     arc = karchive.open(signed, trust=policy)
     assert arc.name == "examples"
     arc.close()
-    reader, result = open_verified(str(signed), trust=str(policy))
+    reader = open_ref(str(signed), trust=str(policy))
+    result = reader.verdict.result  # verified now: a path has no receipt
     data = signed.read_bytes()
     import hashlib
 
@@ -181,7 +182,8 @@ def test_urls_use_the_sidecar_beside_the_url(signed: Path, keys, tmp_path: Path,
     try:
         url = f"{http.url}/{signed.name}"
         assert sidecar_url(url + "?token=x") == url + ".sig.json?token=x"
-        reader, result = open_verified(url, trust=policy)
+        reader = open_ref(url, trust=policy)
+        result = reader.verdict.result
         assert result.sha256 is None and result.index_sha256 == index_sha256_from_footer(signed.read_bytes()[-72:])
         assert reader.source.requests <= 2  # the tail only: opening never downloads the archive
         with nothing_loaded(monkeypatch, no_member_reads=True):

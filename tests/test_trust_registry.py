@@ -73,7 +73,8 @@ def test_publish_signed_then_open_and_pull_under_a_policy(store, keys, tmp_path:
     pulled = reg.pull("examples@0.1.0", trust=policy)
     assert pulled.trust is not None and pulled.trust.key_ids == (keys["ci"].key_id,)
     assert not pulled.trust.from_receipt and pulled.trust.result.signers[0].statement.sha256 == digest
-    reader, verdict = reg.open_verified("examples@0.1.0", trust=policy)
+    reader = reg.open("examples@0.1.0", trust=policy)
+    verdict = reader.verdict
     assert verdict.from_receipt and verdict.signers == ((keys["ci"].key_id, "ci"),)
     reader.source.close()
     arc = karchive.open("examples@0.1.0", registry=reg, trust=policy)
@@ -81,7 +82,8 @@ def test_publish_signed_then_open_and_pull_under_a_policy(store, keys, tmp_path:
     arc.close()
     if store.kind != "local":  # a lazy (ranged) open verifies through the index digest, with no download
         lazy = store.registry(tmp_path / "lazy-cache")
-        reader, verdict = lazy.open_verified("examples@0.1.0", trust=policy, fetch="lazy")
+        reader = lazy.open("examples@0.1.0", trust=policy, fetch="lazy")
+        verdict = reader.verdict
         assert verdict.index_sha256 == published.record.index_sha256 and not verdict.from_receipt
         assert not list((tmp_path / "lazy-cache").glob("blobs/sha256/*.karc"))
 
@@ -97,7 +99,8 @@ def test_signing_a_published_version_adds_a_signer(store, keys, tmp_path: Path) 
     assert out.signature.created and out.index_current
     again = store.registry(tmp_path / "bob-cache").sign("examples@0.1.0", keys["bob"])
     assert not again.signature.created  # the same key, the same statement: identical bytes, a no-op
-    _, verdict = store.registry(tmp_path / "c2").open_verified("examples@0.1.0", trust=two)
+    _reader = store.registry(tmp_path / "c2").open("examples@0.1.0", trust=two)
+    verdict = _reader.verdict
     assert sorted(n for _, n in verdict.signers) == ["alice", "bob"]
     # A signer's object is never replaced: another statement by the same key is a conflict.
     with pytest.raises(ConflictError, match="never replaced"):
@@ -141,7 +144,8 @@ def test_concurrent_signers_keep_every_signature(store, keys, tmp_path: Path) ->
     reg = store.registry(tmp_path / "check")
     assert reg.signers("examples@0.1.0") == sorted(keys[n].key_id for n in names)
     three = write_policy(tmp_path / "three.toml", keys, signers=names, threshold=3)
-    _, verdict = reg.open_verified("examples@0.1.0", trust=three)
+    _reader = reg.open("examples@0.1.0", trust=three)
+    verdict = _reader.verdict
     assert len(verdict.signers) == 3
     digest = reg.resolve("examples@0.1.0").sha256
     assert sorted(json.loads(reg.store.read(signature_index_path(digest)))["keyids"]) == \
@@ -250,7 +254,8 @@ def test_http_registry_reads_signatures_through_the_derived_index(keys, tmp_path
     try:
         policy = write_policy(tmp_path / "p.toml", keys)
         reg = Registry(f"{http.url}/registry", cache=tmp_path / "c")
-        reader, verdict = reg.open_verified("examples@0.1.0", trust=policy, fetch="lazy")
+        reader = reg.open("examples@0.1.0", trust=policy, fetch="lazy")
+        verdict = reader.verdict
         assert verdict.key_ids == (keys["ci"].key_id,)
         assert any("index.json" in r["path"] and ".sigs" in r["path"] for r in http.log)
         with pytest.raises(UntrustedArchiveError) as e:
@@ -272,7 +277,7 @@ def test_publish_stores_the_sidecar_signatures_and_refuses_a_stale_one(keys, tmp
     assert sorted((s.key_id, s.source) for s in out.signatures) == sorted(
         [(keys["carol"].key_id, "key"), (keys["alice"].key_id, "sidecar"), (keys["bob"].key_id, "sidecar")])
     three = write_policy(tmp_path / "three.toml", keys, signers=("alice", "bob", "carol"), threshold=3)
-    assert len(reg.open_verified("examples@0.1.0", trust=three)[1].signers) == 3
+    assert len(reg.open("examples@0.1.0", trust=three).verdict.signers) == 3
     # A sidecar left over from another build is refused before anything is written.
     b = tmp_path / "examples-0.2.0.karc"
     b.write_bytes(small_archive("examples", "0.2.0").read_bytes())
@@ -291,7 +296,8 @@ def test_unreadable_signature_objects_are_rejections_not_crashes(keys, tmp_path:
     junk = "ab" * 32
     reg.store.create(signature_path(record.sha256, junk), b'{"payload": 1}')
     policy = write_policy(tmp_path / "p.toml", keys)
-    _, verdict = Registry(tmp_path / "registry", cache=tmp_path / "c2").open_verified("examples@0.1.0", trust=policy)
+    _reader = Registry(tmp_path / "registry", cache=tmp_path / "c2").open("examples@0.1.0", trust=policy)
+    verdict = _reader.verdict
     assert [r["reason"] for r in verdict.result.to_json()["rejected"]] == [reasons.MALFORMED_ENVELOPE]
     # With nothing else, the garbage object is the reason given.
     (tmp_path / "registry" / signature_path(record.sha256, keys["ci"].key_id)).unlink()

@@ -53,7 +53,7 @@ def main() -> int:
 
     from karchive.format.open import open_location
     from karchive.registry import Registry
-    from karchive.resolve import open_reader
+    from karchive.resolve import open as open_ref
     from karchive.trust.keys import SigningKey
     from karchive.trust.policy import TrustPolicy
     from karchive.trust.sign import sign_archive
@@ -70,7 +70,7 @@ def main() -> int:
 
     rows: list[tuple[Any, ...]] = []
     rows.append(("local file (policy: hash file + verify sidecar)",
-                 *pair(lambda: open_location(archive), lambda: open_reader(str(archive), trust=policy), args.repeat)))
+                 *pair(lambda: open_location(archive), lambda: open_ref(str(archive), trust=policy), args.repeat)))
 
     reg = Registry(work / "registry", cache=work / "cache")
     reg.publish(archive)  # stores the sidecar's signature beside the blob
@@ -80,7 +80,7 @@ def main() -> int:
                        args.repeat)))
     rows.append(("registry, cached (policy: verified afresh)",
                  *pair(lambda: reg.open("bench@1.0.0", trust=False),
-                       lambda: reg.open_verified("bench@1.0.0", trust=policy, reuse_verdict=False)[0], args.repeat)))
+                       lambda: reg.open("bench@1.0.0", trust=policy, reuse_verdict=False), args.repeat)))
 
     s3 = s3_server()
     url = f"s3://{s3.new_bucket()}/reg"

@@ -289,11 +289,11 @@ def _check_manifest(m: Any, label: str) -> None:
     from ..format.manifest import Manifest
 
     if not isinstance(m, dict):
-        raise SchemaError(f"{label}: manifest is not a JSON object")
+        raise SchemaError(f"{label}: manifest is not a JSON object", where="manifest")
     try:
         Manifest.from_json(m)  # every field the diff relies on, checked: SchemaError, not a traceback
     except SchemaError as exc:
-        raise SchemaError(f"{label}: {exc}") from None
+        raise SchemaError(f"{label}: {exc}", where="manifest") from None
 
 
 def diff_manifests(ma: dict, mb: dict, *, kernels: Iterable[str] | None = None,
@@ -315,7 +315,7 @@ def _compare_checked(ma: dict, mb: dict, kernels: Iterable[str] | None, targets:
         return _diff_manifests(ma, mb, kernels, targets, refs, resources)
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
         raise SchemaError(f"manifest does not follow the schema ({type(exc).__name__}: {exc}); "
-                          "'karchive verify' lists every problem") from exc
+                          "'karchive verify' lists every problem", where="manifest") from exc
 
 
 def _diff_manifests(ma: dict, mb: dict, kernels: Iterable[str] | None, targets: Iterable[str] | None,
@@ -378,7 +378,8 @@ def _read_members(reader: Reader, variants: list[dict], sources: dict[str, dict]
         src = files.get("source")
         if src and src not in seen_sources:
             if src not in sources:
-                raise SchemaError(f"variant {v['key'][:12]} names source {src!r}, which the manifest does not list")
+                raise SchemaError(f"variant {v['key'][:12]} names source {src!r}, which the manifest does not list",
+                                  where="variants.files.source")
             reader.read(src)
             seen_sources.add(src)
         res = recorded_resources(v, binary)
@@ -412,7 +413,8 @@ def diff_archives(a: Reader, b: Reader, *, refs: tuple[str | None, str | None] =
             src_a = {s["path"]: s for s in ma.get("sources") or []}
             src_b = {s["path"]: s for s in mb.get("sources") or []}
         except (KeyError, TypeError, AttributeError) as exc:
-            raise SchemaError(f"manifest does not follow the schema ({type(exc).__name__}: {exc})") from exc
+            raise SchemaError(f"manifest does not follow the schema ({type(exc).__name__}: {exc})",
+                              where="manifest") from exc
         resources = (_read_members(a, sel_a, src_a), _read_members(b, sel_b, src_b))
     result = _compare_checked(ma, mb, kernels, targets, refs, resources)
     result.members_checked = check_members

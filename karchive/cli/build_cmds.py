@@ -218,9 +218,9 @@ def cmd_build(args: argparse.Namespace) -> int:
     validate_requests(spec.requests)
     previous = None
     if args.reuse:
-        from ..resolve import open_reader
+        from ..resolve import open as open_ref
 
-        previous = open_reader(args.reuse)
+        previous = open_ref(args.reuse)
     if not args.quiet and not args.json:
         for w in spec.warnings:
             print(f"warning: {w}", file=sys.stderr)

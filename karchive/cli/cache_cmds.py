@@ -41,13 +41,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def cmd_export(args: argparse.Namespace) -> int:
     from ..producer.capture.triton_cache import export_archive, local_cache_dir
-    from ..resolve import open_reader
+    from ..resolve import open as open_ref
 
     from ..core.destination import output_dir
     from ..registry.config import storage_options_from_env
 
     cache_dir = os.path.abspath(output_dir(args.cache_dir or local_cache_dir(), create=False))
-    reader = open_reader(args.archive, registry=args.registry, storage_options=storage_options_from_env())
+    reader = open_ref(args.archive, registry=args.registry, storage_options=storage_options_from_env())
     if args.kernel:  # a -k that matches nothing is a typo: say what there is rather than export nothing
         have = reader.model.kernels()  # the header: no shard read
         missing = [k for k in args.kernel if not select_kernels([k], have)]  # short or qualified names

@@ -69,9 +69,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def _open(ref: str, args: argparse.Namespace) -> Any:
     from ..registry.config import storage_options_from_env
-    from ..resolve import open_reader
+    from ..resolve import open as open_ref
 
-    return open_reader(ref, registry=args.registry, cache_dir=args.cache_dir, storage_options=storage_options_from_env())
+    return open_ref(ref, registry=args.registry, cache_dir=args.cache_dir, storage_options=storage_options_from_env())
 
 
 def cmd_diff(args: argparse.Namespace) -> int:

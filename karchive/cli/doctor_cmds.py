@@ -7,7 +7,6 @@ deployment check can run ``karchive doctor`` and trust its status."""
 from __future__ import annotations
 
 import argparse
-import os
 from typing import Any
 
 from .output import EXIT_NEGATIVE, EXIT_OK, emit_json, human_bytes, plural, printable
@@ -65,13 +64,13 @@ def _toolchain(probe: bool) -> dict[str, Any]:
 
 def _locations() -> dict[str, Any]:
     from ..core.paths import BUILD_CACHE, cache_dir
-    from ..registry.config import LOCKFILE_ENV, REGISTRY_ENV, redact_url, registry_url
-    from ..trust.enforce import POLICY_ENV
+    from ..core import settings
+    from ..registry.config import redact_url, registry_url
 
     cache = cache_dir()
     return {"cache": str(cache), "build_cache": str(cache / BUILD_CACHE),
-            "registry": redact_url(registry_url()), "registry_from_env": bool(os.environ.get(REGISTRY_ENV)),
-            "trust_policy": os.environ.get(POLICY_ENV) or None, "lockfile": os.environ.get(LOCKFILE_ENV) or None}
+            "registry": redact_url(registry_url()), "registry_from_env": bool(settings.registry()),
+            "trust_policy": settings.trust_policy() or None, "lockfile": settings.lockfile()}
 
 
 def _toolchain_lines(tc: dict[str, Any]) -> list[str]:

@@ -11,6 +11,7 @@ from ..errors import FormatError, KarchiveError, NotAnArchiveError, TargetError
 from ..format.manifest import FileRef, Manifest, Variant
 from ..format.names import select_kernels
 from ..format.reader import ArchiveReader
+from ..format.schema import VariantChecker
 from ..format.target import Target
 from .hints import wrong_kind
 from .output import emit_json, human_bytes, plural, printable, table
@@ -60,9 +61,9 @@ def _registry_args(p: argparse.ArgumentParser) -> None:
 
 def _open(ref: str, args: argparse.Namespace | None = None):
     from ..registry.config import storage_options_from_env
-    from ..resolve import open_reader
+    from ..resolve import open as open_ref
 
-    return open_reader(ref, registry=getattr(args, "registry", None), cache_dir=getattr(args, "cache_dir", None),
+    return open_ref(ref, registry=getattr(args, "registry", None), cache_dir=getattr(args, "cache_dir", None),
                        storage_options=storage_options_from_env())
 
 
@@ -257,7 +258,10 @@ def _print_ir(reader: ArchiveReader, variants: list[Variant], stage: str) -> int
 
 
 def schema_problems(manifest: dict | ArchiveReader) -> list[str]:
-    """Validate against manifest.schema.json when jsonschema is installed, else the built-in parser only.
+    """The manifest's problems: the typed model's (:class:`Manifest`), and every violation of
+    manifest.schema.json. Variants are checked by :class:`~karchive.format.schema.VariantChecker` (the
+    schema's own rules, in jsonschema's words, at a fraction of a generic engine's cost); the top-level
+    fields by ``jsonschema`` when it is installed (one small document).
 
     Given a format-2 reader, the manifest is checked one shard at a time (memory bounded by a shard,
     not the archive): the header's fields with the model, each kernel's variants against the schema
@@ -272,28 +276,30 @@ def schema_problems(manifest: dict | ArchiveReader) -> list[str]:
         Manifest.from_json(manifest)
     except KarchiveError as exc:
         problems.append(f"manifest: {exc}")
-    validator = _validator()
-    if validator is None:
-        return problems
-    for e in sorted(validator.iter_errors(manifest), key=lambda e: list(e.absolute_path)):
-        where = "/".join(str(p) for p in e.absolute_path) or "(root)"
-        problems.append(f"schema: {where}: {e.message}")
+    found: list[tuple[list, str]] = []
+    variants = manifest.get("variants") if isinstance(manifest, dict) else None
+    whole = _validator()
+    if whole is not None:
+        doc = {**manifest, "variants": []} if isinstance(variants, list) else manifest
+        found += [(list(e.absolute_path), e.message) for e in whole.iter_errors(doc)]
+    if isinstance(variants, list):
+        checker = VariantChecker()
+        for i, entry in enumerate(variants):
+            found += [(["variants", i, *path], message) for path, message in checker.problems(entry)]
+    for path, message in sorted(found, key=lambda f: f[0]):
+        problems.append(f"schema: {'/'.join(str(p) for p in path) or '(root)'}: {message}")
     return problems
 
 
-def _validator(definition: str | None = None) -> Any:
+def _validator() -> Any:
+    """A jsonschema validator of the whole manifest (used on everything but the variants), or None."""
     try:
         import jsonschema
     except ImportError:
         return None
     from ..format.schema import load_schema
 
-    schema = load_schema()
-    if definition is not None:
-        schema = {**schema, "$ref": f"#/$defs/{definition}"}
-        for k in ("properties", "required", "additionalProperties", "type"):
-            schema.pop(k, None)
-    return jsonschema.Draft202012Validator(schema)
+    return jsonschema.Draft202012Validator(load_schema())
 
 
 def _sharded_schema_problems(reader: ArchiveReader) -> list[str]:
@@ -303,12 +309,12 @@ def _sharded_schema_problems(reader: ArchiveReader) -> list[str]:
         Manifest._top(header)
     except KarchiveError as exc:
         problems.append(f"manifest: {exc}")
-    whole, variant = _validator(), _validator("variant")
-    if whole is None or variant is None:
-        return problems
-    for e in sorted(whole.iter_errors({**header, "variants": []}), key=lambda e: list(e.absolute_path)):
-        where = "/".join(str(p) for p in e.absolute_path) or "(root)"
-        problems.append(f"schema: {where}: {e.message}")
+    whole = _validator()
+    if whole is not None:
+        for e in sorted(whole.iter_errors({**header, "variants": []}), key=lambda e: list(e.absolute_path)):
+            where = "/".join(str(p) for p in e.absolute_path) or "(root)"
+            problems.append(f"schema: {where}: {e.message}")
+    checker = VariantChecker()
     for kernel in reader.model.kernels():
         try:
             entries = reader.shard_entries(kernel, keep=False)
@@ -316,14 +322,14 @@ def _sharded_schema_problems(reader: ArchiveReader) -> list[str]:
             problems.append(f"manifest: {exc}")
             continue
         for i, entry in enumerate(entries):
-            for e in sorted(variant.iter_errors(entry), key=lambda e: list(e.absolute_path)):
-                where = "/".join(str(p) for p in e.absolute_path) or "(root)"
-                problems.append(f"schema: shard of {kernel}: variants/{i}/{where}: {e.message}")
+            for path, message in sorted(checker.problems(entry), key=lambda f: list(f[0])):
+                where = "/".join(str(p) for p in path) or "(root)"
+                problems.append(f"schema: shard of {kernel}: variants/{i}/{where}: {message}")
     return problems
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from ..resolve import open_reader
+    from ..resolve import open as open_ref
 
     from ..trust.enforce import policy_from_env
 
@@ -336,7 +342,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     try:
         # Digests first, with no policy (trust=False: not even $KARCHIVE_TRUST_POLICY), so that a damaged
         # archive shows its damage; the signatures are checked below and reported beside it.
-        reader = open_reader(args.archive, registry=args.registry, cache_dir=args.cache_dir, trust=False)
+        reader = open_ref(args.archive, registry=args.registry, cache_dir=args.cache_dir, trust=False)
     except FileNotFoundError:
         raise  # nothing to verify: an error (exit 2), as in every command, not "damaged" (exit 1)
     except FormatError as exc:

@@ -10,9 +10,9 @@ failures reach the user as karchive errors). ``KARCHIVE_DEBUG=1`` shows everythi
 from __future__ import annotations
 
 import logging
-import os
 import sys
 
+from ..core import settings
 from .output import printable
 
 #: Loggers of libraries whose failures karchive reports itself (as TransferError / RegistryError).
@@ -26,7 +26,7 @@ class _OneLine(logging.Formatter):
 
 def configure() -> None:
     root = logging.getLogger()
-    if os.environ.get("KARCHIVE_DEBUG"):
+    if settings.debug():
         logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
         return
     handler = logging.StreamHandler(sys.stderr)

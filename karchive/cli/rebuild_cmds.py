@@ -62,11 +62,11 @@ def _print(report) -> None:
 def cmd_rebuild(args: argparse.Namespace) -> int:
     from ..producer.compile.buildenv import strip_shell
     from ..producer.build.rebuild import rebuild_archive
-    from ..resolve import open_reader
+    from ..resolve import open as open_ref
 
     if "triton" not in sys.modules:
         strip_shell()  # the rebuild applies each variant's recorded environment, never the shell's
-    reader = open_reader(args.archive)
+    reader = open_ref(args.archive)
     done = [0]
     counts = {s.kernel: s.variants for s in reader.model.summary()}  # the header's counts: no shard read
     total = sum(counts[k] for k in select_kernels(args.kernel, counts))  # short or qualified names

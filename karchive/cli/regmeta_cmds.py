@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import os
 from typing import Any
 
+from ..core import settings
 from ..errors import RegistryError
 from .output import emit_json, printable
 
 #: A registry-metadata key for every `publish` / `sign NAME@VERSION` without --registry-key (CI sets it once).
-REGISTRY_KEY_ENV = "KARCHIVE_REGISTRY_KEY"
+REGISTRY_KEY_ENV = settings.REGISTRY_KEY.name
 
 
 def registry_keys(paths: list[str] | None, passphrase_env: str | None) -> list[Any]:
     """The private keys that sign registry metadata: ``--registry-key`` (repeatable), else the key file
     ``$KARCHIVE_REGISTRY_KEY`` names, else none (metadata is left as it is)."""
-    paths = paths or ([os.environ[REGISTRY_KEY_ENV]] if os.environ.get(REGISTRY_KEY_ENV) else [])
+    key = settings.registry_key()
+    paths = paths or ([key] if key else [])
     if not paths:
         return []
     from ..trust.keys import load_private_key

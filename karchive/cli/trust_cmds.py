@@ -136,16 +136,17 @@ def trust_report_for(ref: str, policy_path: str, *, registry: str | None = None,
                      cache_dir: str | None = None) -> dict[str, Any]:
     """:func:`trust_report` for any archive reference: a local file (its sidecar), a URL (the sidecar
     beside it) or NAME@VERSION (the signatures beside the registry's blob), checked the way a load
-    checks them (:func:`karchive.resolve.open_verified`). A refusal is a result, not an exception."""
+    checks them (:func:`karchive.resolve.open`, which asks :func:`karchive.trust.decide.decide`). A
+    refusal is a result, not an exception."""
     from ..registry.refs import is_registry_ref
-    from ..registry.verdict import refusal_json
+    from ..trust.decide import refusal_json
 
     if not is_registry_ref(ref) and "://" not in ref:
         return trust_report(ref, policy_path)
     report: dict[str, Any] = {"ok": False, "policy": {"source": policy_path}}
     try:
         from ..registry.config import storage_options_from_env
-        from ..resolve import open_verified
+        from .. import resolve
         from ..trust.policy import TrustPolicy
 
         policy = TrustPolicy.load(policy_path)
@@ -154,9 +155,10 @@ def trust_report_for(ref: str, policy_path: str, *, registry: str | None = None,
             from ..registry import Registry
 
             reg = Registry(registry, storage_options_from_env(), cache=cache_dir)
-            reader, verdict = reg.open_verified(ref, trust=policy, reuse_verdict=False)
+            reader = reg.open(ref, trust=policy, reuse_verdict=False)
         else:
-            reader, verdict = open_verified(ref, trust=policy, storage_options=storage_options_from_env())
+            reader = resolve.open(ref, trust=policy, storage_options=storage_options_from_env())
+        verdict = reader.verdict
         getattr(reader.source, "close", lambda: None)()
     except TrustError as exc:
         report.update(refusal_json(exc))
@@ -179,23 +181,23 @@ def trust_report(archive: str, policy_path: str, *, sidecar: str | None = None,
     side = sidecar or sidecar_path(archive)
     report: dict[str, Any] = {"ok": False, "policy": {"source": policy_path}, "sidecar": side}
     try:
+        from ..trust.decide import Subject, decide, sidecar_evidence
         from ..trust.policy import TrustPolicy
         from ..trust.sidecar import read_sidecar
-        from ..trust.verify import verify_archive_signatures
 
         policy = TrustPolicy.load(policy_path)
         report["policy"] = policy.to_json()
         sha256, index, name, version = _identity(archive)
-        envelope = read_sidecar(side)
-        result = verify_archive_signatures(sha256=sha256, index_sha256=index, name=name, version=version,
-                                           envelopes=[envelope] if envelope else [], policy=policy, now=now)
+        verdict = decide(policy, Subject(f"{name}@{version}", name, version, sha256, index),
+                         lambda _: sidecar_evidence(read_sidecar(side)), now=now)
     except TrustError as exc:
         report.update(reason=exc.reason, error=str(exc), rejected=list(getattr(exc, "rejected", ()) or ()))
         return report
     except FormatError as exc:  # the archive's own name and version cannot even be read
         report.update(reason=reasons.DAMAGED_ARCHIVE, error=str(exc), rejected=[])
         return report
-    report.update(result.to_json())
+    assert verdict is not None and verdict.result is not None  # a policy was given and nothing was reused
+    report.update(verdict.result.to_json())
     return report
 
 

@@ -73,10 +73,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from ..core.jsonio import canonical_json, parse_json
     from ..core.paths import cache_dir
     from ..registry.config import storage_options_from_env
-    from ..resolve import open_reader
+    from ..resolve import open as open_ref
     from ..runtime.tuning import export_decisions, import_decisions
 
-    reader = open_reader(args.archive, registry=args.registry, storage_options=storage_options_from_env())
+    reader = open_ref(args.archive, registry=args.registry, storage_options=storage_options_from_env())
     root = cache_dir(args.cache_dir)
     if args.keys is not None or args.from_capture is not None:
         report = tune_from_args(args, reader)
@@ -133,9 +133,9 @@ def tune_from_args(args: argparse.Namespace, reader: Any) -> dict[str, Any]:
         calls = parse_keys_file(_read(args.keys), args.keys)
     else:
         from ..registry.config import storage_options_from_env
-        from ..resolve import open_reader
+        from ..resolve import open as open_ref
 
-        src = reader if not args.from_capture else open_reader(args.from_capture, registry=args.registry,
+        src = reader if not args.from_capture else open_ref(args.from_capture, registry=args.registry,
                                                                 storage_options=storage_options_from_env())
         calls = calls_from_records(src.model.autotune or [])
         if not calls:

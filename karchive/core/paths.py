@@ -12,7 +12,9 @@ from pathlib import Path
 
 __all__ = ["BUILD_CACHE", "CACHE_ENV", "cache_dir", "default_cache_dir", "xdg_dir"]
 
-CACHE_ENV = "KARCHIVE_CACHE_DIR"
+from . import settings
+
+CACHE_ENV = settings.CACHE_DIR.name
 #: The producer's own Triton cache for builds, under the cache root (``karchive cache ls`` counts it).
 BUILD_CACHE = "triton-build"
 
@@ -29,7 +31,7 @@ def default_cache_dir() -> Path:
 
 def cache_dir(flag: str | os.PathLike | None = None) -> Path:
     """Flag > ``$KARCHIVE_CACHE_DIR`` > ``$XDG_CACHE_HOME/karchive``."""
-    for value in (flag, os.environ.get(CACHE_ENV)):
+    for value in (flag, settings.cache_dir()):
         if value:
             return Path(os.fspath(value)).expanduser()
     return default_cache_dir()

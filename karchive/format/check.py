@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 
 from ..core.digest import sha256_file
-from ..errors import FormatError, IntegrityError
+from ..errors import DigestMismatchError, FormatError, IntegrityError
 from .constants import FOOTER_PAYLOAD, FOOTER_SIZE, SKIPPABLE_HEADER
 from .manifest import Manifest
 from .reader import ArchiveReader
@@ -44,10 +44,10 @@ def check_archive_file(path: str | os.PathLike, *, sha256: str | None = None, si
     where = os.fspath(path)
     digest, actual_size = sha256_file(path)
     if size is not None and actual_size != size:
-        raise IntegrityError(f"{where}: {actual_size} bytes, the registry record says {size} (truncated or tampered)",
+        raise DigestMismatchError(f"{where}: {actual_size} bytes, the registry record says {size} (truncated or tampered)",
                              source=where, expected=str(size), actual=str(actual_size))
     if sha256 is not None and digest != sha256:
-        raise IntegrityError(f"{where}: sha256 {digest} differs from the registry record's {sha256} (tampered or corrupt)",
+        raise DigestMismatchError(f"{where}: sha256 {digest} differs from the registry record's {sha256} (tampered or corrupt)",
                              source=where, expected=sha256, actual=digest)
     source = FileSource(path)
     try:
@@ -63,7 +63,7 @@ def check_archive_file(path: str | os.PathLike, *, sha256: str | None = None, si
     finally:
         source.close()
     if name is not None and (manifest.name, manifest.version) != (name, version):
-        raise IntegrityError(
+        raise DigestMismatchError(
             f"{where}: archive says it is {manifest.name}@{manifest.version}, the registry record says {name}@{version}",
             source=where, expected=f"{name}@{version}", actual=f"{manifest.name}@{manifest.version}")
     return ArchiveFacts(

@@ -26,7 +26,8 @@ def _open_subdir(parent_fd: int, name: str) -> int:
     try:
         return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
     except OSError as exc:
-        raise UnsafeMemberError(f"cannot enter {name!r} in the destination (a symlink or not a directory): {exc}") from exc
+        raise UnsafeMemberError(f"cannot enter {name!r} in the destination (a symlink or not a directory): {exc}",
+                                member=name) from exc
 
 
 def extract_all(reader: ArchiveReader, dest: str | os.PathLike,
@@ -39,7 +40,8 @@ def extract_all(reader: ArchiveReader, dest: str | os.PathLike,
     # Check everything before writing anything: a damaged archive leaves no partial extraction.
     problems = reader.verify()
     if problems:
-        raise IntegrityError(f"{reader.source.describe()} is damaged; nothing extracted: " + "; ".join(problems[:5]))
+        raise IntegrityError(f"{reader.source.describe()} is damaged; nothing extracted: " + "; ".join(problems[:5]),
+                             source=reader.source.describe())
     os.makedirs(dest, exist_ok=True)
     # The destination itself is the caller's choice and may be a symlink; what lies below it may not.
     root_fd = os.open(os.fspath(dest), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
@@ -58,7 +60,8 @@ def extract_all(reader: ArchiveReader, dest: str | os.PathLike,
                 try:
                     fd = os.open(base, flags, 0o644, dir_fd=fds[-1])
                 except FileExistsError as exc:
-                    raise UnsafeMemberError(f"{name!r} already exists in the destination; not overwriting") from exc
+                    raise UnsafeMemberError(f"{name!r} already exists in the destination; not overwriting",
+                                            member=name) from exc
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(data)
                 written.append(name)

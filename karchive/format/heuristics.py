@@ -272,7 +272,7 @@ def resolve(record: HeuristicsRecord, named: Mapping[str, Any], skip: Iterable[s
 def _check_scalar(value: Any, where: str) -> Any:
     s = scalar(value)
     if s is NOT_SCALAR or (isinstance(value, list) and not isinstance(s, list)):
-        raise SchemaError(f"{where}: not a JSON scalar or list of scalars")
+        raise SchemaError(f"{where}: not a JSON scalar or list of scalars", where=where)
     return value
 
 
@@ -280,64 +280,66 @@ def _parse_input(rec: Any, where: str) -> Any:
     if not isinstance(rec, dict):
         return _check_scalar(rec, where)
     if len(rec) != 1:
-        raise SchemaError(f"{where}: an input object has exactly one of 'absent', 'float', 'object', 'opaque'")
+        raise SchemaError(f"{where}: an input object has exactly one of 'absent', 'float', 'object', 'opaque'",
+                          where=where)
     (kind, body), = rec.items()
     if kind == "absent":
         if body is not True:
-            raise SchemaError(f"{where}.absent: must be true")
+            raise SchemaError(f"{where}.absent: must be true", where=where)
     elif kind == "float":
         if body not in NONFINITE:
-            raise SchemaError(f"{where}.float: one of {', '.join(NONFINITE)}")
+            raise SchemaError(f"{where}.float: one of {', '.join(NONFINITE)}", where=where)
     elif kind == "opaque":
         if not isinstance(body, str):
-            raise SchemaError(f"{where}.opaque: must be a string")
+            raise SchemaError(f"{where}.opaque: must be a string", where=where)
     elif kind == "object":
         if not isinstance(body, dict) or len(body) > 32:
-            raise SchemaError(f"{where}.object: an object of at most 32 probes expected")
+            raise SchemaError(f"{where}.object: an object of at most 32 probes expected", where=where)
         for spelling, result in body.items():
             if not fullmatch(_PROBE, spelling):
-                raise SchemaError(f"{where}.object: {spelling!r} is not a probe karchive replays")
+                raise SchemaError(f"{where}.object: {spelling!r} is not a probe karchive replays", where=where)
             if not isinstance(result, str):
                 _check_scalar(result, f"{where}.object.{spelling}")
     else:
-        raise SchemaError(f"{where}: unknown input kind {kind!r}")
+        raise SchemaError(f"{where}: unknown input kind {kind!r}", where=where)
     return rec
 
 
 def parse_record(obj: Any, where: str) -> HeuristicsRecord:
     if not isinstance(obj, dict):
-        raise SchemaError(f"{where}: a heuristics record must be an object")
+        raise SchemaError(f"{where}: a heuristics record must be an object", where=where)
     kernel = obj.get("kernel")
     names = obj.get("names")
     cases = obj.get("cases")
     if not isinstance(kernel, str) or not kernel:
-        raise SchemaError(f"{where}.kernel: a non-empty string expected")
+        raise SchemaError(f"{where}.kernel: a non-empty string expected", where=where)
     if (not isinstance(names, list) or not names or len(names) > MAX_NAMES
             or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names)):
-        raise SchemaError(f"{where}.names: 1 to {MAX_NAMES} distinct non-empty strings expected")
+        raise SchemaError(f"{where}.names: 1 to {MAX_NAMES} distinct non-empty strings expected", where=where)
     if not isinstance(cases, dict) or set(cases) - set(names):
-        raise SchemaError(f"{where}.cases: an object keyed by the record's names expected")
+        raise SchemaError(f"{where}.cases: an object keyed by the record's names expected", where=where)
     parsed: dict[str, tuple[Case, ...]] = {}
     for name, items in cases.items():
         w = f"{where}.cases.{name}"
         if not isinstance(items, list) or len(items) > MAX_CASES:
-            raise SchemaError(f"{w}: a list of at most {MAX_CASES} cases expected")
+            raise SchemaError(f"{w}: a list of at most {MAX_CASES} cases expected", where=where)
         out = []
         for i, case in enumerate(items):
             if not isinstance(case, dict) or not isinstance(case.get("inputs"), dict) or "value" not in case:
-                raise SchemaError(f"{w}[{i}]: a case needs 'inputs' (object) and 'value'")
+                raise SchemaError(f"{w}[{i}]: a case needs 'inputs' (object) and 'value'", where=where)
             if len(case["inputs"]) > MAX_INPUTS:
-                raise SchemaError(f"{w}[{i}].inputs: more than {MAX_INPUTS} inputs")
+                raise SchemaError(f"{w}[{i}].inputs: more than {MAX_INPUTS} inputs", where=where)
             inputs = {str(k): _parse_input(v, f"{w}[{i}].inputs.{k}") for k, v in case["inputs"].items()}
             device = case.get("device")
             if device is not None and (not isinstance(device, dict) or set(device) - {"target", "name"}
                                        or not all(isinstance(x, str) and len(x) <= 256 for x in device.values())):
-                raise SchemaError(f"{w}[{i}].device: an object with string 'target' and/or 'name' expected")
+                raise SchemaError(f"{w}[{i}].device: an object with string 'target' and/or 'name' expected",
+                                  where=where)
             out.append(Case(inputs, _check_scalar(case["value"], f"{w}[{i}].value"), device))
         parsed[name] = tuple(out)
     exprs = obj.get("exprs", {})
     if not isinstance(exprs, dict) or set(exprs) - set(names):
-        raise SchemaError(f"{where}.exprs: an object keyed by the record's names expected")
+        raise SchemaError(f"{where}.exprs: an object keyed by the record's names expected", where=where)
     from .heuristics_expr import check
 
     for name, expr in exprs.items():
@@ -352,6 +354,6 @@ def records_for(manifest: Mapping[str, Any] | Sequence[Any] | None, kernel: str)
     if raw is None:
         return []
     if not isinstance(raw, list):
-        raise SchemaError("manifest.heuristics: a list expected")
+        raise SchemaError("manifest.heuristics: a list expected", where="heuristics")
     return [parse_record(r, f"heuristics[{i}]") for i, r in enumerate(raw)
             if isinstance(r, dict) and r.get("kernel") == kernel]

@@ -117,55 +117,55 @@ def check(node: Any, where: str) -> None:
     def walk(n: Any, depth: int, w: str) -> None:
         count[0] += 1
         if count[0] > MAX_NODES:
-            raise SchemaError(f"{where}: more than {MAX_NODES} nodes")
+            raise SchemaError(f"{where}: more than {MAX_NODES} nodes", where=where)
         if depth > MAX_DEPTH:
-            raise SchemaError(f"{where}: nested deeper than {MAX_DEPTH}")
+            raise SchemaError(f"{where}: nested deeper than {MAX_DEPTH}", where=where)
         if not isinstance(n, list) or not n or not isinstance(n[0], str):
-            raise SchemaError(f"{w}: a node is a list that starts with its operator")
+            raise SchemaError(f"{w}: a node is a list that starts with its operator", where=w)
         head, rest = n[0], n[1:]
         if head == "arg":
             if len(rest) != 1 or not isinstance(rest[0], str):
-                raise SchemaError(f"{w}: ['arg', NAME]")
+                raise SchemaError(f"{w}: ['arg', NAME]", where=w)
         elif head == "get":
             if len(rest) != 2 or not isinstance(rest[0], str):
-                raise SchemaError(f"{w}: ['get', NAME, DEFAULT]")
+                raise SchemaError(f"{w}: ['get', NAME, DEFAULT]", where=w)
             walk(rest[1], depth + 1, w + "[2]")
         elif head == "const":
             if len(rest) != 1 or scalar(rest[0]) is NOT_SCALAR:
-                raise SchemaError(f"{w}: ['const', a JSON scalar or list of scalars]")
+                raise SchemaError(f"{w}: ['const', a JSON scalar or list of scalars]", where=w)
         elif head == "probe":
             if len(rest) != 2 or not isinstance(rest[1], str) or not _PROBE.match(rest[1]):
-                raise SchemaError(f"{w}: ['probe', NODE, one of the probes of spec/FORMAT.md §6.4]")
+                raise SchemaError(f"{w}: ['probe', NODE, one of the probes of spec/FORMAT.md §6.4]", where=w)
             walk(rest[0], depth + 1, w + "[1]")
         elif head in BINARY or head == "index":
             if len(rest) != 2:
-                raise SchemaError(f"{w}: [{head!r}, NODE, NODE]")
+                raise SchemaError(f"{w}: [{head!r}, NODE, NODE]", where=w)
             for i, r in enumerate(rest):
                 walk(r, depth + 1, f"{w}[{i + 1}]")
         elif head in ("and", "or"):
             if len(rest) < 2:
-                raise SchemaError(f"{w}: [{head!r}, NODE, NODE, ...]")
+                raise SchemaError(f"{w}: [{head!r}, NODE, NODE, ...]", where=w)
             for i, r in enumerate(rest):
                 walk(r, depth + 1, f"{w}[{i + 1}]")
         elif head in ("not", "neg", "is_none", "not_none"):
             if len(rest) != 1:
-                raise SchemaError(f"{w}: [{head!r}, NODE]")
+                raise SchemaError(f"{w}: [{head!r}, NODE]", where=w)
             walk(rest[0], depth + 1, w + "[1]")
         elif head == "if":
             if len(rest) != 3:
-                raise SchemaError(f"{w}: ['if', COND, THEN, ELSE]")
+                raise SchemaError(f"{w}: ['if', COND, THEN, ELSE]", where=w)
             for i, r in enumerate(rest):
                 walk(r, depth + 1, f"{w}[{i + 1}]")
         elif head == "call":
             if not rest or rest[0] not in CALLS:
-                raise SchemaError(f"{w}: ['call', one of {sorted(CALLS)}, ...]")
+                raise SchemaError(f"{w}: ['call', one of {sorted(CALLS)}, ...]", where=w)
             _fn, low, high = CALLS[rest[0]]
             if not low <= len(rest) - 1 <= high:
-                raise SchemaError(f"{w}: {rest[0]} takes {low} to {high} arguments")
+                raise SchemaError(f"{w}: {rest[0]} takes {low} to {high} arguments", where=w)
             for i, r in enumerate(rest[1:]):
                 walk(r, depth + 1, f"{w}[{i + 2}]")
         else:
-            raise SchemaError(f"{w}: unknown operator {head!r}")
+            raise SchemaError(f"{w}: unknown operator {head!r}", where=w)
 
     walk(node, 0, where)
 

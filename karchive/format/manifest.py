@@ -659,9 +659,9 @@ class Manifest:
     @classmethod
     def build(cls, name: str, version: str, variants: Iterable[Variant], *, produced_by: Mapping[str, Any],
               created: str | None = None, sources: Iterable[FileRef] = (), autotune: list[dict] | None = None,
-              heuristics: list[dict] | None = None, extra: Mapping[str, Any] | None = None,
-              format_version: tuple[int, int] = FORMAT_VERSION) -> Manifest:
-        """A manifest to write: variants ordered by kernel name, then key (spec/FORMAT.md §4)."""
+              heuristics: list[dict] | None = None, extra: Mapping[str, Any] | None = None) -> Manifest:
+        """A manifest to write (always the current format, :data:`FORMAT_VERSION`): variants ordered by kernel
+        name, then key (spec/FORMAT.md §4)."""
         ordered = sorted(variants, key=lambda v: (v.kernel, v.key))
         for v in ordered:  # what a reader would refuse is never written
             check_kernel_name(v.kernel, "variants.kernel")
@@ -677,7 +677,7 @@ class Manifest:
         unknown = set(extra or {}) & _TOP_KNOWN
         if unknown:
             raise SchemaError(f"manifest: extra fields {sorted(unknown)} shadow standard ones", where="manifest")
-        return cls(name=name, version=version, format_version=f"{format_version[0]}.{format_version[1]}",
+        return cls(name=name, version=version, format_version=f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}",
                    abi_version=max([v.abi.version for v in ordered], default=ABI_VERSION_PLAIN), produced_by=dict(produced_by),
                    created=created, sources=tuple(sorted(sources, key=lambda f: f.path)), autotune=autotune,
                    heuristics=heuristics, extra=dict(extra or {}), raw=None, by_kernel=by_kernel, parsed=parsed)

@@ -1,7 +1,7 @@
 """Open an archive reader from a local path or any fsspec URL (``s3://``, ``gs://``, ``http://``, ``memory://``).
 
 This is the format layer's half of opening: a *location*. Registry references (``NAME@VERSION``) are
-resolved above it, in :func:`karchive.resolve.open_reader`, the one entry point users call.
+resolved above it, in :func:`karchive.resolve.open`, the one entry point users call.
 """
 
 from __future__ import annotations

@@ -28,6 +28,7 @@ import zstandard
 from ..core.jsonio import canonical_json, parse_json
 from ..errors import (
     FormatError,
+    DigestMismatchError,
     IntegrityError,
     LimitExceededError,
     NotAnArchiveError,
@@ -115,10 +116,10 @@ class FrameTable(Sequence[Frame]):
 
 def parse_version(text: Any) -> tuple[int, int]:
     if not isinstance(text, str) or text.count(".") != 1 or len(text) > 21:
-        raise SchemaError(f"bad format_version {text!r}")
+        raise SchemaError(f"bad format_version {text!r}", where="format_version")
     major, minor = text.split(".")
     if not (major.isascii() and major.isdigit() and minor.isascii() and minor.isdigit()):
-        raise SchemaError(f"bad format_version {text!r}")
+        raise SchemaError(f"bad format_version {text!r}", where="format_version")
     return int(major), int(minor)
 
 
@@ -144,7 +145,7 @@ def scan_manifest(root: Any, max_depth: int) -> list[dict]:
     while stack:
         node, depth = pop()
         if depth > max_depth:
-            raise LimitExceededError(f"manifest is nested deeper than {max_depth} levels")
+            raise LimitExceededError(f"manifest is nested deeper than {max_depth} levels", limit=max_depth, value=depth)
         if type(node) is dict:
             if "sha256" in node and "size" in node and type(node.get("path")) is str:
                 found.append(node)
@@ -215,6 +216,9 @@ class ArchiveReader:
     def __init__(self, source: RangeSource, limits: Limits = Limits(), frame_cache: int = 16) -> None:
         self.source = source
         self.limits = limits
+        #: What a trust policy accepted when this archive was opened (a :class:`karchive.trust.decide.Verdict`,
+        #: set by the loader before the reader is handed out); None: opened without a policy.
+        self.verdict: Any = None
         self._lock = threading.Lock()
         self._shard_lock = threading.RLock()
         self._cache: OrderedDict[int, bytes] = OrderedDict()
@@ -261,25 +265,26 @@ class ArchiveReader:
         size = self.source.size
         where = self.source.describe()
         if size < FOOTER_SIZE:
-            raise NotAnArchiveError(f"{where}: {size} bytes is too small to be a karchive archive")
+            raise NotAnArchiveError(f"{where}: {size} bytes is too small to be a karchive archive", source=where)
         tail_len = min(size, TAIL_READ)
         self._tail_start = size - tail_len
         self._tail = self.source.read(self._tail_start, tail_len)
         footer = self._tail[-FOOTER_SIZE:]
         magic, length = SKIPPABLE_HEADER.unpack_from(footer)
         if magic != FOOTER_FRAME_MAGIC or length != FOOTER_PAYLOAD.size:
-            raise NotAnArchiveError(f"{where}: no karchive footer (not a .karc archive, or truncated)")
+            raise NotAnArchiveError(f"{where}: no karchive footer (not a .karc archive, or truncated)", source=where)
         tag, major, minor, _flags, index_offset, index_length, index_digest = FOOTER_PAYLOAD.unpack_from(
             footer, SKIPPABLE_HEADER.size
         )
         if tag != FOOTER_TAG:
-            raise NotAnArchiveError(f"{where}: footer tag mismatch (not a .karc archive)")
+            raise NotAnArchiveError(f"{where}: footer tag mismatch (not a .karc archive)", source=where)
         self.format_version = (major, minor)
         check_format_version(self.format_version)
         if index_offset + index_length != size - FOOTER_SIZE or index_length < SKIPPABLE_HEADER.size:
             raise FormatError(f"{where}: footer points outside the file (truncated or corrupt)")
         if index_length > self.limits.max_index_bytes:
-            raise LimitExceededError(f"{where}: index of {index_length} bytes exceeds the limit")
+            raise LimitExceededError(f"{where}: index of {index_length} bytes exceeds the limit",
+                                     limit=self.limits.max_index_bytes, value=index_length)
         if index_offset < self._tail_start:
             # A large index: fetch everything from the index on in one more read.
             self._tail_start = index_offset
@@ -290,7 +295,9 @@ class ArchiveReader:
             raise FormatError(f"{where}: index frame header is corrupt")
         payload = raw_index[SKIPPABLE_HEADER.size :]
         if hashlib.sha256(payload).digest() != index_digest:
-            raise IntegrityError(f"{where}: index digest does not match the footer (corrupt or tampered)")
+            raise DigestMismatchError(f"{where}: index digest does not match the footer (corrupt or tampered)",
+                                      source=where,
+                                      expected=index_digest.hex(), actual=hashlib.sha256(payload).hexdigest())
         self._parse_index(self._decompress(payload, self.limits.max_index_bytes, None, "index"), index_offset)
         self._load_dictionary_and_manifest()
 
@@ -305,12 +312,14 @@ class ArchiveReader:
         if index.get("dictionary") not in (None, DICTIONARY_NAME):
             raise FormatError(f"index: dictionary must be {DICTIONARY_NAME!r} or null, got {index.get('dictionary')!r}")
         if len(index["frames"]) > self.limits.max_members + 2:
-            raise LimitExceededError(f"index lists {len(index['frames'])} frames; the limit is {self.limits.max_members + 2}")
+            raise LimitExceededError(f"index lists {len(index['frames'])} frames; the limit is {self.limits.max_members + 2}",
+                                     limit=self.limits.max_members + 2, value=len(index["frames"]))
         frames = self._frames_fast(index["frames"], index_offset)
         if frames is None:
             frames = self._frames_checked(index["frames"], index_offset)
         if len(index["members"]) > self.limits.max_members:
-            raise LimitExceededError(f"index lists {len(index['members'])} members; the limit is {self.limits.max_members}")
+            raise LimitExceededError(f"index lists {len(index['members'])} members; the limit is {self.limits.max_members}",
+                                     limit=self.limits.max_members, value=len(index["members"]))
         self.frames = frames
         self._frame_members: list[list[Member]] = [[] for _ in range(len(frames))]
         self._owner = [_UNCLAIMED] * len(frames)
@@ -365,12 +374,12 @@ class ArchiveReader:
             if usize > self.limits.max_frame_bytes:
                 raise LimitExceededError(
                     f"frame {len(frames)} claims {usize} decompressed bytes; the limit is {self.limits.max_frame_bytes}"
-                )
+                , limit=self.limits.max_frame_bytes, value=usize)
             if length > compress_bound(usize):
                 # Reading a frame costs its compressed length in memory: bound it by what it may decode to.
                 raise LimitExceededError(
                     f"frame {len(frames)} is {length} bytes long, more than any zstd frame of {usize} bytes needs"
-                )
+                , limit=compress_bound(usize), value=length)
             frames.append(Frame(off, length, usize, bool(flag)))
             expected = off + length
         if expected != index_offset:
@@ -385,7 +394,8 @@ class ArchiveReader:
         frames newly claimed. Members are only added once every check has passed.
         """
         if len(self._members) + len(placed) > self.limits.max_members:
-            raise LimitExceededError(f"{what} brings the archive past {self.limits.max_members} members")
+            raise LimitExceededError(f"{what} brings the archive past {self.limits.max_members} members",
+                                     limit=self.limits.max_members, value=len(self._members) + len(placed))
         frames = self.frames
         added: dict[str, Member] = {}
         claimed: dict[int, list[Member]] = {}
@@ -455,7 +465,7 @@ class ArchiveReader:
             if m.size > limit_of[m.name] or frame.size > limit_of[m.name] + 4 * TAR_BLOCK:
                 raise LimitExceededError(
                     f"{m.name} ({m.size} bytes in a frame of {frame.size}) exceeds the limit of {limit_of[m.name]} bytes"
-                )
+                , limit=limit_of[m.name], value=m.size)
         # Honest archives put them right before the index: fetch them with the tail in one read, but
         # never a range wider than the frames themselves.
         spans = {m.frame: self.frames[m.frame] for m in needed}
@@ -469,7 +479,9 @@ class ArchiveReader:
         if dict_name is not None:
             dict_bytes = self._member_unchecked(self._members[dict_name])
             if hashlib.sha256(dict_bytes).hexdigest() != index.get("dictionary_sha256"):
-                raise IntegrityError("dictionary digest does not match the index (corrupt or tampered)")
+                raise DigestMismatchError("dictionary digest does not match the index (corrupt or tampered)",
+                                          source=self.source.describe(), expected=index.get("dictionary_sha256"),
+                                          actual=hashlib.sha256(dict_bytes).hexdigest())
             try:
                 self._dctx_dict = zstandard.ZstdDecompressor(
                     dict_data=zstandard.ZstdCompressionDict(dict_bytes), max_window_size=self.limits.max_window_bytes
@@ -481,15 +493,17 @@ class ArchiveReader:
             raise FormatError("frames need a dictionary but the index names none")
         raw = self._member_unchecked(self._members[MANIFEST_NAME])
         if hashlib.sha256(raw).hexdigest() != index.get("manifest_sha256"):
-            raise IntegrityError("manifest digest does not match the index (corrupt or tampered)")
+            raise DigestMismatchError("manifest digest does not match the index (corrupt or tampered)",
+                                      source=self.source.describe(), expected=index.get("manifest_sha256"),
+                                      actual=hashlib.sha256(raw).hexdigest())
         manifest = load_json(raw, "manifest", self.limits)
         if not isinstance(manifest, dict):
-            raise SchemaError("manifest is not a JSON object")
+            raise SchemaError("manifest is not a JSON object", where="manifest")
         found = parse_version(manifest.get("format_version"))
         check_format_version(found, "manifest format")
         if found[0] != self.format_version[0]:
             raise SchemaError(f"manifest says format {found[0]}.{found[1]}, the footer "
-                              f"{self.format_version[0]}.{self.format_version[1]}")
+                              f"{self.format_version[0]}.{self.format_version[1]}", where="format_version")
         entries = scan_manifest(manifest, self.limits.max_json_depth)
         #: ``karchive/manifest.json`` as stored: the whole manifest (format 1) or its header (format 2).
         self.header_bytes = raw
@@ -497,7 +511,7 @@ class ArchiveReader:
         for entry in entries:
             path, ref = entry["path"], (entry["size"], entry["sha256"])
             if self._digests.setdefault(path, ref) != ref:
-                raise SchemaError(f"manifest lists {path!r} twice with different sizes or digests")
+                raise SchemaError(f"manifest lists {path!r} twice with different sizes or digests", where="files")
         if self.sharded:
             self._parse_shard_table(manifest)
             # Honest archives put the shards just before the dictionary and the header: what the tail
@@ -512,39 +526,43 @@ class ArchiveReader:
     def _parse_shard_table(self, header: dict) -> None:
         table = header.get("shards")
         if not isinstance(table, list):
-            raise SchemaError("manifest header: 'shards' must be a list (format 2)")
+            raise SchemaError("manifest header: 'shards' must be a list (format 2)", where="shards")
         if len(table) > self.limits.max_shards:
-            raise LimitExceededError(f"manifest header lists {len(table)} shards; the limit is {self.limits.max_shards}")
+            raise LimitExceededError(f"manifest header lists {len(table)} shards; the limit is {self.limits.max_shards}",
+                                     limit=self.limits.max_shards, value=len(table))
         total = 0
         paths: set[str] = set()
         for i, row in enumerate(table):
             where = f"manifest.shards[{i}]"
             if not isinstance(row, dict):
-                raise SchemaError(f"{where}: expected an object")
+                raise SchemaError(f"{where}: expected an object", where=where)
             kernel, path, n, targets = row.get("kernel"), row.get("path"), row.get("variants"), row.get("targets")
             if not isinstance(kernel, str) or not isinstance(path, str):
-                raise SchemaError(f"{where}: kernel and path must be strings")
+                raise SchemaError(f"{where}: kernel and path must be strings", where=where)
             check_kernel_name(kernel, f"{where}.kernel")  # names reach file names (export-triton-cache)
             if type(n) is not int or n < 0 or not isinstance(targets, dict) or not all(
                     isinstance(t, str) and type(c) is int and c > 0 for t, c in targets.items()):
-                raise SchemaError(f"{where}: variants must be a count and targets a map of positive counts")
+                raise SchemaError(f"{where}: variants must be a count and targets a map of positive counts",
+                                  where=where)
             if sum(targets.values()) != n:
-                raise SchemaError(f"{where}: the per-target counts do not add up to {n} variants")
+                raise SchemaError(f"{where}: the per-target counts do not add up to {n} variants", where=where)
             if kernel in self._shard_of:
-                raise SchemaError(f"{where}: kernel {kernel!r} has two shards")
+                raise SchemaError(f"{where}: kernel {kernel!r} has two shards", where=where)
             member = self._members.get(path)
             if member is None or path in (MANIFEST_NAME, DICTIONARY_NAME) or path not in self._digests:
                 raise FormatError(f"{where}: shard {path!r} is not a member the index lists with a digest")
             if member.size > self.limits.max_manifest_bytes:
-                raise LimitExceededError(f"{where}: shard of {member.size} bytes exceeds the manifest limit")
+                raise LimitExceededError(f"{where}: shard of {member.size} bytes exceeds the manifest limit",
+                                         limit=self.limits.max_manifest_bytes, value=member.size)
             if path in paths:
-                raise SchemaError(f"{where}: two kernels share the shard {path!r}")
+                raise SchemaError(f"{where}: two kernels share the shard {path!r}", where=where)
             paths.add(path)
             total += n
             self._shard_of[kernel] = len(self._shards)
             self._shards.append(ShardEntry(kernel, path, KernelSummary(kernel, n, tuple(sorted(targets.items())))))
         if total > self.limits.max_members:
-            raise LimitExceededError(f"manifest header counts {total} variants; the limit is {self.limits.max_members}")
+            raise LimitExceededError(f"manifest header counts {total} variants; the limit is {self.limits.max_members}",
+                                     limit=self.limits.max_members, value=total)
         self._all_loaded = not self._shards
 
     # -- the manifest ------------------------------------------------------------------------------
@@ -630,7 +648,8 @@ class ArchiveReader:
     def _check_counts(self, i: int, targets: Iterable[str | None]) -> None:
         shard = self._shards[i]
         if KernelSummary.of(shard.kernel, targets) != shard.summary:
-            raise SchemaError(f"shard of {shard.kernel!r} does not match the counts in the manifest header")
+            raise SchemaError(f"shard of {shard.kernel!r} does not match the counts in the manifest header",
+                              where=f"shards[{i}]")
 
     def _claim(self, i: int, located: list[tuple[str, int, int, int, Any]]) -> list[int]:
         """Take the frames shard ``i`` places its members in (each frame belongs to one owner) and
@@ -639,7 +658,9 @@ class ArchiveReader:
             return []
         what = f"shard of {self._shards[i].kernel!r}"
         if len(self._members) + len(self._pending_names) + len(located) > self.limits.max_members:
-            raise LimitExceededError(f"{what} brings the archive past {self.limits.max_members} members")
+            raise LimitExceededError(f"{what} brings the archive past {self.limits.max_members} members",
+                                     limit=self.limits.max_members,
+                                     value=len(self._members) + len(self._pending_names) + len(located))
         names = [loc[0] for loc in located]
         frame_of = dict(zip(names, [loc[1] for loc in located]))
         twice = len(frame_of) != len(names) or not self._digests.keys().isdisjoint(frame_of)
@@ -707,12 +728,13 @@ class ArchiveReader:
         if size in (zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR):
             raise FormatError(f"{what}: zstd frame does not declare its size")
         if size > declared:
-            raise LimitExceededError(f"{what}: frame declares {size} bytes, more than the {declared} allowed")
+            raise LimitExceededError(f"{what}: frame declares {size} bytes, more than the {declared} allowed",
+                                     limit=declared, value=size)
         # One-shot decompression does not apply max_window_size itself: check the header here.
         if params.window_size > self.limits.max_window_bytes:
             raise LimitExceededError(
                 f"{what}: frame needs a {params.window_size}-byte window; the limit is {self.limits.max_window_bytes}"
-            )
+            , limit=self.limits.max_window_bytes, value=params.window_size)
         dctx = dctx or zstandard.ZstdDecompressor(max_window_size=self.limits.max_window_bytes)
         try:
             out = dctx.decompress(blob, max_output_size=size, allow_extra_data=False)
@@ -815,14 +837,15 @@ class ArchiveReader:
             return self._dict_bytes
         expected = self._digests.get(name)
         if expected is None:
-            raise IntegrityError(f"member {name!r} has no digest in the manifest; refusing to trust it")
+            raise IntegrityError(f"member {name!r} has no digest in the manifest; refusing to trust it",
+                                 source=self.source.describe())
         return self._checked(member, self._member_unchecked(member), expected)
 
     def _checked(self, member: Member, data: bytes, expected: tuple[int, str]) -> bytes:
         digest = hashlib.sha256(data).hexdigest()
         if len(data) != expected[0] or digest != expected[1]:
-            raise IntegrityError(f"member {member.name!r}: size or sha256 differs from the manifest (corrupt or tampered)",
-                                 source=self.source.describe(), member=member.name, expected=expected[1], actual=digest)
+            raise DigestMismatchError(f"member {member.name!r}: size or sha256 differs from the manifest (corrupt or tampered)",
+                                 source=self.source.describe(), expected=expected[1], actual=digest)
         return data
 
     # -- full check --------------------------------------------------------------------------------

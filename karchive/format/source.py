@@ -53,7 +53,7 @@ class FileSource:
             # O_NONBLOCK: opening a FIFO must not hang waiting for a writer (it is refused below).
             self._fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NONBLOCK", 0))
         except FileNotFoundError:
-            raise ArchiveNotFoundError(f"no such archive: {self.path}", path=self.path, source=self.path) from None
+            raise ArchiveNotFoundError(f"no such archive: {self.path}", path=self.path) from None
         except IsADirectoryError:
             raise NotAnArchiveError(f"{self.path} is a directory, not an archive", source=self.path) from None
         except PermissionError as exc:
@@ -110,7 +110,7 @@ class FsspecSource:
                 # fsspec's HTTP file system reports any failed request as "not found"; a refused
                 # connection is a network problem, not a missing archive.
                 raise TransferError(f"cannot reach {path}: {type(cause).__name__}: {cause}", url=path) from exc
-            raise ArchiveNotFoundError(f"no such archive: {path}", path=path, source=path) from None
+            raise ArchiveNotFoundError(f"no such archive: {path}", path=path) from None
         except Exception as exc:
             raise TransferError(f"cannot stat {path}: {exc}", url=path) from exc
 

@@ -25,11 +25,11 @@ def check_member_name(name: str) -> str:
     if type(name) is str and len(name) <= MAX_NAME and _SAFE_RE.fullmatch(name):
         return name
     if not isinstance(name, str) or not name or len(name) > MAX_NAME:
-        raise UnsafeMemberError(f"bad member name {name!r}")
+        raise UnsafeMemberError(f"bad member name {name!r}", member=ascii(name)[:200])
     if name.startswith("/") or "\\" in name or not _NAME_RE.fullmatch(name):  # not match(): "$" allows a trailing "\n"
-        raise UnsafeMemberError(f"unsafe member name {name!r} (absolute, odd characters or empty part)")
+        raise UnsafeMemberError(f"unsafe member name {name!r} (absolute, odd characters or empty part)", member=name)
     if any(part in (".", "..") for part in name.split("/")):
-        raise UnsafeMemberError(f"unsafe member name {name!r} ('.' or '..' component)")
+        raise UnsafeMemberError(f"unsafe member name {name!r} ('.' or '..' component)", member=name)
     return name
 
 
@@ -105,12 +105,13 @@ def parse_header(block: bytes) -> Header | None:
     if stored != computed:
         raise FormatError("tar header checksum mismatch")
     typeflag = block[156:157]
+    shown = block[0:100].split(b"\0", 1)[0].decode("ascii", "replace")  # the name as far as it can be read
     if typeflag not in (b"0", b"\0"):
-        raise UnsafeMemberError(f"tar member type {typeflag!r} refused (only regular files are allowed)")
+        raise UnsafeMemberError(f"tar member type {typeflag!r} refused (only regular files are allowed)", member=shown)
     try:
         base = block[0:100].split(b"\0", 1)[0].decode("ascii")
         prefix = block[345:500].split(b"\0", 1)[0].decode("ascii")
     except UnicodeDecodeError as exc:
-        raise UnsafeMemberError("non-ASCII tar member name") from exc
+        raise UnsafeMemberError("non-ASCII tar member name", member=shown) from exc
     name = f"{prefix}/{base}" if prefix else base
     return Header(check_member_name(name), _parse_octal(block[124:136], "size"))

@@ -1,11 +1,12 @@
 """Write .karc containers: tar members in independent zstd frames, an index, and a footer.
 
 The writer takes groups of (name, bytes) members, each group becoming one zstd frame (the unit of
-random access), plus the manifest as one JSON-able dict. For format 2 (the default) it splits that
-manifest into a header and one shard per kernel (spec/FORMAT.md §6.5), which is the only thing it
-needs to know about kernels: each frame must then hold members of one kernel only. Format 1 is still
-written on request, for readers that predate format 2. Output depends only on the inputs (frames are
-compressed in parallel, each independently), so the same inputs give byte-identical archives.
+random access), plus the manifest as one JSON-able dict, which it splits into a header and one shard
+per kernel (spec/FORMAT.md §6.5): the only thing it needs to know about kernels is that each frame
+then holds members of one kernel only. It writes format 2 and nothing else; format 1.0 archives are
+still read (:mod:`.reader`, frozen, checked against the golden 1.0 files in tests/data), never written.
+Output depends only on the inputs (frames are compressed in parallel, each independently), so the
+same inputs give byte-identical archives.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ DictionaryMode = Literal["auto", "none", "always"]
 #: Below this many dictionary-eligible bytes a trained dictionary costs more than it saves.
 _DICT_MIN_BYTES = 96 * 1024
 _DICT_MIN_SAMPLES = 12
-#: Format 2 dictionary: frames hold many members each, so the dictionary only has to prime each frame's
+#: The dictionary: frames hold many members each, so the dictionary only has to prime each frame's
 #: first members; a small one (1/16 of the dictionary-eligible bytes, 16-256 KiB) does that and stays
 #: cheap to fetch with the index. 4 MiB cost 1/3 of a format-1 archive (docs/benchmarks.md, "Archive size").
 _DICT2_MIN, _DICT2_MAX, _DICT2_FRACTION = 16 * 1024, 256 * 1024, 16
@@ -93,7 +94,6 @@ class ArchiveWriter:
     dictionary: DictionaryMode | int = "auto"
     #: Threads compressing frames (0: up to 8, one per CPU). Frames are independent: same bytes either way.
     threads: int = 0
-    format_version: tuple[int, int] = FORMAT_VERSION
     _groups: list[_Group] = field(default_factory=list)
     _names: set[str] = field(default_factory=set)
     stats: WriteStats = field(default_factory=WriteStats)
@@ -119,16 +119,10 @@ class ArchiveWriter:
             return None
         if mode == "auto" and (total < _DICT_MIN_BYTES or len(samples) < _DICT_MIN_SAMPLES):
             return None
-        if self.format_version[0] >= 2:
-            size = mode if isinstance(mode, int) else max(_DICT2_MIN, min(_DICT2_MAX, total // _DICT2_FRACTION))
-            if total > _DICT2_TRAIN_BYTES:
-                step = total / _DICT2_TRAIN_BYTES
-                samples = [samples[int(i * step)] for i in range(int(len(samples) / step))]
-        else:
-            # Format 1, one frame per variant: sibling variants share long runs, so a large dictionary
-            # keeps paying; a quarter of the content, up to 4 MiB, brought 270 variants from 1.54x to
-            # ~1.28x of solid zstd (docs/benchmarks.md).
-            size = mode if isinstance(mode, int) else max(16 * 1024, min(4 * 1024 * 1024, total // 4))
+        size = mode if isinstance(mode, int) else max(_DICT2_MIN, min(_DICT2_MAX, total // _DICT2_FRACTION))
+        if total > _DICT2_TRAIN_BYTES:
+            step = total / _DICT2_TRAIN_BYTES
+            samples = [samples[int(i * step)] for i in range(int(len(samples) / step))]
         try:
             # Fixed k/d and one thread: COVER training is then deterministic.
             trained = zstandard.train_dictionary(size, samples, k=16384, d=8, level=self.level, threads=1)
@@ -176,47 +170,6 @@ class ArchiveWriter:
             return list(pool.map(one, jobs))
 
     def to_bytes(self, manifest: dict) -> bytes:
-        """Encode every group, the dictionary, the manifest, the index and the footer."""
-        if self.format_version[0] >= 2:
-            return self._to_bytes_v2(manifest)
-        mtime = source_date_epoch()
-        dict_bytes = self._train_dictionary()
-        plain = self._compressor(None)
-        with_dict = self._compressor(dict_bytes) if dict_bytes is not None else plain
-
-        out = bytearray()
-        frames: list[list[int]] = []
-        members: list[list] = []
-        stats = WriteStats()
-
-        def emit(group: list[tuple[str, bytes]], compressor: zstandard.ZstdCompressor, dict_flag: int,
-                 trailer: bytes = b"", content: bool = True) -> None:
-            tar, placed = self._tar_bytes(group, mtime)
-            tar += trailer
-            blob = compressor.compress(tar)
-            index = len(frames)
-            frames.append([len(out), len(blob), len(tar), dict_flag])
-            for name, offset, size in placed:
-                members.append([name, index, offset, size])
-                stats.members += 1
-                if content:
-                    stats.raw_bytes += size
-            out.extend(blob)
-
-        for group in self._groups:
-            use = group.use_dict and dict_bytes is not None
-            emit(group.members, with_dict if use else plain, 1 if use else 0)
-        if dict_bytes is not None:
-            emit([(DICTIONARY_NAME, dict_bytes)], plain, 0, content=False)
-            stats.dictionary_bytes = len(dict_bytes)
-        manifest_bytes = canonical_json(manifest)
-        # The manifest frame also carries tar's end-of-archive marker (two zero blocks).
-        emit([(MANIFEST_NAME, manifest_bytes)], plain, 0, trailer=bytes(2 * TAR_BLOCK), content=False)
-
-        self._finish(out, frames, members, manifest_bytes, dict_bytes, stats)
-        return bytes(out)
-
-    def _to_bytes_v2(self, manifest: dict) -> bytes:
         """Format 2: content frames, one shard frame per kernel, the dictionary, the manifest header
         (the last frame, with tar's end-of-archive marker), the index and the footer."""
         if not isinstance(manifest, dict) or not isinstance(manifest.get("variants"), list):
@@ -294,7 +247,7 @@ class ArchiveWriter:
 
     def _finish(self, out: bytearray, frames: list, members: list, manifest_bytes: bytes, dict_bytes: bytes | None,
                 stats: WriteStats) -> None:
-        """Append the index frame (spec §3; the same shape in both versions) and the footer; record the totals."""
+        """Append the index frame (spec §3) and the footer; record the totals."""
         index = {
             "frames": frames,
             "members": members,
@@ -309,7 +262,7 @@ class ArchiveWriter:
         index_offset = len(out)
         out += SKIPPABLE_HEADER.pack(INDEX_FRAME_MAGIC, len(index_payload)) + index_payload
         payload = FOOTER_PAYLOAD.pack(
-            FOOTER_TAG, self.format_version[0], self.format_version[1], 0, index_offset,
+            FOOTER_TAG, FORMAT_VERSION[0], FORMAT_VERSION[1], 0, index_offset,
             SKIPPABLE_HEADER.size + len(index_payload), hashlib.sha256(index_payload).digest(),
         )
         out += SKIPPABLE_HEADER.pack(FOOTER_FRAME_MAGIC, len(payload)) + payload

@@ -84,7 +84,8 @@ def _scalar(variant: Variant, name: str, typ: str, value: Any) -> ScalarParam:
             f"cannot pass (it takes {', '.join(sorted(set(JAXLIB_SCALARS)))}); rebuild the kernel with a wider "
             "type for this argument or launch it with karchive's runtime")
     if hasattr(value, "shape") and hasattr(value, "dtype") and getattr(value, "shape", ()) != ():
-        raise ArgumentError(f"{variant.kernel}: {name} is a scalar ({typ}); got an array")
+        raise ArgumentError(f"{variant.kernel}: {name} is a scalar ({typ}); got an array",
+                            kernel=variant.kernel, param=name)
     try:
         if dtype == "i1":
             return ScalarParam(name, dtype, bool(value))
@@ -94,7 +95,8 @@ def _scalar(variant: Variant, name: str, typ: str, value: Any) -> ScalarParam:
     except Exception as exc:  # noqa: BLE001 - tracers and odd objects
         raise ArgumentError(
             f"{variant.kernel}: scalar parameter {name!r} ({typ}) must be a static Python number when called "
-            f"through JAX (it is baked into the kernel call); got {type(value).__name__}: {exc}") from None
+            f"through JAX (it is baked into the kernel call); got {type(value).__name__}: {exc}",
+            kernel=variant.kernel, param=name) from None
 
 
 def describe_variant(variant: Variant, values: Sequence[Any], grid: Sequence[int], *, compute_capability: int,
@@ -144,7 +146,8 @@ def describe_variant(variant: Variant, values: Sequence[Any], grid: Sequence[int
         value = values[p.arg]
         if p.kind == "pointer":
             if not isinstance(value, Buffer):
-                raise ArgumentError(f"{variant.kernel}: {p.name} ({p.type}) needs an array, got {type(value).__name__}")
+                raise ArgumentError(f"{variant.kernel}: {p.name} ({p.type}) needs an array, got {type(value).__name__}",
+                                    kernel=variant.kernel, param=p.name)
             if value.index != next_buffer:
                 raise InteropError(f"{variant.kernel}: {p.name} would take XLA buffer {value.index} but jaxlib "
                                    f"hands out buffer {next_buffer} next (internal ordering error)")
@@ -158,7 +161,8 @@ def describe_variant(variant: Variant, values: Sequence[Any], grid: Sequence[int
         scratch = (abi.global_scratch_size, max(abi.global_scratch_align, 1))
     g = tuple(int(x) for x in grid) + (1,) * (3 - len(grid))
     if len(g) != 3 or any(x < 0 or x >= 1 << 31 for x in g):
-        raise ArgumentError(f"{variant.kernel}: grid {tuple(grid)!r} must have 1 to 3 non-negative dimensions")
+        raise ArgumentError(f"{variant.kernel}: grid {tuple(grid)!r} must have 1 to 3 non-negative dimensions",
+                            kernel=variant.kernel, param="grid")
     if path == "ptx" and not ptx:
         raise InteropError(f"{variant.kernel}: the PTX path needs the variant's PTX, and the archive has none "
                            "(built with --no-ir / include_ir = false)")

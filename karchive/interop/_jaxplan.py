@@ -99,7 +99,7 @@ def flatten_outs(out_shape: Any) -> tuple[list[Any], bool]:
     if isinstance(out_shape, (list, tuple)) and all(hasattr(o, "shape") and hasattr(o, "dtype") for o in out_shape):
         return list(out_shape), False
     raise ArgumentError("out_shape must be a jax.ShapeDtypeStruct (or anything with .shape and .dtype), or a "
-                        f"list/tuple of them; got {type(out_shape).__name__}")
+                        f"list/tuple of them; got {type(out_shape).__name__}", kernel=None, param="out_shape")
 
 
 # -- 1. outputs ----------------------------------------------------------------------------------------
@@ -109,19 +109,21 @@ def resolve_outputs(kernel_name: str, roles: Sequence[Role], out_shape: Any,
     shapes, single = flatten_outs(out_shape)
     aliases = {int(i): int(o) for i, o in (input_output_aliases or {}).items()}
     if any(not 0 <= o < len(shapes) for o in aliases.values()) or len(set(aliases.values())) != len(aliases):
-        raise ArgumentError(f"input_output_aliases {aliases} must map inputs to distinct outputs 0..{len(shapes) - 1}")
+        raise ArgumentError(f"input_output_aliases {aliases} must map inputs to distinct outputs 0..{len(shapes) - 1}",
+                            kernel=kernel_name, param="input_output_aliases")
     produced = [o for o in range(len(shapes)) if o not in aliases.values()]
     pointers = [r.name for r in roles if r.kind == "pointer"]
     if out_names is None:
         k = len(produced)
         names = pointers[len(pointers) - k:] if k else []
         if len(names) != k:
-            raise ArgumentError(f"{kernel_name}: {k} outputs but only {len(pointers)} pointer parameters")
+            raise ArgumentError(f"{kernel_name}: {k} outputs but only {len(pointers)} pointer parameters",
+                                kernel=kernel_name, param="out_shape")
     else:
         names = list(out_names)
         if len(names) != len(produced) or any(n not in pointers for n in names):
             raise ArgumentError(f"{kernel_name}: out_names {names} must name {len(produced)} pointer parameter(s) "
-                                f"(one per non-aliased output) among {pointers}")
+                                f"(one per non-aliased output) among {pointers}", kernel=kernel_name, param="out_names")
     return Outputs(tuple(shapes), single, dict(zip(names, produced)), aliases)
 
 
@@ -133,23 +135,25 @@ def bind_arguments(kernel: Any, roles: Sequence[Role], outputs: Outputs, args: S
     inputs = tuple(r for r in roles if r.kind != "constexpr" and r.name not in outputs.param_of)
     if len(args) > len(inputs):
         raise ArgumentError(f"{name}: takes {len(inputs)} inputs ({', '.join(r.name for r in inputs)}), "
-                            f"got {len(args)} positional arguments")
+                            f"got {len(args)} positional arguments", kernel=name, param=None)
     values: dict[str, Any] = {r.name: a for r, a in zip(inputs, args)}
     constexprs: dict[str, Any] = {}
     input_names = {r.name for r in inputs}
     constexpr_names = {r.name for r in roles if r.kind == "constexpr"}
     for key, v in kwargs.items():
         if key in values:
-            raise ArgumentError(f"{name}: got two values for {key!r}")
+            raise ArgumentError(f"{name}: got two values for {key!r}", kernel=name, param=key)
         if key in input_names:
             values[key] = v
         elif key in constexpr_names:
             constexprs[key] = v
         else:
-            raise ArgumentError(f"{name}: unknown argument {key!r}; parameters: {', '.join(kernel.param_names)}")
+            raise ArgumentError(f"{name}: unknown argument {key!r}; parameters: {', '.join(kernel.param_names)}",
+                                kernel=name, param=key)
     missing = [r.name for r in inputs if r.name not in values]
     if missing:
-        raise ArgumentError(f"{name}: missing argument(s) {', '.join(missing)} (outputs are {list(outputs.param_of)})")
+        raise ArgumentError(f"{name}: missing argument(s) {', '.join(missing)} (outputs are {list(outputs.param_of)})",
+                            kernel=name, param=missing[0])
     binding = Binding(inputs, {r.name: _checked_value(name, r, values[r.name]) for r in inputs}, constexprs)
     _check_aliases(name, outputs, binding)
     return binding
@@ -160,18 +164,19 @@ def _checked_value(kernel_name: str, role: Role, v: Any) -> Any:
     if role.kind == "pointer":
         if not is_array(v):
             raise ArgumentError(f"{kernel_name}: {role.name} is a pointer parameter; pass an array, got "
-                                f"{type(v).__name__}")
+                                f"{type(v).__name__}", kernel=kernel_name, param=role.name)
         return v
     if not is_array(v):
         return v
     if tuple(getattr(v, "shape", ())) != ():
-        raise ArgumentError(f"{kernel_name}: {role.name} is a scalar parameter; got an array")
+        raise ArgumentError(f"{kernel_name}: {role.name} is a scalar parameter; got an array",
+                            kernel=kernel_name, param=role.name)
     try:  # a concrete 0-d array is a number; a tracer is not (scalars are baked into the call)
         return v.item()
     except Exception:  # noqa: BLE001 - jax raises ConcretizationTypeError for tracers
         raise ArgumentError(
             f"{kernel_name}: {role.name} must be a static Python number: scalars are baked into the custom call, "
-            f"and inside jit this one is traced ({type(v).__name__})") from None
+            f"and inside jit this one is traced ({type(v).__name__})", kernel=kernel_name, param=role.name) from None
 
 
 def _check_aliases(kernel_name: str, outputs: Outputs, binding: Binding) -> None:
@@ -180,11 +185,13 @@ def _check_aliases(kernel_name: str, outputs: Outputs, binding: Binding) -> None
     for i, o in outputs.aliases.items():
         if not 0 <= i < len(inputs) or inputs[i].kind != "pointer":
             raise ArgumentError(f"{kernel_name}: input_output_aliases key {i} must index an array input "
-                                f"(inputs: {[r.name for r in inputs]})")
+                                f"(inputs: {[r.name for r in inputs]})",
+                                kernel=kernel_name, param="input_output_aliases")
         v, out = binding.values[inputs[i].name], outputs.shapes[o]
         if tuple(v.shape) != tuple(out.shape) or np.dtype(v.dtype) != np.dtype(out.dtype):
             raise ArgumentError(f"{kernel_name}: input {i} ({inputs[i].name}) is aliased to output {o} but has "
-                                f"shape/dtype {tuple(v.shape)}/{v.dtype}, output is {tuple(out.shape)}/{out.dtype}")
+                                f"shape/dtype {tuple(v.shape)}/{v.dtype}, output is {tuple(out.shape)}/{out.dtype}",
+                                kernel=kernel_name, param=inputs[i].name)
 
 
 # -- 3. buffers ----------------------------------------------------------------------------------------
@@ -261,7 +268,7 @@ def zero_bytes(zeroed_outputs: Any, meta: Mapping[str, Any], outputs: Outputs, b
     out: dict[int, int] = {}
     for o in zero or ():
         if not 0 <= o < len(outputs.shapes):
-            raise ArgumentError(f"zeroed_outputs: no output {o}")
+            raise ArgumentError(f"zeroed_outputs: no output {o}", kernel=None, param="zeroed_outputs")
         shape = outputs.shapes[o]
         nbytes = int(np.prod(shape.shape, dtype=np.int64)) * np.dtype(shape.dtype).itemsize
         pname = next((n for n, j in outputs.param_of.items() if j == o), None)
@@ -335,7 +342,8 @@ def plan(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, out_sha
          zeros: Callable[[tuple, Any], Any] | None = None) -> Plan:
     """Bind arguments, choose the variant, lay out buffers and build the :class:`KernelDesc` (no JAX tracing)."""
     if mode not in MODES:
-        raise ArgumentError(f"mode must be 'auto', 'cubin' or 'ptx', got {mode!r}")
+        raise ArgumentError(f"mode must be 'auto', 'cubin' or 'ptx', got {mode!r}",
+                            kernel=getattr(kernel, "name", None), param="mode")
     roles = kernel_roles(kernel)
     outputs = resolve_outputs(kernel.name, roles, out_shape, input_output_aliases, out_names)
     binding = bind_arguments(kernel, roles, outputs, args, kwargs)

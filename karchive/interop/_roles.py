@@ -37,7 +37,8 @@ def kernel_roles(kernel: Any) -> list[Role]:
     variants = getattr(kernel, "variants", None)
     names = getattr(kernel, "param_names", None)
     if not variants or names is None:
-        raise ArgumentError(f"expected a karchive kernel (karchive.open(path).kernel(name)), got {type(kernel).__name__}")
+        raise ArgumentError(f"expected a karchive kernel (karchive.open(path).kernel(name)), got {type(kernel).__name__}",
+                            kernel=None, param="kernel")
     kernel_name = getattr(kernel, "name", "kernel")
     for i, name in enumerate(names):
         if any(v.params[i].type.startswith("tensordesc") for v in variants):

@@ -65,7 +65,8 @@ def _normalise_out(out: Any) -> dict[str, OutSpec | None]:
         return dict(out)
     if isinstance(out, (list, tuple)) and all(isinstance(o, str) for o in out):
         return {o: None for o in out}
-    raise ArgumentError(f"out must be a parameter name, a list of names or a mapping name -> spec; got {out!r}")
+    raise ArgumentError(f"out must be a parameter name, a list of names or a mapping name -> spec; got {out!r}",
+                        kernel=None, param="out")
 
 
 def custom_op(name: str, kernel: Any, *, grid: Any, out: Any = None, mutates_args: Sequence[str] = (),
@@ -86,15 +87,17 @@ def custom_op(name: str, kernel: Any, *, grid: Any, out: Any = None, mutates_arg
     constexprs = dict(constexprs or {})
     for k in constexprs:
         if k not in by_name:
-            raise ArgumentError(f"{kernel.name}: constexprs names unknown parameter {k!r}")
+            raise ArgumentError(f"{kernel.name}: constexprs names unknown parameter {k!r}", kernel=kernel.name, param=k)
         if by_name[k].kind != "constexpr":
-            raise ArgumentError(f"{kernel.name}: {k!r} is a runtime parameter, not a constexpr")
+            raise ArgumentError(f"{kernel.name}: {k!r} is a runtime parameter, not a constexpr",
+                                kernel=kernel.name, param=k)
     runtime = [r for r in roles if r.kind != "constexpr"]
     pointer_names = [r.name for r in runtime if r.kind == "pointer"]
     outs = _normalise_out(out)
     for o in outs:
         if o not in pointer_names:
-            raise ArgumentError(f"{kernel.name}: out names {o!r}, which is not a pointer parameter ({pointer_names})")
+            raise ArgumentError(f"{kernel.name}: out names {o!r}, which is not a pointer parameter ({pointer_names})",
+                                kernel=kernel.name, param=o)
     inputs = [r for r in runtime if r.name not in outs]
     in_names = [r.name for r in inputs]
     tensor_inputs = [r.name for r in inputs if r.kind == "pointer"]
@@ -103,17 +106,21 @@ def custom_op(name: str, kernel: Any, *, grid: Any, out: Any = None, mutates_arg
         if spec is None or (isinstance(spec, str) and spec not in tensor_inputs) or \
                 not (isinstance(spec, str) or callable(spec)):
             raise ArgumentError(f"{kernel.name}: output {o!r}: spec must name an input tensor parameter "
-                                f"({tensor_inputs}) or be a callable args -> (shape, dtype); got {spec!r}")
+                                f"({tensor_inputs}) or be a callable args -> (shape, dtype); got {spec!r}",
+                                kernel=kernel.name, param=o)
     mutates = tuple(mutates_args)
     for m in mutates:
         if m not in tensor_inputs:
             raise ArgumentError(f"{kernel.name}: mutates_args names {m!r}, which is not an input tensor parameter "
-                                f"({tensor_inputs}; allocated outputs are not mutated arguments)")
+                                f"({tensor_inputs}; allocated outputs are not mutated arguments)",
+                                kernel=kernel.name, param=m)
     for z in zeroed:
         if z not in outs:
-            raise ArgumentError(f"{kernel.name}: zeroed names {z!r}, which is not an output ({list(outs)})")
+            raise ArgumentError(f"{kernel.name}: zeroed names {z!r}, which is not an output ({list(outs)})",
+                                kernel=kernel.name, param=z)
     if not tensor_inputs:
-        raise ArgumentError(f"{kernel.name}: the op needs at least one tensor input to know its device")
+        raise ArgumentError(f"{kernel.name}: the op needs at least one tensor input to know its device",
+                            kernel=kernel.name, param=None)
     zeroed_set = frozenset(zeroed)
     out_items = list(outs.items())
     template = [constexprs.get(n, MISSING) for n in kernel.param_names]

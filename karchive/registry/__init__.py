@@ -7,6 +7,7 @@ standard library, zstandard and fsspec; cloud backends are imported when a URL n
 from .cache import Cache, CacheEntry, PruneReport
 from .config import cache_dir, default_cache_dir, default_registry_dir, registry_url
 from .lockfile import Lockfile, Pin
+from .options import OpenOptions
 from .records import VersionRecord
 from .refs import Ref, parse_ref
 from .registry import PublishResult, PullResult, Registry
@@ -14,7 +15,7 @@ from .retry import RetryPolicy
 from .versions import newest, version_key
 
 __all__ = [
-    "Cache", "CacheEntry", "Lockfile", "Pin", "PruneReport", "PublishResult", "PullResult", "Ref", "Registry",
+    "Cache", "CacheEntry", "Lockfile", "OpenOptions", "Pin", "PruneReport", "PublishResult", "PullResult", "Ref", "Registry",
     "RetryPolicy", "VersionRecord", "cache_dir", "default_cache_dir", "default_registry_dir", "newest",
     "parse_ref", "registry_url", "version_key",
 ]

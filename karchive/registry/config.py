@@ -11,14 +11,15 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from ..core import settings
 from ..core.jsonio import parse_json
 from ..core.paths import CACHE_ENV, cache_dir, default_cache_dir, xdg_dir  # noqa: F401 - re-exported
-from ..errors import RegistryError
+from ..errors import RegistryError, RegistryValueError
 
-REGISTRY_ENV = "KARCHIVE_REGISTRY"
-LOCKFILE_ENV = "KARCHIVE_LOCKFILE"
-STORAGE_OPTIONS_ENV = "KARCHIVE_STORAGE_OPTIONS"
-FETCH_ENV = "KARCHIVE_FETCH"
+REGISTRY_ENV = settings.REGISTRY.name
+LOCKFILE_ENV = settings.LOCKFILE.name
+STORAGE_OPTIONS_ENV = settings.STORAGE_OPTIONS.name
+FETCH_ENV = settings.FETCH.name
 
 
 def default_registry_dir() -> Path:
@@ -27,7 +28,7 @@ def default_registry_dir() -> Path:
 
 def registry_url(flag: str | os.PathLike | None = None) -> str:
     """Flag > ``$KARCHIVE_REGISTRY`` > ``$XDG_DATA_HOME/karchive/registry``."""
-    for value in (flag, os.environ.get(REGISTRY_ENV)):
+    for value in (flag, settings.registry()):
         if value:
             return os.fspath(value)
     return str(default_registry_dir())
@@ -35,14 +36,14 @@ def registry_url(flag: str | os.PathLike | None = None) -> str:
 
 def storage_options_from_env() -> dict[str, Any]:
     """Non-secret backend options (e.g. ``{"endpoint_url": ...}``) for the CLI, as JSON."""
-    raw = os.environ.get(STORAGE_OPTIONS_ENV)
+    raw = settings.storage_options()
     if not raw:
         return {}
     # The one parser for JSON karchive did not write: bounded depth (a 5,000-deep value is an error here,
     # not a RecursionError).
     value = parse_json(raw, f"${STORAGE_OPTIONS_ENV}", error=RegistryError, strict=False)
     if not isinstance(value, dict):
-        raise RegistryError(f"${STORAGE_OPTIONS_ENV} must be a JSON object")
+        raise RegistryValueError(f"${STORAGE_OPTIONS_ENV} must be a JSON object", value=repr(value)[:200])
     return value
 
 

@@ -15,22 +15,22 @@ the registry and its endpoint; requests in flight are cancelled (fsspec's ``time
 from __future__ import annotations
 
 import contextlib
-import os
 import time
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
 
-from ..errors import RegistryError
+from ..core import settings
+from ..errors import RegistryValueError
 
-TIMEOUT_ENV = "KARCHIVE_REGISTRY_TIMEOUT"
+TIMEOUT_ENV = settings.REGISTRY_TIMEOUT.name
 DEFAULT_TIMEOUT = 60.0
 
 
 def timeout_from_env() -> float:
     """``$KARCHIVE_REGISTRY_TIMEOUT`` in seconds (a positive number), else :data:`DEFAULT_TIMEOUT`."""
-    raw = os.environ.get(TIMEOUT_ENV)
-    if raw is None or not raw.strip():
+    raw = settings.registry_timeout()
+    if raw is None:
         return DEFAULT_TIMEOUT
     return check_timeout(raw, f"${TIMEOUT_ENV}")
 
@@ -41,7 +41,8 @@ def check_timeout(value: object, what: str = "timeout") -> float:
     except (TypeError, ValueError):
         seconds = float("nan")
     if isinstance(value, bool) or not seconds > 0 or seconds == float("inf"):
-        raise RegistryError(f"{what} must be a positive number of seconds, not {value!r}")
+        raise RegistryValueError(f"{what} must be a positive number of seconds, not {value!r}",
+                                 value=repr(value)[:200])
     return seconds
 
 

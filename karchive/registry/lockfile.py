@@ -19,7 +19,8 @@ from collections.abc import Iterable, Mapping
 from ..core.digest import is_sha256_hex
 from ..core.fsio import atomic_write
 from ..core.jsonio import parse_json
-from ..errors import DestinationError, LockfileError, RegistryError
+from ..errors import (DestinationError, LockfileError, LockfileMismatchError, LockfilePinError, RegistryError,
+                      RegistryValueError)
 from .config import redact_url
 from .store_layout import check_digest
 from .records import VersionRecord
@@ -65,8 +66,9 @@ class Lockfile:
         for record in records:
             existing = pins.get(record.name)
             if existing is not None and existing.version != record.version:
-                raise LockfileError(f"{record.name} is asked for twice, at {existing.version} and {record.version}; "
-                                    "a lockfile pins one version per name")
+                raise LockfilePinError(f"{record.name} is asked for twice, at {existing.version} and {record.version}; "
+                                       "a lockfile pins one version per name", lockfile="the lockfile being made",
+                                       name=record.name)
             pins[record.name] = Pin.from_record(record, (signers or {}).get(record.name, ()))
         return cls(pins, redact_url(registry) if registry else None)
 
@@ -94,32 +96,34 @@ class Lockfile:
         try:
             raw = Path(where).read_bytes()
         except OSError as exc:
-            raise LockfileError(f"cannot read lockfile {where}: {exc.strerror or exc}") from None
+            raise LockfileError(f"cannot read lockfile {where}: {exc.strerror or exc}", lockfile=where) from None
         doc = parse_json(raw, f"lockfile {where}", error=LockfileError)
         if not isinstance(doc, dict) or not isinstance(doc.get("archives"), dict):
-            raise LockfileError(f"lockfile {where}: expected an object with an 'archives' object")
+            raise LockfileError(f"lockfile {where}: expected an object with an 'archives' object", lockfile=where)
         version = doc.get("lockfile_version")
         if type(version) is not int or version < 1:
-            raise LockfileError(f"lockfile {where}: missing or bad lockfile_version")
+            raise LockfileError(f"lockfile {where}: missing or bad lockfile_version", lockfile=where)
         if version > LOCKFILE_VERSION:
-            raise LockfileError(f"lockfile {where}: version {version} is newer than this karchive reads ({LOCKFILE_VERSION})")
+            raise LockfileError(f"lockfile {where}: version {version} is newer than this karchive reads ({LOCKFILE_VERSION})",
+                                lockfile=where)
         pins = {}
         for name, entry in doc["archives"].items():
             try:
                 check_name(name)
                 if not isinstance(entry, dict):
-                    raise RegistryError("entry is not an object")
+                    raise RegistryValueError("entry is not an object", value=repr(entry)[:200])
                 size = entry.get("size")
                 if type(size) is not int or size < 0:
-                    raise RegistryError(f"bad size {size!r}")
+                    raise RegistryValueError(f"bad size {size!r}", value=repr(size)[:200])
                 signers = entry.get("signers", [])
                 if not isinstance(signers, list):
-                    raise RegistryError("signers must be a list of key ids")
+                    raise RegistryValueError("signers must be a list of key ids", value=repr(signers)[:200])
                 pins[name] = Pin(name, check_version(entry.get("version")), check_digest(entry.get("sha256")), size,
                                  check_digest(entry.get("index_sha256")),
                                  tuple(sorted({_check_key_id(k) for k in signers})))
             except RegistryError as exc:
-                raise LockfileError(f"lockfile {where}: archive {name!r}: {exc}") from None
+                raise LockfilePinError(f"lockfile {where}: archive {name!r}: {exc}", lockfile=where,
+                                       name=str(name)) from None
         registry = doc.get("registry")
         return cls(pins, registry if isinstance(registry, str) else None, where)
 
@@ -131,33 +135,34 @@ class Lockfile:
         pin = self.pins.get(name)
         if pin is None:
             pinned = ", ".join(sorted(self.pins)) or "none"
-            raise LockfileError(f"{name} is not pinned in {self._label()} (it pins: {pinned}); "
-                                f"add it with `karchive lock`", lockfile=self._label(), name=name)
+            raise LockfilePinError(f"{name} is not pinned in {self._label()} (it pins: {pinned}); "
+                                   f"add it with `karchive lock`", lockfile=self._label(), name=name)
         if version is not None and version != pin.version:
-            raise LockfileError(f"{name}@{version} was asked for, but {self._label()} pins {name}@{pin.version} "
-                                f"(sha256 {pin.sha256})", lockfile=self._label(), name=name, pinned_digest=pin.sha256)
+            raise LockfilePinError(f"{name}@{version} was asked for, but {self._label()} pins {name}@{pin.version} "
+                                   f"(sha256 {pin.sha256})", lockfile=self._label(), name=name)
         return pin
 
     def check(self, record: VersionRecord) -> Pin:
         """Refuse a record whose bytes differ from the pin; the message shows both digests."""
         pin = self.pin_for(record.name, record.version)
         if record.sha256 != pin.sha256 or record.size != pin.size:
-            raise LockfileError(
+            raise LockfileMismatchError(
                 f"{record.ref}: the registry serves sha256 {record.sha256} ({record.size} bytes) but "
                 f"{self._label()} pins sha256 {pin.sha256} ({pin.size} bytes); refusing to load it",
                 lockfile=self._label(), name=record.name, pinned_digest=pin.sha256, actual_digest=record.sha256,
             )
         if record.index_sha256 != pin.index_sha256:
-            raise LockfileError(f"{record.ref}: index digest {record.index_sha256} differs from the pinned "
-                                f"{pin.index_sha256} in {self._label()}; refusing to load it",
-                                lockfile=self._label(), name=record.name, pinned_digest=pin.sha256,
-                                actual_digest=record.sha256)
+            raise LockfileMismatchError(f"{record.ref}: index digest {record.index_sha256} differs from the pinned "
+                                        f"{pin.index_sha256} in {self._label()}; refusing to load it",
+                                        lockfile=self._label(), name=record.name, pinned_digest=pin.index_sha256,
+                                        actual_digest=record.index_sha256)
         return pin
 
 
 def _check_key_id(value: object) -> str:
     if not is_sha256_hex(value):
-        raise RegistryError(f"bad signer key id {value!r}: expected 64 lowercase hex digits")
+        raise RegistryValueError(f"bad signer key id {value!r}: expected 64 lowercase hex digits",
+                                 value=repr(value)[:200])
     return value
 
 

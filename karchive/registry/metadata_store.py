@@ -489,7 +489,7 @@ def update_metadata(reg: Registry, keys: Sequence[SigningKey], *, snapshot: bool
         raise RegistryError(f"registry {reg.url} is read-only; sign its metadata in the directory or bucket it serves",
                             registry=reg.url)
     if snapshot_expires <= datetime.timedelta(0) or timestamp_expires <= datetime.timedelta(0):
-        raise RegistryError("metadata expiry must be in the future")
+        raise RegistryError("metadata expiry must be in the future", registry=reg.url)
     now = (now or datetime.datetime.now(UTC)).replace(microsecond=0)
     store = reg.store
     attempts = 0
@@ -497,7 +497,7 @@ def update_metadata(reg: Registry, keys: Sequence[SigningKey], *, snapshot: bool
     snap: Snapshot | None = None
     if snapshot:
         if not keys:
-            raise RegistryError("issuing a snapshot needs a signing key (--registry-key KEY)")
+            raise RegistryError("issuing a snapshot needs a signing key (--registry-key KEY)", registry=reg.url)
         reg._ensure_marker()
         while attempts < rounds:
             attempts += 1
@@ -517,7 +517,7 @@ def update_metadata(reg: Registry, keys: Sequence[SigningKey], *, snapshot: bool
                                 registry=reg.url)
     ts_keys = list(timestamp_keys or keys)
     if not ts_keys:
-        raise RegistryError("re-signing the timestamp needs a signing key (--key KEY)")
+        raise RegistryError("re-signing the timestamp needs a signing key (--key KEY)", registry=reg.url)
     ts_version, current = _write_timestamp(reg, ts_keys, now, timestamp_expires, rounds)
     mine = snap if created and snap is not None else current  # a racing writer's newer snapshot may be the one the timestamp names
     return MetadataUpdate(reg.url, mine.version, created, ts_version, fmt_time(mine.expires),

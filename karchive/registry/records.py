@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import RegistryError
+from ..errors import DamagedRegistryError, RegistryError
 from ..core.jsonio import canonical_json, parse_json
 from .store_layout import LAYOUT_VERSION, check_digest
 from .refs import check_name, check_version
@@ -60,7 +60,7 @@ class VersionRecord:
     @classmethod
     def from_dict(cls, obj: Any, where: str) -> VersionRecord:
         if not isinstance(obj, dict):
-            raise RegistryError(f"{where}: version record is not a JSON object")
+            raise DamagedRegistryError(f"{where}: version record is not a JSON object", where=where)
         _check_layout(obj, where)
         try:
             record = cls(
@@ -75,7 +75,7 @@ class VersionRecord:
                 targets=tuple(_str_list(obj.get("targets", []), "targets")),
             )
         except RegistryError as exc:
-            raise RegistryError(f"{where}: corrupt version record: {exc}") from None
+            raise DamagedRegistryError(f"{where}: corrupt version record: {exc}", where=where) from None
         return record
 
     @classmethod
@@ -91,28 +91,28 @@ def load_json(data: bytes, where: str) -> Any:
 def _check_layout(obj: dict, where: str) -> None:
     layout = obj.get("layout")
     if type(layout) is not int:
-        raise RegistryError(f"{where}: missing or bad 'layout' field")
+        raise DamagedRegistryError(f"{where}: missing or bad 'layout' field", where=where)
     if layout > LAYOUT_VERSION:
-        raise RegistryError(
-            f"{where}: registry layout {layout} is newer than this karchive understands ({LAYOUT_VERSION}); upgrade karchive"
-        )
+        raise DamagedRegistryError(
+            f"{where}: registry layout {layout} is newer than this karchive understands ({LAYOUT_VERSION}); upgrade karchive",
+            where=where)
 
 
 def _nonneg_int(value: Any, what: str) -> int:
     if type(value) is not int or value < 0:
-        raise RegistryError(f"{what} must be a non-negative integer, got {value!r}")
+        raise DamagedRegistryError(f"{what} must be a non-negative integer, got {value!r}", where=what)
     return value
 
 
 def _str(value: Any, what: str) -> str:
     if not isinstance(value, str):
-        raise RegistryError(f"{what} must be a string, got {value!r}")
+        raise DamagedRegistryError(f"{what} must be a string, got {value!r}", where=what)
     return value
 
 
 def _str_list(value: Any, what: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise RegistryError(f"{what} must be a list of strings")
+        raise DamagedRegistryError(f"{what} must be a list of strings", where=what)
     return value
 
 
@@ -129,16 +129,19 @@ def encode_name_index(name: str, records: list[VersionRecord]) -> bytes:
 def decode_name_index(data: bytes, name: str, where: str) -> dict[str, VersionRecord]:
     obj = load_json(data, where)
     if not isinstance(obj, dict) or obj.get("kind") != NAME_INDEX_KIND:
-        raise RegistryError(f"{where}: corrupt name index (not a {NAME_INDEX_KIND} document); rebuild it with `karchive reindex`")
+        raise DamagedRegistryError(f"{where}: corrupt name index (not a {NAME_INDEX_KIND} document); rebuild it with `karchive reindex`",
+                                   where=where)
     _check_layout(obj, where)
     versions = obj.get("versions")
     if obj.get("name") != name or not isinstance(versions, dict):
-        raise RegistryError(f"{where}: corrupt name index (wrong name or no versions); rebuild it with `karchive reindex`")
+        raise DamagedRegistryError(f"{where}: corrupt name index (wrong name or no versions); rebuild it with `karchive reindex`",
+                                   where=where)
     out: dict[str, VersionRecord] = {}
     for version, rec in versions.items():
         record = VersionRecord.from_dict(rec, f"{where} [{version}]")
         if record.version != version or record.name != name:
-            raise RegistryError(f"{where}: entry {version!r} describes {record.ref}; rebuild it with `karchive reindex`")
+            raise DamagedRegistryError(f"{where}: entry {version!r} describes {record.ref}; rebuild it with `karchive reindex`",
+                                       where=where)
         out[version] = record
     return out
 
@@ -150,12 +153,12 @@ def encode_root_index(names: list[str]) -> bytes:
 def decode_root_index(data: bytes, where: str) -> list[str]:
     obj = load_json(data, where)
     if not isinstance(obj, dict) or obj.get("kind") != ROOT_INDEX_KIND or not isinstance(obj.get("names"), list):
-        raise RegistryError(f"{where}: corrupt root index; rebuild it with `karchive reindex`")
+        raise DamagedRegistryError(f"{where}: corrupt root index; rebuild it with `karchive reindex`", where=where)
     _check_layout(obj, where)
     try:
         return [check_name(n) for n in obj["names"]]
     except RegistryError as exc:
-        raise RegistryError(f"{where}: corrupt root index: {exc}") from None
+        raise DamagedRegistryError(f"{where}: corrupt root index: {exc}", where=where) from None
 
 
 def encode_marker() -> bytes:
@@ -165,5 +168,5 @@ def encode_marker() -> bytes:
 def check_marker(data: bytes, where: str) -> None:
     obj = load_json(data, where)
     if not isinstance(obj, dict) or obj.get("kind") != MARKER_KIND:
-        raise RegistryError(f"{where}: not a karchive registry marker")
+        raise DamagedRegistryError(f"{where}: not a karchive registry marker", where=where)
     _check_layout(obj, where)

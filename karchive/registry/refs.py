@@ -11,7 +11,7 @@ import re
 from dataclasses import dataclass
 
 from ..core.grammar import fullmatch
-from ..errors import RegistryError
+from ..errors import RegistryValueError
 
 LATEST = "latest"
 
@@ -22,20 +22,21 @@ _VERSION_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,127}")
 def check_name(name: object) -> str:
     """An archive name: letters, digits, ``.``, ``_``, ``-``; starts with a letter or digit; ≤ 128."""
     if not isinstance(name, str) or not fullmatch(_NAME_RE, name) or ".." in name:
-        raise RegistryError(
-            f"bad archive name {name!r}: use letters, digits, '.', '_' and '-', starting with a letter or digit"
-        )
+        raise RegistryValueError(
+            f"bad archive name {name!r}: use letters, digits, '.', '_' and '-', starting with a letter or digit",
+            value=_shown(name))
     return name
 
 
 def check_version(version: object) -> str:
     """A concrete version string; ``latest`` is reserved for resolution and cannot be published."""
     if not isinstance(version, str) or not fullmatch(_VERSION_RE, version) or ".." in version:
-        raise RegistryError(
-            f"bad version {version!r}: use letters, digits, '.', '_', '+' and '-', starting with a letter or digit"
-        )
+        raise RegistryValueError(
+            f"bad version {version!r}: use letters, digits, '.', '_', '+' and '-', starting with a letter or digit",
+            value=_shown(version))
     if version.lower() == LATEST:
-        raise RegistryError(f"{version!r} is reserved: it means 'the newest version' and cannot be published")
+        raise RegistryValueError(f"{version!r} is reserved: it means 'the newest version' and cannot be published",
+                                 value=_shown(version))
     return version
 
 
@@ -52,10 +53,11 @@ class Ref:
 
 def parse_ref(text: object) -> Ref:
     if not isinstance(text, str) or not text.strip():
-        raise RegistryError(f"bad archive reference {text!r}: expected NAME, NAME@VERSION or NAME@latest")
+        raise RegistryValueError(f"bad archive reference {text!r}: expected NAME, NAME@VERSION or NAME@latest",
+                                 value=_shown(text))
     name, sep, version = text.strip().partition("@")
     if sep and not version:
-        raise RegistryError(f"bad archive reference {text!r}: nothing after '@'")
+        raise RegistryValueError(f"bad archive reference {text!r}: nothing after '@'", value=_shown(text))
     check_name(name)
     if not sep or version.lower() == LATEST:
         return Ref(name, None)
@@ -74,3 +76,8 @@ def is_registry_ref(text: str) -> bool:
     mentions the directory when the registry has no such name.
     """
     return not ("://" in text or "/" in text or "\\" in text or text.endswith(".karc") or os.path.isfile(text))
+
+
+def _shown(value: object) -> str:
+    """What was given, for the error's ``value`` field: its repr, bounded (the input may be hostile)."""
+    return repr(value)[:200]

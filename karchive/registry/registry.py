@@ -8,7 +8,7 @@ derived from the records (for backends that cannot list) and are rebuilt after e
 
 Signatures are additive metadata beside the blob, one object per signing key
 (:mod:`.signatures`); with a trust policy, :meth:`Registry.open` and :meth:`Registry.pull` check them
-(:mod:`.verdict`) before handing anything out.
+(:func:`karchive.trust.decide.decide`, through :mod:`.verdict`) before handing anything out.
 """
 
 from __future__ import annotations
@@ -24,17 +24,17 @@ import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from ..core import settings
 from ..core.destination import output_file
 from ..core.fsio import atomic_writer
-from ..errors import (ConflictError, DestinationError, IntegrityError, KarchiveError, NotFoundError, RegistryError,
-                      TrustError)
+from ..errors import (ConflictError, DestinationError, IntegrityError, KarchiveError, NotFoundError, RegistryError)
 from ..format.reader import ArchiveReader, Limits
 from ..format.check import ArchiveFacts, check_archive_file
 from .cache import Cache
 from .filelock import FileLock
-from .config import FETCH_ENV, REGISTRY_ENV, registry_url
+from .config import registry_url
 from .deadline import check_timeout, operation
 from .store_layout import MARKER, NAMES_DIR, RECORD_SUFFIX, ROOT_INDEX, blob_path, name_index_path, version_record_path, versions_dir
 from .lockfile import Lockfile, load_lockfile
@@ -47,7 +47,8 @@ from .signatures import put_signature, refresh_signature_index, signer_ids
 from .store_source import StoreSource
 from .store import Store, open_store
 from .transfer import download
-from .verdict import Verdict, check_downgrade, check_pinned_signers, verify_record
+from .options import FetchMode, OpenOptions  # noqa: F401 - FetchMode re-exported
+from .verdict import Verdict, check_downgrade, decide_record
 from .versions import newest, sort_versions, version_key
 
 log = logging.getLogger(__name__)
@@ -70,9 +71,6 @@ if TYPE_CHECKING:  # pragma: no cover - signing needs cryptography; naming the t
     from .metadata_store import MetadataUpdate
     from ..trust.keys import SigningKey
     from ..trust.policy import TrustPolicy
-
-FetchMode = Literal["auto", "lazy", "full"]
-
 
 @dataclass(frozen=True)
 class StoredSignature:
@@ -137,7 +135,7 @@ class Registry:
             self.retry = dataclasses.replace(self.retry, timeout=check_timeout(timeout))
         #: The default local registry may not exist yet (a fresh machine): it reads as empty. Any other
         #: location must hold a registry: a mistyped path is an error, not an empty listing.
-        self.is_default = not url and not os.environ.get(REGISTRY_ENV)
+        self.is_default = not url and not settings.registry()
         self.store: Store = open_store(registry_url(url), storage_options, self.retry)
         self.url = self.store.url
         self.cache = cache if isinstance(cache, Cache) else Cache(cache)
@@ -160,7 +158,8 @@ class Registry:
             return None
         record = VersionRecord.from_json(data, self._where(path))
         if (record.name, record.version) != (name, version):
-            raise RegistryError(f"{self._where(path)}: record describes {record.ref}, not {name}@{version} (damaged registry)")
+            raise RegistryError(f"{self._where(path)}: record describes {record.ref}, not {name}@{version} (damaged registry)",
+                                registry=self.url)
         return record
 
     def _read_name_index(self, name: str) -> dict[str, VersionRecord] | None:
@@ -268,7 +267,8 @@ class Registry:
                                 registry=self.url, name=ref.name, available=tuple(names))
         record = self._read_record(ref.name, latest)
         if record is None:
-            raise RegistryError(f"{self._where(version_record_path(ref.name, latest))} is listed but missing (damaged index)")
+            raise RegistryError(f"{self._where(version_record_path(ref.name, latest))} is listed but missing (damaged index)",
+                                registry=self.url)
         return record
 
     def _missing_version(self, name: str, version: str) -> NotFoundError:
@@ -308,10 +308,11 @@ class Registry:
     def _publish(self, archive: str | os.PathLike, *, sign: Sequence[SigningKey], build_info: dict[str, Any] | None,
                  sidecar: bool) -> PublishResult:
         if not self.store.writable:
-            raise RegistryError(f"registry {self.url} is read-only; publish to the directory or bucket it serves")
+            raise RegistryError(f"registry {self.url} is read-only; publish to the directory or bucket it serves",
+                                registry=self.url)
         source = Path(archive)
         if not source.is_file():
-            raise RegistryError(f"no such archive file: {source}")
+            raise RegistryError(f"no such archive file: {source}", registry=self.url)
         with tempfile.TemporaryDirectory(prefix="karchive-publish-") as tmp:
             snapshot = Path(tmp) / "archive.karc"  # what we hash is exactly what we upload
             shutil.copyfile(source, snapshot)
@@ -335,7 +336,8 @@ class Registry:
         if not self.store.create(version_record_path(record.name, record.version), record.to_json()):
             existing = self._read_record(record.name, record.version)
             if existing is None:
-                raise RegistryError(f"{record.ref}: the backend refused to create the record but it does not exist")
+                raise RegistryError(f"{record.ref}: the backend refused to create the record but it does not exist",
+                                    registry=self.url)
             return self._store_signatures(self._same_or_conflict(existing, record), envelopes)
         try:
             self._refresh_indexes(record.name)
@@ -355,7 +357,7 @@ class Registry:
             for key in keys:
                 signed = sign_statement(snapshot, key, build_info=build_info)
                 if signed.sha256 != facts.sha256:
-                    raise IntegrityError(f"{source} changed while it was being published")
+                    raise IntegrityError(f"{source} changed while it was being published", source=str(source))
                 out.append((key.key_id, signed.envelope.to_bytes(), "key"))
         from ..trust.sidecar import sidecar_path
 
@@ -392,11 +394,12 @@ class Registry:
         separate object, created exclusively, so signers working at once never lose one another's.
         With ``registry_keys``, the registry's signed snapshot and timestamp are then issued anew."""
         if not self.store.writable:
-            raise RegistryError(f"registry {self.url} is read-only; sign in the directory or bucket it serves")
+            raise RegistryError(f"registry {self.url} is read-only; sign in the directory or bucket it serves",
+                                registry=self.url)
         ref = parse_ref(ref) if isinstance(ref, str) else ref
         if ref.version is None:
             raise RegistryError(f"sign {ref.name}@VERSION: say which version to sign ('latest' can change "
-                                "between reading it and signing it)")
+                                "between reading it and signing it)", registry=self.url)
         from ..trust.sign import sign_statement
 
         record = self.resolve(ref)
@@ -409,7 +412,8 @@ class Registry:
                 hold.release()
         if (signed.name, signed.version, signed.sha256) != (record.name, record.version, record.sha256):
             raise IntegrityError(f"{record.ref}: the cached archive is {signed.name}@{signed.version} sha256 "
-                                 f"{signed.sha256}, the record says sha256 {record.sha256}; refusing to sign")
+                                 f"{signed.sha256}, the record says sha256 {record.sha256}; refusing to sign",
+                                 source=str(path))
         created = put_signature(self.store, record.sha256, key.key_id, signed.envelope.to_bytes(), record.ref)
         try:
             refresh_signature_index(self.store, record.sha256)
@@ -450,7 +454,8 @@ class Registry:
             progress.close()
         size = self.store.size(path)
         if size != record.size:
-            raise RegistryError(f"{self._where(path)} holds {size} bytes, expected {record.size} (damaged registry blob)")
+            raise RegistryError(f"{self._where(path)} holds {size} bytes, expected {record.size} (damaged registry blob)",
+                                registry=self.url)
 
     # -- derived indexes --------------------------------------------------------------------------
     def _refresh_indexes(self, name: str, full: bool = False, rounds: int = 5) -> None:
@@ -489,7 +494,7 @@ class Registry:
     def reindex(self, name: str | None = None) -> builtins.list[str]:
         """Rebuild derived indexes from the version records (all names by default)."""
         if not self.store.writable:
-            raise RegistryError(f"registry {self.url} is read-only")
+            raise RegistryError(f"registry {self.url} is read-only", registry=self.url)
         names = [check_name(name)] if name else self.names()
         for n in names:
             self._refresh_indexes(n, full=True)
@@ -558,11 +563,12 @@ class Registry:
         hold = self.cache.hold(record.sha256)
         try:
             path, downloaded = self.fetch(record)
-            verdict = None
             if policy is not None:
-                reader, verdict = self._open_cached(record, path, Limits(), policy)
+                reader, verdict = self._open_cached(record, path, Limits(), policy, lock)
                 _close(reader)
-            check_pinned_signers(lock, record, verdict)
+            else:  # nothing to verify, but a lockfile that pins signers is refused without a policy
+                verdict = decide_record(self.store, None, record, index_sha256=record.index_sha256,
+                                        sha256=record.sha256, lock=lock)
             if verdict is not None:
                 self.cache.raise_mark(self.url, record.name, record.version)
             if dest is not None:
@@ -576,41 +582,31 @@ class Registry:
             hold = None
         return PullResult(record, path, downloaded, verdict, hold)
 
-    def open(self, ref: str | Ref, *, lockfile: Lockfile | str | os.PathLike | None = None,
-             fetch: FetchMode | None = None, limits: Limits | None = None, trust: TrustArg = None,
-             allow_downgrade: bool = False) -> ArchiveReader:
-        """An :class:`ArchiveReader` for ``ref``.
-
-        ``auto`` (default, or ``$KARCHIVE_FETCH``): a cached archive is read from disk; a local
-        registry is pulled into the cache; a remote one is read lazily with range requests (the
-        tail, then one request per frame used). ``full`` always pulls; ``lazy`` never does.
-
-        With a trust policy (``trust``, else ``$KARCHIVE_TRUST_POLICY``) the archive's signatures
-        must satisfy it before the reader is returned (:meth:`open_verified`).
-        """
-        return self.open_verified(ref, lockfile=lockfile, fetch=fetch, limits=limits, trust=trust,
-                                  allow_downgrade=allow_downgrade)[0]
-
     @_operation
-    def open_verified(self, ref: str | Ref, *, lockfile: Lockfile | str | os.PathLike | None = None,
-                      fetch: FetchMode | None = None, limits: Limits | None = None, trust: TrustArg = None,
-                      allow_downgrade: bool = False, reuse_verdict: bool = True) -> tuple[ArchiveReader, Verdict | None]:
-        """:meth:`open`, and who signed the archive (None without a trust policy). ``reuse_verdict=False``
-        verifies the signatures even when the cache receipt already holds this policy's verdict.
+    def open(self, ref: str | Ref, options: OpenOptions | None = None, **fields: Any) -> ArchiveReader:
+        """An :class:`ArchiveReader` for ``ref``, opened as ``options`` say (:class:`OpenOptions`; keyword
+        arguments replace single fields: ``reg.open(ref, trust=policy, fetch="lazy")``). ``registry``,
+        ``cache_dir`` and ``storage_options`` belong to this registry and are not read here.
 
-        The signatures are checked against the digests the returned reader itself verified: the
-        cached file's sha256 and index digest, or, for a lazy (ranged) read, the index digest of the
-        footer it opened from (spec/SIGNING.md §6.1). A refusal raises before any reader is returned.
+        ``auto`` fetch (default, or ``$KARCHIVE_FETCH``): a cached archive is read from disk; a local
+        registry is pulled into the cache; a remote one is read lazily with range requests (the tail,
+        then one request per frame used). ``full`` always pulls; ``lazy`` never does.
+
+        With a trust policy (``trust``, else ``$KARCHIVE_TRUST_POLICY``) the archive's signatures must
+        satisfy it before the reader is returned (:func:`karchive.trust.decide.decide`); the reader's
+        ``verdict`` says who signed it (None without a policy). They are checked against the digests
+        the returned reader itself verified: the cached file's sha256 and index digest, or, for a lazy
+        (ranged) read, the index digest of the footer it opened from (spec/SIGNING.md §6.1). A refusal
+        raises before any reader is returned.
         """
         from ..trust.enforce import resolve_policy
 
-        mode = fetch or os.environ.get(FETCH_ENV) or "auto"
-        if mode not in ("auto", "lazy", "full"):
-            raise RegistryError(f"fetch mode must be auto, lazy or full, not {mode!r}")
-        policy = resolve_policy(trust)
-        lock = load_lockfile(lockfile)
-        record = self.record_for(ref, lock, allow_downgrade=allow_downgrade, policy=policy)
-        limits = limits or Limits()
+        opts = OpenOptions.of(options, **fields)
+        mode = opts.fetch_mode()
+        policy = resolve_policy(opts.trust)
+        lock = load_lockfile(opts.lockfile)
+        record = self.record_for(ref, lock, allow_downgrade=opts.allow_downgrade, policy=policy)
+        limits = opts.limits or Limits()
         # The use lock, shared, from before the lookup until the reader is closed: prune never removes
         # the blob in between (no false "changed after it was verified"), and a blob pruned before we
         # got the lock is simply a miss, fetched again (spec/REGISTRY.md §5).
@@ -620,31 +616,35 @@ class Registry:
             if cached is None and (mode == "full" or (mode == "auto" and self.store.is_local)):
                 cached = self.fetch(record)[0]
             if cached is not None:
-                reader, verdict = self._open_cached(record, cached, limits, policy, reuse_verdict, hold)
+                reader, verdict = self._open_cached(record, cached, limits, policy, lock, opts.reuse_verdict, hold)
                 hold = None  # the reader's source releases it when closed
         finally:
             if hold is not None:
                 hold.release()
         if cached is None:
             reader = self.open_lazy(record, limits)
-            verdict = None
-            if policy is not None:
-                try:
-                    verdict = self._verify_lazy(record, reader, policy)
-                except BaseException:
-                    _close(reader)
-                    raise
-        try:
-            check_pinned_signers(lock, record, verdict)
-        except TrustError:
-            _close(reader)
-            raise
+            try:
+                verdict = self._verify_lazy(record, reader, policy, lock)
+            except BaseException:
+                _close(reader)
+                raise
         if verdict is not None:
             self.cache.raise_mark(self.url, record.name, record.version)
-        return reader, verdict
+        reader.verdict = verdict
+        return reader
+
+    def open_verified(self, ref: str | Ref, **fields: Any) -> tuple[ArchiveReader, Verdict | None]:
+        """Deprecated: ``reader = reg.open(ref, ...)``; ``reader.verdict`` is the second value this returned."""
+        import warnings
+
+        warnings.warn("Registry.open_verified(ref, ...) is deprecated: use reg.open(ref, ...) and its reader's "
+                      ".verdict", DeprecationWarning, stacklevel=2)
+        reader = self.open(ref, **fields)
+        return reader, reader.verdict
 
     def _open_cached(self, record: VersionRecord, path: Path, limits: Limits, policy: TrustPolicy | None,
-                     reuse_verdict: bool = True, hold: FileLock | None = None) -> tuple[ArchiveReader, Verdict | None]:
+                     lock: Lockfile | None = None, reuse_verdict: bool = True,
+                     hold: FileLock | None = None) -> tuple[ArchiveReader, Verdict | None]:
         """Open the cached blob so that the reader is bound to what the cache verified: the index digest
         of the footer the reader opened from must be the one the receipt recorded when the file was
         hashed (a file swapped or changed after the receipt check is refused, never trusted). ``hold``
@@ -659,23 +659,25 @@ class Registry:
             if receipt is None or receipt.get("index_sha256") != index:
                 raise IntegrityError(f"{path} changed after it was verified (its cache receipt no longer matches); "
                                      "refusing it: load it again to verify it anew", source=str(path))
-            verdict = None
-            if policy is not None:
-                verdict = verify_record(self.store, policy, record, index_sha256=index, sha256=record.sha256,
-                                        cache=self.cache, reuse=reuse_verdict)
+            verdict = decide_record(self.store, policy, record, index_sha256=index, sha256=record.sha256, lock=lock,
+                                    cache=self.cache, reuse=reuse_verdict)
         except BaseException:
             source.close()
             raise
         return reader, verdict
 
-    def _verify_lazy(self, record: VersionRecord, reader: ArchiveReader, policy: TrustPolicy) -> Verdict:
+    def _verify_lazy(self, record: VersionRecord, reader: ArchiveReader, policy: TrustPolicy | None,
+                     lock: Lockfile | None) -> Verdict | None:
         """A ranged reader never hashes the whole blob: bind the signature to the footer it opened from
         (already compared with the record by :meth:`open_lazy`) and to its manifest's identity."""
-        manifest = reader.header  # the identity, without reading a format-2 archive's shards
-        if (manifest.get("name"), manifest.get("version")) != (record.name, record.version):
-            raise IntegrityError(f"{record.ref}: the blob's manifest says {manifest.get('name')}@"
-                                 f"{manifest.get('version')} (tampered or wrong blob)")
-        return verify_record(self.store, policy, record, index_sha256=record.index_sha256, sha256=record.sha256)
+        if policy is not None:
+            manifest = reader.header  # the identity, without reading a format-2 archive's shards
+            if (manifest.get("name"), manifest.get("version")) != (record.name, record.version):
+                raise IntegrityError(f"{record.ref}: the blob's manifest says {manifest.get('name')}@"
+                                     f"{manifest.get('version')} (tampered or wrong blob)",
+                                     source=self._where(blob_path(record.sha256)))
+        return decide_record(self.store, policy, record, index_sha256=record.index_sha256, sha256=record.sha256,
+                             lock=lock)
 
     @_operation
     def open_lazy(self, record: VersionRecord, limits: Limits | None = None) -> ArchiveReader:
@@ -685,7 +687,7 @@ class Registry:
         found = source.footer_index_sha256()
         if found != record.index_sha256:
             raise IntegrityError(f"{source.describe()}: index digest {found} differs from {record.ref}'s record "
-                                 f"{record.index_sha256} (tampered or wrong blob)")
+                                 f"{record.index_sha256} (tampered or wrong blob)", source=source.describe())
         return reader
 
     @_operation

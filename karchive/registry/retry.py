@@ -6,7 +6,6 @@ A transient error is one a second attempt can fix: connection resets, timeouts, 
 
 from __future__ import annotations
 
-import os
 import random
 import socket
 import time
@@ -15,6 +14,7 @@ from typing import TypeVar
 from collections.abc import Callable
 
 from ..errors import KarchiveError, RegistryError, TransferError
+from ..core import settings
 from .deadline import DEFAULT_TIMEOUT, TIMEOUT_ENV, Deadline, operation, timeout_from_env
 
 T = TypeVar("T")
@@ -61,9 +61,9 @@ def is_transient(exc: BaseException) -> bool:
     return any(cls.__name__ in _TRANSIENT_NAMES for cls in type(exc).__mro__)
 
 
-def _env_number(name: str, default: float) -> float:
+def _env_number(raw: str | None, default: float) -> float:
     try:
-        return float(os.environ.get(name, default))
+        return default if raw is None else float(raw)
     except ValueError:
         return default
 
@@ -80,8 +80,8 @@ class RetryPolicy:
     def from_env(cls) -> RetryPolicy:
         """``KARCHIVE_RETRIES`` (attempts), ``KARCHIVE_RETRY_DELAY`` (first backoff, seconds) and
         ``KARCHIVE_REGISTRY_TIMEOUT`` (the operation deadline, seconds)."""
-        return cls(attempts=max(1, int(_env_number("KARCHIVE_RETRIES", cls.attempts))),
-                   base_delay=max(0.0, _env_number("KARCHIVE_RETRY_DELAY", cls.base_delay)),
+        return cls(attempts=max(1, int(_env_number(settings.retries(), cls.attempts))),
+                   base_delay=max(0.0, _env_number(settings.retry_delay(), cls.base_delay)),
                    timeout=timeout_from_env())
 
     def delay(self, attempt: int) -> float:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from ..core.digest import is_sha256_hex
 from ..core.jsonio import canonical_json
-from ..errors import ConflictError, EnvelopeError, RegistryError
+from ..errors import ConflictError, DamagedRegistryError, EnvelopeError, RegistryError
 from .store_layout import LAYOUT_VERSION, SIGNATURE_SUFFIX, signature_index_path, signature_path, signatures_dir
 from .records import _check_layout, load_json
 from .store import Store
@@ -62,12 +62,12 @@ def encode_signature_index(digest: str, key_ids: Collection[str]) -> bytes:
 def decode_signature_index(data: bytes, digest: str, where: str) -> list[str]:
     obj = load_json(data, where)
     if not isinstance(obj, dict) or obj.get("kind") != SIGNATURE_INDEX_KIND:
-        raise RegistryError(f"{where}: corrupt signature index; rebuild it with `karchive reindex`")
+        raise DamagedRegistryError(f"{where}: corrupt signature index; rebuild it with `karchive reindex`", where=where)
     _check_layout(obj, where)
     keyids = obj.get("keyids")
     if obj.get("sha256") != digest or not isinstance(keyids, list) or not all(is_sha256_hex(k) for k in keyids):
-        raise RegistryError(f"{where}: corrupt signature index (wrong digest or key ids); rebuild it with "
-                            "`karchive reindex`")
+        raise DamagedRegistryError(f"{where}: corrupt signature index (wrong digest or key ids); rebuild it with "
+                            "`karchive reindex`", where=where)
     return list(keyids)
 
 
@@ -121,7 +121,8 @@ def put_signature(store: Store, digest: str, key_id: str, data: bytes, ref: str)
     if existing == data:
         return False
     if existing is None:
-        raise RegistryError(f"{store.url}/{path}: the backend refused to create it but it does not exist")
+        raise RegistryError(f"{store.url}/{path}: the backend refused to create it but it does not exist",
+                            registry=store.url)
     raise ConflictError(
         f"{ref} already has a signature by key {key_id[:16]} in {store.url} with a different statement "
         f"(object sha256 {hashlib.sha256(existing).hexdigest()[:16]}, this one {hashlib.sha256(data).hexdigest()[:16]}). "

@@ -93,11 +93,13 @@ class LocalStore(Store):
         except (FileNotFoundError, NotADirectoryError):
             return None
         except IsADirectoryError:
-            raise RegistryError(f"{self._p(path)} is a directory, expected a file (damaged registry)") from None
+            raise RegistryError(f"{self._p(path)} is a directory, expected a file (damaged registry)",
+                                registry=self.url) from None
         except PermissionError as exc:
-            raise RegistryError(f"cannot read {self._p(path)}: {exc}") from None
+            raise RegistryError(f"cannot read {self._p(path)}: {exc}", registry=self.url) from None
         except OSError as exc:
-            raise RegistryError(f"cannot read {self._p(path)}: {exc.strerror or exc} (damaged registry)") from None
+            raise RegistryError(f"cannot read {self._p(path)}: {exc.strerror or exc} (damaged registry)",
+                                registry=self.url) from None
 
     def size(self, path: str) -> int | None:
         try:
@@ -113,7 +115,7 @@ class LocalStore(Store):
         try:
             final.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise RegistryError(f"cannot create {final.parent}: {exc}") from None
+            raise RegistryError(f"cannot create {final.parent}: {exc}", registry=self.url) from None
         tmp = temp_path_for(final)
         try:
             with open(tmp, "xb") as fh:
@@ -122,7 +124,7 @@ class LocalStore(Store):
                 os.fsync(fh.fileno())
         except OSError as exc:
             tmp.unlink(missing_ok=True)
-            raise RegistryError(f"cannot write {final}: {exc}") from None
+            raise RegistryError(f"cannot write {final}: {exc}", registry=self.url) from None
         except BaseException:
             tmp.unlink(missing_ok=True)
             raise
@@ -135,7 +137,7 @@ class LocalStore(Store):
         except FileExistsError:
             created = False
         except OSError as exc:
-            raise RegistryError(f"cannot create {final}: {exc}") from None
+            raise RegistryError(f"cannot create {final}: {exc}", registry=self.url) from None
         finally:
             tmp.unlink(missing_ok=True)
         fsync_dir(final.parent)
@@ -154,7 +156,7 @@ class LocalStore(Store):
             os.replace(tmp, final)
         except OSError as exc:
             tmp.unlink(missing_ok=True)
-            raise RegistryError(f"cannot write {final}: {exc}") from None
+            raise RegistryError(f"cannot write {final}: {exc}", registry=self.url) from None
         fsync_dir(final.parent)
 
     def upload(self, path: str, local: str, progress: ProgressFn) -> bool:
@@ -221,7 +223,7 @@ class FsspecStore(Store):
             except ImportError as exc:
                 raise _missing_backend(self.url, exc) from None
             except (ValueError, TypeError) as exc:
-                raise RegistryError(f"cannot open registry {self.url}: {exc}") from None
+                raise RegistryError(f"cannot open registry {self.url}: {exc}", registry=self.url) from None
             check_resolvable(endpoint_host(self._fs, self.protocol, self.root), self.url)
         return self._fs
 
@@ -280,7 +282,8 @@ class FsspecStore(Store):
             except TransferError as exc:
                 if isinstance(exc.__cause__, TypeError):  # a backend from before exclusive writes existed
                     raise RegistryError(f"{self.url}: this fsspec backend cannot create files exclusively "
-                                        f"({exc.__cause__}); upgrade fsspec/s3fs/gcsfs to 2024.12 or newer") from None
+                                        f"({exc.__cause__}); upgrade fsspec/s3fs/gcsfs to 2024.12 or newer",
+                                        registry=self.url) from None
                 raise
         return True
 
@@ -364,7 +367,7 @@ def _missing_backend(url: str, exc: Exception) -> RegistryError:
     return RegistryError(
         f"registry {redact_url(url)} needs an fsspec backend that is not installed ({exc}); "
         "install karchive[s3] for s3://, karchive[gcs] for gs://, karchive[http] for http(s)://"
-    )
+    , registry=redact_url(url))
 
 
 def open_store(url: str, storage_options: dict[str, Any] | None = None,
@@ -384,7 +387,7 @@ def open_store(url: str, storage_options: dict[str, Any] | None = None,
         except ImportError as exc:
             raise _missing_backend(url, exc) from None
         except (ValueError, TypeError) as exc:
-            raise RegistryError(f"cannot open registry {redact_url(url)}: {exc}") from None
+            raise RegistryError(f"cannot open registry {redact_url(url)}: {exc}", registry=redact_url(url)) from None
         protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
         return FsspecStore(lambda: fs, protocol, root, url, retry)
     protocol = url.split("://", 1)[0].lower()
@@ -393,7 +396,7 @@ def open_store(url: str, storage_options: dict[str, Any] | None = None,
     except ImportError as exc:
         raise _missing_backend(url, exc) from None
     except ValueError as exc:
-        raise RegistryError(f"cannot open registry {redact_url(url)}: {exc}") from None
+        raise RegistryError(f"cannot open registry {redact_url(url)}: {exc}", registry=redact_url(url)) from None
     if protocol in ("http", "https"):
         root = url.rstrip("/")  # HTTPFileSystem paths are full URLs
     else:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..core.digest import is_sha256_hex
-from ..errors import RegistryError
+from ..errors import RegistryValueError
 from .refs import check_name, check_version
 
 LAYOUT_VERSION = 1
@@ -15,7 +15,8 @@ RECORD_SUFFIX = ".json"
 
 def check_digest(digest: object) -> str:
     if not is_sha256_hex(digest):
-        raise RegistryError(f"bad sha256 digest {digest!r}: expected 64 lowercase hex digits")
+        raise RegistryValueError(f"bad sha256 digest {digest!r}: expected 64 lowercase hex digits",
+                                 value=repr(digest)[:200])
     return digest
 
 
@@ -47,7 +48,8 @@ def signatures_dir(digest: str) -> str:
 
 def signature_path(digest: str, key_id: str) -> str:
     if not is_sha256_hex(key_id):
-        raise RegistryError(f"bad key id {key_id!r}: expected 64 lowercase hex digits (karchive keygen prints it)")
+        raise RegistryValueError(f"bad key id {key_id!r}: expected 64 lowercase hex digits (karchive keygen prints it)",
+                                 value=repr(key_id)[:200])
     return f"{signatures_dir(digest)}/{key_id}{SIGNATURE_SUFFIX}"
 
 

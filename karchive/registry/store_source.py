@@ -44,7 +44,8 @@ class StoreSource:
                                    registry=self.store.url)
         except FileNotFoundError:
             raise TransferError(f"{self.describe()} is missing although a version record points at it "
-                                "(damaged registry)") from None
+                                "(damaged registry)", registry=self.store.url, url=self.describe(),
+                                attempts=1) from None  # a missing object is not retried
         with self._lock:
             self.requests += 1
             self.bytes_read += length

@@ -38,6 +38,7 @@ def download(store: Store, path: str, size: int, out: BinaryIO, *, retry: RetryP
             progress.update(len(data))
     except FileNotFoundError:
         raise TransferError(f"{path} is missing from {store.url} although a version record points at it "
-                            "(damaged registry)") from None
+                            "(damaged registry)", registry=store.url, url=f"{store.url}/{path}",
+                            attempts=1) from None  # a missing object is not retried
     finally:
         progress.close()

@@ -20,8 +20,9 @@ from ..format.autotune import AutotuneRecord
 from ..format.heuristics import records_for as heuristics_records
 from ..format.manifest import Manifest, Variant
 from ..format.names import KernelIndex
-from ..format.reader import ArchiveReader, Limits
-from ..resolve import open_reader
+from ..format.reader import ArchiveReader
+from .. import resolve
+from ..registry.options import OpenOptions
 from .device import ptx_header
 from .autotuned import AutotuneResolver, HeuristicsResolver
 from .launch.kernel import Kernel
@@ -232,21 +233,22 @@ def _value_order(value: Any) -> tuple[int, Any]:
     return (0, value) if isinstance(value, (int, float)) else (1, str(value))
 
 
-def open_archive(ref: str | os.PathLike, *, allow_ptx: bool = False, backend: str | None = None,
-                 registry: Any = None, lockfile: Any = None, cache_dir: str | os.PathLike | None = None,
-                 fetch: str | None = None, storage_options: dict[str, Any] | None = None,
-                 limits: Limits | None = None, trust: Any = None, allow_downgrade: bool = False) -> Archive:
+def open_archive(ref: str | os.PathLike, options: OpenOptions | None = None, *, allow_ptx: bool = False,
+                 backend: str | None = None, **fields: Any) -> Archive:
     """Open an archive for launching: a local path, any fsspec URL, or a registry ``name[@version]``.
+
+    ``options`` (:class:`~karchive.registry.options.OpenOptions`) say how the reference is opened;
+    keyword arguments replace single fields, so ``karchive.open(ref, trust="policy.toml", fetch="lazy")``
+    and ``karchive.open(ref, OpenOptions(trust=..., fetch=...))`` are the same call: ``registry``,
+    ``lockfile``, ``cache_dir``, ``fetch`` and ``allow_downgrade`` apply to registry references,
+    ``storage_options`` to URLs and remote registries, ``limits`` to the reader, and ``trust`` (a trust
+    policy or its file; default ``$KARCHIVE_TRUST_POLICY``) refuses an archive its signatures do not
+    satisfy, before anything is loaded (:func:`karchive.resolve.open`).
 
     ``allow_ptx`` lets variants whose cubin does not fit the GPU run from their PTX through the driver's
     JIT (logged; only when the driver reads that PTX ISA version). ``backend`` forces "cuda" or "hip".
-    ``registry``, ``lockfile``, ``cache_dir`` and ``fetch`` apply to registry references
-    (:func:`karchive.resolve.open_reader`). ``trust`` (a trust policy or its file; default
-    ``$KARCHIVE_TRUST_POLICY``) refuses an archive its signatures do not satisfy, before anything is
-    loaded; ``allow_downgrade`` accepts a ``NAME@latest`` older than one this cache verified.
     """
     if backend not in (None, "cuda", "hip"):
         raise NoDeviceError(f"backend={backend!r}: karchive launches on 'cuda' or 'hip'", backend=str(backend))
-    reader = open_reader(ref, registry=registry, lockfile=lockfile, cache_dir=cache_dir, fetch=fetch,  # type: ignore[arg-type]
-                         storage_options=storage_options, limits=limits, trust=trust, allow_downgrade=allow_downgrade)
+    reader = resolve.open(ref, OpenOptions.of(options, **fields))
     return Archive(reader, ref=os.fspath(ref), allow_ptx=allow_ptx, backend=backend)

@@ -125,7 +125,7 @@ class _Heuristics:
                     raise NoMatchingVariantError(
                         f"{self.name}: the @triton.heuristics value(s) {sorted(unresolved)} for this call were never "
                         f"recorded ({why}); pass {', '.join(f'{n}=...' for n in unresolved)} explicitly, or capture "
-                        "a call like this one")
+                        "a call like this one", kernel=self.name, param=sorted(unresolved)[0])
                 hit = self._cache[key] = values
             out.update(hit)
             current.update(hit)
@@ -225,12 +225,12 @@ class _TuningHooks:
             if not (hasattr(obj, "clone") and hasattr(obj, "copy_")):
                 raise ArgumentError(f"{name}: restore_value names {n!r}, and tuning must put it back after each run, "
                                     f"but a {type(obj).__name__} has no clone()/copy_(); pass a tensor, or pass the "
-                                    "meta-parameters explicitly")
+                                    "meta-parameters explicitly", kernel=name, param=n)
             self.restore.append((n, obj, obj.clone()))
         for n, obj in self.reset:
             if not hasattr(obj, "zero_"):
                 raise ArgumentError(f"{name}: reset_to_zero names {n!r}, but a {type(obj).__name__} has no zero_(); "
-                                    "pass a tensor, or pass the meta-parameters explicitly")
+                                    "pass a tensor, or pass the meta-parameters explicitly", kernel=name, param=n)
 
     def before(self) -> None:
         for _n, obj in self.reset:
@@ -247,7 +247,8 @@ class _TuningHooks:
 
 def _named(name: str, param_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
     if len(args) > len(param_names):
-        raise ArgumentError(f"{name}: {len(args)} positional arguments for {len(param_names)} parameters")
+        raise ArgumentError(f"{name}: {len(args)} positional arguments for {len(param_names)} parameters",
+                            kernel=name, param=None)
     return {**dict(zip(param_names, args)), **kwargs}
 
 
@@ -327,7 +328,8 @@ class AutotuneResolver:
             recorded = sorted({str(list(e.key)) for r in self.records for e in r.entries})
             raise NoMatchingVariantError(
                 f"{self.name}: autotune key {key} matches no recorded config (recorded keys: "
-                f"{', '.join(recorded) or 'none'}); pass the meta-parameters {sorted(self.tuned_names)} explicitly")
+                f"{', '.join(recorded) or 'none'}); pass the meta-parameters {sorted(self.tuned_names)} explicitly",
+                kernel=self.name, param=sorted(self.tuned_names)[0] if self.tuned_names else None)
         entry = chosen[1]
         cfg = _config_dict(entry.config, entry.variant)
         return self._subsets.fitting(cfg["kwargs"], cfg["options"], cfg["variant"]), dict(cfg["kwargs"]), entry
@@ -351,7 +353,8 @@ class AutotuneResolver:
             if remembered is None:
                 raise NoMatchingVariantError(
                     f"{self.name}: autotune key {self.key(named)} is not tuned yet: this archive was built ahead "
-                    "of time with every config, and a launch tunes the key on the device (select() does not)")
+                    "of time with every config, and a launch tunes the key on the device (select() does not)",
+                    kernel=self.name, param=sorted(self.tuned_names)[0] if self.tuned_names else None)
             cfg = remembered
         else:
             _kernel, cx, entry = self.choose(named)
@@ -444,7 +447,8 @@ class AutotuneResolver:
         if given:
             if given != self.tuned_names:
                 raise ArgumentError(f"{self.name}: give all tuned meta-parameters {sorted(self.tuned_names)} "
-                                    f"or none (got {sorted(given)})")
+                                    f"or none (got {sorted(given)})", kernel=self.name,
+                                    param=sorted(self.tuned_names ^ given)[0])  # the first one missing or extra
             cfg: Mapping[str, Any] = {"kwargs": {}, "options": {}, "variant": None}
             cx: dict = {}
             kernel = self.base
@@ -516,5 +520,6 @@ class AutotuneResolver:
         finally:
             hooks.done()
         if best is None:
-            raise NoMatchingVariantError(f"{self.name}: no prebuilt config can run on this device for this call")
+            raise NoMatchingVariantError(f"{self.name}: no prebuilt config can run on this device for this call",
+                                         kernel=self.name, param=None)  # nothing omitted: no config fits
         return best[1]

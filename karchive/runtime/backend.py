@@ -166,7 +166,7 @@ def _create(name: str) -> Backend:
         from .hip_driver import HipBackend
 
         return HipBackend()
-    raise NoDeviceError(f"unknown backend {name!r}")
+    raise NoDeviceError(f"unknown backend {name!r}", backend=str(name))
 
 
 def get_backend(name: str) -> Backend:
@@ -198,5 +198,6 @@ def first_available(names: list[str]) -> Backend:
         except NoDeviceError as exc:
             errors.append(str(exc))
     if not errors:
-        raise NoDeviceError("the archive holds no variant for any known backend")
-    raise NoDeviceError(errors[0] if len(errors) == 1 else "no usable GPU backend:\n  " + "\n  ".join(errors))
+        raise NoDeviceError("the archive holds no variant for any known backend", backend=",".join(names))
+    raise NoDeviceError(errors[0] if len(errors) == 1 else "no usable GPU backend:\n  " + "\n  ".join(errors),
+                        backend=",".join(names))

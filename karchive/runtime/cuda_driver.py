@@ -14,7 +14,7 @@ import os
 import threading
 from typing import Any, Literal
 
-from ..errors import LaunchError, NoDeviceError
+from ..errors import DriverError, LaunchError, NoDeviceError
 from .device import DeviceInfo
 from .backend import LoadedFunction, StreamCache, plain_text
 
@@ -39,7 +39,7 @@ def import_driver() -> Any:
         raise NoDeviceError(
             "cannot launch on CUDA: the cuda-python driver bindings are not installed "
             f"(pip install 'karchive[cuda]', i.e. cuda-python); import failed with: {exc}"
-        ) from exc
+        , backend="cuda") from exc
 
 
 def per_thread_default_stream() -> bool:
@@ -70,12 +70,13 @@ class CudaBackend:
             ) from exc
         if err != self.SUCCESS:
             if err == d.CUresult.CUDA_ERROR_NO_DEVICE:
-                raise NoDeviceError("cannot launch on CUDA: the driver is installed but reports no CUDA device")
-            raise NoDeviceError(f"cannot launch on CUDA: cuInit failed: {self.error_text(err)}")
+                raise NoDeviceError("cannot launch on CUDA: the driver is installed but reports no CUDA device",
+                                    backend="cuda")
+            raise NoDeviceError(f"cannot launch on CUDA: cuInit failed: {self.error_text(err)}", backend="cuda")
         err, count = d.cuDeviceGetCount()
         if err != self.SUCCESS or count == 0:
             raise NoDeviceError("cannot launch on CUDA: no CUDA device is visible "
-                                "(check CUDA_VISIBLE_DEVICES and the driver)")
+                                "(check CUDA_VISIBLE_DEVICES and the driver)", backend="cuda")
         self.count = count
         err, self.driver_version = d.cuDriverGetVersion()
         self._launch_kernel = d.cuLaunchKernel
@@ -102,7 +103,7 @@ class CudaBackend:
     def check(self, result: Any, what: str) -> Any:
         err = result[0]
         if err != self.SUCCESS:
-            raise LaunchError(f"{what} failed: {self.error_text(err)}")
+            raise DriverError(f"{what} failed: {self.error_text(err)}", call=what, code=_code(err))
         return result[1] if len(result) == 2 else result[1:]
 
     # -- devices and contexts ------------------------------------------------------------------------
@@ -112,7 +113,7 @@ class CudaBackend:
             return info
         d = self.d
         if not 0 <= index < self.count:
-            raise NoDeviceError(f"CUDA device {index} does not exist ({self.count} visible)")
+            raise NoDeviceError(f"CUDA device {index} does not exist ({self.count} visible)", backend="cuda")
         dev = self.check(d.cuDeviceGet(index), "cuDeviceGet")
         A = d.CUdevice_attribute
 
@@ -181,7 +182,7 @@ class CudaBackend:
         info = self.device_info(index)
         if shared > _DEFAULT_SHARED and info.shared_optin is not None and shared > info.shared_optin:
             raise LaunchError(f"{entry} needs {shared} bytes of dynamic shared memory; {info} allows at most "
-                              f"{info.shared_optin} per block")
+                              f"{info.shared_optin} per block", kernel=entry)
         with self.in_context(index):
             module = self.check(d.cuModuleLoadData(image), f"cuModuleLoadData({entry})")
             func = self.check(d.cuModuleGetFunction(module, entry.encode()), f"cuModuleGetFunction({entry})")
@@ -284,3 +285,10 @@ class CudaBackend:
         cfg.numAttrs = len(attrs)
         return d.cuLaunchKernelEx(cfg, func, kernel_params, 0)[0]
 
+
+def _code(err: Any) -> int | None:
+    """The driver's numeric error code (the bindings give an enum member; an int where they give one)."""
+    try:
+        return int(err)
+    except (TypeError, ValueError):
+        return None

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 from collections.abc import Sequence
 
-from ..errors import ArgumentError, LaunchError
+from ..errors import ArgumentError, DriverError
 from ..format.dtypes import SCALAR_SIZES
 from ..format.tensordesc import TENSORMAP, TENSORMAP_ALIGN, TENSORMAP_SIZE, TensorDescAbi, parse_tensordesc_type
 from .args import NotAPointer, pointer_info
@@ -359,8 +359,8 @@ def encode_tiled(p: EncodeParams) -> bytes:
         cu.CUtensorMapFloatOOBfill(p.oob_fill))
     if int(err) != 0:
         _e, text = cu.cuGetErrorString(err)
-        raise LaunchError(f"cuTensorMapEncodeTiled failed: {text.decode() if isinstance(text, bytes) else text} "
-                          f"({p})", code=int(err))
+        raise DriverError(f"cuTensorMapEncodeTiled failed: {text.decode() if isinstance(text, bytes) else text} "
+                          f"({p})", call="cuTensorMapEncodeTiled", code=int(err))
     raw = bytearray(ctypes.string_at(tmap.getPtr(), TENSORMAP_SIZE))
     if p.clear_small_tensor_bit:
         word = struct.unpack_from("<Q", raw, 8)[0] & ~_SMALL_TENSOR_BIT

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import os
 import platform
 from typing import Any
 
 from .. import __version__
+from ..core import settings
 from . import launch_path
 
 
@@ -71,7 +71,7 @@ def report(probe_drivers: bool = True) -> dict[str, Any]:
         "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
                    "platform": platform.platform(terse=True)},
         "launch_path": {"active": status.active, "requested": status.requested, "extension_built": status.built,
-                        "detail": status.detail, "env": os.environ.get(launch_path.ENV)},
+                        "detail": status.detail, "env": settings.launch_path()},
         "cuda_python": cuda,
         "hip_python": hip,
     }

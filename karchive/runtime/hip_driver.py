@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Literal
 
-from ..errors import LaunchError, NoDeviceError
+from ..errors import DriverError, LaunchError, NoDeviceError
 from .device import DeviceInfo
 from .backend import LoadedFunction, StreamCache, plain_text
 
@@ -33,7 +33,7 @@ def import_hip() -> Any:
         raise NoDeviceError(
             "cannot launch on HIP: hip-python is not installed (pip install 'karchive[hip]'); "
             f"import failed with: {exc}"
-        ) from exc
+        , backend="hip") from exc
 
 
 def _text(value: Any) -> str:
@@ -57,10 +57,11 @@ class HipBackend:
             raise NoDeviceError("cannot launch on HIP: the ROCm runtime (libamdhip64.so) could not be loaded: "
                                 f"{plain_text(exc)}", backend="hip") from exc
         if err != self.SUCCESS:
-            raise NoDeviceError(f"cannot launch on HIP: hipInit failed: {self.error_text(err)}")
+            raise NoDeviceError(f"cannot launch on HIP: hipInit failed: {self.error_text(err)}", backend="hip")
         err, count = h.hipGetDeviceCount()
         if err != self.SUCCESS or count == 0:
-            raise NoDeviceError("cannot launch on HIP: no AMD GPU is visible (check HIP_VISIBLE_DEVICES)")
+            raise NoDeviceError("cannot launch on HIP: no AMD GPU is visible (check HIP_VISIBLE_DEVICES)",
+                                backend="hip")
         self.count = count
         err, version = h.hipDriverGetVersion()
         self.driver_version = int(version) if err == self.SUCCESS else None
@@ -82,7 +83,7 @@ class HipBackend:
     def check(self, result: Any, what: str) -> Any:
         err = result[0] if isinstance(result, tuple) else result
         if err != self.SUCCESS:
-            raise LaunchError(f"{what} failed: {self.error_text(err)}")
+            raise DriverError(f"{what} failed: {self.error_text(err)}", call=what, code=_code(err))
         if not isinstance(result, tuple):
             return None
         return result[1] if len(result) == 2 else result[1:]
@@ -92,7 +93,7 @@ class HipBackend:
         if info is not None:
             return info
         if not 0 <= index < self.count:
-            raise NoDeviceError(f"HIP device {index} does not exist ({self.count} visible)")
+            raise NoDeviceError(f"HIP device {index} does not exist ({self.count} visible)", backend="hip")
         props = self.check(self.d.hipGetDeviceProperties(index), "hipGetDeviceProperties")
         arch = _text(props.gcnArchName).split(":", 1)[0]
         optin = getattr(props, "sharedMemPerBlockOptin", 0) or getattr(props, "sharedMemPerBlock", 0) or None
@@ -132,7 +133,8 @@ class HipBackend:
     def load(self, index: int, image: bytes, entry: str, shared: int, num_ctas: int = 1) -> LoadedFunction:
         info = self.device_info(index)
         if info.shared_optin is not None and shared > info.shared_optin:
-            raise LaunchError(f"{entry} needs {shared} bytes of shared memory; {info} allows {info.shared_optin}")
+            raise LaunchError(f"{entry} needs {shared} bytes of shared memory; {info} allows {info.shared_optin}",
+                              kernel=entry)
         with self.in_context(index):
             module = self.check(self.d.hipModuleLoadData(image), f"hipModuleLoadData({entry})")
             func = self.check(self.d.hipModuleGetFunction(module, entry.encode()), f"hipModuleGetFunction({entry})")
@@ -192,3 +194,11 @@ class HipBackend:
 
     def handle_address(self, obj: Any) -> int:
         return int(obj)
+
+
+def _code(err: Any) -> int | None:
+    """The driver's numeric error code (the bindings give an enum member; an int where they give one)."""
+    try:
+        return int(err)
+    except (TypeError, ValueError):
+        return None

@@ -13,15 +13,15 @@ Both paths give identical results; ``karchive doctor`` says which one is active 
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 from types import ModuleType
 from typing import Any, NamedTuple
 from collections.abc import Callable, Iterator
 
+from ..core import settings
 from ..errors import RuntimeLoadError
 
-ENV = "KARCHIVE_LAUNCH_PATH"
+ENV = settings.LAUNCH_PATH.name
 EXTENSION, PYTHON, AUTO = "extension", "python", "auto"
 #: The interface version this Python code expects of ``_fastlaunch`` (a stale build is not used).
 ABI_VERSION = 2
@@ -80,7 +80,7 @@ def subscript(python_getitem: Callable[[Any, Any], Any]) -> Any:
 def requested() -> str:
     if _forced is not None:
         return _forced
-    value = os.environ.get(ENV, AUTO).strip().lower() or AUTO
+    value = (settings.launch_path() or AUTO).strip().lower() or AUTO
     return value if value in (AUTO, EXTENSION, PYTHON) else AUTO
 
 
@@ -106,7 +106,7 @@ def require_extension() -> ModuleType:
 def status() -> PathStatus:
     module, detail = _load()
     want = requested()
-    raw = os.environ.get(ENV)
+    raw = settings.launch_path()
     if _forced is None and raw is not None and raw.strip().lower() not in ("", AUTO, EXTENSION, PYTHON):
         detail += f"; {ENV}={raw!r} is not one of auto, extension, python and was ignored"
     return PathStatus(choose(), want, module is not None, detail)

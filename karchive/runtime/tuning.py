@@ -27,16 +27,17 @@ from typing import Any
 from collections.abc import Mapping, Sequence
 
 from ..core.jsonio import canonical_json
+from ..core import settings
 from ..core.paths import cache_dir
 from ..errors import KarchiveError
 
-ENV = "KARCHIVE_TUNING_CACHE"
+ENV = settings.TUNING_CACHE.name
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
 _MAX_BYTES = 8 << 20  # a decisions file larger than this is not read (it is the user's, but bounded anyway)
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "1") not in ("0", "false", "no", "off")
+    return settings.tuning_cache()
 
 
 def kernel_digest(name: str, variant_keys: Sequence[str], records: Sequence[Mapping[str, Any]]) -> str:

@@ -22,8 +22,10 @@ import importlib.util
 import os
 import re
 import sys
+from collections.abc import Mapping
 from typing import Any
 
+from ..core import settings
 from ..errors import KarchiveError
 from .core import AUDIT, FALLBACK, MODES, STRICT, Session, active, install, uninstall
 from .ledger import Report
@@ -31,10 +33,11 @@ from .ledger import Report
 __all__ = ["serve", "serve_report", "stop", "activate_from_env", "STRICT", "FALLBACK", "AUDIT", "Report",
            "ENV_ARCHIVES", "ENV_MODE", "ENV_REPORT", "ENV_MISSES", "shim_active"]
 
-ENV_ARCHIVES = "KARCHIVE_SERVE"
-ENV_MODE = "KARCHIVE_SERVE_MODE"
-ENV_REPORT = "KARCHIVE_SERVE_REPORT"  # "1"/"stderr": text to stderr at exit; a path: JSON there
-ENV_MISSES = "KARCHIVE_SERVE_MISSES"  # fallback misses as a build spec at this path
+# The variables are declared (and documented) in karchive/core/settings.py.
+ENV_ARCHIVES = settings.SERVE.name
+ENV_MODE = settings.SERVE_MODE.name
+ENV_REPORT = settings.SERVE_REPORT.name  # "1"/"stderr": text to stderr at exit; a path: JSON there
+ENV_MISSES = settings.SERVE_MISSES.name  # fallback misses as a build spec at this path
 
 _SHIM_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "shim")
 _MISSING = object()
@@ -44,7 +47,7 @@ _exit_hook: dict[str, Any] = {"registered": False, "where": None}
 def shim_active() -> bool:
     """Is ``triton`` karchive's import shim (no real Triton in this process)?"""
     mod = sys.modules.get("triton")
-    return bool(getattr(mod, "KARCHIVE_SHIM", False))
+    return bool(getattr(mod, "__karchive_shim__", False))
 
 
 def _ensure_triton(version: str | None = None) -> bool:
@@ -145,7 +148,8 @@ def _report_at_exit() -> None:
 
 def activate_from_env(environ: dict[str, str] | None = None) -> Report | None:
     """Serve as ``KARCHIVE_SERVE`` (comma-separated archives) and ``KARCHIVE_SERVE_MODE`` say; None if unset."""
-    env = os.environ if environ is None else environ
+    env: Mapping[str, str] = {v.name: v.raw() or "" for v in (settings.SERVE, settings.SERVE_MODE, settings.SERVE_REPORT,
+                                                             settings.SERVE_MISSES)} if environ is None else environ
     refs = [r.strip() for r in env.get(ENV_ARCHIVES, "").split(",") if r.strip()]
     if not refs:
         return None

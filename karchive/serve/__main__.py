@@ -12,6 +12,8 @@ import os
 import runpy
 import sys
 
+from ..core import settings
+
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -29,9 +31,9 @@ def main(argv: list[str] | None = None) -> int:
     ns = parser.parse_args(opts)
     env = os.environ
     if ns.archive:
-        env["KARCHIVE_SERVE"] = ",".join(ns.archive)
-    for name, value in (("KARCHIVE_SERVE_MODE", ns.mode), ("KARCHIVE_SERVE_REPORT", ns.report),
-                        ("KARCHIVE_SERVE_MISSES", ns.misses)):
+        env[settings.SERVE.name] = ",".join(ns.archive)
+    for name, value in ((settings.SERVE_MODE.name, ns.mode), (settings.SERVE_REPORT.name, ns.report),
+                        (settings.SERVE_MISSES.name, ns.misses)):
         if value:
             env[name] = value
     if not prog:

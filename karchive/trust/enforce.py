@@ -1,9 +1,10 @@
-"""Load-time enforcement for archives opened by path or URL: the policy to apply, and opening an
-archive so that what the reader returns is what the signature covers (spec/SIGNING.md §6.1).
+"""The path and URL routes of a load: the policy to apply (:func:`resolve_policy`), and opening an
+archive so that what the reader returns is what the signature covers (spec/SIGNING.md §6.1), then
+asking :func:`karchive.trust.decide.decide` about it.
 
-The registry does the same for ``NAME@VERSION`` with signatures stored beside its blobs
-(:mod:`karchive.registry.signatures`); :func:`karchive.resolve.open_reader` picks one or the other.
-Every check here runs before a reader is handed out, so a refused archive never reaches the runtime.
+The registry route (signatures stored beside its blobs) calls the same ``decide``;
+:func:`karchive.resolve.open` picks the route. Every check runs before a reader is handed out, so a
+refused archive never reaches the runtime.
 """
 
 from __future__ import annotations
@@ -11,16 +12,17 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any, Union
 
+from ..core import settings
 from ..errors import TrustError, TrustPolicyError
 from . import reasons
 
 if TYPE_CHECKING:  # pragma: no cover - a policy needs cryptography; naming the type does not
     from ..format.reader import ArchiveReader, Limits
+    from .decide import Verdict
     from .policy import TrustPolicy
-    from .verify import TrustResult
 
 #: For servers that do not change code: every load without an explicit ``trust=`` applies this policy.
-POLICY_ENV = "KARCHIVE_TRUST_POLICY"
+POLICY_ENV = settings.TRUST_POLICY.name
 
 TrustArg = Union["TrustPolicy", str, os.PathLike, bool, None]
 
@@ -29,7 +31,7 @@ def policy_from_env() -> str | None:
     """``$KARCHIVE_TRUST_POLICY``: None when unset; set but empty (or blank) is an error, never "no
     policy": ``KARCHIVE_TRUST_POLICY=`` once switched enforcement off and an unsigned archive loaded
     (issue 20). Unset the variable to run without a policy."""
-    value = os.environ.get(POLICY_ENV)
+    value = settings.trust_policy()
     if value is None:
         return None
     if not value.strip():
@@ -67,51 +69,55 @@ def manifest_identity(reader: ArchiveReader, where: str) -> tuple[str, str]:
     return name, version
 
 
-def open_trusted_path(path: str, policy: TrustPolicy, limits: Limits | None = None) -> tuple[ArchiveReader, TrustResult]:
-    """A local archive whose sidecar (``PATH.sig.json``) satisfies ``policy``. The file is hashed through
-    the reader's own descriptor, so the sha256 and the index digest checked describe the bytes the
-    reader uses; a refusal closes the file and raises."""
+def open_trusted_path(path: str, policy: TrustPolicy,
+                      limits: Limits | None = None) -> tuple[ArchiveReader, Verdict | None]:
+    """A local archive whose sidecar (``PATH.sig.json``) satisfies ``policy`` (:func:`.decide.decide`).
+    The file is hashed through the reader's own descriptor, so the sha256 and the index digest checked
+    describe the bytes the reader uses; a refusal closes the file and raises."""
     from ..format.source import FileSource
     from .bind import hash_source, open_recorded
+    from .decide import Subject, decide, sidecar_evidence
     from .sidecar import read_sidecar, sidecar_path
-    from .verify import verify_archive_signatures
 
     source = FileSource(path)
     try:
         reader, index = open_recorded(source, limits)
         sha256 = hash_source(source, index)
         name, version = manifest_identity(reader, path)
-        envelope = read_sidecar(sidecar_path(path))
-        result = verify_archive_signatures(sha256=sha256, index_sha256=index, name=name, version=version,
-                                           envelopes=[envelope] if envelope else [], policy=policy)
+        verdict = decide(policy, Subject(f"{name}@{version}", name, version, sha256, index),
+                         lambda _: sidecar_evidence(read_sidecar(sidecar_path(path))))
     except BaseException:
         source.close()
         raise
-    return reader, result
+    return reader, verdict
 
 
 def open_trusted_url(url: str, policy: TrustPolicy, storage_options: dict[str, Any] | None = None,
-                     limits: Limits | None = None) -> tuple[ArchiveReader, TrustResult]:
+                     limits: Limits | None = None) -> tuple[ArchiveReader, Verdict | None]:
     """A remote archive (any fsspec URL, read with ranged requests) whose sidecar beside the URL
-    satisfies ``policy``. Nothing hashes the whole object, so the signature is bound through the index
-    digest of the footer the reader opened from (SIGNING.md §6.1); a frame altered later is caught by
-    ``read()`` (member digests), before its bytes are used."""
+    satisfies ``policy`` (:func:`.decide.decide`). Nothing hashes the whole object, so the signature is
+    bound through the index digest of the footer the reader opened from (SIGNING.md §6.1); a frame
+    altered later is caught by ``read()`` (member digests), before its bytes are used."""
     import fsspec
 
     from ..format.open import open_location
     from ..format.source import FsspecSource
     from .bind import open_recorded
+    from .decide import Subject, decide, sidecar_evidence
     from .sidecar import read_sidecar_url
-    from .verify import verify_archive_signatures
 
     try:
         fs, path = fsspec.core.url_to_fs(url, **(storage_options or {}))
     except (ImportError, ValueError, TypeError):
         open_location(url, storage_options=storage_options, limits=limits)  # raises the format layer's error
         raise
-    reader, index = open_recorded(FsspecSource(fs, path), limits)
-    name, version = manifest_identity(reader, url)
-    envelope = read_sidecar_url(url, storage_options)
-    result = verify_archive_signatures(sha256=None, index_sha256=index, name=name, version=version,
-                                       envelopes=[envelope] if envelope else [], policy=policy)
-    return reader, result
+    source = FsspecSource(fs, path)
+    try:
+        reader, index = open_recorded(source, limits)
+        name, version = manifest_identity(reader, url)
+        verdict = decide(policy, Subject(f"{name}@{version}", name, version, None, index),
+                         lambda _: sidecar_evidence(read_sidecar_url(url, storage_options)))
+    except BaseException:
+        getattr(source, "close", lambda: None)()
+        raise
+    return reader, verdict

@@ -75,7 +75,8 @@ def sign_statement(archive: str | os.PathLike, key: SigningKey, *,
     payload = statement_bytes(build_statement(manifest, sha256, build_info, index_sha256=index_sha256))
     envelope = Envelope.create(INTOTO_PAYLOAD_TYPE, payload, key)
     if sha256_file(path)[0] != sha256:
-        raise TrustError(f"{path} changed while it was being signed", reason=reasons.DIGEST_MISMATCH)
+        raise TrustError(f"{path} changed while it was being signed", reason=reasons.DIGEST_MISMATCH,
+                         archive=subject_name(manifest.name, manifest.version))
     return SignedStatement(manifest.name, manifest.version, sha256, index_sha256, envelope)
 
 
@@ -122,7 +123,8 @@ def sign_archive(archive: str | os.PathLike, key: SigningKey, *, build_info: dic
     else:
         envelope = Envelope.create(INTOTO_PAYLOAD_TYPE, payload, key)
     if sha256_file(path)[0] != sha256:  # what was signed must be what is there now
-        raise TrustError(f"{path} changed while it was being signed", reason=reasons.DIGEST_MISMATCH)
+        raise TrustError(f"{path} changed while it was being signed", reason=reasons.DIGEST_MISMATCH,
+                         archive=subject_name(name, version))
     write_sidecar(side, envelope)
     return SignOutcome(archive=path, sidecar=side, name=name, version=version, sha256=sha256, key_id=key.key_id,
                        cosigned=cosigned, key_ids=tuple(s.keyid for s in envelope.signatures), statement=statement)

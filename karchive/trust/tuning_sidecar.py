@@ -53,8 +53,8 @@ def verify_tuning(raw: bytes, keys: Sequence[PublicKey], where: str = "tuning si
         raise TrustError(f"{where} has no signature", reason=reasons.UNSIGNED)
     ok = [s for s in env.signatures for k in keys if verify_signature(env, s, k)]
     if not ok:
-        raise TrustError(f"{where}: no given key verifies its signature(s)", reason=reasons.UNKNOWN_KEY,
-                         key_id=env.signatures[0].keyid or None)
+        raise TrustError(f"{where}: no given key verifies its signature(s) (signed by key id(s) "
+                         f"{', '.join(sorted({s.keyid or '?' for s in env.signatures}))})", reason=reasons.UNKNOWN_KEY)
     doc = parse_json(env.payload, where, error=TrustError)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("kernels"), list) \
             or not isinstance(doc.get("archive"), dict):

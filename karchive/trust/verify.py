@@ -187,7 +187,8 @@ def verify_archive_signatures(*, sha256: str | None, name: str, version: str | N
     rule = policy.rule_for(name)
     if rule is None:
         raise UntrustedArchiveError(f"{archive}: no rule of trust policy {policy.source} covers the name {name!r}",
-                                    reason=reasons.NO_RULE, archive=archive, policy_sha256=policy.sha256)
+                                    reason=reasons.NO_RULE, archive=archive, policy_sha256=policy.sha256,
+                                    key_id=None)  # no signature was looked at
     signers: dict[str, Signer] = {}
     rejected: list[Rejection] = [Rejection(reasons.MALFORMED_ENVELOPE, why[:500], hint[:_MAX_HINT], False, envelope=-1)
                                  for hint, why in unreadable]

@@ -4,8 +4,8 @@ Layout (spec/FORMAT.md §4): what a loader reads (a variant's binary and metadat
 IR stages, and each distinct module source is stored once under ``sources/<sha256>.py``. Format 2 packs
 the launch members of one kernel and target into frames of up to :data:`LAUNCH_FRAME` bytes, and the IR
 of one kernel into frames of up to :data:`IR_FRAME`: siblings share long runs, so a frame of several
-compresses far better than one each, while reading a variant still decodes one small frame. Format 1
-(``format_version=(1, 0)``) keeps one frame per variant for its launch members and one for its IR.
+compresses far better than one each, while reading a variant still decodes one small frame. (Format 1.0
+is read, never written: :mod:`karchive.format.writer`.)
 Member names come from the variants' file refs (:mod:`karchive.format.layout`), the manifest from the
 typed model (:class:`karchive.format.manifest.Manifest`).
 """
@@ -21,7 +21,6 @@ from typing import Any
 from ... import __version__
 from ...errors import BuildError, FormatError
 from ...core.digest import sha256_hex
-from ...format.constants import FORMAT_VERSION
 from ...format.layout import source_member
 from ...format.manifest import FileRef, Manifest, Variant
 from ...format.writer import ArchiveWriter, DictionaryMode, WriteStats, source_date_epoch
@@ -46,8 +45,6 @@ class ArchiveBuilder:
     autotune: list[dict] | None = None  # autotune records (capture)
     heuristics: list[dict] | None = None  # heuristics records (capture)
     extra: dict[str, Any] = field(default_factory=dict)  # other optional top-level manifest fields
-    #: (2, 0): per-kernel manifest shards; (1, 0) for readers older than format 2.
-    format_version: tuple[int, int] = FORMAT_VERSION
 
     def add(self, variant: CompiledVariant) -> bool:
         """Add a variant; a second variant with the same key is dropped (same inputs, same binary)."""
@@ -74,7 +71,6 @@ class ArchiveBuilder:
             produced_by={"karchive": __version__, **self.produced_by}, created=created,
             sources=[FileRef.for_bytes(path, data) for path, data in sources.items()],
             autotune=self.autotune, heuristics=self.heuristics, extra=self.extra,
-            format_version=self.format_version,
         )
 
     def _check_kernel_identity(self) -> None:
@@ -101,22 +97,15 @@ class ArchiveBuilder:
     def manifest_and_writer(self) -> tuple[dict[str, Any], ArchiveWriter]:
         """The manifest as it will be written (JSON dict) and a writer holding every member group."""
         manifest = self.manifest()
-        writer = ArchiveWriter(level=self.level, dictionary=self.dictionary, format_version=self.format_version)
-        if self.format_version[0] >= 2:
-            self._add_chunked(writer, manifest)
-        else:
-            for v in manifest.variants:
-                files = self.variants[v.key].files
-                writer.add_group([(v.binary.path, files["binary"]), (v.metadata.path, files["metadata"])])
-                if v.ir:
-                    writer.add_group([(v.ir[stage].path, files[stage]) for stage in sorted(v.ir)])
+        writer = ArchiveWriter(level=self.level, dictionary=self.dictionary)
+        self._add_chunked(writer, manifest)
         sources = self._sources()
         for ref in manifest.sources:
             writer.add_group([(ref.path, sources[ref.path])])
         return manifest.to_json(), writer
 
     def _add_chunked(self, writer: ArchiveWriter, manifest: Manifest) -> None:
-        """Format 2 frames, kernel by kernel: launch members per target, then the kernel's IR."""
+        """Frames, kernel by kernel: launch members per target, then the kernel's IR."""
         for kernel in manifest.kernels():
             variants = manifest.variants_of(kernel)
             by_target: dict[str, list[Variant]] = {}

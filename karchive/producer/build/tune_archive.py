@@ -65,10 +65,9 @@ def write_tuned_version(reader: Any, out: str | os.PathLike, *, version: str,
                         records: list[dict[str, Any]]) -> dict[str, Any]:
     """Write ``reader``'s archive as ``version`` with ``records`` as its autotune records; returns a summary."""
     model = reader.model
-    fv = tuple(int(x) for x in str(model.format_version).split(".")[:2])
+    # written in format 2 whatever the source's format (karchive writes format 2 only)
     builder = ArchiveBuilder(model.name, version, produced_by=dict(model.produced_by), autotune=records,
-                             heuristics=model.heuristics, extra=dict(model.extra),
-                             format_version=(fv[0], fv[1]))
+                             heuristics=model.heuristics, extra=dict(model.extra))
     builder.extend(_variants(reader))
     manifest, writer = builder.manifest_and_writer()
     manifest["created"] = model.created  # the variants' build time, not the tuning run's

@@ -80,7 +80,8 @@ def make_plan(kernel: str, variants: Sequence[Variant]) -> KernelPlan:
     """Roles and key flags per parameter position, over every variant of the kernel."""
     names = [p.name for p in variants[0].params]
     if STREAM in names:
-        raise ArgumentError(f"{kernel}: a kernel parameter is named like the launch option {STREAM!r}")
+        raise ArgumentError(f"{kernel}: a kernel parameter is named like the launch option {STREAM!r}", kernel=kernel,
+                            param=STREAM)
     params: list[ParamPlan] = []
     for i, name in enumerate(names):
         ps = [v.params[i] for v in variants]

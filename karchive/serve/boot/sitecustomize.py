@@ -26,7 +26,9 @@ def _chain() -> None:
 
 
 _chain()
-if os.environ.get("KARCHIVE_SERVE"):
+from karchive.core import settings as _settings  # noqa: E402 - after the chain, as the chain must run first
+
+if _settings.SERVE.text():
     from karchive.serve import activate_from_env
 
     activate_from_env()

@@ -6,11 +6,11 @@ from . import language
 from .runtime.autotuner import Autotuner, Config, Heuristics, autotune, heuristics
 from .runtime.jit import JITFunction, KernelInterface, jit
 
-KARCHIVE_SHIM = True
+__karchive_shim__ = True
 __version__ = "0.0.0+karchive.shim"
 
 __all__ = ["jit", "autotune", "heuristics", "Config", "cdiv", "next_power_of_2", "language", "JITFunction",
-           "Autotuner", "Heuristics", "KernelInterface", "KARCHIVE_SHIM"]
+           "Autotuner", "Heuristics", "KernelInterface"]
 
 
 def cdiv(x: int, y: int) -> int:
