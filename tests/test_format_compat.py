@@ -143,7 +143,7 @@ def test_karchive_writes_format_2_only():
     import dataclasses
 
     from karchive.format.writer import ArchiveWriter
-    from karchive.producer.pack import ArchiveBuilder
+    from karchive.producer.build.pack import ArchiveBuilder
 
     assert "format_version" not in {f.name for f in dataclasses.fields(ArchiveWriter)}
     assert "format_version" not in {f.name for f in dataclasses.fields(ArchiveBuilder)}

@@ -172,7 +172,7 @@ def test_a_missing_file_is_exit_2_everywhere_and_json_says_so(tmp_path):
 def test_json_errors_carry_the_error_fields(tmp_path, big_archive):
     done = karchive("inspect", str(tmp_path / "nope.karc"), "--json")
     assert json.loads(done.stdout) == {"error": "ArchiveNotFoundError", "message": f"no such archive: {tmp_path}/nope.karc",
-                                       "path": f"{tmp_path}/nope.karc", "source": f"{tmp_path}/nope.karc"}
+                                       "path": f"{tmp_path}/nope.karc"}  # every declared field, filled
     # A usage error has no Namespace yet: still JSON, still exit 2.
     done = karchive("inspect", str(big_archive), "--json", "--no-such-flag")
     assert done.returncode == 2 and json.loads(done.stdout)["error"] == "UsageError"

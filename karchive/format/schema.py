@@ -18,7 +18,7 @@ def load_schema() -> dict:
 
 #: The JSON Schema keywords manifest.schema.json uses inside a variant, and that :class:`VariantChecker`
 #: implements; any other keyword there is refused when the checker is made, never silently skipped.
-_KEYWORDS = frozenset({"type", "properties", "required", "additionalProperties", "$ref", "enum", "const", "minimum",
+_KEYWORDS = frozenset({"type", "properties", "required", "additionalProperties", "$ref", "enum", "const", "minimum", "maximum",
                        "minLength", "maxLength", "pattern", "items", "minItems", "maxItems", "propertyNames", "allOf",
                        "if", "then", "not", "description"})
 _TYPES: dict[str, Any] = {
@@ -178,6 +178,13 @@ class VariantChecker:
                 if number(v) and v < arg:
                     out.append((path, f"{v!r} is less than the minimum of {arg!r}"))
             return minimum
+        if key == "maximum":
+            number = _TYPES["number"]
+
+            def maximum(v: Any, path: tuple, out: list) -> None:
+                if number(v) and v > arg:
+                    out.append((path, f"{v!r} is greater than the maximum of {arg!r}"))
+            return maximum
         if key in ("minLength", "minItems"):
             kind = str if key == "minLength" else list
             word = "should be non-empty" if arg == 1 else "is too short"

@@ -226,7 +226,7 @@ def test_descriptor_kernels_launch_without_triton_equal_to_tritons_launch(versio
         pytest.skip(f"the compiled launcher is not built here: {launch_path.status().detail}")
     inputs, x, ref, ref_info = reference
     out = tmp_path / "out.pt"
-    env = dict(os.environ, KARCHIVE_LAUNCH_PATH=path, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, KARCHIVE_LAUNCH_PATH=path, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     proc = subprocess.run([sys.executable, "-c", CHILD, str(OUT / _ARCHIVES[version]), str(inputs), str(out)],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
