@@ -611,3 +611,19 @@ def test_small_tensor_patch_is_in_the_release_encoder_exactly_where_the_conventi
     assert "bytes_stride = i == 0 ? elemSize : stridesLL[i - 1]" in tiled  # innermost stride = element size
     assert "CU_TENSOR_MAP_INTERLEAVE_NONE" in tiled and "CU_TENSOR_MAP_L2_PROMOTION_L2_128B" in tiled
     assert "elementStrides[5] = {1, 1, 1, 1, 1}" in tiled
+
+
+def test_the_call_block_is_the_signatures_and_the_map_box_the_abis(no_driver):
+    """A 128-column fp16 store is two 64-column TMA boxes under the 128-byte swizzle: Triton's metadata (the
+    ABI) records the box [128, 64] while the signature, and so the caller's descriptor, says [128, 128]. The
+    launch checks the call against the signature's block and encodes the map with the ABI's box (H100 run of
+    tests/gpu/test_tensordesc_gpu.py, persistent matmul's C descriptor)."""
+    box = tma(block=(128, 64))
+    c = td.TensorDescriptor(FakeTensor(0x20000, [256, 256], FP16), [128, 128])
+    out = td.expand("c_desc", box, c, block=(128, 128))
+    assert isinstance(out[0], (bytes, bytearray)) and out[1:] == [256, 256, 256, 1]
+    with pytest.raises(ArgumentError, match=r"block_shape is \[128, 128\], the variant was compiled for \[128, 64\]"):
+        td.expand("c_desc", box, td.TensorDescriptor(FakeTensor(0x20000, [256, 256], FP16), [128, 128]))
+    with pytest.raises(ArgumentError, match=r"block_shape is \[128, 64\], the variant was compiled for \[128, 128\]"):
+        td.expand("c_desc", box, td.TensorDescriptor(FakeTensor(0x20000, [256, 256], FP16), [128, 64]),
+                  block=(128, 128))

@@ -281,8 +281,12 @@ def encode_params(d: TensorDescAbi, ptr: int, shape: Sequence[int], strides: Seq
                         OOB_FILL_NAN if padding == "nan" else OOB_FILL_NONE, clear_small_tensor_bit=clear)
 
 
-def check_call(name: str, d: TensorDescAbi, call: _Call, block_from_variant: bool) -> None:
-    """The argument checks that must pass before a launch (ArgumentError naming the parameter)."""
+def check_call(name: str, d: TensorDescAbi, call: _Call, block_from_variant: bool,
+               block: tuple[int, ...] | None = None) -> None:
+    """The argument checks that must pass before a launch (ArgumentError naming the parameter). ``block`` is
+    the block of the variant's signature (``tensordesc<fp16[128, 128]>``), which the call's descriptor must
+    have; the ABI's ``block_shape`` is the TMA box Triton encodes, which can be smaller (a 128-column fp16
+    store is two 64-column boxes under the 128-byte swizzle)."""
     where = f"parameter {name!r} (tensordesc<{d.dtype}[{', '.join(map(str, d.block_shape))}]>)"
     if d.im2col:
         raise ArgumentError(f"{where}: im2col tensor descriptors are recorded but karchive cannot launch them yet",
@@ -294,9 +298,10 @@ def check_call(name: str, d: TensorDescAbi, call: _Call, block_from_variant: boo
     if len(call.shape) != d.rank or len(call.strides) != d.rank:
         raise ArgumentError(f"{where}: the descriptor has rank {len(call.shape)}, the variant takes {d.rank}",
                             param=name)
-    if call.block is not None and not block_from_variant and call.block != d.block_shape:
+    want = block if block is not None else d.block_shape
+    if call.block is not None and not block_from_variant and call.block != want:
         raise ArgumentError(f"{where}: the descriptor's block_shape is {list(call.block)}, the variant was compiled "
-                            f"for {list(d.block_shape)}", param=name)
+                            f"for {list(want)}", param=name)
     if call.device is not None and call.device < 0:
         raise ArgumentError(f"{where}: the tensor is in host memory; TMA needs device memory", param=name)
     if any(s <= 0 for s in call.shape):
@@ -369,7 +374,7 @@ def encode_tiled(p: EncodeParams) -> bytes:
 
 
 def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = False,
-           device: int | None = None) -> list[Any]:
+           device: int | None = None, block: tuple[int, ...] | None = None) -> list[Any]:
     """A descriptor argument as the values of the binary parameters ``d`` lists (``d.slots``, in order):
     bytes for a ``tensormap`` slot, ints (bools as 0/1) for the rest. Cached by everything it depends on.
     ``device``: the launch's device; a descriptor over memory of another GPU is refused."""
@@ -378,13 +383,13 @@ def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = F
         ptr, _dt, dev = (fixed, None, None) if fixed is not None else pointer_info(value.source)
         memo = value._memo
         if memo is not None and memo[3] == ptr and memo[0] == id(d) and memo[4] == dev and memo[2] == device \
-                and memo[1] == block_from_variant:
+                and memo[1] == block_from_variant and memo[6] == block:
             return memo[5]
         key = (ptr, value.shape, value.strides, value.elem_dtype, dev, value.block_shape, value.padding,
-               value.round_f32_to_tf32, id(d), block_from_variant, device)
+               value.round_f32_to_tf32, id(d), block_from_variant, device, block)
         out = _cache.get(key)
         if out is not None:
-            value._memo = (id(d), block_from_variant, device, ptr, dev, out)
+            value._memo = (id(d), block_from_variant, device, ptr, dev, out, block)
             return out
         call = _Call(ptr, value.shape, value.strides, value.block_shape, value.elem_dtype, dev, value.padding,
                      value.round_f32_to_tf32)
@@ -394,11 +399,11 @@ def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = F
         except ArgumentError as exc:
             raise ArgumentError(f"parameter {name!r}: {exc}", param=name) from None
         key = (call.ptr, call.shape, call.strides, call.dtype, call.device, call.block, call.padding, call.tf32, id(d),
-               block_from_variant, device)
+               block_from_variant, device, block)
         out = _cache.get(key)
         if out is not None:
             return out
-    check_call(name, d, call, block_from_variant)
+    check_call(name, d, call, block_from_variant, block)
     if device is not None and call.device is not None and call.device >= 0 and call.device != device:
         raise ArgumentError(f"parameter {name!r}: the descriptor's tensor is on device {call.device}, the launch on "
                             f"device {device}; a tensor map must describe memory of the launching GPU", param=name)
@@ -421,7 +426,7 @@ def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = F
         _cache[key] = out
         _records[id(d)] = d  # id(d) in the key stays this record's while the cache holds it
     if type(value) is TensorDescriptor:
-        value._memo = (id(d), block_from_variant, device, call.ptr, call.device, out)
+        value._memo = (id(d), block_from_variant, device, call.ptr, call.device, out, block)
     return out
 
 

@@ -184,7 +184,8 @@ def phase_shim(lib: str, work: Path) -> dict:
         info, kept, step_s = _step(lib)
     except Exception as exc:  # the library needs real Triton: the test reports why
         traceback.print_exc()
-        return {"needs_triton": f"{type(exc).__name__}: {exc}"[:1500], "report_text": str(report)}
+        return {"needs_triton": f"{type(exc).__name__}: {exc}"[:1500], "report_text": str(report),
+                "traceback": traceback.format_exc()[-4000:]}
     torch.save(dict(kept), work / f"{lib}-shim.pt")
     return {"ops": info["ops"], "op_errors": info["op_errors"], "step_s": round(step_s, 3),
             "report": report.to_json(), "report_text": str(report),

@@ -129,7 +129,7 @@ def test_without_triton_the_library_imports_on_the_shim_and_is_served(lib, work)
     _SUMMARY.setdefault(lib, {})["shim"] = r
     if lib not in SHIM_LIBS and "needs_triton" in r:
         pytest.xfail(f"{lib} needs real Triton: {r['needs_triton'][:300]}")
-    assert "needs_triton" not in r, r["needs_triton"]
+    assert "needs_triton" not in r, r["needs_triton"] + "\n" + r.get("traceback", "")
     assert not r["op_errors"] and r["report"]["missed"] == [], r["report_text"]
     want = torch.load(work / f"{lib}-reference.pt", weights_only=True)
     got = torch.load(work / f"{lib}-shim.pt", weights_only=True)

@@ -58,15 +58,10 @@ CHILD = textwrap.dedent(r'''
     import json, os, sys
 
 
-    class _Block:
-        """The producer's compiler must not be needed to launch its archive."""
-
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] == "triton":
-                raise ImportError(f"{name} is blocked: an archive launches without Triton")
-
-
-    sys.meta_path.insert(0, _Block())
+    # The producer's compiler must not be needed to launch its archive: `import triton` raises ImportError and
+    # importlib.util.find_spec("triton") answers None, as where Triton is not installed (torch asks at CUDA init).
+    for _name in [m for m in sys.modules if m.split(".")[0] == "triton"] + ["triton"]:
+        sys.modules[_name] = None
     import torch
 
     import karchive

@@ -309,7 +309,7 @@ def phase_tune_quality(work: Path, opts: dict) -> dict:
         obj[grid](*args)
         (t_cfg,) = tuner.cache.values()
         k = arc.kernel(name)  # the same object for every case of this name: its choices accumulate
-        k._choices.clear()
+        k.resolver._choices.clear()
         k[grid](*args)
         (choice,) = [c for c, _cx, _k in k.resolver._choices.values()]
         k_meta = {**choice["kwargs"], **choice["options"]}
@@ -466,7 +466,7 @@ def phase_tune_compare(work: Path, opts: dict) -> dict:
         obj[grid](*pos)
         torch.cuda.synchronize()
         (t_cfg,) = tuner.cache.values()
-        key = arc.kernel(call.kernel).tuning_key(*pos)
+        key = arc.kernel(call.kernel).resolver.tuning_key(*pos)
         k_index = chosen[(call.kernel, json.dumps(key))]
         k_cfg = tuner.configs[k_index]
         t_meta, k_meta = t_cfg.all_kwargs(), k_cfg.all_kwargs()

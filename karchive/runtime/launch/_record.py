@@ -30,7 +30,7 @@ from ..backend import Backend, LoadedFunction, stream_handle
 from ._argpack import ParamLayout, bf16_bits
 from ._plan import KernelPlan
 from ..select import MISSING, DeviceFit, variant_label
-from ...format.tensordesc import TensorDescAbi
+from ...format.tensordesc import TensorDescAbi, parse_tensordesc_type
 from ..descriptors import expand
 
 log = logging.getLogger("karchive.runtime")
@@ -163,6 +163,13 @@ class LaunchEntry:
         self.layout = layout  # the creating thread's buffer; other threads get their own
         #: Autotuned kernels: a descriptor's block shape is the chosen variant's, whatever the call site's says.
         self.descriptor_block_from_variant = False
+        #: Per descriptor parameter, the block of the variant's signature: what the call's descriptor must have
+        #: (the ABI's block_shape is the TMA box, which can be smaller).
+        self.desc_blocks: dict[Any, tuple[int, ...] | None] = {}
+        for p in self.variant.abi.params:
+            if p.kind == "tensordesc":
+                parsed = parse_tensordesc_type(self.variant.params[cast(int, p.arg)].type)
+                self.desc_blocks[p.arg] = parsed.block_shape if parsed is not None else None
         # Values reach the binary in order, or some (the == 1 ones) are dropped: an itemgetter picks them.
         indices = [s.value for s in self.slots]
         self._pick: Callable[[Sequence[Any]], Sequence[Any]] | None = None
@@ -195,7 +202,7 @@ class LaunchEntry:
             if conv == "desc":
                 try:
                     out.extend(expand(p.name, cast(TensorDescAbi, p.desc), v, self.descriptor_block_from_variant,
-                                      self.device))
+                                      self.device, self.desc_blocks.get(p.arg)))
                 except ArgumentError as exc:
                     raise ArgumentError(f"{self.kernel}: {exc}", kernel=self.kernel, param=p.name) from None
                 continue
@@ -430,7 +437,7 @@ class BoundLauncher:
         for p, v in zip(self.variant.abi.params, args):
             if p.kind == "tensordesc":
                 out.extend(expand(p.name, cast(TensorDescAbi, p.desc), v, self.entry.descriptor_block_from_variant,
-                                  self.entry.device))
+                                  self.entry.device, self.entry.desc_blocks.get(p.arg)))
                 continue
             if p.kind == "pointer":
                 try:  # the bound path reads only the address (the binding checked dtypes and devices)
