@@ -72,3 +72,48 @@ def test_bad_targets(text):
     with pytest.raises(TargetError) as info:
         Target.parse(text)
     assert info.value.target == text
+
+
+def test_none_is_the_constexpr_a_none_argument_becomes():
+    """A spec spells an argument passed as None (an optional pointer) `None`: Triton specialises it to the
+    constexpr None, so the spec form and the compile.py form both give that, and `None` takes no hint."""
+    names = ["x_ptr", "g_ptr", "n", "BLOCK"]
+    spec = resolve(names, ["BLOCK"], {"x_ptr": "*fp32:16", "g_ptr": "None", "n": "i32"}, {"BLOCK": 64})
+    assert spec.types["g_ptr"] == "constexpr" and spec.constexprs["g_ptr"] is None
+    spec = resolve(names, ["BLOCK"], "*fp32:16, None, i32, 64")
+    assert spec.constexprs == {"g_ptr": None, "BLOCK": 64}
+    with pytest.raises(SignatureError, match="None cannot carry a hint"):
+        resolve(names, ["BLOCK"], "*fp32:16, None:16, i32, 64")
+
+
+def test_a_none_argument_builds_and_the_runtime_matches_it(tmp_path):
+    """Compiled for real (cuda:90, no GPU): the variant records g_ptr as the constexpr None; a call passing None
+    selects it, a call passing a tensor there is refused (Triton would compile another specialisation)."""
+    pytest.importorskip("triton")
+    from karchive.errors import NoMatchingVariantError
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
+    from karchive.producer.build.pack import ArchiveBuilder
+    import karchive
+
+    src = tmp_path / "optional_kernels.py"
+    src.write_text(
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+        "def scale(x_ptr, g_ptr, n, BLOCK: tl.constexpr):\n"
+        "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
+        "    x = tl.load(x_ptr + offs, mask=offs < n)\n"
+        "    if g_ptr is not None:\n"
+        "        x = x * tl.load(g_ptr + offs, mask=offs < n)\n"
+        "    tl.store(x_ptr + offs, x, mask=offs < n)\n")
+    cv = compile_variant(VariantRequest(f"{src}:scale", "*fp32:16, None, i32", "cuda:90", {"BLOCK": 64},
+                                        {"num_warps": 4}))
+    (g,) = [p for p in cv.variant.params if p.name == "g_ptr"]
+    assert g.is_constexpr and g.constexpr is None
+    builder = ArchiveBuilder("opt", "1")
+    builder.extend([cv])
+    out = tmp_path / "opt.karc"
+    manifest, writer = builder.manifest_and_writer()
+    writer.write(out, manifest)
+    k = karchive.open(str(out)).kernel("scale")
+    assert k.select(0x7F0000000000, None, 1000, BLOCK=64, device="cuda:90").constexprs["g_ptr"] is None
+    with pytest.raises(NoMatchingVariantError, match="g_ptr"):
+        k.select(0x7F0000000000, 0x7F1000000000, 1000, BLOCK=64, device="cuda:90")

@@ -55,9 +55,10 @@ KERNELS: dict[str, dict] = {
         "library": "fla-delta-rule", "file": "site:fla/ops/common/chunk_scaled_dot_kkt.py",
         "kernel": "chunk_scaled_dot_kkt_fwd_kernel",  # @triton.heuristics over @triton.autotune (tunes BK)
         # k, beta (bf16), A (fp32), T (do_not_specialize); g, cu_seqlens and chunk_indices are None in the
-        # corpus step and USE_G / IS_VARLEN come from its heuristics: how a spec spells a None argument is
-        # issue 23's to settle (this entry gives none of them)
-        "signature": {"k": "*bf16:16", "beta": "*bf16:16", "A": "*fp32:16", "T": "i32"},
+        # corpus step (a spec writes None, the constexpr Triton specialises a None argument to) and USE_G /
+        # IS_VARLEN come from its heuristics
+        "signature": {"k": "*bf16:16", "g": "None", "beta": "*bf16:16", "A": "*fp32:16", "T": "i32",
+                      "cu_seqlens": "None", "chunk_indices": "None"},
         "constexprs": {"H": [4], "HV": [4], "K": [64], "BT": [64]},
     },
 }
