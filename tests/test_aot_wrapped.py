@@ -252,7 +252,7 @@ def test_on_first_launch_tuning_times_by_the_events_rule(device, monkeypatch):
         def synchronize(self) -> None:
             pass
 
-        def elapsed_time(self, end: "Event") -> float:
+        def elapsed_time(self, end: Event) -> float:
             return end.at - self.at
 
     monkeypatch.setattr(_bench, "event_pair", lambda device: lambda: (Event(), Event()))

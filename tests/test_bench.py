@@ -25,7 +25,7 @@ class Event:
     def synchronize(self) -> None:
         assert self.at is not None, "synchronised before it was recorded"
 
-    def elapsed_time(self, end: "Event") -> float:
+    def elapsed_time(self, end: Event) -> float:
         assert self.at is not None and end.at is not None
         return end.at - self.at
 

@@ -120,8 +120,7 @@ def _looks_signed(raw: bytes) -> bool:
 
 
 def tune_from_args(args: argparse.Namespace, reader: Any) -> dict[str, Any]:
-    from ..runtime._bench import DeviceBench, RepPolicy
-    from ..runtime.tune_keys import calls_from_records, parse_keys_file
+    from ..runtime.tune_keys import DeviceBench, RepPolicy, calls_from_records, parse_keys_file
 
     if not args.out and not args.sidecar:
         raise KarchiveError("say where the decisions go: -o OUT.karc (a new archive version) or --sidecar FILE "

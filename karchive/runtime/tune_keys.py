@@ -43,7 +43,8 @@ from ..errors import ArgumentError, NoMatchingVariantError, SchemaError, TuneErr
 from ..format.autotune import normalize_key
 from ..format.heuristics_expr import ExprError, check, evaluate
 from ..format.tuned import KEY_DTYPES, KEY_MAX_VALUES
-from ._bench import DeviceBench as DeviceBench  # the device's bench: karchive tune's default, the runtime's rule
+# the device's bench (karchive tune's default, the runtime's rule) and its policy, for the CLI and callers
+from ._bench import DeviceBench as DeviceBench, RepPolicy as RepPolicy
 
 KEYS_FORMAT = "karchive-tune-keys/1"
 MAX_KEYS_BYTES = 8 << 20
