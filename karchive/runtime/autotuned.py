@@ -393,7 +393,7 @@ class AutotuneResolver:
         where torch is in use and the launch goes on its current stream (the default: no stream given); else
         wall time around a synchronised launch."""
         hgiven = frozenset(n for n in self.heuristics.names if n in kwargs) if self.heuristics else frozenset()
-        outer = {n: named[n] for n in outer_cx if n in named}  # named holds every value computed above
+        outer = dict(outer_cx)  # the constexprs computed above the autotuner (named holds them too)
         candidates = self._candidates()
         bench = DeviceBench(self._device_of(args, kwargs), self.rep_policy, events=stream is None)
 
