@@ -236,6 +236,33 @@ def test_launch_without_meta_parameters_tunes_once_per_key(device):
                                          tuple(repr(p) for p in [4096, True] + ["torch.float32"] * 3)])
 
 
+def test_on_first_launch_tuning_times_by_the_events_rule(device, monkeypatch):
+    """Where CUDA events exist, a config is timed as karchive tune times it (karchive/runtime/_bench.py): the
+    counts follow the estimate, and the fastest config wins. The events here read a clock that each recorded
+    launch advances by its config's duration (num_warps 2: 1 ms, num_warps 4: 0.5 ms)."""
+    from karchive.runtime import _bench
+
+    arc, rec = device
+    took = {64: 1.0, 128: 0.5}  # block threads -> ms
+
+    class Event:
+        def record(self) -> None:
+            self.at = sum(took[a.block[0]] for a in rec.launches())
+
+        def synchronize(self) -> None:
+            pass
+
+        def elapsed_time(self, end: Event) -> float:
+            return end.at - self.at
+
+    monkeypatch.setattr(_bench, "event_pair", lambda device: lambda: (Event(), Event()))
+    arc.kernel("h_over_at")[(32,)](Tensor(X), Tensor(Y), None, 4096, 1.5)
+    blocks = [a.block[0] for a in rec.launches()]
+    # per config: 1 untimed + 5 estimating + 25 ms / estimate warm-up + 100 ms / estimate timed runs
+    assert blocks.count(64) == 1 + 5 + 25 + 100 and blocks.count(128) - 1 == 1 + 5 + 50 + 200
+    assert blocks[-1] == 128  # the faster config launches the call
+
+
 def test_tuning_honours_reset_to_zero_and_restore_value(device):
     arc, rec = device
     x, out = Tensor(X), Tensor(Y)

@@ -45,8 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--key", action="append", metavar="PUB", help="public key that must verify an imported sidecar")
     t.add_argument("--keep-going", action="store_true", help="a call that cannot be tuned is reported, the others "
                                                                "are still tuned and written")
-    t.add_argument("--reps", type=int, default=25, help="timed runs per config (median; default 25)")
-    t.add_argument("--warmup", type=int, default=3, help="untimed runs per config first (default 3)")
+    t.add_argument("--reps", type=int, help="exactly this many timed runs per config (median; default: ~100 ms "
+                                            "of runs, at least 10, at most 1000, as the runtime times)")
+    t.add_argument("--warmup", type=int, help="exactly this many untimed runs per config first (default: ~25 ms; "
+                                              "1 with --reps)")
     t.add_argument("--cache-dir", metavar="DIR", help="local cache (default: $KARCHIVE_CACHE_DIR, else "
                                                       "$XDG_CACHE_HOME/karchive)")
     t.add_argument("--registry", metavar="URL", help="registry for a NAME@VERSION archive")
@@ -118,7 +120,7 @@ def _looks_signed(raw: bytes) -> bool:
 
 
 def tune_from_args(args: argparse.Namespace, reader: Any) -> dict[str, Any]:
-    from ..runtime.tune_keys import DeviceBench, calls_from_records, parse_keys_file
+    from ..runtime.tune_keys import DeviceBench, RepPolicy, calls_from_records, parse_keys_file
 
     if not args.out and not args.sidecar:
         raise KarchiveError("say where the decisions go: -o OUT.karc (a new archive version) or --sidecar FILE "
@@ -127,8 +129,11 @@ def tune_from_args(args: argparse.Namespace, reader: Any) -> dict[str, Any]:
         raise KarchiveError("-o and --sidecar are two ways to ship the decisions: give one")
     if args.sidecar and not args.sign:
         raise KarchiveError("a tuning sidecar is signed: give --sign KEY")
-    if args.reps < 1 or args.warmup < 0:
+    if (args.reps is not None and args.reps < 1) or (args.warmup is not None and args.warmup < 0):
         raise KarchiveError("--reps must be at least 1 and --warmup at least 0")
+    # counts given: exactly those; else the runtime's rule (by time where CUDA events exist)
+    policy = RepPolicy() if args.reps is None and args.warmup is None else RepPolicy.counts(
+        1 if args.warmup is None else args.warmup, RepPolicy().reps if args.reps is None else args.reps)
     if args.keys is not None:
         calls = parse_keys_file(_read(args.keys), args.keys)
     else:
@@ -143,7 +148,7 @@ def tune_from_args(args: argparse.Namespace, reader: Any) -> dict[str, Any]:
                                 "capture by this karchive records them); write a keys file instead")
     signers = _signing_keys(args)
     return tune_archive(reader, calls, ref=args.archive, out=args.out, version=args.version, sidecar=args.sidecar,
-                        signers=signers, make_bench=lambda device: DeviceBench(device, args.warmup, args.reps),
+                        signers=signers, make_bench=lambda device: DeviceBench(device, policy),
                         keep_going=args.keep_going)
 
 

@@ -7,7 +7,8 @@ into the kernel's autotune record, as a ``tuned`` list with one table per GPU mo
                "entries": [{"key": [4096, "torch.float16"], "config": 2}, ...],
                "provenance": {"by": "karchive tune", "karchive": "0.1.0", "driver": 13000,
                               "from": {"name": "ops", "version": "1", "sha256": "..."},
-                              "bench": {"warmup": 3, "reps": 25, "l2_flush": true, "timer": "cuda-events"}}}]
+                              "bench": {"warmup_ms": 25.0, "rep_ms": 100.0, "min_reps": 10, "max_reps": 1000,
+                                        "l2_flush": true, "timer": "cuda-events"}}}]
 
 Timings are not stored: the same decisions give the same bytes. Entries are sorted by their key's
 canonical JSON and tables by device name, and a table for a device replaces the one before it key by key,

@@ -22,16 +22,15 @@ that were recorded and the inputs the nearest one differs in, unless the caller 
 
 from __future__ import annotations
 
-import sys
 import threading
-import time
 from typing import Any
 from collections.abc import Callable, Mapping, Sequence
 
-from ..errors import ArgumentError, NoMatchingVariantError
+from ..errors import ArgumentError, LaunchError, NoMatchingVariantError
 from ..format.autotune import AutotuneConfig, AutotuneEntry, AutotuneRecord, choose_entry
 from ..format.heuristics import OPTION_NAMES, HeuristicsRecord, resolve
 from ..format.manifest import Variant
+from ._bench import DeviceBench, RepPolicy, TuningHooks, median
 from .device import DeviceInfo
 from .launch.kernel import Kernel
 
@@ -171,80 +170,6 @@ def _config_dict(cfg: AutotuneConfig | None, variant: Any) -> dict[str, Any]:
     return {"kwargs": dict(cfg.kwargs), "options": dict(cfg.options), "variant": variant}
 
 
-def _l2_flush(device: Any) -> Callable[[], None]:
-    """Overwrite 256 MiB on the device (more than any L2) before a timed run, through torch when the process
-    uses it (karchive has no allocator of its own); a no-op otherwise."""
-    torch = sys.modules.get("torch")
-    index = getattr(device, "index", None)
-    if torch is None or index is None or getattr(device, "backend", "") not in ("cuda", "hip"):
-        return lambda: None
-    try:
-        buf = torch.empty(256 << 20, dtype=torch.int8, device=f"cuda:{index}")
-    except Exception:  # noqa: BLE001 - no CUDA torch, or no memory to spare: time without the flush
-        return lambda: None
-
-    def flush() -> None:
-        buf.zero_()
-        torch.cuda.synchronize(index)
-
-    return flush
-
-
-def _event_timer(device: Any) -> Callable[[Any], float] | None:
-    """Seconds one launch takes on the device, by CUDA events on torch's current stream; None without torch."""
-    torch = sys.modules.get("torch")
-    if torch is None or getattr(device, "backend", "") not in ("cuda", "hip"):
-        return None
-    try:
-        if not torch.cuda.is_available():
-            return None
-    except Exception:  # noqa: BLE001 - a torch without CUDA support
-        return None
-
-    def run(launch: Any) -> float:
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        launch()
-        end.record()
-        end.synchronize()
-        return float(start.elapsed_time(end)) / 1000.0
-
-    return run
-
-
-class _TuningHooks:
-    """``reset_to_zero`` / ``restore_value`` around each benchmark run (Triton's default pre/post hooks)."""
-
-    def __init__(self, name: str, named: Mapping[str, Any], reset: Sequence[str], restore: Sequence[str]) -> None:
-        self.reset = [(n, named[n]) for n in reset if named.get(n) is not None]
-        self.restore = []
-        for n in restore:
-            obj = named.get(n)
-            if obj is None:
-                continue
-            if not (hasattr(obj, "clone") and hasattr(obj, "copy_")):
-                raise ArgumentError(f"{name}: restore_value names {n!r}, and tuning must put it back after each run, "
-                                    f"but a {type(obj).__name__} has no clone()/copy_(); pass a tensor, or pass the "
-                                    "meta-parameters explicitly", kernel=name, param=n)
-            self.restore.append((n, obj, obj.clone()))
-        for n, obj in self.reset:
-            if not hasattr(obj, "zero_"):
-                raise ArgumentError(f"{name}: reset_to_zero names {n!r}, but a {type(obj).__name__} has no zero_(); "
-                                    "pass a tensor, or pass the meta-parameters explicitly", kernel=name, param=n)
-
-    def before(self) -> None:
-        for _n, obj in self.reset:
-            obj.zero_()
-
-    def after(self) -> None:
-        for _n, obj, saved in self.restore:
-            obj.copy_(saved)
-
-    def done(self) -> None:
-        """After tuning, as Triton: zero the reset_to_zero tensors once more for the real launch."""
-        self.before()
-
-
 def _named(name: str, param_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
     if len(args) > len(param_names):
         raise ArgumentError(f"{name}: {len(args)} positional arguments for {len(param_names)} parameters",
@@ -264,14 +189,14 @@ class AutotuneResolver:
     """
 
     def __init__(self, base: Kernel, records: Sequence[AutotuneRecord], *, benchmark: bool = False,
-                 benchmark_reps: int = 10, heuristics: Sequence[HeuristicsRecord] = ()) -> None:
+                 rep_policy: RepPolicy | None = None, heuristics: Sequence[HeuristicsRecord] = ()) -> None:
         self.base = base
         self.name = base.name
         self.param_names = base.param_names
         self.variants = base.variants
         self.records = list(records)
         self.benchmark = benchmark
-        self.benchmark_reps = benchmark_reps
+        self.rep_policy = rep_policy or RepPolicy()  # how many runs time a config (_bench: the rule)
         self.tuned_names = frozenset(k for r in self.records for c in r.configs if c is not None for k in c.kwargs)
         self.heuristics = _Heuristics(base.name, heuristics) if heuristics else None
         # Names computed above the autotuner (part of its key); None: a record that does not say (older captures).
@@ -464,62 +389,75 @@ class AutotuneResolver:
 
     def _fastest(self, grid: Any, args: Sequence[Any], kwargs: dict, stream: Any, named: Mapping[str, Any],
                  outer_cx: Mapping[str, Any]) -> Mapping[str, Any]:
-        """Time every config's prebuilt variants on this call, as Triton's autotuner does: tensors named by
-        ``reset_to_zero`` are zeroed before each run and those named by ``restore_value`` put back after it,
-        so an in-place kernel leaves its arguments as the caller gave them. Configs with no variant that can
-        run this call are skipped."""
-        backend = self.base.archive.backend()
-        hooks = _TuningHooks(self.name, named, self.reset_to_zero, self.restore_value)
-        device = self._device_of(args, kwargs)
-        flush = _l2_flush(device)
-        # The kernel's own time from CUDA events where torch is in use and the launch goes on its current stream
-        # (the default: no stream given); else wall time around a synchronised launch.
-        events = _event_timer(device) if stream is None else None
-        best: tuple[float, Mapping[str, Any]] | None = None
+        """The fastest of the configs on this call (:meth:`time_configs`). The kernel's own time by CUDA events
+        where torch is in use and the launch goes on its current stream (the default: no stream given); else
+        wall time around a synchronised launch."""
         hgiven = frozenset(n for n in self.heuristics.names if n in kwargs) if self.heuristics else frozenset()
+        outer = dict(outer_cx)  # the constexprs computed above the autotuner (named holds them too)
+        candidates = self._candidates()
+        bench = DeviceBench(self._device_of(args, kwargs), self.rep_policy, events=stream is None)
+
+        def bind(_i: int, kernel: Kernel, cx: dict) -> Any:
+            return kernel.bind(grid, *args, stream=stream, **{**kwargs, **cx})
+
+        best, _timings, skipped = self.time_configs(candidates, named, outer, hgiven, bind, bench)
+        if best is None:
+            why = "; ".join(f"config {candidates[i]['kwargs']}: {w}" for i, w in sorted(skipped.items()))
+            raise NoMatchingVariantError(f"{self.name}: no prebuilt config can run on this device for this call "
+                                         f"({why})", kernel=self.name, param=None)  # nothing omitted: no config fits
+        return candidates[best]
+
+    def time_configs(self, configs: Sequence[Mapping[str, Any]], named: Mapping[str, Any], outer: Mapping[str, Any],
+                     hgiven: frozenset, bind: Callable[[int, Kernel, dict], Any], bench: Any,
+                     skip: tuple[type[Exception], ...] = (NoMatchingVariantError,),
+                     ) -> tuple[int | None, list[float | None], dict[int, str]]:
+        """Time each config (``{"kwargs", "options"}``) on one call, as Triton's autotuner does: the heuristics
+        below the autotuner see the config's values, ``bind(index, kernel over the config's variants,
+        constexprs)`` makes the launch, ``bench`` (:class:`~._bench.DeviceBench`, or a test's table) times it
+        with ``reset_to_zero`` / ``restore_value`` around every run, so an in-place kernel leaves its arguments
+        as the caller gave them. Returns (index of the fastest or None, median seconds per config (None: not
+        run), why each skipped config was skipped). The one loop of on-first-launch tuning and karchive tune."""
+        ocx, oopts = _split(outer, self.param_names)
+        backend = self.base.archive.backend()
+        hooks = TuningHooks(self.name, named, self.reset_to_zero, self.restore_value)
+        timings: list[float | None] = [None] * len(configs)
+        skipped: dict[int, str] = {}
+        best: tuple[float, int] | None = None
         try:
-            for cfg in self._candidates():
-                cx = {**outer_cx, **cfg["kwargs"]}
-                options = dict(cfg["options"])
+            for i, cfg in enumerate(configs):
+                cx = {**ocx, **cfg["kwargs"]}
+                options = {**cfg["options"], **oopts}
                 if self.heuristics is not None:
                     try:
-                        values = self.heuristics.values({**named, **cfg["kwargs"]}, hgiven | frozenset(outer_cx))
-                    except NoMatchingVariantError:
+                        values = self.heuristics.values({**named, **outer, **cfg["kwargs"]}, hgiven | frozenset(outer))
+                    except NoMatchingVariantError as exc:
+                        skipped[i] = f"heuristics: {exc}"
                         continue
                     hcx, hopts = _split(values, self.param_names)
                     cx.update(hcx)
                     options.update(hopts)
                 if not self._subsets.has(cx, options):
+                    skipped[i] = "not built (no variant of this config in the archive)"
                     continue
-                kernel = self._subsets.fitting(cx, options)
                 try:
-                    bound = kernel.bind(grid, *args, stream=stream, **{**kwargs, **cx})
-                except NoMatchingVariantError:
+                    bound = bind(i, self._subsets.fitting(cx, options), cx)
+                except skip as exc:
+                    skipped[i] = f"cannot run this call: {exc}"
                     continue
                 s = backend.stream(bound._stream_raw)
-                hooks.before()
-                bound()
-                hooks.after()
-                backend.synchronize(s)
-                times = []
-                for _ in range(self.benchmark_reps):
-                    hooks.before()
-                    flush()  # each run starts from a cold L2, as Triton's do_bench measures
+
+                def sync(s: Any = s) -> None:
                     backend.synchronize(s)
-                    if events is not None:
-                        times.append(events(bound))
-                    else:
-                        start = time.perf_counter()
-                        bound()
-                        backend.synchronize(s)
-                        times.append(time.perf_counter() - start)
-                    hooks.after()
-                took = sorted(times)[len(times) // 2] if times else 0.0
+
+                try:
+                    times = bench(cfg, bound, hooks, sync)
+                except LaunchError as exc:  # out of resources on this device: Triton times such a config as inf
+                    skipped[i] = f"the driver refused to launch it: {exc}"
+                    continue
+                took = median(times)
+                timings[i] = took
                 if best is None or took < best[0]:
-                    best = (took, cfg)
+                    best = (took, i)
         finally:
             hooks.done()
-        if best is None:
-            raise NoMatchingVariantError(f"{self.name}: no prebuilt config can run on this device for this call",
-                                         kernel=self.name, param=None)  # nothing omitted: no config fits
-        return best[1]
+        return (best[1] if best is not None else None), timings, skipped

@@ -24,24 +24,27 @@ one to three items, each an integer or an expression over the arguments and the 
 autotune key the runtime computes for the call (a guard against a file written for another kernel).
 ``calls_from_records`` makes the same calls from a capture's autotune entries that carry a ``call``.
 
-Each call's key is timed across the kernel's prebuilt configs (:class:`Tuner`); what times a config is a
-seam (``bench``): :class:`DeviceBench` on the device (warm-up, L2 overwritten before each timed run,
-CUDA events, median; ``reset_to_zero`` / ``restore_value`` around every run), a table in the tests.
+Each call's key is timed across the kernel's prebuilt configs (:class:`Tuner`, through the resolver's
+``time_configs``, the loop on-first-launch tuning uses too); what times a config is a seam (``bench``):
+:class:`~._bench.DeviceBench` on the device (the runtime's rule: an estimate, ~25 ms of warm-up, ~100 ms of
+timed runs, L2 overwritten before each, CUDA events, median; ``reset_to_zero`` / ``restore_value`` around
+every run), a table in the tests.
 """
 
 from __future__ import annotations
 
 import math
-import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 from collections.abc import Callable, Mapping, Sequence
 
 from ..core.jsonio import parse_json
-from ..errors import ArgumentError, LaunchError, NoMatchingVariantError, SchemaError, TuneError
+from ..errors import ArgumentError, NoMatchingVariantError, SchemaError, TuneError
 from ..format.autotune import normalize_key
 from ..format.heuristics_expr import ExprError, check, evaluate
 from ..format.tuned import KEY_DTYPES, KEY_MAX_VALUES
+# the device's bench (karchive tune's default, the runtime's rule) and its policy, for the CLI and callers
+from ._bench import DeviceBench as DeviceBench, RepPolicy as RepPolicy
 
 KEYS_FORMAT = "karchive-tune-keys/1"
 MAX_KEYS_BYTES = 8 << 20
@@ -299,45 +302,6 @@ class Bench(Protocol):
                  sync: Callable[[], None]) -> list[float]: ...
 
 
-class DeviceBench:
-    """Warm-up runs, then ``reps`` timed runs, each after overwriting the L2 (torch, where the process uses
-    it), timed by CUDA events on torch's current stream, else wall time around a synchronised launch."""
-
-    def __init__(self, device: Any, warmup: int = 3, reps: int = 25) -> None:
-        from .autotuned import _event_timer, _l2_flush
-
-        self.warmup, self.reps = warmup, reps
-        self.flush = _l2_flush(device)
-        self.events = _event_timer(device)
-        self.l2_flush = self.flush.__name__ == "flush"
-        self.timer = "cuda-events" if self.events is not None else "wall"
-
-    def describe(self) -> dict[str, Any]:
-        return {"warmup": self.warmup, "reps": self.reps, "l2_flush": self.l2_flush, "timer": self.timer}
-
-    def __call__(self, config: Mapping[str, Any], launch: Callable[[], None], hooks: Any,
-                 sync: Callable[[], None]) -> list[float]:
-        for _ in range(self.warmup):
-            hooks.before()
-            launch()
-            hooks.after()
-        sync()
-        times = []
-        for _ in range(self.reps):
-            hooks.before()
-            self.flush()
-            sync()
-            if self.events is not None:
-                times.append(self.events(launch))
-            else:
-                start = time.perf_counter()
-                launch()
-                sync()
-                times.append(time.perf_counter() - start)
-            hooks.after()
-        return times
-
-
 @dataclass
 class Decision:
     """The config a call's key takes on this device, and what every config measured (ms; None: not run)."""
@@ -353,11 +317,6 @@ class Decision:
     def to_json(self) -> dict[str, Any]:
         return {"kernel": self.kernel, "key": self.key, "config": self.config, "call": self.call,
                 "timings_ms": self.timings_ms, "skipped": {str(k): v for k, v in sorted(self.skipped.items())}}
-
-
-def _median(xs: Sequence[float]) -> float:
-    s = sorted(xs)
-    return s[len(s) // 2] if s else math.inf
 
 
 class Tuner:
@@ -426,69 +385,27 @@ class Tuner:
         return self._bench
 
     def _tune_one(self, k: Any, call: TuneCall, args: Mapping[str, Any], key: list) -> Decision:
-        from .autotuned import _TuningHooks, _split
-
         names = list(k.param_names)
         positional = [args[n] for n in names if n in args]
         named = dict(zip([n for n in names if n in args], positional))
-        hgiven: frozenset = frozenset()
-        outer = k._outer(dict(named), hgiven)
-        ocx, oopts = _split(outer, k.param_names)
+        outer = k._outer(dict(named), frozenset())
         device = k._device_of(positional, {})
         if self.device is None:
             self.device = device
         bench = self._bench_for(device)
-        backend = k.base.archive.backend()
-        hooks = _TuningHooks(k.name, named, k.reset_to_zero, k.restore_value)
         record_index, record = 0, k.records[0].raw  # the record as stored (configs by index)
-        configs = list(record.get("configs") or [])
-        timings: list[float | None] = [None] * len(configs)
-        skipped: dict[int, str] = {}
-        best: tuple[float, int] | None = None
-        try:
-            for i, raw in enumerate(configs):
-                cfg = {"kwargs": dict(raw.get("kwargs", {})),
-                       "options": {o: raw.get(o) for o in ("num_warps", "num_stages", "num_ctas", "maxnreg")
-                                   if raw.get(o) is not None}}
-                cx = {**ocx, **cfg["kwargs"]}
-                options = {**cfg["options"], **oopts}
-                if k.heuristics is not None:
-                    try:
-                        values = k.heuristics.values({**named, **outer, **cfg["kwargs"]}, frozenset(outer))
-                    except NoMatchingVariantError as exc:
-                        skipped[i] = f"heuristics: {exc}"
-                        continue
-                    hcx, hopts = _split(values, k.param_names)
-                    cx.update(hcx)
-                    options.update(hopts)
-                if not k._subsets.has(cx, options):
-                    skipped[i] = "not built (no variant of this config in the archive)"
-                    continue
-                grid = grid_for(call, {**named, **cx}, i)
-                kernel = k._subsets.fitting(cx, options)
-                try:
-                    bound = kernel.bind(grid, *positional, **cx)
-                except (NoMatchingVariantError, ArgumentError) as exc:
-                    skipped[i] = f"cannot run this call: {exc}"
-                    continue
-                s = backend.stream(bound._stream_raw)
+        configs = [{"kwargs": dict(raw.get("kwargs", {})),
+                    "options": {o: raw.get(o) for o in ("num_warps", "num_stages", "num_ctas", "maxnreg")
+                                if raw.get(o) is not None}} for raw in record.get("configs") or []]
 
-                def sync(s: Any = s) -> None:
-                    backend.synchronize(s)
+        def bind(i: int, kernel: Any, cx: dict) -> Any:
+            return kernel.bind(grid_for(call, {**named, **cx}, i), *positional, **cx)
 
-                try:
-                    times = bench(cfg, bound, hooks, sync)
-                except LaunchError as exc:  # out of resources on this device: Triton times such a config as inf
-                    skipped[i] = f"the driver refused to launch it: {exc}"
-                    continue
-                took = _median(times)
-                timings[i] = round(took * 1000.0, 6) if math.isfinite(took) else None
-                if best is None or took < best[0]:
-                    best = (took, i)
-        finally:
-            hooks.done()
+        best, times, skipped = k.time_configs(configs, named, outer, frozenset(), bind, bench,
+                                              skip=(NoMatchingVariantError, ArgumentError))
+        timings = [round(t * 1000.0, 6) if t is not None and math.isfinite(t) else None for t in times]
         if best is None:
             why = "; ".join(f"config {i}: {w}" for i, w in sorted(skipped.items()))
             raise _fail(f"calls[{call.index}]: no prebuilt config of {k.name} can run key {key} here ({why})",
                         call.index, k.name)
-        return Decision(k.name, key, best[1], record_index, timings, skipped, call.index)
+        return Decision(k.name, key, best, record_index, timings, skipped, call.index)

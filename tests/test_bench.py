@@ -1,0 +1,95 @@
+"""The one benchmarking routine of on-first-launch tuning and ``karchive tune`` (karchive/runtime/_bench.py):
+Triton's do_bench rule (estimate, ~25 ms warm-up, ~100 ms of timed runs, clamped) where CUDA events exist,
+fixed counts otherwise. The events here are a stand-in driven by a fake clock, so the counts are exact."""
+
+from __future__ import annotations
+
+import pytest
+
+from karchive.runtime import _bench
+from karchive.runtime._bench import DeviceBench, RepPolicy
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now_ms = 0.0
+
+
+class Event:
+    def __init__(self, clock: Clock) -> None:
+        self.clock, self.at = clock, None
+
+    def record(self) -> None:
+        self.at = self.clock.now_ms
+
+    def synchronize(self) -> None:
+        assert self.at is not None, "synchronised before it was recorded"
+
+    def elapsed_time(self, end: Event) -> float:
+        assert self.at is not None and end.at is not None
+        return end.at - self.at
+
+
+class Hooks:
+    def __init__(self) -> None:
+        self.before_n = self.after_n = 0
+
+    def before(self) -> None:
+        self.before_n += 1
+
+    def after(self) -> None:
+        self.after_n += 1
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    c = Clock()
+    monkeypatch.setattr(_bench, "event_pair", lambda device: lambda: (Event(c), Event(c)))
+    return c
+
+
+def test_counts_follow_the_estimate_within_bounds():
+    p = RepPolicy()
+    assert p.timed_counts(0.113e-3) == (221, 884)  # a 13 us kernel + the 256 MiB flush: Triton's ~880 runs
+    assert p.timed_counts(2e-3) == (12, 50)
+    assert p.timed_counts(1.0) == (1, 10)  # a 1 s kernel: at least 10 timed runs, one warm-up
+    assert p.timed_counts(1e-7) == (1000, 1000)  # a tiny kernel: bounded
+    assert p.timed_counts(0.0) == (1000, 1000)
+
+
+@pytest.mark.parametrize("launch_ms, warm, reps", [(2.0, 12, 50), (0.5, 50, 200), (0.01, 1000, 1000)])
+def test_by_time_where_events_exist(clock, launch_ms, warm, reps):
+    bench = DeviceBench(None)
+    hooks, launched = Hooks(), []
+
+    def launch() -> None:
+        launched.append(1)
+        clock.now_ms += launch_ms
+
+    times = bench({"kwargs": {}}, launch, hooks, lambda: None)
+    # one untimed launch, the 5-run estimate, the warm-up, then the timed runs
+    assert len(launched) == 1 + _bench.ESTIMATE_RUNS + warm + reps and bench.last == (warm, reps)
+    assert len(times) == reps and all(t == pytest.approx(launch_ms / 1000.0) for t in times)
+    assert hooks.before_n == hooks.after_n == len(launched)  # reset/restore around every run
+    assert bench.describe() == {"warmup_ms": 25.0, "rep_ms": 100.0, "min_reps": 10, "max_reps": 1000,
+                                "l2_flush": False, "timer": "cuda-events"}
+
+
+def test_fixed_counts_when_asked_or_without_events(clock):
+    bench = DeviceBench(None, RepPolicy.counts(2, 4))  # karchive tune --warmup 2 --reps 4: exact, events or not
+    launched = []
+
+    def launch() -> None:
+        launched.append(1)
+        clock.now_ms += 1.0
+
+    assert bench({}, launch, Hooks(), lambda: None) == [pytest.approx(1e-3)] * 4 and len(launched) == 6
+    assert bench.describe() == {"warmup": 2, "reps": 4, "l2_flush": False, "timer": "cuda-events"}
+    wall = DeviceBench(None, events=False)  # an explicit stream: wall clock, the default policy's fixed counts
+    launched.clear()
+    assert len(wall({}, launch, Hooks(), lambda: None)) == 10 and len(launched) == 11
+    assert wall.describe() == {"warmup": 1, "reps": 10, "l2_flush": False, "timer": "wall"}
+
+
+def test_median_is_the_middle_run():
+    assert _bench.median([3.0, 1.0, 2.0]) == 2.0 and _bench.median([]) == float("inf")
