@@ -88,12 +88,9 @@ def parse_token(text: str, where: str) -> Token:
         if hint_text.strip() not in ("16", "1"):
             raise SignatureError(f"{where}: hint {hint_text.strip()!r} in {raw!r} is not supported (use :16 or :1)")
         hint = int(hint_text)
-    if body == "None":  # an argument passed as None: Triton specialises it to the constexpr None
-        if hint is not None:
-            raise SignatureError(f"{where}: None cannot carry a hint: {raw!r}")
-        return Token(raw, None, None)
-    value = _parse_value(body)
-    if value is not None and not _TYPE_RE.fullmatch(body):
+    is_none = body == "None"  # an argument passed as None: Triton specialises it to the constexpr None
+    value = None if is_none else _parse_value(body)
+    if (is_none or value is not None) and not _TYPE_RE.fullmatch(body):
         if hint is not None:
             raise SignatureError(f"{where}: a constexpr value cannot carry a hint: {raw!r}")
         return Token(raw, None, value)
