@@ -510,31 +510,36 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
         return r;
     }
 
-    uint64_t stack_bytes[STACK_BYTES / 8];
+    /* 64 bytes of slack: the buffer starts 64-byte aligned, as a CUtensorMap parameter is read (the Python
+     * path's ParamLayout aligns its buffer the same way) */
+    uint64_t stack_bytes[STACK_BYTES / 8 + 8];
     void *stack_params[STACK_PARAMS];
-    unsigned char *buf = (unsigned char *)stack_bytes;
+    unsigned char *heap = NULL;
+    unsigned char *buf;
     void **params = stack_params;
     if (e->buffer_size > STACK_BYTES) {
-        buf = PyMem_Calloc(1, (size_t)e->buffer_size);
-        if (buf == NULL)
+        heap = PyMem_Calloc(1, (size_t)e->buffer_size + 64);
+        if (heap == NULL)
             return PyErr_NoMemory();
+        buf = heap + ((64 - ((uintptr_t)heap & 63)) & 63);
     }
     else {
+        buf = (unsigned char *)stack_bytes + ((64 - ((uintptr_t)stack_bytes & 63)) & 63);
         memset(buf, 0, (size_t)e->buffer_size);
     }
-    if (e->n_params > STACK_PARAMS) {
-        params = PyMem_Malloc(sizeof(void *) * (size_t)e->n_params);
+    if (e->n_binary > STACK_PARAMS) {
+        params = PyMem_Malloc(sizeof(void *) * (size_t)e->n_binary);
         if (params == NULL) {
-            if (buf != (unsigned char *)stack_bytes)
-                PyMem_Free(buf);
+            PyMem_Free(heap);
             return PyErr_NoMemory();
         }
     }
+    for (Py_ssize_t k = 0; k < e->n_binary; k++)
+        params[k] = buf + e->param_offsets[k];
     PyObject *result = NULL;
     for (Py_ssize_t s = 0; s < e->n_params; s++) {
         PackSlot *slot = &e->slots[s];
         unsigned char *dst = buf + slot->offset;
-        params[s] = dst;
         if (slot->code == 'Z')
             continue; /* a null scratch pointer */
         Py_ssize_t i = d->call_positions[slot->value];
@@ -546,6 +551,23 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
             PyErr_SetString(PyExc_TypeError, "missing value");
             raise_explained(d, e, vals, ptrs);
             goto done;
+        }
+        if (slot->code == 'D') {
+            /* a host tensor descriptor: its expansion (map, shape, strides...) as packed bytes from Python, one
+             * memo check there in the steady state; the checks and errors are the Python path's own */
+            PyObject *blob = PyObject_CallOneArg(slot->expand, vals[i]);
+            if (blob == NULL) {
+                raise_explained(d, e, vals, ptrs);
+                goto done;
+            }
+            if (!PyBytes_CheckExact(blob) || PyBytes_GET_SIZE(blob) != slot->size) {
+                Py_DECREF(blob);
+                PyErr_SetString(PyExc_SystemError, "descriptor expansion of the wrong size");
+                goto done;
+            }
+            memcpy(dst, PyBytes_AS_STRING(blob), (size_t)slot->size);
+            Py_DECREF(blob);
+            continue;
         }
         if (pack_scalar(slot->code, vals[i], dst) < 0) {
             raise_explained(d, e, vals, ptrs);
@@ -571,8 +593,7 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
     }
     result = Py_NewRef(Py_None);
 done:
-    if (buf != (unsigned char *)stack_bytes)
-        PyMem_Free(buf);
+    PyMem_Free(heap);
     if (params != stack_params)
         PyMem_Free(params);
     return result;
