@@ -666,14 +666,31 @@ def test_steady_state_descriptor_launches_reuse_the_map_reencode_moved_storage_a
         src = FakeTensor(0x10000, [128, 64], FP16)
         a = td.TensorDescriptor(src, [64, 64])
         b = td.TensorDescriptor(FakeTensor(0x30000, [256, 64], FP16), [64, 64])
-        for _ in range(3):
+        from karchive.runtime.launch import _record
+
+        expansions: list[object] = []
+        expand = _record.expand
+
+        def counted(name, d, value, *rest):
+            expansions.append(value)
+            return expand(name, d, value, *rest)
+
+        monkeypatch.setattr(_record, "expand", counted)
+        k[(2, 1)](a, b, BLOCK_M=64, BLOCK_N=64)
+        assert expansions == [a, b]
+        for _ in range(2):
             k[(2, 1)](a, b, BLOCK_M=64, BLOCK_N=64)
         assert len(no_driver) == 2  # identity hit: encoded once each
+        # the compiled path's memo (same object, same address) does not even ask Python; the Python path's is
+        # descriptors.expand's own
+        assert len(expansions) == (2 if path == "extension" else 6)
         first, *rest = rec.launches()
         assert all(r.params == first.params for r in rest) and first.params[0] == bytes([1]) * 128
         src.ptr = 0x50000  # the storage moved under the same descriptor object: a new map, this launch
         k[(2, 1)](a, b, BLOCK_M=64, BLOCK_N=64)
         assert len(no_driver) == 3 and no_driver[2].address == 0x50000
+        # only the moved one misses the compiled path's memo
+        assert expansions == [a, b, a] if path == "extension" else expansions[-2:] == [a, b]
         moved = rec.launches()[-1].params
         assert moved[0] == bytes([3]) * 128 and moved[5] == first.params[5] and moved[1:5] == first.params[1:5]
         src.ptr = 0x10000  # back again: the first map (cached by address), nothing encoded
@@ -691,5 +708,20 @@ def test_steady_state_descriptor_launches_reuse_the_map_reencode_moved_storage_a
                                                 r"fp16$"):
             k[(2, 1)](fp32, b, BLOCK_M=64, BLOCK_N=64)
         assert len(rec.launches()) == n  # refused before anything reached the driver
+        # the memo holds no descriptor alive, and a new descriptor where a dead one was is checked afresh
+        import gc
+        import weakref
+
+        gone = td.TensorDescriptor(FakeTensor(0x70000, [256, 64], FP16), [64, 64])
+        k[(2, 1)](a, gone, BLOCK_M=64, BLOCK_N=64)
+        ref = weakref.ref(gone)
+        del gone
+        expansions.clear()  # (the spy's references)
+        gc.collect()
+        assert ref() is None
+        n = len(rec.launches())
+        with pytest.raises(ArgumentError, match=r"block_shape is \[32, 64\]"):
+            k[(2, 1)](a, td.TensorDescriptor(FakeTensor(0x70000, [256, 64], FP16), [32, 64]), BLOCK_M=64, BLOCK_N=64)
+        assert len(rec.launches()) == n
         # the compiled path launched every one of them from C; the Python path through the binding
-        assert len(through_binding) == (n if path == "python" else 0)
+        assert len(through_binding) == (n if path == "python" else 0) and n > 5

@@ -20,6 +20,7 @@ class Entry:
         slots: tuple[tuple[Any, ...], ...], buffer_size: int, meta: dict[str, Any],
         python_launch: Callable[..., Any] | None, failed: Callable[..., Any],
         explain: Callable[..., BaseException], param_offsets: tuple[int, ...] = ...,
+        desc_type: type | None = ...,
     ) -> Entry: ...
     @property
     def meta(self) -> dict[str, Any]: ...

@@ -64,7 +64,7 @@ class TensorDescriptor:
     # No ``dtype`` attribute, on purpose: Triton's autotune key adds ``str(x.dtype)`` of every argument that has
     # one, and Triton's own descriptor has none; karchive's must give the same key (spec/FORMAT.md §6.3).
     __slots__ = ("source", "shape", "strides", "block_shape", "elem_dtype", "padding", "round_f32_to_tf32",
-                 "_fixed_ptr", "_memo")
+                 "_fixed_ptr", "_memo", "__weakref__")  # (weak: the compiled launcher's memo, c-ext/dispatcher.c)
 
     def __init__(self, x: Any, block_shape: Sequence[int] | None = None, *, shape: Sequence[int] | None = None,
                  strides: Sequence[int] | None = None, dtype: Any = None, padding: str = "zero",

@@ -555,6 +555,20 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
         if (slot->code == 'D') {
             /* a host tensor descriptor: its expansion (map, shape, strides...) as packed bytes from Python, one
              * memo check there in the steady state; the checks and errors are the Python path's own */
+            uint64_t dptr = 0;
+            long ddev = 0;
+            int dhas = 0, known = 0;
+            if (Py_TYPE(vals[i]) == (PyTypeObject *)e->desc_type) {
+                /* the C memo: the same descriptor object at the same address (and device) as this slot's last
+                 * expansion gets the same bytes; its shape, strides, dtype and block are fixed at construction,
+                 * as descriptors.expand's own memo assumes */
+                known = descriptor_address(vals[i], d->pointer_info, &dptr, &ddev, &dhas);
+                if (known && slot->memo_ref != NULL && slot->memo_ptr == dptr && slot->memo_has_dev == dhas
+                    && slot->memo_dev == ddev && weak_is(slot->memo_ref, vals[i])) {
+                    memcpy(dst, PyBytes_AS_STRING(slot->memo_blob), (size_t)slot->size);
+                    continue;
+                }
+            }
             PyObject *blob = PyObject_CallOneArg(slot->expand, vals[i]);
             if (blob == NULL) {
                 raise_explained(d, e, vals, ptrs);
@@ -566,6 +580,19 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
                 goto done;
             }
             memcpy(dst, PyBytes_AS_STRING(blob), (size_t)slot->size);
+            Py_CLEAR(slot->memo_ref);
+            Py_CLEAR(slot->memo_blob);
+            if (known) { /* expand checked it: remember it (no memo where no weak reference can be made) */
+                slot->memo_ref = PyWeakref_NewRef(vals[i], NULL);
+                if (slot->memo_ref == NULL)
+                    PyErr_Clear();
+                else {
+                    slot->memo_blob = Py_NewRef(blob);
+                    slot->memo_ptr = dptr;
+                    slot->memo_dev = ddev;
+                    slot->memo_has_dev = dhas;
+                }
+            }
             Py_DECREF(blob);
             continue;
         }

@@ -12,6 +12,15 @@ typedef struct {
     char code;         /* pack code; 'D': a host tensor descriptor (several binary parameters) */
     Py_ssize_t size;   /* 'D': bytes the expansion writes at offset */
     PyObject *expand;  /* 'D': value -> bytes of exactly size (LaunchEntry.descriptor_packer); else NULL */
+    /* 'D': the last karchive.TensorDescriptor expanded here (a weak reference: identity without keeping it or
+     * its tensor alive), the address and device it had, and its bytes. A launch with the same object at the
+     * same address copies them without calling Python; anything else calls expand (which checks and memoises
+     * the same way in Python, descriptors.expand). */
+    PyObject *memo_ref;
+    PyObject *memo_blob;
+    uint64_t memo_ptr;
+    long memo_dev;
+    int memo_has_dev;
 } PackSlot;
 
 typedef struct {
@@ -30,9 +39,71 @@ typedef struct {
     PyObject *python_launch; /* None, or launch_dims(gx, gy, gz, stream, values) for every launch */
     PyObject *failed;        /* failed(err, gx, gy, gz, stream, values) */
     PyObject *explain;       /* explain(values, exc) -> the exception to raise */
+    PyObject *desc_type;     /* karchive.TensorDescriptor (the type 'D' slots memoise in C), or None */
 } Entry;
 
 static PyTypeObject EntryType;
+static PyObject *str_fixed_ptr, *str_source; /* karchive.TensorDescriptor's attributes (interned at import) */
+
+/* Whether the weak reference ref still points at o (identity only: o is alive, the caller holds it). */
+static int
+weak_is(PyObject *ref, PyObject *o)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *target;
+    if (PyWeakref_GetRef(ref, &target) <= 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_DECREF(target);
+    return target == o;
+#else
+    return PyWeakref_GET_OBJECT(ref) == o;
+#endif
+}
+
+/* The address (and device, where known) a karchive.TensorDescriptor points at now, read as
+ * descriptors.expand reads it: its fixed address, else pointer_info(source) (torch read directly).
+ * 1 when read; 0, no exception, when it cannot be read here (expand then says why, or reads it itself). */
+static int
+descriptor_address(PyObject *v, PyObject *pointer_info, uint64_t *ptr, long *dev, int *has_dev)
+{
+    PyObject *fixed = PyObject_GetAttr(v, str_fixed_ptr);
+    if (fixed == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (fixed != Py_None) {
+        *ptr = PyLong_CheckExact(fixed) ? as_u64(fixed) : (uint64_t)-1;
+        *has_dev = 0;
+        *dev = 0;
+        Py_DECREF(fixed);
+        if (*ptr == (uint64_t)-1) {
+            PyErr_Clear();
+            return 0;
+        }
+        return 1;
+    }
+    Py_DECREF(fixed);
+    PyObject *source = PyObject_GetAttr(v, str_source);
+    if (source == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *dtype;
+    *dev = 0;
+    int got = read_pointer(source, pointer_info, ptr, &dtype, dev, has_dev);
+    Py_DECREF(source);
+    if (got < 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (got == 0)
+        Py_XDECREF(dtype);
+    if (!*has_dev)
+        *dev = 0;
+    return 1;
+}
 
 static int
 entry_traverse(Entry *self, visitproc visit, void *arg)
@@ -42,8 +113,12 @@ entry_traverse(Entry *self, visitproc visit, void *arg)
     Py_VISIT(self->python_launch);
     Py_VISIT(self->failed);
     Py_VISIT(self->explain);
-    for (Py_ssize_t i = 0; self->slots != NULL && i < self->n_params; i++)
+    Py_VISIT(self->desc_type);
+    for (Py_ssize_t i = 0; self->slots != NULL && i < self->n_params; i++) {
         Py_VISIT(self->slots[i].expand);
+        Py_VISIT(self->slots[i].memo_ref);
+        Py_VISIT(self->slots[i].memo_blob);
+    }
     return 0;
 }
 
@@ -55,8 +130,12 @@ entry_clear(Entry *self)
     Py_CLEAR(self->python_launch);
     Py_CLEAR(self->failed);
     Py_CLEAR(self->explain);
-    for (Py_ssize_t i = 0; self->slots != NULL && i < self->n_params; i++)
+    Py_CLEAR(self->desc_type);
+    for (Py_ssize_t i = 0; self->slots != NULL && i < self->n_params; i++) {
         Py_CLEAR(self->slots[i].expand);
+        Py_CLEAR(self->slots[i].memo_ref);
+        Py_CLEAR(self->slots[i].memo_blob);
+    }
     return 0;
 }
 
@@ -74,15 +153,19 @@ static PyObject *
 entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"launch", "function", "block_x", "shared", "device", "slots", "buffer_size", "meta",
-                             "python_launch", "failed", "explain", "param_offsets", NULL};
+                             "python_launch", "failed", "explain", "param_offsets", "desc_type", NULL};
     unsigned long long launch, function;
     unsigned int block_x, shared;
-    PyObject *device, *slots, *meta, *python_launch, *failed, *explain, *param_offsets = NULL;
+    PyObject *device, *slots, *meta, *python_launch, *failed, *explain, *param_offsets = NULL, *desc_type = Py_None;
     Py_ssize_t buffer_size;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKIIO!O!nO!OOO|O!", kwlist, &launch, &function, &block_x, &shared,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKIIO!O!nO!OOO|O!O", kwlist, &launch, &function, &block_x, &shared,
                                      &PyLong_Type, &device, &PyTuple_Type, &slots, &buffer_size, &PyDict_Type,
-                                     &meta, &python_launch, &failed, &explain, &PyTuple_Type, &param_offsets))
+                                     &meta, &python_launch, &failed, &explain, &PyTuple_Type, &param_offsets, &desc_type))
         return NULL;
+    if (desc_type != Py_None && !PyType_Check(desc_type)) {
+        PyErr_SetString(PyExc_TypeError, "Entry: desc_type must be a type or None");
+        return NULL;
+    }
     Py_ssize_t n = PyTuple_GET_SIZE(slots);
     Py_ssize_t nb = param_offsets != NULL ? PyTuple_GET_SIZE(param_offsets) : n;
     if (buffer_size < 0 || n > 4096 || nb > 4096 || nb < n) {
@@ -150,6 +233,7 @@ entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->python_launch = Py_NewRef(python_launch);
     self->failed = Py_NewRef(failed);
     self->explain = Py_NewRef(explain);
+    self->desc_type = Py_NewRef(desc_type);
     return (PyObject *)self;
 }
 

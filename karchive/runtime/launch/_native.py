@@ -15,7 +15,7 @@ from ...errors import LaunchError
 from .. import launch_path
 from ..args import pointer_info, pointer_value
 from ..backend import stream_handle
-from ..descriptors import blob_offsets, blob_struct
+from ..descriptors import TensorDescriptor, blob_offsets, blob_struct
 from ._record import BoundLauncher, LaunchEntry, grid_dims
 from ._argpack import NULL_CODE, pack_code
 from ._plan import FLOAT, INT, MIXED, PTR, STREAM, VALUE, mixed_key
@@ -96,7 +96,7 @@ def make_entry(entry: LaunchEntry) -> Any:
         launch=launch, function=function, block_x=r.block_x,
         shared=r.shared, device=r.device, slots=tuple(slots), buffer_size=layout.size, meta=r.meta,
         python_launch=python_launch, failed=entry.failed, explain=entry.explain,
-        param_offsets=layout.param_offsets,
+        param_offsets=layout.param_offsets, desc_type=TensorDescriptor,
     )
 
 
