@@ -561,7 +561,8 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
             if (Py_TYPE(vals[i]) == (PyTypeObject *)e->desc_type) {
                 /* the C memo: the same descriptor object at the same address (and device) as this slot's last
                  * expansion gets the same bytes; its shape, strides, dtype and block are fixed at construction,
-                 * as descriptors.expand's own memo assumes */
+                 * as descriptors.expand's own memo assumes. (The entry's device and the parameter's block are
+                 * fixed too; descriptor_block_from_variant only ever turns on, which only relaxes the check.) */
                 known = descriptor_address(vals[i], d->pointer_info, &dptr, &ddev, &dhas);
                 if (known && slot->memo_ref != NULL && slot->memo_ptr == dptr && slot->memo_has_dev == dhas
                     && slot->memo_dev == ddev && weak_is(slot->memo_ref, vals[i])) {

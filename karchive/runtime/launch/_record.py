@@ -113,7 +113,8 @@ class VariantRecord:
     @property
     def special(self) -> bool:
         """Needs more than pack + plain launch (launch attributes, scratch, or a host tensor descriptor, which
-        expands into several binary parameters in Python): launched from Python on both paths."""
+        expands into several binary parameters): the Python launch, and the Python bound launcher. (The
+        compiled ``k[grid]`` launches descriptor kernels itself: launch/_native.make_entry.)"""
         return self.use_ex or bool(self.scratch) or any(p.kind == "tensordesc" for p in self.variant.abi.params)
 
     @property
