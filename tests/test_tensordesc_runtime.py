@@ -379,7 +379,8 @@ def test_descriptor_launch_packs_the_recorded_expansion_on_both_paths(path, monk
         assert err.value.param == "out_desc" and len(rec.launches()) == 2
 
 
-def test_autotuned_descriptor_kernel_takes_the_block_of_the_chosen_config(monkeypatch, tmp_path, no_driver,
+@pytest.mark.parametrize("path", ["python", "extension"])
+def test_autotuned_descriptor_kernel_takes_the_block_of_the_chosen_config(path, monkeypatch, tmp_path, no_driver,
                                                                           triton_cache_dir, fake_gpu_driver):
     """An autotuned matmul whose configs set descriptor block shapes in a pre_hook (Triton's pattern) is
     captured; the archive's dispatcher launches the recorded winner with call-site descriptors whose block
@@ -391,8 +392,11 @@ def test_autotuned_descriptor_kernel_takes_the_block_of_the_chosen_config(monkey
     import karchive
     from capture_fakes import MockPtr, fresh
     from karchive.producer.compile.tensordesc_abi import binary_param_sizes
+    from karchive.runtime import launch_path
     from runtime_support import fake_cuda
 
+    if path == "extension" and launch_path.extension() is None:
+        pytest.skip(f"the compiled launcher is not built here: {launch_path.status().detail}")
     sys.path.insert(0, str(DATA))
     import tma_kernels
 
@@ -405,7 +409,7 @@ def test_autotuned_descriptor_kernel_takes_the_block_of_the_chosen_config(monkey
     assert any("take each variant's compiled block shape" in w for w in cap.warnings)
     out = tmp_path / "tuned.karc"
     cap.save(out)
-    with fake_cuda(monkeypatch, "python") as (rec, _backend):
+    with fake_cuda(monkeypatch, path) as (rec, _backend):
         arc = karchive.open(str(out))
         for v in arc.variants("desc_matmul_tuned"):
             user = [p for p in v.abi.params if p.kind != "global_scratch" and p.kind != "profile_scratch"]
@@ -722,6 +726,13 @@ def test_steady_state_descriptor_launches_reuse_the_map_reencode_moved_storage_a
         n = len(rec.launches())
         with pytest.raises(ArgumentError, match=r"block_shape is \[32, 64\]"):
             k[(2, 1)](a, td.TensorDescriptor(FakeTensor(0x70000, [256, 64], FP16), [32, 64]), BLOCK_M=64, BLOCK_N=64)
+        assert len(rec.launches()) == n
+        huge = td.TensorDescriptor(FakeTensor(0x80000, [1 << 31, 64], FP16), [64, 64])  # fits TMA, not the i32 slot
+        with pytest.raises(ArgumentError) as err:
+            k[(2, 1)](huge, b, BLOCK_M=64, BLOCK_N=64)
+        # both paths: the packing error explained by LaunchEntry.explain (the compiled path asks it too)
+        assert str(err.value) == ("tma_kernels:desc_copy: desc_copy: 10 values for 2 parameters ['in_desc', "
+                                  "'out_desc']: 'i' format requires -2147483648 <= number <= 2147483647")
         assert len(rec.launches()) == n
         # the compiled path launched every one of them from C; the Python path through the binding
         assert len(through_binding) == (n if path == "python" else 0) and n > 5
