@@ -90,18 +90,46 @@ descriptor_address(PyObject *v, PyObject *pointer_info, uint64_t *ptr, long *dev
         PyErr_Clear();
         return 0;
     }
-    PyObject *dtype;
+    /* read_pointer's two cases, without the dtype (not calling read_pointer itself keeps it inlined into the
+     * key building of every launch: one call site) */
     *dev = 0;
-    int got = read_pointer(source, pointer_info, ptr, &dtype, dev, has_dev);
-    Py_DECREF(source);
-    if (got < 0) {
+    *has_dev = 0;
+    PyObject *r, *d;
+    if (tensor_type != NULL && Py_IS_TYPE(source, tensor_type)) {
+        r = tensor_data_ptr_of(source);
+        d = r != NULL ? tensor_get_device_of(source) : NULL;
+        Py_DECREF(source);
+        if (d == NULL) {
+            Py_XDECREF(r);
+            PyErr_Clear();
+            return 0;
+        }
+        *ptr = as_u64(r);
+        *dev = PyLong_AsLong(d);
+        *has_dev = 1;
+        Py_DECREF(r);
+        Py_DECREF(d);
+    }
+    else {
+        r = PyObject_CallOneArg(pointer_info, source);
+        Py_DECREF(source);
+        if (r == NULL || !PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 3 || !PyLong_Check(PyTuple_GET_ITEM(r, 0))) {
+            Py_XDECREF(r);
+            PyErr_Clear();
+            return 0;
+        }
+        *ptr = as_u64(PyTuple_GET_ITEM(r, 0));
+        d = PyTuple_GET_ITEM(r, 2);
+        if (d != Py_None) {
+            *dev = PyLong_AsLong(d);
+            *has_dev = 1;
+        }
+        Py_DECREF(r);
+    }
+    if (PyErr_Occurred()) { /* an address or device that is not a C integer: expand says why */
         PyErr_Clear();
         return 0;
     }
-    if (got == 0)
-        Py_XDECREF(dtype);
-    if (!*has_dev)
-        *dev = 0;
     return 1;
 }
 

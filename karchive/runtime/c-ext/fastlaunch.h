@@ -28,6 +28,16 @@
 #define as_u64(o) ((uint64_t)PyLong_AsUnsignedLongLong(o))
 #endif
 
+/* Kept out of line: a rare branch that would otherwise grow the per-call function and change what the compiler
+ * inlines into it (Py_NOINLINE is public only from Python 3.12 on). */
+#if defined(__GNUC__) || defined(__clang__)
+#define KA_NOINLINE __attribute__((noinline))
+#elif defined(_MSC_VER)
+#define KA_NOINLINE __declspec(noinline)
+#else
+#define KA_NOINLINE
+#endif
+
 typedef int (*LaunchFn)(void *function, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,
                         unsigned int by, unsigned int bz, unsigned int shared, void *stream, void **params,
                         void **extra);
