@@ -379,7 +379,8 @@ def test_descriptor_launch_packs_the_recorded_expansion_on_both_paths(path, monk
         assert err.value.param == "out_desc" and len(rec.launches()) == 2
 
 
-def test_autotuned_descriptor_kernel_takes_the_block_of_the_chosen_config(monkeypatch, tmp_path, no_driver,
+@pytest.mark.parametrize("path", ["python", "extension"])
+def test_autotuned_descriptor_kernel_takes_the_block_of_the_chosen_config(path, monkeypatch, tmp_path, no_driver,
                                                                           triton_cache_dir, fake_gpu_driver):
     """An autotuned matmul whose configs set descriptor block shapes in a pre_hook (Triton's pattern) is
     captured; the archive's dispatcher launches the recorded winner with call-site descriptors whose block
@@ -391,8 +392,11 @@ def test_autotuned_descriptor_kernel_takes_the_block_of_the_chosen_config(monkey
     import karchive
     from capture_fakes import MockPtr, fresh
     from karchive.producer.compile.tensordesc_abi import binary_param_sizes
+    from karchive.runtime import launch_path
     from runtime_support import fake_cuda
 
+    if path == "extension" and launch_path.extension() is None:
+        pytest.skip(f"the compiled launcher is not built here: {launch_path.status().detail}")
     sys.path.insert(0, str(DATA))
     import tma_kernels
 
@@ -405,7 +409,7 @@ def test_autotuned_descriptor_kernel_takes_the_block_of_the_chosen_config(monkey
     assert any("take each variant's compiled block shape" in w for w in cap.warnings)
     out = tmp_path / "tuned.karc"
     cap.save(out)
-    with fake_cuda(monkeypatch, "python") as (rec, _backend):
+    with fake_cuda(monkeypatch, path) as (rec, _backend):
         arc = karchive.open(str(out))
         for v in arc.variants("desc_matmul_tuned"):
             user = [p for p in v.abi.params if p.kind != "global_scratch" and p.kind != "profile_scratch"]
@@ -627,3 +631,108 @@ def test_the_call_block_is_the_signatures_and_the_map_box_the_abis(no_driver):
     with pytest.raises(ArgumentError, match=r"block_shape is \[128, 64\], the variant was compiled for \[128, 128\]"):
         td.expand("c_desc", box, td.TensorDescriptor(FakeTensor(0x20000, [256, 256], FP16), [128, 64]),
                   block=(128, 128))
+
+
+@pytest.mark.parametrize("path", ["python", "extension"])
+def test_steady_state_descriptor_launches_reuse_the_map_reencode_moved_storage_and_refuse_wrong_blocks(
+        path, monkeypatch, tmp_path, no_driver):
+    """Issue 21: the compiled path launches descriptor kernels from C (the expansion's packed bytes copied into
+    its buffer, no Python pack or binding launch); both paths reuse the map while the descriptor and its
+    address stay, re-encode when the tensor's storage moved, and refuse a wrong block or dtype before launch
+    with the same error."""
+    pytest.importorskip("triton")
+    import karchive
+    from karchive.cli.main import main
+    from karchive.producer.compile.tensordesc_abi import binary_param_sizes
+    from karchive.runtime import launch_path
+    from runtime_support import fake_cuda
+
+    if path == "extension" and launch_path.extension() is None:
+        pytest.skip(f"the compiled launcher is not built here: {launch_path.status().detail}")
+    out = tmp_path / "tma.karc"
+    assert main(["compile", str(DATA / "tma_kernels.py"), "-n", "desc_copy", "-s",
+                 "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64, 64", "-t", "cuda:90", "-o", str(out)]) == 0
+    with fake_cuda(monkeypatch, path) as (rec, backend):
+        through_binding: list[tuple] = []
+        binding_launch = type(backend).launch
+
+        def spy(self, *args):
+            through_binding.append(args)
+            return binding_launch(self, *args)
+
+        monkeypatch.setattr(type(backend), "launch", spy)
+        backend.make_current(0)  # (no first-launch retry in the device's context, which goes through the binding)
+        arc = karchive.open(str(out))
+        (v,) = arc.variants("desc_copy")
+        user = [p for p in v.abi.params if p.kind == "tensordesc"]
+        rec.sizes[arc.reader.read(v.binary.path)] = binary_param_sizes(user) + [8] * (len(v.abi.params) - len(user))
+        k = arc.kernel("desc_copy")
+        src = FakeTensor(0x10000, [128, 64], FP16)
+        a = td.TensorDescriptor(src, [64, 64])
+        b = td.TensorDescriptor(FakeTensor(0x30000, [256, 64], FP16), [64, 64])
+        from karchive.runtime.launch import _record
+
+        expansions: list[object] = []
+        expand = _record.expand
+
+        def counted(name, d, value, *rest):
+            expansions.append(value)
+            return expand(name, d, value, *rest)
+
+        monkeypatch.setattr(_record, "expand", counted)
+        k[(2, 1)](a, b, BLOCK_M=64, BLOCK_N=64)
+        assert expansions == [a, b]
+        for _ in range(2):
+            k[(2, 1)](a, b, BLOCK_M=64, BLOCK_N=64)
+        assert len(no_driver) == 2  # identity hit: encoded once each
+        # the compiled path's memo (same object, same address) does not even ask Python; the Python path's is
+        # descriptors.expand's own
+        assert len(expansions) == (2 if path == "extension" else 6)
+        first, *rest = rec.launches()
+        assert all(r.params == first.params for r in rest) and first.params[0] == bytes([1]) * 128
+        src.ptr = 0x50000  # the storage moved under the same descriptor object: a new map, this launch
+        k[(2, 1)](a, b, BLOCK_M=64, BLOCK_N=64)
+        assert len(no_driver) == 3 and no_driver[2].address == 0x50000
+        # only the moved one misses the compiled path's memo
+        assert expansions == [a, b, a] if path == "extension" else expansions[-2:] == [a, b]
+        moved = rec.launches()[-1].params
+        assert moved[0] == bytes([3]) * 128 and moved[5] == first.params[5] and moved[1:5] == first.params[1:5]
+        src.ptr = 0x10000  # back again: the first map (cached by address), nothing encoded
+        k[(2, 1)](a, b, BLOCK_M=64, BLOCK_N=64)
+        assert len(no_driver) == 3 and rec.launches()[-1].params == first.params
+        n = len(rec.launches())
+        wide = td.TensorDescriptor(FakeTensor(0x30000, [256, 64], FP16), [32, 64])
+        with pytest.raises(ArgumentError, match=r"^tma_kernels:desc_copy: parameter 'out_desc' \(tensordesc<fp16\[64, 64\]>\): "
+                                                r"the descriptor's block_shape is \[32, 64\], the variant was "
+                                                r"compiled for \[64, 64\]$") as err:
+            k[(2, 1)](a, wide, BLOCK_M=64, BLOCK_N=64)
+        assert err.value.param == "out_desc" and err.value.kernel == "tma_kernels:desc_copy"
+        fp32 = td.TensorDescriptor(FakeTensor(0x30000, [256, 64], FP32), [64, 64])
+        with pytest.raises(ArgumentError, match=r"^tma_kernels:desc_copy: parameter 'in_desc'.*dtype fp32, the variant takes "
+                                                r"fp16$"):
+            k[(2, 1)](fp32, b, BLOCK_M=64, BLOCK_N=64)
+        assert len(rec.launches()) == n  # refused before anything reached the driver
+        # the memo holds no descriptor alive, and a new descriptor where a dead one was is checked afresh
+        import gc
+        import weakref
+
+        gone = td.TensorDescriptor(FakeTensor(0x70000, [256, 64], FP16), [64, 64])
+        k[(2, 1)](a, gone, BLOCK_M=64, BLOCK_N=64)
+        ref = weakref.ref(gone)
+        del gone
+        expansions.clear()  # (the spy's references)
+        gc.collect()
+        assert ref() is None
+        n = len(rec.launches())
+        with pytest.raises(ArgumentError, match=r"block_shape is \[32, 64\]"):
+            k[(2, 1)](a, td.TensorDescriptor(FakeTensor(0x70000, [256, 64], FP16), [32, 64]), BLOCK_M=64, BLOCK_N=64)
+        assert len(rec.launches()) == n
+        huge = td.TensorDescriptor(FakeTensor(0x80000, [1 << 31, 64], FP16), [64, 64])  # fits TMA, not the i32 slot
+        with pytest.raises(ArgumentError) as err:
+            k[(2, 1)](huge, b, BLOCK_M=64, BLOCK_N=64)
+        # both paths: the packing error explained by LaunchEntry.explain (the compiled path asks it too)
+        assert str(err.value) == ("tma_kernels:desc_copy: desc_copy: 10 values for 2 parameters ['in_desc', "
+                                  "'out_desc']: 'i' format requires -2147483648 <= number <= 2147483647")
+        assert len(rec.launches()) == n
+        # the compiled path launched every one of them from C; the Python path through the binding
+        assert len(through_binding) == (n if path == "python" else 0) and n > 5

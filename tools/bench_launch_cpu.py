@@ -8,7 +8,9 @@ What runs is everything ``kernel[grid](...)`` does except the driver's own work:
 key, lookup, packing, the stream, and the call through the driver's launch signature (into
 ``_fastlaunch.noop_address()`` on the compiled path, into a binding stand-in that returns success on the
 Python path). Rows: ``k[grid](...)`` at 4 and 16 arguments on both paths, ``bound()``,
-``bound(*args)``; per extra argument = (16 - 4) / 12; where Triton is importable, ``served k[grid](...)``:
+``bound(*args)``; ``k[grid](...) 3 descriptors``: ``desc_add`` of tests/data/tma_kernels.py over three
+``karchive.TensorDescriptor`` (issue 21; needs Triton to compile it for cuda:90 here; the maps are not
+encoded by a driver, only the steady state is timed); per extra argument = (16 - 4) / 12; where Triton is importable, ``served k[grid](...)``:
 the unchanged ``@triton.jit`` call site of examples/kernels.py (imported as ``kernels``) under
 ``karchive.serve(arc, mode="strict")`` (issue 22: within 1.2x of ``k[grid](...)``). Arguments are int addresses, or with ``--torch``
 CPU torch tensors standing for device ones (their host check is switched off in this process only:
@@ -107,6 +109,30 @@ def _archive(path: str | None) -> str:
     return str(out)
 
 
+def _desc_archive() -> str | None:
+    """``desc_add`` (three fp16 [64, 64] descriptors) compiled for cuda:90; None without Triton."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return None
+    from karchive.cli.main import main as cli
+
+    out = pathlib.Path(tempfile.mkdtemp()) / "desc.karc"
+    sig = ", ".join(["tensordesc<fp16[64, 64]>"] * 3 + ["64", "64"])
+    if cli(["compile", str(ROOT / "tests" / "data" / "tma_kernels.py"), "-n", "desc_add", "-s", sig, "-t", "cuda:90",
+            "-o", str(out)]) != 0:
+        return None
+    return str(out)
+
+
+def _no_encoding() -> None:
+    """BENCHMARK ONLY: a CUtensorMap of zeros instead of the driver's (no GPU here; only misses encode)."""
+    from karchive.runtime import descriptors as td
+
+    td.encode_tiled = lambda p: bytes(128)  # type: ignore[assignment]
+    td._driver = lambda: 13020  # type: ignore[assignment]
+
+
 def _served(arc: Any) -> tuple[Any, Any] | None:
     """The unchanged ``@triton.jit`` functions of the archive's kernels, served from ``arc`` (strict); None
     without Triton."""
@@ -165,6 +191,9 @@ def main() -> None:
         subprocess.run(["cc", "-O2", "-shared", "-fPIC", str(tmp / "cg.c"), "-o", str(tmp / "cg.so")], check=True)
         cg = ctypes.CDLL(str(tmp / "cg.so"))
         cg.cg_start()
+    desc_archive = _desc_archive()
+    if desc_archive is not None:
+        _no_encoding()
     names = {"x": values[0], "y": values[1], "o": values[2], **{f"p{i}": v for i, v in enumerate(values[3:15])}}
     rows = {"k[grid](...) 4 args": "add[g](x, y, o, 4096, BLOCK=1024)",
             "k[grid](...) 16 args": "add16[g](o, x, y, p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, 4096, BLOCK=1024)",
@@ -180,6 +209,14 @@ def main() -> None:
         ns: dict[str, Any] = {**names, "add": add, "add16": add16, "g": g,
                               "b4": add.bind(g, names["x"], names["y"], names["o"], 4096, BLOCK=1024)}
         path_rows = dict(rows)
+        if desc_archive is not None:
+            with launch_path.forced(path):
+                ns["dadd"] = karchive.open(desc_archive).kernel("desc_add")
+            ns["da"], ns["db"], ns["dc"] = (
+                karchive.TensorDescriptor(0x7F00_0010_0000 + (1 << 20) * i, [64, 64], shape=[128, 128],
+                                          strides=[128, 1], dtype="float16") for i in range(3))
+            ns["g2"] = (2, 2)
+            path_rows["k[grid](...) 3 descriptors"] = "dadd[g2](da, db, dc, BLOCK_M=64, BLOCK_N=64)"
         served = _served(arc)
         if served is not None:
             ns["sadd"], ns["sadd16"] = served

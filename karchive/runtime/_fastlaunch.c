@@ -70,6 +70,10 @@ PyInit__fastlaunch(void)
         || PyType_Ready(&BoundType) < 0 || PyType_Ready(&GridLaunchType) < 0 || PyType_Ready(&SubscriptType) < 0)
         return NULL;
     str_run = PyUnicode_InternFromString("_run");
+    str_fixed_ptr = PyUnicode_InternFromString("_fixed_ptr");
+    str_source = PyUnicode_InternFromString("source");
+    if (str_fixed_ptr == NULL || str_source == NULL)
+        return NULL;
     Subscript *subscript = PyObject_New(Subscript, &SubscriptType);
     if (str_run == NULL || subscript == NULL)
         return NULL;

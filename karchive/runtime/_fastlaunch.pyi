@@ -17,9 +17,10 @@ class Entry:
 
     def __new__(
         cls, launch: int, function: int, block_x: int, shared: int, device: int,
-        slots: tuple[tuple[int, str, int], ...], buffer_size: int, meta: dict[str, Any],
+        slots: tuple[tuple[Any, ...], ...], buffer_size: int, meta: dict[str, Any],
         python_launch: Callable[..., Any] | None, failed: Callable[..., Any],
-        explain: Callable[..., BaseException],
+        explain: Callable[..., BaseException], param_offsets: tuple[int, ...] = ...,
+        desc_type: type | None = ...,
     ) -> Entry: ...
     @property
     def meta(self) -> dict[str, Any]: ...

@@ -31,7 +31,7 @@ from .args import NotAPointer, pointer_info
 from .arg_dtypes import triton_dtype
 
 __all__ = ["TensorDescriptor", "EncodeParams", "descriptor_reason", "encode_params", "expand", "slot_formats",
-           "is_descriptor", "clear_cache"]
+           "is_descriptor", "clear_cache", "packed"]
 
 #: Bytes per element of each element type a descriptor may have (fp4: two values per byte, as Triton's
 #: ``float4_e2m1fn_x2`` bytes; fp8 kinds one byte).
@@ -64,7 +64,7 @@ class TensorDescriptor:
     # No ``dtype`` attribute, on purpose: Triton's autotune key adds ``str(x.dtype)`` of every argument that has
     # one, and Triton's own descriptor has none; karchive's must give the same key (spec/FORMAT.md §6.3).
     __slots__ = ("source", "shape", "strides", "block_shape", "elem_dtype", "padding", "round_f32_to_tf32",
-                 "_fixed_ptr", "_memo")
+                 "_fixed_ptr", "_memo", "__weakref__")  # (weak: the compiled launcher's memo, c-ext/dispatcher.c)
 
     def __init__(self, x: Any, block_shape: Sequence[int] | None = None, *, shape: Sequence[int] | None = None,
                  strides: Sequence[int] | None = None, dtype: Any = None, padding: str = "zero",
@@ -373,6 +373,17 @@ def encode_tiled(p: EncodeParams) -> bytes:
     return bytes(raw)
 
 
+class Expansion(list):
+    """The values of a descriptor's binary parameters (a list), with their packed bytes once asked for
+    (:func:`packed`): cached with the values, so the compiled launcher's steady state copies one bytes object."""
+
+    __slots__ = ("blob",)
+
+    def __init__(self, values: list[Any]) -> None:
+        super().__init__(values)
+        self.blob: bytes | None = None
+
+
 def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = False,
            device: int | None = None, block: tuple[int, ...] | None = None) -> list[Any]:
     """A descriptor argument as the values of the binary parameters ``d`` lists (``d.slots``, in order):
@@ -414,11 +425,11 @@ def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = F
         shape = list(call.shape)
         if d.fp4_padded and d.convention == "triton-3.5":  # 3.5/3.6 pass the doubled shape on as well
             shape[-1] *= 2
-        out = [tmap, *shape, *call.strides]
+        out = Expansion([tmap, *shape, *call.strides])
     else:
         nan = 1 if call.padding == "nan" else 0
         flags = [nan] if d.convention == "triton-3.5" else [nan, 1 if call.tf32 else 0]
-        out = [call.ptr, *call.shape, *call.strides, *flags, *call.shape, *call.strides]
+        out = Expansion([call.ptr, *call.shape, *call.strides, *flags, *call.shape, *call.strides])
     assert len(out) == len(d.slots) and r == len(call.shape)
     with _lock:
         if len(_cache) >= _CACHE_LIMIT:
@@ -428,6 +439,51 @@ def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = F
     if type(value) is TensorDescriptor:
         value._memo = (id(d), block_from_variant, device, call.ptr, call.device, out, block)
     return out
+
+
+_blob_structs: dict[int, tuple[TensorDescAbi, struct.Struct]] = {}
+
+
+def blob_struct(d: TensorDescAbi) -> struct.Struct:
+    """The descriptor's binary parameters as one struct, laid out from offset 0 with each slot's alignment.
+    Its offsets equal a parameter buffer's minus the descriptor's first offset (the first slot has the
+    largest alignment); the compiled launcher's entry checks that before using it (launch/_native.py)."""
+    hit = _blob_structs.get(id(d))
+    if hit is not None and hit[0] is d:
+        return hit[1]
+    fmt, offset = ["<"], 0
+    for char, size, align in slot_formats(d):
+        pad = (-offset) % align
+        if pad:
+            fmt.append(f"{pad}x")
+        fmt.append(char)
+        offset += pad + size
+    st = struct.Struct("".join(fmt))
+    with _lock:
+        _blob_structs[id(d)] = (d, st)  # d kept: its id stays its own while the entry is here
+    return st
+
+
+def blob_offsets(d: TensorDescAbi) -> tuple[int, ...]:
+    """Offset of each of the descriptor's binary parameters in :func:`blob_struct`'s bytes."""
+    out, offset = [], 0
+    for _char, size, align in slot_formats(d):
+        offset += (-offset) % align
+        out.append(offset)
+        offset += size
+    return tuple(out)
+
+
+def packed(values: list[Any], d: TensorDescAbi) -> bytes:
+    """:func:`expand`'s values as the bytes of the descriptor's binary parameters (:func:`blob_struct`),
+    kept on the cached expansion: the steady state returns the same bytes object. Raises what ``struct``
+    raises for a value that does not fit its slot (the launch then explains it, as the Python path does)."""
+    blob = getattr(values, "blob", None)
+    if blob is None:
+        blob = blob_struct(d).pack(*values)
+        if isinstance(values, Expansion):
+            values.blob = blob
+    return blob
 
 
 #: struct format character of each non-map slot type (a pointer slot is "Q").

@@ -91,6 +91,19 @@ CHILD = textwrap.dedent(r'''
     k("desc_add")[(a.shape[0] // 64, a.shape[1] // 64)](TD(a, [64, 64]), TD(b, [64, 64]), TD(s, [64, 64]),
                                                         BLOCK_M=64, BLOCK_N=64)
     got["add"] = s
+    # the steady state (the compiled path's memo: same descriptors, same addresses), then the output tensor's
+    # storage moved under the same descriptor (a new map at that launch)
+    s2 = torch.full_like(a, float("nan"))
+    da, db, ds = TD(a, [64, 64]), TD(b, [64, 64]), TD(s2, [64, 64])
+    kadd = k("desc_add")
+    for _ in range(3):
+        s2.fill_(float("nan"))
+        kadd[(a.shape[0] // 64, a.shape[1] // 64)](da, db, ds, BLOCK_M=64, BLOCK_N=64)
+    got["add_again"] = s2.clone()
+    moved = torch.full_like(a, float("nan"))
+    s2.set_(moved)
+    kadd[(a.shape[0] // 64, a.shape[1] // 64)](da, db, ds, BLOCK_M=64, BLOCK_N=64)
+    got["add_moved"] = moved
 
     # persistent matmul: C = A @ B^T over 132 programs
     ma, mb = x["ma"].to(dev), x["mb"].to(dev)
@@ -233,6 +246,7 @@ def test_descriptor_kernels_launch_without_triton_equal_to_tritons_launch(versio
     for name in ("copy", "add", "device_copy"):
         assert torch.equal(got[name], ref[name]), (version, path, name)
     assert torch.equal(got["copy"], x["a"]) and torch.equal(got["add"], x["a"] + x["b"])
+    assert torch.equal(got["add_again"], x["a"] + x["b"]) and torch.equal(got["add_moved"], x["a"] + x["b"])
     # the compute kernels: bit-equal from the same release, else within a tolerance (another compiler)
     report = {}
     for name, tol in (("matmul", 2e-3), ("attention", 2e-3)):

@@ -481,6 +481,54 @@ stream_value(Dispatcher *d, PyObject *stream, Key *hit, uint64_t *out)
     return (*out == (uint64_t)-1 && PyErr_Occurred()) ? -1 : 0;
 }
 
+/* A host tensor descriptor's slot: its expansion (map, shape, strides...) as the packed bytes the Python
+ * entry returns (descriptors.expand: the checks, the errors, the map cache), copied to dst; in the steady state
+ * from this slot's memo without calling Python. 0 done, -1 expand raised (the caller explains it), -2 other
+ * error. Kept out of launch_hit: the plain path's code stays as small as it was (inlined packing). */
+static KA_NOINLINE int
+pack_descriptor(PackSlot *slot, PyObject *v, PyObject *desc_type, PyObject *pointer_info, unsigned char *dst)
+{
+    uint64_t dptr = 0;
+    long ddev = 0;
+    int dhas = 0, known = 0;
+    if ((PyObject *)Py_TYPE(v) == desc_type) {
+        /* the C memo: the same descriptor object at the same address (and device) as this slot's last
+         * expansion gets the same bytes; its shape, strides, dtype and block are fixed at construction,
+         * as descriptors.expand's own memo assumes. (The entry's device and the parameter's block are
+         * fixed too; descriptor_block_from_variant only ever turns on, which only relaxes the check.) */
+        known = descriptor_address(v, pointer_info, &dptr, &ddev, &dhas);
+        if (known && slot->memo_ref != NULL && slot->memo_ptr == dptr && slot->memo_has_dev == dhas
+            && slot->memo_dev == ddev && weak_is(slot->memo_ref, v)) {
+            memcpy(dst, PyBytes_AS_STRING(slot->memo_blob), (size_t)slot->size);
+            return 0;
+        }
+    }
+    PyObject *blob = PyObject_CallOneArg(slot->expand, v);
+    if (blob == NULL)
+        return -1;
+    if (!PyBytes_CheckExact(blob) || PyBytes_GET_SIZE(blob) != slot->size) {
+        Py_DECREF(blob);
+        PyErr_SetString(PyExc_SystemError, "descriptor expansion of the wrong size");
+        return -2;
+    }
+    memcpy(dst, PyBytes_AS_STRING(blob), (size_t)slot->size);
+    Py_CLEAR(slot->memo_ref);
+    Py_CLEAR(slot->memo_blob);
+    if (known) { /* expand checked it: remember it (no memo where no weak reference can be made) */
+        slot->memo_ref = PyWeakref_NewRef(v, NULL);
+        if (slot->memo_ref == NULL)
+            PyErr_Clear();
+        else {
+            slot->memo_blob = Py_NewRef(blob);
+            slot->memo_ptr = dptr;
+            slot->memo_dev = ddev;
+            slot->memo_has_dev = dhas;
+        }
+    }
+    Py_DECREF(blob);
+    return 0;
+}
+
 /* Step 4: grid, stream, pack, launch. */
 static PyObject *
 launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject **vals, uint64_t *ptrs)
@@ -510,31 +558,41 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
         return r;
     }
 
-    uint64_t stack_bytes[STACK_BYTES / 8];
+    /* 64 bytes of slack: the buffer starts 64-byte aligned, as a CUtensorMap parameter is read (the Python
+     * path's ParamLayout aligns its buffer the same way) */
+    uint64_t stack_bytes[STACK_BYTES / 8 + 8];
     void *stack_params[STACK_PARAMS];
-    unsigned char *buf = (unsigned char *)stack_bytes;
+    unsigned char *heap = NULL;
+    unsigned char *buf;
     void **params = stack_params;
     if (e->buffer_size > STACK_BYTES) {
-        buf = PyMem_Calloc(1, (size_t)e->buffer_size);
-        if (buf == NULL)
+        heap = PyMem_Calloc(1, (size_t)e->buffer_size + 64);
+        if (heap == NULL)
             return PyErr_NoMemory();
+        buf = heap + ((64 - ((uintptr_t)heap & 63)) & 63);
     }
     else {
+        buf = (unsigned char *)stack_bytes + ((64 - ((uintptr_t)stack_bytes & 63)) & 63);
         memset(buf, 0, (size_t)e->buffer_size);
     }
-    if (e->n_params > STACK_PARAMS) {
-        params = PyMem_Malloc(sizeof(void *) * (size_t)e->n_params);
+    if (e->n_binary > STACK_PARAMS) {
+        params = PyMem_Malloc(sizeof(void *) * (size_t)e->n_binary);
         if (params == NULL) {
-            if (buf != (unsigned char *)stack_bytes)
-                PyMem_Free(buf);
+            PyMem_Free(heap);
             return PyErr_NoMemory();
         }
     }
+    /* one kernelParams entry per ABI parameter, or (descriptors: several binary parameters each) per offset */
+    int plain = e->n_binary == e->n_params;
+    if (!plain)
+        for (Py_ssize_t k = 0; k < e->n_binary; k++)
+            params[k] = buf + e->param_offsets[k];
     PyObject *result = NULL;
     for (Py_ssize_t s = 0; s < e->n_params; s++) {
         PackSlot *slot = &e->slots[s];
         unsigned char *dst = buf + slot->offset;
-        params[s] = dst;
+        if (plain)
+            params[s] = dst;
         if (slot->code == 'Z')
             continue; /* a null scratch pointer */
         Py_ssize_t i = d->call_positions[slot->value];
@@ -546,6 +604,14 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
             PyErr_SetString(PyExc_TypeError, "missing value");
             raise_explained(d, e, vals, ptrs);
             goto done;
+        }
+        if (slot->code == 'D') {
+            int r = pack_descriptor(slot, vals[i], e->desc_type, d->pointer_info, dst);
+            if (r == -1)
+                raise_explained(d, e, vals, ptrs);
+            if (r < 0)
+                goto done;
+            continue;
         }
         if (pack_scalar(slot->code, vals[i], dst) < 0) {
             raise_explained(d, e, vals, ptrs);
@@ -571,8 +637,7 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
     }
     result = Py_NewRef(Py_None);
 done:
-    if (buf != (unsigned char *)stack_bytes)
-        PyMem_Free(buf);
+    PyMem_Free(heap);
     if (params != stack_params)
         PyMem_Free(params);
     return result;

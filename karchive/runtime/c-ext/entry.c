@@ -9,7 +9,18 @@
 typedef struct {
     Py_ssize_t value;  /* index into the call values; -1 for a scratch slot */
     Py_ssize_t offset; /* byte offset in the parameter buffer */
-    char code;         /* pack code */
+    char code;         /* pack code; 'D': a host tensor descriptor (several binary parameters) */
+    Py_ssize_t size;   /* 'D': bytes the expansion writes at offset */
+    PyObject *expand;  /* 'D': value -> bytes of exactly size (LaunchEntry.descriptor_packer); else NULL */
+    /* 'D': the last karchive.TensorDescriptor expanded here (a weak reference: identity without keeping it or
+     * its tensor alive), the address and device it had, and its bytes. A launch with the same object at the
+     * same address copies them without calling Python; anything else calls expand (which checks and memoises
+     * the same way in Python, descriptors.expand). */
+    PyObject *memo_ref;
+    PyObject *memo_blob;
+    uint64_t memo_ptr;
+    long memo_dev;
+    int memo_has_dev;
 } PackSlot;
 
 typedef struct {
@@ -18,17 +29,109 @@ typedef struct {
     void *function;
     unsigned int block_x;
     unsigned int shared;
-    Py_ssize_t n_params;     /* the binary's parameters, scratch slots included */
+    Py_ssize_t n_params;     /* the ABI's parameters (a descriptor is one), scratch slots included */
+    Py_ssize_t n_binary;     /* the binary's parameters (a descriptor is several): kernelParams entries */
     Py_ssize_t buffer_size;
     PackSlot *slots;
+    Py_ssize_t *param_offsets; /* per binary parameter: its byte offset in the buffer */
     PyObject *device;        /* int: argument of the default-stream function */
     PyObject *meta;          /* dict: what a callable grid sees besides the arguments */
     PyObject *python_launch; /* None, or launch_dims(gx, gy, gz, stream, values) for every launch */
     PyObject *failed;        /* failed(err, gx, gy, gz, stream, values) */
     PyObject *explain;       /* explain(values, exc) -> the exception to raise */
+    PyObject *desc_type;     /* karchive.TensorDescriptor (the type 'D' slots memoise in C), or None */
 } Entry;
 
 static PyTypeObject EntryType;
+static PyObject *str_fixed_ptr, *str_source; /* karchive.TensorDescriptor's attributes (interned at import) */
+
+/* Whether the weak reference ref still points at o (identity only: o is alive, the caller holds it). */
+static int
+weak_is(PyObject *ref, PyObject *o)
+{
+#if PY_VERSION_HEX >= 0x030D0000
+    PyObject *target;
+    if (PyWeakref_GetRef(ref, &target) <= 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    Py_DECREF(target);
+    return target == o;
+#else
+    return PyWeakref_GET_OBJECT(ref) == o;
+#endif
+}
+
+/* The address (and device, where known) a karchive.TensorDescriptor points at now, read as
+ * descriptors.expand reads it: its fixed address, else pointer_info(source) (torch read directly).
+ * 1 when read; 0, no exception, when it cannot be read here (expand then says why, or reads it itself). */
+static int
+descriptor_address(PyObject *v, PyObject *pointer_info, uint64_t *ptr, long *dev, int *has_dev)
+{
+    PyObject *fixed = PyObject_GetAttr(v, str_fixed_ptr);
+    if (fixed == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (fixed != Py_None) {
+        *ptr = PyLong_CheckExact(fixed) ? as_u64(fixed) : (uint64_t)-1;
+        *has_dev = 0;
+        *dev = 0;
+        Py_DECREF(fixed);
+        if (*ptr == (uint64_t)-1) {
+            PyErr_Clear();
+            return 0;
+        }
+        return 1;
+    }
+    Py_DECREF(fixed);
+    PyObject *source = PyObject_GetAttr(v, str_source);
+    if (source == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    /* read_pointer's two cases, without the dtype (not calling read_pointer itself keeps it inlined into the
+     * key building of every launch: one call site) */
+    *dev = 0;
+    *has_dev = 0;
+    PyObject *r, *d;
+    if (tensor_type != NULL && Py_IS_TYPE(source, tensor_type)) {
+        r = tensor_data_ptr_of(source);
+        d = r != NULL ? tensor_get_device_of(source) : NULL;
+        Py_DECREF(source);
+        if (d == NULL) {
+            Py_XDECREF(r);
+            PyErr_Clear();
+            return 0;
+        }
+        *ptr = as_u64(r);
+        *dev = PyLong_AsLong(d);
+        *has_dev = 1;
+        Py_DECREF(r);
+        Py_DECREF(d);
+    }
+    else {
+        r = PyObject_CallOneArg(pointer_info, source);
+        Py_DECREF(source);
+        if (r == NULL || !PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 3 || !PyLong_Check(PyTuple_GET_ITEM(r, 0))) {
+            Py_XDECREF(r);
+            PyErr_Clear();
+            return 0;
+        }
+        *ptr = as_u64(PyTuple_GET_ITEM(r, 0));
+        d = PyTuple_GET_ITEM(r, 2);
+        if (d != Py_None) {
+            *dev = PyLong_AsLong(d);
+            *has_dev = 1;
+        }
+        Py_DECREF(r);
+    }
+    if (PyErr_Occurred()) { /* an address or device that is not a C integer: expand says why */
+        PyErr_Clear();
+        return 0;
+    }
+    return 1;
+}
 
 static int
 entry_traverse(Entry *self, visitproc visit, void *arg)
@@ -38,6 +141,12 @@ entry_traverse(Entry *self, visitproc visit, void *arg)
     Py_VISIT(self->python_launch);
     Py_VISIT(self->failed);
     Py_VISIT(self->explain);
+    Py_VISIT(self->desc_type);
+    for (Py_ssize_t i = 0; self->slots != NULL && i < self->n_params; i++) {
+        Py_VISIT(self->slots[i].expand);
+        Py_VISIT(self->slots[i].memo_ref);
+        Py_VISIT(self->slots[i].memo_blob);
+    }
     return 0;
 }
 
@@ -49,6 +158,12 @@ entry_clear(Entry *self)
     Py_CLEAR(self->python_launch);
     Py_CLEAR(self->failed);
     Py_CLEAR(self->explain);
+    Py_CLEAR(self->desc_type);
+    for (Py_ssize_t i = 0; self->slots != NULL && i < self->n_params; i++) {
+        Py_CLEAR(self->slots[i].expand);
+        Py_CLEAR(self->slots[i].memo_ref);
+        Py_CLEAR(self->slots[i].memo_blob);
+    }
     return 0;
 }
 
@@ -58,6 +173,7 @@ entry_dealloc(Entry *self)
     PyObject_GC_UnTrack(self);
     entry_clear(self);
     PyMem_Free(self->slots);
+    PyMem_Free(self->param_offsets);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -65,17 +181,22 @@ static PyObject *
 entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"launch", "function", "block_x", "shared", "device", "slots", "buffer_size", "meta",
-                             "python_launch", "failed", "explain", NULL};
+                             "python_launch", "failed", "explain", "param_offsets", "desc_type", NULL};
     unsigned long long launch, function;
     unsigned int block_x, shared;
-    PyObject *device, *slots, *meta, *python_launch, *failed, *explain;
+    PyObject *device, *slots, *meta, *python_launch, *failed, *explain, *param_offsets = NULL, *desc_type = Py_None;
     Py_ssize_t buffer_size;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKIIO!O!nO!OOO", kwlist, &launch, &function, &block_x, &shared,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKIIO!O!nO!OOO|O!O", kwlist, &launch, &function, &block_x, &shared,
                                      &PyLong_Type, &device, &PyTuple_Type, &slots, &buffer_size, &PyDict_Type,
-                                     &meta, &python_launch, &failed, &explain))
+                                     &meta, &python_launch, &failed, &explain, &PyTuple_Type, &param_offsets, &desc_type))
         return NULL;
+    if (desc_type != Py_None && !PyType_Check(desc_type)) {
+        PyErr_SetString(PyExc_TypeError, "Entry: desc_type must be a type or None");
+        return NULL;
+    }
     Py_ssize_t n = PyTuple_GET_SIZE(slots);
-    if (buffer_size < 0 || n > 4096) {
+    Py_ssize_t nb = param_offsets != NULL ? PyTuple_GET_SIZE(param_offsets) : n;
+    if (buffer_size < 0 || n > 4096 || nb > 4096 || nb < n) {
         PyErr_SetString(PyExc_ValueError, "Entry: bad parameter layout");
         return NULL;
     }
@@ -87,17 +208,27 @@ entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_DECREF(self);
         return PyErr_NoMemory();
     }
+    self->n_params = n;
+    self->param_offsets = PyMem_Calloc(nb ? nb : 1, sizeof(Py_ssize_t));
+    if (self->param_offsets == NULL) {
+        Py_DECREF(self);
+        return PyErr_NoMemory();
+    }
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *s = PyTuple_GET_ITEM(slots, i);
-        Py_ssize_t value, offset;
+        Py_ssize_t value, offset, size = 0;
         const char *code;
         Py_ssize_t code_len;
-        if (!PyArg_ParseTuple(s, "ns#n", &value, &code, &code_len, &offset)) {
+        PyObject *expand = NULL;
+        /* (value, code, offset), or (value, "D", offset, expand, size) for a host tensor descriptor */
+        if (!PyArg_ParseTuple(s, "ns#n|On", &value, &code, &code_len, &offset, &expand, &size)) {
             Py_DECREF(self);
             return NULL;
         }
-        if (code_len != 1 || code_size(code[0]) == 0 || offset < 0 || offset + code_size(code[0]) > buffer_size
-            || (code[0] == 'Z') != (value < 0)) {
+        int desc = code_len == 1 && code[0] == 'D';
+        Py_ssize_t width = desc ? size : code_len == 1 ? code_size(code[0]) : 0;
+        if (code_len != 1 || width <= 0 || offset < 0 || offset + width > buffer_size
+            || (code[0] == 'Z') != (value < 0) || desc != (expand != NULL) || (desc && !PyCallable_Check(expand))) {
             PyErr_Format(PyExc_ValueError, "Entry: bad slot %zd", i);
             Py_DECREF(self);
             return NULL;
@@ -105,18 +236,32 @@ entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         self->slots[i].value = value;
         self->slots[i].offset = offset;
         self->slots[i].code = code[0];
+        self->slots[i].size = width;
+        self->slots[i].expand = Py_XNewRef(expand);
+    }
+    for (Py_ssize_t k = 0; k < nb; k++) {
+        Py_ssize_t offset = param_offsets != NULL ? PyLong_AsSsize_t(PyTuple_GET_ITEM(param_offsets, k))
+                                                  : self->slots[k].offset;
+        if (offset < 0 || offset >= buffer_size) {
+            if (!PyErr_Occurred())
+                PyErr_Format(PyExc_ValueError, "Entry: bad parameter offset %zd", k);
+            Py_DECREF(self);
+            return NULL;
+        }
+        self->param_offsets[k] = offset;
     }
     self->launch = (LaunchFn)(uintptr_t)launch;
     self->function = (void *)(uintptr_t)function;
     self->block_x = block_x;
     self->shared = shared;
-    self->n_params = n;
+    self->n_binary = nb;
     self->buffer_size = buffer_size;
     self->device = Py_NewRef(device);
     self->meta = Py_NewRef(meta);
     self->python_launch = Py_NewRef(python_launch);
     self->failed = Py_NewRef(failed);
     self->explain = Py_NewRef(explain);
+    self->desc_type = Py_NewRef(desc_type);
     return (PyObject *)self;
 }
 

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#define ABI_VERSION 2
+#define ABI_VERSION 3
 
 #if PY_VERSION_HEX < 0x030B0000 /* public from 3.11 on; before, private and taking unsigned char * */
 #define PyFloat_Pack2(x, p, le) _PyFloat_Pack2((x), (unsigned char *)(p), (le))
@@ -26,6 +26,16 @@
 #define as_u64(o) ((uint64_t)PyLong_AsUnsignedLong(o))
 #else
 #define as_u64(o) ((uint64_t)PyLong_AsUnsignedLongLong(o))
+#endif
+
+/* Kept out of line: a rare branch that would otherwise grow the per-call function and change what the compiler
+ * inlines into it (Py_NOINLINE is public only from Python 3.12 on). */
+#if defined(__GNUC__) || defined(__clang__)
+#define KA_NOINLINE __attribute__((noinline))
+#elif defined(_MSC_VER)
+#define KA_NOINLINE __declspec(noinline)
+#else
+#define KA_NOINLINE
 #endif
 
 typedef int (*LaunchFn)(void *function, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx,

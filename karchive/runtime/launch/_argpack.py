@@ -76,7 +76,8 @@ class ParamLayout:
     """One parameter buffer for one variant's ABI. Not thread-safe: each thread/launcher owns one."""
 
     __slots__ = ("abi", "names", "types", "offsets", "size", "buffer", "pointers", "kernel_params",
-                 "struct", "pack_into", "n_user", "scratch_offsets", "_keep", "n_values")
+                 "struct", "pack_into", "n_user", "scratch_offsets", "_keep", "n_values",
+                 "param_offsets")
 
     def __init__(self, abi: Abi) -> None:
         self.abi = abi
@@ -107,6 +108,8 @@ class ParamLayout:
         self.names = tuple(p.name for p in user)
         self.types = tuple(p.type for p in user)
         self.offsets = tuple(offsets)
+        #: Per binary parameter (the kernelParams entries; a descriptor is several): its byte offset.
+        self.param_offsets = tuple(slot_offsets)
         self.size = max(offset, 8)
         words = (self.size + 7) // 8
         if align_to > 8:  # a CUtensorMap slot: the buffer itself 64-byte aligned, as the driver reads it

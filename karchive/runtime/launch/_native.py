@@ -15,6 +15,7 @@ from ...errors import LaunchError
 from .. import launch_path
 from ..args import pointer_info, pointer_value
 from ..backend import stream_handle
+from ..descriptors import TensorDescriptor, blob_offsets, blob_struct
 from ._record import BoundLauncher, LaunchEntry, grid_dims
 from ._argpack import NULL_CODE, pack_code
 from ._plan import FLOAT, INT, MIXED, PTR, STREAM, VALUE, mixed_key
@@ -63,18 +64,31 @@ def make_entry(entry: LaunchEntry) -> Any:
     """The ``_fastlaunch.Entry`` of a loaded variant: what a launch of it packs where (from its record), and
     whom to call back (its :class:`LaunchEntry`).
 
-    Variants the C code does not launch itself (launch attributes, scratch, values that need a Python
-    conversion, or no driver address from the binding) launch through ``LaunchEntry.launch_dims``.
+    A host tensor descriptor is a ``"D"`` slot: the C code asks ``LaunchEntry.descriptor_packer``'s function for
+    its packed bytes (memoised in Python: one identity check and one address read in the steady state) and
+    copies them into its buffer. Variants the C code does not launch itself (launch attributes, scratch,
+    values that need a Python conversion, or no driver address from the binding) launch through
+    ``LaunchEntry.launch_dims``.
     """
     r = entry.record
     address = entry.backend.launch_address()
     layout = entry.layout
-    slots = []
+    slots: list[tuple[Any, ...]] = []
+    descriptors_fit = True
     for i, p in enumerate(r.variant.abi.params):
+        if p.desc is not None and i < layout.n_user:
+            start = layout.offsets[i]
+            first = layout.param_offsets.index(start)
+            mine = layout.param_offsets[first: first + len(p.desc.slots)]
+            # the packed bytes are laid out from offset 0: they fit where the buffer's offsets agree
+            descriptors_fit &= tuple(o - start for o in mine) == blob_offsets(p.desc)
+            slots.append((r.slots[i].value, "D", start, entry.descriptor_packer(i), blob_struct(p.desc).size))
+            continue
         code = pack_code(p.kind, p.type)
         value = r.slots[i].value if i < layout.n_user else -1
         slots.append((value if code != NULL_CODE else -1, code, layout.offsets[i]))
-    if r.special or address is None or any(s.convert == "ptr" for s in r.slots):
+    if (r.use_ex or r.scratch or not descriptors_fit or address is None
+            or any(s.convert == "ptr" for s in r.slots)):
         launch, function, python_launch = 0, 0, entry.launch_dims  # the C code calls back into Python
     else:
         launch, function, python_launch = address, entry.backend.handle_address(r.loaded.function), None
@@ -82,6 +96,7 @@ def make_entry(entry: LaunchEntry) -> Any:
         launch=launch, function=function, block_x=r.block_x,
         shared=r.shared, device=r.device, slots=tuple(slots), buffer_size=layout.size, meta=r.meta,
         python_launch=python_launch, failed=entry.failed, explain=entry.explain,
+        param_offsets=layout.param_offsets, desc_type=TensorDescriptor,
     )
 
 

@@ -31,7 +31,7 @@ from ._argpack import ParamLayout, bf16_bits
 from ._plan import KernelPlan
 from ..select import MISSING, DeviceFit, variant_label
 from ...format.tensordesc import TensorDescAbi, parse_tensordesc_type
-from ..descriptors import expand
+from ..descriptors import expand, packed
 
 log = logging.getLogger("karchive.runtime")
 
@@ -113,7 +113,8 @@ class VariantRecord:
     @property
     def special(self) -> bool:
         """Needs more than pack + plain launch (launch attributes, scratch, or a host tensor descriptor, which
-        expands into several binary parameters in Python): launched from Python on both paths."""
+        expands into several binary parameters): the Python launch, and the Python bound launcher. (The
+        compiled ``k[grid]`` launches descriptor kernels itself: launch/_native.make_entry.)"""
         return self.use_ex or bool(self.scratch) or any(p.kind == "tensordesc" for p in self.variant.abi.params)
 
     @property
@@ -218,6 +219,25 @@ class LaunchEntry:
                     raise ArgumentError(f"{self.kernel}: parameter {p.name!r} (bf16): {v!r}: {exc}") from None
             out.append(v)
         return out
+
+    def descriptor_packer(self, index: int) -> Callable[[Any], bytes]:
+        """For the compiled launcher: the ``index``-th ABI parameter's (a tensor descriptor) call value -> the
+        packed bytes of its binary parameters. The same expansion, checks and errors as :meth:`convert`;
+        a value that does not pack raises what ``struct`` raises, which :meth:`explain` turns into the
+        Python path's error."""
+        p = self.variant.abi.params[index]
+        name, d, kernel = p.name, cast(TensorDescAbi, p.desc), self.kernel
+        block, device = self.desc_blocks.get(p.arg), self.device
+
+        def pack_descriptor(value: Any) -> bytes:
+            try:  # (descriptor_block_from_variant is read per call: an autotuner sets it after loading)
+                values = expand(name, d, value, self.descriptor_block_from_variant, device, block)
+            except ArgumentError as exc:
+                raise ArgumentError(f"{kernel}: {exc}", kernel=kernel, param=name) from None
+            blob = getattr(values, "blob", None)  # the cached expansion's bytes (descriptors.Expansion)
+            return blob if blob is not None else packed(values, d)
+
+        return pack_descriptor
 
     def pack(self, layout: ParamLayout, values: Sequence[Any]) -> None:
         try:
