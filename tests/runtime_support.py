@@ -135,6 +135,7 @@ class Launch(NamedTuple):
     result: int  # what the stand-in returned (0: launched)
     thread: int
     kernel_params: int  # the address of the void* array (whose buffer the launch read)
+    function: int = 0  # the function handle launched (:func:`launched_variant` tells whose binary it is)
 
 
 class Recorder:
@@ -164,7 +165,7 @@ class Recorder:
         with self.lock:
             result = refuse or (self.results.pop(0) if self.results else 0)
             self.attempts.append(Launch(name, tuple(grid), tuple(block), shared, stream, data, extra, result,
-                                        threading.get_ident(), params))
+                                        threading.get_ident(), params, int(function)))
         return result
 
     def launches(self) -> list[Launch]:
@@ -344,6 +345,16 @@ def register_sizes(rec: Recorder, archive: Any) -> None:
     for name in archive.kernels():
         for v in archive.variants(name):
             rec.sizes[archive.reader.read(v.binary.path)] = [p.size for p in v.abi.params]
+
+
+def launched_variant(rec: Recorder, archive: Any, launch: Launch) -> Any:
+    """The archive variant whose binary the launch ran: function handle -> loaded image -> variant (the entry
+    name alone cannot tell variants of one kernel apart: they share it)."""
+    image = rec.functions[launch.function][1]
+    hits = [v for name in archive.kernels() for v in archive.variants(name)
+            if archive.reader.read(v.binary.path) == image]
+    assert len(hits) == 1, f"{len(hits)} variants have the launched image"
+    return hits[0]
 
 
 # -- HIP --------------------------------------------------------------------------------------------------

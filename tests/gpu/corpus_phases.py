@@ -325,9 +325,24 @@ def _atomic_kernels(arc: Any) -> set[str]:
     return out
 
 
+def _picked(row: dict, rec: dict, kernel: Any, args: tuple, kwargs: dict) -> None:
+    """Which binary karchive picks for the launch, against the one Triton launched (diagnostics only)."""
+    try:
+        v = kernel.select(*args, **kwargs)
+        picked = v.provenance.triton_hash
+        row["same_binary_as_triton"] = None if rec.get("triton_hash") is None else picked == rec["triton_hash"]
+        row["karchive_variant"] = {"key": v.key[:16], "constexprs": {k: x for k, x in v.constexprs.items()
+                                                                     if x is None or isinstance(x, (bool, int, float, str))},
+                                   "num_warps": v.abi.num_warps}
+    except Exception as exc:  # the launch reports the same problem
+        row["select_error"] = f"{type(exc).__name__}: {exc}"[:300]
+
+
 def replay(arc: Any, launches: list, only: set[str] | None = None, benchmark: bool = False) -> dict:
     """Every recorded launch through ``arc``; per launch: equal, within-tolerance, differs or error."""
-    from corpus_record import compare, rebuild
+    import torch
+
+    from corpus_record import compare, rebuild, replay_grid
 
     atomics = _atomic_kernels(arc)
     rows = []
@@ -346,16 +361,26 @@ def replay(arc: Any, launches: list, only: set[str] | None = None, benchmark: bo
             if name not in kernels:
                 kernels[name] = arc.kernel(name, benchmark=benchmark) if benchmark else arc.kernel(name)
             bufs, args, kwargs = rebuild(rec)
-            try:  # which binary karchive picks, against the one Triton launched (diagnostics only)
-                if benchmark:  # selecting would benchmark (launch) on these very buffers first
-                    raise LookupError("not asked: the kernel benchmarks when selecting")
-                picked = kernels[name].select(*args, **kwargs).provenance.triton_hash
-                row["same_binary_as_triton"] = None if rec.get("triton_hash") is None else picked == rec["triton_hash"]
-            except Exception as exc:  # the launch below reports the same problem
-                row["select_error"] = f"{type(exc).__name__}: {exc}"[:300]
-            kernels[name][tuple(rec["grid"])](*args, **kwargs)
+            # A kernel tuning on the device (benchmark) may run another config than Triton's: its grid must be
+            # that config's (the library's grid lambda, recorded per config), not the one Triton launched.
+            grid, grids_used = replay_grid(rec, per_config=benchmark)
+            if benchmark and rec.get("grid_callable", True) and not callable(grid):
+                # the library's grid depends on the config (or an older record does not say): a config other
+                # than Triton's would run on Triton's grid, computing part of the output (seen on the H100)
+                row["grid"] = "recorded for Triton's config (no per-config grids recorded)"
+            if not benchmark:  # selecting would benchmark (launch) on these very buffers first: asked after
+                _picked(row, rec, kernels[name], args, kwargs)
+            kernels[name][grid](*args, **kwargs)
             _sync()
+            if benchmark:  # the key is tuned now: which variant ran, on which grid (diagnostics only)
+                _picked(row, rec, kernels[name], args, kwargs)
+                if grids_used:
+                    row["grid"] = grids_used[-1]
             same, diff, excess = compare(bufs, rec, rtol=ATOMIC_RTOL)
+            if all(torch.equal(a, b) for a, b in zip(rec["pre"], rec["post"])):
+                # memory held the result before the launch (e.g. Triton's autotuner benchmarked on the same
+                # buffers first): "equal" cannot tell whether karchive's launch wrote it
+                row["pre_equals_post"] = True
             if same:
                 row["status"] = "equal"
             elif name in atomics and excess is not None and excess <= ATOMIC_ATOL:
@@ -377,6 +402,8 @@ def replay(arc: Any, launches: list, only: set[str] | None = None, benchmark: bo
             "other_binary_than_triton": other_binary,
             "problems": [r for r in rows if r["status"] in ("differs", "error")],
             "tolerated": [r for r in rows if r["status"] == "within-tolerance"],
+            "grid_of_tritons_config": [r["i"] for r in rows if str(r.get("grid", "")).startswith("recorded")],
+            "pre_equals_post": [r["i"] for r in rows if r.get("pre_equals_post")],
             "relaunch_s": round(time.perf_counter() - t0, 3)}
 
 
@@ -423,7 +450,8 @@ def phase_aot(lib: str, work: Path) -> dict:
             continue
         arc = karchive.open(build_dir / info["archive"])
         # No tuning happened at build time: the runtime benchmarks the prebuilt configs on this device, so the
-        # config may differ from the one Triton chose in the capture: bit-equality is not expected, closeness is.
+        # config may differ from the one Triton chose in the capture: bit-equality is not expected, closeness is;
+        # and the grid is the chosen config's (recorded per config by corpus_record), not Triton's.
         r = replay(arc, launches, only={info["kernel"]}, benchmark=True)
         results[entry] = {"built": True, "variants": len(arc.manifest.variants), **r}
     return {"kernels": results, "triton_importable": _triton_importable()}

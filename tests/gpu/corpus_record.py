@@ -174,7 +174,9 @@ class Recorder:
         try:
             grid = _resolve_grid(jit, args, kwargs)
             frame["launch"] = {"name": jit.__name__, "grid": grid, "pre": pre, "post": _snapshot(tensors),
-                               "tensors": tensors, "triton_hash": getattr(ret, "hash", None)}
+                               "tensors": tensors, "triton_hash": getattr(ret, "hash", None),
+                               "grid_callable": callable(kwargs.get("grid")),
+                               "grid_per_config": _grids_per_config(frame, jit, args, kwargs)}
         except Exception as exc:  # noted as above
             self._failed(jit.__name__, f"grid or snapshot after the launch: {type(exc).__name__}: {exc}")
         return ret
@@ -237,6 +239,10 @@ class Recorder:
                   "args": [enc(a) for a in frame["args"]], "kwargs": {k: enc(v) for k, v in kwargs.items()},
                   "pre": [launch["pre"]["bytes"][k] for k in storages],
                   "post": [launch["post"]["bytes"][k] for k in storages]}
+        if "grid_callable" in launch:
+            record["grid_callable"] = bool(launch["grid_callable"])
+        if launch.get("grid_per_config"):
+            record["grid_per_config"] = launch["grid_per_config"]
         bad = [str(v) for v in [*record["args"], *record["kwargs"].values()] if "unreplayable" in v]
         if bad:
             record["unreplayable"] = bad
@@ -273,6 +279,32 @@ def _resolve_grid(jit: Any, args: tuple, kwargs: dict) -> tuple[int, int, int]:
     return g + (1,) * (3 - len(g))  # type: ignore[return-value]
 
 
+def _grids_per_config(frame: dict, jit: Any, args: tuple, kwargs: dict) -> list[dict] | None:
+    """The library's grid for *every* config of the autotuner around this launch (a callable grid only), as
+    ``[{"kwargs": config constexprs, "grid": [x, y, z]}]``; None for other launches.
+
+    Why: the recorded ``grid`` is the one evaluated for the config Triton chose. A relaunch through an archive
+    built ahead of time tunes on the device and may run another config, whose tiles need another grid (the
+    tutorial matmul's ``cdiv(M, BLOCK_SIZE_M) * cdiv(N, BLOCK_SIZE_N)``); with Triton's grid it would compute
+    only part of the output (and its benchmark would favour the config that does the least of it)."""
+    from triton.runtime.autotuner import Autotuner
+
+    if not callable(kwargs.get("grid")):
+        return None
+    obj = frame.get("obj")
+    while obj is not None and not isinstance(obj, Autotuner):
+        obj = getattr(obj, "fn", None)  # heuristics above the autotuner wrap it
+    if obj is None:
+        return None
+    out = []
+    for cfg in obj.configs:
+        values = {k: v for k, v in cfg.kwargs.items() if v is None or isinstance(v, (bool, int, float, str))}
+        if len(values) != len(cfg.kwargs):
+            return None  # a config value that cannot be matched against the relaunch's meta-parameters
+        out.append({"kwargs": values, "grid": list(_resolve_grid(jit, args, {**kwargs, **cfg.all_kwargs()}))})
+    return out
+
+
 # -- the relaunch side (Triton unimportable) -------------------------------------------------------------
 def rebuild(record: dict, device: str = "cuda") -> tuple[list, tuple, dict]:
     """(storages on the device, positional args, keyword args) of a recorded launch, from its pre-state."""
@@ -288,6 +320,28 @@ def rebuild(record: dict, device: str = "cuda") -> tuple[list, tuple, dict]:
         return v["value"]
 
     return bufs, tuple(dec(a) for a in record["args"]), {k: dec(v) for k, v in record["kwargs"].items()}
+
+
+def replay_grid(record: dict, per_config: bool) -> tuple[Any, list]:
+    """(the grid to relaunch ``record`` with, a list that collects the grids a callable one returned).
+
+    ``per_config``: the relaunch may run another config than Triton chose (an ahead-of-time archive tuning on
+    the device): the grid is a callable that answers each config's own grid from ``grid_per_config``, as the
+    library's grid lambda would. Otherwise (or for a record without that table) the recorded grid."""
+    table = record.get("grid_per_config")
+    used: list = []
+    if not per_config or not table:
+        return tuple(record["grid"]), used
+
+    def grid(meta: dict) -> tuple:
+        for entry in table:
+            if all(k in meta and meta[k] == v and isinstance(meta[k], bool) == isinstance(v, bool)
+                   for k, v in entry["kwargs"].items()):
+                used.append(list(entry["grid"]))
+                return tuple(entry["grid"])
+        raise LookupError(f"no recorded grid for a config with {({k: meta.get(k) for k in table[0]['kwargs']})}")
+
+    return grid, used
 
 
 def _view(buf: Any, t: dict) -> Any:
