@@ -167,6 +167,8 @@ def param_reason(p: Param, value: Any, info: PointerInfo | None, given_cx: bool,
         return f"{name} is missing"
     typ = p.type
     if typ.startswith("*"):
+        if value is None:  # Triton specialises a None argument to the constexpr None: another variant, never a null pointer
+            return f"{name} is None, which Triton compiles as the constexpr None; this variant takes a pointer ({typ})"
         if info is None:
             return f"{name} expects a pointer ({typ}), got {describe_arg(value)}"
         ptr, dtype, _dev = info

@@ -256,12 +256,16 @@ insert(Dispatcher *d, CallKey *k, PyObject *target)
         return NULL;
     }
     Entry *e = (Entry *)native;
+    /* An entry launched from Python (launch attributes, scratch, a pointer whose role is mixed across the
+       kernel's variants: None in one, a tensor in another) converts its own values there; only an entry the
+       C code packs must read pointers this dispatcher extracted. */
+    int packed_here = e->launch != NULL && e->python_launch == Py_None;
     for (Py_ssize_t s = 0; s < e->n_params; s++) { /* the entry reads this dispatcher's call values */
         PackSlot *slot = &e->slots[s];
         if (slot->code == 'Z')
             continue;
         if (slot->value < 0 || slot->value >= d->n_calls
-            || (slot->code == 'P' && d->roles[d->call_positions[slot->value]] != ROLE_PTR)) {
+            || (packed_here && slot->code == 'P' && d->roles[d->call_positions[slot->value]] != ROLE_PTR)) {
             Py_DECREF(native);
             PyErr_SetString(PyExc_ValueError, "Entry does not fit this kernel's call values");
             return NULL;
