@@ -36,7 +36,8 @@ source = "{KERNELS}:at_copy"
 signature = "*fp32:16, *fp32:16, i32"
 [[kernel]]
 source = "{KERNELS}:h_over_at"
-signature = "*fp32:16, *fp32:16, *fp32:16, i32, fp32"
+# offsets is a tensor (IS_VARLEN built both ways) or None (the constexpr None: IS_VARLEN evaluates to False)
+signatures = ["*fp32:16, *fp32:16, *fp32:16, i32, fp32", "*fp32:16, *fp32:16, None, i32, fp32"]
 [[kernel]]
 source = "{KERNELS}:at_over_h"
 signature = "*fp32:16, *fp32:16, i32"
@@ -88,9 +89,11 @@ def test_every_config_is_built_per_target(built):
         by_kernel.setdefault(v.kernel.removeprefix("wrapped_kernels:"), []).append((cx, j["abi"]["num_warps"]))
     assert sorted(by_kernel["at_copy"], key=str) == sorted(
         [({"BLOCK": 64}, 2), ({"BLOCK": 128}, 4)], key=str)  # early_config_prune (configs only) applied
-    # heuristics over autotune: 2 configs x IS_VARLEN both values (a boolean expression)
+    # heuristics over autotune: 2 configs x IS_VARLEN both values (a boolean expression) where offsets is a
+    # tensor; where the spec passes offsets as None, IS_VARLEN (offsets is not None) is evaluated: False only
     assert sorted(by_kernel["h_over_at"], key=str) == sorted(
-        [({"BLOCK": b, "IS_VARLEN": v}, w) for b, w in ((64, 2), (128, 4)) for v in (False, True)], key=str)
+        [({"BLOCK": b, "IS_VARLEN": v}, w) for b, w in ((64, 2), (128, 4)) for v in (False, True)]
+        + [({"offsets": None, "BLOCK": b, "IS_VARLEN": False}, w) for b, w in ((64, 2), (128, 4))], key=str)
     # configs = [1] selects BLOCK=128; EVEN both ways
     assert sorted(by_kernel["at_over_h"], key=str) == [({"BLOCK": 128, "EVEN": False}, 4),
                                                         ({"BLOCK": 128, "EVEN": True}, 4)]

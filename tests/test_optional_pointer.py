@@ -87,3 +87,19 @@ def test_none_and_a_tensor_each_launch_their_own_variant(archive, monkeypatch, p
             assert launched[1].params[1] == (0x7F10_0000_0000).to_bytes(8, "little")  # g's address reached the binary
     finally:
         args.set_tensor_type(None)
+
+
+@pytest.mark.parametrize("path", ["python", "extension"])
+def test_none_is_never_a_null_pointer(cuda_archive, monkeypatch, path):
+    """Where every variant takes a pointer, a None argument is refused on both paths (Triton would compile the
+    constexpr None: a binary the archive does not hold); an explicit address 0 is a null pointer."""
+    import karchive
+    from karchive.errors import NoMatchingVariantError
+    from karchive.runtime import launch_path
+    from runtime_support import fake_cuda
+
+    with fake_cuda(monkeypatch, launch_path.PYTHON if path == "python" else launch_path.EXTENSION) as (rec, _b):
+        arc = karchive.open(str(cuda_archive))
+        with pytest.raises(NoMatchingVariantError, match="y_ptr is None, which Triton compiles as the constexpr None"):
+            arc.kernel("add_kernel")[(1,)](0x7F00_0000_0000, None, 0x7F20_0000_0000, 5)
+        assert rec.launches() == []

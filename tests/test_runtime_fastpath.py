@@ -156,7 +156,7 @@ def test_same_launches_on_both_paths(monkeypatch, cuda_archive):
         lambda a: a.kernel("add_kernel")[(1,)](X + 4, Y, OUT, 8),  # misaligned: the num_warps=8 variant
         lambda a: a.kernel("add_kernel")[(1,)](Cai(X), Cai(Y), OUT, 8),
         lambda a: a.kernel("add_kernel")[(1,)](X, Y, OUT, 5, MISSING),  # MISSING as "not given", as interop passes
-        lambda a: a.kernel("add_kernel")[(1,)](X, None, OUT, 5),  # None is a null pointer
+        lambda a: a.kernel("add_kernel")[(1,)](X, 0, OUT, 5),  # an explicit null address (None is refused: below)
         lambda a: a.kernel("add_kernel")[(1,)](X, Y, OUT, 6, stream=0x123),
         lambda a: a.kernel("add_kernel")[(1,)](X, Y, OUT, 6, stream=TorchLikeStream()),
         lambda a: a.kernel("add_kernel")[(1,)](X, Y, OUT, 6, stream=ProtocolStream()),

@@ -30,7 +30,8 @@ source = "{KERNELS}:at_copy"
 signature = "*fp32:16, *fp32:16, i32"
 [[kernel]]
 source = "{KERNELS}:h_over_at"
-signature = "*fp32:16, *fp32:16, *fp32:16, i32, fp32"
+# offsets is a tensor (IS_VARLEN built both ways) or None (the constexpr None: IS_VARLEN evaluates to False)
+signatures = ["*fp32:16, *fp32:16, *fp32:16, i32, fp32", "*fp32:16, *fp32:16, None, i32, fp32"]
 [[kernel]]
 source = "{KERNELS}:at_over_h"
 signature = "*fp32:16, *fp32:16, i32"
@@ -330,7 +331,7 @@ def test_decisions_become_a_new_version_with_the_same_variants(device, built, tm
     n = len(rec.launches())
     k = karchive.open(str(tmp_path / "a.karc")).kernel("h_over_at")
     v = k.select(Tensor(0x7F10_0000_0000), Tensor(0x7F20_0000_0000), None, N, 1.5)
-    assert v.constexprs == {"BLOCK": 128, "IS_VARLEN": False} and len(rec.launches()) == n
+    assert v.constexprs == {"offsets": None, "BLOCK": 128, "IS_VARLEN": False} and len(rec.launches()) == n
     with pytest.raises(Exception, match="not tuned yet"):  # IS_VARLEN True: another key, in no table
         k.select(Tensor(0x7F10_0000_0000), Tensor(0x7F20_0000_0000), Tensor(0x7F30_0000_0000), N, 1.5)
     # the same decisions give the same bytes; other timings with the same winners too

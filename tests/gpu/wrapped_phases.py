@@ -51,7 +51,8 @@ source = "{k}:at_copy"
 signature = "*fp32:16, *fp32:16, i32"
 [[kernel]]
 source = "{k}:h_over_at"
-signature = "*fp32:16, *fp32:16, *fp32:16, i32, fp32"
+# offsets is a tensor (IS_VARLEN built both ways) or None (the constexpr None: IS_VARLEN evaluates to False)
+signatures = ["*fp32:16, *fp32:16, *fp32:16, i32, fp32", "*fp32:16, *fp32:16, None, i32, fp32"]
 [[kernel]]
 source = "{k}:at_over_h"
 signature = "*fp32:16, *fp32:16, i32"

@@ -20,11 +20,12 @@ the rest was not, is recorded (:mod:`.prune`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 from ...errors import KarchiveError, SpecFileError
 from ...format.heuristics import OPTION_NAMES
-from ...format.heuristics_expr import is_boolean
+from ...format.heuristics_expr import ExprError, evaluate, is_boolean
 from ._heuristics_translate import Untranslatable, translate
 from .kernel_ref import config_json, load_object, unwrap, wrappers
 from .prune import PruneOutcome, early_prune
@@ -136,10 +137,11 @@ def expand(requests: list) -> WrappedPlan:
                     if v is not None:
                         opts[k] = v
             variants = [(cx, opts)]
+            nones = _none_args(stack, req.signature)
             for name, fn in heur:
                 if name in cx or name in opts:
                     continue  # the spec (or the config) gives it
-                values = _build_values(name, fn)
+                values = _build_values(name, fn, {**nones, **cx})
                 if values is None:
                     raise SpecFileError(
                         f"{req.label()}: @triton.heuristics computes {name!r} at each call and its value is not "
@@ -197,12 +199,35 @@ def _record_pruning(at: dict, stack: Stack | None, outcome: PruneOutcome | None,
     warnings.append(f"{ref}: {at['prune']}")
 
 
-def _build_values(name: str, fn: Any) -> list | None:
-    """The values to build for a computed name the spec does not give: both booleans for a boolean expression."""
+def _none_args(stack: Stack, signature: Any) -> dict[str, None]:
+    """The parameters the request's signature gives as ``None`` (an argument the calls pass as None: Triton
+    compiles it as the constexpr None), so heuristics that read only those and the spec's constexprs are
+    evaluated at build time instead of built both ways (``IS_VARLEN = cu_seqlens is not None``)."""
+    from .signature import split_signature
+
+    names = [p.name for p in stack.jit.params]
+    if isinstance(signature, Mapping):
+        return {n: None for n, t in signature.items() if str(t).strip() == "None"}
+    try:
+        entries = split_signature(signature)
+    except Exception:  # noqa: BLE001 - resolve() reports a bad signature with its own error later
+        return {}
+    runtime = [p.name for p in stack.jit.params if not p.is_constexpr]
+    order = names if len(entries) == len(names) else runtime if len(entries) == len(runtime) else []
+    return {n: None for n, t in zip(order, entries) if str(t).strip() == "None"}
+
+
+def _build_values(name: str, fn: Any, known: Mapping[str, Any]) -> list | None:
+    """The values to build for a computed name the spec does not give: its value where the expression reads
+    only what the spec fixes (constexprs, ``None`` arguments), else both booleans for a boolean expression."""
     try:
         expr = translate(fn)
     except Untranslatable:
         return None
+    try:
+        return [evaluate(expr, known)]
+    except ExprError:
+        pass  # it reads an argument the calls pass at run time
     return [False, True] if is_boolean(expr) else None
 
 
