@@ -520,3 +520,32 @@ def test_the_runner_makes_child_python_processes_serve_too(cuda_archive, tmp_pat
                        timeout=300, env=env)
     assert r.returncode == 0, r.stderr
     assert "CHILD audit ['rt@1.0'] 1" in r.stdout
+
+
+def test_the_shims_autotuner_carries_the_attributes_libraries_read_as_tritons_does():
+    """Libraries subclass Triton's Autotuner and read its attributes in __init__ (fla's CachedAutotuner:
+    ``user_defined_pre_hook``, ``reset_to_zero``...; on the H100 the shim lacked them and fla did not import).
+    The shim's values equal real Triton's for the same decorator arguments."""
+    import importlib
+
+    import triton
+    import triton.language as tl
+
+    shim_mod = importlib.import_module("karchive.serve.shim.triton.runtime.autotuner")
+    names = ("user_defined_pre_hook", "user_defined_post_hook", "reset_to_zero", "restore_value", "keys",
+             "early_config_prune", "perf_model", "configs_top_k")
+
+    @triton.jit
+    def k(x_ptr, n, BLOCK: tl.constexpr):
+        pass
+
+    def prune(configs, nargs, **kw):
+        return configs
+
+    for pre in (None, lambda kw: None):
+        kwargs = dict(configs=[triton.Config({"BLOCK": 64})], key=["n"], reset_to_zero=["x_ptr"],
+                      prune_configs_by={"early_config_prune": prune}, pre_hook=pre)
+        real = triton.autotune(**kwargs)(k)
+        shim = shim_mod.autotune(**dict(kwargs, configs=[shim_mod.Config({"BLOCK": 64})]))(k)
+        for name in names:
+            assert getattr(shim, name) == getattr(real, name), name

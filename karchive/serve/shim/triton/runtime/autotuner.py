@@ -39,6 +39,16 @@ class Autotuner(KernelInterface):
         self.reset_to_zero = list(reset_to_zero or [])
         self.restore_value = list(restore_value or [])
         self.prune_configs_by = prune_configs_by
+        # As Triton's Autotuner sets them: libraries' subclasses read them (fla's CachedAutotuner installs its own
+        # reset/restore hooks when no user hook was given). Nothing here benchmarks, so nothing calls them.
+        self.pre_hook, self.post_hook = pre_hook, post_hook
+        self.user_defined_pre_hook = pre_hook is not None
+        self.user_defined_post_hook = post_hook is not None
+        prune = prune_configs_by or {}
+        self.early_config_prune = prune.get("early_config_prune")
+        self.perf_model = prune.get("perf_model")
+        self.configs_top_k = prune.get("top_k", 1.0)
+        self.rep, self.use_cuda_graph, self.cache_results = rep, use_cuda_graph, cache_results
         self.base_fn = fn
         while hasattr(self.base_fn, "fn") and not callable(getattr(self.base_fn, "__code__", None)):
             self.base_fn = self.base_fn.fn
