@@ -17,6 +17,7 @@ import pytest
 
 from karchive.errors import ArgumentError, KernelNotFoundError, NoMatchingVariantError, SpecFileError
 from support import needs_triton
+from wrapped_specs import kernel_blocks
 
 pytestmark = needs_triton
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -31,17 +32,7 @@ def _spec(tmp_path, body: str) -> pathlib.Path:
 
 
 SPEC = f"""
-[[kernel]]
-source = "{KERNELS}:at_copy"
-signature = "*fp32:16, *fp32:16, i32"
-[[kernel]]
-source = "{KERNELS}:h_over_at"
-# offsets is a tensor (IS_VARLEN built both ways) or None (the constexpr None: IS_VARLEN evaluates to False)
-signatures = ["*fp32:16, *fp32:16, *fp32:16, i32, fp32", "*fp32:16, *fp32:16, None, i32, fp32"]
-[[kernel]]
-source = "{KERNELS}:at_over_h"
-signature = "*fp32:16, *fp32:16, i32"
-configs = [1]
+{kernel_blocks(KERNELS)}configs = [1]
 [[kernel]]
 source = "{KERNELS}:h_only"
 signature = "*fp32:16, *fp32:16, i32"

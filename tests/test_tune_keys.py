@@ -17,6 +17,7 @@ import pytest
 
 from karchive.errors import TrustError
 from support import needs_triton
+from wrapped_specs import kernel_blocks
 
 pytestmark = needs_triton
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -25,17 +26,7 @@ SPEC = f"""[archive]
 name = "tunable"
 version = "1"
 targets = ["cuda:90"]
-[[kernel]]
-source = "{KERNELS}:at_copy"
-signature = "*fp32:16, *fp32:16, i32"
-[[kernel]]
-source = "{KERNELS}:h_over_at"
-# offsets is a tensor (IS_VARLEN built both ways) or None (the constexpr None: IS_VARLEN evaluates to False)
-signatures = ["*fp32:16, *fp32:16, *fp32:16, i32, fp32", "*fp32:16, *fp32:16, None, i32, fp32"]
-[[kernel]]
-source = "{KERNELS}:at_over_h"
-signature = "*fp32:16, *fp32:16, i32"
-configs = [1]
+{kernel_blocks(KERNELS)}configs = [1]
 """
 N = 4096
 

@@ -37,6 +37,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from wrapped_specs import kernel_blocks
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 N = 1 << 16
@@ -46,17 +48,7 @@ SPEC = """[archive]
 name = "wrapped-gpu"
 version = "1"
 targets = ["cuda:90"]
-[[kernel]]
-source = "{k}:at_copy"
-signature = "*fp32:16, *fp32:16, i32"
-[[kernel]]
-source = "{k}:h_over_at"
-# offsets is a tensor (IS_VARLEN built both ways) or None (the constexpr None: IS_VARLEN evaluates to False)
-signatures = ["*fp32:16, *fp32:16, *fp32:16, i32, fp32", "*fp32:16, *fp32:16, None, i32, fp32"]
-[[kernel]]
-source = "{k}:at_over_h"
-signature = "*fp32:16, *fp32:16, i32"
-"""
+{blocks}"""
 
 
 def _inputs() -> dict:
@@ -141,7 +133,7 @@ def phase_aot_build(work: Path, opts: dict) -> dict:
     from karchive.producer.build.spec_file import load_spec, validate_requests
 
     spec_path = work / "aot.toml"
-    spec_path.write_text(SPEC.format(k=ROOT / "tests" / "wrapped_kernels.py"))
+    spec_path.write_text(SPEC.format(blocks=kernel_blocks(ROOT / "tests" / "wrapped_kernels.py")))
     spec = load_spec(spec_path)
     warnings = validate_requests(spec.requests)
     t0 = time.perf_counter()
