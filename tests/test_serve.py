@@ -489,6 +489,11 @@ def test_without_triton_the_shim_imports_the_library_and_serves_it(cuda_archive,
         from packaging.version import Version
         Version(triton.__version__)
         assert triton.cdiv(10, 4) == 3 and triton.next_power_of_2(100) == 128 and str(tl.bfloat16) == "bf16"
+        # what torch runs at import once `import triton` succeeds (torch/_inductor/runtime/hints.py and
+        # torch/utils/_triton.py; Liger-Kernel's import reaches them): no backend, no AttrsDescriptor, no compiler
+        import triton.backends.compiler, triton.compiler.compiler
+        assert triton.backends.backends == {} and not hasattr(triton.backends.compiler, "AttrsDescriptor")
+        assert not hasattr(triton, "compile") and not hasattr(triton.compiler, "compile")
         print("SHIM OK", triton.__version__)
     """))
     r = _run(prog, [], {}, tmp_path, hide_triton=True)

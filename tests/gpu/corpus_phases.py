@@ -10,6 +10,8 @@ Libraries (:data:`LIBRARIES`), none of them written here, none of them committed
               with atomics), from the git-ignored .corpus-src/triton_tutorials/ (see tests/gpu/CORPUS.md)
   liger       Liger-Kernel (pip liger-kernel): rms_norm, swiglu, geglu, layer_norm, rope, cross_entropy,
               dyt (autotuned, reset_to_zero), forward and backward
+  liger-mlp   Liger-Kernel's fused SwiGLU MLP, forward and backward: autotuned kernels over host tensor
+              descriptors (TMA), each config's pre_hook setting the descriptors' blocks (issue 21)
   fla-*       flash-linear-attention's kernels (pip fla-core): chunk_simple_gla, chunk_gla, chunk_delta_rule
               (one entry each), forward and backward (@triton.heuristics over autotune, the library's usual
               stacking); its tensor-descriptor (TMA) paths stay off (FLA_USE_TMA=0, its default): issue 21
@@ -211,15 +213,77 @@ def workload_fla(op: str) -> dict:
     return {"ops": [op], "op_errors": {}}
 
 
+def workload_liger_mlp() -> dict:
+    """Liger-Kernel's fused SwiGLU MLP (``LigerMLPFunction``), forward and backward: autotuned kernels over host
+    tensor descriptors (TMA) whose ``pre_hook`` sets each descriptor's block per config (issue 21)."""
+    import torch
+
+    from liger_kernel.ops.mlp import LigerMLPFunction
+
+    g = _gen(0)
+    ops = Ops()
+    B, S, dim, hidden = 2, 256, 512, 1024
+    bf16 = torch.bfloat16
+
+    def r(*shape: int, scale: float = 1.0) -> Any:
+        return _leaf(scale * torch.randn(*shape, generator=g, device="cuda", dtype=bf16))
+
+    x = r(B, S, dim)
+    wg, wu, wd = r(hidden, dim, scale=0.05), r(hidden, dim, scale=0.05), r(dim, hidden, scale=0.05)
+    ops.run("mlp fwd+bwd", lambda: _grad_step(lambda a, b, c, d: LigerMLPFunction.apply(a, b, c, d),
+                                              [x, wg, wu, wd], 7))
+    return ops.result()
+
+
+def workload_liger_compiled() -> dict:
+    """A small transformer MLP block built on Liger-Kernel's ops (RMSNorm, SiLU-mul) under ``torch.compile``,
+    forward and backward (issue 22's "torch.compile'd model step"). The backend is ``aot_eager``: Dynamo and
+    AOTAutograd trace the step (Liger's kernels become ``triton_kernel_wrapper_mutation`` nodes that launch the
+    library's own kernel objects), and no Inductor code is generated. With the default backend, Inductor
+    generates and compiles kernels of its own, which are not ``kernel[grid](...)`` call sites of the library
+    (docs/serving.md: what serving covers)."""
+    import torch
+
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
+    bf16 = torch.bfloat16
+    T, H, inner = 512, 256, 1024
+    g = _gen(0)
+
+    def p(*shape: int, scale: float) -> Any:
+        return torch.nn.Parameter(scale * torch.randn(*shape, generator=g, device="cuda", dtype=bf16))
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.norm_w = p(H, scale=1.0)
+            self.gate, self.up, self.down = p(inner, H, scale=0.05), p(inner, H, scale=0.05), p(H, inner, scale=0.05)
+
+        def forward(self, x: Any) -> Any:
+            h = LigerRMSNormFunction.apply(x, self.norm_w, 1e-6, 0.0, "llama", False)
+            a = LigerSiLUMulFunction.apply(h @ self.gate.t(), h @ self.up.t())
+            return x + a @ self.down.t()
+
+    block = torch.compile(Block(), backend="aot_eager")
+    ops = Ops()
+    x = _leaf(torch.randn(T, H, generator=g, device="cuda", dtype=bf16))
+    ops.run("compiled block fwd+bwd", lambda: _grad_step(lambda a: block(a), [x], 8))
+    return ops.result()
+
+
 #: One entry per library, fla's per op: each op autotunes tens of configs for each of its kernels and every
 #: config compiles during the capture, one at a time per process, so the ops capture in parallel processes.
 LIBRARIES: dict[str, Callable[[], dict]] = {
-    "tutorials": workload_tutorials, "liger": workload_liger,
+    "tutorials": workload_tutorials, "liger": workload_liger, "liger-mlp": workload_liger_mlp,
+    "liger-compiled": workload_liger_compiled,
     "fla-simple-gla": lambda: workload_fla("chunk_simple_gla"), "fla-gla": lambda: workload_fla("chunk_gla"),
     "fla-delta-rule": lambda: workload_fla("chunk_delta_rule")}
 #: Run unless KARCHIVE_CORPUS_LIBS names others; the rest are skipped with the reason in :data:`NOT_BY_DEFAULT`.
-DEFAULT_LIBS = ("tutorials", "liger", "fla-simple-gla", "fla-delta-rule")
+DEFAULT_LIBS = ("tutorials", "liger", "liger-mlp", "fla-simple-gla", "fla-delta-rule")
 NOT_BY_DEFAULT = {
+    "liger-compiled": "the torch.compile'd step is issue 22's (tests/gpu/test_serve_gpu.py serves it); its kernels are "
+                      "the liger entry's",
     "fla-gla": "chunk_gla's capture did not finish in 285 s on the H100 of 2026-11-24 (every config of its "
                "autotuned kernels compiles in the capture process): opt in with KARCHIVE_CORPUS_LIBS=...,fla-gla "
                "and KARCHIVE_CORPUS_TIMEOUT=550, in a device call of its own"}

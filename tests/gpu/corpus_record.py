@@ -42,6 +42,17 @@ def _is_tensor(x: Any) -> bool:
     return isinstance(x, torch.Tensor)
 
 
+def _is_desc(x: Any) -> bool:
+    """Triton's host ``TensorDescriptor`` (triton.tools.tensor_descriptor): a base tensor, shape, strides, block."""
+    return type(x).__name__ == "TensorDescriptor" and all(hasattr(x, a) for a in ("base", "shape", "strides",
+                                                                                      "block_shape"))
+
+
+def _tensors_in(values: Any) -> list:
+    """The tensors a launch touches: tensor arguments and the base tensors of descriptor arguments."""
+    return [a for a in values if _is_tensor(a)] + [a.base for a in values if _is_desc(a) and _is_tensor(a.base)]
+
+
 class Recorder:
     """``with Recorder() as rec:`` around a workload (outside ``karchive.capture``, so each restores its own
     wrappers); ``rec.launches`` then lists one dict per kernel launch (see :meth:`_finish`)."""
@@ -132,7 +143,7 @@ class Recorder:
                     return runner(*args, stream=stream)
                 frame = {"kind": "compiled", "obj": self, "args": args, "kwargs": {}, "launch": None}
                 try:
-                    pre = _snapshot([a for a in args if _is_tensor(a)])
+                    pre = _snapshot(_tensors_in(args))
                 except Exception as exc:  # never break the library: noted, launched as usual
                     rec._failed(str(getattr(self, "name", "?")), f"snapshot: {type(exc).__name__}: {exc}")
                     return runner(*args, stream=stream)
@@ -163,8 +174,8 @@ class Recorder:
         if frame is None or len(self.launches) >= self.max_launches:
             return go()
         try:
-            tensors = [a for a in (*args, *kwargs.values()) if _is_tensor(a)]
-            tensors += [a for a in (*frame["args"], *frame["kwargs"].values()) if _is_tensor(a)]
+            tensors = _tensors_in((*args, *kwargs.values()))
+            tensors += _tensors_in((*frame["args"], *frame["kwargs"].values()))
             pre = _snapshot(tensors)
         except Exception as exc:  # the recorder must never break the library: the launch is noted, not replayed
             self._failed(jit.__name__, f"snapshot before the launch: {type(exc).__name__}: {exc}")
@@ -189,7 +200,7 @@ class Recorder:
     def _launch_compiled(self, kernel: Any, frame: dict, grid: Any, pre: dict, go: Any) -> None:
         import torch
 
-        tensors = [a for a in frame["args"] if _is_tensor(a)]
+        tensors = _tensors_in(frame["args"])
         go()
         torch.cuda.synchronize()
         g = tuple(int(v) for v in grid) + (1,) * (3 - len(tuple(grid)))
@@ -221,6 +232,12 @@ class Recorder:
                 s = v.untyped_storage()
                 return {"tensor": {"storage": storages[s.data_ptr()], "offset": v.storage_offset(),
                                    "size": list(v.shape), "stride": list(v.stride()), "dtype": str(v.dtype)}}
+            if _is_desc(v):
+                # the block as the launch had it (an autotune pre_hook sets it per config before the launch)
+                return {"tensordesc": {**enc(v.base), "shape": [int(x) for x in v.shape],
+                                       "strides": [int(x) for x in v.strides],
+                                       "block_shape": [int(x) for x in v.block_shape],
+                                       "padding": str(getattr(v, "padding", "zero"))}}
             if v is None or isinstance(v, (bool, int, float, str)):
                 return {"value": v}
             if isinstance(v, torch.dtype):
@@ -315,6 +332,16 @@ def rebuild(record: dict, device: str = "cuda") -> tuple[list, tuple, dict]:
     def dec(v: dict) -> Any:
         if "tensor" in v:
             return _view(bufs[v["tensor"]["storage"]], v["tensor"])
+        if "tensordesc" in v:
+            # karchive's own descriptor over the same view; an autotuned launch gives no block (the library's call
+            # site passes dummy blocks and its pre_hook sets them per config: the runtime takes the chosen
+            # variant's block), any other launch the block the library gave
+            import karchive
+
+            d = v["tensordesc"]
+            block = None if record["kind"] in ("autotune", "heuristics") else d["block_shape"]
+            return karchive.TensorDescriptor(_view(bufs[d["tensor"]["storage"]], d["tensor"]), block,
+                                             shape=d["shape"], strides=d["strides"], padding=d["padding"])
         if "torch_dtype" in v:
             return getattr(torch, v["torch_dtype"].rpartition(".")[2])
         return v["value"]
@@ -363,6 +390,7 @@ def compare(bufs: list, record: dict, rtol: float = 1e-2) -> tuple[bool, float |
         return True, None, None
     worst, excess = 0.0, float("-inf")
     for v in [*record["args"], *record["kwargs"].values()]:
+        v = v.get("tensordesc", v)
         if "tensor" not in v:
             continue
         t = v["tensor"]
