@@ -26,3 +26,21 @@ def h_over_tuned(x_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr, HAS_B: tl.conste
     if HAS_B:
         x += tl.load(b_ptr + offs, mask=m)
     tl.store(out_ptr + offs, x, mask=m)
+
+
+#: What hooked_copy's config pre_hooks saw: (BLOCK, the argument names they were given), in call order.
+HOOK_CALLS: list[tuple[int, tuple[str, ...]]] = []
+
+
+def _block_hook(nargs: dict) -> None:
+    """A config pre_hook as descriptor kernels use them (Liger's fused MLP sets each descriptor's block here)."""
+    HOOK_CALLS.append((nargs["BLOCK"], tuple(sorted(nargs))))
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w, pre_hook=_block_hook)
+                          for b, w in ((64, 2), (128, 4), (256, 4))], key=["n"])
+@triton.jit
+def hooked_copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)

@@ -90,13 +90,13 @@ def captured(tmp_path_factory):
     import karchive
     import triton.language as tl
     from capture_fakes import fake_gpu, fresh, heur_copy, ptr, scale_rows, tuned_copy, tuned_even_copy
-    from serve_kernels import cast_copy, h_over_tuned
+    from serve_kernels import cast_copy, h_over_tuned, hooked_copy
 
     base = tmp_path_factory.mktemp("served")
     old = os.environ.get("TRITON_CACHE_DIR")
     os.environ["TRITON_CACHE_DIR"] = str(base / "cache")
     try:
-        fresh(scale_rows, tuned_copy, heur_copy, tuned_even_copy, cast_copy, h_over_tuned)
+        fresh(scale_rows, tuned_copy, heur_copy, tuned_even_copy, cast_copy, h_over_tuned, hooked_copy)
         with fake_gpu(timings=[3.0, 1.0, 2.0]):
             with karchive.capture("served", version="1", strict=True) as cap:
                 scale_rows[(4,)](ptr(), ptr(), 1000, 2.0, BLOCK=256)
@@ -106,8 +106,9 @@ def captured(tmp_path_factory):
                 tuned_even_copy[(1,)](ptr(), ptr(), 4096)
                 cast_copy[(1,)](ptr(), ptr(tl.float16), 128, DT=tl.float16, BLOCK=128)
                 h_over_tuned[(1,)](ptr(), None, ptr(), 4096)  # HAS_B=False, key (4096, False, fp32, fp32)
+                hooked_copy[(1,)](ptr(), ptr(), 2048)  # configs with pre_hooks (descriptor kernels' pattern)
         # nothing compiled stays in Triton's memory
-        fresh(scale_rows, tuned_copy, heur_copy, tuned_even_copy, cast_copy, h_over_tuned)
+        fresh(scale_rows, tuned_copy, heur_copy, tuned_even_copy, cast_copy, h_over_tuned, hooked_copy)
     finally:
         if old is None:
             os.environ.pop("TRITON_CACHE_DIR", None)
@@ -277,6 +278,32 @@ def test_autotuned_and_heuristics_call_sites_take_the_recorded_choices_without_b
     arc = karchive.open(captured)
     even = {v.constexprs["EVEN"]: v for v in arc.variants("capture_fakes:heur_copy")}
     assert set(even) == {True, False}
+
+
+def test_config_pre_hooks_run_for_the_recorded_config_and_best_config_is_set(captured, monkeypatch, path):
+    """Triton's Autotuner.run calls the chosen config's pre_hook before the launch (descriptor kernels set each
+    descriptor's block there) and leaves the choice in ``best_config`` (Liger's fused MLP reads it after the call).
+    A served call site does both with the archive's recorded config, and still benchmarks nothing."""
+    import karchive
+    import serve_kernels
+    from serve_kernels import hooked_copy
+
+    record = next(r for r in karchive.open(captured).manifest.autotune if r["kernel"] == "serve_kernels:hooked_copy")
+    chosen = record["configs"][record["entries"][0]["config"]]
+    serve_kernels.HOOK_CALLS.clear()
+    hooked_copy.best_config = None
+    with rs.fake_cuda(monkeypatch, path) as (rec, _b):
+        report = karchive.serve(_arc(captured, rec), mode="strict")
+        for _ in range(3):  # past the warm-up after which plain routes go direct: this one must not
+            hooked_copy[(1,)](mock(), mock(), 2048)
+    assert "serve_kernels:hooked_copy" in report.served and report.missed_list == []
+    assert not hooked_copy.cache  # Triton's autotuner never ran
+    block = chosen["kwargs"]["BLOCK"]
+    assert [b for b, _names in serve_kernels.HOOK_CALLS] == [block] * 3
+    assert set(serve_kernels.HOOK_CALLS[0][1]) >= {"x_ptr", "out_ptr", "n", "BLOCK", "num_warps"}
+    assert hooked_copy.best_config.kwargs == {"BLOCK": block}
+    assert hooked_copy.best_config.num_warps == chosen["num_warps"]
+    assert [la.block for la in rec.launches()] == [(32 * chosen["num_warps"], 1, 1)] * 3
 
 
 def test_a_library_wrapper_class_around_an_autotuner_still_serves(captured, monkeypatch):
@@ -494,6 +521,21 @@ def test_without_triton_the_shim_imports_the_library_and_serves_it(cuda_archive,
         import triton.backends.compiler, triton.compiler.compiler
         assert triton.backends.backends == {} and not hasattr(triton.backends.compiler, "AttrsDescriptor")
         assert not hasattr(triton, "compile") and not hasattr(triton.compiler, "compile")
+        # host descriptors as libraries build them at the call site (Liger's fused MLP), re-blocked by a pre_hook
+        from triton.tools.tensor_descriptor import TensorDescriptor
+        class T:
+            shape, dtype = (4, 64), "float16"
+            def stride(self):
+                return (64, 1)
+        d = TensorDescriptor.from_tensor(T(), [1, 1], padding="zero")
+        d.block_shape = [4, 32]
+        assert (d.shape, d.strides, d.block_shape, d.padding) == ([4, 64], [64, 1], [4, 32], "zero")
+        try:
+            TensorDescriptor(T(), [4, 64], [1, 64], [4, 32])
+        except karchive.errors.ArgumentError as exc:
+            assert "contiguous" in str(exc)
+        else:
+            raise AssertionError("a non-contiguous last dimension was accepted")
         print("SHIM OK", triton.__version__)
     """))
     r = _run(prog, [], {}, tmp_path, hide_triton=True)

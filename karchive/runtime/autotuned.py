@@ -358,6 +358,19 @@ class AutotuneResolver:
         inner = frozenset(self.heuristics.names) - outer
         return self.heuristics.values(named, hgiven | inner)
 
+    def chosen_config(self, grid: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
+                      stream: Any = None) -> Mapping[str, Any]:
+        """The config (``{"kwargs", "options", ...}``) this call's autotune key launches (recorded, from the tuning
+        table, or tuned now), the one :meth:`resolve` then uses: Triton's ``best_config`` after the call. A served
+        call site whose configs carry a ``pre_hook`` runs the library's hook with it, as Triton's ``run`` does."""
+        kwargs = dict(kwargs)
+        named = _named(self.name, self.param_names, args, kwargs)
+        hgiven = frozenset(n for n in self.heuristics.names if n in kwargs) if self.heuristics else frozenset()
+        outer_vals = self._outer(named, hgiven)
+        ocx, _oopts = _split(outer_vals, self.param_names)
+        cfg, _cx, _kernel = self._tuned({**named, **outer_vals}, grid, args, kwargs, stream, True, ocx)
+        return cfg
+
     def resolve(self, grid: Any, args: Sequence[Any], kwargs: Mapping[str, Any], stream: Any, *,
                 may_benchmark: bool = True, device: Any = None) -> tuple[Kernel, dict]:
         """(the kernel over the variants of the chosen config, the constexprs to pass): the config recorded

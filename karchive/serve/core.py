@@ -111,6 +111,7 @@ class Route:
         self.saw_triton_objects = False  # a call passed tl.dtype / tl.constexpr objects as constexprs
         self.cx_pos: tuple[int, ...] = ()
         self.cx_names: frozenset[str] = frozenset()
+        self.config_hooks = False  # the autotuner's configs carry pre_hooks: run the chosen one's (_config_hook)
         layers: list[tuple[str, Any]] = []
         x, jit = obj, None
         for _ in range(16):
@@ -161,9 +162,13 @@ class Route:
                                 f"{arc.name}@{arc.version} holds no tuning records for it"]
                 return
             self.extra = {k: v for k, v in configs[0].all_kwargs().items() if k != "ir_override"}
-        if any(getattr(c, "pre_hook", None) for c in getattr(self.tuner, "configs", None) or []):
-            self.reasons = [f"{self.live.name}: a config of its autotuner has a pre_hook, which runs before each "
-                            "launch of that config and is not served (use fallback, or drop the hook)"]
+        # Configs with a pre_hook (the usual pattern of descriptor kernels: the hook sets each descriptor's block
+        # for the config): Triton's run calls the chosen config's hook before the launch and leaves the choice in
+        # best_config (Liger's fused MLP reads it); a served call does both (the hook is the library's own code).
+        self.config_hooks = any(getattr(c, "pre_hook", None) for c in getattr(self.tuner, "configs", None) or [])
+        if self.config_hooks and not hasattr(resolver, "chosen_config"):
+            self.reasons = [f"{self.live.name}: a config of its autotuner has a pre_hook, and {arc.name}@"
+                            f"{arc.version} records no tuning that says which config a call launches"]
             return
         recorded = set(getattr(getattr(resolver, "heuristics", None), "names", ()) or ())
         if inner_h - recorded:
@@ -173,7 +178,7 @@ class Route:
         self.kernel, self.archive = kernel, arc
         self.keys = set(getattr(self.tuner, "keys", None) or ())
         session.report.routed(self.live.name, f"{arc.name}@{arc.version}", self)
-        self.prep = bool(self.outer or self.extra)
+        self.prep = bool(self.outer or self.extra or self.config_hooks)
         self.fast = self._fast_path(obj, session)
 
     def _fast_path(self, obj: Any, session: Session) -> Callable[[Any], Any] | None:
@@ -211,9 +216,11 @@ class Route:
             for hook in self.hooks:
                 hook(*args, **kwargs)
         try:
+            if self.config_hooks:
+                self._config_hook(grid, args, kwargs)
             self.kernel[grid](*args, **kwargs)
         except MISS_ERRORS as exc:
-            for other in self.alternates:  # a later archive may hold the variant this call needs
+            for other in () if self.config_hooks else self.alternates:  # a later archive may hold it (no hook there)
                 try:
                     other[grid](*args, **kwargs)
                 except MISS_ERRORS:
@@ -225,6 +232,28 @@ class Route:
         if self.calls == _WARM and self.can_direct:
             self._go_direct()
         return None
+
+    def _config_hook(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        """What Triton's ``Autotuner.run`` does around the launch of the config it chose: ``best_config`` set, the
+        config's ``pre_hook`` called with the named arguments and the config's values. The config is the one the
+        archive's records (or the device's tuning) choose for this call, matched to the call site's own ``Config``
+        by its values and options; a config the call site does not have is a miss (its hook is unknown)."""
+        tuner = self.tuner
+        assert tuner is not None  # config_hooks is set only for a route with an autotuner
+        cfg = self.kernel.resolver.chosen_config(grid, args, kwargs)
+        values, options = dict(cfg["kwargs"]), dict(cfg["options"])
+        matches = [c for c in tuner.configs
+                   if {k: v for k, v in c.kwargs.items()} == values
+                   and all(getattr(c, k, None) == v for k, v in options.items() if hasattr(c, k))]
+        if len({id(getattr(c, "pre_hook", None)) for c in matches}) != 1:
+            raise NoMatchingVariantError(
+                f"{self.live.name}: the archive's config {values} {options} matches "
+                f"{'no' if not matches else len(matches)} config(s) of the call site's autotuner with one pre_hook",
+                kernel=self.live.name, param=None)
+        config = matches[0]
+        tuner.best_config = config
+        if config.pre_hook is not None:
+            config.pre_hook({**dict(zip(self.param_names, args)), **kwargs, **config.all_kwargs()})
 
     def _plain_constexprs(self, args: tuple, kwargs: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
         """Triton objects passed as constexprs, as an archive holds them: ``tl.constexpr(x)`` is ``x``, a

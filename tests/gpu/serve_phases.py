@@ -41,7 +41,7 @@ sys.path[:0] = [str(ROOT), str(HERE)]
 import corpus_phases  # noqa: E402 - the workloads, and how libraries are pinned
 
 #: The libraries of this proof (entries of corpus_phases.LIBRARIES).
-SERVE_LIBS = ("liger", "fla-delta-rule", "liger-compiled")
+SERVE_LIBS = ("liger", "fla-delta-rule", "liger-compiled", "liger-mlp")
 
 
 def _collecting() -> list[tuple[str, Any]]:
