@@ -234,7 +234,8 @@ class RegistryValueError(RegistryError):
 
 
 class NotFoundError(RegistryError):
-    """A name or version is not in the registry; the message lists what exists."""
+    """A name or version is not in the registry; the message lists what exists. ``version`` is None where
+    the name itself is missing; ``name`` and ``version`` are None where the location holds no registry."""
 
     name: str | None = None
     version: str | None = None
@@ -247,6 +248,15 @@ class ConflictError(RegistryError):
     ref: str | None = None
     existing_digest: str | None = None
     new_digest: str | None = None
+
+
+class CacheError(RegistryError):
+    """The local cache cannot be used: its directory cannot be written (disk full, read-only, foreign-owned),
+    or another process held a lock on one of its files past the timeout. ``path`` names the directory or
+    the lock; the cache is shared by every registry, so no registry is named."""
+
+    _omit = ("registry",)
+    path: str | None = None
 
 
 class LockfileError(RegistryError):
@@ -272,7 +282,9 @@ class LockfileMismatchError(LockfilePinError):
 
 
 class TransferError(RegistryError):
-    """A network or storage operation failed after retries."""
+    """A network or storage operation failed after retries. ``url`` is what was asked for, ``attempts`` how
+    many tries were made; ``registry`` is None for an archive opened by URL (the format layer's reads,
+    one attempt each: fsspec's own retries are not counted)."""
 
     url: str | None = None
     attempts: int | None = None
@@ -327,7 +339,9 @@ class ArgumentError(RuntimeLoadError, TypeError):
 
 
 class TuneError(RuntimeLoadError):
-    """`karchive tune`: a keys file, a call or the device cannot be tuned as asked (runtime/tune_keys.py)."""
+    """`karchive tune`: a keys file, a call or the device cannot be tuned as asked (runtime/tune_keys.py).
+    ``call`` and ``kernel`` name the call at fault; None where the keys file as a whole, the device or the
+    tuning environment is (or, for ``kernel``, where the call names no kernel of the archive)."""
 
     kernel: str | None = None
     call: int | None = None  # index of the call in the keys file
@@ -356,7 +370,9 @@ class InteropError(RuntimeLoadError):
 # --- trust ---------------------------------------------------------------------------------------
 class TrustError(KarchiveError):
     """Signing or signature verification failed. ``reason`` is a stable code (spec/SIGNING.md §7)
-    a caller can branch on; ``archive`` (``NAME@VERSION``) says what it concerns."""
+    a caller can branch on; ``archive`` (``NAME@VERSION``) says what it concerns: None where no archive is
+    known (a build-info file or a provenance statement refused before it names one, a missing dependency,
+    a manifest without a usable name)."""
 
     reason: str = "trust-error"
     archive: str | None = None
@@ -424,7 +440,14 @@ class RegistryMetadataError(TrustError):
     asks, expired, older than what this cache verified (a rollback), or disagrees with the registry
     (a version withheld, or one it lacks). ``reason`` is the code; ``role`` is ``snapshot`` or
     ``timestamp`` where one document is at fault; ``version`` its version number and ``seen`` the
-    highest this cache verified; ``rejected`` lists the signatures that did not count."""
+    highest this cache verified; ``rejected`` lists the signatures that did not count.
+
+    Each field applies to some reasons only, and is None for the others: ``version`` once the document's
+    payload was read (not for a malformed or badly signed one), ``seen`` for a rollback, ``expires`` for an
+    expired document, ``archive`` (``NAME@VERSION``) where one version is withheld, missing from or
+    mismatched with the snapshot. ``registry`` and ``policy_sha256`` are always set by a load
+    (``metadata_store.load_trusted`` adds them to the document layer's errors); None only where a
+    writer refuses before any registry is read."""
 
     reason: str = "metadata-malformed"
     registry: str | None = None

@@ -31,13 +31,6 @@ CLASSES = {name: cls for name, cls in vars(errors_module).items()
 #: ``RegistryMetadataError``'s per-reason fields, ``TransferError`` raised by the format layer's fsspec
 #: reads (no registry, one attempt), ``NoMatchingVariantError.param`` outside the autotuned kernel.
 NOT_YET: dict[tuple[str, str], int] = {
-    ("cli/arg_types.py", "KeyFileError"): 1,
-    ("cli/arg_types.py", "RegistryError"): 2,
-    ("cli/regmeta_cmds.py", "RegistryError"): 3,
-    ("cli/trust_cmds.py", "KeyFileError"): 1,
-    ("cli/trust_cmds.py", "TrustError"): 2,
-    ("cli/tune_cmds.py", "TuneError"): 2,
-    ("format/source.py", "TransferError"): 3,
     ("producer/build/_executors_ship.py", "CompileError"): 3,
     ("producer/build/spec_file.py", "SpecFileError"): 27,
     ("producer/capture/jit_capture.py", "UnsupportedKernelError"): 3,
@@ -52,11 +45,6 @@ NOT_YET: dict[tuple[str, str], int] = {
     ("producer/compile/kernel_ref.py", "KernelNotFoundError"): 5,
     ("producer/compile/signature.py", "SignatureError"): 14,
     ("producer/compile/wrapped.py", "SpecFileError"): 3,
-    ("registry/cache.py", "RegistryError"): 2,
-    ("registry/filelock.py", "TransferError"): 1,
-    ("registry/metadata_store.py", "ConflictError"): 2,
-    ("registry/metadata_store.py", "RegistryMetadataError"): 1,
-    ("registry/registry.py", "NotFoundError"): 3,
     ("runtime/backend.py", "ArgumentError"): 2,
     ("runtime/descriptors.py", "ArgumentError"): 24,
     ("runtime/hip_driver.py", "LaunchError"): 1,
@@ -69,16 +57,6 @@ NOT_YET: dict[tuple[str, str], int] = {
     ("runtime/launch/kernel.py", "NoMatchingVariantError"): 2,
     ("runtime/scratch.py", "LaunchError"): 1,
     ("runtime/select.py", "NoMatchingVariantError"): 1,
-    ("runtime/tune_keys.py", "TuneError"): 4,
-    ("serve/core.py", "ServeMissError"): 1,
-    ("trust/buildinfo.py", "TrustError"): 1,
-    ("trust/dsse.py", "EnvelopeError"): 3,
-    ("trust/enforce.py", "TrustError"): 1,
-    ("trust/keys.py", "KeyFileError"): 2,
-    ("trust/keys.py", "TrustError"): 1,
-    ("trust/metadata.py", "RegistryMetadataError"): 3,
-    ("trust/provenance.py", "TrustError"): 2,
-    ("trust/tuning_sidecar.py", "TrustError"): 5,
 }
 
 

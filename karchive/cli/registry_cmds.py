@@ -56,7 +56,7 @@ def _signing_keys(args: argparse.Namespace) -> list[Any]:
         return []
     from ..trust.keys import load_private_key
 
-    secret = passphrase(args.passphrase_env)
+    secret = passphrase(args.passphrase_env, args.sign[0])
     return [load_private_key(path, secret) for path in args.sign]
 
 

@@ -212,7 +212,8 @@ class Registry:
         if self.is_default and self.store.is_local and not Path(self.url).exists():
             return
         raise NotFoundError(f"{self.url} is not a karchive registry (it has no {MARKER}): a mistyped location? "
-                            "A registry is created by its first `karchive publish`", registry=self.url)
+                            "A registry is created by its first `karchive publish`", registry=self.url,
+                            name=None, version=None)  # no name was missing: the location holds no registry
 
     @_operation
     def versions(self, name: str) -> list[VersionRecord]:
@@ -231,7 +232,7 @@ class Registry:
         if not records:
             names = self.names()
             raise NotFoundError(f"no archive named {name!r} in registry {self.url}; it has: {_listing(names)}",
-                                registry=self.url, name=name, available=tuple(names))
+                                registry=self.url, name=name, version=None, available=tuple(names))
         return sorted(records, key=lambda r: version_key(r.version))
 
     @_operation
@@ -264,7 +265,7 @@ class Registry:
         if latest is None:
             names = self.names()
             raise NotFoundError(f"no archive named {ref.name!r} in registry {self.url}; it has: {_listing(names)}",
-                                registry=self.url, name=ref.name, available=tuple(names))
+                                registry=self.url, name=ref.name, version=None, available=tuple(names))
         record = self._read_record(ref.name, latest)
         if record is None:
             raise RegistryError(f"{self._where(version_record_path(ref.name, latest))} is listed but missing (damaged index)",

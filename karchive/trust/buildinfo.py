@@ -43,7 +43,8 @@ MAX_BUILD_INFO_BYTES = 1024 * 1024
 
 
 def _fail(msg: str) -> TrustError:
-    return TrustError(f"build info: {msg}", reason=reasons.BAD_BUILD_INFO)
+    # build info is a file of its own (--provenance), checked before it meets any archive
+    return TrustError(f"build info: {msg}", reason=reasons.BAD_BUILD_INFO, archive=None)
 
 
 def _is_json_scalar(v: Any) -> bool:
