@@ -306,7 +306,8 @@ class NoMatchingVariantError(RuntimeLoadError):
 
     kernel: str | None = None
     rejections: tuple[tuple[str, str], ...] = ()  # (variant label, reason)
-    param: str | None = None  # a call that omits what selection needs: the parameter or launch option
+    param: str | None = None  # a call that omits what selection needs: the parameter or launch option (None:
+    # nothing omitted; the variants were tried and ``rejections`` says why each failed, or none was tried)
     values: tuple[str, ...] = ()  # ... and the values the archive holds for it (as repr)
 
 
@@ -331,8 +332,9 @@ class KernelNameError(NoMatchingVariantError, KeyError):
 class ArgumentError(RuntimeLoadError, TypeError):
     """A launch argument is wrong: count, dtype, device, alignment, value range. ``kernel`` is the kernel
     called (None: the argument was refused before any kernel was in hand, e.g. a bridge given something
-    that is not a kernel); ``param`` the parameter (or keyword of karchive's own API) at fault, None when
-    the call as a whole is (too many positional arguments)."""
+    that is not a kernel or a ``TensorDescriptor`` built, or by a check made alike for every kernel and not
+    told which: a stream handle); ``param`` the parameter (or keyword of karchive's own API, or ``grid`` /
+    ``stream``) at fault, None when the call as a whole is (too many positional arguments)."""
 
     kernel: str | None = None
     param: str | None = None

@@ -45,18 +45,6 @@ NOT_YET: dict[tuple[str, str], int] = {
     ("producer/compile/kernel_ref.py", "KernelNotFoundError"): 5,
     ("producer/compile/signature.py", "SignatureError"): 14,
     ("producer/compile/wrapped.py", "SpecFileError"): 3,
-    ("runtime/backend.py", "ArgumentError"): 2,
-    ("runtime/descriptors.py", "ArgumentError"): 24,
-    ("runtime/hip_driver.py", "LaunchError"): 1,
-    ("runtime/launch/_argpack.py", "ArgumentError"): 4,
-    ("runtime/launch/_argpack.py", "LaunchError"): 1,
-    ("runtime/launch/_native.py", "LaunchError"): 1,
-    ("runtime/launch/_record.py", "ArgumentError"): 16,
-    ("runtime/launch/_record.py", "LaunchError"): 1,
-    ("runtime/launch/kernel.py", "ArgumentError"): 9,
-    ("runtime/launch/kernel.py", "NoMatchingVariantError"): 2,
-    ("runtime/scratch.py", "LaunchError"): 1,
-    ("runtime/select.py", "NoMatchingVariantError"): 1,
 }
 
 
