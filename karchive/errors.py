@@ -184,7 +184,8 @@ class KernelNotFoundError(ProducerError):
 class CompileError(ProducerError):
     """Triton failed to compile a variant; the message carries the compiler's own text."""
 
-    variant: str | None = None  # the variant's label, e.g. "add_kernel[cuda:90](BLOCK=1024)"
+    variant: str | None = None  # the variant's label, e.g. "add_kernel[cuda:90](BLOCK=1024)"; None where the
+    # failure is not one variant's: a kernel's sources (unreadable, not sendable to workers), the process's state
 
 
 class UnsupportedKernelError(ProducerError):

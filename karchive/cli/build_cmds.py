@@ -215,7 +215,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.no_ir:
         for r in spec.requests:
             r.include_ir = False
-    validate_requests(spec.requests)
+    validate_requests(spec.requests, spec.path)
     previous = None
     if args.reuse:
         from ..resolve import open as open_ref

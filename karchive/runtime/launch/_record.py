@@ -266,8 +266,8 @@ class LaunchEntry:
             converted = self.convert(values)
         except ArgumentError as err:
             return err
-        err = self.layout.explain(converted, exc)
-        return ArgumentError(f"{self.kernel}: {err}", kernel=self.kernel, param=err.param)
+        why = self.layout.explain(converted, exc)
+        return ArgumentError(f"{self.kernel}: {why}", kernel=self.kernel, param=why.param)
 
     def thread_layout(self) -> ParamLayout:
         """The calling thread's parameter buffer: the driver call releases the GIL, so threads never share one."""
@@ -498,8 +498,8 @@ class BoundLauncher:
             self._misaligned([values[self._flat[i]] for i in self._aligned], self._aligned)
         except ArgumentError as err:
             return err
-        err = self.layout.explain(values, exc)
-        return ArgumentError(f"{self.entry.kernel}: {err}", kernel=self.entry.kernel, param=err.param)
+        why = self.layout.explain(values, exc)
+        return ArgumentError(f"{self.entry.kernel}: {why}", kernel=self.entry.kernel, param=why.param)
 
     def _misaligned(self, addresses: Sequence[int], indices: Sequence[int]) -> None:
         for i, a in zip(indices, addresses):
