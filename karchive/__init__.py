@@ -30,7 +30,7 @@ _ERRORS = (
     "KarchiveError",
     "FormatError", "ArchiveNotFoundError", "IntegrityError", "DigestMismatchError", "UnsupportedLocationError", "TargetError",
     "ProducerError", "CompileError", "SpecFileError", "BuildError", "CaptureError",
-    "RegistryError", "DamagedRegistryError", "RegistryValueError", "NotFoundError", "ConflictError", "LockfileError",
+    "RegistryError", "DamagedRegistryError", "RegistryValueError", "CacheError", "NotFoundError", "ConflictError", "LockfileError",
     "LockfilePinError", "LockfileMismatchError", "TransferError",
     "RuntimeLoadError", "NoDeviceError", "NoMatchingVariantError", "KernelNameError", "ArgumentError", "LaunchError",
     "DriverError", "ServeMissError",

@@ -184,7 +184,8 @@ class KernelNotFoundError(ProducerError):
 class CompileError(ProducerError):
     """Triton failed to compile a variant; the message carries the compiler's own text."""
 
-    variant: str | None = None  # the variant's label, e.g. "add_kernel[cuda:90](BLOCK=1024)"
+    variant: str | None = None  # the variant's label, e.g. "add_kernel[cuda:90](BLOCK=1024)"; None where the
+    # failure is not one variant's: a kernel's sources (unreadable, not sendable to workers), the process's state
 
 
 class UnsupportedKernelError(ProducerError):
@@ -234,7 +235,8 @@ class RegistryValueError(RegistryError):
 
 
 class NotFoundError(RegistryError):
-    """A name or version is not in the registry; the message lists what exists."""
+    """A name or version is not in the registry; the message lists what exists. ``version`` is None where
+    the name itself is missing; ``name`` and ``version`` are None where the location holds no registry."""
 
     name: str | None = None
     version: str | None = None
@@ -247,6 +249,15 @@ class ConflictError(RegistryError):
     ref: str | None = None
     existing_digest: str | None = None
     new_digest: str | None = None
+
+
+class CacheError(RegistryError):
+    """The local cache cannot be used: its directory cannot be written (disk full, read-only, foreign-owned),
+    or another process held a lock on one of its files past the timeout. ``path`` names the directory or
+    the lock; the cache is shared by every registry, so no registry is named."""
+
+    _omit = ("registry",)
+    path: str | None = None
 
 
 class LockfileError(RegistryError):
@@ -272,7 +283,9 @@ class LockfileMismatchError(LockfilePinError):
 
 
 class TransferError(RegistryError):
-    """A network or storage operation failed after retries."""
+    """A network or storage operation failed after retries. ``url`` is what was asked for, ``attempts`` how
+    many tries were made; ``registry`` is None for an archive opened by URL (the format layer's reads,
+    one attempt each: fsspec's own retries are not counted)."""
 
     url: str | None = None
     attempts: int | None = None
@@ -294,7 +307,8 @@ class NoMatchingVariantError(RuntimeLoadError):
 
     kernel: str | None = None
     rejections: tuple[tuple[str, str], ...] = ()  # (variant label, reason)
-    param: str | None = None  # a call that omits what selection needs: the parameter or launch option
+    param: str | None = None  # a call that omits what selection needs: the parameter or launch option (None:
+    # nothing omitted; the variants were tried and ``rejections`` says why each failed, or none was tried)
     values: tuple[str, ...] = ()  # ... and the values the archive holds for it (as repr)
 
 
@@ -319,15 +333,18 @@ class KernelNameError(NoMatchingVariantError, KeyError):
 class ArgumentError(RuntimeLoadError, TypeError):
     """A launch argument is wrong: count, dtype, device, alignment, value range. ``kernel`` is the kernel
     called (None: the argument was refused before any kernel was in hand, e.g. a bridge given something
-    that is not a kernel); ``param`` the parameter (or keyword of karchive's own API) at fault, None when
-    the call as a whole is (too many positional arguments)."""
+    that is not a kernel or a ``TensorDescriptor`` built, or by a check made alike for every kernel and not
+    told which: a stream handle); ``param`` the parameter (or keyword of karchive's own API, or ``grid`` /
+    ``stream``) at fault, None when the call as a whole is (too many positional arguments)."""
 
     kernel: str | None = None
     param: str | None = None
 
 
 class TuneError(RuntimeLoadError):
-    """`karchive tune`: a keys file, a call or the device cannot be tuned as asked (runtime/tune_keys.py)."""
+    """`karchive tune`: a keys file, a call or the device cannot be tuned as asked (runtime/tune_keys.py).
+    ``call`` and ``kernel`` name the call at fault; None where the keys file as a whole, the device or the
+    tuning environment is (or, for ``kernel``, where the call names no kernel of the archive)."""
 
     kernel: str | None = None
     call: int | None = None  # index of the call in the keys file
@@ -356,7 +373,9 @@ class InteropError(RuntimeLoadError):
 # --- trust ---------------------------------------------------------------------------------------
 class TrustError(KarchiveError):
     """Signing or signature verification failed. ``reason`` is a stable code (spec/SIGNING.md §7)
-    a caller can branch on; ``archive`` (``NAME@VERSION``) says what it concerns."""
+    a caller can branch on; ``archive`` (``NAME@VERSION``) says what it concerns: None where no archive is
+    known (a build-info file or a provenance statement refused before it names one, a missing dependency,
+    a manifest without a usable name)."""
 
     reason: str = "trust-error"
     archive: str | None = None
@@ -424,7 +443,14 @@ class RegistryMetadataError(TrustError):
     asks, expired, older than what this cache verified (a rollback), or disagrees with the registry
     (a version withheld, or one it lacks). ``reason`` is the code; ``role`` is ``snapshot`` or
     ``timestamp`` where one document is at fault; ``version`` its version number and ``seen`` the
-    highest this cache verified; ``rejected`` lists the signatures that did not count."""
+    highest this cache verified; ``rejected`` lists the signatures that did not count.
+
+    Each field applies to some reasons only, and is None for the others: ``version`` once the document's
+    payload was read (not for a malformed or badly signed one), ``seen`` for a rollback, ``expires`` for an
+    expired document, ``archive`` (``NAME@VERSION``) where one version is withheld, missing from or
+    mismatched with the snapshot. ``registry`` and ``policy_sha256`` are always set by a load
+    (``metadata_store.load_trusted`` adds them to the document layer's errors); None only where a
+    writer refuses before any registry is read."""
 
     reason: str = "metadata-malformed"
     registry: str | None = None

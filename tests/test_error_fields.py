@@ -1,11 +1,11 @@
 """Error fields tell the truth (issue 24): every ``XxxError(...)`` in the package passes each field its class
 declares, unless the class gives the field a real (non-None) default, and passes no field the class does
 not declare. A field no raise site can fill is removed, or omitted by the subclasses it means nothing for
-(``_omit``), so ``to_json()`` never emits a null that only means "not filled in".
+(``_omit``), so ``to_json()`` never emits a null that only means "not filled in": a site that passes None
+says so, and the class's docstring says what None means there ("does not apply here").
 
-Raise sites not yet brought to the rule are listed in :data:`NOT_YET`, per file and class, with how many:
-a ratchet. A count may only go down (the test fails when it rises, and when a listed entry is already
-clean, so the list shrinks as sites are fixed); a file or class not listed must be clean.
+Every raise site is held to the rule (the ratchet list of sites not yet brought to it is gone: none is left).
+``python tests/test_error_fields.py`` prints the sites that break it, one per line.
 """
 
 from __future__ import annotations
@@ -21,65 +21,6 @@ PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "karchive"
 CLASSES = {name: cls for name, cls in vars(errors_module).items()
            if isinstance(cls, type) and issubclass(cls, KarchiveError)}
 
-#: (file under karchive/, class) -> raise sites that leave out a declared field, as of issue 24's branch
-#: (`python tests/test_error_fields.py` prints the table as the code stands)
-#: (542 sites when the test was written; 144 left). Left on purpose there: producer/ (being regrouped into
-#: compile/, build/, capture/ on another branch) and the runtime launch files (launcher, native, dispatch,
-#: pack: rewritten on another branch). Left for want of time: ``RegistryError.registry`` (7 sites: the
-#: cache knows no registry, nor do the CLI's usage errors; the field should move to the subclasses that
-#: know it), ``TrustError.archive`` where no archive is concerned (key and dependency errors),
-#: ``RegistryMetadataError``'s per-reason fields, ``TransferError`` raised by the format layer's fsspec
-#: reads (no registry, one attempt), ``NoMatchingVariantError.param`` outside the autotuned kernel.
-NOT_YET: dict[tuple[str, str], int] = {
-    ("cli/arg_types.py", "KeyFileError"): 1,
-    ("cli/arg_types.py", "RegistryError"): 2,
-    ("cli/regmeta_cmds.py", "RegistryError"): 3,
-    ("cli/trust_cmds.py", "KeyFileError"): 1,
-    ("cli/trust_cmds.py", "TrustError"): 2,
-    ("cli/tune_cmds.py", "TuneError"): 2,
-    ("format/source.py", "TransferError"): 3,
-    ("producer/build/_executors_ship.py", "CompileError"): 3,
-    ("producer/build/spec_file.py", "SpecFileError"): 27,
-    ("producer/capture/jit_capture.py", "UnsupportedKernelError"): 3,
-    ("producer/capture/triton_cache.py", "UnsupportedKernelError"): 1,
-    ("producer/compile/aot.py", "CompileError"): 5,
-    ("producer/compile/aot.py", "UnsupportedKernelError"): 1,
-    ("producer/compile/buildenv.py", "CompileError"): 1,
-    ("producer/compile/buildenv.py", "SpecFileError"): 3,
-    ("producer/compile/canonical.py", "CompileError"): 1,
-    ("producer/compile/canonical.py", "UnsupportedKernelError"): 1,
-    ("producer/compile/describe.py", "UnsupportedKernelError"): 3,
-    ("producer/compile/kernel_ref.py", "KernelNotFoundError"): 5,
-    ("producer/compile/signature.py", "SignatureError"): 14,
-    ("producer/compile/wrapped.py", "SpecFileError"): 3,
-    ("registry/cache.py", "RegistryError"): 2,
-    ("registry/filelock.py", "TransferError"): 1,
-    ("registry/metadata_store.py", "ConflictError"): 2,
-    ("registry/metadata_store.py", "RegistryMetadataError"): 1,
-    ("registry/registry.py", "NotFoundError"): 3,
-    ("runtime/backend.py", "ArgumentError"): 2,
-    ("runtime/descriptors.py", "ArgumentError"): 24,
-    ("runtime/hip_driver.py", "LaunchError"): 1,
-    ("runtime/launch/_argpack.py", "ArgumentError"): 4,
-    ("runtime/launch/_argpack.py", "LaunchError"): 1,
-    ("runtime/launch/_native.py", "LaunchError"): 1,
-    ("runtime/launch/_record.py", "ArgumentError"): 16,
-    ("runtime/launch/_record.py", "LaunchError"): 1,
-    ("runtime/launch/kernel.py", "ArgumentError"): 9,
-    ("runtime/launch/kernel.py", "NoMatchingVariantError"): 2,
-    ("runtime/scratch.py", "LaunchError"): 1,
-    ("runtime/select.py", "NoMatchingVariantError"): 1,
-    ("runtime/tune_keys.py", "TuneError"): 4,
-    ("serve/core.py", "ServeMissError"): 1,
-    ("trust/buildinfo.py", "TrustError"): 1,
-    ("trust/dsse.py", "EnvelopeError"): 3,
-    ("trust/enforce.py", "TrustError"): 1,
-    ("trust/keys.py", "KeyFileError"): 2,
-    ("trust/keys.py", "TrustError"): 1,
-    ("trust/metadata.py", "RegistryMetadataError"): 3,
-    ("trust/provenance.py", "TrustError"): 2,
-    ("trust/tuning_sidecar.py", "TrustError"): 5,
-}
 
 
 def _required(cls: type[KarchiveError]) -> list[str]:
@@ -119,15 +60,8 @@ def test_no_raise_site_passes_a_field_its_class_does_not_declare():
 
 def test_every_declared_field_is_filled_where_raised():
     found = _unfilled()
-    new = {key: sites for key, sites in found.items() if len(sites) > NOT_YET.get(key, 0)}
-    assert not new, "raise sites that leave declared fields empty (fill them, or remove the field):\n" + \
-        "\n".join(s for sites in new.values() for s in sites)
-
-
-def test_the_ratchet_only_lists_what_is_still_unfilled():
-    found = _unfilled()
-    stale = {key: (n, len(found.get(key, []))) for key, n in NOT_YET.items() if len(found.get(key, [])) < n}
-    assert not stale, f"lower these NOT_YET counts to what is left (listed, found): {stale}"
+    assert not found, "raise sites that leave declared fields empty (fill them, or remove the field):\n" + \
+        "\n".join(s for sites in found.values() for s in sites)
 
 
 def test_the_walker_sees_raise_sites():
@@ -149,6 +83,46 @@ def test_omitted_fields_are_neither_accepted_nor_emitted():
         KeyFileError("x", archive="a@1")
 
 
-if __name__ == "__main__":  # `python tests/test_error_fields.py`: the NOT_YET table as it is now, to paste
-    for (rel, name), sites in sorted(_unfilled().items()):
-        print(f'    ("{rel}", "{name}"): {len(sites)},')
+def _cli(*argv: str, env: dict[str, str] | None = None) -> tuple[int, dict]:
+    """``karchive ARGV --json`` in a fresh process: exit status and the error object on stdout."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    full = {k: v for k, v in os.environ.items() if k != "KARCHIVE_TEST_NO_SUCH_VAR"}
+    full["PYTHONPATH"] = str(PACKAGE.parent)
+    done = subprocess.run([sys.executable, "-m", "karchive", *argv, "--json"], capture_output=True, text=True,
+                          env={**full, **(env or {})}, timeout=120)
+    return done.returncode, json.loads(done.stdout)
+
+
+def test_the_cli_json_error_carries_the_filled_fields(tmp_path):
+    """What a script reads: the class, the message and every declared field, none of them a null left unfilled."""
+    code, out = _cli("cache", "prune", "--max-size", "lots", "--cache-dir", str(tmp_path / "cache"))
+    assert code == 2 and out == {"error": "RegistryValueError", "value": "'lots'",
+                                 "message": "bad size 'lots': use e.g. 500M, 2G, 1.5GiB or a byte count"}
+    code, out = _cli("keygen", "-o", str(tmp_path / "k"), "--passphrase-env", "KARCHIVE_TEST_NO_SUCH_VAR")
+    assert code == 2 and out == {"error": "KeyFileError", "reason": "bad-key-file", "path": str(tmp_path / "k.key"),
+                                 "message": "--passphrase-env KARCHIVE_TEST_NO_SUCH_VAR: the variable is not set or empty"}
+    assert not (tmp_path / "k.key").exists()
+
+
+def test_a_cache_lock_held_past_its_timeout_is_a_cache_error_naming_the_lock(tmp_path):
+    """Not a TransferError without a URL: nothing was transferred, and the cache serves every registry."""
+    import pytest
+
+    from karchive.errors import CacheError, RegistryError
+    from karchive.registry.filelock import FileLock
+
+    lock = tmp_path / "locks" / "x.lock"
+    with FileLock(lock):  # a second open file description: flock refuses it as it would another process
+        with pytest.raises(CacheError) as err:
+            FileLock(lock, timeout=0.2).acquire()
+    assert isinstance(err.value, RegistryError) and err.value.to_json() == {
+        "error": "CacheError", "message": err.value.message, "path": str(lock)}
+
+
+if __name__ == "__main__":  # `python tests/test_error_fields.py`: every site that breaks the rule, one per line
+    for sites in _unfilled().values():
+        print("\n".join(sites))

@@ -67,3 +67,25 @@ def test_open_verified_still_works_and_says_it_is_deprecated(tmp_path):
     assert verdict is None and reader.model.name == "examples"
     assert any(issubclass(w.category, DeprecationWarning) for w in seen)
     reader.source.close()
+
+
+def test_pull_and_lock_take_the_options_value_whole(tmp_path):
+    """Registry.pull / Registry.lock take one OpenOptions, as open does; the per-option keywords are gone."""
+    from karchive.errors import LockfilePinError, RegistryValueError
+
+    reg = Registry(tmp_path / "registry", cache=tmp_path / "cache")
+    reg.publish(small_archive("examples", "0.1.0"))
+    lock, verdicts = reg.lock(["examples@0.1.0"], OpenOptions(trust=False))
+    assert verdicts == {} and lock.pins["examples"].version == "0.1.0"
+    lock.write(tmp_path / "karchive.lock")
+    pulled = reg.pull("examples", f"{tmp_path}/out/", OpenOptions(lockfile=tmp_path / "karchive.lock", trust=False))
+    assert pulled.record.version == "0.1.0" and pulled.path == tmp_path / "out" / "examples-0.1.0.karc"
+    # the lockfile travels in the value: a newer version is published, the pin still decides
+    reg.publish(small_archive("examples", "0.2.0"))
+    assert reg.pull("examples", options=OpenOptions(lockfile=tmp_path / "karchive.lock")).record.version == "0.1.0"
+    with pytest.raises(LockfilePinError, match="pins examples@0.1.0"):
+        reg.pull("examples@0.2.0", options=OpenOptions(lockfile=tmp_path / "karchive.lock"))
+    with pytest.raises(TypeError):
+        reg.pull("examples@0.1.0", trust=False)  # type: ignore[call-arg]  # no second, keyword signature
+    with pytest.raises(RegistryValueError, match="makes a lockfile"):  # lock reads no lockfile: it writes one
+        reg.lock(["examples@0.1.0"], OpenOptions(lockfile=tmp_path / "karchive.lock"))

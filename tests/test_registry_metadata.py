@@ -21,7 +21,7 @@ pytest.importorskip("cryptography")
 
 import karchive
 from karchive.errors import ConflictError, KarchiveError, RegistryError, RegistryMetadataError, TrustPolicyError
-from karchive.registry import Registry
+from karchive.registry import OpenOptions, Registry
 from karchive.registry.store_layout import version_record_path
 from karchive.registry.metadata_store import TIMESTAMP_PATH, Snapshot, seen_versions, snapshot_path
 from karchive.trust import reasons
@@ -60,7 +60,7 @@ def meta_policy(path: Path, keys, *, meta: tuple[str, ...] = ("alice",), thresho
 
 def refused(reg: Registry, ref: str, policy: Path, reason: str, **kw) -> RegistryMetadataError:
     with pytest.raises(RegistryMetadataError) as e:
-        reg.pull(ref, trust=policy, **kw)
+        reg.pull(ref, options=OpenOptions(trust=policy, **kw))
     assert e.value.reason == reason, str(e.value)
     if reason not in (reasons.METADATA_SIGNATURE, reasons.METADATA_MALFORMED):  # those list their own details
         assert reasons.MEANING[reason] in str(e.value)
@@ -82,8 +82,8 @@ def test_publish_two_versions_then_every_attack_is_refused(store, keys, tmp_path
 
     # An honest registry: latest and an exact version resolve, and the cache remembers what it verified.
     seen = store.registry(tmp_path / "seen")
-    assert seen.pull("examples", trust=policy).record.version == "0.2.0"
-    assert seen.pull("examples@0.1.0", trust=policy).record.version == "0.1.0"
+    assert seen.pull("examples", options=OpenOptions(trust=policy)).record.version == "0.2.0"
+    assert seen.pull("examples@0.1.0", options=OpenOptions(trust=policy)).record.version == "0.1.0"
     assert seen_versions(seen) == (2, 2)
     arc = karchive.open("examples@latest", registry=seen, trust=policy)
     assert arc.version == "0.2.0"
@@ -103,7 +103,7 @@ def test_publish_two_versions_then_every_attack_is_refused(store, keys, tmp_path
     refused(store.registry(tmp_path / "fresh2"), "examples@0.1.0", policy, reasons.METADATA_EXPIRED)
     refresh = writer.update_metadata([keys["alice"]], snapshot=False)
     assert (refresh.snapshot_created, refresh.snapshot_version, refresh.timestamp_version) == (False, 2, 4)
-    assert store.registry(tmp_path / "fresh3").pull("examples", trust=policy).record.version == "0.2.0"
+    assert store.registry(tmp_path / "fresh3").pull("examples", options=OpenOptions(trust=policy)).record.version == "0.2.0"
 
     # A version the registry serves but the snapshot lacks (published without the metadata key) is
     # refused, and latest stays the snapshot's.
@@ -111,7 +111,7 @@ def test_publish_two_versions_then_every_attack_is_refused(store, keys, tmp_path
     assert Registry(store.url, store.options, cache=tmp_path / "plain").resolve("examples").version == "0.3.0"
     client = store.registry(tmp_path / "fresh4")
     refused(client, "examples@0.3.0", policy, reasons.VERSION_NOT_IN_SNAPSHOT)
-    assert client.pull("examples", trust=policy).record.version == "0.2.0"
+    assert client.pull("examples", options=OpenOptions(trust=policy)).record.version == "0.2.0"
 
     # A digest swapped: 0.1.0's record (and blob) rewritten to other bytes, the snapshot unchanged.
     record_010 = writer.store.read(version_record_path("examples", "0.1.0"))
@@ -126,7 +126,7 @@ def test_publish_two_versions_then_every_attack_is_refused(store, keys, tmp_path
     hide_version(writer, "examples", "0.2.0")
     e = refused(store.registry(tmp_path / "fresh6"), "examples", policy, reasons.VERSION_WITHHELD)
     assert e.archive == "examples@0.2.0"
-    assert store.registry(tmp_path / "fresh7").pull("examples@0.1.0", trust=policy).record.version == "0.1.0"
+    assert store.registry(tmp_path / "fresh7").pull("examples@0.1.0", options=OpenOptions(trust=policy)).record.version == "0.1.0"
     # ... and the metadata key will not sign a snapshot without it either.
     with pytest.raises(RegistryError, match="record is gone"):
         writer.update_metadata([keys["alice"]])
@@ -157,13 +157,13 @@ def test_signatures_on_the_metadata_are_checked_like_archive_signatures(store, k
     e = refused(client, "examples", two, reasons.METADATA_SIGNATURE)
     assert "1 valid signature(s)" in str(e) and "2 needed" in str(e)
     writer.update_metadata([keys["alice"], keys["bob"]])
-    assert store.registry(tmp_path / "c2").pull("examples", trust=two).record.version == "0.1.0"
+    assert store.registry(tmp_path / "c2").pull("examples", options=OpenOptions(trust=two)).record.version == "0.1.0"
 
     # A separate (online) timestamp key: the snapshot by alice, the timestamp by carol.
     split = meta_policy(tmp_path / "split.toml", keys, extra=("alice", "bob", "carol"), timestamp=("carol",))
     refused(store.registry(tmp_path / "c3"), "examples", split, reasons.METADATA_SIGNATURE)
     writer.update_metadata([keys["alice"]], timestamp_keys=[keys["carol"]])
-    assert store.registry(tmp_path / "c4").pull("examples", trust=split).record.version == "0.1.0"
+    assert store.registry(tmp_path / "c4").pull("examples", options=OpenOptions(trust=split)).record.version == "0.1.0"
 
     # Forged snapshot: the signed bytes altered (a version added to it) — the timestamp's digest no longer
     # matches (mix-and-match); and the forged snapshot re-pointed by a forged timestamp fails its signature.
@@ -338,14 +338,14 @@ def test_policy_without_the_requirement_ignores_metadata_and_lockfiles_bypass_it
     reg.publish(small_archive("examples", "0.2.0"), sign=[keys["ci"]])  # not in the snapshot
     relaxed = meta_policy(tmp_path / "p.toml", keys)
     relaxed.write_text(relaxed.read_text().replace("require_signed_metadata = true", "require_signed_metadata = false"))
-    assert Registry(tmp_path / "registry", cache=tmp_path / "c1").pull("examples", trust=relaxed).record.version == "0.2.0"
+    assert Registry(tmp_path / "registry", cache=tmp_path / "c1").pull("examples", options=OpenOptions(trust=relaxed)).record.version == "0.2.0"
     strict = meta_policy(tmp_path / "s.toml", keys)
-    lock, _ = Registry(tmp_path / "registry", cache=tmp_path / "c2").lock(["examples@0.1.0"], trust=strict)
+    lock, _ = Registry(tmp_path / "registry", cache=tmp_path / "c2").lock(["examples@0.1.0"], OpenOptions(trust=strict))
     lock.write(tmp_path / "karchive.lock")
     # A lockfile pins the chosen bytes; it is honoured without the metadata (SIGNING.md §11.5).
     reg.store.replace(TIMESTAMP_PATH, b"{}")
-    pulled = Registry(tmp_path / "registry", cache=tmp_path / "c3").pull("examples", lockfile=tmp_path / "karchive.lock",
-                                                                         trust=strict)
+    pulled = Registry(tmp_path / "registry", cache=tmp_path / "c3").pull(
+        "examples", options=OpenOptions(lockfile=tmp_path / "karchive.lock", trust=strict))
     assert pulled.record.version == "0.1.0"
 
 
@@ -414,7 +414,7 @@ def test_an_http_registry_serves_the_metadata_without_listing(keys, tmp_path: Pa
         policy = meta_policy(tmp_path / "p.toml", keys)
         reg = Registry(f"{http.url}/registry", cache=tmp_path / "c")
         assert reg.resolve("examples").version == "0.2.0"  # the name index, without the metadata
-        assert reg.pull("examples", trust=policy).record.version == "0.1.0"  # the snapshot's latest
+        assert reg.pull("examples", options=OpenOptions(trust=policy)).record.version == "0.1.0"  # the snapshot's latest
         refused(reg, "examples@0.2.0", policy, reasons.VERSION_NOT_IN_SNAPSHOT)
         assert any(r["path"].endswith("/metadata/snapshots/1.json") for r in http.log)
         (root / "registry" / TIMESTAMP_PATH).unlink()
@@ -453,4 +453,4 @@ def test_an_expired_snapshot_under_a_fresh_timestamp_is_refused(keys, tmp_path: 
     assert (e.role, e.version) == ("snapshot", 1) and "--snapshot" in str(e)
     assert reg.update_metadata([keys["alice"]]).snapshot_version == 2
     assert Registry(tmp_path / "registry", cache=tmp_path / "c").pull(
-        "examples", trust=meta_policy(tmp_path / "p.toml", keys)).record.version == "0.1.0"
+        "examples", options=OpenOptions(trust=meta_policy(tmp_path / "p.toml", keys))).record.version == "0.1.0"

@@ -12,6 +12,7 @@ the same. Argument stand-ins: raw int addresses, ``__cuda_array_interface__`` ob
 from __future__ import annotations
 
 import gc
+import json
 import os
 import pathlib
 import struct
@@ -119,8 +120,9 @@ def play(monkeypatch, archive, path: str, script: list[Step]) -> list[tuple]:
             try:
                 step(arc)
                 outcome: tuple = ("ok",)
-            except Exception as exc:
-                outcome = (type(exc).__name__, str(exc))
+            except Exception as exc:  # the error's fields too: both paths must fill them alike (issue 24)
+                fields = json.dumps(exc.fields, default=str, sort_keys=True) if isinstance(exc, KarchiveError) else ""
+                outcome = (type(exc).__name__, fields, str(exc))
             seen = [(a.kernel, a.grid, a.block, a.shared, a.stream, a.params, a.extra, a.result)
                     for a in rec.attempts[before:]]
             out.append((outcome, seen))
@@ -270,6 +272,13 @@ def test_same_errors_and_nothing_launched(monkeypatch, cuda_archive):
     assert "grid must have 1 to 3 dimensions" in msgs[19] and "grid must have 1 to 3 dimensions" in msgs[20]
     assert all("grid" in m for m in msgs[21:26])
     assert "stream='fast'" in msgs[26] and "not a stream handle" in msgs[27]
+    fields = [json.loads(o[1]) if len(o) == 3 and o[1] else None for o, _ in outcomes]
+    name = "kernels:add_kernel"  # the archive's name of the kernel (module:qualname), on both paths
+    assert fields[1] == {"kernel": name, "param": "n_elements"} and fields[2] == {"kernel": name, "param": None}
+    assert fields[3] == {"kernel": name, "param": "BLOK"} and fields[5] == {"kernel": name, "param": "n_elements"}
+    assert fields[12]["param"] == "x_ptr" and fields[14]["param"] == "y_ptr"
+    assert all(fields[i] == {"kernel": name, "param": "grid"} for i in range(19, 26)), fields[19:26]
+    assert fields[26] == fields[27] == {"kernel": None, "param": "stream"}  # one check for every kernel
     assert "num_warps=3, but this variant was compiled with num_warps=4" in msgs[28]
     assert "num_warps=8" in msgs[28] and msgs[28].count("\n  - ") == 3  # every variant, with what it has
     assert "cubin is sm_80, the device is sm_90" in msgs[29]
@@ -293,11 +302,11 @@ def test_launch_options_select_the_variant_built_with_them(monkeypatch, launch_a
     blocks = [seen[-1][2][0] if seen else None for _, seen in outcomes]
     assert blocks[:4] == [128, 256, 128, 256] and blocks[6] == 256
     assert outcomes[4][0][0] == "NoMatchingVariantError"
-    msg = outcomes[4][0][1]
+    msg = outcomes[4][0][-1]
     assert "num_warps=8, num_stages=2" in msg  # the call, then what exists
     assert "num_stages=2, but this variant was compiled with num_stages=3" in msg
     assert "num_warps=8, but this variant was compiled with num_warps=4" in msg
-    assert "maxnreg=128, but this variant was compiled with maxnreg=None" in outcomes[5][0][1]
+    assert "maxnreg=128, but this variant was compiled with maxnreg=None" in outcomes[5][0][-1]
 
 
 def test_select_for_a_named_target_on_a_cpu_machine(launch_archive, cuda_archive):
@@ -333,9 +342,9 @@ def test_omitted_constexprs_and_options_resolve_the_same_on_both_paths(monkeypat
     kinds = [o[0][0] for o in outcomes]
     assert kinds == ["NoMatchingVariantError", "NoMatchingVariantError", "ok", "ok", "NoMatchingVariantError",
                      "ok", "ok", "ok"], outcomes
-    assert "omits constexpr 'EVEN', which has no default in the kernel's signature" in outcomes[0][0][1]
-    assert "EVEN = False, True" in outcomes[0][0][1]
-    assert "num_warps = 2, 8 (Triton's default: 4)" in outcomes[4][0][1]
+    assert "omits constexpr 'EVEN', which has no default in the kernel's signature" in outcomes[0][0][-1]
+    assert "EVEN = False, True" in outcomes[0][0][-1]
+    assert "num_warps = 2, 8 (Triton's default: 4)" in outcomes[4][0][-1]
     assert all(not seen for (kind, *_), seen in outcomes if kind != "ok")  # nothing launched when refused
     blocks = [seen[-1][2][0] if seen else None for _, seen in outcomes]
     assert blocks[5] == 256 and blocks[6] == 128 and blocks[7] == 64  # 8, 4 and 2 warps of 32 threads
@@ -407,8 +416,9 @@ def test_bound_launchers_behave_the_same(monkeypatch, cuda_archive):
     assert runs[4][1] == (2, 3, 1) and runs[4][4] == 0xABC
     errors = [o for o, _ in outcomes[9:15]]
     assert all(e[0] == "ArgumentError" for e in errors), errors
-    assert "not 16-byte aligned" in errors[0][1] and "takes 4 values" in errors[1][1]
-    assert "not 16-byte aligned" in errors[4][1] and "no parameter 'nope'" in errors[5][1]
+    assert "not 16-byte aligned" in errors[0][-1] and "takes 4 values" in errors[1][-1]
+    assert "not 16-byte aligned" in errors[4][-1] and "no parameter 'nope'" in errors[5][-1]
+    assert json.loads(errors[1][1])["param"] is None and json.loads(errors[5][1])["param"] == "nope"  # the bound launcher's
     assert runs[5] == runs[4]  # nothing changed by the refused calls
     assert runs[7][5][3] == struct.pack("<H", bf16_bits(0.3333))  # (stride == 1 is compiled in)
     assert outcomes[-1] == (("ok",), [])  # empty grid: nothing launched

@@ -18,7 +18,7 @@ import karchive
 import karchive.registry.cache as cache_mod
 import karchive.trust.verify as verify_mod
 from karchive.errors import DowngradeError, PinnedSignerError, UntrustedArchiveError
-from karchive.registry import Cache, Lockfile, Registry
+from karchive.registry import Cache, Lockfile, OpenOptions, Registry
 from karchive.trust import reasons
 from registry_support import isolated, run_cli, small_archive  # noqa: F401 - fixture
 from trust_support import UTC, hide_version, make_keys, nothing_loaded, write_policy
@@ -235,7 +235,7 @@ def test_lock_pins_signers_and_a_locked_load_checks_digests_and_signers(keys, tm
     writer.publish(small_archive("examples", "0.1.0"), sign=[keys["old"]])
     policy = write_policy(tmp_path / "p.toml", keys, signers=("old", "new"))
     reg = Registry(tmp_path / "registry", cache=tmp_path / "cache")
-    lock, verdicts = reg.lock(["examples@0.1.0"], trust=policy)
+    lock, verdicts = reg.lock(["examples@0.1.0"], OpenOptions(trust=policy))
     assert lock.pins["examples"].signers == (keys["old"].key_id,) and verdicts["examples"].signers[0][1] == "old"
     lock.write(tmp_path / "karchive.lock")
     doc = json.loads((tmp_path / "karchive.lock").read_text())
@@ -259,7 +259,7 @@ def test_lock_pins_signers_and_a_locked_load_checks_digests_and_signers(keys, tm
         karchive.open("examples", registry=fresh, lockfile=tmp_path / "karchive.lock", trust=rotated)
     assert e.value.reason == reasons.PINNED_SIGNER_MISSING and e.value.pinned == (keys["old"].key_id,)
     assert e.value.found == (keys["new"].key_id,) and "karchive lock" in str(e.value)
-    relocked, _ = fresh.lock(["examples@0.1.0"], trust=rotated)
+    relocked, _ = fresh.lock(["examples@0.1.0"], OpenOptions(trust=rotated))
     assert relocked.pins["examples"].signers == (keys["new"].key_id,)
 
     # Lockfiles without signers read and load exactly as before.

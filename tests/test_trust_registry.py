@@ -25,7 +25,7 @@ from karchive.errors import (
     TrustError,
     UntrustedArchiveError,
 )
-from karchive.registry import Registry
+from karchive.registry import OpenOptions, Registry
 from karchive.registry.store_layout import blob_path, signature_index_path, signature_path, signatures_dir
 from karchive.trust import reasons
 from karchive.trust.sidecar import sidecar_path
@@ -70,7 +70,7 @@ def test_publish_signed_then_open_and_pull_under_a_policy(store, keys, tmp_path:
 
     policy = write_policy(tmp_path / "policy.toml", keys)
     reg = store.registry(tmp_path / "cache")
-    pulled = reg.pull("examples@0.1.0", trust=policy)
+    pulled = reg.pull("examples@0.1.0", options=OpenOptions(trust=policy))
     assert pulled.trust is not None and pulled.trust.key_ids == (keys["ci"].key_id,)
     assert not pulled.trust.from_receipt and pulled.trust.result.signers[0].statement.sha256 == digest
     reader = reg.open("examples@0.1.0", trust=policy)
@@ -217,7 +217,7 @@ def test_each_refusal_is_a_named_error_and_nothing_is_loaded(store, keys, tmp_pa
         assert e.value.archive == "examples@0.1.0" and reasons.MEANING[expected] in str(e.value)
         assert isinstance(e.value, TrustError) and e.value.policy_sha256
         with pytest.raises(UntrustedArchiveError):  # pull refuses the same way (and copies nothing out)
-            reg.pull("examples@0.1.0", tmp_path / f"out-{i}.karc", trust=policy)
+            reg.pull("examples@0.1.0", tmp_path / f"out-{i}.karc", OpenOptions(trust=policy))
         assert not (tmp_path / f"out-{i}.karc").exists()
 
 

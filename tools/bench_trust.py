@@ -52,7 +52,7 @@ def main() -> int:
     from registry_support import big_archive
 
     from karchive.format.open import open_location
-    from karchive.registry import Registry
+    from karchive.registry import OpenOptions, Registry
     from karchive.resolve import open as open_ref
     from karchive.trust.keys import SigningKey
     from karchive.trust.policy import TrustPolicy
@@ -74,7 +74,7 @@ def main() -> int:
 
     reg = Registry(work / "registry", cache=work / "cache")
     reg.publish(archive)  # stores the sidecar's signature beside the blob
-    reg.pull("bench@1.0.0", trust=policy)
+    reg.pull("bench@1.0.0", options=OpenOptions(trust=policy))
     rows.append(("registry, cached (policy: verdict from the receipt)",
                  *pair(lambda: reg.open("bench@1.0.0", trust=False), lambda: reg.open("bench@1.0.0", trust=policy),
                        args.repeat)))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import re
 
-from ..errors import KeyFileError, RegistryError
+from ..errors import KeyFileError, RegistryValueError
 
 __all__ = ["parse_age", "parse_size", "passphrase"]
 
@@ -20,22 +20,24 @@ _AGE_UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 *
 def parse_size(text: str) -> int:
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
     if not m or m.group(2).lower() not in _SIZE_UNITS:
-        raise RegistryError(f"bad size {text!r}: use e.g. 500M, 2G, 1.5GiB or a byte count")
+        raise RegistryValueError(f"bad size {text!r}: use e.g. 500M, 2G, 1.5GiB or a byte count",
+                                 value=repr(text)[:200])
     return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
 
 
 def parse_age(text: str) -> float:
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
     if not m or m.group(2).lower() not in _AGE_UNITS:
-        raise RegistryError(f"bad age {text!r}: use e.g. 30d, 12h, 45m or seconds")
+        raise RegistryValueError(f"bad age {text!r}: use e.g. 30d, 12h, 45m or seconds", value=repr(text)[:200])
     return float(m.group(1)) * _AGE_UNITS[m.group(2).lower()]
 
 
-def passphrase(var: str | None) -> bytes | None:
-    """Read from the environment, never from argv (argv is visible to every user via ps)."""
+def passphrase(var: str | None, key: str) -> bytes | None:
+    """Read from the environment, never from argv (argv is visible to every user via ps). ``key`` is the key
+    file it unlocks (the first, where one passphrase serves several), named by the error."""
     if not var:
         return None
     value = os.environ.get(var)
     if not value:
-        raise KeyFileError(f"--passphrase-env {var}: the variable is not set or empty")
+        raise KeyFileError(f"--passphrase-env {var}: the variable is not set or empty", path=key)
     return value.encode()

@@ -185,7 +185,7 @@ def _signing_keys(args: argparse.Namespace) -> list:
     from ..trust.keys import load_private_key
     from .arg_types import passphrase
 
-    secret = passphrase(args.passphrase_env)
+    secret = passphrase(args.passphrase_env, args.sign[0])
     return [load_private_key(path, secret) for path in args.sign]
 
 
@@ -215,7 +215,7 @@ def cmd_build(args: argparse.Namespace) -> int:
     if args.no_ir:
         for r in spec.requests:
             r.include_ir = False
-    validate_requests(spec.requests)
+    validate_requests(spec.requests, spec.path)
     previous = None
     if args.reuse:
         from ..resolve import open as open_ref

@@ -56,7 +56,7 @@ def _signing_keys(args: argparse.Namespace) -> list[Any]:
         return []
     from ..trust.keys import load_private_key
 
-    secret = passphrase(args.passphrase_env)
+    secret = passphrase(args.passphrase_env, args.sign[0])
     return [load_private_key(path, secret) for path in args.sign]
 
 
@@ -94,10 +94,18 @@ def cmd_publish(args: argparse.Namespace) -> int:
     return 0
 
 
+def _open_options(args: argparse.Namespace) -> Any:
+    """The flags of `pull` and `lock` as the one :class:`~karchive.registry.OpenOptions` value the registry
+    takes (the one place the CLI's flags become it; `lock` has no --lockfile: it writes one)."""
+    from ..registry.options import OpenOptions
+
+    return OpenOptions(lockfile=getattr(args, "lockfile", None), trust=args.trust,
+                       allow_downgrade=args.allow_downgrade)
+
+
 def cmd_pull(args: argparse.Namespace) -> int:
     reg = _registry(args)
-    result = reg.pull(args.ref, args.output, lockfile=args.lockfile, trust=args.trust,
-                      allow_downgrade=args.allow_downgrade)
+    result = reg.pull(args.ref, args.output, _open_options(args))
     if args.json:
         emit_json({"path": str(result.path), "downloaded": result.downloaded, **result.record.to_dict(),
                    **({"trust": result.trust.to_json()} if result.trust else {})})
@@ -144,7 +152,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
 
     output = output_file(args.output)  # checked (parents made) before anything is resolved
     reg = _registry(args)
-    lock, verdicts = reg.lock(args.refs, trust=args.trust, allow_downgrade=args.allow_downgrade)
+    lock, verdicts = reg.lock(args.refs, _open_options(args))
     lock.write(output)
     if args.json:
         emit_json({"lockfile": args.output, "archives": {n: p.to_json() for n, p in sorted(lock.pins.items())},

@@ -13,7 +13,7 @@ import datetime
 from typing import Any
 
 from ..core import settings
-from ..errors import RegistryError
+from ..errors import RegistryError, RegistryValueError
 from .output import emit_json, printable
 
 #: A registry-metadata key for every `publish` / `sign NAME@VERSION` without --registry-key (CI sets it once).
@@ -30,7 +30,7 @@ def registry_keys(paths: list[str] | None, passphrase_env: str | None) -> list[A
     from ..trust.keys import load_private_key
     from .arg_types import passphrase
 
-    secret = passphrase(passphrase_env)
+    secret = passphrase(passphrase_env, paths[0])
     return [load_private_key(p, secret) for p in paths]
 
 
@@ -56,7 +56,8 @@ def _duration(text: str) -> datetime.timedelta:
 
     seconds = parse_age(text)
     if seconds <= 0:
-        raise RegistryError(f"bad expiry {text!r}: give a positive duration such as 1d, 12h or 7d")
+        raise RegistryValueError(f"bad expiry {text!r}: give a positive duration such as 1d, 12h or 7d",
+                                 value=repr(text)[:200])
     return datetime.timedelta(seconds=seconds)
 
 
@@ -69,9 +70,9 @@ def _registry(args: argparse.Namespace) -> Any:
 
 def cmd_refresh(args: argparse.Namespace) -> int:
     keys = registry_keys(args.key, args.passphrase_env)
+    reg = _registry(args)  # first: the error below names the registry
     if not keys:
-        raise RegistryError(f"registry-meta refresh needs --key KEY (or ${REGISTRY_KEY_ENV})")
-    reg = _registry(args)
+        raise RegistryError(f"registry-meta refresh needs --key KEY (or ${REGISTRY_KEY_ENV})", registry=reg.url)
     update = reg.update_metadata(keys, snapshot=args.snapshot, timestamp_expires=_duration(args.expires),
                                  snapshot_expires=_duration(args.snapshot_expires))
     if args.json:
@@ -95,7 +96,8 @@ def cmd_show(args: argparse.Namespace) -> int:
 
         policy = TrustPolicy.load(args.trust)
         if policy.registry is None:
-            raise RegistryError(f"{args.trust} has no [registry] section: nothing says who signs registry metadata")
+            raise RegistryError(f"{args.trust} has no [registry] section: nothing says who signs registry metadata",
+                                registry=reg.url)
         meta = load_trusted(reg, policy)
         ts: Any = meta.timestamp
         snap: Any = meta.snapshot

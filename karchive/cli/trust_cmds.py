@@ -51,12 +51,12 @@ def cmd_keygen(args: argparse.Namespace) -> int:
     name = args.name or os.path.basename(args.out)
     if not is_key_name(name):
         raise KeyFileError(f"key name {name!r} cannot be used in a trust policy; choose one with --name "
-                           "(letters, digits, '._@+-')")
+                           "(letters, digits, '._@+-')", path=args.out + ".key")
     from ..core.destination import output_file
 
     key = SigningKey.generate()
     private, public = output_file(args.out + ".key"), output_file(args.out + ".pub")
-    save_keypair(key, private, public, passphrase(args.passphrase_env))
+    save_keypair(key, private, public, passphrase(args.passphrase_env, args.out + ".key"))
     snippet = (f'[[keys]]\nname = "{name}"\npublic_key = "{key.public.inline()}"\nid = "{key.key_id}"\n'
                f'# not_before = 2026-01-01T00:00:00Z   # optional rotation window\n'
                f'# not_after = 2027-01-01T00:00:00Z\n')
@@ -87,7 +87,7 @@ def cmd_sign(args: argparse.Namespace) -> int:
                                 "NAME@VERSION, not a file")
     if not os.path.isfile(args.archive):
         raise FileNotFoundError(f"{args.archive}: no such archive file (sign a local .karc; publish it afterwards)")
-    key = load_private_key(args.key, passphrase(args.passphrase_env))
+    key = load_private_key(args.key, passphrase(args.passphrase_env, args.key))
     info = load_build_info(args.provenance) if args.provenance else None
     out = sign_archive(args.archive, key, build_info=info, replace=args.replace)
     if args.json:
@@ -108,8 +108,8 @@ def _sign_published(args: argparse.Namespace) -> int:
 
     if args.replace:
         raise TrustError("--replace is for sidecar files: a registry never replaces a signature (each signer has "
-                         "its own object; publish a new version to start over)")
-    key = load_private_key(args.key, passphrase(args.passphrase_env))
+                         "its own object; publish a new version to start over)", archive=args.archive)
+    key = load_private_key(args.key, passphrase(args.passphrase_env, args.key))
     info = load_build_info(args.provenance) if args.provenance else None
     from .regmeta_cmds import metadata_lines, registry_keys
 
@@ -164,7 +164,7 @@ def trust_report_for(ref: str, policy_path: str, *, registry: str | None = None,
         report.update(refusal_json(exc))
         return report
     if verdict is None:  # pragma: no cover - a policy was given, so the loader returned a verdict or raised
-        raise TrustError(f"{ref}: no trust verdict although a policy was given")
+        raise TrustError(f"{ref}: no trust verdict although a policy was given", archive=ref)
     report.update(verdict.to_json())
     return report
 

@@ -98,7 +98,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
         if not args.key:
             raise KarchiveError(f"{args.import_} is a signed tuning sidecar: give --key PUB to verify it")
-        doc = verify_tuning(raw, [load_public_key(p) for p in args.key], args.import_)
+        doc = verify_tuning(raw, [load_public_key(p) for p in args.key], args.import_,
+                            f"{reader.model.name}@{reader.model.version}")
         return _report(args, import_tables(reader.model, doc, root, local=_local_device(reader)))
     return _report(args, import_decisions(reader.model, parse_json(raw, args.import_, error=KarchiveError), root))
 
@@ -158,7 +159,7 @@ def _signing_keys(args: argparse.Namespace) -> list:
     from ..trust.keys import load_private_key
     from .trust_cmds import passphrase
 
-    secret = passphrase(args.passphrase_env)
+    secret = passphrase(args.passphrase_env, args.sign[0])
     return [load_private_key(p, secret) for p in args.sign]
 
 
@@ -180,10 +181,12 @@ def tune_archive(reader: Any, calls: list, *, ref: str, out: str | None = None, 
     tuner = Tuner(arc, bench=bench, make_bench=make_bench, factory=factory)
     decisions = tuner.tune(calls, keep_going=keep_going)
     if not decisions:
-        raise TuneError("no call could be tuned: " + "; ".join(f["error"] for f in tuner.failed)[:2000])
+        raise TuneError("no call could be tuned: " + "; ".join(f["error"] for f in tuner.failed)[:2000],
+                        kernel=None, call=None)  # every call failed: none is the one at fault
     device = tuner.device
     if device is None or not getattr(device, "name", ""):
-        raise TuneError("the device the calls ran on has no name: tuning tables are filed per GPU model")
+        raise TuneError("the device the calls ran on has no name: tuning tables are filed per GPU model",
+                        kernel=None, call=None)
     model = reader.model
     target = f"{device.backend}:{device.arch}"
     source = {"name": model.name, "version": model.version}

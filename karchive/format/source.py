@@ -109,10 +109,11 @@ class FsspecSource:
             if cause is not None and not isinstance(cause, FileNotFoundError) and getattr(cause, "status", None) not in (404, 410):
                 # fsspec's HTTP file system reports any failed request as "not found"; a refused
                 # connection is a network problem, not a missing archive.
-                raise TransferError(f"cannot reach {path}: {type(cause).__name__}: {cause}", url=path) from exc
+                raise TransferError(f"cannot reach {path}: {type(cause).__name__}: {cause}", url=path,
+                                    registry=None, attempts=1) from exc  # opened by URL: no registry, no retries
             raise ArchiveNotFoundError(f"no such archive: {path}", path=path) from None
         except Exception as exc:
-            raise TransferError(f"cannot stat {path}: {exc}", url=path) from exc
+            raise TransferError(f"cannot stat {path}: {exc}", url=path, registry=None, attempts=1) from exc
 
     def read(self, offset: int, length: int) -> bytes:
         if offset < 0 or length < 0 or offset + length > self.size:
@@ -121,7 +122,7 @@ class FsspecSource:
             data = self.fs.cat_file(self.path, start=offset, end=offset + length)
         except Exception as exc:
             raise TransferError(f"range read of {self.path} [{offset}, {offset + length}) failed: {exc}",
-                                url=self.path) from exc
+                                url=self.path, registry=None, attempts=1) from exc
         if len(data) != length:
             raise FormatError(f"short range read from {self.path}: got {len(data)} of {length} bytes")
         with self._lock:

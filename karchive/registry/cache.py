@@ -42,7 +42,7 @@ from typing import BinaryIO
 from collections.abc import Callable
 
 from .. import __version__
-from ..errors import FormatError, RegistryError
+from ..errors import CacheError, FormatError, RegistryError
 from ..core.fsio import atomic_write, fsync_dir
 from ..core.jsonio import canonical_json
 from ..format.check import check_archive_file
@@ -243,7 +243,7 @@ class Cache:
             with self._lock(digest):  # a blob without a valid receipt: (re)verify it once
                 return self._verify_in_place(digest, size, name, version)
         except OSError as exc:
-            raise RegistryError(f"local cache {self.root}: {exc}") from None
+            raise CacheError(f"local cache {self.root}: {exc}", path=str(self.root)) from None
 
     def _verify_in_place(self, digest: str, size: int | None, name: str | None, version: str | None) -> Path | None:
         blob = self._verified_blob(digest)
@@ -270,7 +270,7 @@ class Cache:
         try:
             return self._install(digest, size, download, name, version)
         except OSError as exc:  # disk full, read-only or foreign-owned cache directory
-            raise RegistryError(f"local cache {self.root}: {exc}") from None
+            raise CacheError(f"local cache {self.root}: {exc}", path=str(self.root)) from None
 
     def _install(self, digest: str, size: int, download: Downloader, name: str | None,
                  version: str | None) -> tuple[Path, bool]:

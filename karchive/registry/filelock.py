@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from ..errors import TransferError
+from ..errors import CacheError
 
 try:
     import fcntl
@@ -46,9 +46,9 @@ class FileLock:
                     return False
                 if time.monotonic() > deadline:
                     os.close(fd)
-                    raise TransferError(
+                    raise CacheError(
                         f"waited {self.timeout:.0f}s for another karchive process holding {self.path}; "
-                        "it may be stuck downloading"
+                        "it may be stuck downloading", path=str(self.path)
                     ) from None
                 time.sleep(self.poll)
             except OSError:  # no locking on this file system (ENOLCK ...): the caller decides, fd not leaked

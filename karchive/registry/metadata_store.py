@@ -236,7 +236,7 @@ def _load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | N
     now = now or datetime.datetime.now(UTC)
     store = reg.store
     where = f"{reg.url}/{TIMESTAMP_PATH}"
-    data = _read_bounded(store, TIMESTAMP_PATH, MAX_TIMESTAMP_BYTES)
+    data = _read_bounded(store, TIMESTAMP_PATH, MAX_TIMESTAMP_BYTES, "timestamp")
     if data is None:
         raise _refuse(reasons.METADATA_MISSING, f"{reg.url} has no signed registry metadata ({TIMESTAMP_PATH}), and "
                       f"trust policy {policy.source} requires it ([registry] require_signed_metadata); a publisher "
@@ -261,7 +261,7 @@ def _load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | N
                       expires=fmt_time(ts.expires))
     spath = snapshot_path(ts.snapshot_version)
     swhere = f"{reg.url}/{spath}"
-    sdata = _read_bounded(store, spath, MAX_SNAPSHOT_BYTES)
+    sdata = _read_bounded(store, spath, MAX_SNAPSHOT_BYTES, "snapshot")
     if sdata is None:
         raise _refuse(reasons.METADATA_MISSING, f"{swhere}: the snapshot the timestamp names is missing", reg, policy,
                       role="snapshot", version=ts.snapshot_version)
@@ -286,9 +286,10 @@ def _load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | N
                            tuple(k.name for k in snap_keys))
 
 
-def _read_bounded(store: Store, path: str, limit: int) -> bytes | None:
+def _read_bounded(store: Store, path: str, limit: int, role: str | None) -> bytes | None:
     """The object, or None if absent; never more than ``limit + 1`` bytes are fetched (one ranged read:
-    a stat would also work, but fsspec answers it from a listing cache that can predate the object)."""
+    a stat would also work, but fsspec answers it from a listing cache that can predate the object).
+    ``role``: the metadata document read (None: a version record), for the error."""
     from ..trust import reasons
 
     data: bytes | None
@@ -301,8 +302,11 @@ def _read_bounded(store: Store, path: str, limit: int) -> bytes | None:
     if data is None:
         return None
     if len(data) > limit:
+        # read before anything is parsed: no version; load_trusted adds the policy
         raise RegistryMetadataError(f"{store.url}/{path} is larger than {limit} bytes; registry metadata is at most "
-                                    f"{limit}", reason=reasons.METADATA_MALFORMED, registry=store.url)
+                                    f"{limit}", reason=reasons.METADATA_MALFORMED, registry=store.url,
+                                    role=role, policy_sha256=None,
+                                    archive=None, version=None, seen=None, expires=None)
     return data
 
 
@@ -333,7 +337,7 @@ def _read_record(reg: Registry, name: str, version: str) -> VersionRecord | None
     and the stat is answered from the listing cache an earlier listing in this process left: a record
     created since would read as absent, and a withheld-version alarm would be false.)"""
     path = version_record_path(name, version)
-    data = _read_bounded(reg.store, path, MAX_RECORD_BYTES)
+    data = _read_bounded(reg.store, path, MAX_RECORD_BYTES, None)  # a version record: no metadata role
     if data is None:
         return None
     record = VersionRecord.from_json(data, f"{reg.url}/{path}")
@@ -513,7 +517,8 @@ def update_metadata(reg: Registry, keys: Sequence[SigningKey], *, snapshot: bool
                 created = True
                 break
         else:
-            raise ConflictError(f"{reg.url}: other writers issued {rounds} snapshots while this one tried; try again",
+            # contention, not a conflict over one immutable version (ConflictError): no ref, no two digests
+            raise RegistryError(f"{reg.url}: other writers issued {rounds} snapshots while this one tried; try again",
                                 registry=reg.url)
     ts_keys = list(timestamp_keys or keys)
     if not ts_keys:
@@ -545,8 +550,8 @@ def _write_timestamp(reg: Registry, keys: Sequence[SigningKey], now: datetime.da
         store.replace(TIMESTAMP_PATH, sign_payload(TIMESTAMP_TYPE, ts.to_payload(), keys).to_bytes())
         if _listed_snapshots(store)[-1:] == [number]:
             return version, snap
-    raise ConflictError(f"{reg.url}: snapshots kept changing while the timestamp was written; try again",
-                        registry=reg.url)
+    raise RegistryError(f"{reg.url}: snapshots kept changing while the timestamp was written; try again",
+                        registry=reg.url)  # contention (as in update_metadata), not a ConflictError
 
 
 def read_current(reg: Registry) -> tuple[Timestamp | None, Snapshot | None, Envelope | None, Envelope | None]:
@@ -554,13 +559,13 @@ def read_current(reg: Registry) -> tuple[Timestamp | None, Snapshot | None, Enve
     without a policy); None where absent."""
     from ..trust.metadata import MAX_SNAPSHOT_BYTES, MAX_TIMESTAMP_BYTES, Timestamp, parse_envelope
 
-    data = _read_bounded(reg.store, TIMESTAMP_PATH, MAX_TIMESTAMP_BYTES)
+    data = _read_bounded(reg.store, TIMESTAMP_PATH, MAX_TIMESTAMP_BYTES, "timestamp")
     if data is None:
         return None, None, None, None
     where = f"{reg.url}/{TIMESTAMP_PATH}"
     envelope = parse_envelope(data, where, "timestamp", MAX_TIMESTAMP_BYTES)
     ts = Timestamp.parse(envelope.payload, where)
-    sdata = _read_bounded(reg.store, snapshot_path(ts.snapshot_version), MAX_SNAPSHOT_BYTES)
+    sdata = _read_bounded(reg.store, snapshot_path(ts.snapshot_version), MAX_SNAPSHOT_BYTES, "snapshot")
     if sdata is None:
         return ts, None, envelope, None
     swhere = f"{reg.url}/{snapshot_path(ts.snapshot_version)}"

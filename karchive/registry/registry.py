@@ -29,7 +29,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..core import settings
 from ..core.destination import output_file
 from ..core.fsio import atomic_writer
-from ..errors import (ConflictError, DestinationError, IntegrityError, KarchiveError, NotFoundError, RegistryError)
+from ..errors import (ConflictError, DestinationError, IntegrityError, KarchiveError, NotFoundError, RegistryError,
+                      RegistryValueError)
 from ..format.reader import ArchiveReader, Limits
 from ..format.check import ArchiveFacts, check_archive_file
 from .cache import Cache
@@ -67,7 +68,6 @@ def _operation(method: _M) -> _M:
     return bounded  # type: ignore[return-value]
 
 if TYPE_CHECKING:  # pragma: no cover - signing needs cryptography; naming the types does not
-    from ..trust.enforce import TrustArg
     from .metadata_store import MetadataUpdate
     from ..trust.keys import SigningKey
     from ..trust.policy import TrustPolicy
@@ -212,7 +212,8 @@ class Registry:
         if self.is_default and self.store.is_local and not Path(self.url).exists():
             return
         raise NotFoundError(f"{self.url} is not a karchive registry (it has no {MARKER}): a mistyped location? "
-                            "A registry is created by its first `karchive publish`", registry=self.url)
+                            "A registry is created by its first `karchive publish`", registry=self.url,
+                            name=None, version=None)  # no name was missing: the location holds no registry
 
     @_operation
     def versions(self, name: str) -> list[VersionRecord]:
@@ -231,7 +232,7 @@ class Registry:
         if not records:
             names = self.names()
             raise NotFoundError(f"no archive named {name!r} in registry {self.url}; it has: {_listing(names)}",
-                                registry=self.url, name=name, available=tuple(names))
+                                registry=self.url, name=name, version=None, available=tuple(names))
         return sorted(records, key=lambda r: version_key(r.version))
 
     @_operation
@@ -264,7 +265,7 @@ class Registry:
         if latest is None:
             names = self.names()
             raise NotFoundError(f"no archive named {ref.name!r} in registry {self.url}; it has: {_listing(names)}",
-                                registry=self.url, name=ref.name, available=tuple(names))
+                                registry=self.url, name=ref.name, version=None, available=tuple(names))
         record = self._read_record(ref.name, latest)
         if record is None:
             raise RegistryError(f"{self._where(version_record_path(ref.name, latest))} is listed but missing (damaged index)",
@@ -548,23 +549,29 @@ class Registry:
         return self.cache.install(record.sha256, record.size, fill, name=record.name, version=record.version)
 
     @_operation
-    def pull(self, ref: str | Ref, dest: str | os.PathLike | None = None, *,
-             lockfile: Lockfile | str | os.PathLike | None = None, trust: TrustArg = None,
-             allow_downgrade: bool = False) -> PullResult:
-        """Fetch ``ref`` into the cache (verified), and with a trust policy (``trust`` or
-        ``$KARCHIVE_TRUST_POLICY``) check its signatures; ``dest`` gets a copy only if all passed."""
+    def pull(self, ref: str | Ref, dest: str | os.PathLike | None = None,
+             options: OpenOptions | None = None) -> PullResult:
+        """Fetch ``ref`` into the cache (verified), and with a trust policy (``options.trust`` or
+        ``$KARCHIVE_TRUST_POLICY``) check its signatures; ``dest`` gets a copy only if all passed.
+
+        ``options`` is the :class:`OpenOptions` :meth:`open` takes (``OpenOptions(trust=policy,
+        lockfile=path)``); pull reads ``lockfile``, ``trust``, ``allow_downgrade``, ``limits`` and
+        ``reuse_verdict``. It always fetches the whole archive, so ``fetch`` is not read, and
+        ``registry``, ``cache_dir`` and ``storage_options`` belong to this registry, as for :meth:`open`."""
         from ..trust.enforce import resolve_policy
 
-        policy = resolve_policy(trust)
-        lock = load_lockfile(lockfile)
-        record = self.record_for(ref, lock, allow_downgrade=allow_downgrade, policy=policy)
+        opts = OpenOptions.of(options)
+        policy = resolve_policy(opts.trust)
+        lock = load_lockfile(opts.lockfile)
+        record = self.record_for(ref, lock, allow_downgrade=opts.allow_downgrade, policy=policy)
         # Held from before the lookup: prune cannot remove the blob between fetch and open, nor while
         # the caller uses the returned path (until the result is released or dropped).
         hold = self.cache.hold(record.sha256)
         try:
             path, downloaded = self.fetch(record)
             if policy is not None:
-                reader, verdict = self._open_cached(record, path, Limits(), policy, lock)
+                reader, verdict = self._open_cached(record, path, opts.limits or Limits(), policy, lock,
+                                                    opts.reuse_verdict)
                 _close(reader)
             else:  # nothing to verify, but a lockfile that pins signers is refused without a policy
                 verdict = decide_record(self.store, None, record, index_sha256=record.index_sha256,
@@ -691,20 +698,27 @@ class Registry:
         return reader
 
     @_operation
-    def lock(self, refs: Sequence[str | Ref], *, trust: TrustArg = None,
-             allow_downgrade: bool = False) -> tuple[Lockfile, dict[str, Verdict]]:
-        """A lockfile pinning each reference's digests and, with a trust policy, its signers (the key
-        ids whose signatures count now). Each archive is pulled and verified to learn them."""
+    def lock(self, refs: Sequence[str | Ref],
+             options: OpenOptions | None = None) -> tuple[Lockfile, dict[str, Verdict]]:
+        """A lockfile pinning each reference's digests and, with a trust policy (``options.trust`` or
+        ``$KARCHIVE_TRUST_POLICY``), its signers (the key ids whose signatures count now). Each archive
+        is then pulled and verified (:meth:`pull`, with the same ``options``) to learn them.
+        ``options.allow_downgrade`` is read as by :meth:`pull`; ``options.lockfile`` is refused: this
+        makes a lockfile, and pinning it to another would be a second, silent source of versions."""
         from ..trust.enforce import resolve_policy
         from .lockfile import Lockfile
 
-        policy = resolve_policy(trust)
+        opts = OpenOptions.of(options)
+        if opts.lockfile is not None:
+            raise RegistryValueError("Registry.lock makes a lockfile; it does not read one (options.lockfile is set)",
+                                     value=repr(opts.lockfile)[:200])
+        policy = resolve_policy(opts.trust)
         records, verdicts = [], {}
         for ref in refs:
             if policy is None:
-                records.append(self.record_for(ref, allow_downgrade=allow_downgrade))
+                records.append(self.record_for(ref, allow_downgrade=opts.allow_downgrade))
                 continue
-            result = self.pull(ref, trust=policy, allow_downgrade=allow_downgrade)
+            result = self.pull(ref, options=OpenOptions.of(opts, trust=policy))  # resolved once, for every ref
             records.append(result.record)
             if result.trust is not None:
                 verdicts[result.record.name] = result.trust

@@ -55,9 +55,10 @@ def stream_handle(obj: Any) -> int:
                     value = int(obj)  # cuda-python CUstream / hip-python hipStream_t
                 except (TypeError, ValueError):
                     raise ArgumentError(f"stream={obj!r}: expected an int handle or a torch/CuPy/__cuda_stream__ "
-                                        "stream") from None
+                                        "stream", kernel=None, param="stream") from None
     if not 0 <= value < 1 << 64:
-        raise ArgumentError(f"stream={obj!r}: {value} is not a stream handle (an address in [0, 2**64))")
+        raise ArgumentError(f"stream={obj!r}: {value} is not a stream handle (an address in [0, 2**64))",
+                            kernel=None, param="stream")  # the same check for every kernel: not told which
     return value
 
 

@@ -70,7 +70,8 @@ class TensorDescriptor:
                  strides: Sequence[int] | None = None, dtype: Any = None, padding: str = "zero",
                  round_f32_to_tf32: bool = False) -> None:
         if padding not in ("zero", "nan"):
-            raise ArgumentError(f"TensorDescriptor: padding must be 'zero' or 'nan', got {padding!r}")
+            raise ArgumentError(f"TensorDescriptor: padding must be 'zero' or 'nan', got {padding!r}", kernel=None,
+                                param="padding")  # built before (and apart from) any kernel
         self.source = x
         self._fixed_ptr: int | None = None
         #: The last expansion: (record id, block_from_variant, launch device, address, device, values). Shape,
@@ -78,14 +79,15 @@ class TensorDescriptor:
         self._memo: tuple | None = None
         if isinstance(x, int) and not isinstance(x, bool):
             if shape is None or strides is None or dtype is None:
-                raise ArgumentError("TensorDescriptor: a raw address needs shape=, strides= and dtype=")
+                raise ArgumentError("TensorDescriptor: a raw address needs shape=, strides= and dtype=", kernel=None,
+                                    param="shape" if shape is None else "strides" if strides is None else "dtype")
             self._fixed_ptr = x
             found_dtype: Any = dtype
         else:
             try:
                 _ptr, found_dtype, _dev = pointer_info(x)
             except (NotAPointer, TypeError) as exc:
-                raise ArgumentError(f"TensorDescriptor: {exc}") from None
+                raise ArgumentError(f"TensorDescriptor: {exc}", kernel=None, param="x") from None
             if dtype is not None:
                 found_dtype = dtype
             if shape is None or strides is None:
@@ -96,11 +98,12 @@ class TensorDescriptor:
         self.strides = tuple(int(s) for s in strides)
         if len(self.shape) != len(self.strides) or not 1 <= len(self.shape) <= 5:
             raise ArgumentError(f"TensorDescriptor: shape {self.shape} and strides {self.strides} must have one "
-                                "length, 1 to 5")
+                                "length, 1 to 5", kernel=None,
+                                param="shape" if not 1 <= len(self.shape) <= 5 else "strides")
         self.block_shape = None if block_shape is None else tuple(int(b) for b in block_shape)
         if self.block_shape is not None and len(self.block_shape) != len(self.shape):
             raise ArgumentError(f"TensorDescriptor: block_shape {self.block_shape} has rank {len(self.block_shape)}, "
-                                f"the tensor {len(self.shape)}")
+                                f"the tensor {len(self.shape)}", kernel=None, param="block_shape")
         self.elem_dtype = found_dtype
         self.padding = padding
         self.round_f32_to_tf32 = bool(round_f32_to_tf32)
@@ -143,7 +146,7 @@ def _dlpack_shape(x: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
         if _capsule_valid(capsule, name):
             break
     else:
-        raise ArgumentError("TensorDescriptor: __dlpack__ returned no usable DLPack capsule")
+        raise ArgumentError("TensorDescriptor: __dlpack__ returned no usable DLPack capsule", kernel=None, param="x")
     t = _DLTensor.from_address(_capsule_get(capsule, name) + (32 if name == b"dltensor_versioned" else 0))
     shape = tuple((ctypes.c_int64 * t.ndim).from_address(t.shape)) if t.ndim else ()
     strides = tuple((ctypes.c_int64 * t.ndim).from_address(t.strides)) if t.strides else _contiguous(shape)
@@ -165,7 +168,8 @@ def _itemsize(dtype: Any) -> int:
     size = getattr(dtype, "itemsize", None)
     if isinstance(size, int) and size > 0:
         return size
-    raise ArgumentError(f"TensorDescriptor: cannot tell the element size of dtype {dtype!r}")
+    raise ArgumentError(f"TensorDescriptor: cannot tell the element size of dtype {dtype!r}", kernel=None,
+                        param="dtype")
 
 
 def is_descriptor(value: Any) -> bool:
@@ -188,7 +192,9 @@ class _Call:
     tf32: bool
 
 
-def _read(value: Any) -> _Call:
+def _read(value: Any, name: str) -> _Call:
+    """What ``value``, the argument of descriptor parameter ``name``, says. Its errors name the parameter but no
+    kernel (this module is not told it): the launch path re-raises them with it (launch/_record.py)."""
     if isinstance(value, TensorDescriptor):
         if value._fixed_ptr is not None:
             ptr, dev = value._fixed_ptr, None
@@ -200,12 +206,12 @@ def _read(value: Any) -> _Call:
         try:
             ptr, dtype, dev = pointer_info(value.base)
         except (NotAPointer, TypeError) as exc:
-            raise ArgumentError(f"descriptor base: {exc}") from None
+            raise ArgumentError(f"descriptor base: {exc}", kernel=None, param=name) from None
         return _Call(ptr, tuple(int(s) for s in value.shape), tuple(int(s) for s in value.strides),
                      tuple(int(b) for b in value.block_shape), dtype, dev, str(getattr(value, "padding", "zero")),
                      bool(getattr(value, "round_f32_to_tf32", False)))
     raise ArgumentError(f"expected a tensor descriptor (karchive.TensorDescriptor or Triton's TensorDescriptor), "
-                        f"got {type(value).__name__}")
+                        f"got {type(value).__name__}", kernel=None, param=name)
 
 
 def descriptor_reason(name: str, typ: str, value: Any, block_from_variant: bool = False) -> str | None:
@@ -217,7 +223,7 @@ def descriptor_reason(name: str, typ: str, value: Any, block_from_variant: bool 
     if not is_descriptor(value):
         return f"{name} expects a tensor descriptor ({typ}), got {type(value).__name__}"
     try:
-        call = _read(value)
+        call = _read(value, name)
     except ArgumentError as exc:
         return f"{name}: {exc}"
     got = triton_dtype(call.dtype)
@@ -262,7 +268,7 @@ def encode_params(d: TensorDescAbi, ptr: int, shape: Sequence[int], strides: Seq
     if tf32:
         if d.convention == "triton-3.5":
             raise ArgumentError("round_f32_to_tf32 descriptors did not exist before Triton 3.7; this variant's "
-                                "convention (triton-3.5) cannot take one")
+                                "convention (triton-3.5) cannot take one", kernel=None, param="round_f32_to_tf32")
         elem_type = TMA_TF32
     data_type = elem_type if tf32 else _DEVICE_TO_HOST[elem_type]
     global_dim = tuple(int(s) for s in reversed(dims))
@@ -286,47 +292,50 @@ def check_call(name: str, d: TensorDescAbi, call: _Call, block_from_variant: boo
     """The argument checks that must pass before a launch (ArgumentError naming the parameter). ``block`` is
     the block of the variant's signature (``tensordesc<fp16[128, 128]>``), which the call's descriptor must
     have; the ABI's ``block_shape`` is the TMA box Triton encodes, which can be smaller (a 128-column fp16
-    store is two 64-column boxes under the 128-byte swizzle)."""
+    store is two 64-column boxes under the 128-byte swizzle). No kernel is named: this module is not told it, and
+    the launch path re-raises these errors with it (launch/_record.py)."""
     where = f"parameter {name!r} (tensordesc<{d.dtype}[{', '.join(map(str, d.block_shape))}]>)"
     if d.im2col:
         raise ArgumentError(f"{where}: im2col tensor descriptors are recorded but karchive cannot launch them yet",
-                            param=name)
+                            kernel=None, param=name)
     got = triton_dtype(call.dtype)
     if call.dtype is not None and got != d.dtype:
         raise ArgumentError(f"{where}: the tensor has dtype {got or call.dtype}, the variant takes {d.dtype}",
-                            param=name)
+                            kernel=None, param=name)
     if len(call.shape) != d.rank or len(call.strides) != d.rank:
         raise ArgumentError(f"{where}: the descriptor has rank {len(call.shape)}, the variant takes {d.rank}",
-                            param=name)
+                            kernel=None, param=name)
     want = block if block is not None else d.block_shape
     if call.block is not None and not block_from_variant and call.block != want:
         raise ArgumentError(f"{where}: the descriptor's block_shape is {list(call.block)}, the variant was compiled "
-                            f"for {list(want)}", param=name)
+                            f"for {list(want)}", kernel=None, param=name)
     if call.device is not None and call.device < 0:
-        raise ArgumentError(f"{where}: the tensor is in host memory; TMA needs device memory", param=name)
+        raise ArgumentError(f"{where}: the tensor is in host memory; TMA needs device memory", kernel=None, param=name)
     if any(s <= 0 for s in call.shape):
-        raise ArgumentError(f"{where}: shape {list(call.shape)} must be positive", param=name)
+        raise ArgumentError(f"{where}: shape {list(call.shape)} must be positive", kernel=None, param=name)
     if d.mode == "tma":
         size = d.elem_size or ELEMENT_SIZES.get(d.dtype, 1)
         if call.ptr % 16:
             raise ArgumentError(f"{where}: base address 0x{call.ptr:x} is not 16-byte aligned (TMA needs it)",
-                                param=name)
+                                kernel=None, param=name)
         if call.strides[-1] != 1:
             raise ArgumentError(f"{where}: the last dimension must be contiguous (stride 1), strides are "
-                                f"{list(call.strides)}", param=name)
+                                f"{list(call.strides)}", kernel=None, param=name)
         bad = [s for s in call.strides[:-1] if (s * size) % 16]
         if bad:
             raise ArgumentError(f"{where}: strides {list(call.strides)} of {size}-byte elements are not multiples of "
-                                "16 bytes (TMA needs every stride but the last 16-byte aligned)", param=name)
+                                "16 bytes (TMA needs every stride but the last 16-byte aligned)", kernel=None,
+                                param=name)
         if any(s >= 1 << 32 for s in call.shape):
-            raise ArgumentError(f"{where}: shape {list(call.shape)} exceeds 2**32 - 1 in a dimension", param=name)
+            raise ArgumentError(f"{where}: shape {list(call.shape)} exceeds 2**32 - 1 in a dimension", kernel=None,
+                                param=name)
     if call.padding == "nan" and not d.dtype.startswith(("fp", "bf")):
-        raise ArgumentError(f"{where}: padding 'nan' needs a floating-point tensor", param=name)
+        raise ArgumentError(f"{where}: padding 'nan' needs a floating-point tensor", kernel=None, param=name)
     if call.tf32 and d.convention == "triton-3.5":
         # the binary has no rounding flag to take (decomposed) nor a TF32 map to read (tma): launching would
         # silently skip the rounding the caller asked for
         raise ArgumentError(f"{where}: round_f32_to_tf32 descriptors did not exist before Triton 3.7; this variant's "
-                            "convention (triton-3.5) cannot take one", param=name)
+                            "convention (triton-3.5) cannot take one", kernel=None, param=name)
 
 
 _lock = threading.Lock()
@@ -406,9 +415,9 @@ def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = F
                      value.round_f32_to_tf32)
     else:
         try:
-            call = _read(value)
+            call = _read(value, name)
         except ArgumentError as exc:
-            raise ArgumentError(f"parameter {name!r}: {exc}", param=name) from None
+            raise ArgumentError(f"parameter {name!r}: {exc}", kernel=None, param=name) from None
         key = (call.ptr, call.shape, call.strides, call.dtype, call.device, call.block, call.padding, call.tf32, id(d),
                block_from_variant, device, block)
         out = _cache.get(key)
@@ -417,7 +426,8 @@ def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = F
     check_call(name, d, call, block_from_variant, block)
     if device is not None and call.device is not None and call.device >= 0 and call.device != device:
         raise ArgumentError(f"parameter {name!r}: the descriptor's tensor is on device {call.device}, the launch on "
-                            f"device {device}; a tensor map must describe memory of the launching GPU", param=name)
+                            f"device {device}; a tensor map must describe memory of the launching GPU", kernel=None,
+                            param=name)
     r = d.rank
     if d.mode == "tma":
         params = encode_params(d, call.ptr, call.shape, call.strides, call.padding, call.tf32, _driver())

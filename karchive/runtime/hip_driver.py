@@ -170,7 +170,8 @@ class HipBackend:
                   stream: Any, kernel_params: int, cluster: tuple[int, int, int], cooperative: bool,
                   pdl: bool) -> int:
         if cluster[0] * cluster[1] * cluster[2] > 1 or pdl:
-            raise LaunchError("clusters and PDL do not exist on HIP; this variant cannot launch here")
+            # the backend is not told the kernel: LaunchEntry.raw_launch names it on the way out
+            raise LaunchError("clusters and PDL do not exist on HIP; this variant cannot launch here", kernel=None)
         if cooperative:
             result = self.d.hipModuleLaunchCooperativeKernel(func, *grid, *block, shared, stream, kernel_params)
         else:

@@ -23,8 +23,9 @@ class ScratchPool:
         self._buffers: dict[tuple[int, int, str], tuple[int, int]] = {}  # key -> (base, usable bytes)
         self._retired: list[tuple[int, int]] = []  # (device, base) kept alive for graphs / in-flight work
 
-    def get(self, device: int, stream_key: int, stream: Any, kind: str, nbytes: int, align: int) -> int:
-        """An ``align``-aligned device address with at least ``nbytes`` bytes, private to this stream."""
+    def get(self, device: int, stream_key: int, stream: Any, kind: str, nbytes: int, align: int, kernel: str) -> int:
+        """An ``align``-aligned device address with at least ``nbytes`` bytes, private to this stream (``kernel``:
+        the kernel launched, named by the error)."""
         key = (device, stream_key, kind)
         have = self._buffers.get(key)
         if have is not None and have[1] >= nbytes:
@@ -37,8 +38,8 @@ class ScratchPool:
                 raise LaunchError(
                     f"this kernel needs {nbytes} bytes of {kind} scratch, more than karchive has allocated for "
                     "this stream, and the stream is being captured (allocating now would break the capture); "
-                    "launch it once outside the capture with the same or a larger grid to preallocate"
-                )
+                    "launch it once outside the capture with the same or a larger grid to preallocate",
+                    kernel=kernel)
             size = max(nbytes, 2 * have[1] if have else 0, 1 << 16)
             base = self.backend.alloc(device, size + max(align, 1))
             if have is not None:

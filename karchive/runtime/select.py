@@ -372,5 +372,5 @@ def select_variant(kernel: str, variants: Sequence[Variant], dev: DeviceInfo, va
     raise NoMatchingVariantError(
         f"no variant of {kernel!r} fits the call {kernel}({asked}) on {dev}; "
         f"{len(variants)} variant(s) rejected:\n" + "\n".join(f"  - {label}: {why}" for label, why in labelled),
-        kernel=kernel, rejections=tuple(labelled),
+        kernel=kernel, rejections=tuple(labelled), param=None,  # every variant was tried: the call omits nothing
     )

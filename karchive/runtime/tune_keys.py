@@ -165,12 +165,13 @@ def parse_call(obj: Any, index: int, where: str = "calls") -> TuneCall:
 def parse_keys_file(raw: bytes, where: str = "keys file") -> list[TuneCall]:
     """The calls of a keys file; :class:`TuneError` names the first thing wrong (nothing is evaluated)."""
     if len(raw) > MAX_KEYS_BYTES:
-        raise TuneError(f"{where} is larger than {MAX_KEYS_BYTES} bytes")
+        raise TuneError(f"{where} is larger than {MAX_KEYS_BYTES} bytes", kernel=None, call=None)
     data = parse_json(raw, where, error=TuneError)
     if not isinstance(data, dict) or data.get("format") != KEYS_FORMAT or not isinstance(data.get("calls"), list):
-        raise TuneError(f"{where} is not a keys file: expected {{'format': {KEYS_FORMAT!r}, 'calls': [...]}}")
+        raise TuneError(f"{where} is not a keys file: expected {{'format': {KEYS_FORMAT!r}, 'calls': [...]}}",
+                        kernel=None, call=None)
     if len(data["calls"]) > MAX_CALLS:
-        raise TuneError(f"{where} holds {len(data['calls'])} calls; at most {MAX_CALLS}")
+        raise TuneError(f"{where} holds {len(data['calls'])} calls; at most {MAX_CALLS}", kernel=None, call=None)
     return [parse_call(c, i) for i, c in enumerate(data["calls"])]
 
 
@@ -219,7 +220,7 @@ class TorchFactory:
             import torch
         except ImportError:
             raise TuneError("tuning makes the keys file's tensors with torch, which is not installed here "
-                            "(pip install torch)") from None
+                            "(pip install torch)", kernel=None, call=None) from None
 
         self.torch = torch
         self.device = device

@@ -292,7 +292,8 @@ class Route:
             raise ServeMissError(
                 f"karchive.serve(strict): cannot serve {call}: {reason}. Triton was not asked to compile it; "
                 f"archives: {', '.join(self.session.labels()) or '(none)'}",
-                kernel=self.live.name, call=call, rejections=rejections, archives=self.session.labels()) from exc
+                kernel=self.live.name, call=call, rejections=rejections, archives=self.session.labels(),
+                param=getattr(exc, "param", None), values=tuple(getattr(exc, "values", ()) or ())) from exc
         if self.session.misses is not None and self.jit is not None:
             self.session.misses.add(self, args, kwargs, reason)
         sig = call_shape(self, args, kwargs)

@@ -43,7 +43,9 @@ MAX_BUILD_INFO_BYTES = 1024 * 1024
 
 
 def _fail(msg: str) -> TrustError:
-    return TrustError(f"build info: {msg}", reason=reasons.BAD_BUILD_INFO)
+    # build info is checked as a document of its own (a --provenance file, or what a build collected), apart
+    # from the archive it will describe: no NAME@VERSION is at hand here
+    return TrustError(f"build info: {msg}", reason=reasons.BAD_BUILD_INFO, archive=None)
 
 
 def _is_json_scalar(v: Any) -> bool:

@@ -34,21 +34,22 @@ def pae(payload_type: str, payload: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(t), t, len(payload), payload)
 
 
-def b64decode(text: object, what: str) -> bytes:
-    """Base64 as DSSE allows it (envelope.md): standard or URL-safe alphabet, padding optional."""
+def b64decode(text: object, what: str, where: str) -> bytes:
+    """Base64 as DSSE allows it (envelope.md): standard or URL-safe alphabet, padding optional. ``what`` is
+    the field, ``where`` the envelope (its file, or what was read)."""
     if not isinstance(text, str):
-        raise EnvelopeError(f"{what} is not a string")
+        raise EnvelopeError(f"{what} is not a string", path=where)
     if _B64_STD.fullmatch(text):
         body = text
     elif _B64_URL.fullmatch(text):
         body = text.replace("-", "+").replace("_", "/")
     else:
-        raise EnvelopeError(f"{what} is not base64")
+        raise EnvelopeError(f"{what} is not base64", path=where)
     body = body.rstrip("=")
     try:
         return base64.b64decode(body + "=" * (-len(body) % 4), validate=True)
     except binascii.Error as exc:
-        raise EnvelopeError(f"{what} is not base64 ({exc})") from exc
+        raise EnvelopeError(f"{what} is not base64 ({exc})", path=where) from exc
 
 
 @dataclass(frozen=True)
@@ -110,11 +111,11 @@ class Envelope:
                 raise EnvelopeError(f"{where}: signatures[{i}] needs a string 'sig' (and an optional string 'keyid')",
                                     path=where)
             try:
-                sigs.append(Signature(s.get("keyid", ""), b64decode(s["sig"], f"signatures[{i}].sig")))
+                sigs.append(Signature(s.get("keyid", ""), b64decode(s["sig"], f"signatures[{i}].sig", where)))
             except EnvelopeError as exc:
                 raise EnvelopeError(f"{where}: {exc}", path=where) from exc
         try:
-            payload = b64decode(obj["payload"], "payload")
+            payload = b64decode(obj["payload"], "payload", where)
         except EnvelopeError as exc:
             raise EnvelopeError(f"{where}: {exc}", path=where) from exc
         return cls(obj["payloadType"], payload, tuple(sigs))

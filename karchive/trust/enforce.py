@@ -65,7 +65,8 @@ def manifest_identity(reader: ArchiveReader, where: str) -> tuple[str, str]:
     # The header (format 2) or the whole manifest (1.0): both carry the identity; no shard is read.
     name, version = reader.header.get("name"), reader.header.get("version")
     if not isinstance(name, str) or not isinstance(version, str):
-        raise TrustError(f"{where}: the manifest has no usable name and version", reason=reasons.DAMAGED_ARCHIVE)
+        raise TrustError(f"{where}: the manifest has no usable name and version", reason=reasons.DAMAGED_ARCHIVE,
+                         archive=None)  # no NAME@VERSION to give: ``where`` names the file
     return name, version
 
 

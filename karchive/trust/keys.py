@@ -29,7 +29,7 @@ try:  # cryptography is the `trust` extra: fail closed, and say what to install
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 except ImportError as exc:  # pragma: no cover - exercised only on installs without the extra
     raise TrustError("signing and signature verification need the 'cryptography' package: "
-                     "pip install 'karchive[trust]'", reason=reasons.MISSING_DEPENDENCY) from exc
+                     "pip install 'karchive[trust]'", reason=reasons.MISSING_DEPENDENCY, archive=None) from exc
 
 ALGORITHM = "ed25519"
 #: Key files are small; anything larger is not a key (and is not read whole).
@@ -55,9 +55,10 @@ class PublicKey:
     raw: bytes
 
     @classmethod
-    def from_raw(cls, raw: bytes) -> PublicKey:
+    def from_raw(cls, raw: bytes, path: str | None = None) -> PublicKey:
+        """``path``: the file the bytes were read from, named by the error (None: they came from no file)."""
         if len(raw) != 32:
-            raise KeyFileError(f"an Ed25519 public key is 32 bytes, got {len(raw)}")
+            raise KeyFileError(f"an Ed25519 public key is 32 bytes, got {len(raw)}", path=path)
         return cls(Ed25519PublicKey.from_public_bytes(raw), raw)
 
     @property
@@ -107,12 +108,14 @@ class SigningKey:
         return self.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
 
 
-def parse_inline_public_key(text: object, where: str = "public key") -> PublicKey:
-    """``ed25519:<base64>`` (as written by ``karchive keygen`` and held in trust policies)."""
+def parse_inline_public_key(text: object, where: str = "public key", path: str | None = None) -> PublicKey:
+    """``ed25519:<base64>`` (as written by ``karchive keygen`` and held in trust policies). ``path``: the file
+    the text was read from (a key file or a trust policy), named by the error; None for text from no file."""
     match = whole(_INLINE, text)
     if not match:
-        raise KeyFileError(f"{where}: expected 'ed25519:' followed by the base64 of a 32-byte key, got {text!r}")
-    return PublicKey.from_raw(base64.b64decode(match.group(1), validate=True))
+        raise KeyFileError(f"{where}: expected 'ed25519:' followed by the base64 of a 32-byte key, got {text!r}",
+                           path=path)
+    return PublicKey.from_raw(base64.b64decode(match.group(1), validate=True), path)
 
 
 def _read_small(path: str | os.PathLike) -> bytes:
@@ -153,7 +156,7 @@ def load_public_key(path: str | os.PathLike) -> PublicKey:
     data = _read_small(path)
     text = data.strip()
     if text.startswith(b"ed25519:"):
-        return parse_inline_public_key(text.decode("ascii", "replace"), where)
+        return parse_inline_public_key(text.decode("ascii", "replace"), where, where)
     if b"PRIVATE KEY-----" in data:
         raise KeyFileError(f"{where} is a private key; give the public key (.pub)", path=where)
     try:

@@ -33,6 +33,7 @@ from .verify import MAX_VERIFICATIONS, MAX_VERIFIED_BYTES, _find_key, key_standi
 #: presented as a snapshot (or an archive statement as either).
 SNAPSHOT_TYPE = "application/vnd.karchive.registry-snapshot+json"
 TIMESTAMP_TYPE = "application/vnd.karchive.registry-timestamp+json"
+_ROLE_OF = {SNAPSHOT_TYPE: "snapshot", TIMESTAMP_TYPE: "timestamp"}
 SNAPSHOT_KIND = "karchive-registry-snapshot"
 TIMESTAMP_KIND = "karchive-registry-timestamp"
 SPEC_VERSION = 1
@@ -58,7 +59,10 @@ def fmt_time(t: datetime.datetime) -> str:
 
 
 def malformed(where: str, msg: str, role: str) -> RegistryMetadataError:
-    return RegistryMetadataError(f"{where}: {msg}", reason=reasons.METADATA_MALFORMED, role=role)
+    # The document layer knows neither registry nor policy (``where`` names the document; load_trusted adds
+    # them); a malformed document has no version to trust, and no other reason's fields apply.
+    return RegistryMetadataError(f"{where}: {msg}", reason=reasons.METADATA_MALFORMED, role=role, registry=None,
+                                 policy_sha256=None, archive=None, version=None, seen=None, expires=None)
 
 
 def parse_time(value: Any, what: str, where: str, role: str) -> datetime.datetime:
@@ -149,7 +153,9 @@ class Timestamp:
 def sign_payload(payload_type: str, payload: bytes, keys: Sequence[SigningKey]) -> Envelope:
     """One envelope with one signature per key (several keys meet a threshold > 1)."""
     if not keys:
-        raise RegistryMetadataError("signing registry metadata needs at least one key", reason=reasons.METADATA_SIGNATURE)
+        raise RegistryMetadataError("signing registry metadata needs at least one key", reason=reasons.METADATA_SIGNATURE,
+                                    role=_ROLE_OF.get(payload_type), registry=None, policy_sha256=None, archive=None,
+                                    version=None, seen=None, expires=None)  # a writer's mistake: nothing read yet
     envelope = Envelope(payload_type, payload)
     for key in keys:
         envelope = envelope.add_signature(key)
@@ -215,5 +221,7 @@ def verify_envelope(envelope: Envelope, payload_type: str, role: MetadataRole, p
              f"names for it ({', '.join(role.keys)}), {role.threshold} needed"]
     lines += [f"  - key {r['key_name'] or short_id(r['key_id']) or '(no keyid)'}: {r['reason']}: {r['detail']}"
               for r in rejected]
+    # signatures are checked before the payload is read: no version yet; load_trusted adds the registry
     raise RegistryMetadataError("\n".join(lines), reason=reasons.METADATA_SIGNATURE, role=role.role,
-                                rejected=tuple(rejected), policy_sha256=policy.sha256)
+                                rejected=tuple(rejected), policy_sha256=policy.sha256, registry=None, archive=None,
+                                version=None, seen=None, expires=None)

@@ -161,7 +161,7 @@ def _parse(doc: dict, sha256: str, path: str) -> TrustPolicy:
         if not isinstance(name, str) or not fullmatch(_KEY_NAME, name):
             raise bad(f"{where} needs a name (letters, digits, '._@+-', up to 128 characters), got {name!r}")
         try:
-            public = parse_inline_public_key(k.get("public_key"), f"key {name!r}: public_key")
+            public = parse_inline_public_key(k.get("public_key"), f"key {name!r}: public_key", path)
         except KeyFileError as exc:
             raise bad(str(exc)) from exc
         if "id" in k and (type(k["id"]) is not str or k["id"] != public.key_id):

@@ -40,14 +40,14 @@ def subject_name(name: str, version: str) -> str:
     return f"{name}@{version}"
 
 
-def _builder_version(produced_by: dict, info: dict) -> dict[str, str]:
+def _builder_version(produced_by: dict, info: dict, archive: str) -> dict[str, str]:
     """Toolchain versions: the manifest's ``produced_by`` (what the archive says built it) plus the
     build info's ``toolchain`` and ``platform``. A disagreement is refused: one of them is wrong."""
     out = {k: str(v) for k, v in sorted((produced_by or {}).items()) if v is not None}
     for k, v in (info.get("toolchain") or {}).items():
         if k in out and out[k] != v:
             raise TrustError(f"build info says {k} {v}, the archive's manifest says {out[k]}",
-                             reason=reasons.BAD_BUILD_INFO)
+                             reason=reasons.BAD_BUILD_INFO, archive=archive)
         out[k] = v
     if "platform" in info:
         out["platform"] = info["platform"]
@@ -88,7 +88,8 @@ def build_statement(manifest: Manifest | dict, sha256: str, build_info: dict | N
     metadata = {k2: info[k1] for k1, k2 in (("invocation_id", "invocationId"), ("started_on", "startedOn"),
                                             ("finished_on", "finishedOn")) if k1 in info}
     run: dict[str, Any] = {"builder": {"id": info.get("builder_id", DEFAULT_BUILDER_ID),
-                                       "version": _builder_version(model.produced_by, info)}}
+                                       "version": _builder_version(model.produced_by, info,
+                                                                   subject_name(name, version))}}
     if metadata:
         run["metadata"] = metadata
     return {
@@ -137,7 +138,8 @@ class Statement:
 
 
 def _bad(msg: str) -> TrustError:
-    return TrustError(f"provenance statement: {msg}", reason=reasons.MALFORMED_STATEMENT)
+    # the statement is what names the archive: refused before it is read, it concerns none yet
+    return TrustError(f"provenance statement: {msg}", reason=reasons.MALFORMED_STATEMENT, archive=None)
 
 
 def parse_statement(payload: bytes) -> Statement:

@@ -110,7 +110,8 @@ def ship_kernel(kernel_ref: str, base_dir: str | None) -> ShippedKernel:
     attr = split_ref(kernel_ref)[1]
     jit = module_sources(fn)
     if not any(s.module == module.__name__ for s in jit):
-        raise CompileError(f"{kernel_ref}: cannot find the source of module {module.__name__!r} to send to the workers")
+        raise CompileError(f"{kernel_ref}: cannot find the source of module {module.__name__!r} to send to the workers",
+                           variant=None)  # a kernel's sources, before any variant is compiled
     shipped: dict[str, ShippedModule] = {}
     roots: set[str] = set()
     for s in jit:
@@ -129,7 +130,7 @@ def ship_kernel(kernel_ref: str, base_dir: str | None) -> ShippedKernel:
         text = _module_text(mod)
         if text is None:
             raise CompileError(f"{kernel_ref}: module {name!r} ({found[0]}) is part of the kernel's source tree but "
-                               "its source cannot be read to send it to the workers")
+                               "its source cannot be read to send it to the workers", variant=None)
         shipped[name] = ShippedModule(name, name_for_module(name, found[1]), text, found[1])
     # By name alone: kernels of one checkout then carry equal module sets, which an executor sends once.
     return ShippedKernel(f"{module.__name__}:{attr}", tuple(sorted(shipped.values(), key=lambda m: m.module)))
@@ -153,7 +154,8 @@ def ship_requests(requests: list[VariantRequest]) -> tuple[list[VariantRequest],
         prev = kernels.setdefault(shipped.kernel_ref, shipped)
         if prev.modules != shipped.modules:
             raise CompileError(f"two kernels of this build import as {shipped.kernel_ref!r} from different sources "
-                               f"({req.kernel_ref} and another): rename one module so workers can tell them apart")
+                               f"({req.kernel_ref} and another): rename one module so workers can tell them apart",
+                               variant=None)
         out.append(replace(req, kernel_ref=shipped.kernel_ref, base_dir=None))
     return out, kernels
 

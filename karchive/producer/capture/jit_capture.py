@@ -106,7 +106,7 @@ def describe_source(src: Any, entry: CacheEntry, *, origin: str = "capture", inc
         if isinstance(path, str):
             path = (names.index(path),)
         if len(path) != 1:
-            raise UnsupportedKernelError(f"{kernel}: tuple parameters are not supported by the launch ABI")
+            raise UnsupportedKernelError(f"{kernel}: tuple parameters are not supported by the launch ABI", kernel=kernel)
         consts[path[0]] = value
     declared_constexpr = _constexpr_names(fn)
     types: dict[str, str] = {}
@@ -115,7 +115,8 @@ def describe_source(src: Any, entry: CacheEntry, *, origin: str = "capture", inc
     for i, name in enumerate(names):
         typ = signature.get(name, signature.get(i))
         if not isinstance(typ, str):
-            raise UnsupportedKernelError(f"{kernel}: parameter {name!r} has type {typ!r} (tuples are not supported)")
+            raise UnsupportedKernelError(f"{kernel}: parameter {name!r} has type {typ!r} (tuples are not supported)",
+                                         kernel=kernel)
         types[name] = typ
         if typ == "constexpr":
             value = consts.get(i)
@@ -130,7 +131,7 @@ def describe_source(src: Any, entry: CacheEntry, *, origin: str = "capture", inc
             if attr_name != "tt.divisibility" or len(path) != 1:
                 raise UnsupportedKernelError(
                     f"{kernel}: specialisation {attr_name}={attr_value} on argument {path} is not expressible in a "
-                    "variant's hints (only tt.divisibility is)")
+                    "variant's hints (only tt.divisibility is)", kernel=kernel)
             divisibility[names[path[0]]] = int(attr_value)
     backend = entry.metadata["target"]["backend"] if isinstance(entry.metadata["target"], dict) \
         else entry.metadata["target"].backend

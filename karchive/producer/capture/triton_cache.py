@@ -170,14 +170,15 @@ class TtirArg:
     divisibility: int | None
 
 
-def _mlir_type(text: str, where: str) -> str:
+def _mlir_type(text: str, where: str, kernel: str) -> str:
     text = text.strip()
     m = re.match(r"^!tt\.ptr<\s*([^,>]+)", text)
     if m:
-        return "*" + _mlir_type(m.group(1), where)
+        return "*" + _mlir_type(m.group(1), where, kernel)
     if text in _MLIR_TYPES:
         return _MLIR_TYPES[text]
-    raise UnsupportedKernelError(f"{where}: parameter type {text!r} cannot be described by karchive's launch ABI")
+    raise UnsupportedKernelError(f"{where}: parameter type {text!r} cannot be described by karchive's launch ABI",
+                                 kernel=kernel)
 
 
 def parse_ttir_signature(ttir: str, kernel: str) -> list[TtirArg]:
@@ -199,7 +200,7 @@ def parse_ttir_signature(ttir: str, kernel: str) -> list[TtirArg]:
         loc = re.search(r'loc\("([^"]+)"', rest)
         name = loc.group(1) if loc else (ssa if not re.fullmatch(r"arg\d+", ssa) else f"arg{i}")
         div = re.search(r"tt\.divisibility\s*=\s*(\d+)", rest)
-        args.append(TtirArg(name, _mlir_type(type_text, f"{kernel} parameter {i}"), int(div.group(1)) if div else None))
+        args.append(TtirArg(name, _mlir_type(type_text, f"{kernel} parameter {i}", kernel), int(div.group(1)) if div else None))
     return args
 
 

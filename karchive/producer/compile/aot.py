@@ -96,7 +96,8 @@ def pipeline_hooks() -> list[dict]:
                 with open(path, "rb") as fh:
                     digest = hashlib.sha256(fh.read()).hexdigest()
             except OSError as exc:
-                raise CompileError(f"{var} names {path!r}, which cannot be read: {exc}") from exc
+                raise CompileError(f"{var} names {path!r}, which cannot be read: {exc}",
+                                   variant=None) from exc  # the process's pass pipeline: no one variant
             hooks.append({"kind": "pass_plugin", "name": os.path.basename(path), "sha256": digest})
     try:
         from triton import knobs
@@ -140,7 +141,7 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
     if unknown:
         raise CompileError(
             f"option(s) {sorted(unknown)} are not supported for {target.backend}; "
-            f"supported: {sorted(BACKEND_OPTIONS[target.backend])}"
+            f"supported: {sorted(BACKEND_OPTIONS[target.backend])}", variant=req.label()
         )
     env = validate_env(req.env)
     fn, module = load_kernel(req.kernel_ref, req.base_dir)
@@ -150,7 +151,7 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
         import triton
         from triton.backends.compiler import GPUTarget
     except ImportError as exc:  # pragma: no cover - producer extra missing
-        raise CompileError("compiling needs Triton: pip install 'karchive[producer]'") from exc
+        raise CompileError("compiling needs Triton: pip install 'karchive[producer]'", variant=req.label()) from exc
     check_import_time_state(target.backend, env)
     # Explicit, so neither TRITON_DEFAULT_FP_FUSION nor Triton's changing default decides it.
     options = {"enable_fp_fusion": DEFAULT_FP_FUSION, **req.options}
@@ -186,7 +187,8 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
         except KarchiveError:
             raise
         except Exception as exc:  # Triton raises CompilationError, RuntimeError (ptxas), AssertionError ...
-            raise CompileError(f"{req.label()}: Triton failed to compile: {compiler_message(exc)}") from exc
+            raise CompileError(f"{req.label()}: Triton failed to compile: {compiler_message(exc)}",
+                               variant=req.label()) from exc
     build = build_record(req, module.__name__, options, env, canon)
     try:
         variant = describe_variant(
@@ -197,7 +199,7 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
             codegen_env=env, signature_defaults=signature_defaults(fn),
         )
     except UnsupportedKernelError as exc:
-        raise UnsupportedKernelError(f"{req.label()}: {exc}") from exc
+        raise UnsupportedKernelError(f"{req.label()}: {exc}", kernel=exc.kernel) from exc
     variant.extra_sources = [s.text for s in canon.sources]
     variant.from_cache = from_cache
     check_no_machine_paths(req.label(), variant, canon, req.base_dir)
@@ -242,7 +244,7 @@ def check_no_machine_paths(label: str, variant: CompiledVariant, canon: Canonica
     if hits:
         where = "; ".join(f"{member} names {root!r} at byte {offset}" for member, root, offset in hits)
         raise CompileError(f"{label}: a machine path reached the compiled files ({where}); karchive names sources "
-                           "canonically (spec/FORMAT.md §12) and refuses to pack what it could not rename")
+                           "canonically (spec/FORMAT.md §12) and refuses to pack what it could not rename", variant=label)
 
 
 def toolchain_versions() -> dict[str, Any]:

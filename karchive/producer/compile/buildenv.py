@@ -106,24 +106,26 @@ def shell_warning(environ: Mapping[str, str] | None = None) -> str | None:
             "(spec/BUILD.md, 'Environment'), so the result does not depend on the shell")
 
 
-def validate_env(env: Any, where: str = "env") -> dict[str, str]:
-    """The ``[archive] env`` table (or a recorded ``provenance.build.env``) as a clean str -> str map."""
+def validate_env(env: Any, where: str = "env", path: str | None = None) -> dict[str, str]:
+    """The ``[archive] env`` table (or a recorded ``provenance.build.env``) as a clean str -> str map. ``path``:
+    the spec file it is from, for the error (None: a recorded env, or a request made without a spec file)."""
     if env is None:
         return {}
     if not isinstance(env, dict):
-        raise SpecFileError(f"{where} must be a table of NAME = \"value\"")
+        raise SpecFileError(f"{where} must be a table of NAME = \"value\"", path=path)
     out: dict[str, str] = {}
     for name, value in env.items():
         if name not in CODEGEN_ENV:
             hint = " (karchive always passes enable_fp_fusion; set that option instead)" \
                 if name == "TRITON_DEFAULT_FP_FUSION" else ""
-            raise SpecFileError(f"{where}: {name!r} cannot be set by a build{hint}; settable: {sorted(CODEGEN_ENV)}")
+            raise SpecFileError(f"{where}: {name!r} cannot be set by a build{hint}; settable: {sorted(CODEGEN_ENV)}",
+                                path=path)
         if isinstance(value, bool):
             value = "1" if value else "0"
         elif isinstance(value, int):
             value = str(value)
         if not isinstance(value, str) or len(value) > _MAX_VALUE or "\0" in value:
-            raise SpecFileError(f"{where}: {name} must be a string of at most {_MAX_VALUE} characters")
+            raise SpecFileError(f"{where}: {name} must be a string of at most {_MAX_VALUE} characters", path=path)
         out[name] = value
     return dict(sorted(out.items()))
 
@@ -177,7 +179,8 @@ def check_import_time_state(backend: str, env: Mapping[str, str]) -> None:
         raise CompileError(
             f"this process imported Triton while PTXAS_OPTIONS={baked!r} was set, and Triton made it the default "
             "of every CUDA compile; karchive builds do not depend on the shell, so unset it before Triton is "
-            "imported (the karchive CLI and build workers with -j > 1 do this themselves)")
+            "imported (the karchive CLI and build workers with -j > 1 do this themselves)",
+            variant=None)  # the process's state: every variant alike
 
 
 def strip_shell(environ: MutableMapping[str, str] | None = None) -> None:

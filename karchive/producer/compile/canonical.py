@@ -225,7 +225,7 @@ def _kernel_name(fn: Any) -> str:
         if is_kernel_name(candidate):
             return str(candidate)
     raise UnsupportedKernelError(f"kernel {short!r} of module {module!r}: neither {module}:{qualname} nor "
-                                 f"{short!r} is a kernel name an archive can hold (ASCII identifiers)")
+                                 f"{short!r} is a kernel name an archive can hold (ASCII identifiers)", kernel=str(short))
 
 
 def jit_callable_type() -> type | None:
@@ -397,7 +397,7 @@ def _source_of(module: ModuleType, name: str) -> str:
         from ...errors import CompileError
 
         raise CompileError(f"cannot read the source of module {name!r}, which defines a JIT function the kernel "
-                           f"uses: {exc}") from exc
+                           f"uses: {exc}", variant=None) from exc  # a kernel's sources: every variant alike
 
 
 # --- Triton's cache key, install-independent ----------------------------------------------------

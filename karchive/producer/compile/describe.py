@@ -125,7 +125,8 @@ def build_abi(
 ) -> Abi:
     """The launch ABI, explicit: the loader follows it and never consults a Triton version."""
     if any(isinstance(t, (tuple, list)) for t in param_types.values()):
-        raise UnsupportedKernelError(f"{kernel}: tuple parameters are not supported by launch ABI v{ABI_VERSION}")
+        raise UnsupportedKernelError(f"{kernel}: tuple parameters are not supported by launch ABI v{ABI_VERSION}",
+                                     kernel=kernel)
     descs = tensordesc_records(kernel, param_names, param_types, metadata)
     params: list[AbiParam] = []
     for i, name in enumerate(param_names):
@@ -139,7 +140,8 @@ def build_abi(
         elif typ in SCALAR_SIZES:
             params.append(AbiParam(name, "scalar", typ, i, SCALAR_SIZES[typ]))
         else:
-            raise UnsupportedKernelError(f"{kernel}: parameter {name!r} has type {typ!r}, which ABI v{ABI_VERSION} cannot pass")
+            raise UnsupportedKernelError(f"{kernel}: parameter {name!r} has type {typ!r}, which ABI v{ABI_VERSION} cannot pass",
+                                         kernel=kernel)
     entry = metadata["name"]
     backend = target["backend"]
     sizes = None
@@ -154,8 +156,8 @@ def build_abi(
         if extra not in (0, 1, 2) or any(s != e for s, e in zip(sizes, expected)) or any(s != 8 for s in sizes[n_user:]):
             raise UnsupportedKernelError(
                 f"{kernel}: the binary's entry takes {len(sizes)} parameters of sizes {sizes}, which karchive cannot map "
-                f"onto {n_user} kernel parameters plus scratch pointers; refusing to pack a kernel it would launch wrongly"
-            )
+                f"onto {n_user} kernel parameters plus scratch pointers; refusing to pack a kernel it would launch wrongly",
+                kernel=kernel)
     else:  # binary-only input: follow the documented Triton history (3.3 added one pointer, 3.5 a second)
         major_minor = tuple(int(x) for x in str(metadata.get("triton_version", "3.5")).split(".")[:2])
         extra = 2 if major_minor >= (3, 5) else 1 if major_minor >= (3, 3) else 0

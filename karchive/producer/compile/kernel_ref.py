@@ -22,15 +22,19 @@ __all__ = [
 def split_ref(ref: str) -> tuple[str, str]:
     where, sep, name = str(ref).rpartition(":")
     if not sep or not where or not name:
-        raise KernelNotFoundError(f"bad kernel reference {ref!r}: expected 'path/to/file.py:fn' or 'package.module:fn'")
+        raise KernelNotFoundError(f"bad kernel reference {ref!r}: expected 'path/to/file.py:fn' or 'package.module:fn'",
+                                  ref=str(ref))
     return where, name
 
 
-def load_module(where: str, base_dir: str | None = None) -> ModuleType:
+def load_module(where: str, base_dir: str | None = None, ref: str | None = None) -> ModuleType:
+    """The module ``where`` names (a file, relative to ``base_dir``, or a module); ``ref`` is the kernel
+    reference it is loaded for, named by the errors (None: ``where`` itself)."""
+    ref = where if ref is None else ref
     if where.endswith(".py") or os.sep in where or "/" in where:
         path = os.path.abspath(os.path.join(base_dir or os.getcwd(), where))
         if not os.path.isfile(path):
-            raise KernelNotFoundError(f"kernel file not found: {path}")
+            raise KernelNotFoundError(f"kernel file not found: {path}", ref=ref)
         # The module is named after the file, never after its directory: keys must not see paths.
         name = os.path.splitext(os.path.basename(path))[0]
         existing = sys.modules.get(name)
@@ -41,19 +45,19 @@ def load_module(where: str, base_dir: str | None = None) -> ModuleType:
             sys.path.insert(0, parent)
         spec = importlib.util.spec_from_file_location(name, path)
         if spec is None or spec.loader is None:
-            raise KernelNotFoundError(f"cannot import {path}")
+            raise KernelNotFoundError(f"cannot import {path}", ref=ref)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
         try:
             spec.loader.exec_module(module)
         except Exception as exc:
             sys.modules.pop(name, None)
-            raise KernelNotFoundError(f"importing {path} failed: {type(exc).__name__}: {exc}") from exc
+            raise KernelNotFoundError(f"importing {path} failed: {type(exc).__name__}: {exc}", ref=ref) from exc
         return module
     try:
         return importlib.import_module(where)
     except ImportError as exc:
-        raise KernelNotFoundError(f"cannot import module {where!r}: {exc}") from exc
+        raise KernelNotFoundError(f"cannot import module {where!r}: {exc}", ref=ref) from exc
 
 
 def is_jit(obj: Any) -> bool:
@@ -123,7 +127,7 @@ def load_object(ref: str, base_dir: str | None = None) -> tuple[Any, ModuleType]
     Triton users write it) or ``Ops.kernel``.
     """
     where, name = split_ref(ref)
-    module = load_module(where, base_dir)
+    module = load_module(where, base_dir, ref)
     obj: Any = module
     for part in name.split("."):
         if not part.isidentifier() or not hasattr(obj, part):

@@ -64,20 +64,22 @@ def _parse_value(text: str) -> Any:
         return None
 
 
-def _check_type(typ: str, where: str) -> str:
+def _check_type(typ: str, where: str, kernel: str, param: str) -> str:
     base = typ[1:] if typ.startswith("*") else typ
     if base.startswith("k"):  # "*kfp32": constant pointer
         base = base[1:]
     known = POINTER_ELEMENT_TYPES if typ.startswith("*") else SCALAR_SIZES
     if base not in known:
-        raise SignatureError(f"{where}: unknown type {typ!r} (known: {', '.join(sorted(known))})")
+        raise SignatureError(f"{where}: unknown type {typ!r} (known: {', '.join(sorted(known))})", kernel=kernel,
+                             param=param)
     return typ
 
 
-def parse_token(text: str, where: str) -> Token:
+def parse_token(text: str, where: str, kernel: str, param: str) -> Token:
+    """One signature entry, for parameter ``param`` of ``kernel`` (both named by the errors)."""
     raw = text.strip()
     if not raw:
-        raise SignatureError(f"{where}: empty entry")
+        raise SignatureError(f"{where}: empty entry", kernel=kernel, param=param)
     if raw.startswith("tensordesc<") and raw.endswith(">"):
         # Triton compiles these; whether karchive can launch them is decided from the compiled result.
         return Token(raw, raw)
@@ -86,21 +88,23 @@ def parse_token(text: str, where: str) -> Token:
     hint = None
     if hint_text:
         if hint_text.strip() not in ("16", "1"):
-            raise SignatureError(f"{where}: hint {hint_text.strip()!r} in {raw!r} is not supported (use :16 or :1)")
+            raise SignatureError(f"{where}: hint {hint_text.strip()!r} in {raw!r} is not supported (use :16 or :1)",
+                                 kernel=kernel, param=param)
         hint = int(hint_text)
     is_none = body == "None"  # an argument passed as None: Triton specialises it to the constexpr None
     value = None if is_none else _parse_value(body)
     if (is_none or value is not None) and not _TYPE_RE.fullmatch(body):
         if hint is not None:
-            raise SignatureError(f"{where}: a constexpr value cannot carry a hint: {raw!r}")
+            raise SignatureError(f"{where}: a constexpr value cannot carry a hint: {raw!r}", kernel=kernel, param=param)
         return Token(raw, None, value)
     if not _TYPE_RE.fullmatch(body):
-        raise SignatureError(f"{where}: cannot parse {raw!r} as a type or a constexpr value")
-    typ = _check_type(body, where)
+        raise SignatureError(f"{where}: cannot parse {raw!r} as a type or a constexpr value", kernel=kernel,
+                             param=param)
+    typ = _check_type(body, where, kernel, param)
     if hint == 1 and typ.startswith("*"):
-        raise SignatureError(f"{where}: ':1' applies to integers, not pointers ({raw!r})")
+        raise SignatureError(f"{where}: ':1' applies to integers, not pointers ({raw!r})", kernel=kernel, param=param)
     if hint is not None and typ.startswith(("fp", "bf")):
-        raise SignatureError(f"{where}: hints apply to pointers and integers, not {typ!r}")
+        raise SignatureError(f"{where}: hints apply to pointers and integers, not {typ!r}", kernel=kernel, param=param)
     return Token(raw, typ, None, hint)
 
 
@@ -140,11 +144,13 @@ def resolve(
                              kernel=kernel_name, param=unknown_cx[0])
     if not isinstance(signature, (str, Mapping, list, tuple)):
         raise SignatureError(f"{kernel_name}: a signature is a string such as '*fp32:16, i32', a list of those "
-                             f"entries or a table name -> type, not {type(signature).__name__}", kernel=kernel_name)
+                             f"entries or a table name -> type, not {type(signature).__name__}", kernel=kernel_name,
+                             param=None)  # the signature as a whole
     if isinstance(signature, Mapping):
         unknown = set(signature) - set(names)
         if unknown:
-            raise SignatureError(f"{kernel_name}: signature names unknown parameters {sorted(unknown)}; parameters are {names}")
+            raise SignatureError(f"{kernel_name}: signature names unknown parameters {sorted(unknown)}; parameters are {names}",
+                                 kernel=kernel_name, param=sorted(unknown)[0])
         assigned = {n: str(signature[n]) for n in names if n in signature}
     else:
         entries = split_signature(signature)
@@ -156,20 +162,22 @@ def resolve(
             raise SignatureError(
                 f"{kernel_name}: signature has {len(entries)} entries, but the kernel has {len(names)} parameters "
                 f"({', '.join(names)}) of which {len(runtime_params)} are not constexpr "
-                f"({', '.join(runtime_params)}); give one entry per parameter or per non-constexpr parameter"
-            )
+                f"({', '.join(runtime_params)}); give one entry per parameter or per non-constexpr parameter",
+                kernel=kernel_name, param=None)  # the count is wrong, not one parameter
     spec = Specialization(names=names, types={})
     for i, name in enumerate(names):
         where = f"{kernel_name}: parameter {i} ({name})"
         if name in assigned:
             if name in constexprs:
-                raise SignatureError(f"{where}: given both in the signature and in constexprs")
-            tok = parse_token(assigned[name], where)
+                raise SignatureError(f"{where}: given both in the signature and in constexprs", kernel=kernel_name,
+                                     param=name)
+            tok = parse_token(assigned[name], where, kernel_name, name)
             if tok.type is None:
                 spec.types[name] = "constexpr"
                 spec.constexprs[name] = tok.value
             elif name in constexpr_params:
-                raise SignatureError(f"{where}: is tl.constexpr, so it needs a value, not the type {tok.type!r}")
+                raise SignatureError(f"{where}: is tl.constexpr, so it needs a value, not the type {tok.type!r}",
+                                     kernel=kernel_name, param=name)
             elif tok.hint == 1:
                 spec.types[name] = "constexpr"
                 spec.constexprs[name] = 1
@@ -182,7 +190,8 @@ def resolve(
             spec.types[name] = "constexpr"
             spec.constexprs[name] = constexprs.pop(name)
         else:
-            raise SignatureError(f"{where}: no type or constexpr value given")
+            raise SignatureError(f"{where}: no type or constexpr value given", kernel=kernel_name, param=name)
     if constexprs:
-        raise SignatureError(f"{kernel_name}: constexprs name unknown or already-typed parameters {sorted(constexprs)}")
+        raise SignatureError(f"{kernel_name}: constexprs name unknown or already-typed parameters {sorted(constexprs)}",
+                             kernel=kernel_name, param=sorted(constexprs)[0])
     return spec

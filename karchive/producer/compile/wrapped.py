@@ -90,9 +90,10 @@ def _is_wrapped(ref: str, base_dir: str | None, cache: dict) -> Stack | None:
     return cache[key]
 
 
-def expand(requests: list) -> WrappedPlan:
+def expand(requests: list, path: str | None = None) -> WrappedPlan:
     """Requests with every wrapped kernel expanded (idempotent: expanded requests stay as they are), and
-    the records the archive needs for them. A request's ``configs`` (indexes) selects the configs to build."""
+    the records the archive needs for them. A request's ``configs`` (indexes) selects the configs to build.
+    ``path``: the spec file the requests came from, named by the errors (None: no spec file)."""
     from .aot import VariantRequest
 
     stacks: dict = {}
@@ -117,7 +118,7 @@ def expand(requests: list) -> WrappedPlan:
             bad = [i for i in chosen if not (isinstance(i, int) and 0 <= i < len(configs))]
             if bad or stack.tuner is None:
                 raise SpecFileError(f"{req.label()}: configs = {chosen} does not index the autotuner's "
-                                    f"{len(configs) if stack.tuner is not None else 0} configs")
+                                    f"{len(configs) if stack.tuner is not None else 0} configs", path=path)
         indexes = list(chosen) if chosen is not None else list(range(len(configs)))
         if outcome is not None and outcome["applied"]:
             indexes = [i for i in indexes if i in outcome["kept"]]
@@ -130,7 +131,7 @@ def expand(requests: list) -> WrappedPlan:
                 for k, v in cfg.kwargs.items():
                     if k not in params:
                         raise SpecFileError(f"{req.label()}: autotune config {cfg} sets {k!r}, which is not a "
-                                            "parameter of the kernel")
+                                            "parameter of the kernel", path=path)
                     cx[k] = v
                 for k in OPTION_NAMES:
                     v = getattr(cfg, k, None)
@@ -147,7 +148,7 @@ def expand(requests: list) -> WrappedPlan:
                         f"{req.label()}: @triton.heuristics computes {name!r} at each call and its value is not "
                         f"a boolean karchive can enumerate; list the values to build, e.g. constexprs = "
                         f"{{ {name} = [...] }}" if name in params else
-                        f"{req.label()}: @triton.heuristics computes {name!r}; list the values to build")
+                        f"{req.label()}: @triton.heuristics computes {name!r}; list the values to build", path=path)
                 variants = [({**c, name: v}, o) if name in params else (c, {**o, name: v})
                             for c, o in variants for v in values]
             for c, o in variants:

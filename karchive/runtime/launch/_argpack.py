@@ -73,7 +73,9 @@ def bf16_bits_rne(value: Any) -> int:
 
 
 class ParamLayout:
-    """One parameter buffer for one variant's ABI. Not thread-safe: each thread/launcher owns one."""
+    """One parameter buffer for one variant's ABI. Not thread-safe: each thread/launcher owns one. Its errors
+    name the kernel by the binary's entry point (the layout is not told the archive's kernel name;
+    :class:`~._record.LaunchEntry` re-raises them with it)."""
 
     __slots__ = ("abi", "names", "types", "offsets", "size", "buffer", "pointers", "kernel_params",
                  "struct", "pack_into", "n_user", "scratch_offsets", "_keep", "n_values",
@@ -84,7 +86,8 @@ class ParamLayout:
         user = [p for p in abi.params if p.kind in ("pointer", "scalar", "tensordesc")]
         self.n_user = len(user)
         if list(abi.params[: self.n_user]) != user:
-            raise LaunchError(f"{abi.entry}: scratch parameters must follow the kernel's own parameters in ABI v1")
+            raise LaunchError(f"{abi.entry}: scratch parameters must follow the kernel's own parameters in ABI v1",
+                              kernel=abi.entry)
         fmt = ["<"]
         offsets: list[int] = []  # per ABI parameter: its (first) binary parameter's offset
         slot_offsets: list[int] = []  # per binary parameter (a tensor descriptor is several)
@@ -157,20 +160,20 @@ class ParamLayout:
         try:
             struct.pack_into(fmt, self.buffer, self.offsets[index], value)
         except (struct.error, OverflowError, TypeError) as exc:
-            raise ArgumentError(self._why(index, value, exc)) from None
+            raise ArgumentError(self._why(index, value, exc), kernel=self.abi.entry, param=p.name) from None
 
     def explain(self, values: Sequence[Any], exc: BaseException | None) -> ArgumentError:
         if len(values) != self.n_user or self.n_values != self.n_user:  # (descriptors: expanded values)
             return ArgumentError(f"{self.abi.entry}: {len(values)} values for {self.n_user} parameters "
-                                 f"{list(self.names)}: {exc}")
+                                 f"{list(self.names)}: {exc}", kernel=self.abi.entry, param=None)  # the call as a whole
         for i, value in enumerate(values):
             p = self.abi.params[i]
             fmt = "<" + _struct_char(p)
             try:
                 struct.pack(fmt, value)
             except (struct.error, OverflowError, TypeError) as err:
-                return ArgumentError(self._why(i, value, err))
-        return ArgumentError(f"{self.abi.entry}: could not pack parameters: {exc}")
+                return ArgumentError(self._why(i, value, err), kernel=self.abi.entry, param=p.name)
+        return ArgumentError(f"{self.abi.entry}: could not pack parameters: {exc}", kernel=self.abi.entry, param=None)
 
     def _why(self, index: int, value: Any, exc: BaseException) -> str:
         p = self.abi.params[index]

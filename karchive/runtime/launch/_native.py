@@ -8,6 +8,7 @@ made from :class:`._record.VariantRecord` values, never the reverse.
 
 from __future__ import annotations
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from collections.abc import Sequence
 
@@ -55,7 +56,8 @@ def make_dispatcher(kernel: Kernel) -> Any:
     return _fastlaunch.Dispatcher(
         names=plan.names + plan.options + (STREAM,), roles=bytes(roles), flags=bytes(flags),
         n_params=len(plan.params), call_positions=plan.call_positions, miss=miss, slow=kernel._slow,
-        grid_of=kernel._grid_of, grid_dims=grid_dims, stream_handle=stream_handle, pointer_info=pointer_info,
+        grid_of=kernel._grid_of, grid_dims=partial(grid_dims, kernel=kernel.name), stream_handle=stream_handle,
+        pointer_info=pointer_info,
         mixed_key=mixed_key, missing=MISSING, qualname=launch_function_name(kernel.name),
     )
 
@@ -107,7 +109,8 @@ class NativeBoundLauncher(_fastlaunch.Bound, BoundLauncher):
     def __init__(self, entry: LaunchEntry, grid: tuple[int, int, int], stream: Any, values: Sequence[Any]) -> None:
         launch = entry.backend.launch_address()
         if launch is None:  # Kernel.bind makes this class only where the binding gives the driver's address
-            raise LaunchError(f"{entry.kernel}: no launch function address for the compiled bound launcher")
+            raise LaunchError(f"{entry.kernel}: no launch function address for the compiled bound launcher",
+                              kernel=entry.kernel)
         BoundLauncher.__init__(self, entry, grid, stream, values)
         abi = entry.variant.abi
         user = abi.params[: self.layout.n_user]

@@ -38,11 +38,12 @@ log = logging.getLogger("karchive.runtime")
 _MAX_DIM = (1 << 32) - 1
 
 
-def grid_dims(grid: Any) -> tuple[int, int, int]:
-    """``(gx, gy, gz)`` from a grid of 1 to 3 ints (or one int); :class:`ArgumentError` otherwise.
+def grid_dims(grid: Any, kernel: str) -> tuple[int, int, int]:
+    """``(gx, gy, gz)`` from a grid of 1 to 3 ints (or one int); :class:`ArgumentError` (naming ``kernel``,
+    the kernel launched) otherwise.
 
     Both launch paths call this for any grid that is not a plain tuple of small ints, so both raise the
-    same errors.
+    same errors (the compiled one through a ``partial`` that binds ``kernel``: launch/_native.py).
     """
     if type(grid) is tuple and len(grid) == 3:
         gx, gy, gz = grid
@@ -55,16 +56,17 @@ def grid_dims(grid: Any) -> tuple[int, int, int]:
         dims = tuple(grid)
     except TypeError:
         raise ArgumentError(f"grid must be 1 to 3 ints, a tuple of them, or a callable returning one; "
-                            f"got {grid!r}") from None
+                            f"got {grid!r}", kernel=kernel, param="grid") from None
     if not 1 <= len(dims) <= 3:
-        raise ArgumentError(f"grid must have 1 to 3 dimensions, got {grid!r}")
+        raise ArgumentError(f"grid must have 1 to 3 dimensions, got {grid!r}", kernel=kernel, param="grid")
     out = []
     for d in dims:
         if isinstance(d, bool) or not hasattr(d, "__index__"):
-            raise ArgumentError(f"grid dimensions must be ints, got {grid!r}")
+            raise ArgumentError(f"grid dimensions must be ints, got {grid!r}", kernel=kernel, param="grid")
         d = operator.index(d)
         if not 0 <= d <= _MAX_DIM:
-            raise ArgumentError(f"grid dimension {d} is out of range [0, 2**32) in {grid!r}")
+            raise ArgumentError(f"grid dimension {d} is out of range [0, 2**32) in {grid!r}", kernel=kernel,
+                                param="grid")
         out.append(d)
     out += [1] * (3 - len(out))
     return (out[0], out[1], out[2])
@@ -211,12 +213,14 @@ class LaunchEntry:
                 try:
                     v = pointer_value(v)
                 except (NotAPointer, TypeError) as exc:
-                    raise ArgumentError(f"{self.kernel}: parameter {p.name!r} ({p.type}): {exc}") from None
+                    raise ArgumentError(f"{self.kernel}: parameter {p.name!r} ({p.type}): {exc}", kernel=self.kernel,
+                                        param=p.name) from None
             elif conv == "bf16":
                 try:
                     v = bf16_bits(v)
                 except (TypeError, ValueError, OverflowError) as exc:
-                    raise ArgumentError(f"{self.kernel}: parameter {p.name!r} (bf16): {v!r}: {exc}") from None
+                    raise ArgumentError(f"{self.kernel}: parameter {p.name!r} (bf16): {v!r}: {exc}", kernel=self.kernel,
+                                        param=p.name) from None
             out.append(v)
         return out
 
@@ -257,12 +261,13 @@ class LaunchEntry:
         for j, v in enumerate(values):
             if v is MISSING:
                 name = self.variant.params[self.call_positions[j]].name
-                return ArgumentError(f"{self.kernel}() is missing argument {name!r}")
+                return ArgumentError(f"{self.kernel}() is missing argument {name!r}", kernel=self.kernel, param=name)
         try:
             converted = self.convert(values)
         except ArgumentError as err:
             return err
-        return ArgumentError(f"{self.kernel}: {self.layout.explain(converted, exc)}")
+        why = self.layout.explain(converted, exc)
+        return ArgumentError(f"{self.kernel}: {why}", kernel=self.kernel, param=why.param)
 
     def thread_layout(self) -> ParamLayout:
         """The calling thread's parameter buffer: the driver call releases the GIL, so threads never share one."""
@@ -280,7 +285,7 @@ class LaunchEntry:
         It does what :meth:`launch_dims` does, with this entry's fixed parts bound once."""
         layout = self.layout
         pack_into, buffer, params = layout.pack_into, layout.buffer, layout.kernel_params
-        pick, owner, get_ident = self._pick, self._owner, threading.get_ident
+        pick, owner, get_ident, kernel = self._pick, self._owner, threading.get_ident, self.kernel
         streams = self.backend.streams
         known, stream_of, driver_launch = streams.known, streams.get, self.backend.launch
         function, block_x, shared = self.function, self.block_x, self.shared
@@ -291,7 +296,7 @@ class LaunchEntry:
             if type(grid) is tuple and len(grid) == 1 and type(grid[0]) is int and 0 <= grid[0] <= _MAX_DIM:
                 gx, gy, gz = grid[0], 1, 1
             else:
-                gx, gy, gz = grid_dims(grid)
+                gx, gy, gz = grid_dims(grid, kernel)
             if not gx * gy * gz:
                 return  # Triton launches nothing for an empty grid
             if general or get_ident() != owner:
@@ -322,14 +327,20 @@ class LaunchEntry:
         blocks = gx * gy * gz * self.num_ctas
         key = stream_handle(stream)
         for kind, size, align in self.scratch:
-            layout.set_scratch(kind, self.pool.get(self.device, key, s, kind, blocks * size, align) if blocks else 0)
+            address = self.pool.get(self.device, key, s, kind, blocks * size, align, self.kernel) if blocks else 0
+            layout.set_scratch(kind, address)
 
     def raw_launch(self, gx: int, gy: int, gz: int, s: Any, layout: ParamLayout) -> int:
         """One driver call with an already packed buffer; returns the driver's result."""
         if self.use_ex:
             c = self.cluster
-            return self.backend.launch_ex(self.function, (gx * c[0], gy * c[1], gz * c[2]), (self.block_x, 1, 1),
-                                          self.shared, s, layout.kernel_params, c, self.cooperative, self.pdl)
+            try:
+                return self.backend.launch_ex(self.function, (gx * c[0], gy * c[1], gz * c[2]), (self.block_x, 1, 1),
+                                              self.shared, s, layout.kernel_params, c, self.cooperative, self.pdl)
+            except LaunchError as exc:  # a backend refusing the launch's attributes is not told the kernel
+                if exc.kernel is None and "kernel" in exc._field_names:
+                    exc.kernel = self.kernel
+                raise
         return self.backend.launch(self.function, gx, gy, gz, self.block_x, self.shared, s, layout.kernel_params)
 
     def failed(self, err: Any, gx: int, gy: int, gz: int, stream: Any, values: Sequence[Any] | None,
@@ -358,7 +369,7 @@ class LaunchEntry:
                 return
         raise LaunchError(
             f"launching {self.kernel} {self.label} on {b.name} device {self.device} failed: {b.error_text(err)} "
-            f"(grid=({gx}, {gy}, {gz}), block=({self.block_x}, 1, 1), shared={self.shared})"
+            f"(grid=({gx}, {gy}, {gz}), block=({self.block_x}, 1, 1), shared={self.shared})", kernel=self.kernel
         )
 
 
@@ -387,7 +398,7 @@ class BoundLauncher:
         for i in range(1, len(user)):
             prev = user[i - 1]
             self._flat[i] = self._flat[i - 1] + (len(prev.desc.slots) if prev.desc is not None else 1)
-        self.grid = grid_dims(grid)
+        self.grid = grid_dims(grid, entry.kernel)
         self._stream_raw = stream
         self._stream = entry.backend.stream(stream)
         entry.pack(self.layout, values)  # selection already checked the alignment of these values
@@ -413,7 +424,7 @@ class BoundLauncher:
         self(*values)
 
     def set_grid(self, grid: Any) -> None:
-        self.grid = grid_dims(grid)
+        self.grid = grid_dims(grid, self.entry.kernel)
 
     def set_stream(self, stream: Any) -> None:
         self._stream = self.entry.backend.stream(stream)
@@ -425,15 +436,16 @@ class BoundLauncher:
             i = self.param_names.index(name)
         except ValueError:
             raise ArgumentError(f"{self.entry.kernel}: no parameter {name!r} to set; "
-                                f"settable: {list(self.param_names)}") from None
+                                f"settable: {list(self.param_names)}", kernel=self.entry.kernel, param=name) from None
         if self.variant.abi.params[i].kind == "tensordesc":
             raise ArgumentError(f"{self.entry.kernel}: {name!r} is a tensor descriptor; pass every value to the bound "
-                                "launcher (bound(*values)) to change it", param=name)
+                                "launcher (bound(*values)) to change it", kernel=self.entry.kernel, param=name)
         if self.variant.abi.params[i].kind == "pointer":
             try:
                 value = pointer_value(value)
             except (NotAPointer, TypeError) as exc:
-                raise ArgumentError(f"{self.entry.kernel}: parameter {name!r}: {exc}") from None
+                raise ArgumentError(f"{self.entry.kernel}: parameter {name!r}: {exc}", kernel=self.entry.kernel,
+                                    param=name) from None
             if i in self._aligned:
                 self._misaligned([value], (i,))
         self.layout.set_one(i, value)
@@ -451,24 +463,29 @@ class BoundLauncher:
     def _values(self, args: Sequence[Any]) -> list[Any]:
         if len(args) != len(self.param_names):
             raise ArgumentError(f"{self.entry.kernel}: the bound launcher takes {len(self.param_names)} values "
-                                f"{list(self.param_names)}, got {len(args)}")
+                                f"{list(self.param_names)}, got {len(args)}", kernel=self.entry.kernel, param=None)
         out = []
         tensor = args_module.TENSOR_TYPE
         for p, v in zip(self.variant.abi.params, args):
             if p.kind == "tensordesc":
-                out.extend(expand(p.name, cast(TensorDescAbi, p.desc), v, self.entry.descriptor_block_from_variant,
-                                  self.entry.device, self.entry.desc_blocks.get(p.arg)))
+                try:
+                    out.extend(expand(p.name, cast(TensorDescAbi, p.desc), v, self.entry.descriptor_block_from_variant,
+                                      self.entry.device, self.entry.desc_blocks.get(p.arg)))
+                except ArgumentError as exc:  # as LaunchEntry.convert does: the expansion is not told the kernel
+                    raise ArgumentError(f"{self.entry.kernel}: {exc}", kernel=self.entry.kernel, param=p.name) from None
                 continue
             if p.kind == "pointer":
                 try:  # the bound path reads only the address (the binding checked dtypes and devices)
                     v = v.data_ptr() if type(v) is tensor else v if type(v) is int else pointer_value(v)
                 except (NotAPointer, TypeError) as exc:
-                    raise ArgumentError(f"{self.entry.kernel}: parameter {p.name!r}: {exc}") from None
+                    raise ArgumentError(f"{self.entry.kernel}: parameter {p.name!r}: {exc}", kernel=self.entry.kernel,
+                                        param=p.name) from None
             elif p.type == "bf16":
                 try:
                     v = bf16_bits(v)
                 except (TypeError, ValueError, OverflowError) as exc:
-                    raise ArgumentError(f"{self.entry.kernel}: parameter {p.name!r} (bf16): {v!r}: {exc}") from None
+                    raise ArgumentError(f"{self.entry.kernel}: parameter {p.name!r} (bf16): {v!r}: {exc}",
+                                        kernel=self.entry.kernel, param=p.name) from None
             out.append(v)
         return out
 
@@ -481,14 +498,15 @@ class BoundLauncher:
             self._misaligned([values[self._flat[i]] for i in self._aligned], self._aligned)
         except ArgumentError as err:
             return err
-        return ArgumentError(f"{self.entry.kernel}: {self.layout.explain(values, exc)}")
+        why = self.layout.explain(values, exc)
+        return ArgumentError(f"{self.entry.kernel}: {why}", kernel=self.entry.kernel, param=why.param)
 
     def _misaligned(self, addresses: Sequence[int], indices: Sequence[int]) -> None:
         for i, a in zip(indices, addresses):
             if isinstance(a, int) and a % 16:
                 name = self.param_names[i]
                 raise ArgumentError(f"{self.entry.kernel}: {name} address 0x{a:x} is not 16-byte aligned; "
-                                    f"the bound variant assumes {name}:16")
+                                    f"the bound variant assumes {name}:16", kernel=self.entry.kernel, param=name)
 
     def _failed(self, err: Any) -> None:
         gx, gy, gz = self.grid

@@ -114,7 +114,7 @@ class Kernel:
     def __init__(self, archive: Host, name: str, variants: Sequence[Variant],
                  resolver: MetaResolver | None = None) -> None:
         if not variants:
-            raise NoMatchingVariantError(f"the archive has no variant of kernel {name!r}", kernel=name)
+            raise NoMatchingVariantError(f"the archive has no variant of kernel {name!r}", kernel=name, param=None)
         self.archive = archive
         self.name = name
         self.variants = tuple(variants)
@@ -123,7 +123,7 @@ class Kernel:
             if [p.name for p in v.params] != names:
                 raise NoMatchingVariantError(
                     f"variants of {name!r} disagree on the parameter list ({names} vs {[p.name for p in v.params]}); "
-                    "karchive cannot dispatch between them", kernel=name)
+                    "karchive cannot dispatch between them", kernel=name, param=None)
         self.plan: KernelPlan = make_plan(name, self.variants)
         #: Set on the per-config dispatchers of autotuned kernels: a tensor descriptor's block shape comes
         #: from the chosen variant (Triton's pre_hook would set it per config), not from the call site.
@@ -220,7 +220,7 @@ class Kernel:
             return kernel.bind(grid, *args, stream=stream, **kwargs, **cx)
         values, options = self._bind_call(args, kwargs)
         ent, infos = self._resolve(values, options)
-        grid = grid_dims(self._grid_of(grid, ent.meta, values))
+        grid = grid_dims(self._grid_of(grid, ent.meta, values), self.name)
         if stream is None:
             fn = self._stream_fn(values, infos)
             stream = 0 if fn is None else fn(ent.device)
@@ -283,7 +283,7 @@ class Kernel:
         n = len(self.param_names)
         if len(args) > n:
             raise ArgumentError(f"{self.name}() takes {n} arguments ({', '.join(self.param_names)}), "
-                                f"got {len(args)} positional arguments")
+                                f"got {len(args)} positional arguments", kernel=self.name, param=None)
         values = list(args) + [MISSING] * (n - len(args))
         for k, v in kwargs.items():
             try:
@@ -291,15 +291,15 @@ class Kernel:
             except ValueError:
                 raise ArgumentError(
                     f"{self.name}() got an unknown keyword argument {k!r}; parameters are "
-                    f"{', '.join(self.param_names)} (launch options: {', '.join(self.plan.options + (STREAM,))})"
-                ) from None
+                    f"{', '.join(self.param_names)} (launch options: {', '.join(self.plan.options + (STREAM,))})",
+                    kernel=self.name, param=k) from None
             if values[i] is not MISSING:
-                raise ArgumentError(f"{self.name}() got two values for {k!r}")
+                raise ArgumentError(f"{self.name}() got two values for {k!r}", kernel=self.name, param=k)
             values[i] = v
         for i, p in enumerate(self.plan.params):
             if p.required and values[i] is MISSING:
                 raise ArgumentError(f"{self.name}() is missing argument {p.name!r} "
-                                    f"(parameter {i} of {', '.join(self.param_names)})")
+                                    f"(parameter {i} of {', '.join(self.param_names)})", kernel=self.name, param=p.name)
         return values
 
     def _infos(self, values: Sequence[Any]) -> list[Any]:
@@ -312,14 +312,16 @@ class Kernel:
                     infos.append(pointer_info(v))
                 except NotAPointer as exc:
                     if role == PTR:
-                        raise ArgumentError(f"{self.name}: argument {p.name!r}: {exc}") from None
+                        raise ArgumentError(f"{self.name}: argument {p.name!r}: {exc}", kernel=self.name,
+                                            param=p.name) from None
                     infos.append(None)
                 except Exception as exc:  # noqa: BLE001 - a framework accessor failed
                     raise ArgumentError(f"{self.name}: argument {p.name!r}: cannot read its device "
-                                        f"pointer: {exc}") from None
+                                        f"pointer: {exc}", kernel=self.name, param=p.name) from None
             elif role == PTR and isinstance(v, (bool, float)):
                 raise ArgumentError(f"{self.name}: argument {p.name!r} must be a pointer "
-                                    f"(tensor/array or int address), got {type(v).__name__} {v!r}")
+                                    f"(tensor/array or int address), got {type(v).__name__} {v!r}", kernel=self.name,
+                                    param=p.name)
             else:
                 infos.append(None)
         return infos
@@ -341,12 +343,14 @@ class Kernel:
                 continue
             if dev < 0:
                 raise ArgumentError(f"{self.name}: argument {name!r} is in host (CPU) memory; "
-                                    "kernels need device memory (move it to the GPU first)")
+                                    "kernels need device memory (move it to the GPU first)", kernel=self.name,
+                                    param=name)
             if first is None:
                 first = (name, dev)
             elif dev != first[1]:
                 raise ArgumentError(f"{self.name}: argument {name!r} is on device {dev} but {first[0]!r} is on "
-                                    f"device {first[1]}; all tensors of one launch must be on one GPU")
+                                    f"device {first[1]}; all tensors of one launch must be on one GPU", kernel=self.name,
+                                    param=name)
         return None if first is None else first[1]
 
     def _select(self, dev: DeviceInfo, values: Sequence[Any], infos: Sequence[Any],
