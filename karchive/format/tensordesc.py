@@ -175,6 +175,10 @@ class TensorDescAbi:
                 if type(v) is not bool:
                     raise SchemaError(f"{where}.{name}: a boolean is required", where=f"{where}.{name}")
                 fields[name] = v
+        if fields.get("im2col") and (not 3 <= rank <= 5 or len(block) != 2):
+            # cuTensorMapEncodeIm2col: a rank 3-5 tensor, a [pixels per column, channels per pixel] box
+            raise SchemaError(f"{where}: an im2col map needs rank 3 to 5 and a 2-entry block_shape (pixels per "
+                              f"column, channels per pixel), got rank {rank} and {block}", where=where)
         rec = cls(conv, mode, dtype, rank, tuple(block), **fields)
         if obj.get("slots") is not None and obj.get("slots") != list(rec.slots):
             raise SchemaError(f"{where}.slots: {obj.get('slots')!r} disagrees with convention {conv!r}, which "
