@@ -335,6 +335,22 @@ def operands(layout: BufferLayout, outputs: Outputs, binding: Binding,
     return out
 
 
+def refuse_descriptors(kernel_name: str, roles: Sequence[Role]) -> None:
+    """jaxlib's Triton custom call cannot pass a host tensor descriptor: it fills the parameter buffer with XLA
+    buffer addresses and scalars fixed at trace time, while a descriptor's ``CUtensorMap`` must be encoded
+    with the buffer's address, which exists only when XLA runs the call (jaxlib has no parameter kind that
+    encodes one there). Refused here, naming the parameter and what does work."""
+    for r in roles:
+        if r.kind == "tensordesc":
+            raise InteropError(
+                f"{kernel_name}: parameter {r.name!r} is a host tensor descriptor ({sorted(r.types)[0]}); jaxlib's "
+                "Triton custom call passes only buffer addresses and static scalars, and a descriptor's CUtensorMap "
+                "must be encoded with the buffer's address when XLA runs the kernel, which jaxlib cannot do. "
+                "Outside jax.jit, launch it with karchive's runtime on JAX arrays: "
+                "kernel[grid](karchive.TensorDescriptor(jax_array, block_shape=None), ...); or through "
+                "karchive.interop.torch")
+
+
 # -- all steps -----------------------------------------------------------------------------------------
 def plan(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, out_shape: Any, grid: Any,
          compute_capability: int, support: JaxlibCaps, input_output_aliases: Mapping[int, int] | None = None,
@@ -345,6 +361,7 @@ def plan(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, out_sha
         raise ArgumentError(f"mode must be 'auto', 'cubin' or 'ptx', got {mode!r}",
                             kernel=getattr(kernel, "name", None), param="mode")
     roles = kernel_roles(kernel)
+    refuse_descriptors(kernel.name, roles)
     outputs = resolve_outputs(kernel.name, roles, out_shape, input_output_aliases, out_names)
     binding = bind_arguments(kernel, roles, outputs, args, kwargs)
     pointers = [r.name for r in roles if r.kind == "pointer"]
