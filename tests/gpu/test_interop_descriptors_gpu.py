@@ -100,3 +100,32 @@ def test_im2col_op_matches_torch_unfold():
     cols = torch.nn.functional.unfold(x.permute(0, 3, 1, 2).float(), (R, S), padding=1)
     want = cols.view(N, C, R * S, H * W).permute(0, 3, 2, 1).reshape(M, R * S * C).to(x.dtype)
     assert torch.equal(got, want)
+
+
+def test_jax_refuses_descriptor_kernels_in_triton_call_and_the_runtime_launches_them_on_jax_arrays():
+    """jaxlib cannot encode a CUtensorMap at XLA run time, so ``triton_call`` refuses a descriptor kernel (with
+    the parameter named); outside ``jit`` the runtime launches it on JAX arrays, as the refusal says."""
+    jax = pytest.importorskip("jax")
+    if not any(d.platform == "gpu" for d in jax.devices()):
+        pytest.skip("JAX sees no CUDA GPU (pip install 'jax[cuda13]')")
+    import jax.numpy as jnp
+    import numpy as np
+    from cuda.bindings import driver as cu
+
+    import karchive
+    from karchive.errors import InteropError
+    from karchive.interop import jax as kj
+
+    k = _archive("tensordesc.karc").kernel("desc_copy")
+    x = jnp.asarray(np.random.default_rng(0).standard_normal((256, 128)).astype(np.float16))
+    with pytest.raises(InteropError, match="parameter 'in_desc' is a host tensor descriptor"):
+        jax.jit(lambda a: kj.triton_call(k, a, out_shape=jax.ShapeDtypeStruct(a.shape, a.dtype), grid=(4, 2),
+                                         BLOCK_M=64, BLOCK_N=64))(x)
+    y = jnp.zeros_like(x)
+    x.block_until_ready()
+    y.block_until_ready()
+    k[(4, 2)](karchive.TensorDescriptor(x, [64, 64]), karchive.TensorDescriptor(y, [64, 64]), BLOCK_M=64,
+              BLOCK_N=64)
+    (err,) = cu.cuCtxSynchronize()  # the launch went to stream 0, not one JAX orders its reads after
+    assert int(err) == 0
+    assert np.array_equal(np.asarray(y), np.asarray(x))
