@@ -58,7 +58,7 @@ NOT_YET: dict[tuple[str, str], int] = {
     ("registry/metadata_store.py", "RegistryMetadataError"): 1,
     ("registry/registry.py", "NotFoundError"): 3,
     ("runtime/backend.py", "ArgumentError"): 2,
-    ("runtime/descriptors.py", "ArgumentError"): 24,
+    ("runtime/descriptors.py", "ArgumentError"): 23,
     ("runtime/hip_driver.py", "LaunchError"): 1,
     ("runtime/launch/_argpack.py", "ArgumentError"): 4,
     ("runtime/launch/_argpack.py", "LaunchError"): 1,

@@ -122,10 +122,10 @@ class TensorDescriptor:
         if box is not None or element_strides is not None:
             problem = im2col_problem(len(self.shape), box, self.element_strides)
             if problem:
-                raise ArgumentError(f"TensorDescriptor: {problem}")
+                raise ArgumentError(f"TensorDescriptor: {problem}", kernel=None, param=None)
             if self.block_shape is not None and len(self.block_shape) != 2:
                 raise ArgumentError(f"TensorDescriptor: an im2col block_shape is [pixels per column, channels per "
-                                    f"pixel], got {list(self.block_shape)}")
+                                    f"pixel], got {list(self.block_shape)}", kernel=None, param=None)
         elif self.block_shape is not None and len(self.block_shape) != len(self.shape):
             hint = ("; an im2col descriptor also needs pixel_box_lower_corner= and pixel_box_upper_corner="
                     if len(self.block_shape) == 2 and len(self.shape) in IM2COL_CORNER_RANGE else "")
@@ -428,14 +428,14 @@ def check_call(name: str, d: TensorDescAbi, call: _Call, block_from_variant: boo
     if d.im2col and call.im2col is None:
         raise ArgumentError(f"{where}: this parameter takes an im2col descriptor: give the pixel box, "
                             "karchive.TensorDescriptor(x, block_shape, pixel_box_lower_corner=[...], "
-                            "pixel_box_upper_corner=[...]) (or Gluon's TensorDescriptorIm2Col)", param=name)
+                            "pixel_box_upper_corner=[...]) (or Gluon's TensorDescriptorIm2Col)", kernel=None, param=name)
     if call.im2col is not None and not d.im2col:
         raise ArgumentError(f"{where}: an im2col descriptor (it has a pixel box) for a tiled descriptor parameter",
-                            param=name)
+                            kernel=None, param=name)
     if call.im2col is not None:
         problem = im2col_problem(len(call.shape), call.im2col)
         if problem:
-            raise ArgumentError(f"{where}: {problem}", param=name)
+            raise ArgumentError(f"{where}: {problem}", kernel=None, param=name)
     got = triton_dtype(call.dtype)
     if call.dtype is not None and got != d.dtype:
         raise ArgumentError(f"{where}: the tensor has dtype {got or call.dtype}, the variant takes {d.dtype}",
