@@ -336,3 +336,42 @@ def test_im2col_launch_packs_the_map_then_shape_and_strides_on_both_paths(path, 
 
 if str(DATA) not in sys.path:
     sys.path.insert(0, str(DATA))
+
+
+def test_a_jit_call_of_the_gluon_kernel_is_captured_as_the_build_records_it(triton_cache_dir, fake_gpu_driver):
+    """The Gluon JIT compiling im2col_gather for a call with a TensorDescriptorIm2Col (fake GPU driver, real
+    compile) is captured with the key and the ABI of the ahead-of-time build: one variant, either way."""
+    TensorDescriptorIm2Col = _gluon_im2col()
+    import triton.language as tl
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDesc
+
+    import im2col_kernels
+    import karchive
+    from capture_fakes import MockPtr, fresh
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
+
+    class Nhwc(MockPtr):  # Triton's MockTensor, with the shape and strides a descriptor reads
+        def __init__(self, shape):
+            super().__init__(tl.float16, list(shape))
+
+        def stride(self):
+            return tuple(td._contiguous(self.shape))
+
+    layout = gl.NVMMASharedLayout.get_default_for([64, 64], gl.float16)
+    x = Nhwc((2, 8, 8, 64))
+    a = TensorDescriptorIm2Col.from_tensor(x, [64, 64], layout, pixel_box_lower_corner=[-1, -1],
+                                           pixel_box_upper_corner=[-1, -1])
+    b = GluonDesc.from_tensor(Nhwc((128, 576)), [64, 64], layout)
+    fresh(im2col_kernels.im2col_gather)
+    with karchive.capture("im2col", version="1.0") as cap:
+        im2col_kernels.im2col_gather[(2, 9, 1)](a, b, 8, 8, 64, 1, 1, S=3, BLOCK_PIX=64, BLOCK_C=64)
+    (captured,) = cap.variants.values()
+    aot = compile_variant(VariantRequest(f"{DATA / 'im2col_kernels.py'}:im2col_gather",
+                                         "tensordesc_im2col<fp16[64, 64],input_rank=4," + _layout() + ">, "
+                                         "tensordesc<fp16[64, 64]," + _layout() + ">, i32, i32, i32:16, i32:1, i32:1",
+                                         "cuda:90", {"S": 3, "BLOCK_PIX": 64, "BLOCK_C": 64}, {"num_warps": 4}))
+    assert captured.variant.abi.params[0].desc == aot.variant.abi.params[0].desc
+    assert captured.variant.abi.params[0].desc.im2col
+    for field in ("key", "params", "abi", "target"):
+        assert captured.variant.to_json()[field] == aot.variant.to_json()[field], field
