@@ -334,6 +334,39 @@ def test_im2col_launch_packs_the_map_then_shape_and_strides_on_both_paths(path, 
         assert len(rec.launches()) == 2
 
 
+@pytest.mark.parametrize("minor", ["3.8", "3.9"])
+def test_each_release_with_im2col_encodes_as_karchive_does(minor):
+    """Triton 3.8 and 3.9 (release venvs, tools/tritons.sh) have im2col maps; each one's own
+    ``make_tensordesc_arg`` with a recording ``fill_tma_descriptor_im2col`` (tests/data/im2col_launcher_probe.py,
+    run by that release's interpreter on this checkout's karchive) gives, after its C arithmetic, karchive's
+    ``cuTensorMapEncodeIm2col`` arguments, the same values after the map, and ``expand_signature`` slots equal
+    to the convention's; for NWC, NHWC and NDHWC tensors, fp16 and fp32, element strides and NaN padding."""
+    import json
+    import os
+    import subprocess
+
+    from test_tensordesc_runtime import _release_venv
+
+    venv = _release_venv(minor)
+    root = DATA.parent.parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "PYTHON"))}
+    env["PYTHONPATH"] = str(root)  # this checkout's karchive, ahead of the venv's own install
+    proc = subprocess.run([str(venv.python), str(DATA / "im2col_launcher_probe.py")], capture_output=True, text=True,
+                          env=env, cwd=root, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["karchive"].startswith(str(root / "karchive")) and out["triton"] == venv.version
+    assert out["convention"] == "triton-3.8" and len(out["cases"]) == 4
+    for name, case in out["cases"].items():
+        assert case["their_slots"] == case["slots"], name
+        assert case["ours"]["encode"] == case["theirs"]["encode"], name
+        assert case["ours"]["after_map"] == case["theirs"]["after_map"], name
+        assert case["theirs"]["map"] == case["ours"]["map"] == "MAP", name
+        assert case["ours"]["fixed"] == [0, 2], name  # INTERLEAVE_NONE, L2_128B: fixed in the C
+    assert out["cases"]["nhwc-stride2-nan"]["ours"]["encode"]["element_strides"] == [1, 2, 2, 1]
+    assert out["cases"]["nhwc-stride2-nan"]["ours"]["encode"]["oob_fill"] == 1
+
+
 if str(DATA) not in sys.path:
     sys.path.insert(0, str(DATA))
 
