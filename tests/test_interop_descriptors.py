@@ -1,10 +1,11 @@
 """Host tensor-descriptor kernels through the torch and JAX bridges, on CPU (issue 21).
 
-Real archives (a Triton compile of tests/data/tma_kernels.py:desc_copy for cuda:90): the bridges' roles
-name descriptor parameters ``tensordesc``; the torch bridge declares them ``Tensor`` and wraps the tensor
-in a ``karchive.TensorDescriptor`` (the variant's block, or the options given) at launch, checked by a CPU
-stand-in of the kernel (needs torch; the GPU launch is tests/gpu/test_interop_torch_gpu.py's); the JAX
-bridge refuses them with an InteropError that says why (jaxlib cannot encode a map at XLA run time).
+Real archives (Triton compiles of tests/data/tma_kernels.py:desc_copy for cuda:80 and cuda:90): the bridges'
+roles name descriptor parameters ``tensordesc``; the torch bridge declares them ``Tensor`` and wraps the
+tensor in a ``karchive.TensorDescriptor`` (the variant's block, or the options given) at launch, checked by
+a CPU stand-in of the kernel (needs torch; the GPU launch is tests/gpu/test_interop_descriptors_gpu.py's);
+the JAX bridge passes a decomposed descriptor (sm_80) as its buffer and scalars and refuses a TMA one
+(sm_90) with an InteropError that says why (jaxlib cannot encode a map at XLA run time).
 """
 
 from __future__ import annotations
@@ -69,18 +70,68 @@ def test_descriptor_options_are_checked_when_the_op_is_made():
             descriptor_options("k", names, bad)
 
 
-def test_the_jax_bridge_refuses_descriptors_saying_why(desc_archive):
-    """Before any output or argument handling: the parameter named, the reason (no CUtensorMap can be encoded
-    at XLA run time by jaxlib's Triton call) and what works instead."""
-    import karchive
+@pytest.fixture(scope="module")
+def desc_archive_80_90(tmp_path_factory) -> pathlib.Path:
+    pytest.importorskip("triton")
+    from karchive.cli.main import main
+
+    out = tmp_path_factory.mktemp("desc") / "tma8090.karc"
+    assert main(["compile", str(DATA / "tma_kernels.py"), "-n", "desc_copy", "-s", f"{DESC}, {DESC}, 64, 64",
+                 "-t", "cuda:80", "-t", "cuda:90", "-o", str(out)]) == 0
+    return out
+
+
+def _jax_plan(kernel, cc: int, x):
     from karchive.interop import _jaxplan
 
-    k = karchive.open(str(desc_archive)).kernel("desc_copy")
     support = SimpleNamespace(jaxlib_version=(0, 10, 2), notes=[], accepts_cubin=True)
+    return _jaxplan.plan(kernel, (x,), {"BLOCK_M": 64, "BLOCK_N": 64}, out_shape=SimpleNamespace(shape=x.shape,
+                         dtype=x.dtype), grid=(4, 2), compute_capability=cc, support=support)
+
+
+def test_the_jax_bridge_refuses_tma_descriptors_saying_why(desc_archive_80_90):
+    """On sm_90 the variant takes TMA maps: refused, the parameter and the variant named, with the reason (jaxlib
+    cannot encode a CUtensorMap at XLA run time) and what works instead."""
+    import numpy as np
+
+    import karchive
+
+    k = karchive.open(str(desc_archive_80_90)).kernel("desc_copy")
     with pytest.raises(InteropError, match=r"parameter 'in_desc' is a host tensor descriptor \(tensordesc<fp16") as e:
-        _jaxplan.plan(k, (object(), object()), {"BLOCK_M": 64, "BLOCK_N": 64}, out_shape=None, grid=(1,),
-                      compute_capability=90, support=support)
-    assert "jaxlib" in str(e.value) and "karchive.TensorDescriptor(jax_array" in str(e.value)
+        _jax_plan(k, 90, np.zeros((256, 128), np.float16))
+    assert "sm_90a" in str(e.value) and "TMA map" in str(e.value) and "karchive.TensorDescriptor(jax_array" in str(
+        e.value)
+
+
+def test_the_jax_bridge_passes_decomposed_descriptors_as_a_buffer_and_scalars(desc_archive_80_90):
+    """On sm_80 Triton decomposes descriptors (base pointer, shape and strides): jaxlib can pass that. The input
+    descriptor takes XLA buffer 0 and the output (a result) buffer 1, each followed by the convention's scalars
+    for a dense row-major array (i64 shape and strides, the NaN and TF32 flags off, i32 shape, i64 strides),
+    as karchive's own runtime expands them."""
+    import numpy as np
+
+    import karchive
+    from karchive.interop._jaxdesc import ArrayParam, ScalarParam
+    from karchive.runtime import descriptors as td
+
+    k = karchive.open(str(desc_archive_80_90)).kernel("desc_copy")
+    x = np.zeros((256, 128), np.float16)
+    plan = _jax_plan(k, 80, x)
+    assert plan.variant.abi.binary_arch == "sm_80" and plan.desc.n_buffers == 2
+    (d,) = {p.desc for p in plan.variant.abi.params if p.desc is not None}
+    assert d.mode == "decomposed"
+    params = plan.desc.params
+    per = 1 + len(d.slots) - 1
+    assert len(params) == 2 * per
+    for j, name in enumerate(("in_desc", "out_desc")):
+        first, scalars = params[j * per], params[j * per + 1:(j + 1) * per]
+        assert first == ArrayParam(name, j, 16, 0)
+        assert all(isinstance(s, ScalarParam) for s in scalars)
+        assert [s.dtype for s in scalars] == list(d.slots[1:])
+        ref = td.expand(name, d, td.TensorDescriptor(0x10000, None, shape=[256, 128], strides=[128, 1],
+                                                     dtype="float16"))
+        assert [int(s.value) for s in scalars] == [int(v) for v in ref[1:]]
+    assert plan.operands == [x] and plan.out_avals == [((256, 128), np.dtype(np.float16))]
 
 
 # ---- the torch op (needs torch) ----------------------------------------------------------------------------

@@ -36,8 +36,8 @@ def kernel_roles(kernel: Any) -> list[Role]:
 
     A parameter is ``constexpr`` only if every variant fixed it at compile time (``== 1`` specialised
     ints stay ``int``: the caller still passes them). A host tensor descriptor (``tensordesc<...>`` in every
-    variant) is ``tensordesc``: the torch bridge takes its tensor, the JAX bridge refuses it (jaxlib cannot
-    pass one). Variants that disagree on whether a parameter is a pointer (or a descriptor) are refused: no
+    variant) is ``tensordesc``: the torch bridge takes its tensor, the JAX bridge its array (a decomposed
+    descriptor as a buffer and scalars; a TMA map jaxlib cannot pass, refused). Variants that disagree on whether a parameter is a pointer (or a descriptor) are refused: no
     bridge can give that parameter one type.
     """
     variants = getattr(kernel, "variants", None)
