@@ -15,7 +15,8 @@ An im2col parameter (Gluon's ``tensordesc_im2col``, Triton 3.8+) takes a descrip
 :class:`TensorDescriptor` options, or Gluon's ``TensorDescriptorIm2Col`` duck-typed); its map comes from
 ``cuTensorMapEncodeIm2col`` with the arguments :func:`im2col_params` computes as Triton's
 ``fill_tma_descriptor_im2col`` does.
-Encoded maps are cached by (address, shape, strides, dtype, device, the variant's record, padding, tf32),
+Encoded maps are cached by (address, shape, strides, dtype, device, the variant's record, padding, tf32, the
+im2col box),
 so a steady-state launch with the same tensors costs one dict lookup; every check runs on a cache miss,
 before anything reaches the driver.
 """
