@@ -288,6 +288,13 @@ def test_the_gpu_proof_archive_builds_on_cpu(tmp_path):
     for k in ("desc_copy", "desc_add", "desc_matmul_persistent", "desc_attention_fwd", "device_desc_copy", "desc_matmul_tuned"):
         assert (k, "90") in kinds and (k, "100") in kinds
     assert m.autotune and m.autotune[0]["kernel"].endswith("desc_matmul_tuned")
+    if _has_gluon() and hasattr(__import__("triton.experimental.gluon.language.nvidia.hopper",
+                                           fromlist=["tma"]).tma, "async_load_im2col"):
+        (v,) = Manifest.from_json(open_location(out / "im2col.karc").manifest).variants
+        assert v.kernel.endswith("im2col_gather") and v.abi.params[0].desc is not None
+        assert v.abi.params[0].desc.im2col and v.abi.binary_arch == "sm_90a"
+    else:
+        assert not (out / "im2col.karc").exists() and "skipped im2col.karc" in proc.stdout
 
 
 @pytest.mark.parametrize("arch", ["90", "100"])
@@ -329,8 +336,8 @@ def test_gpu_proof_build_skips_release_venvs_without_a_known_convention(tmp_path
 
     built: list[str] = []
 
-    def fake_build(python: str, out: pathlib.Path) -> str:  # the real one compiles with that interpreter
-        built.append(python)
+    def fake_build(python: str, out: pathlib.Path, spec: pathlib.Path = mod.SPEC) -> str:  # the real one compiles
+        built.append(python if spec == mod.SPEC else f"{python} {spec.name}")
         out.write_bytes(b"karc")
         return "3.9.0" if python == sys.executable else {"3.6": "3.6.0", "3.7": "3.7.1"}[pathlib.Path(python).parent.parent.name]
 
@@ -339,6 +346,8 @@ def test_gpu_proof_build_skips_release_venvs_without_a_known_convention(tmp_path
     assert mod.main([str(tmp_path / "out")]) == 0
     printed = capsys.readouterr().out
     assert "note: skipped" in printed and "Triton 3.10.0" in printed
-    assert built == [sys.executable, str(base / "3.6" / "bin" / "python"), str(base / "3.7" / "bin" / "python")]
+    im2col = [f"{sys.executable} im2col_build.toml"] if mod.has_gluon_im2col() else []  # this Triton's only
+    assert built == [sys.executable, str(base / "3.6" / "bin" / "python"), str(base / "3.7" / "bin" / "python"),
+                     *im2col]
     assert json.loads((tmp_path / "out" / "index.json").read_text()) == {
         "3.6.0": "tensordesc-triton-3.6.0.karc", "3.7.1": "tensordesc-triton-3.7.1.karc", "3.9.0": "tensordesc.karc"}

@@ -428,8 +428,9 @@ def test_autotuned_descriptor_kernel_takes_the_block_of_the_chosen_config(path, 
 
 
 def test_archive_tools_and_bridges_handle_descriptor_kernels(tmp_path, capsys):
-    """inspect / verify / export-triton-cache / rebuild --check work on a descriptor archive; the torch and JAX
-    bridges refuse descriptor parameters with a karchive error instead of passing them as ints."""
+    """inspect / verify / export-triton-cache / rebuild --check work on a descriptor archive; the bridges see
+    descriptor parameters as such (the torch bridge takes their tensors; the JAX bridge refuses them with a
+    karchive error, tests/test_interop_descriptors.py) instead of passing them as ints."""
     pytest.importorskip("triton")
     import karchive
     from karchive.cli.main import main
@@ -445,8 +446,11 @@ def test_archive_tools_and_bridges_handle_descriptor_kernels(tmp_path, capsys):
     assert main(["verify", str(out)]) == 0
     assert main(["export-triton-cache", str(out), "--cache-dir", str(tmp_path / "cache")]) == 0
     assert main(["rebuild", str(out), "--check"]) == 0, capsys.readouterr()
-    with pytest.raises(InteropError, match="host tensor descriptor"):
-        kernel_roles(karchive.open(str(out)).kernel("desc_copy"))
+    assert {r.kind for r in kernel_roles(karchive.open(str(out)).kernel("desc_copy"))} == {"tensordesc", "constexpr"}
+    from karchive.interop._jaxplan import refuse_tma_descriptors
+
+    with pytest.raises(InteropError, match="host tensor descriptor"):  # a TMA variant (cuda:90)
+        refuse_tma_descriptors("desc_copy", karchive.open(str(out)).variants("desc_copy")[0])
 
 
 def test_a_descriptor_over_another_gpus_memory_is_refused(no_driver):

@@ -18,6 +18,10 @@ Conventions, by what they pass (``r`` = the descriptor's rank):
     and with bit 21 of its second word cleared for tensors under 128 KiB when the driver is 13.1 or older;
     decomposed: ``*dtype, i64 x r, i64 x r, i1 (nan), i1 (round_f32_to_tf32), i32 x r, i64 x r``.
 
+An im2col parameter (Gluon's ``tensordesc_im2col<...,input_rank=N,...>``, Triton 3.8 and 3.9) expands like a tiled
+TMA one of the tensor's rank N; only its map differs (``cuTensorMapEncodeIm2col``, from a 2-entry
+``[pixels per column, channels per pixel]`` block and the call's pixel box; runtime/descriptors.py).
+
 The names are identifiers stored in archives, not ranges: ``triton-3.8`` was named after the first release
 karchive read with it; Triton 3.7.1's launcher was read later and passes descriptors identically (the same
 ``make_tensordesc_arg`` arithmetic, ``expand_signature`` slots and C ``fillTMADescriptorTiled``, small-tensor
@@ -175,6 +179,10 @@ class TensorDescAbi:
                 if type(v) is not bool:
                     raise SchemaError(f"{where}.{name}: a boolean is required", where=f"{where}.{name}")
                 fields[name] = v
+        if fields.get("im2col") and (not 3 <= rank <= 5 or len(block) != 2):
+            # cuTensorMapEncodeIm2col: a rank 3-5 tensor, a [pixels per column, channels per pixel] box
+            raise SchemaError(f"{where}: an im2col map needs rank 3 to 5 and a 2-entry block_shape (pixels per "
+                              f"column, channels per pixel), got rank {rank} and {block}", where=where)
         rec = cls(conv, mode, dtype, rank, tuple(block), **fields)
         if obj.get("slots") is not None and obj.get("slots") != list(rec.slots):
             raise SchemaError(f"{where}.slots: {obj.get('slots')!r} disagrees with convention {conv!r}, which "

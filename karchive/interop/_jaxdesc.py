@@ -31,6 +31,13 @@ class Buffer:
 
 
 @dataclass(frozen=True)
+class DescBuffer(Buffer):
+    """A host tensor-descriptor parameter over XLA buffer ``index``, a dense row-major array of ``shape``."""
+
+    shape: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
 class ArrayParam:
     name: str
     buffer: int
@@ -99,6 +106,40 @@ def _scalar(variant: Variant, name: str, typ: str, value: Any) -> ScalarParam:
             kernel=variant.kernel, param=name) from None
 
 
+def _descriptor(variant: Variant, p: Any, value: Any, next_buffer: int, zero_bytes: dict[int, int],
+                params: list[Param]) -> int:
+    """A decomposed host tensor descriptor as jaxlib parameters: its buffer, then the scalars the variant's
+    convention lists after the base pointer (shape and strides as i64, the NaN-padding flag, under
+    ``triton-3.8`` the TF32 flag, shape as i32 and strides again; spec/FORMAT.md §6.2.1). Zero padding and
+    no TF32 rounding: the array is passed as it is. A TMA descriptor cannot be passed (see
+    ``_jaxplan.refuse_tma_descriptors``)."""
+    d = p.desc
+    if d is None or d.mode != "decomposed":
+        raise InteropError(f"{variant.kernel}: {p.name} is a TMA tensor descriptor; jaxlib's Triton custom call "
+                           "cannot encode its CUtensorMap")
+    if not isinstance(value, DescBuffer):
+        raise ArgumentError(f"{variant.kernel}: {p.name} ({p.type}) needs an array, got {type(value).__name__}",
+                            kernel=variant.kernel, param=p.name)
+    if value.index != next_buffer:
+        raise InteropError(f"{variant.kernel}: {p.name} would take XLA buffer {value.index} but jaxlib hands out "
+                           f"buffer {next_buffer} next (internal ordering error)")
+    if len(value.shape) != d.rank:
+        raise ArgumentError(f"{variant.kernel}: {p.name} takes a rank-{d.rank} array, got shape {value.shape}",
+                            kernel=variant.kernel, param=p.name)
+    shape = list(value.shape)
+    strides = [1] * d.rank
+    for i in range(d.rank - 2, -1, -1):
+        strides[i] = strides[i + 1] * shape[i + 1]
+    flags = [0] if d.convention == "triton-3.5" else [0, 0]  # padding "zero"; round_f32_to_tf32 off
+    scalars = [*shape, *strides, *flags, *shape, *strides]
+    slots = d.slots[1:]
+    assert len(slots) == len(scalars)
+    params.append(ArrayParam(p.name, value.index, 16, int(zero_bytes.get(value.index, 0))))
+    for i, (slot, v) in enumerate(zip(slots, scalars)):
+        params.append(_scalar(variant, f"{p.name}[{i + 1}]", slot, v))
+    return next_buffer + 1
+
+
 def describe_variant(variant: Variant, values: Sequence[Any], grid: Sequence[int], *, compute_capability: int,
                      zero_bytes: dict[int, int] | None = None, path: str, ptx: str | None,
                      cubin: bytes | None) -> KernelDesc:
@@ -134,9 +175,9 @@ def describe_variant(variant: Variant, values: Sequence[Any], grid: Sequence[int
     params: list[Param] = []
     next_buffer = 0
     kinds = [p.kind for p in abi.params]
-    n_user = len([k for k in kinds if k in ("pointer", "scalar")])
+    n_user = len([k for k in kinds if k in ("pointer", "scalar", "tensordesc")])
     tail = kinds[n_user:]
-    if kinds[:n_user].count("pointer") + kinds[:n_user].count("scalar") != n_user or \
+    if sum(kinds[:n_user].count(k) for k in ("pointer", "scalar", "tensordesc")) != n_user or \
             tail not in ([], ["global_scratch"], ["global_scratch", "profile_scratch"]):
         raise InteropError(f"{variant.kernel}: launch ABI parameters {kinds} do not end in "
                            "[global_scratch, profile_scratch] as jaxlib appends them")
@@ -144,7 +185,9 @@ def describe_variant(variant: Variant, values: Sequence[Any], grid: Sequence[int
         if p.arg is None or p.type is None:  # only scratch parameters lack them (checked above)
             raise InteropError(f"{variant.kernel}: launch ABI parameter {p.name} has no argument index or type")
         value = values[p.arg]
-        if p.kind == "pointer":
+        if p.kind == "tensordesc":
+            next_buffer = _descriptor(variant, p, value, next_buffer, zero_bytes, params)
+        elif p.kind == "pointer":
             if not isinstance(value, Buffer):
                 raise ArgumentError(f"{variant.kernel}: {p.name} ({p.type}) needs an array, got {type(value).__name__}",
                                     kernel=variant.kernel, param=p.name)

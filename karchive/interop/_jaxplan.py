@@ -25,10 +25,11 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from ..errors import ArgumentError
+from ..runtime.descriptors import TensorDescriptor
 from ..runtime.device import DeviceInfo
 from ..runtime.select import MISSING
 from ..errors import InteropError
-from ._jaxdesc import Buffer, KernelDesc, describe_variant
+from ._jaxdesc import Buffer, DescBuffer, KernelDesc, describe_variant
 from ._roles import Role, kernel_roles
 
 MODES = ("auto", "cubin", "ptx")
@@ -88,6 +89,10 @@ class Plan:
     variant: Any = None
 
 
+#: Roles that take an array (an XLA buffer): pointers, and host tensor descriptors (decomposed variants only).
+ARRAY_KINDS = ("pointer", "tensordesc")
+
+
 def is_array(v: Any) -> bool:
     return hasattr(v, "shape") and hasattr(v, "dtype") and not isinstance(v, (bool, int, float, np.generic))
 
@@ -112,7 +117,7 @@ def resolve_outputs(kernel_name: str, roles: Sequence[Role], out_shape: Any,
         raise ArgumentError(f"input_output_aliases {aliases} must map inputs to distinct outputs 0..{len(shapes) - 1}",
                             kernel=kernel_name, param="input_output_aliases")
     produced = [o for o in range(len(shapes)) if o not in aliases.values()]
-    pointers = [r.name for r in roles if r.kind == "pointer"]
+    pointers = [r.name for r in roles if r.kind in ARRAY_KINDS]
     if out_names is None:
         k = len(produced)
         names = pointers[len(pointers) - k:] if k else []
@@ -161,9 +166,9 @@ def bind_arguments(kernel: Any, roles: Sequence[Role], outputs: Outputs, args: S
 
 def _checked_value(kernel_name: str, role: Role, v: Any) -> Any:
     """Arrays for pointers; static numbers for scalars (a concrete 0-d array counts as its number)."""
-    if role.kind == "pointer":
+    if role.kind in ARRAY_KINDS:
         if not is_array(v):
-            raise ArgumentError(f"{kernel_name}: {role.name} is a pointer parameter; pass an array, got "
+            raise ArgumentError(f"{kernel_name}: {role.name} is a {role.kind} parameter; pass an array, got "
                                 f"{type(v).__name__}", kernel=kernel_name, param=role.name)
         return v
     if not is_array(v):
@@ -183,7 +188,7 @@ def _check_aliases(kernel_name: str, outputs: Outputs, binding: Binding) -> None
     """Each aliased input is an array input with exactly its output's shape and dtype."""
     inputs = binding.inputs
     for i, o in outputs.aliases.items():
-        if not 0 <= i < len(inputs) or inputs[i].kind != "pointer":
+        if not 0 <= i < len(inputs) or inputs[i].kind not in ARRAY_KINDS:
             raise ArgumentError(f"{kernel_name}: input_output_aliases key {i} must index an array input "
                                 f"(inputs: {[r.name for r in inputs]})",
                                 kernel=kernel_name, param="input_output_aliases")
@@ -235,15 +240,27 @@ class _Aval:
         return 0
 
 
-def select_variant(kernel: Any, outputs: Outputs, binding: Binding, compute_capability: int) -> Any:
-    """The variant the runtime would pick on a ``cuda:<cc>`` device for these dtypes, values and constexprs."""
+def _desc_aval(array: Any) -> TensorDescriptor:
+    """Stands in for a descriptor over ``array`` during selection: its dtype and rank, the variant's block."""
+    shape = tuple(int(s) for s in array.shape)
+    strides = [1] * len(shape)
+    for i in range(len(shape) - 2, -1, -1):  # XLA buffers are dense row-major
+        strides[i] = strides[i + 1] * shape[i + 1]
+    return TensorDescriptor(_Aval(array.dtype), None, shape=shape, strides=strides, dtype=np.dtype(array.dtype))
+
+
+def select_variant(kernel: Any, outputs: Outputs, binding: Binding, compute_capability: int,
+                   descriptors: frozenset[str] = frozenset()) -> Any:
+    """The variant the runtime would pick on a ``cuda:<cc>`` device for these dtypes, values and constexprs
+    (``descriptors``: the tensor-descriptor parameters, whose arrays stand in as descriptors)."""
     named: dict[str, Any] = {}
     for pname in kernel.param_names:
         if pname in outputs.param_of:
-            named[pname] = _Aval(outputs.shapes[outputs.param_of[pname]].dtype)
+            out = outputs.shapes[outputs.param_of[pname]]
+            named[pname] = _desc_aval(out) if pname in descriptors else _Aval(out.dtype)
         elif pname in binding.values:
             v = binding.values[pname]
-            named[pname] = _Aval(v.dtype) if is_array(v) else v
+            named[pname] = (_desc_aval(v) if pname in descriptors else _Aval(v.dtype)) if is_array(v) else v
     device = DeviceInfo.describe_target(f"cuda:{int(compute_capability)}")
     return kernel.select(device=device, **named, **binding.constexprs)
 
@@ -279,10 +296,22 @@ def zero_bytes(zeroed_outputs: Any, meta: Mapping[str, Any], outputs: Outputs, b
     return out
 
 
-def call_values(variant: Any, layout: BufferLayout, binding: Binding) -> list[Any]:
-    """One entry per variant parameter: a :class:`Buffer` for pointers, the value for scalars."""
-    return [Buffer(layout.buffer_of[p.name]) if p.name in layout.buffer_of else binding.values.get(p.name, MISSING)
-            for p in variant.params]
+def call_values(variant: Any, layout: BufferLayout, binding: Binding, outputs: Outputs | None = None) -> list[Any]:
+    """One entry per variant parameter: a :class:`Buffer` for pointers (a :class:`DescBuffer`, with the array's
+    shape, for a tensor descriptor), the value for scalars."""
+    out: list[Any] = []
+    for p in variant.params:
+        if p.name not in layout.buffer_of:
+            out.append(binding.values.get(p.name, MISSING))
+        elif p.type.startswith("tensordesc"):
+            arr = binding.values[p.name] if p.name in binding.values else \
+                outputs.shapes[outputs.param_of[p.name]] if outputs is not None else None
+            if arr is None:
+                raise InteropError(f"{variant.kernel}: no shape known for descriptor {p.name} (internal error)")
+            out.append(DescBuffer(layout.buffer_of[p.name], tuple(int(s) for s in arr.shape)))
+        else:
+            out.append(Buffer(layout.buffer_of[p.name]))
+    return out
 
 
 # -- 6. machine code -----------------------------------------------------------------------------------
@@ -335,6 +364,23 @@ def operands(layout: BufferLayout, outputs: Outputs, binding: Binding,
     return out
 
 
+def refuse_tma_descriptors(kernel_name: str, variant: Any) -> None:
+    """jaxlib's Triton custom call cannot pass a TMA host tensor descriptor: it fills the parameter buffer with
+    XLA buffer addresses and scalars fixed at trace time, while a ``CUtensorMap`` must be encoded with the
+    buffer's address, which exists only when XLA runs the call (jaxlib has no parameter kind that encodes one
+    there). A *decomposed* descriptor (variants below sm_90: base pointer, shape and strides) is only a
+    buffer and scalars, and goes through. Refused here, naming the parameter and what does work."""
+    for p in variant.abi.params:
+        if p.desc is not None and p.desc.mode == "tma":
+            raise InteropError(
+                f"{kernel_name}: parameter {p.name!r} is a host tensor descriptor ({p.type}) that variant "
+                f"{variant.key[:12]} ({variant.abi.binary_arch}) takes as a TMA map; jaxlib's Triton custom call "
+                "passes only buffer addresses and static scalars, and a CUtensorMap must be encoded with the "
+                "buffer's address when XLA runs the kernel, which jaxlib cannot do. Outside jax.jit, launch it "
+                "with karchive's runtime on JAX arrays: kernel[grid](karchive.TensorDescriptor(jax_array), ...); "
+                "or through karchive.interop.torch")
+
+
 # -- all steps -----------------------------------------------------------------------------------------
 def plan(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, out_shape: Any, grid: Any,
          compute_capability: int, support: JaxlibCaps, input_output_aliases: Mapping[int, int] | None = None,
@@ -347,12 +393,14 @@ def plan(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, out_sha
     roles = kernel_roles(kernel)
     outputs = resolve_outputs(kernel.name, roles, out_shape, input_output_aliases, out_names)
     binding = bind_arguments(kernel, roles, outputs, args, kwargs)
-    pointers = [r.name for r in roles if r.kind == "pointer"]
+    pointers = [r.name for r in roles if r.kind in ARRAY_KINDS]
     layout = layout_buffers(pointers, outputs, [r.name for r in binding.inputs])
-    variant = select_variant(kernel, outputs, binding, compute_capability)
+    variant = select_variant(kernel, outputs, binding, compute_capability,
+                             frozenset(r.name for r in roles if r.kind == "tensordesc"))
+    refuse_tma_descriptors(kernel.name, variant)
     meta = launch_meta(kernel, binding, variant)
     path, ptx, cubin = machine_code(kernel, variant, mode, support)
-    desc = describe_variant(variant, call_values(variant, layout, binding), normalize_grid(grid, meta),
+    desc = describe_variant(variant, call_values(variant, layout, binding, outputs), normalize_grid(grid, meta),
                             compute_capability=compute_capability,
                             zero_bytes=zero_bytes(zeroed_outputs, meta, outputs, binding, layout),
                             path=path, ptx=ptx, cubin=cubin)

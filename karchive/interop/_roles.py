@@ -9,21 +9,25 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from collections.abc import Mapping, Sequence
 
-from ..errors import ArgumentError, InteropError
+from ..errors import ArgumentError
 from ..runtime.launch._plan import FLOAT, INT, MIXED, PTR, VALUE, make_plan
 
-__all__ = ["Role", "kernel_roles"]
+__all__ = ["DESCRIPTOR_OPTIONS", "Role", "descriptor_options", "kernel_roles"]
 
 #: The plan's role -> the bridge's kind (an int role over i1/u1 only is a bool).
 _KINDS = {PTR: "pointer", INT: "int", FLOAT: "float", VALUE: "constexpr"}
+#: What a bridge's ``descriptors`` may set per descriptor parameter (karchive.TensorDescriptor's keyword options).
+DESCRIPTOR_OPTIONS = ("block_shape", "padding", "round_f32_to_tf32", "pixel_box_lower_corner", "pixel_box_upper_corner",
+                      "element_strides")
 
 
 @dataclass(frozen=True)
 class Role:
     name: str
     index: int
-    kind: str  # "pointer" | "int" | "float" | "bool" | "constexpr"
+    kind: str  # "pointer" | "int" | "float" | "bool" | "constexpr" | "tensordesc" (a host tensor descriptor)
     types: frozenset  # Triton types seen for it across variants ("constexpr" included)
 
 
@@ -31,8 +35,10 @@ def kernel_roles(kernel: Any) -> list[Role]:
     """One :class:`Role` per parameter of ``kernel`` (anything with ``.variants`` and ``.param_names``).
 
     A parameter is ``constexpr`` only if every variant fixed it at compile time (``== 1`` specialised
-    ints stay ``int``: the caller still passes them). Variants that disagree on whether a parameter is a
-    pointer are refused: no bridge can give that parameter one type.
+    ints stay ``int``: the caller still passes them). A host tensor descriptor (``tensordesc<...>`` in every
+    variant) is ``tensordesc``: the torch bridge takes its tensor, the JAX bridge its array (a decomposed
+    descriptor as a buffer and scalars; a TMA map jaxlib cannot pass, refused). Variants that disagree on whether a parameter is a pointer (or a descriptor) are refused: no
+    bridge can give that parameter one type.
     """
     variants = getattr(kernel, "variants", None)
     names = getattr(kernel, "param_names", None)
@@ -40,15 +46,21 @@ def kernel_roles(kernel: Any) -> list[Role]:
         raise ArgumentError(f"expected a karchive kernel (karchive.open(path).kernel(name)), got {type(kernel).__name__}",
                             kernel=None, param="kernel")
     kernel_name = getattr(kernel, "name", "kernel")
+    descs = set()
     for i, name in enumerate(names):
-        if any(v.params[i].type.startswith("tensordesc") for v in variants):
-            raise InteropError(f"{kernel_name}: parameter {name!r} is a host tensor descriptor; the torch and JAX "
-                               "bridges do not pass descriptors: launch it with "
-                               "kernel[grid](karchive.TensorDescriptor(x, block_shape=...), ...)")
+        is_desc = [v.params[i].type.startswith("tensordesc") for v in variants]
+        if any(is_desc) and not all(is_desc):
+            raise ArgumentError(f"{kernel_name}: parameter {name!r} is a host tensor descriptor in some variants and "
+                                "not in others; no bridge can give it one type", kernel=kernel_name, param=name)
+        if all(is_desc):
+            descs.add(i)
     plan = make_plan(kernel_name, variants)
     roles = []
     for i, name in enumerate(names):
         types = frozenset(v.params[i].type for v in variants)
+        if i in descs:  # a tensor to the bridges; each decides whether it can pass a descriptor
+            roles.append(Role(name, i, "tensordesc", types))
+            continue
         role = plan.params[i].role
         if role == MIXED:
             # Fixed at compile time in some variants only: the bridge passes it where it is passed, so the
@@ -65,3 +77,33 @@ def kernel_roles(kernel: Any) -> list[Role]:
             kind = "bool"
         roles.append(Role(name, i, kind, types))
     return roles
+
+
+def descriptor_options(kernel_name: str, desc_names: Sequence[str], descriptors: Any) -> dict[str, dict[str, Any]]:
+    """A bridge's ``descriptors`` argument as keyword options of karchive.TensorDescriptor per descriptor
+    parameter (``{}``: the variant's block, no options), checked against the parameters and the options."""
+    out: dict[str, dict[str, Any]] = {n: {} for n in desc_names}
+    if descriptors is None:
+        return out
+    if not isinstance(descriptors, Mapping):
+        raise ArgumentError(f"{kernel_name}: descriptors must map descriptor parameter names to a block shape or "
+                            f"a dict of TensorDescriptor options, got {type(descriptors).__name__}",
+                            kernel=kernel_name, param="descriptors")
+    for n, spec in descriptors.items():
+        if n not in out:
+            raise ArgumentError(f"{kernel_name}: descriptors names {n!r}, which is not a tensor-descriptor parameter "
+                                f"({list(desc_names)})", kernel=kernel_name, param=n)
+        if spec is None:
+            continue
+        if isinstance(spec, Mapping):
+            bad = [k for k in spec if k not in DESCRIPTOR_OPTIONS]
+            if bad:
+                raise ArgumentError(f"{kernel_name}: descriptors[{n!r}] has unknown option(s) {bad} (known: "
+                                    f"{', '.join(DESCRIPTOR_OPTIONS)})", kernel=kernel_name, param=n)
+            out[n] = dict(spec)
+        elif isinstance(spec, (list, tuple)) and all(isinstance(b, int) and not isinstance(b, bool) for b in spec):
+            out[n] = {"block_shape": list(spec)}
+        else:
+            raise ArgumentError(f"{kernel_name}: descriptors[{n!r}] must be a block shape (list of ints) or a dict of "
+                                f"TensorDescriptor options, got {spec!r}", kernel=kernel_name, param=n)
+    return out

@@ -13,6 +13,13 @@ Parameters in ``mutates_args`` are tensors the caller passes and the kernel writ
 told so (``Tensor(a!)`` in the schema), which keeps functionalization, torch.compile and CUDA graphs
 correct. Pointer parameters become ``Tensor``, integers ``SymInt``, floats ``float``, ``i1`` ``bool``.
 
+Host tensor-descriptor parameters (``tensordesc<...>``, TMA kernels) are ``Tensor`` too: the op wraps the
+tensor in a ``karchive.TensorDescriptor`` at each launch, with the block of the variant it launches unless
+``descriptors`` says otherwise (``descriptors={"a_desc": [128, 64]}``: a block shape, or a dict of
+``TensorDescriptor`` options: ``block_shape``, ``padding``, ``round_f32_to_tf32`` and, for im2col
+parameters, ``pixel_box_lower_corner``, ``pixel_box_upper_corner``, ``element_strides``). They can be
+outputs (``out``) and mutated arguments like pointers.
+
 Why a custom op: Dynamo cannot trace into karchive's launcher, so a plain call would break the graph.
 As a custom op with a fake implementation (allocation only, works on meta/fake tensors) the call is
 one opaque node: ``torch.compile(fullgraph=True)`` compiles around it, and at run time the real
@@ -28,8 +35,9 @@ from collections.abc import Callable, Mapping, Sequence
 import torch
 
 from ..errors import ArgumentError
+from ..runtime.descriptors import TensorDescriptor
 from ..runtime.select import MISSING
-from ._roles import kernel_roles
+from ._roles import descriptor_options, kernel_roles
 
 __all__ = ["custom_op", "current_raw_stream"]
 
@@ -37,7 +45,8 @@ __all__ = ["custom_op", "current_raw_stream"]
 OutSpec = Union[str, Callable[[dict], tuple]]
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-_ANNOTATION = {"pointer": torch.Tensor, "int": int, "float": float, "bool": bool}
+_ANNOTATION = {"pointer": torch.Tensor, "int": int, "float": float, "bool": bool, "tensordesc": torch.Tensor}
+
 
 
 def current_raw_stream(t: torch.Tensor) -> int | None:
@@ -71,7 +80,7 @@ def _normalise_out(out: Any) -> dict[str, OutSpec | None]:
 
 def custom_op(name: str, kernel: Any, *, grid: Any, out: Any = None, mutates_args: Sequence[str] = (),
               constexprs: Mapping[str, Any] | None = None, zeroed: Sequence[str] = (),
-              device_types: str | Sequence[str] | None = "cuda") -> Any:
+              device_types: str | Sequence[str] | None = "cuda", descriptors: Any = None) -> Any:
     """Register ``kernel`` as the custom op ``name`` ("namespace::op") and return it (a ``CustomOpDef``).
 
     - ``grid``: a tuple, or ``meta -> tuple`` with ``meta`` = the arguments by name (outputs included)
@@ -81,6 +90,9 @@ def custom_op(name: str, kernel: Any, *, grid: Any, out: Any = None, mutates_arg
     - ``mutates_args``: input tensor parameters the kernel writes (caller-provided outputs, in-place).
     - ``constexprs``: fixed compile-time values (e.g. ``{"BLOCK": 1024}``) used to pick the variant.
     - ``zeroed``: outputs allocated with zeros instead of uninitialised memory (atomics, partial writes).
+    - ``descriptors``: per tensor-descriptor parameter, its block shape or ``TensorDescriptor`` options (the
+      op passes that parameter's tensor as a ``karchive.TensorDescriptor``; by default with the block of the
+      variant it launches).
     """
     roles = kernel_roles(kernel)
     by_name = {r.name: r for r in roles}
@@ -92,15 +104,17 @@ def custom_op(name: str, kernel: Any, *, grid: Any, out: Any = None, mutates_arg
             raise ArgumentError(f"{kernel.name}: {k!r} is a runtime parameter, not a constexpr",
                                 kernel=kernel.name, param=k)
     runtime = [r for r in roles if r.kind != "constexpr"]
-    pointer_names = [r.name for r in runtime if r.kind == "pointer"]
+    pointer_names = [r.name for r in runtime if r.kind in ("pointer", "tensordesc")]  # tensors to the op
+    desc_options = descriptor_options(kernel.name, [r.name for r in runtime if r.kind == "tensordesc"], descriptors)
     outs = _normalise_out(out)
     for o in outs:
         if o not in pointer_names:
-            raise ArgumentError(f"{kernel.name}: out names {o!r}, which is not a pointer parameter ({pointer_names})",
+            raise ArgumentError(f"{kernel.name}: out names {o!r}, which is not a pointer or tensor-descriptor parameter "
+                                f"({pointer_names})",
                                 kernel=kernel.name, param=o)
     inputs = [r for r in runtime if r.name not in outs]
     in_names = [r.name for r in inputs]
-    tensor_inputs = [r.name for r in inputs if r.kind == "pointer"]
+    tensor_inputs = [r.name for r in inputs if r.kind in ("pointer", "tensordesc")]
     outs = {o: tensor_inputs[0] if spec is None and tensor_inputs else spec for o, spec in outs.items()}
     for o, spec in outs.items():
         if spec is None or (isinstance(spec, str) and spec not in tensor_inputs) or \
@@ -128,6 +142,8 @@ def custom_op(name: str, kernel: Any, *, grid: Any, out: Any = None, mutates_arg
     in_slots = [slot[n] for n in in_names]
     out_slots = [slot[o] for o, _ in out_items]
     first_tensor = in_names.index(tensor_inputs[0])
+    # the slots of descriptor parameters, with their options: the tensor there is wrapped at each launch
+    wrap = {slot[n]: opts for n, opts in desc_options.items()}
 
     def allocate(args: Sequence[Any]) -> list[torch.Tensor]:
         named = dict(zip(in_names, args))
@@ -149,6 +165,8 @@ def custom_op(name: str, kernel: Any, *, grid: Any, out: Any = None, mutates_arg
             values[i] = a
         for i, t in zip(out_slots, allocated):
             values[i] = t
+        for i, opts in wrap.items():
+            values[i] = TensorDescriptor(values[i], **opts)
         kernel[grid](*values, stream=current_raw_stream(args[first_tensor]))
         return allocated
 

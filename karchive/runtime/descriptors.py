@@ -10,7 +10,13 @@ for it: descriptor argument -> the values of those parameters, in order. It acce
 
 The ``CUtensorMap`` is encoded with cuda-python's ``cuTensorMapEncodeTiled`` exactly as the producing
 Triton's launcher encodes it (:func:`encode_params` is that computation, pure and testable without a GPU).
-Encoded maps are cached by (address, shape, strides, dtype, device, the variant's record, padding, tf32),
+An im2col parameter (Gluon's ``tensordesc_im2col``, Triton 3.8+) takes a descriptor with a pixel box
+(``pixel_box_lower_corner``/``pixel_box_upper_corner``, optional ``element_strides``: karchive's
+:class:`TensorDescriptor` options, or Gluon's ``TensorDescriptorIm2Col`` duck-typed); its map comes from
+``cuTensorMapEncodeIm2col`` with the arguments :func:`im2col_params` computes as Triton's
+``fill_tma_descriptor_im2col`` does.
+Encoded maps are cached by (address, shape, strides, dtype, device, the variant's record, padding, tf32, the
+im2col box),
 so a steady-state launch with the same tensors costs one dict lookup; every check runs on a cache miss,
 before anything reaches the driver.
 """
@@ -30,8 +36,8 @@ from ..format.tensordesc import TENSORMAP, TENSORMAP_ALIGN, TENSORMAP_SIZE, Tens
 from .args import NotAPointer, pointer_info
 from .arg_dtypes import triton_dtype
 
-__all__ = ["TensorDescriptor", "EncodeParams", "descriptor_reason", "encode_params", "expand", "slot_formats",
-           "is_descriptor", "clear_cache", "packed"]
+__all__ = ["TensorDescriptor", "EncodeParams", "Im2colParams", "descriptor_reason", "encode_params", "im2col_params",
+           "expand", "slot_formats", "is_descriptor", "clear_cache", "packed"]
 
 #: Bytes per element of each element type a descriptor may have (fp4: two values per byte, as Triton's
 #: ``float4_e2m1fn_x2`` bytes; fp8 kinds one byte).
@@ -49,6 +55,9 @@ OOB_FILL_NONE, OOB_FILL_NAN = 0, 1
 _SMALL_TENSOR_BIT = 1 << 21
 _SMALL_TENSOR_BYTES = 128 * 1024
 _DRIVER_PATCHED = 13010
+#: The range of an im2col pixel-box corner coordinate, by tensor rank (cuTensorMapEncodeIm2col's limits, which
+#: Gluon's ``TensorDescriptorIm2Col`` asserts too).
+IM2COL_CORNER_RANGE = {3: (-32768, 32767), 4: (-128, 127), 5: (-16, 15)}
 
 
 class TensorDescriptor:
@@ -59,16 +68,25 @@ class TensorDescriptor:
     strides=..., dtype="fp16")``. ``block_shape=None`` takes the block the chosen variant was compiled
     for (autotuned kernels, whose block sizes differ per config). Shape and strides are in elements.
     The address is read again at every launch (a tensor whose storage moved is re-encoded, not reused).
+
+    For an im2col parameter (``tensordesc_im2col<...>``, Gluon kernels of Triton 3.8+) give the pixel box as
+    Gluon's ``TensorDescriptorIm2Col`` takes it: ``pixel_box_lower_corner`` and ``pixel_box_upper_corner``
+    (one entry per spatial dimension, rank - 2 of them), optionally ``element_strides`` (one per dimension, 1
+    to 8, the last 1; the convolution stride). The tensor has rank 3 to 5 (NWC, NHWC, NDHWC) and
+    ``block_shape`` is ``[pixels per column, channels per pixel]``.
     """
 
     # No ``dtype`` attribute, on purpose: Triton's autotune key adds ``str(x.dtype)`` of every argument that has
     # one, and Triton's own descriptor has none; karchive's must give the same key (spec/FORMAT.md §6.3).
     __slots__ = ("source", "shape", "strides", "block_shape", "elem_dtype", "padding", "round_f32_to_tf32",
+                 "pixel_box_lower_corner", "pixel_box_upper_corner", "element_strides",
                  "_fixed_ptr", "_memo", "__weakref__")  # (weak: the compiled launcher's memo, c-ext/dispatcher.c)
 
     def __init__(self, x: Any, block_shape: Sequence[int] | None = None, *, shape: Sequence[int] | None = None,
                  strides: Sequence[int] | None = None, dtype: Any = None, padding: str = "zero",
-                 round_f32_to_tf32: bool = False) -> None:
+                 round_f32_to_tf32: bool = False, pixel_box_lower_corner: Sequence[int] | None = None,
+                 pixel_box_upper_corner: Sequence[int] | None = None,
+                 element_strides: Sequence[int] | None = None) -> None:
         if padding not in ("zero", "nan"):
             raise ArgumentError(f"TensorDescriptor: padding must be 'zero' or 'nan', got {padding!r}", kernel=None,
                                 param="padding")  # built before (and apart from) any kernel
@@ -101,9 +119,23 @@ class TensorDescriptor:
                                 "length, 1 to 5", kernel=None,
                                 param="shape" if not 1 <= len(self.shape) <= 5 else "strides")
         self.block_shape = None if block_shape is None else tuple(int(b) for b in block_shape)
-        if self.block_shape is not None and len(self.block_shape) != len(self.shape):
-            raise ArgumentError(f"TensorDescriptor: block_shape {self.block_shape} has rank {len(self.block_shape)}, "
-                                f"the tensor {len(self.shape)}", kernel=None, param="block_shape")
+        self.pixel_box_lower_corner = _ints(pixel_box_lower_corner)
+        self.pixel_box_upper_corner = _ints(pixel_box_upper_corner)
+        self.element_strides = _ints(element_strides)
+        box = _im2col_of(self.pixel_box_lower_corner, self.pixel_box_upper_corner, self.element_strides)
+        if box is not None or element_strides is not None:
+            problem = im2col_problem(len(self.shape), box, self.element_strides)
+            if problem:
+                raise ArgumentError(f"TensorDescriptor: {problem}", kernel=None, param=None)
+            if self.block_shape is not None and len(self.block_shape) != 2:
+                raise ArgumentError(f"TensorDescriptor: an im2col block_shape is [pixels per column, channels per "
+                                    f"pixel], got {list(self.block_shape)}", kernel=None, param=None)
+        elif self.block_shape is not None and len(self.block_shape) != len(self.shape):
+            hint = ("; an im2col descriptor also needs pixel_box_lower_corner= and pixel_box_upper_corner="
+                    if len(self.block_shape) == 2 and len(self.shape) in IM2COL_CORNER_RANGE else "")
+            raise ArgumentError(f"TensorDescriptor: block_shape {list(self.block_shape)} has rank "
+                                f"{len(self.block_shape)}, the tensor {len(self.shape)}{hint}", kernel=None,
+                                param="block_shape")
         self.elem_dtype = found_dtype
         self.padding = padding
         self.round_f32_to_tf32 = bool(round_f32_to_tf32)
@@ -112,10 +144,61 @@ class TensorDescriptor:
     def ptr(self) -> int:
         return self._fixed_ptr if self._fixed_ptr is not None else pointer_info(self.source)[0]
 
+    @property
+    def im2col(self) -> bool:
+        """An im2col descriptor (a pixel box was given)."""
+        return self.pixel_box_lower_corner is not None
+
     def __repr__(self) -> str:
+        box = "" if not self.im2col else (
+            f", pixel_box_lower_corner={list(self.pixel_box_lower_corner or ())}, "
+            f"pixel_box_upper_corner={list(self.pixel_box_upper_corner or ())}, "
+            f"element_strides={None if self.element_strides is None else list(self.element_strides)}")
         return (f"karchive.TensorDescriptor(shape={list(self.shape)}, strides={list(self.strides)}, "
                 f"block_shape={None if self.block_shape is None else list(self.block_shape)}, "
-                f"dtype={triton_dtype(self.elem_dtype) or self.elem_dtype})")
+                f"dtype={triton_dtype(self.elem_dtype) or self.elem_dtype}{box})")
+
+
+def _ints(values: Sequence[int] | None) -> tuple[int, ...] | None:
+    return None if values is None else tuple(int(v) for v in values)
+
+
+#: An im2col descriptor's box: (lower corner, upper corner, element strides or None), spatial dims outermost first.
+Im2colBox = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None]
+
+
+def _im2col_of(lower: Sequence[int] | None, upper: Sequence[int] | None,
+               element_strides: Sequence[int] | None) -> Im2colBox | None:
+    """The box of a descriptor's im2col fields; None for a tiled one (no corner given). One corner alone is
+    kept as a box with the other empty, so :func:`im2col_problem` names what is missing."""
+    if lower is None and upper is None:
+        return None
+    return (tuple(int(v) for v in lower or ()), tuple(int(v) for v in upper or ()),
+            None if element_strides is None else tuple(int(v) for v in element_strides))
+
+
+def im2col_problem(rank: int, box: Im2colBox | None, element_strides: Sequence[int] | None = None) -> str | None:
+    """What is wrong with an im2col descriptor's box for a tensor of ``rank`` (None: nothing), by the limits
+    ``cuTensorMapEncodeIm2col`` sets and Gluon's ``TensorDescriptorIm2Col`` asserts."""
+    if box is None:
+        return ("element_strides is an im2col option: give pixel_box_lower_corner and pixel_box_upper_corner "
+                "too" if element_strides is not None else None)
+    lower, upper, strides = box
+    if rank not in IM2COL_CORNER_RANGE:
+        return f"im2col descriptors need a tensor of rank 3, 4 or 5 (NWC, NHWC, NDHWC), this one has rank {rank}"
+    spatial = rank - 2
+    if len(lower) != spatial or len(upper) != spatial:
+        return (f"pixel_box_lower_corner {list(lower)} and pixel_box_upper_corner {list(upper)} need one entry per "
+                f"spatial dimension ({spatial} for rank {rank})")
+    lo, hi = IM2COL_CORNER_RANGE[rank]
+    bad = [v for v in lower + upper if not lo <= v <= hi]
+    if bad:
+        return f"pixel box corners must lie in [{lo}, {hi}] for rank {rank}, got {bad}"
+    if strides is not None:
+        if len(strides) != rank or not all(0 < s <= 8 for s in strides) or strides[-1] != 1:
+            return (f"element_strides {list(strides)} must have {rank} entries in [1, 8], the last 1 (the channel "
+                    "dimension)")
+    return None
 
 
 def shape_and_strides(x: Any, dtype: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -190,6 +273,7 @@ class _Call:
     device: int | None
     padding: str
     tf32: bool
+    im2col: Im2colBox | None = None
 
 
 def _read(value: Any, name: str) -> _Call:
@@ -201,15 +285,19 @@ def _read(value: Any, name: str) -> _Call:
         else:
             ptr, _d, dev = pointer_info(value.source)
         return _Call(ptr, value.shape, value.strides, value.block_shape, value.elem_dtype, dev, value.padding,
-                     value.round_f32_to_tf32)
-    if is_descriptor(value):  # Triton's TensorDescriptor (any release with host descriptors)
+                     value.round_f32_to_tf32, _im2col_of(value.pixel_box_lower_corner, value.pixel_box_upper_corner,
+                                                         value.element_strides))
+    if is_descriptor(value):  # Triton's TensorDescriptor (any release with host descriptors; Gluon's im2col one)
         try:
             ptr, dtype, dev = pointer_info(value.base)
         except (NotAPointer, TypeError) as exc:
             raise ArgumentError(f"descriptor base: {exc}", kernel=None, param=name) from None
         return _Call(ptr, tuple(int(s) for s in value.shape), tuple(int(s) for s in value.strides),
                      tuple(int(b) for b in value.block_shape), dtype, dev, str(getattr(value, "padding", "zero")),
-                     bool(getattr(value, "round_f32_to_tf32", False)))
+                     bool(getattr(value, "round_f32_to_tf32", False)),
+                     _im2col_of(getattr(value, "pixel_box_lower_corner", None),
+                                getattr(value, "pixel_box_upper_corner", None),
+                                getattr(value, "element_strides", None)))
     raise ArgumentError(f"expected a tensor descriptor (karchive.TensorDescriptor or Triton's TensorDescriptor), "
                         f"got {type(value).__name__}", kernel=None, param=name)
 
@@ -231,7 +319,10 @@ def descriptor_reason(name: str, typ: str, value: Any, block_from_variant: bool 
         return f"{name} has dtype {got or call.dtype}, this variant takes {typ}"
     if len(call.shape) != parsed.rank:
         return f"{name} has rank {len(call.shape)}, this variant takes {typ}"
-    if call.block is not None and not block_from_variant and not parsed.im2col and call.block != parsed.block_shape:
+    if parsed.im2col != (call.im2col is not None):
+        return (f"{name} is {'an im2col' if call.im2col is not None else 'a tiled'} descriptor, this variant takes "
+                f"{'an im2col' if parsed.im2col else 'a tiled'} one ({typ})")
+    if call.block is not None and not block_from_variant and call.block != parsed.block_shape:
         return (f"{name} has block_shape {list(call.block)}, this variant was compiled for "
                 f"{list(parsed.block_shape)} ({typ})")
     return None
@@ -264,13 +355,7 @@ def encode_params(d: TensorDescAbi, ptr: int, shape: Sequence[int], strides: Seq
     dims = list(shape)
     if d.fp4_padded:
         dims[-1] *= 2
-    elem_type = d.elem_type
-    if tf32:
-        if d.convention == "triton-3.5":
-            raise ArgumentError("round_f32_to_tf32 descriptors did not exist before Triton 3.7; this variant's "
-                                "convention (triton-3.5) cannot take one", kernel=None, param="round_f32_to_tf32")
-        elem_type = TMA_TF32
-    data_type = elem_type if tf32 else _DEVICE_TO_HOST[elem_type]
+    data_type = _data_type(d, tf32)
     global_dim = tuple(int(s) for s in reversed(dims))
     byte_strides = [int(s) * d.elem_size for s in strides[:-1]]
     global_strides = tuple(reversed(byte_strides))
@@ -287,6 +372,59 @@ def encode_params(d: TensorDescAbi, ptr: int, shape: Sequence[int], strides: Seq
                         OOB_FILL_NAN if padding == "nan" else OOB_FILL_NONE, clear_small_tensor_bit=clear)
 
 
+@dataclass(frozen=True)
+class Im2colParams:
+    """The arguments of ``cuTensorMapEncodeIm2col`` (innermost dimension first), as Triton's
+    ``fill_tma_descriptor_im2col`` passes them."""
+
+    data_type: int
+    rank: int
+    address: int
+    global_dim: tuple[int, ...]
+    global_strides: tuple[int, ...]  # bytes, rank - 1 entries
+    pixel_box_lower_corner: tuple[int, ...]  # rank - 2 entries (innermost spatial dimension first)
+    pixel_box_upper_corner: tuple[int, ...]
+    channels_per_pixel: int
+    pixels_per_column: int
+    element_strides: tuple[int, ...]
+    swizzle: int
+    oob_fill: int
+    l2_promotion: int = L2_PROMOTION_128B
+    interleave: int = 0
+
+
+def _data_type(d: TensorDescAbi, tf32: bool) -> int:
+    """The host CUtensorMapDataType Triton encodes with (TF32 for round_f32_to_tf32 from Triton 3.7 on)."""
+    assert d.elem_type is not None
+    if tf32:
+        if d.convention == "triton-3.5":
+            raise ArgumentError("round_f32_to_tf32 descriptors did not exist before Triton 3.7; this variant's "
+                                "convention (triton-3.5) cannot take one", kernel=None, param="round_f32_to_tf32")
+        return TMA_TF32
+    return _DEVICE_TO_HOST[d.elem_type]
+
+
+def im2col_params(d: TensorDescAbi, ptr: int, shape: Sequence[int], strides: Sequence[int], padding: str,
+                  tf32: bool, box: Im2colBox) -> Im2colParams:
+    """What Triton's launcher (3.8 and 3.9: ``make_tensordesc_arg`` + ``fillTMADescriptorIm2col``) passes to
+    ``cuTensorMapEncodeIm2col`` for this descriptor. Unlike the tiled map, no bit of the result is patched
+    for small tensors (Triton's im2col fill has no such step)."""
+    assert d.elem_size is not None and d.swizzle is not None and len(d.block_shape) == 2
+    dims = list(shape)
+    if d.fp4_padded:
+        dims[-1] *= 2
+    lower, upper, estrides = box
+    rank = len(dims)
+    return Im2colParams(
+        _data_type(d, tf32), rank, ptr, tuple(int(s) for s in reversed(dims)),
+        tuple(reversed([int(s) * d.elem_size for s in strides[:-1]])),
+        tuple(reversed(lower)), tuple(reversed(upper)),
+        # Triton's block_size is [pixelsPerColumn, channelsPerPixel]; its C reverses it into the box
+        channels_per_pixel=int(d.block_shape[1]), pixels_per_column=int(d.block_shape[0]),
+        element_strides=tuple(reversed(estrides)) if estrides is not None else (1,) * rank,
+        swizzle=d.swizzle, oob_fill=OOB_FILL_NAN if padding == "nan" else OOB_FILL_NONE)
+
+
 def check_call(name: str, d: TensorDescAbi, call: _Call, block_from_variant: bool,
                block: tuple[int, ...] | None = None) -> None:
     """The argument checks that must pass before a launch (ArgumentError naming the parameter). ``block`` is
@@ -294,10 +432,19 @@ def check_call(name: str, d: TensorDescAbi, call: _Call, block_from_variant: boo
     have; the ABI's ``block_shape`` is the TMA box Triton encodes, which can be smaller (a 128-column fp16
     store is two 64-column boxes under the 128-byte swizzle). No kernel is named: this module is not told it, and
     the launch path re-raises these errors with it (launch/_record.py)."""
-    where = f"parameter {name!r} (tensordesc<{d.dtype}[{', '.join(map(str, d.block_shape))}]>)"
-    if d.im2col:
-        raise ArgumentError(f"{where}: im2col tensor descriptors are recorded but karchive cannot launch them yet",
+    kind = "tensordesc_im2col" if d.im2col else "tensordesc"
+    where = f"parameter {name!r} ({kind}<{d.dtype}[{', '.join(map(str, d.block_shape))}]>)"
+    if d.im2col and call.im2col is None:
+        raise ArgumentError(f"{where}: this parameter takes an im2col descriptor: give the pixel box, "
+                            "karchive.TensorDescriptor(x, block_shape, pixel_box_lower_corner=[...], "
+                            "pixel_box_upper_corner=[...]) (or Gluon's TensorDescriptorIm2Col)", kernel=None, param=name)
+    if call.im2col is not None and not d.im2col:
+        raise ArgumentError(f"{where}: an im2col descriptor (it has a pixel box) for a tiled descriptor parameter",
                             kernel=None, param=name)
+    if call.im2col is not None:
+        problem = im2col_problem(len(call.shape), call.im2col)
+        if problem:
+            raise ArgumentError(f"{where}: {problem}", kernel=None, param=name)
     got = triton_dtype(call.dtype)
     if call.dtype is not None and got != d.dtype:
         raise ArgumentError(f"{where}: the tensor has dtype {got or call.dtype}, the variant takes {d.dtype}",
@@ -360,6 +507,28 @@ def _driver() -> int:
     return _driver_version[0]
 
 
+def _driver_error(call: str, cu: Any, err: Any, p: Any) -> DriverError:
+    _e, text = cu.cuGetErrorString(err)
+    return DriverError(f"{call} failed: {text.decode() if isinstance(text, bytes) else text} ({p})", call=call,
+                       code=int(err))
+
+
+def encode_im2col(p: Im2colParams) -> bytes:
+    """The 128-byte im2col CUtensorMap for ``p`` from the driver (cuda-python ``cuTensorMapEncodeIm2col``)."""
+    from cuda.bindings import driver as cu
+
+    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
+    err, tmap = cu.cuTensorMapEncodeIm2col(
+        cu.CUtensorMapDataType(p.data_type), p.rank, p.address, [u64(v) for v in p.global_dim],
+        [u64(v) for v in p.global_strides], list(p.pixel_box_lower_corner), list(p.pixel_box_upper_corner),
+        p.channels_per_pixel, p.pixels_per_column, [u32(v) for v in p.element_strides],
+        cu.CUtensorMapInterleave(p.interleave), cu.CUtensorMapSwizzle(p.swizzle),
+        cu.CUtensorMapL2promotion(p.l2_promotion), cu.CUtensorMapFloatOOBfill(p.oob_fill))
+    if int(err) != 0:
+        raise _driver_error("cuTensorMapEncodeIm2col", cu, err, p)
+    return bytes(ctypes.string_at(tmap.getPtr(), TENSORMAP_SIZE))
+
+
 def encode_tiled(p: EncodeParams) -> bytes:
     """The 128-byte CUtensorMap for ``p`` from the driver (cuda-python), with Triton's bit patch applied."""
     from cuda.bindings import driver as cu
@@ -372,9 +541,7 @@ def encode_tiled(p: EncodeParams) -> bytes:
         cu.CUtensorMapSwizzle(p.swizzle), cu.CUtensorMapL2promotion(p.l2_promotion),
         cu.CUtensorMapFloatOOBfill(p.oob_fill))
     if int(err) != 0:
-        _e, text = cu.cuGetErrorString(err)
-        raise DriverError(f"cuTensorMapEncodeTiled failed: {text.decode() if isinstance(text, bytes) else text} "
-                          f"({p})", call="cuTensorMapEncodeTiled", code=int(err))
+        raise _driver_error("cuTensorMapEncodeTiled", cu, err, p)
     raw = bytearray(ctypes.string_at(tmap.getPtr(), TENSORMAP_SIZE))
     if p.clear_small_tensor_bit:
         word = struct.unpack_from("<Q", raw, 8)[0] & ~_SMALL_TENSOR_BIT
@@ -405,21 +572,22 @@ def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = F
         if memo is not None and memo[3] == ptr and memo[0] == id(d) and memo[4] == dev and memo[2] == device \
                 and memo[1] == block_from_variant and memo[6] == block:
             return memo[5]
+        box = _im2col_of(value.pixel_box_lower_corner, value.pixel_box_upper_corner, value.element_strides)
         key = (ptr, value.shape, value.strides, value.elem_dtype, dev, value.block_shape, value.padding,
-               value.round_f32_to_tf32, id(d), block_from_variant, device, block)
+               value.round_f32_to_tf32, id(d), block_from_variant, device, block, box)
         out = _cache.get(key)
         if out is not None:
             value._memo = (id(d), block_from_variant, device, ptr, dev, out, block)
             return out
         call = _Call(ptr, value.shape, value.strides, value.block_shape, value.elem_dtype, dev, value.padding,
-                     value.round_f32_to_tf32)
+                     value.round_f32_to_tf32, box)
     else:
         try:
             call = _read(value, name)
         except ArgumentError as exc:
             raise ArgumentError(f"parameter {name!r}: {exc}", kernel=None, param=name) from None
         key = (call.ptr, call.shape, call.strides, call.dtype, call.device, call.block, call.padding, call.tf32, id(d),
-               block_from_variant, device, block)
+               block_from_variant, device, block, call.im2col)
         out = _cache.get(key)
         if out is not None:
             return out
@@ -430,8 +598,13 @@ def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = F
                             param=name)
     r = d.rank
     if d.mode == "tma":
-        params = encode_params(d, call.ptr, call.shape, call.strides, call.padding, call.tf32, _driver())
-        tmap = encode_tiled(params)
+        if d.im2col:
+            assert call.im2col is not None  # check_call: an im2col parameter has a box
+            tmap = encode_im2col(im2col_params(d, call.ptr, call.shape, call.strides, call.padding, call.tf32,
+                                               call.im2col))
+        else:
+            tmap = encode_tiled(encode_params(d, call.ptr, call.shape, call.strides, call.padding, call.tf32,
+                                              _driver()))
         shape = list(call.shape)
         if d.fp4_padded and d.convention == "triton-3.5":  # 3.5/3.6 pass the doubled shape on as well
             shape[-1] *= 2

@@ -10,7 +10,9 @@ spec built by each Triton release venv under ``.venv-triton/`` (tools/tritons.sh
 archives of two descriptor conventions (``triton-3.5`` from 3.5/3.6, ``triton-3.8`` from 3.7/3.8/3.9).
 A venv whose Triton has no descriptor convention in this checkout (a release karchive has not read, which
 its producer refuses) is skipped with a printed note instead of failing the whole build.
-``OUT/index.json`` names each archive with the Triton that built it. No GPU needed.
+``OUT/index.json`` names each archive with the Triton that built it. ``OUT/im2col.karc``: this checkout's
+build of tests/gpu/im2col_build.toml (a Gluon im2col descriptor kernel), when its Triton has Gluon im2col
+(3.8+; otherwise skipped with a note). No GPU needed.
 """
 
 from __future__ import annotations
@@ -24,14 +26,15 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SPEC = ROOT / "tests" / "gpu" / "tensordesc_build.toml"
+IM2COL_SPEC = ROOT / "tests" / "gpu" / "im2col_build.toml"
 DEFAULT_OUT = ROOT / ".gpu" / "tensordesc"
 VENVS = ROOT / os.environ.get("KARCHIVE_TRITON_VENVS", ".venv-triton")
 
 
-def _build(python: str, out: pathlib.Path) -> str:
-    """Build SPEC with ``python``'s karchive into ``out``; the Triton version that built it."""
+def _build(python: str, out: pathlib.Path, spec: pathlib.Path = SPEC) -> str:
+    """Build ``spec`` with ``python``'s karchive into ``out``; the Triton version that built it."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRITON_")}
-    subprocess.run([python, "-m", "karchive", "build", str(SPEC), "-o", str(out)], cwd=ROOT, env=env, check=True)
+    subprocess.run([python, "-m", "karchive", "build", str(spec), "-o", str(out)], cwd=ROOT, env=env, check=True)
     from karchive.format.open import open_location
 
     return str(open_location(out).manifest["produced_by"]["triton"])
@@ -66,6 +69,15 @@ def release_venvs(base: pathlib.Path) -> tuple[list[pathlib.Path], list[str]]:
     return use, notes
 
 
+def has_gluon_im2col() -> bool:
+    """Does this interpreter's Triton compile Gluon im2col loads (``tma.async_load_im2col``, Triton 3.8+)?"""
+    try:
+        from triton.experimental.gluon.language.nvidia.hopper import tma
+    except ImportError:
+        return False
+    return hasattr(tma, "async_load_im2col")
+
+
 def main(argv: list[str]) -> int:
     out = pathlib.Path(argv[0]) if argv else DEFAULT_OUT
     out.mkdir(parents=True, exist_ok=True)
@@ -84,6 +96,11 @@ def main(argv: list[str]) -> int:
             final = out / f"tensordesc-triton-{v}.karc"
             path.replace(final)
             index.setdefault(v, final.name)
+        if has_gluon_im2col():
+            _build(sys.executable, out / "im2col.karc", IM2COL_SPEC)
+            print(f"im2col: {out / 'im2col.karc'}")
+        else:
+            print("note: skipped im2col.karc: this Triton has no Gluon im2col loads (Triton 3.8+ has them)")
     except subprocess.CalledProcessError as exc:
         return exc.returncode or 1
     (out / "index.json").write_text(json.dumps(index, indent=1, sort_keys=True) + "\n")

@@ -80,8 +80,9 @@ def parse_token(text: str, where: str, kernel: str, param: str) -> Token:
     raw = text.strip()
     if not raw:
         raise SignatureError(f"{where}: empty entry", kernel=kernel, param=param)
-    if raw.startswith("tensordesc<") and raw.endswith(">"):
-        # Triton compiles these; whether karchive can launch them is decided from the compiled result.
+    if raw.startswith(("tensordesc<", "tensordesc_im2col<")) and raw.endswith(">"):
+        # Triton compiles these (im2col: Gluon, Triton 3.9+); whether karchive can launch them is decided from the
+        # compiled result.
         return Token(raw, raw)
     body, _, hint_text = raw.partition(":")
     body = body.strip()
