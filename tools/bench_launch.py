@@ -60,6 +60,7 @@ TARGETS = {"k[grid] / raw": {"4 args": 1.10, "16 args": 1.20, "3 descriptors": 1
                                                                           "3 descriptors": 4.0},
            "served / karchive k[grid]": 1.2, "triton / served": 3.0}
 SERVED_ROW = "served k[grid](...) (serve strict)"
+ADDR_ROW = "karchive k[grid](...) raw addresses [extension]"
 
 
 def _load(path: pathlib.Path, name: str) -> Any:
@@ -196,8 +197,15 @@ def main() -> None:
         if "bound" in ns:
             fns["karchive bound()"] = looped("bound()", args.launches, ns)
             fns["karchive bound(*args)"] = looped(f"bound({call})", args.launches, ns)
+        # The same call with raw device addresses (ints) for the tensors: what the launcher costs per argument
+        # without torch's data_ptr()/dtype/get_device() (the selection then checks alignment only: no dtype).
+        ns.update({f"addr_{a}": values[a].data_ptr() if hasattr(values[a], "data_ptr") else values[a]
+                   for a in arg_names})
+        call_addr = ", ".join(f"addr_{a}" for a in arg_names)
         for path in paths:
             fns[f"karchive k[grid](...) [{path}]"] = looped(f"k_{path}[grid]({call}, BLOCK=BLOCK)", args.launches, ns)
+            if path == launch_path.EXTENSION:
+                fns[ADDR_ROW] = looped(f"k_{path}[grid]({call_addr}, BLOCK=BLOCK)", args.launches, ns)
             fns[f"karchive run = k[grid]; run(...) [{path}]"] = looped(f"run_{path}({call}, BLOCK=BLOCK)",
                                                                      args.launches, ns)
         fns["triton k[grid](...)"] = looped(f"tfn[grid]({call}, BLOCK=BLOCK)", args.launches, ns)
@@ -216,10 +224,12 @@ def main() -> None:
         for fn in fns.values():  # warm every row, then check what is timed computes the right thing
             fn()
         sync()
-        out.zero_()
-        fns["raw cuLaunchKernel (cuda.bindings)"]()
-        sync()
-        assert correct(), f"{label}: the raw launch did not compute the expected result"
+        for row in ("raw cuLaunchKernel (cuda.bindings)", ADDR_ROW):
+            if row in fns:
+                out.zero_()
+                fns[row]()
+                sync()
+                assert correct(), f"{label}: the row {row!r} did not compute the expected result"
         if SERVED_ROW in fns:
             out.zero_()
             fns[SERVED_ROW]()
