@@ -222,15 +222,20 @@ def test_inspect_summary_reads_only_the_header(examples_archive, capsys):
 
 
 def test_format_2_members_are_grouped_per_kernel_and_target(examples_archive):
-    """Launch members share frames per kernel and target, IR per kernel; no frame mixes kernels."""
+    """Launch members share frames per kernel and target, and so does the IR; no frame mixes kernels
+    or targets."""
     reader = ArchiveReader.from_path(examples_archive)
     owner: dict[int, set[str]] = {}
+    targets: dict[int, set[str]] = {}
     for v in reader.model.variants:
         for ref in v.members():
             owner.setdefault(reader.members[ref.path].frame, set()).add(v.kernel)
+            targets.setdefault(reader.members[ref.path].frame, set()).add(str(v.target))
         launch = reader.members[v.binary.path].frame
         assert reader.members[v.metadata.path].frame == launch
         assert all(reader.members[r.path].frame != launch for r in v.ir.values()), "IR is not in the launch frame"
-    assert all(len(k) == 1 for k in owner.values())
+    assert all(len(k) == 1 for k in owner.values()) and all(len(t) == 1 for t in targets.values())
     assert len(owner) < len(reader.model.variants), "variants share frames"
-    assert max(reader.frames[f].size for f in owner) <= 4 * 1024 * 1024 + 64 * 1024
+    launch = {reader.members[v.binary.path].frame for v in reader.model.variants}
+    assert max(reader.frames[f].size for f in launch) <= 256 * 1024 + 64 * 1024
+    assert max(reader.frames[f].size for f in owner) <= 32 * 1024 * 1024 + 64 * 1024

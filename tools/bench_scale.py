@@ -99,8 +99,12 @@ def _noise(key: str, n: int) -> bytes:
     return b"".join(hashlib.sha256(f"{key}-{j}".encode()).digest() for j in range((n + 31) // 32))[:n]
 
 
-def generate(seed_variants: list, n: int, kernels: int, targets: tuple[str, ...]) -> list:
-    """``n`` distinct variants: ``kernels`` kernels (the seed kernels renamed) x targets x configs."""
+def generate(seed_variants: list, n: int, kernels: int, targets: tuple[str, ...], ir_bytes: int | None = None) -> list:
+    """``n`` distinct variants: ``kernels`` kernels (the seed kernels renamed) x targets x configs.
+
+    ``ir_bytes`` keeps only the first bytes of each IR stage (plus the variant's own line): the manifest
+    and shards are those of full IR (every stage is a member with its digest), but 100,000 variants fit
+    in memory and compress in minutes. IR is never on the load path."""
     from karchive.format.manifest import Param
     from karchive.format.names import short_name
 
@@ -132,7 +136,8 @@ def generate(seed_variants: list, n: int, kernels: int, targets: tuple[str, ...]
                 meta["bench_variant"] = key
                 files["metadata"] = json.dumps(meta, sort_keys=True).encode()
                 for stage in v.ir:
-                    files[stage] = seed.files[stage] + f"\n// {_noise(key + stage, 32).hex()}\n".encode()
+                    body = seed.files[stage] if ir_bytes is None else seed.files[stage][:ir_bytes]
+                    files[stage] = body + f"\n// {_noise(key + stage, 32).hex()}\n".encode()
                 cv = type(seed)(variant, seed.files, seed.source_text)
                 out.append(cv.rekeyed(key, files))
     return out
@@ -323,6 +328,10 @@ def main() -> int:
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--verify-sizes", default="1000,3000,10000", help="variant counts for the verify-RSS series")
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--ir-bytes", type=int, help="keep only this many bytes of each IR stage (for 100,000 variants: "
+                    "same manifest, members that fit in memory)")
+    ap.add_argument("--level", type=int, default=19, help="zstd level of the format 2 archive (19, as karchive builds)")
+    ap.add_argument("--dictionary", default="auto", help="dictionary mode of the format 2 archive")
     ap.add_argument("--seeds", help="cache the compiled seeds in this archive (reused when present)")
     ap.add_argument("-j", "--jobs", type=int, default=0)
     ap.add_argument("--no-s3", action="store_true")
@@ -342,14 +351,14 @@ def main() -> int:
 
     seed_vs = seeds(targets, args.seeds, args.jobs)
     t0 = time.perf_counter()
-    variants = generate(seed_vs, args.variants, args.kernels, targets)
+    variants = generate(seed_vs, args.variants, args.kernels, targets, args.ir_bytes)
     print(f"generated {len(variants)} variants from {len(seed_vs)} seeds in {time.perf_counter() - t0:.0f} s",
           file=sys.stderr)
     kernel, block = pick(variants)
     results["selected"] = {"kernel": kernel, "BLOCK": block, "device": "cuda:90"}
 
     paths = {"format 2": work / f"scale-{args.variants}-v2.karc"}
-    results["archives"] = {"format 2": build(variants, paths["format 2"], (2, 0), 19, "auto")}
+    results["archives"] = {"format 2": build(variants, paths["format 2"], (2, 0), args.level, args.dictionary)}
     print(f"built {results['archives']['format 2']}", file=sys.stderr)
     if not args.no_v1:
         paths["format 1"] = work / f"scale-{args.variants}-v1.karc"
@@ -358,8 +367,8 @@ def main() -> int:
 
     series: dict[tuple[str, int], Path] = {}
     for n in sorted({int(x) for x in args.verify_sizes.split(",") if x} | {args.variants}):
-        part = variants[:n] if n <= len(variants) else generate(seed_vs, n, args.kernels, targets)
-        for fmt, version, level, dictionary in (("2.0", (2, 0), 19, "auto"), ("1.0", (1, 0), 3, "none")):
+        part = variants[:n] if n <= len(variants) else generate(seed_vs, n, args.kernels, targets, args.ir_bytes)
+        for fmt, version, level, dictionary in (("2.0", (2, 0), args.level, args.dictionary), ("1.0", (1, 0), 3, "none")):
             if fmt == "1.0" and args.no_v1:
                 continue
             p = work / f"scale-{n}-v{version[0]}.karc"

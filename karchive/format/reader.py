@@ -113,6 +113,18 @@ class FrameTable(Sequence[Frame]):
         o, n, s, f = self._columns
         return map(Frame, o, n, s, map(bool, f))
 
+    def any_dictionary(self) -> bool:
+        """Whether some frame uses the dictionary, without making a Frame per frame."""
+        return any(self._columns[3])
+
+
+class _FrameMembers(dict):
+    """Frame number -> the members listed for it, [] for a frame nothing lists yet: filled as the
+    index and the shards are read, so that opening an archive of many frames allocates nothing per frame."""
+
+    def __missing__(self, frame: int) -> list[Member]:
+        return []
+
 
 def parse_version(text: Any) -> tuple[int, int]:
     if not isinstance(text, str) or text.count(".") != 1 or len(text) > 21:
@@ -321,7 +333,7 @@ class ArchiveReader:
             raise LimitExceededError(f"index lists {len(index['members'])} members; the limit is {self.limits.max_members}",
                                      limit=self.limits.max_members, value=len(index["members"]))
         self.frames = frames
-        self._frame_members: list[list[Member]] = [[] for _ in range(len(frames))]
+        self._frame_members: dict[int, list[Member]] = _FrameMembers()
         self._owner = [_UNCLAIMED] * len(frames)
         placed = []
         for entry in index["members"]:
@@ -433,7 +445,7 @@ class ArchiveReader:
             for name, *_ in self._pending.pop(frame, ()):
                 self._pending_names.pop(name, None)
                 self._digests.pop(name, None)
-            self._frame_members[frame] = []
+            self._frame_members.pop(frame, None)
             self._owner[frame] = _UNCLAIMED
             self._cache.pop(frame, None)
 
@@ -489,7 +501,8 @@ class ArchiveReader:
             except zstandard.ZstdError as exc:
                 raise FormatError(f"{dict_name} is not a usable zstd dictionary: {exc}") from exc
             self._dict_bytes = dict_bytes
-        elif any(f.uses_dict for f in self.frames):
+        elif (self.frames.any_dictionary() if isinstance(self.frames, FrameTable)
+              else any(f.uses_dict for f in self.frames)):
             raise FormatError("frames need a dictionary but the index names none")
         raw = self._member_unchecked(self._members[MANIFEST_NAME])
         if hashlib.sha256(raw).hexdigest() != index.get("manifest_sha256"):

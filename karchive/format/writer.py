@@ -53,6 +53,11 @@ _DICT2_MIN, _DICT2_MAX, _DICT2_FRACTION = 16 * 1024, 256 * 1024, 16
 #: COVER training time grows with its input: format 2 trains on at most this many bytes, an evenly
 #: spaced (so deterministic) selection of the samples.
 _DICT2_TRAIN_BYTES = 16 * 1024 * 1024
+#: Largest zstd window the writer uses (32 MiB): a frame larger than the level's own window (8 MiB at
+#: level 19) is compressed with a window as large as the frame, up to this, and long-distance matching,
+#: so that near-copies far apart in it (sibling variants' IR) still match. Readers bound the window
+#: they accept (128 MiB by default, spec/FORMAT.md §3); a decoder needs no more memory than the frame.
+MAX_WINDOW_LOG = 25
 
 
 def source_date_epoch() -> int:
@@ -143,10 +148,25 @@ class ArchiveWriter:
             out += bytes(padded(len(data)) - len(data))
         return bytes(out), placed
 
-    def _compressor(self, dict_bytes: bytes | None) -> zstandard.ZstdCompressor:
+    def _compressor(self, dict_bytes: bytes | None, window_log: int = 0) -> zstandard.ZstdCompressor:
+        """The level's compressor; with ``window_log``, the level's parameters with that window and
+        long-distance matching (for frames larger than the level's window, :meth:`_window_log`)."""
+        dict_data = zstandard.ZstdCompressionDict(dict_bytes) if dict_bytes is not None else None
+        if window_log:
+            params = zstandard.ZstdCompressionParameters.from_level(
+                self.level, window_log=window_log, enable_ldm=True, write_checksum=True, write_content_size=True,
+                write_dict_id=True)
+            return zstandard.ZstdCompressor(compression_params=params, dict_data=dict_data)
         return zstandard.ZstdCompressor(
-            level=self.level, write_checksum=True, write_content_size=True, write_dict_id=True,
-            dict_data=zstandard.ZstdCompressionDict(dict_bytes) if dict_bytes is not None else None)
+            level=self.level, write_checksum=True, write_content_size=True, write_dict_id=True, dict_data=dict_data)
+
+    def _window_log(self, size: int) -> int:
+        """0 (the level's own parameters) when the level's window spans ``size`` bytes, else the window
+        that does, at most :data:`MAX_WINDOW_LOG`: a function of the size alone, so output stays
+        reproducible."""
+        default = zstandard.ZstdCompressionParameters.from_level(self.level).window_log
+        need = max(size - 1, 1).bit_length()
+        return 0 if need <= default else min(need, MAX_WINDOW_LOG)
 
     def _compress_all(self, jobs: list[tuple[bytes, bool]], dict_bytes: bytes | None) -> list[bytes]:
         """Compress independent frames (``(data, with the dictionary?)``), in parallel where it pays:
@@ -159,9 +179,10 @@ class ArchiveWriter:
             cache = getattr(local, "c", None)
             if cache is None:
                 cache = local.c = {}
-            c = cache.get(use_dict)
+            wlog = self._window_log(len(data))
+            c = cache.get((use_dict, wlog))
             if c is None:
-                c = cache[use_dict] = self._compressor(dict_bytes if use_dict else None)
+                c = cache[(use_dict, wlog)] = self._compressor(dict_bytes if use_dict else None, wlog)
             return c.compress(data)
 
         if threads <= 1 or len(jobs) < 4:
