@@ -93,8 +93,14 @@ def test_one_variant_reads_only_the_tail_and_its_frame(examples_archive):
     reader = ArchiveReader(source)
     opened_requests, opened_bytes = source.requests, source.bytes_read
     assert opened_requests <= 2
-    variant = reader.model.variants_of("kernels:matmul_kernel")[5]  # its shard: in the tail already, or one read
-    shard = reader.frames[reader.members[reader._shards[reader._shard_of["kernels:matmul_kernel"]].path].frame]
+    kernel = "kernels:matmul_kernel"
+    target = reader.model.summary()[[s.kernel for s in reader.model.summary()].index(kernel)].targets[-1][0]
+    # Its shard for that target (format 2.1): in the tail already, or one read; no other target's is read.
+    variant = reader.model.variants_of(kernel, target)[1]
+    assert str(variant.target) == target
+    (part,) = [i for i in reader._shard_of[kernel] if reader._shards[i].target == target]
+    assert reader._registered == {part}
+    shard = reader.frames[reader._members[reader._shards[part].path].frame]
     assert source.requests - opened_requests <= 1 and source.bytes_read - opened_bytes in (0, shard.length)
     opened_requests, opened_bytes = source.requests, source.bytes_read
     cubin = reader.read(variant.binary.path)

@@ -88,9 +88,10 @@ class WriteStats:
     members: int = 0
 
 
-def shard_name(index: int) -> str:
-    """Member name of the ``index``-th manifest shard (format 2)."""
-    return f"{SHARD_PREFIX}{index}.json"
+def shard_name(index: int, part: int | None = None) -> str:
+    """Member name of the ``index``-th manifest shard (format 2), or of its ``part``-th per-target shard
+    (format 2.1, ``karchive/shards/<index>/<part>.json``)."""
+    return f"{SHARD_PREFIX}{index}.json" if part is None else f"{SHARD_PREFIX}{index}/{part}.json"
 
 
 @dataclass
@@ -198,6 +199,7 @@ class ArchiveWriter:
         # Which kernel owns each member: a frame, and the shard that locates its members, is one kernel's.
         by_kernel: dict[str, list[dict]] = {}
         owner: dict[str, str] = {}
+        target_of: dict[str, str | None] = {}
         for i, v in enumerate(manifest["variants"]):
             kernel = v.get("kernel") if isinstance(v, dict) else None
             if not isinstance(kernel, str):
@@ -206,6 +208,10 @@ class ArchiveWriter:
             for path in file_paths(v.get("files")):
                 if owner.setdefault(path, kernel) != kernel:
                     raise FormatError(f"member {path!r} belongs to variants of two kernels")
+                target_of[path] = target_label(v.get("target"))
+        # Format 2.1 splits a kernel's shard by target when each of its frames holds one target's members
+        # (karchive's own layout): a loader then reads only its device's targets (§6.5).
+        mixed: set[str] = set()
         mtime = source_date_epoch()
         dict_bytes = self._train_dictionary()
         stats = WriteStats()
@@ -228,6 +234,9 @@ class ArchiveWriter:
                                   "format 2 keeps each kernel's members in frames of its own")
             add_frame(group.members, group.use_dict and dict_bytes is not None)
             stats.raw_bytes += sum(len(data) for _, data in group.members)
+            (kernel,) = owners
+            if kernel is not None and len({target_of.get(name) for name, _ in group.members}) != 1:
+                mixed.add(kernel)
         content_frames = len(tars)
 
         def locate(path: str) -> tuple[int, int]:
@@ -241,9 +250,21 @@ class ArchiveWriter:
             doc = canonical_json(encode_shard(kernel, variants, locate))
             summary = KernelSummary.of(kernel, (target_label(v.get("target")) for v in variants))
             name = shard_name(n)
-            add_frame([(name, doc)], False)
-            shards.append({"kernel": kernel, "path": name, "size": len(doc), "sha256": sha256_hex(doc),
-                           "variants": summary.variants, "targets": dict(summary.targets)})
+            shard_members = [(name, doc)]
+            entry = {"kernel": kernel, "path": name, "size": len(doc), "sha256": sha256_hex(doc),
+                     "variants": summary.variants, "targets": dict(summary.targets)}
+            if kernel not in mixed and None not in summary.targets:
+                # The whole shard stays for 2.0 readers; 2.1 readers read the part of their target. They
+                # share its frame: the parts' rows repeat the whole's, so they cost a few bytes each there.
+                entry["split"] = split = []
+                for m, (target, count) in enumerate(summary.targets):
+                    part = canonical_json(encode_shard(
+                        kernel, [v for v in variants if target_label(v.get("target")) == target], locate))
+                    shard_members.append((shard_name(n, m), part))
+                    split.append({"target": target, "path": shard_name(n, m), "size": len(part),
+                                  "sha256": sha256_hex(part), "variants": count})
+            add_frame(shard_members, False)
+            shards.append(entry)
         if dict_bytes is not None:
             add_frame([(DICTIONARY_NAME, dict_bytes)], False)
             stats.dictionary_bytes = len(dict_bytes)
