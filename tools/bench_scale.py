@@ -164,7 +164,10 @@ def build(variants: list, path: Path, version: tuple[int, int], level: int, dict
         path.write_bytes(data)
     else:
         stats = b.write(path)
-    return {"path": str(path), "format": f"{version[0]}.{version[1]}", "variants": len(variants),
+    from karchive.format.constants import FORMAT_VERSION
+
+    written = version if version == (1, 0) else FORMAT_VERSION  # karchive writes its own 2.x minor
+    return {"path": str(path), "format": f"{written[0]}.{written[1]}", "variants": len(variants),
             "bytes": path.stat().st_size, "raw": stats.raw_bytes, "frames": stats.frames,
             "dictionary": stats.dictionary_bytes, "level": level, "pack_s": round(time.perf_counter() - t0, 1)}
 
@@ -373,7 +376,7 @@ def main() -> int:
     series: dict[tuple[str, int], Path] = {}
     for n in sorted({int(x) for x in args.verify_sizes.split(",") if x} | {args.variants}):
         part = variants[:n] if n <= len(variants) else generate(seed_vs, n, args.kernels, targets, args.ir_bytes)
-        for fmt, version, level, dictionary in (("2.0", (2, 0), args.level, args.dictionary), ("1.0", (1, 0), 3, "none")):
+        for fmt, version, level, dictionary in (("2.x", (2, 0), args.level, args.dictionary), ("1.0", (1, 0), 3, "none")):
             if fmt == "1.0" and args.no_v1:
                 continue
             p = work / f"scale-{n}-v{version[0]}.karc"
@@ -405,7 +408,7 @@ def main() -> int:
         rss_lib, wall_lib = verify_rss(p)
         row = {"format": fmt, "variants": n, "bytes": p.stat().st_size, "reader_verify_peak_rss_mib": rss_lib,
                "reader_verify_s": wall_lib}
-        if fmt == "2.0":
+        if fmt == "2.x":
             wall, rss, _ = cli("verify", str(p))
             row.update(cli_verify_peak_rss_mib=round(rss / 1024, 1), cli_verify_s=round(wall, 1))
         elif args.before:  # the reader before format 2 (e.g. `git archive 84e2c78 karchive | tar -x -C DIR`)
