@@ -155,10 +155,12 @@ class Archive:
                     variants = sorted((v for t in targets for v in self.manifest.variants_of(name, t)),
                                       key=lambda v: v.key)
                     if not variants:
+                        have = tuple(t for s in self.manifest.summary() if s.kernel == name for t, _ in s.targets)
                         raise NoMatchingVariantError(
                             f"{self.ref}: kernel {name!r} has no variant for {', '.join(targets) or 'no target'} "
-                            f"(it has {', '.join(t for s in self.manifest.summary() if s.kernel == name for t, _ in s.targets)})",
-                            kernel=name)
+                            f"(it has {', '.join(have)})", kernel=name,
+                            rejections=tuple((t, "built for a target not asked for") for t in have),
+                            param="targets", values=tuple(map(repr, have)))
                     k = self._make_kernel(name, variants, benchmark)
                     self._kernels[cache_key] = self._kernels[(name, benchmark, targets)] = k
         return k
