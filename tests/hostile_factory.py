@@ -480,8 +480,8 @@ def take_apart(archive: bytes) -> V2Parts:
             header = json.loads(entries[0][1])
         elif names == [DICTIONARY_NAME]:
             continue
-        elif len(names) == 1 and names[0].startswith("karchive/shards/"):
-            shards[names[0]] = json.loads(entries[0][1])
+        elif names and all(n.startswith("karchive/shards/") for n in names):  # 2.1: a whole shard and its parts
+            shards.update((n, json.loads(d)) for n, d in entries)
         else:
             content.append((entries, bool(flag)))
     return V2Parts(content, shards, dict_bytes, header)

@@ -72,7 +72,7 @@ def small_archive(name: str = "examples", version: str = "0.1.0", block: int = 1
 
         path.write_bytes(build_format1(builder)[0])
     else:
-        assert format_version in (None, (2, 0)), format_version
+        assert format_version in (None, (2, 0), (2, 1)), format_version
         builder.write(path)
     return path
 

@@ -93,8 +93,14 @@ def test_one_variant_reads_only_the_tail_and_its_frame(examples_archive):
     reader = ArchiveReader(source)
     opened_requests, opened_bytes = source.requests, source.bytes_read
     assert opened_requests <= 2
-    variant = reader.model.variants_of("kernels:matmul_kernel")[5]  # its shard: in the tail already, or one read
-    shard = reader.frames[reader.members[reader._shards[reader._shard_of["kernels:matmul_kernel"]].path].frame]
+    kernel = "kernels:matmul_kernel"
+    target = reader.model.summary()[[s.kernel for s in reader.model.summary()].index(kernel)].targets[-1][0]
+    # Its shard for that target (format 2.1): in the tail already, or one read; no other target's is read.
+    variant = reader.model.variants_of(kernel, target)[1]
+    assert str(variant.target) == target
+    (part,) = [i for i in reader._shard_of[kernel] if reader._shards[i].target == target]
+    assert reader._registered == {part}
+    shard = reader.frames[reader._members[reader._shards[part].path].frame]
     assert source.requests - opened_requests <= 1 and source.bytes_read - opened_bytes in (0, shard.length)
     opened_requests, opened_bytes = source.requests, source.bytes_read
     cubin = reader.read(variant.binary.path)
@@ -222,15 +228,20 @@ def test_inspect_summary_reads_only_the_header(examples_archive, capsys):
 
 
 def test_format_2_members_are_grouped_per_kernel_and_target(examples_archive):
-    """Launch members share frames per kernel and target, IR per kernel; no frame mixes kernels."""
+    """Launch members share frames per kernel and target, and so does the IR; no frame mixes kernels
+    or targets."""
     reader = ArchiveReader.from_path(examples_archive)
     owner: dict[int, set[str]] = {}
+    targets: dict[int, set[str]] = {}
     for v in reader.model.variants:
         for ref in v.members():
             owner.setdefault(reader.members[ref.path].frame, set()).add(v.kernel)
+            targets.setdefault(reader.members[ref.path].frame, set()).add(str(v.target))
         launch = reader.members[v.binary.path].frame
         assert reader.members[v.metadata.path].frame == launch
         assert all(reader.members[r.path].frame != launch for r in v.ir.values()), "IR is not in the launch frame"
-    assert all(len(k) == 1 for k in owner.values())
+    assert all(len(k) == 1 for k in owner.values()) and all(len(t) == 1 for t in targets.values())
     assert len(owner) < len(reader.model.variants), "variants share frames"
-    assert max(reader.frames[f].size for f in owner) <= 4 * 1024 * 1024 + 64 * 1024
+    launch = {reader.members[v.binary.path].frame for v in reader.model.variants}
+    assert max(reader.frames[f].size for f in launch) <= 256 * 1024 + 64 * 1024
+    assert max(reader.frames[f].size for f in owner) <= 32 * 1024 * 1024 + 64 * 1024

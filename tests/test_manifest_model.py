@@ -175,8 +175,14 @@ def test_a_real_format_2_archive_reads_one_shard_for_one_kernel(examples_archive
     assert reader.sharded and reader.model.is_sharded
     model = reader.model
     assert len(model) == 42 and len(model.kernels()) == 4 and reader._registered == set()
+    targets = [t for s in model.summary() if s.kernel == "kernels:matmul_kernel" for t, _ in s.targets]
+    # Format 2.1: one target's variants read that target's shard alone; the kernel's, its targets' shards.
+    one = model.variants_of("kernels:matmul_kernel", targets[0])
+    assert {str(v.target) for v in one} == {targets[0]} and len(reader._registered) == 1
     matmul = model.variants_of("kernels:matmul_kernel")
-    assert {v.kernel for v in matmul} == {"kernels:matmul_kernel"} and len(reader._registered) == 1
+    assert {v.kernel for v in matmul} == {"kernels:matmul_kernel"} and len(reader._registered) == len(targets)
+    assert [v.key for v in matmul] == sorted(v.key for v in matmul) and all(any(v is w for w in matmul) for v in one)
+    assert model.variants_of("kernels:matmul_kernel", "cuda:1") == []
     # The same variants as the whole manifest parsed by from_json, which the schema validates.
     raw = reader.manifest
     jsonschema.Draft202012Validator(load_schema()).validate(raw)

@@ -84,3 +84,20 @@ def test_a_directory_named_like_a_registry_name_is_explained(tmp_path, monkeypat
     (tmp_path / "adir").mkdir()
     with pytest.raises(NotFoundError, match="directory 'adir' here, but a directory is not an archive"):
         karchive.open("adir", registry=str(tmp_path / "empty-registry"), cache_dir=tmp_path / "c")
+
+
+def test_a_kernel_for_the_devices_targets_reads_only_their_shards(cuda_archive):
+    """arc.kernel(name, targets=[...]) (issue 24 A): a format-2.1 archive keeps each kernel's variants of
+    one target in a shard of their own; a dispatcher for one target reads and parses that one alone, and
+    selects what the full dispatcher selects for a device of that target."""
+    arc = karchive.open(cuda_archive)
+    targets = [t for s in arc.manifest.summary() if s.kernel == "kernels:add_kernel" for t, _ in s.targets]
+    assert "cuda:90" in targets and len(targets) > 1
+    dev = DeviceInfo.describe_target("cuda:90")
+    add90 = arc.kernel("add_kernel", targets=["cuda:90"])
+    assert {str(v.target) for v in add90.variants} == {"cuda:90"} and len(arc.reader._registered) == 1
+    assert arc.kernel("kernels:add_kernel", targets=("cuda:90",)) is add90
+    chosen = add90.select(0x1000, 0x2000, 0x3000, 4, device=dev)
+    assert chosen == arc.kernel("add_kernel").select(0x1000, 0x2000, 0x3000, 4, device=dev)
+    with pytest.raises(NoMatchingVariantError, match="no variant for cuda:1 .it has cuda:"):
+        arc.kernel("add_kernel", targets=["cuda:1"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 
 #: Archive container version written by this implementation (major, minor). Readers refuse a newer major.
-FORMAT_VERSION: tuple[int, int] = (2, 0)
+FORMAT_VERSION: tuple[int, int] = (2, 1)
 #: Majors this reader reads: 1.x (one manifest, every member in the index) and 2.x (manifest shards).
 READABLE_MAJORS: tuple[int, ...] = (1, 2)
 #: Highest version of the launch-ABI description inside a variant (spec/FORMAT.md, "Launch ABI") this

@@ -622,6 +622,9 @@ _TOP_KNOWN = frozenset({"format", "format_version", "abi_version", "name", "vers
 
 #: Loads one kernel's variants from its shard (format 2), checked by this model; see :meth:`Manifest.sharded`.
 ShardLoader = Callable[[str], list["Variant"]]
+#: Loads one kernel's variants of one target (``cuda:90``): format 2.1 keeps them in a shard of their own.
+#: None: that kernel has no such shards (read the whole kernel instead).
+TargetLoader = Callable[[str, str], "list[Variant] | None"]
 
 
 class Manifest:
@@ -637,7 +640,8 @@ class Manifest:
                  created: str | None, sources: tuple[FileRef, ...], autotune: list[dict] | None,
                  heuristics: list[dict] | None, extra: dict[str, Any], raw: dict | None,
                  by_kernel: dict[str, list[tuple[int, Any]]], parsed: dict[str, list[Variant]],
-                 summaries: dict[str, KernelSummary] | None = None, loader: ShardLoader | None = None) -> None:
+                 summaries: dict[str, KernelSummary] | None = None, loader: ShardLoader | None = None,
+                 target_loader: TargetLoader | None = None) -> None:
         self.name = name
         self.version = version
         self.format_version = format_version
@@ -653,6 +657,8 @@ class Manifest:
         self._parsed = parsed
         self._summaries = summaries  # sharded: kernel -> counts, in manifest (shard) order
         self._loader = loader
+        self._target_loader = target_loader
+        self._by_target: dict[tuple[str, str], list[Variant]] = {}  # (kernel, target) -> variants, read alone
         self._lock = threading.Lock()
 
     # -- construction -------------------------------------------------------------------------------
@@ -734,11 +740,12 @@ class Manifest:
 
     @classmethod
     def sharded(cls, header: Any, summaries: Iterable[KernelSummary], loader: ShardLoader,
-                skip: frozenset[str] = frozenset()) -> Manifest:
+                skip: frozenset[str] = frozenset(), target_loader: TargetLoader | None = None) -> Manifest:
         """A format-2 manifest: ``header`` holds every top-level field but the variants, ``summaries``
         count each kernel's variants, and ``loader(kernel)`` returns that kernel's variants (one shard
         read, parsed by :meth:`Variant.from_json` or its shortcut :meth:`Variant.from_parts`). ``skip``
-        names header fields that belong to the container, not the manifest."""
+        names header fields that belong to the container, not the manifest. ``target_loader(kernel, target)``,
+        when given, returns that kernel's variants of one target (:meth:`variants_of` with a target)."""
         if not isinstance(header, dict):
             raise SchemaError("manifest is not a JSON object", where="manifest")
         if "variants" in header:
@@ -749,7 +756,8 @@ class Manifest:
             if s.kernel in table:
                 raise SchemaError(f"manifest header: kernel {s.kernel!r} has two shards", where="manifest")
             table[s.kernel] = s
-        return cls(**cls._top(header, skip), by_kernel={}, parsed={}, summaries=table, loader=loader)
+        return cls(**cls._top(header, skip), by_kernel={}, parsed={}, summaries=table, loader=loader,
+                   target_loader=target_loader)
 
     # -- reading ------------------------------------------------------------------------------------
     @property
@@ -759,11 +767,20 @@ class Manifest:
     def kernels(self) -> list[str]:
         return sorted(self._summaries if self._summaries is not None else self._by_kernel)
 
-    def variants_of(self, kernel: str) -> list[Variant]:
-        """The variants of one kernel (parsed and checked on first use); [] for an unknown kernel."""
+    def variants_of(self, kernel: str, target: str | None = None) -> list[Variant]:
+        """The variants of one kernel (parsed and checked on first use); [] for an unknown kernel. With
+        ``target`` (``cuda:90``), only those built for it: a format-2.1 archive then reads that target's
+        shard alone, which is what a loader for one device needs."""
+        if target is not None:
+            return self._variants_of_target(kernel, target)
         parsed = self._parsed.get(kernel)
         if parsed is None:
-            if self._summaries is not None:
+            summary = self._summaries.get(kernel) if self._summaries is not None else None
+            if summary is not None and any((kernel, t) in self._by_target for t, _ in summary.targets):
+                # Some targets were read alone: read the others the same way, and keep one object per variant.
+                parsed = sorted((v for t, _ in summary.targets for v in self._variants_of_target(kernel, t)),
+                                key=lambda v: v.key)
+            elif self._summaries is not None:
                 parsed = self._load(kernel)
             else:
                 entries = self._by_kernel.get(kernel, [])
@@ -771,6 +788,26 @@ class Manifest:
             with self._lock:
                 self._parsed[kernel] = parsed
         return list(parsed)
+
+    def _variants_of_target(self, kernel: str, target: str) -> list[Variant]:
+        parsed = self._parsed.get(kernel)
+        if parsed is not None or self._target_loader is None or self._summaries is None:
+            return [v for v in (parsed if parsed is not None else self.variants_of(kernel)) if str(v.target) == target]
+        found = self._by_target.get((kernel, target))
+        if found is None:
+            summary = self._summaries.get(kernel)
+            count = dict(summary.targets).get(target, 0) if summary is not None else 0
+            found = self._target_loader(kernel, target) if count else []
+            if found is None:  # no per-target shards: the kernel's whole shard
+                return [v for v in self.variants_of(kernel) if str(v.target) == target]
+            where = f"shard of {kernel!r} for {target}"
+            if any(v.kernel != kernel or str(v.target) != target for v in found):
+                raise SchemaError(f"{where}: holds a variant of another kernel or target", where=where)
+            if len(found) != count:
+                raise SchemaError(f"{where}: its variants do not match the counts in the manifest header", where=where)
+            with self._lock:
+                self._by_target[(kernel, target)] = found
+        return list(found)
 
     def _load(self, kernel: str) -> list[Variant]:
         summary = self._summaries.get(kernel) if self._summaries is not None else None

@@ -16,7 +16,7 @@ import gc
 import hashlib
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import chain, groupby
@@ -53,7 +53,7 @@ from .constants import (
 )
 from .manifest import KernelSummary, Manifest, Variant, check_kernel_name, target_label
 from .names import select_kernels
-from .shard import decode_shard, shard_variants
+from .shard import Located, decode_shard, shard_variants
 from .source import BytesSource, RangeSource
 from .tarheader import check_member_name, padded, parse_header
 
@@ -112,6 +112,18 @@ class FrameTable(Sequence[Frame]):
     def __iter__(self) -> Iterator[Frame]:
         o, n, s, f = self._columns
         return map(Frame, o, n, s, map(bool, f))
+
+    def any_dictionary(self) -> bool:
+        """Whether some frame uses the dictionary, without making a Frame per frame."""
+        return any(self._columns[3])
+
+
+class _FrameMembers(dict):
+    """Frame number -> the members listed for it, [] for a frame nothing lists yet: filled as the
+    index and the shards are read, so that opening an archive of many frames allocates nothing per frame."""
+
+    def __missing__(self, frame: int) -> list[Member]:
+        return []
 
 
 def parse_version(text: Any) -> tuple[int, int]:
@@ -188,11 +200,14 @@ _UNCLAIMED, _ROOT = -1, -2
 
 @dataclass(frozen=True)
 class ShardEntry:
-    """One row of a format-2 header's ``shards`` table."""
+    """A shard the reader loads: one row of a format-2 header's ``shards`` table (``target`` None: the
+    kernel's whole shard), or one part of a 2.1 row's ``split`` (the kernel's variants of ``target``).
+    ``summary`` counts what it holds. Each owns the frames its variants' members lie in."""
 
     kernel: str
     path: str
     summary: KernelSummary
+    target: str | None = None
 
 
 @contextmanager
@@ -228,8 +243,9 @@ class ArchiveReader:
         self._tail = b""
         self._members: dict[str, Member] = {}
         self._digests: dict[str, tuple[int, str]] = {}
-        self._shards: list[ShardEntry] = []
-        self._shard_of: dict[str, int] = {}
+        self._shards: list[ShardEntry] = []  # what the reader loads: whole shards, or 2.1 per-target parts
+        self._shard_of: dict[str, list[int]] = {}  # kernel -> its entries in _shards
+        self._kernels: list[ShardEntry] = []  # the header's rows (each kernel's whole shard), in order
         self._registered: set[int] = set()  # shards whose members are known (placed, perhaps not yet checked)
         self._pending: dict[int, list[tuple[str, int, int, int]]] = {}  # frame -> members to check on first use
         self._pending_names: dict[str, int] = {}
@@ -321,7 +337,7 @@ class ArchiveReader:
             raise LimitExceededError(f"index lists {len(index['members'])} members; the limit is {self.limits.max_members}",
                                      limit=self.limits.max_members, value=len(index["members"]))
         self.frames = frames
-        self._frame_members: list[list[Member]] = [[] for _ in range(len(frames))]
+        self._frame_members: dict[int, list[Member]] = _FrameMembers()
         self._owner = [_UNCLAIMED] * len(frames)
         placed = []
         for entry in index["members"]:
@@ -433,7 +449,7 @@ class ArchiveReader:
             for name, *_ in self._pending.pop(frame, ()):
                 self._pending_names.pop(name, None)
                 self._digests.pop(name, None)
-            self._frame_members[frame] = []
+            self._frame_members.pop(frame, None)
             self._owner[frame] = _UNCLAIMED
             self._cache.pop(frame, None)
 
@@ -489,7 +505,8 @@ class ArchiveReader:
             except zstandard.ZstdError as exc:
                 raise FormatError(f"{dict_name} is not a usable zstd dictionary: {exc}") from exc
             self._dict_bytes = dict_bytes
-        elif any(f.uses_dict for f in self.frames):
+        elif (self.frames.any_dictionary() if isinstance(self.frames, FrameTable)
+              else any(f.uses_dict for f in self.frames)):
             raise FormatError("frames need a dictionary but the index names none")
         raw = self._member_unchecked(self._members[MANIFEST_NAME])
         if hashlib.sha256(raw).hexdigest() != index.get("manifest_sha256"):
@@ -548,22 +565,58 @@ class ArchiveReader:
                 raise SchemaError(f"{where}: the per-target counts do not add up to {n} variants", where=where)
             if kernel in self._shard_of:
                 raise SchemaError(f"{where}: kernel {kernel!r} has two shards", where=where)
-            member = self._members.get(path)
-            if member is None or path in (MANIFEST_NAME, DICTIONARY_NAME) or path not in self._digests:
-                raise FormatError(f"{where}: shard {path!r} is not a member the index lists with a digest")
-            if member.size > self.limits.max_manifest_bytes:
-                raise LimitExceededError(f"{where}: shard of {member.size} bytes exceeds the manifest limit",
-                                         limit=self.limits.max_manifest_bytes, value=member.size)
+            self._shard_member(path, where)
             if path in paths:
                 raise SchemaError(f"{where}: two kernels share the shard {path!r}", where=where)
             paths.add(path)
             total += n
-            self._shard_of[kernel] = len(self._shards)
-            self._shards.append(ShardEntry(kernel, path, KernelSummary(kernel, n, tuple(sorted(targets.items())))))
+            whole = ShardEntry(kernel, path, KernelSummary(kernel, n, tuple(sorted(targets.items()))))
+            self._kernels.append(whole)
+            parts = self._split_of(row.get("split"), whole, paths, where) if "split" in row else [whole]
+            if len(self._shards) + len(parts) > self.limits.max_shards:
+                raise LimitExceededError(f"manifest header lists more than {self.limits.max_shards} shards",
+                                         limit=self.limits.max_shards, value=len(self._shards) + len(parts))
+            self._shard_of[kernel] = list(range(len(self._shards), len(self._shards) + len(parts)))
+            self._shards.extend(parts)
         if total > self.limits.max_members:
             raise LimitExceededError(f"manifest header counts {total} variants; the limit is {self.limits.max_members}",
                                      limit=self.limits.max_members, value=total)
         self._all_loaded = not self._shards
+
+    def _shard_member(self, path: Any, where: str) -> None:
+        """``path`` must name a shard member: listed by the index with a digest, within the manifest limit."""
+        member = self._members.get(path) if isinstance(path, str) else None
+        if member is None or path in (MANIFEST_NAME, DICTIONARY_NAME) or path not in self._digests:
+            raise FormatError(f"{where}: shard {path!r} is not a member the index lists with a digest")
+        if member.size > self.limits.max_manifest_bytes:
+            raise LimitExceededError(f"{where}: shard of {member.size} bytes exceeds the manifest limit",
+                                     limit=self.limits.max_manifest_bytes, value=member.size)
+
+    def _split_of(self, split: Any, whole: ShardEntry, paths: set[str], where: str) -> list[ShardEntry]:
+        """Format 2.1: a row's per-target shards, one per target the row counts, each counting as many
+        variants as the row says that target has. The reader loads these instead of the whole shard
+        (kept for 2.0 readers; :meth:`verify` checks that both say the same)."""
+        targets = dict(whole.summary.targets)
+        if not isinstance(split, list) or len(split) != len(targets):
+            raise SchemaError(f"{where}.split: expected one entry per target of the kernel", where=f"{where}.split")
+        parts: list[ShardEntry] = []
+        for j, part in enumerate(split):
+            w = f"{where}.split[{j}]"
+            if not isinstance(part, dict):
+                raise SchemaError(f"{w}: expected an object", where=w)
+            target, path, n = part.get("target"), part.get("path"), part.get("variants")
+            if not isinstance(target, str) or target not in targets or any(p.target == target for p in parts):
+                raise SchemaError(f"{w}: target {target!r} is not one of the kernel's, or comes twice", where=w)
+            if type(n) is not int or n != targets[target]:
+                raise SchemaError(f"{w}: counts {n!r} variants; the kernel has {targets[target]} for {target}",
+                                  where=w)
+            self._shard_member(path, w)
+            assert isinstance(path, str)  # _shard_member refuses anything else
+            if path in paths:
+                raise SchemaError(f"{w}: shard {path!r} is listed twice", where=w)
+            paths.add(path)
+            parts.append(ShardEntry(whole.kernel, path, KernelSummary(whole.kernel, n, ((target, n),)), target))
+        return parts
 
     # -- the manifest ------------------------------------------------------------------------------
     @property
@@ -573,8 +626,8 @@ class ArchiveReader:
         model = self._model
         if model is None:
             if self.sharded:
-                model = Manifest.sharded(self.header, [s.summary for s in self._shards], self.shard_variants,
-                                         skip=frozenset({"shards"}))
+                model = Manifest.sharded(self.header, [s.summary for s in self._kernels], self.shard_variants,
+                                         skip=frozenset({"shards"}), target_loader=self._target_variants)
             else:
                 model = Manifest.from_json(self.manifest, lazy=True)
             self._model = model
@@ -590,7 +643,7 @@ class ArchiveReader:
                 manifest = self._manifest
                 if manifest is None:
                     manifest = {k: v for k, v in self.header.items() if k != "shards"}
-                    manifest["variants"] = [e for s in self._shards for e in self.shard_entries(s.kernel)]
+                    manifest["variants"] = [e for s in self._kernels for e in self.shard_entries(s.kernel)]
                     self._manifest = manifest
         return manifest
 
@@ -606,7 +659,7 @@ class ArchiveReader:
             return {**self.manifest, "variants": [v for v in self.manifest.get("variants") or []
                                          if isinstance(v, dict) and select_kernels(queries, [str(v.get("kernel"))])]}
         out = {k: v for k, v in self.header.items() if k != "shards"}
-        out["variants"] = [e for s in self._shards if select_kernels(queries, [s.kernel])
+        out["variants"] = [e for s in self._kernels if select_kernels(queries, [s.kernel])
                            for e in self.shard_entries(s.kernel)]
         return out
 
@@ -619,30 +672,45 @@ class ArchiveReader:
         """Format 2: the raw manifest entries of ``kernel``'s variants (one shard read, digest-checked);
         their members become readable unless ``keep`` is false (a caller streaming through every
         shard, whose memory should not grow with them). [] for a kernel the archive does not have."""
-        i = self._shard_of.get(kernel)
-        if i is None:
-            return []
+        out: list[dict] = []
         with self._shard_lock:
-            entries, located = decode_shard(self._shard_doc(i), self._shards[i].kernel)
-            self._check_counts(i, (target_label(e.get("target")) for e in entries))
-            if keep:
-                self._claim(i, located)
-            return entries
+            for i in self._shard_of.get(kernel, ()):
+                entries, located = decode_shard(self._shard_doc(i), self._shards[i].kernel)
+                self._check_counts(i, (target_label(e.get("target")) for e in entries))
+                if keep:
+                    self._claim(i, located)
+                out.extend(entries)
+        return _in_key_order(out, len(self._shard_of.get(kernel, ())), lambda e: str(e.get("key")))
 
-    def shard_variants(self, kernel: str) -> list[Variant]:
-        """Format 2: ``kernel``'s variants, checked by the manifest model, from one shard read (what
-        :attr:`model` loads); their members become readable. [] for a kernel the archive does not have."""
-        i = self._shard_of.get(kernel)
-        if i is None:
-            return []
+    def shard_variants(self, kernel: str, target: str | None = None) -> list[Variant]:
+        """Format 2: ``kernel``'s variants (only those built for ``target``, e.g. ``cuda:90``, when given),
+        checked by the manifest model, from its shard (what :attr:`model` loads); their members become
+        readable. A 2.1 archive keeps a shard per kernel and target, and only ``target``'s is read.
+        [] for a kernel the archive does not have."""
+        ids = self._shard_of.get(kernel, [])
+        if target is not None and not any(self._shards[i].target is None for i in ids):
+            ids = [i for i in ids if self._shards[i].target == target]
+        out: list[Variant] = []
         with self._shard_lock, _gc_paused():
-            variants, located = shard_variants(self._shard_doc(i), self._shards[i].kernel)
-            self._check_counts(i, (str(v.target) for v in variants))
-            self._claim(i, located)
-            return variants
+            for i in ids:
+                variants, located = shard_variants(self._shard_doc(i), self._shards[i].kernel)
+                self._check_counts(i, (str(v.target) for v in variants))
+                self._claim(i, located)
+                out.extend(variants)
+        if target is not None and any(self._shards[i].target is None for i in ids):
+            out = [v for v in out if str(v.target) == target]  # a whole shard: its variants of that target
+        return _in_key_order(out, len(ids), lambda v: v.key)
 
-    def _shard_doc(self, i: int) -> Any:
-        shard = self._shards[i]
+    def _target_variants(self, kernel: str, target: str) -> list[Variant] | None:
+        """``kernel``'s variants of ``target`` from its per-target shard (format 2.1); None when the
+        kernel has none (its whole shard is read instead)."""
+        ids = self._shard_of.get(kernel, [])
+        if not ids or any(self._shards[i].target is None for i in ids):
+            return None
+        return self.shard_variants(kernel, target)
+
+    def _shard_doc(self, i: int | ShardEntry) -> Any:
+        shard = self._shards[i] if isinstance(i, int) else i
         return load_shard_json(self.read(shard.path), f"shard {shard.path}", self.limits)
 
     def _check_counts(self, i: int, targets: Iterable[str | None]) -> None:
@@ -984,11 +1052,40 @@ class ArchiveReader:
                     self._unregister(frames)
                     self._registered.discard(i)
                     self._all_loaded = False
+            problems.extend(self._verify_splits())
         self._verified_count = len(names)
         empty = [i for i, owner in enumerate(self._owner) if owner == _UNCLAIMED and not checked[i]]
         if empty:
             problems.append(f"frame {empty[0]} holds no member any shard or the index lists"
                             + (f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""))
+        return problems
+
+    def _verify_splits(self) -> list[str]:
+        """Format 2.1: a kernel's whole shard (what a 2.0 reader reads) must say what its per-target
+        shards (what this reader reads) say: the same variants, their members in the same places."""
+        problems = []
+        for whole in self._kernels:
+            parts = self._shard_of.get(whole.kernel, [])
+            if [self._shards[i] for i in parts] == [whole]:
+                continue
+            where = f"shard of {whole.kernel!r}"
+            try:
+                entries, located = decode_shard(self._shard_doc(whole), whole.kernel)
+                if KernelSummary.of(whole.kernel, (target_label(e.get("target")) for e in entries)) != whole.summary:
+                    raise SchemaError(f"{where} does not match the counts in the manifest header", where=where)
+                split_entries: list[dict] = []
+                split_located: list[Located] = []
+                for i in parts:
+                    e, loc = decode_shard(self._shard_doc(i), whole.kernel)
+                    split_entries.extend(e)
+                    split_located.extend(loc)
+            except FormatError as exc:
+                problems.append(str(exc))
+                continue
+            by_key = sorted(map(canonical_json, entries)) != sorted(map(canonical_json, split_entries))
+            if by_key or sorted(located) != sorted(split_located):
+                problems.append(f"{where}: the whole shard {whole.path!r} and the per-target shards differ "
+                                "(a 2.0 reader would read other variants than this one)")
         return problems
 
     def iter_members(self) -> Iterator[tuple[str, bytes]]:
@@ -997,6 +1094,12 @@ class ArchiveReader:
         members = self.members
         for m in sorted(members.values(), key=lambda m: (m.frame, m.offset)):
             yield m.name, self.read(m.name)
+
+
+def _in_key_order(items: list, parts: int, key: Callable[[Any], str]) -> list:
+    """Variants read from several per-target shards, back in manifest order (by key: §4); one shard's
+    are in that order already."""
+    return items if parts <= 1 else sorted(items, key=key)
 
 
 def _short(text: str) -> bytes:

@@ -53,6 +53,11 @@ _DICT2_MIN, _DICT2_MAX, _DICT2_FRACTION = 16 * 1024, 256 * 1024, 16
 #: COVER training time grows with its input: format 2 trains on at most this many bytes, an evenly
 #: spaced (so deterministic) selection of the samples.
 _DICT2_TRAIN_BYTES = 16 * 1024 * 1024
+#: Largest zstd window the writer uses (32 MiB): a frame larger than the level's own window (8 MiB at
+#: level 19) is compressed with a window as large as the frame, up to this, and long-distance matching,
+#: so that near-copies far apart in it (sibling variants' IR) still match. Readers bound the window
+#: they accept (128 MiB by default, spec/FORMAT.md §3); a decoder needs no more memory than the frame.
+MAX_WINDOW_LOG = 25
 
 
 def source_date_epoch() -> int:
@@ -83,9 +88,10 @@ class WriteStats:
     members: int = 0
 
 
-def shard_name(index: int) -> str:
-    """Member name of the ``index``-th manifest shard (format 2)."""
-    return f"{SHARD_PREFIX}{index}.json"
+def shard_name(index: int, part: int | None = None) -> str:
+    """Member name of the ``index``-th manifest shard (format 2), or of its ``part``-th per-target shard
+    (format 2.1, ``karchive/shards/<index>/<part>.json``)."""
+    return f"{SHARD_PREFIX}{index}.json" if part is None else f"{SHARD_PREFIX}{index}/{part}.json"
 
 
 @dataclass
@@ -143,10 +149,25 @@ class ArchiveWriter:
             out += bytes(padded(len(data)) - len(data))
         return bytes(out), placed
 
-    def _compressor(self, dict_bytes: bytes | None) -> zstandard.ZstdCompressor:
+    def _compressor(self, dict_bytes: bytes | None, window_log: int = 0) -> zstandard.ZstdCompressor:
+        """The level's compressor; with ``window_log``, the level's parameters with that window and
+        long-distance matching (for frames larger than the level's window, :meth:`_window_log`)."""
+        dict_data = zstandard.ZstdCompressionDict(dict_bytes) if dict_bytes is not None else None
+        if window_log:
+            params = zstandard.ZstdCompressionParameters.from_level(
+                self.level, window_log=window_log, enable_ldm=True, write_checksum=True, write_content_size=True,
+                write_dict_id=True)
+            return zstandard.ZstdCompressor(compression_params=params, dict_data=dict_data)
         return zstandard.ZstdCompressor(
-            level=self.level, write_checksum=True, write_content_size=True, write_dict_id=True,
-            dict_data=zstandard.ZstdCompressionDict(dict_bytes) if dict_bytes is not None else None)
+            level=self.level, write_checksum=True, write_content_size=True, write_dict_id=True, dict_data=dict_data)
+
+    def _window_log(self, size: int) -> int:
+        """0 (the level's own parameters) when the level's window spans ``size`` bytes, else the window
+        that does, at most :data:`MAX_WINDOW_LOG`: a function of the size alone, so output stays
+        reproducible."""
+        default = zstandard.ZstdCompressionParameters.from_level(self.level).window_log
+        need = max(size - 1, 1).bit_length()
+        return 0 if need <= default else min(need, MAX_WINDOW_LOG)
 
     def _compress_all(self, jobs: list[tuple[bytes, bool]], dict_bytes: bytes | None) -> list[bytes]:
         """Compress independent frames (``(data, with the dictionary?)``), in parallel where it pays:
@@ -159,9 +180,10 @@ class ArchiveWriter:
             cache = getattr(local, "c", None)
             if cache is None:
                 cache = local.c = {}
-            c = cache.get(use_dict)
+            wlog = self._window_log(len(data))
+            c = cache.get((use_dict, wlog))
             if c is None:
-                c = cache[use_dict] = self._compressor(dict_bytes if use_dict else None)
+                c = cache[(use_dict, wlog)] = self._compressor(dict_bytes if use_dict else None, wlog)
             return c.compress(data)
 
         if threads <= 1 or len(jobs) < 4:
@@ -177,6 +199,7 @@ class ArchiveWriter:
         # Which kernel owns each member: a frame, and the shard that locates its members, is one kernel's.
         by_kernel: dict[str, list[dict]] = {}
         owner: dict[str, str] = {}
+        target_of: dict[str, str | None] = {}
         for i, v in enumerate(manifest["variants"]):
             kernel = v.get("kernel") if isinstance(v, dict) else None
             if not isinstance(kernel, str):
@@ -185,6 +208,10 @@ class ArchiveWriter:
             for path in file_paths(v.get("files")):
                 if owner.setdefault(path, kernel) != kernel:
                     raise FormatError(f"member {path!r} belongs to variants of two kernels")
+                target_of[path] = target_label(v.get("target"))
+        # Format 2.1 splits a kernel's shard by target when each of its frames holds one target's members
+        # (karchive's own layout): a loader then reads only its device's targets (§6.5).
+        mixed: set[str] = set()
         mtime = source_date_epoch()
         dict_bytes = self._train_dictionary()
         stats = WriteStats()
@@ -207,6 +234,9 @@ class ArchiveWriter:
                                   "format 2 keeps each kernel's members in frames of its own")
             add_frame(group.members, group.use_dict and dict_bytes is not None)
             stats.raw_bytes += sum(len(data) for _, data in group.members)
+            (kernel,) = owners
+            if kernel is not None and len({target_of.get(name) for name, _ in group.members}) != 1:
+                mixed.add(kernel)
         content_frames = len(tars)
 
         def locate(path: str) -> tuple[int, int]:
@@ -220,9 +250,21 @@ class ArchiveWriter:
             doc = canonical_json(encode_shard(kernel, variants, locate))
             summary = KernelSummary.of(kernel, (target_label(v.get("target")) for v in variants))
             name = shard_name(n)
-            add_frame([(name, doc)], False)
-            shards.append({"kernel": kernel, "path": name, "size": len(doc), "sha256": sha256_hex(doc),
-                           "variants": summary.variants, "targets": dict(summary.targets)})
+            shard_members = [(name, doc)]
+            entry = {"kernel": kernel, "path": name, "size": len(doc), "sha256": sha256_hex(doc),
+                     "variants": summary.variants, "targets": dict(summary.targets)}
+            if kernel not in mixed and None not in summary.targets:
+                # The whole shard stays for 2.0 readers; 2.1 readers read the part of their target. They
+                # share its frame: the parts' rows repeat the whole's, so they cost a few bytes each there.
+                entry["split"] = split = []
+                for m, (target, count) in enumerate(summary.targets):
+                    part = canonical_json(encode_shard(
+                        kernel, [v for v in variants if target_label(v.get("target")) == target], locate))
+                    shard_members.append((shard_name(n, m), part))
+                    split.append({"target": target, "path": shard_name(n, m), "size": len(part),
+                                  "sha256": sha256_hex(part), "variants": count})
+            add_frame(shard_members, False)
+            shards.append(entry)
         if dict_bytes is not None:
             add_frame([(DICTIONARY_NAME, dict_bytes)], False)
             stats.dictionary_bytes = len(dict_bytes)

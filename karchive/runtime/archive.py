@@ -11,11 +11,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ..core.text import plural, printable, table
 from ..core.units import human_bytes
-from ..errors import KernelNameError, NoDeviceError
+from ..errors import KernelNameError, NoDeviceError, NoMatchingVariantError
 from ..format.autotune import AutotuneRecord
 from ..format.heuristics import records_for as heuristics_records
 from ..format.manifest import Manifest, Variant
@@ -48,7 +49,7 @@ class Archive:
         self._backend_name = backend
         self._backend: Backend | None = None
         self._lock = threading.RLock()
-        self._kernels: dict[tuple[str, bool], Kernel] = {}
+        self._kernels: dict[tuple[Any, ...], Kernel] = {}  # (name, benchmark[, targets]) -> its dispatcher
         self._functions: dict[tuple[str, int], Any] = {}
         self._ptx_headers: dict[str, tuple] = {}
         self._pool: Any = None
@@ -102,8 +103,8 @@ class Archive:
             "\n\narc.kernel(NAME) gives a launcher; arc.variants(NAME) lists the variants; `karchive inspect` " \
             "shows every variant."
 
-    def kernel(self, name: str, *, benchmark: bool = False) -> Kernel:
-        """The dispatcher for ``name`` (created once per archive).
+    def kernel(self, name: str, *, benchmark: bool = False, targets: Iterable[str] | None = None) -> Kernel:
+        """The dispatcher for ``name`` (created once per archive, and per ``targets``).
 
         Always a :class:`Kernel`. One captured from ``@triton.autotune`` (the manifest holds autotune records
         for it) has an :class:`AutotuneResolver`: each call uses the config recorded for its autotune key.
@@ -111,7 +112,15 @@ class Archive:
         taking the fallback rule's pick. A kernel with heuristics records (``@triton.heuristics``) takes
         the computed meta-parameters from the recorded case that matches each call
         (a :class:`HeuristicsResolver`, or inside the :class:`AutotuneResolver`).
+
+        ``targets`` (``["cuda:90"]``) limits the dispatcher to the variants built for those targets: a
+        process that knows its device reads only those (a format-2.1 archive keeps each kernel's
+        variants of one target in a shard of their own, so opening and selecting in an archive of
+        100,000 variants parses only the device's candidates).
         """
+        only = tuple(sorted(set(targets))) if targets is not None else None
+        if only is not None:
+            return self._kernel_for_targets(name, benchmark, only)
         cache_key = (name, benchmark)
         k = self._kernels.get(cache_key)
         if k is None:
@@ -127,17 +136,46 @@ class Archive:
                     if not variants:
                         raise KernelNameError(f"{self.ref}: kernel {name!r} has no variants", kernel=name,
                                               available=tuple(self.kernels()))
-                    k = Kernel(self, name, variants)
-                    records = [AutotuneRecord.from_json(r) for r in self.manifest.autotune or []
-                               if isinstance(r, dict) and r.get("kernel") == name]
-                    heuristics = heuristics_records(self.manifest.heuristics, name)
-                    # The resolver chooses among subsets of ``k``'s variants; the kernel handed out asks it first.
-                    if records:
-                        k = Kernel(self, name, variants, AutotuneResolver(k, records, benchmark=benchmark,
-                                                                          heuristics=heuristics))
-                    elif heuristics:
-                        k = Kernel(self, name, variants, HeuristicsResolver(k, heuristics))
+                    k = self._make_kernel(name, variants, benchmark)
                     self._kernels[cache_key] = self._kernels[(name, benchmark)] = k
+        return k
+
+    def _kernel_for_targets(self, name: str, benchmark: bool, targets: tuple[str, ...]) -> Kernel:
+        cache_key = (name, benchmark, targets)
+        k = self._kernels.get(cache_key)
+        if k is None:
+            with self._lock:
+                k = self._kernels.get(cache_key)
+                if k is None:
+                    name = self.kernel_name(name)
+                    k = self._kernels.get((name, benchmark, targets))
+                    if k is not None:
+                        self._kernels[cache_key] = k
+                        return k
+                    variants = sorted((v for t in targets for v in self.manifest.variants_of(name, t)),
+                                      key=lambda v: v.key)
+                    if not variants:
+                        have = tuple(t for s in self.manifest.summary() if s.kernel == name for t, _ in s.targets)
+                        raise NoMatchingVariantError(
+                            f"{self.ref}: kernel {name!r} has no variant for {', '.join(targets) or 'no target'} "
+                            f"(it has {', '.join(have)})", kernel=name,
+                            rejections=tuple((t, "built for a target not asked for") for t in have),
+                            param="targets", values=tuple(map(repr, have)))
+                    k = self._make_kernel(name, variants, benchmark)
+                    self._kernels[cache_key] = self._kernels[(name, benchmark, targets)] = k
+        return k
+
+    def _make_kernel(self, name: str, variants: list[Variant], benchmark: bool) -> Kernel:
+        """A dispatcher over ``variants``, with the resolver the manifest's records call for."""
+        k = Kernel(self, name, variants)
+        records = [AutotuneRecord.from_json(r) for r in self.manifest.autotune or []
+                   if isinstance(r, dict) and r.get("kernel") == name]
+        heuristics = heuristics_records(self.manifest.heuristics, name)
+        # The resolver chooses among subsets of ``k``'s variants; the kernel handed out asks it first.
+        if records:
+            return Kernel(self, name, variants, AutotuneResolver(k, records, benchmark=benchmark, heuristics=heuristics))
+        if heuristics:
+            return Kernel(self, name, variants, HeuristicsResolver(k, heuristics))
         return k
 
     def kernel_name(self, name: str) -> str:

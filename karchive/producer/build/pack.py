@@ -3,8 +3,9 @@
 Layout (spec/FORMAT.md §4): what a loader reads (a variant's binary and metadata) lies apart from its
 IR stages, and each distinct module source is stored once under ``sources/<sha256>.py``. Format 2 packs
 the launch members of one kernel and target into frames of up to :data:`LAUNCH_FRAME` bytes, and the IR
-of one kernel into frames of up to :data:`IR_FRAME`: siblings share long runs, so a frame of several
-compresses far better than one each, while reading a variant still decodes one small frame. (Format 1.0
+of one kernel and target into frames of up to :data:`IR_FRAME` (compressed with a window that spans the
+frame): siblings share long runs, so a frame of several compresses far better than one each, while
+reading a variant still decodes one small frame. (Format 1.0
 is read, never written: :mod:`karchive.format.writer`.)
 Member names come from the variants' file refs (:mod:`karchive.format.layout`), the manifest from the
 typed model (:class:`karchive.format.manifest.Manifest`).
@@ -28,10 +29,13 @@ from ..compile.describe import CompiledVariant
 
 __all__ = ["ArchiveBuilder", "IR_FRAME", "LAUNCH_FRAME"]
 
-#: Format 2 frame sizes (decompressed): launch members of one kernel and target, IR of one kernel.
-#: Measured on Triton output (tools/bench_archive.py, docs/benchmarks.md "Archive size").
+#: Format 2 frame sizes (decompressed): launch members of one kernel and target (a loader decodes one:
+#: kept small), IR of one kernel and target (never on the load path: large, so that every sibling's IR
+#: compresses against the others; the writer gives such a frame a window as large as itself, and
+#: :data:`karchive.format.writer.MAX_WINDOW_LOG` bounds it). Measured on Triton output
+#: (tools/bench_archive.py, docs/benchmarks.md "Archive size").
 LAUNCH_FRAME = 256 * 1024
-IR_FRAME = 4 * 1024 * 1024
+IR_FRAME = 32 * 1024 * 1024
 
 
 @dataclass
@@ -105,7 +109,9 @@ class ArchiveBuilder:
         return manifest.to_json(), writer
 
     def _add_chunked(self, writer: ArchiveWriter, manifest: Manifest) -> None:
-        """Frames, kernel by kernel: launch members per target, then the kernel's IR."""
+        """Frames, kernel by kernel: launch members per target, then the IR per target. IR is grouped
+        by target too: stages of one target (PTX of sm_90 variants) resemble each other far more than
+        those of another, and a frame then holds what one kind of device's variants need."""
         for kernel in manifest.kernels():
             variants = manifest.variants_of(kernel)
             by_target: dict[str, list[Variant]] = {}
@@ -116,10 +122,11 @@ class ArchiveBuilder:
                           (v.metadata.path, self.variants[v.key].files["metadata"])] for v in by_target[target]]
                 for group in _chunks(units, LAUNCH_FRAME):
                     writer.add_group(group)
-            units = [[(v.ir[stage].path, self.variants[v.key].files[stage]) for stage in sorted(v.ir)]
-                     for v in variants if v.ir]
-            for group in _chunks(units, IR_FRAME):
-                writer.add_group(group, use_dict=False)
+            for target in sorted(by_target):
+                units = [[(v.ir[stage].path, self.variants[v.key].files[stage]) for stage in sorted(v.ir)]
+                         for v in by_target[target] if v.ir]
+                for group in _chunks(units, IR_FRAME):
+                    writer.add_group(group, use_dict=False)
 
     def _sources(self) -> dict[str, bytes]:
         """Every module source the variants need, once: each kernel's module, and the helper modules a
