@@ -106,6 +106,16 @@ def _scalar(variant: Variant, name: str, typ: str, value: Any) -> ScalarParam:
             kernel=variant.kernel, param=name) from None
 
 
+def _check_buffer(variant: Variant, p: Any, value: Any, kind: type[Buffer], next_buffer: int) -> None:
+    """An array parameter's value is one of jaxlib's buffers (``kind``), and the next one jaxlib hands out."""
+    if not isinstance(value, kind):
+        raise ArgumentError(f"{variant.kernel}: {p.name} ({p.type}) needs an array, got {type(value).__name__}",
+                            kernel=variant.kernel, param=p.name)
+    if value.index != next_buffer:
+        raise InteropError(f"{variant.kernel}: {p.name} would take XLA buffer {value.index} but jaxlib hands out "
+                           f"buffer {next_buffer} next (internal ordering error)")
+
+
 def _descriptor(variant: Variant, p: Any, value: Any, next_buffer: int, zero_bytes: dict[int, int],
                 params: list[Param]) -> int:
     """A decomposed host tensor descriptor as jaxlib parameters: its buffer, then the scalars the variant's
@@ -117,12 +127,7 @@ def _descriptor(variant: Variant, p: Any, value: Any, next_buffer: int, zero_byt
     if d is None or d.mode != "decomposed":
         raise InteropError(f"{variant.kernel}: {p.name} is a TMA tensor descriptor; jaxlib's Triton custom call "
                            "cannot encode its CUtensorMap")
-    if not isinstance(value, DescBuffer):
-        raise ArgumentError(f"{variant.kernel}: {p.name} ({p.type}) needs an array, got {type(value).__name__}",
-                            kernel=variant.kernel, param=p.name)
-    if value.index != next_buffer:
-        raise InteropError(f"{variant.kernel}: {p.name} would take XLA buffer {value.index} but jaxlib hands out "
-                           f"buffer {next_buffer} next (internal ordering error)")
+    _check_buffer(variant, p, value, DescBuffer, next_buffer)
     if len(value.shape) != d.rank:
         raise ArgumentError(f"{variant.kernel}: {p.name} takes a rank-{d.rank} array, got shape {value.shape}",
                             kernel=variant.kernel, param=p.name)
@@ -188,12 +193,7 @@ def describe_variant(variant: Variant, values: Sequence[Any], grid: Sequence[int
         if p.kind == "tensordesc":
             next_buffer = _descriptor(variant, p, value, next_buffer, zero_bytes, params)
         elif p.kind == "pointer":
-            if not isinstance(value, Buffer):
-                raise ArgumentError(f"{variant.kernel}: {p.name} ({p.type}) needs an array, got {type(value).__name__}",
-                                    kernel=variant.kernel, param=p.name)
-            if value.index != next_buffer:
-                raise InteropError(f"{variant.kernel}: {p.name} would take XLA buffer {value.index} but jaxlib "
-                                   f"hands out buffer {next_buffer} next (internal ordering error)")
+            _check_buffer(variant, p, value, Buffer, next_buffer)
             next_buffer += 1
             div = 16 if variant.params[p.arg].divisibility == 16 else 0
             params.append(ArrayParam(p.name, value.index, div, int(zero_bytes.get(value.index, 0))))
