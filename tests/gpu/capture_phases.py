@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -602,29 +601,11 @@ def run_phase(phase: str, work: Path, cache: Path | str | None, extra_env: dict 
 
     Every run appends its command, return code, stdout and stderr to ``work/logs/<phase>.log``.
     """
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "logs").mkdir(exist_ok=True)
-    result_file = work / f"{phase}-{time.monotonic_ns()}.json"
-    cmd = [sys.executable, str(Path(__file__).resolve()), phase, "--work", str(work), "--result", str(result_file)]
-    for k, v in (opts or {}).items():
-        cmd += ["--opt", f"{k}={v}"]
+    from phase_runner import run_child
+
+    args = [phase] + [a for k, v in (opts or {}).items() for a in ("--opt", f"{k}={v}")]
     env = phase_env(cache, {**(extra_env or {}), "KARCHIVE_PHASE_T0": repr(time.time())})
-    t0 = time.perf_counter()
-    try:
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        rc, stdout, stderr = r.returncode, r.stdout, r.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc, stdout, stderr = 124, str(exc.stdout or ""), f"timed out after {timeout}s"
-    with open(work / "logs" / f"{phase}.log", "a") as fh:
-        fh.write(f"$ TRITON_CACHE_DIR={cache} {' '.join(cmd)}\nrc={rc} ({time.perf_counter() - t0:.1f}s)\n"
-                 f"--- stdout\n{stdout}\n--- stderr\n{stderr}\n")
-    if result_file.exists():
-        result = json.loads(result_file.read_text())
-    else:
-        tail = (stderr or stdout).strip().splitlines()[-12:]
-        result = {"ok": False, "error": f"phase {phase} failed (rc={rc}):\n" + "\n".join(tail)}
-    result["wall_s"] = round(time.perf_counter() - t0, 3)
-    return result
+    return run_child(Path(__file__).resolve(), args, work, phase, f"{phase}.log", env, timeout, f"phase {phase}")
 
 
 def main() -> int:

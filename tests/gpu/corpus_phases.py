@@ -527,35 +527,16 @@ NO_TRITON = {"relaunch", "aot"}
 
 def run_phase(phase: str, lib: str, work: Path, timeout: int = 300, env: dict | None = None) -> dict:
     """``phase`` for ``lib`` in a fresh interpreter (own Triton cache under ``work``); its JSON result."""
-    import subprocess
+    from phase_runner import run_child
 
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "logs").mkdir(exist_ok=True)
-    result_file = work / f"{phase}-{lib}-{time.monotonic_ns()}.json"
-    cmd = [sys.executable, str(Path(__file__).resolve()), phase, "--lib", lib, "--work", str(work),
-           "--result", str(result_file)]
     full_env = dict(os.environ)
     full_env["TRITON_CACHE_DIR"] = str(work / "triton-cache")
     full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")])
     full_env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    full_env.setdefault("FLA_USE_TMA", "0")  # fla's tensor-descriptor paths: karchive does not launch TMA yet
+    full_env.setdefault("FLA_USE_TMA", "0")  # fla's own choice of its TMA paths (its default is off)
     full_env.update(env or {})
-    t0 = time.perf_counter()
-    try:
-        r = subprocess.run(cmd, env=full_env, capture_output=True, text=True, timeout=timeout)
-        rc, stdout, stderr = r.returncode, r.stdout, r.stderr
-    except subprocess.TimeoutExpired as exc:
-        rc, stdout, stderr = 124, str(exc.stdout or ""), f"timed out after {timeout}s"
-    with open(work / "logs" / f"{phase}-{lib}.log", "a") as fh:
-        fh.write(f"$ {' '.join(cmd)}\nrc={rc} ({time.perf_counter() - t0:.1f}s)\n--- stdout\n{stdout}\n"
-                 f"--- stderr\n{stderr}\n")
-    if result_file.exists():
-        result = json.loads(result_file.read_text())
-    else:
-        tail = (stderr or stdout).strip().splitlines()[-15:]
-        result = {"ok": False, "error": f"phase {phase} {lib} failed (rc={rc}):\n" + "\n".join(tail)}
-    result["wall_s"] = round(time.perf_counter() - t0, 3)
-    return result
+    return run_child(Path(__file__).resolve(), [phase, "--lib", lib], work, f"{phase}-{lib}", f"{phase}-{lib}.log",
+                     full_env, timeout, f"phase {phase} {lib}")
 
 
 def main() -> int:

@@ -203,9 +203,8 @@ CACHES = {"reference": "tc-reference", "serve": "tc-serve", "shim": "tc-shim", "
 
 def run_phase(phase: str, lib: str, work: Path, timeout: int = 400) -> dict:
     """``phase`` for ``lib`` in a fresh interpreter; its JSON result (with the process's wall time)."""
-    work.mkdir(parents=True, exist_ok=True)
-    (work / "logs").mkdir(exist_ok=True)
-    result_file = work / f"serve-{phase}-{lib}-{time.monotonic_ns()}.json"
+    from phase_runner import run_child
+
     env = dict(os.environ)
     env["TRITON_CACHE_DIR"] = str(work / CACHES[phase] / lib)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")])
@@ -213,20 +212,8 @@ def run_phase(phase: str, lib: str, work: Path, timeout: int = 400) -> dict:
     env.setdefault("FLA_USE_TMA", "0")
     if phase == "serve":
         env["TRITON_PTXAS_PATH"] = "/nonexistent/ptxas"  # and no assembler either
-    cmd = [sys.executable, str(Path(__file__).resolve()), phase, "--lib", lib, "--work", str(work),
-           "--result", str(result_file)]
-    t0 = time.perf_counter()
-    try:
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        rc, out, err = r.returncode, r.stdout, r.stderr
-    except subprocess.TimeoutExpired:
-        rc, out, err = 124, "", f"timed out after {timeout}s"
-    with open(work / "logs" / f"serve-{phase}-{lib}.log", "a") as fh:
-        fh.write(f"$ {' '.join(cmd)}\nrc={rc}\n--- stdout\n{out}\n--- stderr\n{err}\n")
-    result = json.loads(result_file.read_text()) if result_file.exists() else {
-        "ok": False, "error": f"phase {phase} {lib} failed (rc={rc}):\n" + "\n".join((err or out).splitlines()[-15:])}
-    result["process_s"] = round(time.perf_counter() - t0, 3)
-    return result
+    return run_child(Path(__file__).resolve(), [phase, "--lib", lib], work, f"serve-{phase}-{lib}",
+                     f"serve-{phase}-{lib}.log", env, timeout, f"phase {phase} {lib}", time_key="process_s")
 
 
 def main() -> int:
