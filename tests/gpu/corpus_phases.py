@@ -14,8 +14,7 @@ Libraries (:data:`LIBRARIES`), none of them written here, none of them committed
               descriptors (TMA), each config's pre_hook setting the descriptors' blocks (issue 21)
   fla-*       flash-linear-attention's kernels (pip fla-core): chunk_simple_gla, chunk_gla, chunk_delta_rule
               (one entry each), forward and backward (@triton.heuristics over autotune, the library's usual
-              stacking), with fla's default FLA_USE_TMA=0; fla-delta-rule-tma: chunk_delta_rule with
-              FLA_USE_TMA=1 (device-side tensor descriptors in solve_tril, global scratch): issue 21
+              stacking); its tensor-descriptor (TMA) paths stay off (FLA_USE_TMA=0, its default): issue 21
 
 Phases:
   capture     the library's training step under karchive.capture and the launch recorder
@@ -279,12 +278,9 @@ LIBRARIES: dict[str, Callable[[], dict]] = {
     "tutorials": workload_tutorials, "liger": workload_liger, "liger-mlp": workload_liger_mlp,
     "liger-compiled": workload_liger_compiled,
     "fla-simple-gla": lambda: workload_fla("chunk_simple_gla"), "fla-gla": lambda: workload_fla("chunk_gla"),
-    "fla-delta-rule": lambda: workload_fla("chunk_delta_rule"),
-    # the same op with fla's TMA paths on (FLA_USE_TMA=1): solve_tril builds device-side tensor descriptors
-    # (tl.make_tensor_descriptor, global scratch from triton.set_allocator)
-    "fla-delta-rule-tma": lambda: workload_fla("chunk_delta_rule")}
+    "fla-delta-rule": lambda: workload_fla("chunk_delta_rule")}
 #: Run unless KARCHIVE_CORPUS_LIBS names others; the rest are skipped with the reason in :data:`NOT_BY_DEFAULT`.
-DEFAULT_LIBS = ("tutorials", "liger", "liger-mlp", "fla-simple-gla", "fla-delta-rule", "fla-delta-rule-tma")
+DEFAULT_LIBS = ("tutorials", "liger", "liger-mlp", "fla-simple-gla", "fla-delta-rule")
 NOT_BY_DEFAULT = {
     "liger-compiled": "the torch.compile'd step is issue 22's (tests/gpu/test_serve_gpu.py serves it); its kernels are "
                       "the liger entry's",
@@ -537,8 +533,7 @@ def run_phase(phase: str, lib: str, work: Path, timeout: int = 300, env: dict | 
     full_env["TRITON_CACHE_DIR"] = str(work / "triton-cache")
     full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")])
     full_env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    # fla's TMA paths: its default (off), or on for the -tma entries (device-side descriptors)
-    full_env["FLA_USE_TMA"] = "1" if lib.endswith("-tma") else full_env.get("FLA_USE_TMA", "0")
+    full_env.setdefault("FLA_USE_TMA", "0")  # fla's own choice of its TMA paths (its default is off)
     full_env.update(env or {})
     return run_child(Path(__file__).resolve(), [phase, "--lib", lib], work, f"{phase}-{lib}", f"{phase}-{lib}.log",
                      full_env, timeout, f"phase {phase} {lib}")
