@@ -14,7 +14,9 @@ Libraries (:data:`LIBRARIES`), none of them written here, none of them committed
               descriptors (TMA), each config's pre_hook setting the descriptors' blocks (issue 21)
   fla-*       flash-linear-attention's kernels (pip fla-core): chunk_simple_gla, chunk_gla, chunk_delta_rule
               (one entry each), forward and backward (@triton.heuristics over autotune, the library's usual
-              stacking); its tensor-descriptor (TMA) paths stay off (FLA_USE_TMA=0, its default): issue 21
+              stacking); its tensor-descriptor (TMA) paths stay off (FLA_USE_TMA=0, its default): with them on,
+              solve_tril does not compile under Triton 3.6 itself ("Block pointers only support 32 bit
+              offsets", H100 2026-11-24, device-runs/...-s27-run6-*)
 
 Phases:
   capture     the library's training step under karchive.capture and the launch recorder
@@ -533,7 +535,7 @@ def run_phase(phase: str, lib: str, work: Path, timeout: int = 300, env: dict | 
     full_env["TRITON_CACHE_DIR"] = str(work / "triton-cache")
     full_env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")])
     full_env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    full_env.setdefault("FLA_USE_TMA", "0")  # fla's own choice of its TMA paths (its default is off)
+    full_env.setdefault("FLA_USE_TMA", "0")  # fla's default; its TMA path fails to compile under Triton 3.6
     full_env.update(env or {})
     return run_child(Path(__file__).resolve(), [phase, "--lib", lib], work, f"{phase}-{lib}", f"{phase}-{lib}.log",
                      full_env, timeout, f"phase {phase} {lib}")
