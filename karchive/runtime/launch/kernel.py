@@ -36,6 +36,9 @@ from ..select import MISSING, DeviceFit, device_fit, select_variant
 from ._plan import MIXED, PTR, STREAM, KernelPlan, make_plan
 from ._record import BoundLauncher, LaunchEntry, grid_dims
 
+#: What a kernel's argument checks and selection raise for a call (``Kernel._explain`` sees them first).
+REFUSALS = (ArgumentError, NoMatchingVariantError)
+
 
 class Host(Protocol):
     """What a kernel needs of the archive it comes from (``runtime.archive.Archive`` is one)."""
@@ -113,22 +116,17 @@ class Kernel:
 
     def __init__(self, archive: Host, name: str, variants: Sequence[Variant],
                  resolver: MetaResolver | None = None) -> None:
-        if not variants:
-            raise NoMatchingVariantError(f"the archive has no variant of kernel {name!r}", kernel=name, param=None)
+        self._init_fields(archive, name, resolver)
+        self.variants = tuple(variants)
+        self._setup(self.variants)
+
+    def _init_fields(self, archive: Host, name: str, resolver: MetaResolver | None) -> None:
+        """What a kernel holds before its variants are known (a lazy kernel makes the rest later)."""
         self.archive = archive
         self.name = name
-        self.variants = tuple(variants)
-        names = [p.name for p in variants[0].params]
-        for v in variants[1:]:
-            if [p.name for p in v.params] != names:
-                raise NoMatchingVariantError(
-                    f"variants of {name!r} disagree on the parameter list ({names} vs {[p.name for p in v.params]}); "
-                    "karchive cannot dispatch between them", kernel=name, param=None)
-        self.plan: KernelPlan = make_plan(name, self.variants)
         #: Set on the per-config dispatchers of autotuned kernels: a tensor descriptor's block shape comes
         #: from the chosen variant (Triton's pre_hook would set it per config), not from the call site.
         self.descriptor_block_from_variant = False
-        self.param_names = self.plan.names
         #: "extension" (the compiled launcher) or "python"; fixed when the kernel is made.
         self.launch_path = launch_path.choose()
         #: Where meta-parameters the caller leaves out come from (autotune, then heuristics); None: plain.
@@ -136,6 +134,22 @@ class Kernel:
         self._lock = threading.RLock()
         self._entries: dict[tuple[str, int], LaunchEntry] = {}
         self._py_cache: dict[Any, CallTarget] = {}  # the Python path's key -> target (the compiled one has its own)
+
+    def _setup(self, variants: tuple[Variant, ...]) -> None:
+        """The plan over the variants selection chooses among (``_candidates``): every variant here; a
+        :class:`._lazy.LazyKernel` sets it up over the variants its devices can run, when first needed."""
+        name = self.name
+        if not variants:
+            raise NoMatchingVariantError(f"the archive has no variant of kernel {name!r}", kernel=name, param=None)
+        names = [p.name for p in variants[0].params]
+        for v in variants[1:]:
+            if [p.name for p in v.params] != names:
+                raise NoMatchingVariantError(
+                    f"variants of {name!r} disagree on the parameter list ({names} vs {[p.name for p in v.params]}); "
+                    "karchive cannot dispatch between them", kernel=name, param=None)
+        self._candidates = variants
+        self.plan: KernelPlan = make_plan(name, variants)
+        self.param_names = self.plan.names
 
     @cached_property
     def _run(self) -> Callable[..., None]:
@@ -194,20 +208,24 @@ class Kernel:
         if self.resolver is not None:  # meta-parameters first; select() never benchmarks
             kernel, cx = self.resolver.resolve(None, args, kwargs, None, may_benchmark=False, device=device)
             return kernel.select(*args, device=device, **kwargs, **cx)
-        values, options = self._bind_call(args, kwargs)
-        infos = self._infos(values)
-        # The launch's argument checks (host memory, two GPUs) apply whatever ``device`` says: select
-        # must never accept a call that the launch refuses.
-        on = self._argument_device(infos)
-        if isinstance(device, str):
-            device = DeviceInfo.describe_target(device)
-        if isinstance(device, DeviceInfo):
-            dev = device
-        else:
-            index = device if isinstance(device, int) else (
-                self.archive.backend().current_device() if on is None else on)
-            dev = self.archive.backend().device_info(index)
-        return self._select(dev, values, infos, options)[0]
+        try:
+            values, options = self._bind_call(args, kwargs)
+            infos = self._infos(values)
+            # The launch's argument checks (host memory, two GPUs) apply whatever ``device`` says: select
+            # must never accept a call that the launch refuses.
+            on = self._argument_device(infos)
+            if isinstance(device, str):
+                device = DeviceInfo.describe_target(device)
+            if isinstance(device, DeviceInfo):
+                dev = device
+            else:
+                index = device if isinstance(device, int) else (
+                    self.archive.backend().current_device() if on is None else on)
+                dev = self.archive.backend().device_info(index)
+            return self._select(dev, values, infos, options)[0]
+        except REFUSALS as exc:
+            self._explain(exc, args, kwargs, device)
+            raise
 
     def bind(self, grid: Any, *args: Any, stream: Any = None, **kwargs: Any) -> BoundLauncher:
         """Select and load once, fix grid/stream/layout; the returned launcher re-launches at near-raw cost.
@@ -218,8 +236,12 @@ class Kernel:
         if self.resolver is not None:
             kernel, cx = self.resolver.resolve(grid, args, kwargs, stream)
             return kernel.bind(grid, *args, stream=stream, **kwargs, **cx)
-        values, options = self._bind_call(args, kwargs)
-        ent, infos = self._resolve(values, options)
+        try:
+            values, options = self._bind_call(args, kwargs)
+            ent, infos = self._resolve(values, options)
+        except REFUSALS as exc:
+            self._explain(exc, args, kwargs)
+            raise
         grid = grid_dims(self._grid_of(grid, ent.meta, values), self.name)
         if stream is None:
             fn = self._stream_fn(values, infos)
@@ -240,7 +262,7 @@ class Kernel:
         index = backend.current_device() if device is None else device
         dev = backend.device_info(index)
         count = 0
-        for v in self.variants:
+        for v in self._candidates:
             fit = device_fit(v, dev, self.archive.allow_ptx, self.archive.ptx_header)
             if not isinstance(fit, str):
                 self._entry(v, fit, index)
@@ -250,20 +272,35 @@ class Kernel:
     # -- what both launch paths call -------------------------------------------------------------------
     def _miss(self, args: Sequence[Any], kwargs: dict[str, Any]) -> CallTarget:
         """A selection key seen for the first time: full checks, selection, load. Raises for a bad call."""
-        values, options = self._bind_call(args, kwargs)
-        ent, infos = self._resolve(values, options)
+        try:
+            values, options = self._bind_call(args, kwargs)
+            ent, infos = self._resolve(values, options)
+        except REFUSALS as exc:
+            self._explain(exc, args, kwargs)
+            raise
         notice_tensors(values)
         return CallTarget(ent, self._stream_fn(values, infos))
 
     def _slow(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         """A call the fast steps could not bind or key: every step in plain Python (raises for a bad call)."""
         stream = kwargs.get(STREAM)
-        values, options = self._bind_call(args, kwargs)
-        ent, infos = self._resolve(values, options)
+        try:
+            values, options = self._bind_call(args, kwargs)
+            ent, infos = self._resolve(values, options)
+        except REFUSALS as exc:
+            self._explain(exc, args, kwargs)
+            raise
         if stream is None:
             fn = self._stream_fn(values, infos)
             stream = 0 if fn is None else fn(ent.device)
         ent.launch(self._grid_of(grid, ent.meta, values), stream, self._call_values(values, infos))
+
+    def _explain(self, exc: Exception, args: Sequence[Any], kwargs: Mapping[str, Any],
+                 device: DeviceInfo | int | str | None = None) -> None:
+        """A call this kernel refuses (its arguments, or no variant fits), before the error is raised: a
+        kernel set up over some of its variants (:class:`._lazy.LazyKernel`) raises what the kernel over
+        every variant says instead. This one selects over every variant already: the error stands."""
+        return None
 
     def _grid_of(self, grid: Any, meta: dict[str, Any], values: Sequence[Any]) -> Any:
         """A callable grid evaluated on the call's named arguments plus the variant's meta-parameters."""
@@ -355,7 +392,7 @@ class Kernel:
 
     def _select(self, dev: DeviceInfo, values: Sequence[Any], infos: Sequence[Any],
                 options: dict[str, Any]) -> tuple[Variant, DeviceFit]:
-        return select_variant(self.name, self.variants, dev, values, infos, self.param_names,
+        return select_variant(self.name, self._candidates, dev, values, infos, self.param_names,
                               self.archive.allow_ptx, self.archive.ptx_header, options,
                               block_from_variant=self.descriptor_block_from_variant)
 
