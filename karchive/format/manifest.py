@@ -767,12 +767,6 @@ class Manifest:
     def kernels(self) -> list[str]:
         return sorted(self._summaries if self._summaries is not None else self._by_kernel)
 
-    @property
-    def reads_targets_alone(self) -> bool:
-        """Whether :meth:`variants_of` with a target can read that target's variants without the others'
-        (a format-2.1 archive's per-target shards; a kernel stored whole is still read whole)."""
-        return self._summaries is not None and self._target_loader is not None
-
     def summary_of(self, kernel: str) -> KernelSummary | None:
         """One kernel's counts per target (from the header, for a sharded manifest); None if it has none."""
         if self._summaries is not None:

@@ -173,7 +173,7 @@ class Archive:
         where the archive stores them so (format 2.1) and the kernel has several targets and no autotune
         or heuristics records (their resolvers choose among every variant); else None."""
         manifest = self.manifest
-        if not manifest.reads_targets_alone:
+        if not self.reader.sharded or not self.reader.split_by_target(name):
             return None
         summary = manifest.summary_of(name)
         if summary is None or len(summary.targets) < 2 or heuristics_records(manifest.heuristics, name) or any(
