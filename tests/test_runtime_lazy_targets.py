@@ -15,7 +15,7 @@ import karchive
 from karchive.errors import ArgumentError, KarchiveError, NoMatchingVariantError
 from karchive.format.manifest import Variant
 from karchive.runtime import DeviceInfo, launch_path
-from karchive.runtime.launch._lazy import LazyKernel
+from karchive.runtime.launch._lazy import TargetSource
 from karchive.runtime.launch.kernel import Kernel
 from karchive.runtime.select import may_run_on, target_agrees
 from runtime_support import PATHS, fake_cuda, launched_variant, register_sizes
@@ -58,7 +58,7 @@ def test_select_for_any_device_is_the_eager_kernels_answer(cuda_archive, example
                 continue
             lazy, eager = arc.kernel(name), _eager(path, name, allow_ptx=allow_ptx)
             several = len({str(v.target) for v in eager.variants}) > 1
-            assert isinstance(lazy, LazyKernel) == several, (path, name)
+            assert type(lazy) is Kernel and isinstance(lazy._source, TargetSource) == several, (path, name)
             for device in DEVICES:
                 for args, kwargs in calls:
                     got = _outcome(lazy, args, kwargs, device)
@@ -70,7 +70,7 @@ def test_a_named_device_reads_only_the_targets_it_may_run(cuda_archive):
     arc = karchive.open(str(cuda_archive))
     name = arc.kernel_name("add_kernel")
     k = arc.kernel("add_kernel")
-    assert type(k) is LazyKernel
+    assert type(k) is Kernel and k._source is not None
     assert k.select(A16, A16, A16, 4096, device="cuda:90").abi.binary_arch == "sm_90a"
     m = arc.manifest
     assert set(m._by_target) == {(name, "cuda:90")} and name not in m._parsed, "cuda:80's shard stays unread"
@@ -106,9 +106,9 @@ def test_launches_set_up_over_this_machines_targets_and_refuse_as_before(monkeyp
         name = arc.kernel_name("add_kernel")
         k = arc.kernel("add_kernel")
         eager = Kernel(arc, name, arc.variants("add_kernel"))
-        assert type(k) is LazyKernel and k.launch_path == path
+        assert type(k) is Kernel and k._source is not None and k.launch_path == path
         k[(1,)](A16, A16, A16, 4096)
-        assert {str(v.target) for v in k._candidates} == {"cuda:90"} and k._partial
+        assert {str(v.target) for v in k._candidates} == {"cuda:90"} and k._source.partial
         assert k.plan == make_plan_of(k._candidates) and k.cached_calls == 1
         eager[(1,)](A16, A16, A16, 4096)
         lazy_launch, eager_launch = rec.launches()[-2:]
@@ -142,7 +142,7 @@ def test_without_a_device_count_or_driver_the_kernel_holds_every_variant(monkeyp
     k = arc.kernel("add_kernel")
     monkeypatch.setattr(type(arc), "backend", lambda self: (_ for _ in ()).throw(
         karchive.errors.NoDeviceError("no driver here", backend="cuda")))
-    assert len(k._candidates) == 3 and not k._partial
+    assert len(k._candidates) == 3 and not k._source.partial
     with pytest.raises(karchive.errors.NoDeviceError):
         k[(1,)](A16, A16, A16, 4096)
 
@@ -150,9 +150,10 @@ def test_without_a_device_count_or_driver_the_kernel_holds_every_variant(monkeyp
 def test_kernels_stored_whole_and_kernels_of_one_target_stay_eager(monkeypatch, cuda_archive):
     from karchive.format.reader import ArchiveReader
 
-    assert type(karchive.open(str(cuda_archive)).kernel("scale_kernel")) is Kernel  # cuda:90 only
+    assert karchive.open(str(cuda_archive)).kernel("scale_kernel")._source is None  # cuda:90 only
+    assert karchive.open(str(cuda_archive)).kernel("add_kernel")._source is not None
     monkeypatch.setattr(ArchiveReader, "_split_of", lambda self, split, whole, paths, where: [whole])
-    assert type(karchive.open(str(cuda_archive)).kernel("add_kernel")) is Kernel  # read as a 2.0 reader does
+    assert karchive.open(str(cuda_archive)).kernel("add_kernel")._source is None  # read as a 2.0 reader does
 
 
 def test_the_target_rule_covers_every_variant_device_fit_accepts(cuda_archive, examples_archive, hip_archive):
@@ -186,11 +187,11 @@ def test_a_variant_whose_target_does_not_name_its_arch_makes_the_kernel_read_eve
     k = karchive.open(str(cuda_archive)).kernel("add_kernel")
     eager = _eager(cuda_archive, "add_kernel")
     dev = DeviceInfo.describe_target("cuda:90")
-    assert k._view(dev) is k._every()
+    assert k._source.view(k, dev) is k._source.every(k)
     assert k.select(A16, A16, A16, 4096, device=dev) == eager.select(A16, A16, A16, 4096, device=dev)
 
 
 def test_launch_path_of_a_lazy_kernel_is_fixed_when_it_is_made(cuda_archive):
     with launch_path.forced(launch_path.PYTHON):
         k = karchive.open(str(cuda_archive)).kernel("add_kernel")
-    assert k.launch_path == launch_path.PYTHON and k._every().launch_path == launch_path.PYTHON
+    assert k.launch_path == launch_path.PYTHON and k._source.every(k).launch_path == launch_path.PYTHON

@@ -26,7 +26,7 @@ from .. import resolve
 from ..registry.options import OpenOptions
 from .device import ptx_header
 from .autotuned import AutotuneResolver, HeuristicsResolver
-from .launch._lazy import LazyKernel
+from .launch._lazy import TargetSource
 from .launch.kernel import Kernel
 from .select import DeviceFit
 
@@ -183,8 +183,8 @@ class Archive:
         def load(targets: Iterable[str]) -> list[Variant]:
             return sorted((v for t in targets for v in manifest.variants_of(name, t)), key=lambda v: v.key)
 
-        return LazyKernel(self, name, [t for t, _ in summary.targets], summary.variants, load,
-                          lambda: manifest.variants_of(name))
+        return Kernel.lazy(self, name, TargetSource([t for t, _ in summary.targets], summary.variants, load,
+                                                    lambda: manifest.variants_of(name)))
 
     def _make_kernel(self, name: str, variants: list[Variant], benchmark: bool) -> Kernel:
         """A dispatcher over ``variants``, with the resolver the manifest's records call for."""

@@ -34,10 +34,8 @@ from ..backend import Backend, LoadedFunction
 from ..device import DeviceInfo
 from ..select import MISSING, DeviceFit, device_fit, select_variant
 from ._plan import MIXED, PTR, STREAM, KernelPlan, make_plan
+from ._lazy import REFUSALS, TargetSource
 from ._record import BoundLauncher, LaunchEntry, grid_dims
-
-#: What a kernel's argument checks and selection raise for a call (``Kernel._explain`` sees them first).
-REFUSALS = (ArgumentError, NoMatchingVariantError)
 
 
 class Host(Protocol):
@@ -114,16 +112,35 @@ class Kernel:
     #: :func:`_getitem`; both call ``kernel._run(grid, *args, **kwargs)``.
     __getitem__ = launch_path.subscript(_getitem)
 
+    _variants: tuple[Variant, ...] | None  # every variant (None: a lazy kernel's, not read yet)
+
     def __init__(self, archive: Host, name: str, variants: Sequence[Variant],
                  resolver: MetaResolver | None = None) -> None:
         self._init_fields(archive, name, resolver)
-        self.variants = tuple(variants)
-        self._setup(self.variants)
+        self._variants = vs = tuple(variants)
+        self._setup(vs)
+
+    @classmethod
+    def lazy(cls, archive: Host, name: str, source: TargetSource) -> Kernel:
+        """A kernel that reads its variants per target from ``source`` when a device first needs them
+        (a format-2.1 archive's plain kernels: :mod:`._lazy`); it selects and says what one made over
+        every variant does."""
+        k = cls.__new__(cls)
+        k._init_fields(archive, name, None)
+        k._source = source
+        return k
 
     def _init_fields(self, archive: Host, name: str, resolver: MetaResolver | None) -> None:
         """What a kernel holds before its variants are known (a lazy kernel makes the rest later)."""
         self.archive = archive
         self.name = name
+        #: Where a lazy kernel reads its variants (None: they were all given, ``variants``).
+        self._source: TargetSource | None = None
+        # Made by _setup (a lazy kernel's when first asked for: the properties below) and __init__.
+        self._variants = None
+        self._cands: tuple[Variant, ...] | None = None
+        self._plan: KernelPlan | None = None
+        self._param_names: tuple[str, ...] | None = None
         #: Set on the per-config dispatchers of autotuned kernels: a tensor descriptor's block shape comes
         #: from the chosen variant (Triton's pre_hook would set it per config), not from the call site.
         self.descriptor_block_from_variant = False
@@ -147,9 +164,46 @@ class Kernel:
                 raise NoMatchingVariantError(
                     f"variants of {name!r} disagree on the parameter list ({names} vs {[p.name for p in v.params]}); "
                     "karchive cannot dispatch between them", kernel=name, param=None)
-        self._candidates = variants
-        self.plan: KernelPlan = make_plan(name, variants)
-        self.param_names = self.plan.names
+        self._cands = variants
+        plan = self._plan = make_plan(name, variants)
+        self._param_names = plan.names
+
+    # Properties, not attributes, for what a lazy kernel makes later: no ``__getattr__`` hook, whose
+    # presence slows every attribute read of a kernel (``kernel[grid]`` reads ``_run``).
+    @property
+    def variants(self) -> tuple[Variant, ...]:
+        """Every variant of the kernel (a lazy kernel reads the targets it has not read when asked)."""
+        vs = self._variants
+        if vs is None:
+            assert self._source is not None  # only a lazy kernel is made without its variants
+            vs = self._variants = self._source.every(self).variants
+        return vs
+
+    @property
+    def plan(self) -> KernelPlan:
+        """How a call's selection key is read (:mod:`._plan`), over the variants selection chooses among."""
+        plan = self._plan
+        if plan is None:
+            assert self._source is not None
+            self._source.set_up(self)
+            plan = self._plan
+            assert plan is not None
+        return plan
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        names = self._param_names
+        return self.plan.names if names is None else names
+
+    @property
+    def _candidates(self) -> tuple[Variant, ...]:
+        """The variants selection chooses among: every variant, or a lazy kernel's for this machine's GPUs."""
+        cands = self._cands
+        if cands is None:
+            self.plan  # noqa: B018 - sets them up
+            cands = self._cands
+            assert cands is not None
+        return cands
 
     @cached_property
     def _run(self) -> Callable[..., None]:
@@ -187,10 +241,14 @@ class Kernel:
         cuda:90, hip:gfx942, from examples 0.1.0>``: what to call, and what it can run on."""
         from ...core.text import printable
 
-        n = len(self.variants)
-        targets = ", ".join(sorted({str(v.target) for v in self.variants}))
+        if self._source is not None:  # what the index says (reading no variant of another target)
+            n, targets = self._source.count, ", ".join(sorted(self._source.targets))
+            names = self._source.param_names(self)
+        else:
+            n, targets = len(self.variants), ", ".join(sorted({str(v.target) for v in self.variants}))
+            names = self.param_names
         how = "" if self.resolver is None else f"; {type(self.resolver).__name__}: {self.resolver.describe()}"
-        return printable(f"<karchive.Kernel {self.name}({', '.join(self.param_names)}): {n} variant"
+        return printable(f"<karchive.Kernel {self.name}({', '.join(names)}): {n} variant"
                          f"{'' if n == 1 else 's'} for {targets}, from {self.archive.name} {self.archive.version}{how}>")
 
     @property
@@ -208,6 +266,8 @@ class Kernel:
         if self.resolver is not None:  # meta-parameters first; select() never benchmarks
             kernel, cx = self.resolver.resolve(None, args, kwargs, None, may_benchmark=False, device=device)
             return kernel.select(*args, device=device, **kwargs, **cx)
+        if self._source is not None and isinstance(device, (str, DeviceInfo)):
+            return self._source.select(self, args, kwargs, device)
         try:
             values, options = self._bind_call(args, kwargs)
             infos = self._infos(values)
@@ -299,8 +359,9 @@ class Kernel:
                  device: DeviceInfo | int | str | None = None) -> None:
         """A call this kernel refuses (its arguments, or no variant fits), before the error is raised: a
         kernel set up over some of its variants (:class:`._lazy.LazyKernel`) raises what the kernel over
-        every variant says instead. This one selects over every variant already: the error stands."""
-        return None
+        every variant says instead. A kernel made over every variant: the error stands."""
+        if self._source is not None:
+            self._source.explain(self, exc, args, kwargs, device)
 
     def _grid_of(self, grid: Any, meta: dict[str, Any], values: Sequence[Any]) -> Any:
         """A callable grid evaluated on the call's named arguments plus the variant's meta-parameters."""
