@@ -4,8 +4,8 @@
 used to parse every variant of every target before its first selection, although a device can only run
 the variants of the targets its arch accepts (:func:`..select.may_run_on`: a cubin on its own major
 version, PTX on newer GPUs with ``allow_ptx``, a HIP code object on its exact gfx arch). A format-2.1
-archive keeps each kernel's variants of one target in a shard of their own, so :class:`LazyKernel` reads
-only those (a :class:`TargetSource` behind a :class:`Kernel`; still the one kernel type):
+archive keeps each kernel's variants of one target in a shard of their own, so a kernel made by
+``Kernel.lazy`` reads only those (a :class:`TargetSource` behind it; still the one kernel type):
 
 * a launch, ``bind``, ``preload`` or ``select()`` on this machine's GPU sets the kernel up over the
   targets that some visible device may run (every device of the backend, so a process with two kinds

@@ -113,6 +113,9 @@ class Kernel:
     __getitem__ = launch_path.subscript(_getitem)
 
     _variants: tuple[Variant, ...] | None  # every variant (None: a lazy kernel's, not read yet)
+    #: The plan's names (``()`` until a lazy kernel is set up): what a callable grid is evaluated with,
+    #: read on every such launch, so a plain attribute (``param_names`` is the property that sets up).
+    _param_names: tuple[str, ...]
 
     def __init__(self, archive: Host, name: str, variants: Sequence[Variant],
                  resolver: MetaResolver | None = None) -> None:
@@ -140,7 +143,7 @@ class Kernel:
         self._variants = None
         self._cands: tuple[Variant, ...] | None = None
         self._plan: KernelPlan | None = None
-        self._param_names: tuple[str, ...] | None = None
+        self._param_names = ()
         #: Set on the per-config dispatchers of autotuned kernels: a tensor descriptor's block shape comes
         #: from the chosen variant (Triton's pre_hook would set it per config), not from the call site.
         self.descriptor_block_from_variant = False
@@ -153,8 +156,8 @@ class Kernel:
         self._py_cache: dict[Any, CallTarget] = {}  # the Python path's key -> target (the compiled one has its own)
 
     def _setup(self, variants: tuple[Variant, ...]) -> None:
-        """The plan over the variants selection chooses among (``_candidates``): every variant here; a
-        :class:`._lazy.LazyKernel` sets it up over the variants its devices can run, when first needed."""
+        """The plan over the variants selection chooses among (``_candidates``): every variant here; a lazy
+        kernel's (:meth:`lazy`) over the variants this machine's GPUs can run, when first needed."""
         name = self.name
         if not variants:
             raise NoMatchingVariantError(f"the archive has no variant of kernel {name!r}", kernel=name, param=None)
@@ -192,8 +195,7 @@ class Kernel:
 
     @property
     def param_names(self) -> tuple[str, ...]:
-        names = self._param_names
-        return self.plan.names if names is None else names
+        return self._param_names if self._plan is not None else self.plan.names
 
     @property
     def _candidates(self) -> tuple[Variant, ...]:
@@ -358,7 +360,7 @@ class Kernel:
     def _explain(self, exc: Exception, args: Sequence[Any], kwargs: Mapping[str, Any],
                  device: DeviceInfo | int | str | None = None) -> None:
         """A call this kernel refuses (its arguments, or no variant fits), before the error is raised: a
-        kernel set up over some of its variants (:class:`._lazy.LazyKernel`) raises what the kernel over
+        kernel set up over some of its variants (:meth:`lazy`, :mod:`._lazy`) raises what the kernel over
         every variant says instead. A kernel made over every variant: the error stands."""
         if self._source is not None:
             self._source.explain(self, exc, args, kwargs, device)
@@ -367,7 +369,7 @@ class Kernel:
         """A callable grid evaluated on the call's named arguments plus the variant's meta-parameters."""
         if not callable(grid):
             return grid
-        named = {n: v for n, v in zip(self.param_names, values) if v is not MISSING}
+        named = {n: v for n, v in zip(self._param_names, values) if v is not MISSING}
         return grid({**named, **meta})
 
     # -- binding and selection (slow path) ---------------------------------------------------------------
