@@ -195,3 +195,29 @@ def test_launch_path_of_a_lazy_kernel_is_fixed_when_it_is_made(cuda_archive):
     with launch_path.forced(launch_path.PYTHON):
         k = karchive.open(str(cuda_archive)).kernel("add_kernel")
     assert k.launch_path == launch_path.PYTHON and k._source.every(k).launch_path == launch_path.PYTHON
+
+
+def test_a_machine_with_two_kinds_of_gpu_has_one_dispatcher_over_both_targets(monkeypatch, examples_archive):
+    """Device 0 an sm_90, device 1 an sm_86: the kernel is set up once over cuda:90 and cuda:80 (what
+    either GPU may run; not hip:gfx942), and each device gets the eager kernel's choice."""
+    from dataclasses import replace
+
+    from karchive.runtime.cuda_driver import CudaBackend
+
+    real = CudaBackend.device_info
+
+    def device_info(self, index):
+        info = real(self, index)
+        return replace(info, arch="86", cc=(8, 6)) if index == 1 else info
+
+    monkeypatch.setattr(CudaBackend, "device_info", device_info)
+    with fake_cuda(monkeypatch, launch_path.PYTHON):
+        arc = karchive.open(str(examples_archive))
+        k = arc.kernel("add_kernel")
+        eager = Kernel(arc, arc.kernel_name("add_kernel"), arc.variants("add_kernel"))
+        for device in (0, 1):
+            for block in (256, 1024):
+                assert k.select(A16, A16, A16, 4096, BLOCK=block, device=device) == \
+                    eager.select(A16, A16, A16, 4096, BLOCK=block, device=device)
+        assert k.select(A16, A16, A16, 4096, BLOCK=256, device=1).abi.binary_arch == "sm_80"
+        assert {str(v.target) for v in k._candidates} == {"cuda:80", "cuda:90"} and k._source.partial

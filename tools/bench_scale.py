@@ -6,8 +6,10 @@ default) and format 1 (one manifest, every member in the index), for
 
 * **local**: ``karchive.open(path)``, ``arc.kernel(name).select(...)`` for an sm_90 device (no GPU
   needed), then reading the chosen variant's binary (read + sha256 + decompress; the GPU module load
-  is not part of it). Median of ``--repeat`` runs in this process, each on a fresh open, and one run
-  in a fresh process (imports excluded: they are the same for any archive).
+  is not part of it), through the plain ``arc.kernel(name)`` and through ``arc.kernel(name,
+  targets=["cuda:90"])``. Median of ``--repeat`` runs of each in this process (interleaved, each on a
+  fresh open after an untimed garbage collection), and one run in a fresh process (imports excluded:
+  they are the same for any archive).
 * **S3**: the same through a registry on a real S3 protocol server (moto, loopback); requests and
   bytes counted at the server (as tests/test_registry_remote.py does).
 * **inspect**: ``karchive inspect --summary`` and the full ``karchive inspect`` as CLI processes (wall time).
