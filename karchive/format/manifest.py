@@ -767,6 +767,12 @@ class Manifest:
     def kernels(self) -> list[str]:
         return sorted(self._summaries if self._summaries is not None else self._by_kernel)
 
+    def summary_of(self, kernel: str) -> KernelSummary | None:
+        """One kernel's counts per target (from the header, for a sharded manifest); None if it has none."""
+        if self._summaries is not None:
+            return self._summaries.get(kernel)
+        return next((s for s in self.summary() if s.kernel == kernel), None)
+
     def variants_of(self, kernel: str, target: str | None = None) -> list[Variant]:
         """The variants of one kernel (parsed and checked on first use); [] for an unknown kernel. With
         ``target`` (``cuda:90``), only those built for it: a format-2.1 archive then reads that target's

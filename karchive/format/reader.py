@@ -701,6 +701,12 @@ class ArchiveReader:
             out = [v for v in out if str(v.target) == target]  # a whole shard: its variants of that target
         return _in_key_order(out, len(ids), lambda v: v.key)
 
+    def split_by_target(self, kernel: str) -> bool:
+        """Whether ``kernel``'s variants of each target are stored in a shard of their own (format 2.1), so
+        that reading one target's leaves the others' unread."""
+        ids = self._shard_of.get(kernel, [])
+        return bool(ids) and all(self._shards[i].target is not None for i in ids)
+
     def _target_variants(self, kernel: str, target: str) -> list[Variant] | None:
         """``kernel``'s variants of ``target`` from its per-target shard (format 2.1); None when the
         kernel has none (its whole shard is read instead)."""

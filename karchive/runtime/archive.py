@@ -26,6 +26,7 @@ from .. import resolve
 from ..registry.options import OpenOptions
 from .device import ptx_header
 from .autotuned import AutotuneResolver, HeuristicsResolver
+from .launch._lazy import TargetSource
 from .launch.kernel import Kernel
 from .select import DeviceFit
 
@@ -132,11 +133,13 @@ class Archive:
                     if k is not None:
                         self._kernels[cache_key] = k
                         return k
-                    variants = self.variants(name)
-                    if not variants:
-                        raise KernelNameError(f"{self.ref}: kernel {name!r} has no variants", kernel=name,
-                                              available=tuple(self.kernels()))
-                    k = self._make_kernel(name, variants, benchmark)
+                    k = self._lazy_kernel(name)
+                    if k is None:
+                        variants = self.variants(name)
+                        if not variants:
+                            raise KernelNameError(f"{self.ref}: kernel {name!r} has no variants", kernel=name,
+                                                  available=tuple(self.kernels()))
+                        k = self._make_kernel(name, variants, benchmark)
                     self._kernels[cache_key] = self._kernels[(name, benchmark)] = k
         return k
 
@@ -164,6 +167,24 @@ class Archive:
                     k = self._make_kernel(name, variants, benchmark)
                     self._kernels[cache_key] = self._kernels[(name, benchmark, targets)] = k
         return k
+
+    def _lazy_kernel(self, name: str) -> Kernel | None:
+        """A kernel that reads its variants per target when a device first needs them (launch/_lazy.py),
+        where the archive stores them so (format 2.1) and the kernel has several targets and no autotune
+        or heuristics records (their resolvers choose among every variant); else None."""
+        manifest = self.manifest
+        if not self.reader.sharded or not self.reader.split_by_target(name):
+            return None
+        summary = manifest.summary_of(name)
+        if summary is None or len(summary.targets) < 2 or heuristics_records(manifest.heuristics, name) or any(
+                isinstance(r, dict) and r.get("kernel") == name for r in manifest.autotune or []):
+            return None
+
+        def load(targets: Iterable[str]) -> list[Variant]:
+            return sorted((v for t in targets for v in manifest.variants_of(name, t)), key=lambda v: v.key)
+
+        return Kernel.lazy(self, name, TargetSource([t for t, _ in summary.targets], summary.variants, load,
+                                                    lambda: manifest.variants_of(name)))
 
     def _make_kernel(self, name: str, variants: list[Variant], benchmark: bool) -> Kernel:
         """A dispatcher over ``variants``, with the resolver the manifest's records call for."""

@@ -81,6 +81,39 @@ def _hip_base(arch: str) -> str:
     return arch.split(":", 1)[0].lower()
 
 
+def may_run_on(target: str, dev: DeviceInfo, allow_ptx: bool) -> bool:
+    """Whether variants built for ``target`` (``cuda:90``, a label of the archive's index) can run on ``dev``:
+    the rules of :func:`device_fit` applied to the target alone, widened where the label cannot tell (an
+    arch it cannot read counts as a candidate). True for every variant :func:`device_fit` can accept when
+    the target names the arch its binary and PTX were built for (:func:`target_agrees`), so a kernel may
+    read only these targets' variants for ``dev`` and select exactly what it would over all of them."""
+    backend, _, arch = target.partition(":")
+    if backend != dev.backend:
+        return False
+    if backend == "hip":
+        return _hip_base(arch) == _hip_base(dev.arch)
+    if backend != "cuda":
+        return True
+    try:
+        built = divmod(int(arch), 10)
+        cc = tuple(dev.cc or divmod(int(dev.arch), 10))
+    except (TypeError, ValueError):
+        return True
+    if allow_ptx:  # PTX JITs for any newer GPU; a cubin (sm_XY, sm_XYf, sm_XYa) for its own major only
+        return built <= cc
+    return built[0] == cc[0] and built[1] <= cc[1]
+
+
+def target_agrees(target: str, binary_arch: str) -> bool:
+    """Whether a variant's binary arch is the one its target names (``cuda:90`` with ``sm_90``/``sm_90a``/
+    ``sm_90f``, ``hip:gfx942`` with ``gfx942``): what :func:`may_run_on` relies on."""
+    backend, _, arch = target.partition(":")
+    if backend == "hip":
+        return _hip_base(binary_arch) == _hip_base(arch)
+    m = whole(_SM, binary_arch)
+    return backend == "cuda" and m is not None and m.group(1) == arch
+
+
 @dataclass(frozen=True)
 class DeviceFit:
     """How a variant runs on a device: from its binary, or through the driver's PTX JIT."""

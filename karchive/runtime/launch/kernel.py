@@ -34,6 +34,7 @@ from ..backend import Backend, LoadedFunction
 from ..device import DeviceInfo
 from ..select import MISSING, DeviceFit, device_fit, select_variant
 from ._plan import MIXED, PTR, STREAM, KernelPlan, make_plan
+from ._lazy import REFUSALS, TargetSource
 from ._record import BoundLauncher, LaunchEntry, grid_dims
 
 
@@ -111,24 +112,41 @@ class Kernel:
     #: :func:`_getitem`; both call ``kernel._run(grid, *args, **kwargs)``.
     __getitem__ = launch_path.subscript(_getitem)
 
+    _variants: tuple[Variant, ...] | None  # every variant (None: a lazy kernel's, not read yet)
+    #: The plan's names (``()`` until a lazy kernel is set up): what a callable grid is evaluated with,
+    #: read on every such launch, so a plain attribute (``param_names`` is the property that sets up).
+    _param_names: tuple[str, ...]
+
     def __init__(self, archive: Host, name: str, variants: Sequence[Variant],
                  resolver: MetaResolver | None = None) -> None:
-        if not variants:
-            raise NoMatchingVariantError(f"the archive has no variant of kernel {name!r}", kernel=name, param=None)
+        self._init_fields(archive, name, resolver)
+        self._variants = vs = tuple(variants)
+        self._setup(vs)
+
+    @classmethod
+    def lazy(cls, archive: Host, name: str, source: TargetSource) -> Kernel:
+        """A kernel that reads its variants per target from ``source`` when a device first needs them
+        (a format-2.1 archive's plain kernels: :mod:`._lazy`); it selects and says what one made over
+        every variant does."""
+        k = cls.__new__(cls)
+        k._init_fields(archive, name, None)
+        k._source = source
+        return k
+
+    def _init_fields(self, archive: Host, name: str, resolver: MetaResolver | None) -> None:
+        """What a kernel holds before its variants are known (a lazy kernel makes the rest later)."""
         self.archive = archive
         self.name = name
-        self.variants = tuple(variants)
-        names = [p.name for p in variants[0].params]
-        for v in variants[1:]:
-            if [p.name for p in v.params] != names:
-                raise NoMatchingVariantError(
-                    f"variants of {name!r} disagree on the parameter list ({names} vs {[p.name for p in v.params]}); "
-                    "karchive cannot dispatch between them", kernel=name, param=None)
-        self.plan: KernelPlan = make_plan(name, self.variants)
+        #: Where a lazy kernel reads its variants (None: they were all given, ``variants``).
+        self._source: TargetSource | None = None
+        # Made by _setup (a lazy kernel's when first asked for: the properties below) and __init__.
+        self._variants = None
+        self._cands: tuple[Variant, ...] | None = None
+        self._plan: KernelPlan | None = None
+        self._param_names = ()
         #: Set on the per-config dispatchers of autotuned kernels: a tensor descriptor's block shape comes
         #: from the chosen variant (Triton's pre_hook would set it per config), not from the call site.
         self.descriptor_block_from_variant = False
-        self.param_names = self.plan.names
         #: "extension" (the compiled launcher) or "python"; fixed when the kernel is made.
         self.launch_path = launch_path.choose()
         #: Where meta-parameters the caller leaves out come from (autotune, then heuristics); None: plain.
@@ -136,6 +154,58 @@ class Kernel:
         self._lock = threading.RLock()
         self._entries: dict[tuple[str, int], LaunchEntry] = {}
         self._py_cache: dict[Any, CallTarget] = {}  # the Python path's key -> target (the compiled one has its own)
+
+    def _setup(self, variants: tuple[Variant, ...]) -> None:
+        """The plan over the variants selection chooses among (``_candidates``): every variant here; a lazy
+        kernel's (:meth:`lazy`) over the variants this machine's GPUs can run, when first needed."""
+        name = self.name
+        if not variants:
+            raise NoMatchingVariantError(f"the archive has no variant of kernel {name!r}", kernel=name, param=None)
+        names = [p.name for p in variants[0].params]
+        for v in variants[1:]:
+            if [p.name for p in v.params] != names:
+                raise NoMatchingVariantError(
+                    f"variants of {name!r} disagree on the parameter list ({names} vs {[p.name for p in v.params]}); "
+                    "karchive cannot dispatch between them", kernel=name, param=None)
+        self._cands = variants
+        plan = self._plan = make_plan(name, variants)
+        self._param_names = plan.names
+
+    # Properties, not attributes, for what a lazy kernel makes later: no ``__getattr__`` hook, whose
+    # presence slows every attribute read of a kernel (``kernel[grid]`` reads ``_run``).
+    @property
+    def variants(self) -> tuple[Variant, ...]:
+        """Every variant of the kernel (a lazy kernel reads the targets it has not read when asked)."""
+        vs = self._variants
+        if vs is None:
+            assert self._source is not None  # only a lazy kernel is made without its variants
+            vs = self._variants = self._source.every(self).variants
+        return vs
+
+    @property
+    def plan(self) -> KernelPlan:
+        """How a call's selection key is read (:mod:`._plan`), over the variants selection chooses among."""
+        plan = self._plan
+        if plan is None:
+            assert self._source is not None
+            self._source.set_up(self)
+            plan = self._plan
+            assert plan is not None
+        return plan
+
+    @property
+    def param_names(self) -> tuple[str, ...]:
+        return self._param_names if self._plan is not None else self.plan.names
+
+    @property
+    def _candidates(self) -> tuple[Variant, ...]:
+        """The variants selection chooses among: every variant, or a lazy kernel's for this machine's GPUs."""
+        cands = self._cands
+        if cands is None:
+            self.plan  # noqa: B018 - sets them up
+            cands = self._cands
+            assert cands is not None
+        return cands
 
     @cached_property
     def _run(self) -> Callable[..., None]:
@@ -173,10 +243,14 @@ class Kernel:
         cuda:90, hip:gfx942, from examples 0.1.0>``: what to call, and what it can run on."""
         from ...core.text import printable
 
-        n = len(self.variants)
-        targets = ", ".join(sorted({str(v.target) for v in self.variants}))
+        if self._source is not None:  # what the index says (reading no variant of another target)
+            n, targets = self._source.count, ", ".join(sorted(self._source.targets))
+            names = self._source.param_names(self)
+        else:
+            n, targets = len(self.variants), ", ".join(sorted({str(v.target) for v in self.variants}))
+            names = self.param_names
         how = "" if self.resolver is None else f"; {type(self.resolver).__name__}: {self.resolver.describe()}"
-        return printable(f"<karchive.Kernel {self.name}({', '.join(self.param_names)}): {n} variant"
+        return printable(f"<karchive.Kernel {self.name}({', '.join(names)}): {n} variant"
                          f"{'' if n == 1 else 's'} for {targets}, from {self.archive.name} {self.archive.version}{how}>")
 
     @property
@@ -194,20 +268,26 @@ class Kernel:
         if self.resolver is not None:  # meta-parameters first; select() never benchmarks
             kernel, cx = self.resolver.resolve(None, args, kwargs, None, may_benchmark=False, device=device)
             return kernel.select(*args, device=device, **kwargs, **cx)
-        values, options = self._bind_call(args, kwargs)
-        infos = self._infos(values)
-        # The launch's argument checks (host memory, two GPUs) apply whatever ``device`` says: select
-        # must never accept a call that the launch refuses.
-        on = self._argument_device(infos)
-        if isinstance(device, str):
-            device = DeviceInfo.describe_target(device)
-        if isinstance(device, DeviceInfo):
-            dev = device
-        else:
-            index = device if isinstance(device, int) else (
-                self.archive.backend().current_device() if on is None else on)
-            dev = self.archive.backend().device_info(index)
-        return self._select(dev, values, infos, options)[0]
+        if self._source is not None and isinstance(device, (str, DeviceInfo)):
+            return self._source.select(self, args, kwargs, device)
+        try:
+            values, options = self._bind_call(args, kwargs)
+            infos = self._infos(values)
+            # The launch's argument checks (host memory, two GPUs) apply whatever ``device`` says: select
+            # must never accept a call that the launch refuses.
+            on = self._argument_device(infos)
+            if isinstance(device, str):
+                device = DeviceInfo.describe_target(device)
+            if isinstance(device, DeviceInfo):
+                dev = device
+            else:
+                index = device if isinstance(device, int) else (
+                    self.archive.backend().current_device() if on is None else on)
+                dev = self.archive.backend().device_info(index)
+            return self._select(dev, values, infos, options)[0]
+        except REFUSALS as exc:
+            self._explain(exc, args, kwargs, device)
+            raise
 
     def bind(self, grid: Any, *args: Any, stream: Any = None, **kwargs: Any) -> BoundLauncher:
         """Select and load once, fix grid/stream/layout; the returned launcher re-launches at near-raw cost.
@@ -218,8 +298,12 @@ class Kernel:
         if self.resolver is not None:
             kernel, cx = self.resolver.resolve(grid, args, kwargs, stream)
             return kernel.bind(grid, *args, stream=stream, **kwargs, **cx)
-        values, options = self._bind_call(args, kwargs)
-        ent, infos = self._resolve(values, options)
+        try:
+            values, options = self._bind_call(args, kwargs)
+            ent, infos = self._resolve(values, options)
+        except REFUSALS as exc:
+            self._explain(exc, args, kwargs)
+            raise
         grid = grid_dims(self._grid_of(grid, ent.meta, values), self.name)
         if stream is None:
             fn = self._stream_fn(values, infos)
@@ -240,7 +324,7 @@ class Kernel:
         index = backend.current_device() if device is None else device
         dev = backend.device_info(index)
         count = 0
-        for v in self.variants:
+        for v in self._candidates:
             fit = device_fit(v, dev, self.archive.allow_ptx, self.archive.ptx_header)
             if not isinstance(fit, str):
                 self._entry(v, fit, index)
@@ -250,26 +334,42 @@ class Kernel:
     # -- what both launch paths call -------------------------------------------------------------------
     def _miss(self, args: Sequence[Any], kwargs: dict[str, Any]) -> CallTarget:
         """A selection key seen for the first time: full checks, selection, load. Raises for a bad call."""
-        values, options = self._bind_call(args, kwargs)
-        ent, infos = self._resolve(values, options)
+        try:
+            values, options = self._bind_call(args, kwargs)
+            ent, infos = self._resolve(values, options)
+        except REFUSALS as exc:
+            self._explain(exc, args, kwargs)
+            raise
         notice_tensors(values)
         return CallTarget(ent, self._stream_fn(values, infos))
 
     def _slow(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         """A call the fast steps could not bind or key: every step in plain Python (raises for a bad call)."""
         stream = kwargs.get(STREAM)
-        values, options = self._bind_call(args, kwargs)
-        ent, infos = self._resolve(values, options)
+        try:
+            values, options = self._bind_call(args, kwargs)
+            ent, infos = self._resolve(values, options)
+        except REFUSALS as exc:
+            self._explain(exc, args, kwargs)
+            raise
         if stream is None:
             fn = self._stream_fn(values, infos)
             stream = 0 if fn is None else fn(ent.device)
         ent.launch(self._grid_of(grid, ent.meta, values), stream, self._call_values(values, infos))
 
+    def _explain(self, exc: Exception, args: Sequence[Any], kwargs: Mapping[str, Any],
+                 device: DeviceInfo | int | str | None = None) -> None:
+        """A call this kernel refuses (its arguments, or no variant fits), before the error is raised: a
+        kernel set up over some of its variants (:meth:`lazy`, :mod:`._lazy`) raises what the kernel over
+        every variant says instead. A kernel made over every variant: the error stands."""
+        if self._source is not None:
+            self._source.explain(self, exc, args, kwargs, device)
+
     def _grid_of(self, grid: Any, meta: dict[str, Any], values: Sequence[Any]) -> Any:
         """A callable grid evaluated on the call's named arguments plus the variant's meta-parameters."""
         if not callable(grid):
             return grid
-        named = {n: v for n, v in zip(self.param_names, values) if v is not MISSING}
+        named = {n: v for n, v in zip(self._param_names, values) if v is not MISSING}
         return grid({**named, **meta})
 
     # -- binding and selection (slow path) ---------------------------------------------------------------
@@ -355,7 +455,7 @@ class Kernel:
 
     def _select(self, dev: DeviceInfo, values: Sequence[Any], infos: Sequence[Any],
                 options: dict[str, Any]) -> tuple[Variant, DeviceFit]:
-        return select_variant(self.name, self.variants, dev, values, infos, self.param_names,
+        return select_variant(self.name, self._candidates, dev, values, infos, self.param_names,
                               self.archive.allow_ptx, self.archive.ptx_header, options,
                               block_from_variant=self.descriptor_block_from_variant)
 
