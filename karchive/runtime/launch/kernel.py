@@ -298,12 +298,7 @@ class Kernel:
         if self.resolver is not None:
             kernel, cx = self.resolver.resolve(grid, args, kwargs, stream)
             return kernel.bind(grid, *args, stream=stream, **kwargs, **cx)
-        try:
-            values, options = self._bind_call(args, kwargs)
-            ent, infos = self._resolve(values, options)
-        except REFUSALS as exc:
-            self._explain(exc, args, kwargs)
-            raise
+        values, ent, infos = self._checked(args, kwargs)
         grid = grid_dims(self._grid_of(grid, ent.meta, values), self.name)
         if stream is None:
             fn = self._stream_fn(values, infos)
@@ -334,28 +329,29 @@ class Kernel:
     # -- what both launch paths call -------------------------------------------------------------------
     def _miss(self, args: Sequence[Any], kwargs: dict[str, Any]) -> CallTarget:
         """A selection key seen for the first time: full checks, selection, load. Raises for a bad call."""
-        try:
-            values, options = self._bind_call(args, kwargs)
-            ent, infos = self._resolve(values, options)
-        except REFUSALS as exc:
-            self._explain(exc, args, kwargs)
-            raise
+        values, ent, infos = self._checked(args, kwargs)
         notice_tensors(values)
         return CallTarget(ent, self._stream_fn(values, infos))
 
     def _slow(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         """A call the fast steps could not bind or key: every step in plain Python (raises for a bad call)."""
         stream = kwargs.get(STREAM)
+        values, ent, infos = self._checked(args, kwargs)
+        if stream is None:
+            fn = self._stream_fn(values, infos)
+            stream = 0 if fn is None else fn(ent.device)
+        ent.launch(self._grid_of(grid, ent.meta, values), stream, self._call_values(values, infos))
+
+    def _checked(self, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[Any], LaunchEntry, list[Any]]:
+        """(the call's values, the entry it launches, the argument infos): every check, the selection and the
+        load; a refusal is explained (:meth:`_explain`) before it is raised."""
         try:
             values, options = self._bind_call(args, kwargs)
             ent, infos = self._resolve(values, options)
         except REFUSALS as exc:
             self._explain(exc, args, kwargs)
             raise
-        if stream is None:
-            fn = self._stream_fn(values, infos)
-            stream = 0 if fn is None else fn(ent.device)
-        ent.launch(self._grid_of(grid, ent.meta, values), stream, self._call_values(values, infos))
+        return values, ent, infos
 
     def _explain(self, exc: Exception, args: Sequence[Any], kwargs: Mapping[str, Any],
                  device: DeviceInfo | int | str | None = None) -> None:
