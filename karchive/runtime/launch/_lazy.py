@@ -159,16 +159,7 @@ class TargetSource:
         try:
             values, options = every._bind_call(args, dict(kwargs))
             infos = every._infos(values)
-            on = every._argument_device(infos)
-            if isinstance(device, str):
-                device = DeviceInfo.describe_target(device)
-            if isinstance(device, DeviceInfo):
-                dev = device
-            else:
-                backend = every.archive.backend()
-                dev = backend.device_info(device if isinstance(device, int) else
-                                          backend.current_device() if on is None else on)
-            every._select(dev, values, infos, options)
+            every._select(every._asked_device(device, infos), values, infos, options)
         except KarchiveError as err:
             raise err from None
 

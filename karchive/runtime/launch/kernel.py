@@ -273,21 +273,23 @@ class Kernel:
         try:
             values, options = self._bind_call(args, kwargs)
             infos = self._infos(values)
-            # The launch's argument checks (host memory, two GPUs) apply whatever ``device`` says: select
-            # must never accept a call that the launch refuses.
-            on = self._argument_device(infos)
-            if isinstance(device, str):
-                device = DeviceInfo.describe_target(device)
-            if isinstance(device, DeviceInfo):
-                dev = device
-            else:
-                index = device if isinstance(device, int) else (
-                    self.archive.backend().current_device() if on is None else on)
-                dev = self.archive.backend().device_info(index)
-            return self._select(dev, values, infos, options)[0]
+            return self._select(self._asked_device(device, infos), values, infos, options)[0]
         except REFUSALS as exc:
             self._explain(exc, args, kwargs, device)
             raise
+
+    def _asked_device(self, device: DeviceInfo | int | str | None, infos: Sequence[Any]) -> DeviceInfo:
+        """The device :meth:`select` answers for: a described target, a ``DeviceInfo``, a device index, or
+        (None) the arguments' device, else the current one. The launch's argument checks (host memory, two
+        GPUs) run whatever ``device`` says: select must never accept a call that the launch refuses."""
+        on = self._argument_device(infos)
+        if isinstance(device, str):
+            return DeviceInfo.describe_target(device)
+        if isinstance(device, DeviceInfo):
+            return device
+        backend = self.archive.backend()
+        index = device if isinstance(device, int) else (backend.current_device() if on is None else on)
+        return backend.device_info(index)
 
     def bind(self, grid: Any, *args: Any, stream: Any = None, **kwargs: Any) -> BoundLauncher:
         """Select and load once, fix grid/stream/layout; the returned launcher re-launches at near-raw cost.
