@@ -56,6 +56,9 @@ REGISTRY_KEY = Variable("KARCHIVE_REGISTRY_KEY", "(none)",
                         "the private key `karchive registry-meta` signs snapshots and timestamps with")
 LAUNCH_PATH = Variable("KARCHIVE_LAUNCH_PATH", "auto",
                        "the launch path: auto (the C extension when built), extension, or python")
+TORCH_ABI = Variable("KARCHIVE_TORCH_ABI", "1",
+                     "0, false, no or off: the compiled launcher reads torch tensors through data_ptr(), .dtype and "
+                     "get_device() instead of torch's stable C ABI")
 TUNING_CACHE = Variable("KARCHIVE_TUNING_CACHE", "1",
                         "0, false, no or off: do not remember benchmarked autotune decisions on disk")
 DEBUG = Variable("KARCHIVE_DEBUG", "(unset)", "any non-empty value: the CLI logs everything, tracebacks included")
@@ -69,8 +72,8 @@ SERVE_MISSES = Variable("KARCHIVE_SERVE_MISSES", "(none)", "fallback mode: write
 
 #: Every variable, in the order docs/settings.md lists them.
 VARIABLES: tuple[Variable, ...] = (REGISTRY, CACHE_DIR, LOCKFILE, FETCH, STORAGE_OPTIONS, REGISTRY_TIMEOUT, RETRIES,
-                                   RETRY_DELAY, TRUST_POLICY, REGISTRY_KEY, LAUNCH_PATH, TUNING_CACHE, DEBUG, SERVE,
-                                   SERVE_MODE, SERVE_REPORT, SERVE_MISSES)
+                                   RETRY_DELAY, TRUST_POLICY, REGISTRY_KEY, LAUNCH_PATH, TORCH_ABI, TUNING_CACHE, DEBUG,
+                                   SERVE, SERVE_MODE, SERVE_REPORT, SERVE_MISSES)
 
 
 def registry() -> str | None:
@@ -121,6 +124,10 @@ def registry_key() -> str | None:
 def launch_path() -> str | None:
     """Raw (None when unset): the launch path module reports a value it ignores."""
     return LAUNCH_PATH.raw()
+
+
+def torch_abi() -> bool:
+    return (TORCH_ABI.raw() or "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def tuning_cache() -> bool:

@@ -117,7 +117,8 @@ class NoTensorType:
 
 #: The tensor type whose pointer, dtype and device both launch paths read directly (``data_ptr()``,
 #: ``.dtype``, ``get_device()``) instead of through :func:`pointer_info`: ``torch.Tensor`` once a
-#: torch tensor has been launched with (karchive never imports torch itself).
+#: torch tensor has been launched with (karchive never imports torch itself). The compiled launcher reads
+#: it, and torch.nn.Parameter, through torch's stable C ABI where that checks out (runtime/_torch_abi.py).
 # type[Any], not type: the launch paths call its instances' methods, which no stub describes.
 TENSOR_TYPE: type[Any] = NoTensorType
 _tensor_listeners: list[Callable[[Any], None]] = []

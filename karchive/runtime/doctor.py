@@ -71,7 +71,8 @@ def report(probe_drivers: bool = True) -> dict[str, Any]:
         "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
                    "platform": platform.platform(terse=True)},
         "launch_path": {"active": status.active, "requested": status.requested, "extension_built": status.built,
-                        "detail": status.detail, "env": settings.launch_path()},
+                        "detail": status.detail, "env": settings.launch_path(),
+                        "torch_reader": status.torch_reader},
         "cuda_python": cuda,
         "hip_python": hip,
     }

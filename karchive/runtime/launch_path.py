@@ -13,6 +13,7 @@ Both paths give identical results; ``karchive doctor`` says which one is active 
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 from types import ModuleType
 from typing import Any, NamedTuple
@@ -24,7 +25,7 @@ from ..errors import RuntimeLoadError
 ENV = settings.LAUNCH_PATH.name
 EXTENSION, PYTHON, AUTO = "extension", "python", "auto"
 #: The interface version this Python code expects of ``_fastlaunch`` (a stale build is not used).
-ABI_VERSION = 3
+ABI_VERSION = 4
 
 _lock = threading.Lock()
 _loaded: tuple[ModuleType | None, str] | None = None
@@ -38,6 +39,7 @@ class PathStatus(NamedTuple):
     requested: str  # AUTO | EXTENSION | PYTHON (from the environment or :func:`forced`)
     built: bool  # the extension imports and matches this code
     detail: str  # where it was loaded from, or why it was not
+    torch_reader: str  # how the extension reads torch tensors: "on: ..." (torch's C ABI) or "off: <why>"
 
 
 def extension() -> ModuleType | None:
@@ -60,9 +62,10 @@ def _load() -> tuple[ModuleType | None, str]:
                         _loaded = (None, f"stale build at {_fastlaunch.__file__} (interface {version}, this code "
                                          f"needs {ABI_VERSION}): rebuild it (pip install -e .)")
                     else:
+                        from . import _torch_abi
                         from .args import on_tensor_type
 
-                        on_tensor_type(_fastlaunch.set_tensor_type)
+                        on_tensor_type(functools.partial(_torch_abi.install, _fastlaunch))
                         _loaded = (_fastlaunch, str(_fastlaunch.__file__))
     return _loaded
 
@@ -109,7 +112,12 @@ def status() -> PathStatus:
     raw = settings.launch_path()
     if _forced is None and raw is not None and raw.strip().lower() not in ("", AUTO, EXTENSION, PYTHON):
         detail += f"; {ENV}={raw!r} is not one of auto, extension, python and was ignored"
-    return PathStatus(choose(), want, module is not None, detail)
+    reader = "off: the extension is not loaded"
+    if module is not None:
+        from . import _torch_abi
+
+        reader = _torch_abi.status()
+    return PathStatus(choose(), want, module is not None, detail, reader)
 
 
 @contextlib.contextmanager

@@ -171,12 +171,16 @@ bound_repack(Bound *self, PyObject *args)
             continue;
         }
         uint64_t p;
-        if (tensor_type != NULL && Py_IS_TYPE(o, tensor_type)) {
-            PyObject *r = tensor_data_ptr_of(o);
-            if (r == NULL)
-                goto fail;
-            p = as_u64(r);
-            Py_DECREF(r);
+        PyObject *dtype;
+        long dev;
+        if (is_read_tensor(o)) {
+            if (!(abi.on && abi_read(o, &p, &dtype, &dev))) {
+                PyObject *r = tensor_data_ptr_of(o);
+                if (r == NULL)
+                    goto fail;
+                p = as_u64(r);
+                Py_DECREF(r);
+            }
         }
         else if (PyLong_CheckExact(o)) {
             p = as_u64(o);

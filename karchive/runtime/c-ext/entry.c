@@ -95,7 +95,7 @@ descriptor_address(PyObject *v, PyObject *pointer_info, uint64_t *ptr, long *dev
     *dev = 0;
     *has_dev = 0;
     PyObject *r, *d;
-    if (tensor_type != NULL && Py_IS_TYPE(source, tensor_type)) {
+    if (is_read_tensor(source)) {
         r = tensor_data_ptr_of(source);
         d = r != NULL ? tensor_get_device_of(source) : NULL;
         Py_DECREF(source);
