@@ -128,3 +128,44 @@ def test_launches_pack_what_data_ptr_says_and_refuse_as_before(ext, cuda_archive
             k[(4,)](x.to(torch.float64), y, out, 1024, stream=0)
     sent = [[int.from_bytes(b, "little") for b in a.params[:3]] for a in rec.attempts[-3:]]
     assert sent == [[x.data_ptr(), y.data_ptr(), out.data_ptr()]] * 3
+
+
+@pytest.mark.parametrize("agree", [True, False])
+def test_the_current_stream_comes_from_the_c_abi_once_it_agrees_with_torch(ext, cuda_archive, monkeypatch, agree):
+    """The kernel's default stream is torch._C._cuda_getCurrentRawStream(device); the reader answers it with
+    aoti_torch_get_current_cuda_stream, compared with the getter at the first launch. No CUDA here: both
+    stand-ins (a Python getter, a C-callable ctypes function) answer for it."""
+    import ctypes
+
+    asked: list[int] = []
+
+    def getter(device: int) -> int:
+        asked.append(device)
+        return 0x5EED
+
+    @ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
+    def current_stream(device, out):
+        out[0] = 0x5EED if agree else 0xBAD
+        return 0
+
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", getter)
+    args.set_tensor_type(torch.Tensor)
+    ext.set_tensor_stream(getter, ctypes.cast(current_stream, ctypes.c_void_p).value)
+    assert ext.tensor_stream_state() == 0
+    base = torch.zeros(4096, dtype=torch.float32)
+    x, y, out = base[:1024], base[1024:2048], base[2048:3072]
+    try:
+        with fake_cuda(monkeypatch, launch_path.EXTENSION) as (rec, _):
+            arc = karchive.open(str(cuda_archive))
+            register_sizes(rec, arc)
+            monkeypatch.setattr(Kernel, "_argument_device", lambda self, infos: None)  # CPU stands for device
+            k = arc.kernel("add_kernel")
+            for _ in range(5):  # the miss, then the remembered key: all five launched by the compiled path
+                k[(4,)](x, y, out, 1024)
+        assert [a.stream for a in rec.attempts[-5:]] == [0x5EED] * 5
+        assert ext.tensor_stream_state() == (1 if agree else -1)
+        # agreeing: the getter is asked once (the comparison), then never; not: that, then at every launch
+        assert len(asked) == (1 if agree else 6)
+        assert _torch_abi.status().endswith("torch's C ABI" if agree else "the C ABI answered otherwise)")
+    finally:
+        ext.set_tensor_stream(None)

@@ -40,8 +40,15 @@ _status = "off: no torch tensor launched yet"
 
 
 def status() -> str:
-    """"on: ..." or "off: <why>" for the compiled launcher's torch reader."""
-    return _status
+    """"on: ..." or "off: <why>" for the compiled launcher's torch reader (and its current-stream query)."""
+    from . import launch_path  # (imported late: launch_path imports this module when the extension loads)
+
+    ext = launch_path.extension()
+    state = ext.tensor_stream_state() if ext is not None and _status.startswith("on") else None
+    if state is None:
+        return _status
+    how = {0: "not asked yet", 1: "torch's C ABI", -1: "the getter (the C ABI answered otherwise)"}[state]
+    return f"{_status}; current stream: {how}"
 
 
 def install(ext: ModuleType, tp: Any) -> None:
@@ -50,6 +57,7 @@ def install(ext: ModuleType, tp: Any) -> None:
     global _status
     with _lock:
         ext.set_tensor_type(tp)
+        ext.set_tensor_stream(None)
         if tp is None:
             _status = "off: no tensor type"
             return
@@ -65,6 +73,15 @@ def install(ext: ModuleType, tp: Any) -> None:
             _status = f"off: {type(exc).__name__}: {exc}"
         if not _status.startswith("on"):
             ext.set_tensor_abi(None)
+            return
+        torch = sys.modules["torch"]
+        getter = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what runtime/launch/kernel.py asks
+        lib = _library(torch, "cuda")
+        address = int(ctypes.cast(lib.aoti_torch_get_current_cuda_stream, ctypes.c_void_p).value or 0) if (
+            lib is not None and hasattr(lib, "aoti_torch_get_current_cuda_stream")) else 0
+        if getter is not None and address:
+            # Compared with the getter at the first launch that asks (asking here could start CUDA early).
+            ext.set_tensor_stream(getter, address)
 
 
 def _enable(ext: ModuleType, tp: Any) -> str:
@@ -149,12 +166,14 @@ def _plain_parameter(tp: Any) -> Any:
     return parameter
 
 
-def _library(torch: Any) -> ctypes.CDLL | None:
-    """The loaded libtorch_cpu (opening it again returns the process's copy; torch loaded it privately)."""
+def _library(torch: Any, part: str = "cpu") -> ctypes.CDLL | None:
+    """The loaded libtorch_cpu (or _cuda): opening it again returns the process's copy (torch loaded it
+    privately, so its symbols are not global). None where this torch has no such library."""
     lib_dir = pathlib.Path(str(torch.__file__)).parent / "lib"
     for name in _LIBRARIES:
-        if (lib_dir / name).exists():
-            return ctypes.CDLL(str(lib_dir / name))
+        path = lib_dir / name.replace("cpu", part)
+        if path.exists():
+            return ctypes.CDLL(str(path))
     return None
 
 

@@ -49,7 +49,7 @@ def test_the_reader_reads_device_tensors_as_the_accessors_do(ext):
             assert got is not None, (t.device, t.dtype)
             assert got[0] == t.data_ptr() and got[1] is t.dtype and got[2] == t.get_device() == index
             checked += 1
-    assert checked > 40
+    assert checked > 20  # (27 dtypes allocate on an H100 with torch 2.11, times the GPUs)
 
 
 @pytest.mark.parametrize("reader", ["1", "0"])
@@ -73,3 +73,28 @@ def test_launches_through_the_reader_equal_torch(ext, fixtures, monkeypatch, rea
         add[(4,)](x.cpu(), y, out, n, BLOCK=1024)
     with pytest.raises(NoMatchingVariantError):
         add[(4,)](x.double(), y, out, n, BLOCK=1024)
+
+
+def test_launches_go_to_torchs_current_stream_through_the_abi(ext, fixtures):
+    """The current stream from aoti_torch_get_current_cuda_stream once it agreed with torch's getter: a launch
+    inside CUDA-graph capture (any other stream would break the capture) and on a side stream."""
+    with launch_path.forced(launch_path.EXTENSION):
+        add = karchive.open(str(fixtures / "examples_gpu.karc")).kernel("add_kernel")
+    n = 4096
+    x, y = torch.randn(n, device="cuda"), torch.randn(n, device="cuda")
+    out = [torch.full_like(x, float("nan")) for _ in range(3)]
+    add[(n // 1024,)](x, y, out[0], n, BLOCK=1024)
+    torch.cuda.synchronize()
+    assert ext.tensor_stream_state() == 1, _torch_abi.status()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        add[(n // 1024,)](x, y, out[1], n, BLOCK=1024)
+    graph.replay()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        add[(n // 1024,)](x, y, out[2], n, BLOCK=1024)
+    torch.cuda.synchronize()
+    for o in out:
+        assert torch.equal(o, x + y)
+    assert _torch_abi.status().endswith("current stream: torch's C ABI")

@@ -461,6 +461,8 @@ stream_value(Dispatcher *d, PyObject *stream, Key *hit, uint64_t *out)
             *out = 0;
             return 0;
         }
+        if (abi_stream(hit->stream_fn, hit->entry->device, out))
+            return 0;
         obj = PyObject_CallOneArg(hit->stream_fn, hit->entry->device);
         if (obj == NULL)
             return -1;

@@ -64,6 +64,12 @@ static struct {
     int32_t host_type;       /* aoti_torch_device_type_cpu(): get_device() is -1 */
     int32_t gpu_type;        /* aoti_torch_device_type_cuda() (ROCm builds report their GPUs as cuda too) */
     PyObject *dtypes[ABI_DTYPES]; /* ScalarType code -> the torch.dtype object .dtype returns (strong refs) */
+    /* The current stream: torch._C._cuda_getCurrentRawStream (a pybind function, ~0.1 us a launch) answered
+     * by aoti_torch_get_current_cuda_stream (libtorch_cuda). stream_state: 0 not yet compared with the
+     * getter (the first launch does, then 1), -1 they differed (the getter answers from then on). */
+    PyObject *stream_getter;
+    int32_t (*current_stream)(int32_t device, void **out);
+    int stream_state;
 } abi;
 
 static void
@@ -111,6 +117,64 @@ abi_read(PyObject *a, uint64_t *ptr, PyObject **dtype, long *dev)
     *ptr = (uint64_t)(uintptr_t)p;
     *dtype = abi.dtypes[code];
     return 1;
+}
+
+/* The current stream of `device` for a launch whose stream comes from `getter` (the kernel's stream_fn):
+ * 1 with *out set, 0 when the C ABI does not answer for it (no exception set: the getter is called). On its
+ * first answer it calls the getter too and keeps using the ABI only if the two agree. */
+static int
+abi_stream(PyObject *getter, PyObject *device, uint64_t *out)
+{
+    if (getter != abi.stream_getter || abi.stream_getter == NULL || abi.stream_state < 0)
+        return 0;
+    long dev = PyLong_AsLong(device);
+    void *s = NULL;
+    if (dev < 0 || dev > INT32_MAX || abi.current_stream((int32_t)dev, &s) != 0) {
+        PyErr_Clear();
+        return 0;
+    }
+    if (abi.stream_state == 0) {
+        PyObject *want = PyObject_CallOneArg(getter, device);
+        uint64_t w = want != NULL && PyLong_CheckExact(want) ? as_u64(want) : (uint64_t)-1;
+        Py_XDECREF(want);
+        PyErr_Clear();
+        abi.stream_state = (w == (uint64_t)(uintptr_t)s) ? 1 : -1;
+        if (abi.stream_state < 0)
+            return 0;
+    }
+    *out = (uint64_t)(uintptr_t)s;
+    return 1;
+}
+
+/* set_tensor_stream(None) or set_tensor_stream(getter, address of aoti_torch_get_current_cuda_stream). */
+static PyObject *
+set_tensor_stream(PyObject *module, PyObject *args)
+{
+    PyObject *getter;
+    unsigned long long address = 0;
+    if (!PyArg_ParseTuple(args, "O|K", &getter, &address))
+        return NULL;
+    Py_CLEAR(abi.stream_getter);
+    abi.current_stream = NULL;
+    abi.stream_state = 0;
+    if (getter == Py_None)
+        Py_RETURN_NONE;
+    if (!PyCallable_Check(getter) || address == 0) {
+        PyErr_SetString(PyExc_TypeError, "set_tensor_stream: needs the getter and a function address");
+        return NULL;
+    }
+    abi.current_stream = (int32_t(*)(int32_t, void **))(uintptr_t)address;
+    abi.stream_getter = Py_NewRef(getter);
+    Py_RETURN_NONE;
+}
+
+/* tensor_stream_state() -> 0 not compared yet, 1 the C ABI answers, -1 the getter does; None: not installed. */
+static PyObject *
+tensor_stream_state(PyObject *module, PyObject *unused)
+{
+    if (abi.stream_getter == NULL)
+        Py_RETURN_NONE;
+    return PyLong_FromLong(abi.stream_state);
 }
 
 /* set_tensor_abi(None) or set_tensor_abi((data_ptr, dtype, device_type, device_index), host_type, gpu_type,
