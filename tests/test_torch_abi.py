@@ -50,8 +50,8 @@ def accessors(t) -> tuple:
 
 def test_the_reader_is_on_and_reads_what_the_accessors_say(ext):
     args.set_tensor_type(torch.Tensor)
-    assert _torch_abi.status().startswith("on: torch "), _torch_abi.status()
-    assert launch_path.status().torch_reader == _torch_abi.status()
+    assert _torch_abi.status(ext).startswith("on: torch "), _torch_abi.status(ext)
+    assert launch_path.status().torch_reader == _torch_abi.status(ext)
     checked = 0
     for t in tensors():
         got = ext.tensor_abi_read(t)
@@ -70,11 +70,11 @@ def test_meta_tensors_are_left_to_the_accessors(ext):
 def test_the_setting_turns_it_off(ext, monkeypatch):
     monkeypatch.setenv("KARCHIVE_TORCH_ABI", "0")
     args.set_tensor_type(torch.Tensor)
-    assert _torch_abi.status() == "off: KARCHIVE_TORCH_ABI='0'"
+    assert _torch_abi.status(ext) == "off: KARCHIVE_TORCH_ABI='0'"
     assert ext.tensor_abi_read(torch.ones(2)) is None
     monkeypatch.delenv("KARCHIVE_TORCH_ABI")
     args.set_tensor_type(torch.Tensor)  # a new tensor type (or the same again) installs it afresh
-    assert _torch_abi.status().startswith("on")
+    assert _torch_abi.status(ext).startswith("on")
 
 
 def test_only_plain_subclasses_are_read_as_tensors(ext):
@@ -102,7 +102,7 @@ def test_a_type_that_is_not_torch_tensor_gets_no_reader(ext):
             return 0
 
     args.set_tensor_type(Other)
-    assert _torch_abi.status() == "off: the tensor type is not torch.Tensor"
+    assert _torch_abi.status(ext) == "off: the tensor type is not torch.Tensor"
 
 
 @pytest.mark.parametrize("reader", ["1", "0"])
@@ -111,7 +111,7 @@ def test_launches_pack_what_data_ptr_says_and_refuse_as_before(ext, cuda_archive
     variant has) and, with CPU tensors standing for device ones, the addresses data_ptr() gives."""
     monkeypatch.setenv("KARCHIVE_TORCH_ABI", reader)
     args.set_tensor_type(torch.Tensor)
-    assert _torch_abi.status().startswith("on" if reader == "1" else "off")
+    assert _torch_abi.status(ext).startswith("on" if reader == "1" else "off")
     base = torch.zeros(4096 + 64, dtype=torch.float32)
     x, y, out = base[4:1028], base[1028:2052], torch.nn.Parameter(base[2052:3076])
     with fake_cuda(monkeypatch, launch_path.EXTENSION) as (rec, _):
@@ -166,6 +166,6 @@ def test_the_current_stream_comes_from_the_c_abi_once_it_agrees_with_torch(ext, 
         assert ext.tensor_stream_state() == (1 if agree else -1)
         # agreeing: the getter is asked once (the comparison), then never; not: that, then at every launch
         assert len(asked) == (1 if agree else 6)
-        assert _torch_abi.status().endswith("torch's C ABI" if agree else "the C ABI answered otherwise)")
+        assert _torch_abi.status(ext).endswith("torch's C ABI" if agree else "the C ABI answered otherwise)")
     finally:
         ext.set_tensor_stream(None)

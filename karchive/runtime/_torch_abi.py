@@ -39,12 +39,9 @@ _lock = threading.Lock()
 _status = "off: no torch tensor launched yet"
 
 
-def status() -> str:
-    """"on: ..." or "off: <why>" for the compiled launcher's torch reader (and its current-stream query)."""
-    from . import launch_path  # (imported late: launch_path imports this module when the extension loads)
-
-    ext = launch_path.extension()
-    state = ext.tensor_stream_state() if ext is not None and _status.startswith("on") else None
+def status(ext: ModuleType) -> str:
+    """"on: ..." or "off: <why>" for the compiled launcher ``ext``'s torch reader (and its current-stream query)."""
+    state = ext.tensor_stream_state() if _status.startswith("on") else None
     if state is None:
         return _status
     how = {0: "not asked yet", 1: "torch's C ABI", -1: "the getter (the C ABI answered otherwise)"}[state]

@@ -116,7 +116,7 @@ def status() -> PathStatus:
     if module is not None:
         from . import _torch_abi
 
-        reader = _torch_abi.status()
+        reader = _torch_abi.status(module)
     return PathStatus(choose(), want, module is not None, detail, reader)
 
 

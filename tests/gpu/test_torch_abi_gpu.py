@@ -41,7 +41,7 @@ def device_tensors(device: str) -> list:
 
 
 def test_the_reader_reads_device_tensors_as_the_accessors_do(ext):
-    assert _torch_abi.status().startswith("on: torch "), _torch_abi.status()
+    assert _torch_abi.status(ext).startswith("on: torch "), _torch_abi.status(ext)
     checked = 0
     for index in range(torch.cuda.device_count()):
         for t in device_tensors(f"cuda:{index}"):
@@ -56,7 +56,7 @@ def test_the_reader_reads_device_tensors_as_the_accessors_do(ext):
 def test_launches_through_the_reader_equal_torch(ext, fixtures, monkeypatch, reader):
     monkeypatch.setenv("KARCHIVE_TORCH_ABI", reader)
     args.set_tensor_type(torch.Tensor)
-    assert _torch_abi.status().startswith("on" if reader == "1" else "off"), _torch_abi.status()
+    assert _torch_abi.status(ext).startswith("on" if reader == "1" else "off"), _torch_abi.status(ext)
     with launch_path.forced(launch_path.EXTENSION):
         arc = karchive.open(str(fixtures / "examples_gpu.karc"))
         add = arc.kernel("add_kernel")
@@ -85,7 +85,7 @@ def test_launches_go_to_torchs_current_stream_through_the_abi(ext, fixtures):
     out = [torch.full_like(x, float("nan")) for _ in range(3)]
     add[(n // 1024,)](x, y, out[0], n, BLOCK=1024)
     torch.cuda.synchronize()
-    assert ext.tensor_stream_state() == 1, _torch_abi.status()
+    assert ext.tensor_stream_state() == 1, _torch_abi.status(ext)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         add[(n // 1024,)](x, y, out[1], n, BLOCK=1024)
@@ -97,4 +97,4 @@ def test_launches_go_to_torchs_current_stream_through_the_abi(ext, fixtures):
     torch.cuda.synchronize()
     for o in out:
         assert torch.equal(o, x + y)
-    assert _torch_abi.status().endswith("current stream: torch's C ABI")
+    assert _torch_abi.status(ext).endswith("current stream: torch's C ABI")
