@@ -130,8 +130,8 @@ def test_launches_pack_what_data_ptr_says_and_refuse_as_before(ext, cuda_archive
     assert sent == [[x.data_ptr(), y.data_ptr(), out.data_ptr()]] * 3
 
 
-@pytest.mark.parametrize("agree", [True, False])
-def test_the_current_stream_comes_from_the_c_abi_once_it_agrees_with_torch(ext, cuda_archive, monkeypatch, agree):
+@pytest.mark.parametrize("abi", ["agrees", "differs", "fails"])
+def test_the_current_stream_comes_from_the_c_abi_once_it_agrees_with_torch(ext, cuda_archive, monkeypatch, abi):
     """The kernel's default stream is torch._C._cuda_getCurrentRawStream(device); the reader answers it with
     aoti_torch_get_current_cuda_stream, compared with the getter at the first launch. No CUDA here: both
     stand-ins (a Python getter, a C-callable ctypes function) answer for it."""
@@ -145,8 +145,8 @@ def test_the_current_stream_comes_from_the_c_abi_once_it_agrees_with_torch(ext, 
 
     @ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int32, ctypes.POINTER(ctypes.c_void_p))
     def current_stream(device, out):
-        out[0] = 0x5EED if agree else 0xBAD
-        return 0
+        out[0] = 0x5EED if abi == "agrees" else 0xBAD
+        return 1 if abi == "fails" else 0  # (an error code: torch threw inside)
 
     monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", getter)
     args.set_tensor_type(torch.Tensor)
@@ -163,9 +163,10 @@ def test_the_current_stream_comes_from_the_c_abi_once_it_agrees_with_torch(ext, 
             for _ in range(5):  # the miss, then the remembered key: all five launched by the compiled path
                 k[(4,)](x, y, out, 1024)
         assert [a.stream for a in rec.attempts[-5:]] == [0x5EED] * 5
-        assert ext.tensor_stream_state() == (1 if agree else -1)
-        # agreeing: the getter is asked once (the comparison), then never; not: that, then at every launch
-        assert len(asked) == (1 if agree else 6)
-        assert _torch_abi.status(ext).endswith("torch's C ABI" if agree else "the C ABI answered otherwise)")
+        assert ext.tensor_stream_state() == (1 if abi == "agrees" else -1)
+        # agreeing: the getter is asked once (the comparison), then never; differing: that, then at every
+        # launch; failing: at every launch (never asked again after one error: an error is a C++ exception)
+        assert len(asked) == {"agrees": 1, "differs": 6, "fails": 5}[abi]
+        assert _torch_abi.status(ext).endswith("torch's C ABI" if abi == "agrees" else "the C ABI answered otherwise)")
     finally:
         ext.set_tensor_stream(None)

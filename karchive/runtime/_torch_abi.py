@@ -45,6 +45,7 @@ def status(ext: ModuleType) -> str:
     if state is None:
         return _status
     how = {0: "not asked yet", 1: "torch's C ABI", -1: "the getter (the C ABI answered otherwise)"}[state]
+    # (-1 also when the C ABI returned an error: it is not asked again)
     return f"{_status}; current stream: {how}"
 
 
