@@ -144,6 +144,34 @@ def test_two_threads_get_only_their_own_kernels(cache_dir, gpu):
     assert blocks == {"a": [32, 64], "b": [128, 512]}
 
 
+def test_a_concurrent_captures_entry_reported_after_this_window_is_not_a_loss():
+    """The race the thread test above can hit under load: thread b's compile writes its cache entry inside
+    a's window and is reported just after a's window closed. That entry is b's ("elsewhere"), not a's loss;
+    an entry reported late for no capture stays a loss."""
+    from karchive.producer.capture._report import Sighting, left_out
+    from karchive.producer.capture.triton_cache import CacheEntry, cache_dir_name
+
+    class A:
+        name, scope, harvest = "a", "process", False
+
+        def recorded_hashes(self) -> set[str]:
+            return set()
+
+        def failures(self) -> dict[str, tuple[str, str]]:
+            return {}
+
+    a = A()
+    mine, nobodys = "ab" * 32, "cd" * 32
+    entries = [(cache_dir_name(h), CacheEntry(f"/c/{cache_dir_name(h)}", "k", {"hash": h})) for h in (mine, nobodys)]
+    later = [Sighting(9, mine, "k", False, "b", "thread", (id(a) + 1,), ("b",), None),
+             Sighting(10, nobodys, "k", False, "c", "thread", (), (), None)]
+    got = {i.triton_hash: i for i in left_out(a, [], entries, {n for n, _ in entries}, later)}
+    assert got[mine].category == "elsewhere" and not got[mine].lost and "'b'" in got[mine].reason
+    assert got[nobodys].category == "unrecorded" and got[nobodys].lost
+    # without the later sightings (the report before this change), both were losses
+    assert all(i.lost for i in left_out(a, [], entries, {n for n, _ in entries}))
+
+
 def test_listener_and_hooks_are_chained_and_restored(cache_dir, gpu):
     import karchive
     from capture_fakes import scale_rows

@@ -20,7 +20,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from .triton_cache import CacheEntry, cache_dir_name, entries_in_dir, local_cache_dir
 
@@ -201,8 +201,11 @@ def candidate_dirs() -> list[str]:
 
 
 def left_out(cap: RecordingCapture, sightings: list[Sighting], new_entries: list[tuple[str, CacheEntry]],
-             in_process: set[str]) -> list[LeftOut]:
-    """Every kernel of the window that ``cap`` does not hold, with the reason (one per Triton hash)."""
+             in_process: set[str], later: Sequence[Sighting] = ()) -> list[LeftOut]:
+    """Every kernel of the window that ``cap`` does not hold, with the reason (one per Triton hash).
+
+    ``later``: sightings reported after the window closed. A concurrent capture's compile can write its cache
+    entry inside this window and be reported just after it: such an entry is that capture's, not a loss."""
     recorded = cap.recorded_hashes()
     failures = cap.failures()
     out: dict[str, LeftOut] = {}
@@ -235,8 +238,14 @@ def left_out(cap: RecordingCapture, sightings: list[Sighting], new_entries: list
             category, why = failures[h]
             out[h] = LeftOut(entry.stem, h, category, f"new Triton cache entry not archived: {why}")
         elif name in in_process:
-            out[h] = LeftOut(entry.stem, h, "unrecorded",
-                             "compiled in this process, but its compile was reported outside the capture window")
+            owners = [s for s in later if s.triton_hash == h and s.claimed_by and me not in s.claimed_by]
+            if owners:
+                out[h] = LeftOut(entry.stem, h, "elsewhere",
+                                 f"compiled for concurrent capture(s) {', '.join(map(repr, owners[0].claimed_names))} "
+                                 f"(reported just after this window closed)", owners[0].thread)
+            else:
+                out[h] = LeftOut(entry.stem, h, "unrecorded",
+                                 "compiled in this process, but its compile was reported outside the capture window")
         elif not cap.harvest:
             out[h] = LeftOut(entry.stem, h, "not-harvested",
                              "compiled by another process (e.g. a torch.compile worker) into the Triton cache; "

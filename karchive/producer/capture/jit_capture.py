@@ -253,7 +253,7 @@ class Capture:
         in_process = LEDGER.entry_names()
         if self.harvest:
             self._harvest([e for name, e in new_entries if name not in in_process])
-        items = left_out(self, sightings, new_entries, in_process)
+        items = left_out(self, sightings, new_entries, in_process, LEDGER.between(end))
         with self._lock:
             known = {(i.triton_hash, i.category) for i in self.left_out}
             fresh = [i for i in items if (i.triton_hash, i.category) not in known]
