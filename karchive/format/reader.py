@@ -362,17 +362,20 @@ class ArchiveReader:
                 or set(map(len, entries)) != {4}:
             return None
         flat = list(chain.from_iterable(entries))
-        if set(map(type, flat)) != {int} or min(flat) < 0:
+        if list(map(type, flat)).count(int) != len(flat):  # every field an int (a bool is not): no set to hash into
             return None
         offs, lens, sizes, flags = flat[0::4], flat[1::4], flat[2::4], flat[3::4]
+        # Offsets need no sign check of their own: the first is 0 and each next one is the previous
+        # end, past a length of at least 1.
+        if min(lens) < 1 or min(sizes) < 0 or not set(flags) <= {0, 1} or max(sizes) > self.limits.max_frame_bytes:
+            return None
         ends = list(map(add, offs, lens))
         if offs[0] != 0 or offs[1:] != ends[:-1] or ends[-1] != index_offset:
             return None
-        if 0 in lens or not set(flags) <= {0, 1} or max(sizes) > self.limits.max_frame_bytes:
-            return None
-        # length <= size + size/256 + 1 KiB is within compress_bound(size) (which adds a little more).
-        if not all(map(le, lens, [n + (n >> 8) + 1024 for n in sizes])) and \
-                not all(map(le, lens, map(compress_bound, sizes))):
+        # length <= size (a frame that compresses at all: one pass), or <= size + size/256 + 1 KiB, are
+        # within compress_bound(size) (which adds a little more).
+        if not all(map(le, lens, sizes)) and not all(map(le, lens, [n + (n >> 8) + 1024 for n in sizes])) \
+                and not all(map(le, lens, map(compress_bound, sizes))):
             return None
         return FrameTable(offs, lens, sizes, flags)  # type: ignore[return-value]
 
