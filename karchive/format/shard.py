@@ -212,11 +212,16 @@ class _Shard:
         for i, pair in enumerate(fields):
             if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
                 raise FormatError(f"{where}: parts.field[{i}] is not a [key, value] pair")
-        records = {name: [self._record(r, fields, f"{where}: parts.{name}[{i}]") for i, r in enumerate(parts.get(name, []))]
-                   for name in RECORDS}
+        records = {name: self._records(parts.get(name, []), fields, f"{where}: parts.{name}") for name in RECORDS}
         abi_params = parts.get("abi_params", [])
-        for i, abi in enumerate(records["abi"]):
-            abi["params"] = _index(abi.get("params"), abi_params, f"{where}: parts.abi[{i}].params")
+        abis = records["abi"]
+        refs = [abi.get("params") for abi in abis]
+        if _ints(refs, len(abi_params)):  # the usual case: one C-speed pass for every ABI's reference
+            for abi, ref in zip(abis, refs):
+                abi["params"] = abi_params[ref]
+        else:
+            for i, abi in enumerate(abis):
+                abi["params"] = _index(abi.get("params"), abi_params, f"{where}: parts.abi[{i}].params")
         self.tables = {**records, "target": parts.get("target", [])}
         self.param = parts.get("param", [])
         self.source = parts.get("source", [])
@@ -234,6 +239,16 @@ class _Shard:
                 raise FormatError(f"{where}: unknown file column {name!r}")
         self.columns = columns
         self.kernel = kernel
+
+    @classmethod
+    def _records(cls, table: list, fields: list, where: str) -> list[dict]:
+        """:meth:`_record` of each entry of a parts table: every index checked in one C-speed pass and
+        every object made at C speed when nothing is off, else entry by entry (which says what is)."""
+        if set(map(type, table)) <= {list} and _ints(list(chain.from_iterable(table)), len(fields)):
+            out = list(map(dict, map(map, repeat(fields.__getitem__), table)))
+            if list(map(len, out)) == list(map(len, table)):  # no key named twice
+                return out
+        return [cls._record(r, fields, f"{where}[{i}]") for i, r in enumerate(table)]
 
     @staticmethod
     def _record(indexes: Any, fields: list, where: str) -> dict:
@@ -377,32 +392,50 @@ def _bulk(shard: _Shard, kernel: str) -> tuple[list[Variant], list[Located]] | N
     irc = cols.get("files.ir") or [None] * n
     if binary is None or metadata is None or not set(map(type, irc)) <= {dict, _NONE}:
         return None
-    owners, stages, values = [], [], []
-    for i, ir in enumerate(irc):
-        if ir:
-            owners.extend([i] * len(ir))
-            stages.extend(ir)
-            values.extend(ir.values())
-    ir_files = _files(values, [homes[i] for i in owners])
-    if ir_files is None or not all(map(is_ir_stage, set(stages))):
-        return None
-    irs: list[dict[str, FileRef]] = [{} for _ in range(n)]
-    for i, stage, ref in zip(owners, stages, ir_files[0]):
-        irs[i][stage] = ref
+    shapes = set(map(tuple, irc)) if set(map(type, irc)) == {dict} else None
+    if shapes is not None and len(shapes) == 1 and () not in shapes:
+        # The usual shard: every variant has the same IR stages, in the same order; flattened and
+        # regrouped at C speed (the loop below does the same for any other mix).
+        (stages,) = shapes
+        k = len(stages)
+        values = list(chain.from_iterable(map(dict.values, irc)))
+        ir_files = _files(values, list(chain.from_iterable(zip(*[homes] * k))))
+        if ir_files is None or not all(map(is_ir_stage, stages)):
+            return None
+        irs: list[dict[str, FileRef]] = list(map(dict, map(zip, repeat(stages), zip(*[iter(ir_files[0])] * k))))
+    else:
+        owners: list[int] = []
+        stage_list: list[str] = []
+        values = []
+        for i, ir in enumerate(irc):
+            if ir:
+                owners.extend([i] * len(ir))
+                stage_list.extend(ir)
+                values.extend(ir.values())
+        ir_files = _files(values, [homes[i] for i in owners])
+        if ir_files is None or not all(map(is_ir_stage, set(stage_list))):
+            return None
+        irs = [{} for _ in range(n)]
+        for i, stage, ref in zip(owners, stage_list, ir_files[0]):
+            irs[i][stage] = ref
     where = shard.where
-    try:  # each distinct part once, through the model's own checks
+    ptuples = list(map(tuple, pc))
+    try:  # each distinct part once, through the model's own checks (the message only built for a failure)
         target_of = {i: Target.from_json(targets[i], f"{where}: parts.target[{i}]") for i in set(tc)}
         prov_of = {i: Provenance.from_json(provs[i], f"{where}: parts.provenance[{i}]") for i in set(vc)}
-        param_of = {i: Param.from_json(param[i], f"{where}: parts.param[{i}]") for i in set(chain.from_iterable(pc))}
-        params_of = {ps: tuple(param_of[i] for i in ps) for ps in set(map(tuple, pc))}
+        param_of = {}
+        for i in set(chain.from_iterable(pc)):
+            p = Param._valid(param[i])
+            param_of[i] = p if p is not None else Param.from_json(param[i], f"{where}: parts.param[{i}]")
+        params_of = {ps: tuple(map(param_of.__getitem__, ps)) for ps in set(ptuples)}
         memo: dict = {}
-        abi_of = {(a, len(ps)): Abi.from_json(abis[a], len(ps), f"{where}: parts.abi[{a}]", memo)
-                  for a, ps in set(zip(ac, map(tuple, pc)))}
+        abi_of = {(a, n_ps): Abi.from_json(abis[a], n_ps, f"{where}: parts.abi[{a}]", memo)
+                  for a, n_ps in set(zip(ac, map(len, ptuples)))}
     except FormatError:
         return None
-    out = [Variant.checked_new(kernel, key, target_of[ti], params_of[tuple(ps)], options[oi], abi_of[(ai, len(ps))],
+    out = [Variant.checked_new(kernel, key, target_of[ti], params_of[ps], options[oi], abi_of[(ai, len(ps))],
                                b, m, ir, sources[si] if si is not None else None, prov_of[vi])
-           for key, ti, ps, oi, ai, vi, b, m, ir, si in zip(keys, tc, pc, oc, ac, vc, binary[0], metadata[0], irs, src)]
+           for key, ti, ps, oi, ai, vi, b, m, ir, si in zip(keys, tc, ptuples, oc, ac, vc, binary[0], metadata[0], irs, src)]
     return out, binary[1] + metadata[1] + ir_files[1]
 
 
