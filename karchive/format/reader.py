@@ -113,6 +113,10 @@ class FrameTable(Sequence[Frame]):
         o, n, s, f = self._columns
         return map(Frame, o, n, s, map(bool, f))
 
+    def size_of(self, i: int) -> int:
+        """Frame ``i``'s decompressed size, without making its :class:`Frame`."""
+        return self._columns[2][i]
+
     def any_dictionary(self) -> bool:
         """Whether some frame uses the dictionary, without making a Frame per frame."""
         return any(self._columns[3])
@@ -188,11 +192,19 @@ def compress_bound(size: int) -> int:
     return size + (size >> 8) + ((128 * 1024 - size) >> 11 if size < 128 * 1024 else 0) + 1024
 
 
+def _naturals(values: list) -> bool:
+    """Every value a non-negative int (not a bool): what :func:`_as_int` accepts, for a whole column."""
+    return list(map(type, values)).count(int) == len(values) and (not values or min(values) >= 0)
+
+
 def _as_int(value: Any, what: str) -> int:
     if type(value) is not int or value < 0:
         raise FormatError(f"index: {what} must be a non-negative integer, got {value!r}")
     return value
 
+
+#: Of a located member (name, frame, offset, size, sha256): where it is placed, and what it must hash to.
+_PLACED, _EXPECTED = itemgetter(0, 1, 2, 3), itemgetter(3, 4)
 
 #: Frame owners (format 2): not yet claimed by a loaded shard, or listed by the index itself.
 _UNCLAIMED, _ROOT = -1, -2
@@ -212,9 +224,10 @@ class ShardEntry:
 
 @contextmanager
 def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a shard is parsed: it allocates tens of thousands of small
-    objects that hold no cycle, and the collector's passes over them cost a fifth of the parse. Only
-    delays collection (it resumes, as it was, right after); any thread may re-enable it meanwhile."""
+    """No cyclic garbage collection while a shard or the index is parsed: they allocate tens of thousands
+    of small objects that hold no cycle (the index's are freed before it resumes), and the collector's
+    passes over them cost a fifth of the parse. Only delays collection (it resumes, as it was, right
+    after); any thread may re-enable it meanwhile."""
     if not gc.isenabled():
         yield
         return
@@ -314,7 +327,8 @@ class ArchiveReader:
             raise DigestMismatchError(f"{where}: index digest does not match the footer (corrupt or tampered)",
                                       source=where,
                                       expected=index_digest.hex(), actual=hashlib.sha256(payload).hexdigest())
-        self._parse_index(self._decompress(payload, self.limits.max_index_bytes, None, "index"), index_offset)
+        with _gc_paused():  # the parsed index (a list per frame) is garbage once its columns are taken
+            self._parse_index(self._decompress(payload, self.limits.max_index_bytes, None, "index"), index_offset)
         self._load_dictionary_and_manifest()
 
     def _parse_index(self, raw: bytes, index_offset: int) -> None:
@@ -339,13 +353,18 @@ class ArchiveReader:
         self.frames = frames
         self._frame_members: dict[int, list[Member]] = _FrameMembers()
         self._owner = [_UNCLAIMED] * len(frames)
-        placed = []
-        for entry in index["members"]:
-            if not isinstance(entry, list) or len(entry) != 4:
-                raise FormatError(f"index: bad member entry {entry!r}")
-            name = entry[0]
-            frame, offset, size = (_as_int(v, "member field") for v in entry[1:])
-            placed.append((name, frame, offset, size))
+        members = index["members"]
+        if set(map(type, members)) <= {list} and set(map(len, members)) <= {4} and all(
+                _naturals(list(map(itemgetter(i), members))) for i in (1, 2, 3)):
+            placed = list(map(tuple, members))  # the usual index, checked a column at a time
+        else:
+            placed = []
+            for entry in members:
+                if not isinstance(entry, list) or len(entry) != 4:
+                    raise FormatError(f"index: bad member entry {entry!r}")
+                name = entry[0]
+                frame, offset, size = (_as_int(v, "member field") for v in entry[1:])
+                placed.append((name, frame, offset, size))
         self._register(placed, _ROOT, "index")
         # A format-1 index lists every member, so every frame must hold one; format 2's shards list the
         # rest of them, and verify() checks the same once every shard has been read.
@@ -416,11 +435,13 @@ class ArchiveReader:
             raise LimitExceededError(f"{what} brings the archive past {self.limits.max_members} members",
                                      limit=self.limits.max_members, value=len(self._members) + len(placed))
         frames = self.frames
+        n_frames = len(frames)
+        size_of = frames.size_of if isinstance(frames, FrameTable) else lambda i: frames[i].size
         added: dict[str, Member] = {}
         claimed: dict[int, list[Member]] = {}
         for name, frame, offset, size in placed:
             check_member_name(name)
-            if frame >= len(frames) or offset % TAR_BLOCK or offset < TAR_BLOCK or offset + size > frames[frame].size:
+            if frame >= n_frames or offset % TAR_BLOCK or offset < TAR_BLOCK or offset + size > size_of(frame):
                 raise FormatError(f"{what}: member {name!r} lies outside its frame")
             if name in added or name in self._members:
                 raise FormatError(f"{what}: duplicate member {name!r}")
@@ -738,8 +759,9 @@ class ArchiveReader:
             raise LimitExceededError(f"{what} brings the archive past {self.limits.max_members} members",
                                      limit=self.limits.max_members,
                                      value=len(self._members) + len(self._pending_names) + len(located))
-        names = [loc[0] for loc in located]
-        frame_of = dict(zip(names, [loc[1] for loc in located]))
+        # Column by column at C speed: a shard places thousands of members (most of them IR, never read).
+        names = list(map(itemgetter(0), located))
+        frame_of = dict(zip(names, map(itemgetter(1), located)))
         twice = len(frame_of) != len(names) or not self._digests.keys().isdisjoint(frame_of)
         if twice:
             seen: set[str] = set()
@@ -747,7 +769,7 @@ class ArchiveReader:
             raise FormatError(f"{what}: member {name!r} is listed twice")
         by_frame: dict[int, list[tuple[str, int, int, int]]] = {}
         for frame, group in groupby(sorted(located, key=itemgetter(1)), key=itemgetter(1)):
-            placed = [loc[:4] for loc in group]
+            placed = list(map(_PLACED, group))
             if frame >= len(self.frames):
                 raise FormatError(f"{what}: member {placed[0][0]!r} lies outside its frame")
             if self._owner[frame] != _UNCLAIMED:
@@ -758,7 +780,7 @@ class ArchiveReader:
             self._owner[frame] = i
             self._pending[frame] = placed
         self._pending_names.update(frame_of)
-        self._digests.update(zip(names, [(loc[3], loc[4]) for loc in located]))
+        self._digests.update(zip(names, map(_EXPECTED, located)))
         self._registered.add(i)
         self._all_loaded = len(self._registered) == len(self._shards)
         return sorted(by_frame)
