@@ -21,6 +21,7 @@ import re
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from ..core.digest import is_sha256_hex
@@ -35,7 +36,7 @@ from .target import Target
 
 __all__ = [
     "ABI_KINDS", "POINTER_ELEMENT_TYPES", "SCALAR_SIZES", "Abi", "AbiParam", "FileRef", "KernelSummary", "Manifest",
-    "Param", "Provenance", "Target", "Variant", "parse_variant", "target_label",
+    "Param", "Provenance", "Target", "Variant", "parse_variant", "target_label", "target_labels",
 ]
 
 ABI_KINDS = ("pointer", "scalar", "global_scratch", "profile_scratch", "tensordesc")
@@ -638,6 +639,17 @@ def parse_variant(obj: Any, where: str) -> Variant:
     return Variant.from_json(obj, where)
 
 
+def target_labels(variants: Iterable[Variant]) -> list[str]:
+    """``str(v.target)`` of each variant (``cuda:90``), each distinct target object formatted once: the
+    variants of a shard share theirs, and these labels are compared for every variant read."""
+    targets = list(map(_TARGET, variants))
+    labels = {key: str(t) for key, t in dict(zip(map(id, targets), targets)).items()}
+    return list(map(labels.__getitem__, map(id, targets)))
+
+
+_TARGET, _KERNEL = attrgetter("target"), attrgetter("kernel")
+
+
 def target_label(raw: Any) -> str | None:
     """``backend:arch`` of a raw ``target`` object (what summaries count by), None if it is not one."""
     if isinstance(raw, dict) and isinstance(raw.get("backend"), str) and isinstance(raw.get("arch"), str):
@@ -857,7 +869,7 @@ class Manifest:
             if found is None:  # no per-target shards: the kernel's whole shard
                 return [v for v in self.variants_of(kernel) if str(v.target) == target]
             where = f"shard of {kernel!r} for {target}"
-            if any(v.kernel != kernel or str(v.target) != target for v in found):
+            if set(map(_KERNEL, found)) - {kernel} or set(target_labels(found)) - {target}:
                 raise SchemaError(f"{where}: holds a variant of another kernel or target", where=where)
             if len(found) != count:
                 raise SchemaError(f"{where}: its variants do not match the counts in the manifest header", where=where)

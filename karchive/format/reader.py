@@ -51,7 +51,7 @@ from .constants import (
     TAR_BLOCK,
     ZSTD_FRAME_MAGIC,
 )
-from .manifest import KernelSummary, Manifest, Variant, check_kernel_name, target_label
+from .manifest import KernelSummary, Manifest, Variant, check_kernel_name, target_label, target_labels
 from .names import select_kernels
 from .shard import Located, decode_shard, shard_variants
 from .source import BytesSource, RangeSource
@@ -718,7 +718,7 @@ class ArchiveReader:
         with self._shard_lock, _gc_paused():
             for i in ids:
                 variants, located = shard_variants(self._shard_doc(i), self._shards[i].kernel)
-                self._check_counts(i, (str(v.target) for v in variants))
+                self._check_counts(i, target_labels(variants))
                 self._claim(i, located)
                 out.extend(variants)
         if target is not None and any(self._shards[i].target is None for i in ids):
