@@ -260,7 +260,7 @@ class ArchiveReader:
         self._shard_of: dict[str, list[int]] = {}  # kernel -> its entries in _shards
         self._kernels: list[ShardEntry] = []  # the header's rows (each kernel's whole shard), in order
         self._registered: set[int] = set()  # shards whose members are known (placed, perhaps not yet checked)
-        self._pending: dict[int, list[tuple[str, int, int, int]]] = {}  # frame -> members to check on first use
+        self._pending: dict[int, list[Located]] = {}  # frame -> members (as a shard places them) to check on first use
         self._pending_names: dict[str, int] = {}
         self._all_loaded = True
         self._manifest: dict | None = None
@@ -424,8 +424,8 @@ class ArchiveReader:
             raise FormatError("index: frames do not end where the index begins")
         return frames
 
-    def _register(self, placed: list[tuple[str, int, int, int]], owner: int, what: str) -> list[int]:
-        """Add members (name, frame, data offset, size) that ``owner`` (the index, or shard n) lists.
+    def _register(self, placed: Sequence[tuple[Any, ...]], owner: int, what: str) -> list[int]:
+        """Add members (name, frame, data offset, size[, sha256]) that ``owner`` (the index, or shard n) lists.
 
         Each frame belongs to one owner, which must list all of its members: a frame claimed twice, a
         name listed twice, a member outside its frame or overlapping another is refused. Returns the
@@ -439,7 +439,7 @@ class ArchiveReader:
         size_of = frames.size_of if isinstance(frames, FrameTable) else lambda i: frames[i].size
         added: dict[str, Member] = {}
         claimed: dict[int, list[Member]] = {}
-        for name, frame, offset, size in placed:
+        for name, frame, offset, size in map(_PLACED, placed):
             check_member_name(name)
             if frame >= n_frames or offset % TAR_BLOCK or offset < TAR_BLOCK or offset + size > size_of(frame):
                 raise FormatError(f"{what}: member {name!r} lies outside its frame")
@@ -767,9 +767,9 @@ class ArchiveReader:
             seen: set[str] = set()
             name = next(n for n in names if n in seen or n in self._digests or seen.add(n))  # type: ignore[func-returns-value]
             raise FormatError(f"{what}: member {name!r} is listed twice")
-        by_frame: dict[int, list[tuple[str, int, int, int]]] = {}
+        by_frame: dict[int, list[Located]] = {}
         for frame, group in groupby(sorted(located, key=itemgetter(1)), key=itemgetter(1)):
-            placed = list(map(_PLACED, group))
+            placed = list(group)  # kept as placed; _register reads the first four fields when the frame is needed
             if frame >= len(self.frames):
                 raise FormatError(f"{what}: member {placed[0][0]!r} lies outside its frame")
             if self._owner[frame] != _UNCLAIMED:

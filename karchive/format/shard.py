@@ -427,7 +427,7 @@ def _bulk(shard: _Shard, kernel: str) -> tuple[list[Variant], list[Located]] | N
         for i in set(chain.from_iterable(pc)):
             p = Param._valid(param[i])
             param_of[i] = p if p is not None else Param.from_json(param[i], f"{where}: parts.param[{i}]")
-        params_of = {ps: tuple(map(param_of.__getitem__, ps)) for ps in set(ptuples)}
+        params_of = dict(zip(ptuples, map(tuple, map(map, repeat(param_of.__getitem__), ptuples))))
         memo: dict = {}
         abi_of = {(a, n_ps): Abi.from_json(abis[a], n_ps, f"{where}: parts.abi[{a}]", memo)
                   for a, n_ps in set(zip(ac, map(len, ptuples)))}
