@@ -439,16 +439,17 @@ class ArchiveReader:
         size_of = frames.size_of if isinstance(frames, FrameTable) else lambda i: frames[i].size
         added: dict[str, Member] = {}
         claimed: dict[int, list[Member]] = {}
+        listed, new = self._frame_members.get, tuple.__new__  # .get: no __missing__ call per member
         for name, frame, offset, size in map(_PLACED, placed):
             check_member_name(name)
             if frame >= n_frames or offset % TAR_BLOCK or offset < TAR_BLOCK or offset + size > size_of(frame):
                 raise FormatError(f"{what}: member {name!r} lies outside its frame")
             if name in added or name in self._members:
                 raise FormatError(f"{what}: duplicate member {name!r}")
-            if self._owner[frame] not in (_UNCLAIMED, owner) or self._frame_members[frame]:
+            if self._owner[frame] not in (_UNCLAIMED, owner) or listed(frame):
                 raise FormatError(f"{what}: member {name!r} is in frame {frame}, which holds members listed "
                                   "elsewhere (each frame belongs to the index or to one shard)")
-            m = Member(name, frame, offset, size)
+            m = new(Member, (name, frame, offset, size))  # a named tuple, without its Python-level __new__
             added[name] = m
             claimed.setdefault(frame, []).append(m)
         # Each member's header and data must lie apart from every other's; otherwise one member's

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from itertools import chain, repeat
-from operator import add
+from operator import add, itemgetter
 from typing import Any
 
 from ..core.jsonio import canonical_json
@@ -209,9 +209,11 @@ class _Shard:
             if name not in PARTS or not isinstance(values, list):
                 raise FormatError(f"{where}: unknown or malformed part {name!r}")
         fields = parts.get("field", [])
-        for i, pair in enumerate(fields):
-            if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
-                raise FormatError(f"{where}: parts.field[{i}] is not a [key, value] pair")
+        if not (set(map(type, fields)) <= {list} and set(map(len, fields)) <= {2}
+                and set(map(type, map(itemgetter(0), fields))) <= {str}):  # else say which one is not
+            for i, pair in enumerate(fields):
+                if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
+                    raise FormatError(f"{where}: parts.field[{i}] is not a [key, value] pair")
         records = {name: self._records(parts.get(name, []), fields, f"{where}: parts.{name}") for name in RECORDS}
         abi_params = parts.get("abi_params", [])
         abis = records["abi"]
@@ -338,8 +340,8 @@ def _hex64s(values: tuple[str, ...] | list[str]) -> bool:
 
 def _ints(column: Any, bound: int) -> bool:
     """Every value an int in [0, bound) (checked a column at a time, at C speed)."""
-    return type(column) in (list, tuple) and (not column or set(map(type, column)) == {int} and min(column) >= 0
-                                              and max(column) < bound)
+    return type(column) in (list, tuple) and (not column or list(map(type, column)).count(int) == len(column)
+                                              and min(column) >= 0 and max(column) < bound)
 
 
 def _files(column: Any, homes: list[str]) -> tuple[list[FileRef], list[Located]] | None:
