@@ -33,6 +33,7 @@ class _Missing:
 
 
 MISSING: Any = _Missing()
+_UNKNOWN: Any = object()  # not yet in call_reason's memo (None there means: this parameter fits)
 
 _SM = re.compile(r"sm_(\d+)([af]?)")
 
@@ -347,27 +348,27 @@ def option_reason(v: Variant, options: Mapping[str, Any]) -> str | None:
 
 def call_reason(v: Variant, values: Sequence[Any], infos: Sequence[PointerInfo | None],
                 options: Mapping[str, Any] | None = None, block_from_variant: bool = False,
-                memo: dict[tuple[int, int], str | None] | None = None) -> str | None:
+                memo: list[dict[int, str | None]] | None = None) -> str | None:
     """Why the call's arguments and launch options do not fit variant ``v`` (None when they do).
     ``block_from_variant``: descriptors take the variant's block shape (autotuned kernels), so theirs is not compared.
 
-    ``memo`` (one per call, kept while the variants live) remembers each parameter's answer by position
-    and parameter object: the variants of a kernel share their parameter objects (a shard parses each
-    distinct one once), so a selection among hundreds asks :func:`param_reason` once per distinct
-    parameter, not once per variant and parameter."""
+    ``memo`` (one per call, kept while the variants live: a dict per position) remembers each parameter's
+    answer by position and parameter object: the variants of a kernel share their parameter objects (a
+    shard parses each distinct one once), so a selection among hundreds asks :func:`param_reason` once
+    per distinct parameter, not once per variant and parameter."""
     if len(values) != len(v.params):
         return f"takes {len(v.params)} parameters, the call gave {len(values)}"
     if memo is None:
         reasons = [r for p, x, i in zip(v.params, values, infos)
                    if (r := param_reason(p, x, i, False, block_from_variant))]
     else:
+        while len(memo) < len(values):
+            memo.append({})
         reasons = []
-        for j, (p, x, i) in enumerate(zip(v.params, values, infos)):
-            slot = (j, id(p))
-            if slot in memo:
-                r = memo[slot]
-            else:
-                r = memo[slot] = param_reason(p, x, i, False, block_from_variant)
+        for known, p, x, i in zip(memo, v.params, values, infos):
+            r = known.get(id(p), _UNKNOWN)
+            if r is _UNKNOWN:
+                r = known[id(p)] = param_reason(p, x, i, False, block_from_variant)
             if r:
                 reasons.append(r)
     if options and (r := option_reason(v, options)):
@@ -413,7 +414,7 @@ def select_variant(kernel: str, variants: Sequence[Variant], dev: DeviceInfo, va
         else:
             runnable.append((i, v, fit))
     omitted_constexprs(kernel, [v for _, v, _ in runnable], values, names)
-    memo: dict[tuple[int, int], str | None] = {}  # the variants are alive throughout: ids stay theirs
+    memo: list[dict[int, str | None]] = []  # the variants are alive throughout: ids stay theirs
     for i, v, fit in runnable:
         why = call_reason(v, values, infos, options, block_from_variant, memo)
         if why:
