@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import re
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from operator import attrgetter
@@ -668,14 +669,11 @@ class KernelSummary:
 
     @classmethod
     def of(cls, kernel: str, targets: Iterable[str | None]) -> KernelSummary:
-        counts: dict[str, int] = {}
-        n = 0
-        for t in targets:
-            n += 1
-            if t is None:
-                raise SchemaError(f"a variant of {kernel!r} has no valid target", where="variants")
-            counts[t] = counts.get(t, 0) + 1
-        return cls(kernel, n, tuple(sorted(counts.items())))
+        counts: Counter[str | None] = Counter(targets)  # counted in C: a shard's variants are counted on every read
+        if None in counts:
+            raise SchemaError(f"a variant of {kernel!r} has no valid target", where="variants")
+        labelled = [(t, c) for t, c in counts.items() if t is not None]
+        return cls(kernel, sum(counts.values()), tuple(sorted(labelled)))
 
 
 # -- manifest -------------------------------------------------------------------------------------
