@@ -431,8 +431,9 @@ def _bulk(shard: _Shard, kernel: str) -> tuple[list[Variant], list[Located]] | N
             param_of[i] = p if p is not None else Param.from_json(param[i], f"{where}: parts.param[{i}]")
         params_of = dict(zip(ptuples, map(tuple, map(map, repeat(param_of.__getitem__), ptuples))))
         memo: dict = {}
-        abi_of = {(a, n_ps): Abi.from_json(abis[a], n_ps, f"{where}: parts.abi[{a}]", memo)
-                  for a, n_ps in set(zip(ac, map(len, ptuples)))}
+        # A FormatError here only sends the shard to the row-by-row path, which says where it is: no
+        # location is spelled out per ABI (one per variant, often).
+        abi_of = {(a, n_ps): Abi.from_json(abis[a], n_ps, where, memo) for a, n_ps in set(zip(ac, map(len, ptuples)))}
     except FormatError:
         return None
     out = [Variant.checked_new(kernel, key, target_of[ti], params_of[ps], options[oi], abi_of[(ai, len(ps))],
