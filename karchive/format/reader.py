@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -95,10 +96,18 @@ class Frame(NamedTuple):
 
 class FrameTable(Sequence[Frame]):
     """The index's frames as four columns, a :class:`Frame` made when one is asked for: an archive of
-    10,000 variants has a thousand frames or more, opened for one or two of them."""
+    10,000 variants has a thousand frames or more, opened for one or two of them. The columns are
+    arrays of machine integers where the values fit (they do, once checked against the file's size):
+    no int object per field kept alive, and nothing for the garbage collector to walk."""
 
-    def __init__(self, offsets: list[int], lengths: list[int], sizes: list[int], flags: list[int]) -> None:
-        self._columns = (offsets, lengths, sizes, flags)
+    def __init__(self, offsets: Sequence[int], lengths: Sequence[int], sizes: Sequence[int],
+                 flags: Sequence[int]) -> None:
+        columns: tuple[Sequence[int], ...] = (offsets, lengths, sizes, flags)
+        try:
+            columns = tuple(array("q", c) for c in columns)
+        except OverflowError:  # a size past 2**63 (only under limits raised that far): keep the lists
+            pass
+        self._columns = columns
 
     def __len__(self) -> int:
         return len(self._columns[0])
@@ -352,7 +361,7 @@ class ArchiveReader:
                                      limit=self.limits.max_members, value=len(index["members"]))
         self.frames = frames
         self._frame_members: dict[int, list[Member]] = _FrameMembers()
-        self._owner = [_UNCLAIMED] * len(frames)
+        self._owner = array("q", [_UNCLAIMED]) * len(frames)  # an array: nothing for the collector to walk
         members = index["members"]
         if set(map(type, members)) <= {list} and set(map(len, members)) <= {4} and all(
                 _naturals(list(map(itemgetter(i), members))) for i in (1, 2, 3)):
