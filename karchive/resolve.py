@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .core import settings
 from .errors import LockfileError, NotFoundError, UnsupportedLocationError
 from .format.open import is_url, open_location
 from .format.reader import ArchiveReader
@@ -47,10 +48,14 @@ def open(ref: str | os.PathLike, options: OpenOptions | None = None, **fields: A
         raise LockfileError(f"{text} is a path, not a NAME@VERSION reference: a lockfile cannot pin it",
                             lockfile=(getattr(lockfile, "path", None) or "the lockfile given") if hasattr(lockfile, "pins")
                             else os.fspath(lockfile))
+    storage = dict(opts.storage_options) if opts.storage_options is not None else None
+    if opts.trust is False or (opts.trust is None and settings.trust_policy() is None):
+        # No policy given or configured (what resolve_policy answers None for without reading anything):
+        # the enforcement module is not even imported on the way to a plain open.
+        return open_location(text, storage_options=storage, limits=opts.limits)
     from .trust.enforce import open_trusted_path, open_trusted_url, resolve_policy
 
     policy = resolve_policy(opts.trust)
-    storage = dict(opts.storage_options) if opts.storage_options is not None else None
     if policy is None:
         return open_location(text, storage_options=storage, limits=opts.limits)
     if is_url(text) and not text.startswith("file://"):

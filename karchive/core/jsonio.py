@@ -31,6 +31,11 @@ def canonical_json(obj: object) -> bytes:
 #: Deepest nesting of arrays and objects accepted in JSON karchive did not write (spec/FORMAT.md §7).
 MAX_DEPTH = 64
 _KEEP_QUOTES_AND_BRACKETS = bytes(set(range(256)) - set(b'"[]{}'))
+# Deletion tables that keep only ``[{`` (or ``,:[{``): the length of ``raw.translate(None, table)`` counts
+# them in one C pass, where ``bytes.count`` makes a pass per byte value (these run over every shard on its
+# way to a launch). The copy is never longer than ``raw``, which the caller already holds.
+_OPENERS_ONLY = bytes(set(range(256)) - set(b"[{"))
+_VALUE_MARKS_ONLY = bytes(set(range(256)) - set(b",:[{"))
 _OBJECTS_AS_ARRAYS = bytes.maketrans(b"{}", b"[]")
 _STRING = re.compile(rb'"[^"]*"')
 
@@ -39,9 +44,20 @@ def deeper_than(raw: bytes, limit: int) -> bool:
     """True when the arrays and objects of JSON ``raw`` nest more than ``limit`` deep. Runs at C speed before any parser recurses: escaped backslashes and quotes go
     first, then everything but quotes and brackets, then the strings; objects count as arrays, and each
     pass removes the innermost ``[]`` pairs, so a document of depth d is empty after d passes."""
-    if raw.count(b"[") + raw.count(b"{") <= limit:
+    if len(raw.translate(None, _OPENERS_ONLY)) <= limit:
         return False
-    s = raw.replace(b"\\\\", b"").replace(b'\\"', b"").translate(None, _KEEP_QUOTES_AND_BRACKETS)
+    # Escapes are removed from the span between the first backslash and the byte after the last: no match of either
+    # pattern starts outside that span, so the two passes need not run over the whole document (a shard
+    # has a few escapes, in a compiler's version string, and hundreds of kilobytes around them).
+    first = raw.find(b"\\")
+    if first < 0:
+        s = raw.translate(None, _KEEP_QUOTES_AND_BRACKETS)
+    else:
+        end = raw.rfind(b"\\") + 2  # the last backslash and what it escapes
+        span = raw[first:end].replace(b"\\\\", b"").replace(b'\\"', b"")
+        # What follows the span, as the whole document's translation ends (no copy of the document's tail).
+        rest = raw.translate(None, _KEEP_QUOTES_AND_BRACKETS)[len(raw[:end].translate(None, _KEEP_QUOTES_AND_BRACKETS)):]
+        s = raw[:first].translate(None, _KEEP_QUOTES_AND_BRACKETS) + span.translate(None, _KEEP_QUOTES_AND_BRACKETS) + rest
     # Adjacent quotes are an empty string or two strings with nothing between them: removing them keeps
     # the structure, and leaves only the few strings that hold brackets to the regex.
     s = s.replace(b'""', b"")
@@ -61,7 +77,7 @@ def deeper_than(raw: bytes, limit: int) -> bool:
 def count_values_bound(raw: bytes) -> int:
     """An upper bound on the number of JSON values in ``raw``: every value but the first follows one of
     ``, : [ {``, so counting those bytes bounds the values without parsing anything."""
-    return raw.count(b",") + raw.count(b":") + raw.count(b"[") + raw.count(b"{") + 1
+    return len(raw.translate(None, _VALUE_MARKS_ONLY)) + 1
 
 
 def parse_json(raw: bytes | str, what: str, *, error: type[KarchiveError], strict: bool = True,

@@ -19,8 +19,10 @@ from __future__ import annotations
 import functools
 import re
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any, NamedTuple
 
 from ..core.digest import is_sha256_hex
@@ -35,7 +37,7 @@ from .target import Target
 
 __all__ = [
     "ABI_KINDS", "POINTER_ELEMENT_TYPES", "SCALAR_SIZES", "Abi", "AbiParam", "FileRef", "KernelSummary", "Manifest",
-    "Param", "Provenance", "Target", "Variant", "parse_variant", "target_label",
+    "Param", "Provenance", "Target", "Variant", "parse_variant", "target_label", "target_labels",
 ]
 
 ABI_KINDS = ("pointer", "scalar", "global_scratch", "profile_scratch", "tensordesc")
@@ -153,6 +155,9 @@ class Param:
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> Param:
+        fast = cls._valid(obj)
+        if fast is not None:
+            return fast
         name, typ = _req(obj, "name", str, where), _req(obj, "type", str, where)
         hints = _opt(obj, "hints", dict, where) or {}
         required = _opt(obj, "required", bool, where)
@@ -167,6 +172,34 @@ class Param:
                    divisibility=_opt(hints, "divisibility", int, where + ".hints"),
                    equal_to_1=_opt(hints, "equal_to_1", bool, where + ".hints") is True,
                    has_default=has_default, default=default)
+
+    @classmethod
+    def _valid(cls, obj: Any) -> Param | None:
+        """The checks below in one expression, for a valid parameter (None: let them find what is wrong).
+        A format-2 shard parses one per distinct parameter: one per variant for a constexpr that differs."""
+        if type(obj) is not dict:
+            return None
+        g = obj.get
+        name, typ, hints, required, default = g("name"), g("type"), g("hints"), g("required"), g("default")
+        if type(name) is not str or type(typ) is not str or not (required is None or type(required) is bool):
+            return None
+        if hints is None:
+            divisibility = equal_to_1 = None
+        elif type(hints) is dict:
+            divisibility, equal_to_1 = hints.get("divisibility"), hints.get("equal_to_1")
+            if not (divisibility is None or type(divisibility) is int) or not (equal_to_1 is None
+                                                                                or type(equal_to_1) is bool):
+                return None
+        else:
+            return None
+        has_default = "default" in obj
+        if (has_default and required is not None) or (default is not None
+                                                      and type(default) not in (bool, int, float, str)):
+            return None
+        return _new(cls, {"name": name, "type": typ, "constexpr": g("value"), "is_constexpr": "value" in obj,
+                          "divisibility": divisibility, "equal_to_1": equal_to_1 is True,
+                          "has_default": True if has_default else (False if required else None),
+                          "default": default})
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "type": self.type}
@@ -258,15 +291,22 @@ class Abi:
 
     @classmethod
     def from_json(cls, obj: Any, n_params: int, where: str, memo: dict | None = None) -> Abi:
-        version = _req(obj, "version", int, where)
+        # The usual field types are taken as they are; anything else goes through _req, which raises
+        # (or accepts) exactly as it always did. A shard parses one ABI per distinct ABI: often one per variant.
+        version = obj.get("version") if type(obj) is dict else None
+        if type(version) is not int:
+            version = _req(obj, "version", int, where)
         if version > ABI_VERSION:
             raise UnsupportedVersionError(
                 f"{where}: launch ABI version {version} is newer than this runtime supports ({ABI_VERSION})",
                 found=str(version), supported=str(ABI_VERSION))
-        raw_params = _req(obj, "params", list, where)
-        params = _memo(memo, "abi_params", raw_params, n_params, lambda: tuple(
+        raw_params = obj.get("params")
+        if type(raw_params) is not list:
+            raw_params = _req(obj, "params", list, where)
+        hit = memo.get(("abi_params", id(raw_params), n_params)) if memo is not None else None
+        params = hit[0] if hit is not None else _memo(memo, "abi_params", raw_params, n_params, lambda: tuple(
             AbiParam.from_json(p, n_params, f"{where}.params[{i}]") for i, p in enumerate(raw_params)))
-        if version < 2 and any(p.kind == "tensordesc" for p in params):
+        if version < 2 and _has_tensordesc(params, memo):
             raise SchemaError(f"{where}: tensordesc parameters need launch ABI version 2, this one says {version}",
                               where=f"{where}.version")
         fast = cls._valid(obj, params)
@@ -580,12 +620,35 @@ def _memo(memo: dict[tuple[str, int, int], Any] | None, what: str, raw: Any, ext
     return hit[0]
 
 
+def _has_tensordesc(params: tuple[AbiParam, ...], memo: dict | None) -> bool:
+    """Whether an ABI's parameters include a tensor descriptor; answered once per parameter list that
+    ``memo`` holds (the ABIs of a shard share one, and the memo keeps it alive, so its id stays its own)."""
+    if memo is None:
+        return any(p.kind == "tensordesc" for p in params)
+    slot = ("abi_tensordesc", id(params), 0)
+    hit = memo.get(slot)
+    if hit is None:
+        hit = memo[slot] = (any(p.kind == "tensordesc" for p in params), params)
+    return bool(hit[0])
+
+
 def _param_parser(raw: Any, where: str) -> Callable[[], Param]:
     return lambda: Param.from_json(raw, where)
 
 
 def parse_variant(obj: Any, where: str) -> Variant:
     return Variant.from_json(obj, where)
+
+
+def target_labels(variants: Iterable[Variant]) -> list[str]:
+    """``str(v.target)`` of each variant (``cuda:90``), each distinct target object formatted once: the
+    variants of a shard share theirs, and these labels are compared for every variant read."""
+    targets = list(map(_TARGET, variants))
+    labels = {key: str(t) for key, t in dict(zip(map(id, targets), targets)).items()}
+    return list(map(labels.__getitem__, map(id, targets)))
+
+
+_TARGET, _KERNEL = attrgetter("target"), attrgetter("kernel")
 
 
 def target_label(raw: Any) -> str | None:
@@ -606,14 +669,11 @@ class KernelSummary:
 
     @classmethod
     def of(cls, kernel: str, targets: Iterable[str | None]) -> KernelSummary:
-        counts: dict[str, int] = {}
-        n = 0
-        for t in targets:
-            n += 1
-            if t is None:
-                raise SchemaError(f"a variant of {kernel!r} has no valid target", where="variants")
-            counts[t] = counts.get(t, 0) + 1
-        return cls(kernel, n, tuple(sorted(counts.items())))
+        counts: Counter[str | None] = Counter(targets)  # counted in C: a shard's variants are counted on every read
+        if None in counts:
+            raise SchemaError(f"a variant of {kernel!r} has no valid target", where="variants")
+        labelled = [(t, c) for t, c in counts.items() if t is not None]
+        return cls(kernel, sum(counts.values()), tuple(sorted(labelled)))
 
 
 # -- manifest -------------------------------------------------------------------------------------
@@ -807,7 +867,7 @@ class Manifest:
             if found is None:  # no per-target shards: the kernel's whole shard
                 return [v for v in self.variants_of(kernel) if str(v.target) == target]
             where = f"shard of {kernel!r} for {target}"
-            if any(v.kernel != kernel or str(v.target) != target for v in found):
+            if set(map(_KERNEL, found)) - {kernel} or set(target_labels(found)) - {target}:
                 raise SchemaError(f"{where}: holds a variant of another kernel or target", where=where)
             if len(found) != count:
                 raise SchemaError(f"{where}: its variants do not match the counts in the manifest header", where=where)

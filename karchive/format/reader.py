@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import threading
+from array import array
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -51,7 +52,7 @@ from .constants import (
     TAR_BLOCK,
     ZSTD_FRAME_MAGIC,
 )
-from .manifest import KernelSummary, Manifest, Variant, check_kernel_name, target_label
+from .manifest import KernelSummary, Manifest, Variant, check_kernel_name, target_label, target_labels
 from .names import select_kernels
 from .shard import Located, decode_shard, shard_variants
 from .source import BytesSource, RangeSource
@@ -95,10 +96,18 @@ class Frame(NamedTuple):
 
 class FrameTable(Sequence[Frame]):
     """The index's frames as four columns, a :class:`Frame` made when one is asked for: an archive of
-    10,000 variants has a thousand frames or more, opened for one or two of them."""
+    10,000 variants has a thousand frames or more, opened for one or two of them. The columns are
+    arrays of machine integers where the values fit (they do, once checked against the file's size):
+    no int object per field kept alive, and nothing for the garbage collector to walk."""
 
-    def __init__(self, offsets: list[int], lengths: list[int], sizes: list[int], flags: list[int]) -> None:
-        self._columns = (offsets, lengths, sizes, flags)
+    def __init__(self, offsets: Sequence[int], lengths: Sequence[int], sizes: Sequence[int],
+                 flags: Sequence[int]) -> None:
+        columns: tuple[Sequence[int], ...] = (offsets, lengths, sizes, flags)
+        try:
+            columns = tuple(array("q", c) for c in columns)
+        except OverflowError:  # a size past 2**63 (only under limits raised that far): keep the lists
+            pass
+        self._columns = columns
 
     def __len__(self) -> int:
         return len(self._columns[0])
@@ -112,6 +121,10 @@ class FrameTable(Sequence[Frame]):
     def __iter__(self) -> Iterator[Frame]:
         o, n, s, f = self._columns
         return map(Frame, o, n, s, map(bool, f))
+
+    def size_of(self, i: int) -> int:
+        """Frame ``i``'s decompressed size, without making its :class:`Frame`."""
+        return self._columns[2][i]
 
     def any_dictionary(self) -> bool:
         """Whether some frame uses the dictionary, without making a Frame per frame."""
@@ -188,11 +201,19 @@ def compress_bound(size: int) -> int:
     return size + (size >> 8) + ((128 * 1024 - size) >> 11 if size < 128 * 1024 else 0) + 1024
 
 
+def _naturals(values: list) -> bool:
+    """Every value a non-negative int (not a bool): what :func:`_as_int` accepts, for a whole column."""
+    return list(map(type, values)).count(int) == len(values) and (not values or min(values) >= 0)
+
+
 def _as_int(value: Any, what: str) -> int:
     if type(value) is not int or value < 0:
         raise FormatError(f"index: {what} must be a non-negative integer, got {value!r}")
     return value
 
+
+#: Of a located member (name, frame, offset, size, sha256): where it is placed, and what it must hash to.
+_PLACED, _EXPECTED = itemgetter(0, 1, 2, 3), itemgetter(3, 4)
 
 #: Frame owners (format 2): not yet claimed by a loaded shard, or listed by the index itself.
 _UNCLAIMED, _ROOT = -1, -2
@@ -212,9 +233,10 @@ class ShardEntry:
 
 @contextmanager
 def _gc_paused() -> Iterator[None]:
-    """No cyclic garbage collection while a shard is parsed: it allocates tens of thousands of small
-    objects that hold no cycle, and the collector's passes over them cost a fifth of the parse. Only
-    delays collection (it resumes, as it was, right after); any thread may re-enable it meanwhile."""
+    """No cyclic garbage collection while a shard or the index is parsed: they allocate tens of thousands
+    of small objects that hold no cycle (the index's are freed before it resumes), and the collector's
+    passes over them cost a fifth of the parse. Only delays collection (it resumes, as it was, right
+    after); any thread may re-enable it meanwhile."""
     if not gc.isenabled():
         yield
         return
@@ -247,7 +269,7 @@ class ArchiveReader:
         self._shard_of: dict[str, list[int]] = {}  # kernel -> its entries in _shards
         self._kernels: list[ShardEntry] = []  # the header's rows (each kernel's whole shard), in order
         self._registered: set[int] = set()  # shards whose members are known (placed, perhaps not yet checked)
-        self._pending: dict[int, list[tuple[str, int, int, int]]] = {}  # frame -> members to check on first use
+        self._pending: dict[int, list[Located]] = {}  # frame -> members (as a shard places them) to check on first use
         self._pending_names: dict[str, int] = {}
         self._all_loaded = True
         self._manifest: dict | None = None
@@ -314,7 +336,8 @@ class ArchiveReader:
             raise DigestMismatchError(f"{where}: index digest does not match the footer (corrupt or tampered)",
                                       source=where,
                                       expected=index_digest.hex(), actual=hashlib.sha256(payload).hexdigest())
-        self._parse_index(self._decompress(payload, self.limits.max_index_bytes, None, "index"), index_offset)
+        with _gc_paused():  # the parsed index (a list per frame) is garbage once its columns are taken
+            self._parse_index(self._decompress(payload, self.limits.max_index_bytes, None, "index"), index_offset)
         self._load_dictionary_and_manifest()
 
     def _parse_index(self, raw: bytes, index_offset: int) -> None:
@@ -338,14 +361,19 @@ class ArchiveReader:
                                      limit=self.limits.max_members, value=len(index["members"]))
         self.frames = frames
         self._frame_members: dict[int, list[Member]] = _FrameMembers()
-        self._owner = [_UNCLAIMED] * len(frames)
-        placed = []
-        for entry in index["members"]:
-            if not isinstance(entry, list) or len(entry) != 4:
-                raise FormatError(f"index: bad member entry {entry!r}")
-            name = entry[0]
-            frame, offset, size = (_as_int(v, "member field") for v in entry[1:])
-            placed.append((name, frame, offset, size))
+        self._owner = array("q", [_UNCLAIMED]) * len(frames)  # an array: nothing for the collector to walk
+        members = index["members"]
+        if set(map(type, members)) <= {list} and set(map(len, members)) <= {4} and all(
+                _naturals(list(map(itemgetter(i), members))) for i in (1, 2, 3)):
+            placed = list(map(tuple, members))  # the usual index, checked a column at a time
+        else:
+            placed = []
+            for entry in members:
+                if not isinstance(entry, list) or len(entry) != 4:
+                    raise FormatError(f"index: bad member entry {entry!r}")
+                name = entry[0]
+                frame, offset, size = (_as_int(v, "member field") for v in entry[1:])
+                placed.append((name, frame, offset, size))
         self._register(placed, _ROOT, "index")
         # A format-1 index lists every member, so every frame must hold one; format 2's shards list the
         # rest of them, and verify() checks the same once every shard has been read.
@@ -362,17 +390,20 @@ class ArchiveReader:
                 or set(map(len, entries)) != {4}:
             return None
         flat = list(chain.from_iterable(entries))
-        if set(map(type, flat)) != {int} or min(flat) < 0:
+        if list(map(type, flat)).count(int) != len(flat):  # every field an int (a bool is not): no set to hash into
             return None
         offs, lens, sizes, flags = flat[0::4], flat[1::4], flat[2::4], flat[3::4]
+        # Offsets need no sign check of their own: the first is 0 and each next one is the previous
+        # end, past a length of at least 1.
+        if min(lens) < 1 or min(sizes) < 0 or not set(flags) <= {0, 1} or max(sizes) > self.limits.max_frame_bytes:
+            return None
         ends = list(map(add, offs, lens))
         if offs[0] != 0 or offs[1:] != ends[:-1] or ends[-1] != index_offset:
             return None
-        if 0 in lens or not set(flags) <= {0, 1} or max(sizes) > self.limits.max_frame_bytes:
-            return None
-        # length <= size + size/256 + 1 KiB is within compress_bound(size) (which adds a little more).
-        if not all(map(le, lens, [n + (n >> 8) + 1024 for n in sizes])) and \
-                not all(map(le, lens, map(compress_bound, sizes))):
+        # length <= size (a frame that compresses at all: one pass), or <= size + size/256 + 1 KiB, are
+        # within compress_bound(size) (which adds a little more).
+        if not all(map(le, lens, sizes)) and not all(map(le, lens, [n + (n >> 8) + 1024 for n in sizes])) \
+                and not all(map(le, lens, map(compress_bound, sizes))):
             return None
         return FrameTable(offs, lens, sizes, flags)  # type: ignore[return-value]
 
@@ -402,8 +433,8 @@ class ArchiveReader:
             raise FormatError("index: frames do not end where the index begins")
         return frames
 
-    def _register(self, placed: list[tuple[str, int, int, int]], owner: int, what: str) -> list[int]:
-        """Add members (name, frame, data offset, size) that ``owner`` (the index, or shard n) lists.
+    def _register(self, placed: Sequence[tuple[Any, ...]], owner: int, what: str) -> list[int]:
+        """Add members (name, frame, data offset, size[, sha256]) that ``owner`` (the index, or shard n) lists.
 
         Each frame belongs to one owner, which must list all of its members: a frame claimed twice, a
         name listed twice, a member outside its frame or overlapping another is refused. Returns the
@@ -413,18 +444,21 @@ class ArchiveReader:
             raise LimitExceededError(f"{what} brings the archive past {self.limits.max_members} members",
                                      limit=self.limits.max_members, value=len(self._members) + len(placed))
         frames = self.frames
+        n_frames = len(frames)
+        size_of = frames.size_of if isinstance(frames, FrameTable) else lambda i: frames[i].size
         added: dict[str, Member] = {}
         claimed: dict[int, list[Member]] = {}
-        for name, frame, offset, size in placed:
+        listed, new = self._frame_members.get, tuple.__new__  # .get: no __missing__ call per member
+        for name, frame, offset, size in map(_PLACED, placed):
             check_member_name(name)
-            if frame >= len(frames) or offset % TAR_BLOCK or offset < TAR_BLOCK or offset + size > frames[frame].size:
+            if frame >= n_frames or offset % TAR_BLOCK or offset < TAR_BLOCK or offset + size > size_of(frame):
                 raise FormatError(f"{what}: member {name!r} lies outside its frame")
             if name in added or name in self._members:
                 raise FormatError(f"{what}: duplicate member {name!r}")
-            if self._owner[frame] not in (_UNCLAIMED, owner) or self._frame_members[frame]:
+            if self._owner[frame] not in (_UNCLAIMED, owner) or listed(frame):
                 raise FormatError(f"{what}: member {name!r} is in frame {frame}, which holds members listed "
                                   "elsewhere (each frame belongs to the index or to one shard)")
-            m = Member(name, frame, offset, size)
+            m = new(Member, (name, frame, offset, size))  # a named tuple, without its Python-level __new__
             added[name] = m
             claimed.setdefault(frame, []).append(m)
         # Each member's header and data must lie apart from every other's; otherwise one member's
@@ -694,7 +728,7 @@ class ArchiveReader:
         with self._shard_lock, _gc_paused():
             for i in ids:
                 variants, located = shard_variants(self._shard_doc(i), self._shards[i].kernel)
-                self._check_counts(i, (str(v.target) for v in variants))
+                self._check_counts(i, target_labels(variants))
                 self._claim(i, located)
                 out.extend(variants)
         if target is not None and any(self._shards[i].target is None for i in ids):
@@ -735,16 +769,17 @@ class ArchiveReader:
             raise LimitExceededError(f"{what} brings the archive past {self.limits.max_members} members",
                                      limit=self.limits.max_members,
                                      value=len(self._members) + len(self._pending_names) + len(located))
-        names = [loc[0] for loc in located]
-        frame_of = dict(zip(names, [loc[1] for loc in located]))
+        # Column by column at C speed: a shard places thousands of members (most of them IR, never read).
+        names = list(map(itemgetter(0), located))
+        frame_of = dict(zip(names, map(itemgetter(1), located)))
         twice = len(frame_of) != len(names) or not self._digests.keys().isdisjoint(frame_of)
         if twice:
             seen: set[str] = set()
             name = next(n for n in names if n in seen or n in self._digests or seen.add(n))  # type: ignore[func-returns-value]
             raise FormatError(f"{what}: member {name!r} is listed twice")
-        by_frame: dict[int, list[tuple[str, int, int, int]]] = {}
+        by_frame: dict[int, list[Located]] = {}
         for frame, group in groupby(sorted(located, key=itemgetter(1)), key=itemgetter(1)):
-            placed = [loc[:4] for loc in group]
+            placed = list(group)  # kept as placed; _register reads the first four fields when the frame is needed
             if frame >= len(self.frames):
                 raise FormatError(f"{what}: member {placed[0][0]!r} lies outside its frame")
             if self._owner[frame] != _UNCLAIMED:
@@ -755,7 +790,7 @@ class ArchiveReader:
             self._owner[frame] = i
             self._pending[frame] = placed
         self._pending_names.update(frame_of)
-        self._digests.update(zip(names, [(loc[3], loc[4]) for loc in located]))
+        self._digests.update(zip(names, map(_EXPECTED, located)))
         self._registered.add(i)
         self._all_loaded = len(self._registered) == len(self._shards)
         return sorted(by_frame)

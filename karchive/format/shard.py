@@ -32,9 +32,9 @@ kernel's first launch. This module maps shards to and from the manifest's JSON
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
-from itertools import chain
+from itertools import chain, repeat
+from operator import add, itemgetter
 from typing import Any
 
 from ..core.jsonio import canonical_json
@@ -209,14 +209,21 @@ class _Shard:
             if name not in PARTS or not isinstance(values, list):
                 raise FormatError(f"{where}: unknown or malformed part {name!r}")
         fields = parts.get("field", [])
-        for i, pair in enumerate(fields):
-            if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
-                raise FormatError(f"{where}: parts.field[{i}] is not a [key, value] pair")
-        records = {name: [self._record(r, fields, f"{where}: parts.{name}[{i}]") for i, r in enumerate(parts.get(name, []))]
-                   for name in RECORDS}
+        if not (set(map(type, fields)) <= {list} and set(map(len, fields)) <= {2}
+                and set(map(type, map(itemgetter(0), fields))) <= {str}):  # else say which one is not
+            for i, pair in enumerate(fields):
+                if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
+                    raise FormatError(f"{where}: parts.field[{i}] is not a [key, value] pair")
+        records = {name: self._records(parts.get(name, []), fields, f"{where}: parts.{name}") for name in RECORDS}
         abi_params = parts.get("abi_params", [])
-        for i, abi in enumerate(records["abi"]):
-            abi["params"] = _index(abi.get("params"), abi_params, f"{where}: parts.abi[{i}].params")
+        abis = records["abi"]
+        refs = [abi.get("params") for abi in abis]
+        if _ints(refs, len(abi_params)):  # the usual case: one C-speed pass for every ABI's reference
+            for abi, ref in zip(abis, refs):
+                abi["params"] = abi_params[ref]
+        else:
+            for i, abi in enumerate(abis):
+                abi["params"] = _index(abi.get("params"), abi_params, f"{where}: parts.abi[{i}].params")
         self.tables = {**records, "target": parts.get("target", [])}
         self.param = parts.get("param", [])
         self.source = parts.get("source", [])
@@ -234,6 +241,16 @@ class _Shard:
                 raise FormatError(f"{where}: unknown file column {name!r}")
         self.columns = columns
         self.kernel = kernel
+
+    @classmethod
+    def _records(cls, table: list, fields: list, where: str) -> list[dict]:
+        """:meth:`_record` of each entry of a parts table: every index checked in one C-speed pass and
+        every object made at C speed when nothing is off, else entry by entry (which says what is)."""
+        if set(map(type, table)) <= {list} and _ints(list(chain.from_iterable(table)), len(fields)):
+            out = list(map(dict, map(map, repeat(fields.__getitem__), table)))
+            if list(map(len, out)) == list(map(len, table)):  # no key named twice
+                return out
+        return [cls._record(r, fields, f"{where}[{i}]") for i, r in enumerate(table)]
 
     @staticmethod
     def _record(indexes: Any, fields: list, where: str) -> dict:
@@ -307,14 +324,24 @@ def decode_shard(doc: Any, kernel: str) -> tuple[list[dict], list[Located]]:
     return entries, located
 
 
-_HEX64S = re.compile("(?:[0-9a-f]{64})*")
+_HEX = b"0123456789abcdef"
 _NONE = type(None)
+
+
+def _hex64s(values: tuple[str, ...] | list[str]) -> bool:
+    """Every value 64 lowercase hex digits (the caller has checked that each is a str): a sha256 or a
+    variant key. Joined and tested in two C passes (deleting the hex digits must leave nothing), which
+    a regex over a shard's thousands of digests took ten times longer to do."""
+    if set(map(len, values)) - {64}:
+        return False
+    joined = "".join(values)
+    return joined.isascii() and not joined.encode("ascii").translate(None, _HEX)
 
 
 def _ints(column: Any, bound: int) -> bool:
     """Every value an int in [0, bound) (checked a column at a time, at C speed)."""
-    return type(column) in (list, tuple) and (not column or set(map(type, column)) == {int} and min(column) >= 0
-                                              and max(column) < bound)
+    return type(column) in (list, tuple) and (not column or list(map(type, column)).count(int) == len(column)
+                                              and min(column) >= 0 and max(column) < bound)
 
 
 def _files(column: Any, homes: list[str]) -> tuple[list[FileRef], list[Located]] | None:
@@ -324,12 +351,16 @@ def _files(column: Any, homes: list[str]) -> tuple[list[FileRef], list[Located]]
     if set(map(type, column)) != {list} or set(map(len, column)) != {LOCATED}:
         return None
     paths, sizes, digests, frames, offsets = zip(*column)
-    if set(map(type, paths)) != {str} or set(map(type, digests)) != {str} or set(map(len, digests)) != {64} \
-            or not _ints(sizes, 1 << 62) or not _ints(frames, 1 << 62) or not _ints(offsets, 1 << 62) \
-            or not _HEX64S.fullmatch("".join(digests)):
+    if set(map(type, paths)) != {str} or set(map(type, digests)) != {str} or not _hex64s(digests) \
+            or not _ints(sizes, 1 << 62) or not _ints(frames, 1 << 62) or not _ints(offsets, 1 << 62):
         return None
-    full = [home + p[2:] if p.startswith("./") else p for home, p in zip(homes, paths)]
-    return list(map(FileRef, full, sizes, digests)), list(zip(full, frames, offsets, sizes, digests))
+    if all(map(str.startswith, paths, repeat("./"))):  # the usual case, at C speed: every file in its variant's home
+        full = list(map(add, homes, map(str.removeprefix, paths, repeat("./"))))
+    else:
+        full = [home + p[2:] if p.startswith("./") else p for home, p in zip(homes, paths)]
+    # FileRef is a named tuple: tuple.__new__ makes one without the Python-level __new__ namedtuple adds.
+    return (list(map(tuple.__new__, repeat(FileRef), zip(full, sizes, digests))),
+            list(zip(full, frames, offsets, sizes, digests)))
 
 
 def _bulk(shard: _Shard, kernel: str) -> tuple[list[Variant], list[Located]] | None:
@@ -343,7 +374,7 @@ def _bulk(shard: _Shard, kernel: str) -> tuple[list[Variant], list[Located]] | N
     keys = cols["key"]
     if n == 0:
         return [], []
-    if set(map(type, keys)) != {str} or set(map(len, keys)) != {64} or not _HEX64S.fullmatch("".join(keys)):
+    if set(map(type, keys)) != {str} or not _hex64s(keys):
         return None
     t = shard.tables
     targets, abis, options, provs, param, sources = (t["target"], t["abi"], t["options"], t["provenance"],
@@ -363,32 +394,51 @@ def _bulk(shard: _Shard, kernel: str) -> tuple[list[Variant], list[Located]] | N
     irc = cols.get("files.ir") or [None] * n
     if binary is None or metadata is None or not set(map(type, irc)) <= {dict, _NONE}:
         return None
-    owners, stages, values = [], [], []
-    for i, ir in enumerate(irc):
-        if ir:
-            owners.extend([i] * len(ir))
-            stages.extend(ir)
-            values.extend(ir.values())
-    ir_files = _files(values, [homes[i] for i in owners])
-    if ir_files is None or not all(map(is_ir_stage, set(stages))):
-        return None
-    irs: list[dict[str, FileRef]] = [{} for _ in range(n)]
-    for i, stage, ref in zip(owners, stages, ir_files[0]):
-        irs[i][stage] = ref
+    shapes = set(map(tuple, irc)) if set(map(type, irc)) == {dict} else None
+    if shapes is not None and len(shapes) == 1 and () not in shapes:
+        # The usual shard: every variant has the same IR stages, in the same order; flattened and
+        # regrouped at C speed (the loop below does the same for any other mix).
+        (stages,) = shapes
+        k = len(stages)
+        values = list(chain.from_iterable(map(dict.values, irc)))
+        ir_files = _files(values, list(chain.from_iterable(zip(*[homes] * k))))
+        if ir_files is None or not all(map(is_ir_stage, stages)):
+            return None
+        irs: list[dict[str, FileRef]] = list(map(dict, map(zip, repeat(stages), zip(*[iter(ir_files[0])] * k))))
+    else:
+        owners: list[int] = []
+        stage_list: list[str] = []
+        values = []
+        for i, ir in enumerate(irc):
+            if ir:
+                owners.extend([i] * len(ir))
+                stage_list.extend(ir)
+                values.extend(ir.values())
+        ir_files = _files(values, [homes[i] for i in owners])
+        if ir_files is None or not all(map(is_ir_stage, set(stage_list))):
+            return None
+        irs = [{} for _ in range(n)]
+        for i, stage, ref in zip(owners, stage_list, ir_files[0]):
+            irs[i][stage] = ref
     where = shard.where
-    try:  # each distinct part once, through the model's own checks
+    ptuples = list(map(tuple, pc))
+    try:  # each distinct part once, through the model's own checks (the message only built for a failure)
         target_of = {i: Target.from_json(targets[i], f"{where}: parts.target[{i}]") for i in set(tc)}
         prov_of = {i: Provenance.from_json(provs[i], f"{where}: parts.provenance[{i}]") for i in set(vc)}
-        param_of = {i: Param.from_json(param[i], f"{where}: parts.param[{i}]") for i in set(chain.from_iterable(pc))}
-        params_of = {ps: tuple(param_of[i] for i in ps) for ps in set(map(tuple, pc))}
+        param_of = {}
+        for i in set(chain.from_iterable(pc)):
+            p = Param._valid(param[i])
+            param_of[i] = p if p is not None else Param.from_json(param[i], f"{where}: parts.param[{i}]")
+        params_of = dict(zip(ptuples, map(tuple, map(map, repeat(param_of.__getitem__), ptuples))))
         memo: dict = {}
-        abi_of = {(a, len(ps)): Abi.from_json(abis[a], len(ps), f"{where}: parts.abi[{a}]", memo)
-                  for a, ps in set(zip(ac, map(tuple, pc)))}
+        # A FormatError here only sends the shard to the row-by-row path, which says where it is: no
+        # location is spelled out per ABI (one per variant, often).
+        abi_of = {(a, n_ps): Abi.from_json(abis[a], n_ps, where, memo) for a, n_ps in set(zip(ac, map(len, ptuples)))}
     except FormatError:
         return None
-    out = [Variant.checked_new(kernel, key, target_of[ti], params_of[tuple(ps)], options[oi], abi_of[(ai, len(ps))],
+    out = [Variant.checked_new(kernel, key, target_of[ti], params_of[ps], options[oi], abi_of[(ai, len(ps))],
                                b, m, ir, sources[si] if si is not None else None, prov_of[vi])
-           for key, ti, ps, oi, ai, vi, b, m, ir, si in zip(keys, tc, pc, oc, ac, vc, binary[0], metadata[0], irs, src)]
+           for key, ti, ps, oi, ai, vi, b, m, ir, si in zip(keys, tc, ptuples, oc, ac, vc, binary[0], metadata[0], irs, src)]
     return out, binary[1] + metadata[1] + ir_files[1]
 
 

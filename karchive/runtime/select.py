@@ -6,6 +6,7 @@ the reason it did not fit. Selection runs only on a dispatch-cache miss; the hot
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,7 @@ class _Missing:
 
 
 MISSING: Any = _Missing()
+_UNKNOWN: Any = object()  # not yet in call_reason's memo (None there means: this parameter fits)
 
 _SM = re.compile(r"sm_(\d+)([af]?)")
 
@@ -145,10 +147,9 @@ def device_fit(v: Variant, dev: DeviceInfo, allow_ptx: bool,
     cluster = abi.cluster_dims[0] * abi.cluster_dims[1] * abi.cluster_dims[2]
     if (abi.num_ctas > 1 or cluster > 1) and cc < (9, 0):
         return f"uses thread-block clusters (num_ctas={abi.num_ctas}), which need sm_90 or newer"
-    if cubin_runs_on(abi.binary_arch, cc):
-        m = whole(_SM, abi.binary_arch)
-        built = divmod(int(m.group(1)), 10) if m else cc
-        return DeviceFit("binary", (cc[0] - built[0]) * 10 + cc[1] - built[1])
+    fit = _cubin_fit(abi.binary_arch, tuple(cc))
+    if fit is not None:
+        return fit
     why = f"cubin is {abi.binary_arch}, the device is sm_{cc[0]}{cc[1]}" + _arch_rule(abi.binary_arch, cc)
     if not allow_ptx:
         return why + ("; PTX JIT fallback is off (open(..., allow_ptx=True))" if "ptx" in v.ir else "")
@@ -166,6 +167,17 @@ def device_fit(v: Variant, dev: DeviceInfo, allow_ptx: bool,
         return (why + f"; its PTX is ISA {version[0]}.{version[1]}, the driver (version {dev.driver_version}) "
                 f"reads up to {isa[0]}.{isa[1]}")
     return DeviceFit("ptx", 1000)
+
+
+@functools.lru_cache(maxsize=256)
+def _cubin_fit(binary_arch: str, cc: tuple[int, ...]) -> DeviceFit | None:
+    """How a cubin of ``binary_arch`` runs on compute capability ``cc`` (None: it does not): the same
+    answer for every variant of that arch, so a selection among hundreds reads each arch name once."""
+    if not cubin_runs_on(binary_arch, (cc[0], cc[1])):
+        return None
+    m = whole(_SM, binary_arch)
+    built = divmod(int(m.group(1)), 10) if m else cc
+    return DeviceFit("binary", (cc[0] - built[0]) * 10 + cc[1] - built[1])
 
 
 def _is_int(value: Any) -> bool:
@@ -335,13 +347,30 @@ def option_reason(v: Variant, options: Mapping[str, Any]) -> str | None:
 
 
 def call_reason(v: Variant, values: Sequence[Any], infos: Sequence[PointerInfo | None],
-                options: Mapping[str, Any] | None = None, block_from_variant: bool = False) -> str | None:
+                options: Mapping[str, Any] | None = None, block_from_variant: bool = False,
+                memo: list[dict[int, str | None]] | None = None) -> str | None:
     """Why the call's arguments and launch options do not fit variant ``v`` (None when they do).
-    ``block_from_variant``: descriptors take the variant's block shape (autotuned kernels), so theirs is not compared."""
+    ``block_from_variant``: descriptors take the variant's block shape (autotuned kernels), so theirs is not compared.
+
+    ``memo`` (one per call, kept while the variants live: a dict per position) remembers each parameter's
+    answer by position and parameter object: the variants of a kernel share their parameter objects (a
+    shard parses each distinct one once), so a selection among hundreds asks :func:`param_reason` once
+    per distinct parameter, not once per variant and parameter."""
     if len(values) != len(v.params):
         return f"takes {len(v.params)} parameters, the call gave {len(values)}"
-    reasons = [r for p, x, i in zip(v.params, values, infos)
-               if (r := param_reason(p, x, i, False, block_from_variant))]
+    if memo is None:
+        reasons = [r for p, x, i in zip(v.params, values, infos)
+                   if (r := param_reason(p, x, i, False, block_from_variant))]
+    else:
+        while len(memo) < len(values):
+            memo.append({})
+        reasons = []
+        for known, p, x, i in zip(memo, v.params, values, infos):
+            r = known.get(id(p), _UNKNOWN)
+            if r is _UNKNOWN:
+                r = known[id(p)] = param_reason(p, x, i, False, block_from_variant)
+            if r:
+                reasons.append(r)
     if options and (r := option_reason(v, options)):
         reasons.append(r)
     return "; ".join(reasons) if reasons else None
@@ -385,8 +414,9 @@ def select_variant(kernel: str, variants: Sequence[Variant], dev: DeviceInfo, va
         else:
             runnable.append((i, v, fit))
     omitted_constexprs(kernel, [v for _, v, _ in runnable], values, names)
+    memo: list[dict[int, str | None]] = []  # the variants are alive throughout: ids stay theirs
     for i, v, fit in runnable:
-        why = call_reason(v, values, infos, options, block_from_variant)
+        why = call_reason(v, values, infos, options, block_from_variant, memo)
         if why:
             rejected.append((v, why))
             continue

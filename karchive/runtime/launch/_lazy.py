@@ -28,17 +28,20 @@ the kernel is set up over every variant, as an eager one.
 from __future__ import annotations
 
 import threading
+from operator import attrgetter
 from typing import Any
 from collections.abc import Callable, Mapping, Sequence
 
 from ...errors import ArgumentError, KarchiveError, NoMatchingVariantError
-from ...format.manifest import Variant
+from ...format.manifest import Variant, target_labels
 from ..device import DeviceInfo
 from ..select import may_run_on, target_agrees
 
 #: A :class:`.kernel.Kernel` (not imported: kernel.py imports this module, and a circle of imports,
 #: type-only ones included, is what tests/test_import_cycles.py refuses).
 Kernel = Any
+
+_BINARY_ARCH = attrgetter("abi.binary_arch")
 
 #: What a kernel's argument checks and selection raise for a call (``Kernel._explain`` sees them first):
 #: the errors whose words depend on the variants the kernel was set up over.
@@ -88,7 +91,7 @@ class TargetSource:
             return None
         variants = tuple(self._load(targets))
         if not variants or not all(target_agrees(t, arch) for t, arch in
-                                   {(str(v.target), v.abi.binary_arch) for v in variants}):
+                                   set(zip(target_labels(variants), map(_BINARY_ARCH, variants)))):
             return None
         return variants
 

@@ -84,7 +84,10 @@ def make_plan(kernel: str, variants: Sequence[Variant]) -> KernelPlan:
                             param=STREAM)
     params: list[ParamPlan] = []
     for i, name in enumerate(names):
-        ps = [v.params[i] for v in variants]
+        column = [v.params[i] for v in variants]
+        # Each distinct parameter object once (the variants of a shard share them): what follows only
+        # collects sets and flags, so repeats add nothing.
+        ps = list(dict(zip(map(id, column), column)).values())
         kinds: set[str] = set()
         flags = 0
         for p in ps:
@@ -107,7 +110,7 @@ def make_plan(kernel: str, variants: Sequence[Variant]) -> KernelPlan:
             flags |= RANGE
         # An int that is == 1 in some variants and passed in others is still an int (its key records == 1).
         role = next(iter(kinds)) if len(kinds) == 1 else MIXED
-        required = all(not v.params[i].is_constexpr or v.params[i].equal_to_1 for v in variants)
+        required = all(not p.is_constexpr or p.equal_to_1 for p in ps)
         params.append(ParamPlan(name, role, flags if role in (PTR, INT) else 0, required))
     options = tuple(o for o in LAUNCH_OPTIONS if o not in names)
     calls = tuple(i for i, p in enumerate(params) if p.role != VALUE)
