@@ -50,7 +50,7 @@ class Archive:
         self._backend_name = backend
         self._backend: Backend | None = None
         self._lock = threading.RLock()
-        self._kernels: dict[tuple[Any, ...], Kernel] = {}  # (name, benchmark[, targets]) -> its dispatcher
+        self._kernels: dict[tuple[Any, ...], Kernel] = {}  # (name, benchmark, targets or None) -> its dispatcher
         self._functions: dict[tuple[str, int], Any] = {}
         self._ptx_headers: dict[str, tuple] = {}
         self._pool: Any = None
@@ -120,53 +120,40 @@ class Archive:
         100,000 variants parses only the device's candidates).
         """
         only = tuple(sorted(set(targets))) if targets is not None else None
-        if only is not None:
-            return self._kernel_for_targets(name, benchmark, only)
-        cache_key = (name, benchmark)
-        k = self._kernels.get(cache_key)
+        key = (name, benchmark, only)
+        k = self._kernels.get(key)
         if k is None:
             with self._lock:
-                k = self._kernels.get(cache_key)
+                k = self._kernels.get(key)
                 if k is None:
-                    name = self.kernel_name(name)
-                    k = self._kernels.get((name, benchmark))
-                    if k is not None:
-                        self._kernels[cache_key] = k
-                        return k
-                    k = self._lazy_kernel(name)
+                    canonical = (self.kernel_name(name), benchmark, only)  # an alias and its name share one
+                    k = self._kernels.get(canonical)
                     if k is None:
-                        variants = self.variants(name)
-                        if not variants:
-                            raise KernelNameError(f"{self.ref}: kernel {name!r} has no variants", kernel=name,
-                                                  available=tuple(self.kernels()))
-                        k = self._make_kernel(name, variants, benchmark)
-                    self._kernels[cache_key] = self._kernels[(name, benchmark)] = k
+                        k = self._kernels[canonical] = self._new_kernel(canonical[0], benchmark, only)
+                    self._kernels[key] = k
         return k
 
-    def _kernel_for_targets(self, name: str, benchmark: bool, targets: tuple[str, ...]) -> Kernel:
-        cache_key = (name, benchmark, targets)
-        k = self._kernels.get(cache_key)
-        if k is None:
-            with self._lock:
-                k = self._kernels.get(cache_key)
-                if k is None:
-                    name = self.kernel_name(name)
-                    k = self._kernels.get((name, benchmark, targets))
-                    if k is not None:
-                        self._kernels[cache_key] = k
-                        return k
-                    variants = sorted((v for t in targets for v in self.manifest.variants_of(name, t)),
-                                      key=lambda v: v.key)
-                    if not variants:
-                        have = tuple(t for s in self.manifest.summary() if s.kernel == name for t, _ in s.targets)
-                        raise NoMatchingVariantError(
-                            f"{self.ref}: kernel {name!r} has no variant for {', '.join(targets) or 'no target'} "
-                            f"(it has {', '.join(have)})", kernel=name,
-                            rejections=tuple((t, "built for a target not asked for") for t in have),
-                            param="targets", values=tuple(map(repr, have)))
-                    k = self._make_kernel(name, variants, benchmark)
-                    self._kernels[cache_key] = self._kernels[(name, benchmark, targets)] = k
-        return k
+    def _new_kernel(self, name: str, benchmark: bool, targets: tuple[str, ...] | None) -> Kernel:
+        """The dispatcher :meth:`kernel` caches: over ``targets``' variants, else lazy per target where the
+        archive allows it, else over every variant."""
+        if targets is not None:
+            variants = sorted((v for t in targets for v in self.manifest.variants_of(name, t)), key=lambda v: v.key)
+            if not variants:
+                have = tuple(t for s in self.manifest.summary() if s.kernel == name for t, _ in s.targets)
+                raise NoMatchingVariantError(
+                    f"{self.ref}: kernel {name!r} has no variant for {', '.join(targets) or 'no target'} "
+                    f"(it has {', '.join(have)})", kernel=name,
+                    rejections=tuple((t, "built for a target not asked for") for t in have),
+                    param="targets", values=tuple(map(repr, have)))
+            return self._make_kernel(name, variants, benchmark)
+        k = self._lazy_kernel(name)
+        if k is not None:
+            return k
+        variants = self.variants(name)
+        if not variants:
+            raise KernelNameError(f"{self.ref}: kernel {name!r} has no variants", kernel=name,
+                                  available=tuple(self.kernels()))
+        return self._make_kernel(name, variants, benchmark)
 
     def _lazy_kernel(self, name: str) -> Kernel | None:
         """A kernel that reads its variants per target when a device first needs them (launch/_lazy.py),
