@@ -170,3 +170,41 @@ def test_the_current_stream_comes_from_the_c_abi_once_it_agrees_with_torch(ext, 
         assert _torch_abi.status(ext).endswith("torch's C ABI" if abi == "agrees" else "the C ABI answered otherwise)")
     finally:
         ext.set_tensor_stream(None)
+
+
+def test_launches_use_the_reader_only_once_it_is_checked_and_activated(ext, cuda_archive, monkeypatch):
+    """set_tensor_abi installs the reader on trial: launches keep the accessors until _torch_abi.py has checked
+    it and activates it (a launch on another thread meanwhile must not trust it). Shown with a reader whose
+    data_ptr function lies (a ctypes C function): before activation launches pack data_ptr()'s address,
+    after it the lie, which is also what proves that launches read through the reader."""
+    import ctypes
+
+    args.set_tensor_type(torch.Tensor)
+    lib = _torch_abi._library(torch)
+    real = [int(ctypes.cast(getattr(lib, n), ctypes.c_void_p).value) for n in _torch_abi.FUNCTIONS]
+
+    @ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p))
+    def lying_data_ptr(handle, out):
+        out[0] = 0x1000
+        return 0
+
+    x, y, out = (torch.zeros(1024) for _ in range(3))
+    code = ext.tensor_abi_codes(x, tuple(real))[1]
+    host = ext.tensor_abi_codes(x, tuple(real))[2]
+    fns = (int(ctypes.cast(lying_data_ptr, ctypes.c_void_p).value), *real[1:])
+    try:
+        ext.set_tensor_abi(fns, host, host + 1, {code: torch.float32}, 0)
+        assert ext.tensor_abi_read(x)[0] == 0x1000  # the check sees the reader...
+        with fake_cuda(monkeypatch, launch_path.EXTENSION) as (rec, _):
+            arc = karchive.open(str(cuda_archive))
+            register_sizes(rec, arc)
+            monkeypatch.setattr(Kernel, "_argument_device", lambda self, infos: None)  # CPU stands for device
+            k = arc.kernel("add_kernel")
+            k[(4,)](x, y, out, 1024, stream=0)
+            k[(4,)](x, y, out, 1024, stream=0)  # ...launches do not, until it is activated
+            ext.tensor_abi_activate()
+            k[(4,)](x, y, out, 1024, stream=0)
+        sent = [int.from_bytes(a.params[0], "little") for a in rec.attempts[-3:]]
+        assert sent == [x.data_ptr(), x.data_ptr(), 0x1000]
+    finally:
+        args.set_tensor_type(None)

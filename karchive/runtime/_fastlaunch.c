@@ -51,6 +51,8 @@ static PyMethodDef module_methods[] = {
      "set_tensor_subtype(tp or None): a subclass of that type read the same way (torch.nn.Parameter)"},
     {"set_tensor_abi", (PyCFunction)set_tensor_abi, METH_VARARGS,
      "set_tensor_abi(None | (fns, host_type, gpu_type, {code: dtype})): read that type through torch's C ABI"},
+    {"tensor_abi_activate", (PyCFunction)tensor_abi_activate, METH_NOARGS,
+     "tensor_abi_activate(): launches read through the reader set_tensor_abi installed (after checking it)"},
     {"set_tensor_stream", (PyCFunction)set_tensor_stream, METH_VARARGS,
      "set_tensor_stream(None | (getter, address)): answer getter(device) with torch's C ABI current stream"},
     {"tensor_stream_state", (PyCFunction)tensor_stream_state, METH_NOARGS,

@@ -130,6 +130,7 @@ def _enable(ext: ModuleType, tp: Any) -> str:
         got = ext.tensor_abi_read(t)
         if got is None or got[0] != want[0] or got[1] is not want[1] or got[2] != want[2]:
             return f"off: the C ABI read {got} where the accessors say {want}"
+    ext.tensor_abi_activate()  # (on trial until now: a launch on another thread meanwhile used the accessors)
     how = f"the tensor object's at::Tensor at offset {direct}" if direct else "the _cdata getter"
     return f"on: torch {torch.__version__}'s stable C ABI ({len(dtypes)} dtypes checked; handle: {how})"
 

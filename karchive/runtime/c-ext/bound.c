@@ -174,7 +174,7 @@ bound_repack(Bound *self, PyObject *args)
         PyObject *dtype;
         long dev;
         if (is_read_tensor(o)) {
-            if (!(abi.on && abi_read(o, &p, &dtype, &dev))) {
+            if (!(abi.on == 1 && abi_read(o, &p, &dtype, &dev))) {
                 PyObject *r = tensor_data_ptr_of(o);
                 if (r == NULL)
                     goto fail;

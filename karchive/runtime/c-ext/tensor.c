@@ -53,7 +53,7 @@ typedef int32_t (*AbiI32Fn)(void *tensor, int32_t *out);
 #define ABI_DTYPES 64 /* c10::ScalarType codes this reader maps (torch has ~45) */
 
 static struct {
-    int on;
+    int on; /* 0 off; 1 launches read through it; 2 on trial: only tensor_abi_read (the check) uses it */
     Py_ssize_t direct;  /* > 0: the at::Tensor's offset in the tensor object; 0: ask the _cdata getter */
     getter cdata;  /* the tensor type's _cdata getter */
     void *cdata_closure;
@@ -246,6 +246,18 @@ set_tensor_abi(PyObject *module, PyObject *args)
     abi.device_index = (AbiI32Fn)(uintptr_t)addr[3];
     abi.host_type = host_type;
     abi.gpu_type = gpu_type;
+    abi.on = 2; /* launches use it once _torch_abi.py has checked it (tensor_abi_activate) */
+    Py_RETURN_NONE;
+}
+
+/* tensor_abi_activate(): launches read through the reader set_tensor_abi installed (checked meanwhile). */
+static PyObject *
+tensor_abi_activate(PyObject *module, PyObject *unused)
+{
+    if (abi.on == 0) {
+        PyErr_SetString(PyExc_RuntimeError, "tensor_abi_activate: no reader installed");
+        return NULL;
+    }
     abi.on = 1;
     Py_RETURN_NONE;
 }
@@ -396,7 +408,7 @@ read_pointer(PyObject *a, PyObject *pointer_info, uint64_t *ptr, PyObject **dtyp
     *dtype = NULL;
     *has_dev = 0;
     if (is_read_tensor(a)) {
-        if (abi.on && abi_read(a, ptr, dtype, dev)) {
+        if (abi.on == 1 && abi_read(a, ptr, dtype, dev)) {
             *has_dev = 1;
             return 1;
         }
