@@ -66,23 +66,15 @@ def install(ext: ModuleType, tp: Any) -> None:
         if parameter is not None:
             ext.set_tensor_subtype(parameter)
         try:
-            _status = _enable(ext, tp)
+            _status = _enable(ext, tp, parameter)
         except Exception as exc:  # noqa: BLE001 - any surprise from a torch build we do not know: keep the accessors
             _status = f"off: {type(exc).__name__}: {exc}"
         if not _status.startswith("on"):
             ext.set_tensor_abi(None)
-            return
-        torch = sys.modules["torch"]
-        getter = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what runtime/launch/kernel.py asks
-        lib = _library(torch, "cuda")
-        address = int(ctypes.cast(lib.aoti_torch_get_current_cuda_stream, ctypes.c_void_p).value or 0) if (
-            lib is not None and hasattr(lib, "aoti_torch_get_current_cuda_stream")) else 0
-        if getter is not None and address:
-            # Compared with the getter at the first launch that asks (asking here could start CUDA early).
-            ext.set_tensor_stream(getter, address)
+            ext.set_tensor_stream(None)
 
 
-def _enable(ext: ModuleType, tp: Any) -> str:
+def _enable(ext: ModuleType, tp: Any, parameter: type | None) -> str:
     torch = sys.modules.get("torch")
     if torch is None or tp is not getattr(torch, "Tensor", None):
         return "off: the tensor type is not torch.Tensor"
@@ -117,7 +109,6 @@ def _enable(ext: ModuleType, tp: Any) -> str:
         return "off: no dtype could be checked"
     base = torch.arange(64, dtype=torch.float32)
     samples += [base[3:], base[1::2], base.view(torch.int16)[7:], base.reshape(8, 8).t()[2]]
-    parameter = _plain_parameter(tp)
     if parameter is not None:
         samples.append(parameter(torch.ones(3, dtype=torch.float16)))
     direct = _direct_offset(samples)
@@ -131,8 +122,22 @@ def _enable(ext: ModuleType, tp: Any) -> str:
         if got is None or got[0] != want[0] or got[1] is not want[1] or got[2] != want[2]:
             return f"off: the C ABI read {got} where the accessors say {want}"
     ext.tensor_abi_activate()  # (on trial until now: a launch on another thread meanwhile used the accessors)
+    _install_stream(ext, torch)
     how = f"the tensor object's at::Tensor at offset {direct}" if direct else "the _cdata getter"
     return f"on: torch {torch.__version__}'s stable C ABI ({len(dtypes)} dtypes checked; handle: {how})"
+
+
+def _install_stream(ext: ModuleType, torch: Any) -> None:
+    """torch's current stream from aoti_torch_get_current_cuda_stream (libtorch_cuda) for launches whose
+    stream comes from ``_cuda_getCurrentRawStream`` (what runtime/launch/kernel.py asks); the extension
+    compares the two at the first launch that asks (asking here could start CUDA early)."""
+    getter = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+    lib = _library(torch, "cuda")
+    if getter is None or lib is None or not hasattr(lib, "aoti_torch_get_current_cuda_stream"):
+        return
+    address = ctypes.cast(lib.aoti_torch_get_current_cuda_stream, ctypes.c_void_p).value
+    if address:
+        ext.set_tensor_stream(getter, address)
 
 
 def _direct_offset(samples: list[Any]) -> int:
@@ -151,7 +156,7 @@ def _direct_offset(samples: list[Any]) -> int:
     return offset
 
 
-def _plain_parameter(tp: Any) -> Any:
+def _plain_parameter(tp: Any) -> type | None:
     """torch.nn.Parameter where torch disables its __torch_function__ (so its accessors are torch.Tensor's
     and the launcher may read it as one: weights are Parameters), else None."""
     torch = sys.modules.get("torch")
