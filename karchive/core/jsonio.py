@@ -55,9 +55,7 @@ def deeper_than(raw: bytes, limit: int) -> bool:
     else:
         end = raw.rfind(b"\\") + 2  # the last backslash and what it escapes
         span = raw[first:end].replace(b"\\\\", b"").replace(b'\\"', b"")
-        # What follows the span, as the whole document's translation ends (no copy of the document's tail).
-        rest = raw.translate(None, _KEEP_QUOTES_AND_BRACKETS)[len(raw[:end].translate(None, _KEEP_QUOTES_AND_BRACKETS)):]
-        s = raw[:first].translate(None, _KEEP_QUOTES_AND_BRACKETS) + span.translate(None, _KEEP_QUOTES_AND_BRACKETS) + rest
+        s = b"".join(part.translate(None, _KEEP_QUOTES_AND_BRACKETS) for part in (raw[:first], span, raw[end:]))
     # Adjacent quotes are an empty string or two strings with nothing between them: removing them keeps
     # the structure, and leaves only the few strings that hold brackets to the regex.
     s = s.replace(b'""', b"")
