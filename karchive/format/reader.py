@@ -54,7 +54,7 @@ from .constants import (
 )
 from .manifest import KernelSummary, Manifest, Variant, check_kernel_name, target_label, target_labels
 from .names import select_kernels
-from .shard import Located, decode_shard, shard_variants
+from .shard import Located, decode_shard, int_column, shard_variants
 from .source import BytesSource, RangeSource
 from .tarheader import check_member_name, padded, parse_header
 
@@ -199,11 +199,6 @@ def load_shard_json(raw: bytes, what: str, limits: Limits) -> Any:
 def compress_bound(size: int) -> int:
     """zstd's ZSTD_COMPRESSBOUND plus some slack: no honest frame of ``size`` bytes is longer."""
     return size + (size >> 8) + ((128 * 1024 - size) >> 11 if size < 128 * 1024 else 0) + 1024
-
-
-def _naturals(values: list) -> bool:
-    """Every value a non-negative int (not a bool): what :func:`_as_int` accepts, for a whole column."""
-    return list(map(type, values)).count(int) == len(values) and (not values or min(values) >= 0)
 
 
 def _as_int(value: Any, what: str) -> int:
@@ -364,7 +359,7 @@ class ArchiveReader:
         self._owner = array("q", [_UNCLAIMED]) * len(frames)  # an array: nothing for the collector to walk
         members = index["members"]
         if set(map(type, members)) <= {list} and set(map(len, members)) <= {4} and all(
-                _naturals(list(map(itemgetter(i), members))) for i in (1, 2, 3)):
+                int_column(list(map(itemgetter(i), members)), 1 << 63) for i in (1, 2, 3)):
             placed = list(map(tuple, members))  # the usual index, checked a column at a time
         else:
             placed = []

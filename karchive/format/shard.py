@@ -218,7 +218,7 @@ class _Shard:
         abi_params = parts.get("abi_params", [])
         abis = records["abi"]
         refs = [abi.get("params") for abi in abis]
-        if _ints(refs, len(abi_params)):  # the usual case: one C-speed pass for every ABI's reference
+        if int_column(refs, len(abi_params)):  # the usual case: one C-speed pass for every ABI's reference
             for abi, ref in zip(abis, refs):
                 abi["params"] = abi_params[ref]
         else:
@@ -246,7 +246,7 @@ class _Shard:
     def _records(cls, table: list, fields: list, where: str) -> list[dict]:
         """:meth:`_record` of each entry of a parts table: every index checked in one C-speed pass and
         every object made at C speed when nothing is off, else entry by entry (which says what is)."""
-        if set(map(type, table)) <= {list} and _ints(list(chain.from_iterable(table)), len(fields)):
+        if set(map(type, table)) <= {list} and int_column(list(chain.from_iterable(table)), len(fields)):
             out = list(map(dict, map(map, repeat(fields.__getitem__), table)))
             if list(map(len, out)) == list(map(len, table)):  # no key named twice
                 return out
@@ -257,7 +257,7 @@ class _Shard:
         """An object from its ``parts.field`` indexes (each key once)."""
         if type(indexes) is not list:
             raise FormatError(f"{where}: expected a list of indexes into parts.field")
-        if indexes and not _ints(indexes, len(fields)):
+        if indexes and not int_column(indexes, len(fields)):
             raise FormatError(f"{where}: not a list of indexes into parts.field")
         record = dict(map(fields.__getitem__, indexes))
         if len(record) != len(indexes):
@@ -338,8 +338,8 @@ def _hex64s(values: tuple[str, ...] | list[str]) -> bool:
     return joined.isascii() and not joined.encode("ascii").translate(None, _HEX)
 
 
-def _ints(column: Any, bound: int) -> bool:
-    """Every value an int in [0, bound) (checked a column at a time, at C speed)."""
+def int_column(column: Any, bound: int) -> bool:
+    """Every value an int in [0, bound) (checked a column at a time, at C speed; the reader's index uses it too)."""
     return type(column) in (list, tuple) and (not column or list(map(type, column)).count(int) == len(column)
                                               and min(column) >= 0 and max(column) < bound)
 
@@ -352,7 +352,7 @@ def _files(column: Any, homes: list[str]) -> tuple[list[FileRef], list[Located]]
         return None
     paths, sizes, digests, frames, offsets = zip(*column)
     if set(map(type, paths)) != {str} or set(map(type, digests)) != {str} or not _hex64s(digests) \
-            or not _ints(sizes, 1 << 62) or not _ints(frames, 1 << 62) or not _ints(offsets, 1 << 62):
+            or not int_column(sizes, 1 << 62) or not int_column(frames, 1 << 62) or not int_column(offsets, 1 << 62):
         return None
     if all(map(str.startswith, paths, repeat("./"))):  # the usual case, at C speed: every file in its variant's home
         full = list(map(add, homes, map(str.removeprefix, paths, repeat("./"))))
@@ -380,11 +380,11 @@ def _bulk(shard: _Shard, kernel: str) -> tuple[list[Variant], list[Located]] | N
     targets, abis, options, provs, param, sources = (t["target"], t["abi"], t["options"], t["provenance"],
                                                      shard.param, shard.source)
     tc, pc, oc, ac, vc = cols["target"], cols["params"], cols["options"], cols["abi"], cols["provenance"]
-    if not (_ints(tc, len(targets)) and _ints(oc, len(options)) and _ints(ac, len(abis)) and _ints(vc, len(provs))
-            and set(map(type, pc)) == {list} and _ints(list(chain.from_iterable(pc)), len(param))):
+    if not (int_column(tc, len(targets)) and int_column(oc, len(options)) and int_column(ac, len(abis)) and int_column(vc, len(provs))
+            and set(map(type, pc)) == {list} and int_column(list(chain.from_iterable(pc)), len(param))):
         return None
     src = cols.get("files.source") or [None] * n
-    if not set(map(type, src)) <= {int, _NONE} or not _ints([x for x in src if x is not None], len(sources)) \
+    if not set(map(type, src)) <= {int, _NONE} or not int_column([x for x in src if x is not None], len(sources)) \
             or not all(type(sources[x]) is str for x in set(src) if x is not None):
         return None
     if not all(type(options[o]) is dict for o in set(oc)):
