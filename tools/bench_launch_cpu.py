@@ -12,7 +12,11 @@ Python path). Rows: ``k[grid](...)`` at 4 and 16 arguments on both paths, ``boun
 ``karchive.TensorDescriptor`` (issue 21; needs Triton to compile it for cuda:90 here; the maps are not
 encoded by a driver, only the steady state is timed); per extra argument = (16 - 4) / 12; where Triton is importable, ``served k[grid](...)``:
 the unchanged ``@triton.jit`` call site of examples/kernels.py (imported as ``kernels``) under
-``karchive.serve(arc, mode="strict")`` (issue 22: within 1.2x of ``k[grid](...)``). Arguments are int addresses, or with ``--torch``
+``karchive.serve(arc, mode="strict")`` (issue 22: within 1.2x of ``k[grid](...)``). The tuned kinds (issue 33;
+need Triton to compile tools/tuned_bench.py's archive): ``callable grid`` (``add[lambda meta: ...]``),
+``autotuned``, ``heuristics``, ``stacked`` (heuristics over autotune), each beside ``k[grid](...) 4 args`` (the
+plain fixed-grid kernel of the same arity), and ``served autotuned``: tests/gpu/extra_kernels.py's
+``@triton.autotune`` call site under ``karchive.serve``. Arguments are int addresses, or with ``--torch``
 CPU torch tensors standing for device ones (their host check is switched off in this process only:
 BENCHMARK ONLY). Wall time on a shared machine is noisy; ``--instructions`` under callgrind is exact
 (it compiles a 3-line helper against valgrind's headers to zero and dump the counters around each row).
@@ -133,9 +137,9 @@ def _no_encoding() -> None:
     td._driver = lambda: 13020  # type: ignore[assignment]
 
 
-def _served(arc: Any) -> tuple[Any, Any] | None:
-    """The unchanged ``@triton.jit`` functions of the archive's kernels, served from ``arc`` (strict); None
-    without Triton."""
+def _served(arc: Any, *more: Any) -> tuple[Any, Any] | None:
+    """The unchanged ``@triton.jit`` functions of the archive's kernels, served from ``arc`` (and ``more``
+    archives; strict); None without Triton."""
     try:
         import triton  # noqa: F401
     except ImportError:
@@ -154,8 +158,42 @@ def _served(arc: Any) -> tuple[Any, Any] | None:
             sys.modules[name] = mod
             spec.loader.exec_module(mod)
         mods.append(mod)
-    karchive.serve(arc, mode="strict")
+    karchive.serve(arc, *more, mode="strict")
     return mods[0].add_kernel, mods[1].add16_kernel
+
+
+def cdiv_grid(meta: dict) -> tuple[int]:
+    """The callable grid libraries write (the compiled path remembers its answer: launch/_grid.py)."""
+    return ((meta["n_elements"] + meta["BLOCK"] - 1) // meta["BLOCK"],)
+
+
+def _tuned(path: str | None) -> tuple[str, Any] | None:
+    """(tools/tuned_bench.py's archive (``path``, else built now), the served ``add_tuned`` Triton call site's
+    module); None without Triton."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return None
+    import importlib.util
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    from tuned_bench import build
+
+    out = path or build(pathlib.Path(tempfile.mkdtemp()) / "tuned.karc")
+    mod = sys.modules.get("extra_kernels")
+    if mod is None:
+        spec = importlib.util.spec_from_file_location("extra_kernels", ROOT / "tests" / "gpu" / "extra_kernels.py")
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules["extra_kernels"] = mod
+        spec.loader.exec_module(mod)
+    return str(out), mod
+
+
+#: (row, body) of the tuned kinds, and the plain row each is compared with
+TUNED_ROWS = {"callable grid 4 args": "add[cdiv_grid](x, y, o, 4096, BLOCK=1024)",
+              "autotuned 4 args": "tuned[g](x, y, o, 4096)", "heuristics 4 args": "heur[g](x, y, o, 4096)",
+              "stacked 4 args": "stacked[g](x, y, o, 4096)"}
+PLAIN_ROW = "k[grid](...) 4 args"
 
 
 def main() -> None:
@@ -164,6 +202,7 @@ def main() -> None:
     ap.add_argument("--torch", action="store_true", help="CPU torch tensors as arguments (needs torch)")
     ap.add_argument("--calls", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--tuned-archive", help="tools/tuned_bench.py's archive (default: built now)")
     ap.add_argument("--instructions", action="store_true", help="run under callgrind (see above)")
     args = ap.parse_args()
 
@@ -192,6 +231,7 @@ def main() -> None:
         cg = ctypes.CDLL(str(tmp / "cg.so"))
         cg.cg_start()
     desc_archive = _desc_archive()
+    tuned = _tuned(args.tuned_archive)
     if desc_archive is not None:
         _no_encoding()
     names = {"x": values[0], "y": values[1], "o": values[2], **{f"p{i}": v for i, v in enumerate(values[3:15])}}
@@ -217,9 +257,18 @@ def main() -> None:
                                           strides=[128, 1], dtype="float16") for i in range(3))
             ns["g2"] = (2, 2)
             path_rows["k[grid](...) 3 descriptors"] = "dadd[g2](da, db, dc, BLOCK_M=64, BLOCK_N=64)"
-        served = _served(arc)
+        if tuned is not None:
+            with launch_path.forced(path):  # (a kernel's path is fixed when it is made)
+                tarc = karchive.open(tuned[0])
+                ns.update(cdiv_grid=cdiv_grid, tuned=tarc.kernel("add_tuned"), heur=tarc.kernel("add_heur"),
+                          stacked=tarc.kernel("add_stacked"))
+            path_rows.update(TUNED_ROWS)
+        served = _served(arc) if tuned is None else _served(arc, tuned[0])
         if served is not None:
-            ns["sadd"], ns["sadd16"] = served
+            ns["sadd"], ns["sadd16"] = served[:2]
+            if tuned is not None:
+                ns["stuned"] = tuned[1].add_tuned
+                path_rows["served autotuned 4 args"] = "stuned[g](x, y, o, 4096)"
             path_rows["served k[grid](...) 4 args"] = "sadd[g](x, y, o, 4096, BLOCK=1024)"
             path_rows["served k[grid](...) 16 args"] = ("sadd16[g](o, x, y, p0, p1, p2, p3, p4, p5, p6, p7, p8, "
                                                          "p9, p10, p11, 4096, BLOCK=1024)")
@@ -255,6 +304,11 @@ def main() -> None:
             s, k = results.get(f"served k[grid](...) {n} args [{path}]"), results.get(f"k[grid](...) {n} args [{path}]")
             if s is not None and k:
                 print(f"served / k[grid] {n} args [{path}]: {s / k:.2f}x (target <= 1.2)")
+        plain = results.get(f"{PLAIN_ROW} [{path}]")
+        for row, limit in [(r, 1.10) for r in TUNED_ROWS] + [("served autotuned 4 args", 1.2)]:
+            t = results.get(f"{row} [{path}]")
+            if t is not None and plain:
+                print(f"{row} / {PLAIN_ROW} [{path}]: {t / plain:.2f}x (issue 33 target on the H100 <= {limit})")
 
 
 if __name__ == "__main__":

@@ -70,6 +70,7 @@ class _Subsets:
                 if k is None:
                     k = Kernel(self.base.archive, self.base.name, list(variants))
                     k.descriptor_block_from_variant = True  # descriptors take the config's block shape
+                    k.join_family(self.base)  # Kernel.set_result reaches its entries
                     self._by_keys[keys] = k
         return k
 

@@ -221,7 +221,7 @@ def make_entry(entry: LaunchEntry, plan: KernelPlan | None = None) -> Any:
     via_python = bool(r.use_ex or r.scratch or not descriptors_fit or address is None or unread
                       or any(s.convert == "ptr" for s in r.slots))
     native = _fastlaunch.Entry(
-        launch=0 if via_python else address, function=0 if via_python else entry.backend.handle_address(r.loaded.function),
+        launch=0 if via_python or address is None else address, function=0 if via_python else entry.backend.handle_address(r.loaded.function),
         block_x=r.block_x, shared=r.shared, device=r.device, slots=tuple(slots), buffer_size=layout.size,
         meta=r.meta, owner=owner, via_python=via_python, param_offsets=layout.param_offsets,
         desc_type=TensorDescriptor,

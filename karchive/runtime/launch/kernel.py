@@ -126,6 +126,10 @@ class Kernel:
     __getitem__ = launch_path.subscript(_getitem)
 
     _variants: tuple[Variant, ...] | None  # every variant (None: a lazy kernel's, not read yet)
+    #: What a launch of a variant returns (:meth:`set_result`), by variant key; shared with the kernels a
+    #: resolver makes over subsets of the variants (``_family``), so one call sets it for all of them.
+    _results: dict[str, Any]
+    _family: list[Kernel]
     #: The plan's names (``()`` until a lazy kernel is set up): what a callable grid is evaluated with,
     #: read on every such launch, so a plain attribute (``param_names`` is the property that sets up).
     _param_names: tuple[str, ...]
@@ -135,6 +139,14 @@ class Kernel:
         self._init_fields(archive, name, resolver)
         self._variants = vs = tuple(variants)
         self._setup(vs)
+        if resolver is not None:
+            self.join_family(resolver.base)
+
+    def join_family(self, base: Kernel) -> None:
+        """Share ``base``'s results (:meth:`set_result`): a resolver's kernels over subsets of its variants."""
+        self._results = base._results
+        self._family = base._family
+        self._family.append(self)
 
     @classmethod
     def lazy(cls, archive: Host, name: str, source: TargetSource) -> Kernel:
@@ -166,10 +178,8 @@ class Kernel:
         self.resolver = resolver
         self._lock = threading.RLock()
         self._entries: dict[tuple[str, int], LaunchEntry] = {}
-        #: What a launch of a variant returns (:meth:`set_result`), by variant key; shared with the kernels a
-        #: resolver makes over subsets of the variants (``_family``), so one call sets it for all of them.
-        self._results: dict[str, Any] = {}
-        self._family: list[Kernel] = [self]
+        self._results = {}
+        self._family = [self]
         self._py_cache: dict[Any, CallTarget] = {}  # the Python path's key -> target (the compiled one has its own)
 
     def _setup(self, variants: tuple[Variant, ...]) -> None:
