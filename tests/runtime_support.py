@@ -136,6 +136,7 @@ class Launch(NamedTuple):
     thread: int
     kernel_params: int  # the address of the void* array (whose buffer the launch read)
     function: int = 0  # the function handle launched (:func:`launched_variant` tells whose binary it is)
+    attrs: tuple = ()  # cuLaunchKernelEx's attributes: (id, the 64 bytes of the value as cuda.h lays it out)
 
 
 class Recorder:
@@ -157,7 +158,7 @@ class Recorder:
         return Handle(h, "function")
 
     def record(self, function: int, grid: tuple, block: tuple, shared: int, stream: int, params: int, extra: int,
-               refuse: int = 0) -> int:
+               refuse: int = 0, attrs: tuple = ()) -> int:
         name, image = self.functions[function]
         sizes = self.sizes.get(image, [])
         ptrs = (ctypes.c_void_p * max(len(sizes), 1)).from_address(params) if params else []
@@ -165,7 +166,7 @@ class Recorder:
         with self.lock:
             result = refuse or (self.results.pop(0) if self.results else 0)
             self.attempts.append(Launch(name, tuple(grid), tuple(block), shared, stream, data, extra, result,
-                                        threading.get_ident(), params, int(function)))
+                                        threading.get_ident(), params, int(function), tuple(attrs)))
         return result
 
     def launches(self) -> list[Launch]:
@@ -310,17 +311,47 @@ class FakeCuda:
     # launching
     def cuGetProcAddress(self, symbol, version, flags):
         self.proc_requests.append((symbol, version, flags))
+        if self.address is not None and symbol == b"cuLaunchKernelEx":
+            return (0, launch_path.extension().forward_ex_address(), 0)  # the compiled path's stand-in
         if self.address is None or symbol != b"cuLaunchKernel":
             return (0, 0, 1)  # CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND
         return (0, self.address, 0)
+
+    # cuLaunchKernelEx through the binding (the Python path): its config objects, the fields launch_ex sets
+    def CUlaunchConfig(self):
+        return types.SimpleNamespace()
+
+    def CUlaunchAttribute(self):
+        value = types.SimpleNamespace(programmaticStreamSerializationAllowed=0, cooperative=0,
+                                      clusterDim=types.SimpleNamespace(x=0, y=0, z=0),
+                                      clusterSchedulingPolicyPreference=0)
+        return types.SimpleNamespace(id=0, value=value)
+
+    CUlaunchAttributeID = _enum(CU_LAUNCH_ATTRIBUTE_COOPERATIVE=2, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION=4,
+                                CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE=5,
+                                CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION=6)
+    CUclusterSchedulingPolicy = _enum(CU_CLUSTER_SCHEDULING_POLICY_SPREAD=1)
+
+    def cuLaunchKernelEx(self, cfg, f, params, extra):
+        """Each attribute's value as the bytes cuda.h's CUlaunchAttributeValue holds (what the C path packs)."""
+        attrs = []
+        for a in cfg.attrs[: cfg.numAttrs]:
+            v = a.value
+            raw = {2: struct.pack("<i", v.cooperative), 6: struct.pack("<i", v.programmaticStreamSerializationAllowed),
+                   4: struct.pack("<III", v.clusterDim.x, v.clusterDim.y, v.clusterDim.z),
+                   5: struct.pack("<I", int(v.clusterSchedulingPolicyPreference))}[int(a.id)]
+            attrs.append((int(a.id), raw.ljust(64, b"\0")))
+        return (self.launch_from_c(int(f), cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX, cfg.blockDimY,
+                                   cfg.blockDimZ, cfg.sharedMemBytes, int(cfg.hStream), int(params), int(extra or 0),
+                                   tuple(attrs)),)
 
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         """The binding's call (Python path); the compiled path arrives in :meth:`launch_from_c`."""
         return (self.launch_from_c(int(f), gx, gy, gz, bx, by, bz, shared, int(stream), int(params), int(extra or 0)),)
 
-    def launch_from_c(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra) -> int:
+    def launch_from_c(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra, attrs=()) -> int:
         refuse = 0 if self._stack() else self.CUDA_ERROR_INVALID_CONTEXT
-        return self.rec.record(f, (gx, gy, gz), (bx, by, bz), shared, stream, params, extra, refuse)
+        return self.rec.record(f, (gx, gy, gz), (bx, by, bz), shared, stream, params, extra, refuse, attrs)
 
 
 @contextlib.contextmanager

@@ -203,6 +203,12 @@ def _closure_grid(k: int) -> Any:
     return lambda meta: (k * meta["BLOCK"] // 1024,)
 
 
+def _module_closure_grid() -> Any:
+    import math as local_math  # a module in the closure (``import triton`` inside a function): compared by identity
+
+    return lambda meta: (local_math.ceil(meta["n_elements"] / meta["BLOCK"]),)
+
+
 def test_a_remembered_grid_is_evaluated_again_when_what_it_read_changes(monkeypatch, tuned_archive):
     global G
     from karchive.runtime.launch import _native
@@ -230,10 +236,12 @@ def test_a_remembered_grid_is_evaluated_again_when_what_it_read_changes(monkeypa
         assert grids((_closure_grid(2), 4096), (_closure_grid(2), 4096), (_closure_grid(3), 4096)) == [
             (2, 1, 1), (2, 1, 1), (3, 1, 1)]  # new function objects, one code: the closure's value decides
         assert len(evaluated) == 4
+        assert grids((_module_closure_grid(), 4096), (_module_closure_grid(), 4096)) == [(4, 1, 1)] * 2
+        assert len(evaluated) == 5
         G = 2
-        assert grids((_global_grid, 4096), (_global_grid, 4096)) == [(2, 1, 1)] * 2 and len(evaluated) == 5
+        assert grids((_global_grid, 4096), (_global_grid, 4096)) == [(2, 1, 1)] * 2 and len(evaluated) == 6
         G = 7  # a global it names was rebound
-        assert grids((_global_grid, 4096), (_global_grid, 4096)) == [(7, 1, 1)] * 2 and len(evaluated) == 6
+        assert grids((_global_grid, 4096), (_global_grid, 4096)) == [(7, 1, 1)] * 2 and len(evaluated) == 7
         G = 2
         # not remembered: a tensor read, the mapping unpacked, a default value, a callable object
         t = FakeTensor(X)
@@ -286,3 +294,57 @@ def test_a_launch_returns_the_result_set_for_its_variant(monkeypatch, tuned_arch
         assert plain[(4,)](X, Y, OUT, 4096) == "compiled" and plain[(4,)](X, Y, OUT, 4096) == "compiled"
         plain.set_result(v, None)
         assert plain[(4,)](X, Y, OUT, 4096) is None
+
+
+# -- launch attributes ----------------------------------------------------------------------------------------
+FEATURES = {"pdl": {"launch_pdl": True}, "coop": {"launch_cooperative_grid": True}, "cluster": {"num_ctas": 2}}
+
+
+@pytest.fixture(scope="module")
+def feature_archives(tmp_path_factory) -> dict[str, Path]:
+    from karchive.producer.build.pack import ArchiveBuilder
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
+
+    out = {}
+    for name, options in FEATURES.items():
+        v = compile_variant(VariantRequest(f"{ROOT / 'examples' / 'kernels.py'}:add_kernel",
+                                           "*fp32:16, *fp32:16, *fp32:16, i32", "cuda:90", {"BLOCK": 1024},
+                                           {"num_warps": 4, **options}))
+        b = ArchiveBuilder(name, "1")
+        b.extend([v])
+        out[name] = tmp_path_factory.mktemp(name) / f"{name}.karc"
+        b.write(out[name])
+    return out
+
+
+@pytest.mark.parametrize("feature", sorted(FEATURES))
+def test_launch_attributes_are_packed_in_c_byte_for_byte_as_the_python_launch(monkeypatch, feature_archives,
+                                                                               feature):
+    """A cluster / cooperative / PDL launch: the compiled path builds the CUlaunchConfig in C and calls
+    cuLaunchKernelEx itself; the driver stand-in sees the same grid, block, attributes (each value's 64 bytes)
+    and parameter bytes as from the Python path's cuda-python config."""
+    calls = [("add_kernel", (4,), (X, Y, OUT, 4096), {}), ("add_kernel", (3, 2), (X, Y, OUT, 100), {})]
+    seen = {}
+    for path in (launch_path.PYTHON, launch_path.EXTENSION):
+        if path == launch_path.EXTENSION and launch_path.extension() is None:
+            pytest.skip("the compiled launcher is not built here")
+        with fake_cuda(monkeypatch, path) as (rec, backend):
+            through_binding: list[int] = []
+            monkeypatch.setattr(backend.d, "cuLaunchKernelEx",
+                                lambda *a, _s=through_binding, _r=backend.d.cuLaunchKernelEx: _s.append(1) or _r(*a))
+            arc = karchive.open(str(feature_archives[feature]))
+            register_sizes(rec, arc)
+            k = arc.kernel("add_kernel")
+            for _name, grid, a, _kw in calls + calls:
+                k[grid](*a)
+            seen[path] = [(x.grid, x.block, x.shared, x.params, x.attrs) for x in rec.launches()]
+            refused = sum(1 for x in rec.attempts if x.result)  # the first, in no context: retried in Python
+            assert refused == 1 and len(rec.attempts) == 5
+            # the compiled path calls the binding only for that retry: no Python per launch
+            assert len(through_binding) == (5 if path == launch_path.PYTHON else refused)
+    assert seen[launch_path.PYTHON] == seen[launch_path.EXTENSION]
+    attrs = seen[launch_path.EXTENSION][0][4]
+    want = {"pdl": [6], "coop": [2], "cluster": [4, 5]}[feature]
+    assert [i for i, _v in attrs] == want and all(len(v) == 64 for _i, v in attrs)
+    if feature == "cluster":
+        assert seen[launch_path.EXTENSION][0][0][0] == 4 * int.from_bytes(attrs[0][1][:4], "little")

@@ -30,6 +30,14 @@ the raw launch of the same pre-packed parameters (maps included), and Triton lau
 with its own ``TensorDescriptor`` objects (which encodes the maps in its launcher at every launch).
 Issue 21's targets: k[grid] within 1.3x of the raw launch, Triton at least 4x slower than k[grid].
 
+The tuned kinds (issue 33; ``--tuned-archive``, default ``.gpu/tuned.karc``, built by tools/tuned_bench.py when
+absent): ``callable grid`` (``add_kernel[lambda meta: (triton.cdiv(meta["n_elements"], meta["BLOCK"]),)]``),
+``autotuned``, ``heuristics`` and ``stacked`` (heuristics over autotune) kernels of tests/gpu/extra_kernels.py
+(``add_tuned``, ``add_heur``, ``add_stacked``: add_kernel's body, 4 launch arguments), each timed beside
+``plain k[grid]`` (add_kernel, fixed grid, same arity) and beside Triton launching the same source (its
+autotuner warmed first), and ``served autotuned``: the unchanged ``@triton.autotune`` call site under
+``karchive.serve``. Targets: each kind within 1.10x of the plain row, served within 1.2x, Triton >= 3x each.
+
 Every karchive row and both raw rows launch the same CUfunction (karchive's load of the archive's cubin).
 Calls are written out with their arguments (no ``*args``), as a user writes them. 4 arguments:
 ``add_kernel``; 16: ``add16_kernel`` (15 pointers and an i32); per extra argument = (16 - 4) / 12.
@@ -55,6 +63,7 @@ sys.path.insert(0, str(ROOT))
 
 #: Targets of issue 11 (host time ratios to the cuda.bindings raw launch; per extra argument in us).
 TARGETS = {"k[grid] / raw": {"4 args": 1.10, "16 args": 1.20, "3 descriptors": 1.30},
+           "kind / plain k[grid]": 1.10, "served autotuned / plain k[grid]": 1.2, "triton kind / karchive kind": 3.0,
            "bound() / raw": {"4 args": 1.00, "16 args": 1.00},
            "per extra argument (us)": 0.08, "triton / karchive k[grid]": {"4 args": 3.5, "16 args": 4.0,
                                                                           "3 descriptors": 4.0},
@@ -104,6 +113,7 @@ def main() -> None:
     ap.add_argument("--passes", type=int, default=2)
     ap.add_argument("--json")
     ap.add_argument("--tensordesc-archive", default=str(ROOT / ".gpu" / "tensordesc" / "tensordesc.karc"))
+    ap.add_argument("--tuned-archive", default=str(ROOT / ".gpu" / "tuned.karc"))
     args = ap.parse_args()
 
     import torch
@@ -147,7 +157,14 @@ def main() -> None:
         import karchive.serve
         from karchive.serve import core as serve_core
 
-        karchive.serve(paths[launch_path.EXTENSION], mode="strict")
+        tuned_path = pathlib.Path(args.tuned_archive)
+        if not tuned_path.exists():
+            sys.path.insert(0, str(ROOT / "tools"))
+            from tuned_bench import build
+
+            tuned_path.parent.mkdir(parents=True, exist_ok=True)
+            build(tuned_path)
+        karchive.serve(paths[launch_path.EXTENSION], str(tuned_path), mode="strict")
         serve_session = serve_core.active()
         karchive.serve.stop()
     cases = [
@@ -240,6 +257,11 @@ def main() -> None:
         for p in range(args.passes):
             results[f"{label} (pass {p + 1})"] = timeit_rounds(fns, args.rounds, args.launches, sync, self_timed)
 
+    if serve_session is not None:
+        for p in range(args.passes):
+            results[f"tuned kinds (pass {p + 1})"] = tuned_case(args, paths, sync, serve_session,
+                                                                served_mods["extra_kernels"])
+
     if pathlib.Path(args.tensordesc_archive).exists():
         for p in range(args.passes):
             results[f"3 descriptors (pass {p + 1})"] = descriptor_case(args, paths, sync)
@@ -272,9 +294,10 @@ def main() -> None:
         pathlib.Path(args.json).write_text(json.dumps(report, indent=2))
     print(json.dumps(info))
     for label, r in results.items():
-        raw = r["raw cuLaunchKernel (cuda.bindings)"]["median"]
+        base = "raw cuLaunchKernel (cuda.bindings)" if "raw cuLaunchKernel (cuda.bindings)" in r else PLAIN_TUNED
+        raw = r[base]["median"]
         print(f"\n{label}: host us per launch (median of {args.rounds} rounds x {args.launches}), ratio to "
-              "the cuda.bindings raw launch")
+              f"{'the cuda.bindings raw launch' if base != PLAIN_TUNED else 'the plain k[grid]'}")
         for name, v in r.items():
             print(f"  {name:46s} {v['median']:7.3f} us  +-{v['spread']:.2f}  {v['median'] / raw:5.2f}x")
     print("\nper extra argument, (16 args - 4 args) / 12:")  # (the descriptor case has no such row)
@@ -344,6 +367,63 @@ def descriptor_case(args: Any, paths: dict[str, Any], sync: Callable[[], None]) 
     return timeit_rounds(fns, args.rounds, args.launches, sync)
 
 
+TUNED_KINDS = {"callable grid": ("k_plain[cgrid](x, y, out, n, BLOCK=BLOCK)", "tfn_plain[cgrid](x, y, out, n, BLOCK=BLOCK)"),
+               "autotuned": ("k_tuned[grid](x, y, out, n)", "tfn_tuned[grid](x, y, out, n)"),
+               "heuristics": ("k_heur[grid](x, y, out, n)", "tfn_heur[grid](x, y, out, n)"),
+               "stacked": ("k_stacked[grid](x, y, out, n)", "tfn_stacked[grid](x, y, out, n)")}
+PLAIN_TUNED = "karchive plain k[grid] (add_kernel, 4 args)"
+SERVED_TUNED = "served autotuned (serve strict)"
+
+
+def tuned_case(args: Any, paths: dict[str, Any], sync: Callable[[], None], session: Any,
+               served: Any) -> dict[str, dict[str, float]]:
+    """Issue 33's rows: the tuned kinds on the compiled path beside the plain kernel and Triton's launch."""
+    import torch
+    import triton
+
+    import karchive
+    from karchive.runtime import launch_path
+    from karchive.serve import core as serve_core
+
+    xk = _load(ROOT / "tests" / "gpu" / "extra_kernels.py", "bench_extra_kernels_tuned")
+    tk = _load(ROOT / "examples" / "kernels.py", "bench_examples_kernels_tuned")
+    n = 4096
+    x, y, out = (torch.randn(n, device="cuda") for _ in range(3))
+    with launch_path.forced(launch_path.EXTENSION):
+        tarc = karchive.open(args.tuned_archive)
+        ns: dict[str, Any] = {
+            "x": x, "y": y, "out": out, "n": n, "BLOCK": 1024, "grid": (4,),
+            "cgrid": lambda meta: (triton.cdiv(meta["n_elements"], meta["BLOCK"]),),
+            "k_plain": paths[launch_path.EXTENSION].kernel("add_kernel"), "k_tuned": tarc.kernel("add_tuned"),
+            "k_heur": tarc.kernel("add_heur"), "k_stacked": tarc.kernel("add_stacked"),
+            "tfn_plain": tk.add_kernel, "tfn_tuned": xk.add_tuned, "tfn_heur": xk.add_heur,
+            "tfn_stacked": xk.add_stacked, "sfn": served.add_tuned,
+        }
+    fns: dict[str, Callable[[], Any]] = {PLAIN_TUNED: looped("k_plain[grid](x, y, out, n, BLOCK=BLOCK)",
+                                                            args.launches, ns)}
+    for kind, (ours, theirs) in TUNED_KINDS.items():
+        fns[f"karchive {kind}"] = looped(ours, args.launches, ns)
+        fns[f"triton {kind}"] = looped(theirs, args.launches, ns)
+    served_loop = looped("sfn[grid](x, y, out, n)", args.launches, ns)
+
+    def served_row(loop: Callable[[], None] = served_loop) -> None:
+        serve_core.install(session)
+        try:
+            loop()
+        finally:
+            serve_core.uninstall()
+
+    fns[SERVED_TUNED] = served_row
+    for name, fn in fns.items():  # warm (Triton's autotuners benchmark here), then check each computes x + y
+        fn()
+        sync()
+        out.zero_()
+        fn()
+        sync()
+        assert torch.equal(out, x + y), f"tuned kinds: the row {name!r} did not compute x + y"
+    return timeit_rounds(fns, args.rounds, args.launches, sync)
+
+
 def summarize(results: dict[str, dict[str, Any]], passes: int) -> dict[str, Any]:
     """Each target against each pass (ratios from medians within the same pass)."""
     ext_row = "karchive k[grid](...) [extension]"
@@ -387,6 +467,22 @@ def summarize(results: dict[str, dict[str, Any]], passes: int) -> dict[str, Any]
             tri = r["triton k[grid](...)"]["median"] / r[row]["median"]
             want = TARGETS["triton / karchive k[grid]"]["3 descriptors"]
             check(f"pass {p} 3 descriptors: triton / karchive k[grid]", tri, tri >= want, f">= {want}")
+        r = results.get(f"tuned kinds (pass {p})", {})
+        if r:
+            plain = r[PLAIN_TUNED]["median"]
+            for kind in TUNED_KINDS:
+                ours = r[f"karchive {kind}"]["median"]
+                lim = TARGETS["kind / plain k[grid]"]
+                check(f"pass {p} {kind}: karchive / plain k[grid]", ours / plain, ours / plain <= lim, f"<= {lim}")
+                tri = r[f"triton {kind}"]["median"] / ours
+                want = TARGETS["triton kind / karchive kind"]
+                check(f"pass {p} {kind}: triton / karchive", tri, tri >= want, f">= {want}")
+            srv = r[SERVED_TUNED]["median"]
+            lim = TARGETS["served autotuned / plain k[grid]"]
+            check(f"pass {p} served autotuned / plain k[grid]", srv / plain, srv / plain <= lim, f"<= {lim}")
+            tri = r["triton autotuned"]["median"] / srv
+            check(f"pass {p} served autotuned: triton / served", tri, tri >= TARGETS["triton kind / karchive kind"],
+                  f">= {TARGETS['triton kind / karchive kind']}")
         a4, a16 = results.get(f"4 args (pass {p})", {}), results.get(f"16 args (pass {p})", {})
         if ext_row in a4 and ext_row in a16:
             per = (a16[ext_row]["median"] - a4[ext_row]["median"]) / 12

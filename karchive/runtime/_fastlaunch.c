@@ -15,7 +15,8 @@
  *
  * Everything unusual calls back into Python, so that both paths raise the same errors and share one
  * implementation of the rare cases: calls it cannot bind (Kernel._slow), callable grids, stream
- * objects, launches with clusters / cooperative grids / PDL / scratch (LaunchEntry.launch_dims),
+ * objects, launches with scratch (LaunchEntry.launch_dims; clusters, cooperative grids and PDL are packed
+ * here into a CUlaunchConfig for cuLaunchKernelEx where the binding gives its address),
  * values that do not pack (LaunchEntry.explain), driver errors (LaunchEntry.failed).
  *
  * No CUDA or HIP header or library is needed to build this file. The driver's launch function is
@@ -63,6 +64,8 @@ static PyMethodDef module_methods[] = {
      "tensor_abi_read(t) -> (address, dtype, device) as a launch reads it, or None where the reader declines"},
     {"forward_address", (PyCFunction)forward_address, METH_NOARGS,
      "address of a C function with cuLaunchKernel's signature that forwards each call to forward_to's target"},
+    {"forward_ex_address", (PyCFunction)forward_ex_address, METH_NOARGS,
+     "address of a C function with cuLaunchKernelEx's signature that forwards each call (and its attributes)"},
     {"noop_address", (PyCFunction)noop_address, METH_NOARGS,
      "address of a C function with cuLaunchKernel's signature that does nothing (host-cost benchmarks)"},
     {"forward_to", (PyCFunction)forward_to, METH_O,

@@ -21,6 +21,7 @@ from .backend import LoadedFunction, StreamCache, plain_text
 _DEFAULT_SHARED = 48 * 1024
 #: cuLaunchKernel exists since CUDA 4.0; its ABI has not changed (cuda.h: ``cuLaunchKernel`` has no _v2).
 _LAUNCH_KERNEL_VERSION = 4000
+_LAUNCH_KERNEL_EX_VERSION = 12000  # cuLaunchKernelEx (CUDA 12.0)
 
 
 def import_driver() -> Any:
@@ -88,6 +89,7 @@ class CudaBackend:
         self._infos: dict[int, DeviceInfo] = {}
         self.streams = StreamCache(d.CUstream)
         self._launch_address: int | None | Literal[False] = False  # False: not asked yet
+        self._launch_ex_address: int | None | Literal[False] = False
 
     # -- errors -----------------------------------------------------------------------------------
     def error_text(self, err: Any) -> str:
@@ -228,6 +230,12 @@ class CudaBackend:
         if self._launch_address is False:
             self._launch_address = self._proc_address("cuLaunchKernel", _LAUNCH_KERNEL_VERSION)
         return self._launch_address
+
+    def launch_ex_address(self) -> int | None:
+        """``cuLaunchKernelEx``'s address (the compiled launcher packs launch attributes itself); None if unknown."""
+        if self._launch_ex_address is False:
+            self._launch_ex_address = self._proc_address("cuLaunchKernelEx", _LAUNCH_KERNEL_EX_VERSION)
+        return self._launch_ex_address
 
     def _proc_address(self, symbol: str, version: int) -> int | None:
         d = self.d

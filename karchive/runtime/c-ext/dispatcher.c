@@ -345,7 +345,7 @@ insert(Dispatcher *d, CallKey *k, PyObject *target)
     /* An entry launched from Python (launch attributes, scratch, a pointer whose role is mixed across the
        kernel's variants: None in one, a tensor in another) converts its own values there; only an entry the
        C code packs must read pointers this dispatcher extracted. */
-    int packed_here = e->launch != NULL && e->python_launch == Py_None;
+    int packed_here = (e->launch != NULL || e->launch_ex != NULL) && e->python_launch == Py_None;
     for (Py_ssize_t s = 0; s < e->n_params; s++) { /* the entry reads this dispatcher's call values */
         PackSlot *slot = &e->slots[s];
         if (slot->code == 'Z')
@@ -747,7 +747,7 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
     if ((uint64_t)g[0] * g[1] * g[2] == 0)
         return Py_NewRef(e->result); /* Triton launches nothing for an empty grid */
 
-    if (e->launch == NULL || e->python_launch != Py_None) {
+    if ((e->launch == NULL && e->launch_ex == NULL) || e->python_launch != Py_None) {
         /* launch attributes, scratch, conversions: LaunchEntry.launch_dims, with the stream as given */
         PyObject *values = call_values(d, vals, ptrs);
         if (values == NULL)
@@ -832,9 +832,19 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
     if (stream_value(d, stream, hit, &sh) < 0)
         goto done;
     int err;
-    Py_BEGIN_ALLOW_THREADS
-    err = e->launch(e->function, g[0], g[1], g[2], e->block_x, 1, 1, e->shared, (void *)(uintptr_t)sh, params, NULL);
-    Py_END_ALLOW_THREADS
+    if (e->launch_ex != NULL) { /* launch attributes: a CUlaunchConfig on the stack, attributes from the entry */
+        KaLaunchConfig cfg = {{g[0] * e->cluster[0], g[1] * e->cluster[1], g[2] * e->cluster[2]}, {e->block_x, 1, 1},
+                              e->shared, (void *)(uintptr_t)sh, e->attrs, e->n_attrs};
+        Py_BEGIN_ALLOW_THREADS
+        err = e->launch_ex(&cfg, e->function, params, NULL);
+        Py_END_ALLOW_THREADS
+    }
+    else {
+        Py_BEGIN_ALLOW_THREADS
+        err = e->launch(e->function, g[0], g[1], g[2], e->block_x, 1, 1, e->shared, (void *)(uintptr_t)sh, params,
+                        NULL);
+        Py_END_ALLOW_THREADS
+    }
     if (err != 0) {
         PyObject *values = call_values(d, vals, ptrs);
         if (values == NULL)

@@ -25,7 +25,11 @@ typedef struct {
 
 typedef struct {
     PyObject_HEAD
-    LaunchFn launch;         /* NULL: launch through python_launch */
+    LaunchFn launch;         /* NULL: launch through python_launch (or launch_ex) */
+    LaunchExFn launch_ex;    /* cuLaunchKernelEx, for an entry with launch attributes; else NULL */
+    KaLaunchAttr attrs[MAX_ATTRS]; /* its attributes, made once (the order LaunchEntry.raw_launch gives them) */
+    unsigned int n_attrs;
+    unsigned int cluster[3]; /* the grid of a cluster launch is counted in blocks: grid * cluster */
     void *function;
     unsigned int block_x;
     unsigned int shared;
@@ -184,16 +188,23 @@ static PyObject *
 entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"launch", "function", "block_x", "shared", "device", "slots", "buffer_size", "meta",
-                             "owner", "via_python", "param_offsets", "desc_type", NULL};
-    unsigned long long launch, function;
-    unsigned int block_x, shared;
+                             "owner", "via_python", "param_offsets", "desc_type", "launch_ex", "cluster",
+                             "cooperative", "pdl", NULL};
+    unsigned long long launch, function, launch_ex = 0;
+    unsigned int block_x, shared, cluster[3] = {1, 1, 1};
     PyObject *device, *slots, *meta, *owner, *param_offsets = NULL, *desc_type = Py_None;
-    int via_python;
+    int via_python, cooperative = 0, pdl = 0;
     Py_ssize_t buffer_size;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKIIO!O!nO!Op|O!O", kwlist, &launch, &function, &block_x, &shared,
-                                     &PyLong_Type, &device, &PyTuple_Type, &slots, &buffer_size, &PyDict_Type,
-                                     &meta, &owner, &via_python, &PyTuple_Type, &param_offsets, &desc_type))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKIIO!O!nO!Op|O!OK(III)pp", kwlist, &launch, &function, &block_x,
+                                     &shared, &PyLong_Type, &device, &PyTuple_Type, &slots, &buffer_size,
+                                     &PyDict_Type, &meta, &owner, &via_python, &PyTuple_Type, &param_offsets,
+                                     &desc_type, &launch_ex, &cluster[0], &cluster[1], &cluster[2], &cooperative,
+                                     &pdl))
         return NULL;
+    if (cluster[0] == 0 || cluster[1] == 0 || cluster[2] == 0) {
+        PyErr_SetString(PyExc_ValueError, "Entry: cluster dims must be positive");
+        return NULL;
+    }
     if (desc_type != Py_None && !PyType_Check(desc_type)) {
         PyErr_SetString(PyExc_TypeError, "Entry: desc_type must be a type or None");
         return NULL;
@@ -271,7 +282,27 @@ entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_DECREF(self);
         return NULL;
     }
-    if (!via_python && launch == 0) {
+    self->launch_ex = (LaunchExFn)(uintptr_t)launch_ex;
+    memcpy(self->cluster, cluster, sizeof(cluster));
+    self->n_attrs = 0;
+    memset(self->attrs, 0, sizeof(self->attrs));
+    if (pdl) {
+        self->attrs[self->n_attrs].id = ATTR_PDL;
+        self->attrs[self->n_attrs++].value.flag = 1;
+    }
+    if (cooperative) {
+        self->attrs[self->n_attrs].id = ATTR_COOPERATIVE;
+        self->attrs[self->n_attrs++].value.flag = 1;
+    }
+    if ((uint64_t)cluster[0] * cluster[1] * cluster[2] > 1) {
+        self->attrs[self->n_attrs].id = ATTR_CLUSTER_DIMENSION;
+        self->attrs[self->n_attrs].value.cluster.x = cluster[0];
+        self->attrs[self->n_attrs].value.cluster.y = cluster[1];
+        self->attrs[self->n_attrs++].value.cluster.z = cluster[2];
+        self->attrs[self->n_attrs].id = ATTR_CLUSTER_SCHEDULING;
+        self->attrs[self->n_attrs++].value.policy = CLUSTER_POLICY_SPREAD;
+    }
+    if (!via_python && launch == 0 && launch_ex == 0) {
         PyErr_SetString(PyExc_ValueError, "Entry: no launch function and not via_python");
         Py_DECREF(self);
         return NULL;

@@ -42,6 +42,40 @@ typedef int (*LaunchFn)(void *function, unsigned int gx, unsigned int gy, unsign
                         unsigned int by, unsigned int bz, unsigned int shared, void *stream, void **params,
                         void **extra);
 
+/* cuLaunchKernelEx (cuda.h, CUDA >= 12.0): CUresult (const CUlaunchConfig *, CUfunction, void **params, void **extra),
+ * with CUlaunchConfig and CUlaunchAttribute laid out as cuda.h lays them out (checked below), so that launches with
+ * clusters, cooperative grids or PDL are packed here like the rest (as Triton's driver.c does). The attribute ids
+ * and the cluster scheduling policy are cuda.h's numbers. */
+typedef struct {
+    unsigned int id;
+    char pad[4];
+    union {
+        char pad[64];
+        int flag;                                   /* cooperative, programmaticStreamSerializationAllowed */
+        struct { unsigned int x, y, z; } cluster;   /* clusterDim */
+        unsigned int policy;                        /* clusterSchedulingPolicyPreference */
+    } value;
+} KaLaunchAttr;
+
+typedef struct {
+    unsigned int grid[3];
+    unsigned int block[3];
+    unsigned int shared;
+    void *stream;
+    KaLaunchAttr *attrs;
+    unsigned int n_attrs;
+} KaLaunchConfig;
+
+_Static_assert(sizeof(KaLaunchAttr) == 72, "CUlaunchAttribute is 72 bytes");
+_Static_assert(offsetof(KaLaunchConfig, stream) == 32 && offsetof(KaLaunchConfig, attrs) == 40
+               && offsetof(KaLaunchConfig, n_attrs) == 48 && sizeof(KaLaunchConfig) == 56, "CUlaunchConfig layout");
+
+typedef int (*LaunchExFn)(const KaLaunchConfig *config, void *function, void **params, void **extra);
+
+enum { ATTR_COOPERATIVE = 2, ATTR_CLUSTER_DIMENSION = 4, ATTR_CLUSTER_SCHEDULING = 5, ATTR_PDL = 6,
+       CLUSTER_POLICY_SPREAD = 1 };
+#define MAX_ATTRS 4
+
 /* Parameter roles and key flags: the same numbers as karchive/runtime/launch/_native.py sends (from _plan.py). */
 enum { ROLE_PTR = 1, ROLE_INT = 2, ROLE_FLOAT = 3, ROLE_VALUE = 4, ROLE_MIXED = 5 };
 enum { F_ALIGN = 1, F_EQ1 = 2, F_DIV16 = 4, F_RANGE = 8, F_PRESENT = 0x100 };
@@ -69,7 +103,8 @@ enum { F_EXACT = 0x10, F_VALUE = 0x20 };
  *                                             None, or (slot indices, global names) a callable grid read,
  *                                             under which its result is memoised (dispatcher.c: GridMemo)
  *   owner.stream_handle(obj) -> int, owner.pointer_info(obj) -> (ptr, dtype, device), owner.mixed_key(obj)
- * Entry(..., owner, via_python): the variant's launch entry (launch/_record.LaunchEntry):
+ * Entry(..., owner, via_python, launch_ex, cluster, cooperative, pdl): the variant's launch entry
+ * (launch/_record.LaunchEntry); with launch_ex (cuLaunchKernelEx's address) its launch attributes are packed here:
  *   owner.failed(err, gx, gy, gz, stream, values)   a non-zero driver result: retry or raise
  *   owner.explain(values, exc) -> exception          values that did not pack
  *   owner.launch_dims(gx, gy, gz, stream, values)    every launch of an entry made with via_python=True

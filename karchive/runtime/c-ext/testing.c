@@ -38,6 +38,49 @@ forward_launch(void *function, unsigned int gx, unsigned int gy, unsigned int gz
     return result;
 }
 
+/* Has cuLaunchKernelEx's signature: calls forward_target with (function, gx, gy, gz, bx, by, bz, shared, stream,
+ * params, extra, attrs), attrs a tuple of (id, the 64 bytes of the value) as the driver reads them. */
+static int
+forward_launch_ex(const KaLaunchConfig *cfg, void *function, void **params, void **extra)
+{
+    PyGILState_STATE gil = PyGILState_Ensure();
+    int result = 999;
+    PyObject *attrs = PyTuple_New(cfg->n_attrs);
+    for (unsigned int i = 0; attrs != NULL && i < cfg->n_attrs; i++) {
+        PyObject *a = Py_BuildValue("(Iy#)", cfg->attrs[i].id, cfg->attrs[i].value.pad, (Py_ssize_t)64);
+        if (a == NULL)
+            Py_CLEAR(attrs);
+        else
+            PyTuple_SET_ITEM(attrs, i, a);
+    }
+    if (forward_target != NULL && attrs != NULL) {
+        PyObject *r = PyObject_CallFunction(forward_target, "KIIIIIIIKKKO", (unsigned long long)(uintptr_t)function,
+                                            cfg->grid[0], cfg->grid[1], cfg->grid[2], cfg->block[0], cfg->block[1],
+                                            cfg->block[2], cfg->shared, (unsigned long long)(uintptr_t)cfg->stream,
+                                            (unsigned long long)(uintptr_t)params,
+                                            (unsigned long long)(uintptr_t)extra, attrs);
+        if (r != NULL && PyTuple_Check(r) && PyTuple_GET_SIZE(r) > 0)
+            Py_SETREF(r, Py_NewRef(PyTuple_GET_ITEM(r, 0)));
+        if (r != NULL) {
+            long v = PyLong_AsLong(r);
+            Py_DECREF(r);
+            if (!(v == -1 && PyErr_Occurred()))
+                result = (int)v;
+        }
+    }
+    Py_XDECREF(attrs);
+    if (PyErr_Occurred())
+        PyErr_WriteUnraisable(forward_target);
+    PyGILState_Release(gil);
+    return result;
+}
+
+static PyObject *
+forward_ex_address(PyObject *module, PyObject *unused)
+{
+    return PyLong_FromVoidPtr((void *)(uintptr_t)&forward_launch_ex);
+}
+
 /* Has the driver's launch signature and does nothing: the host cost of the launch path itself, measured
  * where there is no driver (tools/bench_launch.py --no-gpu). */
 static int

@@ -6,7 +6,8 @@ dispatcher keeps the result with the key's entry and takes it again without call
 grid read* is unchanged (``GridMemo`` in ``c-ext/dispatcher.c``). :func:`reads` decides when that is safe:
 
 - the grid is a plain Python function (``def`` or ``lambda``) with no default values, and its closure cells
-  hold only ``int``/``float``/``bool``/``str``/``None`` (compared by type and value on each call);
+  hold only ``int``/``float``/``bool``/``str``/``None``, modules, functions or classes (compared on each call:
+  identical, or the same type and ``==``);
 - it read the mapping only by ``m[name]`` / ``m.get(name)`` / ``name in m`` (not iterated, copied or
   unpacked), and every call argument it read is such a scalar (compared on each call; the meta-parameters it
   read are the entry's, fixed);
@@ -97,9 +98,17 @@ def evaluate_reading(grid: Any, names: Sequence[str], meta: dict[str, Any], valu
     return dims, reads(grid, seen, names, meta, values)
 
 
+def _fixed(value: Any) -> bool:
+    """A value the memo may compare by identity (then ==): a scalar, a module, a function, a class."""
+    return type(value) in _SCALARS or isinstance(value, _FIXED)
+
+
 def _plain_function(fn: types.FunctionType) -> bool:
-    return (fn.__defaults__ is None and not fn.__kwdefaults__
-            and all(type(c.cell_contents) in _SCALARS for c in fn.__closure__ or ()))
+    try:
+        cells = [c.cell_contents for c in fn.__closure__ or ()]
+    except ValueError:  # an empty cell
+        return False
+    return fn.__defaults__ is None and not fn.__kwdefaults__ and all(_fixed(v) for v in cells)
 
 
 def reads(fn: types.FunctionType, seen: _Reading, names: Sequence[str], meta: dict[str, Any],
@@ -118,7 +127,7 @@ def reads(fn: types.FunctionType, seen: _Reading, names: Sequence[str], meta: di
         slots.append(i)
     g = fn.__globals__
     used = tuple(n for n in _names(fn.__code__) if n in g)
-    if not all(isinstance(g[n], _FIXED) or type(g[n]) in _SCALARS for n in used):
+    if not all(_fixed(g[n]) for n in used):
         return None
     return tuple(slots), used
 

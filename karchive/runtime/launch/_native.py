@@ -218,13 +218,18 @@ def make_entry(entry: LaunchEntry, plan: KernelPlan | None = None) -> Any:
     owner: Any = entry
     if picks != list(range(len(picks))) or unread:
         owner = _Renumbered(entry, picks, unread)
-    via_python = bool(r.use_ex or r.scratch or not descriptors_fit or address is None or unread
-                      or any(s.convert == "ptr" for s in r.slots))
+    # launch attributes (clusters, cooperative grid, PDL): a CUlaunchConfig packed in C, where the binding gives
+    # cuLaunchKernelEx's address (CUDA); scratch stays a Python step (its pool allocates per stream and grid)
+    ex_address = getattr(entry.backend, "launch_ex_address", lambda: None)() if r.use_ex else None
+    via_python = bool((r.use_ex and ex_address is None) or r.scratch or not descriptors_fit or address is None
+                      or unread or any(s.convert == "ptr" for s in r.slots))
     native = _fastlaunch.Entry(
-        launch=0 if via_python or address is None else address, function=0 if via_python else entry.backend.handle_address(r.loaded.function),
+        launch=0 if via_python or address is None else address,
+        function=0 if via_python else entry.backend.handle_address(r.loaded.function),
         block_x=r.block_x, shared=r.shared, device=r.device, slots=tuple(slots), buffer_size=layout.size,
         meta=r.meta, owner=owner, via_python=via_python, param_offsets=layout.param_offsets,
-        desc_type=TensorDescriptor,
+        desc_type=TensorDescriptor, launch_ex=0 if via_python or ex_address is None else ex_address,
+        cluster=r.cluster, cooperative=r.cooperative, pdl=r.pdl,
     )
     native.result = entry.result
     entry.natives.append(native)
