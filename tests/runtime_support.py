@@ -294,7 +294,8 @@ class FakeCuda:
         return (0,)
 
     def cuMemAlloc(self, n):
-        return (0, 0x7E00_0000_0000 + 0x10_0000 * len(self.loads))
+        self.allocs = getattr(self, "allocs", 0) + 1  # a new address per allocation
+        return (0, 0x7E00_0000_0000 + 0x10_0000 * len(self.loads) + 0x1_0000_0000 * self.allocs)
 
     def cuMemFree(self, ptr):
         return (0,)

@@ -348,3 +348,47 @@ def test_launch_attributes_are_packed_in_c_byte_for_byte_as_the_python_launch(mo
     assert [i for i, _v in attrs] == want and all(len(v) == 64 for _i, v in attrs)
     if feature == "cluster":
         assert seen[launch_path.EXTENSION][0][0][0] == 4 * int.from_bytes(attrs[0][1][:4], "little")
+
+
+@pytest.fixture(scope="module")
+def scratch_archive(tmp_path_factory) -> Path:
+    """tma_scale_kernel: Triton gives it global scratch (device-side tensor descriptors)."""
+    from karchive.producer.build.pack import ArchiveBuilder
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
+
+    v = compile_variant(VariantRequest(f"{ROOT / 'tests' / 'gpu' / 'extra_kernels.py'}:tma_scale_kernel",
+                                       "*fp32:16, *fp32:16, i32, i32:16", "cuda:90", {"BM": 64, "BN": 64},
+                                       {"num_warps": 4}))
+    assert v.variant.abi.global_scratch_size > 0
+    b = ArchiveBuilder("scratch", "1")
+    b.extend([v])
+    out = tmp_path_factory.mktemp("scratch") / "scratch.karc"
+    b.write(out)
+    return out
+
+
+def test_scratch_pointers_are_packed_in_c_from_the_pool(monkeypatch, scratch_archive):
+    """The scratch pointer is the pool's buffer for the launch's stream, sized for its grid, on both paths (the
+    same bytes); the compiled path asks the pool only when the stream changes or the grid outgrows the buffer."""
+    calls = [((2, 2), 0), ((2, 2), 0), ((2, 2), 0x55), ((8, 8), 0), ((2, 2), 0), ((64, 64), 0x55), ((1,), 0x55)]
+    seen, asked = {}, {}
+    for path in (launch_path.PYTHON, launch_path.EXTENSION):
+        if path == launch_path.EXTENSION and launch_path.extension() is None:
+            pytest.skip("the compiled launcher is not built here")
+        from karchive.runtime.scratch import ScratchPool
+
+        count: list[int] = []
+        real = ScratchPool.reserve
+        monkeypatch.setattr(ScratchPool, "reserve", lambda self, *a, _r=real, _c=count: _c.append(1) or _r(self, *a))
+        with fake_cuda(monkeypatch, path) as (rec, _backend):
+            arc = karchive.open(str(scratch_archive))
+            register_sizes(rec, arc)
+            k = arc.kernel("tma_scale_kernel")
+            for grid, stream in calls:
+                k[grid](X, Y, 64, 64, stream=stream)
+            seen[path] = [(x.grid, x.stream, x.params) for x in rec.launches()]
+            asked[path] = len(count)
+    assert seen[launch_path.PYTHON] == seen[launch_path.EXTENSION]
+    scratch_of = [p[-2] for _g, _s, p in seen[launch_path.EXTENSION]]  # global scratch, then profile scratch
+    assert scratch_of[0] != bytes(8) and scratch_of[0] == scratch_of[1] and scratch_of[2] != scratch_of[0]
+    assert asked[launch_path.PYTHON] >= len(calls) and asked[launch_path.EXTENSION] < asked[launch_path.PYTHON]

@@ -26,14 +26,21 @@ class ScratchPool:
     def get(self, device: int, stream_key: int, stream: Any, kind: str, nbytes: int, align: int, kernel: str) -> int:
         """An ``align``-aligned device address with at least ``nbytes`` bytes, private to this stream (``kernel``:
         the kernel launched, named by the error)."""
+        return self.reserve(device, stream_key, stream, kind, nbytes, align, kernel)[0]
+
+    def reserve(self, device: int, stream_key: int, stream: Any, kind: str, nbytes: int, align: int,
+                kernel: str) -> tuple[int, int]:
+        """(:meth:`get`'s address, how many bytes from it are usable): the compiled launcher takes the same
+        address again, without asking, while a launch on this stream needs no more (an outgrown buffer is
+        kept alive, so an address given once stays valid while the pool lives)."""
         key = (device, stream_key, kind)
         have = self._buffers.get(key)
         if have is not None and have[1] >= nbytes:
-            return _align_up(have[0], align)
+            return _align_up(have[0], align), have[1]
         with self._lock:
             have = self._buffers.get(key)
             if have is not None and have[1] >= nbytes:
-                return _align_up(have[0], align)
+                return _align_up(have[0], align), have[1]
             if self.backend.is_capturing(stream):
                 raise LaunchError(
                     f"this kernel needs {nbytes} bytes of {kind} scratch, more than karchive has allocated for "
@@ -45,7 +52,7 @@ class ScratchPool:
             if have is not None:
                 self._retired.append((device, have[0]))
             self._buffers[key] = (base, size)
-            return _align_up(base, align)
+            return _align_up(base, align), size
 
     def close(self) -> None:
         with self._lock:

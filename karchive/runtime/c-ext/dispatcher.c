@@ -348,7 +348,7 @@ insert(Dispatcher *d, CallKey *k, PyObject *target)
     int packed_here = (e->launch != NULL || e->launch_ex != NULL) && e->python_launch == Py_None;
     for (Py_ssize_t s = 0; s < e->n_params; s++) { /* the entry reads this dispatcher's call values */
         PackSlot *slot = &e->slots[s];
-        if (slot->code == 'Z')
+        if (slot->code == 'Z' || slot->code == 'S')
             continue;
         if (slot->value < 0 || slot->value >= d->n_calls
             || (packed_here && slot->code == 'P' && d->roles[d->call_positions[slot->value]] != ROLE_PTR)) {
@@ -731,6 +731,31 @@ pack_descriptor(PackSlot *slot, PyObject *v, PyObject *desc_type, PyObject *poin
     return 0;
 }
 
+/* A scratch slot's pointer: the buffer the pool gave last time while it is this stream's and large enough (the
+ * pool keeps a buffer it outgrew alive), else owner.scratch_for(index, bytes, stream) -> (address, usable bytes). */
+static KA_NOINLINE int
+scratch_pointer(Entry *e, PackSlot *slot, uint64_t blocks, uint64_t stream, unsigned char *dst)
+{
+    uint64_t need = blocks * (uint64_t)slot->per_block;
+    if (!(slot->scratch_known && slot->scratch_stream == stream && need <= slot->scratch_bytes)) {
+        PyObject *r = PyObject_CallFunction(e->scratch, "nKK", slot->scratch_index, (unsigned long long)need,
+                                            (unsigned long long)stream);
+        unsigned long long address, usable;
+        if (r == NULL)
+            return -1;
+        int ok = PyArg_ParseTuple(r, "KK", &address, &usable);
+        Py_DECREF(r);
+        if (!ok)
+            return -1;
+        slot->scratch_known = 1;
+        slot->scratch_stream = stream;
+        slot->scratch_bytes = usable;
+        slot->scratch_address = address;
+    }
+    put_u64(dst, slot->scratch_address);
+    return 0;
+}
+
 /* Step 4: grid, stream, pack, launch. */
 static PyObject *
 launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject **vals, uint64_t *ptrs)
@@ -794,6 +819,13 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
     }
     /* one kernelParams entry per ABI parameter, or (descriptors: several binary parameters each) per offset */
     int plain = e->n_binary == e->n_params;
+    uint64_t sh = 0;
+    if (e->has_scratch && stream_value(d, stream, hit, &sh) < 0) { /* scratch is per stream: the stream first */
+        PyMem_Free(heap);
+        if (params != stack_params)
+            PyMem_Free(params);
+        return NULL;
+    }
     if (!plain)
         for (Py_ssize_t k = 0; k < e->n_binary; k++)
             params[k] = buf + e->param_offsets[k];
@@ -805,6 +837,11 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
             params[s] = dst;
         if (slot->code == 'Z')
             continue; /* a null scratch pointer */
+        if (slot->code == 'S') {
+            if (scratch_pointer(e, slot, (uint64_t)g[0] * g[1] * g[2], sh, dst) < 0)
+                goto done;
+            continue;
+        }
         Py_ssize_t i = d->call_positions[slot->value];
         if (slot->code == 'P') {
             put_u64(dst, ptrs[i]);
@@ -828,8 +865,7 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
             goto done;
         }
     }
-    uint64_t sh;
-    if (stream_value(d, stream, hit, &sh) < 0)
+    if (!e->has_scratch && stream_value(d, stream, hit, &sh) < 0)
         goto done;
     int err;
     if (e->launch_ex != NULL) { /* launch attributes: a CUlaunchConfig on the stack, attributes from the entry */

@@ -21,6 +21,14 @@ typedef struct {
     uint64_t memo_ptr;
     long memo_dev;
     int memo_has_dev;
+    /* 'S': a scratch pointer: bytes per block (num_ctas counted), the entry's scratch index, and the buffer the
+     * owner's pool gave last time (for this stream, this many bytes): taken again while it is large enough. */
+    Py_ssize_t per_block;
+    Py_ssize_t scratch_index;
+    uint64_t scratch_stream;
+    uint64_t scratch_bytes;
+    uint64_t scratch_address;
+    int scratch_known;
 } PackSlot;
 
 typedef struct {
@@ -45,6 +53,8 @@ typedef struct {
     PyObject *explain;       /* owner.explain(values, exc) -> the exception to raise */
     PyObject *desc_type;     /* karchive.TensorDescriptor (the type 'D' slots memoise in C), or None */
     PyObject *result;        /* what a launch of this entry returns (None unless set: Entry.result) */
+    PyObject *scratch;       /* owner.scratch_for(index, nbytes, stream) -> (address, usable bytes), or NULL */
+    int has_scratch;         /* some slot is 'S' */
 } Entry;
 
 static PyTypeObject EntryType;
@@ -148,6 +158,7 @@ entry_traverse(Entry *self, visitproc visit, void *arg)
     Py_VISIT(self->explain);
     Py_VISIT(self->desc_type);
     Py_VISIT(self->result);
+    Py_VISIT(self->scratch);
     for (Py_ssize_t i = 0; self->slots != NULL && i < self->n_params; i++) {
         Py_VISIT(self->slots[i].expand);
         Py_VISIT(self->slots[i].memo_ref);
@@ -166,6 +177,7 @@ entry_clear(Entry *self)
     Py_CLEAR(self->explain);
     Py_CLEAR(self->desc_type);
     Py_CLEAR(self->result);
+    Py_CLEAR(self->scratch);
     for (Py_ssize_t i = 0; self->slots != NULL && i < self->n_params; i++) {
         Py_CLEAR(self->slots[i].expand);
         Py_CLEAR(self->slots[i].memo_ref);
@@ -235,15 +247,25 @@ entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         const char *code;
         Py_ssize_t code_len;
         PyObject *expand = NULL;
-        /* (value, code, offset), or (value, "D", offset, expand, size) for a host tensor descriptor */
+        /* (value, code, offset), or (value, "D", offset, expand, size) for a host tensor descriptor, or
+         * (-1, "S", offset, scratch index, bytes per block) for a scratch pointer */
         if (!PyArg_ParseTuple(s, "ns#n|On", &value, &code, &code_len, &offset, &expand, &size)) {
             Py_DECREF(self);
             return NULL;
         }
         int desc = code_len == 1 && code[0] == 'D';
-        Py_ssize_t width = desc ? size : code_len == 1 ? code_size(code[0]) : 0;
+        int scr = code_len == 1 && code[0] == 'S';
+        Py_ssize_t index = -1;
+        if (scr) {
+            index = expand != NULL && PyLong_CheckExact(expand) ? PyLong_AsSsize_t(expand) : -1;
+            expand = NULL;
+            self->has_scratch = 1;
+        }
+        Py_ssize_t width = desc ? size : scr ? 8 : code_len == 1 ? code_size(code[0]) : 0;
         if (code_len != 1 || width <= 0 || offset < 0 || offset + width > buffer_size
-            || (code[0] == 'Z') != (value < 0) || desc != (expand != NULL) || (desc && !PyCallable_Check(expand))) {
+            || (code[0] == 'Z' || scr) != (value < 0) || (scr && (index < 0 || size <= 0))
+            || desc != (expand != NULL) || (desc && !PyCallable_Check(expand))) {
+            PyErr_Clear();
             PyErr_Format(PyExc_ValueError, "Entry: bad slot %zd", i);
             Py_DECREF(self);
             return NULL;
@@ -253,6 +275,8 @@ entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         self->slots[i].code = code[0];
         self->slots[i].size = width;
         self->slots[i].expand = Py_XNewRef(expand);
+        self->slots[i].per_block = scr ? size : 0;
+        self->slots[i].scratch_index = index;
     }
     for (Py_ssize_t k = 0; k < nb; k++) {
         Py_ssize_t offset = param_offsets != NULL ? PyLong_AsSsize_t(PyTuple_GET_ITEM(param_offsets, k))
@@ -277,6 +301,10 @@ entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->result = Py_NewRef(Py_None);
     self->python_launch = via_python ? PyObject_GetAttrString(owner, "launch_dims") : Py_NewRef(Py_None);
     self->failed = PyObject_GetAttrString(owner, "failed");
+    if (self->has_scratch && !via_python && (self->scratch = PyObject_GetAttrString(owner, "scratch_for")) == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
     self->explain = PyObject_GetAttrString(owner, "explain");
     if (self->python_launch == NULL || self->failed == NULL || self->explain == NULL) {
         Py_DECREF(self);

@@ -108,6 +108,8 @@ enum { F_EXACT = 0x10, F_VALUE = 0x20 };
  *   owner.failed(err, gx, gy, gz, stream, values)   a non-zero driver result: retry or raise
  *   owner.explain(values, exc) -> exception          values that did not pack
  *   owner.launch_dims(gx, gy, gz, stream, values)    every launch of an entry made with via_python=True
+ *   owner.scratch_for(index, nbytes, stream) -> (address, usable bytes)   a scratch slot ("S") whose last
+ *                                                    buffer is another stream's or too small
  *   and, per descriptor slot, the slot's expand(value) -> bytes
  * Entry.result: what a launch of the entry returns (default None; settable). */
 

@@ -179,6 +179,9 @@ class _Renumbered:
     def explain(self, values: Sequence[Any], exc: BaseException | None) -> Exception:
         return self.entry.explain(self.values(values), exc)
 
+    def scratch_for(self, index: int, nbytes: int, stream: int) -> tuple[int, int]:
+        return self.entry.scratch_for(index, nbytes, stream)
+
 
 def make_entry(entry: LaunchEntry, plan: KernelPlan | None = None) -> Any:
     """The ``_fastlaunch.Entry`` of a loaded variant: what a launch of it packs where (from its record), and
@@ -202,6 +205,7 @@ def make_entry(entry: LaunchEntry, plan: KernelPlan | None = None) -> Any:
                        if p not in extracted and any(s.value == j and s.convert is None for s in r.slots)
                        and r.variant.params[p].type.startswith("*"))
     slots: list[tuple[Any, ...]] = []
+    scratch = {kind: j for j, (kind, _size, _align) in enumerate(r.scratch)}
     descriptors_fit = True
     for i, p in enumerate(r.variant.abi.params):
         if p.desc is not None and i < layout.n_user:
@@ -212,6 +216,9 @@ def make_entry(entry: LaunchEntry, plan: KernelPlan | None = None) -> Any:
             descriptors_fit &= tuple(o - start for o in mine) == blob_offsets(p.desc)
             slots.append((picks[r.slots[i].value], "D", start, entry.descriptor_packer(i), blob_struct(p.desc).size))
             continue
+        if i >= layout.n_user and p.kind in scratch:  # a scratch buffer: the pool's address, per stream (C memo)
+            slots.append((-1, "S", layout.offsets[i], scratch[p.kind], r.scratch[scratch[p.kind]][1] * r.num_ctas))
+            continue
         code = pack_code(p.kind, p.type)
         value = picks[r.slots[i].value] if i < layout.n_user else -1
         slots.append((value if code != NULL_CODE else -1, code, layout.offsets[i]))
@@ -219,9 +226,9 @@ def make_entry(entry: LaunchEntry, plan: KernelPlan | None = None) -> Any:
     if picks != list(range(len(picks))) or unread:
         owner = _Renumbered(entry, picks, unread)
     # launch attributes (clusters, cooperative grid, PDL): a CUlaunchConfig packed in C, where the binding gives
-    # cuLaunchKernelEx's address (CUDA); scratch stays a Python step (its pool allocates per stream and grid)
+    # cuLaunchKernelEx's address (CUDA)
     ex_address = getattr(entry.backend, "launch_ex_address", lambda: None)() if r.use_ex else None
-    via_python = bool((r.use_ex and ex_address is None) or r.scratch or not descriptors_fit or address is None
+    via_python = bool((r.use_ex and ex_address is None) or not descriptors_fit or address is None
                       or unread or any(s.convert == "ptr" for s in r.slots))
     native = _fastlaunch.Entry(
         launch=0 if via_python or address is None else address,

@@ -6,8 +6,9 @@ shared memory, scratch sizes, which call value feeds which binary parameter. Bot
 from it. :meth:`LaunchEntry.launch_dims` is the pure-Python launch (pack with :mod:`._argpack`, then the
 driver through the backend); the compiled launcher gets the same record as a ``_fastlaunch.Entry``
 (:func:`._native.make_entry`) and calls back into :meth:`LaunchEntry.failed` / :meth:`LaunchEntry.explain`
-for errors, so both paths raise the same errors. Clusters, cooperative grids, PDL and scratch take
-:meth:`LaunchEntry.launch_dims` on both paths.
+for errors, so both paths raise the same errors. The compiled launcher packs clusters, cooperative grids, PDL
+(``cuLaunchKernelEx``) and scratch pointers (:meth:`LaunchEntry.scratch_for` when the pool must give one)
+itself; on the Python path they take :meth:`LaunchEntry.launch_dims`.
 
 :class:`BoundLauncher` fixes variant, grid, stream and packed parameters once; ``bound()`` is one
 driver call.
@@ -339,6 +340,12 @@ class LaunchEntry:
         for kind, size, align in self.scratch:
             address = self.pool.get(self.device, key, s, kind, blocks * size, align, self.kernel) if blocks else 0
             layout.set_scratch(kind, address)
+
+    def scratch_for(self, index: int, nbytes: int, stream: int) -> tuple[int, int]:
+        """For the compiled launcher: (address, usable bytes) of the ``index``-th scratch buffer this entry takes,
+        ``nbytes`` long, on the stream with this handle (the pool's rules and errors, as :meth:`set_scratch`)."""
+        kind, _size, align = self.scratch[index]
+        return self.pool.reserve(self.device, stream, self.backend.stream(stream), kind, nbytes, align, self.kernel)
 
     def raw_launch(self, gx: int, gy: int, gz: int, s: Any, layout: ParamLayout) -> int:
         """One driver call with an already packed buffer; returns the driver's result."""
