@@ -202,6 +202,8 @@ def main() -> None:
     ap.add_argument("--torch", action="store_true", help="CPU torch tensors as arguments (needs torch)")
     ap.add_argument("--calls", type=int, default=20000)
     ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--only", help="time only the rows whose name contains this text")
+    ap.add_argument("--paths", default="extension,python", help="launch paths to time (comma-separated)")
     ap.add_argument("--tuned-archive", help="tools/tuned_bench.py's archive (default: built now)")
     ap.add_argument("--instructions", action="store_true", help="run under callgrind (see above)")
     args = ap.parse_args()
@@ -240,7 +242,8 @@ def main() -> None:
             "k[grid](...) 16 args": "add16[g](o, x, y, p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, 4096, BLOCK=1024)",
             "bound()": "b4()", "bound(*args)": "b4(x, y, o, 4096)", "empty loop": "pass"}
     results: dict[str, float] = {}
-    for path in [p for p in (launch_path.EXTENSION, launch_path.PYTHON) if p == launch_path.PYTHON or ext]:
+    for path in [p for p in (launch_path.EXTENSION, launch_path.PYTHON)
+                 if (p == launch_path.PYTHON or ext) and p in args.paths.split(",")]:
         with launch_path.forced(path):
             arc = karchive.open(archive)
             add, add16 = arc.kernel("add_kernel"), arc.kernel("add16_kernel")
@@ -274,6 +277,8 @@ def main() -> None:
             path_rows["served k[grid](...) 16 args"] = ("sadd16[g](o, x, y, p0, p1, p2, p3, p4, p5, p6, p7, p8, "
                                                          "p9, p10, p11, 4096, BLOCK=1024)")
         for row, body in path_rows.items():
+            if args.only and args.only not in row and not row.startswith("(warm-up"):
+                continue
             scope: dict[str, Any] = {}
             exec(f"def make({', '.join(ns)}):\n    def loop(n):\n        for _ in range(n):\n            {body}\n"  # noqa: S102
                  "    return loop\n", scope)

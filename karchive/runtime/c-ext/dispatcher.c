@@ -166,12 +166,20 @@ release_key(Dispatcher *d, CallKey *k)
             Py_CLEAR(k->obj[i]);
 }
 
+/* make_key stops at part i: the parts after it own nothing (release_key reads them all). */
+static KA_NOINLINE int
+stop_key(Dispatcher *d, CallKey *k, Py_ssize_t i, int result)
+{
+    for (Py_ssize_t j = i + 1; j < d->n_slots; j++)
+        k->own[j] = 0;
+    return result;
+}
+
 /* 1 when the key is built, 0 when this call cannot be keyed here (the slow path takes it), -1 on error.
  * Every part of k is written (release_key may run after a failure part-way). */
 static int
 make_key(Dispatcher *d, PyObject **vals, CallKey *k, uint64_t *ptrs)
 {
-    memset(k->own, 0, sizeof(k->own)); /* release_key reads them all, also after an early return */
     for (Py_ssize_t i = 0; i < d->n_slots; i++) {
         PyObject *a = vals[i];
         k->obj[i] = NULL;
@@ -187,7 +195,7 @@ make_key(Dispatcher *d, PyObject **vals, CallKey *k, uint64_t *ptrs)
             int has_dev;
             int got = read_pointer(a, d->pointer_info, &ptrs[i], &dtype, &dev, &has_dev);
             if (got < 0)
-                return -1;
+                return stop_key(d, k, i, -1);
             k->obj[i] = dtype;
             k->own[i] = (got == 0);
             k->type[i] = (PyObject *)Py_TYPE(a);
@@ -205,7 +213,7 @@ make_key(Dispatcher *d, PyObject **vals, CallKey *k, uint64_t *ptrs)
         case ROLE_INT: {
             k->type[i] = (PyObject *)Py_TYPE(a);
             if ((d->flags[i] & F_EXACT) && !PyLong_CheckExact(a) && !PyBool_Check(a))
-                return 0; /* not a plain int: the resolver reads it in Python */
+                return stop_key(d, k, i, 0); /* not a plain int: the resolver reads it in Python */
             if (d->flags[i] & F_VALUE)
                 k->obj[i] = a;
             unsigned char want = d->flags[i] & (F_EQ1 | F_DIV16 | F_RANGE);
@@ -217,16 +225,16 @@ make_key(Dispatcher *d, PyObject **vals, CallKey *k, uint64_t *ptrs)
             else if (PyIndex_Check(a)) {
                 v = PyNumber_Index(a);
                 if (v == NULL)
-                    return -1;
+                    return stop_key(d, k, i, -1);
             }
             else
-                return 0; /* not an integer: the checks in Python say why */
+                return stop_key(d, k, i, 0); /* not an integer: the checks in Python say why */
             int overflow;
             long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
             uint64_t low = PyLong_AsUnsignedLongLongMask(v);
             Py_DECREF(v);
             if (PyErr_Occurred())
-                return -1;
+                return stop_key(d, k, i, -1);
             uint64_t bits = F_PRESENT;
             if ((want & F_EQ1) && !overflow && x == 1)
                 bits |= F_EQ1;
@@ -240,7 +248,7 @@ make_key(Dispatcher *d, PyObject **vals, CallKey *k, uint64_t *ptrs)
         case ROLE_FLOAT:
             k->type[i] = (PyObject *)Py_TYPE(a);
             if ((d->flags[i] & F_EXACT) && !PyFloat_CheckExact(a) && !PyLong_CheckExact(a) && !PyBool_Check(a))
-                return 0;
+                return stop_key(d, k, i, 0);
             if (d->flags[i] & F_VALUE)
                 k->obj[i] = a;
             break;
@@ -256,7 +264,7 @@ make_key(Dispatcher *d, PyObject **vals, CallKey *k, uint64_t *ptrs)
             }
             PyObject *o = PyObject_CallOneArg(d->mixed_key, a);
             if (o == NULL)
-                return -1;
+                return stop_key(d, k, i, -1);
             k->obj[i] = o;
             k->own[i] = 1;
             break;
@@ -731,9 +739,24 @@ pack_descriptor(PackSlot *slot, PyObject *v, PyObject *desc_type, PyObject *poin
     return 0;
 }
 
-/* A scratch slot's pointer: the buffer the pool gave last time while it is this stream's and large enough (the
- * pool keeps a buffer it outgrew alive), else owner.scratch_for(index, bytes, stream) -> (address, usable bytes). */
+static int scratch_pointer(Entry *e, PackSlot *slot, uint64_t blocks, uint64_t stream, unsigned char *dst);
+
+/* Each scratch slot's pointer (after the values are packed and the stream is known, the Python launch's order):
+ * the buffer the pool gave last time while it is this stream's and large enough (the pool keeps a buffer it
+ * outgrew alive), else owner.scratch_for(index, bytes, stream) -> (address, usable bytes). */
 static KA_NOINLINE int
+scratch_pointers(Entry *e, unsigned char *buf, const unsigned int *g, uint64_t stream)
+{
+    uint64_t blocks = (uint64_t)g[0] * g[1] * g[2];
+    for (Py_ssize_t s = 0; s < e->n_params; s++) {
+        PackSlot *slot = &e->slots[s];
+        if (slot->code == 'S' && scratch_pointer(e, slot, blocks, stream, buf + slot->offset) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+static int
 scratch_pointer(Entry *e, PackSlot *slot, uint64_t blocks, uint64_t stream, unsigned char *dst)
 {
     uint64_t need = blocks * (uint64_t)slot->per_block;
@@ -754,6 +777,19 @@ scratch_pointer(Entry *e, PackSlot *slot, uint64_t blocks, uint64_t stream, unsi
     }
     put_u64(dst, slot->scratch_address);
     return 0;
+}
+
+/* cuLaunchKernelEx with the entry's attributes: a CUlaunchConfig on the stack (GIL released around the call). */
+static KA_NOINLINE int
+launch_with_attributes(Entry *e, const unsigned int *g, uint64_t stream, void **params)
+{
+    KaLaunchConfig cfg = {{g[0] * e->cluster[0], g[1] * e->cluster[1], g[2] * e->cluster[2]}, {e->block_x, 1, 1},
+                          e->shared, (void *)(uintptr_t)stream, e->attrs, e->n_attrs};
+    int err;
+    Py_BEGIN_ALLOW_THREADS
+    err = e->launch_ex(&cfg, e->function, params, NULL);
+    Py_END_ALLOW_THREADS
+    return err;
 }
 
 /* Step 4: grid, stream, pack, launch. */
@@ -819,13 +855,6 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
     }
     /* one kernelParams entry per ABI parameter, or (descriptors: several binary parameters each) per offset */
     int plain = e->n_binary == e->n_params;
-    uint64_t sh = 0;
-    if (e->has_scratch && stream_value(d, stream, hit, &sh) < 0) { /* scratch is per stream: the stream first */
-        PyMem_Free(heap);
-        if (params != stack_params)
-            PyMem_Free(params);
-        return NULL;
-    }
     if (!plain)
         for (Py_ssize_t k = 0; k < e->n_binary; k++)
             params[k] = buf + e->param_offsets[k];
@@ -835,13 +864,8 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
         unsigned char *dst = buf + slot->offset;
         if (plain)
             params[s] = dst;
-        if (slot->code == 'Z')
-            continue; /* a null scratch pointer */
-        if (slot->code == 'S') {
-            if (scratch_pointer(e, slot, (uint64_t)g[0] * g[1] * g[2], sh, dst) < 0)
-                goto done;
-            continue;
-        }
+        if (slot->value < 0)
+            continue; /* a scratch pointer: null ('Z'), or the pool's buffer ('S', once the stream is known) */
         Py_ssize_t i = d->call_positions[slot->value];
         if (slot->code == 'P') {
             put_u64(dst, ptrs[i]);
@@ -865,16 +889,12 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
             goto done;
         }
     }
-    if (!e->has_scratch && stream_value(d, stream, hit, &sh) < 0)
+    uint64_t sh;
+    if (stream_value(d, stream, hit, &sh) < 0 || (e->has_scratch && scratch_pointers(e, buf, g, sh) < 0))
         goto done;
     int err;
-    if (e->launch_ex != NULL) { /* launch attributes: a CUlaunchConfig on the stack, attributes from the entry */
-        KaLaunchConfig cfg = {{g[0] * e->cluster[0], g[1] * e->cluster[1], g[2] * e->cluster[2]}, {e->block_x, 1, 1},
-                              e->shared, (void *)(uintptr_t)sh, e->attrs, e->n_attrs};
-        Py_BEGIN_ALLOW_THREADS
-        err = e->launch_ex(&cfg, e->function, params, NULL);
-        Py_END_ALLOW_THREADS
-    }
+    if (e->launch_ex != NULL)
+        err = launch_with_attributes(e, g, sh, params);
     else {
         Py_BEGIN_ALLOW_THREADS
         err = e->launch(e->function, g[0], g[1], g[2], e->block_x, 1, 1, e->shared, (void *)(uintptr_t)sh, params,
