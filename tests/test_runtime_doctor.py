@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import types
 from contextlib import redirect_stdout
 
 import pytest
@@ -59,16 +60,31 @@ def test_doctor_says_when_the_python_path_is_forced_and_when_no_driver_works():
 @pytest.mark.skipif(launch_path.extension() is None, reason="the compiled launcher is not built here")
 def test_extension_refuses_inconsistent_layouts_and_times_raw_launches():
     ext = launch_path.extension()
-    common = dict(launch=0, function=0, block_x=128, shared=0, device=0, buffer_size=16, meta={},
-                  python_launch=None, failed=print, explain=print)
+    owner = types.SimpleNamespace(failed=print, explain=print, launch_dims=print, scratch_for=print)
+    common = dict(launch=0, function=0, block_x=128, shared=0, device=0, buffer_size=16, meta={}, owner=owner,
+                  via_python=True)
     ext.Entry(slots=((0, "P", 0), (1, "i", 8), (-1, "Z", 8)), **{**common, "buffer_size": 16})
-    for bad in [((0, "P", 12),), ((0, "x", 0),), ((0, "Z", 0),), ((-1, "i", 0),), ((0, "PP", 0),)]:
+    ext.Entry(slots=((0, "P", 0), (-1, "S", 8, 0, 64)), **common)  # a scratch pointer: pool index, bytes per block
+    for bad in [((0, "P", 12),), ((0, "x", 0),), ((0, "Z", 0),), ((-1, "i", 0),), ((0, "PP", 0),), ((-1, "S", 0),),
+                ((0, "S", 0, 0, 64),), ((-1, "S", 0, 0, 0),), ((-1, "S", 12, 0, 64),)]:
         with pytest.raises(ValueError, match="bad slot"):
             ext.Entry(slots=bad, **common)
+    with pytest.raises(ValueError, match="no launch function"):
+        ext.Entry(slots=(), **{**common, "via_python": False})
+    with pytest.raises(ValueError, match="cluster dims"):
+        ext.Entry(slots=(), **{**common, "cluster": (0, 1, 1)})
+    with pytest.raises(AttributeError, match="explain"):
+        ext.Entry(slots=(), **{**common, "owner": types.SimpleNamespace(failed=print, launch_dims=print)})
+    dispatcher = dict(names=("a", "stream"), roles=b"\x01", flags=b"\x00", n_params=1, call_positions=(0,),
+                      owner=types.SimpleNamespace(miss=print, slow=print, grid=print, stream_handle=print,
+                                                  pointer_info=print, mixed_key=print), missing=None,
+                      qualname="k_launch")
+    assert len(ext.Dispatcher(**dispatcher)) == 0
     with pytest.raises(ValueError, match="inconsistent plan"):
-        ext.Dispatcher(names=("a", "stream"), roles=b"\x01\x01", flags=b"\x00\x00", n_params=2, call_positions=(0,),
-                       miss=print, slow=print, grid_of=print, grid_dims=print, stream_handle=print,
-                       pointer_info=print, mixed_key=print, missing=None, qualname="k_launch")
+        ext.Dispatcher(**{**dispatcher, "roles": b"\x01\x01", "flags": b"\x00\x00", "n_params": 2})
+    with pytest.raises(AttributeError, match="mixed_key"):  # the owner's contract (fastlaunch.h), checked when made
+        ext.Dispatcher(**{**dispatcher, "owner": types.SimpleNamespace(miss=print, slow=print, grid=print,
+                                                                      stream_handle=print, pointer_info=print)})
     seconds, err = ext.time_launches(launch=ext.noop_address(), function=1, grid=(1, 1, 1), block_x=32, shared=0,
                                      stream=0, kernel_params=0, count=1000)
     assert err == 0 and 0 < seconds < 1
