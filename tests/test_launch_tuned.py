@@ -246,6 +246,7 @@ def test_a_remembered_grid_is_evaluated_again_when_what_it_read_changes(monkeypa
         # not remembered: a tensor read, the mapping unpacked, a default value, a callable object
         t = FakeTensor(X)
         never = [lambda m: (len(t.shape),), lambda m: (len({**m}) // 100 + 1,), lambda m, d=3: (d,),
+                 lambda m: (m.setdefault("n_elements", 1) // 1024,),
                  type("G", (), {"__call__": lambda self, m: (3,)})()]
         for g in never:
             before = len(evaluated)

@@ -78,6 +78,24 @@ class _Reading(dict):
         return dict(self)
 
 
+def _reads_all(name: str) -> Any:
+    method = getattr(dict, name)
+
+    def whole(self: _Reading, *args: Any, **kwargs: Any) -> Any:
+        self.whole = True
+        return method(self, *args, **kwargs)
+
+    whole.__name__ = name
+    return whole
+
+
+# every other way to look at the mapping reads all of it (or changes it): its answer is not remembered
+for _name in ("setdefault", "pop", "popitem", "update", "__setitem__", "__delitem__", "__eq__", "__ne__",
+              "__repr__", "__str__", "__or__", "__ror__", "__ior__", "__reduce__", "__reduce_ex__", "__reversed__",
+              "clear"):
+    setattr(_Reading, _name, _reads_all(_name))
+
+
 def evaluate(grid: Any, names: Sequence[str], meta: dict[str, Any], values: Sequence[Any]) -> Any:
     """The grid of a call: ``grid`` itself, or a callable grid's answer on the named arguments and ``meta``."""
     if not callable(grid):
