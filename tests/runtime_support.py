@@ -210,7 +210,9 @@ class FakeCuda:
             "CU_DEVICE_ATTRIBUTE_WARP_SIZE", "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
             "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")})
         self.CUfunction_attribute = _enum(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8,
-                                          CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED=16)
+                                          CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED=16,
+                                          CU_FUNC_ATTRIBUTE_NUM_REGS=4, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES=3,
+                                          CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK=0)
         self.CUdriverProcAddress_flags = _enum(CU_GET_PROC_ADDRESS_DEFAULT=0, CU_GET_PROC_ADDRESS_LEGACY_STREAM=1,
                                                CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM=2)
         self.devices, self.cc, self.address = devices, cc, address
@@ -288,6 +290,13 @@ class FakeCuda:
     def cuModuleGetFunction(self, module, name):
         image = self.loads[int(module) - 1][1]
         return (0, self.rec.new_function(name.decode(), image))
+
+    def cuFuncGetAttribute(self, attr, func):
+        """What Triton's load_binary reports for a loaded function: a stand-in's fixed, recognisable values."""
+        names = {self.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NUM_REGS: 40,
+                 self.CUfunction_attribute.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: 8,
+                 self.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: 1024}
+        return (0, names[attr])
 
     def cuFuncSetAttribute(self, func, attr, value):
         return (0,)

@@ -196,6 +196,18 @@ class CudaBackend:
                     "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)")
         return LoadedFunction(module, func, self.context(index), index)
 
+    def function_attributes(self, function: Any) -> tuple[int, int, int]:
+        """(registers per thread, spilled 32-bit words per thread, most threads per block) of a loaded function,
+        as Triton's ``load_binary`` reports them (``CompiledKernel.n_regs``/``n_spills``/``n_max_threads``)."""
+        d = self.d
+        attr = d.CUfunction_attribute
+        regs = self.check(d.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_NUM_REGS, function), "cuFuncGetAttribute")
+        local = self.check(d.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, function),
+                           "cuFuncGetAttribute")
+        most = self.check(d.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function),
+                          "cuFuncGetAttribute")
+        return int(regs), int(local) // 4, int(most)
+
     # -- streams --------------------------------------------------------------------------------------
     def stream(self, handle: Any) -> Any:
         """A cached ``CUstream`` for an int handle or any stream object (torch, CuPy, ``__cuda_stream__``)."""
