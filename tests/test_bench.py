@@ -1,4 +1,4 @@
-"""The one benchmarking routine of on-first-launch tuning and ``karchive tune`` (karchive/runtime/_bench.py):
+"""The one benchmarking routine of on-first-launch tuning and ``karchive tune`` (karchive/runtime/tuning/bench.py):
 Triton's do_bench rule (estimate, ~25 ms warm-up, ~100 ms of timed runs, clamped) where CUDA events exist,
 fixed counts otherwise. The events here are a stand-in driven by a fake clock, so the counts are exact."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from karchive.runtime import _bench
-from karchive.runtime._bench import DeviceBench, RepPolicy
+from karchive.runtime.tuning import bench as _bench
+from karchive.runtime.tuning.bench import DeviceBench, RepPolicy
 
 
 class Clock:

@@ -30,7 +30,7 @@ from ..errors import ArgumentError, LaunchError, NoMatchingVariantError
 from ..format.autotune import AutotuneConfig, AutotuneEntry, AutotuneRecord, choose_entry
 from ..format.heuristics import OPTION_NAMES, HeuristicsRecord, resolve
 from ..format.manifest import Variant
-from ._bench import DeviceBench, RepPolicy, TuningHooks, median
+from .tuning.bench import DeviceBench, RepPolicy, TuningHooks, median
 from .device import DeviceInfo
 from .launch.kernel import Kernel
 
@@ -309,7 +309,7 @@ class AutotuneResolver:
                              stream: Any, may_benchmark: bool, outer_cx: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """The decision for this key on this device: from the local tuning cache (:mod:`.tuning`), else timed
         now (and remembered there) when the call may benchmark, else None."""
-        from .tuning import TuningStore, kernel_digest
+        from .tuning.decisions import TuningStore, kernel_digest
 
         key = self.key(named)
         device = self._device_of(args, kwargs)
@@ -426,7 +426,7 @@ class AutotuneResolver:
                      ) -> tuple[int | None, list[float | None], dict[int, str]]:
         """Time each config (``{"kwargs", "options"}``) on one call, as Triton's autotuner does: the heuristics
         below the autotuner see the config's values, ``bind(index, kernel over the config's variants,
-        constexprs)`` makes the launch, ``bench`` (:class:`~._bench.DeviceBench`, or a test's table) times it
+        constexprs)`` makes the launch, ``bench`` (:class:`~.tuning.bench.DeviceBench`, or a test's table) times it
         with ``reset_to_zero`` / ``restore_value`` around every run, so an in-place kernel leaves its arguments
         as the caller gave them. Returns (index of the fastest or None, median seconds per config (None: not
         run), why each skipped config was skipped). The one loop of on-first-launch tuning and karchive tune."""

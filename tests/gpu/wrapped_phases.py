@@ -368,7 +368,7 @@ def phase_tune_cli(work: Path, opts: dict) -> dict:
 
     import karchive
     from karchive.cli.main import main as karchive_main
-    from karchive.runtime.tune_keys import TorchFactory, grid_for, materialize, parse_keys_file
+    from karchive.runtime.tuning.tuner import TorchFactory, grid_for, materialize, parse_keys_file
 
     fx = _fixtures()
     out = io.StringIO()
@@ -442,7 +442,7 @@ def phase_tune_compare(work: Path, opts: dict) -> dict:
 
     import karchive
     from karchive.producer.compile.wrapped import stack_of
-    from karchive.runtime.tune_keys import TorchFactory, grid_for, materialize, parse_keys_file
+    from karchive.runtime.tuning.tuner import TorchFactory, grid_for, materialize, parse_keys_file
 
     sys.path.insert(0, str(ROOT / "tests" / "data" / "tune"))
     import tune_kernels as tk

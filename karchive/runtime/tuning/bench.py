@@ -1,7 +1,7 @@
 """Timing one launch on the device: the single benchmarking routine of on-first-launch tuning and ``karchive tune``.
 
-Both choose among an archive's prebuilt autotune configs (:class:`~.autotuned.AutotuneResolver` at a key's
-first launch, :class:`~.tune_keys.Tuner` for ``karchive tune``); both time each config with
+Both choose among an archive's prebuilt autotune configs (:class:`karchive.runtime.autotuned.AutotuneResolver` at a key's
+first launch, :class:`~.tuner.Tuner` for ``karchive tune``); both time each config with
 :class:`DeviceBench`, so the two make the same choice on the same call.
 
 The rule is Triton's ``do_bench`` (``triton.testing``), adapted:
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable, Mapping, Sequence
 
-from ..errors import ArgumentError
+from ...errors import ArgumentError
 
 ESTIMATE_RUNS = 5  # Triton's do_bench estimates from 5 runs
 

@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any
 from collections.abc import Mapping, Sequence
 
-from ..core.jsonio import canonical_json
-from ..core import settings
-from ..core.paths import cache_dir
-from ..errors import KarchiveError
+from ...core.jsonio import canonical_json
+from ...core import settings
+from ...core.paths import cache_dir
+from ...errors import KarchiveError
 
 ENV = settings.TUNING_CACHE.name
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
@@ -41,7 +41,7 @@ def enabled() -> bool:
 
 
 def kernel_digest(name: str, variant_keys: Sequence[str], records: Sequence[Mapping[str, Any]]) -> str:
-    from ..format.tuned import without_tables
+    from ...format.tuned import without_tables
 
     # tuning tables (karchive tune) are left out: a tuned version holds the same binaries and configs, and
     # shares the decisions this machine made for its untuned one
@@ -79,7 +79,7 @@ class TuningStore:
         decisions: dict[str, Any] = {}
         try:
             if path.is_file() and path.stat().st_size <= _MAX_BYTES:
-                from ..core.jsonio import parse_json
+                from ...core.jsonio import parse_json
 
                 data = parse_json(path.read_bytes(), str(path), error=KarchiveError)
                 if isinstance(data, dict) and isinstance(data.get("decisions"), dict):
@@ -145,7 +145,7 @@ def export_decisions(manifest: Any, root: Path | None = None) -> dict[str, Any]:
         folder = base / digest
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
             try:
-                from ..core.jsonio import parse_json
+                from ...core.jsonio import parse_json
 
                 data = parse_json(path.read_bytes(), str(path), error=KarchiveError)
             except (OSError, KarchiveError):
@@ -181,7 +181,7 @@ def import_decisions(manifest: Any, data: Any, root: Path | None = None) -> dict
                           else None)
             for text, cfg in decisions.items():
                 if isinstance(cfg, dict) and isinstance(cfg.get("kwargs"), dict) and isinstance(cfg.get("options"), dict):
-                    from ..core.jsonio import parse_json
+                    from ...core.jsonio import parse_json
 
                     key = parse_json(str(text).encode(), "a tuning key", error=KarchiveError)
                     store.put(dev, key if isinstance(key, list) else [key], cfg)
@@ -196,11 +196,11 @@ class _Device:
         self.name, self.driver_version = name, driver_version
 
 
-# --- tuning tables shipped as a signed sidecar (karchive tune --sidecar; trust/tuning_sidecar.py) ------------
+# --- tuning tables shipped as a signed sidecar (karchive tune --sidecar; runtime/tuning/signed.py) ------------
 def tables_document(manifest: Any, records: Sequence[Mapping[str, Any]], device_name: str,
                     archive: Mapping[str, Any]) -> dict[str, Any]:
     """The sidecar document: per kernel (with its content digest), the tuning tables for ``device_name``."""
-    from ..format.tuned import tables
+    from ...format.tuned import tables
 
     digests = dict(archive_kernels(manifest))
     kernels = []
@@ -217,7 +217,7 @@ def import_tables(manifest: Any, document: Mapping[str, Any], root: Path | None 
     """Write a (verified) sidecar document's decisions into this machine's tuning cache, for the kernels whose
     content (digest) is the same here: per GPU model, under this machine's driver version when ``local`` (its
     device) is that GPU model (tables are per model; the cache is per driver too), else the table's."""
-    from ..format.tuned import tables
+    from ...format.tuned import tables
 
     mine = dict(archive_kernels(manifest))
     records = {r.get("kernel"): r for r in (manifest.autotune or []) if isinstance(r, dict)}
