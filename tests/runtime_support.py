@@ -327,7 +327,7 @@ class FakeCuda:
 def fake_cuda(monkeypatch, path: str, **kw) -> Iterator[tuple[Recorder, Any]]:
     """A CudaBackend over FakeCuda as the process's "cuda" backend, and kernels made on ``path``."""
     from karchive.runtime import backend as backend_mod
-    from karchive.runtime.cuda_driver import CudaBackend
+    from karchive.runtime.drivers.cuda import CudaBackend
 
     rec = Recorder()
     with launch_path.forced(path):
@@ -448,7 +448,7 @@ def q(v: int) -> bytes:
 def fake_hip(monkeypatch, path: str, **kw) -> Iterator[tuple[FakeHip, Any]]:
     """A HipBackend over FakeHip as the process's "hip" backend, and kernels made on ``path``."""
     from karchive.runtime import backend as backend_mod
-    from karchive.runtime.hip_driver import HipBackend
+    from karchive.runtime.drivers.hip import HipBackend
 
     with launch_path.forced(path):
         hip = FakeHip(**kw)

@@ -14,9 +14,9 @@ import os
 import threading
 from typing import Any, Literal
 
-from ..errors import DriverError, LaunchError, NoDeviceError
-from .device import DeviceInfo
-from .backend import LoadedFunction, StreamCache, plain_text
+from ...errors import DriverError, LaunchError, NoDeviceError
+from ..device import DeviceInfo
+from ..backend import LoadedFunction, StreamCache, plain_text
 
 _DEFAULT_SHARED = 48 * 1024
 #: cuLaunchKernel exists since CUDA 4.0; its ABI has not changed (cuda.h: ``cuLaunchKernel`` has no _v2).
