@@ -210,7 +210,11 @@ class FakeCuda:
             "CU_DEVICE_ATTRIBUTE_WARP_SIZE", "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
             "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")})
         self.CUfunction_attribute = _enum(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8,
-                                          CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED=16)
+                                          CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED=16,
+                                          CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES=1)
+        self.CUfunc_cache = _enum(CU_FUNC_CACHE_PREFER_NONE=0, CU_FUNC_CACHE_PREFER_SHARED=1)
+        self.func_settings: list[tuple[str, Any, int]] = []  # (call, attribute or cache config, value)
+        self.static_shared = 0  # what cuFuncGetAttribute(SHARED_SIZE_BYTES) answers
         self.CUdriverProcAddress_flags = _enum(CU_GET_PROC_ADDRESS_DEFAULT=0, CU_GET_PROC_ADDRESS_LEGACY_STREAM=1,
                                                CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM=2)
         self.devices, self.cc, self.address = devices, cc, address
@@ -290,6 +294,14 @@ class FakeCuda:
         return (0, self.rec.new_function(name.decode(), image))
 
     def cuFuncSetAttribute(self, func, attr, value):
+        self.func_settings.append(("attribute", attr, value))
+        return (0,)
+
+    def cuFuncGetAttribute(self, attr, func):
+        return (0, self.static_shared if attr == self.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES else 0)
+
+    def cuFuncSetCacheConfig(self, func, config):
+        self.func_settings.append(("cache", config, 1))
         return (0,)
 
     def cuMemAlloc(self, n):

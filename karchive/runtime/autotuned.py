@@ -30,7 +30,7 @@ from ..errors import ArgumentError, LaunchError, NoMatchingVariantError
 from ..format.autotune import AutotuneConfig, AutotuneEntry, AutotuneRecord, choose_entry
 from ..format.heuristics import OPTION_NAMES, HeuristicsRecord, resolve
 from ..format.manifest import Variant
-from .tuning.bench import DeviceBench, RepPolicy, TuningHooks, median
+from .tuning.bench import DeviceBench, RepPolicy, TuningHooks, choose, quantiles
 from .device import DeviceInfo
 from .launch.kernel import Kernel
 
@@ -429,13 +429,14 @@ class AutotuneResolver:
         constexprs)`` makes the launch, ``bench`` (:class:`~.tuning.bench.DeviceBench`, or a test's table) times it
         with ``reset_to_zero`` / ``restore_value`` around every run, so an in-place kernel leaves its arguments
         as the caller gave them. Returns (index of the fastest or None, median seconds per config (None: not
-        run), why each skipped config was skipped). The one loop of on-first-launch tuning and karchive tune."""
+        run), why each skipped config was skipped). The one loop of on-first-launch tuning and karchive tune;
+        the choice is :func:`~.tuning.bench.choose`'s (Triton's rule)."""
         ocx, oopts = _split(outer, self.param_names)
         backend = self.base.archive.backend()
         hooks = TuningHooks(self.name, named, self.reset_to_zero, self.restore_value)
         timings: list[float | None] = [None] * len(configs)
         skipped: dict[int, str] = {}
-        best: tuple[float, int] | None = None
+        ranks: dict[int, tuple[float, ...]] = {}
         try:
             for i, cfg in enumerate(configs):
                 cx = {**ocx, **cfg["kwargs"]}
@@ -467,10 +468,8 @@ class AutotuneResolver:
                 except LaunchError as exc:  # out of resources on this device: Triton times such a config as inf
                     skipped[i] = f"the driver refused to launch it: {exc}"
                     continue
-                took = median(times)
-                timings[i] = took
-                if best is None or took < best[0]:
-                    best = (took, i)
+                ranks[i] = quantiles(times)
+                timings[i] = ranks[i][0]
         finally:
             hooks.done()
-        return (best[1] if best is not None else None), timings, skipped
+        return choose(ranks), timings, skipped
