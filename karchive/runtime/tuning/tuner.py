@@ -45,6 +45,7 @@ from ...format.heuristics_expr import ExprError, check, evaluate
 from ...format.tuned import KEY_DTYPES, KEY_MAX_VALUES
 # the device's bench (karchive tune's default, the runtime's rule) and its policy, for the CLI and callers
 from .bench import DeviceBench as DeviceBench, RepPolicy as RepPolicy
+from .decisions import as_decision
 
 KEYS_FORMAT = "karchive-tune-keys/1"
 MAX_KEYS_BYTES = 8 << 20
@@ -395,9 +396,7 @@ class Tuner:
             self.device = device
         bench = self._bench_for(device)
         record_index, record = 0, k.records[0].raw  # the record as stored (configs by index)
-        configs = [{"kwargs": dict(raw.get("kwargs", {})),
-                    "options": {o: raw.get(o) for o in ("num_warps", "num_stages", "num_ctas", "maxnreg")
-                                if raw.get(o) is not None}} for raw in record.get("configs") or []]
+        configs = [as_decision(raw) for raw in record.get("configs") or []]
 
         def bind(i: int, kernel: Any, cx: dict) -> Any:
             return kernel.bind(grid_for(call, {**named, **cx}, i), *positional, **cx)
