@@ -71,7 +71,7 @@ def _open_registry(text: str, opts: OpenOptions) -> ArchiveReader:
     from .registry import Registry
 
     reg = opts.registry
-    if not isinstance(reg, Registry):
+    if reg is None or isinstance(reg, (str, os.PathLike)):  # else a Registry (anything with its open())
         storage = dict(opts.storage_options) if opts.storage_options is not None else None
         reg = Registry(reg, storage, cache=opts.cache_dir)
     try:

@@ -231,10 +231,10 @@ def test_launch_without_meta_parameters_tunes_once_per_key(device):
 
 
 def test_on_first_launch_tuning_times_by_the_events_rule(device, monkeypatch):
-    """Where CUDA events exist, a config is timed as karchive tune times it (karchive/runtime/_bench.py): the
+    """Where CUDA events exist, a config is timed as karchive tune times it (karchive/runtime/tuning/bench.py): the
     counts follow the estimate, and the fastest config wins. The events here read a clock that each recorded
     launch advances by its config's duration (num_warps 2: 1 ms, num_warps 4: 0.5 ms)."""
-    from karchive.runtime import _bench
+    from karchive.runtime.tuning import bench as _bench
 
     arc, rec = device
     took = {64: 1.0, 128: 0.5}  # block threads -> ms
@@ -343,7 +343,7 @@ def test_decisions_ship_to_another_machine_with_karchive_tune(device, built, tmp
     data["kernels"][0]["digest"] = "0" * 64
     shipped.write_text(json.dumps(data))
     from karchive.format.open import open_location
-    from karchive.runtime.tuning import import_decisions
+    from karchive.runtime.tuning.decisions import import_decisions
 
     report = import_decisions(open_location(built[0]).model, data, tmp_path / "third")
     assert report["written"] == 0 and "differs" in report["skipped"][0]

@@ -503,7 +503,7 @@ import sys
 sys.path[:0] = [{tests!r}, {examples!r}]
 import runtime_support as rs
 from karchive.runtime import backend as backend_mod, launch_path
-from karchive.runtime.cuda_driver import CudaBackend
+from karchive.runtime.drivers.cuda import CudaBackend
 
 # TEST DOUBLE for the missing GPU (the program's launch would reach the driver here)
 rec = rs.Recorder()

@@ -170,7 +170,7 @@ def main() -> None:
     import karchive
     from karchive.runtime import backend as backend_mod
     from karchive.runtime import launch_path
-    from karchive.runtime.cuda_driver import CudaBackend
+    from karchive.runtime.drivers.cuda import CudaBackend
     from karchive.runtime.launch.kernel import Kernel
 
     ext = launch_path.extension()

@@ -19,13 +19,12 @@ from ..backend import stream_handle
 from ..descriptors import TensorDescriptor, blob_offsets, blob_struct
 from ._record import BoundLauncher, LaunchEntry, grid_dims
 from ._argpack import NULL_CODE, pack_code
-from ._plan import FLOAT, INT, MIXED, PTR, STREAM, VALUE, mixed_key
+from ._plan import FLOAT, INT, MIXED, PTR, STREAM, VALUE, PlannedKernel, mixed_key
 from ._pypath import build, launch_function_name
 from ..select import MISSING
 
 if TYPE_CHECKING:  # pragma: no cover
     from .. import _fastlaunch  # its stub (_fastlaunch.pyi), for the types of what this module calls
-    from .kernel import Kernel
 else:  # the module launch_path loaded and checked (not built, or stale: a clear RuntimeLoadError)
     _fastlaunch = launch_path.require_extension()
 
@@ -33,7 +32,7 @@ else:  # the module launch_path loaded and checked (not built, or stale: a clear
 ROLE_CODES = {PTR: 1, INT: 2, FLOAT: 3, VALUE: 4, MIXED: 5}
 
 
-def make_dispatcher(kernel: Kernel) -> Any:
+def make_dispatcher(kernel: PlannedKernel) -> Any:
     """``kernel[grid](...)`` of one kernel in C (falls back to the Python path for plans it cannot hold)."""
     launch_path.require_extension()  # (this module may be imported already while the extension is disowned)
     plan = kernel.plan

@@ -6,7 +6,7 @@ signatures) whose payload is canonical JSON::
 
     {"format": "karchive-tuned/1",
      "archive": {"name": "ops", "version": "1", "sha256": "<archive file sha256>"},
-     "kernels": [{"kernel": "ops:matmul", "digest": "<kernel digest, runtime/tuning.py>",
+     "kernels": [{"kernel": "ops:matmul", "digest": "<kernel digest, runtime/tuning/decisions.py>",
                   "tuned": [<a tuning table, spec/FORMAT.md §6.3>]}]}
 
 ``karchive tune ARCHIVE --import SIDECAR --key PUB`` verifies the signature with one of the given public
@@ -19,11 +19,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.jsonio import canonical_json, parse_json
-from ..errors import TrustError
-from . import reasons
-from .dsse import Envelope, verify_signature
-from .keys import PublicKey, SigningKey
+from ...core.jsonio import canonical_json, parse_json
+from ...errors import TrustError
+from ...trust import reasons
+from ...trust.dsse import Envelope, verify_signature
+from ...trust.keys import PublicKey, SigningKey
 
 PAYLOAD_TYPE = "application/vnd.karchive.tuning+json"
 FORMAT = "karchive-tuned/1"
