@@ -60,6 +60,8 @@ def _stub_names() -> dict[str, set[str]]:
     out: dict[str, set[str]] = {"": set()}
     for node in STUB.body:
         if isinstance(node, ast.ClassDef):
+            if any(isinstance(b, ast.Name) and b.id == "Protocol" for b in node.bases):
+                continue  # the Python side of the contract (DispatcherOwner ...): not in the module
             if not node.name.startswith("_"):
                 out[""].add(node.name)
                 out[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)} - {"__new__"}

@@ -22,7 +22,8 @@ class Recorder:
         self.launches: list[tuple[Any, Any, list[Any]]] = []
         self.misses: list[tuple[tuple, dict]] = []
         self.slow: list[tuple[Any, tuple, dict]] = []
-        entry = types.SimpleNamespace(meta={"BLOCK": 64}, device=0,
+        self.result = object()  # what a launch returns (Kernel.set_result's object)
+        entry = types.SimpleNamespace(meta={"BLOCK": 64}, device=0, result=self.result,
                                       launch=lambda grid, stream, values: self.launches.append((grid, stream, values)))
         self.kernel = types.SimpleNamespace(
             name="pkg.ops:k", plan=plan, _py_cache={},
@@ -40,12 +41,13 @@ def test_binding_key_and_call_values():
     rec = Recorder(PLAN)
     run = build(rec.kernel)  # type: ignore[arg-type]
     assert run.__name__ == "k_launch"
-    run((1,), 0x1000, 7, BLOCK=64)
+    assert run((1,), 0x1000, 7, BLOCK=64) is rec.result  # the entry's result, on a miss and on a hit
+    assert run((1,), 0x1000, 7, BLOCK=64) is rec.result
     run((1,), 0x2000, grid=9, BLOCK=64)  # a parameter named like run's own first one binds by keyword
     run((2,), 0x1000, 1, BLOCK=64)  # == 1 is part of the key: a second miss
     run(lambda m: (m["grid"] * m["BLOCK"],), x=0x1008, grid=3, BLOCK=64, stream=5)  # misaligned: a third
     assert [v for v, _ in rec.misses] == [(0x1000, 7, 64), (0x1000, 1, 64), (0x1008, 3, 64)]
-    assert rec.launches == [((1,), 0, [0x1000, 7]), ((1,), 0, [0x2000, 9]), ((2,), 0, [0x1000, 1]),
+    assert rec.launches == [((1,), 0, [0x1000, 7]), ((1,), 0, [0x1000, 7]), ((1,), 0, [0x2000, 9]), ((2,), 0, [0x1000, 1]),
                             ((192,), 5, [0x1008, 3])]
     assert len(rec.kernel._py_cache) == 3 and not rec.slow
 

@@ -1,15 +1,43 @@
 """Types of the compiled launcher (``_fastlaunch.c``), so that the Python that calls it is checked.
 
 Keyword names and argument types follow each ``PyArg_ParseTupleAndKeywords`` format in the C file;
-a change there changes this stub in the same commit. Callables the C code calls back are ``Callable[...,
-Any]``: their contracts are written in :mod:`karchive.runtime.launch._native`, which hands them over.
+a change there changes this stub in the same commit. The whole C <-> Python contract: the C code calls
+back only the methods of a dispatcher's :class:`DispatcherOwner` and of an entry's :class:`EntryOwner`
+(``c-ext/fastlaunch.h`` says the same from the C side; :mod:`karchive.runtime.launch._native` implements them).
 """
 
-from collections.abc import Callable
-from typing import Any, final
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, final
 
 ABI_VERSION: int
 MAX_SLOTS: int
+
+class CallTarget(Protocol):
+    """What ``DispatcherOwner.miss`` answers (``launch.kernel.CallTarget``)."""
+
+    native: Entry  # the variant's entry
+    stream_fn: Callable[[int], int] | None  # device -> current stream handle; None: stream 0
+    extra: tuple[tuple[int, Any], ...] | None  # (parameter index, value) added to every call with this key
+    remember: bool  # False: launch this call, keep no key
+
+class DispatcherOwner(Protocol):
+    """The Python side of one dispatcher; its methods are read once, when the Dispatcher is made."""
+
+    def miss(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], /) -> CallTarget: ...
+    def slow(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], /) -> Any: ...
+    def grid(
+        self, grid: Any, meta: dict[str, Any], values: tuple[Any, ...], /,
+    ) -> tuple[int, int, int, tuple[tuple[int, ...], tuple[str, ...]] | None]: ...
+    def stream_handle(self, obj: Any, /) -> int: ...
+    def pointer_info(self, obj: Any, /) -> tuple[int, Any, int | None]: ...
+    def mixed_key(self, obj: Any, /) -> Any: ...
+
+class EntryOwner(Protocol):
+    """The Python side of one Entry (``launch._record.LaunchEntry``)."""
+
+    def failed(self, err: int, gx: int, gy: int, gz: int, stream: Any, values: Sequence[Any], /) -> None: ...
+    def explain(self, values: Sequence[Any], exc: BaseException | None, /) -> BaseException: ...
+    def launch_dims(self, gx: int, gy: int, gz: int, stream: Any, values: Sequence[Any], /) -> None: ...
 
 @final
 class Entry:
@@ -18,12 +46,13 @@ class Entry:
     def __new__(
         cls, launch: int, function: int, block_x: int, shared: int, device: int,
         slots: tuple[tuple[Any, ...], ...], buffer_size: int, meta: dict[str, Any],
-        python_launch: Callable[..., Any] | None, failed: Callable[..., Any],
-        explain: Callable[..., BaseException], param_offsets: tuple[int, ...] = ...,
+        owner: EntryOwner, via_python: bool, param_offsets: tuple[int, ...] = ...,
         desc_type: type | None = ...,
     ) -> Entry: ...
     @property
     def meta(self) -> dict[str, Any]: ...
+    #: What a launch of this entry returns (None until set; ``del`` sets None again).
+    result: Any
 
 @final
 class Dispatcher:
@@ -31,9 +60,7 @@ class Dispatcher:
 
     def __new__(
         cls, names: tuple[str, ...], roles: bytes, flags: bytes, n_params: int, call_positions: tuple[int, ...],
-        miss: Callable[..., Any], slow: Callable[..., Any], grid_of: Callable[..., Any],
-        grid_dims: Callable[..., Any], stream_handle: Callable[[Any], int], pointer_info: Callable[..., Any],
-        mixed_key: Callable[..., Any], missing: object, qualname: str,
+        owner: DispatcherOwner, missing: object, qualname: str,
     ) -> Dispatcher: ...
     def __call__(self, grid: Any, /, *args: Any, **kwargs: Any) -> Any: ...
     def __len__(self) -> int: ...

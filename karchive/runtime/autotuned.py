@@ -23,7 +23,7 @@ that were recorded and the inputs the nearest one differs in, unless the caller 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, NamedTuple
 from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import ArgumentError, LaunchError, NoMatchingVariantError
@@ -131,6 +131,46 @@ class _Heuristics:
         return out
 
 
+class Reads(NamedTuple):
+    """What a resolver reads of a call, for the compiled launcher's selection key (launch/_native.py): its
+    answer is a function of the values of ``values``, the dtypes of ``objects`` (and whether each is given or
+    None), the dtypes of every argument where ``dtypes`` (Triton's autotune key), and which names are given."""
+
+    values: frozenset[str]  # parameters whose value it reads (scalars; a pointer given as an int address)
+    objects: frozenset[str]  # parameters it reads only through ``dtype`` or as None / absent
+    dtypes: bool  # every argument's dtype (the autotune key appends them)
+    outputs: frozenset[str]  # the names it computes (passed on with the call)
+
+
+def _heuristics_reads(records: Sequence[HeuristicsRecord]) -> tuple[set[str], set[str], set[str]]:
+    """(names read by value or probe, names read only through ``dtype`` / None-ness, names computed)."""
+    read: set[str] = set()
+    shallow: set[str] = set()  # read raw only under is_none / not_none, or probed only for dtype
+    for r in records:
+        for arg, spellings in r.probes().items():
+            read.add(arg)
+            if set(spellings) <= {"dtype"}:
+                shallow.add(arg)
+        for expr in r.exprs.values():
+            _deep_reads(expr, shallow, None)
+    return read, shallow, {n for r in records for n in r.names}
+
+
+def _deep_reads(node: Any, shallow: set[str], parent: str | None, depth: int = 0) -> None:
+    """Drop from ``shallow`` the arguments an expression reads raw anywhere but under is_none / not_none /
+    a dtype probe (anything else may look into the object)."""
+    if not isinstance(node, list) or not node or depth > 64:
+        return
+    head = node[0]
+    if head in ("arg", "get") and len(node) > 1 and parent not in ("is_none", "not_none", "probe:dtype"):
+        shallow.discard(str(node[1]))
+    if head == "probe" and len(node) == 3:
+        _deep_reads(node[1], shallow, "probe:dtype" if node[2] == "dtype" else "probe", depth + 1)
+        return
+    for child in node[1:]:
+        _deep_reads(child, shallow, head, depth + 1)
+
+
 def _split(values: Mapping[str, Any], param_names: Sequence[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """(constexpr arguments, codegen options) of heuristic values."""
     params = set(param_names)
@@ -151,6 +191,16 @@ class HeuristicsResolver:
 
     def describe(self) -> str:
         return f"computes {list(self.heuristics.names)}"
+
+    def reads(self) -> Reads:
+        """What a call's answer depends on (its recorded cases and expressions: what they probe)."""
+        read, shallow, outputs = _heuristics_reads(self.heuristics.records)
+        return Reads(frozenset(read - shallow), frozenset(shallow), False, frozenset(outputs))
+
+    @property
+    def settled(self) -> bool:
+        """Whether the same call always gets the same answer from now on (always, for recorded heuristics)."""
+        return True
 
     def resolve(self, grid: Any, args: Sequence[Any], kwargs: Mapping[str, Any], stream: Any, *,
                 may_benchmark: bool = True, device: Any = None) -> tuple[Kernel, dict]:
@@ -213,6 +263,21 @@ class AutotuneResolver:
     def describe(self) -> str:
         n = sum(len(r.entries) for r in self.records)
         return f"{n} tuned keys"
+
+    def reads(self) -> Reads:
+        """What a call's answer depends on: the ``key=`` values and every argument's dtype (the autotune key),
+        then what the heuristics around the autotuner read. (``reset_to_zero`` / ``restore_value`` act only
+        while a key is timed, inside the first launch with that key.)"""
+        read, shallow, outputs = _heuristics_reads(self.heuristics.records) if self.heuristics else (set(), set(), set())
+        keys = {n for r in self.records for n in r.key_names}
+        return Reads(frozenset((read - shallow) | keys), frozenset(shallow - keys), True,
+                     frozenset(outputs) | self.tuned_names)
+
+    @property
+    def settled(self) -> bool:
+        """Whether the same call always gets the same answer from now on: not while an older record's layering
+        of the heuristics is still being learned (:meth:`_outer`)."""
+        return self.outer is not None or self.heuristics is None
 
     # -- choosing -------------------------------------------------------------------------------------
     def _candidates(self) -> list[Mapping[str, Any]]:

@@ -12,12 +12,45 @@ typedef struct {
     uint64_t bits;  /* device and hints */
 } KeyPart;
 
+#define MAX_GRID_READS 16
+
+/* A callable grid's result, remembered with what it read (owner.grid says what that was; launch/_grid.py
+ * says when it is safe): its code, globals dict and defaults (none), its closure cells' values, the values of
+ * the parameters it read and the identity of the globals it named. A call whose grid function has the same
+ * code and globals and sees the same values takes the remembered dims; anything else evaluates the grid again
+ * (and remembers that). The meta-parameters it read are the key's entry's, fixed. */
+typedef struct {
+    PyObject *code;      /* NULL: nothing remembered */
+    PyObject *globals;
+    PyObject *cells;     /* tuple: each closure cell's value then (NULL: no closure) */
+    PyObject *names;     /* tuple: the global names it reads */
+    PyObject *gvals;     /* tuple: their values then (compared by identity) */
+    PyObject *read_vals; /* tuple: the values of the parameters it read */
+    Py_ssize_t n_reads;
+    Py_ssize_t read_slot[MAX_GRID_READS];
+    unsigned int g[3];
+} GridMemo;
+
 typedef struct {
     PyObject_VAR_HEAD
     Entry *entry;
     PyObject *stream_fn; /* device -> stream handle, or None for stream 0 */
+    PyObject *extra;     /* NULL, or a tuple of (slot, value): values a resolver adds to the call */
+    GridMemo grid;
     KeyPart part[1];
 } Key;
+
+static void
+grid_memo_clear(GridMemo *m)
+{
+    Py_CLEAR(m->code);
+    Py_CLEAR(m->globals);
+    Py_CLEAR(m->cells);
+    Py_CLEAR(m->names);
+    Py_CLEAR(m->gvals);
+    Py_CLEAR(m->read_vals);
+    m->n_reads = 0;
+}
 
 static PyTypeObject KeyType;
 
@@ -26,6 +59,13 @@ key_traverse(Key *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->entry);
     Py_VISIT(self->stream_fn);
+    Py_VISIT(self->extra);
+    Py_VISIT(self->grid.code);
+    Py_VISIT(self->grid.globals);
+    Py_VISIT(self->grid.cells);
+    Py_VISIT(self->grid.names);
+    Py_VISIT(self->grid.gvals);
+    Py_VISIT(self->grid.read_vals);
     for (Py_ssize_t i = 0; i < Py_SIZE(self); i++) {
         Py_VISIT(self->part[i].obj);
         Py_VISIT(self->part[i].type);
@@ -38,6 +78,8 @@ key_clear(Key *self)
 {
     Py_CLEAR(self->entry);
     Py_CLEAR(self->stream_fn);
+    Py_CLEAR(self->extra);
+    grid_memo_clear(&self->grid);
     for (Py_ssize_t i = 0; i < Py_SIZE(self); i++) {
         Py_CLEAR(self->part[i].obj);
         Py_CLEAR(self->part[i].type);
@@ -87,13 +129,13 @@ typedef struct {
     unsigned char flags[MAX_SLOTS];
     Py_ssize_t call_positions[MAX_SLOTS];
     PyObject *cache;            /* list of Key, most recently used first */
-    PyObject *miss;             /* Kernel._miss(args, kwargs) -> CallTarget */
-    PyObject *slow;             /* Kernel._slow(grid, args, kwargs) */
-    PyObject *grid_of;          /* Kernel._grid_of(grid, meta, values) */
-    PyObject *grid_dims;        /* launcher.grid_dims(grid) -> (gx, gy, gz) */
-    PyObject *stream_handle;    /* backend.stream_handle(obj) -> int */
-    PyObject *pointer_info;     /* args.pointer_info(obj) -> (ptr, dtype, device) */
-    PyObject *mixed_key;        /* plan.mixed_key(obj) */
+    PyObject *owner;            /* the Python side of the contract (fastlaunch.h); its methods, read once: */
+    PyObject *miss;             /* owner.miss(grid, args, kwargs) -> target */
+    PyObject *slow;             /* owner.slow(grid, args, kwargs) -> result */
+    PyObject *grid_of;          /* owner.grid(grid, meta, values) -> (gx, gy, gz, reads) */
+    PyObject *stream_handle;    /* owner.stream_handle(obj) -> int */
+    PyObject *pointer_info;     /* owner.pointer_info(obj) -> (ptr, dtype, device) */
+    PyObject *mixed_key;        /* owner.mixed_key(obj) */
     PyObject *missing;          /* select.MISSING */
 } Dispatcher;
 
@@ -129,6 +171,7 @@ release_key(Dispatcher *d, CallKey *k)
 static int
 make_key(Dispatcher *d, PyObject **vals, CallKey *k, uint64_t *ptrs)
 {
+    memset(k->own, 0, sizeof(k->own)); /* release_key reads them all, also after an early return */
     for (Py_ssize_t i = 0; i < d->n_slots; i++) {
         PyObject *a = vals[i];
         k->obj[i] = NULL;
@@ -148,12 +191,23 @@ make_key(Dispatcher *d, PyObject **vals, CallKey *k, uint64_t *ptrs)
             k->obj[i] = dtype;
             k->own[i] = (got == 0);
             k->type[i] = (PyObject *)Py_TYPE(a);
+            if ((d->flags[i] & F_VALUE) && PyLong_CheckExact(a)) {
+                /* a resolver reads it: an int address is keyed by its value (a tensor by its dtype) */
+                if (k->own[i])
+                    Py_CLEAR(k->obj[i]);
+                k->obj[i] = a;
+                k->own[i] = 0;
+            }
             uint64_t devcode = has_dev ? (uint64_t)(dev + 2) : 0; /* unknown 0, host 1, ordinal n: n + 2 */
             k->bits[i] = F_PRESENT | (devcode << 16) | (((d->flags[i] & F_ALIGN) && !(ptrs[i] & 15)) ? F_ALIGN : 0);
             break;
         }
         case ROLE_INT: {
             k->type[i] = (PyObject *)Py_TYPE(a);
+            if ((d->flags[i] & F_EXACT) && !PyLong_CheckExact(a) && !PyBool_Check(a))
+                return 0; /* not a plain int: the resolver reads it in Python */
+            if (d->flags[i] & F_VALUE)
+                k->obj[i] = a;
             unsigned char want = d->flags[i] & (F_EQ1 | F_DIV16 | F_RANGE);
             if (!want)
                 break;
@@ -185,11 +239,21 @@ make_key(Dispatcher *d, PyObject **vals, CallKey *k, uint64_t *ptrs)
         }
         case ROLE_FLOAT:
             k->type[i] = (PyObject *)Py_TYPE(a);
+            if ((d->flags[i] & F_EXACT) && !PyFloat_CheckExact(a) && !PyLong_CheckExact(a) && !PyBool_Check(a))
+                return 0;
+            if (d->flags[i] & F_VALUE)
+                k->obj[i] = a;
             break;
         case ROLE_VALUE:
             k->obj[i] = a;
             break;
         case ROLE_MIXED: {
+            if ((d->flags[i] & F_VALUE) && (PyLong_CheckExact(a) || PyFloat_CheckExact(a) || PyBool_Check(a)
+                                            || PyUnicode_CheckExact(a) || a == Py_None)) {
+                k->obj[i] = a; /* a scalar a resolver reads: by type and value */
+                k->type[i] = (PyObject *)Py_TYPE(a);
+                break;
+            }
             PyObject *o = PyObject_CallOneArg(d->mixed_key, a);
             if (o == NULL)
                 return -1;
@@ -244,6 +308,28 @@ lookup(Dispatcher *d, CallKey *k)
     return NULL;
 }
 
+/* target.extra: ((slot, value), ...) with each slot a kernel parameter that is not a pointer. */
+static int
+check_extra(Dispatcher *d, PyObject *extra)
+{
+    if (!PyTuple_CheckExact(extra))
+        goto bad;
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(extra); j++) {
+        PyObject *pair = PyTuple_GET_ITEM(extra, j);
+        if (!PyTuple_CheckExact(pair) || PyTuple_GET_SIZE(pair) != 2 || !PyLong_CheckExact(PyTuple_GET_ITEM(pair, 0)))
+            goto bad;
+        Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0));
+        if (i < 0 || i >= d->n_params || d->roles[i] == ROLE_PTR) {
+            PyErr_Clear();
+            goto bad;
+        }
+    }
+    return 1;
+bad:
+    PyErr_SetString(PyExc_TypeError, "target.extra must be ((parameter index, value), ...), no pointer");
+    return 0;
+}
+
 static Key *
 insert(Dispatcher *d, CallKey *k, PyObject *target)
 {
@@ -272,24 +358,38 @@ insert(Dispatcher *d, CallKey *k, PyObject *target)
         }
     }
     PyObject *stream_fn = PyObject_GetAttrString(target, "stream_fn");
-    if (stream_fn == NULL) {
+    PyObject *extra = stream_fn ? PyObject_GetAttrString(target, "extra") : NULL;
+    PyObject *remember = extra ? PyObject_GetAttrString(target, "remember") : NULL;
+    int keep = remember ? PyObject_IsTrue(remember) : -1;
+    Py_XDECREF(remember);
+    if (keep < 0 || (extra != NULL && extra != Py_None && !check_extra(d, extra))) {
         Py_DECREF(native);
+        Py_XDECREF(stream_fn);
+        Py_XDECREF(extra);
         return NULL;
     }
     Key *c = PyObject_GC_NewVar(Key, &KeyType, d->n_slots);
     if (c == NULL) {
         Py_DECREF(native);
         Py_DECREF(stream_fn);
+        Py_DECREF(extra);
         return NULL;
     }
     c->entry = (Entry *)native;
     c->stream_fn = stream_fn;
+    c->extra = NULL;
+    if (extra != Py_None)
+        c->extra = Py_NewRef(extra);
+    Py_DECREF(extra);
+    memset(&c->grid, 0, sizeof(GridMemo));
     for (Py_ssize_t i = 0; i < d->n_slots; i++) {
         c->part[i].obj = Py_XNewRef(k->obj[i]);
         c->part[i].type = Py_XNewRef(k->type[i]);
         c->part[i].bits = k->bits[i];
     }
     PyObject_GC_Track(c);
+    if (!keep)
+        return c; /* launched once, not remembered (the resolver could answer differently next time) */
     if (PyList_Insert(d->cache, 0, (PyObject *)c) < 0) {
         Py_DECREF(c);
         return NULL;
@@ -419,37 +519,133 @@ fast_grid(PyObject *grid, unsigned int *g)
     return 1;
 }
 
+/* Whether two values a grid read are the same: identical, or of one type and == (a NaN never is). */
 static int
-grid_of_call(Dispatcher *d, Entry *e, PyObject *grid, PyObject **vals, unsigned int *g)
+same_value(PyObject *a, PyObject *b)
 {
-    PyObject *resolved;
-    if (PyTuple_CheckExact(grid)) {
-        resolved = Py_NewRef(grid);
+    if (a == b)
+        return 1;
+    if (a == NULL || b == NULL || Py_TYPE(a) != Py_TYPE(b))
+        return 0;
+    int eq = PyObject_RichCompareBool(a, b, Py_EQ);
+    if (eq < 0) {
+        PyErr_Clear();
+        return 0;
     }
-    else {
-        PyObject *values = all_values(d, vals);
-        if (values == NULL)
-            return -1;
-        resolved = PyObject_CallFunctionObjArgs(d->grid_of, grid, e->meta, values, NULL);
-        Py_DECREF(values);
-        if (resolved == NULL)
-            return -1;
-    }
-    if (!fast_grid(resolved, g)) {
-        PyObject *dims = PyObject_CallOneArg(d->grid_dims, resolved);
-        if (dims == NULL) {
-            Py_DECREF(resolved);
-            return -1;
+    return eq;
+}
+
+/* Whether the memo answers this call of the grid function fn (see GridMemo). */
+static int
+grid_memo_holds(GridMemo *m, PyObject *fn, PyObject **vals)
+{
+    if (m->code == NULL || PyFunction_GET_CODE(fn) != m->code || PyFunction_GET_GLOBALS(fn) != m->globals
+        || PyFunction_GET_DEFAULTS(fn) != NULL || PyFunction_GET_KW_DEFAULTS(fn) != NULL)
+        return 0;
+    PyObject *closure = PyFunction_GET_CLOSURE(fn);
+    Py_ssize_t nc = closure != NULL ? PyTuple_GET_SIZE(closure) : 0;
+    if (nc != (m->cells != NULL ? PyTuple_GET_SIZE(m->cells) : 0))
+        return 0;
+    for (Py_ssize_t i = 0; i < nc; i++)
+        if (!same_value(PyCell_GET(PyTuple_GET_ITEM(closure, i)), PyTuple_GET_ITEM(m->cells, i)))
+            return 0;
+    for (Py_ssize_t i = 0; i < m->n_reads; i++)
+        if (!same_value(vals[m->read_slot[i]], PyTuple_GET_ITEM(m->read_vals, i)))
+            return 0;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(m->names); i++) {
+        PyObject *v = PyDict_GetItemWithError(m->globals, PyTuple_GET_ITEM(m->names, i));
+        if (v != PyTuple_GET_ITEM(m->gvals, i)) {
+            PyErr_Clear();
+            return 0;
         }
-        int ok = PyArg_ParseTuple(dims, "III", &g[0], &g[1], &g[2]);
-        Py_DECREF(dims);
-        if (!ok) {
-            Py_DECREF(resolved);
-            return -1;
-        }
     }
-    Py_DECREF(resolved);
-    return 0;
+    return 1;
+}
+
+/* Remember fn's dims under what owner.grid says it read: reads = (slot indices, global names). Nothing is
+ * remembered when the answer is not in that shape (the grid is then evaluated on every call). */
+static void
+grid_memo_set(Dispatcher *d, GridMemo *m, PyObject *fn, PyObject *reads, PyObject **vals, const unsigned int *g)
+{
+    grid_memo_clear(m);
+    PyObject *slots, *names;
+    if (!PyTuple_CheckExact(reads) || PyTuple_GET_SIZE(reads) != 2)
+        return;
+    slots = PyTuple_GET_ITEM(reads, 0);
+    names = PyTuple_GET_ITEM(reads, 1);
+    if (!PyTuple_CheckExact(slots) || !PyTuple_CheckExact(names) || PyTuple_GET_SIZE(slots) > MAX_GRID_READS)
+        return;
+    PyObject *globals = PyFunction_GET_GLOBALS(fn);
+    PyObject *closure = PyFunction_GET_CLOSURE(fn);
+    Py_ssize_t nc = closure != NULL ? PyTuple_GET_SIZE(closure) : 0;
+    PyObject *cells = nc ? PyTuple_New(nc) : NULL;
+    PyObject *gvals = PyTuple_New(PyTuple_GET_SIZE(names));
+    PyObject *read_vals = PyTuple_New(PyTuple_GET_SIZE(slots));
+    if ((nc && cells == NULL) || gvals == NULL || read_vals == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < nc; i++) {
+        PyObject *v = PyCell_GET(PyTuple_GET_ITEM(closure, i));
+        if (v == NULL)
+            goto fail; /* an empty cell */
+        PyTuple_SET_ITEM(cells, i, Py_NewRef(v));
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(slots); i++) {
+        Py_ssize_t j = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, i));
+        if (j < 0 || j >= d->n_params || vals[j] == NULL)
+            goto fail;
+        m->read_slot[i] = j;
+        PyTuple_SET_ITEM(read_vals, i, Py_NewRef(vals[j]));
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+        PyObject *name = PyTuple_GET_ITEM(names, i);
+        PyObject *v = PyUnicode_CheckExact(name) ? PyDict_GetItemWithError(globals, name) : NULL;
+        if (v == NULL)
+            goto fail;
+        PyTuple_SET_ITEM(gvals, i, Py_NewRef(v));
+    }
+    m->code = Py_NewRef(PyFunction_GET_CODE(fn));
+    m->globals = Py_NewRef(globals);
+    m->cells = cells;
+    m->names = Py_NewRef(names);
+    m->gvals = gvals;
+    m->read_vals = read_vals;
+    m->n_reads = PyTuple_GET_SIZE(slots);
+    m->g[0] = g[0];
+    m->g[1] = g[1];
+    m->g[2] = g[2];
+    return;
+fail:
+    PyErr_Clear();
+    Py_XDECREF(cells);
+    Py_XDECREF(gvals);
+    Py_XDECREF(read_vals);
+    m->n_reads = 0;
+}
+
+/* A grid that is not a tuple of small ints: a callable grid remembered (GridMemo), else owner.grid. */
+static int
+grid_of_call(Dispatcher *d, Key *hit, PyObject *grid, PyObject **vals, unsigned int *g)
+{
+    int fn = PyFunction_Check(grid);
+    if (fn && grid_memo_holds(&hit->grid, grid, vals)) {
+        g[0] = hit->grid.g[0];
+        g[1] = hit->grid.g[1];
+        g[2] = hit->grid.g[2];
+        return 0;
+    }
+    PyObject *values = all_values(d, vals);
+    if (values == NULL)
+        return -1;
+    PyObject *r = PyObject_CallFunctionObjArgs(d->grid_of, grid, hit->entry->meta, values, NULL);
+    Py_DECREF(values);
+    if (r == NULL)
+        return -1;
+    PyObject *reads = Py_None;
+    int ok = PyArg_ParseTuple(r, "IIIO", &g[0], &g[1], &g[2], &reads);
+    if (ok && fn && reads != Py_None)
+        grid_memo_set(d, &hit->grid, grid, reads, vals, g);
+    Py_DECREF(r);
+    return ok ? 0 : -1;
 }
 
 static int
@@ -540,11 +736,16 @@ static PyObject *
 launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject **vals, uint64_t *ptrs)
 {
     Entry *e = hit->entry;
+    if (hit->extra != NULL) /* the resolver's values (the key holds them while this call runs) */
+        for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(hit->extra); j++) {
+            PyObject *pair = PyTuple_GET_ITEM(hit->extra, j);
+            vals[PyLong_AsSsize_t(PyTuple_GET_ITEM(pair, 0))] = PyTuple_GET_ITEM(pair, 1);
+        }
     unsigned int g[3];
-    if (!fast_grid(grid, g) && grid_of_call(d, e, grid, vals, g) < 0)
+    if (!fast_grid(grid, g) && grid_of_call(d, hit, grid, vals, g) < 0)
         return NULL;
     if ((uint64_t)g[0] * g[1] * g[2] == 0)
-        Py_RETURN_NONE; /* Triton launches nothing for an empty grid */
+        return Py_NewRef(e->result); /* Triton launches nothing for an empty grid */
 
     if (e->launch == NULL || e->python_launch != Py_None) {
         /* launch attributes, scratch, conversions: LaunchEntry.launch_dims, with the stream as given */
@@ -561,7 +762,10 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
         PyObject *r = s ? PyObject_CallFunction(e->python_launch, "IIIOO", g[0], g[1], g[2], s, values) : NULL;
         Py_XDECREF(s);
         Py_DECREF(values);
-        return r;
+        if (r == NULL)
+            return NULL;
+        Py_DECREF(r);
+        return Py_NewRef(e->result);
     }
 
     /* 64 bytes of slack: the buffer starts 64-byte aligned, as a CUtensorMap parameter is read (the Python
@@ -641,7 +845,7 @@ launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject *
             goto done;
         Py_DECREF(result);
     }
-    result = Py_NewRef(Py_None);
+    result = Py_NewRef(e->result);
 done:
     PyMem_Free(heap);
     if (params != stack_params)
@@ -701,7 +905,7 @@ dispatch(Dispatcher *d, PyObject *grid, PyObject *const *args, Py_ssize_t npos, 
             release_key(d, &key);
             return NULL;
         }
-        PyObject *target = PyObject_CallFunctionObjArgs(d->miss, t, kw, NULL);
+        PyObject *target = PyObject_CallFunctionObjArgs(d->miss, grid, t, kw, NULL);
         Py_DECREF(t);
         Py_DECREF(kw);
         if (target == NULL) {
@@ -738,16 +942,14 @@ dispatcher_vectorcall(PyObject *op, PyObject *const *args, size_t nargsf, PyObje
 static PyObject *
 dispatcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
-    static char *kwlist[] = {"names", "roles", "flags", "n_params", "call_positions", "miss", "slow", "grid_of",
-                             "grid_dims", "stream_handle", "pointer_info", "mixed_key", "missing", "qualname", NULL};
-    PyObject *names, *call_positions, *miss, *slow, *grid_of, *grid_dims, *stream_handle, *pointer_info, *mixed_key,
-        *missing, *qualname;
+    static char *kwlist[] = {"names", "roles", "flags", "n_params", "call_positions", "owner", "missing", "qualname",
+                             NULL};
+    PyObject *names, *call_positions, *owner, *missing, *qualname;
     const char *roles, *flags;
     Py_ssize_t n_roles, n_flags, n_params;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!y#y#nO!OOOOOOOOU", kwlist, &PyTuple_Type, &names, &roles,
-                                     &n_roles, &flags, &n_flags, &n_params, &PyTuple_Type, &call_positions, &miss,
-                                     &slow, &grid_of, &grid_dims, &stream_handle, &pointer_info, &mixed_key, &missing,
-                                     &qualname))
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O!y#y#nO!OOU", kwlist, &PyTuple_Type, &names, &roles,
+                                     &n_roles, &flags, &n_flags, &n_params, &PyTuple_Type, &call_positions, &owner,
+                                     &missing, &qualname))
         return NULL;
     if (n_roles != n_flags || n_roles >= MAX_SLOTS || PyTuple_GET_SIZE(names) != n_roles + 1 || n_params > n_roles
         || n_params < 0 || PyTuple_GET_SIZE(call_positions) > n_params) {
@@ -801,13 +1003,17 @@ dispatcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
         Py_DECREF(d);
         return NULL;
     }
-    d->miss = Py_NewRef(miss);
-    d->slow = Py_NewRef(slow);
-    d->grid_of = Py_NewRef(grid_of);
-    d->grid_dims = Py_NewRef(grid_dims);
-    d->stream_handle = Py_NewRef(stream_handle);
-    d->pointer_info = Py_NewRef(pointer_info);
-    d->mixed_key = Py_NewRef(mixed_key);
+    d->owner = Py_NewRef(owner);
+    d->miss = PyObject_GetAttrString(owner, "miss");
+    d->slow = d->miss ? PyObject_GetAttrString(owner, "slow") : NULL;
+    d->grid_of = d->slow ? PyObject_GetAttrString(owner, "grid") : NULL;
+    d->stream_handle = d->grid_of ? PyObject_GetAttrString(owner, "stream_handle") : NULL;
+    d->pointer_info = d->stream_handle ? PyObject_GetAttrString(owner, "pointer_info") : NULL;
+    d->mixed_key = d->pointer_info ? PyObject_GetAttrString(owner, "mixed_key") : NULL;
+    if (d->mixed_key == NULL) {
+        Py_DECREF(d);
+        return NULL;
+    }
     d->missing = Py_NewRef(missing);
     d->qualname = Py_NewRef(qualname);
     return (PyObject *)d;
@@ -819,10 +1025,10 @@ dispatcher_traverse(Dispatcher *d, visitproc visit, void *arg)
     Py_VISIT(d->names);
     Py_VISIT(d->qualname);
     Py_VISIT(d->cache);
+    Py_VISIT(d->owner);
     Py_VISIT(d->miss);
     Py_VISIT(d->slow);
     Py_VISIT(d->grid_of);
-    Py_VISIT(d->grid_dims);
     Py_VISIT(d->stream_handle);
     Py_VISIT(d->pointer_info);
     Py_VISIT(d->mixed_key);
@@ -836,10 +1042,10 @@ dispatcher_clear(Dispatcher *d)
     Py_CLEAR(d->names);
     Py_CLEAR(d->qualname);
     Py_CLEAR(d->cache);
+    Py_CLEAR(d->owner);
     Py_CLEAR(d->miss);
     Py_CLEAR(d->slow);
     Py_CLEAR(d->grid_of);
-    Py_CLEAR(d->grid_dims);
     Py_CLEAR(d->stream_handle);
     Py_CLEAR(d->pointer_info);
     Py_CLEAR(d->mixed_key);

@@ -36,10 +36,11 @@ typedef struct {
     Py_ssize_t *param_offsets; /* per binary parameter: its byte offset in the buffer */
     PyObject *device;        /* int: argument of the default-stream function */
     PyObject *meta;          /* dict: what a callable grid sees besides the arguments */
-    PyObject *python_launch; /* None, or launch_dims(gx, gy, gz, stream, values) for every launch */
-    PyObject *failed;        /* failed(err, gx, gy, gz, stream, values) */
-    PyObject *explain;       /* explain(values, exc) -> the exception to raise */
+    PyObject *python_launch; /* None, or owner.launch_dims(gx, gy, gz, stream, values) for every launch */
+    PyObject *failed;        /* owner.failed(err, gx, gy, gz, stream, values) */
+    PyObject *explain;       /* owner.explain(values, exc) -> the exception to raise */
     PyObject *desc_type;     /* karchive.TensorDescriptor (the type 'D' slots memoise in C), or None */
+    PyObject *result;        /* what a launch of this entry returns (None unless set: Entry.result) */
 } Entry;
 
 static PyTypeObject EntryType;
@@ -142,6 +143,7 @@ entry_traverse(Entry *self, visitproc visit, void *arg)
     Py_VISIT(self->failed);
     Py_VISIT(self->explain);
     Py_VISIT(self->desc_type);
+    Py_VISIT(self->result);
     for (Py_ssize_t i = 0; self->slots != NULL && i < self->n_params; i++) {
         Py_VISIT(self->slots[i].expand);
         Py_VISIT(self->slots[i].memo_ref);
@@ -159,6 +161,7 @@ entry_clear(Entry *self)
     Py_CLEAR(self->failed);
     Py_CLEAR(self->explain);
     Py_CLEAR(self->desc_type);
+    Py_CLEAR(self->result);
     for (Py_ssize_t i = 0; self->slots != NULL && i < self->n_params; i++) {
         Py_CLEAR(self->slots[i].expand);
         Py_CLEAR(self->slots[i].memo_ref);
@@ -181,14 +184,15 @@ static PyObject *
 entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     static char *kwlist[] = {"launch", "function", "block_x", "shared", "device", "slots", "buffer_size", "meta",
-                             "python_launch", "failed", "explain", "param_offsets", "desc_type", NULL};
+                             "owner", "via_python", "param_offsets", "desc_type", NULL};
     unsigned long long launch, function;
     unsigned int block_x, shared;
-    PyObject *device, *slots, *meta, *python_launch, *failed, *explain, *param_offsets = NULL, *desc_type = Py_None;
+    PyObject *device, *slots, *meta, *owner, *param_offsets = NULL, *desc_type = Py_None;
+    int via_python;
     Py_ssize_t buffer_size;
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKIIO!O!nO!OOO|O!O", kwlist, &launch, &function, &block_x, &shared,
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "KKIIO!O!nO!Op|O!O", kwlist, &launch, &function, &block_x, &shared,
                                      &PyLong_Type, &device, &PyTuple_Type, &slots, &buffer_size, &PyDict_Type,
-                                     &meta, &python_launch, &failed, &explain, &PyTuple_Type, &param_offsets, &desc_type))
+                                     &meta, &owner, &via_python, &PyTuple_Type, &param_offsets, &desc_type))
         return NULL;
     if (desc_type != Py_None && !PyType_Check(desc_type)) {
         PyErr_SetString(PyExc_TypeError, "Entry: desc_type must be a type or None");
@@ -258,10 +262,20 @@ entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->buffer_size = buffer_size;
     self->device = Py_NewRef(device);
     self->meta = Py_NewRef(meta);
-    self->python_launch = Py_NewRef(python_launch);
-    self->failed = Py_NewRef(failed);
-    self->explain = Py_NewRef(explain);
     self->desc_type = Py_NewRef(desc_type);
+    self->result = Py_NewRef(Py_None);
+    self->python_launch = via_python ? PyObject_GetAttrString(owner, "launch_dims") : Py_NewRef(Py_None);
+    self->failed = PyObject_GetAttrString(owner, "failed");
+    self->explain = PyObject_GetAttrString(owner, "explain");
+    if (self->python_launch == NULL || self->failed == NULL || self->explain == NULL) {
+        Py_DECREF(self);
+        return NULL;
+    }
+    if (!via_python && launch == 0) {
+        PyErr_SetString(PyExc_ValueError, "Entry: no launch function and not via_python");
+        Py_DECREF(self);
+        return NULL;
+    }
     return (PyObject *)self;
 }
 
@@ -271,8 +285,22 @@ entry_get_meta(Entry *self, void *closure)
     return Py_NewRef(self->meta);
 }
 
+static PyObject *
+entry_get_result(Entry *self, void *closure)
+{
+    return Py_NewRef(self->result);
+}
+
+static int
+entry_set_result(Entry *self, PyObject *value, void *closure)
+{
+    Py_XSETREF(self->result, Py_NewRef(value != NULL ? value : Py_None)); /* del: back to None */
+    return 0;
+}
+
 static PyGetSetDef entry_getset[] = {
     {"meta", (getter)entry_get_meta, NULL, "the variant's meta-parameters", NULL},
+    {"result", (getter)entry_get_result, (setter)entry_set_result, "what a launch of this entry returns", NULL},
     {NULL},
 };
 

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#define ABI_VERSION 4
+#define ABI_VERSION 5
 
 #if PY_VERSION_HEX < 0x030B0000 /* public from 3.11 on; before, private and taking unsigned char * */
 #define PyFloat_Pack2(x, p, le) _PyFloat_Pack2((x), (unsigned char *)(p), (le))
@@ -45,10 +45,35 @@ typedef int (*LaunchFn)(void *function, unsigned int gx, unsigned int gy, unsign
 /* Parameter roles and key flags: the same numbers as karchive/runtime/launch/_native.py sends (from _plan.py). */
 enum { ROLE_PTR = 1, ROLE_INT = 2, ROLE_FLOAT = 3, ROLE_VALUE = 4, ROLE_MIXED = 5 };
 enum { F_ALIGN = 1, F_EQ1 = 2, F_DIV16 = 4, F_RANGE = 8, F_PRESENT = 0x100 };
+/* Key flags of a kernel with a meta-parameter resolver (autotune / heuristics), set by launch/_native.py where the
+ * resolver reads the parameter: F_VALUE keys the value itself (ints, floats; a pointer given as an int address;
+ * a mixed parameter's scalar), F_EXACT sends a call whose int/float argument is not exactly int/float/bool (a
+ * numpy scalar: Triton's autotune key reads its dtype) to the slow path. */
+enum { F_EXACT = 0x10, F_VALUE = 0x20 };
 
 #define MAX_SLOTS 192          /* kernel parameters + launch options a Dispatcher accepts */
 #define MAX_CACHE 256          /* resolved keys kept per kernel (least recently used dropped) */
 #define STACK_BYTES 4096       /* parameter bytes packed on the stack (more: on the heap) */
 #define STACK_PARAMS 128       /* kernel parameters whose pointers fit the stack array */
+
+/* The whole C <-> Python contract (the Python side: karchive/runtime/_fastlaunch.pyi, launch/_native.py).
+ *
+ * Dispatcher(..., owner): one owner object per dispatcher (launch/_native.Owner); its methods are read once,
+ * when the dispatcher is made, and are all the C code calls back:
+ *   owner.miss(grid, args, kwargs) -> target   a key seen for the first time; target.native (an Entry),
+ *                                             target.stream_fn (device -> stream, or None), target.extra
+ *                                             (None or ((slot, value), ...): values the resolver adds to the
+ *                                             call), target.remember (False: launch it, keep no key)
+ *   owner.slow(grid, args, kwargs) -> result  a call the C code cannot bind or key: every step in Python
+ *   owner.grid(grid, meta, values) -> (gx, gy, gz, reads)   a grid that is not a tuple of small ints; reads:
+ *                                             None, or (slot indices, global names) a callable grid read,
+ *                                             under which its result is memoised (dispatcher.c: GridMemo)
+ *   owner.stream_handle(obj) -> int, owner.pointer_info(obj) -> (ptr, dtype, device), owner.mixed_key(obj)
+ * Entry(..., owner, via_python): the variant's launch entry (launch/_record.LaunchEntry):
+ *   owner.failed(err, gx, gy, gz, stream, values)   a non-zero driver result: retry or raise
+ *   owner.explain(values, exc) -> exception          values that did not pack
+ *   owner.launch_dims(gx, gy, gz, stream, values)    every launch of an entry made with via_python=True
+ *   and, per descriptor slot, the slot's expand(value) -> bytes
+ * Entry.result: what a launch of the entry returns (default None; settable). */
 
 #endif /* KARCHIVE_FASTLAUNCH_H */

@@ -22,7 +22,7 @@ A parameter that was not passed is part of the key too (as "missing").
 from __future__ import annotations
 
 from typing import Any, NamedTuple, Protocol
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ...errors import ArgumentError
 from ...format.manifest import Variant
@@ -133,9 +133,15 @@ class PlannedKernel(Protocol):
 
     name: str
     _py_cache: dict[Any, Any]
+    resolver: Any  # the MetaResolver of a tuned or heuristics kernel; None for a plain one
 
     @property
     def plan(self) -> KernelPlan: ...
+
+    @property
+    def _candidates(self) -> tuple[Any, ...]: ...
+
+    def _resolving_run(self, resolver: Any) -> Callable[..., Any]: ...
 
     def _miss(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any: ...
 

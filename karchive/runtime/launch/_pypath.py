@@ -43,7 +43,7 @@ _ROLE_CODE = {PTR: _R_PTR, INT: _R_INT, FLOAT: _R_FLOAT, VALUE: _R_VALUE, MIXED:
 _INT_ADDRESS = (int, None, None)
 
 
-def build(kernel: PlannedKernel) -> Callable[..., None]:
+def build(kernel: PlannedKernel) -> Callable[..., Any]:
     """``kernel._run`` on the Python path: ``launch(grid, *args, stream=None, **kwargs)``.
 
     Written for speed in plain Python: one pass over the parameters builds the key and the call values
@@ -64,7 +64,7 @@ def build(kernel: PlannedKernel) -> Callable[..., None]:
     qualname = launch_function_name(kernel.name)
     int_ = int
 
-    def launch(grid: Any, /, *args: Any, stream: Any = None, **kwargs: Any) -> None:
+    def launch(grid: Any, /, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
         # 1. bind (Python's own binding error for a value given twice, as a def with these parameters gives)
         nargs = len(args)
         if nargs > n:
@@ -144,6 +144,7 @@ def build(kernel: PlannedKernel) -> Callable[..., None]:
         if stream is None:
             stream = 0 if target.stream_fn is None else target.stream_fn(entry.device)
         entry.launch(grid, stream, calls)
+        return entry.result
 
     def _given(vals: Any) -> dict[str, Any]:
         """The launch options a call gave."""

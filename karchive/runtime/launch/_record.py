@@ -186,6 +186,10 @@ class LaunchEntry:
                 self._pick = lambda v: ()
         self._owner = threading.get_ident()
         self._tls = threading.local()
+        #: What a launch of this entry returns (:meth:`set_result`; ``Kernel.set_result`` sets it by variant).
+        self.result: Any = None
+        #: The compiled launcher's ``_fastlaunch.Entry`` twins of this entry (their ``result`` follows this one's).
+        self.natives: list[Any] = []
         #: ``launch(grid, stream, values)``: the Python path's launch (grid as the caller gave it, after a
         #: callable grid ran; ``values`` the call values).
         self.launch: Callable[[Any, Any, Sequence[Any]], None] = self._make_launch()
@@ -195,6 +199,12 @@ class LaunchEntry:
              pool: Any, plan: KernelPlan) -> LaunchEntry:
         layout = ParamLayout(variant.abi)
         return cls(VariantRecord.of(kernel, variant, fit, loaded, plan, layout), layout, backend, pool)
+
+    def set_result(self, result: Any) -> None:
+        """What a launch of this entry returns, on both paths (the C twins hold the same object)."""
+        self.result = result
+        for native in self.natives:
+            native.result = result
 
     # -- values -> parameter buffer ------------------------------------------------------------------
     def convert(self, values: Sequence[Any]) -> list[Any]:

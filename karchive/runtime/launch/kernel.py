@@ -35,6 +35,7 @@ from ..device import DeviceInfo
 from ..select import MISSING, DeviceFit, device_fit, select_variant
 from ._plan import MIXED, PTR, STREAM, KernelPlan, make_plan
 from ._lazy import REFUSALS, TargetSource
+from ._grid import evaluate as evaluate_grid
 from ._record import BoundLauncher, LaunchEntry, grid_dims
 
 
@@ -68,16 +69,28 @@ class MetaResolver(Protocol):
 
     def describe(self) -> str: ...
 
+    def reads(self) -> Any:
+        """What its answer for a call depends on (``autotuned.Reads``): the compiled launcher keys on that."""
+        ...
+
+    @property
+    def settled(self) -> bool:
+        """False while the same call may still get another answer later (the answer is then not remembered)."""
+        ...
+
 
 class CallTarget:
     """What a selection key leads to: the loaded variant, and where the default stream comes from."""
 
-    __slots__ = ("entry", "stream_fn", "native")
+    __slots__ = ("entry", "stream_fn", "native", "extra", "remember")
 
     def __init__(self, entry: LaunchEntry, stream_fn: Callable[[int], int] | None) -> None:
         self.entry = entry
         self.stream_fn = stream_fn  # device -> current stream of the arguments' framework; None: stream 0
         self.native: Any = None  # the compiled path's ``_fastlaunch.Entry`` of ``entry`` (set by :mod:`._native`)
+        #: ((parameter index, value), ...) a resolver adds to every call with this key (None: nothing)
+        self.extra: tuple[tuple[int, Any], ...] | None = None
+        self.remember = True  # False: launch this call, but ask again next time (a resolver still learning)
 
 
 def _torch_default_stream() -> Callable[[int], int] | None:
@@ -153,6 +166,10 @@ class Kernel:
         self.resolver = resolver
         self._lock = threading.RLock()
         self._entries: dict[tuple[str, int], LaunchEntry] = {}
+        #: What a launch of a variant returns (:meth:`set_result`), by variant key; shared with the kernels a
+        #: resolver makes over subsets of the variants (``_family``), so one call sets it for all of them.
+        self._results: dict[str, Any] = {}
+        self._family: list[Kernel] = [self]
         self._py_cache: dict[Any, CallTarget] = {}  # the Python path's key -> target (the compiled one has its own)
 
     def _setup(self, variants: tuple[Variant, ...]) -> None:
@@ -208,35 +225,47 @@ class Kernel:
         return cands
 
     @cached_property
-    def _run(self) -> Callable[..., None]:
+    def _run(self) -> Callable[..., Any]:
         """The launch path's callable ``(grid, *args, stream=None, **kwargs)``, made on first use."""
-        if self.resolver is not None:
-            return self._resolving_run(self.resolver)
         if self.launch_path == launch_path.EXTENSION:
             from ._native import make_dispatcher
 
             return make_dispatcher(self)
+        if self.resolver is not None:
+            return self._resolving_run(self.resolver)
         from ._pypath import build
 
         return build(self)
 
-    def _resolving_run(self, resolver: MetaResolver) -> Callable[..., None]:
-        """``_run`` of a kernel with a resolver: resolve the meta-parameters, then the chosen variants'
-        own launch path (the compiled dispatcher where it is built) with them added to the call."""
+    def _resolving_run(self, resolver: MetaResolver) -> Callable[..., Any]:
+        """``_run`` of a kernel with a resolver on the Python path (and the compiled path's slow step): resolve
+        the meta-parameters, then the chosen variants' own launch path with them added to the call."""
         from ._pypath import launch_function_name
 
         resolve = resolver.resolve
 
-        def run(grid: Any, /, *args: Any, stream: Any = None, **kwargs: Any) -> None:
+        def run(grid: Any, /, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
             kernel, cx = resolve(grid, args, kwargs, stream)
-            kernel._run(grid, *args, stream=stream, **kwargs, **cx)
+            return kernel._run(grid, *args, stream=stream, **kwargs, **cx)
 
         run.__qualname__ = run.__name__ = launch_function_name(self.name)
         return run
 
     # -- public API ------------------------------------------------------------------------------------
-    def run(self, *args: Any, grid: Any, stream: Any = None, **kwargs: Any) -> None:
-        self._run(grid, *args, stream=stream, **kwargs)
+    def run(self, *args: Any, grid: Any, stream: Any = None, **kwargs: Any) -> Any:
+        return self._run(grid, *args, stream=stream, **kwargs)
+
+    def set_result(self, variant: Variant | str, result: Any) -> None:
+        """What ``kernel[grid](...)`` returns when it launches ``variant`` (a Variant or its key; default None):
+        a served call site gives the object Triton's launch returns. Both launch paths, every device, and the
+        kernels a resolver makes over subsets of the variants; the launch returns it without a Python step."""
+        key = variant if isinstance(variant, str) else variant.key
+        with self._lock:
+            self._results[key] = result
+            for k in list(self._family):
+                for (vkey, _index), ent in list(k._entries.items()):
+                    if vkey == key:
+                        ent.set_result(result)
 
     def __repr__(self) -> str:
         """``<karchive.Kernel add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK): 6 variants for cuda:80,
@@ -335,7 +364,7 @@ class Kernel:
         notice_tensors(values)
         return CallTarget(ent, self._stream_fn(values, infos))
 
-    def _slow(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+    def _slow(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         """A call the fast steps could not bind or key: every step in plain Python (raises for a bad call)."""
         stream = kwargs.get(STREAM)
         values, ent, infos = self._checked(args, kwargs)
@@ -343,6 +372,7 @@ class Kernel:
             fn = self._stream_fn(values, infos)
             stream = 0 if fn is None else fn(ent.device)
         ent.launch(self._grid_of(grid, ent.meta, values), stream, self._call_values(values, infos))
+        return ent.result
 
     def _checked(self, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[Any], LaunchEntry, list[Any]]:
         """(the call's values, the entry it launches, the argument infos): every check, the selection and the
@@ -365,10 +395,7 @@ class Kernel:
 
     def _grid_of(self, grid: Any, meta: dict[str, Any], values: Sequence[Any]) -> Any:
         """A callable grid evaluated on the call's named arguments plus the variant's meta-parameters."""
-        if not callable(grid):
-            return grid
-        named = {n: v for n, v in zip(self._param_names, values) if v is not MISSING}
-        return grid({**named, **meta})
+        return evaluate_grid(grid, self._param_names, meta, values)
 
     # -- binding and selection (slow path) ---------------------------------------------------------------
     def _bind_call(self, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
@@ -468,6 +495,8 @@ class Kernel:
                     ent = LaunchEntry.load(self.name, variant, fit, loaded, self.archive.backend(),
                                            self.archive.scratch_pool(), self.plan)
                     ent.descriptor_block_from_variant = self.descriptor_block_from_variant
+                    if variant.key in self._results:
+                        ent.set_result(self._results[variant.key])
                     self._entries[key] = ent
         return ent
 
