@@ -490,7 +490,8 @@ def test_stop_gives_triton_its_methods_back():
     before = now()
     karchive.serve(mode="strict")
     assert cc.compile is not before[5] and Autotuner._bench is not before[4]
-    assert now()[:4] == before[:4]  # Triton's runtime dispatches served calls itself
+    assert now()[:3] == before[:3]  # Triton's runtime dispatches served calls itself
+    assert KernelInterface.__getitem__ is not before[3]  # (a served plain kernel's fast path)
     karchive.serve.stop()
     assert now() == before
     with pytest.raises(Exception, match="mode must be one of"):
@@ -638,3 +639,55 @@ def test_the_shims_autotuner_carries_the_attributes_libraries_read_as_tritons_do
         shim = shim_mod.autotune(**dict(kwargs, configs=[shim_mod.Config({"BLOCK": 64})]))(k)
         for name in names:
             assert getattr(shim, name) == getattr(real, name), name
+
+
+# -- the fast path of plain call sites ----------------------------------------------------------------------
+def test_a_plain_call_site_takes_the_fast_path_once_triton_agreed_for_its_key(cuda_archive, kernels_module,
+                                                                             monkeypatch, path, triton_side):
+    """``kernel[grid]`` of a served plain kernel is karchive's dispatcher once Triton's own run (warmup) compiled
+    the same variant for the call's selection key: later launches with that key never enter Triton's run, and
+    return the same CompiledKernel; a new key asks Triton again; a call karchive cannot select for is Triton's."""
+    import karchive
+    from triton.runtime.jit import JITFunction
+
+    runs: list[bool] = []
+    orig = JITFunction.run
+
+    def spy(self, *args, **kwargs):
+        runs.append(bool(kwargs.get("warmup")))
+        return orig(self, *args, **kwargs)
+
+    monkeypatch.setattr(JITFunction, "run", spy)
+    kernels_module.add_kernel.device_caches.clear()
+    kernels_module.add_kernel.__dict__.pop("_karchive_fast", None)
+    with rs.fake_cuda(monkeypatch, path) as (rec, _b):
+        report = karchive.serve(_arc(cuda_archive, rec), mode="strict")
+        x, y, out = DevBuf(A), DevBuf(A + 4096), DevBuf(A + 8192)
+        got = [kernels_module.add_kernel[(4,)](x, y, out, 4100, BLOCK=1024) for _ in range(5)]
+        assert runs == [True]  # Triton asked once (warmup: it compiled, from the archive, and launched nothing)
+        odd = DevBuf(A + 4)  # another selection key (unaligned, 8 warps): Triton asked again
+        kernels_module.add_kernel[(2,)](odd, odd, odd, 4100, BLOCK=1024, num_warps=8)
+        assert runs == [True, True]
+        with pytest.raises(ServeMissError):  # karchive has no variant: Triton's path, its miss
+            kernels_module.add_kernel[(4,)](x, y, out, 4100, BLOCK=256)
+    assert len({id(g) for g in got}) == 1 and got[0].__dict__["_karchive_served"][0] == "rt@1.0"
+    assert [la.grid for la in rec.launches()] == [(4, 1, 1)] * 5 + [(2, 1, 1)]
+    assert report.served["kernels:add_kernel"]["calls"] == 6 and triton_side == []
+
+
+def test_the_fast_path_ends_where_triton_would_launch_another_binary(cuda_archive, kernels_module, monkeypatch,
+                                                                     triton_side):
+    """A pointer whose dtype Triton reads otherwise than karchive (a buffer whose str(dtype) says fp16 while its
+    name says float32): Triton's own path decides, and the fast path is off for that kernel for good."""
+    import karchive
+
+    kernels_module.add_kernel.device_caches.clear()
+    kernels_module.add_kernel.__dict__.pop("_karchive_fast", None)
+    odd = DevBuf(A, text="fp16")
+    odd.dtype.name = "float32"
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
+        karchive.serve(_arc(cuda_archive, rec), mode="strict")
+        with pytest.raises(ServeMissError, match=r"\*fp16"):  # Triton specialised *fp16: no such variant
+            kernels_module.add_kernel[(4,)](odd, odd, odd, 4100, BLOCK=1024)
+        fast = kernels_module.add_kernel.__dict__["_karchive_fast"][1]
+        assert fast.on is False and rec.launches() == []

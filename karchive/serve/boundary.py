@@ -473,6 +473,22 @@ class Boundary:
                     k = self._singles[key] = Kernel(arc, name, (variant,))
         return k
 
+    def fast_path(self, obj: Any) -> Any:
+        """The fast path of a plain JIT function an archive serves (:mod:`.fast`), kept on the object; False
+        where there is none (another kind of object, not archived, a fast path that was turned off)."""
+        found: Any = False
+        if type(obj) is _STATE["jit_type"]:
+            live = live_identity(obj)
+            for arc in self.session.archives:
+                name, _why = find(arc, live)
+                if name is not None:
+                    from .fast import FastPath
+
+                    found = FastPath(obj, self, arc, name, self._record(live.name, arc), _STATE["jit_run"])
+                    break
+        obj.__dict__["_karchive_fast"] = (self, found)
+        return found
+
     # -- the autotuner's benchmark ------------------------------------------------------------------------
     def bench(self, tuner: Any, orig: Callable[..., Any], args: tuple, config: Any, meta: dict[str, Any]) -> Any:
         """``Autotuner._bench``: the archive's decision for Triton's key (0 for the recorded config, infinity for
@@ -545,7 +561,8 @@ def _config_is(config: Any, decision: Mapping[str, Any]) -> bool:
 
 
 # -- installing -----------------------------------------------------------------------------------------------
-_STATE: dict[str, Any] = {"boundary": None, "patched": None, "orig": None}
+_STATE: dict[str, Any] = {"boundary": None, "patched": None, "orig": None, "jit_type": None, "jit_run": None,
+                          "knobs": None}
 
 
 def _compile(src: Any, target: Any = None, options: Any = None, _env_vars: Any = None) -> Any:
@@ -568,6 +585,24 @@ def _bench(self: Any, *args: Any, config: Any, **meta: Any) -> Any:
     return b.bench(self, orig, args, config, meta)
 
 
+def _getitem(self: Any, grid: Any) -> Any:
+    """``KernelInterface.__getitem__`` while serving: a served plain JIT function's fast path where it holds
+    (:mod:`.fast`), else Triton's own."""
+    b = _STATE["boundary"]
+    if b is not None:
+        mine = self.__dict__.get("_karchive_fast")
+        fp = mine[1] if mine is not None and mine[0] is b else b.fast_path(self)
+        if fp and fp.on and not self.pre_run_hooks and _quiet(_STATE["knobs"]):
+            return fp.bound(grid)
+    return _STATE["patched"]["__getitem__"](self, grid)
+
+
+def _quiet(rt: Any) -> bool:
+    """No launch hook is set (Triton 3.6 keeps them as hook chains, later releases as None or a callable)."""
+    enter, leave = rt.launch_enter_hook, rt.launch_exit_hook
+    return (enter is None or not getattr(enter, "calls", True)) and (leave is None or not getattr(leave, "calls", True))
+
+
 def _compile_modules() -> list[Any]:
     import importlib
 
@@ -582,16 +617,21 @@ def _compile_modules() -> list[Any]:
 
 def install(session: Any) -> Boundary:
     """Answer Triton's compile (and its autotuner's benchmark) from ``session``'s archives."""
+    from triton import knobs
     from triton.runtime.autotuner import Autotuner
+    from triton.runtime.jit import JITFunction, KernelInterface
 
     b = Boundary(session)
     if _STATE["patched"] is None:
         first = _compile_modules()[0]
-        patched = {"compile": first.compile, "_bench": Autotuner.__dict__["_bench"]}
+        patched = {"compile": first.compile, "_bench": Autotuner.__dict__["_bench"],
+                   "__getitem__": KernelInterface.__dict__["__getitem__"]}
         for mod in _compile_modules():
             if getattr(mod, "compile", None) is patched["compile"]:
                 mod.compile = _compile
         Autotuner._bench = _bench
+        KernelInterface.__getitem__ = _getitem
+        _STATE.update(jit_type=JITFunction, jit_run=JITFunction.run, knobs=knobs.runtime)
         _STATE["patched"] = patched
         _STATE["orig"] = patched["compile"]
         _rebind_existing()
@@ -641,11 +681,13 @@ def uninstall() -> None:
     if was is not None:
         _purge_served()
     from triton.runtime.autotuner import Autotuner
+    from triton.runtime.jit import KernelInterface
 
     for mod in _compile_modules():
         if getattr(mod, "compile", None) is _compile:
             mod.compile = patched["compile"]
     Autotuner._bench = patched["_bench"]
+    KernelInterface.__getitem__ = patched["__getitem__"]
     _STATE["patched"] = None
 
 
