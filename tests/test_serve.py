@@ -691,3 +691,56 @@ def test_the_fast_path_ends_where_triton_would_launch_another_binary(cuda_archiv
             kernels_module.add_kernel[(4,)](odd, odd, odd, 4100, BLOCK=1024)
         fast = kernels_module.add_kernel.__dict__["_karchive_fast"][1]
         assert fast.on is False and rec.launches() == []
+
+
+def test_an_autotuned_call_site_takes_the_fast_path_and_sets_best_config_as_triton(captured, monkeypatch, path,
+                                                                                  triton_side):
+    """``tuned[grid](...)`` of a served ``@triton.autotune`` kernel: the first call of a key is confirmed with
+    Triton's own Autotuner.run (warmup), later ones launch through karchive's dispatcher, return Triton's
+    CompiledKernel and leave ``best_config`` as Triton would."""
+    import karchive
+    from capture_fakes import fresh, tuned_copy
+    from triton.runtime.autotuner import Autotuner
+
+    runs: list[bool] = []
+    orig = Autotuner.run
+
+    def spy(self, *args, **kwargs):
+        runs.append(bool(kwargs.get("warmup")))
+        return orig(self, *args, **kwargs)
+
+    monkeypatch.setattr(Autotuner, "run", spy)
+    fresh(tuned_copy)
+    tuned_copy.__dict__.pop("_karchive_fast", None)
+    with rs.fake_cuda(monkeypatch, path) as (rec, _b):
+        karchive.serve(_arc(captured, rec), mode="strict")
+        got = []
+        for _ in range(4):
+            tuned_copy.best_config = None
+            got.append(tuned_copy[(32,)](mock(), mock(), 4096))
+            assert tuned_copy.best_config is not None and tuned_copy.best_config.kwargs == {"BLOCK": 128}
+    assert runs == [True] and len({id(g) for g in got}) == 1 and got[0].metadata.num_warps == 4
+    assert [la.block for la in rec.launches()] == [(128, 1, 1)] * 4 and triton_side == []
+
+
+def test_a_library_that_prefilled_the_autotuner_cache_gets_its_own_config_as_with_triton(captured, monkeypatch,
+                                                                                        triton_side):
+    """Libraries fill ``Autotuner.cache`` themselves (tables per GPU): Triton then launches their config, not the
+    archive's decision. Served, the same: the fast path sees Triton's answer differ and leaves it to Triton."""
+    import karchive
+    from capture_fakes import fresh, tuned_copy
+
+    fresh(tuned_copy)
+    tuned_copy.__dict__.pop("_karchive_fast", None)
+    other = next(c for c in tuned_copy.configs if c.kwargs != {"BLOCK": 128})
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
+        karchive.serve(_arc(captured, rec), mode="strict")
+        key = (4096, "fp32", "fp32")
+        tuned_copy.cache[key] = other
+        try:
+            out = tuned_copy[(32,)](mock(), mock(), 4096)  # the capture compiled every config: it is archived
+        finally:
+            tuned_copy.cache.clear()
+    assert tuned_copy.__dict__["_karchive_fast"][1].on is False
+    assert tuned_copy.best_config is other and out.metadata.num_warps == other.num_warps
+    assert [la.block for la in rec.launches()] == [(32 * other.num_warps, 1, 1)] and triton_side == []

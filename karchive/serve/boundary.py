@@ -477,15 +477,24 @@ class Boundary:
         """The fast path of a plain JIT function an archive serves (:mod:`.fast`), kept on the object; False
         where there is none (another kind of object, not archived, a fast path that was turned off)."""
         found: Any = False
-        if type(obj) is _STATE["jit_type"]:
-            live = live_identity(obj)
+        jit_type, tuner_type = _STATE["jit_type"], _STATE["tuner_type"]
+        tuned = type(obj) is tuner_type and type(getattr(obj, "fn", None)) is jit_type and not any(
+            getattr(c, "pre_hook", None) for c in getattr(obj, "configs", ()) or ())
+        if type(obj) is jit_type or tuned:
+            live = live_identity(obj.fn if tuned else obj)
             for arc in self.session.archives:
                 name, _why = find(arc, live)
-                if name is not None:
-                    from .fast import FastPath
+                if name is None:
+                    continue
+                from .fast import FastPath, TunedFastPath
 
-                    found = FastPath(obj, self, arc, name, self._record(live.name, arc), _STATE["jit_run"])
-                    break
+                record = self._record(live.name, arc)
+                if not tuned:
+                    found = FastPath(obj, self, arc, name, record, _STATE["jit_run"])
+                elif hasattr(arc.kernel(name).resolver, "chosen_config") and not arc.kernel(name).resolver.tune_on_device:
+                    # (a key Triton times on the device is Triton's decision: its path decides, not karchive's timing)
+                    found = TunedFastPath(obj, self, arc, name, record, _STATE["tuner_run"])
+                break
         obj.__dict__["_karchive_fast"] = (self, found)
         return found
 
@@ -562,7 +571,7 @@ def _config_is(config: Any, decision: Mapping[str, Any]) -> bool:
 
 # -- installing -----------------------------------------------------------------------------------------------
 _STATE: dict[str, Any] = {"boundary": None, "patched": None, "orig": None, "jit_type": None, "jit_run": None,
-                          "knobs": None}
+                          "tuner_type": None, "tuner_run": None, "knobs": None}
 
 
 def _compile(src: Any, target: Any = None, options: Any = None, _env_vars: Any = None) -> Any:
@@ -592,7 +601,8 @@ def _getitem(self: Any, grid: Any) -> Any:
     if b is not None:
         mine = self.__dict__.get("_karchive_fast")
         fp = mine[1] if mine is not None and mine[0] is b else b.fast_path(self)
-        if fp and fp.on and not self.pre_run_hooks and _quiet(_STATE["knobs"]):
+        if fp and fp.on and not getattr(self, "pre_run_hooks", None) and not getattr(
+                getattr(self, "fn", None), "pre_run_hooks", None) and _quiet(_STATE["knobs"]):
             return fp.bound(grid)
     return _STATE["patched"]["__getitem__"](self, grid)
 
@@ -631,7 +641,8 @@ def install(session: Any) -> Boundary:
                 mod.compile = _compile
         Autotuner._bench = _bench
         KernelInterface.__getitem__ = _getitem
-        _STATE.update(jit_type=JITFunction, jit_run=JITFunction.run, knobs=knobs.runtime)
+        _STATE.update(jit_type=JITFunction, jit_run=JITFunction.run, tuner_type=Autotuner, tuner_run=Autotuner.run,
+                      knobs=knobs.runtime)
         _STATE["patched"] = patched
         _STATE["orig"] = patched["compile"]
         _rebind_existing()

@@ -17,8 +17,14 @@ the ``CompiledKernel`` Triton returns for the same call -- proven per selection 
 - ``kernel[grid]`` takes the fast path only while the kernel has no ``pre_run_hooks`` and Triton's
   ``launch_enter_hook``/``launch_exit_hook`` are unset (read on every ``kernel[grid]``); otherwise Triton's path.
 
-Autotuned and heuristics call sites keep Triton's path (their per-call Python -- ``best_config``, hooks, the
-library's heuristic functions -- is what a library observes).
+An **autotuned** call site (exactly ``triton.autotune`` over a plain JIT function, no config ``pre_hook``) takes
+the same kind of fast path over the archive's kernel with its autotune resolver: the resolver's answer for a new
+key (the recorded config, then karchive's selection among its variants) is confirmed with Triton's own
+``Autotuner.run`` (``warmup=True``: Triton's key, its cache -- a library may have filled it --, its prune and the
+archive's decision) and kept only if Triton's ``CompiledKernel`` is the same variant; every launch then sets
+``best_config`` to the config Triton chose, as ``Autotuner.run`` does. Heuristics call sites, autotuner
+subclasses and configs with hooks keep Triton's path (their per-call Python -- the library's heuristic functions,
+its own ``run``, hooks -- is what a library observes).
 """
 
 from __future__ import annotations
@@ -45,6 +51,22 @@ def _checkable(value: Any) -> bool:
     if isinstance(value, _PLAIN_TYPES):
         return True
     return callable(getattr(value, "data_ptr", None)) and hasattr(value, "dtype")
+
+
+class _Confirming:
+    """An autotune resolver whose answer for a new selection key is confirmed with Triton before it is kept."""
+
+    def __init__(self, inner: Any, fast: TunedFastPath) -> None:
+        self._inner = inner
+        self._fast = fast
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def resolve(self, grid: Any, args: Sequence[Any], kwargs: Any, stream: Any, **kw: Any) -> Any:
+        sub, cx = self._inner.resolve(grid, args, kwargs, stream, **kw)
+        self._fast.confirm_tuned(sub, cx, args, kwargs)
+        return sub, cx
 
 
 class FastKernel(Kernel):
@@ -95,6 +117,7 @@ class FastPath:
         self.kernel.set_result(variant.key, compiled)
 
     def call(self, grid: Any, *args: Any, **kwargs: Any) -> Any:
+        """One ``kernel[grid](...)``: karchive's dispatcher; Triton's own run where karchive cannot answer."""
         try:
             out = self.run(grid, *args, **kwargs)
         except _Refer as refer:
@@ -108,3 +131,60 @@ class FastPath:
 
     def bound(self, grid: Any) -> Callable[..., Any]:
         return partial(self.call, grid)
+
+
+class TunedFastPath(FastPath):
+    """The fast path of a served ``@triton.autotune`` call site (see the module's docstring)."""
+
+    def __init__(self, tuner: Any, boundary: Any, arc: Any, name: str, record: Any,
+                 triton_run: Callable[..., Any]) -> None:
+        self.jit = tuner
+        self.boundary = boundary
+        self.record = record
+        self.triton_run = triton_run  # Autotuner.run
+        self.on = True
+        self.results = {}
+        self.config_of: dict[int, Any] = {}  # id(CompiledKernel) -> the Config Triton chose for it
+        self.confirmed: set[tuple[str, str]] = set()  # (autotune key, variant) pairs Triton agreed on
+        k = arc._make_kernel(name, list(arc.variants(name)), False)  # this call site's own (results are its own)
+        self.tuning_key = getattr(k.resolver, "tuning_key")  # noqa: B009 - an AutotuneResolver (the boundary checked)
+        k.resolver = _Confirming(k.resolver, self)
+        self.kernel = k
+        self.run = k._run
+
+    def confirm_tuned(self, sub: Any, cx: dict[str, Any], args: Sequence[Any], kwargs: Any) -> None:
+        if not all(_checkable(a) for a in args) or not all(_checkable(v) for v in kwargs.values()):
+            self.on = False
+            raise _Refer
+        try:
+            variant = sub.select(*args, **kwargs, **cx)
+        except (NoMatchingVariantError, ArgumentError):
+            variant = None
+        if variant is not None:  # the Python launch path resolves every call: one confirmation per key and variant
+            memo = (repr(self.tuning_key(*args, **kwargs)), variant.key)
+            if memo in self.confirmed:
+                return
+        try:
+            compiled = self.triton_run(self.jit, *args, grid=(1,), warmup=True, **kwargs)
+        except Exception as exc:  # Triton refused or missed the call: that is the call's answer (re-raised)
+            self.on = False
+            raise _Refer(exc) from exc
+        config = getattr(self.jit, "best_config", None)
+        served = getattr(compiled, "__dict__", {}).get("_karchive_served")
+        known = self.results.get(served[1]) if served is not None else None
+        if variant is None or served is None or served[1] != variant.key or config is None or \
+                (known is not None and known is not compiled):
+            self.on = False
+            raise _Refer
+        self.results[variant.key] = compiled
+        self.config_of[id(compiled)] = config
+        self.confirmed.add((repr(self.tuning_key(*args, **kwargs)), variant.key))
+        self.kernel.set_result(variant.key, compiled)
+        sub.set_result(variant.key, compiled)  # the kernel over the config's variants, which launches it
+
+    def call(self, grid: Any, *args: Any, **kwargs: Any) -> Any:
+        out = super().call(grid, *args, **kwargs)
+        config = self.config_of.get(id(out))
+        if config is not None:
+            self.jit.best_config = config
+        return out
