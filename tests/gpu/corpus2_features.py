@@ -121,7 +121,7 @@ def main() -> int:
     for name in args.modules:
         try:
             importlib.import_module(name)
-        except Exception as exc:  # noqa: BLE001 - reported
+        except Exception as exc:
             errors[name] = f"{type(exc).__name__}: {exc}"[:500]
     print(json.dumps({"modules": args.modules, "features": dict(sorted(seen.items())), "import_errors": errors},
                      indent=1))
