@@ -212,3 +212,31 @@ class LibTuner(triton.runtime.autotuner.Autotuner):
 
 
 sub_tuned = LibTuner(sub_tuned_body, sub_tuned_body.arg_names, list(_CONFIGS), ["n"], None, None)
+
+
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4)],
+                 key=["n"])
+@triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
+@triton.jit
+def tuned_even(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+    """Heuristics under the autotuner (GemLite's stacking): they read the chosen config's values."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if EVEN:
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs))
+    else:
+        m = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
+
+
+@triton.heuristics({"HAS_B": lambda args: args["b_ptr"] is not None})
+@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4)],
+                 key=["n", "HAS_B"])
+@triton.jit
+def biased_tuned(x_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr, HAS_B: tl.constexpr):
+    """Heuristics above the autotuner (flash-linear-attention's stacking): their value is part of the tuning key."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    x = tl.load(x_ptr + offs, mask=m)
+    if HAS_B:
+        x += tl.load(b_ptr + offs, mask=m)
+    tl.store(out_ptr + offs, x, mask=m)

@@ -677,6 +677,46 @@ def options_and_empty_grid(c: Ctx) -> Any:
     return {"empty_grid": empty[0], "launches": c.launches()}
 
 
+@scenario
+def entry_layer_relaunch(c: Ctx) -> Any:
+    """An operator library's entry layer (FlagGems' LibEntry): the first call through ``run`` keeps the CompiledKernel,
+    reads ``best_config`` and the heuristics' values, and every later call relaunches ``ck[grid](*every parameter)``
+    with the tuned and heuristic constexprs filled in."""
+    x, out = c.buf("x"), c.buf("out")
+    ck = c.k.tuned_even.run(x, out, 4096, grid=(1,), warmup=False)
+    best = c.k.tuned_even.best_config
+    even = c.k.tuned_even.fn.values["EVEN"]({"x_ptr": x, "out_ptr": out, "n": 4096, **best.kwargs})
+    for n in (4096, 4096, 4096):
+        ck[(n // best.kwargs["BLOCK"], 1, 1)](x, out, n, best.kwargs["BLOCK"], even)
+    wrong = raised(lambda: ck[(4,)](x, out, 4096, best.kwargs["BLOCK"], even))  # a 1-entry grid: grid[1] fails
+    return {"best_config": config_summary(best), "even": even, "returned": kernel_summary(ck)["binary"],
+            "one_entry_grid": wrong[:3], "launches": c.launches()}
+
+
+@scenario
+def heuristics_around_autotune(c: Ctx) -> Any:
+    """Heuristics under an autotuner see the chosen config (``EVEN`` from its ``BLOCK``); heuristics above one feed the
+    tuning key (``HAS_B``)."""
+    x, out = c.buf("x"), c.buf("out")
+    c.k.tuned_even[(1,)](x, out, 4096)
+    c.k.tuned_even[(1,)](x, out, 1000)
+    c.k.biased_tuned[(1,)](x, None, out, 4096)
+    c.k.biased_tuned[(1,)](x, x, out, 4096)
+    return {"tuned_even": {repr(k): config_summary(v) for k, v in c.k.tuned_even.cache.items()},
+            "biased_tuned": sorted(repr(k) for k in c.k.biased_tuned.fn.cache), "launches": c.launches()}
+
+
+@scenario
+def tuned_meta_parameter_passed(c: Ctx) -> Any:
+    """A call that passes a meta-parameter the autotuner tunes: Triton refuses it (``ValueError`` "Conflicting
+    meta-parameters" while tuning a new key; ``TypeError`` once the key is tuned)."""
+    x, out = c.buf("x"), c.buf("out")
+    first = raised(lambda: c.k.tuned[(1,)](x, out, 777, BLOCK=64))
+    c.k.tuned[(1,)](x, out, 777)
+    again = raised(lambda: c.k.tuned[(1,)](x, out, 777, BLOCK=64))
+    return {"new_key": first[:3], "tuned_key": again[:3], "launches": c.launches()}
+
+
 # -- phases --------------------------------------------------------------------------------------------------------
 def _run_all(kernels: Any, drain: Callable[[], list[dict]], extra: Callable[[], dict] | None = None,
              only: list[str] | None = None) -> dict:
