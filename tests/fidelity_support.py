@@ -409,11 +409,16 @@ def runtime_defaults(c: Ctx) -> Any:
 @scenario
 def binder_errors(c: Ctx) -> Any:
     """Bad calls: an unknown keyword (KeyError from _pack_args), a missing argument (TypeError from the binder)."""
+    import triton.language as tl
+
     x, out = c.buf("x"), c.buf("out")
     unknown = raised(lambda: c.k.copy[(1,)](x, out, 64, BLOCK=64, BLOKC=32))
     missing = raised(lambda: c.k.copy[(1,)](x, out, BLOCK=64))
     too_many = raised(lambda: c.k.copy[(1,)](x, out, 64, 64, 64))
-    return {"unknown_keyword": unknown, "missing": missing, "too_many": too_many, "launches": c.launches()}
+    device = raised(lambda: c.k.copy[(1,)](x, out, 64, BLOCK=64, device=0))  # AssertionError: deprecated option
+    dtype_arg = raised(lambda: c.k.copy[(1,)](x, out, tl.float16, BLOCK=64))  # a tl.dtype is no runtime value
+    return {"unknown_keyword": unknown, "missing": missing, "too_many": too_many, "device_option": device,
+            "dtype_as_runtime_arg": dtype_arg, "launches": c.launches()}
 
 
 @scenario
@@ -427,6 +432,7 @@ def specialization(c: Ctx) -> Any:
     for n in (1, 16, 17):
         c.k.copy[(1,)](x, out, n, BLOCK=64)
     c.k.copy[(1,)](odd, out, 17, BLOCK=64)
+    c.k.copy[(1,)](x, out, 2**33, BLOCK=64)  # beyond i32: an i64 parameter
     for n in (1, 16, 17):
         c.k.unspecialized[(1,)](x, out, n, BLOCK=64)
     c.k.unspecialized[(1,)](odd, out, 17, BLOCK=64)
@@ -715,6 +721,29 @@ def tuned_meta_parameter_passed(c: Ctx) -> Any:
     c.k.tuned[(1,)](x, out, 777)
     again = raised(lambda: c.k.tuned[(1,)](x, out, 777, BLOCK=64))
     return {"new_key": first[:3], "tuned_key": again[:3], "launches": c.launches()}
+
+
+@scenario
+def preload(c: Ctx) -> Any:
+    """``JITFunction.preload(specialization_data)``: the JSON a ``jit_cache_hook`` receives rebuilds the kernel (a
+    warm-up compile) without a call; the next call with that specialisation launches it."""
+    import triton
+
+    data: list = []
+
+    def hook(*, key, repr, fn, compile, is_manual_warmup, already_compiled):
+        data.append(compile["specialization_data"])
+        return False
+
+    x, out = c.buf("x"), c.buf("out")
+    triton.knobs.runtime.jit_cache_hook = hook
+    try:
+        c.k.copy[(1,)](x, out, 4096, BLOCK=512)
+    finally:
+        triton.knobs.runtime.jit_cache_hook = None
+    ck = c.k.copy.preload(data[0])
+    again = c.k.copy[(1,)](x, out, 4096, BLOCK=512)
+    return {"preloaded": kernel_summary(ck), "launch_returns_it": again is ck, "launches": c.launches()}
 
 
 # -- phases --------------------------------------------------------------------------------------------------------

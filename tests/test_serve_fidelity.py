@@ -160,13 +160,15 @@ def _expect_runtime_defaults(o):
 def _expect_binder_errors(o):
     assert _raises(o["unknown_keyword"], "KeyError") and "BLOKC" in o["unknown_keyword"][3]
     assert _raises(o["missing"], "TypeError") and _raises(o["too_many"], "TypeError")
+    assert _raises(o["device_option"], "AssertionError") and _raises(o["dtype_as_runtime_arg"], "TypeError")
     assert o["launches"] == []
 
 
 def _expect_specialization(o):
     la = o["launches"]
-    assert "n" not in la[0]["args"] and [x["args"].get("n") for x in la[1:4]] == [16, 17, 17]  # n == 1: a constant
-    assert [x["args"]["n"] for x in la[4:]] == [1, 16, 17, 17]  # do_not_specialize: always passed
+    assert "n" not in la[0]["args"] and [x["args"].get("n") for x in la[1:5]] == [16, 17, 17, 2**33]  # 1: constant
+    assert la[4]["binary"] not in {x["binary"] for x in la[:4]}  # an i64 n: another binary
+    assert [x["args"]["n"] for x in la[5:]] == [1, 16, 17, 17]  # do_not_specialize: always passed
     assert o["new_specialisations"][1] == 1  # n and x_ptr's alignment not specialised: one kernel
     assert o["new_specialisations"][0] >= 2
 
@@ -298,6 +300,11 @@ def _expect_heuristics_around_autotune(o):
 def _expect_tuned_meta_parameter_passed(o):
     assert o["new_key"][:2] == ["raises", "ValueError"] and o["tuned_key"][:2] == ["raises", "TypeError"]
     assert len(o["launches"]) == 1
+
+
+def _expect_preload(o):
+    assert o["preloaded"]["type"] == CK and o["launch_returns_it"]
+    assert [la["binary"] for la in o["launches"]] == [o["preloaded"]["binary"]] * 2
 
 
 EXPECT = {name[len("_expect_"):]: fn for name, fn in globals().items() if name.startswith("_expect_")}
