@@ -148,6 +148,8 @@ def job_main(phase: str, work: Path, timeout: int) -> dict:
     if torch.cuda.device_count() < NPROC:
         return {"skip": f"{torch.cuda.device_count()} GPU(s) visible; the multi-GPU proof needs {NPROC}"}
     work.mkdir(parents=True, exist_ok=True)
+    for rank in range(NPROC):  # no stale result may stand in for a rank that wrote none
+        (work / f"mg-{phase}-rank{rank}.json").unlink(missing_ok=True)
     cache = work / f"tc-mg-{phase}"
     shutil.rmtree(cache, ignore_errors=True)
     cache.mkdir(parents=True)
