@@ -292,7 +292,8 @@ def kernel_summary(ck: Any) -> Any:
     binary = ck.asm.get("cubin", ck.kernel)
     out = {"type": f"{type(ck).__module__}.{type(ck).__qualname__}", "name": ck.name, "hash": ck.hash,
            "metadata": {f: _jsonable(getattr(md, f)) for f in md._fields},
-           "asm": sorted(ck.asm), "binary": digest(binary), "kernel_is_binary": ck.kernel == binary,
+           "asm": sorted(set(ck.asm) & {"cubin", "ptx", "ttir", "ttgir", "llir"}),  # what libraries read
+           "ptx": digest(ck.asm["ptx"]) if "ptx" in ck.asm else None, "binary": digest(binary), "kernel_is_binary": ck.kernel == binary,
            "launch_metadata": type(ck.launch_metadata((1, 1, 1), 0)).__name__}
     run = ck.run  # loads the binary (Triton: CompiledKernel._init_handles)
     out.update({"run_callable": callable(run), "function_set": ck.function is not None,
