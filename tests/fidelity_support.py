@@ -2,7 +2,8 @@
 
     python tests/fidelity_support.py triton  --out OBS.json                 # plain Triton
     python tests/fidelity_support.py capture --out OBS.json --archive A.karc  # plain Triton under karchive.capture
-    python tests/fidelity_support.py serve   --out OBS.json --archive A.karc  # Triton's compiler disabled, serve(strict)
+    python tests/fidelity_support.py serve   --out OBS.json --archive A.karc [--path extension]  # Triton's compiler
+                                                                            # disabled, serve(strict)
 
 Each scenario is a function ``scenario(c) -> observations`` (JSON data): ``c.k`` is tests/fidelity_kernels.py (the
 library's kernel objects), ``c.buf()`` a device buffer as a library passes one, ``c.launches()`` the launches since the
@@ -846,8 +847,10 @@ def phase_serve(args: argparse.Namespace) -> dict:
     import karchive
     from karchive.runtime import launch_path
 
+    if args.path == launch_path.EXTENSION and launch_path.extension() is None:
+        return {"__skip__": f"the compiled launcher is not built here: {launch_path.status().detail}"}
     mp = pytest.MonkeyPatch()
-    with rs.fake_cuda(mp, launch_path.PYTHON) as (rec, _backend):
+    with rs.fake_cuda(mp, args.path) as (rec, _backend):
         arc = karchive.open(args.archive)
         rs.register_sizes(rec, arc)
         karchive.serve(arc, mode="strict")
@@ -885,6 +888,8 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--archive")
     ap.add_argument("--only", nargs="*")
+    ap.add_argument("--path", default="python", choices=("python", "extension"),
+                    help="serve: karchive's launch path (Python, or the compiled launcher)")
     args = ap.parse_args()
     sys.path[:0] = [str(HERE), str(ROOT)]
     try:

@@ -29,6 +29,7 @@ pytestmark = needs_triton
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 SUPPORT = HERE / "fidelity_support.py"
+PATHS = ["python", "extension"]  # karchive.runtime.launch_path.PYTHON / EXTENSION
 
 
 def _scenarios() -> list[str]:
@@ -43,12 +44,12 @@ def _scenarios() -> list[str]:
 SCENARIOS = _scenarios()
 
 
-def _phase(name: str, work: Path, cache: str) -> dict:
-    out = work / f"{name}.json"
+def _phase(name: str, work: Path, cache: str, *extra: str) -> dict:
+    out = work / f"{name}{'-'.join(('', *extra))}.json"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]),
            "TRITON_CACHE_DIR": str(work / cache), "TRITON_DEFAULT_FP_FUSION": "1"}
-    r = subprocess.run([sys.executable, str(SUPPORT), name, "--out", str(out), "--archive", str(work / "fid.karc")],
-                       env=env, capture_output=True, text=True, timeout=900)
+    r = subprocess.run([sys.executable, str(SUPPORT), name, "--out", str(out), "--archive", str(work / "fid.karc"),
+                        *extra], env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0 and out.exists(), f"phase {name} failed:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
     data = json.loads(out.read_text())
     assert "__phase_error__" not in data, f"phase {name}: {data['__phase_error__']}\n{data.get('traceback')}"
@@ -60,7 +61,8 @@ def phases(tmp_path_factory) -> dict[str, dict]:
     work = tmp_path_factory.mktemp("fidelity")
     triton = _phase("triton", work, "tc")
     capture = _phase("capture", work, "tc")  # the same cache: the capture records Triton's cache hits
-    serve = _phase("serve", work, "tc-serve")  # an empty cache, and Triton's compiler disabled
+    # an empty cache, Triton's compiler disabled; karchive's Python launch path and its compiled launcher
+    serve = {path: _phase("serve", work, f"tc-serve-{path}", "--path", path) for path in PATHS}
     return {"triton": triton, "capture": capture, "serve": serve}
 
 
@@ -83,15 +85,18 @@ def _same(want: Any, got: Any) -> Any:
     return got
 
 
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("name", SCENARIOS)
-def test_served_like_triton(phases, name):
+def test_served_like_triton(phases, name, path):
     """The served process observes what plain Triton observed, compiles nothing, and launches every kernel through
     karchive's launcher (Triton's driver loaded, launched and benchmarked nothing)."""
     want = _obs(phases["triton"], name)
-    entry = phases["serve"][name]
+    if "__skip__" in phases["serve"][path]:
+        pytest.skip(phases["serve"][path]["__skip__"])
+    entry = phases["serve"][path][name]
     assert entry.get("counts") == {"compiles": 0, "triton_loads": 0, "triton_launches": 0, "benchmarks": 0}, \
         entry.get("counts")
-    got = _obs(phases["serve"], name)
+    got = _obs(phases["serve"][path], name)
     assert _same(want, got) == want
 
 
