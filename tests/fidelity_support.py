@@ -10,7 +10,7 @@ library's kernel objects), ``c.buf()`` a device buffer as a library passes one, 
 last call as the GPU would have seen them (kernel, which binary, grid, block, shared memory, every runtime argument's
 value). tests/test_serve_fidelity.py asserts the three phases observe the same thing, and what Triton does, explicitly.
 
-TEST DOUBLES for the missing GPU: under plain Triton, :class:`FidelityDriver` is Triton's driver (capture_fakes'
+TEST DOUBLES for the missing GPU: under plain Triton, ``FidelityDriver`` (:func:`_driver_class`) is Triton's driver (capture_fakes'
 FakeDriver, plus a launcher that does what Triton's C launcher does around the GPU call: the launch enter/exit hooks,
 no launch for an empty grid; and the binary each function handle was loaded from). Under serving, the launches reach
 runtime_support's recording CUDA stand-in through karchive's launcher; Triton's driver is still a FidelityDriver (it
@@ -127,98 +127,75 @@ def _event(*what: Any) -> None:
 
 
 # -- Triton's driver on a machine without a GPU --------------------------------------------------------------------
-class _Utils:
-    def __init__(self, driver: FidelityDriver) -> None:
-        self.driver = driver
+def _driver_class() -> type:
+    """capture_fakes' FakeDriver (target cuda:90, device 0, stream 0, no GPU), recording what Triton loads, launches
+    (as :func:`launch_record` describes it) and benchmarks. Made on first use: capture_fakes imports Triton."""
+    from capture_fakes import FakeDriver, _FakeUtils
 
-    def load_binary(self, name, kernel, shared, device):
-        self.driver.loads.append(name)
-        handle = 0x1000 + len(self.driver.loads)
-        self.driver.binaries[handle] = (name, bytes(kernel))
-        return None, handle, 32, 0, 1024  # module None: CompiledKernel.__del__ never unloads it
+    class _Utils(_FakeUtils):
+        def __init__(self, driver: Any) -> None:
+            self.driver = driver
 
-    def get_device_properties(self, device):
-        return {"max_shared_mem": 232448, "multiprocessor_count": 132, "max_num_regs": 65536, "warpSize": 32,
-                "sm_clock_rate": 1, "mem_clock_rate": 1, "mem_bus_width": 1}
+        def load_binary(self, name, kernel, shared, device):
+            self.driver.loads.append(name)
+            handle = 0x1000 + len(self.driver.loads)
+            self.driver.binaries[handle] = (name, bytes(kernel))
+            return None, handle, 32, 0, 1024  # module None: CompiledKernel.__del__ never unloads it
 
-    def unload_module(self, module):
-        return None
+    class FidelityDriver(FakeDriver):
+        def __init__(self) -> None:
+            super().__init__()
+            self.utils = _Utils(self)
+            self.loads: list[str] = []
+            self.binaries: dict[int, tuple[str, bytes]] = {}
+            self.launched: list[dict] = []
+            self.benchmarks = 0
+            self.bench_launches = 0
+
+        launcher_cls = _launcher_cls
+        get_benchmarker = _get_benchmarker
+
+    return FidelityDriver
 
 
-class FidelityDriver:
-    """Triton's driver as seen by Triton's runtime (no GPU): target cuda:90, device 0, stream 0; what Triton loads,
-    launches and benchmarks is recorded (launches as :func:`launch_record` describes them)."""
+def _launcher_cls(driver: Any, src: Any, metadata: Any) -> Callable:
+    """Triton's launcher contract (``CompiledKernel.run``), doing what triton/backends/nvidia/driver.c
+    ``launchKernel`` does around the GPU call: the enter hook, the launch (none for an empty grid), the exit hook."""
 
-    def __init__(self) -> None:
-        from triton.backends.compiler import GPUTarget
-
-        self.target = GPUTarget("cuda", 90, 32)
-        self.utils = _Utils(self)
-        self.loads: list[str] = []
-        self.binaries: dict[int, tuple[str, bytes]] = {}
-        self.launched: list[dict] = []
-        self.benchmarks = 0
-        self.bench_launches = 0
-
-    def is_active(self) -> bool:
-        return True
-
-    def get_current_target(self):
-        return self.target
-
-    def get_current_device(self) -> int:
-        return 0
-
-    def set_current_device(self, device: int) -> None:
-        return None
-
-    def get_current_stream(self, device: int | None = None) -> int:
-        return 0
-
-    def get_active_torch_device(self):
-        return None
-
-    def get_device_interface(self):
-        raise RuntimeError("fidelity driver: no torch device")
-
-    def launcher_cls(self, src, metadata):
-        driver = self
-
-        def launch(gx, gy, gz, stream, function, packed_metadata, launch_metadata, enter_hook, exit_hook, *args):
-            # what triton/backends/nvidia/driver.c launchKernel does around cuLaunchKernelEx
-            if enter_hook is not None:
-                enter_hook(launch_metadata)
-            if gx * gy * gz > 0 and benchmarking():
-                driver.bench_launches += 1
-            elif gx * gy * gz > 0:  # launches while the autotuner benchmarks are not compared (serving never tunes)
-                name, binary = driver.binaries[function]
-                names = list(src.fn.arg_names)
-                sig = src.signature
-                values = {}
-                for arg_name, value in zip(names, args):
-                    typ = sig.get(arg_name)
-                    if not isinstance(typ, str) or typ == "constexpr":
-                        continue
+    def launch(gx, gy, gz, stream, function, packed_metadata, launch_metadata, enter_hook, exit_hook, *args):
+        if enter_hook is not None:
+            enter_hook(launch_metadata)
+        if gx * gy * gz > 0 and benchmarking():
+            driver.bench_launches += 1  # launches while the autotuner benchmarks: not compared (serving never tunes)
+        elif gx * gy * gz > 0:
+            name, binary = driver.binaries[function]
+            values = {}
+            for arg_name, value in zip(src.fn.arg_names, args):
+                typ = src.signature.get(arg_name)
+                if isinstance(typ, str) and typ != "constexpr":
                     values[arg_name] = decode(typ, encode(typ, value))
-                driver.launched.append(launch_record(name, binary, (gx, gy, gz), 32 * metadata.num_warps,
-                                                     metadata.shared, values))
-            if exit_hook is not None:
-                exit_hook(launch_metadata)
+            driver.launched.append(launch_record(name, binary, (gx, gy, gz), 32 * metadata.num_warps,
+                                                 metadata.shared, values))
+        if exit_hook is not None:
+            exit_hook(launch_metadata)
 
-        return launch
+    return launch
 
-    def get_benchmarker(self):
-        def do_bench(fn, quantiles=None, **kwargs):
-            self.benchmarks += 1
-            _BENCHING[0] = True
-            try:
-                fn()
-            finally:
-                _BENCHING[0] = False
-            t = _timing(fn)
-            return [t, t, t] if quantiles else t
 
-        return do_bench
+def _get_benchmarker(driver: Any) -> Callable:
+    """The autotuner's ``do_bench``: runs the config once (marked as benchmarking) and reports :func:`_timing`."""
+
+    def do_bench(fn, quantiles=None, **kwargs):
+        driver.benchmarks += 1
+        _BENCHING[0] = True
+        try:
+            fn()
+        finally:
+            _BENCHING[0] = False
+        t = _timing(fn)
+        return [t, t, t] if quantiles else t
+
+    return do_bench
 
 
 def _timing(kernel_call: Callable) -> float:
@@ -770,15 +747,15 @@ def _run_all(kernels: Any, drain: Callable[[], list[dict]], extra: Callable[[], 
     return results
 
 
-def _install_driver() -> FidelityDriver:
+def _install_driver() -> Any:
     from triton.runtime.driver import driver
 
-    fake = FidelityDriver()
+    fake = _driver_class()()
     driver.set_active(fake)
     return fake
 
 
-def _triton_drain(fake: FidelityDriver) -> Callable[[], list[dict]]:
+def _triton_drain(fake: Any) -> Callable[[], list[dict]]:
     def drain() -> list[dict]:
         out = list(fake.launched)
         fake.launched.clear()
