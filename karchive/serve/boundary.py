@@ -193,48 +193,69 @@ class Launcher:
     """``CompiledKernel.run`` of a served kernel: Triton's launcher signature, karchive's launch.
 
     ``(gridX, gridY, gridZ, stream, function, packed_metadata, launch_metadata, enter_hook, exit_hook, *args)``
-    as Triton's runtime and libraries relaunching a ``CompiledKernel`` call it; the constexpr slots of ``args``
-    carry the values the binary was built with (Triton's launcher ignores them too); the hooks run as Triton's
-    generated launcher runs them, around the launch.
+    as Triton's runtime and libraries relaunching a ``CompiledKernel`` call it. Triton chose the variant (its
+    specialisation of the call is what the boundary matched), so the arguments go to the variant's launch entry as
+    they are -- pointers read by address, no second selection --, the constexpr slots ignored as Triton's
+    launcher ignores them; the hooks run around the launch as Triton's generated launcher runs them.
     """
 
-    __slots__ = ("kernel", "record", "n", "runtime_pos", "cx")
+    __slots__ = ("kernel", "record", "variant", "n", "runtime_pos", "_entries", "_positions", "_pointers")
 
     def __init__(self, kernel: Any, record: Served, variant: Any) -> None:
-        self.kernel = kernel  # a karchive Kernel over this one variant
+        self.kernel = kernel  # a karchive Kernel over this one variant (its plan and entries)
         self.record = record
+        self.variant = variant
         self.n = len(variant.params)
         self.runtime_pos = tuple(i for i, p in enumerate(variant.params) if not (p.is_constexpr or p.equal_to_1))
-        self.cx = tuple((i, 1 if p.equal_to_1 else p.constexpr) for i, p in enumerate(variant.params)
-                        if p.is_constexpr or p.equal_to_1)
+        self._entries: dict[int, Any] = {}  # device -> LaunchEntry
+        plan = kernel.plan
+        self._positions = tuple(plan.call_positions)
+        self._pointers = frozenset(plan.extracted)
 
     def __call__(self, gx: int, gy: int, gz: int, stream: Any, function: Any, packed_metadata: Any,
                  launch_metadata: Any, enter_hook: Any, exit_hook: Any, *args: Any) -> None:
         if enter_hook is not None:
             enter_hook(launch_metadata)
         full = self.complete(args)
-        self.kernel._run((gx, gy, gz), *full, stream=stream)
-        self.record.calls += 1
+        if gx * gy * gz > 0:  # Triton's launcher launches nothing for an empty grid (the hooks still run)
+            from ..runtime.args import pointer_value
+
+            values = [pointer_value(full[i]) if i in self._pointers and full[i] is not None else full[i]
+                      for i in self._positions]
+            self.entry().launch_dims(gx, gy, gz, stream, values)
+            self.record.calls += 1
         if exit_hook is not None:
             exit_hook(launch_metadata)
 
+    def entry(self) -> Any:
+        """The variant's launch entry on the current device (loaded once per device)."""
+        arc = self.kernel.archive
+        backend = arc.backend()
+        index = backend.current_device()
+        ent = self._entries.get(index)
+        if ent is None:
+            from ..runtime.select import device_fit
+
+            fit = device_fit(self.variant, backend.device_info(index), arc.allow_ptx, arc.ptx_header)
+            if isinstance(fit, str):
+                raise NoMatchingVariantError(f"{self.variant.kernel}: {fit}", kernel=self.variant.kernel, param=None)
+            ent = self._entries[index] = self.kernel._entry(self.variant, fit, index)
+        return ent
+
     def complete(self, args: Sequence[Any]) -> list[Any]:
-        """Every parameter's value: the call's runtime arguments, the variant's constexprs. Triton passes all of
-        them; a library relaunching a CompiledKernel may pass the runtime arguments only."""
+        """Every parameter's value. Triton passes all of them; a library relaunching a CompiledKernel may pass the
+        runtime arguments only (constexpr slots are then empty: the binary has them built in)."""
         if len(args) == self.n:
-            full = list(args)
-        elif len(args) == len(self.runtime_pos):
-            full = [None] * self.n
+            return list(args)
+        if len(args) == len(self.runtime_pos):
+            full: list[Any] = [None] * self.n
             for i, a in zip(self.runtime_pos, args):
                 full[i] = a
-        else:
-            raise ServeMissError(
-                f"karchive.serve: {self.kernel.name} launched with {len(args)} arguments; its binary takes "
-                f"{len(self.runtime_pos)} runtime arguments ({self.n} parameters)", kernel=self.kernel.name,
-                call="", rejections=(), archives=(self.record.archive,), param=None, values=())
-        for i, value in self.cx:
-            full[i] = value
-        return full
+            return full
+        raise ServeMissError(
+            f"karchive.serve: {self.kernel.name} launched with {len(args)} arguments; its binary takes "
+            f"{len(self.runtime_pos)} runtime arguments ({self.n} parameters)", kernel=self.kernel.name,
+            call="", rejections=(), archives=(self.record.archive,), param=None, values=())
 
 
 class _Files:
@@ -260,19 +281,27 @@ _BINARY_EXT = {"cuda": "cubin", "hip": "hsaco"}
 
 
 def _metadata(arc: Any, variant: Any) -> dict[str, Any]:
-    """The variant's Triton metadata, with what older or newer releases' CompiledKernel reads filled in from the
-    launch ABI (the archive may come from another Triton release than the one serving it)."""
+    """The variant's Triton metadata as this process's Triton would hold it: machine paths restored under this
+    Triton install (where the archive's producer had them under its own), and -- only for an archive from another
+    Triton release -- the fields this release's ``CompiledKernel`` reads filled in from the launch ABI."""
+    import triton
+
+    from ..format.sentinel import restore_paths
+
     meta = json.loads(arc.reader.read(variant.metadata.path))
     if not isinstance(meta, dict):
         raise KarchiveError(f"{variant.kernel}: the variant's metadata is not an object")
-    abi = variant.abi
-    fill = {"name": abi.entry, "num_warps": abi.num_warps, "num_ctas": abi.num_ctas, "shared": abi.shared,
-            "cluster_dims": list(abi.cluster_dims), "tmem_size": abi.tmem_size,
-            "global_scratch_size": abi.global_scratch_size, "global_scratch_align": abi.global_scratch_align,
-            "profile_scratch_size": abi.profile_scratch_size, "profile_scratch_align": abi.profile_scratch_align,
-            "launch_cooperative_grid": abi.cooperative_grid, "launch_pdl": abi.pdl, "warp_size": abi.warp_size}
-    for k, v in fill.items():
-        meta.setdefault(k, v)
+    meta = restore_paths(meta, os.path.dirname(os.path.dirname(os.path.abspath(triton.__file__))))
+    if str(meta.get("triton_version", "")) != str(getattr(triton, "__version__", "")):
+        abi = variant.abi
+        fill = {"name": abi.entry, "num_warps": abi.num_warps, "num_ctas": abi.num_ctas, "shared": abi.shared,
+                "cluster_dims": list(abi.cluster_dims), "tmem_size": abi.tmem_size,
+                "global_scratch_size": abi.global_scratch_size, "global_scratch_align": abi.global_scratch_align,
+                "profile_scratch_size": abi.profile_scratch_size,
+                "profile_scratch_align": abi.profile_scratch_align, "launch_cooperative_grid": abi.cooperative_grid,
+                "launch_pdl": abi.pdl, "warp_size": abi.warp_size}
+        for k, v in fill.items():
+            meta.setdefault(k, v)
     meta.setdefault("target", {"backend": variant.target.backend, "arch": variant.target.arch,
                                "warp_size": variant.target.warp_size})
     meta.setdefault("hash", variant.key)
@@ -502,6 +531,10 @@ class Boundary:
     def bench(self, tuner: Any, orig: Callable[..., Any], args: tuple, config: Any, meta: dict[str, Any]) -> Any:
         """``Autotuner._bench``: the archive's decision for Triton's key (0 for the recorded config, infinity for
         the others); Triton's own timing where the archive has configs but no decisions (ahead-of-time builds)."""
+        conflicts = meta.keys() & getattr(config, "kwargs", {}).keys()
+        if conflicts:  # Triton's own check, before anything is timed (the caller re-defined a tuned symbol)
+            raise ValueError(f"Conflicting meta-parameters: {', '.join(conflicts)}."
+                             " Make sure that you don't re-define auto-tuned symbols.")
         decision = self.decision(tuner, args, meta)
         if decision is None:
             found = tuner.__dict__.get("_karchive_resolver")

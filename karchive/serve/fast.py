@@ -90,6 +90,7 @@ class FastPath:
         self.triton_run = triton_run  # JITFunction.run: Triton's own dispatch
         self.on = True
         self.results: dict[str, Any] = {}
+        self.globals: list[Any] = []  # Triton's used_global_vals of the kernel: checked before each fast launch
         k = FastKernel(arc, name, arc.variants(name))
         k.fast = self
         self.kernel = k
@@ -114,10 +115,14 @@ class FastPath:
             self.on = False
             raise _Refer
         self.results[variant.key] = compiled
+        self.globals = list(getattr(self.jit, "used_global_vals", {}).items())
         self.kernel.set_result(variant.key, compiled)
 
     def call(self, grid: Any, *args: Any, **kwargs: Any) -> Any:
-        """One ``kernel[grid](...)``: karchive's dispatcher; Triton's own run where karchive cannot answer."""
+        """One ``kernel[grid](...)``: karchive's dispatcher; Triton's own run where karchive cannot answer (and where
+        a global the kernel read changed since it was compiled: Triton's run raises for that)."""
+        if self.globals and self._globals_changed():
+            return self.triton_run(self.jit, *args, grid=grid, warmup=False, **kwargs)
         try:
             out = self.run(grid, *args, **kwargs)
         except _Refer as refer:
@@ -128,6 +133,10 @@ class FastPath:
             return self.triton_run(self.jit, *args, grid=grid, warmup=False, **kwargs)
         self.record.calls += 1
         return out
+
+    def _globals_changed(self) -> bool:
+        missing = object()
+        return any(scope.get(name, missing) != value for (name, _), (value, scope) in self.globals)
 
     def bound(self, grid: Any) -> Callable[..., Any]:
         return partial(self.call, grid)
@@ -144,6 +153,7 @@ class TunedFastPath(FastPath):
         self.triton_run = triton_run  # Autotuner.run
         self.on = True
         self.results = {}
+        self.globals = []
         self.config_of: dict[int, Any] = {}  # id(CompiledKernel) -> the Config Triton chose for it
         self.confirmed: set[tuple[str, str]] = set()  # (autotune key, variant) pairs Triton agreed on
         k = arc._make_kernel(name, list(arc.variants(name)), False)  # this call site's own (results are its own)
