@@ -29,6 +29,8 @@ Inductor's CUDA graphs). Launch the op once before capturing: the first launch l
 
 from __future__ import annotations
 
+import inspect
+import keyword
 from typing import Any, Union, cast
 from collections.abc import Callable, Mapping, Sequence
 
@@ -178,17 +180,34 @@ def custom_op(name: str, kernel: Any, *, grid: Any, out: Any = None, mutates_arg
 
 
 def _make_fn(name: str, inputs: Sequence[Any], n_out: int, body: Callable[[tuple], list]) -> Callable:
-    """A function with the op's real signature (names and annotations), for torch's schema inference."""
-    params = ", ".join(f"{r.name}: _A{i}" for i, r in enumerate(inputs))
-    ret = "None" if n_out == 0 else "_T" if n_out == 1 else f"_Tuple[{', '.join(['_T'] * n_out)}]"
-    tail = "_body(args)\n    return None" if n_out == 0 else "return _body(args)[0]" if n_out == 1 \
-        else "return tuple(_body(args))"
-    src = (f"def {name.split('::')[-1]}({params}) -> {ret}:\n"
-           f"    args = ({', '.join(r.name for r in inputs)}{',' if len(inputs) == 1 else ''})\n"
-           f"    {tail}\n")
-    g: dict[str, Any] = {"_T": torch.Tensor, "_Tuple": tuple, "_body": body}
-    g.update({f"_A{i}": _ANNOTATION[r.kind] for i, r in enumerate(inputs)})
-    exec(compile(src, f"<karchive op {name}>", "exec"), g)  # noqa: S102 - generated from parameter names
-    fn = g[name.split("::")[-1]]
-    fn.__module__ = __name__
-    return fn
+    """A function with the op's real signature (names and annotations), for torch's schema inference.
+
+    The signature is an :class:`inspect.Signature` made of the parameter names, never source text: a name
+    is only ever a name (the archive's model already refuses any that is not an identifier; a kernel-like
+    object from elsewhere gets the same answer here, an :class:`ArgumentError`).
+    """
+    P = inspect.Parameter
+    try:
+        params = [P(r.name, P.POSITIONAL_OR_KEYWORD, annotation=_ANNOTATION[r.kind]) for r in inputs]
+        sig = inspect.Signature(params, return_annotation=None if n_out == 0 else torch.Tensor if n_out == 1
+                                else tuple[(torch.Tensor,) * n_out])  # type: ignore[misc]
+    except (ValueError, TypeError) as exc:  # not an identifier, a keyword, a name twice
+        bad = next((r.name for r in inputs if not (isinstance(r.name, str) and r.name.isidentifier()
+                                                   and not keyword.iskeyword(r.name))), None)
+        raise ArgumentError(f"{name}: the kernel's parameters cannot be a Python signature ({exc}); "
+                            f"{'not a parameter name: ' + ascii(bad) if bad is not None else 'names repeat'}",
+                            kernel=None, param=bad) from None
+    n = len(params)
+    bind = sig.bind
+
+    def op(*args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != n:  # torch calls by position; anyone else binds as Python would
+            bound = bind(*args, **kwargs)
+            args = tuple(bound.arguments[p.name] for p in params)
+        out = body(args)
+        return None if n_out == 0 else out[0] if n_out == 1 else tuple(out)
+
+    op.__signature__ = sig  # type: ignore[attr-defined]
+    op.__name__ = op.__qualname__ = name.split("::")[-1]
+    op.__module__ = __name__
+    return op

@@ -1,0 +1,200 @@
+"""Issue 34, round 4 of the adversarial pass: each test reproduces one attack that once got through.
+
+As in round 3, archives are forged with every digest recomputed (:mod:`hostile_factory` takes an honest
+archive apart and puts it back together), so the only thing a reader can refuse them for is the rule
+under test.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hostile_factory import put_together, take_apart, v2_variant
+
+from karchive.errors import SchemaError
+from karchive.format.open import open_location
+from karchive.format.writer import ArchiveWriter, canonical_json, sha256_hex
+from format1_writer import Format1Writer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _cli(*args: object, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    full = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
+    return subprocess.run([sys.executable, "-m", "karchive", *map(str, args)], env=full, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+# --------------------------------------------------------------------------------------------------
+# 1. Archive text executed as Python: parameter names became source code (custom_op's exec)
+# --------------------------------------------------------------------------------------------------
+
+PAYLOAD = "x=__import__('os').system('touch PWNED')"
+HOSTILE_PARAMS = [PAYLOAD, "x):\n    import os#", "class", "None", "x y", "", "x\n", "\u00e9", "x-y", "a" * 300, "1x"]
+
+
+def _manifest(entry: dict) -> dict:
+    return {"format": "karchive", "format_version": "1.0", "abi_version": 1, "name": "hostile", "version": "1",
+            "produced_by": {"karchive": "test"}, "created": None, "path_sentinel": "@KARCHIVE_ROOT@",
+            "sources": [], "variants": [entry]}
+
+
+def _format1_with(edit) -> bytes:
+    entry, launch, irm = v2_variant("k", 0, source=None)
+    edit(entry)
+    w = Format1Writer()
+    w.add_group(launch + irm)
+    return w.to_bytes(_manifest(entry))
+
+
+def _format2_with(edit_param, edit_abi=None) -> bytes:
+    """An honest format-2 archive whose shards (the whole one and the per-target one) then say otherwise."""
+    entry, launch, irm = v2_variant("k", 0, source=None)
+    w = ArchiveWriter()
+    w.add_group(launch + irm)
+    manifest = {**_manifest(entry), "format_version": "2.0"}
+    parts = take_apart(w.to_bytes(manifest))
+    for doc in parts.shards.values():
+        edit_param(doc["parts"]["param"])
+        if edit_abi is not None:
+            edit_abi(doc["parts"]["abi_params"])
+    for row in parts.header["shards"]:  # put_together fixes the whole shards' rows; the per-target ones here
+        for split in row.get("split", []):
+            raw = canonical_json(parts.shards[split["path"]])
+            split["size"], split["sha256"] = len(raw), sha256_hex(raw)
+    return put_together(parts)
+
+
+def _read_everything(path: Path) -> None:
+    reader = open_location(str(path))
+    model = reader.model
+    for k in model.kernels():
+        model.variants_of(k)
+    for t in model.targets():
+        for k in model.kernels():
+            model.variants_of(k, t)
+
+
+def _rename_param(params: list, name: str, i: int = 0) -> None:
+    params[i]["name"] = name
+
+
+@pytest.mark.parametrize("name", HOSTILE_PARAMS)
+@pytest.mark.parametrize("where", ["param", "abi_param"])
+@pytest.mark.parametrize("fmt", ["format1", "format2"])
+def test_hostile_parameter_name_is_refused_when_read(tmp_path, name, where, fmt):
+    """A parameter name carrying a quoted payload passed ``verify`` and ran when ``custom_op`` made the op's
+    function from source text. Every name the runtime may turn into code or attributes is now an
+    identifier (not a keyword), checked by the model when the archive is read."""
+    if fmt == "format1":
+        def edit(entry):
+            _rename_param(entry["params"] if where == "param" else entry["abi"]["params"], name)
+        data = _format1_with(edit)
+    elif where == "param":
+        data = _format2_with(lambda params: _rename_param(params, name))
+    else:
+        data = _format2_with(lambda params: None, lambda lists: _rename_param(lists[0], name))
+    archive = tmp_path / "hostile.karc"
+    archive.write_bytes(data)
+    with pytest.raises(SchemaError) as err:
+        _read_everything(archive)
+    assert "is not a parameter name" in str(err.value) and err.value.where
+
+
+@pytest.mark.parametrize("fmt", ["format1", "format2"])
+def test_duplicate_parameter_names_are_refused_when_read(tmp_path, fmt):
+    """Two parameters of one name: no Python signature has them (a bridge could not declare the op)."""
+    if fmt == "format1":
+        data = _format1_with(lambda e: _rename_param(e["params"], "x", 1))
+    else:
+        data = _format2_with(lambda params: _rename_param(params, "x", 1))
+    archive = tmp_path / "dup.karc"
+    archive.write_bytes(data)
+    with pytest.raises(SchemaError, match="twice"):
+        _read_everything(archive)
+
+
+def test_hostile_parameter_name_fails_cli_verify(tmp_path):
+    """``karchive verify`` reports the name (exit 1, the model's words), for both formats."""
+    for fmt, data in (("1", _format1_with(lambda e: _rename_param(e["params"], PAYLOAD))),
+                      ("2", _format2_with(lambda params: _rename_param(params, PAYLOAD)))):
+        archive = tmp_path / f"hostile{fmt}.karc"
+        archive.write_bytes(data)
+        r = _cli("verify", archive)
+        assert r.returncode == 1 and "is not a parameter name" in r.stdout + r.stderr, r.stdout + r.stderr
+    assert not (tmp_path / "PWNED").exists() and not Path("PWNED").exists()
+
+
+def test_writer_refuses_what_the_reader_refuses():
+    """The producer never writes a parameter name a reader would refuse."""
+    from karchive.format.manifest import Manifest, Param, Variant
+    import dataclasses
+
+    entry, _, _ = v2_variant("k", 0, source=None)
+    v = Variant.from_json(entry, "v")
+    bad = dataclasses.replace(v, params=(Param(PAYLOAD, "*fp32"), *v.params[1:]))
+    with pytest.raises(SchemaError, match="is not a parameter name"):
+        Manifest.build("x", "1", [bad], produced_by={})
+
+
+#: The one place that runs text from an archive, by design: ``karchive rebuild`` imports the archived kernel
+#: module to recompile it, as any Triton compile of that module would (docs/reproducibility.md says so).
+#: Producer side only: nothing a consumer loads (format, registry, trust, runtime, interop, serve) does.
+SANCTIONED_EXEC = {"karchive/producer/build/rebuild.py"}
+
+
+def test_no_source_text_is_executed_anywhere_in_the_package():
+    """No ``exec``/``eval``/``compile`` builtin call (and no ``# noqa: S102`` / ``S307``) is left in karchive
+    but the documented rebuild: a function is built with ``inspect.Signature``, never from text."""
+    found = []
+    for path in sorted((ROOT / "karchive").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel in SANCTIONED_EXEC:
+            continue
+        text = path.read_text()
+        if "noqa: S102" in text or "noqa: S307" in text:
+            found.append(f"{rel}: noqa")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+                    node.func.id in ("exec", "eval", "compile", "__import__"):
+                found.append(f"{rel}:{node.lineno}: {node.func.id}")
+    assert not found, found
+
+
+def test_param_name_grammar_matches_the_schema():
+    """manifest.schema.json says the same as the model about parameter names."""
+    import json
+    import re
+
+    from karchive.format.names import is_param_name
+
+    schema = json.loads((ROOT / "karchive/format/manifest.schema.json").read_text())
+    for part in ("param", "abi_param"):
+        spec = schema["$defs"][part]["properties"]["name"]
+        pattern = re.compile(spec["pattern"])
+        for name in [*HOSTILE_PARAMS, "x_ptr", "BLOCK", "_", "match", "type", "a" * spec["maxLength"]]:
+            by_schema = pattern.search(name) is not None and len(name) <= spec["maxLength"] and "\n" not in name
+            assert by_schema == is_param_name(name), (part, name)
+
+
+
+@pytest.mark.parametrize("name", [PAYLOAD, "class", "x\n", ""])
+def test_heuristics_record_names_are_parameter_names(name):
+    """The names a heuristics record computes (constexprs a call then passes as keywords) and the argument
+    names its cases and expressions read follow the parameter-name grammar too."""
+    from karchive.format.heuristics import parse_record
+
+    good = {"kernel": "k", "names": ["EVEN"], "cases": {"EVEN": [{"inputs": {"n": 4}, "value": True}]},
+            "exprs": {"EVEN": ["==", ["arg", "n"], ["const", 1]]}}
+    parse_record(good, "h")
+    for bad in ({**good, "names": [name], "cases": {}, "exprs": {}},
+                {**good, "cases": {"EVEN": [{"inputs": {name: 4}, "value": True}]}},
+                {**good, "exprs": {"EVEN": ["==", ["arg", name], ["const", 1]]}}):
+        with pytest.raises(SchemaError):
+            parse_record(bad, "h")
