@@ -198,3 +198,85 @@ def test_heuristics_record_names_are_parameter_names(name):
                 {**good, "exprs": {"EVEN": ["==", ["arg", name], ["const", 1]]}}):
         with pytest.raises(SchemaError):
             parse_record(bad, "h")
+
+
+# --------------------------------------------------------------------------------------------------
+# 9. A data_ptr() returning a string escaped as a builtin TypeError on both launch paths
+# --------------------------------------------------------------------------------------------------
+
+X, Y, OUT = 0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_3000
+
+
+class _Dtype:
+    def __str__(self) -> str:
+        return "torch.float32"
+
+
+F32 = _Dtype()
+
+
+class Tensorish:
+    """A torch.Tensor stand-in registered as the directly read tensor type (both paths read it as torch's)."""
+
+    def __init__(self, ptr) -> None:
+        self.ptr, self.dtype = ptr, F32
+
+    def data_ptr(self):
+        return self.ptr
+
+    def get_device(self) -> int:
+        return 0
+
+
+class StrDataPtr:
+    def data_ptr(self):
+        return "0x7f0000001000"
+
+
+class StrCai:
+    __cuda_array_interface__ = {"data": ("0x7f0000001000", False), "typestr": "<f4", "shape": (4,), "version": 3}
+
+
+class NoneCai:
+    __cuda_array_interface__ = {"data": [None, False], "typestr": "<f4", "shape": (4,), "version": 3}
+
+
+class FloatCai:
+    __cuda_array_interface__ = {"data": (float(X), False), "typestr": "<f4", "shape": (4,), "version": 3}
+
+
+BAD_POINTERS = [StrDataPtr, StrCai, FloatCai, lambda: Tensorish("0x7f0000001000"), lambda: Tensorish(float(X)),
+                lambda: Tensorish(None)]
+
+
+@pytest.mark.parametrize("path", ["python", "extension"])
+def test_pointer_accessor_that_answers_a_string_is_karchives_error(path, monkeypatch, cuda_archive):
+    """Issue 34, item 9: ``data_ptr()`` returning a string (or ``__cuda_array_interface__["data"]`` holding one)
+    escaped as a builtin TypeError (``not all arguments converted during string formatting``) on both launch
+    paths. Now it is an ArgumentError naming the parameter, from a call, a call whose key was seen before, and
+    a bound launcher; nothing launches. (NoneCai's None is a null pointer, as Triton takes it.)"""
+    import karchive
+    from karchive.errors import ArgumentError
+    from karchive.runtime import args, launch_path
+    from runtime_support import fake_cuda, register_sizes
+
+    if path == "extension" and launch_path.extension() is None:
+        pytest.skip(f"the compiled launcher is not built here: {launch_path.status().detail}")
+    args.set_tensor_type(Tensorish)
+    try:
+        with fake_cuda(monkeypatch, path) as (rec, _backend):
+            arc = karchive.open(str(cuda_archive))
+            register_sizes(rec, arc)
+            k = arc.kernel("add_kernel")
+            k[(1,)](Tensorish(X), Y, OUT, 5)  # the good call first: later ones share its selection key
+            bound = k.bind((1,), Tensorish(X), Y, OUT, 5)
+            n = len(rec.launches())
+            for make in BAD_POINTERS:
+                for call in (lambda a: k[(1,)](a, Y, OUT, 5), lambda a: bound(a, Y, OUT, 5)):
+                    with pytest.raises(ArgumentError) as err:
+                        call(make())
+                    assert err.value.param == "x_ptr" and err.value.kernel == "kernels:add_kernel", str(err.value)
+            assert len(rec.launches()) == n
+            k[(1,)](NoneCai(), Y, OUT, 5)  # a null pointer: launched, as any None data pointer
+    finally:
+        args.set_tensor_type(None)
