@@ -8,6 +8,7 @@ under test.
 from __future__ import annotations
 
 import ast
+import copy
 import os
 import subprocess
 import sys
@@ -175,12 +176,16 @@ def test_param_name_grammar_matches_the_schema():
     from karchive.format.names import is_param_name
 
     schema = json.loads((ROOT / "karchive/format/manifest.schema.json").read_text())
-    for part in ("param", "abi_param"):
-        spec = schema["$defs"][part]["properties"]["name"]
+    d = schema["$defs"]
+    refs = [d["param"]["properties"]["name"], d["abi_param"]["properties"]["name"],
+            d["autotune"]["properties"]["key_names"]["items"], d["heuristics"]["properties"]["names"]["items"],
+            d["autotune"]["properties"]["configs"]["items"]["properties"]["kwargs"]["propertyNames"]]
+    assert all(r == {"$ref": "#/$defs/param_name"} for r in refs), refs
+    for spec in (d["param_name"],):
         pattern = re.compile(spec["pattern"])
         for name in [*HOSTILE_PARAMS, "x_ptr", "BLOCK", "_", "match", "type", "a" * spec["maxLength"]]:
             by_schema = pattern.search(name) is not None and len(name) <= spec["maxLength"] and "\n" not in name
-            assert by_schema == is_param_name(name), (part, name)
+            assert by_schema == is_param_name(name), name
 
 
 
@@ -280,3 +285,54 @@ def test_pointer_accessor_that_answers_a_string_is_karchives_error(path, monkeyp
             k[(1,)](NoneCai(), Y, OUT, 5)  # a null pointer: launched, as any None data pointer
     finally:
         args.set_tensor_type(None)
+
+
+AUTOTUNE = {"kernel": "k", "key_names": ["n"], "dtype_args": ["x"], "reset_to_zero": ["x"], "restore_value": [],
+            "outer_heuristics": [], "configs": [{"kwargs": {"BLOCK": 64}, "num_warps": 4}],
+            "entries": [{"key": [1], "config": 0, "variant": None}], "fallback": "nearest-log2"}
+HEURISTICS = {"kernel": "k", "names": ["EVEN"], "cases": {}, "exprs": {"EVEN": ["==", ["arg", "n"], ["const", 1]]}}
+
+
+def _with_records(fmt: str, autotune: list, heuristics: list) -> bytes:
+    def edit(entry):
+        pass
+
+    if fmt == "format1":
+        entry, launch, irm = v2_variant("k", 0, source=None)
+        w = Format1Writer()
+        w.add_group(launch + irm)
+        return w.to_bytes({**_manifest(entry), "autotune": autotune, "heuristics": heuristics})
+    parts = take_apart(_format2_with(lambda params: None))
+    parts.header["autotune"], parts.header["heuristics"] = autotune, heuristics
+    return put_together(parts)
+
+
+@pytest.mark.parametrize("fmt", ["format1", "format2"])
+@pytest.mark.parametrize("record,path", [
+    ("autotune", ("key_names", 0)), ("autotune", ("dtype_args", 0)), ("autotune", ("reset_to_zero", 0)),
+    ("autotune", ("outer_heuristics", None)), ("autotune", ("kwargs", None)), ("heuristics", ("names", 0)),
+])
+def test_record_names_are_parameter_names_when_read(tmp_path, fmt, record, path):
+    """The names autotune and heuristics records give (constexprs a call then passes by keyword, arguments they
+    read) follow the parameter-name grammar, checked with the manifest's top level: ``verify`` refuses them."""
+    autotune, heuristics = copy.deepcopy(AUTOTUNE), copy.deepcopy(HEURISTICS)
+    field, i = path
+    if field == "kwargs":
+        autotune["configs"][0]["kwargs"] = {PAYLOAD: 64}
+    elif field == "outer_heuristics":
+        autotune["outer_heuristics"] = [PAYLOAD]
+    elif record == "autotune":
+        autotune[field][i] = PAYLOAD
+    else:
+        heuristics["names"] = [PAYLOAD]
+        heuristics["exprs"] = {}
+    honest = tmp_path / "honest.karc"
+    honest.write_bytes(_with_records(fmt, [AUTOTUNE], [HEURISTICS]))
+    _read_everything(honest)
+    archive = tmp_path / "hostile.karc"
+    archive.write_bytes(_with_records(fmt, [autotune], [heuristics]))
+    with pytest.raises(SchemaError, match="is not a parameter name") as err:
+        _read_everything(archive)
+    assert err.value.where.startswith(f"manifest.{record}[0]")
+    r = _cli("verify", archive)
+    assert r.returncode == 1 and "is not a parameter name" in r.stdout + r.stderr, r.stdout + r.stderr

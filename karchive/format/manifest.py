@@ -701,6 +701,31 @@ class KernelSummary:
         return cls(kernel, sum(counts.values()), tuple(sorted(labelled)))
 
 
+#: The lists of names an autotune record gives (spec/FORMAT.md §6.3): argument and constexpr names.
+_AUTOTUNE_NAMES = ("key_names", "dtype_args", "reset_to_zero", "restore_value", "outer_heuristics")
+
+
+def _check_record_names(records: list[dict], where: str, fields: tuple[str, ...]) -> None:
+    """The names autotune and heuristics records give are parameter names (constexprs a call passes by keyword,
+    arguments the records read), checked with the top level so that ``verify`` refuses an archive that breaks
+    it; the rest of a record is checked where it is parsed (``format/autotune``, ``format/heuristics``)."""
+    for i, record in enumerate(records):
+        w = f"{where}[{i}]"
+        for field_name in fields:
+            names = record.get(field_name)
+            if names is None:
+                continue
+            if not isinstance(names, list):
+                raise SchemaError(f"{w}.{field_name}: a list of parameter names expected", where=f"{w}.{field_name}")
+            for j, name in enumerate(names):
+                check_param_name(name, f"{w}.{field_name}[{j}]")
+        configs = record.get("configs") if "configs" in record else []
+        for j, config in enumerate(configs if isinstance(configs, list) else []):
+            kwargs = config.get("kwargs") if isinstance(config, dict) else None
+            for name in kwargs if isinstance(kwargs, dict) else ():
+                check_param_name(name, f"{w}.configs[{j}].kwargs")
+
+
 # -- manifest -------------------------------------------------------------------------------------
 _TOP_KNOWN = frozenset({"format", "format_version", "abi_version", "name", "version", "produced_by", "created",
                         "path_sentinel", "sources", "variants", "autotune", "heuristics"})
@@ -788,6 +813,8 @@ class Manifest:
         heuristics = _opt(obj, "heuristics", list, where)
         if heuristics is not None and not all(isinstance(r, dict) for r in heuristics):
             raise SchemaError("manifest.heuristics: expected a list of objects", where="manifest.heuristics")
+        _check_record_names(autotune or [], "manifest.autotune", _AUTOTUNE_NAMES)
+        _check_record_names(heuristics or [], "manifest.heuristics", ("names",))
         sources = tuple(FileRef.from_json(s, f"manifest.sources[{i}]")
                         for i, s in enumerate(_opt(obj, "sources", list, where) or []))
         abi_version = _opt(obj, "abi_version", int, where)
