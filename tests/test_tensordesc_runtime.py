@@ -9,6 +9,7 @@ buffer layout, selection (block shapes, dtypes, fp8) and the Blackwell exact-mod
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import struct
 import sys
@@ -337,11 +338,10 @@ def test_a_kernel_of_descriptors_selects_and_refuses_through_the_archive(tmp_pat
         k.select(a, small, BLOCK_M=64, BLOCK_N=64, device=h100)
 
 
-@pytest.mark.parametrize("path", ["python", "extension"])
-def test_descriptor_launch_packs_the_recorded_expansion_on_both_paths(path, monkeypatch, tmp_path, no_driver):
-    """kernel[grid](desc, desc) through the recording driver stand-in (runtime_support.FakeCuda): the bytes
-    behind each kernelParams pointer are the maps, then shape (i32) and strides (i64), then the scratch
-    pointers; a second launch re-encodes nothing; a misaligned descriptor launches nothing."""
+@contextlib.contextmanager
+def desc_copy_kernel(monkeypatch, tmp_path, path: str):
+    """``desc_copy`` (two fp16 [64, 64] descriptors) built for cuda:90 and opened on ``path`` over the recording
+    driver stand-in (runtime_support.FakeCuda): (kernel, recorder)."""
     pytest.importorskip("triton")
     import karchive
     from karchive.cli.main import main
@@ -361,6 +361,15 @@ def test_descriptor_launch_packs_the_recorded_expansion_on_both_paths(path, monk
         rec.sizes[arc.reader.read(v.binary.path)] = binary_param_sizes(user) + [8] * (len(v.abi.params) - len(user))
         k = arc.kernel("desc_copy")
         assert k.launch_path == path
+        yield k, rec
+
+
+@pytest.mark.parametrize("path", ["python", "extension"])
+def test_descriptor_launch_packs_the_recorded_expansion_on_both_paths(path, monkeypatch, tmp_path, no_driver):
+    """kernel[grid](desc, desc) through the recording driver stand-in (runtime_support.FakeCuda): the bytes
+    behind each kernelParams pointer are the maps, then shape (i32) and strides (i64), then the scratch
+    pointers; a second launch re-encodes nothing; a misaligned descriptor launches nothing."""
+    with desc_copy_kernel(monkeypatch, tmp_path, path) as (k, rec):
         a = td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP16), [64, 64])
         b = td.TensorDescriptor(FakeTensor(0x30000, [256, 64], FP16), [64, 64])
         k[(2, 1)](a, b, BLOCK_M=64, BLOCK_N=64)
@@ -884,29 +893,12 @@ def test_driver_limits_are_refused_before_the_driver(shape, strides, why, no_dri
 def test_bad_descriptors_are_refused_before_the_driver_on_both_paths(path, monkeypatch, tmp_path, no_driver):
     """Items 5, 6, 9, 12 through a real archive on both launch paths: karchive's ArgumentError naming the
     parameter, nothing encoded, nothing launched."""
-    pytest.importorskip("triton")
-    import karchive
-    from karchive.cli.main import main
-    from karchive.producer.compile.tensordesc_abi import binary_param_sizes
-    from karchive.runtime import launch_path
-    from runtime_support import fake_cuda
-
-    if path == "extension" and launch_path.extension() is None:
-        pytest.skip(f"the compiled launcher is not built here: {launch_path.status().detail}")
-    out = tmp_path / "tma.karc"
-    assert main(["compile", str(DATA / "tma_kernels.py"), "-n", "desc_copy", "-s",
-                 "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64, 64", "-t", "cuda:90", "-o", str(out)]) == 0
 
     class StrPtr(FakeTensor):
         def data_ptr(self):
             return hex(self.ptr)
 
-    with fake_cuda(monkeypatch, path) as (rec, _backend):
-        arc = karchive.open(str(out))
-        (v,) = arc.variants("desc_copy")
-        user = [p for p in v.abi.params if p.kind == "tensordesc"]
-        rec.sizes[arc.reader.read(v.binary.path)] = binary_param_sizes(user) + [8] * (len(v.abi.params) - len(user))
-        k = arc.kernel("desc_copy")
+    with desc_copy_kernel(monkeypatch, tmp_path, path) as (k, rec):
         a = td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP16), [64, 64])
         k[(2, 1)](a, a, BLOCK_M=64, BLOCK_N=64)
         n, encoded = len(rec.launches()), len(no_driver)
