@@ -98,7 +98,7 @@ class TensorDescriptor:
                  round_f32_to_tf32: bool = False, pixel_box_lower_corner: Sequence[int] | None = None,
                  pixel_box_upper_corner: Sequence[int] | None = None,
                  element_strides: Sequence[int] | None = None) -> None:
-        check_options(padding, round_f32_to_tf32, "TensorDescriptor: ", None)
+        _check_options(padding, round_f32_to_tf32, "TensorDescriptor: ", None)
         self.source = x
         self._fixed_ptr: int | None = None
         #: The last expansion: (record id, block_from_variant, launch device, address, device, values). Shape,
@@ -122,13 +122,13 @@ class TensorDescriptor:
                 got_shape, got_strides = shape_and_strides(x, found_dtype)
                 shape = got_shape if shape is None else shape
                 strides = got_strides if strides is None else strides
-        self.shape = int_fields(shape, "shape", "TensorDescriptor: ", None, positive=True)
-        self.strides = int_fields(strides, "strides", "TensorDescriptor: ", None)
+        self.shape = _int_fields(shape, "shape", "TensorDescriptor: ", None, positive=True)
+        self.strides = _int_fields(strides, "strides", "TensorDescriptor: ", None)
         if len(self.shape) != len(self.strides) or not 1 <= len(self.shape) <= 5:
             raise ArgumentError(f"TensorDescriptor: shape {self.shape} and strides {self.strides} must have one "
                                 "length, 1 to 5", kernel=None,
                                 param="shape" if not 1 <= len(self.shape) <= 5 else "strides")
-        self.block_shape = None if block_shape is None else int_fields(block_shape, "block_shape",
+        self.block_shape = None if block_shape is None else _int_fields(block_shape, "block_shape",
                                                                        "TensorDescriptor: ", None, positive=True)
         self.pixel_box_lower_corner = _opt_ints(pixel_box_lower_corner, "pixel_box_lower_corner")
         self.pixel_box_upper_corner = _opt_ints(pixel_box_upper_corner, "pixel_box_upper_corner")
@@ -211,7 +211,7 @@ def _given_dtype(dtype: Any) -> Any:
     return found
 
 
-def int_fields(value: Any, field: str, where: str, param: str | None, *, positive: bool = False) -> tuple[int, ...]:
+def _int_fields(value: Any, field: str, where: str, param: str | None, *, positive: bool = False) -> tuple[int, ...]:
     """``value``, a descriptor's ``field`` (shape, strides, block shape, a pixel-box corner), as a tuple of ints:
     a list or tuple (any sequence but a string) of integers (ints, NumPy integers: never bools, floats or
     strings), at most 8 of them; positive ones where ``positive``. Else an ``ArgumentError`` that names the
@@ -242,10 +242,10 @@ def int_fields(value: Any, field: str, where: str, param: str | None, *, positiv
 
 
 def _opt_ints(values: Any, field: str) -> tuple[int, ...] | None:
-    return None if values is None else int_fields(values, field, "TensorDescriptor: ", None)
+    return None if values is None else _int_fields(values, field, "TensorDescriptor: ", None)
 
 
-def check_options(padding: Any, tf32: Any, where: str, param: str | None) -> None:
+def _check_options(padding: Any, tf32: Any, where: str, param: str | None) -> None:
     """A descriptor's ``padding`` ("zero" or "nan", exactly) and ``round_f32_to_tf32`` (a bool), or ArgumentError."""
     if type(padding) is not str or padding not in ("zero", "nan"):
         raise ArgumentError(f"{where}padding must be 'zero' or 'nan', got {ascii(padding)[:40]}", kernel=None,
@@ -386,14 +386,14 @@ def _read(value: Any, name: str) -> _Call:
             raise ArgumentError(f"descriptor base: {exc}", kernel=None, param=name) from None
         where = "descriptor "
         padding, tf32 = getattr(value, "padding", "zero"), getattr(value, "round_f32_to_tf32", False)
-        check_options(padding, tf32, where, name)
+        _check_options(padding, tf32, where, name)
         corners = [getattr(value, f, None) for f in ("pixel_box_lower_corner", "pixel_box_upper_corner",
                                                      "element_strides")]
-        lower, upper, estrides = (None if c is None else int_fields(c, f, where, name) for c, f in zip(
+        lower, upper, estrides = (None if c is None else _int_fields(c, f, where, name) for c, f in zip(
             corners, ("pixel_box_lower_corner", "pixel_box_upper_corner", "element_strides")))
-        return _Call(ptr, int_fields(value.shape, "shape", where, name, positive=True),
-                     int_fields(value.strides, "strides", where, name),
-                     int_fields(value.block_shape, "block_shape", where, name, positive=True), dtype, dev, padding,
+        return _Call(ptr, _int_fields(value.shape, "shape", where, name, positive=True),
+                     _int_fields(value.strides, "strides", where, name),
+                     _int_fields(value.block_shape, "block_shape", where, name, positive=True), dtype, dev, padding,
                      tf32, _im2col_of(lower, upper, estrides))
     raise ArgumentError(f"expected a tensor descriptor (karchive.TensorDescriptor or Triton's TensorDescriptor), "
                         f"got {type(value).__name__}", kernel=None, param=name)
