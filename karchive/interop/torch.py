@@ -30,13 +30,13 @@ Inductor's CUDA graphs). Launch the op once before capturing: the first launch l
 from __future__ import annotations
 
 import inspect
-import keyword
 from typing import Any, Union, cast
 from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
 from ..errors import ArgumentError
+from ..format.names import is_param_name
 from ..runtime.descriptors import TensorDescriptor
 from ..runtime.select import MISSING
 from ._roles import descriptor_options, kernel_roles
@@ -183,20 +183,19 @@ def _make_fn(name: str, inputs: Sequence[Any], n_out: int, body: Callable[[tuple
     """A function with the op's real signature (names and annotations), for torch's schema inference.
 
     The signature is an :class:`inspect.Signature` made of the parameter names, never source text: a name
-    is only ever a name (the archive's model already refuses any that is not an identifier; a kernel-like
-    object from elsewhere gets the same answer here, an :class:`ArgumentError`).
+    is only ever a name. The archive's model already refuses any that is not a parameter name
+    (:func:`karchive.format.names.is_param_name`); a kernel-like object from elsewhere gets the same rule here,
+    as an :class:`ArgumentError`.
     """
+    bad = next((r.name for r in inputs if not is_param_name(r.name)), None)
+    if bad is not None or len({r.name for r in inputs}) != len(inputs):
+        raise ArgumentError(f"{name}: the kernel's parameters cannot be a Python signature: "
+                            f"{'not a parameter name: ' + ascii(bad)[:80] if bad is not None else 'a name twice'}",
+                            kernel=None, param=bad)
     P = inspect.Parameter
-    try:
-        params = [P(r.name, P.POSITIONAL_OR_KEYWORD, annotation=_ANNOTATION[r.kind]) for r in inputs]
-        sig = inspect.Signature(params, return_annotation=None if n_out == 0 else torch.Tensor if n_out == 1
-                                else tuple[(torch.Tensor,) * n_out])  # type: ignore[misc]
-    except (ValueError, TypeError) as exc:  # not an identifier, a keyword, a name twice
-        bad = next((r.name for r in inputs if not (isinstance(r.name, str) and r.name.isidentifier()
-                                                   and not keyword.iskeyword(r.name))), None)
-        raise ArgumentError(f"{name}: the kernel's parameters cannot be a Python signature ({exc}); "
-                            f"{'not a parameter name: ' + ascii(bad) if bad is not None else 'names repeat'}",
-                            kernel=None, param=bad) from None
+    params = [P(r.name, P.POSITIONAL_OR_KEYWORD, annotation=_ANNOTATION[r.kind]) for r in inputs]
+    sig = inspect.Signature(params, return_annotation=None if n_out == 0 else torch.Tensor if n_out == 1
+                            else tuple[(torch.Tensor,) * n_out])  # type: ignore[misc]
     n = len(params)
     bind = sig.bind
 
