@@ -34,6 +34,9 @@ class VersionRecord:
     variants: int = 0
     kernels: tuple[str, ...] = field(default_factory=tuple)
     targets: tuple[str, ...] = field(default_factory=tuple)
+    #: On an OCI registry, the digest (``sha256:<hex>``) of the archive's manifest, which its tag named
+    #: when this record was read; lockfiles pin it (spec/REGISTRY.md §9). Empty elsewhere.
+    manifest: str = ""
 
     @property
     def ref(self) -> str:
@@ -52,6 +55,7 @@ class VersionRecord:
             "variants": self.variants,
             "kernels": list(self.kernels),
             "targets": list(self.targets),
+            **({"manifest": self.manifest} if self.manifest else {}),
         }
 
     def to_json(self) -> bytes:
@@ -73,6 +77,7 @@ class VersionRecord:
                 variants=_nonneg_int(obj.get("variants", 0), "variants"),
                 kernels=tuple(_str_list(obj.get("kernels", []), "kernels")),
                 targets=tuple(_str_list(obj.get("targets", []), "targets")),
+                manifest=_manifest_digest(obj.get("manifest", "")),
             )
         except RegistryError as exc:
             raise DamagedRegistryError(f"{where}: corrupt version record: {exc}", where=where) from None
@@ -107,6 +112,15 @@ def _nonneg_int(value: Any, what: str) -> int:
 def _str(value: Any, what: str) -> str:
     if not isinstance(value, str):
         raise DamagedRegistryError(f"{what} must be a string, got {value!r}", where=what)
+    return value
+
+
+def _manifest_digest(value: Any) -> str:
+    if value == "":
+        return value
+    if not isinstance(value, str) or not value.startswith("sha256:"):
+        raise DamagedRegistryError(f"manifest must be 'sha256:<64 hex>', got {value!r}"[:300], where="manifest")
+    check_digest(value[7:])
     return value
 
 
