@@ -167,12 +167,17 @@ class FaultProxy:
                 proxy.log.append((self.command, self.path, resp.status, self.headers.get("Range", ""), len(data)))
                 self.send_response(resp.status)
                 for k, v in resp.getheaders():
-                    if k.lower() in ("content-length", "connection", "transfer-encoding", "date", "server"):
+                    if k.lower() in ("connection", "transfer-encoding", "date", "server"):
+                        continue
+                    if k.lower() == "content-length":
+                        if self.command == "HEAD":
+                            self.send_header(k, v)  # HEAD: the upstream's length, not the empty body's
                         continue
                     if k.lower() == "location":
                         v = v.replace(f"127.0.0.1:{proxy.upstream.port}", f"127.0.0.1:{proxy.port}")
                     self.send_header(k, v)
-                self.send_header("Content-Length", str(len(data)))
+                if self.command != "HEAD":
+                    self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 if self.command != "HEAD":
                     self.wfile.write(data)

@@ -26,13 +26,15 @@ from __future__ import annotations
 import dataclasses
 import re
 import os
+import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from ..core.grammar import fullmatch
-from ..errors import DamagedRegistryError, IntegrityError, RegistryError, RegistryValueError
+from ..errors import DamagedRegistryError, IntegrityError, RegistryError, RegistryValueError, TransferError
 from . import oci_layout as L
 from .config import redact_url
 from .oci_client import OciClient, OciHttpError, retry_after
@@ -40,6 +42,8 @@ from .records import VersionRecord, encode_marker
 from .retry import RetryPolicy
 from .store import ProgressFn, Store
 from .store_layout import MARKER, NAMES_DIR, ROOT_INDEX, SIGNATURE_INDEX, SIGNATURE_SUFFIX
+
+log = logging.getLogger(__name__)
 
 _RECORD = re.compile(r"names/([^/]+)/versions/([^/]+)\.json")
 _VERSIONS = re.compile(r"names/([^/]+)/versions")
@@ -52,6 +56,8 @@ _SIG_INDEX = re.compile(r"blobs/sha256/([0-9a-f]{64})\.karc\.sigs/" + re.escape(
 MAX_LISTED = 10_000
 #: Blobs larger than this go up in chunks (PATCH per chunk) instead of one PUT read into memory.
 CHUNKED_ABOVE = 64 << 20
+#: Seconds between writing a version's tag and reading it back (:meth:`OciStore._create_record`).
+SETTLE = 1.5
 _LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
@@ -199,15 +205,31 @@ class OciStore(Store):
         facts = self._facts.get(record.sha256, {})
         manifest = L.archive_manifest(record, format_version=facts.get("format", ""), triton=facts.get("triton", ""))
         digest = L.digest_of(manifest)
+        self._ensure_blob(repo, L.EMPTY_BLOB)
+        # OCI distribution has no conditional tag write, so this is Fischer's timed mutual exclusion with
+        # the tag as the shared register: check that the tag is absent, write it, wait SETTLE, read it
+        # back; the publisher whose manifest it then names wins, the others see a conflict (or a no-op
+        # for the same bytes). Safe while every publisher's check-to-write takes less than SETTLE;
+        # one that took longer says so (spec/REGISTRY.md §9). A registry with tag immutability turned
+        # on (Harbor, ECR, ACR, Artifact Registry) refuses the second write itself.
+        started = time.monotonic()
         if self._manifest(repo, tag, "an archive manifest") is not None:
             return False  # a version is a tag, and an existing tag is never moved
-        self._ensure_blob(repo, L.EMPTY_BLOB)
-        self._put_manifest(repo, tag, manifest)
-        # No conditional tag write exists in OCI distribution: read the tag back. Of publishers racing for
-        # this tag, those that read another manifest lose (the registry reports the conflict or no-op).
+        try:
+            self._put_manifest(repo, tag, manifest)
+        except TransferError as exc:
+            if isinstance(exc.__cause__, OciHttpError) and exc.__cause__.status in (400, 409, 412):
+                return False  # an immutable tag, refused by the registry: the caller reads what it holds
+            raise
+        took = time.monotonic() - started
+        time.sleep(SETTLE)
         now = self._manifest(repo, tag, "an archive manifest")
         if now is None or now[1] != digest:
             return False
+        if took > SETTLE / 2:
+            log.warning("registry %s: writing tag %s:%s took %.1f s after checking it was free, more than %.1f s: "
+                        "another publisher of %s may also have been told it won; check with `karchive pull`",
+                        self.url, repo, tag, took, SETTLE / 2, record.ref)
         with self._lock:
             self._subjects[record.sha256] = _Subject(repo, tag, digest, len(manifest))
         return True
@@ -451,11 +473,11 @@ def _archive_facts(local: str) -> dict[str, str]:
 
     source = FileSource(local)
     try:
-        header = ArchiveReader(source, limits=Limits()).header
+        reader = ArchiveReader(source, limits=Limits())
+        variants = reader.manifest.get("variants") or []
+        tritons = {str((v.get("provenance") or {}).get("triton_version") or "") for v in variants if isinstance(v, dict)}
+        return {"format": str(reader.header.get("format_version", "")), "triton": ",".join(sorted(t for t in tritons if t))}
     except Exception:  # noqa: BLE001 - the archive was fully verified before; annotations are optional
         return {}
     finally:
         source.close()
-    produced = header.get("produced_by") or {}
-    triton = produced.get("triton") or produced.get("triton_version") if isinstance(produced, dict) else ""
-    return {"format": str(header.get("format_version", "")), "triton": str(triton or "")}

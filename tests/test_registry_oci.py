@@ -1,0 +1,271 @@
+"""oci:// registries against a real one: the CNCF distribution registry (Debian's docker-registry) on
+127.0.0.1 with htpasswd authentication, reached through oras-py; a fault-injecting proxy in front of it
+for throttling, tampering and a registry killed mid-upload (tests/oci_servers.py).
+
+Everything goes through the same ``Registry`` as directories and buckets (spec/REGISTRY.md §9)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from karchive.errors import (ConflictError, IntegrityError, LockfileMismatchError, NotFoundError, RegistryError,
+                             TransferError)
+from karchive.registry import OpenOptions, Registry, RetryPolicy
+from karchive.registry import oci_layout as L
+from oci_servers import FaultProxy, OciRegistry, env_for, require_registry
+from registry_support import big_archive, isolated, run_cli, small_archive  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.usefixtures("isolated")
+FAST = RetryPolicy(attempts=4, base_delay=0.01, timeout=30)
+
+
+@pytest.fixture(scope="module")
+def oci():
+    require_registry()
+    reg = OciRegistry()
+    yield reg
+    reg.close()
+
+
+@pytest.fixture
+def proxy(oci: OciRegistry):
+    p = FaultProxy(oci)
+    yield p
+    p.close()
+
+
+def ns() -> str:
+    return "t" + uuid.uuid4().hex[:10]
+
+
+def registry(where: OciRegistry | FaultProxy, upstream: OciRegistry, cache: Path, namespace: str,
+             **options: object) -> Registry:
+    return Registry(where.url(namespace), upstream.options(**options), cache=cache, retry=FAST)
+
+
+def raw(oci: OciRegistry):
+    import requests
+
+    s = requests.Session()
+    s.auth = (oci.options()["username"], oci.options()["password"])
+    return s
+
+
+def test_publish_list_pull_open_and_the_artifact_layout(oci: OciRegistry, proxy: FaultProxy, tmp_path: Path) -> None:
+    space = ns()
+    archive = small_archive("examples", "0.1.0")
+    pub = registry(proxy, oci, tmp_path / "w", space).publish(archive)
+    assert pub.created and pub.record.sha256
+
+    # The artifact as any OCI client sees it: karchive's artifactType, one .karc layer, annotations.
+    http = raw(oci)
+    got = http.get(f"http://{oci.host}/v2/{space}/examples/manifests/0.1.0", headers={"Accept": L.MANIFEST_TYPE})
+    manifest = got.json()
+    assert manifest["artifactType"] == L.ARCHIVE_ARTIFACT and manifest["config"]["mediaType"] == L.EMPTY_TYPE
+    assert [(x["mediaType"], x["digest"], x["size"]) for x in manifest["layers"]] == \
+        [(L.ARCHIVE_LAYER, f"sha256:{pub.record.sha256}", archive.stat().st_size)]
+    notes = manifest["annotations"]
+    assert (notes[L.A_NAME], notes[L.A_VERSION], notes[L.A_TARGETS]) == ("examples", "0.1.0", "cuda:90")
+    assert notes[L.A_FORMAT].startswith("2.") and notes[L.A_TRITON]
+    digest = L.digest_of(got.content)
+
+    # ls reads annotations only: no blob request at all.
+    mark = proxy.mark()
+    reader = registry(proxy, oci, tmp_path / "r", space)
+    assert reader.names() == ["examples"]
+    [record] = reader.list()
+    assert (record.ref, record.sha256, record.variants, record.targets, record.manifest) == \
+        ("examples@0.1.0", pub.record.sha256, 1, ("cuda:90",), digest)
+    assert not [r for r in proxy.log[mark:] if "/blobs/" in r[1]]
+
+    pulled = reader.pull("examples@0.1.0", tmp_path / "out.karc")
+    assert pulled.downloaded and (tmp_path / "out.karc").read_bytes() == archive.read_bytes()
+    # Publishing the same bytes again is a no-op, and the manifest is a function of the archive alone.
+    again = registry(oci, oci, tmp_path / "w2", space).publish(archive)
+    assert not again.created
+    assert L.digest_of(http.get(f"http://{oci.host}/v2/{space}/examples/manifests/0.1.0",
+                                headers={"Accept": L.MANIFEST_TYPE}).content) == digest
+
+
+def test_an_existing_tag_is_never_moved_to_other_bytes(oci: OciRegistry, tmp_path: Path) -> None:
+    space = ns()
+    first = registry(oci, oci, tmp_path / "a", space).publish(small_archive("examples", "0.1.0"))
+    with pytest.raises(ConflictError, match="already exists .* with different bytes"):
+        registry(oci, oci, tmp_path / "b", space).publish(small_archive("examples", "0.1.0", block=256))
+    assert registry(oci, oci, tmp_path / "c", space).resolve("examples@0.1.0").sha256 == first.record.sha256
+
+
+def test_credentials_missing_and_wrong_are_refused_clearly(oci: OciRegistry, tmp_path: Path) -> None:
+    space = ns()
+    registry(oci, oci, tmp_path / "w", space).publish(small_archive("examples", "0.1.0"))
+    anonymous = Registry(oci.url(space), {}, cache=tmp_path / "a", retry=FAST)
+    with pytest.raises(RegistryError, match="asks for credentials and none were given"):
+        anonymous.pull("examples@0.1.0")
+    wrong = Registry(oci.url(space), {"username": "kernels", "password": "nope"}, cache=tmp_path / "b", retry=FAST)
+    with pytest.raises(RegistryError, match="refused the credentials given"):
+        wrong.pull("examples@0.1.0")
+    with pytest.raises(RegistryError, match="refused the credentials given"):
+        wrong.publish(small_archive("examples", "0.2.0"))
+    # The CLI says the same in one line, through KARCHIVE_STORAGE_OPTIONS.
+    env = {**env_for(oci, oci), "KARCHIVE_REGISTRY": oci.url(space),
+           "KARCHIVE_STORAGE_OPTIONS": json.dumps({"username": "kernels", "password": "nope"})}
+    out = run_cli("pull", "examples@0.1.0", env=env)
+    assert out.returncode != 0 and "refused the credentials" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_cli_publish_ls_pull_through_an_oci_registry(oci: OciRegistry, tmp_path: Path) -> None:
+    space = ns()
+    env = {**env_for(oci, oci), "KARCHIVE_REGISTRY": oci.url(space)}
+    out = run_cli("publish", str(small_archive("examples", "0.1.0")), env=env)
+    assert out.returncode == 0, out.stderr
+    listed = run_cli("ls", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "examples" in listed.stdout and "0.1.0" in listed.stdout
+    locked = run_cli("lock", "examples@0.1.0", "-o", str(tmp_path / "karchive.lock"), env=env)
+    assert locked.returncode == 0, locked.stderr
+    pin = json.loads((tmp_path / "karchive.lock").read_text())["archives"]["examples"]
+    assert pin["manifest"].startswith("sha256:")
+    pulled = run_cli("pull", "examples@0.1.0", "-o", str(tmp_path / "x.karc"), env=env)
+    assert pulled.returncode == 0, pulled.stderr
+    assert (tmp_path / "x.karc").read_bytes() == small_archive("examples", "0.1.0").read_bytes()
+
+
+def test_concurrent_publishers_of_one_version_one_wins(oci: OciRegistry, tmp_path: Path) -> None:
+    space = ns()
+    archives = [small_archive("examples", "0.1.0", block=b) for b in (128, 256, 512, 1024)]
+    gate = threading.Barrier(len(archives))
+    results: list[object] = [None] * len(archives)
+
+    def publish(i: int) -> None:
+        reg = registry(oci, oci, tmp_path / f"p{i}", space)
+        gate.wait()
+        try:
+            results[i] = reg.publish(archives[i])
+        except Exception as exc:  # noqa: BLE001 - collected and checked below
+            results[i] = exc
+
+    threads = [threading.Thread(target=publish, args=(i,)) for i in range(len(archives))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    winners = [r for r in results if not isinstance(r, Exception)]
+    losers = [r for r in results if isinstance(r, Exception)]
+    assert len(winners) == 1 and winners[0].created, results  # type: ignore[union-attr]
+    assert all(isinstance(e, ConflictError) and "Versions are immutable" in str(e) for e in losers), losers
+    served = registry(oci, oci, tmp_path / "r", space).pull("examples@0.1.0")
+    assert served.record.sha256 == winners[0].record.sha256  # type: ignore[union-attr]
+
+
+def test_registry_killed_mid_push_serves_nothing_half_published(tmp_path: Path) -> None:
+    require_registry()
+    upstream = OciRegistry()
+    proxy = FaultProxy(upstream)
+    try:
+        space = ns()
+        archive = small_archive("examples", "0.1.0")
+
+        def kill_on_blob_upload(p: FaultProxy, method: str, path: str, headers: dict) -> None:
+            if method == "PUT" and "/blobs/uploads/" in path and "digest=" in path:
+                upstream.stop()  # the registry dies while the archive's bytes are on their way
+            return None
+
+        proxy.fault = kill_on_blob_upload
+        with pytest.raises((TransferError, RegistryError)):
+            Registry(proxy.url(space), upstream.options(), cache=tmp_path / "w",
+                     retry=RetryPolicy(attempts=2, base_delay=0.01, timeout=10)).publish(archive)
+        proxy.fault = None
+        upstream.restart()
+        reader = Registry(upstream.url(space), upstream.options(), cache=tmp_path / "r", retry=FAST)
+        with pytest.raises(NotFoundError):
+            reader.pull("examples@0.1.0")
+        # ... and the publish, run again, completes.
+        assert Registry(upstream.url(space), upstream.options(), cache=tmp_path / "w2", retry=FAST).publish(archive).created
+        assert reader.pull("examples@0.1.0").record.size == archive.stat().st_size
+    finally:
+        proxy.close()
+        upstream.close()
+
+
+def test_429_and_503_with_retry_after_are_waited_for(oci: OciRegistry, proxy: FaultProxy, tmp_path: Path) -> None:
+    space = ns()
+    registry(oci, oci, tmp_path / "w", space).publish(small_archive("examples", "0.1.0"))
+    answers = [(429, {"Retry-After": "1"}), (503, {"Retry-After": "1"})]
+
+    def throttle(p: FaultProxy, method: str, path: str, headers: dict):
+        if "/manifests/0.1.0" in path and answers:
+            status, extra = answers.pop(0)
+            return status, extra, b'{"errors":[{"code":"TOOMANYREQUESTS"}]}'
+        return None
+
+    proxy.fault = throttle
+    start = time.monotonic()
+    pulled = registry(proxy, oci, tmp_path / "r", space).pull("examples@0.1.0")
+    assert pulled.downloaded and [f[2] for f in proxy.faults] == [429, 503]
+    assert time.monotonic() - start >= 1.9  # both Retry-After honoured (the jittered backoff alone is ~0.02 s)
+
+    proxy.fault = lambda p, m, path, h: (503, {"Retry-After": "0"}, b"") if "/manifests/" in path else None
+    with pytest.raises(TransferError, match="failed after 4 attempts.*HTTP 503"):
+        registry(proxy, oci, tmp_path / "r2", space).pull("examples@0.1.0")
+
+
+def test_a_blob_that_does_not_match_its_digest_is_refused(oci: OciRegistry, proxy: FaultProxy, tmp_path: Path) -> None:
+    space = ns()
+    registry(oci, oci, tmp_path / "w", space).publish(small_archive("examples", "0.1.0"))
+
+    def flip(method: str, path: str, status: int, body: bytes) -> bytes:
+        if "/blobs/sha256:" in path and len(body) > 100:  # one bit of the footer's index digest
+            return body[:-5] + bytes([body[-5] ^ 1]) + body[-4:]
+        return body
+
+    proxy.rewrite = flip
+    hostile = registry(proxy, oci, tmp_path / "r", space)
+    with pytest.raises(IntegrityError):
+        hostile.pull("examples@0.1.0", tmp_path / "out.karc")
+    assert not (tmp_path / "out.karc").exists()
+    assert not list((tmp_path / "r").rglob("*.karc")), "nothing unverified entered the cache"
+    with pytest.raises(IntegrityError, match="tampered"):  # the ranged read: index and footer checked
+        registry(proxy, oci, tmp_path / "r2", space).open("examples@0.1.0", fetch="lazy")
+
+
+def test_a_tag_moved_by_someone_else_is_refused_under_a_lockfile(oci: OciRegistry, tmp_path: Path) -> None:
+    space = ns()
+    reg = registry(oci, oci, tmp_path / "w", space)
+    reg.publish(small_archive("examples", "0.1.0"))
+    lock, _ = registry(oci, oci, tmp_path / "l", space).lock(["examples@0.1.0"])
+    lock.write(tmp_path / "karchive.lock")
+    assert lock.pins["examples"].manifest.startswith("sha256:")
+    # Another client (not karchive) re-tags 0.1.0 to a manifest with other bytes.
+    other = registry(oci, oci, tmp_path / "o", space)
+    other.publish(small_archive("examples", "0.2.0", block=256))
+    http = raw(oci)
+    moved = http.get(f"http://{oci.host}/v2/{space}/examples/manifests/0.2.0", headers={"Accept": L.MANIFEST_TYPE})
+    doc = moved.json()
+    doc["annotations"][L.A_VERSION] = "0.1.0"
+    body = L.encode(doc)
+    assert http.put(f"http://{oci.host}/v2/{space}/examples/manifests/0.1.0", data=body,
+                    headers={"Content-Type": L.MANIFEST_TYPE}).status_code == 201
+    with pytest.raises(LockfileMismatchError, match="pins sha256"):
+        registry(oci, oci, tmp_path / "fresh", space).pull("examples@0.1.0",
+                                                           options=OpenOptions(lockfile=tmp_path / "karchive.lock"))
+
+
+def test_lazy_open_of_a_large_archive_reads_ranges_only(oci: OciRegistry, proxy: FaultProxy, tmp_path: Path) -> None:
+    space = ns()
+    big = big_archive()
+    record = registry(oci, oci, tmp_path / "w", space).publish(big).record
+    mark = proxy.mark()
+    reader = registry(proxy, oci, tmp_path / "r", space).open("big@1.0.0", fetch="lazy")
+    variant = reader.manifest["variants"][200]
+    reader.read(variant["files"]["binary"]["path"])
+    blob = [r for r in proxy.log[mark:] if f"/blobs/sha256:{record.sha256}" in r[1]]
+    served = sum(r[4] for r in blob)
+    print(f"\nOCI lazy open: {record.size} bytes archive, {len(blob)} blob range requests, {served} bytes")
+    assert blob and all(r[0] == "GET" and r[3].startswith("bytes=") and r[2] == 206 for r in blob)
+    assert len(blob) <= 3 and served < record.size / 3
