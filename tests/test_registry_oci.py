@@ -269,3 +269,104 @@ def test_lazy_open_of_a_large_archive_reads_ranges_only(oci: OciRegistry, proxy:
     print(f"\nOCI lazy open: {record.size} bytes archive, {len(blob)} blob range requests, {served} bytes")
     assert blob and all(r[0] == "GET" and r[3].startswith("bytes=") and r[2] == 206 for r in blob)
     assert len(blob) <= 3 and served < record.size / 3
+
+
+# -- signatures as referrers ------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def keys():
+    pytest.importorskip("cryptography")
+    from trust_support import make_keys
+
+    return make_keys()
+
+
+def _policy(tmp_path: Path, keys, signer: str = "ci"):
+    from trust_support import load_policy, write_policy
+
+    return load_policy(write_policy(tmp_path / f"policy-{signer}.toml", keys, signers=(signer,)))
+
+
+def _fallback(oci: OciRegistry, space: str, manifest: str) -> str:
+    return f"http://{oci.host}/v2/{space}/examples/manifests/{L.fallback_tag(manifest)}"
+
+
+def test_signatures_are_referrers_found_and_enforced_at_pull_and_open(oci: OciRegistry, keys, tmp_path: Path) -> None:
+    from karchive.errors import UntrustedArchiveError
+
+    space = ns()
+    pub = registry(oci, oci, tmp_path / "w", space).publish(small_archive("examples", "0.1.0"), sign=[keys["ci"]])
+    assert [(s.key_id, s.created) for s in pub.signatures] == [(keys["ci"].key_id, True)]
+    reader = registry(oci, oci, tmp_path / "r", space)
+    record = reader.resolve("examples@0.1.0")
+    # distribution 2.8 serves no referrers API: the referrer is listed under the tag-schema fallback.
+    http = raw(oci)
+    assert http.get(f"http://{oci.host}/v2/{space}/examples/referrers/{record.manifest}").status_code == 404
+    index = http.get(_fallback(oci, space, record.manifest), headers={"Accept": L.INDEX_TYPE}).json()
+    [entry] = index["manifests"]
+    assert entry["artifactType"] == L.SIGNATURE_ARTIFACT and entry["annotations"][L.A_KEY] == keys["ci"].key_id
+    referrer = http.get(f"http://{oci.host}/v2/{space}/examples/manifests/{entry['digest']}",
+                        headers={"Accept": L.MANIFEST_TYPE}).json()
+    assert referrer["subject"]["digest"] == record.manifest and referrer["layers"][0]["mediaType"] == L.SIGNATURE_LAYER
+    assert reader.signers("examples@0.1.0") == [keys["ci"].key_id]
+
+    good = _policy(tmp_path, keys)
+    assert reader.pull("examples@0.1.0", options=OpenOptions(trust=good)).trust.key_ids == (keys["ci"].key_id,)
+    opened = registry(oci, oci, tmp_path / "lazy", space).open("examples@0.1.0", trust=good, fetch="lazy")
+    assert opened.verdict is not None and opened.verdict.key_ids == (keys["ci"].key_id,)
+    with pytest.raises(UntrustedArchiveError):
+        registry(oci, oci, tmp_path / "o", space).pull("examples@0.1.0",
+                                                       options=OpenOptions(trust=_policy(tmp_path, keys, "alice")))
+    # Signing later adds a second referrer without losing the first.
+    assert registry(oci, oci, tmp_path / "s", space).sign("examples@0.1.0", keys["alice"]).signature.created
+    assert sorted(registry(oci, oci, tmp_path / "s2", space).signers("examples@0.1.0")) == \
+        sorted([keys["ci"].key_id, keys["alice"].key_id])
+
+
+def test_missing_swapped_or_tampered_referrers_are_refused(oci: OciRegistry, keys, tmp_path: Path) -> None:
+    from karchive.errors import UntrustedArchiveError
+    from trust_support import tamper_envelope
+
+    space = ns()
+    writer = registry(oci, oci, tmp_path / "w", space)
+    writer.publish(small_archive("examples", "0.1.0"), sign=[keys["ci"]])
+    writer.publish(small_archive("examples", "0.2.0", block=256), sign=[keys["ci"]])
+    policy = _policy(tmp_path, keys)
+    probe = registry(oci, oci, tmp_path / "p", space)
+    first, second = probe.resolve("examples@0.1.0"), probe.resolve("examples@0.2.0")
+    http = raw(oci)
+    accept = {"Accept": L.INDEX_TYPE}
+    index_one = http.get(_fallback(oci, space, first.manifest), headers=accept).content
+    index_two = http.get(_fallback(oci, space, second.manifest), headers=accept).content
+
+    def put_index(manifest: str, body: bytes) -> None:
+        assert http.put(_fallback(oci, space, manifest), data=body,
+                        headers={"Content-Type": L.INDEX_TYPE}).status_code == 201
+
+    # Missing: the referrers index emptied.
+    put_index(first.manifest, L.encode({"schemaVersion": 2, "mediaType": L.INDEX_TYPE, "manifests": []}))
+    with pytest.raises(UntrustedArchiveError):
+        registry(oci, oci, tmp_path / "a", space).pull("examples@0.1.0", options=OpenOptions(trust=policy))
+    # Swapped: 0.2.0's (valid) signature listed for 0.1.0.
+    put_index(first.manifest, index_two)
+    with pytest.raises((UntrustedArchiveError, IntegrityError)):
+        registry(oci, oci, tmp_path / "b", space).pull("examples@0.1.0", options=OpenOptions(trust=policy))
+    # Tampered: a forged envelope in a new referrer of the right subject, under the same key.
+    entry = json.loads(index_one)["manifests"][0]
+    old = http.get(f"http://{oci.host}/v2/{space}/examples/manifests/{entry['digest']}",
+                   headers={"Accept": L.MANIFEST_TYPE}).json()
+    envelope = http.get(f"http://{oci.host}/v2/{space}/examples/blobs/{old['layers'][0]['digest']}").content
+    forged = tamper_envelope(envelope)
+    start = http.post(f"http://{oci.host}/v2/{space}/examples/blobs/uploads/")
+    location = start.headers["Location"]
+    location = location if location.startswith("http") else f"http://{oci.host}{location}"
+    assert http.put(location, params={"digest": L.digest_of(forged)}, data=forged).status_code == 201
+    body = L.signature_manifest(old["subject"], keys["ci"].key_id, forged)
+    assert http.put(f"http://{oci.host}/v2/{space}/examples/manifests/{L.digest_of(body)}", data=body,
+                    headers={"Content-Type": L.MANIFEST_TYPE}).status_code == 201
+    put_index(first.manifest, L.encode({"schemaVersion": 2, "mediaType": L.INDEX_TYPE, "manifests": [
+        {**entry, "digest": L.digest_of(body), "size": len(body)}]}))
+    with pytest.raises(UntrustedArchiveError):
+        registry(oci, oci, tmp_path / "c", space).pull("examples@0.1.0", options=OpenOptions(trust=policy))
+    # Put back, the original referrer counts again.
+    put_index(first.manifest, index_one)
+    assert registry(oci, oci, tmp_path / "d", space).pull("examples@0.1.0", options=OpenOptions(trust=policy)).trust
