@@ -370,3 +370,101 @@ def test_missing_swapped_or_tampered_referrers_are_refused(oci: OciRegistry, key
     # Put back, the original referrer counts again.
     put_index(first.manifest, index_one)
     assert registry(oci, oci, tmp_path / "d", space).pull("examples@0.1.0", options=OpenOptions(trust=policy)).trust
+
+
+# -- Kubernetes image volumes -----------------------------------------------------------------------
+def _unpack_layout_layer(layout: Path, out: Path) -> dict:
+    """What a container runtime does with an image volume, from the OCI layout on disk: index →
+    manifest → the one layer, unpacked (tarfile's 'data' filter: no path escapes), then read-only."""
+    import tarfile
+
+    index = json.loads((layout / "index.json").read_text())
+    [desc] = index["manifests"]
+    manifest_bytes = (layout / "blobs" / "sha256" / desc["digest"][7:]).read_bytes()
+    assert L.digest_of(manifest_bytes) == desc["digest"]
+    manifest = json.loads(manifest_bytes)
+    [layer] = manifest["layers"]
+    blob = layout / "blobs" / "sha256" / layer["digest"][7:]
+    assert L.digest_of(blob.read_bytes()) == layer["digest"] and layer["mediaType"].endswith(".tar")
+    with tarfile.open(blob) as tar:
+        tar.extractall(out, filter="data")
+    _read_only(out)
+    return {"index": index, "manifest": manifest}
+
+
+def _read_only(root: Path) -> None:
+    for path in sorted(root.rglob("*"), reverse=True):
+        path.chmod(0o555 if path.is_dir() else 0o444)
+
+
+def _open_from_mount(mount: Path, tmp_path: Path, ref: str = "examples") -> subprocess.CompletedProcess:
+    """A pod's view: the mount, a writable cache, no registry client configured beyond the two variables."""
+    code = ("import karchive.resolve as r; rd = r.open(%r); "
+            "print(rd.header['name'], rd.header['version'], rd.verdict)" % ref)
+    env = {"KARCHIVE_REGISTRY": str(mount / "karchive" / "registry"),
+           "KARCHIVE_LOCKFILE": str(mount / "karchive" / "karchive.lock"),
+           "XDG_CACHE_HOME": str(tmp_path / "pod-cache"), "KARCHIVE_STORAGE_OPTIONS": ""}
+    import sys
+
+    from registry_servers import subprocess_env
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(**env),
+                          timeout=120)
+
+
+import subprocess  # noqa: E402
+
+
+def test_oci_image_layout_mounted_read_only_opens_with_digests_checked(tmp_path: Path) -> None:
+    one, two = small_archive("examples", "0.1.0"), small_archive("other", "2.0.0", block=256)
+    out = run_cli("oci-image", str(one), str(two), "-o", str(tmp_path / "layout"), "--tag", "kernels-1", "--json")
+    assert out.returncode == 0, out.stderr
+    made = json.loads(out.stdout)
+    assert made["archives"] == ["examples@0.1.0", "other@2.0.0"] and made["tag"] == "kernels-1"
+    assert json.loads((tmp_path / "layout" / "oci-layout").read_text()) == {"imageLayoutVersion": "1.0.0"}
+    seen = _unpack_layout_layer(tmp_path / "layout", tmp_path / "mount")
+    assert seen["index"]["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"] == "kernels-1"
+    mount = tmp_path / "mount"
+    assert (mount / "karchive" / "registry" / "blobs" / "sha256").is_dir()
+    opened = _open_from_mount(mount, tmp_path)
+    assert opened.returncode == 0 and opened.stdout.split()[:2] == ["examples", "0.1.0"], opened.stderr
+    assert _open_from_mount(mount, tmp_path, "other").stdout.split()[:2] == ["other", "2.0.0"]
+
+    # A changed byte in the mounted archive is refused.
+    bad = tmp_path / "bad"
+    _unpack_layout_layer(tmp_path / "layout", bad)
+    for p in sorted((bad / "karchive" / "registry" / "blobs" / "sha256").glob("*.karc")):
+        p.chmod(0o644)
+        data = bytearray(p.read_bytes())
+        data[100] ^= 1
+        p.write_bytes(bytes(data))
+    refused = _open_from_mount(bad, tmp_path / "b")
+    assert refused.returncode != 0 and ("IntegrityError" in refused.stderr or "DigestMismatch" in refused.stderr), \
+        refused.stderr[-2000:]
+
+
+def test_oci_image_pushed_then_its_layer_pulled_and_opened(oci: OciRegistry, tmp_path: Path) -> None:
+    import tarfile
+
+    space = ns()
+    env = {"KARCHIVE_STORAGE_OPTIONS": json.dumps(oci.options())}
+    target = f"oci://{oci.host}/{space}/kernel-cache"
+    out = run_cli("oci-image", str(small_archive("examples", "0.1.0")), "-o", target, "--json", env=env)
+    assert out.returncode == 0, out.stderr
+    made = json.loads(out.stdout)
+    assert made["tag"] == "0.1.0"
+    http = raw(oci)
+    manifest = http.get(f"http://{oci.host}/v2/{space}/kernel-cache/manifests/0.1.0",
+                        headers={"Accept": L.MANIFEST_TYPE})
+    assert L.digest_of(manifest.content) == made["manifest"]
+    [layer] = manifest.json()["layers"]
+    blob = http.get(f"http://{oci.host}/v2/{space}/kernel-cache/blobs/{layer['digest']}").content
+    assert L.digest_of(blob) == layer["digest"]
+    (tmp_path / "layer.tar").write_bytes(blob)
+    with tarfile.open(tmp_path / "layer.tar") as tar:
+        tar.extractall(tmp_path / "mount", filter="data")
+    _read_only(tmp_path / "mount")
+    opened = _open_from_mount(tmp_path / "mount", tmp_path)
+    assert opened.returncode == 0 and opened.stdout.split()[:2] == ["examples", "0.1.0"], opened.stderr
+    # The tag is never moved to another image.
+    other = run_cli("oci-image", str(small_archive("examples", "0.1.0", block=256)), "-o", target, env=env)
+    assert other.returncode != 0 and "never moves a tag" in other.stderr

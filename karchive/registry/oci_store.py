@@ -144,7 +144,7 @@ class OciStore(Store):
                              registry=self.url)
 
     # -- manifests ----------------------------------------------------------------------------------
-    def _manifest(self, repo: str, reference: str, what: str) -> tuple[bytes, str] | None:
+    def manifest(self, repo: str, reference: str, what: str) -> tuple[bytes, str] | None:
         """A manifest's bytes and digest (by tag, or by digest: then the bytes must hash to it)."""
         try:
             response = self._get(f"{repo}/manifests/{reference}", f"read manifest {repo}:{reference} from",
@@ -167,7 +167,7 @@ class OciStore(Store):
         except RegistryError:
             return None  # no such tag can exist
         repo = self._repo(name)
-        got = self._manifest(repo, tag, "an archive manifest")
+        got = self.manifest(repo, tag, "an archive manifest")
         if got is None:
             return None
         data, digest = got
@@ -176,7 +176,7 @@ class OciStore(Store):
             self._subjects[record.sha256] = _Subject(repo, tag, digest, len(data))
         return record.to_json()
 
-    def _ensure_blob(self, repo: str, data: bytes) -> None:
+    def push_bytes(self, repo: str, data: bytes) -> None:
         digest = L.digest_of(data)
 
         def push() -> None:
@@ -192,7 +192,7 @@ class OciStore(Store):
 
         self._call(push, f"upload {digest[:19]} to {repo} in")
 
-    def _put_manifest(self, repo: str, reference: str, data: bytes, media_type: str = L.MANIFEST_TYPE) -> None:
+    def put_manifest(self, repo: str, reference: str, data: bytes, media_type: str = L.MANIFEST_TYPE) -> None:
         self._call(lambda: self.client.request("PUT", f"{repo}/manifests/{reference}", data=data,
                                                headers={"Content-Type": media_type}, ok=(201, 200)),
                    f"write manifest {repo}:{reference} in")
@@ -205,7 +205,7 @@ class OciStore(Store):
         facts = self._facts.get(record.sha256, {})
         manifest = L.archive_manifest(record, format_version=facts.get("format", ""), triton=facts.get("triton", ""))
         digest = L.digest_of(manifest)
-        self._ensure_blob(repo, L.EMPTY_BLOB)
+        self.push_bytes(repo, L.EMPTY_BLOB)
         # OCI distribution has no conditional tag write, so this is Fischer's timed mutual exclusion with
         # the tag as the shared register: check that the tag is absent, write it, wait SETTLE, read it
         # back; the publisher whose manifest it then names wins, the others see a conflict (or a no-op
@@ -213,17 +213,17 @@ class OciStore(Store):
         # one that took longer says so (spec/REGISTRY.md §9). A registry with tag immutability turned
         # on (Harbor, ECR, ACR, Artifact Registry) refuses the second write itself.
         started = time.monotonic()
-        if self._manifest(repo, tag, "an archive manifest") is not None:
+        if self.manifest(repo, tag, "an archive manifest") is not None:
             return False  # a version is a tag, and an existing tag is never moved
         try:
-            self._put_manifest(repo, tag, manifest)
+            self.put_manifest(repo, tag, manifest)
         except TransferError as exc:
             if isinstance(exc.__cause__, OciHttpError) and exc.__cause__.status in (400, 409, 412):
                 return False  # an immutable tag, refused by the registry: the caller reads what it holds
             raise
         took = time.monotonic() - started
         time.sleep(SETTLE)
-        now = self._manifest(repo, tag, "an archive manifest")
+        now = self.manifest(repo, tag, "an archive manifest")
         if now is None or now[1] != digest:
             return False
         if took > SETTLE / 2:
@@ -238,7 +238,7 @@ class OciStore(Store):
     def _subject_manifest(self, digest: str) -> _Subject:
         subject = self._subject(digest)
         if not subject.manifest or not subject.manifest_size:
-            got = self._manifest(subject.repo, subject.manifest or subject.tag, "an archive manifest")
+            got = self.manifest(subject.repo, subject.manifest or subject.tag, "an archive manifest")
             if got is None:
                 raise RegistryError(f"{self.url}/{subject.repo}:{subject.tag} is gone", registry=self.url)
             if L.archive_layer(L.load_manifest(got[0], subject.repo), subject.repo)[0] != digest:
@@ -263,7 +263,7 @@ class OciStore(Store):
             except FileNotFoundError:
                 self._referrers_api = False
         if doc is None:
-            got = self._manifest(subject.repo, L.fallback_tag(subject.manifest), "a referrers index")
+            got = self.manifest(subject.repo, L.fallback_tag(subject.manifest), "a referrers index")
             doc = {} if got is None else L.load_manifest(got[0], where)
         found = doc.get("manifests") or []
         if not isinstance(found, list):
@@ -289,7 +289,7 @@ class OciStore(Store):
         reference = desc.get("digest")
         if not isinstance(reference, str) or not reference.startswith("sha256:"):
             raise DamagedRegistryError(f"{self.url}/{subject.repo}: bad referrer digest {reference!r}", where=subject.repo)
-        got = self._manifest(subject.repo, reference, "a signature referrer")
+        got = self.manifest(subject.repo, reference, "a signature referrer")
         if got is None:
             return None
         where = f"{self.url}/{subject.repo}@{reference}"
@@ -313,23 +313,23 @@ class OciStore(Store):
         subject = self._subject_manifest(digest)
         if key_id in self._signature_descriptors(digest):
             return False
-        self._ensure_blob(subject.repo, L.EMPTY_BLOB)
-        self._ensure_blob(subject.repo, envelope)
+        self.push_bytes(subject.repo, L.EMPTY_BLOB)
+        self.push_bytes(subject.repo, envelope)
         manifest = L.signature_manifest(L.descriptor(L.MANIFEST_TYPE, subject.manifest, subject.manifest_size),
                                         key_id, envelope)
         reference = L.digest_of(manifest)
-        self._put_manifest(subject.repo, reference, manifest)
+        self.put_manifest(subject.repo, reference, manifest)
         if self._referrers_api:
             return True
         entry = L.descriptor(L.MANIFEST_TYPE, reference, len(manifest), {L.A_KEY: key_id})
         entry["artifactType"] = L.SIGNATURE_ARTIFACT
         tag = L.fallback_tag(subject.manifest)
         for _ in range(5):  # read-modify-write of the fallback index, read back until ours is listed
-            got = self._manifest(subject.repo, tag, "a referrers index")
+            got = self.manifest(subject.repo, tag, "a referrers index")
             old = L.load_manifest(got[0], tag).get("manifests", []) if got else []
             listed = [d for d in old if isinstance(d, dict) and d.get("digest") != reference]
             index = L.encode({"schemaVersion": 2, "mediaType": L.INDEX_TYPE, "manifests": listed + [entry]})
-            self._put_manifest(subject.repo, tag, index, L.INDEX_TYPE)
+            self.put_manifest(subject.repo, tag, index, L.INDEX_TYPE)
             if any(d.get("annotations", {}).get(L.A_KEY) == key_id for d in self._referrers(subject)):
                 return True
         raise RegistryError(f"{self.url}/{subject.repo}: could not list the signature in the referrers tag {tag} "
@@ -397,21 +397,25 @@ class OciStore(Store):
         subject = self._subject(digest)
         if self.size(path) is not None:
             return False
+        self.push_file(subject.repo, local, f"sha256:{digest}", L.ARCHIVE_LAYER)
+        progress(os.path.getsize(local))
+        return True
+
+    def push_file(self, repo: str, local: str, digest: str, media_type: str) -> None:
+        """Upload a local file as the blob ``digest`` of ``repo`` (the registry checks the digest)."""
         size = os.path.getsize(local)
-        layer = L.descriptor(L.ARCHIVE_LAYER, f"sha256:{digest}", size)
+        layer = L.descriptor(media_type, digest, size)
 
         def push() -> None:
             client = self.client.client
-            container = client.get_container(f"{self.host}/{subject.repo}")
+            container = client.get_container(f"{self.host}/{repo}")
             response = client.upload_blob(local, container, layer, do_chunked=size > CHUNKED_ABOVE)
             if response.status_code not in (200, 201, 202):
-                raise OciHttpError(response.status_code, f"upload of sha256:{digest} to {subject.repo}: HTTP "
+                raise OciHttpError(response.status_code, f"upload of {digest} to {repo}: HTTP "
                                    f"{response.status_code} {response.text[:200]}",
                                    retry_after(response.headers.get("Retry-After")))
 
-        self._call(push, f"upload sha256:{digest[:12]} to {subject.repo} in")
-        progress(size)
-        return True
+        self._call(push, f"upload {digest[:19]} to {repo} in")
 
     def list_dir(self, path: str) -> list[str]:
         if path == NAMES_DIR:
