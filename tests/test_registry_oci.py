@@ -147,7 +147,7 @@ def test_concurrent_publishers_of_one_version_one_wins(oci: OciRegistry, tmp_pat
         gate.wait()
         try:
             results[i] = reg.publish(archives[i])
-        except Exception as exc:  # noqa: BLE001 - collected and checked below
+        except Exception as exc:  # collected and checked below
             results[i] = exc
 
     threads = [threading.Thread(target=publish, args=(i,)) for i in range(len(archives))]

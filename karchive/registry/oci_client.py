@@ -87,7 +87,7 @@ class OciClient:
         token_auth = oras.auth.TokenAuth
         timeout = self._timeout
 
-        class _OneAttempt(provider.Registry):  # type: ignore[name-defined,misc]
+        class _OneAttempt(provider.Registry):  # type: ignore[name-defined]
             """oras' request with its authentication, minus its fixed-sleep retry decorator, and with
             Basic credentials sent up front where the registry wants Basic (not a 401 first each time)."""
 

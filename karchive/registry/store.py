@@ -78,7 +78,7 @@ class Store(abc.ABC):
     def list_dir(self, path: str) -> list[str]:
         """Entry names directly under ``path`` (hidden names excluded); [] if there is none."""
 
-    def bind(self, record: VersionRecord) -> None:
+    def bind(self, record: VersionRecord) -> None:  # noqa: B027 - an optional hook, a no-op by default
         """Say which archive a blob digest belongs to, before its blob or signatures are touched: a backend
         that keeps blobs per archive name (OCI: one repository per name, :mod:`.oci_store`) needs it;
         path-addressed backends ignore it."""
