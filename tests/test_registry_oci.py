@@ -468,3 +468,36 @@ def test_oci_image_pushed_then_its_layer_pulled_and_opened(oci: OciRegistry, tmp
     # The tag is never moved to another image.
     other = run_cli("oci-image", str(small_archive("examples", "0.1.0", block=256)), "-o", target, env=env)
     assert other.returncode != 0 and "never moves a tag" in other.stderr
+
+
+# -- signed registry metadata: rollback and freeze on mutable tags ----------------------------------
+def test_signed_registry_metadata_on_oci_refuses_a_moved_tag(oci: OciRegistry, keys,
+                                                               tmp_path: Path) -> None:
+    from karchive.errors import RegistryMetadataError
+    from karchive.trust import reasons
+    from trust_support import policy_text
+
+    space = ns()
+    writer = registry(oci, oci, tmp_path / "w", space)
+    writer.publish(small_archive("examples", "0.1.0"), sign=[keys["ci"]], registry_keys=[keys["alice"]])
+    writer.publish(small_archive("examples", "0.2.0", block=256), sign=[keys["ci"]], registry_keys=[keys["alice"]])
+    text = policy_text(keys, signers=("ci",), extra_keys=("alice",))
+    text += '\n[registry]\nrequire_signed_metadata = true\nkeys = ["alice"]\nthreshold = 1\n'
+    (tmp_path / "policy.toml").write_text(text)
+    policy = tmp_path / "policy.toml"
+    # The documents are artifacts of NAMESPACE/karchive/metadata, never an archive's repository.
+    tags = raw(oci).get(f"http://{oci.host}/v2/{space}/karchive/metadata/tags/list").json()["tags"]
+    assert "timestamp" in tags and {"snapshot-1", "snapshot-2"} <= set(tags)
+    assert registry(oci, oci, tmp_path / "r", space).names() == ["examples"]
+    ok = registry(oci, oci, tmp_path / "ok", space).pull("examples", options=OpenOptions(trust=policy))
+    assert ok.record.version == "0.2.0"
+
+    # Someone with push rights re-tags 0.2.0 to other bytes: the snapshot's digest no longer matches.
+    http = raw(oci)
+    old = http.get(f"http://{oci.host}/v2/{space}/examples/manifests/0.1.0", headers={"Accept": L.MANIFEST_TYPE}).json()
+    old["annotations"][L.A_VERSION] = "0.2.0"
+    assert http.put(f"http://{oci.host}/v2/{space}/examples/manifests/0.2.0", data=L.encode(old),
+                    headers={"Content-Type": L.MANIFEST_TYPE}).status_code == 201
+    with pytest.raises(RegistryMetadataError) as refused:
+        registry(oci, oci, tmp_path / "moved", space).pull("examples@0.2.0", options=OpenOptions(trust=policy))
+    assert refused.value.reason == reasons.METADATA_MISMATCH

@@ -33,6 +33,7 @@ ARCHIVE_ARTIFACT = "application/vnd.karchive.archive.v1"
 ARCHIVE_LAYER = "application/vnd.karchive.archive.v1+zstd"
 SIGNATURE_ARTIFACT = "application/vnd.karchive.signature.v1"
 SIGNATURE_LAYER = "application/vnd.dsse.envelope.v1+json"
+METADATA_ARTIFACT = "application/vnd.karchive.registry-metadata.v1"
 
 P = "dev.karchive."
 A_NAME, A_VERSION, A_FORMAT, A_TARGETS, A_TRITON = P + "name", P + "version", P + "format", P + "targets", P + "triton"

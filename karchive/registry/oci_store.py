@@ -38,6 +38,7 @@ from ..errors import DamagedRegistryError, IntegrityError, RegistryError, Regist
 from . import oci_layout as L
 from .config import redact_url
 from .oci_client import OciClient, OciHttpError, retry_after
+from .metadata_store import SNAPSHOTS_DIR, TIMESTAMP_PATH
 from .records import VersionRecord, encode_marker
 from .retry import RetryPolicy
 from .store import ProgressFn, Store
@@ -51,6 +52,10 @@ _NAME_INDEX = re.compile(r"names/([^/]+)/index\.json")
 _BLOB = re.compile(r"blobs/sha256/([0-9a-f]{64})\.karc")
 _SIGS = re.compile(r"blobs/sha256/([0-9a-f]{64})\.karc\.sigs")
 _SIG = re.compile(r"blobs/sha256/([0-9a-f]{64})\.karc\.sigs/([0-9a-f]{64})\.json")
+_SNAPSHOT = re.compile(re.escape(SNAPSHOTS_DIR) + r"/([1-9][0-9]{0,15})\.json")
+#: The repository (under the namespace) holding signed registry metadata: two path components, so it is
+#: never an archive's repository (``NAMESPACE/NAME``).
+METADATA_REPO = "karchive/metadata"
 _SIG_INDEX = re.compile(r"blobs/sha256/([0-9a-f]{64})\.karc\.sigs/" + re.escape(SIGNATURE_INDEX))
 #: Listings read at most this many entries (pages of the catalog, tags or referrers).
 MAX_LISTED = 10_000
@@ -139,9 +144,7 @@ class OciStore(Store):
                                                          record.manifest)
 
     def _unmapped(self, path: str) -> RegistryError:
-        return RegistryError(f"{self.url}: {path} has no place on an OCI registry (signed registry metadata is kept "
-                             "on directory and bucket registries only; lockfile digests pin versions here)",
-                             registry=self.url)
+        return RegistryError(f"{self.url}: {path} has no place on an OCI registry (internal error)", registry=self.url)
 
     # -- manifests ----------------------------------------------------------------------------------
     def manifest(self, repo: str, reference: str, what: str) -> tuple[bytes, str] | None:
@@ -205,16 +208,26 @@ class OciStore(Store):
         facts = self._facts.get(record.sha256, {})
         manifest = L.archive_manifest(record, format_version=facts.get("format", ""), triton=facts.get("triton", ""))
         digest = L.digest_of(manifest)
+        if not self._create_tag(repo, tag, manifest, record.ref):
+            return False
+        with self._lock:
+            self._subjects[record.sha256] = _Subject(repo, tag, digest, len(manifest))
+        return True
+
+    def _create_tag(self, repo: str, tag: str, manifest: bytes, what: str) -> bool:
+        """Point ``tag`` at ``manifest`` only if it names nothing yet; True if this call's manifest won.
+
+        OCI distribution has no conditional tag write, so this is Fischer's timed mutual exclusion with
+        the tag as the shared register: check that the tag is absent, write it, wait SETTLE, read it
+        back; the writer whose manifest it then names wins, the others get False (the registry then
+        reports a conflict, or a no-op for the same bytes). Safe while every writer's check-to-write
+        takes less than SETTLE; one that took longer says so (spec/REGISTRY.md §10). A registry with tag
+        immutability turned on (Harbor, ECR, ACR, Artifact Registry) refuses the second write itself."""
         self.push_bytes(repo, L.EMPTY_BLOB)
-        # OCI distribution has no conditional tag write, so this is Fischer's timed mutual exclusion with
-        # the tag as the shared register: check that the tag is absent, write it, wait SETTLE, read it
-        # back; the publisher whose manifest it then names wins, the others see a conflict (or a no-op
-        # for the same bytes). Safe while every publisher's check-to-write takes less than SETTLE;
-        # one that took longer says so (spec/REGISTRY.md §9). A registry with tag immutability turned
-        # on (Harbor, ECR, ACR, Artifact Registry) refuses the second write itself.
+        digest = L.digest_of(manifest)
         started = time.monotonic()
-        if self.manifest(repo, tag, "an archive manifest") is not None:
-            return False  # a version is a tag, and an existing tag is never moved
+        if self.manifest(repo, tag, "a manifest") is not None:
+            return False  # an existing tag is never moved
         try:
             self.put_manifest(repo, tag, manifest)
         except TransferError as exc:
@@ -223,16 +236,50 @@ class OciStore(Store):
             raise
         took = time.monotonic() - started
         time.sleep(SETTLE)
-        now = self.manifest(repo, tag, "an archive manifest")
+        now = self.manifest(repo, tag, "a manifest")
         if now is None or now[1] != digest:
             return False
         if took > SETTLE / 2:
             log.warning("registry %s: writing tag %s:%s took %.1f s after checking it was free, more than %.1f s: "
-                        "another publisher of %s may also have been told it won; check with `karchive pull`",
-                        self.url, repo, tag, took, SETTLE / 2, record.ref)
-        with self._lock:
-            self._subjects[record.sha256] = _Subject(repo, tag, digest, len(manifest))
+                        "another writer of %s may also have been told it won; check with `karchive pull`",
+                        self.url, repo, tag, took, SETTLE / 2, what)
         return True
+
+    # -- signed registry metadata (spec/SIGNING.md §11): one small artifact per document -----------
+    def _metadata(self, path: str) -> tuple[str, str] | None:
+        """``(repository, tag)`` of a metadata document: ``NAMESPACE/karchive/metadata`` (two components,
+        so no archive's repository can be it), tags ``timestamp`` and ``snapshot-N``."""
+        repo = f"{self.namespace}/{METADATA_REPO}" if self.namespace else METADATA_REPO
+        if path == TIMESTAMP_PATH:
+            return repo, "timestamp"
+        if m := _SNAPSHOT.fullmatch(path):
+            return repo, f"snapshot-{m.group(1)}"
+        return None
+
+    def _read_document(self, repo: str, tag: str) -> bytes | None:
+        got = self.manifest(repo, tag, "a registry metadata document")
+        if got is None:
+            return None
+        where = f"{self.url}/{repo}:{tag}"
+        doc = L.load_manifest(got[0], where)
+        layers = doc.get("layers")
+        if doc.get("artifactType") != L.METADATA_ARTIFACT or not isinstance(layers, list) or len(layers) != 1:
+            raise DamagedRegistryError(f"{where}: not a karchive registry metadata document", where=where)
+        blob, size = L._sha256_of(layers[0], where)
+        if size > L.MAX_MANIFEST_BYTES:
+            raise DamagedRegistryError(f"{where}: document larger than {L.MAX_MANIFEST_BYTES} bytes", where=where)
+        data = self._get(f"{repo}/blobs/sha256:{blob}", f"read {tag} from").content
+        if L.digest_of(data) != f"sha256:{blob}":
+            raise IntegrityError(f"{where}: the registry served a document that does not hash to sha256:{blob}",
+                                 source=where)
+        return data
+
+    def _document_manifest(self, repo: str, data: bytes) -> bytes:
+        self.push_bytes(repo, L.EMPTY_BLOB)
+        self.push_bytes(repo, data)
+        return L.encode({"schemaVersion": 2, "mediaType": L.MANIFEST_TYPE, "artifactType": L.METADATA_ARTIFACT,
+                         "config": L.empty_config(), "layers": [L.descriptor(L.SIGNATURE_LAYER, L.digest_of(data),
+                                                                             len(data))]})
 
     # -- referrers (signatures) ---------------------------------------------------------------------
     def _subject_manifest(self, digest: str) -> _Subject:
@@ -345,6 +392,8 @@ class OciStore(Store):
             return self._read_signature(m.group(1), m.group(2))
         if path == ROOT_INDEX or _NAME_INDEX.fullmatch(path) or _SIG_INDEX.fullmatch(path):
             return None  # derived indexes: the registry lists itself
+        if meta := self._metadata(path):
+            return self._read_document(*meta)
         if _BLOB.fullmatch(path):
             raise RegistryError(f"{self.url}: blobs are read by range (internal error)", registry=self.url)
         raise self._unmapped(path)
@@ -364,6 +413,11 @@ class OciStore(Store):
 
     def read_range(self, path: str, start: int, end: int) -> bytes:
         m = _BLOB.fullmatch(path)
+        if not m and (meta := self._metadata(path)):
+            data = self._read_document(*meta)  # small documents, read whole (bounded)
+            if data is None:
+                raise FileNotFoundError(path)
+            return data[start:end]
         if not m:
             raise self._unmapped(path)
         subject = self._subject(m.group(1))
@@ -381,11 +435,16 @@ class OciStore(Store):
             return self._create_record(data)
         if m := _SIG.fullmatch(path):
             return self._create_signature(m.group(1), m.group(2), data)
+        if meta := self._metadata(path):
+            return self._create_tag(meta[0], meta[1], self._document_manifest(meta[0], data), path)
         raise self._unmapped(path)
 
     def replace(self, path: str, data: bytes) -> None:
         if path == ROOT_INDEX or _NAME_INDEX.fullmatch(path) or _SIG_INDEX.fullmatch(path):
             return  # derived indexes: nothing to keep
+        if meta := self._metadata(path):
+            self.put_manifest(meta[0], meta[1], self._document_manifest(meta[0], data))
+            return
         raise self._unmapped(path)
 
     def upload(self, path: str, local: str, progress: ProgressFn) -> bool:
@@ -428,6 +487,9 @@ class OciStore(Store):
             return sorted(f"{t}.json" for t in self._tags(repo) if L.is_version_tag(t))
         if m := _SIGS.fullmatch(path):
             return sorted(f"{k}{SIGNATURE_SUFFIX}" for k in self._signature_descriptors(m.group(1)))
+        if path == SNAPSHOTS_DIR:
+            repo = self._metadata(TIMESTAMP_PATH)[0]  # type: ignore[index]
+            return sorted(f"{t[len('snapshot-'):]}.json" for t in self._tags(repo) if t.startswith("snapshot-"))
         raise self._unmapped(path)
 
     def _paged(self, path: str, key: str, what: str) -> list[str]:
