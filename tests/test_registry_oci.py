@@ -2,7 +2,7 @@
 127.0.0.1 with htpasswd authentication, reached through oras-py; a fault-injecting proxy in front of it
 for throttling, tampering and a registry killed mid-upload (tests/oci_servers.py).
 
-Everything goes through the same ``Registry`` as directories and buckets (spec/REGISTRY.md §9)."""
+Everything goes through the same ``Registry`` as directories and buckets (spec/REGISTRY.md §10)."""
 
 from __future__ import annotations
 
@@ -131,6 +131,10 @@ def test_cli_publish_ls_pull_through_an_oci_registry(oci: OciRegistry, tmp_path:
     assert locked.returncode == 0, locked.stderr
     pin = json.loads((tmp_path / "karchive.lock").read_text())["archives"]["examples"]
     assert pin["manifest"].startswith("sha256:")
+    verified = run_cli("verify", "examples@0.1.0", env=env)
+    assert verified.returncode == 0, verified.stderr
+    same = run_cli("diff", "examples@0.1.0", "examples@0.1.0", env=env)
+    assert same.returncode == 0, same.stderr
     pulled = run_cli("pull", "examples@0.1.0", "-o", str(tmp_path / "x.karc"), env=env)
     assert pulled.returncode == 0, pulled.stderr
     assert (tmp_path / "x.karc").read_bytes() == small_archive("examples", "0.1.0").read_bytes()

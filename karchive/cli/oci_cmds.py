@@ -1,4 +1,4 @@
-"""`karchive oci-image`: archives wrapped as an OCI image for Kubernetes image volumes (spec/REGISTRY.md §9.6).
+"""`karchive oci-image`: archives wrapped as an OCI image for Kubernetes image volumes (spec/REGISTRY.md §10.5).
 
 Registries themselves need no command of their own: ``--registry oci://HOST/NAMESPACE`` works wherever
 a registry is accepted.

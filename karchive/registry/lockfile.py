@@ -45,7 +45,7 @@ class Pin:
                                "index_sha256": self.index_sha256}
         if self.signers:  # absent rather than empty: lockfiles without signing read exactly as before
             out["signers"] = list(self.signers)
-        if self.manifest:  # an OCI registry's manifest (spec/REGISTRY.md §9): absent elsewhere
+        if self.manifest:  # an OCI registry's manifest (spec/REGISTRY.md §10): absent elsewhere
             out["manifest"] = self.manifest
         return out
 

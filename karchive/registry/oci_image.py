@@ -1,5 +1,5 @@
 """``karchive oci-image``: archives wrapped as a standard OCI *image*, for Kubernetes image volumes
-(spec/REGISTRY.md §9.6).
+(spec/REGISTRY.md §10.5).
 
 The image has one uncompressed tar layer holding, under ``karchive/``:
 

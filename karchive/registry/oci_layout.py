@@ -1,4 +1,4 @@
-"""What karchive writes into an OCI registry (spec/REGISTRY.md §9, "OCI registries"): media types,
+"""What karchive writes into an OCI registry (spec/REGISTRY.md §10, "OCI registries"): media types,
 annotations, and the manifests of an archive and of a signature, built and read back here only.
 
 An archive is an OCI image-spec 1.1 *artifact*: a manifest whose ``artifactType`` is karchive's, whose

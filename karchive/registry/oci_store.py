@@ -1,5 +1,5 @@
 """``oci://HOST[:PORT]/NAMESPACE``: a registry on an OCI distribution registry, behind the same
-:class:`~.store.Store` interface as a directory or a bucket (spec/REGISTRY.md §9).
+:class:`~.store.Store` interface as a directory or a bucket (spec/REGISTRY.md §10).
 
 The registry's layout paths map onto OCI objects, so :mod:`.registry` keeps one copy of the logic
 (publish order, immutability, conflicts, signatures, trust) for every backend:

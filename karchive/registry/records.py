@@ -35,7 +35,7 @@ class VersionRecord:
     kernels: tuple[str, ...] = field(default_factory=tuple)
     targets: tuple[str, ...] = field(default_factory=tuple)
     #: On an OCI registry, the digest (``sha256:<hex>``) of the archive's manifest, which its tag named
-    #: when this record was read; lockfiles pin it (spec/REGISTRY.md §9). Empty elsewhere.
+    #: when this record was read; lockfiles pin it (spec/REGISTRY.md §10). Empty elsewhere.
     manifest: str = ""
 
     @property
