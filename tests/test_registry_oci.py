@@ -505,3 +505,57 @@ def test_signed_registry_metadata_on_oci_refuses_a_moved_tag(oci: OciRegistry, k
     with pytest.raises(RegistryMetadataError) as refused:
         registry(oci, oci, tmp_path / "moved", space).pull("examples@0.2.0", options=OpenOptions(trust=policy))
     assert refused.value.reason == reasons.METADATA_MISMATCH
+
+
+# -- no registry needed: grammar, hostile manifests, Retry-After ------------------------------------
+def test_names_and_versions_that_cannot_be_oci_repositories_or_tags_are_refused_not_rewritten() -> None:
+    from karchive.errors import RegistryValueError
+    from karchive.registry.oci_store import parse_oci_url
+
+    assert L.repository_component("flash-attn.v2") == "flash-attn.v2"
+    with pytest.raises(RegistryValueError, match="lower case"):
+        L.repository_component("FlashAttn")
+    assert L.version_tag("1.2.3-rc.1") == "1.2.3-rc.1"
+    with pytest.raises(RegistryValueError, match="cannot be an OCI tag"):
+        L.version_tag("2.0.0+cu12")
+    with pytest.raises(RegistryValueError, match="cannot be an OCI tag"):
+        L.version_tag("sha256-" + "a" * 64)
+    assert parse_oci_url("oci://user:pw@Reg.Example:5000/team/kernels") == ("reg.example:5000", "team/kernels")
+    for bad in ("oci://", "oci://h/Team", "oci://h/a?x=1", "s3://b/k"):
+        with pytest.raises(RegistryValueError):
+            parse_oci_url(bad)
+
+
+@pytest.mark.parametrize("change, says", [
+    (lambda m: m.update(artifactType="application/vnd.oci.image.config.v1+json"), "not a karchive archive"),
+    (lambda m: m["layers"].append(dict(m["layers"][0])), "exactly one"),
+    (lambda m: m["layers"][0].update(digest="sha512:" + "0" * 128), "not sha256"),
+    (lambda m: m["layers"][0].update(size=-1), "non-negative"),
+    (lambda m: m["annotations"].update({L.A_VARIANTS: "many"}), "not a count"),
+    (lambda m: m["annotations"].update({L.A_NAME: "../etc"}), "corrupt version record"),
+])
+def test_a_hostile_archive_manifest_is_a_named_error(change, says: str) -> None:
+    from karchive.errors import DamagedRegistryError
+    from karchive.registry.records import VersionRecord
+
+    record = VersionRecord("examples", "0.1.0", "a" * 64, 10, "b" * 64, variants=1, targets=("cuda:90",))
+    doc = json.loads(L.archive_manifest(record))
+    assert L.record_from_manifest(L.encode(doc), "m", "sha256:" + "c" * 64).sha256 == "a" * 64
+    change(doc)
+    with pytest.raises(DamagedRegistryError, match=says):
+        L.record_from_manifest(L.encode(doc), "m", "sha256:" + "c" * 64)
+
+
+def test_retry_after_is_honoured_within_a_cap() -> None:
+    import email.utils
+
+    from karchive.registry.oci_client import OciHttpError, retry_after
+    from karchive.registry.retry import MAX_RETRY_AFTER
+
+    assert retry_after("3") == 3.0 and retry_after(None) is None and retry_after("soon") is None
+    later = email.utils.formatdate(time.time() + 20, usegmt=True)
+    assert 17 < (retry_after(later) or 0) <= 20
+    policy = RetryPolicy(base_delay=0.01)
+    assert policy.wait(0, OciHttpError(429, "x", 2.0)) == 2.0
+    assert policy.wait(0, OciHttpError(503, "x", 3600.0)) == MAX_RETRY_AFTER
+    assert policy.wait(0, OciHttpError(503, "x")) <= 0.01
