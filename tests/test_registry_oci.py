@@ -119,6 +119,23 @@ def test_credentials_missing_and_wrong_are_refused_clearly(oci: OciRegistry, tmp
     assert out.returncode != 0 and "refused the credentials" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_a_python_process_finds_credentials_in_dockers_configuration(oci: OciRegistry, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """karchive.open / KARCHIVE_SERVE in a server: no storage options, `docker login`'s credentials."""
+    import base64
+
+    space = ns()
+    registry(oci, oci, tmp_path / "w", space).publish(small_archive("examples", "0.1.0"))
+    auth = base64.b64encode(f"{oci.options()['username']}:{oci.options()['password']}".encode()).decode()
+    (tmp_path / "docker").mkdir()
+    (tmp_path / "docker" / "config.json").write_text(json.dumps({"auths": {oci.host: {"auth": auth}}}))
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "docker"))
+    from karchive.resolve import open as open_ref
+
+    reader = open_ref("examples@0.1.0", registry=oci.url(space), cache_dir=tmp_path / "c")
+    assert reader.header["name"] == "examples"
+
+
 def test_cli_publish_ls_pull_through_an_oci_registry(oci: OciRegistry, tmp_path: Path) -> None:
     space = ns()
     env = {**env_for(oci, oci), "KARCHIVE_REGISTRY": oci.url(space)}

@@ -12,6 +12,7 @@ range reads, and answers turned into karchive errors (a missing object is ``File
 from __future__ import annotations
 
 import email.utils
+import os
 import threading
 import time
 from typing import Any
@@ -120,8 +121,10 @@ class OciClient:
         client.auth._basic_auth = None
         if self._username is not None and self._password is not None:
             client.auth.set_basic_auth(self._username, self._password)
-        else:
-            client.auth.load_configs(client.get_container(f"{self.host}/library/x"))
+        else:  # Docker's credential configuration: ~/.docker/config.json, or $DOCKER_CONFIG/config.json as Docker reads it
+            docker = os.environ.get("DOCKER_CONFIG")
+            client.auth.load_configs(client.get_container(f"{self.host}/library/x"),
+                                     [os.path.join(docker, "config.json")] if docker else None)
         return client
 
     def _timeout(self) -> float:
