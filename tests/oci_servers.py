@@ -9,7 +9,6 @@ The htpasswd file's bcrypt hash is made by Apache's ``htpasswd`` (apache2-utils)
 from __future__ import annotations
 
 import http.client
-import os
 import shutil
 import signal
 import socket
@@ -211,4 +210,4 @@ def env_for(reg: OciRegistry | FaultProxy, registry: OciRegistry) -> dict[str, s
     return {"KARCHIVE_REGISTRY": reg.url(), "KARCHIVE_STORAGE_OPTIONS": json.dumps(registry.options())}
 
 
-__all__ = ["OciRegistry", "FaultProxy", "env_for", "require_registry", "USER", "PASSWORD", "os"]
+__all__ = ["OciRegistry", "FaultProxy", "env_for", "require_registry", "USER", "PASSWORD"]
