@@ -576,3 +576,33 @@ def test_retry_after_is_honoured_within_a_cap() -> None:
     assert policy.wait(0, OciHttpError(429, "x", 2.0)) == 2.0
     assert policy.wait(0, OciHttpError(503, "x", 3600.0)) == MAX_RETRY_AFTER
     assert policy.wait(0, OciHttpError(503, "x")) <= 0.01
+
+
+def test_the_referrers_api_is_used_where_the_registry_serves_it(oci: OciRegistry, proxy: FaultProxy, keys,
+                                                                tmp_path: Path) -> None:
+    """distribution 2.8 has no referrers API: the proxy serves one (from the fallback index, filtered by
+    subject as the API is), and karchive reads it instead of the fallback tag."""
+    import re
+
+    space = ns()
+    registry(oci, oci, tmp_path / "w", space).publish(small_archive("examples", "0.1.0"), sign=[keys["ci"]])
+    http = raw(oci)
+    asked: list[str] = []
+
+    def referrers_api(p: FaultProxy, method: str, path: str, headers: dict):
+        m = re.fullmatch(r"/v2/(.+)/referrers/(sha256:[0-9a-f]{64})(\?.*)?", path)
+        if not m:
+            return None
+        asked.append(m.group(2))
+        got = http.get(f"http://{oci.host}/v2/{m.group(1)}/manifests/{L.fallback_tag(m.group(2))}",
+                       headers={"Accept": L.INDEX_TYPE})
+        body = got.content if got.status_code == 200 else L.encode(
+            {"schemaVersion": 2, "mediaType": L.INDEX_TYPE, "manifests": []})
+        return 200, {"Content-Type": L.INDEX_TYPE}, body
+
+    proxy.fault = referrers_api
+    reader = registry(proxy, oci, tmp_path / "r", space)
+    mark = proxy.mark()
+    pulled = reader.pull("examples@0.1.0", options=OpenOptions(trust=_policy(tmp_path, keys)))
+    assert pulled.trust is not None and asked == [pulled.record.manifest]
+    assert not [r for r in proxy.log[mark:] if "/manifests/sha256-" in r[1]], "the fallback tag was not read"

@@ -451,8 +451,15 @@ def main() -> int:
         results["s3"] = s3_costs({k: str(v) for k, v in paths.items()}, kernel, block)
         print(f"s3: {results['s3']}", file=sys.stderr)
     if not args.no_oci and not args.verify_only:
-        results["oci"] = oci_costs({k: str(v) for k, v in paths.items()}, kernel, block)
-        print(f"oci: {results['oci']}", file=sys.stderr)
+        import importlib.util
+        import shutil
+
+        if shutil.which("docker-registry") and importlib.util.find_spec("oras"):
+            results["oci"] = oci_costs({k: str(v) for k, v in paths.items()}, kernel, block)
+            print(f"oci: {results['oci']}", file=sys.stderr)
+        else:
+            print("oci: skipped (needs docker-registry, tools/oci_registry.sh, and oras: pip install "
+                  "'karchive[oci]')", file=sys.stderr)
 
     results["inspect"] = {}
     for label, p in paths.items() if not args.verify_only else ():

@@ -37,6 +37,7 @@ from ..core.grammar import fullmatch
 from ..errors import DamagedRegistryError, IntegrityError, RegistryError, RegistryValueError, TransferError
 from . import oci_layout as L
 from .config import redact_url
+from .deadline import current as current_deadline
 from .oci_client import OciClient, OciHttpError, retry_after
 from .metadata_store import SNAPSHOTS_DIR, TIMESTAMP_PATH
 from .records import VersionRecord, encode_marker
@@ -114,6 +115,7 @@ class OciStore(Store):
         self._subjects: dict[str, _Subject] = {}
         self._facts: dict[str, dict[str, str]] = {}
         self._referrers_api: bool | None = None
+        self._listed: dict[str, tuple[Any, dict[str, dict[str, Any]]]] = {}
         self._lock = threading.Lock()
 
     # -- helpers ------------------------------------------------------------------------------------
@@ -317,13 +319,21 @@ class OciStore(Store):
             raise DamagedRegistryError(f"{where}: referrers index without a manifests list", where=where)
         return [d for d in found[:MAX_LISTED] if isinstance(d, dict) and d.get("artifactType") == L.SIGNATURE_ARTIFACT]
 
-    def _signature_descriptors(self, digest: str) -> dict[str, dict[str, Any]]:
+    def _signature_descriptors(self, digest: str, fresh: bool = False) -> dict[str, dict[str, Any]]:
+        """Key id → referrer descriptor. Listed once per registry operation (the listing, then one read
+        per signer, asks once), afresh in the next; ``fresh`` lists again (before writing)."""
+        operation = current_deadline()
+        cached = self._listed.get(digest)
+        if not fresh and operation is not None and cached is not None and cached[0] is operation:
+            return cached[1]
         subject = self._subject_manifest(digest)
         out: dict[str, dict[str, Any]] = {}
         for desc in self._referrers(subject):
             key = (desc.get("annotations") or {}).get(L.A_KEY)
             if isinstance(key, str) and key not in out:
                 out[key] = desc
+        if operation is not None:
+            self._listed[digest] = (operation, out)
         return out
 
     def _read_signature(self, digest: str, key_id: str) -> bytes | None:
@@ -358,8 +368,9 @@ class OciStore(Store):
 
     def _create_signature(self, digest: str, key_id: str, envelope: bytes) -> bool:
         subject = self._subject_manifest(digest)
-        if key_id in self._signature_descriptors(digest):
+        if key_id in self._signature_descriptors(digest, fresh=True):
             return False
+        self._listed.pop(digest, None)
         self.push_bytes(subject.repo, L.EMPTY_BLOB)
         self.push_bytes(subject.repo, envelope)
         manifest = L.signature_manifest(L.descriptor(L.MANIFEST_TYPE, subject.manifest, subject.manifest_size),
