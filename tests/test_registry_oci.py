@@ -606,3 +606,14 @@ def test_the_referrers_api_is_used_where_the_registry_serves_it(oci: OciRegistry
     pulled = reader.pull("examples@0.1.0", options=OpenOptions(trust=_policy(tmp_path, keys)))
     assert pulled.trust is not None and asked == [pulled.record.manifest]
     assert not [r for r in proxy.log[mark:] if "/manifests/sha256-" in r[1]], "the fallback tag was not read"
+
+
+def test_an_unreachable_registry_is_a_transfer_error_not_a_library_exception(tmp_path: Path) -> None:
+    pytest.importorskip("oras")
+    from registry_servers import free_port
+
+    url = f"oci://127.0.0.1:{free_port()}/kernels"  # nothing listens there
+    with pytest.raises(TransferError, match=r"failed after 4 attempts: ConnectionError"):
+        Registry(url, cache=tmp_path / "c", retry=FAST).names()
+    with pytest.raises(TransferError, match="failed after 4 attempts"):
+        Registry(url, {"username": "u", "password": "p"}, cache=tmp_path / "c", retry=FAST).pull("examples@1.0")

@@ -132,7 +132,10 @@ class OciClient:
         return DEFAULT_REQUEST_TIMEOUT if deadline is None else max(0.001, deadline.remaining())
 
     def has_credentials(self) -> bool:
-        return bool(getattr(self.client.auth, "_basic_auth", None))
+        """Whether credentials are in use (given, or found in Docker's configuration); never connects."""
+        if self._client is None:
+            return self._username is not None
+        return bool(getattr(self._client.auth, "_basic_auth", None))
 
     # -- one request --------------------------------------------------------------------------------
     def request(self, method: str, path: str, *, headers: dict[str, str] | None = None, data: bytes | None = None,

@@ -528,6 +528,8 @@ class OciStore(Store):
         except FileNotFoundError:
             raise RegistryError(f"registry {self.url} does not list its repositories (no /v2/_catalog); name the "
                                 "archive (NAME@VERSION) instead of listing every name", registry=self.url) from None
+        except TransferError:
+            raise
         except RegistryError as exc:
             if not self.client.has_credentials():
                 raise
