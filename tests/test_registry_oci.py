@@ -93,6 +93,11 @@ def test_publish_list_pull_open_and_the_artifact_layout(oci: OciRegistry, proxy:
                                 headers={"Accept": L.MANIFEST_TYPE}).content) == digest
 
 
+def test_a_namespace_without_archives_is_not_an_empty_registry(oci: OciRegistry, tmp_path: Path) -> None:
+    with pytest.raises(NotFoundError, match="a mistyped location"):
+        registry(oci, oci, tmp_path / "c", ns()).names()
+
+
 def test_an_existing_tag_is_never_moved_to_other_bytes(oci: OciRegistry, tmp_path: Path) -> None:
     space = ns()
     first = registry(oci, oci, tmp_path / "a", space).publish(small_archive("examples", "0.1.0"))

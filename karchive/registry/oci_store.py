@@ -395,8 +395,13 @@ class OciStore(Store):
 
     # -- the Store interface ------------------------------------------------------------------------
     def read(self, path: str) -> bytes | None:
-        if path == MARKER:
-            return encode_marker()  # an OCI namespace needs no marker: its host answered, or this raised
+        if path == MARKER:  # no marker object: a namespace holding no archive is "not a registry" (mistyped?)
+            try:
+                return encode_marker() if self._names() else None
+            except TransferError:
+                raise
+            except RegistryError:
+                return encode_marker()  # a registry that does not list: it cannot tell, so no refusal
         if m := _RECORD.fullmatch(path):
             return self._read_record(m.group(1), m.group(2))
         if m := _SIG.fullmatch(path):
