@@ -148,7 +148,9 @@ def test_cli_publish_ls_pull_through_an_oci_registry(oci: OciRegistry, tmp_path:
     assert out.returncode == 0, out.stderr
     listed = run_cli("ls", "--json", env=env)
     assert listed.returncode == 0, listed.stderr
-    assert "examples" in listed.stdout and "0.1.0" in listed.stdout
+    [shown] = json.loads(listed.stdout)["archives"]  # from the manifest's annotations: no blob read
+    assert (shown["name"], shown["version"], shown["targets"]) == ("examples", "0.1.0", ["cuda:90"])
+    assert shown["format_version"].startswith("2.") and shown["triton"] and shown["manifest"].startswith("sha256:")
     locked = run_cli("lock", "examples@0.1.0", "-o", str(tmp_path / "karchive.lock"), env=env)
     assert locked.returncode == 0, locked.stderr
     pin = json.loads((tmp_path / "karchive.lock").read_text())["archives"]["examples"]

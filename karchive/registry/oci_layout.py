@@ -174,7 +174,7 @@ def record_from_manifest(data: bytes, where: str, manifest_digest: str) -> Versi
     obj = {"kind": "karchive-version", "layout": 1, "name": notes.get(A_NAME), "version": notes.get(A_VERSION),
            "sha256": sha256, "size": size, "index_sha256": notes.get(A_INDEX), "published": notes.get(A_CREATED, ""),
            "variants": int(variants), "kernels": list(split(A_KERNELS)), "targets": list(split(A_TARGETS)),
-           "manifest": manifest_digest}
+           "manifest": manifest_digest, "format_version": notes.get(A_FORMAT, ""), "triton": notes.get(A_TRITON, "")}
     return VersionRecord.from_dict(obj, where)
 
 

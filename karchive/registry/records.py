@@ -37,6 +37,10 @@ class VersionRecord:
     #: On an OCI registry, the digest (``sha256:<hex>``) of the archive's manifest, which its tag named
     #: when this record was read; lockfiles pin it (spec/REGISTRY.md §10). Empty elsewhere.
     manifest: str = ""
+    #: On an OCI registry, from the manifest's annotations (read without the blob): the archive's format
+    #: version and the Triton release(s) that compiled it. Empty elsewhere.
+    format_version: str = ""
+    triton: str = ""
 
     @property
     def ref(self) -> str:
@@ -56,6 +60,8 @@ class VersionRecord:
             "kernels": list(self.kernels),
             "targets": list(self.targets),
             **({"manifest": self.manifest} if self.manifest else {}),
+            **({"format_version": self.format_version} if self.format_version else {}),
+            **({"triton": self.triton} if self.triton else {}),
         }
 
     def to_json(self) -> bytes:
@@ -78,6 +84,8 @@ class VersionRecord:
                 kernels=tuple(_str_list(obj.get("kernels", []), "kernels")),
                 targets=tuple(_str_list(obj.get("targets", []), "targets")),
                 manifest=_manifest_digest(obj.get("manifest", "")),
+                format_version=_str(obj.get("format_version", ""), "format_version")[:64],
+                triton=_str(obj.get("triton", ""), "triton")[:256],
             )
         except RegistryError as exc:
             raise DamagedRegistryError(f"{where}: corrupt version record: {exc}", where=where) from None
