@@ -48,11 +48,12 @@ def retry_after(value: str | None) -> float | None:
     return max(0.0, when.timestamp() - time.time())
 
 
-def _oras() -> Any:
+def _oras(url: str) -> Any:
     try:
         import oras.provider
     except ImportError as exc:
-        raise RegistryError(f"oci:// registries need oras-py, which is not installed ({exc}): pip install 'karchive[oci]'") from None
+        raise RegistryError(f"oci:// registries need oras-py, which is not installed ({exc}): pip install 'karchive[oci]'",
+                            registry=url) from None
     return oras.provider
 
 
@@ -82,7 +83,7 @@ class OciClient:
         return self._client
 
     def _make(self) -> Any:
-        provider = _oras()
+        provider = _oras(self.url)
         import oras.auth
 
         token_auth = oras.auth.TokenAuth
