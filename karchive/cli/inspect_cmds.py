@@ -344,7 +344,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     try:
         # Digests first, with no policy (trust=False: not even $KARCHIVE_TRUST_POLICY), so that a damaged
         # archive shows its damage; the signatures are checked below and reported beside it.
-        reader = open_ref(args.archive, registry=args.registry, cache_dir=args.cache_dir, trust=False)
+        from ..registry.config import storage_options_from_env
+
+        reader = open_ref(args.archive, registry=args.registry, cache_dir=args.cache_dir, trust=False,
+                          storage_options=storage_options_from_env())  # credentials of a remote registry
     except FileNotFoundError:
         raise  # nothing to verify: an error (exit 2), as in every command, not "damaged" (exit 1)
     except FormatError as exc:
