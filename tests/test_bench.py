@@ -125,8 +125,8 @@ def test_one_slow_run_does_not_outweigh_a_faster_median():
 
 def test_a_binary_over_48k_of_shared_memory_is_loaded_as_tritons_loader_loads_it():
     """Triton's loader (backends/nvidia/driver.c) prefers shared memory in the L1/shared split and allows the
-    whole opt-in for a kernel over 48 KiB; karchive loaded such a binary with only its own size allowed, so the
-    driver chose another split than the JIT's and tuning timed (and the runtime ran) it under other conditions."""
+    whole opt-in for a kernel over 48 KiB; karchive loaded such a binary with only its own size allowed and the
+    driver's split, so tuning timed (and the runtime ran) it otherwise than the JIT it is compared with."""
     from runtime_support import FakeCuda, Recorder
 
     from karchive.runtime.drivers.cuda import CudaBackend
