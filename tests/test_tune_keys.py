@@ -407,7 +407,7 @@ def test_tuning_tables_in_records_are_checked_when_merged():
 def test_a_signed_sidecar_ships_the_decisions_to_another_machine(device, built, tmp_path, monkeypatch):
     import karchive
     from karchive.format.open import open_location
-    from karchive.runtime.tuning.decisions import import_tables
+    from karchive.runtime.tuning.signed import import_tables
     from karchive.trust.keys import SigningKey
     from karchive.runtime.tuning.signed import PAYLOAD_TYPE, verify_tuning
 
