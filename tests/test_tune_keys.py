@@ -242,6 +242,26 @@ def test_each_key_is_timed_once_across_the_built_configs_with_the_hooks(device):
     assert grids[:2] == [(64, 1, 1), (32, 1, 1)]
 
 
+def test_the_tuner_chooses_by_the_median_then_the_faster_runs(device):
+    """time_configs ranks each config's runs as Triton's autotuner does (runtime/tuning/bench.choose): equal
+    medians go to the config whose fast runs are faster (the first config took it before), and a broken timer's
+    NaN never wins (it did when it came first: nothing compares below NaN)."""
+    from karchive.runtime.tuning.tuner import Tuner, parse_keys_file
+
+    arc, _rec = device
+    runs = {64: [1.0, 2.0, 3.0], 128: [0.5, 2.0, 3.0]}  # us: the same median, 128's 20th percentile lower
+
+    def bench(config, launch, hooks, sync):
+        launch()
+        return [t * 1e-6 for t in runs[config["kwargs"]["BLOCK"]]]
+
+    (d,) = Tuner(arc, bench=bench, factory=Factory()).tune(parse_keys_file(keys_doc(COPY)))
+    assert d.config == 1 and d.timings_ms == [0.002, 0.002, None]
+    runs.update({64: [float("nan")] * 3, 128: [5.0] * 3})
+    (d,) = Tuner(arc, bench=bench, factory=Factory()).tune(parse_keys_file(keys_doc(COPY)))
+    assert d.config == 1 and d.timings_ms == [None, 0.005, None]
+
+
 def test_a_key_the_file_states_must_be_the_one_the_runtime_computes(device):
     from karchive.errors import TuneError
     from karchive.runtime.tuning.tuner import Tuner, parse_keys_file
