@@ -17,7 +17,7 @@ import pytest
 
 from karchive.errors import TrustError
 from support import needs_triton
-from wrapped_specs import kernel_blocks
+from wrapped_specs import Tensor, kernel_blocks
 
 pytestmark = needs_triton
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -64,56 +64,6 @@ def built(tmp_path_factory):
 
 
 # -- stand-ins: tensors, and a bench that reads times from a table --------------------------------------------------
-class DType:
-    def __init__(self, name: str) -> None:
-        self.name_ = name
-
-    def __str__(self) -> str:
-        return self.name_
-
-
-class Tensor:
-    """A torch.Tensor stand-in with the probes and in-place methods tuning uses (calls counted)."""
-
-    def __init__(self, ptr: int, shape: tuple = (N,), dtype: str = "torch.float32") -> None:
-        self._ptr, self.shape, self._dtype = ptr, tuple(shape), DType(dtype)
-        self.calls: list[str] = []
-
-    def data_ptr(self) -> int:
-        return self._ptr
-
-    @property
-    def dtype(self) -> DType:
-        return self._dtype
-
-    def get_device(self) -> int:
-        return 0
-
-    def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
-    def stride(self, i: int | None = None):
-        s = [1] * len(self.shape)
-        for j in range(len(self.shape) - 2, -1, -1):
-            s[j] = s[j + 1] * self.shape[j + 1]
-        return tuple(s) if i is None else s[i]
-
-    def clone(self) -> Tensor:
-        self.calls.append("clone")
-        return Tensor(self._ptr + 0x100_0000, self.shape)
-
-    def copy_(self, other: Tensor) -> Tensor:
-        self.calls.append("copy_")
-        return self
-
-    def zero_(self) -> Tensor:
-        self.calls.append("zero_")
-        return self
-
-
 class IntTensor(Tensor):
     """An int32 index tensor stand-in whose values can be read (torch's detach/flatten/tolist)."""
 
