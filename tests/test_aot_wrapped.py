@@ -17,7 +17,7 @@ import pytest
 
 from karchive.errors import ArgumentError, KernelNotFoundError, NoMatchingVariantError, SpecFileError
 from support import needs_triton
-from wrapped_specs import kernel_blocks
+from wrapped_specs import Tensor, kernel_blocks
 
 pytestmark = needs_triton
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -146,47 +146,6 @@ def test_compile_cli_builds_an_autotuned_kernel(tmp_path):
 
 
 # --- the runtime: Triton's call shape, tuned on the (recording) device ---------------------------------------
-class DType:
-    def __init__(self, name: str) -> None:
-        self.name_ = name
-
-    def __str__(self) -> str:
-        return self.name_
-
-
-F32 = DType("torch.float32")
-
-
-class Tensor:
-    """A torch.Tensor stand-in: data_ptr/dtype/device, and the in-place methods tuning's hooks call (counted)."""
-
-    def __init__(self, ptr: int) -> None:
-        self._ptr = ptr
-        self.calls: list[str] = []
-
-    def data_ptr(self) -> int:
-        return self._ptr
-
-    @property
-    def dtype(self) -> DType:
-        return F32
-
-    def get_device(self) -> int:
-        return 0
-
-    def clone(self) -> Tensor:
-        self.calls.append("clone")
-        return Tensor(self._ptr + 0x10_0000)
-
-    def copy_(self, other: Tensor) -> Tensor:
-        self.calls.append("copy_")
-        return self
-
-    def zero_(self) -> Tensor:
-        self.calls.append("zero_")
-        return self
-
-
 @pytest.fixture
 def device(monkeypatch, built, tmp_path):
     import karchive

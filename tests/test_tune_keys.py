@@ -17,7 +17,7 @@ import pytest
 
 from karchive.errors import TrustError
 from support import needs_triton
-from wrapped_specs import kernel_blocks
+from wrapped_specs import Tensor, kernel_blocks
 
 pytestmark = needs_triton
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -64,56 +64,6 @@ def built(tmp_path_factory):
 
 
 # -- stand-ins: tensors, and a bench that reads times from a table --------------------------------------------------
-class DType:
-    def __init__(self, name: str) -> None:
-        self.name_ = name
-
-    def __str__(self) -> str:
-        return self.name_
-
-
-class Tensor:
-    """A torch.Tensor stand-in with the probes and in-place methods tuning uses (calls counted)."""
-
-    def __init__(self, ptr: int, shape: tuple = (N,), dtype: str = "torch.float32") -> None:
-        self._ptr, self.shape, self._dtype = ptr, tuple(shape), DType(dtype)
-        self.calls: list[str] = []
-
-    def data_ptr(self) -> int:
-        return self._ptr
-
-    @property
-    def dtype(self) -> DType:
-        return self._dtype
-
-    def get_device(self) -> int:
-        return 0
-
-    def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
-    def stride(self, i: int | None = None):
-        s = [1] * len(self.shape)
-        for j in range(len(self.shape) - 2, -1, -1):
-            s[j] = s[j + 1] * self.shape[j + 1]
-        return tuple(s) if i is None else s[i]
-
-    def clone(self) -> Tensor:
-        self.calls.append("clone")
-        return Tensor(self._ptr + 0x100_0000, self.shape)
-
-    def copy_(self, other: Tensor) -> Tensor:
-        self.calls.append("copy_")
-        return self
-
-    def zero_(self) -> Tensor:
-        self.calls.append("zero_")
-        return self
-
-
 class IntTensor(Tensor):
     """An int32 index tensor stand-in whose values can be read (torch's detach/flatten/tolist)."""
 
@@ -240,6 +190,26 @@ def test_each_key_is_timed_once_across_the_built_configs_with_the_hooks(device):
     # the grid expression saw each config's BLOCK: cdiv(4096, 64) = 64 programs for BLOCK=64
     grids = [launch.grid for launch in rec.launches()]
     assert grids[:2] == [(64, 1, 1), (32, 1, 1)]
+
+
+def test_the_tuner_chooses_by_the_median_then_the_faster_runs(device):
+    """time_configs ranks each config's runs as Triton's autotuner does (runtime/tuning/bench.choose): equal
+    medians go to the config whose fast runs are faster (the first config took it before), and a broken timer's
+    NaN never wins (it did when it came first: nothing compares below NaN)."""
+    from karchive.runtime.tuning.tuner import Tuner, parse_keys_file
+
+    arc, _rec = device
+    runs = {64: [1.0, 2.0, 3.0], 128: [0.5, 2.0, 3.0]}  # us: the same median, 128's 20th percentile lower
+
+    def bench(config, launch, hooks, sync):
+        launch()
+        return [t * 1e-6 for t in runs[config["kwargs"]["BLOCK"]]]
+
+    (d,) = Tuner(arc, bench=bench, factory=Factory()).tune(parse_keys_file(keys_doc(COPY)))
+    assert d.config == 1 and d.timings_ms == [0.002, 0.002, None]
+    runs.update({64: [float("nan")] * 3, 128: [5.0] * 3})
+    (d,) = Tuner(arc, bench=bench, factory=Factory()).tune(parse_keys_file(keys_doc(COPY)))
+    assert d.config == 1 and d.timings_ms == [None, 0.005, None]
 
 
 def test_a_key_the_file_states_must_be_the_one_the_runtime_computes(device):
@@ -407,7 +377,7 @@ def test_tuning_tables_in_records_are_checked_when_merged():
 def test_a_signed_sidecar_ships_the_decisions_to_another_machine(device, built, tmp_path, monkeypatch):
     import karchive
     from karchive.format.open import open_location
-    from karchive.runtime.tuning.decisions import import_tables
+    from karchive.runtime.tuning.signed import import_tables
     from karchive.trust.keys import SigningKey
     from karchive.runtime.tuning.signed import PAYLOAD_TYPE, verify_tuning
 

@@ -72,7 +72,8 @@ def _call(kernel: Any, grid: Any, args: tuple, meta: dict) -> Any:
 
 
 def _label(meta: dict) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(meta.items()) if v is not None)
+    """A config as one string, the same for Triton's Config and karchive's record (defaults left out)."""
+    return ", ".join(f"{k}={v}" for k, v in sorted(meta.items()) if v is not None and (k, v) != ("num_ctas", 1))
 
 
 def main() -> int:

@@ -2,7 +2,7 @@
 
 - ``--keys FILE`` / ``--from-capture [CAPTURE]``: time the prebuilt configs on the calls of a keys file
   (runtime/tuning/tuner.py) or of a capture's autotune entries, then write the decisions as a new archive
-  version (``-o OUT``; producer/tune_archive.py) or as a signed sidecar (``--sidecar OUT --sign KEY``;
+  version (``-o OUT``; producer/build/tune_archive.py) or as a signed sidecar (``--sidecar OUT --sign KEY``;
   runtime/tuning/signed.py).
 - ``--export FILE`` / ``--import FILE``: ship this machine's tuning cache (runtime/tuning/decisions.py); ``--import``
   also takes a signed tuning sidecar, verified with ``--key PUB``.
@@ -90,11 +90,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         n = sum(len(d["decisions"]) for k in data["kernels"] for d in k["devices"])
         return _report(args, {"exported": n, "kernels": [k["kernel"] for k in data["kernels"]], "file": args.export})
     raw = _read(args.import_)
-    from ..runtime.tuning.decisions import import_tables
+    from ..runtime.tuning.signed import import_tables, verify_tuning
 
     if args.key or _looks_signed(raw):
         from ..trust.keys import load_public_key
-        from ..runtime.tuning.signed import verify_tuning
 
         if not args.key:
             raise KarchiveError(f"{args.import_} is a signed tuning sidecar: give --key PUB to verify it")
@@ -216,8 +215,7 @@ def tune_archive(reader: Any, calls: list, *, ref: str, out: str | None = None, 
             report["signed"] = [sign_archive(out, k, build_info=info).to_json()["sidecar"] for k in signers]
     else:
         from ..core.fsio import atomic_write
-        from ..runtime.tuning.decisions import tables_document
-        from ..runtime.tuning.signed import sign_tuning
+        from ..runtime.tuning.signed import sign_tuning, tables_document
 
         doc = tables_document(model, records, device.name, source)
         env = sign_tuning(doc, signers or [])

@@ -331,10 +331,6 @@ def _read_bounded(store: Store, path: str, limit: int, role: str | None) -> byte
     return data
 
 
-def requires_metadata(policy: TrustPolicy | None) -> bool:
-    return policy is not None and policy.registry is not None and policy.registry.require_signed_metadata
-
-
 def check_record(meta: TrustedMetadata, record: VersionRecord, reg: Registry, policy: TrustPolicy) -> None:
     """The record must be what the snapshot pins: present, and with the same sha256, size and index digest."""
     from ..trust import reasons

@@ -188,8 +188,7 @@ class CudaBackend:
             func = self.check(d.cuModuleGetFunction(module, entry.encode()), f"cuModuleGetFunction({entry})")
             if shared > _DEFAULT_SHARED:
                 # As Triton's loader does (backends/nvidia/driver.c): shared memory preferred in the L1/shared
-                # split and the whole opt-in allowed, so a binary runs (and is timed by tuning) in the L1/shared
-                # split the JIT runs it in; a split of the driver's choosing made a 72 KiB matmul rank otherwise.
+                # split and the whole opt-in allowed, so a binary runs (and tuning times it) as the JIT runs it.
                 limit = shared
                 if info.shared_optin is not None and info.shared_optin > _DEFAULT_SHARED:
                     self.check(d.cuFuncSetCacheConfig(func, d.CUfunc_cache.CU_FUNC_CACHE_PREFER_SHARED),

@@ -246,11 +246,6 @@ def quantiles(xs: Sequence[float], qs: Sequence[float] = (0.5, 0.2, 0.8)) -> tup
     return tuple(out)
 
 
-def median(xs: Sequence[float]) -> float:
-    """The middle value (the mean of the two middle ones for an even count); inf for no runs."""
-    return quantiles(xs, (0.5,))[0]
-
-
 def choose(ranks: Mapping[int, Sequence[float]]) -> int | None:
     """The config a tuning run takes, by Triton's autotuner's rule: the lowest (median, 20th, 80th percentile),
     compared in that order, so a tie on the median goes to the config whose fast runs are faster; a full tie to

@@ -22,6 +22,7 @@ import os
 import re
 import threading
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from collections.abc import Mapping, Sequence
@@ -31,7 +32,7 @@ from ...core import settings
 from ...core.paths import cache_dir
 from ...errors import KarchiveError
 from ...format.autotune import AutotuneConfig
-from ...format.tuned import tables, without_tables
+from ...format.tuned import without_tables
 
 ENV = settings.TUNING_CACHE.name
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
@@ -179,7 +180,7 @@ def import_decisions(manifest: Any, data: Any, root: Path | None = None) -> dict
             device, decisions = (d.get("device"), d.get("decisions")) if isinstance(d, dict) else (None, None)
             if not isinstance(device, dict) or not isinstance(decisions, dict):
                 raise KarchiveError(f"{name}: a device entry needs 'device' and 'decisions' objects")
-            dev = _Device(str(device.get("name") or ""), device.get("driver") if isinstance(device.get("driver"), int)
+            dev = DeviceKey(str(device.get("name") or ""), device.get("driver") if isinstance(device.get("driver"), int)
                           else None)
             for text, cfg in decisions.items():
                 if isinstance(cfg, dict) and isinstance(cfg.get("kwargs"), dict) and isinstance(cfg.get("options"), dict):
@@ -189,54 +190,9 @@ def import_decisions(manifest: Any, data: Any, root: Path | None = None) -> dict
     return {"written": written, "skipped": skipped}
 
 
-class _Device:
-    """A device as a decisions file names it (the fields the store keys on)."""
+@dataclass(frozen=True)
+class DeviceKey:
+    """A device as a decisions file or a tuning table names it: what the store keys decisions on."""
 
-    def __init__(self, name: str, driver_version: int | None) -> None:
-        self.name, self.driver_version = name, driver_version
-
-
-# --- tuning tables shipped as a signed sidecar (karchive tune --sidecar; runtime/tuning/signed.py) ------------
-def tables_document(manifest: Any, records: Sequence[Mapping[str, Any]], device_name: str,
-                    archive: Mapping[str, Any]) -> dict[str, Any]:
-    """The sidecar document: per kernel (with its content digest), the tuning tables for ``device_name``."""
-    digests = dict(archive_kernels(manifest))
-    kernels = []
-    for r in records:
-        name = r.get("kernel")
-        mine = [t for t in tables(r) if isinstance(t.get("device"), dict) and t["device"].get("name") == device_name]
-        if isinstance(name, str) and mine and name in digests:
-            kernels.append({"kernel": name, "digest": digests[name], "tuned": mine})
-    return {"format": "karchive-tuned/1", "archive": dict(archive), "kernels": kernels}
-
-
-def import_tables(manifest: Any, document: Mapping[str, Any], root: Path | None = None,
-                  local: Any = None) -> dict[str, Any]:
-    """Write a (verified) sidecar document's decisions into this machine's tuning cache, for the kernels whose
-    content (digest) is the same here: per GPU model, under this machine's driver version when ``local`` (its
-    device) is that GPU model (tables are per model; the cache is per driver too), else the table's."""
-    mine = dict(archive_kernels(manifest))
-    records = {r.get("kernel"): r for r in (manifest.autotune or []) if isinstance(r, dict)}
-    written, skipped = 0, []
-    for k in document.get("kernels") or []:
-        if not isinstance(k, dict):
-            raise KarchiveError("a tuning sidecar's kernels entry must be an object")
-        name = str(k.get("kernel"))
-        if mine.get(name) != k.get("digest") or name not in records:
-            skipped.append(f"{name}: the archive's kernel differs from the tuned one (digest)")
-            continue
-        configs = records[name].get("configs") or []
-        store = TuningStore(name, mine[name], root)
-        for table in tables({"tuned": k.get("tuned")}):
-            dev = table.get("device") or {}
-            prov = table.get("provenance")
-            driver = prov.get("driver") if isinstance(prov, dict) and isinstance(prov.get("driver"), int) else None
-            if local is not None and getattr(local, "name", None) == dev.get("name"):
-                driver = getattr(local, "driver_version", driver)
-            device = _Device(str(dev.get("name") or ""), driver)
-            for e in table.get("entries") or []:
-                i = e.get("config") if isinstance(e, dict) else None
-                if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(configs):
-                    store.put(device, list(e.get("key") or []), as_decision(configs[i]))
-                    written += 1
-    return {"written": written, "skipped": skipped}
+    name: str
+    driver_version: int | None

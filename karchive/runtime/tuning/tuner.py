@@ -373,7 +373,7 @@ class Tuner:
         unknown = sorted(set(args) - set(k.param_names))
         if unknown:
             raise _fail(f"calls[{call.index}]: {k.name} has no parameter(s) {unknown}", call.index, k.name)
-        key = k.tuning_key(*positional)
+        key: list = k.tuning_key(*positional)
         if call.key is not None and normalize_key(call.key) != key:
             raise _fail(f"calls[{call.index}]: the file says key {call.key}, the runtime computes {key} for these "
                         "arguments (the file was written for another kernel or argument list)", call.index, k.name)
