@@ -38,8 +38,12 @@ _ERRORS = (
 )
 _LAZY.update({name: ("karchive.errors", name) for name in _ERRORS})
 
+#: What ``from karchive import *`` gives: every public name but the torch bridge (a star import must not need torch).
+#: ``karchive/__init__.pyi`` states the same names with their types, for checkers (tests/test_front_door.py).
+__all__ = ["__version__", *sorted(n for n in _LAZY if n != "torch")]
 
-def __getattr__(name: str):
+
+def __getattr__(name: str) -> object:
     if name in _LAZY:
         import importlib
 

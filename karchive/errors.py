@@ -342,7 +342,7 @@ class ArgumentError(RuntimeLoadError, TypeError):
 
 
 class TuneError(RuntimeLoadError):
-    """`karchive tune`: a keys file, a call or the device cannot be tuned as asked (runtime/tune_keys.py).
+    """`karchive tune`: a keys file, a call or the device cannot be tuned as asked (runtime/tuning/tuner.py).
     ``call`` and ``kernel`` name the call at fault; None where the keys file as a whole, the device or the
     tuning environment is (or, for ``kernel``, where the call names no kernel of the archive)."""
 

@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from .core import settings
-from .errors import LockfileError, NotFoundError, UnsupportedLocationError
+from .errors import LockfileError, NotFoundError, RegistryValueError, UnsupportedLocationError
 from .format.open import is_url, open_location
 from .format.reader import ArchiveReader
 from .registry.options import OpenOptions
@@ -71,9 +71,12 @@ def _open_registry(text: str, opts: OpenOptions) -> ArchiveReader:
     from .registry import Registry
 
     reg = opts.registry
-    if not isinstance(reg, Registry):
+    if reg is None or isinstance(reg, (str, os.PathLike)):  # else a Registry (anything with its open())
         storage = dict(opts.storage_options) if opts.storage_options is not None else None
         reg = Registry(reg, storage, cache=opts.cache_dir)
+    elif not callable(getattr(reg, "open", None)):
+        raise RegistryValueError(f"registry= takes a Registry, its URL or its path; got an object of type {type(reg).__name__}",
+                                 value=repr(reg)[:200])
     try:
         return reg.open(text, OpenOptions.of(opts, lockfile=opts.lockfile_or_env()))
     except NotFoundError as exc:

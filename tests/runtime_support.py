@@ -211,7 +211,13 @@ class FakeCuda:
             "CU_DEVICE_ATTRIBUTE_WARP_SIZE", "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
             "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")})
         self.CUfunction_attribute = _enum(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8,
-                                          CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED=16)
+                                          CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED=16,
+                                          CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES=1,
+                                          CU_FUNC_ATTRIBUTE_NUM_REGS=4, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES=3,
+                                          CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK=0)
+        self.CUfunc_cache = _enum(CU_FUNC_CACHE_PREFER_NONE=0, CU_FUNC_CACHE_PREFER_SHARED=1)
+        self.func_settings: list[tuple[str, Any, int]] = []  # (call, attribute or cache config, value)
+        self.static_shared = 0  # what cuFuncGetAttribute(SHARED_SIZE_BYTES) answers
         self.CUdriverProcAddress_flags = _enum(CU_GET_PROC_ADDRESS_DEFAULT=0, CU_GET_PROC_ADDRESS_LEGACY_STREAM=1,
                                                CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM=2)
         self.devices, self.cc, self.address = devices, cc, address
@@ -291,6 +297,19 @@ class FakeCuda:
         return (0, self.rec.new_function(name.decode(), image))
 
     def cuFuncSetAttribute(self, func, attr, value):
+        self.func_settings.append(("attribute", attr, value))
+        return (0,)
+
+    def cuFuncGetAttribute(self, attr, func):
+        """The static shared memory a test sets; for what Triton's load_binary reports of a loaded function
+        (registers, local bytes, most threads), fixed recognisable values."""
+        a = self.CUfunction_attribute
+        fixed = {a.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: self.static_shared, a.CU_FUNC_ATTRIBUTE_NUM_REGS: 40,
+                 a.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: 8, a.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: 1024}
+        return (0, fixed.get(attr, 0))
+
+    def cuFuncSetCacheConfig(self, func, config):
+        self.func_settings.append(("cache", config, 1))
         return (0,)
 
     def cuMemAlloc(self, n):
@@ -359,7 +378,7 @@ class FakeCuda:
 def fake_cuda(monkeypatch, path: str, **kw) -> Iterator[tuple[Recorder, Any]]:
     """A CudaBackend over FakeCuda as the process's "cuda" backend, and kernels made on ``path``."""
     from karchive.runtime import backend as backend_mod
-    from karchive.runtime.cuda_driver import CudaBackend
+    from karchive.runtime.drivers.cuda import CudaBackend
 
     rec = Recorder()
     with launch_path.forced(path):
@@ -480,7 +499,7 @@ def q(v: int) -> bytes:
 def fake_hip(monkeypatch, path: str, **kw) -> Iterator[tuple[FakeHip, Any]]:
     """A HipBackend over FakeHip as the process's "hip" backend, and kernels made on ``path``."""
     from karchive.runtime import backend as backend_mod
-    from karchive.runtime.hip_driver import HipBackend
+    from karchive.runtime.drivers.hip import HipBackend
 
     with launch_path.forced(path):
         hip = FakeHip(**kw)

@@ -17,7 +17,7 @@ import pytest
 
 from karchive.errors import ArgumentError, KernelNotFoundError, NoMatchingVariantError, SpecFileError
 from support import needs_triton
-from wrapped_specs import kernel_blocks
+from wrapped_specs import Tensor, kernel_blocks
 
 pytestmark = needs_triton
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -146,47 +146,6 @@ def test_compile_cli_builds_an_autotuned_kernel(tmp_path):
 
 
 # --- the runtime: Triton's call shape, tuned on the (recording) device ---------------------------------------
-class DType:
-    def __init__(self, name: str) -> None:
-        self.name_ = name
-
-    def __str__(self) -> str:
-        return self.name_
-
-
-F32 = DType("torch.float32")
-
-
-class Tensor:
-    """A torch.Tensor stand-in: data_ptr/dtype/device, and the in-place methods tuning's hooks call (counted)."""
-
-    def __init__(self, ptr: int) -> None:
-        self._ptr = ptr
-        self.calls: list[str] = []
-
-    def data_ptr(self) -> int:
-        return self._ptr
-
-    @property
-    def dtype(self) -> DType:
-        return F32
-
-    def get_device(self) -> int:
-        return 0
-
-    def clone(self) -> Tensor:
-        self.calls.append("clone")
-        return Tensor(self._ptr + 0x10_0000)
-
-    def copy_(self, other: Tensor) -> Tensor:
-        self.calls.append("copy_")
-        return self
-
-    def zero_(self) -> Tensor:
-        self.calls.append("zero_")
-        return self
-
-
 @pytest.fixture
 def device(monkeypatch, built, tmp_path):
     import karchive
@@ -231,10 +190,10 @@ def test_launch_without_meta_parameters_tunes_once_per_key(device):
 
 
 def test_on_first_launch_tuning_times_by_the_events_rule(device, monkeypatch):
-    """Where CUDA events exist, a config is timed as karchive tune times it (karchive/runtime/_bench.py): the
+    """Where CUDA events exist, a config is timed as karchive tune times it (karchive/runtime/tuning/bench.py): the
     counts follow the estimate, and the fastest config wins. The events here read a clock that each recorded
     launch advances by its config's duration (num_warps 2: 1 ms, num_warps 4: 0.5 ms)."""
-    from karchive.runtime import _bench
+    from karchive.runtime.tuning import bench as _bench
 
     arc, rec = device
     took = {64: 1.0, 128: 0.5}  # block threads -> ms
@@ -343,7 +302,7 @@ def test_decisions_ship_to_another_machine_with_karchive_tune(device, built, tmp
     data["kernels"][0]["digest"] = "0" * 64
     shipped.write_text(json.dumps(data))
     from karchive.format.open import open_location
-    from karchive.runtime.tuning import import_decisions
+    from karchive.runtime.tuning.decisions import import_decisions
 
     report = import_decisions(open_location(built[0]).model, data, tmp_path / "third")
     assert report["written"] == 0 and "differs" in report["skipped"][0]

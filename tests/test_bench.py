@@ -1,4 +1,4 @@
-"""The one benchmarking routine of on-first-launch tuning and ``karchive tune`` (karchive/runtime/_bench.py):
+"""The one benchmarking routine of on-first-launch tuning and ``karchive tune`` (karchive/runtime/tuning/bench.py):
 Triton's do_bench rule (estimate, ~25 ms warm-up, ~100 ms of timed runs, clamped) where CUDA events exist,
 fixed counts otherwise. The events here are a stand-in driven by a fake clock, so the counts are exact."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from karchive.runtime import _bench
-from karchive.runtime._bench import DeviceBench, RepPolicy
+from karchive.runtime.tuning import bench as _bench
+from karchive.runtime.tuning.bench import DeviceBench, RepPolicy
 
 
 class Clock:
@@ -91,5 +91,47 @@ def test_fixed_counts_when_asked_or_without_events(clock):
     assert wall.describe() == {"warmup": 1, "reps": 10, "l2_flush": False, "timer": "wall"}
 
 
-def test_median_is_the_middle_run():
-    assert _bench.median([3.0, 1.0, 2.0]) == 2.0 and _bench.median([]) == float("inf")
+def test_quantiles_interpolate_as_triton_does():
+    assert _bench.quantiles([4.0, 1.0, 3.0, 2.0]) == pytest.approx((2.5, 1.6, 3.4))  # triton.testing._quantile's
+    assert _bench.quantiles([3.0, 1.0, 2.0], (0.5,)) == (2.0,) and _bench.quantiles([]) == (float("inf"),) * 3
+
+
+@pytest.mark.parametrize("ranks, chosen", [
+    ({0: (2.0, 1.0, 3.0), 1: (1.0, 1.0, 9.0), 2: (1.5, 0.1, 1.6)}, 1),  # the lowest median wins, spread or not
+    ({0: (1.0, 0.9, 1.1), 1: (1.0, 0.8, 1.3)}, 1),  # a tie on the median: the faster 20th percentile
+    ({0: (1.0, 0.9, 1.1), 1: (1.0, 0.9, 1.1)}, 0),  # a full tie: the first config, as Triton's min() keeps it
+    ({3: (1.0, 0.9, 1.1), 1: (1.0, 0.9, 1.1)}, 1),  # ... the first by index, whatever order they were timed in
+    ({0: (float("nan"),) * 3, 1: (5.0, 5.0, 5.0)}, 1),  # a NaN from a broken timer never wins (NaN < x is False)
+    ({0: (float("inf"),) * 3, 1: (float("nan"), 1.0, 1.0)}, None),  # nothing finite: no choice
+    ({}, None),
+])
+def test_choose_takes_the_lowest_median_then_percentiles(ranks, chosen):
+    assert _bench.choose(ranks) == chosen
+
+
+def test_one_slow_run_does_not_outweigh_a_faster_median():
+    """time_configs ranks every config by its runs' (median, p20, p80): a config with one slow outlier among fast
+    runs beats one that is steadily a little slower (the mean would say otherwise; Triton's autotuner and karchive
+    both rank by the median)."""
+    outlier = [1.0] * 9 + [50.0]  # mean 5.9, median 1.0
+    steady = [1.2] * 10
+    assert _bench.choose({0: _bench.quantiles(steady), 1: _bench.quantiles(outlier)}) == 1
+
+
+def test_a_binary_over_48k_of_shared_memory_is_loaded_as_tritons_loader_loads_it():
+    """Triton's loader (backends/nvidia/driver.c) prefers shared memory in the L1/shared split and allows the
+    whole opt-in for a kernel over 48 KiB; karchive loaded such a binary with only its own size allowed and the
+    driver's split, so tuning timed (and the runtime ran) it otherwise than the JIT it is compared with."""
+    from runtime_support import FakeCuda, Recorder
+
+    from karchive.runtime.drivers.cuda import CudaBackend
+
+    fake = FakeCuda(Recorder())
+    fake.static_shared = 1024
+    b = CudaBackend(fake)
+    b.load(0, b"small", "k_small", 16 * 1024)
+    assert fake.func_settings == []  # under 48 KiB: the driver's defaults, as Triton
+    b.load(0, b"large", "k_large", 72 * 1024)
+    attr = fake.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    assert fake.func_settings == [("cache", fake.CUfunc_cache.CU_FUNC_CACHE_PREFER_SHARED, 1),
+                                  ("attribute", attr, 227 * 1024 - 1024)]

@@ -4,6 +4,7 @@ code at run time (issue 23, item 2). Translation needs no Triton for plain lambd
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import pytest
@@ -103,7 +104,7 @@ def test_two_lambdas_on_one_line_are_told_apart():
 
 @pytest.mark.parametrize("bad", [
     ["exec", "x"], ["call", "eval", ["const", 1]], "n", [], [1, 2], ["arg", 3], ["probe", ["arg", "x"], "__class__"],
-    ["const", {"a": 1}], ["+", ["const", 1]], ["call", "min"],
+    ["const", {"a": 1}], ["+", ["const", 1]], ["call", "min"], ["arg", "__class__.x"], ["get", "a b", ["const", 1]],
 ])
 def test_hostile_trees_are_refused(bad):
     with pytest.raises(SchemaError):
@@ -140,3 +141,67 @@ def test_records_with_hostile_expressions_are_refused_when_parsed():
                 {**good, "exprs": ["EVEN"]}):
         with pytest.raises(SchemaError):
             parse_record(bad, "h")
+
+
+def _doubling(leaf: list, times: int) -> list:
+    """``x + x`` nested ``times`` deep: 2 ** times copies of ``leaf`` (2 ** (times + 1) - 1 nodes)."""
+    node = leaf
+    for _ in range(times):
+        node = ["+", node, node]
+    return json.loads(json.dumps(node))  # a tree, as a manifest gives it: no shared subtrees
+
+
+@pytest.mark.parametrize("expr", [
+    ["*", ["const", "x"], ["const", 1500000000]],           # issue 34: a 1.5 GB string
+    ["*", ["const", 1500000000], ["const", "x"]],
+    ["*", ["const", [0]], ["const", 400000000]],            # issue 34: a 3.2 GB list
+    ["*", ["const", 400000000], ["const", [0, 1]]],
+    ["*", ["const", "xy"], ["*", ["const", 40000], ["const", 40000]]],
+    ["%", ["const", "%0999999999d"], ["const", 1]],         # printf formatting: a GB from a short template
+    ["%", ["const", "%s"], ["const", "x"]],
+    ["+", ["const", "x" * 3000], ["const", "y" * 3000]],
+    ["+", ["const", list(range(40))], ["const", list(range(40))]],
+])
+def test_sequences_an_expression_makes_are_bounded_before_they_are_made(expr):
+    """Issue 34, item 4: only integers were bounded; a string or list repetition allocated gigabytes (and
+    a ``%`` format builds a string from a width). Every value an expression makes is bounded *before*
+    it is made: the evaluation refuses with ExprError and allocates next to nothing."""
+    import tracemalloc
+
+    check(expr, "e")  # a well-formed tree: the bound is the evaluator's, on values
+    tracemalloc.start()
+    try:
+        with pytest.raises(ExprError, match="longer than|format"):
+            evaluate(expr, {})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, peak
+
+
+def test_doubling_tree_is_bounded():
+    """``x + x`` nested 7 deep (255 nodes, the most a tree may have) makes 128 copies of its leaf: with a
+    leaf of 1000 characters or 40 items, past the bounds; with a leaf past them, refused when read."""
+    from karchive.format.heuristics_expr import MAX_CHARS, MAX_ITEMS
+
+    for leaf in (["const", "x" * 1000], ["const", list(range(40))]):
+        expr = _doubling(leaf, 7)
+        check(expr, "e")
+        with pytest.raises(ExprError, match="longer than"):
+            evaluate(expr, {})
+    for leaf in (["const", "x" * (MAX_CHARS + 1)], ["const", [0] * (MAX_ITEMS + 1)]):
+        with pytest.raises(SchemaError, match="longer than|scalar"):
+            check(leaf, "e")
+
+
+def test_values_inside_the_bounds_still_evaluate():
+    """The bounds refuse only what no heuristic needs: short strings and lists still combine."""
+    from karchive.format.heuristics_expr import MAX_ITEMS, MAX_CHARS
+
+    assert evaluate(["+", ["const", "torch."], ["probe", ["arg", "x"], "dtype"]], {"x": T("float16", (2, 3))}) \
+        == "torch.float16"
+    assert evaluate(["*", ["const", "ab"], ["const", MAX_CHARS // 2]], {}) == "ab" * (MAX_CHARS // 2)
+    assert evaluate(["*", ["const", [0]], ["const", MAX_ITEMS]], {}) == [0] * MAX_ITEMS
+    assert evaluate(["+", ["probe", ["arg", "x"], "shape"], ["const", [4]]], {"x": T("float16", (2, 3))}) == [2, 3, 4]
+    assert evaluate(["*", ["const", "x"], ["const", -5]], {}) == ""
+    assert evaluate(["%", ["const", 7], ["const", 3]], {}) == 1

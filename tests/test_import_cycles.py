@@ -1,9 +1,9 @@
 """No import circle anywhere in the package: every module can be read (and imported) after the ones it imports.
 
 A circle means no module of it can be understood, tested or replaced alone, and an import-order bug waits
-in it. Counted: imports at module level, ``if TYPE_CHECKING:`` blocks included (a type's dependency is a
-design dependency too). Not counted: imports inside functions, which are how a module says "only when
-this rare thing happens" (the layer test, tests/test_layers.py, still checks those against the layers).
+in it. Every import counts: at module level, in ``if TYPE_CHECKING:`` blocks (a type's dependency is a design
+dependency too) and inside functions (a lazy import is a dependency that waits; it makes a circle all the
+same). A compiled extension with a stub (``_fastlaunch.pyi``) is a module of its own.
 """
 
 from __future__ import annotations
@@ -14,12 +14,9 @@ import sys
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "karchive"
 
-#: Circles that other work in flight on issue 24 removes: the open path (registry). Each entry is the sorted tuple of a circle's modules. The list must only shrink (the second
-#: test fails when a circle here is gone); the merged result should empty it.
-KNOWN: set[tuple[str, ...]] = {
-    # type-only (TYPE_CHECKING) references from metadata_store and options back to Registry
-    ("karchive.registry.metadata_store", "karchive.registry.options", "karchive.registry.registry"),
-}
+#: Circles not removed yet, each the sorted tuple of its modules. The list only shrinks (the second test fails
+#: when a circle here is gone).
+KNOWN: set[tuple[str, ...]] = set()
 
 
 def _module_name(path: pathlib.Path) -> str:
@@ -34,29 +31,19 @@ def _resolve(name: str, modules: set[str]) -> str | None:
     return name or None
 
 
-def _top_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    """Import statements outside any function body."""
-    out: list[ast.Import | ast.ImportFrom] = []
-    todo: list[ast.AST] = [tree]
-    while todo:
-        node = todo.pop()
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
-                continue
-            if isinstance(child, (ast.Import, ast.ImportFrom)):
-                out.append(child)
-            todo.append(child)
-    return out
+def _imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement of a module, inside functions too."""
+    return [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
 
 
 def import_graph() -> dict[str, set[str]]:
     paths = sorted(p for p in PACKAGE.rglob("*.py") if "__pycache__" not in p.parts)
-    modules = {_module_name(p) for p in paths}
+    modules = {_module_name(p) for p in paths} | {_module_name(p) for p in PACKAGE.rglob("*.pyi")}
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for path in paths:
         me = _module_name(path)
         package = me if path.name == "__init__.py" else me.rpartition(".")[0]
-        for node in _top_level_imports(ast.parse(path.read_text(), str(path))):
+        for node in _imports(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             else:
@@ -114,7 +101,7 @@ def cycles(graph: dict[str, set[str]]) -> list[tuple[str, ...]]:
 def test_no_import_cycle_in_the_package():
     found = set(cycles(import_graph()))
     new = found - KNOWN
-    assert not new, "import circles (module-level imports, TYPE_CHECKING included):\n" + "\n".join(
+    assert not new, "import circles (every import counts, lazy and TYPE_CHECKING ones too):\n" + "\n".join(
         " <-> ".join(c) for c in sorted(new))
 
 
@@ -124,17 +111,19 @@ def test_the_known_list_holds_only_live_circles():
     assert KNOWN <= found, f"no longer circular, remove from KNOWN: {sorted(KNOWN - found)}"
 
 
-def test_the_checker_finds_a_circle_and_ignores_function_level_imports(tmp_path, monkeypatch):
+def test_the_checker_finds_circles_through_lazy_and_type_only_imports(tmp_path, monkeypatch):
     pkg = tmp_path / "karchive"
     (pkg / "sub").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from . import _ext\n")
+    (pkg / "sub" / "_ext.pyi").write_text("def f() -> None: ...\n")  # an extension module: not the package
     (pkg / "sub" / "a.py").write_text("from . import b\n")
     (pkg / "sub" / "b.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import X\n")
     (pkg / "sub" / "c.py").write_text("from .d import f\n")
     (pkg / "sub" / "d.py").write_text("def f():\n    from .c import g\n")
+    (pkg / "sub" / "e.py").write_text("from . import _ext\n")
     monkeypatch.setattr(sys.modules[__name__], "PACKAGE", pkg)
-    assert cycles(import_graph()) == [("karchive.sub.a", "karchive.sub.b")]
+    assert cycles(import_graph()) == [("karchive.sub.a", "karchive.sub.b"), ("karchive.sub.c", "karchive.sub.d")]
 
 
 def test_runtime_module_names_are_not_used_by_other_packages():

@@ -130,3 +130,55 @@ def test_bad_registrations_raise(arc):
 
 def test_current_raw_stream_is_none_for_cpu_tensors():
     assert kt.current_raw_stream(torch.empty(1)) is None
+
+
+class RenamedKernel(CpuKernel):
+    """The real kernel with its parameters renamed (what a hostile archive once delivered past the model)."""
+
+    def __init__(self, real, fn, renames):
+        import dataclasses
+
+        super().__init__(real, fn)
+        self.param_names = tuple(renames.get(n, n) for n in real.param_names)
+        self.variants = [dataclasses.replace(v, params=tuple(dataclasses.replace(p, name=renames.get(p.name, p.name))
+                                                             for p in v.params)) for v in real.variants]
+
+
+#: Valid Python both as the parameter list and as the tuple the old source text put each name in: the
+#: default opens a string that the name's second appearance closes, and the payload is a keyword default.
+QUOTED_PAYLOAD = ("x_ptr=''', *, p=__import__('os').system('touch PWNED_OP')):\n    pass\n"
+                  "def g():\n    x = (a")
+
+
+@pytest.mark.parametrize("name", [QUOTED_PAYLOAD, "x_ptr=__import__('os').system('touch PWNED_OP')", "class", "a b",
+                                  "1x"])
+def test_custom_op_never_runs_parameter_names_as_code(arc, tmp_path, monkeypatch, name):
+    """Issue 34: the op's function was built as source text from the parameter names and ``exec``-ed, so a
+    name carrying a payload ran it. The signature is now an ``inspect.Signature``; a name that cannot be a
+    Python parameter is refused (ArgumentError), and nothing runs."""
+    monkeypatch.chdir(tmp_path)
+    ck = RenamedKernel(arc.kernel("add_kernel"), add_fn, {"x_ptr": name})
+    with pytest.raises(ArgumentError, match="parameter name"):
+        kt.custom_op(opname("hostile"), ck, out="out_ptr", grid=ADD_GRID, constexprs={"BLOCK": 1024},
+                     device_types="cpu")
+    assert not list(tmp_path.iterdir())
+
+
+def test_custom_op_function_is_not_made_from_text(arc):
+    """The op's function has the kernel's signature (names, annotations) without being compiled from text:
+    its code is karchive's own, and calls by keyword bind like calls by position."""
+    import inspect
+
+    ck = CpuKernel(arc.kernel("add_kernel"), add_fn)
+    add = kt.custom_op(opname("add"), ck, out="out_ptr", grid=ADD_GRID, constexprs={"BLOCK": 1024},
+                       device_types="cpu")
+    fn = add._init_fn
+    assert fn.__code__.co_filename == kt.__file__
+    sig = inspect.signature(fn)
+    assert list(sig.parameters) == ["x_ptr", "y_ptr", "n_elements"]
+    assert [p.annotation for p in sig.parameters.values()] == [torch.Tensor, torch.Tensor, int]
+    assert sig.return_annotation is torch.Tensor
+    x, y = torch.randn(100), torch.randn(100)
+    assert torch.equal(fn(x, y_ptr=y, n_elements=100), x + y)
+    with pytest.raises(TypeError):
+        fn(x, y)

@@ -89,3 +89,14 @@ def test_pull_and_lock_take_the_options_value_whole(tmp_path):
         reg.pull("examples@0.1.0", trust=False)  # type: ignore[call-arg]  # no second, keyword signature
     with pytest.raises(RegistryValueError, match="makes a lockfile"):  # lock reads no lockfile: it writes one
         reg.lock(["examples@0.1.0"], OpenOptions(lockfile=tmp_path / "karchive.lock"))
+
+
+def test_a_registry_option_that_is_no_registry_is_refused_by_name():
+    """registry= is a Registry (anything with its open()), its URL or its path; anything else is a karchive
+    error naming what was given (it was a bare TypeError from deep in the registry's URL parsing)."""
+    import karchive
+    from karchive.errors import RegistryValueError
+
+    with pytest.raises(RegistryValueError, match="got an object of type int") as exc:
+        karchive.open("ops@1", registry=123)
+    assert exc.value.value == "123"

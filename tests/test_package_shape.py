@@ -1,6 +1,6 @@
 """The package's public shape: the build and compile faces, what ``import karchive`` pulls in, py.typed.
 
-tests/test_layers.py checks the structure (layers, circles, twin names, ``__all__``); this checks what a
+tests/test_layers.py checks the structure (layers, twin names, ``__all__``; circles: test_import_cycles.py); this checks what a
 user of the package sees: ``karchive.build`` / ``karchive.compile`` build a real archive with no deep
 import, and are the very objects the producer modules define.
 """

@@ -202,7 +202,7 @@ def test_a_machine_with_two_kinds_of_gpu_has_one_dispatcher_over_both_targets(mo
     either GPU may run; not hip:gfx942), and each device gets the eager kernel's choice."""
     from dataclasses import replace
 
-    from karchive.runtime.cuda_driver import CudaBackend
+    from karchive.runtime.drivers.cuda import CudaBackend
 
     real = CudaBackend.device_info
 

@@ -9,6 +9,7 @@ buffer layout, selection (block shapes, dtypes, fp8) and the Blackwell exact-mod
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import struct
 import sys
@@ -337,11 +338,10 @@ def test_a_kernel_of_descriptors_selects_and_refuses_through_the_archive(tmp_pat
         k.select(a, small, BLOCK_M=64, BLOCK_N=64, device=h100)
 
 
-@pytest.mark.parametrize("path", ["python", "extension"])
-def test_descriptor_launch_packs_the_recorded_expansion_on_both_paths(path, monkeypatch, tmp_path, no_driver):
-    """kernel[grid](desc, desc) through the recording driver stand-in (runtime_support.FakeCuda): the bytes
-    behind each kernelParams pointer are the maps, then shape (i32) and strides (i64), then the scratch
-    pointers; a second launch re-encodes nothing; a misaligned descriptor launches nothing."""
+@contextlib.contextmanager
+def desc_copy_kernel(monkeypatch, tmp_path, path: str):
+    """``desc_copy`` (two fp16 [64, 64] descriptors) built for cuda:90 and opened on ``path`` over the recording
+    driver stand-in (runtime_support.FakeCuda): (kernel, recorder)."""
     pytest.importorskip("triton")
     import karchive
     from karchive.cli.main import main
@@ -361,6 +361,15 @@ def test_descriptor_launch_packs_the_recorded_expansion_on_both_paths(path, monk
         rec.sizes[arc.reader.read(v.binary.path)] = binary_param_sizes(user) + [8] * (len(v.abi.params) - len(user))
         k = arc.kernel("desc_copy")
         assert k.launch_path == path
+        yield k, rec
+
+
+@pytest.mark.parametrize("path", ["python", "extension"])
+def test_descriptor_launch_packs_the_recorded_expansion_on_both_paths(path, monkeypatch, tmp_path, no_driver):
+    """kernel[grid](desc, desc) through the recording driver stand-in (runtime_support.FakeCuda): the bytes
+    behind each kernelParams pointer are the maps, then shape (i32) and strides (i64), then the scratch
+    pointers; a second launch re-encodes nothing; a misaligned descriptor launches nothing."""
+    with desc_copy_kernel(monkeypatch, tmp_path, path) as (k, rec):
         a = td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP16), [64, 64])
         b = td.TensorDescriptor(FakeTensor(0x30000, [256, 64], FP16), [64, 64])
         k[(2, 1)](a, b, BLOCK_M=64, BLOCK_N=64)
@@ -734,9 +743,186 @@ def test_steady_state_descriptor_launches_reuse_the_map_reencode_moved_storage_a
         huge = td.TensorDescriptor(FakeTensor(0x80000, [1 << 31, 64], FP16), [64, 64])  # fits TMA, not the i32 slot
         with pytest.raises(ArgumentError) as err:
             k[(2, 1)](huge, b, BLOCK_M=64, BLOCK_N=64)
-        # both paths: the packing error explained by LaunchEntry.explain (the compiled path asks it too)
-        assert str(err.value) == ("tma_kernels:desc_copy: desc_copy: 10 values for 2 parameters ['in_desc', "
-                                  "'out_desc']: 'i' format requires -2147483648 <= number <= 2147483647")
-        assert len(rec.launches()) == n
+        # both paths: refused before encoding, saying why (issue 34: it once failed after encoding, in struct's words)
+        assert str(err.value) == ("tma_kernels:desc_copy: parameter 'in_desc' (tensordesc<fp16[64, 64]>): shape "
+                                  "[2147483648, 64] has a dimension of 2**31 or more; the kernel takes each dimension "
+                                  "as an i32")
+        assert len(rec.launches()) == n and len(no_driver) == 4
         # the compiled path launched every one of them from C; the Python path through the binding
         assert len(through_binding) == (n if path == "python" else 0) and n > 5
+
+
+# -- issue 34: descriptor fields validated, not coerced; driver limits refused before the driver -----------------
+class TritonLikeDesc:
+    """Triton's ``TensorDescriptor`` duck-typed (base, shape, strides, block_shape, padding, round_f32_to_tf32),
+    with whatever field values a test gives: karchive reads it without Triton's own asserts."""
+
+    def __init__(self, base, shape, strides, block_shape, padding="zero", round_f32_to_tf32=False):
+        self.base, self.shape, self.strides, self.block_shape = base, shape, strides, block_shape
+        self.padding, self.round_f32_to_tf32 = padding, round_f32_to_tf32
+
+
+RAW = 0x40000
+GOOD = dict(shape=[128, 64], strides=[64, 1], dtype="fp16")
+
+
+@pytest.mark.parametrize("field,value", [
+    ("shape", [128.0, 64]), ("shape", [128.7, 64]), ("shape", "12"), ("shape", [None, 64]), ("shape", 128),
+    ("shape", [True, 64]), ("shape", [b"1", 64]), ("shape", [0, 64]), ("shape", [-128, 64]),
+    ("strides", [64.0, 1]), ("strides", "641"), ("strides", [None, 1]), ("strides", [64, "1"]),
+    ("block_shape", [64.0, 64]), ("block_shape", "64"), ("block_shape", [0, 64]), ("block_shape", [-64, 64]),
+    ("block_shape", [None, 64]),
+    ("padding", "nan "), ("padding", "NaN"), ("padding", None), ("padding", 0),
+    ("round_f32_to_tf32", "False"), ("round_f32_to_tf32", 1), ("round_f32_to_tf32", None),
+    ("dtype", "float17"), ("dtype", "fp16 "), ("dtype", 3), ("dtype", object()),
+    ("x", -16), ("x", 1 << 64), ("x", 1.5), ("x", "0x40000"), ("x", True),
+    ("pixel_box_lower_corner", [1.5, 0]), ("pixel_box_lower_corner", "00"), ("element_strides", [1.0, 1, 1, 1]),
+])
+def test_descriptor_fields_are_validated_not_coerced(field, value):
+    """Issue 34, item 12: float shapes were truncated, ``shape="12"`` became (1, 2), ``padding="nan "``
+    meant zero, None in a shape raised a builtin error. Every field of karchive.TensorDescriptor is checked
+    at construction and refused with ArgumentError naming it."""
+    kw = dict(GOOD, block_shape=[64, 64])
+    x = RAW
+    if field == "x":
+        x = value
+    else:
+        kw[field] = value
+    block = kw.pop("block_shape")
+    with pytest.raises(ArgumentError) as err:
+        td.TensorDescriptor(x, block, **kw)
+    assert err.value.param == field and (field == "x" or field.split("_")[0] in str(err.value)), str(err.value)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("shape", [128.0, 64]), ("shape", "12"), ("shape", [None, 64]), ("strides", [64.5, 1]), ("strides", None),
+    ("block_shape", [64.0, 64]), ("block_shape", "64"), ("padding", "nan "), ("padding", None),
+    ("round_f32_to_tf32", "yes"), ("shape", [0, 64]),
+])
+def test_tritons_descriptor_fields_are_validated_too(field, value, no_driver):
+    """The same checks on Triton's own descriptor (duck-typed: karchive reads it without Triton's asserts)."""
+    kw = dict(base=FakeTensor(0x10000, [128, 64], FP16), shape=[128, 64], strides=[64, 1], block_shape=[64, 64])
+    kw[field] = value
+    with pytest.raises(ArgumentError) as err:
+        td.expand("a", tma(), TritonLikeDesc(**kw))
+    assert err.value.param == "a" and field.split("_")[0] in str(err.value), str(err.value)
+    assert not no_driver
+    assert td.descriptor_reason("a", "tensordesc<fp16[64, 64]>", TritonLikeDesc(**kw)) is not None
+
+
+def test_descriptor_fields_take_integer_types_and_keep_their_values(no_driver):
+    """What is valid still works: NumPy integers where ints go, tuples and lists, a shape from torch.Size-like tuples."""
+    np = pytest.importorskip("numpy")
+    d = td.TensorDescriptor(np.uint64(RAW), (np.int64(64), 64), shape=(np.int32(128), 64), strides=[np.int64(64), 1],
+                            dtype="fp16", padding="nan", round_f32_to_tf32=False)
+    assert d.shape == (128, 64) and d.strides == (64, 1) and d.block_shape == (64, 64) and d.ptr == RAW
+    assert all(type(v) is int for v in (*d.shape, *d.strides, *d.block_shape, d.ptr))
+    assert td.expand("a", tma(), d)[1:] == [128, 64, 64, 1]
+
+
+def test_the_docstring_raw_address_form_launches(no_driver):
+    """Issue 34, item 13: ``TensorDescriptor(address, block_shape, shape=..., strides=..., dtype="fp16")``, the
+    form TensorDescriptor's own docstring shows, was refused as "dtype fp16, the variant takes fp16". Triton's
+    element type names work as dtypes (``i8`` is int8 there, not a typestr's int64), as do framework names."""
+    doc = td.TensorDescriptor.__doc__ or ""
+    assert 'TensorDescriptor(address, block_shape, shape=...,\n    strides=..., dtype="fp16")' in doc
+    raw = td.TensorDescriptor(RAW, [64, 64], shape=[128, 64], strides=[64, 1], dtype="fp16")
+    assert td.descriptor_reason("a", "tensordesc<fp16[64, 64]>", raw) is None
+    assert td.expand("a", tma(), raw)[1:] == [128, 64, 64, 1] and no_driver[-1].address == RAW
+    assert "dtype=fp16" in repr(raw)
+    for dtype, name in (("bf16", "bf16"), ("fp8e4nv", "fp8e4nv"), ("i8", "i8"), ("u8", "u8"), ("float16", "fp16"),
+                        ("torch.bfloat16", "bf16"), ("<f2", "fp16"), (FP16, "fp16")):
+        d = td.TensorDescriptor(RAW, [64, 64], shape=[128, 64], strides=[64, 1], dtype=dtype)
+        assert td.triton_dtype(d.elem_dtype) == name, (dtype, d.elem_dtype)
+    with pytest.raises(ArgumentError, match="dtype fp32, the variant takes fp16"):
+        td.expand("a", tma(), td.TensorDescriptor(RAW, [64, 64], shape=[128, 64], strides=[64, 1], dtype="fp32"))
+
+
+def test_tf32_rounding_needs_an_fp32_tensor(no_driver):
+    """Issue 34, item 5: ``round_f32_to_tf32=True`` on an fp16 descriptor was encoded as a TF32 map over 2-byte
+    elements and launched. Triton asserts "round_f32_to_tf32 is only supported for float32 tensors" (3.7+;
+    3.5/3.6 have no such option): karchive refuses it too, at construction where the dtype is known and at
+    launch for any descriptor, in both modes, before anything is encoded."""
+    with pytest.raises(ArgumentError, match="round_f32_to_tf32.*float32") as err:
+        td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP16), [64, 64], round_f32_to_tf32=True)
+    assert err.value.param == "round_f32_to_tf32"
+    with pytest.raises(ArgumentError, match="round_f32_to_tf32.*float32"):
+        td.TensorDescriptor(RAW, [64, 64], shape=[128, 64], strides=[64, 1], dtype="bf16", round_f32_to_tf32=True)
+    triton_fp16 = TritonLikeDesc(FakeTensor(0x10000, [128, 64], FP16), [128, 64], [64, 1], [64, 64],
+                                 round_f32_to_tf32=True)
+    for d in (tma(), TensorDescAbi("triton-3.8", "decomposed", "fp16", 2, (64, 64))):
+        with pytest.raises(ArgumentError, match="round_f32_to_tf32.*float32") as err:
+            td.expand("a", d, triton_fp16)
+        assert err.value.param == "a"
+    assert not no_driver
+    f32 = td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP32), [64, 64], round_f32_to_tf32=True)
+    td.expand("f", tma(dtype="fp32", elem_size=4, elem_type=7), f32)
+    assert no_driver[-1].data_type == td.TMA_TF32
+
+
+#: (shape, strides) of fp16 descriptors the driver cannot take (cuTensorMapEncodeTiled: every globalDim in
+#: [1, 2**32], every globalStride a multiple of 16 below 2**40 bytes) or the kernel's i32 shape slot cannot hold.
+DRIVER_LIMITS = [
+    ([128, 64], [-64, 1], "stride"), ([128, 64], [0, 1], "stride"), ([128, 64], [1 << 39, 1], "2\\*\\*40"),
+    ([2, 128, 64], [1 << 39, 64, 1], "2\\*\\*40"), ([1 << 31, 64], [64, 1], "2\\*\\*31"),
+    ([64, 1 << 31], [1 << 31, 1], "2\\*\\*31"), ([128, 64], [1 << 63, 1], "stride"),
+]
+
+
+@pytest.mark.parametrize("shape,strides,why", DRIVER_LIMITS)
+def test_driver_limits_are_refused_before_the_driver(shape, strides, why, no_driver):
+    """Issue 34, item 6: negative and zero strides, strides of 2**40 bytes or more and 2**31 rows reached
+    cuTensorMapEncodeTiled or failed after encoding with an unrelated packing message."""
+    desc = td.TensorDescriptor(FakeTensor(0x10000, shape, FP16, strides), [64] * (len(shape) - 1) + [64])
+    block = tuple(desc.block_shape)
+    for d in (tma(block=block), TensorDescAbi("triton-3.8", "decomposed", "fp16", len(block), block)):
+        if d.mode == "decomposed" and why != "2\\*\\*31" and strides[0] < 1 << 63:
+            td.expand("a", d, desc)  # a decomposed descriptor is plain pointer arithmetic: any i64 stride, as in Triton
+            continue
+        with pytest.raises(ArgumentError, match=why) as err:
+            td.expand("a", d, desc)
+        assert err.value.param == "a"
+    assert not no_driver
+    # the largest values that fit are taken
+    td.expand("a", tma(), td.TensorDescriptor(FakeTensor(0x10000, [(1 << 31) - 1, 64], FP16,
+                                                         [((1 << 40) - 16) // 2, 1]), [64, 64]))
+    assert len(no_driver) == 1
+
+
+@pytest.mark.parametrize("path", ["python", "extension"])
+def test_bad_descriptors_are_refused_before_the_driver_on_both_paths(path, monkeypatch, tmp_path, no_driver):
+    """Items 5, 6, 9, 12 through a real archive on both launch paths: karchive's ArgumentError naming the
+    parameter, nothing encoded, nothing launched."""
+
+    class StrPtr(FakeTensor):
+        def data_ptr(self):
+            return hex(self.ptr)
+
+    with desc_copy_kernel(monkeypatch, tmp_path, path) as (k, rec):
+        a = td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP16), [64, 64])
+        k[(2, 1)](a, a, BLOCK_M=64, BLOCK_N=64)
+        n, encoded = len(rec.launches()), len(no_driver)
+        moving = FakeTensor(0x30000, [128, 64], FP16)
+        later = td.TensorDescriptor(moving, [64, 64])
+        k[(2, 1)](a, later, BLOCK_M=64, BLOCK_N=64)
+        moving.ptr = "0x30000"  # a data_ptr() that turns into a string after the descriptor was made
+        bad = [
+            (td.TensorDescriptor(FakeTensor(0x30000, [1 << 31, 64], FP16), [64, 64]), "2\\*\\*31"),
+            (td.TensorDescriptor(FakeTensor(0x30000, [128, 64], FP16, [-64, 1]), [64, 64]), "stride"),
+            (td.TensorDescriptor(FakeTensor(0x30000, [128, 64], FP16, [1 << 39, 1]), [64, 64]), "2\\*\\*40"),
+            (TritonLikeDesc(FakeTensor(0x30000, [128, 64], FP16), [128, 64], [64, 1], [64, 64],
+                            round_f32_to_tf32=True), "float32"),
+            (TritonLikeDesc(FakeTensor(0x30000, [128, 64], FP16), [128.0, 64], [64, 1], [64, 64]), "shape"),
+            (TritonLikeDesc(FakeTensor(0x30000, [128, 64], FP16), [128, 64], [64, 1], [64, 64], padding="nan "),
+             "padding"),
+            (TritonLikeDesc(StrPtr(0x30000, [128, 64], FP16), [128, 64], [64, 1], [64, 64]), "str"),
+            (later, "str"),
+        ]
+        n, encoded = len(rec.launches()), len(no_driver)
+        for desc, why in bad:
+            with pytest.raises(ArgumentError, match=why) as err:
+                k[(2, 1)](a, desc, BLOCK_M=64, BLOCK_N=64)
+            assert err.value.param == "out_desc" and err.value.kernel == "tma_kernels:desc_copy", str(err.value)
+        with pytest.raises(ArgumentError, match="str"):
+            td.TensorDescriptor(StrPtr(0x30000, [128, 64], FP16), [64, 64])
+        assert len(rec.launches()) == n and len(no_driver) == encoded

@@ -17,7 +17,7 @@ import pytest
 
 from karchive.errors import TrustError
 from support import needs_triton
-from wrapped_specs import kernel_blocks
+from wrapped_specs import Tensor, kernel_blocks
 
 pytestmark = needs_triton
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -64,56 +64,6 @@ def built(tmp_path_factory):
 
 
 # -- stand-ins: tensors, and a bench that reads times from a table --------------------------------------------------
-class DType:
-    def __init__(self, name: str) -> None:
-        self.name_ = name
-
-    def __str__(self) -> str:
-        return self.name_
-
-
-class Tensor:
-    """A torch.Tensor stand-in with the probes and in-place methods tuning uses (calls counted)."""
-
-    def __init__(self, ptr: int, shape: tuple = (N,), dtype: str = "torch.float32") -> None:
-        self._ptr, self.shape, self._dtype = ptr, tuple(shape), DType(dtype)
-        self.calls: list[str] = []
-
-    def data_ptr(self) -> int:
-        return self._ptr
-
-    @property
-    def dtype(self) -> DType:
-        return self._dtype
-
-    def get_device(self) -> int:
-        return 0
-
-    def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
-    def stride(self, i: int | None = None):
-        s = [1] * len(self.shape)
-        for j in range(len(self.shape) - 2, -1, -1):
-            s[j] = s[j + 1] * self.shape[j + 1]
-        return tuple(s) if i is None else s[i]
-
-    def clone(self) -> Tensor:
-        self.calls.append("clone")
-        return Tensor(self._ptr + 0x100_0000, self.shape)
-
-    def copy_(self, other: Tensor) -> Tensor:
-        self.calls.append("copy_")
-        return self
-
-    def zero_(self) -> Tensor:
-        self.calls.append("zero_")
-        return self
-
-
 class IntTensor(Tensor):
     """An int32 index tensor stand-in whose values can be read (torch's detach/flatten/tolist)."""
 
@@ -182,7 +132,7 @@ def device(monkeypatch, built, tmp_path):
 # -- the keys file -------------------------------------------------------------------------------------------------
 def test_keys_files_are_parsed_strictly_and_evaluate_nothing_until_the_device_run():
     from karchive.errors import TuneError
-    from karchive.runtime.tune_keys import Expr, TensorSpec, parse_keys_file
+    from karchive.runtime.tuning.tuner import Expr, TensorSpec, parse_keys_file
 
     (call,) = parse_keys_file(keys_doc({**RESTORE, "args": {**RESTORE["args"], "off": {"tensor": {
         "shape": [3], "dtype": "int32", "values": [0, 5, 9]}}, "idx": {"tensor": {"shape": [4], "dtype": "int64"}}}}))
@@ -212,7 +162,7 @@ def test_keys_files_are_parsed_strictly_and_evaluate_nothing_until_the_device_ru
 
 
 def test_each_key_is_timed_once_across_the_built_configs_with_the_hooks(device):
-    from karchive.runtime.tune_keys import Tuner, parse_keys_file
+    from karchive.runtime.tuning.tuner import Tuner, parse_keys_file
 
     arc, rec = device
     bench = TableBench({64: 3e-6, 128: 1e-6, 256: 2e-6})
@@ -242,9 +192,29 @@ def test_each_key_is_timed_once_across_the_built_configs_with_the_hooks(device):
     assert grids[:2] == [(64, 1, 1), (32, 1, 1)]
 
 
+def test_the_tuner_chooses_by_the_median_then_the_faster_runs(device):
+    """time_configs ranks each config's runs as Triton's autotuner does (runtime/tuning/bench.choose): equal
+    medians go to the config whose fast runs are faster (the first config took it before), and a broken timer's
+    NaN never wins (it did when it came first: nothing compares below NaN)."""
+    from karchive.runtime.tuning.tuner import Tuner, parse_keys_file
+
+    arc, _rec = device
+    runs = {64: [1.0, 2.0, 3.0], 128: [0.5, 2.0, 3.0]}  # us: the same median, 128's 20th percentile lower
+
+    def bench(config, launch, hooks, sync):
+        launch()
+        return [t * 1e-6 for t in runs[config["kwargs"]["BLOCK"]]]
+
+    (d,) = Tuner(arc, bench=bench, factory=Factory()).tune(parse_keys_file(keys_doc(COPY)))
+    assert d.config == 1 and d.timings_ms == [0.002, 0.002, None]
+    runs.update({64: [float("nan")] * 3, 128: [5.0] * 3})
+    (d,) = Tuner(arc, bench=bench, factory=Factory()).tune(parse_keys_file(keys_doc(COPY)))
+    assert d.config == 1 and d.timings_ms == [None, 0.005, None]
+
+
 def test_a_key_the_file_states_must_be_the_one_the_runtime_computes(device):
     from karchive.errors import TuneError
-    from karchive.runtime.tune_keys import Tuner, parse_keys_file
+    from karchive.runtime.tuning.tuner import Tuner, parse_keys_file
 
     arc, _ = device
     calls = parse_keys_file(keys_doc({**COPY, "key": [N, "torch.float16", "torch.float32"]}))
@@ -274,7 +244,7 @@ def test_a_key_the_file_states_must_be_the_one_the_runtime_computes(device):
 # -- a new archive version -----------------------------------------------------------------------------------------
 def _tune(arc, reader, out, table, *calls, version=None, **kw):
     from karchive.cli.tune_cmds import tune_archive
-    from karchive.runtime.tune_keys import parse_keys_file
+    from karchive.runtime.tuning.tuner import parse_keys_file
 
     return tune_archive(reader, parse_keys_file(keys_doc(*calls)), ref=str(out), out=str(out) if out else None,
                         version=version, bench=TableBench(table), factory=Factory(), archive=arc, **kw)
@@ -341,7 +311,7 @@ def test_decisions_become_a_new_version_with_the_same_variants(device, built, tm
 def test_the_runtime_prefers_the_archive_table_then_the_local_cache_then_tunes(device, built, tmp_path, monkeypatch):
     import karchive
     from karchive.format.open import open_location
-    from karchive.runtime.tuning import TuningStore, kernel_digest
+    from karchive.runtime.tuning.decisions import TuningStore, kernel_digest
 
     arc, rec = device
     _tune(arc, open_location(built), tmp_path / "t.karc", {64: 3, 128: 1, 256: 2}, COPY)
@@ -371,7 +341,7 @@ def test_the_runtime_prefers_the_archive_table_then_the_local_cache_then_tunes(d
     k2[(8,)](x, out, 1024)
     assert len(rec.launches()) == n + 2 * 11 + 1  # 2 configs built
     # a table for another GPU model is not used
-    monkeypatch.setattr("karchive.runtime.tuning.enabled", lambda: False)
+    monkeypatch.setattr("karchive.runtime.tuning.decisions.enabled", lambda: False)
     other = open_location(tmp_path / "t.karc").model.autotune
     for r in other:
         for t in r.get("tuned", []):
@@ -407,9 +377,9 @@ def test_tuning_tables_in_records_are_checked_when_merged():
 def test_a_signed_sidecar_ships_the_decisions_to_another_machine(device, built, tmp_path, monkeypatch):
     import karchive
     from karchive.format.open import open_location
-    from karchive.runtime.tuning import import_tables
+    from karchive.runtime.tuning.signed import import_tables
     from karchive.trust.keys import SigningKey
-    from karchive.trust.tuning_sidecar import PAYLOAD_TYPE, verify_tuning
+    from karchive.runtime.tuning.signed import PAYLOAD_TYPE, verify_tuning
 
     arc, rec = device
     key, other = SigningKey.generate(), SigningKey.generate()
@@ -468,7 +438,7 @@ def test_a_captured_call_is_recorded_as_data_and_tuned_again_from_the_capture(de
 
     from karchive.format.open import open_location
     from karchive.producer.capture._autotune_log import describe_call
-    from karchive.runtime.tune_keys import Tuner, calls_from_records
+    from karchive.runtime.tuning.tuner import Tuner, calls_from_records
 
     arc, rec = device
     configs = [triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4),
@@ -522,7 +492,7 @@ def test_the_gpu_checks_keys_file_tunes_every_call_against_its_archive(tmp_path,
 
     import karchive
     from karchive.runtime import args, launch_path
-    from karchive.runtime.tune_keys import Tuner, parse_keys_file
+    from karchive.runtime.tuning.tuner import Tuner, parse_keys_file
     from runtime_support import fake_cuda, register_sizes
 
     spec = importlib.util.spec_from_file_location("build_tune", ROOT / "tests" / "gpu" / "build_tune.py")
@@ -592,7 +562,7 @@ def test_the_cli_tunes_a_keys_file_end_to_end_with_the_device_bench(device, buil
     stand-in it times by wall clock: no torch here), tensors from the stand-in factory instead of torch."""
     from karchive.cli.main import main
     from karchive.format.open import open_location
-    from karchive.runtime import tune_keys
+    from karchive.runtime.tuning import tuner as tune_keys
 
     arc, rec = device
     keys = tmp_path / "keys.json"

@@ -65,7 +65,9 @@ class NoopDriver:
             "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR", "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR",
             "CU_DEVICE_ATTRIBUTE_WARP_SIZE", "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
             "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")})
-        self.CUfunction_attribute = e(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8)
+        self.CUfunction_attribute = e(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8,
+                                      CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES=1)
+        self.CUfunc_cache = e(CU_FUNC_CACHE_PREFER_SHARED=1)
         self.CUdriverProcAddress_flags = e(CU_GET_PROC_ADDRESS_LEGACY_STREAM=1,
                                            CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM=2)
         self.address = address
@@ -83,6 +85,8 @@ class NoopDriver:
     def cuModuleLoadData(self, image): return (0, _Handle(2))  # noqa: E704
     def cuModuleGetFunction(self, m, name): return (0, _Handle(3))  # noqa: E704
     def cuFuncSetAttribute(self, *a): return (0,)  # noqa: E704
+    def cuFuncGetAttribute(self, *a): return (0, 0)  # noqa: E704
+    def cuFuncSetCacheConfig(self, *a): return (0,)  # noqa: E704
     def CUstream(self, raw): return _Handle(raw)  # noqa: E704
     def cuLaunchKernel(self, *a): return (0,)  # noqa: E704
 
@@ -211,7 +215,7 @@ def main() -> None:
     import karchive
     from karchive.runtime import backend as backend_mod
     from karchive.runtime import launch_path
-    from karchive.runtime.cuda_driver import CudaBackend
+    from karchive.runtime.drivers.cuda import CudaBackend
     from karchive.runtime.launch.kernel import Kernel
 
     ext = launch_path.extension()

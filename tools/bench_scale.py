@@ -12,6 +12,8 @@ default) and format 1 (one manifest, every member in the index), for
   they are the same for any archive).
 * **S3**: the same through a registry on a real S3 protocol server (moto, loopback); requests and
   bytes counted at the server (as tests/test_registry_remote.py does).
+* **OCI**: the same through an ``oci://`` registry (Debian's docker-registry on loopback); requests and bytes
+  counted at a proxy in front of it.
 * **inspect**: ``karchive inspect --summary`` and the full ``karchive inspect`` as CLI processes (wall time).
 * **verify**: ``karchive verify`` as a CLI process, peak RSS, for archives of growing size.
 
@@ -24,7 +26,8 @@ targets x configs. Format 1 is built at zstd level 3 without a dictionary (its C
 
     python tools/bench_scale.py [--variants 10000] [--kernels 40] [--json OUT] [--seeds CACHE.karc]
 
-Needs Triton (seeds), and moto[server] + s3fs for the S3 part (--no-s3 skips it).
+Needs Triton (seeds), and moto[server] + s3fs for the S3 part (--no-s3 skips it), docker-registry + oras for
+the OCI part (--no-oci skips it).
 """
 
 from __future__ import annotations
@@ -303,6 +306,45 @@ def s3_costs(paths: dict[str, str], kernel: str, block: int) -> dict:
     return out
 
 
+def oci_costs(paths: dict[str, str], kernel: str, block: int) -> dict:
+    """As :func:`s3_costs`, through an OCI registry (Debian's docker-registry with htpasswd, on loopback,
+    tools/oci_registry.sh), requests and bytes counted at a proxy in front of it (tests/oci_servers.py)."""
+    from oci_servers import FaultProxy, OciRegistry
+
+    from karchive.errors import KarchiveError
+    from karchive.registry import Registry
+
+    ns: dict = {}
+    exec(compile(OPEN_SELECT_LOAD, "bench", "exec"), ns)  # noqa: S102
+    upstream = OciRegistry()
+    proxy = FaultProxy(upstream)
+    out: dict = {}
+    work = Path(tempfile.mkdtemp(prefix="karchive-bench-oci-"))
+    try:
+        for label, path in paths.items():
+            space = f"bench{len(out)}"
+            try:
+                record = Registry(upstream.url(space), upstream.options(), cache=work / f"pub-{label}").publish(path).record
+            except KarchiveError as exc:  # format 1 at 10,000 variants: over the default JSON limits
+                out[label] = {"how": f"publish refused ({type(exc).__name__}: {str(exc)[:120]})"}
+                continue
+            mark = proxy.mark()
+            t0 = time.perf_counter()
+            ns["once"]("scale@1.0", kernel, block, storage_options=upstream.options(), limits=WIDE,
+                       registry=proxy.url(space), cache_dir=work / f"lazy-{label}", fetch="lazy")
+            wall = time.perf_counter() - t0
+            every = proxy.log[mark:]
+            blob = [r for r in every if f"/blobs/sha256:{record.sha256}" in r[1] and r[0] == "GET"]
+            out[label] = {"blob_requests": len(blob), "blob_bytes": sum(r[4] for r in blob),
+                          "ranges": [r[3] for r in blob], "all_requests": len(every),
+                          "archive_bytes": Path(path).stat().st_size, "wall_ms": round(wall * 1e3, 1),
+                          "how": "through an oci:// registry (lazy fetch, blob range requests)"}
+    finally:
+        proxy.close()
+        upstream.close()
+    return out
+
+
 VERIFY = """
 import re, sys, time
 from karchive.format.reader import ArchiveReader, Limits
@@ -355,6 +397,7 @@ def main() -> int:
     ap.add_argument("--seeds", help="cache the compiled seeds in this archive (reused when present)")
     ap.add_argument("-j", "--jobs", type=int, default=0)
     ap.add_argument("--no-s3", action="store_true")
+    ap.add_argument("--no-oci", action="store_true", help="skip the OCI registry part (needs docker-registry, oras)")
     ap.add_argument("--latency-only", action="store_true", help="stop after the local open/select/load timings")
     ap.add_argument("--verify-only", action="store_true", help="local timings and the verify series only")
     ap.add_argument("--no-v1", action="store_true", help="skip the format 1 comparison")
@@ -407,6 +450,16 @@ def main() -> int:
     if not args.no_s3:
         results["s3"] = s3_costs({k: str(v) for k, v in paths.items()}, kernel, block)
         print(f"s3: {results['s3']}", file=sys.stderr)
+    if not args.no_oci and not args.verify_only:
+        import importlib.util
+        import shutil
+
+        if shutil.which("docker-registry") and importlib.util.find_spec("oras"):
+            results["oci"] = oci_costs({k: str(v) for k, v in paths.items()}, kernel, block)
+            print(f"oci: {results['oci']}", file=sys.stderr)
+        else:
+            print("oci: skipped (needs docker-registry, tools/oci_registry.sh, and oras: pip install "
+                  "'karchive[oci]')", file=sys.stderr)
 
     results["inspect"] = {}
     for label, p in paths.items() if not args.verify_only else ():
@@ -449,6 +502,10 @@ def main() -> int:
     if "s3" in results:
         rows += [("S3 ranged requests", lambda lab: results["s3"][lab]["blob_requests"]),
                  ("S3 bytes", lambda lab: results["s3"][lab]["blob_bytes"])]
+    if "oci" in results:
+        rows += [("OCI ranged requests", lambda lab: results["oci"][lab].get("blob_requests", "-")),
+                 ("OCI bytes", lambda lab: results["oci"][lab].get("blob_bytes", "-")),
+                 ("OCI requests in all (tag, manifest, ranges)", lambda lab: results["oci"][lab].get("all_requests", "-"))]
     if results["inspect"]:
         rows += [("inspect --summary s", lambda lab: results["inspect"][lab]["summary_s"]),
                  ("inspect --json (all variants) s", lambda lab: results["inspect"][lab]["full_json_s"])]

@@ -6,7 +6,7 @@
 #   device:       bash tools/gpu_suite.sh                         # carry .gpu (and .whl if you made one)
 #
 # Knobs (environment): SECTIONS="env bench tests" (any subset, in that order), BENCHES="launch coldstart
-# interop capture" (tools/bench_<name>.py; a missing one is noted and skipped), GPU_TESTS="tests/gpu"
+# interop capture tuning" (tools/bench_<name>.py; a missing one is noted and skipped), GPU_TESTS="tests/gpu"
 # (pytest arguments), BUDGET=570 (seconds for the whole run: the device allows 600 s per command),
 # TESTS_RESERVE=300 (seconds the benchmarks leave for the tests; a benchmark that would eat into them is
 # skipped and named in summary.txt: run it in a second call, e.g. SECTIONS=bench BENCHES=capture), PY=python3.
@@ -18,7 +18,7 @@ OUT=${OUT:-/tmp/karchive-gpu-out}
 mkdir -p "$OUT"
 PY=${PY:-python3}
 SECTIONS=${SECTIONS:-"env bench tests"}
-BENCHES=${BENCHES:-"launch coldstart interop capture"}
+BENCHES=${BENCHES:-"launch coldstart interop capture tuning"}
 GPU_TESTS=${GPU_TESTS:-tests/gpu}
 BUDGET=${BUDGET:-570}
 TESTS_RESERVE=${TESTS_RESERVE:-300}

@@ -5,7 +5,9 @@
 # Arguments go to pytest; given any, the lint and type check are skipped (a focused run while you work).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-source tools/venv.sh "producer,cuda,hip,s3,gcs,cli,test"
+source tools/venv.sh "producer,cuda,hip,s3,gcs,oci,cli,test"
+# The OCI registry binary tests/test_registry_oci.py runs (Debian's docker-registry): installed once, offline after.
+bash tools/oci_registry.sh
 # Where a C compiler exists pip builds the compiled launcher, so its absence is a failure, not a skip
 # (tests/test_runtime_fastpath.py); without one the pure-Python launch path is the supported fallback.
 if command -v cc >/dev/null 2>&1 || command -v gcc >/dev/null 2>&1 || command -v clang >/dev/null 2>&1; then

@@ -307,15 +307,17 @@ def _sharded_schema_problems(reader: ArchiveReader) -> list[str]:
     header = {k: v for k, v in reader.header.items() if k != "shards"}
     try:
         Manifest._top(header)
-    except KarchiveError as exc:
+        kernels = reader.model.kernels()
+    except KarchiveError as exc:  # the header's fields: a problem of this archive (exit 1), as in format 1
         problems.append(f"manifest: {exc}")
+        kernels = sorted(row["kernel"] for row in reader.header["shards"])  # (the reader checked the table)
     whole = _validator()
     if whole is not None:
         for e in sorted(whole.iter_errors({**header, "variants": []}), key=lambda e: list(e.absolute_path)):
             where = "/".join(str(p) for p in e.absolute_path) or "(root)"
             problems.append(f"schema: {where}: {e.message}")
     checker = VariantChecker()
-    for kernel in reader.model.kernels():
+    for kernel in kernels:
         try:
             entries = reader.shard_entries(kernel, keep=False)
         except KarchiveError as exc:
@@ -342,7 +344,10 @@ def cmd_verify(args: argparse.Namespace) -> int:
     try:
         # Digests first, with no policy (trust=False: not even $KARCHIVE_TRUST_POLICY), so that a damaged
         # archive shows its damage; the signatures are checked below and reported beside it.
-        reader = open_ref(args.archive, registry=args.registry, cache_dir=args.cache_dir, trust=False)
+        from ..registry.config import storage_options_from_env
+
+        reader = open_ref(args.archive, registry=args.registry, cache_dir=args.cache_dir, trust=False,
+                          storage_options=storage_options_from_env())  # credentials of a remote registry
     except FileNotFoundError:
         raise  # nothing to verify: an error (exit 2), as in every command, not "damaged" (exit 1)
     except FormatError as exc:

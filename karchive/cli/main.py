@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "rebuild_cmds",   # rebuild --check
     "doctor_cmds",    # doctor
     "tune_cmds",      # tune --export/--import (on-device tuning decisions)
+    "oci_cmds",       # oci-image (archives as an OCI image for Kubernetes image volumes)
 )
 
 

@@ -1,10 +1,10 @@
 """`karchive tune`: tune an archive's autotuned kernels on this device and ship the decisions per GPU model.
 
 - ``--keys FILE`` / ``--from-capture [CAPTURE]``: time the prebuilt configs on the calls of a keys file
-  (runtime/tune_keys.py) or of a capture's autotune entries, then write the decisions as a new archive
-  version (``-o OUT``; producer/tune_archive.py) or as a signed sidecar (``--sidecar OUT --sign KEY``;
-  trust/tuning_sidecar.py).
-- ``--export FILE`` / ``--import FILE``: ship this machine's tuning cache (runtime/tuning.py); ``--import``
+  (runtime/tuning/tuner.py) or of a capture's autotune entries, then write the decisions as a new archive
+  version (``-o OUT``; producer/build/tune_archive.py) or as a signed sidecar (``--sidecar OUT --sign KEY``;
+  runtime/tuning/signed.py).
+- ``--export FILE`` / ``--import FILE``: ship this machine's tuning cache (runtime/tuning/decisions.py); ``--import``
   also takes a signed tuning sidecar, verified with ``--key PUB``.
 """
 
@@ -76,7 +76,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from ..core.paths import cache_dir
     from ..registry.config import storage_options_from_env
     from ..resolve import open as open_ref
-    from ..runtime.tuning import export_decisions, import_decisions
+    from ..runtime.tuning.decisions import export_decisions, import_decisions
 
     reader = open_ref(args.archive, registry=args.registry, storage_options=storage_options_from_env())
     root = cache_dir(args.cache_dir)
@@ -90,11 +90,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         n = sum(len(d["decisions"]) for k in data["kernels"] for d in k["devices"])
         return _report(args, {"exported": n, "kernels": [k["kernel"] for k in data["kernels"]], "file": args.export})
     raw = _read(args.import_)
-    from ..runtime.tuning import import_tables
+    from ..runtime.tuning.signed import import_tables, verify_tuning
 
     if args.key or _looks_signed(raw):
         from ..trust.keys import load_public_key
-        from ..trust.tuning_sidecar import verify_tuning
 
         if not args.key:
             raise KarchiveError(f"{args.import_} is a signed tuning sidecar: give --key PUB to verify it")
@@ -115,13 +114,13 @@ def _local_device(reader: Any) -> Any:
 
 
 def _looks_signed(raw: bytes) -> bool:
-    from ..trust.tuning_sidecar import is_envelope
+    from ..runtime.tuning.signed import is_envelope
 
     return is_envelope(raw)
 
 
 def tune_from_args(args: argparse.Namespace, reader: Any) -> dict[str, Any]:
-    from ..runtime.tune_keys import DeviceBench, RepPolicy, calls_from_records, parse_keys_file
+    from ..runtime.tuning.tuner import DeviceBench, RepPolicy, calls_from_records, parse_keys_file
 
     if not args.out and not args.sidecar:
         raise KarchiveError("say where the decisions go: -o OUT.karc (a new archive version) or --sidecar FILE "
@@ -169,13 +168,13 @@ def tune_archive(reader: Any, calls: list, *, ref: str, out: str | None = None, 
                  keep_going: bool = False) -> dict[str, Any]:
     """Tune ``calls`` on this device and write the decisions (a new version at ``out``, or a signed sidecar).
 
-    ``bench`` (a :class:`~karchive.runtime.tune_keys.Bench`) or ``make_bench`` (device -> Bench; default the
+    ``bench`` (a :class:`~karchive.runtime.tuning.tuner.Bench`) or ``make_bench`` (device -> Bench; default the
     device's DeviceBench) times a config and ``factory`` makes the tensors: the seams the CPU tests replace;
     ``archive`` is a runtime Archive over ``reader`` (made here when None)."""
     from ..producer.build.tune_archive import provenance, tuned_records, write_tuned_version
     from ..registry.refs import check_version
     from ..runtime.archive import Archive
-    from ..runtime.tune_keys import Tuner, TuneError
+    from ..runtime.tuning.tuner import Tuner, TuneError
 
     arc = archive if archive is not None else Archive(reader, ref=ref)
     tuner = Tuner(arc, bench=bench, make_bench=make_bench, factory=factory)
@@ -216,8 +215,7 @@ def tune_archive(reader: Any, calls: list, *, ref: str, out: str | None = None, 
             report["signed"] = [sign_archive(out, k, build_info=info).to_json()["sidecar"] for k in signers]
     else:
         from ..core.fsio import atomic_write
-        from ..runtime.tuning import tables_document
-        from ..trust.tuning_sidecar import sign_tuning
+        from ..runtime.tuning.signed import sign_tuning, tables_document
 
         doc = tables_document(model, records, device.name, source)
         env = sign_tuning(doc, signers or [])

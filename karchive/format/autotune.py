@@ -48,10 +48,6 @@ def nonfinite(value: float) -> dict[str, str]:
     return {"float": "nan" if value != value else ("inf" if value > 0 else "-inf")}
 
 
-def is_nonfinite_record(value: Any) -> bool:
-    return isinstance(value, dict) and len(value) == 1 and value.get("float") in NONFINITE
-
-
 def _is_numpy_bool(value: Any) -> bool:
     t = type(value)
     return t.__module__ == "numpy" and t.__name__ in ("bool_", "bool")  # numpy 1 and 2 spell it differently

@@ -35,7 +35,7 @@ def index_sha256_from_footer(footer: bytes) -> str:
     if len(footer) != FOOTER_SIZE:
         raise FormatError("footer has the wrong size")
     fields = FOOTER_PAYLOAD.unpack_from(footer, SKIPPABLE_HEADER.size)
-    return fields[-1].hex()
+    return bytes(fields[-1]).hex()
 
 
 def check_archive_file(path: str | os.PathLike, *, sha256: str | None = None, size: int | None = None,

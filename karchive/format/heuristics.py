@@ -34,6 +34,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from ..core.grammar import fullmatch
 from ..errors import SchemaError
 from .autotune import NONFINITE, nonfinite
+from .names import is_param_name
 from .probes import ABSENT, NOT_SCALAR, PROBE as _PROBE, run_probe, scalar
 
 #: Options Triton takes from a heuristic's result like it takes them from an autotune config.
@@ -314,8 +315,9 @@ def parse_record(obj: Any, where: str) -> HeuristicsRecord:
     if not isinstance(kernel, str) or not kernel:
         raise SchemaError(f"{where}.kernel: a non-empty string expected", where=where)
     if (not isinstance(names, list) or not names or len(names) > MAX_NAMES
-            or not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names)):
-        raise SchemaError(f"{where}.names: 1 to {MAX_NAMES} distinct non-empty strings expected", where=where)
+            or not all(map(is_param_name, names)) or len(set(names)) != len(names)):
+        raise SchemaError(f"{where}.names: 1 to {MAX_NAMES} distinct parameter names expected (identifiers)",
+                          where=where)
     if not isinstance(cases, dict) or set(cases) - set(names):
         raise SchemaError(f"{where}.cases: an object keyed by the record's names expected", where=where)
     parsed: dict[str, tuple[Case, ...]] = {}
@@ -329,6 +331,9 @@ def parse_record(obj: Any, where: str) -> HeuristicsRecord:
                 raise SchemaError(f"{w}[{i}]: a case needs 'inputs' (object) and 'value'", where=where)
             if len(case["inputs"]) > MAX_INPUTS:
                 raise SchemaError(f"{w}[{i}].inputs: more than {MAX_INPUTS} inputs", where=where)
+            bad = next((k for k in case["inputs"] if not is_param_name(k)), None)
+            if bad is not None:
+                raise SchemaError(f"{w}[{i}].inputs: {ascii(bad)[:80]} is not a parameter name", where=where)
             inputs = {str(k): _parse_input(v, f"{w}[{i}].inputs.{k}") for k, v in case["inputs"].items()}
             device = case.get("device")
             if device is not None and (not isinstance(device, dict) or set(device) - {"target", "name"}

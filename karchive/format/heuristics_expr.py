@@ -5,7 +5,9 @@ producer translates each ``@triton.heuristics`` function whose body is one expre
 (``lambda args: args["n"] % args["BLOCK"] == 0``, ``triton.next_power_of_2(args["N"])``, ``8 if
 args["x"].dtype == torch.float32 else 4`` ...) into a JSON tree that this module evaluates. Nothing is
 executed from the archive: the evaluator knows a closed set of operators, bounds the tree's size and
-depth and the size of the numbers it makes, and reads arguments only through the probes of §6.4.
+depth and the size of every value it makes (numbers below 2**:data:`MAX_BITS`, strings of at most
+:data:`MAX_CHARS` characters, lists of at most :data:`MAX_ITEMS` items: each checked *before* the value
+is made, so ``"x" * 1500000000`` costs nothing), and reads arguments only through the probes of §6.4.
 
 A node is a list whose first item names it (spec/FORMAT.md §6.4)::
 
@@ -29,16 +31,23 @@ from typing import Any
 from collections.abc import Callable, Mapping
 
 from ..errors import SchemaError
+from .names import is_param_name
 from .probes import ABSENT, NOT_SCALAR, PROBE as _PROBE, run_probe, scalar
 
 __all__ = [
-    "BINARY", "BOOLEAN", "CALLS", "ExprError", "MAX_BITS", "MAX_DEPTH", "MAX_NODES", "check", "evaluate", "is_boolean",
+    "BINARY", "BOOLEAN", "CALLS", "ExprError", "MAX_BITS", "MAX_CHARS", "MAX_DEPTH", "MAX_ITEMS", "MAX_NODES", "check",
+    "evaluate", "is_boolean",
 ]
 
 MAX_NODES = 256
 MAX_DEPTH = 32
 #: Numbers an expression makes stay below 2**MAX_BITS (a hostile ``2 ** 2 ** 60`` is refused, not computed).
 MAX_BITS = 128
+#: Strings an expression holds or makes stay at most this long (dtype names, a few joined).
+MAX_CHARS = 4096
+#: Lists an expression holds or makes stay at most this long (shapes and strides: a probe's list of scalars).
+MAX_ITEMS = 64
+_SEQUENCES = (str, list, tuple)
 
 
 class ExprError(Exception):
@@ -63,7 +72,33 @@ def _cdiv(a: int, b: int) -> int:
 def _bounded(v: Any) -> Any:
     if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > MAX_BITS:
         raise ExprError(f"a number of more than {MAX_BITS} bits")
+    if isinstance(v, _SEQUENCES):
+        err = _too_long(v, len(v))
+        if err is not None:
+            raise err
     return v
+
+
+def _too_long(seq: Any, n: int) -> ExprError | None:
+    """The error for a string or list of ``n`` items, if ``n`` is past its bound (None: it may be made)."""
+    limit = MAX_CHARS if isinstance(seq, str) else MAX_ITEMS
+    return ExprError(f"a {'string' if isinstance(seq, str) else 'list'} longer than {limit}") if n > limit else None
+
+
+def _sized(head: str, a: Any, b: Any) -> None:
+    """Refuse, before it is made, a value of ``a head b`` past the bounds: a repetition (``"x" * 10**9``),
+    a concatenation, and ``%`` formatting of a string (``"%0999999999d" % 1``: expressions do not format)."""
+    err = None
+    if head == "*":
+        seq, times = (a, b) if isinstance(a, _SEQUENCES) else (b, a)
+        if isinstance(seq, _SEQUENCES) and isinstance(times, numbers.Integral):
+            err = _too_long(seq, len(seq) * max(int(times), 0))
+    elif head == "+" and isinstance(a, _SEQUENCES) and isinstance(b, _SEQUENCES):
+        err = _too_long(a, len(a) + len(b))
+    elif head == "%" and isinstance(a, (str, bytes)):
+        err = ExprError("% on a string is printf formatting, which an expression does not do")
+    if err is not None:
+        raise err
 
 
 def _pow(a: Any, b: Any) -> Any:
@@ -124,15 +159,17 @@ def check(node: Any, where: str) -> None:
             raise SchemaError(f"{w}: a node is a list that starts with its operator", where=w)
         head, rest = n[0], n[1:]
         if head == "arg":
-            if len(rest) != 1 or not isinstance(rest[0], str):
-                raise SchemaError(f"{w}: ['arg', NAME]", where=w)
+            if len(rest) != 1 or not is_param_name(rest[0]):
+                raise SchemaError(f"{w}: ['arg', NAME] (NAME a parameter name)", where=w)
         elif head == "get":
-            if len(rest) != 2 or not isinstance(rest[0], str):
-                raise SchemaError(f"{w}: ['get', NAME, DEFAULT]", where=w)
+            if len(rest) != 2 or not is_param_name(rest[0]):
+                raise SchemaError(f"{w}: ['get', NAME, DEFAULT] (NAME a parameter name)", where=w)
             walk(rest[1], depth + 1, w + "[2]")
         elif head == "const":
             if len(rest) != 1 or scalar(rest[0]) is NOT_SCALAR:
                 raise SchemaError(f"{w}: ['const', a JSON scalar or list of scalars]", where=w)
+            if isinstance(rest[0], _SEQUENCES) and _too_long(rest[0], len(rest[0])) is not None:
+                raise SchemaError(f"{w}: {_too_long(rest[0], len(rest[0]))}", where=w)
         elif head == "probe":
             if len(rest) != 2 or not isinstance(rest[1], str) or not _PROBE.match(rest[1]):
                 raise SchemaError(f"{w}: ['probe', NODE, one of the probes of spec/FORMAT.md §6.4]", where=w)
@@ -211,6 +248,7 @@ def _eval(n: list, named: Mapping[str, Any]) -> Any:
             for v in (a, b):
                 if scalar(v) is NOT_SCALAR and not isinstance(v, float):  # inf and nan are numbers here
                     raise ExprError(f"{head} on a {type(v).__name__}")
+            _sized(head, a, b)
             return _bounded(BINARY[head](a, b))
         if head == "and":
             out: Any = True

@@ -32,7 +32,7 @@ from .constants import ABI_VERSION, ABI_VERSION_PLAIN, FORMAT_VERSION, PATH_SENT
 from .tensordesc import TensorDescAbi
 from .dtypes import POINTER_ELEMENT_TYPES, SCALAR_SIZES
 from ._fields import nonneg as _nonneg, opt as _opt, req as _req
-from .names import MAX_KERNEL_NAME, is_kernel_name
+from .names import MAX_KERNEL_NAME, MAX_PARAM_NAME, is_kernel_name, is_param_name
 from .target import Target
 
 __all__ = [
@@ -72,6 +72,27 @@ def check_kernel_name(value: Any, where: str) -> str:
         raise SchemaError(f"{where}: {ascii(shown)[:80]} is not a kernel name (an identifier or module:qualname, "
                           f"at most {MAX_KERNEL_NAME} characters)", where=where)
     return str(value)
+
+
+def check_param_name(value: Any, where: str) -> str:
+    """``value`` if it is a parameter name (:func:`~.names.is_param_name`), else a :class:`SchemaError`.
+
+    Parameter names become Python parameters (a bridge's op signature) and keywords: a quoted payload,
+    a keyword or a newline never gets past the model."""
+    if not is_param_name(value):
+        shown = value if isinstance(value, str) else type(value).__name__
+        raise SchemaError(f"{where}: {ascii(shown)[:80]} is not a parameter name (an ASCII identifier that is not a "
+                          f"Python keyword, at most {MAX_PARAM_NAME} characters)", where=where)
+    return str(value)
+
+
+def check_distinct_params(params: tuple[Param, ...], where: str) -> tuple[Param, ...]:
+    """``params`` if no two share a name (no Python signature has two), else a :class:`SchemaError`."""
+    if len({p.name for p in params}) != len(params):
+        names = [p.name for p in params]
+        twice = next(n for i, n in enumerate(names) if n in names[:i])
+        raise SchemaError(f"{where}: parameter {twice!r} is named twice", where=where)
+    return params
 
 
 def _check_stages(ir: Mapping[Any, Any], where: str) -> None:
@@ -159,6 +180,7 @@ class Param:
         if fast is not None:
             return fast
         name, typ = _req(obj, "name", str, where), _req(obj, "type", str, where)
+        check_param_name(name, f"{where}.name")
         hints = _opt(obj, "hints", dict, where) or {}
         required = _opt(obj, "required", bool, where)
         if "default" in obj and required is not None:
@@ -181,7 +203,7 @@ class Param:
             return None
         g = obj.get
         name, typ, hints, required, default = g("name"), g("type"), g("hints"), g("required"), g("default")
-        if type(name) is not str or type(typ) is not str or not (required is None or type(required) is bool):
+        if not is_param_name(name) or type(typ) is not str or not (required is None or type(required) is bool):
             return None
         if hints is None:
             divisibility = equal_to_1 = None
@@ -232,6 +254,7 @@ class AbiParam:
 
     @classmethod
     def from_json(cls, p: Any, n_params: int, where: str) -> AbiParam:
+        check_param_name(_req(p, "name", str, where), f"{where}.name")
         kind = _req(p, "kind", str, where)
         if kind not in ABI_KINDS:
             raise SchemaError(f"{where}: unknown kind {kind!r}", where=where)
@@ -499,6 +522,7 @@ class Variant:
         else:
             params = tuple(_memo(memo, "param", p, 0, _param_parser(p, f"{where}.params[{i}]"))
                            for i, p in enumerate(raw_params))
+        check_distinct_params(params, f"{where}.params")
         files = _req(obj, "files", dict, where)
         raw_ir = _opt(files, "ir", dict, where + ".files") or {}
         _check_stages(raw_ir, where + ".files.ir")
@@ -577,6 +601,7 @@ class Variant:
             params.append(hit[0] if hit is not None else
                           _memo(memo, "param", p, 0, _param_parser(p, f"{where}.params[{i}]")))
         n = len(params)
+        check_distinct_params(tuple(params), f"{where}.params")
         hit = memo.get(("target", id(raw_target), 0))
         target = hit[0] if hit is not None else \
             _memo(memo, "target", raw_target, 0, lambda: Target.from_json(raw_target, where + ".target"))
@@ -676,6 +701,31 @@ class KernelSummary:
         return cls(kernel, sum(counts.values()), tuple(sorted(labelled)))
 
 
+#: The lists of names an autotune record gives (spec/FORMAT.md §6.3): argument and constexpr names.
+_AUTOTUNE_NAMES = ("key_names", "dtype_args", "reset_to_zero", "restore_value", "outer_heuristics")
+
+
+def _check_record_names(records: list[dict], where: str, fields: tuple[str, ...]) -> None:
+    """The names autotune and heuristics records give are parameter names (constexprs a call passes by keyword,
+    arguments the records read), checked with the top level so that ``verify`` refuses an archive that breaks
+    it; the rest of a record is checked where it is parsed (``format/autotune``, ``format/heuristics``)."""
+    for i, record in enumerate(records):
+        w = f"{where}[{i}]"
+        for field_name in fields:
+            names = record.get(field_name)
+            if names is None:
+                continue
+            if not isinstance(names, list):
+                raise SchemaError(f"{w}.{field_name}: a list of parameter names expected", where=f"{w}.{field_name}")
+            for j, name in enumerate(names):
+                check_param_name(name, f"{w}.{field_name}[{j}]")
+        configs = record.get("configs") if "configs" in record else []
+        for j, config in enumerate(configs if isinstance(configs, list) else []):
+            kwargs = config.get("kwargs") if isinstance(config, dict) else None
+            for name in kwargs if isinstance(kwargs, dict) else ():
+                check_param_name(name, f"{w}.configs[{j}].kwargs")
+
+
 # -- manifest -------------------------------------------------------------------------------------
 _TOP_KNOWN = frozenset({"format", "format_version", "abi_version", "name", "version", "produced_by", "created",
                         "path_sentinel", "sources", "variants", "autotune", "heuristics"})
@@ -731,6 +781,11 @@ class Manifest:
         ordered = sorted(variants, key=lambda v: (v.kernel, v.key))
         for v in ordered:  # what a reader would refuse is never written
             check_kernel_name(v.kernel, "variants.kernel")
+            for p in v.params:
+                check_param_name(p.name, "variants.params.name")
+            for ap in v.abi.params:
+                check_param_name(ap.name, "variants.abi.params.name")
+            check_distinct_params(v.params, "variants.params")
             _check_stages(v.ir, "variants.files.ir")
         keys = [v.key for v in ordered]
         if len(set(keys)) != len(keys):
@@ -758,6 +813,8 @@ class Manifest:
         heuristics = _opt(obj, "heuristics", list, where)
         if heuristics is not None and not all(isinstance(r, dict) for r in heuristics):
             raise SchemaError("manifest.heuristics: expected a list of objects", where="manifest.heuristics")
+        _check_record_names(autotune or [], "manifest.autotune", _AUTOTUNE_NAMES)
+        _check_record_names(heuristics or [], "manifest.heuristics", ("names",))
         sources = tuple(FileRef.from_json(s, f"manifest.sources[{i}]")
                         for i, s in enumerate(_opt(obj, "sources", list, where) or []))
         abi_version = _opt(obj, "abi_version", int, where)

@@ -9,10 +9,17 @@ name Triton gives the compiled entry and its cache files.
 Names come from untrusted archives and end up in file names (``export-triton-cache``) and terminals,
 so the model refuses anything outside this grammar; the checks use whole-string matching
 (:func:`karchive.core.grammar.fullmatch`).
+
+A *parameter name* (a variant's ``params`` and its launch ABI's) is what the bridges declare as a
+Python parameter (``karchive.interop.torch.custom_op`` builds the op's signature from them) and what
+calls pass as keywords: an ASCII identifier that is not a Python keyword, at most
+:data:`MAX_PARAM_NAME` characters (:func:`is_param_name`).
 """
 
 from __future__ import annotations
 
+import functools
+import keyword
 import re
 from typing import Any
 from collections.abc import Iterable
@@ -27,6 +34,19 @@ _MODULE = rf"{IDENTIFIER}(?:\.{IDENTIFIER})*"
 _QUALNAME = rf"(?:{_SEGMENT}\.)*{IDENTIFIER}"
 KERNEL_NAME = re.compile(rf"(?:{_MODULE}:)?{_QUALNAME}")
 SHORT_NAME = re.compile(IDENTIFIER)
+#: Longest parameter name accepted.
+MAX_PARAM_NAME = 256
+
+
+def is_param_name(value: Any) -> bool:
+    """An ASCII identifier that is not a Python keyword (``class``, ``None``), at most :data:`MAX_PARAM_NAME`
+    characters: a name that can be a Python parameter, so no name from an archive is ever more than that."""
+    return type(value) is str and _param_ok(value)
+
+
+@functools.lru_cache(maxsize=4096)  # a shard checks the same few names on every distinct parameter
+def _param_ok(value: str) -> bool:
+    return len(value) <= MAX_PARAM_NAME and fullmatch(SHORT_NAME, value) and not keyword.iskeyword(value)
 
 
 def is_kernel_name(value: Any) -> bool:

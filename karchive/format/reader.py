@@ -286,7 +286,7 @@ class ArchiveReader:
     @property
     def sharded(self) -> bool:
         """True for format 2 and later: variants live in per-kernel shards (spec/FORMAT.md §6.5)."""
-        return self.format_version[0] >= 2
+        return bool(self.format_version[0] >= 2)
 
     def _bytes_at(self, offset: int, length: int) -> bytes:
         if offset >= self._tail_start and offset + length <= self._tail_start + len(self._tail):

@@ -13,7 +13,8 @@ __all__ = ["load_schema"]
 
 @lru_cache(maxsize=1)
 def load_schema() -> dict:
-    return json.loads(resources.files(__package__).joinpath("manifest.schema.json").read_text())
+    schema: dict = json.loads(resources.files(__package__).joinpath("manifest.schema.json").read_text())
+    return schema
 
 
 #: The JSON Schema keywords manifest.schema.json uses inside a variant, and that :class:`VariantChecker`

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 from typing import Any
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..errors import FormatError, SentinelError
 from .constants import PATH_SENTINEL
@@ -18,7 +18,7 @@ from .constants import PATH_SENTINEL
 __all__ = ["restore_json_bytes", "restore_paths", "rewrite_paths"]
 
 
-def _walk(node: Any, fn) -> Any:
+def _walk(node: Any, fn: Callable[[Any], Any]) -> Any:
     if isinstance(node, str):
         return fn(node)
     if isinstance(node, list):

@@ -430,6 +430,8 @@ def _bulk(shard: _Shard, kernel: str) -> tuple[list[Variant], list[Located]] | N
             p = Param._valid(param[i])
             param_of[i] = p if p is not None else Param.from_json(param[i], f"{where}: parts.param[{i}]")
         params_of = dict(zip(ptuples, map(tuple, map(map, repeat(param_of.__getitem__), ptuples))))
+        if any(len({p.name for p in ps}) != len(ps) for ps in params_of.values()):
+            return None  # a name twice: the row-by-row path says where
         memo: dict = {}
         # A FormatError here only sends the shard to the row-by-row path, which says where it is: no
         # location is spelled out per ABI (one per variant, often).

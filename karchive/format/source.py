@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from typing import Protocol
+from typing import Any, Protocol
 
 from ..errors import ArchiveNotFoundError, FormatError, NotAnArchiveError, TransferError
 
@@ -96,7 +96,7 @@ class FileSource:
 class FsspecSource:
     """Exact-range reads through ``fs.cat_file(path, start, end)``: no block cache, no read-ahead."""
 
-    def __init__(self, fs, path: str, size: int | None = None) -> None:
+    def __init__(self, fs: Any, path: str, size: int | None = None) -> None:
         self.fs = fs
         self.path = path
         self._lock = threading.Lock()
@@ -119,7 +119,7 @@ class FsspecSource:
         if offset < 0 or length < 0 or offset + length > self.size:
             raise FormatError(f"read past the end of {self.path} ({offset}+{length} > {self.size})")
         try:
-            data = self.fs.cat_file(self.path, start=offset, end=offset + length)
+            data: bytes = self.fs.cat_file(self.path, start=offset, end=offset + length)
         except Exception as exc:
             raise TransferError(f"range read of {self.path} [{offset}, {offset + length}) failed: {exc}",
                                 url=self.path, registry=None, attempts=1) from exc

@@ -29,12 +29,14 @@ Inductor's CUDA graphs). Launch the op once before capturing: the first launch l
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Union, cast
 from collections.abc import Callable, Mapping, Sequence
 
 import torch
 
 from ..errors import ArgumentError
+from ..format.names import is_param_name
 from ..runtime.descriptors import TensorDescriptor
 from ..runtime.select import MISSING
 from ._roles import descriptor_options, kernel_roles
@@ -178,17 +180,33 @@ def custom_op(name: str, kernel: Any, *, grid: Any, out: Any = None, mutates_arg
 
 
 def _make_fn(name: str, inputs: Sequence[Any], n_out: int, body: Callable[[tuple], list]) -> Callable:
-    """A function with the op's real signature (names and annotations), for torch's schema inference."""
-    params = ", ".join(f"{r.name}: _A{i}" for i, r in enumerate(inputs))
-    ret = "None" if n_out == 0 else "_T" if n_out == 1 else f"_Tuple[{', '.join(['_T'] * n_out)}]"
-    tail = "_body(args)\n    return None" if n_out == 0 else "return _body(args)[0]" if n_out == 1 \
-        else "return tuple(_body(args))"
-    src = (f"def {name.split('::')[-1]}({params}) -> {ret}:\n"
-           f"    args = ({', '.join(r.name for r in inputs)}{',' if len(inputs) == 1 else ''})\n"
-           f"    {tail}\n")
-    g: dict[str, Any] = {"_T": torch.Tensor, "_Tuple": tuple, "_body": body}
-    g.update({f"_A{i}": _ANNOTATION[r.kind] for i, r in enumerate(inputs)})
-    exec(compile(src, f"<karchive op {name}>", "exec"), g)  # noqa: S102 - generated from parameter names
-    fn = g[name.split("::")[-1]]
-    fn.__module__ = __name__
-    return fn
+    """A function with the op's real signature (names and annotations), for torch's schema inference.
+
+    The signature is an :class:`inspect.Signature` made of the parameter names, never source text: a name
+    is only ever a name. The archive's model already refuses any that is not a parameter name
+    (:func:`karchive.format.names.is_param_name`); a kernel-like object from elsewhere gets the same rule here,
+    as an :class:`ArgumentError`.
+    """
+    bad = next((r.name for r in inputs if not is_param_name(r.name)), None)
+    if bad is not None or len({r.name for r in inputs}) != len(inputs):
+        raise ArgumentError(f"{name}: the kernel's parameters cannot be a Python signature: "
+                            f"{'not a parameter name: ' + ascii(bad)[:80] if bad is not None else 'a name twice'}",
+                            kernel=None, param=bad)
+    P = inspect.Parameter
+    params = [P(r.name, P.POSITIONAL_OR_KEYWORD, annotation=_ANNOTATION[r.kind]) for r in inputs]
+    sig = inspect.Signature(params, return_annotation=None if n_out == 0 else torch.Tensor if n_out == 1
+                            else tuple[(torch.Tensor,) * n_out])  # type: ignore[misc]
+    n = len(params)
+    bind = sig.bind
+
+    def op(*args: Any, **kwargs: Any) -> Any:
+        if kwargs or len(args) != n:  # torch calls by position; anyone else binds as Python would
+            bound = bind(*args, **kwargs)
+            args = tuple(bound.arguments[p.name] for p in params)
+        out = body(args)
+        return None if n_out == 0 else out[0] if n_out == 1 else tuple(out)
+
+    op.__signature__ = sig  # type: ignore[attr-defined]
+    op.__name__ = op.__qualname__ = name.split("::")[-1]
+    op.__module__ = __name__
+    return op

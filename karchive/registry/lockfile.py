@@ -38,18 +38,21 @@ class Pin:
     size: int
     index_sha256: str
     signers: tuple[str, ...] = ()  # key ids (sorted) that must sign validly; () pins no signer
+    manifest: str = ""  # an OCI registry's manifest digest (sha256:<hex>); "" elsewhere
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"version": self.version, "sha256": self.sha256, "size": self.size,
                                "index_sha256": self.index_sha256}
         if self.signers:  # absent rather than empty: lockfiles without signing read exactly as before
             out["signers"] = list(self.signers)
+        if self.manifest:  # an OCI registry's manifest (spec/REGISTRY.md §10): absent elsewhere
+            out["manifest"] = self.manifest
         return out
 
     @classmethod
     def from_record(cls, record: VersionRecord, signers: Iterable[str] = ()) -> Pin:
         return cls(record.name, record.version, record.sha256, record.size, record.index_sha256,
-                   tuple(sorted(set(signers))))
+                   tuple(sorted(set(signers))), record.manifest)
 
 
 @dataclass
@@ -120,7 +123,8 @@ class Lockfile:
                     raise RegistryValueError("signers must be a list of key ids", value=repr(signers)[:200])
                 pins[name] = Pin(name, check_version(entry.get("version")), check_digest(entry.get("sha256")), size,
                                  check_digest(entry.get("index_sha256")),
-                                 tuple(sorted({_check_key_id(k) for k in signers})))
+                                 tuple(sorted({_check_key_id(k) for k in signers})),
+                                 _check_manifest(entry.get("manifest", "")))
             except RegistryError as exc:
                 raise LockfilePinError(f"lockfile {where}: archive {name!r}: {exc}", lockfile=where,
                                        name=str(name)) from None
@@ -151,12 +155,27 @@ class Lockfile:
                 f"{self._label()} pins sha256 {pin.sha256} ({pin.size} bytes); refusing to load it",
                 lockfile=self._label(), name=record.name, pinned_digest=pin.sha256, actual_digest=record.sha256,
             )
+        if pin.manifest and record.manifest and record.manifest != pin.manifest:
+            raise LockfileMismatchError(f"{record.ref}: the registry's tag now names manifest {record.manifest}, but "
+                                        f"{self._label()} pins manifest {pin.manifest} (the tag was moved); refusing "
+                                        "to load it", lockfile=self._label(), name=record.name,
+                                        pinned_digest=pin.manifest, actual_digest=record.manifest)
         if record.index_sha256 != pin.index_sha256:
             raise LockfileMismatchError(f"{record.ref}: index digest {record.index_sha256} differs from the pinned "
                                         f"{pin.index_sha256} in {self._label()}; refusing to load it",
                                         lockfile=self._label(), name=record.name, pinned_digest=pin.index_sha256,
                                         actual_digest=record.index_sha256)
         return pin
+
+
+def _check_manifest(value: object) -> str:
+    if value == "":
+        return ""
+    if not isinstance(value, str) or not value.startswith("sha256:"):
+        raise RegistryValueError(f"bad manifest digest {value!r}: expected sha256:<64 hex digits>",
+                                 value=repr(value)[:200])
+    check_digest(value[7:])
+    return value
 
 
 def _check_key_id(value: object) -> str:

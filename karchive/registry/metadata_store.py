@@ -32,7 +32,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.grammar import fullmatch
 from ..core.jsonio import canonical_json
@@ -50,13 +50,34 @@ if TYPE_CHECKING:  # pragma: no cover - metadata needs cryptography; naming the 
     from ..trust.keys import SigningKey
     from ..trust.metadata import Timestamp
     from ..trust.policy import TrustPolicy
-    from .registry import Registry
+    from .cache import Cache
     from .store import Store
 
 METADATA_DIR = "metadata"
 SNAPSHOTS_DIR = f"{METADATA_DIR}/snapshots"
 TIMESTAMP_PATH = f"{METADATA_DIR}/timestamp.json"
 _SNAPSHOT_FILE = re.compile(r"[1-9][0-9]{0,15}\.json")
+
+
+class Registry(Protocol):
+    """What this module reads of a :class:`karchive.registry.registry.Registry` (which calls it), named
+    structurally so that the two do not import each other."""
+
+    url: str
+    store: Store
+    cache: Cache
+
+    def names(self) -> list[str]: ...
+
+    def _read_record(self, name: str, version: str) -> VersionRecord | None: ...
+
+    def _read_name_index(self, name: str) -> dict[str, VersionRecord] | None: ...
+
+    def _listed_versions(self, name: str) -> list[str]: ...
+
+    def _missing_version(self, name: str, version: str) -> NotFoundError: ...
+
+    def _ensure_marker(self) -> None: ...
 
 #: Defaults: the snapshot changes with every publish and is re-issued at least monthly; the timestamp
 #: is short-lived, so a registry nobody re-signs (a freeze) is noticed within a day.
@@ -308,10 +329,6 @@ def _read_bounded(store: Store, path: str, limit: int, role: str | None) -> byte
                                     role=role, policy_sha256=None,
                                     archive=None, version=None, seen=None, expires=None)
     return data
-
-
-def requires_metadata(policy: TrustPolicy | None) -> bool:
-    return policy is not None and policy.registry is not None and policy.registry.require_signed_metadata
 
 
 def check_record(meta: TrustedMetadata, record: VersionRecord, reg: Registry, policy: TrustPolicy) -> None:

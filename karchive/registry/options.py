@@ -17,19 +17,25 @@ import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..core import settings
 from ..errors import RegistryValueError
 
 if TYPE_CHECKING:  # pragma: no cover - naming the types imports nothing at run time
-    from ..format.reader import Limits
+    from ..format.reader import ArchiveReader, Limits
     from ..trust.enforce import TrustArg
     from .lockfile import Lockfile
-    from .registry import Registry
 
 FetchMode = Literal["auto", "lazy", "full"]
 FETCH_MODES = ("auto", "lazy", "full")
+
+
+class Registry(Protocol):
+    """A registry object (:class:`karchive.registry.Registry`) as an open uses it, named structurally so that
+    this module, which the registry imports, does not import it back."""
+
+    def open(self, ref: Any, options: OpenOptions | None = None, **fields: Any) -> ArchiveReader: ...
 
 
 @dataclass(frozen=True)

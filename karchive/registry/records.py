@@ -34,6 +34,13 @@ class VersionRecord:
     variants: int = 0
     kernels: tuple[str, ...] = field(default_factory=tuple)
     targets: tuple[str, ...] = field(default_factory=tuple)
+    #: On an OCI registry, the digest (``sha256:<hex>``) of the archive's manifest, which its tag named
+    #: when this record was read; lockfiles pin it (spec/REGISTRY.md §10). Empty elsewhere.
+    manifest: str = ""
+    #: On an OCI registry, from the manifest's annotations (read without the blob): the archive's format
+    #: version and the Triton release(s) that compiled it. Empty elsewhere.
+    format_version: str = ""
+    triton: str = ""
 
     @property
     def ref(self) -> str:
@@ -52,6 +59,9 @@ class VersionRecord:
             "variants": self.variants,
             "kernels": list(self.kernels),
             "targets": list(self.targets),
+            **({"manifest": self.manifest} if self.manifest else {}),
+            **({"format_version": self.format_version} if self.format_version else {}),
+            **({"triton": self.triton} if self.triton else {}),
         }
 
     def to_json(self) -> bytes:
@@ -73,6 +83,9 @@ class VersionRecord:
                 variants=_nonneg_int(obj.get("variants", 0), "variants"),
                 kernels=tuple(_str_list(obj.get("kernels", []), "kernels")),
                 targets=tuple(_str_list(obj.get("targets", []), "targets")),
+                manifest=_manifest_digest(obj.get("manifest", "")),
+                format_version=_str(obj.get("format_version", ""), "format_version")[:64],
+                triton=_str(obj.get("triton", ""), "triton")[:256],
             )
         except RegistryError as exc:
             raise DamagedRegistryError(f"{where}: corrupt version record: {exc}", where=where) from None
@@ -107,6 +120,15 @@ def _nonneg_int(value: Any, what: str) -> int:
 def _str(value: Any, what: str) -> str:
     if not isinstance(value, str):
         raise DamagedRegistryError(f"{what} must be a string, got {value!r}", where=what)
+    return value
+
+
+def _manifest_digest(value: Any) -> str:
+    if value == "":
+        return value
+    if not isinstance(value, str) or not value.startswith("sha256:"):
+        raise DamagedRegistryError(f"manifest must be 'sha256:<64 hex>', got {value!r}"[:300], where="manifest")
+    check_digest(value[7:])
     return value
 
 

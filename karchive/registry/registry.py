@@ -333,6 +333,7 @@ class Registry:
             existing = self._read_record(record.name, record.version)
             if existing is not None:
                 return self._store_signatures(self._same_or_conflict(existing, record), envelopes)
+            self.store.bind(record)
             self._put_blob(record, snapshot)
         if not self.store.create(version_record_path(record.name, record.version), record.to_json()):
             existing = self._read_record(record.name, record.version)
@@ -521,7 +522,10 @@ class Registry:
         if lock is not None:
             pin = lock.pin_for(ref.name, ref.version)
             if self.cache.lookup(pin.sha256, pin.size) is not None:
-                return VersionRecord(pin.name, pin.version, pin.sha256, pin.size, pin.index_sha256)
+                record = VersionRecord(pin.name, pin.version, pin.sha256, pin.size, pin.index_sha256,
+                                       manifest=pin.manifest)
+                self.store.bind(record)
+                return record
             record = self.cache.recall(self.url, pin.name, pin.version) or self.resolve(Ref(pin.name, pin.version))
             lock.check(record)
         elif policy is not None and policy.registry is not None and policy.registry.require_signed_metadata:
@@ -537,11 +541,13 @@ class Registry:
             if not allow_downgrade:
                 check_downgrade(self.cache, self.url, record)
         self.cache.remember(self.url, record)
+        self.store.bind(record)
         return record
 
     @_operation
     def fetch(self, record: VersionRecord) -> tuple[Path, bool]:
         """The verified archive for ``record`` in the local cache; downloads only on a miss."""
+        self.store.bind(record)
         def fill(out: Any) -> None:
             progress = make_progress(self.progress, f"pull {record.ref}", record.size)
             download(self.store, blob_path(record.sha256), record.size, out, retry=self.retry, progress=progress)
@@ -689,6 +695,7 @@ class Registry:
     @_operation
     def open_lazy(self, record: VersionRecord, limits: Limits | None = None) -> ArchiveReader:
         """Range reads only: the tail, then one request per frame used; authenticated via the index digest."""
+        self.store.bind(record)
         source = StoreSource(self.store, blob_path(record.sha256), record.size, self.retry)
         reader = ArchiveReader(source, limits=limits or Limits())
         found = source.footer_index_sha256()

@@ -18,6 +18,8 @@ from ..core import settings
 from .deadline import DEFAULT_TIMEOUT, TIMEOUT_ENV, Deadline, operation, timeout_from_env
 
 T = TypeVar("T")
+#: The longest ``Retry-After`` honoured before the next attempt (the deadline still bounds the whole).
+MAX_RETRY_AFTER = 30.0
 
 _PERMANENT = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError,
               KarchiveError, ValueError, TypeError, KeyError, NotImplementedError)
@@ -88,6 +90,15 @@ class RetryPolicy:
         """Full-jitter exponential backoff, so many clients retrying at once spread out."""
         return random.uniform(0, min(self.max_delay, self.base_delay * (2 ** attempt)))
 
+    def wait(self, attempt: int, exc: BaseException) -> float:
+        """The backoff before the next attempt: at least the server's ``Retry-After`` where it sent one
+        (an exception's ``retry_after`` seconds, as the OCI client raises on 429/503), capped at
+        :data:`MAX_RETRY_AFTER`; the operation's deadline bounds it either way."""
+        asked = getattr(exc, "retry_after", None)
+        if isinstance(asked, (int, float)) and asked > 0:
+            return max(self.delay(attempt), min(float(asked), MAX_RETRY_AFTER))
+        return self.delay(attempt)
+
     def call(self, fn: Callable[[], T], what: str, sleep: Callable[[float], None] = time.sleep, *,
              registry: str | None = None) -> T:
         """Run ``fn``; transient errors are retried, then a :class:`TransferError`.
@@ -127,7 +138,7 @@ class RetryPolicy:
                         attempts=self.attempts, registry=registry, url=registry,
                     ) from exc
                 with deadline.waiting():
-                    sleep(min(self.delay(attempt), max(0.0, deadline.remaining())))
+                    sleep(min(self.wait(attempt, exc), max(0.0, deadline.remaining())))
         raise AssertionError("unreachable")
 
 

@@ -17,7 +17,7 @@ import os
 import socket
 import threading
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
@@ -27,7 +27,14 @@ from .config import redact_url
 from .deadline import current as current_deadline
 from .retry import RetryPolicy
 
+if TYPE_CHECKING:  # pragma: no cover
+    from .records import VersionRecord
+
 ProgressFn = Callable[[int], None]
+
+#: URL schemes karchive resolves itself, before fsspec (which maps ``oci://`` to an unrelated object
+#: store): scheme → ``module:class`` under this package, imported on first use (as fsspec's registry).
+SCHEMES = {"oci": "oci_store:OciStore"}
 
 
 class Store(abc.ABC):
@@ -70,6 +77,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def list_dir(self, path: str) -> list[str]:
         """Entry names directly under ``path`` (hidden names excluded); [] if there is none."""
+
+    def bind(self, record: VersionRecord) -> None:  # noqa: B027 - an optional hook, a no-op by default
+        """Say which archive a blob digest belongs to, before its blob or signatures are touched: a backend
+        that keeps blobs per archive name (OCI: one repository per name, :mod:`.oci_store`) needs it;
+        path-addressed backends ignore it."""
 
     def _read_only(self) -> RegistryError:
         return RegistryError(f"registry {self.url} is read-only (publish to the directory or bucket it serves)",
@@ -366,7 +378,8 @@ def check_resolvable(host: str | None, url: str) -> None:
 def _missing_backend(url: str, exc: Exception) -> RegistryError:
     return RegistryError(
         f"registry {redact_url(url)} needs an fsspec backend that is not installed ({exc}); "
-        "install karchive[s3] for s3://, karchive[gcs] for gs://, karchive[http] for http(s)://"
+        "install karchive[s3] for s3://, karchive[gcs] for gs://, karchive[http] for http(s)://, "
+        "karchive[oci] for oci://"
     , registry=redact_url(url))
 
 
@@ -375,6 +388,16 @@ def open_store(url: str, storage_options: dict[str, Any] | None = None,
     """A local directory for paths and ``file://``; fsspec for every other URL (client made lazily)."""
     retry = retry or RetryPolicy.from_env()
     options = dict(storage_options or {})
+    own = SCHEMES.get(url.split("://", 1)[0].lower()) if "://" in url else None
+    if own is not None:
+        import importlib
+
+        module, _, cls_name = own.partition(":")
+        backend = getattr(importlib.import_module(f"{__package__}.{module}"), cls_name)
+        try:
+            return backend(url, options, retry)
+        except ImportError as exc:
+            raise _missing_backend(url, exc) from None
     if "://" not in url:
         return LocalStore(url)
     if url.startswith("file://"):

@@ -48,10 +48,29 @@ class DLPackDtype(tuple):
     """(code, bits, lanes) of a DLPack tensor, tagged so it is not confused with other tuples."""
 
 
+class TritonDtype(str):
+    """A Triton element type name (``"fp16"``, ``"i8"``), tagged so it is never read as a
+    ``__cuda_array_interface__`` typestr (where ``"i8"`` is int64)."""
+
+    __slots__ = ()
+
+
+def element_type(dtype: Any) -> TritonDtype | None:
+    """What a caller's ``dtype=`` names, as a :class:`TritonDtype`: Triton's own names first (``"fp16"``,
+    ``"fp8e4nv"``, ``"i8"`` = int8), then framework names and objects (``"float16"``, ``torch.float16``) and
+    typestrs (``"<f2"``); None when it names none of them."""
+    if isinstance(dtype, str) and dtype in _TRITON_NAMES:
+        return TritonDtype(dtype)
+    name = triton_dtype(dtype)
+    return None if name is None else TritonDtype(name)
+
+
 def triton_dtype(dtype: Any) -> str | None:
     """Triton's element type name for a framework dtype, or None when unknown (then no check is made)."""
     if dtype is None:
         return None
+    if type(dtype) is TritonDtype:
+        return str(dtype)
     if isinstance(dtype, DLPackDtype):
         code, bits, lanes = dtype
         return _BY_DLPACK.get((code, bits)) if lanes == 1 else None

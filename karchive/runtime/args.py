@@ -12,6 +12,7 @@ No call here asks the driver anything (no ``cuPointerGetAttribute`` per launch).
 from __future__ import annotations
 
 import ctypes
+import operator
 import sys
 from typing import Any
 from collections.abc import Callable
@@ -228,19 +229,34 @@ def extractor(tp: type) -> Extractor:
 
 
 def pointer_info(a: Any) -> PointerInfo:
-    """(address, dtype object or None, device ordinal / -1 host / None unknown)."""
+    """(address, dtype object or None, device ordinal / -1 host / None unknown). The address is an int:
+    an accessor that answers anything else (``data_ptr()`` returning a string) is :class:`NotAPointer`."""
     fn = _EXTRACTORS.get(type(a))
     if fn is None:
         fn = extractor(type(a))
-    return fn(a)
+    info = fn(a)
+    if type(info[0]) is not int:
+        return (address_of(info[0], a), info[1], info[2])
+    return info
 
 
 def pointer_value(a: Any) -> int:
     """Just the address; used by the bound fast path for objects that are not plain ints."""
-    fn = _EXTRACTORS.get(type(a))
-    if fn is None:
-        fn = extractor(type(a))
-    return fn(a)[0]
+    return pointer_info(a)[0]
+
+
+def address_of(value: Any, owner: Any) -> int:
+    """``value``, what ``owner``'s accessor gave as its address, as an int: an integer type (a NumPy
+    ``uint64``) converts, anything else (a string, a float, None from a lying interface) is refused with
+    :class:`NotAPointer`, which the launch paths report as karchive's ``ArgumentError``."""
+    if not isinstance(value, (bool, float, str, bytes)):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    tp = type(owner)
+    raise NotAPointer(f"{tp.__module__}.{tp.__qualname__} gave its device address as a {type(value).__name__} "
+                      f"({ascii(value)[:40]}), not an int")
 
 
 def describe_arg(a: Any) -> str:

@@ -30,7 +30,7 @@ from ..errors import ArgumentError, LaunchError, NoMatchingVariantError
 from ..format.autotune import AutotuneConfig, AutotuneEntry, AutotuneRecord, choose_entry
 from ..format.heuristics import OPTION_NAMES, HeuristicsRecord, resolve
 from ..format.manifest import Variant
-from ._bench import DeviceBench, RepPolicy, TuningHooks, median
+from .tuning.bench import DeviceBench, RepPolicy, TuningHooks, choose, quantiles
 from .device import DeviceInfo
 from .launch.kernel import Kernel
 
@@ -375,7 +375,7 @@ class AutotuneResolver:
                              stream: Any, may_benchmark: bool, outer_cx: Mapping[str, Any]) -> Mapping[str, Any] | None:
         """The decision for this key on this device: from the local tuning cache (:mod:`.tuning`), else timed
         now (and remembered there) when the call may benchmark, else None."""
-        from .tuning import TuningStore, kernel_digest
+        from .tuning.decisions import TuningStore, kernel_digest
 
         key = self.key(named)
         device = self._device_of(args, kwargs)
@@ -492,16 +492,17 @@ class AutotuneResolver:
                      ) -> tuple[int | None, list[float | None], dict[int, str]]:
         """Time each config (``{"kwargs", "options"}``) on one call, as Triton's autotuner does: the heuristics
         below the autotuner see the config's values, ``bind(index, kernel over the config's variants,
-        constexprs)`` makes the launch, ``bench`` (:class:`~._bench.DeviceBench`, or a test's table) times it
+        constexprs)`` makes the launch, ``bench`` (:class:`~.tuning.bench.DeviceBench`, or a test's table) times it
         with ``reset_to_zero`` / ``restore_value`` around every run, so an in-place kernel leaves its arguments
         as the caller gave them. Returns (index of the fastest or None, median seconds per config (None: not
-        run), why each skipped config was skipped). The one loop of on-first-launch tuning and karchive tune."""
+        run), why each skipped config was skipped). The one loop of on-first-launch tuning and karchive tune;
+        the choice is :func:`~.tuning.bench.choose`'s (Triton's rule)."""
         ocx, oopts = _split(outer, self.param_names)
         backend = self.base.archive.backend()
         hooks = TuningHooks(self.name, named, self.reset_to_zero, self.restore_value)
         timings: list[float | None] = [None] * len(configs)
         skipped: dict[int, str] = {}
-        best: tuple[float, int] | None = None
+        ranks: dict[int, tuple[float, ...]] = {}
         try:
             for i, cfg in enumerate(configs):
                 cx = {**ocx, **cfg["kwargs"]}
@@ -533,10 +534,8 @@ class AutotuneResolver:
                 except LaunchError as exc:  # out of resources on this device: Triton times such a config as inf
                     skipped[i] = f"the driver refused to launch it: {exc}"
                     continue
-                took = median(times)
-                timings[i] = took
-                if best is None or took < best[0]:
-                    best = (took, i)
+                ranks[i] = quantiles(times)
+                timings[i] = ranks[i][0]
         finally:
             hooks.done()
-        return (best[1] if best is not None else None), timings, skipped
+        return choose(ranks), timings, skipped

@@ -1,7 +1,7 @@
 """The driver seam: what every backend (CUDA, HIP) gives the runtime, and the process-wide backend per driver.
 
 :class:`Backend` is the one protocol between the launch path (:mod:`.launch`) and a driver binding:
-``cuda_driver.CudaBackend`` over cuda-python and ``hip_driver.HipBackend`` over hip-python both satisfy
+``drivers/cuda.CudaBackend`` over cuda-python and ``drivers/hip.HipBackend`` over hip-python both satisfy
 it, and nothing outside a backend touches the binding or the backend's caches. :func:`get_backend`
 picks and caches one on first use; failure is remembered as the error to raise, so a machine without a
 GPU pays for the probe once and every later launch fails fast with the same :class:`NoDeviceError`
@@ -159,15 +159,12 @@ _failures: dict[str, NoDeviceError] = {}
 
 
 def _create(name: str) -> Backend:
-    if name == "cuda":
-        from .cuda_driver import CudaBackend
+    from .drivers import KNOWN, backend_class  # the registry of import strings (drivers/__init__.py)
 
-        return CudaBackend()
-    if name == "hip":
-        from .hip_driver import HipBackend
-
-        return HipBackend()
-    raise NoDeviceError(f"unknown backend {name!r}", backend=str(name))
+    if name not in KNOWN:
+        raise NoDeviceError(f"unknown backend {name!r} (known: {', '.join(sorted(KNOWN))})", backend=str(name))
+    backend: Backend = backend_class(name)()
+    return backend
 
 
 def get_backend(name: str) -> Backend:

@@ -24,8 +24,11 @@ before anything reaches the driver.
 from __future__ import annotations
 
 import ctypes
+import operator
 import struct
+import sys
 import threading
+from itertools import islice
 from dataclasses import dataclass
 from typing import Any
 from collections.abc import Sequence
@@ -34,7 +37,7 @@ from ..errors import ArgumentError, DriverError
 from ..format.dtypes import SCALAR_SIZES
 from ..format.tensordesc import TENSORMAP, TENSORMAP_ALIGN, TENSORMAP_SIZE, TensorDescAbi, parse_tensordesc_type
 from .args import NotAPointer, pointer_info
-from .arg_dtypes import triton_dtype
+from .arg_dtypes import element_type, triton_dtype
 
 __all__ = ["TensorDescriptor", "EncodeParams", "Im2colParams", "descriptor_reason", "encode_params", "im2col_params",
            "expand", "slot_formats", "is_descriptor", "clear_cache", "packed"]
@@ -68,6 +71,14 @@ class TensorDescriptor:
     strides=..., dtype="fp16")``. ``block_shape=None`` takes the block the chosen variant was compiled
     for (autotuned kernels, whose block sizes differ per config). Shape and strides are in elements.
     The address is read again at every launch (a tensor whose storage moved is re-encoded, not reused).
+    ``dtype`` is Triton's element type name (``"fp16"``, ``"bf16"``, ``"fp8e4nv"``, ``"i8"``: int8) or a
+    framework's dtype or name (``torch.float16``, ``"float16"``).
+
+    Every field is checked here, never coerced: shape, strides and block shape are sequences of integers
+    (shape and block positive), ``padding`` is ``"zero"`` or ``"nan"``, ``round_f32_to_tf32`` a bool (and only
+    for fp32 tensors, as in Triton), an address an int in [0, 2**64); anything else is an ``ArgumentError``
+    naming the field. What only a variant can decide (its dtype, block, the driver's limits) is checked at
+    launch, before anything reaches the driver.
 
     For an im2col parameter (``tensordesc_im2col<...>``, Gluon kernels of Triton 3.8+) give the pixel box as
     Gluon's ``TensorDescriptorIm2Col`` takes it: ``pixel_box_lower_corner`` and ``pixel_box_upper_corner``
@@ -87,41 +98,41 @@ class TensorDescriptor:
                  round_f32_to_tf32: bool = False, pixel_box_lower_corner: Sequence[int] | None = None,
                  pixel_box_upper_corner: Sequence[int] | None = None,
                  element_strides: Sequence[int] | None = None) -> None:
-        if padding not in ("zero", "nan"):
-            raise ArgumentError(f"TensorDescriptor: padding must be 'zero' or 'nan', got {padding!r}", kernel=None,
-                                param="padding")  # built before (and apart from) any kernel
+        _check_options(padding, round_f32_to_tf32, "TensorDescriptor: ", None)
         self.source = x
         self._fixed_ptr: int | None = None
         #: The last expansion: (record id, block_from_variant, launch device, address, device, values). Shape,
         #: strides, dtype and options are fixed at construction, so only the address (and device) can change.
         self._memo: tuple | None = None
-        if isinstance(x, int) and not isinstance(x, bool):
+        address = _raw_address(x)
+        if address is not None:
             if shape is None or strides is None or dtype is None:
                 raise ArgumentError("TensorDescriptor: a raw address needs shape=, strides= and dtype=", kernel=None,
                                     param="shape" if shape is None else "strides" if strides is None else "dtype")
-            self._fixed_ptr = x
-            found_dtype: Any = dtype
+            self._fixed_ptr = address
+            found_dtype: Any = _given_dtype(dtype)
         else:
             try:
                 _ptr, found_dtype, _dev = pointer_info(x)
             except (NotAPointer, TypeError) as exc:
                 raise ArgumentError(f"TensorDescriptor: {exc}", kernel=None, param="x") from None
             if dtype is not None:
-                found_dtype = dtype
+                found_dtype = _given_dtype(dtype)
             if shape is None or strides is None:
                 got_shape, got_strides = shape_and_strides(x, found_dtype)
                 shape = got_shape if shape is None else shape
                 strides = got_strides if strides is None else strides
-        self.shape = tuple(int(s) for s in shape)
-        self.strides = tuple(int(s) for s in strides)
+        self.shape = _int_fields(shape, "shape", "TensorDescriptor: ", None, positive=True)
+        self.strides = _int_fields(strides, "strides", "TensorDescriptor: ", None)
         if len(self.shape) != len(self.strides) or not 1 <= len(self.shape) <= 5:
             raise ArgumentError(f"TensorDescriptor: shape {self.shape} and strides {self.strides} must have one "
                                 "length, 1 to 5", kernel=None,
                                 param="shape" if not 1 <= len(self.shape) <= 5 else "strides")
-        self.block_shape = None if block_shape is None else tuple(int(b) for b in block_shape)
-        self.pixel_box_lower_corner = _ints(pixel_box_lower_corner)
-        self.pixel_box_upper_corner = _ints(pixel_box_upper_corner)
-        self.element_strides = _ints(element_strides)
+        self.block_shape = None if block_shape is None else _int_fields(block_shape, "block_shape",
+                                                                       "TensorDescriptor: ", None, positive=True)
+        self.pixel_box_lower_corner = _opt_ints(pixel_box_lower_corner, "pixel_box_lower_corner")
+        self.pixel_box_upper_corner = _opt_ints(pixel_box_upper_corner, "pixel_box_upper_corner")
+        self.element_strides = _opt_ints(element_strides, "element_strides")
         box = _im2col_of(self.pixel_box_lower_corner, self.pixel_box_upper_corner, self.element_strides)
         if box is not None or element_strides is not None:
             problem = im2col_problem(len(self.shape), box, self.element_strides)
@@ -136,9 +147,13 @@ class TensorDescriptor:
             raise ArgumentError(f"TensorDescriptor: block_shape {list(self.block_shape)} has rank "
                                 f"{len(self.block_shape)}, the tensor {len(self.shape)}{hint}", kernel=None,
                                 param="block_shape")
+        known = triton_dtype(found_dtype)
+        if round_f32_to_tf32 and known is not None and known != "fp32":
+            raise ArgumentError(f"TensorDescriptor: {_TF32_FP32_ONLY}; this tensor is {known}", kernel=None,
+                                param="round_f32_to_tf32")
         self.elem_dtype = found_dtype
         self.padding = padding
-        self.round_f32_to_tf32 = bool(round_f32_to_tf32)
+        self.round_f32_to_tf32 = round_f32_to_tf32
 
     @property
     def ptr(self) -> int:
@@ -159,8 +174,85 @@ class TensorDescriptor:
                 f"dtype={triton_dtype(self.elem_dtype) or self.elem_dtype}{box})")
 
 
-def _ints(values: Sequence[int] | None) -> tuple[int, ...] | None:
-    return None if values is None else tuple(int(v) for v in values)
+#: Triton's own words (``TensorDescriptor.__post_init__``, 3.7+; 3.5 and 3.6 have no such option).
+_TF32_FP32_ONLY = "round_f32_to_tf32 is only supported for float32 tensors"
+_U64 = 1 << 64
+_I32_MAX = (1 << 31) - 1
+_I64_LIMIT = 1 << 63
+#: cuTensorMapEncodeTiled's bound on each global stride, in bytes.
+_TMA_STRIDE_LIMIT = 1 << 40
+
+
+def _raw_address(x: Any) -> int | None:
+    """``x`` as a raw device address when it is an integer (an int or a NumPy integer, never a bool), else
+    None (an array object). An integer outside [0, 2**64) is an ``ArgumentError``."""
+    if isinstance(x, bool) or not (isinstance(x, int) or _is_numpy_integer(x)):
+        return None
+    address = operator.index(x)
+    if not 0 <= address < _U64:
+        raise ArgumentError(f"TensorDescriptor: address {address} is not a device address (an int in [0, 2**64))",
+                            kernel=None, param="x")
+    return address
+
+
+def _is_numpy_integer(x: Any) -> bool:
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(x, np.integer)
+
+
+def _given_dtype(dtype: Any) -> Any:
+    """A caller's ``dtype=`` as the element type it names (:func:`~.arg_dtypes.element_type`), or an
+    ``ArgumentError``: a descriptor whose element type is not known could not be checked against a variant."""
+    found = element_type(dtype)
+    if found is None:
+        raise ArgumentError(f"TensorDescriptor: dtype {ascii(dtype)[:60]} is not an element type karchive knows "
+                            "(Triton's names: fp16, bf16, fp32, fp8e4nv, i8 ...; or a framework dtype such as "
+                            "torch.float16)", kernel=None, param="dtype")
+    return found
+
+
+def _int_fields(value: Any, field: str, where: str, param: str | None, *, positive: bool = False) -> tuple[int, ...]:
+    """``value``, a descriptor's ``field`` (shape, strides, block shape, a pixel-box corner), as a tuple of ints:
+    a list or tuple (any sequence but a string) of integers (ints, NumPy integers: never bools, floats or
+    strings), at most 8 of them; positive ones where ``positive``. Else an ``ArgumentError`` that names the
+    field (``param``: the parameter to name, the field itself when None): nothing is truncated or split."""
+    items: list[Any] | None = None
+    if not isinstance(value, (str, bytes, bytearray)) and hasattr(value, "__iter__") and not isinstance(value, dict):
+        try:
+            items = list(islice(iter(value), 9))
+        except Exception:  # noqa: BLE001 - a foreign sequence that cannot be iterated: refused below, by name
+            items = None
+    out: list[int] = []
+    if items is not None and len(items) <= 8:
+        for item in items:
+            if isinstance(item, (bool, float, str, bytes)) or item is None:
+                break
+            try:
+                number = operator.index(item)
+            except TypeError:
+                break
+            if positive and number <= 0:
+                break
+            out.append(number)
+    if items is None or len(items) > 8 or len(out) != len(items):
+        what = "positive integers" if positive else "integers"
+        raise ArgumentError(f"{where}{field} must be a list of {what}, got {ascii(value)[:80]}", kernel=None,
+                            param=param if param is not None else field)
+    return tuple(out)
+
+
+def _opt_ints(values: Any, field: str) -> tuple[int, ...] | None:
+    return None if values is None else _int_fields(values, field, "TensorDescriptor: ", None)
+
+
+def _check_options(padding: Any, tf32: Any, where: str, param: str | None) -> None:
+    """A descriptor's ``padding`` ("zero" or "nan", exactly) and ``round_f32_to_tf32`` (a bool), or ArgumentError."""
+    if type(padding) is not str or padding not in ("zero", "nan"):
+        raise ArgumentError(f"{where}padding must be 'zero' or 'nan', got {ascii(padding)[:40]}", kernel=None,
+                            param=param if param is not None else "padding")
+    if type(tf32) is not bool:
+        raise ArgumentError(f"{where}round_f32_to_tf32 must be True or False, got {ascii(tf32)[:40]}", kernel=None,
+                            param=param if param is not None else "round_f32_to_tf32")
 
 
 #: An im2col descriptor's box: (lower corner, upper corner, element strides or None), spatial dims outermost first.
@@ -283,7 +375,7 @@ def _read(value: Any, name: str) -> _Call:
         if value._fixed_ptr is not None:
             ptr, dev = value._fixed_ptr, None
         else:
-            ptr, _d, dev = pointer_info(value.source)
+            ptr, dev = _address(value, name)
         return _Call(ptr, value.shape, value.strides, value.block_shape, value.elem_dtype, dev, value.padding,
                      value.round_f32_to_tf32, _im2col_of(value.pixel_box_lower_corner, value.pixel_box_upper_corner,
                                                          value.element_strides))
@@ -292,14 +384,29 @@ def _read(value: Any, name: str) -> _Call:
             ptr, dtype, dev = pointer_info(value.base)
         except (NotAPointer, TypeError) as exc:
             raise ArgumentError(f"descriptor base: {exc}", kernel=None, param=name) from None
-        return _Call(ptr, tuple(int(s) for s in value.shape), tuple(int(s) for s in value.strides),
-                     tuple(int(b) for b in value.block_shape), dtype, dev, str(getattr(value, "padding", "zero")),
-                     bool(getattr(value, "round_f32_to_tf32", False)),
-                     _im2col_of(getattr(value, "pixel_box_lower_corner", None),
-                                getattr(value, "pixel_box_upper_corner", None),
-                                getattr(value, "element_strides", None)))
+        where = "descriptor "
+        padding, tf32 = getattr(value, "padding", "zero"), getattr(value, "round_f32_to_tf32", False)
+        _check_options(padding, tf32, where, name)
+        corners = [getattr(value, f, None) for f in ("pixel_box_lower_corner", "pixel_box_upper_corner",
+                                                     "element_strides")]
+        lower, upper, estrides = (None if c is None else _int_fields(c, f, where, name) for c, f in zip(
+            corners, ("pixel_box_lower_corner", "pixel_box_upper_corner", "element_strides")))
+        return _Call(ptr, _int_fields(value.shape, "shape", where, name, positive=True),
+                     _int_fields(value.strides, "strides", where, name),
+                     _int_fields(value.block_shape, "block_shape", where, name, positive=True), dtype, dev, padding,
+                     tf32, _im2col_of(lower, upper, estrides))
     raise ArgumentError(f"expected a tensor descriptor (karchive.TensorDescriptor or Triton's TensorDescriptor), "
                         f"got {type(value).__name__}", kernel=None, param=name)
+
+
+def _address(value: TensorDescriptor, name: str) -> tuple[int, int | None]:
+    """The address and device a descriptor's array has now (read at every launch), or ArgumentError: its
+    accessor may answer what it did not at construction (``data_ptr()`` returning a string)."""
+    try:
+        ptr, _dtype, dev = pointer_info(value.source)
+    except (NotAPointer, TypeError) as exc:
+        raise ArgumentError(f"parameter {name!r}: {exc}", kernel=None, param=name) from None
+    return ptr, dev
 
 
 def descriptor_reason(name: str, typ: str, value: Any, block_from_variant: bool = False) -> str | None:
@@ -460,6 +567,16 @@ def check_call(name: str, d: TensorDescAbi, call: _Call, block_from_variant: boo
         raise ArgumentError(f"{where}: the tensor is in host memory; TMA needs device memory", kernel=None, param=name)
     if any(s <= 0 for s in call.shape):
         raise ArgumentError(f"{where}: shape {list(call.shape)} must be positive", kernel=None, param=name)
+    # What the binary's own parameters can hold, in every mode: each dimension an i32, each stride an i64.
+    if any(s > _I32_MAX for s in call.shape):
+        raise ArgumentError(f"{where}: shape {list(call.shape)} has a dimension of 2**31 or more; the kernel takes "
+                            "each dimension as an i32", kernel=None, param=name)
+    if any(not -_I64_LIMIT <= s < _I64_LIMIT for s in call.strides):
+        raise ArgumentError(f"{where}: stride out of the i64 range the kernel takes, strides are "
+                            f"{list(call.strides)}", kernel=None, param=name)
+    if not 0 <= call.ptr < _U64:
+        raise ArgumentError(f"{where}: base address {call.ptr} is not a device address (an int in [0, 2**64))",
+                            kernel=None, param=name)
     if d.mode == "tma":
         size = d.elem_size or ELEMENT_SIZES.get(d.dtype, 1)
         if call.ptr % 16:
@@ -468,16 +585,22 @@ def check_call(name: str, d: TensorDescAbi, call: _Call, block_from_variant: boo
         if call.strides[-1] != 1:
             raise ArgumentError(f"{where}: the last dimension must be contiguous (stride 1), strides are "
                                 f"{list(call.strides)}", kernel=None, param=name)
+        # cuTensorMapEncodeTiled / Im2col: globalStrides are unsigned byte counts, multiples of 16 below 2**40
+        if any(s <= 0 for s in call.strides[:-1]):
+            raise ArgumentError(f"{where}: strides {list(call.strides)}: every stride but the last must be positive "
+                                "for a TMA map (the driver takes unsigned byte strides)", kernel=None, param=name)
+        if any(s * size >= _TMA_STRIDE_LIMIT for s in call.strides[:-1]):
+            raise ArgumentError(f"{where}: strides {list(call.strides)} of {size}-byte elements reach 2**40 bytes or "
+                                "more (the driver's limit for a TMA map's strides)", kernel=None, param=name)
         bad = [s for s in call.strides[:-1] if (s * size) % 16]
         if bad:
             raise ArgumentError(f"{where}: strides {list(call.strides)} of {size}-byte elements are not multiples of "
                                 "16 bytes (TMA needs every stride but the last 16-byte aligned)", kernel=None,
                                 param=name)
-        if any(s >= 1 << 32 for s in call.shape):
-            raise ArgumentError(f"{where}: shape {list(call.shape)} exceeds 2**32 - 1 in a dimension", kernel=None,
-                                param=name)
     if call.padding == "nan" and not d.dtype.startswith(("fp", "bf")):
         raise ArgumentError(f"{where}: padding 'nan' needs a floating-point tensor", kernel=None, param=name)
+    if call.tf32 and d.dtype != "fp32":
+        raise ArgumentError(f"{where}: {_TF32_FP32_ONLY}; this one is {d.dtype}", kernel=None, param=name)
     if call.tf32 and d.convention == "triton-3.5":
         # the binary has no rounding flag to take (decomposed) nor a TF32 map to read (tma): launching would
         # silently skip the rounding the caller asked for
@@ -567,7 +690,7 @@ def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = F
     ``device``: the launch's device; a descriptor over memory of another GPU is refused."""
     if type(value) is TensorDescriptor:  # the steady state: one address read, compared with the last launch's
         fixed = value._fixed_ptr
-        ptr, _dt, dev = (fixed, None, None) if fixed is not None else pointer_info(value.source)
+        ptr, dev = (fixed, None) if fixed is not None else _address(value, name)
         memo = value._memo
         if memo is not None and memo[3] == ptr and memo[0] == id(d) and memo[4] == dev and memo[2] == device \
                 and memo[1] == block_from_variant and memo[6] == block:

@@ -25,6 +25,7 @@ Triton (an autotuner's benchmark runs its JIT function through Triton, as withou
 from __future__ import annotations
 
 import itertools
+import sys
 import threading
 from functools import partial
 from typing import Any
@@ -484,6 +485,19 @@ _RUN_OF = _RunOf()
 
 
 def install(session: Session) -> None:
+    """Serve ``session``: with real Triton at its compile boundary (:mod:`.boundary`: Triton's runtime dispatches,
+    the archives supply binaries and tuning decisions); under the import shim, which has no runtime of its own, by
+    routing the shim's launches (:func:`install_routes`). A second session replaces the first."""
+    from . import boundary
+
+    if getattr(sys.modules.get("triton"), "__karchive_shim__", False):
+        install_routes(session)
+        return
+    boundary.install(session)
+    _ACTIVE["session"] = session
+
+
+def install_routes(session: Session) -> None:
     """Route launches to ``session`` (patching the classes once; a second session replaces the first)."""
     if _ACTIVE["patched"] is None:
         ki, jit_type, autotuner_type, heuristics_type = session.classes
@@ -503,6 +517,9 @@ def install(session: Session) -> None:
 
 def uninstall() -> Session | None:
     """Stop serving: the classes get their own methods back; returns the session that was active."""
+    from . import boundary
+
+    boundary.uninstall()
     s = _ACTIVE["session"]
     patched = _ACTIVE["patched"]
     if patched is not None:

@@ -71,7 +71,8 @@ class Report:
             for kernel, (archive, routes) in sorted(self._routes.items()):
                 out[kernel] = {"archive": archive, "calls": sum(r.calls for r in routes),
                                "direct": any(r.direct for r in routes)}
-                if any(getattr(getattr(r.kernel, "resolver", None), "tune_on_device", False) for r in routes):
+                if any(getattr(r, "tunes_on_device", False)
+                       or getattr(getattr(r.kernel, "resolver", None), "tune_on_device", False) for r in routes):
                     # an archive built ahead of time holds configs but no decisions: the runtime times them on
                     # the device once per key (and remembers it in the local tuning cache)
                     out[kernel]["tunes_on_device"] = True

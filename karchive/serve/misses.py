@@ -123,6 +123,36 @@ class MissLog:
         entry = {"source": _source(jit, getattr(jit, "__name__", "kernel")), "signature": ", ".join(sig),
                  "constexprs": cx, "options": opts, "notes": notes, "reason": reason.splitlines()[0][:300],
                  "kernel": route.live.name, "autotuned": tuner is not None and top is not jit}
+        self._add(entry)
+
+    def add_request(self, jit: Any, kernel: str, req: Any, reason: str) -> None:
+        """A compile request the archives could not answer (serving at Triton's compile boundary): Triton's own
+        specialisation of the call, as the build spec states it. Tuned meta-parameters are kept as asked: the
+        build compiles exactly this config."""
+        sig: list[str] = []
+        cx: dict[str, Any] = {}
+        notes: list[str] = []
+        for n in req.names:
+            t = req.types[n]
+            value = req.constexprs.get(n)
+            if t == "constexpr":
+                if type(value) is int and value == 1 and n not in getattr(jit, "constexprs_names", ()) and \
+                        not any(getattr(p, "is_constexpr", False) for p in getattr(jit, "params", []) if p.name == n):
+                    sig.append("i32:1")
+                elif _toml(value) is not None:
+                    cx[n] = value
+                else:
+                    notes.append(f"{n}: constexpr {value!r} cannot be written in a build spec")
+            else:
+                sig.append(t + (f":{req.divisibility[n]}" if n in req.divisibility else ""))
+        opts = {k: req.options[k] for k in _OPTIONS if _toml(req.options.get(k)) is not None}
+        entry = {"source": _source(jit, getattr(jit, "__name__", "kernel")), "signature": ", ".join(sig),
+                 "constexprs": cx, "options": opts, "notes": notes, "reason": reason.splitlines()[0][:300],
+                 "kernel": kernel, "autotuned": False}
+        self._add(entry)
+
+    def _add(self, entry: dict[str, Any]) -> None:
+        cx, opts = entry["constexprs"], entry["options"]
         ident = json.dumps([entry["source"], entry["signature"], sorted(cx.items(), key=str), sorted(opts.items())],
                            default=str)
         with self._lock:

@@ -34,7 +34,7 @@ def signed(fixtures: Path, tmp_path: Path) -> tuple[Path, Path]:
 
 @pytest.fixture
 def module_loads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    from karchive.runtime.cuda_driver import CudaBackend
+    from karchive.runtime.drivers.cuda import CudaBackend
 
     calls: list[str] = []
     real = CudaBackend.load

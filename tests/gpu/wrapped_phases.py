@@ -16,8 +16,6 @@ reads the device). Phases:
                device-reading heuristic never saw is refused naming the input that differs
   jit_rerun    plain Triton against an exported cache with TRITON_CACHE_AUTOTUNING=1: benchmarks and compiles
                counted, outputs compared with the capture
-  tune_quality at_matmul / at_rowsum built ahead of time; karchive's on-device choice per shape against Triton's
-               autotuner's, both timed with triton.testing.do_bench on Triton's JIT (only the choice differs)
   tune_build   build_tune.py with this machine's Triton (when the .gpu fixture was built by another release)
   tune_cli     Triton unimportable: `karchive tune .gpu/tune.karc --keys .gpu/tune-keys.json -o tuned.karc`
                (tests/gpu/build_tune.py), then every call launched through tuned.karc from an empty tuning cache
@@ -262,84 +260,6 @@ def phase_jit_rerun(work: Path, opts: dict) -> dict:
             "cache_hits": sum(1 for hit in compiles if hit), "not_bit_equal": _diff(out, ref)}
 
 
-TQ_SPEC = """[archive]
-name = "tune-quality"
-version = "1"
-targets = ["cuda:90"]
-[[kernel]]
-source = "{k}:at_matmul"
-# Triton's JIT specialisation of every case below (dims and leading strides divisible by 16, unit strides == 1):
-# the archive must hold the binaries the JIT runs, or the comparison ranks other code. (With plain `i32` here,
-# an earlier H100 run found 128x64x32/s4 fastest among the unspecialised binaries and 11.4% slower than
-# Triton's pick among the JIT's.)
-signature = "*fp16:16, *fp16:16, *fp16:16, i32:16, i32:16, i32:16, i32:16, i32:1, i32:16, i32:1, i32:16, i32:1"
-[[kernel]]
-source = "{k}:at_rowsum"
-signatures = ["*fp32:16, *fp32:16, i32:16, i32:16", "*fp32:16, *fp32:16, i32, i32"]
-"""
-
-
-def phase_tune_quality(work: Path, opts: dict) -> dict:
-    """karchive's on-device choice among prebuilt configs vs Triton's own autotuner, both timed by Triton's
-    do_bench on Triton's JIT with each chosen config (so only the choice differs)."""
-    import torch
-    from triton.testing import do_bench
-
-    import karchive
-    import wrapped_kernels as wk
-    from karchive.producer.build.pipeline import build_archive
-    from karchive.producer.build.spec_file import load_spec, validate_requests
-    from karchive.producer.compile.wrapped import stack_of
-
-    spec_path = work / "tq.toml"
-    spec_path.write_text(TQ_SPEC.format(k=ROOT / "tests" / "wrapped_kernels.py"))
-    spec = load_spec(spec_path)
-    validate_requests(spec.requests)
-    build_archive(spec, work / "tq.karc", progress=False)
-    arc = karchive.open(str(work / "tq.karc"))
-    results = []
-
-    def compare(name: str, case: str, args: tuple, grid: Any) -> None:
-        obj = getattr(wk, name)
-        tuner = stack_of(obj).tuner
-        tuner.cache.clear()
-        obj[grid](*args)
-        (t_cfg,) = tuner.cache.values()
-        k = arc.kernel(name)  # the same object for every case of this name: its choices accumulate
-        k.resolver._choices.clear()
-        k[grid](*args)
-        (choice,) = [c for c, _cx, _k in k.resolver._choices.values()]
-        k_meta = {**choice["kwargs"], **choice["options"]}
-        fn = tuner.fn
-        t_meta = {**t_cfg.kwargs, "num_warps": t_cfg.num_warps, "num_stages": t_cfg.num_stages}
-        t_ms = do_bench(lambda: fn[grid](*args, **t_cfg.all_kwargs()))
-        k_ms = do_bench(lambda: fn[grid](*args, **k_meta))
-        # the same two choices as the archive's own binaries, launched through karchive (like with like there too)
-        ta_ms = do_bench(lambda: k[grid](*args, **t_meta))
-        ka_ms = do_bench(lambda: k[grid](*args, **k_meta))
-        results.append({"kernel": name, "case": case, "triton": str(t_cfg), "karchive": k_meta,
-                        "triton_ms": round(t_ms, 5), "karchive_ms": round(k_ms, 5), "ratio": round(k_ms / t_ms, 4),
-                        "archive_triton_ms": round(ta_ms, 5), "archive_karchive_ms": round(ka_ms, 5),
-                        "archive_ratio": round(ka_ms / ta_ms, 4)})
-
-    for m, n, kk in ((1024, 1024, 1024), (4096, 4096, 512), (512, 8192, 2048)):
-        a = torch.randn(m, kk, device="cuda", dtype=torch.float16)
-        b = torch.randn(kk, n, device="cuda", dtype=torch.float16)
-        c = torch.empty(m, n, device="cuda", dtype=torch.float16)
-        grid = lambda meta, m=m, n=n: (triton_cdiv(m, meta["BLOCK_M"]) * triton_cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
-        compare("at_matmul", f"{m}x{n}x{kk}", (a, b, c, m, n, kk, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
-                                              c.stride(0), c.stride(1)), grid)
-    for rows, n in ((4096, 4096), (1024, 65536), (16384, 1000)):
-        x = torch.randn(rows, n, device="cuda", dtype=torch.float32)
-        o = torch.empty(rows, device="cuda", dtype=torch.float32)
-        compare("at_rowsum", f"{rows}x{n}", (x, o, n, x.stride(0)), (rows,))
-    return {"results": results}
-
-
-def triton_cdiv(a: int, b: int) -> int:
-    return (a + b - 1) // b
-
-
 # -- karchive tune (the CLI) against Triton's autotuner, on the archive and keys file of build_tune.py -------------
 def _fixtures() -> Path:
     return Path(os.environ.get("KARCHIVE_GPU_FIXTURES", ROOT / ".gpu"))
@@ -368,7 +288,7 @@ def phase_tune_cli(work: Path, opts: dict) -> dict:
 
     import karchive
     from karchive.cli.main import main as karchive_main
-    from karchive.runtime.tune_keys import TorchFactory, grid_for, materialize, parse_keys_file
+    from karchive.runtime.tuning.tuner import TorchFactory, grid_for, materialize, parse_keys_file
 
     fx = _fixtures()
     out = io.StringIO()
@@ -442,7 +362,7 @@ def phase_tune_compare(work: Path, opts: dict) -> dict:
 
     import karchive
     from karchive.producer.compile.wrapped import stack_of
-    from karchive.runtime.tune_keys import TorchFactory, grid_for, materialize, parse_keys_file
+    from karchive.runtime.tuning.tuner import TorchFactory, grid_for, materialize, parse_keys_file
 
     sys.path.insert(0, str(ROOT / "tests" / "data" / "tune"))
     import tune_kernels as tk
@@ -489,7 +409,7 @@ def phase_tune_compare(work: Path, opts: dict) -> dict:
     return {"results": results, "device": torch.cuda.get_device_name(0)}
 
 
-PHASES = {"tune_build": phase_tune_build, "tune_from_capture": phase_tune_from_capture, "tune_cli": phase_tune_cli, "tune_compare": phase_tune_compare, "tune_quality": phase_tune_quality, "triton_ref": phase_triton_ref, "aot_build": phase_aot_build, "aot_launch": phase_aot_launch,
+PHASES = {"tune_build": phase_tune_build, "tune_from_capture": phase_tune_from_capture, "tune_cli": phase_tune_cli, "tune_compare": phase_tune_compare, "triton_ref": phase_triton_ref, "aot_build": phase_aot_build, "aot_launch": phase_aot_launch,
           "capture": phase_capture, "relaunch": phase_relaunch, "jit_rerun": phase_jit_rerun}
 
 

@@ -546,8 +546,9 @@ def _on_post_compile(*, key: Any = None, fn: Any = None, compile: Any = None, **
 
 
 def _is_compiled_kernel(obj: Any) -> bool:
-    """Checked by type name: probing attributes of a FutureKernel would block on its compile."""
-    return type(obj).__name__ == "CompiledKernel"
+    """Checked by type name: probing attributes of a FutureKernel would block on its compile. A kernel
+    ``karchive.serve`` made from an archive is not a compile to record (it is in an archive already)."""
+    return type(obj).__name__ == "CompiledKernel" and "_karchive_served" not in obj.__dict__
 
 
 def _after_jit_run(kernel: Any, kwargs: dict) -> None:

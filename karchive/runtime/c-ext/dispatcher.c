@@ -166,17 +166,19 @@ release_key(Dispatcher *d, CallKey *k)
             Py_CLEAR(k->obj[i]);
 }
 
-/* make_key stops at part i: the parts after it own nothing (release_key reads them all). */
-static KA_NOINLINE int
-stop_key(Dispatcher *d, CallKey *k, Py_ssize_t i, int result)
+/* make_key's way out part-way (at slot i): the slots after i are marked as owning nothing, so that
+ * release_key, which walks every slot, never reads what this call did not write (issue 34: a pointer
+ * argument whose address could not be read at slot 0 freed stack garbage). */
+static int
+key_stop(Dispatcher *d, CallKey *k, Py_ssize_t i, int rc)
 {
     for (Py_ssize_t j = i + 1; j < d->n_slots; j++)
         k->own[j] = 0;
-    return result;
+    return rc;
 }
 
 /* 1 when the key is built, 0 when this call cannot be keyed here (the slow path takes it), -1 on error.
- * Every part of k is written (release_key may run after a failure part-way). */
+ * Every part of k that release_key reads is written (it may run after a failure part-way: key_stop). */
 static int
 make_key(Dispatcher *d, PyObject **vals, CallKey *k, uint64_t *ptrs)
 {
@@ -195,7 +197,7 @@ make_key(Dispatcher *d, PyObject **vals, CallKey *k, uint64_t *ptrs)
             int has_dev;
             int got = read_pointer(a, d->pointer_info, &ptrs[i], &dtype, &dev, &has_dev);
             if (got < 0)
-                return stop_key(d, k, i, -1);
+                return key_stop(d, k, i, -1);
             k->obj[i] = dtype;
             k->own[i] = (got == 0);
             k->type[i] = (PyObject *)Py_TYPE(a);
@@ -213,7 +215,7 @@ make_key(Dispatcher *d, PyObject **vals, CallKey *k, uint64_t *ptrs)
         case ROLE_INT: {
             k->type[i] = (PyObject *)Py_TYPE(a);
             if ((d->flags[i] & F_EXACT) && !PyLong_CheckExact(a) && !PyBool_Check(a))
-                return stop_key(d, k, i, 0); /* not a plain int: the resolver reads it in Python */
+                return key_stop(d, k, i, 0); /* not a plain int: the resolver reads it in Python */
             if (d->flags[i] & F_VALUE)
                 k->obj[i] = a;
             unsigned char want = d->flags[i] & (F_EQ1 | F_DIV16 | F_RANGE);
@@ -225,16 +227,16 @@ make_key(Dispatcher *d, PyObject **vals, CallKey *k, uint64_t *ptrs)
             else if (PyIndex_Check(a)) {
                 v = PyNumber_Index(a);
                 if (v == NULL)
-                    return stop_key(d, k, i, -1);
+                    return key_stop(d, k, i, -1);
             }
             else
-                return stop_key(d, k, i, 0); /* not an integer: the checks in Python say why */
+                return key_stop(d, k, i, 0); /* not an integer: the checks in Python say why */
             int overflow;
             long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
             uint64_t low = PyLong_AsUnsignedLongLongMask(v);
             Py_DECREF(v);
             if (PyErr_Occurred())
-                return stop_key(d, k, i, -1);
+                return key_stop(d, k, i, -1);
             uint64_t bits = F_PRESENT;
             if ((want & F_EQ1) && !overflow && x == 1)
                 bits |= F_EQ1;
@@ -248,7 +250,7 @@ make_key(Dispatcher *d, PyObject **vals, CallKey *k, uint64_t *ptrs)
         case ROLE_FLOAT:
             k->type[i] = (PyObject *)Py_TYPE(a);
             if ((d->flags[i] & F_EXACT) && !PyFloat_CheckExact(a) && !PyLong_CheckExact(a) && !PyBool_Check(a))
-                return stop_key(d, k, i, 0);
+                return key_stop(d, k, i, 0);
             if (d->flags[i] & F_VALUE)
                 k->obj[i] = a;
             break;
@@ -264,7 +266,7 @@ make_key(Dispatcher *d, PyObject **vals, CallKey *k, uint64_t *ptrs)
             }
             PyObject *o = PyObject_CallOneArg(d->mixed_key, a);
             if (o == NULL)
-                return stop_key(d, k, i, -1);
+                return key_stop(d, k, i, -1);
             k->obj[i] = o;
             k->own[i] = 1;
             break;

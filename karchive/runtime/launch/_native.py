@@ -19,13 +19,12 @@ from ..descriptors import TensorDescriptor, blob_offsets, blob_struct
 from ._record import BoundLauncher, LaunchEntry, grid_dims
 from ._argpack import NULL_CODE, pack_code
 from ._grid import evaluate_reading
-from ._plan import FLOAT, INT, MIXED, PTR, STREAM, VALUE, KernelPlan, mixed_key
+from ._plan import FLOAT, INT, MIXED, PTR, STREAM, VALUE, KernelPlan, PlannedKernel, mixed_key
 from ._pypath import build, launch_function_name
 from ..select import MISSING
 
 if TYPE_CHECKING:  # pragma: no cover
     from .. import _fastlaunch  # its stub (_fastlaunch.pyi), for the types of what this module calls
-    from .kernel import CallTarget, Kernel
 else:  # the module launch_path loaded and checked (not built, or stale: a clear RuntimeLoadError)
     _fastlaunch = launch_path.require_extension()
 
@@ -39,7 +38,7 @@ class Owner:
     """The Python side of one dispatcher: every function the C code calls back (the contract:
     ``c-ext/fastlaunch.h``), and the C ``Entry`` made once per loaded variant."""
 
-    def __init__(self, kernel: Kernel) -> None:
+    def __init__(self, kernel: PlannedKernel) -> None:
         self.kernel = kernel
         self.names = kernel.plan.names
         self.calls = kernel.plan.call_positions
@@ -49,7 +48,7 @@ class Owner:
         self.mixed_key = mixed_key
         self._natives: dict[LaunchEntry, Any] = {}
 
-    def miss(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> CallTarget:
+    def miss(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         """``Kernel._miss``, with the C twin of the resolved variant attached (made once, from its record)."""
         target = self.kernel._miss(args, kwargs)
         target.native = self.native(target.entry)
@@ -73,14 +72,14 @@ class ResolvingOwner(Owner):
     kernel over the variants it leaves; the key (``resolver_flags``) holds everything the answer depends on,
     so a hit launches with no Python step. Calls the C code cannot key run the Python resolving launch."""
 
-    def __init__(self, kernel: Kernel, resolver: Any, run: Any) -> None:
+    def __init__(self, kernel: PlannedKernel, resolver: Any, run: Any) -> None:
         super().__init__(kernel)
         self.resolver = resolver
         self.slow = lambda grid, args, kwargs: run(grid, *args, **kwargs)
         self.index = {n: i for i, n in enumerate(self.names)}
         self.valued = {i for i, p in enumerate(kernel.plan.params) if p.role == VALUE}
 
-    def miss(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> CallTarget:
+    def miss(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         kwargs = dict(kwargs)
         stream = kwargs.pop(STREAM, None)
         settled = self.resolver.settled  # before: a resolver that learns on this call is not remembered
@@ -93,7 +92,7 @@ class ResolvingOwner(Owner):
         return target
 
 
-def resolver_flags(kernel: Kernel, resolver: Any) -> list[int] | None:
+def resolver_flags(kernel: PlannedKernel, resolver: Any) -> list[int] | None:
     """Per parameter, the key flags the resolver's reads add (:class:`autotuned.Reads`); None where the key
     cannot hold what it reads (a pointer's value or shape, a computed pointer): the Python resolving launch."""
     try:
@@ -130,7 +129,7 @@ def resolver_flags(kernel: Kernel, resolver: Any) -> list[int] | None:
     return flags
 
 
-def make_dispatcher(kernel: Kernel) -> Any:
+def make_dispatcher(kernel: PlannedKernel) -> Any:
     """``kernel[grid](...)`` of one kernel in C (falls back to the Python path for plans it cannot hold)."""
     launch_path.require_extension()  # (this module may be imported already while the extension is disowned)
     plan = kernel.plan

@@ -21,8 +21,8 @@ A parameter that was not passed is part of the key too (as "missing").
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
-from collections.abc import Sequence
+from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable, Sequence
 
 from ...errors import ArgumentError
 from ...format.manifest import Variant
@@ -125,3 +125,26 @@ def mixed_key(value: Any) -> Any:
         return (int, value == 1, value % 16 == 0, -(1 << 31) <= value < (1 << 31), value >= 0)
     ptr, dtype, dev = pointer_info(value)
     return ("ptr", type(value), dtype, dev, ptr % 16 == 0)
+
+
+class PlannedKernel(Protocol):
+    """What the two launch routes (:mod:`._pypath`, :mod:`._native`) read of a :class:`~.kernel.Kernel`: a
+    protocol, so that neither imports kernel.py, which builds them (no import circle)."""
+
+    name: str
+    _py_cache: dict[Any, Any]
+    resolver: Any  # the MetaResolver of a tuned or heuristics kernel; None for a plain one
+
+    @property
+    def plan(self) -> KernelPlan: ...
+
+    @property
+    def _candidates(self) -> tuple[Any, ...]: ...
+
+    def _resolving_run(self, resolver: Any) -> Callable[..., Any]: ...
+
+    def _miss(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any: ...
+
+    def _slow(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None: ...
+
+    def _grid_of(self, grid: Any, meta: dict[str, Any], values: Sequence[Any]) -> Any: ...

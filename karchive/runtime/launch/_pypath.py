@@ -18,17 +18,14 @@ from __future__ import annotations
 import inspect
 import keyword
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from collections.abc import Callable
 
 from ...format.names import short_name
 from .. import args as args_module
 from ..args import pointer_info
 from ..select import MISSING
-from ._plan import ALIGN, DIV16, EQ1, FLOAT, INT, MIXED, PTR, RANGE, STREAM, VALUE, mixed_key
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .kernel import Kernel
+from ._plan import ALIGN, DIV16, EQ1, FLOAT, INT, MIXED, PTR, RANGE, STREAM, VALUE, PlannedKernel, mixed_key
 
 _CACHE_LIMIT = 4096  # keys hold dtype objects and types: bound the memory, start over
 
@@ -46,7 +43,7 @@ _ROLE_CODE = {PTR: _R_PTR, INT: _R_INT, FLOAT: _R_FLOAT, VALUE: _R_VALUE, MIXED:
 _INT_ADDRESS = (int, None, None)
 
 
-def build(kernel: Kernel) -> Callable[..., Any]:
+def build(kernel: PlannedKernel) -> Callable[..., Any]:
     """``kernel._run`` on the Python path: ``launch(grid, *args, stream=None, **kwargs)``.
 
     Written for speed in plain Python: one pass over the parameters builds the key and the call values

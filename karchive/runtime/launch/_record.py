@@ -345,7 +345,9 @@ class LaunchEntry:
         """For the compiled launcher: (address, usable bytes) of the ``index``-th scratch buffer this entry takes,
         ``nbytes`` long, on the stream with this handle (the pool's rules and errors, as :meth:`set_scratch`)."""
         kind, _size, align = self.scratch[index]
-        return self.pool.reserve(self.device, stream, self.backend.stream(stream), kind, nbytes, align, self.kernel)
+        address, usable = self.pool.reserve(self.device, stream, self.backend.stream(stream), kind, nbytes, align,
+                                            self.kernel)
+        return int(address), int(usable)
 
     def raw_launch(self, gx: int, gy: int, gz: int, s: Any, layout: ParamLayout) -> int:
         """One driver call with an already packed buffer; returns the driver's result."""

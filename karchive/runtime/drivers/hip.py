@@ -16,9 +16,9 @@ from __future__ import annotations
 import threading
 from typing import Any, Literal
 
-from ..errors import DriverError, LaunchError, NoDeviceError
-from .device import DeviceInfo
-from .backend import LoadedFunction, StreamCache, plain_text
+from ...errors import DriverError, LaunchError, NoDeviceError
+from ..device import DeviceInfo
+from ..backend import LoadedFunction, StreamCache, plain_text
 
 #: hipGetProcAddress takes a HIP version as 100 * major + minor; hipModuleLaunchKernel predates 6.0.
 _LAUNCH_KERNEL_VERSION = 600

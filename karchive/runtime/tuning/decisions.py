@@ -22,14 +22,17 @@ import os
 import re
 import threading
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from collections.abc import Mapping, Sequence
 
-from ..core.jsonio import canonical_json
-from ..core import settings
-from ..core.paths import cache_dir
-from ..errors import KarchiveError
+from ...core.jsonio import canonical_json, parse_json
+from ...core import settings
+from ...core.paths import cache_dir
+from ...errors import KarchiveError
+from ...format.autotune import AutotuneConfig
+from ...format.tuned import without_tables
 
 ENV = settings.TUNING_CACHE.name
 _SLUG = re.compile(r"[^A-Za-z0-9._-]+")
@@ -41,13 +44,17 @@ def enabled() -> bool:
 
 
 def kernel_digest(name: str, variant_keys: Sequence[str], records: Sequence[Mapping[str, Any]]) -> str:
-    from ..format.tuned import without_tables
-
     # tuning tables (karchive tune) are left out: a tuned version holds the same binaries and configs, and
     # shares the decisions this machine made for its untuned one
     data = canonical_json({"kernel": name, "variants": sorted(variant_keys),
                            "records": [without_tables(r) for r in records]})
     return hashlib.sha256(data).hexdigest()
+
+
+def as_decision(raw: Mapping[str, Any]) -> dict[str, Any]:
+    """A config as a record stores it, as this cache stores a decision: ``{"kwargs", "options"}``."""
+    c = AutotuneConfig.from_json(raw)
+    return {"kwargs": dict(c.kwargs), "options": dict(c.options)}
 
 
 def key_text(key: Sequence[Any]) -> str:
@@ -79,8 +86,6 @@ class TuningStore:
         decisions: dict[str, Any] = {}
         try:
             if path.is_file() and path.stat().st_size <= _MAX_BYTES:
-                from ..core.jsonio import parse_json
-
                 data = parse_json(path.read_bytes(), str(path), error=KarchiveError)
                 if isinstance(data, dict) and isinstance(data.get("decisions"), dict):
                     decisions = {k: v for k, v in data["decisions"].items() if isinstance(v, dict)}
@@ -145,8 +150,6 @@ def export_decisions(manifest: Any, root: Path | None = None) -> dict[str, Any]:
         folder = base / digest
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
             try:
-                from ..core.jsonio import parse_json
-
                 data = parse_json(path.read_bytes(), str(path), error=KarchiveError)
             except (OSError, KarchiveError):
                 continue
@@ -177,74 +180,19 @@ def import_decisions(manifest: Any, data: Any, root: Path | None = None) -> dict
             device, decisions = (d.get("device"), d.get("decisions")) if isinstance(d, dict) else (None, None)
             if not isinstance(device, dict) or not isinstance(decisions, dict):
                 raise KarchiveError(f"{name}: a device entry needs 'device' and 'decisions' objects")
-            dev = _Device(str(device.get("name") or ""), device.get("driver") if isinstance(device.get("driver"), int)
+            dev = DeviceKey(str(device.get("name") or ""), device.get("driver") if isinstance(device.get("driver"), int)
                           else None)
             for text, cfg in decisions.items():
                 if isinstance(cfg, dict) and isinstance(cfg.get("kwargs"), dict) and isinstance(cfg.get("options"), dict):
-                    from ..core.jsonio import parse_json
-
                     key = parse_json(str(text).encode(), "a tuning key", error=KarchiveError)
                     store.put(dev, key if isinstance(key, list) else [key], cfg)
                     written += 1
     return {"written": written, "skipped": skipped}
 
 
-class _Device:
-    """A device as a decisions file names it (the fields the store keys on)."""
+@dataclass(frozen=True)
+class DeviceKey:
+    """A device as a decisions file or a tuning table names it: what the store keys decisions on."""
 
-    def __init__(self, name: str, driver_version: int | None) -> None:
-        self.name, self.driver_version = name, driver_version
-
-
-# --- tuning tables shipped as a signed sidecar (karchive tune --sidecar; trust/tuning_sidecar.py) ------------
-def tables_document(manifest: Any, records: Sequence[Mapping[str, Any]], device_name: str,
-                    archive: Mapping[str, Any]) -> dict[str, Any]:
-    """The sidecar document: per kernel (with its content digest), the tuning tables for ``device_name``."""
-    from ..format.tuned import tables
-
-    digests = dict(archive_kernels(manifest))
-    kernels = []
-    for r in records:
-        name = r.get("kernel")
-        mine = [t for t in tables(r) if isinstance(t.get("device"), dict) and t["device"].get("name") == device_name]
-        if isinstance(name, str) and mine and name in digests:
-            kernels.append({"kernel": name, "digest": digests[name], "tuned": mine})
-    return {"format": "karchive-tuned/1", "archive": dict(archive), "kernels": kernels}
-
-
-def import_tables(manifest: Any, document: Mapping[str, Any], root: Path | None = None,
-                  local: Any = None) -> dict[str, Any]:
-    """Write a (verified) sidecar document's decisions into this machine's tuning cache, for the kernels whose
-    content (digest) is the same here: per GPU model, under this machine's driver version when ``local`` (its
-    device) is that GPU model (tables are per model; the cache is per driver too), else the table's."""
-    from ..format.tuned import tables
-
-    mine = dict(archive_kernels(manifest))
-    records = {r.get("kernel"): r for r in (manifest.autotune or []) if isinstance(r, dict)}
-    written, skipped = 0, []
-    for k in document.get("kernels") or []:
-        if not isinstance(k, dict):
-            raise KarchiveError("a tuning sidecar's kernels entry must be an object")
-        name = str(k.get("kernel"))
-        if mine.get(name) != k.get("digest") or name not in records:
-            skipped.append(f"{name}: the archive's kernel differs from the tuned one (digest)")
-            continue
-        configs = records[name].get("configs") or []
-        store = TuningStore(name, mine[name], root)
-        for table in tables({"tuned": k.get("tuned")}):
-            dev = table.get("device") or {}
-            prov = table.get("provenance")
-            driver = prov.get("driver") if isinstance(prov, dict) and isinstance(prov.get("driver"), int) else None
-            if local is not None and getattr(local, "name", None) == dev.get("name"):
-                driver = getattr(local, "driver_version", driver)
-            device = _Device(str(dev.get("name") or ""), driver)
-            for e in table.get("entries") or []:
-                i = e.get("config") if isinstance(e, dict) else None
-                if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(configs):
-                    c = configs[i]
-                    cfg = {"kwargs": dict(c.get("kwargs") or {}),
-                           "options": {o: c.get(o) for o in ("num_warps", "num_stages", "num_ctas", "maxnreg")
-                                       if c.get(o) is not None}}
-                    store.put(device, list(e.get("key") or []), cfg)
-                    written += 1
-    return {"written": written, "skipped": skipped}
+    name: str
+    driver_version: int | None

@@ -6,7 +6,7 @@ signatures) whose payload is canonical JSON::
 
     {"format": "karchive-tuned/1",
      "archive": {"name": "ops", "version": "1", "sha256": "<archive file sha256>"},
-     "kernels": [{"kernel": "ops:matmul", "digest": "<kernel digest, runtime/tuning.py>",
+     "kernels": [{"kernel": "ops:matmul", "digest": "<kernel digest, runtime/tuning/decisions.py>",
                   "tuned": [<a tuning table, spec/FORMAT.md §6.3>]}]}
 
 ``karchive tune ARCHIVE --import SIDECAR --key PUB`` verifies the signature with one of the given public
@@ -16,14 +16,17 @@ the kernels whose content (digest) is the same here. Nothing in the payload is e
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
-from ..core.jsonio import canonical_json, parse_json
-from ..errors import TrustError
-from . import reasons
-from .dsse import Envelope, verify_signature
-from .keys import PublicKey, SigningKey
+from ...core.jsonio import canonical_json, parse_json
+from ...errors import KarchiveError, TrustError
+from ...format.tuned import tables
+from ...trust import reasons
+from ...trust.dsse import Envelope, verify_signature
+from ...trust.keys import PublicKey, SigningKey
+from .decisions import DeviceKey, TuningStore, archive_kernels, as_decision
 
 PAYLOAD_TYPE = "application/vnd.karchive.tuning+json"
 FORMAT = "karchive-tuned/1"
@@ -72,3 +75,49 @@ def is_envelope(raw: bytes) -> bool:
     """Does this file look like a DSSE envelope (rather than a plain ``karchive tune --export`` file)?"""
     head = raw[:4096]
     return b'"payloadType"' in head or b'"signatures"' in head
+
+
+# -- the document, and its decisions into the local cache -------------------------------------------------------
+def tables_document(manifest: Any, records: Sequence[Mapping[str, Any]], device_name: str,
+                    archive: Mapping[str, Any]) -> dict[str, Any]:
+    """The sidecar document: per kernel (with its content digest), the tuning tables for ``device_name``."""
+    digests = dict(archive_kernels(manifest))
+    kernels = []
+    for r in records:
+        name = r.get("kernel")
+        mine = [t for t in tables(r) if isinstance(t.get("device"), dict) and t["device"].get("name") == device_name]
+        if isinstance(name, str) and mine and name in digests:
+            kernels.append({"kernel": name, "digest": digests[name], "tuned": mine})
+    return {"format": FORMAT, "archive": dict(archive), "kernels": kernels}
+
+
+def import_tables(manifest: Any, document: Mapping[str, Any], root: Path | None = None,
+                  local: Any = None) -> dict[str, Any]:
+    """Write a (verified) sidecar document's decisions into this machine's tuning cache, for the kernels whose
+    content (digest) is the same here: per GPU model, under this machine's driver version when ``local`` (its
+    device) is that GPU model (tables are per model; the cache is per driver too), else the table's."""
+    mine = dict(archive_kernels(manifest))
+    records = {r.get("kernel"): r for r in (manifest.autotune or []) if isinstance(r, dict)}
+    written, skipped = 0, []
+    for k in document.get("kernels") or []:
+        if not isinstance(k, dict):
+            raise KarchiveError("a tuning sidecar's kernels entry must be an object")
+        name = str(k.get("kernel"))
+        if mine.get(name) != k.get("digest") or name not in records:
+            skipped.append(f"{name}: the archive's kernel differs from the tuned one (digest)")
+            continue
+        configs = records[name].get("configs") or []
+        store = TuningStore(name, mine[name], root)
+        for table in tables({"tuned": k.get("tuned")}):
+            dev = table.get("device") or {}
+            prov = table.get("provenance")
+            driver = prov.get("driver") if isinstance(prov, dict) and isinstance(prov.get("driver"), int) else None
+            if local is not None and getattr(local, "name", None) == dev.get("name"):
+                driver = getattr(local, "driver_version", driver)
+            device = DeviceKey(str(dev.get("name") or ""), driver)
+            for e in table.get("entries") or []:
+                i = e.get("config") if isinstance(e, dict) else None
+                if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(configs):
+                    store.put(device, list(e.get("key") or []), as_decision(configs[i]))
+                    written += 1
+    return {"written": written, "skipped": skipped}

@@ -1,7 +1,7 @@
 """Timing one launch on the device: the single benchmarking routine of on-first-launch tuning and ``karchive tune``.
 
-Both choose among an archive's prebuilt autotune configs (:class:`~.autotuned.AutotuneResolver` at a key's
-first launch, :class:`~.tune_keys.Tuner` for ``karchive tune``); both time each config with
+Both choose among an archive's prebuilt autotune configs (:class:`karchive.runtime.autotuned.AutotuneResolver` at a key's
+first launch, :class:`~.tuner.Tuner` for ``karchive tune``); both time each config with
 :class:`DeviceBench`, so the two make the same choice on the same call.
 
 The rule is Triton's ``do_bench`` (``triton.testing``), adapted:
@@ -14,7 +14,7 @@ The rule is Triton's ``do_bench`` (``triton.testing``), adapted:
    ten runs of a 13 µs kernel were too noisy to rank configs 10% apart, and a bound keeps a tiny kernel
    from running a hundred thousand times), each after an L2 overwrite, each between its own pair of CUDA
    events on torch's current stream, one synchronisation at the end;
-5. the median.
+5. the median, 20th and 80th percentiles; :func:`choose` takes the lowest, as Triton's autotuner does.
 
 ``reset_to_zero`` tensors are zeroed before and ``restore_value`` tensors put back after every run
 (:class:`TuningHooks`), outside the events, so an in-place kernel leaves its arguments as the caller gave
@@ -27,13 +27,14 @@ number of launches is deterministic. :class:`RepPolicy` ``fixed=True`` asks for 
 
 from __future__ import annotations
 
+import math
 import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 from collections.abc import Callable, Mapping, Sequence
 
-from ..errors import ArgumentError
+from ...errors import ArgumentError
 
 ESTIMATE_RUNS = 5  # Triton's do_bench estimates from 5 runs
 
@@ -231,7 +232,30 @@ class DeviceBench:
         return [float(s.elapsed_time(e)) / 1000.0 for s, e in pairs]
 
 
-def median(xs: Sequence[float]) -> float:
-    """The middle value (the upper one of an even count, as before); inf for no runs."""
+def quantiles(xs: Sequence[float], qs: Sequence[float] = (0.5, 0.2, 0.8)) -> tuple[float, ...]:
+    """The ``qs`` quantiles of the runs, interpolated as Triton's ``do_bench`` computes them (its autotuner asks
+    for (0.5, 0.2, 0.8)); all inf for no runs."""
     s = sorted(xs)
-    return s[len(s) // 2] if s else float("inf")
+    if not s:
+        return tuple(float("inf") for _ in qs)
+    out = []
+    for q in qs:
+        point = q * (len(s) - 1)
+        lo, hi = math.floor(point), math.ceil(point)
+        out.append(s[lo] + (point - lo) * (s[hi] - s[lo]))
+    return tuple(out)
+
+
+def choose(ranks: Mapping[int, Sequence[float]]) -> int | None:
+    """The config a tuning run takes, by Triton's autotuner's rule: the lowest (median, 20th, 80th percentile),
+    compared in that order, so a tie on the median goes to the config whose fast runs are faster; a full tie to
+    the first config. A config whose median is not a finite number (no runs, a NaN from a broken timer) is never
+    chosen; None when none is left."""
+    best: tuple[tuple[float, ...], int] | None = None
+    for i, rank in sorted(ranks.items()):
+        r = tuple(float("inf") if x != x else x for x in rank)  # NaN compares as nothing: treat it as inf
+        if not r or not math.isfinite(r[0]):
+            continue
+        if best is None or r < best[0]:
+            best = (r, i)
+    return best[1] if best is not None else None

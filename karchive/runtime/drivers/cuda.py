@@ -14,9 +14,9 @@ import os
 import threading
 from typing import Any, Literal
 
-from ..errors import DriverError, LaunchError, NoDeviceError
-from .device import DeviceInfo
-from .backend import LoadedFunction, StreamCache, plain_text
+from ...errors import DriverError, LaunchError, NoDeviceError
+from ..device import DeviceInfo
+from ..backend import LoadedFunction, StreamCache, plain_text
 
 _DEFAULT_SHARED = 48 * 1024
 #: cuLaunchKernel exists since CUDA 4.0; its ABI has not changed (cuda.h: ``cuLaunchKernel`` has no _v2).
@@ -189,14 +189,36 @@ class CudaBackend:
             module = self.check(d.cuModuleLoadData(image), f"cuModuleLoadData({entry})")
             func = self.check(d.cuModuleGetFunction(module, entry.encode()), f"cuModuleGetFunction({entry})")
             if shared > _DEFAULT_SHARED:
+                # As Triton's loader does (backends/nvidia/driver.c): shared memory preferred in the L1/shared
+                # split and the whole opt-in allowed, so a binary runs (and tuning times it) as the JIT runs it.
+                limit = shared
+                if info.shared_optin is not None and info.shared_optin > _DEFAULT_SHARED:
+                    self.check(d.cuFuncSetCacheConfig(func, d.CUfunc_cache.CU_FUNC_CACHE_PREFER_SHARED),
+                               "cuFuncSetCacheConfig(PREFER_SHARED)")
+                    static = int(self.check(d.cuFuncGetAttribute(
+                        d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, func),
+                        "cuFuncGetAttribute(SHARED_SIZE_BYTES)"))
+                    limit = max(shared, info.shared_optin - static)
                 self.check(d.cuFuncSetAttribute(
-                    func, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
-                    f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={shared})")
+                    func, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit),
+                    f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={limit})")
             if num_ctas > 8:
                 self.check(d.cuFuncSetAttribute(
                     func, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
                     "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)")
         return LoadedFunction(module, func, self.context(index), index)
+
+    def function_attributes(self, function: Any) -> tuple[int, int, int]:
+        """(registers per thread, spilled 32-bit words per thread, most threads per block) of a loaded function,
+        as Triton's ``load_binary`` reports them (``CompiledKernel.n_regs``/``n_spills``/``n_max_threads``)."""
+        d = self.d
+        attr = d.CUfunction_attribute
+        regs = self.check(d.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_NUM_REGS, function), "cuFuncGetAttribute")
+        local = self.check(d.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, function),
+                           "cuFuncGetAttribute")
+        most = self.check(d.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function),
+                          "cuFuncGetAttribute")
+        return int(regs), int(local) // 4, int(most)
 
     # -- streams --------------------------------------------------------------------------------------
     def stream(self, handle: Any) -> Any:

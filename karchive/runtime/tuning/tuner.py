@@ -26,7 +26,7 @@ autotune key the runtime computes for the call (a guard against a file written f
 
 Each call's key is timed across the kernel's prebuilt configs (:class:`Tuner`, through the resolver's
 ``time_configs``, the loop on-first-launch tuning uses too); what times a config is a seam (``bench``):
-:class:`~._bench.DeviceBench` on the device (the runtime's rule: an estimate, ~25 ms of warm-up, ~100 ms of
+:class:`~.bench.DeviceBench` on the device (the runtime's rule: an estimate, ~25 ms of warm-up, ~100 ms of
 timed runs, L2 overwritten before each, CUDA events, median; ``reset_to_zero`` / ``restore_value`` around
 every run), a table in the tests.
 """
@@ -38,13 +38,14 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 from collections.abc import Callable, Mapping, Sequence
 
-from ..core.jsonio import parse_json
-from ..errors import ArgumentError, NoMatchingVariantError, SchemaError, TuneError
-from ..format.autotune import normalize_key
-from ..format.heuristics_expr import ExprError, check, evaluate
-from ..format.tuned import KEY_DTYPES, KEY_MAX_VALUES
+from ...core.jsonio import parse_json
+from ...errors import ArgumentError, NoMatchingVariantError, SchemaError, TuneError
+from ...format.autotune import normalize_key
+from ...format.heuristics_expr import ExprError, check, evaluate
+from ...format.tuned import KEY_DTYPES, KEY_MAX_VALUES
 # the device's bench (karchive tune's default, the runtime's rule) and its policy, for the CLI and callers
-from ._bench import DeviceBench as DeviceBench, RepPolicy as RepPolicy
+from .bench import DeviceBench as DeviceBench, RepPolicy as RepPolicy
+from .decisions import as_decision
 
 KEYS_FORMAT = "karchive-tune-keys/1"
 MAX_KEYS_BYTES = 8 << 20
@@ -334,7 +335,7 @@ class Tuner:
         self.failed: list[dict[str, Any]] = []  # calls a keep_going run could not tune, with why
 
     def _kernel(self, call: TuneCall) -> Any:
-        from .autotuned import AutotuneResolver
+        from ..autotuned import AutotuneResolver
 
         try:
             k = self.archive.kernel(call.kernel).resolver  # one Kernel type: an autotuned one has this resolver
@@ -372,7 +373,7 @@ class Tuner:
         unknown = sorted(set(args) - set(k.param_names))
         if unknown:
             raise _fail(f"calls[{call.index}]: {k.name} has no parameter(s) {unknown}", call.index, k.name)
-        key = k.tuning_key(*positional)
+        key: list = k.tuning_key(*positional)
         if call.key is not None and normalize_key(call.key) != key:
             raise _fail(f"calls[{call.index}]: the file says key {call.key}, the runtime computes {key} for these "
                         "arguments (the file was written for another kernel or argument list)", call.index, k.name)
@@ -395,9 +396,7 @@ class Tuner:
             self.device = device
         bench = self._bench_for(device)
         record_index, record = 0, k.records[0].raw  # the record as stored (configs by index)
-        configs = [{"kwargs": dict(raw.get("kwargs", {})),
-                    "options": {o: raw.get(o) for o in ("num_warps", "num_stages", "num_ctas", "maxnreg")
-                                if raw.get(o) is not None}} for raw in record.get("configs") or []]
+        configs = [as_decision(raw) for raw in record.get("configs") or []]
 
         def bind(i: int, kernel: Any, cx: dict) -> Any:
             return kernel.bind(grid_for(call, {**named, **cx}, i), *positional, **cx)

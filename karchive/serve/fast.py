@@ -1,0 +1,200 @@
+"""The fast path of a served plain call site: ``kernel[grid](...)`` through karchive's compiled dispatcher.
+
+Serving at Triton's compile boundary (:mod:`.boundary`) keeps Triton's dispatch, and so its cost (binding, keying,
+the cache lookup in Python: a few microseconds per launch). For a plain ``@triton.jit`` kernel an archive serves,
+``kernel[grid]`` instead returns karchive's compiled dispatcher over the archive's variants, whose launches return
+the ``CompiledKernel`` Triton returns for the same call -- proven per selection key, not assumed:
+
+- a selection key karchive sees for the first time is also given to Triton's own ``run`` (``warmup=True``: binds,
+  specialises, compiles -- through the boundary, so from the archive -- and launches nothing); the fast path keeps
+  the key only if Triton's ``CompiledKernel`` is the variant karchive selected, and that kernel becomes what every
+  later launch with that key returns (``Kernel.set_result``). karchive's key reads at least what Triton's
+  specialisation reads for tensors and Python scalars (dtype, device, 16-byte alignment, ``== 1``, divisibility by
+  16, integer range, constexpr values), so one agreement stands for the key;
+- any disagreement, another device's ``CompiledKernel`` for the same variant, or an argument of another type
+  turns the fast path off for that kernel for good; a call karchive cannot bind or select for goes to Triton's own
+  path (its binder's errors, its defaults, its miss) -- nothing karchive-specific reaches the call site;
+- ``kernel[grid]`` takes the fast path only while the kernel has no ``pre_run_hooks`` and Triton's
+  ``launch_enter_hook``/``launch_exit_hook`` are unset (read on every ``kernel[grid]``); otherwise Triton's path.
+
+An **autotuned** call site (exactly ``triton.autotune`` over a plain JIT function, no config ``pre_hook``) takes
+the same kind of fast path over the archive's kernel with its autotune resolver: the resolver's answer for a new
+key (the recorded config, then karchive's selection among its variants) is confirmed with Triton's own
+``Autotuner.run`` (``warmup=True``: Triton's key, its cache -- a library may have filled it --, its prune and the
+archive's decision) and kept only if Triton's ``CompiledKernel`` is the same variant; every launch then sets
+``best_config`` to the config Triton chose, as ``Autotuner.run`` does. Heuristics call sites, autotuner
+subclasses and configs with hooks keep Triton's path (their per-call Python -- the library's heuristic functions,
+its own ``run``, hooks -- is what a library observes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
+
+from ..errors import ArgumentError, NoMatchingVariantError
+from ..runtime.launch.kernel import Kernel
+
+
+class _Refer(Exception):
+    """Internal: this call is Triton's to dispatch (the fast path could not prove it would launch the same)."""
+
+
+_PLAIN_TYPES = (int, float, bool, type(None), str)
+
+
+def _checkable(value: Any) -> bool:
+    """Values karchive's key reads at least as finely as Triton's specialisation: Python scalars, and pointer
+    objects (``data_ptr()`` and a ``dtype``: torch tensors, and duck-typed buffers, whose dtype both read from the
+    same object -- a first call per key that disagrees turns the fast path off)."""
+    if isinstance(value, _PLAIN_TYPES):
+        return True
+    return callable(getattr(value, "data_ptr", None)) and hasattr(value, "dtype")
+
+
+class _Confirming:
+    """An autotune resolver whose answer for a new selection key is confirmed with Triton before it is kept."""
+
+    def __init__(self, inner: Any, fast: TunedFastPath) -> None:
+        self._inner = inner
+        self._fast = fast
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def resolve(self, grid: Any, args: Sequence[Any], kwargs: Any, stream: Any, **kw: Any) -> Any:
+        sub, cx = self._inner.resolve(grid, args, kwargs, stream, **kw)
+        self._fast.confirm_tuned(sub, cx, args, kwargs)
+        return sub, cx
+
+
+class FastKernel(Kernel):
+    """karchive's dispatcher over a served kernel's variants; a new selection key is confirmed with Triton first."""
+
+    fast: FastPath
+
+    def _miss(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        target = super()._miss(args, kwargs)
+        self.fast.confirm(target.entry.variant, args, kwargs)
+        return target
+
+
+class FastPath:
+    """One served plain JIT function's fast path (made at its first ``kernel[grid]`` while a session serves it)."""
+
+    def __init__(self, jit: Any, boundary: Any, arc: Any, name: str, record: Any, triton_run: Callable[..., Any]) -> None:
+        self.jit = jit
+        self.boundary = boundary
+        self.record = record
+        self.triton_run = triton_run  # JITFunction.run: Triton's own dispatch
+        self.on = True
+        self.results: dict[str, Any] = {}
+        self.globals: list[Any] = []  # Triton's used_global_vals of the kernel: checked before each fast launch
+        k = FastKernel(arc, name, arc.variants(name))
+        k.fast = self
+        self.kernel = k
+        self.run = k._run  # the compiled dispatcher (or the Python path): (grid, *args, stream=None, **kwargs)
+
+    def confirm(self, variant: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
+        """Triton's own answer for a call with a new selection key: the same variant, or the fast path ends."""
+        if not all(_checkable(a) for a in args) or not all(_checkable(v) for v in kwargs.values()):
+            self.on = False
+            raise _Refer
+        try:
+            compiled = self.triton_run(self.jit, *args, grid=(1,), warmup=True, **kwargs)
+        except Exception as exc:  # Triton refused or missed the call: that is the call's answer (re-raised)
+            self.on = False
+            raise _Refer(exc) from exc
+        served = getattr(compiled, "__dict__", {}).get("_karchive_served")
+        if served is None or served[1] != variant.key:
+            self.on = False
+            raise _Refer
+        known = self.results.get(variant.key)
+        if known is not None and known is not compiled:  # another device's (or another cache's) CompiledKernel
+            self.on = False
+            raise _Refer
+        self.results[variant.key] = compiled
+        self.globals = list(getattr(self.jit, "used_global_vals", {}).items())
+        self.kernel.set_result(variant.key, compiled)
+
+    def call(self, grid: Any, *args: Any, **kwargs: Any) -> Any:
+        """One ``kernel[grid](...)``: karchive's dispatcher; Triton's own run where karchive cannot answer (and where
+        a global the kernel read changed since it was compiled: Triton's run raises for that)."""
+        if self.globals and self._globals_changed():
+            return self.triton_run(self.jit, *args, grid=grid, warmup=False, **kwargs)
+        try:
+            out = self.run(grid, *args, **kwargs)
+        except _Refer as refer:
+            if refer.args:  # Triton's own run already answered this call with an error: the same error
+                raise refer.args[0] from None
+            return self.triton_run(self.jit, *args, grid=grid, warmup=False, **kwargs)
+        except (NoMatchingVariantError, ArgumentError):
+            return self.triton_run(self.jit, *args, grid=grid, warmup=False, **kwargs)
+        self.record.calls += 1
+        return out
+
+    def _globals_changed(self) -> bool:
+        missing = object()
+        return any(scope.get(name, missing) != value for (name, _), (value, scope) in self.globals)
+
+    def bound(self, grid: Any) -> Callable[..., Any]:
+        return partial(self.call, grid)
+
+
+class TunedFastPath(FastPath):
+    """The fast path of a served ``@triton.autotune`` call site (see the module's docstring)."""
+
+    def __init__(self, tuner: Any, boundary: Any, arc: Any, name: str, record: Any,
+                 triton_run: Callable[..., Any]) -> None:
+        self.jit = tuner
+        self.boundary = boundary
+        self.record = record
+        self.triton_run = triton_run  # Autotuner.run
+        self.on = True
+        self.results = {}
+        self.globals = []
+        self.config_of: dict[int, Any] = {}  # id(CompiledKernel) -> the Config Triton chose for it
+        self.confirmed: set[tuple[str, str]] = set()  # (autotune key, variant) pairs Triton agreed on
+        k = arc._make_kernel(name, list(arc.variants(name)), False)  # this call site's own (results are its own)
+        self.tuning_key = getattr(k.resolver, "tuning_key")  # noqa: B009 - an AutotuneResolver (the boundary checked)
+        k.resolver = _Confirming(k.resolver, self)
+        self.kernel = k
+        self.run = k._run
+
+    def confirm_tuned(self, sub: Any, cx: dict[str, Any], args: Sequence[Any], kwargs: Any) -> None:
+        if not all(_checkable(a) for a in args) or not all(_checkable(v) for v in kwargs.values()):
+            self.on = False
+            raise _Refer
+        try:
+            variant = sub.select(*args, **kwargs, **cx)
+        except (NoMatchingVariantError, ArgumentError):
+            variant = None
+        if variant is not None:  # the Python launch path resolves every call: one confirmation per key and variant
+            memo = (repr(self.tuning_key(*args, **kwargs)), variant.key)
+            if memo in self.confirmed:
+                return
+        try:
+            compiled = self.triton_run(self.jit, *args, grid=(1,), warmup=True, **kwargs)
+        except Exception as exc:  # Triton refused or missed the call: that is the call's answer (re-raised)
+            self.on = False
+            raise _Refer(exc) from exc
+        config = getattr(self.jit, "best_config", None)
+        served = getattr(compiled, "__dict__", {}).get("_karchive_served")
+        known = self.results.get(served[1]) if served is not None else None
+        if variant is None or served is None or served[1] != variant.key or config is None or \
+                (known is not None and known is not compiled):
+            self.on = False
+            raise _Refer
+        self.results[variant.key] = compiled
+        self.config_of[id(compiled)] = config
+        self.confirmed.add((repr(self.tuning_key(*args, **kwargs)), variant.key))
+        self.kernel.set_result(variant.key, compiled)
+        sub.set_result(variant.key, compiled)  # the kernel over the config's variants, which launches it
+
+    def call(self, grid: Any, *args: Any, **kwargs: Any) -> Any:
+        out = super().call(grid, *args, **kwargs)
+        config = self.config_of.get(id(out))
+        if config is not None:
+            self.jit.best_config = config
+        return out
