@@ -38,6 +38,11 @@ absent): ``callable grid`` (``add_kernel[lambda meta: (triton.cdiv(meta["n_eleme
 autotuner warmed first), and ``served autotuned``: the unchanged ``@triton.autotune`` call site under
 ``karchive.serve``. Targets: each kind within 1.10x of the plain row, served within 1.2x, Triton >= 3x each.
 
+Launch attributes (issue 33; ``.gpu/pdl.karc`` and ``.gpu/cluster.karc`` of tests/gpu/build_fixtures.py, skipped when
+absent): ``karchive k[grid]`` of a PDL and of a 2-CTA cluster ``add_kernel`` (the compiled path packs the
+``CUlaunchConfig`` in C) beside ``raw cuLaunchKernelEx (cuda.bindings)``: the same function, a pre-packed buffer
+and a ``CUlaunchConfig`` with the same attributes made once. Target: within 1.10x of the raw call.
+
 Every karchive row and both raw rows launch the same CUfunction (karchive's load of the archive's cubin).
 Calls are written out with their arguments (no ``*args``), as a user writes them. 4 arguments:
 ``add_kernel``; 16: ``add16_kernel`` (15 pointers and an i32); per extra argument = (16 - 4) / 12.
@@ -63,7 +68,7 @@ sys.path.insert(0, str(ROOT))
 
 #: Targets of issue 11 (host time ratios to the cuda.bindings raw launch; per extra argument in us).
 TARGETS = {"k[grid] / raw": {"4 args": 1.10, "16 args": 1.20, "3 descriptors": 1.30},
-           "kind / plain k[grid]": 1.10, "served autotuned / plain k[grid]": 1.2, "triton kind / karchive kind": 3.0,
+           "kind / plain k[grid]": 1.10, "attributes k[grid] / raw cuLaunchKernelEx": 1.10, "served autotuned / plain k[grid]": 1.2, "triton kind / karchive kind": 3.0,
            "bound() / raw": {"4 args": 1.00, "16 args": 1.00},
            "per extra argument (us)": 0.08, "triton / karchive k[grid]": {"4 args": 3.5, "16 args": 4.0,
                                                                           "3 descriptors": 4.0},
@@ -262,6 +267,16 @@ def main() -> None:
             results[f"tuned kinds (pass {p + 1})"] = tuned_case(args, paths, sync, serve_session,
                                                                 served_mods["extra_kernels"])
 
+    for feature in ("pdl", "cluster"):
+        path = ROOT / ".gpu" / f"{feature}.karc"
+        if launch_path.EXTENSION in paths and path.exists():
+            for p in range(args.passes):
+                case = attributes_case(args, path, sync)
+                if case is not None:
+                    results[f"{feature} attributes (pass {p + 1})"] = case
+        else:
+            print(f"no {path} (or no compiled launcher): the {feature} case is skipped")
+
     if pathlib.Path(args.tensordesc_archive).exists():
         for p in range(args.passes):
             results[f"3 descriptors (pass {p + 1})"] = descriptor_case(args, paths, sync)
@@ -294,7 +309,7 @@ def main() -> None:
         pathlib.Path(args.json).write_text(json.dumps(report, indent=2))
     print(json.dumps(info))
     for label, r in results.items():
-        base = "raw cuLaunchKernel (cuda.bindings)" if "raw cuLaunchKernel (cuda.bindings)" in r else PLAIN_TUNED
+        base = next((b for b in ("raw cuLaunchKernel (cuda.bindings)", RAW_EX) if b in r), PLAIN_TUNED)
         raw = r[base]["median"]
         print(f"\n{label}: host us per launch (median of {args.rounds} rounds x {args.launches}), ratio to "
               f"{'the cuda.bindings raw launch' if base != PLAIN_TUNED else 'the plain k[grid]'}")
@@ -424,6 +439,66 @@ def tuned_case(args: Any, paths: dict[str, Any], sync: Callable[[], None], sessi
     return timeit_rounds(fns, args.rounds, args.launches, sync)
 
 
+RAW_EX = "raw cuLaunchKernelEx (cuda.bindings)"
+
+
+def attributes_case(args: Any, path: pathlib.Path, sync: Callable[[], None]) -> dict[str, dict[str, float]] | None:
+    """Issue 33's launch-attribute row: k[grid] of a PDL / cluster kernel vs a raw cuLaunchKernelEx, same attributes."""
+    import torch
+    from cuda.bindings import driver as d
+
+    import karchive
+    from karchive.runtime import launch_path
+    from karchive.runtime.launch._argpack import ParamLayout
+
+    n = 4096
+    x, y, out = (torch.randn(n, device="cuda") for _ in range(3))
+    with launch_path.forced(launch_path.EXTENSION):
+        k = karchive.open(str(path)).kernel("add_kernel")
+    grid = (4,)
+    k[grid](x, y, out, n)
+    entry = k.bind(grid, x, y, out, n).entry
+    if not entry.use_ex:
+        print(f"{path}: the variant has no launch attributes; its case is skipped")
+        return None
+    layout = ParamLayout(entry.variant.abi)
+    entry.pack(layout, [x.data_ptr(), y.data_ptr(), out.data_ptr(), n])
+    cfg = d.CUlaunchConfig()  # what CudaBackend.launch_ex builds per call, made once here
+    c = entry.cluster
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = grid[0] * c[0], c[1], c[2]
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = entry.block_x, 1, 1
+    cfg.sharedMemBytes = entry.shared
+    cfg.hStream = d.CUstream(torch.cuda.current_stream().cuda_stream)
+    attrs = []
+    ID = d.CUlaunchAttributeID
+    if entry.pdl:
+        a = d.CUlaunchAttribute()
+        a.id = ID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        a.value.programmaticStreamSerializationAllowed = 1
+        attrs.append(a)
+    if c[0] * c[1] * c[2] > 1:
+        a = d.CUlaunchAttribute()
+        a.id = ID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = c
+        attrs.append(a)
+        a = d.CUlaunchAttribute()
+        a.id = ID.CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE
+        a.value.clusterSchedulingPolicyPreference = d.CUclusterSchedulingPolicy.CU_CLUSTER_SCHEDULING_POLICY_SPREAD
+        attrs.append(a)
+    cfg.attrs = attrs
+    cfg.numAttrs = len(attrs)
+    ns = {"k": k, "grid": grid, "x": x, "y": y, "out": out, "n": n, "launch_ex": d.cuLaunchKernelEx, "cfg": cfg,
+          "func": entry.function, "params": layout.kernel_params}
+    fns = {RAW_EX: looped("launch_ex(cfg, func, params, 0)", args.launches, ns),
+           "karchive k[grid](...) [extension]": looped("k[grid](x, y, out, n)", args.launches, ns)}
+    for name, fn in fns.items():
+        out.zero_()
+        fn()
+        sync()
+        assert torch.equal(out, x + y), f"{path.name}: the row {name!r} did not compute x + y"
+    return timeit_rounds(fns, args.rounds, args.launches, sync)
+
+
 def summarize(results: dict[str, dict[str, Any]], passes: int) -> dict[str, Any]:
     """Each target against each pass (ratios from medians within the same pass)."""
     ext_row = "karchive k[grid](...) [extension]"
@@ -467,6 +542,12 @@ def summarize(results: dict[str, dict[str, Any]], passes: int) -> dict[str, Any]
             tri = r["triton k[grid](...)"]["median"] / r[row]["median"]
             want = TARGETS["triton / karchive k[grid]"]["3 descriptors"]
             check(f"pass {p} 3 descriptors: triton / karchive k[grid]", tri, tri >= want, f">= {want}")
+        for feature in ("pdl", "cluster"):
+            r = results.get(f"{feature} attributes (pass {p})", {})
+            if r:
+                ratio = r[ext_row]["median"] / r[RAW_EX]["median"]
+                lim = TARGETS["attributes k[grid] / raw cuLaunchKernelEx"]
+                check(f"pass {p} {feature}: k[grid] / raw cuLaunchKernelEx", ratio, ratio <= lim, f"<= {lim}")
         r = results.get(f"tuned kinds (pass {p})", {})
         if r:
             plain = r[PLAIN_TUNED]["median"]
