@@ -64,11 +64,21 @@ def _report(args: argparse.Namespace, report: dict) -> int:
     return 0
 
 
+#: A keys file, a decisions export or a signed sidecar larger than this is refused before it is parsed.
+MAX_INPUT_BYTES = 64 << 20
+
+
 def _read(path: str) -> bytes:
+    """A file named on the command line: a regular file (a FIFO is refused, not waited on), bounded."""
+    from ..core.fsio import read_regular
+
     try:
-        return Path(path).read_bytes()
+        data = read_regular(path, MAX_INPUT_BYTES)
     except OSError as exc:
         raise KarchiveError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_INPUT_BYTES:
+        raise KarchiveError(f"cannot read {path}: larger than {MAX_INPUT_BYTES >> 20} MiB")
+    return data
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

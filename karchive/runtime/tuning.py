@@ -54,6 +54,17 @@ def key_text(key: Sequence[Any]) -> str:
     return canonical_json(list(key)).decode()
 
 
+def _read(path: Path) -> bytes:
+    """A decisions file of the tuning cache (under ``KARCHIVE_CACHE_DIR``): a regular file, never waited on
+    (a FIFO) nor read without end (a device); else ``OSError``, which callers treat as "no decisions"."""
+    from ..core.fsio import read_regular
+
+    data = read_regular(path, _MAX_BYTES)
+    if len(data) > _MAX_BYTES:
+        raise OSError(f"{path} is larger than {_MAX_BYTES} bytes")
+    return data
+
+
 class TuningStore:
     """Decisions of one kernel, per device model and driver; loaded on first use, written through."""
 
@@ -81,7 +92,7 @@ class TuningStore:
             if path.is_file() and path.stat().st_size <= _MAX_BYTES:
                 from ..core.jsonio import parse_json
 
-                data = parse_json(path.read_bytes(), str(path), error=KarchiveError)
+                data = parse_json(_read(path), str(path), error=KarchiveError)
                 if isinstance(data, dict) and isinstance(data.get("decisions"), dict):
                     decisions = {k: v for k, v in data["decisions"].items() if isinstance(v, dict)}
         except (OSError, KarchiveError):
@@ -147,7 +158,7 @@ def export_decisions(manifest: Any, root: Path | None = None) -> dict[str, Any]:
             try:
                 from ..core.jsonio import parse_json
 
-                data = parse_json(path.read_bytes(), str(path), error=KarchiveError)
+                data = parse_json(_read(path), str(path), error=KarchiveError)
             except (OSError, KarchiveError):
                 continue
             if isinstance(data, dict) and isinstance(data.get("decisions"), dict) and isinstance(data.get("device"), dict):
