@@ -295,7 +295,7 @@ def test_a_child_that_cannot_open_its_archive_does_not_run(tmp_path, mode):
 def test_a_child_with_an_invalid_mode_does_not_run(tmp_path, cuda_archive, value):
     r = _child(tmp_path, KARCHIVE_SERVE=str(cuda_archive), KARCHIVE_SERVE_MODE=value)
     assert "RAN" not in r.stdout, r.stdout
-    _one_line_error(r, "KARCHIVE_SERVE_MODE", "strict, fallback or audit")
+    _one_line_error(r, "KARCHIVE_SERVE_MODE", "strict, fallback or audit" if value else "set but empty")
 
 
 def test_mode_values_are_case_insensitive_as_every_choice_variable_is(tmp_path, cuda_archive, monkeypatch):
@@ -317,7 +317,7 @@ def test_a_child_refused_by_the_trust_policy_does_not_run(tmp_path, cuda_archive
     policy = write_policy(tmp_path / "p.toml", make_keys())
     r = _child(tmp_path, KARCHIVE_SERVE=str(cuda_archive), KARCHIVE_TRUST_POLICY=str(policy))
     assert "RAN" not in r.stdout, r.stdout
-    _one_line_error(r, "karchive.serve", "unsigned")
+    _one_line_error(r, "karchive.serve", "no signature")
 
 
 def test_a_child_with_an_empty_archive_list_does_not_run(tmp_path):
