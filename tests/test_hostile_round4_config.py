@@ -434,3 +434,18 @@ def test_doctor_says_when_serving_would_be_unsigned():
 
 def test_errors_are_karchive_errors():
     assert issubclass(SettingsError, KarchiveError) and issubclass(SettingsError, ValueError)
+
+
+def test_a_report_path_that_is_a_fifo_does_not_hang_the_exit(tmp_path, cuda_archive):
+    """``KARCHIVE_SERVE_REPORT`` is a path from configuration: at exit it is replaced, never opened and waited on."""
+    prog = tmp_path / "prog.py"
+    prog.write_text("print('PROGRAM RAN')\n")
+    fifo = tmp_path / "report.json"
+    os.mkfifo(fifo)
+    try:
+        r = _python("-m", "karchive.serve", "--archive", str(cuda_archive), "--report", str(fifo), "--", str(prog),
+                    env=_env(), timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("writing the serve report to a FIFO hung the process at exit")
+    assert r.returncode == 0 and "PROGRAM RAN" in r.stdout, r.stderr
+    assert json.loads(fifo.read_text())["unsigned"] == ["rt@1.0"]

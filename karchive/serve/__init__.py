@@ -181,9 +181,10 @@ def _report_at_exit() -> None:
         return
     import json
 
-    try:
-        with open(str(where), "w", encoding="utf-8") as f:
-            json.dump(s.report.to_json(), f, indent=1, sort_keys=True)
+    from ..core.fsio import atomic_write
+
+    try:  # a temporary file renamed into place: a FIFO at the path is replaced, not waited on at exit
+        atomic_write(str(where), json.dumps(s.report.to_json(), indent=1, sort_keys=True).encode(), durable=False)
     except OSError as exc:
         print(f"karchive.serve: cannot write the report to {where}: {exc}", file=sys.stderr)
 
