@@ -70,15 +70,12 @@ MAX_INPUT_BYTES = 64 << 20
 
 def _read(path: str) -> bytes:
     """A file named on the command line: a regular file (a FIFO is refused, not waited on), bounded."""
-    from ..core.fsio import read_regular
+    from ..core.fsio import read_bounded
 
     try:
-        data = read_regular(path, MAX_INPUT_BYTES)
+        return read_bounded(path, MAX_INPUT_BYTES)
     except OSError as exc:
         raise KarchiveError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_INPUT_BYTES:
-        raise KarchiveError(f"cannot read {path}: larger than {MAX_INPUT_BYTES >> 20} MiB")
-    return data
 
 
 def cmd_tune(args: argparse.Namespace) -> int:

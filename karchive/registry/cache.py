@@ -31,7 +31,6 @@ fetches it again: a pruned entry is a cache miss, never "changed after it was ve
 from __future__ import annotations
 
 import datetime
-import errno
 import hashlib
 import json
 import os
@@ -44,7 +43,7 @@ from collections.abc import Callable
 
 from .. import __version__
 from ..errors import CacheError, FormatError, RegistryError
-from ..core.fsio import atomic_write, fsync_dir, read_regular
+from ..core.fsio import atomic_write, fsync_dir, read_bounded
 from ..core.jsonio import canonical_json
 from ..format.check import check_archive_file
 from ..format.source import FileSource
@@ -123,10 +122,7 @@ _MAX_SMALL = 4 << 20
 def read_small(path: Path) -> bytes:
     """A receipt, record or mark of the cache (under ``KARCHIVE_CACHE_DIR``): a regular file of at most
     :data:`_MAX_SMALL` bytes, read without waiting on a FIFO or reading a device (else ``OSError``)."""
-    data = read_regular(path, _MAX_SMALL)
-    if len(data) > _MAX_SMALL:
-        raise OSError(errno.EFBIG, f"larger than {_MAX_SMALL} bytes", str(path))
-    return data
+    return read_bounded(path, _MAX_SMALL)
 
 
 def _write_small(path: Path, data: bytes) -> None:

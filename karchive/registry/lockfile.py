@@ -17,7 +17,7 @@ from typing import Any
 from collections.abc import Iterable, Mapping
 
 from ..core.digest import is_sha256_hex
-from ..core.fsio import atomic_write, read_regular
+from ..core.fsio import atomic_write, read_bounded
 from ..core.jsonio import parse_json
 from ..errors import (DestinationError, LockfileError, LockfileMismatchError, LockfilePinError, RegistryError,
                       RegistryValueError)
@@ -96,11 +96,9 @@ class Lockfile:
     def load(cls, path: str | os.PathLike) -> Lockfile:
         where = os.fspath(path)
         try:  # a path from configuration: a FIFO must not hang the load, nor /dev/zero fill memory (issue 34)
-            raw = read_regular(where, MAX_LOCKFILE_BYTES)
+            raw = read_bounded(where, MAX_LOCKFILE_BYTES)
         except OSError as exc:
             raise LockfileError(f"cannot read lockfile {where}: {exc.strerror or exc}", lockfile=where) from None
-        if len(raw) > MAX_LOCKFILE_BYTES:
-            raise LockfileError(f"lockfile {where} is larger than {MAX_LOCKFILE_BYTES >> 20} MiB", lockfile=where)
         doc = parse_json(raw, f"lockfile {where}", error=LockfileError)
         if not isinstance(doc, dict) or not isinstance(doc.get("archives"), dict):
             raise LockfileError(f"lockfile {where}: expected an object with an 'archives' object", lockfile=where)

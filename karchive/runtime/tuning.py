@@ -57,12 +57,9 @@ def key_text(key: Sequence[Any]) -> str:
 def _read(path: Path) -> bytes:
     """A decisions file of the tuning cache (under ``KARCHIVE_CACHE_DIR``): a regular file, never waited on
     (a FIFO) nor read without end (a device); else ``OSError``, which callers treat as "no decisions"."""
-    from ..core.fsio import read_regular
+    from ..core.fsio import read_bounded
 
-    data = read_regular(path, _MAX_BYTES)
-    if len(data) > _MAX_BYTES:
-        raise OSError(f"{path} is larger than {_MAX_BYTES} bytes")
-    return data
+    return read_bounded(path, _MAX_BYTES)
 
 
 class TuningStore:

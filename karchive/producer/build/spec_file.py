@@ -20,7 +20,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from ...core.fsio import read_regular
+from ...core.fsio import read_bounded
 from ...core.tomlio import MAX_DEPTH, depth as toml_depth
 from ...errors import KarchiveError, SpecFileError
 from ..compile.aot import BACKEND_OPTIONS, VariantRequest
@@ -137,11 +137,8 @@ def _bool(table: dict, key: str, default: bool, where: str, path: str | None) ->
 def load_spec(path: str | os.PathLike) -> BuildSpec:
     path = os.fspath(path)
     try:
-        raw = read_regular(path, MAX_SPEC_BYTES)  # a FIFO is refused, not waited on; a device is not read on
-        if len(raw) > MAX_SPEC_BYTES:
-            raise SpecFileError(f"{path} is larger than {MAX_SPEC_BYTES >> 20} MiB; a build spec is a TOML file",
-                                path=path)
-        data = tomllib.loads(raw.decode("utf-8"))
+        # a FIFO is refused, not waited on; a device is not read on
+        data = tomllib.loads(read_bounded(path, MAX_SPEC_BYTES).decode("utf-8"))
     except FileNotFoundError as exc:
         raise SpecFileError(f"spec file not found: {path}", path=path) from exc
     except IsADirectoryError:
