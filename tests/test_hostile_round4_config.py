@@ -449,3 +449,16 @@ def test_a_report_path_that_is_a_fifo_does_not_hang_the_exit(tmp_path, cuda_arch
         pytest.fail("writing the serve report to a FIFO hung the process at exit")
     assert r.returncode == 0 and "PROGRAM RAN" in r.stdout, r.stderr
     assert json.loads(fifo.read_text())["unsigned"] == ["rt@1.0"]
+
+
+def test_a_fifo_in_a_triton_cache_directory_does_not_hang_the_import(tmp_path):
+    """``karchive import-triton-cache DIR``: DIR is the user's; a FIFO named like a group file is refused."""
+    entry = tmp_path / "cache" / "ab"
+    entry.mkdir(parents=True)
+    os.mkfifo(entry / "__grp__k.json")
+    try:
+        r = _python("-m", "karchive", "import-triton-cache", str(tmp_path / "cache"), "-o", str(tmp_path / "o.karc"),
+                    env=_env(), timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail("import-triton-cache hung on a FIFO")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "regular file" in r.stderr, r.stderr
