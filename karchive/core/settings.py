@@ -5,8 +5,11 @@ Each variable is declared once (:data:`VARIABLES`: its name, default and meaning
 is the same table for people, and ``tests/test_settings.py`` keeps the two equal) and read by one
 accessor below. Accessors read the environment *when called*, never at import: tests, servers and
 ``karchive`` itself set variables after the package is imported, and the value in force at the call
-is the one that counts. Parsing that belongs to a layer above (a registry timeout, a trust policy
-path, JSON storage options) stays with that layer; what it asks here is the raw text.
+is the one that counts. What every value must be is decided here, once (issue 34): a security-relevant
+(``guarded``) variable set but empty is an error, never "unset"; numbers are checked (ASCII digits, finite,
+in range); choices are read stripped and in any case; a refused value is a :class:`SettingsError` naming
+the variable (:func:`problems` lists them all for ``karchive doctor``). What a value *means* beyond that (a
+trust policy file, JSON storage options) stays with the layer that uses it.
 
 ``tests/test_settings.py`` fails when another module of the package reads ``os.environ`` for a
 ``KARCHIVE_*`` name.
@@ -39,6 +42,7 @@ class Variable:
     guarded: bool = False
     kind: Kind = "text"
     choices: tuple[str, ...] = ()
+    above_zero: bool = False  # a ``number`` that must be more than 0 (else 0 or more)
 
     def raw(self) -> str | None:
         """The value now, or None when the variable is unset (set but empty is returned as "")."""
@@ -76,11 +80,11 @@ class Variable:
         text = raw.strip()
         pattern = _INT if self.kind == "int" else _NUMBER
         value = float(text) if pattern.fullmatch(text) else math.nan
-        low_ok = value >= 1 if self.kind == "int" else (value > 0 if self is REGISTRY_TIMEOUT else value >= 0)
+        low_ok = value >= 1 if self.kind == "int" else (value > 0 if self.above_zero else value >= 0)
         if not (math.isfinite(value) and low_ok):
-            want = {"int": "a whole number of at least 1", "number": "a finite number of seconds"}[self.kind]
-            floor = " above 0" if self is REGISTRY_TIMEOUT else " (0 or more)" if self.kind == "number" else ""
-            raise SettingsError(f"${self.name} must be {want}{floor}, not {raw!r}", variable=self.name)
+            want = "a whole number of at least 1" if self.kind == "int" else \
+                f"a finite number of seconds{' above 0' if self.above_zero else ' (0 or more)'}"
+            raise SettingsError(f"${self.name} must be {want}, not {raw!r}", variable=self.name)
         return value
 
 
@@ -107,7 +111,7 @@ STORAGE_OPTIONS = Variable("KARCHIVE_STORAGE_OPTIONS", "{}",
                            guarded=True)
 REGISTRY_TIMEOUT = Variable("KARCHIVE_REGISTRY_TIMEOUT", "60",
                             "seconds one registry operation may wait on the registry, retries included",
-                            kind="number")
+                            kind="number", above_zero=True)
 RETRIES = Variable("KARCHIVE_RETRIES", "5", "attempts per registry request", kind="int")
 RETRY_DELAY = Variable("KARCHIVE_RETRY_DELAY", "0.2", "first retry backoff in seconds (full-jitter exponential)",
                        kind="number")
