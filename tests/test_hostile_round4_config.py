@@ -257,7 +257,7 @@ def test_tuning_cache_files_that_are_fifos_are_skipped_not_waited_on(tmp_path):
     """The tuning cache lives under ``KARCHIVE_CACHE_DIR``: a FIFO named like a decisions file is no decision."""
     done = _must_not_hang(f"""
 import os, pathlib, types
-from karchive.runtime.tuning import TuningStore
+from karchive.runtime.tuning.decisions import TuningStore
 store = TuningStore("m:k", "ab" * 32, pathlib.Path({str(tmp_path)!r}))
 device = types.SimpleNamespace(name="Fake GPU", driver_version=1)
 path = store._path(device)

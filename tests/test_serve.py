@@ -39,11 +39,15 @@ class _Dtype:
         return self.text
 
 
+_DTYPES: dict[str, _Dtype] = {}
+
+
 class DevBuf:
     """A device buffer as the runtime sees one (``data_ptr()``, ``dtype``, device 0); nothing behind it."""
 
     def __init__(self, addr: int = A, text: str = "float32") -> None:
-        self.addr, self.dtype = addr, _Dtype(text)
+        # one dtype object per name, as frameworks have (Triton keys its specialisation cache by the object)
+        self.addr, self.dtype = addr, _DTYPES.setdefault(text, _Dtype(text))
 
     def data_ptr(self) -> int:
         return self.addr
@@ -103,6 +107,9 @@ def kernels_module(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLES))
     import kernels
 
+    for k in (kernels.add_kernel, kernels.softmax_kernel, kernels.scale_kernel):
+        k.device_caches.clear()  # a fresh process: nothing Triton compiled in another test (serving takes over
+        # compiles; a kernel Triton compiled before serve() started stays Triton's, as in any process)
     return kernels
 
 
@@ -218,9 +225,9 @@ def test_each_launch_is_credited_to_the_archive_whose_binary_ran(cuda_archive, b
     with rs.fake_cuda(monkeypatch, path) as (rec, _b):
         report = karchive.serve(_arc(cuda_archive, rec), _arc(block64_archive, rec), mode="strict")
         for _ in range(2):
-            kernels_module.add_kernel[(4,)](A, A + 4096, A + 8192, 4096, BLOCK=1024)  # rt@1.0 holds BLOCK=1024
+            kernels_module.add_kernel[(4,)](buf(), buf(), buf(), 4100, BLOCK=1024)  # rt@1.0 holds BLOCK=1024
         for _ in range(3):
-            kernels_module.add_kernel[(64,)](A, A + 4096, A + 8192, 4096, BLOCK=64)  # only rt64@1.0 does
+            kernels_module.add_kernel[(64,)](buf(), buf(), buf(), 4100, BLOCK=64)  # only rt64@1.0 does
     assert [la.block for la in rec.launches()] == [(128, 1, 1)] * 2 + [(128, 1, 1)] * 3
     assert report.served["kernels:add_kernel"] == {"archive": "rt@1.0", "calls": 2, "direct": False,
                                                    "also_served_by": {"rt64@1.0": 3}}
@@ -236,8 +243,8 @@ def test_audit_names_the_archive_of_a_variant_another_archive_holds(cuda_archive
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tcache"))
     with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b), fake_gpu():
         report = karchive.serve(_arc(cuda_archive, rec), _arc(block64_archive, rec), mode="audit")
-        kernels_module.add_kernel[(4,)](buf(), buf(), buf(), 4096, BLOCK=1024)
-        kernels_module.add_kernel[(64,)](buf(), buf(), buf(), 4096, BLOCK=64)
+        kernels_module.add_kernel[(4,)](buf(), buf(), buf(), 4100, BLOCK=1024)
+        kernels_module.add_kernel[(64,)](buf(), buf(), buf(), 4100, BLOCK=64)
     would = report.served["kernels:add_kernel"]["would_launch"]
     assert len(would) == 2 and sum(w.endswith(" (rt64@1.0)") for w in would) == 1, would
     assert report.missed_list == []
@@ -724,7 +731,8 @@ def test_the_fast_path_ends_where_triton_would_launch_another_binary(cuda_archiv
 
     kernels_module.add_kernel.device_caches.clear()
     kernels_module.add_kernel.__dict__.pop("_karchive_fast", None)
-    odd = DevBuf(A, text="fp16")
+    odd = DevBuf(A)
+    odd.dtype = _Dtype("fp16")
     odd.dtype.name = "float32"
     with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
         karchive.serve(_arc(cuda_archive, rec), mode="strict")

@@ -572,9 +572,9 @@ def test_a_signed_sidecar_with_odd_entries_is_refused_in_one_line(built, tmp_pat
     import sys
 
     from karchive.format.open import open_location
-    from karchive.runtime.tuning import archive_kernels
+    from karchive.runtime.tuning.decisions import archive_kernels
     from karchive.trust.keys import SigningKey, save_keypair
-    from karchive.trust.tuning_sidecar import FORMAT, sign_tuning
+    from karchive.runtime.tuning.signed import FORMAT, sign_tuning
 
     model = open_location(built).model
     name, digest = archive_kernels(model)[0]
