@@ -47,8 +47,8 @@ _DEVICE_INDEX = re.compile(r"(DeviceProperties\([^)]*?\bindex=)(?:None|\d+)")
 _CACHE_ONLY_META = ("backend_hash", "autotune_local_cache", "autotune_remote_cache", "force_disable_caches")
 _IDENT = re.compile(IDENTIFIER)
 _HEX = re.compile("[0-9a-f]+")
-_META_ENTRY = re.compile(r"""(['"](?:%s)['"]\s*:\s*)(?:'[^'\n]*'|"[^"\n]*"|True|False|None|-?\d+)"""
-                         % "|".join(_CACHE_ONLY_META))
+_META_KEYS = "|".join(_CACHE_ONLY_META)
+_META_ENTRY = re.compile(rf"""(['"](?:{_META_KEYS})['"]\s*:\s*)(?:'[^'\n]*'|"[^"\n]*"|True|False|None|-?\d+)""")
 
 
 @dataclass(frozen=True)
@@ -107,5 +107,38 @@ def identity(module_source: str, function: str) -> InductorIdentity | None:
                             heuristic.group(1) if heuristic else None)
 
 
+
+
+#: Largest Inductor kernel module read to compute an identity (generated modules are a few KiB).
+MAX_MODULE_BYTES = 8 << 20
+_MEMO: dict[int, tuple[object, InductorIdentity | None]] = {}
+
+
+def of_function(jit: object) -> InductorIdentity | None:
+    """The identity of a live ``@triton.jit`` function (a ``JITFunction`` or the Python function under it) whose
+    module Inductor generated: that module's source is read from its file (``__file__`` of the function's globals,
+    which Inductor sets when it loads the module) once per function. None for any other function."""
+    inner = getattr(jit, "fn", jit)
+    hit = _MEMO.get(id(inner))
+    if hit is not None and hit[0] is inner:
+        return hit[1]
+    result = None
+    glb = getattr(inner, "__globals__", None)
+    path = glb.get("__file__") if isinstance(glb, dict) else None
+    name = getattr(inner, "__name__", None)
+    if isinstance(path, str) and isinstance(name, str) and "triton_heuristics" in (glb or {}):
+        try:
+            with open(path, "rb") as f:
+                data = f.read(MAX_MODULE_BYTES + 1)
+            if len(data) <= MAX_MODULE_BYTES:
+                result = identity(data.decode("utf-8"), name)
+        except (OSError, UnicodeDecodeError):
+            result = None
+    if len(_MEMO) > 65536:
+        _MEMO.clear()
+    _MEMO[id(inner)] = (inner, result)
+    return result
+
+
 __all__ = ["InductorIdentity", "SCHEME", "NAME_PREFIX", "NAME_DIGITS", "is_inductor_source", "normalize",
-           "source_digest", "archive_name", "is_inductor_name", "identity"]
+           "source_digest", "archive_name", "is_inductor_name", "identity", "of_function", "MAX_MODULE_BYTES"]
