@@ -164,7 +164,7 @@ def install() -> list[Callable[[], None]]:
 
     CachingAutotuner.run = run
     CachingAutotuner.precompile = precompile
-    PersistentCache.lookup = lookup  # type: ignore[method-assign]
+    PersistentCache.lookup = lookup
     undo.append(lambda: setattr(CachingAutotuner, "run", orig_run) if CachingAutotuner.run is run else None)
     undo.append(lambda: setattr(CachingAutotuner, "precompile", orig_pre)
                 if CachingAutotuner.precompile is precompile else None)

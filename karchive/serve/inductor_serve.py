@@ -1,0 +1,231 @@
+"""Inductor's side of serving: ``torch.compile`` answered from an archive's recorded decisions, benchmarking nothing
+(docs/inductor-notes.md).
+
+A serving process still runs Dynamo, AOTAutograd and Inductor's codegen (with empty caches); what it must not do
+is compile Triton kernels (the compile boundary serves each ``triton.compile`` of an archived kernel) or benchmark.
+Inductor benchmarks in three places, each answered here from the manifest's ``inductor`` section
+(:mod:`karchive.format.inductor_records`):
+
+- ``CachingAutotuner`` (every generated kernel with more than one config): before it precompiles, its configs
+  become the one config the capture saw it launch with, marked found by coordinate descent and as an autotune-cache
+  hit, exactly what Inductor does itself on a hit of its own autotune cache, so it compiles that config alone
+  (through the boundary), never benchmarks, never runs coordinate descent nor rescales its reduction block;
+- max-autotune's template selection: ``PersistentCache.lookup`` answers with the recorded time of every choice,
+  so Inductor neither precompiles the choices nor benchmarks them and picks what the capture picked;
+- anything left (``benchmark_all_configs``, ``coordinate_descent_tuning`` reached anyway): counted, and a
+  ``strict`` session refuses it.
+
+Inductor compiles in this process while serving (``compile_threads = 1``): a compile worker would compile outside
+the boundary. ``strict``: a kernel with several configs and no recorded decision, or a template selection with no
+recorded times, raises :class:`~karchive.errors.ServeMissError` naming it. ``fallback``: Inductor benchmarks as it
+would, the miss is reported (the boundary compiles and records the kernels). ``audit``: nothing is changed, what
+would have been answered is counted.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+from collections.abc import Callable
+
+from ..errors import ServeMissError
+from ..format import inductor_source
+from ..format.inductor_records import InductorSection, KernelDecision, section_of
+
+STRICT, FALLBACK, AUDIT = "strict", "fallback", "audit"
+
+
+class InductorServing:
+    """The Inductor patches of one serve session, and what they did (:meth:`to_json`)."""
+
+    def __init__(self, archives: list[Any], mode: str) -> None:
+        self.mode = mode
+        self.labels = tuple(f"{a.name}@{a.version}" for a in archives)
+        self.sections: list[InductorSection] = [s for a in archives if (s := section_of(a.manifest)) is not None]
+        self.lock = threading.Lock()
+        self.pinned = 0  # autotuners narrowed to their recorded config
+        self.configs_skipped = 0  # configs Inductor would have compiled and benchmarked
+        self.templates_answered = 0
+        self.benchmarks = 0  # benchmark / coordinate-descent runs that still happened (0 when served)
+        self.misses: list[dict[str, str]] = []
+        self._undo: list[Callable[[], None]] = []
+
+    # -- lookups -----------------------------------------------------------------------------------
+    def decision(self, digest: str) -> KernelDecision | None:
+        for s in self.sections:
+            d = s.decision(digest)
+            if d is not None:
+                return d
+        return None
+
+    def timings(self, op: str, inputs: str, precision: str, hint: int | None) -> dict[str, float] | None:
+        for s in self.sections:
+            t = s.timings(op, inputs, precision, hint)
+            if t is not None:
+                return t
+        return None
+
+    def miss(self, what: str, name: str, reason: str) -> None:
+        """Report a miss; raise it in strict mode."""
+        with self.lock:
+            self.misses.append({"what": what, "name": name, "reason": reason})
+        if self.mode == STRICT:
+            raise ServeMissError(
+                f"karchive.serve(strict): Inductor {what} {name}: {reason}. Nothing was benchmarked; archives: "
+                f"{', '.join(self.labels) or '(none)'}", kernel=name, call=what, archives=self.labels)
+
+    # -- the decisions -----------------------------------------------------------------------------
+    def pin(self, tuner: Any) -> None:
+        """Narrow a ``CachingAutotuner`` to its recorded config before it compiles (see the module doc)."""
+        if tuner.__dict__.get("_karchive_pinned") or getattr(tuner, "compile_results", None):
+            return  # decided already, or compiled elsewhere (a worker, Inductor's caches)
+        configs = list(getattr(tuner, "configs", None) or [])
+        ident = inductor_source.of_function(getattr(tuner, "fn", None))
+        name = ident.name if ident is not None else str(getattr(getattr(tuner, "fn", None), "__name__", "?"))
+        decision = self.decision(ident.digest) if ident is not None else None
+        coordesc = bool(getattr(tuner, "inductor_meta", {}).get("coordinate_descent_tuning", False))
+        if decision is None:
+            if len(configs) > 1 or coordesc:
+                why = "its source is not an Inductor module karchive can read" if ident is None else \
+                    "the archives record no autotune decision for this source"
+                self.miss("kernel", name, f"{why} (Inductor would benchmark {len(configs)} configs"
+                          f"{' and run coordinate descent' if coordesc else ''})")
+            return
+        if self.mode == AUDIT:
+            with self.lock:
+                self.pinned += 1
+            return
+        config = make_config(decision)
+        tuner.configs = [config]
+        info = dict(getattr(tuner, "autotune_cache_info", None) or {})
+        info.update({"autotune_cache_state": "hit", "karchive": name})
+        tuner.autotune_cache_info = info
+        tuner.__dict__["_karchive_pinned"] = True
+        with self.lock:
+            self.pinned += 1
+            self.configs_skipped += max(0, len(configs) - 1)
+
+    def answer(self, choices: list[Any], op: str, inputs: str, hint: int | None) -> dict[Any, float] | None:
+        """Every choice's recorded time, or None when any is missing."""
+        import torch
+
+        table = self.timings(op, inputs, str(torch.get_float32_matmul_precision()), hint)
+        if table is None:
+            return None
+        keys = [str(c.hash_key()) for c in choices]
+        if not all(k in table for k in keys):
+            return None
+        return {c: table[k] for c, k in zip(choices, keys)}
+
+    # -- patches -----------------------------------------------------------------------------------
+    def install(self) -> bool:
+        """Patch Inductor (False, nothing patched, where torch is not imported or has no Inductor)."""
+        if "torch" not in sys.modules:
+            return False
+        try:
+            from torch._inductor import config as inductor_config
+            from torch._inductor.codecache import PersistentCache
+            from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+        except Exception:  # noqa: BLE001 - no Inductor in this torch: nothing to serve for it
+            return False
+        me = self
+        orig_pre = CachingAutotuner.precompile
+        orig_bench = CachingAutotuner.benchmark_all_configs
+        orig_coord = CachingAutotuner.coordinate_descent_tuning
+        orig_lookup = PersistentCache.lookup
+
+        def precompile(self: Any, *args: Any, **kwargs: Any) -> Any:
+            me.pin(self)
+            return orig_pre(self, *args, **kwargs)
+
+        def counted(orig: Callable[..., Any], what: str) -> Callable[..., Any]:
+            def bench(self: Any, *args: Any, **kwargs: Any) -> Any:
+                ident = inductor_source.of_function(getattr(self, "fn", None))
+                name = ident.name if ident is not None else str(getattr(self.fn, "__name__", "?"))
+                with me.lock:
+                    me.benchmarks += 1
+                if me.mode == STRICT:
+                    me.miss("kernel", name, f"{what} was reached (the archives do not pin this kernel's config)")
+                return orig(self, *args, **kwargs)
+
+            return bench
+
+        def lookup(self: Any, choices: Any, op: str, inputs: str, benchmark: Any, hint_override: Any = None) -> Any:
+            answered = me.answer(list(choices), op, inputs, hint_override) if choices else None
+            if answered is not None and me.mode != AUDIT:
+                with me.lock:
+                    me.templates_answered += 1
+                return answered
+            if answered is None and benchmark is not None:
+                me.miss("template selection", f"{op}({inputs})",
+                        f"the archives record no times for {len(choices)} choices (Inductor would benchmark them)")
+            return orig_lookup(self, choices, op, inputs, benchmark, hint_override=hint_override)
+
+        CachingAutotuner.precompile = precompile
+        CachingAutotuner.benchmark_all_configs = counted(orig_bench, "benchmark_all_configs")
+        CachingAutotuner.coordinate_descent_tuning = counted(orig_coord, "coordinate_descent_tuning")
+        PersistentCache.lookup = lookup
+        threads = inductor_config.compile_threads
+        if self.mode != AUDIT:
+            inductor_config.compile_threads = 1
+        self._undo = [
+            lambda: setattr(CachingAutotuner, "precompile", orig_pre),
+            lambda: setattr(CachingAutotuner, "benchmark_all_configs", orig_bench),
+            lambda: setattr(CachingAutotuner, "coordinate_descent_tuning", orig_coord),
+            lambda: setattr(PersistentCache, "lookup", orig_lookup),
+            lambda: setattr(inductor_config, "compile_threads", threads),
+        ]
+        return True
+
+    def uninstall(self) -> None:
+        for undo in reversed(self._undo):
+            undo()
+        self._undo = []
+
+    def to_json(self) -> dict[str, Any]:
+        with self.lock:
+            return {"autotuners_pinned": self.pinned, "configs_not_compiled": self.configs_skipped,
+                    "template_selections_answered": self.templates_answered, "benchmarks": self.benchmarks,
+                    "misses": list(self.misses)}
+
+
+def make_config(decision: KernelDecision) -> Any:
+    """The ``triton.Config`` Inductor's autotuner takes, from a recorded decision (found by coordinate descent:
+    the recorded config is final)."""
+    from torch._inductor.runtime.triton_compat import Config
+
+    c = decision.config
+    options = {k: c[k] for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if c.get(k) is not None}
+    config = Config(dict(c["kwargs"]), **options)
+    config.found_by_coordesc = True
+    return config
+
+
+_ACTIVE: dict[str, InductorServing | None] = {"serving": None}
+
+
+def install_inductor(session: Any) -> InductorServing | None:
+    """Serve Inductor's decisions from ``session``'s archives (its ``archives`` and ``mode``); replaces a previous
+    installation. None when this process has no Inductor to patch (torch not imported)."""
+    uninstall_inductor()
+    serving = InductorServing(list(session.archives), session.mode)
+    if not serving.install():
+        return None
+    _ACTIVE["serving"] = serving
+    return serving
+
+
+def uninstall_inductor() -> InductorServing | None:
+    """Inductor's own methods back; returns what was installed."""
+    serving, _ACTIVE["serving"] = _ACTIVE["serving"], None
+    if serving is not None:
+        serving.uninstall()
+    return serving
+
+
+def active_inductor() -> InductorServing | None:
+    return _ACTIVE["serving"]
+
+
+__all__ = ["InductorServing", "install_inductor", "uninstall_inductor", "active_inductor", "make_config"]

@@ -1,0 +1,145 @@
+"""Serving torch.compile's decisions on the CPU (karchive/serve/inductor_serve.py): a captured kernel loaded from
+another path, user and module name compiles its recorded config alone and benchmarks nothing; a changed source
+is a strict miss naming it; max-autotune's template selection is answered from the recorded times. Needs torch
+with Inductor (``/work/venv-torch``); the GPU proof (0 Triton compiles, bit-equal outputs) is
+tests/gpu/test_inductor_gpu.py."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("torch._inductor.runtime.triton_heuristics")
+
+import karchive
+from karchive.errors import ServeMissError
+from karchive.format import inductor_source
+from karchive.format.open import open_location
+from karchive.serve.inductor_serve import install_inductor, uninstall_inductor
+
+from inductor_support import FakeLauncher, load_generated
+
+
+class Choice:
+    def __init__(self, key):
+        self.key = key
+
+    def hash_key(self):
+        return self.key
+
+
+@pytest.fixture
+def captured(fake_gpu_driver, triton_cache_dir, tmp_path, monkeypatch):
+    """An archive of the pointwise sample whose autotuner chose its second config, and of a template selection."""
+    from torch._inductor.codecache import PersistentCache
+    import torch._inductor.runtime.triton_heuristics as th
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))  # an empty autotune table
+    tuner = load_generated("pointwise_gelu.py", tmp_path / "capture", user="alice")
+    with karchive.capture("model", version="1") as cap:
+        tuner.precompile(warm_cache_only=True)
+        chosen = tuner.compile_results[1].config
+        tuner.launchers = [FakeLauncher(chosen)]
+        tuner.compile_id = "0/0"
+        th.CachingAutotuner.run(tuner, stream=0)
+        PersistentCache().lookup([Choice("a"), Choice("b")], "mm", "k", lambda cs: {cs[0]: 2.0, cs[1]: 1.0})
+    cap.save(tmp_path / "model.karc")
+    model = open_location(tmp_path / "model.karc").model
+    return SimpleNamespace(archive=SimpleNamespace(name="model", version="1", manifest=model), chosen=chosen,
+                           root=tmp_path)
+
+
+@pytest.fixture
+def compiles(monkeypatch):
+    """Every triton.compile call (what the compile boundary would serve)."""
+    import triton
+
+    calls = []
+    orig = triton.compile
+
+    def compile(src, *args, **kwargs):
+        calls.append(src)
+        return orig(src, *args, **kwargs)
+
+    monkeypatch.setattr(triton, "compile", compile)
+    yield calls
+    uninstall_inductor()
+
+
+def _serve(captured, mode):
+    serving = install_inductor(SimpleNamespace(archives=[captured.archive], mode=mode))
+    assert serving is not None
+    return serving
+
+
+def test_a_captured_kernel_elsewhere_compiles_only_its_recorded_config(captured, compiles):
+    import torch._inductor.config as inductor_config
+
+    serving = _serve(captured, "strict")
+    assert inductor_config.compile_threads == 1
+    tuner = load_generated("pointwise_gelu.py", captured.root / "serve", user="bob")
+    assert len(tuner.configs) == 2
+    tuner.precompile(warm_cache_only=True)
+    assert len(compiles) == 1 and len(tuner.compile_results) == 1
+    got = tuner.compile_results[0].config
+    assert dict(got.kwargs) == dict(captured.chosen.kwargs) and got.num_warps == captured.chosen.num_warps
+    assert got.found_by_coordesc and tuner.autotune_cache_info["autotune_cache_state"] == "hit"
+    assert serving.to_json() == {"autotuners_pinned": 1, "configs_not_compiled": 1, "template_selections_answered": 0,
+                                 "benchmarks": 0, "misses": []}
+    with pytest.raises(ServeMissError, match="benchmark_all_configs"):  # strict: a benchmark is refused
+        tuner.benchmark_all_configs()
+
+
+def test_a_changed_source_is_a_strict_miss_naming_the_kernel(captured, compiles):
+    _serve(captured, "strict")
+    tuner = load_generated("pointwise_gelu.py", captured.root / "serve", edit=("0.7071067811865476", "0.7"))
+    name = inductor_source.of_function(tuner.fn).name
+    with pytest.raises(ServeMissError, match=name.replace(".", r"\.")) as err:
+        tuner.precompile(warm_cache_only=True)
+    assert err.value.kernel == name and "2 configs" in str(err.value)
+    assert compiles == []
+
+
+def test_fallback_lets_inductor_tune_and_reports_the_miss(captured, compiles):
+    serving = _serve(captured, "fallback")
+    tuner = load_generated("pointwise_gelu.py", captured.root / "serve", edit=("0.7071067811865476", "0.7"))
+    tuner.precompile(warm_cache_only=True)
+    assert len(compiles) == 2
+    assert [m["what"] for m in serving.to_json()["misses"]] == ["kernel"]
+
+
+def test_template_selection_is_answered_from_the_recorded_times(captured, compiles, monkeypatch, tmp_path):
+    from torch._inductor.codecache import PersistentCache
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))  # an empty autotune table
+    serving = _serve(captured, "strict")
+    a, b = Choice("a"), Choice("b")
+
+    def never(_choices):
+        raise AssertionError("benchmarked")
+
+    assert PersistentCache().lookup([a, b], "mm", "k", never) == {a: 2.0, b: 1.0}
+    assert PersistentCache().lookup([a, b], "mm", "k", None) == {a: 2.0, b: 1.0}  # the precompile probe too
+    with pytest.raises(ServeMissError, match=r"mm\(other\)"):
+        PersistentCache().lookup([a, b], "mm", "other", never)
+    with pytest.raises(ServeMissError):  # a choice the capture did not weigh
+        PersistentCache().lookup([a, Choice("c")], "mm", "k", never)
+    assert serving.to_json()["template_selections_answered"] == 2
+    _serve(captured, "fallback")
+    assert PersistentCache().lookup([a, Choice("c")], "mm", "k", lambda cs: {c: math.inf for c in cs})[a] == math.inf
+
+
+def test_uninstall_gives_inductor_its_methods_back(captured, compiles):
+    import torch._inductor.config as inductor_config
+    from torch._inductor.codecache import PersistentCache
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    before = (CachingAutotuner.precompile, CachingAutotuner.benchmark_all_configs, PersistentCache.lookup,
+              inductor_config.compile_threads)
+    _serve(captured, "strict")
+    assert CachingAutotuner.precompile is not before[0]
+    uninstall_inductor()
+    assert (CachingAutotuner.precompile, CachingAutotuner.benchmark_all_configs, PersistentCache.lookup,
+            inductor_config.compile_threads) == before
