@@ -60,6 +60,10 @@ def test_inductor_compiles_are_filed_under_the_identity_with_the_decision(induct
     assert decision.graphs == ("0/1 forward",) and decision.configs_compiled == n_configs
     assert decision.heuristic == "pointwise"
     assert reader.verify() == []
+    from karchive.cli.inspect_cmds import schema_problems
+
+    assert schema_problems(manifest) == []
+    assert reader.model.variants_of(ident.name)[0].provenance.inductor["function"] == tuner.fn.__name__
 
 
 def test_the_same_source_elsewhere_is_the_same_kernel_and_a_changed_one_is_not(inductor_gpu, tmp_path):

@@ -125,3 +125,19 @@ def test_records_to_json_is_what_from_json_reads():
     assert KernelDecision.from_json(d.to_json(), "k") == d
     t = TemplateChoices("mm", "k", "high", {"x": math.inf, "y": 1.0}, 3)
     assert TemplateChoices.from_json(t.to_json(), "t") == t
+
+
+def test_the_schema_describes_the_section_and_the_provenance():
+    jsonschema = pytest.importorskip("jsonschema")
+    from karchive.format.schema import load_schema
+
+    schema = load_schema()
+    section = {"version": 1, "kernels": [_decision()],
+               "templates": [{"op": "mm", "inputs": "k", "precision": "high", "hint_override": None,
+                              "timings": {"a": 0.5, "b": None}}]}
+    jsonschema.validate(InductorSection.from_json(section).to_json(), {**schema["properties"]["inductor"],
+                                                                        "$defs": schema["$defs"]})
+    prov = schema["$defs"]["variant"]["properties"]["provenance"]["properties"]["inductor"]
+    jsonschema.validate({"source_digest": "ab" * 32, "function": "k"}, prov)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"source_digest": "not hex", "function": "k"}, prov)
