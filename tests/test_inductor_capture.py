@@ -108,3 +108,20 @@ def test_template_timings_are_recorded_from_inductors_autotune_table(tmp_path, m
         PersistentCache().lookup(choices, "mm", "other", None)  # a probe without benchmark: nothing to record
     ((key, table),) = cap.inductor.templates.items()
     assert key[:2] == ("mm", "inputs-key") and table == {"mm-a": 0.5, "mm-b": math.inf}
+
+
+def test_inspect_says_which_kernels_came_from_inductor_and_their_graphs(inductor_gpu, tmp_path, capsys):
+    from karchive.cli.main import main
+
+    tuner = load_generated("reduction_rmsnorm.py", tmp_path)
+    with karchive.capture("m", version="1") as cap:
+        tuner.precompile(warm_cache_only=True)
+        _decide(tuner, index=1, compile_id="2/0", backward=True)
+    cap.save(tmp_path / "m.karc")
+    assert main(["inspect", str(tmp_path / "m.karc")]) == 0
+    out = capsys.readouterr().out
+    assert "torch.compile (Inductor): 1 kernel with recorded autotune decisions" in out
+    assert "triton_red_fused_add_mean_mul_pow_rsqrt_0" in out and "2/0 backward" in out and "R0_BLOCK=2048" in out
+    assert main(["inspect", "--json", str(tmp_path / "m.karc")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["inductor"]["kernels"][0]["graphs"] == ["2/0 backward"]

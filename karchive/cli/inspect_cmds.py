@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from ..errors import FormatError, KarchiveError, NotAnArchiveError, TargetError
+from ..format.inductor_records import InductorSection, section_of
 from ..format.manifest import FileRef, Manifest, Variant
 from ..format.names import select_kernels
 from ..format.reader import ArchiveReader
@@ -185,6 +186,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             "variants": [variant_json(v, sources) for v in variants],
             **({"autotune": m.autotune} if m.autotune else {}),
             **({"heuristics": m.heuristics} if m.heuristics else {}),
+            **({"inductor": inductor.to_json()} if (inductor := section_of(m)) is not None else {}),
         })
         return 0
     _print_identity(m, reader, len(variants) if filtered else None)
@@ -215,7 +217,28 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if m.heuristics:
         print()
         print(printable(_heuristics_line(m.heuristics)))
+    inductor = section_of(m)
+    if inductor is not None:
+        _print_inductor(inductor)
     return 0
+
+
+def _print_inductor(section: InductorSection) -> None:
+    """Which kernels torch.compile (Inductor) generated, the config each launched with, and their graphs."""
+    print()
+    print(printable(f"torch.compile (Inductor): {plural(len(section.kernels), 'kernel')} with recorded autotune "
+                    f"decisions, {plural(len(section.templates), 'template selection')}"))
+    rows = []
+    for d in section.kernels:
+        cfg = d.config
+        kwargs = ",".join(f"{k}={v}" for k, v in sorted(cfg["kwargs"].items()))
+        rows.append([d.kernel.rpartition(":")[2], d.kernel.partition(":")[0][len("inductor.k"):][:12],
+                     d.heuristic or "-", f"{kwargs} w{cfg.get('num_warps')}/s{cfg.get('num_stages')}"
+                     + (" (coordesc)" if d.found_by_coordesc else ""),
+                     "-" if d.configs_compiled is None else str(d.configs_compiled), "; ".join(d.graphs) or "-"])
+    if rows:
+        print(table(["function", "source", "heuristic", "chosen config", "configs", "graphs"], rows,
+                    right=["configs"]))
 
 
 def _heuristics_line(records: list[dict]) -> str:
