@@ -151,7 +151,8 @@ class InductorServing:
 
             return bench
 
-        def lookup(self: Any, choices: Any, op: str, inputs: str, benchmark: Any, hint_override: Any = None) -> Any:
+        def lookup(self: Any, choices: Any, op: str, inputs: str, benchmark: Any, *args: Any, **kwargs: Any) -> Any:
+            hint_override = kwargs.get("hint_override", args[0] if args else None)  # torch >= 2.9 passes it
             answered = me.answer(list(choices), op, inputs, hint_override) if choices else None
             if answered is not None and me.mode != AUDIT:
                 with me.lock:
@@ -160,7 +161,7 @@ class InductorServing:
             if answered is None and benchmark is not None:
                 me.miss("template selection", f"{op}({inputs})",
                         f"the archives record no times for {len(choices)} choices (Inductor would benchmark them)")
-            return orig_lookup(self, choices, op, inputs, benchmark, hint_override=hint_override)
+            return orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
 
         CachingAutotuner.precompile = precompile
         CachingAutotuner.benchmark_all_configs = counted(orig_bench, "benchmark_all_configs")

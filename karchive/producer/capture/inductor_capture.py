@@ -153,8 +153,9 @@ def install() -> list[Callable[[], None]]:
             self.__dict__["_karchive_compiled"] = len(getattr(self, "compile_results", None) or ())
         return out
 
-    def lookup(self: Any, choices: Any, op: str, inputs: str, benchmark: Any, hint_override: Any = None) -> Any:
-        out = orig_lookup(self, choices, op, inputs, benchmark, hint_override=hint_override)
+    def lookup(self: Any, choices: Any, op: str, inputs: str, benchmark: Any, *args: Any, **kwargs: Any) -> Any:
+        hint_override = kwargs.get("hint_override", args[0] if args else None)  # torch >= 2.9 passes it
+        out = orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
         if scope.any_active():
             try:
                 _after_lookup(choices, op, inputs, hint_override, out)
