@@ -98,9 +98,11 @@ def _decision(**kw):
 def test_section_round_trips_and_answers_lookups():
     section = {"version": 1, "kernels": [_decision()],
                "templates": [{"op": "mm", "inputs": "k1", "precision": "highest", "hint_override": None,
-                              "timings": {"a": 0.5, "b": None}}]}
+                              "timings": {"a": 0.5, "b": None}}],
+               "modules": {"cd" * 32: 0.125, "ef" * 32: None}}
     s = InductorSection.from_json(section)
     assert s.to_json() == section
+    assert s.modules == {"cd" * 32: 0.125, "ef" * 32: math.inf}
     assert s.decision("ab" * 32).config["kwargs"] == {"XBLOCK": 256} and s.decision("cd" * 32) is None
     assert s.timings("mm", "k1", "highest", None) == {"a": 0.5, "b": math.inf}
     assert s.timings("mm", "k2", "highest", None) is None
@@ -114,6 +116,8 @@ def test_section_round_trips_and_answers_lookups():
     {"version": 1, "kernels": [_decision(graphs=[1])]},
     {"version": 1, "templates": [{"op": "mm", "inputs": "k", "precision": "p", "timings": {"a": "fast"}}]},
     {"version": 1, "templates": [{"op": "mm", "inputs": "k", "precision": "p", "timings": {"a": float("nan")}}]},
+    {"version": 1, "modules": {"x": "slow"}},
+    {"version": 1, "modules": {"x": True}},
 ])
 def test_section_refuses_malformed_input(bad):
     with pytest.raises(SchemaError):
@@ -134,7 +138,7 @@ def test_the_schema_describes_the_section_and_the_provenance():
     schema = load_schema()
     section = {"version": 1, "kernels": [_decision()],
                "templates": [{"op": "mm", "inputs": "k", "precision": "high", "hint_override": None,
-                              "timings": {"a": 0.5, "b": None}}]}
+                              "timings": {"a": 0.5, "b": None}}], "modules": {"ab" * 32: 1.5}}
     jsonschema.validate(InductorSection.from_json(section).to_json(), {**schema["properties"]["inductor"],
                                                                         "$defs": schema["$defs"]})
     prov = schema["$defs"]["variant"]["properties"]["provenance"]["properties"]["inductor"]

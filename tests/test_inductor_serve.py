@@ -7,6 +7,7 @@ tests/gpu/test_inductor_gpu.py."""
 from __future__ import annotations
 
 import math
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -36,9 +37,15 @@ def captured(fake_gpu_driver, triton_cache_dir, tmp_path, monkeypatch):
     from torch._inductor.codecache import PersistentCache
     import torch._inductor.runtime.triton_heuristics as th
 
+    from torch._inductor.codegen.triton import TritonScheduling
+
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))  # an empty autotune table
+    # the scheduler's module benchmark needs a GPU: its measurement is scripted (what capture records is real)
+    monkeypatch.setattr(TritonScheduling, "benchmark_codegened_module", lambda self, mod, *a, **k: (0.25, mod.__file__))
     tuner = load_generated("pointwise_gelu.py", tmp_path / "capture", user="alice")
+    bench_module = sys.modules[load_generated("reduction_rmsnorm.py", tmp_path / "capture").fn.__module__]
     with karchive.capture("model", version="1") as cap:
+        TritonScheduling.benchmark_codegened_module(None, bench_module)
         tuner.precompile(warm_cache_only=True)
         chosen = tuner.compile_results[1].config
         tuner.launchers = [FakeLauncher(chosen)]
@@ -87,7 +94,7 @@ def test_a_captured_kernel_elsewhere_compiles_only_its_recorded_config(captured,
     assert dict(got.kwargs) == dict(captured.chosen.kwargs) and got.num_warps == captured.chosen.num_warps
     assert got.found_by_coordesc and tuner.autotune_cache_info["autotune_cache_state"] == "hit"
     assert serving.to_json() == {"autotuners_pinned": 1, "configs_not_compiled": 1, "template_selections_answered": 0,
-                                 "benchmarks": 0, "misses": []}
+                                 "module_benchmarks_answered": 0, "benchmarks": 0, "misses": []}
     with pytest.raises(ServeMissError, match="benchmark_all_configs"):  # strict: a benchmark is refused
         tuner.benchmark_all_configs()
 
@@ -143,3 +150,20 @@ def test_uninstall_gives_inductor_its_methods_back(captured, compiles):
     uninstall_inductor()
     assert (CachingAutotuner.precompile, CachingAutotuner.benchmark_all_configs, PersistentCache.lookup,
             inductor_config.compile_threads) == before
+
+
+def test_the_schedulers_module_benchmarks_are_answered_by_source(captured, compiles, monkeypatch):
+    from torch._inductor.codegen.triton import TritonScheduling
+
+    def never(self, mod, *a, **k):
+        raise AssertionError("benchmarked")
+
+    monkeypatch.setattr(TritonScheduling, "benchmark_codegened_module", never)
+    serving = _serve(captured, "strict")
+    same = sys.modules[load_generated("reduction_rmsnorm.py", captured.root / "serve", user="bob").fn.__module__]
+    assert TritonScheduling.benchmark_codegened_module(None, same) == (0.25, same.__file__)
+    other = sys.modules[load_generated("reduction_rmsnorm.py", captured.root / "serve",
+                                       edit=("rsqrt", "sqrt")).fn.__module__]
+    with pytest.raises(ServeMissError, match="module benchmark"):
+        TritonScheduling.benchmark_codegened_module(None, other)
+    assert serving.to_json()["module_benchmarks_answered"] == 1 and compiles == []

@@ -6,6 +6,9 @@ watched, so that a serving process makes none of them again (spec/FORMAT.md §6.
 - ``templates``: max-autotune's template choices, as Inductor's own autotune table holds them
   (``PersistentCache``: op, inputs key, matmul precision, then each choice's key and its time; a choice that
   failed has ``null``, Inductor's ``inf``).
+- ``modules``: the scheduler's benchmarks of generated modules (epilogue/prologue fusion of templates, fusion
+  benchmarking, mix-order reduction split sizes): the module's source digest (:mod:`.inductor_source`) and the
+  milliseconds Inductor measured (``null``: ``inf``, it did not compile or spilled).
 
 Read from untrusted archives: every field is type-checked here and nothing is executed.
 """
@@ -113,6 +116,7 @@ class InductorSection:
 
     kernels: tuple[KernelDecision, ...] = ()
     templates: tuple[TemplateChoices, ...] = ()
+    modules: dict[str, float] = field(default_factory=dict)  # benchmark module source digest -> ms
     _by_digest: dict[str, KernelDecision] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -129,12 +133,18 @@ class InductorSection:
                               where=f"{where}.version")
         kernels = opt(obj, "kernels", list, where) or []
         templates = opt(obj, "templates", list, where) or []
+        modules = {}
+        for k, v in (opt(obj, "modules", dict, where) or {}).items():
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)):
+                raise SchemaError(f"{where}.modules[{k!r}]: expected a finite number or null", where=f"{where}.modules")
+            modules[k] = math.inf if v is None else float(v)
         return cls(tuple(KernelDecision.from_json(k, f"{where}.kernels[{i}]") for i, k in enumerate(kernels)),
-                   tuple(TemplateChoices.from_json(t, f"{where}.templates[{i}]") for i, t in enumerate(templates)))
+                   tuple(TemplateChoices.from_json(t, f"{where}.templates[{i}]") for i, t in enumerate(templates)),
+                   modules)
 
     def to_json(self) -> dict[str, Any]:
         return {"version": SECTION_VERSION, "kernels": [k.to_json() for k in self.kernels],
-                "templates": [t.to_json() for t in self.templates]}
+                "templates": [t.to_json() for t in self.templates], "modules": modules_json(self.modules)}
 
     def decision(self, source_digest: str) -> KernelDecision | None:
         return self._by_digest.get(source_digest)
@@ -148,6 +158,11 @@ class InductorSection:
         return hit
 
 
+def modules_json(modules: dict[str, float]) -> dict[str, float | None]:
+    """Module timings as JSON holds them (``inf`` is ``null``)."""
+    return {k: (v if math.isfinite(v) else None) for k, v in sorted(modules.items())}
+
+
 def section_of(manifest: Any) -> InductorSection | None:
     """The ``inductor`` section of a manifest (its ``extra`` or raw JSON), or None when it has none."""
     extra = getattr(manifest, "extra", None)
@@ -155,4 +170,4 @@ def section_of(manifest: Any) -> InductorSection | None:
     return None if raw is None else InductorSection.from_json(raw)
 
 
-__all__ = ["SECTION_VERSION", "KernelDecision", "TemplateChoices", "InductorSection", "section_of"]
+__all__ = ["SECTION_VERSION", "KernelDecision", "TemplateChoices", "InductorSection", "section_of", "modules_json"]

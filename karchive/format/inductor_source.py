@@ -114,6 +114,24 @@ MAX_MODULE_BYTES = 8 << 20
 _MEMO: dict[int, tuple[object, InductorIdentity | None]] = {}
 
 
+def read_module(path: str) -> str | None:
+    """The text of a generated module's file (at most :data:`MAX_MODULE_BYTES`), or None."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(MAX_MODULE_BYTES + 1)
+        return data.decode("utf-8") if len(data) <= MAX_MODULE_BYTES else None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def module_digest(module: object) -> str | None:
+    """:func:`source_digest` of a loaded generated module (Inductor's benchmark modules), from its file; None
+    when it is not an Inductor module."""
+    path = getattr(module, "__file__", None)
+    text = read_module(path) if isinstance(path, str) else None
+    return source_digest(text) if text is not None and is_inductor_source(text) else None
+
+
 def of_function(jit: object) -> InductorIdentity | None:
     """The identity of a live ``@triton.jit`` function (a ``JITFunction`` or the Python function under it) whose
     module Inductor generated: that module's source is read from its file (``__file__`` of the function's globals,
@@ -127,13 +145,8 @@ def of_function(jit: object) -> InductorIdentity | None:
     path = glb.get("__file__") if isinstance(glb, dict) else None
     name = getattr(inner, "__name__", None)
     if isinstance(path, str) and isinstance(name, str) and "triton_heuristics" in (glb or {}):
-        try:
-            with open(path, "rb") as f:
-                data = f.read(MAX_MODULE_BYTES + 1)
-            if len(data) <= MAX_MODULE_BYTES:
-                result = identity(data.decode("utf-8"), name)
-        except (OSError, UnicodeDecodeError):
-            result = None
+        text = read_module(path)
+        result = identity(text, name) if text is not None else None
     if len(_MEMO) > 65536:
         _MEMO.clear()
     _MEMO[id(inner)] = (inner, result)
@@ -141,4 +154,5 @@ def of_function(jit: object) -> InductorIdentity | None:
 
 
 __all__ = ["InductorIdentity", "SCHEME", "NAME_PREFIX", "NAME_DIGITS", "is_inductor_source", "normalize",
-           "source_digest", "archive_name", "is_inductor_name", "identity", "of_function", "MAX_MODULE_BYTES"]
+           "source_digest", "archive_name", "is_inductor_name", "identity", "of_function", "MAX_MODULE_BYTES",
+           "read_module", "module_digest"]

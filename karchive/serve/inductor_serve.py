@@ -12,6 +12,10 @@ Inductor benchmarks in three places, each answered here from the manifest's ``in
   (through the boundary), never benchmarks, never runs coordinate descent nor rescales its reduction block;
 - max-autotune's template selection: ``PersistentCache.lookup`` answers with the recorded time of every choice,
   so Inductor neither precompiles the choices nor benchmarks them and picks what the capture picked;
+- the scheduler's benchmarks of generated modules (``TritonScheduling.benchmark_codegened_module``: template
+  epilogue/prologue fusion, fusion benchmarking, mix-order reduction split sizes): answered with the milliseconds
+  the capture measured for a module of the same source digest, so the module is neither compiled nor run and the
+  scheduler fuses as it did;
 - anything left (``benchmark_all_configs``, ``coordinate_descent_tuning`` reached anyway): counted, and a
   ``strict`` session refuses it.
 
@@ -47,6 +51,7 @@ class InductorServing:
         self.pinned = 0  # autotuners narrowed to their recorded config
         self.configs_skipped = 0  # configs Inductor would have compiled and benchmarked
         self.templates_answered = 0
+        self.modules_answered = 0
         self.benchmarks = 0  # benchmark / coordinate-descent runs that still happened (0 when served)
         self.misses: list[dict[str, str]] = []
         self._undo: list[Callable[[], None]] = []
@@ -64,6 +69,12 @@ class InductorServing:
             t = s.timings(op, inputs, precision, hint)
             if t is not None:
                 return t
+        return None
+
+    def module_time(self, digest: str) -> float | None:
+        for s in self.sections:
+            if digest in s.modules:
+                return s.modules[digest]
         return None
 
     def miss(self, what: str, name: str, reason: str) -> None:
@@ -163,6 +174,7 @@ class InductorServing:
                         f"the archives record no times for {len(choices)} choices (Inductor would benchmark them)")
             return orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
 
+        self._undo = self._wrap_module_benchmark()
         CachingAutotuner.precompile = precompile
         CachingAutotuner.benchmark_all_configs = counted(orig_bench, "benchmark_all_configs")
         CachingAutotuner.coordinate_descent_tuning = counted(orig_coord, "coordinate_descent_tuning")
@@ -170,7 +182,7 @@ class InductorServing:
         threads = inductor_config.compile_threads
         if self.mode != AUDIT:
             inductor_config.compile_threads = 1
-        self._undo = [
+        self._undo += [
             lambda: setattr(CachingAutotuner, "precompile", orig_pre),
             lambda: setattr(CachingAutotuner, "benchmark_all_configs", orig_bench),
             lambda: setattr(CachingAutotuner, "coordinate_descent_tuning", orig_coord),
@@ -178,6 +190,30 @@ class InductorServing:
             lambda: setattr(inductor_config, "compile_threads", threads),
         ]
         return True
+
+    def _wrap_module_benchmark(self) -> list[Callable[[], None]]:
+        try:
+            from torch._inductor.codegen.triton import TritonScheduling
+        except Exception:  # noqa: BLE001 - no Triton codegen in this Inductor: nothing benchmarked there
+            return []
+        me = self
+        orig = TritonScheduling.benchmark_codegened_module
+
+        def bench(self: Any, mod: Any, *args: Any, **kwargs: Any) -> Any:
+            digest = inductor_source.module_digest(mod)
+            ms = me.module_time(digest) if digest is not None else None
+            if ms is not None and me.mode != AUDIT:
+                with me.lock:
+                    me.modules_answered += 1
+                return ms, mod.__file__
+            if ms is None:
+                name = f"{digest[:16] if digest else '?'} ({getattr(mod, '__file__', '?')})"
+                me.miss("module benchmark", name, "the archives record no time for a module of this source "
+                        "(the scheduler would compile and benchmark it)")
+            return orig(self, mod, *args, **kwargs)
+
+        TritonScheduling.benchmark_codegened_module = bench
+        return [lambda: setattr(TritonScheduling, "benchmark_codegened_module", orig)]
 
     def uninstall(self) -> None:
         for undo in reversed(self._undo):
@@ -187,7 +223,8 @@ class InductorServing:
     def to_json(self) -> dict[str, Any]:
         with self.lock:
             return {"autotuners_pinned": self.pinned, "configs_not_compiled": self.configs_skipped,
-                    "template_selections_answered": self.templates_answered, "benchmarks": self.benchmarks,
+                    "template_selections_answered": self.templates_answered,
+                    "module_benchmarks_answered": self.modules_answered, "benchmarks": self.benchmarks,
                     "misses": list(self.misses)}
 
 

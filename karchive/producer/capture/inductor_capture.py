@@ -27,7 +27,7 @@ from typing import Any
 from collections.abc import Callable
 
 from ...format import inductor_source
-from ...format.inductor_records import SECTION_VERSION, KernelDecision, TemplateChoices
+from ...format.inductor_records import SECTION_VERSION, KernelDecision, TemplateChoices, modules_json
 from ..compile.kernel_ref import config_json
 from . import _scope as scope
 
@@ -41,6 +41,7 @@ class InductorLog:
         self._lock = threading.Lock()
         self.decisions: dict[str, KernelDecision] = {}
         self.templates: dict[tuple[str, str, str, int | None], dict[str, float]] = {}
+        self.modules: dict[str, float] = {}  # benchmarked module source digest -> ms
         self.warnings: list[str] = []
 
     def decide(self, decision: KernelDecision) -> None:
@@ -59,16 +60,23 @@ class InductorLog:
         with self._lock:
             self.templates.setdefault((op, inputs, precision, hint), {}).update(timings)
 
+    def module_time(self, digest: str, ms: float) -> None:
+        with self._lock:
+            self.modules[digest] = ms
+
     def section(self, kernels: set[str]) -> dict[str, Any] | None:
-        """The manifest's ``inductor`` section: decisions of the kernels the archive holds, every template table."""
+        """The manifest's ``inductor`` section: decisions of the kernels the archive holds, every template table and
+        module benchmark."""
         with self._lock:
             decided = [d for d in self.decisions.values() if d.kernel in kernels]
             templates = [TemplateChoices(op, inputs, precision, dict(t), hint)
                          for (op, inputs, precision, hint), t in self.templates.items()]
-        if not decided and not templates:
+            modules = dict(self.modules)
+        if not decided and not templates and not modules:
             return None
         return {"version": SECTION_VERSION, "kernels": [d.to_json() for d in sorted(decided, key=lambda d: d.kernel)],
-                "templates": [t.to_json() for t in sorted(templates, key=lambda t: (t.op, t.inputs, t.precision))]}
+                "templates": [t.to_json() for t in sorted(templates, key=lambda t: (t.op, t.inputs, t.precision))],
+                "modules": modules_json(modules)}
 
 
 def graph_label(autotuner: Any) -> str | None:
@@ -163,6 +171,7 @@ def install() -> list[Callable[[], None]]:
                 pass
         return out
 
+    undo += _wrap_module_benchmark()
     CachingAutotuner.run = run
     CachingAutotuner.precompile = precompile
     PersistentCache.lookup = lookup
@@ -174,6 +183,31 @@ def install() -> list[Callable[[], None]]:
     inductor_config.compile_threads = 1
     undo.append(lambda: setattr(inductor_config, "compile_threads", threads))
     return undo
+
+
+def _wrap_module_benchmark() -> list[Callable[[], None]]:
+    """Record what the scheduler's ``TritonScheduling.benchmark_codegened_module`` measured, per module source."""
+    try:
+        from torch._inductor.codegen.triton import TritonScheduling
+    except Exception:  # noqa: BLE001 - an Inductor without Triton codegen: nothing benchmarked there
+        return []
+    orig = TritonScheduling.benchmark_codegened_module
+
+    def bench(self: Any, mod: Any, *args: Any, **kwargs: Any) -> Any:
+        out = orig(self, mod, *args, **kwargs)
+        if scope.any_active():
+            try:
+                digest = inductor_source.module_digest(mod)
+                if digest is not None:
+                    for log in _logs():
+                        log.module_time(digest, float(out[0]))
+            except Exception:  # noqa: BLE001 - recording must never break the compile
+                pass
+        return out
+
+    TritonScheduling.benchmark_codegened_module = bench
+    return [lambda: setattr(TritonScheduling, "benchmark_codegened_module", orig)
+            if TritonScheduling.benchmark_codegened_module is bench else None]
 
 
 def provenance(fn: Any) -> tuple[str, dict[str, Any]] | None:
