@@ -1,5 +1,5 @@
 """The manifest's optional ``inductor`` section: the decisions ``torch.compile``'s Inductor made while a capture
-watched, so that a serving process makes none of them again (spec/FORMAT.md §6.6, docs/inductor-notes.md).
+watched, so that a serving process makes none of them again (spec/FORMAT.md §6.7, docs/inductor-notes.md).
 
 - ``kernels``: per generated kernel (by :mod:`.inductor_source` identity), the config its ``CachingAutotuner``
   launched with (after benchmarking its configs and, where on, coordinate descent), and the graphs it ran in.
