@@ -1,7 +1,7 @@
 """Issue 31's numbers: a torch.compile'd Llama-style decoder's first step since process start, and how many Triton
 compiles and autotune benchmarks it took, with cold caches, warm caches, Mega-Cache and karchive.
 
-    python tools/bench_compiled_model.py --out DIR [--workloads default,max-autotune,dynamic] [--budget 470]
+    python tools/bench_compiled_model.py --out DIR [--workloads default,dynamic,max-autotune] [--budget 470]
 
 Each phase runs in a fresh process (tests/gpu/phase_runner.py) with its own Inductor and Triton cache directories
 and Inductor compiling in-process (``TORCHINDUCTOR_COMPILE_THREADS=1``, as the issue's baseline):
@@ -45,10 +45,10 @@ ROOT = Path(__file__).resolve().parents[1]
 HERE = ROOT / "tests" / "gpu"
 
 #: workload -> torch.compile keyword arguments
-WORKLOADS: dict[str, dict[str, Any]] = {
+WORKLOADS: dict[str, dict[str, Any]] = {  # in the order they run (max-autotune, the slowest, last)
     "default": {},
-    "max-autotune": {"mode": "max-autotune-no-cudagraphs"},
     "dynamic": {"dynamic": True},
+    "max-autotune": {"mode": "max-autotune-no-cudagraphs"},
 }
 #: phases run per workload, in this order (capture before serve; cold before warm and megacache)
 PLANS: dict[str, tuple[str, ...]] = {
