@@ -167,3 +167,31 @@ def test_the_schedulers_module_benchmarks_are_answered_by_source(captured, compi
     with pytest.raises(ServeMissError, match="module benchmark"):
         TritonScheduling.benchmark_codegened_module(None, other)
     assert serving.to_json()["module_benchmarks_answered"] == 1 and compiles == []
+
+
+def test_one_source_tuned_differently_in_two_graphs_is_served_per_graph(fake_gpu_driver, triton_cache_dir, tmp_path,
+                                                                         compiles):
+    import torch._inductor.runtime.triton_heuristics as th
+
+    a = load_generated("reduction_rmsnorm.py", tmp_path / "a")
+    b = load_generated("reduction_rmsnorm.py", tmp_path / "b")
+    with karchive.capture("model", version="1") as cap:
+        for tuner, index, cid, backward in ((a, 1, "0/0", False), (b, 0, "1/0", True)):
+            tuner.precompile(warm_cache_only=True)
+            tuner.launchers = [FakeLauncher(tuner.compile_results[index].config)]
+            tuner.compile_id, tuner.is_backward = cid, backward
+            th.CachingAutotuner.run(tuner, stream=0)
+    cap.save(tmp_path / "m.karc")
+    section = open_location(tmp_path / "m.karc").model.extra["inductor"]
+    assert [k["graphs"] for k in section["kernels"]] == [["0/0 forward"], ["1/0 backward"]]
+    _serve(SimpleNamespace(archive=SimpleNamespace(name="m", version="1",
+                                                   manifest=open_location(tmp_path / "m.karc").model)), "strict")
+    blocks = {}
+    for cid, backward in (("0/0", False), ("1/0", True), ("7/0", False)):
+        tuner = load_generated("reduction_rmsnorm.py", tmp_path / "serve")
+        tuner.compile_id, tuner.is_backward = cid, backward  # Inductor sets it before precompile
+        tuner.precompile(warm_cache_only=True)
+        blocks[cid] = tuner.compile_results[0].config.kwargs["R0_BLOCK"]
+    assert blocks["0/0"] == a.compile_results[1].config.kwargs["R0_BLOCK"]
+    assert blocks["1/0"] == b.compile_results[0].config.kwargs["R0_BLOCK"] != blocks["0/0"]
+    assert blocks["7/0"] == blocks["0/0"]  # a graph the capture did not see: the first decision

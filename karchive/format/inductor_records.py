@@ -117,11 +117,11 @@ class InductorSection:
     kernels: tuple[KernelDecision, ...] = ()
     templates: tuple[TemplateChoices, ...] = ()
     modules: dict[str, float] = field(default_factory=dict)  # benchmark module source digest -> ms
-    _by_digest: dict[str, KernelDecision] = field(default_factory=dict, compare=False, repr=False)
+    _by_digest: dict[str, list[KernelDecision]] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for d in self.kernels:
-            self._by_digest.setdefault(d.source_digest, d)
+            self._by_digest.setdefault(d.source_digest, []).append(d)
 
     @classmethod
     def from_json(cls, obj: Any, where: str = "manifest.inductor") -> InductorSection:
@@ -146,8 +146,13 @@ class InductorSection:
         return {"version": SECTION_VERSION, "kernels": [k.to_json() for k in self.kernels],
                 "templates": [t.to_json() for t in self.templates], "modules": modules_json(self.modules)}
 
-    def decision(self, source_digest: str) -> KernelDecision | None:
-        return self._by_digest.get(source_digest)
+    def decision(self, source_digest: str, graph: str | None = None) -> KernelDecision | None:
+        """The decision for a kernel of this source: the one recorded in ``graph`` where the same source chose
+        differently in two graphs (a reduction's block size changes its sums' order), else the first."""
+        found = self._by_digest.get(source_digest)
+        if not found:
+            return None
+        return next((d for d in found if graph is not None and graph in d.graphs), found[0])
 
     def timings(self, op: str, inputs: str, precision: str, hint_override: int | None) -> dict[str, float] | None:
         """Every recorded choice time of one selection (the last record of it wins), or None."""
@@ -156,6 +161,15 @@ class InductorSection:
             if (t.op, t.inputs, t.precision, t.hint_override) == (op, inputs, precision, hint_override):
                 hit = t.timings if hit is None else {**hit, **t.timings}
         return hit
+
+
+def graph_label(autotuner: Any) -> str | None:
+    """``<compile_id> forward|backward``: the graph a ``CachingAutotuner``'s kernel belongs to, where Inductor set
+    it (``set_compile_info``, before it precompiles); the same in the capturing and the serving process."""
+    cid = getattr(autotuner, "compile_id", None)
+    if cid is None:
+        return None
+    return f"{cid} {'backward' if getattr(autotuner, 'is_backward', False) else 'forward'}"
 
 
 def modules_json(modules: dict[str, float]) -> dict[str, float | None]:
@@ -170,4 +184,5 @@ def section_of(manifest: Any) -> InductorSection | None:
     return None if raw is None else InductorSection.from_json(raw)
 
 
-__all__ = ["SECTION_VERSION", "KernelDecision", "TemplateChoices", "InductorSection", "section_of", "modules_json"]
+__all__ = ["SECTION_VERSION", "KernelDecision", "TemplateChoices", "InductorSection", "section_of", "modules_json",
+           "graph_label"]

@@ -35,7 +35,7 @@ from collections.abc import Callable
 
 from ..errors import ServeMissError
 from ..format import inductor_source
-from ..format.inductor_records import InductorSection, KernelDecision, section_of
+from ..format.inductor_records import InductorSection, KernelDecision, graph_label, section_of
 
 STRICT, FALLBACK, AUDIT = "strict", "fallback", "audit"
 
@@ -57,9 +57,9 @@ class InductorServing:
         self._undo: list[Callable[[], None]] = []
 
     # -- lookups -----------------------------------------------------------------------------------
-    def decision(self, digest: str) -> KernelDecision | None:
+    def decision(self, digest: str, graph: str | None = None) -> KernelDecision | None:
         for s in self.sections:
-            d = s.decision(digest)
+            d = s.decision(digest, graph)
             if d is not None:
                 return d
         return None
@@ -94,7 +94,7 @@ class InductorServing:
         configs = list(getattr(tuner, "configs", None) or [])
         ident = inductor_source.of_function(getattr(tuner, "fn", None))
         name = ident.name if ident is not None else str(getattr(getattr(tuner, "fn", None), "__name__", "?"))
-        decision = self.decision(ident.digest) if ident is not None else None
+        decision = self.decision(ident.digest, graph_label(tuner)) if ident is not None else None
         coordesc = bool(getattr(tuner, "inductor_meta", {}).get("coordinate_descent_tuning", False))
         if decision is None:
             if len(configs) > 1 or coordesc:
@@ -107,7 +107,7 @@ class InductorServing:
             with self.lock:
                 self.pinned += 1
             return
-        config = make_config(decision)
+        config = make_config(decision, type(configs[0]) if configs else None)
         tuner.configs = [config]
         info = dict(getattr(tuner, "autotune_cache_info", None) or {})
         info.update({"autotune_cache_state": "hit", "karchive": name})
@@ -228,14 +228,17 @@ class InductorServing:
                     "misses": list(self.misses)}
 
 
-def make_config(decision: KernelDecision) -> Any:
-    """The ``triton.Config`` Inductor's autotuner takes, from a recorded decision (found by coordinate descent:
-    the recorded config is final)."""
-    from torch._inductor.runtime.triton_compat import Config
+def make_config(decision: KernelDecision, config_type: Any = None) -> Any:
+    """The ``triton.Config`` Inductor's autotuner takes (``config_type``: the class of the configs it holds), from
+    a recorded decision, marked found by coordinate descent: the recorded config is final."""
+    if config_type is None:
+        import triton
+
+        config_type = triton.Config
 
     c = decision.config
     options = {k: c[k] for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if c.get(k) is not None}
-    config = Config(dict(c["kwargs"]), **options)
+    config = config_type(dict(c["kwargs"]), **options)
     config.found_by_coordesc = True
     return config
 

@@ -27,7 +27,7 @@ from typing import Any
 from collections.abc import Callable
 
 from ...format import inductor_source
-from ...format.inductor_records import SECTION_VERSION, KernelDecision, TemplateChoices, modules_json
+from ...format.inductor_records import SECTION_VERSION, KernelDecision, TemplateChoices, graph_label, modules_json
 from ..compile.kernel_ref import config_json
 from . import _scope as scope
 
@@ -39,22 +39,23 @@ class InductorLog:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.decisions: dict[str, KernelDecision] = {}
+        self.decisions: dict[str, list[KernelDecision]] = {}  # source digest -> one per distinct config
         self.templates: dict[tuple[str, str, str, int | None], dict[str, float]] = {}
         self.modules: dict[str, float] = {}  # benchmarked module source digest -> ms
         self.warnings: list[str] = []
 
     def decide(self, decision: KernelDecision) -> None:
+        """Record a decision; autotuners of one source that chose the same config share an entry (their graphs
+        merged), one that chose another config gets its own (served to its graphs)."""
         with self._lock:
-            old = self.decisions.get(decision.source_digest)
-            if old is not None:
-                graphs = tuple(dict.fromkeys(old.graphs + decision.graphs))
-                if old.config != decision.config:
-                    self.warnings.append(f"{decision.kernel}: two autotuners of the same source chose different "
-                                         f"configs ({old.config} and {decision.config}); the first is kept")
-                decision = KernelDecision(old.kernel, old.source_digest, old.config, old.found_by_coordesc,
-                                          old.heuristic, graphs, old.configs_compiled)
-            self.decisions[decision.source_digest] = decision
+            entries = self.decisions.setdefault(decision.source_digest, [])
+            for i, old in enumerate(entries):
+                if old.config == decision.config and old.found_by_coordesc == decision.found_by_coordesc:
+                    entries[i] = KernelDecision(old.kernel, old.source_digest, old.config, old.found_by_coordesc,
+                                                old.heuristic, tuple(dict.fromkeys(old.graphs + decision.graphs)),
+                                                old.configs_compiled)
+                    return
+            entries.append(decision)
 
     def timings(self, op: str, inputs: str, precision: str, hint: int | None, timings: dict[str, float]) -> None:
         with self._lock:
@@ -68,7 +69,7 @@ class InductorLog:
         """The manifest's ``inductor`` section: decisions of the kernels the archive holds, every template table and
         module benchmark."""
         with self._lock:
-            decided = [d for d in self.decisions.values() if d.kernel in kernels]
+            decided = [d for ds in self.decisions.values() for d in ds if d.kernel in kernels]
             templates = [TemplateChoices(op, inputs, precision, dict(t), hint)
                          for (op, inputs, precision, hint), t in self.templates.items()]
             modules = dict(self.modules)
@@ -77,14 +78,6 @@ class InductorLog:
         return {"version": SECTION_VERSION, "kernels": [d.to_json() for d in sorted(decided, key=lambda d: d.kernel)],
                 "templates": [t.to_json() for t in sorted(templates, key=lambda t: (t.op, t.inputs, t.precision))],
                 "modules": modules_json(modules)}
-
-
-def graph_label(autotuner: Any) -> str | None:
-    """``<compile_id> forward|backward`` of the graph an autotuner's kernel belongs to, where Inductor set it."""
-    cid = getattr(autotuner, "compile_id", None)
-    if cid is None:
-        return None
-    return f"{cid} {'backward' if getattr(autotuner, 'is_backward', False) else 'forward'}"
 
 
 def decision_of(autotuner: Any) -> KernelDecision | None:
@@ -221,4 +214,4 @@ def provenance(fn: Any) -> tuple[str, dict[str, Any]] | None:
     return ident.name, prov
 
 
-__all__ = ["InductorLog", "decision_of", "graph_label", "install", "provenance"]
+__all__ = ["InductorLog", "decision_of", "install", "provenance"]
