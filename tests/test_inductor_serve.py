@@ -195,3 +195,30 @@ def test_one_source_tuned_differently_in_two_graphs_is_served_per_graph(fake_gpu
     assert blocks["0/0"] == a.compile_results[1].config.kwargs["R0_BLOCK"]
     assert blocks["1/0"] == b.compile_results[0].config.kwargs["R0_BLOCK"] != blocks["0/0"]
     assert blocks["7/0"] == blocks["0/0"]  # a graph the capture did not see: the first decision
+
+
+def test_serving_that_starts_before_torch_patches_inductor_when_it_is_imported(tmp_path):
+    import os
+    import subprocess
+
+    script = """
+import sys
+from types import SimpleNamespace
+from karchive.serve import inductor_serve as s
+assert 'torch' not in sys.modules
+assert s.install_inductor_on_import(SimpleNamespace(archives=[], mode='strict')) is None
+import torch
+assert s.active_inductor() is None                      # torch alone: Inductor not loaded, nothing patched
+import torch._inductor.compile_fx
+serving = s.active_inductor()
+from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+from torch._inductor import config
+assert serving is not None and CachingAutotuner.precompile.__qualname__.startswith('InductorServing.install')
+assert config.compile_threads == 1
+s.uninstall_inductor()
+assert not CachingAutotuner.precompile.__qualname__.startswith('InductorServing')
+print('ok')
+"""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]

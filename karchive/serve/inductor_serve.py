@@ -28,6 +28,8 @@ would have been answered is counted.
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import sys
 import threading
 from typing import Any
@@ -257,8 +259,51 @@ def install_inductor(session: Any) -> InductorServing | None:
     return serving
 
 
+#: Imported when torch.compile's Inductor backend first compiles: the moment to patch Inductor in a process whose
+#: serving began before torch was imported (``KARCHIVE_SERVE``).
+TRIGGER = "torch._inductor.compile_fx"
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``then()`` once :data:`TRIGGER` has been imported (its loader's ``exec_module`` wrapped)."""
+
+    def __init__(self, then: Callable[[], object]) -> None:
+        self.then = then
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != TRIGGER:
+            return None
+        sys.meta_path.remove(self)  # one shot; the other finders find the module
+        spec = importlib.util.find_spec(name)
+        loader = getattr(spec, "loader", None)
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module, then = loader.exec_module, self.then
+
+        def exec_and_install(module: Any) -> None:
+            exec_module(module)
+            then()
+
+        loader.exec_module = exec_and_install
+        return spec
+
+
+def install_inductor_on_import(session: Any) -> InductorServing | None:
+    """:func:`install_inductor` now where Inductor is imported, else as soon as it is (for ``KARCHIVE_SERVE``,
+    which starts serving before the program imports torch). Returns the installation, or None until then."""
+    if TRIGGER in sys.modules:
+        return install_inductor(session)
+    for f in [f for f in sys.meta_path if isinstance(f, _AfterImport)]:
+        sys.meta_path.remove(f)
+    sys.meta_path.insert(0, _AfterImport(lambda: install_inductor(session)))
+    return None
+
+
 def uninstall_inductor() -> InductorServing | None:
-    """Inductor's own methods back; returns what was installed."""
+    """Inductor's own methods back (and a pending :func:`install_inductor_on_import` dropped); returns what was
+    installed."""
+    for f in [f for f in sys.meta_path if isinstance(f, _AfterImport)]:
+        sys.meta_path.remove(f)
     serving, _ACTIVE["serving"] = _ACTIVE["serving"], None
     if serving is not None:
         serving.uninstall()
@@ -269,4 +314,5 @@ def active_inductor() -> InductorServing | None:
     return _ACTIVE["serving"]
 
 
-__all__ = ["InductorServing", "install_inductor", "uninstall_inductor", "active_inductor", "make_config"]
+__all__ = ["InductorServing", "install_inductor", "install_inductor_on_import", "uninstall_inductor",
+           "active_inductor", "make_config", "TRIGGER"]
