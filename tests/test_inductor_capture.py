@@ -125,3 +125,20 @@ def test_inspect_says_which_kernels_came_from_inductor_and_their_graphs(inductor
     assert main(["inspect", "--json", str(tmp_path / "m.karc")]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["inductor"]["kernels"][0]["graphs"] == ["2/0 backward"]
+
+
+def test_compiles_stay_in_process_only_while_capturing_unless_asked_not_to():
+    import torch._inductor.config as inductor_config
+
+    before = inductor_config.compile_threads
+    inductor_config.compile_threads = 4
+    try:
+        with karchive.capture("m", version="1"):
+            assert inductor_config.compile_threads == 1
+            with karchive.capture("inner", version="1", inductor_in_process=False):
+                assert inductor_config.compile_threads == 1  # the outer capture still wants it
+        assert inductor_config.compile_threads == 4
+        with karchive.capture("m", version="1", inductor_in_process=False):
+            assert inductor_config.compile_threads == 4  # Inductor's workers compile: harvested, no identity
+    finally:
+        inductor_config.compile_threads = before

@@ -10,9 +10,10 @@ here, while any capture is active:
   (``compile_id``, forward or backward) it ran in;
 - **max-autotune's template choices**: every complete answer of Inductor's autotune table
   (``PersistentCache.lookup``: op, inputs key, matmul precision, each choice's key and time);
-- **compiles stay in this process**: ``torch._inductor.config.compile_threads`` is 1 while capturing, so that no
-  compile worker compiles a kernel this process never sees as a source (a worker's compile reaches the archive
-  only as a harvested cache entry, without Inductor's identity).
+- **compiles stay in this process** (``Capture(inductor_in_process=True)``, the default):
+  ``torch._inductor.config.compile_threads`` is 1 while capturing, so that no compile worker compiles a kernel
+  this process never sees as a source (a worker's compile reaches the archive only as a harvested cache entry,
+  without Inductor's identity and decisions).
 
 The hooks are installed only when torch is already imported (a capture never imports torch itself) and are
 undone when the last capture ends. The records become the manifest's ``inductor`` section
@@ -126,12 +127,11 @@ def _after_lookup(choices: Any, op: str, inputs: str, hint: int | None, timings:
 
 
 def install() -> list[Callable[[], None]]:
-    """Wrap Inductor's autotuner and autotune table, and keep its compiles in this process; the undo functions.
-    Nothing when torch is not imported, or Inductor cannot be."""
+    """Wrap Inductor's autotuner, autotune table and module benchmarks; the undo functions. Nothing when torch is
+    not imported, or Inductor cannot be."""
     if "torch" not in sys.modules:
         return []
     try:
-        from torch._inductor import config as inductor_config
         from torch._inductor.codecache import PersistentCache
         from torch._inductor.runtime.triton_heuristics import CachingAutotuner
     except Exception:  # noqa: BLE001 - a torch without Inductor (or a broken one): nothing of Inductor's to watch
@@ -172,10 +172,20 @@ def install() -> list[Callable[[], None]]:
     undo.append(lambda: setattr(CachingAutotuner, "precompile", orig_pre)
                 if CachingAutotuner.precompile is precompile else None)
     undo.append(lambda: setattr(PersistentCache, "lookup", orig_lookup) if PersistentCache.lookup is lookup else None)
+    return undo
+
+
+def compile_in_process() -> Callable[[], None] | None:
+    """``compile_threads = 1`` (no compile worker) where torch's Inductor is imported; the undo, or None."""
+    if "torch" not in sys.modules:
+        return None
+    try:
+        from torch._inductor import config as inductor_config
+    except Exception:  # noqa: BLE001 - no Inductor: nothing compiles in workers
+        return None
     threads = inductor_config.compile_threads
     inductor_config.compile_threads = 1
-    undo.append(lambda: setattr(inductor_config, "compile_threads", threads))
-    return undo
+    return lambda: setattr(inductor_config, "compile_threads", threads)
 
 
 def _wrap_module_benchmark() -> list[Callable[[], None]]:
@@ -214,4 +224,4 @@ def provenance(fn: Any) -> tuple[str, dict[str, Any]] | None:
     return ident.name, prov
 
 
-__all__ = ["InductorLog", "decision_of", "install", "provenance"]
+__all__ = ["InductorLog", "compile_in_process", "decision_of", "install", "provenance"]

@@ -175,7 +175,7 @@ class Capture:
 
     def __init__(self, name: str, version: str, *, path: str | os.PathLike | None = None, include_ir: bool = True,
                  record_launches: bool = True, harvest: bool = True, strict: bool = False,
-                 scope: str = "process") -> None:
+                 scope: str = "process", inductor_in_process: bool = True) -> None:
         if not isinstance(name, str) or not name.strip():
             raise CaptureError("capture needs a non-empty archive name")
         if not isinstance(version, str) or not version.strip():
@@ -190,6 +190,8 @@ class Capture:
         self.harvest = harvest
         self.strict = strict
         self.scope = scope
+        self.inductor_in_process = inductor_in_process
+        self._undo_threads: Callable[[], None] | None = None
         self.variants: dict[str, CompiledVariant] = {}
         self.events: list[CaptureEvent] = []
         self.warnings: list[str] = []
@@ -213,6 +215,8 @@ class Capture:
                 if not any(self._depth.values()):
                     self._window = (LEDGER.mark(), CacheWatch.start())
                     scope.activate(self)
+                    if self.inductor_in_process:
+                        self._undo_threads = inductor_capture.compile_in_process()
                 tid = threading.get_ident()
                 self._depth[tid] = self._depth.get(tid, 0) + 1
             scope.stack().append(self)
@@ -236,6 +240,9 @@ class Capture:
                 window, self._window = (self._window, None) if last else (None, self._window)
             if last:
                 scope.deactivate(self)
+                if self._undo_threads is not None:
+                    self._undo_threads()
+                    self._undo_threads = None
                 if window is not None:
                     lost = self._close_window(window[0], LEDGER.mark(), window[1])
         finally:
