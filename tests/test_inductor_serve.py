@@ -222,3 +222,20 @@ print('ok')
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
+
+
+def test_a_recorded_config_that_sets_other_parameters_is_refused(captured, compiles):
+    import dataclasses
+
+    from karchive.format.inductor_records import InductorSection
+
+    model = captured.archive.manifest
+    section = InductorSection.from_json(model.extra["inductor"])
+    bad = dataclasses.replace(section.kernels[0], config={**section.kernels[0].config,
+                                                         "kwargs": {"XBLOCK": 64, "EXTRA": 1}})
+    model.extra["inductor"] = {**section.to_json(), "kernels": [bad.to_json()]}
+    _serve(captured, "strict")
+    tuner = load_generated("pointwise_gelu.py", captured.root / "serve")
+    with pytest.raises(ServeMissError, match="EXTRA"):
+        tuner.precompile(warm_cache_only=True)
+    assert compiles == []

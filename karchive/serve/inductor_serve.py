@@ -105,6 +105,11 @@ class InductorServing:
                 self.miss("kernel", name, f"{why} (Inductor would benchmark {len(configs)} configs"
                           f"{' and run coordinate descent' if coordesc else ''})")
             return
+        shapes = {frozenset(getattr(c, "kwargs", {}) or {}) for c in configs}
+        if shapes and frozenset(decision.config["kwargs"]) not in shapes:  # an archive never adds a constexpr
+            self.miss("kernel", name, f"the recorded config sets {sorted(decision.config['kwargs'])}, which no "
+                      f"config of this kernel does ({sorted(sorted(k) for k in shapes)})")
+            return
         if self.mode == AUDIT:
             with self.lock:
                 self.pinned += 1
