@@ -13,6 +13,9 @@ and Inductor compiling in-process (``TORCHINDUCTOR_COMPILE_THREADS=1``, as the i
   serve      empty caches, Triton's compiler disabled (every ``triton.compile`` raises and is counted; ptxas points
              nowhere), ``karchive.serve(WORKLOAD.karc, mode="strict")`` (and Inductor's side, install_inductor):
              the same steps, outputs compared bit for bit with ``capture``'s
+  decisions  Inductor's side alone, without the compile boundary: an empty Inductor cache, the Triton cache
+             filled by ``karchive export-triton-cache WORKLOAD.karc``, ``install_inductor`` (strict): Triton
+             compiles only as cache hits (fresh compiles counted), Inductor benchmarks nothing; bit-equal
 
 The steps: an inference forward (``no_grad``) of a Llama-style decoder (transformers' ``LlamaForCausalLM`` from a
 ``LlamaConfig``, 4 layers, hidden 1024, bf16, random weights; without transformers, the same architecture written
@@ -52,13 +55,14 @@ WORKLOADS: dict[str, dict[str, Any]] = {  # in the order they run (max-autotune,
 }
 #: phases run per workload, in this order (capture before serve; cold before warm and megacache)
 PLANS: dict[str, tuple[str, ...]] = {
-    "default": ("capture", "serve", "cold", "warm", "megacache"),
-    "max-autotune": ("capture", "serve"),
+    "default": ("capture", "serve", "decisions", "cold", "warm", "megacache"),
+    "max-autotune": ("capture", "serve", "decisions"),
     "dynamic": ("capture", "serve"),
 }
 #: which cache directories each phase uses (warm reuses cold's)
-CACHES = {"cold": "plain", "warm": "plain", "megacache": "mega", "capture": "capture", "serve": "serve"}
-FRESH = {"cold", "megacache", "capture", "serve"}
+CACHES = {"cold": "plain", "warm": "plain", "megacache": "mega", "capture": "capture", "serve": "serve",
+          "decisions": "decisions"}
+FRESH = {"cold", "megacache", "capture", "serve", "decisions"}
 BATCH, SEQ, SEQ2 = 2, 512, 384
 
 
@@ -370,6 +374,27 @@ def child(phase: str, workload: str, work: Path, smoke: bool, t_start: float) ->
         out.update(steps)
         out["compare"] = compare(torch.load(ref), tensors)
         return out
+    if phase == "decisions":
+        import subprocess
+
+        import karchive
+        from karchive.serve import inductor_serve
+
+        t0 = time.perf_counter()
+        exported = subprocess.run([sys.executable, "-m", "karchive", "export-triton-cache", str(arc)],
+                                  env=dict(os.environ), capture_output=True, text=True)
+        out["export_s"] = round(time.perf_counter() - t0, 3)
+        out["export_rc"] = exported.returncode
+        out["export_tail"] = (exported.stdout + exported.stderr)[-1500:]
+        session = type("Session", (), {"archives": [karchive.open(arc)], "mode": "strict"})()
+        serving = inductor_serve.install_inductor(session)
+        try:
+            steps, tensors = run_steps(workload, device, smoke, t_start)
+        finally:
+            out["inductor_serve"] = serving.to_json() if serving is not None else None
+        out.update(steps)
+        out["compare"] = compare(torch.load(ref), tensors)
+        return out
     steps, _tensors = run_steps(workload, device, smoke, t_start)
     out.update(steps)
     if phase == "cold":
@@ -447,6 +472,18 @@ def verdict(result: dict) -> dict:
     return {"checks": checks, "passed": all(v for k, v in checks.items() if k != "all_bit_equal")}
 
 
+def decisions_verdict(result: dict) -> dict:
+    """Inductor's side alone: every compile a Triton cache hit (the exported archive), no benchmark, bit-equal."""
+    counts = result.get("counts") or {}
+    ind = result.get("inductor_serve") or {}
+    cmp = result.get("compare") or {}
+    checks = {"ran": bool(result.get("ok")), "zero_fresh_compiles": counts.get("triton_fresh_compiles") == 0,
+              "zero_benchmarks": counts.get("gpu_benchmarks") == 0 and ind.get("benchmarks") == 0,
+              "no_inductor_miss": not ind.get("misses"), "forward_bit_equal": bool(cmp.get("forward_bit_equal")),
+              "all_bit_equal": bool(cmp.get("all_bit_equal"))}
+    return {"checks": checks, "passed": all(v for k, v in checks.items() if k != "all_bit_equal")}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", help="output directory (default $OUT/inductor-bench)")
@@ -490,6 +527,8 @@ def main() -> int:
             result = run_phase(phase, workload, out, args.smoke, args.timeout)
             if phase == "serve":
                 result["verdict"] = verdict(result)
+            if phase == "decisions":
+                result["verdict"] = decisions_verdict(result)
             summary["workloads"].setdefault(workload, {})[phase] = result
             line = {k: result.get(k) for k in ("ok", "first_forward_since_start_s", "train_step_since_start_s",
                                                "process_s")}
@@ -497,7 +536,8 @@ def main() -> int:
                                                                    else ""), flush=True)
             summary["elapsed_s"] = round(time.monotonic() - t0, 1)
             (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    serves = {w: r["serve"]["verdict"] for w, r in summary["workloads"].items() if "serve" in r}
+    serves = {f"{w}/{p}": r[p]["verdict"] for w, r in summary["workloads"].items() for p in ("serve", "decisions")
+              if p in r}
     summary["serve_verdicts"] = serves
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     print(json.dumps({"serve_verdicts": serves, "skipped": summary["skipped"]}, indent=1))
