@@ -1,7 +1,7 @@
 """Issue 31's numbers: a torch.compile'd Llama-style decoder's first step since process start, and how many Triton
 compiles and autotune benchmarks it took, with cold caches, warm caches, Mega-Cache and karchive.
 
-    python tools/bench_compiled_model.py --out DIR [--workloads default,dynamic,max-autotune] [--budget 470]
+    python tools/bench_compiled_model.py --out DIR [--workloads default,dynamic,max-autotune] [--budget 360]
 
 Each phase runs in a fresh process (tests/gpu/phase_runner.py) with its own Inductor and Triton cache directories
 and Inductor compiling in-process (``TORCHINDUCTOR_COMPILE_THREADS=1``, as the issue's baseline):
@@ -26,7 +26,7 @@ the end of the first forward and of the training step, Triton compile calls (fre
 Triton's compilation listener), GPU benchmarks Inductor ran, and for serve the karchive reports and the
 comparison. Everything lands in ``OUT/summary.json`` (written after each phase, so a budget cut keeps what ran).
 
-``--budget`` (seconds, default 470) skips the phases that would start after it; the order runs the karchive proof
+``--budget`` (seconds, default 360; each phase at most ``--timeout``, 240) skips the phases that would start after it; the order runs the karchive proof
 of ``default`` first. ``--smoke`` runs the plumbing on the CPU (a tiny model, ``backend="aot_eager"``: no Triton,
 so capture records nothing); it proves nothing about kernels.
 """
@@ -489,8 +489,8 @@ def main() -> int:
     ap.add_argument("--out", help="output directory (default $OUT/inductor-bench)")
     ap.add_argument("--workloads", default=",".join(WORKLOADS))
     ap.add_argument("--phases", help="comma-separated subset of each workload's plan")
-    ap.add_argument("--budget", type=float, default=470.0, help="seconds: no phase starts after this")
-    ap.add_argument("--timeout", type=int, default=300, help="seconds per phase")
+    ap.add_argument("--budget", type=float, default=360.0, help="seconds: no phase starts after this")
+    ap.add_argument("--timeout", type=int, default=240, help="seconds per phase")
     ap.add_argument("--smoke", action="store_true", help="CPU plumbing check (tiny model, aot_eager)")
     ap.add_argument("--child")
     ap.add_argument("--workload", default="default")
