@@ -26,10 +26,9 @@ the end of the first forward and of the training step, Triton compile calls (fre
 Triton's compilation listener), GPU benchmarks Inductor ran, and for serve the karchive reports and the
 comparison. Everything lands in ``OUT/summary.json`` (written after each phase, so a budget cut keeps what ran).
 
-``--budget`` (seconds, default 360; each phase at most ``--timeout``, 240) skips the phases that would start after it; the order runs the karchive proof
-of ``default`` first. ``--smoke`` runs the plumbing on the CPU (a tiny model, ``backend="aot_eager"``: no Triton,
-so capture records nothing); it proves nothing about kernels.
-"""
+``--budget`` (seconds, default 360; each phase at most ``--timeout``, 240) skips the phases that would start
+after it; the order runs the karchive proofs of ``default`` first. ``--smoke`` runs the plumbing on the CPU (a
+tiny model, ``backend="aot_eager"``: no Triton, so capture records nothing); it proves nothing about kernels.
 
 from __future__ import annotations
 
