@@ -29,6 +29,7 @@ comparison. Everything lands in ``OUT/summary.json`` (written after each phase, 
 ``--budget`` (seconds, default 360; each phase at most ``--timeout``, 240) skips the phases that would start
 after it; the order runs the karchive proofs of ``default`` first. ``--smoke`` runs the plumbing on the CPU (a
 tiny model, ``backend="aot_eager"``: no Triton, so capture records nothing); it proves nothing about kernels.
+"""
 
 from __future__ import annotations
 
