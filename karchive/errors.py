@@ -469,3 +469,12 @@ class DestinationError(KarchiveError, OSError):
     Commands check their destination before the work that produces it. Also an ``OSError``."""
 
     path: str | None = None  # the destination the user named (never an internal temporary file)
+
+
+# --- settings --------------------------------------------------------------------------------------
+class SettingsError(KarchiveError, ValueError):
+    """A ``KARCHIVE_*`` environment variable holds a value karchive refuses (docs/settings.md): set but
+    empty where that would switch a check off, not a usable number, not one of its choices. Also a
+    ``ValueError``."""
+
+    variable: str | None = None  # the variable's name

@@ -49,7 +49,7 @@ def open(ref: str | os.PathLike, options: OpenOptions | None = None, **fields: A
                             lockfile=(getattr(lockfile, "path", None) or "the lockfile given") if hasattr(lockfile, "pins")
                             else os.fspath(lockfile))
     storage = dict(opts.storage_options) if opts.storage_options is not None else None
-    if opts.trust is False or (opts.trust is None and settings.trust_policy() is None):
+    if opts.trust is False or (opts.trust is None and settings.TRUST_POLICY.raw() is None):
         # No policy given or configured (what resolve_policy answers None for without reading anything):
         # the enforcement module is not even imported on the way to a plain open.
         return open_location(text, storage_options=storage, limits=opts.limits)

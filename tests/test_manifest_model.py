@@ -47,7 +47,9 @@ def _variant(*, full: bool) -> Variant:
                               {"triton_key_sha256": DIGEST, "backend_hash": "x", "env_vars": {}} if full else None,
                               True if full else None,
                               {"scheme": 1, "module": "kernels", "attr": "k", "target": "cuda:90", "signature": "i32",
-                               "constexprs": {}, "options": {}, "env": {}, "sources": []} if full else None),
+                               "constexprs": {}, "options": {}, "env": {}, "sources": []} if full else None,
+                              {"source_digest": DIGEST, "function": "k", "scheme": "inductor-source-v1",
+                               "heuristic": "pointwise"} if full else None),
     )
 
 
@@ -56,7 +58,8 @@ def _manifest(*, full: bool) -> Manifest:
                           created="2026-01-01T00:00:00Z" if full else None,
                           sources=[FileRef(f"sources/{DIGEST}.py", 3, DIGEST)],
                           autotune=[{"kernel": "k", "key_names": ["n"], "configs": [], "entries": []}] if full else None,
-                          heuristics=[{"kernel": "k", "names": ["EVEN"], "cases": {"EVEN": []}}] if full else None)
+                          heuristics=[{"kernel": "k", "names": ["EVEN"], "cases": {"EVEN": []}}] if full else None,
+                          extra={"inductor": {"version": 1, "kernels": [], "templates": []}} if full else None)
 
 
 def _defs() -> dict:

@@ -103,6 +103,14 @@ def test_the_real_venv_reruns_offline():
     venv = pathlib.Path(sys.prefix)
     if not (venv / ".karchive-install").exists():
         pytest.skip(f"{venv} was not made by tools/venv.sh (no .karchive-install)")
+    import importlib.metadata
+
+    try:  # another checkout's venv (a git worktree run with a shared venv): a "rerun" would repoint its install
+        url = json.loads(importlib.metadata.distribution("karchive").read_text("direct_url.json") or "{}").get("url")
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        url = None
+    if url != ROOT.as_uri():
+        pytest.skip(f"{venv} holds the install of {url}, not of this checkout ({ROOT})")
     have = (venv / ".karchive-install").read_text().split()[1]
     before = (venv / ".karchive-install").read_text()
     done = subprocess.run(["bash", "-c", f'set -euo pipefail; source "{ROOT}/tools/venv.sh" "{have}"'],
@@ -406,7 +414,8 @@ def test_doctor_reports_toolchain_and_locations(tmp_path):
     r = json.loads(done.stdout)
     assert r["locations"] == {"cache": str(tmp_path / "cache"), "build_cache": str(tmp_path / "cache" / "triton-build"),
                               "registry": str(tmp_path / "reg"), "registry_from_env": True,
-                              "trust_policy": str(tmp_path / "policy.toml"), "lockfile": None}
+                              "trust_policy": str(tmp_path / "policy.toml"), "lockfile": None,
+                              "serve": {"archives": None, "signed_only": True}}
     tc = r["toolchain"]
     try:
         import triton

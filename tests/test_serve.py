@@ -39,11 +39,15 @@ class _Dtype:
         return self.text
 
 
+_DTYPES: dict[str, _Dtype] = {}
+
+
 class DevBuf:
     """A device buffer as the runtime sees one (``data_ptr()``, ``dtype``, device 0); nothing behind it."""
 
     def __init__(self, addr: int = A, text: str = "float32") -> None:
-        self.addr, self.dtype = addr, _Dtype(text)
+        # one dtype object per name, as frameworks have (Triton keys its specialisation cache by the object)
+        self.addr, self.dtype = addr, _DTYPES.setdefault(text, _Dtype(text))
 
     def data_ptr(self) -> int:
         return self.addr
@@ -103,6 +107,9 @@ def kernels_module(monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLES))
     import kernels
 
+    for k in (kernels.add_kernel, kernels.softmax_kernel, kernels.scale_kernel):
+        k.device_caches.clear()  # a fresh process: nothing Triton compiled in another test (serving takes over
+        # compiles; a kernel Triton compiled before serve() started stays Triton's, as in any process)
     return kernels
 
 
@@ -200,6 +207,47 @@ def test_strict_miss_names_kernel_call_and_rejections_and_launches_nothing(cuda_
     assert "no kernel named kernels:softmax_kernel" in str(unknown.value)
     report = karchive.serve_report()
     assert {m["kernel"] for m in report.missed_list} == {"kernels:add_kernel", "kernels:softmax_kernel"}
+
+
+@pytest.fixture(scope="module")
+def block64_archive(tmp_path_factory):
+    """A second archive ("rt64@1.0") holding add_kernel at BLOCK=64 only: what the first (BLOCK=1024) misses."""
+    return rs.write_archive(tmp_path_factory.mktemp("rt64") / "rt64.karc", rs.compile_many(
+        [(rs.KERNELS, "add_kernel", rs.ADD16, "cuda:90", {"BLOCK": 64}, {"num_warps": 4})]), name="rt64")
+
+
+def test_each_launch_is_credited_to_the_archive_whose_binary_ran(cuda_archive, block64_archive, kernels_module,
+                                                                monkeypatch, path):
+    """Issue 34 item 8: launches a later archive served were credited to the first. The report is the audit of
+    which binary ran: each archive is credited exactly the launches it served."""
+    import karchive
+
+    with rs.fake_cuda(monkeypatch, path) as (rec, _b):
+        report = karchive.serve(_arc(cuda_archive, rec), _arc(block64_archive, rec), mode="strict")
+        for _ in range(2):
+            kernels_module.add_kernel[(4,)](buf(), buf(), buf(), 4100, BLOCK=1024)  # rt@1.0 holds BLOCK=1024
+        for _ in range(3):
+            kernels_module.add_kernel[(64,)](buf(), buf(), buf(), 4100, BLOCK=64)  # only rt64@1.0 does
+    assert [la.block for la in rec.launches()] == [(128, 1, 1)] * 2 + [(128, 1, 1)] * 3
+    assert report.served["kernels:add_kernel"] == {"archive": "rt@1.0", "calls": 2, "direct": False,
+                                                   "also_served_by": {"rt64@1.0": 3}}
+    assert "from rt@1.0: 2 launch(es); from rt64@1.0: 3 launch(es)" in str(report)
+    assert report.to_json()["served"]["kernels:add_kernel"]["also_served_by"] == {"rt64@1.0": 3}
+
+
+def test_audit_names_the_archive_of_a_variant_another_archive_holds(cuda_archive, block64_archive, kernels_module,
+                                                                   tmp_path, monkeypatch):
+    import karchive
+    from capture_fakes import fake_gpu
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tcache"))
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b), fake_gpu():
+        report = karchive.serve(_arc(cuda_archive, rec), _arc(block64_archive, rec), mode="audit")
+        kernels_module.add_kernel[(4,)](buf(), buf(), buf(), 4100, BLOCK=1024)
+        kernels_module.add_kernel[(64,)](buf(), buf(), buf(), 4100, BLOCK=64)
+    would = report.served["kernels:add_kernel"]["would_launch"]
+    assert len(would) == 2 and sum(w.endswith(" (rt64@1.0)") for w in would) == 1, would
+    assert report.missed_list == []
 
 
 def test_an_edited_kernel_is_never_served_the_archived_binary(cuda_archive, tmp_path, monkeypatch):
@@ -683,7 +731,8 @@ def test_the_fast_path_ends_where_triton_would_launch_another_binary(cuda_archiv
 
     kernels_module.add_kernel.device_caches.clear()
     kernels_module.add_kernel.__dict__.pop("_karchive_fast", None)
-    odd = DevBuf(A, text="fp16")
+    odd = DevBuf(A)
+    odd.dtype = _Dtype("fp16")
     odd.dtype.name = "float32"
     with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
         karchive.serve(_arc(cuda_archive, rec), mode="strict")

@@ -7,7 +7,10 @@ import ast
 import pathlib
 import re
 
+import pytest
+
 from karchive.core import settings
+from karchive.errors import SettingsError
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "karchive"
 DOCS = PACKAGE.parent / "docs" / "settings.md"
@@ -88,11 +91,14 @@ def test_settings_are_read_when_asked_not_at_import(monkeypatch):
     monkeypatch.delenv("KARCHIVE_FETCH")
     assert settings.fetch() is None
     monkeypatch.setenv("KARCHIVE_TRUST_POLICY", "")
-    assert settings.trust_policy() == ""  # empty is kept: the trust layer refuses it (issue 20)
+    with pytest.raises(SettingsError, match="KARCHIVE_TRUST_POLICY"):  # never "no policy" (issues 20, 34)
+        settings.trust_policy()
     monkeypatch.setenv("KARCHIVE_TUNING_CACHE", "Off")
     assert settings.tuning_cache() is False
     monkeypatch.setenv("KARCHIVE_REGISTRY_TIMEOUT", "  ")
     assert settings.registry_timeout() is None
+    monkeypatch.setenv("KARCHIVE_REGISTRY_TIMEOUT", "2.5")
+    assert settings.registry_timeout() == 2.5
 
 
 def test_every_variable_the_package_names_is_declared_and_documented():
@@ -105,3 +111,10 @@ def test_every_variable_the_package_names_is_declared_and_documented():
     assert mentioned <= declared, f"undeclared: {sorted(mentioned - declared)}"
     table = {m for m in re.findall(r"^\| `(KARCHIVE_[A-Z_]+)` \|", DOCS.read_text(), re.M)}
     assert table == declared, f"docs/settings.md lists {sorted(table)}, settings declares {sorted(declared)}"
+
+
+def test_the_table_says_what_the_code_declares():
+    """Each row of docs/settings.md is the variable's declared default and meaning, word for word."""
+    rows = dict(re.findall(r"^\| `(KARCHIVE_[A-Z_]+)` \| (.*) \|$", DOCS.read_text(), re.M))
+    for v in settings.VARIABLES:
+        assert rows[v.name] == f"{v.default} | {v.meaning}", v.name

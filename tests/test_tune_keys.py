@@ -557,6 +557,42 @@ def test_a_tuned_version_can_be_signed_and_a_sidecar_imported_from_the_command_l
     assert len(list((other / "tuning").rglob("*.json"))) == 1
 
 
+@pytest.mark.parametrize("tuned,fragment", [
+    ([{"device": {"name": "Fake H100"}, "entries": [{"key": 5, "config": 0}]}], "key"),
+    ([{"device": {"name": "Fake H100"}, "entries": [{"key": "4096", "config": 0}]}], "key"),
+    ([{"device": {"name": "Fake H100"}, "entries": [5]}], "entry"),
+    ([{"device": 5, "entries": []}], "device name"),
+    ({"device": {"name": "Fake H100"}}, "must be a list"),
+    ([{"device": {"name": "Fake H100"}, "entries": [{"key": [{"a": 1}], "config": 0}]}], "key"),
+])
+def test_a_signed_sidecar_with_odd_entries_is_refused_in_one_line(built, tmp_path, tuned, fragment):
+    """Issue 34 item 11: a signed sidecar whose entry key is a number printed a traceback (``list(5)``); a
+    string key was split into characters. A signature says who sent the document, not that it is well formed."""
+    import subprocess
+    import sys
+
+    from karchive.format.open import open_location
+    from karchive.runtime.tuning.decisions import archive_kernels
+    from karchive.trust.keys import SigningKey, save_keypair
+    from karchive.runtime.tuning.signed import FORMAT, sign_tuning
+
+    model = open_location(built).model
+    name, digest = archive_kernels(model)[0]
+    doc = {"format": FORMAT, "archive": {"name": model.name, "version": model.version},
+           "kernels": [{"kernel": name, "digest": digest, "tuned": tuned}]}
+    key = SigningKey.generate()
+    save_keypair(key, tmp_path / "k.pem", tmp_path / "k.pub")
+    side = tmp_path / "side.json"
+    side.write_bytes(sign_tuning(doc, [key]).to_bytes())
+    root = pathlib.Path(__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-m", "karchive", "tune", str(built), "--import", str(side), "--key",
+                        str(tmp_path / "k.pub"), "--cache-dir", str(tmp_path / "c")], capture_output=True, text=True,
+                       timeout=120, env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and fragment in r.stderr, r.stderr
+    assert not (tmp_path / "c" / "tuning").exists()  # nothing half-written
+
+
 def test_the_cli_tunes_a_keys_file_end_to_end_with_the_device_bench(device, built, tmp_path, capsys, monkeypatch):
     """`karchive tune ARCHIVE --keys FILE -o OUT --json` through main(), the device bench included (on the recording
     stand-in it times by wall clock: no torch here), tensors from the stand-in factory instead of torch."""

@@ -65,12 +65,25 @@ def _toolchain(probe: bool) -> dict[str, Any]:
 def _locations() -> dict[str, Any]:
     from ..core.paths import BUILD_CACHE, cache_dir
     from ..core import settings
-    from ..registry.config import redact_url, registry_url
+    from ..registry.config import default_registry_dir, redact_url
 
     cache = cache_dir()
+    from_env = _setting(settings.registry)  # a refused value is listed under "settings", not raised here
+    policy = _setting(settings.trust_policy)
     return {"cache": str(cache), "build_cache": str(cache / BUILD_CACHE),
-            "registry": redact_url(registry_url()), "registry_from_env": bool(settings.registry()),
-            "trust_policy": settings.trust_policy() or None, "lockfile": settings.lockfile()}
+            "registry": redact_url(from_env or str(default_registry_dir())), "registry_from_env": bool(from_env),
+            "trust_policy": policy, "lockfile": _setting(settings.lockfile),
+            # the serving stance (docs/serving.md): without a policy, archives are served unsigned
+            "serve": {"archives": _setting(settings.serve_archives), "signed_only": policy is not None}}
+
+
+def _setting(accessor: Any) -> Any:
+    from ..errors import SettingsError
+
+    try:
+        return accessor()
+    except SettingsError:
+        return None
 
 
 def _toolchain_lines(tc: dict[str, Any]) -> list[str]:
@@ -100,8 +113,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     r = report(probe_drivers=not args.no_probe)
     r["toolchain"] = _toolchain(not args.no_probe)
     r["locations"] = _locations()
+    from ..core import settings
+
+    r["settings"] = {"problems": settings.problems()}  # KARCHIVE_* values karchive refuses, each named
     lp = r["launch_path"]
-    code = EXIT_NEGATIVE if launch_path_unavailable(lp) else EXIT_OK
+    code = EXIT_NEGATIVE if launch_path_unavailable(lp) or r["settings"]["problems"] else EXIT_OK
     r["ok"] = code == EXIT_OK
     if args.json:
         emit_json(r)
@@ -129,5 +145,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     ]
     if loc["lockfile"]:
         lines.append(f"{'lockfile':14s}{printable(loc['lockfile'])} ($KARCHIVE_LOCKFILE)")
+    serving = loc["serve"]
+    asked = f"$KARCHIVE_SERVE={','.join(serving['archives'])}: " if serving["archives"] else ""
+    lines.append(f"{'serving':14s}{printable(asked)}" + (
+        "archives are served only as the trust policy allows" if serving["signed_only"] else
+        "archives are served unsigned (no $KARCHIVE_TRUST_POLICY): any archive can claim a kernel's source"))
+    lines += [f"{'setting':14s}REFUSED: {printable(p)}" for p in r["settings"]["problems"]]
     print("\n".join(lines))
     return code

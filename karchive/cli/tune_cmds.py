@@ -64,9 +64,16 @@ def _report(args: argparse.Namespace, report: dict) -> int:
     return 0
 
 
+#: A keys file, a decisions export or a signed sidecar larger than this is refused before it is parsed.
+MAX_INPUT_BYTES = 64 << 20
+
+
 def _read(path: str) -> bytes:
+    """A file named on the command line: a regular file (a FIFO is refused, not waited on), bounded."""
+    from ..core.fsio import read_bounded
+
     try:
-        return Path(path).read_bytes()
+        return read_bounded(path, MAX_INPUT_BYTES)
     except OSError as exc:
         raise KarchiveError(f"cannot read {path}: {exc.strerror or exc}") from None
 

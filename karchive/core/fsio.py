@@ -18,7 +18,7 @@ from typing import BinaryIO
 
 from ..errors import DestinationError
 
-__all__ = ["atomic_write", "atomic_writer", "fsync_dir", "read_regular", "temp_path_for"]
+__all__ = ["atomic_write", "atomic_writer", "fsync_dir", "read_bounded", "read_regular", "temp_path_for"]
 
 
 def fsync_dir(path: str | os.PathLike) -> None:
@@ -123,3 +123,14 @@ def read_regular(path: str | os.PathLike, limit: int | None) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def read_bounded(path: str | os.PathLike, limit: int) -> bytes:
+    """All of ``path``, a regular file (:func:`read_regular`) of at most ``limit`` bytes; a larger one raises
+    an ``OSError`` (``EFBIG``) saying so, before more than ``limit`` + 1 bytes are read. For files whose path
+    comes from configuration or the command line: a lockfile, a spec, a keys file, the cache's own files."""
+    data = read_regular(path, limit)
+    if len(data) > limit:
+        size = f"{limit >> 20} MiB" if limit >= 1 << 20 and not limit % (1 << 20) else f"{limit} bytes"
+        raise OSError(errno.EFBIG, f"larger than {size}", os.fspath(path))
+    return data

@@ -420,9 +420,11 @@ class Provenance:
     triton_cache: dict[str, Any] | None = None  # {triton_key_sha256, backend_hash, env_vars}
     harvested: bool | None = None  # read from a Triton cache another process wrote
     build: dict[str, Any] | None = None  # the AOT request as compiled, for `karchive rebuild` (spec §12)
+    #: a torch.compile (Inductor) kernel: {source_digest, function, scheme, heuristic} (karchive.format.inductor_source)
+    inductor: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    _KNOWN = ("origin", "triton_version", "triton_hash", "source_key", "hooks", "triton_cache", "harvested", "build")
+    _KNOWN = ("origin", "triton_version", "triton_hash", "source_key", "hooks", "triton_cache", "harvested", "build", "inductor")
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> Provenance:
@@ -445,6 +447,7 @@ class Provenance:
             triton_cache=_opt(obj, "triton_cache", dict, where),
             harvested=_opt(obj, "harvested", bool, where),
             build=_opt(obj, "build", dict, where),
+            inductor=_opt(obj, "inductor", dict, where),
             extra={k: v for k, v in obj.items() if k not in cls._KNOWN},
         )
 
@@ -458,6 +461,8 @@ class Provenance:
             out["harvested"] = self.harvested
         if self.build is not None:
             out["build"] = self.build
+        if self.inductor is not None:
+            out["inductor"] = self.inductor
         out.update(self.extra)
         return out
 

@@ -115,3 +115,18 @@ def merge_table(record: Mapping[str, Any], device: Mapping[str, str], entries: M
     out = dict(record)
     out[FIELD] = sorted(kept + [table], key=lambda t: canonical_json(t.get("device")))
     return out
+
+
+def check_tables(record: Mapping[str, Any], where: str) -> None:
+    """A tuned list's shape (the reader's schema says the same); raises :class:`SchemaError`. The signed sidecar's
+    import checks a whole document with it before anything is written."""
+    raw = record.get(FIELD)
+    if raw is None:
+        return
+    if not isinstance(raw, list):
+        raise SchemaError(f"{where}.tuned must be a list", where=f"{where}.tuned")
+    for i, t in enumerate(raw):
+        ok = isinstance(t, Mapping) and isinstance(t.get("device"), Mapping) and isinstance(
+            t["device"].get("name"), str) and isinstance(t.get("entries"), list)
+        if not ok:
+            raise SchemaError(f"{where}.tuned[{i}] needs a device name and entries", where=f"{where}.tuned[{i}]")

@@ -43,7 +43,7 @@ from collections.abc import Callable
 
 from .. import __version__
 from ..errors import CacheError, FormatError, RegistryError
-from ..core.fsio import atomic_write, fsync_dir
+from ..core.fsio import atomic_write, fsync_dir, read_bounded
 from ..core.jsonio import canonical_json
 from ..format.check import check_archive_file
 from ..format.source import FileSource
@@ -115,6 +115,16 @@ class HeldFileSource(FileSource):
         self._release_hold()
 
 
+#: Receipts, cached records and marks are a few KiB; a larger file there is not one karchive wrote.
+_MAX_SMALL = 4 << 20
+
+
+def read_small(path: Path) -> bytes:
+    """A receipt, record or mark of the cache (under ``KARCHIVE_CACHE_DIR``): a regular file of at most
+    :data:`_MAX_SMALL` bytes, read without waiting on a FIFO or reading a device (else ``OSError``)."""
+    return read_bounded(path, _MAX_SMALL)
+
+
 def _write_small(path: Path, data: bytes) -> None:
     """Receipts and cached records: atomic, but not fsynced (they are regenerable from the blobs)."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -160,7 +170,7 @@ class Cache:
 
     def _read_receipt(self, digest: str) -> dict | None:
         try:
-            receipt = json.loads(self._receipt_path(digest).read_bytes())
+            receipt = json.loads(read_small(self._receipt_path(digest)))
         except (OSError, ValueError):
             return None
         return receipt if isinstance(receipt, dict) else None
@@ -334,7 +344,7 @@ class Cache:
     def recall(self, registry_url: str, name: str, version: str) -> VersionRecord | None:
         path = self._ref_path(registry_url, name, version)
         try:
-            data = path.read_bytes()
+            data = read_small(path)
         except OSError:
             return None
         try:
@@ -352,7 +362,7 @@ class Cache:
         """``{"final": V, "any": V}``: the newest final release and the newest version of ``name`` from
         this registry that were loaded and verified under a trust policy (None where there is none)."""
         try:
-            mark = json.loads(self._ratchet_path(registry_url, name).read_bytes())
+            mark = json.loads(read_small(self._ratchet_path(registry_url, name)))
         except (OSError, ValueError):
             return {"final": None, "any": None}
         if not isinstance(mark, dict):
@@ -383,7 +393,7 @@ class Cache:
         out: dict[str, list[str]] = {}
         for path in (self.root / "refs").glob("*/*/*.json"):
             try:
-                record = VersionRecord.from_json(path.read_bytes(), str(path))
+                record = VersionRecord.from_json(read_small(path), str(path))
             except (OSError, RegistryError):
                 continue
             out.setdefault(record.sha256, []).append(record.ref)

@@ -28,11 +28,9 @@ DEFAULT_TIMEOUT = 60.0
 
 
 def timeout_from_env() -> float:
-    """``$KARCHIVE_REGISTRY_TIMEOUT`` in seconds (a positive number), else :data:`DEFAULT_TIMEOUT`."""
-    raw = settings.registry_timeout()
-    if raw is None:
-        return DEFAULT_TIMEOUT
-    return check_timeout(raw, f"${TIMEOUT_ENV}")
+    """``$KARCHIVE_REGISTRY_TIMEOUT`` in seconds (checked by the settings module), else :data:`DEFAULT_TIMEOUT`."""
+    seconds = settings.registry_timeout()
+    return DEFAULT_TIMEOUT if seconds is None else seconds
 
 
 def check_timeout(value: object, what: str = "timeout") -> float:

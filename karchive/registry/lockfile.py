@@ -17,7 +17,7 @@ from typing import Any
 from collections.abc import Iterable, Mapping
 
 from ..core.digest import is_sha256_hex
-from ..core.fsio import atomic_write
+from ..core.fsio import atomic_write, read_bounded
 from ..core.jsonio import parse_json
 from ..errors import (DestinationError, LockfileError, LockfileMismatchError, LockfilePinError, RegistryError,
                       RegistryValueError)
@@ -28,6 +28,8 @@ from .refs import check_name, check_version
 
 LOCKFILE_VERSION = 1
 DEFAULT_NAME = "karchive.lock"
+#: A lockfile larger than this is refused before it is parsed (a pin is ~300 bytes: 50,000 pins fit).
+MAX_LOCKFILE_BYTES = 16 << 20
 
 
 @dataclass(frozen=True)
@@ -96,8 +98,8 @@ class Lockfile:
     @classmethod
     def load(cls, path: str | os.PathLike) -> Lockfile:
         where = os.fspath(path)
-        try:
-            raw = Path(where).read_bytes()
+        try:  # a path from configuration: a FIFO must not hang the load, nor /dev/zero fill memory (issue 34)
+            raw = read_bounded(where, MAX_LOCKFILE_BYTES)
         except OSError as exc:
             raise LockfileError(f"cannot read lockfile {where}: {exc.strerror or exc}", lockfile=where) from None
         doc = parse_json(raw, f"lockfile {where}", error=LockfileError)

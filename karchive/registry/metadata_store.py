@@ -202,7 +202,9 @@ def _seen_path(reg: Registry) -> Any:
 def seen_versions(reg: Registry) -> tuple[int, int]:
     """(snapshot, timestamp) version numbers this cache verified for the registry; (0, 0) if none."""
     try:
-        mark = json.loads(_seen_path(reg).read_bytes())
+        from .cache import read_small
+
+        mark = json.loads(read_small(_seen_path(reg)))
     except (OSError, ValueError):
         return 0, 0
     if not isinstance(mark, dict):

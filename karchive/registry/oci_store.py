@@ -270,7 +270,7 @@ class OciStore(Store):
         blob, size = L._sha256_of(layers[0], where)
         if size > L.MAX_MANIFEST_BYTES:
             raise DamagedRegistryError(f"{where}: document larger than {L.MAX_MANIFEST_BYTES} bytes", where=where)
-        data = self._get(f"{repo}/blobs/sha256:{blob}", f"read {tag} from").content
+        data: bytes = self._get(f"{repo}/blobs/sha256:{blob}", f"read {tag} from").content
         if L.digest_of(data) != f"sha256:{blob}":
             raise IntegrityError(f"{where}: the registry served a document that does not hash to sha256:{blob}",
                                  source=where)
@@ -360,7 +360,7 @@ class OciStore(Store):
         if size > MAX_ENVELOPE_BYTES:
             return b"\0" * (MAX_ENVELOPE_BYTES + 1)  # reported as too large by the reader, never fetched
         response = self._get(f"{subject.repo}/blobs/sha256:{blob}", f"read signature {blob[:12]} from")
-        data = response.content
+        data: bytes = response.content
         if L.digest_of(data) != f"sha256:{blob}":
             raise IntegrityError(f"{where}: the signature blob the registry served does not hash to sha256:{blob}; "
                                  "refusing it", source=where)
@@ -441,8 +441,8 @@ class OciStore(Store):
             return b""
         response = self.client.request("GET", f"{subject.repo}/blobs/sha256:{m.group(1)}",
                                        headers={"Range": f"bytes={start}-{end - 1}"}, ok=(206, 200))
-        data = response.content
-        return data[start:end] if response.status_code == 200 else data
+        body: bytes = response.content
+        return body[start:end] if response.status_code == 200 else body
 
     def create(self, path: str, data: bytes) -> bool:
         if path == MARKER:

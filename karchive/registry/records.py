@@ -125,7 +125,7 @@ def _str(value: Any, what: str) -> str:
 
 def _manifest_digest(value: Any) -> str:
     if value == "":
-        return value
+        return ""
     if not isinstance(value, str) or not value.startswith("sha256:"):
         raise DamagedRegistryError(f"manifest must be 'sha256:<64 hex>', got {value!r}"[:300], where="manifest")
     check_digest(value[7:])

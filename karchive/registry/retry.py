@@ -63,13 +63,6 @@ def is_transient(exc: BaseException) -> bool:
     return any(cls.__name__ in _TRANSIENT_NAMES for cls in type(exc).__mro__)
 
 
-def _env_number(raw: str | None, default: float) -> float:
-    try:
-        return default if raw is None else float(raw)
-    except ValueError:
-        return default
-
-
 @dataclass(frozen=True)
 class RetryPolicy:
     attempts: int = 5
@@ -82,9 +75,9 @@ class RetryPolicy:
     def from_env(cls) -> RetryPolicy:
         """``KARCHIVE_RETRIES`` (attempts), ``KARCHIVE_RETRY_DELAY`` (first backoff, seconds) and
         ``KARCHIVE_REGISTRY_TIMEOUT`` (the operation deadline, seconds)."""
-        return cls(attempts=max(1, int(_env_number(settings.retries(), cls.attempts))),
-                   base_delay=max(0.0, _env_number(settings.retry_delay(), cls.base_delay)),
-                   timeout=timeout_from_env())
+        attempts, delay = settings.retries(), settings.retry_delay()  # checked there: a bad value is an error
+        return cls(attempts=cls.attempts if attempts is None else attempts,
+                   base_delay=cls.base_delay if delay is None else delay, timeout=timeout_from_env())
 
     def delay(self, attempt: int) -> float:
         """Full-jitter exponential backoff, so many clients retrying at once spread out."""

@@ -22,8 +22,7 @@ import importlib.util
 import os
 import re
 import sys
-from collections.abc import Mapping
-from typing import Any
+from typing import Any, NoReturn
 
 from ..core import settings
 from ..errors import KarchiveError
@@ -31,7 +30,7 @@ from .core import AUDIT, FALLBACK, MODES, STRICT, Session, active, install, unin
 from .ledger import Report
 
 __all__ = ["serve", "serve_report", "stop", "activate_from_env", "STRICT", "FALLBACK", "AUDIT", "Report",
-           "ENV_ARCHIVES", "ENV_MODE", "ENV_REPORT", "ENV_MISSES", "shim_active"]
+           "ENV_ARCHIVES", "ENV_MODE", "ENV_REPORT", "ENV_MISSES", "shim_active", "shim_version"]
 
 # The variables are declared (and documented) in karchive/core/settings.py.
 ENV_ARCHIVES = settings.SERVE.name
@@ -78,9 +77,19 @@ def _ensure_triton(version: str | None = None) -> bool:
     except BaseException:
         del sys.modules["triton"]
         raise
-    if version and re.fullmatch(r"\d+(\.\d+){1,2}", version):  # libraries parse it (packaging.Version)
-        setattr(shim, "__version__", f"{version}+karchive.shim")  # noqa: B010
+    shown = shim_version(version)
+    if shown is not None:
+        setattr(shim, "__version__", shown)  # noqa: B010
     return True
+
+
+def shim_version(version: str | None) -> str | None:
+    """What the shim reports as ``triton.__version__`` for archives built with Triton ``version``: the release
+    (two or three dot-separated runs of ASCII digits: libraries parse it with ``packaging.Version``, which
+    takes no other digits) with ``+karchive.shim``; None for anything else (the shim's own 0.0.0 stays)."""
+    if isinstance(version, str) and re.fullmatch(r"[0-9]+(\.[0-9]+){1,2}", version, re.ASCII):
+        return f"{version}+karchive.shim"
+    return None
 
 
 def serve(*archives: Any, mode: str = STRICT, misses: str | os.PathLike | None = None,
@@ -108,6 +117,8 @@ def serve(*archives: Any, mode: str = STRICT, misses: str | os.PathLike | None =
 
         log = MissLog(misses)
     session = Session(opened, mode, log)
+    session.report.trust = {f"{a.name}@{a.version}": _trust_of(a) for a in opened}
+    _warn_unsigned(session.report)
     install(session)
     if report_at_exit:
         _exit_hook["where"] = report_at_exit
@@ -115,6 +126,37 @@ def serve(*archives: Any, mode: str = STRICT, misses: str | os.PathLike | None =
             atexit.register(_report_at_exit)
             _exit_hook["registered"] = True
     return session.report
+
+
+def _trust_of(arc: Any) -> str:
+    """How an archive's signatures were checked when it was opened: the verdict of the trust policy (the one
+    given as ``trust=``, else ``KARCHIVE_TRUST_POLICY``), or none."""
+    verdict = getattr(getattr(arc, "reader", None), "verdict", None)
+    if verdict is None:
+        return "unsigned: no trust policy checked it"
+    signers = getattr(verdict, "signers", ())
+    if not signers:
+        return "unsigned: the trust policy allows unsigned archives"
+    return "signed: " + ", ".join(f"{name} ({key[:16]})" for key, name in signers)
+
+
+#: Archives already warned about in this process (the warning is said once, the report says it every time).
+_WARNED: set[str] = set()
+
+
+def _warn_unsigned(report: Report) -> None:
+    """Serving identifies kernels by module, name and source digest, all of which an archive states itself: an
+    archive nobody signed can claim any kernel's source and be served to its call sites (docs/serving.md)."""
+    new = [a for a in report.unsigned if a not in _WARNED]
+    if not new:
+        return
+    _WARNED.update(new)
+    import logging
+
+    logging.getLogger("karchive.serve").warning(
+        "karchive.serve: serving %s unsigned (%s): an archive can claim any kernel's source key; set "
+        "%s to serve only archives your keys signed (docs/serving.md)", ", ".join(new),
+        report.trust.get(new[0], "").partition(": ")[2], settings.TRUST_POLICY.name)
 
 
 def serve_report() -> Report | None:
@@ -139,23 +181,37 @@ def _report_at_exit() -> None:
         return
     import json
 
-    try:
-        with open(str(where), "w", encoding="utf-8") as f:
-            json.dump(s.report.to_json(), f, indent=1, sort_keys=True)
+    from ..core.fsio import atomic_write
+
+    try:  # a temporary file renamed into place: a FIFO at the path is replaced, not waited on at exit
+        atomic_write(str(where), json.dumps(s.report.to_json(), indent=1, sort_keys=True).encode(), durable=False)
     except OSError as exc:
         print(f"karchive.serve: cannot write the report to {where}: {exc}", file=sys.stderr)
 
 
-def activate_from_env(environ: dict[str, str] | None = None) -> Report | None:
-    """Serve as ``KARCHIVE_SERVE`` (comma-separated archives) and ``KARCHIVE_SERVE_MODE`` say; None if unset."""
-    env: Mapping[str, str] = {v.name: v.raw() or "" for v in (settings.SERVE, settings.SERVE_MODE, settings.SERVE_REPORT,
-                                                             settings.SERVE_MISSES)} if environ is None else environ
-    refs = [r.strip() for r in env.get(ENV_ARCHIVES, "").split(",") if r.strip()]
-    if not refs:
+def activate_from_env() -> Report | None:
+    """Serve as ``KARCHIVE_SERVE`` (comma-separated archives) and ``KARCHIVE_SERVE_MODE`` say; None if
+    ``KARCHIVE_SERVE`` is unset. The values are read and checked by the settings module: set but empty, or a
+    mode that is not strict, fallback or audit (any case), is a :class:`~karchive.errors.SettingsError`."""
+    refs = settings.serve_archives()
+    if refs is None:
         return None
-    mode = env.get(ENV_MODE, STRICT).strip() or STRICT
-    report = env.get(ENV_REPORT) or False
-    return serve(*refs, mode=mode, misses=env.get(ENV_MISSES) or None, report_at_exit=report)
+    mode = settings.serve_mode() or STRICT
+    report = settings.SERVE_REPORT.text() or False
+    return serve(*refs, mode=mode, misses=settings.SERVE_MISSES.text(), report_at_exit=report)
+
+
+def fail_closed(exc: BaseException, where: str) -> NoReturn:
+    """A process asked to serve (``KARCHIVE_SERVE``) that cannot: one line on stderr, then exit 2 at once, so
+    that no program code runs unserved (through Triton's JIT) in any mode. Python's ``site`` module prints
+    and swallows a ``sitecustomize`` exception, so the boot module calls this instead of raising."""
+    what = str(exc) if isinstance(exc, (KarchiveError, OSError)) else f"{type(exc).__name__}: {exc}"
+    line = " ".join(f"{where}: cannot serve, so it does not run: {what}".split())
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    finally:
+        os._exit(2)
 
 
 class _ServeModule(type(sys)):  # type: ignore[misc]

@@ -418,7 +418,7 @@ class Boundary:
         if mode == "audit":
             if hit is not None:
                 self._record(live.name, hit[0])
-                self.session.report.would_serve(live.name, hit[1].key[:12])
+                self.session.report.would_serve(live.name, hit[1].key[:12], f"{hit[0].name}@{hit[0].version}")
             else:
                 self.session.report.missed(live.name, "; ".join(reasons), f"{live.name}({req.spec()})")
             return self._orig(src, target, options, _env_vars)

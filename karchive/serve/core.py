@@ -104,7 +104,8 @@ class Route:
         self.reasons: list[str] = []
         self.passthrough = False  # a library's own wrapper: its run decides, the JIT function's route serves
         self.extra: dict[str, Any] = {}  # a one-config autotuner's config, as Triton passes it
-        self.alternates: list[Any] = []
+        self.alternates: list[tuple[str, Any]] = []  # (NAME@VERSION, kernel) of later archives, tried on a miss
+        self.alt_calls: dict[str, int] = {}  # launches each later archive served (the report credits them exactly)
         self.fast: Callable[[Any], Any] | None = None  # obj[grid] -> launcher, for classes that keep Triton's run
         self.prep = False  # heuristics or a one-config autotuner's config to add before launching
         self.direct = False  # obj[grid] is the archive kernel's own launcher (strict, nothing to compute)
@@ -154,7 +155,7 @@ class Route:
             self.reasons = reasons
             return
         arc, kernel = found[0]
-        self.alternates = [k for _a, k in found[1:]]  # the same kernel in later archives: tried on a miss
+        self.alternates = [(f"{a.name}@{a.version}", k) for a, k in found[1:]]  # the same kernel, later archives
         resolver = getattr(kernel, "resolver", None)  # the Kernel's AutotuneResolver / HeuristicsResolver, if any
         if self.tuner is not None and not hasattr(resolver, "tuned_names"):
             configs = list(getattr(self.tuner, "configs", []) or [])
@@ -221,12 +222,13 @@ class Route:
                 self._config_hook(grid, args, kwargs)
             self.kernel[grid](*args, **kwargs)
         except MISS_ERRORS as exc:
-            for other in () if self.config_hooks else self.alternates:  # a later archive may hold it (no hook there)
+            for label, other in () if self.config_hooks else self.alternates:  # a later archive may hold it
                 try:
                     other[grid](*args, **kwargs)
                 except MISS_ERRORS:
                     continue
                 self.calls += 1
+                self.alt_calls[label] = self.alt_calls.get(label, 0) + 1
                 return None
             return self._missed(grid, args, kwargs, exc)
         self.calls += 1
@@ -350,9 +352,10 @@ class Route:
         full = self._heuristics(args, kwargs) if self.outer else dict(kwargs)
         full.update(self.extra)
         try:
-            variant = _select_any([self.kernel, *self.alternates], args, full)
+            label, variant = _select_any([(f"{self.archive.name}@{self.archive.version}", self.kernel),
+                                          *self.alternates], args, full)
             verdict: str | None = None
-            self.session.report.would_serve(self.live.name, getattr(variant, "key", "")[:12])
+            self.session.report.would_serve(self.live.name, getattr(variant, "key", "")[:12], label)
         except MISS_ERRORS as exc:
             verdict = _reason(exc)
             self.session.report.missed(self.live.name, verdict, self.describe(args, kwargs))
@@ -372,12 +375,13 @@ def _plain(value: Any) -> Any:
     return inner if inner is not value else str(value)
 
 
-def _select_any(kernels: Sequence[Any], args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
-    """The variant the first of ``kernels`` that fits would launch (the first one's error if none fits)."""
+def _select_any(kernels: Sequence[tuple[str, Any]], args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[str, Any]:
+    """(archive, variant): what the first of ``kernels`` ((archive, kernel) pairs) that fits would launch (the
+    first one's error if none fits)."""
     first: BaseException | None = None
-    for k in kernels:
+    for label, k in kernels:
         try:
-            return k.select(*args, **kwargs)
+            return label, k.select(*args, **kwargs)
         except MISS_ERRORS as exc:
             first = first or exc
     assert first is not None

@@ -19,15 +19,17 @@ class Report:
     def __init__(self, mode: str, archives: list[str]) -> None:
         self.mode = mode
         self.archives = archives
-        self._routes: dict[str, tuple[str, list[Any]]] = {}  # kernel -> (archive, routes)
+        self._routes: dict[str, list[tuple[str, Any]]] = {}  # kernel -> [(the archive its route found first, route)]
         self._misses: dict[tuple[str, str], dict[str, Any]] = {}
-        self._would: dict[str, set[str]] = {}  # audit: kernel -> variant keys selection picked
+        self._would: dict[str, set[tuple[str, str]]] = {}  # audit: kernel -> (archive, variant key) selection picked
+        #: NAME@VERSION -> how its signatures were checked ("signed: ...", "unsigned: ..."), set by serve()
+        self.trust: dict[str, str] = {}
         self._lock = threading.Lock()
         self._announced: set[tuple[str, str]] = set()
 
     def routed(self, kernel: str, archive: str, route: Any) -> None:
         with self._lock:
-            self._routes.setdefault(kernel, (archive, []))[1].append(route)
+            self._routes.setdefault(kernel, []).append((archive, route))
 
     def missed(self, kernel: str, reason: str, call: str) -> bool:
         """Record a miss; True the first time this (kernel, reason) is seen (the caller reports it once)."""
@@ -54,31 +56,46 @@ class Report:
             if hit is not None:
                 hit["count"] += 1
 
-    def would_serve(self, kernel: str, variant: str) -> None:
+    def would_serve(self, kernel: str, variant: str, archive: str) -> None:
         with self._lock:
-            self._would.setdefault(kernel, set()).add(variant)
+            self._would.setdefault(kernel, set()).add((archive, variant))
 
     # -- reading -------------------------------------------------------------------------------------------
     @property
     def served(self) -> dict[str, dict[str, Any]]:
-        """kernel -> {"archive", "calls", "direct"} for every kernel an archive serves. ``calls``: launches that
-        went through serve's own step (heuristics computed, fallback, ``.run``); ``direct``: the call site's
-        ``kernel[grid]`` is the archive kernel's own launcher (strict, nothing to compute), whose launches are
-        not counted (counting would cost every launch a Python step). Audit mode adds ``would_launch``: the
-        variants selection picked (Triton launched)."""
+        """kernel -> {"archive", "calls", "direct"} for every kernel an archive serves: ``archive`` is the first
+        archive (in the order given) that holds the kernel, ``calls`` the launches *it* served through serve's
+        own step (heuristics computed, fallback, ``.run``); ``direct``: the call site's ``kernel[grid]`` is the
+        archive kernel's own launcher (strict, nothing to compute), whose launches are not counted (counting
+        would cost every launch a Python step). ``also_served_by``: {archive: launches} of later archives that
+        served calls the first could not (each launch is credited to the archive whose binary ran). Audit
+        mode adds ``would_launch``: the variants selection picked (Triton launched), ``KEY (ARCHIVE)`` where
+        that variant is another archive's."""
         out: dict[str, dict[str, Any]] = {}
         with self._lock:
-            for kernel, (archive, routes) in sorted(self._routes.items()):
-                out[kernel] = {"archive": archive, "calls": sum(r.calls for r in routes),
+            for kernel, entries in sorted(self._routes.items()):
+                first = entries[0][0]
+                counts = _credit(entries)
+                routes = [r for _a, r in entries]
+                out[kernel] = {"archive": first, "calls": counts.pop(first, 0),
                                "direct": any(r.direct for r in routes)}
+                others = {a: n for a, n in sorted(counts.items()) if n or any(a == e for e, _r in entries)}
+                if others:
+                    out[kernel]["also_served_by"] = others
                 if any(getattr(r, "tunes_on_device", False)
                        or getattr(getattr(r.kernel, "resolver", None), "tune_on_device", False) for r in routes):
                     # an archive built ahead of time holds configs but no decisions: the runtime times them on
                     # the device once per key (and remembers it in the local tuning cache)
                     out[kernel]["tunes_on_device"] = True
                 if kernel in self._would:
-                    out[kernel]["would_launch"] = sorted(self._would[kernel])
+                    out[kernel]["would_launch"] = sorted(v if a == first else f"{v} ({a})"
+                                                         for a, v in self._would[kernel])
         return out
+
+    @property
+    def unsigned(self) -> list[str]:
+        """The archives served without a verified signature (no trust policy, or one that allows unsigned)."""
+        return [a for a in self.archives if not self.trust.get(a, "unsigned").startswith("signed")]
 
     @property
     def missed_list(self) -> list[dict[str, Any]]:
@@ -87,7 +104,8 @@ class Report:
 
     def to_json(self) -> dict[str, Any]:
         return {"format": "karchive-serve-report/1", "mode": self.mode, "archives": list(self.archives),
-                "served": self.served, "missed": self.missed_list}
+                "trust": {a: self.trust.get(a, "unsigned: not checked") for a in self.archives},
+                "unsigned": self.unsigned, "served": self.served, "missed": self.missed_list}
 
     def __str__(self) -> str:
         from ..core.text import printable
@@ -96,11 +114,17 @@ class Report:
         missed = self.missed_list
         lines = [f"karchive.serve({self.mode}) from {', '.join(self.archives) or '(no archives)'}: "
                  f"{len(served)} kernel(s) served, {len(missed)} miss(es)"]
+        for archive in self.unsigned:
+            lines.append(f"  UNSIGNED {archive}: served without a verified signature "
+                         f"({self.trust.get(archive, 'unsigned: not checked').partition(': ')[2]}); an archive can "
+                         "claim any kernel's source key: set KARCHIVE_TRUST_POLICY (docs/serving.md)")
         for kernel, info in served.items():
             extra = f", would launch {', '.join(info['would_launch'])}" if "would_launch" in info else ""
             direct = " + direct kernel[grid] launches (not counted)" if info["direct"] else ""
             tunes = ", tunes new keys on the device (no recorded decisions)" if info.get("tunes_on_device") else ""
-            lines.append(f"  served  {kernel} from {info['archive']}: {info['calls']} launch(es){direct}{extra}{tunes}")
+            also = "".join(f"; from {a}: {n} launch(es)" for a, n in info.get("also_served_by", {}).items())
+            lines.append(f"  served  {kernel} from {info['archive']}: {info['calls']} launch(es){direct}{also}{extra}"
+                         f"{tunes}")
         for m in missed:
             head, *rest = str(m["reason"]).splitlines() or [""]
             lines.append(f"  missed  {m['kernel']} ({m['count']} call(s)): {head}")
@@ -108,3 +132,15 @@ class Report:
             lines.append(f"          first call: {m['call']}")
         # names and reasons come from archives and user code: one printable line each
         return "\n".join(printable(line) for line in lines)
+
+
+def _credit(entries: list[tuple[str, Any]]) -> dict[str, int]:
+    """archive -> the launches whose binary came from it: a route's own archive gets its calls less those a
+    later archive served (``alt_calls``), which go to that archive."""
+    counts: dict[str, int] = {}
+    for archive, route in entries:
+        alt = dict(getattr(route, "alt_calls", None) or {})
+        counts[archive] = counts.get(archive, 0) + route.calls - sum(alt.values())
+        for other, n in alt.items():
+            counts[other] = counts.get(other, 0) + n
+    return counts

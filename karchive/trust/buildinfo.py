@@ -20,6 +20,7 @@ import re
 import sysconfig
 from typing import Any
 
+from ..core.fsio import read_regular
 from ..core.grammar import fullmatch
 from ..errors import TrustError
 from . import reasons
@@ -108,8 +109,7 @@ def _no_constant(name: str) -> Any:
 def load_build_info(path: str | os.PathLike) -> dict[str, Any]:
     where = os.fspath(path)
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_BUILD_INFO_BYTES + 1)
+        data = read_regular(path, MAX_BUILD_INFO_BYTES)  # a FIFO is refused, not waited on
     except OSError as exc:
         raise _fail(f"cannot read {where}: {exc.strerror or exc}") from exc
     if len(data) > MAX_BUILD_INFO_BYTES:

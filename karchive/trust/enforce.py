@@ -13,7 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any, Union
 
 from ..core import settings
-from ..errors import TrustError, TrustPolicyError
+from ..errors import SettingsError, TrustError, TrustPolicyError
 from . import reasons
 
 if TYPE_CHECKING:  # pragma: no cover - a policy needs cryptography; naming the type does not
@@ -31,13 +31,10 @@ def policy_from_env() -> str | None:
     """``$KARCHIVE_TRUST_POLICY``: None when unset; set but empty (or blank) is an error, never "no
     policy": ``KARCHIVE_TRUST_POLICY=`` once switched enforcement off and an unsigned archive loaded
     (issue 20). Unset the variable to run without a policy."""
-    value = settings.trust_policy()
-    if value is None:
-        return None
-    if not value.strip():
-        raise TrustPolicyError(f"${POLICY_ENV} is set but empty: give the path of a trust policy, or unset the "
-                               "variable to load without one", path="")
-    return value
+    try:
+        return settings.trust_policy()  # set but empty is refused there, as for every guarded variable
+    except SettingsError as exc:  # ... and reported as the policy error spec/SIGNING.md §6.1 names
+        raise TrustPolicyError(f"{exc}; unset it to load without a trust policy", path="") from None
 
 
 def resolve_policy(trust: TrustArg) -> TrustPolicy | None:

@@ -20,11 +20,15 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from ...core.fsio import read_bounded
 from ...core.tomlio import MAX_DEPTH, depth as toml_depth
 from ...errors import KarchiveError, SpecFileError
 from ..compile.aot import BACKEND_OPTIONS, VariantRequest
 from ...format.target import Target
 from ..compile.buildenv import validate_env
+
+#: A build spec larger than this is refused before it is parsed (a spec of 10,000 kernels is ~2 MiB).
+MAX_SPEC_BYTES = 16 << 20
 
 _KERNEL_KEYS = {"source", "signature", "signatures", "constexprs", "targets", "cuda", "hip", "include_ir", "configs"}
 _ALL_OPTIONS = set().union(*BACKEND_OPTIONS.values())
@@ -133,8 +137,8 @@ def _bool(table: dict, key: str, default: bool, where: str, path: str | None) ->
 def load_spec(path: str | os.PathLike) -> BuildSpec:
     path = os.fspath(path)
     try:
-        with open(path, "rb") as fh:
-            data = tomllib.load(fh)
+        # a FIFO is refused, not waited on; a device is not read on
+        data = tomllib.loads(read_bounded(path, MAX_SPEC_BYTES).decode("utf-8"))
     except FileNotFoundError as exc:
         raise SpecFileError(f"spec file not found: {path}", path=path) from exc
     except IsADirectoryError:

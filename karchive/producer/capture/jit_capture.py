@@ -18,7 +18,11 @@ Where the kernels come from (Triton >= 3.4, which has ``triton.knobs``):
   the wrapper also reads the values ``@triton.heuristics`` passed on (:mod:`._heuristics_log`).
 - ``Autotuner.run`` is wrapped (and ``knobs.autotuning.listener`` chained on 3.8+) to record the chosen
   config per autotune key (:mod:`._autotune_log`); ``Heuristics.run`` likewise for heuristics cases.
-- Kernels compiled by other processes (torch.compile's compile workers) are harvested from the Triton
+- ``torch.compile`` (Inductor): its kernels reach the listener through Inductor's own ``triton.compile`` calls and
+  are filed under their path-independent identity (``inductor.k<digest>:<function>``); its autotune decisions and
+  max-autotune template choices are recorded by :mod:`.inductor_capture` (the manifest's ``inductor`` section),
+  which also keeps Inductor's compiles in this process while capturing.
+- Kernels compiled by other processes (compile workers a capture did not reach) are harvested from the Triton
   cache directory at exit: entries created during the capture that no in-process compile produced.
 
 Which capture a kernel compiled on some thread belongs to is :mod:`._scope`'s policy (a
@@ -43,6 +47,7 @@ from ...core.jsonio import canonical_json
 from ...errors import CaptureError, KarchiveError, UnsupportedKernelError
 from ...format.autotune import json_safe
 from . import _scope as scope
+from . import inductor_capture
 from ._autotune_log import AutotuneLog, call_args, innermost_jit, tuning_key
 from ..compile.canonical import kernel_name
 from ._report import LEDGER, CacheWatch, LeftOut, describe_left_out, left_out, summarize
@@ -97,7 +102,10 @@ def describe_source(src: Any, entry: CacheEntry, *, origin: str = "capture", inc
     from ..compile.aot import pipeline_hooks
 
     fn = src.fn
-    kernel = kernel_name(fn)
+    inductor = inductor_capture.provenance(fn)  # Inductor's generated kernels: a name no path or user changes
+    kernel = inductor[0] if inductor is not None else kernel_name(fn)
+    if inductor is not None:
+        provenance_extra = {**(provenance_extra or {}), "inductor": inductor[1]}
     names = list(fn.arg_names)
     signature = dict(src.signature)
     consts: dict[int, Any] = {}
@@ -167,7 +175,7 @@ class Capture:
 
     def __init__(self, name: str, version: str, *, path: str | os.PathLike | None = None, include_ir: bool = True,
                  record_launches: bool = True, harvest: bool = True, strict: bool = False,
-                 scope: str = "process") -> None:
+                 scope: str = "process", inductor_in_process: bool = True) -> None:
         if not isinstance(name, str) or not name.strip():
             raise CaptureError("capture needs a non-empty archive name")
         if not isinstance(version, str) or not version.strip():
@@ -182,6 +190,8 @@ class Capture:
         self.harvest = harvest
         self.strict = strict
         self.scope = scope
+        self.inductor_in_process = inductor_in_process
+        self._undo_threads: Callable[[], None] | None = None
         self.variants: dict[str, CompiledVariant] = {}
         self.events: list[CaptureEvent] = []
         self.warnings: list[str] = []
@@ -189,6 +199,7 @@ class Capture:
         self.left_out: list[LeftOut] = []
         self.autotune = AutotuneLog()
         self.heuristics = HeuristicsLog()
+        self.inductor = inductor_capture.InductorLog()  # torch.compile's decisions (autotune configs, templates)
         self._hash_to_key: dict[str, str | None] = {}
         self._failed: dict[str, tuple[str, str]] = {}  # triton hash -> (category, why)
         self._lock = threading.RLock()
@@ -204,6 +215,8 @@ class Capture:
                 if not any(self._depth.values()):
                     self._window = (LEDGER.mark(), CacheWatch.start())
                     scope.activate(self)
+                    if self.inductor_in_process:
+                        self._undo_threads = inductor_capture.compile_in_process()
                 tid = threading.get_ident()
                 self._depth[tid] = self._depth.get(tid, 0) + 1
             scope.stack().append(self)
@@ -227,6 +240,9 @@ class Capture:
                 window, self._window = (self._window, None) if last else (None, self._window)
             if last:
                 scope.deactivate(self)
+                if self._undo_threads is not None:
+                    self._undo_threads()
+                    self._undo_threads = None
                 if window is not None:
                     lost = self._close_window(window[0], LEDGER.mark(), window[1])
         finally:
@@ -386,6 +402,12 @@ class Capture:
         produced = {k: (None if v is None else str(v)) for k, v in toolchain_versions().items()}
         builder = ArchiveBuilder(self.name, self.version, produced_by=produced, **kwargs)
         builder.extend(variants)
+        section = self.inductor.section(kernels)
+        if section is not None:
+            builder.extra["inductor"] = section
+        for w in self.inductor.warnings:
+            if w not in self.warnings:
+                self.warnings.append(w)
         if autotune:
             builder.autotune = autotune
         if heuristics:
@@ -456,6 +478,8 @@ class Capture:
                 threads[e.thread] = threads.get(e.thread, 0) + 1
             return {"variants": len(self.variants), "kernels": self.kernels(), "events": hows, "threads": threads,
                     "scope": self.scope, "autotune_records": len(self.autotune.records),
+                    "inductor_decisions": len(self.inductor.decisions),
+                    "inductor_template_tables": len(self.inductor.templates),
                     "heuristics_records": len(self.heuristics.to_json()),
                     "warnings": list(self.warnings), "errors": list(self.errors),
                     "window": dict(self._window_counts),
@@ -656,6 +680,7 @@ class _Hooks:
         self._wrap_autotuner()
         self._wrap_heuristics()
         self._restore.extend(scope.install_followers())
+        self._restore.extend(inductor_capture.install())
 
     def _chain(self, owner: Any, attr: str, ours: Callable[..., Any]) -> None:
         previous = getattr(owner, attr)

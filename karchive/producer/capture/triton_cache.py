@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from collections.abc import Iterator, Mapping
 
+from ...core.fsio import read_regular
 from ...core.grammar import fullmatch
 from ...core.jsonio import parse_json
 from ...errors import CaptureError, KarchiveError, SchemaError, UnsupportedKernelError
@@ -81,9 +82,8 @@ class CacheEntry:
         """Binary as bytes, IR as text: the same shape as ``CompiledKernel.asm``."""
         asm: dict[str, Any] = {}
         for ext, path in self.paths.items():
-            try:
-                with open(path, "rb") as fh:
-                    data = fh.read()
+            try:  # a directory the user named: a FIFO there is refused, not waited on
+                data = read_regular(path, None)
             except OSError as exc:
                 raise CaptureError(f"cannot read {path}: {exc}") from exc
             asm[ext] = data if ext in BINARY_EXTS else data.decode("utf-8", "replace")
@@ -93,8 +93,7 @@ class CacheEntry:
 def _load_json(path: str) -> Any:
     """A Triton cache file: Triton's JSON, not canonical (so not strict), but still a karchive error."""
     try:
-        with open(path, "rb") as fh:
-            raw = fh.read()
+        raw = read_regular(path, None)
     except OSError as exc:
         raise CaptureError(f"cannot read Triton cache file {path}: {exc}") from exc
     return parse_json(raw, f"Triton cache file {path}", error=CaptureError, strict=False)

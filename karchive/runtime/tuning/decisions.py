@@ -61,6 +61,14 @@ def key_text(key: Sequence[Any]) -> str:
     return canonical_json(list(key)).decode()
 
 
+def _read(path: Path) -> bytes:
+    """A decisions file of the tuning cache (under ``KARCHIVE_CACHE_DIR``): a regular file, never waited on
+    (a FIFO) nor read without end (a device); else ``OSError``, which callers treat as "no decisions"."""
+    from ...core.fsio import read_bounded
+
+    return read_bounded(path, _MAX_BYTES)
+
+
 class TuningStore:
     """Decisions of one kernel, per device model and driver; loaded on first use, written through."""
 
@@ -86,7 +94,7 @@ class TuningStore:
         decisions: dict[str, Any] = {}
         try:
             if path.is_file() and path.stat().st_size <= _MAX_BYTES:
-                data = parse_json(path.read_bytes(), str(path), error=KarchiveError)
+                data = parse_json(_read(path), str(path), error=KarchiveError)
                 if isinstance(data, dict) and isinstance(data.get("decisions"), dict):
                     decisions = {k: v for k, v in data["decisions"].items() if isinstance(v, dict)}
         except (OSError, KarchiveError):
@@ -150,7 +158,7 @@ def export_decisions(manifest: Any, root: Path | None = None) -> dict[str, Any]:
         folder = base / digest
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
             try:
-                data = parse_json(path.read_bytes(), str(path), error=KarchiveError)
+                data = parse_json(_read(path), str(path), error=KarchiveError)
             except (OSError, KarchiveError):
                 continue
             if isinstance(data, dict) and isinstance(data.get("decisions"), dict) and isinstance(data.get("device"), dict):

@@ -16,7 +16,7 @@ the kernels whose content (digest) is the same here. Nothing in the payload is e
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -96,12 +96,17 @@ def import_tables(manifest: Any, document: Mapping[str, Any], root: Path | None 
     """Write a (verified) sidecar document's decisions into this machine's tuning cache, for the kernels whose
     content (digest) is the same here: per GPU model, under this machine's driver version when ``local`` (its
     device) is that GPU model (tables are per model; the cache is per driver too), else the table's."""
+    from ...format.tuned import check_tables
+
     mine = dict(archive_kernels(manifest))
     records = {r.get("kernel"): r for r in (manifest.autotune or []) if isinstance(r, dict)}
-    written, skipped = 0, []
-    for k in document.get("kernels") or []:
+    kernels = document.get("kernels") or []
+    for k in kernels:  # the whole document is checked before anything is written: nothing half-imported
         if not isinstance(k, dict):
             raise KarchiveError("a tuning sidecar's kernels entry must be an object")
+        _check_tables(k, check_tables)
+    written, skipped = 0, []
+    for k in kernels:
         name = str(k.get("kernel"))
         if mine.get(name) != k.get("digest") or name not in records:
             skipped.append(f"{name}: the archive's kernel differs from the tuned one (digest)")
@@ -121,3 +126,25 @@ def import_tables(manifest: Any, document: Mapping[str, Any], root: Path | None 
                     store.put(device, list(e.get("key") or []), as_decision(configs[i]))
                     written += 1
     return {"written": written, "skipped": skipped}
+
+
+def _check_tables(kernel: Mapping[str, Any], check_tables: Callable[[Mapping[str, Any], str], None]) -> None:
+    """A sidecar kernel entry's tables: the shape the format states (``check_tables``), and every entry an
+    object whose ``key`` is an autotune key as JSON stores it (a list of scalars, a non-finite float as
+    ``{"float": ...}``). A signature says who sent the document, not that it is well formed (issue 34)."""
+    where = f"tuning sidecar kernel {str(kernel.get('kernel'))[:200]!r}"
+    check_tables({"tuned": kernel.get("tuned")}, where)
+    for t, table in enumerate(kernel.get("tuned") or []):
+        for n, entry in enumerate(table["entries"]):
+            key = entry.get("key") if isinstance(entry, dict) else None
+            if not isinstance(entry, dict):
+                raise KarchiveError(f"{where}: tuned[{t}] entry {n} is not an object")
+            if not isinstance(key, list) or not all(_key_part(v) for v in key):
+                raise KarchiveError(f"{where}: tuned[{t}] entry {n}: the key must be a list of numbers, strings, "
+                                    f"booleans or nulls, not {repr(key)[:120]}")
+
+
+def _key_part(value: Any) -> bool:
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return True
+    return isinstance(value, dict) and list(value) == ["float"] and isinstance(value["float"], str)

@@ -1,0 +1,188 @@
+"""The manifest's optional ``inductor`` section: the decisions ``torch.compile``'s Inductor made while a capture
+watched, so that a serving process makes none of them again (spec/FORMAT.md §6.7, docs/inductor-notes.md).
+
+- ``kernels``: per generated kernel (by :mod:`.inductor_source` identity), the config its ``CachingAutotuner``
+  launched with (after benchmarking its configs and, where on, coordinate descent), and the graphs it ran in.
+- ``templates``: max-autotune's template choices, as Inductor's own autotune table holds them
+  (``PersistentCache``: op, inputs key, matmul precision, then each choice's key and its time; a choice that
+  failed has ``null``, Inductor's ``inf``).
+- ``modules``: the scheduler's benchmarks of generated modules (epilogue/prologue fusion of templates, fusion
+  benchmarking, mix-order reduction split sizes): the module's source digest (:mod:`.inductor_source`) and the
+  milliseconds Inductor measured (``null``: ``inf``, it did not compile or spilled).
+
+Read from untrusted archives: every field is type-checked here and nothing is executed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import SchemaError
+from ._fields import opt, req
+from .inductor_source import is_inductor_name
+
+#: Version of the section's shape.
+SECTION_VERSION = 1
+_CONFIG_KEYS = ("kwargs", "num_warps", "num_stages", "num_ctas", "maxnreg")
+
+
+@dataclass(frozen=True)
+class KernelDecision:
+    """The config one Inductor kernel launched with, and where it ran."""
+
+    kernel: str  # archive name (inductor.k<digest>:<function>)
+    source_digest: str
+    config: dict[str, Any]  # {kwargs, num_warps, num_stages, num_ctas, maxnreg} (a triton.Config as data)
+    found_by_coordesc: bool = False
+    heuristic: str | None = None
+    graphs: tuple[str, ...] = ()
+    configs_compiled: int | None = None  # how many configs Inductor compiled to choose (what serving saves)
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> KernelDecision:
+        if not isinstance(obj, dict):
+            raise SchemaError(f"{where}: expected an object", where=where)
+        kernel = req(obj, "kernel", str, where)
+        if not is_inductor_name(kernel):
+            raise SchemaError(f"{where}.kernel: {kernel!r} is not an Inductor kernel name", where=f"{where}.kernel")
+        config = req(obj, "config", dict, where)
+        kwargs = req(config, "kwargs", dict, f"{where}.config")
+        for k, v in kwargs.items():
+            if not isinstance(v, (int, float, str, bool)) or v is None:
+                raise SchemaError(f"{where}.config.kwargs.{k}: expected a number, string or boolean",
+                                  where=f"{where}.config.kwargs")
+        for k in _CONFIG_KEYS[1:]:
+            value = opt(config, k, int, f"{where}.config")
+            if isinstance(value, bool):
+                raise SchemaError(f"{where}.config.{k}: expected an integer", where=f"{where}.config.{k}")
+        graphs = opt(obj, "graphs", list, where) or []
+        if not all(isinstance(g, str) for g in graphs):
+            raise SchemaError(f"{where}.graphs: expected strings", where=f"{where}.graphs")
+        compiled = opt(obj, "configs_compiled", int, where)
+        return cls(kernel=kernel, source_digest=req(obj, "source_digest", str, where),
+                   config={k: config.get(k) for k in _CONFIG_KEYS},
+                   found_by_coordesc=bool(opt(obj, "found_by_coordesc", bool, where)),
+                   heuristic=opt(obj, "heuristic", str, where), graphs=tuple(graphs), configs_compiled=compiled)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"kernel": self.kernel, "source_digest": self.source_digest,
+                               "config": {k: self.config.get(k) for k in _CONFIG_KEYS},
+                               "found_by_coordesc": self.found_by_coordesc, "graphs": list(self.graphs)}
+        if self.heuristic is not None:
+            out["heuristic"] = self.heuristic
+        if self.configs_compiled is not None:
+            out["configs_compiled"] = self.configs_compiled
+        return out
+
+
+@dataclass(frozen=True)
+class TemplateChoices:
+    """One max-autotune selection: the time of every choice Inductor weighed (``inf``: it failed)."""
+
+    op: str
+    inputs: str
+    precision: str
+    timings: dict[str, float]
+    hint_override: int | None = None
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> TemplateChoices:
+        if not isinstance(obj, dict):
+            raise SchemaError(f"{where}: expected an object", where=where)
+        raw = req(obj, "timings", dict, where)
+        timings: dict[str, float] = {}
+        for k, v in raw.items():
+            if v is None:
+                timings[k] = math.inf
+            elif isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+                timings[k] = float(v)
+            else:
+                raise SchemaError(f"{where}.timings[{k!r}]: expected a finite number or null",
+                                  where=f"{where}.timings")
+        hint = opt(obj, "hint_override", int, where)
+        return cls(op=req(obj, "op", str, where), inputs=req(obj, "inputs", str, where),
+                   precision=req(obj, "precision", str, where), timings=timings, hint_override=hint)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "inputs": self.inputs, "precision": self.precision, "hint_override": self.hint_override,
+                "timings": {k: (v if math.isfinite(v) else None) for k, v in sorted(self.timings.items())}}
+
+
+@dataclass(frozen=True)
+class InductorSection:
+    """The whole ``inductor`` section, with the lookups serving makes."""
+
+    kernels: tuple[KernelDecision, ...] = ()
+    templates: tuple[TemplateChoices, ...] = ()
+    modules: dict[str, float] = field(default_factory=dict)  # benchmark module source digest -> ms
+    _by_digest: dict[str, list[KernelDecision]] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for d in self.kernels:
+            self._by_digest.setdefault(d.source_digest, []).append(d)
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str = "manifest.inductor") -> InductorSection:
+        if not isinstance(obj, dict):
+            raise SchemaError(f"{where}: expected an object", where=where)
+        version = req(obj, "version", int, where)
+        if version != SECTION_VERSION:
+            raise SchemaError(f"{where}.version: this karchive reads version {SECTION_VERSION}, got {version}",
+                              where=f"{where}.version")
+        kernels = opt(obj, "kernels", list, where) or []
+        templates = opt(obj, "templates", list, where) or []
+        modules = {}
+        for k, v in (opt(obj, "modules", dict, where) or {}).items():
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)):
+                raise SchemaError(f"{where}.modules[{k!r}]: expected a finite number or null", where=f"{where}.modules")
+            modules[k] = math.inf if v is None else float(v)
+        return cls(tuple(KernelDecision.from_json(k, f"{where}.kernels[{i}]") for i, k in enumerate(kernels)),
+                   tuple(TemplateChoices.from_json(t, f"{where}.templates[{i}]") for i, t in enumerate(templates)),
+                   modules)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": SECTION_VERSION, "kernels": [k.to_json() for k in self.kernels],
+                "templates": [t.to_json() for t in self.templates], "modules": modules_json(self.modules)}
+
+    def decision(self, source_digest: str, graph: str | None = None) -> KernelDecision | None:
+        """The decision for a kernel of this source: the one recorded in ``graph`` where the same source chose
+        differently in two graphs (a reduction's block size changes its sums' order), else the first."""
+        found = self._by_digest.get(source_digest)
+        if not found:
+            return None
+        return next((d for d in found if graph is not None and graph in d.graphs), found[0])
+
+    def timings(self, op: str, inputs: str, precision: str, hint_override: int | None) -> dict[str, float] | None:
+        """Every recorded choice time of one selection (the last record of it wins), or None."""
+        hit = None
+        for t in self.templates:
+            if (t.op, t.inputs, t.precision, t.hint_override) == (op, inputs, precision, hint_override):
+                hit = t.timings if hit is None else {**hit, **t.timings}
+        return hit
+
+
+def graph_label(autotuner: Any) -> str | None:
+    """``<compile_id> forward|backward``: the graph a ``CachingAutotuner``'s kernel belongs to, where Inductor set
+    it (``set_compile_info``, before it precompiles); the same in the capturing and the serving process."""
+    cid = getattr(autotuner, "compile_id", None)
+    if cid is None:
+        return None
+    return f"{cid} {'backward' if getattr(autotuner, 'is_backward', False) else 'forward'}"
+
+
+def modules_json(modules: dict[str, float]) -> dict[str, float | None]:
+    """Module timings as JSON holds them (``inf`` is ``null``)."""
+    return {k: (v if math.isfinite(v) else None) for k, v in sorted(modules.items())}
+
+
+def section_of(manifest: Any) -> InductorSection | None:
+    """The ``inductor`` section of a manifest (its ``extra`` or raw JSON), or None when it has none."""
+    extra = getattr(manifest, "extra", None)
+    raw = extra.get("inductor") if isinstance(extra, dict) else None
+    return None if raw is None else InductorSection.from_json(raw)
+
+
+__all__ = ["SECTION_VERSION", "KernelDecision", "TemplateChoices", "InductorSection", "section_of", "modules_json",
+           "graph_label"]

@@ -1,0 +1,227 @@
+"""Inductor's side of a capture: what ``torch.compile`` decided while the window was open (docs/inductor-notes.md).
+
+Inductor compiles its generated kernels with ``triton.compile(ASTSource(fn, ...))`` directly (not through
+``JITFunction.run``); Triton's compilation listener sees those compiles like any other, and :mod:`.jit_capture`
+files each one under its :mod:`karchive.format.inductor_source` identity. What the listener cannot see is recorded
+here, while any capture is active:
+
+- **which config each ``CachingAutotuner`` launched with** (``CachingAutotuner.run`` wrapped: once it has one
+  launcher, after benchmarking and coordinate descent), how many it compiled to choose, and the graph
+  (``compile_id``, forward or backward) it ran in;
+- **max-autotune's template choices**: every complete answer of Inductor's autotune table
+  (``PersistentCache.lookup``: op, inputs key, matmul precision, each choice's key and time);
+- **compiles stay in this process** (``Capture(inductor_in_process=True)``, the default):
+  ``torch._inductor.config.compile_threads`` is 1 while capturing, so that no compile worker compiles a kernel
+  this process never sees as a source (a worker's compile reaches the archive only as a harvested cache entry,
+  without Inductor's identity and decisions).
+
+The hooks are installed only when torch is already imported (a capture never imports torch itself) and are
+undone when the last capture ends. The records become the manifest's ``inductor`` section
+(:mod:`karchive.format.inductor_records`).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+from collections.abc import Callable
+
+from ...format import inductor_source
+from ...format.inductor_records import SECTION_VERSION, KernelDecision, TemplateChoices, graph_label, modules_json
+from ..compile.kernel_ref import config_json
+from . import _scope as scope
+
+_MARK = "_karchive_decided"  # set on an autotuner once its decision is recorded
+
+
+class InductorLog:
+    """What one capture learnt from Inductor: decisions per kernel identity, template timings."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.decisions: dict[str, list[KernelDecision]] = {}  # source digest -> one per distinct config
+        self.templates: dict[tuple[str, str, str, int | None], dict[str, float]] = {}
+        self.modules: dict[str, float] = {}  # benchmarked module source digest -> ms
+        self.warnings: list[str] = []
+
+    def decide(self, decision: KernelDecision) -> None:
+        """Record a decision; autotuners of one source that chose the same config share an entry (their graphs
+        merged), one that chose another config gets its own (served to its graphs)."""
+        with self._lock:
+            entries = self.decisions.setdefault(decision.source_digest, [])
+            for i, old in enumerate(entries):
+                if old.config == decision.config and old.found_by_coordesc == decision.found_by_coordesc:
+                    entries[i] = KernelDecision(old.kernel, old.source_digest, old.config, old.found_by_coordesc,
+                                                old.heuristic, tuple(dict.fromkeys(old.graphs + decision.graphs)),
+                                                old.configs_compiled)
+                    return
+            entries.append(decision)
+
+    def timings(self, op: str, inputs: str, precision: str, hint: int | None, timings: dict[str, float]) -> None:
+        with self._lock:
+            self.templates.setdefault((op, inputs, precision, hint), {}).update(timings)
+
+    def module_time(self, digest: str, ms: float) -> None:
+        with self._lock:
+            self.modules[digest] = ms
+
+    def section(self, kernels: set[str]) -> dict[str, Any] | None:
+        """The manifest's ``inductor`` section: decisions of the kernels the archive holds, every template table and
+        module benchmark."""
+        with self._lock:
+            decided = [d for ds in self.decisions.values() for d in ds if d.kernel in kernels]
+            templates = [TemplateChoices(op, inputs, precision, dict(t), hint)
+                         for (op, inputs, precision, hint), t in self.templates.items()]
+            modules = dict(self.modules)
+        if not decided and not templates and not modules:
+            return None
+        return {"version": SECTION_VERSION, "kernels": [d.to_json() for d in sorted(decided, key=lambda d: d.kernel)],
+                "templates": [t.to_json() for t in sorted(templates, key=lambda t: (t.op, t.inputs, t.precision))],
+                "modules": modules_json(modules)}
+
+
+def decision_of(autotuner: Any) -> KernelDecision | None:
+    """The decision a ``CachingAutotuner`` has made (one launcher left), or None (none yet / not Inductor's)."""
+    launchers = getattr(autotuner, "launchers", None) or []
+    if len(launchers) != 1:
+        return None
+    ident = inductor_source.of_function(getattr(autotuner, "fn", None))
+    if ident is None:
+        return None
+    config = launchers[0].config
+    graph = graph_label(autotuner)
+    data = config_json(config)
+    return KernelDecision(ident.name, ident.digest, {k: data.get(k) for k in
+                                                     ("kwargs", "num_warps", "num_stages", "num_ctas", "maxnreg")},
+                          found_by_coordesc=bool(getattr(config, "found_by_coordesc", False)),
+                          heuristic=ident.heuristic, graphs=(graph,) if graph else (),
+                          configs_compiled=getattr(autotuner, "_karchive_compiled", None))
+
+
+def _logs() -> list[InductorLog]:
+    caps, _rule = scope.targets()
+    return [c.inductor for c in caps if getattr(c, "inductor", None) is not None]
+
+
+def _after_run(autotuner: Any) -> None:
+    if autotuner.__dict__.get(_MARK):
+        return
+    decision = decision_of(autotuner)
+    if decision is None:
+        return
+    for log in _logs():
+        log.decide(decision)
+    autotuner.__dict__[_MARK] = True
+
+
+def _after_lookup(choices: Any, op: str, inputs: str, hint: int | None, timings: Any) -> None:
+    if not isinstance(timings, dict) or not choices or len(timings) != len(choices):
+        return
+    import torch
+
+    precision = str(torch.get_float32_matmul_precision())
+    table = {str(c.hash_key()): float(t) for c, t in timings.items()}
+    for log in _logs():
+        log.timings(op, inputs, precision, hint, table)
+
+
+def install() -> list[Callable[[], None]]:
+    """Wrap Inductor's autotuner, autotune table and module benchmarks; the undo functions. Nothing when torch is
+    not imported, or Inductor cannot be."""
+    if "torch" not in sys.modules:
+        return []
+    try:
+        from torch._inductor.codecache import PersistentCache
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    except Exception:  # noqa: BLE001 - a torch without Inductor (or a broken one): nothing of Inductor's to watch
+        return []
+    undo: list[Callable[[], None]] = []
+    orig_run, orig_pre, orig_lookup = CachingAutotuner.run, CachingAutotuner.precompile, PersistentCache.lookup
+
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = orig_run(self, *args, **kwargs)
+        if not self.__dict__.get(_MARK) and scope.any_active():
+            try:
+                _after_run(self)
+            except Exception:  # noqa: BLE001 - a hook inside Inductor's launch must never break the workload
+                pass
+        return out
+
+    def precompile(self: Any, *args: Any, **kwargs: Any) -> Any:
+        out = orig_pre(self, *args, **kwargs)
+        if scope.any_active() and "_karchive_compiled" not in self.__dict__:
+            self.__dict__["_karchive_compiled"] = len(getattr(self, "compile_results", None) or ())
+        return out
+
+    def lookup(self: Any, choices: Any, op: str, inputs: str, benchmark: Any, *args: Any, **kwargs: Any) -> Any:
+        hint_override = kwargs.get("hint_override", args[0] if args else None)  # torch >= 2.9 passes it
+        out = orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
+        if scope.any_active():
+            try:
+                _after_lookup(choices, op, inputs, hint_override, out)
+            except Exception:  # noqa: BLE001 - recording must never break the compile
+                pass
+        return out
+
+    undo += _wrap_module_benchmark()
+    CachingAutotuner.run = run
+    CachingAutotuner.precompile = precompile
+    PersistentCache.lookup = lookup
+    undo.append(lambda: setattr(CachingAutotuner, "run", orig_run) if CachingAutotuner.run is run else None)
+    undo.append(lambda: setattr(CachingAutotuner, "precompile", orig_pre)
+                if CachingAutotuner.precompile is precompile else None)
+    undo.append(lambda: setattr(PersistentCache, "lookup", orig_lookup) if PersistentCache.lookup is lookup else None)
+    return undo
+
+
+def compile_in_process() -> Callable[[], None] | None:
+    """``compile_threads = 1`` (no compile worker) where torch's Inductor is imported; the undo, or None."""
+    if "torch" not in sys.modules:
+        return None
+    try:
+        from torch._inductor import config as inductor_config
+    except Exception:  # noqa: BLE001 - no Inductor: nothing compiles in workers
+        return None
+    threads = inductor_config.compile_threads
+    inductor_config.compile_threads = 1
+    return lambda: setattr(inductor_config, "compile_threads", threads)
+
+
+def _wrap_module_benchmark() -> list[Callable[[], None]]:
+    """Record what the scheduler's ``TritonScheduling.benchmark_codegened_module`` measured, per module source."""
+    try:
+        from torch._inductor.codegen.triton import TritonScheduling
+    except Exception:  # noqa: BLE001 - an Inductor without Triton codegen: nothing benchmarked there
+        return []
+    orig = TritonScheduling.benchmark_codegened_module
+
+    def bench(self: Any, mod: Any, *args: Any, **kwargs: Any) -> Any:
+        out = orig(self, mod, *args, **kwargs)
+        if scope.any_active():
+            try:
+                digest = inductor_source.module_digest(mod)
+                if digest is not None:
+                    for log in _logs():
+                        log.module_time(digest, float(out[0]))
+            except Exception:  # noqa: BLE001 - recording must never break the compile
+                pass
+        return out
+
+    TritonScheduling.benchmark_codegened_module = bench
+    return [lambda: setattr(TritonScheduling, "benchmark_codegened_module", orig)
+            if TritonScheduling.benchmark_codegened_module is bench else None]
+
+
+def provenance(fn: Any) -> tuple[str, dict[str, Any]] | None:
+    """(archive name, ``provenance.inductor``) of a JIT function Inductor generated, else None."""
+    ident = inductor_source.of_function(fn)
+    if ident is None:
+        return None
+    prov: dict[str, Any] = {"source_digest": ident.digest, "function": ident.function, "scheme": inductor_source.SCHEME}
+    if ident.heuristic:
+        prov["heuristic"] = ident.heuristic
+    return ident.name, prov
+
+
+__all__ = ["InductorLog", "compile_in_process", "decision_of", "install", "provenance"]

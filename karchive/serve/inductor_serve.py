@@ -1,0 +1,323 @@
+"""Inductor's side of serving: ``torch.compile`` answered from an archive's recorded decisions, benchmarking nothing
+(docs/inductor-notes.md).
+
+A serving process still runs Dynamo, AOTAutograd and Inductor's codegen (with empty caches); what it must not do
+is compile Triton kernels (the compile boundary serves each ``triton.compile`` of an archived kernel) or benchmark.
+Inductor benchmarks in three places, each answered here from the manifest's ``inductor`` section
+(:mod:`karchive.format.inductor_records`):
+
+- ``CachingAutotuner`` (every generated kernel with more than one config): before it precompiles, its configs
+  become the one config the capture saw it launch with, marked found by coordinate descent and as an autotune-cache
+  hit, exactly what Inductor does itself on a hit of its own autotune cache, so it compiles that config alone
+  (through the boundary), never benchmarks, never runs coordinate descent nor rescales its reduction block;
+- max-autotune's template selection: ``PersistentCache.lookup`` answers with the recorded time of every choice,
+  so Inductor neither precompiles the choices nor benchmarks them and picks what the capture picked;
+- the scheduler's benchmarks of generated modules (``TritonScheduling.benchmark_codegened_module``: template
+  epilogue/prologue fusion, fusion benchmarking, mix-order reduction split sizes): answered with the milliseconds
+  the capture measured for a module of the same source digest, so the module is neither compiled nor run and the
+  scheduler fuses as it did;
+- anything left (``benchmark_all_configs``, ``coordinate_descent_tuning`` reached anyway): counted, and a
+  ``strict`` session refuses it.
+
+Inductor compiles in this process while serving (``compile_threads = 1``): a compile worker would compile outside
+the boundary. ``strict``: a kernel with several configs and no recorded decision, or a template selection with no
+recorded times, raises :class:`~karchive.errors.ServeMissError` naming it. ``fallback``: Inductor benchmarks as it
+would, the miss is reported (the boundary compiles and records the kernels). ``audit``: nothing is changed, what
+would have been answered is counted.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import sys
+import threading
+from typing import Any
+from collections.abc import Callable
+
+from ..errors import ServeMissError
+from ..format import inductor_source
+from ..format.inductor_records import InductorSection, KernelDecision, graph_label, section_of
+
+STRICT, FALLBACK, AUDIT = "strict", "fallback", "audit"
+
+
+class InductorServing:
+    """The Inductor patches of one serve session, and what they did (:meth:`to_json`)."""
+
+    def __init__(self, archives: list[Any], mode: str) -> None:
+        self.mode = mode
+        self.labels = tuple(f"{a.name}@{a.version}" for a in archives)
+        self.sections: list[InductorSection] = [s for a in archives if (s := section_of(a.manifest)) is not None]
+        self.lock = threading.Lock()
+        self.pinned = 0  # autotuners narrowed to their recorded config
+        self.configs_skipped = 0  # configs Inductor would have compiled and benchmarked
+        self.templates_answered = 0
+        self.modules_answered = 0
+        self.benchmarks = 0  # benchmark / coordinate-descent runs that still happened (0 when served)
+        self.misses: list[dict[str, str]] = []
+        self._undo: list[Callable[[], None]] = []
+
+    # -- lookups -----------------------------------------------------------------------------------
+    def decision(self, digest: str, graph: str | None = None) -> KernelDecision | None:
+        for s in self.sections:
+            d = s.decision(digest, graph)
+            if d is not None:
+                return d
+        return None
+
+    def timings(self, op: str, inputs: str, precision: str, hint: int | None) -> dict[str, float] | None:
+        for s in self.sections:
+            t = s.timings(op, inputs, precision, hint)
+            if t is not None:
+                return t
+        return None
+
+    def module_time(self, digest: str) -> float | None:
+        for s in self.sections:
+            if digest in s.modules:
+                return s.modules[digest]
+        return None
+
+    def miss(self, what: str, name: str, reason: str) -> None:
+        """Report a miss; raise it in strict mode."""
+        with self.lock:
+            self.misses.append({"what": what, "name": name, "reason": reason})
+        if self.mode == STRICT:
+            raise ServeMissError(
+                f"karchive.serve(strict): Inductor {what} {name}: {reason}. Nothing was benchmarked; archives: "
+                f"{', '.join(self.labels) or '(none)'}", kernel=name, call=what, archives=self.labels)
+
+    # -- the decisions -----------------------------------------------------------------------------
+    def pin(self, tuner: Any) -> None:
+        """Narrow a ``CachingAutotuner`` to its recorded config before it compiles (see the module doc)."""
+        if tuner.__dict__.get("_karchive_pinned") or getattr(tuner, "compile_results", None):
+            return  # decided already, or compiled elsewhere (a worker, Inductor's caches)
+        configs = list(getattr(tuner, "configs", None) or [])
+        ident = inductor_source.of_function(getattr(tuner, "fn", None))
+        name = ident.name if ident is not None else str(getattr(getattr(tuner, "fn", None), "__name__", "?"))
+        decision = self.decision(ident.digest, graph_label(tuner)) if ident is not None else None
+        coordesc = bool(getattr(tuner, "inductor_meta", {}).get("coordinate_descent_tuning", False))
+        if decision is None:
+            if len(configs) > 1 or coordesc:
+                why = "its source is not an Inductor module karchive can read" if ident is None else \
+                    "the archives record no autotune decision for this source"
+                self.miss("kernel", name, f"{why} (Inductor would benchmark {len(configs)} configs"
+                          f"{' and run coordinate descent' if coordesc else ''})")
+            return
+        shapes = {frozenset(getattr(c, "kwargs", {}) or {}) for c in configs}
+        if shapes and frozenset(decision.config["kwargs"]) not in shapes:  # an archive never adds a constexpr
+            self.miss("kernel", name, f"the recorded config sets {sorted(decision.config['kwargs'])}, which no "
+                      f"config of this kernel does ({sorted(sorted(k) for k in shapes)})")
+            return
+        if self.mode == AUDIT:
+            with self.lock:
+                self.pinned += 1
+            return
+        config = make_config(decision, type(configs[0]) if configs else None)
+        tuner.configs = [config]
+        info = dict(getattr(tuner, "autotune_cache_info", None) or {})
+        info.update({"autotune_cache_state": "hit", "karchive": name})
+        tuner.autotune_cache_info = info
+        tuner.__dict__["_karchive_pinned"] = True
+        with self.lock:
+            self.pinned += 1
+            self.configs_skipped += max(0, len(configs) - 1)
+
+    def answer(self, choices: list[Any], op: str, inputs: str, hint: int | None) -> dict[Any, float] | None:
+        """Every choice's recorded time, or None when any is missing."""
+        import torch
+
+        table = self.timings(op, inputs, str(torch.get_float32_matmul_precision()), hint)
+        if table is None:
+            return None
+        keys = [str(c.hash_key()) for c in choices]
+        if not all(k in table for k in keys):
+            return None
+        return {c: table[k] for c, k in zip(choices, keys)}
+
+    # -- patches -----------------------------------------------------------------------------------
+    def install(self) -> bool:
+        """Patch Inductor (False, nothing patched, where torch is not imported or has no Inductor)."""
+        if "torch" not in sys.modules:
+            return False
+        try:
+            from torch._inductor import config as inductor_config
+            from torch._inductor.codecache import PersistentCache
+            from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+        except Exception:  # noqa: BLE001 - no Inductor in this torch: nothing to serve for it
+            return False
+        me = self
+        orig_pre = CachingAutotuner.precompile
+        orig_bench = CachingAutotuner.benchmark_all_configs
+        orig_coord = CachingAutotuner.coordinate_descent_tuning
+        orig_lookup = PersistentCache.lookup
+
+        def precompile(self: Any, *args: Any, **kwargs: Any) -> Any:
+            me.pin(self)
+            return orig_pre(self, *args, **kwargs)
+
+        def counted(orig: Callable[..., Any], what: str) -> Callable[..., Any]:
+            def bench(self: Any, *args: Any, **kwargs: Any) -> Any:
+                ident = inductor_source.of_function(getattr(self, "fn", None))
+                name = ident.name if ident is not None else str(getattr(self.fn, "__name__", "?"))
+                with me.lock:
+                    me.benchmarks += 1
+                if me.mode == STRICT:
+                    me.miss("kernel", name, f"{what} was reached (the archives do not pin this kernel's config)")
+                return orig(self, *args, **kwargs)
+
+            return bench
+
+        def lookup(self: Any, choices: Any, op: str, inputs: str, benchmark: Any, *args: Any, **kwargs: Any) -> Any:
+            hint_override = kwargs.get("hint_override", args[0] if args else None)  # torch >= 2.9 passes it
+            answered = me.answer(list(choices), op, inputs, hint_override) if choices else None
+            if answered is not None and me.mode != AUDIT:
+                with me.lock:
+                    me.templates_answered += 1
+                return answered
+            if answered is None and benchmark is not None:
+                me.miss("template selection", f"{op}({inputs})",
+                        f"the archives record no times for {len(choices)} choices (Inductor would benchmark them)")
+            return orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
+
+        self._undo = self._wrap_module_benchmark()
+        CachingAutotuner.precompile = precompile
+        CachingAutotuner.benchmark_all_configs = counted(orig_bench, "benchmark_all_configs")
+        CachingAutotuner.coordinate_descent_tuning = counted(orig_coord, "coordinate_descent_tuning")
+        PersistentCache.lookup = lookup
+        threads = inductor_config.compile_threads
+        if self.mode != AUDIT:
+            inductor_config.compile_threads = 1
+        self._undo += [
+            lambda: setattr(CachingAutotuner, "precompile", orig_pre),
+            lambda: setattr(CachingAutotuner, "benchmark_all_configs", orig_bench),
+            lambda: setattr(CachingAutotuner, "coordinate_descent_tuning", orig_coord),
+            lambda: setattr(PersistentCache, "lookup", orig_lookup),
+            lambda: setattr(inductor_config, "compile_threads", threads),
+        ]
+        return True
+
+    def _wrap_module_benchmark(self) -> list[Callable[[], None]]:
+        try:
+            from torch._inductor.codegen.triton import TritonScheduling
+        except Exception:  # noqa: BLE001 - no Triton codegen in this Inductor: nothing benchmarked there
+            return []
+        me = self
+        orig = TritonScheduling.benchmark_codegened_module
+
+        def bench(self: Any, mod: Any, *args: Any, **kwargs: Any) -> Any:
+            digest = inductor_source.module_digest(mod)
+            ms = me.module_time(digest) if digest is not None else None
+            if ms is not None and me.mode != AUDIT:
+                with me.lock:
+                    me.modules_answered += 1
+                return ms, mod.__file__
+            if ms is None:
+                name = f"{digest[:16] if digest else '?'} ({getattr(mod, '__file__', '?')})"
+                me.miss("module benchmark", name, "the archives record no time for a module of this source "
+                        "(the scheduler would compile and benchmark it)")
+            return orig(self, mod, *args, **kwargs)
+
+        TritonScheduling.benchmark_codegened_module = bench
+        return [lambda: setattr(TritonScheduling, "benchmark_codegened_module", orig)]
+
+    def uninstall(self) -> None:
+        for undo in reversed(self._undo):
+            undo()
+        self._undo = []
+
+    def to_json(self) -> dict[str, Any]:
+        with self.lock:
+            return {"autotuners_pinned": self.pinned, "configs_not_compiled": self.configs_skipped,
+                    "template_selections_answered": self.templates_answered,
+                    "module_benchmarks_answered": self.modules_answered, "benchmarks": self.benchmarks,
+                    "misses": list(self.misses)}
+
+
+def make_config(decision: KernelDecision, config_type: Any = None) -> Any:
+    """The ``triton.Config`` Inductor's autotuner takes (``config_type``: the class of the configs it holds), from
+    a recorded decision, marked found by coordinate descent: the recorded config is final."""
+    if config_type is None:
+        import triton
+
+        config_type = triton.Config
+
+    c = decision.config
+    options = {k: c[k] for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if c.get(k) is not None}
+    config = config_type(dict(c["kwargs"]), **options)
+    config.found_by_coordesc = True
+    return config
+
+
+_ACTIVE: dict[str, InductorServing | None] = {"serving": None}
+
+
+def install_inductor(session: Any) -> InductorServing | None:
+    """Serve Inductor's decisions from ``session``'s archives (its ``archives`` and ``mode``); replaces a previous
+    installation. None when this process has no Inductor to patch (torch not imported)."""
+    uninstall_inductor()
+    serving = InductorServing(list(session.archives), session.mode)
+    if not serving.install():
+        return None
+    _ACTIVE["serving"] = serving
+    return serving
+
+
+#: Imported when torch.compile's Inductor backend first compiles: the moment to patch Inductor in a process whose
+#: serving began before torch was imported (``KARCHIVE_SERVE``).
+TRIGGER = "torch._inductor.compile_fx"
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``then()`` once :data:`TRIGGER` has been imported (its loader's ``exec_module`` wrapped)."""
+
+    def __init__(self, then: Callable[[], object]) -> None:
+        self.then = then
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != TRIGGER:
+            return None
+        sys.meta_path.remove(self)  # one shot; the other finders find the module
+        spec = importlib.util.find_spec(name)
+        loader = getattr(spec, "loader", None)
+        if spec is None or loader is None or not hasattr(loader, "exec_module"):
+            return spec
+        exec_module, then = loader.exec_module, self.then
+
+        def exec_and_install(module: Any) -> None:
+            exec_module(module)
+            then()
+
+        loader.exec_module = exec_and_install
+        return spec
+
+
+def install_inductor_on_import(session: Any) -> InductorServing | None:
+    """:func:`install_inductor` now where Inductor is imported, else as soon as it is (for ``KARCHIVE_SERVE``,
+    which starts serving before the program imports torch). Returns the installation, or None until then."""
+    if TRIGGER in sys.modules:
+        return install_inductor(session)
+    for f in [f for f in sys.meta_path if isinstance(f, _AfterImport)]:
+        sys.meta_path.remove(f)
+    sys.meta_path.insert(0, _AfterImport(lambda: install_inductor(session)))
+    return None
+
+
+def uninstall_inductor() -> InductorServing | None:
+    """Inductor's own methods back (and a pending :func:`install_inductor_on_import` dropped); returns what was
+    installed."""
+    for f in [f for f in sys.meta_path if isinstance(f, _AfterImport)]:
+        sys.meta_path.remove(f)
+    serving, _ACTIVE["serving"] = _ACTIVE["serving"], None
+    if serving is not None:
+        serving.uninstall()
+    return serving
+
+
+def active_inductor() -> InductorServing | None:
+    return _ACTIVE["serving"]
+
+
+__all__ = ["InductorServing", "install_inductor", "install_inductor_on_import", "uninstall_inductor",
+           "active_inductor", "make_config", "TRIGGER"]

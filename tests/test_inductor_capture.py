@@ -1,0 +1,146 @@
+"""Capture of torch.compile's kernels on the CPU (torch with Inductor, the GPU-less Triton driver): Inductor's own
+``triton.compile`` calls filed under the path-independent identity, the autotuner's decision and graph recorded in
+the manifest's ``inductor`` section, compiles kept in this process. Runs where torch is installed
+(``/work/venv-torch``); the GPU proof is tests/gpu/test_inductor_gpu.py."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+pytest.importorskip("torch._inductor.runtime.triton_heuristics")
+
+import karchive
+from karchive.format import inductor_source
+from karchive.format.inductor_records import InductorSection
+from karchive.format.open import open_location
+
+from inductor_support import FakeLauncher, load_generated
+
+
+@pytest.fixture
+def inductor_gpu(fake_gpu_driver, triton_cache_dir):
+    return fake_gpu_driver
+
+
+def _decide(tuner, index=0, coordesc=False, compile_id="0/0", backward=False):
+    """What Inductor leaves after autotuning: one launcher, of the winning config (the launch itself is faked)."""
+    import torch._inductor.runtime.triton_heuristics as th
+
+    config = tuner.compile_results[index].config if tuner.compile_results else tuner.configs[index]
+    if coordesc:
+        config.found_by_coordesc = True
+    tuner.launchers = [FakeLauncher(config)]
+    tuner.compile_id = compile_id
+    tuner.is_backward = backward
+    th.CachingAutotuner.run(tuner, stream=0)  # the wrapped run: one launcher, so no autotune, just the launch
+    return config
+
+
+def test_inductor_compiles_are_filed_under_the_identity_with_the_decision(inductor_gpu, tmp_path):
+    tuner = load_generated("pointwise_gelu.py", tmp_path)
+    n_configs = len(tuner.configs)
+    with karchive.capture("compiled-model", version="1") as cap:
+        tuner.precompile(warm_cache_only=True)  # every config through Inductor's triton.compile
+        tuner.__dict__["_karchive_compiled"] = n_configs
+        chosen = _decide(tuner, index=min(1, n_configs - 1), compile_id="0/1")
+    cap.save(tmp_path / "m.karc")
+    ident = inductor_source.of_function(tuner.fn)
+    assert cap.kernels() == [ident.name]
+    reader = open_location(tmp_path / "m.karc")
+    manifest = reader.manifest
+    variants = [v for v in manifest["variants"]]
+    assert len(variants) == n_configs and {v["kernel"] for v in variants} == {ident.name}
+    assert all(v["provenance"]["inductor"]["source_digest"] == ident.digest for v in variants)
+    section = InductorSection.from_json(manifest["inductor"])
+    decision = section.decision(ident.digest)
+    assert decision.config["kwargs"] == dict(chosen.kwargs) and decision.config["num_warps"] == chosen.num_warps
+    assert decision.graphs == ("0/1 forward",) and decision.configs_compiled == n_configs
+    assert decision.heuristic == "pointwise"
+    assert reader.verify() == []
+    from karchive.cli.inspect_cmds import schema_problems
+
+    assert schema_problems(manifest) == []
+    assert reader.model.variants_of(ident.name)[0].provenance.inductor["function"] == tuner.fn.__name__
+
+
+def test_the_same_source_elsewhere_is_the_same_kernel_and_a_changed_one_is_not(inductor_gpu, tmp_path):
+    a = load_generated("pointwise_gelu.py", tmp_path / "m1", user="alice")
+    b = load_generated("pointwise_gelu.py", tmp_path / "m2", user="bob")
+    c = load_generated("pointwise_gelu.py", tmp_path / "m3", edit=("0.7071067811865476", "0.7071"))
+    assert a.fn.__module__ != b.fn.__module__ and a.filename != b.filename
+    ia, ib, ic = (inductor_source.of_function(t.fn) for t in (a, b, c))
+    assert ia == ib and ic.digest != ia.digest and ic.function == ia.function
+
+
+def test_decisions_of_two_graphs_merge_and_backward_is_named(inductor_gpu, tmp_path):
+    a = load_generated("reduction_rmsnorm.py", tmp_path / "x")
+    b = load_generated("reduction_rmsnorm.py", tmp_path / "y")
+    with karchive.capture("m", version="1") as cap:
+        a.precompile(warm_cache_only=True)
+        b.precompile(warm_cache_only=True)
+        _decide(a, compile_id="0/0")
+        _decide(b, compile_id="1/0", backward=True)
+    section = cap.inductor.section(set(cap.kernels()))
+    assert len(section["kernels"]) == 1
+    assert section["kernels"][0]["graphs"] == ["0/0 forward", "1/0 backward"]
+    assert json.loads(json.dumps(section)) == section
+
+
+def test_template_timings_are_recorded_from_inductors_autotune_table(tmp_path, monkeypatch):
+    import torch._inductor.config as inductor_config
+    from torch._inductor.codecache import PersistentCache
+
+    class Choice:
+        def __init__(self, key):
+            self.key = key
+
+        def hash_key(self):
+            return self.key
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))  # an empty autotune table
+    choices = [Choice("mm-a"), Choice("mm-b")]
+    with karchive.capture("m", version="1") as cap:
+        assert inductor_config.compile_threads == 1  # compiles stay where the listener sees them
+        PersistentCache().lookup(choices, "mm", "inputs-key", lambda cs: {cs[0]: 0.5, cs[1]: math.inf})
+        PersistentCache().lookup(choices, "mm", "other", None)  # a probe without benchmark: nothing to record
+    ((key, table),) = cap.inductor.templates.items()
+    assert key[:2] == ("mm", "inputs-key") and table == {"mm-a": 0.5, "mm-b": math.inf}
+
+
+def test_inspect_says_which_kernels_came_from_inductor_and_their_graphs(inductor_gpu, tmp_path, capsys):
+    from karchive.cli.main import main
+
+    tuner = load_generated("reduction_rmsnorm.py", tmp_path)
+    with karchive.capture("m", version="1") as cap:
+        tuner.precompile(warm_cache_only=True)
+        _decide(tuner, index=1, compile_id="2/0", backward=True)
+    cap.save(tmp_path / "m.karc")
+    assert main(["inspect", str(tmp_path / "m.karc")]) == 0
+    out = capsys.readouterr().out
+    assert "torch.compile (Inductor): 1 kernel with recorded autotune decisions" in out
+    assert "triton_red_fused_add_mean_mul_pow_rsqrt_0" in out and "2/0 backward" in out and "R0_BLOCK=2048" in out
+    assert main(["inspect", "--json", str(tmp_path / "m.karc")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["inductor"]["kernels"][0]["graphs"] == ["2/0 backward"]
+    assert main(["inspect", "--summary", str(tmp_path / "m.karc")]) == 0
+    assert "1 generated by torch.compile (Inductor)" in capsys.readouterr().out
+
+
+def test_compiles_stay_in_process_only_while_capturing_unless_asked_not_to():
+    import torch._inductor.config as inductor_config
+
+    before = inductor_config.compile_threads
+    inductor_config.compile_threads = 4
+    try:
+        with karchive.capture("m", version="1"):
+            assert inductor_config.compile_threads == 1
+            with karchive.capture("inner", version="1", inductor_in_process=False):
+                assert inductor_config.compile_threads == 1  # the outer capture still wants it
+        assert inductor_config.compile_threads == 4
+        with karchive.capture("m", version="1", inductor_in_process=False):
+            assert inductor_config.compile_threads == 4  # Inductor's workers compile: harvested, no identity
+    finally:
+        inductor_config.compile_threads = before
