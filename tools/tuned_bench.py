@@ -5,7 +5,8 @@
 
 Each kernel is compiled for every config (Triton, no GPU needed) and gets the records a capture of
 ``k[grid](x, y, out, 4096)`` would write: the autotune entry for key ``[4096]`` (``[4096, True]`` for the
-stacked one), the heuristics as stored expressions. tools/bench_launch.py and tools/bench_launch_cpu.py time
+stacked one) with int addresses and with three fp32 tensors (whose dtypes Triton's key appends), the
+heuristics as stored expressions. tools/bench_launch.py and tools/bench_launch_cpu.py time
 them beside ``add_kernel`` (the plain fixed-grid kernel of the same arity) and beside the same kernel launched
 with every meta-parameter given (its own plain launch).
 """
@@ -38,12 +39,17 @@ def build(out: pathlib.Path, target: str = "cuda:90") -> pathlib.Path:
     heur = variants("add_heur", [{"BLOCK": b} for b in (256, 512, 1024)])
     stacked = variants("add_stacked", [{**c, "EVEN": e} for c in CONFIGS for e in (True, False)])
     configs = [{"kwargs": c, "num_warps": 4, "num_stages": 3} for c in CONFIGS]
+    # Triton's autotune key appends str(x.dtype) of every argument with a dtype: int addresses (the CPU bench)
+    # add nothing, three fp32 torch tensors (the GPU bench) add three
+    fp32 = ["torch.float32"] * 3
     autotune = [
         {"kernel": "extra_kernels:add_tuned", "key_names": ["n_elements"], "dtype_args": [], "fallback": "nearest-log2",
-         "configs": configs, "entries": [{"key": [4096], "config": 0, "variant": key(tuned[0])}]},
+         "configs": configs, "entries": [{"key": [4096], "config": 0, "variant": key(tuned[0])},
+                                         {"key": [4096, *fp32], "config": 0, "variant": key(tuned[0])}]},
         {"kernel": "extra_kernels:add_stacked", "key_names": ["n_elements", "EVEN"], "dtype_args": [],
          "fallback": "nearest-log2", "outer_heuristics": ["EVEN"], "configs": configs,
-         "entries": [{"key": [4096, True], "config": 0, "variant": key(stacked[0])}]},
+         "entries": [{"key": [4096, True], "config": 0, "variant": key(stacked[0])},
+                     {"key": [4096, True, *fp32], "config": 0, "variant": key(stacked[0])}]},
     ]
     heuristics = [
         {"kernel": "extra_kernels:add_heur", "names": ["BLOCK"], "cases": {"BLOCK": []},
