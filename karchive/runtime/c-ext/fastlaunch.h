@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#define ABI_VERSION 5
+#define ABI_VERSION 6
 
 #if PY_VERSION_HEX < 0x030B0000 /* public from 3.11 on; before, private and taking unsigned char * */
 #define PyFloat_Pack2(x, p, le) _PyFloat_Pack2((x), (unsigned char *)(p), (le))
