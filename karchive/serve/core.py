@@ -499,6 +499,12 @@ def install(session: Session) -> None:
         return
     boundary.install(session)
     _ACTIVE["session"] = session
+    from .inductor_serve import active_inductor, install_inductor_on_import
+
+    # torch.compile's autotuning answered from the archives' Inductor records (now where Inductor is loaded, else
+    # when it is imported); its kernels' compiles reach the boundary like any other
+    install_inductor_on_import(session)
+    session.report.sources["inductor"] = lambda: (lambda s: s.to_json() if s is not None else None)(active_inductor())
 
 
 def install_routes(session: Session) -> None:
@@ -522,7 +528,9 @@ def install_routes(session: Session) -> None:
 def uninstall() -> Session | None:
     """Stop serving: the classes get their own methods back; returns the session that was active."""
     from . import boundary
+    from .inductor_serve import uninstall_inductor
 
+    uninstall_inductor()
     boundary.uninstall()
     s = _ACTIVE["session"]
     patched = _ACTIVE["patched"]

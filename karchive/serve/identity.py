@@ -29,6 +29,7 @@ from ..format.names import is_kernel_name, short_name
 #: How the live digest was computed (and what it is compared with).
 CACHE_KEY = "triton-cache-key"  # JITFunction.cache_key vs provenance.source_key
 MODULE_SOURCE = "module-source"  # sha256 of the module's source vs the variant's stored source member
+INDUCTOR = "inductor-source"  # torch.compile's generated module, normalised (format/inductor_source) vs provenance
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,14 @@ def module_digest(jit: Any) -> str | None:
 
 
 def live_identity(jit: Any) -> LiveIdentity:
-    """Name and digest of a live JIT function: Triton's cache key where Triton computes one, else (the shim)
-    the module source digest."""
+    """Name and digest of a live JIT function: for a kernel ``torch.compile`` generated, its Inductor identity (the
+    normalised module source: the same on every machine, user and cache directory; ``inductor.k<digest>:<fn>``);
+    else Triton's cache key where Triton computes one, else (the shim) the module source digest."""
+    from ..format.inductor_source import of_function
+
+    generated = of_function(jit)
+    if generated is not None:
+        return LiveIdentity(generated.name, generated.function, generated.digest, INDUCTOR)
     name = live_name(jit)
     key = None
     kind = MODULE_SOURCE
@@ -91,6 +98,10 @@ def variant_digest(variant: Any, kind: str) -> str | None:
     """The digest a variant was built from, in the form ``kind`` compares."""
     if kind == CACHE_KEY:
         return getattr(variant.provenance, "source_key", None)
+    if kind == INDUCTOR:
+        info = getattr(variant.provenance, "inductor", None)
+        digest = info.get("source_digest") if isinstance(info, dict) else None
+        return digest if isinstance(digest, str) else None
     src = getattr(variant, "source", None)
     return src if isinstance(src, str) else None
 
@@ -99,7 +110,7 @@ def matches(variant: Any, live: LiveIdentity) -> bool:
     if live.digest is None:
         return False
     have = variant_digest(variant, live.kind)
-    if live.kind == CACHE_KEY:
+    if live.kind in (CACHE_KEY, INDUCTOR):
         return have == live.digest
     return have == source_member(live.digest)
 
