@@ -1,0 +1,68 @@
+"""Issue 35, "the first hour, round 3": what a third fresh-machine trial hit, each reproduced as a user
+meets it (scripts and commands in child processes, through real pipes)."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from support import ROOT, needs_triton
+
+
+def karchive(*argv: str, cwd: pathlib.Path | None = None, env: dict[str, str] | None = None,
+             timeout: float = 120) -> subprocess.CompletedProcess:
+    """``karchive ARGV`` in a fresh process, as a terminal runs it."""
+    return subprocess.run([sys.executable, "-m", "karchive.cli.main", *argv], capture_output=True, text=True,
+                          cwd=str(cwd or ROOT), env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+                          timeout=timeout)
+
+
+def two_variant_spec(directory: pathlib.Path, name: str = "pasted") -> pathlib.Path:
+    spec = directory / "spec.toml"
+    spec.write_text(textwrap.dedent(f"""\
+        [archive]
+        name = "{name}"
+        version = "0.1.0"
+        targets = ["cuda:90"]
+
+        [[kernel]]
+        source = "{ROOT / 'examples' / 'kernels.py'}:add_kernel"
+        signature = "*fp32:16, *fp32:16, *fp32:16, i32"
+        constexprs = {{ BLOCK = [128, 256] }}
+        """))
+    return spec
+
+
+# -- 1. the README's Python build snippet, pasted into a script ----------------------------------------
+SNIPPET = """\
+import karchive.build
+karchive.build.build_archive(karchive.build.load_spec({spec!r}), {out!r}, jobs=2, progress=False)
+print("built")
+"""
+
+
+@needs_triton
+@pytest.mark.parametrize("how", ["script", "stdin"])
+def test_the_readme_build_snippet_runs_pasted_into_a_script_or_stdin(tmp_path, how):
+    """No ``if __name__ == "__main__":`` guard, as pasted: the worker processes must not re-run it."""
+    spec, out = two_variant_spec(tmp_path), tmp_path / "pasted.karc"
+    code = SNIPPET.format(spec=str(spec), out=str(out))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "KARCHIVE_CACHE_DIR": str(tmp_path / "cache")}
+    if how == "script":
+        (tmp_path / "build_it.py").write_text(code)
+        done = subprocess.run([sys.executable, "build_it.py"], capture_output=True, text=True, cwd=tmp_path,
+                              env=env, timeout=600)
+    else:
+        done = subprocess.run([sys.executable, "-"], input=code, capture_output=True, text=True, cwd=tmp_path,
+                              env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == "built\n"  # once: no worker ran the script again
+    assert "Traceback" not in done.stderr
+    from karchive.format.reader import ArchiveReader
+
+    assert len(ArchiveReader.from_path(str(out)).model.variants) == 2
