@@ -10,7 +10,8 @@ heuristics-computed constexpr, and the archive gets, as data:
   and no entries: the runtime tunes a key on the device among the prebuilt configs;
 - a heuristics record (§6.4) holding, per computed name, an expression
   (:mod:`karchive.format.heuristics_expr`) translated from the function's source, or nothing when it
-  cannot be translated (the build then needs the name's values from the spec, and a caller passes it).
+  cannot be translated (the build then needs the name's values from the spec; a direct launch is refused,
+  since Triton computes the value from each call, while karchive.serve computes it with the library's function).
 
 ``prune_configs_by``: ``early_config_prune`` is applied per request with the spec's constexpr values where
 it needs nothing else; ``perf_model`` / ``top_k`` never (they need the device). What was applied, and why
@@ -254,7 +255,9 @@ def _records(stack: Stack, warnings: list[str], ref: str) -> tuple[dict | None, 
             try:
                 exprs[name] = translate(fn)
             except Untranslatable as exc:
-                warnings.append(f"{ref}: heuristic {name!r} is not stored ({exc}); callers pass {name}=...")
+                warnings.append(f"{ref}: heuristic {name!r} is not stored ({exc}); the archive cannot compute {name} "
+                                "for a call (Triton computes it from each call), so a direct launch is refused; a "
+                                "call site served by karchive.serve computes it with the library's own function")
         he = {"kernel": kernel, "names": [n for n, _f, _o in heur], "cases": {}, "exprs": exprs}
     return at, he
 
