@@ -66,3 +66,37 @@ def test_the_readme_build_snippet_runs_pasted_into_a_script_or_stdin(tmp_path, h
     from karchive.format.reader import ArchiveReader
 
     assert len(ArchiveReader.from_path(str(out)).model.variants) == 2
+
+
+# -- 3. an unusable build cache; 10. an output that cannot be written: one line, before compiling ------
+@needs_triton
+@pytest.mark.parametrize("cache", ["{tmp}/a-file", "/proc/karchive-cache"])
+def test_an_unusable_build_cache_is_one_line_before_compiling(tmp_path, cache):
+    (tmp_path / "a-file").write_text("not a directory")
+    cache = cache.format(tmp=tmp_path)
+    done = karchive("build", str(two_variant_spec(tmp_path)), "-o", str(tmp_path / "out.karc"), "-j", "1",
+                    env={"KARCHIVE_CACHE_DIR": cache})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr  # one line: no progress, no per-variant failures
+    assert done.stderr.startswith(f"karchive: error: the build cache {cache}/triton-build cannot be used (")
+    assert "KARCHIVE_CACHE_DIR" in done.stderr and not (tmp_path / "out.karc").exists()
+
+
+@needs_triton
+@pytest.mark.parametrize("out", ["/proc/x.karc", "/proc/"])
+def test_an_output_on_a_special_filesystem_is_refused_before_compiling_with_the_true_reason(tmp_path, out):
+    done = karchive("build", str(two_variant_spec(tmp_path)), "-o", out, "-j", "1",
+                    env={"KARCHIVE_CACHE_DIR": str(tmp_path / "cache")})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert "files cannot be created in /proc (a special filesystem" in done.stderr
+    assert "does not exist" not in done.stderr
+    assert not (tmp_path / "cache").exists()  # nothing compiled
+
+
+def test_a_write_that_fails_in_an_existing_directory_does_not_say_it_is_missing():
+    from karchive.core.fsio import atomic_write
+    from karchive.errors import DestinationError
+
+    with pytest.raises(DestinationError, match=r"files cannot be created in /proc \(a special filesystem"):
+        atomic_write("/proc/karchive-x.karc", b"x")

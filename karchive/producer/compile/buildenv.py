@@ -34,6 +34,7 @@ from ...errors import CompileError, SpecFileError
 
 __all__ = [
     "CLEARED_ENV", "CODEGEN_ENV", "COMPILE_LOCK", "DEFAULT_FP_FUSION", "cache_namespace", "cache_root",
+    "check_cache_root",
     "check_import_time_state", "compile_environment", "controlled_names", "ignored_from_shell", "shell_warning",
     "strip_shell", "triton_env_vars", "validate_env",
 ]
@@ -135,6 +136,29 @@ def cache_root() -> str:
     from ...core.paths import BUILD_CACHE, cache_dir
 
     return os.path.join(os.path.abspath(cache_dir()), BUILD_CACHE)
+
+
+def check_cache_root() -> str:
+    """:func:`cache_root`, created and proved writable before anything compiles: an unusable cache would
+    otherwise fail every variant alike, one compiler traceback each. ``CacheError`` names the directory."""
+    from ...core.destination import unwritable
+    from ...errors import CacheError
+
+    root = cache_root()
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as exc:
+        above = os.path.dirname(root)
+        while above != os.path.dirname(above) and not os.path.lexists(above):
+            above = os.path.dirname(above)
+        # mkdir in /proc says "No such file or directory" of a directory that exists: say what is true
+        why = (unwritable(above) if os.path.isdir(above) else None) or f"cannot create it: {exc.strerror or exc}"
+    else:
+        why = unwritable(root)
+    if why:
+        raise CacheError(f"the build cache {root} cannot be used ({why}); set KARCHIVE_CACHE_DIR to a writable "
+                         "directory", path=root)
+    return root
 
 
 def cache_namespace(names: list[str], env: Mapping[str, str]) -> str:
