@@ -145,6 +145,7 @@ def check_cache_root() -> str:
     from ...errors import CacheError
 
     root = cache_root()
+    why: str | None
     try:
         os.makedirs(root, exist_ok=True)
     except OSError as exc:
