@@ -3,6 +3,7 @@ meets it (scripts and commands in child processes, through real pipes)."""
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import subprocess
@@ -100,3 +101,71 @@ def test_a_write_that_fails_in_an_existing_directory_does_not_say_it_is_missing(
 
     with pytest.raises(DestinationError, match=r"files cannot be created in /proc \(a special filesystem"):
         atomic_write("/proc/karchive-x.karc", b"x")
+
+
+# -- 6. diff after editing one kernel of a module -------------------------------------------------------
+THREE_KERNELS = '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def first(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1.0, mask=offs < n)
+
+
+@triton.jit
+def second(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2.0, mask=offs < n)
+
+
+@triton.jit
+def third(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) - 1.0, mask=offs < n)
+'''
+
+
+@pytest.fixture(scope="module")
+def three_versions(tmp_path_factory):
+    """v1; v2: `second` edited in place (no line added); v3: a line added to `second`, so `third` moves."""
+    tmp = tmp_path_factory.mktemp("three")
+    src = tmp / "three.py"
+    spec = tmp / "spec.toml"
+    blocks = "".join(f'\n[[kernel]]\nsource = "{src}:{k}"\nsignature = "*fp32:16, i32"\nconstexprs = {{ BLOCK = [128, 256] }}\n'
+                     for k in ("first", "second", "third"))
+    spec.write_text('[archive]\nname = "three"\nversion = "1"\ntargets = ["cuda:90"]\n' + blocks)
+    env = {"KARCHIVE_CACHE_DIR": str(tmp / "cache")}
+    texts = [THREE_KERNELS, THREE_KERNELS.replace("* 2.0", "* 3.0"),
+             THREE_KERNELS.replace("* 2.0, mask=offs < n)\n", "* 2.0, mask=offs < n)\n    return\n")]
+    for i, text in enumerate(texts, 1):
+        src.write_text(text)
+        done = karchive("build", str(spec), "-o", str(tmp / f"v{i}.karc"), "-j", "1", "--quiet", env=env, timeout=300)
+        assert done.returncode == 0, done.stderr
+    return tmp
+
+
+@needs_triton
+def test_diff_says_which_kernel_changed_and_which_only_sit_in_the_edited_module(three_versions):
+    v1, v2 = str(three_versions / "v1.karc"), str(three_versions / "v2.karc")
+    data = json.loads(karchive("diff", v1, v2, "--json").stdout)
+    assert data["summary"]["kernels"]["changed"] == ["three:second"]
+    assert data["summary"]["kernels"]["module_only"] == ["three:first", "three:third"]
+    causes = {(v["kernel"], v["specialisation"]): v["cause"] for v in data["variants"]}
+    assert causes[("three:second", "BLOCK=128")] == "the kernel's own code changed"
+    assert causes[("three:first", "BLOCK=256")].startswith("only the module text around the kernel changed")
+    text = karchive("diff", v1, v2)
+    assert text.returncode == 1  # the archives differ (the stored module did)
+    assert text.stdout.count("only the module text around it") == 4
+    assert text.stdout.count("\n~ ") == 2  # details only for the kernel that changed, once per variant
+    assert "kernels: 1 changed, 2 with only the module text around them changed" in text.stdout
+    stat = karchive("diff", v1, v2, "--stat").stdout
+    assert next(x for x in stat.splitlines() if x.startswith("three:first ")).endswith(
+        "only the module text around it (source, provenance.build.sources)")
+    assert "the kernel's own code changed: " in next(x for x in stat.splitlines() if x.startswith("three:second "))
+    # A line added to `second`: `third`'s text is the same, at other lines (Triton's key counts the line).
+    moved = json.loads(karchive("diff", v1, str(three_versions / "v3.karc"), "--json").stdout)
+    codes = {v["kernel"]: v["code"] for v in moved["variants"]}
+    assert codes == {"three:first": None, "three:second": "edited", "three:third": "moved"}
