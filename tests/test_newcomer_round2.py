@@ -138,7 +138,9 @@ def test_a_command_piped_into_head_exits_quietly(big_archive, argv):
     cmd = " ".join([sys.executable, "-m", "karchive.cli.main", *(a.format(big=big_archive) for a in argv)])
     done = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd} | head -1"], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stderr
+    # 141 where the output was cut, as git (issue 35.7): the JSON is far larger than a pipe; a short text
+    # may be written whole before head exits (0)
+    assert done.returncode == 141 if "--json" in argv else done.returncode in (0, 141), done.stderr
     assert done.stderr == ""  # no "Broken pipe", no "Exception ignored"
     assert len(done.stdout.splitlines()) == 1
 

@@ -169,3 +169,22 @@ def test_diff_says_which_kernel_changed_and_which_only_sit_in_the_edited_module(
     moved = json.loads(karchive("diff", v1, str(three_versions / "v3.karc"), "--json").stdout)
     codes = {v["kernel"]: v["code"] for v in moved["variants"]}
     assert codes == {"three:first": None, "three:second": "edited", "three:third": "moved"}
+
+
+# -- 7. diff | head: never "identical" when the output was cut ------------------------------------------
+def test_a_diff_cut_by_head_is_141_not_identical(tmp_path):
+    from hostile_factory import honest_v2
+
+    a, b = tmp_path / "a.karc", tmp_path / "b.karc"
+    a.write_bytes(honest_v2({"k": 300})[0])
+    b.write_bytes(honest_v2({"k": 300, "other": 50})[0])
+    for argv in (["diff", a, b], ["diff", a, b, "--json"], ["diff", a, b, "--stat"], ["inspect", a, "--json"]):
+        cmd = " ".join([sys.executable, "-m", "karchive.cli.main", *map(str, argv)])
+        done = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd} | head -1"], capture_output=True, text=True,
+                              timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        if "--stat" in argv:  # two lines of table: written whole (the true answer, 1) or cut (141)
+            assert done.returncode in (1, 141), done.stderr
+        else:
+            assert done.returncode == 141, (argv, done.returncode, done.stderr)
+        assert done.stderr == ""
+    assert karchive("diff", str(a), str(b)).returncode == 1  # read whole: "they differ"
