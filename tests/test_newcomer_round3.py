@@ -188,3 +188,61 @@ def test_a_diff_cut_by_head_is_141_not_identical(tmp_path):
             assert done.returncode == 141, (argv, done.returncode, done.stderr)
         assert done.stderr == ""
     assert karchive("diff", str(a), str(b)).returncode == 1  # read whole: "they differ"
+
+
+# -- 8. inspect --summary honours -k; the records footer says what the records hold -------------------
+@pytest.fixture(scope="module")
+def wrapped_archive(tmp_path_factory):
+    """An ahead-of-time build of an autotuned kernel with a heuristic below it, and a plain kernel."""
+    tmp = tmp_path_factory.mktemp("wrapped")
+    kernels = ROOT / "tests" / "wrapped_kernels.py"
+    spec = tmp / "spec.toml"
+    spec.write_text(textwrap.dedent(f"""\
+        [archive]
+        name = "wrapped"
+        version = "1"
+        targets = ["cuda:90"]
+
+        [[kernel]]
+        source = "{kernels}:at_over_h"
+        signature = "*fp32:16, *fp32:16, i32"
+        configs = [1]
+
+        [[kernel]]
+        source = "{ROOT / 'examples' / 'kernels.py'}:add_kernel"
+        signature = "*fp32:16, *fp32:16, *fp32:16, i32"
+        constexprs = {{ BLOCK = [128] }}
+        """))
+    out = tmp / "w.karc"
+    done = karchive("build", str(spec), "-o", str(out), "-j", "1", "--quiet",
+                    env={"KARCHIVE_CACHE_DIR": str(tmp / "cache")}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return out
+
+
+@needs_triton
+def test_inspect_summary_honours_k_and_says_did_you_mean(wrapped_archive):
+    done = karchive("inspect", "--summary", str(wrapped_archive), "-k", "nothere")
+    assert done.returncode == 2 and done.stdout == "" and "no variant of wrapped 1 matches -k nothere" in done.stderr
+    near = karchive("inspect", "--summary", str(wrapped_archive), "-k", "add_kernell", "--json")
+    assert near.returncode == 2 and "did you mean 'kernels:add_kernel'?" in json.loads(near.stdout)["message"]
+    assert "did you mean 'kernels:add_kernel'?" in karchive("inspect", str(wrapped_archive), "-k", "ad_kernel").stderr
+    assert "did you mean 'kernels:add_kernel'?" in karchive("diff", str(wrapped_archive), str(wrapped_archive),
+                                                             "-k", "add_kernl").stderr
+    one = json.loads(karchive("inspect", "--summary", str(wrapped_archive), "-k", "add_kernel", "--json").stdout)
+    assert [k["kernel"] for k in one["kernels"]] == ["kernels:add_kernel"] and one["shown"] == 1
+    assert "autotune" not in one and "heuristics" not in one  # add_kernel has no records
+    text = karchive("inspect", "--summary", str(wrapped_archive), "-k", "add_kernel").stdout
+    assert "1 kernel, targets cuda:90" in text and "at_over_h" not in text
+
+
+@needs_triton
+@pytest.mark.parametrize("summary", [[], ["--summary"]])
+def test_the_records_footer_says_what_an_ahead_of_time_build_holds(wrapped_archive, summary):
+    out = karchive("inspect", str(wrapped_archive), *summary).stdout
+    assert "0 chosen configs" not in out and "0 recorded cases" not in out
+    assert ("autotune records: 2 configs, none chosen yet (each autotune key is tuned on the device at "
+            "its first launch), for wrapped_kernels:at_over_h") in out
+    assert "heuristics records: 1 stored expression computing EVEN for wrapped_kernels:at_over_h" in out
+    plain = karchive("inspect", str(wrapped_archive), "-k", "add_kernel", *summary).stdout
+    assert "autotune records" not in plain and "heuristics records" not in plain  # -k: the shown kernels' records

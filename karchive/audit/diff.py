@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import FormatError, KarchiveError, SchemaError
-from ..format.names import select_kernels
+from ..format.names import did_you_mean, select_kernels
 from .match import TUNING_OPTIONS, Pair, canonical, pair_variants, specialisation_text, target_text
 from .resources import recorded_resources
 
@@ -363,7 +363,10 @@ def _diff_manifests(ma: dict, mb: dict, kernels: Iterable[str] | None, targets: 
     va, vb = _select(ma, kernels, targets), _select(mb, kernels, targets)
     if (kernels or targets) and not va and not vb:
         have = sorted({f"{v['kernel']} ({target_text(v)})" for m in (ma, mb) for v in m["variants"]})
-        raise KarchiveError(f"no variant in either archive matches the selection; they hold: {', '.join(have) or 'none'}")
+        names = {v["kernel"] for m in (ma, mb) for v in m["variants"]}
+        hints = "".join(did_you_mean(k, names) for k in kernels if not select_kernels([k], names))
+        raise KarchiveError(f"no variant in either archive matches the selection{hints}; they hold: "
+                            f"{', '.join(have) or 'none'}")
     sources_a = {s["path"]: s for s in ma.get("sources") or []}
     sources_b = {s["path"]: s for s in mb.get("sources") or []}
     res_a, res_b = resources or ({}, {})

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..errors import FormatError, KarchiveError, NotAnArchiveError, TargetError
 from ..format.manifest import FileRef, Manifest, Variant
-from ..format.names import select_kernels
+from ..format.names import did_you_mean, kernel_matches, select_kernels
 from ..format.reader import ArchiveReader
 from ..format.schema import VariantChecker
 from ..format.target import Target
@@ -27,7 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "of the single variant selected by --key/--kernel/--target")
     p.add_argument("--key", help="select variants by key prefix")
     p.add_argument("--summary", action="store_true",
-                   help="identity and variant counts per kernel and target only (reads no variant: fast on any size)")
+                   help="identity and variant counts per kernel and target only, narrowed by -k/-t, and what the "
+                        "autotune/heuristics records hold (reads no variant: fast on any size)")
     _registry_args(p)
     p.set_defaults(func=cmd_inspect)
 
@@ -140,21 +141,77 @@ def _print_identity(m: Manifest, reader: ArchiveReader, shown: int | None = None
     print(printable("  produced by " + ", ".join(f"{k} {v}" for k, v in sorted(m.produced_by.items()) if v)))
 
 
-def _print_summary(m: Manifest, reader: ArchiveReader, as_json: bool) -> int:
-    """Identity and per-kernel counts: from a format-2 header alone, so it costs the same at any size."""
-    kernels = m.summary()
-    if as_json:
+def _records_of(records: list[dict], args: argparse.Namespace) -> list[dict]:
+    """The autotune/heuristics records of the kernels ``-k`` selects (all without ``-k``)."""
+    if not args.kernel:
+        return records
+    return [r for r in records if any(kernel_matches(q, str(r.get("kernel"))) for q in args.kernel)]
+
+
+def _print_summary(m: Manifest, reader: ArchiveReader, args: argparse.Namespace) -> int:
+    """Identity and per-kernel counts (``-k``/``-t`` honoured): from a format-2 header alone, so it costs the
+    same at any size."""
+    targets = _target_names(args.target)
+    rows_of = []
+    for s in m.summary():
+        if args.kernel and not select_kernels(args.kernel, [s.kernel]):
+            continue
+        per_target = [(t, n) for t, n in s.targets if targets is None or t in targets]
+        if per_target:
+            rows_of.append((s.kernel, sum(n for _, n in per_target), per_target))
+    filtered = bool(args.kernel or args.target)
+    if filtered and not rows_of:
+        raise KarchiveError(_no_match(m, args))
+    autotune, heuristics = _records_of(m.autotune, args), _records_of(m.heuristics, args)
+    if args.json:
         emit_json({**_identity(m, reader), "variants": len(m),
-                   "kernels": [{"kernel": s.kernel, "variants": s.variants, "targets": dict(s.targets)} for s in kernels],
-                   **({"autotune": len(m.autotune)} if m.autotune else {}),
-                   **({"heuristics": len(m.heuristics)} if m.heuristics else {})})
+                   **({"shown": sum(n for _, n, _ in rows_of)} if filtered else {}),
+                   "kernels": [{"kernel": k, "variants": n, "targets": dict(ts)} for k, n, ts in rows_of],
+                   **({"autotune": len(autotune)} if autotune else {}),
+                   **({"heuristics": len(heuristics)} if heuristics else {})})
         return 0
-    _print_identity(m, reader)
-    print(printable(f"  {len(kernels)} kernels, targets {', '.join(m.targets()) or 'none'}"))
+    _print_identity(m, reader, sum(n for _, n, _ in rows_of) if filtered else None)
+    shown_targets = sorted({t for _, _, ts in rows_of for t, _ in ts})
+    print(printable(f"  {plural(len(rows_of), 'kernel')}, targets {', '.join(shown_targets) or 'none'}"))
     print()
-    rows = [[s.kernel, str(s.variants), ", ".join(f"{t} {n}" for t, n in s.targets)] for s in kernels]
+    rows = [[k, str(n), ", ".join(f"{t} {c}" for t, c in ts)] for k, n, ts in rows_of]
     print(table(["kernel", "variants", "per target"], rows, right=["variants"]))
+    _print_records(autotune, heuristics)
     return 0
+
+
+def _print_records(autotune: list[dict], heuristics: list[dict]) -> None:
+    """The footer: what the autotune and heuristics records of the shown kernels hold, truly (an ahead-of-time
+    build records configs and expressions, not chosen configs or cases: never "0" as if they were empty)."""
+    if autotune:
+        print()
+        print(printable(_autotune_line(autotune)))
+        from ..format.tuned import tables
+
+        tuned: dict[str, int] = {}  # GPU model -> keys decided (karchive tune)
+        for a in autotune:
+            for t in tables(a):
+                name = str((t.get("device") or {}).get("name"))
+                tuned[name] = tuned.get(name, 0) + len(t.get("entries") or [])
+        if tuned:
+            print(printable("tuning tables: " + ", ".join(f"{n}: {c} keys" for n, c in sorted(tuned.items()))))
+    if heuristics:
+        print()
+        print(printable(_heuristics_line(heuristics)))
+
+
+def _autotune_line(records: list[dict]) -> str:
+    """``@triton.autotune`` records (spec §6.3) in one line: configs, and the choices recorded (or that there
+    are none yet: a key is tuned on the device at its first launch)."""
+    configs = sum(len(a.get("configs") or []) for a in records)
+    chosen = sum(len(a.get("entries") or []) for a in records)
+    kernels = ", ".join(sorted(str(a.get("kernel")) for a in records))
+    if chosen:
+        what = f"{plural(chosen, 'chosen config')} (by autotune key) among {plural(configs, 'config')}"
+    else:
+        what = (f"{plural(configs, 'config')}, none chosen yet (each autotune key is tuned on the device "
+                "at its first launch)")
+    return f"autotune records: {what}, for {kernels}"
 
 
 def _no_match(m: Manifest, args: argparse.Namespace) -> str:
@@ -163,15 +220,16 @@ def _no_match(m: Manifest, args: argparse.Namespace) -> str:
     asked = " ".join([*(f"-k {k}" for k in args.kernel or ()), *(f"-t {t}" for t in args.target or ()),
                       *([f"--key {args.key}"] if args.key else [])])
     kernels, targets = m.kernels(), m.targets()
-    return (f"no variant of {m.name} {m.version} matches {asked}; it has kernels {', '.join(kernels) or '(none)'} "
-            f"and targets {', '.join(targets) or '(none)'}")
+    hints = "".join(did_you_mean(k, kernels) for k in args.kernel or () if not select_kernels([k], kernels))
+    return (f"no variant of {m.name} {m.version} matches {asked}{hints}; it has kernels "
+            f"{', '.join(kernels) or '(none)'} and targets {', '.join(targets) or '(none)'}")
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     reader = _open(args.archive, args)
     m = reader.model  # every field inspect relies on is checked as it is read: SchemaError
     if args.summary:
-        return _print_summary(m, reader, args.json)
+        return _print_summary(m, reader, args)
     variants = _select(m, args)
     filtered = bool(args.kernel or args.target or args.key)
     if filtered and not variants and not args.ir:  # a filter naming nothing is a mistake: exit 2, as in diff
@@ -200,21 +258,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     # "specialisation": constexpr values and the ints fixed to 1 (stride==1): what this variant was compiled for.
     print(table(["kernel", "target", "key", "warps/stages", "shared", "binary", "IR", "hooks", "specialisation"],
                 rows, right=["shared", "binary"]))
-    if m.autotune:
-        print(f"\nautotune records: {sum(len(a.get('entries', [])) for a in m.autotune)} chosen configs "
-              f"for {len(m.autotune)} kernel(s)")
-        from ..format.tuned import tables
-
-        tuned: dict[str, int] = {}  # GPU model -> keys decided (karchive tune)
-        for a in m.autotune:
-            for t in tables(a):
-                name = str((t.get("device") or {}).get("name"))
-                tuned[name] = tuned.get(name, 0) + len(t.get("entries") or [])
-        if tuned:
-            print(printable("tuning tables: " + ", ".join(f"{n}: {c} keys" for n, c in sorted(tuned.items()))))
-    if m.heuristics:
-        print()
-        print(printable(_heuristics_line(m.heuristics)))
+    _print_records(_records_of(m.autotune, args), _records_of(m.heuristics, args))
     return 0
 
 
@@ -223,9 +267,12 @@ def _heuristics_line(records: list[dict]) -> str:
     recorded cases, for which kernels (the records themselves are in ``--json``)."""
     names = sorted({str(n) for r in records for n in (r.get("names") or [])})
     cases = sum(len(c) for r in records for c in (r.get("cases") or {}).values() if isinstance(c, list))
+    exprs = sum(len(r.get("exprs") or {}) for r in records if isinstance(r.get("exprs"), dict))
+    held = [x for x in ((plural(exprs, "stored expression") if exprs else ""),
+                        (plural(cases, "recorded case") if cases else "")) if x]
     kernels = ", ".join(sorted(str(r.get("kernel")) for r in records))
-    return (f"heuristics records: {plural(cases, 'recorded case')} computing {', '.join(names) or '(nothing)'} "
-            f"for {kernels}")
+    return (f"heuristics records: {' and '.join(held) or 'no expression and no recorded case'} computing "
+            f"{', '.join(names) or '(nothing)'} for {kernels}")
 
 
 def _constexpr_text(v: Variant) -> str:
