@@ -141,8 +141,9 @@ def _print_identity(m: Manifest, reader: ArchiveReader, shown: int | None = None
     print(printable("  produced by " + ", ".join(f"{k} {v}" for k, v in sorted(m.produced_by.items()) if v)))
 
 
-def _records_of(records: list[dict], args: argparse.Namespace) -> list[dict]:
+def _records_of(records: list[dict] | None, args: argparse.Namespace) -> list[dict]:
     """The autotune/heuristics records of the kernels ``-k`` selects (all without ``-k``)."""
+    records = records or []
     if not args.kernel:
         return records
     return [r for r in records if any(kernel_matches(q, str(r.get("kernel"))) for q in args.kernel)]
