@@ -246,3 +246,53 @@ def test_the_records_footer_says_what_an_ahead_of_time_build_holds(wrapped_archi
     assert "heuristics records: 1 stored expression computing EVEN for wrapped_kernels:at_over_h" in out
     plain = karchive("inspect", str(wrapped_archive), "-k", "add_kernel", *summary).stdout
     assert "autotune records" not in plain and "heuristics records" not in plain  # -k: the shown kernels' records
+
+
+# -- 9. a signature missing one parameter: the missing one is named, the types never shift ---------------
+ADD = ["x_ptr", "y_ptr", "out_ptr", "n_elements", "BLOCK"]
+
+
+@pytest.mark.parametrize("sig, table, says", [
+    ("*fp32:16, *fp32:16, i32, 1024", {}, "one of x_ptr, y_ptr or out_ptr is missing"),
+    # read as the non-constexpr parameters this was silent: out_ptr typed i32, n_elements the constant 1024
+    ("*fp32:16, *fp32:16, i32, 1024", {"BLOCK": 1024}, "one of x_ptr, y_ptr or out_ptr is missing"),
+    ("*fp32:16, *fp32:16, i32", {"BLOCK": 1024}, "3 entries for the 4 parameters the constexprs table does not give"),
+    ("*fp32:16, *fp32:16, *fp32:16, 1024", {}, "n_elements is missing"),
+])
+def test_a_signature_missing_a_parameter_names_it(sig, table, says):
+    from karchive.errors import SignatureError
+    from karchive.producer.compile.signature import resolve
+
+    with pytest.raises(SignatureError) as err:
+        resolve(ADD, ["BLOCK"], sig, table, "add_kernel")
+    assert says in str(err.value) and "(BLOCK): no type or constexpr value given" not in str(err.value)
+    # what is complete still resolves, either way
+    assert resolve(ADD, ["BLOCK"], "*fp32:16, *fp32:16, *fp32:16, i32", {"BLOCK": 64}).constexprs == {"BLOCK": 64}
+    assert resolve(ADD, ["BLOCK"], "*fp32:16, *fp32:16, *fp32:16, i32, 64").constexprs == {"BLOCK": 64}
+    assert resolve(["x_ptr", "bias_ptr", "n", "BLOCK"], ["BLOCK"], "*fp32:16, None, i32", {"BLOCK": 64}).constexprs == \
+        {"bias_ptr": None, "BLOCK": 64}  # None for an optional pointer is not a shifted constant
+
+
+@needs_triton
+def test_compile_and_build_name_the_missing_parameter_before_compiling(tmp_path):
+    kernels = str(ROOT / "examples" / "kernels.py")
+    env = {"KARCHIVE_CACHE_DIR": str(tmp_path / "cache")}
+    done = karchive("compile", kernels, "-n", "add_kernel", "-s", "*fp32:16, *fp32:16, i32, 1024", "-t", "cuda:90",
+                    "-o", str(tmp_path / "x.karc"), env=env)
+    assert done.returncode == 2 and "one of x_ptr, y_ptr or out_ptr is missing" in done.stderr
+    spec = tmp_path / "spec.toml"
+    spec.write_text(textwrap.dedent(f"""\
+        [archive]
+        name = "shift"
+        version = "1"
+        targets = ["cuda:90"]
+
+        [[kernel]]
+        source = "{kernels}:add_kernel"
+        signature = "*fp32:16, *fp32:16, i32, 1024"
+        constexprs = {{ BLOCK = [1024] }}
+        """))
+    done = karchive("build", str(spec), "-o", str(tmp_path / "y.karc"), env=env)
+    assert done.returncode == 2 and "one of x_ptr, y_ptr or out_ptr is missing" in done.stderr
+    assert "Unsupported ptr type" not in done.stderr and not (tmp_path / "y.karc").exists()
+    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]  # nothing compiled
