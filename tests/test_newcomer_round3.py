@@ -296,3 +296,28 @@ def test_compile_and_build_name_the_missing_parameter_before_compiling(tmp_path)
     assert done.returncode == 2 and "one of x_ptr, y_ptr or out_ptr is missing" in done.stderr
     assert "Unsupported ptr type" not in done.stderr and not (tmp_path / "y.karc").exists()
     assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]  # nothing compiled
+
+
+# -- 11. smaller: verify NAME@V --trust after signing only the local file ---------------------------------
+def test_verify_of_a_published_version_signed_only_locally_says_where_to_sign(tmp_path):
+    pytest.importorskip("cryptography")
+    from hostile_factory import honest_v2
+    from trust_support import make_keys, write_policy
+
+    keys = make_keys()
+    key = tmp_path / "ci.key"
+    key.write_bytes(keys["ci"].to_pem())
+    policy = write_policy(tmp_path / "policy.toml", keys)
+    arc = tmp_path / "hostile.karc"
+    arc.write_bytes(honest_v2()[0])
+    env = {"KARCHIVE_REGISTRY": str(tmp_path / "reg"), "KARCHIVE_CACHE_DIR": str(tmp_path / "cache")}
+    assert karchive("publish", str(arc), env=env).returncode == 0
+    signed = karchive("sign", str(arc), "--key", str(key), env=env)
+    assert signed.returncode == 0, signed.stderr
+    local = karchive("verify", str(arc), "--trust", str(policy), env=env)
+    assert local.returncode == 0, local.stdout + local.stderr
+    done = karchive("verify", "hostile@2", "--trust", str(policy), env=env)
+    assert done.returncode == 1 and "unsigned" in done.stdout
+    assert "karchive sign hostile@2 --key KEY" in done.stdout and "publish ARCHIVE --sign KEY" in done.stdout
+    report = json.loads(karchive("verify", "hostile@2", "--trust", str(policy), "--json", env=env).stdout)
+    assert "karchive sign hostile@2 --key KEY" in report["trust"]["hint"]
