@@ -321,3 +321,20 @@ def test_verify_of_a_published_version_signed_only_locally_says_where_to_sign(tm
     assert "karchive sign hostile@2 --key KEY" in done.stdout and "publish ARCHIVE --sign KEY" in done.stdout
     report = json.loads(karchive("verify", "hostile@2", "--trust", str(policy), "--json", env=env).stdout)
     assert "karchive sign hostile@2 --key KEY" in report["trust"]["hint"]
+
+
+def test_the_serve_miss_reason_blames_the_release_only_when_the_releases_differ():
+    from types import SimpleNamespace
+
+    from karchive.serve.identity import CACHE_KEY, LiveIdentity, find
+
+    def archive(built_with: str) -> SimpleNamespace:
+        v = SimpleNamespace(provenance=SimpleNamespace(source_key="a" * 64, triton_version=built_with))
+        return SimpleNamespace(name="arc", version="1", kernels=lambda: ["m:k"], variants=lambda _name: [v])
+
+    live = LiveIdentity("m:k", "k", "b" * 64, CACHE_KEY, "3.9.0")
+    _, same = find(archive("3.9.0"), live)
+    assert "between releases" not in same[0] and "built with this process's Triton 3.9.0: the kernel's code" in same[0]
+    _, other = find(archive("3.6.0"), live)
+    assert "built with Triton 3.6.0, this process runs Triton 3.9.0: Triton's source keys differ between releases" \
+        in other[0]
