@@ -351,7 +351,7 @@ def test_diff_archives_is_usable_from_python(archives: dict[str, Path], monkeypa
 def test_name_at_version_through_a_local_registry(archives: dict[str, Path], tmp_path: Path) -> None:
     registry, cache = tmp_path / "registry", tmp_path / "cache"
     for name in ("base", "edited"):
-        done = run_cli("publish", str(archives[name]), "--registry", str(registry))
+        done = run_cli("publish", str(archives[name]), "--registry", str(registry), "--create-registry")
         assert done.returncode == 0, done.stderr
     args = ["--registry", str(registry), "--cache-dir", str(cache)]
     done = diff("kernels@1.4.0", "kernels@1.5.0", *args)

@@ -433,7 +433,7 @@ def test_publish_says_nothing_to_do_only_when_nothing_was_done(tmp_path, big_arc
     archive = tmp_path / "big.karc"
     shutil.copy(big_archive, archive)
     env = {"KARCHIVE_REGISTRY": str(tmp_path / "reg"), "KARCHIVE_CACHE_DIR": str(tmp_path / "cache")}
-    assert karchive("publish", str(archive), env=env).stdout.startswith("published hostile@2 ")
+    assert karchive("publish", str(archive), "--create-registry", env=env).stdout.startswith("published hostile@2 ")
     assert karchive("keygen", "-o", str(tmp_path / "ci"), env=env).returncode == 0
     assert karchive("sign", str(archive), "--key", str(tmp_path / "ci.key"), env=env).returncode == 0
     again = karchive("publish", str(archive), env=env).stdout

@@ -311,7 +311,7 @@ def test_verify_of_a_published_version_signed_only_locally_says_where_to_sign(tm
     arc = tmp_path / "hostile.karc"
     arc.write_bytes(honest_v2()[0])
     env = {"KARCHIVE_REGISTRY": str(tmp_path / "reg"), "KARCHIVE_CACHE_DIR": str(tmp_path / "cache")}
-    assert karchive("publish", str(arc), env=env).returncode == 0
+    assert karchive("publish", str(arc), "--create-registry", env=env).returncode == 0
     signed = karchive("sign", str(arc), "--key", str(key), env=env)
     assert signed.returncode == 0, signed.stderr
     local = karchive("verify", str(arc), "--trust", str(policy), env=env)
@@ -338,3 +338,22 @@ def test_the_serve_miss_reason_blames_the_release_only_when_the_releases_differ(
     _, other = find(archive("3.6.0"), live)
     assert "built with Triton 3.6.0, this process runs Triton 3.9.0: Triton's source keys differ between releases" \
         in other[0]
+
+
+def test_publish_to_a_mistyped_registry_is_refused_not_created(tmp_path):
+    from hostile_factory import honest_v2
+
+    arc = tmp_path / "h.karc"
+    arc.write_bytes(honest_v2()[0])
+    env = {"KARCHIVE_CACHE_DIR": str(tmp_path / "cache"), "XDG_DATA_HOME": str(tmp_path / "data")}
+    typo = tmp_path / "regsitry"
+    done = karchive("publish", str(arc), "--registry", str(typo), env=env)
+    assert done.returncode == 2 and "holds no karchive registry" in done.stderr and "--create-registry" in done.stderr
+    assert not typo.exists()
+    done = karchive("publish", str(arc), "--registry", str(tmp_path / "registry"), "--create-registry", env=env)
+    assert done.returncode == 0, done.stderr
+    again = karchive("publish", str(arc), "--registry", str(tmp_path / "registry"), env=env)
+    assert again.returncode == 0 and "already published" in again.stdout  # an existing one needs no flag
+    # the default local registry (a fresh machine's README commands) is made by its first publish
+    first = karchive("publish", str(arc), env=env)
+    assert first.returncode == 0 and str(tmp_path / "data" / "karchive" / "registry") in first.stdout
