@@ -357,3 +357,18 @@ def test_publish_to_a_mistyped_registry_is_refused_not_created(tmp_path):
     # the default local registry (a fresh machine's README commands) is made by its first publish
     first = karchive("publish", str(arc), env=env)
     assert first.returncode == 0 and str(tmp_path / "data" / "karchive" / "registry") in first.stdout
+
+
+@pytest.mark.parametrize("argv", [["build", "{root}/examples/build.toml", "-o", "{tmp}/x.karc"],
+                                  ["compile", "{root}/examples/kernels.py", "-n", "add_kernel", "-s",
+                                   "*fp32:16, *fp32:16, *fp32:16, i32, 1024", "-t", "cuda:90", "-o", "{tmp}/x.karc"]])
+def test_building_without_triton_names_the_producer_extra(tmp_path, argv):
+    """Without the producer extra: one line naming it, not one "No module named 'triton'" per variant."""
+    argv = [a.format(root=ROOT, tmp=tmp_path) for a in argv]
+    code = ("import sys; sys.modules['triton'] = None  # as on a consumer-only install\n"
+            "from karchive.cli.main import main; sys.exit(main(sys.argv[1:]))")
+    done = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "KARCHIVE_CACHE_DIR": str(tmp_path / "c")})
+    assert done.returncode == 2
+    assert done.stderr == ("karchive: error: compiling kernels needs Triton, which is not installed here: "
+                           "pip install 'karchive[producer]'\n")
