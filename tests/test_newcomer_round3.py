@@ -372,3 +372,16 @@ def test_building_without_triton_names_the_producer_extra(tmp_path, argv):
     assert done.returncode == 2
     assert done.stderr == ("karchive: error: compiling kernels needs Triton, which is not installed here: "
                            "pip install 'karchive[producer]'\n")
+
+
+def test_doctor_is_not_ok_where_no_gpu_backend_is_usable():
+    hidden = {"CUDA_VISIBLE_DEVICES": "", "HIP_VISIBLE_DEVICES": "", "ROCR_VISIBLE_DEVICES": ""}
+    done = karchive("doctor", "--json", env=hidden, timeout=300)
+    report = json.loads(done.stdout)
+    assert done.returncode == 1 and report["ok"] is False and report["gpus"] == 0
+    text = karchive("doctor", env=hidden, timeout=300)
+    assert text.returncode == 1
+    assert "NOT OK        no GPU backend is usable: archives cannot launch on this machine" in text.stdout
+    # --no-probe asks no driver: it cannot say, so it does not say no
+    quick = karchive("doctor", "--no-probe", "--json", env=hidden)
+    assert quick.returncode == 0 and json.loads(quick.stdout)["gpus"] is None
