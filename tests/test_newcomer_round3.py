@@ -385,3 +385,16 @@ def test_doctor_is_not_ok_where_no_gpu_backend_is_usable():
     # --no-probe asks no driver: it cannot say, so it does not say no
     quick = karchive("doctor", "--no-probe", "--json", env=hidden)
     assert quick.returncode == 0 and json.loads(quick.stdout)["gpus"] is None
+
+
+@needs_triton
+def test_triton_cache_dir_in_the_shell_is_ignored_with_one_warning(tmp_path):
+    """spec/BUILD.md, "Environment": set in the shell, any controlled variable is ignored with one warning."""
+    env = {"KARCHIVE_CACHE_DIR": str(tmp_path / "cache"), "TRITON_CACHE_DIR": str(tmp_path / "triton")}
+    done = karchive("build", str(two_variant_spec(tmp_path)), "-o", str(tmp_path / "o.karc"), "-j", "1", env=env,
+                    timeout=300)
+    assert done.returncode == 0, done.stderr
+    warnings = [x for x in done.stderr.splitlines() if x.startswith("warning: ignoring ")]
+    assert len(warnings) == 1 and f"TRITON_CACHE_DIR={tmp_path / 'triton'}" in warnings[0]
+    assert "<karchive cache>/triton-build ($KARCHIVE_CACHE_DIR)" in warnings[0]
+    assert not (tmp_path / "triton").exists()  # ignored indeed

@@ -68,9 +68,6 @@ CLEARED_ENV = frozenset({
     "TRITON_FPSAN_HOMOMORPHIC_CASTS", "TRITON_FRONT_END_DEBUGGING", "TRITON_DEFAULT_FP_FUSION",
 })
 
-#: Cleared without a warning: their effect is replaced by karchive's own explicit setting.
-_SILENT = frozenset({"TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_ALWAYS_COMPILE", "TRITON_DEFAULT_FP_FUSION"})
-
 _MAX_VALUE = 256
 
 
@@ -94,7 +91,7 @@ def ignored_from_shell(environ: Mapping[str, str] | None = None) -> dict[str, st
     """Variables set in the builder's shell that the build will ignore (for one warning, not one per worker)."""
     environ = os.environ if environ is None else environ
     # Known names only: asking Triton for its list would import it, and this runs before Triton may load.
-    names = (set(CODEGEN_ENV) | set(CLEARED_ENV)) - _SILENT
+    names = set(CODEGEN_ENV) | set(CLEARED_ENV)
     return {k: environ[k] for k in sorted(names) if k in environ}
 
 
@@ -103,8 +100,10 @@ def shell_warning(environ: Mapping[str, str] | None = None) -> str | None:
     if not ignored:
         return None
     listed = ", ".join(f"{k}={v}" for k, v in ignored.items())
+    where = "; Triton's cache for builds is <karchive cache>/triton-build ($KARCHIVE_CACHE_DIR)" \
+        if {"TRITON_CACHE_DIR", "TRITON_HOME"} & ignored.keys() else ""
     return (f"ignoring {listed} from the environment: a build applies only its spec's [archive] env table "
-            "(spec/BUILD.md, 'Environment'), so the result does not depend on the shell")
+            f"(spec/BUILD.md, 'Environment'), so the result does not depend on the shell{where}")
 
 
 def validate_env(env: Any, where: str = "env", path: str | None = None) -> dict[str, str]:
