@@ -398,3 +398,38 @@ def test_triton_cache_dir_in_the_shell_is_ignored_with_one_warning(tmp_path):
     assert len(warnings) == 1 and f"TRITON_CACHE_DIR={tmp_path / 'triton'}" in warnings[0]
     assert "<karchive cache>/triton-build ($KARCHIVE_CACHE_DIR)" in warnings[0]
     assert not (tmp_path / "triton").exists()  # ignored indeed
+
+
+@needs_triton
+def test_an_interrupted_compile_leaves_no_triton_temporaries(tmp_path, monkeypatch):
+    """Ctrl-C while ptxas runs: Triton's PTX/log temporaries (it removes them only on success) and its
+    cache's tmp.pid_ directories are gone afterwards."""
+    import tempfile
+
+    import triton.backends.nvidia.compiler as nv
+
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
+
+    system_tmp = tmp_path / "systmp"
+    system_tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(system_tmp))
+    monkeypatch.setenv("TMPDIR", str(system_tmp))
+
+    real_run = nv.subprocess.run
+    ptxas_ran = []
+
+    def interrupted(cmd, *a, **k):
+        if any(str(c).startswith("--gpu-name=") for c in cmd):  # ptxas compiling the PTX Triton wrote
+            ptxas_ran.append(cmd)
+            raise KeyboardInterrupt
+        return real_run(cmd, *a, **k)
+
+    monkeypatch.setattr(nv.subprocess, "run", interrupted)
+    req = VariantRequest(str(ROOT / "examples" / "kernels.py") + ":add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32",
+                         "cuda:90", {"BLOCK": 64}, {"num_warps": 4})
+    with pytest.raises(KeyboardInterrupt):
+        compile_variant(req, cache_dir=str(tmp_path / "cache"))
+    assert ptxas_ran
+    assert list(system_tmp.iterdir()) == []
+    assert not list((tmp_path / "cache").rglob("tmp.pid_*"))
+    assert tempfile.tempdir == str(system_tmp)  # restored

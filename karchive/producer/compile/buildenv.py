@@ -184,6 +184,35 @@ def _empty_cwd() -> Iterator[None]:
         shutil.rmtree(empty, ignore_errors=True)
 
 
+@contextmanager
+def _private_temp(cache_dir: str) -> Iterator[None]:
+    """Triton's temporary files in a directory of this compile's own, removed afterwards whatever happens.
+
+    Triton 3.9 writes the PTX, the ptxas log and the cubin as ``NamedTemporaryFile(delete=False)`` in the
+    system temp directory and removes them only on success, and its cache writes go through
+    ``tmp.pid_<pid>_<uuid>`` directories beside the entry: a Ctrl-C (or a ptxas failure) left both behind.
+    ``tempfile.tempdir`` and ``TMPDIR`` (ptxas's own temporaries) point here for the compile, which holds
+    :data:`COMPILE_LOCK`; the cache's ``tmp.pid_`` directories of this process are removed after it.
+    """
+    private = tempfile.mkdtemp(prefix="karchive-tmp-")
+    saved_dir, saved_env = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir = private
+    os.environ["TMPDIR"] = private
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved_dir
+        if saved_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved_env
+        shutil.rmtree(private, ignore_errors=True)
+        import glob
+
+        for stale in glob.glob(os.path.join(glob.escape(cache_dir), "*", f"tmp.pid_{os.getpid()}_*")):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
 def check_import_time_state(backend: str, env: Mapping[str, str]) -> None:
     """Refuse to compile where Triton froze a shell variable into a default when it was imported.
 
@@ -254,6 +283,7 @@ def compile_environment(env: Mapping[str, str], cache_dir: str, *, always_compil
             knobs.cache.dir = cache_dir
             knobs.compilation.always_compile = always_compile
             stack.enter_context(_empty_cwd())
+            stack.enter_context(_private_temp(cache_dir))
             yield
         finally:
             for k, v in saved.items():
