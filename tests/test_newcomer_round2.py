@@ -100,9 +100,16 @@ def test_venv_a_failed_install_is_not_recorded(fake_checkout, tmp_path):
 
 def test_the_real_venv_reruns_offline():
     """This checkout's own venv, when tools/venv.sh made it: sourcing it again with no index is a no-op."""
+    import importlib.metadata
+
     venv = pathlib.Path(sys.prefix)
     if not (venv / ".karchive-install").exists():
         pytest.skip(f"{venv} was not made by tools/venv.sh (no .karchive-install)")
+    # Only this checkout's own venv: sourced from here, another checkout's venv (a worktree run with the main
+    # checkout's interpreter) would not be a rerun but a reinstall, repointing its editable install here.
+    url = json.loads(importlib.metadata.distribution("karchive").read_text("direct_url.json") or "{}").get("url")
+    if url != ROOT.as_uri():
+        pytest.skip(f"{venv} holds the karchive of {url}, not of this checkout ({ROOT})")
     have = (venv / ".karchive-install").read_text().split()[1]
     before = (venv / ".karchive-install").read_text()
     done = subprocess.run(["bash", "-c", f'set -euo pipefail; source "{ROOT}/tools/venv.sh" "{have}"'],

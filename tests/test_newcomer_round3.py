@@ -433,3 +433,47 @@ def test_an_interrupted_compile_leaves_no_triton_temporaries(tmp_path, monkeypat
     assert list(system_tmp.iterdir()) == []
     assert not list((tmp_path / "cache").rglob("tmp.pid_*"))
     assert tempfile.tempdir == str(system_tmp)  # restored
+
+
+# -- tools/venv.sh says what its silent first install is doing --------------------------------------------
+def test_the_first_install_says_what_it_does_and_a_rerun_says_nothing(tmp_path):
+    import shutil
+    import stat
+
+    repo = tmp_path / "repo"
+    (repo / "tools").mkdir(parents=True)
+    (repo / "karchive" / "runtime").mkdir(parents=True)
+    shutil.copy(ROOT / "tools" / "venv.sh", repo / "tools" / "venv.sh")
+    shutil.copy(ROOT / "pyproject.toml", repo / "pyproject.toml")
+    shutil.copy(ROOT / "karchive" / "runtime" / "_fastlaunch.c", repo / "karchive" / "runtime" / "_fastlaunch.c")
+    shutil.copytree(ROOT / "karchive" / "runtime" / "c-ext", repo / "karchive" / "runtime" / "c-ext")
+    # `python3 -m venv` made by a stand-in: a venv whose python succeeds at every `-m pip` (nothing installed)
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir()
+    (fakebin / "python3").write_text(textwrap.dedent(f"""\
+        #!/bin/sh
+        if [ "$1" = -m ] && [ "$2" = venv ]; then
+          mkdir -p "$3/bin"
+          printf '#!/bin/sh\\nif [ "$1" = -m ] && [ "$2" = pip ]; then exit 0; fi\\nexec {sys.executable} "$@"\\n' > "$3/bin/python"
+          chmod +x "$3/bin/python"
+          exit 0
+        fi
+        exec {sys.executable} "$@"
+        """))
+    (fakebin / "python3").chmod(0o755)
+
+    def source() -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "-c", f'set -euo pipefail; cd {repo}; source tools/venv.sh "producer,cli"'],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PATH": f"{fakebin}:{os.environ['PATH']}",
+                                   "KARCHIVE_VENV": str(repo / "venv")})
+
+    first = source()
+    assert first.returncode == 0, first.stderr
+    assert first.stderr.startswith(f"tools/venv.sh: first install of karchive[cli,producer] into {repo / 'venv'}: ")
+    assert "a few minutes" in first.stderr and len(first.stderr.splitlines()) == 1
+    again = source()  # the record is current: no pip, and nothing said
+    assert again.returncode == 0 and again.stderr == ""
+    (repo / "pyproject.toml").write_text((repo / "pyproject.toml").read_text() + "\n")  # an edit: a reinstall, said
+    edited = source()
+    assert edited.stderr.startswith("tools/venv.sh: installing karchive[cli,producer]") and edited.stderr.count("\n") == 1
