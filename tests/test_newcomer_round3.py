@@ -438,7 +438,6 @@ def test_an_interrupted_compile_leaves_no_triton_temporaries(tmp_path, monkeypat
 # -- tools/venv.sh says what its silent first install is doing --------------------------------------------
 def test_the_first_install_says_what_it_does_and_a_rerun_says_nothing(tmp_path):
     import shutil
-    import stat
 
     repo = tmp_path / "repo"
     (repo / "tools").mkdir(parents=True)
@@ -477,3 +476,42 @@ def test_the_first_install_says_what_it_does_and_a_rerun_says_nothing(tmp_path):
     (repo / "pyproject.toml").write_text((repo / "pyproject.toml").read_text() + "\n")  # an edit: a reinstall, said
     edited = source()
     assert edited.stderr.startswith("tools/venv.sh: installing karchive[cli,producer]") and edited.stderr.count("\n") == 1
+
+
+# -- the demo's rerun: no build when nothing the build reads changed ----------------------------------------
+def test_build_inputs_digest_changes_with_what_a_build_reads(tmp_path):
+    import importlib.util
+    import shutil
+
+    spec = importlib.util.spec_from_file_location("build_inputs", ROOT / "tools" / "build_inputs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    shutil.copy(ROOT / "examples" / "build.toml", tmp_path / "build.toml")
+    shutil.copy(ROOT / "examples" / "kernels.py", tmp_path / "kernels.py")
+    first = mod.inputs_digest(tmp_path / "build.toml")
+    assert mod.inputs_digest(tmp_path / "build.toml") == first
+    (tmp_path / "kernels.py").write_text((tmp_path / "kernels.py").read_text() + "\n# edited\n")
+    edited = mod.inputs_digest(tmp_path / "build.toml")
+    (tmp_path / "helper.py").write_text("X = 1\n")  # a helper module beside the kernels counts too
+    assert len({first, edited, mod.inputs_digest(tmp_path / "build.toml")}) == 3
+
+
+def test_the_demo_skips_a_build_whose_inputs_are_unchanged(tmp_path):
+    text = (ROOT / "examples" / "demo.sh").read_text()
+    start = text.index('inputs=$("$PY" tools/build_inputs.py examples/build.toml)')
+    end = text.index("\nfi\n", start) + 4
+    snippet = text[start:end].replace("out/", f"{tmp_path}/")
+    recorder = tmp_path / "karchive"
+    recorder.write_text(f'#!/bin/sh\necho "$*" >> {tmp_path}/calls\ntouch {tmp_path}/examples.karc\n')
+    recorder.chmod(0o755)
+
+    def run() -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", "-c", "set -euo pipefail\n" + snippet], capture_output=True, text=True, cwd=ROOT,
+                              env={**os.environ, "K": str(recorder), "PY": sys.executable}, timeout=60)
+
+    assert run().returncode == 0 and len((tmp_path / "calls").read_text().splitlines()) == 1
+    again = run()
+    assert again.returncode == 0 and "up to date" in again.stdout
+    assert len((tmp_path / "calls").read_text().splitlines()) == 1  # not rebuilt
+    (tmp_path / "examples.karc").unlink()  # no archive: built again
+    assert run().returncode == 0 and len((tmp_path / "calls").read_text().splitlines()) == 2
