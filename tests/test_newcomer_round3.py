@@ -176,8 +176,8 @@ def test_a_diff_cut_by_head_is_141_not_identical(tmp_path):
     from hostile_factory import honest_v2
 
     a, b = tmp_path / "a.karc", tmp_path / "b.karc"
-    a.write_bytes(honest_v2({"k": 300})[0])
-    b.write_bytes(honest_v2({"k": 300, "other": 50})[0])
+    a.write_bytes(honest_v2({"k": 600})[0])
+    b.write_bytes(honest_v2({"k": 600}, ir=False)[0])  # every variant changed: every output far over a pipe's 64 KiB
     for argv in (["diff", a, b], ["diff", a, b, "--json"], ["diff", a, b, "--stat"], ["inspect", a, "--json"]):
         cmd = " ".join([sys.executable, "-m", "karchive.cli.main", *map(str, argv)])
         done = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd} | head -1"], capture_output=True, text=True,
