@@ -515,3 +515,52 @@ def test_the_demo_skips_a_build_whose_inputs_are_unchanged(tmp_path):
     assert len((tmp_path / "calls").read_text().splitlines()) == 1  # not rebuilt
     (tmp_path / "examples.karc").unlink()  # no archive: built again
     assert run().returncode == 0 and len((tmp_path / "calls").read_text().splitlines()) == 2
+
+
+# -- 2. the issue's kernel, built ahead of time: EVEN_N is computed from the call, never taken from it ---------
+EVEN_KERNEL = '''\
+import triton
+import triton.language as tl
+
+
+@triton.heuristics({"EVEN_N": lambda args: args["n"] % args["BLOCK"] == 0})
+@triton.jit
+def copy(x_ptr, y_ptr, n, BLOCK: tl.constexpr, EVEN_N: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    if EVEN_N:
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs))
+    else:
+        tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=offs < n), mask=offs < n)
+'''
+
+
+@needs_triton
+def test_a_heuristics_value_passed_never_picks_the_variant_and_the_missing_argument_is_named(tmp_path):
+    import karchive as ka
+    from karchive.errors import NoMatchingVariantError
+
+    (tmp_path / "evenk.py").write_text(EVEN_KERNEL)
+    spec = tmp_path / "spec.toml"
+    spec.write_text(textwrap.dedent(f"""\
+        [archive]
+        name = "even"
+        version = "1"
+        targets = ["cuda:90"]
+
+        [[kernel]]
+        source = "{tmp_path / 'evenk.py'}:copy"
+        signature = "*fp32:16, *fp32:16, i32"
+        constexprs = {{ BLOCK = [1024] }}
+        """))
+    done = karchive("build", str(spec), "-o", str(tmp_path / "e.karc"), "-j", "1", "--quiet",
+                    env={"KARCHIVE_CACHE_DIR": str(tmp_path / "cache")}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    k = ka.open(str(tmp_path / "e.karc")).kernel("copy")
+    x, y = 0x7F00_0000_1000, 0x7F00_0000_9000
+    # BLOCK left out: Triton's heuristic fails on args["BLOCK"]; karchive names BLOCK, not EVEN_N
+    with pytest.raises(NoMatchingVariantError, match=r"missing argument BLOCK: @triton.heuristics computes EVEN_N") as e:
+        k.select(x, y, 1000, device="cuda:90")
+    assert e.value.param == "BLOCK" and "pass EVEN_N" not in str(e.value)
+    # EVEN_N=True with n=1000: computed (False), as Triton computes it: the masked variant, never the unmasked one
+    assert k.select(x, y, 1000, BLOCK=1024, EVEN_N=True, device="cuda:90").constexprs == {"BLOCK": 1024, "EVEN_N": False}
+    assert k.select(x, y, 2048, BLOCK=1024, EVEN_N=False, device="cuda:90").constexprs == {"BLOCK": 1024, "EVEN_N": True}
