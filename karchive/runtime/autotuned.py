@@ -16,8 +16,11 @@ in-place hooks honoured), and the winner remembered for the process and in the l
 
 The ``heuristics`` records (§6.4) give the values ``@triton.heuristics`` computes: for each computed name,
 the first recorded case whose inputs match the call, else the stored expression; the heuristics below the
-autotuner see the config's constexprs, as in Triton. A call that matches no case is refused with the cases
-that were recorded and the inputs the nearest one differs in, unless the caller passes the value.
+autotuner see the config's constexprs, as in Triton. Every value is computed from every call, as Triton's
+``Heuristics.run`` does: one the caller passes is replaced, never taken (only a served call site, which runs
+the library's own heuristics functions, hands in computed values: :func:`computed_by_caller`). A call that
+lacks an argument a heuristic reads is refused naming that argument; one that matches no case is refused
+with the cases that were recorded and the inputs the nearest one differs in.
 """
 
 from __future__ import annotations
