@@ -177,6 +177,12 @@ class Route:
             self.reasons = [f"{self.live.name}: the heuristics {sorted(inner_h - recorded)} under its autotuner "
                             f"are not recorded in {arc.name}@{arc.version}"]
             return
+        if self.outer:  # the values its outer heuristics compute come from the library's own functions (launch)
+            from ..runtime.autotuned import computed_by_caller
+
+            names = [n for _arg_names, values in self.outer for n in values]
+            kernel = computed_by_caller(kernel, names)
+            self.alternates = [(label, computed_by_caller(k, names)) for label, k in self.alternates]
         self.kernel, self.archive = kernel, arc
         self.keys = set(getattr(self.tuner, "keys", None) or ())
         session.report.routed(self.live.name, f"{arc.name}@{arc.version}", self)

@@ -40,6 +40,7 @@ class LiveIdentity:
     short: str
     digest: str | None
     kind: str
+    triton: str | None = None  # the Triton release that computed ``digest`` (a CACHE_KEY); None: not known
 
 
 def live_name(jit: Any) -> str:
@@ -83,15 +84,17 @@ def live_identity(jit: Any) -> LiveIdentity:
     name = live_name(jit)
     key = None
     kind = MODULE_SOURCE
+    release = None
     if not getattr(jit, "_karchive_shim", False):
         kind = CACHE_KEY
+        release = getattr(sys.modules.get("triton"), "__version__", None)
         try:
             key = str(jit.cache_key)
         except Exception:  # noqa: BLE001 - Triton could not hash the source: no identity, so never served
             key = None
     else:
         key = module_digest(jit)
-    return LiveIdentity(name, short_name(name), key, kind)
+    return LiveIdentity(name, short_name(name), key, kind, release if isinstance(release, str) else None)
 
 
 def variant_digest(variant: Any, kind: str) -> str | None:
@@ -115,6 +118,16 @@ def matches(variant: Any, live: LiveIdentity) -> bool:
     return have == source_member(live.digest)
 
 
+def _release_note(versions: list[str], live: str | None) -> str:
+    """Why the source keys differ, as far as the releases tell: another Triton release (its keys differ between
+    releases), or the same one (then the kernel's own code, a jitted function it calls or its line changed)."""
+    if live is not None and set(versions) == {live}:
+        return (f"; built with this process's Triton {live}: the kernel's code, a @triton.jit function it calls, "
+                "or its line in the module changed")
+    running = f", this process runs Triton {live}" if live else ""
+    return f"; built with Triton {', '.join(versions)}{running}: Triton's source keys differ between releases"
+
+
 def find(archive: Any, live: LiveIdentity) -> tuple[str | None, list[str]]:
     """(the archive's kernel name for ``live``, or None; why not, one line per near miss)."""
     kernels = archive.kernels()
@@ -129,8 +142,7 @@ def find(archive: Any, live: LiveIdentity) -> tuple[str | None, list[str]]:
         versions = sorted({v.provenance.triton_version for v in stale if v.provenance.triton_version})
         why.append(f"{label}: {live.name} has {len(stale)} of {len(variants)} variants built from another source "
                    f"(archived {', '.join(have)}, live {str(live.digest)[:16]}"
-                   + (f"; built with Triton {', '.join(versions)}: Triton's source keys differ between releases"
-                      if versions and live.kind == CACHE_KEY else "") + ")")
+                   + (_release_note(versions, live.triton) if versions and live.kind == CACHE_KEY else "") + ")")
         return None, why
     same_short = [k for k in kernels if short_name(k) == live.short]
     for k in same_short:
