@@ -231,10 +231,19 @@ def test_tuning_honours_reset_to_zero_and_restore_value(device):
 def test_heuristics_only_kernels_evaluate_their_expressions(device):
     arc, rec = device
     k = arc.kernel("h_only")
-    assert k.select(Tensor(X), Tensor(Y), 100, num_warps=4).constexprs == {"BLOCK": 128}
-    assert k.select(Tensor(X), Tensor(Y), 60, num_warps=4).constexprs == {"BLOCK": 64}
-    with pytest.raises(NoMatchingVariantError, match="num_warps"):
-        k.select(Tensor(X), Tensor(Y), 60)  # its num_warps heuristic reads the environment: the caller says
+    # Its num_warps heuristic reads the environment: no expression, so karchive cannot compute what Triton
+    # computes from every call, and a num_warps passed does not help (Triton would replace it): refused.
+    for kw in ({}, {"num_warps": 4}):
+        with pytest.raises(NoMatchingVariantError, match=r"\['num_warps'\].*cannot take them from the caller"):
+            k.select(Tensor(X), Tensor(Y), 60, **kw)
+    from karchive.runtime.autotuned import computed_by_caller
+
+    # A served call site computes num_warps with the library's own function: then BLOCK comes from its expression.
+    served = computed_by_caller(k, ["num_warps"])
+    assert served.select(Tensor(X), Tensor(Y), 100, num_warps=4).constexprs == {"BLOCK": 128}
+    assert served.select(Tensor(X), Tensor(Y), 60, num_warps=4).constexprs == {"BLOCK": 64}
+    # ... and a BLOCK passed is replaced by the computed one, as Triton does.
+    assert served.select(Tensor(X), Tensor(Y), 60, num_warps=4, BLOCK=1024).constexprs == {"BLOCK": 64}
 
 
 def test_records_follow_qualified_kernel_names():

@@ -159,9 +159,18 @@ def test_the_runtime_picks_the_recorded_values_without_the_caller_restating_them
     assert k.select(A, A + 4096, 1024, BLOCK=128, device=h100).constexprs == {"BLOCK": 128, "EVEN": True}
     assert k.select(A, A + 4096, 1000, BLOCK=128, device=h100).constexprs == {"BLOCK": 128, "EVEN": False}
     with pytest.raises(NoMatchingVariantError, match=r"(?s)heuristics value\(s\) \['EVEN'\].*never recorded.*"
-                                                     r"n=1024.*pass EVEN=\.\.\. explicitly"):
+                                                     r"n=1024.*cannot take them from the caller") as err:
         k.select(A, A + 4096, 2048, BLOCK=128, device=h100)
-    assert k.select(A, A + 4096, 2048, BLOCK=128, EVEN=True, device=h100).constexprs["EVEN"] is True
+    assert "explicitly" not in str(err.value)
+    # Issue 35.2: Triton's Heuristics.run computes EVEN from every call and replaces a value passed; so does
+    # karchive: EVEN=True never picks the unmasked variant for n=1000, nor makes an unrecorded call launch.
+    assert k.select(A, A + 4096, 1000, BLOCK=128, EVEN=True, device=h100).constexprs == {"BLOCK": 128, "EVEN": False}
+    with pytest.raises(NoMatchingVariantError, match="never recorded"):
+        k.select(A, A + 4096, 2048, BLOCK=128, EVEN=True, device=h100)
+    # BLOCK left out: Triton's lambda fails on args["BLOCK"]; the error names BLOCK, not EVEN.
+    with pytest.raises(NoMatchingVariantError, match=r"missing argument BLOCK: @triton.heuristics computes EVEN") as err:
+        k.select(A, A + 4096, 1000, EVEN=True, device=h100)
+    assert err.value.param == "BLOCK"
 
 
 @needs_triton
@@ -199,7 +208,8 @@ def test_heuristics_that_cannot_be_replayed_replay_the_captured_calls(captured, 
     a100 = DeviceInfo.describe_target("cuda:80", shared_optin=163 * 1024)
     with pytest.raises(NoMatchingVariantError, match=r"differs in the device \(recorded cuda:90\)"):
         k.select(DevBuf(A), DevBuf(A + 4096), 1001, BLOCK=128, device=a100)
-    assert k.select(A, A + 4096, 1001, BLOCK=128, ODD=True, device=h100).constexprs["ODD"] is True
+    with pytest.raises(NoMatchingVariantError, match="ODD"):  # a value passed is replaced by Triton: no way around
+        k.select(A, A + 4096, 1001, BLOCK=128, ODD=True, device=h100)
 
 
 @needs_triton
@@ -219,11 +229,13 @@ def test_autotune_and_heuristics_together(captured, h100):
     assert call(4096).key == by_key[4096] and call(4096).constexprs == {"BLOCK": 128, "EVEN": True}
     assert call(1000).key == by_key[1000] and call(1000).constexprs == {"BLOCK": 64, "EVEN": False}
     # An unseen key takes the nearest recorded config (BLOCK=128 for 3000), but EVEN for n=3000 was never
-    # computed: refused, unless the caller says.
+    # computed: refused, and saying EVEN=False changes nothing (Triton would compute it all the same).
     with pytest.raises(NoMatchingVariantError, match="EVEN"):
         call(3000)
-    chosen = k.select(DevBuf(A), DevBuf(A + 65536), 3000, EVEN=False, device=h100)
-    assert chosen.constexprs == {"BLOCK": 128, "EVEN": False}
+    with pytest.raises(NoMatchingVariantError, match="EVEN"):
+        k.select(DevBuf(A), DevBuf(A + 65536), 3000, EVEN=False, device=h100)
+    assert k.select(DevBuf(A), DevBuf(A + 65536), 4096, EVEN=False, device=h100).constexprs == \
+        {"BLOCK": 128, "EVEN": True}
 
 
 # --- the record format, without Triton ---------------------------------------------------------------

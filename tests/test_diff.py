@@ -167,7 +167,9 @@ def test_changed_source_is_a_changed_variant_with_source_digest_and_unified_diff
     assert "+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) - tl.load(y_ptr" in out
     # one module holds both kernels: its diff is shown once, naming every variant it concerns
     assert out.count("\n+++ ") == 1 and "source of kernels:add_kernel cuda:90 BLOCK=1024; kernels:scale_kernel" in out
-    assert out.strip().splitlines()[-1] == ("kernels: 2 changed; variants: 0 added, 0 removed, 3 changed, "
+    # add_kernel was edited; scale_kernel, above it in the same module, has its key and binary (issue 35.6)
+    assert out.strip().splitlines()[-1] == ("kernels: 1 changed, 1 with only the module text around them changed; "
+                                            "variants: 0 added, 0 removed, 3 changed (2 only in the module text), "
                                             "0 unchanged")
 
     code, doc = diff_json(archives["base"], archives["edited"])
@@ -336,7 +338,8 @@ def test_diff_archives_is_usable_from_python(archives: dict[str, Path], monkeypa
     result = diff_archives(a, b, source=True, ir="ttir")
     assert not result.identical and result.count("changed") == 3
     assert [t.what for t in result.texts] == ["source", "ttir"]
-    assert result.to_json()["summary"]["kernels"]["changed"] == ["kernels:add_kernel", "kernels:scale_kernel"]
+    assert result.to_json()["summary"]["kernels"]["changed"] == ["kernels:add_kernel"]
+    assert result.to_json()["summary"]["kernels"]["module_only"] == ["kernels:scale_kernel"]
     assert diff_archives(a, a).identical
     # texts too large for difflib get a note instead of a diff
     monkeypatch.setattr("karchive.audit.diff.MAX_TEXT_BYTES", 100)
@@ -348,7 +351,7 @@ def test_diff_archives_is_usable_from_python(archives: dict[str, Path], monkeypa
 def test_name_at_version_through_a_local_registry(archives: dict[str, Path], tmp_path: Path) -> None:
     registry, cache = tmp_path / "registry", tmp_path / "cache"
     for name in ("base", "edited"):
-        done = run_cli("publish", str(archives[name]), "--registry", str(registry))
+        done = run_cli("publish", str(archives[name]), "--registry", str(registry), "--create-registry")
         assert done.returncode == 0, done.stderr
     args = ["--registry", str(registry), "--cache-dir", str(cache)]
     done = diff("kernels@1.4.0", "kernels@1.5.0", *args)

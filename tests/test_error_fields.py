@@ -102,6 +102,12 @@ def test_the_cli_json_error_carries_the_filled_fields(tmp_path):
     code, out = _cli("cache", "prune", "--max-size", "lots", "--cache-dir", str(tmp_path / "cache"))
     assert code == 2 and out == {"error": "RegistryValueError", "value": "'lots'",
                                  "message": "bad size 'lots': use e.g. 500M, 2G, 1.5GiB or a byte count"}
+
+
+def test_the_cli_json_error_of_keygen_carries_its_fields(tmp_path):
+    import pytest
+
+    pytest.importorskip("cryptography")  # keygen needs the trust extra (a consumer-only install skips)
     code, out = _cli("keygen", "-o", str(tmp_path / "k"), "--passphrase-env", "KARCHIVE_TEST_NO_SUCH_VAR")
     assert code == 2 and out == {"error": "KeyFileError", "reason": "bad-key-file", "path": str(tmp_path / "k.key"),
                                  "message": "--passphrase-env KARCHIVE_TEST_NO_SUCH_VAR: the variable is not set or empty"}

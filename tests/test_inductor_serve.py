@@ -239,3 +239,42 @@ def test_a_recorded_config_that_sets_other_parameters_is_refused(captured, compi
     with pytest.raises(ServeMissError, match="EXTRA"):
         tuner.precompile(warm_cache_only=True)
     assert compiles == []
+
+
+def test_karchive_serve_answers_inductors_compiles_from_the_archive(captured, monkeypatch):
+    """The whole path through ``karchive.serve``: Inductor's autotuner, pinned to the recorded config, compiles it
+    through the compile boundary, which answers with the archive's binary (a real CompiledKernel marked with the
+    archive and variant): Triton compiles nothing. The identity is the generated module's, from another user's
+    cache directory than the capture's."""
+    import triton
+    import triton.compiler
+    import triton.compiler.compiler as cc
+
+    import karchive.serve
+
+    real = []
+    orig = cc.compile
+
+    def counting(src, target=None, options=None, _env_vars=None):
+        real.append(getattr(src, "name", "?"))
+        return orig(src, target=target, options=options, _env_vars=_env_vars)
+
+    for mod in (cc, triton.compiler, triton):
+        monkeypatch.setattr(mod, "compile", counting)
+    import torch._inductor.compile_fx  # noqa: F401 - Inductor loaded, as in a process that compiles a model
+
+    report = karchive.serve(str(captured.root / "model.karc"), mode="strict")
+    try:
+        tuner = load_generated("pointwise_gelu.py", captured.root / "served", user="carol")
+        tuner.precompile(warm_cache_only=True)
+        assert len(tuner.compile_results) == 1 and real == []
+        name = next(iter(report.served))
+        arc = karchive.open(captured.root / "model.karc")
+        binaries = {arc.reader.read(v.binary.path) for v in arc.variants(name)}
+        # Inductor's static launcher took the served CompiledKernel's cubin (torch loads and launches it itself)
+        kernel = tuner.compile_results[0].kernel
+        assert getattr(kernel, "cubin_raw", None) in binaries
+        assert inductor_source.is_inductor_name(name) and report.missed_list == []
+        assert report.to_json()["inductor"]["autotuners_pinned"] == 1
+    finally:
+        karchive.serve.stop()

@@ -100,10 +100,11 @@ def test_venv_a_failed_install_is_not_recorded(fake_checkout, tmp_path):
 
 def test_the_real_venv_reruns_offline():
     """This checkout's own venv, when tools/venv.sh made it: sourcing it again with no index is a no-op."""
+    import importlib.metadata
+
     venv = pathlib.Path(sys.prefix)
     if not (venv / ".karchive-install").exists():
         pytest.skip(f"{venv} was not made by tools/venv.sh (no .karchive-install)")
-    import importlib.metadata
 
     try:  # another checkout's venv (a git worktree run with a shared venv): a "rerun" would repoint its install
         url = json.loads(importlib.metadata.distribution("karchive").read_text("direct_url.json") or "{}").get("url")
@@ -146,7 +147,9 @@ def test_a_command_piped_into_head_exits_quietly(big_archive, argv):
     cmd = " ".join([sys.executable, "-m", "karchive.cli.main", *(a.format(big=big_archive) for a in argv)])
     done = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd} | head -1"], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert done.returncode == 0, done.stderr
+    # 141 where the output was cut, as git (issue 35.7): the JSON is far larger than a pipe; a short text
+    # may be written whole before head exits (0)
+    assert done.returncode == 141 if "--json" in argv else done.returncode in (0, 141), done.stderr
     assert done.stderr == ""  # no "Broken pipe", no "Exception ignored"
     assert len(done.stdout.splitlines()) == 1
 
@@ -410,8 +413,8 @@ def test_doctor_reports_toolchain_and_locations(tmp_path):
     env = {"KARCHIVE_CACHE_DIR": str(tmp_path / "cache"), "KARCHIVE_REGISTRY": str(tmp_path / "reg"),
            "KARCHIVE_TRUST_POLICY": str(tmp_path / "policy.toml")}
     done = karchive("doctor", "--json", env=env, timeout=300)
-    assert done.returncode == 0, done.stderr
     r = json.loads(done.stdout)
+    assert done.returncode == (0 if r["gpus"] else 1) and r["ok"] is bool(r["gpus"]), done.stderr  # issue 35.11
     assert r["locations"] == {"cache": str(tmp_path / "cache"), "build_cache": str(tmp_path / "cache" / "triton-build"),
                               "registry": str(tmp_path / "reg"), "registry_from_env": True,
                               "trust_policy": str(tmp_path / "policy.toml"), "lockfile": None,
@@ -440,7 +443,7 @@ def test_publish_says_nothing_to_do_only_when_nothing_was_done(tmp_path, big_arc
     archive = tmp_path / "big.karc"
     shutil.copy(big_archive, archive)
     env = {"KARCHIVE_REGISTRY": str(tmp_path / "reg"), "KARCHIVE_CACHE_DIR": str(tmp_path / "cache")}
-    assert karchive("publish", str(archive), env=env).stdout.startswith("published hostile@2 ")
+    assert karchive("publish", str(archive), "--create-registry", env=env).stdout.startswith("published hostile@2 ")
     assert karchive("keygen", "-o", str(tmp_path / "ci"), env=env).returncode == 0
     assert karchive("sign", str(archive), "--key", str(tmp_path / "ci.key"), env=env).returncode == 0
     again = karchive("publish", str(archive), env=env).stdout

@@ -19,6 +19,7 @@ except ImportError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 import karchive
+from support import needs_triton
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
@@ -67,6 +68,7 @@ def test_the_faces_export_the_producers_own_objects():
         assert all(getattr(face, name) is not None for name in face.__all__)
 
 
+@needs_triton
 def test_building_through_the_face_needs_no_deep_import(tmp_path):
     """A real compile (cuda:90, no GPU needed) through karchive.build only, opened with karchive.open."""
     from karchive.build import BuildSpec, VariantRequest, build_archive

@@ -187,7 +187,7 @@ def test_rebuild_by_registry_reference(built, capsys, tmp_path, monkeypatch):
     """NAME@VERSION resolves through the registry; publishing identical bytes again is a no-op."""
     monkeypatch.setenv("KARCHIVE_REGISTRY", str(tmp_path / "registry"))
     monkeypatch.setenv("KARCHIVE_CACHE_DIR", str(tmp_path / "cache"))
-    code, out, _ = run(capsys, "publish", str(built))
+    code, out, _ = run(capsys, "publish", str(built), "--create-registry")
     assert code == 0 and out.startswith("published repro@1.0")
     copy = tmp_path / "again.karc"
     copy.write_bytes(built.read_bytes())

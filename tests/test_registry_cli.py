@@ -66,6 +66,9 @@ def test_cli_against_s3_uses_the_backends_own_configuration(tmp_path: Path) -> N
     url = f"s3://{s3.new_bucket()}/reg"
     env = {**s3.env(), "KARCHIVE_REGISTRY": url, "KARCHIVE_CACHE_DIR": str(tmp_path / "cache")}
     out = run_cli("publish", str(small_archive()), "--json", env=env)
+    assert out.returncode == 2 and json.loads(out.stdout)["error"] == "NotFoundError"  # a new bucket: no registry yet
+    assert "publish with --create-registry" in out.stderr
+    out = run_cli("publish", str(small_archive()), "--json", "--create-registry", env=env)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["registry"] == url
     out = run_cli("pull", "examples@0.1.0", "--json", env=env)

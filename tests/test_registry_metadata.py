@@ -358,7 +358,7 @@ def test_cli_publish_refresh_show_pull(keys, tmp_path: Path) -> None:
     reg = ["--registry", str(tmp_path / "registry")]
     policy = str(meta_policy(tmp_path / "p.toml", keys))
     done = run_cli("publish", str(small_archive("examples", "0.1.0")), *reg, "--sign", str(tmp_path / "ci.key"),
-                   "--registry-key", str(tmp_path / "alice.key"))
+                   "--registry-key", str(tmp_path / "alice.key"), "--create-registry")
     assert done.returncode == 0, done.stderr
     assert "registry metadata: snapshot 1 issued (1 versions of 1 names" in done.stdout and "timestamp 1" in done.stdout
     done = run_cli("publish", str(small_archive("examples", "0.2.0")), *reg, "--sign", str(tmp_path / "ci.key"),

@@ -167,7 +167,7 @@ def test_another_toolchain_is_never_reused(first, env, tmp_path, mode):
 def test_reuse_by_registry_name(first, env, tmp_path):
     spec, prev = first
     reg = {**env, "KARCHIVE_REGISTRY": str(tmp_path / "registry")}
-    r = karchive("publish", str(prev), env=reg)
+    r = karchive("publish", str(prev), "--create-registry", env=reg)
     assert r.returncode == 0, r.stderr
     summary = build(spec, tmp_path / "inc.karc", "--reuse", "scale@1.0", env=reg)
     assert summary["reused"] == SPEC_VARIANTS and summary["reuse"]["previous"] == "scale@1.0"

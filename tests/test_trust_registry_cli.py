@@ -40,7 +40,7 @@ def setup(keys, tmp_path: Path) -> dict:
 def test_publish_sign_pull_trust_and_verify(setup: dict, keys) -> None:
     reg = ["--registry", setup["registry"]]
     cache = ["--cache-dir", setup["cache"]]
-    done = run_cli("publish", str(setup["archive"]), *reg, "--sign", setup["ci"])
+    done = run_cli("publish", str(setup["archive"]), *reg, "--sign", setup["ci"], "--create-registry")
     assert done.returncode == 0, done.stderr
     assert f"signature by key {keys['ci'].key_id[:16]} (signed now): stored" in done.stdout
     done = run_cli("publish", str(setup["archive"]), *reg, "--sign", setup["ci"], "--json")

@@ -36,8 +36,13 @@ if digest != h.hexdigest() or not wanted <= have:
 EOF
 )"
 if [ -n "$_karchive_need" ]; then
+  # Say what the silence is (pip is quiet): the first install downloads Triton (about 1 GB installed).
   if [ "$_karchive_fresh" = 1 ]; then
+    echo "tools/venv.sh: first install of karchive[${_karchive_need#* }] into $VENV: downloads Triton and the other" \
+         "extras (1.1 GB installed for the demo, 2.4 GB for the tests), usually a few minutes; later runs need no network" >&2
     "$PY" -m pip install -q --upgrade pip
+  else
+    echo "tools/venv.sh: installing karchive[${_karchive_need#* }] into $VENV (what it holds is not what is asked for)" >&2
   fi
   # The build backend pyproject.toml names, installed into the venv once (then found offline).
   "$PY" -I - <<'EOF' > "$VENV/.karchive-build-requires"

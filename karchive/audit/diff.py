@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..errors import FormatError, KarchiveError, SchemaError
-from ..format.names import select_kernels
+from ..format.names import did_you_mean, select_kernels
 from .match import TUNING_OPTIONS, Pair, canonical, pair_variants, specialisation_text, target_text
 from .resources import recorded_resources
 
@@ -33,6 +33,10 @@ TEXT_STAGES = ("ttir", "ttgir", "llir", "ptx", "amdgcn", "metadata")
 
 #: Texts larger than this are not diffed (difflib is quadratic at worst; an archive is untrusted input).
 MAX_TEXT_BYTES = 16 * 1024 * 1024
+
+#: What a variant's record says of the module its kernel lives in, not of the kernel: where only these differ
+#: (same key, same binary), another kernel of the module was edited and this one was not.
+MODULE_FIELDS = frozenset({"source", "provenance.build.sources"})
 
 #: Options shown under their own name (they shape the launch); other options as ``options.<name>``.
 _NAMED_OPTIONS = TUNING_OPTIONS
@@ -73,11 +77,36 @@ class VariantDiff:
     #: Registers/stack/spills read from each side's binary (empty when not read or not recorded).
     resources_a: dict[str, int] = field(default_factory=dict)
     resources_b: dict[str, int] = field(default_factory=dict)
+    #: Where the kernel's own source was compared (both modules stored): "edited" (its text differs), "moved"
+    #: (the same text at other lines, which Triton's key counts) or "callee" (the same text at the same lines:
+    #: a jitted function it calls changed); None where not compared.
+    code: str | None = None
+
+    @property
+    def module_only(self) -> bool:
+        """Changed only in the module around the kernel: the same key and binary (another kernel was edited)."""
+        return self.status == "changed" and all(c.field in MODULE_FIELDS for c in self.changes)
+
+    def cause(self) -> str | None:
+        """What changed in this kernel, in words (None: not changed, or nothing to add to the fields)."""
+        if self.status != "changed":
+            return None
+        if self.module_only:
+            return "only the module text around the kernel changed (same key, same binary)"
+        if any(c.field == "source_key" for c in self.changes):
+            if self.code == "moved":
+                return "the kernel's code is the same but moved to other lines (Triton's key counts its line)"
+            if self.code == "callee":
+                return "the kernel's own text is the same: a @triton.jit function it calls changed"
+            return "the kernel's own code changed" if self.code == "edited" else \
+                "the kernel's code (source_key) changed, or its lines moved"
+        return None
 
     def to_json(self) -> dict[str, Any]:
         return {
             "status": self.status, "kernel": self.kernel, "target": self.target,
             "specialisation": self.specialisation, "matched_by": self.matched_by,
+            "cause": self.cause(), "code": self.code,
             "params": (self.a or self.b or {}).get("params"),
             "a": _side_summary(self.a, self.resources_a), "b": _side_summary(self.b, self.resources_b),
             "changes": [c.to_json() for c in self.changes],
@@ -118,12 +147,16 @@ class ArchiveDiff:
         return not self.archive_changes and not self.autotune and all(v.status == "unchanged" for v in self.variants)
 
     def kernels(self) -> dict[str, list[str]]:
-        """Kernel names added (only in B), removed (only in A) and changed (in both, something differs)."""
+        """Kernel names added (only in B), removed (only in A), changed (in both, the kernel itself differs),
+        module_only (in both, every change is in the module text around it) and unchanged."""
         in_a = {v.kernel for v in self.variants if v.a is not None}
         in_b = {v.kernel for v in self.variants if v.b is not None}
         touched = {v.kernel for v in self.variants if v.status != "unchanged"} | {t["kernel"] for t in self.autotune}
-        return {"added": sorted(in_b - in_a), "removed": sorted(in_a - in_b),
-                "changed": sorted((in_a & in_b) & touched), "unchanged": sorted((in_a & in_b) - touched)}
+        itself = {v.kernel for v in self.variants if v.status != "unchanged" and not v.module_only} | \
+            {t["kernel"] for t in self.autotune}
+        both = in_a & in_b
+        return {"added": sorted(in_b - in_a), "removed": sorted(in_a - in_b), "changed": sorted(both & itself),
+                "module_only": sorted((both & touched) - itself), "unchanged": sorted(both - touched)}
 
     def summary(self) -> str:
         if self.identical:
@@ -131,8 +164,12 @@ class ArchiveDiff:
             return f"identical: {_n(self.count('unchanged'), 'variant')} in both{checked}"
         k = self.kernels()
         parts = [f"{len(k[s])} {s}" for s in ("added", "removed", "changed") if k[s]]
+        if k["module_only"]:
+            parts.append(f"{len(k['module_only'])} with only the module text around them changed")
+        module = sum(1 for v in self.variants if v.module_only)
         text = f"kernels: {', '.join(parts) or 'none added, removed or changed'}; variants: " + ", ".join(
-            f"{self.count(s)} {s}" for s in ("added", "removed", "changed", "unchanged"))
+            f"{self.count(s)} {s}" + (f" ({module} only in the module text)" if s == "changed" and module else "")
+            for s in ("added", "removed", "changed", "unchanged"))
         if self.archive_changes:
             text += f"; archive: {', '.join(c.field for c in self.archive_changes)} differ"
         if self.autotune:
@@ -326,7 +363,10 @@ def _diff_manifests(ma: dict, mb: dict, kernels: Iterable[str] | None, targets: 
     va, vb = _select(ma, kernels, targets), _select(mb, kernels, targets)
     if (kernels or targets) and not va and not vb:
         have = sorted({f"{v['kernel']} ({target_text(v)})" for m in (ma, mb) for v in m["variants"]})
-        raise KarchiveError(f"no variant in either archive matches the selection; they hold: {', '.join(have) or 'none'}")
+        names = {v["kernel"] for m in (ma, mb) for v in m["variants"]}
+        hints = "".join(did_you_mean(k, names) for k in kernels if not select_kernels([k], names))
+        raise KarchiveError(f"no variant in either archive matches the selection{hints}; they hold: "
+                            f"{', '.join(have) or 'none'}")
     sources_a = {s["path"]: s for s in ma.get("sources") or []}
     sources_b = {s["path"]: s for s in mb.get("sources") or []}
     res_a, res_b = resources or ({}, {})
@@ -420,11 +460,57 @@ def diff_archives(a: Reader, b: Reader, *, refs: tuple[str | None, str | None] =
     result.members_checked = check_members
     changed = [v for v in result.variants if v.status == "changed"]
     labels = (refs[0] or "A", refs[1] or "B")
+    if check_members:
+        _compare_code(a, b, changed)
     if source:
         result.texts += _source_diffs(a, b, changed, labels, context)
     if ir:
         result.texts += _stage_diffs(a, b, changed, ir, labels, context)
     return result
+
+
+def _kernel_text(module: bytes, qualname: str) -> tuple[str, int] | None:
+    """The source text of ``qualname``'s definition (decorators included) in ``module``, and its first line;
+    None where the module does not parse or holds no such definition. Parsed, never run."""
+    import ast
+
+    try:
+        tree = ast.parse(module.decode("utf-8"))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    nodes: list[Any] = tree.body
+    found: Any = None
+    for part in qualname.split("."):
+        found = next((n for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+                      and n.name == part), None)
+        if found is None:
+            return None
+        nodes = found.body
+    first = min([found.lineno] + [d.lineno for d in found.decorator_list])
+    lines = module.decode("utf-8").splitlines()[first - 1:found.end_lineno]
+    return "\n".join(lines), first
+
+
+def _compare_code(a: Reader, b: Reader, changed: list[VariantDiff]) -> None:
+    """Set ``code`` of each changed pair whose key source differs: its own text edited, or the same text moved.
+    Each (module pair, kernel) is parsed once; modules over :data:`MAX_TEXT_BYTES` are not."""
+    seen: dict[tuple[str, str, str], str | None] = {}
+    for v in changed:
+        if v.module_only or not any(c.field == "source_key" for c in v.changes):
+            continue
+        assert v.a is not None and v.b is not None
+        pa, pb = v.a["files"].get("source"), v.b["files"].get("source")
+        qualname = v.kernel.rpartition(":")[2]
+        if not pa or not pb:
+            continue
+        ident = (pa, pb, qualname)
+        if ident not in seen:
+            data_a, data_b = a.read(pa), b.read(pb)
+            ta = _kernel_text(data_a, qualname) if len(data_a) <= MAX_TEXT_BYTES else None
+            tb = _kernel_text(data_b, qualname) if len(data_b) <= MAX_TEXT_BYTES else None
+            seen[ident] = None if ta is None or tb is None else "edited" if ta[0] != tb[0] else \
+                "moved" if ta[1] != tb[1] else "callee"
+        v.code = seen[ident]
 
 
 def _manifest(reader: Reader, kernels: list[str]) -> dict:

@@ -206,12 +206,15 @@ def _sign(out: str, keys: list, args: argparse.Namespace, parameters: dict) -> l
 
 
 def cmd_build(args: argparse.Namespace) -> int:
-    from ..producer.build.pipeline import build_archive
+    from ..producer.build.pipeline import build_archive, executor_kind
     from ..producer.build.spec_file import load_spec, validate_requests
+    from ..producer.compile.buildenv import check_cache_root
 
     shell_warnings = _take_shell_env()
     spec = load_spec(args.spec)
     out = _out_path(args, spec.name, spec.version)
+    if executor_kind(args.executor) == "local":
+        check_cache_root()  # one line naming it, before the header (build_archive checks again, for the API)
     if args.no_ir:
         for r in spec.requests:
             r.include_ir = False

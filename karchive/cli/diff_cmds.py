@@ -102,14 +102,23 @@ def kernel_stats(result: Any) -> list[dict[str, Any]]:
     """Per kernel: variant counts by status and the fields that changed (most frequent first)."""
     stats: dict[str, dict[str, Any]] = {}
     fields: dict[str, Counter] = {}
+    causes: dict[str, Counter] = {}
+
+    def new(kernel: str) -> dict[str, Any]:
+        return {"kernel": kernel, "added": 0, "removed": 0, "changed": 0, "module_only": 0, "unchanged": 0}
+
     for v in result.variants:
-        row = stats.setdefault(v.kernel, {"kernel": v.kernel, "added": 0, "removed": 0, "changed": 0, "unchanged": 0})
+        row = stats.setdefault(v.kernel, new(v.kernel))
         row[v.status] += 1
+        row["module_only"] += v.module_only
         fields.setdefault(v.kernel, Counter()).update(c.field for c in v.changes if c.field != "key")
+        if v.cause() and not v.module_only:
+            causes.setdefault(v.kernel, Counter())[v.cause()] += 1
     for t in result.autotune:
-        stats.setdefault(t["kernel"], {"kernel": t["kernel"], "added": 0, "removed": 0, "changed": 0, "unchanged": 0})
+        stats.setdefault(t["kernel"], new(t["kernel"]))
         fields.setdefault(t["kernel"], Counter())["autotune"] += 1
-    return [{**row, "fields": [f for f, _ in fields.get(k, Counter()).most_common()]} for k, row in sorted(stats.items())]
+    return [{**row, "fields": [f for f, _ in fields.get(k, Counter()).most_common()],
+             "causes": [c for c, _ in causes.get(k, Counter()).most_common()]} for k, row in sorted(stats.items())]
 
 
 def render_stat(result: Any, stats: list[dict[str, Any]]) -> str:
@@ -120,6 +129,10 @@ def render_stat(result: Any, stats: list[dict[str, Any]]) -> str:
         counts = ", ".join(f"{row[s]} {s}" for s in ("added", "removed", "changed") if row[s]) or "unchanged"
         what = ", ".join(row["fields"][:_MAX_LISTED]) + (f", +{len(row['fields']) - _MAX_LISTED} more"
                                                          if len(row["fields"]) > _MAX_LISTED else "")
+        if row["module_only"] and row["module_only"] == row["changed"] and not row["added"] + row["removed"]:
+            what = f"only the module text around it ({what})"
+        elif row["causes"]:
+            what = f"{'; '.join(row['causes'])}: {what}"
         rows.append([row["kernel"], counts, str(row["unchanged"]), what or "-"])
     out += ["", table(["kernel", "variants", "unchanged", "changes"], rows, right=["unchanged"]), "",
             printable(result.summary())]
@@ -164,6 +177,8 @@ def _row(v: Any) -> list[str]:
         key = a["key"][:12] if a["key"] == b["key"] else f"{a['key'][:12]} -> {b['key'][:12]}"
         names = [c.field for c in v.changes if c.field != "key"]
         what = ", ".join(names[:_MAX_LISTED]) + (f", +{len(names) - _MAX_LISTED} more" if len(names) > _MAX_LISTED else "")
+        if v.module_only:
+            what = f"only the module text around it ({what})"
     else:
         one = a if a is not None else b
         warps, key, what = _warps(one), one["key"][:12], ""
@@ -178,11 +193,15 @@ def render(result: Any) -> str:
     rows = [_row(v) for v in result.variants if v.status != "unchanged"]
     if rows:
         out += ["", table(["status", "kernel", "target", "specialisation", "warps/stages", "key", "changes"], rows)]
-    changed = [v for v in result.variants if v.status == "changed"]
+    # A variant whose kernel did not change (only the module text around it) is its table row; the
+    # details are for the kernels that changed.
+    changed = [v for v in result.variants if v.status == "changed" and not v.module_only]
     for v in changed:
         spec = f" {v.specialisation}" if v.specialisation else ""
         warps = _warps(v.a) if _warps(v.a) == _warps(v.b) else f"{_warps(v.a)} -> {_warps(v.b)}"
         out += ["", printable(f"~ {v.kernel} {v.target}{spec}, warps/stages {warps}  (paired by {v.matched_by})")]
+        if v.cause():
+            out.append(printable(f"    {v.cause()}"))
         width = max(len(c.field) for c in v.changes)
         for c in v.changes:
             out.append(printable(f"    {c.field.ljust(width)}  {fmt_value(c.field, c.a)} -> {fmt_value(c.field, c.b)}"))

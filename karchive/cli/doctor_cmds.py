@@ -117,7 +117,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
     r["settings"] = {"problems": settings.problems()}  # KARCHIVE_* values karchive refuses, each named
     lp = r["launch_path"]
-    code = EXIT_NEGATIVE if launch_path_unavailable(lp) or r["settings"]["problems"] else EXIT_OK
+    # Can an archive launch here? Only the drivers' probe can say (None with --no-probe): a GPU of a usable
+    # backend. "ok" is the answer to the question doctor is asked, so no GPU is a negative answer (exit 1).
+    drivers = [r.get("cuda"), r.get("hip")]
+    gpus = sum(1 for d in drivers if d and d.get("usable") for dev in d.get("devices", ()) if "error" not in dev)
+    r["gpus"] = None if args.no_probe else gpus
+    code = EXIT_NEGATIVE if launch_path_unavailable(lp) or r["gpus"] == 0 or r["settings"]["problems"] else EXIT_OK
     r["ok"] = code == EXIT_OK
     if args.json:
         emit_json(r)
@@ -151,5 +156,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         "archives are served only as the trust policy allows" if serving["signed_only"] else
         "archives are served unsigned (no $KARCHIVE_TRUST_POLICY): any archive can claim a kernel's source"))
     lines += [f"{'setting':14s}REFUSED: {printable(p)}" for p in r["settings"]["problems"]]
+    if r["gpus"] == 0:
+        build = " (building works here: Triton is installed)" if r["toolchain"].get("triton") else ""
+        lines.append(f"{'NOT OK':14s}no GPU backend is usable: archives cannot launch on this machine{build}")
+    elif launch_path_unavailable(lp):
+        lines.append(f"{'NOT OK':14s}the launch path asked for (KARCHIVE_LAUNCH_PATH=extension) is not built")
+    elif r["gpus"] is None:
+        lines.append(f"{'ok':14s}launch path ready; GPUs not probed (--no-probe)")
+    else:
+        lines.append(f"{'ok':14s}{plural(r['gpus'], 'GPU')} can launch archives")
     print("\n".join(lines))
     return code

@@ -14,7 +14,7 @@ from typing import NoReturn
 from .. import __version__
 from ..errors import KarchiveError
 from . import hints
-from .output import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, emit_json, err
+from .output import EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_INTERRUPTED, emit_json, err
 
 #: Command-group modules under karchive.cli; each defines register(subparsers).
 COMMAND_MODULES = (
@@ -104,8 +104,9 @@ _json_requested = False  # set by main(): usage errors happen before there is a 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="karchive", description="Versioned archives of prebuilt Triton kernels.",
                     epilog="Run 'karchive COMMAND --help' for a command's options. Exit status: 0 success, "
-                           "1 a negative result (verify: damage, diff: different, build: failed variants), "
-                           "2 error, 3 rebuild --check could not reproduce everything, 130 interrupted. "
+                           "1 a negative result (verify: damage, diff: different, build --keep-going: failed "
+                           "variants), 2 error (a build with failed variants without --keep-going), 3 rebuild "
+                           "--check could not reproduce everything, 130 interrupted, 141 output cut (| head). "
                            "Documents: README.md, spec/BUILD.md, spec/REGISTRY.md, docs/cli.md.")
     parser.add_argument("--version", action="version", version=f"karchive {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", help="one of these (karchive COMMAND --help for more):")
@@ -138,7 +139,8 @@ def _fail(args: argparse.Namespace, exc: BaseException, message: str) -> int:
 
 def _quiet_stdout() -> None:
     """The reader of stdout went away (``| head``): point stdout at /dev/null so that the flush at exit
-    does not raise again, and stop quietly, as git and cargo do."""
+    does not raise again, and stop quietly with status 141, as git does (killed by SIGPIPE): the answer
+    was not read in full, so it is never reported as 0 (``diff``'s "identical")."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
@@ -174,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except BrokenPipeError:  # `karchive inspect ... | head`
         _quiet_stdout()
-        return EXIT_OK
+        return EXIT_BROKEN_PIPE
     except SystemExit:  # --help, --version, a usage error: argparse exits; its output may meet `| head` too
         try:
             sys.stdout.flush()

@@ -16,6 +16,7 @@ EXIT_NEGATIVE = 1  # the command ran and its answer is "no": verify found damage
 EXIT_ERROR = 2  # an error: a missing file, a bad argument, a refusal (every KarchiveError and OSError)
 EXIT_PARTIAL = 3  # rebuild --check: no mismatch, but not everything could be reproduced
 EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as shells report it)
+EXIT_BROKEN_PIPE = 141  # the reader of stdout went away (| head): 128 + SIGPIPE, what git's status is then
 
 
 def emit_json(obj: Any) -> None:

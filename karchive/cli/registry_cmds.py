@@ -71,8 +71,11 @@ def cmd_publish(args: argparse.Namespace) -> int:
     from .regmeta_cmds import metadata_lines, registry_keys
 
     meta_keys = registry_keys(args.registry_key, args.passphrase_env)
+    # A named location (--registry, $KARCHIVE_REGISTRY) must hold a registry already unless --create-registry:
+    # a mistyped one would otherwise become a new registry holding only this archive. The default local
+    # registry is karchive's own directory, made by its first publish (the README's commands on a fresh machine).
     result = reg.publish(args.archive, sign=keys, build_info=info, sidecar=not args.no_sidecar,
-                         registry_keys=meta_keys)
+                         registry_keys=meta_keys, create=args.create_registry or reg.is_default)
     sigs = [{"key_id": s.key_id, "created": s.created, "source": s.source} for s in result.signatures]
     if args.json:
         emit_json({"registry": result.registry, "created": result.created, "index_current": result.index_current,
@@ -339,6 +342,10 @@ def register(sub: Any) -> None:
     from .regmeta_cmds import add_registry_key_arg
 
     add_registry_key_arg(p)
+    p.add_argument("--create-registry", action="store_true",
+                   help="make a new registry at --registry / $KARCHIVE_REGISTRY if none is there (without it, a "
+                        "location that holds no registry is refused: a typo never becomes a new registry; the "
+                        "default local registry is made by its first publish)")
     _common(p, cache=False)
     p.set_defaults(func=cmd_publish)
 

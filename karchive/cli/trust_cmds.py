@@ -139,6 +139,7 @@ def trust_report_for(ref: str, policy_path: str, *, registry: str | None = None,
     checks them (:func:`karchive.resolve.open`, which asks :func:`karchive.trust.decide.decide`). A
     refusal is a result, not an exception."""
     from ..registry.refs import is_registry_ref
+    from ..trust import reasons
     from ..trust.decide import refusal_json
 
     if not is_registry_ref(ref) and "://" not in ref:
@@ -162,6 +163,11 @@ def trust_report_for(ref: str, policy_path: str, *, registry: str | None = None,
         getattr(reader.source, "close", lambda: None)()
     except TrustError as exc:
         report.update(refusal_json(exc))
+        if is_registry_ref(ref) and exc.reason == reasons.UNSIGNED:
+            # The usual cause: the local file was signed (its sidecar stays beside it), the registry's copy not.
+            report["hint"] = (f"the registry holds no signature for {ref}; a signature made beside a local file "
+                              f"(ARCHIVE.sig.json) stays there: sign the published version with `karchive sign {ref} "
+                              "--key KEY`, or publish with `karchive publish ARCHIVE --sign KEY`")
         return report
     if verdict is None:  # pragma: no cover - a policy was given, so the loader returned a verdict or raised
         raise TrustError(f"{ref}: no trust verdict although a policy was given", archive=ref)
@@ -224,6 +230,8 @@ def trust_lines(report: dict[str, Any]) -> list[str]:
     if not report.get("ok"):
         lines = [f"trust: REFUSED under {where}: {report.get('reason')}"]
         lines += [f"  {line}" for line in str(report.get("error", "")).splitlines()]
+        if report.get("hint"):
+            lines.append(f"  hint: {report['hint']}")
         return [printable(line) for line in lines]
     rule = report["rule"]
     lines = [f"trust: OK under {where}, rule {rule['index'] + 1} (names {', '.join(rule['names'])}): "

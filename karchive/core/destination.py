@@ -10,11 +10,27 @@ work (a file where a directory is needed, a directory where a file is wanted, no
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 from ..errors import DestinationError
 
-__all__ = ["output_dir", "output_file"]
+__all__ = ["output_dir", "output_file", "unwritable"]
+
+
+def unwritable(directory: str | os.PathLike) -> str | None:
+    """Why no file can be created in the existing ``directory`` (None: one can), found by creating and
+    removing one. Permission bits say nothing for root or on special filesystems (``/proc`` accepts the
+    access check and refuses the file), so the check is the operation itself."""
+    try:
+        fd, name = tempfile.mkstemp(prefix=".karchive-probe-", dir=directory)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError) and os.path.isdir(directory):
+            return f"files cannot be created in {directory} (a special filesystem: {exc.strerror})"
+        return f"cannot create a file in {directory}: {exc.strerror or exc}"
+    os.close(fd)
+    os.unlink(name)
+    return None
 
 
 def _make_dirs(directory: Path, wanted: str, *, create: bool = True) -> None:
@@ -30,6 +46,9 @@ def _make_dirs(directory: Path, wanted: str, *, create: bool = True) -> None:
     if not create:
         if not os.access(probe, os.W_OK | os.X_OK):
             raise DestinationError(f"cannot write {wanted}: no permission to write in {probe}", path=wanted)
+        why = unwritable(probe) if probe.is_dir() else None
+        if why:
+            raise DestinationError(f"cannot write {wanted}: {why}", path=wanted)
         return
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -38,6 +57,9 @@ def _make_dirs(directory: Path, wanted: str, *, create: bool = True) -> None:
                                f"{exc.strerror or exc}", path=wanted) from None
     if not os.access(directory, os.W_OK | os.X_OK):
         raise DestinationError(f"cannot write {wanted}: no permission to write in {directory}", path=wanted)
+    why = unwritable(directory)
+    if why:
+        raise DestinationError(f"cannot write {wanted}: {why}", path=wanted)
 
 
 def output_file(path: str | os.PathLike, *, default_name: str | None = None) -> str:

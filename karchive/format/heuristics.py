@@ -269,6 +269,28 @@ def resolve(record: HeuristicsRecord, named: Mapping[str, Any], skip: Iterable[s
     return values, unresolved
 
 
+def missing_inputs(record: HeuristicsRecord, name: str, named: Mapping[str, Any]) -> list[str]:
+    """The arguments the heuristic for ``name`` reads as ``args[NAME]`` that the call does not pass.
+
+    Triton's heuristic fails on such a call (a ``KeyError`` in its lambda), so the missing argument, not the
+    computed value, is what the caller must be told about. An argument some case recorded as absent (the
+    heuristic read it with ``args.get``), or that an expression reads only through ``get``, is not missing.
+    """
+    reads: dict[str, bool] = {}  # argument -> may be absent
+    for case in record.cases.get(name, ()):
+        for arg, rec in case.inputs.items():
+            reads[arg] = reads.get(arg, False) or (isinstance(rec, dict) and "absent" in rec)
+    stack = [record.exprs[name]] if name in record.exprs else []
+    while stack and len(stack) < 10_000:
+        node = stack.pop()
+        if not isinstance(node, list) or not node:
+            continue
+        if node[0] == "arg" and len(node) == 2 and isinstance(node[1], str):
+            reads.setdefault(node[1], False)
+        stack.extend(child for child in node[1:] if isinstance(child, list))
+    return [arg for arg, may_be_absent in sorted(reads.items()) if not may_be_absent and arg not in named]
+
+
 # --- parsing (an archive is untrusted input) -----------------------------------------------------
 def _check_scalar(value: Any, where: str) -> Any:
     s = scalar(value)

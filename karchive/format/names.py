@@ -18,6 +18,7 @@ calls pass as keywords: an ASCII identifier that is not a Python keyword, at mos
 
 from __future__ import annotations
 
+import difflib
 import functools
 import keyword
 import re
@@ -109,3 +110,14 @@ def select_kernels(queries: Iterable[str] | None, kernels: Iterable[str]) -> lis
     """The ``kernels`` any of ``queries`` selects (:func:`kernel_matches`), in their order; all for none."""
     qs = list(queries or ())
     return [k for k in kernels if not qs or any(kernel_matches(q, k) for q in qs)]
+
+
+def did_you_mean(query: str, kernels: Iterable[str]) -> str:
+    """``; did you mean 'mod:second'?`` for a ``-k`` filter that selects none of ``kernels`` but is close to
+    one (by qualified or by short name), else ''."""
+    names = sorted(kernels)
+    close = difflib.get_close_matches(query, names, n=1)
+    if not close:
+        shorts = {short_name(k): k for k in names}
+        close = [shorts[c] for c in difflib.get_close_matches(short_name(query), list(shorts), n=1)]
+    return f"; did you mean '{close[0]}'?" if close else ""

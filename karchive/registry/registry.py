@@ -212,7 +212,8 @@ class Registry:
         if self.is_default and self.store.is_local and not Path(self.url).exists():
             return
         raise NotFoundError(f"{self.url} is not a karchive registry (it has no {MARKER}): a mistyped location? "
-                            "A registry is created by its first `karchive publish`", registry=self.url,
+                            "A registry is created by its first `karchive publish` (--create-registry)",
+                            registry=self.url,
                             name=None, version=None)  # no name was missing: the location holds no registry
 
     @_operation
@@ -285,7 +286,7 @@ class Registry:
     @_operation
     def publish(self, archive: str | os.PathLike, *, sign: Sequence[SigningKey] = (),
                 build_info: dict[str, Any] | None = None, sidecar: bool = True,
-                registry_keys: Sequence[SigningKey] = ()) -> PublishResult:
+                registry_keys: Sequence[SigningKey] = (), create: bool = True) -> PublishResult:
         """Verify ``archive`` and publish it under the name and version in its manifest; with
         ``registry_keys``, then issue the registry's next signed snapshot and timestamp (spec/SIGNING.md
         §11), which list it.
@@ -293,8 +294,9 @@ class Registry:
         Each key in ``sign`` signs it (``build_info`` goes into the provenance statement), and with
         ``sidecar`` the signatures in ``ARCHIVE.sig.json`` are stored too, each beside the blob as
         its signer's object (REGISTRY.md §3). Signing an already published, identical version adds
-        the signatures; the version itself is never changed."""
-        result = self._publish(archive, sign=sign, build_info=build_info, sidecar=sidecar)
+        the signatures; the version itself is never changed. ``create=False`` refuses a location that holds no
+        registry yet (``NotFoundError``, nothing written): the CLI's default for a named location."""
+        result = self._publish(archive, sign=sign, build_info=build_info, sidecar=sidecar, create=create)
         if registry_keys:
             result = dataclasses.replace(result, metadata=self.update_metadata(registry_keys))
         return result
@@ -307,7 +309,7 @@ class Registry:
         return update_metadata(self, keys, **options)
 
     def _publish(self, archive: str | os.PathLike, *, sign: Sequence[SigningKey], build_info: dict[str, Any] | None,
-                 sidecar: bool) -> PublishResult:
+                 sidecar: bool, create: bool = True) -> PublishResult:
         if not self.store.writable:
             raise RegistryError(f"registry {self.url} is read-only; publish to the directory or bucket it serves",
                                 registry=self.url)
@@ -329,7 +331,7 @@ class Registry:
             )
             # Signed before anything is written: a bad key or a stale sidecar leaves the registry untouched.
             envelopes = self._signatures_to_store(snapshot, source, facts, sign, build_info, sidecar)
-            self._ensure_marker()
+            self._ensure_marker(create)
             existing = self._read_record(record.name, record.version)
             if existing is not None:
                 return self._store_signatures(self._same_or_conflict(existing, record), envelopes)
@@ -440,8 +442,12 @@ class Registry:
             registry=self.url, ref=record.ref, existing_digest=existing.sha256, new_digest=record.sha256,
         )
 
-    def _ensure_marker(self) -> None:
+    def _ensure_marker(self, create: bool = True) -> None:
         data = self.store.read(MARKER)
+        if data is None and not create:
+            raise NotFoundError(f"{self.url} holds no karchive registry (no {MARKER}): a mistyped location? To make "
+                                "a new registry there, publish with --create-registry", registry=self.url,
+                                name=None, version=None)  # the location holds no registry
         if data is None:
             self.store.create(MARKER, encode_marker())
         else:

@@ -16,19 +16,23 @@ in-place hooks honoured), and the winner remembered for the process and in the l
 
 The ``heuristics`` records (§6.4) give the values ``@triton.heuristics`` computes: for each computed name,
 the first recorded case whose inputs match the call, else the stored expression; the heuristics below the
-autotuner see the config's constexprs, as in Triton. A call that matches no case is refused with the cases
-that were recorded and the inputs the nearest one differs in, unless the caller passes the value.
+autotuner see the config's constexprs, as in Triton. Every value is computed from every call, as Triton's
+``Heuristics.run`` does: one the caller passes is replaced, never taken (only a served call site, which runs
+the library's own heuristics functions, hands in computed values: :func:`computed_by_caller`). A call that
+lacks an argument a heuristic reads is refused naming that argument; one that matches no case is refused
+with the cases that were recorded and the inputs the nearest one differs in.
 """
 
 from __future__ import annotations
 
+import copy
 import threading
 from typing import Any, NamedTuple
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..errors import ArgumentError, LaunchError, NoMatchingVariantError
 from ..format.autotune import AutotuneConfig, AutotuneEntry, AutotuneRecord, choose_entry
-from ..format.heuristics import OPTION_NAMES, HeuristicsRecord, resolve
+from ..format.heuristics import OPTION_NAMES, HeuristicsRecord, missing_inputs, resolve
 from ..format.manifest import Variant
 from .tuning.bench import DeviceBench, RepPolicy, TuningHooks, choose, quantiles
 from .device import DeviceInfo
@@ -107,29 +111,49 @@ class _Heuristics:
         self.names = tuple(n for r in self.records for n in r.names)
         self._cache: dict[tuple, dict[str, Any]] = {}
 
-    def values(self, named: Mapping[str, Any], given: frozenset, device: Any = None) -> dict[str, Any]:
-        """Values for every computed name the caller did not pass; ``NoMatchingVariantError`` if one has no case.
-        ``device`` (a target string or DeviceInfo; None: not checked) must be the one a concretely recorded
-        case ran on."""
+    def values(self, named: Mapping[str, Any], skip: frozenset = frozenset(), device: Any = None) -> dict[str, Any]:
+        """Values for every computed name (but ``skip``: those another layer computed); ``NoMatchingVariantError``
+        if one has no case. As Triton's ``Heuristics.run``, a value the caller passes is computed all the same
+        and replaces the caller's: it never picks the variant. ``device`` (a target string or DeviceInfo; None:
+        not checked) must be the one a concretely recorded case ran on."""
         current = dict(named)
         out: dict[str, Any] = {}
         dev_key = device if device is None or isinstance(device, str) else (
             getattr(device, "backend", ""), getattr(device, "arch", ""), getattr(device, "name", ""))
         for record in self.records:
-            key = (id(record), given, record.call_key(current), dev_key)
+            key = (id(record), skip, record.call_key(current), dev_key)
             hit = self._cache.get(key)
             if hit is None:
-                values, unresolved = resolve(record, current, skip=given, device=device)
+                values, unresolved = resolve(record, current, skip=skip, device=device)
                 if unresolved:
-                    why = "; ".join(f"{n}: {w}" for n, w in unresolved.items())
-                    raise NoMatchingVariantError(
-                        f"{self.name}: the @triton.heuristics value(s) {sorted(unresolved)} for this call were never "
-                        f"recorded ({why}); pass {', '.join(f'{n}=...' for n in unresolved)} explicitly, or capture "
-                        "a call like this one", kernel=self.name, param=sorted(unresolved)[0])
+                    self._refuse(record, unresolved, {**current, **values})
                 hit = self._cache[key] = values
             out.update(hit)
             current.update(hit)
         return out
+
+    def _refuse(self, record: HeuristicsRecord, unresolved: Mapping[str, str], named: Mapping[str, Any]) -> None:
+        """Why these values cannot be computed: an argument the heuristic reads is not passed (Triton's
+        heuristic fails there too: name it), or no recorded case or expression covers this call."""
+        for name in unresolved:
+            missing = missing_inputs(record, name, named)
+            if missing:
+                raise NoMatchingVariantError(
+                    f"{self.name}: missing argument {', '.join(missing)}: @triton.heuristics computes {name} from "
+                    f"it, and this call does not pass it (Triton's heuristic fails on this call too); pass "
+                    f"{', '.join(f'{m}=...' for m in missing)}", kernel=self.name, param=missing[0])
+        why = "; ".join(f"{n}: {w}" for n, w in unresolved.items())
+        raise NoMatchingVariantError(
+            f"{self.name}: the @triton.heuristics value(s) {sorted(unresolved)} for this call were never recorded "
+            f"({why}); Triton computes them from every call and replaces a value passed, so karchive cannot take "
+            "them from the caller either: capture calls like this one (docs/capture.md)",
+            kernel=self.name, param=None)
+
+
+def _overridden(values: Mapping[str, Any], cx: Mapping[str, Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
+    """The computed constexprs, and the computed launch options the caller also passed (Triton's heuristics
+    replace the caller's keyword: the computed value is the one the launch must get)."""
+    return {**cx, **{k: v for k, v in values.items() if k in kwargs and k not in cx}}
 
 
 class Reads(NamedTuple):
@@ -189,6 +213,9 @@ class HeuristicsResolver:
         self.param_names = base.param_names
         self.heuristics = _Heuristics(base.name, records)
         self._subsets = _Subsets(base)
+        #: Names whose value in the call was computed by the kernel's own heuristics functions (a served call
+        #: site runs them as Heuristics.run does: :func:`computed_by_caller`); any other passed value is replaced.
+        self.trusted: frozenset[str] = frozenset()
 
     def describe(self) -> str:
         return f"computes {list(self.heuristics.names)}"
@@ -207,11 +234,11 @@ class HeuristicsResolver:
                 may_benchmark: bool = True, device: Any = None) -> tuple[Kernel, dict]:
         """(the kernel over the variants the computed options leave, the computed constexprs to pass)."""
         named = _named(self.name, self.param_names, args, kwargs)
-        given = frozenset(n for n in self.heuristics.names if n in kwargs)
-        values = self.heuristics.values(named, given, device if isinstance(device, (str, DeviceInfo)) else None)
+        values = self.heuristics.values(named, self.trusted.intersection(kwargs),
+                                        device if isinstance(device, (str, DeviceInfo)) else None)
         cx, opts = _split(values, self.param_names)
         kernel = self._subsets.fitting({}, opts) if opts else self.base
-        return kernel, cx
+        return kernel, _overridden(values, cx, kwargs)
 
 
 def _config_dict(cfg: AutotuneConfig | None, variant: Any) -> dict[str, Any]:
@@ -256,6 +283,7 @@ class AutotuneResolver:
         self.reset_to_zero = tuple(n for r in self.records for n in r.reset_to_zero)
         self.restore_value = tuple(n for r in self.records for n in r.restore_value)
         self._subsets = _Subsets(base)
+        self.trusted: frozenset[str] = frozenset()  # as HeuristicsResolver.trusted
         self._choices: dict[tuple, tuple[Mapping[str, Any], dict, Kernel]] = {}
         self._lock = threading.Lock()
         self._store: Any = None  # tuning.TuningStore, made on the first key tuned on the device
@@ -308,8 +336,7 @@ class AutotuneResolver:
         """The autotune key (as stored) Triton computes for ``k[grid](*args, **kwargs)``: heuristics above
         the autotuner evaluated first, as they are in Triton. Nothing is launched or tuned."""
         named = _named(self.name, self.param_names, args, kwargs)
-        hgiven = frozenset(n for n in self.heuristics.names if n in kwargs) if self.heuristics else frozenset()
-        return self.key({**named, **self._outer(named, hgiven)})
+        return self.key({**named, **self._outer(named)})
 
     def choose(self, named: Mapping[str, Any]) -> tuple[Kernel, dict, AutotuneEntry | None]:
         """The (dispatcher, tuned constexprs, entry) a call with these named arguments uses."""
@@ -402,7 +429,7 @@ class AutotuneResolver:
         except Exception:  # noqa: BLE001 - no driver or no device: nothing to remember the decision under
             return None
 
-    def _outer(self, named: dict, hgiven: frozenset) -> dict[str, Any]:
+    def _outer(self, named: dict) -> dict[str, Any]:
         """The heuristics values computed above the autotuner (they join its key)."""
         if self.heuristics is None:
             return {}
@@ -413,7 +440,7 @@ class AutotuneResolver:
                 self.outer = outer
             else:
                 try:
-                    values = self.heuristics.values(named, hgiven)
+                    values = self.heuristics.values(named, self.trusted.intersection(named))
                 except NoMatchingVariantError:
                     values = {}
                 if values and self._exact(self.key({**named, **values})):
@@ -422,7 +449,7 @@ class AutotuneResolver:
         if not outer:
             return {}
         inner = frozenset(self.heuristics.names) - outer
-        return self.heuristics.values(named, hgiven | inner)
+        return self.heuristics.values(named, inner | (self.trusted.intersection(named)))
 
     def chosen_config(self, grid: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
                       stream: Any = None) -> Mapping[str, Any]:
@@ -431,8 +458,7 @@ class AutotuneResolver:
         call site whose configs carry a ``pre_hook`` runs the library's hook with it, as Triton's ``run`` does."""
         kwargs = dict(kwargs)
         named = _named(self.name, self.param_names, args, kwargs)
-        hgiven = frozenset(n for n in self.heuristics.names if n in kwargs) if self.heuristics else frozenset()
-        outer_vals = self._outer(named, hgiven)
+        outer_vals = self._outer(named)
         ocx, _oopts = _split(outer_vals, self.param_names)
         cfg, _cx, _kernel = self._tuned({**named, **outer_vals}, grid, args, kwargs, stream, True, ocx)
         return cfg
@@ -444,8 +470,7 @@ class AutotuneResolver:
         kwargs = dict(kwargs)
         given = self.tuned_names & kwargs.keys()
         named = _named(self.name, self.param_names, args, kwargs)
-        hgiven = frozenset(n for n in self.heuristics.names if n in kwargs) if self.heuristics else frozenset()
-        outer_vals = self._outer(named, hgiven)
+        outer_vals = self._outer(named)
         named = {**named, **outer_vals}  # Heuristics.run passes them on as keywords, after the caller's
         ocx, oopts = _split(outer_vals, self.param_names)
         if given:
@@ -459,19 +484,18 @@ class AutotuneResolver:
         else:
             cfg, cx, kernel = self._tuned(named, grid, args, kwargs, stream, may_benchmark, ocx)
         if self.heuristics is None:
-            return kernel, cx
+            return kernel, _overridden(outer_vals, {**ocx, **cx}, kwargs)
         # Triton passes the config's constexprs to the heuristics below it (Autotuner -> Heuristics -> JIT).
-        values = self.heuristics.values({**named, **cx}, hgiven | frozenset(outer_vals))
+        values = self.heuristics.values({**named, **cx}, frozenset(outer_vals) | (self.trusted.intersection(kwargs)))
         hcx, hopts = _split(values, self.param_names)
         kernel = self._subsets.fitting({**cfg["kwargs"], **ocx, **hcx}, {**cfg["options"], **oopts, **hopts})
-        return kernel, {**ocx, **cx, **hcx}
+        return kernel, _overridden({**outer_vals, **values}, {**ocx, **cx, **hcx}, kwargs)
 
     def _fastest(self, grid: Any, args: Sequence[Any], kwargs: dict, stream: Any, named: Mapping[str, Any],
                  outer_cx: Mapping[str, Any]) -> Mapping[str, Any]:
         """The fastest of the configs on this call (:meth:`time_configs`). The kernel's own time by CUDA events
         where torch is in use and the launch goes on its current stream (the default: no stream given); else
         wall time around a synchronised launch."""
-        hgiven = frozenset(n for n in self.heuristics.names if n in kwargs) if self.heuristics else frozenset()
         outer = dict(outer_cx)  # the constexprs computed above the autotuner (named holds them too)
         candidates = self._candidates()
         bench = DeviceBench(self._device_of(args, kwargs), self.rep_policy, events=stream is None)
@@ -479,7 +503,7 @@ class AutotuneResolver:
         def bind(_i: int, kernel: Kernel, cx: dict) -> Any:
             return kernel.bind(grid, *args, stream=stream, **{**kwargs, **cx})
 
-        best, _timings, skipped = self.time_configs(candidates, named, outer, hgiven, bind, bench)
+        best, _timings, skipped = self.time_configs(candidates, named, outer, bind, bench)
         if best is None:
             why = "; ".join(f"config {candidates[i]['kwargs']}: {w}" for i, w in sorted(skipped.items()))
             raise NoMatchingVariantError(f"{self.name}: no prebuilt config can run on this device for this call "
@@ -487,7 +511,7 @@ class AutotuneResolver:
         return candidates[best]
 
     def time_configs(self, configs: Sequence[Mapping[str, Any]], named: Mapping[str, Any], outer: Mapping[str, Any],
-                     hgiven: frozenset, bind: Callable[[int, Kernel, dict], Any], bench: Any,
+                     bind: Callable[[int, Kernel, dict], Any], bench: Any,
                      skip: tuple[type[Exception], ...] = (NoMatchingVariantError,),
                      ) -> tuple[int | None, list[float | None], dict[int, str]]:
         """Time each config (``{"kwargs", "options"}``) on one call, as Triton's autotuner does: the heuristics
@@ -509,7 +533,8 @@ class AutotuneResolver:
                 options = {**cfg["options"], **oopts}
                 if self.heuristics is not None:
                     try:
-                        values = self.heuristics.values({**named, **outer, **cfg["kwargs"]}, hgiven | frozenset(outer))
+                        values = self.heuristics.values({**named, **outer, **cfg["kwargs"]},
+                                                          frozenset(outer) | (self.trusted.intersection(named)))
                     except NoMatchingVariantError as exc:
                         skipped[i] = f"heuristics: {exc}"
                         continue
@@ -539,3 +564,16 @@ class AutotuneResolver:
         finally:
             hooks.done()
         return choose(ranks), timings, skipped
+
+
+def computed_by_caller(kernel: Kernel, names: Iterable[str]) -> Kernel:
+    """``kernel`` for a caller that computes the heuristics values ``names`` itself with the kernel's own
+    functions (``karchive.serve``: a served call site runs them as Triton's ``Heuristics.run`` does): their
+    values in a call are taken as computed. Any other caller's value for a computed name is replaced, as
+    Triton replaces it. A kernel without a resolver is returned as it is."""
+    resolver = kernel.resolver
+    if not isinstance(resolver, (HeuristicsResolver, AutotuneResolver)) or not names:
+        return kernel
+    trusting = copy.copy(resolver)
+    trusting.trusted = frozenset(names)
+    return Kernel(kernel.archive, kernel.name, kernel.variants, trusting)

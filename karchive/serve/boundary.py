@@ -694,7 +694,7 @@ def _purge_served() -> None:
     from triton.runtime.jit import JITFunction
 
     for obj in gc.get_objects():
-        if isinstance(obj, JITFunction):
+        if issubclass(type(obj), JITFunction):
             for caches in list(getattr(obj, "device_caches", {}).values()):
                 cache = caches[0] if isinstance(caches, tuple) and caches and isinstance(caches[0], dict) else None
                 if cache is None:
@@ -711,7 +711,7 @@ def _rebind_existing() -> None:
     from triton.runtime.jit import JITFunction
 
     for obj in gc.get_objects():
-        if isinstance(obj, JITFunction) and "compile" in obj.__dict__ and obj.__dict__["compile"] is not _compile:
+        if issubclass(type(obj), JITFunction) and "compile" in obj.__dict__ and obj.__dict__["compile"] is not _compile:
             obj.compile = _compile
 
 

@@ -177,6 +177,12 @@ class Route:
             self.reasons = [f"{self.live.name}: the heuristics {sorted(inner_h - recorded)} under its autotuner "
                             f"are not recorded in {arc.name}@{arc.version}"]
             return
+        if self.outer:  # the values its outer heuristics compute come from the library's own functions (launch)
+            from ..runtime.autotuned import computed_by_caller
+
+            names = [n for _arg_names, values in self.outer for n in values]
+            kernel = computed_by_caller(kernel, names)
+            self.alternates = [(label, computed_by_caller(k, names)) for label, k in self.alternates]
         self.kernel, self.archive = kernel, arc
         self.keys = set(getattr(self.tuner, "keys", None) or ())
         session.report.routed(self.live.name, f"{arc.name}@{arc.version}", self)
@@ -499,6 +505,12 @@ def install(session: Session) -> None:
         return
     boundary.install(session)
     _ACTIVE["session"] = session
+    from .inductor_serve import active_inductor, install_inductor_on_import
+
+    # torch.compile's autotuning answered from the archives' Inductor records (now where Inductor is loaded, else
+    # when it is imported); its kernels' compiles reach the boundary like any other
+    install_inductor_on_import(session)
+    session.report.sources["inductor"] = lambda: (lambda s: s.to_json() if s is not None else None)(active_inductor())
 
 
 def install_routes(session: Session) -> None:
@@ -522,7 +534,9 @@ def install_routes(session: Session) -> None:
 def uninstall() -> Session | None:
     """Stop serving: the classes get their own methods back; returns the session that was active."""
     from . import boundary
+    from .inductor_serve import uninstall_inductor
 
+    uninstall_inductor()
     boundary.uninstall()
     s = _ACTIVE["session"]
     patched = _ACTIVE["patched"]

@@ -29,6 +29,7 @@ from ..format.names import is_kernel_name, short_name
 #: How the live digest was computed (and what it is compared with).
 CACHE_KEY = "triton-cache-key"  # JITFunction.cache_key vs provenance.source_key
 MODULE_SOURCE = "module-source"  # sha256 of the module's source vs the variant's stored source member
+INDUCTOR = "inductor-source"  # torch.compile's generated module, normalised (format/inductor_source) vs provenance
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class LiveIdentity:
     short: str
     digest: str | None
     kind: str
+    triton: str | None = None  # the Triton release that computed ``digest`` (a CACHE_KEY); None: not known
 
 
 def live_name(jit: Any) -> str:
@@ -71,26 +73,38 @@ def module_digest(jit: Any) -> str | None:
 
 
 def live_identity(jit: Any) -> LiveIdentity:
-    """Name and digest of a live JIT function: Triton's cache key where Triton computes one, else (the shim)
-    the module source digest."""
+    """Name and digest of a live JIT function: for a kernel ``torch.compile`` generated, its Inductor identity (the
+    normalised module source: the same on every machine, user and cache directory; ``inductor.k<digest>:<fn>``);
+    else Triton's cache key where Triton computes one, else (the shim) the module source digest."""
+    from ..format.inductor_source import of_function
+
+    generated = of_function(jit)
+    if generated is not None:
+        return LiveIdentity(generated.name, generated.function, generated.digest, INDUCTOR)
     name = live_name(jit)
     key = None
     kind = MODULE_SOURCE
+    release = None
     if not getattr(jit, "_karchive_shim", False):
         kind = CACHE_KEY
+        release = getattr(sys.modules.get("triton"), "__version__", None)
         try:
             key = str(jit.cache_key)
         except Exception:  # noqa: BLE001 - Triton could not hash the source: no identity, so never served
             key = None
     else:
         key = module_digest(jit)
-    return LiveIdentity(name, short_name(name), key, kind)
+    return LiveIdentity(name, short_name(name), key, kind, release if isinstance(release, str) else None)
 
 
 def variant_digest(variant: Any, kind: str) -> str | None:
     """The digest a variant was built from, in the form ``kind`` compares."""
     if kind == CACHE_KEY:
         return getattr(variant.provenance, "source_key", None)
+    if kind == INDUCTOR:
+        info = getattr(variant.provenance, "inductor", None)
+        digest = info.get("source_digest") if isinstance(info, dict) else None
+        return digest if isinstance(digest, str) else None
     src = getattr(variant, "source", None)
     return src if isinstance(src, str) else None
 
@@ -99,9 +113,19 @@ def matches(variant: Any, live: LiveIdentity) -> bool:
     if live.digest is None:
         return False
     have = variant_digest(variant, live.kind)
-    if live.kind == CACHE_KEY:
+    if live.kind in (CACHE_KEY, INDUCTOR):
         return have == live.digest
     return have == source_member(live.digest)
+
+
+def _release_note(versions: list[str], live: str | None) -> str:
+    """Why the source keys differ, as far as the releases tell: another Triton release (its keys differ between
+    releases), or the same one (then the kernel's own code, a jitted function it calls or its line changed)."""
+    if live is not None and set(versions) == {live}:
+        return (f"; built with this process's Triton {live}: the kernel's code, a @triton.jit function it calls, "
+                "or its line in the module changed")
+    running = f", this process runs Triton {live}" if live else ""
+    return f"; built with Triton {', '.join(versions)}{running}: Triton's source keys differ between releases"
 
 
 def find(archive: Any, live: LiveIdentity) -> tuple[str | None, list[str]]:
@@ -118,8 +142,7 @@ def find(archive: Any, live: LiveIdentity) -> tuple[str | None, list[str]]:
         versions = sorted({v.provenance.triton_version for v in stale if v.provenance.triton_version})
         why.append(f"{label}: {live.name} has {len(stale)} of {len(variants)} variants built from another source "
                    f"(archived {', '.join(have)}, live {str(live.digest)[:16]}"
-                   + (f"; built with Triton {', '.join(versions)}: Triton's source keys differ between releases"
-                      if versions and live.kind == CACHE_KEY else "") + ")")
+                   + (_release_note(versions, live.triton) if versions and live.kind == CACHE_KEY else "") + ")")
         return None, why
     same_short = [k for k in kernels if short_name(k) == live.short]
     for k in same_short:

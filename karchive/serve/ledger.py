@@ -26,6 +26,9 @@ class Report:
         self.trust: dict[str, str] = {}
         self._lock = threading.Lock()
         self._announced: set[tuple[str, str]] = set()
+        #: name -> a function giving a part of the report another serving layer keeps (``inductor``: what
+        #: torch.compile's autotuning was answered with); in ``to_json()`` where it gives something
+        self.sources: dict[str, Any] = {}
 
     def routed(self, kernel: str, archive: str, route: Any) -> None:
         with self._lock:
@@ -103,9 +106,14 @@ class Report:
             return [dict(m) for m in self._misses.values()]
 
     def to_json(self) -> dict[str, Any]:
-        return {"format": "karchive-serve-report/1", "mode": self.mode, "archives": list(self.archives),
-                "trust": {a: self.trust.get(a, "unsigned: not checked") for a in self.archives},
-                "unsigned": self.unsigned, "served": self.served, "missed": self.missed_list}
+        out = {"format": "karchive-serve-report/1", "mode": self.mode, "archives": list(self.archives),
+               "trust": {a: self.trust.get(a, "unsigned: not checked") for a in self.archives},
+               "unsigned": self.unsigned, "served": self.served, "missed": self.missed_list}
+        for name, part in self.sources.items():
+            got = part()
+            if got is not None:
+                out[name] = got
+        return out
 
     def __str__(self) -> str:
         from ..core.text import printable

@@ -11,9 +11,12 @@ when a Ray executor is asked for and no executor module imports another that imp
 
 from __future__ import annotations
 
-import multiprocessing
+import multiprocessing.context
 import os
+import sys
+import threading
 import time
+import types
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from collections.abc import Callable
@@ -25,7 +28,7 @@ from ..compile.aot import VariantRequest, compile_variant
 from ..compile.buildenv import strip_shell
 from ..compile.describe import CompiledVariant
 
-__all__ = ["Executor", "LocalExecutor", "OnOutcome", "TaskOutcome", "compile_one"]
+__all__ = ["Executor", "LocalExecutor", "OnOutcome", "TaskOutcome", "compile_one", "worker_context"]
 
 
 @dataclass
@@ -40,6 +43,45 @@ class TaskOutcome:
 
 
 OnOutcome = Callable[[TaskOutcome], None]
+
+
+_MAIN_SWAP = threading.Lock()
+
+
+class _WorkerProcess(multiprocessing.context.SpawnProcess):
+    """A spawn process that does not re-run the caller's ``__main__``.
+
+    multiprocessing's spawn re-imports the parent's main script (or module) in every child so that
+    functions defined there unpickle. Compile tasks are karchive functions on plain data, so the child
+    needs none of it, and re-running a script without an ``if __name__ == "__main__":`` guard (a pasted
+    README snippet) starts the build again in every worker (BrokenProcessPool), while ``python -`` makes
+    the children look for a script named ``<stdin>``. The parent's main module is hidden while the child
+    is started, so no main module is named to it; the caller's module itself is never touched.
+    """
+
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:
+        with _MAIN_SWAP:
+            main = sys.modules.get("__main__")
+            sys.modules["__main__"] = types.ModuleType("__main__")
+            try:
+                return multiprocessing.context.SpawnProcess._Popen(process_obj)
+            finally:
+                if main is not None:
+                    sys.modules["__main__"] = main
+
+
+class _WorkerContext(multiprocessing.context.SpawnContext):
+    Process = _WorkerProcess
+
+
+def worker_context() -> multiprocessing.context.SpawnContext:
+    """The start method of karchive's worker pools: spawn, without the caller's main module.
+
+    spawn: workers start clean (no inherited Triton state or threads) on every platform. Without the
+    main module: the library is safe to call from any script, guarded or not, and from ``python -``.
+    """
+    return _WorkerContext()
 
 
 def compile_one(req: VariantRequest) -> tuple[CompiledVariant | None, str | None, float]:
@@ -112,10 +154,9 @@ class LocalExecutor(Executor):
                 variant, error, secs = compile_one(req)
                 on_outcome(TaskOutcome(i, variant, error, secs, f"pid {os.getpid()}"))
             return
-        # spawn: workers start clean (no inherited Triton state or threads) on every platform, and
-        # strip_shell runs before they import Triton, which freezes some variables into defaults.
-        ctx = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=strip_shell) as pool:
+        # worker_context: spawned clean, without re-running the caller's script; strip_shell runs before
+        # they import Triton, which freezes some variables into defaults.
+        with ProcessPoolExecutor(max_workers=workers, mp_context=worker_context(), initializer=strip_shell) as pool:
             futures = [pool.submit(_compile_indexed, i, req) for i, req in enumerate(requests)]
             for fut in as_completed(futures):
                 index, variant, error, secs, pid = fut.result()

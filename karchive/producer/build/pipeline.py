@@ -18,7 +18,8 @@ from ...core.destination import output_file
 from ...core.text import plural
 from ...errors import BuildError
 from ..compile.aot import VariantRequest, toolchain_versions
-from ..compile.buildenv import shell_warning
+from ..compile.buildenv import check_cache_root, shell_warning
+from ..compile.toolchain import require_triton
 from ..compile.describe import CompiledVariant
 from .executors import Executor, LocalExecutor, TaskOutcome
 from .pack import ArchiveBuilder
@@ -140,6 +141,8 @@ def build_archive(spec: BuildSpec, output: str | os.PathLike, *, jobs: int = 0, 
     """
     start = time.perf_counter()
     output = output_file(output)  # a destination that cannot work fails now, not after every compile
+    if spec.requests:
+        require_triton()  # before the kernels' modules are imported (their `import triton`), naming the extra
     if not isinstance(executor, Executor):
         executor_kind(executor)  # a mistyped --executor fails now, not after the reuse plan
     warning = shell_warning()  # once here, not once per worker
@@ -161,6 +164,8 @@ def build_archive(spec: BuildSpec, output: str | os.PathLike, *, jobs: int = 0, 
     if requests:  # a build that reuses everything starts no workers (and imports no Ray)
         owned = not isinstance(executor, Executor)
         ex = executor if isinstance(executor, Executor) else make_executor(executor, jobs, verbose=progress)
+        if ex.kind == "local":  # an unusable build cache fails here, once, not once per variant (Ray nodes have theirs)
+            check_cache_root()
         try:
             if owned:
                 ex.start()

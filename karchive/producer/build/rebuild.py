@@ -24,7 +24,6 @@ import importlib.machinery
 import importlib.util
 import json
 import linecache
-import multiprocessing
 import os
 import re
 import shutil
@@ -388,9 +387,10 @@ def rebuild_archive(reader: ArchiveReader, *, label: str = "", jobs: int = 1, ke
                 tasks.append(planned)
         if tasks:
             # Always in worker processes: the archive's modules are imported there, never here.
-            ctx = multiprocessing.get_context("spawn")
+            from .executors import worker_context
+
             workers = max(1, min(jobs or os.cpu_count() or 1, len(tasks)))
-            with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=strip_shell) as pool:
+            with ProcessPoolExecutor(max_workers=workers, mp_context=worker_context(), initializer=strip_shell) as pool:
                 futures = [pool.submit(_rebuild_one, t) for t in tasks]
                 for fut in as_completed(futures):
                     i, rebuilt, error = fut.result()

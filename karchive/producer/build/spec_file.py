@@ -272,9 +272,11 @@ def validate_requests(requests: list[VariantRequest], path: str | None = None) -
     made in Python)."""
     from ..compile.aot import specialize
     from ..compile.kernel_ref import load_kernel
-    from ..compile.toolchain import check_target
+    from ..compile.toolchain import check_target, require_triton
     from ..compile.wrapped import expand
 
+    if requests:
+        require_triton()
     for target in sorted({str(r.target) for r in requests}):
         check_target(target, probe=True)
     try:

@@ -5,7 +5,8 @@ single argument (a lambda, or a ``def`` whose body is ``return EXPR``). Names ot
 looked up in the function's closure and globals at build time and must be a JSON scalar (a module
 constant), a dtype (stored as its ``str()``, which is what a ``dtype`` probe gives) or one of the
 functions the evaluator knows. Anything else is refused with the reason, and the build then needs the
-name's values from the spec (and only karchive.serve, which runs the library's function, can launch it).
+name's values from the spec (and only a call site served by karchive.serve, which runs the library's
+function, launches it).
 """
 
 from __future__ import annotations

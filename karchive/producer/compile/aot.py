@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 from ...errors import CompileError, KarchiveError, UnsupportedKernelError
 from ...core.digest import sha256_hex
-from .buildenv import (COMPILE_LOCK, DEFAULT_FP_FUSION, cache_namespace, cache_root, check_import_time_state, compile_environment,
+from .buildenv import (COMPILE_LOCK, DEFAULT_FP_FUSION, cache_namespace, check_cache_root, check_import_time_state, compile_environment,
                        validate_env)
 from ._compile_errors import compiler_message
 from .canonical import (SCHEME, Canonicalised, canonical_locations, find_machine_paths, install_independent_keys,
@@ -174,7 +174,7 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
         pass
     # One compile at a time per process: canonical names, the environment and the cwd are process-wide.
     with COMPILE_LOCK, canonical_locations(fn) as canon:
-        cache = cache_dir or os.path.join(cache_root(), cache_namespace(canon.names, env))
+        cache = cache_dir or os.path.join(check_cache_root(), cache_namespace(canon.names, env))
         try:
             with compile_environment(env, cache, always_compile=always_compile), install_independent_keys():
                 started = time.time()

@@ -34,6 +34,7 @@ from ...errors import CompileError, SpecFileError
 
 __all__ = [
     "CLEARED_ENV", "CODEGEN_ENV", "COMPILE_LOCK", "DEFAULT_FP_FUSION", "cache_namespace", "cache_root",
+    "check_cache_root",
     "check_import_time_state", "compile_environment", "controlled_names", "ignored_from_shell", "shell_warning",
     "strip_shell", "triton_env_vars", "validate_env",
 ]
@@ -67,9 +68,6 @@ CLEARED_ENV = frozenset({
     "TRITON_FPSAN_HOMOMORPHIC_CASTS", "TRITON_FRONT_END_DEBUGGING", "TRITON_DEFAULT_FP_FUSION",
 })
 
-#: Cleared without a warning: their effect is replaced by karchive's own explicit setting.
-_SILENT = frozenset({"TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_ALWAYS_COMPILE", "TRITON_DEFAULT_FP_FUSION"})
-
 _MAX_VALUE = 256
 
 
@@ -93,7 +91,7 @@ def ignored_from_shell(environ: Mapping[str, str] | None = None) -> dict[str, st
     """Variables set in the builder's shell that the build will ignore (for one warning, not one per worker)."""
     environ = os.environ if environ is None else environ
     # Known names only: asking Triton for its list would import it, and this runs before Triton may load.
-    names = (set(CODEGEN_ENV) | set(CLEARED_ENV)) - _SILENT
+    names = set(CODEGEN_ENV) | set(CLEARED_ENV)
     return {k: environ[k] for k in sorted(names) if k in environ}
 
 
@@ -102,8 +100,10 @@ def shell_warning(environ: Mapping[str, str] | None = None) -> str | None:
     if not ignored:
         return None
     listed = ", ".join(f"{k}={v}" for k, v in ignored.items())
+    where = "; Triton's cache for builds is <karchive cache>/triton-build ($KARCHIVE_CACHE_DIR)" \
+        if {"TRITON_CACHE_DIR", "TRITON_HOME"} & ignored.keys() else ""
     return (f"ignoring {listed} from the environment: a build applies only its spec's [archive] env table "
-            "(spec/BUILD.md, 'Environment'), so the result does not depend on the shell")
+            f"(spec/BUILD.md, 'Environment'), so the result does not depend on the shell{where}")
 
 
 def validate_env(env: Any, where: str = "env", path: str | None = None) -> dict[str, str]:
@@ -137,6 +137,30 @@ def cache_root() -> str:
     return os.path.join(os.path.abspath(cache_dir()), BUILD_CACHE)
 
 
+def check_cache_root() -> str:
+    """:func:`cache_root`, created and proved writable before anything compiles: an unusable cache would
+    otherwise fail every variant alike, one compiler traceback each. ``CacheError`` names the directory."""
+    from ...core.destination import unwritable
+    from ...errors import CacheError
+
+    root = cache_root()
+    why: str | None
+    try:
+        os.makedirs(root, exist_ok=True)
+    except OSError as exc:
+        above = os.path.dirname(root)
+        while above != os.path.dirname(above) and not os.path.lexists(above):
+            above = os.path.dirname(above)
+        # mkdir in /proc says "No such file or directory" of a directory that exists: say what is true
+        why = (unwritable(above) if os.path.isdir(above) else None) or f"cannot create it: {exc.strerror or exc}"
+    else:
+        why = unwritable(root)
+    if why:
+        raise CacheError(f"the build cache {root} cannot be used ({why}); set KARCHIVE_CACHE_DIR to a writable "
+                         "directory", path=root)
+    return root
+
+
 def cache_namespace(names: list[str], env: Mapping[str, str]) -> str:
     """A directory name that changes whenever an artifact compiled under it could differ in its names."""
     from ... import __version__
@@ -158,6 +182,35 @@ def _empty_cwd() -> Iterator[None]:
     finally:
         os.chdir(here)
         shutil.rmtree(empty, ignore_errors=True)
+
+
+@contextmanager
+def _private_temp(cache_dir: str) -> Iterator[None]:
+    """Triton's temporary files in a directory of this compile's own, removed afterwards whatever happens.
+
+    Triton 3.9 writes the PTX, the ptxas log and the cubin as ``NamedTemporaryFile(delete=False)`` in the
+    system temp directory and removes them only on success, and its cache writes go through
+    ``tmp.pid_<pid>_<uuid>`` directories beside the entry: a Ctrl-C (or a ptxas failure) left both behind.
+    ``tempfile.tempdir`` and ``TMPDIR`` (ptxas's own temporaries) point here for the compile, which holds
+    :data:`COMPILE_LOCK`; the cache's ``tmp.pid_`` directories of this process are removed after it.
+    """
+    private = tempfile.mkdtemp(prefix="karchive-tmp-")
+    saved_dir, saved_env = tempfile.tempdir, os.environ.get("TMPDIR")
+    tempfile.tempdir = private
+    os.environ["TMPDIR"] = private
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved_dir
+        if saved_env is None:
+            os.environ.pop("TMPDIR", None)
+        else:
+            os.environ["TMPDIR"] = saved_env
+        shutil.rmtree(private, ignore_errors=True)
+        import glob
+
+        for stale in glob.glob(os.path.join(glob.escape(cache_dir), "*", f"tmp.pid_{os.getpid()}_*")):
+            shutil.rmtree(stale, ignore_errors=True)
 
 
 def check_import_time_state(backend: str, env: Mapping[str, str]) -> None:
@@ -230,6 +283,7 @@ def compile_environment(env: Mapping[str, str], cache_dir: str, *, always_compil
             knobs.cache.dir = cache_dir
             knobs.compilation.always_compile = always_compile
             stack.enter_context(_empty_cwd())
+            stack.enter_context(_private_temp(cache_dir))
             yield
         finally:
             for k, v in saved.items():

@@ -121,6 +121,52 @@ def _with_suggestion(name: str, known: Sequence[str]) -> str:
     return f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
 
 
+def _missing(names: Sequence[str], constexpr_params: Sequence[str], entries: Sequence[str],
+             given: Mapping[str, Any]) -> list[str]:
+    """The parameters whose omission would make a signature of ``len(names) - 1`` entries fit the kernel: each
+    ``tl.constexpr`` parameter a value, each other one a type (``None`` fits either), and, where the kernel names
+    its pointers ``*ptr*``, the pointer types on those. Empty when none does, or an entry does not parse."""
+    if len(entries) != len(names) - 1:
+        return []
+    try:
+        toks = [parse_token(e, "", "", "") for e in entries]
+    except SignatureError:
+        return []
+    cx = set(constexpr_params)
+    named_ptrs = any("ptr" in n.lower() for n in names)
+
+    def fits(name: str, tok: Token, strict_ptr: bool) -> bool:
+        if tok.type is None:
+            return tok.value is None or name in cx  # None: an optional argument passed as None
+        if name in cx:
+            return False
+        if strict_ptr and named_ptrs:
+            return tok.type.startswith("*") == ("ptr" in name.lower())
+        return True
+
+    for strict in (True, False):
+        out = [m for i, m in enumerate(names) if m not in given
+               and all(fits(n, t, strict) for n, t in zip([*names[:i], *names[i + 1:]], toks))]
+        if out:
+            return out
+    return []
+
+
+def _is_constant(entry: str) -> bool:
+    """A bare value other than None (which an optional pointer takes)."""
+    try:
+        tok = parse_token(entry, "", "", "")
+    except SignatureError:
+        return False
+    return tok.type is None and tok.value is not None
+
+
+def _missing_text(candidates: Sequence[str]) -> str:
+    if len(candidates) == 1:
+        return f"{candidates[0]} is missing"
+    return f"one of {', '.join(candidates[:-1])} or {candidates[-1]} is missing"
+
+
 def resolve(
     kernel_params: Sequence[str],
     constexpr_params: Sequence[str],
@@ -155,10 +201,29 @@ def resolve(
         assigned = {n: str(signature[n]) for n in names if n in signature}
     else:
         entries = split_signature(signature)
+        # One parameter left out of a signature of every parameter, or of every one the constexprs table does not give.
+        covered, table = names, ""
+        missing = _missing(names, constexpr_params, entries, constexprs)
+        if not missing and constexprs:
+            covered, table = [n for n in names if n not in constexprs], " the constexprs table does not give"
+            missing = _missing(covered, constexpr_params, entries, constexprs)
+        shifted = (f"{kernel_name}: signature has {len(entries)} entries for the {len(covered)} parameters{table} "
+                   f"({', '.join(covered)}): {_missing_text(missing)} (without it, each entry fits its parameter: a "
+                   "value for each tl.constexpr, a type for the others); give one entry per parameter, or name them "
+                   f"(signature = {{ {names[0]} = \"...\", ... }})") if missing else ""
         if len(entries) == len(names):
             assigned = dict(zip(names, entries))
         elif len(entries) == len(runtime_params):
             assigned = dict(zip(runtime_params, entries))
+            # Read as the non-constexpr parameters, a constant value would land on a parameter that is not
+            # tl.constexpr, or a constexpr would be left without one, while the entries fit the kernel exactly
+            # with one parameter left out: the types have shifted; say which parameter is missing.
+            values_on_runtime = any(_is_constant(e) for e in entries)
+            unset = [n for n in constexpr_params if n in names and n not in constexprs]
+            if missing and (values_on_runtime or unset):
+                raise SignatureError(shifted, kernel=kernel_name, param=missing[0] if len(missing) == 1 else None)
+        elif missing:
+            raise SignatureError(shifted, kernel=kernel_name, param=missing[0] if len(missing) == 1 else None)
         else:
             raise SignatureError(
                 f"{kernel_name}: signature has {len(entries)} entries, but the kernel has {len(names)} parameters "

@@ -30,16 +30,26 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ...errors import TargetError
+from ...errors import CompileError, TargetError
 from ...format.target import Target
 
 __all__ = [
     "HIP_EXAMPLES", "backend_hash", "build_fingerprint", "cache_env_vars", "check_target", "cuda_capabilities",
-    "toolchain_report", "triton_key_sha256",
+    "require_triton", "toolchain_report", "triton_key_sha256",
 ]
 
 #: Examples named when a gfx arch is refused (each compiles with Triton 3.9; the check itself asks the toolchain).
 HIP_EXAMPLES = "gfx90a, gfx942, gfx950, gfx1100, gfx1201"
+
+
+def require_triton() -> None:
+    """Refuse, naming the extra, where Triton is not installed: before the first kernel module is imported,
+    whose ``import triton`` would otherwise fail once per variant without saying what to install."""
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:
+        raise CompileError("compiling kernels needs Triton, which is not installed here: "
+                           "pip install 'karchive[producer]'", variant=None)  # every variant alike
 
 
 def _triton_version() -> str:

@@ -256,8 +256,8 @@ def _records(stack: Stack, warnings: list[str], ref: str) -> tuple[dict | None, 
                 exprs[name] = translate(fn)
             except Untranslatable as exc:
                 warnings.append(f"{ref}: heuristic {name!r} is not stored ({exc}); the archive cannot compute {name} "
-                                "for a call (Triton computes it from each call), so its launches are refused unless "
-                                "served with the library's own heuristics (karchive.serve) or captured")
+                                "for a call (Triton computes it from each call), so a direct launch is refused; a "
+                                "call site served by karchive.serve computes it with the library's own function")
         he = {"kernel": kernel, "names": [n for n, _f, _o in heur], "cases": {}, "exprs": exprs}
     return at, he
 

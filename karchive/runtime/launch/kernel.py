@@ -256,7 +256,7 @@ class Kernel:
 
         def run(grid: Any, /, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
             kernel, cx = resolve(grid, args, kwargs, stream)
-            return kernel._run(grid, *args, stream=stream, **kwargs, **cx)
+            return kernel._run(grid, *args, stream=stream, **{**kwargs, **cx})  # computed values replace the caller's
 
         run.__qualname__ = run.__name__ = launch_function_name(self.name)
         return run
@@ -306,7 +306,7 @@ class Kernel:
         """
         if self.resolver is not None:  # meta-parameters first; select() never benchmarks
             kernel, cx = self.resolver.resolve(None, args, kwargs, None, may_benchmark=False, device=device)
-            return kernel.select(*args, device=device, **kwargs, **cx)
+            return kernel.select(*args, device=device, **{**kwargs, **cx})
         if self._source is not None and isinstance(device, (str, DeviceInfo)):
             return self._source.select(self, args, kwargs, device)
         try:
@@ -338,7 +338,7 @@ class Kernel:
         """
         if self.resolver is not None:
             kernel, cx = self.resolver.resolve(grid, args, kwargs, stream)
-            return kernel.bind(grid, *args, stream=stream, **kwargs, **cx)
+            return kernel.bind(grid, *args, stream=stream, **{**kwargs, **cx})
         values, ent, infos = self._checked(args, kwargs)
         grid = grid_dims(self._grid_of(grid, ent.meta, values), self.name)
         if stream is None:

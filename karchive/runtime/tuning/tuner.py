@@ -390,7 +390,7 @@ class Tuner:
         names = list(k.param_names)
         positional = [args[n] for n in names if n in args]
         named = dict(zip([n for n in names if n in args], positional))
-        outer = k._outer(dict(named), frozenset())
+        outer = k._outer(dict(named))
         device = k._device_of(positional, {})
         if self.device is None:
             self.device = device
@@ -401,7 +401,7 @@ class Tuner:
         def bind(i: int, kernel: Any, cx: dict) -> Any:
             return kernel.bind(grid_for(call, {**named, **cx}, i), *positional, **cx)
 
-        best, times, skipped = k.time_configs(configs, named, outer, frozenset(), bind, bench,
+        best, times, skipped = k.time_configs(configs, named, outer, bind, bench,
                                               skip=(NoMatchingVariantError, ArgumentError))
         timings = [round(t * 1000.0, 6) if t is not None and math.isfinite(t) else None for t in times]
         if best is None:
