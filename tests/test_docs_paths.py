@@ -25,10 +25,14 @@ _NOT_A_PATH = re.compile(r"[\s<>*{}()\[\]=$@,;|'\"…]|://|^[-~/.]|^[A-Z_]+/|^(t
 #: document: the list only shrinks).
 ILLUSTRATIVE: set[str] = {
     # a user's files and folders, and what commands write
-    "out", "a/b/__init__.py", "a/b/c.py", "ops/kernels.py", "a/../b",
+    "out", "a/b/__init__.py", "a/b/c.py", "ops/kernels.py", "a/../b", "out/examples.karc",
     # members inside an archive, and the layout of a registry's store
     "karchive/manifest.json", "karchive/dictionary.zdict", "sources", "blobs", "names", "refs", "metadata",
-    "metadata/snapshots", "metadata/timestamp.json",
+    "metadata/snapshots", "metadata/timestamp.json", "blobs/sha256", "blobs/sha256/D.karc",
+    "blobs/sha256/D.karc.sigs/KEYID.json", "metadata/snapshots/N.json", "names/NAME/versions",
+    "names/NAME/versions/VERSION.json",
+    # an OCI image's platform
+    "linux/amd64",
     # Triton's own compile tool (its syntax), and words with a slash that are not paths
     "tools/compile.py", "if/else", "registers.vgpr/sgpr/agpr", "spills.vgpr/sgpr", "Registry.open/pull",
     "runDetails.metadata.invocationId/startedOn/finishedOn",

@@ -86,7 +86,7 @@ class InductorServing:
         if self.mode == STRICT:
             raise ServeMissError(
                 f"karchive.serve(strict): Inductor {what} {name}: {reason}. Nothing was benchmarked; archives: "
-                f"{', '.join(self.labels) or '(none)'}", kernel=name, call=what, archives=self.labels)
+                f"{', '.join(self.labels) or '(none)'}", kernel=name, call=what, archives=self.labels, param=None)
 
     # -- the decisions -----------------------------------------------------------------------------
     def pin(self, tuner: Any) -> None:
