@@ -169,9 +169,13 @@ def main() -> None:
 
             tuned_path.parent.mkdir(parents=True, exist_ok=True)
             build(tuned_path)
+        from karchive.serve import boundary as serve_boundary
+
         karchive.serve(paths[launch_path.EXTENSION], str(tuned_path), mode="strict")
         serve_session = serve_core.active()
-        karchive.serve.stop()
+        # serving stays installed, suspended except while a served row runs: the rows interleave, and the served
+        # call sites keep what they learned (Triton's caches, the fast paths) from round to round
+        served_boundary = serve_boundary.suspend()
     cases = [
         ("4 args", "add_kernel", ["x", "y", "out", "n"], tk.add_kernel, lambda: torch.equal(out, x + y),
          served_mods["kernels"].add_kernel),
@@ -236,11 +240,11 @@ def main() -> None:
             served_loop = looped(f"sfn[grid]({call}, BLOCK=BLOCK)", args.launches, ns)
 
             def served(loop=served_loop) -> None:
-                serve_core.install(serve_session)  # serving on for this row only (a few us per round of loops)
+                serve_boundary.resume(served_boundary)  # serving on for this row only
                 try:
                     loop()
                 finally:
-                    serve_core.uninstall()
+                    serve_boundary.suspend()
 
             fns[SERVED_ROW] = served
         for fn in fns.values():  # warm every row, then check what is timed computes the right thing
@@ -264,7 +268,7 @@ def main() -> None:
 
     if serve_session is not None:
         for p in range(args.passes):
-            results[f"tuned kinds (pass {p + 1})"] = tuned_case(args, paths, sync, serve_session,
+            results[f"tuned kinds (pass {p + 1})"] = tuned_case(args, paths, sync, served_boundary,
                                                                 served_mods["extra_kernels"])
 
     for feature in ("pdl", "cluster"):
@@ -398,7 +402,7 @@ def tuned_case(args: Any, paths: dict[str, Any], sync: Callable[[], None], sessi
 
     import karchive
     from karchive.runtime import launch_path
-    from karchive.serve import core as serve_core
+    from karchive.serve import boundary as serve_boundary
 
     xk = _load(ROOT / "tests" / "gpu" / "extra_kernels.py", "bench_extra_kernels_tuned")
     tk = _load(ROOT / "examples" / "kernels.py", "bench_examples_kernels_tuned")
@@ -422,11 +426,11 @@ def tuned_case(args: Any, paths: dict[str, Any], sync: Callable[[], None], sessi
     served_loop = looped("sfn[grid](x, y, out, n)", args.launches, ns)
 
     def served_row(loop: Callable[[], None] = served_loop) -> None:
-        serve_core.install(session)
+        serve_boundary.resume(session)
         try:
             loop()
         finally:
-            serve_core.uninstall()
+            serve_boundary.suspend()
 
     fns[SERVED_TUNED] = served_row
     for name, fn in fns.items():  # warm (Triton's autotuners benchmark here), then check each computes x + y

@@ -739,6 +739,21 @@ def active() -> Boundary | None:
     return _STATE["boundary"]
 
 
+def suspend() -> Boundary | None:
+    """Serving off for a while, keeping what it served (Triton's caches, the fast paths): Triton's own compile,
+    benchmark and dispatch answer meanwhile. For benchmarks that interleave a served call site with Triton's
+    own launches; :func:`resume` with what this returned turns it on again."""
+    b = _STATE["boundary"]
+    _STATE["boundary"] = None
+    return b
+
+
+def resume(b: Boundary | None) -> None:
+    """Serving on again after :func:`suspend` (a session that was stopped meanwhile stays stopped)."""
+    if _STATE["patched"] is not None:
+        _STATE["boundary"] = b
+
+
 def forget_compiled(jits: Sequence[Any]) -> None:
     """Drop what Triton compiled for these JIT functions (their device caches), so a new session's boundary
     answers their next call (tests; a session that replaces another)."""

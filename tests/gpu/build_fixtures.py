@@ -68,9 +68,13 @@ ARCHIVES: dict[str, list[tuple]] = {
         (RK + ":even_default_kernel", "*fp32:16, *fp32:16, i32", "cuda:90", {"BLOCK": 256, "EVEN": False},
          {"num_warps": 8}),
     ],
+    # n = 4096 in the benchmark: Triton specialises it as i32:16, the variant a served call site must find
     "bench": [
         (EX + ":add_kernel", ADD, "cuda:90", {"BLOCK": 1024}, {"num_warps": 4}),
+        (EX + ":add_kernel", ADD + ":16", "cuda:90", {"BLOCK": 1024}, {"num_warps": 4}),
         (XK + ":add16_kernel", ", ".join(["*fp32:16"] * 15 + ["i32"]), "cuda:90", {"BLOCK": 1024}, {"num_warps": 4}),
+        (XK + ":add16_kernel", ", ".join(["*fp32:16"] * 15 + ["i32:16"]), "cuda:90", {"BLOCK": 1024},
+         {"num_warps": 4}),
     ],
 }
 #: archives built from a build spec (name -> spec file): the user-facing example archive.
