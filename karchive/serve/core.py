@@ -25,6 +25,7 @@ Triton (an autotuner's benchmark runs its JIT function through Triton, as withou
 from __future__ import annotations
 
 import itertools
+import os
 import sys
 import threading
 from functools import partial
@@ -435,6 +436,7 @@ def call_shape(route: Route, args: Sequence[Any], kwargs: Mapping[str, Any]) -> 
 
 # -- the patches --------------------------------------------------------------------------------------------
 _ACTIVE: dict[str, Any] = {"session": None, "patched": None}
+_THREADS = "TORCHINDUCTOR_COMPILE_THREADS"
 
 
 def active() -> Session | None:
@@ -509,6 +511,14 @@ def install(session: Session) -> None:
 
     # torch.compile's autotuning answered from the archives' Inductor records (now where Inductor is loaded, else
     # when it is imported); its kernels' compiles reach the boundary like any other
+    # Inductor compiles in worker processes unless told otherwise, and a worker's compile never reaches this
+    # process's boundary: one thread, set before Inductor reads its configuration where it has not yet
+    inductor_config = sys.modules.get("torch._inductor.config")
+    if inductor_config is not None:
+        inductor_config.compile_threads = 1  # type: ignore[attr-defined]
+    elif "compile_threads" not in _ACTIVE:
+        _ACTIVE["compile_threads"] = os.environ.get(_THREADS)  # given back at stop()
+        os.environ[_THREADS] = "1"
     install_inductor_on_import(session)
     session.report.sources["inductor"] = lambda: (lambda s: s.to_json() if s is not None else None)(active_inductor())
 
@@ -538,6 +548,12 @@ def uninstall() -> Session | None:
 
     uninstall_inductor()
     boundary.uninstall()
+    if "compile_threads" in _ACTIVE:
+        old = _ACTIVE.pop("compile_threads")
+        if old is None:
+            os.environ.pop(_THREADS, None)
+        else:
+            os.environ[_THREADS] = old
     s = _ACTIVE["session"]
     patched = _ACTIVE["patched"]
     if patched is not None:
