@@ -425,7 +425,10 @@ def tuned_case(args: Any, paths: dict[str, Any], sync: Callable[[], None], sessi
     for kind, (ours, theirs) in TUNED_KINDS.items():
         fns[f"karchive {kind}"] = looped(ours, args.launches, ns)
         fns[f"triton {kind}"] = looped(theirs, args.launches, ns)
-    served_loop = looped("sfn[cgrid](x, y, out, n)", args.launches, ns)
+    # the served call site with n = 4095: Triton specialises n = 4096 as i32:16, and the archive (tuned_bench)
+    # holds the i32 binaries its records name; n = 4095 is keyed by the records' nearest-log2 rule to the same config
+    ns["n_odd"] = n - 1
+    served_loop = looped("sfn[cgrid](x, y, out, n_odd)", args.launches, ns)
 
     def served_row(loop: Callable[[], None] = served_loop) -> None:
         serve_boundary.resume(session)
@@ -441,7 +444,8 @@ def tuned_case(args: Any, paths: dict[str, Any], sync: Callable[[], None], sessi
         out.zero_()
         fn()
         sync()
-        assert torch.equal(out, x + y), f"tuned kinds: the row {name!r} did not compute x + y"
+        m = n - 1 if name == SERVED_TUNED else n
+        assert torch.equal(out[:m], (x + y)[:m]), f"tuned kinds: the row {name!r} did not compute x + y"
     return timeit_rounds(fns, args.rounds, args.launches, sync)
 
 

@@ -18,7 +18,7 @@ import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SOURCE = ROOT / "tests" / "gpu" / "extra_kernels.py"
-SIG = "*fp32:16, *fp32:16, *fp32:16, i32:16"  # n = 4096: what Triton specialises it as (a served call site)
+SIG = "*fp32:16, *fp32:16, *fp32:16, i32"
 CONFIGS = ({"BLOCK": 1024}, {"BLOCK": 512})
 #: the calls each row makes (n = 4096), and the meta-parameters the resolver gives them
 MEANS = {"add_tuned": {"BLOCK": 1024}, "add_heur": {"BLOCK": 1024}, "add_stacked": {"BLOCK": 1024, "EVEN": True}}

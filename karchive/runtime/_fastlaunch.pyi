@@ -23,7 +23,10 @@ class CallTarget(Protocol):
 class DispatcherOwner(Protocol):
     """The Python side of one dispatcher; its methods are read once, when the Dispatcher is made."""
 
-    def miss(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], /) -> CallTarget: ...
+    #: the type of a miss the owner answered itself (``miss`` returns one: its ``result`` is the call's result and
+    #: nothing is remembered); None: every miss returns a CallTarget
+    done_type: type | None
+    def miss(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], /) -> CallTarget | Any: ...
     def slow(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], /) -> Any: ...
     def grid(
         self, grid: Any, meta: dict[str, Any], values: tuple[Any, ...], /,

@@ -34,6 +34,7 @@ from functools import partial
 from typing import Any
 
 from ..errors import ArgumentError, NoMatchingVariantError
+from ..runtime.launch._plan import Done
 from ..runtime.launch.kernel import Kernel
 
 
@@ -70,14 +71,49 @@ class _Confirming:
 
 
 class FastKernel(Kernel):
-    """karchive's dispatcher over a served kernel's variants; a new selection key is confirmed with Triton first."""
+    """karchive's dispatcher over a served kernel's variants, handed to the call site as its ``kernel[grid]``: a new
+    selection key is confirmed with Triton first; a call karchive cannot bind or select for, or whose key Triton
+    answers otherwise, is answered by Triton's own run (a :class:`Done`: its result, or its error, nothing kept)."""
 
     fast: FastPath
+    answers_misses = True
 
-    def _miss(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
-        target = super()._miss(args, kwargs)
-        self.fast.confirm(target.entry.variant, args, kwargs)
+    def _miss(self, args: Sequence[Any], kwargs: dict[str, Any], grid: Any = None) -> Any:
+        fast = self.fast
+        try:
+            target = super()._miss(args, kwargs)
+            fast.confirm(target.entry.variant, args, kwargs)
+        except (NoMatchingVariantError, ArgumentError, _Refer) as exc:
+            if isinstance(exc, _Refer) and exc.args:  # Triton's own run answered this call with an error
+                raise exc.args[0] from None
+            if grid is None:  # (select()/bind(): no call to hand over)
+                raise
+            return Done(fast.triton(grid, *self._as_called(args, kwargs)))
         return target
+
+    def _as_called(self, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+        """The call as the call site made it: the Python launch path hands misses every parameter in order, an
+        omitted one as ``MISSING`` (Triton must see it omitted: its defaults, its errors)."""
+        from ..runtime.select import MISSING
+
+        names = self.param_names
+        pos: list[Any] = []
+        kw: dict[str, Any] = {}
+        gap = False
+        for i, v in enumerate(args):
+            if v is MISSING:
+                gap = True
+            elif gap:
+                kw[names[i]] = v
+            else:
+                pos.append(v)
+        kw.update((k, v) for k, v in kwargs.items() if v is not MISSING)
+        return pos, kw
+
+    def _slow(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        """A call the compiled steps cannot bind (unknown keywords, odd arguments): Triton's own run says what it
+        makes of it."""
+        return self.fast.triton(grid, args, kwargs)
 
 
 class FastPath:
@@ -95,6 +131,7 @@ class FastPath:
         k.fast = self
         self.kernel = k
         self.run = k._run  # the compiled dispatcher (or the Python path): (grid, *args, stream=None, **kwargs)
+        record.direct = True  # kernel[grid] is karchive's dispatcher: its launches are not counted
 
     def confirm(self, variant: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         """Triton's own answer for a call with a new selection key: the same variant, or the fast path ends."""
@@ -118,11 +155,24 @@ class FastPath:
         self.globals = list(getattr(self.jit, "used_global_vals", {}).items())
         self.kernel.set_result(variant.key, compiled)
 
+    def triton(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        """The call through Triton's own run (its binder, its errors; a compile reaches the boundary). The launch
+        paths hand misses ``stream=None`` of their own: only a stream the caller gave goes to Triton (which refuses
+        it, as without serving)."""
+        if "stream" in kwargs and kwargs["stream"] is None:
+            kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
+        return self.triton_run(self.jit, *args, grid=grid, warmup=False, **kwargs)
+
+    def guarded(self, grid: Any, *args: Any, **kwargs: Any) -> Any:
+        """``kernel[grid](...)`` of a kernel that read globals: Triton's run where one changed since it compiled
+        (Triton raises for that), else karchive's dispatcher."""
+        if self._globals_changed():
+            return self.triton(grid, args, kwargs)
+        return self.run(grid, *args, **kwargs)
+
     def call(self, grid: Any, *args: Any, **kwargs: Any) -> Any:
-        """One ``kernel[grid](...)``: karchive's dispatcher; Triton's own run where karchive cannot answer (and where
-        a global the kernel read changed since it was compiled: Triton's run raises for that)."""
-        if self.globals and self._globals_changed():
-            return self.triton_run(self.jit, *args, grid=grid, warmup=False, **kwargs)
+        """One ``kernel[grid](...)`` of a tuned call site: karchive's dispatcher; Triton's own run where karchive
+        cannot answer."""
         try:
             out = self.run(grid, *args, **kwargs)
         except _Refer as refer:
@@ -139,7 +189,11 @@ class FastPath:
         return any(scope.get(name, missing) != value for (name, _), (value, scope) in self.globals)
 
     def bound(self, grid: Any) -> Callable[..., Any]:
-        return partial(self.call, grid)
+        """What ``kernel[grid]`` is: the dispatcher's own subscript (no Python step: misses and refusals answer
+        inside it), or with the globals check in front where the kernel read globals."""
+        if self.globals:
+            return partial(self.guarded, grid)
+        return self.kernel[grid]
 
 
 class TunedFastPath(FastPath):
@@ -191,6 +245,9 @@ class TunedFastPath(FastPath):
         self.confirmed.add((repr(self.tuning_key(*args, **kwargs)), variant.key))
         self.kernel.set_result(variant.key, compiled)
         sub.set_result(variant.key, compiled)  # the kernel over the config's variants, which launches it
+
+    def bound(self, grid: Any) -> Callable[..., Any]:
+        return partial(self.call, grid)
 
     def call(self, grid: Any, *args: Any, **kwargs: Any) -> Any:
         out = super().call(grid, *args, **kwargs)

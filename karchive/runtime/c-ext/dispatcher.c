@@ -137,6 +137,7 @@ typedef struct {
     PyObject *pointer_info;     /* owner.pointer_info(obj) -> (ptr, dtype, device) */
     PyObject *mixed_key;        /* owner.mixed_key(obj) */
     PyObject *missing;          /* select.MISSING */
+    PyObject *done_type;        /* owner.done_type: a miss answered in Python returns one (.result); None: never */
 } Dispatcher;
 
 static PyTypeObject DispatcherType;
@@ -980,6 +981,13 @@ dispatch(Dispatcher *d, PyObject *grid, PyObject *const *args, Py_ssize_t npos, 
             release_key(d, &key);
             return NULL;
         }
+        if (d->done_type != Py_None && (PyObject *)Py_TYPE(target) == d->done_type) {
+            /* the owner answered this call itself (launched or refused elsewhere): its result, nothing kept */
+            PyObject *r = PyObject_GetAttrString(target, "result");
+            Py_DECREF(target);
+            release_key(d, &key);
+            return r;
+        }
         hit = insert(d, &key, target);
         Py_DECREF(target);
         if (hit == NULL) {
@@ -1078,7 +1086,8 @@ dispatcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     d->stream_handle = d->grid_of ? PyObject_GetAttrString(owner, "stream_handle") : NULL;
     d->pointer_info = d->stream_handle ? PyObject_GetAttrString(owner, "pointer_info") : NULL;
     d->mixed_key = d->pointer_info ? PyObject_GetAttrString(owner, "mixed_key") : NULL;
-    if (d->mixed_key == NULL) {
+    d->done_type = d->mixed_key ? PyObject_GetAttrString(owner, "done_type") : NULL;
+    if (d->done_type == NULL) {
         Py_DECREF(d);
         return NULL;
     }
@@ -1101,6 +1110,7 @@ dispatcher_traverse(Dispatcher *d, visitproc visit, void *arg)
     Py_VISIT(d->pointer_info);
     Py_VISIT(d->mixed_key);
     Py_VISIT(d->missing);
+    Py_VISIT(d->done_type);
     return 0;
 }
 
@@ -1118,6 +1128,7 @@ dispatcher_clear(Dispatcher *d)
     Py_CLEAR(d->pointer_info);
     Py_CLEAR(d->mixed_key);
     Py_CLEAR(d->missing);
+    Py_CLEAR(d->done_type);
     return 0;
 }
 

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#define ABI_VERSION 6
+#define ABI_VERSION 7
 
 #if PY_VERSION_HEX < 0x030B0000 /* public from 3.11 on; before, private and taking unsigned char * */
 #define PyFloat_Pack2(x, p, le) _PyFloat_Pack2((x), (unsigned char *)(p), (le))
@@ -97,7 +97,9 @@ enum { F_EXACT = 0x10, F_VALUE = 0x20 };
  *   owner.miss(grid, args, kwargs) -> target   a key seen for the first time; target.native (an Entry),
  *                                             target.stream_fn (device -> stream, or None), target.extra
  *                                             (None or ((slot, value), ...): values the resolver adds to the
- *                                             call), target.remember (False: launch it, keep no key)
+ *                                             call), target.remember (False: launch it, keep no key);
+ *                                             or an instance of owner.done_type (None: never): a call the
+ *                                             owner answered itself, whose .result the call returns (no key kept)
  *   owner.slow(grid, args, kwargs) -> result  a call the C code cannot bind or key: every step in Python
  *   owner.grid(grid, meta, values) -> (gx, gy, gz, reads)   a grid that is not a tuple of small ints; reads:
  *                                             None, or (slot indices, global names) a callable grid read,

@@ -127,6 +127,17 @@ def mixed_key(value: Any) -> Any:
     return ("ptr", type(value), dtype, dev, ptr % 16 == 0)
 
 
+class Done:
+    """A miss the kernel answered itself (``Kernel._miss`` may return one, on both launch paths): the call's
+    result, nothing remembered. A served call site's dispatcher answers a call Triton must dispatch this way
+    (serve/fast.py)."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+
 class PlannedKernel(Protocol):
     """What the two launch routes (:mod:`._pypath`, :mod:`._native`) read of a :class:`~.kernel.Kernel`: a
     protocol, so that neither imports kernel.py, which builds them (no import circle)."""
@@ -143,7 +154,7 @@ class PlannedKernel(Protocol):
 
     def _resolving_run(self, resolver: Any) -> Callable[..., Any]: ...
 
-    def _miss(self, args: Sequence[Any], kwargs: dict[str, Any]) -> Any: ...
+    def _miss(self, args: Sequence[Any], kwargs: dict[str, Any], grid: Any = None) -> Any: ...
 
     def _slow(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None: ...
 

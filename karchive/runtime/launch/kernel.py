@@ -368,8 +368,13 @@ class Kernel:
         return count
 
     # -- what both launch paths call -------------------------------------------------------------------
-    def _miss(self, args: Sequence[Any], kwargs: dict[str, Any]) -> CallTarget:
-        """A selection key seen for the first time: full checks, selection, load. Raises for a bad call."""
+    #: A kernel whose ``_miss`` takes the call's grid and may answer a call itself (a ``_plan.Done``: its result,
+    #: nothing remembered), on both launch paths: a served call site's (serve/fast.py).
+    answers_misses = False
+
+    def _miss(self, args: Sequence[Any], kwargs: dict[str, Any], grid: Any = None) -> Any:
+        """A selection key seen for the first time: full checks, selection, load (a CallTarget). Raises for a bad
+        call. ``grid``: the call's, given only to a kernel that ``answers_misses``."""
         values, ent, infos = self._checked(args, kwargs)
         notice_tensors(values)
         return CallTarget(ent, self._stream_fn(values, infos))
