@@ -628,22 +628,17 @@ def _bench(self: Any, *args: Any, config: Any, **meta: Any) -> Any:
 
 
 def _getitem(self: Any, grid: Any) -> Any:
-    """``KernelInterface.__getitem__`` while serving: a served plain JIT function's fast path where it holds
-    (:mod:`.fast`), else Triton's own."""
+    """``KernelInterface.__getitem__`` while serving: a served call site's fast path where it holds (:mod:`.fast`),
+    else Triton's own. Written flat: it runs at every ``kernel[grid]`` of every Triton kernel in the process."""
     b = _STATE["boundary"]
     if b is not None:
         mine = self.__dict__.get("_karchive_fast")
         fp = mine[1] if mine is not None and mine[0] is b else b.fast_path(self)
-        if fp and fp.on and not getattr(self, "pre_run_hooks", None) and not getattr(
-                getattr(self, "fn", None), "pre_run_hooks", None) and _quiet(_STATE["knobs"]):
-            return fp.bound(grid)
+        if fp and fp.on and not fp.hooks:
+            rt = _STATE["knobs"]  # no launch hook set (Triton 3.5+ keep them as hook chains: .calls)
+            if not getattr(rt.launch_enter_hook, "calls", True) and not getattr(rt.launch_exit_hook, "calls", True):
+                return fp.subscript(grid) if not fp.globals else fp.bound(grid)
     return _STATE["patched"]["__getitem__"](self, grid)
-
-
-def _quiet(rt: Any) -> bool:
-    """No launch hook is set (Triton 3.6 keeps them as hook chains, later releases as None or a callable)."""
-    enter, leave = rt.launch_enter_hook, rt.launch_exit_hook
-    return (enter is None or not getattr(enter, "calls", True)) and (leave is None or not getattr(leave, "calls", True))
 
 
 def _compile_modules() -> list[Any]:

@@ -131,7 +131,10 @@ class FastPath:
         k.fast = self
         self.kernel = k
         self.run = k._run  # the compiled dispatcher (or the Python path): (grid, *args, stream=None, **kwargs)
+        self.subscript = k.__getitem__  # kernel[grid] of the dispatcher (C where the extension is built)
         record.direct = True  # kernel[grid] is karchive's dispatcher: its launches are not counted
+        #: the JIT function's live list of pre_run_hooks (hooks added later land in it): the fast path only while empty
+        self.hooks: list[Any] = jit.pre_run_hooks
 
     def confirm(self, variant: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         """Triton's own answer for a call with a new selection key: the same variant, or the fast path ends."""
@@ -189,11 +192,9 @@ class FastPath:
         return any(scope.get(name, missing) != value for (name, _), (value, scope) in self.globals)
 
     def bound(self, grid: Any) -> Callable[..., Any]:
-        """What ``kernel[grid]`` is: the dispatcher's own subscript (no Python step: misses and refusals answer
-        inside it), or with the globals check in front where the kernel read globals."""
-        if self.globals:
-            return partial(self.guarded, grid)
-        return self.kernel[grid]
+        """``kernel[grid]`` of a kernel that read globals: the globals check in front of the dispatcher (otherwise
+        ``kernel[grid]`` is the dispatcher's own subscript: no Python step, misses and refusals answer inside it)."""
+        return partial(self.guarded, grid)
 
 
 class TunedFastPath(FastPath):
@@ -209,6 +210,8 @@ class TunedFastPath(FastPath):
         self.results = {}
         self.globals = []
         self.config_of: dict[int, Any] = {}  # id(CompiledKernel) -> the Config Triton chose for it
+        self.hooks: list[Any] = tuner.fn.pre_run_hooks  # the JIT function's live list
+        self.subscript = self.bound  # every launch sets best_config: a Python step
         self.confirmed: set[tuple[str, str]] = set()  # (autotune key, variant) pairs Triton agreed on
         k = arc._make_kernel(name, list(arc.variants(name)), False)  # this call site's own (results are its own)
         self.tuning_key = getattr(k.resolver, "tuning_key")  # noqa: B009 - an AutotuneResolver (the boundary checked)
