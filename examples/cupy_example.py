@@ -1,11 +1,10 @@
 """CuPy arrays and streams, raw device pointers and __cuda_array_interface__ objects through the runtime.
 
-    python examples/cupy_example.py [examples.karc]      # karchive build examples/build.toml -o examples.karc
+python examples/cupy_example.py [examples.karc]      # karchive build examples/build.toml -o examples.karc
 """
 
 import os
 import sys
-
 
 
 def skip(why: str) -> None:
@@ -35,23 +34,23 @@ x = cp.random.standard_normal(n, dtype=cp.float32)
 y = cp.random.standard_normal(n, dtype=cp.float32)
 
 out = cp.empty_like(x)
-add[grid](x, y, out, n, BLOCK=1024)                  # CuPy arrays; CuPy's current stream
+add[grid](x, y, out, n, BLOCK=1024)  # CuPy arrays; CuPy's current stream
 assert cp.array_equal(out, x + y)
 
 s = cp.cuda.Stream(non_blocking=True)
-with s:                                              # inside `with stream:` the launch goes to s
+with s:  # inside `with stream:` the launch goes to s
     out2 = cp.empty_like(x)
     add[grid](x, y, out2, n, BLOCK=1024)
 s.synchronize()
 assert cp.array_equal(out2, x + y)
 
-out3 = cp.zeros_like(x)                              # raw addresses and a raw stream handle
+out3 = cp.zeros_like(x)  # raw addresses and a raw stream handle
 add[grid](x.data.ptr, y.data.ptr, out3.data.ptr, n, BLOCK=1024, stream=s.ptr)
 s.synchronize()
 assert cp.array_equal(out3, x + y)
 
 
-class Foreign:                                       # any __cuda_array_interface__ object (Numba, ...)
+class Foreign:  # any __cuda_array_interface__ object (Numba, ...)
     def __init__(self, a):
         self.__cuda_array_interface__ = a.__cuda_array_interface__
 

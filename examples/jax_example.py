@@ -1,11 +1,10 @@
 """An archived Triton kernel inside jax.jit through jaxlib's Triton custom call (no Triton installed).
 
-    python examples/jax_example.py [examples.karc]       # karchive build examples/build.toml -o examples.karc
+python examples/jax_example.py [examples.karc]       # karchive build examples/build.toml -o examples.karc
 """
 
 import os
 import sys
-
 
 
 def skip(why: str) -> None:

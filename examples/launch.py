@@ -68,8 +68,10 @@ def main() -> int:
     first = time.perf_counter() - start
     got = to_host(po, n)
     assert all(abs(got[i] - (x[i] + y[i])) <= 1e-6 for i in range(n)), "add_kernel: wrong result"
-    print(f"add_kernel     ok  ({n} elements, first launch incl. module load {first * 1e3:.2f} ms, "
-          f"variant {add.select(px, py, po, n, BLOCK=1024).key[:12]})")
+    print(
+        f"add_kernel     ok  ({n} elements, first launch incl. module load {first * 1e3:.2f} ms, "
+        f"variant {add.select(px, py, po, n, BLOCK=1024).key[:12]})"
+    )
 
     scale[blocks](px, po, n, 1, 2.5, BLOCK=1024)  # stride == 1: the specialised variant
     check(cu.cuCtxSynchronize()[0])
@@ -82,7 +84,7 @@ def main() -> int:
     check(cu.cuCtxSynchronize()[0])
     got = to_host(po, rows * cols)
     for r in range(0, rows, 16):
-        row = x[r * cols:(r + 1) * cols]
+        row = x[r * cols : (r + 1) * cols]
         m = max(row)
         den = sum(math.exp(v - m) for v in row)
         assert all(abs(got[r * cols + c] - math.exp(row[c] - m) / den) < 1e-6 for c in range(cols)), "softmax"
@@ -93,7 +95,9 @@ def main() -> int:
     for _ in range(1000):
         bound()
     check(cu.cuCtxSynchronize()[0])
-    print(f"bound add      {((time.perf_counter() - start) / 1000) * 1e6:.2f} us per launch (host + GPU, 1000 launches)")
+    print(
+        f"bound add      {((time.perf_counter() - start) / 1000) * 1e6:.2f} us per launch (host + GPU, 1000 launches)"
+    )
     print("triton imported:", "triton" in sys.modules, "| torch imported:", "torch" in sys.modules)
     return 0
 

@@ -8,21 +8,39 @@ two disagree.
 
 from . import build as build
 from . import compile as compile
-from .errors import (
-    KarchiveError as KarchiveError, FormatError as FormatError, ArchiveNotFoundError as ArchiveNotFoundError,
-    IntegrityError as IntegrityError, DigestMismatchError as DigestMismatchError,
-    UnsupportedLocationError as UnsupportedLocationError, TargetError as TargetError, ProducerError as ProducerError,
-    CompileError as CompileError, SpecFileError as SpecFileError, BuildError as BuildError,
-    CaptureError as CaptureError, RegistryError as RegistryError, DamagedRegistryError as DamagedRegistryError,
-    RegistryValueError as RegistryValueError, CacheError as CacheError, NotFoundError as NotFoundError,
-    ConflictError as ConflictError, LockfileError as LockfileError, LockfilePinError as LockfilePinError,
-    LockfileMismatchError as LockfileMismatchError, TransferError as TransferError,
-    RuntimeLoadError as RuntimeLoadError, NoDeviceError as NoDeviceError,
-    NoMatchingVariantError as NoMatchingVariantError, KernelNameError as KernelNameError,
-    ArgumentError as ArgumentError, LaunchError as LaunchError, DriverError as DriverError,
-    ServeMissError as ServeMissError, TrustError as TrustError, UntrustedArchiveError as UntrustedArchiveError,
-    DestinationError as DestinationError
-)
+from .errors import ArchiveNotFoundError as ArchiveNotFoundError
+from .errors import ArgumentError as ArgumentError
+from .errors import BuildError as BuildError
+from .errors import CacheError as CacheError
+from .errors import CaptureError as CaptureError
+from .errors import CompileError as CompileError
+from .errors import ConflictError as ConflictError
+from .errors import DamagedRegistryError as DamagedRegistryError
+from .errors import DestinationError as DestinationError
+from .errors import DigestMismatchError as DigestMismatchError
+from .errors import DriverError as DriverError
+from .errors import FormatError as FormatError
+from .errors import IntegrityError as IntegrityError
+from .errors import KarchiveError as KarchiveError
+from .errors import KernelNameError as KernelNameError
+from .errors import LaunchError as LaunchError
+from .errors import LockfileError as LockfileError
+from .errors import LockfileMismatchError as LockfileMismatchError
+from .errors import LockfilePinError as LockfilePinError
+from .errors import NoDeviceError as NoDeviceError
+from .errors import NoMatchingVariantError as NoMatchingVariantError
+from .errors import NotFoundError as NotFoundError
+from .errors import ProducerError as ProducerError
+from .errors import RegistryError as RegistryError
+from .errors import RegistryValueError as RegistryValueError
+from .errors import RuntimeLoadError as RuntimeLoadError
+from .errors import ServeMissError as ServeMissError
+from .errors import SpecFileError as SpecFileError
+from .errors import TargetError as TargetError
+from .errors import TransferError as TransferError
+from .errors import TrustError as TrustError
+from .errors import UnsupportedLocationError as UnsupportedLocationError
+from .errors import UntrustedArchiveError as UntrustedArchiveError
 from .interop import torch as torch
 from .producer.capture.jit_capture import capture as capture
 from .registry import Registry as Registry
@@ -30,6 +48,7 @@ from .registry.options import OpenOptions as OpenOptions
 from .runtime.archive import Archive as Archive
 from .runtime.archive import open_archive as open
 from .runtime.descriptors import TensorDescriptor as TensorDescriptor
+
 # karchive.serve is the package, callable as its serve(): typed here as the call people write
 from .serve import serve as serve
 from .serve import serve_report as serve_report
@@ -38,11 +57,49 @@ __version__: str
 
 # everything but the torch bridge (karchive.torch): a star import must not need torch
 
-__all__ = ["__version__", "Archive", "ArchiveNotFoundError", "ArgumentError", "BuildError", "CacheError",
-           "CaptureError", "CompileError", "ConflictError", "DamagedRegistryError", "DestinationError",
-           "DigestMismatchError", "DriverError", "FormatError", "IntegrityError", "KarchiveError", "KernelNameError",
-           "LaunchError", "LockfileError", "LockfileMismatchError", "LockfilePinError", "NoDeviceError",
-           "NoMatchingVariantError", "NotFoundError", "OpenOptions", "ProducerError", "Registry", "RegistryError",
-           "RegistryValueError", "RuntimeLoadError", "ServeMissError", "SpecFileError", "TargetError",
-           "TensorDescriptor", "TransferError", "TrustError", "UnsupportedLocationError", "UntrustedArchiveError",
-           "build", "capture", "compile", "open", "serve", "serve_report"]
+__all__ = [
+    "__version__",
+    "Archive",
+    "ArchiveNotFoundError",
+    "ArgumentError",
+    "BuildError",
+    "CacheError",
+    "CaptureError",
+    "CompileError",
+    "ConflictError",
+    "DamagedRegistryError",
+    "DestinationError",
+    "DigestMismatchError",
+    "DriverError",
+    "FormatError",
+    "IntegrityError",
+    "KarchiveError",
+    "KernelNameError",
+    "LaunchError",
+    "LockfileError",
+    "LockfileMismatchError",
+    "LockfilePinError",
+    "NoDeviceError",
+    "NoMatchingVariantError",
+    "NotFoundError",
+    "OpenOptions",
+    "ProducerError",
+    "Registry",
+    "RegistryError",
+    "RegistryValueError",
+    "RuntimeLoadError",
+    "ServeMissError",
+    "SpecFileError",
+    "TargetError",
+    "TensorDescriptor",
+    "TransferError",
+    "TrustError",
+    "UnsupportedLocationError",
+    "UntrustedArchiveError",
+    "build",
+    "capture",
+    "compile",
+    "open",
+    "serve",
+    "serve_report",
+]

@@ -40,7 +40,22 @@ from .producer.build import (
 )
 
 __all__ = [
-    "ArchiveBuilder", "BuildResult", "BuildSpec", "Executor", "LocalExecutor", "RebuildReport", "ReusePlan",
-    "TaskOutcome", "VariantRequest", "build_archive", "compile_all", "executor_kind", "load_spec",
-    "make_executor", "parse_spec", "plan_reuse", "rebuild_archive", "validate_requests",
+    "ArchiveBuilder",
+    "BuildResult",
+    "BuildSpec",
+    "Executor",
+    "LocalExecutor",
+    "RebuildReport",
+    "ReusePlan",
+    "TaskOutcome",
+    "VariantRequest",
+    "build_archive",
+    "compile_all",
+    "executor_kind",
+    "load_spec",
+    "make_executor",
+    "parse_spec",
+    "plan_reuse",
+    "rebuild_archive",
+    "validate_requests",
 ]

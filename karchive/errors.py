@@ -48,8 +48,9 @@ class KarchiveError(Exception):
     def __init__(self, message: str = "", **fields: Any) -> None:
         unknown = set(fields) - set(self._field_names)
         if unknown:
-            raise TypeError(f"{type(self).__name__} has no field(s) {sorted(unknown)}; "
-                            f"its fields are {list(self._field_names)}")
+            raise TypeError(
+                f"{type(self).__name__} has no field(s) {sorted(unknown)}; its fields are {list(self._field_names)}"
+            )
         super().__init__(message)
         for name, value in fields.items():
             setattr(self, name, value)
@@ -68,8 +69,11 @@ class KarchiveError(Exception):
 
     def to_json(self) -> dict[str, Any]:
         """``{"error": class name, "message": ..., <fields>}`` with values made JSON-safe."""
-        return {"error": type(self).__name__, "message": self.message,
-                **{k: _jsonable(v) for k, v in self.fields.items()}}
+        return {
+            "error": type(self).__name__,
+            "message": self.message,
+            **{k: _jsonable(v) for k, v in self.fields.items()},
+        }
 
 
 def _jsonable(value: Any) -> Any:

@@ -37,17 +37,22 @@ def open(ref: str | os.PathLike, options: OpenOptions | None = None, **fields: A
     """
     opts = OpenOptions.of(options, **fields)
     if not isinstance(ref, (str, os.PathLike)):
-        raise UnsupportedLocationError(f"an archive reference is a path, a URL or NAME[@VERSION], not {type(ref).__name__} "
-                                       f"{ref!r}", location=repr(ref))
+        raise UnsupportedLocationError(
+            f"an archive reference is a path, a URL or NAME[@VERSION], not {type(ref).__name__} {ref!r}",
+            location=repr(ref),
+        )
     text = os.fspath(ref)
     if is_registry_ref(text):
         return _open_registry(text, opts)
     if opts.lockfile is not None:
         # A lockfile pins registry names; silently ignoring it for a path would look like a check that passed.
         lockfile = opts.lockfile
-        raise LockfileError(f"{text} is a path, not a NAME@VERSION reference: a lockfile cannot pin it",
-                            lockfile=(getattr(lockfile, "path", None) or "the lockfile given") if hasattr(lockfile, "pins")
-                            else os.fspath(lockfile))
+        raise LockfileError(
+            f"{text} is a path, not a NAME@VERSION reference: a lockfile cannot pin it",
+            lockfile=(getattr(lockfile, "path", None) or "the lockfile given")
+            if hasattr(lockfile, "pins")
+            else os.fspath(lockfile),
+        )
     storage = dict(opts.storage_options) if opts.storage_options is not None else None
     if opts.trust is False or (opts.trust is None and settings.TRUST_POLICY.raw() is None):
         # No policy given or configured (what resolve_policy answers None for without reading anything):
@@ -61,8 +66,9 @@ def open(ref: str | os.PathLike, options: OpenOptions | None = None, **fields: A
     if is_url(text) and not text.startswith("file://"):
         reader, verdict = open_trusted_url(text, policy, storage, opts.limits)
     else:
-        reader, verdict = open_trusted_path(text[len("file://"):] if text.startswith("file://") else text, policy,
-                                            opts.limits)
+        reader, verdict = open_trusted_path(
+            text[len("file://") :] if text.startswith("file://") else text, policy, opts.limits
+        )
     reader.verdict = verdict
     return reader
 
@@ -75,12 +81,17 @@ def _open_registry(text: str, opts: OpenOptions) -> ArchiveReader:
         storage = dict(opts.storage_options) if opts.storage_options is not None else None
         reg = Registry(reg, storage, cache=opts.cache_dir)
     elif not callable(getattr(reg, "open", None)):
-        raise RegistryValueError(f"registry= takes a Registry, its URL or its path; got an object of type {type(reg).__name__}",
-                                 value=repr(reg)[:200])
+        raise RegistryValueError(
+            f"registry= takes a Registry, its URL or its path; got an object of type {type(reg).__name__}",
+            value=repr(reg)[:200],
+        )
     try:
         return reg.open(text, OpenOptions.of(opts, lockfile=opts.lockfile_or_env()))
     except NotFoundError as exc:
         if os.path.isdir(text):
-            raise NotFoundError(f"{exc}. (There is a directory {text!r} here, but a directory is not an "
-                                "archive: give the .karc file's path.)", **exc.fields) from None
+            raise NotFoundError(
+                f"{exc}. (There is a directory {text!r} here, but a directory is not an "
+                "archive: give the .karc file's path.)",
+                **exc.fields,
+            ) from None
         raise

@@ -8,8 +8,9 @@ import triton
 import triton.language as tl
 
 
-@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4)],
-                 key=["n"])
+@triton.autotune(
+    configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4)], key=["n"]
+)
 @triton.jit
 def at_act(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ACT: tl.constexpr, NEG: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

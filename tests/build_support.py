@@ -39,7 +39,7 @@ def scaled_add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 '''
 
 #: 8 variants: two modules, a helper module, a config module; cuda:80 (pre-sm_90 ptxas), cuda:90, gfx942.
-SPEC = '''[archive]
+SPEC = """[archive]
 name = "scale"
 version = "1.0"
 dictionary = "none"
@@ -63,7 +63,7 @@ signature = "*fp32:16, *fp32:16, *fp32:16, i32"
 constexprs = { BLOCK = [256] }
 num_warps = [4]
 targets = ["cuda:90", "hip:gfx942"]
-'''
+"""
 SPEC_VARIANTS = 8
 
 
@@ -78,17 +78,20 @@ def make_checkout(directory: pathlib.Path, spec: str = SPEC) -> pathlib.Path:
     return directory / "build.toml"
 
 
-def karchive(*args: str, env: dict[str, str] | None = None, cwd: os.PathLike | str | None = None,
-             timeout: float = 600) -> subprocess.CompletedProcess:
+def karchive(
+    *args: str, env: dict[str, str] | None = None, cwd: os.PathLike | str | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess:
     """Run the karchive CLI in a fresh interpreter."""
     full = {**os.environ, **(env or {})}
     full["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), full.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "karchive", *args], capture_output=True, text=True,
-                          env=full, cwd=cwd, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "karchive", *args], capture_output=True, text=True, env=full, cwd=cwd, timeout=timeout
+    )
 
 
-def build(spec: pathlib.Path, out: pathlib.Path, *extra: str, env: dict[str, str] | None = None,
-          expect: int = 0) -> dict:
+def build(
+    spec: pathlib.Path, out: pathlib.Path, *extra: str, env: dict[str, str] | None = None, expect: int = 0
+) -> dict:
     """``karchive build SPEC -o OUT --json ...``: the summary, after checking the exit status."""
     r = karchive("build", str(spec), "-o", str(out), "--json", *extra, env=env)
     assert r.returncode == expect, f"exit {r.returncode}\n{r.stdout}\n{r.stderr}"

@@ -28,8 +28,15 @@ class _FakeUtils:
         return None, 1, 32, 0, 1024
 
     def get_device_properties(self, device):
-        return {"max_shared_mem": 232448, "multiprocessor_count": 132, "max_num_regs": 65536, "warpSize": 32,
-                "sm_clock_rate": 1, "mem_clock_rate": 1, "mem_bus_width": 1}
+        return {
+            "max_shared_mem": 232448,
+            "multiprocessor_count": 132,
+            "max_num_regs": 65536,
+            "warpSize": 32,
+            "sm_clock_rate": 1,
+            "mem_clock_rate": 1,
+            "mem_bus_width": 1,
+        }
 
     def unload_module(self, module):
         return None
@@ -111,8 +118,14 @@ def scale_rows(x_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) * alpha, mask=m)
 
 
-@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4),
-                          triton.Config({"BLOCK": 256}, num_warps=4)], key=["n"])
+@triton.autotune(
+    configs=[
+        triton.Config({"BLOCK": 64}, num_warps=2),
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 256}, num_warps=4),
+    ],
+    key=["n"],
+)
 @triton.jit
 def tuned_copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
@@ -140,11 +153,13 @@ def pair_sum(ptrs, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(ptrs[0] + offs, mask=m) + tl.load(ptrs[1] + offs, mask=m), mask=m)
 
 
-@triton.heuristics({
-    "HAS_BIAS": lambda args: args["bias_ptr"] is not None,
-    "WIDE": lambda args: args["x_ptr"].dtype.primitive_bitwidth > 16 and args["n"] >= 4096,
-    "num_warps": lambda args: 8 if args["n"] >= 4096 else 4,
-})
+@triton.heuristics(
+    {
+        "HAS_BIAS": lambda args: args["bias_ptr"] is not None,
+        "WIDE": lambda args: args["x_ptr"].dtype.primitive_bitwidth > 16 and args["n"] >= 4096,
+        "num_warps": lambda args: 8 if args["n"] >= 4096 else 4,
+    }
+)
 @triton.jit
 def heur_bias(x_ptr, bias_ptr, out_ptr, n, BLOCK: tl.constexpr, HAS_BIAS: tl.constexpr, WIDE: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -165,8 +180,9 @@ def heur_opaque(x_ptr, out_ptr, n, BLOCK: tl.constexpr, ODD: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
 
 
-@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4)],
-                 key=["n"])
+@triton.autotune(
+    configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4)], key=["n"]
+)
 @triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
 @triton.jit
 def tuned_even_copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):

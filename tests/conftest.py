@@ -6,9 +6,9 @@ import os
 import pathlib
 
 import pytest
-
 import runtime_support
-from support import EXAMPLES, have_triton as _have_triton
+from support import EXAMPLES
+from support import have_triton as _have_triton
 
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
@@ -59,6 +59,8 @@ def fake_gpu_driver():
 
     with fake_gpu(timings=[3.0, 1.0, 2.0]) as fake:
         yield fake
+
+
 # ---- end of capture fixtures ------------------------------------------------------------------------
 
 
@@ -67,29 +69,40 @@ def fake_gpu_driver():
 def cuda_archive(tmp_path_factory) -> pathlib.Path:
     if not _have_triton():
         pytest.skip("building test archives needs triton")
-    return runtime_support.write_archive(tmp_path_factory.mktemp("rt") / "cuda.karc", runtime_support.compile_many(runtime_support.CUDA_REQS))
+    return runtime_support.write_archive(
+        tmp_path_factory.mktemp("rt") / "cuda.karc", runtime_support.compile_many(runtime_support.CUDA_REQS)
+    )
 
 
 @pytest.fixture(scope="session")
 def hip_archive(tmp_path_factory) -> pathlib.Path:
     if not _have_triton():
         pytest.skip("building test archives needs triton")
-    return runtime_support.write_archive(tmp_path_factory.mktemp("rt") / "hip.karc", runtime_support.compile_many(runtime_support.HIP_REQS))
+    return runtime_support.write_archive(
+        tmp_path_factory.mktemp("rt") / "hip.karc", runtime_support.compile_many(runtime_support.HIP_REQS)
+    )
 
 
 @pytest.fixture(scope="session")
 def omit_archive(tmp_path_factory) -> pathlib.Path:
     if not _have_triton():
         pytest.skip("building test archives needs triton")
-    return runtime_support.write_archive(tmp_path_factory.mktemp("rt") / "omit.karc",
-                                         runtime_support.compile_many(runtime_support.OMIT_REQS), name="omit")
+    return runtime_support.write_archive(
+        tmp_path_factory.mktemp("rt") / "omit.karc",
+        runtime_support.compile_many(runtime_support.OMIT_REQS),
+        name="omit",
+    )
 
 
 @pytest.fixture(scope="session")
 def launch_archive(tmp_path_factory) -> pathlib.Path:
     if not _have_triton():
         pytest.skip("building test archives needs triton")
-    return runtime_support.write_archive(tmp_path_factory.mktemp("rt") / "launch.karc", runtime_support.compile_many(runtime_support.LAUNCH_REQS), name="launch")
+    return runtime_support.write_archive(
+        tmp_path_factory.mktemp("rt") / "launch.karc",
+        runtime_support.compile_many(runtime_support.LAUNCH_REQS),
+        name="launch",
+    )
 
 
 # -- recording --------------------------------------------------------------------------------------------

@@ -58,8 +58,11 @@ def described(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
 
 
-_CONFIGS = [triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4),
-            triton.Config({"BLOCK": 256}, num_warps=8)]
+_CONFIGS = [
+    triton.Config({"BLOCK": 64}, num_warps=2),
+    triton.Config({"BLOCK": 128}, num_warps=4),
+    triton.Config({"BLOCK": 256}, num_warps=8),
+]
 
 
 @triton.autotune(configs=list(_CONFIGS), key=["n"])
@@ -126,8 +129,12 @@ def tuner_post_hook(kwargs, exception):
     SEEN.append(("tuner_post_hook", exception is None, benchmarking()))
 
 
-@triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w, pre_hook=config_hook) for b, w in ((64, 2), (128, 4))],
-                 key=["n"], pre_hook=tuner_pre_hook, post_hook=tuner_post_hook)
+@triton.autotune(
+    configs=[triton.Config({"BLOCK": b}, num_warps=w, pre_hook=config_hook) for b, w in ((64, 2), (128, 4))],
+    key=["n"],
+    pre_hook=tuner_pre_hook,
+    post_hook=tuner_post_hook,
+)
 @triton.jit
 def hooked(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -214,8 +221,9 @@ class LibTuner(triton.runtime.autotuner.Autotuner):
 sub_tuned = LibTuner(sub_tuned_body, sub_tuned_body.arg_names, list(_CONFIGS), ["n"], None, None)
 
 
-@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4)],
-                 key=["n"])
+@triton.autotune(
+    configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4)], key=["n"]
+)
 @triton.heuristics({"EVEN": lambda args: args["n"] % args["BLOCK"] == 0})
 @triton.jit
 def tuned_even(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
@@ -229,8 +237,9 @@ def tuned_even(x_ptr, out_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
 
 
 @triton.heuristics({"HAS_B": lambda args: args["b_ptr"] is not None})
-@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4)],
-                 key=["n", "HAS_B"])
+@triton.autotune(
+    configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4)], key=["n", "HAS_B"]
+)
 @triton.jit
 def biased_tuned(x_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr, HAS_B: tl.constexpr):
     """Heuristics above the autotuner (flash-linear-attention's stacking): their value is part of the tuning key."""

@@ -42,8 +42,18 @@ def benchmarking() -> bool:
 
 
 # -- values as the GPU sees them ----------------------------------------------------------------------------------
-_INT_FORMATS = {"i1": "<b", "i8": "<b", "i16": "<h", "i32": "<i", "i64": "<q",
-                "u1": "<B", "u8": "<B", "u16": "<H", "u32": "<I", "u64": "<Q"}
+_INT_FORMATS = {
+    "i1": "<b",
+    "i8": "<b",
+    "i16": "<h",
+    "i32": "<i",
+    "i64": "<q",
+    "u1": "<B",
+    "u8": "<B",
+    "u16": "<H",
+    "u32": "<I",
+    "u64": "<Q",
+}
 _FLOAT_FORMATS = {"fp16": "<e", "fp32": "<f", "fp64": "<d"}
 
 
@@ -56,9 +66,9 @@ def decode(typ: str, raw: bytes) -> Any:
     if typ.startswith("*"):
         return int.from_bytes(raw[:8], "little")
     if typ in _INT_FORMATS:
-        return struct.unpack(_INT_FORMATS[typ], raw[:struct.calcsize(_INT_FORMATS[typ])])[0]
+        return struct.unpack(_INT_FORMATS[typ], raw[: struct.calcsize(_INT_FORMATS[typ])])[0]
     if typ in _FLOAT_FORMATS:
-        return struct.unpack(_FLOAT_FORMATS[typ], raw[:struct.calcsize(_FLOAT_FORMATS[typ])])[0]
+        return struct.unpack(_FLOAT_FORMATS[typ], raw[: struct.calcsize(_FLOAT_FORMATS[typ])])[0]
     if typ == "bf16":
         return _bf16(raw[:2])
     return raw.hex()
@@ -174,8 +184,9 @@ def _launcher_cls(driver: Any, src: Any, metadata: Any) -> Callable:
                 typ = src.signature.get(arg_name)
                 if isinstance(typ, str) and typ != "constexpr":
                     values[arg_name] = decode(typ, encode(typ, value))
-            driver.launched.append(launch_record(name, binary, (gx, gy, gz), 32 * metadata.num_warps,
-                                                 metadata.shared, values))
+            driver.launched.append(
+                launch_record(name, binary, (gx, gy, gz), 32 * metadata.num_warps, metadata.shared, values)
+            )
         if exit_hook is not None:
             exit_hook(launch_metadata)
 
@@ -214,8 +225,14 @@ def _timing(kernel_call: Callable) -> float:
 
 
 def launch_record(name: str, binary: bytes, grid: tuple, block: int, shared: int, values: dict) -> dict:
-    return {"kernel": name, "binary": digest(binary), "grid": list(grid), "block": block, "shared": shared,
-            "args": values}
+    return {
+        "kernel": name,
+        "binary": digest(binary),
+        "grid": list(grid),
+        "block": block,
+        "shared": shared,
+        "args": values,
+    }
 
 
 # -- what scenarios see --------------------------------------------------------------------------------------------
@@ -268,24 +285,42 @@ def kernel_summary(ck: Any) -> Any:
         return {"type": type(ck).__name__} if ck is not None else None
     md = ck.metadata
     binary = ck.asm.get("cubin", ck.kernel)
-    out = {"type": f"{type(ck).__module__}.{type(ck).__qualname__}", "name": ck.name, "hash": ck.hash,
-           "metadata": {f: _jsonable(getattr(md, f)) for f in md._fields},
-           "asm": sorted(set(ck.asm) & {"cubin", "ptx", "ttir", "ttgir", "llir"}),  # what libraries read
-           "ptx": digest(ck.asm["ptx"]) if "ptx" in ck.asm else None, "binary": digest(binary), "kernel_is_binary": ck.kernel == binary,
-           "launch_metadata": type(ck.launch_metadata((1, 1, 1), 0)).__name__}
+    out = {
+        "type": f"{type(ck).__module__}.{type(ck).__qualname__}",
+        "name": ck.name,
+        "hash": ck.hash,
+        "metadata": {f: _jsonable(getattr(md, f)) for f in md._fields},
+        "asm": sorted(set(ck.asm) & {"cubin", "ptx", "ttir", "ttgir", "llir"}),  # what libraries read
+        "ptx": digest(ck.asm["ptx"]) if "ptx" in ck.asm else None,
+        "binary": digest(binary),
+        "kernel_is_binary": ck.kernel == binary,
+        "launch_metadata": type(ck.launch_metadata((1, 1, 1), 0)).__name__,
+    }
     run = ck.run  # loads the binary (Triton: CompiledKernel._init_handles)
-    out.update({"run_callable": callable(run), "function_set": ck.function is not None,
-                "packed_metadata": _jsonable(ck.packed_metadata),
-                "n_regs": type(ck.n_regs).__name__, "n_spills": type(ck.n_spills).__name__,
-                "n_max_threads": type(ck.n_max_threads).__name__})
+    out.update(
+        {
+            "run_callable": callable(run),
+            "function_set": ck.function is not None,
+            "packed_metadata": _jsonable(ck.packed_metadata),
+            "n_regs": type(ck.n_regs).__name__,
+            "n_spills": type(ck.n_spills).__name__,
+            "n_max_threads": type(ck.n_max_threads).__name__,
+        }
+    )
     return out
 
 
 def config_summary(cfg: Any) -> Any:
     if cfg is None:
         return None
-    return {"kwargs": _jsonable(cfg.kwargs), "num_warps": cfg.num_warps, "num_stages": cfg.num_stages,
-            "num_ctas": cfg.num_ctas, "maxnreg": cfg.maxnreg, "pre_hook": getattr(cfg.pre_hook, "__name__", None)}
+    return {
+        "kwargs": _jsonable(cfg.kwargs),
+        "num_warps": cfg.num_warps,
+        "num_stages": cfg.num_stages,
+        "num_ctas": cfg.num_ctas,
+        "maxnreg": cfg.maxnreg,
+        "pre_hook": getattr(cfg.pre_hook, "__name__", None),
+    }
 
 
 def seen() -> list:
@@ -340,8 +375,21 @@ def relaunch_run(c: Ctx) -> Any:
     x, out = c.buf("x"), c.buf("out")
     ck = c.k.copy[(2,)](x, out, 500, BLOCK=256)
     for g in (1, 2, 3):
-        ck.run(g, 1, 1, 0, ck.function, ck.packed_metadata, ck.launch_metadata((g, 1, 1), 0, x, out, 500, 256),
-               triton.knobs.runtime.launch_enter_hook, triton.knobs.runtime.launch_exit_hook, x, out, 500, 256)
+        ck.run(
+            g,
+            1,
+            1,
+            0,
+            ck.function,
+            ck.packed_metadata,
+            ck.launch_metadata((g, 1, 1), 0, x, out, 500, 256),
+            triton.knobs.runtime.launch_enter_hook,
+            triton.knobs.runtime.launch_exit_hook,
+            x,
+            out,
+            500,
+            256,
+        )
     return {"launches": c.launches()}
 
 
@@ -357,8 +405,12 @@ def warmup_then_launch(c: Ctx) -> Any:
     x, out = c.buf("x"), c.buf("out")
     ck[(8, 1, 1)](x, out, 1024, 128)
     via_run = c.k.copy.run(x, out, 1024, BLOCK=128, grid=(8,), warmup=False)
-    return {"warmup": kernel_summary(ck), "launches_after_warmup": before, "launches": c.launches(),
-            "run_returns_same": via_run is ck}
+    return {
+        "warmup": kernel_summary(ck),
+        "launches_after_warmup": before,
+        "launches": c.launches(),
+        "run_returns_same": via_run is ck,
+    }
 
 
 @scenario
@@ -396,8 +448,14 @@ def binder_errors(c: Ctx) -> Any:
     too_many = raised(lambda: c.k.copy[(1,)](x, out, 64, 64, 64))
     device = raised(lambda: c.k.copy[(1,)](x, out, 64, BLOCK=64, device=0))  # AssertionError: deprecated option
     dtype_arg = raised(lambda: c.k.copy[(1,)](x, out, tl.float16, BLOCK=64))  # a tl.dtype is no runtime value
-    return {"unknown_keyword": unknown, "missing": missing, "too_many": too_many, "device_option": device,
-            "dtype_as_runtime_arg": dtype_arg, "launches": c.launches()}
+    return {
+        "unknown_keyword": unknown,
+        "missing": missing,
+        "too_many": too_many,
+        "device_option": device,
+        "dtype_as_runtime_arg": dtype_arg,
+        "launches": c.launches(),
+    }
 
 
 @scenario
@@ -459,8 +517,14 @@ def launch_hooks(c: Ctx) -> Any:
     def hook(which):
         def h(md):
             data = md.get() if md is not None else None
-            calls.append([which, sorted(data) if data else None,
-                          {k: v for k, v in (data or {}).items() if k in ("name", "bytes", "grid0", "stream")}])
+            calls.append(
+                [
+                    which,
+                    sorted(data) if data else None,
+                    {k: v for k, v in (data or {}).items() if k in ("name", "bytes", "grid0", "stream")},
+                ]
+            )
+
         return h
 
     x, out = c.buf("x"), c.buf("out")
@@ -490,6 +554,7 @@ def jit_hooks(c: Ctx) -> Any:
         def h(*, key, repr, fn, compile, is_manual_warmup, already_compiled):
             calls.append([which, repr, fn.name, is_manual_warmup, already_compiled, sorted(compile)])
             return False
+
         return h
 
     rt = triton.knobs.runtime
@@ -512,8 +577,11 @@ def kernel_cache(c: Ctx) -> Any:
     c.k.optional_bias[(1,)](x, x, out, 64, BLOCK=64)
     c.k.optional_bias[(1,)](x, x, out, 64, BLOCK=64)
     cache = c.k.optional_bias.device_caches[0][0]
-    return {"entries": len(cache), "kernels": sorted(kernel_summary(v)["binary"] for v in cache.values()),
-            "launches": c.launches()}
+    return {
+        "entries": len(cache),
+        "kernels": sorted(kernel_summary(v)["binary"] for v in cache.values()),
+        "launches": c.launches(),
+    }
 
 
 @scenario
@@ -521,10 +589,14 @@ def autotune_best_config(c: Ctx) -> Any:
     """Autotuner.run: the decision per key (``cache``), ``best_config`` after every call, the CompiledKernel returned."""
     x, out = c.buf("x"), c.buf("out")
     returned = [c.k.tuned[(4,)](x, out, n) for n in (4096, 4096, 1000, 4096)]
-    return {"best_config": config_summary(c.k.tuned.best_config), "cache": {repr(k): config_summary(v)
-                                                                             for k, v in c.k.tuned.cache.items()},
-            "returned": [kernel_summary(r)["binary"] if r is not None else None for r in returned],
-            "returned_type": kernel_summary(returned[0]), "nargs_after": c.k.tuned.nargs, "launches": c.launches()}
+    return {
+        "best_config": config_summary(c.k.tuned.best_config),
+        "cache": {repr(k): config_summary(v) for k, v in c.k.tuned.cache.items()},
+        "returned": [kernel_summary(r)["binary"] if r is not None else None for r in returned],
+        "returned_type": kernel_summary(returned[0]),
+        "nargs_after": c.k.tuned.nargs,
+        "launches": c.launches(),
+    }
 
 
 @scenario
@@ -547,8 +619,12 @@ def prune_to_table_configs(c: Ctx) -> Any:
     x, out = c.buf("x"), c.buf("out")
     for n in (4096, 4096, 100, 8192):
         c.k.table_tuned[(1,)](x, out, n)
-    return {"best_config": config_summary(c.k.table_tuned.best_config), "seen": seen(),
-            "cache": sorted(repr(k) for k in c.k.table_tuned.cache), "launches": c.launches()}
+    return {
+        "best_config": config_summary(c.k.table_tuned.best_config),
+        "seen": seen(),
+        "cache": sorted(repr(k) for k in c.k.table_tuned.cache),
+        "launches": c.launches(),
+    }
 
 
 @scenario
@@ -568,8 +644,11 @@ def autotune_hooks(c: Ctx) -> Any:
     for _ in range(3):
         c.k.hooked[(1,)](x, out, 2048)
     # what a served call must show: the calls outside benchmarking
-    return {"outside_benchmarking": [s for s in seen() if s[-1] is False],
-            "best_config": config_summary(c.k.hooked.best_config), "launches": c.launches()}
+    return {
+        "outside_benchmarking": [s for s in seen() if s[-1] is False],
+        "best_config": config_summary(c.k.hooked.best_config),
+        "launches": c.launches(),
+    }
 
 
 @scenario
@@ -610,8 +689,10 @@ def autotuner_warmup(c: Ctx) -> Any:
     import triton.language as tl
 
     got = c.k.tuned.warmup(triton.MockTensor(tl.float32), triton.MockTensor(tl.float32), 512, grid=(1,))
-    return {"kernels": sorted(s["binary"] for s in kernel_summary(got)) if isinstance(got, list) else
-            kernel_summary(got), "launches": c.launches()}
+    return {
+        "kernels": sorted(s["binary"] for s in kernel_summary(got)) if isinstance(got, list) else kernel_summary(got),
+        "launches": c.launches(),
+    }
 
 
 @scenario
@@ -674,8 +755,13 @@ def entry_layer_relaunch(c: Ctx) -> Any:
     for n in (4096, 4096, 4096):
         ck[(n // best.kwargs["BLOCK"], 1, 1)](x, out, n, best.kwargs["BLOCK"], even)
     wrong = raised(lambda: ck[(4,)](x, out, 4096, best.kwargs["BLOCK"], even))  # a 1-entry grid: grid[1] fails
-    return {"best_config": config_summary(best), "even": even, "returned": kernel_summary(ck)["binary"],
-            "one_entry_grid": wrong[:3], "launches": c.launches()}
+    return {
+        "best_config": config_summary(best),
+        "even": even,
+        "returned": kernel_summary(ck)["binary"],
+        "one_entry_grid": wrong[:3],
+        "launches": c.launches(),
+    }
 
 
 @scenario
@@ -687,8 +773,11 @@ def heuristics_around_autotune(c: Ctx) -> Any:
     c.k.tuned_even[(1,)](x, out, 1000)
     c.k.biased_tuned[(1,)](x, None, out, 4096)
     c.k.biased_tuned[(1,)](x, x, out, 4096)
-    return {"tuned_even": {repr(k): config_summary(v) for k, v in c.k.tuned_even.cache.items()},
-            "biased_tuned": sorted(repr(k) for k in c.k.biased_tuned.fn.cache), "launches": c.launches()}
+    return {
+        "tuned_even": {repr(k): config_summary(v) for k, v in c.k.tuned_even.cache.items()},
+        "biased_tuned": sorted(repr(k) for k in c.k.biased_tuned.fn.cache),
+        "launches": c.launches(),
+    }
 
 
 @scenario
@@ -726,8 +815,12 @@ def preload(c: Ctx) -> Any:
 
 
 # -- phases --------------------------------------------------------------------------------------------------------
-def _run_all(kernels: Any, drain: Callable[[], list[dict]], extra: Callable[[], dict] | None = None,
-             only: list[str] | None = None) -> dict:
+def _run_all(
+    kernels: Any,
+    drain: Callable[[], list[dict]],
+    extra: Callable[[], dict] | None = None,
+    only: list[str] | None = None,
+) -> dict:
     results: dict[str, Any] = {}
     for name, fn in SCENARIOS.items():
         if only and name not in only:
@@ -780,16 +873,22 @@ def phase_capture(args: argparse.Namespace) -> dict:
     with karchive.capture("fidelity", version="1", scope="process") as cap:
         results = _run_all(fidelity_kernels, _triton_drain(fake), only=args.only)
     cap.save(args.archive)
-    results["__capture__"] = {"warnings": [str(w) for w in cap.warnings], "left_out": _jsonable(
-        cap.summary().get("left_out"))}
+    results["__capture__"] = {
+        "warnings": [str(w) for w in cap.warnings],
+        "left_out": _jsonable(cap.summary().get("left_out")),
+    }
     return results
 
 
 def _served_values(arc: Any, image: bytes, params: tuple) -> dict:
     """The runtime arguments of a served launch, by name, from the bytes the driver got and the ABI of the archive's
     variants with that binary (variants of one kernel may share a binary: their ABIs then agree)."""
-    abis = {tuple((p.name, p.kind, p.type) for p in v.abi.params): v.abi.params
-            for name in arc.kernels() for v in arc.variants(name) if arc.reader.read(v.binary.path) == image}
+    abis = {
+        tuple((p.name, p.kind, p.type) for p in v.abi.params): v.abi.params
+        for name in arc.kernels()
+        for v in arc.variants(name)
+        if arc.reader.read(v.binary.path) == image
+    }
     if len(abis) != 1:
         return {"?": f"{len(abis)} launch ABIs have the launched binary"}
     abi = next(iter(abis.values()))
@@ -836,7 +935,7 @@ def phase_serve(args: argparse.Namespace) -> dict:
         seen_n = [0]
 
         def drain() -> list[dict]:
-            got = rec.launches()[seen_n[0]:]
+            got = rec.launches()[seen_n[0] :]
             seen_n[0] += len(got)
             out = []
             for la in got:
@@ -846,8 +945,12 @@ def phase_serve(args: argparse.Namespace) -> dict:
             return out
 
         def counts() -> dict:
-            return {"compiles": count["compiles"], "triton_loads": len(fake.loads),
-                    "triton_launches": len(fake.launched), "benchmarks": fake.benchmarks}
+            return {
+                "compiles": count["compiles"],
+                "triton_loads": len(fake.loads),
+                "triton_launches": len(fake.launched),
+                "benchmarks": fake.benchmarks,
+            }
 
         results = _run_all(fidelity_kernels, drain, counts, only=args.only)
         report = karchive.serve_report()
@@ -865,8 +968,12 @@ def main() -> int:
     ap.add_argument("--out", required=True)
     ap.add_argument("--archive")
     ap.add_argument("--only", nargs="*")
-    ap.add_argument("--path", default="python", choices=("python", "extension"),
-                    help="serve: karchive's launch path (Python, or the compiled launcher)")
+    ap.add_argument(
+        "--path",
+        default="python",
+        choices=("python", "extension"),
+        help="serve: karchive's launch path (Python, or the compiled launcher)",
+    )
     args = ap.parse_args()
     sys.path[:0] = [str(HERE), str(ROOT)]
     try:

@@ -14,8 +14,16 @@ import zstandard
 
 from karchive.core.digest import sha256_hex
 from karchive.core.jsonio import canonical_json
-from karchive.format.constants import (DICTIONARY_NAME, FOOTER_FRAME_MAGIC, FOOTER_PAYLOAD, FOOTER_TAG,
-                                       INDEX_FRAME_MAGIC, MANIFEST_NAME, SKIPPABLE_HEADER, TAR_BLOCK)
+from karchive.format.constants import (
+    DICTIONARY_NAME,
+    FOOTER_FRAME_MAGIC,
+    FOOTER_PAYLOAD,
+    FOOTER_TAG,
+    INDEX_FRAME_MAGIC,
+    MANIFEST_NAME,
+    SKIPPABLE_HEADER,
+    TAR_BLOCK,
+)
 from karchive.format.writer import ArchiveWriter, WriteStats, source_date_epoch
 
 V1 = (1, 0)
@@ -39,8 +47,9 @@ class Format1Writer(ArchiveWriter):
         if mode == "auto" and (total < 96 * 1024 or len(samples) < 12):
             return None
         try:
-            trained = zstandard.train_dictionary(self._dictionary_size(total), samples, k=16384, d=8,
-                                                 level=self.level, threads=1)
+            trained = zstandard.train_dictionary(
+                self._dictionary_size(total), samples, k=16384, d=8, level=self.level, threads=1
+            )
         except zstandard.ZstdError:
             if mode == "always":
                 raise
@@ -57,8 +66,13 @@ class Format1Writer(ArchiveWriter):
         members: list[list] = []
         stats = WriteStats()
 
-        def emit(group: list[tuple[str, bytes]], compressor: zstandard.ZstdCompressor, dict_flag: int,
-                 trailer: bytes = b"", content: bool = True) -> None:
+        def emit(
+            group: list[tuple[str, bytes]],
+            compressor: zstandard.ZstdCompressor,
+            dict_flag: int,
+            trailer: bytes = b"",
+            content: bool = True,
+        ) -> None:
             tar, placed = self._tar_bytes(group, mtime)
             tar += trailer
             blob = compressor.compress(tar)
@@ -79,17 +93,28 @@ class Format1Writer(ArchiveWriter):
             stats.dictionary_bytes = len(dict_bytes)
         manifest_bytes = canonical_json(manifest)
         emit([(MANIFEST_NAME, manifest_bytes)], plain, 0, trailer=bytes(2 * TAR_BLOCK), content=False)
-        index = {"frames": frames, "members": members, "manifest": MANIFEST_NAME,
-                 "manifest_sha256": sha256_hex(manifest_bytes),
-                 "dictionary": DICTIONARY_NAME if dict_bytes is not None else None,
-                 "dictionary_sha256": sha256_hex(dict_bytes) if dict_bytes is not None else None}
+        index = {
+            "frames": frames,
+            "members": members,
+            "manifest": MANIFEST_NAME,
+            "manifest_sha256": sha256_hex(manifest_bytes),
+            "dictionary": DICTIONARY_NAME if dict_bytes is not None else None,
+            "dictionary_sha256": sha256_hex(dict_bytes) if dict_bytes is not None else None,
+        }
         payload_index = zstandard.ZstdCompressor(level=19, write_content_size=True, write_checksum=True).compress(
-            canonical_json(index))
+            canonical_json(index)
+        )
         index_offset = len(out)
         out += SKIPPABLE_HEADER.pack(INDEX_FRAME_MAGIC, len(payload_index)) + payload_index
-        footer = FOOTER_PAYLOAD.pack(FOOTER_TAG, V1[0], V1[1], 0, index_offset,
-                                     SKIPPABLE_HEADER.size + len(payload_index),
-                                     hashlib.sha256(payload_index).digest())
+        footer = FOOTER_PAYLOAD.pack(
+            FOOTER_TAG,
+            V1[0],
+            V1[1],
+            0,
+            index_offset,
+            SKIPPABLE_HEADER.size + len(payload_index),
+            hashlib.sha256(payload_index).digest(),
+        )
         out += SKIPPABLE_HEADER.pack(FOOTER_FRAME_MAGIC, len(footer)) + footer
         stats.frames = len(frames)
         stats.archive_bytes = len(out)

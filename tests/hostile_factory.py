@@ -21,7 +21,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import zstandard
+from format1_writer import Format1Writer
 
+from karchive.errors import FormatError
 from karchive.format.constants import (
     DICTIONARY_NAME,
     FOOTER_FRAME_MAGIC,
@@ -33,10 +35,8 @@ from karchive.format.constants import (
     TAR_BLOCK,
     ZSTD_FRAME_MAGIC,
 )
-from karchive.errors import FormatError
 from karchive.format.tarheader import build_header, padded
 from karchive.format.writer import ArchiveWriter, canonical_json, sha256_hex
-from format1_writer import Format1Writer
 
 # --------------------------------------------------------------------------------------------------
 # Honest archives (through the real writer)
@@ -93,9 +93,17 @@ def _octal(value: int, width: int) -> bytes:
     return format(value, "o").encode().rjust(width - 1, b"0") + b"\0"
 
 
-def raw_tar_header(name: bytes | str, size: int, *, typeflag: bytes = b"0", prefix: bytes | str = b"",
-                   linkname: bytes | str = b"", magic: bytes = b"ustar\x0000", size_field: bytes | None = None,
-                   fix_checksum: bool = True) -> bytes:
+def raw_tar_header(
+    name: bytes | str,
+    size: int,
+    *,
+    typeflag: bytes = b"0",
+    prefix: bytes | str = b"",
+    linkname: bytes | str = b"",
+    magic: bytes = b"ustar\x0000",
+    size_field: bytes | None = None,
+    fix_checksum: bool = True,
+) -> bytes:
     """A ustar header with *no* validation: any name, prefix, type flag or link target."""
     enc = lambda v: v.encode("latin-1") if isinstance(v, str) else v  # noqa: E731
     h = bytearray(TAR_BLOCK)
@@ -152,16 +160,24 @@ def tar_bytes(entries: list[Entry]) -> tuple[bytes, list[tuple[Entry, int]]]:
     return bytes(out), placed
 
 
-def zstd_frame(data: bytes, *, level: int = 3, content_size: bool = True, checksum: bool = True,
-               dict_data: bytes | None = None) -> bytes:
+def zstd_frame(
+    data: bytes, *, level: int = 3, content_size: bool = True, checksum: bool = True, dict_data: bytes | None = None
+) -> bytes:
     kw = dict(level=level, write_content_size=content_size, write_checksum=checksum)
     if dict_data is not None:
         kw["dict_data"] = zstandard.ZstdCompressionDict(dict_data)
     return zstandard.ZstdCompressor(**kw).compress(data)
 
 
-def rle_frame(total: int, *, byte: int = 0, declared: int | None = None, window_log: int = 17,
-              single_segment: bool = False, block: int = 128 * 1024) -> bytes:
+def rle_frame(
+    total: int,
+    *,
+    byte: int = 0,
+    declared: int | None = None,
+    window_log: int = 17,
+    single_segment: bool = False,
+    block: int = 128 * 1024,
+) -> bytes:
     """A zstd frame written by hand: ``total`` copies of ``byte`` as RLE blocks of 4 bytes each.
 
     ``declared`` is the content size the header claims (``None``: no content size field at all), so
@@ -205,19 +221,37 @@ def compress_index(index: dict | bytes) -> bytes:
     return zstandard.ZstdCompressor(level=3, write_content_size=True, write_checksum=True).compress(raw)
 
 
-def footer(index_offset: int, index_length: int, digest: bytes, *, major: int = 1, minor: int = 0,
-           flags: int = 0, tag: bytes = FOOTER_TAG) -> bytes:
+def footer(
+    index_offset: int,
+    index_length: int,
+    digest: bytes,
+    *,
+    major: int = 1,
+    minor: int = 0,
+    flags: int = 0,
+    tag: bytes = FOOTER_TAG,
+) -> bytes:
     payload = FOOTER_PAYLOAD.pack(tag, major, minor, flags, index_offset, index_length, digest)
     return skippable(FOOTER_FRAME_MAGIC, payload)
 
 
-def assemble(body: bytes, index: dict | bytes, *, index_payload: bytes | None = None, major: int = 1,
-             minor: int = 0, flags: int = 0) -> bytes:
+def assemble(
+    body: bytes,
+    index: dict | bytes,
+    *,
+    index_payload: bytes | None = None,
+    major: int = 1,
+    minor: int = 0,
+    flags: int = 0,
+) -> bytes:
     """Frames + index frame + footer; the footer's digest always matches the index payload given."""
     payload = compress_index(index) if index_payload is None else index_payload
     index_frame = skippable(INDEX_FRAME_MAGIC, payload)
-    return body + index_frame + footer(len(body), len(index_frame), hashlib.sha256(payload).digest(),
-                                       major=major, minor=minor, flags=flags)
+    return (
+        body
+        + index_frame
+        + footer(len(body), len(index_frame), hashlib.sha256(payload).digest(), major=major, minor=minor, flags=flags)
+    )
 
 
 def split(archive: bytes) -> tuple[bytes, dict, bytes]:
@@ -225,7 +259,7 @@ def split(archive: bytes) -> tuple[bytes, dict, bytes]:
     _, _, _, _, off, length, _ = FOOTER_PAYLOAD.unpack_from(archive, len(archive) - FOOTER_PAYLOAD.size)
     payload = archive[off + SKIPPABLE_HEADER.size : off + length]
     index = json.loads(zstandard.ZstdDecompressor().decompress(payload))
-    return archive[:off], index, archive[-(SKIPPABLE_HEADER.size + FOOTER_PAYLOAD.size):]
+    return archive[:off], index, archive[-(SKIPPABLE_HEADER.size + FOOTER_PAYLOAD.size) :]
 
 
 def reindex(archive: bytes, edit: Callable[[dict], object], **kw) -> bytes:
@@ -291,8 +325,9 @@ class Forge:
                 if e.in_manifest:
                     files[name] = e.data
                     listed.append(file_entry(name, e.data))
-        manifest = self.manifest if self.manifest is not None else {"format_version": self.format_version,
-                                                                    "files": listed}
+        manifest = (
+            self.manifest if self.manifest is not None else {"format_version": self.format_version, "files": listed}
+        )
         mbytes = self.manifest_bytes if self.manifest_bytes is not None else canonical_json(manifest)
         tar, placed = tar_bytes([Entry(MANIFEST_NAME, mbytes)])
         tar += bytes(2 * TAR_BLOCK)
@@ -300,8 +335,14 @@ class Forge:
         frames.append([len(body), len(blob), len(tar), 0])
         members.append([MANIFEST_NAME, len(frames) - 1, placed[0][1], len(mbytes)])
         body += blob
-        index = {"frames": frames, "members": members, "manifest": MANIFEST_NAME,
-                 "manifest_sha256": sha256_hex(mbytes), "dictionary": None, "dictionary_sha256": None}
+        index = {
+            "frames": frames,
+            "members": members,
+            "manifest": MANIFEST_NAME,
+            "manifest_sha256": sha256_hex(mbytes),
+            "dictionary": None,
+            "dictionary_sha256": None,
+        }
         if self.edit_index is not None:
             self.edit_index(index)
         data = assemble(bytes(body), index, major=self.footer_version[0], minor=self.footer_version[1])
@@ -312,8 +353,9 @@ def forge(*groups: list[Entry], **kw) -> Forged:
     return Forge(groups=list(groups), **kw).build()
 
 
-def with_dictionary(dict_bytes: bytes, members: list[tuple[str, bytes]], *, dict_flag: int = 1,
-                    compress_with: bytes | None = None) -> tuple[bytes, dict[str, bytes]]:
+def with_dictionary(
+    dict_bytes: bytes, members: list[tuple[str, bytes]], *, dict_flag: int = 1, compress_with: bytes | None = None
+) -> tuple[bytes, dict[str, bytes]]:
     """An archive whose first frame uses ``dict_bytes`` as its (index-declared) dictionary."""
     files = dict(members)
     tar1, placed1 = tar_bytes([Entry(n, d) for n, d in members])
@@ -325,13 +367,22 @@ def with_dictionary(dict_bytes: bytes, members: list[tuple[str, bytes]], *, dict
     tar3 += bytes(2 * TAR_BLOCK)
     blob3 = zstd_frame(tar3)
     body = blob1 + blob2 + blob3
-    frames = [[0, len(blob1), len(tar1), dict_flag], [len(blob1), len(blob2), len(tar2), 0],
-              [len(blob1) + len(blob2), len(blob3), len(tar3), 0]]
+    frames = [
+        [0, len(blob1), len(tar1), dict_flag],
+        [len(blob1), len(blob2), len(tar2), 0],
+        [len(blob1) + len(blob2), len(blob3), len(tar3), 0],
+    ]
     mem = [[e.name, 0, off, len(e.data)] for e, off in placed1]
     mem.append([DICTIONARY_NAME, 1, placed2[0][1], len(dict_bytes)])
     mem.append([MANIFEST_NAME, 2, placed3[0][1], len(mbytes)])
-    index = {"frames": frames, "members": mem, "manifest": MANIFEST_NAME, "manifest_sha256": sha256_hex(mbytes),
-             "dictionary": DICTIONARY_NAME, "dictionary_sha256": sha256_hex(dict_bytes)}
+    index = {
+        "frames": frames,
+        "members": mem,
+        "manifest": MANIFEST_NAME,
+        "manifest_sha256": sha256_hex(mbytes),
+        "dictionary": DICTIONARY_NAME,
+        "dictionary_sha256": sha256_hex(dict_bytes),
+    }
     return assemble(body, index), files
 
 
@@ -363,8 +414,9 @@ def zip_bytes(files: dict[str, bytes]) -> bytes:
 # --------------------------------------------------------------------------------------------------
 
 
-def v2_variant(kernel: str, i: int, *, target: str = "cuda:90", ir: bool = True,
-               source: str | None = None) -> tuple[dict, list[tuple[str, bytes]], list[tuple[str, bytes]]]:
+def v2_variant(
+    kernel: str, i: int, *, target: str = "cuda:90", ir: bool = True, source: str | None = None
+) -> tuple[dict, list[tuple[str, bytes]], list[tuple[str, bytes]]]:
     """A variant the manifest model accepts (no Triton needed): (entry, launch members, IR members)."""
     from karchive.format.manifest import Abi, AbiParam, FileRef, Param, Provenance, Target, Variant
 
@@ -376,20 +428,41 @@ def v2_variant(kernel: str, i: int, *, target: str = "cuda:90", ir: bool = True,
     backend, arch = target.split(":")
     t = Target(backend, arch, 64 if backend == "hip" else 32)
     base = f"variants/{key}/kernel"
-    abi = Abi(version=1, entry=kernel, binary_format="hsaco" if backend == "hip" else "cubin",
-              binary_arch=arch if backend == "hip" else f"sm_{arch}a",
-              params=(AbiParam("x", "pointer", "*fp32", 0, 8), AbiParam("n", "scalar", "i32", 1, 4)),
-              shared=128 * (i % 3), num_warps=4, warp_size=t.warp_size, num_ctas=1, cluster_dims=(1, 1, 1),
-              cooperative_grid=False, pdl=False, global_scratch_size=0, global_scratch_align=1,
-              profile_scratch_size=0, profile_scratch_align=1)
-    v = Variant(kernel=kernel, key=key, target=t,
-                params=(Param("x", "*fp32", divisibility=16), Param("n", "i32"),
-                        Param("BLOCK", "constexpr", constexpr=64 << (i % 4), is_constexpr=True)),
-                options={"num_warps": 4, "num_stages": 1 + i % 3}, abi=abi,
-                binary=FileRef.for_bytes(f"{base}.{abi.binary_format}", binary),
-                metadata=FileRef.for_bytes(f"{base}.json", meta),
-                ir={"ptx": FileRef.for_bytes(f"{base}.ptx", ptx)} if ir else {}, source=source,
-                provenance=Provenance("aot", "3.9.0"))
+    abi = Abi(
+        version=1,
+        entry=kernel,
+        binary_format="hsaco" if backend == "hip" else "cubin",
+        binary_arch=arch if backend == "hip" else f"sm_{arch}a",
+        params=(AbiParam("x", "pointer", "*fp32", 0, 8), AbiParam("n", "scalar", "i32", 1, 4)),
+        shared=128 * (i % 3),
+        num_warps=4,
+        warp_size=t.warp_size,
+        num_ctas=1,
+        cluster_dims=(1, 1, 1),
+        cooperative_grid=False,
+        pdl=False,
+        global_scratch_size=0,
+        global_scratch_align=1,
+        profile_scratch_size=0,
+        profile_scratch_align=1,
+    )
+    v = Variant(
+        kernel=kernel,
+        key=key,
+        target=t,
+        params=(
+            Param("x", "*fp32", divisibility=16),
+            Param("n", "i32"),
+            Param("BLOCK", "constexpr", constexpr=64 << (i % 4), is_constexpr=True),
+        ),
+        options={"num_warps": 4, "num_stages": 1 + i % 3},
+        abi=abi,
+        binary=FileRef.for_bytes(f"{base}.{abi.binary_format}", binary),
+        metadata=FileRef.for_bytes(f"{base}.json", meta),
+        ir={"ptx": FileRef.for_bytes(f"{base}.ptx", ptx)} if ir else {},
+        source=source,
+        provenance=Provenance("aot", "3.9.0"),
+    )
     launch = [(v.binary.path, binary), (v.metadata.path, meta)]
     return v.to_json(), launch, ([(v.ir["ptx"].path, ptx)] if ir else [])
 
@@ -397,8 +470,14 @@ def v2_variant(kernel: str, i: int, *, target: str = "cuda:90", ir: bool = True,
 SOURCE_TEXT = b"@triton.jit\ndef k(x, n, BLOCK: tl.constexpr):\n    pass\n"
 
 
-def honest_v2(kernels: dict[str, int] | None = None, *, dictionary: str = "none", ir: bool = True,
-              per_frame: int = 2, level: int = 3) -> tuple[bytes, dict[str, bytes], dict]:
+def honest_v2(
+    kernels: dict[str, int] | None = None,
+    *,
+    dictionary: str = "none",
+    ir: bool = True,
+    per_frame: int = 2,
+    level: int = 3,
+) -> tuple[bytes, dict[str, bytes], dict]:
     """A format-2 archive through the real writer: (bytes, {member: bytes}, logical manifest).
 
     ``kernels`` maps kernel names to variant counts (default: two kernels, three targets between
@@ -426,9 +505,18 @@ def honest_v2(kernels: dict[str, int] | None = None, *, dictionary: str = "none"
         if ir_units:
             w.add_group(ir_units, use_dict=False)
     w.add_group([(source.path, SOURCE_TEXT)])
-    manifest = {"format": "karchive", "format_version": "2.0", "abi_version": 1, "name": "hostile", "version": "2",
-                "produced_by": {"karchive": "test"}, "created": None, "path_sentinel": "@KARCHIVE_ROOT@",
-                "sources": [source.to_json()], "variants": sorted(entries, key=lambda e: (e["kernel"], e["key"]))}
+    manifest = {
+        "format": "karchive",
+        "format_version": "2.0",
+        "abi_version": 1,
+        "name": "hostile",
+        "version": "2",
+        "produced_by": {"karchive": "test"},
+        "created": None,
+        "path_sentinel": "@KARCHIVE_ROOT@",
+        "sources": [source.to_json()],
+        "variants": sorted(entries, key=lambda e: (e["kernel"], e["key"])),
+    }
     return w.to_bytes(manifest), files, manifest
 
 
@@ -487,9 +575,15 @@ def take_apart(archive: bytes) -> V2Parts:
     return V2Parts(content, shards, dict_bytes, header)
 
 
-def put_together(parts: V2Parts, *, shard_bytes: dict[str, bytes] | None = None, header_bytes: bytes | None = None,
-                 fix_header: bool = True, edit_index: Callable[[dict], object] | None = None,
-                 unlisted: set[str] = frozenset()) -> bytes:
+def put_together(
+    parts: V2Parts,
+    *,
+    shard_bytes: dict[str, bytes] | None = None,
+    header_bytes: bytes | None = None,
+    fix_header: bool = True,
+    edit_index: Callable[[dict], object] | None = None,
+    unlisted: set[str] = frozenset(),
+) -> bytes:
     """Re-assemble ``parts`` (edited or not). Shard bytes default to the canonical JSON of the
     documents; with ``fix_header`` the header's shard sizes and digests follow them, so a test breaks
     exactly the rule it means to. Members no shard locates are listed by the index, except ``unlisted``."""
@@ -504,8 +598,11 @@ def put_together(parts: V2Parts, *, shard_bytes: dict[str, bytes] | None = None,
             col = cols.get(name)
             for key, value in zip(keys, col if isinstance(col, list) else []):
                 refs = [value] if isinstance(value, list) else list(value.values()) if isinstance(value, dict) else []
-                located.update(f"variants/{key}/" + r[0][2:] if r[0].startswith("./") else r[0]
-                               for r in refs if isinstance(r, list) and len(r) == LOCATED and isinstance(r[0], str))
+                located.update(
+                    f"variants/{key}/" + r[0][2:] if r[0].startswith("./") else r[0]
+                    for r in refs
+                    if isinstance(r, list) and len(r) == LOCATED and isinstance(r[0], str)
+                )
     frames: list[tuple[bytes, bool, list]] = []
     for entries, flag in parts.content:
         tar, placed = tar_bytes([Entry(n, d) for n, d in entries])
@@ -536,10 +633,14 @@ def put_together(parts: V2Parts, *, shard_bytes: dict[str, bytes] | None = None,
         for e, off in placed:
             if e.name not in located and e.name not in unlisted:
                 members.append([e.name, i, off, len(e.data)])
-    index = {"frames": index_frames, "members": members, "manifest": MANIFEST_NAME,
-             "manifest_sha256": sha256_hex(hbytes),
-             "dictionary": DICTIONARY_NAME if parts.dictionary is not None else None,
-             "dictionary_sha256": sha256_hex(parts.dictionary) if parts.dictionary is not None else None}
+    index = {
+        "frames": index_frames,
+        "members": members,
+        "manifest": MANIFEST_NAME,
+        "manifest_sha256": sha256_hex(hbytes),
+        "dictionary": DICTIONARY_NAME if parts.dictionary is not None else None,
+        "dictionary_sha256": sha256_hex(parts.dictionary) if parts.dictionary is not None else None,
+    }
     if edit_index is not None:
         edit_index(index)
     return assemble(bytes(body), index, major=parts.footer_version[0], minor=parts.footer_version[1])

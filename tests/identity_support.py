@@ -69,12 +69,12 @@ signature = "{SIG}"
 constexprs = {{ BLOCK = [256] }}
 '''
     if nested:
-        text += '''
+        text += """
 [[kernel]]
 source = "nested.py:scale"
 signature = "*fp32:16, *fp32:16, i32"
 constexprs = { BLOCK = [256] }
-'''
+"""
     return text
 
 

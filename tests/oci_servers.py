@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from registry_servers import free_port
 
 USER, PASSWORD = "kernels", "s3cret-pass"
@@ -31,8 +30,10 @@ BINARY = shutil.which("docker-registry") or shutil.which("registry")
 
 def require_registry() -> str:
     if BINARY is None:
-        pytest.skip("needs the CNCF distribution registry (Debian: apt-get install docker-registry; "
-                    "tools/oci_registry.sh installs it)")
+        pytest.skip(
+            "needs the CNCF distribution registry (Debian: apt-get install docker-registry; "
+            "tools/oci_registry.sh installs it)"
+        )
     try:
         import oras  # noqa: F401
     except ImportError:
@@ -60,16 +61,26 @@ class OciRegistry:
         self.data = root or self.dir / "data"
         self.port = free_port()
         self.auth = auth
-        lines = ["version: 0.1", "log:", "  level: error", "storage:", "  filesystem:",
-                 f"    rootdirectory: {self.data}", "  delete:", "    enabled: true", "http:",
-                 f"  addr: 127.0.0.1:{self.port}"]
+        lines = [
+            "version: 0.1",
+            "log:",
+            "  level: error",
+            "storage:",
+            "  filesystem:",
+            f"    rootdirectory: {self.data}",
+            "  delete:",
+            "    enabled: true",
+            "http:",
+            f"  addr: 127.0.0.1:{self.port}",
+        ]
         if auth:
             _htpasswd(self.dir / "htpasswd")
             lines += ["auth:", "  htpasswd:", "    realm: karchive-tests", f"    path: {self.dir / 'htpasswd'}"]
         (self.dir / "config.yml").write_text("\n".join(lines) + "\n")
         self.log = open(self.dir / "log.txt", "wb")
-        self.proc = subprocess.Popen([binary, "serve", str(self.dir / "config.yml")], stdout=self.log,
-                                     stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [binary, "serve", str(self.dir / "config.yml")], stdout=self.log, stderr=subprocess.STDOUT
+        )
         _wait_port(self.port, self.proc)
 
     @property
@@ -84,8 +95,9 @@ class OciRegistry:
 
     def restart(self) -> None:
         self.stop()
-        self.proc = subprocess.Popen([str(BINARY), "serve", str(self.dir / "config.yml")], stdout=self.log,
-                                     stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [str(BINARY), "serve", str(self.dir / "config.yml")], stdout=self.log, stderr=subprocess.STDOUT
+        )
         _wait_port(self.port, self.proc)
 
     def stop(self, sig: int = signal.SIGKILL) -> None:

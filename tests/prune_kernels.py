@@ -6,8 +6,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-CONFIGS = [triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4),
-           triton.Config({"BLOCK": 256}, num_warps=8)]
+CONFIGS = [
+    triton.Config({"BLOCK": 64}, num_warps=2),
+    triton.Config({"BLOCK": 128}, num_warps=4),
+    triton.Config({"BLOCK": 256}, num_warps=8),
+]
 
 
 def _small_blocks(configs, named_args, **kwargs):
@@ -71,8 +74,9 @@ def pr_membership(x_ptr, bias_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
 
 
-@triton.autotune(configs=CONFIGS, key=["n"], prune_configs_by={"early_config_prune": _device_bound,
-                                                               "perf_model": _model, "top_k": 2})
+@triton.autotune(
+    configs=CONFIGS, key=["n"], prune_configs_by={"early_config_prune": _device_bound, "perf_model": _model, "top_k": 2}
+)
 @triton.jit
 def pr_device(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -80,8 +84,9 @@ def pr_device(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
 
 
-@triton.autotune(configs=CONFIGS, key=["n"], prune_configs_by={"early_config_prune": _small_blocks,
-                                                               "perf_model": _model, "top_k": 1})
+@triton.autotune(
+    configs=CONFIGS, key=["n"], prune_configs_by={"early_config_prune": _small_blocks, "perf_model": _model, "top_k": 1}
+)
 @triton.jit
 def pr_perf_model(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

@@ -24,7 +24,7 @@ import psutil
 RAY = str(Path(sys.executable).with_name("ray"))
 
 #: Waits for a cluster with N alive nodes, through the same client API the build uses.
-_WAIT_NODES = r'''
+_WAIT_NODES = r"""
 import sys, time, ray
 ray.init(address=sys.argv[1], logging_level="ERROR")
 want, deadline = int(sys.argv[2]), time.time() + float(sys.argv[3])
@@ -34,7 +34,7 @@ while time.time() < deadline:
         print(len(alive)); sys.exit(0)
     time.sleep(0.2)
 sys.exit(f"only {len(alive)} of {want} Ray nodes came up")
-'''
+"""
 
 
 def free_port() -> int:
@@ -46,8 +46,14 @@ def free_port() -> int:
 class LocalRayCluster:
     """``with LocalRayCluster(workers=1) as c: ... c.address ...``: head + ``workers`` nodes, ``cpus`` each."""
 
-    def __init__(self, workers: int = 1, cpus: int = 1, env: dict[str, str] | None = None,
-                 client_server: bool = False, log_dir: Path | None = None) -> None:
+    def __init__(
+        self,
+        workers: int = 1,
+        cpus: int = 1,
+        env: dict[str, str] | None = None,
+        client_server: bool = False,
+        log_dir: Path | None = None,
+    ) -> None:
         self.workers, self.cpus = workers, cpus
         # Token authentication with a token of this cluster's own (Ray 2.5x: a local cluster otherwise
         # writes ~/.ray/auth_token); a driver needs driver_env to connect.
@@ -73,11 +79,24 @@ class LocalRayCluster:
 
     def _start(self, name: str, args: list[str]) -> None:
         log = open(self.log_dir / f"{name}.log", "wb")
-        self.procs.append(subprocess.Popen([RAY, "start", "--block", f"--num-cpus={self.cpus}",
-                                            f"--temp-dir={self.temp_dir}",
-                                            "--disable-usage-stats", *args],
-                                           stdout=log, stderr=subprocess.STDOUT, env=self.env, cwd=self.temp_dir,
-                                           start_new_session=True))
+        self.procs.append(
+            subprocess.Popen(
+                [
+                    RAY,
+                    "start",
+                    "--block",
+                    f"--num-cpus={self.cpus}",
+                    f"--temp-dir={self.temp_dir}",
+                    "--disable-usage-stats",
+                    *args,
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=self.temp_dir,
+                start_new_session=True,
+            )
+        )
 
     def start(self, timeout: float = 120.0) -> LocalRayCluster:
         head = ["--head", f"--port={self.port}", "--include-dashboard=false"]
@@ -93,8 +112,19 @@ class LocalRayCluster:
             time.sleep(0.2)
         for i in range(self.workers):
             self._start(f"worker{i}", [f"--address={self.address}"])
-        r = subprocess.run([sys.executable, "-c", _WAIT_NODES, self.address, str(self.workers + 1),
-                            str(max(10.0, deadline - time.time()))], capture_output=True, text=True, env=self.env)
+        r = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _WAIT_NODES,
+                self.address,
+                str(self.workers + 1),
+                str(max(10.0, deadline - time.time())),
+            ],
+            capture_output=True,
+            text=True,
+            env=self.env,
+        )
         if r.returncode != 0:
             logs = self.logs()
             self.stop()

@@ -71,9 +71,14 @@ class S3Server:
         self._thread.start()
 
     def _wsgi(self, environ: dict, start_response: Any) -> Any:
-        rec = {"method": environ["REQUEST_METHOD"], "path": environ.get("PATH_INFO", ""),
-               "range": environ.get("HTTP_RANGE"), "bytes": 0, "status": None,
-               "if_none_match": environ.get("HTTP_IF_NONE_MATCH")}
+        rec = {
+            "method": environ["REQUEST_METHOD"],
+            "path": environ.get("PATH_INFO", ""),
+            "range": environ.get("HTTP_RANGE"),
+            "bytes": 0,
+            "status": None,
+            "if_none_match": environ.get("HTTP_IF_NONE_MATCH"),
+        }
         with self._log_lock:
             self.log.append(rec)
 
@@ -103,20 +108,34 @@ class S3Server:
             return len(self.log)
 
     def storage_options(self, **extra: Any) -> dict[str, Any]:
-        return {"key": "testing", "secret": "testing", "client_kwargs": {"endpoint_url": self.endpoint,
-                                                                         "region_name": "us-east-1"}, **extra}
+        return {
+            "key": "testing",
+            "secret": "testing",
+            "client_kwargs": {"endpoint_url": self.endpoint, "region_name": "us-east-1"},
+            **extra,
+        }
 
     def env(self) -> dict[str, str]:
         """What a child process needs to reach this server through the backend's own configuration."""
-        return {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                "AWS_ENDPOINT_URL_S3": self.endpoint, "AWS_ENDPOINT_URL": self.endpoint}
+        return {
+            "AWS_ACCESS_KEY_ID": "testing",
+            "AWS_SECRET_ACCESS_KEY": "testing",
+            "AWS_DEFAULT_REGION": "us-east-1",
+            "AWS_ENDPOINT_URL_S3": self.endpoint,
+            "AWS_ENDPOINT_URL": self.endpoint,
+        }
 
     def new_bucket(self) -> str:
         import boto3
 
         name = f"reg-{uuid.uuid4().hex[:12]}"
-        boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="testing", aws_secret_access_key="testing",
-                     region_name="us-east-1").create_bucket(Bucket=name)
+        boto3.client(
+            "s3",
+            endpoint_url=self.endpoint,
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+            region_name="us-east-1",
+        ).create_bucket(Bucket=name)
         return name
 
     def stop(self) -> None:
@@ -133,9 +152,24 @@ class GCSServer:
         self._logdir = tempfile.mkdtemp(prefix="fake-gcs-")
         self._logfile = open(os.path.join(self._logdir, "log"), "wb")
         self.proc = subprocess.Popen(
-            [str(_get_binary_path()), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
-             "-port", str(self.port), "-external-url", self.endpoint, "-log-level", "error"],
-            stdout=self._logfile, stderr=self._logfile)
+            [
+                str(_get_binary_path()),
+                "-scheme",
+                "http",
+                "-backend",
+                "memory",
+                "-host",
+                "127.0.0.1",
+                "-port",
+                str(self.port),
+                "-external-url",
+                self.endpoint,
+                "-log-level",
+                "error",
+            ],
+            stdout=self._logfile,
+            stderr=self._logfile,
+        )
         deadline = time.monotonic() + 20
         while True:
             try:
@@ -143,7 +177,9 @@ class GCSServer:
                 break
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"fake-gcs-server did not start: {Path(self._logdir, 'log').read_text()}") from None
+                    raise RuntimeError(
+                        f"fake-gcs-server did not start: {Path(self._logdir, 'log').read_text()}"
+                    ) from None
                 time.sleep(0.1)
 
     def storage_options(self) -> dict[str, Any]:
@@ -244,8 +280,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         step = 4096 if slow else len(payload) or 1
         for i in range(0, len(payload), step):
-            self.wfile.write(payload[i: i + step])
-            rec["bytes"] += len(payload[i: i + step])
+            self.wfile.write(payload[i : i + step])
+            rec["bytes"] += len(payload[i : i + step])
             if slow:
                 self.wfile.flush()
                 time.sleep(owner.slow_delay)

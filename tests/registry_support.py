@@ -18,7 +18,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 from registry_servers import ROOT, subprocess_env
 
 # gcsfs otherwise probes every bucket over gRPC (zonal/HNS detection), which no emulator speaks.
@@ -56,8 +55,13 @@ def compiled(target: str = "cuda:90", block: int = 1024, warps: int = 4):
 
 
 @functools.cache
-def small_archive(name: str = "examples", version: str = "0.1.0", block: int = 1024, target: str = "cuda:90",
-                  format_version: tuple[int, int] | None = None) -> Path:
+def small_archive(
+    name: str = "examples",
+    version: str = "0.1.0",
+    block: int = 1024,
+    target: str = "cuda:90",
+    format_version: tuple[int, int] | None = None,
+) -> Path:
     """A one-variant archive; different ``block`` values give different bytes for the same name@version.
     ``format_version=(1, 0)`` gives the format karchive wrote before 2.0 (tests/format1_writer.py: karchive
     reads 1.0 archives, it no longer writes them)."""
@@ -93,10 +97,19 @@ def big_archive(name: str = "big", version: str = "1.0.0", variants: int = BIG_V
     return path
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120, **popen: object) -> subprocess.CompletedProcess:
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120, **popen: object
+) -> subprocess.CompletedProcess:
     """`karchive ARGS` in a child process (the console script's code path, a real new process)."""
-    return subprocess.run([_python(), "-m", "karchive.cli.main", *args], capture_output=True, text=True,
-                          env=subprocess_env(**(env or {})), timeout=timeout, cwd=str(ROOT), **popen)
+    return subprocess.run(
+        [_python(), "-m", "karchive.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(**(env or {})),
+        timeout=timeout,
+        cwd=str(ROOT),
+        **popen,
+    )
 
 
 def _python() -> str:

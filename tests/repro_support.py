@@ -35,7 +35,7 @@ def scaled_add(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 #: softmax reaches triton/language/standard.py (tl.max, tl.sum) and a helper in its own file; cuda:80
 #: is compiled by Triton's pre-sm_90 ptxas, which records the mtime of a `.file` it finds in the cwd.
-SPEC = '''[archive]
+SPEC = """[archive]
 name = "repro"
 version = "1.0"
 dictionary = "none"
@@ -51,10 +51,10 @@ source = "mykern.py:scaled_add"
 signature = "*fp32:16, *fp32:16, *fp32:16, i32"
 constexprs = { BLOCK = [256] }
 targets = ["cuda:90", "hip:gfx942"]
-'''
+"""
 
 #: The same kernels compiled the way Triton's JIT does (triton.compile on the function), without karchive.
-JIT_PREWARM = r'''
+JIT_PREWARM = r"""
 import sys
 sys.path.insert(0, sys.argv[1])
 import triton
@@ -70,7 +70,7 @@ for fn, sig, targets in jobs:
     for t in targets:
         triton.compile(ASTSource(fn, sig, {"BLOCK": 256}, attrs), target=GPUTarget(*t))
 print("warm")
-'''
+"""
 
 
 def make_checkout(directory: pathlib.Path) -> pathlib.Path:
@@ -98,8 +98,9 @@ def clean_env(**extra: str | None) -> dict[str, str]:
     return env
 
 
-def karchive(args: list[str], *, cwd: pathlib.Path, env: dict[str, str], umask: int = 0o022,
-             check: bool = True) -> subprocess.CompletedProcess:
+def karchive(
+    args: list[str], *, cwd: pathlib.Path, env: dict[str, str], umask: int = 0o022, check: bool = True
+) -> subprocess.CompletedProcess:
     """Run the real CLI in a fresh interpreter (its own cwd, environment and umask).
 
     The child sets its umask itself: a ``preexec_fn`` would run Python in the forked child, and where
@@ -113,8 +114,14 @@ def karchive(args: list[str], *, cwd: pathlib.Path, env: dict[str, str], umask: 
 
 def jit_prewarm(checkout: pathlib.Path, triton_cache: pathlib.Path) -> None:
     env = clean_env(TRITON_CACHE_DIR=str(triton_cache), TRITON_DEFAULT_FP_FUSION="1")
-    subprocess.run([sys.executable, "-c", JIT_PREWARM, str(checkout)], cwd=checkout, env=env, check=True,
-                   capture_output=True, text=True)
+    subprocess.run(
+        [sys.executable, "-c", JIT_PREWARM, str(checkout)],
+        cwd=checkout,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
 
 
 def members(path: os.PathLike) -> dict[str, bytes]:

@@ -18,8 +18,8 @@ import pathlib
 import struct
 import threading
 import types
-from typing import Any, NamedTuple
 from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -53,8 +53,9 @@ def path_param(request: Any) -> str:
 def compile_many(reqs: list[tuple]) -> list:
     from karchive.producer.compile.aot import VariantRequest, compile_variant
 
-    return [compile_variant(VariantRequest(src + ":" + k, sig, target, cx, opts))
-            for src, k, sig, target, cx, opts in reqs]
+    return [
+        compile_variant(VariantRequest(src + ":" + k, sig, target, cx, opts)) for src, k, sig, target, cx, opts in reqs
+    ]
 
 
 def write_archive(path: pathlib.Path, variants: list, name: str = "rt") -> pathlib.Path:
@@ -73,8 +74,14 @@ CUDA_REQS = [
     (KERNELS, "scale_kernel", "*fp32:16, *fp32:16, i32, i32:1, fp32", "cuda:90", {"BLOCK": 256}, {"num_warps": 4}),
     (KERNELS, "scale_kernel", "*fp32:16, *fp32:16, i32, i32, fp32", "cuda:90", {"BLOCK": 256}, {"num_warps": 4}),
     (KERNELS, "scale_kernel", "*bf16:16, *bf16:16, i32, i32:1, bf16", "cuda:90", {"BLOCK": 256}, {"num_warps": 4}),
-    (KERNELS, "matmul_kernel", "*fp16:16, *fp16:16, *fp16:16, i32, i32, i32, i32, i32:1, i32, i32:1, i32, i32:1",
-     "cuda:90", {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32}, {"num_warps": 4}),
+    (
+        KERNELS,
+        "matmul_kernel",
+        "*fp16:16, *fp16:16, *fp16:16, i32, i32, i32, i32, i32:1, i32, i32:1, i32, i32:1",
+        "cuda:90",
+        {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32},
+        {"num_warps": 4},
+    ),
 ]
 HIP_REQS = [
     (KERNELS, "add_kernel", ADD16, "hip:gfx942", {"BLOCK": 256}, {"num_warps": 4}),
@@ -157,16 +164,40 @@ class Recorder:
         self.functions[h] = (name, image)
         return Handle(h, "function")
 
-    def record(self, function: int, grid: tuple, block: tuple, shared: int, stream: int, params: int, extra: int,
-               refuse: int = 0, attrs: tuple = ()) -> int:
+    def record(
+        self,
+        function: int,
+        grid: tuple,
+        block: tuple,
+        shared: int,
+        stream: int,
+        params: int,
+        extra: int,
+        refuse: int = 0,
+        attrs: tuple = (),
+    ) -> int:
         name, image = self.functions[function]
         sizes = self.sizes.get(image, [])
         ptrs = (ctypes.c_void_p * max(len(sizes), 1)).from_address(params) if params else []
         data = tuple(ctypes.string_at(ptrs[i], s) for i, s in enumerate(sizes)) if params else ()
         with self.lock:
             result = refuse or (self.results.pop(0) if self.results else 0)
-            self.attempts.append(Launch(name, tuple(grid), tuple(block), shared, stream, data, extra, result,
-                                        threading.get_ident(), params, int(function), tuple(attrs)))
+            self.attempts.append(
+                Launch(
+                    name,
+                    tuple(grid),
+                    tuple(block),
+                    shared,
+                    stream,
+                    data,
+                    extra,
+                    result,
+                    threading.get_ident(),
+                    params,
+                    int(function),
+                    tuple(attrs),
+                )
+            )
         return result
 
     def launches(self) -> list[Launch]:
@@ -203,23 +234,43 @@ class FakeCuda:
 
     def __init__(self, recorder: Recorder, devices: int = 2, cc: tuple[int, int] = (9, 0), address: int | None = None):
         self.rec = recorder
-        self.CUresult = _enum(CUDA_SUCCESS=0, CUDA_ERROR_INVALID_VALUE=1, CUDA_ERROR_NO_DEVICE=100,
-                              CUDA_ERROR_INVALID_CONTEXT=201, CUDA_ERROR_CONTEXT_IS_DESTROYED=709,
-                              CUDA_ERROR_INVALID_HANDLE=400, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES=701)
-        self.CUdevice_attribute = _enum(**{n: n for n in (
-            "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR", "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR",
-            "CU_DEVICE_ATTRIBUTE_WARP_SIZE", "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
-            "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")})
-        self.CUfunction_attribute = _enum(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8,
-                                          CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED=16,
-                                          CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES=1,
-                                          CU_FUNC_ATTRIBUTE_NUM_REGS=4, CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES=3,
-                                          CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK=0)
+        self.CUresult = _enum(
+            CUDA_SUCCESS=0,
+            CUDA_ERROR_INVALID_VALUE=1,
+            CUDA_ERROR_NO_DEVICE=100,
+            CUDA_ERROR_INVALID_CONTEXT=201,
+            CUDA_ERROR_CONTEXT_IS_DESTROYED=709,
+            CUDA_ERROR_INVALID_HANDLE=400,
+            CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES=701,
+        )
+        self.CUdevice_attribute = _enum(
+            **{
+                n: n
+                for n in (
+                    "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR",
+                    "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR",
+                    "CU_DEVICE_ATTRIBUTE_WARP_SIZE",
+                    "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
+                    "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT",
+                )
+            }
+        )
+        self.CUfunction_attribute = _enum(
+            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8,
+            CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED=16,
+            CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES=1,
+            CU_FUNC_ATTRIBUTE_NUM_REGS=4,
+            CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES=3,
+            CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK=0,
+        )
         self.CUfunc_cache = _enum(CU_FUNC_CACHE_PREFER_NONE=0, CU_FUNC_CACHE_PREFER_SHARED=1)
         self.func_settings: list[tuple[str, Any, int]] = []  # (call, attribute or cache config, value)
         self.static_shared = 0  # what cuFuncGetAttribute(SHARED_SIZE_BYTES) answers
-        self.CUdriverProcAddress_flags = _enum(CU_GET_PROC_ADDRESS_DEFAULT=0, CU_GET_PROC_ADDRESS_LEGACY_STREAM=1,
-                                               CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM=2)
+        self.CUdriverProcAddress_flags = _enum(
+            CU_GET_PROC_ADDRESS_DEFAULT=0,
+            CU_GET_PROC_ADDRESS_LEGACY_STREAM=1,
+            CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM=2,
+        )
         self.devices, self.cc, self.address = devices, cc, address
         self.current = threading.local()
         self.loads: list[tuple[int, bytes]] = []
@@ -245,11 +296,16 @@ class FakeCuda:
         return (0, index)
 
     def cuDeviceGetAttribute(self, attr, dev):
-        return (0, {"CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR": self.cc[0],
-                    "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR": self.cc[1],
-                    "CU_DEVICE_ATTRIBUTE_WARP_SIZE": 32,
-                    "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024,
-                    "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT": 132}[attr])
+        return (
+            0,
+            {
+                "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR": self.cc[0],
+                "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR": self.cc[1],
+                "CU_DEVICE_ATTRIBUTE_WARP_SIZE": 32,
+                "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN": 227 * 1024,
+                "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT": 132,
+            }[attr],
+        )
 
     def cuDeviceGetName(self, length, dev):
         return (0, b"Fake H100\0")
@@ -304,8 +360,12 @@ class FakeCuda:
         """The static shared memory a test sets; for what Triton's load_binary reports of a loaded function
         (registers, local bytes, most threads), fixed recognisable values."""
         a = self.CUfunction_attribute
-        fixed = {a.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: self.static_shared, a.CU_FUNC_ATTRIBUTE_NUM_REGS: 40,
-                 a.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: 8, a.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: 1024}
+        fixed = {
+            a.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: self.static_shared,
+            a.CU_FUNC_ATTRIBUTE_NUM_REGS: 40,
+            a.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: 8,
+            a.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: 1024,
+        }
         return (0, fixed.get(attr, 0))
 
     def cuFuncSetCacheConfig(self, func, config):
@@ -342,14 +402,20 @@ class FakeCuda:
         return types.SimpleNamespace()
 
     def CUlaunchAttribute(self):
-        value = types.SimpleNamespace(programmaticStreamSerializationAllowed=0, cooperative=0,
-                                      clusterDim=types.SimpleNamespace(x=0, y=0, z=0),
-                                      clusterSchedulingPolicyPreference=0)
+        value = types.SimpleNamespace(
+            programmaticStreamSerializationAllowed=0,
+            cooperative=0,
+            clusterDim=types.SimpleNamespace(x=0, y=0, z=0),
+            clusterSchedulingPolicyPreference=0,
+        )
         return types.SimpleNamespace(id=0, value=value)
 
-    CUlaunchAttributeID = _enum(CU_LAUNCH_ATTRIBUTE_COOPERATIVE=2, CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION=4,
-                                CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE=5,
-                                CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION=6)
+    CUlaunchAttributeID = _enum(
+        CU_LAUNCH_ATTRIBUTE_COOPERATIVE=2,
+        CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION=4,
+        CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE=5,
+        CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION=6,
+    )
     CUclusterSchedulingPolicy = _enum(CU_CLUSTER_SCHEDULING_POLICY_SPREAD=1)
 
     def cuLaunchKernelEx(self, cfg, f, params, extra):
@@ -357,13 +423,29 @@ class FakeCuda:
         attrs = []
         for a in cfg.attrs[: cfg.numAttrs]:
             v = a.value
-            raw = {2: struct.pack("<i", v.cooperative), 6: struct.pack("<i", v.programmaticStreamSerializationAllowed),
-                   4: struct.pack("<III", v.clusterDim.x, v.clusterDim.y, v.clusterDim.z),
-                   5: struct.pack("<I", int(v.clusterSchedulingPolicyPreference))}[int(a.id)]
+            raw = {
+                2: struct.pack("<i", v.cooperative),
+                6: struct.pack("<i", v.programmaticStreamSerializationAllowed),
+                4: struct.pack("<III", v.clusterDim.x, v.clusterDim.y, v.clusterDim.z),
+                5: struct.pack("<I", int(v.clusterSchedulingPolicyPreference)),
+            }[int(a.id)]
             attrs.append((int(a.id), raw.ljust(64, b"\0")))
-        return (self.launch_from_c(int(f), cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX, cfg.blockDimY,
-                                   cfg.blockDimZ, cfg.sharedMemBytes, int(cfg.hStream), int(params), int(extra or 0),
-                                   tuple(attrs)),)
+        return (
+            self.launch_from_c(
+                int(f),
+                cfg.gridDimX,
+                cfg.gridDimY,
+                cfg.gridDimZ,
+                cfg.blockDimX,
+                cfg.blockDimY,
+                cfg.blockDimZ,
+                cfg.sharedMemBytes,
+                int(cfg.hStream),
+                int(params),
+                int(extra or 0),
+                tuple(attrs),
+            ),
+        )
 
     def cuLaunchKernel(self, f, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
         """The binding's call (Python path); the compiled path arrives in :meth:`launch_from_c`."""
@@ -402,8 +484,9 @@ def launched_variant(rec: Recorder, archive: Any, launch: Launch) -> Any:
     """The archive variant whose binary the launch ran: function handle -> loaded image -> variant (the entry
     name alone cannot tell variants of one kernel apart: they share it)."""
     image = rec.functions[launch.function][1]
-    hits = [v for name in archive.kernels() for v in archive.variants(name)
-            if archive.reader.read(v.binary.path) == image]
+    hits = [
+        v for name in archive.kernels() for v in archive.variants(name) if archive.reader.read(v.binary.path) == image
+    ]
     assert len(hits) == 1, f"{len(hits)} variants have the launched image"
     return hits[0]
 
@@ -412,8 +495,14 @@ def launched_variant(rec: Recorder, archive: Any, launch: Launch) -> Any:
 class FakeHip:
     """Recording stand-in for ``hip.hip`` (hip-python). TEST DOUBLE: no AMD GPU exists in this project."""
 
-    def __init__(self, arch: str = "gfx942:sramecc+:xnack-", warp: int = 64, devices: int = 1,
-                 recorder: Recorder | None = None, address: int | None = None) -> None:
+    def __init__(
+        self,
+        arch: str = "gfx942:sramecc+:xnack-",
+        warp: int = 64,
+        devices: int = 1,
+        recorder: Recorder | None = None,
+        address: int | None = None,
+    ) -> None:
         self.hipError_t = types.SimpleNamespace(hipSuccess=0, hipErrorInvalidContext=201, hipErrorInvalidHandle=400)
         self.arch, self.warp, self.devices = arch, warp, devices
         self.rec = recorder or Recorder()
@@ -445,8 +534,13 @@ class FakeHip:
         return (b"hipErrorFake%d" % int(err),)
 
     def hipGetDeviceProperties(self, index):
-        props = types.SimpleNamespace(gcnArchName=self.arch.encode(), warpSize=self.warp, sharedMemPerBlock=65536,
-                                      name=b"Fake MI300X", multiProcessorCount=304)
+        props = types.SimpleNamespace(
+            gcnArchName=self.arch.encode(),
+            warpSize=self.warp,
+            sharedMemPerBlock=65536,
+            name=b"Fake MI300X",
+            multiProcessorCount=304,
+        )
         return (0, props)
 
     def hipGetDevice(self):

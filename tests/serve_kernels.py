@@ -16,8 +16,9 @@ def cast_copy(x_ptr, out_ptr, n, DT: tl.constexpr, BLOCK: tl.constexpr):
 
 
 @triton.heuristics({"HAS_B": lambda args: args["b_ptr"] is not None})
-@triton.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4)],
-                 key=["n", "HAS_B"])
+@triton.autotune(
+    configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4)], key=["n", "HAS_B"]
+)
 @triton.jit
 def h_over_tuned(x_ptr, b_ptr, out_ptr, n, BLOCK: tl.constexpr, HAS_B: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -37,8 +38,10 @@ def _block_hook(nargs: dict) -> None:
     HOOK_CALLS.append((nargs["BLOCK"], tuple(sorted(nargs))))
 
 
-@triton.autotune(configs=[triton.Config({"BLOCK": b}, num_warps=w, pre_hook=_block_hook)
-                          for b, w in ((64, 2), (128, 4), (256, 4))], key=["n"])
+@triton.autotune(
+    configs=[triton.Config({"BLOCK": b}, num_warps=w, pre_hook=_block_hook) for b, w in ((64, 2), (128, 4), (256, 4))],
+    key=["n"],
+)
 @triton.jit
 def hooked_copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)

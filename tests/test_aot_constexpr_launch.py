@@ -13,7 +13,6 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-
 from support import needs_triton
 
 pytestmark = needs_triton
@@ -50,9 +49,11 @@ def archive(tmp_path_factory) -> pathlib.Path:
 
     tmp = tmp_path_factory.mktemp("act")
     spec = tmp / "spec.toml"
-    spec.write_text(f'[archive]\nname = "act"\nversion = "1"\ntargets = ["cuda:90"]\n[[kernel]]\n'
-                    f'source = "{KERNELS}:at_act"\nsignature = "*fp32:16, *fp32:16, i32"\n'
-                    'constexprs = { ACT = ["", "leaky_relu"], NEG = [false, true] }\n')
+    spec.write_text(
+        f'[archive]\nname = "act"\nversion = "1"\ntargets = ["cuda:90"]\n[[kernel]]\n'
+        f'source = "{KERNELS}:at_act"\nsignature = "*fp32:16, *fp32:16, i32"\n'
+        'constexprs = { ACT = ["", "leaky_relu"], NEG = [false, true] }\n'
+    )
     build_archive(load_spec(spec), tmp / "act.karc", progress=False)
     return tmp / "act.karc"
 
@@ -64,10 +65,11 @@ def _cdiv(a: int, b: int) -> int:
 @pytest.mark.parametrize("benchmark", [False, True], ids=["default", "benchmark"])
 @pytest.mark.parametrize("path", ["python", "extension"])
 def test_each_launch_runs_the_binary_of_its_own_constexprs(archive, monkeypatch, tmp_path, path, benchmark):
+    from runtime_support import fake_cuda, launched_variant, register_sizes
+
     import karchive
     from karchive.runtime import args, launch_path
     from karchive.runtime.autotuned import AutotuneResolver
-    from runtime_support import fake_cuda, launched_variant, register_sizes
 
     if path == launch_path.EXTENSION and launch_path.extension() is None:
         pytest.skip("the compiled launch path is not built here")
@@ -84,8 +86,16 @@ def test_each_launch_runs_the_binary_of_its_own_constexprs(archive, monkeypatch,
             x, out = Tensor(X), Tensor(Y)
             grid = lambda meta: (_cdiv(meta["n"], meta["BLOCK"]),)  # noqa: E731 - the tutorial's grid shape
             block_of: dict[int, int] = {}
-            calls = [(4096, "", False), (4096, "leaky_relu", False), (4096, "leaky_relu", True), (4096, "", True),
-                     (4096, "", False), (1000, "leaky_relu", True), (1000, "", False), (1000, "leaky_relu", False)]
+            calls = [
+                (4096, "", False),
+                (4096, "leaky_relu", False),
+                (4096, "leaky_relu", True),
+                (4096, "", True),
+                (4096, "", False),
+                (1000, "leaky_relu", True),
+                (1000, "", False),
+                (1000, "leaky_relu", False),
+            ]
             for n, act, neg in calls:
                 before = len(rec.launches())
                 k[grid](x, out, n, ACT=act, NEG=neg)
@@ -107,7 +117,10 @@ def test_each_launch_runs_the_binary_of_its_own_constexprs(archive, monkeypatch,
             before = len(rec.launches())
             k.bind(grid, x, out, 4096, ACT="leaky_relu", NEG=True)()
             v = launched_variant(rec, arc, rec.launches()[before])
-            assert (v.constexprs["ACT"], v.constexprs["NEG"], v.constexprs["BLOCK"]) == ("leaky_relu", True,
-                                                                                          block_of[4096])
+            assert (v.constexprs["ACT"], v.constexprs["NEG"], v.constexprs["BLOCK"]) == (
+                "leaky_relu",
+                True,
+                block_of[4096],
+            )
     finally:
         args.set_tensor_type(None)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import pathlib
 
 import pytest
-
 from support import needs_triton
 
 pytestmark = needs_triton
@@ -84,11 +83,14 @@ def test_a_prune_that_reads_spec_constexprs_is_applied_per_request(built):
     assert {"applied": True, "kept": [1, 2], "args": {"HEAD": 128}} in early and len(early) == 2
 
 
-@pytest.mark.parametrize("name, why", [
-    ("pr_launch_arg", "it reads argument 'n', which a build does not know"),
-    ("pr_membership", "it reads whether argument 'bias_ptr' is passed"),
-    ("pr_device", "it raised RuntimeError: no CUDA device"),
-])
+@pytest.mark.parametrize(
+    "name, why",
+    [
+        ("pr_launch_arg", "it reads argument 'n', which a build does not know"),
+        ("pr_membership", "it reads whether argument 'bias_ptr' is passed"),
+        ("pr_device", "it raised RuntimeError: no CUDA device"),
+    ],
+)
 def test_a_prune_that_needs_the_call_or_the_device_is_not_applied_and_says_why(built, name, why):
     _, built_cfg, records, _ = built
     assert blocks(built_cfg, name) == [64, 128, 256]
@@ -121,7 +123,13 @@ def test_known_args_refuse_what_a_build_does_not_know():
     a = KnownArgs({"HEAD": 64}, {"HEAD", "x", "n"})
     assert a["HEAD"] == 64 and a.get("HEAD") == 64 and "HEAD" in a
     assert a.get("not_a_param", 5) == 5 and "not_a_param" not in a
-    for probe in (lambda: a["n"], lambda: a.get("n"), lambda: "x" in a, lambda: list(a), lambda: len(a),
-                  lambda: dict(a)):
+    for probe in (
+        lambda: a["n"],
+        lambda: a.get("n"),
+        lambda: "x" in a,
+        lambda: list(a),
+        lambda: len(a),
+        lambda: dict(a),
+    ):
         with pytest.raises(_NeedsArgument):
             probe()

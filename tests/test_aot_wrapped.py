@@ -14,10 +14,10 @@ import subprocess
 import sys
 
 import pytest
-
-from karchive.errors import ArgumentError, KernelNotFoundError, NoMatchingVariantError, SpecFileError
 from support import needs_triton
 from wrapped_specs import Tensor, kernel_blocks
+
+from karchive.errors import ArgumentError, KernelNotFoundError, NoMatchingVariantError, SpecFileError
 
 pytestmark = needs_triton
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -63,9 +63,19 @@ def test_kernel_refs_reach_the_kernel_inside_its_wrappers():
     assert type(obj).__name__ == "Autotuner"
     with pytest.raises(KernelNotFoundError) as err:
         load_kernel(f"{KERNELS}:missing")
-    assert set(err.value.available) == {"at_copy", "h_over_at", "at_over_h", "h_only", "keyed", "h_device",
-                                        "at_matmul", "at_rowsum"}
-    assert "at_copy, at_matmul, at_over_h, at_rowsum, h_device, h_only, h_over_at, keyed" in str(err.value) and err.value.ref.endswith(":missing")
+    assert set(err.value.available) == {
+        "at_copy",
+        "h_over_at",
+        "at_over_h",
+        "h_only",
+        "keyed",
+        "h_device",
+        "at_matmul",
+        "at_rowsum",
+    }
+    assert "at_copy, at_matmul, at_over_h, at_rowsum, h_device, h_only, h_over_at, keyed" in str(
+        err.value
+    ) and err.value.ref.endswith(":missing")
     with pytest.raises(KernelNotFoundError, match="is a function, not a @triton.jit kernel"):
         load_kernel(f"{KERNELS}:_prune")
 
@@ -79,15 +89,20 @@ def test_every_config_is_built_per_target(built):
         assert v.kernel.startswith("wrapped_kernels:")  # filed under module:qualname
         by_kernel.setdefault(v.kernel.removeprefix("wrapped_kernels:"), []).append((cx, j["abi"]["num_warps"]))
     assert sorted(by_kernel["at_copy"], key=str) == sorted(
-        [({"BLOCK": 64}, 2), ({"BLOCK": 128}, 4)], key=str)  # early_config_prune (configs only) applied
+        [({"BLOCK": 64}, 2), ({"BLOCK": 128}, 4)], key=str
+    )  # early_config_prune (configs only) applied
     # heuristics over autotune: 2 configs x IS_VARLEN both values (a boolean expression) where offsets is a
     # tensor; where the spec passes offsets as None, IS_VARLEN (offsets is not None) is evaluated: False only
     assert sorted(by_kernel["h_over_at"], key=str) == sorted(
         [({"BLOCK": b, "IS_VARLEN": v}, w) for b, w in ((64, 2), (128, 4)) for v in (False, True)]
-        + [({"offsets": None, "BLOCK": b, "IS_VARLEN": False}, w) for b, w in ((64, 2), (128, 4))], key=str)
+        + [({"offsets": None, "BLOCK": b, "IS_VARLEN": False}, w) for b, w in ((64, 2), (128, 4))],
+        key=str,
+    )
     # configs = [1] selects BLOCK=128; EVEN both ways
-    assert sorted(by_kernel["at_over_h"], key=str) == [({"BLOCK": 128, "EVEN": False}, 4),
-                                                        ({"BLOCK": 128, "EVEN": True}, 4)]
+    assert sorted(by_kernel["at_over_h"], key=str) == [
+        ({"BLOCK": 128, "EVEN": False}, 4),
+        ({"BLOCK": 128, "EVEN": True}, 4),
+    ]
     assert sorted(by_kernel["h_only"], key=str) == [({"BLOCK": 128}, 4), ({"BLOCK": 64}, 4)]
     assert any("early_config_prune applied ahead of time" in w for w in warnings)
     assert any("h_only" in w and "'num_warps' is not stored" in w for w in result.warnings)
@@ -122,21 +137,41 @@ def test_the_archive_records_keys_configs_hooks_and_heuristics_as_data(built):
 def test_a_computed_value_that_cannot_be_enumerated_needs_the_spec(tmp_path):
     from karchive.producer.build.spec_file import load_spec, validate_requests
 
-    spec = load_spec(_spec(tmp_path, f'[[kernel]]\nsource = "{KERNELS}:h_only"\nsignature = "*fp32, *fp32, i32"\n'
-                                     'num_warps = 4\n'))
+    spec = load_spec(
+        _spec(tmp_path, f'[[kernel]]\nsource = "{KERNELS}:h_only"\nsignature = "*fp32, *fp32, i32"\nnum_warps = 4\n')
+    )
     with pytest.raises(SpecFileError, match=r"computes 'BLOCK'.*constexprs = \{ BLOCK = \[\.\.\.\] \}"):
         validate_requests(spec.requests)
-    spec = load_spec(_spec(tmp_path, f'[[kernel]]\nsource = "{KERNELS}:at_copy"\nsignature = "*fp32, *fp32, i32"\n'
-                                     'configs = [3]\n'))
+    spec = load_spec(
+        _spec(tmp_path, f'[[kernel]]\nsource = "{KERNELS}:at_copy"\nsignature = "*fp32, *fp32, i32"\nconfigs = [3]\n')
+    )
     with pytest.raises(SpecFileError, match="does not index the autotuner's 3 configs"):
         validate_requests(spec.requests)
 
 
 def test_compile_cli_builds_an_autotuned_kernel(tmp_path):
     out = tmp_path / "c.karc"
-    run = subprocess.run([sys.executable, "-m", "karchive", "compile", str(KERNELS), "-n", "h_over_at",
-                          "-s", "*fp32:16, *fp32:16, *fp32:16, i32, fp32", "-t", "cuda:90", "-o", str(out), "--json"],
-                         capture_output=True, text=True, cwd=ROOT)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "karchive",
+            "compile",
+            str(KERNELS),
+            "-n",
+            "h_over_at",
+            "-s",
+            "*fp32:16, *fp32:16, *fp32:16, i32, fp32",
+            "-t",
+            "cuda:90",
+            "-o",
+            str(out),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)
     assert len(summary["variants"]) == 4
@@ -148,9 +183,10 @@ def test_compile_cli_builds_an_autotuned_kernel(tmp_path):
 # --- the runtime: Triton's call shape, tuned on the (recording) device ---------------------------------------
 @pytest.fixture
 def device(monkeypatch, built, tmp_path):
+    from runtime_support import fake_cuda, register_sizes
+
     import karchive
     from karchive.runtime import args, launch_path
-    from runtime_support import fake_cuda, register_sizes
 
     monkeypatch.setenv("KARCHIVE_CACHE_DIR", str(tmp_path / "kcache"))  # tuning decisions land here
     args.set_tensor_type(Tensor)
@@ -185,8 +221,12 @@ def test_launch_without_meta_parameters_tunes_once_per_key(device):
     v = k.select(x, out, Tensor(Z), 4096, 1.5)
     assert v.constexprs["IS_VARLEN"] is True
     assert k.select(x, out, None, 4096, 1.5).constexprs["IS_VARLEN"] is False
-    assert sorted(k.resolver._choices) == sorted([tuple(repr(p) for p in [4096, False, "torch.float32", "torch.float32"]),
-                                         tuple(repr(p) for p in [4096, True] + ["torch.float32"] * 3)])
+    assert sorted(k.resolver._choices) == sorted(
+        [
+            tuple(repr(p) for p in [4096, False, "torch.float32", "torch.float32"]),
+            tuple(repr(p) for p in [4096, True] + ["torch.float32"] * 3),
+        ]
+    )
 
 
 def test_on_first_launch_tuning_times_by_the_events_rule(device, monkeypatch):
@@ -294,13 +334,32 @@ def test_decisions_ship_to_another_machine_with_karchive_tune(device, built, tmp
     tuned = len(rec.launches())
     shipped = tmp_path / "h100.json"
     env = dict(__import__("os").environ, PYTHONPATH=str(ROOT))
-    run = subprocess.run([sys.executable, "-m", "karchive", "tune", str(built[0]), "--export", str(shipped), "--json"],
-                         capture_output=True, text=True, env=env)
+    run = subprocess.run(
+        [sys.executable, "-m", "karchive", "tune", str(built[0]), "--export", str(shipped), "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == {"exported": 1, "kernels": ["wrapped_kernels:h_over_at"], "file": str(shipped)}
     other = tmp_path / "other-machine"
-    run = subprocess.run([sys.executable, "-m", "karchive", "tune", str(built[0]), "--import", str(shipped),
-                          "--cache-dir", str(other), "--json"], capture_output=True, text=True, env=env)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "karchive",
+            "tune",
+            str(built[0]),
+            "--import",
+            str(shipped),
+            "--cache-dir",
+            str(other),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout) == {"written": 1, "skipped": []}
     monkeypatch.setenv("KARCHIVE_CACHE_DIR", str(other))

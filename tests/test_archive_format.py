@@ -5,8 +5,8 @@ import shutil
 import subprocess
 
 import pytest
-
 from support import EXAMPLES, needs_triton
+
 from karchive.errors import SentinelError, UnsupportedKernelError, UnsupportedVersionError
 from karchive.format.constants import FORMAT_VERSION, PATH_SENTINEL
 from karchive.format.manifest import Manifest
@@ -115,8 +115,16 @@ def test_one_variant_reads_only_the_tail_and_its_frame(examples_archive):
 def test_ir_can_be_left_out(add_variants):
     from karchive.producer.compile.aot import VariantRequest, compile_variant
 
-    slim = compile_variant(VariantRequest(str(EXAMPLES / "kernels.py") + ":add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32",
-                                          "cuda:90", {"BLOCK": 1024}, {"num_warps": 4}, include_ir=False))
+    slim = compile_variant(
+        VariantRequest(
+            str(EXAMPLES / "kernels.py") + ":add_kernel",
+            "*fp32:16, *fp32:16, *fp32:16, i32",
+            "cuda:90",
+            {"BLOCK": 1024},
+            {"num_warps": 4},
+            include_ir=False,
+        )
+    )
     assert slim.variant.to_json()["key"] == add_variants[0].variant.to_json()["key"]
     reader = ArchiveReader.from_bytes(_build([slim]))
     (v,) = Manifest.from_json(reader.manifest).variants
@@ -128,7 +136,9 @@ def test_plain_archives_list_and_extract_with_standard_tar(add_variants, tmp_pat
         pytest.skip("needs GNU tar and zstd")
     path = tmp_path / "plain.karc"
     path.write_bytes(_build(add_variants, dictionary="none"))
-    listing = subprocess.run(["tar", "--zstd", "-tf", str(path)], capture_output=True, text=True, check=True).stdout.split()
+    listing = subprocess.run(
+        ["tar", "--zstd", "-tf", str(path)], capture_output=True, text=True, check=True
+    ).stdout.split()
     assert "karchive/manifest.json" in listing and any(n.endswith(".cubin") for n in listing)
     out = tmp_path / "x"
     out.mkdir()
@@ -146,8 +156,13 @@ def test_dictionary_archives_need_zstd_with_the_dictionary(examples_archive, tmp
     assert reader._index["dictionary"]
     dict_path = tmp_path / "d.zdict"
     dict_path.write_bytes(reader._member_unchecked(reader.members[reader._index["dictionary"]]))
-    tar = subprocess.run(f"zstd -dc -D {dict_path} {examples_archive} | tar -tf -", shell=True,
-                         capture_output=True, text=True, check=True).stdout.split()
+    tar = subprocess.run(
+        f"zstd -dc -D {dict_path} {examples_archive} | tar -tf -",
+        shell=True,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert sorted(tar) == sorted(reader.members)
 
 
@@ -161,8 +176,12 @@ def test_newer_manifest_major_version_is_refused_naming_both(add_variants):
 
 
 def test_sentinel_rewrite_restore_and_refusal(tmp_path):
-    meta = {"extern_libs": [["libdevice", "/opt/site/triton/backends/nvidia/lib/libdevice.10.bc"]],
-            "cache": "/home/u/.triton/cache/abc", "name": "k", "other": "/elsewhere/x"}
+    meta = {
+        "extern_libs": [["libdevice", "/opt/site/triton/backends/nvidia/lib/libdevice.10.bc"]],
+        "cache": "/home/u/.triton/cache/abc",
+        "name": "k",
+        "other": "/elsewhere/x",
+    }
     packed = rewrite_paths(meta, ["/opt/site", "/home/u/.triton/cache"])
     assert packed["extern_libs"][0][1] == f"{PATH_SENTINEL}/triton/backends/nvidia/lib/libdevice.10.bc"
     assert packed["cache"] == f"{PATH_SENTINEL}/abc" and packed["other"] == "/elsewhere/x"
@@ -176,16 +195,32 @@ def test_kernels_whose_abi_cannot_be_described_are_refused():
     from karchive.producer.compile.describe import build_abi
 
     # a Triton release whose descriptor convention karchive has not read (a future 3.10) is refused, not guessed
-    meta = {"name": "k", "num_warps": 4, "triton_version": "3.10.0", "target": {"backend": "cuda"},
-            "tensordesc_meta": [{"swizzle": 3, "elem_size": 2, "elem_type": 6, "block_size": [64, 64]}]}
+    meta = {
+        "name": "k",
+        "num_warps": 4,
+        "triton_version": "3.10.0",
+        "target": {"backend": "cuda"},
+        "tensordesc_meta": [{"swizzle": 3, "elem_size": 2, "elem_type": 6, "block_size": [64, 64]}],
+    }
     with pytest.raises(UnsupportedKernelError, match="does not know how Triton 3.10.0 passes host tensor"):
-        build_abi(kernel="k", param_names=["d"], param_types={"d": "tensordesc<fp16[64, 64]>"}, metadata=meta,
-                  target={"backend": "cuda", "arch": "90", "warp_size": 32}, asm={})
+        build_abi(
+            kernel="k",
+            param_names=["d"],
+            param_types={"d": "tensordesc<fp16[64, 64]>"},
+            metadata=meta,
+            target={"backend": "cuda", "arch": "90", "warp_size": 32},
+            asm={},
+        )
     ptx = ".entry k(\n .param .u64 k_param_0,\n .param .u32 k_param_1,\n .param .u64 k_param_2\n)"
     with pytest.raises(UnsupportedKernelError, match="cannot map"):
-        build_abi(kernel="k", param_names=["p", "n"], param_types={"p": "*fp32", "n": "i64"},
-                  metadata={"name": "k", "num_warps": 4}, target={"backend": "cuda", "arch": "90", "warp_size": 32},
-                  asm={"ptx": ptx})
+        build_abi(
+            kernel="k",
+            param_names=["p", "n"],
+            param_types={"p": "*fp32", "n": "i64"},
+            metadata={"name": "k", "num_warps": 4},
+            target={"backend": "cuda", "arch": "90", "warp_size": 32},
+            asm={"ptx": ptx},
+        )
 
 
 def test_paths_from_another_triton_install_are_rewritten_and_hashed_locally():
@@ -215,8 +250,12 @@ def test_inspect_summary_reads_only_the_header(examples_archive, capsys):
     info = json.loads(capsys.readouterr().out)
     assert info["format_version"] == "{}.{}".format(*FORMAT_VERSION) and info["variants"] == 42
     kernels = {k["kernel"]: k for k in info["kernels"]}
-    assert set(kernels) == {"kernels:add_kernel", "kernels:softmax_kernel", "kernels:matmul_kernel",
-                            "kernels:scale_kernel"}
+    assert set(kernels) == {
+        "kernels:add_kernel",
+        "kernels:softmax_kernel",
+        "kernels:matmul_kernel",
+        "kernels:scale_kernel",
+    }
     assert kernels["kernels:matmul_kernel"]["targets"]["cuda:90"] == 8
     assert sum(k["variants"] for k in info["kernels"]) == 42
     assert main(["inspect", str(examples_archive), "--summary"]) == 0

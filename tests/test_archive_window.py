@@ -5,8 +5,8 @@ import os
 
 import pytest
 import zstandard
-
 from hostile_factory import manifest_for
+
 from karchive.errors import LimitExceededError
 from karchive.format.reader import ArchiveReader, Limits
 from karchive.format.writer import MAX_WINDOW_LOG, ArchiveWriter

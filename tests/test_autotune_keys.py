@@ -13,7 +13,6 @@ import pathlib
 import types
 
 import pytest
-
 from support import needs_triton
 
 pytestmark = needs_triton
@@ -62,18 +61,17 @@ def _triton_key(obj, monkeypatch, args, kwargs):
 
 def _runtime(obj, *, legacy_entries=None):
     """An AutotuneResolver over the records an AOT build stores for ``obj`` (no variants: keys only)."""
+    from karchive.format.autotune import AutotuneRecord
     from karchive.format.heuristics import parse_record
     from karchive.producer.compile.kernel_ref import unwrap
     from karchive.producer.compile.wrapped import _records, stack_of
-    from karchive.format.autotune import AutotuneRecord
     from karchive.runtime.autotuned import AutotuneResolver
 
     at, he = _records(stack_of(obj), [], "test")
     if legacy_entries is not None:  # an archive written before outer_heuristics existed, by a capture
         at = {k: v for k, v in at.items() if k != "outer_heuristics"}
         at["entries"] = legacy_entries
-    base = types.SimpleNamespace(archive=None, name=at["kernel"], param_names=list(unwrap(obj).arg_names),
-                                 variants=[])
+    base = types.SimpleNamespace(archive=None, name=at["kernel"], param_names=list(unwrap(obj).arg_names), variants=[])
     heur = [parse_record(he, "h")] if he else []
     return AutotuneResolver(base, [AutotuneRecord.from_json(at)], heuristics=heur)
 
@@ -83,14 +81,17 @@ CALLS = [
     ((Tensor(), None, Tensor(), 1000, 1e-5, True, "fp16", None), {}),
     ((Tensor(T16), Tensor(T16), Tensor(), 1024, 0.5, False, "fp32", 3), {}),
     ((Tensor(), None, Tensor(), 7), {"eps": math.inf, "flag": False, "mode": None, "opt": 2.5}),
-    ((Tensor(),), {"opt": None, "mode": "x", "flag": True, "eps": 1.0, "D": 4096, "out_ptr": Tensor(T16),
-                   "b_ptr": Tensor(T16)}),  # keywords in another order: Triton's dtype order follows them
+    (
+        (Tensor(),),
+        {"opt": None, "mode": "x", "flag": True, "eps": 1.0, "D": 4096, "out_ptr": Tensor(T16), "b_ptr": Tensor(T16)},
+    ),  # keywords in another order: Triton's dtype order follows them
 ]
 
 
 @pytest.mark.parametrize("args,kwargs", CALLS)
 def test_heuristics_above_and_below_an_autotuner(monkeypatch, args, kwargs):
     import wrapped_kernels as wk
+
     from karchive.format.autotune import normalize_key
 
     want = normalize_key(_triton_key(wk.keyed, monkeypatch, args, kwargs))
@@ -102,6 +103,7 @@ def test_numpy_scalars_and_dtype_values_in_keys(monkeypatch):
     np = pytest.importorskip("numpy")
     import triton.language as tl
     import wrapped_kernels as wk
+
     from karchive.format.autotune import normalize_key
 
     args = (Tensor(), None, Tensor(), np.int64(256), np.float32(0.25), np.bool_(True), tl.float16, None)
@@ -112,14 +114,18 @@ def test_numpy_scalars_and_dtype_values_in_keys(monkeypatch):
     assert got[:3] == [256, 0.25, True] and got[3] == "fp16"
 
 
-@pytest.mark.parametrize("name,args", [
-    ("h_over_at", (Tensor(), Tensor(), None, 4096, 1.5)),
-    ("h_over_at", (Tensor(), Tensor(), Tensor(T16), 4096, 1.5)),
-    ("at_over_h", (Tensor(), Tensor(), 1000)),
-    ("at_copy", (Tensor(), Tensor(), 64)),
-])
+@pytest.mark.parametrize(
+    "name,args",
+    [
+        ("h_over_at", (Tensor(), Tensor(), None, 4096, 1.5)),
+        ("h_over_at", (Tensor(), Tensor(), Tensor(T16), 4096, 1.5)),
+        ("at_over_h", (Tensor(), Tensor(), 1000)),
+        ("at_copy", (Tensor(), Tensor(), 64)),
+    ],
+)
 def test_each_stacking_order(monkeypatch, name, args):
     import wrapped_kernels as wk
+
     from karchive.format.autotune import normalize_key
 
     obj = getattr(wk, name)
@@ -130,6 +136,7 @@ def test_each_stacking_order(monkeypatch, name, args):
 def test_an_older_record_learns_that_heuristics_sit_above(monkeypatch):
     """The flash-linear-attention failure: recorded keys hold the heuristics value, the runtime left it out."""
     import wrapped_kernels as wk
+
     from karchive.format.autotune import normalize_key
 
     args = (Tensor(), Tensor(), None, 4096, 1.5)
@@ -163,9 +170,10 @@ class _DevBuf:
 
 def test_a_captured_stack_relaunches_with_the_heuristics_in_its_key(triton_cache_dir, tmp_path):
     """Capture of heuristics over autotune (flash-linear-attention's pattern) on the fake GPU, relaunch keys."""
-    import karchive
     import wrapped_kernels as wk
     from capture_fakes import fake_gpu, fresh, ptr
+
+    import karchive
     from karchive.runtime.device import DeviceInfo
 
     fresh(wk.h_over_at)
@@ -174,8 +182,10 @@ def test_a_captured_stack_relaunches_with_the_heuristics_in_its_key(triton_cache
         wk.h_over_at[(1,)](ptr(), ptr(), ptr(), 4096, 1.5)
     (record,) = cap.autotune.to_json()
     assert record["outer_heuristics"] == ["IS_VARLEN"]
-    assert sorted(e["key"] for e in record["entries"]) == [[4096, False, "fp32", "fp32"],
-                                                           [4096, True, "fp32", "fp32", "fp32"]]
+    assert sorted(e["key"] for e in record["entries"]) == [
+        [4096, False, "fp32", "fp32"],
+        [4096, True, "fp32", "fp32", "fp32"],
+    ]
     cap.save(tmp_path / "fla.karc")
     k = karchive.open(str(tmp_path / "fla.karc")).kernel("h_over_at")
     h100 = DeviceInfo.describe_target("cuda:90", shared_optin=227 * 1024)

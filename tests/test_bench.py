@@ -71,8 +71,14 @@ def test_by_time_where_events_exist(clock, launch_ms, warm, reps):
     assert len(launched) == 1 + _bench.ESTIMATE_RUNS + warm + reps and bench.last == (warm, reps)
     assert len(times) == reps and all(t == pytest.approx(launch_ms / 1000.0) for t in times)
     assert hooks.before_n == hooks.after_n == len(launched)  # reset/restore around every run
-    assert bench.describe() == {"warmup_ms": 25.0, "rep_ms": 100.0, "min_reps": 10, "max_reps": 1000,
-                                "l2_flush": False, "timer": "cuda-events"}
+    assert bench.describe() == {
+        "warmup_ms": 25.0,
+        "rep_ms": 100.0,
+        "min_reps": 10,
+        "max_reps": 1000,
+        "l2_flush": False,
+        "timer": "cuda-events",
+    }
 
 
 def test_fixed_counts_when_asked_or_without_events(clock):
@@ -96,15 +102,18 @@ def test_quantiles_interpolate_as_triton_does():
     assert _bench.quantiles([3.0, 1.0, 2.0], (0.5,)) == (2.0,) and _bench.quantiles([]) == (float("inf"),) * 3
 
 
-@pytest.mark.parametrize("ranks, chosen", [
-    ({0: (2.0, 1.0, 3.0), 1: (1.0, 1.0, 9.0), 2: (1.5, 0.1, 1.6)}, 1),  # the lowest median wins, spread or not
-    ({0: (1.0, 0.9, 1.1), 1: (1.0, 0.8, 1.3)}, 1),  # a tie on the median: the faster 20th percentile
-    ({0: (1.0, 0.9, 1.1), 1: (1.0, 0.9, 1.1)}, 0),  # a full tie: the first config, as Triton's min() keeps it
-    ({3: (1.0, 0.9, 1.1), 1: (1.0, 0.9, 1.1)}, 1),  # ... the first by index, whatever order they were timed in
-    ({0: (float("nan"),) * 3, 1: (5.0, 5.0, 5.0)}, 1),  # a NaN from a broken timer never wins (NaN < x is False)
-    ({0: (float("inf"),) * 3, 1: (float("nan"), 1.0, 1.0)}, None),  # nothing finite: no choice
-    ({}, None),
-])
+@pytest.mark.parametrize(
+    "ranks, chosen",
+    [
+        ({0: (2.0, 1.0, 3.0), 1: (1.0, 1.0, 9.0), 2: (1.5, 0.1, 1.6)}, 1),  # the lowest median wins, spread or not
+        ({0: (1.0, 0.9, 1.1), 1: (1.0, 0.8, 1.3)}, 1),  # a tie on the median: the faster 20th percentile
+        ({0: (1.0, 0.9, 1.1), 1: (1.0, 0.9, 1.1)}, 0),  # a full tie: the first config, as Triton's min() keeps it
+        ({3: (1.0, 0.9, 1.1), 1: (1.0, 0.9, 1.1)}, 1),  # ... the first by index, whatever order they were timed in
+        ({0: (float("nan"),) * 3, 1: (5.0, 5.0, 5.0)}, 1),  # a NaN from a broken timer never wins (NaN < x is False)
+        ({0: (float("inf"),) * 3, 1: (float("nan"), 1.0, 1.0)}, None),  # nothing finite: no choice
+        ({}, None),
+    ],
+)
 def test_choose_takes_the_lowest_median_then_percentiles(ranks, chosen):
     assert _bench.choose(ranks) == chosen
 
@@ -133,5 +142,7 @@ def test_a_binary_over_48k_of_shared_memory_is_loaded_as_tritons_loader_loads_it
     assert fake.func_settings == []  # under 48 KiB: the driver's defaults, as Triton
     b.load(0, b"large", "k_large", 72 * 1024)
     attr = fake.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    assert fake.func_settings == [("cache", fake.CUfunc_cache.CU_FUNC_CACHE_PREFER_SHARED, 1),
-                                  ("attribute", attr, 227 * 1024 - 1024)]
+    assert fake.func_settings == [
+        ("cache", fake.CUfunc_cache.CU_FUNC_CACHE_PREFER_SHARED, 1),
+        ("attribute", attr, 227 * 1024 - 1024),
+    ]

@@ -18,7 +18,7 @@ from build_support import build, karchive, make_checkout
 
 from karchive.trust.sidecar import sidecar_path
 
-SPEC = '''[archive]
+SPEC = """[archive]
 name = "kernels"
 version = "1.0"
 level = 3
@@ -28,7 +28,7 @@ source = "kernels.py:add_kernel"
 signature = "*fp32:16, *fp32:16, *fp32:16, i32"
 constexprs = { BLOCK = [256] }
 targets = ["cuda:90"]
-'''
+"""
 
 
 def _keygen(prefix) -> dict:
@@ -42,12 +42,24 @@ def test_build_signs_with_provenance_and_a_policy_accepts_it(tmp_path):
     ci, bob = _keygen(tmp_path / "ci"), _keygen(tmp_path / "bob")
     policy = tmp_path / "policy.toml"
     names = ", ".join(f'"{k["name"]}"' for k in (ci, bob))
-    policy.write_text("version = 1\n\n" + ci["policy_snippet"] + "\n" + bob["policy_snippet"]
-                      + f'\n[[rules]]\nnames = ["kernels*"]\nkeys = [{names}]\nthreshold = 2\n')
+    policy.write_text(
+        "version = 1\n\n"
+        + ci["policy_snippet"]
+        + "\n"
+        + bob["policy_snippet"]
+        + f'\n[[rules]]\nnames = ["kernels*"]\nkeys = [{names}]\nthreshold = 2\n'
+    )
 
     plain = build(spec, tmp_path / "plain.karc")
-    signed = build(spec, tmp_path / "signed.karc", "--sign", str(tmp_path / "ci.key"),
-                   "--sign", str(tmp_path / "bob.key"), "--provenance")
+    signed = build(
+        spec,
+        tmp_path / "signed.karc",
+        "--sign",
+        str(tmp_path / "ci.key"),
+        "--sign",
+        str(tmp_path / "bob.key"),
+        "--provenance",
+    )
     # Signing never touches the archive: the same bytes as the unsigned build, the signatures beside it.
     assert (tmp_path / "signed.karc").read_bytes() == (tmp_path / "plain.karc").read_bytes()
     assert "signed" not in plain
@@ -68,8 +80,10 @@ def test_build_signs_with_provenance_and_a_policy_accepts_it(tmp_path):
     ext = statement["predicate"]["buildDefinition"]["externalParameters"]
     assert ext["command"] == "build" and ext["parameters"]["executor"] == "local"
     assert ext["spec"]["sha256"] == hashlib.sha256(spec.read_bytes()).hexdigest()
-    assert statement["subject"][0]["digest"]["sha256"] == hashlib.sha256(
-        (tmp_path / "signed.karc").read_bytes()).hexdigest()
+    assert (
+        statement["subject"][0]["digest"]["sha256"]
+        == hashlib.sha256((tmp_path / "signed.karc").read_bytes()).hexdigest()
+    )
 
 
 def test_build_refuses_bad_signing_arguments_before_compiling(tmp_path):

@@ -56,8 +56,9 @@ def _verify(path):
 
 
 def test_captured_keys_and_abi_equal_aot(cache_dir, gpu, tmp_path):
-    import karchive
     import kernels
+
+    import karchive
     from karchive.producer.compile.aot import VariantRequest, compile_variant
 
     _fresh(kernels.add_kernel)
@@ -65,8 +66,15 @@ def test_captured_keys_and_abi_equal_aot(cache_dir, gpu, tmp_path):
         kernels.add_kernel[(4,)](_ptr(), _ptr(), _ptr(), 1000, BLOCK=1024, num_warps=4)
     assert [e.how for e in cap.events] == ["compiled"]
     (captured,) = cap.variants.values()
-    aot = compile_variant(VariantRequest(f"{EXAMPLES / 'kernels.py'}:add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32",
-                                         "cuda:90", {"BLOCK": 1024}, {"num_warps": 4}))
+    aot = compile_variant(
+        VariantRequest(
+            f"{EXAMPLES / 'kernels.py'}:add_kernel",
+            "*fp32:16, *fp32:16, *fp32:16, i32",
+            "cuda:90",
+            {"BLOCK": 1024},
+            {"num_warps": 4},
+        )
+    )
     assert captured.variant.to_json()["key"] == aot.variant.to_json()["key"]
     for field in ("params", "abi", "options", "target", "kernel"):
         assert captured.variant.to_json()[field] == aot.variant.to_json()[field], field
@@ -90,8 +98,9 @@ def test_captured_keys_and_abi_equal_aot(cache_dir, gpu, tmp_path):
 
 
 def test_cache_hits_and_warm_kernels_are_recorded(cache_dir, gpu):
-    import karchive
     from capture_fakes import scale_rows
+
+    import karchive
 
     _fresh(scale_rows)
     scale_rows[(1,)](_ptr(), _ptr(), 1000, 2.0, BLOCK=256)  # compiled before any capture: in the JIT's memory
@@ -113,8 +122,9 @@ def test_cache_hits_and_warm_kernels_are_recorded(cache_dir, gpu):
 
 
 def test_two_threads_get_only_their_own_kernels(cache_dir, gpu):
-    import karchive
     from capture_fakes import scale_rows
+
+    import karchive
 
     _fresh(scale_rows)
     barrier = threading.Barrier(2)
@@ -131,16 +141,21 @@ def test_two_threads_get_only_their_own_kernels(cache_dir, gpu):
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=("a", [32, 64])),
-               threading.Thread(target=work, args=("b", [128, 512]))]
+    threads = [
+        threading.Thread(target=work, args=("a", [32, 64])),
+        threading.Thread(target=work, args=("b", [128, 512])),
+    ]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     assert not errors
-    blocks = {label: sorted(p["value"] for v in cap.variants.values() for p in v.variant.to_json()["params"]
-                            if p["name"] == "BLOCK")
-              for label, cap in caps.items()}
+    blocks = {
+        label: sorted(
+            p["value"] for v in cap.variants.values() for p in v.variant.to_json()["params"] if p["name"] == "BLOCK"
+        )
+        for label, cap in caps.items()
+    }
     assert blocks == {"a": [32, 64], "b": [128, 512]}
 
 
@@ -163,8 +178,10 @@ def test_a_concurrent_captures_entry_reported_after_this_window_is_not_a_loss():
     a = A()
     mine, nobodys = "ab" * 32, "cd" * 32
     entries = [(cache_dir_name(h), CacheEntry(f"/c/{cache_dir_name(h)}", "k", {"hash": h})) for h in (mine, nobodys)]
-    later = [Sighting(9, mine, "k", False, "b", "thread", (id(a) + 1,), ("b",), None),
-             Sighting(10, nobodys, "k", False, "c", "thread", (), (), None)]
+    later = [
+        Sighting(9, mine, "k", False, "b", "thread", (id(a) + 1,), ("b",), None),
+        Sighting(10, nobodys, "k", False, "c", "thread", (), (), None),
+    ]
     got = {i.triton_hash: i for i in left_out(a, [], entries, {n for n, _ in entries}, later)}
     assert got[mine].category == "elsewhere" and not got[mine].lost and "'b'" in got[mine].reason
     assert got[nobodys].category == "unrecorded" and got[nobodys].lost
@@ -173,11 +190,12 @@ def test_a_concurrent_captures_entry_reported_after_this_window_is_not_a_loss():
 
 
 def test_listener_and_hooks_are_chained_and_restored(cache_dir, gpu):
-    import karchive
     from capture_fakes import scale_rows
     from triton import knobs
     from triton.runtime.autotuner import Autotuner
     from triton.runtime.jit import JITFunction
+
+    import karchive
 
     heard = []
 
@@ -199,8 +217,9 @@ def test_listener_and_hooks_are_chained_and_restored(cache_dir, gpu):
 
 
 def test_decorator_saves_after_each_call(cache_dir, gpu, tmp_path):
-    import karchive
     from capture_fakes import scale_rows
+
+    import karchive
 
     out = tmp_path / "dec.karc"
 
@@ -227,9 +246,10 @@ def test_bad_arguments_raise_karchive_errors():
 
 
 def test_pass_plugin_and_stages_hook_enter_key_and_manifest(cache_dir, gpu, tmp_path, monkeypatch):
-    import karchive
     from capture_fakes import scale_rows
     from triton import knobs
+
+    import karchive
 
     _fresh(scale_rows)
     with karchive.capture("stock", version="1") as stock:
@@ -287,16 +307,20 @@ def test_kernels_compiled_by_other_processes_are_harvested(cache_dir, gpu, tmp_p
     assert v.variant.to_json()["provenance"]["origin"] == "triton-cache"
     # What the entry tells: the runtime arguments with their hints; BLOCK is baked into the binary.
     assert [(p["name"], p["type"], p.get("hints")) for p in v.variant.to_json()["params"]] == [
-        ("x_ptr", "*fp32", {"divisibility": 16}), ("out_ptr", "*fp32", None), ("n", "i32", None),
-        ("alpha", "fp32", None)]
+        ("x_ptr", "*fp32", {"divisibility": 16}),
+        ("out_ptr", "*fp32", None),
+        ("n", "i32", None),
+        ("alpha", "fp32", None),
+    ]
     cap.save(tmp_path / "h.karc")
     _verify(tmp_path / "h.karc")
     from karchive.producer.capture.jit_capture import CaptureIncompleteWarning
 
     with pytest.warns(CaptureIncompleteWarning, match=r"\[not-harvested\] scale_rows .*harvest=False"):
         with karchive.capture("no-harvest", version="1", harvest=False) as off:
-            subprocess.run([sys.executable, "-c", _WORKER.replace("16}", "32}")], env=env, check=True,
-                           capture_output=True)
+            subprocess.run(
+                [sys.executable, "-c", _WORKER.replace("16}", "32}")], env=env, check=True, capture_output=True
+            )
     assert off.variants == {}
     (item,) = off.left_out
     assert item.category == "not-harvested" and item.kernel == "scale_rows" and item.lost
@@ -304,9 +328,10 @@ def test_kernels_compiled_by_other_processes_are_harvested(cache_dir, gpu, tmp_p
 
 
 def test_autotune_captures_every_config_and_records_the_choice(cache_dir, gpu, tmp_path):
+    from capture_fakes import tuned_copy
+
     import karchive
     from karchive.format.autotune import choose_config, entry_config
-    from capture_fakes import tuned_copy
 
     _fresh(tuned_copy)
     with karchive.capture("tuned", version="1") as cap:
@@ -314,8 +339,12 @@ def test_autotune_captures_every_config_and_records_the_choice(cache_dir, gpu, t
         tuned_copy[(1,)](_ptr(), _ptr(), 4096)  # same key: no new tuning
         tuned_copy[(1,)](_ptr(), _ptr(), 1000)  # new key (and n no longer divisible by 16): tunes again
     assert cap.errors == []
-    blocks = sorted((p["value"], v.variant.to_json()["abi"]["num_warps"]) for v in cap.variants.values()
-                    for p in v.variant.to_json()["params"] if p["name"] == "BLOCK")
+    blocks = sorted(
+        (p["value"], v.variant.to_json()["abi"]["num_warps"])
+        for v in cap.variants.values()
+        for p in v.variant.to_json()["params"]
+        if p["name"] == "BLOCK"
+    )
     assert blocks == [(64, 2), (64, 2), (128, 4), (128, 4), (256, 4), (256, 4)]  # 3 configs x 2 specialisations
     (record,) = cap.autotune.to_json()
     assert record["kernel"] == "capture_fakes:tuned_copy" and record["key_names"] == ["n"]  # as its variants
@@ -340,8 +369,9 @@ def test_autotune_captures_every_config_and_records_the_choice(cache_dir, gpu, t
 
 
 def test_autotuner_tuned_before_the_capture_still_records_its_choice(cache_dir, gpu):
-    import karchive
     from capture_fakes import tuned_copy
+
+    import karchive
 
     _fresh(tuned_copy)
     tuned_copy[(1,)](_ptr(), _ptr(), 2048)  # tuned (and compiled) outside the capture
@@ -354,20 +384,24 @@ def test_autotuner_tuned_before_the_capture_still_records_its_choice(cache_dir, 
 
 
 def test_heuristics_kernels_are_captured_with_their_computed_constexprs(cache_dir, gpu):
-    import karchive
     from capture_fakes import heur_copy
+
+    import karchive
 
     _fresh(heur_copy)
     with karchive.capture("heur", version="1") as cap:
         heur_copy[(1,)](_ptr(), _ptr(), 1024, BLOCK=128)
         heur_copy[(1,)](_ptr(), _ptr(), 1000, BLOCK=128)
-    even = sorted(p["value"] for v in cap.variants.values() for p in v.variant.to_json()["params"] if p["name"] == "EVEN")
+    even = sorted(
+        p["value"] for v in cap.variants.values() for p in v.variant.to_json()["params"] if p["name"] == "EVEN"
+    )
     assert even == [False, True]
 
 
 def test_capture_is_json_clean(cache_dir, gpu):
-    import karchive
     from capture_fakes import scale_rows
+
+    import karchive
 
     _fresh(scale_rows)
     with karchive.capture("j", version="1") as cap:
@@ -381,9 +415,10 @@ def test_capture_is_json_clean(cache_dir, gpu):
 def test_async_compile_mode_pool_threads_are_followed(cache_dir, gpu):
     from concurrent.futures import ThreadPoolExecutor
 
-    import karchive
     from capture_fakes import scale_rows
     from triton.runtime._async_compile import AsyncCompileMode
+
+    import karchive
 
     _fresh(scale_rows)
     with karchive.capture("async", version="1", scope="thread") as cap, ThreadPoolExecutor(2) as pool:

@@ -25,8 +25,13 @@ RECORD = {
     ],
     "fallback": "nearest-log2",
 }
-OTHER = {"kernel": "other", "key_names": ["n"], "dtype_args": [], "configs": [{"kwargs": {}}],
-         "entries": [{"key": [128, "torch.float16", "torch.float16"], "config": 0, "variant": "o"}]}
+OTHER = {
+    "kernel": "other",
+    "key_names": ["n"],
+    "dtype_args": [],
+    "configs": [{"kwargs": {}}],
+    "entries": [{"key": [128, "torch.float16", "torch.float16"], "config": 0, "variant": "o"}],
+}
 
 
 class _T:
@@ -70,8 +75,9 @@ def test_key_for_call_follows_tritons_rule():
     assert key_for_call(RECORD, named) == [512, 256, 64, "torch.float16", "torch.float16"]
 
 
-@pytest.mark.parametrize("a,b,expect", [([1, 2], [1, 2], 0.0), ([0], [0], 0.0), ([True], [1], None),
-                                        (["x"], ["y"], None), ([-3], [3], 4.0)])
+@pytest.mark.parametrize(
+    "a,b,expect", [([1, 2], [1, 2], 0.0), ([0], [0], 0.0), ([True], [1], None), (["x"], ["y"], None), ([-3], [3], 4.0)]
+)
 def test_distance(a, b, expect):
     assert key_distance(a, b) == expect
 

@@ -7,15 +7,15 @@ selects variants for a described H100 (nothing is launched: no GPU here). The re
 
 from __future__ import annotations
 
-import json
 import importlib.util
+import json
 import warnings
 
 import pytest
+from support import needs_triton
 
 from karchive.errors import NoMatchingVariantError, SchemaError
 from karchive.format.heuristics import parse_record, records_for, resolve
-from support import needs_triton
 
 A = 0x7F0000000000  # 16-byte aligned device addresses (selection only)
 
@@ -65,9 +65,10 @@ def captured(tmp_path_factory):
         pytest.skip("needs triton")
     import os
 
-    import karchive
     import triton.language as tl
     from capture_fakes import fake_gpu, fresh, heur_bias, heur_copy, heur_opaque, ptr, tuned_even_copy
+
+    import karchive
 
     base = tmp_path_factory.mktemp("heur")
     old = os.environ.get("TRITON_CACHE_DIR")
@@ -105,25 +106,33 @@ def test_each_launch_records_which_values_came_from_which_arguments(captured):
     records = {r["kernel"].rpartition(":")[2]: r for r in cap.heuristics.to_json()}  # module:qualname
     assert set(records) == {"heur_bias", "heur_copy", "heur_opaque", "tuned_even_copy"}
     assert records["heur_copy"]["names"] == ["EVEN"]
-    assert _case(records["heur_copy"], "EVEN") == [({"BLOCK": 128, "n": 1024}, True),
-                                                   ({"BLOCK": 128, "n": 1000}, False)]
+    assert _case(records["heur_copy"], "EVEN") == [
+        ({"BLOCK": 128, "n": 1024}, True),
+        ({"BLOCK": 128, "n": 1000}, False),
+    ]
     bias = records["heur_bias"]
     assert bias["names"] == ["HAS_BIAS", "WIDE", "num_warps"]
     assert _case(bias, "HAS_BIAS") == [({"bias_ptr": None}, False), ({"bias_ptr": {"object": {}}}, True)]
     # Short-circuit: an fp16 x never reads n, so the fp16 case holds for every n.
-    assert _case(bias, "WIDE") == [({"n": 1000, "x_ptr": {"object": {"dtype": "fp32"}}}, False),
-                                   ({"n": 8192, "x_ptr": {"object": {"dtype": "fp32"}}}, True),
-                                   ({"x_ptr": {"object": {"dtype": "fp16"}}}, False)]
+    assert _case(bias, "WIDE") == [
+        ({"n": 1000, "x_ptr": {"object": {"dtype": "fp32"}}}, False),
+        ({"n": 8192, "x_ptr": {"object": {"dtype": "fp32"}}}, True),
+        ({"x_ptr": {"object": {"dtype": "fp16"}}}, False),
+    ]
     assert _case(bias, "num_warps") == [({"n": 1000}, 4), ({"n": 8192}, 8)]
     # isinstance() cannot be replayed from probes: the call is recorded concretely, with its device.
     (case,) = records["heur_opaque"]["cases"]["ODD"]
     assert case["value"] is True and case["device"] == {"target": "cuda:90"}
-    assert case["inputs"] == {"BLOCK": 128, "n": 1001,
-                              "out_ptr": {"object": {"dtype": "fp32", "shape": [1], "stride()": [1]}},
-                              "x_ptr": {"object": {"dtype": "fp32", "shape": [1], "stride()": [1]}}}
+    assert case["inputs"] == {
+        "BLOCK": 128,
+        "n": 1001,
+        "out_ptr": {"object": {"dtype": "fp32", "shape": [1], "stride()": [1]}},
+        "x_ptr": {"object": {"dtype": "fp32", "shape": [1], "stride()": [1]}},
+    }
     # Under the autotuner the heuristic sees each benchmarked config's BLOCK.
     assert sorted(_case(records["tuned_even_copy"], "EVEN"), key=str) == sorted(
-        [({"BLOCK": b, "n": n}, n % b == 0) for n in (4096, 1000) for b in (64, 128)], key=str)
+        [({"BLOCK": b, "n": n}, n % b == 0) for n in (4096, 1000) for b in (64, 128)], key=str
+    )
 
     import karchive
     from karchive.cli.inspect_cmds import schema_problems
@@ -158,8 +167,11 @@ def test_the_runtime_picks_the_recorded_values_without_the_caller_restating_them
     assert isinstance(k.resolver, HeuristicsResolver)
     assert k.select(A, A + 4096, 1024, BLOCK=128, device=h100).constexprs == {"BLOCK": 128, "EVEN": True}
     assert k.select(A, A + 4096, 1000, BLOCK=128, device=h100).constexprs == {"BLOCK": 128, "EVEN": False}
-    with pytest.raises(NoMatchingVariantError, match=r"(?s)heuristics value\(s\) \['EVEN'\].*never recorded.*"
-                                                     r"n=1024.*cannot take them from the caller") as err:
+    with pytest.raises(
+        NoMatchingVariantError,
+        match=r"(?s)heuristics value\(s\) \['EVEN'\].*never recorded.*"
+        r"n=1024.*cannot take them from the caller",
+    ) as err:
         k.select(A, A + 4096, 2048, BLOCK=128, device=h100)
     assert "explicitly" not in str(err.value)
     # Issue 35.2: Triton's Heuristics.run computes EVEN from every call and replaces a value passed; so does
@@ -168,7 +180,9 @@ def test_the_runtime_picks_the_recorded_values_without_the_caller_restating_them
     with pytest.raises(NoMatchingVariantError, match="never recorded"):
         k.select(A, A + 4096, 2048, BLOCK=128, EVEN=True, device=h100)
     # BLOCK left out: Triton's lambda fails on args["BLOCK"]; the error names BLOCK, not EVEN.
-    with pytest.raises(NoMatchingVariantError, match=r"missing argument BLOCK: @triton.heuristics computes EVEN") as err:
+    with pytest.raises(
+        NoMatchingVariantError, match=r"missing argument BLOCK: @triton.heuristics computes EVEN"
+    ) as err:
         k.select(A, A + 4096, 1000, EVEN=True, device=h100)
     assert err.value.param == "BLOCK"
 
@@ -202,8 +216,11 @@ def test_heuristics_that_cannot_be_replayed_replay_the_captured_calls(captured, 
     assert k.select(DevBuf(A), DevBuf(A + 4096), 1001, BLOCK=128, device=h100).constexprs["ODD"] is True
     with pytest.raises(NoMatchingVariantError, match=r"ODD.*differs in n \(recorded 1001, this call 1003\)"):
         k.select(DevBuf(A), DevBuf(A + 4096), 1003, BLOCK=128, device=h100)
-    with pytest.raises(NoMatchingVariantError, match=r"differs in x_ptr \(recorded <object dtype='fp32', shape=\[1\]"
-                                                     r", stride\(\)=\[1\]>, this call <object dtype='fp16'"):
+    with pytest.raises(
+        NoMatchingVariantError,
+        match=r"differs in x_ptr \(recorded <object dtype='fp32', shape=\[1\]"
+        r", stride\(\)=\[1\]>, this call <object dtype='fp16'",
+    ):
         k.select(DevBuf(A, "fp16"), DevBuf(A + 4096), 1001, BLOCK=128, device=h100)
     a100 = DeviceInfo.describe_target("cuda:80", shared_optin=163 * 1024)
     with pytest.raises(NoMatchingVariantError, match=r"differs in the device \(recorded cuda:90\)"):
@@ -234,16 +251,30 @@ def test_autotune_and_heuristics_together(captured, h100):
         call(3000)
     with pytest.raises(NoMatchingVariantError, match="EVEN"):
         k.select(DevBuf(A), DevBuf(A + 65536), 3000, EVEN=False, device=h100)
-    assert k.select(DevBuf(A), DevBuf(A + 65536), 4096, EVEN=False, device=h100).constexprs == \
-        {"BLOCK": 128, "EVEN": True}
+    assert k.select(DevBuf(A), DevBuf(A + 65536), 4096, EVEN=False, device=h100).constexprs == {
+        "BLOCK": 128,
+        "EVEN": True,
+    }
 
 
 # --- the record format, without Triton ---------------------------------------------------------------
-RECORD = {"kernel": "k", "names": ["EVEN", "num_warps"],
-          "cases": {"EVEN": [{"inputs": {"n": 1024, "BLOCK": 128}, "value": True},
-                             {"inputs": {"x": {"object": {"dtype": "torch.float16", "shape": [4, 8], "stride(0)": 8}},
-                                         "flag": {"absent": True}}, "value": False}],
-                    "num_warps": [{"inputs": {"EVEN": True}, "value": 8}, {"inputs": {"EVEN": False}, "value": 4}]}}
+RECORD = {
+    "kernel": "k",
+    "names": ["EVEN", "num_warps"],
+    "cases": {
+        "EVEN": [
+            {"inputs": {"n": 1024, "BLOCK": 128}, "value": True},
+            {
+                "inputs": {
+                    "x": {"object": {"dtype": "torch.float16", "shape": [4, 8], "stride(0)": 8}},
+                    "flag": {"absent": True},
+                },
+                "value": False,
+            },
+        ],
+        "num_warps": [{"inputs": {"EVEN": True}, "value": 8}, {"inputs": {"EVEN": False}, "value": 4}],
+    },
+}
 
 
 class T:
@@ -266,19 +297,28 @@ def test_resolve_matches_inputs_in_order_and_later_names_see_earlier_values():
     assert rec.call_key({"n": 1024, "BLOCK": 128}) != rec.call_key({"n": 1000, "BLOCK": 128})
 
 
-@pytest.mark.parametrize("bad, why", [
-    ({**RECORD, "kernel": ""}, "kernel"),
-    ({**RECORD, "names": ["EVEN", "EVEN"]}, "distinct"),
-    ({**RECORD, "cases": {"OTHER": []}}, "keyed by the record's names"),
-    ({**RECORD, "cases": {"EVEN": [{"inputs": {"x": {"object": {"__class__": "x"}}}, "value": 1}]}}, "probe"),
-    ({**RECORD, "cases": {"EVEN": [{"inputs": {"x": {"object": {"numel(); import os": 1}}}, "value": 1}]}}, "probe"),
-    ({**RECORD, "cases": {"EVEN": [{"inputs": {"x": {"absent": False}}, "value": 1}]}}, "absent"),
-    ({**RECORD, "cases": {"EVEN": [{"inputs": {"x": {"absent": True, "opaque": "y"}}, "value": 1}]}}, "exactly one"),
-    ({**RECORD, "cases": {"EVEN": [{"inputs": {}, "value": {"a": 1}}]}}, "scalar"),
-    ({**RECORD, "cases": {"EVEN": [{"inputs": {"x": [[1]]}, "value": 1}]}}, "scalar"),
-    ({**RECORD, "cases": {"EVEN": [{"inputs": {}}]}}, "value"),
-    ({**RECORD, "cases": {"EVEN": [{"value": 1}] * 5000}}, "at most"),
-])
+@pytest.mark.parametrize(
+    "bad, why",
+    [
+        ({**RECORD, "kernel": ""}, "kernel"),
+        ({**RECORD, "names": ["EVEN", "EVEN"]}, "distinct"),
+        ({**RECORD, "cases": {"OTHER": []}}, "keyed by the record's names"),
+        ({**RECORD, "cases": {"EVEN": [{"inputs": {"x": {"object": {"__class__": "x"}}}, "value": 1}]}}, "probe"),
+        (
+            {**RECORD, "cases": {"EVEN": [{"inputs": {"x": {"object": {"numel(); import os": 1}}}, "value": 1}]}},
+            "probe",
+        ),
+        ({**RECORD, "cases": {"EVEN": [{"inputs": {"x": {"absent": False}}, "value": 1}]}}, "absent"),
+        (
+            {**RECORD, "cases": {"EVEN": [{"inputs": {"x": {"absent": True, "opaque": "y"}}, "value": 1}]}},
+            "exactly one",
+        ),
+        ({**RECORD, "cases": {"EVEN": [{"inputs": {}, "value": {"a": 1}}]}}, "scalar"),
+        ({**RECORD, "cases": {"EVEN": [{"inputs": {"x": [[1]]}, "value": 1}]}}, "scalar"),
+        ({**RECORD, "cases": {"EVEN": [{"inputs": {}}]}}, "value"),
+        ({**RECORD, "cases": {"EVEN": [{"value": 1}] * 5000}}, "at most"),
+    ],
+)
 def test_hostile_records_are_refused(bad, why):
     with pytest.raises(SchemaError, match=why):
         parse_record(bad, "heuristics[0]")
@@ -295,8 +335,9 @@ def test_tracing_notes_reads_absences_and_probes():
     from karchive.producer.capture._heuristics_log import trace_heuristic
 
     x = T("torch.float16", (4, 8))
-    value, inputs, ok = trace_heuristic(lambda a: a.get("bias") is None and a["x"].shape[1] * a["x"].stride(0) > 16,
-                                        {"x": x, "n": 3})
+    value, inputs, ok = trace_heuristic(
+        lambda a: a.get("bias") is None and a["x"].shape[1] * a["x"].stride(0) > 16, {"x": x, "n": 3}
+    )
     assert ok and value is True
     assert inputs == {"bias": {"absent": True}, "x": {"object": {"shape": [4, 8], "stride(0)": 8}}}
     value, inputs, ok = trace_heuristic(lambda a: len(a) > 1, {"x": x, "n": 3})  # looks at everything
@@ -315,10 +356,12 @@ def test_the_schema_agrees_with_the_parser():
     schema = load_schema()
     validator = jsonschema.Draft202012Validator({"$defs": schema["$defs"], "$ref": "#/$defs/heuristics"})
     assert list(validator.iter_errors(RECORD)) == []
-    for bad in ({**RECORD, "names": ["EVEN", "EVEN"]},
-                {**RECORD, "cases": {"EVEN": [{"inputs": {"x": {"object": {"__class__": "x"}}}, "value": 1}]}},
-                {**RECORD, "cases": {"EVEN": [{"inputs": {"x": {"absent": False}}, "value": 1}]}},
-                {**RECORD, "cases": {"EVEN": [{"inputs": {}}]}}):
+    for bad in (
+        {**RECORD, "names": ["EVEN", "EVEN"]},
+        {**RECORD, "cases": {"EVEN": [{"inputs": {"x": {"object": {"__class__": "x"}}}, "value": 1}]}},
+        {**RECORD, "cases": {"EVEN": [{"inputs": {"x": {"absent": False}}, "value": 1}]}},
+        {**RECORD, "cases": {"EVEN": [{"inputs": {}}]}},
+    ):
         assert list(validator.iter_errors(bad)), bad
 
 
@@ -328,8 +371,11 @@ def test_a_hostile_heuristics_record_is_refused_when_its_kernel_is_opened(add_va
     from karchive.cli.inspect_cmds import schema_problems
     from karchive.producer.build.pack import ArchiveBuilder
 
-    bad = {"kernel": "kernels:add_kernel", "names": ["X"],
-           "cases": {"X": [{"inputs": {"x_ptr": {"object": {"__class__.__init__": 1}}}, "value": 1}]}}
+    bad = {
+        "kernel": "kernels:add_kernel",
+        "names": ["X"],
+        "cases": {"X": [{"inputs": {"x_ptr": {"object": {"__class__.__init__": 1}}}, "value": 1}]},
+    }
     builder = ArchiveBuilder("bad", "1", heuristics=[bad])
     builder.extend(add_variants)
     builder.write(tmp_path / "bad.karc")
@@ -349,8 +395,9 @@ def test_a_heuristic_that_is_not_a_pure_function_is_recorded_per_call():
 
     state = {"warps": 8}
     jit = types.SimpleNamespace(__name__="table_kernel", params=[], cache_key="k")
-    heur = types.SimpleNamespace(fn=jit, arg_names=["x", "n", "TILE_N"],
-                                 values={"num_warps": lambda args: state["warps"]})
+    heur = types.SimpleNamespace(
+        fn=jit, arg_names=["x", "n", "TILE_N"], values={"num_warps": lambda args: state["warps"]}
+    )
     x = T("torch.float16", (4, 8))
     log = HeuristicsLog()
     log.observe(heur, (x, 1024), {"TILE_N": 64, "grid": (4,)}, {"num_warps": 4})  # the table said 4 then

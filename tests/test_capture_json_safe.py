@@ -12,11 +12,11 @@ import json
 import math
 
 import pytest
+from support import needs_triton
 
 from karchive.core.jsonio import canonical_json
 from karchive.format.autotune import choose_config, json_number, json_safe, key_for_call, normalize_value
 from karchive.format.heuristics import parse_record, resolve
-from support import needs_triton
 
 
 def test_non_finite_numbers_have_one_json_spelling():
@@ -40,14 +40,20 @@ def test_json_safe_makes_any_record_storable():
     np = pytest.importorskip("numpy")
     record = {"kernel": "k", 3: (np.int32(2), float("nan")), "x": [Weird(), {"y": -math.inf}], "d": np.dtype("int8")}
     safe = json_safe(record)
-    assert safe == {"kernel": "k", "3": [2, {"float": "nan"}], "x": ["<Weird>", {"y": {"float": "-inf"}}],
-                    "d": "int8"}
+    assert safe == {"kernel": "k", "3": [2, {"float": "nan"}], "x": ["<Weird>", {"y": {"float": "-inf"}}], "d": "int8"}
     canonical_json(safe)
 
 
 def test_non_finite_keys_match_themselves_only():
-    records = [{"kernel": "k", "key_names": ["eps"], "dtype_args": [], "configs": [{"kwargs": {"B": 1}}],
-                "entries": [{"key": [{"float": "inf"}], "config": 0}, {"key": [1.0], "config": 0}]}]
+    records = [
+        {
+            "kernel": "k",
+            "key_names": ["eps"],
+            "dtype_args": [],
+            "configs": [{"kwargs": {"B": 1}}],
+            "entries": [{"key": [{"float": "inf"}], "config": 0}, {"key": [1.0], "config": 0}],
+        }
+    ]
     assert key_for_call(records[0], {"eps": float("inf")}) == [{"float": "inf"}]
     assert choose_config(records, [float("inf")])["key"] == [{"float": "inf"}]
     assert choose_config(records, [float("-inf")]) is None  # never the nearest number
@@ -55,9 +61,16 @@ def test_non_finite_keys_match_themselves_only():
 
 
 def test_heuristics_inputs_may_be_non_finite():
-    rec = parse_record({"kernel": "k", "names": ["CLAMP"],
-                        "cases": {"CLAMP": [{"inputs": {"hi": {"float": "inf"}}, "value": False},
-                                            {"inputs": {"hi": 6.0}, "value": True}]}}, "r")
+    rec = parse_record(
+        {
+            "kernel": "k",
+            "names": ["CLAMP"],
+            "cases": {
+                "CLAMP": [{"inputs": {"hi": {"float": "inf"}}, "value": False}, {"inputs": {"hi": 6.0}, "value": True}]
+            },
+        },
+        "r",
+    )
     assert resolve(rec, {"hi": math.inf}) == ({"CLAMP": False}, {})
     assert resolve(rec, {"hi": 6.0}) == ({"CLAMP": True}, {})
     values, unresolved = resolve(rec, {"hi": -math.inf})
@@ -66,8 +79,9 @@ def test_heuristics_inputs_may_be_non_finite():
     from karchive.errors import SchemaError
 
     with pytest.raises(SchemaError, match="float"):
-        parse_record({"kernel": "k", "names": ["C"], "cases": {"C": [{"inputs": {"hi": {"float": "big"}},
-                                                                      "value": 1}]}}, "r")
+        parse_record(
+            {"kernel": "k", "names": ["C"], "cases": {"C": [{"inputs": {"hi": {"float": "big"}}, "value": 1}]}}, "r"
+        )
 
 
 def test_the_schema_takes_the_encoding():
@@ -76,8 +90,12 @@ def test_the_schema_takes_the_encoding():
 
     schema = load_schema()
     at = jsonschema.Draft202012Validator({"$defs": schema["$defs"], "$ref": "#/$defs/autotune"})
-    good = {"kernel": "k", "key_names": ["n"], "configs": [{"kwargs": {"B": 1}}],
-            "entries": [{"key": [{"float": "nan"}, 3], "config": 0, "timings_ms": [{"float": "inf"}, 0.5, None]}]}
+    good = {
+        "kernel": "k",
+        "key_names": ["n"],
+        "configs": [{"kwargs": {"B": 1}}],
+        "entries": [{"key": [{"float": "nan"}, 3], "config": 0, "timings_ms": [{"float": "inf"}, 0.5, None]}],
+    }
     assert list(at.iter_errors(good)) == []
     bad = json.loads(json.dumps(good).replace('"inf"', '"huge"'))
     assert list(at.iter_errors(bad))
@@ -86,8 +104,9 @@ def test_the_schema_takes_the_encoding():
 # --- real captures on the fake GPU ---------------------------------------------------------------------
 @needs_triton
 def test_a_config_that_cannot_run_is_stored_as_infinity(triton_cache_dir, tmp_path):
-    import karchive
     from capture_fakes import fake_gpu, fresh, ptr, tuned_copy
+
+    import karchive
     from karchive.cli.inspect_cmds import schema_problems
     from karchive.format.open import open_location
 
@@ -120,8 +139,9 @@ class _Unstorable:
 
 @needs_triton
 def test_one_kernel_that_cannot_be_stored_leaves_the_rest_saved(triton_cache_dir, fake_gpu_driver, tmp_path):
-    import karchive
     from capture_fakes import fresh, heur_copy, ptr, scale_rows
+
+    import karchive
     from karchive.format.open import open_location
 
     fresh(scale_rows, heur_copy)
@@ -129,7 +149,9 @@ def test_one_kernel_that_cannot_be_stored_leaves_the_rest_saved(triton_cache_dir
         scale_rows[(1,)](ptr(), ptr(), 64, 2.0, BLOCK=64)
         heur_copy[(1,)](ptr(), ptr(), 1024, BLOCK=128)
     (bad_key,) = [k for k, v in cap.variants.items() if v.kernel.endswith(":scale_rows")]
-    cap.variants[bad_key] = dataclasses.replace(cap.variants[bad_key], variant=_Unstorable(cap.variants[bad_key].variant))
+    cap.variants[bad_key] = dataclasses.replace(
+        cap.variants[bad_key], variant=_Unstorable(cap.variants[bad_key].variant)
+    )
     cap.save(tmp_path / "mixed.karc")
     reader = open_location(tmp_path / "mixed.karc")
     assert {v["kernel"].rsplit(":", 1)[-1] for v in reader.manifest["variants"]} == {"heur_copy"}
@@ -140,15 +162,17 @@ def test_one_kernel_that_cannot_be_stored_leaves_the_rest_saved(triton_cache_dir
 
 @needs_triton
 def test_nothing_but_karchive_errors_escape_save(triton_cache_dir, fake_gpu_driver, tmp_path):
-    import karchive
     from capture_fakes import fresh, ptr, scale_rows
+
+    import karchive
     from karchive.errors import KarchiveError
 
     fresh(scale_rows)
     with karchive.capture("w", version="1") as cap:
         scale_rows[(1,)](ptr(), ptr(), 64, 2.0, BLOCK=64)
-    cap.autotune.records[("x",)] = type("R", (), {"to_json": lambda self: {"kernel": "x", "deep": _nest(80)},
-                                                 "kernel": "x", "key_names": []})()
+    cap.autotune.records[("x",)] = type(
+        "R", (), {"to_json": lambda self: {"kernel": "x", "deep": _nest(80)}, "kernel": "x", "key_names": []}
+    )()
     cap.save(tmp_path / "w.karc")  # the record nested too deeply is left out with a warning, the kernel saved
     assert any("x: the autotune record is not stored" in w for w in cap.warnings)
     (tmp_path / "file").write_text("")

@@ -10,7 +10,6 @@ import sys
 import warnings
 
 import pytest
-
 from support import ROOT, needs_triton
 
 pytestmark = needs_triton
@@ -29,13 +28,15 @@ triton.compile(src, target=GPUTarget("cuda", 90, 32))
 def _compile_in_subprocess(block: int) -> None:
     """A compile in another process (what torch.compile's workers do), into $TRITON_CACHE_DIR."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
-    subprocess.run([sys.executable, "-c", _WORKER.replace("BLOCK_VALUE", str(block))], env=env, check=True,
-                   capture_output=True)
+    subprocess.run(
+        [sys.executable, "-c", _WORKER.replace("BLOCK_VALUE", str(block))], env=env, check=True, capture_output=True
+    )
 
 
 def test_unsupported_kernels_are_reported_warned_and_fatal_under_strict(triton_cache_dir, fake_gpu_driver):
-    import karchive
     from capture_fakes import fresh, pair_sum, ptr, scale_rows
+
+    import karchive
     from karchive.errors import CaptureError
     from karchive.producer.capture.jit_capture import CaptureIncompleteWarning
 
@@ -62,8 +63,9 @@ def test_unsupported_kernels_are_reported_warned_and_fatal_under_strict(triton_c
 def test_a_cache_dir_set_during_the_capture_is_watched_too(tmp_path, monkeypatch, fake_gpu_driver):
     """torch.compile points TRITON_CACHE_DIR at its own directory when it first compiles: entries written there
     (by this process or by workers) still count, found by modification time."""
-    import karchive
     from capture_fakes import fresh, ptr, scale_rows
+
+    import karchive
 
     first, second = tmp_path / "before", tmp_path / "inductor-triton"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(first))
@@ -82,8 +84,9 @@ def test_a_cache_dir_set_during_the_capture_is_watched_too(tmp_path, monkeypatch
 
 
 def test_entries_from_before_the_capture_are_not_reported(triton_cache_dir, fake_gpu_driver):
-    import karchive
     from capture_fakes import fresh, ptr, scale_rows
+
+    import karchive
 
     _compile_in_subprocess(16)  # already in the cache when the capture starts
     fresh(scale_rows)
@@ -95,8 +98,9 @@ def test_entries_from_before_the_capture_are_not_reported(triton_cache_dir, fake
 
 
 def test_each_window_of_a_decorated_function_is_reported_once(triton_cache_dir, fake_gpu_driver):
-    import karchive
     from capture_fakes import fresh, pair_sum, ptr
+
+    import karchive
     from karchive.producer.capture.jit_capture import CaptureIncompleteWarning
 
     fresh(pair_sum)

@@ -16,7 +16,6 @@ import warnings
 from concurrent.futures import Executor, Future, ThreadPoolExecutor
 
 import pytest
-
 from support import needs_triton
 
 pytestmark = needs_triton
@@ -43,7 +42,9 @@ def _incomplete() -> type[Warning]:
 
 
 def _blocks(cap) -> list[int]:
-    return sorted(p["value"] for v in cap.variants.values() for p in v.variant.to_json()["params"] if p["name"] == "BLOCK")
+    return sorted(
+        p["value"] for v in cap.variants.values() for p in v.variant.to_json()["params"] if p["name"] == "BLOCK"
+    )
 
 
 def _on_thread(fn, *args, name: str = "worker") -> None:
@@ -78,13 +79,21 @@ def test_compiles_on_other_threads_are_recorded_by_default(gpu):
             _compile(32)
             _on_thread(_compile, 64, name="request-7")
     assert _blocks(cap) == [32, 64]
-    by_block = {p["value"]: e for e in cap.events for v in [cap.variants[e.key]] for p in v.variant.to_json()["params"]
-                if p["name"] == "BLOCK"}
+    by_block = {
+        p["value"]: e
+        for e in cap.events
+        for v in [cap.variants[e.key]]
+        for p in v.variant.to_json()["params"]
+        if p["name"] == "BLOCK"
+    }
     assert by_block[64].thread == "request-7" and by_block[64].note == "unowned thread"
     assert by_block[32].thread == threading.current_thread().name and by_block[32].note == ""
     s = cap.summary()
-    assert s["scope"] == "process" and s["left_out"] == [] and s["window"] == {
-        "windows": 1, "compiled": 2, "loaded_from_cache": 0, "other_processes": 0}
+    assert (
+        s["scope"] == "process"
+        and s["left_out"] == []
+        and s["window"] == {"windows": 1, "compiled": 2, "loaded_from_cache": 0, "other_processes": 0}
+    )
 
 
 def test_thread_scope_leaves_other_threads_out_and_says_why(gpu):
@@ -92,8 +101,11 @@ def test_thread_scope_leaves_other_threads_out_and_says_why(gpu):
     from karchive.errors import CaptureError
     from karchive.producer.capture.jit_capture import CaptureIncompleteWarning
 
-    with pytest.warns(CaptureIncompleteWarning, match=r"\[out-of-scope\] scale_rows .*thread 'request-8'.*"
-                                                      r"scope='thread'"):
+    with pytest.warns(
+        CaptureIncompleteWarning,
+        match=r"\[out-of-scope\] scale_rows .*thread 'request-8'.*"
+        r"scope='thread'",
+    ):
         with karchive.capture("iso", version="1", scope="thread") as cap:
             _compile(32)
             _on_thread(_compile, 64, name="request-8")
@@ -124,6 +136,7 @@ def test_pool_tasks_follow_the_capture_that_submitted_them(gpu):
     caps: dict[str, object] = {}
     errors: list[BaseException] = []
     with ThreadPoolExecutor(2, thread_name_prefix="shared-pool") as pool:
+
         def work(label: str, blocks: list[int], scope: str) -> None:
             try:
                 with karchive.capture(label, version="1", scope=scope, strict=True) as cap:
@@ -138,8 +151,10 @@ def test_pool_tasks_follow_the_capture_that_submitted_them(gpu):
 
         with warnings.catch_warnings():
             warnings.simplefilter("error", _incomplete())
-            threads = [threading.Thread(target=work, args=("a", [32, 64], "thread")),
-                       threading.Thread(target=work, args=("b", [128, 256], "process"))]
+            threads = [
+                threading.Thread(target=work, args=("a", [32, 64], "thread")),
+                threading.Thread(target=work, args=("b", [128, 256], "process")),
+            ]
             for t in threads:
                 t.start()
             for t in threads:
@@ -242,9 +257,10 @@ def test_backward_on_the_engine_thread_follows_the_capture_waiting_for_it(gpu, f
 def test_async_compile_on_a_foreign_executor_is_recorded_on_the_waiting_thread(gpu):
     """An executor that is not a ThreadPoolExecutor is not followed; Triton's post-compile hook, which runs on
     the thread that waits for the result, records the kernel instead."""
-    import karchive
     from capture_fakes import ptr, scale_rows
     from triton.runtime._async_compile import AsyncCompileMode
+
+    import karchive
 
     class ThreadPerTask(Executor):
         def submit(self, fn, /, *args, **kwargs):
@@ -270,9 +286,10 @@ def test_async_compile_on_a_foreign_executor_is_recorded_on_the_waiting_thread(g
 
 
 def test_hooks_and_followers_are_restored(gpu):
-    import karchive
     from triton.runtime.autotuner import Autotuner, Heuristics
     from triton.runtime.jit import JITFunction
+
+    import karchive
 
     before = (ThreadPoolExecutor.submit, JITFunction.run, Autotuner.run, Heuristics.run)
     with karchive.capture("r", version="1"):

@@ -6,10 +6,10 @@ import subprocess
 import sys
 
 import pytest
-
 from support import EXAMPLES, ROOT, needs_triton
-from karchive.format.constants import FORMAT_VERSION
+
 from karchive.cli.main import main
+from karchive.format.constants import FORMAT_VERSION
 
 pytestmark = needs_triton
 KERNELS = str(EXAMPLES / "kernels.py")
@@ -23,8 +23,25 @@ def run(capsys, *argv):
 
 def test_compile_mirrors_triton_compile_py(tmp_path, capsys):
     out = tmp_path / "add.karc"
-    code, stdout, _ = run(capsys, "compile", KERNELS, "-n", "add_kernel", "-s", "*fp32:16, *fp32:16, *fp32:16, i32, 1024",
-                          "-t", "cuda:90", "-t", "hip:gfx942", "-w", "4", "-ns", "3", "-o", str(out))
+    code, stdout, _ = run(
+        capsys,
+        "compile",
+        KERNELS,
+        "-n",
+        "add_kernel",
+        "-s",
+        "*fp32:16, *fp32:16, *fp32:16, i32, 1024",
+        "-t",
+        "cuda:90",
+        "-t",
+        "hip:gfx942",
+        "-w",
+        "4",
+        "-ns",
+        "3",
+        "-o",
+        str(out),
+    )
     assert code == 0 and "built 2 of 2" in stdout
     code, stdout, _ = run(capsys, "inspect", str(out), "--json")
     info = json.loads(stdout)
@@ -33,8 +50,14 @@ def test_compile_mirrors_triton_compile_py(tmp_path, capsys):
     for v in info["variants"]:
         assert v["kernel"] == "kernels:add_kernel" and len(v["key"]) == 64
         assert v["num_warps"] == 4 and v["num_stages"] == 3 and v["shared"] == 0
-        assert [p["name"] for p in v["abi"]["params"]] == ["x_ptr", "y_ptr", "out_ptr", "n_elements",
-                                                             "global_scratch", "profile_scratch"]
+        assert [p["name"] for p in v["abi"]["params"]] == [
+            "x_ptr",
+            "y_ptr",
+            "out_ptr",
+            "n_elements",
+            "global_scratch",
+            "profile_scratch",
+        ]
         roles = {f["role"] for f in v["files"]}
         assert {"binary", "metadata", "ttir", "ttgir", "llir", "source"} <= roles
         assert all(len(f["sha256"]) == 64 and f["size"] > 0 for f in v["files"])
@@ -85,13 +108,16 @@ def test_extract_restores_paths_and_stays_inside(examples_archive, tmp_path, cap
     assert code == 2 and "already exists" in err
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["-t", "cuda:abc"], "bad CUDA arch"),
-    (["-t", "vulkan:1"], "unknown backend"),
-    (["-s", "*fp32:16, *fp32:16, *fp32:16, i32, 1024, 7"], "signature has 6 entries"),
-    (["-s", "*fp32:16, *fp32:16, *fp3:16, i32, 1024"], "parameter 2 (out_ptr): unknown type '*fp3'"),
-    (["-n", "nope_kernel"], "'nope_kernel' not found"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["-t", "cuda:abc"], "bad CUDA arch"),
+        (["-t", "vulkan:1"], "unknown backend"),
+        (["-s", "*fp32:16, *fp32:16, *fp32:16, i32, 1024, 7"], "signature has 6 entries"),
+        (["-s", "*fp32:16, *fp32:16, *fp3:16, i32, 1024"], "parameter 2 (out_ptr): unknown type '*fp3'"),
+        (["-n", "nope_kernel"], "'nope_kernel' not found"),
+    ],
+)
 def test_compile_errors_are_clear(argv, message, tmp_path, capsys):
     base = {"-n": "add_kernel", "-s": "*fp32:16, *fp32:16, *fp32:16, i32, 1024", "-t": "cuda:90"}
     for flag, value in zip(argv[::2], argv[1::2]):
@@ -104,7 +130,7 @@ def test_compile_errors_are_clear(argv, message, tmp_path, capsys):
     assert not (tmp_path / "x.karc").exists()
 
 
-BROKEN = '''
+BROKEN = """
 import triton
 import triton.language as tl
 
@@ -117,12 +143,12 @@ def broken_kernel(x_ptr, BLOCK: tl.constexpr):
 def fine_kernel(x_ptr, BLOCK: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     tl.store(x_ptr + offs, tl.load(x_ptr + offs) * 2)
-'''
+"""
 
 
 def test_build_reports_failures_and_keep_going(tmp_path, capsys):
     (tmp_path / "k.py").write_text(BROKEN)
-    (tmp_path / "spec.toml").write_text('''
+    (tmp_path / "spec.toml").write_text("""
 [archive]
 name = "mixed"
 version = "1"
@@ -135,12 +161,14 @@ constexprs = { BLOCK = [128] }
 source = "k.py:fine_kernel"
 signature = "*fp32"
 constexprs = { BLOCK = [128, 256] }
-''')
+""")
     out = tmp_path / "mixed.karc"
     code, _, err = run(capsys, "build", str(tmp_path / "spec.toml"), "-o", str(out), "-j", "1", "--quiet")
     assert code == 2 and "1 of 3 variants failed" in err and "undefined_name" in err
     assert not out.exists()
-    code, stdout, _ = run(capsys, "build", str(tmp_path / "spec.toml"), "-o", str(out), "-j", "1", "--keep-going", "--json")
+    code, stdout, _ = run(
+        capsys, "build", str(tmp_path / "spec.toml"), "-o", str(out), "-j", "1", "--keep-going", "--json"
+    )
     summary = json.loads(stdout)
     assert code == 1 and summary["built"] == 2 and len(summary["failed"]) == 1
     assert "broken_kernel" in summary["failed"][0]["variant"] and out.exists()
@@ -148,20 +176,23 @@ constexprs = { BLOCK = [128, 256] }
 
 def test_spec_file_errors(tmp_path, capsys):
     spec = tmp_path / "s.toml"
-    spec.write_text('[archive]\nname = "x"\nversion = "1"\ntargets = ["cuda:90"]\n[[kernel]]\nsource = "%s:add_kernel"\n'
-                    'signature = "*fp32, *fp32, *fp32, i32"\nconstexprs = { BLOCK = [64] }\nwaves_per_eu = 2\n' % KERNELS)
+    spec.write_text(
+        '[archive]\nname = "x"\nversion = "1"\ntargets = ["cuda:90"]\n[[kernel]]\nsource = "%s:add_kernel"\n'
+        'signature = "*fp32, *fp32, *fp32, i32"\nconstexprs = { BLOCK = [64] }\nwaves_per_eu = 2\n' % KERNELS
+    )
     code, _, err = run(capsys, "build", str(spec), "-o", str(tmp_path / "o.karc"))
     assert code == 2 and "waves_per_eu" in err and "do not apply to cuda" in err
 
 
 def test_console_entry_point_runs(examples_archive):
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    out = subprocess.run([sys.executable, "-m", "karchive", "inspect", str(examples_archive)], env=env,
-                         capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-m", "karchive", "inspect", str(examples_archive)], env=env, capture_output=True, text=True
+    )
     assert out.returncode == 0 and "matmul_kernel" in out.stdout
 
 
-TMA = '''
+TMA = """
 import triton
 import triton.language as tl
 
@@ -169,7 +200,7 @@ import triton.language as tl
 def tma_copy(in_desc, out_desc, BLOCK: tl.constexpr):
     pid = tl.program_id(0)
     out_desc.store([pid * BLOCK, 0], in_desc.load([pid * BLOCK, 0]))
-'''
+"""
 
 
 def test_kernels_with_tensor_descriptors_build_with_their_expansion_recorded(tmp_path, capsys):
@@ -183,9 +214,21 @@ def test_kernels_with_tensor_descriptors_build_with_their_expansion_recorded(tmp
 
     (tmp_path / "tma.py").write_text(TMA)
     out = tmp_path / "tma.karc"
-    code, _, err = run(capsys, "compile", str(tmp_path / "tma.py"), "-n", "tma_copy",
-                       "-s", "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64", "-t", "cuda:90", "-t", "cuda:80",
-                       "-o", str(out))
+    code, _, err = run(
+        capsys,
+        "compile",
+        str(tmp_path / "tma.py"),
+        "-n",
+        "tma_copy",
+        "-s",
+        "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64",
+        "-t",
+        "cuda:90",
+        "-t",
+        "cuda:80",
+        "-o",
+        str(out),
+    )
     assert code == 0, err
     convention = convention_for_triton(triton.__version__)
     manifest = Manifest.from_json(ArchiveReader.from_path(out).manifest)

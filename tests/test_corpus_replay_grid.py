@@ -18,9 +18,13 @@ import corpus_record  # a plain module of the GPU harness (imports nothing heavy
 
 
 def test_replay_grid_answers_each_configs_own_grid():
-    rec = {"grid": [16, 1, 1], "grid_per_config": [
-        {"kwargs": {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 128, "FLAG": True}, "grid": [16, 1, 1]},
-        {"kwargs": {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 32, "FLAG": True}, "grid": [128, 1, 1]}]}
+    rec = {
+        "grid": [16, 1, 1],
+        "grid_per_config": [
+            {"kwargs": {"BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 128, "FLAG": True}, "grid": [16, 1, 1]},
+            {"kwargs": {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 32, "FLAG": True}, "grid": [128, 1, 1]},
+        ],
+    }
     grid, used = corpus_record.replay_grid(rec, per_config=True)
     assert grid({"M": 512, "BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 32, "FLAG": True}) == (128, 1, 1)
     assert grid({"M": 512, "BLOCK_SIZE_M": 128, "BLOCK_SIZE_N": 128, "FLAG": True}) == (16, 1, 1)
@@ -40,7 +44,8 @@ def test_the_capture_evaluates_the_librarys_grid_for_every_config():
     kernel = aot_act_kernels.at_act
     grid = lambda meta: (-(-meta["n"] // meta["BLOCK"]),)  # noqa: E731
     frame = {"kind": "autotune", "obj": kernel}
-    table = corpus_record._grids_per_config(frame, kernel.fn, (0, 0, 1000), {"grid": grid, "BLOCK": 64,
-                                                                              "ACT": "", "NEG": False})
+    table = corpus_record._grids_per_config(
+        frame, kernel.fn, (0, 0, 1000), {"grid": grid, "BLOCK": 64, "ACT": "", "NEG": False}
+    )
     assert table == [{"kwargs": {"BLOCK": 64}, "grid": [16, 1, 1]}, {"kwargs": {"BLOCK": 128}, "grid": [8, 1, 1]}]
     assert corpus_record._grids_per_config(frame, kernel.fn, (0, 0, 1000), {"grid": (16,)}) is None

@@ -13,13 +13,13 @@ from registry_support import run_cli
 from support import needs_triton
 
 from karchive.audit.diff import diff_archives
+from karchive.format.names import short_name
 from karchive.format.reader import ArchiveReader
 from karchive.format.writer import ArchiveWriter
-from karchive.format.names import short_name
 
 pytestmark = needs_triton
 
-KERNELS_V1 = '''\
+KERNELS_V1 = """\
 import triton
 import triton.language as tl
 
@@ -36,12 +36,12 @@ def scale_kernel(x_ptr, out_ptr, n, alpha, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * alpha, mask=mask)
-'''
+"""
 # The same module with add_kernel's `+` turned into `-` (same line numbers: scale_kernel's own
 # source key stays the same, only the module file around it changes).
 KERNELS_V2 = KERNELS_V1.replace("mask=mask) + tl.load(y_ptr", "mask=mask) - tl.load(y_ptr")
 
-EXTRA = '''\
+EXTRA = """\
 import triton
 import triton.language as tl
 
@@ -51,9 +51,9 @@ def mul_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * tl.load(y_ptr + offs, mask=mask), mask=mask)
-'''
+"""
 
-SPEC = '''\
+SPEC = """\
 [archive]
 name = "kernels"
 version = "{version}"
@@ -69,28 +69,47 @@ source = "kernels.py:scale_kernel"
 signature = "*fp32:16, *fp32:16, i32, fp32"
 constexprs = {{ BLOCK = [1024] }}
 num_warps = [{scale_warps}]
-{extra}'''
+{extra}"""
 
-EXTRA_SPEC = '''
+EXTRA_SPEC = """
 [[kernel]]
 source = "extra.py:mul_kernel"
 signature = "*fp32:16, *fp32:16, *fp32:16, i32"
 constexprs = { BLOCK = [1024] }
-'''
+"""
 
 
-def _build(root: Path, name: str, *, source: str = KERNELS_V1, version: str = "1.4.0", add_block: int = 1024,
-           scale_warps: str = "4, 8", extra: bool = False, env: dict[str, str] | None = None,
-           flags: tuple[str, ...] = ()) -> Path:
+def _build(
+    root: Path,
+    name: str,
+    *,
+    source: str = KERNELS_V1,
+    version: str = "1.4.0",
+    add_block: int = 1024,
+    scale_warps: str = "4, 8",
+    extra: bool = False,
+    env: dict[str, str] | None = None,
+    flags: tuple[str, ...] = (),
+) -> Path:
     """Write the kernel module and a spec, then `karchive build` them in a child process."""
     (root / "kernels.py").write_text(source)
     (root / "extra.py").write_text(EXTRA)
     spec = root / f"{name}.toml"
-    spec.write_text(SPEC.format(version=version, add_block=add_block, scale_warps=scale_warps,
-                                extra=EXTRA_SPEC if extra else ""))
+    spec.write_text(
+        SPEC.format(version=version, add_block=add_block, scale_warps=scale_warps, extra=EXTRA_SPEC if extra else "")
+    )
     out = root / f"{name}.karc"
-    done = run_cli("build", str(spec), "-o", str(out), "-j", "1", *flags, env={"TRITON_DEFAULT_FP_FUSION": "1", **(env or {})},
-                   timeout=600)
+    done = run_cli(
+        "build",
+        str(spec),
+        "-o",
+        str(out),
+        "-j",
+        "1",
+        *flags,
+        env={"TRITON_DEFAULT_FP_FUSION": "1", **(env or {})},
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return out
 
@@ -103,7 +122,9 @@ def _other_ptxas() -> str | None:
     used, other = bin_dir / "ptxas-blackwell", bin_dir / "ptxas"
     if not (used.is_file() and other.is_file()):
         return None
-    versions = [subprocess.run([str(p), "--version"], capture_output=True, text=True, check=False).stdout for p in (used, other)]
+    versions = [
+        subprocess.run([str(p), "--version"], capture_output=True, text=True, check=False).stdout for p in (used, other)
+    ]
     return str(other) if versions[0] != versions[1] else None
 
 
@@ -136,7 +157,9 @@ def diff_json(*args: str) -> tuple[int, dict]:
 
 
 def _by(doc: dict, kernel: str, status: str | None = None) -> list[dict]:
-    return [v for v in doc["variants"] if short_name(v["kernel"]) == kernel and (status is None or v["status"] == status)]
+    return [
+        v for v in doc["variants"] if short_name(v["kernel"]) == kernel and (status is None or v["status"] == status)
+    ]
 
 
 def _fields(v: dict) -> list[str]:
@@ -153,8 +176,9 @@ def test_a_reproducible_rebuild_is_identical(archives: dict[str, Path]) -> None:
     assert doc["summary"]["variants"] == {"added": 0, "removed": 0, "changed": 0, "unchanged": 3}
     assert all(v["status"] == "unchanged" and v["matched_by"] == "key" for v in doc["variants"])
     # registers and stack come from the cubins themselves
-    assert all(v["a"]["resources"]["registers"] > 0 and v["a"]["resources"] == v["b"]["resources"]
-               for v in doc["variants"])
+    assert all(
+        v["a"]["resources"]["registers"] > 0 and v["a"]["resources"] == v["b"]["resources"] for v in doc["variants"]
+    )
 
 
 # -- changed source --------------------------------------------------------------------------------
@@ -168,9 +192,11 @@ def test_changed_source_is_a_changed_variant_with_source_digest_and_unified_diff
     # one module holds both kernels: its diff is shown once, naming every variant it concerns
     assert out.count("\n+++ ") == 1 and "source of kernels:add_kernel cuda:90 BLOCK=1024; kernels:scale_kernel" in out
     # add_kernel was edited; scale_kernel, above it in the same module, has its key and binary (issue 35.6)
-    assert out.strip().splitlines()[-1] == ("kernels: 1 changed, 1 with only the module text around them changed; "
-                                            "variants: 0 added, 0 removed, 3 changed (2 only in the module text), "
-                                            "0 unchanged")
+    assert out.strip().splitlines()[-1] == (
+        "kernels: 1 changed, 1 with only the module text around them changed; "
+        "variants: 0 added, 0 removed, 3 changed (2 only in the module text), "
+        "0 unchanged"
+    )
 
     code, doc = diff_json(archives["base"], archives["edited"])
     assert code == 1 and not doc["identical"]
@@ -291,7 +317,9 @@ def _damage_binary(src: Path, dst: Path) -> None:
     dst.write_bytes(bytes(data))
 
 
-def test_damaged_missing_and_foreign_inputs_exit_2_with_a_karchive_error(archives: dict[str, Path], tmp_path: Path) -> None:
+def test_damaged_missing_and_foreign_inputs_exit_2_with_a_karchive_error(
+    archives: dict[str, Path], tmp_path: Path
+) -> None:
     bad = tmp_path / "bad.karc"
     _damage_binary(archives["same"], bad)
     done = diff(archives["base"], bad)
@@ -364,8 +392,12 @@ def test_name_at_version_through_a_local_registry(archives: dict[str, Path], tmp
     assert diff("kernels@1.5.0", "kernels@1.5.0", env=env).returncode == 0
     missing = diff("kernels@9.9.9", "kernels@1.4.0", *args)
     assert missing.returncode == 2 and "1.5.0" in missing.stderr and "Traceback" not in missing.stderr
-    assert diff("kernels@1.4.0", "kernels@1.5.0", "--registry", str(tmp_path / "nowhere"),
-                "--cache-dir", str(cache)).returncode == 2
+    assert (
+        diff(
+            "kernels@1.4.0", "kernels@1.5.0", "--registry", str(tmp_path / "nowhere"), "--cache-dir", str(cache)
+        ).returncode
+        == 2
+    )
 
 
 def test_help_documents_matching_and_exit_status() -> None:

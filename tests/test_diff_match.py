@@ -44,8 +44,9 @@ def rekey(v: dict, tag: str) -> dict:
 
 
 def variants(m: dict, block: int) -> list[dict]:
-    return sorted((v for v in m["variants"] if v["params"][-1]["value"] == block),
-                  key=lambda v: v["options"]["num_warps"])
+    return sorted(
+        (v for v in m["variants"] if v["params"][-1]["value"] == block), key=lambda v: v["options"]["num_warps"]
+    )
 
 
 def with_warps(v: dict, warps: int, tag: str) -> dict:
@@ -56,8 +57,10 @@ def with_warps(v: dict, warps: int, tag: str) -> dict:
 
 
 def statuses(result: Any) -> list[tuple[str, str, Any, Any]]:
-    return [(r.status, r.matched_by, r.a and r.a["options"]["num_warps"], r.b and r.b["options"]["num_warps"])
-            for r in result.variants]
+    return [
+        (r.status, r.matched_by, r.a and r.a["options"]["num_warps"], r.b and r.b["options"]["num_warps"])
+        for r in result.variants
+    ]
 
 
 def test_the_same_manifest_is_identical_and_pairs_by_key(base: dict) -> None:
@@ -78,7 +81,10 @@ def test_toolchain_and_format_versions_are_differences(base: dict) -> None:
     other["produced_by"] = {**other["produced_by"], "triton": "9.0.0", "llvm": "20.1"}
     result = diff_manifests(base, other)
     assert not result.identical
-    assert [(c.field, c.b) for c in result.archive_changes] == [("produced_by.llvm", "20.1"), ("produced_by.triton", "9.0.0")]
+    assert [(c.field, c.b) for c in result.archive_changes] == [
+        ("produced_by.llvm", "20.1"),
+        ("produced_by.triton", "9.0.0"),
+    ]
     assert "archive: produced_by.llvm, produced_by.triton differ" in result.summary()
 
 
@@ -101,8 +107,10 @@ def test_ambiguous_option_changes_are_removed_plus_added(base: dict) -> None:
     b["variants"] = [with_warps(w4, 2, "w2"), with_warps(w8, 16, "w16"), *variants(base, 256)]
     result = diff_manifests(base, b)
     rows = [s for s in statuses(result) if s[0] != "unchanged"]
-    assert sorted(rows, key=str) == sorted([("removed", None, 4, None), ("removed", None, 8, None),
-                                            ("added", None, None, 2), ("added", None, None, 16)], key=str)
+    assert sorted(rows, key=str) == sorted(
+        [("removed", None, 4, None), ("removed", None, 8, None), ("added", None, None, 2), ("added", None, None, 16)],
+        key=str,
+    )
     assert result.count("unchanged") == 1  # BLOCK=256
 
 
@@ -112,8 +120,9 @@ def test_rounds_pair_by_options_then_by_tuning(base: dict) -> None:
     b = manifest()
     b["variants"] = [rekey(w4, "edit"), rekey(w8, "edit")]
     result = diff_manifests(base, b, kernels=["add_kernel"], targets=["cuda:90"])
-    pairs = [(r.matched_by, r.a["options"]["num_warps"], r.b["options"]["num_warps"]) for r in result.variants
-             if r.a and r.b]
+    pairs = [
+        (r.matched_by, r.a["options"]["num_warps"], r.b["options"]["num_warps"]) for r in result.variants if r.a and r.b
+    ]
     assert pairs == [("options", 4, 4), ("options", 8, 8)]
     # fp fusion switched off for both: options differ, tuning does not -> paired by tuning
     off = [rekey(w4, "nofma"), rekey(w8, "nofma")]
@@ -123,8 +132,9 @@ def test_rounds_pair_by_options_then_by_tuning(base: dict) -> None:
     result = diff_manifests(base, b, kernels=["add_kernel"])
     changed = [r for r in result.variants if r.status == "changed"]
     assert [r.matched_by for r in changed] == ["tuning", "tuning"]
-    assert all(any(c.field == "options.enable_fp_fusion" and (c.a, c.b) == (True, False) for c in r.changes)
-               for r in changed)
+    assert all(
+        any(c.field == "options.enable_fp_fusion" and (c.a, c.b) == (True, False) for c in r.changes) for r in changed
+    )
 
 
 def test_different_slots_never_pair(base: dict) -> None:
@@ -141,7 +151,8 @@ def test_different_slots_never_pair(base: dict) -> None:
     # the short form would show both as BLOCK=1024: the full signature tells them apart
     assert {r.specialisation for r in result.variants} == {
         "x_ptr:*fp32:16 y_ptr:*fp32:16 out_ptr:*fp32:16 n_elements:i32 BLOCK=1024",
-        "x_ptr:*fp32 y_ptr:*fp32:16 out_ptr:*fp32:16 n_elements:i32 BLOCK=1024"}
+        "x_ptr:*fp32 y_ptr:*fp32:16 out_ptr:*fp32:16 n_elements:i32 BLOCK=1024",
+    }
 
 
 def test_compare_names_every_aspect_most_telling_first(base: dict) -> None:
@@ -153,19 +164,35 @@ def test_compare_names_every_aspect_most_telling_first(base: dict) -> None:
     b["provenance"]["triton_cache"]["backend_hash"] = "ptxas other"
     b["abi"]["num_warps"] = 8  # the ABI disagrees with the options: shown under the ABI's name
     changes = compare_variants(w4, b, {}, {}, {"registers": 10}, {"registers": 12})
-    assert [c.field for c in changes] == ["key", "shared", "registers", "binary", "source_key", "triton", "backend",
-                                          "abi.num_warps"]
+    assert [c.field for c in changes] == [
+        "key",
+        "shared",
+        "registers",
+        "binary",
+        "source_key",
+        "triton",
+        "backend",
+        "abi.num_warps",
+    ]
     assert compare_variants(w4, copy.deepcopy(w4), {}, {}) == []
 
 
 def test_autotune_records_are_compared_per_kernel(base: dict) -> None:
-    record = {"kernel": "kernels:add_kernel", "key_names": ["n"], "dtype_args": [], "configs": [{"kwargs": {}}],
-              "entries": [], "fallback": "nearest-log2"}
+    record = {
+        "kernel": "kernels:add_kernel",
+        "key_names": ["n"],
+        "dtype_args": [],
+        "configs": [{"kwargs": {}}],
+        "entries": [],
+        "fallback": "nearest-log2",
+    }
     b = copy.deepcopy(base)
     b["autotune"] = [record]
     result = diff_manifests(base, b)
     assert not result.identical and result.kernels()["changed"] == ["kernels:add_kernel"]
-    assert result.autotune == [{"kernel": "kernels:add_kernel", "status": "added", "configs": [None, 1], "entries": [None, 0]}]
+    assert result.autotune == [
+        {"kernel": "kernels:add_kernel", "status": "added", "configs": [None, 1], "entries": [None, 0]}
+    ]
     c = copy.deepcopy(b)
     c["autotune"][0]["entries"] = [{"key": [1], "config": 0, "variant": base["variants"][0]["key"]}]
     assert diff_manifests(b, c).autotune[0]["status"] == "changed"

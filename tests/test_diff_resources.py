@@ -32,8 +32,15 @@ def _cuobjdump() -> Path:
 def _matmul(target: str, options: dict):
     from karchive.producer.compile.aot import VariantRequest, compile_variant
 
-    return compile_variant(VariantRequest(str(EXAMPLES / "kernels.py") + ":matmul_kernel", MATMUL_SIG, target,
-                                          {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}, options))
+    return compile_variant(
+        VariantRequest(
+            str(EXAMPLES / "kernels.py") + ":matmul_kernel",
+            MATMUL_SIG,
+            target,
+            {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64},
+            options,
+        )
+    )
 
 
 def _resource_usage(tool: Path, cubin: bytes, tmp_path: Path) -> dict[str, int]:
@@ -123,9 +130,11 @@ def test_hostile_elf_headers_and_metadata_notes_yield_nothing() -> None:
     start = h.files["binary"].index(b"AMDGPU\x00\x00") + 8  # the note's descriptor: MessagePack
     size = struct.unpack_from("<I", h.files["binary"], start - 8 - 12 + 4)[0]
     assert size > 100 and hsaco_resources(h.files["binary"], "add_kernel")["registers.vgpr"] > 0
-    for payload in (b"\x91" * size,  # arrays nested past any sane depth
-                    b"\xdf\xff\xff\xff\xff" + bytes(size - 5),  # a map claiming 4 billion entries
-                    b"\xc7" + bytes(size - 1)):  # an extension type
+    for payload in (
+        b"\x91" * size,  # arrays nested past any sane depth
+        b"\xdf\xff\xff\xff\xff" + bytes(size - 5),  # a map claiming 4 billion entries
+        b"\xc7" + bytes(size - 1),
+    ):  # an extension type
         data = bytearray(h.files["binary"])
-        data[start:start + size] = payload
+        data[start : start + size] = payload
         assert hsaco_resources(bytes(data), "add_kernel") == {}

@@ -25,19 +25,41 @@ _NOT_A_PATH = re.compile(r"[\s<>*{}()\[\]=$@,;|'\"…]|://|^[-~/.]|^[A-Z_]+/|^(t
 #: document: the list only shrinks).
 ILLUSTRATIVE: set[str] = {
     # a user's files and folders, and what commands write
-    "out", "a/b/__init__.py", "a/b/c.py", "ops/kernels.py", "a/../b", "out/examples.karc",
+    "out",
+    "a/b/__init__.py",
+    "a/b/c.py",
+    "ops/kernels.py",
+    "a/../b",
+    "out/examples.karc",
     # members inside an archive, and the layout of a registry's store
-    "karchive/manifest.json", "karchive/dictionary.zdict", "sources", "blobs", "names", "refs", "metadata",
-    "metadata/snapshots", "metadata/timestamp.json", "blobs/sha256", "blobs/sha256/D.karc",
-    "blobs/sha256/D.karc.sigs/KEYID.json", "metadata/snapshots/N.json", "names/NAME/versions",
+    "karchive/manifest.json",
+    "karchive/dictionary.zdict",
+    "sources",
+    "blobs",
+    "names",
+    "refs",
+    "metadata",
+    "metadata/snapshots",
+    "metadata/timestamp.json",
+    "blobs/sha256",
+    "blobs/sha256/D.karc",
+    "blobs/sha256/D.karc.sigs/KEYID.json",
+    "metadata/snapshots/N.json",
+    "names/NAME/versions",
     "names/NAME/versions/VERSION.json",
     # an OCI image's platform
     "linux/amd64",
     # Triton's own compile tool (its syntax), and words with a slash that are not paths
-    "tools/compile.py", "if/else", "registers.vgpr/sgpr/agpr", "spills.vgpr/sgpr", "Registry.open/pull",
+    "tools/compile.py",
+    "if/else",
+    "registers.vgpr/sgpr/agpr",
+    "spills.vgpr/sgpr",
+    "Registry.open/pull",
     "runDetails.metadata.invocationId/startedOn/finishedOn",
     # docs/benchmarks.md is a log: files a past run used, since replaced (it says by what)
-    "karchive/runtime/codegen.py", "tools/gpu_capture.py", "tools/gpu_interop.py",
+    "karchive/runtime/codegen.py",
+    "tools/gpu_capture.py",
+    "tools/gpu_interop.py",
 }
 
 
@@ -77,9 +99,18 @@ def test_the_illustrative_list_only_names_paths_documents_use():
 
 def test_the_reader_finds_paths_and_leaves_the_rest(tmp_path):
     doc = tmp_path / "d.md"
-    doc.write_text("`runtime/select` `trust/decide.decide` `c-ext/pack.c` `launch/kernel.py` `docs/cli.md` "
-                   "`https://x/y` `--keys FILE` `$KARCHIVE_CACHE_DIR/tuning/` `a/b` `runtime/nothing_here.py`")
+    doc.write_text(
+        "`runtime/select` `trust/decide.decide` `c-ext/pack.c` `launch/kernel.py` `docs/cli.md` "
+        "`https://x/y` `--keys FILE` `$KARCHIVE_CACHE_DIR/tuning/` `a/b` `runtime/nothing_here.py`"
+    )
     found = _paths(doc)
-    assert found == {"runtime/select", "trust/decide.decide", "c-ext/pack.c", "launch/kernel.py", "docs/cli.md",
-                     "a/b", "runtime/nothing_here.py"}
+    assert found == {
+        "runtime/select",
+        "trust/decide.decide",
+        "c-ext/pack.c",
+        "launch/kernel.py",
+        "docs/cli.md",
+        "a/b",
+        "runtime/nothing_here.py",
+    }
     assert {t for t in found if not _exists(t, doc)} == {"a/b", "runtime/nothing_here.py"}

@@ -18,9 +18,9 @@ import karchive.errors as errors_module
 from karchive.errors import KarchiveError
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "karchive"
-CLASSES = {name: cls for name, cls in vars(errors_module).items()
-           if isinstance(cls, type) and issubclass(cls, KarchiveError)}
-
+CLASSES = {
+    name: cls for name, cls in vars(errors_module).items() if isinstance(cls, type) and issubclass(cls, KarchiveError)
+}
 
 
 def _required(cls: type[KarchiveError]) -> list[str]:
@@ -53,15 +53,20 @@ def _unfilled() -> dict[tuple[str, str], list[str]]:
 
 
 def test_no_raise_site_passes_a_field_its_class_does_not_declare():
-    bad = [f"{rel}:{line}: {name}({k.arg}=...)" for rel, line, name, node in _calls()
-           for k in node.keywords if k.arg is not None and k.arg not in CLASSES[name]._field_names]
+    bad = [
+        f"{rel}:{line}: {name}({k.arg}=...)"
+        for rel, line, name, node in _calls()
+        for k in node.keywords
+        if k.arg is not None and k.arg not in CLASSES[name]._field_names
+    ]
     assert not bad, "\n".join(bad)
 
 
 def test_every_declared_field_is_filled_where_raised():
     found = _unfilled()
-    assert not found, "raise sites that leave declared fields empty (fill them, or remove the field):\n" + \
-        "\n".join(s for sites in found.values() for s in sites)
+    assert not found, "raise sites that leave declared fields empty (fill them, or remove the field):\n" + "\n".join(
+        s for sites in found.values() for s in sites
+    )
 
 
 def test_the_walker_sees_raise_sites():
@@ -76,7 +81,11 @@ def test_omitted_fields_are_neither_accepted_nor_emitted():
 
     assert "archive" not in KeyFileError._field_names and "archive" not in KeyFileError("x", path="k").to_json()
     assert DriverError("x", call="cuLaunchKernel", code=700).to_json() == {
-        "error": "DriverError", "message": "x", "call": "cuLaunchKernel", "code": 700}
+        "error": "DriverError",
+        "message": "x",
+        "call": "cuLaunchKernel",
+        "code": 700,
+    }
     import pytest
 
     with pytest.raises(TypeError):
@@ -92,16 +101,24 @@ def _cli(*argv: str, env: dict[str, str] | None = None) -> tuple[int, dict]:
 
     full = {k: v for k, v in os.environ.items() if k != "KARCHIVE_TEST_NO_SUCH_VAR"}
     full["PYTHONPATH"] = str(PACKAGE.parent)
-    done = subprocess.run([sys.executable, "-m", "karchive", *argv, "--json"], capture_output=True, text=True,
-                          env={**full, **(env or {})}, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "karchive", *argv, "--json"],
+        capture_output=True,
+        text=True,
+        env={**full, **(env or {})},
+        timeout=120,
+    )
     return done.returncode, json.loads(done.stdout)
 
 
 def test_the_cli_json_error_carries_the_filled_fields(tmp_path):
     """What a script reads: the class, the message and every declared field, none of them a null left unfilled."""
     code, out = _cli("cache", "prune", "--max-size", "lots", "--cache-dir", str(tmp_path / "cache"))
-    assert code == 2 and out == {"error": "RegistryValueError", "value": "'lots'",
-                                 "message": "bad size 'lots': use e.g. 500M, 2G, 1.5GiB or a byte count"}
+    assert code == 2 and out == {
+        "error": "RegistryValueError",
+        "value": "'lots'",
+        "message": "bad size 'lots': use e.g. 500M, 2G, 1.5GiB or a byte count",
+    }
 
 
 def test_the_cli_json_error_of_keygen_carries_its_fields(tmp_path):
@@ -109,8 +126,12 @@ def test_the_cli_json_error_of_keygen_carries_its_fields(tmp_path):
 
     pytest.importorskip("cryptography")  # keygen needs the trust extra (a consumer-only install skips)
     code, out = _cli("keygen", "-o", str(tmp_path / "k"), "--passphrase-env", "KARCHIVE_TEST_NO_SUCH_VAR")
-    assert code == 2 and out == {"error": "KeyFileError", "reason": "bad-key-file", "path": str(tmp_path / "k.key"),
-                                 "message": "--passphrase-env KARCHIVE_TEST_NO_SUCH_VAR: the variable is not set or empty"}
+    assert code == 2 and out == {
+        "error": "KeyFileError",
+        "reason": "bad-key-file",
+        "path": str(tmp_path / "k.key"),
+        "message": "--passphrase-env KARCHIVE_TEST_NO_SUCH_VAR: the variable is not set or empty",
+    }
     assert not (tmp_path / "k.key").exists()
 
 
@@ -126,7 +147,10 @@ def test_a_cache_lock_held_past_its_timeout_is_a_cache_error_naming_the_lock(tmp
         with pytest.raises(CacheError) as err:
             FileLock(lock, timeout=0.2).acquire()
     assert isinstance(err.value, RegistryError) and err.value.to_json() == {
-        "error": "CacheError", "message": err.value.message, "path": str(lock)}
+        "error": "CacheError",
+        "message": err.value.message,
+        "path": str(lock),
+    }
 
 
 if __name__ == "__main__":  # `python tests/test_error_fields.py`: every site that breaks the rule, one per line

@@ -40,8 +40,9 @@ print(json.dumps({{"benched": len(benched), "block": cfg.kwargs["BLOCK"], "warps
 
 
 def test_a_fresh_process_reads_the_exported_decision(triton_cache_dir, fake_gpu_driver, tmp_path):
-    import karchive
     from capture_fakes import fresh, ptr, tuned_copy
+
+    import karchive
     from karchive.producer.capture.triton_cache import export_archive
     from karchive.resolve import open as open_ref
 
@@ -59,15 +60,17 @@ def test_a_fresh_process_reads_the_exported_decision(triton_cache_dir, fake_gpu_
     assert data["key"] == [4096, "fp32", "fp32"] and len(data["configs_timings"]) == 3
 
     env = {**os.environ, "TRITON_CACHE_DIR": str(out), "TRITON_CACHE_AUTOTUNING": "1"}
-    run = subprocess.run([sys.executable, "-c", _FRESH.format(tests=str(TESTS))], env=env, capture_output=True,
-                         text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", _FRESH.format(tests=str(TESTS))], env=env, capture_output=True, text=True, timeout=300
+    )
     assert run.returncode == 0, run.stderr
     seen = json.loads(run.stdout.strip().splitlines()[-1])
     assert seen == {"benched": 0, "block": 128, "warps": 4, "compiles": [True]}
     # the control: without Triton reading its autotune cache, the same process benchmarks and chooses otherwise
     env.pop("TRITON_CACHE_AUTOTUNING")
-    run = subprocess.run([sys.executable, "-c", _FRESH.format(tests=str(TESTS))], env=env, capture_output=True,
-                         text=True, timeout=300)
+    run = subprocess.run(
+        [sys.executable, "-c", _FRESH.format(tests=str(TESTS))], env=env, capture_output=True, text=True, timeout=300
+    )
     control = json.loads(run.stdout.strip().splitlines()[-1])
     assert control["benched"] == 3 and control["block"] == 64
     # again, written a second time: left alone

@@ -8,8 +8,8 @@ import sys
 import textwrap
 
 import pytest
-
 from hostile_factory import SOURCE_TEXT, v2_variant
+
 from karchive.core.digest import sha256_hex
 from karchive.errors import FormatError, SchemaError
 from karchive.format import writer as writer_mod
@@ -38,9 +38,18 @@ def _archive(kernels=None, *, per_target_frames: bool = True) -> tuple[bytes, di
             w.add_group([m for launch, _ in units for m in launch])
             w.add_group([m for _, irm in units for m in irm], use_dict=False)
     w.add_group([(source.path, SOURCE_TEXT)])
-    manifest = {"format": "karchive", "format_version": "2.1", "abi_version": 1, "name": "split", "version": "1",
-                "produced_by": {"karchive": "test"}, "created": None, "path_sentinel": "@KARCHIVE_ROOT@",
-                "sources": [source.to_json()], "variants": sorted(entries, key=lambda e: (e["kernel"], e["key"]))}
+    manifest = {
+        "format": "karchive",
+        "format_version": "2.1",
+        "abi_version": 1,
+        "name": "split",
+        "version": "1",
+        "produced_by": {"karchive": "test"},
+        "created": None,
+        "path_sentinel": "@KARCHIVE_ROOT@",
+        "sources": [source.to_json()],
+        "variants": sorted(entries, key=lambda e: (e["kernel"], e["key"])),
+    }
     return w.to_bytes(manifest), manifest
 
 
@@ -87,13 +96,19 @@ def test_karchive_s_own_2_0_reader_reads_a_2_1_archive(tmp_path):
     reads a 2.1 archive: the same variants, members readable, verify() clean. Skipped without the history."""
     from registry_servers import ROOT, subprocess_env
 
-    if shutil.which("git") is None or subprocess.run(["git", "cat-file", "-e", f"{READER_2_0}^{{commit}}"], cwd=ROOT,
-                                                     capture_output=True).returncode != 0:
+    if (
+        shutil.which("git") is None
+        or subprocess.run(
+            ["git", "cat-file", "-e", f"{READER_2_0}^{{commit}}"], cwd=ROOT, capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip(f"needs git and commit {READER_2_0} to take the 2.0 reader from history")
     old = tmp_path / "old"
     old.mkdir()
-    tar = subprocess.run(["git", "archive", "--format=tar", READER_2_0, "karchive"], cwd=ROOT, capture_output=True,
-                         check=True).stdout
+    tar = subprocess.run(
+        ["git", "archive", "--format=tar", READER_2_0, "karchive"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(old)], input=tar, check=True)
     data, manifest = _archive()
     (tmp_path / "a.karc").write_bytes(data)
@@ -108,8 +123,9 @@ def test_karchive_s_own_2_0_reader_reads_a_2_1_archive(tmp_path):
                           "binary": r.read(vs[0].binary.path).hex()}}))
     """)
     env = {**subprocess_env(), "PYTHONPATH": str(old)}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path,
-                          timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["writes"] == [2, 0] and out["footer"] == [2, 1] and out["verify"] == []
@@ -122,8 +138,9 @@ def test_kernels_whose_frames_mix_targets_keep_one_shard():
     data, manifest = _archive(per_target_frames=False)
     reader = ArchiveReader.from_bytes(data)
     assert all("split" not in row for row in reader.header["shards"])
-    assert [v.key for v in reader.model.variants_of("alpha", "hip:gfx942")] == \
-        [e["key"] for e in manifest["variants"] if e["kernel"] == "alpha" and e["target"]["backend"] == "hip"]
+    assert [v.key for v in reader.model.variants_of("alpha", "hip:gfx942")] == [
+        e["key"] for e in manifest["variants"] if e["kernel"] == "alpha" and e["target"]["backend"] == "hip"
+    ]
     assert reader.verify() == []
 
 
@@ -143,16 +160,19 @@ def _edited_header(monkeypatch, edit) -> bytes:
     return data
 
 
-@pytest.mark.parametrize("edit, error, words", [
-    (lambda rows: rows[0]["split"].pop(), SchemaError, "one entry per target"),
-    (lambda rows: rows[0]["split"][0].update(target="cuda:70"), SchemaError, "not one of the kernel's"),
-    (lambda rows: rows[0]["split"][1].update(target=rows[0]["split"][0]["target"]), SchemaError, "comes twice"),
-    (lambda rows: rows[0]["split"][0].update(variants=1), SchemaError, "counts 1 variants"),
-    (lambda rows: rows[0]["split"][0].update(path="karchive/shards/9/9.json"), FormatError, "not a member"),
-    (lambda rows: rows[0]["split"][0].update(path=rows[0]["path"]), SchemaError, "twice"),
-    (lambda rows: rows[1]["split"][0].update(path=rows[0]["split"][0]["path"]), SchemaError, "twice"),
-    (lambda rows: rows[0].update(split={"cuda:80": 1}), SchemaError, "one entry per target"),
-])
+@pytest.mark.parametrize(
+    "edit, error, words",
+    [
+        (lambda rows: rows[0]["split"].pop(), SchemaError, "one entry per target"),
+        (lambda rows: rows[0]["split"][0].update(target="cuda:70"), SchemaError, "not one of the kernel's"),
+        (lambda rows: rows[0]["split"][1].update(target=rows[0]["split"][0]["target"]), SchemaError, "comes twice"),
+        (lambda rows: rows[0]["split"][0].update(variants=1), SchemaError, "counts 1 variants"),
+        (lambda rows: rows[0]["split"][0].update(path="karchive/shards/9/9.json"), FormatError, "not a member"),
+        (lambda rows: rows[0]["split"][0].update(path=rows[0]["path"]), SchemaError, "twice"),
+        (lambda rows: rows[1]["split"][0].update(path=rows[0]["split"][0]["path"]), SchemaError, "twice"),
+        (lambda rows: rows[0].update(split={"cuda:80": 1}), SchemaError, "one entry per target"),
+    ],
+)
 def test_a_malformed_split_is_refused_when_the_archive_is_opened(monkeypatch, edit, error, words):
     data = _edited_header(monkeypatch, edit)
     with pytest.raises(error, match=words):
@@ -162,8 +182,14 @@ def test_a_malformed_split_is_refused_when_the_archive_is_opened(monkeypatch, ed
 def test_parts_swapped_between_targets_are_refused_when_read(monkeypatch):
     def swap(rows):
         a, b = rows[0]["split"][0], rows[0]["split"][1]
-        a["path"], b["path"], a["size"], b["size"], a["sha256"], b["sha256"] = \
-            b["path"], a["path"], b["size"], a["size"], b["sha256"], a["sha256"]
+        a["path"], b["path"], a["size"], b["size"], a["sha256"], b["sha256"] = (
+            b["path"],
+            a["path"],
+            b["size"],
+            a["size"],
+            b["sha256"],
+            a["sha256"],
+        )
 
     reader = ArchiveReader.from_bytes(_edited_header(monkeypatch, swap))
     with pytest.raises(SchemaError, match="counts"):

@@ -24,12 +24,13 @@ SHA = "0" * 64
 
 @pytest.fixture(scope="module")
 def v2_bytes() -> bytes:
-    from karchive.producer.compile.describe import CompiledVariant
     from karchive.producer.build.pack import ArchiveBuilder
+    from karchive.producer.compile.describe import CompiledVariant
 
     old = ArchiveReader.from_path(V1)
-    builder = ArchiveBuilder(old.model.name, old.model.version, produced_by=dict(old.model.produced_by),
-                             dictionary="none")
+    builder = ArchiveBuilder(
+        old.model.name, old.model.version, produced_by=dict(old.model.produced_by), dictionary="none"
+    )
     for v in old.model.variants:
         files = {"binary": old.read(v.binary.path), "metadata": old.read(v.metadata.path)}
         files.update({stage: old.read(ref.path) for stage, ref in v.ir.items()})
@@ -106,5 +107,7 @@ def test_manifest_of_selects_kernels_in_manifest_order(v2_bytes):
     assert part["variants"] == [v for v in whole["variants"] if v["kernel"] != "scale_kernel"]
     assert {k: v for k, v in part.items() if k != "variants"} == {k: v for k, v in whole.items() if k != "variants"}
     v1 = ArchiveReader.from_path(V1)
-    assert v1.manifest_of(["scale_kernel"])["variants"] == [v for v in whole["variants"] if v["kernel"] == "scale_kernel"]
+    assert v1.manifest_of(["scale_kernel"])["variants"] == [
+        v for v in whole["variants"] if v["kernel"] == "scale_kernel"
+    ]
     assert reader.manifest_of(None) == whole and reader.manifest_of(["nosuch"])["variants"] == []

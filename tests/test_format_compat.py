@@ -62,7 +62,10 @@ def test_a_1_0_archive_opens_for_launch_and_selects(path):
     # Issue 19: written before qualified names and signature records. Bare names are looked up as they
     # are (a qualified name is not guessed onto them); an omitted BLOCK is taken where the device's
     # variants hold one value, as before, since no order decides anything there.
-    assert arc.kernels() == ["add_kernel", "scale_kernel", "softmax_kernel"] and arc.kernel("add_kernel").name == "add_kernel"
+    assert (
+        arc.kernels() == ["add_kernel", "scale_kernel", "softmax_kernel"]
+        and arc.kernel("add_kernel").name == "add_kernel"
+    )
     assert all(p.has_default is None for v in arc.variants() for p in v.params)
     assert arc.kernel("add_kernel").select(A, A, A, 4096, device=h100).constexprs == {"BLOCK": 1024}
     with pytest.raises(karchive.KernelNameError, match="no kernel named 'kernels:add_kernel'"):
@@ -79,7 +82,10 @@ def test_a_1_0_archive_through_the_cli(path, tmp_path, capsys):
     assert main(["inspect", str(path), "--summary", "--json"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["variants"] == 4 and {k["kernel"]: k["variants"] for k in summary["kernels"]} == {
-        "add_kernel": 2, "scale_kernel": 1, "softmax_kernel": 1}
+        "add_kernel": 2,
+        "scale_kernel": 1,
+        "softmax_kernel": 1,
+    }
     written = extract_all(ArchiveReader.from_path(path), tmp_path / "out")
     members = _expected(path)["members"]
     assert sorted(written) == sorted(members)
@@ -103,13 +109,15 @@ def test_the_tests_1_0_writer_writes_what_the_old_writer_wrote(path, monkeypatch
     """karchive writes format 2 only; the 1.0 archives its frozen reader is tested with (hostile inputs
     included) come from tests/format1_writer.py, which must reproduce the old writer's bytes exactly."""
     from format1_writer import build_format1
+
     from karchive.producer.build.pack import ArchiveBuilder
 
     monkeypatch.delenv("SOURCE_DATE_EPOCH", raising=False)
     reader = ArchiveReader.from_path(path)
     old = reader.model
-    builder = ArchiveBuilder(old.name, old.version, produced_by={"triton": "3.9.0"},
-                             dictionary="auto" if reader.has_dictionary else "none")
+    builder = ArchiveBuilder(
+        old.name, old.version, produced_by={"triton": "3.9.0"}, dictionary="auto" if reader.has_dictionary else "none"
+    )
     builder.extend(_compiled(reader))
     data, _ = build_format1(builder)
     expected = path.read_bytes()
@@ -134,8 +142,9 @@ def test_a_1_0_archive_repacked_as_2_0_keeps_every_variant_and_byte(path):
     for name, digest in members.items():
         if not name.startswith("karchive/"):
             assert hashlib.sha256(new.read(name)).hexdigest() == digest
-    assert {k: v for k, v in new.manifest.items() if k != "format_version"} == \
-        {k: v for k, v in reader.manifest.items() if k != "format_version"}
+    assert {k: v for k, v in new.manifest.items() if k != "format_version"} == {
+        k: v for k, v in reader.manifest.items() if k != "format_version"
+    }
 
 
 def test_karchive_writes_format_2_only():
@@ -149,7 +158,18 @@ def test_karchive_writes_format_2_only():
     assert "format_version" not in {f.name for f in dataclasses.fields(ArchiveBuilder)}
     w = ArchiveWriter(level=1, dictionary="none")
     w.add_group([("sources/x.py", b"print(1)\n")])
-    data = w.to_bytes({"format": "karchive", "format_version": "2.0", "abi_version": 1, "name": "n", "version": "1",
-                       "produced_by": {}, "created": None, "sources": [], "variants": []})
+    data = w.to_bytes(
+        {
+            "format": "karchive",
+            "format_version": "2.0",
+            "abi_version": 1,
+            "name": "n",
+            "version": "1",
+            "produced_by": {},
+            "created": None,
+            "sources": [],
+            "variants": [],
+        }
+    )
     reader = ArchiveReader.from_bytes(data)
     assert reader.format_version == FORMAT_VERSION and FORMAT_VERSION[0] == 2

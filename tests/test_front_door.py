@@ -38,7 +38,7 @@ def _stub() -> tuple[dict[str, tuple[str, str | None]], list[str], set[str]]:
 
 def test_the_stub_names_every_lazy_name_where_init_takes_it():
     names, _all, declared = _stub()
-    assert set(names) == set(karchive._LAZY), (sorted(set(names) ^ set(karchive._LAZY)))
+    assert set(names) == set(karchive._LAZY), sorted(set(names) ^ set(karchive._LAZY))
     # karchive.serve, the package, is callable as its serve(): the stub types it as that call
     assert names.pop("serve") == ("karchive.serve", "serve") and karchive._LAZY["serve"] == ("karchive.serve", None)
     assert callable(karchive.serve)
@@ -53,10 +53,17 @@ def test_the_stub_and_init_export_the_same_names():
 
 
 def test_a_star_import_gives_every_exported_name_without_torch():
-    code = ("import sys; sys.modules['torch'] = None\nfrom karchive import *\n"
-            "import karchive\nmissing = [n for n in karchive.__all__ if n not in globals()]\nprint(missing)")
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    code = (
+        "import sys; sys.modules['torch'] = None\nfrom karchive import *\n"
+        "import karchive\nmissing = [n for n in karchive.__all__ if n not in globals()]\nprint(missing)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "[]"
 
@@ -64,14 +71,29 @@ def test_a_star_import_gives_every_exported_name_without_torch():
 def test_a_checker_sees_the_types_of_the_lazy_names(tmp_path):
     """mypy, as a user's checker: ``karchive.open`` returns an Archive, ``karchive.Registry`` is the class."""
     user = tmp_path / "user.py"
-    user.write_text("import karchive\n\n"
-                    "arc = karchive.open('x.karc')\n"
-                    "reveal_type(arc)\n"
-                    "reveal_type(karchive.OpenOptions(fetch='lazy'))\n"
-                    "n: int = karchive.open\n")
-    r = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "--follow-imports=silent",
-                        "--ignore-missing-imports", str(user)], capture_output=True, text=True, timeout=600,
-                       cwd=str(tmp_path), env={**os.environ, "PYTHONPATH": str(ROOT)})
+    user.write_text(
+        "import karchive\n\n"
+        "arc = karchive.open('x.karc')\n"
+        "reveal_type(arc)\n"
+        "reveal_type(karchive.OpenOptions(fetch='lazy'))\n"
+        "n: int = karchive.open\n"
+    )
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--no-incremental",
+            "--follow-imports=silent",
+            "--ignore-missing-imports",
+            str(user),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=str(tmp_path),
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     out = r.stdout
     assert 'Revealed type is "karchive.runtime.archive.Archive"' in out, out
     assert 'Revealed type is "karchive.registry.options.OpenOptions"' in out, out

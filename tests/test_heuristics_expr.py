@@ -50,7 +50,7 @@ FUNCTIONS = [
     lambda args: args["n"] % args["BLOCK"] == 0,
     lambda args: 8 if args["n"] >= LIMIT and args["x"].stride(1) == 1 else 4,
     lambda args: args["b"] is not None,
-    lambda args: min(max(args["n"] // 64, 1), 16) * 2 ** 2,
+    lambda args: min(max(args["n"] // 64, 1), 16) * 2**2,
     lambda args: args["x"].numel() <= LIMIT < args["n"] or not args["flag"],
     lambda args: args["n"] in (1000, 4096),
     lambda args: -args["n"] if args["flag"] else args["n"] << 1,
@@ -63,8 +63,9 @@ FUNCTIONS = [
 def test_translated_expressions_agree_with_python(fn):
     expr = translate(fn)
     check(expr, "e")
-    for n, flag, b, g, shape in itertools.product((1, 1000, 4096, 8192), (True, False), (None, 0), (None, 5),
-                                                  ((4, 8), (1, 4096))):
+    for n, flag, b, g, shape in itertools.product(
+        (1, 1000, 4096, 8192), (True, False), (None, 0), (None, 5), ((4, 8), (1, 4096))
+    ):
         named = {"n": n, "BLOCK": 128, "flag": flag, "b": b, "x": T("torch.float16", shape)}
         if g is not None:
             named["G"] = g
@@ -83,14 +84,17 @@ def test_next_power_of_2_and_cdiv_from_triton():
         assert evaluate(e, {"N": n}) == triton.next_power_of_2(n) // triton.cdiv(n, 64)
 
 
-@pytest.mark.parametrize("fn,why", [
-    (lambda args: isinstance(args["x"], int), "calls a function the evaluator does not know"),
-    (lambda args: TABLE[args["n"]], "a dict value"),
-    (lambda args: args["x"].data_ptr() % 16 == 0, "calls .data_ptr()"),
-    (lambda args: args["x"].device.type == "cuda", "reads .type of an argument"),
-    (lambda args: [a for a in args], "ListComp"),
-    (lambda a, b: a, "exactly one argument"),
-])
+@pytest.mark.parametrize(
+    "fn,why",
+    [
+        (lambda args: isinstance(args["x"], int), "calls a function the evaluator does not know"),
+        (lambda args: TABLE[args["n"]], "a dict value"),
+        (lambda args: args["x"].data_ptr() % 16 == 0, "calls .data_ptr()"),
+        (lambda args: args["x"].device.type == "cuda", "reads .type of an argument"),
+        (lambda args: [a for a in args], "ListComp"),
+        (lambda a, b: a, "exactly one argument"),
+    ],
+)
 def test_what_cannot_be_replayed_is_refused_with_the_reason(fn, why):
     with pytest.raises(Untranslatable, match=why):
         translate(fn)
@@ -102,10 +106,23 @@ def test_two_lambdas_on_one_line_are_told_apart():
     assert translate(h["B"]) == ["*", ["arg", "n"], ["const", 3]]
 
 
-@pytest.mark.parametrize("bad", [
-    ["exec", "x"], ["call", "eval", ["const", 1]], "n", [], [1, 2], ["arg", 3], ["probe", ["arg", "x"], "__class__"],
-    ["const", {"a": 1}], ["+", ["const", 1]], ["call", "min"], ["arg", "__class__.x"], ["get", "a b", ["const", 1]],
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["exec", "x"],
+        ["call", "eval", ["const", 1]],
+        "n",
+        [],
+        [1, 2],
+        ["arg", 3],
+        ["probe", ["arg", "x"], "__class__"],
+        ["const", {"a": 1}],
+        ["+", ["const", 1]],
+        ["call", "min"],
+        ["arg", "__class__.x"],
+        ["get", "a b", ["const", 1]],
+    ],
+)
 def test_hostile_trees_are_refused(bad):
     with pytest.raises(SchemaError):
         check(bad, "e")
@@ -123,7 +140,7 @@ def test_size_depth_and_number_bounds():
     with pytest.raises(ExprError):
         evaluate(["**", ["const", 2], ["**", ["const", 2], ["const", 60]]], {})
     with pytest.raises(ExprError):
-        evaluate(["<<", ["const", 1], ["const", 10 ** 6]], {})
+        evaluate(["<<", ["const", 1], ["const", 10**6]], {})
     with pytest.raises(ExprError, match="not passed"):
         evaluate(["arg", "n"], {})
     assert evaluate(["get", "n", ["const", 7]], {}) == 7
@@ -137,8 +154,11 @@ def test_records_with_hostile_expressions_are_refused_when_parsed():
 
     good = {"kernel": "k", "names": ["EVEN"], "cases": {}, "exprs": {"EVEN": ["==", ["arg", "n"], ["const", 1]]}}
     assert parse_record(good, "h").exprs["EVEN"][0] == "=="
-    for bad in ({**good, "exprs": {"EVEN": ["exec", "rm -rf /"]}}, {**good, "exprs": {"OTHER": ["const", 1]}},
-                {**good, "exprs": ["EVEN"]}):
+    for bad in (
+        {**good, "exprs": {"EVEN": ["exec", "rm -rf /"]}},
+        {**good, "exprs": {"OTHER": ["const", 1]}},
+        {**good, "exprs": ["EVEN"]},
+    ):
         with pytest.raises(SchemaError):
             parse_record(bad, "h")
 
@@ -151,17 +171,20 @@ def _doubling(leaf: list, times: int) -> list:
     return json.loads(json.dumps(node))  # a tree, as a manifest gives it: no shared subtrees
 
 
-@pytest.mark.parametrize("expr", [
-    ["*", ["const", "x"], ["const", 1500000000]],           # issue 34: a 1.5 GB string
-    ["*", ["const", 1500000000], ["const", "x"]],
-    ["*", ["const", [0]], ["const", 400000000]],            # issue 34: a 3.2 GB list
-    ["*", ["const", 400000000], ["const", [0, 1]]],
-    ["*", ["const", "xy"], ["*", ["const", 40000], ["const", 40000]]],
-    ["%", ["const", "%0999999999d"], ["const", 1]],         # printf formatting: a GB from a short template
-    ["%", ["const", "%s"], ["const", "x"]],
-    ["+", ["const", "x" * 3000], ["const", "y" * 3000]],
-    ["+", ["const", list(range(40))], ["const", list(range(40))]],
-])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        ["*", ["const", "x"], ["const", 1500000000]],  # issue 34: a 1.5 GB string
+        ["*", ["const", 1500000000], ["const", "x"]],
+        ["*", ["const", [0]], ["const", 400000000]],  # issue 34: a 3.2 GB list
+        ["*", ["const", 400000000], ["const", [0, 1]]],
+        ["*", ["const", "xy"], ["*", ["const", 40000], ["const", 40000]]],
+        ["%", ["const", "%0999999999d"], ["const", 1]],  # printf formatting: a GB from a short template
+        ["%", ["const", "%s"], ["const", "x"]],
+        ["+", ["const", "x" * 3000], ["const", "y" * 3000]],
+        ["+", ["const", list(range(40))], ["const", list(range(40))]],
+    ],
+)
 def test_sequences_an_expression_makes_are_bounded_before_they_are_made(expr):
     """Issue 34, item 4: only integers were bounded; a string or list repetition allocated gigabytes (and
     a ``%`` format builds a string from a width). Every value an expression makes is bounded *before*
@@ -196,10 +219,12 @@ def test_doubling_tree_is_bounded():
 
 def test_values_inside_the_bounds_still_evaluate():
     """The bounds refuse only what no heuristic needs: short strings and lists still combine."""
-    from karchive.format.heuristics_expr import MAX_ITEMS, MAX_CHARS
+    from karchive.format.heuristics_expr import MAX_CHARS, MAX_ITEMS
 
-    assert evaluate(["+", ["const", "torch."], ["probe", ["arg", "x"], "dtype"]], {"x": T("float16", (2, 3))}) \
+    assert (
+        evaluate(["+", ["const", "torch."], ["probe", ["arg", "x"], "dtype"]], {"x": T("float16", (2, 3))})
         == "torch.float16"
+    )
     assert evaluate(["*", ["const", "ab"], ["const", MAX_CHARS // 2]], {}) == "ab" * (MAX_CHARS // 2)
     assert evaluate(["*", ["const", [0]], ["const", MAX_ITEMS]], {}) == [0] * MAX_ITEMS
     assert evaluate(["+", ["probe", ["arg", "x"], "shape"], ["const", [4]]], {"x": T("float16", (2, 3))}) == [2, 3, 4]

@@ -17,7 +17,6 @@ import textwrap
 
 import pytest
 import zstandard
-
 from hostile_factory import (
     Entry,
     assemble,
@@ -35,6 +34,7 @@ from hostile_factory import (
     zip_bytes,
     zstd_frame,
 )
+
 from karchive.errors import (
     FormatError,
     IntegrityError,
@@ -47,9 +47,9 @@ from karchive.errors import (
 )
 from karchive.format.constants import (
     DICTIONARY_NAME,
-    FORMAT_VERSION,
     FOOTER_PAYLOAD,
     FOOTER_SIZE,
+    FORMAT_VERSION,
     MANIFEST_NAME,
 )
 from karchive.format.extract import extract_all
@@ -216,7 +216,7 @@ def test_truncated_body_with_the_footer_put_back(small):
         assert "footer points outside the file" in str(exc), n
     # And bytes cut out of the middle of the frames or of the index.
     for start in range(0, body_end - 16, 41):
-        cut = data[:start] + data[start + 16:]
+        cut = data[:start] + data[start + 16 :]
         exc = refused(FormatError, cut)
         assert not isinstance(exc, NotAnArchiveError)
 
@@ -338,8 +338,13 @@ def _files_of(forged_manifest) -> list[dict]:
 
 def test_wrong_member_digest_in_the_manifest():
     good = b"the real bytes"
-    man = {"format_version": "1.0", "files": [{"path": "a", "size": len(good), "sha256": sha256_hex(b"other")},
-                                               {"path": "b", "size": 1, "sha256": sha256_hex(b"b")}]}
+    man = {
+        "format_version": "1.0",
+        "files": [
+            {"path": "a", "size": len(good), "sha256": sha256_hex(b"other")},
+            {"path": "b", "size": 1, "sha256": sha256_hex(b"b")},
+        ],
+    }
     forged = forge([Entry("a", good), Entry("b", b"b")], manifest=man)
     reader = open_bytes(forged.data)
     with pytest.raises(IntegrityError, match=r"member 'a': size or sha256 differs from the manifest"):
@@ -375,8 +380,13 @@ def test_index_digest_in_the_footer(small):
 
 
 def test_manifest_listing_one_path_twice_with_different_digests():
-    man = {"format_version": "1.0", "files": [{"path": "a", "size": 1, "sha256": sha256_hex(b"a")},
-                                               {"path": "a", "size": 1, "sha256": sha256_hex(b"b")}]}
+    man = {
+        "format_version": "1.0",
+        "files": [
+            {"path": "a", "size": 1, "sha256": sha256_hex(b"a")},
+            {"path": "a", "size": 1, "sha256": sha256_hex(b"b")},
+        ],
+    }
     refused(SchemaError, forge([Entry("a", b"a")], manifest=man).data, "lists 'a' twice")
 
 
@@ -402,8 +412,30 @@ def test_manifest_file_missing_from_the_archive():
 # ==================================================================================================
 
 BAD_NAMES = [
-    "../evil", "a/../../evil", "..", ".", "./a", "a/./b", "a/..", "/etc/passwd", "/abs", "a\\b", "..\\..\\evil",
-    "C:\\x", "C:/x", "a//b", "a/", "/", "", "a\x00b", "caf\u00e9", "a b", "a\nb", "a\n", "v0/kernel.cubin\n", "~/x",
+    "../evil",
+    "a/../../evil",
+    "..",
+    ".",
+    "./a",
+    "a/./b",
+    "a/..",
+    "/etc/passwd",
+    "/abs",
+    "a\\b",
+    "..\\..\\evil",
+    "C:\\x",
+    "C:/x",
+    "a//b",
+    "a/",
+    "/",
+    "",
+    "a\x00b",
+    "caf\u00e9",
+    "a b",
+    "a\nb",
+    "a\n",
+    "v0/kernel.cubin\n",
+    "~/x",
     "x" * 300,
 ]
 
@@ -423,10 +455,21 @@ def test_bad_names_in_both_index_and_tar_header(name):
     refused(UnsafeMemberError, forged.data)
 
 
-@pytest.mark.parametrize("raw,prefix", [
-    (b"../../evil", b""), (b"/etc/passwd", b""), (b"a\\b", b""), (b"evil", b"../.."), (b"evil", b"/abs"),
-    (b"x", b"a//b"), (b"caf\xc3\xa9", b""), (b"\xff", b""), (b"a/", b""), (b"fine\n", b""),
-])
+@pytest.mark.parametrize(
+    "raw,prefix",
+    [
+        (b"../../evil", b""),
+        (b"/etc/passwd", b""),
+        (b"a\\b", b""),
+        (b"evil", b"../.."),
+        (b"evil", b"/abs"),
+        (b"x", b"a//b"),
+        (b"caf\xc3\xa9", b""),
+        (b"\xff", b""),
+        (b"a/", b""),
+        (b"fine\n", b""),
+    ],
+)
 def test_bad_names_in_the_tar_header_only(raw, prefix):
     """The index names a fine member, but the header at its offset says otherwise."""
     header = raw_tar_header(raw, 3, prefix=prefix)
@@ -448,9 +491,21 @@ def test_long_names_through_the_ustar_prefix_round_trip():
 # ==================================================================================================
 
 TYPEFLAGS = {
-    b"1": "hard link", b"2": "symlink", b"3": "char device", b"4": "block device", b"5": "directory",
-    b"6": "fifo", b"7": "contiguous", b"x": "pax header", b"g": "pax global header", b"L": "GNU long name",
-    b"K": "GNU long link", b"S": "GNU sparse", b"D": "GNU dumpdir", b"V": "GNU volume", b"M": "GNU multivolume",
+    b"1": "hard link",
+    b"2": "symlink",
+    b"3": "char device",
+    b"4": "block device",
+    b"5": "directory",
+    b"6": "fifo",
+    b"7": "contiguous",
+    b"x": "pax header",
+    b"g": "pax global header",
+    b"L": "GNU long name",
+    b"K": "GNU long link",
+    b"S": "GNU sparse",
+    b"D": "GNU dumpdir",
+    b"V": "GNU volume",
+    b"M": "GNU multivolume",
     b"A": "unknown",
 }
 
@@ -468,8 +523,9 @@ def test_hidden_entries_before_a_listed_member_are_refused(flag):
     """A pax/GNU header or link that the index skips over would change what ``tar`` extracts (a pax
     ``path=../../evil`` applies to the next member), so a frame holding one is refused whole."""
     pax = b"30 path=../../../../tmp/evil\n"
-    hidden = Entry("hidden", pax, header=raw_tar_header("hidden", len(pax), typeflag=flag), in_index=False,
-                   in_manifest=False)
+    hidden = Entry(
+        "hidden", pax, header=raw_tar_header("hidden", len(pax), typeflag=flag), in_index=False, in_manifest=False
+    )
     forged = forge([hidden, Entry("victim", b"data")])
     exc = refused(UnsafeMemberError, forged.data, read=["victim"])
     assert repr(flag) in str(exc)
@@ -498,9 +554,14 @@ def test_data_hidden_in_padding_or_after_the_end_marker():
     # The last frame without the end marker.
     man_tar, _ = tar_bytes([Entry(MANIFEST_NAME, b"{}")])
     body = zstd_frame(man_tar)
-    index = {"frames": [[0, len(body), len(man_tar), 0]], "members": [[MANIFEST_NAME, 0, 512, 2]],
-             "manifest": MANIFEST_NAME, "manifest_sha256": sha256_hex(b"{}"), "dictionary": None,
-             "dictionary_sha256": None}
+    index = {
+        "frames": [[0, len(body), len(man_tar), 0]],
+        "members": [[MANIFEST_NAME, 0, 512, 2]],
+        "manifest": MANIFEST_NAME,
+        "manifest_sha256": sha256_hex(b"{}"),
+        "dictionary": None,
+        "dictionary_sha256": None,
+    }
     refused(FormatError, assemble(body, index), "end-of-archive marker")
 
 
@@ -525,17 +586,22 @@ def test_two_index_entries_for_the_same_bytes():
     def alias(ix):
         name, frame, off, size = ix["members"][0]
         ix["members"].append(["alias", frame, off, size])
+
     refused(FormatError, forge([Entry("a", b"x" * 600)], edit_index=alias).data, "overlap")
 
     def inside(ix):  # a member whose "header" lies inside another's data
         ix["members"].append(["inner", 0, ix["members"][0][2] + 1024, 10])
+
     refused(FormatError, forge([Entry("a", b"x" * 3000)], edit_index=inside).data, "overlap")
 
 
 def test_duplicate_json_keys():
     man = b'{"files":[],"format_version":"1.0","format_version":"2.0"}'
-    refused(FormatError, forge([Entry("a", b"a", in_manifest=False)], manifest_bytes=man).data,
-            "duplicate JSON key 'format_version'")
+    refused(
+        FormatError,
+        forge([Entry("a", b"a", in_manifest=False)], manifest_bytes=man).data,
+        "duplicate JSON key 'format_version'",
+    )
     data, _ = honest_archive()
     body, index, _ = split(data)
     raw = canonical_json(index)
@@ -551,6 +617,7 @@ def test_duplicate_json_keys():
 def _edit_frames(fn):
     def edit(ix):
         fn(ix["frames"])
+
     return edit
 
 
@@ -586,9 +653,14 @@ def test_frame_geometry(small):
 def test_member_geometry(small):
     data, _ = small
     for field, value, match in [
-        (1, 99, "outside its frame"), (2, 0, "outside its frame"), (2, 513, "outside its frame"),
-        (3, 10**9, "outside its frame"), (1, -1, "non-negative"), (2, "512", "non-negative"),
-        (3, None, "non-negative"), (0, 7, "bad member name"),
+        (1, 99, "outside its frame"),
+        (2, 0, "outside its frame"),
+        (2, 513, "outside its frame"),
+        (3, 10**9, "outside its frame"),
+        (1, -1, "non-negative"),
+        (2, "512", "non-negative"),
+        (3, None, "non-negative"),
+        (0, 7, "bad member name"),
     ]:
         forged = reindex(data, lambda ix, field=field, value=value: ix["members"][0].__setitem__(field, value))
         exc = refused(FormatError, forged, match)
@@ -668,7 +740,9 @@ def test_manifest_and_footer_must_agree_on_the_major():
     refused(SchemaError, forged.data, "manifest says format 2.0, the footer 1.0")
 
 
-@pytest.mark.parametrize("version", [None, "", "1", "1.0.0", "v1.0", "1.x", 1.0, 1, ["1", "0"], "\u0661.0", "9" * 30 + ".0"])
+@pytest.mark.parametrize(
+    "version", [None, "", "1", "1.0.0", "v1.0", "1.x", 1.0, 1, ["1", "0"], "\u0661.0", "9" * 30 + ".0"]
+)
 def test_malformed_manifest_versions(version):
     man = {"files": []} if version is None else {"format_version": version, "files": []}
     refused(SchemaError, forge([Entry("a", b"a", in_manifest=False)], manifest=man).data, "format_version")
@@ -683,17 +757,20 @@ def test_manifest_that_is_not_an_object():
 # ==================================================================================================
 
 
-@pytest.mark.parametrize("raw,exc_type,match", [
-    (b"not json", FormatError, "not valid JSON"),
-    (b"[]", FormatError, "lacks frames/members"),
-    (b'{"frames":[],"members":[]', FormatError, "not valid JSON"),
-    (b'{"frames":NaN,"members":[]}', FormatError, "NaN"),
-    (b'{"frames":[],"members":[],"x":"\xc3\xa9"}', FormatError, "not ASCII"),
-    (b"\xef\xbb\xbf{}", FormatError, "not ASCII"),
-    (b"[" * 100_000 + b"]" * 100_000, FormatError, "nested deeper than 64 levels"),
-    (b'{"frames":[],"members":[],"n":' + b"9" * 5000 + b"}", FormatError, "not valid JSON"),
-    (b'{"frames":[],"members":[],"manifest":"other.json"}', FormatError, "manifest must be"),
-])
+@pytest.mark.parametrize(
+    "raw,exc_type,match",
+    [
+        (b"not json", FormatError, "not valid JSON"),
+        (b"[]", FormatError, "lacks frames/members"),
+        (b'{"frames":[],"members":[]', FormatError, "not valid JSON"),
+        (b'{"frames":NaN,"members":[]}', FormatError, "NaN"),
+        (b'{"frames":[],"members":[],"x":"\xc3\xa9"}', FormatError, "not ASCII"),
+        (b"\xef\xbb\xbf{}", FormatError, "not ASCII"),
+        (b"[" * 100_000 + b"]" * 100_000, FormatError, "nested deeper than 64 levels"),
+        (b'{"frames":[],"members":[],"n":' + b"9" * 5000 + b"}", FormatError, "not valid JSON"),
+        (b'{"frames":[],"members":[],"manifest":"other.json"}', FormatError, "manifest must be"),
+    ],
+)
 def test_malformed_index_json(small, raw, exc_type, match):
     body, _, _ = split(small[0])
     refused(exc_type, assemble(body, raw), match)
@@ -714,9 +791,12 @@ def test_index_payload_that_is_not_zstd(small):
 
 
 def test_manifest_json_malformations():
-    for raw, match in [(b"{", "not valid JSON"), (b'{"format_version":"1.0","x":"\xff"}', "not ASCII"),
-                       (b"[" * 50_000 + b"]" * 50_000, "nested deeper than 64 levels"),
-                       (b'{"format_version":"1.0","x":Infinity}', "Infinity")]:
+    for raw, match in [
+        (b"{", "not valid JSON"),
+        (b'{"format_version":"1.0","x":"\xff"}', "not ASCII"),
+        (b"[" * 50_000 + b"]" * 50_000, "nested deeper than 64 levels"),
+        (b'{"format_version":"1.0","x":Infinity}', "Infinity"),
+    ]:
         refused(FormatError, forge([Entry("a", b"a", in_manifest=False)], manifest_bytes=raw).data, match)
     deep = {"format_version": "1.0", "x": json.loads("[" * 200 + "]" * 200)}
     refused(LimitExceededError, forge([Entry("a", b"a", in_manifest=False)], manifest=deep).data, "nested deeper")
@@ -772,30 +852,90 @@ def bomb_cases():
     body, index, _ = split(honest_archive()[0])
     man_bomb = b'{"format_version":"1.0","x":[' + b"{}," * (10 * 1024 * 1024) + b"{}]}"
     return [
-        ("index claims a 1 GiB frame", _bomb_forge(rle_frame(GiB, declared=GiB), GiB), LimitExceededError,
-         "claims 1073741824 decompressed bytes", []),
-        ("frame header declares 1 GiB", _bomb_forge(rle_frame(GiB, declared=GiB), u), LimitExceededError,
-         "declares 1073741824 bytes", ["bomb"]),
-        ("frame header declares 1 TiB", _bomb_forge(rle_frame(1024, declared=1 << 40), n), LimitExceededError,
-         "declares 1099511627776 bytes", ["bomb"]),
-        ("header lies: declares 64 KiB, expands to 1 GiB", _bomb_forge(rle_frame(GiB, declared=u), u), FormatError,
-         "zstd decompression failed", ["bomb"]),
-        ("no content size, expands to 1 GiB", _bomb_forge(rle_frame(GiB, declared=None), u), FormatError,
-         "does not declare its size", ["bomb"]),
-        ("window of 1 GiB", _bomb_forge(rle_frame(n, declared=n, window_log=30), n), LimitExceededError,
-         "1073741824-byte window", ["bomb"]),
-        ("window of 2 TiB (beyond what zstd can decode)", _bomb_forge(rle_frame(n, declared=n, window_log=41), n),
-         FormatError, "too much memory", ["bomb"]),
-        ("index expands to 1 GiB", assemble(body, b"", index_payload=rle_frame(GiB, byte=0x20, declared=GiB)),
-         LimitExceededError, "index: frame declares 1073741824 bytes", []),
-        ("index of 20 M empty members (60 MiB JSON)", assemble(body, b"", index_payload=json_bomb_payload),
-         LimitExceededError, "index holds up to", []),
-        ("manifest of 10 M empty objects", forge([Entry("a", b"a", in_manifest=False)], manifest_bytes=man_bomb).data,
-         LimitExceededError, "manifest holds up to", []),
-        ("manifest frame of 100 MiB", forge([Entry("a", b"a")], edit_index=lambda ix: ix["frames"][-1].__setitem__(2, 100 << 20)).data,
-         LimitExceededError, "exceeds the limit", []),
-        ("compressed frame far longer than it may decode to", _bomb_forge(rle_frame(n, declared=n, block=1), n),
-         LimitExceededError, "more than any zstd frame", []),
+        (
+            "index claims a 1 GiB frame",
+            _bomb_forge(rle_frame(GiB, declared=GiB), GiB),
+            LimitExceededError,
+            "claims 1073741824 decompressed bytes",
+            [],
+        ),
+        (
+            "frame header declares 1 GiB",
+            _bomb_forge(rle_frame(GiB, declared=GiB), u),
+            LimitExceededError,
+            "declares 1073741824 bytes",
+            ["bomb"],
+        ),
+        (
+            "frame header declares 1 TiB",
+            _bomb_forge(rle_frame(1024, declared=1 << 40), n),
+            LimitExceededError,
+            "declares 1099511627776 bytes",
+            ["bomb"],
+        ),
+        (
+            "header lies: declares 64 KiB, expands to 1 GiB",
+            _bomb_forge(rle_frame(GiB, declared=u), u),
+            FormatError,
+            "zstd decompression failed",
+            ["bomb"],
+        ),
+        (
+            "no content size, expands to 1 GiB",
+            _bomb_forge(rle_frame(GiB, declared=None), u),
+            FormatError,
+            "does not declare its size",
+            ["bomb"],
+        ),
+        (
+            "window of 1 GiB",
+            _bomb_forge(rle_frame(n, declared=n, window_log=30), n),
+            LimitExceededError,
+            "1073741824-byte window",
+            ["bomb"],
+        ),
+        (
+            "window of 2 TiB (beyond what zstd can decode)",
+            _bomb_forge(rle_frame(n, declared=n, window_log=41), n),
+            FormatError,
+            "too much memory",
+            ["bomb"],
+        ),
+        (
+            "index expands to 1 GiB",
+            assemble(body, b"", index_payload=rle_frame(GiB, byte=0x20, declared=GiB)),
+            LimitExceededError,
+            "index: frame declares 1073741824 bytes",
+            [],
+        ),
+        (
+            "index of 20 M empty members (60 MiB JSON)",
+            assemble(body, b"", index_payload=json_bomb_payload),
+            LimitExceededError,
+            "index holds up to",
+            [],
+        ),
+        (
+            "manifest of 10 M empty objects",
+            forge([Entry("a", b"a", in_manifest=False)], manifest_bytes=man_bomb).data,
+            LimitExceededError,
+            "manifest holds up to",
+            [],
+        ),
+        (
+            "manifest frame of 100 MiB",
+            forge([Entry("a", b"a")], edit_index=lambda ix: ix["frames"][-1].__setitem__(2, 100 << 20)).data,
+            LimitExceededError,
+            "exceeds the limit",
+            [],
+        ),
+        (
+            "compressed frame far longer than it may decode to",
+            _bomb_forge(rle_frame(n, declared=n, block=1), n),
+            LimitExceededError,
+            "more than any zstd frame",
+            [],
+        ),
     ]
 
 
@@ -863,7 +1003,9 @@ def test_member_and_frame_count_limits(small):
     refused(LimitExceededError, data, "claims .* decompressed bytes", limits=Limits(max_frame_bytes=1024))
     refused(LimitExceededError, data, "exceeds the limit", limits=Limits(max_manifest_bytes=64))
     # The window limit applies to frames that need a window beyond it.
-    forged = _bomb_forge(rle_frame(1024, declared=None, window_log=20)[:0] + rle_frame(1024, declared=1024, window_log=20), 1024)
+    forged = _bomb_forge(
+        rle_frame(1024, declared=None, window_log=20)[:0] + rle_frame(1024, declared=1024, window_log=20), 1024
+    )
     refused(LimitExceededError, forged, "window", read=["bomb"], limits=Limits(max_window_bytes=1 << 19))
 
 
@@ -880,14 +1022,21 @@ def test_opening_reads_only_the_tail_even_if_the_manifest_frame_is_first():
     """A hostile layout (manifest frame first, big frames after it) must not make opening read
     everything in between."""
     big = random.Random(3).randbytes(400_000)
-    mbytes = canonical_json({"format_version": "1.0", "files": [{"path": "big", "size": len(big), "sha256": sha256_hex(big)}]})
+    mbytes = canonical_json(
+        {"format_version": "1.0", "files": [{"path": "big", "size": len(big), "sha256": sha256_hex(big)}]}
+    )
     man_tar, man_placed = tar_bytes([Entry(MANIFEST_NAME, mbytes)])
     big_tar, big_placed = tar_bytes([Entry("big", big)])
     big_tar += bytes(1024)
     f0, f1 = zstd_frame(man_tar), zstd_frame(big_tar, level=1)
-    index = {"frames": [[0, len(f0), len(man_tar), 0], [len(f0), len(f1), len(big_tar), 0]],
-             "members": [[MANIFEST_NAME, 0, 512, len(mbytes)], ["big", 1, 512, len(big)]], "manifest": MANIFEST_NAME,
-             "manifest_sha256": sha256_hex(mbytes), "dictionary": None, "dictionary_sha256": None}
+    index = {
+        "frames": [[0, len(f0), len(man_tar), 0], [len(f0), len(f1), len(big_tar), 0]],
+        "members": [[MANIFEST_NAME, 0, 512, len(mbytes)], ["big", 1, 512, len(big)]],
+        "manifest": MANIFEST_NAME,
+        "manifest_sha256": sha256_hex(mbytes),
+        "dictionary": None,
+        "dictionary_sha256": None,
+    }
     data = assemble(f0 + f1, index)
     reader = open_bytes(data)
     assert reader.source.bytes_read < len(f0) + 300_000  # tail (256 KiB at most) + the manifest frame
@@ -949,8 +1098,13 @@ def test_extract_file_then_directory_of_the_same_name(tmp_path):
 
 
 def test_extract_tampered_member_is_not_written(tmp_path):
-    man = {"format_version": "1.0", "files": [{"path": "a", "size": 1, "sha256": sha256_hex(b"a")},
-                                               {"path": "z", "size": 1, "sha256": sha256_hex(b"not z")}]}
+    man = {
+        "format_version": "1.0",
+        "files": [
+            {"path": "a", "size": 1, "sha256": sha256_hex(b"a")},
+            {"path": "z", "size": 1, "sha256": sha256_hex(b"not z")},
+        ],
+    }
     forged = forge([Entry("a", b"a"), Entry("z", b"z")], manifest=man)
     with pytest.raises(IntegrityError, match="'z'"):
         extract_all(open_bytes(forged.data), tmp_path / "out")
@@ -1013,8 +1167,28 @@ def _mutate_json(node, rng: random.Random):
     if not path:
         return
     parent, key = path[-1]
-    choices = [None, True, -1, 0, 1, 511, 512, 513, 2**63, 10**18, "", "..", "/etc/passwd", "a" * 300,
-               MANIFEST_NAME, DICTIONARY_NAME, [], {}, [0, 0, 0, 0], 1.5]
+    choices = [
+        None,
+        True,
+        -1,
+        0,
+        1,
+        511,
+        512,
+        513,
+        2**63,
+        10**18,
+        "",
+        "..",
+        "/etc/passwd",
+        "a" * 300,
+        MANIFEST_NAME,
+        DICTIONARY_NAME,
+        [],
+        {},
+        [0, 0, 0, 0],
+        1.5,
+    ]
     if isinstance(node, int) and not isinstance(node, bool):
         choices += [node + 1, node - 1, node * 2, node + 512, node - 512]
     action = rng.randrange(4)
@@ -1056,9 +1230,9 @@ def _mutate_consistent(data: bytes, rng: random.Random) -> bytes:
     blob = zstd_frame(bytes(content))
     delta = len(blob) - length
     frames[fi] = [off, len(blob), len(content), 0]
-    for f in frames[fi + 1:]:
+    for f in frames[fi + 1 :]:
         f[0] += delta
-    return assemble(body[:off] + blob + body[off + length:], index)
+    return assemble(body[:off] + blob + body[off + length :], index)
 
 
 def _extract_contained(data: bytes, tmp_path, i: int) -> None:
@@ -1093,8 +1267,14 @@ def test_fuzz_only_karchive_errors_and_never_wrong_bytes(small, with_dict, tmp_p
             cases += 1
     assert cases == 5000
     # The mutations reach every layer: each kind of refusal shows up, and few mutants survive.
-    for kind in ("FormatError", "NotAnArchiveError", "IntegrityError", "SchemaError", "UnsafeMemberError",
-                 "LimitExceededError"):
+    for kind in (
+        "FormatError",
+        "NotAnArchiveError",
+        "IntegrityError",
+        "SchemaError",
+        "UnsafeMemberError",
+        "LimitExceededError",
+    ):
         assert seen.get(kind, 0) > 0, seen
     assert seen.get("ok", 0) < cases // 5, seen
 

@@ -10,6 +10,7 @@ import copy
 import random
 
 import pytest
+from support import needs_triton
 
 import karchive
 from karchive.cli.main import main
@@ -17,10 +18,9 @@ from karchive.errors import KarchiveError
 from karchive.format.reader import ArchiveReader
 from karchive.producer.build.pack import ArchiveBuilder
 from karchive.runtime.device import DeviceInfo
-from support import needs_triton
 
 pytestmark = needs_triton
-HOSTILE_VALUES = [None, -1, 2 ** 70, 1.5, True, "", "x", "\x1b[31mred\x1b[0m", [], {}, [1, 2], {"path": "a"}]
+HOSTILE_VALUES = [None, -1, 2**70, 1.5, True, "", "x", "\x1b[31mred\x1b[0m", [], {}, [1, 2], {"path": "a"}]
 DELETE = object()
 A = 0x7F0000000000
 

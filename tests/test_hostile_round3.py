@@ -13,13 +13,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
+from format1_writer import Format1Writer
 from hostile_factory import put_together, take_apart, v2_variant
 
 from karchive.errors import SchemaError
 from karchive.format.open import open_location
 from karchive.format.writer import ArchiveWriter
-from format1_writer import Format1Writer
 
 ROOT = Path(__file__).resolve().parent.parent
 TRITON_HASH = "ab" * 32
@@ -27,8 +26,9 @@ TRITON_HASH = "ab" * 32
 
 def _cli(*args: object, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     full = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "karchive", *map(str, args)], env=full, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "karchive", *map(str, args)], env=full, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _files_under(top: Path) -> set[Path]:
@@ -40,8 +40,9 @@ def _files_under(top: Path) -> set[Path]:
 # --------------------------------------------------------------------------------------------------
 
 
-def _archive_naming(kernel: str, fmt: tuple[int, int], *, stage: str | None = None, name: str = "hostile",
-                    version: str = "1") -> bytes:
+def _archive_naming(
+    kernel: str, fmt: tuple[int, int], *, stage: str | None = None, name: str = "hostile", version: str = "1"
+) -> bytes:
     """An archive (format ``fmt``) with one variant of ``kernel``, a Triton cache hash recorded, so that
     ``export-triton-cache --allow-unverified`` writes it; the writer computes every digest honestly.
     ``stage`` renames the variant's IR stage."""
@@ -51,9 +52,18 @@ def _archive_naming(kernel: str, fmt: tuple[int, int], *, stage: str | None = No
         entry["files"]["ir"] = {stage: entry["files"]["ir"]["ptx"]}
     w = Format1Writer() if fmt == (1, 0) else ArchiveWriter()
     w.add_group(launch + irm)
-    manifest = {"format": "karchive", "format_version": f"{fmt[0]}.{fmt[1]}", "abi_version": 1, "name": name,
-                "version": version, "produced_by": {"karchive": "test"}, "created": None,
-                "path_sentinel": "@KARCHIVE_ROOT@", "sources": [], "variants": [entry]}
+    manifest = {
+        "format": "karchive",
+        "format_version": f"{fmt[0]}.{fmt[1]}",
+        "abi_version": 1,
+        "name": name,
+        "version": version,
+        "produced_by": {"karchive": "test"},
+        "created": None,
+        "path_sentinel": "@KARCHIVE_ROOT@",
+        "sources": [],
+        "variants": [entry],
+    }
     return w.to_bytes(manifest)
 
 
@@ -82,8 +92,13 @@ def test_export_triton_cache_path_traversal_kernel_name_is_refused(tmp_path, ker
     outside = tmp_path / "outside"
     outside.mkdir()
     kernel = kernel.format(abs=outside)
-    data = (_archive_naming(kernel, (1, 0)) if how == "format1" else _archive_naming(kernel, (2, 0))
-            if how == "format2" else _renamed_in_v2(kernel))
+    data = (
+        _archive_naming(kernel, (1, 0))
+        if how == "format1"
+        else _archive_naming(kernel, (2, 0))
+        if how == "format2"
+        else _renamed_in_v2(kernel)
+    )
     archive = tmp_path / "a" / "b" / "hostile.karc"
     archive.parent.mkdir(parents=True)
     archive.write_bytes(data)
@@ -164,6 +179,7 @@ def test_export_triton_cache_write_entry_refuses_paths_from_archive_data(tmp_pat
 # 2. A trailing newline passed every grammar: `$` matches before a final "\n"
 # --------------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def keys():
     pytest.importorskip("cryptography")
@@ -173,8 +189,10 @@ def keys():
 
 
 def _policy(keys, *, revoked: str = "", key_name: str = "ci", version: str = "1", extra: str = "") -> bytes:
-    body = f'version = {version}\n{revoked}\n{extra}\n[[keys]]\nname = {key_name}\npublic_key = "{keys["ci"].public.inline()}"\n' \
-           '\n[[rules]]\nnames = ["*"]\nkeys = ["ci"]\nthreshold = 1\n'
+    body = (
+        f'version = {version}\n{revoked}\n{extra}\n[[keys]]\nname = {key_name}\npublic_key = "{keys["ci"].public.inline()}"\n'
+        '\n[[rules]]\nnames = ["*"]\nkeys = ["ci"]\nthreshold = 1\n'
+    )
     return body.encode()
 
 
@@ -196,10 +214,9 @@ def test_trailing_newline_revocation_blocks_the_signed_archive(keys, tmp_path, m
     """End to end: a signed archive under a policy whose revocation ends in a newline does not load."""
     from registry_support import small_archive
 
+    import karchive
     from karchive.errors import TrustError
     from karchive.trust.sign import sign_archive
-
-    import karchive
 
     for var in ("KARCHIVE_REGISTRY", "KARCHIVE_CACHE_DIR", "KARCHIVE_TRUST_POLICY"):
         monkeypatch.delenv(var, raising=False)
@@ -272,7 +289,7 @@ def test_trailing_newline_no_grammar_uses_match_with_dollar():
     for path in (ROOT / "karchive").rglob("*.py"):
         text = path.read_text()
         for m in re.finditer(r"re\.compile\(\s*r?b?(\"\"\"|\"|')(.*?)\1", text, re.S):
-            if m.group(2).rstrip().endswith("$") and "re.M" not in text[m.end():m.end() + 40]:
+            if m.group(2).rstrip().endswith("$") and "re.M" not in text[m.end() : m.end() + 40]:
                 offenders.append(f"{path.relative_to(ROOT)}: {m.group(2)[:40]!r}")
     assert not offenders, offenders
 
@@ -356,8 +373,13 @@ def test_deeply_nested_json_is_refused_before_parsing():
 
 
 def _in_subprocess(code: str, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
-                          env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")])))
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")])),
+    )
 
 
 def test_fifo_sidecar_does_not_hang_a_trusted_open(tmp_path, keys):
@@ -431,13 +453,16 @@ def test_policy_odd_version_values_are_refused(keys, version):
         TrustPolicy.from_bytes(_policy(keys, key_name='"ci"', version=version))
 
 
-@pytest.mark.parametrize("extra, fragment", [
-    ("revoked = {}", "'revoked' must be a list"),
-    ('revoked = ""', "'revoked' must be a list"),
-    ("revoked = false", "'revoked' must be a list"),
-    ("keys = {}", "'keys' must be an array"),
-    ("rules = false", "'rules' must be an array"),
-])
+@pytest.mark.parametrize(
+    "extra, fragment",
+    [
+        ("revoked = {}", "'revoked' must be a list"),
+        ('revoked = ""', "'revoked' must be a list"),
+        ("revoked = false", "'revoked' must be a list"),
+        ("keys = {}", "'keys' must be an array"),
+        ("rules = false", "'rules' must be an array"),
+    ],
+)
 def test_policy_odd_table_values_are_refused(keys, extra, fragment):
     """``revoked = {}`` is falsy and was read as "no revocations"."""
     from karchive.errors import TrustPolicyError
@@ -458,8 +483,11 @@ def test_policy_odd_threshold_and_id_values_are_refused(keys):
     from karchive.trust.policy import TrustPolicy
 
     base = _policy(keys, key_name='"ci"').decode()
-    for bad in (base.replace("threshold = 1", "threshold = true"), base.replace("threshold = 1", "threshold = 1.0"),
-                base.replace('name = "ci"', f'name = "ci"\nid = {len(keys)}')):
+    for bad in (
+        base.replace("threshold = 1", "threshold = true"),
+        base.replace("threshold = 1", "threshold = 1.0"),
+        base.replace('name = "ci"', f'name = "ci"\nid = {len(keys)}'),
+    ):
         with pytest.raises(TrustPolicyError):
             TrustPolicy.from_bytes(bad.encode())
 
@@ -485,8 +513,11 @@ def test_stray_entries_in_registry_versions_are_skipped_and_reported(tmp_path, m
     for stray in strays:
         reg.store.replace(f"{versions_dir('hostile')}/{stray}", b"{}")
     if kind == "local":  # a file name that is not UTF-8 (only a local file system can hold one)
-        os.close(os.open(os.path.join(os.fsencode(store.url), b"names/hostile/versions/\xff\xfe.json"),
-                         os.O_CREAT | os.O_WRONLY))
+        os.close(
+            os.open(
+                os.path.join(os.fsencode(store.url), b"names/hostile/versions/\xff\xfe.json"), os.O_CREAT | os.O_WRONLY
+            )
+        )
         os.close(os.open(os.path.join(os.fsencode(store.url), b"names/\xff bad"), os.O_CREAT | os.O_WRONLY))
     fresh = store.registry(tmp_path / "cache2")
     with caplog.at_level("WARNING", logger="karchive.registry.registry"):
@@ -543,8 +574,17 @@ def test_rollback_ratchet_through_a_symlink_or_dotdot_path_still_refuses(keys, t
         with pytest.raises(DowngradeError) as err:
             karchive.open("examples", registry=reg, trust=policy)
         assert (err.value.newest_seen, err.value.resolved) == ("2.0.0", "1.0.0"), spelling
-    r = _cli("pull", "examples", "--registry", tmp_path / "link", "--cache-dir", cache, "--trust", policy,
-             env={"XDG_CACHE_HOME": str(tmp_path / "xdg-cache")})
+    r = _cli(
+        "pull",
+        "examples",
+        "--registry",
+        tmp_path / "link",
+        "--cache-dir",
+        cache,
+        "--trust",
+        policy,
+        env={"XDG_CACHE_HOME": str(tmp_path / "xdg-cache")},
+    )
     assert r.returncode != 0 and "already loaded and verified examples@2.0.0" in r.stderr, r.stderr
 
 
@@ -552,8 +592,11 @@ def test_rollback_ratchet_registry_identity_is_canonical_but_never_merges_regist
     from karchive.registry.cache import registry_key
     from karchive.registry.config import canonical_registry
 
-    same = ["https://Reg.example.com/a/b", "https://user:pw@reg.example.com:443/a/./x/../b/?token=1",
-            "HTTPS://reg.example.com/a/b/"]
+    same = [
+        "https://Reg.example.com/a/b",
+        "https://user:pw@reg.example.com:443/a/./x/../b/?token=1",
+        "HTTPS://reg.example.com/a/b/",
+    ]
     assert len({registry_key(u) for u in same}) == 1
     assert canonical_registry("s3://bucket/prefix/") == canonical_registry("s3://bucket/prefix")
     # In an object store "a/../b" is a key prefix of its own: another registry, never merged with "b".
@@ -633,10 +676,23 @@ def test_cache_prune_beside_running_loads_raises_no_false_tamper_alarm(tmp_path,
     env = dict(os.environ, PYTHONPATH=str(ROOT), KARCHIVE_RETRY_DELAY="0.01")
     env.pop("KARCHIVE_TRUST_POLICY", None)
     seconds = "4"
-    loaders = [subprocess.Popen([sys.executable, "-c", _LOADER, str(registry), str(cache), ",".join(refs), seconds],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
-    pruner = subprocess.Popen([sys.executable, "-c", _PRUNER, str(cache), seconds], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env)
+    loaders = [
+        subprocess.Popen(
+            [sys.executable, "-c", _LOADER, str(registry), str(cache), ",".join(refs), seconds],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for _ in range(2)
+    ]
+    pruner = subprocess.Popen(
+        [sys.executable, "-c", _PRUNER, str(cache), seconds],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     results = []
     for proc in [*loaders, pruner]:
         out, err = proc.communicate(timeout=120)
@@ -711,8 +767,9 @@ def test_silent_registry_endpoint_hits_the_overall_deadline(silent, kind, tmp_pa
     endpoint = f"http://127.0.0.1:{silent.port}"
     if kind == "s3":
         pytest.importorskip("s3fs")
-        reg = Registry("s3://bucket/reg", {"endpoint_url": endpoint, "key": "k", "secret": "s"},
-                       cache=tmp_path / "c", timeout=2)
+        reg = Registry(
+            "s3://bucket/reg", {"endpoint_url": endpoint, "key": "k", "secret": "s"}, cache=tmp_path / "c", timeout=2
+        )
     else:
         pytest.importorskip("aiohttp")
         reg = Registry(f"{endpoint}/reg", cache=tmp_path / "c", timeout=2)
@@ -739,15 +796,15 @@ def test_silent_registry_endpoint_cli_ls_gives_up_within_the_configured_deadline
     env = {"KARCHIVE_REGISTRY_TIMEOUT": "2", "XDG_CACHE_HOME": str(tmp_path / "xdg-cache")}
     if kind == "s3":
         registry = "s3://bucket/reg"
-        env["KARCHIVE_STORAGE_OPTIONS"] = json.dumps({"endpoint_url": f"http://127.0.0.1:{silent.port}",
-                                                      "key": "k", "secret": "s"})
+        env["KARCHIVE_STORAGE_OPTIONS"] = json.dumps(
+            {"endpoint_url": f"http://127.0.0.1:{silent.port}", "key": "k", "secret": "s"}
+        )
     else:
         registry = f"http://127.0.0.1:{silent.port}/reg"
     start = time.monotonic()
     r = _cli("ls", "--registry", registry, env=env, timeout=60)
     assert time.monotonic() - start < 30
-    assert r.returncode != 0 and "no answer within 2 s" in r.stderr and f"127.0.0.1:{silent.port}" in r.stderr, \
-        r.stderr
+    assert r.returncode != 0 and "no answer within 2 s" in r.stderr and f"127.0.0.1:{silent.port}" in r.stderr, r.stderr
     assert "Traceback" not in r.stderr
     bad = _cli("ls", "--registry", f"http://127.0.0.1:{silent.port}/reg", env={"KARCHIVE_REGISTRY_TIMEOUT": "soon"})
     assert bad.returncode != 0 and "KARCHIVE_REGISTRY_TIMEOUT" in bad.stderr

@@ -15,21 +15,21 @@ import sys
 from pathlib import Path
 
 import pytest
-
+from format1_writer import Format1Writer
 from hostile_factory import put_together, take_apart, v2_variant
 
 from karchive.errors import SchemaError
 from karchive.format.open import open_location
 from karchive.format.writer import ArchiveWriter, canonical_json, sha256_hex
-from format1_writer import Format1Writer
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _cli(*args: object, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     full = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "karchive", *map(str, args)], env=full, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "karchive", *map(str, args)], env=full, capture_output=True, text=True, timeout=timeout
+    )
 
 
 # --------------------------------------------------------------------------------------------------
@@ -41,9 +41,18 @@ HOSTILE_PARAMS = [PAYLOAD, "x):\n    import os#", "class", "None", "x y", "", "x
 
 
 def _manifest(entry: dict) -> dict:
-    return {"format": "karchive", "format_version": "1.0", "abi_version": 1, "name": "hostile", "version": "1",
-            "produced_by": {"karchive": "test"}, "created": None, "path_sentinel": "@KARCHIVE_ROOT@",
-            "sources": [], "variants": [entry]}
+    return {
+        "format": "karchive",
+        "format_version": "1.0",
+        "abi_version": 1,
+        "name": "hostile",
+        "version": "1",
+        "produced_by": {"karchive": "test"},
+        "created": None,
+        "path_sentinel": "@KARCHIVE_ROOT@",
+        "sources": [],
+        "variants": [entry],
+    }
 
 
 def _format1_with(edit) -> bytes:
@@ -94,8 +103,10 @@ def test_hostile_parameter_name_is_refused_when_read(tmp_path, name, where, fmt)
     function from source text. Every name the runtime may turn into code or attributes is now an
     identifier (not a keyword), checked by the model when the archive is read."""
     if fmt == "format1":
+
         def edit(entry):
             _rename_param(entry["params"] if where == "param" else entry["abi"]["params"], name)
+
         data = _format1_with(edit)
     elif where == "param":
         data = _format2_with(lambda params: _rename_param(params, name))
@@ -123,8 +134,10 @@ def test_duplicate_parameter_names_are_refused_when_read(tmp_path, fmt):
 
 def test_hostile_parameter_name_fails_cli_verify(tmp_path):
     """``karchive verify`` reports the name (exit 1, the model's words), for both formats."""
-    for fmt, data in (("1", _format1_with(lambda e: _rename_param(e["params"], PAYLOAD))),
-                      ("2", _format2_with(lambda params: _rename_param(params, PAYLOAD)))):
+    for fmt, data in (
+        ("1", _format1_with(lambda e: _rename_param(e["params"], PAYLOAD))),
+        ("2", _format2_with(lambda params: _rename_param(params, PAYLOAD))),
+    ):
         archive = tmp_path / f"hostile{fmt}.karc"
         archive.write_bytes(data)
         r = _cli("verify", archive)
@@ -134,8 +147,9 @@ def test_hostile_parameter_name_fails_cli_verify(tmp_path):
 
 def test_writer_refuses_what_the_reader_refuses():
     """The producer never writes a parameter name a reader would refuse."""
-    from karchive.format.manifest import Manifest, Param, Variant
     import dataclasses
+
+    from karchive.format.manifest import Manifest, Param, Variant
 
     entry, _, _ = v2_variant("k", 0, source=None)
     v = Variant.from_json(entry, "v")
@@ -162,8 +176,11 @@ def test_no_source_text_is_executed_anywhere_in_the_package():
         if "noqa: S102" in text or "noqa: S307" in text:
             found.append(f"{rel}: noqa")
         for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
-                    node.func.id in ("exec", "eval", "compile", "__import__"):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("exec", "eval", "compile", "__import__")
+            ):
                 found.append(f"{rel}:{node.lineno}: {node.func.id}")
     assert not found, found
 
@@ -177,9 +194,13 @@ def test_param_name_grammar_matches_the_schema():
 
     schema = json.loads((ROOT / "karchive/format/manifest.schema.json").read_text())
     d = schema["$defs"]
-    refs = [d["param"]["properties"]["name"], d["abi_param"]["properties"]["name"],
-            d["autotune"]["properties"]["key_names"]["items"], d["heuristics"]["properties"]["names"]["items"],
-            d["autotune"]["properties"]["configs"]["items"]["properties"]["kwargs"]["propertyNames"]]
+    refs = [
+        d["param"]["properties"]["name"],
+        d["abi_param"]["properties"]["name"],
+        d["autotune"]["properties"]["key_names"]["items"],
+        d["heuristics"]["properties"]["names"]["items"],
+        d["autotune"]["properties"]["configs"]["items"]["properties"]["kwargs"]["propertyNames"],
+    ]
     assert all(r == {"$ref": "#/$defs/param_name"} for r in refs), refs
     for spec in (d["param_name"],):
         pattern = re.compile(spec["pattern"])
@@ -188,19 +209,24 @@ def test_param_name_grammar_matches_the_schema():
             assert by_schema == is_param_name(name), name
 
 
-
 @pytest.mark.parametrize("name", [PAYLOAD, "class", "x\n", ""])
 def test_heuristics_record_names_are_parameter_names(name):
     """The names a heuristics record computes (constexprs a call then passes as keywords) and the argument
     names its cases and expressions read follow the parameter-name grammar too."""
     from karchive.format.heuristics import parse_record
 
-    good = {"kernel": "k", "names": ["EVEN"], "cases": {"EVEN": [{"inputs": {"n": 4}, "value": True}]},
-            "exprs": {"EVEN": ["==", ["arg", "n"], ["const", 1]]}}
+    good = {
+        "kernel": "k",
+        "names": ["EVEN"],
+        "cases": {"EVEN": [{"inputs": {"n": 4}, "value": True}]},
+        "exprs": {"EVEN": ["==", ["arg", "n"], ["const", 1]]},
+    }
     parse_record(good, "h")
-    for bad in ({**good, "names": [name], "cases": {}, "exprs": {}},
-                {**good, "cases": {"EVEN": [{"inputs": {name: 4}, "value": True}]}},
-                {**good, "exprs": {"EVEN": ["==", ["arg", name], ["const", 1]]}}):
+    for bad in (
+        {**good, "names": [name], "cases": {}, "exprs": {}},
+        {**good, "cases": {"EVEN": [{"inputs": {name: 4}, "value": True}]}},
+        {**good, "exprs": {"EVEN": ["==", ["arg", name], ["const", 1]]}},
+    ):
         with pytest.raises(SchemaError):
             parse_record(bad, "h")
 
@@ -250,8 +276,14 @@ class FloatCai:
     __cuda_array_interface__ = {"data": (float(X), False), "typestr": "<f4", "shape": (4,), "version": 3}
 
 
-BAD_POINTERS = [StrDataPtr, StrCai, FloatCai, lambda: Tensorish("0x7f0000001000"), lambda: Tensorish(float(X)),
-                lambda: Tensorish(None)]
+BAD_POINTERS = [
+    StrDataPtr,
+    StrCai,
+    FloatCai,
+    lambda: Tensorish("0x7f0000001000"),
+    lambda: Tensorish(float(X)),
+    lambda: Tensorish(None),
+]
 
 
 @pytest.mark.parametrize("path", ["python", "extension"])
@@ -260,10 +292,11 @@ def test_pointer_accessor_that_answers_a_string_is_karchives_error(path, monkeyp
     escaped as a builtin TypeError (``not all arguments converted during string formatting``) on both launch
     paths. Now it is an ArgumentError naming the parameter, from a call, a call whose key was seen before, and
     a bound launcher; nothing launches. (NoneCai's None is a null pointer, as Triton takes it.)"""
+    from runtime_support import fake_cuda, register_sizes
+
     import karchive
     from karchive.errors import ArgumentError
     from karchive.runtime import args, launch_path
-    from runtime_support import fake_cuda, register_sizes
 
     if path == "extension" and launch_path.extension() is None:
         pytest.skip(f"the compiled launcher is not built here: {launch_path.status().detail}")
@@ -287,9 +320,17 @@ def test_pointer_accessor_that_answers_a_string_is_karchives_error(path, monkeyp
         args.set_tensor_type(None)
 
 
-AUTOTUNE = {"kernel": "k", "key_names": ["n"], "dtype_args": ["x"], "reset_to_zero": ["x"], "restore_value": [],
-            "outer_heuristics": [], "configs": [{"kwargs": {"BLOCK": 64}, "num_warps": 4}],
-            "entries": [{"key": [1], "config": 0, "variant": None}], "fallback": "nearest-log2"}
+AUTOTUNE = {
+    "kernel": "k",
+    "key_names": ["n"],
+    "dtype_args": ["x"],
+    "reset_to_zero": ["x"],
+    "restore_value": [],
+    "outer_heuristics": [],
+    "configs": [{"kwargs": {"BLOCK": 64}, "num_warps": 4}],
+    "entries": [{"key": [1], "config": 0, "variant": None}],
+    "fallback": "nearest-log2",
+}
 HEURISTICS = {"kernel": "k", "names": ["EVEN"], "cases": {}, "exprs": {"EVEN": ["==", ["arg", "n"], ["const", 1]]}}
 
 
@@ -308,10 +349,17 @@ def _with_records(fmt: str, autotune: list, heuristics: list) -> bytes:
 
 
 @pytest.mark.parametrize("fmt", ["format1", "format2"])
-@pytest.mark.parametrize("record,path", [
-    ("autotune", ("key_names", 0)), ("autotune", ("dtype_args", 0)), ("autotune", ("reset_to_zero", 0)),
-    ("autotune", ("outer_heuristics", None)), ("autotune", ("kwargs", None)), ("heuristics", ("names", 0)),
-])
+@pytest.mark.parametrize(
+    "record,path",
+    [
+        ("autotune", ("key_names", 0)),
+        ("autotune", ("dtype_args", 0)),
+        ("autotune", ("reset_to_zero", 0)),
+        ("autotune", ("outer_heuristics", None)),
+        ("autotune", ("kwargs", None)),
+        ("heuristics", ("names", 0)),
+    ],
+)
 def test_record_names_are_parameter_names_when_read(tmp_path, fmt, record, path):
     """The names autotune and heuristics records give (constexprs a call then passes by keyword, arguments they
     read) follow the parameter-name grammar, checked with the manifest's top level: ``verify`` refuses them."""

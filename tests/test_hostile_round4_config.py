@@ -38,8 +38,9 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def _python(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout,
-                          cwd=str(ROOT))
+    return subprocess.run(
+        [sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout, cwd=str(ROOT)
+    )
 
 
 def _one_line_error(r: subprocess.CompletedProcess, *needles: str) -> None:
@@ -111,18 +112,30 @@ def test_the_cli_refuses_empty_guarded_variables_in_one_line(tmp_path):
     from registry_support import small_archive
 
     arc = small_archive("examples", "0.1.0")
-    for name, args in (("KARCHIVE_LOCKFILE", ["inspect", "examples@latest"]),
-                       ("KARCHIVE_REGISTRY", ["ls"]),
-                       ("KARCHIVE_STORAGE_OPTIONS", ["ls"]),
-                       ("KARCHIVE_REGISTRY_KEY", ["publish", str(arc), "--registry", str(tmp_path / "r")])):
-        r = _python("-m", "karchive", *args, env=_env(**{name: "", "XDG_DATA_HOME": str(tmp_path / "d"),
-                                                         "XDG_CACHE_HOME": str(tmp_path / "c")}))
+    for name, args in (
+        ("KARCHIVE_LOCKFILE", ["inspect", "examples@latest"]),
+        ("KARCHIVE_REGISTRY", ["ls"]),
+        ("KARCHIVE_STORAGE_OPTIONS", ["ls"]),
+        ("KARCHIVE_REGISTRY_KEY", ["publish", str(arc), "--registry", str(tmp_path / "r")]),
+    ):
+        r = _python(
+            "-m",
+            "karchive",
+            *args,
+            env=_env(**{name: "", "XDG_DATA_HOME": str(tmp_path / "d"), "XDG_CACHE_HOME": str(tmp_path / "c")}),
+        )
         _one_line_error(r, name)
 
 
 def test_doctor_names_every_refused_setting_instead_of_failing():
-    r = _python("-m", "karchive", "doctor", "--no-probe", "--json",
-                env=_env(KARCHIVE_LOCKFILE="", KARCHIVE_RETRIES="nan", KARCHIVE_SERVE_MODE="sometimes"))
+    r = _python(
+        "-m",
+        "karchive",
+        "doctor",
+        "--no-probe",
+        "--json",
+        env=_env(KARCHIVE_LOCKFILE="", KARCHIVE_RETRIES="nan", KARCHIVE_SERVE_MODE="sometimes"),
+    )
     assert r.returncode == 1, r.stderr
     report = json.loads(r.stdout)
     assert report["ok"] is False
@@ -134,12 +147,21 @@ def test_doctor_names_every_refused_setting_instead_of_failing():
 # 10. Numeric variables: a clear error naming the variable (was: a traceback, or silently the default)
 # --------------------------------------------------------------------------------------------------
 NUMBERS = {
-    "KARCHIVE_RETRIES": (settings.retries, ["nan", "inf", "-inf", "abc", "0", "-1", "1.5", "1e3", "٣", "0x5"],
-                         [("3", 3), (" 7 ", 7)]),
-    "KARCHIVE_RETRY_DELAY": (settings.retry_delay, ["nan", "inf", "abc", "-0.5", "٣", "1e999"],
-                             [("0", 0.0), ("0.05", 0.05), ("2", 2.0)]),
-    "KARCHIVE_REGISTRY_TIMEOUT": (settings.registry_timeout, ["nan", "inf", "abc", "0", "-3", "٣", "1e999"],
-                                  [("2.5", 2.5), ("60", 60.0)]),
+    "KARCHIVE_RETRIES": (
+        settings.retries,
+        ["nan", "inf", "-inf", "abc", "0", "-1", "1.5", "1e3", "٣", "0x5"],
+        [("3", 3), (" 7 ", 7)],
+    ),
+    "KARCHIVE_RETRY_DELAY": (
+        settings.retry_delay,
+        ["nan", "inf", "abc", "-0.5", "٣", "1e999"],
+        [("0", 0.0), ("0.05", 0.05), ("2", 2.0)],
+    ),
+    "KARCHIVE_REGISTRY_TIMEOUT": (
+        settings.registry_timeout,
+        ["nan", "inf", "abc", "0", "-3", "٣", "1e999"],
+        [("2.5", 2.5), ("60", 60.0)],
+    ),
 }
 
 
@@ -174,9 +196,16 @@ def test_retry_policy_reads_the_checked_numbers(monkeypatch):
     assert (p.attempts, p.base_delay) == (2, 0.5)
 
 
-@pytest.mark.parametrize("name,value", [("KARCHIVE_RETRIES", "nan"), ("KARCHIVE_RETRIES", "inf"),
-                                        ("KARCHIVE_RETRIES", "abc"), ("KARCHIVE_RETRY_DELAY", "nan"),
-                                        ("KARCHIVE_REGISTRY_TIMEOUT", "inf")])
+@pytest.mark.parametrize(
+    "name,value",
+    [
+        ("KARCHIVE_RETRIES", "nan"),
+        ("KARCHIVE_RETRIES", "inf"),
+        ("KARCHIVE_RETRIES", "abc"),
+        ("KARCHIVE_RETRY_DELAY", "nan"),
+        ("KARCHIVE_REGISTRY_TIMEOUT", "inf"),
+    ],
+)
 def test_registry_commands_give_one_line_for_a_bad_number(tmp_path, name, value):
     r = _python("-m", "karchive", "ls", "--registry", str(tmp_path / "reg"), env=_env(**{name: value}))
     _one_line_error(r, name, repr(value))
@@ -231,8 +260,16 @@ def test_the_lockfile_variable_pointing_at_a_fifo_fails_the_cli_in_one_line(tmp_
     fifo = tmp_path / "lock"
     os.mkfifo(fifo)
     try:
-        r = _python("-m", "karchive", "inspect", "examples@1", "--registry", str(tmp_path / "reg"),
-                    env=_env(KARCHIVE_LOCKFILE=str(fifo)), timeout=60)
+        r = _python(
+            "-m",
+            "karchive",
+            "inspect",
+            "examples@1",
+            "--registry",
+            str(tmp_path / "reg"),
+            env=_env(KARCHIVE_LOCKFILE=str(fifo)),
+            timeout=60,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("a FIFO lockfile hung the CLI")
     _one_line_error(r, str(fifo))
@@ -329,8 +366,9 @@ def test_a_child_with_an_empty_archive_list_does_not_run(tmp_path):
 # --------------------------------------------------------------------------------------------------
 # issue 35 item 5: python -m karchive.serve answers user mistakes in one line, exit 2
 # --------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("case", ["missing-archive", "bad-mode-env", "no-archives", "no-program-file",
-                                  "no-module", "empty-serve"])
+@pytest.mark.parametrize(
+    "case", ["missing-archive", "bad-mode-env", "no-archives", "no-program-file", "no-module", "empty-serve"]
+)
 def test_the_runner_answers_user_mistakes_in_one_line(tmp_path, cuda_archive, case):
     prog = tmp_path / "prog.py"
     prog.write_text("print('PROGRAM RAN')\n")
@@ -443,8 +481,18 @@ def test_a_report_path_that_is_a_fifo_does_not_hang_the_exit(tmp_path, cuda_arch
     fifo = tmp_path / "report.json"
     os.mkfifo(fifo)
     try:
-        r = _python("-m", "karchive.serve", "--archive", str(cuda_archive), "--report", str(fifo), "--", str(prog),
-                    env=_env(), timeout=120)
+        r = _python(
+            "-m",
+            "karchive.serve",
+            "--archive",
+            str(cuda_archive),
+            "--report",
+            str(fifo),
+            "--",
+            str(prog),
+            env=_env(),
+            timeout=120,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("writing the serve report to a FIFO hung the process at exit")
     assert r.returncode == 0 and "PROGRAM RAN" in r.stdout, r.stderr
@@ -457,8 +505,16 @@ def test_a_fifo_in_a_triton_cache_directory_does_not_hang_the_import(tmp_path):
     entry.mkdir(parents=True)
     os.mkfifo(entry / "__grp__k.json")
     try:
-        r = _python("-m", "karchive", "import-triton-cache", str(tmp_path / "cache"), "-o", str(tmp_path / "o.karc"),
-                    env=_env(), timeout=120)
+        r = _python(
+            "-m",
+            "karchive",
+            "import-triton-cache",
+            str(tmp_path / "cache"),
+            "-o",
+            str(tmp_path / "o.karc"),
+            env=_env(),
+            timeout=120,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("import-triton-cache hung on a FIFO")
     assert r.returncode == 2 and "Traceback" not in r.stderr and "regular file" in r.stderr, r.stderr

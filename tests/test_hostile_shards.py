@@ -13,8 +13,9 @@ import copy
 import random
 
 import pytest
-
+from format1_writer import Format1Writer
 from hostile_factory import V2Parts, honest_v2, put_together, split, take_apart, zstd_frame
+
 from karchive.errors import (
     FormatError,
     IntegrityError,
@@ -28,7 +29,6 @@ from karchive.format.manifest import Manifest
 from karchive.format.reader import ArchiveReader, Limits
 from karchive.format.source import BytesSource
 from karchive.format.writer import ArchiveWriter, canonical_json
-from format1_writer import Format1Writer
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +74,9 @@ def variant_paths(manifest: dict, kernel: str) -> list[str]:
 def test_honest_v2_reads_back_and_verifies(v2, v2_dict):
     for data, files, manifest in (v2, v2_dict):
         reader = open_bytes(data)
-        assert reader.format_version == (2, 1) and reader.sharded  # the writer writes 2.1 (footer), the manifest says 2.0
+        assert (
+            reader.format_version == (2, 1) and reader.sharded
+        )  # the writer writes 2.1 (footer), the manifest says 2.0
         assert reader.verify() == []
         assert {n: reader.read(n) for n in files} == files
         assert reader.manifest == manifest  # the logical manifest, assembled from header and shards
@@ -124,20 +126,23 @@ def _header_edit(v2, edit) -> bytes:
     return put_together(parts)
 
 
-@pytest.mark.parametrize("edit, exc, match", [
-    (lambda h: h.pop("shards"), SchemaError, "'shards' must be a list"),
-    (lambda h: h.__setitem__("shards", {"alpha": 1}), SchemaError, "'shards' must be a list"),
-    (lambda h: h["shards"].append(copy.deepcopy(h["shards"][0])), SchemaError, "two shards"),
-    (lambda h: h["shards"][0].__setitem__("kernel", 7), SchemaError, "must be strings"),
-    (lambda h: h["shards"][0].__setitem__("variants", -1), SchemaError, "a count"),
-    (lambda h: h["shards"][0].__setitem__("variants", True), SchemaError, "a count"),
-    (lambda h: h["shards"][0]["targets"].__setitem__("cuda:90", 0), SchemaError, "positive counts"),
-    (lambda h: h["shards"][0].__setitem__("variants", h["shards"][0]["variants"] + 1), SchemaError, "add up"),
-    (lambda h: h["shards"][0].__setitem__("path", MANIFEST_NAME), FormatError, "not a member"),
-    (lambda h: h["shards"][0].__setitem__("path", "karchive/shards/99.json"), FormatError, "not a member"),
-    (lambda h: h["shards"][1].__setitem__("path", h["shards"][0]["path"]), SchemaError, "share the shard"),
-    (lambda h: h.__setitem__("variants", []), SchemaError, "keeps its variants in shards"),
-])
+@pytest.mark.parametrize(
+    "edit, exc, match",
+    [
+        (lambda h: h.pop("shards"), SchemaError, "'shards' must be a list"),
+        (lambda h: h.__setitem__("shards", {"alpha": 1}), SchemaError, "'shards' must be a list"),
+        (lambda h: h["shards"].append(copy.deepcopy(h["shards"][0])), SchemaError, "two shards"),
+        (lambda h: h["shards"][0].__setitem__("kernel", 7), SchemaError, "must be strings"),
+        (lambda h: h["shards"][0].__setitem__("variants", -1), SchemaError, "a count"),
+        (lambda h: h["shards"][0].__setitem__("variants", True), SchemaError, "a count"),
+        (lambda h: h["shards"][0]["targets"].__setitem__("cuda:90", 0), SchemaError, "positive counts"),
+        (lambda h: h["shards"][0].__setitem__("variants", h["shards"][0]["variants"] + 1), SchemaError, "add up"),
+        (lambda h: h["shards"][0].__setitem__("path", MANIFEST_NAME), FormatError, "not a member"),
+        (lambda h: h["shards"][0].__setitem__("path", "karchive/shards/99.json"), FormatError, "not a member"),
+        (lambda h: h["shards"][1].__setitem__("path", h["shards"][0]["path"]), SchemaError, "share the shard"),
+        (lambda h: h.__setitem__("variants", []), SchemaError, "keeps its variants in shards"),
+    ],
+)
 def test_bad_shard_tables_are_refused_at_open(v2, edit, exc, match):
     data = _header_edit(v2, edit)
     with pytest.raises(exc, match=match):
@@ -155,6 +160,7 @@ def test_header_counts_that_disagree_with_the_shard(v2):
             t[a] -= 1
             t["cuda:70"] = 1
             h["shards"][0]["variants"] += 1
+
     data = _header_edit(v2, move)
     reader = open_bytes(data)
     with pytest.raises(SchemaError, match="counts in the manifest header"):
@@ -187,6 +193,7 @@ def test_too_many_shards_or_variants(v2):
     def claim_many(h):
         h["shards"][0]["variants"] = 2_000_000
         h["shards"][0]["targets"] = {"cuda:90": 2_000_000}
+
     with pytest.raises(LimitExceededError, match="variants; the limit"):
         open_bytes(_header_edit(v2, claim_many))
 
@@ -207,22 +214,37 @@ def _shard_raw(v2, kernel: str, raw: bytes) -> bytes:
     return put_together(parts, shard_bytes={shard_path(parts, kernel): raw})
 
 
-@pytest.mark.parametrize("raw, exc, match", [
-    (b"not json", FormatError, "not valid JSON"),
-    (b'{"kernel":"alpha","parts":{},"variants":{"key":[]}} ', SchemaError, "does not match the counts"),
-    (b'{"kernel":"alpha","kernel":"alpha","parts":{},"variants":{"key":[]}}', FormatError, "duplicate JSON key"),
-    (b'{"kernel":"alpha","parts":{"param":[{"a":1,"a":2}]},"variants":{"key":[]}}', FormatError, "duplicate JSON key"),
-    (b'{"kernel":"a\\"lpha","parts":{},"variants":{"key":[]}}', FormatError, "holds kernel"),
-    (b'{"kernel":"alpha","parts":{},"variants":{"key":[NaN]}}', FormatError, "JSON constant (NaN|-?Infinity) is not allowed"),
-    (b'{"kernel":"alpha","parts":{},"variants":{"key":[-Infinity]}}', FormatError, "JSON constant (NaN|-?Infinity) is not allowed"),
-    (b'{"kernel":"alpha","parts":{},"variants":["NaN:Infinity"]}', FormatError, "expected an object"),
-    (b'{"kernel":"alpha","parts":{},"variants":{"key":"unclosed]}}', FormatError, "not valid JSON"),
-    (b'{"kernel":"alpha","parts":{},"variants":{}}', FormatError, "no key column"),
-    (b'{"kernel":"\xc3\xa9"}', FormatError, "not ASCII"),
-    (b"[" * 100 + b"]" * 100, LimitExceededError, "nested deeper"),
-    (b"[]", FormatError, "parts and variants"),
-    (b'{"kernel":"beta","parts":{},"variants":{"key":[]}}', FormatError, "holds kernel 'beta'"),
-])
+@pytest.mark.parametrize(
+    "raw, exc, match",
+    [
+        (b"not json", FormatError, "not valid JSON"),
+        (b'{"kernel":"alpha","parts":{},"variants":{"key":[]}} ', SchemaError, "does not match the counts"),
+        (b'{"kernel":"alpha","kernel":"alpha","parts":{},"variants":{"key":[]}}', FormatError, "duplicate JSON key"),
+        (
+            b'{"kernel":"alpha","parts":{"param":[{"a":1,"a":2}]},"variants":{"key":[]}}',
+            FormatError,
+            "duplicate JSON key",
+        ),
+        (b'{"kernel":"a\\"lpha","parts":{},"variants":{"key":[]}}', FormatError, "holds kernel"),
+        (
+            b'{"kernel":"alpha","parts":{},"variants":{"key":[NaN]}}',
+            FormatError,
+            "JSON constant (NaN|-?Infinity) is not allowed",
+        ),
+        (
+            b'{"kernel":"alpha","parts":{},"variants":{"key":[-Infinity]}}',
+            FormatError,
+            "JSON constant (NaN|-?Infinity) is not allowed",
+        ),
+        (b'{"kernel":"alpha","parts":{},"variants":["NaN:Infinity"]}', FormatError, "expected an object"),
+        (b'{"kernel":"alpha","parts":{},"variants":{"key":"unclosed]}}', FormatError, "not valid JSON"),
+        (b'{"kernel":"alpha","parts":{},"variants":{}}', FormatError, "no key column"),
+        (b'{"kernel":"\xc3\xa9"}', FormatError, "not ASCII"),
+        (b"[" * 100 + b"]" * 100, LimitExceededError, "nested deeper"),
+        (b"[]", FormatError, "parts and variants"),
+        (b'{"kernel":"beta","parts":{},"variants":{"key":[]}}', FormatError, "holds kernel 'beta'"),
+    ],
+)
 def test_malformed_shard_json(v2, raw, exc, match):
     with pytest.raises(exc, match=match):
         load(_shard_raw(v2, "alpha", raw))
@@ -244,36 +266,43 @@ def _abi_field(d: dict, key: str, value) -> None:
     abi[:] = [j for j in abi if fields[j][0] != key] + [len(fields) - 1]
 
 
-@pytest.mark.parametrize("edit, exc, match", [
-    (lambda d: d["parts"].__setitem__("colour", []), FormatError, "unknown or malformed part"),
-    (lambda d: d["parts"].__setitem__("abi", {}), FormatError, "unknown or malformed part"),
-    (lambda d: _col(d, "abi").__setitem__(0, 99), FormatError, "abi: 99 is not an index into its parts"),
-    (lambda d: _col(d, "abi").__setitem__(0, -1), FormatError, "abi: -1 is not an index"),
-    (lambda d: _col(d, "abi").__setitem__(0, "0"), FormatError, "abi: '0' is not an index"),
-    (lambda d: _col(d, "params").__setitem__(0, [0, 999]), FormatError, "params: 999 is not an index"),
-    (lambda d: _col(d, "params").__setitem__(0, 0), FormatError, "expected a list of indexes"),
-    (lambda d: _abi_field(d, "params", [0]), FormatError, r"parts.abi\[0\].params"),
-    (lambda d: _abi_field(d, "params", 99), FormatError, r"parts.abi\[0\].params"),
-    (lambda d: d["parts"]["abi"][0].append(d["parts"]["abi"][0][0]), FormatError, "names a key twice"),
-    (lambda d: d["parts"]["abi"][0].append(10_000), FormatError, "indexes into parts.field"),
-    (lambda d: d["parts"]["field"].append(["x"]), FormatError, r"parts.field\[\d+\] is not a \[key, value\] pair"),
-    (lambda d: d["parts"]["options"].__setitem__(0, {"num_warps": 4}), FormatError, "a list of indexes"),
-    (lambda d: _col(d, "files.source").__setitem__(0, "sources/x.py"), FormatError, "source: 'sources/x.py'"),
-    (lambda d: d["variants"].__setitem__("kernel", ["alpha"] * len(_col(d, "key"))), FormatError, "kernel column"),
-    (lambda d: d["variants"].__setitem__("abi", 5), FormatError, "is not a list of"),
-    (lambda d: _col(d, "abi").pop(), FormatError, "is not a list of"),
-    (lambda d: d["variants"].__setitem__("files.extra", [None] * len(_col(d, "key"))), FormatError, "unknown file column"),
-    (lambda d: _col(d, "files.binary").__setitem__(0, ["x"]), FormatError, "expected \\[path"),
-    (lambda d: _col(d, "files.binary")[0].__setitem__(3, -2), FormatError, "must be non-negative integers"),
-    (lambda d: _col(d, "files.binary")[0].__setitem__(4, 1.5), FormatError, "must be non-negative integers"),
-    (lambda d: _col(d, "files.binary").__setitem__(0, 5), FormatError, "expected \\[path"),
-    (lambda d: _col(d, "files.ir").__setitem__(0, [1]), FormatError, "expected a map of located files"),
-    (lambda d: _abi_field(d, "version", 99), KarchiveError, "newer than this runtime"),
-    (lambda d: d["parts"]["param"][0].__setitem__("name", 1), SchemaError, "expected str"),
-    (lambda d: _rekey(d, 0, "nothex"), SchemaError, "hex key"),
-    (lambda d: _col(d, "files.binary")[0].__setitem__(2, "abc"), SchemaError, "hex sha256"),
-    (lambda d: _col(d, "options").__setitem__(0, None), SchemaError, "missing 'options'"),
-])
+@pytest.mark.parametrize(
+    "edit, exc, match",
+    [
+        (lambda d: d["parts"].__setitem__("colour", []), FormatError, "unknown or malformed part"),
+        (lambda d: d["parts"].__setitem__("abi", {}), FormatError, "unknown or malformed part"),
+        (lambda d: _col(d, "abi").__setitem__(0, 99), FormatError, "abi: 99 is not an index into its parts"),
+        (lambda d: _col(d, "abi").__setitem__(0, -1), FormatError, "abi: -1 is not an index"),
+        (lambda d: _col(d, "abi").__setitem__(0, "0"), FormatError, "abi: '0' is not an index"),
+        (lambda d: _col(d, "params").__setitem__(0, [0, 999]), FormatError, "params: 999 is not an index"),
+        (lambda d: _col(d, "params").__setitem__(0, 0), FormatError, "expected a list of indexes"),
+        (lambda d: _abi_field(d, "params", [0]), FormatError, r"parts.abi\[0\].params"),
+        (lambda d: _abi_field(d, "params", 99), FormatError, r"parts.abi\[0\].params"),
+        (lambda d: d["parts"]["abi"][0].append(d["parts"]["abi"][0][0]), FormatError, "names a key twice"),
+        (lambda d: d["parts"]["abi"][0].append(10_000), FormatError, "indexes into parts.field"),
+        (lambda d: d["parts"]["field"].append(["x"]), FormatError, r"parts.field\[\d+\] is not a \[key, value\] pair"),
+        (lambda d: d["parts"]["options"].__setitem__(0, {"num_warps": 4}), FormatError, "a list of indexes"),
+        (lambda d: _col(d, "files.source").__setitem__(0, "sources/x.py"), FormatError, "source: 'sources/x.py'"),
+        (lambda d: d["variants"].__setitem__("kernel", ["alpha"] * len(_col(d, "key"))), FormatError, "kernel column"),
+        (lambda d: d["variants"].__setitem__("abi", 5), FormatError, "is not a list of"),
+        (lambda d: _col(d, "abi").pop(), FormatError, "is not a list of"),
+        (
+            lambda d: d["variants"].__setitem__("files.extra", [None] * len(_col(d, "key"))),
+            FormatError,
+            "unknown file column",
+        ),
+        (lambda d: _col(d, "files.binary").__setitem__(0, ["x"]), FormatError, "expected \\[path"),
+        (lambda d: _col(d, "files.binary")[0].__setitem__(3, -2), FormatError, "must be non-negative integers"),
+        (lambda d: _col(d, "files.binary")[0].__setitem__(4, 1.5), FormatError, "must be non-negative integers"),
+        (lambda d: _col(d, "files.binary").__setitem__(0, 5), FormatError, "expected \\[path"),
+        (lambda d: _col(d, "files.ir").__setitem__(0, [1]), FormatError, "expected a map of located files"),
+        (lambda d: _abi_field(d, "version", 99), KarchiveError, "newer than this runtime"),
+        (lambda d: d["parts"]["param"][0].__setitem__("name", 1), SchemaError, "expected str"),
+        (lambda d: _rekey(d, 0, "nothex"), SchemaError, "hex key"),
+        (lambda d: _col(d, "files.binary")[0].__setitem__(2, "abc"), SchemaError, "hex sha256"),
+        (lambda d: _col(d, "options").__setitem__(0, None), SchemaError, "missing 'options'"),
+    ],
+)
 def test_malformed_shard_rows(v2, edit, exc, match):
     data = _shard_edit(v2, "alpha", edit)
     with pytest.raises(exc, match=match):
@@ -314,18 +343,21 @@ def _set(d: dict, i: int, field: int, value) -> set[str]:
     return {old}
 
 
-@pytest.mark.parametrize("edit, exc, match", [
-    (lambda d: _set(d, 0, 0, "../escape"), UnsafeMemberError, "escape"),
-    (lambda d: _set(d, 0, 0, "/abs"), UnsafeMemberError, "abs"),
-    (lambda d: _set(d, 0, 3, 10_000), FormatError, "outside its frame"),
-    (lambda d: _set(d, 0, 4, 100), FormatError, "outside its frame"),
-    (lambda d: _set(d, 0, 4, 0), FormatError, "outside its frame"),
-    (lambda d: _set(d, 0, 1, 1 << 40), FormatError, "outside its frame"),
-    # Two variants naming the same member.
-    (lambda d: _set(d, 1, 0, _binary_name(d, 0)), FormatError, "listed twice"),
-    # Two members at the same place: the second's header would be inside the first's data.
-    (lambda d: _col(d, "files.metadata")[0].__setitem__(4, _first_binary(d)[4]) or set(), FormatError, "overlap"),
-])
+@pytest.mark.parametrize(
+    "edit, exc, match",
+    [
+        (lambda d: _set(d, 0, 0, "../escape"), UnsafeMemberError, "escape"),
+        (lambda d: _set(d, 0, 0, "/abs"), UnsafeMemberError, "abs"),
+        (lambda d: _set(d, 0, 3, 10_000), FormatError, "outside its frame"),
+        (lambda d: _set(d, 0, 4, 100), FormatError, "outside its frame"),
+        (lambda d: _set(d, 0, 4, 0), FormatError, "outside its frame"),
+        (lambda d: _set(d, 0, 1, 1 << 40), FormatError, "outside its frame"),
+        # Two variants naming the same member.
+        (lambda d: _set(d, 1, 0, _binary_name(d, 0)), FormatError, "listed twice"),
+        # Two members at the same place: the second's header would be inside the first's data.
+        (lambda d: _col(d, "files.metadata")[0].__setitem__(4, _first_binary(d)[4]) or set(), FormatError, "overlap"),
+    ],
+)
 def test_member_places_in_a_shard(v2, edit, exc, match):
     parts = parts_of(v2)
     unlisted = edit(parts.shards[shard_path(parts, "alpha")])
@@ -372,8 +404,9 @@ def test_a_shard_listing_only_part_of_a_frame(v2):
     keep = next(i for i, f in enumerate(frame_of) if frame_of.count(f) > 1)
     drop = next(i for i, f in enumerate(frame_of) if f == frame_of[keep] and i != keep)
     key = cols["key"][drop]
-    gone = {_absolute(key, cols[c][drop])[0] for c in ("files.binary", "files.metadata")} | \
-        {_absolute(key, ref)[0] for ref in (cols.get("files.ir") or [{}] * len(frame_of))[drop].values()}
+    gone = {_absolute(key, cols[c][drop])[0] for c in ("files.binary", "files.metadata")} | {
+        _absolute(key, ref)[0] for ref in (cols.get("files.ir") or [{}] * len(frame_of))[drop].values()
+    }
     label = "{backend}:{arch}".format(**doc["parts"]["target"][cols["target"][drop]])
     for col in cols.values():
         col.pop(drop)
@@ -507,7 +540,7 @@ def _outcome(data: bytes, files: dict[str, bytes], check_verify: bool) -> str:
 
 
 def _mutate_json(node, rng: random.Random) -> None:
-    values = [None, -1, 0, 1, 2 ** 40, "x", "../x", [], {}, [0, 0, 0, 0, 0], True]
+    values = [None, -1, 0, 1, 2**40, "x", "../x", [], {}, [0, 0, 0, 0, 0], True]
     for _ in range(rng.randint(1, 3)):
         target = node
         path = []
@@ -565,6 +598,7 @@ def test_frames_of_shards_are_bounded_before_decoding(v2):
         for m in index["members"]:
             if m[0] == path:
                 index["frames"][m[1]][2] = 600 * 1024 * 1024
+
     with pytest.raises(LimitExceededError):
         open_bytes(put_together(parts, edit_index=lie))
     assert zstd_frame  # the factory's frames are real zstd frames (used above through put_together)

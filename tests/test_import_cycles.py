@@ -102,7 +102,8 @@ def test_no_import_cycle_in_the_package():
     found = set(cycles(import_graph()))
     new = found - KNOWN
     assert not new, "import circles (every import counts, lazy and TYPE_CHECKING ones too):\n" + "\n".join(
-        " <-> ".join(c) for c in sorted(new))
+        " <-> ".join(c) for c in sorted(new)
+    )
 
 
 def test_the_known_list_holds_only_live_circles():

@@ -7,9 +7,10 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+from support import missing_extra
+
 import karchive
 from karchive.errors import KarchiveError
-from support import missing_extra
 
 
 def test_every_module_imports():

@@ -12,12 +12,12 @@ import pytest
 
 pytest.importorskip("torch._inductor.runtime.triton_heuristics")
 
+from inductor_support import FakeLauncher, load_generated
+
 import karchive
 from karchive.format import inductor_source
 from karchive.format.inductor_records import InductorSection
 from karchive.format.open import open_location
-
-from inductor_support import FakeLauncher, load_generated
 
 
 @pytest.fixture

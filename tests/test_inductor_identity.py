@@ -37,34 +37,40 @@ def test_generated_sources_have_an_identity_and_a_valid_kernel_name(path):
     assert ident is not None
     assert ident.function == fn and ident.heuristic in ("pointwise", "reduction", "persistent_reduction")
     assert is_kernel_name(ident.name) and ind.is_inductor_name(ident.name)
-    assert ident.name.endswith(":" + fn) and ident.digest.startswith(ident.name[len(ind.NAME_PREFIX):].split(":")[0])
+    assert ident.name.endswith(":" + fn) and ident.digest.startswith(ident.name[len(ind.NAME_PREFIX) :].split(":")[0])
 
 
 def test_machine_and_cache_specifics_do_not_change_the_identity():
     src = _src("pointwise_gelu.py")
     fn = _function(src)
     base = ind.identity(src, fn)
-    other_machine = (src.replace("index=0,", "index=3,")
-                     .replace("'backend_hash': '5A1BD1D4", "'backend_hash': '0000FFFF")
-                     .replace("'autotune_local_cache': True", "'autotune_local_cache': False")
-                     .replace("'force_disable_caches': False", "'force_disable_caches': True")
-                     .replace("'autotune_remote_cache': None", "'autotune_remote_cache': True")
-                     .replace("\n", "\r\n"))
+    other_machine = (
+        src.replace("index=0,", "index=3,")
+        .replace("'backend_hash': '5A1BD1D4", "'backend_hash': '0000FFFF")
+        .replace("'autotune_local_cache': True", "'autotune_local_cache': False")
+        .replace("'force_disable_caches': False", "'force_disable_caches': True")
+        .replace("'autotune_remote_cache': None", "'autotune_remote_cache': True")
+        .replace("\n", "\r\n")
+    )
     with_path = src.replace("import triton\n", "# kernel path: /tmp/torchinductor_alice/ab/cabc.py\nimport triton\n", 1)
-    with_other_path = src.replace("import triton\n",
-                                  "# kernel path: /var/tmp/xyz/torchinductor_bob/ab/cabc.py\nimport triton\n", 1)
+    with_other_path = src.replace(
+        "import triton\n", "# kernel path: /var/tmp/xyz/torchinductor_bob/ab/cabc.py\nimport triton\n", 1
+    )
     assert ind.identity(other_machine, fn) == base
     assert ind.identity(with_path, fn) == ind.identity(with_other_path, fn)
 
 
-@pytest.mark.parametrize("edit", [
-    ("tmp3 = tl.full([1], 0.5, tl.float32)", "tmp3 = tl.full([1], 0.25, tl.float32)"),  # the kernel body
-    ("size_hints={'x': 1024}", "size_hints={'x': 2048}"),  # what Inductor's autotuner starts from
-    ("cc=90", "cc=100"),  # another architecture
-    ("multi_processor_count=132", "multi_processor_count=114"),  # Inductor's codegen reads it
-    ("'max_autotune': False", "'max_autotune': True"),  # a setting that reaches the source
-    ("'*fp32', 'in_ptr1'", "'*bf16', 'in_ptr1'"),  # a dtype
-])
+@pytest.mark.parametrize(
+    "edit",
+    [
+        ("tmp3 = tl.full([1], 0.5, tl.float32)", "tmp3 = tl.full([1], 0.25, tl.float32)"),  # the kernel body
+        ("size_hints={'x': 1024}", "size_hints={'x': 2048}"),  # what Inductor's autotuner starts from
+        ("cc=90", "cc=100"),  # another architecture
+        ("multi_processor_count=132", "multi_processor_count=114"),  # Inductor's codegen reads it
+        ("'max_autotune': False", "'max_autotune': True"),  # a setting that reaches the source
+        ("'*fp32', 'in_ptr1'", "'*bf16', 'in_ptr1'"),  # a dtype
+    ],
+)
 def test_a_changed_source_changes_the_identity(edit):
     src = _src("pointwise_gelu.py")
     assert edit[0] in src
@@ -88,18 +94,34 @@ def test_not_inductor_or_not_defined_is_no_identity():
 
 
 def _decision(**kw):
-    d = {"kernel": ind.archive_name("ab" * 32, "triton_poi_x"), "source_digest": "ab" * 32,
-         "config": {"kwargs": {"XBLOCK": 256}, "num_warps": 4, "num_stages": 1, "num_ctas": 1, "maxnreg": None},
-         "found_by_coordesc": True, "graphs": ["0/0 forward"], "heuristic": "pointwise", "configs_compiled": 4}
+    d = {
+        "kernel": ind.archive_name("ab" * 32, "triton_poi_x"),
+        "source_digest": "ab" * 32,
+        "config": {"kwargs": {"XBLOCK": 256}, "num_warps": 4, "num_stages": 1, "num_ctas": 1, "maxnreg": None},
+        "found_by_coordesc": True,
+        "graphs": ["0/0 forward"],
+        "heuristic": "pointwise",
+        "configs_compiled": 4,
+    }
     d.update(kw)
     return d
 
 
 def test_section_round_trips_and_answers_lookups():
-    section = {"version": 1, "kernels": [_decision()],
-               "templates": [{"op": "mm", "inputs": "k1", "precision": "highest", "hint_override": None,
-                              "timings": {"a": 0.5, "b": None}}],
-               "modules": {"cd" * 32: 0.125, "ef" * 32: None}}
+    section = {
+        "version": 1,
+        "kernels": [_decision()],
+        "templates": [
+            {
+                "op": "mm",
+                "inputs": "k1",
+                "precision": "highest",
+                "hint_override": None,
+                "timings": {"a": 0.5, "b": None},
+            }
+        ],
+        "modules": {"cd" * 32: 0.125, "ef" * 32: None},
+    }
     s = InductorSection.from_json(section)
     assert s.to_json() == section
     assert s.modules == {"cd" * 32: 0.125, "ef" * 32: math.inf}
@@ -108,17 +130,20 @@ def test_section_round_trips_and_answers_lookups():
     assert s.timings("mm", "k2", "highest", None) is None
 
 
-@pytest.mark.parametrize("bad", [
-    {"version": 2},
-    {"version": 1, "kernels": [_decision(kernel="pkg:k")]},
-    {"version": 1, "kernels": [_decision(config={"kwargs": {"X": [1]}})]},
-    {"version": 1, "kernels": [_decision(config={"kwargs": {}, "num_warps": True})]},
-    {"version": 1, "kernels": [_decision(graphs=[1])]},
-    {"version": 1, "templates": [{"op": "mm", "inputs": "k", "precision": "p", "timings": {"a": "fast"}}]},
-    {"version": 1, "templates": [{"op": "mm", "inputs": "k", "precision": "p", "timings": {"a": float("nan")}}]},
-    {"version": 1, "modules": {"x": "slow"}},
-    {"version": 1, "modules": {"x": True}},
-])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"version": 2},
+        {"version": 1, "kernels": [_decision(kernel="pkg:k")]},
+        {"version": 1, "kernels": [_decision(config={"kwargs": {"X": [1]}})]},
+        {"version": 1, "kernels": [_decision(config={"kwargs": {}, "num_warps": True})]},
+        {"version": 1, "kernels": [_decision(graphs=[1])]},
+        {"version": 1, "templates": [{"op": "mm", "inputs": "k", "precision": "p", "timings": {"a": "fast"}}]},
+        {"version": 1, "templates": [{"op": "mm", "inputs": "k", "precision": "p", "timings": {"a": float("nan")}}]},
+        {"version": 1, "modules": {"x": "slow"}},
+        {"version": 1, "modules": {"x": True}},
+    ],
+)
 def test_section_refuses_malformed_input(bad):
     with pytest.raises(SchemaError):
         InductorSection.from_json(bad)
@@ -136,11 +161,17 @@ def test_the_schema_describes_the_section_and_the_provenance():
     from karchive.format.schema import load_schema
 
     schema = load_schema()
-    section = {"version": 1, "kernels": [_decision()],
-               "templates": [{"op": "mm", "inputs": "k", "precision": "high", "hint_override": None,
-                              "timings": {"a": 0.5, "b": None}}], "modules": {"ab" * 32: 1.5}}
-    jsonschema.validate(InductorSection.from_json(section).to_json(), {**schema["properties"]["inductor"],
-                                                                        "$defs": schema["$defs"]})
+    section = {
+        "version": 1,
+        "kernels": [_decision()],
+        "templates": [
+            {"op": "mm", "inputs": "k", "precision": "high", "hint_override": None, "timings": {"a": 0.5, "b": None}}
+        ],
+        "modules": {"ab" * 32: 1.5},
+    }
+    jsonschema.validate(
+        InductorSection.from_json(section).to_json(), {**schema["properties"]["inductor"], "$defs": schema["$defs"]}
+    )
     prov = schema["$defs"]["variant"]["properties"]["provenance"]["properties"]["inductor"]
     jsonschema.validate({"source_digest": "ab" * 32, "function": "k"}, prov)
     with pytest.raises(jsonschema.ValidationError):

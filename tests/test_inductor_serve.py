@@ -14,13 +14,13 @@ import pytest
 
 pytest.importorskip("torch._inductor.runtime.triton_heuristics")
 
+from inductor_support import FakeLauncher, load_generated
+
 import karchive
 from karchive.errors import ServeMissError
 from karchive.format import inductor_source
 from karchive.format.open import open_location
 from karchive.serve.inductor_serve import install_inductor, uninstall_inductor
-
-from inductor_support import FakeLauncher, load_generated
 
 
 class Choice:
@@ -34,9 +34,8 @@ class Choice:
 @pytest.fixture
 def captured(fake_gpu_driver, triton_cache_dir, tmp_path, monkeypatch):
     """An archive of the pointwise sample whose autotuner chose its second config, and of a template selection."""
-    from torch._inductor.codecache import PersistentCache
     import torch._inductor.runtime.triton_heuristics as th
-
+    from torch._inductor.codecache import PersistentCache
     from torch._inductor.codegen.triton import TritonScheduling
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))  # an empty autotune table
@@ -54,8 +53,9 @@ def captured(fake_gpu_driver, triton_cache_dir, tmp_path, monkeypatch):
         PersistentCache().lookup([Choice("a"), Choice("b")], "mm", "k", lambda cs: {cs[0]: 2.0, cs[1]: 1.0})
     cap.save(tmp_path / "model.karc")
     model = open_location(tmp_path / "model.karc").model
-    return SimpleNamespace(archive=SimpleNamespace(name="model", version="1", manifest=model), chosen=chosen,
-                           root=tmp_path)
+    return SimpleNamespace(
+        archive=SimpleNamespace(name="model", version="1", manifest=model), chosen=chosen, root=tmp_path
+    )
 
 
 @pytest.fixture
@@ -93,8 +93,14 @@ def test_a_captured_kernel_elsewhere_compiles_only_its_recorded_config(captured,
     got = tuner.compile_results[0].config
     assert dict(got.kwargs) == dict(captured.chosen.kwargs) and got.num_warps == captured.chosen.num_warps
     assert got.found_by_coordesc and tuner.autotune_cache_info["autotune_cache_state"] == "hit"
-    assert serving.to_json() == {"autotuners_pinned": 1, "configs_not_compiled": 1, "template_selections_answered": 0,
-                                 "module_benchmarks_answered": 0, "benchmarks": 0, "misses": []}
+    assert serving.to_json() == {
+        "autotuners_pinned": 1,
+        "configs_not_compiled": 1,
+        "template_selections_answered": 0,
+        "module_benchmarks_answered": 0,
+        "benchmarks": 0,
+        "misses": [],
+    }
     with pytest.raises(ServeMissError, match="benchmark_all_configs"):  # strict: a benchmark is refused
         tuner.benchmark_all_configs()
 
@@ -143,13 +149,21 @@ def test_uninstall_gives_inductor_its_methods_back(captured, compiles):
     from torch._inductor.codecache import PersistentCache
     from torch._inductor.runtime.triton_heuristics import CachingAutotuner
 
-    before = (CachingAutotuner.precompile, CachingAutotuner.benchmark_all_configs, PersistentCache.lookup,
-              inductor_config.compile_threads)
+    before = (
+        CachingAutotuner.precompile,
+        CachingAutotuner.benchmark_all_configs,
+        PersistentCache.lookup,
+        inductor_config.compile_threads,
+    )
     _serve(captured, "strict")
     assert CachingAutotuner.precompile is not before[0]
     uninstall_inductor()
-    assert (CachingAutotuner.precompile, CachingAutotuner.benchmark_all_configs, PersistentCache.lookup,
-            inductor_config.compile_threads) == before
+    assert (
+        CachingAutotuner.precompile,
+        CachingAutotuner.benchmark_all_configs,
+        PersistentCache.lookup,
+        inductor_config.compile_threads,
+    ) == before
 
 
 def test_the_schedulers_module_benchmarks_are_answered_by_source(captured, compiles, monkeypatch):
@@ -162,15 +176,17 @@ def test_the_schedulers_module_benchmarks_are_answered_by_source(captured, compi
     serving = _serve(captured, "strict")
     same = sys.modules[load_generated("reduction_rmsnorm.py", captured.root / "serve", user="bob").fn.__module__]
     assert TritonScheduling.benchmark_codegened_module(None, same) == (0.25, same.__file__)
-    other = sys.modules[load_generated("reduction_rmsnorm.py", captured.root / "serve",
-                                       edit=("rsqrt", "sqrt")).fn.__module__]
+    other = sys.modules[
+        load_generated("reduction_rmsnorm.py", captured.root / "serve", edit=("rsqrt", "sqrt")).fn.__module__
+    ]
     with pytest.raises(ServeMissError, match="module benchmark"):
         TritonScheduling.benchmark_codegened_module(None, other)
     assert serving.to_json()["module_benchmarks_answered"] == 1 and compiles == []
 
 
-def test_one_source_tuned_differently_in_two_graphs_is_served_per_graph(fake_gpu_driver, triton_cache_dir, tmp_path,
-                                                                         compiles):
+def test_one_source_tuned_differently_in_two_graphs_is_served_per_graph(
+    fake_gpu_driver, triton_cache_dir, tmp_path, compiles
+):
     import torch._inductor.runtime.triton_heuristics as th
 
     a = load_generated("reduction_rmsnorm.py", tmp_path / "a")
@@ -184,8 +200,12 @@ def test_one_source_tuned_differently_in_two_graphs_is_served_per_graph(fake_gpu
     cap.save(tmp_path / "m.karc")
     section = open_location(tmp_path / "m.karc").model.extra["inductor"]
     assert [k["graphs"] for k in section["kernels"]] == [["0/0 forward"], ["1/0 backward"]]
-    _serve(SimpleNamespace(archive=SimpleNamespace(name="m", version="1",
-                                                   manifest=open_location(tmp_path / "m.karc").model)), "strict")
+    _serve(
+        SimpleNamespace(
+            archive=SimpleNamespace(name="m", version="1", manifest=open_location(tmp_path / "m.karc").model)
+        ),
+        "strict",
+    )
     blocks = {}
     for cid, backward in (("0/0", False), ("1/0", True), ("7/0", False)):
         tuner = load_generated("reduction_rmsnorm.py", tmp_path / "serve")
@@ -231,8 +251,9 @@ def test_a_recorded_config_that_sets_other_parameters_is_refused(captured, compi
 
     model = captured.archive.manifest
     section = InductorSection.from_json(model.extra["inductor"])
-    bad = dataclasses.replace(section.kernels[0], config={**section.kernels[0].config,
-                                                         "kwargs": {"XBLOCK": 64, "EXTRA": 1}})
+    bad = dataclasses.replace(
+        section.kernels[0], config={**section.kernels[0].config, "kwargs": {"XBLOCK": 64, "EXTRA": 1}}
+    )
     model.extra["inductor"] = {**section.to_json(), "kernels": [bad.to_json()]}
     _serve(captured, "strict")
     tuner = load_generated("pointwise_gelu.py", captured.root / "serve")

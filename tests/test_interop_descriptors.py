@@ -31,8 +31,23 @@ def desc_archive(tmp_path_factory) -> pathlib.Path:
     from karchive.cli.main import main
 
     out = tmp_path_factory.mktemp("desc") / "tma.karc"
-    assert main(["compile", str(DATA / "tma_kernels.py"), "-n", "desc_copy", "-s", f"{DESC}, {DESC}, 64, 64",
-                 "-t", "cuda:90", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "compile",
+                str(DATA / "tma_kernels.py"),
+                "-n",
+                "desc_copy",
+                "-s",
+                f"{DESC}, {DESC}, 64, 64",
+                "-t",
+                "cuda:90",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -41,14 +56,24 @@ def test_descriptor_parameters_are_their_own_role(desc_archive):
 
     k = karchive.open(str(desc_archive)).kernel("desc_copy")
     roles = kernel_roles(k)
-    assert [(r.name, r.kind) for r in roles] == [("in_desc", "tensordesc"), ("out_desc", "tensordesc"),
-                                                 ("BLOCK_M", "constexpr"), ("BLOCK_N", "constexpr")]
+    assert [(r.name, r.kind) for r in roles] == [
+        ("in_desc", "tensordesc"),
+        ("out_desc", "tensordesc"),
+        ("BLOCK_M", "constexpr"),
+        ("BLOCK_N", "constexpr"),
+    ]
     assert roles[0].types == frozenset({DESC})
 
 
 def test_a_parameter_that_is_a_descriptor_in_one_variant_only_is_refused():
-    k = SimpleNamespace(name="k", param_names=["x"], variants=[
-        SimpleNamespace(params=[Param("x", DESC)]), SimpleNamespace(params=[Param("x", "*fp16", divisibility=16)])])
+    k = SimpleNamespace(
+        name="k",
+        param_names=["x"],
+        variants=[
+            SimpleNamespace(params=[Param("x", DESC)]),
+            SimpleNamespace(params=[Param("x", "*fp16", divisibility=16)]),
+        ],
+    )
     with pytest.raises(ArgumentError, match="host tensor descriptor in some variants and not in others") as err:
         kernel_roles(k)
     assert err.value.param == "x" and err.value.kernel == "k"
@@ -57,15 +82,20 @@ def test_a_parameter_that_is_a_descriptor_in_one_variant_only_is_refused():
 def test_descriptor_options_are_checked_when_the_op_is_made():
     names = ["a_desc", "b_desc"]
     assert descriptor_options("k", names, None) == {"a_desc": {}, "b_desc": {}}
-    got = descriptor_options("k", names, {"a_desc": [128, 64], "b_desc": {"padding": "nan",
-                                                                         "pixel_box_lower_corner": [-1, -1]}})
-    assert got == {"a_desc": {"block_shape": [128, 64]},
-                   "b_desc": {"padding": "nan", "pixel_box_lower_corner": [-1, -1]}}
-    for bad, match in [({"c": [64, 64]}, "'c', which is not a tensor-descriptor parameter"),
-                       ({"a_desc": {"swizzle": 3}}, r"unknown option\(s\) \['swizzle'\]"),
-                       ({"a_desc": "64x64"}, "must be a block shape"),
-                       ({"a_desc": [64, True]}, "must be a block shape"),
-                       ([("a_desc", [64, 64])], "must map descriptor parameter names")]:
+    got = descriptor_options(
+        "k", names, {"a_desc": [128, 64], "b_desc": {"padding": "nan", "pixel_box_lower_corner": [-1, -1]}}
+    )
+    assert got == {
+        "a_desc": {"block_shape": [128, 64]},
+        "b_desc": {"padding": "nan", "pixel_box_lower_corner": [-1, -1]},
+    }
+    for bad, match in [
+        ({"c": [64, 64]}, "'c', which is not a tensor-descriptor parameter"),
+        ({"a_desc": {"swizzle": 3}}, r"unknown option\(s\) \['swizzle'\]"),
+        ({"a_desc": "64x64"}, "must be a block shape"),
+        ({"a_desc": [64, True]}, "must be a block shape"),
+        ([("a_desc", [64, 64])], "must map descriptor parameter names"),
+    ]:
         with pytest.raises(ArgumentError, match=match):
             descriptor_options("k", names, bad)
 
@@ -76,8 +106,25 @@ def desc_archive_80_90(tmp_path_factory) -> pathlib.Path:
     from karchive.cli.main import main
 
     out = tmp_path_factory.mktemp("desc") / "tma8090.karc"
-    assert main(["compile", str(DATA / "tma_kernels.py"), "-n", "desc_copy", "-s", f"{DESC}, {DESC}, 64, 64",
-                 "-t", "cuda:80", "-t", "cuda:90", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "compile",
+                str(DATA / "tma_kernels.py"),
+                "-n",
+                "desc_copy",
+                "-s",
+                f"{DESC}, {DESC}, 64, 64",
+                "-t",
+                "cuda:80",
+                "-t",
+                "cuda:90",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -85,8 +132,15 @@ def _jax_plan(kernel, cc: int, x):
     from karchive.interop import _jaxplan
 
     support = SimpleNamespace(jaxlib_version=(0, 10, 2), notes=[], accepts_cubin=True)
-    return _jaxplan.plan(kernel, (x,), {"BLOCK_M": 64, "BLOCK_N": 64}, out_shape=SimpleNamespace(shape=x.shape,
-                         dtype=x.dtype), grid=(4, 2), compute_capability=cc, support=support)
+    return _jaxplan.plan(
+        kernel,
+        (x,),
+        {"BLOCK_M": 64, "BLOCK_N": 64},
+        out_shape=SimpleNamespace(shape=x.shape, dtype=x.dtype),
+        grid=(4, 2),
+        compute_capability=cc,
+        support=support,
+    )
 
 
 def test_the_jax_bridge_refuses_tma_descriptors_saying_why(desc_archive_80_90):
@@ -99,8 +153,9 @@ def test_the_jax_bridge_refuses_tma_descriptors_saying_why(desc_archive_80_90):
     k = karchive.open(str(desc_archive_80_90)).kernel("desc_copy")
     with pytest.raises(InteropError, match=r"parameter 'in_desc' is a host tensor descriptor \(tensordesc<fp16") as e:
         _jax_plan(k, 90, np.zeros((256, 128), np.float16))
-    assert "sm_90a" in str(e.value) and "TMA map" in str(e.value) and "karchive.TensorDescriptor(jax_array" in str(
-        e.value)
+    assert (
+        "sm_90a" in str(e.value) and "TMA map" in str(e.value) and "karchive.TensorDescriptor(jax_array" in str(e.value)
+    )
 
 
 def test_the_jax_bridge_passes_decomposed_descriptors_as_a_buffer_and_scalars(desc_archive_80_90):
@@ -124,12 +179,13 @@ def test_the_jax_bridge_passes_decomposed_descriptors_as_a_buffer_and_scalars(de
     per = 1 + len(d.slots) - 1
     assert len(params) == 2 * per
     for j, name in enumerate(("in_desc", "out_desc")):
-        first, scalars = params[j * per], params[j * per + 1:(j + 1) * per]
+        first, scalars = params[j * per], params[j * per + 1 : (j + 1) * per]
         assert first == ArrayParam(name, j, 16, 0)
         assert all(isinstance(s, ScalarParam) for s in scalars)
         assert [s.dtype for s in scalars] == list(d.slots[1:])
-        ref = td.expand(name, d, td.TensorDescriptor(0x10000, None, shape=[256, 128], strides=[128, 1],
-                                                     dtype="float16"))
+        ref = td.expand(
+            name, d, td.TensorDescriptor(0x10000, None, shape=[256, 128], strides=[128, 1], dtype="float16")
+        )
         assert [int(s.value) for s in scalars] == [int(v) for v in ref[1:]]
     assert plan.operands == [x] and plan.out_avals == [((256, 128), np.dtype(np.float16))]
 
@@ -149,6 +205,7 @@ class CpuKernel:
             self.launches.append({"grid": grid(named) if callable(grid) else grid, "stream": stream, **named})
             if self.fn is not None:
                 self.fn(named)
+
         return run
 
 
@@ -163,9 +220,15 @@ def test_the_torch_op_takes_tensors_and_launches_descriptors(desc_archive):
         named["out_desc"].source.copy_(named["in_desc"].source)
 
     cpu = CpuKernel(k, copy)
-    op = kt.custom_op(f"karchive_desc{next(_ids)}::copy", cpu, out="out_desc", device_types="cpu",
-                      grid=lambda m: (m["in_desc"].shape[0] // 64, m["in_desc"].shape[1] // 64),
-                      constexprs={"BLOCK_M": 64, "BLOCK_N": 64}, descriptors={"in_desc": {"padding": "nan"}})
+    op = kt.custom_op(
+        f"karchive_desc{next(_ids)}::copy",
+        cpu,
+        out="out_desc",
+        device_types="cpu",
+        grid=lambda m: (m["in_desc"].shape[0] // 64, m["in_desc"].shape[1] // 64),
+        constexprs={"BLOCK_M": 64, "BLOCK_N": 64},
+        descriptors={"in_desc": {"padding": "nan"}},
+    )
     assert str(op._opoverload._schema).endswith("(Tensor in_desc) -> Tensor")
     x = torch.arange(128 * 64, dtype=torch.float16).reshape(128, 64)
     y = op(x)
@@ -177,13 +240,25 @@ def test_the_torch_op_takes_tensors_and_launches_descriptors(desc_archive):
     assert b.source is y and b.padding == "zero" and b.shape == (128, 64) and b.strides == (64, 1)
     assert launch["grid"] == (2, 1) and launch["BLOCK_M"] == 64
     # mutated descriptor arguments, and a block shape given as a list
-    into = kt.custom_op(f"karchive_desc{next(_ids)}::copy_into", CpuKernel(k, copy), mutates_args=("out_desc",),
-                        device_types="cpu", grid=(1,), constexprs={"BLOCK_M": 64, "BLOCK_N": 64},
-                        descriptors={"out_desc": [64, 64]})
+    into = kt.custom_op(
+        f"karchive_desc{next(_ids)}::copy_into",
+        CpuKernel(k, copy),
+        mutates_args=("out_desc",),
+        device_types="cpu",
+        grid=(1,),
+        constexprs={"BLOCK_M": 64, "BLOCK_N": 64},
+        descriptors={"out_desc": [64, 64]},
+    )
     assert str(into._opoverload._schema).endswith("(Tensor in_desc, Tensor(a1!) out_desc) -> ()")
     z = torch.zeros_like(x)
     into(x, z)
     assert torch.equal(z, x)
     with pytest.raises(ArgumentError, match="which is not a tensor-descriptor parameter"):
-        kt.custom_op(f"karchive_desc{next(_ids)}::bad", CpuKernel(k), out="out_desc", grid=(1,),
-                     constexprs={"BLOCK_M": 64, "BLOCK_N": 64}, descriptors={"BLOCK_M": [64, 64]})
+        kt.custom_op(
+            f"karchive_desc{next(_ids)}::bad",
+            CpuKernel(k),
+            out="out_desc",
+            grid=(1,),
+            constexprs={"BLOCK_M": 64, "BLOCK_N": 64},
+            descriptors={"BLOCK_M": [64, 64]},
+        )

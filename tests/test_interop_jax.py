@@ -13,13 +13,14 @@ import pytest
 np = pytest.importorskip("numpy")  # before anything runs: a consumer-only install has neither (skip, not error)
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
+from interop_support import fake_triton_descriptor  # noqa: E402
 
 import karchive  # noqa: E402
 from karchive.errors import ArgumentError  # noqa: E402
-from karchive.interop import InteropError, _proto as P  # noqa: E402
+from karchive.interop import InteropError  # noqa: E402
+from karchive.interop import _proto as P  # noqa: E402
 from karchive.interop import jax as kj  # noqa: E402
 from karchive.interop._jaxdesc import ArrayParam, Buffer, ScalarParam, describe_variant  # noqa: E402
-from interop_support import fake_triton_descriptor  # noqa: E402
 
 SD = jax.ShapeDtypeStruct
 N = 4096
@@ -55,8 +56,12 @@ def test_add_description_matches_the_archive(arc):
     assert d.kernel_name == v.abi.entry == "add_kernel"
     assert (d.num_warps, d.num_ctas, d.shared_mem_bytes, d.compute_capability) == (4, 1, v.abi.shared, 90)
     assert d.grid == (4, 1, 1)
-    assert d.params == (ArrayParam("x_ptr", 0, 16, 0), ArrayParam("y_ptr", 1, 16, 0),
-                        ArrayParam("out_ptr", 2, 16, 0), ScalarParam("n_elements", "i32", N))
+    assert d.params == (
+        ArrayParam("x_ptr", 0, 16, 0),
+        ArrayParam("y_ptr", 1, 16, 0),
+        ArrayParam("out_ptr", 2, 16, 0),
+        ScalarParam("n_elements", "i32", N),
+    )
     assert d.path == "ptx" and d.ptx == arc.reader.read(v.ir["ptx"].path).decode()
     assert d.global_scratch is None and d.cubin is None
 
@@ -72,12 +77,23 @@ def test_sm80_picks_the_sm80_variant_and_block_256(arc):
 def test_equal_to_1_parameter_is_not_passed_and_fp32_scalar_is(arc):
     k = arc.kernel("scale_kernel")
     x = SD((N,), jnp.float32)
-    one = kj.describe(k, x, N, 1, 2.5, out_shape=x, grid=(4,), BLOCK=1024, compute_capability=90,
-                      support=pure_support())
+    one = kj.describe(
+        k, x, N, 1, 2.5, out_shape=x, grid=(4,), BLOCK=1024, compute_capability=90, support=pure_support()
+    )
     assert [p.name for p in one.params] == ["x_ptr", "out_ptr", "n_elements", "alpha"]
     assert one.params[-1] == ScalarParam("alpha", "fp32", 2.5)
-    two = kj.describe(k, x, N // 2, 2, -0.75, out_shape=SD((N // 2,), jnp.float32), grid=(2,), BLOCK=1024,
-                      compute_capability=90, support=pure_support())
+    two = kj.describe(
+        k,
+        x,
+        N // 2,
+        2,
+        -0.75,
+        out_shape=SD((N // 2,), jnp.float32),
+        grid=(2,),
+        BLOCK=1024,
+        compute_capability=90,
+        support=pure_support(),
+    )
     assert [p.name for p in two.params] == ["x_ptr", "out_ptr", "n_elements", "stride", "alpha"]
     assert two.params[3] == ScalarParam("stride", "i32", 2) and two.variant_key != one.variant_key
 
@@ -85,8 +101,16 @@ def test_equal_to_1_parameter_is_not_passed_and_fp32_scalar_is(arc):
 def test_output_first_kernel_becomes_an_aliased_zero_operand(arc):
     k = arc.kernel("softmax_kernel")
     x = SD((8, 1000), jnp.float32)
-    plan = kj.plan_call(k, (x, 1000, 1000, 1000), {}, out_shape=x, out_names=["out_ptr"], grid=(8,),
-                        compute_capability=90, support=pure_support())
+    plan = kj.plan_call(
+        k,
+        (x, 1000, 1000, 1000),
+        {},
+        out_shape=x,
+        out_names=["out_ptr"],
+        grid=(8,),
+        compute_capability=90,
+        support=pure_support(),
+    )
     assert plan.materialized == [0] and plan.aliases == {0: 0}
     assert [p.buffer for p in plan.desc.params if isinstance(p, ArrayParam)] == [0, 1]
     assert plan.operands[0] is x and plan.operands[1] is x  # stand-in for the zero fill, then the input
@@ -95,9 +119,15 @@ def test_output_first_kernel_becomes_an_aliased_zero_operand(arc):
 def test_matmul_default_output_is_the_last_pointer(arc):
     k = arc.kernel("matmul_kernel")
     a = SD((256, 256), jnp.float16)
-    plan = kj.plan_call(k, (a, a, 256, 256, 256, 256, 1, 256, 1, 256, 1), {"BLOCK_M": 64, "BLOCK_N": 128,
-                        "BLOCK_K": 32}, out_shape=SD((256, 256), jnp.float16), grid=(8,), compute_capability=90,
-                        support=pure_support())
+    plan = kj.plan_call(
+        k,
+        (a, a, 256, 256, 256, 256, 1, 256, 1, 256, 1),
+        {"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32},
+        out_shape=SD((256, 256), jnp.float16),
+        grid=(8,),
+        compute_capability=90,
+        support=pure_support(),
+    )
     names = [p.name for p in plan.desc.params]
     assert names[:3] == ["a_ptr", "b_ptr", "c_ptr"] and "stride_ak" not in names  # == 1 specialised
     assert plan.aliases == {} and plan.out_avals == [((256, 256), np.dtype("float16"))]
@@ -106,12 +136,29 @@ def test_matmul_default_output_is_the_last_pointer(arc):
 def test_aliases_and_zeroed_outputs(arc):
     k = arc.kernel("add_kernel")
     x = SD((N,), jnp.float32)
-    plan = kj.plan_call(k, (x, x, x, N), {"BLOCK": 1024}, out_shape=x, input_output_aliases={2: 0},
-                        zeroed_outputs=(0,), grid=(4,), compute_capability=90, support=pure_support())
+    plan = kj.plan_call(
+        k,
+        (x, x, x, N),
+        {"BLOCK": 1024},
+        out_shape=x,
+        input_output_aliases={2: 0},
+        zeroed_outputs=(0,),
+        grid=(4,),
+        compute_capability=90,
+        support=pure_support(),
+    )
     assert plan.aliases == {2: 0} and len(plan.operands) == 3
     assert plan.desc.params[2] == ArrayParam("out_ptr", 2, 16, N * 4)
-    plan = kj.plan_call(k, (x, x, N), {"BLOCK": 1024}, out_shape=x, zeroed_outputs=lambda m: [0], grid=(4,),
-                        compute_capability=90, support=pure_support())
+    plan = kj.plan_call(
+        k,
+        (x, x, N),
+        {"BLOCK": 1024},
+        out_shape=x,
+        zeroed_outputs=lambda m: [0],
+        grid=(4,),
+        compute_capability=90,
+        support=pure_support(),
+    )
     assert plan.desc.params[2].bytes_to_zero == N * 4 and plan.aliases == {}
 
 
@@ -145,8 +192,13 @@ def test_abi_features_jaxlib_cannot_express_are_refused(arc):
     values = [Buffer(0), Buffer(1), Buffer(2), N, None]
     ok = describe_variant(v, values, (4,), compute_capability=90, path="ptx", ptx="x", cubin=None)
     assert ok.n_buffers == 3
-    narrow = dataclasses.replace(v, abi=dataclasses.replace(v.abi, params=tuple(
-        dataclasses.replace(p, type="i16", size=2) if p.kind == "scalar" else p for p in v.abi.params)))
+    narrow = dataclasses.replace(
+        v,
+        abi=dataclasses.replace(
+            v.abi,
+            params=tuple(dataclasses.replace(p, type="i16", size=2) if p.kind == "scalar" else p for p in v.abi.params),
+        ),
+    )
     with pytest.raises(InteropError, match="i16"):
         describe_variant(narrow, values, (4,), compute_capability=90, path="ptx", ptx="x", cubin=None)
     prof = dataclasses.replace(v, abi=dataclasses.replace(v.abi, profile_scratch_size=64))
@@ -156,8 +208,9 @@ def test_abi_features_jaxlib_cannot_express_are_refused(arc):
     with pytest.raises(InteropError, match="PDL"):
         describe_variant(pdl, values, (4,), compute_capability=90, path="ptx", ptx="x", cubin=None)
     with pytest.raises(InteropError, match="internal ordering"):
-        describe_variant(v, [Buffer(1), Buffer(0), Buffer(2), N, None], (4,), compute_capability=90,
-                         path="ptx", ptx="x", cubin=None)
+        describe_variant(
+            v, [Buffer(1), Buffer(0), Buffer(2), N, None], (4,), compute_capability=90, path="ptx", ptx="x", cubin=None
+        )
     scratch = dataclasses.replace(v, abi=dataclasses.replace(v.abi, global_scratch_size=128, global_scratch_align=64))
     d = describe_variant(scratch, values, (4,), compute_capability=90, path="ptx", ptx="x", cubin=None)
     assert d.global_scratch == (128, 64)
@@ -171,8 +224,9 @@ def test_abi_features_jaxlib_cannot_express_are_refused(arc):
 def test_encoding_follows_jaxlib_proto(arc):
     k = arc.kernel("scale_kernel")
     x = SD((N,), jnp.float32)
-    d = kj.describe(k, x, N // 2, 2, -0.75, out_shape=x, grid=(2,), BLOCK=1024, compute_capability=90,
-                    support=pure_support())
+    d = kj.describe(
+        k, x, N // 2, 2, -0.75, out_shape=x, grid=(2,), BLOCK=1024, compute_capability=90, support=pure_support()
+    )
     raw = zlib.decompress(kj.encode(d, "scale", b"meta", pure_support()))
     top = fields(raw)
     assert top[3] == [b"meta"] and top[4] == [b"scale"]
@@ -192,8 +246,7 @@ def test_cubin_path_splices_the_module_image(arc):
     x = SD((N,), jnp.float32)
     s = pure_support(descriptor=True)
     assert s.accepts_cubin
-    strict = kj.describe(k, x, x, N, out_shape=x, grid=(4,), BLOCK=1024, compute_capability=90, mode="cubin",
-                         support=s)
+    strict = kj.describe(k, x, x, N, out_shape=x, grid=(4,), BLOCK=1024, compute_capability=90, mode="cubin", support=s)
     v = next(v for v in k.variants if v.key == strict.variant_key)
     assert strict.path == "cubin" and strict.cubin == arc.reader.read(v.binary.path)
     assert strict.ptx.startswith("// karchive") and v.key in strict.ptx
@@ -213,8 +266,9 @@ def test_triton_call_lowers_to_the_ffi_custom_call_inside_jit(arc):
     k = arc.kernel("add_kernel")
 
     def f(x, y):
-        z = kj.triton_call(k, x, y, x.size, out_shape=SD(x.shape, x.dtype), grid=ADD_GRID, BLOCK=1024,
-                           compute_capability=90)
+        z = kj.triton_call(
+            k, x, y, x.size, out_shape=SD(x.shape, x.dtype), grid=ADD_GRID, BLOCK=1024, compute_capability=90
+        )
         return z * 2
 
     text = _lower(f, SD((N,), jnp.float32), SD((N,), jnp.float32))
@@ -227,16 +281,36 @@ def test_softmax_and_aliases_lower_with_output_operand_aliases(arc):
     sm, add = arc.kernel("softmax_kernel"), arc.kernel("add_kernel")
 
     def g(x):
-        return kj.triton_call(sm, x, 1000, 1000, 1000, out_shape=SD(x.shape, x.dtype), out_names=["out_ptr"],
-                              grid=(x.shape[0],), BLOCK=1024, compute_capability=90)
+        return kj.triton_call(
+            sm,
+            x,
+            1000,
+            1000,
+            1000,
+            out_shape=SD(x.shape, x.dtype),
+            out_names=["out_ptr"],
+            grid=(x.shape[0],),
+            BLOCK=1024,
+            compute_capability=90,
+        )
 
     text = _lower(g, SD((8, 1000), jnp.float32))
     call = next(ln for ln in text.splitlines() if "custom_call" in ln)
     assert "operand_index = 0" in call and "broadcast_in_dim" in text  # zero-filled operand aliased to the result
 
     def h(x, y, o):
-        return kj.triton_call(add, x, y, o, x.size, out_shape=SD(o.shape, o.dtype), input_output_aliases={2: 0},
-                              grid=ADD_GRID, BLOCK=1024, compute_capability=90)
+        return kj.triton_call(
+            add,
+            x,
+            y,
+            o,
+            x.size,
+            out_shape=SD(o.shape, o.dtype),
+            input_output_aliases={2: 0},
+            grid=ADD_GRID,
+            BLOCK=1024,
+            compute_capability=90,
+        )
 
     text = _lower(h, *(SD((N,), jnp.float32),) * 3)
     call = next(ln for ln in text.splitlines() if "custom_call" in ln)
@@ -247,8 +321,9 @@ def test_several_outputs_come_back_in_user_order(arc):
     add = arc.kernel("add_kernel")
 
     def f(x, y):
-        return kj.triton_call(add, x, y, x.size, out_shape=[SD(x.shape, x.dtype)], grid=ADD_GRID, BLOCK=1024,
-                              compute_capability=90)
+        return kj.triton_call(
+            add, x, y, x.size, out_shape=[SD(x.shape, x.dtype)], grid=ADD_GRID, BLOCK=1024, compute_capability=90
+        )
 
     out = jax.eval_shape(f, SD((N,), jnp.float32), SD((N,), jnp.float32))
     assert isinstance(out, list) and out[0].shape == (N,)
@@ -262,6 +337,7 @@ def test_without_a_gpu_the_compute_capability_must_be_given(arc):
     x = SD((N,), jnp.float32)
     with pytest.raises(InteropError, match="pass compute_capability="):
         kj.plan_call(k, (x, x, N), {"BLOCK": 1024}, out_shape=x, grid=(4,), support=pure_support())
-    plan = kj.plan_call(k, (x, x, N), {"BLOCK": 1024}, out_shape=x, grid=(4,), support=pure_support(),
-                        compute_capability=80)
+    plan = kj.plan_call(
+        k, (x, x, N), {"BLOCK": 1024}, out_shape=x, grid=(4,), support=pure_support(), compute_capability=80
+    )
     assert plan.desc.compute_capability == 80 and plan.variant.abi.binary_arch == "sm_80"

@@ -41,8 +41,7 @@ def fake_kernel(rs: list[Role], name: str = "k") -> SimpleNamespace:
 
 
 ADD = roles("x_ptr:pointer", "y_ptr:pointer", "out_ptr:pointer", "n_elements:int", "BLOCK:constexpr")
-SOFTMAX = roles("out_ptr:pointer", "in_ptr:pointer", "in_stride:int", "out_stride:int", "n_cols:int",
-                "BLOCK:constexpr")
+SOFTMAX = roles("out_ptr:pointer", "in_ptr:pointer", "in_stride:int", "out_stride:int", "n_cols:int", "BLOCK:constexpr")
 
 
 # -- 1. outputs ----------------------------------------------------------------------------------------
@@ -60,13 +59,16 @@ def test_out_names_and_aliases_choose_the_output_parameters():
     assert aliased.param_of == {} and aliased.aliases == {2: 0}  # keys and values coerced to int
 
 
-@pytest.mark.parametrize("shapes, aliases, names, match", [
-    ([SD((1,), F32)] * 4, None, None, "4 outputs but only 3 pointer parameters"),
-    ([SD((1,), F32)], {0: 1}, None, "distinct outputs 0..0"),
-    ([SD((1,), F32)] * 2, {0: 0, 1: 0}, None, "distinct outputs"),
-    ([SD((1,), F32)], None, ["n_elements"], "must name 1 pointer parameter"),
-    ([SD((1,), F32)], None, ["x_ptr", "y_ptr"], "must name 1 pointer parameter"),
-])
+@pytest.mark.parametrize(
+    "shapes, aliases, names, match",
+    [
+        ([SD((1,), F32)] * 4, None, None, "4 outputs but only 3 pointer parameters"),
+        ([SD((1,), F32)], {0: 1}, None, "distinct outputs 0..0"),
+        ([SD((1,), F32)] * 2, {0: 0, 1: 0}, None, "distinct outputs"),
+        ([SD((1,), F32)], None, ["n_elements"], "must name 1 pointer parameter"),
+        ([SD((1,), F32)], None, ["x_ptr", "y_ptr"], "must name 1 pointer parameter"),
+    ],
+)
 def test_bad_output_specs_are_refused(shapes, aliases, names, match):
     with pytest.raises(ArgumentError, match=match):
         jp.resolve_outputs("add", ADD, shapes, aliases, names)
@@ -81,8 +83,9 @@ def test_out_shape_must_be_structs():
 def test_arguments_bind_by_position_and_keyword_constexprs_apart():
     x = np.zeros(N, F32)
     out = jp.resolve_outputs("add", ADD, SD((N,), F32), None, None)
-    b = jp.bind_arguments(fake_kernel(ADD, "add"), ADD, out, (x,), {"y_ptr": x, "n_elements": np.array(N),
-                                                                    "BLOCK": 1024})
+    b = jp.bind_arguments(
+        fake_kernel(ADD, "add"), ADD, out, (x,), {"y_ptr": x, "n_elements": np.array(N), "BLOCK": 1024}
+    )
     assert [r.name for r in b.inputs] == ["x_ptr", "y_ptr", "n_elements"]
     assert b.values["x_ptr"] is x and b.constexprs == {"BLOCK": 1024}
     assert b.values["n_elements"] == N and type(b.values["n_elements"]) is int  # a 0-d array becomes its number
@@ -97,15 +100,22 @@ class Traced:
         raise RuntimeError("ConcretizationTypeError")
 
 
-@pytest.mark.parametrize("args, kwargs, match", [
-    ((1, 2, 3, 4), {}, "takes 3 inputs"),
-    ((np.zeros(4, F32),), {"x_ptr": 1}, "two values for 'x_ptr'"),
-    ((np.zeros(4, F32), np.zeros(4, F32), 4), {"BLOCKS": 1}, "unknown argument 'BLOCKS'"),
-    ((np.zeros(4, F32), np.zeros(4, F32)), {}, r"missing argument\(s\) n_elements"),
-    ((np.zeros(4, F32), 3, 4), {}, "y_ptr is a pointer parameter; pass an array, got int"),
-    ((np.zeros(4, F32), np.zeros(4, F32), np.zeros(2, np.int32)), {}, "n_elements is a scalar parameter; got an array"),
-    ((np.zeros(4, F32), np.zeros(4, F32), Traced()), {}, "must be a static Python number"),
-])
+@pytest.mark.parametrize(
+    "args, kwargs, match",
+    [
+        ((1, 2, 3, 4), {}, "takes 3 inputs"),
+        ((np.zeros(4, F32),), {"x_ptr": 1}, "two values for 'x_ptr'"),
+        ((np.zeros(4, F32), np.zeros(4, F32), 4), {"BLOCKS": 1}, "unknown argument 'BLOCKS'"),
+        ((np.zeros(4, F32), np.zeros(4, F32)), {}, r"missing argument\(s\) n_elements"),
+        ((np.zeros(4, F32), 3, 4), {}, "y_ptr is a pointer parameter; pass an array, got int"),
+        (
+            (np.zeros(4, F32), np.zeros(4, F32), np.zeros(2, np.int32)),
+            {},
+            "n_elements is a scalar parameter; got an array",
+        ),
+        ((np.zeros(4, F32), np.zeros(4, F32), Traced()), {}, "must be a static Python number"),
+    ],
+)
 def test_bad_arguments_are_refused(args, kwargs, match):
     out = jp.resolve_outputs("add", ADD, SD((4,), F32), None, None)
     with pytest.raises(ArgumentError, match=match):
@@ -126,12 +136,16 @@ def test_aliased_inputs_must_be_arrays_of_the_output_shape():
 
 # -- 3. buffers ----------------------------------------------------------------------------------------
 def test_trailing_output_is_a_result_and_leading_output_a_zero_filled_aliased_operand():
-    add = jp.layout_buffers(["x_ptr", "y_ptr", "out_ptr"], jp.Outputs((SD((N,), F32),), True, {"out_ptr": 0}, {}),
-                            ["x_ptr", "y_ptr", "n_elements"])
+    add = jp.layout_buffers(
+        ["x_ptr", "y_ptr", "out_ptr"],
+        jp.Outputs((SD((N,), F32),), True, {"out_ptr": 0}, {}),
+        ["x_ptr", "y_ptr", "n_elements"],
+    )
     assert add.operand_params == ("x_ptr", "y_ptr") and add.result_params == ("out_ptr",)
     assert add.materialized == () and add.operand_aliases == {} and add.result_order == (0,)
-    sm = jp.layout_buffers(["out_ptr", "in_ptr"], jp.Outputs((SD((8, 9), F32),), True, {"out_ptr": 0}, {}),
-                           ["in_ptr", "in_stride"])
+    sm = jp.layout_buffers(
+        ["out_ptr", "in_ptr"], jp.Outputs((SD((8, 9), F32),), True, {"out_ptr": 0}, {}), ["in_ptr", "in_stride"]
+    )
     assert sm.operand_params == ("out_ptr", "in_ptr") and sm.result_params == ()
     assert sm.materialized == ("out_ptr",) and sm.operand_aliases == {0: 0}
 
@@ -155,8 +169,12 @@ def _layouts():
                     for aliased in itertools.combinations(range(len(inputs)), n_alias):
                         n_out = k + n_alias
                         aliases = {i: k + j for j, i in enumerate(aliased)}
-                        outs = jp.Outputs(tuple(SD((1,), F32) for _ in range(n_out)), False,
-                                          {p: i for i, p in enumerate(out_params)}, aliases)
+                        outs = jp.Outputs(
+                            tuple(SD((1,), F32) for _ in range(n_out)),
+                            False,
+                            {p: i for i, p in enumerate(out_params)},
+                            aliases,
+                        )
                         yield ptrs, inputs, outs
 
 
@@ -185,8 +203,9 @@ def arc(examples_archive):
 
 
 def caps(cubin: bool) -> SimpleNamespace:
-    return SimpleNamespace(accepts_cubin=cubin, notes=[] if cubin else ["no module_image field"],
-                           jaxlib_version=(0, 4, 36))
+    return SimpleNamespace(
+        accepts_cubin=cubin, notes=[] if cubin else ["no module_image field"], jaxlib_version=(0, 4, 36)
+    )
 
 
 def _steps(kernel, args, kwargs, out_shape, **opts):
@@ -263,8 +282,17 @@ def test_whole_plan_without_jax(arc):
         zeros_made.append((shape, np.dtype(dtype)))
         return np.zeros(shape, dtype)
 
-    p = jp.plan(k, (x, 1000, 1000, 1000), {}, out_shape=SD((8, 1000), F32), out_names=["out_ptr"], grid=(8,),
-                compute_capability=90, support=caps(False), zeros=zeros)
+    p = jp.plan(
+        k,
+        (x, 1000, 1000, 1000),
+        {},
+        out_shape=SD((8, 1000), F32),
+        out_names=["out_ptr"],
+        grid=(8,),
+        compute_capability=90,
+        support=caps(False),
+        zeros=zeros,
+    )
     assert zeros_made == [((8, 1000), F32)] and p.operands[1] is x
     assert p.aliases == {0: 0} and p.user_order == [0] and p.materialized == [0]
     assert p.out_avals == [((8, 1000), F32)]
@@ -272,5 +300,13 @@ def test_whole_plan_without_jax(arc):
     assert p.desc.params[:2] == (ArrayParam("out_ptr", 0, 16, 0), ArrayParam("in_ptr", 1, 16, 0))
     assert p.desc.params[2] == ScalarParam("in_row_stride", "i32", 1000)
     with pytest.raises(ArgumentError, match="mode must be"):
-        jp.plan(k, (x, 1000, 1000, 1000), {}, out_shape=SD((8, 1000), F32), grid=(8,), mode="sass",
-                compute_capability=90, support=caps(False))
+        jp.plan(
+            k,
+            (x, 1000, 1000, 1000),
+            {},
+            out_shape=SD((8, 1000), F32),
+            grid=(8,),
+            mode="sass",
+            compute_capability=90,
+            support=caps(False),
+        )

@@ -5,7 +5,6 @@ from __future__ import annotations
 import struct
 
 import pytest
-
 from interop_support import fake_triton_descriptor
 
 from karchive.interop import _proto as P

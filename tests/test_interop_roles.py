@@ -53,15 +53,18 @@ def reference_kind(variants: list) -> str:
     return "int"
 
 
-@pytest.mark.parametrize(("forms", "kind"), [
-    (("ptr", "ptr16"), "pointer"),
-    (("i32", "i32:16", "eq1"), "int"),  # == 1 specialised ints are still passed by the caller
-    (("i1",), "bool"),
-    (("fp32",), "float"),
-    (("constexpr",), "constexpr"),
-    (("constexpr", "ptr16"), "pointer"),  # constexpr in one variant only: the variants that take it decide
-    (("constexpr", "i1"), "bool"),
-])
+@pytest.mark.parametrize(
+    ("forms", "kind"),
+    [
+        (("ptr", "ptr16"), "pointer"),
+        (("i32", "i32:16", "eq1"), "int"),  # == 1 specialised ints are still passed by the caller
+        (("i1",), "bool"),
+        (("fp32",), "float"),
+        (("constexpr",), "constexpr"),
+        (("constexpr", "ptr16"), "pointer"),  # constexpr in one variant only: the variants that take it decide
+        (("constexpr", "i1"), "bool"),
+    ],
+)
 def test_the_kinds_the_bridges_declare(forms, kind):
     assert kernel_roles(kernel(*forms))[0].kind == kind
 

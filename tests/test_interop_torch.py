@@ -39,6 +39,7 @@ class CpuKernel:
             meta = {**named, **{k: v for k, v in named.items() if not isinstance(v, torch.Tensor)}}
             self.launches.append((grid(meta) if callable(grid) else grid, stream))
             self.fn(named)
+
         return run
 
 
@@ -53,33 +54,52 @@ def add_fn(a):
 
 def test_schema_outputs_and_mutations(arc):
     k = arc.kernel("add_kernel")
-    add = kt.custom_op(opname("add"), CpuKernel(k, add_fn), out="out_ptr", grid=ADD_GRID, constexprs={"BLOCK": 1024},
-                       device_types="cpu")
+    add = kt.custom_op(
+        opname("add"),
+        CpuKernel(k, add_fn),
+        out="out_ptr",
+        grid=ADD_GRID,
+        constexprs={"BLOCK": 1024},
+        device_types="cpu",
+    )
     assert str(add._opoverload._schema).endswith("(Tensor x_ptr, Tensor y_ptr, SymInt n_elements) -> Tensor")
-    into = kt.custom_op(opname("add_into"), CpuKernel(k, add_fn), mutates_args=("out_ptr",), grid=ADD_GRID,
-                        constexprs={"BLOCK": 1024}, device_types="cpu")
+    into = kt.custom_op(
+        opname("add_into"),
+        CpuKernel(k, add_fn),
+        mutates_args=("out_ptr",),
+        grid=ADD_GRID,
+        constexprs={"BLOCK": 1024},
+        device_types="cpu",
+    )
     assert str(into._opoverload._schema).endswith(
-        "(Tensor x_ptr, Tensor y_ptr, Tensor(a2!) out_ptr, SymInt n_elements) -> ()")
-    sc = kt.custom_op(opname("scale"), CpuKernel(arc.kernel("scale_kernel"), add_fn), out="out_ptr", grid=(1,),
-                      device_types="cpu")
+        "(Tensor x_ptr, Tensor y_ptr, Tensor(a2!) out_ptr, SymInt n_elements) -> ()"
+    )
+    sc = kt.custom_op(
+        opname("scale"), CpuKernel(arc.kernel("scale_kernel"), add_fn), out="out_ptr", grid=(1,), device_types="cpu"
+    )
     assert str(sc._opoverload._schema).endswith(
-        "(Tensor x_ptr, SymInt n_elements, SymInt stride, float alpha) -> Tensor")
+        "(Tensor x_ptr, SymInt n_elements, SymInt stride, float alpha) -> Tensor"
+    )
 
 
 def test_eager_launch_passes_every_parameter_in_order(arc):
     ck = CpuKernel(arc.kernel("add_kernel"), add_fn)
-    add = kt.custom_op(opname("add"), ck, out="out_ptr", grid=ADD_GRID, constexprs={"BLOCK": 1024},
-                       device_types="cpu")
+    add = kt.custom_op(opname("add"), ck, out="out_ptr", grid=ADD_GRID, constexprs={"BLOCK": 1024}, device_types="cpu")
     x, y = torch.randn(3000), torch.randn(3000)
     assert torch.equal(add(x, y, 3000), x + y)
-    (grid, stream), = ck.launches
+    ((grid, stream),) = ck.launches
     assert grid == (3,) and stream is None  # CPU tensors: no CUDA stream
 
 
 def test_fake_impl_gives_shapes_on_meta_and_fake_tensors(arc):
-    mm = kt.custom_op(opname("matmul"), CpuKernel(arc.kernel("matmul_kernel"), lambda a: None), grid=(1,),
-                      out={"c_ptr": lambda a: ((a["M"], a["N"]), a["a_ptr"].dtype)},
-                      constexprs={"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32}, device_types="cpu")
+    mm = kt.custom_op(
+        opname("matmul"),
+        CpuKernel(arc.kernel("matmul_kernel"), lambda a: None),
+        grid=(1,),
+        out={"c_ptr": lambda a: ((a["M"], a["N"]), a["a_ptr"].dtype)},
+        constexprs={"BLOCK_M": 64, "BLOCK_N": 128, "BLOCK_K": 32},
+        device_types="cpu",
+    )
     a = torch.empty(32, 48, device="meta", dtype=torch.float16)
     b = torch.empty(48, 80, device="meta", dtype=torch.float16)
     c = mm(a, b, 32, 80, 48, 48, 1, 80, 1, 80, 1)
@@ -87,18 +107,23 @@ def test_fake_impl_gives_shapes_on_meta_and_fake_tensors(arc):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     with FakeTensorMode():
-        s = kt.custom_op(opname("softmax"), CpuKernel(arc.kernel("softmax_kernel"), lambda a: None),
-                         out={"out_ptr": "in_ptr"}, grid=(1,), device_types="cpu")
+        s = kt.custom_op(
+            opname("softmax"),
+            CpuKernel(arc.kernel("softmax_kernel"), lambda a: None),
+            out={"out_ptr": "in_ptr"},
+            grid=(1,),
+            device_types="cpu",
+        )
         r = s(torch.empty(7, 100), 100, 100, 100)
         assert r.shape == (7, 100) and type(r).__name__ == "FakeTensor"
 
 
 def test_torch_compile_fullgraph_with_outputs_and_mutation(arc):
     ck = CpuKernel(arc.kernel("add_kernel"), add_fn)
-    add = kt.custom_op(opname("add"), ck, out="out_ptr", grid=ADD_GRID, constexprs={"BLOCK": 1024},
-                       device_types="cpu")
-    into = kt.custom_op(opname("add_into"), ck, mutates_args=("out_ptr",), grid=ADD_GRID,
-                        constexprs={"BLOCK": 1024}, device_types="cpu")
+    add = kt.custom_op(opname("add"), ck, out="out_ptr", grid=ADD_GRID, constexprs={"BLOCK": 1024}, device_types="cpu")
+    into = kt.custom_op(
+        opname("add_into"), ck, mutates_args=("out_ptr",), grid=ADD_GRID, constexprs={"BLOCK": 1024}, device_types="cpu"
+    )
 
     def f(x, y, acc):
         z = add(x, y, x.numel()) * 2
@@ -140,18 +165,22 @@ class RenamedKernel(CpuKernel):
 
         super().__init__(real, fn)
         self.param_names = tuple(renames.get(n, n) for n in real.param_names)
-        self.variants = [dataclasses.replace(v, params=tuple(dataclasses.replace(p, name=renames.get(p.name, p.name))
-                                                             for p in v.params)) for v in real.variants]
+        self.variants = [
+            dataclasses.replace(
+                v, params=tuple(dataclasses.replace(p, name=renames.get(p.name, p.name)) for p in v.params)
+            )
+            for v in real.variants
+        ]
 
 
 #: Valid Python both as the parameter list and as the tuple the old source text put each name in: the
 #: default opens a string that the name's second appearance closes, and the payload is a keyword default.
-QUOTED_PAYLOAD = ("x_ptr=''', *, p=__import__('os').system('touch PWNED_OP')):\n    pass\n"
-                  "def g():\n    x = (a")
+QUOTED_PAYLOAD = "x_ptr=''', *, p=__import__('os').system('touch PWNED_OP')):\n    pass\ndef g():\n    x = (a"
 
 
-@pytest.mark.parametrize("name", [QUOTED_PAYLOAD, "x_ptr=__import__('os').system('touch PWNED_OP')", "class", "a b",
-                                  "1x"])
+@pytest.mark.parametrize(
+    "name", [QUOTED_PAYLOAD, "x_ptr=__import__('os').system('touch PWNED_OP')", "class", "a b", "1x"]
+)
 def test_custom_op_never_runs_parameter_names_as_code(arc, tmp_path, monkeypatch, name):
     """Issue 34: the op's function was built as source text from the parameter names and ``exec``-ed, so a
     name carrying a payload ran it. The signature is now an ``inspect.Signature``; a name that cannot be a
@@ -159,8 +188,9 @@ def test_custom_op_never_runs_parameter_names_as_code(arc, tmp_path, monkeypatch
     monkeypatch.chdir(tmp_path)
     ck = RenamedKernel(arc.kernel("add_kernel"), add_fn, {"x_ptr": name})
     with pytest.raises(ArgumentError, match="parameter name"):
-        kt.custom_op(opname("hostile"), ck, out="out_ptr", grid=ADD_GRID, constexprs={"BLOCK": 1024},
-                     device_types="cpu")
+        kt.custom_op(
+            opname("hostile"), ck, out="out_ptr", grid=ADD_GRID, constexprs={"BLOCK": 1024}, device_types="cpu"
+        )
     assert not list(tmp_path.iterdir())
 
 
@@ -170,8 +200,7 @@ def test_custom_op_function_is_not_made_from_text(arc):
     import inspect
 
     ck = CpuKernel(arc.kernel("add_kernel"), add_fn)
-    add = kt.custom_op(opname("add"), ck, out="out_ptr", grid=ADD_GRID, constexprs={"BLOCK": 1024},
-                       device_types="cpu")
+    add = kt.custom_op(opname("add"), ck, out="out_ptr", grid=ADD_GRID, constexprs={"BLOCK": 1024}, device_types="cpu")
     fn = add._init_fn
     assert fn.__code__.co_filename == kt.__file__
     sig = inspect.signature(fn)

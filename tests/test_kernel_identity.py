@@ -26,8 +26,14 @@ TWINS = ["alpha:add_kernel", "beta:add_kernel", "nested:make.<locals>.scale"]
 
 def _cli(*args: object, cwd: pathlib.Path | None = None) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "karchive", *map(str, args)], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "karchive", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=600,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -155,8 +161,9 @@ def test_capture_files_two_same_named_kernels_apart(tmp_path, triton_cache_dir, 
     # the capture names them as the build does: same keys as an AOT compile of the same request
     from karchive.producer.compile.aot import VariantRequest, compile_variant
 
-    aot = compile_variant(VariantRequest(f"{tmp_path / 'co' / 'beta.py'}:add_kernel", SIG, "cuda:90", {"BLOCK": 256},
-                                         {"num_warps": 4}))
+    aot = compile_variant(
+        VariantRequest(f"{tmp_path / 'co' / 'beta.py'}:add_kernel", SIG, "cuda:90", {"BLOCK": 256}, {"num_warps": 4})
+    )
     assert aot.kernel == "beta:add_kernel" and aot.key == arc.variants("beta:add_kernel")[0].key
 
 

@@ -23,18 +23,30 @@ class Recorder:
         self.misses: list[tuple[tuple, dict]] = []
         self.slow: list[tuple[Any, tuple, dict]] = []
         self.result = object()  # what a launch returns (Kernel.set_result's object)
-        entry = types.SimpleNamespace(meta={"BLOCK": 64}, device=0, result=self.result,
-                                      launch=lambda grid, stream, values: self.launches.append((grid, stream, values)))
+        entry = types.SimpleNamespace(
+            meta={"BLOCK": 64},
+            device=0,
+            result=self.result,
+            launch=lambda grid, stream, values: self.launches.append((grid, stream, values)),
+        )
         self.kernel = types.SimpleNamespace(
-            name="pkg.ops:k", plan=plan, _py_cache={},
-            _miss=lambda values, options: self.misses.append((values, options)) or types.SimpleNamespace(
-                entry=entry, stream_fn=None),
+            name="pkg.ops:k",
+            plan=plan,
+            _py_cache={},
+            _miss=lambda values, options: (
+                self.misses.append((values, options)) or types.SimpleNamespace(entry=entry, stream_fn=None)
+            ),
             _slow=lambda grid, values, kwargs: self.slow.append((grid, values, kwargs)),
-            _grid_of=lambda grid, meta, values: grid({**dict(zip(plan.names, values)), **meta}))
+            _grid_of=lambda grid, meta, values: grid({**dict(zip(plan.names, values)), **meta}),
+        )
 
 
-PLAN = KernelPlan("pkg.ops:k", (ParamPlan("x", PTR, 1, True), ParamPlan("grid", INT, 2, True),
-                                ParamPlan("BLOCK", VALUE, 0, False)), ("num_warps",), (0, 1))
+PLAN = KernelPlan(
+    "pkg.ops:k",
+    (ParamPlan("x", PTR, 1, True), ParamPlan("grid", INT, 2, True), ParamPlan("BLOCK", VALUE, 0, False)),
+    ("num_warps",),
+    (0, 1),
+)
 
 
 def test_binding_key_and_call_values():
@@ -47,8 +59,13 @@ def test_binding_key_and_call_values():
     run((2,), 0x1000, 1, BLOCK=64)  # == 1 is part of the key: a second miss
     run(lambda m: (m["grid"] * m["BLOCK"],), x=0x1008, grid=3, BLOCK=64, stream=5)  # misaligned: a third
     assert [v for v, _ in rec.misses] == [(0x1000, 7, 64), (0x1000, 1, 64), (0x1008, 3, 64)]
-    assert rec.launches == [((1,), 0, [0x1000, 7]), ((1,), 0, [0x1000, 7]), ((1,), 0, [0x2000, 9]), ((2,), 0, [0x1000, 1]),
-                            ((192,), 5, [0x1008, 3])]
+    assert rec.launches == [
+        ((1,), 0, [0x1000, 7]),
+        ((1,), 0, [0x1000, 7]),
+        ((1,), 0, [0x2000, 9]),
+        ((2,), 0, [0x1000, 1]),
+        ((192,), 5, [0x1008, 3]),
+    ]
     assert len(rec.kernel._py_cache) == 3 and not rec.slow
 
 

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from runtime_support import fake_cuda, launched_variant, register_sizes
+from support import needs_triton
 
 import karchive
 from karchive.errors import KarchiveError
 from karchive.runtime import args, launch_path
-from runtime_support import fake_cuda, launched_variant, register_sizes
-from support import needs_triton
 
 pytestmark = needs_triton
 ROOT = Path(__file__).resolve().parent.parent
@@ -80,12 +80,27 @@ def shape_archive(tmp_path_factory) -> Path:
     from karchive.producer.compile.aot import VariantRequest, compile_variant
 
     src = ROOT / "tests" / "gpu" / "extra_kernels.py"
-    vs = [compile_variant(VariantRequest(f"{src}:add_heur", "*fp32:16, *fp32:16, *fp32:16, i32", "cuda:90",
-                                         {"BLOCK": b}, {"num_warps": 4})) for b in (512, 1024)]
-    expr = ["if", [">", ["index", ["probe", ["arg", "x_ptr"], "shape"], ["const", 0]], ["const", 2048]],
-            ["const", 1024], ["const", 512]]
-    b = ArchiveBuilder("shape", "1", heuristics=[{"kernel": "extra_kernels:add_heur", "names": ["BLOCK"],
-                                                  "cases": {"BLOCK": []}, "exprs": {"BLOCK": expr}}])
+    vs = [
+        compile_variant(
+            VariantRequest(
+                f"{src}:add_heur", "*fp32:16, *fp32:16, *fp32:16, i32", "cuda:90", {"BLOCK": b}, {"num_warps": 4}
+            )
+        )
+        for b in (512, 1024)
+    ]
+    expr = [
+        "if",
+        [">", ["index", ["probe", ["arg", "x_ptr"], "shape"], ["const", 0]], ["const", 2048]],
+        ["const", 1024],
+        ["const", 512],
+    ]
+    b = ArchiveBuilder(
+        "shape",
+        "1",
+        heuristics=[
+            {"kernel": "extra_kernels:add_heur", "names": ["BLOCK"], "cases": {"BLOCK": []}, "exprs": {"BLOCK": expr}}
+        ],
+    )
     b.extend(vs)
     out = tmp_path_factory.mktemp("shape") / "shape.karc"
     b.write(out)
@@ -165,8 +180,9 @@ def test_the_resolver_runs_only_on_a_miss(monkeypatch, tuned_archive, shape_arch
             k = arc.kernel(name)
             seen: list[Any] = []
             resolve = k.resolver.resolve
-            monkeypatch.setattr(k.resolver, "resolve",
-                                lambda *a, _r=resolve, _s=seen, **kw: _s.append(a) or _r(*a, **kw))
+            monkeypatch.setattr(
+                k.resolver, "resolve", lambda *a, _r=resolve, _s=seen, **kw: _s.append(a) or _r(*a, **kw)
+            )
             for x in (X, X, X + 0x100, X + 0x100, X):  # addresses the resolver does not read
                 k[(4,)](x, Y, OUT, 4096)
             assert len(seen) == 1 and type(k._run).__name__ == "Dispatcher", name
@@ -186,8 +202,11 @@ def test_the_resolver_runs_only_on_a_miss(monkeypatch, tuned_archive, shape_arch
 
 def test_a_numpy_scalar_goes_to_python_where_the_autotune_key_reads_dtypes(monkeypatch, tuned_archive):
     np = pytest.importorskip("numpy")
-    outcomes = both(monkeypatch, tuned_archive, [("add_tuned", (4,), (X, Y, OUT, np.int32(4096)), {}),
-                                                 ("add_tuned", (4,), (X, Y, OUT, 4096), {})])
+    outcomes = both(
+        monkeypatch,
+        tuned_archive,
+        [("add_tuned", (4,), (X, Y, OUT, np.int32(4096)), {}), ("add_tuned", (4,), (X, Y, OUT, 4096), {})],
+    )
     assert outcomes[1][0] == ("ok",)
 
 
@@ -234,7 +253,10 @@ def test_a_remembered_grid_is_evaluated_again_when_what_it_read_changes(monkeypa
         assert grids((_grid, 4097)) == [(5, 1, 1)] and len(evaluated) == 2  # a parameter it read changed
         assert grids((_grid, 4097), (_grid, 4097)) == [(5, 1, 1)] * 2 and len(evaluated) == 2
         assert grids((_closure_grid(2), 4096), (_closure_grid(2), 4096), (_closure_grid(3), 4096)) == [
-            (2, 1, 1), (2, 1, 1), (3, 1, 1)]  # new function objects, one code: the closure's value decides
+            (2, 1, 1),
+            (2, 1, 1),
+            (3, 1, 1),
+        ]  # new function objects, one code: the closure's value decides
         assert len(evaluated) == 4
         assert grids((_module_closure_grid(), 4096), (_module_closure_grid(), 4096)) == [(4, 1, 1)] * 2
         assert len(evaluated) == 5
@@ -245,9 +267,13 @@ def test_a_remembered_grid_is_evaluated_again_when_what_it_read_changes(monkeypa
         G = 2
         # not remembered: a tensor read, the mapping unpacked, a default value, a callable object
         t = FakeTensor(X)
-        never = [lambda m: (len(t.shape),), lambda m: (len({**m}) // 100 + 1,), lambda m, d=3: (d,),
-                 lambda m: (m.setdefault("n_elements", 1) // 1024,),
-                 type("G", (), {"__call__": lambda self, m: (3,)})()]
+        never = [
+            lambda m: (len(t.shape),),
+            lambda m: (len({**m}) // 100 + 1,),
+            lambda m, d=3: (d,),
+            lambda m: (m.setdefault("n_elements", 1) // 1024,),
+            type("G", (), {"__call__": lambda self, m: (3,)})(),
+        ]
         for g in never:
             before = len(evaluated)
             grids((g, 4096), (g, 4096))
@@ -308,9 +334,15 @@ def feature_archives(tmp_path_factory) -> dict[str, Path]:
 
     out = {}
     for name, options in FEATURES.items():
-        v = compile_variant(VariantRequest(f"{ROOT / 'examples' / 'kernels.py'}:add_kernel",
-                                           "*fp32:16, *fp32:16, *fp32:16, i32", "cuda:90", {"BLOCK": 1024},
-                                           {"num_warps": 4, **options}))
+        v = compile_variant(
+            VariantRequest(
+                f"{ROOT / 'examples' / 'kernels.py'}:add_kernel",
+                "*fp32:16, *fp32:16, *fp32:16, i32",
+                "cuda:90",
+                {"BLOCK": 1024},
+                {"num_warps": 4, **options},
+            )
+        )
         b = ArchiveBuilder(name, "1")
         b.extend([v])
         out[name] = tmp_path_factory.mktemp(name) / f"{name}.karc"
@@ -319,8 +351,7 @@ def feature_archives(tmp_path_factory) -> dict[str, Path]:
 
 
 @pytest.mark.parametrize("feature", sorted(FEATURES))
-def test_launch_attributes_are_packed_in_c_byte_for_byte_as_the_python_launch(monkeypatch, feature_archives,
-                                                                               feature):
+def test_launch_attributes_are_packed_in_c_byte_for_byte_as_the_python_launch(monkeypatch, feature_archives, feature):
     """A cluster / cooperative / PDL launch: the compiled path builds the CUlaunchConfig in C and calls
     cuLaunchKernelEx itself; the driver stand-in sees the same grid, block, attributes (each value's 64 bytes)
     and parameter bytes as from the Python path's cuda-python config."""
@@ -331,8 +362,11 @@ def test_launch_attributes_are_packed_in_c_byte_for_byte_as_the_python_launch(mo
             pytest.skip("the compiled launcher is not built here")
         with fake_cuda(monkeypatch, path) as (rec, backend):
             through_binding: list[int] = []
-            monkeypatch.setattr(backend.d, "cuLaunchKernelEx",
-                                lambda *a, _s=through_binding, _r=backend.d.cuLaunchKernelEx: _s.append(1) or _r(*a))
+            monkeypatch.setattr(
+                backend.d,
+                "cuLaunchKernelEx",
+                lambda *a, _s=through_binding, _r=backend.d.cuLaunchKernelEx: _s.append(1) or _r(*a),
+            )
             arc = karchive.open(str(feature_archives[feature]))
             register_sizes(rec, arc)
             k = arc.kernel("add_kernel")
@@ -357,9 +391,15 @@ def scratch_archive(tmp_path_factory) -> Path:
     from karchive.producer.build.pack import ArchiveBuilder
     from karchive.producer.compile.aot import VariantRequest, compile_variant
 
-    v = compile_variant(VariantRequest(f"{ROOT / 'tests' / 'gpu' / 'extra_kernels.py'}:tma_scale_kernel",
-                                       "*fp32:16, *fp32:16, i32, i32:16", "cuda:90", {"BM": 64, "BN": 64},
-                                       {"num_warps": 4}))
+    v = compile_variant(
+        VariantRequest(
+            f"{ROOT / 'tests' / 'gpu' / 'extra_kernels.py'}:tma_scale_kernel",
+            "*fp32:16, *fp32:16, i32, i32:16",
+            "cuda:90",
+            {"BM": 64, "BN": 64},
+            {"num_warps": 4},
+        )
+    )
     assert v.variant.abi.global_scratch_size > 0
     b = ArchiveBuilder("scratch", "1")
     b.extend([v])

@@ -13,8 +13,9 @@ from __future__ import annotations
 import ast
 import pathlib
 
-from karchive.errors import KarchiveError
 from support import missing_extra
+
+from karchive.errors import KarchiveError
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "karchive"
 
@@ -32,8 +33,19 @@ ALLOWED: dict[str, set[str]] = {
     "runtime": {"errors", "core", "format", "registry", "resolve", "trust"},
     "interop": {"errors", "core", "format", "runtime"},
     "serve": {"errors", "core", "format", "runtime"},  # unchanged call sites served from archives (docs/serving.md)
-    "cli": {"errors", "core", "format", "producer", "trust", "registry", "resolve", "audit", "runtime", "interop",
-            "serve"},
+    "cli": {
+        "errors",
+        "core",
+        "format",
+        "producer",
+        "trust",
+        "registry",
+        "resolve",
+        "audit",
+        "runtime",
+        "interop",
+        "serve",
+    },
     # The public faces of producer/build and producer/compile (karchive.build, karchive.compile).
     "build": {"errors", "core", "format", "producer"},
     "compile": {"errors", "core", "format", "producer"},

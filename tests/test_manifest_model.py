@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from karchive.errors import SchemaError, UnsupportedVersionError
 from karchive.format.manifest import Abi, AbiParam, FileRef, Manifest, Param, Provenance, Target, Variant
 from karchive.format.schema import load_schema
-from karchive.errors import SchemaError, UnsupportedVersionError
 from karchive.format.tensordesc import TensorDescAbi
 
 jsonschema = pytest.importorskip("jsonschema")
@@ -15,51 +15,100 @@ DIGEST = "ab" * 32
 
 
 def _abi(**kw) -> Abi:
-    base = dict(version=1, entry="k", binary_format="cubin", binary_arch="sm_90a",
-                params=(AbiParam("x", "pointer", "*fp32", 0, 8), AbiParam("n", "scalar", "i32", 1, 4),
-                        AbiParam("global_scratch", "global_scratch", None, None, 8)),
-                shared=1024, num_warps=4, warp_size=32, num_ctas=1, cluster_dims=(1, 1, 1), cooperative_grid=False,
-                pdl=False, global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0,
-                profile_scratch_align=1, tmem_size=0)
+    base = dict(
+        version=1,
+        entry="k",
+        binary_format="cubin",
+        binary_arch="sm_90a",
+        params=(
+            AbiParam("x", "pointer", "*fp32", 0, 8),
+            AbiParam("n", "scalar", "i32", 1, 4),
+            AbiParam("global_scratch", "global_scratch", None, None, 8),
+        ),
+        shared=1024,
+        num_warps=4,
+        warp_size=32,
+        num_ctas=1,
+        cluster_dims=(1, 1, 1),
+        cooperative_grid=False,
+        pdl=False,
+        global_scratch_size=0,
+        global_scratch_align=1,
+        profile_scratch_size=0,
+        profile_scratch_align=1,
+        tmem_size=0,
+    )
     base.update(kw)
     return Abi(**base)
 
 
 def _desc_param(convention: str = "triton-3.8", mode: str = "tma") -> AbiParam:
-    desc = TensorDescAbi(convention, mode, "fp16", 2, (64, 32), swizzle=3, elem_size=2, elem_type=6) \
-        if mode == "tma" else TensorDescAbi(convention, mode, "fp16", 2, (64, 32))
+    desc = (
+        TensorDescAbi(convention, mode, "fp16", 2, (64, 32), swizzle=3, elem_size=2, elem_type=6)
+        if mode == "tma"
+        else TensorDescAbi(convention, mode, "fp16", 2, (64, 32))
+    )
     return AbiParam("a", "tensordesc", "tensordesc<fp16[64, 32]>", 0, desc.size, desc)
 
 
 def _variant(*, full: bool) -> Variant:
     ref = FileRef(f"variants/{DIGEST}/kernel.cubin", 10, DIGEST)
     return Variant(
-        kernel="k", key=DIGEST, target=Target("cuda", "90", 32),
-        params=(Param("x", "*fp32", divisibility=16), Param("n", "i32"),
-                Param("s", "i32", constexpr=1, is_constexpr=True, equal_to_1=True, has_default=False),
-                Param("BLOCK", "constexpr", constexpr=128, is_constexpr=True, has_default=True, default=64)),
-        options={"num_warps": 4, "num_stages": 3}, abi=_abi(),
-        binary=ref, metadata=FileRef(f"variants/{DIGEST}/kernel.json", 5, DIGEST),
+        kernel="k",
+        key=DIGEST,
+        target=Target("cuda", "90", 32),
+        params=(
+            Param("x", "*fp32", divisibility=16),
+            Param("n", "i32"),
+            Param("s", "i32", constexpr=1, is_constexpr=True, equal_to_1=True, has_default=False),
+            Param("BLOCK", "constexpr", constexpr=128, is_constexpr=True, has_default=True, default=64),
+        ),
+        options={"num_warps": 4, "num_stages": 3},
+        abi=_abi(),
+        binary=ref,
+        metadata=FileRef(f"variants/{DIGEST}/kernel.json", 5, DIGEST),
         ir={"ptx": FileRef(f"variants/{DIGEST}/kernel.ptx", 7, DIGEST)} if full else {},
         source=f"sources/{DIGEST}.py" if full else None,
-        provenance=Provenance("aot", "3.9.0", "f" * 64, "s" * 64,
-                              ({"kind": "pass_plugin", "name": "p.so", "sha256": DIGEST},),
-                              {"triton_key_sha256": DIGEST, "backend_hash": "x", "env_vars": {}} if full else None,
-                              True if full else None,
-                              {"scheme": 1, "module": "kernels", "attr": "k", "target": "cuda:90", "signature": "i32",
-                               "constexprs": {}, "options": {}, "env": {}, "sources": []} if full else None,
-                              {"source_digest": DIGEST, "function": "k", "scheme": "inductor-source-v1",
-                               "heuristic": "pointwise"} if full else None),
+        provenance=Provenance(
+            "aot",
+            "3.9.0",
+            "f" * 64,
+            "s" * 64,
+            ({"kind": "pass_plugin", "name": "p.so", "sha256": DIGEST},),
+            {"triton_key_sha256": DIGEST, "backend_hash": "x", "env_vars": {}} if full else None,
+            True if full else None,
+            {
+                "scheme": 1,
+                "module": "kernels",
+                "attr": "k",
+                "target": "cuda:90",
+                "signature": "i32",
+                "constexprs": {},
+                "options": {},
+                "env": {},
+                "sources": [],
+            }
+            if full
+            else None,
+            {"source_digest": DIGEST, "function": "k", "scheme": "inductor-source-v1", "heuristic": "pointwise"}
+            if full
+            else None,
+        ),
     )
 
 
 def _manifest(*, full: bool) -> Manifest:
-    return Manifest.build("archive", "1.0", [_variant(full=full)], produced_by={"karchive": "0.1.0", "triton": "3.9.0"},
-                          created="2026-01-01T00:00:00Z" if full else None,
-                          sources=[FileRef(f"sources/{DIGEST}.py", 3, DIGEST)],
-                          autotune=[{"kernel": "k", "key_names": ["n"], "configs": [], "entries": []}] if full else None,
-                          heuristics=[{"kernel": "k", "names": ["EVEN"], "cases": {"EVEN": []}}] if full else None,
-                          extra={"inductor": {"version": 1, "kernels": [], "templates": []}} if full else None)
+    return Manifest.build(
+        "archive",
+        "1.0",
+        [_variant(full=full)],
+        produced_by={"karchive": "0.1.0", "triton": "3.9.0"},
+        created="2026-01-01T00:00:00Z" if full else None,
+        sources=[FileRef(f"sources/{DIGEST}.py", 3, DIGEST)],
+        autotune=[{"kernel": "k", "key_names": ["n"], "configs": [], "entries": []}] if full else None,
+        heuristics=[{"kernel": "k", "names": ["EVEN"], "cases": {"EVEN": []}}] if full else None,
+        extra={"inductor": {"version": 1, "kernels": [], "templates": []}} if full else None,
+    )
 
 
 def _defs() -> dict:

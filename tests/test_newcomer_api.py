@@ -10,10 +10,10 @@ import sys
 import textwrap
 
 import pytest
+from support import EXAMPLES, ROOT, needs_triton
 
 import karchive
 from karchive import errors
-from support import EXAMPLES, ROOT, needs_triton
 
 KERNELS = str(EXAMPLES / "kernels.py")
 ADD_SIG = "*fp32:16, *fp32:16, *fp32:16, i32"
@@ -26,11 +26,14 @@ def test_open_missing_file_is_a_karchive_error_and_a_file_not_found(tmp_path):
     assert isinstance(info.value, FileNotFoundError) and isinstance(info.value, karchive.ArchiveNotFoundError)
 
 
-@pytest.mark.parametrize("ref, cls, builtin", [
-    ("foo://bucket/x.karc", "UnsupportedLocationError", ValueError),  # unknown fsspec protocol
-    ("/", "FormatError", None),  # a directory
-    ("nosuchname@1.0", "NotFoundError", None),
-])
+@pytest.mark.parametrize(
+    "ref, cls, builtin",
+    [
+        ("foo://bucket/x.karc", "UnsupportedLocationError", ValueError),  # unknown fsspec protocol
+        ("/", "FormatError", None),  # a directory
+        ("nosuchname@1.0", "NotFoundError", None),
+    ],
+)
 def test_open_and_resolve_open_raise_karchive_errors(tmp_path, monkeypatch, ref, cls, builtin):
     from karchive.resolve import open as open_ref
 
@@ -70,8 +73,13 @@ def test_errors_are_exported_lazily_and_listed():
         assert karchive.KarchiveError is __import__("karchive.errors").errors.KarchiveError
         print("ok")
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT),
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=str(ROOT),
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert r.stdout.strip() == "ok", r.stderr
 
 
@@ -127,7 +135,11 @@ def test_load_spec_errors_are_spec_file_errors(tmp_path):
 
     binary = tmp_path / "b.toml"
     binary.write_bytes(b"\xb5\x00\xff")
-    for path, says in [(tmp_path, "is a directory"), (binary, "not a text file"), (tmp_path / "none.toml", "not found")]:
+    for path, says in [
+        (tmp_path, "is a directory"),
+        (binary, "not a text file"),
+        (tmp_path / "none.toml", "not found"),
+    ]:
         with pytest.raises(errors.SpecFileError, match=says):
             load_spec(path)
 
@@ -155,12 +167,15 @@ def test_toolchain_knows_its_cuda_targets():
 
 
 @needs_triton
-@pytest.mark.parametrize("target, probe, says", [
-    ("cuda:999", False, "no sm_999a"),
-    ("cuda:88", False, r"ptxas \(CUDA 12"),
-    ("hip:gfx9999", False, "knows no AMD GPU 'gfx9999'"),
-    ("hip:gfx803", True, "unsupported target: 'gfx803'"),
-])
+@pytest.mark.parametrize(
+    "target, probe, says",
+    [
+        ("cuda:999", False, "no sm_999a"),
+        ("cuda:88", False, r"ptxas \(CUDA 12"),
+        ("hip:gfx9999", False, "knows no AMD GPU 'gfx9999'"),
+        ("hip:gfx803", True, "unsupported target: 'gfx803'"),
+    ],
+)
 def test_toolchain_refuses_in_one_line_and_prints_nothing(capfd, target, probe, says):
     from karchive.producer.compile.toolchain import check_target
 
@@ -197,7 +212,9 @@ def test_archive_and_variant_reprs_are_short(examples_archive):
     reprs = [repr(v) for v in arc.variants()]
     assert len(reprs) == 42 and max(len(r) for r in reprs) < 160
     scale = [repr(v) for v in arc.variants("scale_kernel") if str(v.target) == "cuda:90"]
-    assert any(r.startswith("<Variant kernels:scale_kernel cuda:90 stride==1 BLOCK=1024 warps=4 stages=3 key=") for r in scale)
+    assert any(
+        r.startswith("<Variant kernels:scale_kernel cuda:90 stride==1 BLOCK=1024 warps=4 stages=3 key=") for r in scale
+    )
     assert "sha256" not in "".join(reprs)
 
 
@@ -218,8 +235,17 @@ def test_variant_repr_escapes_terminal_control_characters(examples_archive):
     assert "\x1b" not in repr(hostile) and "\\x1b" in repr(hostile)
 
 
-@pytest.mark.parametrize("typed, means", [("gfx942", "hip:gfx942"), ("GFX90A", "hip:gfx90a"), ("sm_90", "cuda:90"),
-                                          ("90", "cuda:90"), ("foo", None), ("cuda", None)])
+@pytest.mark.parametrize(
+    "typed, means",
+    [
+        ("gfx942", "hip:gfx942"),
+        ("GFX90A", "hip:gfx90a"),
+        ("sm_90", "cuda:90"),
+        ("90", "cuda:90"),
+        ("foo", None),
+        ("cuda", None),
+    ],
+)
 def test_a_bare_arch_suggests_the_target_it_means(typed, means):
     from karchive.format.target import Target
 

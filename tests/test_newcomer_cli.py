@@ -14,8 +14,8 @@ import sys
 import textwrap
 
 import pytest
-
 from support import EXAMPLES, ROOT, needs_triton
+
 from karchive.cli.main import build_parser, main
 
 KERNELS = str(EXAMPLES / "kernels.py")
@@ -28,12 +28,19 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
     return code, out, err
 
 
-def child(*argv: str, cwd: pathlib.Path | None = None, env: dict[str, str] | None = None,
-          timeout: float = 300) -> subprocess.CompletedProcess:
+def child(
+    *argv: str, cwd: pathlib.Path | None = None, env: dict[str, str] | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess:
     """``karchive ARGV`` in a fresh process: what a user's terminal would show, C++ output included."""
     full_env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "karchive.cli.main", *argv], capture_output=True, text=True,
-                          cwd=str(cwd or ROOT), env=full_env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "karchive.cli.main", *argv],
+        capture_output=True,
+        text=True,
+        cwd=str(cwd or ROOT),
+        env=full_env,
+        timeout=timeout,
+    )
 
 
 def write_spec(directory: pathlib.Path, body: str, name: str = "spec.toml") -> pathlib.Path:
@@ -42,9 +49,12 @@ def write_spec(directory: pathlib.Path, body: str, name: str = "spec.toml") -> p
     return path
 
 
-def add_spec(directory: pathlib.Path, *, targets: str = '["cuda:90"]', extra: str = "",
-             constexprs: str = "{ BLOCK = [256] }") -> pathlib.Path:
-    return write_spec(directory, f"""
+def add_spec(
+    directory: pathlib.Path, *, targets: str = '["cuda:90"]', extra: str = "", constexprs: str = "{ BLOCK = [256] }"
+) -> pathlib.Path:
+    return write_spec(
+        directory,
+        f"""
         [archive]
         name = "trial"
         version = "0.1.0"
@@ -55,10 +65,11 @@ def add_spec(directory: pathlib.Path, *, targets: str = '["cuda:90"]', extra: st
         signature = "*fp32:16, *fp32:16, *fp32:16, i32"
         constexprs = {constexprs}
         {extra}
-        """)
+        """,
+    )
 
 
-BROKEN_KERNEL = '''
+BROKEN_KERNEL = """
 import triton
 import triton.language as tl
 
@@ -67,7 +78,7 @@ import triton.language as tl
 def broken_kernel(x_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * not_defined_anywhere, mask=offs < n)
-'''
+"""
 
 
 # -- 2. extract -C into something that is not a directory --------------------------------------------
@@ -88,7 +99,9 @@ def test_extract_into_a_file_is_one_clear_error_and_writes_nothing(examples_arch
 @needs_triton
 def test_build_checks_the_destination_before_compiling(tmp_path, capsys):
     (tmp_path / "broken.py").write_text(BROKEN_KERNEL)
-    spec = write_spec(tmp_path, """
+    spec = write_spec(
+        tmp_path,
+        """
         [archive]
         name = "b"
         version = "1"
@@ -97,7 +110,8 @@ def test_build_checks_the_destination_before_compiling(tmp_path, capsys):
         source = "broken.py:broken_kernel"
         signature = "*fp32:16, i32"
         constexprs = { BLOCK = [64] }
-        """)
+        """,
+    )
     afile = tmp_path / "afile"
     afile.write_text("")
     # The kernel cannot compile: an error about the destination proves nothing was compiled first.
@@ -112,17 +126,28 @@ def test_missing_parents_are_created_and_a_directory_gets_name_version(tmp_path,
     out = tmp_path / "missing" / "dir" / "x.karc"
     code, stdout, _ = run(capsys, "build", str(add_spec(tmp_path)), "-o", str(out), "-j", "1", "--quiet")
     assert code == 0 and out.is_file() and f"wrote {out}" in stdout
-    code, stdout, _ = run(capsys, "compile", KERNELS, "-n", "add_kernel", "-s", ADD_SIG, "-t", "cuda:90",
-                          "-o", str(tmp_path / "fresh") + "/")
+    code, stdout, _ = run(
+        capsys,
+        "compile",
+        KERNELS,
+        "-n",
+        "add_kernel",
+        "-s",
+        ADD_SIG,
+        "-t",
+        "cuda:90",
+        "-o",
+        str(tmp_path / "fresh") + "/",
+    )
     assert code == 0 and (tmp_path / "fresh" / "add_kernel-0.0.0.karc").is_file()
 
 
 @needs_triton
 def test_producer_api_checks_the_destination_first(tmp_path):
     from karchive.errors import DestinationError
-    from karchive.producer.compile.aot import VariantRequest
     from karchive.producer.build.pipeline import build_archive
     from karchive.producer.build.spec_file import BuildSpec
+    from karchive.producer.compile.aot import VariantRequest
 
     (tmp_path / "broken.py").write_text(BROKEN_KERNEL)
     afile = tmp_path / "afile"
@@ -139,8 +164,21 @@ def test_producer_api_checks_the_destination_first(tmp_path):
 @needs_triton
 def test_compile_failure_does_not_suggest_a_flag_compile_lacks(tmp_path, capsys):
     (tmp_path / "broken.py").write_text(BROKEN_KERNEL)
-    code, _, err = run(capsys, "compile", str(tmp_path / "broken.py"), "-n", "broken_kernel", "-s", "*fp32:16, i32, 64",
-                       "-t", "cuda:90", "-t", "cuda:80", "-o", str(tmp_path / "b.karc"))
+    code, _, err = run(
+        capsys,
+        "compile",
+        str(tmp_path / "broken.py"),
+        "-n",
+        "broken_kernel",
+        "-s",
+        "*fp32:16, i32, 64",
+        "-t",
+        "cuda:90",
+        "-t",
+        "cuda:80",
+        "-o",
+        str(tmp_path / "b.karc"),
+    )
     assert code == 2 and "--keep-going" not in err
     assert "2 of 2 targets failed to compile; nothing written" in err and "not_defined_anywhere" in err
     assert not (tmp_path / "b.karc").exists()
@@ -149,7 +187,9 @@ def test_compile_failure_does_not_suggest_a_flag_compile_lacks(tmp_path, capsys)
 @needs_triton
 def test_build_hint_only_when_something_built(tmp_path, capsys):
     (tmp_path / "broken.py").write_text(BROKEN_KERNEL)
-    all_broken = write_spec(tmp_path, """
+    all_broken = write_spec(
+        tmp_path,
+        """
         [archive]
         name = "b"
         version = "1"
@@ -158,12 +198,15 @@ def test_build_hint_only_when_something_built(tmp_path, capsys):
         source = "broken.py:broken_kernel"
         signature = "*fp32:16, i32"
         constexprs = { BLOCK = [64] }
-        """)
+        """,
+    )
     code, _, err = run(capsys, "build", str(all_broken), "-o", str(tmp_path / "b.karc"), "--quiet", "-j", "1")
     assert code == 2 and "--keep-going" not in err and "1 of 1 variant failed" in err
     code, _, err = run(capsys, "build", str(all_broken), "-o", str(tmp_path / "b.karc"), "--quiet", "--keep-going")
     assert code == 2 and "nothing to pack" in err and "not_defined_anywhere" in err  # the reasons, not only the verdict
-    mixed = write_spec(tmp_path, f"""
+    mixed = write_spec(
+        tmp_path,
+        f"""
         [archive]
         name = "m"
         version = "1"
@@ -176,23 +219,40 @@ def test_build_hint_only_when_something_built(tmp_path, capsys):
         source = "{KERNELS}:add_kernel"
         signature = "*fp32:16, *fp32:16, *fp32:16, i32"
         constexprs = {{ BLOCK = [256] }}
-        """, "mixed.toml")
+        """,
+        "mixed.toml",
+    )
     code, _, err = run(capsys, "build", str(mixed), "-o", str(tmp_path / "m.karc"), "--quiet", "-j", "1")
     assert code == 2 and "(use --keep-going to pack the rest)" in err
 
 
 # -- 7. targets the toolchain cannot build: one line, before anything compiles --------------------------
 @needs_triton
-@pytest.mark.parametrize("target, says", [
-    ("cuda:999", "has no sm_999a; CUDA targets it can build: "),
-    ("cuda:88", "has no sm_88"),  # the sm_80 ptxas lacks it; LLVM would abort the whole process
-    ("hip:gfx9999", "its LLVM knows no AMD GPU 'gfx9999'"),
-    ("hip:gfx1030", "AMD backend (unsupported target: 'gfx1030')"),  # LLVM knows it, Triton's AMD backend does not
-    ("rocm:gfx942", "AMD targets are spelled 'hip:gfx942'"),
-])
+@pytest.mark.parametrize(
+    "target, says",
+    [
+        ("cuda:999", "has no sm_999a; CUDA targets it can build: "),
+        ("cuda:88", "has no sm_88"),  # the sm_80 ptxas lacks it; LLVM would abort the whole process
+        ("hip:gfx9999", "its LLVM knows no AMD GPU 'gfx9999'"),
+        ("hip:gfx1030", "AMD backend (unsupported target: 'gfx1030')"),  # LLVM knows it, Triton's AMD backend does not
+        ("rocm:gfx942", "AMD targets are spelled 'hip:gfx942'"),
+    ],
+)
 def test_unsupported_target_is_one_line(tmp_path, target, says):
-    r = child("compile", KERNELS, "-n", "add_kernel", "-s", ADD_SIG, "-t", "cuda:90", "-t", target,
-              "-o", str(tmp_path / "x.karc"))
+    r = child(
+        "compile",
+        KERNELS,
+        "-n",
+        "add_kernel",
+        "-s",
+        ADD_SIG,
+        "-t",
+        "cuda:90",
+        "-t",
+        target,
+        "-o",
+        str(tmp_path / "x.karc"),
+    )
     lines = [line for line in r.stderr.splitlines() if line.strip()]
     assert r.returncode == 2 and len(lines) == 1, r.stderr[-3000:]
     assert lines[0].startswith("karchive: error: ") and says in lines[0]
@@ -231,12 +291,16 @@ def test_summary_counts_distinct_keys(tmp_path):
     """Requests that differ in nothing compile to one key: the summary says 1 (the archive holds 1)."""
     from karchive.cli.build_cmds import _summary
     from karchive.format.reader import ArchiveReader
-    from karchive.producer.compile.aot import VariantRequest
     from karchive.producer.build.pipeline import build_archive
     from karchive.producer.build.spec_file import BuildSpec
+    from karchive.producer.compile.aot import VariantRequest
 
-    req = lambda: VariantRequest(KERNELS + ":add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32", "cuda:90",  # noqa: E731
-                                 {"BLOCK": 128})
+    req = lambda: VariantRequest(  # noqa: E731
+        KERNELS + ":add_kernel",
+        "*fp32:16, *fp32:16, *fp32:16, i32",
+        "cuda:90",
+        {"BLOCK": 128},
+    )
     out = tmp_path / "same.karc"
     result = build_archive(BuildSpec("same", "1", [req(), req()]), out, jobs=1, progress=False)
     summary = _summary(result, str(out), 2)
@@ -251,8 +315,19 @@ def test_constexpr_typo_is_named_with_a_suggestion(tmp_path, capsys):
     spec = add_spec(tmp_path, constexprs="{ BLOCKK = [256] }")
     code, _, err = run(capsys, "build", str(spec), "-o", str(tmp_path / "x.karc"))
     assert code == 2 and "unknown constexpr 'BLOCKK' (did you mean 'BLOCK'?)" in err and "[1/" not in err
-    code, _, err = run(capsys, "compile", KERNELS, "-n", "add_kernel", "-s", "*fp32:16, *fp32:16, *fp32:16, i32, x",
-                       "-t", "cuda:90", "-o", str(tmp_path / "y.karc"))
+    code, _, err = run(
+        capsys,
+        "compile",
+        KERNELS,
+        "-n",
+        "add_kernel",
+        "-s",
+        "*fp32:16, *fp32:16, *fp32:16, i32, x",
+        "-t",
+        "cuda:90",
+        "-o",
+        str(tmp_path / "y.karc"),
+    )
     assert code == 2 and "Traceback" not in err
 
 
@@ -267,15 +342,24 @@ def test_inspect_extract_export_take_registry_and_cache_dir(examples_archive, tm
     reg = tmp_path / "reg"
     Registry(str(reg), cache=str(tmp_path / "c0")).publish(examples_archive)
     cache = tmp_path / "mycache"
-    code, out, _ = run(capsys, "inspect", "examples@0.1.0", "--registry", str(reg), "--cache-dir", str(cache),
-                       "-k", "add_kernel")
+    code, out, _ = run(
+        capsys, "inspect", "examples@0.1.0", "--registry", str(reg), "--cache-dir", str(cache), "-k", "add_kernel"
+    )
     assert code == 0 and "examples 0.1.0" in out and cache.is_dir() and any(cache.rglob("*"))
     code, out, _ = run(capsys, "verify", "examples@0.1.0", "--registry", str(reg), "--cache-dir", str(cache))
     assert code == 0 and out.startswith("OK examples@0.1.0")
     code, out, _ = run(capsys, "extract", "examples@0.1.0", "--registry", str(reg), "-C", str(tmp_path / "x"))
     assert code == 0 and (tmp_path / "x" / "karchive" / "manifest.json").is_file()
-    code, out, _ = run(capsys, "export-triton-cache", "examples@0.1.0", "--registry", str(reg),
-                       "--cache-dir", str(tmp_path / "tc"), "--json")
+    code, out, _ = run(
+        capsys,
+        "export-triton-cache",
+        "examples@0.1.0",
+        "--registry",
+        str(reg),
+        "--cache-dir",
+        str(tmp_path / "tc"),
+        "--json",
+    )
     assert json.loads(out)["archive"] == "examples@0.1.0"
     code, _, err = run(capsys, "inspect", "examples@0.1.0")  # the default (empty, isolated) registry
     assert code == 2 and "no archive named 'examples'" in err
@@ -284,16 +368,19 @@ def test_inspect_extract_export_take_registry_and_cache_dir(examples_archive, tm
 # -- 14. progress lines name parameters as inspect does; the bar shows the target ------------------------
 @needs_triton
 def test_progress_lines_use_parameter_names(tmp_path, capsys):
-    spec = write_spec(tmp_path, f"""
+    spec = write_spec(
+        tmp_path,
+        f"""
         [archive]
         name = "s"
         version = "1"
         targets = ["cuda:90"]
         [[kernel]]
-        source = "{EXAMPLES / 'kernels.py'}:scale_kernel"
+        source = "{EXAMPLES / "kernels.py"}:scale_kernel"
         signature = "*fp32:16, *fp32:16, i32, i32:1, fp32"
         constexprs = {{ BLOCK = [1024] }}
-        """)
+        """,
+    )
     code, _, err = run(capsys, "build", str(spec), "-o", str(tmp_path / "s.karc"), "-j", "1")
     assert code == 0 and "scale_kernel[cuda:90](stride==1,BLOCK=1024)" in err and "arg3" not in err
     code, out, _ = run(capsys, "inspect", str(tmp_path / "s.karc"))
@@ -307,8 +394,23 @@ def test_progress_bar_on_a_terminal_shows_the_target(tmp_path):
 
     master, slave = pty.openpty()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "160", "TERM": "xterm"}
-    proc = subprocess.Popen([sys.executable, "-m", "karchive.cli.main", "build", str(add_spec(tmp_path)), "-o",
-                             str(tmp_path / "t.karc"), "-j", "1"], stdin=slave, stdout=slave, stderr=slave, env=env)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "karchive.cli.main",
+            "build",
+            str(add_spec(tmp_path)),
+            "-o",
+            str(tmp_path / "t.karc"),
+            "-j",
+            "1",
+        ],
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+        env=env,
+    )
     os.close(slave)
     seen = b""
     while True:
@@ -326,12 +428,18 @@ def test_progress_bar_on_a_terminal_shows_the_target(tmp_path):
 
 
 # -- 15. filters that match nothing --------------------------------------------------------------------
-@pytest.mark.parametrize("args, says", [
-    (["-k", "nosuch"], "matches -k nosuch; it has kernels kernels:add_kernel, kernels:matmul_kernel, kernels:scale_kernel, "
-                      "kernels:softmax_kernel"),
-    (["-t", "cuda:75"], "matches -t cuda:75; it has kernels"),
-    (["--key", "ffffffff"], "matches --key ffffffff"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (
+            ["-k", "nosuch"],
+            "matches -k nosuch; it has kernels kernels:add_kernel, kernels:matmul_kernel, kernels:scale_kernel, "
+            "kernels:softmax_kernel",
+        ),
+        (["-t", "cuda:75"], "matches -t cuda:75; it has kernels"),
+        (["--key", "ffffffff"], "matches --key ffffffff"),
+    ],
+)
 def test_filters_matching_nothing_say_what_exists(examples_archive, capsys, args, says):
     # A filter naming nothing is a mistake (exit 2, as in diff: one exit-code table, docs/cli.md).
     code, out, err = run(capsys, "inspect", str(examples_archive), *args)
@@ -346,22 +454,29 @@ def test_target_filters_are_spelled_as_archives_spell_them(examples_archive, cap
 
 
 def test_export_with_an_unknown_kernel_names_the_kernels(examples_archive, tmp_path, capsys):
-    code, _, err = run(capsys, "export-triton-cache", str(examples_archive), "--cache-dir", str(tmp_path / "tc"),
-                       "-k", "nosuch")
+    code, _, err = run(
+        capsys, "export-triton-cache", str(examples_archive), "--cache-dir", str(tmp_path / "tc"), "-k", "nosuch"
+    )
     assert code == 2 and "has no kernel 'nosuch'; it has: kernels:add_kernel" in err and not (tmp_path / "tc").exists()
 
 
 # -- 16. counts that cannot be right -------------------------------------------------------------------
-@pytest.mark.parametrize("argv, says", [
-    (["build", "x.toml", "-o", "x.karc", "-j", "0"], "-j/--jobs: must be at least 1, got 0"),
-    (["build", "x.toml", "-o", "x.karc", "-j", "-3"], "-j/--jobs: must be at least 1, got -3"),
-    (["build", "x.toml", "-o", "x.karc", "-j", "many"], "expected a whole number, got 'many'"),
-    (["rebuild", "--check", "x.karc", "-j", "0"], "-j/--jobs: must be at least 1"),
-    (["compile", "k.py", "-n", "k", "-s", "i32", "-t", "cuda:90", "-o", "x", "-w", "3"], "power of two"),
-    (["compile", "k.py", "-n", "k", "-s", "i32", "-t", "cuda:90", "-o", "x", "-w", "0"], "at least 1"),
-    (["compile", "k.py", "-n", "k", "-s", "i32", "-t", "cuda:90", "-o", "x", "-ns", "-1"], "num_stages must be at least 0"),
-    (["compile", "k.py", "-n", "k", "-s", "i32", "-t", "cuda:90", "-o", "x", "--num-ctas", "0"], "at least 1"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["build", "x.toml", "-o", "x.karc", "-j", "0"], "-j/--jobs: must be at least 1, got 0"),
+        (["build", "x.toml", "-o", "x.karc", "-j", "-3"], "-j/--jobs: must be at least 1, got -3"),
+        (["build", "x.toml", "-o", "x.karc", "-j", "many"], "expected a whole number, got 'many'"),
+        (["rebuild", "--check", "x.karc", "-j", "0"], "-j/--jobs: must be at least 1"),
+        (["compile", "k.py", "-n", "k", "-s", "i32", "-t", "cuda:90", "-o", "x", "-w", "3"], "power of two"),
+        (["compile", "k.py", "-n", "k", "-s", "i32", "-t", "cuda:90", "-o", "x", "-w", "0"], "at least 1"),
+        (
+            ["compile", "k.py", "-n", "k", "-s", "i32", "-t", "cuda:90", "-o", "x", "-ns", "-1"],
+            "num_stages must be at least 0",
+        ),
+        (["compile", "k.py", "-n", "k", "-s", "i32", "-t", "cuda:90", "-o", "x", "--num-ctas", "0"], "at least 1"),
+    ],
+)
 def test_bad_counts_are_refused(capsys, argv, says):
     with pytest.raises(SystemExit) as info:
         main(argv)
@@ -378,8 +493,12 @@ def _parsers(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()):
 
 
 def test_every_argument_of_every_command_has_help():
-    missing = [(" ".join(path), a.option_strings or a.dest) for path, p in _parsers(build_parser())
-               for a in p._actions if not (a.help and a.help.strip())]
+    missing = [
+        (" ".join(path), a.option_strings or a.dest)
+        for path, p in _parsers(build_parser())
+        for a in p._actions
+        if not (a.help and a.help.strip())
+    ]
     assert not missing
 
 
@@ -399,9 +518,12 @@ def test_a_bare_command_group_prints_its_help(capsys, argv, shows):
 
 def test_readme_use_section_names_every_command():
     text = (ROOT / "README.md").read_text()
-    use = text[text.index("## Use"):text.index("## Documents")]
-    commands = [path for path, p in _parsers(build_parser()) if path and not any(
-        isinstance(a, argparse._SubParsersAction) for a in p._actions)]
+    use = text[text.index("## Use") : text.index("## Documents")]
+    commands = [
+        path
+        for path, p in _parsers(build_parser())
+        if path and not any(isinstance(a, argparse._SubParsersAction) for a in p._actions)
+    ]
     absent = [" ".join(c) for c in commands if f"karchive {' '.join(c)}" not in use]
     assert not absent
 
@@ -417,21 +539,42 @@ def test_inspect_wording(tmp_path, capsys):
 
 
 # -- spec files: what a new user plausibly gets wrong --------------------------------------------------
-@pytest.mark.parametrize("body, says", [
-    ('[archive]\nname="a"\nversion="1"\ntargets=["cuda:90"]\n[kernel]\nsource="k.py:k"\n', "[[kernel]]"),
-    ('[archive]\nname="a"\nversion="1"\ninclude_ir="no"\n[[kernel]]\nsource="k.py:k"\n', "include_ir must be true or false"),
-    ('[archive]\nname="a"\nversion="1"\nlevel="max"\n[[kernel]]\nsource="k.py:k"\n', "zstd level from 1 to 22"),
-    ('[archive]\nname="a"\nversion="1"\ntargets=["cuda:90"]\n[[kernel]]\nsource="k.py:k"\nsignature="i32"\n'
-     'num_warps="four"\n', "num_warps must be an integer, not 'four'"),
-    ('[archive]\nname="a"\nversion="1"\ntargets=["cuda:90"]\n[[kernel]]\nsource="k.py:k"\nsignature="i32"\n'
-     'num_warps=[4, 6]\n', "num_warps must be a power of two"),
-    ('[archive]\nname="a"\nversion="1"\ntargets=["cuda:90"]\n[[kernel]]\nsource="k.py:k"\nsignature="i32"\n'
-     'constexprs={ BLOCK = [] }\n', "BLOCK = [] lists no values"),
-    ('[archive]\nname="a"\nversion="1"\ntargets=["cuda:90"]\n[[kernel]]\nsource="k.py:k"\nsignature="i32"\n'
-     'constexprs={ BLOCK = [{ a = 1 }] }\n', "a value is an integer, float, boolean or string"),
-    ('[archive]\nname="a"\nversion="1"\ntargets=["hip:gfx942"]\n[[kernel]]\nsource="k.py:k"\nsignature="i32"\n'
-     'hip={ waves_per_eu = -1 }\n', "waves_per_eu must be at least 0"),
-])
+@pytest.mark.parametrize(
+    "body, says",
+    [
+        ('[archive]\nname="a"\nversion="1"\ntargets=["cuda:90"]\n[kernel]\nsource="k.py:k"\n', "[[kernel]]"),
+        (
+            '[archive]\nname="a"\nversion="1"\ninclude_ir="no"\n[[kernel]]\nsource="k.py:k"\n',
+            "include_ir must be true or false",
+        ),
+        ('[archive]\nname="a"\nversion="1"\nlevel="max"\n[[kernel]]\nsource="k.py:k"\n', "zstd level from 1 to 22"),
+        (
+            '[archive]\nname="a"\nversion="1"\ntargets=["cuda:90"]\n[[kernel]]\nsource="k.py:k"\nsignature="i32"\n'
+            'num_warps="four"\n',
+            "num_warps must be an integer, not 'four'",
+        ),
+        (
+            '[archive]\nname="a"\nversion="1"\ntargets=["cuda:90"]\n[[kernel]]\nsource="k.py:k"\nsignature="i32"\n'
+            "num_warps=[4, 6]\n",
+            "num_warps must be a power of two",
+        ),
+        (
+            '[archive]\nname="a"\nversion="1"\ntargets=["cuda:90"]\n[[kernel]]\nsource="k.py:k"\nsignature="i32"\n'
+            "constexprs={ BLOCK = [] }\n",
+            "BLOCK = [] lists no values",
+        ),
+        (
+            '[archive]\nname="a"\nversion="1"\ntargets=["cuda:90"]\n[[kernel]]\nsource="k.py:k"\nsignature="i32"\n'
+            "constexprs={ BLOCK = [{ a = 1 }] }\n",
+            "a value is an integer, float, boolean or string",
+        ),
+        (
+            '[archive]\nname="a"\nversion="1"\ntargets=["hip:gfx942"]\n[[kernel]]\nsource="k.py:k"\nsignature="i32"\n'
+            "hip={ waves_per_eu = -1 }\n",
+            "waves_per_eu must be at least 0",
+        ),
+    ],
+)
 def test_spec_mistakes_are_named(tmp_path, capsys, body, says):
     spec = tmp_path / "s.toml"
     spec.write_text(body)
@@ -456,7 +599,7 @@ def test_os_errors_reach_the_terminal_as_one_line(examples_archive, tmp_path, ca
 
 
 # -- found in the redo of the trial ---------------------------------------------------------------------
-HELPER_MISUSE = '''
+HELPER_MISUSE = """
 import triton
 import triton.language as tl
 
@@ -466,23 +609,40 @@ def silu_kernel(x_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     x = tl.load(x_ptr + offs, mask=offs < n)
     tl.store(x_ptr + offs, x * tl.sigmoid(x), mask=offs < n)
-'''
+"""
 
 
 @needs_triton
 def test_a_compile_error_in_a_helper_says_why(tmp_path, capsys):
     """tl.sigmoid on fp16 fails inside Triton's standard library; the outer error was a caret and no words."""
     (tmp_path / "silu.py").write_text(HELPER_MISUSE)
-    code, _, err = run(capsys, "compile", str(tmp_path / "silu.py"), "-n", "silu_kernel", "-s", "*fp16:16, i32, 256",
-                       "-t", "cuda:90", "-o", str(tmp_path / "s.karc"))
+    code, _, err = run(
+        capsys,
+        "compile",
+        str(tmp_path / "silu.py"),
+        "-n",
+        "silu_kernel",
+        "-s",
+        "*fp16:16, i32, 256",
+        "-t",
+        "cuda:90",
+        "-o",
+        str(tmp_path / "s.karc"),
+    )
     assert code == 2 and "x * tl.sigmoid(x)" in err and "Expected dtype ['fp32', 'fp64'] but got fp16" in err
 
 
-@pytest.mark.parametrize("edit, says", [
-    (("num_warps = [4]", "num_warp = [4]"), "unknown key 'num_warp' (did you mean 'num_warps'?)"),
-    (("targets = ", "target = "), "unknown [archive] key 'target' (did you mean 'targets'?)"),
-    (('version = "0.1.0"', "version = 1.0"), 'needs version = "...", a non-empty string (quote it: version = "1.0")'),
-])
+@pytest.mark.parametrize(
+    "edit, says",
+    [
+        (("num_warps = [4]", "num_warp = [4]"), "unknown key 'num_warp' (did you mean 'num_warps'?)"),
+        (("targets = ", "target = "), "unknown [archive] key 'target' (did you mean 'targets'?)"),
+        (
+            ('version = "0.1.0"', "version = 1.0"),
+            'needs version = "...", a non-empty string (quote it: version = "1.0")',
+        ),
+    ],
+)
 def test_spec_key_mistakes_suggest_the_key(tmp_path, capsys, edit, says):
     spec = add_spec(tmp_path, extra="num_warps = [4]")
     spec.write_text(spec.read_text().replace(*edit))
@@ -496,8 +656,8 @@ def test_rebuild_with_an_unknown_kernel_names_the_kernels(examples_archive, caps
 
 
 def test_lockfile_write_error_names_the_file_once(tmp_path):
-    from karchive.registry import Lockfile
     from karchive.errors import LockfileError
+    from karchive.registry import Lockfile
 
     target = tmp_path / "missing" / "k.lock"
     with pytest.raises(LockfileError) as info:

@@ -7,12 +7,12 @@ import os
 from pathlib import Path
 
 import pytest
+from registry_servers import subprocess_env
+from registry_support import isolated, small_archive  # noqa: F401 - fixture
 
 import karchive
 from karchive.errors import ArchiveNotFoundError, NotFoundError, TransferError, UnsupportedLocationError
 from karchive.registry import Registry
-from registry_servers import subprocess_env
-from registry_support import isolated, small_archive  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.usefixtures("isolated")
 
@@ -22,8 +22,14 @@ def run_cli(*args: str, cwd: Path | None = None) -> tuple[int, str, str]:
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-m", "karchive.cli.main", *args], capture_output=True, text=True,
-                          env=subprocess_env(), timeout=120, cwd=str(cwd) if cwd else None)
+    done = subprocess.run(
+        [sys.executable, "-m", "karchive.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=120,
+        cwd=str(cwd) if cwd else None,
+    )
     return done.returncode, done.stdout, done.stderr
 
 
@@ -62,8 +68,9 @@ def test_publishing_a_non_archive_names_the_users_file(tmp_path: Path) -> None:
 def test_pull_into_a_directory_that_does_not_exist_yet(tmp_path: Path, monkeypatch) -> None:
     reg_dir = tmp_path / "registry"
     Registry(reg_dir, cache=tmp_path / "c").publish(small_archive("examples", "0.1.0"))
-    code, out, err = run_cli("pull", "examples@0.1.0", "-o", "pulled/", "--registry", str(reg_dir), "--json",
-                             cwd=tmp_path)
+    code, out, err = run_cli(
+        "pull", "examples@0.1.0", "-o", "pulled/", "--registry", str(reg_dir), "--json", cwd=tmp_path
+    )
     assert code == 0, err
     assert (tmp_path / "pulled").is_dir() and (tmp_path / "pulled" / "examples-0.1.0.karc").is_file()
     assert json.loads(out)["path"].endswith(os.path.join("pulled", "examples-0.1.0.karc"))
@@ -77,8 +84,9 @@ def test_pull_into_a_directory_that_does_not_exist_yet(tmp_path: Path, monkeypat
 def test_lock_and_keygen_create_missing_parent_directories(tmp_path: Path, monkeypatch) -> None:
     reg_dir = tmp_path / "registry"
     Registry(reg_dir, cache=tmp_path / "c").publish(small_archive("examples", "0.1.0"))
-    code, _, err = run_cli("lock", "examples@0.1.0", "-o", "locks/new/karchive.lock", "--registry", str(reg_dir),
-                           cwd=tmp_path)
+    code, _, err = run_cli(
+        "lock", "examples@0.1.0", "-o", "locks/new/karchive.lock", "--registry", str(reg_dir), cwd=tmp_path
+    )
     assert code == 0 and (tmp_path / "locks" / "new" / "karchive.lock").is_file(), err
     pytest.importorskip("cryptography")
     code, _, err = run_cli("keygen", "-o", "keys/me", "--name", "me", cwd=tmp_path)
@@ -109,7 +117,9 @@ def test_http_refused_is_a_network_error_and_404_a_missing_archive(tmp_path: Pat
 def test_driver_load_failures_show_text_not_bytes_reprs():
     from karchive.runtime.backend import plain_text
 
-    hip_message = RuntimeError("failed to dlopen 'b'libamdhip64.so'': b'libamdhip64.so: cannot open shared object file'")
+    hip_message = RuntimeError(
+        "failed to dlopen 'b'libamdhip64.so'': b'libamdhip64.so: cannot open shared object file'"
+    )
     shown = plain_text(hip_message)
     assert shown == "failed to dlopen 'libamdhip64.so': libamdhip64.so: cannot open shared object file"
     assert "b'" not in shown

@@ -14,7 +14,6 @@ import sys
 import textwrap
 
 import pytest
-
 from support import ROOT, needs_triton
 
 OFFLINE = {"PIP_NO_INDEX": "1", "PIP_INDEX_URL": "http://127.0.0.1:9/", "PIP_FIND_LINKS": ""}
@@ -34,14 +33,16 @@ def fake_checkout(tmp_path: pathlib.Path) -> pathlib.Path:
     shutil.copytree(ROOT / "karchive" / "runtime" / "c-ext", repo / "karchive" / "runtime" / "c-ext")
     python = repo / "venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
-    python.write_text(textwrap.dedent(f"""\
+    python.write_text(
+        textwrap.dedent(f"""\
         #!/bin/sh
         if [ "$1" = -m ] && [ "$2" = pip ]; then
           echo "$* | PYTHONWARNINGS=$PYTHONWARNINGS" >> "{tmp_path}/pip.log"
           exit 0
         fi
         exec {sys.executable} "$@"
-        """))
+        """)
+    )
     python.chmod(python.stat().st_mode | stat.S_IXUSR)
     return repo
 
@@ -51,8 +52,14 @@ def _source_venv(repo: pathlib.Path, extras: str, env: dict[str, str] | None = N
     log = repo.parent / "pip.log"
     log.unlink(missing_ok=True)
     script = f'set -euo pipefail; cd {repo}; source tools/venv.sh "{extras}"; echo "PY=$PY"'
-    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60, cwd="/",
-                          env={**os.environ, "KARCHIVE_VENV": str(repo / "venv"), **(env or {})})
+    done = subprocess.run(
+        ["bash", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+        env={**os.environ, "KARCHIVE_VENV": str(repo / "venv"), **(env or {})},
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().endswith(f"PY={repo}/venv/bin/python")
     return log.read_text().splitlines() if log.exists() else []
@@ -64,16 +71,20 @@ def test_venv_rerun_runs_no_pip(fake_checkout):
     # setuptools' build notes silenced (not pip's errors). No `--upgrade pip`: the venv existed.
     assert [line.split(" | ")[0] for line in first] == [
         f"-m pip install -q -r {fake_checkout}/venv/.karchive-build-requires",
-        "-m pip install -q --no-build-isolation -e .[cli,producer,test]"]
-    assert all("ignore:`[tool.setuptools.ext-modules]`" in line and "ignore:Editable installation" in line
-               for line in first)
+        "-m pip install -q --no-build-isolation -e .[cli,producer,test]",
+    ]
+    assert all(
+        "ignore:`[tool.setuptools.ext-modules]`" in line and "ignore:Editable installation" in line for line in first
+    )
     assert (fake_checkout / "venv" / ".karchive-build-requires").read_text().split() == ["setuptools>=74.1", "wheel"]
     # Rerun, with the package index unreachable: pip is not run at all, nor for a subset of the extras.
     assert _source_venv(fake_checkout, "producer,cli,test", OFFLINE) == []
     assert _source_venv(fake_checkout, "producer,cli", OFFLINE) == []
     # A new extra: installed together with those already there (a later subset stays covered).
-    assert _source_venv(fake_checkout, "cli,ray")[-1].split(" | ")[0] == \
-        "-m pip install -q --no-build-isolation -e .[cli,producer,ray,test]"
+    assert (
+        _source_venv(fake_checkout, "cli,ray")[-1].split(" | ")[0]
+        == "-m pip install -q --no-build-isolation -e .[cli,producer,ray,test]"
+    )
     assert _source_venv(fake_checkout, "test") == []
 
 
@@ -91,9 +102,13 @@ def test_venv_a_failed_install_is_not_recorded(fake_checkout, tmp_path):
     python = fake_checkout / "venv" / "bin" / "python"
     python.write_text(python.read_text().replace("exit 0", "exit 1"))
     log = tmp_path / "pip.log"
-    done = subprocess.run(["bash", "-c", f'set -euo pipefail; cd {fake_checkout}; source tools/venv.sh cli'],
-                          capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "KARCHIVE_VENV": str(fake_checkout / "venv")})
+    done = subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; cd {fake_checkout}; source tools/venv.sh cli"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "KARCHIVE_VENV": str(fake_checkout / "venv")},
+    )
     assert done.returncode != 0 and log.exists()
     assert not (fake_checkout / "venv" / ".karchive-install").exists()
 
@@ -114,21 +129,32 @@ def test_the_real_venv_reruns_offline():
         pytest.skip(f"{venv} holds the install of {url}, not of this checkout ({ROOT})")
     have = (venv / ".karchive-install").read_text().split()[1]
     before = (venv / ".karchive-install").read_text()
-    done = subprocess.run(["bash", "-c", f'set -euo pipefail; source "{ROOT}/tools/venv.sh" "{have}"'],
-                          capture_output=True, text=True, timeout=60, cwd=ROOT,
-                          env={**os.environ, "KARCHIVE_VENV": str(venv), **OFFLINE})
+    done = subprocess.run(
+        ["bash", "-c", f'set -euo pipefail; source "{ROOT}/tools/venv.sh" "{have}"'],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "KARCHIVE_VENV": str(venv), **OFFLINE},
+    )
     if done.returncode != 0 or (venv / ".karchive-install").read_text() != before:
         pytest.fail(f"rerun was not a no-op: rc {done.returncode}\n{done.stderr}")
     assert done.stderr == ""
 
 
 # -- the CLI: pipes, exit codes, JSON errors, "did you mean" -----------------------------------------
-def karchive(*argv: str, cwd: pathlib.Path | None = None, env: dict[str, str] | None = None,
-             timeout: float = 120) -> subprocess.CompletedProcess:
+def karchive(
+    *argv: str, cwd: pathlib.Path | None = None, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess:
     """``karchive ARGV`` in a fresh process, as a terminal runs it."""
-    return subprocess.run([sys.executable, "-m", "karchive.cli.main", *argv], capture_output=True, text=True,
-                          cwd=str(cwd or ROOT), env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "karchive.cli.main", *argv],
+        capture_output=True,
+        text=True,
+        cwd=str(cwd or ROOT),
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        timeout=timeout,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -141,12 +167,25 @@ def big_archive(tmp_path_factory) -> pathlib.Path:
     return path
 
 
-@pytest.mark.parametrize("argv", [["inspect", "{big}", "--json"], ["inspect", "{big}"], ["diff", "{big}", "{big}", "--json"],
-                                  ["--help"], ["inspect", "--help"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["inspect", "{big}", "--json"],
+        ["inspect", "{big}"],
+        ["diff", "{big}", "{big}", "--json"],
+        ["--help"],
+        ["inspect", "--help"],
+    ],
+)
 def test_a_command_piped_into_head_exits_quietly(big_archive, argv):
     cmd = " ".join([sys.executable, "-m", "karchive.cli.main", *(a.format(big=big_archive) for a in argv)])
-    done = subprocess.run(["bash", "-c", f"set -o pipefail; {cmd} | head -1"], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    done = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {cmd} | head -1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     # 141 where the output was cut, as git (issue 35.7): the JSON is far larger than a pipe; a short text
     # may be written whole before head exits (0)
     assert done.returncode == 141 if "--json" in argv else done.returncode in (0, 141), done.stderr
@@ -158,9 +197,13 @@ def _missing_file_commands(tmp: pathlib.Path) -> list[list[str]]:
     """Every command that reads a file, each given one that does not exist (with --json where it has it)."""
     nope = str(tmp / "nope.karc")
     return [
-        ["inspect", nope, "--json"], ["verify", nope, "--json"], ["diff", nope, nope, "--json"],
-        ["rebuild", "--check", nope, "--json"], ["export-triton-cache", nope, "--json"],
-        ["publish", nope, "--json", "--registry", str(tmp / "reg")], ["sign", nope, "--key", str(tmp / "k.key"), "--json"],
+        ["inspect", nope, "--json"],
+        ["verify", nope, "--json"],
+        ["diff", nope, nope, "--json"],
+        ["rebuild", "--check", nope, "--json"],
+        ["export-triton-cache", nope, "--json"],
+        ["publish", nope, "--json", "--registry", str(tmp / "reg")],
+        ["sign", nope, "--key", str(tmp / "k.key"), "--json"],
         ["build", str(tmp / "nope.toml"), "-o", str(tmp / "out/"), "--json"],
         ["import-triton-cache", str(tmp / "nodir"), "-o", str(tmp / "x.karc"), "--json"],
         ["verify", nope, "--trust", str(tmp / "nopolicy.toml"), "--json"],
@@ -182,8 +225,11 @@ def test_a_missing_file_is_exit_2_everywhere_and_json_says_so(tmp_path):
 
 def test_json_errors_carry_the_error_fields(tmp_path, big_archive):
     done = karchive("inspect", str(tmp_path / "nope.karc"), "--json")
-    assert json.loads(done.stdout) == {"error": "ArchiveNotFoundError", "message": f"no such archive: {tmp_path}/nope.karc",
-                                       "path": f"{tmp_path}/nope.karc"}  # every declared field, filled
+    assert json.loads(done.stdout) == {
+        "error": "ArchiveNotFoundError",
+        "message": f"no such archive: {tmp_path}/nope.karc",
+        "path": f"{tmp_path}/nope.karc",
+    }  # every declared field, filled
     # A usage error has no Namespace yet: still JSON, still exit 2.
     done = karchive("inspect", str(big_archive), "--json", "--no-such-flag")
     assert done.returncode == 2 and json.loads(done.stdout)["error"] == "UsageError"
@@ -206,31 +252,42 @@ def test_the_exit_code_table_is_documented_once_and_matches_the_code():
     from karchive.cli import output
 
     table = (ROOT / "docs" / "cli.md").read_text()
-    for name, code in [("EXIT_OK", 0), ("EXIT_NEGATIVE", 1), ("EXIT_ERROR", 2), ("EXIT_PARTIAL", 3),
-                       ("EXIT_INTERRUPTED", 130)]:
+    for name, code in [
+        ("EXIT_OK", 0),
+        ("EXIT_NEGATIVE", 1),
+        ("EXIT_ERROR", 2),
+        ("EXIT_PARTIAL", 3),
+        ("EXIT_INTERRUPTED", 130),
+    ]:
         assert getattr(output, name) == code
         assert f"| **{code}** |" in table, code
 
 
-@pytest.mark.parametrize("argv, says", [
-    (["inspec"], "did you mean 'inspect'?"),
-    (["verfy", "x"], "did you mean 'verify'?"),
-    (["cache", "lss"], "did you mean 'ls'?"),
-    (["pull", "mykernels:1.1.0"], "did you mean 'mykernels@1.1.0'?"),
-    (["inspect", "mykernels==1.1.0"], "did you mean 'mykernels@1.1.0'?"),
-    (["inspect", "{py}"], "did you mean `karchive compile {py} -n KERNEL ...`?"),
-    (["verify", "{toml}"], "did you mean `karchive build {toml} -o out/`?"),
-    (["rebuild", "--check", "{toml}"], "did you mean `karchive build {toml} -o out/`?"),
-    (["publish", "{py}"], "did you mean `karchive compile {py}"),
-    (["build", "{py}", "-o", "out/"], "did you mean `karchive compile {py} -n KERNEL"),
-])
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["inspec"], "did you mean 'inspect'?"),
+        (["verfy", "x"], "did you mean 'verify'?"),
+        (["cache", "lss"], "did you mean 'ls'?"),
+        (["pull", "mykernels:1.1.0"], "did you mean 'mykernels@1.1.0'?"),
+        (["inspect", "mykernels==1.1.0"], "did you mean 'mykernels@1.1.0'?"),
+        (["inspect", "{py}"], "did you mean `karchive compile {py} -n KERNEL ...`?"),
+        (["verify", "{toml}"], "did you mean `karchive build {toml} -o out/`?"),
+        (["rebuild", "--check", "{toml}"], "did you mean `karchive build {toml} -o out/`?"),
+        (["publish", "{py}"], "did you mean `karchive compile {py}"),
+        (["build", "{py}", "-o", "out/"], "did you mean `karchive compile {py} -n KERNEL"),
+    ],
+)
 def test_the_wrong_kind_of_input_gets_did_you_mean(tmp_path, argv, says):
     py, toml = tmp_path / "mykernels.py", tmp_path / "build.toml"
     py.write_text("import triton\n")
     toml.write_text('[archive]\nname = "x"\nversion = "1"\n')
     argv = [a.format(py=py, toml=toml) for a in argv]
-    done = karchive(*argv, cwd=tmp_path, env={"KARCHIVE_REGISTRY": str(tmp_path / "reg"),
-                                               "KARCHIVE_CACHE_DIR": str(tmp_path / "cache")})
+    done = karchive(
+        *argv,
+        cwd=tmp_path,
+        env={"KARCHIVE_REGISTRY": str(tmp_path / "reg"), "KARCHIVE_CACHE_DIR": str(tmp_path / "cache")},
+    )
     assert done.returncode == 2, done.stderr
     assert says.format(py=py, toml=toml) in done.stderr
 
@@ -238,17 +295,19 @@ def test_the_wrong_kind_of_input_gets_did_you_mean(tmp_path, argv, says):
 # -- the cache: the build cache counted, pruned, and named in a rebuild ------------------------------
 def _small_spec(directory: pathlib.Path) -> pathlib.Path:
     spec = directory / "spec.toml"
-    spec.write_text(textwrap.dedent(f"""\
+    spec.write_text(
+        textwrap.dedent(f"""\
         [archive]
         name = "cached"
         version = "0.1.0"
         targets = ["cuda:90", "hip:gfx942"]
 
         [[kernel]]
-        source = "{ROOT / 'examples' / 'kernels.py'}:add_kernel"
+        source = "{ROOT / "examples" / "kernels.py"}:add_kernel"
         signature = "*fp32:16, *fp32:16, *fp32:16, i32"
         constexprs = {{ BLOCK = [256] }}
-        """))
+        """)
+    )
     return spec
 
 
@@ -294,8 +353,13 @@ def test_cache_prune_without_a_limit_says_what_it_needs(tmp_path):
 def test_compile_variant_says_when_triton_answered_from_the_cache(tmp_path):
     from karchive.producer.compile.aot import VariantRequest, compile_variant
 
-    req = VariantRequest(str(ROOT / "examples" / "kernels.py") + ":add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32",
-                         "cuda:90", {"BLOCK": 128}, {"num_warps": 4})
+    req = VariantRequest(
+        str(ROOT / "examples" / "kernels.py") + ":add_kernel",
+        "*fp32:16, *fp32:16, *fp32:16, i32",
+        "cuda:90",
+        {"BLOCK": 128},
+        {"num_warps": 4},
+    )
     first = compile_variant(req, cache_dir=str(tmp_path / "c"))
     second = compile_variant(req, cache_dir=str(tmp_path / "c"))
     fresh = compile_variant(req, cache_dir=str(tmp_path / "other"))
@@ -304,7 +368,7 @@ def test_compile_variant_says_when_triton_answered_from_the_cache(tmp_path):
 
 
 # -- diff --stat, and what docs/audit.md says about line numbers --------------------------------------
-TWO_KERNELS = '''\
+TWO_KERNELS = """\
 import triton
 import triton.language as tl
 
@@ -319,7 +383,7 @@ def first(x_ptr, n, BLOCK: tl.constexpr):
 def second(x_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2.0, mask=offs < n)
-'''
+"""
 
 
 @needs_triton
@@ -329,7 +393,8 @@ def test_diff_stat_is_one_line_per_kernel_and_moved_lines_change_keys(tmp_path):
     src = tmp_path / "two.py"
     src.write_text(TWO_KERNELS)
     spec = tmp_path / "spec.toml"
-    spec.write_text(textwrap.dedent(f"""\
+    spec.write_text(
+        textwrap.dedent(f"""\
         [archive]
         name = "two"
         version = "1"
@@ -344,14 +409,28 @@ def test_diff_stat_is_one_line_per_kernel_and_moved_lines_change_keys(tmp_path):
         source = "{src}:second"
         signature = "*fp32:16, i32"
         constexprs = {{ BLOCK = [128] }}
-        """))
+        """)
+    )
     env = {"KARCHIVE_CACHE_DIR": str(tmp_path / "cache")}
-    assert karchive("build", str(spec), "-o", str(tmp_path / "v1.karc"), "-j", "1", "--quiet", env=env,
-                    timeout=300).returncode == 0
-    src.write_text(TWO_KERNELS.replace("    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n",
-                                       "    pid = tl.program_id(0)\n    offs = pid * BLOCK + tl.arange(0, BLOCK)\n", 1))
-    assert karchive("build", str(spec), "-o", str(tmp_path / "v2.karc"), "-j", "1", "--quiet", env=env,
-                    timeout=300).returncode == 0
+    assert (
+        karchive(
+            "build", str(spec), "-o", str(tmp_path / "v1.karc"), "-j", "1", "--quiet", env=env, timeout=300
+        ).returncode
+        == 0
+    )
+    src.write_text(
+        TWO_KERNELS.replace(
+            "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n",
+            "    pid = tl.program_id(0)\n    offs = pid * BLOCK + tl.arange(0, BLOCK)\n",
+            1,
+        )
+    )
+    assert (
+        karchive(
+            "build", str(spec), "-o", str(tmp_path / "v2.karc"), "-j", "1", "--quiet", env=env, timeout=300
+        ).returncode
+        == 0
+    )
     done = karchive("diff", str(tmp_path / "v1.karc"), str(tmp_path / "v2.karc"), "--stat")
     assert done.returncode == 1, done.stderr
     lines = done.stdout.splitlines()
@@ -362,7 +441,10 @@ def test_diff_stat_is_one_line_per_kernel_and_moved_lines_change_keys(tmp_path):
     assert "binary" in second_line  # not edited, only moved down one line: new code bytes all the same
     assert len(lines) < 12  # the summary, not 2 x 3 detail blocks
     stat = json.loads(karchive("diff", str(tmp_path / "v1.karc"), str(tmp_path / "v2.karc"), "--stat", "--json").stdout)
-    assert [(k["kernel"], k["changed"], k["unchanged"]) for k in stat["kernels"]] == [("two:first", 2, 0), ("two:second", 1, 0)]
+    assert [(k["kernel"], k["changed"], k["unchanged"]) for k in stat["kernels"]] == [
+        ("two:first", 2, 0),
+        ("two:second", 1, 0),
+    ]
     assert "binary" in stat["kernels"][1]["fields"] and stat["identical"] is False
     same = karchive("diff", str(tmp_path / "v2.karc"), str(tmp_path / "v2.karc"), "--stat")
     assert same.returncode == 0 and "identical" in same.stdout
@@ -370,7 +452,10 @@ def test_diff_stat_is_one_line_per_kernel_and_moved_lines_change_keys(tmp_path):
 
 def test_the_docs_say_what_the_code_does():
     signing = (ROOT / "spec" / "SIGNING.md").read_text()
-    assert "Not wired yet: `karchive build --sign" not in signing and "`karchive build --sign KEY [--provenance]`" in signing
+    assert (
+        "Not wired yet: `karchive build --sign" not in signing
+        and "`karchive build --sign KEY [--provenance]`" in signing
+    )
     from karchive.cli.main import build_parser
 
     build_help = build_parser()._subparsers._group_actions[0].choices["build"].format_help()  # type: ignore[union-attr]
@@ -398,27 +483,45 @@ _NO_EXTENSION = (
 @pytest.mark.parametrize("asked, code", [("extension", 1), ("auto", 0), ("python", 0)])
 def test_doctor_fails_when_the_launch_path_asked_for_is_unavailable(asked, code):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KARCHIVE_LAUNCH_PATH": asked}
-    done = subprocess.run([sys.executable, "-c", _NO_EXTENSION, "doctor", "--no-probe", "--json"], capture_output=True,
-                          text=True, env=env, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_EXTENSION, "doctor", "--no-probe", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert done.returncode == code, done.stderr
     report = json.loads(done.stdout)
     assert report["ok"] is (code == 0) and report["launch_path"]["extension_built"] is False
-    text = subprocess.run([sys.executable, "-c", _NO_EXTENSION, "doctor", "--no-probe"], capture_output=True,
-                          text=True, env=env, timeout=120)
+    text = subprocess.run(
+        [sys.executable, "-c", _NO_EXTENSION, "doctor", "--no-probe"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert text.returncode == code
     assert ("REQUESTED BUT NOT BUILT" in text.stdout) is (code == 1)
 
 
 def test_doctor_reports_toolchain_and_locations(tmp_path):
-    env = {"KARCHIVE_CACHE_DIR": str(tmp_path / "cache"), "KARCHIVE_REGISTRY": str(tmp_path / "reg"),
-           "KARCHIVE_TRUST_POLICY": str(tmp_path / "policy.toml")}
+    env = {
+        "KARCHIVE_CACHE_DIR": str(tmp_path / "cache"),
+        "KARCHIVE_REGISTRY": str(tmp_path / "reg"),
+        "KARCHIVE_TRUST_POLICY": str(tmp_path / "policy.toml"),
+    }
     done = karchive("doctor", "--json", env=env, timeout=300)
     r = json.loads(done.stdout)
     assert done.returncode == (0 if r["gpus"] else 1) and r["ok"] is bool(r["gpus"]), done.stderr  # issue 35.11
-    assert r["locations"] == {"cache": str(tmp_path / "cache"), "build_cache": str(tmp_path / "cache" / "triton-build"),
-                              "registry": str(tmp_path / "reg"), "registry_from_env": True,
-                              "trust_policy": str(tmp_path / "policy.toml"), "lockfile": None,
-                              "serve": {"archives": None, "signed_only": True}}
+    assert r["locations"] == {
+        "cache": str(tmp_path / "cache"),
+        "build_cache": str(tmp_path / "cache" / "triton-build"),
+        "registry": str(tmp_path / "reg"),
+        "registry_from_env": True,
+        "trust_policy": str(tmp_path / "policy.toml"),
+        "lockfile": None,
+        "serve": {"archives": None, "signed_only": True},
+    }
     tc = r["toolchain"]
     try:
         import triton

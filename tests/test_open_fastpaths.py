@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from hostile_factory import honest_v2, v2_variant
+
 from karchive.core import jsonio
 from karchive.errors import FormatError, KarchiveError, NoMatchingVariantError, SchemaError
 from karchive.format import shard as shard_mod
@@ -66,8 +66,8 @@ def test_json_bounds_agree_with_their_definitions(alphabet):
 
 def test_depth_is_judged_across_escapes_far_apart():
     """Escapes near the start and the end of a document, brackets inside and outside strings."""
-    inner = json.dumps({"a": "x\\\"[[[[", "b": [[[["y"]]]], "c": "\\\\]]"})
-    raw = ("[" * 30 + json.dumps(["\"[", {"k": inner}]) + "]" * 30).encode()
+    inner = json.dumps({"a": 'x\\"[[[[', "b": [[[["y"]]]], "c": "\\\\]]"})
+    raw = ("[" * 30 + json.dumps(['"[', {"k": inner}]) + "]" * 30).encode()
     for limit in (30, 33, 34, 40):
         assert jsonio.deeper_than(raw, limit) == _deeper_by_definition(raw, limit)
     assert jsonio.parse_json(raw, "x", error=FormatError, max_depth=40)  # and the parser agrees it is JSON
@@ -123,8 +123,12 @@ def test_index_members_fast_path_keeps_the_errors():
     r = ArchiveReader.from_bytes(data)
     placed = [(m.name, m.frame, m.offset, m.size) for m in r._members.values()]
     assert placed  # the index lists the manifest and the shards
-    for bad, message in (([["x", 0, -512, 1]], "member field"), ([["x", 0, True, 1]], "member field"),
-                         ([["x", 0, 512]], "bad member entry"), (["x"], "bad member entry")):
+    for bad, message in (
+        ([["x", 0, -512, 1]], "member field"),
+        ([["x", 0, True, 1]], "member field"),
+        ([["x", 0, 512]], "bad member entry"),
+        (["x"], "bad member entry"),
+    ):
         index = {"frames": [], "members": bad, "manifest": "karchive/manifest.json"}
         raw = json.dumps(index).encode()
         with pytest.raises(FormatError, match=message):
@@ -133,13 +137,31 @@ def test_index_members_fast_path_keeps_the_errors():
 
 # -- a parameter's checks ---------------------------------------------------------------------------
 def test_param_fast_path_agrees_with_the_full_checks(monkeypatch):
-    values = [None, True, False, 0, 16, -1, 1.5, "x", [], {}, {"divisibility": 16}, {"equal_to_1": True},
-              {"divisibility": True}, {"equal_to_1": 1}, {"divisibility": None, "equal_to_1": None}]
+    values = [
+        None,
+        True,
+        False,
+        0,
+        16,
+        -1,
+        1.5,
+        "x",
+        [],
+        {},
+        {"divisibility": 16},
+        {"equal_to_1": True},
+        {"divisibility": True},
+        {"equal_to_1": 1},
+        {"divisibility": None, "equal_to_1": None},
+    ]
     rnd = random.Random(11)
     objs = []
     for _ in range(20000):
-        obj = {k: rnd.choice(values) for k in ("name", "type", "hints", "required", "default", "value", "extra")
-               if rnd.random() < 0.6}
+        obj = {
+            k: rnd.choice(values)
+            for k in ("name", "type", "hints", "required", "default", "value", "extra")
+            if rnd.random() < 0.6
+        }
         if rnd.random() < 0.7:
             obj["name"] = "n"
         if rnd.random() < 0.7:
@@ -225,8 +247,13 @@ def _answers(path: Path) -> list[str]:
     import karchive
 
     out = []
-    for args, kw in (((ALIGNED, 10), {"BLOCK": 128}), ((ALIGNED, 10), {"BLOCK": 256}), ((OFF, 10), {"BLOCK": 128}),
-                     ((ALIGNED, 2**40), {"BLOCK": 128}), ((ALIGNED, "x"), {"BLOCK": 64})):
+    for args, kw in (
+        ((ALIGNED, 10), {"BLOCK": 128}),
+        ((ALIGNED, 10), {"BLOCK": 256}),
+        ((OFF, 10), {"BLOCK": 128}),
+        ((ALIGNED, 2**40), {"BLOCK": 128}),
+        ((ALIGNED, "x"), {"BLOCK": 64}),
+    ):
         k = karchive.open(str(path)).kernel("alpha")
         try:
             out.append(k.select(*args, device=H100, **kw).key)
@@ -239,8 +266,11 @@ def test_selection_memo_changes_no_answer_and_no_rejection(archive, monkeypatch)
     with_memo = _answers(archive)
     assert any("variant(s) rejected" in a for a in with_memo) and any(len(a) == 64 for a in with_memo)
     plain = select_mod.call_reason
-    monkeypatch.setattr(select_mod, "call_reason", lambda v, values, infos, options=None, block=False, memo=None:
-                        plain(v, values, infos, options, block))
+    monkeypatch.setattr(
+        select_mod,
+        "call_reason",
+        lambda v, values, infos, options=None, block=False, memo=None: plain(v, values, infos, options, block),
+    )
     assert _answers(archive) == with_memo
 
 
@@ -259,8 +289,10 @@ def test_cubin_fit_cache_agrees_with_the_rule(arch):
 def test_plain_open_does_not_import_the_trust_enforcement(archive):
     """No policy given or configured: nothing to enforce, and the module is not even imported (a
     configured one is enforced: tests/test_hostile_round3.py, tests/test_trust_load.py)."""
-    code = ("import os, sys; os.environ.pop('KARCHIVE_TRUST_POLICY', None); import karchive; "
-            f"arc = karchive.open({str(archive)!r}); arc.kernel('alpha'); "
-            "print('karchive.trust.enforce' in sys.modules)")
+    code = (
+        "import os, sys; os.environ.pop('KARCHIVE_TRUST_POLICY', None); import karchive; "
+        f"arc = karchive.open({str(archive)!r}); arc.kernel('alpha'); "
+        "print('karchive.trust.enforce' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "False"

@@ -7,12 +7,12 @@ import dataclasses
 import warnings
 
 import pytest
+from registry_support import isolated, small_archive  # noqa: F401 - fixture
 
 import karchive
 from karchive import resolve
 from karchive.errors import LockfileError, RegistryError, SettingsError
 from karchive.registry import OpenOptions, Registry
-from registry_support import isolated, small_archive  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.usefixtures("isolated")
 

@@ -7,12 +7,11 @@ converts its own values in Python."""
 from __future__ import annotations
 
 import pytest
-
 from support import needs_triton
 
 pytestmark = needs_triton
 
-SRC = '''import triton
+SRC = """import triton
 import triton.language as tl
 
 
@@ -23,7 +22,7 @@ def scale(x_ptr, g_ptr, n, BLOCK: tl.constexpr):
     if g_ptr is not None:
         x = x * tl.load(g_ptr + offs, mask=offs < n)
     tl.store(x_ptr + offs, x, mask=offs < n)
-'''
+"""
 
 
 class _F32:
@@ -57,8 +56,12 @@ def archive(tmp_path_factory):
     src = d / "optional_kernels.py"
     src.write_text(SRC)
     builder = ArchiveBuilder("optional", "1")
-    builder.extend([compile_variant(VariantRequest(f"{src}:scale", sig, "cuda:90", {"BLOCK": 64}, {"num_warps": 4}))
-                    for sig in ("*fp32:16, None, i32", "*fp32:16, *fp32:16, i32")])
+    builder.extend(
+        [
+            compile_variant(VariantRequest(f"{src}:scale", sig, "cuda:90", {"BLOCK": 64}, {"num_warps": 4}))
+            for sig in ("*fp32:16, None, i32", "*fp32:16, *fp32:16, i32")
+        ]
+    )
     out = d / "optional.karc"
     manifest, writer = builder.manifest_and_writer()
     writer.write(out, manifest)
@@ -67,9 +70,10 @@ def archive(tmp_path_factory):
 
 @pytest.mark.parametrize("path", ["python", "extension"])
 def test_none_and_a_tensor_each_launch_their_own_variant(archive, monkeypatch, path):
+    from runtime_support import fake_cuda, launched_variant, register_sizes
+
     import karchive
     from karchive.runtime import args, launch_path
-    from runtime_support import fake_cuda, launched_variant, register_sizes
 
     args.set_tensor_type(Tensor)
     try:
@@ -93,10 +97,11 @@ def test_none_and_a_tensor_each_launch_their_own_variant(archive, monkeypatch, p
 def test_none_is_never_a_null_pointer(cuda_archive, monkeypatch, path):
     """Where every variant takes a pointer, a None argument is refused on both paths (Triton would compile the
     constexpr None: a binary the archive does not hold); an explicit address 0 is a null pointer."""
+    from runtime_support import fake_cuda
+
     import karchive
     from karchive.errors import NoMatchingVariantError
     from karchive.runtime import launch_path
-    from runtime_support import fake_cuda
 
     with fake_cuda(monkeypatch, launch_path.PYTHON if path == "python" else launch_path.EXTENSION) as (rec, _b):
         arc = karchive.open(str(cuda_archive))

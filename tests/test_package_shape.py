@@ -18,15 +18,22 @@ try:
 except ImportError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-import karchive
 from support import needs_triton
+
+import karchive
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _run(code: str) -> str:
-    r = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=str(ROOT),
-                       env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        cwd=str(ROOT),
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     return r.stdout.strip()
 
@@ -73,8 +80,13 @@ def test_building_through_the_face_needs_no_deep_import(tmp_path):
     """A real compile (cuda:90, no GPU needed) through karchive.build only, opened with karchive.open."""
     from karchive.build import BuildSpec, VariantRequest, build_archive
 
-    req = VariantRequest(str(ROOT / "examples" / "kernels.py") + ":add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32",
-                         "cuda:90", {"BLOCK": 256}, {"num_warps": 4})
+    req = VariantRequest(
+        str(ROOT / "examples" / "kernels.py") + ":add_kernel",
+        "*fp32:16, *fp32:16, *fp32:16, i32",
+        "cuda:90",
+        {"BLOCK": 256},
+        {"num_warps": 4},
+    )
     result = build_archive(BuildSpec("face", "1.0", [req]), tmp_path / "face.karc", jobs=1, progress=False)
     assert len(result.built) == 1 and not result.failed
     arc = karchive.open(tmp_path / "face.karc")

@@ -7,11 +7,11 @@ import os
 import shutil
 
 import pytest
+from repro_support import clean_env, karchive, make_checkout, manifest
+from support import needs_triton
 
 from karchive.cli.main import main
 from karchive.format.names import short_name
-from repro_support import clean_env, karchive, make_checkout, manifest
-from support import needs_triton
 
 pytestmark = needs_triton
 
@@ -55,8 +55,13 @@ def _compiled(archive):
 def _write(manifest, variants, path, **kw):
     from karchive.producer.build.pack import ArchiveBuilder
 
-    builder = ArchiveBuilder(manifest["name"], manifest["version"], produced_by=kw.pop("produced_by", {
-        k: v for k, v in manifest["produced_by"].items() if k != "karchive"}), dictionary="none", **kw)
+    builder = ArchiveBuilder(
+        manifest["name"],
+        manifest["version"],
+        produced_by=kw.pop("produced_by", {k: v for k, v in manifest["produced_by"].items() if k != "karchive"}),
+        dictionary="none",
+        **kw,
+    )
     builder.extend(variants)
     builder.write(path)
     return path
@@ -78,8 +83,11 @@ def test_rebuild_reproduces_every_variant_from_the_archive_alone(built, capsys, 
 def test_a_binary_that_does_not_come_from_its_source_is_named(built, capsys, tmp_path):
     """A publisher ships a cubin that differs (digests consistent): variant, member and first offset are named."""
     m, variants = _compiled(built)
-    i, target = next((i, v) for i, v in enumerate(variants)
-                     if short_name(v.kernel) == "scaled_add" and v.variant.target.backend == "cuda")
+    i, target = next(
+        (i, v)
+        for i, v in enumerate(variants)
+        if short_name(v.kernel) == "scaled_add" and v.variant.target.backend == "cuda"
+    )
     cubin = bytearray(target.files["binary"])
     cubin[len(cubin) - 40] ^= 0x01
     variants[i] = target.replaced(target.variant, {**target.files, "binary": bytes(cubin)})
@@ -89,8 +97,14 @@ def test_a_binary_that_does_not_come_from_its_source_is_named(built, capsys, tmp
     assert code == 1 and report["exit_code"] == 1
     (mis,) = [v for v in report["variants"] if v["status"] == "mismatch"]
     assert mis["key"] == target.key and mis["target"] == "cuda:90"
-    assert mis["differences"] == [{"member": f"variants/{mis['key']}/kernel.cubin", "offset": len(cubin) - 40,
-                                   "archived_size": len(cubin), "rebuilt_size": len(cubin)}]
+    assert mis["differences"] == [
+        {
+            "member": f"variants/{mis['key']}/kernel.cubin",
+            "offset": len(cubin) - 40,
+            "archived_size": len(cubin),
+            "rebuilt_size": len(cubin),
+        }
+    ]
     code, out, _ = run(capsys, "rebuild", "--check", str(bad), "-k", "scaled_add")
     assert code == 1 and f"kernel.cubin differs at byte {len(cubin) - 40}" in out and "MISMATCH" in out
 
@@ -99,8 +113,11 @@ def test_a_launch_abi_that_does_not_match_is_named(built, capsys, tmp_path):
     m, variants = _compiled(built)
     from dataclasses import replace
 
-    i, target = next((i, v) for i, v in enumerate(variants)
-                     if short_name(v.kernel) == "softmax_kernel" and v.variant.target.backend == "hip")
+    i, target = next(
+        (i, v)
+        for i, v in enumerate(variants)
+        if short_name(v.kernel) == "softmax_kernel" and v.variant.target.backend == "hip"
+    )
     abi = replace(target.variant.abi, shared=target.variant.abi.shared + 1024)
     variants[i] = target.replaced(replace(target.variant, abi=abi))
     bad = _write(m, variants, tmp_path / "abi.karc")
@@ -143,13 +160,17 @@ def test_a_different_ptxas_is_named_and_the_rest_still_compared(built, capsys, m
 
 def test_variants_that_cannot_be_rebuilt_say_why(built, capsys, tmp_path):
     """An imported Triton-cache entry has no source or constexprs; a variant whose sources are missing neither."""
-    from karchive.producer.compile.aot import VariantRequest, compile_variant
     from karchive.producer.capture.triton_cache import import_cache
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
 
     spec = make_checkout(tmp_path / "co")
     cache = tmp_path / "tc"
-    compile_variant(VariantRequest(f"{spec.parent / 'mykern.py'}:scaled_add", "*fp32:16, *fp32:16, *fp32:16, i32",
-                                   "hip:gfx942", {"BLOCK": 128}), cache_dir=str(cache))
+    compile_variant(
+        VariantRequest(
+            f"{spec.parent / 'mykern.py'}:scaled_add", "*fp32:16, *fp32:16, *fp32:16, i32", "hip:gfx942", {"BLOCK": 128}
+        ),
+        cache_dir=str(cache),
+    )
     (imported,) = import_cache(str(cache)).variants
     m, variants = _compiled(built)
     from karchive.producer.compile.describe import CompiledVariant
@@ -165,14 +186,17 @@ def test_variants_that_cannot_be_rebuilt_say_why(built, capsys, tmp_path):
     assert "is not in the archive" in reasons["softmax_kernel"]
 
 
-@pytest.mark.parametrize("change, reason", [
-    (lambda b: b.update(env={"LD_PRELOAD": "/tmp/x.so"}), "cannot be set by a build"),
-    (lambda b: b["sources"][0].update(module="os; import x"), "invalid module"),
-    (lambda b: b["sources"][0].update(module="triton.language"), "invalid module"),
-    (lambda b: b["sources"][0].update(name="../../etc/kernels.py"), "does not follow the canonical name"),
-    (lambda b: b.update(sources="kernels.py"), "not a list"),
-    (lambda b: b.update(scheme=99), "scheme 99"),
-])
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (lambda b: b.update(env={"LD_PRELOAD": "/tmp/x.so"}), "cannot be set by a build"),
+        (lambda b: b["sources"][0].update(module="os; import x"), "invalid module"),
+        (lambda b: b["sources"][0].update(module="triton.language"), "invalid module"),
+        (lambda b: b["sources"][0].update(name="../../etc/kernels.py"), "does not follow the canonical name"),
+        (lambda b: b.update(sources="kernels.py"), "not a list"),
+        (lambda b: b.update(scheme=99), "scheme 99"),
+    ],
+)
 def test_a_hostile_build_record_is_refused_before_anything_runs(built, capsys, tmp_path, change, reason):
     m, variants = _compiled(built)
     (v,) = [v for v in variants if short_name(v.kernel) == "scaled_add" and v.variant.target.backend == "hip"]

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from registry_servers import StaticHTTPServer, gcs_server, s3_server
+from registry_support import big_archive, isolated, small_archive  # noqa: F401 - fixture
 
 from karchive.errors import ConflictError, NotFoundError, RegistryError
 from karchive.format.reader import ArchiveReader
 from karchive.registry import Cache, Registry
 from karchive.registry.store_layout import blob_path
-from registry_servers import StaticHTTPServer, gcs_server, s3_server
-from registry_support import big_archive, isolated, small_archive  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.usefixtures("isolated")
 

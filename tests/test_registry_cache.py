@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import pytest
+from registry_servers import ROOT, StaticHTTPServer, s3_server, subprocess_env
+from registry_support import big_archive, isolated, release_together, run_cli, small_archive  # noqa: F401
 
 import karchive.registry.cache as cache_mod
 from karchive.registry import Cache, Registry
-from registry_servers import ROOT, StaticHTTPServer, s3_server, subprocess_env
-from registry_support import big_archive, isolated, release_together, run_cli, small_archive  # noqa: F401
 
 pytestmark = pytest.mark.usefixtures("isolated")
 
@@ -48,8 +48,10 @@ def test_verified_once_then_reused_without_hashing(tmp_path: Path, counted_check
     assert reader.manifest["name"] == "big"
     assert len(counted_checks) == 1, "a cache hit must not re-hash or re-verify"
     times.sort()
-    print(f"\ncache-hit open of a {record.size} B, {record.variants}-variant archive: median "
-          f"{times[len(times) // 2] * 1e3:.2f} ms (resolve from cached record + receipt check + tail read)")
+    print(
+        f"\ncache-hit open of a {record.size} B, {record.variants}-variant archive: median "
+        f"{times[len(times) // 2] * 1e3:.2f} ms (resolve from cached record + receipt check + tail read)"
+    )
 
     blob = Cache(tmp_path / "cache").blob_path(record.sha256)
     os.utime(blob, ns=(time.time_ns(), time.time_ns() + 10**9))  # the file changed identity
@@ -92,10 +94,18 @@ def test_eight_processes_pull_one_archive(tmp_path: Path) -> None:
     record = Registry(url, s3.storage_options(), cache=tmp_path / "w").publish(big_archive()).record
     cache = tmp_path / "shared-cache"
     mark = s3.mark()
-    procs = [subprocess.Popen([sys.executable, "-c", _PULL, url, str(cache)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=subprocess_env(**s3.env()), cwd=str(ROOT))
-             for _ in range(8)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _PULL, url, str(cache)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=subprocess_env(**s3.env()),
+            cwd=str(ROOT),
+        )
+        for _ in range(8)
+    ]
     results = [out.split() for out in release_together(procs, timeout=180)]
     assert sorted(r[0] for r in results) == ["cached"] * 7 + ["downloaded"]
     assert len({r[1] for r in results}) == 1
@@ -113,9 +123,23 @@ def test_killed_writer_leaves_nothing_mistaken_for_an_archive(tmp_path: Path) ->
     cache = tmp_path / "cache"
     try:
         http.slow_suffix, http.slow_delay = ".karc", 0.01  # ~400 KiB/s: the pull takes seconds
-        proc = subprocess.Popen([sys.executable, "-m", "karchive.cli.main", "pull", "big@1.0.0", "--registry",
-                                 f"{http.url}/registry", "--cache-dir", str(cache)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=subprocess_env(), cwd=str(ROOT))
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "karchive.cli.main",
+                "pull",
+                "big@1.0.0",
+                "--registry",
+                f"{http.url}/registry",
+                "--cache-dir",
+                str(cache),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=subprocess_env(),
+            cwd=str(ROOT),
+        )
         deadline = time.monotonic() + 60
         while not (list(cache.glob("tmp/*.part")) and sum(r["bytes"] for r in http.requests_for(".karc")) > 50_000):
             assert proc.poll() is None and time.monotonic() < deadline, "the pull should still be transferring"

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from registry_servers import StaticHTTPServer, s3_server
 from registry_support import big_archive, isolated, run_cli, small_archive  # noqa: F401 - fixture
 

@@ -8,44 +8,75 @@ import os
 from pathlib import Path
 
 import pytest
+from registry_support import isolated, run_cli, small_archive  # noqa: F401 - fixture
 
-from karchive.errors import (ConflictError, LockfileError, NotAnArchiveError, NotFoundError, RegistryError,
-                             TransferError)
+from karchive.errors import ConflictError, LockfileError, NotAnArchiveError, NotFoundError, RegistryError, TransferError
 from karchive.registry import Lockfile, Registry, RetryPolicy, newest, parse_ref
-from karchive.resolve import open as open_ref
 from karchive.registry.config import cache_dir, redact_url, registry_url
-from karchive.registry.store_layout import version_record_path
 from karchive.registry.progress import Progress, make_progress
 from karchive.registry.records import VersionRecord
 from karchive.registry.retry import is_transient
+from karchive.registry.store_layout import version_record_path
 from karchive.registry.versions import sort_versions
-from registry_support import isolated, run_cli, small_archive  # noqa: F401 - fixture
+from karchive.resolve import open as open_ref
 
 pytestmark = pytest.mark.usefixtures("isolated")
 
 
 # -- references and versions ----------------------------------------------------------------------
-@pytest.mark.parametrize("text,name,version", [
-    ("examples", "examples", None), ("examples@latest", "examples", None), ("examples@LATEST", "examples", None),
-    ("examples@1.2.3", "examples", "1.2.3"), ("my_kernels.v2@2.0.0-rc.1+cu12", "my_kernels.v2", "2.0.0-rc.1+cu12"),
-])
+@pytest.mark.parametrize(
+    "text,name,version",
+    [
+        ("examples", "examples", None),
+        ("examples@latest", "examples", None),
+        ("examples@LATEST", "examples", None),
+        ("examples@1.2.3", "examples", "1.2.3"),
+        ("my_kernels.v2@2.0.0-rc.1+cu12", "my_kernels.v2", "2.0.0-rc.1+cu12"),
+    ],
+)
 def test_parse_ref(text: str, name: str, version: str | None) -> None:
     ref = parse_ref(text)
     assert (ref.name, ref.version) == (name, version)
 
 
-@pytest.mark.parametrize("text", ["", "@1.0", "a@", "../etc@1", "a/b@1", "a@1/2", "a@../x", ".hidden", "a b", 7, None,
-                                  "a@" + "9" * 200, "x" * 129])
+@pytest.mark.parametrize(
+    "text",
+    ["", "@1.0", "a@", "../etc@1", "a/b@1", "a@1/2", "a@../x", ".hidden", "a b", 7, None, "a@" + "9" * 200, "x" * 129],
+)
 def test_bad_refs_are_registry_errors(text: object) -> None:
     with pytest.raises(RegistryError):
         parse_ref(text)
 
 
 def test_version_order_is_pep440_and_semver_aware() -> None:
-    versions = ["1.10.0", "1.2.0", "1.2.0rc1", "1.2.0-rc.2", "1.2.0.dev3", "1.2.0a1", "1.2.0.post1", "0.9",
-                "2.0.0-beta", "v1.11", "nightly", "1.2.0+cu12"]
-    assert sort_versions(versions) == ["nightly", "0.9", "1.2.0.dev3", "1.2.0a1", "1.2.0rc1", "1.2.0-rc.2",
-                                       "1.2.0", "1.2.0+cu12", "1.2.0.post1", "1.10.0", "v1.11", "2.0.0-beta"]
+    versions = [
+        "1.10.0",
+        "1.2.0",
+        "1.2.0rc1",
+        "1.2.0-rc.2",
+        "1.2.0.dev3",
+        "1.2.0a1",
+        "1.2.0.post1",
+        "0.9",
+        "2.0.0-beta",
+        "v1.11",
+        "nightly",
+        "1.2.0+cu12",
+    ]
+    assert sort_versions(versions) == [
+        "nightly",
+        "0.9",
+        "1.2.0.dev3",
+        "1.2.0a1",
+        "1.2.0rc1",
+        "1.2.0-rc.2",
+        "1.2.0",
+        "1.2.0+cu12",
+        "1.2.0.post1",
+        "1.10.0",
+        "v1.11",
+        "2.0.0-beta",
+    ]
     assert newest(versions) == "v1.11"  # pre-releases are not "latest" while a final release exists
     assert newest(["1.0.0-rc.1", "0.9.0-beta"]) == "1.0.0-rc.1"
     assert newest([]) is None
@@ -82,9 +113,14 @@ def test_redact_url() -> None:
 def test_record_round_trip_and_validation() -> None:
     record = VersionRecord("a", "1.0", "0" * 64, 10, "1" * 64, "2026-01-01T00:00:00Z", 2, ("k",), ("cuda:90",))
     assert VersionRecord.from_json(record.to_json(), "x") == record
-    for bad in (b"{", b"[]", b'{"layout": 1}', json.dumps({**record.to_dict(), "sha256": "XYZ"}).encode(),
-                json.dumps({**record.to_dict(), "size": -1}).encode(),
-                json.dumps({**record.to_dict(), "layout": 99}).encode()):
+    for bad in (
+        b"{",
+        b"[]",
+        b'{"layout": 1}',
+        json.dumps({**record.to_dict(), "sha256": "XYZ"}).encode(),
+        json.dumps({**record.to_dict(), "size": -1}).encode(),
+        json.dumps({**record.to_dict(), "layout": 99}).encode(),
+    ):
         with pytest.raises(RegistryError):
             VersionRecord.from_json(bad, "names/a/versions/1.0.json")
 
@@ -128,8 +164,9 @@ def test_publish_refuses_bad_input(tmp_path: Path) -> None:
     with pytest.raises(Exception) as info:
         reg.publish(damaged)
     assert "karchive" in type(info.value).__module__
-    from karchive.producer.build.pack import ArchiveBuilder
     from registry_support import compiled
+
+    from karchive.producer.build.pack import ArchiveBuilder
 
     for name, version, match in (("bad/name", "1.0", "bad archive name"), ("ok", "latest", "reserved")):
         b = ArchiveBuilder(name, version, level=3)
@@ -173,12 +210,19 @@ def test_lockfile_load_is_offline_when_cached(tmp_path: Path, monkeypatch: pytes
     assert open_ref("examples", registry=gone).manifest["name"] == "examples"
 
 
-@pytest.mark.parametrize("content,match", [
-    ("nope", "not valid JSON"), ("[]", "'archives'"), ('{"archives": {}}', "lockfile_version"),
-    ('{"lockfile_version": 9, "archives": {}}', "newer"),
-    ('{"lockfile_version": 1, "archives": {"x": {"version": "1", "sha256": "abc", "size": 1, "index_sha256": "abc"}}}',
-     "sha256"),
-])
+@pytest.mark.parametrize(
+    "content,match",
+    [
+        ("nope", "not valid JSON"),
+        ("[]", "'archives'"),
+        ('{"archives": {}}', "lockfile_version"),
+        ('{"lockfile_version": 9, "archives": {}}', "newer"),
+        (
+            '{"lockfile_version": 1, "archives": {"x": {"version": "1", "sha256": "abc", "size": 1, "index_sha256": "abc"}}}',
+            "sha256",
+        ),
+    ],
+)
 def test_malformed_lockfiles(tmp_path: Path, content: str, match: str) -> None:
     path = tmp_path / "karchive.lock"
     path.write_text(content)
@@ -215,7 +259,7 @@ def test_retry_policy_classifies_errors() -> None:
 
     policy = RetryPolicy(attempts=4, base_delay=0.1)
     assert policy.call(flaky, "thing", sleep=sleeps.append) == "ok" and len(sleeps) == 2
-    assert all(0 <= s <= 0.1 * 2 ** i for i, s in enumerate(sleeps))
+    assert all(0 <= s <= 0.1 * 2**i for i, s in enumerate(sleeps))
     with pytest.raises(TransferError, match="thing failed after 4 attempts: ConnectionResetError"):
         policy.call(lambda: (_ for _ in ()).throw(ConnectionResetError("down")), "thing", sleep=lambda s: None)
     with pytest.raises(FileNotFoundError):
@@ -236,12 +280,16 @@ def test_registry_module_imports_without_rich_or_cloud_backends() -> None:
     import subprocess
     import sys
 
-    code = ("import sys; sys.modules['rich'] = None; sys.modules['s3fs'] = None; sys.modules['gcsfs'] = None\n"
-            "import karchive.registry, karchive.cli.registry_cmds\n"
-            "assert 'rich' not in [m for m in sys.modules if sys.modules[m] is not None]")
+    code = (
+        "import sys; sys.modules['rich'] = None; sys.modules['s3fs'] = None; sys.modules['gcsfs'] = None\n"
+        "import karchive.registry, karchive.cli.registry_cmds\n"
+        "assert 'rich' not in [m for m in sys.modules if sys.modules[m] is not None]"
+    )
     from registry_servers import ROOT, subprocess_env
 
-    out = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), cwd=str(ROOT), capture_output=True, text=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=subprocess_env(), cwd=str(ROOT), capture_output=True, text=True
+    )
     assert out.returncode == 0, out.stderr
 
 
@@ -255,7 +303,9 @@ def test_not_found_is_a_registry_error_subclass(tmp_path: Path) -> None:
         Registry(tmp_path / "r", cache=tmp_path / "c").pull("examples@1.0")
 
 
-def test_karchive_open_resolves_through_the_configured_registry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_karchive_open_resolves_through_the_configured_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import karchive
 
     try:

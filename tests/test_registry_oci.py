@@ -13,13 +13,19 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-from karchive.errors import (ConflictError, IntegrityError, LockfileMismatchError, NotFoundError, RegistryError,
-                             TransferError)
-from karchive.registry import OpenOptions, Registry, RetryPolicy
-from karchive.registry import oci_layout as L
 from oci_servers import FaultProxy, OciRegistry, env_for, require_registry
 from registry_support import big_archive, isolated, run_cli, small_archive  # noqa: F401 - fixture
+
+from karchive.errors import (
+    ConflictError,
+    IntegrityError,
+    LockfileMismatchError,
+    NotFoundError,
+    RegistryError,
+    TransferError,
+)
+from karchive.registry import OpenOptions, Registry, RetryPolicy
+from karchive.registry import oci_layout as L
 
 pytestmark = pytest.mark.usefixtures("isolated")
 FAST = RetryPolicy(attempts=4, base_delay=0.01, timeout=30)
@@ -44,8 +50,9 @@ def ns() -> str:
     return "t" + uuid.uuid4().hex[:10]
 
 
-def registry(where: OciRegistry | FaultProxy, upstream: OciRegistry, cache: Path, namespace: str,
-             **options: object) -> Registry:
+def registry(
+    where: OciRegistry | FaultProxy, upstream: OciRegistry, cache: Path, namespace: str, **options: object
+) -> Registry:
     return Registry(where.url(namespace), upstream.options(**options), cache=cache, retry=FAST)
 
 
@@ -68,8 +75,9 @@ def test_publish_list_pull_open_and_the_artifact_layout(oci: OciRegistry, proxy:
     got = http.get(f"http://{oci.host}/v2/{space}/examples/manifests/0.1.0", headers={"Accept": L.MANIFEST_TYPE})
     manifest = got.json()
     assert manifest["artifactType"] == L.ARCHIVE_ARTIFACT and manifest["config"]["mediaType"] == L.EMPTY_TYPE
-    assert [(x["mediaType"], x["digest"], x["size"]) for x in manifest["layers"]] == \
-        [(L.ARCHIVE_LAYER, f"sha256:{pub.record.sha256}", archive.stat().st_size)]
+    assert [(x["mediaType"], x["digest"], x["size"]) for x in manifest["layers"]] == [
+        (L.ARCHIVE_LAYER, f"sha256:{pub.record.sha256}", archive.stat().st_size)
+    ]
     notes = manifest["annotations"]
     assert (notes[L.A_NAME], notes[L.A_VERSION], notes[L.A_TARGETS]) == ("examples", "0.1.0", "cuda:90")
     assert notes[L.A_FORMAT].startswith("2.") and notes[L.A_TRITON]
@@ -80,8 +88,13 @@ def test_publish_list_pull_open_and_the_artifact_layout(oci: OciRegistry, proxy:
     reader = registry(proxy, oci, tmp_path / "r", space)
     assert reader.names() == ["examples"]
     [record] = reader.list()
-    assert (record.ref, record.sha256, record.variants, record.targets, record.manifest) == \
-        ("examples@0.1.0", pub.record.sha256, 1, ("cuda:90",), digest)
+    assert (record.ref, record.sha256, record.variants, record.targets, record.manifest) == (
+        "examples@0.1.0",
+        pub.record.sha256,
+        1,
+        ("cuda:90",),
+        digest,
+    )
     assert not [r for r in proxy.log[mark:] if "/blobs/" in r[1]]
 
     pulled = reader.pull("examples@0.1.0", tmp_path / "out.karc")
@@ -89,8 +102,14 @@ def test_publish_list_pull_open_and_the_artifact_layout(oci: OciRegistry, proxy:
     # Publishing the same bytes again is a no-op, and the manifest is a function of the archive alone.
     again = registry(oci, oci, tmp_path / "w2", space).publish(archive)
     assert not again.created
-    assert L.digest_of(http.get(f"http://{oci.host}/v2/{space}/examples/manifests/0.1.0",
-                                headers={"Accept": L.MANIFEST_TYPE}).content) == digest
+    assert (
+        L.digest_of(
+            http.get(
+                f"http://{oci.host}/v2/{space}/examples/manifests/0.1.0", headers={"Accept": L.MANIFEST_TYPE}
+            ).content
+        )
+        == digest
+    )
 
 
 def test_a_namespace_without_archives_is_not_an_empty_registry(oci: OciRegistry, tmp_path: Path) -> None:
@@ -118,14 +137,18 @@ def test_credentials_missing_and_wrong_are_refused_clearly(oci: OciRegistry, tmp
     with pytest.raises(RegistryError, match="refused the credentials given"):
         wrong.publish(small_archive("examples", "0.2.0"))
     # The CLI says the same in one line, through KARCHIVE_STORAGE_OPTIONS.
-    env = {**env_for(oci, oci), "KARCHIVE_REGISTRY": oci.url(space),
-           "KARCHIVE_STORAGE_OPTIONS": json.dumps({"username": "kernels", "password": "nope"})}
+    env = {
+        **env_for(oci, oci),
+        "KARCHIVE_REGISTRY": oci.url(space),
+        "KARCHIVE_STORAGE_OPTIONS": json.dumps({"username": "kernels", "password": "nope"}),
+    }
     out = run_cli("pull", "examples@0.1.0", env=env)
     assert out.returncode != 0 and "refused the credentials" in out.stderr and "Traceback" not in out.stderr
 
 
-def test_a_python_process_finds_credentials_in_dockers_configuration(oci: OciRegistry, tmp_path: Path,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_python_process_finds_credentials_in_dockers_configuration(
+    oci: OciRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """karchive.open / KARCHIVE_SERVE in a server: no storage options, `docker login`'s credentials."""
     import base64
 
@@ -206,15 +229,23 @@ def test_registry_killed_mid_push_serves_nothing_half_published(tmp_path: Path) 
 
         proxy.fault = kill_on_blob_upload
         with pytest.raises((TransferError, RegistryError)):
-            Registry(proxy.url(space), upstream.options(), cache=tmp_path / "w",
-                     retry=RetryPolicy(attempts=2, base_delay=0.01, timeout=10)).publish(archive)
+            Registry(
+                proxy.url(space),
+                upstream.options(),
+                cache=tmp_path / "w",
+                retry=RetryPolicy(attempts=2, base_delay=0.01, timeout=10),
+            ).publish(archive)
         proxy.fault = None
         upstream.restart()
         reader = Registry(upstream.url(space), upstream.options(), cache=tmp_path / "r", retry=FAST)
         with pytest.raises(NotFoundError):
             reader.pull("examples@0.1.0")
         # ... and the publish, run again, completes.
-        assert Registry(upstream.url(space), upstream.options(), cache=tmp_path / "w2", retry=FAST).publish(archive).created
+        assert (
+            Registry(upstream.url(space), upstream.options(), cache=tmp_path / "w2", retry=FAST)
+            .publish(archive)
+            .created
+        )
         assert reader.pull("examples@0.1.0").record.size == archive.stat().st_size
     finally:
         proxy.close()
@@ -277,11 +308,18 @@ def test_a_tag_moved_by_someone_else_is_refused_under_a_lockfile(oci: OciRegistr
     doc = moved.json()
     doc["annotations"][L.A_VERSION] = "0.1.0"
     body = L.encode(doc)
-    assert http.put(f"http://{oci.host}/v2/{space}/examples/manifests/0.1.0", data=body,
-                    headers={"Content-Type": L.MANIFEST_TYPE}).status_code == 201
+    assert (
+        http.put(
+            f"http://{oci.host}/v2/{space}/examples/manifests/0.1.0",
+            data=body,
+            headers={"Content-Type": L.MANIFEST_TYPE},
+        ).status_code
+        == 201
+    )
     with pytest.raises(LockfileMismatchError, match="pins sha256"):
-        registry(oci, oci, tmp_path / "fresh", space).pull("examples@0.1.0",
-                                                           options=OpenOptions(lockfile=tmp_path / "karchive.lock"))
+        registry(oci, oci, tmp_path / "fresh", space).pull(
+            "examples@0.1.0", options=OpenOptions(lockfile=tmp_path / "karchive.lock")
+        )
 
 
 def test_lazy_open_of_a_large_archive_reads_ranges_only(oci: OciRegistry, proxy: FaultProxy, tmp_path: Path) -> None:
@@ -332,8 +370,9 @@ def test_signatures_are_referrers_found_and_enforced_at_pull_and_open(oci: OciRe
     index = http.get(_fallback(oci, space, record.manifest), headers={"Accept": L.INDEX_TYPE}).json()
     [entry] = index["manifests"]
     assert entry["artifactType"] == L.SIGNATURE_ARTIFACT and entry["annotations"][L.A_KEY] == keys["ci"].key_id
-    referrer = http.get(f"http://{oci.host}/v2/{space}/examples/manifests/{entry['digest']}",
-                        headers={"Accept": L.MANIFEST_TYPE}).json()
+    referrer = http.get(
+        f"http://{oci.host}/v2/{space}/examples/manifests/{entry['digest']}", headers={"Accept": L.MANIFEST_TYPE}
+    ).json()
     assert referrer["subject"]["digest"] == record.manifest and referrer["layers"][0]["mediaType"] == L.SIGNATURE_LAYER
     assert reader.signers("examples@0.1.0") == [keys["ci"].key_id]
 
@@ -342,17 +381,20 @@ def test_signatures_are_referrers_found_and_enforced_at_pull_and_open(oci: OciRe
     opened = registry(oci, oci, tmp_path / "lazy", space).open("examples@0.1.0", trust=good, fetch="lazy")
     assert opened.verdict is not None and opened.verdict.key_ids == (keys["ci"].key_id,)
     with pytest.raises(UntrustedArchiveError):
-        registry(oci, oci, tmp_path / "o", space).pull("examples@0.1.0",
-                                                       options=OpenOptions(trust=_policy(tmp_path, keys, "alice")))
+        registry(oci, oci, tmp_path / "o", space).pull(
+            "examples@0.1.0", options=OpenOptions(trust=_policy(tmp_path, keys, "alice"))
+        )
     # Signing later adds a second referrer without losing the first.
     assert registry(oci, oci, tmp_path / "s", space).sign("examples@0.1.0", keys["alice"]).signature.created
-    assert sorted(registry(oci, oci, tmp_path / "s2", space).signers("examples@0.1.0")) == \
-        sorted([keys["ci"].key_id, keys["alice"].key_id])
+    assert sorted(registry(oci, oci, tmp_path / "s2", space).signers("examples@0.1.0")) == sorted(
+        [keys["ci"].key_id, keys["alice"].key_id]
+    )
 
 
 def test_missing_swapped_or_tampered_referrers_are_refused(oci: OciRegistry, keys, tmp_path: Path) -> None:
-    from karchive.errors import UntrustedArchiveError
     from trust_support import tamper_envelope
+
+    from karchive.errors import UntrustedArchiveError
 
     space = ns()
     writer = registry(oci, oci, tmp_path / "w", space)
@@ -367,8 +409,10 @@ def test_missing_swapped_or_tampered_referrers_are_refused(oci: OciRegistry, key
     index_two = http.get(_fallback(oci, space, second.manifest), headers=accept).content
 
     def put_index(manifest: str, body: bytes) -> None:
-        assert http.put(_fallback(oci, space, manifest), data=body,
-                        headers={"Content-Type": L.INDEX_TYPE}).status_code == 201
+        assert (
+            http.put(_fallback(oci, space, manifest), data=body, headers={"Content-Type": L.INDEX_TYPE}).status_code
+            == 201
+        )
 
     # Missing: the referrers index emptied.
     put_index(first.manifest, L.encode({"schemaVersion": 2, "mediaType": L.INDEX_TYPE, "manifests": []}))
@@ -380,8 +424,9 @@ def test_missing_swapped_or_tampered_referrers_are_refused(oci: OciRegistry, key
         registry(oci, oci, tmp_path / "b", space).pull("examples@0.1.0", options=OpenOptions(trust=policy))
     # Tampered: a forged envelope in a new referrer of the right subject, under the same key.
     entry = json.loads(index_one)["manifests"][0]
-    old = http.get(f"http://{oci.host}/v2/{space}/examples/manifests/{entry['digest']}",
-                   headers={"Accept": L.MANIFEST_TYPE}).json()
+    old = http.get(
+        f"http://{oci.host}/v2/{space}/examples/manifests/{entry['digest']}", headers={"Accept": L.MANIFEST_TYPE}
+    ).json()
     envelope = http.get(f"http://{oci.host}/v2/{space}/examples/blobs/{old['layers'][0]['digest']}").content
     forged = tamper_envelope(envelope)
     start = http.post(f"http://{oci.host}/v2/{space}/examples/blobs/uploads/")
@@ -389,10 +434,24 @@ def test_missing_swapped_or_tampered_referrers_are_refused(oci: OciRegistry, key
     location = location if location.startswith("http") else f"http://{oci.host}{location}"
     assert http.put(location, params={"digest": L.digest_of(forged)}, data=forged).status_code == 201
     body = L.signature_manifest(old["subject"], keys["ci"].key_id, forged)
-    assert http.put(f"http://{oci.host}/v2/{space}/examples/manifests/{L.digest_of(body)}", data=body,
-                    headers={"Content-Type": L.MANIFEST_TYPE}).status_code == 201
-    put_index(first.manifest, L.encode({"schemaVersion": 2, "mediaType": L.INDEX_TYPE, "manifests": [
-        {**entry, "digest": L.digest_of(body), "size": len(body)}]}))
+    assert (
+        http.put(
+            f"http://{oci.host}/v2/{space}/examples/manifests/{L.digest_of(body)}",
+            data=body,
+            headers={"Content-Type": L.MANIFEST_TYPE},
+        ).status_code
+        == 201
+    )
+    put_index(
+        first.manifest,
+        L.encode(
+            {
+                "schemaVersion": 2,
+                "mediaType": L.INDEX_TYPE,
+                "manifests": [{**entry, "digest": L.digest_of(body), "size": len(body)}],
+            }
+        ),
+    )
     with pytest.raises(UntrustedArchiveError):
         registry(oci, oci, tmp_path / "c", space).pull("examples@0.1.0", options=OpenOptions(trust=policy))
     # Put back, the original referrer counts again.
@@ -427,16 +486,23 @@ def _read_only(root: Path) -> None:
 
 def _open_from_mount(mount: Path, tmp_path: Path, ref: str = "examples") -> subprocess.CompletedProcess:
     """A pod's view: the mount, a writable cache, no registry client configured beyond the two variables."""
-    code = ("import karchive.resolve as r; rd = r.open(%r); "
-            "print(rd.header['name'], rd.header['version'], rd.verdict)" % ref)
-    env = {"KARCHIVE_REGISTRY": str(mount / "karchive" / "registry"),
-           "KARCHIVE_LOCKFILE": str(mount / "karchive" / "karchive.lock"),
-           "XDG_CACHE_HOME": str(tmp_path / "pod-cache"), "KARCHIVE_STORAGE_OPTIONS": ""}
+    code = (
+        "import karchive.resolve as r; rd = r.open(%r); "
+        "print(rd.header['name'], rd.header['version'], rd.verdict)" % ref
+    )
+    env = {
+        "KARCHIVE_REGISTRY": str(mount / "karchive" / "registry"),
+        "KARCHIVE_LOCKFILE": str(mount / "karchive" / "karchive.lock"),
+        "XDG_CACHE_HOME": str(tmp_path / "pod-cache"),
+        "KARCHIVE_STORAGE_OPTIONS": "",
+    }
     import sys
 
     from registry_servers import subprocess_env
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(**env),
-                          timeout=120)
+
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(**env), timeout=120
+    )
 
 
 import subprocess  # noqa: E402
@@ -466,8 +532,9 @@ def test_oci_image_layout_mounted_read_only_opens_with_digests_checked(tmp_path:
         data[100] ^= 1
         p.write_bytes(bytes(data))
     refused = _open_from_mount(bad, tmp_path / "b")
-    assert refused.returncode != 0 and ("IntegrityError" in refused.stderr or "DigestMismatch" in refused.stderr), \
+    assert refused.returncode != 0 and ("IntegrityError" in refused.stderr or "DigestMismatch" in refused.stderr), (
         refused.stderr[-2000:]
+    )
 
 
 def test_oci_image_pushed_then_its_layer_pulled_and_opened(oci: OciRegistry, tmp_path: Path) -> None:
@@ -481,8 +548,9 @@ def test_oci_image_pushed_then_its_layer_pulled_and_opened(oci: OciRegistry, tmp
     made = json.loads(out.stdout)
     assert made["tag"] == "0.1.0"
     http = raw(oci)
-    manifest = http.get(f"http://{oci.host}/v2/{space}/kernel-cache/manifests/0.1.0",
-                        headers={"Accept": L.MANIFEST_TYPE})
+    manifest = http.get(
+        f"http://{oci.host}/v2/{space}/kernel-cache/manifests/0.1.0", headers={"Accept": L.MANIFEST_TYPE}
+    )
     assert L.digest_of(manifest.content) == made["manifest"]
     [layer] = manifest.json()["layers"]
     blob = http.get(f"http://{oci.host}/v2/{space}/kernel-cache/blobs/{layer['digest']}").content
@@ -499,11 +567,11 @@ def test_oci_image_pushed_then_its_layer_pulled_and_opened(oci: OciRegistry, tmp
 
 
 # -- signed registry metadata: rollback and freeze on mutable tags ----------------------------------
-def test_signed_registry_metadata_on_oci_refuses_a_moved_tag(oci: OciRegistry, keys,
-                                                               tmp_path: Path) -> None:
+def test_signed_registry_metadata_on_oci_refuses_a_moved_tag(oci: OciRegistry, keys, tmp_path: Path) -> None:
+    from trust_support import policy_text
+
     from karchive.errors import RegistryMetadataError
     from karchive.trust import reasons
-    from trust_support import policy_text
 
     space = ns()
     writer = registry(oci, oci, tmp_path / "w", space)
@@ -524,8 +592,14 @@ def test_signed_registry_metadata_on_oci_refuses_a_moved_tag(oci: OciRegistry, k
     http = raw(oci)
     old = http.get(f"http://{oci.host}/v2/{space}/examples/manifests/0.1.0", headers={"Accept": L.MANIFEST_TYPE}).json()
     old["annotations"][L.A_VERSION] = "0.2.0"
-    assert http.put(f"http://{oci.host}/v2/{space}/examples/manifests/0.2.0", data=L.encode(old),
-                    headers={"Content-Type": L.MANIFEST_TYPE}).status_code == 201
+    assert (
+        http.put(
+            f"http://{oci.host}/v2/{space}/examples/manifests/0.2.0",
+            data=L.encode(old),
+            headers={"Content-Type": L.MANIFEST_TYPE},
+        ).status_code
+        == 201
+    )
     with pytest.raises(RegistryMetadataError) as refused:
         registry(oci, oci, tmp_path / "moved", space).pull("examples@0.2.0", options=OpenOptions(trust=policy))
     assert refused.value.reason == reasons.METADATA_MISMATCH
@@ -550,14 +624,17 @@ def test_names_and_versions_that_cannot_be_oci_repositories_or_tags_are_refused_
             parse_oci_url(bad)
 
 
-@pytest.mark.parametrize("change, says", [
-    (lambda m: m.update(artifactType="application/vnd.oci.image.config.v1+json"), "not a karchive archive"),
-    (lambda m: m["layers"].append(dict(m["layers"][0])), "exactly one"),
-    (lambda m: m["layers"][0].update(digest="sha512:" + "0" * 128), "not sha256"),
-    (lambda m: m["layers"][0].update(size=-1), "non-negative"),
-    (lambda m: m["annotations"].update({L.A_VARIANTS: "many"}), "not a count"),
-    (lambda m: m["annotations"].update({L.A_NAME: "../etc"}), "corrupt version record"),
-])
+@pytest.mark.parametrize(
+    "change, says",
+    [
+        (lambda m: m.update(artifactType="application/vnd.oci.image.config.v1+json"), "not a karchive archive"),
+        (lambda m: m["layers"].append(dict(m["layers"][0])), "exactly one"),
+        (lambda m: m["layers"][0].update(digest="sha512:" + "0" * 128), "not sha256"),
+        (lambda m: m["layers"][0].update(size=-1), "non-negative"),
+        (lambda m: m["annotations"].update({L.A_VARIANTS: "many"}), "not a count"),
+        (lambda m: m["annotations"].update({L.A_NAME: "../etc"}), "corrupt version record"),
+    ],
+)
 def test_a_hostile_archive_manifest_is_a_named_error(change, says: str) -> None:
     from karchive.errors import DamagedRegistryError
     from karchive.registry.records import VersionRecord
@@ -585,8 +662,9 @@ def test_retry_after_is_honoured_within_a_cap() -> None:
     assert policy.wait(0, OciHttpError(503, "x")) <= 0.01
 
 
-def test_the_referrers_api_is_used_where_the_registry_serves_it(oci: OciRegistry, proxy: FaultProxy, keys,
-                                                                tmp_path: Path) -> None:
+def test_the_referrers_api_is_used_where_the_registry_serves_it(
+    oci: OciRegistry, proxy: FaultProxy, keys, tmp_path: Path
+) -> None:
     """distribution 2.8 has no referrers API: the proxy serves one (from the fallback index, filtered by
     subject as the API is), and karchive reads it instead of the fallback tag."""
     import re
@@ -601,10 +679,15 @@ def test_the_referrers_api_is_used_where_the_registry_serves_it(oci: OciRegistry
         if not m:
             return None
         asked.append(m.group(2))
-        got = http.get(f"http://{oci.host}/v2/{m.group(1)}/manifests/{L.fallback_tag(m.group(2))}",
-                       headers={"Accept": L.INDEX_TYPE})
-        body = got.content if got.status_code == 200 else L.encode(
-            {"schemaVersion": 2, "mediaType": L.INDEX_TYPE, "manifests": []})
+        got = http.get(
+            f"http://{oci.host}/v2/{m.group(1)}/manifests/{L.fallback_tag(m.group(2))}",
+            headers={"Accept": L.INDEX_TYPE},
+        )
+        body = (
+            got.content
+            if got.status_code == 200
+            else L.encode({"schemaVersion": 2, "mediaType": L.INDEX_TYPE, "manifests": []})
+        )
         return 200, {"Content-Type": L.INDEX_TYPE}, body
 
     proxy.fault = referrers_api

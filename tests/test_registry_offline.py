@@ -19,15 +19,27 @@ from karchive.registry.retry import RetryPolicy, cannot_resolve, is_transient
 
 
 def _karchive(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "karchive.cli.main", *args], capture_output=True, text=True,
-                          env={**os.environ, **env}, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "karchive.cli.main", *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        timeout=120,
+    )
 
 
-@pytest.mark.parametrize(("url", "env"), [
-    pytest.param("gs://bucket/prefix", {"STORAGE_EMULATOR_HOST": "http://nosuchhost.invalid:4443"}, id="gcs"),
-    pytest.param("s3://bucket/prefix", {"KARCHIVE_STORAGE_OPTIONS": '{"endpoint_url": "http://nosuchhost.invalid:9000", "anon": true}'}, id="s3"),
-    pytest.param("http://nosuchhost.invalid:8000/registry", {}, id="http"),
-])
+@pytest.mark.parametrize(
+    ("url", "env"),
+    [
+        pytest.param("gs://bucket/prefix", {"STORAGE_EMULATOR_HOST": "http://nosuchhost.invalid:4443"}, id="gcs"),
+        pytest.param(
+            "s3://bucket/prefix",
+            {"KARCHIVE_STORAGE_OPTIONS": '{"endpoint_url": "http://nosuchhost.invalid:9000", "anon": true}'},
+            id="s3",
+        ),
+        pytest.param("http://nosuchhost.invalid:8000/registry", {}, id="http"),
+    ],
+)
 def test_an_unresolvable_registry_host_fails_fast_in_one_line(url, env, tmp_path):
     pytest.importorskip({"gs": "gcsfs", "s3": "s3fs", "ht": "aiohttp"}[url[:2]])
     start = time.monotonic()

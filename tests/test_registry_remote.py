@@ -10,14 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from registry_servers import ROOT, StaticHTTPServer, gcs_server, s3_server, subprocess_env
+from registry_support import big_archive, isolated, release_together, small_archive  # noqa: F401
 
 from karchive.errors import FormatError, IntegrityError, KarchiveError, RegistryError, TransferError
 from karchive.format.reader import ArchiveReader
 from karchive.registry import Registry, RetryPolicy
-from karchive.resolve import open as open_ref
 from karchive.registry.store_layout import blob_path
-from registry_servers import ROOT, StaticHTTPServer, gcs_server, s3_server, subprocess_env
-from registry_support import big_archive, isolated, release_together, small_archive  # noqa: F401
+from karchive.resolve import open as open_ref
 
 pytestmark = pytest.mark.usefixtures("isolated")
 
@@ -32,8 +32,9 @@ def test_one_variant_from_a_large_s3_archive_costs_two_range_requests(tmp_path: 
     assert record.variants >= 300
 
     mark = s3.mark()
-    reader = open_ref("big@1.0.0", registry=url, storage_options=s3.storage_options(),
-                         cache_dir=tmp_path / "cache", fetch="lazy")
+    reader = open_ref(
+        "big@1.0.0", registry=url, storage_options=s3.storage_options(), cache_dir=tmp_path / "cache", fetch="lazy"
+    )
     variant = reader.manifest["variants"][200]
     binary = reader.read(variant["files"]["binary"]["path"])
     reader.read(variant["files"]["metadata"]["path"])  # same frame: no new request
@@ -42,13 +43,18 @@ def test_one_variant_from_a_large_s3_archive_costs_two_range_requests(tmp_path: 
     blob_requests = s3.requests_for(blob_path(record.sha256), mark)
     all_requests = s3.requests_for("/", mark)
     frame = reader.frames[reader.members[variant["files"]["binary"]["path"]].frame]
-    tail_needed = record.size - min(reader.frames[reader.members[n].frame].offset
-                                    for n in ("karchive/manifest.json", reader._index.get("dictionary")) if n)
+    tail_needed = record.size - min(
+        reader.frames[reader.members[n].frame].offset
+        for n in ("karchive/manifest.json", reader._index.get("dictionary"))
+        if n
+    )
     served = sum(r["bytes"] for r in blob_requests)
-    print(f"\nlarge archive: {record.size} bytes, {record.variants} variants; one variant load: "
-          f"{len(blob_requests)} blob requests {[r['range'] for r in blob_requests]}, {served} bytes served "
-          f"(variant frame {frame.length} B, index+manifest+dictionary {tail_needed} B); "
-          f"{len(all_requests)} requests in all incl. the version record")
+    print(
+        f"\nlarge archive: {record.size} bytes, {record.variants} variants; one variant load: "
+        f"{len(blob_requests)} blob requests {[r['range'] for r in blob_requests]}, {served} bytes served "
+        f"(variant frame {frame.length} B, index+manifest+dictionary {tail_needed} B); "
+        f"{len(all_requests)} requests in all incl. the version record"
+    )
     assert all(r["method"] == "GET" and r["range"] for r in blob_requests), "only ranged GETs, no HEAD, no full read"
     assert len(blob_requests) <= 3
     assert len(all_requests) <= 4  # + the version record; nothing else
@@ -69,8 +75,12 @@ def test_pull_satisfied_by_cache_makes_no_request(tmp_path: Path) -> None:
     assert s3.requests_for("/", mark) == []
 
     # The server is unreachable: a pinned version still loads from the cache alone.
-    dead_options = {**s3.storage_options(), "retries": 1, "config_kwargs": {"retries": {"max_attempts": 1}},
-                    "client_kwargs": {"endpoint_url": "http://127.0.0.1:9", "region_name": "us-east-1"}}
+    dead_options = {
+        **s3.storage_options(),
+        "retries": 1,
+        "config_kwargs": {"retries": {"max_attempts": 1}},
+        "client_kwargs": {"endpoint_url": "http://127.0.0.1:9", "region_name": "us-east-1"},
+    }
     dead = Registry(url, dead_options, cache=tmp_path / "cache", retry=FAST)
     assert not dead.pull("examples@0.1.0").downloaded
     assert dead.store._fs is None, "a cache hit does not even construct the S3 client"
@@ -210,10 +220,18 @@ except ConflictError as exc:
 
 
 def _race(url: str, archives: list[Path], tmp_path: Path, env: dict[str, str]) -> list[str]:
-    procs = [subprocess.Popen([sys.executable, "-c", _PUBLISH, url, str(a), str(tmp_path / f"c{i}")],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=subprocess_env(**env), cwd=str(ROOT))
-             for i, a in enumerate(archives)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _PUBLISH, url, str(a), str(tmp_path / f"c{i}")],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=subprocess_env(**env),
+            cwd=str(ROOT),
+        )
+        for i, a in enumerate(archives)
+    ]
     return release_together(procs)
 
 
@@ -239,8 +257,10 @@ def test_racing_publishers_exactly_one_wins(tmp_path: Path, where: str) -> None:
         puts = [r for r in s3_server().requests_for("/names/race/versions/1.0.0.json", mark) if r["method"] == "PUT"]
         assert all(r["if_none_match"] == "*" for r in puts), "version records are only ever written conditionally"
         assert sum(r["status"] == 200 for r in puts) == 1
-        print(f"\nS3 race: {len(puts)} conditional record PUTs reached the server, "
-              f"{sum(r['status'] == 412 for r in puts)} refused with 412")
+        print(
+            f"\nS3 race: {len(puts)} conditional record PUTs reached the server, "
+            f"{sum(r['status'] == 412 for r in puts)} refused with 412"
+        )
     winners = [o for o in outs if o.startswith("created")]
     assert len(winners) == 1, outs
     assert sum(o.startswith("conflict") for o in outs) == 3, outs
@@ -257,8 +277,8 @@ def test_racing_publishers_exactly_one_wins(tmp_path: Path, where: str) -> None:
 @pytest.mark.parametrize("where", ["local", "s3"])
 def test_concurrent_publishes_of_new_versions_all_reach_the_index(tmp_path: Path, where: str) -> None:
     """Derived indexes converge: every racing publisher re-lists after writing the index."""
-    from karchive.registry.store_layout import name_index_path
     from karchive.registry.records import decode_name_index, decode_root_index
+    from karchive.registry.store_layout import name_index_path
 
     env: dict[str, str] = {}
     options = None
@@ -267,8 +287,9 @@ def test_concurrent_publishes_of_new_versions_all_reach_the_index(tmp_path: Path
     else:
         server = s3_server()
         url, env, options = f"s3://{server.new_bucket()}/reg", server.env(), server.storage_options()
-    archives = [small_archive("many", f"1.{i}.0") for i in range(4)] + [small_archive(f"name{i}", "1.0.0")
-                                                                       for i in range(2)]
+    archives = [small_archive("many", f"1.{i}.0") for i in range(4)] + [
+        small_archive(f"name{i}", "1.0.0") for i in range(2)
+    ]
     outs = _race(url, archives, tmp_path, env)
     assert all(o.startswith("created") for o in outs), outs
     store = Registry(url, options, cache=tmp_path / "check").store
@@ -297,8 +318,14 @@ def test_credentials_stay_in_storage_options(tmp_path: Path) -> None:
     for blob in (stored, local, repr(reg).encode()):
         assert secret.encode() not in blob and secret_key.encode() not in blob
     # The S3 store also accepts the backend's own configuration (environment), as the CLI uses it.
-    out = subprocess.run([sys.executable, "-m", "karchive.cli.main", "ls", "--registry", url, "--json"],
-                         capture_output=True, text=True, env=subprocess_env(**s3.env()), cwd=str(ROOT), timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-m", "karchive.cli.main", "ls", "--registry", url, "--json"],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(**s3.env()),
+        cwd=str(ROOT),
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["archives"][0]["name"] == "examples"
 

@@ -15,8 +15,7 @@ import subprocess
 import sys
 
 import pytest
-
-from repro_support import (cache_entries, clean_env, jit_prewarm, karchive, make_checkout, manifest, members)
+from repro_support import cache_entries, clean_env, jit_prewarm, karchive, make_checkout, manifest, members
 from support import needs_triton
 
 pytestmark = needs_triton
@@ -38,19 +37,46 @@ def two_builds(tmp_path_factory):
     home_a, home_b = root / "home" / "kuser_a91", root / "home" / "kuser_b37"
     home_a.mkdir(parents=True)
     home_b.mkdir(parents=True)
-    env_a = clean_env(HOME=str(home_a), USER="kuser_a91", LOGNAME="kuser_a91", LC_ALL="C", LANG="C",
-                      TRITON_CACHE_DIR=str(root / "triton-cache-a"), KARCHIVE_CACHE_DIR=str(root / "karchive-cache-a"),
-                      TRITON_DEFAULT_FP_FUSION="1", TRITON_F32_DEFAULT="ieee", TRITON_DISABLE_LINE_INFO="1")
-    env_b = clean_env(HOME=str(home_b), USER="kuser_b37", LOGNAME="kuser_b37", LC_ALL="C.UTF-8", LANG="de_DE.UTF-8",
-                      TRITON_CACHE_DIR=str(warm), KARCHIVE_CACHE_DIR=str(root / "karchive-cache-b"),
-                      TRITON_DEFAULT_FP_FUSION=None, PYTHONHASHSEED="12345")
+    env_a = clean_env(
+        HOME=str(home_a),
+        USER="kuser_a91",
+        LOGNAME="kuser_a91",
+        LC_ALL="C",
+        LANG="C",
+        TRITON_CACHE_DIR=str(root / "triton-cache-a"),
+        KARCHIVE_CACHE_DIR=str(root / "karchive-cache-a"),
+        TRITON_DEFAULT_FP_FUSION="1",
+        TRITON_F32_DEFAULT="ieee",
+        TRITON_DISABLE_LINE_INFO="1",
+    )
+    env_b = clean_env(
+        HOME=str(home_b),
+        USER="kuser_b37",
+        LOGNAME="kuser_b37",
+        LC_ALL="C.UTF-8",
+        LANG="de_DE.UTF-8",
+        TRITON_CACHE_DIR=str(warm),
+        KARCHIVE_CACHE_DIR=str(root / "karchive-cache-b"),
+        TRITON_DEFAULT_FP_FUSION=None,
+        PYTHONHASHSEED="12345",
+    )
     out_a, out_b = root / "a.karc", root / "b.karc"
     # A runs where kernels.py sits in the working directory (what ptxas would stat); B from far away.
     run_a = karchive(["build", "build.toml", "-o", str(out_a), "-j", "1"], cwd=spec_a.parent, env=env_a, umask=0o022)
     run_b = karchive(["build", str(spec_b), "-o", str(out_b), "-j", "4"], cwd=root, env=env_b, umask=0o077)
-    return {"root": root, "a": out_a, "b": out_b, "run_a": run_a, "run_b": run_b, "spec_b": spec_b,
-            "warm": warm, "warm_before": warm_before, "env_b": env_b, "homes": [home_a, home_b],
-            "checkouts": [spec_a.parent, spec_b.parent, third]}
+    return {
+        "root": root,
+        "a": out_a,
+        "b": out_b,
+        "run_a": run_a,
+        "run_b": run_b,
+        "spec_b": spec_b,
+        "warm": warm,
+        "warm_before": warm_before,
+        "env_b": env_b,
+        "homes": [home_a, home_b],
+        "checkouts": [spec_a.parent, spec_b.parent, third],
+    }
 
 
 def test_two_checkouts_two_machines_same_bytes(two_builds):
@@ -75,8 +101,17 @@ def test_no_member_names_a_machine_path_user_or_home(two_builds):
     import triton
 
     root = two_builds["root"]
-    needles = {str(root), os.path.realpath(root), "kuser_a91", "kuser_b37", os.path.expanduser("~"),
-               os.path.dirname(os.path.dirname(triton.__file__)), sys.prefix, os.getcwd(), "site-packages"}
+    needles = {
+        str(root),
+        os.path.realpath(root),
+        "kuser_a91",
+        "kuser_b37",
+        os.path.expanduser("~"),
+        os.path.dirname(os.path.dirname(triton.__file__)),
+        sys.prefix,
+        os.getcwd(),
+        "site-packages",
+    }
     needles |= {str(c) for c in two_builds["checkouts"]}
     user = getpass.getuser()
     needles |= {f"/{user}/", f"/home/{user}"}
@@ -88,7 +123,9 @@ def test_line_info_kept_under_canonical_names(two_builds, tmp_path):
     """PTX .file entries, TTIR locs and the cubin's line table name kernels.py / triton/language/standard.py."""
     m = manifest(two_builds["a"])
     files = members(two_builds["a"])
-    softmax = next(v for v in m["variants"] if v["kernel"] == "kernels:softmax_kernel" and v["target"]["backend"] == "cuda")
+    softmax = next(
+        v for v in m["variants"] if v["kernel"] == "kernels:softmax_kernel" and v["target"]["backend"] == "cuda"
+    )
     ptx = files[softmax["files"]["ir"]["ptx"]["path"]].decode()
     assert '.file\t1 "kernels.py"' in ptx and '"triton/language/standard.py"' in ptx
     assert 'loc("kernels.py":' in files[softmax["files"]["ir"]["ttir"]["path"]].decode()
@@ -137,8 +174,10 @@ def test_helper_module_sources_are_stored_for_a_rebuild(two_builds):
 def test_spec_env_is_applied_recorded_and_keyed(tmp_path):
     """[archive] env reaches Triton (no line info at all), is recorded, and changes the key."""
     spec = make_checkout(tmp_path / "proj")
-    text = spec.read_text().replace('dictionary = "none"', 'dictionary = "none"\nenv = { TRITON_DISABLE_LINE_INFO = "1" }')
-    text = text[: text.index("[[kernel]]\nsource = \"mykern.py")]  # softmax only
+    text = spec.read_text().replace(
+        'dictionary = "none"', 'dictionary = "none"\nenv = { TRITON_DISABLE_LINE_INFO = "1" }'
+    )
+    text = text[: text.index('[[kernel]]\nsource = "mykern.py')]  # softmax only
     spec.write_text(text.replace('targets = ["cuda:80", "hip:gfx942"]', 'targets = ["cuda:80"]'))
     env = clean_env(KARCHIVE_CACHE_DIR=str(tmp_path / "kc"))
     out = tmp_path / "noline.karc"
@@ -154,17 +193,22 @@ def test_spec_env_is_applied_recorded_and_keyed(tmp_path):
     assert manifest(plain)["variants"][0]["key"] != v["key"]
 
 
-@pytest.mark.parametrize("env, message", [
-    ({"TRITON_DEFAULT_FP_FUSION": "0"}, "set that option instead"),
-    ({"LD_PRELOAD": "x.so"}, "cannot be set by a build"),
-    ({"TRITON_F32_DEFAULT": ["ieee"]}, "must be a string"),
-])
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"TRITON_DEFAULT_FP_FUSION": "0"}, "set that option instead"),
+        ({"LD_PRELOAD": "x.so"}, "cannot be set by a build"),
+        ({"TRITON_F32_DEFAULT": ["ieee"]}, "must be a string"),
+    ],
+)
 def test_spec_env_refuses_what_a_build_must_not_set(env, message, tmp_path):
     from karchive.errors import SpecFileError
     from karchive.producer.build.spec_file import parse_spec
 
-    data = {"archive": {"name": "x", "version": "1", "targets": ["cuda:90"], "env": env},
-            "kernel": [{"source": "k.py:f", "signature": "*fp32"}]}
+    data = {
+        "archive": {"name": "x", "version": "1", "targets": ["cuda:90"], "env": env},
+        "kernel": [{"source": "k.py:f", "signature": "*fp32"}],
+    }
     with pytest.raises(SpecFileError, match=message):
         parse_spec(data, base_dir=str(tmp_path))
 
@@ -220,8 +264,11 @@ def test_cli_json_summary_lists_warnings(two_builds):
     """--json carries the same warning for machines."""
     env = dict(two_builds["env_b"], TRITON_ENABLE_ASAN="1")
     out = two_builds["root"] / "j.karc"
-    run = karchive(["build", str(two_builds["spec_b"]), "-o", str(out), "-j", "1", "--json"], cwd=two_builds["root"],
-                   env=dict(env, KARCHIVE_CACHE_DIR=str(two_builds["root"] / "karchive-cache-a")))
+    run = karchive(
+        ["build", str(two_builds["spec_b"]), "-o", str(out), "-j", "1", "--json"],
+        cwd=two_builds["root"],
+        env=dict(env, KARCHIVE_CACHE_DIR=str(two_builds["root"] / "karchive-cache-a")),
+    )
     summary = json.loads(run.stdout)
     assert any("TRITON_ENABLE_ASAN=1" in w for w in summary["warnings"])
     assert out.read_bytes() == two_builds["a"].read_bytes()

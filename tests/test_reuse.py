@@ -14,7 +14,6 @@ import sys
 import textwrap
 
 import pytest
-
 from build_support import SPEC, SPEC_VARIANTS, build, karchive, make_checkout
 from support import ROOT, needs_triton
 
@@ -115,14 +114,14 @@ def test_no_ir_and_env_changes_are_not_reused(first, env, tmp_path):
     no_ir = build(spec, tmp_path / "noir.karc", "--no-ir", "--reuse", str(prev), env=env)
     assert no_ir["reused"] == 0 and no_ir["reuse"]["compiled_because"] == {"IR setting changed": SPEC_VARIANTS}
     spec = copy_checkout(spec, tmp_path)
-    spec.write_text(SPEC.replace('level = 3', 'level = 3\nenv = { TRITON_DISABLE_LINE_INFO = "1" }'))
+    spec.write_text(SPEC.replace("level = 3", 'level = 3\nenv = { TRITON_DISABLE_LINE_INFO = "1" }'))
     with_env = build(spec, tmp_path / "env.karc", "--reuse", str(prev), env=env)
     assert with_env["reused"] == 0 and with_env["reuse"]["compiled_because"] == {"new": SPEC_VARIANTS}
 
 
 #: Re-packs the first archive's variants with another toolchain recorded (a whole-archive difference)
 #: or one variant's Triton fingerprint changed (what a different ptxas for one target looks like).
-REPACK = textwrap.dedent('''
+REPACK = textwrap.dedent("""
     import dataclasses, sys
     from karchive.format.reader import ArchiveReader
     from karchive.producer.compile.aot import toolchain_versions
@@ -145,7 +144,7 @@ REPACK = textwrap.dedent('''
     b = ArchiveBuilder(s.name, s.version, produced_by=produced_by, level=s.level, dictionary=s.dictionary)
     b.extend(variants)
     b.write(out)
-''')
+""")
 
 
 @pytest.mark.parametrize("mode", ["triton", "one-variant"])
@@ -180,8 +179,17 @@ def test_recorded_refuses_what_carries_no_build_record():
     """Captured variants and Triton-cache imports say nothing about their request: never reused."""
     from karchive.producer.build.reuse import recorded
 
-    build_rec = {"scheme": 1, "module": "k", "attr": "f", "target": "cuda:90", "signature": "i32", "constexprs": {},
-                 "options": {}, "env": {}, "sources": [{"module": "k", "name": "k.py", "sha256": "0" * 64}]}
+    build_rec = {
+        "scheme": 1,
+        "module": "k",
+        "attr": "f",
+        "target": "cuda:90",
+        "signature": "i32",
+        "constexprs": {},
+        "options": {},
+        "env": {},
+        "sources": [{"module": "k", "name": "k.py", "sha256": "0" * 64}],
+    }
     aot = {"provenance": {"origin": "aot", "source_key": "s", "build": build_rec, "triton_cache": {}}, "files": {}}
     assert recorded(aot) is not None
     assert recorded({**aot, "provenance": {**aot["provenance"], "origin": "capture"}}) is None
@@ -191,8 +199,13 @@ def test_recorded_refuses_what_carries_no_build_record():
 
 
 def karchive_python(code: str, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
-    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True,
-                       env={**os.environ, **env, "PYTHONPATH": str(ROOT)}, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     return r
 
@@ -206,6 +219,13 @@ def triton_version() -> str:
 def test_json_summary_fields_are_stable(first, env, tmp_path):
     spec, prev = first
     summary = build(spec, tmp_path / "j.karc", "--reuse", str(prev), env=env)
-    assert set(summary["reuse"]) == {"previous", "requested", "reused", "compiled", "same_toolchain",
-                                     "toolchain_differs", "compiled_because"}
+    assert set(summary["reuse"]) == {
+        "previous",
+        "requested",
+        "reused",
+        "compiled",
+        "same_toolchain",
+        "toolchain_differs",
+        "compiled_because",
+    }
     assert json.loads(json.dumps(summary)) == summary

@@ -6,8 +6,8 @@ import pytest
 
 import karchive
 from karchive.errors import NoMatchingVariantError
-from karchive.runtime import DeviceInfo
 from karchive.registry.refs import is_registry_ref
+from karchive.runtime import DeviceInfo
 
 
 def test_open_path_lists_kernels_and_reads_only_the_tail(cuda_archive):
@@ -23,7 +23,10 @@ def test_open_path_lists_kernels_and_reads_only_the_tail(cuda_archive):
     with pytest.raises(NoMatchingVariantError, match="no kernel named 'nope'; it has: kernels:add_kernel, ") as info:
         arc.kernel("nope")
     assert isinstance(info.value, KeyError) and info.value.available == (
-        "kernels:add_kernel", "kernels:matmul_kernel", "kernels:scale_kernel")
+        "kernels:add_kernel",
+        "kernels:matmul_kernel",
+        "kernels:scale_kernel",
+    )
     with pytest.raises(NoMatchingVariantError, match="no kernel named 'other:add_kernel'"):
         arc.kernel("other:add_kernel")  # a qualified name is never matched by its short name
 
@@ -43,16 +46,26 @@ def test_registry_references_resolve_through_the_registry(cuda_archive, tmp_path
 
     reg = Registry(tmp_path / "registry", cache=tmp_path / "cache")
     record = reg.publish(cuda_archive).record
-    arc = karchive.open(f"{record.name}@{record.version}", registry=str(tmp_path / "registry"),
-                        cache_dir=tmp_path / "cache")
+    arc = karchive.open(
+        f"{record.name}@{record.version}", registry=str(tmp_path / "registry"), cache_dir=tmp_path / "cache"
+    )
     assert "kernels:add_kernel" in arc.kernels()
     assert arc.reader.source.describe().endswith(f"{record.sha256}.karc")  # served from the verified cache
 
 
-@pytest.mark.parametrize(("ref", "is_registry"), [
-    ("examples", True), ("examples@0.1.0", True), ("my-kernels@latest", True), ("examples.karc", False),
-    ("./examples", False), ("s3://b/x.karc", False), ("/abs/path", False), ("a b", True),
-])
+@pytest.mark.parametrize(
+    ("ref", "is_registry"),
+    [
+        ("examples", True),
+        ("examples@0.1.0", True),
+        ("my-kernels@latest", True),
+        ("examples.karc", False),
+        ("./examples", False),
+        ("s3://b/x.karc", False),
+        ("/abs/path", False),
+        ("a b", True),
+    ],
+)
 def test_registry_ref_heuristic(ref, is_registry, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert is_registry_ref(ref) is is_registry

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from karchive.runtime.args import NotAPointer, pointer_info
 from karchive.runtime.arg_dtypes import DLPackDtype, pointer_element, triton_dtype
+from karchive.runtime.args import NotAPointer, pointer_info
 
 
 def test_ints_and_none_are_raw_addresses():
@@ -58,11 +58,23 @@ def test_objects_with_data_ptr():
     assert triton_dtype("torch.bfloat16") == "bf16"
 
 
-@pytest.mark.parametrize(("dtype", "name"), [
-    ("torch.float32", "fp32"), ("torch.float16", "fp16"), ("torch.bool", "i1"), ("torch.uint8", "u8"),
-    ("torch.float8_e4m3fn", "fp8e4nv"), ("torch.float8_e5m2", "fp8e5"), ("<f8", "fp64"), ("|b1", "i1"),
-    (DLPackDtype((4, 16, 1)), "bf16"), (DLPackDtype((2, 32, 2)), None), ("weird", None), (None, None),
-])
+@pytest.mark.parametrize(
+    ("dtype", "name"),
+    [
+        ("torch.float32", "fp32"),
+        ("torch.float16", "fp16"),
+        ("torch.bool", "i1"),
+        ("torch.uint8", "u8"),
+        ("torch.float8_e4m3fn", "fp8e4nv"),
+        ("torch.float8_e5m2", "fp8e5"),
+        ("<f8", "fp64"),
+        ("|b1", "i1"),
+        (DLPackDtype((4, 16, 1)), "bf16"),
+        (DLPackDtype((2, 32, 2)), None),
+        ("weird", None),
+        (None, None),
+    ],
+)
 def test_dtype_names(dtype, name):
     assert triton_dtype(dtype) == name
 

@@ -1,13 +1,13 @@
 """Autotune records at load time: the recorded config per key, the fallback rule, explicit overrides."""
 
 import pytest
+from support import EXAMPLES, needs_triton
 
 import karchive
 from karchive.errors import ArgumentError, NoMatchingVariantError
 from karchive.format.autotune import AutotuneRecord
 from karchive.runtime.autotuned import AutotuneResolver
 from karchive.runtime.device import DeviceInfo
-from support import EXAMPLES, needs_triton
 
 pytestmark = needs_triton
 SIG = "*fp16:16, *fp16:16, *fp16:16, i32, i32, i32, i32:16, i32:1, i32:16, i32:1, i32:16, i32:1"
@@ -18,16 +18,27 @@ A = 0x7F0000000000  # 16-byte aligned device addresses (selection only: nothing 
 
 @pytest.fixture(scope="module")
 def tuned_archive(tmp_path_factory):
-    from karchive.producer.compile.aot import VariantRequest, compile_variant
     from karchive.producer.build.pack import ArchiveBuilder
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
 
-    variants = [compile_variant(VariantRequest(f"{EXAMPLES / 'kernels.py'}:matmul_kernel", SIG, "cuda:90", cx,
-                                               {"num_warps": w, "num_stages": 3})) for cx, w in CONFIGS]
+    variants = [
+        compile_variant(
+            VariantRequest(
+                f"{EXAMPLES / 'kernels.py'}:matmul_kernel", SIG, "cuda:90", cx, {"num_warps": w, "num_stages": 3}
+            )
+        )
+        for cx, w in CONFIGS
+    ]
     record = {
-        "kernel": "kernels:matmul_kernel", "key_names": ["M", "N", "K"], "dtype_args": [], "fallback": "nearest-log2",
+        "kernel": "kernels:matmul_kernel",
+        "key_names": ["M", "N", "K"],
+        "dtype_args": [],
+        "fallback": "nearest-log2",
         "configs": [{"kwargs": cx, "num_warps": w, "num_stages": 3} for cx, w in CONFIGS],
-        "entries": [{"key": [128, 128, 128], "config": 0, "variant": variants[0].variant.to_json()["key"]},
-                    {"key": [4096, 4096, 4096], "config": 1, "variant": variants[1].variant.to_json()["key"]}],
+        "entries": [
+            {"key": [128, 128, 128], "config": 0, "variant": variants[0].variant.to_json()["key"]},
+            {"key": [4096, 4096, 4096], "config": 1, "variant": variants[1].variant.to_json()["key"]},
+        ],
     }
     builder = ArchiveBuilder("tuned", "1", autotune=[record])
     builder.extend(variants)
@@ -62,7 +73,9 @@ def test_explicit_meta_parameters_bypass_the_records(tuned_archive):
 def test_keys_that_compare_with_nothing_are_refused_clearly(tuned_archive):
     path, _ = tuned_archive
     k = karchive.open(path).kernel("matmul_kernel")
-    k.resolver.records = [AutotuneRecord.from_json({**k.resolver.records[0].to_json(), "dtype_args": ["a_ptr"]})]  # recorded keys have no dtype part
+    k.resolver.records = [
+        AutotuneRecord.from_json({**k.resolver.records[0].to_json(), "dtype_args": ["a_ptr"]})
+    ]  # recorded keys have no dtype part
 
     class Half:
         dtype = "torch.float16"
@@ -82,9 +95,10 @@ def test_tuned_kernels_are_kernels_and_launch_on_the_chosen_variants_own_path(mo
     """One Kernel type: the resolver picks the config, the subset's variant launches. On the Python path the
     resolver runs on every call and the subset's own launch path keys the call; on the compiled path the
     kernel's one dispatcher keys what the resolver reads, so a repeated call runs no resolver (issue 33)."""
+    from runtime_support import fake_cuda, register_sizes
+
     from karchive.runtime import launch_path
     from karchive.runtime.launch.kernel import Kernel
-    from runtime_support import fake_cuda, register_sizes
 
     if path == launch_path.EXTENSION and launch_path.extension() is None:
         pytest.skip("the compiled launcher is not built here")

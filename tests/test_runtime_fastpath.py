@@ -21,17 +21,17 @@ import sys
 import threading
 import traceback
 import weakref
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 import pytest
+from runtime_support import PATHS, ROOT, fake_cuda, q, register_sizes
 
 import karchive
 from karchive.errors import ArgumentError, KarchiveError, NoMatchingVariantError, RuntimeLoadError
 from karchive.runtime import DeviceInfo, args, launch_path
 from karchive.runtime.launch._argpack import bf16_bits
 from karchive.runtime.select import MISSING
-from runtime_support import PATHS, ROOT, fake_cuda, q, register_sizes
 
 X, Y, OUT = 0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_3000
 
@@ -123,8 +123,10 @@ def play(monkeypatch, archive, path: str, script: list[Step]) -> list[tuple]:
             except Exception as exc:  # the error's fields too: both paths must fill them alike (issue 24)
                 fields = json.dumps(exc.fields, default=str, sort_keys=True) if isinstance(exc, KarchiveError) else ""
                 outcome = (type(exc).__name__, fields, str(exc))
-            seen = [(a.kernel, a.grid, a.block, a.shared, a.stream, a.params, a.extra, a.result)
-                    for a in rec.attempts[before:]]
+            seen = [
+                (a.kernel, a.grid, a.block, a.shared, a.stream, a.params, a.extra, a.result)
+                for a in rec.attempts[before:]
+            ]
             out.append((outcome, seen))
         for name in arc.kernels():
             k = arc.kernel(name)
@@ -175,8 +177,14 @@ def test_same_launches_on_both_paths(monkeypatch, cuda_archive):
     assert all(o == ("ok",) for o, _ in outcomes), [o for o, _ in outcomes if o != ("ok",)]
     runs = launched(outcomes)
     add4, add8 = runs[0], runs[8]
-    assert add4[1:4] == ((4, 1, 1), (128, 1, 1), 0) and add4[5] == (q(X), q(Y), q(OUT), struct.pack("<i", 1000),
-                                                                     q(0), q(0))
+    assert add4[1:4] == ((4, 1, 1), (128, 1, 1), 0) and add4[5] == (
+        q(X),
+        q(Y),
+        q(OUT),
+        struct.pack("<i", 1000),
+        q(0),
+        q(0),
+    )
     assert add8[2] == (256, 1, 1) and add8[5][0] == q(X + 4)
     assert runs[3][1] == (5, 2, 1) and runs[4][1] == (2, 3, 4)
     assert [r[4] for r in runs[12:15]] == [0x123, 0xABC, 0xDEF]
@@ -192,17 +200,29 @@ def test_every_scalar_type_packs_the_same(monkeypatch, launch_archive):
     vals = dict(flag=True, i8v=-5, i16v=-300, u32v=4_000_000_000, i64v=-(1 << 40), h=0.1, b=0.3333, f=1.5, d=0.1, n=7)
     script: list[Step] = [
         lambda a: a.kernel("scalars_kernel")[(1,)](X, **vals),
-        lambda a: a.kernel("scalars_kernel")[(1,)](X, False, 127, 32767, 0, (1 << 63) - 1, -65504.0, 1e38, -0.0,
-                                                   1e300, -(1 << 31)),
-        lambda a: a.kernel("scalars_kernel")[(1,)](X, 1, -128, -32768, 4294967295, -(1 << 63), float("inf"),
-                                                   float("-inf"), float("nan"), 2, 0),
+        lambda a: a.kernel("scalars_kernel")[(1,)](
+            X, False, 127, 32767, 0, (1 << 63) - 1, -65504.0, 1e38, -0.0, 1e300, -(1 << 31)
+        ),
+        lambda a: a.kernel("scalars_kernel")[(1,)](
+            X, 1, -128, -32768, 4294967295, -(1 << 63), float("inf"), float("-inf"), float("nan"), 2, 0
+        ),
     ]
     outcomes = both(monkeypatch, launch_archive, script)
     assert all(o == ("ok",) for o, _ in outcomes), outcomes
     first = launched(outcomes)[0][5]
-    assert first[:11] == (q(X), b"\x01", struct.pack("<b", -5), struct.pack("<h", -300), struct.pack("<I", 4_000_000_000),
-                          struct.pack("<q", -(1 << 40)), struct.pack("<e", 0.1), struct.pack("<H", bf16_bits(0.3333)),
-                          struct.pack("<f", 1.5), struct.pack("<d", 0.1), struct.pack("<i", 7))
+    assert first[:11] == (
+        q(X),
+        b"\x01",
+        struct.pack("<b", -5),
+        struct.pack("<h", -300),
+        struct.pack("<I", 4_000_000_000),
+        struct.pack("<q", -(1 << 40)),
+        struct.pack("<e", 0.1),
+        struct.pack("<H", bf16_bits(0.3333)),
+        struct.pack("<f", 1.5),
+        struct.pack("<d", 0.1),
+        struct.pack("<i", 7),
+    )
     third = launched(outcomes)[2][5]
     assert third[6] == struct.pack("<e", float("inf")) and third[7] == struct.pack("<H", 0xFF80)
 
@@ -340,8 +360,16 @@ def test_omitted_constexprs_and_options_resolve_the_same_on_both_paths(monkeypat
     ]
     outcomes = both(monkeypatch, omit_archive, script)
     kinds = [o[0][0] for o in outcomes]
-    assert kinds == ["NoMatchingVariantError", "NoMatchingVariantError", "ok", "ok", "NoMatchingVariantError",
-                     "ok", "ok", "ok"], outcomes
+    assert kinds == [
+        "NoMatchingVariantError",
+        "NoMatchingVariantError",
+        "ok",
+        "ok",
+        "NoMatchingVariantError",
+        "ok",
+        "ok",
+        "ok",
+    ], outcomes
     assert "omits constexpr 'EVEN', which has no default in the kernel's signature" in outcomes[0][0][-1]
     assert "EVEN = False, True" in outcomes[0][0][-1]
     assert "num_warps = 2, 8 (Triton's default: 4)" in outcomes[4][0][-1]
@@ -356,7 +384,12 @@ def test_the_build_records_signature_defaults(omit_archive):
     even = arc.variants("even_kernel")[0].params
     with_default = arc.variants("even_default_kernel")[0].params
     assert [(p.name, p.has_default) for p in even] == [
-        ("x_ptr", False), ("out_ptr", False), ("n", False), ("BLOCK", False), ("EVEN", False)]
+        ("x_ptr", False),
+        ("out_ptr", False),
+        ("n", False),
+        ("BLOCK", False),
+        ("EVEN", False),
+    ]
     assert (with_default[4].has_default, with_default[4].default) == (True, False)
     assert with_default[4].to_json()["default"] is False and even[4].to_json()["required"] is True
 
@@ -418,7 +451,9 @@ def test_bound_launchers_behave_the_same(monkeypatch, cuda_archive):
     assert all(e[0] == "ArgumentError" for e in errors), errors
     assert "not 16-byte aligned" in errors[0][-1] and "takes 4 values" in errors[1][-1]
     assert "not 16-byte aligned" in errors[4][-1] and "no parameter 'nope'" in errors[5][-1]
-    assert json.loads(errors[1][1])["param"] is None and json.loads(errors[5][1])["param"] == "nope"  # the bound launcher's
+    assert (
+        json.loads(errors[1][1])["param"] is None and json.loads(errors[5][1])["param"] == "nope"
+    )  # the bound launcher's
     assert runs[5] == runs[4]  # nothing changed by the refused calls
     assert runs[7][5][3] == struct.pack("<H", bf16_bits(0.3333))  # (stride == 1 is compiled in)
     assert outcomes[-1] == (("ok",), [])  # empty grid: nothing launched
@@ -511,9 +546,11 @@ def test_kernels_and_their_compiled_dispatchers_are_collected(monkeypatch, cuda_
 
 def test_forcing_the_python_path_and_requiring_the_extension(monkeypatch, cuda_archive):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "KARCHIVE_LAUNCH_PATH": "python"}
-    code = ("import karchive, json; from karchive.runtime import launch_path as p; "
-            "k = karchive.open(%r).kernel('add_kernel'); print(json.dumps([p.status().active, k.launch_path]))"
-            % str(cuda_archive))
+    code = (
+        "import karchive, json; from karchive.runtime import launch_path as p; "
+        "k = karchive.open(%r).kernel('add_kernel'); print(json.dumps([p.status().active, k.launch_path]))"
+        % str(cuda_archive)
+    )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ['["python",', '"python"]']
@@ -522,13 +559,17 @@ def test_forcing_the_python_path_and_requiring_the_extension(monkeypatch, cuda_a
         assert karchive.open(str(cuda_archive)).kernel("add_kernel").launch_path == launch_path.PYTHON
     with launch_path.forced(launch_path.EXTENSION):
         k = karchive.open(str(cuda_archive)).kernel("add_kernel")
-        with pytest.raises(RuntimeLoadError, match="KARCHIVE_LAUNCH_PATH=extension asks for karchive's compiled "
-                                                   "launcher, which is not built"):
+        with pytest.raises(
+            RuntimeLoadError,
+            match="KARCHIVE_LAUNCH_PATH=extension asks for karchive's compiled launcher, which is not built",
+        ):
             k[(1,)](X, Y, OUT, 5)
 
 
-@pytest.mark.skipif(os.environ.get("KARCHIVE_REQUIRE_EXTENSION") != "1",
-                    reason="set KARCHIVE_REQUIRE_EXTENSION=1 where the compiled launcher must be built (CI)")
+@pytest.mark.skipif(
+    os.environ.get("KARCHIVE_REQUIRE_EXTENSION") != "1",
+    reason="set KARCHIVE_REQUIRE_EXTENSION=1 where the compiled launcher must be built (CI)",
+)
 def test_the_compiled_launcher_is_built_where_required():
     status = launch_path.status()
     assert status.built, status.detail

@@ -15,11 +15,11 @@ import struct
 import threading
 
 import pytest
+from runtime_support import PATHS, fake_hip, path_param, q, register_sizes
 
 import karchive
 from karchive.errors import ArgumentError, LaunchError, NoMatchingVariantError
 from karchive.runtime import launch_path
-from runtime_support import PATHS, fake_hip, path_param, q, register_sizes
 
 X, Y, OUT = 0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_3000
 
@@ -72,8 +72,15 @@ def test_equal_to_1_param_is_not_passed_and_fp16_is_two_bytes(env):
     # x, out, n, alpha(fp16), scratch, scratch: stride == 1 was compiled in
     assert hip.launches()[-1].params == (q(X), q(OUT), struct.pack("<i", 100), struct.pack("<e", 0.1), q(0), q(0))
     scale[(1,)](X, OUT, 100, 3, 0.1, BLOCK=256)  # raw int pointers say no dtype: the general fp32 variant
-    assert hip.launches()[-1].params == (q(X), q(OUT), struct.pack("<i", 100), struct.pack("<i", 3),
-                                         struct.pack("<f", 0.1), q(0), q(0))
+    assert hip.launches()[-1].params == (
+        q(X),
+        q(OUT),
+        struct.pack("<i", 100),
+        struct.pack("<i", 3),
+        struct.pack("<f", 0.1),
+        q(0),
+        q(0),
+    )
 
 
 def test_grid_callable_and_empty_grid(env):
@@ -185,5 +192,4 @@ def test_keyword_arguments_bind_like_positional_ones(env):
     assert add.cached_calls == 1  # one key: keywords bound like positional arguments, not a second miss
     assert [c.params[:3] for c in hip.launches()] == [(q(X), q(Y), q(OUT))] * 3
     if add.launch_path == launch_path.PYTHON:  # the generated function takes the kernel's own names
-        assert list(inspect.signature(add._run).parameters)[1:6] == ["x_ptr", "y_ptr", "out_ptr", "n_elements",
-                                                                      "BLOCK"]
+        assert list(inspect.signature(add._run).parameters)[1:6] == ["x_ptr", "y_ptr", "out_ptr", "n_elements", "BLOCK"]

@@ -10,6 +10,7 @@ before), on the same calls: the variant chosen, or the error's type, words and f
 from __future__ import annotations
 
 import pytest
+from runtime_support import PATHS, fake_cuda, launched_variant, register_sizes
 
 import karchive
 from karchive.errors import ArgumentError, KarchiveError, NoMatchingVariantError
@@ -18,7 +19,6 @@ from karchive.runtime import DeviceInfo, launch_path
 from karchive.runtime.launch._lazy import TargetSource
 from karchive.runtime.launch.kernel import Kernel
 from karchive.runtime.select import may_run_on, target_agrees
-from runtime_support import PATHS, fake_cuda, launched_variant, register_sizes
 
 X, Y, OUT = 0x7F00_0000_1000, 0x7F00_0000_2000, 0x7F00_0000_3001  # OUT: not 16-byte aligned
 A16 = 0x7F00_0000_4000
@@ -42,9 +42,16 @@ def _outcome(kernel, args, kwargs, device) -> tuple:
 
 #: Calls of add_kernel(x, y, out, n, BLOCK) and scale_kernel: fitting ones, and ones nothing fits.
 CALLS = {
-    "add_kernel": [((A16, A16, A16, 4096), {}), ((A16, A16, OUT, 4096), {}), ((A16, A16, A16, 4096), {"BLOCK": 512}),
-                   ((A16, A16, A16, 4096), {"BLOCK": 64}), ((A16, A16, A16, 4096), {"num_warps": 8}),
-                   ((A16, A16, A16, 2.5), {}), ((A16, A16), {}), ((A16, A16, A16, 7), {"nope": 1})],
+    "add_kernel": [
+        ((A16, A16, A16, 4096), {}),
+        ((A16, A16, OUT, 4096), {}),
+        ((A16, A16, A16, 4096), {"BLOCK": 512}),
+        ((A16, A16, A16, 4096), {"BLOCK": 64}),
+        ((A16, A16, A16, 4096), {"num_warps": 8}),
+        ((A16, A16, A16, 2.5), {}),
+        ((A16, A16), {}),
+        ((A16, A16, A16, 7), {"nope": 1}),
+    ],
     "scale_kernel": [((A16, A16, 64, 1, 2.0), {}), ((A16, A16, 64, 3, 2.0), {}), ((A16, A16, 64, 1, "x"), {})],
 }
 
@@ -91,8 +98,9 @@ def test_a_refusal_names_the_variants_of_every_target(cuda_archive):
         _eager(cuda_archive, "add_kernel").select(A16, A16, A16, 4096, BLOCK=64, device="cuda:90")
     assert str(info.value) == str(want.value) and info.value.rejections == want.value.rejections
     assert "3 variant(s) rejected" in str(info.value)
-    assert any("sm_80" in label and "a cubin runs on its own major version only" in why
-               for label, why in info.value.rejections)
+    assert any(
+        "sm_80" in label and "a cubin runs on its own major version only" in why for label, why in info.value.rejections
+    )
     assert info.value.__cause__ is None and info.value.__suppress_context__
 
 
@@ -112,11 +120,19 @@ def test_launches_set_up_over_this_machines_targets_and_refuse_as_before(monkeyp
         assert k.plan == make_plan_of(k._candidates) and k.cached_calls == 1
         eager[(1,)](A16, A16, A16, 4096)
         lazy_launch, eager_launch = rec.launches()[-2:]
-        assert (lazy_launch.grid, lazy_launch.block, lazy_launch.shared, lazy_launch.params) == \
-            (eager_launch.grid, eager_launch.block, eager_launch.shared, eager_launch.params)
+        assert (lazy_launch.grid, lazy_launch.block, lazy_launch.shared, lazy_launch.params) == (
+            eager_launch.grid,
+            eager_launch.block,
+            eager_launch.shared,
+            eager_launch.params,
+        )
         assert launched_variant(rec, arc, lazy_launch) == launched_variant(rec, arc, eager_launch)
-        for args, kwargs in [((A16, A16, A16, 4096), {"BLOCK": 64}), ((A16, A16), {}),
-                             ((A16, A16, A16, 4096), {"nope": 1}), ((A16, A16, A16, 2.5), {})]:
+        for args, kwargs in [
+            ((A16, A16, A16, 4096), {"BLOCK": 64}),
+            ((A16, A16), {}),
+            ((A16, A16, A16, 4096), {"nope": 1}),
+            ((A16, A16, A16, 2.5), {}),
+        ]:
             with pytest.raises((ArgumentError, NoMatchingVariantError)) as got:
                 k[(1,)](*args, **kwargs)
             with pytest.raises((ArgumentError, NoMatchingVariantError)) as want:
@@ -140,8 +156,11 @@ def test_without_a_device_count_or_driver_the_kernel_holds_every_variant(monkeyp
     before); the archive's ``backend()`` is what says so."""
     arc = karchive.open(str(cuda_archive))
     k = arc.kernel("add_kernel")
-    monkeypatch.setattr(type(arc), "backend", lambda self: (_ for _ in ()).throw(
-        karchive.errors.NoDeviceError("no driver here", backend="cuda")))
+    monkeypatch.setattr(
+        type(arc),
+        "backend",
+        lambda self: (_ for _ in ()).throw(karchive.errors.NoDeviceError("no driver here", backend="cuda")),
+    )
     assert len(k._candidates) == 3 and not k._source.partial
     with pytest.raises(karchive.errors.NoDeviceError):
         k[(1,)](A16, A16, A16, 4096)
@@ -217,7 +236,8 @@ def test_a_machine_with_two_kinds_of_gpu_has_one_dispatcher_over_both_targets(mo
         eager = Kernel(arc, arc.kernel_name("add_kernel"), arc.variants("add_kernel"))
         for device in (0, 1):
             for block in (256, 1024):
-                assert k.select(A16, A16, A16, 4096, BLOCK=block, device=device) == \
-                    eager.select(A16, A16, A16, 4096, BLOCK=block, device=device)
+                assert k.select(A16, A16, A16, 4096, BLOCK=block, device=device) == eager.select(
+                    A16, A16, A16, 4096, BLOCK=block, device=device
+                )
         assert k.select(A16, A16, A16, 4096, BLOCK=256, device=1).abi.binary_arch == "sm_80"
         assert {str(v.target) for v in k._candidates} == {"cuda:80", "cuda:90"} and k._source.partial

@@ -13,11 +13,11 @@ import sys
 import textwrap
 
 import pytest
+from runtime_support import ROOT
 
 import karchive
 from karchive.errors import NoDeviceError
 from karchive.runtime import backend as backend_mod
-from runtime_support import ROOT
 
 
 def _has_gpu() -> bool:
@@ -31,7 +31,9 @@ def _has_gpu() -> bool:
 
 def _has_cuda_python() -> bool:
     try:
-        return importlib.util.find_spec("cuda.bindings") is not None or importlib.util.find_spec("cuda.cuda") is not None
+        return (
+            importlib.util.find_spec("cuda.bindings") is not None or importlib.util.find_spec("cuda.cuda") is not None
+        )
     except ImportError:  # no "cuda" package at all
         return False
 
@@ -40,7 +42,8 @@ needs_no_gpu = pytest.mark.skipif(_has_gpu(), reason="this machine has a GPU; th
 needs_cuda_python = pytest.mark.skipif(
     not _has_cuda_python(),
     reason="cuda-python is not installed, so a launch stops at the missing package before it looks for libcuda "
-           "(test_launch_without_cuda_python_names_the_package covers that)")
+    "(test_launch_without_cuda_python_names_the_package covers that)",
+)
 
 BLOCKER = textwrap.dedent("""
     import sys
@@ -55,14 +58,21 @@ BLOCKER = textwrap.dedent("""
 
 def _child(code: str, blocked: list[str]) -> dict:
     src = f"BLOCKED = {blocked!r}\n" + BLOCKER + textwrap.dedent(code)
-    r = subprocess.run([sys.executable, "-c", src], capture_output=True, text=True, cwd=ROOT, timeout=120,
-                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    r = subprocess.run(
+        [sys.executable, "-c", src],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=120,
+        env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"},
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
 def test_import_karchive_is_light():
-    out = _child("""
+    out = _child(
+        """
         import json, sys, time
         t = time.perf_counter()
         import karchive
@@ -70,12 +80,15 @@ def test_import_karchive_is_light():
         heavy = sorted(m for m in sys.modules if m.split(".")[0] in
                        ("triton", "torch", "cuda", "fsspec", "zstandard", "numpy", "hip", "jax", "cupy"))
         print(json.dumps({"heavy": heavy, "ms": ms}))
-    """, [])
+    """,
+        [],
+    )
     assert out["heavy"] == []
 
 
 def test_load_and_launch_path_imports_neither_triton_nor_torch(cuda_archive):
-    out = _child(f"""
+    out = _child(
+        f"""
         import json, sys
         import karchive
         from karchive.runtime import DeviceInfo
@@ -90,7 +103,9 @@ def test_load_and_launch_path_imports_neither_triton_nor_torch(cuda_archive):
             launched = str(exc)
         bad = sorted(m for m in sys.modules if m.split(".")[0] in ("triton", "torch"))
         print(json.dumps({{"bad": bad, "variant": v.key, "launched": launched}}))
-    """, ["triton", "torch"])
+    """,
+        ["triton", "torch"],
+    )
     assert out["bad"] == []
     assert len(out["variant"]) == 64
 
@@ -108,7 +123,8 @@ def test_launch_without_driver_names_libcuda(cuda_archive, monkeypatch):
 
 
 def test_launch_without_cuda_python_names_the_package(cuda_archive):
-    out = _child(f"""
+    out = _child(
+        f"""
         import json
         import karchive
         from karchive.errors import NoDeviceError
@@ -119,7 +135,9 @@ def test_launch_without_cuda_python_names_the_package(cuda_archive):
         except NoDeviceError as exc:
             msg = str(exc)
         print(json.dumps({{"msg": msg}}))
-    """, ["cuda"])
+    """,
+        ["cuda"],
+    )
     assert "cuda-python" in out["msg"] and "karchive[cuda]" in out["msg"]
 
 
@@ -128,6 +146,7 @@ def test_hip_archive_without_hip_python_names_the_package(monkeypatch):
     monkeypatch.setattr(backend_mod, "_failures", {})
     try:
         import hip  # noqa: F401
+
         pytest.skip("hip-python is installed here")
     except ImportError:
         pass

@@ -20,10 +20,22 @@ def _abi(params: list[tuple[str, str, str]], scratch: int = 2) -> Abi:
     return Abi(1, "k", "cubin", "sm_90a", tuple(ps), 0, 4, 32, 1, (1, 1, 1), False, False, 0, 1, 0, 1)
 
 
-ALL = [("p", "pointer", "*fp32"), ("b", "scalar", "i1"), ("c", "scalar", "i8"), ("h", "scalar", "i16"),
-       ("i", "scalar", "i32"), ("l", "scalar", "i64"), ("ub", "scalar", "u8"), ("uh", "scalar", "u16"),
-       ("ui", "scalar", "u32"), ("ul", "scalar", "u64"), ("e", "scalar", "fp16"), ("bf", "scalar", "bf16"),
-       ("f", "scalar", "fp32"), ("d", "scalar", "fp64")]
+ALL = [
+    ("p", "pointer", "*fp32"),
+    ("b", "scalar", "i1"),
+    ("c", "scalar", "i8"),
+    ("h", "scalar", "i16"),
+    ("i", "scalar", "i32"),
+    ("l", "scalar", "i64"),
+    ("ub", "scalar", "u8"),
+    ("uh", "scalar", "u16"),
+    ("ui", "scalar", "u32"),
+    ("ul", "scalar", "u64"),
+    ("e", "scalar", "fp16"),
+    ("bf", "scalar", "bf16"),
+    ("f", "scalar", "fp32"),
+    ("d", "scalar", "fp64"),
+]
 
 
 def _slots(layout: ParamLayout) -> list[bytes]:
@@ -34,14 +46,42 @@ def _slots(layout: ParamLayout) -> list[bytes]:
 
 def test_every_scalar_type_is_packed_with_its_exact_width_and_bits():
     layout = ParamLayout(_abi(ALL))
-    values = [0xDEADBEEF0, 1, -5, -300, -70000, -(1 << 40), 200, 60000, 4_000_000_000, (1 << 64) - 1, 0.1,
-              bf16_bits(0.1), 0.1, 0.1]
+    values = [
+        0xDEADBEEF0,
+        1,
+        -5,
+        -300,
+        -70000,
+        -(1 << 40),
+        200,
+        60000,
+        4_000_000_000,
+        (1 << 64) - 1,
+        0.1,
+        bf16_bits(0.1),
+        0.1,
+        0.1,
+    ]
     layout.pack(values)
     got = _slots(layout)
-    want = [struct.pack("<Q", 0xDEADBEEF0), b"\x01", struct.pack("<b", -5), struct.pack("<h", -300),
-            struct.pack("<i", -70000), struct.pack("<q", -(1 << 40)), bytes([200]), struct.pack("<H", 60000),
-            struct.pack("<I", 4_000_000_000), b"\xff" * 8, struct.pack("<e", 0.1), struct.pack("<H", 0x3DCC),
-            struct.pack("<f", 0.1), struct.pack("<d", 0.1), b"\0" * 8, b"\0" * 8]
+    want = [
+        struct.pack("<Q", 0xDEADBEEF0),
+        b"\x01",
+        struct.pack("<b", -5),
+        struct.pack("<h", -300),
+        struct.pack("<i", -70000),
+        struct.pack("<q", -(1 << 40)),
+        bytes([200]),
+        struct.pack("<H", 60000),
+        struct.pack("<I", 4_000_000_000),
+        b"\xff" * 8,
+        struct.pack("<e", 0.1),
+        struct.pack("<H", 0x3DCC),
+        struct.pack("<f", 0.1),
+        struct.pack("<d", 0.1),
+        b"\0" * 8,
+        b"\0" * 8,
+    ]
     assert got == want
     assert [p.size for p in layout.abi.params] == [8, 1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 2, 4, 8, 8, 8]
     # each slot is naturally aligned inside one buffer
@@ -57,9 +97,20 @@ def test_bf16_follows_tritons_launcher_not_round_to_nearest():
     assert bf16_bits(float("nan")) & 0x7F80 == 0x7F80
 
 
-@pytest.mark.parametrize(("typ", "bad"), [("i32", 1 << 31), ("i32", -(1 << 31) - 1), ("u32", -1), ("i8", 128),
-                                          ("u64", 1 << 64), ("i64", 1 << 63), ("fp16", 1e6), ("i32", 2.5),
-                                          ("fp32", "x")])
+@pytest.mark.parametrize(
+    ("typ", "bad"),
+    [
+        ("i32", 1 << 31),
+        ("i32", -(1 << 31) - 1),
+        ("u32", -1),
+        ("i8", 128),
+        ("u64", 1 << 64),
+        ("i64", 1 << 63),
+        ("fp16", 1e6),
+        ("i32", 2.5),
+        ("fp32", "x"),
+    ],
+)
 def test_out_of_range_or_wrong_type_names_the_parameter(typ, bad):
     layout = ParamLayout(_abi([("p", "pointer", "*fp32"), ("n_elements", "scalar", typ)]))
     with pytest.raises(ArgumentError, match=r"'n_elements' \(" + typ):

@@ -16,19 +16,37 @@ RTX3090 = DeviceInfo.describe_target("cuda:86", shared_optin=99 * 1024, driver_v
 ALIGNED, OFF = 0x7F00_0000_0000, 0x7F00_0000_0004
 
 
-@pytest.mark.parametrize(("arch", "cc", "ok"), [
-    ("sm_80", (8, 0), True), ("sm_80", (8, 6), True), ("sm_80", (8, 9), True), ("sm_86", (8, 0), False),
-    ("sm_80", (9, 0), False), ("sm_90a", (9, 0), True), ("sm_90a", (10, 0), False), ("sm_90", (9, 0), True),
-    ("sm_100a", (10, 0), True), ("sm_100f", (10, 3), True), ("sm_100f", (12, 0), False), ("bogus", (9, 0), False),
-])
+@pytest.mark.parametrize(
+    ("arch", "cc", "ok"),
+    [
+        ("sm_80", (8, 0), True),
+        ("sm_80", (8, 6), True),
+        ("sm_80", (8, 9), True),
+        ("sm_86", (8, 0), False),
+        ("sm_80", (9, 0), False),
+        ("sm_90a", (9, 0), True),
+        ("sm_90a", (10, 0), False),
+        ("sm_90", (9, 0), True),
+        ("sm_100a", (10, 0), True),
+        ("sm_100f", (10, 3), True),
+        ("sm_100f", (12, 0), False),
+        ("bogus", (9, 0), False),
+    ],
+)
 def test_cubin_compatibility(arch, cc, ok):
     assert cubin_runs_on(arch, cc) is ok
 
 
-@pytest.mark.parametrize(("target", "cc", "ok"), [
-    ("sm_80", (9, 0), True), ("sm_80", (12, 0), True), ("sm_90", (8, 9), False), ("sm_90a", (9, 0), True),
-    ("sm_90a", (10, 0), False),
-])
+@pytest.mark.parametrize(
+    ("target", "cc", "ok"),
+    [
+        ("sm_80", (9, 0), True),
+        ("sm_80", (12, 0), True),
+        ("sm_90", (8, 9), False),
+        ("sm_90a", (9, 0), True),
+        ("sm_90a", (10, 0), False),
+    ],
+)
 def test_ptx_compatibility(target, cc, ok):
     assert ptx_runs_on(target, cc) is ok
 
@@ -54,7 +72,10 @@ def test_device_rules(cuda_archive):
     with pytest.raises(NoMatchingVariantError) as e:
         add.select(ALIGNED, ALIGNED, ALIGNED, 10, BLOCK=512, device=H100)
     msg = str(e.value)
-    assert "cubin is sm_80, the device is sm_90" in msg and "BLOCK=512, but this variant was compiled with BLOCK=1024" in msg
+    assert (
+        "cubin is sm_80, the device is sm_90" in msg
+        and "BLOCK=512, but this variant was compiled with BLOCK=1024" in msg
+    )
     assert msg.count("\n  - ") == 3  # every variant listed with its reason
 
 
@@ -65,7 +86,9 @@ def test_shared_memory_limit_rejects(cuda_archive):
     need = mm.select(*args, device=H100).abi.shared
     assert need > 0
     tiny = DeviceInfo.describe_target("cuda:90", shared_optin=need - 1)
-    with pytest.raises(NoMatchingVariantError, match=f"needs {need} bytes of shared memory per block, the device allows"):
+    with pytest.raises(
+        NoMatchingVariantError, match=f"needs {need} bytes of shared memory per block, the device allows"
+    ):
         mm.select(*args, device=tiny)
 
 

@@ -28,25 +28,67 @@ NAMES = ["x_ptr", "n", "EVEN", "BLOCK"]
 CASES = 3000
 
 
-def _variant(rng: random.Random, i: int, signature: dict[str, tuple[bool | None, Any]], cx: dict[str, Any],
-             warps: int, stages: int, arch: str, aligned: bool) -> Variant:
-    params = (Param("x_ptr", "*fp32", divisibility=16 if aligned else None), Param("n", "i32"),
-              *(Param(n, "constexpr", constexpr=cx[n], is_constexpr=True, has_default=signature[n][0],
-                      default=signature[n][1] if signature[n][0] else None) for n in CONSTEXPRS))
-    abi = Abi(version=1, entry="k", binary_format="cubin", binary_arch=f"sm_{arch}",
-              params=(AbiParam("x_ptr", "pointer", "*fp32", 0, 8), AbiParam("n", "scalar", "i32", 1, 4)),
-              shared=0, num_warps=warps, warp_size=32, num_ctas=1, cluster_dims=(1, 1, 1), cooperative_grid=False,
-              pdl=False, global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0,
-              profile_scratch_align=1)
+def _variant(
+    rng: random.Random,
+    i: int,
+    signature: dict[str, tuple[bool | None, Any]],
+    cx: dict[str, Any],
+    warps: int,
+    stages: int,
+    arch: str,
+    aligned: bool,
+) -> Variant:
+    params = (
+        Param("x_ptr", "*fp32", divisibility=16 if aligned else None),
+        Param("n", "i32"),
+        *(
+            Param(
+                n,
+                "constexpr",
+                constexpr=cx[n],
+                is_constexpr=True,
+                has_default=signature[n][0],
+                default=signature[n][1] if signature[n][0] else None,
+            )
+            for n in CONSTEXPRS
+        ),
+    )
+    abi = Abi(
+        version=1,
+        entry="k",
+        binary_format="cubin",
+        binary_arch=f"sm_{arch}",
+        params=(AbiParam("x_ptr", "pointer", "*fp32", 0, 8), AbiParam("n", "scalar", "i32", 1, 4)),
+        shared=0,
+        num_warps=warps,
+        warp_size=32,
+        num_ctas=1,
+        cluster_dims=(1, 1, 1),
+        cooperative_grid=False,
+        pdl=False,
+        global_scratch_size=0,
+        global_scratch_align=1,
+        profile_scratch_size=0,
+        profile_scratch_align=1,
+    )
     ref = FileRef("variants/x/kernel.cubin", 1, "ab" * 32)
     key = f"{rng.getrandbits(256):064x}"
-    return Variant(kernel="k", key=key, target=Target("cuda", arch, 32), params=params,
-                   options={"num_warps": warps, "num_stages": stages, "num_ctas": 1, "maxnreg": None},
-                   abi=abi, binary=ref, metadata=ref, provenance=Provenance("aot"))
+    return Variant(
+        kernel="k",
+        key=key,
+        target=Target("cuda", arch, 32),
+        params=params,
+        options={"num_warps": warps, "num_stages": stages, "num_ctas": 1, "maxnreg": None},
+        abi=abi,
+        binary=ref,
+        metadata=ref,
+        provenance=Provenance("aot"),
+    )
 
 
-def _case(rng: random.Random) -> tuple[list[Variant], dict[str, tuple[bool | None, Any]], dict[str, Any],
-                                      DeviceInfo, list[Any], dict[str, Any]]:
+def _case(
+    rng: random.Random,
+) -> tuple[list[Variant], dict[str, tuple[bool | None, Any]], dict[str, Any], DeviceInfo, list[Any], dict[str, Any]]:
     # The kernel's true signature, and whether this archive records it (old archives do not).
     recorded = rng.random() < 0.7
     truth = {n: (True, rng.choice(vals)) if rng.random() < 0.5 else (False, None) for n, vals in CONSTEXPRS.items()}
@@ -63,10 +105,15 @@ def _case(rng: random.Random) -> tuple[list[Variant], dict[str, tuple[bool | Non
     # Calls mostly ask for what some variant has (else nearly every case would be a plain mismatch).
     like = rng.choice(variants)
     dev = DeviceInfo.describe_target(f"cuda:{like.target.arch}" if rng.random() < 0.8 else "cuda:90")
-    call_cx = {n: (like.constexprs[n] if rng.random() < 0.8 else rng.choice(vals)) if rng.random() < 0.5
-               else MISSING for n, vals in CONSTEXPRS.items()}
-    options = {o: (like.options[o] if rng.random() < 0.8 else rng.choice(vals))
-               for o, vals in (("num_warps", [2, 4, 8]), ("num_stages", [2, 3, 4])) if rng.random() < 0.4}
+    call_cx = {
+        n: (like.constexprs[n] if rng.random() < 0.8 else rng.choice(vals)) if rng.random() < 0.5 else MISSING
+        for n, vals in CONSTEXPRS.items()
+    }
+    options = {
+        o: (like.options[o] if rng.random() < 0.8 else rng.choice(vals))
+        for o, vals in (("num_warps", [2, 4, 8]), ("num_stages", [2, 3, 4]))
+        if rng.random() < 0.4
+    }
     values = [rng.choice([ALIGNED, OFF]), rng.randint(1, 4096), call_cx["EVEN"], call_cx["BLOCK"]]
     return variants, truth, signature, dev, values, options
 
@@ -101,8 +148,10 @@ def test_pick_is_what_triton_compiles_or_a_refusal_and_never_depends_on_order():
         # The same archive listed in another order, with option dicts in another key order, and the
         # call's launch options given in another order: the same answer.
         for _ in range(3):
-            shuffled = [replace(v, options=dict(rng.sample(list(v.options.items()), len(v.options))))
-                        for v in rng.sample(variants, len(variants))]
+            shuffled = [
+                replace(v, options=dict(rng.sample(list(v.options.items()), len(v.options))))
+                for v in rng.sample(variants, len(variants))
+            ]
             opts = dict(rng.sample(list(options.items()), len(options)))
             assert _pick(shuffled, dev, values, opts) == got, f"case {case}: the pick depends on order"
         runnable = [v for v in variants if _runs(v, dev)]
@@ -122,19 +171,22 @@ def test_pick_is_what_triton_compiles_or_a_refusal_and_never_depends_on_order():
             # exactly so can run it.
             settled = all(values[NAMES.index(n)] is not MISSING or signature[n][0] for n in CONSTEXPRS)
             if settled and len(options) == 2:
-                assert not any(v.constexprs == triton_cx and _fits_call(v, values, options) for v in runnable), \
+                assert not any(v.constexprs == triton_cx and _fits_call(v, values, options) for v in runnable), (
                     f"case {case}: refused a complete call that an archived variant fits"
+                )
             continue
         picked += 1
         v = next(x for x in variants if x.key == got)
         assert _runs(v, dev) and _fits_call(v, values, options)
         for n in CONSTEXPRS:
             if n in triton_cx and signature[n][0] is not None or values[NAMES.index(n)] is not MISSING:
-                assert v.constexprs[n] == triton_cx[n] and type(v.constexprs[n]) is type(triton_cx[n]), \
+                assert v.constexprs[n] == triton_cx[n] and type(v.constexprs[n]) is type(triton_cx[n]), (
                     f"case {case}: {n}={v.constexprs[n]!r}, Triton compiles {n}={triton_cx[n]!r}"
+                )
             else:  # omitted, no default on record: only where the runnable variants leave no choice
-                assert {x.constexprs[n] for x in runnable} == {v.constexprs[n]}, \
+                assert {x.constexprs[n] for x in runnable} == {v.constexprs[n]}, (
                     f"case {case}: omitted {n} picked from {[x.constexprs[n] for x in runnable]}"
+                )
         exact += all(n in triton_cx and v.constexprs[n] == triton_cx[n] for n in CONSTEXPRS)
         # Launch options: given ones exactly; omitted ones Triton's default, unless every variant that
         # fits the call with these constexprs has the same value (then nothing was chosen).
@@ -160,13 +212,17 @@ def test_the_issue_case_even_omitted(recorded):
     dev = DeviceInfo.describe_target("cuda:90")
     for order in (vs, vs[::-1]):
         with pytest.raises(NoMatchingVariantError, match=r"omits constexpr 'EVEN'.*EVEN = False, True") as e:
-            select_variant("k", order, dev, [ALIGNED, 1000, MISSING, 256], [(ALIGNED, None, None), None, None, None],
-                           NAMES)
+            select_variant(
+                "k", order, dev, [ALIGNED, 1000, MISSING, 256], [(ALIGNED, None, None), None, None, None], NAMES
+            )
         assert e.value.param == "EVEN" and e.value.values == ("False", "True")
-    with_default = [replace(v, params=v.params[:2] + (replace(v.params[2], has_default=True, default=False),)
-                            + v.params[3:]) for v in vs]
-    v, _ = select_variant("k", with_default, dev, [ALIGNED, 1000, MISSING, 256],
-                          [(ALIGNED, None, None), None, None, None], NAMES)
+    with_default = [
+        replace(v, params=v.params[:2] + (replace(v.params[2], has_default=True, default=False),) + v.params[3:])
+        for v in vs
+    ]
+    v, _ = select_variant(
+        "k", with_default, dev, [ALIGNED, 1000, MISSING, 256], [(ALIGNED, None, None), None, None, None], NAMES
+    )
     assert v.constexprs["EVEN"] is False
 
 
@@ -181,8 +237,11 @@ def test_omitted_num_warps_takes_triton_default_or_is_refused():
     for order in (two_four, two_four[::-1]):
         assert select_variant("k", order, dev, call, infos, NAMES)[0].abi.num_warps == 4
     two_eight = [mk(2, 3), mk(8, 3)]
-    with pytest.raises(NoMatchingVariantError, match=r"omits launch option\(s\) num_warps.*num_warps = 2, 8 "
-                                                     r"\(Triton's default: 4\)") as e:
+    with pytest.raises(
+        NoMatchingVariantError,
+        match=r"omits launch option\(s\) num_warps.*num_warps = 2, 8 "
+        r"\(Triton's default: 4\)",
+    ) as e:
         select_variant("k", two_eight, dev, call, infos, NAMES)
     assert e.value.param == "num_warps" and e.value.values == ("2", "8")
     assert select_variant("k", two_eight, dev, call, infos, NAMES, options={"num_warps": 8})[0].abi.num_warps == 8

@@ -17,11 +17,11 @@ import sys
 import textwrap
 
 import pytest
-
 import runtime_support as rs
+from support import EXAMPLES, needs_triton
+
 from karchive.errors import ServeMissError
 from karchive.runtime import launch_path
-from support import EXAMPLES, needs_triton
 
 pytestmark = needs_triton
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -117,10 +117,11 @@ def kernels_module(monkeypatch):
 def captured(tmp_path_factory):
     """A capture (GPU-less Triton driver, scripted timings 3, 1, 2: config 1 wins every key) of a plain, an
     autotuned, a heuristics and an autotune-over-heuristics kernel of capture_fakes.py."""
-    import karchive
     import triton.language as tl
     from capture_fakes import fake_gpu, fresh, heur_copy, ptr, scale_rows, tuned_copy, tuned_even_copy
     from serve_kernels import cast_copy, h_over_tuned, hooked_copy
+
+    import karchive
 
     base = tmp_path_factory.mktemp("served")
     old = os.environ.get("TRITON_CACHE_DIR")
@@ -158,10 +159,12 @@ def _arc(path_, rec):
 
 
 # -- strict --------------------------------------------------------------------------------------------------
-def test_strict_serves_an_unchanged_call_site_and_compiles_nothing(cuda_archive, kernels_module, monkeypatch, path,
-                                                                    triton_side):
-    import karchive
+def test_strict_serves_an_unchanged_call_site_and_compiles_nothing(
+    cuda_archive, kernels_module, monkeypatch, path, triton_side
+):
     from triton.compiler import CompiledKernel
+
+    import karchive
 
     kernels_module.add_kernel.device_caches.clear()  # what other tests' JIT runs of this module left behind
     with rs.fake_cuda(monkeypatch, path) as (rec, _b):
@@ -173,7 +176,8 @@ def test_strict_serves_an_unchanged_call_site_and_compiles_nothing(cuda_archive,
         first[(2, 1, 1)](x, y, out, 4100, 1024)
     launched = rec.launches()
     assert [(la.kernel, la.grid, la.block) for la in launched] == [("add_kernel", (4, 1, 1), (128, 1, 1))] * 2 + [
-        ("add_kernel", (2, 1, 1), (128, 1, 1))]
+        ("add_kernel", (2, 1, 1), (128, 1, 1))
+    ]
     assert launched[0].params[3] == (4100).to_bytes(4, "little")
     assert isinstance(first, CompiledKernel) and again is first and first.n_regs == 40 and first.name == "add_kernel"
     assert first.metadata.num_warps == 4 and "cubin" in first.asm
@@ -184,8 +188,9 @@ def test_strict_serves_an_unchanged_call_site_and_compiles_nothing(cuda_archive,
     assert triton_side == []  # Triton compiled nothing
 
 
-def test_strict_miss_names_kernel_call_and_rejections_and_launches_nothing(cuda_archive, kernels_module,
-                                                                             monkeypatch, path, triton_side):
+def test_strict_miss_names_kernel_call_and_rejections_and_launches_nothing(
+    cuda_archive, kernels_module, monkeypatch, path, triton_side
+):
     import karchive
 
     with rs.fake_cuda(monkeypatch, path) as (rec, _b):
@@ -214,12 +219,16 @@ def test_strict_miss_names_kernel_call_and_rejections_and_launches_nothing(cuda_
 @pytest.fixture(scope="module")
 def block64_archive(tmp_path_factory):
     """A second archive ("rt64@1.0") holding add_kernel at BLOCK=64 only: what the first (BLOCK=1024) misses."""
-    return rs.write_archive(tmp_path_factory.mktemp("rt64") / "rt64.karc", rs.compile_many(
-        [(rs.KERNELS, "add_kernel", rs.ADD16, "cuda:90", {"BLOCK": 64}, {"num_warps": 4})]), name="rt64")
+    return rs.write_archive(
+        tmp_path_factory.mktemp("rt64") / "rt64.karc",
+        rs.compile_many([(rs.KERNELS, "add_kernel", rs.ADD16, "cuda:90", {"BLOCK": 64}, {"num_warps": 4})]),
+        name="rt64",
+    )
 
 
-def test_each_launch_is_credited_to_the_archive_whose_binary_ran(cuda_archive, block64_archive, kernels_module,
-                                                                monkeypatch, path):
+def test_each_launch_is_credited_to_the_archive_whose_binary_ran(
+    cuda_archive, block64_archive, kernels_module, monkeypatch, path
+):
     """Issue 34 item 8: launches a later archive served were credited to the first. The report is the audit of
     which binary ran: each archive is credited exactly the launches it served."""
     import karchive
@@ -231,17 +240,24 @@ def test_each_launch_is_credited_to_the_archive_whose_binary_ran(cuda_archive, b
         for _ in range(3):
             kernels_module.add_kernel[(64,)](buf(), buf(), buf(), 4100, BLOCK=64)  # only rt64@1.0 does
     assert [la.block for la in rec.launches()] == [(128, 1, 1)] * 2 + [(128, 1, 1)] * 3
-    assert report.served["kernels:add_kernel"] == {"archive": "rt@1.0", "calls": 0, "direct": True,
-                                                   "also_served_by": {"rt64@1.0": 3}}
-    assert "from rt@1.0: 0 launch(es) + direct kernel[grid] launches (not counted); from rt64@1.0: 3 launch(es)" \
-        in str(report)
+    assert report.served["kernels:add_kernel"] == {
+        "archive": "rt@1.0",
+        "calls": 0,
+        "direct": True,
+        "also_served_by": {"rt64@1.0": 3},
+    }
+    assert "from rt@1.0: 0 launch(es) + direct kernel[grid] launches (not counted); from rt64@1.0: 3 launch(es)" in str(
+        report
+    )
     assert report.to_json()["served"]["kernels:add_kernel"]["also_served_by"] == {"rt64@1.0": 3}
 
 
-def test_audit_names_the_archive_of_a_variant_another_archive_holds(cuda_archive, block64_archive, kernels_module,
-                                                                   tmp_path, monkeypatch):
-    import karchive
+def test_audit_names_the_archive_of_a_variant_another_archive_holds(
+    cuda_archive, block64_archive, kernels_module, tmp_path, monkeypatch
+):
     from capture_fakes import fake_gpu
+
+    import karchive
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tcache"))
     with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b), fake_gpu():
@@ -260,8 +276,11 @@ def test_an_edited_kernel_is_never_served_the_archived_binary(cuda_archive, tmp_
 
     with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
         karchive.serve(_arc(cuda_archive, rec), mode="strict")
-        src = (EXAMPLES / "kernels.py").read_text().replace("tl.store(out_ptr + offsets, x + y, mask=mask)",
-                                                            "tl.store(out_ptr + offsets, x - y, mask=mask)")
+        src = (
+            (EXAMPLES / "kernels.py")
+            .read_text()
+            .replace("tl.store(out_ptr + offsets, x + y, mask=mask)", "tl.store(out_ptr + offsets, x - y, mask=mask)")
+        )
         (tmp_path / "kernels.py").write_text(src)
         spec = importlib.util.spec_from_file_location("kernels", tmp_path / "kernels.py")
         edited = importlib.util.module_from_spec(spec)
@@ -318,13 +337,15 @@ def test_a_library_imported_after_serve_is_served(cuda_archive, monkeypatch):
     assert [la.kernel for la in rec.launches()] == ["add_kernel"]
 
 
-def test_autotuned_and_heuristics_call_sites_take_the_recorded_choices_without_benchmarking(captured, monkeypatch,
-                                                                                              path):
-    import karchive
+def test_autotuned_and_heuristics_call_sites_take_the_recorded_choices_without_benchmarking(
+    captured, monkeypatch, path
+):
     import triton
     import triton.language as tl
     from capture_fakes import heur_copy, scale_rows, tuned_copy, tuned_even_copy
     from serve_kernels import cast_copy, h_over_tuned
+
+    import karchive
 
     with rs.fake_cuda(monkeypatch, path) as (rec, _b):
         report = karchive.serve(_arc(captured, rec), mode="strict")
@@ -340,15 +361,20 @@ def test_autotuned_and_heuristics_call_sites_take_the_recorded_choices_without_b
     record = next(r for r in karchive.open(captured).manifest.autotune if r["kernel"] == "serve_kernels:h_over_tuned")
     assert [e["key"] for e in record["entries"]] == [[4096, False, "fp32", "fp32"]]
     chosen = record["configs"][record["entries"][0]["config"]]
-    assert got == [("scale_rows", (4, 1, 1), (128, 1, 1)), ("tuned_copy", (32, 1, 1), (128, 1, 1)),
-                   ("heur_copy", (1, 1, 1), (128, 1, 1)), ("tuned_even_copy", (1, 1, 1), (128, 1, 1)),
-                   ("cast_copy", (1, 1, 1), (128, 1, 1)), ("h_over_tuned", (1, 1, 1), (32 * chosen["num_warps"], 1, 1))]
+    assert got == [
+        ("scale_rows", (4, 1, 1), (128, 1, 1)),
+        ("tuned_copy", (32, 1, 1), (128, 1, 1)),
+        ("heur_copy", (1, 1, 1), (128, 1, 1)),
+        ("tuned_even_copy", (1, 1, 1), (128, 1, 1)),
+        ("cast_copy", (1, 1, 1), (128, 1, 1)),
+        ("h_over_tuned", (1, 1, 1), (32 * chosen["num_warps"], 1, 1)),
+    ]
     # Triton's own autotuner chose, from the archive's decisions: nothing was timed or launched to tune
     assert [c.kwargs for c in tuned_copy.cache.values()] == [{"BLOCK": 128}]
     assert all(t[0] in (0.0, float("inf")) for t in tuned_copy.configs_timings.values())
-    assert set(report.served) == {f"capture_fakes:{k}" for k in ("scale_rows", "tuned_copy", "heur_copy",
-                                                                  "tuned_even_copy")} | {
-        "serve_kernels:cast_copy", "serve_kernels:h_over_tuned"}
+    assert set(report.served) == {
+        f"capture_fakes:{k}" for k in ("scale_rows", "tuned_copy", "heur_copy", "tuned_even_copy")
+    } | {"serve_kernels:cast_copy", "serve_kernels:h_over_tuned"}
     assert [c.num_warps for c in h_over_tuned.fn.cache.values()] == [chosen["num_warps"]]
     # the heuristic picked the EVEN=False variant: its key differs from the EVEN=True one captured for n=1024
     arc = karchive.open(captured)
@@ -360,9 +386,10 @@ def test_config_pre_hooks_run_for_the_recorded_config_and_best_config_is_set(cap
     """Triton's Autotuner.run calls the chosen config's pre_hook before the launch (descriptor kernels set each
     descriptor's block there) and leaves the choice in ``best_config`` (Liger's fused MLP reads it after the call).
     A served call site does both with the archive's recorded config, and still benchmarks nothing."""
-    import karchive
     import serve_kernels
     from serve_kernels import hooked_copy
+
+    import karchive
 
     record = next(r for r in karchive.open(captured).manifest.autotune if r["kernel"] == "serve_kernels:hooked_copy")
     chosen = record["configs"][record["entries"][0]["config"]]
@@ -384,9 +411,10 @@ def test_config_pre_hooks_run_for_the_recorded_config_and_best_config_is_set(cap
 
 def test_a_library_wrapper_class_around_an_autotuner_still_serves(captured, monkeypatch):
     """A library's Autotuner subclass with its own run (fla's CachedAutotuner shape) ends in Autotuner.run."""
-    import karchive
     from capture_fakes import tuned_copy
     from triton.runtime.autotuner import Autotuner
+
+    import karchive
 
     seen = []
 
@@ -403,10 +431,12 @@ def test_a_library_wrapper_class_around_an_autotuner_still_serves(captured, monk
 
 
 # -- fallback, audit ------------------------------------------------------------------------------------------
-def test_fallback_runs_misses_through_triton_reports_once_and_writes_a_buildable_spec(cuda_archive, kernels_module,
-                                                                                      tmp_path, monkeypatch):
-    import karchive
+def test_fallback_runs_misses_through_triton_reports_once_and_writes_a_buildable_spec(
+    cuda_archive, kernels_module, tmp_path, monkeypatch
+):
     from capture_fakes import fake_gpu
+
+    import karchive
 
     misses = tmp_path / "misses.toml"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tcache"))
@@ -444,8 +474,9 @@ def test_an_autotuned_miss_becomes_a_spec_entry_the_build_tunes(cuda_archive, tm
     each compile is a spec entry with that config, so the build compiles every config. Served from the rebuilt
     archive, Triton compiles nothing; that archive holds configs but no decisions, so Triton's autotuner times the
     archive's binaries once for the key (the report says so) and the next call is one launch."""
-    import karchive
     from capture_fakes import fake_gpu, fresh, tuned_copy
+
+    import karchive
 
     misses = tmp_path / "misses.toml"
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tcache"))
@@ -457,10 +488,12 @@ def test_an_autotuned_miss_becomes_a_spec_entry_the_build_tunes(cuda_archive, tm
     assert {m["kernel"] for m in report.missed_list} == {"capture_fakes:tuned_copy"}
     entries = misses.read_text().split("[[kernel]]")[1:]
     assert len(entries) == len(tuned_copy.configs)
-    assert all('source = "capture_fakes:tuned_copy"' in e and 'signature = "*fp32:16, *fp32:16, i32:16"' in e
-               for e in entries)
+    assert all(
+        'source = "capture_fakes:tuned_copy"' in e and 'signature = "*fp32:16, *fp32:16, i32:16"' in e for e in entries
+    )
     assert sorted(e.split("BLOCK = [")[1].split("]")[0] for e in entries) == sorted(
-        str(c.kwargs["BLOCK"]) for c in tuned_copy.configs)
+        str(c.kwargs["BLOCK"]) for c in tuned_copy.configs
+    )
 
     from karchive.producer.build import build_archive
     from karchive.producer.build.spec_file import load_spec
@@ -484,8 +517,9 @@ def test_an_autotuned_miss_becomes_a_spec_entry_the_build_tunes(cuda_archive, tm
 def test_fallback_under_capture_records_the_misses_as_an_archive(cuda_archive, kernels_module, tmp_path, monkeypatch):
     """``karchive.capture`` around a fallback session records exactly what Triton compiled for the misses (with
     autotune decisions and heuristics cases): the next archive, ready to serve strictly."""
-    import karchive
     from capture_fakes import fake_gpu, fresh, tuned_copy
+
+    import karchive
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tcache"))
     fresh(tuned_copy, kernels_module.add_kernel)
@@ -510,10 +544,12 @@ def test_fallback_under_capture_records_the_misses_as_an_archive(cuda_archive, k
     assert "tunes_on_device" not in report.served["capture_fakes:tuned_copy"]  # the decision was captured
 
 
-def test_audit_lets_triton_run_everything_and_says_what_would_be_served(cuda_archive, kernels_module, tmp_path,
-                                                                        monkeypatch):
-    import karchive
+def test_audit_lets_triton_run_everything_and_says_what_would_be_served(
+    cuda_archive, kernels_module, tmp_path, monkeypatch
+):
     from capture_fakes import fake_gpu
+
+    import karchive
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tcache"))
     with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b), fake_gpu() as fake:
@@ -528,15 +564,24 @@ def test_audit_lets_triton_run_everything_and_says_what_would_be_served(cuda_arc
 
 
 def test_stop_gives_triton_its_methods_back():
-    import karchive.serve
     import triton
     import triton.compiler.compiler as cc
     from triton.runtime.autotuner import Autotuner, Heuristics
     from triton.runtime.jit import JITFunction, KernelInterface
 
+    import karchive.serve
+
     def now():
-        return (JITFunction.run, Autotuner.run, Heuristics.run, KernelInterface.__getitem__, Autotuner._bench,
-                cc.compile, triton.compiler.compile, triton.compile)
+        return (
+            JITFunction.run,
+            Autotuner.run,
+            Heuristics.run,
+            KernelInterface.__getitem__,
+            Autotuner._bench,
+            cc.compile,
+            triton.compiler.compile,
+            triton.compile,
+        )
 
     before = now()
     karchive.serve(mode="strict")
@@ -579,19 +624,31 @@ def _run(code_path, args, env_extra, tmp_path, hide_triton=False):
     if hide_triton:  # a process where Triton is not installed: its real package cannot be imported
         (tmp_path / "hide").mkdir(exist_ok=True)
         (tmp_path / "hide" / "sitecustomize.py").write_text(
-            "import sys\nsys.modules['triton'] = None  # `import triton` raises ImportError\n")
+            "import sys\nsys.modules['triton'] = None  # `import triton` raises ImportError\n"
+        )
         env["PYTHONPATH"] = os.pathsep.join([str(tmp_path / "hide"), str(ROOT)])
-    return subprocess.run([sys.executable, *pre, *args, str(code_path)], env=env, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run(
+        [sys.executable, *pre, *args, str(code_path)], env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_env_runner_serves_a_program_it_does_not_touch_and_reports_at_exit(cuda_archive, tmp_path):
     prog = tmp_path / "prog.py"
     prog.write_text(_PROGRAM.format(tests=str(ROOT / "tests"), examples=str(EXAMPLES), archive=str(cuda_archive)))
     report = tmp_path / "report.json"
-    r = subprocess.run([sys.executable, "-m", "karchive.serve", "--", str(prog)], capture_output=True, text=True,
-                       timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT), "KARCHIVE_SERVE": str(cuda_archive),
-                                         "KARCHIVE_SERVE_MODE": "strict", "KARCHIVE_SERVE_REPORT": str(report)})
+    r = subprocess.run(
+        [sys.executable, "-m", "karchive.serve", "--", str(prog)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={
+            **os.environ,
+            "PYTHONPATH": str(ROOT),
+            "KARCHIVE_SERVE": str(cuda_archive),
+            "KARCHIVE_SERVE_MODE": "strict",
+            "KARCHIVE_SERVE_REPORT": str(report),
+        },
+    )
     assert r.returncode == 0, r.stderr
     assert "LAUNCHES 1 TRITON_IS_SHIM False" in r.stdout
     data = json.loads(report.read_text())
@@ -600,9 +657,13 @@ def test_env_runner_serves_a_program_it_does_not_touch_and_reports_at_exit(cuda_
 
 def test_without_triton_the_shim_imports_the_library_and_serves_it(cuda_archive, tmp_path):
     prog = tmp_path / "prog.py"
-    prog.write_text(f"import karchive.serve\nkarchive.serve({str(cuda_archive)!r}, mode='strict')\n" + _PROGRAM.format(tests=str(ROOT / "tests"), examples=str(EXAMPLES),
-                                                     archive=str(cuda_archive)))
-    prog.write_text(prog.read_text() + textwrap.dedent("""
+    prog.write_text(
+        f"import karchive.serve\nkarchive.serve({str(cuda_archive)!r}, mode='strict')\n"
+        + _PROGRAM.format(tests=str(ROOT / "tests"), examples=str(EXAMPLES), archive=str(cuda_archive))
+    )
+    prog.write_text(
+        prog.read_text()
+        + textwrap.dedent("""
         # what library modules use at import time, from the shim
         import triton, triton.language as tl
         from triton.language.extra.libdevice import rsqrt
@@ -631,7 +692,8 @@ def test_without_triton_the_shim_imports_the_library_and_serves_it(cuda_archive,
         else:
             raise AssertionError("a non-contiguous last dimension was accepted")
         print("SHIM OK", triton.__version__)
-    """))
+    """)
+    )
     r = _run(prog, [], {}, tmp_path, hide_triton=True)
     assert r.returncode == 0, r.stderr
     assert "LAUNCHES 1 TRITON_IS_SHIM True" in r.stdout and "SHIM OK 0.0.0+karchive.shim" in r.stdout
@@ -648,17 +710,24 @@ def test_the_runner_makes_child_python_processes_serve_too(cuda_archive, tmp_pat
     (tmp_path / "own").mkdir()
     (tmp_path / "own" / "sitecustomize.py").write_text("import os\nos.environ['OWN_SITECUSTOMIZE_RAN'] = '1'\n")
     child = tmp_path / "child.py"
-    child.write_text(textwrap.dedent("""
+    child.write_text(
+        textwrap.dedent("""
         import os, karchive.serve
         r = karchive.serve.serve_report()
         print("CHILD", r is not None and r.mode, r is not None and r.archives, os.environ.get("OWN_SITECUSTOMIZE_RAN"))
-    """))
+    """)
+    )
     prog = tmp_path / "parent.py"
     prog.write_text(f"import subprocess, sys\nsubprocess.run([sys.executable, {str(child)!r}], check=True)\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path / "own")]),
-           "KARCHIVE_SERVE": str(cuda_archive), "KARCHIVE_SERVE_MODE": "audit"}
-    r = subprocess.run([sys.executable, "-m", "karchive.serve", "--", str(prog)], capture_output=True, text=True,
-                       timeout=300, env=env)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(tmp_path / "own")]),
+        "KARCHIVE_SERVE": str(cuda_archive),
+        "KARCHIVE_SERVE_MODE": "audit",
+    }
+    r = subprocess.run(
+        [sys.executable, "-m", "karchive.serve", "--", str(prog)], capture_output=True, text=True, timeout=300, env=env
+    )
     assert r.returncode == 0, r.stderr
     assert "CHILD audit ['rt@1.0'] 1" in r.stdout
 
@@ -673,8 +742,16 @@ def test_the_shims_autotuner_carries_the_attributes_libraries_read_as_tritons_do
     import triton.language as tl
 
     shim_mod = importlib.import_module("karchive.serve.shim.triton.runtime.autotuner")
-    names = ("user_defined_pre_hook", "user_defined_post_hook", "reset_to_zero", "restore_value", "keys",
-             "early_config_prune", "perf_model", "configs_top_k")
+    names = (
+        "user_defined_pre_hook",
+        "user_defined_post_hook",
+        "reset_to_zero",
+        "restore_value",
+        "keys",
+        "early_config_prune",
+        "perf_model",
+        "configs_top_k",
+    )
 
     @triton.jit
     def k(x_ptr, n, BLOCK: tl.constexpr):
@@ -684,8 +761,13 @@ def test_the_shims_autotuner_carries_the_attributes_libraries_read_as_tritons_do
         return configs
 
     for pre in (None, lambda kw: None):
-        kwargs = dict(configs=[triton.Config({"BLOCK": 64})], key=["n"], reset_to_zero=["x_ptr"],
-                      prune_configs_by={"early_config_prune": prune}, pre_hook=pre)
+        kwargs = dict(
+            configs=[triton.Config({"BLOCK": 64})],
+            key=["n"],
+            reset_to_zero=["x_ptr"],
+            prune_configs_by={"early_config_prune": prune},
+            pre_hook=pre,
+        )
         real = triton.autotune(**kwargs)(k)
         shim = shim_mod.autotune(**dict(kwargs, configs=[shim_mod.Config({"BLOCK": 64})]))(k)
         for name in names:
@@ -693,13 +775,15 @@ def test_the_shims_autotuner_carries_the_attributes_libraries_read_as_tritons_do
 
 
 # -- the fast path of plain call sites ----------------------------------------------------------------------
-def test_a_plain_call_site_takes_the_fast_path_once_triton_agreed_for_its_key(cuda_archive, kernels_module,
-                                                                             monkeypatch, path, triton_side):
+def test_a_plain_call_site_takes_the_fast_path_once_triton_agreed_for_its_key(
+    cuda_archive, kernels_module, monkeypatch, path, triton_side
+):
     """``kernel[grid]`` of a served plain kernel is karchive's dispatcher once Triton's own run (warmup) compiled
     the same variant for the call's selection key: later launches with that key never enter Triton's run, and
     return the same CompiledKernel; a new key asks Triton again; a call karchive cannot select for is Triton's."""
-    import karchive
     from triton.runtime.jit import JITFunction
+
+    import karchive
 
     runs: list[bool] = []
     orig = JITFunction.run
@@ -726,8 +810,9 @@ def test_a_plain_call_site_takes_the_fast_path_once_triton_agreed_for_its_key(cu
     assert report.served["kernels:add_kernel"]["direct"] is True and triton_side == []
 
 
-def test_the_fast_path_ends_where_triton_would_launch_another_binary(cuda_archive, kernels_module, monkeypatch,
-                                                                     triton_side):
+def test_the_fast_path_ends_where_triton_would_launch_another_binary(
+    cuda_archive, kernels_module, monkeypatch, triton_side
+):
     """A pointer whose dtype Triton reads otherwise than karchive (a buffer whose str(dtype) says fp16 while its
     name says float32): Triton's own path decides, and the fast path is off for that kernel for good."""
     import karchive
@@ -745,14 +830,16 @@ def test_the_fast_path_ends_where_triton_would_launch_another_binary(cuda_archiv
         assert fast.on is False and rec.launches() == []
 
 
-def test_an_autotuned_call_site_takes_the_fast_path_and_sets_best_config_as_triton(captured, monkeypatch, path,
-                                                                                  triton_side):
+def test_an_autotuned_call_site_takes_the_fast_path_and_sets_best_config_as_triton(
+    captured, monkeypatch, path, triton_side
+):
     """``tuned[grid](...)`` of a served ``@triton.autotune`` kernel: the first call of a key is confirmed with
     Triton's own Autotuner.run (warmup), later ones launch through karchive's dispatcher, return Triton's
     CompiledKernel and leave ``best_config`` as Triton would."""
-    import karchive
     from capture_fakes import fresh, tuned_copy
     from triton.runtime.autotuner import Autotuner
+
+    import karchive
 
     runs: list[bool] = []
     orig = Autotuner.run
@@ -775,12 +862,14 @@ def test_an_autotuned_call_site_takes_the_fast_path_and_sets_best_config_as_trit
     assert [la.block for la in rec.launches()] == [(128, 1, 1)] * 4 and triton_side == []
 
 
-def test_a_library_that_prefilled_the_autotuner_cache_gets_its_own_config_as_with_triton(captured, monkeypatch,
-                                                                                        triton_side):
+def test_a_library_that_prefilled_the_autotuner_cache_gets_its_own_config_as_with_triton(
+    captured, monkeypatch, triton_side
+):
     """Libraries fill ``Autotuner.cache`` themselves (tables per GPU): Triton then launches their config, not the
     archive's decision. Served, the same: the fast path sees Triton's answer differ and leaves it to Triton."""
-    import karchive
     from capture_fakes import fresh, tuned_copy
+
+    import karchive
 
     fresh(tuned_copy)
     tuned_copy.__dict__.pop("_karchive_fast", None)

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from support import needs_triton
 
 pytestmark = needs_triton
@@ -46,10 +45,19 @@ SCENARIOS = _scenarios()
 
 def _phase(name: str, work: Path, cache: str, *extra: str) -> dict:
     out = work / f"{name}{'-'.join(('', *extra))}.json"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]),
-           "TRITON_CACHE_DIR": str(work / cache), "TRITON_DEFAULT_FP_FUSION": "1"}
-    r = subprocess.run([sys.executable, str(SUPPORT), name, "--out", str(out), "--archive", str(work / "fid.karc"),
-                        *extra], env=env, capture_output=True, text=True, timeout=900)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE)]),
+        "TRITON_CACHE_DIR": str(work / cache),
+        "TRITON_DEFAULT_FP_FUSION": "1",
+    }
+    r = subprocess.run(
+        [sys.executable, str(SUPPORT), name, "--out", str(out), "--archive", str(work / "fid.karc"), *extra],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0 and out.exists(), f"phase {name} failed:\n{r.stdout[-3000:]}\n{r.stderr[-5000:]}"
     data = json.loads(out.read_text())
     assert "__phase_error__" not in data, f"phase {name}: {data['__phase_error__']}\n{data.get('traceback')}"
@@ -75,8 +83,12 @@ def _obs(data: dict, name: str) -> Any:
 def _same(want: Any, got: Any) -> Any:
     """``got`` with exception records made comparable: raising a subclass of the exception Triton raises is the same
     observation (``["raises", name, mro, message]``: the message is not compared)."""
-    if (isinstance(want, list) and isinstance(got, list) and want[:1] == got[:1] == ["raises"]
-            and len(want) == len(got) >= 3):
+    if (
+        isinstance(want, list)
+        and isinstance(got, list)
+        and want[:1] == got[:1] == ["raises"]
+        and len(want) == len(got) >= 3
+    ):
         return want if want[1] in got[2] else got
     if isinstance(want, list) and isinstance(got, list) and len(want) == len(got):
         return [_same(w, g) for w, g in zip(want, got)]
@@ -94,8 +106,9 @@ def test_served_like_triton(phases, name, path):
     if "__skip__" in phases["serve"][path]:
         pytest.skip(phases["serve"][path]["__skip__"])
     entry = phases["serve"][path][name]
-    assert entry.get("counts") == {"compiles": 0, "triton_loads": 0, "triton_launches": 0, "benchmarks": 0}, \
-        entry.get("counts")
+    assert entry.get("counts") == {"compiles": 0, "triton_loads": 0, "triton_launches": 0, "benchmarks": 0}, entry.get(
+        "counts"
+    )
     got = _obs(phases["serve"][path], name)
     assert _same(want, got) == want
 
@@ -132,8 +145,9 @@ def _expect_return_value(o):
     assert s["type"] == CK and s["name"] == "copy" and s["metadata"]["num_warps"] == 4 and o["same_object"]
     assert s["asm"] == ["cubin", "llir", "ptx", "ttgir", "ttir"] and s["kernel_is_binary"] and s["ptx"]
     assert s["run_callable"] and s["function_set"] and s["n_regs"] == "int" and s["launch_metadata"] == "LazyDict"
-    assert [(la["grid"], la["block"], la["args"]["n"], la["binary"]) for la in o["launches"]] == \
-        [([4, 1, 1], 128, 1000, s["binary"])] * 2
+    assert [(la["grid"], la["block"], la["args"]["n"], la["binary"]) for la in o["launches"]] == [
+        ([4, 1, 1], 128, 1000, s["binary"])
+    ] * 2
 
 
 def _expect_relaunch_getitem(o):
@@ -214,8 +228,9 @@ def _expect_autotune_best_config(o):
     assert best["kwargs"]["BLOCK"] in (64, 128, 256) and o["nargs_after"] is None
     assert sorted(o["cache"]) == ["(1000, 'fp32', 'fp32')", "(4096, 'fp32', 'fp32')"]
     assert o["returned_type"]["type"] == CK and None not in o["returned"]
-    assert _blocks(o["launches"]) == [32 * o["cache"]["(4096, 'fp32', 'fp32')"]["num_warps"]] * 2 + \
-        [32 * o["cache"]["(1000, 'fp32', 'fp32')"]["num_warps"]] + [32 * o["cache"]["(4096, 'fp32', 'fp32')"]["num_warps"]]
+    assert _blocks(o["launches"]) == [32 * o["cache"]["(4096, 'fp32', 'fp32')"]["num_warps"]] * 2 + [
+        32 * o["cache"]["(1000, 'fp32', 'fp32')"]["num_warps"]
+    ] + [32 * o["cache"]["(4096, 'fp32', 'fp32')"]["num_warps"]]
 
 
 def _expect_autotune_prefilled_cache(o):
@@ -290,8 +305,9 @@ def _expect_options_and_empty_grid(o):
 def _expect_entry_layer_relaunch(o):
     block = o["best_config"]["kwargs"]["BLOCK"]
     assert o["even"] is True and o["one_entry_grid"][:2] == ["raises", "IndexError"]
-    assert [(la["grid"][0], la["binary"]) for la in o["launches"]] == [(1, o["returned"])] + [(4096 // block,
-                                                                                               o["returned"])] * 3
+    assert [(la["grid"][0], la["binary"]) for la in o["launches"]] == [(1, o["returned"])] + [
+        (4096 // block, o["returned"])
+    ] * 3
 
 
 def _expect_heuristics_around_autotune(o):
@@ -312,7 +328,7 @@ def _expect_preload(o):
     assert [la["binary"] for la in o["launches"]] == [o["preloaded"]["binary"]] * 2
 
 
-EXPECT = {name[len("_expect_"):]: fn for name, fn in globals().items() if name.startswith("_expect_")}
+EXPECT = {name[len("_expect_") :]: fn for name, fn in globals().items() if name.startswith("_expect_")}
 
 
 def test_every_scenario_states_what_triton_does():

@@ -33,8 +33,9 @@ def _env_reads(tree: ast.AST) -> list[ast.AST]:
 
 
 def _is_environ(node: ast.AST) -> bool:
-    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (isinstance(node, ast.Name)
-                                                                              and node.id == "environ")
+    return (isinstance(node, ast.Attribute) and node.attr == "environ") or (
+        isinstance(node, ast.Name) and node.id == "environ"
+    )
 
 
 def _karchive_names(tree: ast.AST) -> set[str]:
@@ -43,8 +44,9 @@ def _karchive_names(tree: ast.AST) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
             v = node.value
-            if (isinstance(v, ast.Constant) and isinstance(v.value, str) and v.value.startswith("KARCHIVE_")) or \
-                    (isinstance(v, ast.Attribute) and v.attr == "name"):
+            if (isinstance(v, ast.Constant) and isinstance(v.value, str) and v.value.startswith("KARCHIVE_")) or (
+                isinstance(v, ast.Attribute) and v.attr == "name"
+            ):
                 names.add(node.targets[0].id)
     return names
 
@@ -55,8 +57,9 @@ def _offenders(path: pathlib.Path, env_names: set[str]) -> list[str]:
     bad = []
     for arg in _env_reads(tree):
         literal = isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.startswith("KARCHIVE_")
-        named = (isinstance(arg, ast.Name) and arg.id in local) or (isinstance(arg, ast.Attribute) and
-                                                                     (arg.attr in local or arg.attr == "name"))
+        named = (isinstance(arg, ast.Name) and arg.id in local) or (
+            isinstance(arg, ast.Attribute) and (arg.attr in local or arg.attr == "name")
+        )
         if literal or named:
             bad.append(f"{path}:{arg.lineno}")
     return bad
@@ -78,8 +81,10 @@ def test_no_module_but_settings_reads_a_karchive_variable():
 def test_the_checker_catches_direct_reads(tmp_path):
     """It would pass vacuously if the walker missed reads: each spelling below must be caught."""
     src = tmp_path / "m.py"
-    src.write_text('import os\nX_ENV = "KARCHIVE_X"\nos.environ.get("KARCHIVE_A")\nos.environ[X_ENV]\n'
-                   'os.getenv(X_ENV)\nos.environ.get(settings.FETCH.name)\nos.environ.get("HOME")\n')
+    src.write_text(
+        'import os\nX_ENV = "KARCHIVE_X"\nos.environ.get("KARCHIVE_A")\nos.environ[X_ENV]\n'
+        'os.getenv(X_ENV)\nos.environ.get(settings.FETCH.name)\nos.environ.get("HOME")\n'
+    )
     assert [hit.rsplit(":", 1)[1] for hit in _offenders(src, set())] == ["3", "4", "5", "6"]  # not HOME
 
 

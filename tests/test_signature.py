@@ -3,8 +3,8 @@
 import pytest
 
 from karchive.errors import SignatureError, TargetError
-from karchive.producer.compile.signature import resolve
 from karchive.format.target import Target
+from karchive.producer.compile.signature import resolve
 
 PARAMS = ["x_ptr", "y_ptr", "out_ptr", "n", "BLOCK"]
 CONSTEXPR = ["BLOCK"]
@@ -12,7 +12,13 @@ CONSTEXPR = ["BLOCK"]
 
 def test_compile_py_syntax_covers_every_param():
     spec = resolve(PARAMS, CONSTEXPR, "*fp32:16, *fp32:16, *fp32, i32:1, 1024")
-    assert spec.types == {"x_ptr": "*fp32", "y_ptr": "*fp32", "out_ptr": "*fp32", "n": "constexpr", "BLOCK": "constexpr"}
+    assert spec.types == {
+        "x_ptr": "*fp32",
+        "y_ptr": "*fp32",
+        "out_ptr": "*fp32",
+        "n": "constexpr",
+        "BLOCK": "constexpr",
+    }
     assert spec.divisibility == {"x_ptr": 16, "y_ptr": 16}
     assert spec.equal_to_1 == {"n": "i32"}
     assert spec.constexprs == {"n": 1, "BLOCK": 1024}
@@ -25,7 +31,9 @@ def test_spec_form_lists_runtime_params_and_names_constexprs():
 
 
 def test_structured_mapping_form():
-    spec = resolve(PARAMS, CONSTEXPR, {"x_ptr": "*bf16", "y_ptr": "*bf16", "out_ptr": "*bf16", "n": "i32", "BLOCK": "64"})
+    spec = resolve(
+        PARAMS, CONSTEXPR, {"x_ptr": "*bf16", "y_ptr": "*bf16", "out_ptr": "*bf16", "n": "i32", "BLOCK": "64"}
+    )
     assert spec.types["x_ptr"] == "*bf16" and spec.constexprs == {"BLOCK": 64}
 
 
@@ -54,20 +62,25 @@ def test_constexpr_given_twice_or_unknown():
         resolve(PARAMS, CONSTEXPR, "*fp32, *fp32, *fp32, i32", {"BLOCK": 64, "NOPE": 1})
 
 
-@pytest.mark.parametrize("text, backend, arch, warp, binary", [
-    ("cuda:80", "cuda", "80", 32, "sm_80"),
-    ("cuda:sm_90", "cuda", "90", 32, "sm_90a"),
-    ("cuda:86:32", "cuda", "86", 32, "sm_86"),
-    ("hip:gfx942", "hip", "gfx942", 64, "gfx942"),
-    ("hip:gfx1100", "hip", "gfx1100", 32, "gfx1100"),
-])
+@pytest.mark.parametrize(
+    "text, backend, arch, warp, binary",
+    [
+        ("cuda:80", "cuda", "80", 32, "sm_80"),
+        ("cuda:sm_90", "cuda", "90", 32, "sm_90a"),
+        ("cuda:86:32", "cuda", "86", 32, "sm_86"),
+        ("hip:gfx942", "hip", "gfx942", 64, "gfx942"),
+        ("hip:gfx1100", "hip", "gfx1100", 32, "gfx1100"),
+    ],
+)
 def test_targets(text, backend, arch, warp, binary):
     t = Target.parse(text)
     assert (t.backend, t.arch, t.warp_size) == (backend, arch, warp)
     assert t.binary_arch == binary
 
 
-@pytest.mark.parametrize("text", ["cuda", "metal:1", "cuda:abc", "hip:sm90", "cuda:90:48", "", "rocm:gfx942", "amd:gfx942"])
+@pytest.mark.parametrize(
+    "text", ["cuda", "metal:1", "cuda:abc", "hip:sm90", "cuda:90:48", "", "rocm:gfx942", "amd:gfx942"]
+)
 def test_bad_targets(text):
     with pytest.raises(TargetError) as info:
         Target.parse(text)
@@ -90,10 +103,10 @@ def test_a_none_argument_builds_and_the_runtime_matches_it(tmp_path):
     """Compiled for real (cuda:90, no GPU): the variant records g_ptr as the constexpr None; a call passing None
     selects it, a call passing a tensor there is refused (Triton would compile another specialisation)."""
     pytest.importorskip("triton")
-    from karchive.errors import NoMatchingVariantError
-    from karchive.producer.compile.aot import VariantRequest, compile_variant
-    from karchive.producer.build.pack import ArchiveBuilder
     import karchive
+    from karchive.errors import NoMatchingVariantError
+    from karchive.producer.build.pack import ArchiveBuilder
+    from karchive.producer.compile.aot import VariantRequest, compile_variant
 
     src = tmp_path / "optional_kernels.py"
     src.write_text(
@@ -103,9 +116,11 @@ def test_a_none_argument_builds_and_the_runtime_matches_it(tmp_path):
         "    x = tl.load(x_ptr + offs, mask=offs < n)\n"
         "    if g_ptr is not None:\n"
         "        x = x * tl.load(g_ptr + offs, mask=offs < n)\n"
-        "    tl.store(x_ptr + offs, x, mask=offs < n)\n")
-    cv = compile_variant(VariantRequest(f"{src}:scale", "*fp32:16, None, i32", "cuda:90", {"BLOCK": 64},
-                                        {"num_warps": 4}))
+        "    tl.store(x_ptr + offs, x, mask=offs < n)\n"
+    )
+    cv = compile_variant(
+        VariantRequest(f"{src}:scale", "*fp32:16, None, i32", "cuda:90", {"BLOCK": 64}, {"num_warps": 4})
+    )
     (g,) = [p for p in cv.variant.params if p.name == "g_ptr"]
     assert g.is_constexpr and g.constexpr is None
     builder = ArchiveBuilder("opt", "1")

@@ -15,19 +15,27 @@ import struct
 import sys
 
 import pytest
+from test_tensordesc_runtime import FP16, FP32, FakeTensor
 
 from karchive.errors import ArgumentError, SchemaError
 from karchive.format.tensordesc import TensorDescAbi
 from karchive.runtime import descriptors as td
 
-from test_tensordesc_runtime import FP16, FP32, FakeTensor
-
 DATA = pathlib.Path(__file__).resolve().parent / "data"
 
 
 def im2col_abi(block=(64, 64), rank=4, dtype="fp16", elem_size=2, elem_type=6, swizzle=3) -> TensorDescAbi:
-    return TensorDescAbi("triton-3.8", "tma", dtype, rank, tuple(block), swizzle=swizzle, elem_size=elem_size,
-                         elem_type=elem_type, im2col=True)
+    return TensorDescAbi(
+        "triton-3.8",
+        "tma",
+        dtype,
+        rank,
+        tuple(block),
+        swizzle=swizzle,
+        elem_size=elem_size,
+        elem_type=elem_type,
+        im2col=True,
+    )
 
 
 def nhwc(ptr=0x7F0000010000, shape=(2, 8, 8, 64), dtype=FP16, strides=None) -> FakeTensor:
@@ -70,16 +78,20 @@ def _layout(block=(64, 64)) -> str:
 
 def im2col_signature() -> str:
     lay = _layout()
-    return (f"tensordesc_im2col<fp16[64, 64],input_rank=4,{lay}>, tensordesc<fp16[64, 64],{lay}>, "
-            "i32, i32, i32, i32, i32")
+    return (
+        f"tensordesc_im2col<fp16[64, 64],input_rank=4,{lay}>, tensordesc<fp16[64, 64],{lay}>, i32, i32, i32, i32, i32"
+    )
 
 
-@pytest.mark.parametrize("shape,block,lower,upper,estrides,padding", [
-    ((2, 8, 8, 64), (64, 64), (-1, -1), (-1, -1), None, "zero"),  # 3x3 conv, pad 1, stride 1
-    ((1, 9, 9, 128), (32, 64), (-1, -2), (-3, -4), (1, 2, 2, 1), "nan"),  # stride 2, asymmetric box
-    ((4, 16, 32), (128, 32), (-2,), (0,), (1, 3, 1), "zero"),  # NWC (rank 3)
-    ((1, 4, 4, 4, 32), (16, 32), (-1, -1, -1), (-1, -1, -1), None, "zero"),  # NDHWC (rank 5)
-])
+@pytest.mark.parametrize(
+    "shape,block,lower,upper,estrides,padding",
+    [
+        ((2, 8, 8, 64), (64, 64), (-1, -1), (-1, -1), None, "zero"),  # 3x3 conv, pad 1, stride 1
+        ((1, 9, 9, 128), (32, 64), (-1, -2), (-3, -4), (1, 2, 2, 1), "nan"),  # stride 2, asymmetric box
+        ((4, 16, 32), (128, 32), (-2,), (0,), (1, 3, 1), "zero"),  # NWC (rank 3)
+        ((1, 4, 4, 4, 32), (16, 32), (-1, -1, -1), (-1, -1, -1), None, "zero"),  # NDHWC (rank 5)
+    ],
+)
 def test_im2col_arguments_are_tritons(shape, block, lower, upper, estrides, padding, no_driver, fake_gpu_driver):
     """Triton's make_tensordesc_arg with a Gluon TensorDescriptorIm2Col and fill_tma_descriptor_im2col
     recording its arguments; the C function's arithmetic (driver.c fillTMADescriptorIm2col: every list
@@ -99,23 +111,52 @@ def test_im2col_arguments_are_tritons(shape, block, lower, upper, estrides, padd
     fake_gpu_driver.utils.fill_tma_descriptor_im2col = fill
     base = nhwc(shape=shape)
     layout = gl.NVMMASharedLayout.get_default_for(list(block), gl.float16)
-    theirs_desc = TensorDescriptorIm2Col.from_tensor(base, list(block), layout, padding=padding,
-                                                     element_strides=None if estrides is None else list(estrides),
-                                                     pixel_box_lower_corner=list(lower),
-                                                     pixel_box_upper_corner=list(upper))
-    meta = {"swizzle": 3, "elem_size": 2, "elem_type": 6, "block_size": list(block), "fp4_padded": False,
-            "is_im2col": True}
+    theirs_desc = TensorDescriptorIm2Col.from_tensor(
+        base,
+        list(block),
+        layout,
+        padding=padding,
+        element_strides=None if estrides is None else list(estrides),
+        pixel_box_lower_corner=list(lower),
+        pixel_box_upper_corner=list(upper),
+    )
+    meta = {
+        "swizzle": 3,
+        "elem_size": 2,
+        "elem_type": 6,
+        "block_size": list(block),
+        "fp4_padded": False,
+        "is_im2col": True,
+    }
     theirs = nvdriver.make_tensordesc_arg(theirs_desc, meta, None)
     (ptr, swizzle, elem_size, host_type, box, dims, strides, pad, lo, hi, es) = recorded[0]
     rank = len(dims)
     want = td.Im2colParams(
-        host_type, rank, ptr, tuple(reversed(dims)), tuple(reversed([s * elem_size for s in strides[:-1]])),
-        tuple(reversed(lo)), tuple(reversed(hi)), channels_per_pixel=box[1], pixels_per_column=box[0],
-        element_strides=tuple(reversed(es)), swizzle=swizzle, oob_fill=pad)
+        host_type,
+        rank,
+        ptr,
+        tuple(reversed(dims)),
+        tuple(reversed([s * elem_size for s in strides[:-1]])),
+        tuple(reversed(lo)),
+        tuple(reversed(hi)),
+        channels_per_pixel=box[1],
+        pixels_per_column=box[0],
+        element_strides=tuple(reversed(es)),
+        swizzle=swizzle,
+        oob_fill=pad,
+    )
     d = im2col_abi(block, rank=rank)
-    for desc in (theirs_desc,  # Gluon's own descriptor, duck-typed
-                 td.TensorDescriptor(base, list(block), padding=padding, pixel_box_lower_corner=lower,
-                                     pixel_box_upper_corner=upper, element_strides=estrides)):
+    for desc in (
+        theirs_desc,  # Gluon's own descriptor, duck-typed
+        td.TensorDescriptor(
+            base,
+            list(block),
+            padding=padding,
+            pixel_box_lower_corner=lower,
+            pixel_box_upper_corner=upper,
+            element_strides=estrides,
+        ),
+    ):
         td.clear_cache()
         no_driver.clear()
         ours = td.expand("in_desc", d, desc)
@@ -146,8 +187,15 @@ def test_the_encode_call_passes_the_bindings_types_in_order(monkeypatch):
         return cu.CUresult(0), Map()
 
     monkeypatch.setattr(cu, "cuTensorMapEncodeIm2col", fake)
-    p = td.im2col_params(im2col_abi((32, 64)), 0x7F0000010000, (2, 8, 8, 64), (4096, 512, 64, 1), "nan", False,
-                         ((-1, -2), (-3, -4), (1, 2, 2, 1)))
+    p = td.im2col_params(
+        im2col_abi((32, 64)),
+        0x7F0000010000,
+        (2, 8, 8, 64),
+        (4096, 512, 64, 1),
+        "nan",
+        False,
+        ((-1, -2), (-3, -4), (1, 2, 2, 1)),
+    )
     assert td.encode_im2col(p) == bytes(range(128))
     (args,) = seen
     assert len(args) == 14
@@ -175,8 +223,9 @@ def test_the_real_binding_takes_the_arguments():
     """The installed cuda-python's cuTensorMapEncodeIm2col with karchive's arguments: without a driver the call
     gets as far as loading it (no TypeError from the argument conversion); with one it returns 128 bytes."""
     pytest.importorskip("cuda.bindings.driver")
-    p = td.im2col_params(im2col_abi(), 0x7F0000010000, (2, 8, 8, 64), (4096, 512, 64, 1), "zero", False,
-                         ((-1, -1), (-1, -1), None))
+    p = td.im2col_params(
+        im2col_abi(), 0x7F0000010000, (2, 8, 8, 64), (4096, 512, 64, 1), "zero", False, ((-1, -1), (-1, -1), None)
+    )
     try:
         out = td.encode_im2col(p)
     except (TypeError, ValueError, AttributeError):
@@ -195,8 +244,11 @@ def test_im2col_descriptors_are_checked_before_the_driver(no_driver):
         td.expand("in_desc", d, td.TensorDescriptor(nhwc(shape=(2, 8, 8, 64)), None))
     assert err.value.param == "in_desc"
     with pytest.raises(ArgumentError, match="an im2col descriptor .* for a tiled descriptor parameter"):
-        td.expand("a", TensorDescAbi("triton-3.8", "tma", "fp16", 4, (1, 1, 64, 64), swizzle=3, elem_size=2,
-                                     elem_type=6), td.TensorDescriptor(x, [64, 64], **box))
+        td.expand(
+            "a",
+            TensorDescAbi("triton-3.8", "tma", "fp16", 4, (1, 1, 64, 64), swizzle=3, elem_size=2, elem_type=6),
+            td.TensorDescriptor(x, [64, 64], **box),
+        )
     with pytest.raises(ArgumentError, match=r"block_shape is \[32, 64\], the variant was compiled for \[64, 64\]"):
         td.expand("a", d, td.TensorDescriptor(x, [32, 64], **box))
     assert len(td.expand("a", d, td.TensorDescriptor(x, [32, 64], **box), block_from_variant=True)) == 9
@@ -217,8 +269,9 @@ def test_im2col_descriptors_are_checked_before_the_driver(no_driver):
         with pytest.raises(ArgumentError, match=msg):
             td.TensorDescriptor(x, [64, 64], **kw)
     with pytest.raises(ArgumentError, match="rank 3, 4 or 5"):
-        td.TensorDescriptor(FakeTensor(0x10000, [64, 64], FP16), [64, 64], pixel_box_lower_corner=[],
-                            pixel_box_upper_corner=[])
+        td.TensorDescriptor(
+            FakeTensor(0x10000, [64, 64], FP16), [64, 64], pixel_box_lower_corner=[], pixel_box_upper_corner=[]
+        )
     with pytest.raises(ArgumentError, match=r"\[pixels per column, channels per pixel\]"):
         td.TensorDescriptor(x, [1, 64, 64], **box)
     with pytest.raises(ArgumentError, match="an im2col descriptor also needs pixel_box_lower_corner"):
@@ -237,8 +290,9 @@ def test_im2col_maps_are_cached_by_their_box(no_driver):
     assert td.expand("a", d, a) is first and len(no_driver) == 1
     same = td.TensorDescriptor(x, [64, 64], pixel_box_lower_corner=[-1, -1], pixel_box_upper_corner=[-1, -1])
     assert td.expand("a", d, same) is first and len(no_driver) == 1
-    strided = td.TensorDescriptor(x, [64, 64], pixel_box_lower_corner=[-1, -1], pixel_box_upper_corner=[-1, -1],
-                                  element_strides=[1, 2, 2, 1])
+    strided = td.TensorDescriptor(
+        x, [64, 64], pixel_box_lower_corner=[-1, -1], pixel_box_upper_corner=[-1, -1], element_strides=[1, 2, 2, 1]
+    )
     other_box = td.TensorDescriptor(x, [64, 64], pixel_box_lower_corner=[0, 0], pixel_box_upper_corner=[-2, -2])
     td.expand("a", d, strided)
     td.expand("a", d, other_box)
@@ -257,7 +311,8 @@ def test_selection_tells_im2col_and_tiled_parameters_apart():
     tiled = td.TensorDescriptor(x, [1, 1, 64, 64])
     assert "is a tiled descriptor, this variant takes an im2col one" in td.descriptor_reason("in_desc", typ, tiled)
     assert "is an im2col descriptor, this variant takes a tiled one" in td.descriptor_reason(
-        "in_desc", "tensordesc<fp16[1, 1, 64, 64]>", box)
+        "in_desc", "tensordesc<fp16[1, 1, 64, 64]>", box
+    )
     small = td.TensorDescriptor(x, [32, 64], pixel_box_lower_corner=[-1, -1], pixel_box_upper_corner=[-1, -1])
     assert "block_shape [32, 64]" in td.descriptor_reason("in_desc", typ, small)
 
@@ -267,8 +322,23 @@ def _im2col_archive(tmp_path) -> pathlib.Path:
     from karchive.cli.main import main
 
     out = tmp_path / "im2col.karc"
-    assert main(["compile", str(DATA / "im2col_kernels.py"), "-n", "im2col_gather", "-s",
-                 f"{im2col_signature()}, 3, 64, 64", "-t", "cuda:90", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "compile",
+                str(DATA / "im2col_kernels.py"),
+                "-n",
+                "im2col_gather",
+                "-s",
+                f"{im2col_signature()}, 3, 64, 64",
+                "-t",
+                "cuda:90",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -285,7 +355,12 @@ def test_the_build_records_an_im2col_parameter(tmp_path):
     a, b = (p.desc for p in v.abi.params[:2])
     assert v.abi.binary_arch == "sm_90a" and v.abi.version == 2
     assert a is not None and (a.im2col, a.mode, a.rank, a.block_shape, a.convention) == (
-        True, "tma", 4, (64, 64), "triton-3.8")
+        True,
+        "tma",
+        4,
+        (64, 64),
+        "triton-3.8",
+    )
     assert a.slots == ("tensormap",) + ("i32",) * 4 + ("i64",) * 4
     assert b is not None and (b.im2col, b.rank, b.block_shape) == (False, 2, (64, 64))
     assert v.params[0].type.startswith("tensordesc_im2col<fp16[64, 64],input_rank=4,")
@@ -298,10 +373,11 @@ def test_im2col_launch_packs_the_map_then_shape_and_strides_on_both_paths(path, 
     strides, then the ints; the second launch re-encodes nothing; an im2col parameter given a tiled
     descriptor launches nothing."""
     out = _im2col_archive(tmp_path)
+    from runtime_support import fake_cuda
+
     import karchive
     from karchive.producer.compile.tensordesc_abi import binary_param_sizes
     from karchive.runtime import launch_path
-    from runtime_support import fake_cuda
 
     if path == "extension" and launch_path.extension() is None:
         pytest.skip(f"the compiled launcher is not built here: {launch_path.status().detail}")
@@ -351,8 +427,14 @@ def test_each_release_with_im2col_encodes_as_karchive_does(minor):
     root = DATA.parent.parent
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "PYTHON"))}
     env["PYTHONPATH"] = str(root)  # this checkout's karchive, ahead of the venv's own install
-    proc = subprocess.run([str(venv.python), str(DATA / "im2col_launcher_probe.py")], capture_output=True, text=True,
-                          env=env, cwd=root, timeout=300)
+    proc = subprocess.run(
+        [str(venv.python), str(DATA / "im2col_launcher_probe.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["karchive"].startswith(str(root / "karchive")) and out["triton"] == venv.version
@@ -375,13 +457,13 @@ def test_a_jit_call_of_the_gluon_kernel_is_captured_as_the_build_records_it(trit
     """The Gluon JIT compiling im2col_gather for a call with a TensorDescriptorIm2Col (fake GPU driver, real
     compile) is captured with the key and the ABI of the ahead-of-time build: one variant, either way."""
     TensorDescriptorIm2Col = _gluon_im2col()
+    import im2col_kernels
     import triton.language as tl
+    from capture_fakes import MockPtr, fresh
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonDesc
 
-    import im2col_kernels
     import karchive
-    from capture_fakes import MockPtr, fresh
     from karchive.producer.compile.aot import VariantRequest, compile_variant
 
     class Nhwc(MockPtr):  # Triton's MockTensor, with the shape and strides a descriptor reads
@@ -393,17 +475,24 @@ def test_a_jit_call_of_the_gluon_kernel_is_captured_as_the_build_records_it(trit
 
     layout = gl.NVMMASharedLayout.get_default_for([64, 64], gl.float16)
     x = Nhwc((2, 8, 8, 64))
-    a = TensorDescriptorIm2Col.from_tensor(x, [64, 64], layout, pixel_box_lower_corner=[-1, -1],
-                                           pixel_box_upper_corner=[-1, -1])
+    a = TensorDescriptorIm2Col.from_tensor(
+        x, [64, 64], layout, pixel_box_lower_corner=[-1, -1], pixel_box_upper_corner=[-1, -1]
+    )
     b = GluonDesc.from_tensor(Nhwc((128, 576)), [64, 64], layout)
     fresh(im2col_kernels.im2col_gather)
     with karchive.capture("im2col", version="1.0") as cap:
         im2col_kernels.im2col_gather[(2, 9, 1)](a, b, 8, 8, 64, 1, 1, S=3, BLOCK_PIX=64, BLOCK_C=64)
     (captured,) = cap.variants.values()
-    aot = compile_variant(VariantRequest(f"{DATA / 'im2col_kernels.py'}:im2col_gather",
-                                         "tensordesc_im2col<fp16[64, 64],input_rank=4," + _layout() + ">, "
-                                         "tensordesc<fp16[64, 64]," + _layout() + ">, i32, i32, i32:16, i32:1, i32:1",
-                                         "cuda:90", {"S": 3, "BLOCK_PIX": 64, "BLOCK_C": 64}, {"num_warps": 4}))
+    aot = compile_variant(
+        VariantRequest(
+            f"{DATA / 'im2col_kernels.py'}:im2col_gather",
+            "tensordesc_im2col<fp16[64, 64],input_rank=4," + _layout() + ">, "
+            "tensordesc<fp16[64, 64]," + _layout() + ">, i32, i32, i32:16, i32:1, i32:1",
+            "cuda:90",
+            {"S": 3, "BLOCK_PIX": 64, "BLOCK_C": 64},
+            {"num_warps": 4},
+        )
+    )
     assert captured.variant.abi.params[0].desc == aot.variant.abi.params[0].desc
     assert captured.variant.abi.params[0].desc.im2col
     for field in ("key", "params", "abi", "target"):

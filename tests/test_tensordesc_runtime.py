@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import pathlib
 import struct
 import sys
-import pathlib
 
 import pytest
 
@@ -62,8 +62,17 @@ FP8 = FakeDtype("float8_e4m3fn", 1)
 
 
 def tma(convention="triton-3.8", dtype="fp16", block=(64, 64), elem_size=2, elem_type=6, swizzle=3, fp4=False):
-    return TensorDescAbi(convention, "tma", dtype, len(block), tuple(block), swizzle=swizzle, elem_size=elem_size,
-                         elem_type=elem_type, fp4_padded=fp4)
+    return TensorDescAbi(
+        convention,
+        "tma",
+        dtype,
+        len(block),
+        tuple(block),
+        swizzle=swizzle,
+        elem_size=elem_size,
+        elem_type=elem_type,
+        fp4_padded=fp4,
+    )
 
 
 @pytest.fixture
@@ -93,14 +102,20 @@ def test_encode_params_follow_tritons_tiled_encoding():
     assert td.encode_params(tma(elem_type=10), 0, [64, 64], [64, 1], "nan", False, 13020).data_type == 9
     assert td.encode_params(tma(), 0, [64, 64], [64, 1], "nan", False, 13020).oob_fill == td.OOB_FILL_NAN
     # fp4_padded: the map's innermost dimension is doubled
-    assert td.encode_params(tma(fp4=True, dtype="u8", elem_size=1, elem_type=0), 0, [64, 32], [32, 1], "zero",
-                            False, 13020).global_dim == (64, 64)
+    assert td.encode_params(
+        tma(fp4=True, dtype="u8", elem_size=1, elem_type=0), 0, [64, 32], [32, 1], "zero", False, 13020
+    ).global_dim == (64, 64)
     # TF32: only under the 3.8 convention
-    assert td.encode_params(tma(dtype="fp32", elem_size=4, elem_type=7), 0, [64, 64], [64, 1], "zero", True,
-                            13020).data_type == 11
+    assert (
+        td.encode_params(
+            tma(dtype="fp32", elem_size=4, elem_type=7), 0, [64, 64], [64, 1], "zero", True, 13020
+        ).data_type
+        == 11
+    )
     with pytest.raises(ArgumentError, match="round_f32_to_tf32"):
-        td.encode_params(tma("triton-3.5", dtype="fp32", elem_size=4, elem_type=7), 0, [64, 64], [64, 1], "zero",
-                         True, 13020)
+        td.encode_params(
+            tma("triton-3.5", dtype="fp32", elem_size=4, elem_type=7), 0, [64, 64], [64, 1], "zero", True, 13020
+        )
 
 
 def test_small_tensor_bit_patch_only_under_3_8_on_old_drivers():
@@ -112,10 +127,13 @@ def test_small_tensor_bit_patch_only_under_3_8_on_old_drivers():
     assert not td.encode_params(tma("triton-3.5"), 0, *small, "zero", False, 12080).clear_small_tensor_bit
 
 
-@pytest.mark.parametrize("shape,strides,block,padding", [
-    ([256, 128], [128, 1], [64, 64], "zero"),
-    ([8, 96, 64], [96 * 64, 64, 1], [2, 32, 64], "nan"),
-])
+@pytest.mark.parametrize(
+    "shape,strides,block,padding",
+    [
+        ([256, 128], [128, 1], [64, 64], "zero"),
+        ([8, 96, 64], [96 * 64, 64, 1], [2, 32, 64], "nan"),
+    ],
+)
 def test_expansion_matches_the_installed_tritons_launcher(shape, strides, block, padding, no_driver, fake_gpu_driver):
     """Triton's make_tensordesc_arg, with fill_tma_descriptor_tiled recording its arguments, against karchive's
     encode parameters and expansion for the convention of the installed release."""
@@ -136,10 +154,9 @@ def test_expansion_matches_the_installed_tritons_launcher(shape, strides, block,
 
     fake_gpu_driver.utils.fill_tma_descriptor_tiled = fill  # 3.8+
     fake_gpu_driver.utils.fill_tma_descriptor = fill  # 3.5/3.6
-    base = FakeTensor(0x7f0000010000, shape, FP16, strides)
+    base = FakeTensor(0x7F0000010000, shape, FP16, strides)
     tdesc = TritonDesc(base, shape, strides, block, padding=padding)
-    meta = {"swizzle": 3, "elem_size": 2, "elem_type": 6, "block_size": block, "fp4_padded": False,
-            "is_im2col": False}
+    meta = {"swizzle": 3, "elem_size": 2, "elem_type": 6, "block_size": block, "fp4_padded": False, "is_im2col": False}
     import inspect
 
     extra = [None] * (len(inspect.signature(nvdriver.make_tensordesc_arg).parameters) - 2)  # 3.8+ take a third
@@ -163,8 +180,13 @@ def test_expansion_matches_the_installed_tritons_launcher(shape, strides, block,
 
 def test_karchive_descriptors_from_arrays_and_raw_addresses(no_driver):
     class CAI:
-        __cuda_array_interface__ = {"data": (0x20000, False), "shape": (64, 32), "strides": (128, 4),
-                                    "typestr": "<f4", "version": 3}
+        __cuda_array_interface__ = {
+            "data": (0x20000, False),
+            "shape": (64, 32),
+            "strides": (128, 4),
+            "typestr": "<f4",
+            "version": 3,
+        }
 
     d = td.TensorDescriptor(CAI(), block_shape=[16, 32])
     assert d.shape == (64, 32) and d.strides == (32, 1) and d.ptr == 0x20000
@@ -201,14 +223,15 @@ def test_checks_before_launch(no_driver):
         td.expand("a", d, td.TensorDescriptor(host, [64, 64]))
     with pytest.raises(ArgumentError, match="expected a tensor descriptor"):
         td.expand("a", d, good)
-    im2col = TensorDescAbi("triton-3.8", "tma", "fp16", 4, (32, 64), swizzle=3, elem_size=2, elem_type=6,
-                           im2col=True)
+    im2col = TensorDescAbi("triton-3.8", "tma", "fp16", 4, (32, 64), swizzle=3, elem_size=2, elem_type=6, im2col=True)
     with pytest.raises(ArgumentError, match="im2col"):
         td.expand("a", im2col, td.TensorDescriptor(FakeTensor(0x10000, [1, 8, 8, 64], FP16), None))
     # TF32 rounding under triton-3.5 (no flag to pass, no TF32 map): refused in both modes, not silently dropped
     f32 = td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP32), [64, 64], round_f32_to_tf32=True)
-    for old in (tma("triton-3.5", dtype="fp32", elem_size=4, elem_type=7),
-                TensorDescAbi("triton-3.5", "decomposed", "fp32", 2, (64, 64))):
+    for old in (
+        tma("triton-3.5", dtype="fp32", elem_size=4, elem_type=7),
+        TensorDescAbi("triton-3.5", "decomposed", "fp32", 2, (64, 64)),
+    ):
         with pytest.raises(ArgumentError, match="round_f32_to_tf32") as err:
             td.expand("f", old, f32)
         assert err.value.param == "f"
@@ -232,13 +255,30 @@ def test_encoded_maps_are_cached_and_a_moved_tensor_is_reencoded(no_driver):
 
 
 def _desc_abi(descs: list[TensorDescAbi], scalars=("i32",)) -> Abi:
-    params = [AbiParam(f"d{i}", "tensordesc", f"tensordesc<fp16[{d.block_shape[0]}, {d.block_shape[1]}]>", i,
-                       d.size, d) for i, d in enumerate(descs)]
+    params = [
+        AbiParam(f"d{i}", "tensordesc", f"tensordesc<fp16[{d.block_shape[0]}, {d.block_shape[1]}]>", i, d.size, d)
+        for i, d in enumerate(descs)
+    ]
     params += [AbiParam(f"s{j}", "scalar", t, len(descs) + j, 4) for j, t in enumerate(scalars)]
     params += [AbiParam("global_scratch", "global_scratch", None, None, 8)]
-    return Abi(version=2, entry="k", binary_format="cubin", binary_arch="sm_90a", params=tuple(params), shared=0,
-               num_warps=4, warp_size=32, num_ctas=1, cluster_dims=(1, 1, 1), cooperative_grid=False, pdl=False,
-               global_scratch_size=0, global_scratch_align=1, profile_scratch_size=0, profile_scratch_align=1)
+    return Abi(
+        version=2,
+        entry="k",
+        binary_format="cubin",
+        binary_arch="sm_90a",
+        params=tuple(params),
+        shared=0,
+        num_warps=4,
+        warp_size=32,
+        num_ctas=1,
+        cluster_dims=(1, 1, 1),
+        cooperative_grid=False,
+        pdl=False,
+        global_scratch_size=0,
+        global_scratch_align=1,
+        profile_scratch_size=0,
+        profile_scratch_align=1,
+    )
 
 
 def test_parameter_buffer_places_maps_64_byte_aligned(no_driver):
@@ -271,8 +311,9 @@ def test_selection_checks_descriptors_and_autotuned_dispatchers_take_the_variant
     wrong_block = td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP16), [128, 64])
     assert "compiled for [64, 64]" in param_reason(p, wrong_block, None, False)
     assert param_reason(p, wrong_block, None, False, block_from_variant=True) is None
-    assert "dtype fp8e4nv" in param_reason(p, td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP8), [64, 64]),
-                                           None, False)
+    assert "dtype fp8e4nv" in param_reason(
+        p, td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP8), [64, 64]), None, False
+    )
     assert "expects a tensor descriptor" in param_reason(p, 0x10000, None, False)
     # fp8 pointers: the signature's element type is checked against the framework's dtype
     f8 = Param("x", "*fp8e4nv")
@@ -283,25 +324,45 @@ def test_selection_checks_descriptors_and_autotuned_dispatchers_take_the_variant
     assert param_reason(Param("y", "*fp4"), object(), (0, FakeDtype("float4_e2m1fn_x2", 1), 0), False) is None
 
 
-@pytest.mark.parametrize("binary_arch,cc,ok", [
-    ("sm_100a", (10, 0), True), ("sm_100a", (10, 3), False), ("sm_103a", (10, 3), True),
-    ("sm_103a", (10, 0), False), ("sm_120a", (12, 0), True), ("sm_120a", (12, 1), False),
-    ("sm_100a", (12, 0), False), ("sm_90a", (10, 0), False), ("sm_100f", (10, 3), True), ("sm_103f", (10, 0), False),
-    ("sm_100", (10, 3), True), ("sm_100", (12, 0), False), ("sm_120", (12, 1), True),
-])
+@pytest.mark.parametrize(
+    "binary_arch,cc,ok",
+    [
+        ("sm_100a", (10, 0), True),
+        ("sm_100a", (10, 3), False),
+        ("sm_103a", (10, 3), True),
+        ("sm_103a", (10, 0), False),
+        ("sm_120a", (12, 0), True),
+        ("sm_120a", (12, 1), False),
+        ("sm_100a", (12, 0), False),
+        ("sm_90a", (10, 0), False),
+        ("sm_100f", (10, 3), True),
+        ("sm_103f", (10, 0), False),
+        ("sm_100", (10, 3), True),
+        ("sm_100", (12, 0), False),
+        ("sm_120", (12, 1), True),
+    ],
+)
 def test_blackwell_cubins_load_only_where_built_for(binary_arch, cc, ok):
     assert cubin_runs_on(binary_arch, cc) is ok
 
 
 def test_rejection_list_explains_the_exact_model_rule():
-    from karchive.format.manifest import Target, Variant, FileRef
+    from karchive.format.manifest import FileRef, Target, Variant
 
     ref = FileRef("x", 1, "0" * 64)
     abi = _desc_abi([tma()])
     import dataclasses
 
-    v = Variant(kernel="k", key="a" * 64, target=Target("cuda", "100", 32), params=(), options={},
-                abi=dataclasses.replace(abi, binary_arch="sm_100a"), binary=ref, metadata=ref)
+    v = Variant(
+        kernel="k",
+        key="a" * 64,
+        target=Target("cuda", "100", 32),
+        params=(),
+        options={},
+        abi=dataclasses.replace(abi, binary_arch="sm_100a"),
+        binary=ref,
+        metadata=ref,
+    )
     why = device_fit(v, DeviceInfo("cuda", 0, "103", 32, cc=(10, 3)), allow_ptx=False)
     assert isinstance(why, str) and "cubin is sm_100a, the device is sm_103" in why
     assert "runs only on exactly sm_100" in why and "not even sm_10x siblings" in why
@@ -318,9 +379,22 @@ def test_a_kernel_of_descriptors_selects_and_refuses_through_the_archive(tmp_pat
     from karchive.cli.main import main
 
     out = tmp_path / "tma.karc"
-    code = main(["compile", str(DATA / "tma_kernels.py"), "-n", "desc_copy", "-s",
-                 "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64, 64", "-t", "cuda:90", "-t", "cuda:100",
-                 "-o", str(out)])
+    code = main(
+        [
+            "compile",
+            str(DATA / "tma_kernels.py"),
+            "-n",
+            "desc_copy",
+            "-s",
+            "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64, 64",
+            "-t",
+            "cuda:90",
+            "-t",
+            "cuda:100",
+            "-o",
+            str(out),
+        ]
+    )
     assert code == 0
     k = karchive.open(str(out)).kernel("desc_copy")
     a = td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP16), [64, 64])
@@ -343,17 +417,33 @@ def desc_copy_kernel(monkeypatch, tmp_path, path: str):
     """``desc_copy`` (two fp16 [64, 64] descriptors) built for cuda:90 and opened on ``path`` over the recording
     driver stand-in (runtime_support.FakeCuda): (kernel, recorder)."""
     pytest.importorskip("triton")
+    from runtime_support import fake_cuda
+
     import karchive
     from karchive.cli.main import main
     from karchive.producer.compile.tensordesc_abi import binary_param_sizes
     from karchive.runtime import launch_path
-    from runtime_support import fake_cuda
 
     if path == "extension" and launch_path.extension() is None:
         pytest.skip(f"the compiled launcher is not built here: {launch_path.status().detail}")
     out = tmp_path / "tma.karc"
-    assert main(["compile", str(DATA / "tma_kernels.py"), "-n", "desc_copy", "-s",
-                 "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64, 64", "-t", "cuda:90", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "compile",
+                str(DATA / "tma_kernels.py"),
+                "-n",
+                "desc_copy",
+                "-s",
+                "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64, 64",
+                "-t",
+                "cuda:90",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     with fake_cuda(monkeypatch, path) as (rec, _backend):
         arc = karchive.open(str(out))
         (v,) = arc.variants("desc_copy")
@@ -389,20 +479,21 @@ def test_descriptor_launch_packs_the_recorded_expansion_on_both_paths(path, monk
 
 
 @pytest.mark.parametrize("path", ["python", "extension"])
-def test_autotuned_descriptor_kernel_takes_the_block_of_the_chosen_config(path, monkeypatch, tmp_path, no_driver,
-                                                                          triton_cache_dir, fake_gpu_driver):
+def test_autotuned_descriptor_kernel_takes_the_block_of_the_chosen_config(
+    path, monkeypatch, tmp_path, no_driver, triton_cache_dir, fake_gpu_driver
+):
     """An autotuned matmul whose configs set descriptor block shapes in a pre_hook (Triton's pattern) is
     captured; the archive's dispatcher launches the recorded winner with call-site descriptors whose block
     shape is a placeholder, encoding each map with the winner's block (no hook run, none needed)."""
     pytest.importorskip("triton")
     import triton.language as tl
+    from capture_fakes import MockPtr, fresh
+    from runtime_support import fake_cuda
     from triton.tools.tensor_descriptor import TensorDescriptor as TritonDesc
 
     import karchive
-    from capture_fakes import MockPtr, fresh
     from karchive.producer.compile.tensordesc_abi import binary_param_sizes
     from karchive.runtime import launch_path
-    from runtime_support import fake_cuda
 
     if path == "extension" and launch_path.extension() is None:
         pytest.skip(f"the compiled launcher is not built here: {launch_path.status().detail}")
@@ -447,8 +538,23 @@ def test_archive_tools_and_bridges_handle_descriptor_kernels(tmp_path, capsys):
     from karchive.interop._roles import kernel_roles
 
     out = tmp_path / "tma.karc"
-    assert main(["compile", str(DATA / "tma_kernels.py"), "-n", "desc_copy", "-s",
-                 "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64, 64", "-t", "cuda:90", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "compile",
+                str(DATA / "tma_kernels.py"),
+                "-n",
+                "desc_copy",
+                "-s",
+                "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64, 64",
+                "-t",
+                "cuda:90",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     assert main(["inspect", str(out)]) == 0
     assert "desc_copy" in capsys.readouterr().out
@@ -475,14 +581,30 @@ def test_bound_launchers_repack_descriptors_and_check_the_pointers_after_them(mo
     """bind() / bound() / bound(*values) with a descriptor before a ``:16`` pointer and an int: the pointer's
     alignment is checked at its own position after the descriptor's five values."""
     pytest.importorskip("triton")
+    from runtime_support import fake_cuda
+
     import karchive
     from karchive.cli.main import main
     from karchive.producer.compile.tensordesc_abi import binary_param_sizes
-    from runtime_support import fake_cuda
 
     out = tmp_path / "tp.karc"
-    assert main(["compile", str(DATA / "tma_kernels.py"), "-n", "desc_to_ptr", "-s",
-                 "tensordesc<fp16[64, 64]>, *fp16:16, i32, 64, 64", "-t", "cuda:90", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "compile",
+                str(DATA / "tma_kernels.py"),
+                "-n",
+                "desc_to_ptr",
+                "-s",
+                "tensordesc<fp16[64, 64]>, *fp16:16, i32, 64, 64",
+                "-t",
+                "cuda:90",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     with fake_cuda(monkeypatch, "python") as (rec, _backend):
         arc = karchive.open(str(out))
         (v,) = arc.variants("desc_to_ptr")
@@ -532,8 +654,13 @@ def test_the_encode_call_converts_its_arguments_for_the_installed_cuda_python():
 
 # ---- every Triton release venv (tools/tritons.sh) against the convention karchive assigns to it ----------
 #: The convention each release minor must record (what its launcher was read to do; spec/FORMAT.md §6.2.1).
-RELEASE_CONVENTIONS = {"3.5": "triton-3.5", "3.6": "triton-3.5", "3.7": "triton-3.8", "3.8": "triton-3.8",
-                       "3.9": "triton-3.8"}
+RELEASE_CONVENTIONS = {
+    "3.5": "triton-3.5",
+    "3.6": "triton-3.5",
+    "3.7": "triton-3.8",
+    "3.8": "triton-3.8",
+    "3.9": "triton-3.8",
+}
 
 
 def _release_venv(minor: str):
@@ -562,15 +689,21 @@ def test_each_release_launcher_expands_descriptors_as_karchive_does(minor):
     value for value (one i1 flag, or nan + round_f32_to_tf32), and the release's ``expand_signature`` slots
     where it is reachable (3.7+). TF32 descriptors under ``triton-3.5`` are refused, TMA and decomposed."""
     venv = _release_venv(minor)
-    import os
     import json
+    import os
     import subprocess
 
     root = DATA.parent.parent
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TRITON_", "PYTHON"))}
     env["PYTHONPATH"] = str(root)  # this checkout's karchive, ahead of the venv's own install
-    proc = subprocess.run([str(venv.python), str(DATA / "tensordesc_launcher_probe.py")], capture_output=True,
-                          text=True, env=env, cwd=root, timeout=300)
+    proc = subprocess.run(
+        [str(venv.python), str(DATA / "tensordesc_launcher_probe.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=root,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     assert out["karchive"].startswith(str(root / "karchive")), out["karchive"]
@@ -603,8 +736,10 @@ def test_each_release_launcher_expands_descriptors_as_karchive_does(minor):
         assert cases["fp32-tf32-decomposed"]["theirs"][-5] == 1  # the round_f32_to_tf32 flag
 
 
-_PATCH_RE = r"if \(driver_version <= (\d+)\) \{.*?if \(max_byte_index \+ 1 < (\d+) \* 1024\) \{.*?" \
-            r"desc_u64\[1\] &= ~\(1llu << (\d+)\);"
+_PATCH_RE = (
+    r"if \(driver_version <= (\d+)\) \{.*?if \(max_byte_index \+ 1 < (\d+) \* 1024\) \{.*?"
+    r"desc_u64\[1\] &= ~\(1llu << (\d+)\);"
+)
 
 
 @pytest.mark.parametrize("minor", sorted(RELEASE_CONVENTIONS))
@@ -624,7 +759,7 @@ def test_small_tensor_patch_is_in_the_release_encoder_exactly_where_the_conventi
     assert m is not None, f"Triton {minor}'s driver.c has no small-tensor patch"
     assert int(m.group(1)) == td._DRIVER_PATCHED
     assert int(m.group(2)) * 1024 == td._SMALL_TENSOR_BYTES and 1 << int(m.group(3)) == td._SMALL_TENSOR_BIT
-    tiled = text[text.index("fillTMADescriptorTiled(PyObject"):m.end()]
+    tiled = text[text.index("fillTMADescriptorTiled(PyObject") : m.end()]
     assert "bytes_stride = i == 0 ? elemSize : stridesLL[i - 1]" in tiled  # innermost stride = element size
     assert "CU_TENSOR_MAP_INTERLEAVE_NONE" in tiled and "CU_TENSOR_MAP_L2_PROMOTION_L2_128B" in tiled
     assert "elementStrides[5] = {1, 1, 1, 1, 1}" in tiled
@@ -642,29 +777,47 @@ def test_the_call_block_is_the_signatures_and_the_map_box_the_abis(no_driver):
     with pytest.raises(ArgumentError, match=r"block_shape is \[128, 128\], the variant was compiled for \[128, 64\]"):
         td.expand("c_desc", box, td.TensorDescriptor(FakeTensor(0x20000, [256, 256], FP16), [128, 128]))
     with pytest.raises(ArgumentError, match=r"block_shape is \[128, 64\], the variant was compiled for \[128, 128\]"):
-        td.expand("c_desc", box, td.TensorDescriptor(FakeTensor(0x20000, [256, 256], FP16), [128, 64]),
-                  block=(128, 128))
+        td.expand(
+            "c_desc", box, td.TensorDescriptor(FakeTensor(0x20000, [256, 256], FP16), [128, 64]), block=(128, 128)
+        )
 
 
 @pytest.mark.parametrize("path", ["python", "extension"])
 def test_steady_state_descriptor_launches_reuse_the_map_reencode_moved_storage_and_refuse_wrong_blocks(
-        path, monkeypatch, tmp_path, no_driver):
+    path, monkeypatch, tmp_path, no_driver
+):
     """Issue 21: the compiled path launches descriptor kernels from C (the expansion's packed bytes copied into
     its buffer, no Python pack or binding launch); both paths reuse the map while the descriptor and its
     address stay, re-encode when the tensor's storage moved, and refuse a wrong block or dtype before launch
     with the same error."""
     pytest.importorskip("triton")
+    from runtime_support import fake_cuda
+
     import karchive
     from karchive.cli.main import main
     from karchive.producer.compile.tensordesc_abi import binary_param_sizes
     from karchive.runtime import launch_path
-    from runtime_support import fake_cuda
 
     if path == "extension" and launch_path.extension() is None:
         pytest.skip(f"the compiled launcher is not built here: {launch_path.status().detail}")
     out = tmp_path / "tma.karc"
-    assert main(["compile", str(DATA / "tma_kernels.py"), "-n", "desc_copy", "-s",
-                 "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64, 64", "-t", "cuda:90", "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "compile",
+                str(DATA / "tma_kernels.py"),
+                "-n",
+                "desc_copy",
+                "-s",
+                "tensordesc<fp16[64, 64]>, tensordesc<fp16[64, 64]>, 64, 64",
+                "-t",
+                "cuda:90",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     with fake_cuda(monkeypatch, path) as (rec, backend):
         through_binding: list[tuple] = []
         binding_launch = type(backend).launch
@@ -715,14 +868,20 @@ def test_steady_state_descriptor_launches_reuse_the_map_reencode_moved_storage_a
         assert len(no_driver) == 3 and rec.launches()[-1].params == first.params
         n = len(rec.launches())
         wide = td.TensorDescriptor(FakeTensor(0x30000, [256, 64], FP16), [32, 64])
-        with pytest.raises(ArgumentError, match=r"^tma_kernels:desc_copy: parameter 'out_desc' \(tensordesc<fp16\[64, 64\]>\): "
-                                                r"the descriptor's block_shape is \[32, 64\], the variant was "
-                                                r"compiled for \[64, 64\]$") as err:
+        with pytest.raises(
+            ArgumentError,
+            match=r"^tma_kernels:desc_copy: parameter 'out_desc' \(tensordesc<fp16\[64, 64\]>\): "
+            r"the descriptor's block_shape is \[32, 64\], the variant was "
+            r"compiled for \[64, 64\]$",
+        ) as err:
             k[(2, 1)](a, wide, BLOCK_M=64, BLOCK_N=64)
         assert err.value.param == "out_desc" and err.value.kernel == "tma_kernels:desc_copy"
         fp32 = td.TensorDescriptor(FakeTensor(0x30000, [256, 64], FP32), [64, 64])
-        with pytest.raises(ArgumentError, match=r"^tma_kernels:desc_copy: parameter 'in_desc'.*dtype fp32, the variant takes "
-                                                r"fp16$"):
+        with pytest.raises(
+            ArgumentError,
+            match=r"^tma_kernels:desc_copy: parameter 'in_desc'.*dtype fp32, the variant takes "
+            r"fp16$",
+        ):
             k[(2, 1)](fp32, b, BLOCK_M=64, BLOCK_N=64)
         assert len(rec.launches()) == n  # refused before anything reached the driver
         # the memo holds no descriptor alive, and a new descriptor where a dead one was is checked afresh
@@ -744,9 +903,11 @@ def test_steady_state_descriptor_launches_reuse_the_map_reencode_moved_storage_a
         with pytest.raises(ArgumentError) as err:
             k[(2, 1)](huge, b, BLOCK_M=64, BLOCK_N=64)
         # both paths: refused before encoding, saying why (issue 34: it once failed after encoding, in struct's words)
-        assert str(err.value) == ("tma_kernels:desc_copy: parameter 'in_desc' (tensordesc<fp16[64, 64]>): shape "
-                                  "[2147483648, 64] has a dimension of 2**31 or more; the kernel takes each dimension "
-                                  "as an i32")
+        assert str(err.value) == (
+            "tma_kernels:desc_copy: parameter 'in_desc' (tensordesc<fp16[64, 64]>): shape "
+            "[2147483648, 64] has a dimension of 2**31 or more; the kernel takes each dimension "
+            "as an i32"
+        )
         assert len(rec.launches()) == n and len(no_driver) == 4
         # the compiled path launched every one of them from C; the Python path through the binding
         assert len(through_binding) == (n if path == "python" else 0) and n > 5
@@ -766,18 +927,48 @@ RAW = 0x40000
 GOOD = dict(shape=[128, 64], strides=[64, 1], dtype="fp16")
 
 
-@pytest.mark.parametrize("field,value", [
-    ("shape", [128.0, 64]), ("shape", [128.7, 64]), ("shape", "12"), ("shape", [None, 64]), ("shape", 128),
-    ("shape", [True, 64]), ("shape", [b"1", 64]), ("shape", [0, 64]), ("shape", [-128, 64]),
-    ("strides", [64.0, 1]), ("strides", "641"), ("strides", [None, 1]), ("strides", [64, "1"]),
-    ("block_shape", [64.0, 64]), ("block_shape", "64"), ("block_shape", [0, 64]), ("block_shape", [-64, 64]),
-    ("block_shape", [None, 64]),
-    ("padding", "nan "), ("padding", "NaN"), ("padding", None), ("padding", 0),
-    ("round_f32_to_tf32", "False"), ("round_f32_to_tf32", 1), ("round_f32_to_tf32", None),
-    ("dtype", "float17"), ("dtype", "fp16 "), ("dtype", 3), ("dtype", object()),
-    ("x", -16), ("x", 1 << 64), ("x", 1.5), ("x", "0x40000"), ("x", True),
-    ("pixel_box_lower_corner", [1.5, 0]), ("pixel_box_lower_corner", "00"), ("element_strides", [1.0, 1, 1, 1]),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("shape", [128.0, 64]),
+        ("shape", [128.7, 64]),
+        ("shape", "12"),
+        ("shape", [None, 64]),
+        ("shape", 128),
+        ("shape", [True, 64]),
+        ("shape", [b"1", 64]),
+        ("shape", [0, 64]),
+        ("shape", [-128, 64]),
+        ("strides", [64.0, 1]),
+        ("strides", "641"),
+        ("strides", [None, 1]),
+        ("strides", [64, "1"]),
+        ("block_shape", [64.0, 64]),
+        ("block_shape", "64"),
+        ("block_shape", [0, 64]),
+        ("block_shape", [-64, 64]),
+        ("block_shape", [None, 64]),
+        ("padding", "nan "),
+        ("padding", "NaN"),
+        ("padding", None),
+        ("padding", 0),
+        ("round_f32_to_tf32", "False"),
+        ("round_f32_to_tf32", 1),
+        ("round_f32_to_tf32", None),
+        ("dtype", "float17"),
+        ("dtype", "fp16 "),
+        ("dtype", 3),
+        ("dtype", object()),
+        ("x", -16),
+        ("x", 1 << 64),
+        ("x", 1.5),
+        ("x", "0x40000"),
+        ("x", True),
+        ("pixel_box_lower_corner", [1.5, 0]),
+        ("pixel_box_lower_corner", "00"),
+        ("element_strides", [1.0, 1, 1, 1]),
+    ],
+)
 def test_descriptor_fields_are_validated_not_coerced(field, value):
     """Issue 34, item 12: float shapes were truncated, ``shape="12"`` became (1, 2), ``padding="nan "``
     meant zero, None in a shape raised a builtin error. Every field of karchive.TensorDescriptor is checked
@@ -794,11 +985,22 @@ def test_descriptor_fields_are_validated_not_coerced(field, value):
     assert err.value.param == field and (field == "x" or field.split("_")[0] in str(err.value)), str(err.value)
 
 
-@pytest.mark.parametrize("field,value", [
-    ("shape", [128.0, 64]), ("shape", "12"), ("shape", [None, 64]), ("strides", [64.5, 1]), ("strides", None),
-    ("block_shape", [64.0, 64]), ("block_shape", "64"), ("padding", "nan "), ("padding", None),
-    ("round_f32_to_tf32", "yes"), ("shape", [0, 64]),
-])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("shape", [128.0, 64]),
+        ("shape", "12"),
+        ("shape", [None, 64]),
+        ("strides", [64.5, 1]),
+        ("strides", None),
+        ("block_shape", [64.0, 64]),
+        ("block_shape", "64"),
+        ("padding", "nan "),
+        ("padding", None),
+        ("round_f32_to_tf32", "yes"),
+        ("shape", [0, 64]),
+    ],
+)
 def test_tritons_descriptor_fields_are_validated_too(field, value, no_driver):
     """The same checks on Triton's own descriptor (duck-typed: karchive reads it without Triton's asserts)."""
     kw = dict(base=FakeTensor(0x10000, [128, 64], FP16), shape=[128, 64], strides=[64, 1], block_shape=[64, 64])
@@ -813,8 +1015,15 @@ def test_tritons_descriptor_fields_are_validated_too(field, value, no_driver):
 def test_descriptor_fields_take_integer_types_and_keep_their_values(no_driver):
     """What is valid still works: NumPy integers where ints go, tuples and lists, a shape from torch.Size-like tuples."""
     np = pytest.importorskip("numpy")
-    d = td.TensorDescriptor(np.uint64(RAW), (np.int64(64), 64), shape=(np.int32(128), 64), strides=[np.int64(64), 1],
-                            dtype="fp16", padding="nan", round_f32_to_tf32=False)
+    d = td.TensorDescriptor(
+        np.uint64(RAW),
+        (np.int64(64), 64),
+        shape=(np.int32(128), 64),
+        strides=[np.int64(64), 1],
+        dtype="fp16",
+        padding="nan",
+        round_f32_to_tf32=False,
+    )
     assert d.shape == (128, 64) and d.strides == (64, 1) and d.block_shape == (64, 64) and d.ptr == RAW
     assert all(type(v) is int for v in (*d.shape, *d.strides, *d.block_shape, d.ptr))
     assert td.expand("a", tma(), d)[1:] == [128, 64, 64, 1]
@@ -830,8 +1039,16 @@ def test_the_docstring_raw_address_form_launches(no_driver):
     assert td.descriptor_reason("a", "tensordesc<fp16[64, 64]>", raw) is None
     assert td.expand("a", tma(), raw)[1:] == [128, 64, 64, 1] and no_driver[-1].address == RAW
     assert "dtype=fp16" in repr(raw)
-    for dtype, name in (("bf16", "bf16"), ("fp8e4nv", "fp8e4nv"), ("i8", "i8"), ("u8", "u8"), ("float16", "fp16"),
-                        ("torch.bfloat16", "bf16"), ("<f2", "fp16"), (FP16, "fp16")):
+    for dtype, name in (
+        ("bf16", "bf16"),
+        ("fp8e4nv", "fp8e4nv"),
+        ("i8", "i8"),
+        ("u8", "u8"),
+        ("float16", "fp16"),
+        ("torch.bfloat16", "bf16"),
+        ("<f2", "fp16"),
+        (FP16, "fp16"),
+    ):
         d = td.TensorDescriptor(RAW, [64, 64], shape=[128, 64], strides=[64, 1], dtype=dtype)
         assert td.triton_dtype(d.elem_dtype) == name, (dtype, d.elem_dtype)
     with pytest.raises(ArgumentError, match="dtype fp32, the variant takes fp16"):
@@ -848,8 +1065,9 @@ def test_tf32_rounding_needs_an_fp32_tensor(no_driver):
     assert err.value.param == "round_f32_to_tf32"
     with pytest.raises(ArgumentError, match="round_f32_to_tf32.*float32"):
         td.TensorDescriptor(RAW, [64, 64], shape=[128, 64], strides=[64, 1], dtype="bf16", round_f32_to_tf32=True)
-    triton_fp16 = TritonLikeDesc(FakeTensor(0x10000, [128, 64], FP16), [128, 64], [64, 1], [64, 64],
-                                 round_f32_to_tf32=True)
+    triton_fp16 = TritonLikeDesc(
+        FakeTensor(0x10000, [128, 64], FP16), [128, 64], [64, 1], [64, 64], round_f32_to_tf32=True
+    )
     for d in (tma(), TensorDescAbi("triton-3.8", "decomposed", "fp16", 2, (64, 64))):
         with pytest.raises(ArgumentError, match="round_f32_to_tf32.*float32") as err:
             td.expand("a", d, triton_fp16)
@@ -863,9 +1081,13 @@ def test_tf32_rounding_needs_an_fp32_tensor(no_driver):
 #: (shape, strides) of fp16 descriptors the driver cannot take (cuTensorMapEncodeTiled: every globalDim in
 #: [1, 2**32], every globalStride a multiple of 16 below 2**40 bytes) or the kernel's i32 shape slot cannot hold.
 DRIVER_LIMITS = [
-    ([128, 64], [-64, 1], "stride"), ([128, 64], [0, 1], "stride"), ([128, 64], [1 << 39, 1], "2\\*\\*40"),
-    ([2, 128, 64], [1 << 39, 64, 1], "2\\*\\*40"), ([1 << 31, 64], [64, 1], "2\\*\\*31"),
-    ([64, 1 << 31], [1 << 31, 1], "2\\*\\*31"), ([128, 64], [1 << 63, 1], "stride"),
+    ([128, 64], [-64, 1], "stride"),
+    ([128, 64], [0, 1], "stride"),
+    ([128, 64], [1 << 39, 1], "2\\*\\*40"),
+    ([2, 128, 64], [1 << 39, 64, 1], "2\\*\\*40"),
+    ([1 << 31, 64], [64, 1], "2\\*\\*31"),
+    ([64, 1 << 31], [1 << 31, 1], "2\\*\\*31"),
+    ([128, 64], [1 << 63, 1], "stride"),
 ]
 
 
@@ -884,8 +1106,11 @@ def test_driver_limits_are_refused_before_the_driver(shape, strides, why, no_dri
         assert err.value.param == "a"
     assert not no_driver
     # the largest values that fit are taken
-    td.expand("a", tma(), td.TensorDescriptor(FakeTensor(0x10000, [(1 << 31) - 1, 64], FP16,
-                                                         [((1 << 40) - 16) // 2, 1]), [64, 64]))
+    td.expand(
+        "a",
+        tma(),
+        td.TensorDescriptor(FakeTensor(0x10000, [(1 << 31) - 1, 64], FP16, [((1 << 40) - 16) // 2, 1]), [64, 64]),
+    )
     assert len(no_driver) == 1
 
 
@@ -910,11 +1135,17 @@ def test_bad_descriptors_are_refused_before_the_driver_on_both_paths(path, monke
             (td.TensorDescriptor(FakeTensor(0x30000, [1 << 31, 64], FP16), [64, 64]), "2\\*\\*31"),
             (td.TensorDescriptor(FakeTensor(0x30000, [128, 64], FP16, [-64, 1]), [64, 64]), "stride"),
             (td.TensorDescriptor(FakeTensor(0x30000, [128, 64], FP16, [1 << 39, 1]), [64, 64]), "2\\*\\*40"),
-            (TritonLikeDesc(FakeTensor(0x30000, [128, 64], FP16), [128, 64], [64, 1], [64, 64],
-                            round_f32_to_tf32=True), "float32"),
+            (
+                TritonLikeDesc(
+                    FakeTensor(0x30000, [128, 64], FP16), [128, 64], [64, 1], [64, 64], round_f32_to_tf32=True
+                ),
+                "float32",
+            ),
             (TritonLikeDesc(FakeTensor(0x30000, [128, 64], FP16), [128.0, 64], [64, 1], [64, 64]), "shape"),
-            (TritonLikeDesc(FakeTensor(0x30000, [128, 64], FP16), [128, 64], [64, 1], [64, 64], padding="nan "),
-             "padding"),
+            (
+                TritonLikeDesc(FakeTensor(0x30000, [128, 64], FP16), [128, 64], [64, 1], [64, 64], padding="nan "),
+                "padding",
+            ),
             (TritonLikeDesc(StrPtr(0x30000, [128, 64], FP16), [128, 64], [64, 1], [64, 64]), "str"),
             (later, "str"),
         ]

@@ -11,11 +11,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from runtime_support import fake_cuda, register_sizes  # noqa: E402
+
 import karchive  # noqa: E402
 from karchive.errors import ArgumentError  # noqa: E402
 from karchive.runtime import _torch_abi, args, launch_path  # noqa: E402
 from karchive.runtime.launch.kernel import Kernel  # noqa: E402
-from runtime_support import fake_cuda, register_sizes  # noqa: E402
 
 
 @pytest.fixture
@@ -38,9 +39,16 @@ def tensors() -> list:
         except (RuntimeError, TypeError):  # quantized dtypes
             continue
     base = torch.arange(4 * 6 * 8, dtype=torch.float32)
-    out += [base[7:], base[3::5], base.view(4, 6, 8).permute(2, 0, 1)[1], base.view(torch.uint8)[13:],
-            torch.empty(0), torch.empty(2, 3, 4, 5).to(memory_format=torch.channels_last),
-            torch.nn.Parameter(torch.ones(3, dtype=torch.bfloat16)), torch.ones(4, dtype=torch.float16).t()]
+    out += [
+        base[7:],
+        base[3::5],
+        base.view(4, 6, 8).permute(2, 0, 1)[1],
+        base.view(torch.uint8)[13:],
+        torch.empty(0),
+        torch.empty(2, 3, 4, 5).to(memory_format=torch.channels_last),
+        torch.nn.Parameter(torch.ones(3, dtype=torch.bfloat16)),
+        torch.ones(4, dtype=torch.float16).t(),
+    ]
     return out
 
 

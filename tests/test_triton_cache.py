@@ -36,13 +36,15 @@ print(json.dumps({"events": events, "first_call_s": first}))
 
 
 def _env(cache_dir) -> dict:
-    return dict(os.environ, TRITON_CACHE_DIR=str(cache_dir),
-                PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
+    return dict(
+        os.environ, TRITON_CACHE_DIR=str(cache_dir), PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")])
+    )
 
 
 def _run_workload(cache_dir) -> dict:
-    out = subprocess.run([sys.executable, "-c", _WORKLOAD], env=_env(cache_dir), capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _WORKLOAD], env=_env(cache_dir), capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -55,9 +57,9 @@ def _cli(*args: str, cache_dir=None) -> subprocess.CompletedProcess:
 def captured(tmp_path_factory):
     """The workload run once in a fresh process under capture: its archive and its own cache dir."""
     base = tmp_path_factory.mktemp("captured")
-    script = _WORKLOAD.replace("with fake_gpu", "import karchive\ncap = karchive.capture('wl', version='1')\n"
-                               "with cap, fake_gpu").replace("print(json.dumps(", f"cap.save({str(base / 'wl.karc')!r})\n"
-                                                             "print(json.dumps(")
+    script = _WORKLOAD.replace(
+        "with fake_gpu", "import karchive\ncap = karchive.capture('wl', version='1')\nwith cap, fake_gpu"
+    ).replace("print(json.dumps(", f"cap.save({str(base / 'wl.karc')!r})\nprint(json.dumps(")
     out = subprocess.run([sys.executable, "-c", script], env=_env(base / "cache"), capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout.strip().splitlines()[-1])
@@ -66,9 +68,10 @@ def captured(tmp_path_factory):
 
 
 def test_cache_dir_name_is_tritons():
+    from triton.runtime.cache import _base32
+
     from karchive.errors import CaptureError
     from karchive.producer.capture.triton_cache import cache_dir_name
-    from triton.runtime.cache import _base32
 
     h = "ab" * 32
     assert cache_dir_name(h) == _base32(h) == base64.b32encode(bytes.fromhex(h)).decode().rstrip("=")
@@ -155,8 +158,9 @@ def test_import_a_cache_dir_and_round_trip(captured, tmp_path):
     imported = open_reader(out).manifest["variants"]
     captured_vs = open_reader(archive).manifest["variants"]
     # Same binaries and Triton hashes as the capture; params are the binary's runtime arguments only.
-    assert sorted(v["provenance"]["triton_hash"] for v in imported) == \
-        sorted(v["provenance"]["triton_hash"] for v in captured_vs)
+    assert sorted(v["provenance"]["triton_hash"] for v in imported) == sorted(
+        v["provenance"]["triton_hash"] for v in captured_vs
+    )
     scale = next(v for v in imported if v["kernel"] == "scale_rows")
     assert [p["name"] for p in scale["params"]] == ["x_ptr", "out_ptr", "n", "alpha"]
     assert all("value" not in p for p in scale["params"]) and scale["provenance"]["origin"] == "triton-cache"
@@ -169,8 +173,11 @@ def test_import_a_cache_dir_and_round_trip(captured, tmp_path):
     # Exported back, the entries land under Triton's own directory names and a fresh process hits them.
     back = tmp_path / "back"
     assert _cli("export-triton-cache", out, "--cache-dir", back).returncode == 0
-    assert sorted(os.listdir(back)) == sorted(n for n in os.listdir(cache) if os.path.isdir(cache / n)
-                                              and any(f.startswith("__grp__") for f in os.listdir(cache / n)))
+    assert sorted(os.listdir(back)) == sorted(
+        n
+        for n in os.listdir(cache)
+        if os.path.isdir(cache / n) and any(f.startswith("__grp__") for f in os.listdir(cache / n))
+    )
     assert all(hit for _, hit in _run_workload(back)["events"])
 
 
@@ -191,11 +198,17 @@ def test_parse_ttir_signature_handles_older_spellings():
     from karchive.errors import UnsupportedKernelError
     from karchive.producer.capture.triton_cache import parse_ttir_signature
 
-    old = ('#loc = loc("/x/k.py":3:0)\nmodule {\n  tt.func public @mm(%arg0: !tt.ptr<f16> {tt.divisibility = 16 : i32} '
-           'loc("a_ptr"(#loc)), %arg1: !tt.ptr<f8E4M3FN, 1> loc("b"(#loc)), %arg2: i64 loc(unknown), %arg3: bf16) '
-           'attributes {noinline = false} {\n')
+    old = (
+        '#loc = loc("/x/k.py":3:0)\nmodule {\n  tt.func public @mm(%arg0: !tt.ptr<f16> {tt.divisibility = 16 : i32} '
+        'loc("a_ptr"(#loc)), %arg1: !tt.ptr<f8E4M3FN, 1> loc("b"(#loc)), %arg2: i64 loc(unknown), %arg3: bf16) '
+        "attributes {noinline = false} {\n"
+    )
     args = parse_ttir_signature(old, "mm")
     assert [(a.name, a.type, a.divisibility) for a in args] == [
-        ("a_ptr", "*fp16", 16), ("b", "*fp8e4nv", None), ("arg2", "i64", None), ("arg3", "bf16", None)]
+        ("a_ptr", "*fp16", 16),
+        ("b", "*fp8e4nv", None),
+        ("arg2", "i64", None),
+        ("arg3", "bf16", None),
+    ]
     with pytest.raises(UnsupportedKernelError, match="tensordesc"):
         parse_ttir_signature("tt.func public @k(%d: !tt.tensordesc<tensor<16xf32>>) {", "k")

@@ -21,7 +21,6 @@ import subprocess
 import sys
 
 import pytest
-
 from repro_support import clean_env, make_checkout, manifest, members
 from support import needs_triton
 from triton_releases import KERNELS, PROBES, ROOT, TARGETS, VENVS, Venv, build, floor, venvs
@@ -30,11 +29,27 @@ pytestmark = pytest.mark.tritons
 
 _FLOOR = tuple(int(p) for p in floor().split("."))
 _FOUND = venvs()
-_PARAMS = [pytest.param(v, id=f"triton-{v.version}", marks=[] if v.key >= _FLOOR else pytest.mark.skip(
-    reason=f"triton {v.version} is below pyproject.toml's floor triton>={floor()} (a stale venv: rm -r it)"))
-    for v in _FOUND] or [pytest.param(None, id="no-venvs", marks=pytest.mark.skip(
-        reason=f"no Triton release venvs under {VENVS}: make them with `bash tools/tritons.sh` (CI set) or "
-               "`bash tools/tritons.sh all` (every supported minor)"))]
+_PARAMS = [
+    pytest.param(
+        v,
+        id=f"triton-{v.version}",
+        marks=[]
+        if v.key >= _FLOOR
+        else pytest.mark.skip(
+            reason=f"triton {v.version} is below pyproject.toml's floor triton>={floor()} (a stale venv: rm -r it)"
+        ),
+    )
+    for v in _FOUND
+] or [
+    pytest.param(
+        None,
+        id="no-venvs",
+        marks=pytest.mark.skip(
+            reason=f"no Triton release venvs under {VENVS}: make them with `bash tools/tritons.sh` (CI set) or "
+            "`bash tools/tritons.sh all` (every supported minor)"
+        ),
+    )
+]
 
 #: Every source file name a probe's debug info may give: the probes' own module and Triton's language helpers
 #: (tl.sum in the atomic probe), each by its import path, whatever the release and wherever Triton is installed.
@@ -51,8 +66,16 @@ def built(request, tmp_path_factory) -> dict:
     for c, h in zip(checkouts, homes):
         shutil.copytree(PROBES, c)
         h.mkdir(parents=True)
-    envs = [clean_env(HOME=str(h), USER=h.name, LOGNAME=h.name, KARCHIVE_CACHE_DIR=str(root / f"kc-{i}"),
-                      TRITON_CACHE_DIR=str(root / f"tc-{i}")) for i, h in enumerate(homes)]
+    envs = [
+        clean_env(
+            HOME=str(h),
+            USER=h.name,
+            LOGNAME=h.name,
+            KARCHIVE_CACHE_DIR=str(root / f"kc-{i}"),
+            TRITON_CACHE_DIR=str(root / f"tc-{i}"),
+        )
+        for i, h in enumerate(homes)
+    ]
     out_a, out_b, out_c = root / "a.karc", root / "b.karc", root / "c.karc"
     build(venv, checkouts[0] / "build.toml", out_a, cwd=checkouts[0], env=envs[0], jobs=2)
     build(venv, checkouts[1] / "build.toml", out_b, cwd=root, env=envs[1], jobs=1)
@@ -61,14 +84,29 @@ def built(request, tmp_path_factory) -> dict:
     prefix.mkdir(parents=True)
     (package,) = venv.python.parent.parent.glob("lib/python*/site-packages/triton")
     (prefix / "triton").symlink_to(package, target_is_directory=True)
-    env_c = dict(envs[1], PYTHONPATH=os.pathsep.join([str(prefix), envs[1]["PYTHONPATH"]]),
-                 KARCHIVE_CACHE_DIR=str(root / "kc-c"))
-    where = subprocess.run([str(venv.python), "-c", "import triton; print(triton.__file__)"], env=env_c,
-                           capture_output=True, text=True, check=True).stdout.strip()
+    env_c = dict(
+        envs[1], PYTHONPATH=os.pathsep.join([str(prefix), envs[1]["PYTHONPATH"]]), KARCHIVE_CACHE_DIR=str(root / "kc-c")
+    )
+    where = subprocess.run(
+        [str(venv.python), "-c", "import triton; print(triton.__file__)"],
+        env=env_c,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert where.startswith(str(prefix)), where
     build(venv, checkouts[1] / "build.toml", out_c, cwd=root, env=env_c, jobs=2)
-    return {"venv": venv, "root": root, "a": out_a, "b": out_b, "c": out_c, "checkouts": checkouts, "homes": homes,
-            "env": envs[0], "prefix": prefix}
+    return {
+        "venv": venv,
+        "root": root,
+        "a": out_a,
+        "b": out_b,
+        "c": out_c,
+        "checkouts": checkouts,
+        "homes": homes,
+        "env": envs[0],
+        "prefix": prefix,
+    }
 
 
 def test_every_probe_builds_for_every_target(built):
@@ -92,9 +130,16 @@ def test_another_install_prefix_gives_the_same_bytes(built):
 
 def test_no_member_names_a_machine_path(built):
     venv = built["venv"]
-    needles = {str(built["root"]), "kuser_a12", "kuser_b34", "site-packages", str(venv.python.parent.parent),
-               "tools-7",
-               str(PROBES.parent.parent.parent), *(str(c) for c in built["checkouts"])}
+    needles = {
+        str(built["root"]),
+        "kuser_a12",
+        "kuser_b34",
+        "site-packages",
+        str(venv.python.parent.parent),
+        "tools-7",
+        str(PROBES.parent.parent.parent),
+        *(str(c) for c in built["checkouts"]),
+    }
     found = [(name, n) for name, data in members(built["a"]).items() for n in needles if n.encode() in data]
     assert not found, found
 
@@ -104,7 +149,9 @@ def _named_files(text: bytes) -> set[str]:
     ``.file N "dir" "f"`` (directory and name joined, as a debugger would)."""
     names = set(re.findall(rb'loc\("([^"]+\.py)":', text))
     names |= {(d + b"/" + f if f else d) for d, f in re.findall(rb'\.file\s+\d+\s+"([^"]*)"(?:[ \t]+"([^"]*)")?', text)}
-    names |= {(d + b"/" + f if d else f) for f, d in re.findall(rb'DIFile\(filename: "([^"]*)", directory: "([^"]*)"', text)}
+    names |= {
+        (d + b"/" + f if d else f) for f, d in re.findall(rb'DIFile\(filename: "([^"]*)", directory: "([^"]*)"', text)
+    }
     return {n.decode() for n in names}
 
 
@@ -120,7 +167,7 @@ def test_line_info_under_canonical_names_in_each_debug_info_format(built):
         assert re.search(rb'loc\("probe_kernels.py":\d+:\d+\)', files[ir["ttir"]["path"]])
         # DWARF in the cubin / hsaco keeps file names as strings (a directory and a base name may be apart).
         binary = files[v["files"]["binary"]["path"]]
-        in_binary = {n.decode() for n in re.findall(rb'[\x21-\x7e]*\.py(?![\x21-\x7e])', binary)}
+        in_binary = {n.decode() for n in re.findall(rb"[\x21-\x7e]*\.py(?![\x21-\x7e])", binary)}
         assert in_binary <= CANONICAL | {"standard.py"}, (v["kernel"], v["target"], in_binary)
         seen |= named
     assert seen == CANONICAL  # the atomic probe's tl.sum really reached Triton's own package
@@ -129,14 +176,22 @@ def test_line_info_under_canonical_names_in_each_debug_info_format(built):
 def test_the_descriptor_probe_asks_for_global_scratch_on_hopper(built):
     """On sm_90 the descriptors are TMA descriptors written to global scratch (sm_80 and gfx942 lower them
     to plain loads and stores), so the archive's ABI must carry a scratch size the runtime allocates."""
-    (v,) = [v for v in manifest(built["a"])["variants"]
-            if v["kernel"] == "probe_kernels:descriptor_kernel" and v["target"]["arch"] == "90"]
+    (v,) = [
+        v
+        for v in manifest(built["a"])["variants"]
+        if v["kernel"] == "probe_kernels:descriptor_kernel" and v["target"]["arch"] == "90"
+    ]
     assert v["abi"]["global_scratch"]["size"] > 0, v["abi"]
 
 
 def test_karchive_verify_passes(built):
-    r = subprocess.run([str(built["venv"].python), "-m", "karchive", "verify", str(built["a"])],
-                       env=built["env"], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [str(built["venv"].python), "-m", "karchive", "verify", str(built["a"])],
+        env=built["env"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
 
 
@@ -147,8 +202,8 @@ def test_canonical_names_reach_both_places_a_release_reads(tmp_path, monkeypatch
     own language functions included. With the installed Triton; the venv tests above compile with each release."""
     import triton.language.standard as std
 
-    from karchive.producer.compile.kernel_ref import load_kernel
     from karchive.producer.compile.canonical import canonical_locations, source_file
+    from karchive.producer.compile.kernel_ref import load_kernel
 
     spec = make_checkout(tmp_path / "proj")
     fn, _ = load_kernel(f"{spec.parent / 'mykern.py'}:scaled_add")
@@ -170,8 +225,8 @@ def test_canonical_names_reach_both_places_a_release_reads(tmp_path, monkeypatch
 def test_a_release_without_file_name_is_named_from_the_code_object(tmp_path):
     """What Triton 3.4-3.7 look like to karchive: no ``file_name`` attribute. The name still comes from the code
     object, so the module is found and the kernel is not named by its base name only."""
-    from karchive.producer.compile.kernel_ref import load_kernel
     from karchive.producer.compile.canonical import canonical_locations, source_file
+    from karchive.producer.compile.kernel_ref import load_kernel
 
     spec = make_checkout(tmp_path / "pkgdir")
     fn, _ = load_kernel(f"{spec.parent / 'mykern.py'}:scaled_add")
@@ -191,8 +246,14 @@ def test_rebuild_check_reproduces_every_variant(built, tmp_path):
     """The same release recompiles the archive from its own sources (imported from the archive, so the code
     objects carry canonical names already) and gets every variant byte for byte."""
     env = dict(built["env"], KARCHIVE_CACHE_DIR=str(tmp_path / "kc"))
-    r = subprocess.run([str(built["venv"].python), "-m", "karchive", "rebuild", "--check", str(built["a"]), "-j", "2"],
-                       env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [str(built["venv"].python), "-m", "karchive", "rebuild", "--check", str(built["a"]), "-j", "2"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"{len(KERNELS) * len(TARGETS)} variants: {len(KERNELS) * len(TARGETS)} reproduced" in r.stdout, r.stdout
 
@@ -200,8 +261,19 @@ def test_rebuild_check_reproduces_every_variant(built, tmp_path):
 def test_an_incremental_build_reuses_every_variant(built, tmp_path):
     """``--reuse`` finds each kernel's sources (the same lookup Ray's shipping uses) under every release."""
     out = tmp_path / "again.karc"
-    cmd = [str(built["venv"].python), "-m", "karchive", "build", str(built["checkouts"][1] / "build.toml"),
-           "-o", str(out), "--reuse", str(built["a"]), "-j", "1"]
+    cmd = [
+        str(built["venv"].python),
+        "-m",
+        "karchive",
+        "build",
+        str(built["checkouts"][1] / "build.toml"),
+        "-o",
+        str(out),
+        "--reuse",
+        str(built["a"]),
+        "-j",
+        "1",
+    ]
     env = dict(built["env"], KARCHIVE_CACHE_DIR=str(tmp_path / "kc"))
     r = subprocess.run(cmd, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -215,10 +287,18 @@ def test_a_second_run_of_tritons_sh_needs_no_package_index():
     if not _FOUND:
         pytest.skip("no Triton release venvs (bash tools/tritons.sh)")
     minors = [v.minor for v in _FOUND if v.key >= _FLOOR]
-    env = dict(clean_env(PIP_NO_INDEX="1", PIP_FIND_LINKS=os.devnull, PIP_CONFIG_FILE=os.devnull),
-               KARCHIVE_TRITON_VENVS=str(VENVS))
-    r = subprocess.run(["bash", str(ROOT / "tools" / "tritons.sh"), "--check", *minors], env=env, cwd=ROOT,
-                       capture_output=True, text=True, timeout=300)
+    env = dict(
+        clean_env(PIP_NO_INDEX="1", PIP_FIND_LINKS=os.devnull, PIP_CONFIG_FILE=os.devnull),
+        KARCHIVE_TRITON_VENVS=str(VENVS),
+    )
+    r = subprocess.run(
+        ["bash", str(ROOT / "tools" / "tritons.sh"), "--check", *minors],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.count("ready, reused") == len(minors), r.stdout
 

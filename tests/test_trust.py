@@ -54,9 +54,8 @@ class Archive:
     """A real archive file (Triton-compiled variants) with its sha256 and manifest."""
 
     def __init__(self, path: Path) -> None:
-        from karchive.format.open import open_location as open_reader
-
         from karchive.format.check import index_sha256_from_footer
+        from karchive.format.open import open_location as open_reader
 
         self.path = path
         self.sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
@@ -71,8 +70,8 @@ class Archive:
 def archives(add_variants, tmp_path_factory):
     """``a``: kernels@1.0.0; ``rebuilt``: other bytes, same name and version; ``other``: another
     name; ``v2``: kernels@2.0.0."""
-    from karchive.producer.compile.aot import toolchain_versions
     from karchive.producer.build.pack import ArchiveBuilder
+    from karchive.producer.compile.aot import toolchain_versions
 
     root = tmp_path_factory.mktemp("trust-archives")
     tools = toolchain_versions()  # what `karchive build` records in produced_by
@@ -109,8 +108,9 @@ def policy_for(keys, body: str, revoked: tuple[str, ...] = ()) -> TrustPolicy:
 
 
 def envelope_for(archive: Archive, *signers: SigningKey, build_info=None) -> Envelope:
-    payload = statement_bytes(build_statement(archive.manifest, archive.sha256, build_info,
-                                              index_sha256=archive.index_sha256))
+    payload = statement_bytes(
+        build_statement(archive.manifest, archive.sha256, build_info, index_sha256=archive.index_sha256)
+    )
     env = Envelope(INTOTO_PAYLOAD_TYPE, payload)
     for k in signers:
         env = env.add_signature(k)
@@ -118,9 +118,14 @@ def envelope_for(archive: Archive, *signers: SigningKey, build_info=None) -> Env
 
 
 def check(archive: Archive, envelopes, policy, *, version="same", now=NOW):
-    return verify_archive_signatures(sha256=archive.sha256, name=archive.name,
-                                     version=archive.version if version == "same" else version,
-                                     envelopes=envelopes, policy=policy, now=now)
+    return verify_archive_signatures(
+        sha256=archive.sha256,
+        name=archive.name,
+        version=archive.version if version == "same" else version,
+        envelopes=envelopes,
+        policy=policy,
+        now=now,
+    )
 
 
 def refused(archive: Archive, envelopes, policy, **kw) -> UntrustedArchiveError:
@@ -147,7 +152,10 @@ keys = ["ci", "gone"]
 # --- DSSE ------------------------------------------------------------------------------------------
 def test_pae_matches_the_dsse_spec_test_vector():
     # secure-systems-lab/dsse protocol.md: the spec's own example.
-    assert pae("http://example.com/HelloWorld", b"hello world") == b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    assert (
+        pae("http://example.com/HelloWorld", b"hello world")
+        == b"DSSEv1 29 http://example.com/HelloWorld 11 hello world"
+    )
     # LEN is the byte length, not the character length.
     assert pae("t\u00e9", b"\xff") == b"DSSEv1 3 t\xc3\xa9 1 \xff"
 
@@ -166,17 +174,20 @@ def test_envelope_round_trip_and_dsse_parsing_rules(keys):
     assert verify_signature(lax, lax.signatures[0], keys["ci"].public)
 
 
-@pytest.mark.parametrize("doc, fragment", [
-    (b"not json", "not valid JSON"),
-    (b"[]", "not a DSSE envelope"),
-    (b'{"payloadType": "t", "signatures": []}', "'payload'"),
-    (b'{"payload": "", "payloadType": 1, "signatures": []}', "'payloadType'"),
-    (b'{"payload": "!!", "payloadType": "t", "signatures": []}', "not base64"),
-    (b'{"payload": "", "payloadType": "t", "signatures": [{"keyid": "k"}]}', "needs a string 'sig'"),
-    (b'{"payload": "", "payloadType": "t", "signatures": [{"sig": "a"}]}', "not base64"),
-    (b'{"payload": "", "payloadType": "t", "signatures": [], "payload": "eA=="}', "duplicate JSON key"),
-    (b'{"payload": NaN, "payloadType": "t", "signatures": []}', "NaN"),
-])
+@pytest.mark.parametrize(
+    "doc, fragment",
+    [
+        (b"not json", "not valid JSON"),
+        (b"[]", "not a DSSE envelope"),
+        (b'{"payloadType": "t", "signatures": []}', "'payload'"),
+        (b'{"payload": "", "payloadType": 1, "signatures": []}', "'payloadType'"),
+        (b'{"payload": "!!", "payloadType": "t", "signatures": []}', "not base64"),
+        (b'{"payload": "", "payloadType": "t", "signatures": [{"keyid": "k"}]}', "needs a string 'sig'"),
+        (b'{"payload": "", "payloadType": "t", "signatures": [{"sig": "a"}]}', "not base64"),
+        (b'{"payload": "", "payloadType": "t", "signatures": [], "payload": "eA=="}', "duplicate JSON key"),
+        (b'{"payload": NaN, "payloadType": "t", "signatures": []}', "NaN"),
+    ],
+)
 def test_malformed_envelopes_are_refused(doc, fragment):
     with pytest.raises(EnvelopeError, match=fragment) as info:
         Envelope.parse(doc, "x.sig.json")
@@ -228,7 +239,9 @@ def test_key_files_round_trip_in_standard_formats(tmp_path, keys):
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="needs the openssl command")
 def test_openssl_reads_our_key_files(tmp_path, keys):
     save_keypair(keys["ci"], tmp_path / "k.key", tmp_path / "k.pub")
-    out = subprocess.run(["openssl", "pkey", "-in", str(tmp_path / "k.key"), "-pubout"], capture_output=True, check=True)
+    out = subprocess.run(
+        ["openssl", "pkey", "-in", str(tmp_path / "k.key"), "-pubout"], capture_output=True, check=True
+    )
     assert out.stdout == (tmp_path / "k.pub").read_bytes()
 
 
@@ -249,8 +262,11 @@ def test_wrong_key_files_are_clear_errors(tmp_path, keys):
     with pytest.raises(KeyFileError, match="is a private key"):
         load_public_key(tmp_path / "b.key")
     ec_key = ec.generate_private_key(ec.SECP256R1())
-    (tmp_path / "ec.key").write_bytes(ec_key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                           serialization.NoEncryption()))
+    (tmp_path / "ec.key").write_bytes(
+        ec_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
     with pytest.raises(KeyFileError, match="Ed25519 only"):
         load_private_key(tmp_path / "ec.key")
     with pytest.raises(KeyFileError, match="cannot read key file"):
@@ -266,8 +282,13 @@ def test_statement_is_derived_from_the_manifest(archives):
     st = build_statement(a.manifest, a.sha256, index_sha256=a.index_sha256)
     assert st["_type"] == "https://in-toto.io/Statement/v1"
     assert st["predicateType"] == "https://slsa.dev/provenance/v1"
-    assert st["subject"] == [{"name": "kernels@1.0.0", "digest": {"sha256": a.sha256},
-                              "annotations": {"karchive": {"index_sha256": a.index_sha256}}}]
+    assert st["subject"] == [
+        {
+            "name": "kernels@1.0.0",
+            "digest": {"sha256": a.sha256},
+            "annotations": {"karchive": {"index_sha256": a.index_sha256}},
+        }
+    ]
     build = st["predicate"]["buildDefinition"]
     assert build["externalParameters"]["kernels"] == ["kernels:add_kernel"]
     assert build["externalParameters"]["targets"] == ["cuda:90", "hip:gfx942"]
@@ -280,8 +301,12 @@ def test_statement_is_derived_from_the_manifest(archives):
     # Same inputs, same bytes: provenance is as reproducible as the archive.
     assert statement_bytes(st) == statement_bytes(build_statement(a.manifest, a.sha256, index_sha256=a.index_sha256))
     parsed = parse_statement(statement_bytes(st))
-    assert (parsed.name, parsed.version, parsed.sha256, parsed.index_sha256) == ("kernels", "1.0.0", a.sha256,
-                                                                                 a.index_sha256)
+    assert (parsed.name, parsed.version, parsed.sha256, parsed.index_sha256) == (
+        "kernels",
+        "1.0.0",
+        a.sha256,
+        a.index_sha256,
+    )
     # The index digest is required: without it a ranged reader could not be bound to the signature.
     del st["subject"][0]["annotations"]
     with pytest.raises(TrustError, match="index_sha256") as e:
@@ -306,21 +331,28 @@ def test_build_info_goes_into_the_predicate(archives, tmp_path, monkeypatch):
     builder = st["predicate"]["runDetails"]["builder"]
     assert builder["id"] == info["builder_id"]
     assert builder["version"]["rocm"] == "6.2.4-120" and builder["version"]["platform"] == info["platform"]
-    assert {"uri": "git+https://example.com/kernels", "digest": {"gitCommit": "ab" * 20}} in \
-        st["predicate"]["buildDefinition"]["resolvedDependencies"]
+    assert {"uri": "git+https://example.com/kernels", "digest": {"gitCommit": "ab" * 20}} in st["predicate"][
+        "buildDefinition"
+    ]["resolvedDependencies"]
     timed = collect_build_info(command="build", timestamps=True)
-    assert timed["started_on"].endswith("Z") and "metadata" in \
-        build_statement(a.manifest, a.sha256, timed, index_sha256=a.index_sha256)["predicate"]["runDetails"]
+    assert (
+        timed["started_on"].endswith("Z")
+        and "metadata"
+        in build_statement(a.manifest, a.sha256, timed, index_sha256=a.index_sha256)["predicate"]["runDetails"]
+    )
 
 
-@pytest.mark.parametrize("info, fragment", [
-    ({"comand": "build"}, "unknown field"),
-    ({"spec": {"sha256": "xyz"}}, "'spec' must be"),
-    ({"toolchain": {"rocm": 6}}, "'toolchain.rocm' must be a string"),
-    ({"started_on": "yesterday"}, "RFC 3339"),
-    ({"dependencies": [{"uri": "x"}]}, "dependencies\\[0\\]"),
-    ({"parameters": {"x": float("nan")}}, "not a JSON value"),
-])
+@pytest.mark.parametrize(
+    "info, fragment",
+    [
+        ({"comand": "build"}, "unknown field"),
+        ({"spec": {"sha256": "xyz"}}, "'spec' must be"),
+        ({"toolchain": {"rocm": 6}}, "'toolchain.rocm' must be a string"),
+        ({"started_on": "yesterday"}, "RFC 3339"),
+        ({"dependencies": [{"uri": "x"}]}, "dependencies\\[0\\]"),
+        ({"parameters": {"x": float("nan")}}, "not a JSON value"),
+    ],
+)
 def test_bad_build_info_is_refused(info, fragment):
     with pytest.raises(TrustError, match=fragment) as e:
         check_build_info(info)
@@ -335,7 +367,9 @@ def test_build_info_cannot_contradict_the_manifest(archives):
 
 # --- policy ------------------------------------------------------------------------------------------
 def test_policy_parses_keys_rules_windows_and_revocations(keys):
-    p = policy_for(keys, """
+    p = policy_for(
+        keys,
+        """
         [[keys]]
         name = "old"
         public_key = "@old@"
@@ -355,31 +389,46 @@ def test_policy_parses_keys_rules_windows_and_revocations(keys):
         [[rules]]
         names = ["*"]
         threshold = 0
-    """ % keys["new"].key_id, revoked=("gone",))
+    """
+        % keys["new"].key_id,
+        revoked=("gone",),
+    )
     assert [k.name for k in p.keys] == ["old", "new"]
     assert p.key(keys["new"].key_id).not_before == datetime.datetime(2026, 4, 30, 22, tzinfo=UTC)
     assert p.rule_for("kernels-x").index == 0 and p.rule_for("anything").threshold == 0
     assert keys["gone"].key_id in p.revoked and len(p.sha256) == 64
 
 
-@pytest.mark.parametrize("body, fragment", [
-    ('[[rules]]\nnames=["*"]\nthreshold=0\nextra=1', "unknown field"),
-    ('[[keys]]\nname="k"\npublic_key="@ci@"\nid="00"\n[[rules]]\nnames=["*"]\nkeys=["k"]', "copied wrongly"),
-    ('[[keys]]\nname="k"\npublic_key="@ci@"\n[[keys]]\nname="k2"\npublic_key="@ci@"\n[[rules]]\nnames=["*"]\nkeys=["k"]',
-     "listed twice"),
-    ('[[keys]]\nname="k"\npublic_key="@ci@"\n[[keys]]\nname="k"\npublic_key="@bob@"\n[[rules]]\nnames=["*"]\nkeys=["k"]',
-     "unique"),
-    ('[[rules]]\nnames=["*"]\nkeys=["nobody"]', "unknown key name"),
-    ('[[keys]]\nname="k"\npublic_key="@ci@"\n[[rules]]\nnames=["*"]\nkeys=["k"]\nthreshold=2', "threshold 2"),
-    ('[[keys]]\nname="k"\npublic_key="@ci@"\nnot_after=2026-01-01T00:00:00\n[[rules]]\nnames=["*"]\nkeys=["k"]',
-     "UTC offset"),
-    ('[[keys]]\nname="k"\npublic_key="@ci@"\nnot_before=2027-01-01T00:00:00Z\nnot_after=2026-01-01T00:00:00Z\n'
-     '[[rules]]\nnames=["*"]\nkeys=["k"]', "earlier than"),
-    ('[[keys]]\nname="k"\npublic_key="ssh-ed25519 AAAA"\n[[rules]]\nnames=["*"]\nkeys=["k"]', "ed25519:"),
-    ('', "no \\[\\[rules\\]\\]"),
-    ('revoked = ["abc"]\n[[rules]]\nnames=["*"]\nthreshold=0', "key ids"),
-    ('[[rules]]\nnames=[]\nthreshold=0', "non-empty list"),
-])
+@pytest.mark.parametrize(
+    "body, fragment",
+    [
+        ('[[rules]]\nnames=["*"]\nthreshold=0\nextra=1', "unknown field"),
+        ('[[keys]]\nname="k"\npublic_key="@ci@"\nid="00"\n[[rules]]\nnames=["*"]\nkeys=["k"]', "copied wrongly"),
+        (
+            '[[keys]]\nname="k"\npublic_key="@ci@"\n[[keys]]\nname="k2"\npublic_key="@ci@"\n[[rules]]\nnames=["*"]\nkeys=["k"]',
+            "listed twice",
+        ),
+        (
+            '[[keys]]\nname="k"\npublic_key="@ci@"\n[[keys]]\nname="k"\npublic_key="@bob@"\n[[rules]]\nnames=["*"]\nkeys=["k"]',
+            "unique",
+        ),
+        ('[[rules]]\nnames=["*"]\nkeys=["nobody"]', "unknown key name"),
+        ('[[keys]]\nname="k"\npublic_key="@ci@"\n[[rules]]\nnames=["*"]\nkeys=["k"]\nthreshold=2', "threshold 2"),
+        (
+            '[[keys]]\nname="k"\npublic_key="@ci@"\nnot_after=2026-01-01T00:00:00\n[[rules]]\nnames=["*"]\nkeys=["k"]',
+            "UTC offset",
+        ),
+        (
+            '[[keys]]\nname="k"\npublic_key="@ci@"\nnot_before=2027-01-01T00:00:00Z\nnot_after=2026-01-01T00:00:00Z\n'
+            '[[rules]]\nnames=["*"]\nkeys=["k"]',
+            "earlier than",
+        ),
+        ('[[keys]]\nname="k"\npublic_key="ssh-ed25519 AAAA"\n[[rules]]\nnames=["*"]\nkeys=["k"]', "ed25519:"),
+        ("", "no \\[\\[rules\\]\\]"),
+        ('revoked = ["abc"]\n[[rules]]\nnames=["*"]\nthreshold=0', "key ids"),
+        ("[[rules]]\nnames=[]\nthreshold=0", "non-empty list"),
+    ],
+)
 def test_bad_policies_are_refused_with_the_reason(keys, body, fragment):
     with pytest.raises(TrustPolicyError, match=fragment) as e:
         policy_for(keys, body)
@@ -451,8 +500,9 @@ def test_revoked_key_is_refused(archives, keys):
     ok = check(a, [envelope_for(a, keys["gone"], keys["ci"])], p)
     assert [s.key.name for s in ok.signers] == ["ci"] and ok.rejected[0].reason == reasons.REVOKED_KEY
     # Revocation by id alone, for a key the policy no longer lists.
-    p2 = policy_for(keys, '[[keys]]\nname = "ci"\npublic_key = "@ci@"\n[[rules]]\nnames = ["*"]\nkeys = ["ci"]\n',
-                    revoked=("gone",))
+    p2 = policy_for(
+        keys, '[[keys]]\nname = "ci"\npublic_key = "@ci@"\n[[rules]]\nnames = ["*"]\nkeys = ["ci"]\n', revoked=("gone",)
+    )
     assert refused(a, [envelope_for(a, keys["gone"])], p2).reason == reasons.REVOKED_KEY
 
 
@@ -480,17 +530,19 @@ def test_key_rotation_windows(archives, keys):
     during = datetime.datetime(2026, 6, 1, tzinfo=UTC)
     after = datetime.datetime(2026, 8, 1, tzinfo=UTC)
     before = datetime.datetime(2026, 4, 1, tzinfo=UTC)
-    assert check(a, old_only, p, now=during).signers[0].key.name == "old"   # overlap: both keys valid
+    assert check(a, old_only, p, now=during).signers[0].key.name == "old"  # overlap: both keys valid
     assert check(a, new_only, p, now=during).signers[0].key.name == "new"
-    e = refused(a, old_only, p, now=after)                                    # old key rotated out
+    e = refused(a, old_only, p, now=after)  # old key rotated out
     assert e.reason == reasons.KEY_EXPIRED and "valid until 2026-07-01T00:00:00Z" in str(e)
     assert check(a, [envelope_for(a, keys["old"], keys["new"])], p, now=after).signers[0].key.name == "new"
     assert refused(a, new_only, p, now=before).reason == reasons.KEY_NOT_YET_VALID
 
 
 def test_key_not_allowed_for_this_name_and_names_without_a_rule(archives, keys):
-    p = policy_for(keys, SIMPLE + '\n[[keys]]\nname = "bob"\npublic_key = "@bob@"\n'
-                   '[[rules]]\nnames = ["other-*"]\nkeys = ["bob"]\n')
+    p = policy_for(
+        keys,
+        SIMPLE + '\n[[keys]]\nname = "bob"\npublic_key = "@bob@"\n[[rules]]\nnames = ["other-*"]\nkeys = ["bob"]\n',
+    )
     a, other = archives["a"], archives["other"]
     e = refused(a, [envelope_for(a, keys["bob"])], p)
     assert e.reason == reasons.KEY_NOT_ALLOWED and "allowed: ci, gone" in str(e)
@@ -508,8 +560,9 @@ def test_tampered_archive_is_refused_signature_does_not_cover_its_bytes(archives
     tampered.write_bytes(bytes(data))
     digest = hashlib.sha256(tampered.read_bytes()).hexdigest()
     with pytest.raises(UntrustedArchiveError) as e:
-        verify_archive_signatures(sha256=digest, name=a.name, version=a.version, envelopes=[env],
-                                  policy=policy_for(keys, SIMPLE), now=NOW)
+        verify_archive_signatures(
+            sha256=digest, name=a.name, version=a.version, envelopes=[env], policy=policy_for(keys, SIMPLE), now=NOW
+        )
     assert e.value.reason == reasons.DIGEST_MISMATCH and a.sha256 in str(e.value) and digest in str(e.value)
     # A rebuild under the same name and version (other bytes) is refused the same way.
     rebuilt = archives["rebuilt"]
@@ -550,15 +603,21 @@ def test_wrong_payload_type_is_refused_even_when_validly_signed(archives, keys):
 
 def test_signed_garbage_is_a_malformed_statement(archives, keys):
     a = archives["a"]
-    for payload in (b"[1, 2]", b'{"_type": "https://in-toto.io/Statement/v1"}', b"\xff\xfe",
-                    b'{"_type":"https://in-toto.io/Statement/v1","_type":"x"}'):
+    for payload in (
+        b"[1, 2]",
+        b'{"_type": "https://in-toto.io/Statement/v1"}',
+        b"\xff\xfe",
+        b'{"_type":"https://in-toto.io/Statement/v1","_type":"x"}',
+    ):
         e = refused(a, [Envelope.create(INTOTO_PAYLOAD_TYPE, payload, keys["ci"])], policy_for(keys, SIMPLE))
         assert e.reason == reasons.MALFORMED_STATEMENT
 
 
 def test_thresholds_count_distinct_keys(archives, keys):
     a = archives["a"]
-    p = policy_for(keys, """
+    p = policy_for(
+        keys,
+        """
         [[keys]]
         name = "alice"
         public_key = "@alice@"
@@ -571,12 +630,13 @@ def test_thresholds_count_distinct_keys(archives, keys):
         names = ["kernels"]
         keys = ["alice", "bob"]
         threshold = 2
-    """)
+    """,
+    )
     one = envelope_for(a, keys["alice"])
     e = refused(a, [one], p)
     assert e.reason == reasons.THRESHOLD_NOT_MET and "2 signature(s) needed, 1 valid" in str(e)
     twice = Envelope(one.payload_type, one.payload, one.signatures * 2)
-    assert refused(a, [twice], p).reason == reasons.THRESHOLD_NOT_MET     # one key counts once
+    assert refused(a, [twice], p).reason == reasons.THRESHOLD_NOT_MET  # one key counts once
     both = check(a, [envelope_for(a, keys["alice"], keys["bob"])], p)
     assert sorted(s.key.name for s in both.signers) == ["alice", "bob"]
     # Two envelopes (independent statements, e.g. a rebuild verifier's) count together.
@@ -601,16 +661,23 @@ def test_verification_budget_bounds_work_on_hostile_envelopes(archives, keys):
     from karchive.trust import verify as verify_mod
 
     a = archives["a"]
-    big = policy_for(keys, "".join(f'\n[[keys]]\nname = "k{i}"\npublic_key = "{SigningKey.generate().public.inline()}"\n'
-                                   for i in range(40)) + '\n[[rules]]\nnames = ["*"]\nkeys = ["k0"]\n')
+    big = policy_for(
+        keys,
+        "".join(
+            f'\n[[keys]]\nname = "k{i}"\npublic_key = "{SigningKey.generate().public.inline()}"\n' for i in range(40)
+        )
+        + '\n[[rules]]\nnames = ["*"]\nkeys = ["k0"]\n',
+    )
     env = envelope_for(a, keys["stranger"])
     large = Envelope.create(INTOTO_PAYLOAD_TYPE, b" " * (3 * 1024 * 1024), keys["stranger"])
     calls = []
     real = verify_mod.verify_signature
     try:
         verify_mod.verify_signature = lambda *args: calls.append(1) or real(*args)
-        for e, limit in ((env, verify_mod.MAX_VERIFICATIONS),
-                         (large, verify_mod.MAX_VERIFIED_BYTES // len(large.payload))):
+        for e, limit in (
+            (env, verify_mod.MAX_VERIFICATIONS),
+            (large, verify_mod.MAX_VERIFIED_BYTES // len(large.payload)),
+        ):
             flood = Envelope(e.payload_type, e.payload, tuple(Signature("", e.signatures[0].sig) for _ in range(256)))
             calls.clear()
             assert refused(a, [flood], big).reason == reasons.UNKNOWN_KEY
@@ -632,8 +699,14 @@ def test_cryptography_is_loaded_only_when_keys_or_signatures_are_used():
         karchive.trust.SigningKey
         print(json.dumps([light, "cryptography" in sys.modules]))
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert json.loads(out.stdout) == [True, True]
 
 
@@ -667,7 +740,12 @@ def test_reason_codes_have_one_definition_and_the_spec_lists_them_all():
     assert codes == set(reasons.MEANING)
     assert set(reasons.STAGE) <= codes
     # errors.py cannot import the trust package (it is the bottom layer): its defaults must agree.
-    assert {errors.TrustPolicyError.reason, errors.KeyFileError.reason, errors.EnvelopeError.reason,
-            errors.PinnedSignerError.reason, errors.DowngradeError.reason} <= codes
+    assert {
+        errors.TrustPolicyError.reason,
+        errors.KeyFileError.reason,
+        errors.EnvelopeError.reason,
+        errors.PinnedSignerError.reason,
+        errors.DowngradeError.reason,
+    } <= codes
     table = (ROOT / "spec" / "SIGNING.md").read_text().split("## 7. Reason codes")[1].split("## 8.")[0]
     assert set(re.findall(r"^\| `([a-z-]+)` \|", table, re.M)) == codes

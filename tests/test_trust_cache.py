@@ -14,14 +14,15 @@ import pytest
 
 pytest.importorskip("cryptography")
 
+from registry_support import isolated, run_cli, small_archive  # noqa: F401 - fixture
+from trust_support import UTC, hide_version, make_keys, nothing_loaded, write_policy
+
 import karchive
 import karchive.registry.cache as cache_mod
 import karchive.trust.verify as verify_mod
 from karchive.errors import DowngradeError, PinnedSignerError, UntrustedArchiveError
 from karchive.registry import Cache, Lockfile, OpenOptions, Registry
 from karchive.trust import reasons
-from registry_support import isolated, run_cli, small_archive  # noqa: F401 - fixture
-from trust_support import UTC, hide_version, make_keys, nothing_loaded, write_policy
 
 pytestmark = pytest.mark.usefixtures("isolated")
 
@@ -129,7 +130,8 @@ def test_a_reader_is_bound_to_what_its_receipt_verified(tmp_path: Path, monkeypa
 
 
 def test_the_receipt_remembers_verdicts_per_policy_and_a_stricter_policy_re_verifies(
-        keys, tmp_path: Path, verifications: list[str]) -> None:
+    keys, tmp_path: Path, verifications: list[str]
+) -> None:
     reg = Registry(tmp_path / "registry", cache=tmp_path / "cache")
     record = reg.publish(small_archive("examples", "0.1.0"), sign=[keys["ci"]]).record
     lenient = write_policy(tmp_path / "lenient.toml", keys)
@@ -157,8 +159,9 @@ def test_a_verdict_runs_out_when_a_signer_key_window_closes(keys, tmp_path: Path
     now = datetime.datetime.now(UTC)
     reg = Registry(tmp_path / "registry", cache=tmp_path / "cache")
     record = reg.publish(small_archive("examples", "0.1.0"), sign=[keys["old"]]).record
-    policy = write_policy(tmp_path / "p.toml", keys, signers=("old",),
-                          windows={"old": (None, now + datetime.timedelta(hours=1))})
+    policy = write_policy(
+        tmp_path / "p.toml", keys, signers=("old",), windows={"old": (None, now + datetime.timedelta(hours=1))}
+    )
     reg.open("examples@0.1.0", trust=policy).source.close()
     reg.open("examples@0.1.0", trust=policy).source.close()
     assert len(verifications) == 1
@@ -244,7 +247,9 @@ def test_lock_pins_signers_and_a_locked_load_checks_digests_and_signers(keys, tm
     assert loaded.pins["examples"].signers == (keys["old"].key_id,)
 
     fresh = Registry(tmp_path / "registry", cache=tmp_path / "c2")
-    assert karchive.open("examples", registry=fresh, lockfile=tmp_path / "karchive.lock", trust=policy).version == "0.1.0"
+    assert (
+        karchive.open("examples", registry=fresh, lockfile=tmp_path / "karchive.lock", trust=policy).version == "0.1.0"
+    )
     with pytest.raises(PinnedSignerError) as e:  # pinned signers need a policy to be checked
         karchive.open("examples", registry=fresh, lockfile=tmp_path / "karchive.lock")
     assert e.value.reason == reasons.POLICY_REQUIRED
@@ -252,8 +257,12 @@ def test_lock_pins_signers_and_a_locked_load_checks_digests_and_signers(keys, tm
     # The key is rotated: "new" signs too, "old" leaves the policy's window. The policy still accepts
     # the archive (new's signature counts), but the lockfile pinned "old": refused until re-locked.
     fresh.sign("examples@0.1.0", keys["new"])
-    rotated = write_policy(tmp_path / "rotated.toml", keys, signers=("old", "new"),
-                           windows={"old": (None, now - datetime.timedelta(minutes=1))})
+    rotated = write_policy(
+        tmp_path / "rotated.toml",
+        keys,
+        signers=("old", "new"),
+        windows={"old": (None, now - datetime.timedelta(minutes=1))},
+    )
     assert karchive.open("examples@0.1.0", registry=fresh, trust=rotated).version == "0.1.0"
     with pytest.raises(PinnedSignerError) as e:
         karchive.open("examples", registry=fresh, lockfile=tmp_path / "karchive.lock", trust=rotated)
@@ -269,8 +278,9 @@ def test_lock_pins_signers_and_a_locked_load_checks_digests_and_signers(keys, tm
 
 
 def test_lock_cli_shows_the_pinned_signers(keys, tmp_path: Path) -> None:
-    Registry(tmp_path / "registry", cache=tmp_path / "w").publish(small_archive("examples", "0.1.0"),
-                                                                   sign=[keys["alice"]])
+    Registry(tmp_path / "registry", cache=tmp_path / "w").publish(
+        small_archive("examples", "0.1.0"), sign=[keys["alice"]]
+    )
     policy = write_policy(tmp_path / "p.toml", keys, signers=("alice",))
     out = tmp_path / "k.lock"
     args = ["--registry", str(tmp_path / "registry"), "--cache-dir", str(tmp_path / "cache"), "-o", str(out)]

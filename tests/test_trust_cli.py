@@ -29,13 +29,15 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 
 @pytest.fixture(scope="module")
 def built(add_variants, tmp_path_factory) -> dict[str, Path]:
-    from karchive.producer.compile.aot import toolchain_versions
     from karchive.producer.build.pack import ArchiveBuilder
+    from karchive.producer.compile.aot import toolchain_versions
 
     root = tmp_path_factory.mktemp("trust-cli")
     out = {}
-    for label, name, version, variants in (("a", "kernels", "1.0.0", add_variants),
-                                           ("rebuilt", "kernels", "1.0.0", add_variants[:1])):
+    for label, name, version, variants in (
+        ("a", "kernels", "1.0.0", add_variants),
+        ("rebuilt", "kernels", "1.0.0", add_variants[:1]),
+    ):
         b = ArchiveBuilder(name, version, produced_by=toolchain_versions(), level=3)
         for v in variants:
             b.add(v)
@@ -61,8 +63,11 @@ def keygen(capsys, prefix: Path, *extra: str) -> dict:
 def write_policy(path: Path, *keys: dict, rule: str = 'names = ["kernels*"]', threshold: int = 1) -> Path:
     """The policy a user writes by pasting `karchive keygen`'s snippets."""
     names = ", ".join(f'"{k["name"]}"' for k in keys)
-    path.write_text("version = 1\n\n" + "\n".join(k["policy_snippet"] for k in keys)
-                    + f"\n[[rules]]\n{rule}\nkeys = [{names}]\nthreshold = {threshold}\n")
+    path.write_text(
+        "version = 1\n\n"
+        + "\n".join(k["policy_snippet"] for k in keys)
+        + f"\n[[rules]]\n{rule}\nkeys = [{names}]\nthreshold = {threshold}\n"
+    )
     return path
 
 
@@ -85,7 +90,9 @@ def test_keygen_and_sign_with_an_encrypted_key(tmp_path, capsys, archive, monkey
     assert b"ENCRYPTED PRIVATE KEY" in (tmp_path / "enc.key").read_bytes()
     code, _, err = run(capsys, "sign", str(archive), "--key", str(tmp_path / "enc.key"))
     assert code == 2 and "is encrypted" in err and not Path(sidecar_path(archive)).exists()
-    code, _, err = run(capsys, "sign", str(archive), "--key", str(tmp_path / "enc.key"), "--passphrase-env", "KARCHIVE_TEST_PW")
+    code, _, err = run(
+        capsys, "sign", str(archive), "--key", str(tmp_path / "enc.key"), "--passphrase-env", "KARCHIVE_TEST_PW"
+    )
     assert code == 0, err
 
 
@@ -95,7 +102,7 @@ def test_signing_never_changes_the_archive(tmp_path, capsys, archive):
     keygen(capsys, tmp_path / "ci")
     code, out, err = run(capsys, "sign", str(archive), "--key", str(tmp_path / "ci.key"))
     assert code == 0, err
-    assert archive.read_bytes() == before                       # byte-identical
+    assert archive.read_bytes() == before  # byte-identical
     after = os.stat(archive)
     assert (after.st_ino, after.st_mtime_ns, after.st_size) == (st.st_ino, st.st_mtime_ns, st.st_size)
     side = Path(sidecar_path(archive))
@@ -150,20 +157,36 @@ def test_sign_with_build_info(tmp_path, capsys, archive):
     spec = ROOT / "examples" / "build.toml"
     info = collect_build_info(command="build", spec_path=spec, parameters={"jobs": 2})
     (tmp_path / "build-info.json").write_text(json.dumps(info))
-    code, out, err = run(capsys, "sign", str(archive), "--key", str(tmp_path / "ci.key"),
-                         "--provenance", str(tmp_path / "build-info.json"), "--json")
+    code, out, err = run(
+        capsys,
+        "sign",
+        str(archive),
+        "--key",
+        str(tmp_path / "ci.key"),
+        "--provenance",
+        str(tmp_path / "build-info.json"),
+        "--json",
+    )
     assert code == 0, err
     ext = json.loads(out)["statement"]["predicate"]["buildDefinition"]["externalParameters"]
     assert ext["spec"]["sha256"] == hashlib.sha256(spec.read_bytes()).hexdigest() and ext["command"] == "build"
     # A co-signer who brings a different statement must choose: co-sign the existing one, or replace.
     keygen(capsys, tmp_path / "bob")
     (tmp_path / "other-info.json").write_text(json.dumps({**info, "parameters": {"jobs": 3}}))
-    code, _, err = run(capsys, "sign", str(archive), "--key", str(tmp_path / "bob.key"),
-                       "--provenance", str(tmp_path / "other-info.json"))
+    code, _, err = run(
+        capsys,
+        "sign",
+        str(archive),
+        "--key",
+        str(tmp_path / "bob.key"),
+        "--provenance",
+        str(tmp_path / "other-info.json"),
+    )
     assert code == 2 and "different provenance statement" in err
     (tmp_path / "typo.json").write_text(json.dumps({"comand": "build"}))
-    code, _, err = run(capsys, "sign", str(archive), "--key", str(tmp_path / "bob.key"), "--provenance",
-                       str(tmp_path / "typo.json"))
+    code, _, err = run(
+        capsys, "sign", str(archive), "--key", str(tmp_path / "bob.key"), "--provenance", str(tmp_path / "typo.json")
+    )
     assert code == 2 and "unknown field(s) 'comand'" in err
 
 
@@ -228,13 +251,18 @@ def test_console_script_end_to_end(tmp_path, built):
     archive.write_bytes(built["a"].read_bytes())
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cli = [sys.executable, "-m", "karchive"]
-    gen = subprocess.run(cli + ["keygen", "-o", str(tmp_path / "rel"), "--json"], capture_output=True, text=True, env=env)
+    gen = subprocess.run(
+        cli + ["keygen", "-o", str(tmp_path / "rel"), "--json"], capture_output=True, text=True, env=env
+    )
     assert gen.returncode == 0, gen.stderr
-    signed = subprocess.run(cli + ["sign", str(archive), "--key", str(tmp_path / "rel.key")], capture_output=True,
-                            text=True, env=env)
+    signed = subprocess.run(
+        cli + ["sign", str(archive), "--key", str(tmp_path / "rel.key")], capture_output=True, text=True, env=env
+    )
     assert signed.returncode == 0 and "is unchanged" in signed.stdout, signed.stderr
     policy = write_policy(tmp_path / "p.toml", json.loads(gen.stdout))
-    code = ("import sys; from karchive.cli.trust_cmds import trust_report, print_trust; "
-            f"sys.exit(print_trust(trust_report({str(archive)!r}, {str(policy)!r})))")
+    code = (
+        "import sys; from karchive.cli.trust_cmds import trust_report, print_trust; "
+        f"sys.exit(print_trust(trust_report({str(archive)!r}, {str(policy)!r})))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0 and "signed by rel" in out.stdout, out.stdout + out.stderr

@@ -17,12 +17,13 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-from karchive.errors import UntrustedArchiveError
-from karchive.registry import Registry
-from karchive.trust import reasons
 from registry_servers import ROOT, subprocess_env
 from registry_support import isolated, small_archive  # noqa: F401 - fixture
 from trust_support import make_keys, write_policy
+
+from karchive.errors import UntrustedArchiveError
+from karchive.registry import Registry
+from karchive.trust import reasons
 
 pytestmark = pytest.mark.usefixtures("isolated")
 
@@ -42,8 +43,9 @@ def old_karchive(tmp_path_factory) -> Path:
     if probe.returncode != 0:
         pytest.skip(f"commit {OLD[:12]} is not in this clone (shallow?)")
     root = tmp_path_factory.mktemp("old-karchive")
-    archive = subprocess.run(["git", "archive", "--format=tar", OLD, "karchive"], cwd=ROOT, capture_output=True,
-                             check=True).stdout
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", OLD, "karchive"], cwd=ROOT, capture_output=True, check=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
     assert not (root / "karchive" / "registry" / "signatures.py").exists()
     return root
@@ -52,8 +54,14 @@ def old_karchive(tmp_path_factory) -> Path:
 def _old(old_karchive: Path, code: str, tmp_path: Path) -> dict:
     env = subprocess_env()
     env["PYTHONPATH"] = str(old_karchive)  # the old package only, not this checkout
-    done = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env,
-                          cwd=str(tmp_path), timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=str(tmp_path),
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -63,7 +71,9 @@ def test_old_code_reads_a_registry_with_signatures(old_karchive: Path, tmp_path:
     reg = Registry(tmp_path / "registry", cache=tmp_path / "w")
     reg.publish(small_archive("examples", "0.1.0", format_version=V1), sign=[keys["ci"], keys["alice"]])
     reg.publish(small_archive("examples", "0.2.0", format_version=V1), sign=[keys["ci"]])
-    out = _old(old_karchive, f"""
+    out = _old(
+        old_karchive,
+        f"""
         import json, karchive
         from karchive.registry import Registry
         reg = Registry({str(tmp_path / "registry")!r}, cache={str(tmp_path / "old-cache")!r})
@@ -74,7 +84,9 @@ def test_old_code_reads_a_registry_with_signatures(old_karchive: Path, tmp_path:
         reg.reindex()
         print(json.dumps({{"names": reg.names(), "versions": [r.version for r in reg.list("examples")],
                           "pulled": pulled.downloaded, "latest": reader.manifest["version"]}}))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     assert out == {"names": ["examples"], "versions": ["0.1.0", "0.2.0", "0.3.0"], "pulled": True, "latest": "0.2.0"}
     # What the old code wrote (a version, reindexed indexes) leaves the signatures intact.
     policy = write_policy(tmp_path / "p.toml", keys)
@@ -88,13 +100,17 @@ def test_old_code_reads_a_registry_with_signatures(old_karchive: Path, tmp_path:
 
 
 def test_a_registry_the_old_code_published_is_read_and_is_simply_unsigned(old_karchive: Path, tmp_path: Path) -> None:
-    _old(old_karchive, f"""
+    _old(
+        old_karchive,
+        f"""
         import json
         from karchive.registry import Registry
         reg = Registry({str(tmp_path / "registry")!r}, cache={str(tmp_path / "old-cache")!r})
         reg.publish({str(small_archive("examples", "0.1.0", format_version=V1))!r})
         print(json.dumps({{}}))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     reg = Registry(tmp_path / "registry", cache=tmp_path / "cache")
     assert reg.pull("examples@0.1.0").downloaded
     assert reg.open("examples").manifest["version"] == "0.1.0"
@@ -113,7 +129,9 @@ def test_a_registry_the_old_code_published_is_read_and_is_simply_unsigned(old_ka
 
 def test_the_old_code_refuses_a_2_0_archive_by_its_version(old_karchive: Path, tmp_path: Path) -> None:
     """A new major is refused cleanly, naming both versions, rather than misread (spec/FORMAT.md §2)."""
-    out = _old(old_karchive, f"""
+    out = _old(
+        old_karchive,
+        f"""
         import json
         from karchive.errors import UnsupportedVersionError
         from karchive.format.reader import ArchiveReader
@@ -123,7 +141,9 @@ def test_the_old_code_refuses_a_2_0_archive_by_its_version(old_karchive: Path, t
             print(json.dumps({{"refused": str(exc)}}))
         else:
             print(json.dumps({{"refused": None}}))
-    """, tmp_path)
+    """,
+        tmp_path,
+    )
     from karchive.format.constants import FORMAT_VERSION
 
     written = f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}"  # 2.x: what this karchive writes

@@ -17,6 +17,10 @@ import pytest
 
 pytest.importorskip("cryptography")
 
+from registry_servers import ROOT, StaticHTTPServer, s3_server, subprocess_env
+from registry_support import isolated, small_archive  # noqa: F401 - fixture
+from trust_support import UTC, binary_paths, load_policy, make_keys, nothing_loaded, write_policy
+
 import karchive
 from karchive.errors import IntegrityError, TrustError, UntrustedArchiveError
 from karchive.format.check import index_sha256_from_footer
@@ -25,9 +29,6 @@ from karchive.trust import reasons
 from karchive.trust.sidecar import sidecar_path, sidecar_url
 from karchive.trust.sign import sign_archive
 from karchive.trust.verify import verify_archive_signatures
-from registry_servers import ROOT, StaticHTTPServer, s3_server, subprocess_env
-from registry_support import isolated, small_archive  # noqa: F401 - fixture
-from trust_support import UTC, binary_paths, load_policy, make_keys, nothing_loaded, write_policy
 
 pytestmark = pytest.mark.usefixtures("isolated")
 
@@ -73,16 +74,34 @@ def _flip_in_binary(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-@pytest.mark.parametrize("case", ["tampered-archive", "tampered-envelope", "swapped-envelope", "wrong-key",
-                                  "revoked-key", "expired-rotation-window", "unsigned", "unsigned-allowed"])
-def test_each_local_refusal_happens_before_anything_is_read(case: str, signed: Path, keys, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "case",
+    [
+        "tampered-archive",
+        "tampered-envelope",
+        "swapped-envelope",
+        "wrong-key",
+        "revoked-key",
+        "expired-rotation-window",
+        "unsigned",
+        "unsigned-allowed",
+    ],
+)
+def test_each_local_refusal_happens_before_anything_is_read(
+    case: str, signed: Path, keys, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     now = datetime.datetime.now(UTC)
     policy_kw: dict = {}
-    expected = {"tampered-archive": reasons.DIGEST_MISMATCH, "tampered-envelope": reasons.BAD_SIGNATURE,
-                "swapped-envelope": reasons.SWAPPED_ENVELOPE, "wrong-key": reasons.UNKNOWN_KEY,
-                "revoked-key": reasons.REVOKED_KEY, "expired-rotation-window": reasons.KEY_EXPIRED,
-                "unsigned": reasons.UNSIGNED, "unsigned-allowed": None}[case]
+    expected = {
+        "tampered-archive": reasons.DIGEST_MISMATCH,
+        "tampered-envelope": reasons.BAD_SIGNATURE,
+        "swapped-envelope": reasons.SWAPPED_ENVELOPE,
+        "wrong-key": reasons.UNKNOWN_KEY,
+        "revoked-key": reasons.REVOKED_KEY,
+        "expired-rotation-window": reasons.KEY_EXPIRED,
+        "unsigned": reasons.UNSIGNED,
+        "unsigned-allowed": None,
+    }[case]
     side = Path(sidecar_path(signed))
     if case == "tampered-archive":
         _flip_in_binary(signed)  # the footer and index are unchanged: only the whole-file hash can tell
@@ -101,8 +120,13 @@ def test_each_local_refusal_happens_before_anything_is_read(case: str, signed: P
         policy_kw = {"revoked": ("ci",)}
     elif case == "expired-rotation-window":
         sign_archive(signed, keys["old"], replace=True)
-        policy_kw = {"signers": ("old", "new"), "windows": {"old": (None, now - datetime.timedelta(hours=1)),
-                                                            "new": (now - datetime.timedelta(days=9), None)}}
+        policy_kw = {
+            "signers": ("old", "new"),
+            "windows": {
+                "old": (None, now - datetime.timedelta(hours=1)),
+                "new": (now - datetime.timedelta(days=9), None),
+            },
+        }
     elif case in ("unsigned", "unsigned-allowed"):
         side.unlink()
         policy_kw = {"threshold": 0} if case == "unsigned-allowed" else {}
@@ -117,8 +141,9 @@ def test_each_local_refusal_happens_before_anything_is_read(case: str, signed: P
     assert reasons.MEANING[expected] in str(e.value)
 
 
-def test_a_lockfile_never_applies_to_a_path_and_trust_false_means_no_policy(signed: Path, keys, tmp_path,
-                                                                            monkeypatch) -> None:
+def test_a_lockfile_never_applies_to_a_path_and_trust_false_means_no_policy(
+    signed: Path, keys, tmp_path, monkeypatch
+) -> None:
     policy = write_policy(tmp_path / "p.toml", keys, revoked=("ci",))
     monkeypatch.setenv("KARCHIVE_TRUST_POLICY", str(policy))
     with pytest.raises(UntrustedArchiveError):
@@ -143,8 +168,14 @@ def test_the_environment_variable_protects_code_that_passes_nothing(signed: Path
             out["unsigned"] = exc.reason
         print(json.dumps(out))
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=120,
-                          env=subprocess_env(KARCHIVE_TRUST_POLICY=str(policy)))
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=str(ROOT),
+        timeout=120,
+        env=subprocess_env(KARCHIVE_TRUST_POLICY=str(policy)),
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"signed": "examples", "unsigned": "unsigned"}
 
@@ -162,8 +193,9 @@ def test_without_cryptography_a_policy_fails_closed(signed: Path, keys, tmp_path
         except TrustError as exc:
             print(exc.reason)
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=120,
-                          env=subprocess_env())
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=120, env=subprocess_env()
+    )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == reasons.MISSING_DEPENDENCY
 
@@ -207,20 +239,23 @@ def test_urls_use_the_sidecar_beside_the_url(signed: Path, keys, tmp_path: Path,
     assert e.value.reason == reasons.MALFORMED_ENVELOPE
 
 
-def test_verification_binds_to_the_index_digest_when_that_is_all_a_reader_knows(signed: Path, keys,
-                                                                                   tmp_path: Path) -> None:
+def test_verification_binds_to_the_index_digest_when_that_is_all_a_reader_knows(
+    signed: Path, keys, tmp_path: Path
+) -> None:
     from karchive.trust.sidecar import read_sidecar
 
     env = read_sidecar(sidecar_path(signed))
     policy = load_policy(write_policy(tmp_path / "p.toml", keys))
     index = index_sha256_from_footer(signed.read_bytes()[-72:])
-    ok = verify_archive_signatures(sha256=None, index_sha256=index, name="examples", version="0.1.0",
-                                   envelopes=[env], policy=policy)
+    ok = verify_archive_signatures(
+        sha256=None, index_sha256=index, name="examples", version="0.1.0", envelopes=[env], policy=policy
+    )
     assert ok.index_sha256 == index and ok.sha256 is None
     other = index_sha256_from_footer(small_archive("examples", "0.1.0", block=256).read_bytes()[-72:])
     with pytest.raises(UntrustedArchiveError) as e:
-        verify_archive_signatures(sha256=None, index_sha256=other, name="examples", version="0.1.0",
-                                  envelopes=[env], policy=policy)
+        verify_archive_signatures(
+            sha256=None, index_sha256=other, name="examples", version="0.1.0", envelopes=[env], policy=policy
+        )
     assert e.value.reason == reasons.DIGEST_MISMATCH and "index digest" in str(e.value)
     with pytest.raises(TypeError, match="sha256 and/or index_sha256"):
         verify_archive_signatures(sha256=None, name="examples", version="0.1.0", envelopes=[env], policy=policy)
@@ -258,7 +293,8 @@ def test_loads_without_a_policy_never_import_cryptography(tmp_path: Path) -> Non
         karchive.open("examples@0.1.0", registry={str(tmp_path / "registry")!r}, cache_dir={str(tmp_path / "c2")!r})
         print(json.dumps("cryptography" in sys.modules))
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=120,
-                          env=subprocess_env())
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=str(ROOT), timeout=120, env=subprocess_env()
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) is False

@@ -16,19 +16,6 @@ import pytest
 
 pytest.importorskip("cryptography")
 
-import karchive
-from karchive.errors import (
-    ConflictError,
-    FormatError,
-    IntegrityError,
-    KarchiveError,
-    TrustError,
-    UntrustedArchiveError,
-)
-from karchive.registry import OpenOptions, Registry
-from karchive.registry.store_layout import blob_path, signature_index_path, signature_path, signatures_dir
-from karchive.trust import reasons
-from karchive.trust.sidecar import sidecar_path
 from registry_servers import ROOT, StaticHTTPServer, gcs_server, s3_server, subprocess_env
 from registry_support import isolated, release_together, small_archive  # noqa: F401 - fixture
 from trust_support import (
@@ -42,6 +29,20 @@ from trust_support import (
     tamper_envelope,
     write_policy,
 )
+
+import karchive
+from karchive.errors import (
+    ConflictError,
+    FormatError,
+    IntegrityError,
+    KarchiveError,
+    TrustError,
+    UntrustedArchiveError,
+)
+from karchive.registry import OpenOptions, Registry
+from karchive.registry.store_layout import blob_path, signature_index_path, signature_path, signatures_dir
+from karchive.trust import reasons
+from karchive.trust.sidecar import sidecar_path
 
 pytestmark = pytest.mark.usefixtures("isolated")
 BACKENDS = ["local", "s3", "gcs"]
@@ -60,8 +61,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path):
 def test_publish_signed_then_open_and_pull_under_a_policy(store, keys, tmp_path: Path) -> None:
     writer = store.registry(tmp_path / "wcache")
     published = writer.publish(small_archive("examples", "0.1.0"), sign=[keys["ci"]])
-    assert published.created and [(s.key_id, s.created, s.source) for s in published.signatures] == \
-        [(keys["ci"].key_id, True, "key")]
+    assert published.created and [(s.key_id, s.created, s.source) for s in published.signatures] == [
+        (keys["ci"].key_id, True, "key")
+    ]
     digest = published.record.sha256
     # The envelope sits beside the blob, one object per signer, plus the derived index for HTTP readers.
     assert writer.store.read(signature_path(digest, keys["ci"].key_id)) is not None
@@ -104,8 +106,9 @@ def test_signing_a_published_version_adds_a_signer(store, keys, tmp_path: Path) 
     assert sorted(n for _, n in verdict.signers) == ["alice", "bob"]
     # A signer's object is never replaced: another statement by the same key is a conflict.
     with pytest.raises(ConflictError, match="never replaced"):
-        store.registry(tmp_path / "bob-cache").sign("examples@0.1.0", keys["bob"],
-                                                     build_info={"builder_id": "https://ci.example/other"})
+        store.registry(tmp_path / "bob-cache").sign(
+            "examples@0.1.0", keys["bob"], build_info={"builder_id": "https://ci.example/other"}
+        )
     with pytest.raises(KarchiveError, match="say which version"):
         writer.sign("examples", keys["bob"])
 
@@ -136,9 +139,17 @@ def test_concurrent_signers_keep_every_signature(store, keys, tmp_path: Path) ->
     procs = []
     for n in names:
         save_keypair(keys[n], tmp_path / f"{n}.key", tmp_path / f"{n}.pub")
-        procs.append(subprocess.Popen([sys.executable, "-c", _SIGN, store.url, str(tmp_path / f"{n}.key"),
-                                       str(tmp_path / f"cache-{n}")], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, env=subprocess_env(**env), cwd=str(ROOT)))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", _SIGN, store.url, str(tmp_path / f"{n}.key"), str(tmp_path / f"cache-{n}")],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=subprocess_env(**env),
+                cwd=str(ROOT),
+            )
+        )
     outs = release_together(procs)
     assert sorted(o.split()[0] for o in outs) == ["created"] * 3, outs
     reg = store.registry(tmp_path / "check")
@@ -148,8 +159,9 @@ def test_concurrent_signers_keep_every_signature(store, keys, tmp_path: Path) ->
     verdict = _reader.verdict
     assert len(verdict.signers) == 3
     digest = reg.resolve("examples@0.1.0").sha256
-    assert sorted(json.loads(reg.store.read(signature_index_path(digest)))["keyids"]) == \
-        sorted(keys[n].key_id for n in names)
+    assert sorted(json.loads(reg.store.read(signature_index_path(digest)))["keyids"]) == sorted(
+        keys[n].key_id for n in names
+    )
 
 
 # --- every refusal, on every store ----------------------------------------------------------------------
@@ -172,7 +184,9 @@ def _attack(case: str, writer: Registry, keys, tmp_path: Path) -> tuple[str, obj
     if case == "expired-rotation-window":
         writer.publish(a, sign=[keys["old"]])
         windows = {"old": (None, now - datetime.timedelta(days=1)), "new": (now - datetime.timedelta(days=30), None)}
-        return str(write_policy(tmp_path / "p.toml", keys, signers=("old", "new"), windows=windows)), reasons.KEY_EXPIRED
+        return str(
+            write_policy(tmp_path / "p.toml", keys, signers=("old", "new"), windows=windows)
+        ), reasons.KEY_EXPIRED
     if case == "tampered-envelope":
         record = writer.publish(a, sign=[keys["ci"]]).record
         path = signature_path(record.sha256, keys["ci"].key_id)
@@ -181,25 +195,36 @@ def _attack(case: str, writer: Registry, keys, tmp_path: Path) -> tuple[str, obj
     if case == "swapped-envelope":  # the validly signed envelope of 0.2.0 put beside 0.1.0's blob
         record = writer.publish(a, sign=[keys["ci"]]).record
         other = writer.publish(small_archive("examples", "0.2.0"), sign=[keys["ci"]]).record
-        writer.store.replace(signature_path(record.sha256, keys["ci"].key_id),
-                             signature_bytes(writer, other.sha256, keys["ci"].key_id))
+        writer.store.replace(
+            signature_path(record.sha256, keys["ci"].key_id), signature_bytes(writer, other.sha256, keys["ci"].key_id)
+        )
         return str(write_policy(tmp_path / "p.toml", keys)), reasons.SWAPPED_ENVELOPE
     if case == "tampered-archive":  # other bytes under 0.1.0, record rewritten to match, signature kept
         record = writer.publish(a, sign=[keys["ci"]]).record
         new = replace_archive(writer, "examples", "0.1.0", small_archive("examples", "0.1.0", block=256))
-        writer.store.replace(signature_path(new.sha256, keys["ci"].key_id),
-                             signature_bytes(writer, record.sha256, keys["ci"].key_id))
+        writer.store.replace(
+            signature_path(new.sha256, keys["ci"].key_id), signature_bytes(writer, record.sha256, keys["ci"].key_id)
+        )
         return str(write_policy(tmp_path / "p.toml", keys)), reasons.DIGEST_MISMATCH
     raise AssertionError(case)
 
 
-CASES = ["unsigned", "unsigned-allowed", "wrong-key", "revoked-key", "expired-rotation-window", "tampered-envelope",
-         "swapped-envelope", "tampered-archive"]
+CASES = [
+    "unsigned",
+    "unsigned-allowed",
+    "wrong-key",
+    "revoked-key",
+    "expired-rotation-window",
+    "tampered-envelope",
+    "swapped-envelope",
+    "tampered-archive",
+]
 
 
 @pytest.mark.parametrize("case", CASES)
-def test_each_refusal_is_a_named_error_and_nothing_is_loaded(store, keys, tmp_path: Path, case: str,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_each_refusal_is_a_named_error_and_nothing_is_loaded(
+    store, keys, tmp_path: Path, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     writer = store.registry(tmp_path / "wcache")
     policy, expected = _attack(case, writer, keys, tmp_path)
     fetches = ["full"] if store.kind == "local" else ["full", "lazy"]
@@ -275,7 +300,8 @@ def test_publish_stores_the_sidecar_signatures_and_refuses_a_stale_one(keys, tmp
     reg = Registry(tmp_path / "registry", cache=tmp_path / "c")
     out = reg.publish(a, sign=[keys["carol"]])
     assert sorted((s.key_id, s.source) for s in out.signatures) == sorted(
-        [(keys["carol"].key_id, "key"), (keys["alice"].key_id, "sidecar"), (keys["bob"].key_id, "sidecar")])
+        [(keys["carol"].key_id, "key"), (keys["alice"].key_id, "sidecar"), (keys["bob"].key_id, "sidecar")]
+    )
     three = write_policy(tmp_path / "three.toml", keys, signers=("alice", "bob", "carol"), threshold=3)
     assert len(reg.open("examples@0.1.0", trust=three).verdict.signers) == 3
     # A sidecar left over from another build is refused before anything is written.

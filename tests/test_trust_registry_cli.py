@@ -11,11 +11,12 @@ import pytest
 
 pytest.importorskip("cryptography")
 
+from registry_support import isolated, run_cli, small_archive  # noqa: F401 - fixture
+from trust_support import make_keys, write_policy
+
 from karchive.registry import Registry
 from karchive.registry.store_layout import signature_index_path
 from karchive.trust.keys import save_keypair
-from registry_support import isolated, run_cli, small_archive  # noqa: F401 - fixture
-from trust_support import make_keys, write_policy
 
 pytestmark = pytest.mark.usefixtures("isolated")
 
@@ -31,10 +32,15 @@ def setup(keys, tmp_path: Path) -> dict:
         save_keypair(keys[n], tmp_path / f"{n}.key", tmp_path / f"{n}.pub")
     archive = tmp_path / "examples-0.1.0.karc"
     archive.write_bytes(small_archive("examples", "0.1.0").read_bytes())
-    return {"archive": archive, "registry": str(tmp_path / "registry"), "cache": str(tmp_path / "cache"),
-            "policy": str(write_policy(tmp_path / "policy.toml", keys, signers=("ci", "alice"))),
-            "two": str(write_policy(tmp_path / "two.toml", keys, signers=("ci", "alice"), threshold=2)),
-            "ci": str(tmp_path / "ci.key"), "alice": str(tmp_path / "alice.key")}
+    return {
+        "archive": archive,
+        "registry": str(tmp_path / "registry"),
+        "cache": str(tmp_path / "cache"),
+        "policy": str(write_policy(tmp_path / "policy.toml", keys, signers=("ci", "alice"))),
+        "two": str(write_policy(tmp_path / "two.toml", keys, signers=("ci", "alice"), threshold=2)),
+        "ci": str(tmp_path / "ci.key"),
+        "alice": str(tmp_path / "alice.key"),
+    }
 
 
 def test_publish_sign_pull_trust_and_verify(setup: dict, keys) -> None:
@@ -45,18 +51,22 @@ def test_publish_sign_pull_trust_and_verify(setup: dict, keys) -> None:
     assert f"signature by key {keys['ci'].key_id[:16]} (signed now): stored" in done.stdout
     done = run_cli("publish", str(setup["archive"]), *reg, "--sign", setup["ci"], "--json")
     out = json.loads(done.stdout)
-    assert out["created"] is False and out["signatures"] == [{"key_id": keys["ci"].key_id, "created": False,
-                                                               "source": "key"}]
+    assert out["created"] is False and out["signatures"] == [
+        {"key_id": keys["ci"].key_id, "created": False, "source": "key"}
+    ]
 
     done = run_cli("pull", "examples@0.1.0", *reg, *cache, "--trust", setup["policy"])
     assert done.returncode == 0, done.stderr
     assert f"signed by ci ({keys['ci'].key_id[:16]}); verified now" in done.stdout
     done = run_cli("pull", "examples@0.1.0", *reg, *cache, "--trust", setup["policy"], "--json")
     trust = json.loads(done.stdout)["trust"]
-    assert trust["ok"] and trust["from_receipt"] and trust["signers"] == [{"key_id": keys["ci"].key_id,
-                                                                          "key_name": "ci"}]
+    assert (
+        trust["ok"] and trust["from_receipt"] and trust["signers"] == [{"key_id": keys["ci"].key_id, "key_name": "ci"}]
+    )
     refused = run_cli("pull", "examples@0.1.0", *reg, *cache, "--trust", setup["two"])
-    assert refused.returncode == 2 and "fewer distinct trusted signers" in refused.stderr and "1 valid" in refused.stderr
+    assert (
+        refused.returncode == 2 and "fewer distinct trusted signers" in refused.stderr and "1 valid" in refused.stderr
+    )
 
     done = run_cli("verify", "examples@0.1.0", *reg, *cache, "--trust", setup["policy"])
     assert done.returncode == 0, done.stdout + done.stderr

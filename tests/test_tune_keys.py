@@ -14,10 +14,10 @@ import json
 import pathlib
 
 import pytest
-
-from karchive.errors import TrustError
 from support import needs_triton
 from wrapped_specs import Tensor, kernel_blocks
+
+from karchive.errors import TrustError
 
 pytestmark = needs_triton
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -44,12 +44,17 @@ def t32(n: int = N) -> dict:
 
 
 COPY = {"kernel": "at_copy", "args": {"x_ptr": t32(), "out_ptr": t32(), "n": N}, "grid": grid_expr()}
-VARLEN = {"kernel": "h_over_at", "args": {"x_ptr": t32(), "out_ptr": t32(), "offsets": t32(), "n": N, "scale": 1.5},
-          "grid": grid_expr()}
+VARLEN = {
+    "kernel": "h_over_at",
+    "args": {"x_ptr": t32(), "out_ptr": t32(), "offsets": t32(), "n": N, "scale": 1.5},
+    "grid": grid_expr(),
+}
 PLAIN = {**VARLEN, "args": {**VARLEN["args"], "offsets": None}}
-RESTORE = {"kernel": "at_over_h", "args": {"x_ptr": t32(), "out_ptr": t32(), "n": {"expr": ["probe", ["arg", "x_ptr"],
-                                                                                            "numel()"]}},
-           "grid": grid_expr()}
+RESTORE = {
+    "kernel": "at_over_h",
+    "args": {"x_ptr": t32(), "out_ptr": t32(), "n": {"expr": ["probe", ["arg", "x_ptr"], "numel()"]}},
+    "grid": grid_expr(),
+}
 
 
 @pytest.fixture(scope="module")
@@ -114,9 +119,10 @@ class TableBench:
 
 @pytest.fixture
 def device(monkeypatch, built, tmp_path):
+    from runtime_support import fake_cuda, register_sizes
+
     import karchive
     from karchive.runtime import args, launch_path
-    from runtime_support import fake_cuda, register_sizes
 
     monkeypatch.setenv("KARCHIVE_CACHE_DIR", str(tmp_path / "kcache"))
     args.set_tensor_type(Tensor)
@@ -134,8 +140,18 @@ def test_keys_files_are_parsed_strictly_and_evaluate_nothing_until_the_device_ru
     from karchive.errors import TuneError
     from karchive.runtime.tuning.tuner import Expr, TensorSpec, parse_keys_file
 
-    (call,) = parse_keys_file(keys_doc({**RESTORE, "args": {**RESTORE["args"], "off": {"tensor": {
-        "shape": [3], "dtype": "int32", "values": [0, 5, 9]}}, "idx": {"tensor": {"shape": [4], "dtype": "int64"}}}}))
+    (call,) = parse_keys_file(
+        keys_doc(
+            {
+                **RESTORE,
+                "args": {
+                    **RESTORE["args"],
+                    "off": {"tensor": {"shape": [3], "dtype": "int32", "values": [0, 5, 9]}},
+                    "idx": {"tensor": {"shape": [4], "dtype": "int64"}},
+                },
+            }
+        )
+    )
     # integer tensors default to zeros (random indices would go out of bounds); small ones may list their values
     assert call.args["off"].values == (0, 5, 9) and call.args["idx"].init == "zeros"
     assert call.args["x_ptr"].init == "randn"
@@ -150,10 +166,14 @@ def test_keys_files_are_parsed_strictly_and_evaluate_nothing_until_the_device_ru
         (keys_doc({**COPY, "grid": ["16"]}), "non-negative integer or an expression"),
         (keys_doc({**COPY, "args": {"n": [1, 2]}}), "JSON scalar"),
         (keys_doc({**COPY, "extra": 1}), "a call is"),
-        (keys_doc({**COPY, "args": {"o": {"tensor": {"shape": [3], "dtype": "int32", "values": [0, 1]}}}}),
-         "values must list the tensor's 3 elements"),
-        (keys_doc({**COPY, "args": {"o": {"tensor": {"shape": [1], "dtype": "int32", "values": ["0"]}}}}),
-         "values must list"),
+        (
+            keys_doc({**COPY, "args": {"o": {"tensor": {"shape": [3], "dtype": "int32", "values": [0, 1]}}}}),
+            "values must list the tensor's 3 elements",
+        ),
+        (
+            keys_doc({**COPY, "args": {"o": {"tensor": {"shape": [1], "dtype": "int32", "values": ["0"]}}}}),
+            "values must list",
+        ),
         (b'{"format": "karchive-tune-keys/1", "calls": [1e999]}', "a call is"),
     ]
     for raw, want in bad:
@@ -170,11 +190,14 @@ def test_each_key_is_timed_once_across_the_built_configs_with_the_hooks(device):
     calls = parse_keys_file(keys_doc(COPY, COPY, PLAIN, VARLEN, RESTORE))
     decisions = Tuner(arc, bench=bench, factory=factory).tune(calls)
     got = {(d.kernel, tuple(d.key)): d for d in decisions}
-    assert sorted(got) == sorted([
-        ("wrapped_kernels:at_copy", (N, "torch.float32", "torch.float32")),
-        ("wrapped_kernels:h_over_at", (N, False, "torch.float32", "torch.float32")),
-        ("wrapped_kernels:h_over_at", (N, True, "torch.float32", "torch.float32", "torch.float32")),
-        ("wrapped_kernels:at_over_h", (N, "torch.float32", "torch.float32"))])  # COPY twice: timed once
+    assert sorted(got) == sorted(
+        [
+            ("wrapped_kernels:at_copy", (N, "torch.float32", "torch.float32")),
+            ("wrapped_kernels:h_over_at", (N, False, "torch.float32", "torch.float32")),
+            ("wrapped_kernels:h_over_at", (N, True, "torch.float32", "torch.float32", "torch.float32")),
+            ("wrapped_kernels:at_over_h", (N, "torch.float32", "torch.float32")),
+        ]
+    )  # COPY twice: timed once
     copy = got[("wrapped_kernels:at_copy", (N, "torch.float32", "torch.float32"))]
     assert copy.config == 1 and copy.timings_ms == [0.003, 0.001, None]
     assert "not built" in copy.skipped[2]  # at_copy's early_config_prune (BLOCK <= 128) was applied at build
@@ -223,7 +246,8 @@ def test_a_key_the_file_states_must_be_the_one_the_runtime_computes(device):
     assert err.value.call == 0 and err.value.kernel == "wrapped_kernels:at_copy"
     with pytest.raises(TuneError, match="has no parameter"):
         Tuner(arc, bench=TableBench({}), factory=Factory()).tune(
-            parse_keys_file(keys_doc({**COPY, "args": {**COPY["args"], "m": 3}})))
+            parse_keys_file(keys_doc({**COPY, "args": {**COPY["args"], "m": 3}}))
+        )
     # a config the driver refuses (out of resources on this device) is skipped with the reason, as Triton times it inf
     from karchive.errors import LaunchError
 
@@ -246,8 +270,17 @@ def _tune(arc, reader, out, table, *calls, version=None, **kw):
     from karchive.cli.tune_cmds import tune_archive
     from karchive.runtime.tuning.tuner import parse_keys_file
 
-    return tune_archive(reader, parse_keys_file(keys_doc(*calls)), ref=str(out), out=str(out) if out else None,
-                        version=version, bench=TableBench(table), factory=Factory(), archive=arc, **kw)
+    return tune_archive(
+        reader,
+        parse_keys_file(keys_doc(*calls)),
+        ref=str(out),
+        out=str(out) if out else None,
+        version=version,
+        bench=TableBench(table),
+        factory=Factory(),
+        archive=arc,
+        **kw,
+    )
 
 
 def _sha(path) -> str:
@@ -303,8 +336,9 @@ def test_decisions_become_a_new_version_with_the_same_variants(device, built, tm
     assert _sha(tmp_path / "c.karc") != _sha(tmp_path / "a.karc")
     big = {**COPY, "args": {**COPY["args"], "x_ptr": t32(N * 4), "out_ptr": t32(N * 4), "n": N * 4}}
     _tune(arc, new, tmp_path / "d.karc", {64: 1, 128: 3, 256: 2}, big, version="2")
-    (table,) = {r["kernel"]: r for r in open_location(tmp_path / "d.karc").model.autotune}[
-        "wrapped_kernels:at_copy"]["tuned"]
+    (table,) = {r["kernel"]: r for r in open_location(tmp_path / "d.karc").model.autotune}["wrapped_kernels:at_copy"][
+        "tuned"
+    ]
     assert sorted((e["key"][0], e["config"]) for e in table["entries"]) == [(N, 1), (N * 4, 0)]
 
 
@@ -326,8 +360,9 @@ def test_the_runtime_prefers_the_archive_table_then_the_local_cache_then_tunes(d
     # a local-cache decision for the same key (here: BLOCK=64) loses to the table ...
     at = k.resolver  # the kernel's AutotuneResolver: where its records and tuning live
     digest = kernel_digest(k.name, [v.key for v in k.variants], [r.to_json() for r in at.records])
-    assert digest == kernel_digest(k.name, [v.key for v in k.variants],
-                                   [r for r in open_location(built).model.autotune if r["kernel"] == k.name])
+    assert digest == kernel_digest(
+        k.name, [v.key for v in k.variants], [r for r in open_location(built).model.autotune if r["kernel"] == k.name]
+    )
     store = TuningStore(k.name, digest)
     (cfg64,) = [c for c in at._candidates() if c["kwargs"] == {"BLOCK": 64}]
     store.put(at._device_of([x, out, N], {}), [N, "torch.float32", "torch.float32"], cfg64)
@@ -350,8 +385,12 @@ def test_the_runtime_prefers_the_archive_table_then_the_local_cache_then_tunes(d
     from karchive.runtime.autotuned import AutotuneResolver
     from karchive.runtime.launch.kernel import Kernel
 
-    k4 = Kernel(k.archive, k.name, k.variants,
-                AutotuneResolver(at.base, [AutotuneRecord.from_json(r) for r in other if r["kernel"] == k.name]))
+    k4 = Kernel(
+        k.archive,
+        k.name,
+        k.variants,
+        AutotuneResolver(at.base, [AutotuneRecord.from_json(r) for r in other if r["kernel"] == k.name]),
+    )
     with pytest.raises(Exception, match="not tuned yet"):
         k4.select(x, out, N)
 
@@ -377,9 +416,8 @@ def test_tuning_tables_in_records_are_checked_when_merged():
 def test_a_signed_sidecar_ships_the_decisions_to_another_machine(device, built, tmp_path, monkeypatch):
     import karchive
     from karchive.format.open import open_location
-    from karchive.runtime.tuning.signed import import_tables
+    from karchive.runtime.tuning.signed import PAYLOAD_TYPE, import_tables, verify_tuning
     from karchive.trust.keys import SigningKey
-    from karchive.runtime.tuning.signed import PAYLOAD_TYPE, verify_tuning
 
     arc, rec = device
     key, other = SigningKey.generate(), SigningKey.generate()
@@ -421,10 +459,12 @@ def test_the_cli_says_where_decisions_go(built, tmp_path, capsys):
 
     keys = tmp_path / "keys.json"
     keys.write_bytes(keys_doc(COPY))
-    cases = [(["--keys", str(keys)], "-o OUT.karc"),
-             (["--keys", str(keys), "--sidecar", str(tmp_path / "s.json")], "give --sign KEY"),
-             (["--keys", str(keys), "-o", str(tmp_path / "o.karc"), "--reps", "0"], "--reps"),
-             (["--from-capture", "-o", str(tmp_path / "o.karc")], "no autotune entry records its call")]
+    cases = [
+        (["--keys", str(keys)], "-o OUT.karc"),
+        (["--keys", str(keys), "--sidecar", str(tmp_path / "s.json")], "give --sign KEY"),
+        (["--keys", str(keys), "-o", str(tmp_path / "o.karc"), "--reps", "0"], "--reps"),
+        (["--from-capture", "-o", str(tmp_path / "o.karc")], "no autotune entry records its call"),
+    ]
     for extra, want in cases:
         assert main(["tune", str(built), *extra]) != 0
         err = capsys.readouterr().err
@@ -441,14 +481,22 @@ def test_a_captured_call_is_recorded_as_data_and_tuned_again_from_the_capture(de
     from karchive.runtime.tuning.tuner import Tuner, calls_from_records
 
     arc, rec = device
-    configs = [triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4),
-               triton.Config({"BLOCK": 256}, num_warps=8, num_stages=2)]
+    configs = [
+        triton.Config({"BLOCK": 64}, num_warps=2),
+        triton.Config({"BLOCK": 128}, num_warps=4),
+        triton.Config({"BLOCK": 256}, num_warps=8, num_stages=2),
+    ]
     x, out = Tensor(0x7F10_0000_0000), Tensor(0x7F20_0000_0000)
     named = {"x_ptr": x, "out_ptr": out, "n": N}
     call = describe_call(named, lambda meta: (triton.cdiv(meta["n"], meta["BLOCK"]),), configs, skip=set())
-    assert call == {"args": {"x_ptr": {"tensor": {"shape": [N], "dtype": "float32", "stride": [1]}},
-                             "out_ptr": {"tensor": {"shape": [N], "dtype": "float32", "stride": [1]}}, "n": N},
-                    "grids": [[64], [32], [16]]}
+    assert call == {
+        "args": {
+            "x_ptr": {"tensor": {"shape": [N], "dtype": "float32", "stride": [1]}},
+            "out_ptr": {"tensor": {"shape": [N], "dtype": "float32", "stride": [1]}},
+            "n": N,
+        },
+        "grids": [[64], [32], [16]],
+    }
     assert describe_call({"x": object(), "n": float("inf")}, (1,), configs, skip=set()) is None
     # an index tensor is recorded with its values (random ones would index out of bounds at tuning time)
     offsets = IntTensor([0, 7, 12])
@@ -490,10 +538,11 @@ def test_the_gpu_checks_keys_file_tunes_every_call_against_its_archive(tmp_path,
     the one the file states, every config is built and timed, and the grids are what the kernels need."""
     import importlib.util
 
+    from runtime_support import fake_cuda, register_sizes
+
     import karchive
     from karchive.runtime import args, launch_path
     from karchive.runtime.tuning.tuner import Tuner, parse_keys_file
-    from runtime_support import fake_cuda, register_sizes
 
     spec = importlib.util.spec_from_file_location("build_tune", ROOT / "tests" / "gpu" / "build_tune.py")
     bt = importlib.util.module_from_spec(spec)
@@ -548,23 +597,42 @@ def test_a_tuned_version_can_be_signed_and_a_sidecar_imported_from_the_command_l
     assert "give --key PUB" in capsys.readouterr().err
     wrong = SigningKey.generate()
     save_keypair(wrong, tmp_path / "w.pem", tmp_path / "w.pub")
-    assert main(["tune", str(built), "--import", str(side), "--key", str(tmp_path / "w.pub"),
-                 "--cache-dir", str(other)]) != 0
+    assert (
+        main(["tune", str(built), "--import", str(side), "--key", str(tmp_path / "w.pub"), "--cache-dir", str(other)])
+        != 0
+    )
     assert "no given key verifies" in capsys.readouterr().err and not other.exists()
-    assert main(["tune", str(built), "--import", str(side), "--key", str(tmp_path / "k.pub"), "--cache-dir",
-                 str(other), "--json"]) == 0
+    assert (
+        main(
+            [
+                "tune",
+                str(built),
+                "--import",
+                str(side),
+                "--key",
+                str(tmp_path / "k.pub"),
+                "--cache-dir",
+                str(other),
+                "--json",
+            ]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out) == {"written": 1, "skipped": []}
     assert len(list((other / "tuning").rglob("*.json"))) == 1
 
 
-@pytest.mark.parametrize("tuned,fragment", [
-    ([{"device": {"name": "Fake H100"}, "entries": [{"key": 5, "config": 0}]}], "key"),
-    ([{"device": {"name": "Fake H100"}, "entries": [{"key": "4096", "config": 0}]}], "key"),
-    ([{"device": {"name": "Fake H100"}, "entries": [5]}], "entry"),
-    ([{"device": 5, "entries": []}], "device name"),
-    ({"device": {"name": "Fake H100"}}, "must be a list"),
-    ([{"device": {"name": "Fake H100"}, "entries": [{"key": [{"a": 1}], "config": 0}]}], "key"),
-])
+@pytest.mark.parametrize(
+    "tuned,fragment",
+    [
+        ([{"device": {"name": "Fake H100"}, "entries": [{"key": 5, "config": 0}]}], "key"),
+        ([{"device": {"name": "Fake H100"}, "entries": [{"key": "4096", "config": 0}]}], "key"),
+        ([{"device": {"name": "Fake H100"}, "entries": [5]}], "entry"),
+        ([{"device": 5, "entries": []}], "device name"),
+        ({"device": {"name": "Fake H100"}}, "must be a list"),
+        ([{"device": {"name": "Fake H100"}, "entries": [{"key": [{"a": 1}], "config": 0}]}], "key"),
+    ],
+)
 def test_a_signed_sidecar_with_odd_entries_is_refused_in_one_line(built, tmp_path, tuned, fragment):
     """Issue 34 item 11: a signed sidecar whose entry key is a number printed a traceback (``list(5)``); a
     string key was split into characters. A signature says who sent the document, not that it is well formed."""
@@ -573,21 +641,40 @@ def test_a_signed_sidecar_with_odd_entries_is_refused_in_one_line(built, tmp_pat
 
     from karchive.format.open import open_location
     from karchive.runtime.tuning.decisions import archive_kernels
-    from karchive.trust.keys import SigningKey, save_keypair
     from karchive.runtime.tuning.signed import FORMAT, sign_tuning
+    from karchive.trust.keys import SigningKey, save_keypair
 
     model = open_location(built).model
     name, digest = archive_kernels(model)[0]
-    doc = {"format": FORMAT, "archive": {"name": model.name, "version": model.version},
-           "kernels": [{"kernel": name, "digest": digest, "tuned": tuned}]}
+    doc = {
+        "format": FORMAT,
+        "archive": {"name": model.name, "version": model.version},
+        "kernels": [{"kernel": name, "digest": digest, "tuned": tuned}],
+    }
     key = SigningKey.generate()
     save_keypair(key, tmp_path / "k.pem", tmp_path / "k.pub")
     side = tmp_path / "side.json"
     side.write_bytes(sign_tuning(doc, [key]).to_bytes())
     root = pathlib.Path(__file__).resolve().parent.parent
-    r = subprocess.run([sys.executable, "-m", "karchive", "tune", str(built), "--import", str(side), "--key",
-                        str(tmp_path / "k.pub"), "--cache-dir", str(tmp_path / "c")], capture_output=True, text=True,
-                       timeout=120, env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "karchive",
+            "tune",
+            str(built),
+            "--import",
+            str(side),
+            "--key",
+            str(tmp_path / "k.pub"),
+            "--cache-dir",
+            str(tmp_path / "c"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**__import__("os").environ, "PYTHONPATH": str(root)},
+    )
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and fragment in r.stderr, r.stderr
     assert not (tmp_path / "c" / "tuning").exists()  # nothing half-written
@@ -610,8 +697,24 @@ def test_the_cli_tunes_a_keys_file_end_to_end_with_the_device_bench(device, buil
         assert "torch, which is not installed" in capsys.readouterr().err
     monkeypatch.setattr(tune_keys, "TorchFactory", Factory)
     n = len(rec.launches())
-    assert main(["tune", str(built), "--keys", str(keys), "-o", str(tmp_path / "cli.karc"), "--reps", "4",
-                 "--warmup", "2", "--json"]) == 0
+    assert (
+        main(
+            [
+                "tune",
+                str(built),
+                "--keys",
+                str(keys),
+                "-o",
+                str(tmp_path / "cli.karc"),
+                "--reps",
+                "4",
+                "--warmup",
+                "2",
+                "--json",
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["bench"] == {"warmup": 2, "reps": 4, "l2_flush": False, "timer": "wall"}
     assert len(report["decisions"]) == 2 and report["written"]["version"] == "1+tuned-Fake-H100"

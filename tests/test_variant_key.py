@@ -6,7 +6,6 @@ import shutil
 import subprocess
 import sys
 
-
 from support import EXAMPLES, ROOT, needs_triton
 
 pytestmark = needs_triton
@@ -23,14 +22,20 @@ print(json.dumps({"key": v.variant.to_json()["key"], "meta": v.files["metadata"]
 
 
 def _key_in_subprocess(kernel_file, cache_dir, cwd, target="cuda:90", constexprs=None, options=None, fusion_env="1"):
-    req = {"kernel_ref": f"{kernel_file}:softmax_kernel", "signature": SOFTMAX_SIG, "target": target,
-           "constexprs": constexprs or {"BLOCK": 1024}, "options": options or {"num_warps": 4}}
+    req = {
+        "kernel_ref": f"{kernel_file}:softmax_kernel",
+        "signature": SOFTMAX_SIG,
+        "target": target,
+        "constexprs": constexprs or {"BLOCK": 1024},
+        "options": options or {"num_warps": 4},
+    }
     env = dict(os.environ, TRITON_CACHE_DIR=str(cache_dir), PYTHONPATH=str(ROOT))
     env.pop("TRITON_DEFAULT_FP_FUSION", None)
     if fusion_env is not None:
         env["TRITON_DEFAULT_FP_FUSION"] = fusion_env
-    out = subprocess.run([sys.executable, "-c", _SCRIPT, json.dumps(req)], cwd=cwd, env=env,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, json.dumps(req)], cwd=cwd, env=env, capture_output=True, text=True, check=True
+    )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -50,8 +55,13 @@ def test_same_key_from_two_directories_and_cache_dirs(tmp_path):
 def _key(target="cuda:90", constexprs=None, options=None, kernel_file=None):
     from karchive.producer.compile.aot import VariantRequest, compile_variant
 
-    req = VariantRequest(f"{kernel_file or EXAMPLES / 'kernels.py'}:softmax_kernel", SOFTMAX_SIG, target,
-                         constexprs or {"BLOCK": 1024}, options or {"num_warps": 4})
+    req = VariantRequest(
+        f"{kernel_file or EXAMPLES / 'kernels.py'}:softmax_kernel",
+        SOFTMAX_SIG,
+        target,
+        constexprs or {"BLOCK": 1024},
+        options or {"num_warps": 4},
+    )
     return compile_variant(req).key
 
 

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from test_manifest_model import _variant
 
 from karchive.format.schema import VariantChecker, load_schema
-from test_manifest_model import _variant
 
 jsonschema = pytest.importorskip("jsonschema")
 

@@ -50,22 +50,30 @@ def venvs(base: pathlib.Path = VENVS) -> list[Venv]:
     if base.is_dir():
         for d in base.iterdir():
             python = d / "bin" / "python"
-            if not (python.is_file() and (d / "karchive-tritons.stamp").is_file()
-                    and re.fullmatch(r"\d+\.\d+", d.name)):
+            if not (
+                python.is_file() and (d / "karchive-tritons.stamp").is_file() and re.fullmatch(r"\d+\.\d+", d.name)
+            ):
                 continue
             dists = sorted(d.glob("lib/python*/site-packages/triton-*.dist-info"))
             if len(dists) != 1:
                 continue
-            version = dists[0].name[len("triton-"):-len(".dist-info")]
+            version = dists[0].name[len("triton-") : -len(".dist-info")]
             found.append(Venv(d.name, version, python))
     return sorted(found, key=lambda v: v.key)
 
 
-def build(venv: Venv, spec: pathlib.Path, out: pathlib.Path, *, cwd: pathlib.Path, env: dict[str, str],
-          jobs: int = 2) -> subprocess.CompletedProcess:
+def build(
+    venv: Venv, spec: pathlib.Path, out: pathlib.Path, *, cwd: pathlib.Path, env: dict[str, str], jobs: int = 2
+) -> subprocess.CompletedProcess:
     """``karchive build`` with ``venv``'s interpreter (its Triton), in a fresh process."""
-    r = subprocess.run([str(venv.python), "-m", "karchive", "build", str(spec), "-o", str(out), "-j", str(jobs)],
-                       cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [str(venv.python), "-m", "karchive", "build", str(spec), "-o", str(out), "-j", str(jobs)],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if r.returncode != 0:
         raise AssertionError(f"triton {venv.version}: karchive build exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
     return r

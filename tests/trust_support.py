@@ -9,17 +9,17 @@ import contextlib
 import datetime
 import json
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from registry_servers import gcs_server, s3_server
 
 from karchive.format.check import check_archive_file
 from karchive.registry import Registry, VersionRecord
 from karchive.registry.store_layout import blob_path, name_index_path, signature_path, version_record_path
-from registry_servers import gcs_server, s3_server
 
 UTC = datetime.timezone.utc
 KEY_NAMES = ("ci", "alice", "bob", "carol", "stranger", "old", "new")
@@ -35,9 +35,16 @@ def iso(t: datetime.datetime) -> str:
     return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def policy_text(keys: dict[str, Any], *, signers: tuple[str, ...] = ("ci",), threshold: int = 1,
-                names: str = "*", revoked: tuple[str, ...] = (), windows: dict[str, tuple] | None = None,
-                extra_keys: tuple[str, ...] = ()) -> str:
+def policy_text(
+    keys: dict[str, Any],
+    *,
+    signers: tuple[str, ...] = ("ci",),
+    threshold: int = 1,
+    names: str = "*",
+    revoked: tuple[str, ...] = (),
+    windows: dict[str, tuple] | None = None,
+    extra_keys: tuple[str, ...] = (),
+) -> str:
     """A policy listing ``signers`` (+ ``extra_keys``) with a rule for ``names``; ``windows`` maps a key
     name to (not_before, not_after) datetimes (None for open)."""
     lines = ["version = 1"]
@@ -98,8 +105,16 @@ def replace_archive(reg: Registry, ref_name: str, version: str, other: Path) -> 
     """Point NAME@VERSION at other bytes: upload ``other``'s blob and rewrite the record (and the name
     index) to match it, as an attacker who can write the bucket would."""
     facts = check_archive_file(other)
-    record = VersionRecord(ref_name, version, facts.sha256, facts.size, facts.index_sha256,
-                           variants=facts.variants, kernels=facts.kernels, targets=facts.targets)
+    record = VersionRecord(
+        ref_name,
+        version,
+        facts.sha256,
+        facts.size,
+        facts.index_sha256,
+        variants=facts.variants,
+        kernels=facts.kernels,
+        targets=facts.targets,
+    )
     reg.store.upload(blob_path(facts.sha256), str(other), lambda n: None)
     reg.store.replace(version_record_path(ref_name, version), record.to_json())
     reg.store.replace(name_index_path(ref_name), b"{}")  # stale index: listable backends ignore it
@@ -159,8 +174,11 @@ def nothing_loaded(monkeypatch: pytest.MonkeyPatch, *, no_member_reads: bool = F
 
     monkeypatch.setattr(runtime_archive.Archive, "__init__", init)
     monkeypatch.setattr(ArchiveReader, "read", read)
-    monkeypatch.setattr(runtime_backend, "first_available",
-                        lambda *a, **k: seen["backends"].append(a) or pytest.fail("a driver backend was touched"))
+    monkeypatch.setattr(
+        runtime_backend,
+        "first_available",
+        lambda *a, **k: seen["backends"].append(a) or pytest.fail("a driver backend was touched"),
+    )
     yield seen
     assert seen["archives"] == [], "a runtime Archive was created for a refused archive"
     assert seen["backends"] == []

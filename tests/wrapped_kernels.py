@@ -7,8 +7,11 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-CONFIGS = [triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4),
-           triton.Config({"BLOCK": 256}, num_warps=8, num_stages=2)]
+CONFIGS = [
+    triton.Config({"BLOCK": 64}, num_warps=2),
+    triton.Config({"BLOCK": 128}, num_warps=4),
+    triton.Config({"BLOCK": 256}, num_warps=8, num_stages=2),
+]
 
 
 def _prune(configs, named_args, **kwargs):
@@ -65,13 +68,26 @@ def h_only(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 # Every key type Triton's autotuner hashes: ints (do_not_specialize), floats, bools, None, a dtype value,
 # heuristics-computed values from above (HAS_B, BLOCK_D) and tensor dtypes; a heuristic below sees the config.
-@triton.heuristics({"HAS_B": lambda args: args["b_ptr"] is not None,
-                    "BLOCK_D": lambda args: triton.next_power_of_2(args["D"])})
+@triton.heuristics(
+    {"HAS_B": lambda args: args["b_ptr"] is not None, "BLOCK_D": lambda args: triton.next_power_of_2(args["D"])}
+)
 @triton.autotune(configs=CONFIGS[:2], key=["D", "eps", "flag", "mode", "BLOCK_D", "HAS_B", "opt"])
 @triton.heuristics({"EVEN": lambda args: args["D"] % args["BLOCK"] == 0})
 @triton.jit(do_not_specialize=["D"])
-def keyed(x_ptr, b_ptr, out_ptr, D, eps, flag, mode, opt, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr,
-          HAS_B: tl.constexpr, EVEN: tl.constexpr):
+def keyed(
+    x_ptr,
+    b_ptr,
+    out_ptr,
+    D,
+    eps,
+    flag,
+    mode,
+    opt,
+    BLOCK: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    HAS_B: tl.constexpr,
+    EVEN: tl.constexpr,
+):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < D
     x = tl.load(x_ptr + offs, mask=m)
@@ -99,15 +115,38 @@ def h_device(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
 
 # Matmul-like and reduction-like autotuned kernels for the tuning-quality check on the GPU (karchive's on-device
 # choice among prebuilt configs against Triton's own autotuner).
-MM_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
-              for bm, bn, bk, w, s in ((64, 64, 32, 4, 3), (128, 64, 32, 4, 4), (64, 128, 64, 4, 3),
-                                       (128, 128, 32, 8, 3), (128, 256, 64, 8, 3), (32, 32, 32, 2, 2))]
+MM_CONFIGS = [
+    triton.Config({"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, num_warps=w, num_stages=s)
+    for bm, bn, bk, w, s in (
+        (64, 64, 32, 4, 3),
+        (128, 64, 32, 4, 4),
+        (64, 128, 64, 4, 3),
+        (128, 128, 32, 8, 3),
+        (128, 256, 64, 8, 3),
+        (32, 32, 32, 2, 2),
+    )
+]
 
 
 @triton.autotune(configs=MM_CONFIGS, key=["M", "N", "K"])
 @triton.jit
-def at_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+def at_matmul(
+    a_ptr,
+    b_ptr,
+    c_ptr,
+    M,
+    N,
+    K,
+    stride_am,
+    stride_ak,
+    stride_bk,
+    stride_bn,
+    stride_cm,
+    stride_cn,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
     pid = tl.program_id(0)
     num_n = tl.cdiv(N, BLOCK_N)
     pid_m = pid // num_n
@@ -129,8 +168,13 @@ def at_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, str
     tl.store(c, acc.to(tl.float16), mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
-@triton.autotune(configs=[triton.Config({"BLOCK_N": bn}, num_warps=w) for bn, w in
-                          ((256, 1), (512, 2), (1024, 4), (2048, 8), (4096, 8), (4096, 16))], key=["N"])
+@triton.autotune(
+    configs=[
+        triton.Config({"BLOCK_N": bn}, num_warps=w)
+        for bn, w in ((256, 1), (512, 2), (1024, 4), (2048, 8), (4096, 8), (4096, 16))
+    ],
+    key=["N"],
+)
 @triton.jit
 def at_rowsum(x_ptr, out_ptr, N, stride, BLOCK_N: tl.constexpr):
     row = tl.program_id(0)

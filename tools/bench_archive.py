@@ -29,10 +29,10 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
 from karchive.format.reader import ArchiveReader  # noqa: E402
-from karchive.producer.compile.aot import VariantRequest, toolchain_versions  # noqa: E402
-from karchive.producer.build.pipeline import compile_all  # noqa: E402
 from karchive.producer.build.pack import ArchiveBuilder  # noqa: E402
+from karchive.producer.build.pipeline import compile_all  # noqa: E402
 from karchive.producer.build.spec_file import load_spec  # noqa: E402
+from karchive.producer.compile.aot import VariantRequest, toolchain_versions  # noqa: E402
 
 KERNELS = os.path.join(ROOT, "examples", "kernels.py")
 
@@ -44,20 +44,46 @@ def large_requests(n: int) -> list[VariantRequest]:
     for t in targets:
         for block in (64, 128, 256, 512, 1024, 2048, 4096):
             for warps in (1, 2, 4, 8):
-                reqs.append(VariantRequest(f"{KERNELS}:add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32", t,
-                                           {"BLOCK": block}, {"num_warps": warps}))
-                reqs.append(VariantRequest(f"{KERNELS}:scale_kernel", "*fp16:16, *fp16:16, i32, i32, fp32", t,
-                                           {"BLOCK": block}, {"num_warps": warps}))
+                reqs.append(
+                    VariantRequest(
+                        f"{KERNELS}:add_kernel",
+                        "*fp32:16, *fp32:16, *fp32:16, i32",
+                        t,
+                        {"BLOCK": block},
+                        {"num_warps": warps},
+                    )
+                )
+                reqs.append(
+                    VariantRequest(
+                        f"{KERNELS}:scale_kernel",
+                        "*fp16:16, *fp16:16, i32, i32, fp32",
+                        t,
+                        {"BLOCK": block},
+                        {"num_warps": warps},
+                    )
+                )
         for block in (128, 256, 512, 1024, 2048, 4096):
             for warps in (2, 4, 8, 16):
-                reqs.append(VariantRequest(f"{KERNELS}:softmax_kernel", "*fp32:16, *fp32:16, i32, i32, i32", t,
-                                           {"BLOCK": block}, {"num_warps": warps}))
+                reqs.append(
+                    VariantRequest(
+                        f"{KERNELS}:softmax_kernel",
+                        "*fp32:16, *fp32:16, i32, i32, i32",
+                        t,
+                        {"BLOCK": block},
+                        {"num_warps": warps},
+                    )
+                )
         for bm, bn, bk in ((32, 64, 32), (64, 64, 32), (64, 128, 32), (128, 64, 32), (128, 128, 32)):
             for warps in (4, 8):
-                reqs.append(VariantRequest(
-                    f"{KERNELS}:matmul_kernel",
-                    "*fp16:16, *fp16:16, *fp16:16, i32, i32, i32, i32:16, i32:1, i32:16, i32:1, i32:16, i32:1", t,
-                    {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk}, {"num_warps": warps, "num_stages": 3}))
+                reqs.append(
+                    VariantRequest(
+                        f"{KERNELS}:matmul_kernel",
+                        "*fp16:16, *fp16:16, *fp16:16, i32, i32, i32, i32:16, i32:1, i32:16, i32:1, i32:16, i32:1",
+                        t,
+                        {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk},
+                        {"num_warps": warps, "num_stages": 3},
+                    )
+                )
     return reqs[:n]
 
 
@@ -95,8 +121,11 @@ def solid_per_kernel(reader: ArchiveReader, level: int = 19) -> int:
 
 def measure(label: str, variants, name: str, v1: bool = True, nodict: bool = True) -> dict:
     out: dict = {"archive": label, "variants": len(variants)}
-    modes = [("v2", (2, 0), "auto")] + ([("v2_nodict", (2, 0), "none")] if nodict else []) + \
-        ([("v1", (1, 0), "auto")] if v1 else [])
+    modes = (
+        [("v2", (2, 0), "auto")]
+        + ([("v2_nodict", (2, 0), "none")] if nodict else [])
+        + ([("v1", (1, 0), "auto")] if v1 else [])
+    )
     for key, version, dictionary in modes:
         builder = ArchiveBuilder(name, "bench", produced_by=toolchain_versions(), dictionary=dictionary)
         builder.extend(variants)
@@ -133,12 +162,19 @@ def main() -> int:
     ap.add_argument("--scale", type=int, default=0, help="also N variants generated from re-keyed seeds (10000)")
     ap.add_argument("--kernels", type=int, default=40, help="kernels of the --scale archive")
     ap.add_argument("-j", "--jobs", type=int, default=0)
-    ap.add_argument("--measure", nargs="+", metavar="ARCHIVE",
-                    help="only compare these existing archives (e.g. tools/bench_scale.py --keep's 10,000-variant "
-                         "one) with a solid zstd -19 of their members in name order")
-    ap.add_argument("--per-kernel", action="store_true",
-                    help="with --measure: also the sum of one solid zstd -19 per kernel (each kernel's variant "
-                         "members alone): what compression within kernels can reach, without cross-kernel matches")
+    ap.add_argument(
+        "--measure",
+        nargs="+",
+        metavar="ARCHIVE",
+        help="only compare these existing archives (e.g. tools/bench_scale.py --keep's 10,000-variant "
+        "one) with a solid zstd -19 of their members in name order",
+    )
+    ap.add_argument(
+        "--per-kernel",
+        action="store_true",
+        help="with --measure: also the sum of one solid zstd -19 per kernel (each kernel's variant "
+        "members alone): what compression within kernels can reach, without cross-kernel matches",
+    )
     ap.add_argument("--json", help="write results as JSON here")
     args = ap.parse_args()
     rows = []
@@ -149,9 +185,18 @@ def main() -> int:
             t0 = time.perf_counter()
             solid, _ = solid_zstd(reader, archive_order=False)
             size = os.path.getsize(path)
-            rows.append({"archive": os.path.basename(path), "variants": len(reader.model), "raw": raw,
-                         "format": reader.model.format_version, "bytes": size, "solid_zstd19": solid,
-                         "ratio": round(size / solid, 3), "solid_s": round(time.perf_counter() - t0, 1)})
+            rows.append(
+                {
+                    "archive": os.path.basename(path),
+                    "variants": len(reader.model),
+                    "raw": raw,
+                    "format": reader.model.format_version,
+                    "bytes": size,
+                    "solid_zstd19": solid,
+                    "ratio": round(size / solid, 3),
+                    "solid_s": round(time.perf_counter() - t0, 1),
+                }
+            )
             if args.per_kernel:
                 rows[-1]["solid_zstd19_per_kernel_sum"] = per_kernel = solid_per_kernel(reader)
                 rows[-1]["ratio_per_kernel"] = round(size / per_kernel, 3)
@@ -167,8 +212,10 @@ def main() -> int:
     reqs = large_requests(args.large)
     t0 = time.perf_counter()
     built, failed = compile_all(reqs, jobs=args.jobs, progress=True)
-    print(f"compiled {len(built)} large-archive variants in {time.perf_counter() - t0:.1f}s "
-          f"({len(failed)} failed)", file=sys.stderr)
+    print(
+        f"compiled {len(built)} large-archive variants in {time.perf_counter() - t0:.1f}s ({len(failed)} failed)",
+        file=sys.stderr,
+    )
     rows.append(measure(f"generated ({len(built)} variants)", built, "large"))
     if args.scale:
         sys.path.insert(0, os.path.join(ROOT, "tools"))
@@ -177,11 +224,32 @@ def main() -> int:
         seed_vs = bench_scale.seeds(bench_scale.TARGETS, None, args.jobs)
         variants = bench_scale.generate(seed_vs, args.scale, args.kernels, bench_scale.TARGETS)
         del built, seed_vs
-        rows.append(measure(f"scale ({args.scale} variants, {args.kernels} kernels x 5 targets, re-keyed seeds)",
-                            variants, "scale", v1=False, nodict=False))
-    cols = ["archive", "variants", "raw", "solid_zstd19", "solid_zstd19_archive_order", "v2", "v2_nodict", "v1",
-            "dictionary_bytes", "ratio_v2", "ratio_v2_vs_archive_order", "ratio_v1", "compression_vs_raw",
-            "largest_launch_frame_v2", "largest_launch_frame_v1"]
+        rows.append(
+            measure(
+                f"scale ({args.scale} variants, {args.kernels} kernels x 5 targets, re-keyed seeds)",
+                variants,
+                "scale",
+                v1=False,
+                nodict=False,
+            )
+        )
+    cols = [
+        "archive",
+        "variants",
+        "raw",
+        "solid_zstd19",
+        "solid_zstd19_archive_order",
+        "v2",
+        "v2_nodict",
+        "v1",
+        "dictionary_bytes",
+        "ratio_v2",
+        "ratio_v2_vs_archive_order",
+        "ratio_v1",
+        "compression_vs_raw",
+        "largest_launch_frame_v2",
+        "largest_launch_frame_v1",
+    ]
     print("| " + " | ".join(cols) + " |")
     print("|" + "---|" * len(cols))
     for r in rows:

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 #: Runs in a fresh interpreter: one executor, the spec's requests twice (cold, then warm), JSON out.
-DRIVER = r'''
+DRIVER = r"""
 import json, os, sys, time
 from karchive.producer.compile.buildenv import strip_shell
 strip_shell()
@@ -61,12 +61,17 @@ for name in ("cold", "warm"):
 info = ex.describe()
 ex.close()
 print(json.dumps({"connect_s": connect, "runs": runs, "executor": info}))
-'''
+"""
 
 
 def run_config(spec: str, executor: str, jobs: int, workers: int, env: dict[str, str]) -> dict:
-    r = subprocess.run([sys.executable, "-c", DRIVER, spec, executor, str(jobs)], capture_output=True, text=True,
-                       env={**os.environ, **env, "PYTHONPATH": str(ROOT)}, timeout=3600)
+    r = subprocess.run(
+        [sys.executable, "-c", DRIVER, spec, executor, str(jobs)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env, "PYTHONPATH": str(ROOT)},
+        timeout=3600,
+    )
     if r.returncode != 0:
         raise SystemExit(f"{executor} -j {jobs} failed:\n{r.stderr[-3000:]}")
     out = json.loads(r.stdout.strip().splitlines()[-1])
@@ -93,8 +98,14 @@ def machine() -> dict:
             cpu = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), cpu)
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "triton": triton.__version__,
-            "ray": ray_version, "platform": platform.platform()}
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "triton": triton.__version__,
+        "ray": ray_version,
+        "platform": platform.platform(),
+    }
 
 
 CONFIGS = [  # label, executor (None: a Ray cluster started for it), -j, worker slots, extra worker nodes
@@ -137,14 +148,31 @@ def summarize(runs: list[dict]) -> dict:
     for r in runs:
         for run in r["runs"]:
             out.setdefault((r["config"], run["run"]), []).append(
-                (run["wall_s"], run["variants_per_s"], run["task_s"], run["overhead_per_task_ms"], r["cluster_start_s"],
-                 r["connect_s"]))
+                (
+                    run["wall_s"],
+                    run["variants_per_s"],
+                    run["task_s"],
+                    run["overhead_per_task_ms"],
+                    r["cluster_start_s"],
+                    r["connect_s"],
+                )
+            )
     table = []
     for (config, kind), rows in out.items():
         med = [statistics.median(col) if all(v is not None for v in col) else None for col in zip(*rows)]
-        table.append({"config": config, "run": kind, "wall_s": med[0], "variants_per_s": med[1], "task_s": med[2],
-                      "overhead_per_task_ms": med[3], "cluster_start_s": med[4], "connect_s": med[5],
-                      "rounds": len(rows)})
+        table.append(
+            {
+                "config": config,
+                "run": kind,
+                "wall_s": med[0],
+                "variants_per_s": med[1],
+                "task_s": med[2],
+                "overhead_per_task_ms": med[3],
+                "cluster_start_s": med[4],
+                "connect_s": med[5],
+                "rounds": len(rows),
+            }
+        )
     return {"medians": table}
 
 
@@ -168,26 +196,41 @@ def main() -> int:
                 runs.append(one(args.spec, config, work))
                 runs[-1]["round"] = rnd
                 if not args.json:
-                    print(f"round {rnd + 1}/{args.repeat}: {config[0]} done (load {runs[-1]['load_avg']:.1f})",
-                          file=sys.stderr, flush=True)
+                    print(
+                        f"round {rnd + 1}/{args.repeat}: {config[0]} done (load {runs[-1]['load_avg']:.1f})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     spec_name = os.path.relpath(args.spec, ROOT) if os.path.abspath(args.spec).startswith(str(ROOT)) else args.spec
-    report = {"spec": spec_name, "variants": n_variants, "repeat": args.repeat, "machine": machine(),
-              **summarize(runs), "runs": runs}
+    report = {
+        "spec": spec_name,
+        "variants": n_variants,
+        "repeat": args.repeat,
+        "machine": machine(),
+        **summarize(runs),
+        "runs": runs,
+    }
     if args.json:
         print(json.dumps(report, indent=2))
         return 0
     m = report["machine"]
-    print(f"{report['spec']}: {n_variants} variants; {m['cores']} cores ({m['cpu']}), Python {m['python']}, "
-          f"Triton {m['triton']}, Ray {m['ray']}; medians of {args.repeat} rounds")
-    print(f"{'config':<8} {'run':<5} {'wall s':>8} {'var/s':>7} {'task s':>8} {'overhead/task':>14} "
-          f"{'cluster start s':>16} {'connect s':>10}")
+    print(
+        f"{report['spec']}: {n_variants} variants; {m['cores']} cores ({m['cpu']}), Python {m['python']}, "
+        f"Triton {m['triton']}, Ray {m['ray']}; medians of {args.repeat} rounds"
+    )
+    print(
+        f"{'config':<8} {'run':<5} {'wall s':>8} {'var/s':>7} {'task s':>8} {'overhead/task':>14} "
+        f"{'cluster start s':>16} {'connect s':>10}"
+    )
     for r in report["medians"]:
         start = f"{r['cluster_start_s']:16.1f}" if r["cluster_start_s"] is not None and r["run"] == "cold" else " " * 16
         connect = f"{r['connect_s']:10.2f}" if r["run"] == "cold" else ""
-        print(f"{r['config']:<8} {r['run']:<5} {r['wall_s']:8.2f} {r['variants_per_s']:7.2f} {r['task_s']:8.2f} "
-              f"{r['overhead_per_task_ms']:11.0f} ms {start} {connect}")
+        print(
+            f"{r['config']:<8} {r['run']:<5} {r['wall_s']:8.2f} {r['variants_per_s']:7.2f} {r['task_s']:8.2f} "
+            f"{r['overhead_per_task_ms']:11.0f} ms {start} {connect}"
+        )
     return 0
 
 

@@ -46,64 +46,115 @@ def _export(archive: pathlib.Path, dest: pathlib.Path) -> dict:
 
 
 def _row(label: str, r: dict, **extra) -> dict:
-    return {"row": label, "ok": bool(r.get("ok")), "error": r.get("error"),
-            "first_step_s": r.get("first_step_s"), "since_spawn_s": r.get("since_spawn_s"),
-            "wall_s": r.get("wall_s"), "compiles": r.get("compiles"), "new_cache_entries": r.get("new_cache_entries"),
-            "steady_step_s": r.get("steady_step_s"), **extra}
+    return {
+        "row": label,
+        "ok": bool(r.get("ok")),
+        "error": r.get("error"),
+        "first_step_s": r.get("first_step_s"),
+        "since_spawn_s": r.get("since_spawn_s"),
+        "wall_s": r.get("wall_s"),
+        "compiles": r.get("compiles"),
+        "new_cache_entries": r.get("new_cache_entries"),
+        "steady_step_s": r.get("steady_step_s"),
+        **extra,
+    }
 
 
 def bench_training(work: pathlib.Path, steps: int) -> tuple[list[dict], dict]:
     caches = work / "caches"
     plain = run_phase("train_capture", work, caches / "plain", opts={"capture": "0", "steps": steps, "tag": "plain"})
-    cap = run_phase("train_capture", work, caches / "captured", opts={"scope": "process", "steps": steps,
-                                                                      "tag": "bench-train"})
-    rows = [_row("training: uncaptured, empty cache", plain),
-            _row("training: captured, empty cache", cap, steady_captured_step_s=cap.get("steady_step_captured_s"))]
+    cap = run_phase(
+        "train_capture", work, caches / "captured", opts={"scope": "process", "steps": steps, "tag": "bench-train"}
+    )
+    rows = [
+        _row("training: uncaptured, empty cache", plain),
+        _row("training: captured, empty cache", cap, steady_captured_step_s=cap.get("steady_step_captured_s")),
+    ]
     facts: dict = {}
     if cap.get("ok"):
         s = cap["summary"]
-        facts = {"kernels_compiled_during_capture": s["window"]["compiled"] + s["window"]["other_processes"],
-                 "variants_captured": s["variants"], "recorded_by": s["events"], "left_out": s["left_out_counts"],
-                 "threads": s["threads"], "archive_bytes": cap.get("archive_bytes")}
+        facts = {
+            "kernels_compiled_during_capture": s["window"]["compiled"] + s["window"]["other_processes"],
+            "variants_captured": s["variants"],
+            "recorded_by": s["events"],
+            "left_out": s["left_out_counts"],
+            "threads": s["threads"],
+            "archive_bytes": cap.get("archive_bytes"),
+        }
         if plain.get("ok"):
             facts["capture_overhead_first_step_s"] = round(cap["first_step_s"] - plain["first_step_s"], 4)
             if cap.get("steady_step_captured_s") and plain.get("steady_step_s"):
                 facts["capture_overhead_per_warm_step_us"] = round(
-                    (cap["steady_step_captured_s"] - cap["steady_step_s"]) * 1e6, 1)
+                    (cap["steady_step_captured_s"] - cap["steady_step_s"]) * 1e6, 1
+                )
         dest = work / "exported-train"
         facts["export"] = _export(work / "bench-train.karc", dest)["counts"]
-        rows.append(_row("training: fresh process, empty cache",
-                         run_phase("train_rerun", work, caches / "fresh-empty", opts={"tag": "bench-train"})))
-        rows.append(_row("training: fresh process, exported cache",
-                         run_phase("train_rerun", work, dest, opts={"tag": "bench-train"})))
-        rows.append(_row("training: karchive launch (no Triton)",
-                         run_phase("train_karchive", work, None, opts={"tag": "bench-train", "steps": steps})))
+        rows.append(
+            _row(
+                "training: fresh process, empty cache",
+                run_phase("train_rerun", work, caches / "fresh-empty", opts={"tag": "bench-train"}),
+            )
+        )
+        rows.append(
+            _row(
+                "training: fresh process, exported cache",
+                run_phase("train_rerun", work, dest, opts={"tag": "bench-train"}),
+            )
+        )
+        rows.append(
+            _row(
+                "training: karchive launch (no Triton)",
+                run_phase("train_karchive", work, None, opts={"tag": "bench-train", "steps": steps}),
+            )
+        )
     return rows, facts
 
 
 def bench_compile(work: pathlib.Path) -> tuple[list[dict], dict]:
     def env(tag: str) -> dict:
-        return {"TORCHINDUCTOR_COMPILE_THREADS": "4", "TORCHINDUCTOR_FX_GRAPH_CACHE": "0",
-                "TORCHINDUCTOR_AUTOGRAD_CACHE": "0", "TORCHINDUCTOR_CACHE_DIR": str(work / f"inductor-{tag}")}
+        return {
+            "TORCHINDUCTOR_COMPILE_THREADS": "4",
+            "TORCHINDUCTOR_FX_GRAPH_CACHE": "0",
+            "TORCHINDUCTOR_AUTOGRAD_CACHE": "0",
+            "TORCHINDUCTOR_CACHE_DIR": str(work / f"inductor-{tag}"),
+        }
 
     caches = work / "caches"
-    cap = run_phase("compile_capture", work, caches / "compile", env("capture"), opts={"tag": "bench-compile"},
-                    timeout=300)
+    cap = run_phase(
+        "compile_capture", work, caches / "compile", env("capture"), opts={"tag": "bench-compile"}, timeout=300
+    )
     rows = [_row("torch.compile: captured, empty caches", cap)]
     facts: dict = {}
     if cap.get("ok"):
         s = cap["summary"]
-        facts = {"kernels_compiled_during_capture": s["window"]["compiled"] + s["window"]["other_processes"],
-                 "window": s["window"], "variants_captured": s["variants"], "recorded_by": s["events"],
-                 "left_out": s["left_out_counts"]}
+        facts = {
+            "kernels_compiled_during_capture": s["window"]["compiled"] + s["window"]["other_processes"],
+            "window": s["window"],
+            "variants_captured": s["variants"],
+            "recorded_by": s["events"],
+            "left_out": s["left_out_counts"],
+        }
         dest = work / "exported-compile"
         facts["export"] = _export(work / "bench-compile.karc", dest)["counts"]
-        rows.append(_row("torch.compile: fresh process, empty caches",
-                         run_phase("compile_rerun", work, caches / "compile-fresh", env("fresh"),
-                                   opts={"tag": "bench-compile"}, timeout=300)))
-        rows.append(_row("torch.compile: fresh process, exported cache",
-                         run_phase("compile_rerun", work, dest, env("exported"), opts={"tag": "bench-compile"},
-                                   timeout=300)))
+        rows.append(
+            _row(
+                "torch.compile: fresh process, empty caches",
+                run_phase(
+                    "compile_rerun",
+                    work,
+                    caches / "compile-fresh",
+                    env("fresh"),
+                    opts={"tag": "bench-compile"},
+                    timeout=300,
+                ),
+            )
+        )
+        rows.append(
+            _row(
+                "torch.compile: fresh process, exported cache",
+                run_phase("compile_rerun", work, dest, env("exported"), opts={"tag": "bench-compile"}, timeout=300),
+            )
+        )
     return rows, facts
 
 
@@ -112,13 +163,16 @@ def bench_hooks(launches: int) -> tuple[list[dict], dict]:
     import time
 
     sys.path.insert(0, str(ROOT / "tests"))
-    import karchive
     from capture_fakes import fake_gpu, heur_copy, ptr, scale_rows, tuned_copy
 
+    import karchive
+
     x, y = ptr(), ptr()
-    calls = {"@triton.jit": lambda: scale_rows[(1,)](x, y, 4096, 2.0, BLOCK=256),
-             "@triton.autotune (tuned key)": lambda: tuned_copy[(1,)](x, y, 4096),
-             "@triton.heuristics": lambda: heur_copy[(1,)](x, y, 4096, BLOCK=256)}
+    calls = {
+        "@triton.jit": lambda: scale_rows[(1,)](x, y, 4096, 2.0, BLOCK=256),
+        "@triton.autotune (tuned key)": lambda: tuned_copy[(1,)](x, y, 4096),
+        "@triton.heuristics": lambda: heur_copy[(1,)](x, y, 4096, BLOCK=256),
+    }
 
     def per_launch(fn) -> float:
         for _ in range(50):
@@ -138,8 +192,15 @@ def bench_hooks(launches: int) -> tuple[list[dict], dict]:
                 plain = per_launch(fn)
                 with karchive.capture("bench", version="1"):
                     captured = per_launch(fn)
-                rows.append({"row": f"hooks: {label}", "ok": True, "plain_us": round(plain, 2),
-                             "captured_us": round(captured, 2), "overhead_us": round(captured - plain, 2)})
+                rows.append(
+                    {
+                        "row": f"hooks: {label}",
+                        "ok": True,
+                        "plain_us": round(plain, 2),
+                        "captured_us": round(captured, 2),
+                        "overhead_us": round(captured - plain, 2),
+                    }
+                )
     return rows, {"launches per measurement": launches}
 
 
@@ -152,8 +213,14 @@ def _fmt(v) -> str:
 
 
 def print_table(rows: list[dict], facts: dict) -> None:
-    cols = [("row", "row"), ("first step ms", "first_step_s"), ("since spawn ms", "since_spawn_s"),
-            ("warm step ms", "steady_step_s"), ("compiles", "compiles"), ("new entries", "new_cache_entries")]
+    cols = [
+        ("row", "row"),
+        ("first step ms", "first_step_s"),
+        ("since spawn ms", "since_spawn_s"),
+        ("warm step ms", "steady_step_s"),
+        ("compiles", "compiles"),
+        ("new entries", "new_cache_entries"),
+    ]
     try:
         from rich.console import Console
         from rich.table import Table
@@ -205,8 +272,9 @@ def main() -> int:
     print_table(rows, all_facts)
     print(f"\nper-phase logs under {work}")
     if args.json:
-        pathlib.Path(args.json).write_text(json.dumps({"rows": rows, "facts": all_facts, "work": str(work)},
-                                                      indent=2, default=str))
+        pathlib.Path(args.json).write_text(
+            json.dumps({"rows": rows, "facts": all_facts, "work": str(work)}, indent=2, default=str)
+        )
     return 0 if all(r["ok"] for r in rows) else 1
 
 

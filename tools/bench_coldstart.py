@@ -113,13 +113,19 @@ def child_triton(n: int) -> dict:
 
 def spawn(kind: str, n: int, env: dict | None = None) -> dict:
     t0 = time.time()
-    r = subprocess.run([sys.executable, __file__, "--child", kind, "--n", str(n)], capture_output=True, text=True,
-                       env={**os.environ, **(env or {})}, timeout=900)
+    r = subprocess.run(
+        [sys.executable, __file__, "--child", kind, "--n", str(n)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **(env or {})},
+        timeout=900,
+    )
     if r.returncode != 0:
         raise RuntimeError(f"{kind} child failed:\n{r.stdout}\n{r.stderr}")
     t = json.loads(r.stdout.strip().splitlines()[-1])
-    out = {k: (v - t0) * 1e3 if not k.endswith("_per_kernel") and k != "launch_path" else v
-           for k, v in t.items()}  # ms since spawn
+    out = {
+        k: (v - t0) * 1e3 if not k.endswith("_per_kernel") and k != "launch_path" else v for k, v in t.items()
+    }  # ms since spawn
     out["exit"] = (time.time() - t0) * 1e3
     out["first_launch_ms"] = out["first_done"]
     out["n_launch_ms"] = out["all_done"]
@@ -158,9 +164,18 @@ def main() -> None:
             report["triton_warm"] = spawn("triton", args.n, env)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(report, indent=2))
-    keys = ["imported", "opened", "driver_ready", "first_done", "all_done", "per_kernel_ms",
-            "first_kernel_after_ready_ms", "torch_imported", "read_verify_decompress_ms_per_kernel",
-            "module_load_ms_per_kernel"]
+    keys = [
+        "imported",
+        "opened",
+        "driver_ready",
+        "first_done",
+        "all_done",
+        "per_kernel_ms",
+        "first_kernel_after_ready_ms",
+        "torch_imported",
+        "read_verify_decompress_ms_per_kernel",
+        "module_load_ms_per_kernel",
+    ]
     print(f"cold start, ms since spawn (N={args.n} kernels):")
     for name in ("karchive", "karchive_python", "triton_cold", "triton_warm"):
         r = report.get(name)

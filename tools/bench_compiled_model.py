@@ -60,8 +60,14 @@ PLANS: dict[str, tuple[str, ...]] = {
     "dynamic": ("capture", "serve"),
 }
 #: which cache directories each phase uses (warm reuses cold's)
-CACHES = {"cold": "plain", "warm": "plain", "megacache": "mega", "capture": "capture", "serve": "serve",
-          "decisions": "decisions"}
+CACHES = {
+    "cold": "plain",
+    "warm": "plain",
+    "megacache": "mega",
+    "capture": "capture",
+    "serve": "serve",
+    "decisions": "decisions",
+}
 FRESH = {"cold", "megacache", "capture", "serve", "decisions"}
 BATCH, SEQ, SEQ2 = 2, 512, 384
 
@@ -72,14 +78,25 @@ def build_model(smoke: bool) -> tuple[Any, str]:
     import torch
 
     torch.manual_seed(0)
-    size = dict(hidden=64, inter=176, layers=1, heads=4, kv=2, vocab=512) if smoke else \
-        dict(hidden=1024, inter=2816, layers=4, heads=16, kv=4, vocab=32000)
+    size = (
+        dict(hidden=64, inter=176, layers=1, heads=4, kv=2, vocab=512)
+        if smoke
+        else dict(hidden=1024, inter=2816, layers=4, heads=16, kv=4, vocab=32000)
+    )
     try:
         from transformers import LlamaConfig, LlamaForCausalLM
 
-        cfg = LlamaConfig(hidden_size=size["hidden"], intermediate_size=size["inter"], num_hidden_layers=size["layers"],
-                          num_attention_heads=size["heads"], num_key_value_heads=size["kv"], vocab_size=size["vocab"],
-                          max_position_embeddings=2048, use_cache=False, attn_implementation="sdpa")
+        cfg = LlamaConfig(
+            hidden_size=size["hidden"],
+            intermediate_size=size["inter"],
+            num_hidden_layers=size["layers"],
+            num_attention_heads=size["heads"],
+            num_key_value_heads=size["kv"],
+            vocab_size=size["vocab"],
+            max_position_embeddings=2048,
+            use_cache=False,
+            attn_implementation="sdpa",
+        )
         model = LlamaForCausalLM(cfg)
         import transformers
 
@@ -122,7 +139,7 @@ def _decoder_classes() -> Any:
             inv = 1.0 / (10000 ** (torch.arange(0, self.d, 2, device=x.device).float() / self.d))
             ang = torch.outer(torch.arange(t, device=x.device).float(), inv)
             cos, sin = torch.cat([ang.cos()] * 2, -1).to(x.dtype), torch.cat([ang.sin()] * 2, -1).to(x.dtype)
-            x1, x2 = x[..., : self.d // 2], x[..., self.d // 2:]
+            x1, x2 = x[..., : self.d // 2], x[..., self.d // 2 :]
             return x * cos + torch.cat([-x2, x1], -1) * sin
 
         def forward(self, x: Any) -> Any:
@@ -180,9 +197,13 @@ class Counters:
         self._tls = threading.local()
 
     def snapshot(self) -> dict[str, int]:
-        return {"triton_compile_calls": self.compile_calls, "triton_fresh_compiles": self.fresh,
-                "triton_cache_hits": self.cache_hits, "gpu_benchmarks": self.benchmarks,
-                "refused_compiles": self.refused}
+        return {
+            "triton_compile_calls": self.compile_calls,
+            "triton_fresh_compiles": self.fresh,
+            "triton_cache_hits": self.cache_hits,
+            "gpu_benchmarks": self.benchmarks,
+            "refused_compiles": self.refused,
+        }
 
     def install(self, refuse: bool) -> None:
         """Count every way into Triton's compiler (refusing each call when ``refuse``) and Inductor's benchmarker.
@@ -314,8 +335,12 @@ def child(phase: str, workload: str, work: Path, smoke: bool, t_start: float) ->
     import torch
 
     device = "cpu" if smoke else "cuda"
-    out: dict[str, Any] = {"phase": phase, "workload": workload, "torch": torch.__version__,
-                           "import_torch_s": round(time.time() - t_start, 3)}
+    out: dict[str, Any] = {
+        "phase": phase,
+        "workload": workload,
+        "torch": torch.__version__,
+        "import_torch_s": round(time.time() - t_start, 3),
+    }
     if device == "cuda":
         out["gpu"] = torch.cuda.get_device_name()
     import triton
@@ -341,9 +366,19 @@ def child(phase: str, workload: str, work: Path, smoke: bool, t_start: float) ->
             steps, tensors = run_steps(workload, device, smoke, t_start)
         out.update(steps)
         summary = cap.summary()
-        out["capture"] = {k: summary[k] for k in ("variants", "events", "inductor_decisions",
-                                                   "inductor_template_tables", "warnings", "errors", "lost",
-                                                   "left_out_counts")}
+        out["capture"] = {
+            k: summary[k]
+            for k in (
+                "variants",
+                "events",
+                "inductor_decisions",
+                "inductor_template_tables",
+                "warnings",
+                "errors",
+                "lost",
+                "left_out_counts",
+            )
+        }
         out["capture"]["kernels"] = len(summary["kernels"])
         t0 = time.perf_counter()
         try:
@@ -357,8 +392,7 @@ def child(phase: str, workload: str, work: Path, smoke: bool, t_start: float) ->
     if phase == "serve":
         import karchive
         import karchive.serve
-        from karchive.serve import core
-        from karchive.serve import inductor_serve
+        from karchive.serve import core, inductor_serve
 
         t0 = time.perf_counter()
         report = karchive.serve(arc, mode="strict")
@@ -381,8 +415,12 @@ def child(phase: str, workload: str, work: Path, smoke: bool, t_start: float) ->
         from karchive.serve import inductor_serve
 
         t0 = time.perf_counter()
-        exported = subprocess.run([sys.executable, "-m", "karchive", "export-triton-cache", str(arc)],
-                                  env=dict(os.environ), capture_output=True, text=True)
+        exported = subprocess.run(
+            [sys.executable, "-m", "karchive", "export-triton-cache", str(arc)],
+            env=dict(os.environ),
+            capture_output=True,
+            text=True,
+        )
         out["export_s"] = round(time.perf_counter() - t0, 3)
         out["export_rc"] = exported.returncode
         out["export_tail"] = (exported.stdout + exported.stderr)[-1500:]
@@ -421,8 +459,9 @@ def compare(want: dict, got: dict) -> dict:
         else:
             d = (w.float() - g.float()).abs().max().item() if w.shape == g.shape else None
             res["unequal"][k] = {"max_abs_diff": d, "shape": list(w.shape), "got_shape": list(g.shape)}
-    res["forward_bit_equal"] = all(k in res["equal"] for k in want if k.startswith(("forward", "train.loss",
-                                                                                     "train.logits")))
+    res["forward_bit_equal"] = all(
+        k in res["equal"] for k in want if k.startswith(("forward", "train.loss", "train.logits"))
+    )
     res["all_bit_equal"] = not res["unequal"] and not res["missing"]
     res["equal"] = len(res["equal"])
     return res
@@ -439,14 +478,28 @@ def run_phase(phase: str, workload: str, work: Path, smoke: bool, timeout: int) 
     (caches / "inductor").mkdir(parents=True, exist_ok=True)
     (caches / "triton").mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
-    env.update({"TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"), "TRITON_CACHE_DIR": str(caches / "triton"),
-                "TORCHINDUCTOR_COMPILE_THREADS": "1",
-                "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")])})
+    env.update(
+        {
+            "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
+            "TRITON_CACHE_DIR": str(caches / "triton"),
+            "TORCHINDUCTOR_COMPILE_THREADS": "1",
+            "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]),
+        }
+    )
     if phase == "serve":
         env["TRITON_PTXAS_PATH"] = "/nonexistent/ptxas"
     args = ["--child", phase, "--workload", workload, "--t-start", repr(time.time())] + (["--smoke"] if smoke else [])
-    result = run_child(Path(__file__).resolve(), args, work, f"{workload}-{phase}", f"{workload}-{phase}.log", env,
-                       timeout, f"phase {phase} of {workload}", time_key="process_s")
+    result = run_child(
+        Path(__file__).resolve(),
+        args,
+        work,
+        f"{workload}-{phase}",
+        f"{workload}-{phase}.log",
+        env,
+        timeout,
+        f"phase {phase} of {workload}",
+        time_key="process_s",
+    )
     if phase in ("serve", "capture", "cold", "warm", "megacache"):
         files = [p for p in (caches / "triton").rglob("*") if p.is_file()]
         # IR files only a compile writes; a cubin may be the archive's, written for Inductor's static launcher
@@ -477,10 +530,14 @@ def decisions_verdict(result: dict) -> dict:
     counts = result.get("counts") or {}
     ind = result.get("inductor_serve") or {}
     cmp = result.get("compare") or {}
-    checks = {"ran": bool(result.get("ok")), "zero_fresh_compiles": counts.get("triton_fresh_compiles") == 0,
-              "zero_benchmarks": counts.get("gpu_benchmarks") == 0 and ind.get("benchmarks") == 0,
-              "no_inductor_miss": not ind.get("misses"), "forward_bit_equal": bool(cmp.get("forward_bit_equal")),
-              "all_bit_equal": bool(cmp.get("all_bit_equal"))}
+    checks = {
+        "ran": bool(result.get("ok")),
+        "zero_fresh_compiles": counts.get("triton_fresh_compiles") == 0,
+        "zero_benchmarks": counts.get("gpu_benchmarks") == 0 and ind.get("benchmarks") == 0,
+        "no_inductor_miss": not ind.get("misses"),
+        "forward_bit_equal": bool(cmp.get("forward_bit_equal")),
+        "all_bit_equal": bool(cmp.get("all_bit_equal")),
+    }
     return {"checks": checks, "passed": all(v for k, v in checks.items() if k != "all_bit_equal")}
 
 
@@ -500,12 +557,17 @@ def main() -> int:
     args = ap.parse_args()
     if args.child:
         try:
-            result = {"ok": True, **child(args.child, args.workload, Path(args.work), args.smoke,
-                                          args.t_start or time.time())}
+            result = {
+                "ok": True,
+                **child(args.child, args.workload, Path(args.work), args.smoke, args.t_start or time.time()),
+            }
         except BaseException as exc:
             traceback.print_exc()
-            result = {"ok": False, "error": f"{type(exc).__name__}: {exc}"[-4000:],
-                      "traceback": traceback.format_exc()[-6000:]}
+            result = {
+                "ok": False,
+                "error": f"{type(exc).__name__}: {exc}"[-4000:],
+                "traceback": traceback.format_exc()[-6000:],
+            }
         Path(args.result).write_text(json.dumps(result, indent=1, default=str))
         return 0
 
@@ -530,14 +592,19 @@ def main() -> int:
             if phase == "decisions":
                 result["verdict"] = decisions_verdict(result)
             summary["workloads"].setdefault(workload, {})[phase] = result
-            line = {k: result.get(k) for k in ("ok", "first_forward_since_start_s", "train_step_since_start_s",
-                                               "process_s")}
-            print(f"    {line} counts={result.get('counts')}" + (f" error={result.get('error')}" if not result.get("ok")
-                                                                   else ""), flush=True)
+            line = {
+                k: result.get(k) for k in ("ok", "first_forward_since_start_s", "train_step_since_start_s", "process_s")
+            }
+            print(
+                f"    {line} counts={result.get('counts')}"
+                + (f" error={result.get('error')}" if not result.get("ok") else ""),
+                flush=True,
+            )
             summary["elapsed_s"] = round(time.monotonic() - t0, 1)
             (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
-    serves = {f"{w}/{p}": r[p]["verdict"] for w, r in summary["workloads"].items() for p in ("serve", "decisions")
-              if p in r}
+    serves = {
+        f"{w}/{p}": r[p]["verdict"] for w, r in summary["workloads"].items() for p in ("serve", "decisions") if p in r
+    }
     summary["serve_verdicts"] = serves
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     print(json.dumps({"serve_verdicts": serves, "skipped": summary["skipped"]}, indent=1))

@@ -33,8 +33,8 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # share the GPU with torch and CuPy
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -63,8 +63,9 @@ def timeit_rounds(fns: dict[str, Callable[[], Any]], sync: Callable[[], Any], ro
             t1 = time.perf_counter()
             samples[name].append((t1 - t0) / calls * 1e6)
     sync()
-    return {k: {"us": round(statistics.median(v), 3), "spread": round((max(v) - min(v)) / 2, 3)}
-            for k, v in samples.items()}
+    return {
+        k: {"us": round(statistics.median(v), 3), "spread": round((max(v) - min(v)) / 2, 3)} for k, v in samples.items()
+    }
 
 
 def _load(path: pathlib.Path, name: str) -> Any:
@@ -104,9 +105,15 @@ def bench_torch(arc: Any, rounds: int, calls: int) -> dict:
     except Exception as exc:
         print(f"  (no Triton launch: {type(exc).__name__}: {exc})")
     per_call = timeit_rounds(fns, torch.cuda.synchronize, rounds, calls)
-    streams = timeit_rounds({"torch.cuda.current_stream().cuda_stream": lambda: torch.cuda.current_stream().cuda_stream,
-                             "torch._C._cuda_getCurrentRawStream(0)": lambda: torch._C._cuda_getCurrentRawStream(0)},
-                            lambda: None, rounds, calls * 10)
+    streams = timeit_rounds(
+        {
+            "torch.cuda.current_stream().cuda_stream": lambda: torch.cuda.current_stream().cuda_stream,
+            "torch._C._cuda_getCurrentRawStream(0)": lambda: torch._C._cuda_getCurrentRawStream(0),
+        },
+        lambda: None,
+        rounds,
+        calls * 10,
+    )
     return {"per_call": per_call, "stream_read": streams, "torch": torch.__version__}
 
 
@@ -131,14 +138,19 @@ def bench_jax_steady(arc: Any, rounds: int, calls: int) -> dict:
     def run(f: Callable) -> Callable[[], None]:
         def call() -> None:
             last["out"] = f(x, y)
+
         return call
 
-    per_call = timeit_rounds({"jit(triton_call) add": run(f_triton), "jit(x + y) (yardstick)": run(f_plain)},
-                             lambda: last["out"].block_until_ready() if last else None, rounds, calls)
+    per_call = timeit_rounds(
+        {"jit(triton_call) add": run(f_triton), "jit(x + y) (yardstick)": run(f_plain)},
+        lambda: last["out"].block_until_ready() if last else None,
+        rounds,
+        calls,
+    )
     return {"per_call": per_call, "jax": jax.__version__, "jaxlib_support": kj.jaxlib_support().summary()}
 
 
-FIRST_CALL_CHILD = r'''
+FIRST_CALL_CHILD = r"""
 import json, os, sys, time
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 sys.path.insert(0, sys.argv[1])
@@ -166,7 +178,7 @@ try:
 except Exception as exc:
     t["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
 print("RESULT " + json.dumps(t))
-'''
+"""
 
 
 def bench_jax_first_call(archives: dict[str, pathlib.Path], repeat: int) -> dict:
@@ -177,18 +189,25 @@ def bench_jax_first_call(archives: dict[str, pathlib.Path], repeat: int) -> dict
     if not any(d.platform == "gpu" for d in jax.devices()):
         return {"skipped": "JAX sees no CUDA GPU"}
     out: dict[str, Any] = {}
-    for label, (mode, archive) in {"cubin": ("cubin", archives["examples"]), "auto": ("auto", archives["examples"]),
-                                   "ptx (examples.karc)": ("ptx", archives["examples"]),
-                                   "ptx (jaxptx.karc, ISA 8.4)": ("ptx", archives["jaxptx"])}.items():
+    for label, (mode, archive) in {
+        "cubin": ("cubin", archives["examples"]),
+        "auto": ("auto", archives["examples"]),
+        "ptx (examples.karc)": ("ptx", archives["examples"]),
+        "ptx (jaxptx.karc, ISA 8.4)": ("ptx", archives["jaxptx"]),
+    }.items():
         runs = []
         for _ in range(repeat):
-            r = subprocess.run([sys.executable, "-c", FIRST_CALL_CHILD, str(ROOT), str(archive), mode],
-                               capture_output=True, text=True, timeout=180)
+            r = subprocess.run(
+                [sys.executable, "-c", FIRST_CALL_CHILD, str(ROOT), str(archive), mode],
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
             line = next((ln for ln in r.stdout.splitlines() if ln.startswith("RESULT ")), None)
             if line is None:
                 runs.append({"error": (r.stderr or r.stdout).strip().splitlines()[-1:] or ["no output"]})
                 break
-            runs.append(json.loads(line[len("RESULT "):]))
+            runs.append(json.loads(line[len("RESULT ") :]))
             if "error" in runs[-1]:
                 break
         ok = [x for x in runs if "triton_call_first_ms" in x]
@@ -220,12 +239,17 @@ def bench_cupy(arc: Any, rounds: int, calls: int) -> dict:
     def sync() -> None:
         cp.cuda.Device().synchronize()
 
-    per_call = timeit_rounds({
-        "runtime k[grid](cupy arrays)": lambda: k[grid](x, y, out, N, BLOCK=BLOCK),
-        "runtime k[grid](int pointers, stream=int)": lambda: k[grid](px, py, po, N, BLOCK=BLOCK, stream=sp),
-        "runtime bound()": bound,
-        "cupy.add(x, y, out=out) (yardstick)": lambda: cp.add(x, y, out=out),
-    }, sync, rounds, calls)
+    per_call = timeit_rounds(
+        {
+            "runtime k[grid](cupy arrays)": lambda: k[grid](x, y, out, N, BLOCK=BLOCK),
+            "runtime k[grid](int pointers, stream=int)": lambda: k[grid](px, py, po, N, BLOCK=BLOCK, stream=sp),
+            "runtime bound()": bound,
+            "cupy.add(x, y, out=out) (yardstick)": lambda: cp.add(x, y, out=out),
+        },
+        sync,
+        rounds,
+        calls,
+    )
     return {"per_call": per_call, "cupy": cp.__version__}
 
 
@@ -254,8 +278,10 @@ def print_first_call(section: dict) -> None:
         if "error" in e:
             print(f"  {label:<28} error: {str(e['error'])[:120]}")
             continue
-        print(f"  {label:<28} {e['jax_init_ms']:>9.1f} {e['trivial_jit_first_ms']:>12.1f} "
-              f"{e['triton_call_first_ms']:>12.1f}{'' if e['correct'] else '  WRONG RESULT'}")
+        print(
+            f"  {label:<28} {e['jax_init_ms']:>9.1f} {e['trivial_jit_first_ms']:>12.1f} "
+            f"{e['triton_call_first_ms']:>12.1f}{'' if e['correct'] else '  WRONG RESULT'}"
+        )
 
 
 def main() -> int:
@@ -271,15 +297,25 @@ def main() -> int:
     import karchive
 
     arc = karchive.open(args.archive)
-    results: dict[str, Any] = {"archive": args.archive, "python": platform.python_version(), "n": N,
-                               "rounds": args.rounds, "calls": args.calls}
+    results: dict[str, Any] = {
+        "archive": args.archive,
+        "python": platform.python_version(),
+        "n": N,
+        "rounds": args.rounds,
+        "calls": args.calls,
+    }
     # torch first (before JAX takes its share of the GPU), then JAX, then CuPy.
-    for name, fn in (("torch", lambda: bench_torch(arc, args.rounds, args.calls)),
-                     ("jax", lambda: bench_jax_steady(arc, args.rounds, args.calls)),
-                     ("jax_first_call", lambda: bench_jax_first_call(
-                         {"examples": pathlib.Path(args.archive), "jaxptx": pathlib.Path(args.jaxptx)},
-                         args.first_repeat)),
-                     ("cupy", lambda: bench_cupy(arc, args.rounds, args.calls))):
+    for name, fn in (
+        ("torch", lambda: bench_torch(arc, args.rounds, args.calls)),
+        ("jax", lambda: bench_jax_steady(arc, args.rounds, args.calls)),
+        (
+            "jax_first_call",
+            lambda: bench_jax_first_call(
+                {"examples": pathlib.Path(args.archive), "jaxptx": pathlib.Path(args.jaxptx)}, args.first_repeat
+            ),
+        ),
+        ("cupy", lambda: bench_cupy(arc, args.rounds, args.calls)),
+    ):
         print(f"== {name}", flush=True)
         try:
             results[name] = fn()

@@ -60,19 +60,25 @@ import platform
 import statistics
 import sys
 import time
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 #: Targets of issue 11 (host time ratios to the cuda.bindings raw launch; per extra argument in us).
-TARGETS = {"k[grid] / raw": {"4 args": 1.10, "16 args": 1.20, "3 descriptors": 1.30},
-           "kind / plain k[grid]": 1.10, "attributes k[grid] / raw cuLaunchKernelEx": 1.10, "served autotuned / plain k[grid]": 1.2, "triton kind / karchive kind": 3.0,
-           "bound() / raw": {"4 args": 1.00, "16 args": 1.00},
-           "per extra argument (us)": 0.08, "triton / karchive k[grid]": {"4 args": 3.5, "16 args": 4.0,
-                                                                          "3 descriptors": 4.0},
-           "served / karchive k[grid]": 1.2, "triton / served": 3.0}
+TARGETS = {
+    "k[grid] / raw": {"4 args": 1.10, "16 args": 1.20, "3 descriptors": 1.30},
+    "kind / plain k[grid]": 1.10,
+    "attributes k[grid] / raw cuLaunchKernelEx": 1.10,
+    "served autotuned / plain k[grid]": 1.2,
+    "triton kind / karchive kind": 3.0,
+    "bound() / raw": {"4 args": 1.00, "16 args": 1.00},
+    "per extra argument (us)": 0.08,
+    "triton / karchive k[grid]": {"4 args": 3.5, "16 args": 4.0, "3 descriptors": 4.0},
+    "served / karchive k[grid]": 1.2,
+    "triton / served": 3.0,
+}
 SERVED_ROW = "served k[grid](...) (serve strict)"
 ADDR_ROW = "karchive k[grid](...) raw addresses [extension]"
 
@@ -84,8 +90,13 @@ def _load(path: pathlib.Path, name: str) -> Any:
     return mod
 
 
-def timeit_rounds(fns: dict[str, Callable[[], Any]], rounds: int, launches: int, sync: Callable[[], None],
-                  self_timed: frozenset[str] = frozenset()) -> dict[str, dict[str, float]]:
+def timeit_rounds(
+    fns: dict[str, Callable[[], Any]],
+    rounds: int,
+    launches: int,
+    sync: Callable[[], None],
+    self_timed: frozenset[str] = frozenset(),
+) -> dict[str, dict[str, float]]:
     """Median (and spread) of us per launch; ``self_timed`` functions return their own us per launch."""
     samples: dict[str, list[float]] = {k: [] for k in fns}
     for _ in range(rounds):
@@ -136,8 +147,10 @@ def main() -> None:
     # The served rows' call sites: the same sources under the module names the archive files them under
     # (kernels:add_kernel, extra_kernels:add16_kernel), so serve's identity (name + source key) matches.
     served_mods = {}
-    for mod_name, file in (("kernels", ROOT / "examples" / "kernels.py"),
-                           ("extra_kernels", ROOT / "tests" / "gpu" / "extra_kernels.py")):
+    for mod_name, file in (
+        ("kernels", ROOT / "examples" / "kernels.py"),
+        ("extra_kernels", ROOT / "tests" / "gpu" / "extra_kernels.py"),
+    ):
         served_mods[mod_name] = sys.modules[mod_name] = _load(file, mod_name)
     paths = {launch_path.PYTHON: None, launch_path.EXTENSION: None}
     for path in list(paths):
@@ -177,10 +190,22 @@ def main() -> None:
         # call sites keep what they learned (Triton's caches, the fast paths) from round to round
         served_boundary = serve_boundary.suspend()
     cases = [
-        ("4 args", "add_kernel", ["x", "y", "out", "n"], tk.add_kernel, lambda: torch.equal(out, x + y),
-         served_mods["kernels"].add_kernel),
-        ("16 args", "add16_kernel", ["out"] + [f"p{i}" for i in range(14)] + ["n"], xk.add16_kernel,
-         lambda: torch.equal(out, ins[0] + ins[1]), served_mods["extra_kernels"].add16_kernel),
+        (
+            "4 args",
+            "add_kernel",
+            ["x", "y", "out", "n"],
+            tk.add_kernel,
+            lambda: torch.equal(out, x + y),
+            served_mods["kernels"].add_kernel,
+        ),
+        (
+            "16 args",
+            "add16_kernel",
+            ["out"] + [f"p{i}" for i in range(14)] + ["n"],
+            xk.add16_kernel,
+            lambda: torch.equal(out, ins[0] + ins[1]),
+            served_mods["extra_kernels"].add16_kernel,
+        ),
     ]
     for label, kname, arg_names, tfn, correct, sfn in cases:
         values = {"x": x, "y": y, "out": out, "n": n, **{f"p{i}": t for i, t in enumerate(ins)}}
@@ -203,18 +228,33 @@ def main() -> None:
         layout = ParamLayout(entry.variant.abi)
         entry.pack(layout, [values[a].data_ptr() if hasattr(values[a], "data_ptr") else values[a] for a in arg_names])
         stream_handle = torch.cuda.current_stream().cuda_stream
-        ns.update(launch=d.cuLaunchKernel, func=entry.function, params=layout.kernel_params,
-                  stream=d.CUstream(stream_handle), bx=entry.block_x, shared=entry.shared, gx=grid[0])
+        ns.update(
+            launch=d.cuLaunchKernel,
+            func=entry.function,
+            params=layout.kernel_params,
+            stream=d.CUstream(stream_handle),
+            bx=entry.block_x,
+            shared=entry.shared,
+            gx=grid[0],
+        )
         fns["raw cuLaunchKernel (cuda.bindings)"] = looped(
-            "launch(func, gx, 1, 1, bx, 1, 1, shared, stream, params, 0)", args.launches, ns)
+            "launch(func, gx, 1, 1, bx, 1, 1, shared, stream, params, 0)", args.launches, ns
+        )
         self_timed = frozenset()
         if ext is not None and launch_address:
             fa = backend.handle_address(entry.function)
 
             def raw_c(fa=fa, params=layout.kernel_params, entry=entry, stream_handle=stream_handle) -> float:
-                secs, err = ext.time_launches(launch=launch_address, function=fa, grid=(grid[0], 1, 1),
-                                              block_x=entry.block_x, shared=entry.shared, stream=stream_handle,
-                                              kernel_params=params, count=args.launches)
+                secs, err = ext.time_launches(
+                    launch=launch_address,
+                    function=fa,
+                    grid=(grid[0], 1, 1),
+                    block_x=entry.block_x,
+                    shared=entry.shared,
+                    stream=stream_handle,
+                    kernel_params=params,
+                    count=args.launches,
+                )
                 assert err == 0, err
                 return secs / args.launches * 1e6
 
@@ -225,15 +265,17 @@ def main() -> None:
             fns["karchive bound(*args)"] = looped(f"bound({call})", args.launches, ns)
         # The same call with raw device addresses (ints) for the tensors: what the launcher costs per argument
         # without torch's data_ptr()/dtype/get_device() (the selection then checks alignment only: no dtype).
-        ns.update({f"addr_{a}": values[a].data_ptr() if hasattr(values[a], "data_ptr") else values[a]
-                   for a in arg_names})
+        ns.update(
+            {f"addr_{a}": values[a].data_ptr() if hasattr(values[a], "data_ptr") else values[a] for a in arg_names}
+        )
         call_addr = ", ".join(f"addr_{a}" for a in arg_names)
         for path in paths:
             fns[f"karchive k[grid](...) [{path}]"] = looped(f"k_{path}[grid]({call}, BLOCK=BLOCK)", args.launches, ns)
             if path == launch_path.EXTENSION:
                 fns[ADDR_ROW] = looped(f"k_{path}[grid]({call_addr}, BLOCK=BLOCK)", args.launches, ns)
-            fns[f"karchive run = k[grid]; run(...) [{path}]"] = looped(f"run_{path}({call}, BLOCK=BLOCK)",
-                                                                     args.launches, ns)
+            fns[f"karchive run = k[grid]; run(...) [{path}]"] = looped(
+                f"run_{path}({call}, BLOCK=BLOCK)", args.launches, ns
+            )
         fns["triton k[grid](...)"] = looped(f"tfn[grid]({call}, BLOCK=BLOCK)", args.launches, ns)
         if serve_session is not None:
             ns["sfn"] = sfn
@@ -268,8 +310,9 @@ def main() -> None:
 
     if serve_session is not None:
         for p in range(args.passes):
-            results[f"tuned kinds (pass {p + 1})"] = tuned_case(args, paths, sync, served_boundary,
-                                                                served_mods["extra_kernels"])
+            results[f"tuned kinds (pass {p + 1})"] = tuned_case(
+                args, paths, sync, served_boundary, served_mods["extra_kernels"]
+            )
 
     for feature in ("pdl", "cluster"):
         path = ROOT / ".gpu" / f"{feature}.karc"
@@ -288,23 +331,34 @@ def main() -> None:
         print(f"no {args.tensordesc_archive}: the 3-descriptor case is skipped (python tests/gpu/build_tensordesc.py)")
 
     micro_ns = {"get_raw": torch._C._cuda_getCurrentRawStream, "x": x}
-    micro = timeit_rounds({
-        "torch._C._cuda_getCurrentRawStream(0)": looped("get_raw(0)", 2000, micro_ns),
-        "torch.cuda.current_stream()": looped("torch.cuda.current_stream()", 2000, {"torch": torch}),
-        "tensor.data_ptr()": looped("x.data_ptr()", 2000, micro_ns),
-        "tensor.dtype": looped("x.dtype", 2000, micro_ns),
-        "tensor.get_device()": looped("x.get_device()", 2000, micro_ns),
-        "empty loop body": looped("pass", 2000, {}),
-    }, 21, 2000, lambda: None)
+    micro = timeit_rounds(
+        {
+            "torch._C._cuda_getCurrentRawStream(0)": looped("get_raw(0)", 2000, micro_ns),
+            "torch.cuda.current_stream()": looped("torch.cuda.current_stream()", 2000, {"torch": torch}),
+            "tensor.data_ptr()": looped("x.data_ptr()", 2000, micro_ns),
+            "tensor.dtype": looped("x.dtype", 2000, micro_ns),
+            "tensor.get_device()": looped("x.get_device()", 2000, micro_ns),
+            "empty loop body": looped("pass", 2000, {}),
+        },
+        21,
+        2000,
+        lambda: None,
+    )
 
     from cuda import bindings
 
     info = {
-        "gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-        "python": platform.python_version(), "torch": torch.__version__, "triton": triton.__version__,
-        "cuda_python": getattr(bindings, "__version__", "?"), "driver": d.cuDriverGetVersion()[1],
+        "gpu": torch.cuda.get_device_name(0),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cuda_python": getattr(bindings, "__version__", "?"),
+        "driver": d.cuDriverGetVersion()[1],
         "archive_triton": next(iter(paths.values())).manifest.produced_by.get("triton"),
-        "launch_path": launch_path.status()._asdict(), "rounds": args.rounds, "launches": args.launches,
+        "launch_path": launch_path.status()._asdict(),
+        "rounds": args.rounds,
+        "launches": args.launches,
         "passes": args.passes,
     }
     verdict = summarize(results, args.passes)
@@ -315,8 +369,10 @@ def main() -> None:
     for label, r in results.items():
         base = next((b for b in ("raw cuLaunchKernel (cuda.bindings)", RAW_EX) if b in r), PLAIN_TUNED)
         raw = r[base]["median"]
-        print(f"\n{label}: host us per launch (median of {args.rounds} rounds x {args.launches}), ratio to "
-              f"{'the cuda.bindings raw launch' if base != PLAIN_TUNED else 'the plain k[grid]'}")
+        print(
+            f"\n{label}: host us per launch (median of {args.rounds} rounds x {args.launches}), ratio to "
+            f"{'the cuda.bindings raw launch' if base != PLAIN_TUNED else 'the plain k[grid]'}"
+        )
         for name, v in r.items():
             print(f"  {name:46s} {v['median']:7.3f} us  +-{v['spread']:.2f}  {v['median'] / raw:5.2f}x")
     print("\nper extra argument, (16 args - 4 args) / 12:")  # (the descriptor case has no such row)
@@ -349,8 +405,7 @@ def descriptor_case(args: Any, paths: dict[str, Any], sync: Callable[[], None]) 
     grid = (M // 64, N // 64)
     da, db, dc = (karchive.TensorDescriptor(t, block_shape=[64, 64]) for t in (a, b, c))
     ta, tb, tc = (TritonDesc.from_tensor(t, [64, 64]) for t in (a, b, c))
-    ns: dict[str, Any] = {"grid": grid, "da": da, "db": db, "dc": dc, "ta": ta, "tb": tb, "tc": tc,
-                          "tfn": tk.desc_add}
+    ns: dict[str, Any] = {"grid": grid, "da": da, "db": db, "dc": dc, "ta": ta, "tb": tb, "tc": tc, "tfn": tk.desc_add}
     fns: dict[str, Callable[[], Any]] = {}
     entry = None
     for path in paths:
@@ -361,15 +416,23 @@ def descriptor_case(args: Any, paths: dict[str, Any], sync: Callable[[], None]) 
         ns[f"k_{path}"] = k
         if entry is None:
             entry = k.bind(grid, da, db, dc, BLOCK_M=64, BLOCK_N=64).entry
-        fns[f"karchive k[grid](...) [{path}]"] = looped(f"k_{path}[grid](da, db, dc, BLOCK_M=64, BLOCK_N=64)",
-                                                        args.launches, ns)
+        fns[f"karchive k[grid](...) [{path}]"] = looped(
+            f"k_{path}[grid](da, db, dc, BLOCK_M=64, BLOCK_N=64)", args.launches, ns
+        )
     assert entry is not None
     layout = ParamLayout(entry.variant.abi)
     entry.pack(layout, [da, db, dc])  # the expansion (maps and all) packed once
-    ns.update(launch=d.cuLaunchKernel, func=entry.function, params=layout.kernel_params,
-              stream=d.CUstream(torch.cuda.current_stream().cuda_stream), bx=entry.block_x, shared=entry.shared)
+    ns.update(
+        launch=d.cuLaunchKernel,
+        func=entry.function,
+        params=layout.kernel_params,
+        stream=d.CUstream(torch.cuda.current_stream().cuda_stream),
+        bx=entry.block_x,
+        shared=entry.shared,
+    )
     fns["raw cuLaunchKernel (cuda.bindings)"] = looped(
-        "launch(func, grid[0], grid[1], 1, bx, 1, 1, shared, stream, params, 0)", args.launches, ns)
+        "launch(func, grid[0], grid[1], 1, bx, 1, 1, shared, stream, params, 0)", args.launches, ns
+    )
     fns["triton k[grid](...)"] = looped("tfn[grid](ta, tb, tc, BLOCK_M=64, BLOCK_N=64)", args.launches, ns)
     for fn in fns.values():
         fn()
@@ -386,18 +449,21 @@ def descriptor_case(args: Any, paths: dict[str, Any], sync: Callable[[], None]) 
     return timeit_rounds(fns, args.rounds, args.launches, sync)
 
 
-TUNED_KINDS = {"callable grid": ("k_plain[cgrid](x, y, out, n, BLOCK=BLOCK)", "tfn_plain[cgrid](x, y, out, n, BLOCK=BLOCK)"),
-               # the tuned kinds with the grid libraries write (Triton's own tuning may choose BLOCK=512: a fixed grid
-               # of 4 would then cover half the vector); karchive memoises it, Triton evaluates it per launch
-               "autotuned": ("k_tuned[cgrid](x, y, out, n)", "tfn_tuned[cgrid](x, y, out, n)"),
-               "heuristics": ("k_heur[grid](x, y, out, n)", "tfn_heur[grid](x, y, out, n)"),
-               "stacked": ("k_stacked[cgrid](x, y, out, n)", "tfn_stacked[cgrid](x, y, out, n)")}
+TUNED_KINDS = {
+    "callable grid": ("k_plain[cgrid](x, y, out, n, BLOCK=BLOCK)", "tfn_plain[cgrid](x, y, out, n, BLOCK=BLOCK)"),
+    # the tuned kinds with the grid libraries write (Triton's own tuning may choose BLOCK=512: a fixed grid
+    # of 4 would then cover half the vector); karchive memoises it, Triton evaluates it per launch
+    "autotuned": ("k_tuned[cgrid](x, y, out, n)", "tfn_tuned[cgrid](x, y, out, n)"),
+    "heuristics": ("k_heur[grid](x, y, out, n)", "tfn_heur[grid](x, y, out, n)"),
+    "stacked": ("k_stacked[cgrid](x, y, out, n)", "tfn_stacked[cgrid](x, y, out, n)"),
+}
 PLAIN_TUNED = "karchive plain k[grid] (add_kernel, 4 args)"
 SERVED_TUNED = "served autotuned (serve strict)"
 
 
-def tuned_case(args: Any, paths: dict[str, Any], sync: Callable[[], None], session: Any,
-               served: Any) -> dict[str, dict[str, float]]:
+def tuned_case(
+    args: Any, paths: dict[str, Any], sync: Callable[[], None], session: Any, served: Any
+) -> dict[str, dict[str, float]]:
     """Issue 33's rows: the tuned kinds on the compiled path beside the plain kernel and Triton's launch."""
     import torch
     import triton
@@ -413,15 +479,26 @@ def tuned_case(args: Any, paths: dict[str, Any], sync: Callable[[], None], sessi
     with launch_path.forced(launch_path.EXTENSION):
         tarc = karchive.open(args.tuned_archive)
         ns: dict[str, Any] = {
-            "x": x, "y": y, "out": out, "n": n, "BLOCK": 1024, "grid": (4,),
+            "x": x,
+            "y": y,
+            "out": out,
+            "n": n,
+            "BLOCK": 1024,
+            "grid": (4,),
             "cgrid": lambda meta: (triton.cdiv(meta["n_elements"], meta["BLOCK"]),),
-            "k_plain": paths[launch_path.EXTENSION].kernel("add_kernel"), "k_tuned": tarc.kernel("add_tuned"),
-            "k_heur": tarc.kernel("add_heur"), "k_stacked": tarc.kernel("add_stacked"),
-            "tfn_plain": tk.add_kernel, "tfn_tuned": xk.add_tuned, "tfn_heur": xk.add_heur,
-            "tfn_stacked": xk.add_stacked, "sfn": served.add_tuned,
+            "k_plain": paths[launch_path.EXTENSION].kernel("add_kernel"),
+            "k_tuned": tarc.kernel("add_tuned"),
+            "k_heur": tarc.kernel("add_heur"),
+            "k_stacked": tarc.kernel("add_stacked"),
+            "tfn_plain": tk.add_kernel,
+            "tfn_tuned": xk.add_tuned,
+            "tfn_heur": xk.add_heur,
+            "tfn_stacked": xk.add_stacked,
+            "sfn": served.add_tuned,
         }
-    fns: dict[str, Callable[[], Any]] = {PLAIN_TUNED: looped("k_plain[grid](x, y, out, n, BLOCK=BLOCK)",
-                                                            args.launches, ns)}
+    fns: dict[str, Callable[[], Any]] = {
+        PLAIN_TUNED: looped("k_plain[grid](x, y, out, n, BLOCK=BLOCK)", args.launches, ns)
+    }
     for kind, (ours, theirs) in TUNED_KINDS.items():
         fns[f"karchive {kind}"] = looped(ours, args.launches, ns)
         fns[f"triton {kind}"] = looped(theirs, args.launches, ns)
@@ -497,10 +574,22 @@ def attributes_case(args: Any, path: pathlib.Path, sync: Callable[[], None]) -> 
         attrs.append(a)
     cfg.attrs = attrs
     cfg.numAttrs = len(attrs)
-    ns = {"k": k, "grid": grid, "x": x, "y": y, "out": out, "n": n, "launch_ex": d.cuLaunchKernelEx, "cfg": cfg,
-          "func": entry.function, "params": layout.kernel_params}
-    fns = {RAW_EX: looped("launch_ex(cfg, func, params, 0)", args.launches, ns),
-           "karchive k[grid](...) [extension]": looped("k[grid](x, y, out, n)", args.launches, ns)}
+    ns = {
+        "k": k,
+        "grid": grid,
+        "x": x,
+        "y": y,
+        "out": out,
+        "n": n,
+        "launch_ex": d.cuLaunchKernelEx,
+        "cfg": cfg,
+        "func": entry.function,
+        "params": layout.kernel_params,
+    }
+    fns = {
+        RAW_EX: looped("launch_ex(cfg, func, params, 0)", args.launches, ns),
+        "karchive k[grid](...) [extension]": looped("k[grid](x, y, out, n)", args.launches, ns),
+    }
     for name, fn in fns.items():
         out.zero_()
         fn()
@@ -527,28 +616,52 @@ def summarize(results: dict[str, dict[str, Any]], passes: int) -> dict[str, Any]
                 lines.append(f"{label}: no compiled-path rows (extension not built)")
                 continue
             raw = r[raw_row]["median"]
-            check(f"pass {p} {label}: k[grid] / raw", r[ext_row]["median"] / raw,
-                  r[ext_row]["median"] / raw <= TARGETS["k[grid] / raw"][label], f"<= {TARGETS['k[grid] / raw'][label]}")
-            check(f"pass {p} {label}: bound() / raw", r["karchive bound()"]["median"] / raw,
-                  r["karchive bound()"]["median"] / raw <= 1.0, "<= 1.00")
+            check(
+                f"pass {p} {label}: k[grid] / raw",
+                r[ext_row]["median"] / raw,
+                r[ext_row]["median"] / raw <= TARGETS["k[grid] / raw"][label],
+                f"<= {TARGETS['k[grid] / raw'][label]}",
+            )
+            check(
+                f"pass {p} {label}: bound() / raw",
+                r["karchive bound()"]["median"] / raw,
+                r["karchive bound()"]["median"] / raw <= 1.0,
+                "<= 1.00",
+            )
             tri = r["triton k[grid](...)"]["median"] / r[ext_row]["median"]
-            check(f"pass {p} {label}: triton / karchive k[grid]", tri, tri >= TARGETS["triton / karchive k[grid]"][label],
-                  f">= {TARGETS['triton / karchive k[grid]'][label]}")
+            check(
+                f"pass {p} {label}: triton / karchive k[grid]",
+                tri,
+                tri >= TARGETS["triton / karchive k[grid]"][label],
+                f">= {TARGETS['triton / karchive k[grid]'][label]}",
+            )
             if SERVED_ROW in r:
                 srv = r[SERVED_ROW]["median"]
                 ratio = srv / r[ext_row]["median"]
-                check(f"pass {p} {label}: served / karchive k[grid]", ratio,
-                      ratio <= TARGETS["served / karchive k[grid]"], f"<= {TARGETS['served / karchive k[grid]']}")
+                check(
+                    f"pass {p} {label}: served / karchive k[grid]",
+                    ratio,
+                    ratio <= TARGETS["served / karchive k[grid]"],
+                    f"<= {TARGETS['served / karchive k[grid]']}",
+                )
                 tri_s = r["triton k[grid](...)"]["median"] / srv
-                check(f"pass {p} {label}: triton / served", tri_s, tri_s >= TARGETS["triton / served"],
-                      f">= {TARGETS['triton / served']}")
+                check(
+                    f"pass {p} {label}: triton / served",
+                    tri_s,
+                    tri_s >= TARGETS["triton / served"],
+                    f">= {TARGETS['triton / served']}",
+                )
         r = results.get(f"3 descriptors (pass {p})", {})
         if r:
             row = ext_row if ext_row in r else "karchive k[grid](...) [python]"
             raw = r[raw_row]["median"]
             lim = TARGETS["k[grid] / raw"]["3 descriptors"]
-            check(f"pass {p} 3 descriptors: k[grid] / raw", r[row]["median"] / raw, r[row]["median"] / raw <= lim,
-                  f"<= {lim}")
+            check(
+                f"pass {p} 3 descriptors: k[grid] / raw",
+                r[row]["median"] / raw,
+                r[row]["median"] / raw <= lim,
+                f"<= {lim}",
+            )
             tri = r["triton k[grid](...)"]["median"] / r[row]["median"]
             want = TARGETS["triton / karchive k[grid]"]["3 descriptors"]
             check(f"pass {p} 3 descriptors: triton / karchive k[grid]", tri, tri >= want, f">= {want}")
@@ -572,8 +685,12 @@ def summarize(results: dict[str, dict[str, Any]], passes: int) -> dict[str, Any]
             lim = TARGETS["served autotuned / plain k[grid]"]
             check(f"pass {p} served autotuned / plain k[grid]", srv / plain, srv / plain <= lim, f"<= {lim}")
             tri = r["triton autotuned"]["median"] / srv
-            check(f"pass {p} served autotuned: triton / served", tri, tri >= TARGETS["triton kind / karchive kind"],
-                  f">= {TARGETS['triton kind / karchive kind']}")
+            check(
+                f"pass {p} served autotuned: triton / served",
+                tri,
+                tri >= TARGETS["triton kind / karchive kind"],
+                f">= {TARGETS['triton kind / karchive kind']}",
+            )
         a4, a16 = results.get(f"4 args (pass {p})", {}), results.get(f"16 args (pass {p})", {})
         if ext_row in a4 and ext_row in a16:
             per = (a16[ext_row]["median"] - a4[ext_row]["median"]) / 12

@@ -61,38 +61,87 @@ class NoopDriver:
     def __init__(self, address: int | None) -> None:
         e = types.SimpleNamespace
         self.CUresult = e(CUDA_SUCCESS=0, CUDA_ERROR_NO_DEVICE=100, CUDA_ERROR_INVALID_CONTEXT=201)
-        self.CUdevice_attribute = e(**{n: n for n in (
-            "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR", "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR",
-            "CU_DEVICE_ATTRIBUTE_WARP_SIZE", "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
-            "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT")})
-        self.CUfunction_attribute = e(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8,
-                                      CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES=1)
+        self.CUdevice_attribute = e(
+            **{
+                n: n
+                for n in (
+                    "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR",
+                    "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR",
+                    "CU_DEVICE_ATTRIBUTE_WARP_SIZE",
+                    "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN",
+                    "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT",
+                )
+            }
+        )
+        self.CUfunction_attribute = e(
+            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES=1
+        )
         self.CUfunc_cache = e(CU_FUNC_CACHE_PREFER_SHARED=1)
-        self.CUdriverProcAddress_flags = e(CU_GET_PROC_ADDRESS_LEGACY_STREAM=1,
-                                           CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM=2)
+        self.CUdriverProcAddress_flags = e(
+            CU_GET_PROC_ADDRESS_LEGACY_STREAM=1, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM=2
+        )
         self.address = address
 
-    def cuInit(self, flags): return (0,)  # noqa: E704
-    def cuDeviceGetCount(self): return (0, 1)  # noqa: E704
-    def cuDriverGetVersion(self): return (0, 13000)  # noqa: E704
-    def cuDeviceGet(self, i): return (0, i)  # noqa: E704
-    def cuDeviceGetName(self, n, d): return (0, b"no GPU (noop driver)\0")  # noqa: E704
-    def cuDevicePrimaryCtxRetain(self, d): return (0, _Handle(1))  # noqa: E704
-    def cuCtxGetCurrent(self): return (0, _Handle(1))  # noqa: E704
-    def cuCtxGetDevice(self): return (0, 0)  # noqa: E704
-    def cuCtxPushCurrent(self, c): return (0,)  # noqa: E704
-    def cuCtxPopCurrent(self): return (0, None)  # noqa: E704
-    def cuModuleLoadData(self, image): return (0, _Handle(2))  # noqa: E704
-    def cuModuleGetFunction(self, m, name): return (0, _Handle(3))  # noqa: E704
-    def cuFuncSetAttribute(self, *a): return (0,)  # noqa: E704
-    def cuFuncGetAttribute(self, *a): return (0, 0)  # noqa: E704
-    def cuFuncSetCacheConfig(self, *a): return (0,)  # noqa: E704
-    def CUstream(self, raw): return _Handle(raw)  # noqa: E704
-    def cuLaunchKernel(self, *a): return (0,)  # noqa: E704
+    def cuInit(self, flags):
+        return (0,)  # noqa: E704
+
+    def cuDeviceGetCount(self):
+        return (0, 1)  # noqa: E704
+
+    def cuDriverGetVersion(self):
+        return (0, 13000)  # noqa: E704
+
+    def cuDeviceGet(self, i):
+        return (0, i)  # noqa: E704
+
+    def cuDeviceGetName(self, n, d):
+        return (0, b"no GPU (noop driver)\0")  # noqa: E704
+
+    def cuDevicePrimaryCtxRetain(self, d):
+        return (0, _Handle(1))  # noqa: E704
+
+    def cuCtxGetCurrent(self):
+        return (0, _Handle(1))  # noqa: E704
+
+    def cuCtxGetDevice(self):
+        return (0, 0)  # noqa: E704
+
+    def cuCtxPushCurrent(self, c):
+        return (0,)  # noqa: E704
+
+    def cuCtxPopCurrent(self):
+        return (0, None)  # noqa: E704
+
+    def cuModuleLoadData(self, image):
+        return (0, _Handle(2))  # noqa: E704
+
+    def cuModuleGetFunction(self, m, name):
+        return (0, _Handle(3))  # noqa: E704
+
+    def cuFuncSetAttribute(self, *a):
+        return (0,)  # noqa: E704
+
+    def cuFuncGetAttribute(self, *a):
+        return (0, 0)  # noqa: E704
+
+    def cuFuncSetCacheConfig(self, *a):
+        return (0,)  # noqa: E704
+
+    def CUstream(self, raw):
+        return _Handle(raw)  # noqa: E704
+
+    def cuLaunchKernel(self, *a):
+        return (0,)  # noqa: E704
 
     def cuDeviceGetAttribute(self, attr, dev):
-        return (0, {"CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR": 9, "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR": 0,
-                    "CU_DEVICE_ATTRIBUTE_WARP_SIZE": 32}.get(attr, 227 * 1024))
+        return (
+            0,
+            {
+                "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR": 9,
+                "CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR": 0,
+                "CU_DEVICE_ATTRIBUTE_WARP_SIZE": 32,
+            }.get(attr, 227 * 1024),
+        )
 
     def cuGetProcAddress(self, symbol, version, flags):
         return (0, self.address, 0) if self.address else (0, 0, 1)
@@ -104,12 +153,14 @@ def _archive(path: str | None) -> str:
     bench = ROOT / ".gpu" / "bench.karc"
     if bench.exists():
         return str(bench)
-    from karchive.producer.compile.aot import VariantRequest, compile_variant  # needs triton (no GPU)
     from karchive.producer.build.pack import ArchiveBuilder
+    from karchive.producer.compile.aot import VariantRequest, compile_variant  # needs triton (no GPU)
 
     ex, xk = ROOT / "examples" / "kernels.py", ROOT / "tests" / "gpu" / "extra_kernels.py"
-    reqs = [(f"{ex}:add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32"),
-            (f"{xk}:add16_kernel", ", ".join(["*fp32:16"] * 15 + ["i32"]))]
+    reqs = [
+        (f"{ex}:add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32"),
+        (f"{xk}:add16_kernel", ", ".join(["*fp32:16"] * 15 + ["i32"])),
+    ]
     b = ArchiveBuilder("bench", "0.1.0")
     b.extend(compile_variant(VariantRequest(r, sig, "cuda:90", {"BLOCK": 1024}, {"num_warps": 4})) for r, sig in reqs)
     out = pathlib.Path(tempfile.mkdtemp()) / "bench.karc"
@@ -127,8 +178,23 @@ def _desc_archive() -> str | None:
 
     out = pathlib.Path(tempfile.mkdtemp()) / "desc.karc"
     sig = ", ".join(["tensordesc<fp16[64, 64]>"] * 3 + ["64", "64"])
-    if cli(["compile", str(ROOT / "tests" / "data" / "tma_kernels.py"), "-n", "desc_add", "-s", sig, "-t", "cuda:90",
-            "-o", str(out)]) != 0:
+    if (
+        cli(
+            [
+                "compile",
+                str(ROOT / "tests" / "data" / "tma_kernels.py"),
+                "-n",
+                "desc_add",
+                "-s",
+                sig,
+                "-t",
+                "cuda:90",
+                "-o",
+                str(out),
+            ]
+        )
+        != 0
+    ):
         return None
     return str(out)
 
@@ -153,8 +219,10 @@ def _served(arc: Any, *more: Any) -> tuple[Any, Any] | None:
     import karchive.serve
 
     mods = []
-    for name, file in (("kernels", ROOT / "examples" / "kernels.py"),
-                       ("extra_kernels", ROOT / "tests" / "gpu" / "extra_kernels.py")):
+    for name, file in (
+        ("kernels", ROOT / "examples" / "kernels.py"),
+        ("extra_kernels", ROOT / "tests" / "gpu" / "extra_kernels.py"),
+    ):
         mod = sys.modules.get(name)
         if mod is None:
             spec = importlib.util.spec_from_file_location(name, file)
@@ -194,9 +262,12 @@ def _tuned(path: str | None) -> tuple[str, Any] | None:
 
 
 #: (row, body) of the tuned kinds, and the plain row each is compared with
-TUNED_ROWS = {"callable grid 4 args": "add[cdiv_grid](x, y, o, 4096, BLOCK=1024)",
-              "autotuned 4 args": "tuned[g](x, y, o, 4096)", "heuristics 4 args": "heur[g](x, y, o, 4096)",
-              "stacked 4 args": "stacked[g](x, y, o, 4096)"}
+TUNED_ROWS = {
+    "callable grid 4 args": "add[cdiv_grid](x, y, o, 4096, BLOCK=1024)",
+    "autotuned 4 args": "tuned[g](x, y, o, 4096)",
+    "heuristics 4 args": "heur[g](x, y, o, 4096)",
+    "stacked 4 args": "stacked[g](x, y, o, 4096)",
+}
 PLAIN_ROW = "k[grid](...) 4 args"
 
 
@@ -241,35 +312,54 @@ def main() -> None:
     if desc_archive is not None:
         _no_encoding()
     names = {"x": values[0], "y": values[1], "o": values[2], **{f"p{i}": v for i, v in enumerate(values[3:15])}}
-    rows = {"(warm-up: first row measured, ignore)": "add[g](x, y, o, 4096, BLOCK=1024)",
-            "k[grid](...) 4 args": "add[g](x, y, o, 4096, BLOCK=1024)",
-            "k[grid](...) 16 args": "add16[g](o, x, y, p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, 4096, BLOCK=1024)",
-            "bound()": "b4()", "bound(*args)": "b4(x, y, o, 4096)", "empty loop": "pass"}
+    rows = {
+        "(warm-up: first row measured, ignore)": "add[g](x, y, o, 4096, BLOCK=1024)",
+        "k[grid](...) 4 args": "add[g](x, y, o, 4096, BLOCK=1024)",
+        "k[grid](...) 16 args": "add16[g](o, x, y, p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, 4096, BLOCK=1024)",
+        "bound()": "b4()",
+        "bound(*args)": "b4(x, y, o, 4096)",
+        "empty loop": "pass",
+    }
     results: dict[str, float] = {}
-    for path in [p for p in (launch_path.EXTENSION, launch_path.PYTHON)
-                 if (p == launch_path.PYTHON or ext) and p in args.paths.split(",")]:
+    for path in [
+        p
+        for p in (launch_path.EXTENSION, launch_path.PYTHON)
+        if (p == launch_path.PYTHON or ext) and p in args.paths.split(",")
+    ]:
         with launch_path.forced(path):
             arc = karchive.open(archive)
             add, add16 = arc.kernel("add_kernel"), arc.kernel("add16_kernel")
         g = (4,)
         add[g](names["x"], names["y"], names["o"], 4096, BLOCK=1024)
         add16[g](names["o"], names["x"], names["y"], *values[3:15], 4096, BLOCK=1024)
-        ns: dict[str, Any] = {**names, "add": add, "add16": add16, "g": g,
-                              "b4": add.bind(g, names["x"], names["y"], names["o"], 4096, BLOCK=1024)}
+        ns: dict[str, Any] = {
+            **names,
+            "add": add,
+            "add16": add16,
+            "g": g,
+            "b4": add.bind(g, names["x"], names["y"], names["o"], 4096, BLOCK=1024),
+        }
         path_rows = dict(rows)
         if desc_archive is not None:
             with launch_path.forced(path):
                 ns["dadd"] = karchive.open(desc_archive).kernel("desc_add")
             ns["da"], ns["db"], ns["dc"] = (
-                karchive.TensorDescriptor(0x7F00_0010_0000 + (1 << 20) * i, [64, 64], shape=[128, 128],
-                                          strides=[128, 1], dtype="float16") for i in range(3))
+                karchive.TensorDescriptor(
+                    0x7F00_0010_0000 + (1 << 20) * i, [64, 64], shape=[128, 128], strides=[128, 1], dtype="float16"
+                )
+                for i in range(3)
+            )
             ns["g2"] = (2, 2)
             path_rows["k[grid](...) 3 descriptors"] = "dadd[g2](da, db, dc, BLOCK_M=64, BLOCK_N=64)"
         if tuned is not None:
             with launch_path.forced(path):  # (a kernel's path is fixed when it is made)
                 tarc = karchive.open(tuned[0])
-                ns.update(cdiv_grid=cdiv_grid, tuned=tarc.kernel("add_tuned"), heur=tarc.kernel("add_heur"),
-                          stacked=tarc.kernel("add_stacked"))
+                ns.update(
+                    cdiv_grid=cdiv_grid,
+                    tuned=tarc.kernel("add_tuned"),
+                    heur=tarc.kernel("add_heur"),
+                    stacked=tarc.kernel("add_stacked"),
+                )
             path_rows.update(TUNED_ROWS)
         served = _served(arc) if tuned is None else _served(arc, tuned[0])
         if served is not None:
@@ -278,14 +368,18 @@ def main() -> None:
                 ns["stuned"] = tuned[1].add_tuned
                 path_rows["served autotuned 4 args"] = "stuned[g](x, y, o, 4096)"
             path_rows["served k[grid](...) 4 args"] = "sadd[g](x, y, o, 4096, BLOCK=1024)"
-            path_rows["served k[grid](...) 16 args"] = ("sadd16[g](o, x, y, p0, p1, p2, p3, p4, p5, p6, p7, p8, "
-                                                         "p9, p10, p11, 4096, BLOCK=1024)")
+            path_rows["served k[grid](...) 16 args"] = (
+                "sadd16[g](o, x, y, p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, 4096, BLOCK=1024)"
+            )
         for row, body in path_rows.items():
             if args.only and args.only not in row and not row.startswith("(warm-up"):
                 continue
             scope: dict[str, Any] = {}
-            exec(f"def make({', '.join(ns)}):\n    def loop(n):\n        for _ in range(n):\n            {body}\n"  # noqa: S102
-                 "    return loop\n", scope)
+            exec(  # noqa: S102
+                f"def make({', '.join(ns)}):\n    def loop(n):\n        for _ in range(n):\n            {body}\n"
+                "    return loop\n",
+                scope,
+            )
             loop = scope["make"](**ns)
             label = f"{row} [{path}]"
             try:
@@ -307,8 +401,10 @@ def main() -> None:
                 samples.append((time.perf_counter() - t0) / args.calls * 1e6)
             results[label] = statistics.median(samples)
     if cg is not None:
-        print("instruction counts are in the callgrind dump files, one per row (desc: Trigger: Client Request: "
-              f"<row>); divide each file's 'summary' by {args.calls}")
+        print(
+            "instruction counts are in the callgrind dump files, one per row (desc: Trigger: Client Request: "
+            f"<row>); divide each file's 'summary' by {args.calls}"
+        )
         return
     for label, us in results.items():
         print(f"{label:40s} {us:7.3f} us")

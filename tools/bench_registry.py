@@ -52,9 +52,11 @@ def main() -> int:
     blob = s3.requests_for(blob_path(record.sha256), mark)
     total = s3.requests_for("/", mark)
     frame = reader.frames[reader.members[variant.binary.path].frame]
-    print(f"lazy load of one variant: {len(total)} requests ({len(blob)} ranged GETs on the archive: "
-          f"{', '.join(r['range'] for r in blob)}), {sum(r['bytes'] for r in blob)} archive bytes "
-          f"(variant frame {frame.length} B), {lazy_s * 1e3:.0f} ms")
+    print(
+        f"lazy load of one variant: {len(total)} requests ({len(blob)} ranged GETs on the archive: "
+        f"{', '.join(r['range'] for r in blob)}), {sum(r['bytes'] for r in blob)} archive bytes "
+        f"(variant frame {frame.length} B), {lazy_s * 1e3:.0f} ms"
+    )
 
     t = time.perf_counter()
     pulled = Registry(url, s3.storage_options(), cache=work / "full").pull("bench@1.0.0")
@@ -71,9 +73,11 @@ def main() -> int:
         t = time.perf_counter()
         reg.open("bench@1.0.0")
         opens.append(time.perf_counter() - t)
-    print(f"cache hit: resolve + receipt check {statistics.median(lookups) * 1e3:.3f} ms (no hashing), "
-          f"open incl. ArchiveReader parse {statistics.median(opens) * 1e3:.1f} ms; "
-          f"{len(s3.requests_for('/', mark))} requests to the server")
+    print(
+        f"cache hit: resolve + receipt check {statistics.median(lookups) * 1e3:.3f} ms (no hashing), "
+        f"open incl. ArchiveReader parse {statistics.median(opens) * 1e3:.1f} ms; "
+        f"{len(s3.requests_for('/', mark))} requests to the server"
+    )
     return 0
 
 

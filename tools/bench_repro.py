@@ -37,20 +37,25 @@ def raw_compile(name: str, sig: str, cx: dict, target: str, cache: str) -> float
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    from karchive.format.target import Target
     from karchive.producer.compile.aot import specialize
     from karchive.producer.compile.kernel_ref import load_kernel
-    from karchive.format.target import Target
 
     fn, _ = load_kernel(f"{ROOT / 'examples' / 'kernels.py'}:{name}")
     spec = specialize(fn, sig, cx)
-    attrs = {(i,): ([["tt.divisibility", spec.divisibility[n]]] if n in spec.divisibility else [])
-             for i, n in enumerate(spec.names) if spec.types[n] != "constexpr"}
+    attrs = {
+        (i,): ([["tt.divisibility", spec.divisibility[n]]] if n in spec.divisibility else [])
+        for i, n in enumerate(spec.names)
+        if spec.types[n] != "constexpr"
+    }
     t = Target.parse(target)
     knobs.cache.dir = cache
     start = time.perf_counter()
-    triton.compile(ASTSource(fn, dict(spec.types), dict(spec.constexprs), attrs),
-                   target=GPUTarget(t.backend, int(t.arch) if t.backend == "cuda" else t.arch, t.warp_size),
-                   options={"enable_fp_fusion": True})
+    triton.compile(
+        ASTSource(fn, dict(spec.types), dict(spec.constexprs), attrs),
+        target=GPUTarget(t.backend, int(t.arch) if t.backend == "cuda" else t.arch, t.warp_size),
+        options={"enable_fp_fusion": True},
+    )
     return time.perf_counter() - start
 
 
@@ -98,8 +103,10 @@ def main() -> None:
                 kar.append(karchive_compile(*v, os.path.join(work, f"kar-{v[0]}-{v[3]}-{i}")))
                 own.append(own_steps(v[0]))
             label = f"{v[0]}[{v[3]}]"
-            print(f"{label:<34} {statistics.median(raw):>8.3f} {statistics.median(kar):>11.3f} "
-                  f"{statistics.median(own) * 1000:>13.1f}")
+            print(
+                f"{label:<34} {statistics.median(raw):>8.3f} {statistics.median(kar):>11.3f} "
+                f"{statistics.median(own) * 1000:>13.1f}"
+            )
         from karchive.producer.build.pipeline import build_archive
         from karchive.producer.build.spec_file import load_spec
 
@@ -111,8 +118,10 @@ def main() -> None:
             build_archive(spec, os.path.join(work, f"{run}.karc"), jobs=jobs, progress=False)
             times.append(time.perf_counter() - start)
         same = pathlib.Path(work, "cold.karc").read_bytes() == pathlib.Path(work, "warm.karc").read_bytes()
-        print(f"examples/build.toml ({len(spec.requests)} variants, -j {jobs}): cold build cache {times[0]:.1f} s, "
-              f"warm {times[1]:.1f} s, identical bytes: {same}")
+        print(
+            f"examples/build.toml ({len(spec.requests)} variants, -j {jobs}): cold build cache {times[0]:.1f} s, "
+            f"warm {times[1]:.1f} s, identical bytes: {same}"
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

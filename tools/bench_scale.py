@@ -53,15 +53,33 @@ KERNELS = str(ROOT / "examples" / "kernels.py")
 TARGETS = ("cuda:80", "cuda:90", "cuda:100", "hip:gfx942", "hip:gfx950")
 #: (kernel, signature, constexpr name, configs as (constexprs, options)).
 SEED_KERNELS = (
-    ("add_kernel", "*fp32:16, *fp32:16, *fp32:16, i32", "BLOCK",
-     [({"BLOCK": b}, {"num_warps": w}) for b, w in ((256, 2), (1024, 4), (4096, 8))]),
-    ("scale_kernel", "*fp16:16, *fp16:16, i32, i32, fp32", "BLOCK",
-     [({"BLOCK": b}, {"num_warps": w}) for b, w in ((256, 2), (1024, 4), (4096, 8))]),
-    ("softmax_kernel", "*fp32:16, *fp32:16, i32, i32, i32", "BLOCK",
-     [({"BLOCK": b}, {"num_warps": w}) for b, w in ((256, 4), (1024, 4), (4096, 8))]),
-    ("matmul_kernel", "*fp16:16, *fp16:16, *fp16:16, i32, i32, i32, i32:16, i32:1, i32:16, i32:1, i32:16, i32:1",
-     "BLOCK_M", [({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": 32}, {"num_warps": w, "num_stages": 3})
-                 for m, n, w in ((64, 64, 4), (128, 64, 4), (128, 128, 8))]),
+    (
+        "add_kernel",
+        "*fp32:16, *fp32:16, *fp32:16, i32",
+        "BLOCK",
+        [({"BLOCK": b}, {"num_warps": w}) for b, w in ((256, 2), (1024, 4), (4096, 8))],
+    ),
+    (
+        "scale_kernel",
+        "*fp16:16, *fp16:16, i32, i32, fp32",
+        "BLOCK",
+        [({"BLOCK": b}, {"num_warps": w}) for b, w in ((256, 2), (1024, 4), (4096, 8))],
+    ),
+    (
+        "softmax_kernel",
+        "*fp32:16, *fp32:16, i32, i32, i32",
+        "BLOCK",
+        [({"BLOCK": b}, {"num_warps": w}) for b, w in ((256, 4), (1024, 4), (4096, 8))],
+    ),
+    (
+        "matmul_kernel",
+        "*fp16:16, *fp16:16, *fp16:16, i32, i32, i32, i32:16, i32:1, i32:16, i32:1, i32:16, i32:1",
+        "BLOCK_M",
+        [
+            ({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": 32}, {"num_warps": w, "num_stages": 3})
+            for m, n, w in ((64, 64, 4), (128, 64, 4), (128, 128, 8))
+        ],
+    ),
 )
 
 
@@ -81,11 +99,15 @@ def seeds(targets: tuple[str, ...], cache: str | None, jobs: int) -> list:
             out.append(CompiledVariant(v, files, r.read(v.source).decode() if v.source else None))
         if {str(v.variant.target) for v in out} >= set(targets):
             return out
-    from karchive.producer.compile.aot import VariantRequest
     from karchive.producer.build.pipeline import compile_all
+    from karchive.producer.compile.aot import VariantRequest
 
-    reqs = [VariantRequest(f"{KERNELS}:{k}", sig, t, cx, opts)
-            for k, sig, _, configs in SEED_KERNELS for t in targets for cx, opts in configs]
+    reqs = [
+        VariantRequest(f"{KERNELS}:{k}", sig, t, cx, opts)
+        for k, sig, _, configs in SEED_KERNELS
+        for t in targets
+        for cx, opts in configs
+    ]
     t0 = time.perf_counter()
     built, failed = compile_all(reqs, jobs=jobs, progress=False)
     if failed:
@@ -132,9 +154,13 @@ def generate(seed_variants: list, n: int, kernels: int, targets: tuple[str, ...]
                 v = seed.variant
                 params = tuple(replace(p, constexpr=64 * (c + 1)) if p.name == cx_name else p for p in v.params)
                 assert any(isinstance(p, Param) and p.name == cx_name for p in params)
-                variant = replace(v, kernel=name, params=params,
-                                  options={**v.options, "num_stages": 1 + c % 4},
-                                  abi=replace(v.abi, shared=v.abi.shared + 256 * c))
+                variant = replace(
+                    v,
+                    kernel=name,
+                    params=params,
+                    options={**v.options, "num_stages": 1 + c % 4},
+                    abi=replace(v.abi, shared=v.abi.shared + 256 * c),
+                )
                 files = dict(seed.files)
                 files["binary"] = seed.files["binary"] + _noise(key, 1024)  # incompressible, as big_archive
                 meta = json.loads(seed.files["metadata"])
@@ -156,8 +182,13 @@ def build(variants: list, path: Path, version: tuple[int, int], level: int, dict
         from karchive.format.reader import ArchiveReader
 
         r = ArchiveReader.from_path(path, limits=WIDE)
-        return {"path": str(path), "format": "{}.{}".format(*r.format_version), "variants": len(variants),
-                "bytes": path.stat().st_size, "reused": True}
+        return {
+            "path": str(path),
+            "format": "{}.{}".format(*r.format_version),
+            "variants": len(variants),
+            "bytes": path.stat().st_size,
+            "reused": True,
+        }
     b = ArchiveBuilder("scale", "1.0", level=level, dictionary=dictionary)
     b.extend(variants)
     t0 = time.perf_counter()
@@ -172,9 +203,17 @@ def build(variants: list, path: Path, version: tuple[int, int], level: int, dict
     from karchive.format.constants import FORMAT_VERSION
 
     written = version if version == (1, 0) else FORMAT_VERSION  # karchive writes its own 2.x minor
-    return {"path": str(path), "format": f"{written[0]}.{written[1]}", "variants": len(variants),
-            "bytes": path.stat().st_size, "raw": stats.raw_bytes, "frames": stats.frames,
-            "dictionary": stats.dictionary_bytes, "level": level, "pack_s": round(time.perf_counter() - t0, 1)}
+    return {
+        "path": str(path),
+        "format": f"{written[0]}.{written[1]}",
+        "variants": len(variants),
+        "bytes": path.stat().st_size,
+        "raw": stats.raw_bytes,
+        "frames": stats.frames,
+        "dictionary": stats.dictionary_bytes,
+        "level": level,
+        "pack_s": round(time.perf_counter() - t0, 1),
+    }
 
 
 # -- measurements -----------------------------------------------------------------------------------
@@ -187,6 +226,8 @@ def _wide() -> object:
 
 
 WIDE = _wide()
+
+
 def pick(variants: list) -> tuple[str, int]:
     """An add-based kernel from the middle of the archive (select() then takes plain ints) and the
     BLOCK of its middle sm_90 config."""
@@ -249,20 +290,35 @@ def local_latency(path: str, kernel: str, block: int, repeat: int) -> dict:
     med = [statistics.median(r[i] for r in runs) * 1e3 for i in range(5)]
     med_only = [statistics.median(r[i] for r in only) * 1e3 for i in range(5)]
     model = [ns["once_model"](path, kernel, block, limits=WIDE) for _ in range(repeat)]
-    child = (OPEN_SELECT_LOAD + "\nfrom karchive.format.reader import Limits\n"
-             f"r = once({path!r}, {kernel!r}, {block}, limits=Limits(max_json_values=20_000_000))\n"
-             "print(' '.join(str(x * 1e3) for x in r))\n")
-    out = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.split()
+    child = (
+        OPEN_SELECT_LOAD + "\nfrom karchive.format.reader import Limits\n"
+        f"r = once({path!r}, {kernel!r}, {block}, limits=Limits(max_json_values=20_000_000))\n"
+        "print(' '.join(str(x * 1e3) for x in r))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", child],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    ).stdout.split()
     fresh = [float(x) for x in out]
-    return {"open_ms": round(med[0], 2), "select_ms": round(med[1], 2), "load_ms": round(med[2], 2),
-            "total_ms": round(med[3], 2), "total_min_ms": round(min(r[3] for r in runs) * 1e3, 2),
-            "total_cpu_ms": round(med[4], 2), "fresh_process_total_ms": round(fresh[3], 2),
-            "targets_select_ms": round(med_only[1], 2), "targets_total_ms": round(med_only[3], 2),
-            "targets_total_min_ms": round(min(r[3] for r in only) * 1e3, 2),
-            "fresh_process_open_ms": round(fresh[0], 2), "load_average": os.getloadavg()[0],
-            "model_path_ms": round(statistics.median(r[0] for r in model) * 1e3, 2),
-            "model_path_cpu_ms": round(statistics.median(r[1] for r in model) * 1e3, 2)}
+    return {
+        "open_ms": round(med[0], 2),
+        "select_ms": round(med[1], 2),
+        "load_ms": round(med[2], 2),
+        "total_ms": round(med[3], 2),
+        "total_min_ms": round(min(r[3] for r in runs) * 1e3, 2),
+        "total_cpu_ms": round(med[4], 2),
+        "fresh_process_total_ms": round(fresh[3], 2),
+        "targets_select_ms": round(med_only[1], 2),
+        "targets_total_ms": round(med_only[3], 2),
+        "targets_total_min_ms": round(min(r[3] for r in only) * 1e3, 2),
+        "fresh_process_open_ms": round(fresh[0], 2),
+        "load_average": os.getloadavg()[0],
+        "model_path_ms": round(statistics.median(r[0] for r in model) * 1e3, 2),
+        "model_path_cpu_ms": round(statistics.median(r[1] for r in model) * 1e3, 2),
+    }
 
 
 def s3_costs(paths: dict[str, str], kernel: str, block: int) -> dict:
@@ -284,8 +340,11 @@ def s3_costs(paths: dict[str, str], kernel: str, block: int) -> dict:
         note = "through the registry (lazy fetch)"
         try:
             record = Registry(url, s3.storage_options(), cache=work / f"pub-{label}").publish(path).record
-            key, ref, kw = blob_path(record.sha256), "scale@1.0", {
-                "registry": url, "cache_dir": work / f"lazy-{label}", "fetch": "lazy"}
+            key, ref, kw = (
+                blob_path(record.sha256),
+                "scale@1.0",
+                {"registry": url, "cache_dir": work / f"lazy-{label}", "fetch": "lazy"},
+            )
         except KarchiveError as exc:  # format 1 at 10,000 variants: over the default JSON limits
             note = f"publish refused ({type(exc).__name__}: {str(exc)[:120]}); read as a plain s3:// object"
             import s3fs
@@ -299,9 +358,15 @@ def s3_costs(paths: dict[str, str], kernel: str, block: int) -> dict:
         wall = time.perf_counter() - t0
         blob = [r for r in s3.requests_for(key, mark) if r["method"] == "GET"]
         every = s3.requests_for("/", mark)
-        out[label] = {"blob_requests": len(blob), "blob_bytes": sum(r["bytes"] for r in blob),
-                      "ranges": [r["range"] for r in blob], "all_requests": len(every),
-                      "archive_bytes": Path(path).stat().st_size, "wall_ms": round(wall * 1e3, 1), "how": note}
+        out[label] = {
+            "blob_requests": len(blob),
+            "blob_bytes": sum(r["bytes"] for r in blob),
+            "ranges": [r["range"] for r in blob],
+            "all_requests": len(every),
+            "archive_bytes": Path(path).stat().st_size,
+            "wall_ms": round(wall * 1e3, 1),
+            "how": note,
+        }
     del karchive
     return out
 
@@ -324,21 +389,36 @@ def oci_costs(paths: dict[str, str], kernel: str, block: int) -> dict:
         for label, path in paths.items():
             space = f"bench{len(out)}"
             try:
-                record = Registry(upstream.url(space), upstream.options(), cache=work / f"pub-{label}").publish(path).record
+                record = (
+                    Registry(upstream.url(space), upstream.options(), cache=work / f"pub-{label}").publish(path).record
+                )
             except KarchiveError as exc:  # format 1 at 10,000 variants: over the default JSON limits
                 out[label] = {"how": f"publish refused ({type(exc).__name__}: {str(exc)[:120]})"}
                 continue
             mark = proxy.mark()
             t0 = time.perf_counter()
-            ns["once"]("scale@1.0", kernel, block, storage_options=upstream.options(), limits=WIDE,
-                       registry=proxy.url(space), cache_dir=work / f"lazy-{label}", fetch="lazy")
+            ns["once"](
+                "scale@1.0",
+                kernel,
+                block,
+                storage_options=upstream.options(),
+                limits=WIDE,
+                registry=proxy.url(space),
+                cache_dir=work / f"lazy-{label}",
+                fetch="lazy",
+            )
             wall = time.perf_counter() - t0
             every = proxy.log[mark:]
             blob = [r for r in every if f"/blobs/sha256:{record.sha256}" in r[1] and r[0] == "GET"]
-            out[label] = {"blob_requests": len(blob), "blob_bytes": sum(r[4] for r in blob),
-                          "ranges": [r[3] for r in blob], "all_requests": len(every),
-                          "archive_bytes": Path(path).stat().st_size, "wall_ms": round(wall * 1e3, 1),
-                          "how": "through an oci:// registry (lazy fetch, blob range requests)"}
+            out[label] = {
+                "blob_requests": len(blob),
+                "blob_bytes": sum(r[4] for r in blob),
+                "ranges": [r[3] for r in blob],
+                "all_requests": len(every),
+                "archive_bytes": Path(path).stat().st_size,
+                "wall_ms": round(wall * 1e3, 1),
+                "how": "through an oci:// registry (lazy fetch, blob range requests)",
+            }
     finally:
         proxy.close()
         upstream.close()
@@ -361,21 +441,33 @@ def verify_rss(path: Path, code: Path = ROOT) -> tuple[float, float]:
     """Peak RSS (MiB) and seconds of ``ArchiveReader(path).verify()`` alone, in a fresh process running the
     karchive found in ``code`` (format 1 with its manifest's JSON limit raised: at 10,000 variants it is
     over the default)."""
-    out = subprocess.run([sys.executable, "-c", VERIFY, str(path)], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(code)}).stdout.split()
+    out = subprocess.run(
+        [sys.executable, "-c", VERIFY, str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(code)},
+    ).stdout.split()
     return round(int(out[0]) / 1024, 1), round(float(out[1]), 1)
 
 
 def cli(*argv: str) -> tuple[float, int, str]:
     """Wall seconds, peak RSS (KiB) and stdout of ``karchive ARGV`` in a fresh process (-1 seconds: it failed)."""
-    code = ("import resource, subprocess, sys, time\n"
-            "t = time.perf_counter()\n"
-            f"p = subprocess.run([sys.executable, '-m', 'karchive.cli.main', *{list(argv)!r}], capture_output=True, text=True)\n"
-            "w = time.perf_counter() - t\n"
-            "print(w, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.returncode)\n"
-            "sys.stderr.write(p.stdout[-2000:] + p.stderr[-2000:])\n")
-    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                       env={**os.environ, "PYTHONPATH": str(ROOT)})
+    code = (
+        "import resource, subprocess, sys, time\n"
+        "t = time.perf_counter()\n"
+        f"p = subprocess.run([sys.executable, '-m', 'karchive.cli.main', *{list(argv)!r}], capture_output=True, text=True)\n"
+        "w = time.perf_counter() - t\n"
+        "print(w, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, p.returncode)\n"
+        "sys.stderr.write(p.stdout[-2000:] + p.stderr[-2000:])\n"
+    )
+    p = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     wall, rss, rc = p.stdout.split()
     if rc not in ("0",):
         print(f"karchive {' '.join(argv)} exited {rc}: {p.stderr.strip()[-300:]}", file=sys.stderr)
@@ -390,8 +482,12 @@ def main() -> int:
     ap.add_argument("--targets", default=",".join(TARGETS))
     ap.add_argument("--verify-sizes", default="1000,3000,10000", help="variant counts for the verify-RSS series")
     ap.add_argument("--repeat", type=int, default=15)
-    ap.add_argument("--ir-bytes", type=int, help="keep only this many bytes of each IR stage (for 100,000 variants: "
-                    "same manifest, members that fit in memory)")
+    ap.add_argument(
+        "--ir-bytes",
+        type=int,
+        help="keep only this many bytes of each IR stage (for 100,000 variants: "
+        "same manifest, members that fit in memory)",
+    )
     ap.add_argument("--level", type=int, default=19, help="zstd level of the format 2 archive (19, as karchive builds)")
     ap.add_argument("--dictionary", default="auto", help="dictionary mode of the format 2 archive")
     ap.add_argument("--seeds", help="cache the compiled seeds in this archive (reused when present)")
@@ -401,10 +497,16 @@ def main() -> int:
     ap.add_argument("--latency-only", action="store_true", help="stop after the local open/select/load timings")
     ap.add_argument("--verify-only", action="store_true", help="local timings and the verify series only")
     ap.add_argument("--no-v1", action="store_true", help="skip the format 1 comparison")
-    ap.add_argument("--keep", help="write the archives into this directory (default: a temporary one), and reuse "
-                    "archives an earlier run left there")
-    ap.add_argument("--before", help="a directory holding an older karchive package: its reader.verify() on the "
-                    "format 1 archives is measured too")
+    ap.add_argument(
+        "--keep",
+        help="write the archives into this directory (default: a temporary one), and reuse "
+        "archives an earlier run left there",
+    )
+    ap.add_argument(
+        "--before",
+        help="a directory holding an older karchive package: its reader.verify() on the "
+        "format 1 archives is measured too",
+    )
     ap.add_argument("--json", help="write all results here")
     args = ap.parse_args()
     targets = tuple(args.targets.split(","))
@@ -415,8 +517,10 @@ def main() -> int:
     seed_vs = seeds(targets, args.seeds, args.jobs)
     t0 = time.perf_counter()
     variants = generate(seed_vs, args.variants, args.kernels, targets, args.ir_bytes)
-    print(f"generated {len(variants)} variants from {len(seed_vs)} seeds in {time.perf_counter() - t0:.0f} s",
-          file=sys.stderr)
+    print(
+        f"generated {len(variants)} variants from {len(seed_vs)} seeds in {time.perf_counter() - t0:.0f} s",
+        file=sys.stderr,
+    )
     kernel, block = pick(variants)
     results["selected"] = {"kernel": kernel, "BLOCK": block, "device": "cuda:90"}
 
@@ -431,7 +535,10 @@ def main() -> int:
     series: dict[tuple[str, int], Path] = {}
     for n in sorted({int(x) for x in args.verify_sizes.split(",") if x} | {args.variants}):
         part = variants[:n] if n <= len(variants) else generate(seed_vs, n, args.kernels, targets, args.ir_bytes)
-        for fmt, version, level, dictionary in (("2.x", (2, 0), args.level, args.dictionary), ("1.0", (1, 0), 3, "none")):
+        for fmt, version, level, dictionary in (
+            ("2.x", (2, 0), args.level, args.dictionary),
+            ("1.0", (1, 0), 3, "none"),
+        ):
             if fmt == "1.0" and args.no_v1:
                 continue
             p = work / f"scale-{n}-v{version[0]}.karc"
@@ -458,8 +565,10 @@ def main() -> int:
             results["oci"] = oci_costs({k: str(v) for k, v in paths.items()}, kernel, block)
             print(f"oci: {results['oci']}", file=sys.stderr)
         else:
-            print("oci: skipped (needs docker-registry, tools/oci_registry.sh, and oras: pip install "
-                  "'karchive[oci]')", file=sys.stderr)
+            print(
+                "oci: skipped (needs docker-registry, tools/oci_registry.sh, and oras: pip install 'karchive[oci]')",
+                file=sys.stderr,
+            )
 
     results["inspect"] = {}
     for label, p in paths.items() if not args.verify_only else ():
@@ -471,8 +580,13 @@ def main() -> int:
     results["verify"] = []
     for (fmt, n), p in series.items():
         rss_lib, wall_lib = verify_rss(p)
-        row = {"format": fmt, "variants": n, "bytes": p.stat().st_size, "reader_verify_peak_rss_mib": rss_lib,
-               "reader_verify_s": wall_lib}
+        row = {
+            "format": fmt,
+            "variants": n,
+            "bytes": p.stat().st_size,
+            "reader_verify_peak_rss_mib": rss_lib,
+            "reader_verify_s": wall_lib,
+        }
         if fmt == "2.x":
             wall, rss, _ = cli("verify", str(p))
             row.update(cli_verify_peak_rss_mib=round(rss / 1024, 1), cli_verify_s=round(wall, 1))
@@ -481,44 +595,63 @@ def main() -> int:
         results["verify"].append(row)
     print(f"verify: {results['verify']}", file=sys.stderr)
 
-    print(f"\n{args.variants} variants ({args.kernels} kernels x {len(targets)} targets), select {kernel} "
-          f"BLOCK={block} on cuda:90\n")
+    print(
+        f"\n{args.variants} variants ({args.kernels} kernels x {len(targets)} targets), select {kernel} "
+        f"BLOCK={block} on cuda:90\n"
+    )
     print("| | " + " | ".join(paths) + " |")
     print("|---|" + "---:|" * len(paths))
-    rows = [("archive bytes", lambda lab: results["archives"][lab]["bytes"]),
-            ("open ms (median)", lambda lab: results["local"][lab]["open_ms"]),
-            ("select ms", lambda lab: results["local"][lab]["select_ms"]),
-            ("load ms (read+sha256+decompress)", lambda lab: results["local"][lab]["load_ms"]),
-            ("open+select+load ms", lambda lab: results["local"][lab]["total_ms"]),
-            ("  fastest of the runs ms", lambda lab: results["local"][lab]["total_min_ms"]),
-            ("  CPU time ms (median)", lambda lab: results["local"][lab]["total_cpu_ms"]),
-            ("same, fresh process ms", lambda lab: results["local"][lab]["fresh_process_total_ms"]),
-            ("select ms, arc.kernel(k, targets=['cuda:90'])", lambda lab: results["local"][lab]["targets_select_ms"]),
-            ("open+select+load ms, targets=['cuda:90']", lambda lab: results["local"][lab]["targets_total_ms"]),
-            ("  fastest of the runs ms", lambda lab: results["local"][lab]["targets_total_min_ms"]),
-            ("format layer only (resolve.open, model.variants_of(k, 'cuda:90') pick, read) ms", lambda lab: results["local"][lab]["model_path_ms"]),
-            ("  its CPU time ms", lambda lab: results["local"][lab]["model_path_cpu_ms"]),
-            ("load average (1 min) during the timings", lambda lab: round(results["local"][lab]["load_average"], 1))]
+    rows = [
+        ("archive bytes", lambda lab: results["archives"][lab]["bytes"]),
+        ("open ms (median)", lambda lab: results["local"][lab]["open_ms"]),
+        ("select ms", lambda lab: results["local"][lab]["select_ms"]),
+        ("load ms (read+sha256+decompress)", lambda lab: results["local"][lab]["load_ms"]),
+        ("open+select+load ms", lambda lab: results["local"][lab]["total_ms"]),
+        ("  fastest of the runs ms", lambda lab: results["local"][lab]["total_min_ms"]),
+        ("  CPU time ms (median)", lambda lab: results["local"][lab]["total_cpu_ms"]),
+        ("same, fresh process ms", lambda lab: results["local"][lab]["fresh_process_total_ms"]),
+        ("select ms, arc.kernel(k, targets=['cuda:90'])", lambda lab: results["local"][lab]["targets_select_ms"]),
+        ("open+select+load ms, targets=['cuda:90']", lambda lab: results["local"][lab]["targets_total_ms"]),
+        ("  fastest of the runs ms", lambda lab: results["local"][lab]["targets_total_min_ms"]),
+        (
+            "format layer only (resolve.open, model.variants_of(k, 'cuda:90') pick, read) ms",
+            lambda lab: results["local"][lab]["model_path_ms"],
+        ),
+        ("  its CPU time ms", lambda lab: results["local"][lab]["model_path_cpu_ms"]),
+        ("load average (1 min) during the timings", lambda lab: round(results["local"][lab]["load_average"], 1)),
+    ]
     if "s3" in results:
-        rows += [("S3 ranged requests", lambda lab: results["s3"][lab]["blob_requests"]),
-                 ("S3 bytes", lambda lab: results["s3"][lab]["blob_bytes"])]
+        rows += [
+            ("S3 ranged requests", lambda lab: results["s3"][lab]["blob_requests"]),
+            ("S3 bytes", lambda lab: results["s3"][lab]["blob_bytes"]),
+        ]
     if "oci" in results:
-        rows += [("OCI ranged requests", lambda lab: results["oci"][lab].get("blob_requests", "-")),
-                 ("OCI bytes", lambda lab: results["oci"][lab].get("blob_bytes", "-")),
-                 ("OCI requests in all (tag, manifest, ranges)", lambda lab: results["oci"][lab].get("all_requests", "-"))]
+        rows += [
+            ("OCI ranged requests", lambda lab: results["oci"][lab].get("blob_requests", "-")),
+            ("OCI bytes", lambda lab: results["oci"][lab].get("blob_bytes", "-")),
+            ("OCI requests in all (tag, manifest, ranges)", lambda lab: results["oci"][lab].get("all_requests", "-")),
+        ]
     if results["inspect"]:
-        rows += [("inspect --summary s", lambda lab: results["inspect"][lab]["summary_s"]),
-                 ("inspect --json (all variants) s", lambda lab: results["inspect"][lab]["full_json_s"])]
+        rows += [
+            ("inspect --summary s", lambda lab: results["inspect"][lab]["summary_s"]),
+            ("inspect --json (all variants) s", lambda lab: results["inspect"][lab]["full_json_s"]),
+        ]
     for label, fn in rows:
         print(f"| {label} | " + " | ".join(str(fn(lab)) for lab in paths) + " |")
-    print("\n| verify | variants | archive bytes | reader.verify() peak RSS MiB | s | `karchive verify` peak RSS MiB | s |"
-          "\n|---|---:|---:|---:|---:|---:|---:|")
+    print(
+        "\n| verify | variants | archive bytes | reader.verify() peak RSS MiB | s | `karchive verify` peak RSS MiB | s |"
+        "\n|---|---:|---:|---:|---:|---:|---:|"
+    )
     for r in results["verify"]:
-        print(f"| format {r['format']} | {r['variants']} | {r['bytes']} | {r['reader_verify_peak_rss_mib']} | "
-              f"{r['reader_verify_s']} | {r.get('cli_verify_peak_rss_mib', '-')} | {r.get('cli_verify_s', '-')} |")
+        print(
+            f"| format {r['format']} | {r['variants']} | {r['bytes']} | {r['reader_verify_peak_rss_mib']} | "
+            f"{r['reader_verify_s']} | {r.get('cli_verify_peak_rss_mib', '-')} | {r.get('cli_verify_s', '-')} |"
+        )
         if "before_reader_verify_peak_rss_mib" in r:
-            print(f"| format 1.0, reader before format 2 | {r['variants']} | {r['bytes']} | "
-                  f"{r['before_reader_verify_peak_rss_mib']} | {r['before_reader_verify_s']} | - | - |")
+            print(
+                f"| format 1.0, reader before format 2 | {r['variants']} | {r['bytes']} | "
+                f"{r['before_reader_verify_peak_rss_mib']} | {r['before_reader_verify_s']} | - | - |"
+            )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

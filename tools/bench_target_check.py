@@ -43,8 +43,9 @@ def main() -> int:
     print(f"{'case':<15} {'check ms':>9} {'compile ms':>11} {'total ms':>9}")
     for case in ("cuda", "hip", "compile", "probe+compile"):
         for _ in range(3):
-            out = subprocess.run([sys.executable, "-c", CHILD, case, KERNEL], capture_output=True, text=True,
-                                 cwd=str(ROOT), check=True).stdout.split()
+            out = subprocess.run(
+                [sys.executable, "-c", CHILD, case, KERNEL], capture_output=True, text=True, cwd=str(ROOT), check=True
+            ).stdout.split()
             check, comp = int(out[0]), int(out[1])
             print(f"{case:<15} {check:>9} {comp:>11} {check + comp:>9}")
     return 0

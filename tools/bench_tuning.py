@@ -57,8 +57,14 @@ def _cases() -> list[tuple[str, str, tuple, Any]]:
         b = torch.randn(k, n, device="cuda", dtype=torch.float16)
         c = torch.empty(m, n, device="cuda", dtype=torch.float16)
         grid = lambda meta, m=m, n=n: (_cdiv(m, meta["BLOCK_M"]) * _cdiv(n, meta["BLOCK_N"]),)  # noqa: E731
-        out.append(("at_matmul", f"{m}x{n}x{k}", (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0),
-                                                 b.stride(1), c.stride(0), c.stride(1)), grid))
+        out.append(
+            (
+                "at_matmul",
+                f"{m}x{n}x{k}",
+                (a, b, c, m, n, k, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1)),
+                grid,
+            )
+        )
     for rows, n in ((4096, 4096), (1024, 65536), (16384, 1000)):
         x = torch.randn(rows, n, device="cuda", dtype=torch.float32)
         o = torch.empty(rows, device="cuda", dtype=torch.float32)
@@ -86,11 +92,11 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="bench-tuning-"))
     os.environ["KARCHIVE_CACHE_DIR"] = str(work / "cache")  # a fresh tuning cache: no remembered decision
     sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+    import wrapped_kernels as wk
     from triton.testing import do_bench
 
     import karchive
     import karchive.runtime.autotuned as autotuned
-    import wrapped_kernels as wk
     from karchive.producer.build.pipeline import build_archive
     from karchive.producer.build.spec_file import load_spec, validate_requests
     from karchive.producer.compile.wrapped import stack_of
@@ -127,8 +133,10 @@ def main() -> int:
         tuner.cache.clear()
         obj[grid](*args)
         (t_cfg,) = tuner.cache.values()
-        t_timings = {_label(c.all_kwargs()): round(float(t[0] if isinstance(t, list) else t), 5)
-                     for c, t in getattr(tuner, "configs_timings", {}).items()}
+        t_timings = {
+            _label(c.all_kwargs()): round(float(t[0] if isinstance(t, list) else t), 5)
+            for c, t in getattr(tuner, "configs_timings", {}).items()
+        }
         k = arc.kernel(name)
         k.resolver._choices.clear()  # the same Kernel for every case of a name: choose this case afresh
         seen.clear()
@@ -139,27 +147,45 @@ def main() -> int:
         fn = tuner.fn
         t_ms, k_ms = alternated(_call(fn, grid, args, t_meta), _call(fn, grid, args, k_meta))
         ta_ms, ka_ms = alternated(_call(k, grid, args, t_meta), _call(k, grid, args, k_meta))
-        row = {"kernel": name, "case": case, "triton": _label(t_meta), "karchive": _label(k_meta),
-               "same": _label(t_meta) == _label(k_meta), "triton_ms": round(t_ms, 5), "karchive_ms": round(k_ms, 5),
-               "ratio": round(k_ms / t_ms, 4), "archive_triton_ms": round(ta_ms, 5),
-               "archive_karchive_ms": round(ka_ms, 5), "archive_ratio": round(ka_ms / ta_ms, 4),
-               "triton_tuning_ms": t_timings, "karchive_tuning_ms": {c: round(t, 5) for c, t in seen}}
+        row = {
+            "kernel": name,
+            "case": case,
+            "triton": _label(t_meta),
+            "karchive": _label(k_meta),
+            "same": _label(t_meta) == _label(k_meta),
+            "triton_ms": round(t_ms, 5),
+            "karchive_ms": round(k_ms, 5),
+            "ratio": round(k_ms / t_ms, 4),
+            "archive_triton_ms": round(ta_ms, 5),
+            "archive_karchive_ms": round(ka_ms, 5),
+            "archive_ratio": round(ka_ms / ta_ms, 4),
+            "triton_tuning_ms": t_timings,
+            "karchive_tuning_ms": {c: round(t, 5) for c, t in seen},
+        }
         rows.append(row)
-        print(f"{name} {case}: ratio {row['ratio']} (as archived binaries {row['archive_ratio']})"
-              f"{'  [same config]' if row['same'] else ''}\n"
-              f"  triton   {row['triton']}: {row['triton_ms']} ms JIT, {row['archive_triton_ms']} ms archived\n"
-              f"  karchive {row['karchive']}: {row['karchive_ms']} ms JIT, {row['archive_karchive_ms']} ms archived")
+        print(
+            f"{name} {case}: ratio {row['ratio']} (as archived binaries {row['archive_ratio']})"
+            f"{'  [same config]' if row['same'] else ''}\n"
+            f"  triton   {row['triton']}: {row['triton_ms']} ms JIT, {row['archive_triton_ms']} ms archived\n"
+            f"  karchive {row['karchive']}: {row['karchive_ms']} ms JIT, {row['archive_karchive_ms']} ms archived"
+        )
         for cfg in sorted(set(t_timings) | set(row["karchive_tuning_ms"])):
             print(f"    tuning {cfg}: triton {t_timings.get(cfg)} ms, karchive {row['karchive_tuning_ms'].get(cfg)} ms")
     import torch
 
-    result = {"device": torch.cuda.get_device_name(0), "rounds": opts.rounds, "max_ratio": opts.max_ratio,
-              "results": rows}
+    result = {
+        "device": torch.cuda.get_device_name(0),
+        "rounds": opts.rounds,
+        "max_ratio": opts.max_ratio,
+        "results": rows,
+    }
     if opts.json:
         opts.json.write_text(json.dumps(result, indent=1))
     slow = [f"{r['kernel']} {r['case']}: {r['ratio']}" for r in rows if r["ratio"] > opts.max_ratio]
-    print(f"\n{len(rows) - len(slow)} of {len(rows)} cases within {opts.max_ratio}x of Triton's choice"
-          + (f"; over: {'; '.join(slow)}" if slow else ""))
+    print(
+        f"\n{len(rows) - len(slow)} of {len(rows)} cases within {opts.max_ratio}x of Triton's choice"
+        + (f"; over: {'; '.join(slow)}" if slow else "")
+    )
     return 1 if slow else 0
 
 

@@ -49,7 +49,9 @@ def build_with_setuptools(name: str, sources: list[str]) -> None:
 def build_with_compiler(name: str, sources: list[str]) -> None:
     """No setuptools: the compiler and flags this Python was built with (sysconfig), as setuptools would."""
     cc = shlex.split(sysconfig.get_config_var("CC") or "cc")
-    flags = shlex.split(sysconfig.get_config_var("CFLAGS") or "") + shlex.split(sysconfig.get_config_var("CCSHARED") or "-fPIC")
+    flags = shlex.split(sysconfig.get_config_var("CFLAGS") or "") + shlex.split(
+        sysconfig.get_config_var("CCSHARED") or "-fPIC"
+    )
     ldshared = shlex.split(sysconfig.get_config_var("LDSHARED") or "cc -shared")
     out = ROOT / (name.replace(".", "/") + sysconfig.get_config_var("EXT_SUFFIX"))
     include = sysconfig.get_paths()["include"]

@@ -21,7 +21,12 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 def inputs_digest(spec: pathlib.Path) -> str:
-    files = [spec, *sorted(spec.parent.glob("*.py")), ROOT / "pyproject.toml", *sorted((ROOT / "karchive").rglob("*.py"))]
+    files = [
+        spec,
+        *sorted(spec.parent.glob("*.py")),
+        ROOT / "pyproject.toml",
+        *sorted((ROOT / "karchive").rglob("*.py")),
+    ]
     h = hashlib.sha256()
     for path in files:
         h.update(str(path.resolve().relative_to(ROOT) if path.resolve().is_relative_to(ROOT) else path).encode())

@@ -17,8 +17,9 @@ if [ "$#" -eq 0 ]; then
   # One venv per Triton release for tests/test_triton_releases.py (the oldest pyproject.toml allows, 3.6, the
   # newest): made once, reused without network after (issue 19: every supported Triton builds).
   bash tools/tritons.sh
-  echo "ruff check ."
+  echo "ruff check . (lint, import order) and ruff format --check ."
   "$PY" -m ruff check .
+  "$PY" -m ruff format --check .
   echo "mypy (karchive/)"
   "$PY" -m mypy
 fi

@@ -29,8 +29,9 @@ def build(out: pathlib.Path, target: str = "cuda:90") -> pathlib.Path:
     from karchive.producer.compile.aot import VariantRequest, compile_variant
 
     def variants(name: str, constexprs: list[dict]) -> list:
-        return [compile_variant(VariantRequest(f"{SOURCE}:{name}", SIG, target, cx, {"num_warps": 4}))
-                for cx in constexprs]
+        return [
+            compile_variant(VariantRequest(f"{SOURCE}:{name}", SIG, target, cx, {"num_warps": 4})) for cx in constexprs
+        ]
 
     def key(v: object) -> str:
         return v.variant.to_json()["key"]  # type: ignore[attr-defined]
@@ -43,19 +44,43 @@ def build(out: pathlib.Path, target: str = "cuda:90") -> pathlib.Path:
     # add nothing, three fp32 torch tensors (the GPU bench) add three
     fp32 = ["torch.float32"] * 3
     autotune = [
-        {"kernel": "extra_kernels:add_tuned", "key_names": ["n_elements"], "dtype_args": [], "fallback": "nearest-log2",
-         "configs": configs, "entries": [{"key": [4096], "config": 0, "variant": key(tuned[0])},
-                                         {"key": [4096, *fp32], "config": 0, "variant": key(tuned[0])}]},
-        {"kernel": "extra_kernels:add_stacked", "key_names": ["n_elements", "EVEN"], "dtype_args": [],
-         "fallback": "nearest-log2", "outer_heuristics": ["EVEN"], "configs": configs,
-         "entries": [{"key": [4096, True], "config": 0, "variant": key(stacked[0])},
-                     {"key": [4096, True, *fp32], "config": 0, "variant": key(stacked[0])}]},
+        {
+            "kernel": "extra_kernels:add_tuned",
+            "key_names": ["n_elements"],
+            "dtype_args": [],
+            "fallback": "nearest-log2",
+            "configs": configs,
+            "entries": [
+                {"key": [4096], "config": 0, "variant": key(tuned[0])},
+                {"key": [4096, *fp32], "config": 0, "variant": key(tuned[0])},
+            ],
+        },
+        {
+            "kernel": "extra_kernels:add_stacked",
+            "key_names": ["n_elements", "EVEN"],
+            "dtype_args": [],
+            "fallback": "nearest-log2",
+            "outer_heuristics": ["EVEN"],
+            "configs": configs,
+            "entries": [
+                {"key": [4096, True], "config": 0, "variant": key(stacked[0])},
+                {"key": [4096, True, *fp32], "config": 0, "variant": key(stacked[0])},
+            ],
+        },
     ]
     heuristics = [
-        {"kernel": "extra_kernels:add_heur", "names": ["BLOCK"], "cases": {"BLOCK": []},
-         "exprs": {"BLOCK": ["call", "min", ["call", "next_power_of_2", ["arg", "n_elements"]], ["const", 1024]]}},
-        {"kernel": "extra_kernels:add_stacked", "names": ["EVEN"], "cases": {"EVEN": []},
-         "exprs": {"EVEN": ["==", ["%", ["arg", "n_elements"], ["const", 1024]], ["const", 0]]}},
+        {
+            "kernel": "extra_kernels:add_heur",
+            "names": ["BLOCK"],
+            "cases": {"BLOCK": []},
+            "exprs": {"BLOCK": ["call", "min", ["call", "next_power_of_2", ["arg", "n_elements"]], ["const", 1024]]},
+        },
+        {
+            "kernel": "extra_kernels:add_stacked",
+            "names": ["EVEN"],
+            "cases": {"EVEN": []},
+            "exprs": {"EVEN": ["==", ["%", ["arg", "n_elements"], ["const", 1024]], ["const", 0]]},
+        },
     ]
     b = ArchiveBuilder("tuned-bench", "0.1.0", autotune=autotune, heuristics=heuristics)
     b.extend(tuned + heur + stacked)

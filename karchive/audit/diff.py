@@ -24,8 +24,16 @@ from .match import TUNING_OPTIONS, Pair, canonical, pair_variants, specialisatio
 from .resources import recorded_resources
 
 __all__ = [
-    "ArchiveDiff", "Change", "MAX_TEXT_BYTES", "Reader", "TEXT_STAGES", "TextDiff", "VariantDiff", "compare_variants",
-    "diff_archives", "diff_manifests",
+    "ArchiveDiff",
+    "Change",
+    "MAX_TEXT_BYTES",
+    "Reader",
+    "TEXT_STAGES",
+    "TextDiff",
+    "VariantDiff",
+    "compare_variants",
+    "diff_archives",
+    "diff_manifests",
 ]
 
 #: IR stages ``--ir`` accepts (spec/FORMAT.md §4), plus the metadata JSON (shown pretty-printed).
@@ -98,17 +106,25 @@ class VariantDiff:
                 return "the kernel's code is the same but moved to other lines (Triton's key counts its line)"
             if self.code == "callee":
                 return "the kernel's own text is the same: a @triton.jit function it calls changed"
-            return "the kernel's own code changed" if self.code == "edited" else \
-                "the kernel's code (source_key) changed, or its lines moved"
+            return (
+                "the kernel's own code changed"
+                if self.code == "edited"
+                else "the kernel's code (source_key) changed, or its lines moved"
+            )
         return None
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "status": self.status, "kernel": self.kernel, "target": self.target,
-            "specialisation": self.specialisation, "matched_by": self.matched_by,
-            "cause": self.cause(), "code": self.code,
+            "status": self.status,
+            "kernel": self.kernel,
+            "target": self.target,
+            "specialisation": self.specialisation,
+            "matched_by": self.matched_by,
+            "cause": self.cause(),
+            "code": self.code,
             "params": (self.a or self.b or {}).get("params"),
-            "a": _side_summary(self.a, self.resources_a), "b": _side_summary(self.b, self.resources_b),
+            "a": _side_summary(self.a, self.resources_a),
+            "b": _side_summary(self.b, self.resources_b),
             "changes": [c.to_json() for c in self.changes],
         }
 
@@ -125,8 +141,14 @@ class TextDiff:
     note: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"what": self.what, "variants": self.variants, "a_path": self.a_path, "b_path": self.b_path,
-                "diff": "\n".join(self.lines), "note": self.note}
+        return {
+            "what": self.what,
+            "variants": self.variants,
+            "a_path": self.a_path,
+            "b_path": self.b_path,
+            "diff": "\n".join(self.lines),
+            "note": self.note,
+        }
 
 
 @dataclass
@@ -152,11 +174,17 @@ class ArchiveDiff:
         in_a = {v.kernel for v in self.variants if v.a is not None}
         in_b = {v.kernel for v in self.variants if v.b is not None}
         touched = {v.kernel for v in self.variants if v.status != "unchanged"} | {t["kernel"] for t in self.autotune}
-        itself = {v.kernel for v in self.variants if v.status != "unchanged" and not v.module_only} | \
-            {t["kernel"] for t in self.autotune}
+        itself = {v.kernel for v in self.variants if v.status != "unchanged" and not v.module_only} | {
+            t["kernel"] for t in self.autotune
+        }
         both = in_a & in_b
-        return {"added": sorted(in_b - in_a), "removed": sorted(in_a - in_b), "changed": sorted(both & itself),
-                "module_only": sorted((both & touched) - itself), "unchanged": sorted(both - touched)}
+        return {
+            "added": sorted(in_b - in_a),
+            "removed": sorted(in_a - in_b),
+            "changed": sorted(both & itself),
+            "module_only": sorted((both & touched) - itself),
+            "unchanged": sorted(both - touched),
+        }
 
     def summary(self) -> str:
         if self.identical:
@@ -169,7 +197,8 @@ class ArchiveDiff:
         module = sum(1 for v in self.variants if v.module_only)
         text = f"kernels: {', '.join(parts) or 'none added, removed or changed'}; variants: " + ", ".join(
             f"{self.count(s)} {s}" + (f" ({module} only in the module text)" if s == "changed" and module else "")
-            for s in ("added", "removed", "changed", "unchanged"))
+            for s in ("added", "removed", "changed", "unchanged")
+        )
         if self.archive_changes:
             text += f"; archive: {', '.join(c.field for c in self.archive_changes)} differ"
         if self.autotune:
@@ -179,7 +208,10 @@ class ArchiveDiff:
     def to_json(self) -> dict[str, Any]:
         counts = {s: self.count(s) for s in ("added", "removed", "changed", "unchanged")}
         return {
-            "a": self.a, "b": self.b, "identical": self.identical, "members_checked": self.members_checked,
+            "a": self.a,
+            "b": self.b,
+            "identical": self.identical,
+            "members_checked": self.members_checked,
             "summary": {"text": self.summary(), "variants": counts, "kernels": self.kernels()},
             "archive_changes": [c.to_json() for c in self.archive_changes],
             "variants": [v.to_json() for v in self.variants],
@@ -196,9 +228,14 @@ def _side_summary(v: dict | None, resources: dict[str, int]) -> dict[str, Any] |
     if v is None:
         return None
     options = v.get("options") or {}
-    return {"key": v["key"], "num_warps": options.get("num_warps"), "num_stages": options.get("num_stages"),
-            "shared": (v.get("abi") or {}).get("shared"), "binary_sha256": v["files"]["binary"]["sha256"],
-            "resources": resources}
+    return {
+        "key": v["key"],
+        "num_warps": options.get("num_warps"),
+        "num_stages": options.get("num_stages"),
+        "shared": (v.get("abi") or {}).get("shared"),
+        "binary_sha256": v["files"]["binary"]["sha256"],
+        "resources": resources,
+    }
 
 
 # -- comparing one pair ----------------------------------------------------------------------------
@@ -218,9 +255,14 @@ def _flat(prefix: str, obj: Any) -> dict[str, Any]:
     return out
 
 
-def compare_variants(va: dict, vb: dict, sources_a: dict[str, dict], sources_b: dict[str, dict],
-                     resources_a: dict[str, Any] | None = None,
-                     resources_b: dict[str, Any] | None = None) -> list[Change]:
+def compare_variants(
+    va: dict,
+    vb: dict,
+    sources_a: dict[str, dict],
+    sources_b: dict[str, dict],
+    resources_a: dict[str, Any] | None = None,
+    resources_b: dict[str, Any] | None = None,
+) -> list[Change]:
     """Every aspect in which ``vb`` differs from ``va``, most telling first.
 
     ``sources_*`` map a source member name to its file object (the manifest's ``sources``);
@@ -244,27 +286,40 @@ def compare_variants(va: dict, vb: dict, sources_a: dict[str, dict], sources_b: 
         check(name, res_a.get(name), res_b.get(name))
     files_a, files_b = va["files"], vb["files"]
     check("binary", _file_ref(files_a.get("binary")), _file_ref(files_b.get("binary")))
-    check("source", _file_ref(sources_a.get(files_a.get("source") or "")),
-          _file_ref(sources_b.get(files_b.get("source") or "")))
+    check(
+        "source",
+        _file_ref(sources_a.get(files_a.get("source") or "")),
+        _file_ref(sources_b.get(files_b.get("source") or "")),
+    )
     check("source_key", prov_a.get("source_key"), prov_b.get("source_key"))
     check("triton", prov_a.get("triton_version"), prov_b.get("triton_version"))
-    check("backend", (prov_a.get("triton_cache") or {}).get("backend_hash"),
-          (prov_b.get("triton_cache") or {}).get("backend_hash"))
+    check(
+        "backend",
+        (prov_a.get("triton_cache") or {}).get("backend_hash"),
+        (prov_b.get("triton_cache") or {}).get("backend_hash"),
+    )
     check("hooks", prov_a.get("hooks"), prov_b.get("hooks"))
     for name in sorted(set(abi_a) | set(abi_b)):
         if name == "shared":
             continue
         option = _ABI_FROM_OPTIONS.get(name)
-        if option and canonical(abi_a.get(name)) == canonical(opt_a.get(option)) and \
-                canonical(abi_b.get(name)) == canonical(opt_b.get(option)):
+        if (
+            option
+            and canonical(abi_a.get(name)) == canonical(opt_a.get(option))
+            and canonical(abi_b.get(name)) == canonical(opt_b.get(option))
+        ):
             continue  # the same difference is already reported under the option's name
         check(f"abi.{name}", abi_a.get(name), abi_b.get(name))
     for name in sorted(set(opt_a) | set(opt_b)):
         if name not in _NAMED_OPTIONS:
             check(f"options.{name}", opt_a.get(name), opt_b.get(name))
     flat_a, flat_b = _flat("provenance", prov_a), _flat("provenance", prov_b)
-    shown = {"provenance.source_key", "provenance.triton_version", "provenance.triton_cache.backend_hash",
-             "provenance.hooks"}
+    shown = {
+        "provenance.source_key",
+        "provenance.triton_version",
+        "provenance.triton_cache.backend_hash",
+        "provenance.hooks",
+    }
     for name in sorted((set(flat_a) | set(flat_b)) - shown):
         check(name, flat_a.get(name), flat_b.get(name))
     ir_a, ir_b = files_a.get("ir") or {}, files_b.get("ir") or {}
@@ -277,14 +332,22 @@ def compare_variants(va: dict, vb: dict, sources_a: dict[str, dict], sources_b: 
 # -- comparing manifests ---------------------------------------------------------------------------
 def _select(manifest: dict, kernels: Iterable[str] | None, targets: Iterable[str] | None) -> list[dict]:
     ks, ts = set(kernels or ()), set(targets or ())
-    return [v for v in manifest["variants"]
-            if (not ks or select_kernels(ks, [v["kernel"]])) and (not ts or target_text(v) in ts)]
+    return [
+        v
+        for v in manifest["variants"]
+        if (not ks or select_kernels(ks, [v["kernel"]])) and (not ts or target_text(v) in ts)
+    ]
 
 
 def _identity(manifest: dict, ref: str | None, variants: list[dict]) -> dict[str, Any]:
-    return {"ref": ref, "name": manifest.get("name"), "version": manifest.get("version"),
-            "created": manifest.get("created"), "produced_by": manifest.get("produced_by"),
-            "variants": len(variants)}
+    return {
+        "ref": ref,
+        "name": manifest.get("name"),
+        "version": manifest.get("version"),
+        "created": manifest.get("created"),
+        "produced_by": manifest.get("produced_by"),
+        "variants": len(variants),
+    }
 
 
 def _archive_changes(ma: dict, mb: dict) -> list[Change]:
@@ -301,11 +364,15 @@ def _archive_changes(ma: dict, mb: dict) -> list[Change]:
 
 def _autotune_changes(ma: dict, mb: dict, kernels: set[str] | None) -> list[dict[str, Any]]:
     """Autotune records (spec/FORMAT.md §6.3) per kernel: added, removed or changed."""
+
     def records(m: dict) -> dict[str, dict]:
         out = {}
         for r in m.get("autotune") or []:
-            if isinstance(r, dict) and isinstance(r.get("kernel"), str) and (
-                    not kernels or select_kernels(kernels, [r["kernel"]])):
+            if (
+                isinstance(r, dict)
+                and isinstance(r.get("kernel"), str)
+                and (not kernels or select_kernels(kernels, [r["kernel"]]))
+            ):
                 out[r["kernel"]] = r
         return out
 
@@ -316,9 +383,14 @@ def _autotune_changes(ma: dict, mb: dict, kernels: set[str] | None) -> list[dict
         if a is not None and b is not None and canonical(a) == canonical(b):
             continue
         status = "added" if a is None else "removed" if b is None else "changed"
-        out.append({"kernel": name, "status": status,
-                    "configs": [len(r.get("configs") or []) if r else None for r in (a, b)],
-                    "entries": [len(r.get("entries") or []) if r else None for r in (a, b)]})
+        out.append(
+            {
+                "kernel": name,
+                "status": status,
+                "configs": [len(r.get("configs") or []) if r else None for r in (a, b)],
+                "entries": [len(r.get("entries") or []) if r else None for r in (a, b)],
+            }
+        )
     return out
 
 
@@ -333,9 +405,15 @@ def _check_manifest(m: Any, label: str) -> None:
         raise SchemaError(f"{label}: {exc}", where="manifest") from None
 
 
-def diff_manifests(ma: dict, mb: dict, *, kernels: Iterable[str] | None = None,
-                   targets: Iterable[str] | None = None, refs: tuple[str | None, str | None] = (None, None),
-                   resources: tuple[dict[str, dict], dict[str, dict]] | None = None) -> ArchiveDiff:
+def diff_manifests(
+    ma: dict,
+    mb: dict,
+    *,
+    kernels: Iterable[str] | None = None,
+    targets: Iterable[str] | None = None,
+    refs: tuple[str | None, str | None] = (None, None),
+    resources: tuple[dict[str, dict], dict[str, dict]] | None = None,
+) -> ArchiveDiff:
     """Compare what two manifests record. ``kernels``/``targets`` restrict both sides (an empty
     selection on both sides is an error, not an empty diff); ``resources`` maps variant keys to the
     registers/spills found per side."""
@@ -344,20 +422,32 @@ def diff_manifests(ma: dict, mb: dict, *, kernels: Iterable[str] | None = None,
     return _compare_checked(ma, mb, kernels, targets, refs, resources)
 
 
-def _compare_checked(ma: dict, mb: dict, kernels: Iterable[str] | None, targets: Iterable[str] | None,
-                     refs: tuple[str | None, str | None],
-                     resources: tuple[dict[str, dict], dict[str, dict]] | None) -> ArchiveDiff:
+def _compare_checked(
+    ma: dict,
+    mb: dict,
+    kernels: Iterable[str] | None,
+    targets: Iterable[str] | None,
+    refs: tuple[str | None, str | None],
+    resources: tuple[dict[str, dict], dict[str, dict]] | None,
+) -> ArchiveDiff:
     """:func:`diff_manifests` on manifests already checked by :func:`_check_manifest`."""
     try:
         return _diff_manifests(ma, mb, kernels, targets, refs, resources)
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
-        raise SchemaError(f"manifest does not follow the schema ({type(exc).__name__}: {exc}); "
-                          "'karchive verify' lists every problem", where="manifest") from exc
+        raise SchemaError(
+            f"manifest does not follow the schema ({type(exc).__name__}: {exc}); 'karchive verify' lists every problem",
+            where="manifest",
+        ) from exc
 
 
-def _diff_manifests(ma: dict, mb: dict, kernels: Iterable[str] | None, targets: Iterable[str] | None,
-                    refs: tuple[str | None, str | None],
-                    resources: tuple[dict[str, dict], dict[str, dict]] | None) -> ArchiveDiff:
+def _diff_manifests(
+    ma: dict,
+    mb: dict,
+    kernels: Iterable[str] | None,
+    targets: Iterable[str] | None,
+    refs: tuple[str | None, str | None],
+    resources: tuple[dict[str, dict], dict[str, dict]] | None,
+) -> ArchiveDiff:
     kernels = list(kernels or [])
     targets = list(targets or [])
     va, vb = _select(ma, kernels, targets), _select(mb, kernels, targets)
@@ -365,8 +455,9 @@ def _diff_manifests(ma: dict, mb: dict, kernels: Iterable[str] | None, targets: 
         have = sorted({f"{v['kernel']} ({target_text(v)})" for m in (ma, mb) for v in m["variants"]})
         names = {v["kernel"] for m in (ma, mb) for v in m["variants"]}
         hints = "".join(did_you_mean(k, names) for k in kernels if not select_kernels([k], names))
-        raise KarchiveError(f"no variant in either archive matches the selection{hints}; they hold: "
-                            f"{', '.join(have) or 'none'}")
+        raise KarchiveError(
+            f"no variant in either archive matches the selection{hints}; they hold: {', '.join(have) or 'none'}"
+        )
     sources_a = {s["path"]: s for s in ma.get("sources") or []}
     sources_b = {s["path"]: s for s in mb.get("sources") or []}
     res_a, res_b = resources or ({}, {})
@@ -382,7 +473,8 @@ def _diff_manifests(ma: dict, mb: dict, kernels: Iterable[str] | None, targets: 
         full = len(short_slots[(p.kernel, target_text(v), specialisation_text(v))]) > 1
         rows.append(_row(p, specialisation_text(v, full=full), sources_a, sources_b, res_a, res_b))
     return ArchiveDiff(
-        a=_identity(ma, refs[0], va), b=_identity(mb, refs[1], vb),
+        a=_identity(ma, refs[0], va),
+        b=_identity(mb, refs[1], vb),
         archive_changes=_archive_changes(ma, mb),
         variants=rows,
         autotune=_autotune_changes(ma, mb, set(kernels) if kernels else None),
@@ -418,8 +510,10 @@ def _read_members(reader: Reader, variants: list[dict], sources: dict[str, dict]
         src = files.get("source")
         if src and src not in seen_sources:
             if src not in sources:
-                raise SchemaError(f"variant {v['key'][:12]} names source {src!r}, which the manifest does not list",
-                                  where="variants.files.source")
+                raise SchemaError(
+                    f"variant {v['key'][:12]} names source {src!r}, which the manifest does not list",
+                    where="variants.files.source",
+                )
             reader.read(src)
             seen_sources.add(src)
         res = recorded_resources(v, binary)
@@ -428,10 +522,18 @@ def _read_members(reader: Reader, variants: list[dict], sources: dict[str, dict]
     return found
 
 
-def diff_archives(a: Reader, b: Reader, *, refs: tuple[str | None, str | None] = (None, None),
-                  kernels: Iterable[str] | None = None, targets: Iterable[str] | None = None,
-                  check_members: bool = True, source: bool = False, ir: str | None = None,
-                  context: int = 3) -> ArchiveDiff:
+def diff_archives(
+    a: Reader,
+    b: Reader,
+    *,
+    refs: tuple[str | None, str | None] = (None, None),
+    kernels: Iterable[str] | None = None,
+    targets: Iterable[str] | None = None,
+    check_members: bool = True,
+    source: bool = False,
+    ir: str | None = None,
+    context: int = 3,
+) -> ArchiveDiff:
     """:func:`diff_manifests` plus what needs the bytes. With ``check_members`` every member of the
     compared variants is read through the reader, so "identical" means the same *verified* bytes
     and a damaged member is an error rather than a silent match. ``source`` adds a unified diff of
@@ -453,8 +555,9 @@ def diff_archives(a: Reader, b: Reader, *, refs: tuple[str | None, str | None] =
             src_a = {s["path"]: s for s in ma.get("sources") or []}
             src_b = {s["path"]: s for s in mb.get("sources") or []}
         except (KeyError, TypeError, AttributeError) as exc:
-            raise SchemaError(f"manifest does not follow the schema ({type(exc).__name__}: {exc})",
-                              where="manifest") from exc
+            raise SchemaError(
+                f"manifest does not follow the schema ({type(exc).__name__}: {exc})", where="manifest"
+            ) from exc
         resources = (_read_members(a, sel_a, src_a), _read_members(b, sel_b, src_b))
     result = _compare_checked(ma, mb, kernels, targets, refs, resources)
     result.members_checked = check_members
@@ -481,13 +584,19 @@ def _kernel_text(module: bytes, qualname: str) -> tuple[str, int] | None:
     nodes: list[Any] = tree.body
     found: Any = None
     for part in qualname.split("."):
-        found = next((n for n in nodes if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-                      and n.name == part), None)
+        found = next(
+            (
+                n
+                for n in nodes
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.name == part
+            ),
+            None,
+        )
         if found is None:
             return None
         nodes = found.body
     first = min([found.lineno] + [d.lineno for d in found.decorator_list])
-    lines = module.decode("utf-8").splitlines()[first - 1:found.end_lineno]
+    lines = module.decode("utf-8").splitlines()[first - 1 : found.end_lineno]
     return "\n".join(lines), first
 
 
@@ -508,8 +617,15 @@ def _compare_code(a: Reader, b: Reader, changed: list[VariantDiff]) -> None:
             data_a, data_b = a.read(pa), b.read(pb)
             ta = _kernel_text(data_a, qualname) if len(data_a) <= MAX_TEXT_BYTES else None
             tb = _kernel_text(data_b, qualname) if len(data_b) <= MAX_TEXT_BYTES else None
-            seen[ident] = None if ta is None or tb is None else "edited" if ta[0] != tb[0] else \
-                "moved" if ta[1] != tb[1] else "callee"
+            seen[ident] = (
+                None
+                if ta is None or tb is None
+                else "edited"
+                if ta[0] != tb[0]
+                else "moved"
+                if ta[1] != tb[1]
+                else "callee"
+            )
         v.code = seen[ident]
 
 
@@ -526,8 +642,10 @@ def _text(data: bytes) -> list[str]:
 
 def _too_large(*sizes: int) -> str | None:
     if max(sizes) > MAX_TEXT_BYTES:
-        return (f"too large for a text diff ({max(sizes)} bytes; the limit is {MAX_TEXT_BYTES}): "
-                "print each side with 'karchive inspect --ir'")
+        return (
+            f"too large for a text diff ({max(sizes)} bytes; the limit is {MAX_TEXT_BYTES}): "
+            "print each side with 'karchive inspect --ir'"
+        )
     return None
 
 
@@ -539,8 +657,9 @@ def _describe(v: VariantDiff) -> str:
     return " ".join(x for x in (v.kernel, v.target, v.specialisation) if x)
 
 
-def _source_diffs(a: Reader, b: Reader, changed: list[VariantDiff], labels: tuple[str, str],
-                  context: int) -> list[TextDiff]:
+def _source_diffs(
+    a: Reader, b: Reader, changed: list[VariantDiff], labels: tuple[str, str], context: int
+) -> list[TextDiff]:
     """One diff per distinct (A source, B source): a module holding several kernels is shown once."""
     groups: dict[tuple[str | None, str | None], list[str]] = {}
     for v in changed:
@@ -558,7 +677,9 @@ def _source_diffs(a: Reader, b: Reader, changed: list[VariantDiff], labels: tupl
             continue
         data_a, data_b = a.read(pa), b.read(pb)
         note = _too_large(len(data_a), len(data_b))
-        lines = [] if note else _unified(_text(data_a), _text(data_b), f"{labels[0]}:{pa}", f"{labels[1]}:{pb}", context)
+        lines = (
+            [] if note else _unified(_text(data_a), _text(data_b), f"{labels[0]}:{pa}", f"{labels[1]}:{pb}", context)
+        )
         out.append(TextDiff("source", names, pa, pb, lines, note))
     return out
 
@@ -575,8 +696,9 @@ def _stage_text(reader: Reader, path: str, stage: str) -> list[str]:
     return _text(data)
 
 
-def _stage_diffs(a: Reader, b: Reader, changed: list[VariantDiff], stage: str, labels: tuple[str, str],
-                 context: int) -> list[TextDiff]:
+def _stage_diffs(
+    a: Reader, b: Reader, changed: list[VariantDiff], stage: str, labels: tuple[str, str], context: int
+) -> list[TextDiff]:
     out = []
     for v in changed:
         assert v.a is not None and v.b is not None
@@ -586,8 +708,12 @@ def _stage_diffs(a: Reader, b: Reader, changed: list[VariantDiff], stage: str, l
 
         ra, rb = ref(v.a), ref(v.b)
         if ra is None and rb is None:
-            if v.a["target"]["backend"] == "cuda" and stage == "amdgcn" or \
-                    v.a["target"]["backend"] == "hip" and stage == "ptx":
+            if (
+                v.a["target"]["backend"] == "cuda"
+                and stage == "amdgcn"
+                or v.a["target"]["backend"] == "hip"
+                and stage == "ptx"
+            ):
                 continue  # the stage does not exist for this backend: nothing to say
             out.append(TextDiff(stage, [_describe(v)], None, None, note=f"no {stage} stage stored in either archive"))
             continue
@@ -595,12 +721,27 @@ def _stage_diffs(a: Reader, b: Reader, changed: list[VariantDiff], stage: str, l
             continue  # the same text
         if ra is None or rb is None:
             missing = labels[0] if ra is None else labels[1]
-            out.append(TextDiff(stage, [_describe(v)], ra["path"] if ra is not None else None,
-                                rb["path"] if rb is not None else None,
-                                note=f"no {stage} stage stored in {missing}"))
+            out.append(
+                TextDiff(
+                    stage,
+                    [_describe(v)],
+                    ra["path"] if ra is not None else None,
+                    rb["path"] if rb is not None else None,
+                    note=f"no {stage} stage stored in {missing}",
+                )
+            )
             continue
         note = _too_large(ra["size"], rb["size"])
-        lines = [] if note else _unified(_stage_text(a, ra["path"], stage), _stage_text(b, rb["path"], stage),
-                                         f"{labels[0]}:{ra['path']}", f"{labels[1]}:{rb['path']}", context)
+        lines = (
+            []
+            if note
+            else _unified(
+                _stage_text(a, ra["path"], stage),
+                _stage_text(b, rb["path"], stage),
+                f"{labels[0]}:{ra['path']}",
+                f"{labels[1]}:{rb['path']}",
+                context,
+            )
+        )
         out.append(TextDiff(stage, [_describe(v)], ra["path"], rb["path"], lines, note))
     return out

@@ -37,15 +37,29 @@ from typing import Any
 from ..format.names import is_qualified, short_name
 
 __all__ = [
-    "Pair", "ROUNDS", "TUNING_OPTIONS", "canonical", "kernel_aliases", "pair_variants", "slot_of",
-    "specialisation_text", "target_text", "tuning_of",
+    "Pair",
+    "ROUNDS",
+    "TUNING_OPTIONS",
+    "canonical",
+    "kernel_aliases",
+    "pair_variants",
+    "slot_of",
+    "specialisation_text",
+    "target_text",
+    "tuning_of",
 ]
 
 #: Options that shape the launch and that builds sweep (spec/BUILD.md): within a slot they tell
 #: variants apart before the looser "one left on each side" round.
 TUNING_OPTIONS = (
-    "num_warps", "num_stages", "num_ctas", "maxnreg",
-    "waves_per_eu", "matrix_instr_nonkdim", "kpack", "schedule_hint",
+    "num_warps",
+    "num_stages",
+    "num_ctas",
+    "maxnreg",
+    "waves_per_eu",
+    "matrix_instr_nonkdim",
+    "kpack",
+    "schedule_hint",
 )
 
 
@@ -56,7 +70,7 @@ def canonical(value: Any) -> str:
 
 def target_text(v: dict) -> str:
     t = v["target"]
-    return f'{t["backend"]}:{t["arch"]}'
+    return f"{t['backend']}:{t['arch']}"
 
 
 def _param_identity(p: dict) -> dict:
@@ -86,11 +100,13 @@ def kernel_aliases(a: Iterable[str], b: Iterable[str]) -> dict[str, str]:
 def slot_of(v: dict, aliases: dict[str, str] | None = None) -> str:
     """The slot as canonical text: kernel, target and specialisation (see the module docstring)."""
     t = v["target"]
-    return canonical({
-        "kernel": (aliases or {}).get(v["kernel"], v["kernel"]),
-        "target": [t["backend"], t["arch"], t["warp_size"]],
-        "params": [_param_identity(p) for p in v["params"]],
-    })
+    return canonical(
+        {
+            "kernel": (aliases or {}).get(v["kernel"], v["kernel"]),
+            "target": [t["backend"], t["arch"], t["warp_size"]],
+            "params": [_param_identity(p) for p in v["params"]],
+        }
+    )
 
 
 def tuning_of(v: dict) -> dict[str, Any]:
@@ -179,9 +195,17 @@ def _order(p: Pair) -> tuple:
     v = p.a if p.a is not None else p.b
     assert v is not None
     tuning = tuning_of(v)
-    return (v["kernel"], target_text(v), specialisation_text(v), p.slot,
-            _number(tuning.get("num_warps")), _number(tuning.get("num_stages")), canonical(tuning),
-            p.a is None, v["key"])
+    return (
+        v["kernel"],
+        target_text(v),
+        specialisation_text(v),
+        p.slot,
+        _number(tuning.get("num_warps")),
+        _number(tuning.get("num_stages")),
+        canonical(tuning),
+        p.a is None,
+        v["key"],
+    )
 
 
 def _number(value: Any) -> tuple:

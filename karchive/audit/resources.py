@@ -43,7 +43,7 @@ def _sections(data: bytes) -> list[tuple[str, int, int, int, int, int]]:
     """(name, type, offset, size, link, info) of each section of a little-endian ELF64 file."""
     if data[:4] != b"\x7fELF" or len(data) < 64 or data[4] != 2 or data[5] != 1:
         raise _Bad
-    shoff, = _unpack("<Q", data, 0x28)
+    (shoff,) = _unpack("<Q", data, 0x28)
     shentsize, shnum, shstrndx = _unpack("<HHH", data, 0x3A)
     if shentsize != 64 or shnum > 4096 or shstrndx >= shnum:
         raise _Bad
@@ -69,9 +69,9 @@ def _symbol_index(data: bytes, sections: list, entry: str) -> int | None:
             continue
         str_off, str_size = sections[link][2], sections[link][3]
         for i in range(size // 24):
-            st_name, = _unpack("<I", data, off + i * 24)
+            (st_name,) = _unpack("<I", data, off + i * 24)
             end = data.find(b"\0", str_off + st_name, str_off + str_size)
-            if st_name < str_size and end >= 0 and data[str_off + st_name:end] == entry.encode():
+            if st_name < str_size and end >= 0 and data[str_off + st_name : end] == entry.encode():
                 return i
     return None
 
@@ -117,7 +117,7 @@ class _MsgPack:
     def take(self, n: int) -> bytes:
         if n < 0 or self.pos + n > len(self.data):
             raise _Bad
-        out = self.data[self.pos:self.pos + n]
+        out = self.data[self.pos : self.pos + n]
         self.pos += n
         return out
 
@@ -173,8 +173,11 @@ class _MsgPack:
 
 
 _AMD_FIELDS = {
-    ".vgpr_count": "registers.vgpr", ".sgpr_count": "registers.sgpr", ".agpr_count": "registers.agpr",
-    ".vgpr_spill_count": "spills.vgpr", ".sgpr_spill_count": "spills.sgpr",
+    ".vgpr_count": "registers.vgpr",
+    ".sgpr_count": "registers.sgpr",
+    ".agpr_count": "registers.agpr",
+    ".vgpr_spill_count": "spills.vgpr",
+    ".sgpr_spill_count": "spills.sgpr",
     ".private_segment_fixed_size": "stack",
 }
 
@@ -192,12 +195,15 @@ def hsaco_resources(data: bytes, entry: str) -> dict[str, int]:
                 desc_end = name_end + ((descsz + 3) & ~3)
                 if desc_end > end:
                     raise _Bad
-                if ntype == _NT_AMDGPU_METADATA and data[pos + 12:pos + 12 + namesz].rstrip(b"\0") == b"AMDGPU":
-                    meta = _MsgPack(data[name_end:name_end + descsz]).value()
+                if ntype == _NT_AMDGPU_METADATA and data[pos + 12 : pos + 12 + namesz].rstrip(b"\0") == b"AMDGPU":
+                    meta = _MsgPack(data[name_end : name_end + descsz]).value()
                     for kernel in (meta.get("amdhsa.kernels") or []) if isinstance(meta, dict) else []:
                         if isinstance(kernel, dict) and kernel.get(".name") == entry:
-                            return {out: kernel[k] for k, out in _AMD_FIELDS.items()
-                                    if isinstance(kernel.get(k), int) and not isinstance(kernel.get(k), bool)}
+                            return {
+                                out: kernel[k]
+                                for k, out in _AMD_FIELDS.items()
+                                if isinstance(kernel.get(k), int) and not isinstance(kernel.get(k), bool)
+                            }
                 pos = desc_end
         return {}
     except _Bad:

@@ -12,16 +12,31 @@ from ..errors import KeyFileError, RegistryValueError
 
 __all__ = ["parse_age", "parse_size", "passphrase"]
 
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": 1 << 20, "mb": 1000 ** 2, "mib": 1 << 20,
-               "g": 1 << 30, "gb": 1000 ** 3, "gib": 1 << 30, "t": 1 << 40, "tb": 1000 ** 4, "tib": 1 << 40}
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1 << 10,
+    "kb": 1000,
+    "kib": 1 << 10,
+    "m": 1 << 20,
+    "mb": 1000**2,
+    "mib": 1 << 20,
+    "g": 1 << 30,
+    "gb": 1000**3,
+    "gib": 1 << 30,
+    "t": 1 << 40,
+    "tb": 1000**4,
+    "tib": 1 << 40,
+}
 _AGE_UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
 def parse_size(text: str) -> int:
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
     if not m or m.group(2).lower() not in _SIZE_UNITS:
-        raise RegistryValueError(f"bad size {text!r}: use e.g. 500M, 2G, 1.5GiB or a byte count",
-                                 value=repr(text)[:200])
+        raise RegistryValueError(
+            f"bad size {text!r}: use e.g. 500M, 2G, 1.5GiB or a byte count", value=repr(text)[:200]
+        )
     return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
 
 

@@ -25,6 +25,7 @@ def positive_int(text: str) -> int:
 
 def _option(name: str) -> Callable[[str], int]:
     """An argparse type for a compile option, checked by the same rule as a spec file's (spec_file.check_option)."""
+
     def parse(text: str) -> int:
         from ..errors import SpecFileError
         from ..producer.build.spec_file import check_option
@@ -38,28 +39,45 @@ def _option(name: str) -> Callable[[str], int]:
         except SpecFileError as exc:
             raise argparse.ArgumentTypeError(str(exc).split(": ", 1)[-1]) from None
         return value
+
     parse.__name__ = name  # argparse names the type in "invalid <name> value"
     return parse
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("compile", help="compile one kernel variant into an archive (flags mirror triton/tools/compile.py)")
+    p = sub.add_parser(
+        "compile", help="compile one kernel variant into an archive (flags mirror triton/tools/compile.py)"
+    )
     p.add_argument("path", help="Python file (or package.module) holding the kernel")
     p.add_argument("-n", "--kernel-name", required=True, help="name of the @triton.jit function")
-    p.add_argument("-s", "--signature", required=True,
-                   help='every parameter in order, constexprs as values: e.g. "*fp32:16, *fp32:16, i32, 1024" '
-                        "(:16 divisible by 16, :1 fixed to 1; spec/BUILD.md)")
-    p.add_argument("-t", "--target", action="append", required=True,
-                   help="cuda:80, cuda:90, hip:gfx942 ... (repeat for several)")
-    p.add_argument("-w", "--num-warps", type=_option("num_warps"), default=4,
-                   help="warps per program, a power of two")
-    p.add_argument("-ns", "--num-stages", type=_option("num_stages"), default=None,
-                   help="software-pipelining stages for loops (default: Triton's, 3 on CUDA, 2 on HIP)")
-    p.add_argument("--num-ctas", type=_option("num_ctas"), default=None,
-                   help="CTAs per cluster (cuda:90 and newer; default: 1)")
+    p.add_argument(
+        "-s",
+        "--signature",
+        required=True,
+        help='every parameter in order, constexprs as values: e.g. "*fp32:16, *fp32:16, i32, 1024" '
+        "(:16 divisible by 16, :1 fixed to 1; spec/BUILD.md)",
+    )
+    p.add_argument(
+        "-t", "--target", action="append", required=True, help="cuda:80, cuda:90, hip:gfx942 ... (repeat for several)"
+    )
+    p.add_argument("-w", "--num-warps", type=_option("num_warps"), default=4, help="warps per program, a power of two")
+    p.add_argument(
+        "-ns",
+        "--num-stages",
+        type=_option("num_stages"),
+        default=None,
+        help="software-pipelining stages for loops (default: Triton's, 3 on CUDA, 2 on HIP)",
+    )
+    p.add_argument(
+        "--num-ctas", type=_option("num_ctas"), default=None, help="CTAs per cluster (cuda:90 and newer; default: 1)"
+    )
     p.add_argument("--maxnreg", type=_option("maxnreg"), default=None, help="register cap per thread (cuda only)")
-    p.add_argument("-o", "--out", required=True,
-                   help="archive to write (.karc); a directory (existing, or ending in /) gets NAME-VERSION.karc")
+    p.add_argument(
+        "-o",
+        "--out",
+        required=True,
+        help="archive to write (.karc); a directory (existing, or ending in /) gets NAME-VERSION.karc",
+    )
     p.add_argument("--name", help="archive name (default: the kernel name)")
     p.add_argument("--version", dest="archive_version", default="0.0.0", help="archive version")
     p.add_argument("--no-ir", action="store_true", help="leave IR stages out (slim archive)")
@@ -68,22 +86,41 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     b = sub.add_parser("build", help="compile every variant a spec file asks for, in parallel, into one archive")
     b.add_argument("spec", help="build spec (TOML), see spec/BUILD.md")
-    b.add_argument("-o", "--out", required=True,
-                   help="archive to write (.karc); a directory (existing, or ending in /) gets NAME-VERSION.karc")
+    b.add_argument(
+        "-o",
+        "--out",
+        required=True,
+        help="archive to write (.karc); a directory (existing, or ending in /) gets NAME-VERSION.karc",
+    )
     b.add_argument("-j", "--jobs", type=positive_int, default=None, help="worker processes (default: CPU count)")
     b.add_argument("--keep-going", action="store_true", help="pack what built even if some variants failed")
-    b.add_argument("--executor", default="local", metavar="WHERE",
-                   help="where the compiles run: local (default), ray (a local Ray started for this build), auto (the "
-                        "Ray cluster of this machine), ray://HOST:PORT or HOST:PORT (an existing Ray cluster); Ray "
-                        "needs karchive[ray], see docs/build-at-scale.md")
-    b.add_argument("--reuse", metavar="PREVIOUS", help="copy the variants of this archive (path, URL or NAME@VERSION) "
-                                                       "whose build inputs are unchanged; compile only the others")
+    b.add_argument(
+        "--executor",
+        default="local",
+        metavar="WHERE",
+        help="where the compiles run: local (default), ray (a local Ray started for this build), auto (the "
+        "Ray cluster of this machine), ray://HOST:PORT or HOST:PORT (an existing Ray cluster); Ray "
+        "needs karchive[ray], see docs/build-at-scale.md",
+    )
+    b.add_argument(
+        "--reuse",
+        metavar="PREVIOUS",
+        help="copy the variants of this archive (path, URL or NAME@VERSION) "
+        "whose build inputs are unchanged; compile only the others",
+    )
     b.add_argument("--no-ir", action="store_true", help="leave IR stages out (slim archive)")
-    b.add_argument("--sign", action="append", metavar="KEY",
-                   help="sign the archive with this private key (repeatable; ARCHIVE.sig.json beside it, spec/SIGNING.md)")
-    b.add_argument("--provenance", action="store_true",
-                   help="put the build's provenance (spec and source digests, parameters, platform) in the signed "
-                        "statement (needs --sign)")
+    b.add_argument(
+        "--sign",
+        action="append",
+        metavar="KEY",
+        help="sign the archive with this private key (repeatable; ARCHIVE.sig.json beside it, spec/SIGNING.md)",
+    )
+    b.add_argument(
+        "--provenance",
+        action="store_true",
+        help="put the build's provenance (spec and source digests, parameters, platform) in the signed "
+        "statement (needs --sign)",
+    )
     b.add_argument("--passphrase-env", metavar="VAR", help="environment variable holding the signing key's passphrase")
     b.add_argument("--quiet", action="store_true", help="no progress output")
     b.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -132,26 +169,35 @@ def _print_summary(summary: dict) -> None:
         print(f"warning: {w}", file=sys.stderr)
     dups = summary["duplicates"]
     cached = summary.get("from_cache", 0)
-    print(f"built {summary['built']} of {plural(summary['requested'], 'variant')} in {summary['seconds']:.1f}s"
-          + (f" ({plural(dups, 'duplicate')} of another variant's key, stored once)" if dups else ""))
+    print(
+        f"built {summary['built']} of {plural(summary['requested'], 'variant')} in {summary['seconds']:.1f}s"
+        + (f" ({plural(dups, 'duplicate')} of another variant's key, stored once)" if dups else "")
+    )
     if cached:
         print(f"  {cached} from the build cache, {summary['compiled'] - cached} compiled")
     if summary.get("reuse") is not None:
         r = summary["reuse"]
         why = ", ".join(f"{n} {k}" for k, n in sorted(r["compiled_because"].items()))
-        print(f"  reused {r['reused']} from {r['previous']}, compiled {summary['compiled']}" + (f" ({why})" if why else "")
-              + ("" if r["same_toolchain"] else f"; toolchain differs: {'; '.join(r['toolchain_differs'])}"))
+        print(
+            f"  reused {r['reused']} from {r['previous']}, compiled {summary['compiled']}"
+            + (f" ({why})" if why else "")
+            + ("" if r["same_toolchain"] else f"; toolchain differs: {'; '.join(r['toolchain_differs'])}")
+        )
     ex = summary.get("executor") or {}
     if ex.get("kind") == "ray":
-        print(f"  compiled on Ray ({ex.get('address')}): {plural(ex.get('nodes') or 0, 'node')}, {plural(len(ex.get('workers', [])), 'worker')}")
+        print(
+            f"  compiled on Ray ({ex.get('address')}): {plural(ex.get('nodes') or 0, 'node')}, {plural(len(ex.get('workers', [])), 'worker')}"
+        )
     for row in summary["per_kernel_target"]:
         print(f"  {row['kernel']:<28} {row['target']:<12} {plural(row['variants'], 'variant')}")
     for f in summary["failed"]:
         print(f"  FAILED {f['error']}")
     if summary["archive_bytes"]:
         ratio = summary["raw_bytes"] / max(1, summary["archive_bytes"])
-        print(f"wrote {summary['archive']}: {human_bytes(summary['archive_bytes'])} "
-              f"({human_bytes(summary['raw_bytes'])} of members, {ratio:.1f}x)")
+        print(
+            f"wrote {summary['archive']}: {human_bytes(summary['archive_bytes'])} "
+            f"({human_bytes(summary['raw_bytes'])} of members, {ratio:.1f}x)"
+        )
 
 
 def archive_out(path: str, name: str, version: str) -> str:
@@ -167,8 +213,9 @@ def archive_out(path: str, name: str, version: str) -> str:
         try:
             open_location(out)
         except FormatError:
-            raise DestinationError(f"{out} exists and is not a karchive archive; not replacing it (remove it "
-                                   "or give another -o)", path=out) from None
+            raise DestinationError(
+                f"{out} exists and is not a karchive archive; not replacing it (remove it or give another -o)", path=out
+            ) from None
     return out
 
 
@@ -231,30 +278,49 @@ def cmd_build(args: argparse.Namespace) -> int:
         # summary says how many came from it).
         print(f"{spec.name} {spec.version}: {plural(len(spec.requests), 'variant')} to build", file=sys.stderr)
     signers = _signing_keys(args)  # a bad key or passphrase fails before anything compiles
-    result = build_archive(spec, out, jobs=args.jobs or 0, keep_going=args.keep_going,
-                           progress=not (args.quiet or args.json), executor=args.executor, reuse=previous,
-                           reuse_label=args.reuse or "")
+    result = build_archive(
+        spec,
+        out,
+        jobs=args.jobs or 0,
+        keep_going=args.keep_going,
+        progress=not (args.quiet or args.json),
+        executor=args.executor,
+        reuse=previous,
+        reuse_label=args.reuse or "",
+    )
     # The spec's warnings were printed before compiling (where they can save the wait); JSON carries them all.
     result.warnings[:0] = shell_warnings + (spec.warnings if args.json else [])
     summary = _summary(result, out, len(spec.requests))
     if signers:
-        summary["signed"] = _sign(out, signers, args, {"jobs": args.jobs, "keep_going": args.keep_going,
-                                                       "no_ir": args.no_ir, "executor": args.executor or "local"})
+        summary["signed"] = _sign(
+            out,
+            signers,
+            args,
+            {
+                "jobs": args.jobs,
+                "keep_going": args.keep_going,
+                "no_ir": args.no_ir,
+                "executor": args.executor or "local",
+            },
+        )
     if args.json:
         emit_json(summary)
     else:
         _print_summary(summary)
         for line in summary.get("signed", []):
-            print(f"  signed by key {line['key_id'][:16]}" + (" (with provenance)" if line["provenance"] else "")
-                  + f" -> {line['sidecar']}")
+            print(
+                f"  signed by key {line['key_id'][:16]}"
+                + (" (with provenance)" if line["provenance"] else "")
+                + f" -> {line['sidecar']}"
+            )
     return 1 if result.failed else 0
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
     from ..errors import BuildError
-    from ..producer.compile.aot import VariantRequest
     from ..producer.build.pipeline import build_archive
     from ..producer.build.spec_file import BuildSpec, validate_requests
+    from ..producer.compile.aot import VariantRequest
 
     shell_warnings = _take_shell_env()
     name = args.name or args.kernel_name
@@ -265,8 +331,17 @@ def cmd_compile(args: argparse.Namespace) -> int:
         if getattr(args, key) is not None:
             options[key] = getattr(args, key)
     targets = list(dict.fromkeys(args.target))  # "-t cuda:90 -t cuda:90" compiles once
-    requests = [VariantRequest(kernel_ref=ref, signature=args.signature, target=t, options=dict(options),
-                               include_ir=not args.no_ir, base_dir=os.getcwd()) for t in targets]
+    requests = [
+        VariantRequest(
+            kernel_ref=ref,
+            signature=args.signature,
+            target=t,
+            options=dict(options),
+            include_ir=not args.no_ir,
+            base_dir=os.getcwd(),
+        )
+        for t in targets
+    ]
     validate_requests(requests)  # targets, options and the signature, before compiling anything
     spec = BuildSpec(name=name, version=args.archive_version, requests=requests)
     try:
@@ -276,13 +351,16 @@ def cmd_compile(args: argparse.Namespace) -> int:
         if not exc.failures:
             raise
         lines = "\n".join(f"  - {msg}" for _, msg in exc.failures)
-        raise BuildError(f"{len(exc.failures)} of {plural(len(requests), 'target')} failed to compile; nothing "
-                         f"written:\n{lines}", failures=exc.failures) from None
+        raise BuildError(
+            f"{len(exc.failures)} of {plural(len(requests), 'target')} failed to compile; nothing written:\n{lines}",
+            failures=exc.failures,
+        ) from None
     result.warnings[:0] = shell_warnings
     summary = _summary(result, out, len(requests))
     if args.json:
-        summary["variants"] = [{"kernel": v.kernel, "key": v.key, "target": str(v.variant.target)}
-                               for v in result.built]
+        summary["variants"] = [
+            {"kernel": v.kernel, "key": v.key, "target": str(v.variant.target)} for v in result.built
+        ]
         emit_json(summary)
     else:
         _print_summary(summary)

@@ -36,34 +36,61 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "diff", help="show what changed between two archives (exit 0 identical, 1 different, 2 error)",
+        "diff",
+        help="show what changed between two archives (exit 0 identical, 1 different, 2 error)",
         description="Compare two archives: kernels and variants added, removed and changed, and for changed\n"
-                    "ones what differs (binary, ABI, shared memory, warps/stages, registers/stack, toolchain,\n"
-                    "source). Details: docs/audit.md.",
-        epilog=_MATCHING_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "ones what differs (binary, ABI, shared memory, warps/stages, registers/stack, toolchain,\n"
+        "source). Details: docs/audit.md.",
+        epilog=_MATCHING_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("a", metavar="A", help="the old archive: path, fsspec URL, or NAME@VERSION in the registry")
     p.add_argument("b", metavar="B", help="the new archive: path, fsspec URL, or NAME@VERSION in the registry")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
-    p.add_argument("--source", action="store_true",
-                   help="add a unified diff of the kernel source of each changed variant whose source differs")
+    p.add_argument(
+        "--source",
+        action="store_true",
+        help="add a unified diff of the kernel source of each changed variant whose source differs",
+    )
     from ..audit.diff import TEXT_STAGES
 
-    p.add_argument("--ir", metavar="STAGE", choices=TEXT_STAGES,
-                   help=f"add a unified diff of one stage ({', '.join(TEXT_STAGES)}) of each changed variant "
-                        "where it differs")
-    p.add_argument("--stat", action="store_true",
-                   help="one line per kernel: how many variants were added, removed, changed, and which fields changed")
-    p.add_argument("-U", "--context", type=int, default=3, metavar="N",
-                   help="lines of context in unified diffs (default: %(default)s)")
+    p.add_argument(
+        "--ir",
+        metavar="STAGE",
+        choices=TEXT_STAGES,
+        help=f"add a unified diff of one stage ({', '.join(TEXT_STAGES)}) of each changed variant where it differs",
+    )
+    p.add_argument(
+        "--stat",
+        action="store_true",
+        help="one line per kernel: how many variants were added, removed, changed, and which fields changed",
+    )
+    p.add_argument(
+        "-U",
+        "--context",
+        type=int,
+        default=3,
+        metavar="N",
+        help="lines of context in unified diffs (default: %(default)s)",
+    )
     p.add_argument("-k", "--kernel", action="append", help="compare only these kernels (repeatable)")
     p.add_argument("-t", "--target", action="append", help="compare only these targets, e.g. cuda:90 (repeatable)")
-    p.add_argument("--manifest-only", action="store_true",
-                   help="compare what the manifests record without reading the members: faster on remote "
-                        "archives, but a damaged member goes unnoticed and registers/stack are not compared")
-    p.add_argument("--registry", metavar="URL",
-                   help="registry for NAME@VERSION refs (default: $KARCHIVE_REGISTRY, else the local registry)")
-    p.add_argument("--cache-dir", metavar="DIR",
-                   help="local cache for NAME@VERSION refs (default: $KARCHIVE_CACHE_DIR, else $XDG_CACHE_HOME/karchive)")
+    p.add_argument(
+        "--manifest-only",
+        action="store_true",
+        help="compare what the manifests record without reading the members: faster on remote "
+        "archives, but a damaged member goes unnoticed and registers/stack are not compared",
+    )
+    p.add_argument(
+        "--registry",
+        metavar="URL",
+        help="registry for NAME@VERSION refs (default: $KARCHIVE_REGISTRY, else the local registry)",
+    )
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="local cache for NAME@VERSION refs (default: $KARCHIVE_CACHE_DIR, else $XDG_CACHE_HOME/karchive)",
+    )
     p.set_defaults(func=cmd_diff)
 
 
@@ -81,14 +108,29 @@ def cmd_diff(args: argparse.Namespace) -> int:
         raise KarchiveError("--context must be 0 or more")
     reader_a = _open(args.a, args)
     reader_b = _open(args.b, args)
-    result = diff_archives(reader_a, reader_b, refs=(args.a, args.b), kernels=args.kernel, targets=args.target,
-                           check_members=not args.manifest_only, source=args.source, ir=args.ir,
-                           context=args.context)
+    result = diff_archives(
+        reader_a,
+        reader_b,
+        refs=(args.a, args.b),
+        kernels=args.kernel,
+        targets=args.target,
+        check_members=not args.manifest_only,
+        source=args.source,
+        ir=args.ir,
+        context=args.context,
+    )
     if args.stat:
         stats = kernel_stats(result)
         if args.json:
-            emit_json({"a": result.a, "b": result.b, "identical": result.identical, "kernels": stats,
-                       "summary": result.summary()})
+            emit_json(
+                {
+                    "a": result.a,
+                    "b": result.b,
+                    "identical": result.identical,
+                    "kernels": stats,
+                    "summary": result.summary(),
+                }
+            )
         else:
             print(render_stat(result, stats))
     elif args.json:
@@ -117,25 +159,38 @@ def kernel_stats(result: Any) -> list[dict[str, Any]]:
     for t in result.autotune:
         stats.setdefault(t["kernel"], new(t["kernel"]))
         fields.setdefault(t["kernel"], Counter())["autotune"] += 1
-    return [{**row, "fields": [f for f, _ in fields.get(k, Counter()).most_common()],
-             "causes": [c for c, _ in causes.get(k, Counter()).most_common()]} for k, row in sorted(stats.items())]
+    return [
+        {
+            **row,
+            "fields": [f for f, _ in fields.get(k, Counter()).most_common()],
+            "causes": [c for c, _ in causes.get(k, Counter()).most_common()],
+        }
+        for k, row in sorted(stats.items())
+    ]
 
 
 def render_stat(result: Any, stats: list[dict[str, Any]]) -> str:
-    out = [printable(f"{label}: {side['name']} {side['version']}  ({side['ref']})")
-           for label, side in (("A", result.a), ("B", result.b))]
+    out = [
+        printable(f"{label}: {side['name']} {side['version']}  ({side['ref']})")
+        for label, side in (("A", result.a), ("B", result.b))
+    ]
     rows = []
     for row in stats:
         counts = ", ".join(f"{row[s]} {s}" for s in ("added", "removed", "changed") if row[s]) or "unchanged"
-        what = ", ".join(row["fields"][:_MAX_LISTED]) + (f", +{len(row['fields']) - _MAX_LISTED} more"
-                                                         if len(row["fields"]) > _MAX_LISTED else "")
+        what = ", ".join(row["fields"][:_MAX_LISTED]) + (
+            f", +{len(row['fields']) - _MAX_LISTED} more" if len(row["fields"]) > _MAX_LISTED else ""
+        )
         if row["module_only"] and row["module_only"] == row["changed"] and not row["added"] + row["removed"]:
             what = f"only the module text around it ({what})"
         elif row["causes"]:
             what = f"{'; '.join(row['causes'])}: {what}"
         rows.append([row["kernel"], counts, str(row["unchanged"]), what or "-"])
-    out += ["", table(["kernel", "variants", "unchanged", "changes"], rows, right=["unchanged"]), "",
-            printable(result.summary())]
+    out += [
+        "",
+        table(["kernel", "variants", "unchanged", "changes"], rows, right=["unchanged"]),
+        "",
+        printable(result.summary()),
+    ]
     return "\n".join(out)
 
 
@@ -176,7 +231,9 @@ def _row(v: Any) -> list[str]:
         warps = _warps(a) if _warps(a) == _warps(b) else f"{_warps(a)} -> {_warps(b)}"
         key = a["key"][:12] if a["key"] == b["key"] else f"{a['key'][:12]} -> {b['key'][:12]}"
         names = [c.field for c in v.changes if c.field != "key"]
-        what = ", ".join(names[:_MAX_LISTED]) + (f", +{len(names) - _MAX_LISTED} more" if len(names) > _MAX_LISTED else "")
+        what = ", ".join(names[:_MAX_LISTED]) + (
+            f", +{len(names) - _MAX_LISTED} more" if len(names) > _MAX_LISTED else ""
+        )
         if v.module_only:
             what = f"only the module text around it ({what})"
     else:
@@ -188,8 +245,12 @@ def _row(v: Any) -> list[str]:
 def render(result: Any) -> str:
     out: list[str] = []
     for label, side in (("A", result.a), ("B", result.b)):
-        out.append(printable(f"{label}: {side['name']} {side['version']}  ({side['ref']}, "
-                             f"{side['variants']} variant{'' if side['variants'] == 1 else 's'})"))
+        out.append(
+            printable(
+                f"{label}: {side['name']} {side['version']}  ({side['ref']}, "
+                f"{side['variants']} variant{'' if side['variants'] == 1 else 's'})"
+            )
+        )
     rows = [_row(v) for v in result.variants if v.status != "unchanged"]
     if rows:
         out += ["", table(["status", "kernel", "target", "specialisation", "warps/stages", "key", "changes"], rows)]
@@ -215,8 +276,9 @@ def render(result: Any) -> str:
         for t in result.autotune:
             detail = ""
             if t["status"] == "changed":
-                detail = (f" (configs {t['configs'][0]} -> {t['configs'][1]}, "
-                          f"entries {t['entries'][0]} -> {t['entries'][1]})")
+                detail = (
+                    f" (configs {t['configs'][0]} -> {t['configs'][1]}, entries {t['entries'][0]} -> {t['entries'][1]})"
+                )
             out.append(printable(f"    {t['kernel']}  {t['status']}{detail}"))
     for t in result.texts:
         out += ["", printable(f"{t.what} of {'; '.join(t.variants)}:")]

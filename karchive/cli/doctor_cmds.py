@@ -13,12 +13,18 @@ from .output import EXIT_NEGATIVE, EXIT_OK, emit_json, human_bytes, plural, prin
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("doctor", help="say which launch path is active, which drivers and GPUs the runtime sees, what "
-                                      "this machine can build with, and where the cache and registry are "
-                                      "(exit 1 when the launch path asked for is unavailable)")
+    p = sub.add_parser(
+        "doctor",
+        help="say which launch path is active, which drivers and GPUs the runtime sees, what "
+        "this machine can build with, and where the cache and registry are "
+        "(exit 1 when the launch path asked for is unavailable)",
+    )
     p.add_argument("--json", action="store_true", help="machine-readable output")
-    p.add_argument("--no-probe", action="store_true",
-                   help="do not initialise the GPU drivers nor import Triton (package versions only)")
+    p.add_argument(
+        "--no-probe",
+        action="store_true",
+        help="do not initialise the GPU drivers nor import Triton (package versions only)",
+    )
     p.set_defaults(func=cmd_doctor)
 
 
@@ -35,16 +41,20 @@ def _driver_lines(name: str, info: dict[str, Any] | None) -> list[str]:
         return [f"{name:14s}not usable: {printable(info['error'])}"]
     via = "cuGetProcAddress" if name == "CUDA" else "hipGetProcAddress"
     launch = "yes" if info["launch_function"] else f"no (launches go through the binding: {via} gave no address)"
-    lines = [f"{name:14s}driver {info['driver_version']}, {plural(len(info['devices']), 'device')}; "
-             f"compiled launcher can call the driver: {launch}"]
+    lines = [
+        f"{name:14s}driver {info['driver_version']}, {plural(len(info['devices']), 'device')}; "
+        f"compiled launcher can call the driver: {launch}"
+    ]
     for d in info["devices"]:
         if "error" in d:
             lines.append(f"  device {d['index']:<5d} {printable(d['error'])}")
             continue
         arch = f"sm_{d['arch']}" if name == "CUDA" else d["arch"]
         shared = human_bytes(d["shared_optin"]) if d["shared_optin"] else "?"
-        lines.append(f"  device {d['index']:<5d} {printable(d['name'])}, {arch}, warp {d['warp_size']}, "
-                     f"{d['multiprocessors']} SMs/CUs, {shared} shared memory per block")
+        lines.append(
+            f"  device {d['index']:<5d} {printable(d['name'])}, {arch}, warp {d['warp_size']}, "
+            f"{d['multiprocessors']} SMs/CUs, {shared} shared memory per block"
+        )
     return lines
 
 
@@ -63,18 +73,23 @@ def _toolchain(probe: bool) -> dict[str, Any]:
 
 
 def _locations() -> dict[str, Any]:
-    from ..core.paths import BUILD_CACHE, cache_dir
     from ..core import settings
+    from ..core.paths import BUILD_CACHE, cache_dir
     from ..registry.config import default_registry_dir, redact_url
 
     cache = cache_dir()
     from_env = _setting(settings.registry)  # a refused value is listed under "settings", not raised here
     policy = _setting(settings.trust_policy)
-    return {"cache": str(cache), "build_cache": str(cache / BUILD_CACHE),
-            "registry": redact_url(from_env or str(default_registry_dir())), "registry_from_env": bool(from_env),
-            "trust_policy": policy, "lockfile": _setting(settings.lockfile),
-            # the serving stance (docs/serving.md): without a policy, archives are served unsigned
-            "serve": {"archives": _setting(settings.serve_archives), "signed_only": policy is not None}}
+    return {
+        "cache": str(cache),
+        "build_cache": str(cache / BUILD_CACHE),
+        "registry": redact_url(from_env or str(default_registry_dir())),
+        "registry_from_env": bool(from_env),
+        "trust_policy": policy,
+        "lockfile": _setting(settings.lockfile),
+        # the serving stance (docs/serving.md): without a policy, archives are served unsigned
+        "serve": {"archives": _setting(settings.serve_archives), "signed_only": policy is not None},
+    }
 
 
 def _setting(accessor: Any) -> Any:
@@ -97,8 +112,14 @@ def _toolchain_lines(tc: dict[str, Any]) -> list[str]:
     if tc.get("cuda_targets"):
         lines.append(f"{'cuda targets':14s}{', '.join(tc['cuda_targets'])}")
     hip = tc.get("hip") or {}
-    lines.append(f"{'hip targets':14s}" + (f"AMD LLVM present (e.g. {', '.join('hip:' + t for t in hip['targets_include'])})"
-                                           if hip.get("llvm") else "none: this Triton has no AMD backend"))
+    lines.append(
+        f"{'hip targets':14s}"
+        + (
+            f"AMD LLVM present (e.g. {', '.join('hip:' + t for t in hip['targets_include'])})"
+            if hip.get("llvm")
+            else "none: this Triton has no AMD backend"
+        )
+    )
     return lines
 
 
@@ -152,9 +173,14 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         lines.append(f"{'lockfile':14s}{printable(loc['lockfile'])} ($KARCHIVE_LOCKFILE)")
     serving = loc["serve"]
     asked = f"$KARCHIVE_SERVE={','.join(serving['archives'])}: " if serving["archives"] else ""
-    lines.append(f"{'serving':14s}{printable(asked)}" + (
-        "archives are served only as the trust policy allows" if serving["signed_only"] else
-        "archives are served unsigned (no $KARCHIVE_TRUST_POLICY): any archive can claim a kernel's source"))
+    lines.append(
+        f"{'serving':14s}{printable(asked)}"
+        + (
+            "archives are served only as the trust policy allows"
+            if serving["signed_only"]
+            else "archives are served unsigned (no $KARCHIVE_TRUST_POLICY): any archive can claim a kernel's source"
+        )
+    )
     lines += [f"{'setting':14s}REFUSED: {printable(p)}" for p in r["settings"]["problems"]]
     if r["gpus"] == 0:
         build = " (building works here: Triton is installed)" if r["toolchain"].get("triton") else ""

@@ -1,4 +1,4 @@
-""""Did you mean": the wrong kind of input, recognised after the command refused it.
+""" "Did you mean": the wrong kind of input, recognised after the command refused it.
 
 A Python file or a build spec where an archive goes, ``NAME:VER`` or ``NAME==VER`` (docker's and pip's
 spellings) where ``NAME@VER`` goes, a Python file where a spec goes. The hint is added to the error the
@@ -50,6 +50,8 @@ def suggest(exc: KarchiveError, args: argparse.Namespace) -> str:
             if m:
                 return f"\n  did you mean '{m.group(1)}@{m.group(2)}'? (a version is given with '@')"
     if isinstance(exc, SpecFileError) and getattr(args, "command", None) == "build" and args.spec.endswith(".py"):
-        return (f"\n  {args.spec} is Python source, not a build spec (TOML, spec/BUILD.md): "
-                f"did you mean `karchive compile {args.spec} -n KERNEL -s SIGNATURE -t TARGET -o OUT`?")
+        return (
+            f"\n  {args.spec} is Python source, not a build spec (TOML, spec/BUILD.md): "
+            f"did you mean `karchive compile {args.spec} -n KERNEL -s SIGNATURE -t TARGET -o OUT`?"
+        )
     return ""

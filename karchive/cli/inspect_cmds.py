@@ -24,49 +24,78 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("-k", "--kernel", action="append", help="only these kernels")
     p.add_argument("-t", "--target", action="append", help="only these targets (cuda:90, hip:gfx942)")
-    p.add_argument("--ir", metavar="STAGE", help="print one IR stage (ttir, ttgir, llir, ptx, amdgcn, source, metadata) "
-                   "of the single variant selected by --key/--kernel/--target")
+    p.add_argument(
+        "--ir",
+        metavar="STAGE",
+        help="print one IR stage (ttir, ttgir, llir, ptx, amdgcn, source, metadata) "
+        "of the single variant selected by --key/--kernel/--target",
+    )
     p.add_argument("--key", help="select variants by key prefix")
-    p.add_argument("--summary", action="store_true",
-                   help="identity and variant counts per kernel and target only, narrowed by -k/-t, and what the "
-                        "autotune/heuristics records hold (reads no variant: fast on any size)")
+    p.add_argument(
+        "--summary",
+        action="store_true",
+        help="identity and variant counts per kernel and target only, narrowed by -k/-t, and what the "
+        "autotune/heuristics records hold (reads no variant: fast on any size)",
+    )
     _registry_args(p)
     p.set_defaults(func=cmd_inspect)
 
-    v = sub.add_parser("verify", help="check the schema and every digest (and, with --trust, the signatures); "
-                                      "non-zero exit naming what failed")
+    v = sub.add_parser(
+        "verify",
+        help="check the schema and every digest (and, with --trust, the signatures); non-zero exit naming what failed",
+    )
     v.add_argument("archive", help="path, URL, or NAME[@VERSION] in the registry")
-    v.add_argument("--trust", metavar="POLICY",
-                   help="also check the signatures against this trust policy and show who signed what: "
-                        "ARCHIVE.sig.json beside a file or URL, the registry's for NAME@VERSION (spec/SIGNING.md)")
+    v.add_argument(
+        "--trust",
+        metavar="POLICY",
+        help="also check the signatures against this trust policy and show who signed what: "
+        "ARCHIVE.sig.json beside a file or URL, the registry's for NAME@VERSION (spec/SIGNING.md)",
+    )
     _registry_args(v)
     v.add_argument("--json", action="store_true")
     v.set_defaults(func=cmd_verify)
 
     x = sub.add_parser("extract", help="extract members into a directory (never outside it)")
     x.add_argument("archive", help="path, URL, or NAME[@VERSION] in the registry")
-    x.add_argument("-C", "--directory", required=True,
-                   help="destination directory (created if missing; existing files are never overwritten)")
-    x.add_argument("--restore-paths", metavar="ROOT",
-                   help="replace the path sentinel in metadata JSON with ROOT (e.g. the site-packages holding triton)")
+    x.add_argument(
+        "-C",
+        "--directory",
+        required=True,
+        help="destination directory (created if missing; existing files are never overwritten)",
+    )
+    x.add_argument(
+        "--restore-paths",
+        metavar="ROOT",
+        help="replace the path sentinel in metadata JSON with ROOT (e.g. the site-packages holding triton)",
+    )
     _registry_args(x)
     x.set_defaults(func=cmd_extract)
 
 
 def _registry_args(p: argparse.ArgumentParser) -> None:
     """Where a NAME@VERSION argument is looked up, as for pull (ignored for paths and URLs)."""
-    p.add_argument("--registry", metavar="URL", help="registry for NAME@VERSION (default: $KARCHIVE_REGISTRY, "
-                                                     "else the local registry)")
-    p.add_argument("--cache-dir", metavar="DIR", help="local cache for NAME@VERSION (default: $KARCHIVE_CACHE_DIR, "
-                                                      "else $XDG_CACHE_HOME/karchive)")
+    p.add_argument(
+        "--registry",
+        metavar="URL",
+        help="registry for NAME@VERSION (default: $KARCHIVE_REGISTRY, else the local registry)",
+    )
+    p.add_argument(
+        "--cache-dir",
+        metavar="DIR",
+        help="local cache for NAME@VERSION (default: $KARCHIVE_CACHE_DIR, else $XDG_CACHE_HOME/karchive)",
+    )
 
 
 def _open(ref: str, args: argparse.Namespace | None = None):
     from ..registry.config import storage_options_from_env
     from ..resolve import open as open_ref
 
-    return open_ref(ref, registry=getattr(args, "registry", None), cache_dir=getattr(args, "cache_dir", None),
-                       storage_options=storage_options_from_env())
+    return open_ref(
+        ref,
+        registry=getattr(args, "registry", None),
+        cache_dir=getattr(args, "cache_dir", None),
+        storage_options=storage_options_from_env(),
+    )
 
 
 def _target_names(given: list[str] | None) -> set[str] | None:
@@ -88,8 +117,11 @@ def _select(manifest: Manifest, args: argparse.Namespace) -> list[Variant]:
     targets = _target_names(args.target)
     # Only the kernels asked for are read (format 2: one manifest shard each).
     # -k takes a qualified name or a short one (format/names.py, kernel_matches).
-    pool = [v for k in select_kernels(args.kernel, manifest.kernels()) for v in manifest.variants_of(k)] \
-        if args.kernel else manifest.variants
+    pool = (
+        [v for k in select_kernels(args.kernel, manifest.kernels()) for v in manifest.variants_of(k)]
+        if args.kernel
+        else manifest.variants
+    )
     for v in pool:
         if targets and str(v.target) not in targets:
             continue
@@ -128,17 +160,33 @@ def variant_json(v: Variant, sources: dict[str, FileRef]) -> dict[str, Any]:
 
 
 def _identity(m: Manifest, reader: ArchiveReader) -> dict[str, Any]:
-    return {"name": m.name, "version": m.version, "format_version": m.format_version,
-            "abi_version": m.abi_version, "produced_by": m.produced_by, "created": m.created,
-            "archive_bytes": reader.source.size, "dictionary": reader.has_dictionary}
+    return {
+        "name": m.name,
+        "version": m.version,
+        "format_version": m.format_version,
+        "abi_version": m.abi_version,
+        "produced_by": m.produced_by,
+        "created": m.created,
+        "archive_bytes": reader.source.size,
+        "dictionary": reader.has_dictionary,
+    }
 
 
 def _print_identity(m: Manifest, reader: ArchiveReader, shown: int | None = None) -> None:
-    print(printable(f"{m.name} {m.version}  ({human_bytes(reader.source.size)}, {plural(len(m), 'variant')}"
-                    + (f", {shown} shown" if shown is not None else "") + ")"))
+    print(
+        printable(
+            f"{m.name} {m.version}  ({human_bytes(reader.source.size)}, {plural(len(m), 'variant')}"
+            + (f", {shown} shown" if shown is not None else "")
+            + ")"
+        )
+    )
     # A reproducible build records no time (spec/FORMAT.md §12): say nothing rather than "created unset".
-    print(printable(f"  format {m.format_version}, launch ABI v{m.abi_version}"
-                    + (f", created {m.created}" if m.created else "")))
+    print(
+        printable(
+            f"  format {m.format_version}, launch ABI v{m.abi_version}"
+            + (f", created {m.created}" if m.created else "")
+        )
+    )
     print(printable("  produced by " + ", ".join(f"{k} {v}" for k, v in sorted(m.produced_by.items()) if v)))
 
 
@@ -167,17 +215,26 @@ def _print_summary(m: Manifest, reader: ArchiveReader, args: argparse.Namespace)
     autotune, heuristics = _records_of(m.autotune, args), _records_of(m.heuristics, args)
     inductor = section_of(m)
     if args.json:
-        emit_json({**_identity(m, reader), "variants": len(m),
-                   **({"shown": sum(n for _, n, _ in rows_of)} if filtered else {}),
-                   "kernels": [{"kernel": k, "variants": n, "targets": dict(ts)} for k, n, ts in rows_of],
-                   **({"autotune": len(autotune)} if autotune else {}),
-                   **({"heuristics": len(heuristics)} if heuristics else {}),
-                   **({"inductor_kernels": len(inductor.kernels)} if inductor is not None else {})})
+        emit_json(
+            {
+                **_identity(m, reader),
+                "variants": len(m),
+                **({"shown": sum(n for _, n, _ in rows_of)} if filtered else {}),
+                "kernels": [{"kernel": k, "variants": n, "targets": dict(ts)} for k, n, ts in rows_of],
+                **({"autotune": len(autotune)} if autotune else {}),
+                **({"heuristics": len(heuristics)} if heuristics else {}),
+                **({"inductor_kernels": len(inductor.kernels)} if inductor is not None else {}),
+            }
+        )
         return 0
     _print_identity(m, reader, sum(n for _, n, _ in rows_of) if filtered else None)
     shown_targets = sorted({t for _, _, ts in rows_of for t, _ in ts})
-    print(printable(f"  {plural(len(rows_of), 'kernel')}, targets {', '.join(shown_targets) or 'none'}"
-                    + (f"; {len(inductor.kernels)} generated by torch.compile (Inductor)" if inductor else "")))
+    print(
+        printable(
+            f"  {plural(len(rows_of), 'kernel')}, targets {', '.join(shown_targets) or 'none'}"
+            + (f"; {len(inductor.kernels)} generated by torch.compile (Inductor)" if inductor else "")
+        )
+    )
     print()
     rows = [[k, str(n), ", ".join(f"{t} {c}" for t, c in ts)] for k, n, ts in rows_of]
     print(table(["kernel", "variants", "per target"], rows, right=["variants"]))
@@ -214,20 +271,29 @@ def _autotune_line(records: list[dict]) -> str:
     if chosen:
         what = f"{plural(chosen, 'chosen config')} (by autotune key) among {plural(configs, 'config')}"
     else:
-        what = (f"{plural(configs, 'config')}, none chosen yet (each autotune key is tuned on the device "
-                "at its first launch)")
+        what = (
+            f"{plural(configs, 'config')}, none chosen yet (each autotune key is tuned on the device "
+            "at its first launch)"
+        )
     return f"autotune records: {what}, for {kernels}"
 
 
 def _no_match(m: Manifest, args: argparse.Namespace) -> str:
     """Why a filter selected nothing, with what the archive has, so the next try can be right (read from
     the manifest header: no shard is loaded for the message)."""
-    asked = " ".join([*(f"-k {k}" for k in args.kernel or ()), *(f"-t {t}" for t in args.target or ()),
-                      *([f"--key {args.key}"] if args.key else [])])
+    asked = " ".join(
+        [
+            *(f"-k {k}" for k in args.kernel or ()),
+            *(f"-t {t}" for t in args.target or ()),
+            *([f"--key {args.key}"] if args.key else []),
+        ]
+    )
     kernels, targets = m.kernels(), m.targets()
     hints = "".join(did_you_mean(k, kernels) for k in args.kernel or () if not select_kernels([k], kernels))
-    return (f"no variant of {m.name} {m.version} matches {asked}{hints}; it has kernels "
-            f"{', '.join(kernels) or '(none)'} and targets {', '.join(targets) or '(none)'}")
+    return (
+        f"no variant of {m.name} {m.version} matches {asked}{hints}; it has kernels "
+        f"{', '.join(kernels) or '(none)'} and targets {', '.join(targets) or '(none)'}"
+    )
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
@@ -243,27 +309,42 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         return _print_ir(reader, variants, args.ir)
     sources = {s.path: s for s in m.sources}
     if args.json:
-        emit_json({
-            **_identity(m, reader),
-            "variants": [variant_json(v, sources) for v in variants],
-            **({"autotune": m.autotune} if m.autotune else {}),
-            **({"heuristics": m.heuristics} if m.heuristics else {}),
-            **({"inductor": inductor.to_json()} if (inductor := section_of(m)) is not None else {}),
-        })
+        emit_json(
+            {
+                **_identity(m, reader),
+                "variants": [variant_json(v, sources) for v in variants],
+                **({"autotune": m.autotune} if m.autotune else {}),
+                **({"heuristics": m.heuristics} if m.heuristics else {}),
+                **({"inductor": inductor.to_json()} if (inductor := section_of(m)) is not None else {}),
+            }
+        )
         return 0
     _print_identity(m, reader, len(variants) if filtered else None)
     rows = []
     for v in variants:
         ir = sorted(v.ir)
-        rows.append([
-            v.kernel, str(v.target), v.key[:12], f"{v.options.get('num_warps')}/{v.options.get('num_stages')}",
-            human_bytes(v.abi.shared), human_bytes(v.binary.size), ",".join(ir) if ir else "no",
-            ", ".join(str(h.get("name", "?")) for h in v.provenance.hooks) or "-", _constexpr_text(v),
-        ])
+        rows.append(
+            [
+                v.kernel,
+                str(v.target),
+                v.key[:12],
+                f"{v.options.get('num_warps')}/{v.options.get('num_stages')}",
+                human_bytes(v.abi.shared),
+                human_bytes(v.binary.size),
+                ",".join(ir) if ir else "no",
+                ", ".join(str(h.get("name", "?")) for h in v.provenance.hooks) or "-",
+                _constexpr_text(v),
+            ]
+        )
     print()
     # "specialisation": constexpr values and the ints fixed to 1 (stride==1): what this variant was compiled for.
-    print(table(["kernel", "target", "key", "warps/stages", "shared", "binary", "IR", "hooks", "specialisation"],
-                rows, right=["shared", "binary"]))
+    print(
+        table(
+            ["kernel", "target", "key", "warps/stages", "shared", "binary", "IR", "hooks", "specialisation"],
+            rows,
+            right=["shared", "binary"],
+        )
+    )
     _print_records(_records_of(m.autotune, args), _records_of(m.heuristics, args))
     inductor = section_of(m)
     if inductor is not None:
@@ -274,19 +355,29 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def _print_inductor(section: InductorSection) -> None:
     """Which kernels torch.compile (Inductor) generated, the config each launched with, and their graphs."""
     print()
-    print(printable(f"torch.compile (Inductor): {plural(len(section.kernels), 'kernel')} with recorded autotune "
-                    f"decisions, {plural(len(section.templates), 'template selection')}"))
+    print(
+        printable(
+            f"torch.compile (Inductor): {plural(len(section.kernels), 'kernel')} with recorded autotune "
+            f"decisions, {plural(len(section.templates), 'template selection')}"
+        )
+    )
     rows = []
     for d in section.kernels:
         cfg = d.config
         kwargs = ",".join(f"{k}={v}" for k, v in sorted(cfg["kwargs"].items()))
-        rows.append([d.kernel.rpartition(":")[2], d.kernel.partition(":")[0][len("inductor.k"):][:12],
-                     d.heuristic or "-", f"{kwargs} w{cfg.get('num_warps')}/s{cfg.get('num_stages')}"
-                     + (" (coordesc)" if d.found_by_coordesc else ""),
-                     "-" if d.configs_compiled is None else str(d.configs_compiled), "; ".join(d.graphs) or "-"])
+        rows.append(
+            [
+                d.kernel.rpartition(":")[2],
+                d.kernel.partition(":")[0][len("inductor.k") :][:12],
+                d.heuristic or "-",
+                f"{kwargs} w{cfg.get('num_warps')}/s{cfg.get('num_stages')}"
+                + (" (coordesc)" if d.found_by_coordesc else ""),
+                "-" if d.configs_compiled is None else str(d.configs_compiled),
+                "; ".join(d.graphs) or "-",
+            ]
+        )
     if rows:
-        print(table(["function", "source", "heuristic", "chosen config", "configs", "graphs"], rows,
-                    right=["configs"]))
+        print(table(["function", "source", "heuristic", "chosen config", "configs", "graphs"], rows, right=["configs"]))
 
 
 def _heuristics_line(records: list[dict]) -> str:
@@ -295,11 +386,19 @@ def _heuristics_line(records: list[dict]) -> str:
     names = sorted({str(n) for r in records for n in (r.get("names") or [])})
     cases = sum(len(c) for r in records for c in (r.get("cases") or {}).values() if isinstance(c, list))
     exprs = sum(len(r.get("exprs") or {}) for r in records if isinstance(r.get("exprs"), dict))
-    held = [x for x in ((plural(exprs, "stored expression") if exprs else ""),
-                        (plural(cases, "recorded case") if cases else "")) if x]
+    held = [
+        x
+        for x in (
+            (plural(exprs, "stored expression") if exprs else ""),
+            (plural(cases, "recorded case") if cases else ""),
+        )
+        if x
+    ]
     kernels = ", ".join(sorted(str(r.get("kernel")) for r in records))
-    return (f"heuristics records: {' and '.join(held) or 'no expression and no recorded case'} computing "
-            f"{', '.join(names) or '(nothing)'} for {kernels}")
+    return (
+        f"heuristics records: {' and '.join(held) or 'no expression and no recorded case'} computing "
+        f"{', '.join(names) or '(nothing)'} for {kernels}"
+    )
 
 
 def _constexpr_text(v: Variant) -> str:
@@ -315,8 +414,10 @@ def _constexpr_text(v: Variant) -> str:
 def _print_ir(reader: ArchiveReader, variants: list[Variant], stage: str) -> int:
     if len(variants) != 1:
         listing = "\n".join(f"  {v.key[:16]}  {v.kernel}  {v.target}  {_constexpr_text(v)}" for v in variants)
-        raise KarchiveError(f"--ir needs exactly one variant; {len(variants)} match"
-                            + (f" (narrow with --key, -k, -t):\n{listing}" if variants else ""))
+        raise KarchiveError(
+            f"--ir needs exactly one variant; {len(variants)} match"
+            + (f" (narrow with --key, -k, -t):\n{listing}" if variants else "")
+        )
     v = variants[0]
     if stage == "source":
         path = v.source
@@ -326,7 +427,9 @@ def _print_ir(reader: ArchiveReader, variants: list[Variant], stage: str) -> int
         ref = v.ir.get(stage)
         path = ref.path if ref else None
     if not path:
-        raise KarchiveError(f"variant {v.key[:12]} has no {stage!r} stage (it has: {', '.join(sorted(v.ir)) or 'no IR'})")
+        raise KarchiveError(
+            f"variant {v.key[:12]} has no {stage!r} stage (it has: {', '.join(sorted(v.ir)) or 'no IR'})"
+        )
     sys.stdout.write(printable(reader.read(path).decode("utf-8", errors="replace"), keep="\n\t"))
     return 0
 
@@ -406,7 +509,6 @@ def _sharded_schema_problems(reader: ArchiveReader) -> list[str]:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from ..resolve import open as open_ref
-
     from ..trust.enforce import policy_from_env
 
     policy = args.trust or policy_from_env()  # the variable applies to every load, verify's too
@@ -420,8 +522,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
         # archive shows its damage; the signatures are checked below and reported beside it.
         from ..registry.config import storage_options_from_env
 
-        reader = open_ref(args.archive, registry=args.registry, cache_dir=args.cache_dir, trust=False,
-                          storage_options=storage_options_from_env())  # credentials of a remote registry
+        reader = open_ref(
+            args.archive,
+            registry=args.registry,
+            cache_dir=args.cache_dir,
+            trust=False,
+            storage_options=storage_options_from_env(),
+        )  # credentials of a remote registry
     except FileNotFoundError:
         raise  # nothing to verify: an error (exit 2), as in every command, not "damaged" (exit 1)
     except FormatError as exc:
@@ -449,8 +556,13 @@ def cmd_verify(args: argparse.Namespace) -> int:
         emit_json(result)
     else:
         if result["ok"]:
-            print(printable(f"OK {args.archive}: {result['name']} {result['version']}, {result['members']} members, "
-                            "every digest matches") + (f"\nsha256 {result['sha256']}" if "sha256" in result else ""))
+            print(
+                printable(
+                    f"OK {args.archive}: {result['name']} {result['version']}, {result['members']} members, "
+                    "every digest matches"
+                )
+                + (f"\nsha256 {result['sha256']}" if "sha256" in result else "")
+            )
         else:
             print(printable(f"FAILED {args.archive}:"))
             for p in result["problems"]:
@@ -463,10 +575,9 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 
 def cmd_extract(args: argparse.Namespace) -> int:
+    from ..core.destination import output_dir
     from ..format.extract import extract_all
     from ..format.sentinel import restore_json_bytes
-
-    from ..core.destination import output_dir
 
     # Checked first (a file there, no permission), created only once the archive proved intact.
     output_dir(args.directory, create=False)

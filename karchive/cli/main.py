@@ -18,17 +18,17 @@ from .output import EXIT_BROKEN_PIPE, EXIT_ERROR, EXIT_INTERRUPTED, emit_json, e
 
 #: Command-group modules under karchive.cli; each defines register(subparsers).
 COMMAND_MODULES = (
-    "build_cmds",     # compile, build
-    "inspect_cmds",   # inspect, verify, extract
+    "build_cmds",  # compile, build
+    "inspect_cmds",  # inspect, verify, extract
     "registry_cmds",  # publish, pull, ls, lock, cache
-    "cache_cmds",     # export-triton-cache, import-triton-cache
-    "diff_cmds",      # diff
-    "trust_cmds",     # keygen, sign
-    "regmeta_cmds",   # registry-meta refresh, registry-meta show
-    "rebuild_cmds",   # rebuild --check
-    "doctor_cmds",    # doctor
-    "tune_cmds",      # tune --export/--import (on-device tuning decisions)
-    "oci_cmds",       # oci-image (archives as an OCI image for Kubernetes image volumes)
+    "cache_cmds",  # export-triton-cache, import-triton-cache
+    "diff_cmds",  # diff
+    "trust_cmds",  # keygen, sign
+    "regmeta_cmds",  # registry-meta refresh, registry-meta show
+    "rebuild_cmds",  # rebuild --check
+    "doctor_cmds",  # doctor
+    "tune_cmds",  # tune --export/--import (on-device tuning decisions)
+    "oci_cmds",  # oci-image (archives as an OCI image for Kubernetes image volumes)
 )
 
 
@@ -44,8 +44,17 @@ COMMON_HELP = {
 
 #: Optional packages a command may need, and the extra that installs each (pyproject.toml): a command run
 #: without one says what to install instead of printing a traceback.
-EXTRAS = {"triton": "producer", "rich": "cli", "cuda": "cuda", "hip": "hip", "s3fs": "s3", "gcsfs": "gcs",
-          "aiohttp": "http", "cryptography": "trust", "ray": "ray"}
+EXTRAS = {
+    "triton": "producer",
+    "rich": "cli",
+    "cuda": "cuda",
+    "hip": "hip",
+    "s3fs": "s3",
+    "gcsfs": "gcs",
+    "aiohttp": "http",
+    "cryptography": "trust",
+    "ray": "ray",
+}
 
 
 class HelpFormatter(argparse.HelpFormatter):
@@ -54,8 +63,13 @@ class HelpFormatter(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         default = action.default
-        if (not action.option_strings or default in (None, False, [], "") or default is argparse.SUPPRESS
-                or "default" in text.lower() or isinstance(action, argparse._VersionAction)):
+        if (
+            not action.option_strings
+            or default in (None, False, [], "")
+            or default is argparse.SUPPRESS
+            or "default" in text.lower()
+            or isinstance(action, argparse._VersionAction)
+        ):
             return text
         return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
 
@@ -64,6 +78,7 @@ def _show_help(parser: argparse.ArgumentParser) -> Callable[[argparse.Namespace]
     def run(_args: argparse.Namespace) -> int:
         parser.print_help()
         return 0
+
     return run
 
 
@@ -102,14 +117,19 @@ _json_requested = False  # set by main(): usage errors happen before there is a 
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="karchive", description="Versioned archives of prebuilt Triton kernels.",
-                    epilog="Run 'karchive COMMAND --help' for a command's options. Exit status: 0 success, "
-                           "1 a negative result (verify: damage, diff: different, build --keep-going: failed "
-                           "variants), 2 error (a build with failed variants without --keep-going), 3 rebuild "
-                           "--check could not reproduce everything, 130 interrupted, 141 output cut (| head). "
-                           "Documents: README.md, spec/BUILD.md, spec/REGISTRY.md, docs/cli.md.")
+    parser = Parser(
+        prog="karchive",
+        description="Versioned archives of prebuilt Triton kernels.",
+        epilog="Run 'karchive COMMAND --help' for a command's options. Exit status: 0 success, "
+        "1 a negative result (verify: damage, diff: different, build --keep-going: failed "
+        "variants), 2 error (a build with failed variants without --keep-going), 3 rebuild "
+        "--check could not reproduce everything, 130 interrupted, 141 output cut (| head). "
+        "Documents: README.md, spec/BUILD.md, spec/REGISTRY.md, docs/cli.md.",
+    )
     parser.add_argument("--version", action="version", version=f"karchive {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", help="one of these (karchive COMMAND --help for more):")
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", help="one of these (karchive COMMAND --help for more):"
+    )
     for name in COMMAND_MODULES:
         importlib.import_module(f"{__package__}.{name}").register(sub)
     _finish(parser)
@@ -164,8 +184,9 @@ def main(argv: list[str] | None = None) -> int:
             extra = EXTRAS.get((exc.name or "").split(".")[0])
             if extra is None:
                 raise  # not an optional dependency: a bug, and its traceback is the report
-            code = _fail(args, exc, f"this command needs {exc.name}, which is not installed: "
-                                    f"pip install 'karchive[{extra}]'")
+            code = _fail(
+                args, exc, f"this command needs {exc.name}, which is not installed: pip install 'karchive[{extra}]'"
+            )
         except BrokenPipeError:
             raise
         except OSError as exc:  # the machine refused (disk full, permission): one line, not a traceback

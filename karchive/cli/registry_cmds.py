@@ -24,24 +24,37 @@ def _registry(args: argparse.Namespace) -> Any:
     from ..registry import Registry
     from ..registry.config import storage_options_from_env
 
-    return Registry(args.registry, storage_options_from_env(), cache=getattr(args, "cache_dir", None),
-                    progress=args.progress)
+    return Registry(
+        args.registry, storage_options_from_env(), cache=getattr(args, "cache_dir", None), progress=args.progress
+    )
 
 
 def _common(p: argparse.ArgumentParser, *, registry: bool = True, cache: bool = True, progress: bool = True) -> None:
     if registry:
-        p.add_argument("--registry", metavar="URL",
-                       help="registry directory or fsspec URL (default: $KARCHIVE_REGISTRY, else the local "
-                            "registry under $XDG_DATA_HOME/karchive/registry)")
+        p.add_argument(
+            "--registry",
+            metavar="URL",
+            help="registry directory or fsspec URL (default: $KARCHIVE_REGISTRY, else the local "
+            "registry under $XDG_DATA_HOME/karchive/registry)",
+        )
     if cache:
-        p.add_argument("--cache-dir", metavar="DIR", help="local cache (default: $KARCHIVE_CACHE_DIR, else "
-                                                          "$XDG_CACHE_HOME/karchive)")
+        p.add_argument(
+            "--cache-dir",
+            metavar="DIR",
+            help="local cache (default: $KARCHIVE_CACHE_DIR, else $XDG_CACHE_HOME/karchive)",
+        )
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     if not progress:  # nothing is transferred (cache ls/prune): no progress flags to offer
         p.set_defaults(progress=None)
         return
-    p.add_argument("--progress", dest="progress", action="store_const", const=True, default=None,
-                   help="show transfer progress on stderr (default: only when stderr is a terminal)")
+    p.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_const",
+        const=True,
+        default=None,
+        help="show transfer progress on stderr (default: only when stderr is a terminal)",
+    )
     p.add_argument("--no-progress", dest="progress", action="store_const", const=False, help="no progress output")
 
 
@@ -74,22 +87,44 @@ def cmd_publish(args: argparse.Namespace) -> int:
     # A named location (--registry, $KARCHIVE_REGISTRY) must hold a registry already unless --create-registry:
     # a mistyped one would otherwise become a new registry holding only this archive. The default local
     # registry is karchive's own directory, made by its first publish (the README's commands on a fresh machine).
-    result = reg.publish(args.archive, sign=keys, build_info=info, sidecar=not args.no_sidecar,
-                         registry_keys=meta_keys, create=args.create_registry or reg.is_default)
+    result = reg.publish(
+        args.archive,
+        sign=keys,
+        build_info=info,
+        sidecar=not args.no_sidecar,
+        registry_keys=meta_keys,
+        create=args.create_registry or reg.is_default,
+    )
     sigs = [{"key_id": s.key_id, "created": s.created, "source": s.source} for s in result.signatures]
     if args.json:
-        emit_json({"registry": result.registry, "created": result.created, "index_current": result.index_current,
-                   "signatures": sigs, **result.record.to_dict(),
-                   **({"metadata": result.metadata.to_json()} if result.metadata else {})})
+        emit_json(
+            {
+                "registry": result.registry,
+                "created": result.created,
+                "index_current": result.index_current,
+                "signatures": sigs,
+                **result.record.to_dict(),
+                **({"metadata": result.metadata.to_json()} if result.metadata else {}),
+            }
+        )
     else:
         stored_now = any(sig.created for sig in result.signatures)  # then there was something to do after all
-        verb = "published" if result.created else \
-            "already published (identical bytes):" if stored_now else "already published (identical bytes, nothing to do):"
-        print(f"{verb} {result.record.ref} sha256:{result.record.sha256} ({human_bytes(result.record.size)}) "
-              f"to {result.registry}")
+        verb = (
+            "published"
+            if result.created
+            else "already published (identical bytes):"
+            if stored_now
+            else "already published (identical bytes, nothing to do):"
+        )
+        print(
+            f"{verb} {result.record.ref} sha256:{result.record.sha256} ({human_bytes(result.record.size)}) "
+            f"to {result.registry}"
+        )
         for s in result.signatures:
             how = "stored" if s.created else "already stored"
-            print(f"  signature by key {s.key_id[:16]} ({'signed now' if s.source == 'key' else 'from the sidecar'}): {how}")
+            print(
+                f"  signature by key {s.key_id[:16]} ({'signed now' if s.source == 'key' else 'from the sidecar'}): {how}"
+            )
         if result.metadata is not None:
             print("\n".join(printable(line) for line in metadata_lines(result.metadata)))
         if not result.index_current:
@@ -102,16 +137,21 @@ def _open_options(args: argparse.Namespace) -> Any:
     takes (the one place the CLI's flags become it; `lock` has no --lockfile: it writes one)."""
     from ..registry.options import OpenOptions
 
-    return OpenOptions(lockfile=getattr(args, "lockfile", None), trust=args.trust,
-                       allow_downgrade=args.allow_downgrade)
+    return OpenOptions(lockfile=getattr(args, "lockfile", None), trust=args.trust, allow_downgrade=args.allow_downgrade)
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
     reg = _registry(args)
     result = reg.pull(args.ref, args.output, _open_options(args))
     if args.json:
-        emit_json({"path": str(result.path), "downloaded": result.downloaded, **result.record.to_dict(),
-                   **({"trust": result.trust.to_json()} if result.trust else {})})
+        emit_json(
+            {
+                "path": str(result.path),
+                "downloaded": result.downloaded,
+                **result.record.to_dict(),
+                **({"trust": result.trust.to_json()} if result.trust else {}),
+            }
+        )
     else:
         how = "downloaded" if result.downloaded else "from cache"
         print(f"{result.record.ref} sha256:{result.record.sha256} ({how}) -> {result.path}")
@@ -158,8 +198,13 @@ def cmd_lock(args: argparse.Namespace) -> int:
     lock, verdicts = reg.lock(args.refs, _open_options(args))
     lock.write(output)
     if args.json:
-        emit_json({"lockfile": args.output, "archives": {n: p.to_json() for n, p in sorted(lock.pins.items())},
-                   "signer_names": {n: dict(v.signers) for n, v in sorted(verdicts.items())}})
+        emit_json(
+            {
+                "lockfile": args.output,
+                "archives": {n: p.to_json() for n, p in sorted(lock.pins.items())},
+                "signer_names": {n: dict(v.signers) for n, v in sorted(verdicts.items())},
+            }
+        )
     else:
         for pin in sorted(lock.pins.values(), key=lambda p: p.name):
             print(f"pinned {pin.name}@{pin.version} sha256:{pin.sha256}")
@@ -169,7 +214,9 @@ def cmd_lock(args: argparse.Namespace) -> int:
             if pin.name in verdicts and not pin.signers:
                 print("  no signer pinned: the policy allows this name unsigned")
         if not verdicts:
-            print("no signers pinned: give --trust POLICY (or set $KARCHIVE_TRUST_POLICY) to pin who signed each archive")
+            print(
+                "no signers pinned: give --trust POLICY (or set $KARCHIVE_TRUST_POLICY) to pin who signed each archive"
+            )
         print(f"wrote {args.output}")
     return 0
 
@@ -235,24 +282,43 @@ def cmd_cache_ls(args: argparse.Namespace) -> int:
     on_disk = _tree_bytes(cache.root) if cache.root.exists() else 0
     other = max(0, on_disk - archive_bytes - build_bytes)  # receipts, refs, locks, partial downloads
     if args.json:
-        emit_json({"cache": str(cache.root), "archives": [e.to_json() for e in entries],
-                   "total_bytes": archive_bytes, "partial_downloads": len(partial),
-                   "build_cache": {"path": str(cache.root / BUILD_CACHE), "entries": len(build), "bytes": build_bytes},
-                   "other_bytes": other, "disk_bytes": on_disk})
+        emit_json(
+            {
+                "cache": str(cache.root),
+                "archives": [e.to_json() for e in entries],
+                "total_bytes": archive_bytes,
+                "partial_downloads": len(partial),
+                "build_cache": {"path": str(cache.root / BUILD_CACHE), "entries": len(build), "bytes": build_bytes},
+                "other_bytes": other,
+                "disk_bytes": on_disk,
+            }
+        )
         return 0
     print(f"cache: {cache.root}")
     if not entries:
         print("no cached archives")
     else:
         now = time.time()
-        rows = [[e.sha256[:12], ", ".join(e.refs) or "-", human_bytes(e.size), "yes" if e.verified else "no",
-                 _ago(now - e.last_used)] for e in entries]
+        rows = [
+            [
+                e.sha256[:12],
+                ", ".join(e.refs) or "-",
+                human_bytes(e.size),
+                "yes" if e.verified else "no",
+                _ago(now - e.last_used),
+            ]
+            for e in entries
+        ]
         print(table(["SHA256", "ARCHIVES", "SIZE", "VERIFIED", "LAST USED"], rows, right=["SIZE"]))
         print(f"{plural(len(entries), 'archive')}, {human_bytes(archive_bytes)}")
     if partial:
-        print(f"{plural(len(partial), 'partial download')} in {cache.root / 'tmp'} (`karchive cache prune` removes dead ones)")
-    print(f"build cache: {plural(len(build), 'compiled variant')}, {human_bytes(build_bytes)} in {cache.root / BUILD_CACHE} "
-          "(Triton's cache for karchive build: safe to prune, a build compiles again what is gone)")
+        print(
+            f"{plural(len(partial), 'partial download')} in {cache.root / 'tmp'} (`karchive cache prune` removes dead ones)"
+        )
+    print(
+        f"build cache: {plural(len(build), 'compiled variant')}, {human_bytes(build_bytes)} in {cache.root / BUILD_CACHE} "
+        "(Triton's cache for karchive build: safe to prune, a build compiles again what is gone)"
+    )
     print(f"total on disk: {human_bytes(on_disk)} ({human_bytes(other)} of receipts, references and partial downloads)")
     return 0
 
@@ -288,8 +354,9 @@ def cmd_cache_prune(args: argparse.Namespace) -> int:
     if max_size is not None:
         # One LRU order over both kinds: walk oldest first, dropping until the rest fits.
         archives = [e for e in cache.entries() if max_age is None or now - e.last_used <= max_age]
-        items: list[tuple[float, Any]] = sorted([(b.written, b) for b in kept_build] + [(e.last_used, e) for e in archives],
-                                                key=lambda t: t[0])
+        items: list[tuple[float, Any]] = sorted(
+            [(b.written, b) for b in kept_build] + [(e.last_used, e) for e in archives], key=lambda t: t[0]
+        )
         total = sum(b.size for b in kept_build) + sum(e.size for e in archives)
         for _when, item in items:
             if total <= max_size:
@@ -304,48 +371,82 @@ def cmd_cache_prune(args: argparse.Namespace) -> int:
     report = cache.prune(max_size=archive_budget, max_age=max_age)
     freed_build = sum(b.size for b in doomed)
     if args.json:
-        emit_json({"removed": [e.to_json() for e in report.removed], "freed_bytes": report.freed,
-                   "kept": report.kept, "kept_bytes": report.kept_bytes, "busy": report.busy,
-                   "partial_files_removed": report.partial_files_removed,
-                   "build_cache": {"removed": len(doomed), "freed_bytes": freed_build, "kept": len(kept_build),
-                                   "kept_bytes": sum(b.size for b in kept_build)}})
+        emit_json(
+            {
+                "removed": [e.to_json() for e in report.removed],
+                "freed_bytes": report.freed,
+                "kept": report.kept,
+                "kept_bytes": report.kept_bytes,
+                "busy": report.busy,
+                "partial_files_removed": report.partial_files_removed,
+                "build_cache": {
+                    "removed": len(doomed),
+                    "freed_bytes": freed_build,
+                    "kept": len(kept_build),
+                    "kept_bytes": sum(b.size for b in kept_build),
+                },
+            }
+        )
     else:
-        print(f"removed {plural(len(report.removed), 'archive')} ({human_bytes(report.freed)}), kept {report.kept} "
-              f"({human_bytes(report.kept_bytes)}), removed {plural(report.partial_files_removed, 'partial download')}"
-              + (f", {report.busy} in use" if report.busy else ""))
-        print(f"build cache: removed {plural(len(doomed), 'compiled variant')} ({human_bytes(freed_build)}), kept "
-              f"{len(kept_build)} ({human_bytes(sum(b.size for b in kept_build))})")
+        print(
+            f"removed {plural(len(report.removed), 'archive')} ({human_bytes(report.freed)}), kept {report.kept} "
+            f"({human_bytes(report.kept_bytes)}), removed {plural(report.partial_files_removed, 'partial download')}"
+            + (f", {report.busy} in use" if report.busy else "")
+        )
+        print(
+            f"build cache: removed {plural(len(doomed), 'compiled variant')} ({human_bytes(freed_build)}), kept "
+            f"{len(kept_build)} ({human_bytes(sum(b.size for b in kept_build))})"
+        )
         if max_size is None and max_age is None:
-            print("nothing is pruned by size or age without --max-size SIZE or --max-age AGE "
-                  "(only dead partial downloads were removed)", file=sys.stderr)
+            print(
+                "nothing is pruned by size or age without --max-size SIZE or --max-age AGE "
+                "(only dead partial downloads were removed)",
+                file=sys.stderr,
+            )
     return 0
 
 
 # -- registration ---------------------------------------------------------------------------------
 def _trust_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--trust", metavar="POLICY",
-                   help="refuse an archive whose signatures this trust policy does not accept (spec/SIGNING.md; "
-                        "default: $KARCHIVE_TRUST_POLICY)")
-    p.add_argument("--allow-downgrade", action="store_true",
-                   help="accept a NAME@latest older than a version this cache already verified (rollback check)")
+    p.add_argument(
+        "--trust",
+        metavar="POLICY",
+        help="refuse an archive whose signatures this trust policy does not accept (spec/SIGNING.md; "
+        "default: $KARCHIVE_TRUST_POLICY)",
+    )
+    p.add_argument(
+        "--allow-downgrade",
+        action="store_true",
+        help="accept a NAME@latest older than a version this cache already verified (rollback check)",
+    )
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("publish", help="verify an archive and publish it to a registry (and sign it)")
     p.add_argument("archive", help="the .karc file; its manifest gives the name and version")
-    p.add_argument("--sign", action="append", metavar="KEY",
-                   help="sign it with this private key (repeatable); the signature is stored beside the blob")
+    p.add_argument(
+        "--sign",
+        action="append",
+        metavar="KEY",
+        help="sign it with this private key (repeatable); the signature is stored beside the blob",
+    )
     p.add_argument("--passphrase-env", metavar="VAR", help="the signing keys' passphrase is in $VAR")
     p.add_argument("--provenance", metavar="BUILDINFO", help="build info (JSON) for the statement --sign signs")
-    p.add_argument("--no-sidecar", action="store_true",
-                   help="do not store the signatures of ARCHIVE.sig.json (stored by default when it exists)")
+    p.add_argument(
+        "--no-sidecar",
+        action="store_true",
+        help="do not store the signatures of ARCHIVE.sig.json (stored by default when it exists)",
+    )
     from .regmeta_cmds import add_registry_key_arg
 
     add_registry_key_arg(p)
-    p.add_argument("--create-registry", action="store_true",
-                   help="make a new registry at --registry / $KARCHIVE_REGISTRY if none is there (without it, a "
-                        "location that holds no registry is refused: a typo never becomes a new registry; the "
-                        "default local registry is made by its first publish)")
+    p.add_argument(
+        "--create-registry",
+        action="store_true",
+        help="make a new registry at --registry / $KARCHIVE_REGISTRY if none is there (without it, a "
+        "location that holds no registry is refused: a typo never becomes a new registry; the "
+        "default local registry is made by its first publish)",
+    )
     _common(p, cache=False)
     p.set_defaults(func=cmd_publish)
 
@@ -380,11 +481,21 @@ def register(sub: Any) -> None:
     c = csub.add_parser("ls", help="list cached archives, and the build cache's size")
     _common(c, registry=False, progress=False)
     c.set_defaults(func=cmd_cache_ls)
-    c = csub.add_parser("prune", help="remove unused archives and build-cache entries by age and/or total size, "
-                                      "and dead partial downloads")
-    c.add_argument("--max-size", metavar="SIZE", help="keep at most SIZE bytes of archives and build cache together "
-                                                      "(e.g. 2G), dropping the least recently used first")
-    c.add_argument("--max-age", metavar="AGE", help="drop archives unused, and build-cache entries written, longer "
-                                                    "than AGE ago (e.g. 30d, 12h; 0 empties both)")
+    c = csub.add_parser(
+        "prune",
+        help="remove unused archives and build-cache entries by age and/or total size, and dead partial downloads",
+    )
+    c.add_argument(
+        "--max-size",
+        metavar="SIZE",
+        help="keep at most SIZE bytes of archives and build cache together "
+        "(e.g. 2G), dropping the least recently used first",
+    )
+    c.add_argument(
+        "--max-age",
+        metavar="AGE",
+        help="drop archives unused, and build-cache entries written, longer "
+        "than AGE ago (e.g. 30d, 12h; 0 empties both)",
+    )
     _common(c, registry=False, progress=False)
     c.set_defaults(func=cmd_cache_prune)

@@ -35,19 +35,28 @@ def registry_keys(paths: list[str] | None, passphrase_env: str | None) -> list[A
 
 
 def add_registry_key_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--registry-key", action="append", metavar="KEY",
-                   help="then issue the registry's next signed snapshot and timestamp with this private key "
-                        f"(repeatable, for a threshold; default: ${REGISTRY_KEY_ENV} if set; spec/SIGNING.md §11)")
+    p.add_argument(
+        "--registry-key",
+        action="append",
+        metavar="KEY",
+        help="then issue the registry's next signed snapshot and timestamp with this private key "
+        f"(repeatable, for a threshold; default: ${REGISTRY_KEY_ENV} if set; spec/SIGNING.md §11)",
+    )
 
 
 def metadata_lines(update: Any) -> list[str]:
-    snap = (f"snapshot {update.snapshot_version} issued ({update.versions} versions of {update.names} names, "
-            f"expires {update.snapshot_expires})" if update.snapshot_created
-            else f"snapshot {update.snapshot_version} kept (expires {update.snapshot_expires})")
+    snap = (
+        f"snapshot {update.snapshot_version} issued ({update.versions} versions of {update.names} names, "
+        f"expires {update.snapshot_expires})"
+        if update.snapshot_created
+        else f"snapshot {update.snapshot_version} kept (expires {update.snapshot_expires})"
+    )
     lines = [f"  registry metadata: {snap}; timestamp {update.timestamp_version} (expires {update.timestamp_expires})"]
     if update.attempts > 1:
-        lines.append(f"  (another writer issued a snapshot meanwhile: took number {update.snapshot_version} "
-                     f"after {update.attempts} tries)")
+        lines.append(
+            f"  (another writer issued a snapshot meanwhile: took number {update.snapshot_version} "
+            f"after {update.attempts} tries)"
+        )
     return lines
 
 
@@ -56,8 +65,9 @@ def _duration(text: str) -> datetime.timedelta:
 
     seconds = parse_age(text)
     if seconds <= 0:
-        raise RegistryValueError(f"bad expiry {text!r}: give a positive duration such as 1d, 12h or 7d",
-                                 value=repr(text)[:200])
+        raise RegistryValueError(
+            f"bad expiry {text!r}: give a positive duration such as 1d, 12h or 7d", value=repr(text)[:200]
+        )
     return datetime.timedelta(seconds=seconds)
 
 
@@ -73,16 +83,22 @@ def cmd_refresh(args: argparse.Namespace) -> int:
     reg = _registry(args)  # first: the error below names the registry
     if not keys:
         raise RegistryError(f"registry-meta refresh needs --key KEY (or ${REGISTRY_KEY_ENV})", registry=reg.url)
-    update = reg.update_metadata(keys, snapshot=args.snapshot, timestamp_expires=_duration(args.expires),
-                                 snapshot_expires=_duration(args.snapshot_expires))
+    update = reg.update_metadata(
+        keys,
+        snapshot=args.snapshot,
+        timestamp_expires=_duration(args.expires),
+        snapshot_expires=_duration(args.snapshot_expires),
+    )
     if args.json:
         emit_json(update.to_json())
         return 0
     print(printable(f"re-signed the registry metadata of {update.registry}"))
     print("\n".join(printable(line) for line in metadata_lines(update)))
     if not update.snapshot_created and update.snapshot_expires < update.timestamp_expires:
-        print(f"warning: the snapshot expires ({update.snapshot_expires}) before this timestamp; "
-              "issue a new one with --snapshot")
+        print(
+            f"warning: the snapshot expires ({update.snapshot_expires}) before this timestamp; "
+            "issue a new one with --snapshot"
+        )
     return 0
 
 
@@ -96,8 +112,9 @@ def cmd_show(args: argparse.Namespace) -> int:
 
         policy = TrustPolicy.load(args.trust)
         if policy.registry is None:
-            raise RegistryError(f"{args.trust} has no [registry] section: nothing says who signs registry metadata",
-                                registry=reg.url)
+            raise RegistryError(
+                f"{args.trust} has no [registry] section: nothing says who signs registry metadata", registry=reg.url
+            )
         meta = load_trusted(reg, policy)
         ts: Any = meta.timestamp
         snap: Any = meta.snapshot
@@ -108,43 +125,74 @@ def cmd_show(args: argparse.Namespace) -> int:
         ts, snap, _, _ = read_current(reg)
         verified = None
         if ts is None:
-            raise RegistryError(f"{reg.url} has no signed registry metadata (`karchive registry-meta refresh --snapshot "
-                                "--key KEY` issues it)", registry=reg.url)
-    doc: dict[str, Any] = {"registry": reg.url, "verified": verified is not None,
-                           "timestamp": {"version": ts.version, "issued": fmt_time(ts.issued),
-                                         "expires": fmt_time(ts.expires), "snapshot_version": ts.snapshot_version,
-                                         "snapshot_sha256": ts.snapshot_sha256}}
+            raise RegistryError(
+                f"{reg.url} has no signed registry metadata (`karchive registry-meta refresh --snapshot "
+                "--key KEY` issues it)",
+                registry=reg.url,
+            )
+    doc: dict[str, Any] = {
+        "registry": reg.url,
+        "verified": verified is not None,
+        "timestamp": {
+            "version": ts.version,
+            "issued": fmt_time(ts.issued),
+            "expires": fmt_time(ts.expires),
+            "snapshot_version": ts.snapshot_version,
+            "snapshot_sha256": ts.snapshot_sha256,
+        },
+    }
     if snap is not None:
-        doc["snapshot"] = {"version": snap.version, "issued": fmt_time(snap.issued), "expires": fmt_time(snap.expires),
-                           "names": {n: sorted(vs) for n, vs in snap.names.items()}}
+        doc["snapshot"] = {
+            "version": snap.version,
+            "issued": fmt_time(snap.issued),
+            "expires": fmt_time(snap.expires),
+            "names": {n: sorted(vs) for n, vs in snap.names.items()},
+        }
     if verified is not None:
         doc["signers"] = {"timestamp": verified["timestamp"]["signers"], "snapshot": verified["snapshot"]["signers"]}
     if args.json:
         emit_json(doc)
         return 0
-    how = (f"verified under {args.trust}" if verified is not None else "NOT verified (give --trust POLICY to check it)")
+    how = f"verified under {args.trust}" if verified is not None else "NOT verified (give --trust POLICY to check it)"
     print(printable(f"registry metadata of {reg.url}: {how}"))
-    print(f"  timestamp {ts.version}: issued {fmt_time(ts.issued)}, expires {fmt_time(ts.expires)}, names snapshot "
-          f"{ts.snapshot_version} (sha256 {ts.snapshot_sha256[:16]})")
+    print(
+        f"  timestamp {ts.version}: issued {fmt_time(ts.issued)}, expires {fmt_time(ts.expires)}, names snapshot "
+        f"{ts.snapshot_version} (sha256 {ts.snapshot_sha256[:16]})"
+    )
     if snap is not None:
-        print(f"  snapshot {snap.version}: issued {fmt_time(snap.issued)}, expires {fmt_time(snap.expires)}, "
-              f"{snap.count()} versions of {len(snap.names)} names")
+        print(
+            f"  snapshot {snap.version}: issued {fmt_time(snap.issued)}, expires {fmt_time(snap.expires)}, "
+            f"{snap.count()} versions of {len(snap.names)} names"
+        )
         for name, versions in snap.names.items():
             print(printable(f"    {name}: {', '.join(versions)}"))
     if verified is not None:
-        print(printable(f"  signed by: timestamp {', '.join(doc['signers']['timestamp'])}; "
-                        f"snapshot {', '.join(doc['signers']['snapshot'])}"))
+        print(
+            printable(
+                f"  signed by: timestamp {', '.join(doc['signers']['timestamp'])}; "
+                f"snapshot {', '.join(doc['signers']['snapshot'])}"
+            )
+        )
     return 0
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("registry-meta", help="the registry's signed snapshot and timestamp (rollback and freeze "
-                                             "protection, spec/SIGNING.md §11)")
+    p = sub.add_parser(
+        "registry-meta",
+        help="the registry's signed snapshot and timestamp (rollback and freeze protection, spec/SIGNING.md §11)",
+    )
     msub = p.add_subparsers(dest="meta_command", metavar="ACTION", help="refresh or show")
-    r = msub.add_parser("refresh", help="re-sign the timestamp (run it regularly: clients refuse an expired one); "
-                                        "--snapshot also issues a new snapshot from the version records")
-    r.add_argument("--key", action="append", metavar="KEY",
-                   help=f"private key that signs (repeatable, for a threshold; default: ${REGISTRY_KEY_ENV})")
+    r = msub.add_parser(
+        "refresh",
+        help="re-sign the timestamp (run it regularly: clients refuse an expired one); "
+        "--snapshot also issues a new snapshot from the version records",
+    )
+    r.add_argument(
+        "--key",
+        action="append",
+        metavar="KEY",
+        help=f"private key that signs (repeatable, for a threshold; default: ${REGISTRY_KEY_ENV})",
+    )
     r.add_argument("--passphrase-env", metavar="VAR", help="the keys' passphrase is in $VAR")
     r.add_argument("--expires", default="1d", metavar="AGE", help="the timestamp's lifetime, e.g. 12h, 1d, 7d")
     r.add_argument("--snapshot", action="store_true", help="also issue a new snapshot (signed by the same keys)")

@@ -18,24 +18,41 @@ from .output import emit_json, plural, printable
 
 def register(sub: argparse._SubParsersAction) -> None:
     k = sub.add_parser("keygen", help="make an Ed25519 signing key pair: PREFIX.key (private) and PREFIX.pub")
-    k.add_argument("-o", "--out", required=True, metavar="PREFIX",
-                   help="writes PREFIX.key (PKCS#8 PEM, mode 0600) and PREFIX.pub; never overwrites")
+    k.add_argument(
+        "-o",
+        "--out",
+        required=True,
+        metavar="PREFIX",
+        help="writes PREFIX.key (PKCS#8 PEM, mode 0600) and PREFIX.pub; never overwrites",
+    )
     k.add_argument("--name", help="the key's name in a trust policy (default: the base name of PREFIX)")
     k.add_argument("--passphrase-env", metavar="VAR", help="encrypt the private key with the passphrase in $VAR")
     k.add_argument("--json", action="store_true", help="machine-readable output")
     k.set_defaults(func=cmd_keygen)
 
-    s = sub.add_parser("sign", help="sign an archive: provenance statement and signature in ARCHIVE.sig.json, "
-                                    "or beside the blob for NAME@VERSION in a registry (the archive is not changed)")
+    s = sub.add_parser(
+        "sign",
+        help="sign an archive: provenance statement and signature in ARCHIVE.sig.json, "
+        "or beside the blob for NAME@VERSION in a registry (the archive is not changed)",
+    )
     s.add_argument("archive", help="local archive file (.karc), or NAME@VERSION already published in --registry")
     s.add_argument("--key", required=True, help="private key file (from karchive keygen)")
     s.add_argument("--passphrase-env", metavar="VAR", help="the key's passphrase is in $VAR")
-    s.add_argument("--provenance", metavar="BUILDINFO",
-                   help="build info (JSON) the build wrote: spec digest, parameters, platform (spec/SIGNING.md §4.2)")
-    s.add_argument("--replace", action="store_true",
-                   help="start a new statement, dropping the sidecar's earlier signatures (local files only)")
-    s.add_argument("--registry", metavar="URL",
-                   help="for NAME@VERSION: the registry (default: $KARCHIVE_REGISTRY, else the local registry)")
+    s.add_argument(
+        "--provenance",
+        metavar="BUILDINFO",
+        help="build info (JSON) the build wrote: spec digest, parameters, platform (spec/SIGNING.md §4.2)",
+    )
+    s.add_argument(
+        "--replace",
+        action="store_true",
+        help="start a new statement, dropping the sidecar's earlier signatures (local files only)",
+    )
+    s.add_argument(
+        "--registry",
+        metavar="URL",
+        help="for NAME@VERSION: the registry (default: $KARCHIVE_REGISTRY, else the local registry)",
+    )
     s.add_argument("--cache-dir", metavar="DIR", help="for NAME@VERSION: the local cache the archive is verified in")
     from .regmeta_cmds import add_registry_key_arg
 
@@ -50,19 +67,31 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
     name = args.name or os.path.basename(args.out)
     if not is_key_name(name):
-        raise KeyFileError(f"key name {name!r} cannot be used in a trust policy; choose one with --name "
-                           "(letters, digits, '._@+-')", path=args.out + ".key")
+        raise KeyFileError(
+            f"key name {name!r} cannot be used in a trust policy; choose one with --name (letters, digits, '._@+-')",
+            path=args.out + ".key",
+        )
     from ..core.destination import output_file
 
     key = SigningKey.generate()
     private, public = output_file(args.out + ".key"), output_file(args.out + ".pub")
     save_keypair(key, private, public, passphrase(args.passphrase_env, args.out + ".key"))
-    snippet = (f'[[keys]]\nname = "{name}"\npublic_key = "{key.public.inline()}"\nid = "{key.key_id}"\n'
-               f'# not_before = 2026-01-01T00:00:00Z   # optional rotation window\n'
-               f'# not_after = 2027-01-01T00:00:00Z\n')
+    snippet = (
+        f'[[keys]]\nname = "{name}"\npublic_key = "{key.public.inline()}"\nid = "{key.key_id}"\n'
+        f"# not_before = 2026-01-01T00:00:00Z   # optional rotation window\n"
+        f"# not_after = 2027-01-01T00:00:00Z\n"
+    )
     if args.json:
-        emit_json({"private_key": private, "public_key_file": public, "key_id": key.key_id, "name": name,
-                   "public_key": key.public.inline(), "policy_snippet": snippet})
+        emit_json(
+            {
+                "private_key": private,
+                "public_key_file": public,
+                "key_id": key.key_id,
+                "name": name,
+                "public_key": key.public.inline(),
+                "policy_snippet": snippet,
+            }
+        )
         return 0
     print(printable(f"wrote {private} (private: keep it secret) and {public}"))
     print(f"key id {key.key_id}")
@@ -72,19 +101,20 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def cmd_sign(args: argparse.Namespace) -> int:
+    from ..registry.refs import is_registry_ref
     from ..trust.buildinfo import load_build_info
     from ..trust.keys import load_private_key
     from ..trust.sign import sign_archive
-
-    from ..registry.refs import is_registry_ref
 
     if is_registry_ref(args.archive):
         return _sign_published(args)
     if args.registry:
         raise FileNotFoundError(f"{args.archive}: --registry signs a published NAME@VERSION, not a file")
     if args.registry_key:
-        raise FileNotFoundError(f"{args.archive}: --registry-key signs a registry's metadata; it goes with a published "
-                                "NAME@VERSION, not a file")
+        raise FileNotFoundError(
+            f"{args.archive}: --registry-key signs a registry's metadata; it goes with a published "
+            "NAME@VERSION, not a file"
+        )
     if not os.path.isfile(args.archive):
         raise FileNotFoundError(f"{args.archive}: no such archive file (sign a local .karc; publish it afterwards)")
     key = load_private_key(args.key, passphrase(args.passphrase_env, args.key))
@@ -107,8 +137,11 @@ def _sign_published(args: argparse.Namespace) -> int:
     from ..trust.keys import load_private_key
 
     if args.replace:
-        raise TrustError("--replace is for sidecar files: a registry never replaces a signature (each signer has "
-                         "its own object; publish a new version to start over)", archive=args.archive)
+        raise TrustError(
+            "--replace is for sidecar files: a registry never replaces a signature (each signer has "
+            "its own object; publish a new version to start over)",
+            archive=args.archive,
+        )
     key = load_private_key(args.key, passphrase(args.passphrase_env, args.key))
     info = load_build_info(args.provenance) if args.provenance else None
     from .regmeta_cmds import metadata_lines, registry_keys
@@ -117,13 +150,23 @@ def _sign_published(args: argparse.Namespace) -> int:
     reg = Registry(args.registry, storage_options_from_env(), cache=args.cache_dir)
     out = reg.sign(args.archive, key, build_info=info, registry_keys=meta_keys)
     if args.json:
-        emit_json({"registry": out.registry, "archive": out.record.ref, "sha256": out.record.sha256,
-                   "key_id": out.signature.key_id, "created": out.signature.created,
-                   "index_current": out.index_current, "signers": reg.signers(out.record.ref),
-                   **({"metadata": out.metadata.to_json()} if out.metadata else {})})
+        emit_json(
+            {
+                "registry": out.registry,
+                "archive": out.record.ref,
+                "sha256": out.record.sha256,
+                "key_id": out.signature.key_id,
+                "created": out.signature.created,
+                "index_current": out.index_current,
+                "signers": reg.signers(out.record.ref),
+                **({"metadata": out.metadata.to_json()} if out.metadata else {}),
+            }
+        )
         return 0
     verb = "signed" if out.signature.created else "already signed (identical signature, nothing to do):"
-    print(printable(f"{verb} {out.record.ref} (sha256 {out.record.sha256}) with key {key.key_id[:16]} in {out.registry}"))
+    print(
+        printable(f"{verb} {out.record.ref} (sha256 {out.record.sha256}) with key {key.key_id[:16]} in {out.registry}")
+    )
     if out.metadata is not None:
         print("\n".join(printable(line) for line in metadata_lines(out.metadata)))
     if not out.index_current:
@@ -132,8 +175,9 @@ def _sign_published(args: argparse.Namespace) -> int:
 
 
 # --- karchive verify --trust POLICY (called by cli/inspect_cmds.py) -------------------------------
-def trust_report_for(ref: str, policy_path: str, *, registry: str | None = None,
-                     cache_dir: str | None = None) -> dict[str, Any]:
+def trust_report_for(
+    ref: str, policy_path: str, *, registry: str | None = None, cache_dir: str | None = None
+) -> dict[str, Any]:
     """:func:`trust_report` for any archive reference: a local file (its sidecar), a URL (the sidecar
     beside it) or NAME@VERSION (the signatures beside the registry's blob), checked the way a load
     checks them (:func:`karchive.resolve.open`, which asks :func:`karchive.trust.decide.decide`). A
@@ -146,8 +190,8 @@ def trust_report_for(ref: str, policy_path: str, *, registry: str | None = None,
         return trust_report(ref, policy_path)
     report: dict[str, Any] = {"ok": False, "policy": {"source": policy_path}}
     try:
-        from ..registry.config import storage_options_from_env
         from .. import resolve
+        from ..registry.config import storage_options_from_env
         from ..trust.policy import TrustPolicy
 
         policy = TrustPolicy.load(policy_path)
@@ -165,9 +209,11 @@ def trust_report_for(ref: str, policy_path: str, *, registry: str | None = None,
         report.update(refusal_json(exc))
         if is_registry_ref(ref) and exc.reason == reasons.UNSIGNED:
             # The usual cause: the local file was signed (its sidecar stays beside it), the registry's copy not.
-            report["hint"] = (f"the registry holds no signature for {ref}; a signature made beside a local file "
-                              f"(ARCHIVE.sig.json) stays there: sign the published version with `karchive sign {ref} "
-                              "--key KEY`, or publish with `karchive publish ARCHIVE --sign KEY`")
+            report["hint"] = (
+                f"the registry holds no signature for {ref}; a signature made beside a local file "
+                f"(ARCHIVE.sig.json) stays there: sign the published version with `karchive sign {ref} "
+                "--key KEY`, or publish with `karchive publish ARCHIVE --sign KEY`"
+            )
         return report
     if verdict is None:  # pragma: no cover - a policy was given, so the loader returned a verdict or raised
         raise TrustError(f"{ref}: no trust verdict although a policy was given", archive=ref)
@@ -175,8 +221,9 @@ def trust_report_for(ref: str, policy_path: str, *, registry: str | None = None,
     return report
 
 
-def trust_report(archive: str, policy_path: str, *, sidecar: str | None = None,
-                 now: datetime.datetime | None = None) -> dict[str, Any]:
+def trust_report(
+    archive: str, policy_path: str, *, sidecar: str | None = None, now: datetime.datetime | None = None
+) -> dict[str, Any]:
     """Check a local archive's sidecar against a trust policy, as a load would (the sha256 of the file
     and the index digest its reader checked, spec/SIGNING.md §6.1); a JSON-ready dict with ``ok``. A
     refusal is a result (``ok: false``, ``reason``, ``error``, ``rejected``), not an exception, so
@@ -194,8 +241,12 @@ def trust_report(archive: str, policy_path: str, *, sidecar: str | None = None,
         policy = TrustPolicy.load(policy_path)
         report["policy"] = policy.to_json()
         sha256, index, name, version = _identity(archive)
-        verdict = decide(policy, Subject(f"{name}@{version}", name, version, sha256, index),
-                         lambda _: sidecar_evidence(read_sidecar(side)), now=now)
+        verdict = decide(
+            policy,
+            Subject(f"{name}@{version}", name, version, sha256, index),
+            lambda _: sidecar_evidence(read_sidecar(side)),
+            now=now,
+        )
     except TrustError as exc:
         report.update(reason=exc.reason, error=str(exc), rejected=list(getattr(exc, "rejected", ()) or ()))
         return report
@@ -234,15 +285,19 @@ def trust_lines(report: dict[str, Any]) -> list[str]:
             lines.append(f"  hint: {report['hint']}")
         return [printable(line) for line in lines]
     rule = report["rule"]
-    lines = [f"trust: OK under {where}, rule {rule['index'] + 1} (names {', '.join(rule['names'])}): "
-             f"{len(report['signers'])} valid signer(s), {rule['threshold']} needed"]
+    lines = [
+        f"trust: OK under {where}, rule {rule['index'] + 1} (names {', '.join(rule['names'])}): "
+        f"{len(report['signers'])} valid signer(s), {rule['threshold']} needed"
+    ]
     for s in report["signers"]:
         st = s.get("statement")
         if st is None:  # a verdict a cache receipt holds: who, not what (verify re-checks the statements)
             lines.append(f"  signed by {s['key_name']} (key {s['key_id'][:16]}) (verified earlier; cache receipt)")
             continue
         tools = ", ".join(f"{k} {v}" for k, v in sorted(st.get("toolchain", {}).items()))
-        lines.append(f"  signed by {s['key_name']} (key {s['key_id'][:16]}): {st['subject']} sha256 {st['sha256'][:16]}")
+        lines.append(
+            f"  signed by {s['key_name']} (key {s['key_id'][:16]}): {st['subject']} sha256 {st['sha256'][:16]}"
+        )
         lines.append(f"    built by {st['builder']}" + (f" with {tools}" if tools else ""))
         if st.get("spec"):
             lines.append(f"    from build spec {st['spec'].get('name', '?')} sha256 {st['spec']['sha256'][:16]}")

@@ -53,8 +53,9 @@ def _make_dirs(directory: Path, wanted: str, *, create: bool = True) -> None:
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise DestinationError(f"cannot write {wanted}: cannot create directory {directory}: "
-                               f"{exc.strerror or exc}", path=wanted) from None
+        raise DestinationError(
+            f"cannot write {wanted}: cannot create directory {directory}: {exc.strerror or exc}", path=wanted
+        ) from None
     if not os.access(directory, os.W_OK | os.X_OK):
         raise DestinationError(f"cannot write {wanted}: no permission to write in {directory}", path=wanted)
     why = unwritable(directory)

@@ -83,8 +83,11 @@ def _destination_error(final: str | os.PathLike, exc: OSError) -> DestinationErr
         why = "it is a directory"
     elif isinstance(exc, FileNotFoundError):
         parent = os.path.dirname(os.path.abspath(final))
-        why = (f"files cannot be created in {parent} (a special filesystem: {exc.strerror})" if os.path.isdir(parent)
-               else f"its directory {parent} does not exist")
+        why = (
+            f"files cannot be created in {parent} (a special filesystem: {exc.strerror})"
+            if os.path.isdir(parent)
+            else f"its directory {parent} does not exist"
+        )
     elif isinstance(exc, NotADirectoryError):
         why = "a part of its path is a file, not a directory"
     else:

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 from ..errors import KarchiveError
 
@@ -78,9 +78,17 @@ def count_values_bound(raw: bytes) -> int:
     return len(raw.translate(None, _VALUE_MARKS_ONLY)) + 1
 
 
-def parse_json(raw: bytes | str, what: str, *, error: type[KarchiveError], strict: bool = True,
-               max_values: int | None = None, limit_error: type[KarchiveError] | None = None,
-               note: str = "", max_depth: int = MAX_DEPTH) -> Any:
+def parse_json(
+    raw: bytes | str,
+    what: str,
+    *,
+    error: type[KarchiveError],
+    strict: bool = True,
+    max_values: int | None = None,
+    limit_error: type[KarchiveError] | None = None,
+    note: str = "",
+    max_depth: int = MAX_DEPTH,
+) -> Any:
     """Parse ``raw`` or raise ``error`` naming ``what``; see the module docstring for ``strict``.
 
     ``max_values`` bounds the value count (raising ``limit_error``, default ``error``) before parsing;
@@ -102,8 +110,9 @@ def parse_json(raw: bytes | str, what: str, *, error: type[KarchiveError], stric
         raise (limit_error or error)(f"{what} is nested deeper than {max_depth} levels")
     try:
         if strict:
-            return json.loads(raw.decode("ascii"), object_pairs_hook=_no_duplicate_keys(error),
-                              parse_constant=_no_constant(error))
+            return json.loads(
+                raw.decode("ascii"), object_pairs_hook=_no_duplicate_keys(error), parse_constant=_no_constant(error)
+            )
         return json.loads(raw)
     except RecursionError as exc:
         raise error(f"{what}: JSON nested too deeply") from exc

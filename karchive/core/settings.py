@@ -60,14 +60,17 @@ class Variable:
             return None
         if not raw.strip():
             if self.guarded:
-                raise SettingsError(f"${self.name} is set but empty: give a value, or unset the variable "
-                                    f"(unset means {self.default})", variable=self.name)
+                raise SettingsError(
+                    f"${self.name} is set but empty: give a value, or unset the variable (unset means {self.default})",
+                    variable=self.name,
+                )
             return None
         if self.kind == "choice":
             choice = raw.strip().lower()
             if choice not in self.choices:
-                raise SettingsError(f"${self.name} must be {_one_of(self.choices)} (any case), not {raw!r}",
-                                    variable=self.name)
+                raise SettingsError(
+                    f"${self.name} must be {_one_of(self.choices)} (any case), not {raw!r}", variable=self.name
+                )
             return choice
         return raw
 
@@ -82,8 +85,11 @@ class Variable:
         value = float(text) if pattern.fullmatch(text) else math.nan
         low_ok = value >= 1 if self.kind == "int" else (value > 0 if self.above_zero else value >= 0)
         if not (math.isfinite(value) and low_ok):
-            want = "a whole number of at least 1" if self.kind == "int" else \
-                f"a finite number of seconds{' above 0' if self.above_zero else ' (0 or more)'}"
+            want = (
+                "a whole number of at least 1"
+                if self.kind == "int"
+                else f"a finite number of seconds{' above 0' if self.above_zero else ' (0 or more)'}"
+            )
             raise SettingsError(f"${self.name} must be {want}, not {raw!r}", variable=self.name)
         return value
 
@@ -96,50 +102,112 @@ def _one_of(choices: tuple[str, ...]) -> str:
     return ", ".join(choices[:-1]) + f" or {choices[-1]}" if len(choices) > 1 else choices[0]
 
 
-REGISTRY = Variable("KARCHIVE_REGISTRY", "$XDG_DATA_HOME/karchive/registry",
-                    "the registry NAME[@VERSION] references resolve through (a directory or an fsspec URL)",
-                    guarded=True)
-CACHE_DIR = Variable("KARCHIVE_CACHE_DIR", "$XDG_CACHE_HOME/karchive",
-                     "the cache root: pulled archives, receipts, the producer's Triton build cache, tuning decisions")
-LOCKFILE = Variable("KARCHIVE_LOCKFILE", "(none)", "a lockfile every registry reference is checked against",
-                    guarded=True)
-FETCH = Variable("KARCHIVE_FETCH", "auto",
-                 "how a registry archive is read: auto (cached or local: from disk; remote: ranged reads), "
-                 "lazy (never pull), full (always pull)", kind="choice", choices=("auto", "lazy", "full"))
-STORAGE_OPTIONS = Variable("KARCHIVE_STORAGE_OPTIONS", "{}",
-                           "non-secret fsspec options for the CLI, as a JSON object (e.g. an endpoint_url)",
-                           guarded=True)
-REGISTRY_TIMEOUT = Variable("KARCHIVE_REGISTRY_TIMEOUT", "60",
-                            "seconds one registry operation may wait on the registry, retries included",
-                            kind="number", above_zero=True)
+REGISTRY = Variable(
+    "KARCHIVE_REGISTRY",
+    "$XDG_DATA_HOME/karchive/registry",
+    "the registry NAME[@VERSION] references resolve through (a directory or an fsspec URL)",
+    guarded=True,
+)
+CACHE_DIR = Variable(
+    "KARCHIVE_CACHE_DIR",
+    "$XDG_CACHE_HOME/karchive",
+    "the cache root: pulled archives, receipts, the producer's Triton build cache, tuning decisions",
+)
+LOCKFILE = Variable(
+    "KARCHIVE_LOCKFILE", "(none)", "a lockfile every registry reference is checked against", guarded=True
+)
+FETCH = Variable(
+    "KARCHIVE_FETCH",
+    "auto",
+    "how a registry archive is read: auto (cached or local: from disk; remote: ranged reads), "
+    "lazy (never pull), full (always pull)",
+    kind="choice",
+    choices=("auto", "lazy", "full"),
+)
+STORAGE_OPTIONS = Variable(
+    "KARCHIVE_STORAGE_OPTIONS",
+    "{}",
+    "non-secret fsspec options for the CLI, as a JSON object (e.g. an endpoint_url)",
+    guarded=True,
+)
+REGISTRY_TIMEOUT = Variable(
+    "KARCHIVE_REGISTRY_TIMEOUT",
+    "60",
+    "seconds one registry operation may wait on the registry, retries included",
+    kind="number",
+    above_zero=True,
+)
 RETRIES = Variable("KARCHIVE_RETRIES", "5", "attempts per registry request", kind="int")
-RETRY_DELAY = Variable("KARCHIVE_RETRY_DELAY", "0.2", "first retry backoff in seconds (full-jitter exponential)",
-                       kind="number")
-TRUST_POLICY = Variable("KARCHIVE_TRUST_POLICY", "(none)",
-                        "a trust policy every load without an explicit trust= applies", guarded=True)
-REGISTRY_KEY = Variable("KARCHIVE_REGISTRY_KEY", "(none)",
-                        "the private key `karchive registry-meta` signs snapshots and timestamps with", guarded=True)
-LAUNCH_PATH = Variable("KARCHIVE_LAUNCH_PATH", "auto",
-                       "the launch path: auto (the C extension when built), extension, or python")
-TORCH_ABI = Variable("KARCHIVE_TORCH_ABI", "1",
-                     "0, false, no or off: the compiled launcher reads torch tensors through data_ptr(), .dtype and "
-                     "get_device() instead of torch's stable C ABI", kind="switch")
-TUNING_CACHE = Variable("KARCHIVE_TUNING_CACHE", "1",
-                        "0, false, no or off: do not remember benchmarked autotune decisions on disk", kind="switch")
+RETRY_DELAY = Variable(
+    "KARCHIVE_RETRY_DELAY", "0.2", "first retry backoff in seconds (full-jitter exponential)", kind="number"
+)
+TRUST_POLICY = Variable(
+    "KARCHIVE_TRUST_POLICY", "(none)", "a trust policy every load without an explicit trust= applies", guarded=True
+)
+REGISTRY_KEY = Variable(
+    "KARCHIVE_REGISTRY_KEY",
+    "(none)",
+    "the private key `karchive registry-meta` signs snapshots and timestamps with",
+    guarded=True,
+)
+LAUNCH_PATH = Variable(
+    "KARCHIVE_LAUNCH_PATH", "auto", "the launch path: auto (the C extension when built), extension, or python"
+)
+TORCH_ABI = Variable(
+    "KARCHIVE_TORCH_ABI",
+    "1",
+    "0, false, no or off: the compiled launcher reads torch tensors through data_ptr(), .dtype and "
+    "get_device() instead of torch's stable C ABI",
+    kind="switch",
+)
+TUNING_CACHE = Variable(
+    "KARCHIVE_TUNING_CACHE",
+    "1",
+    "0, false, no or off: do not remember benchmarked autotune decisions on disk",
+    kind="switch",
+)
 DEBUG = Variable("KARCHIVE_DEBUG", "(unset)", "any non-empty value: the CLI logs everything, tracebacks included")
-SERVE = Variable("KARCHIVE_SERVE", "(none)",
-                 "archives (comma-separated NAME@VERSION or paths) that serve unchanged kernel[grid] call sites in a "
-                 "process started by `python -m karchive.serve` (docs/serving.md)", guarded=True)
-SERVE_MODE = Variable("KARCHIVE_SERVE_MODE", "strict", "strict, fallback or audit (docs/serving.md)", guarded=True,
-                      kind="choice", choices=("strict", "fallback", "audit"))
-SERVE_REPORT = Variable("KARCHIVE_SERVE_REPORT", "(none)",
-                        "1 or stderr: the serve report as text on stderr at exit; a path: as JSON there")
+SERVE = Variable(
+    "KARCHIVE_SERVE",
+    "(none)",
+    "archives (comma-separated NAME@VERSION or paths) that serve unchanged kernel[grid] call sites in a "
+    "process started by `python -m karchive.serve` (docs/serving.md)",
+    guarded=True,
+)
+SERVE_MODE = Variable(
+    "KARCHIVE_SERVE_MODE",
+    "strict",
+    "strict, fallback or audit (docs/serving.md)",
+    guarded=True,
+    kind="choice",
+    choices=("strict", "fallback", "audit"),
+)
+SERVE_REPORT = Variable(
+    "KARCHIVE_SERVE_REPORT", "(none)", "1 or stderr: the serve report as text on stderr at exit; a path: as JSON there"
+)
 SERVE_MISSES = Variable("KARCHIVE_SERVE_MISSES", "(none)", "fallback mode: write the misses as a build spec here")
 
 #: Every variable, in the order docs/settings.md lists them.
-VARIABLES: tuple[Variable, ...] = (REGISTRY, CACHE_DIR, LOCKFILE, FETCH, STORAGE_OPTIONS, REGISTRY_TIMEOUT, RETRIES,
-                                   RETRY_DELAY, TRUST_POLICY, REGISTRY_KEY, LAUNCH_PATH, TORCH_ABI, TUNING_CACHE, DEBUG,
-                                   SERVE, SERVE_MODE, SERVE_REPORT, SERVE_MISSES)
+VARIABLES: tuple[Variable, ...] = (
+    REGISTRY,
+    CACHE_DIR,
+    LOCKFILE,
+    FETCH,
+    STORAGE_OPTIONS,
+    REGISTRY_TIMEOUT,
+    RETRIES,
+    RETRY_DELAY,
+    TRUST_POLICY,
+    REGISTRY_KEY,
+    LAUNCH_PATH,
+    TORCH_ABI,
+    TUNING_CACHE,
+    DEBUG,
+    SERVE,
+    SERVE_MODE,
+    SERVE_REPORT,
+    SERVE_MISSES,
+)
 
 
 def registry() -> str | None:
@@ -198,8 +266,11 @@ def serve_archives() -> list[str] | None:
         return None
     refs = [r.strip() for r in value.split(",") if r.strip()]
     if not refs:
-        raise SettingsError(f"${SERVE.name} names no archive ({value!r}): give NAME@VERSION or paths, "
-                            "comma-separated, or unset the variable", variable=SERVE.name)
+        raise SettingsError(
+            f"${SERVE.name} names no archive ({value!r}): give NAME@VERSION or paths, "
+            "comma-separated, or unset the variable",
+            variable=SERVE.name,
+        )
     return refs
 
 
@@ -226,8 +297,19 @@ def debug() -> bool:
 
 
 #: The accessor of each variable whose value can be refused (``karchive doctor`` asks each).
-_CHECKED = (registry, lockfile, fetch, storage_options, registry_timeout, retries, retry_delay, trust_policy,
-            registry_key, serve_archives, serve_mode)
+_CHECKED = (
+    registry,
+    lockfile,
+    fetch,
+    storage_options,
+    registry_timeout,
+    retries,
+    retry_delay,
+    trust_policy,
+    registry_key,
+    serve_archives,
+    serve_mode,
+)
 
 
 def problems() -> list[str]:

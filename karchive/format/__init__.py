@@ -7,6 +7,26 @@ package imports none of them.
 """
 
 __all__ = [
-    "autotune", "check", "constants", "dtypes", "extract", "heuristics", "heuristics_expr", "inductor_records", "inductor_source", "layout", "manifest",
-    "names", "open", "probes", "reader", "schema", "sentinel", "shard", "source", "target", "tarheader", "writer",
+    "autotune",
+    "check",
+    "constants",
+    "dtypes",
+    "extract",
+    "heuristics",
+    "heuristics_expr",
+    "inductor_records",
+    "inductor_source",
+    "layout",
+    "manifest",
+    "names",
+    "open",
+    "probes",
+    "reader",
+    "schema",
+    "sentinel",
+    "shard",
+    "source",
+    "target",
+    "tarheader",
+    "writer",
 ]

@@ -21,7 +21,9 @@ def req(obj: Any, key: str, typ: type | tuple[type, ...], where: str) -> Any:
     if isinstance(value, bool) and typ in (int, (int,)):
         raise SchemaError(f"{where}.{key}: expected integer, got boolean", where=f"{where}.{key}")
     if not isinstance(value, typ):
-        raise SchemaError(f"{where}.{key}: expected {typename(typ)}, got {type(value).__name__}", where=f"{where}.{key}")
+        raise SchemaError(
+            f"{where}.{key}: expected {typename(typ)}, got {type(value).__name__}", where=f"{where}.{key}"
+        )
     return value
 
 
@@ -31,7 +33,9 @@ def opt(obj: Any, key: str, typ: type | tuple[type, ...], where: str) -> Any:
     if value is None:
         return None
     if (isinstance(value, bool) and typ is int) or not isinstance(value, typ):
-        raise SchemaError(f"{where}.{key}: expected {typename(typ)}, got {type(value).__name__}", where=f"{where}.{key}")
+        raise SchemaError(
+            f"{where}.{key}: expected {typename(typ)}, got {type(value).__name__}", where=f"{where}.{key}"
+        )
     return value
 
 

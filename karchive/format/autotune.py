@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Iterable, Mapping, Sequence
 
 FALLBACK_RULE = "nearest-log2"
 #: A config's codegen options besides its ``kwargs`` (the launch options a variant records).
@@ -117,8 +117,9 @@ def normalize_key(values: Iterable[Any]) -> list:
     return [normalize_value(v) for v in values]
 
 
-def key_for_call(record: Mapping[str, Any], named_args: Mapping[str, Any],
-                 arg_names: Iterable[str] | None = None) -> list:
+def key_for_call(
+    record: Mapping[str, Any], named_args: Mapping[str, Any], arg_names: Iterable[str] | None = None
+) -> list:
     """The autotune key of a call, computed as Triton's ``Autotuner.run`` does (3.4 to 3.9 alike).
 
     ``named_args`` is what the autotuner receives, in its order: the positional arguments by name, then
@@ -207,8 +208,10 @@ class AutotuneConfig:
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> AutotuneConfig:
         kwargs = obj.get("kwargs")
-        return cls(dict(kwargs) if isinstance(kwargs, Mapping) else {},
-                   {k: obj[k] for k in CONFIG_OPTIONS if obj.get(k) is not None})
+        return cls(
+            dict(kwargs) if isinstance(kwargs, Mapping) else {},
+            {k: obj[k] for k in CONFIG_OPTIONS if obj.get(k) is not None},
+        )
 
 
 @dataclass(frozen=True)
@@ -241,25 +244,32 @@ class AutotuneRecord:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> AutotuneRecord:
-        configs = tuple(AutotuneConfig.from_json(c) if isinstance(c, Mapping) else None
-                        for c in obj.get("configs") or [])
+        configs = tuple(
+            AutotuneConfig.from_json(c) if isinstance(c, Mapping) else None for c in obj.get("configs") or []
+        )
         entries = []
         for e in obj.get("entries") or []:
             if not isinstance(e, Mapping):
                 continue
             index = e.get("config")
-            cfg = configs[index] if isinstance(index, int) and not isinstance(index, bool) \
-                and 0 <= index < len(configs) else None
+            cfg = (
+                configs[index]
+                if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < len(configs)
+                else None
+            )
             variant = e.get("variant")
             entries.append(AutotuneEntry(tuple(e.get("key") or ()), cfg, variant if isinstance(variant, str) else None))
         outer = obj.get("outer_heuristics")
         return cls(
-            kernel=str(obj.get("kernel", "")), key_names=tuple(str(n) for n in obj.get("key_names") or []),
-            configs=configs, entries=tuple(entries),
+            kernel=str(obj.get("kernel", "")),
+            key_names=tuple(str(n) for n in obj.get("key_names") or []),
+            configs=configs,
+            entries=tuple(entries),
             outer_heuristics=frozenset(str(n) for n in outer) if isinstance(outer, list) else None,
             reset_to_zero=tuple(str(n) for n in obj.get("reset_to_zero") or []),
             restore_value=tuple(str(n) for n in obj.get("restore_value") or []),
-            fallback=str(obj.get("fallback") or FALLBACK_RULE), raw=obj,
+            fallback=str(obj.get("fallback") or FALLBACK_RULE),
+            raw=obj,
         )
 
     def to_json(self) -> Mapping[str, Any]:
@@ -270,7 +280,9 @@ class AutotuneRecord:
         return key_for_call({"key_names": list(self.key_names)}, named_args, arg_names)
 
 
-def choose_entry(records: Sequence[AutotuneRecord], key_values: Sequence[Any]) -> tuple[AutotuneRecord, AutotuneEntry] | None:
+def choose_entry(
+    records: Sequence[AutotuneRecord], key_values: Sequence[Any]
+) -> tuple[AutotuneRecord, AutotuneEntry] | None:
     """:func:`choose_config` over typed records: the exact key, else the fallback rule's pick (ties: recorded first)."""
     key = normalize_key(key_values)
     best: tuple[float, AutotuneRecord, AutotuneEntry] | None = None

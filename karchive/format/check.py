@@ -38,17 +38,31 @@ def index_sha256_from_footer(footer: bytes) -> str:
     return bytes(fields[-1]).hex()
 
 
-def check_archive_file(path: str | os.PathLike, *, sha256: str | None = None, size: int | None = None,
-                       name: str | None = None, version: str | None = None) -> ArchiveFacts:
+def check_archive_file(
+    path: str | os.PathLike,
+    *,
+    sha256: str | None = None,
+    size: int | None = None,
+    name: str | None = None,
+    version: str | None = None,
+) -> ArchiveFacts:
     """Hash, open and fully verify an archive; compare with what a record says when given."""
     where = os.fspath(path)
     digest, actual_size = sha256_file(path)
     if size is not None and actual_size != size:
-        raise DigestMismatchError(f"{where}: {actual_size} bytes, the registry record says {size} (truncated or tampered)",
-                             source=where, expected=str(size), actual=str(actual_size))
+        raise DigestMismatchError(
+            f"{where}: {actual_size} bytes, the registry record says {size} (truncated or tampered)",
+            source=where,
+            expected=str(size),
+            actual=str(actual_size),
+        )
     if sha256 is not None and digest != sha256:
-        raise DigestMismatchError(f"{where}: sha256 {digest} differs from the registry record's {sha256} (tampered or corrupt)",
-                             source=where, expected=sha256, actual=digest)
+        raise DigestMismatchError(
+            f"{where}: sha256 {digest} differs from the registry record's {sha256} (tampered or corrupt)",
+            source=where,
+            expected=sha256,
+            actual=digest,
+        )
     source = FileSource(path)
     try:
         reader = ArchiveReader(source)
@@ -65,7 +79,10 @@ def check_archive_file(path: str | os.PathLike, *, sha256: str | None = None, si
     if name is not None and (manifest.name, manifest.version) != (name, version):
         raise DigestMismatchError(
             f"{where}: archive says it is {manifest.name}@{manifest.version}, the registry record says {name}@{version}",
-            source=where, expected=f"{name}@{version}", actual=f"{manifest.name}@{manifest.version}")
+            source=where,
+            expected=f"{name}@{version}",
+            actual=f"{manifest.name}@{manifest.version}",
+        )
     return ArchiveFacts(
         name=manifest.name,
         version=manifest.version,

@@ -26,12 +26,14 @@ def _open_subdir(parent_fd: int, name: str) -> int:
     try:
         return os.open(name, _DIR_FLAGS, dir_fd=parent_fd)
     except OSError as exc:
-        raise UnsafeMemberError(f"cannot enter {name!r} in the destination (a symlink or not a directory): {exc}",
-                                member=name) from exc
+        raise UnsafeMemberError(
+            f"cannot enter {name!r} in the destination (a symlink or not a directory): {exc}", member=name
+        ) from exc
 
 
-def extract_all(reader: ArchiveReader, dest: str | os.PathLike,
-                transform: Callable[[str, bytes], bytes] | None = None) -> list[str]:
+def extract_all(
+    reader: ArchiveReader, dest: str | os.PathLike, transform: Callable[[str, bytes], bytes] | None = None
+) -> list[str]:
     """Write every member (digest-checked) under ``dest``; returns the member names written.
 
     ``transform(name, data)`` may rewrite content on the way out (e.g. restoring sentinel paths).
@@ -40,8 +42,10 @@ def extract_all(reader: ArchiveReader, dest: str | os.PathLike,
     # Check everything before writing anything: a damaged archive leaves no partial extraction.
     problems = reader.verify()
     if problems:
-        raise IntegrityError(f"{reader.source.describe()} is damaged; nothing extracted: " + "; ".join(problems[:5]),
-                             source=reader.source.describe())
+        raise IntegrityError(
+            f"{reader.source.describe()} is damaged; nothing extracted: " + "; ".join(problems[:5]),
+            source=reader.source.describe(),
+        )
     os.makedirs(dest, exist_ok=True)
     # The destination itself is the caller's choice and may be a symlink; what lies below it may not.
     root_fd = os.open(os.fspath(dest), os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
@@ -60,8 +64,9 @@ def extract_all(reader: ArchiveReader, dest: str | os.PathLike,
                 try:
                     fd = os.open(base, flags, 0o644, dir_fd=fds[-1])
                 except FileExistsError as exc:
-                    raise UnsafeMemberError(f"{name!r} already exists in the destination; not overwriting",
-                                            member=name) from exc
+                    raise UnsafeMemberError(
+                        f"{name!r} already exists in the destination; not overwriting", member=name
+                    ) from exc
                 with os.fdopen(fd, "wb") as fh:
                     fh.write(data)
                 written.append(name)

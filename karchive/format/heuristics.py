@@ -27,15 +27,16 @@ An input is what the heuristic read of one argument:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Iterable, Mapping, Sequence
 
 from ..core.grammar import fullmatch
 from ..errors import SchemaError
 from .autotune import NONFINITE, nonfinite
 from .names import is_param_name
-from .probes import ABSENT, NOT_SCALAR, PROBE as _PROBE, run_probe, scalar
+from .probes import ABSENT, NOT_SCALAR, run_probe, scalar
+from .probes import PROBE as _PROBE
 
 #: Options Triton takes from a heuristic's result like it takes them from an autotune config.
 OPTION_NAMES = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -43,6 +44,8 @@ OPTION_NAMES = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 MAX_NAMES = 64
 MAX_CASES = 4096
 MAX_INPUTS = 256
+
+
 # --- matching ------------------------------------------------------------------------------------
 def _same(a: Any, b: Any) -> bool:
     """Equal JSON values where ``True`` is not ``1`` (a heuristic may branch on either)."""
@@ -122,7 +125,9 @@ class Case:
         """``device``: None (unknown: not checked), a target string, or a DeviceInfo-like object."""
         if self.device is None or device is None:
             return True
-        target = device if isinstance(device, str) else f"{getattr(device, 'backend', '')}:{getattr(device, 'arch', '')}"
+        target = (
+            device if isinstance(device, str) else f"{getattr(device, 'backend', '')}:{getattr(device, 'arch', '')}"
+        )
         want = self.device.get("target")
         if want is not None and want != target:
             return False
@@ -202,8 +207,7 @@ class HeuristicsRecord:
         return self._probes
 
     def call_key(self, named: Mapping[str, Any]) -> tuple:
-        return tuple((arg, fingerprint(named.get(arg, ABSENT), spellings))
-                     for arg, spellings in self.probes().items())
+        return tuple((arg, fingerprint(named.get(arg, ABSENT), spellings)) for arg, spellings in self.probes().items())
 
 
 def _nearest(cases: Sequence[Case], named: Mapping[str, Any], device: Any) -> str:
@@ -232,8 +236,9 @@ def _expr_reads(node: Any, seen: dict[str, list[str]], depth: int = 0) -> None:
         _expr_reads(child, seen, depth + 1)
 
 
-def resolve(record: HeuristicsRecord, named: Mapping[str, Any], skip: Iterable[str] = (), device: Any = None
-            ) -> tuple[dict[str, Any], dict[str, str]]:
+def resolve(
+    record: HeuristicsRecord, named: Mapping[str, Any], skip: Iterable[str] = (), device: Any = None
+) -> tuple[dict[str, Any], dict[str, str]]:
     """Values for the record's names (in order) that are not in ``skip``, and why each unresolved one is.
 
     Each name takes the first case whose inputs all match the call; a resolved value is visible to
@@ -303,9 +308,10 @@ def _parse_input(rec: Any, where: str) -> Any:
     if not isinstance(rec, dict):
         return _check_scalar(rec, where)
     if len(rec) != 1:
-        raise SchemaError(f"{where}: an input object has exactly one of 'absent', 'float', 'object', 'opaque'",
-                          where=where)
-    (kind, body), = rec.items()
+        raise SchemaError(
+            f"{where}: an input object has exactly one of 'absent', 'float', 'object', 'opaque'", where=where
+        )
+    ((kind, body),) = rec.items()
     if kind == "absent":
         if body is not True:
             raise SchemaError(f"{where}.absent: must be true", where=where)
@@ -336,10 +342,16 @@ def parse_record(obj: Any, where: str) -> HeuristicsRecord:
     cases = obj.get("cases")
     if not isinstance(kernel, str) or not kernel:
         raise SchemaError(f"{where}.kernel: a non-empty string expected", where=where)
-    if (not isinstance(names, list) or not names or len(names) > MAX_NAMES
-            or not all(map(is_param_name, names)) or len(set(names)) != len(names)):
-        raise SchemaError(f"{where}.names: 1 to {MAX_NAMES} distinct parameter names expected (identifiers)",
-                          where=where)
+    if (
+        not isinstance(names, list)
+        or not names
+        or len(names) > MAX_NAMES
+        or not all(map(is_param_name, names))
+        or len(set(names)) != len(names)
+    ):
+        raise SchemaError(
+            f"{where}.names: 1 to {MAX_NAMES} distinct parameter names expected (identifiers)", where=where
+        )
     if not isinstance(cases, dict) or set(cases) - set(names):
         raise SchemaError(f"{where}.cases: an object keyed by the record's names expected", where=where)
     parsed: dict[str, tuple[Case, ...]] = {}
@@ -358,10 +370,14 @@ def parse_record(obj: Any, where: str) -> HeuristicsRecord:
                 raise SchemaError(f"{w}[{i}].inputs: {ascii(bad)[:80]} is not a parameter name", where=where)
             inputs = {str(k): _parse_input(v, f"{w}[{i}].inputs.{k}") for k, v in case["inputs"].items()}
             device = case.get("device")
-            if device is not None and (not isinstance(device, dict) or set(device) - {"target", "name"}
-                                       or not all(isinstance(x, str) and len(x) <= 256 for x in device.values())):
-                raise SchemaError(f"{w}[{i}].device: an object with string 'target' and/or 'name' expected",
-                                  where=where)
+            if device is not None and (
+                not isinstance(device, dict)
+                or set(device) - {"target", "name"}
+                or not all(isinstance(x, str) and len(x) <= 256 for x in device.values())
+            ):
+                raise SchemaError(
+                    f"{w}[{i}].device: an object with string 'target' and/or 'name' expected", where=where
+                )
             out.append(Case(inputs, _check_scalar(case["value"], f"{w}[{i}].value"), device))
         parsed[name] = tuple(out)
     exprs = obj.get("exprs", {})
@@ -382,5 +398,8 @@ def records_for(manifest: Mapping[str, Any] | Sequence[Any] | None, kernel: str)
         return []
     if not isinstance(raw, list):
         raise SchemaError("manifest.heuristics: a list expected", where="heuristics")
-    return [parse_record(r, f"heuristics[{i}]") for i, r in enumerate(raw)
-            if isinstance(r, dict) and r.get("kernel") == kernel]
+    return [
+        parse_record(r, f"heuristics[{i}]")
+        for i, r in enumerate(raw)
+        if isinstance(r, dict) and r.get("kernel") == kernel
+    ]

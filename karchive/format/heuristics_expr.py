@@ -27,16 +27,27 @@ from __future__ import annotations
 
 import numbers
 import operator
-from typing import Any
 from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..errors import SchemaError
 from .names import is_param_name
-from .probes import ABSENT, NOT_SCALAR, PROBE as _PROBE, run_probe, scalar
+from .probes import ABSENT, NOT_SCALAR, run_probe, scalar
+from .probes import PROBE as _PROBE
 
 __all__ = [
-    "BINARY", "BOOLEAN", "CALLS", "ExprError", "MAX_BITS", "MAX_CHARS", "MAX_DEPTH", "MAX_ITEMS", "MAX_NODES", "check",
-    "evaluate", "is_boolean",
+    "BINARY",
+    "BOOLEAN",
+    "CALLS",
+    "ExprError",
+    "MAX_BITS",
+    "MAX_CHARS",
+    "MAX_DEPTH",
+    "MAX_ITEMS",
+    "MAX_NODES",
+    "check",
+    "evaluate",
+    "is_boolean",
 ]
 
 MAX_NODES = 256
@@ -106,7 +117,7 @@ def _pow(a: Any, b: Any) -> Any:
         raise ExprError("an exponent out of range")
     if isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1 and a.bit_length() * b > MAX_BITS:
         raise ExprError(f"a number of more than {MAX_BITS} bits")
-    return a ** b
+    return a**b
 
 
 def _shift(a: Any, b: Any) -> Any:
@@ -116,14 +127,36 @@ def _shift(a: Any, b: Any) -> Any:
 
 
 BINARY: dict[str, Callable[[Any, Any], Any]] = {
-    "+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
-    "%": operator.mod, "**": _pow, "<<": _shift, ">>": operator.rshift, "&": operator.and_, "|": operator.or_,
-    "^": operator.xor, "==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
-    ">": operator.gt, ">=": operator.ge, "in": lambda a, b: a in b,
+    "+": operator.add,
+    "-": operator.sub,
+    "*": operator.mul,
+    "/": operator.truediv,
+    "//": operator.floordiv,
+    "%": operator.mod,
+    "**": _pow,
+    "<<": _shift,
+    ">>": operator.rshift,
+    "&": operator.and_,
+    "|": operator.or_,
+    "^": operator.xor,
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "in": lambda a, b: a in b,
 }
 CALLS: dict[str, tuple[Callable[..., Any], int, int]] = {  # name -> (function, min args, max args)
-    "next_power_of_2": (_next_power_of_2, 1, 1), "cdiv": (_cdiv, 2, 2), "min": (min, 1, 8), "max": (max, 1, 8),
-    "abs": (abs, 1, 1), "int": (int, 1, 1), "float": (float, 1, 1), "bool": (bool, 1, 1), "len": (len, 1, 1),
+    "next_power_of_2": (_next_power_of_2, 1, 1),
+    "cdiv": (_cdiv, 2, 2),
+    "min": (min, 1, 8),
+    "max": (max, 1, 8),
+    "abs": (abs, 1, 1),
+    "int": (int, 1, 1),
+    "float": (float, 1, 1),
+    "bool": (bool, 1, 1),
+    "len": (len, 1, 1),
 }
 #: Operators whose value is a boolean whatever their operands (a build compiles both values of such a name).
 BOOLEAN = frozenset({"==", "!=", "<", "<=", ">", ">=", "in", "and", "or", "not", "is_none", "not_none"})

@@ -51,8 +51,9 @@ class KernelDecision:
         kwargs = req(config, "kwargs", dict, f"{where}.config")
         for k, v in kwargs.items():
             if not isinstance(v, (int, float, str, bool)) or v is None:
-                raise SchemaError(f"{where}.config.kwargs.{k}: expected a number, string or boolean",
-                                  where=f"{where}.config.kwargs")
+                raise SchemaError(
+                    f"{where}.config.kwargs.{k}: expected a number, string or boolean", where=f"{where}.config.kwargs"
+                )
         for k in _CONFIG_KEYS[1:]:
             value = opt(config, k, int, f"{where}.config")
             if isinstance(value, bool):
@@ -61,15 +62,24 @@ class KernelDecision:
         if not all(isinstance(g, str) for g in graphs):
             raise SchemaError(f"{where}.graphs: expected strings", where=f"{where}.graphs")
         compiled = opt(obj, "configs_compiled", int, where)
-        return cls(kernel=kernel, source_digest=req(obj, "source_digest", str, where),
-                   config={k: config.get(k) for k in _CONFIG_KEYS},
-                   found_by_coordesc=bool(opt(obj, "found_by_coordesc", bool, where)),
-                   heuristic=opt(obj, "heuristic", str, where), graphs=tuple(graphs), configs_compiled=compiled)
+        return cls(
+            kernel=kernel,
+            source_digest=req(obj, "source_digest", str, where),
+            config={k: config.get(k) for k in _CONFIG_KEYS},
+            found_by_coordesc=bool(opt(obj, "found_by_coordesc", bool, where)),
+            heuristic=opt(obj, "heuristic", str, where),
+            graphs=tuple(graphs),
+            configs_compiled=compiled,
+        )
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"kernel": self.kernel, "source_digest": self.source_digest,
-                               "config": {k: self.config.get(k) for k in _CONFIG_KEYS},
-                               "found_by_coordesc": self.found_by_coordesc, "graphs": list(self.graphs)}
+        out: dict[str, Any] = {
+            "kernel": self.kernel,
+            "source_digest": self.source_digest,
+            "config": {k: self.config.get(k) for k in _CONFIG_KEYS},
+            "found_by_coordesc": self.found_by_coordesc,
+            "graphs": list(self.graphs),
+        }
         if self.heuristic is not None:
             out["heuristic"] = self.heuristic
         if self.configs_compiled is not None:
@@ -99,15 +109,24 @@ class TemplateChoices:
             elif isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
                 timings[k] = float(v)
             else:
-                raise SchemaError(f"{where}.timings[{k!r}]: expected a finite number or null",
-                                  where=f"{where}.timings")
+                raise SchemaError(f"{where}.timings[{k!r}]: expected a finite number or null", where=f"{where}.timings")
         hint = opt(obj, "hint_override", int, where)
-        return cls(op=req(obj, "op", str, where), inputs=req(obj, "inputs", str, where),
-                   precision=req(obj, "precision", str, where), timings=timings, hint_override=hint)
+        return cls(
+            op=req(obj, "op", str, where),
+            inputs=req(obj, "inputs", str, where),
+            precision=req(obj, "precision", str, where),
+            timings=timings,
+            hint_override=hint,
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"op": self.op, "inputs": self.inputs, "precision": self.precision, "hint_override": self.hint_override,
-                "timings": {k: (v if math.isfinite(v) else None) for k, v in sorted(self.timings.items())}}
+        return {
+            "op": self.op,
+            "inputs": self.inputs,
+            "precision": self.precision,
+            "hint_override": self.hint_override,
+            "timings": {k: (v if math.isfinite(v) else None) for k, v in sorted(self.timings.items())},
+        }
 
 
 @dataclass(frozen=True)
@@ -129,8 +148,10 @@ class InductorSection:
             raise SchemaError(f"{where}: expected an object", where=where)
         version = req(obj, "version", int, where)
         if version != SECTION_VERSION:
-            raise SchemaError(f"{where}.version: this karchive reads version {SECTION_VERSION}, got {version}",
-                              where=f"{where}.version")
+            raise SchemaError(
+                f"{where}.version: this karchive reads version {SECTION_VERSION}, got {version}",
+                where=f"{where}.version",
+            )
         kernels = opt(obj, "kernels", list, where) or []
         templates = opt(obj, "templates", list, where) or []
         modules = {}
@@ -138,13 +159,19 @@ class InductorSection:
             if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)):
                 raise SchemaError(f"{where}.modules[{k!r}]: expected a finite number or null", where=f"{where}.modules")
             modules[k] = math.inf if v is None else float(v)
-        return cls(tuple(KernelDecision.from_json(k, f"{where}.kernels[{i}]") for i, k in enumerate(kernels)),
-                   tuple(TemplateChoices.from_json(t, f"{where}.templates[{i}]") for i, t in enumerate(templates)),
-                   modules)
+        return cls(
+            tuple(KernelDecision.from_json(k, f"{where}.kernels[{i}]") for i, k in enumerate(kernels)),
+            tuple(TemplateChoices.from_json(t, f"{where}.templates[{i}]") for i, t in enumerate(templates)),
+            modules,
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": SECTION_VERSION, "kernels": [k.to_json() for k in self.kernels],
-                "templates": [t.to_json() for t in self.templates], "modules": modules_json(self.modules)}
+        return {
+            "version": SECTION_VERSION,
+            "kernels": [k.to_json() for k in self.kernels],
+            "templates": [t.to_json() for t in self.templates],
+            "modules": modules_json(self.modules),
+        }
 
     def decision(self, source_digest: str, graph: str | None = None) -> KernelDecision | None:
         """The decision for a kernel of this source: the one recorded in ``graph`` where the same source chose
@@ -184,5 +211,12 @@ def section_of(manifest: Any) -> InductorSection | None:
     return None if raw is None else InductorSection.from_json(raw)
 
 
-__all__ = ["SECTION_VERSION", "KernelDecision", "TemplateChoices", "InductorSection", "section_of", "modules_json",
-           "graph_label"]
+__all__ = [
+    "SECTION_VERSION",
+    "KernelDecision",
+    "TemplateChoices",
+    "InductorSection",
+    "section_of",
+    "modules_json",
+    "graph_label",
+]

@@ -88,8 +88,13 @@ def archive_name(digest: str, function: str) -> str:
 def is_inductor_name(name: str) -> bool:
     """Is ``name`` an Inductor kernel's archive name (:func:`archive_name`)?"""
     module, sep, function = name.partition(":")
-    return bool(sep) and module.startswith(NAME_PREFIX) and len(module) == len(NAME_PREFIX) + NAME_DIGITS \
-        and fullmatch(_HEX, module[len(NAME_PREFIX):]) and fullmatch(_IDENT, function)
+    return (
+        bool(sep)
+        and module.startswith(NAME_PREFIX)
+        and len(module) == len(NAME_PREFIX) + NAME_DIGITS
+        and fullmatch(_HEX, module[len(NAME_PREFIX) :])
+        and fullmatch(_IDENT, function)
+    )
 
 
 def identity(module_source: str, function: str) -> InductorIdentity | None:
@@ -103,10 +108,7 @@ def identity(module_source: str, function: str) -> InductorIdentity | None:
         return None
     digest = source_digest(module_source)
     heuristic = _HEURISTIC.search(module_source)
-    return InductorIdentity(archive_name(digest, function), function, digest,
-                            heuristic.group(1) if heuristic else None)
-
-
+    return InductorIdentity(archive_name(digest, function), function, digest, heuristic.group(1) if heuristic else None)
 
 
 #: Largest Inductor kernel module read to compute an identity (generated modules are a few KiB).
@@ -153,6 +155,19 @@ def of_function(jit: object) -> InductorIdentity | None:
     return result
 
 
-__all__ = ["InductorIdentity", "SCHEME", "NAME_PREFIX", "NAME_DIGITS", "is_inductor_source", "normalize",
-           "source_digest", "archive_name", "is_inductor_name", "identity", "of_function", "MAX_MODULE_BYTES",
-           "read_module", "module_digest"]
+__all__ = [
+    "InductorIdentity",
+    "SCHEME",
+    "NAME_PREFIX",
+    "NAME_DIGITS",
+    "is_inductor_source",
+    "normalize",
+    "source_digest",
+    "archive_name",
+    "is_inductor_name",
+    "identity",
+    "of_function",
+    "MAX_MODULE_BYTES",
+    "read_module",
+    "module_digest",
+]

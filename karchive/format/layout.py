@@ -11,8 +11,10 @@ __all__ = ["BINARY_EXT", "IR_STAGES", "METADATA_EXT", "source_member", "variant_
 #: Binary file extension per backend.
 BINARY_EXT: dict[str, str] = {"cuda": "cubin", "hip": "hsaco"}
 #: IR stages stored per backend (optional members: slim archives leave them out).
-IR_STAGES: dict[str, tuple[str, ...]] = {"cuda": ("ttir", "ttgir", "llir", "ptx"),
-                                         "hip": ("ttir", "ttgir", "llir", "amdgcn")}
+IR_STAGES: dict[str, tuple[str, ...]] = {
+    "cuda": ("ttir", "ttgir", "llir", "ptx"),
+    "hip": ("ttir", "ttgir", "llir", "amdgcn"),
+}
 METADATA_EXT = "json"
 
 

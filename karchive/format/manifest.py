@@ -28,16 +28,31 @@ from typing import Any, NamedTuple
 from ..core.digest import is_sha256_hex
 from ..core.grammar import fullmatch
 from ..errors import SchemaError, UnsupportedVersionError
+from ._fields import nonneg as _nonneg
+from ._fields import opt as _opt
+from ._fields import req as _req
 from .constants import ABI_VERSION, ABI_VERSION_PLAIN, FORMAT_VERSION, PATH_SENTINEL
-from .tensordesc import TensorDescAbi
 from .dtypes import POINTER_ELEMENT_TYPES, SCALAR_SIZES
-from ._fields import nonneg as _nonneg, opt as _opt, req as _req
 from .names import MAX_KERNEL_NAME, MAX_PARAM_NAME, is_kernel_name, is_param_name
 from .target import Target
+from .tensordesc import TensorDescAbi
 
 __all__ = [
-    "ABI_KINDS", "POINTER_ELEMENT_TYPES", "SCALAR_SIZES", "Abi", "AbiParam", "FileRef", "KernelSummary", "Manifest",
-    "Param", "Provenance", "Target", "Variant", "parse_variant", "target_label", "target_labels",
+    "ABI_KINDS",
+    "POINTER_ELEMENT_TYPES",
+    "SCALAR_SIZES",
+    "Abi",
+    "AbiParam",
+    "FileRef",
+    "KernelSummary",
+    "Manifest",
+    "Param",
+    "Provenance",
+    "Target",
+    "Variant",
+    "parse_variant",
+    "target_label",
+    "target_labels",
 ]
 
 ABI_KINDS = ("pointer", "scalar", "global_scratch", "profile_scratch", "tensordesc")
@@ -69,8 +84,11 @@ def check_kernel_name(value: Any, where: str) -> str:
     terminals: ``../../x`` or ``/abs/path`` must never get past the model."""
     if not is_kernel_name(value):
         shown = value if isinstance(value, str) else type(value).__name__
-        raise SchemaError(f"{where}: {ascii(shown)[:80]} is not a kernel name (an identifier or module:qualname, "
-                          f"at most {MAX_KERNEL_NAME} characters)", where=where)
+        raise SchemaError(
+            f"{where}: {ascii(shown)[:80]} is not a kernel name (an identifier or module:qualname, "
+            f"at most {MAX_KERNEL_NAME} characters)",
+            where=where,
+        )
     return str(value)
 
 
@@ -81,8 +99,11 @@ def check_param_name(value: Any, where: str) -> str:
     a keyword or a newline never gets past the model."""
     if not is_param_name(value):
         shown = value if isinstance(value, str) else type(value).__name__
-        raise SchemaError(f"{where}: {ascii(shown)[:80]} is not a parameter name (an ASCII identifier that is not a "
-                          f"Python keyword, at most {MAX_PARAM_NAME} characters)", where=where)
+        raise SchemaError(
+            f"{where}: {ascii(shown)[:80]} is not a parameter name (an ASCII identifier that is not a "
+            f"Python keyword, at most {MAX_PARAM_NAME} characters)",
+            where=where,
+        )
     return str(value)
 
 
@@ -98,8 +119,10 @@ def check_distinct_params(params: tuple[Param, ...], where: str) -> tuple[Param,
 def _check_stages(ir: Mapping[Any, Any], where: str) -> None:
     for stage in ir:
         if not is_ir_stage(stage):
-            raise SchemaError(f"{where}: {ascii(stage)[:40]} is not an IR stage name (lowercase identifier, "
-                              f"at most 32 characters)", where=where)
+            raise SchemaError(
+                f"{where}: {ascii(stage)[:40]} is not an IR stage name (lowercase identifier, at most 32 characters)",
+                where=where,
+            )
 
 
 def _new(cls: type, fields: dict[str, Any]) -> Any:
@@ -184,16 +207,23 @@ class Param:
         hints = _opt(obj, "hints", dict, where) or {}
         required = _opt(obj, "required", bool, where)
         if "default" in obj and required is not None:
-            raise SchemaError(f"{where}: a parameter has either a signature default or required: true, not both",
-                              where=where)
+            raise SchemaError(
+                f"{where}: a parameter has either a signature default or required: true, not both", where=where
+            )
         default = obj.get("default")
         if default is not None and type(default) not in (bool, int, float, str):
             raise SchemaError(f"{where}.default: a JSON scalar expected", where=f"{where}.default")
         has_default = True if "default" in obj else (False if required else None)
-        return cls(name=name, type=typ, constexpr=obj.get("value"), is_constexpr="value" in obj,
-                   divisibility=_opt(hints, "divisibility", int, where + ".hints"),
-                   equal_to_1=_opt(hints, "equal_to_1", bool, where + ".hints") is True,
-                   has_default=has_default, default=default)
+        return cls(
+            name=name,
+            type=typ,
+            constexpr=obj.get("value"),
+            is_constexpr="value" in obj,
+            divisibility=_opt(hints, "divisibility", int, where + ".hints"),
+            equal_to_1=_opt(hints, "equal_to_1", bool, where + ".hints") is True,
+            has_default=has_default,
+            default=default,
+        )
 
     @classmethod
     def _valid(cls, obj: Any) -> Param | None:
@@ -209,19 +239,30 @@ class Param:
             divisibility = equal_to_1 = None
         elif type(hints) is dict:
             divisibility, equal_to_1 = hints.get("divisibility"), hints.get("equal_to_1")
-            if not (divisibility is None or type(divisibility) is int) or not (equal_to_1 is None
-                                                                                or type(equal_to_1) is bool):
+            if not (divisibility is None or type(divisibility) is int) or not (
+                equal_to_1 is None or type(equal_to_1) is bool
+            ):
                 return None
         else:
             return None
         has_default = "default" in obj
-        if (has_default and required is not None) or (default is not None
-                                                      and type(default) not in (bool, int, float, str)):
+        if (has_default and required is not None) or (
+            default is not None and type(default) not in (bool, int, float, str)
+        ):
             return None
-        return _new(cls, {"name": name, "type": typ, "constexpr": g("value"), "is_constexpr": "value" in obj,
-                          "divisibility": divisibility, "equal_to_1": equal_to_1 is True,
-                          "has_default": True if has_default else (False if required else None),
-                          "default": default})
+        return _new(
+            cls,
+            {
+                "name": name,
+                "type": typ,
+                "constexpr": g("value"),
+                "is_constexpr": "value" in obj,
+                "divisibility": divisibility,
+                "equal_to_1": equal_to_1 is True,
+                "has_default": True if has_default else (False if required else None),
+                "default": default,
+            },
+        )
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "type": self.type}
@@ -322,16 +363,31 @@ class Abi:
         if version > ABI_VERSION:
             raise UnsupportedVersionError(
                 f"{where}: launch ABI version {version} is newer than this runtime supports ({ABI_VERSION})",
-                found=str(version), supported=str(ABI_VERSION))
+                found=str(version),
+                supported=str(ABI_VERSION),
+            )
         raw_params = obj.get("params")
         if type(raw_params) is not list:
             raw_params = _req(obj, "params", list, where)
         hit = memo.get(("abi_params", id(raw_params), n_params)) if memo is not None else None
-        params = hit[0] if hit is not None else _memo(memo, "abi_params", raw_params, n_params, lambda: tuple(
-            AbiParam.from_json(p, n_params, f"{where}.params[{i}]") for i, p in enumerate(raw_params)))
+        params = (
+            hit[0]
+            if hit is not None
+            else _memo(
+                memo,
+                "abi_params",
+                raw_params,
+                n_params,
+                lambda: tuple(
+                    AbiParam.from_json(p, n_params, f"{where}.params[{i}]") for i, p in enumerate(raw_params)
+                ),
+            )
+        )
         if version < 2 and _has_tensordesc(params, memo):
-            raise SchemaError(f"{where}: tensordesc parameters need launch ABI version 2, this one says {version}",
-                              where=f"{where}.version")
+            raise SchemaError(
+                f"{where}: tensordesc parameters need launch ABI version 2, this one says {version}",
+                where=f"{where}.version",
+            )
         fast = cls._valid(obj, params)
         if fast is not None:
             return fast
@@ -353,10 +409,13 @@ class Abi:
             cluster_dims=(cluster[0], cluster[1], cluster[2]),
             cooperative_grid=_req(obj, "cooperative_grid", bool, where),
             pdl=_req(obj, "pdl", bool, where),
-            global_scratch_size=_nonneg(_req(gs, "size", int, where + ".global_scratch"), f"{where}.global_scratch.size"),
+            global_scratch_size=_nonneg(
+                _req(gs, "size", int, where + ".global_scratch"), f"{where}.global_scratch.size"
+            ),
             global_scratch_align=_req(gs, "align", int, where + ".global_scratch"),
-            profile_scratch_size=_nonneg(_req(ps, "size", int, where + ".profile_scratch"),
-                                         f"{where}.profile_scratch.size"),
+            profile_scratch_size=_nonneg(
+                _req(ps, "size", int, where + ".profile_scratch"), f"{where}.profile_scratch.size"
+            ),
             profile_scratch_align=_req(ps, "align", int, where + ".profile_scratch"),
             tmem_size=_opt(obj, "tmem_size", int, where) or 0,
         )
@@ -367,25 +426,74 @@ class Abi:
         Format-2 shards parse one per distinct ABI; variants of a kernel often differ only in ``shared``."""
         g = obj.get
         version, entry, fmt, arch, shared, warps, warp_size, ctas, cluster, coop, pdl, gs, ps, tmem = (
-            g("version"), g("entry"), g("binary_format"), g("binary_arch"), g("shared"), g("num_warps"),
-            g("warp_size"), g("num_ctas"), g("cluster_dims"), g("cooperative_grid"), g("pdl"), g("global_scratch"),
-            g("profile_scratch"), g("tmem_size"))
-        if not (type(version) is int and version <= ABI_VERSION and type(entry) is str and type(fmt) is str
-                and type(arch) is str and type(shared) is int and shared >= 0 and type(warps) is int
-                and type(warp_size) is int and type(ctas) is int and type(cluster) is list and len(cluster) == 3
-                and all(type(c) is int and c >= 1 for c in cluster) and type(coop) is bool and type(pdl) is bool
-                and type(gs) is dict and type(ps) is dict and (tmem is None or type(tmem) is int)):
+            g("version"),
+            g("entry"),
+            g("binary_format"),
+            g("binary_arch"),
+            g("shared"),
+            g("num_warps"),
+            g("warp_size"),
+            g("num_ctas"),
+            g("cluster_dims"),
+            g("cooperative_grid"),
+            g("pdl"),
+            g("global_scratch"),
+            g("profile_scratch"),
+            g("tmem_size"),
+        )
+        if not (
+            type(version) is int
+            and version <= ABI_VERSION
+            and type(entry) is str
+            and type(fmt) is str
+            and type(arch) is str
+            and type(shared) is int
+            and shared >= 0
+            and type(warps) is int
+            and type(warp_size) is int
+            and type(ctas) is int
+            and type(cluster) is list
+            and len(cluster) == 3
+            and all(type(c) is int and c >= 1 for c in cluster)
+            and type(coop) is bool
+            and type(pdl) is bool
+            and type(gs) is dict
+            and type(ps) is dict
+            and (tmem is None or type(tmem) is int)
+        ):
             return None
         gsize, galign, psize, palign = gs.get("size"), gs.get("align"), ps.get("size"), ps.get("align")
-        if not (type(gsize) is int and gsize >= 0 and type(galign) is int and type(psize) is int and psize >= 0
-                and type(palign) is int):
+        if not (
+            type(gsize) is int
+            and gsize >= 0
+            and type(galign) is int
+            and type(psize) is int
+            and psize >= 0
+            and type(palign) is int
+        ):
             return None
-        return _new(cls, {
-            "version": version, "entry": entry, "binary_format": fmt, "binary_arch": arch, "params": params,
-            "shared": shared, "num_warps": warps, "warp_size": warp_size, "num_ctas": ctas,
-            "cluster_dims": (cluster[0], cluster[1], cluster[2]), "cooperative_grid": coop, "pdl": pdl,
-            "global_scratch_size": gsize, "global_scratch_align": galign, "profile_scratch_size": psize,
-            "profile_scratch_align": palign, "tmem_size": tmem or 0})
+        return _new(
+            cls,
+            {
+                "version": version,
+                "entry": entry,
+                "binary_format": fmt,
+                "binary_arch": arch,
+                "params": params,
+                "shared": shared,
+                "num_warps": warps,
+                "warp_size": warp_size,
+                "num_ctas": ctas,
+                "cluster_dims": (cluster[0], cluster[1], cluster[2]),
+                "cooperative_grid": coop,
+                "pdl": pdl,
+                "global_scratch_size": gsize,
+                "global_scratch_align": galign,
+                "profile_scratch_size": psize,
+                "profile_scratch_align": palign,
+                "tmem_size": tmem or 0,
+            },
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -424,7 +532,17 @@ class Provenance:
     inductor: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    _KNOWN = ("origin", "triton_version", "triton_hash", "source_key", "hooks", "triton_cache", "harvested", "build", "inductor")
+    _KNOWN = (
+        "origin",
+        "triton_version",
+        "triton_hash",
+        "source_key",
+        "hooks",
+        "triton_cache",
+        "harvested",
+        "build",
+        "inductor",
+    )
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> Provenance:
@@ -432,8 +550,9 @@ class Provenance:
             raise SchemaError(f"{where}: expected an object", where=where)
         origin = _req(obj, "origin", str, where)
         if origin not in ORIGINS:
-            raise SchemaError(f"{where}.origin: unknown origin {origin!r} (known: {', '.join(ORIGINS)})",
-                              where=f"{where}.origin")
+            raise SchemaError(
+                f"{where}.origin: unknown origin {origin!r} (known: {', '.join(ORIGINS)})", where=f"{where}.origin"
+            )
         hooks = _opt(obj, "hooks", list, where) or []
         for i, h in enumerate(hooks):
             for key in ("kind", "name", "sha256"):
@@ -452,9 +571,13 @@ class Provenance:
         )
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"origin": self.origin, "triton_version": self.triton_version,
-                               "triton_hash": self.triton_hash, "source_key": self.source_key,
-                               "hooks": [dict(h) for h in self.hooks]}
+        out: dict[str, Any] = {
+            "origin": self.origin,
+            "triton_version": self.triton_version,
+            "triton_hash": self.triton_hash,
+            "source_key": self.source_key,
+            "hooks": [dict(h) for h in self.hooks],
+        }
         if self.triton_cache is not None:
             out["triton_cache"] = self.triton_cache
         if self.harvested is not None:
@@ -496,11 +619,16 @@ class Variant:
         """One line, as ``inspect`` shows a variant (the dataclass default printed every file digest):
         ``<Variant add_kernel cuda:90 stride==1 BLOCK=1024 warps=4 stages=3 key=05e7e5a2c737>``."""
         spec = [f"{p.name}==1" for p in self.params if p.equal_to_1]
-        spec += [f"{p.name}={p.constexpr!r}" if isinstance(p.constexpr, str) else f"{p.name}={p.constexpr}"
-                 for p in self.params if p.is_constexpr and not p.equal_to_1]
-        opts = [f"{short}={self.options[k]}" for k, short in (("num_warps", "warps"), ("num_stages", "stages"),
-                                                               ("num_ctas", "ctas"))
-                if k in self.options and not (k == "num_ctas" and self.options[k] == 1)]
+        spec += [
+            f"{p.name}={p.constexpr!r}" if isinstance(p.constexpr, str) else f"{p.name}={p.constexpr}"
+            for p in self.params
+            if p.is_constexpr and not p.equal_to_1
+        ]
+        opts = [
+            f"{short}={self.options[k]}"
+            for k, short in (("num_warps", "warps"), ("num_stages", "stages"), ("num_ctas", "ctas"))
+            if k in self.options and not (k == "num_ctas" and self.options[k] == 1)
+        ]
         text = " ".join([self.kernel, str(self.target), *spec, *opts, f"key={self.key[:12]}"])
         # Names come from an untrusted archive: escape control characters (as core.text.printable does).
         return f"<Variant {text if text.isprintable() else ascii(text)[1:-1]}>"
@@ -525,8 +653,9 @@ class Variant:
         if memo is None:
             params = tuple(Param.from_json(p, f"{where}.params[{i}]") for i, p in enumerate(raw_params))
         else:
-            params = tuple(_memo(memo, "param", p, 0, _param_parser(p, f"{where}.params[{i}]"))
-                           for i, p in enumerate(raw_params))
+            params = tuple(
+                _memo(memo, "param", p, 0, _param_parser(p, f"{where}.params[{i}]")) for i, p in enumerate(raw_params)
+            )
         check_distinct_params(params, f"{where}.params")
         files = _req(obj, "files", dict, where)
         raw_ir = _opt(files, "ir", dict, where + ".files") or {}
@@ -544,24 +673,51 @@ class Variant:
             target=_memo(memo, "target", raw_target, 0, lambda: Target.from_json(raw_target, where + ".target")),
             params=params,
             options=_req(obj, "options", dict, where),
-            abi=_memo(memo, "abi", raw_abi, len(params), lambda: Abi.from_json(raw_abi, len(params), where + ".abi", memo)),
+            abi=_memo(
+                memo, "abi", raw_abi, len(params), lambda: Abi.from_json(raw_abi, len(params), where + ".abi", memo)
+            ),
             binary=FileRef.from_json(files.get("binary"), f"{where}.files.binary"),
             metadata=FileRef.from_json(files.get("metadata"), f"{where}.files.metadata"),
             ir=ir,
             source=_opt(files, "source", str, where + ".files"),
-            provenance=_memo(memo, "provenance", raw_prov, 0,
-                             lambda: Provenance.from_json(raw_prov, where + ".provenance")),
+            provenance=_memo(
+                memo, "provenance", raw_prov, 0, lambda: Provenance.from_json(raw_prov, where + ".provenance")
+            ),
         )
 
     @classmethod
-    def checked_new(cls, kernel: str, key: str, target: Target, params: tuple[Param, ...], options: dict,
-                    abi: Abi, binary: FileRef, metadata: FileRef, ir: dict[str, FileRef], source: str | None,
-                    provenance: Provenance) -> Variant:
+    def checked_new(
+        cls,
+        kernel: str,
+        key: str,
+        target: Target,
+        params: tuple[Param, ...],
+        options: dict,
+        abi: Abi,
+        binary: FileRef,
+        metadata: FileRef,
+        ir: dict[str, FileRef],
+        source: str | None,
+        provenance: Provenance,
+    ) -> Variant:
         """A variant from fields already checked as :meth:`from_json` checks them (a format-2 shard
         checks them a column at a time, :mod:`.shard`); skips the dataclass ``__init__``."""
-        return _new(cls, {"kernel": kernel, "key": key, "target": target, "params": params,
-                          "options": options, "abi": abi, "binary": binary, "metadata": metadata, "ir": ir,
-                          "source": source, "provenance": provenance})
+        return _new(
+            cls,
+            {
+                "kernel": kernel,
+                "key": key,
+                "target": target,
+                "params": params,
+                "options": options,
+                "abi": abi,
+                "binary": binary,
+                "metadata": metadata,
+                "ir": ir,
+                "source": source,
+                "provenance": provenance,
+            },
+        )
 
     @classmethod
     def _shared(cls, obj: dict, where: str, memo: dict) -> Variant | None:
@@ -584,41 +740,99 @@ class Variant:
                 if ref is None:
                     return None
                 ir[stage] = ref
-        return cls.from_parts(get("kernel"), get("key"), get("target"), get("params"), get("options"), get("abi"),
-                              get("provenance"), binary, metadata, ir, fget("source"), where, memo)
+        return cls.from_parts(
+            get("kernel"),
+            get("key"),
+            get("target"),
+            get("params"),
+            get("options"),
+            get("abi"),
+            get("provenance"),
+            binary,
+            metadata,
+            ir,
+            fget("source"),
+            where,
+            memo,
+        )
 
     @classmethod
-    def from_parts(cls, kernel: Any, key: Any, raw_target: Any, raw_params: Any, options: Any, raw_abi: Any,
-                   raw_prov: Any, binary: FileRef, metadata: FileRef, ir: dict[str, FileRef], source: Any,
-                   where: str, memo: dict) -> Variant | None:
+    def from_parts(
+        cls,
+        kernel: Any,
+        key: Any,
+        raw_target: Any,
+        raw_params: Any,
+        options: Any,
+        raw_abi: Any,
+        raw_prov: Any,
+        binary: FileRef,
+        metadata: FileRef,
+        ir: dict[str, FileRef],
+        source: Any,
+        where: str,
+        memo: dict,
+    ) -> Variant | None:
         """A variant from its fields as JSON (file refs already checked), with no error message built in
         advance: the path a format-2 shard's rows take (thousands per kernel). Each distinct part is
         parsed once through ``memo``; a part that is wrong raises its precise error, anything else
         unusual gives None (the caller then runs :meth:`from_json`)."""
-        if not (type(key) is str and type(kernel) is str and type(options) is dict and type(raw_params) is list
-                and type(raw_target) is dict and type(raw_abi) is dict and type(raw_prov) is dict
-                and (source is None or type(source) is str) and _SHA256.fullmatch(key) and _kernel_ok(kernel)
-                and all(map(is_ir_stage, ir))):
+        if not (
+            type(key) is str
+            and type(kernel) is str
+            and type(options) is dict
+            and type(raw_params) is list
+            and type(raw_target) is dict
+            and type(raw_abi) is dict
+            and type(raw_prov) is dict
+            and (source is None or type(source) is str)
+            and _SHA256.fullmatch(key)
+            and _kernel_ok(kernel)
+            and all(map(is_ir_stage, ir))
+        ):
             return None
         params = []
         for i, p in enumerate(raw_params):
             hit = memo.get(("param", id(p), 0))
-            params.append(hit[0] if hit is not None else
-                          _memo(memo, "param", p, 0, _param_parser(p, f"{where}.params[{i}]")))
+            params.append(
+                hit[0] if hit is not None else _memo(memo, "param", p, 0, _param_parser(p, f"{where}.params[{i}]"))
+            )
         n = len(params)
         check_distinct_params(tuple(params), f"{where}.params")
         hit = memo.get(("target", id(raw_target), 0))
-        target = hit[0] if hit is not None else \
-            _memo(memo, "target", raw_target, 0, lambda: Target.from_json(raw_target, where + ".target"))
+        target = (
+            hit[0]
+            if hit is not None
+            else _memo(memo, "target", raw_target, 0, lambda: Target.from_json(raw_target, where + ".target"))
+        )
         hit = memo.get(("abi", id(raw_abi), n))
-        abi = hit[0] if hit is not None else \
-            _memo(memo, "abi", raw_abi, n, lambda: Abi.from_json(raw_abi, n, where + ".abi", memo))
+        abi = (
+            hit[0]
+            if hit is not None
+            else _memo(memo, "abi", raw_abi, n, lambda: Abi.from_json(raw_abi, n, where + ".abi", memo))
+        )
         hit = memo.get(("provenance", id(raw_prov), 0))
-        prov = hit[0] if hit is not None else \
-            _memo(memo, "provenance", raw_prov, 0, lambda: Provenance.from_json(raw_prov, where + ".provenance"))
-        return _new(cls, {"kernel": kernel, "key": key, "target": target, "params": tuple(params),
-                          "options": options, "abi": abi, "binary": binary, "metadata": metadata, "ir": ir,
-                          "source": source, "provenance": prov})
+        prov = (
+            hit[0]
+            if hit is not None
+            else _memo(memo, "provenance", raw_prov, 0, lambda: Provenance.from_json(raw_prov, where + ".provenance"))
+        )
+        return _new(
+            cls,
+            {
+                "kernel": kernel,
+                "key": key,
+                "target": target,
+                "params": tuple(params),
+                "options": options,
+                "abi": abi,
+                "binary": binary,
+                "metadata": metadata,
+                "ir": ir,
+                "source": source,
+                "provenance": prov,
+            },
+        )
 
     def to_json(self) -> dict[str, Any]:
         files: dict[str, Any] = {"binary": self.binary.to_json(), "metadata": self.metadata.to_json()}
@@ -638,7 +852,9 @@ class Variant:
         }
 
 
-def _memo(memo: dict[tuple[str, int, int], Any] | None, what: str, raw: Any, extra: int, parse: Callable[[], Any]) -> Any:
+def _memo(
+    memo: dict[tuple[str, int, int], Any] | None, what: str, raw: Any, extra: int, parse: Callable[[], Any]
+) -> Any:
     """``parse()``, or its earlier result for the very same JSON object (see :meth:`Variant.from_json`).
     The memo holds the raw objects alive while it lives, so an identity is never reused within it."""
     if memo is None:
@@ -732,8 +948,22 @@ def _check_record_names(records: list[dict], where: str, fields: tuple[str, ...]
 
 
 # -- manifest -------------------------------------------------------------------------------------
-_TOP_KNOWN = frozenset({"format", "format_version", "abi_version", "name", "version", "produced_by", "created",
-                        "path_sentinel", "sources", "variants", "autotune", "heuristics"})
+_TOP_KNOWN = frozenset(
+    {
+        "format",
+        "format_version",
+        "abi_version",
+        "name",
+        "version",
+        "produced_by",
+        "created",
+        "path_sentinel",
+        "sources",
+        "variants",
+        "autotune",
+        "heuristics",
+    }
+)
 
 #: Loads one kernel's variants from its shard (format 2), checked by this model; see :meth:`Manifest.sharded`.
 ShardLoader = Callable[[str], list["Variant"]]
@@ -751,12 +981,26 @@ class Manifest:
     JSON it came from, if any (the header, for a sharded manifest).
     """
 
-    def __init__(self, *, name: str, version: str, format_version: str, abi_version: int, produced_by: dict,
-                 created: str | None, sources: tuple[FileRef, ...], autotune: list[dict] | None,
-                 heuristics: list[dict] | None, extra: dict[str, Any], raw: dict | None,
-                 by_kernel: dict[str, list[tuple[int, Any]]], parsed: dict[str, list[Variant]],
-                 summaries: dict[str, KernelSummary] | None = None, loader: ShardLoader | None = None,
-                 target_loader: TargetLoader | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        name: str,
+        version: str,
+        format_version: str,
+        abi_version: int,
+        produced_by: dict,
+        created: str | None,
+        sources: tuple[FileRef, ...],
+        autotune: list[dict] | None,
+        heuristics: list[dict] | None,
+        extra: dict[str, Any],
+        raw: dict | None,
+        by_kernel: dict[str, list[tuple[int, Any]]],
+        parsed: dict[str, list[Variant]],
+        summaries: dict[str, KernelSummary] | None = None,
+        loader: ShardLoader | None = None,
+        target_loader: TargetLoader | None = None,
+    ) -> None:
         self.name = name
         self.version = version
         self.format_version = format_version
@@ -778,9 +1022,19 @@ class Manifest:
 
     # -- construction -------------------------------------------------------------------------------
     @classmethod
-    def build(cls, name: str, version: str, variants: Iterable[Variant], *, produced_by: Mapping[str, Any],
-              created: str | None = None, sources: Iterable[FileRef] = (), autotune: list[dict] | None = None,
-              heuristics: list[dict] | None = None, extra: Mapping[str, Any] | None = None) -> Manifest:
+    def build(
+        cls,
+        name: str,
+        version: str,
+        variants: Iterable[Variant],
+        *,
+        produced_by: Mapping[str, Any],
+        created: str | None = None,
+        sources: Iterable[FileRef] = (),
+        autotune: list[dict] | None = None,
+        heuristics: list[dict] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Manifest:
         """A manifest to write (always the current format, :data:`FORMAT_VERSION`): variants ordered by kernel
         name, then key (spec/FORMAT.md §4)."""
         ordered = sorted(variants, key=lambda v: (v.kernel, v.key))
@@ -803,10 +1057,21 @@ class Manifest:
         unknown = set(extra or {}) & _TOP_KNOWN
         if unknown:
             raise SchemaError(f"manifest: extra fields {sorted(unknown)} shadow standard ones", where="manifest")
-        return cls(name=name, version=version, format_version=f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}",
-                   abi_version=max([v.abi.version for v in ordered], default=ABI_VERSION_PLAIN), produced_by=dict(produced_by),
-                   created=created, sources=tuple(sorted(sources, key=lambda f: f.path)), autotune=autotune,
-                   heuristics=heuristics, extra=dict(extra or {}), raw=None, by_kernel=by_kernel, parsed=parsed)
+        return cls(
+            name=name,
+            version=version,
+            format_version=f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}",
+            abi_version=max([v.abi.version for v in ordered], default=ABI_VERSION_PLAIN),
+            produced_by=dict(produced_by),
+            created=created,
+            sources=tuple(sorted(sources, key=lambda f: f.path)),
+            autotune=autotune,
+            heuristics=heuristics,
+            extra=dict(extra or {}),
+            raw=None,
+            by_kernel=by_kernel,
+            parsed=parsed,
+        )
 
     @staticmethod
     def _top(obj: Any, skip: frozenset[str] = frozenset()) -> dict[str, Any]:
@@ -820,8 +1085,10 @@ class Manifest:
             raise SchemaError("manifest.heuristics: expected a list of objects", where="manifest.heuristics")
         _check_record_names(autotune or [], "manifest.autotune", _AUTOTUNE_NAMES)
         _check_record_names(heuristics or [], "manifest.heuristics", ("names",))
-        sources = tuple(FileRef.from_json(s, f"manifest.sources[{i}]")
-                        for i, s in enumerate(_opt(obj, "sources", list, where) or []))
+        sources = tuple(
+            FileRef.from_json(s, f"manifest.sources[{i}]")
+            for i, s in enumerate(_opt(obj, "sources", list, where) or [])
+        )
         abi_version = _opt(obj, "abi_version", int, where)
         return dict(
             name=_req(obj, "name", str, where),
@@ -861,8 +1128,14 @@ class Manifest:
         return manifest
 
     @classmethod
-    def sharded(cls, header: Any, summaries: Iterable[KernelSummary], loader: ShardLoader,
-                skip: frozenset[str] = frozenset(), target_loader: TargetLoader | None = None) -> Manifest:
+    def sharded(
+        cls,
+        header: Any,
+        summaries: Iterable[KernelSummary],
+        loader: ShardLoader,
+        skip: frozenset[str] = frozenset(),
+        target_loader: TargetLoader | None = None,
+    ) -> Manifest:
         """A format-2 manifest: ``header`` holds every top-level field but the variants, ``summaries``
         count each kernel's variants, and ``loader(kernel)`` returns that kernel's variants (one shard
         read, parsed by :meth:`Variant.from_json` or its shortcut :meth:`Variant.from_parts`). ``skip``
@@ -878,8 +1151,14 @@ class Manifest:
             if s.kernel in table:
                 raise SchemaError(f"manifest header: kernel {s.kernel!r} has two shards", where="manifest")
             table[s.kernel] = s
-        return cls(**cls._top(header, skip), by_kernel={}, parsed={}, summaries=table, loader=loader,
-                   target_loader=target_loader)
+        return cls(
+            **cls._top(header, skip),
+            by_kernel={},
+            parsed={},
+            summaries=table,
+            loader=loader,
+            target_loader=target_loader,
+        )
 
     # -- reading ------------------------------------------------------------------------------------
     @property
@@ -906,8 +1185,9 @@ class Manifest:
             summary = self._summaries.get(kernel) if self._summaries is not None else None
             if summary is not None and any((kernel, t) in self._by_target for t, _ in summary.targets):
                 # Some targets were read alone: read the others the same way, and keep one object per variant.
-                parsed = sorted((v for t, _ in summary.targets for v in self._variants_of_target(kernel, t)),
-                                key=lambda v: v.key)
+                parsed = sorted(
+                    (v for t, _ in summary.targets for v in self._variants_of_target(kernel, t)), key=lambda v: v.key
+                )
             elif self._summaries is not None:
                 parsed = self._load(kernel)
             else:
@@ -956,8 +1236,12 @@ class Manifest:
         out = []
         for kernel in sorted(self._by_kernel):
             entries = self._by_kernel[kernel]
-            out.append(KernelSummary.of(kernel, (
-                str(e.target) if isinstance(e, Variant) else target_label(e.get("target")) for _, e in entries)))
+            out.append(
+                KernelSummary.of(
+                    kernel,
+                    (str(e.target) if isinstance(e, Variant) else target_label(e.get("target")) for _, e in entries),
+                )
+            )
         return out
 
     @property

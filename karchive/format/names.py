@@ -22,8 +22,8 @@ import difflib
 import functools
 import keyword
 import re
-from typing import Any
 from collections.abc import Iterable
+from typing import Any
 
 from karchive.core.grammar import IDENTIFIER, fullmatch
 

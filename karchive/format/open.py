@@ -18,13 +18,14 @@ def is_url(location: str) -> bool:
     return "://" in location
 
 
-def open_location(location: str | os.PathLike, *, storage_options: dict[str, Any] | None = None,
-                  limits: Limits | None = None) -> ArchiveReader:
+def open_location(
+    location: str | os.PathLike, *, storage_options: dict[str, Any] | None = None, limits: Limits | None = None
+) -> ArchiveReader:
     """Local files are read with pread; URLs with exact-range ``cat_file`` calls (no read-ahead)."""
     text = os.fspath(location)
     limits = limits or Limits()
     if not is_url(text) or text.startswith("file://"):
-        path = text[len("file://"):] if text.startswith("file://") else text
+        path = text[len("file://") :] if text.startswith("file://") else text
         return ArchiveReader(FileSource(path), limits=limits)
     import fsspec  # imported only for remote archives
 
@@ -33,7 +34,9 @@ def open_location(location: str | os.PathLike, *, storage_options: dict[str, Any
     except ImportError as exc:
         raise UnsupportedLocationError(
             f"{text}: the fsspec backend for this URL is not installed ({exc}); install karchive[s3] for s3://, "
-            "karchive[gcs] for gs://, karchive[http] for http(s)://", location=text) from None
+            "karchive[gcs] for gs://, karchive[http] for http(s)://",
+            location=text,
+        ) from None
     except (ValueError, TypeError) as exc:  # unknown protocol, bad storage options
         raise UnsupportedLocationError(f"cannot open {text}: {exc}", location=text) from None
     return ArchiveReader(FsspecSource(fs, path), limits=limits)

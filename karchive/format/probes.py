@@ -8,14 +8,23 @@ through these and nothing else. Below both, so that neither imports the other fo
 from __future__ import annotations
 
 import re
-from typing import Any
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from ..core.grammar import whole
 from .autotune import json_scalar
 
-__all__ = ["ABSENT", "NOT_SCALAR", "PROBE", "PROBE_ATTRS", "PROBE_METHODS", "probe_name", "probe_value", "run_probe",
-           "scalar"]
+__all__ = [
+    "ABSENT",
+    "NOT_SCALAR",
+    "PROBE",
+    "PROBE_ATTRS",
+    "PROBE_METHODS",
+    "probe_name",
+    "probe_value",
+    "run_probe",
+    "scalar",
+]
 
 PROBE_ATTRS = ("dtype", "shape", "ndim")
 PROBE_METHODS = ("numel", "dim", "element_size", "size", "stride")

@@ -28,8 +28,8 @@ import zstandard
 
 from ..core.jsonio import canonical_json, parse_json
 from ..errors import (
-    FormatError,
     DigestMismatchError,
+    FormatError,
     IntegrityError,
     LimitExceededError,
     NotAnArchiveError,
@@ -100,8 +100,9 @@ class FrameTable(Sequence[Frame]):
     arrays of machine integers where the values fit (they do, once checked against the file's size):
     no int object per field kept alive, and nothing for the garbage collector to walk."""
 
-    def __init__(self, offsets: Sequence[int], lengths: Sequence[int], sizes: Sequence[int],
-                 flags: Sequence[int]) -> None:
+    def __init__(
+        self, offsets: Sequence[int], lengths: Sequence[int], sizes: Sequence[int], flags: Sequence[int]
+    ) -> None:
         columns: tuple[Sequence[int], ...] = (offsets, lengths, sizes, flags)
         try:
             columns = tuple(array("q", c) for c in columns)
@@ -153,11 +154,15 @@ def check_format_version(found: tuple[int, int], what: str = "archive format") -
         raise UnsupportedVersionError(
             f"{what} version {found[0]}.{found[1]} is newer than this reader supports "
             f"({FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}); upgrade karchive",
-            found=f"{found[0]}.{found[1]}", supported=f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}")
+            found=f"{found[0]}.{found[1]}",
+            supported=f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}",
+        )
     if found[0] not in READABLE_MAJORS:
-        raise UnsupportedVersionError(f"{what} version {found[0]}.{found[1]} is not supported",
-                                      found=f"{found[0]}.{found[1]}",
-                                      supported=f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}")
+        raise UnsupportedVersionError(
+            f"{what} version {found[0]}.{found[1]} is not supported",
+            found=f"{found[0]}.{found[1]}",
+            supported=f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}",
+        )
 
 
 def scan_manifest(root: Any, max_depth: int) -> list[dict]:
@@ -185,8 +190,15 @@ def scan_manifest(root: Any, max_depth: int) -> list[dict]:
 
 def load_json(raw: bytes, what: str, limits: Limits) -> Any:
     """Parse untrusted canonical JSON (ASCII, no duplicate keys, no NaN) within the value budget."""
-    return parse_json(raw, what, error=FormatError, strict=True, max_values=limits.max_json_values,
-                      limit_error=LimitExceededError, max_depth=limits.max_json_depth)
+    return parse_json(
+        raw,
+        what,
+        error=FormatError,
+        strict=True,
+        max_values=limits.max_json_values,
+        limit_error=LimitExceededError,
+        max_depth=limits.max_json_depth,
+    )
 
 
 def load_shard_json(raw: bytes, what: str, limits: Limits) -> Any:
@@ -316,8 +328,11 @@ class ArchiveReader:
         if index_offset + index_length != size - FOOTER_SIZE or index_length < SKIPPABLE_HEADER.size:
             raise FormatError(f"{where}: footer points outside the file (truncated or corrupt)")
         if index_length > self.limits.max_index_bytes:
-            raise LimitExceededError(f"{where}: index of {index_length} bytes exceeds the limit",
-                                     limit=self.limits.max_index_bytes, value=index_length)
+            raise LimitExceededError(
+                f"{where}: index of {index_length} bytes exceeds the limit",
+                limit=self.limits.max_index_bytes,
+                value=index_length,
+            )
         if index_offset < self._tail_start:
             # A large index: fetch everything from the index on in one more read.
             self._tail_start = index_offset
@@ -328,17 +343,22 @@ class ArchiveReader:
             raise FormatError(f"{where}: index frame header is corrupt")
         payload = raw_index[SKIPPABLE_HEADER.size :]
         if hashlib.sha256(payload).digest() != index_digest:
-            raise DigestMismatchError(f"{where}: index digest does not match the footer (corrupt or tampered)",
-                                      source=where,
-                                      expected=index_digest.hex(), actual=hashlib.sha256(payload).hexdigest())
+            raise DigestMismatchError(
+                f"{where}: index digest does not match the footer (corrupt or tampered)",
+                source=where,
+                expected=index_digest.hex(),
+                actual=hashlib.sha256(payload).hexdigest(),
+            )
         with _gc_paused():  # the parsed index (a list per frame) is garbage once its columns are taken
             self._parse_index(self._decompress(payload, self.limits.max_index_bytes, None, "index"), index_offset)
         self._load_dictionary_and_manifest()
 
     def _parse_index(self, raw: bytes, index_offset: int) -> None:
         index = load_json(raw, "index", self.limits)
-        if not isinstance(index, dict) or not isinstance(index.get("frames"), list) or not isinstance(
-            index.get("members"), list
+        if (
+            not isinstance(index, dict)
+            or not isinstance(index.get("frames"), list)
+            or not isinstance(index.get("members"), list)
         ):
             raise FormatError("index lacks frames/members")
         if index.get("manifest") != MANIFEST_NAME:
@@ -346,20 +366,29 @@ class ArchiveReader:
         if index.get("dictionary") not in (None, DICTIONARY_NAME):
             raise FormatError(f"index: dictionary must be {DICTIONARY_NAME!r} or null, got {index.get('dictionary')!r}")
         if len(index["frames"]) > self.limits.max_members + 2:
-            raise LimitExceededError(f"index lists {len(index['frames'])} frames; the limit is {self.limits.max_members + 2}",
-                                     limit=self.limits.max_members + 2, value=len(index["frames"]))
+            raise LimitExceededError(
+                f"index lists {len(index['frames'])} frames; the limit is {self.limits.max_members + 2}",
+                limit=self.limits.max_members + 2,
+                value=len(index["frames"]),
+            )
         frames = self._frames_fast(index["frames"], index_offset)
         if frames is None:
             frames = self._frames_checked(index["frames"], index_offset)
         if len(index["members"]) > self.limits.max_members:
-            raise LimitExceededError(f"index lists {len(index['members'])} members; the limit is {self.limits.max_members}",
-                                     limit=self.limits.max_members, value=len(index["members"]))
+            raise LimitExceededError(
+                f"index lists {len(index['members'])} members; the limit is {self.limits.max_members}",
+                limit=self.limits.max_members,
+                value=len(index["members"]),
+            )
         self.frames = frames
         self._frame_members: dict[int, list[Member]] = _FrameMembers()
         self._owner = array("q", [_UNCLAIMED]) * len(frames)  # an array: nothing for the collector to walk
         members = index["members"]
-        if set(map(type, members)) <= {list} and set(map(len, members)) <= {4} and all(
-                int_column(list(map(itemgetter(i), members)), 1 << 63) for i in (1, 2, 3)):
+        if (
+            set(map(type, members)) <= {list}
+            and set(map(len, members)) <= {4}
+            and all(int_column(list(map(itemgetter(i), members)), 1 << 63) for i in (1, 2, 3))
+        ):
             placed = list(map(tuple, members))  # the usual index, checked a column at a time
         else:
             placed = []
@@ -381,8 +410,12 @@ class ArchiveReader:
         """The frame table when it is valid, checked with C-speed passes (an archive of 10,000 variants
         has a thousand frames or more, and they are checked on every open); None otherwise, and
         :meth:`_frames_checked` says what is wrong."""
-        if not entries or len(entries) > self.limits.max_members + 2 or set(map(type, entries)) != {list} \
-                or set(map(len, entries)) != {4}:
+        if (
+            not entries
+            or len(entries) > self.limits.max_members + 2
+            or set(map(type, entries)) != {list}
+            or set(map(len, entries)) != {4}
+        ):
             return None
         flat = list(chain.from_iterable(entries))
         if list(map(type, flat)).count(int) != len(flat):  # every field an int (a bool is not): no set to hash into
@@ -397,8 +430,11 @@ class ArchiveReader:
             return None
         # length <= size (a frame that compresses at all: one pass), or <= size + size/256 + 1 KiB, are
         # within compress_bound(size) (which adds a little more).
-        if not all(map(le, lens, sizes)) and not all(map(le, lens, [n + (n >> 8) + 1024 for n in sizes])) \
-                and not all(map(le, lens, map(compress_bound, sizes))):
+        if (
+            not all(map(le, lens, sizes))
+            and not all(map(le, lens, [n + (n >> 8) + 1024 for n in sizes]))
+            and not all(map(le, lens, map(compress_bound, sizes)))
+        ):
             return None
         return FrameTable(offs, lens, sizes, flags)  # type: ignore[return-value]
 
@@ -415,13 +451,17 @@ class ArchiveReader:
                 raise FormatError(f"index: bad dictionary flag {flag!r}")
             if usize > self.limits.max_frame_bytes:
                 raise LimitExceededError(
-                    f"frame {len(frames)} claims {usize} decompressed bytes; the limit is {self.limits.max_frame_bytes}"
-                , limit=self.limits.max_frame_bytes, value=usize)
+                    f"frame {len(frames)} claims {usize} decompressed bytes; the limit is {self.limits.max_frame_bytes}",
+                    limit=self.limits.max_frame_bytes,
+                    value=usize,
+                )
             if length > compress_bound(usize):
                 # Reading a frame costs its compressed length in memory: bound it by what it may decode to.
                 raise LimitExceededError(
-                    f"frame {len(frames)} is {length} bytes long, more than any zstd frame of {usize} bytes needs"
-                , limit=compress_bound(usize), value=length)
+                    f"frame {len(frames)} is {length} bytes long, more than any zstd frame of {usize} bytes needs",
+                    limit=compress_bound(usize),
+                    value=length,
+                )
             frames.append(Frame(off, length, usize, bool(flag)))
             expected = off + length
         if expected != index_offset:
@@ -436,8 +476,11 @@ class ArchiveReader:
         frames newly claimed. Members are only added once every check has passed.
         """
         if len(self._members) + len(placed) > self.limits.max_members:
-            raise LimitExceededError(f"{what} brings the archive past {self.limits.max_members} members",
-                                     limit=self.limits.max_members, value=len(self._members) + len(placed))
+            raise LimitExceededError(
+                f"{what} brings the archive past {self.limits.max_members} members",
+                limit=self.limits.max_members,
+                value=len(self._members) + len(placed),
+            )
         frames = self.frames
         n_frames = len(frames)
         size_of = frames.size_of if isinstance(frames, FrameTable) else lambda i: frames[i].size
@@ -451,8 +494,10 @@ class ArchiveReader:
             if name in added or name in self._members:
                 raise FormatError(f"{what}: duplicate member {name!r}")
             if self._owner[frame] not in (_UNCLAIMED, owner) or listed(frame):
-                raise FormatError(f"{what}: member {name!r} is in frame {frame}, which holds members listed "
-                                  "elsewhere (each frame belongs to the index or to one shard)")
+                raise FormatError(
+                    f"{what}: member {name!r} is in frame {frame}, which holds members listed "
+                    "elsewhere (each frame belongs to the index or to one shard)"
+                )
             m = new(Member, (name, frame, offset, size))  # a named tuple, without its Python-level __new__
             added[name] = m
             claimed.setdefault(frame, []).append(m)
@@ -509,8 +554,10 @@ class ArchiveReader:
                 raise FormatError(f"{m.name} must be in a frame compressed without the dictionary")
             if m.size > limit_of[m.name] or frame.size > limit_of[m.name] + 4 * TAR_BLOCK:
                 raise LimitExceededError(
-                    f"{m.name} ({m.size} bytes in a frame of {frame.size}) exceeds the limit of {limit_of[m.name]} bytes"
-                , limit=limit_of[m.name], value=m.size)
+                    f"{m.name} ({m.size} bytes in a frame of {frame.size}) exceeds the limit of {limit_of[m.name]} bytes",
+                    limit=limit_of[m.name],
+                    value=m.size,
+                )
         # Honest archives put them right before the index: fetch them with the tail in one read, but
         # never a range wider than the frames themselves.
         spans = {m.frame: self.frames[m.frame] for m in needed}
@@ -524,9 +571,12 @@ class ArchiveReader:
         if dict_name is not None:
             dict_bytes = self._member_unchecked(self._members[dict_name])
             if hashlib.sha256(dict_bytes).hexdigest() != index.get("dictionary_sha256"):
-                raise DigestMismatchError("dictionary digest does not match the index (corrupt or tampered)",
-                                          source=self.source.describe(), expected=index.get("dictionary_sha256"),
-                                          actual=hashlib.sha256(dict_bytes).hexdigest())
+                raise DigestMismatchError(
+                    "dictionary digest does not match the index (corrupt or tampered)",
+                    source=self.source.describe(),
+                    expected=index.get("dictionary_sha256"),
+                    actual=hashlib.sha256(dict_bytes).hexdigest(),
+                )
             try:
                 self._dctx_dict = zstandard.ZstdDecompressor(
                     dict_data=zstandard.ZstdCompressionDict(dict_bytes), max_window_size=self.limits.max_window_bytes
@@ -534,22 +584,31 @@ class ArchiveReader:
             except zstandard.ZstdError as exc:
                 raise FormatError(f"{dict_name} is not a usable zstd dictionary: {exc}") from exc
             self._dict_bytes = dict_bytes
-        elif (self.frames.any_dictionary() if isinstance(self.frames, FrameTable)
-              else any(f.uses_dict for f in self.frames)):
+        elif (
+            self.frames.any_dictionary()
+            if isinstance(self.frames, FrameTable)
+            else any(f.uses_dict for f in self.frames)
+        ):
             raise FormatError("frames need a dictionary but the index names none")
         raw = self._member_unchecked(self._members[MANIFEST_NAME])
         if hashlib.sha256(raw).hexdigest() != index.get("manifest_sha256"):
-            raise DigestMismatchError("manifest digest does not match the index (corrupt or tampered)",
-                                      source=self.source.describe(), expected=index.get("manifest_sha256"),
-                                      actual=hashlib.sha256(raw).hexdigest())
+            raise DigestMismatchError(
+                "manifest digest does not match the index (corrupt or tampered)",
+                source=self.source.describe(),
+                expected=index.get("manifest_sha256"),
+                actual=hashlib.sha256(raw).hexdigest(),
+            )
         manifest = load_json(raw, "manifest", self.limits)
         if not isinstance(manifest, dict):
             raise SchemaError("manifest is not a JSON object", where="manifest")
         found = parse_version(manifest.get("format_version"))
         check_format_version(found, "manifest format")
         if found[0] != self.format_version[0]:
-            raise SchemaError(f"manifest says format {found[0]}.{found[1]}, the footer "
-                              f"{self.format_version[0]}.{self.format_version[1]}", where="format_version")
+            raise SchemaError(
+                f"manifest says format {found[0]}.{found[1]}, the footer "
+                f"{self.format_version[0]}.{self.format_version[1]}",
+                where="format_version",
+            )
         entries = scan_manifest(manifest, self.limits.max_json_depth)
         #: ``karchive/manifest.json`` as stored: the whole manifest (format 1) or its header (format 2).
         self.header_bytes = raw
@@ -574,8 +633,11 @@ class ArchiveReader:
         if not isinstance(table, list):
             raise SchemaError("manifest header: 'shards' must be a list (format 2)", where="shards")
         if len(table) > self.limits.max_shards:
-            raise LimitExceededError(f"manifest header lists {len(table)} shards; the limit is {self.limits.max_shards}",
-                                     limit=self.limits.max_shards, value=len(table))
+            raise LimitExceededError(
+                f"manifest header lists {len(table)} shards; the limit is {self.limits.max_shards}",
+                limit=self.limits.max_shards,
+                value=len(table),
+            )
         total = 0
         paths: set[str] = set()
         for i, row in enumerate(table):
@@ -586,10 +648,15 @@ class ArchiveReader:
             if not isinstance(kernel, str) or not isinstance(path, str):
                 raise SchemaError(f"{where}: kernel and path must be strings", where=where)
             check_kernel_name(kernel, f"{where}.kernel")  # names reach file names (export-triton-cache)
-            if type(n) is not int or n < 0 or not isinstance(targets, dict) or not all(
-                    isinstance(t, str) and type(c) is int and c > 0 for t, c in targets.items()):
-                raise SchemaError(f"{where}: variants must be a count and targets a map of positive counts",
-                                  where=where)
+            if (
+                type(n) is not int
+                or n < 0
+                or not isinstance(targets, dict)
+                or not all(isinstance(t, str) and type(c) is int and c > 0 for t, c in targets.items())
+            ):
+                raise SchemaError(
+                    f"{where}: variants must be a count and targets a map of positive counts", where=where
+                )
             if sum(targets.values()) != n:
                 raise SchemaError(f"{where}: the per-target counts do not add up to {n} variants", where=where)
             if kernel in self._shard_of:
@@ -603,13 +670,19 @@ class ArchiveReader:
             self._kernels.append(whole)
             parts = self._split_of(row.get("split"), whole, paths, where) if "split" in row else [whole]
             if len(self._shards) + len(parts) > self.limits.max_shards:
-                raise LimitExceededError(f"manifest header lists more than {self.limits.max_shards} shards",
-                                         limit=self.limits.max_shards, value=len(self._shards) + len(parts))
+                raise LimitExceededError(
+                    f"manifest header lists more than {self.limits.max_shards} shards",
+                    limit=self.limits.max_shards,
+                    value=len(self._shards) + len(parts),
+                )
             self._shard_of[kernel] = list(range(len(self._shards), len(self._shards) + len(parts)))
             self._shards.extend(parts)
         if total > self.limits.max_members:
-            raise LimitExceededError(f"manifest header counts {total} variants; the limit is {self.limits.max_members}",
-                                     limit=self.limits.max_members, value=total)
+            raise LimitExceededError(
+                f"manifest header counts {total} variants; the limit is {self.limits.max_members}",
+                limit=self.limits.max_members,
+                value=total,
+            )
         self._all_loaded = not self._shards
 
     def _shard_member(self, path: Any, where: str) -> None:
@@ -618,8 +691,11 @@ class ArchiveReader:
         if member is None or path in (MANIFEST_NAME, DICTIONARY_NAME) or path not in self._digests:
             raise FormatError(f"{where}: shard {path!r} is not a member the index lists with a digest")
         if member.size > self.limits.max_manifest_bytes:
-            raise LimitExceededError(f"{where}: shard of {member.size} bytes exceeds the manifest limit",
-                                     limit=self.limits.max_manifest_bytes, value=member.size)
+            raise LimitExceededError(
+                f"{where}: shard of {member.size} bytes exceeds the manifest limit",
+                limit=self.limits.max_manifest_bytes,
+                value=member.size,
+            )
 
     def _split_of(self, split: Any, whole: ShardEntry, paths: set[str], where: str) -> list[ShardEntry]:
         """Format 2.1: a row's per-target shards, one per target the row counts, each counting as many
@@ -637,8 +713,7 @@ class ArchiveReader:
             if not isinstance(target, str) or target not in targets or any(p.target == target for p in parts):
                 raise SchemaError(f"{w}: target {target!r} is not one of the kernel's, or comes twice", where=w)
             if type(n) is not int or n != targets[target]:
-                raise SchemaError(f"{w}: counts {n!r} variants; the kernel has {targets[target]} for {target}",
-                                  where=w)
+                raise SchemaError(f"{w}: counts {n!r} variants; the kernel has {targets[target]} for {target}", where=w)
             self._shard_member(path, w)
             assert isinstance(path, str)  # _shard_member refuses anything else
             if path in paths:
@@ -655,8 +730,13 @@ class ArchiveReader:
         model = self._model
         if model is None:
             if self.sharded:
-                model = Manifest.sharded(self.header, [s.summary for s in self._kernels], self.shard_variants,
-                                         skip=frozenset({"shards"}), target_loader=self._target_variants)
+                model = Manifest.sharded(
+                    self.header,
+                    [s.summary for s in self._kernels],
+                    self.shard_variants,
+                    skip=frozenset({"shards"}),
+                    target_loader=self._target_variants,
+                )
             else:
                 model = Manifest.from_json(self.manifest, lazy=True)
             self._model = model
@@ -685,11 +765,18 @@ class ArchiveReader:
             return self.manifest
         # A short name selects every kernel of that short name (format/names.py, kernel_matches).
         if not self.sharded:
-            return {**self.manifest, "variants": [v for v in self.manifest.get("variants") or []
-                                         if isinstance(v, dict) and select_kernels(queries, [str(v.get("kernel"))])]}
+            return {
+                **self.manifest,
+                "variants": [
+                    v
+                    for v in self.manifest.get("variants") or []
+                    if isinstance(v, dict) and select_kernels(queries, [str(v.get("kernel"))])
+                ],
+            }
         out = {k: v for k, v in self.header.items() if k != "shards"}
-        out["variants"] = [e for s in self._kernels if select_kernels(queries, [s.kernel])
-                           for e in self.shard_entries(s.kernel)]
+        out["variants"] = [
+            e for s in self._kernels if select_kernels(queries, [s.kernel]) for e in self.shard_entries(s.kernel)
+        ]
         return out
 
     @property
@@ -751,8 +838,9 @@ class ArchiveReader:
     def _check_counts(self, i: int, targets: Iterable[str | None]) -> None:
         shard = self._shards[i]
         if KernelSummary.of(shard.kernel, targets) != shard.summary:
-            raise SchemaError(f"shard of {shard.kernel!r} does not match the counts in the manifest header",
-                              where=f"shards[{i}]")
+            raise SchemaError(
+                f"shard of {shard.kernel!r} does not match the counts in the manifest header", where=f"shards[{i}]"
+            )
 
     def _claim(self, i: int, located: list[tuple[str, int, int, int, Any]]) -> list[int]:
         """Take the frames shard ``i`` places its members in (each frame belongs to one owner) and
@@ -761,9 +849,11 @@ class ArchiveReader:
             return []
         what = f"shard of {self._shards[i].kernel!r}"
         if len(self._members) + len(self._pending_names) + len(located) > self.limits.max_members:
-            raise LimitExceededError(f"{what} brings the archive past {self.limits.max_members} members",
-                                     limit=self.limits.max_members,
-                                     value=len(self._members) + len(self._pending_names) + len(located))
+            raise LimitExceededError(
+                f"{what} brings the archive past {self.limits.max_members} members",
+                limit=self.limits.max_members,
+                value=len(self._members) + len(self._pending_names) + len(located),
+            )
         # Column by column at C speed: a shard places thousands of members (most of them IR, never read).
         names = list(map(itemgetter(0), located))
         frame_of = dict(zip(names, map(itemgetter(1), located)))
@@ -778,8 +868,10 @@ class ArchiveReader:
             if frame >= len(self.frames):
                 raise FormatError(f"{what}: member {placed[0][0]!r} lies outside its frame")
             if self._owner[frame] != _UNCLAIMED:
-                raise FormatError(f"{what}: member {placed[0][0]!r} is in frame {frame}, which holds members "
-                                  "listed elsewhere (each frame belongs to the index or to one shard)")
+                raise FormatError(
+                    f"{what}: member {placed[0][0]!r} is in frame {frame}, which holds members "
+                    "listed elsewhere (each frame belongs to the index or to one shard)"
+                )
             by_frame[frame] = placed
         for frame, placed in by_frame.items():
             self._owner[frame] = i
@@ -832,13 +924,16 @@ class ArchiveReader:
         if size in (zstandard.CONTENTSIZE_UNKNOWN, zstandard.CONTENTSIZE_ERROR):
             raise FormatError(f"{what}: zstd frame does not declare its size")
         if size > declared:
-            raise LimitExceededError(f"{what}: frame declares {size} bytes, more than the {declared} allowed",
-                                     limit=declared, value=size)
+            raise LimitExceededError(
+                f"{what}: frame declares {size} bytes, more than the {declared} allowed", limit=declared, value=size
+            )
         # One-shot decompression does not apply max_window_size itself: check the header here.
         if params.window_size > self.limits.max_window_bytes:
             raise LimitExceededError(
-                f"{what}: frame needs a {params.window_size}-byte window; the limit is {self.limits.max_window_bytes}"
-            , limit=self.limits.max_window_bytes, value=params.window_size)
+                f"{what}: frame needs a {params.window_size}-byte window; the limit is {self.limits.max_window_bytes}",
+                limit=self.limits.max_window_bytes,
+                value=params.window_size,
+            )
         dctx = dctx or zstandard.ZstdDecompressor(max_window_size=self.limits.max_window_bytes)
         try:
             out = dctx.decompress(blob, max_output_size=size, allow_extra_data=False)
@@ -877,6 +972,7 @@ class ArchiveReader:
         after them (a link, a pax header, a second copy of a name), zero padding, and the end-of-archive
         marker only at the end of the last frame. So any frame the reader accepts also means the same
         thing to ``tar``."""
+
         def stray(pos: int) -> str:
             """What sits at ``pos`` where nothing should; raises the specific error for links, pax, bad names."""
             if len(data) - pos < TAR_BLOCK:
@@ -941,15 +1037,20 @@ class ArchiveReader:
             return self._dict_bytes
         expected = self._digests.get(name)
         if expected is None:
-            raise IntegrityError(f"member {name!r} has no digest in the manifest; refusing to trust it",
-                                 source=self.source.describe())
+            raise IntegrityError(
+                f"member {name!r} has no digest in the manifest; refusing to trust it", source=self.source.describe()
+            )
         return self._checked(member, self._member_unchecked(member), expected)
 
     def _checked(self, member: Member, data: bytes, expected: tuple[int, str]) -> bytes:
         digest = hashlib.sha256(data).hexdigest()
         if len(data) != expected[0] or digest != expected[1]:
-            raise DigestMismatchError(f"member {member.name!r}: size or sha256 differs from the manifest (corrupt or tampered)",
-                                 source=self.source.describe(), expected=expected[1], actual=digest)
+            raise DigestMismatchError(
+                f"member {member.name!r}: size or sha256 differs from the manifest (corrupt or tampered)",
+                source=self.source.describe(),
+                expected=expected[1],
+                actual=digest,
+            )
         return data
 
     # -- full check --------------------------------------------------------------------------------
@@ -1042,8 +1143,9 @@ class ArchiveReader:
         problems.extend(f"member {name!r} is not listed in the manifest" for name in sorted(unlisted))
         # Names and variant keys must be unique across shards; remember 8-byte hashes of them, not the
         # names, so that memory grows by a few bytes per member rather than by whole entries.
-        names: set[bytes] = {_short(m.name) for f, owner in enumerate(self._owner) if owner == _ROOT
-                              for m in self._frame_members[f]}
+        names: set[bytes] = {
+            _short(m.name) for f, owner in enumerate(self._owner) if owner == _ROOT for m in self._frame_members[f]
+        }
         keys: set[bytes] = set()
         checked = bytearray(len(self.frames))  # frames some owner claimed
         with self._shard_lock:
@@ -1092,8 +1194,10 @@ class ArchiveReader:
         self._verified_count = len(names)
         empty = [i for i, owner in enumerate(self._owner) if owner == _UNCLAIMED and not checked[i]]
         if empty:
-            problems.append(f"frame {empty[0]} holds no member any shard or the index lists"
-                            + (f" (and {len(empty) - 1} more)" if len(empty) > 1 else ""))
+            problems.append(
+                f"frame {empty[0]} holds no member any shard or the index lists"
+                + (f" (and {len(empty) - 1} more)" if len(empty) > 1 else "")
+            )
         return problems
 
     def _verify_splits(self) -> list[str]:
@@ -1120,8 +1224,10 @@ class ArchiveReader:
                 continue
             by_key = sorted(map(canonical_json, entries)) != sorted(map(canonical_json, split_entries))
             if by_key or sorted(located) != sorted(split_located):
-                problems.append(f"{where}: the whole shard {whole.path!r} and the per-target shards differ "
-                                "(a 2.0 reader would read other variants than this one)")
+                problems.append(
+                    f"{where}: the whole shard {whole.path!r} and the per-target shards differ "
+                    "(a 2.0 reader would read other variants than this one)"
+                )
         return problems
 
     def iter_members(self) -> Iterator[tuple[str, bytes]]:

@@ -19,9 +19,31 @@ def load_schema() -> dict:
 
 #: The JSON Schema keywords manifest.schema.json uses inside a variant, and that :class:`VariantChecker`
 #: implements; any other keyword there is refused when the checker is made, never silently skipped.
-_KEYWORDS = frozenset({"type", "properties", "required", "additionalProperties", "$ref", "enum", "const", "minimum", "maximum",
-                       "minLength", "maxLength", "pattern", "items", "minItems", "maxItems", "propertyNames", "allOf",
-                       "if", "then", "not", "description"})
+_KEYWORDS = frozenset(
+    {
+        "type",
+        "properties",
+        "required",
+        "additionalProperties",
+        "$ref",
+        "enum",
+        "const",
+        "minimum",
+        "maximum",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "items",
+        "minItems",
+        "maxItems",
+        "propertyNames",
+        "allOf",
+        "if",
+        "then",
+        "not",
+        "description",
+    }
+)
 _TYPES: dict[str, Any] = {
     "object": lambda v: isinstance(v, dict),
     "array": lambda v: isinstance(v, list),
@@ -56,8 +78,10 @@ class VariantChecker:
         if isinstance(node, dict):
             unknown = set(node) - _KEYWORDS
             if unknown:
-                raise NotImplementedError(f"manifest.schema.json uses {sorted(unknown)}, which VariantChecker does "
-                                          "not implement: add them (and to the comparison test) before relying on it")
+                raise NotImplementedError(
+                    f"manifest.schema.json uses {sorted(unknown)}, which VariantChecker does "
+                    "not implement: add them (and to the comparison test) before relying on it"
+                )
             if "pattern" in node:
                 self._patterns[node["pattern"]] = re.compile(node["pattern"])
             ref = node.get("$ref")
@@ -76,7 +100,7 @@ class VariantChecker:
     def _resolve(self, ref: str) -> Any:
         if not ref.startswith("#/$defs/"):
             raise NotImplementedError(f"$ref {ref!r}: only local #/$defs/ references are implemented")
-        return self._defs[ref[len("#/$defs/"):]]
+        return self._defs[ref[len("#/$defs/") :]]
 
     def problems(self, instance: Any) -> list[tuple[tuple[Any, ...], str]]:
         """Every violation as ``(path within the variant, message)``, in ``jsonschema``'s words and order."""
@@ -124,6 +148,7 @@ class VariantChecker:
                     if t(v):
                         return
                 out.append((path, f"{v!r} is not of type {shown}"))
+
             return type_
         if key == "properties":
             subs = [(name, self._compile(sub)) for name, sub in arg.items()]
@@ -133,13 +158,16 @@ class VariantChecker:
                     for name, sub in subs:
                         if name in v:
                             sub(v[name], path + (name,), out)
+
             return properties
         if key == "required":
+
             def required(v: Any, path: tuple, out: list) -> None:
                 if isinstance(v, dict):
                     for name in arg:
                         if name not in v:
                             out.append((path, f"{name!r} is a required property"))
+
             return required
         if key == "additionalProperties":
             props = frozenset(schema.get("properties", {}))
@@ -151,26 +179,38 @@ class VariantChecker:
                         for k in v:
                             if k not in props:
                                 sub(v[k], path + (k,), out)
+
                 return additional
             if arg is False:
+
                 def closed(v: Any, path: tuple, out: list) -> None:
                     if isinstance(v, dict) and not props.issuperset(v):
                         shown = sorted((k for k in v if k not in props), key=str)
-                        out.append((path, f"Additional properties are not allowed ({', '.join(repr(e) for e in shown)} "
-                                          f"{'was' if len(shown) == 1 else 'were'} unexpected)"))
+                        out.append(
+                            (
+                                path,
+                                f"Additional properties are not allowed ({', '.join(repr(e) for e in shown)} "
+                                f"{'was' if len(shown) == 1 else 'were'} unexpected)",
+                            )
+                        )
+
                 return closed
             return None
         if key == "enum":
+
             def enum(v: Any, path: tuple, out: list) -> None:
                 for each in arg:
                     if _equal(each, v):
                         return
                 out.append((path, f"{v!r} is not one of {arg!r}"))
+
             return enum
         if key == "const":
+
             def const(v: Any, path: tuple, out: list) -> None:
                 if not _equal(v, arg):
                     out.append((path, f"{arg!r} was expected"))
+
             return const
         if key == "minimum":
             number = _TYPES["number"]
@@ -178,6 +218,7 @@ class VariantChecker:
             def minimum(v: Any, path: tuple, out: list) -> None:
                 if number(v) and v < arg:
                     out.append((path, f"{v!r} is less than the minimum of {arg!r}"))
+
             return minimum
         if key == "maximum":
             number = _TYPES["number"]
@@ -185,6 +226,7 @@ class VariantChecker:
             def maximum(v: Any, path: tuple, out: list) -> None:
                 if number(v) and v > arg:
                     out.append((path, f"{v!r} is greater than the maximum of {arg!r}"))
+
             return maximum
         if key in ("minLength", "minItems"):
             kind = str if key == "minLength" else list
@@ -193,6 +235,7 @@ class VariantChecker:
             def at_least(v: Any, path: tuple, out: list) -> None:
                 if isinstance(v, kind) and len(v) < arg:
                     out.append((path, f"{v!r} {word}"))
+
             return at_least
         if key in ("maxLength", "maxItems"):
             kind = str if key == "maxLength" else list
@@ -201,6 +244,7 @@ class VariantChecker:
             def at_most(v: Any, path: tuple, out: list) -> None:
                 if isinstance(v, kind) and len(v) > arg:
                     out.append((path, f"{v!r} {word}"))
+
             return at_most
         if key == "pattern":
             search = self._patterns[arg].search
@@ -208,6 +252,7 @@ class VariantChecker:
             def pattern(v: Any, path: tuple, out: list) -> None:
                 if isinstance(v, str) and not search(v):
                     out.append((path, f"{v!r} does not match {arg!r}"))
+
             return pattern
         if key == "items":
             sub = self._compile(arg)
@@ -216,6 +261,7 @@ class VariantChecker:
                 if isinstance(v, list):
                     for i, item in enumerate(v):
                         sub(item, path + (i,), out)
+
             return items
         if key == "propertyNames":
             sub = self._compile(arg)
@@ -224,6 +270,7 @@ class VariantChecker:
                 if isinstance(v, dict):
                     for name in v:
                         sub(name, path, out)
+
             return property_names
         if key == "allOf":
             parts = [self._compile(part) for part in arg]
@@ -231,6 +278,7 @@ class VariantChecker:
             def all_of(v: Any, path: tuple, out: list) -> None:
                 for part in parts:
                     part(v, path, out)
+
             return all_of
         if key == "if":
             cond = self._compile(arg)
@@ -239,6 +287,7 @@ class VariantChecker:
             def if_(v: Any, path: tuple, out: list) -> None:
                 if then is not None and self._valid(cond, v):
                     then(v, path, out)
+
             return if_
         if key == "not":
             sub = self._compile(arg)
@@ -246,6 +295,7 @@ class VariantChecker:
             def not_(v: Any, path: tuple, out: list) -> None:
                 if self._valid(sub, v):
                     out.append((path, f"{v!r} should not be valid under {arg!r}"))
+
             return not_
         return None  # "then" (with its "if"), "description"
 

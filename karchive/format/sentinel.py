@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from ..errors import FormatError, SentinelError
 from .constants import PATH_SENTINEL

@@ -74,7 +74,7 @@ def _encode_file(ref: Any, locate: Callable[[str], tuple[int, int]], home: str, 
         raise SchemaError(f"{where}: expected a file object", where=where)
     path = ref["path"]
     frame, offset = locate(path)
-    short = "./" + path[len(home):] if path.startswith(home) and len(path) > len(home) else path
+    short = "./" + path[len(home) :] if path.startswith(home) and len(path) > len(home) else path
     return [short, ref.get("size"), ref.get("sha256"), frame, offset]
 
 
@@ -87,7 +87,9 @@ def file_paths(files: Any) -> list[str]:
         if isinstance(value, dict) and isinstance(value.get("path"), str):
             out.append(value["path"])
         elif isinstance(value, dict):
-            out.extend(ref["path"] for ref in value.values() if isinstance(ref, dict) and isinstance(ref.get("path"), str))
+            out.extend(
+                ref["path"] for ref in value.values() if isinstance(ref, dict) and isinstance(ref.get("path"), str)
+            )
     return out
 
 
@@ -126,8 +128,9 @@ def encode_shard(kernel: str, variants: list[dict], locate: Callable[[str], tupl
             elif name in INTERNED:
                 column(name)[i] = parts[name].add(value)
             elif name == "files":
-                _encode_files(value, column, i, locate, f"variants/{variant.get('key')}/", parts["source"].add,
-                              f"{where}.files")
+                _encode_files(
+                    value, column, i, locate, f"variants/{variant.get('key')}/", parts["source"].add, f"{where}.files"
+                )
             elif name.startswith(FILES):
                 raise SchemaError(f"{where}: field {name!r} clashes with a shard column", where=where)
             else:
@@ -135,8 +138,15 @@ def encode_shard(kernel: str, variants: list[dict], locate: Callable[[str], tupl
     return {"kernel": kernel, "parts": {k: t.values for k, t in parts.items() if t.values}, "variants": columns}
 
 
-def _encode_files(files: Any, column: Callable[[str], list], i: int, locate: Callable[[str], tuple[int, int]],
-                  home: str, source: Callable[[Any], int], where: str) -> None:
+def _encode_files(
+    files: Any,
+    column: Callable[[str], list],
+    i: int,
+    locate: Callable[[str], tuple[int, int]],
+    home: str,
+    source: Callable[[Any], int],
+    where: str,
+) -> None:
     if not isinstance(files, dict):
         raise SchemaError(f"{where}: expected an object", where=where)
     column(FILES + "binary")  # every shard has these columns, so a row always has a files object
@@ -147,8 +157,9 @@ def _encode_files(files: Any, column: Callable[[str], list], i: int, locate: Cal
         elif role == "ir":
             if not isinstance(value, dict):
                 raise SchemaError(f"{where}.ir: expected a map of file objects", where=f"{where}.ir")
-            column(FILES + role)[i] = {stage: _encode_file(ref, locate, home, f"{where}.ir.{stage}")
-                                       for stage, ref in value.items()}
+            column(FILES + role)[i] = {
+                stage: _encode_file(ref, locate, home, f"{where}.ir.{stage}") for stage, ref in value.items()
+            }
         else:
             column(FILES + role)[i] = _encode_file(value, locate, home, f"{where}.{role}")
 
@@ -164,8 +175,15 @@ def _loc(value: Any, home: str) -> Located | None:
     """A well-formed located file (path resolved), else None."""
     if type(value) is list and len(value) == LOCATED:
         path, size, digest, frame, offset = value
-        if type(path) is str and type(size) is int and type(frame) is int and type(offset) is int and size >= 0 \
-                and frame >= 0 and offset >= 0:
+        if (
+            type(path) is str
+            and type(size) is int
+            and type(frame) is int
+            and type(offset) is int
+            and size >= 0
+            and frame >= 0
+            and offset >= 0
+        ):
             return (home + path[2:] if path.startswith("./") else path), frame, offset, size, digest
     return None
 
@@ -200,7 +218,11 @@ class _Shard:
 
     def __init__(self, doc: Any, kernel: str) -> None:
         where = self.where = f"shard of {kernel!r}"
-        if not isinstance(doc, dict) or not isinstance(doc.get("parts"), dict) or not isinstance(doc.get("variants"), dict):
+        if (
+            not isinstance(doc, dict)
+            or not isinstance(doc.get("parts"), dict)
+            or not isinstance(doc.get("variants"), dict)
+        ):
             raise FormatError(f"{where}: expected an object with parts and variants")
         if doc.get("kernel") != kernel:
             raise FormatError(f"{where}: the shard says it holds kernel {doc.get('kernel')!r}")
@@ -209,8 +231,11 @@ class _Shard:
             if name not in PARTS or not isinstance(values, list):
                 raise FormatError(f"{where}: unknown or malformed part {name!r}")
         fields = parts.get("field", [])
-        if not (set(map(type, fields)) <= {list} and set(map(len, fields)) <= {2}
-                and set(map(type, map(itemgetter(0), fields))) <= {str}):  # else say which one is not
+        if not (
+            set(map(type, fields)) <= {list}
+            and set(map(len, fields)) <= {2}
+            and set(map(type, map(itemgetter(0), fields))) <= {str}
+        ):  # else say which one is not
             for i, pair in enumerate(fields):
                 if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str:
                     raise FormatError(f"{where}: parts.field[{i}] is not a [key, value] pair")
@@ -237,7 +262,7 @@ class _Shard:
                 raise FormatError(f"{where}: column {name!r} is not a list of {self.n} values")
             if name == "kernel":
                 raise FormatError(f"{where}: a shard must not have a kernel column (the shard names its kernel)")
-            if name.startswith(FILES) and name[len(FILES):] not in ("binary", "metadata", "ir", "source"):
+            if name.startswith(FILES) and name[len(FILES) :] not in ("binary", "metadata", "ir", "source"):
                 raise FormatError(f"{where}: unknown file column {name!r}")
         self.columns = columns
         self.kernel = kernel
@@ -281,8 +306,9 @@ class _Shard:
             return [_index(p, self.param, f"{w}.params") for p in v]
         return v
 
-    def files(self, i: int, binary: Any, metadata: Any, ir: Any, source: Any, home: str,
-              located: list[Located]) -> dict[str, Any]:
+    def files(
+        self, i: int, binary: Any, metadata: Any, ir: Any, source: Any, home: str, located: list[Located]
+    ) -> dict[str, Any]:
         """Variant ``i``'s ``files`` object (and the members it places, appended to ``located``)."""
         w = f"{self.where}: variants[{i}].files"
         out: dict[str, Any] = {}
@@ -340,8 +366,9 @@ def _hex64s(values: tuple[str, ...] | list[str]) -> bool:
 
 def int_column(column: Any, bound: int) -> bool:
     """Every value an int in [0, bound) (checked a column at a time, at C speed; the reader's index uses it too)."""
-    return type(column) in (list, tuple) and (not column or list(map(type, column)).count(int) == len(column)
-                                              and min(column) >= 0 and max(column) < bound)
+    return type(column) in (list, tuple) and (
+        not column or list(map(type, column)).count(int) == len(column) and min(column) >= 0 and max(column) < bound
+    )
 
 
 def _files(column: Any, homes: list[str]) -> tuple[list[FileRef], list[Located]] | None:
@@ -351,16 +378,24 @@ def _files(column: Any, homes: list[str]) -> tuple[list[FileRef], list[Located]]
     if set(map(type, column)) != {list} or set(map(len, column)) != {LOCATED}:
         return None
     paths, sizes, digests, frames, offsets = zip(*column)
-    if set(map(type, paths)) != {str} or set(map(type, digests)) != {str} or not _hex64s(digests) \
-            or not int_column(sizes, 1 << 62) or not int_column(frames, 1 << 62) or not int_column(offsets, 1 << 62):
+    if (
+        set(map(type, paths)) != {str}
+        or set(map(type, digests)) != {str}
+        or not _hex64s(digests)
+        or not int_column(sizes, 1 << 62)
+        or not int_column(frames, 1 << 62)
+        or not int_column(offsets, 1 << 62)
+    ):
         return None
     if all(map(str.startswith, paths, repeat("./"))):  # the usual case, at C speed: every file in its variant's home
         full = list(map(add, homes, map(str.removeprefix, paths, repeat("./"))))
     else:
         full = [home + p[2:] if p.startswith("./") else p for home, p in zip(homes, paths)]
     # FileRef is a named tuple: tuple.__new__ makes one without the Python-level __new__ namedtuple adds.
-    return (list(map(tuple.__new__, repeat(FileRef), zip(full, sizes, digests))),
-            list(zip(full, frames, offsets, sizes, digests)))
+    return (
+        list(map(tuple.__new__, repeat(FileRef), zip(full, sizes, digests))),
+        list(zip(full, frames, offsets, sizes, digests)),
+    )
 
 
 def _bulk(shard: _Shard, kernel: str) -> tuple[list[Variant], list[Located]] | None:
@@ -377,15 +412,30 @@ def _bulk(shard: _Shard, kernel: str) -> tuple[list[Variant], list[Located]] | N
     if set(map(type, keys)) != {str} or not _hex64s(keys):
         return None
     t = shard.tables
-    targets, abis, options, provs, param, sources = (t["target"], t["abi"], t["options"], t["provenance"],
-                                                     shard.param, shard.source)
+    targets, abis, options, provs, param, sources = (
+        t["target"],
+        t["abi"],
+        t["options"],
+        t["provenance"],
+        shard.param,
+        shard.source,
+    )
     tc, pc, oc, ac, vc = cols["target"], cols["params"], cols["options"], cols["abi"], cols["provenance"]
-    if not (int_column(tc, len(targets)) and int_column(oc, len(options)) and int_column(ac, len(abis)) and int_column(vc, len(provs))
-            and set(map(type, pc)) == {list} and int_column(list(chain.from_iterable(pc)), len(param))):
+    if not (
+        int_column(tc, len(targets))
+        and int_column(oc, len(options))
+        and int_column(ac, len(abis))
+        and int_column(vc, len(provs))
+        and set(map(type, pc)) == {list}
+        and int_column(list(chain.from_iterable(pc)), len(param))
+    ):
         return None
     src = cols.get("files.source") or [None] * n
-    if not set(map(type, src)) <= {int, _NONE} or not int_column([x for x in src if x is not None], len(sources)) \
-            or not all(type(sources[x]) is str for x in set(src) if x is not None):
+    if (
+        not set(map(type, src)) <= {int, _NONE}
+        or not int_column([x for x in src if x is not None], len(sources))
+        or not all(type(sources[x]) is str for x in set(src) if x is not None)
+    ):
         return None
     if not all(type(options[o]) is dict for o in set(oc)):
         return None
@@ -438,9 +488,24 @@ def _bulk(shard: _Shard, kernel: str) -> tuple[list[Variant], list[Located]] | N
         abi_of = {(a, n_ps): Abi.from_json(abis[a], n_ps, where, memo) for a, n_ps in set(zip(ac, map(len, ptuples)))}
     except FormatError:
         return None
-    out = [Variant.checked_new(kernel, key, target_of[ti], params_of[ps], options[oi], abi_of[(ai, len(ps))],
-                               b, m, ir, sources[si] if si is not None else None, prov_of[vi])
-           for key, ti, ps, oi, ai, vi, b, m, ir, si in zip(keys, tc, ptuples, oc, ac, vc, binary[0], metadata[0], irs, src)]
+    out = [
+        Variant.checked_new(
+            kernel,
+            key,
+            target_of[ti],
+            params_of[ps],
+            options[oi],
+            abi_of[(ai, len(ps))],
+            b,
+            m,
+            ir,
+            sources[si] if si is not None else None,
+            prov_of[vi],
+        )
+        for key, ti, ps, oi, ai, vi, b, m, ir, si in zip(
+            keys, tc, ptuples, oc, ac, vc, binary[0], metadata[0], irs, src
+        )
+    ]
     return out, binary[1] + metadata[1] + ir_files[1]
 
 
@@ -463,19 +528,43 @@ def shard_variants(doc: Any, kernel: str) -> tuple[list[Variant], list[Located]]
     targets, abis, options, provs = tables["target"], tables["abi"], tables["options"], tables["provenance"]
     param, sources = shard.param, shard.source
     n_targets, n_abis, n_options, n_provs, n_param, n_sources = (
-        len(targets), len(abis), len(options), len(provs), len(param), len(sources))
+        len(targets),
+        len(abis),
+        len(options),
+        len(provs),
+        len(param),
+        len(sources),
+    )
     append = located.append
     where = shard.where  # a variant's own place is only spelled out by the full checks, when one fails
-    rows = zip(cols["key"], shard.column("target"), shard.column("params"), shard.column("options"),
-               shard.column("abi"), shard.column("provenance"), shard.column(FILES + "binary"),
-               shard.column(FILES + "metadata"), shard.column(FILES + "ir"), shard.column(FILES + "source"))
+    rows = zip(
+        cols["key"],
+        shard.column("target"),
+        shard.column("params"),
+        shard.column("options"),
+        shard.column("abi"),
+        shard.column("provenance"),
+        shard.column(FILES + "binary"),
+        shard.column(FILES + "metadata"),
+        shard.column(FILES + "ir"),
+        shard.column(FILES + "source"),
+    )
     for i, (key, t, ps, o, a, pv, b, m, ir, src) in enumerate(rows):
         home = f"variants/{key}/"
         v = None
-        if (type(t) is int and type(o) is int and type(a) is int and type(pv) is int and type(ps) is list
-                and 0 <= t < n_targets and 0 <= o < n_options and 0 <= a < n_abis and 0 <= pv < n_provs
-                and (not ps or set(map(type, ps)) == {int} and min(ps) >= 0 and max(ps) < n_param)
-                and (src is None or type(src) is int and 0 <= src < n_sources)):
+        if (
+            type(t) is int
+            and type(o) is int
+            and type(a) is int
+            and type(pv) is int
+            and type(ps) is list
+            and 0 <= t < n_targets
+            and 0 <= o < n_options
+            and 0 <= a < n_abis
+            and 0 <= pv < n_provs
+            and (not ps or set(map(type, ps)) == {int} and min(ps) >= 0 and max(ps) < n_param)
+            and (src is None or type(src) is int and 0 <= src < n_sources)
+        ):
             binary, metadata = _ref(b, home), _ref(m, home)
             stages: dict[str, FileRef] | None = {}
             if ir is not None:
@@ -490,9 +579,21 @@ def shard_variants(doc: Any, kernel: str) -> tuple[list[Variant], list[Located]]
                     stages = None
             if binary is not None and metadata is not None and stages is not None:
                 try:
-                    v = Variant.from_parts(kernel, key, targets[t], [param[p] for p in ps], options[o], abis[a],
-                                           provs[pv], binary, metadata, stages,
-                                           sources[src] if src is not None else None, where, memo)
+                    v = Variant.from_parts(
+                        kernel,
+                        key,
+                        targets[t],
+                        [param[p] for p in ps],
+                        options[o],
+                        abis[a],
+                        provs[pv],
+                        binary,
+                        metadata,
+                        stages,
+                        sources[src] if src is not None else None,
+                        where,
+                        memo,
+                    )
                 except FormatError:
                     v = None  # the full checks below raise it again, saying which variant
                 if v is not None:
@@ -502,8 +603,14 @@ def shard_variants(doc: Any, kernel: str) -> tuple[list[Variant], list[Located]]
                         append(_place(ir[stage], ref))
         if v is None:  # the full checks, from the variant's JSON, say what is wrong
             entry: dict[str, Any] = {"kernel": kernel, "files": shard.files(i, b, m, ir, src, home, located)}
-            for name, value in (("key", key), ("target", t), ("params", ps), ("options", o), ("abi", a),
-                                ("provenance", pv)):
+            for name, value in (
+                ("key", key),
+                ("target", t),
+                ("params", ps),
+                ("options", o),
+                ("abi", a),
+                ("provenance", pv),
+            ):
                 if value is not None:
                     entry[name] = shard.value(name, value, i)
             v = Variant.from_json(entry, f"{shard.where}: variants[{i}]", memo)

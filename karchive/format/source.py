@@ -106,11 +106,16 @@ class FsspecSource:
             self.size = int(size if size is not None else fs.size(path))
         except FileNotFoundError as exc:
             cause = exc.__cause__ or exc.__context__
-            if cause is not None and not isinstance(cause, FileNotFoundError) and getattr(cause, "status", None) not in (404, 410):
+            if (
+                cause is not None
+                and not isinstance(cause, FileNotFoundError)
+                and getattr(cause, "status", None) not in (404, 410)
+            ):
                 # fsspec's HTTP file system reports any failed request as "not found"; a refused
                 # connection is a network problem, not a missing archive.
-                raise TransferError(f"cannot reach {path}: {type(cause).__name__}: {cause}", url=path,
-                                    registry=None, attempts=1) from exc  # opened by URL: no registry, no retries
+                raise TransferError(
+                    f"cannot reach {path}: {type(cause).__name__}: {cause}", url=path, registry=None, attempts=1
+                ) from exc  # opened by URL: no registry, no retries
             raise ArchiveNotFoundError(f"no such archive: {path}", path=path) from None
         except Exception as exc:
             raise TransferError(f"cannot stat {path}: {exc}", url=path, registry=None, attempts=1) from exc
@@ -121,8 +126,12 @@ class FsspecSource:
         try:
             data: bytes = self.fs.cat_file(self.path, start=offset, end=offset + length)
         except Exception as exc:
-            raise TransferError(f"range read of {self.path} [{offset}, {offset + length}) failed: {exc}",
-                                url=self.path, registry=None, attempts=1) from exc
+            raise TransferError(
+                f"range read of {self.path} [{offset}, {offset + length}) failed: {exc}",
+                url=self.path,
+                registry=None,
+                attempts=1,
+            ) from exc
         if len(data) != length:
             raise FormatError(f"short range read from {self.path}: got {len(data)} of {length} bytes")
         with self._lock:

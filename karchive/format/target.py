@@ -53,8 +53,9 @@ class Target:
         if backend == "cuda":
             m = _CUDA_ARCH.fullmatch(arch)
             if not m:
-                raise TargetError(f"bad CUDA arch in {raw!r}: expected a compute capability such as 80, 86, 90, 100",
-                                  target=raw)
+                raise TargetError(
+                    f"bad CUDA arch in {raw!r}: expected a compute capability such as 80, 86, 90, 100", target=raw
+                )
             arch = m.group(1)
             default_warp = 32
         elif backend == "hip":
@@ -62,8 +63,9 @@ class Target:
                 raise TargetError(f"bad HIP arch in {raw!r}: expected a gfx name such as gfx942 or gfx90a", target=raw)
             default_warp = 32 if arch.startswith(_HIP_WAVE32_PREFIXES) else 64
         elif backend in ("rocm", "amd"):
-            raise TargetError(f"unknown backend {parts[0]!r} in target {raw!r}: AMD targets are spelled "
-                              f"'hip:{arch}'", target=raw)
+            raise TargetError(
+                f"unknown backend {parts[0]!r} in target {raw!r}: AMD targets are spelled 'hip:{arch}'", target=raw
+            )
         else:
             raise TargetError(f"unknown backend {parts[0]!r} in target {raw!r}: expected {FORMS}", target=raw)
         warp = default_warp

@@ -40,8 +40,17 @@ from ..core.grammar import whole
 from ..errors import SchemaError, UnsupportedVersionError
 from .dtypes import POINTER_ELEMENT_TYPES
 
-__all__ = ["CONVENTIONS", "SLOT_SIZES", "TENSORMAP", "TensorDescAbi", "TensorDescType", "convention_for_triton",
-           "expansion_slots", "parse_tensordesc_type", "slot_size"]
+__all__ = [
+    "CONVENTIONS",
+    "SLOT_SIZES",
+    "TENSORMAP",
+    "TensorDescAbi",
+    "TensorDescType",
+    "convention_for_triton",
+    "expansion_slots",
+    "parse_tensordesc_type",
+    "slot_size",
+]
 
 #: The 128-byte ``CUtensorMap`` a TMA kernel takes by value (PTX ``.param .align 64 .b8 p[128]``).
 TENSORMAP = "tensormap"
@@ -101,7 +110,9 @@ def expansion_slots(convention: str, mode: str, dtype: str, rank: int) -> tuple[
         raise UnsupportedVersionError(
             f"tensor-descriptor convention {convention!r} is unknown to this karchive (known: "
             f"{', '.join(CONVENTIONS)}); upgrade karchive to launch this variant",
-            found=convention, supported=", ".join(CONVENTIONS))
+            found=convention,
+            supported=", ".join(CONVENTIONS),
+        )
     tail = ("i32",) * rank + ("i64",) * rank
     if mode == "tma":
         return (TENSORMAP,) + tail
@@ -137,11 +148,21 @@ class TensorDescAbi:
         return sum(slot_size(s) for s in self.slots)
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"convention": self.convention, "mode": self.mode, "dtype": self.dtype,
-                               "rank": self.rank, "block_shape": list(self.block_shape)}
+        out: dict[str, Any] = {
+            "convention": self.convention,
+            "mode": self.mode,
+            "dtype": self.dtype,
+            "rank": self.rank,
+            "block_shape": list(self.block_shape),
+        }
         if self.mode == "tma":
-            out.update(swizzle=self.swizzle, elem_size=self.elem_size, elem_type=self.elem_type,
-                       fp4_padded=self.fp4_padded, im2col=self.im2col)
+            out.update(
+                swizzle=self.swizzle,
+                elem_size=self.elem_size,
+                elem_type=self.elem_type,
+                fp4_padded=self.fp4_padded,
+                im2col=self.im2col,
+            )
         out["slots"] = list(self.slots)
         return out
 
@@ -156,7 +177,9 @@ class TensorDescAbi:
             raise UnsupportedVersionError(
                 f"{where}: tensor-descriptor convention {conv!r} is unknown to this karchive (known: "
                 f"{', '.join(CONVENTIONS)}); this variant cannot be launched correctly, upgrade karchive",
-                found=conv, supported=", ".join(CONVENTIONS))
+                found=conv,
+                supported=", ".join(CONVENTIONS),
+            )
         mode, dtype, rank, block = obj.get("mode"), obj.get("dtype"), obj.get("rank"), obj.get("block_shape")
         if mode not in MODES:
             raise SchemaError(f"{where}.mode: {mode!r} is not one of {MODES}", where=f"{where}.mode")
@@ -164,8 +187,12 @@ class TensorDescAbi:
             raise SchemaError(f"{where}.dtype: unknown element type {dtype!r}", where=f"{where}.dtype")
         if type(rank) is not int or not 1 <= rank <= 5:
             raise SchemaError(f"{where}.rank: an int in [1, 5] is required", where=f"{where}.rank")
-        if (not isinstance(block, list) or not block or len(block) > 5
-                or not all(type(b) is int and 0 < b <= 1 << 16 for b in block)):
+        if (
+            not isinstance(block, list)
+            or not block
+            or len(block) > 5
+            or not all(type(b) is int and 0 < b <= 1 << 16 for b in block)
+        ):
             raise SchemaError(f"{where}.block_shape: 1 to 5 positive ints are required", where=f"{where}.block_shape")
         fields: dict[str, Any] = {}
         if mode == "tma":
@@ -181,11 +208,16 @@ class TensorDescAbi:
                 fields[name] = v
         if fields.get("im2col") and (not 3 <= rank <= 5 or len(block) != 2):
             # cuTensorMapEncodeIm2col: a rank 3-5 tensor, a [pixels per column, channels per pixel] box
-            raise SchemaError(f"{where}: an im2col map needs rank 3 to 5 and a 2-entry block_shape (pixels per "
-                              f"column, channels per pixel), got rank {rank} and {block}", where=where)
+            raise SchemaError(
+                f"{where}: an im2col map needs rank 3 to 5 and a 2-entry block_shape (pixels per "
+                f"column, channels per pixel), got rank {rank} and {block}",
+                where=where,
+            )
         rec = cls(conv, mode, dtype, rank, tuple(block), **fields)
         if obj.get("slots") is not None and obj.get("slots") != list(rec.slots):
-            raise SchemaError(f"{where}.slots: {obj.get('slots')!r} disagrees with convention {conv!r}, which "
-                              f"passes {list(rec.slots)}; refusing a variant it would launch wrongly",
-                              where=f"{where}.slots")
+            raise SchemaError(
+                f"{where}.slots: {obj.get('slots')!r} disagrees with convention {conv!r}, which "
+                f"passes {list(rec.slots)}; refusing a variant it would launch wrongly",
+                where=f"{where}.slots",
+            )
         return rec

@@ -28,8 +28,20 @@ from .autotune import normalize_key
 
 FIELD = "tuned"
 #: Tensor dtypes a keys file (and a captured call) names, as torch spells them without ``torch.``.
-KEY_DTYPES = ("float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
-              "float8_e4m3fn", "float8_e5m2")
+KEY_DTYPES = (
+    "float16",
+    "bfloat16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "bool",
+    "float8_e4m3fn",
+    "float8_e5m2",
+)
 #: Elements a tensor's ``values`` may list in a keys file or a captured call (index tensors, not data).
 KEY_MAX_VALUES = 1 << 16
 
@@ -58,8 +70,9 @@ def tables(record: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [t for t in raw if isinstance(t, Mapping)] if isinstance(raw, list) else []
 
 
-def lookup(records: Iterable[Mapping[str, Any]], name: str, target: str | None,
-           key: Sequence[Any]) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:
+def lookup(
+    records: Iterable[Mapping[str, Any]], name: str, target: str | None, key: Sequence[Any]
+) -> tuple[Mapping[str, Any], Mapping[str, Any]] | None:
     """(record, config) the tuning table for this GPU model holds for exactly ``key``; None if none does.
     A config index outside the record's configs is ignored (a damaged or hand-edited table)."""
     want = key_text(key)
@@ -72,8 +85,13 @@ def lookup(records: Iterable[Mapping[str, Any]], name: str, target: str | None,
                 if not isinstance(entry, Mapping) or key_text(entry.get("key") or []) != want:
                     continue
                 i = entry.get("config")
-                if isinstance(configs, list) and isinstance(i, int) and not isinstance(i, bool) \
-                        and 0 <= i < len(configs) and isinstance(configs[i], Mapping):
+                if (
+                    isinstance(configs, list)
+                    and isinstance(i, int)
+                    and not isinstance(i, bool)
+                    and 0 <= i < len(configs)
+                    and isinstance(configs[i], Mapping)
+                ):
                     return record, configs[i]
     return None
 
@@ -84,16 +102,18 @@ def without_tables(record: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k != FIELD}
 
 
-def merge_table(record: Mapping[str, Any], device: Mapping[str, str], entries: Mapping[str, int],
-                provenance: Mapping[str, Any]) -> dict[str, Any]:
+def merge_table(
+    record: Mapping[str, Any], device: Mapping[str, str], entries: Mapping[str, int], provenance: Mapping[str, Any]
+) -> dict[str, Any]:
     """``record`` with ``entries`` (key text -> config index) added to its table for ``device``; a key
     already there is decided again, the table's provenance is the newest run's."""
     configs = record.get("configs")
     n = len(configs) if isinstance(configs, list) else 0
     for text, index in entries.items():
         if not (isinstance(index, int) and 0 <= index < n):
-            raise SchemaError(f"tuning decision for key {text} names config {index!r}; the record has {n}",
-                              where="autotune.tuned")
+            raise SchemaError(
+                f"tuning decision for key {text} names config {index!r}; the record has {n}", where="autotune.tuned"
+            )
     old = [t for t in tables(record)]
     mine: dict[str, int] = {}
     kept = []
@@ -108,10 +128,14 @@ def merge_table(record: Mapping[str, Any], device: Mapping[str, str], entries: M
     mine.update(entries)
     from ..core.jsonio import parse_json
 
-    table = {"device": dict(device),
-             "entries": [{"key": parse_json(text.encode(), "tuning key", error=SchemaError), "config": mine[text]}
-                         for text in sorted(mine)],
-             "provenance": dict(provenance)}
+    table = {
+        "device": dict(device),
+        "entries": [
+            {"key": parse_json(text.encode(), "tuning key", error=SchemaError), "config": mine[text]}
+            for text in sorted(mine)
+        ],
+        "provenance": dict(provenance),
+    }
     out = dict(record)
     out[FIELD] = sorted(kept + [table], key=lambda t: canonical_json(t.get("device")))
     return out
@@ -126,7 +150,11 @@ def check_tables(record: Mapping[str, Any], where: str) -> None:
     if not isinstance(raw, list):
         raise SchemaError(f"{where}.tuned must be a list", where=f"{where}.tuned")
     for i, t in enumerate(raw):
-        ok = isinstance(t, Mapping) and isinstance(t.get("device"), Mapping) and isinstance(
-            t["device"].get("name"), str) and isinstance(t.get("entries"), list)
+        ok = (
+            isinstance(t, Mapping)
+            and isinstance(t.get("device"), Mapping)
+            and isinstance(t["device"].get("name"), str)
+            and isinstance(t.get("entries"), list)
+        )
         if not ok:
             raise SchemaError(f"{where}.tuned[{i}] needs a device name and entries", where=f"{where}.tuned[{i}]")

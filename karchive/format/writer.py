@@ -14,8 +14,8 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -155,11 +155,17 @@ class ArchiveWriter:
         dict_data = zstandard.ZstdCompressionDict(dict_bytes) if dict_bytes is not None else None
         if window_log:
             params = zstandard.ZstdCompressionParameters.from_level(
-                self.level, window_log=window_log, enable_ldm=True, write_checksum=True, write_content_size=True,
-                write_dict_id=True)
+                self.level,
+                window_log=window_log,
+                enable_ldm=True,
+                write_checksum=True,
+                write_content_size=True,
+                write_dict_id=True,
+            )
             return zstandard.ZstdCompressor(compression_params=params, dict_data=dict_data)
         return zstandard.ZstdCompressor(
-            level=self.level, write_checksum=True, write_content_size=True, write_dict_id=True, dict_data=dict_data)
+            level=self.level, write_checksum=True, write_content_size=True, write_dict_id=True, dict_data=dict_data
+        )
 
     def _window_log(self, size: int) -> int:
         """0 (the level's own parameters) when the level's window spans ``size`` bytes, else the window
@@ -230,8 +236,10 @@ class ArchiveWriter:
             owners = {owner.get(name) for name, _ in group.members}
             if len(owners) > 1:
                 names = sorted(str(o) if o is not None else "(none)" for o in owners)
-                raise FormatError(f"a frame would hold members of several kernels ({', '.join(names)}); "
-                                  "format 2 keeps each kernel's members in frames of its own")
+                raise FormatError(
+                    f"a frame would hold members of several kernels ({', '.join(names)}); "
+                    "format 2 keeps each kernel's members in frames of its own"
+                )
             add_frame(group.members, group.use_dict and dict_bytes is not None)
             stats.raw_bytes += sum(len(data) for _, data in group.members)
             (kernel,) = owners
@@ -251,18 +259,32 @@ class ArchiveWriter:
             summary = KernelSummary.of(kernel, (target_label(v.get("target")) for v in variants))
             name = shard_name(n)
             shard_members = [(name, doc)]
-            entry = {"kernel": kernel, "path": name, "size": len(doc), "sha256": sha256_hex(doc),
-                     "variants": summary.variants, "targets": dict(summary.targets)}
+            entry = {
+                "kernel": kernel,
+                "path": name,
+                "size": len(doc),
+                "sha256": sha256_hex(doc),
+                "variants": summary.variants,
+                "targets": dict(summary.targets),
+            }
             if kernel not in mixed and None not in summary.targets:
                 # The whole shard stays for 2.0 readers; 2.1 readers read the part of their target. They
                 # share its frame: the parts' rows repeat the whole's, so they cost a few bytes each there.
                 entry["split"] = split = []
                 for m, (target, count) in enumerate(summary.targets):
-                    part = canonical_json(encode_shard(
-                        kernel, [v for v in variants if target_label(v.get("target")) == target], locate))
+                    part = canonical_json(
+                        encode_shard(kernel, [v for v in variants if target_label(v.get("target")) == target], locate)
+                    )
                     shard_members.append((shard_name(n, m), part))
-                    split.append({"target": target, "path": shard_name(n, m), "size": len(part),
-                                  "sha256": sha256_hex(part), "variants": count})
+                    split.append(
+                        {
+                            "target": target,
+                            "path": shard_name(n, m),
+                            "size": len(part),
+                            "sha256": sha256_hex(part),
+                            "variants": count,
+                        }
+                    )
             add_frame(shard_members, False)
             shards.append(entry)
         if dict_bytes is not None:
@@ -287,8 +309,15 @@ class ArchiveWriter:
         self._finish(out, frames, members, header_bytes, dict_bytes, stats)
         return bytes(out)
 
-    def _finish(self, out: bytearray, frames: list, members: list, manifest_bytes: bytes, dict_bytes: bytes | None,
-                stats: WriteStats) -> None:
+    def _finish(
+        self,
+        out: bytearray,
+        frames: list,
+        members: list,
+        manifest_bytes: bytes,
+        dict_bytes: bytes | None,
+        stats: WriteStats,
+    ) -> None:
         """Append the index frame (spec §3) and the footer; record the totals."""
         index = {
             "frames": frames,
@@ -304,8 +333,13 @@ class ArchiveWriter:
         index_offset = len(out)
         out += SKIPPABLE_HEADER.pack(INDEX_FRAME_MAGIC, len(index_payload)) + index_payload
         payload = FOOTER_PAYLOAD.pack(
-            FOOTER_TAG, FORMAT_VERSION[0], FORMAT_VERSION[1], 0, index_offset,
-            SKIPPABLE_HEADER.size + len(index_payload), hashlib.sha256(index_payload).digest(),
+            FOOTER_TAG,
+            FORMAT_VERSION[0],
+            FORMAT_VERSION[1],
+            0,
+            index_offset,
+            SKIPPABLE_HEADER.size + len(index_payload),
+            hashlib.sha256(index_payload).digest(),
         )
         out += SKIPPABLE_HEADER.pack(FOOTER_FRAME_MAGIC, len(payload)) + payload
         stats.frames = len(frames)

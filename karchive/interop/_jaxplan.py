@@ -18,17 +18,16 @@
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
-from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from ..errors import ArgumentError
+from ..errors import ArgumentError, InteropError
 from ..runtime.descriptors import TensorDescriptor
 from ..runtime.device import DeviceInfo
 from ..runtime.select import MISSING
-from ..errors import InteropError
 from ._jaxdesc import Buffer, DescBuffer, KernelDesc, describe_variant
 from ._roles import Role, kernel_roles
 
@@ -103,44 +102,68 @@ def flatten_outs(out_shape: Any) -> tuple[list[Any], bool]:
         return [out_shape], True
     if isinstance(out_shape, (list, tuple)) and all(hasattr(o, "shape") and hasattr(o, "dtype") for o in out_shape):
         return list(out_shape), False
-    raise ArgumentError("out_shape must be a jax.ShapeDtypeStruct (or anything with .shape and .dtype), or a "
-                        f"list/tuple of them; got {type(out_shape).__name__}", kernel=None, param="out_shape")
+    raise ArgumentError(
+        "out_shape must be a jax.ShapeDtypeStruct (or anything with .shape and .dtype), or a "
+        f"list/tuple of them; got {type(out_shape).__name__}",
+        kernel=None,
+        param="out_shape",
+    )
 
 
 # -- 1. outputs ----------------------------------------------------------------------------------------
-def resolve_outputs(kernel_name: str, roles: Sequence[Role], out_shape: Any,
-                    input_output_aliases: Mapping[int, int] | None, out_names: Sequence[str] | None) -> Outputs:
+def resolve_outputs(
+    kernel_name: str,
+    roles: Sequence[Role],
+    out_shape: Any,
+    input_output_aliases: Mapping[int, int] | None,
+    out_names: Sequence[str] | None,
+) -> Outputs:
     """Give each output that is not aliased to an input a pointer parameter."""
     shapes, single = flatten_outs(out_shape)
     aliases = {int(i): int(o) for i, o in (input_output_aliases or {}).items()}
     if any(not 0 <= o < len(shapes) for o in aliases.values()) or len(set(aliases.values())) != len(aliases):
-        raise ArgumentError(f"input_output_aliases {aliases} must map inputs to distinct outputs 0..{len(shapes) - 1}",
-                            kernel=kernel_name, param="input_output_aliases")
+        raise ArgumentError(
+            f"input_output_aliases {aliases} must map inputs to distinct outputs 0..{len(shapes) - 1}",
+            kernel=kernel_name,
+            param="input_output_aliases",
+        )
     produced = [o for o in range(len(shapes)) if o not in aliases.values()]
     pointers = [r.name for r in roles if r.kind in ARRAY_KINDS]
     if out_names is None:
         k = len(produced)
-        names = pointers[len(pointers) - k:] if k else []
+        names = pointers[len(pointers) - k :] if k else []
         if len(names) != k:
-            raise ArgumentError(f"{kernel_name}: {k} outputs but only {len(pointers)} pointer parameters",
-                                kernel=kernel_name, param="out_shape")
+            raise ArgumentError(
+                f"{kernel_name}: {k} outputs but only {len(pointers)} pointer parameters",
+                kernel=kernel_name,
+                param="out_shape",
+            )
     else:
         names = list(out_names)
         if len(names) != len(produced) or any(n not in pointers for n in names):
-            raise ArgumentError(f"{kernel_name}: out_names {names} must name {len(produced)} pointer parameter(s) "
-                                f"(one per non-aliased output) among {pointers}", kernel=kernel_name, param="out_names")
+            raise ArgumentError(
+                f"{kernel_name}: out_names {names} must name {len(produced)} pointer parameter(s) "
+                f"(one per non-aliased output) among {pointers}",
+                kernel=kernel_name,
+                param="out_names",
+            )
     return Outputs(tuple(shapes), single, dict(zip(names, produced)), aliases)
 
 
 # -- 2. arguments --------------------------------------------------------------------------------------
-def bind_arguments(kernel: Any, roles: Sequence[Role], outputs: Outputs, args: Sequence[Any],
-                   kwargs: Mapping[str, Any]) -> Binding:
+def bind_arguments(
+    kernel: Any, roles: Sequence[Role], outputs: Outputs, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Binding:
     """Arguments onto the input parameters (declaration order, outputs left out); constexprs apart."""
     name = kernel.name
     inputs = tuple(r for r in roles if r.kind != "constexpr" and r.name not in outputs.param_of)
     if len(args) > len(inputs):
-        raise ArgumentError(f"{name}: takes {len(inputs)} inputs ({', '.join(r.name for r in inputs)}), "
-                            f"got {len(args)} positional arguments", kernel=name, param=None)
+        raise ArgumentError(
+            f"{name}: takes {len(inputs)} inputs ({', '.join(r.name for r in inputs)}), "
+            f"got {len(args)} positional arguments",
+            kernel=name,
+            param=None,
+        )
     values: dict[str, Any] = {r.name: a for r, a in zip(inputs, args)}
     constexprs: dict[str, Any] = {}
     input_names = {r.name for r in inputs}
@@ -153,12 +176,16 @@ def bind_arguments(kernel: Any, roles: Sequence[Role], outputs: Outputs, args: S
         elif key in constexpr_names:
             constexprs[key] = v
         else:
-            raise ArgumentError(f"{name}: unknown argument {key!r}; parameters: {', '.join(kernel.param_names)}",
-                                kernel=name, param=key)
+            raise ArgumentError(
+                f"{name}: unknown argument {key!r}; parameters: {', '.join(kernel.param_names)}", kernel=name, param=key
+            )
     missing = [r.name for r in inputs if r.name not in values]
     if missing:
-        raise ArgumentError(f"{name}: missing argument(s) {', '.join(missing)} (outputs are {list(outputs.param_of)})",
-                            kernel=name, param=missing[0])
+        raise ArgumentError(
+            f"{name}: missing argument(s) {', '.join(missing)} (outputs are {list(outputs.param_of)})",
+            kernel=name,
+            param=missing[0],
+        )
     binding = Binding(inputs, {r.name: _checked_value(name, r, values[r.name]) for r in inputs}, constexprs)
     _check_aliases(name, outputs, binding)
     return binding
@@ -168,20 +195,27 @@ def _checked_value(kernel_name: str, role: Role, v: Any) -> Any:
     """Arrays for pointers; static numbers for scalars (a concrete 0-d array counts as its number)."""
     if role.kind in ARRAY_KINDS:
         if not is_array(v):
-            raise ArgumentError(f"{kernel_name}: {role.name} is a {role.kind} parameter; pass an array, got "
-                                f"{type(v).__name__}", kernel=kernel_name, param=role.name)
+            raise ArgumentError(
+                f"{kernel_name}: {role.name} is a {role.kind} parameter; pass an array, got {type(v).__name__}",
+                kernel=kernel_name,
+                param=role.name,
+            )
         return v
     if not is_array(v):
         return v
     if tuple(getattr(v, "shape", ())) != ():
-        raise ArgumentError(f"{kernel_name}: {role.name} is a scalar parameter; got an array",
-                            kernel=kernel_name, param=role.name)
+        raise ArgumentError(
+            f"{kernel_name}: {role.name} is a scalar parameter; got an array", kernel=kernel_name, param=role.name
+        )
     try:  # a concrete 0-d array is a number; a tracer is not (scalars are baked into the call)
         return v.item()
     except Exception:  # noqa: BLE001 - jax raises ConcretizationTypeError for tracers
         raise ArgumentError(
             f"{kernel_name}: {role.name} must be a static Python number: scalars are baked into the custom call, "
-            f"and inside jit this one is traced ({type(v).__name__})", kernel=kernel_name, param=role.name) from None
+            f"and inside jit this one is traced ({type(v).__name__})",
+            kernel=kernel_name,
+            param=role.name,
+        ) from None
 
 
 def _check_aliases(kernel_name: str, outputs: Outputs, binding: Binding) -> None:
@@ -189,14 +223,20 @@ def _check_aliases(kernel_name: str, outputs: Outputs, binding: Binding) -> None
     inputs = binding.inputs
     for i, o in outputs.aliases.items():
         if not 0 <= i < len(inputs) or inputs[i].kind not in ARRAY_KINDS:
-            raise ArgumentError(f"{kernel_name}: input_output_aliases key {i} must index an array input "
-                                f"(inputs: {[r.name for r in inputs]})",
-                                kernel=kernel_name, param="input_output_aliases")
+            raise ArgumentError(
+                f"{kernel_name}: input_output_aliases key {i} must index an array input "
+                f"(inputs: {[r.name for r in inputs]})",
+                kernel=kernel_name,
+                param="input_output_aliases",
+            )
         v, out = binding.values[inputs[i].name], outputs.shapes[o]
         if tuple(v.shape) != tuple(out.shape) or np.dtype(v.dtype) != np.dtype(out.dtype):
-            raise ArgumentError(f"{kernel_name}: input {i} ({inputs[i].name}) is aliased to output {o} but has "
-                                f"shape/dtype {tuple(v.shape)}/{v.dtype}, output is {tuple(out.shape)}/{out.dtype}",
-                                kernel=kernel_name, param=inputs[i].name)
+            raise ArgumentError(
+                f"{kernel_name}: input {i} ({inputs[i].name}) is aliased to output {o} but has "
+                f"shape/dtype {tuple(v.shape)}/{v.dtype}, output is {tuple(out.shape)}/{out.dtype}",
+                kernel=kernel_name,
+                param=inputs[i].name,
+            )
 
 
 # -- 3. buffers ----------------------------------------------------------------------------------------
@@ -215,13 +255,20 @@ def layout_buffers(pointer_names: Sequence[str], outputs: Outputs, input_names: 
     materialized = [n for n in outputs.param_of if n not in result_params]
     operand_params = [n for n in pointer_names if n not in result_params]
     result_order = [outputs.param_of[n] for n in result_params] + sorted(
-        set(outputs.aliases.values()) | {outputs.param_of[n] for n in materialized})
+        set(outputs.aliases.values()) | {outputs.param_of[n] for n in materialized}
+    )
     buffer_of = {n: i for i, n in enumerate(operand_params)}
     buffer_of.update({n: len(operand_params) + i for i, n in enumerate(result_params)})
     operand_aliases = {buffer_of[input_names[i]]: result_order.index(o) for i, o in outputs.aliases.items()}
     operand_aliases.update({buffer_of[n]: result_order.index(outputs.param_of[n]) for n in materialized})
-    return BufferLayout(tuple(operand_params), tuple(result_params), tuple(materialized), tuple(result_order),
-                        buffer_of, operand_aliases)
+    return BufferLayout(
+        tuple(operand_params),
+        tuple(result_params),
+        tuple(materialized),
+        tuple(result_order),
+        buffer_of,
+        operand_aliases,
+    )
 
 
 # -- 4. variant ----------------------------------------------------------------------------------------
@@ -249,8 +296,9 @@ def _desc_aval(array: Any) -> TensorDescriptor:
     return TensorDescriptor(_Aval(array.dtype), None, shape=shape, strides=strides, dtype=np.dtype(array.dtype))
 
 
-def select_variant(kernel: Any, outputs: Outputs, binding: Binding, compute_capability: int,
-                   descriptors: frozenset[str] = frozenset()) -> Any:
+def select_variant(
+    kernel: Any, outputs: Outputs, binding: Binding, compute_capability: int, descriptors: frozenset[str] = frozenset()
+) -> Any:
     """The variant the runtime would pick on a ``cuda:<cc>`` device for these dtypes, values and constexprs
     (``descriptors``: the tensor-descriptor parameters, whose arrays stand in as descriptors)."""
     named: dict[str, Any] = {}
@@ -268,9 +316,13 @@ def select_variant(kernel: Any, outputs: Outputs, binding: Binding, compute_capa
 # -- 5. what depends on the variant --------------------------------------------------------------------
 def launch_meta(kernel: Any, binding: Binding, variant: Any) -> dict[str, Any]:
     """What ``grid`` and ``zeroed_outputs`` callables see: the arguments, the variant's constexprs and options."""
-    return {**{n: binding.values[n] for n in kernel.param_names if n in binding.values}, **variant.constexprs,
-            "num_warps": variant.abi.num_warps, "num_ctas": variant.abi.num_ctas,
-            "num_stages": variant.options.get("num_stages")}
+    return {
+        **{n: binding.values[n] for n in kernel.param_names if n in binding.values},
+        **variant.constexprs,
+        "num_warps": variant.abi.num_warps,
+        "num_ctas": variant.abi.num_ctas,
+        "num_stages": variant.options.get("num_stages"),
+    }
 
 
 def normalize_grid(grid: Any, meta: Mapping[str, Any]) -> tuple[int, ...]:
@@ -278,8 +330,9 @@ def normalize_grid(grid: Any, meta: Mapping[str, Any]) -> tuple[int, ...]:
     return (g,) if isinstance(g, int) else tuple(g)
 
 
-def zero_bytes(zeroed_outputs: Any, meta: Mapping[str, Any], outputs: Outputs, binding: Binding,
-               layout: BufferLayout) -> dict[int, int]:
+def zero_bytes(
+    zeroed_outputs: Any, meta: Mapping[str, Any], outputs: Outputs, binding: Binding, layout: BufferLayout
+) -> dict[int, int]:
     """Buffer index -> bytes jaxlib zeroes before the launch (materialized outputs are zero-filled already)."""
     zero = zeroed_outputs(meta) if callable(zeroed_outputs) else zeroed_outputs
     out: dict[int, int] = {}
@@ -304,8 +357,13 @@ def call_values(variant: Any, layout: BufferLayout, binding: Binding, outputs: O
         if p.name not in layout.buffer_of:
             out.append(binding.values.get(p.name, MISSING))
         elif p.type.startswith("tensordesc"):
-            arr = binding.values[p.name] if p.name in binding.values else \
-                outputs.shapes[outputs.param_of[p.name]] if outputs is not None else None
+            arr = (
+                binding.values[p.name]
+                if p.name in binding.values
+                else outputs.shapes[outputs.param_of[p.name]]
+                if outputs is not None
+                else None
+            )
             if arr is None:
                 raise InteropError(f"{variant.kernel}: no shape known for descriptor {p.name} (internal error)")
             out.append(DescBuffer(layout.buffer_of[p.name], tuple(int(s) for s in arr.shape)))
@@ -341,8 +399,10 @@ def machine_code(kernel: Any, variant: Any, mode: str, support: JaxlibCaps) -> t
     path = ("cubin" if support.accepts_cubin else "ptx") if mode == "auto" else mode
     if path == "cubin" and not support.accepts_cubin:
         jaxlib = ".".join(map(str, support.jaxlib_version))
-        raise InteropError(f"mode='cubin': this jaxlib ({jaxlib}) does not accept precompiled module images "
-                           f"({'; '.join(support.notes) or 'no module_image field'}); use mode='ptx'")
+        raise InteropError(
+            f"mode='cubin': this jaxlib ({jaxlib}) does not accept precompiled module images "
+            f"({'; '.join(support.notes) or 'no module_image field'}); use mode='ptx'"
+        )
     ptx = None
     if not (path == "cubin" and mode == "cubin"):
         raw = _member(kernel, variant, "ptx")
@@ -351,8 +411,9 @@ def machine_code(kernel: Any, variant: Any, mode: str, support: JaxlibCaps) -> t
     return path, ptx, cubin
 
 
-def operands(layout: BufferLayout, outputs: Outputs, binding: Binding,
-             zeros: Callable[[tuple, Any], Any] | None) -> list[Any]:
+def operands(
+    layout: BufferLayout, outputs: Outputs, binding: Binding, zeros: Callable[[tuple, Any], Any] | None
+) -> list[Any]:
     """Operand arrays in buffer order; materialized outputs are ``zeros(shape, dtype)`` (or their struct)."""
     out = []
     for n in layout.operand_params:
@@ -378,33 +439,59 @@ def refuse_tma_descriptors(kernel_name: str, variant: Any) -> None:
                 "passes only buffer addresses and static scalars, and a CUtensorMap must be encoded with the "
                 "buffer's address when XLA runs the kernel, which jaxlib cannot do. Outside jax.jit, launch it "
                 "with karchive's runtime on JAX arrays: kernel[grid](karchive.TensorDescriptor(jax_array), ...); "
-                "or through karchive.interop.torch")
+                "or through karchive.interop.torch"
+            )
 
 
 # -- all steps -----------------------------------------------------------------------------------------
-def plan(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, out_shape: Any, grid: Any,
-         compute_capability: int, support: JaxlibCaps, input_output_aliases: Mapping[int, int] | None = None,
-         zeroed_outputs: Any = (), out_names: Sequence[str] | None = None, mode: str = "auto",
-         zeros: Callable[[tuple, Any], Any] | None = None) -> Plan:
+def plan(
+    kernel: Any,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    out_shape: Any,
+    grid: Any,
+    compute_capability: int,
+    support: JaxlibCaps,
+    input_output_aliases: Mapping[int, int] | None = None,
+    zeroed_outputs: Any = (),
+    out_names: Sequence[str] | None = None,
+    mode: str = "auto",
+    zeros: Callable[[tuple, Any], Any] | None = None,
+) -> Plan:
     """Bind arguments, choose the variant, lay out buffers and build the :class:`KernelDesc` (no JAX tracing)."""
     if mode not in MODES:
-        raise ArgumentError(f"mode must be 'auto', 'cubin' or 'ptx', got {mode!r}",
-                            kernel=getattr(kernel, "name", None), param="mode")
+        raise ArgumentError(
+            f"mode must be 'auto', 'cubin' or 'ptx', got {mode!r}", kernel=getattr(kernel, "name", None), param="mode"
+        )
     roles = kernel_roles(kernel)
     outputs = resolve_outputs(kernel.name, roles, out_shape, input_output_aliases, out_names)
     binding = bind_arguments(kernel, roles, outputs, args, kwargs)
     pointers = [r.name for r in roles if r.kind in ARRAY_KINDS]
     layout = layout_buffers(pointers, outputs, [r.name for r in binding.inputs])
-    variant = select_variant(kernel, outputs, binding, compute_capability,
-                             frozenset(r.name for r in roles if r.kind == "tensordesc"))
+    variant = select_variant(
+        kernel, outputs, binding, compute_capability, frozenset(r.name for r in roles if r.kind == "tensordesc")
+    )
     refuse_tma_descriptors(kernel.name, variant)
     meta = launch_meta(kernel, binding, variant)
     path, ptx, cubin = machine_code(kernel, variant, mode, support)
-    desc = describe_variant(variant, call_values(variant, layout, binding, outputs), normalize_grid(grid, meta),
-                            compute_capability=compute_capability,
-                            zero_bytes=zero_bytes(zeroed_outputs, meta, outputs, binding, layout),
-                            path=path, ptx=ptx, cubin=cubin)
+    desc = describe_variant(
+        variant,
+        call_values(variant, layout, binding, outputs),
+        normalize_grid(grid, meta),
+        compute_capability=compute_capability,
+        zero_bytes=zero_bytes(zeroed_outputs, meta, outputs, binding, layout),
+        path=path,
+        ptx=ptx,
+        cubin=cubin,
+    )
     out_avals = [(tuple(outputs.shapes[o].shape), np.dtype(outputs.shapes[o].dtype)) for o in layout.result_order]
-    return Plan(desc, operands(layout, outputs, binding, zeros), out_avals, layout.operand_aliases,
-                [layout.result_order.index(o) for o in range(len(outputs.shapes))],
-                [outputs.param_of[n] for n in layout.materialized], variant)
+    return Plan(
+        desc,
+        operands(layout, outputs, binding, zeros),
+        out_avals,
+        layout.operand_aliases,
+        [layout.result_order.index(o) for o in range(len(outputs.shapes))],
+        [outputs.param_of[n] for n in layout.materialized],
+        variant,
+    )

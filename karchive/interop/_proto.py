@@ -10,15 +10,22 @@ a field number. No protobuf package is needed.
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass, field
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 
 # Wire types.
 VARINT, I64, LEN, I32 = 0, 1, 2, 5
 
 #: Field numbers of jaxlib/gpu/triton.proto that have not changed since 2023 (num_ctas since 2024).
-KERNEL = {"kernel_name": 1, "num_warps": 2, "shared_mem_bytes": 3, "ptx": 4, "ttir": 5,
-          "compute_capability": 6, "num_ctas": 10}
+KERNEL = {
+    "kernel_name": 1,
+    "num_warps": 2,
+    "shared_mem_bytes": 3,
+    "ptx": 4,
+    "ttir": 5,
+    "compute_capability": 6,
+    "num_ctas": 10,
+}
 CALL = {"kernel": 1, "grid_0": 2, "grid_1": 3, "grid_2": 4, "parameters": 5}
 PARAM = {"array": 1, "bool_": 2, "i32": 3, "u32": 4, "i64": 5, "u64": 6, "f32": 7, "f64": 8}
 ARRAY = {"bytes_to_zero": 1, "ptr_divisibility": 2}
@@ -120,14 +127,14 @@ def iter_fields(buf: bytes, start: int = 0, end: int | None = None, *, strict: b
             if wire == VARINT:
                 value, pos = read_varint(buf, pos)
             elif wire == I64:
-                value, pos = int.from_bytes(buf[pos:pos + 8], "little"), pos + 8
+                value, pos = int.from_bytes(buf[pos : pos + 8], "little"), pos + 8
             elif wire == I32:
-                value, pos = int.from_bytes(buf[pos:pos + 4], "little"), pos + 4
+                value, pos = int.from_bytes(buf[pos : pos + 4], "little"), pos + 4
             elif wire == LEN:
                 n, pos = read_varint(buf, pos)
                 if pos + n > end:
                     raise ProtoError("length-delimited field runs past the message")
-                value, pos = buf[pos:pos + n], pos + n
+                value, pos = buf[pos : pos + n], pos + n
             else:
                 raise ProtoError(f"unsupported wire type {wire}")
             if pos > end:

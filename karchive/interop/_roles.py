@@ -7,9 +7,9 @@ the way the bridges declare parameters, and refuses what no bridge can type.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Mapping, Sequence
 
 from ..errors import ArgumentError
 from ..runtime.launch._plan import FLOAT, INT, MIXED, PTR, VALUE, make_plan
@@ -19,8 +19,14 @@ __all__ = ["DESCRIPTOR_OPTIONS", "Role", "descriptor_options", "kernel_roles"]
 #: The plan's role -> the bridge's kind (an int role over i1/u1 only is a bool).
 _KINDS = {PTR: "pointer", INT: "int", FLOAT: "float", VALUE: "constexpr"}
 #: What a bridge's ``descriptors`` may set per descriptor parameter (karchive.TensorDescriptor's keyword options).
-DESCRIPTOR_OPTIONS = ("block_shape", "padding", "round_f32_to_tf32", "pixel_box_lower_corner", "pixel_box_upper_corner",
-                      "element_strides")
+DESCRIPTOR_OPTIONS = (
+    "block_shape",
+    "padding",
+    "round_f32_to_tf32",
+    "pixel_box_lower_corner",
+    "pixel_box_upper_corner",
+    "element_strides",
+)
 
 
 @dataclass(frozen=True)
@@ -43,15 +49,22 @@ def kernel_roles(kernel: Any) -> list[Role]:
     variants = getattr(kernel, "variants", None)
     names = getattr(kernel, "param_names", None)
     if not variants or names is None:
-        raise ArgumentError(f"expected a karchive kernel (karchive.open(path).kernel(name)), got {type(kernel).__name__}",
-                            kernel=None, param="kernel")
+        raise ArgumentError(
+            f"expected a karchive kernel (karchive.open(path).kernel(name)), got {type(kernel).__name__}",
+            kernel=None,
+            param="kernel",
+        )
     kernel_name = getattr(kernel, "name", "kernel")
     descs = set()
     for i, name in enumerate(names):
         is_desc = [v.params[i].type.startswith("tensordesc") for v in variants]
         if any(is_desc) and not all(is_desc):
-            raise ArgumentError(f"{kernel_name}: parameter {name!r} is a host tensor descriptor in some variants and "
-                                "not in others; no bridge can give it one type", kernel=kernel_name, param=name)
+            raise ArgumentError(
+                f"{kernel_name}: parameter {name!r} is a host tensor descriptor in some variants and "
+                "not in others; no bridge can give it one type",
+                kernel=kernel_name,
+                param=name,
+            )
         if all(is_desc):
             descs.add(i)
     plan = make_plan(kernel_name, variants)
@@ -69,8 +82,12 @@ def kernel_roles(kernel: Any) -> list[Role]:
             role = make_plan(kernel_name, passed).params[i].role
         if role == MIXED:  # still two kinds among the variants that take it: a pointer and a scalar, or int and float
             if any(v.params[i].type.startswith("*") for v in variants):
-                raise ArgumentError(f"{kernel_name}: parameter {name!r} is a pointer in some variants and a scalar "
-                                    f"in others ({sorted(types)})", kernel=kernel_name, param=name)
+                raise ArgumentError(
+                    f"{kernel_name}: parameter {name!r} is a pointer in some variants and a scalar "
+                    f"in others ({sorted(types)})",
+                    kernel=kernel_name,
+                    param=name,
+                )
             role = INT  # an int in some variants, a float in others: the caller's number goes through as given
         kind = _KINDS[role]
         if kind == "int" and {t for t in types if t != "constexpr"} <= {"i1", "u1"}:
@@ -86,24 +103,39 @@ def descriptor_options(kernel_name: str, desc_names: Sequence[str], descriptors:
     if descriptors is None:
         return out
     if not isinstance(descriptors, Mapping):
-        raise ArgumentError(f"{kernel_name}: descriptors must map descriptor parameter names to a block shape or "
-                            f"a dict of TensorDescriptor options, got {type(descriptors).__name__}",
-                            kernel=kernel_name, param="descriptors")
+        raise ArgumentError(
+            f"{kernel_name}: descriptors must map descriptor parameter names to a block shape or "
+            f"a dict of TensorDescriptor options, got {type(descriptors).__name__}",
+            kernel=kernel_name,
+            param="descriptors",
+        )
     for n, spec in descriptors.items():
         if n not in out:
-            raise ArgumentError(f"{kernel_name}: descriptors names {n!r}, which is not a tensor-descriptor parameter "
-                                f"({list(desc_names)})", kernel=kernel_name, param=n)
+            raise ArgumentError(
+                f"{kernel_name}: descriptors names {n!r}, which is not a tensor-descriptor parameter "
+                f"({list(desc_names)})",
+                kernel=kernel_name,
+                param=n,
+            )
         if spec is None:
             continue
         if isinstance(spec, Mapping):
             bad = [k for k in spec if k not in DESCRIPTOR_OPTIONS]
             if bad:
-                raise ArgumentError(f"{kernel_name}: descriptors[{n!r}] has unknown option(s) {bad} (known: "
-                                    f"{', '.join(DESCRIPTOR_OPTIONS)})", kernel=kernel_name, param=n)
+                raise ArgumentError(
+                    f"{kernel_name}: descriptors[{n!r}] has unknown option(s) {bad} (known: "
+                    f"{', '.join(DESCRIPTOR_OPTIONS)})",
+                    kernel=kernel_name,
+                    param=n,
+                )
             out[n] = dict(spec)
         elif isinstance(spec, (list, tuple)) and all(isinstance(b, int) and not isinstance(b, bool) for b in spec):
             out[n] = {"block_shape": list(spec)}
         else:
-            raise ArgumentError(f"{kernel_name}: descriptors[{n!r}] must be a block shape (list of ints) or a dict of "
-                                f"TensorDescriptor options, got {spec!r}", kernel=kernel_name, param=n)
+            raise ArgumentError(
+                f"{kernel_name}: descriptors[{n!r}] must be a block shape (list of ints) or a dict of "
+                f"TensorDescriptor options, got {spec!r}",
+                kernel=kernel_name,
+                param=n,
+            )
     return out

@@ -34,9 +34,9 @@ import os
 import sys
 import threading
 import zlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Callable, Mapping, Sequence
 
 import jax
 
@@ -88,10 +88,17 @@ class JaxlibSupport:
         return self.module_image_fields is not None
 
     def summary(self) -> dict:
-        return {"jax": ".".join(map(str, self.jax_version)), "jaxlib": ".".join(map(str, self.jaxlib_version)),
-                "gpu_triton": self.lib is not None, "target": self.target, "api_version": self.api_version,
-                "accepts_cubin": self.accepts_cubin, "descriptor": self.descriptor_source,
-                "global_scratch_field": self.kernel_field("global_scratch_size") is not None, "notes": self.notes}
+        return {
+            "jax": ".".join(map(str, self.jax_version)),
+            "jaxlib": ".".join(map(str, self.jaxlib_version)),
+            "gpu_triton": self.lib is not None,
+            "target": self.target,
+            "api_version": self.api_version,
+            "accepts_cubin": self.accepts_cubin,
+            "descriptor": self.descriptor_source,
+            "global_scratch_field": self.kernel_field("global_scratch_size") is not None,
+            "notes": self.notes,
+        }
 
 
 def _version(text: str) -> tuple[int, ...]:
@@ -123,7 +130,7 @@ def _descriptor(lib: Any) -> tuple[dict | None, str | None]:
             with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
                 pos = mm.find(needle)
                 while pos >= 0:
-                    found = _proto.parse_file_descriptor(bytes(mm[pos:pos + (1 << 20)]))
+                    found = _proto.parse_file_descriptor(bytes(mm[pos : pos + (1 << 20)]))
                     if "TritonKernel" in found:
                         return found, path
                     pos = mm.find(needle, pos + 1)
@@ -152,8 +159,10 @@ def jaxlib_support(refresh: bool = False) -> JaxlibSupport:
 
             jlv = _version(jaxlib.__version__)
         if jv < MIN_JAX:
-            raise InteropError(f"karchive's JAX bridge needs jax >= {'.'.join(map(str, MIN_JAX))} "
-                               f"(jax.ffi lowering); this is jax {'.'.join(map(str, jv))}")
+            raise InteropError(
+                f"karchive's JAX bridge needs jax >= {'.'.join(map(str, MIN_JAX))} "
+                f"(jax.ffi lowering); this is jax {'.'.join(map(str, jv))}"
+            )
         lib: Any = None
         try:
             from jax._src.lib import gpu_triton
@@ -165,8 +174,10 @@ def jaxlib_support(refresh: bool = False) -> JaxlibSupport:
         target, api = ("triton_kernel_call_ffi", 4) if jv >= (0, 10, 1) else ("triton_kernel_call", 2)
         s = JaxlibSupport(jv, jlv, lib, target, api)
         if lib is None:
-            s.notes.append("jax._src.lib.gpu_triton is unavailable (no CUDA plugin): calls are serialised by "
-                           "karchive's own encoder, for lowering/export only")
+            s.notes.append(
+                "jax._src.lib.gpu_triton is unavailable (no CUDA plugin): calls are serialised by "
+                "karchive's own encoder, for lowering/export only"
+            )
         else:
             s.messages, s.descriptor_source = _descriptor(lib)
             if s.messages is None:
@@ -178,13 +189,17 @@ def jaxlib_support(refresh: bool = False) -> JaxlibSupport:
 # -- serialisation -------------------------------------------------------------------------------------
 def _module_image(desc: KernelDesc, fields: dict[str, int]) -> bytes:
     parts = []
-    for name, value in (("kernel_name", desc.kernel_name.encode()), ("object_file", desc.cubin or b""),
-                        ("shared_mem_bytes", desc.shared_mem_bytes)):
+    for name, value in (
+        ("kernel_name", desc.kernel_name.encode()),
+        ("object_file", desc.cubin or b""),
+        ("shared_mem_bytes", desc.shared_mem_bytes),
+    ):
         number = fields.get(name)
         if number is None:
             continue
-        parts.append((number, _proto.f_varint(number, value) if isinstance(value, int)
-                      else _proto.f_bytes(number, value)))
+        parts.append(
+            (number, _proto.f_varint(number, value) if isinstance(value, int) else _proto.f_bytes(number, value))
+        )
     body = b"".join(p for _, p in sorted(parts))
     return _proto.f_bytes(fields["module_image"], body, keep_empty=True)
 
@@ -192,15 +207,22 @@ def _module_image(desc: KernelDesc, fields: dict[str, int]) -> bytes:
 def encode_pure(desc: KernelDesc, name: str, metadata: bytes, support: JaxlibSupport) -> bytes:
     """``TritonAnyKernelCall`` bytes without jaxlib's classes (same bytes jaxlib writes, field order included)."""
     P = _proto
-    k = [(1, P.f_bytes(1, desc.kernel_name.encode())), (2, P.f_varint(2, desc.num_warps)),
-         (3, P.f_varint(3, desc.shared_mem_bytes)), (4, P.f_bytes(4, desc.ptx.encode())),
-         (6, P.f_varint(6, desc.compute_capability)), (10, P.f_varint(10, desc.num_ctas, keep_zero=True))]
+    k = [
+        (1, P.f_bytes(1, desc.kernel_name.encode())),
+        (2, P.f_varint(2, desc.num_warps)),
+        (3, P.f_varint(3, desc.shared_mem_bytes)),
+        (4, P.f_bytes(4, desc.ptx.encode())),
+        (6, P.f_varint(6, desc.compute_capability)),
+        (10, P.f_varint(10, desc.num_ctas, keep_zero=True)),
+    ]
     if desc.global_scratch:
         for fname, value in zip(("global_scratch_size", "global_scratch_align"), desc.global_scratch):
             f = support.kernel_field(fname)
             if f is None:
-                raise InteropError("the kernel needs global scratch and this jaxlib's TritonKernel has no "
-                                   f"{fname} field (needs jaxlib > 0.11.0)")
+                raise InteropError(
+                    "the kernel needs global scratch and this jaxlib's TritonKernel has no "
+                    f"{fname} field (needs jaxlib > 0.11.0)"
+                )
             k.append((f[0], P.tag(f[0], P.VARINT) + P.varint(value)))
     kernel = b"".join(b for _, b in sorted(k))
     params = []
@@ -218,29 +240,44 @@ def encode_pure(desc: KernelDesc, name: str, metadata: bytes, support: JaxlibSup
             enc = P.tag(n, P.VARINT) + P.varint(int(p.value))
         params.append(P.f_bytes(5, enc, keep_empty=True))
     g0, g1, g2 = desc.grid
-    call = (P.f_bytes(1, kernel, keep_empty=True) + P.f_varint(2, g0) + P.f_varint(3, g1) + P.f_varint(4, g2)
-            + b"".join(params))
+    call = (
+        P.f_bytes(1, kernel, keep_empty=True)
+        + P.f_varint(2, g0)
+        + P.f_varint(3, g1)
+        + P.f_varint(4, g2)
+        + b"".join(params)
+    )
     return P.f_bytes(1, call, keep_empty=True) + P.f_bytes(3, metadata) + P.f_bytes(4, name.encode())
 
 
 def _jaxlib_kernel(lib: Any, desc: KernelDesc) -> Any:
-    base = (desc.kernel_name, desc.num_warps, desc.num_ctas, desc.shared_mem_bytes, desc.ptx, "",
-            desc.compute_capability)
+    base = (
+        desc.kernel_name,
+        desc.num_warps,
+        desc.num_ctas,
+        desc.shared_mem_bytes,
+        desc.ptx,
+        "",
+        desc.compute_capability,
+    )
     if desc.global_scratch:
         try:
             return lib.TritonKernel(*base, *desc.global_scratch)
         except TypeError as exc:
-            raise InteropError(f"{desc.kernel_name} needs {desc.global_scratch[0]} bytes of global scratch per "
-                               f"program; this jaxlib's TritonKernel cannot take a scratch size (jaxlib > 0.11.0 "
-                               f"can): {exc}") from None
+            raise InteropError(
+                f"{desc.kernel_name} needs {desc.global_scratch[0]} bytes of global scratch per "
+                f"program; this jaxlib's TritonKernel cannot take a scratch size (jaxlib > 0.11.0 "
+                f"can): {exc}"
+            ) from None
     try:
         return lib.TritonKernel(*base)
     except TypeError:
         if desc.num_ctas != 1:
             raise InteropError(f"{desc.kernel_name}: this jaxlib's TritonKernel has no num_ctas argument") from None
         # jaxlib before num_ctas (2024): (name, num_warps, shared, ptx, ttir, cc, cluster_dim x3)
-        return lib.TritonKernel(desc.kernel_name, desc.num_warps, desc.shared_mem_bytes, desc.ptx, "",
-                                desc.compute_capability, 1, 1, 1)
+        return lib.TritonKernel(
+            desc.kernel_name, desc.num_warps, desc.shared_mem_bytes, desc.ptx, "", desc.compute_capability, 1, 1, 1
+        )
 
 
 def encode(desc: KernelDesc, name: str = "", metadata: bytes = b"", support: JaxlibSupport | None = None) -> bytes:
@@ -248,8 +285,12 @@ def encode(desc: KernelDesc, name: str = "", metadata: bytes = b"", support: Jax
     s = support or jaxlib_support()
     if s.lib is not None:
         lib = s.lib
-        params = [lib.create_array_parameter(p.bytes_to_zero, p.divisibility) if isinstance(p, ArrayParam)
-                  else lib.create_scalar_parameter(p.value, p.dtype) for p in desc.params]
+        params = [
+            lib.create_array_parameter(p.bytes_to_zero, p.divisibility)
+            if isinstance(p, ArrayParam)
+            else lib.create_scalar_parameter(p.value, p.dtype)
+            for p in desc.params
+        ]
         call = lib.TritonKernelCall(_jaxlib_kernel(lib, desc), *desc.grid, params)
         raw = bytes(call.to_proto(name, metadata))
     else:
@@ -257,8 +298,10 @@ def encode(desc: KernelDesc, name: str = "", metadata: bytes = b"", support: Jax
     if desc.path == "cubin":
         fields = s.module_image_fields
         if fields is None:
-            raise InteropError("the cubin path needs a jaxlib whose TritonKernel has module_image; "
-                               f"this one ({s.summary()['jaxlib']}) does not: use mode='ptx'")
+            raise InteropError(
+                "the cubin path needs a jaxlib whose TritonKernel has module_image; "
+                f"this one ({s.summary()['jaxlib']}) does not: use mode='ptx'"
+            )
         raw = _proto.replace_in(raw, (_proto.ANY["kernel_call"], _proto.CALL["kernel"]), _module_image(desc, fields))
     return zlib.compress(raw)
 
@@ -280,20 +323,41 @@ def _compute_capability(explicit: int | None, support: JaxlibSupport) -> int:
     raise InteropError("no CUDA device is visible to JAX; pass compute_capability= (e.g. 90) to lower for one")
 
 
-def plan_call(kernel: Any, args: Sequence[Any], kwargs: Mapping[str, Any], *, out_shape: Any, grid: Any,
-              input_output_aliases: Mapping[int, int] | None = None, zeroed_outputs: Any = (),
-              out_names: Sequence[str] | None = None, mode: str = "auto", compute_capability: int | None = None,
-              support: JaxlibSupport | None = None, zeros: Callable[[tuple, Any], Any] | None = None) -> Plan:
+def plan_call(
+    kernel: Any,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    *,
+    out_shape: Any,
+    grid: Any,
+    input_output_aliases: Mapping[int, int] | None = None,
+    zeroed_outputs: Any = (),
+    out_names: Sequence[str] | None = None,
+    mode: str = "auto",
+    compute_capability: int | None = None,
+    support: JaxlibSupport | None = None,
+    zeros: Callable[[tuple, Any], Any] | None = None,
+) -> Plan:
     """Bind arguments, choose the variant, lay out buffers and build the :class:`KernelDesc` (no JAX tracing).
 
     The steps live in :mod:`._jaxplan`; this resolves what they need from JAX: the installed jaxlib's
     capabilities and the compute capability of the GPU JAX sees (or ``compute_capability``).
     """
     s = support or jaxlib_support()
-    return _jaxplan.plan(kernel, args, kwargs, out_shape=out_shape, grid=grid,
-                         compute_capability=_compute_capability(compute_capability, s), support=s,
-                         input_output_aliases=input_output_aliases, zeroed_outputs=zeroed_outputs,
-                         out_names=out_names, mode=mode, zeros=zeros)
+    return _jaxplan.plan(
+        kernel,
+        args,
+        kwargs,
+        out_shape=out_shape,
+        grid=grid,
+        compute_capability=_compute_capability(compute_capability, s),
+        support=s,
+        input_output_aliases=input_output_aliases,
+        zeroed_outputs=zeroed_outputs,
+        out_names=out_names,
+        mode=mode,
+        zeros=zeros,
+    )
 
 
 # -- the primitive -------------------------------------------------------------------------------------
@@ -308,13 +372,15 @@ def _ffi_lowering() -> Callable:
     return ffi.ffi_lowering
 
 
-def _lowering(ctx: Any, *operands: Any, opaque: bytes, out_avals: tuple, aliases: tuple, target: str,
-              api_version: int) -> Any:
+def _lowering(
+    ctx: Any, *operands: Any, opaque: bytes, out_avals: tuple, aliases: tuple, target: str, api_version: int
+) -> Any:
     lower = _ffi_lowering()
     if api_version == 4:
         return lower(target, api_version=4, operand_output_aliases=dict(aliases))(ctx, *operands, opaque=opaque)
-    return lower(target, api_version=api_version, backend_config=opaque,
-                 operand_output_aliases=dict(aliases))(ctx, *operands)
+    return lower(target, api_version=api_version, backend_config=opaque, operand_output_aliases=dict(aliases))(
+        ctx, *operands
+    )
 
 
 def _primitive() -> Any:
@@ -345,10 +411,20 @@ def _primitive() -> Any:
     return p
 
 
-def triton_call(kernel: Any, *args: Any, out_shape: Any, grid: Any,
-                input_output_aliases: Mapping[int, int] | None = None, zeroed_outputs: Any = (),
-                out_names: Sequence[str] | None = None, name: str = "", mode: str = "auto",
-                compute_capability: int | None = None, serialized_metadata: bytes = b"", **kwargs: Any) -> Any:
+def triton_call(
+    kernel: Any,
+    *args: Any,
+    out_shape: Any,
+    grid: Any,
+    input_output_aliases: Mapping[int, int] | None = None,
+    zeroed_outputs: Any = (),
+    out_names: Sequence[str] | None = None,
+    name: str = "",
+    mode: str = "auto",
+    compute_capability: int | None = None,
+    serialized_metadata: bytes = b"",
+    **kwargs: Any,
+) -> Any:
     """Launch ``kernel`` (``karchive.open(...).kernel(name)``) on JAX arrays; works inside ``jax.jit``.
 
     - ``args`` / keyword arguments: the kernel's non-constexpr parameters *except* the output
@@ -368,9 +444,20 @@ def triton_call(kernel: Any, *args: Any, out_shape: Any, grid: Any,
     s = jaxlib_support()
     import jax.numpy as jnp
 
-    plan = plan_call(kernel, args, kwargs, out_shape=out_shape, grid=grid, input_output_aliases=input_output_aliases,
-                     zeroed_outputs=zeroed_outputs, out_names=out_names, mode=mode,
-                     compute_capability=compute_capability, support=s, zeros=jnp.zeros)
+    plan = plan_call(
+        kernel,
+        args,
+        kwargs,
+        out_shape=out_shape,
+        grid=grid,
+        input_output_aliases=input_output_aliases,
+        zeroed_outputs=zeroed_outputs,
+        out_names=out_names,
+        mode=mode,
+        compute_capability=compute_capability,
+        support=s,
+        zeros=jnp.zeros,
+    )
     key = (plan.desc, name or kernel.name, bytes(serialized_metadata))
     opaque = _opaque_cache.get(key)
     if opaque is None:
@@ -378,9 +465,14 @@ def triton_call(kernel: Any, *args: Any, out_shape: Any, grid: Any,
         if len(_opaque_cache) > 1024:
             _opaque_cache.clear()
         _opaque_cache[key] = opaque
-    results = _primitive().bind(*plan.operands, opaque=opaque, out_avals=tuple(plan.out_avals),
-                                aliases=tuple(sorted(plan.aliases.items())), target=s.target,
-                                api_version=s.api_version)
+    results = _primitive().bind(
+        *plan.operands,
+        opaque=opaque,
+        out_avals=tuple(plan.out_avals),
+        aliases=tuple(sorted(plan.aliases.items())),
+        target=s.target,
+        api_version=s.api_version,
+    )
     outs = [results[i] for i in plan.user_order]
     _flat, single = _jaxplan.flatten_outs(out_shape)
     return outs[0] if single else outs
@@ -389,6 +481,9 @@ def triton_call(kernel: Any, *args: Any, out_shape: Any, grid: Any,
 def describe(kernel: Any, *args: Any, out_shape: Any, grid: Any, **kwargs: Any) -> KernelDesc:
     """The :class:`KernelDesc` a ``triton_call`` with these arguments would emit (arrays may be
     ``jax.ShapeDtypeStruct``); ``desc.path`` says "cubin" or "ptx"."""
-    opts = {k: kwargs.pop(k) for k in ("input_output_aliases", "zeroed_outputs", "out_names", "mode",
-                                       "compute_capability", "support") if k in kwargs}
+    opts = {
+        k: kwargs.pop(k)
+        for k in ("input_output_aliases", "zeroed_outputs", "out_names", "mode", "compute_capability", "support")
+        if k in kwargs
+    }
     return plan_call(kernel, args, kwargs, out_shape=out_shape, grid=grid, **opts).desc

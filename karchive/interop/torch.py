@@ -30,8 +30,8 @@ Inductor's CUDA graphs). Launch the op once before capturing: the first launch l
 from __future__ import annotations
 
 import inspect
-from typing import Any, Union, cast
 from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Union, cast
 
 import torch
 
@@ -48,7 +48,6 @@ OutSpec = Union[str, Callable[[dict], tuple]]
 
 _raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 _ANNOTATION = {"pointer": torch.Tensor, "int": int, "float": float, "bool": bool, "tensordesc": torch.Tensor}
-
 
 
 def current_raw_stream(t: torch.Tensor) -> int | None:
@@ -76,13 +75,25 @@ def _normalise_out(out: Any) -> dict[str, OutSpec | None]:
         return dict(out)
     if isinstance(out, (list, tuple)) and all(isinstance(o, str) for o in out):
         return {o: None for o in out}
-    raise ArgumentError(f"out must be a parameter name, a list of names or a mapping name -> spec; got {out!r}",
-                        kernel=None, param="out")
+    raise ArgumentError(
+        f"out must be a parameter name, a list of names or a mapping name -> spec; got {out!r}",
+        kernel=None,
+        param="out",
+    )
 
 
-def custom_op(name: str, kernel: Any, *, grid: Any, out: Any = None, mutates_args: Sequence[str] = (),
-              constexprs: Mapping[str, Any] | None = None, zeroed: Sequence[str] = (),
-              device_types: str | Sequence[str] | None = "cuda", descriptors: Any = None) -> Any:
+def custom_op(
+    name: str,
+    kernel: Any,
+    *,
+    grid: Any,
+    out: Any = None,
+    mutates_args: Sequence[str] = (),
+    constexprs: Mapping[str, Any] | None = None,
+    zeroed: Sequence[str] = (),
+    device_types: str | Sequence[str] | None = "cuda",
+    descriptors: Any = None,
+) -> Any:
     """Register ``kernel`` as the custom op ``name`` ("namespace::op") and return it (a ``CustomOpDef``).
 
     - ``grid``: a tuple, or ``meta -> tuple`` with ``meta`` = the arguments by name (outputs included)
@@ -103,40 +114,55 @@ def custom_op(name: str, kernel: Any, *, grid: Any, out: Any = None, mutates_arg
         if k not in by_name:
             raise ArgumentError(f"{kernel.name}: constexprs names unknown parameter {k!r}", kernel=kernel.name, param=k)
         if by_name[k].kind != "constexpr":
-            raise ArgumentError(f"{kernel.name}: {k!r} is a runtime parameter, not a constexpr",
-                                kernel=kernel.name, param=k)
+            raise ArgumentError(
+                f"{kernel.name}: {k!r} is a runtime parameter, not a constexpr", kernel=kernel.name, param=k
+            )
     runtime = [r for r in roles if r.kind != "constexpr"]
     pointer_names = [r.name for r in runtime if r.kind in ("pointer", "tensordesc")]  # tensors to the op
     desc_options = descriptor_options(kernel.name, [r.name for r in runtime if r.kind == "tensordesc"], descriptors)
     outs = _normalise_out(out)
     for o in outs:
         if o not in pointer_names:
-            raise ArgumentError(f"{kernel.name}: out names {o!r}, which is not a pointer or tensor-descriptor parameter "
-                                f"({pointer_names})",
-                                kernel=kernel.name, param=o)
+            raise ArgumentError(
+                f"{kernel.name}: out names {o!r}, which is not a pointer or tensor-descriptor parameter "
+                f"({pointer_names})",
+                kernel=kernel.name,
+                param=o,
+            )
     inputs = [r for r in runtime if r.name not in outs]
     in_names = [r.name for r in inputs]
     tensor_inputs = [r.name for r in inputs if r.kind in ("pointer", "tensordesc")]
     outs = {o: tensor_inputs[0] if spec is None and tensor_inputs else spec for o, spec in outs.items()}
     for o, spec in outs.items():
-        if spec is None or (isinstance(spec, str) and spec not in tensor_inputs) or \
-                not (isinstance(spec, str) or callable(spec)):
-            raise ArgumentError(f"{kernel.name}: output {o!r}: spec must name an input tensor parameter "
-                                f"({tensor_inputs}) or be a callable args -> (shape, dtype); got {spec!r}",
-                                kernel=kernel.name, param=o)
+        if (
+            spec is None
+            or (isinstance(spec, str) and spec not in tensor_inputs)
+            or not (isinstance(spec, str) or callable(spec))
+        ):
+            raise ArgumentError(
+                f"{kernel.name}: output {o!r}: spec must name an input tensor parameter "
+                f"({tensor_inputs}) or be a callable args -> (shape, dtype); got {spec!r}",
+                kernel=kernel.name,
+                param=o,
+            )
     mutates = tuple(mutates_args)
     for m in mutates:
         if m not in tensor_inputs:
-            raise ArgumentError(f"{kernel.name}: mutates_args names {m!r}, which is not an input tensor parameter "
-                                f"({tensor_inputs}; allocated outputs are not mutated arguments)",
-                                kernel=kernel.name, param=m)
+            raise ArgumentError(
+                f"{kernel.name}: mutates_args names {m!r}, which is not an input tensor parameter "
+                f"({tensor_inputs}; allocated outputs are not mutated arguments)",
+                kernel=kernel.name,
+                param=m,
+            )
     for z in zeroed:
         if z not in outs:
-            raise ArgumentError(f"{kernel.name}: zeroed names {z!r}, which is not an output ({list(outs)})",
-                                kernel=kernel.name, param=z)
+            raise ArgumentError(
+                f"{kernel.name}: zeroed names {z!r}, which is not an output ({list(outs)})", kernel=kernel.name, param=z
+            )
     if not tensor_inputs:
-        raise ArgumentError(f"{kernel.name}: the op needs at least one tensor input to know its device",
-                            kernel=kernel.name, param=None)
+        raise ArgumentError(
+            f"{kernel.name}: the op needs at least one tensor input to know its device", kernel=kernel.name, param=None
+        )
     zeroed_set = frozenset(zeroed)
     out_items = list(outs.items())
     template = [constexprs.get(n, MISSING) for n in kernel.param_names]
@@ -189,13 +215,18 @@ def _make_fn(name: str, inputs: Sequence[Any], n_out: int, body: Callable[[tuple
     """
     bad = next((r.name for r in inputs if not is_param_name(r.name)), None)
     if bad is not None or len({r.name for r in inputs}) != len(inputs):
-        raise ArgumentError(f"{name}: the kernel's parameters cannot be a Python signature: "
-                            f"{'not a parameter name: ' + ascii(bad)[:80] if bad is not None else 'a name twice'}",
-                            kernel=None, param=bad)
+        raise ArgumentError(
+            f"{name}: the kernel's parameters cannot be a Python signature: "
+            f"{'not a parameter name: ' + ascii(bad)[:80] if bad is not None else 'a name twice'}",
+            kernel=None,
+            param=bad,
+        )
     P = inspect.Parameter
     params = [P(r.name, P.POSITIONAL_OR_KEYWORD, annotation=_ANNOTATION[r.kind]) for r in inputs]
-    sig = inspect.Signature(params, return_annotation=None if n_out == 0 else torch.Tensor if n_out == 1
-                            else tuple[(torch.Tensor,) * n_out])  # type: ignore[misc]
+    returns: Any = (
+        None if n_out == 0 else torch.Tensor if n_out == 1 else tuple.__class_getitem__((torch.Tensor,) * n_out)
+    )
+    sig = inspect.Signature(params, return_annotation=returns)
     n = len(params)
     bind = sig.bind
 

@@ -15,7 +15,23 @@ from .retry import RetryPolicy
 from .versions import newest, version_key
 
 __all__ = [
-    "Cache", "CacheEntry", "Lockfile", "OpenOptions", "Pin", "PruneReport", "PublishResult", "PullResult", "Ref", "Registry",
-    "RetryPolicy", "VersionRecord", "cache_dir", "default_cache_dir", "default_registry_dir", "newest",
-    "parse_ref", "registry_url", "version_key",
+    "Cache",
+    "CacheEntry",
+    "Lockfile",
+    "OpenOptions",
+    "Pin",
+    "PruneReport",
+    "PublishResult",
+    "PullResult",
+    "Ref",
+    "Registry",
+    "RetryPolicy",
+    "VersionRecord",
+    "cache_dir",
+    "default_cache_dir",
+    "default_registry_dir",
+    "newest",
+    "parse_ref",
+    "registry_url",
+    "version_key",
 ]

@@ -36,22 +36,22 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
-from collections.abc import Callable
 
 from .. import __version__
-from ..errors import CacheError, FormatError, RegistryError
 from ..core.fsio import atomic_write, fsync_dir, read_bounded
 from ..core.jsonio import canonical_json
+from ..errors import CacheError, FormatError, RegistryError
 from ..format.check import check_archive_file
 from ..format.source import FileSource
 from .config import cache_dir, canonical_registry, redact_url
 from .filelock import FileLock
-from .store_layout import check_digest
 from .records import VersionRecord
 from .refs import check_name, check_version
+from .store_layout import check_digest
 
 Downloader = Callable[[BinaryIO], None]
 
@@ -65,8 +65,13 @@ class CacheEntry:
     refs: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"sha256": self.sha256, "size": self.size, "verified": self.verified, "refs": self.refs,
-                "last_used": _iso(self.last_used)}
+        return {
+            "sha256": self.sha256,
+            "size": self.size,
+            "verified": self.verified,
+            "refs": self.refs,
+            "last_used": _iso(self.last_used),
+        }
 
 
 @dataclass
@@ -165,8 +170,13 @@ class Cache:
     @staticmethod
     def _identity(st: os.stat_result) -> dict:
         # ctime_ns: no system call sets it, so bytes changed in place and mtime put back still show (module doc).
-        return {"dev": st.st_dev, "ino": st.st_ino, "size": st.st_size, "mtime_ns": st.st_mtime_ns,
-                "ctime_ns": st.st_ctime_ns}
+        return {
+            "dev": st.st_dev,
+            "ino": st.st_ino,
+            "size": st.st_size,
+            "mtime_ns": st.st_mtime_ns,
+            "ctime_ns": st.st_ctime_ns,
+        }
 
     def _read_receipt(self, digest: str) -> dict | None:
         try:
@@ -177,12 +187,22 @@ class Cache:
 
     def _receipt_matches(self, digest: str, st: os.stat_result) -> bool:
         receipt = self._read_receipt(digest)
-        return (receipt is not None and receipt.get("sha256") == digest and receipt.get("file") == self._identity(st)
-                and isinstance(receipt.get("index_sha256"), str))
+        return (
+            receipt is not None
+            and receipt.get("sha256") == digest
+            and receipt.get("file") == self._identity(st)
+            and isinstance(receipt.get("index_sha256"), str)
+        )
 
     def _write_receipt(self, digest: str, blob: Path, index_sha256: str) -> None:
-        receipt = {"sha256": digest, "index_sha256": index_sha256, "file": self._identity(blob.stat()),
-                   "verified": _iso(time.time()), "karchive": __version__, "trust": {}}
+        receipt = {
+            "sha256": digest,
+            "index_sha256": index_sha256,
+            "file": self._identity(blob.stat()),
+            "verified": _iso(time.time()),
+            "karchive": __version__,
+            "trust": {},
+        }
         _write_small(self._receipt_path(digest), canonical_json(receipt))
 
     def receipt(self, digest: str) -> dict | None:
@@ -218,8 +238,10 @@ class Cache:
         if receipt is None:
             return
         verdicts = receipt.get("trust")
-        receipt["trust"] = {**(verdicts if isinstance(verdicts, dict) else {}),
-                            policy_sha256: {**entry, "verified": _iso(time.time())}}
+        receipt["trust"] = {
+            **(verdicts if isinstance(verdicts, dict) else {}),
+            policy_sha256: {**entry, "verified": _iso(time.time())},
+        }
         try:
             _write_small(self._receipt_path(digest), canonical_json(receipt))
         except OSError:
@@ -240,8 +262,9 @@ class Cache:
         return blob if self._receipt_matches(digest, st) else None
 
     # -- lookups and installs ---------------------------------------------------------------------
-    def lookup(self, digest: str, size: int | None = None, *, name: str | None = None,
-               version: str | None = None) -> Path | None:
+    def lookup(
+        self, digest: str, size: int | None = None, *, name: str | None = None, version: str | None = None
+    ) -> Path | None:
         """The verified blob for ``digest``, or None. A matching receipt means no hashing at all."""
         blob = self._verified_blob(digest)
         if blob is not None:
@@ -271,8 +294,9 @@ class Cache:
         self._write_receipt(digest, blob, facts.index_sha256)
         return blob
 
-    def install(self, digest: str, size: int, download: Downloader, *, name: str | None = None,
-                version: str | None = None) -> tuple[Path, bool]:
+    def install(
+        self, digest: str, size: int, download: Downloader, *, name: str | None = None, version: str | None = None
+    ) -> tuple[Path, bool]:
         """Return ``(path, downloaded)``; download, verify and rename into place unless cached.
 
         One process per digest downloads (flock); the others wait, then find its verified blob.
@@ -282,8 +306,9 @@ class Cache:
         except OSError as exc:  # disk full, read-only or foreign-owned cache directory
             raise CacheError(f"local cache {self.root}: {exc}", path=str(self.root)) from None
 
-    def _install(self, digest: str, size: int, download: Downloader, name: str | None,
-                 version: str | None) -> tuple[Path, bool]:
+    def _install(
+        self, digest: str, size: int, download: Downloader, name: str | None, version: str | None
+    ) -> tuple[Path, bool]:
         hit = self.lookup(digest, size, name=name, version=version)
         if hit is not None:
             return hit, False
@@ -414,7 +439,9 @@ class Cache:
                 last_used = self._receipt_path(digest).stat().st_mtime
             except OSError:
                 last_used = st.st_mtime
-            out.append(CacheEntry(digest, st.st_size, last_used, self._receipt_matches(digest, st), refs.get(digest, [])))
+            out.append(
+                CacheEntry(digest, st.st_size, last_used, self._receipt_matches(digest, st), refs.get(digest, []))
+            )
         return out
 
     def partial_files(self) -> list[Path]:

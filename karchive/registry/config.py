@@ -59,7 +59,7 @@ def canonical_registry(url: str) -> str:
     two registries must never share records.
     """
     if url.startswith("file://"):
-        url = url[len("file://"):]
+        url = url[len("file://") :]
     if "://" not in url:
         return os.path.realpath(os.path.expanduser(url))
     if "::" in url.split("://", 1)[0]:  # a chained URL (simplecache::s3://...): keep its spelling, redacted

@@ -39,8 +39,7 @@ def check_timeout(value: object, what: str = "timeout") -> float:
     except (TypeError, ValueError):
         seconds = float("nan")
     if isinstance(value, bool) or not seconds > 0 or seconds == float("inf"):
-        raise RegistryValueError(f"{what} must be a positive number of seconds, not {value!r}",
-                                 value=repr(value)[:200])
+        raise RegistryValueError(f"{what} must be a positive number of seconds, not {value!r}", value=repr(value)[:200])
     return seconds
 
 

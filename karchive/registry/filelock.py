@@ -48,7 +48,8 @@ class FileLock:
                     os.close(fd)
                     raise CacheError(
                         f"waited {self.timeout:.0f}s for another karchive process holding {self.path}; "
-                        "it may be stuck downloading", path=str(self.path)
+                        "it may be stuck downloading",
+                        path=str(self.path),
                     ) from None
                 time.sleep(self.poll)
             except OSError:  # no locking on this file system (ENOLCK ...): the caller decides, fd not leaked

@@ -11,20 +11,26 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable, Mapping
 
 from ..core.digest import is_sha256_hex
 from ..core.fsio import atomic_write, read_bounded
 from ..core.jsonio import parse_json
-from ..errors import (DestinationError, LockfileError, LockfileMismatchError, LockfilePinError, RegistryError,
-                      RegistryValueError)
+from ..errors import (
+    DestinationError,
+    LockfileError,
+    LockfileMismatchError,
+    LockfilePinError,
+    RegistryError,
+    RegistryValueError,
+)
 from .config import redact_url
-from .store_layout import check_digest
 from .records import VersionRecord
 from .refs import check_name, check_version
+from .store_layout import check_digest
 
 LOCKFILE_VERSION = 1
 DEFAULT_NAME = "karchive.lock"
@@ -43,8 +49,12 @@ class Pin:
     manifest: str = ""  # an OCI registry's manifest digest (sha256:<hex>); "" elsewhere
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"version": self.version, "sha256": self.sha256, "size": self.size,
-                               "index_sha256": self.index_sha256}
+        out: dict[str, Any] = {
+            "version": self.version,
+            "sha256": self.sha256,
+            "size": self.size,
+            "index_sha256": self.index_sha256,
+        }
         if self.signers:  # absent rather than empty: lockfiles without signing read exactly as before
             out["signers"] = list(self.signers)
         if self.manifest:  # an OCI registry's manifest (spec/REGISTRY.md §10): absent elsewhere
@@ -53,8 +63,15 @@ class Pin:
 
     @classmethod
     def from_record(cls, record: VersionRecord, signers: Iterable[str] = ()) -> Pin:
-        return cls(record.name, record.version, record.sha256, record.size, record.index_sha256,
-                   tuple(sorted(set(signers))), record.manifest)
+        return cls(
+            record.name,
+            record.version,
+            record.sha256,
+            record.size,
+            record.index_sha256,
+            tuple(sorted(set(signers))),
+            record.manifest,
+        )
 
 
 @dataclass
@@ -64,23 +81,32 @@ class Lockfile:
     path: str | None = None
 
     @classmethod
-    def from_records(cls, records: Iterable[VersionRecord], registry: str | None = None,
-                     signers: Mapping[str, Iterable[str]] | None = None) -> Lockfile:
+    def from_records(
+        cls,
+        records: Iterable[VersionRecord],
+        registry: str | None = None,
+        signers: Mapping[str, Iterable[str]] | None = None,
+    ) -> Lockfile:
         """Pins for ``records``; ``signers`` maps a name to the key ids to pin with it."""
         pins: dict[str, Pin] = {}
         for record in records:
             existing = pins.get(record.name)
             if existing is not None and existing.version != record.version:
-                raise LockfilePinError(f"{record.name} is asked for twice, at {existing.version} and {record.version}; "
-                                       "a lockfile pins one version per name", lockfile="the lockfile being made",
-                                       name=record.name)
+                raise LockfilePinError(
+                    f"{record.name} is asked for twice, at {existing.version} and {record.version}; "
+                    "a lockfile pins one version per name",
+                    lockfile="the lockfile being made",
+                    name=record.name,
+                )
             pins[record.name] = Pin.from_record(record, (signers or {}).get(record.name, ()))
         return cls(pins, redact_url(registry) if registry else None)
 
     # -- (de)serialisation ------------------------------------------------------------------------
     def to_json(self) -> bytes:
-        doc: dict[str, Any] = {"lockfile_version": LOCKFILE_VERSION,
-                               "archives": {n: p.to_json() for n, p in sorted(self.pins.items())}}
+        doc: dict[str, Any] = {
+            "lockfile_version": LOCKFILE_VERSION,
+            "archives": {n: p.to_json() for n, p in sorted(self.pins.items())},
+        }
         if self.registry:
             doc["registry"] = self.registry
         return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
@@ -109,8 +135,10 @@ class Lockfile:
         if type(version) is not int or version < 1:
             raise LockfileError(f"lockfile {where}: missing or bad lockfile_version", lockfile=where)
         if version > LOCKFILE_VERSION:
-            raise LockfileError(f"lockfile {where}: version {version} is newer than this karchive reads ({LOCKFILE_VERSION})",
-                                lockfile=where)
+            raise LockfileError(
+                f"lockfile {where}: version {version} is newer than this karchive reads ({LOCKFILE_VERSION})",
+                lockfile=where,
+            )
         pins = {}
         for name, entry in doc["archives"].items():
             try:
@@ -123,13 +151,19 @@ class Lockfile:
                 signers = entry.get("signers", [])
                 if not isinstance(signers, list):
                     raise RegistryValueError("signers must be a list of key ids", value=repr(signers)[:200])
-                pins[name] = Pin(name, check_version(entry.get("version")), check_digest(entry.get("sha256")), size,
-                                 check_digest(entry.get("index_sha256")),
-                                 tuple(sorted({_check_key_id(k) for k in signers})),
-                                 _check_manifest(entry.get("manifest", "")))
+                pins[name] = Pin(
+                    name,
+                    check_version(entry.get("version")),
+                    check_digest(entry.get("sha256")),
+                    size,
+                    check_digest(entry.get("index_sha256")),
+                    tuple(sorted({_check_key_id(k) for k in signers})),
+                    _check_manifest(entry.get("manifest", "")),
+                )
             except RegistryError as exc:
-                raise LockfilePinError(f"lockfile {where}: archive {name!r}: {exc}", lockfile=where,
-                                       name=str(name)) from None
+                raise LockfilePinError(
+                    f"lockfile {where}: archive {name!r}: {exc}", lockfile=where, name=str(name)
+                ) from None
         registry = doc.get("registry")
         return cls(pins, registry if isinstance(registry, str) else None, where)
 
@@ -141,11 +175,17 @@ class Lockfile:
         pin = self.pins.get(name)
         if pin is None:
             pinned = ", ".join(sorted(self.pins)) or "none"
-            raise LockfilePinError(f"{name} is not pinned in {self._label()} (it pins: {pinned}); "
-                                   f"add it with `karchive lock`", lockfile=self._label(), name=name)
+            raise LockfilePinError(
+                f"{name} is not pinned in {self._label()} (it pins: {pinned}); add it with `karchive lock`",
+                lockfile=self._label(),
+                name=name,
+            )
         if version is not None and version != pin.version:
-            raise LockfilePinError(f"{name}@{version} was asked for, but {self._label()} pins {name}@{pin.version} "
-                                   f"(sha256 {pin.sha256})", lockfile=self._label(), name=name)
+            raise LockfilePinError(
+                f"{name}@{version} was asked for, but {self._label()} pins {name}@{pin.version} (sha256 {pin.sha256})",
+                lockfile=self._label(),
+                name=name,
+            )
         return pin
 
     def check(self, record: VersionRecord) -> Pin:
@@ -155,18 +195,30 @@ class Lockfile:
             raise LockfileMismatchError(
                 f"{record.ref}: the registry serves sha256 {record.sha256} ({record.size} bytes) but "
                 f"{self._label()} pins sha256 {pin.sha256} ({pin.size} bytes); refusing to load it",
-                lockfile=self._label(), name=record.name, pinned_digest=pin.sha256, actual_digest=record.sha256,
+                lockfile=self._label(),
+                name=record.name,
+                pinned_digest=pin.sha256,
+                actual_digest=record.sha256,
             )
         if pin.manifest and record.manifest and record.manifest != pin.manifest:
-            raise LockfileMismatchError(f"{record.ref}: the registry's tag now names manifest {record.manifest}, but "
-                                        f"{self._label()} pins manifest {pin.manifest} (the tag was moved); refusing "
-                                        "to load it", lockfile=self._label(), name=record.name,
-                                        pinned_digest=pin.manifest, actual_digest=record.manifest)
+            raise LockfileMismatchError(
+                f"{record.ref}: the registry's tag now names manifest {record.manifest}, but "
+                f"{self._label()} pins manifest {pin.manifest} (the tag was moved); refusing "
+                "to load it",
+                lockfile=self._label(),
+                name=record.name,
+                pinned_digest=pin.manifest,
+                actual_digest=record.manifest,
+            )
         if record.index_sha256 != pin.index_sha256:
-            raise LockfileMismatchError(f"{record.ref}: index digest {record.index_sha256} differs from the pinned "
-                                        f"{pin.index_sha256} in {self._label()}; refusing to load it",
-                                        lockfile=self._label(), name=record.name, pinned_digest=pin.index_sha256,
-                                        actual_digest=record.index_sha256)
+            raise LockfileMismatchError(
+                f"{record.ref}: index digest {record.index_sha256} differs from the pinned "
+                f"{pin.index_sha256} in {self._label()}; refusing to load it",
+                lockfile=self._label(),
+                name=record.name,
+                pinned_digest=pin.index_sha256,
+                actual_digest=record.index_sha256,
+            )
         return pin
 
 
@@ -174,16 +226,18 @@ def _check_manifest(value: object) -> str:
     if value == "":
         return ""
     if not isinstance(value, str) or not value.startswith("sha256:"):
-        raise RegistryValueError(f"bad manifest digest {value!r}: expected sha256:<64 hex digits>",
-                                 value=repr(value)[:200])
+        raise RegistryValueError(
+            f"bad manifest digest {value!r}: expected sha256:<64 hex digits>", value=repr(value)[:200]
+        )
     check_digest(value[7:])
     return value
 
 
 def _check_key_id(value: object) -> str:
     if not is_sha256_hex(value):
-        raise RegistryValueError(f"bad signer key id {value!r}: expected 64 lowercase hex digits",
-                                 value=repr(value)[:200])
+        raise RegistryValueError(
+            f"bad signer key id {value!r}: expected 64 lowercase hex digits", value=repr(value)[:200]
+        )
     return value
 
 

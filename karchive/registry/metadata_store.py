@@ -40,9 +40,9 @@ from ..errors import ConflictError, NotFoundError, RegistryError, RegistryMetada
 from .cache import _write_small, registry_key
 from .config import redact_url
 from .filelock import FileLock
-from .store_layout import version_record_path
 from .records import VersionRecord
 from .refs import Ref, check_name, check_version
+from .store_layout import version_record_path
 from .versions import newest
 
 if TYPE_CHECKING:  # pragma: no cover - metadata needs cryptography; naming the types does not
@@ -78,6 +78,7 @@ class Registry(Protocol):
     def _missing_version(self, name: str, version: str) -> NotFoundError: ...
 
     def _ensure_marker(self) -> None: ...
+
 
 #: Defaults: the snapshot changes with every publish and is re-issued at least monthly; the timestamp
 #: is short-lived, so a registry nobody re-signs (a freeze) is noticed within a day.
@@ -131,22 +132,37 @@ class Snapshot:
     def to_payload(self) -> bytes:
         from ..trust.metadata import SNAPSHOT_KIND, SPEC_VERSION, fmt_time
 
-        return canonical_json({
-            "_type": SNAPSHOT_KIND, "spec_version": SPEC_VERSION, "version": self.version,
-            "issued": fmt_time(self.issued), "expires": fmt_time(self.expires),
-            "names": {n: {v: e.to_json() for v, e in vs.items()} for n, vs in self.names.items()},
-        })
+        return canonical_json(
+            {
+                "_type": SNAPSHOT_KIND,
+                "spec_version": SPEC_VERSION,
+                "version": self.version,
+                "issued": fmt_time(self.issued),
+                "expires": fmt_time(self.expires),
+                "names": {n: {v: e.to_json() for v, e in vs.items()} for n, vs in self.names.items()},
+            }
+        )
 
     @classmethod
     def parse(cls, payload: bytes, where: str) -> Snapshot:
         """Untrusted bytes: every field typed, names and versions by the registry's grammar (REGISTRY.md
         §2), digests 64 lowercase hex digits, no unknown fields."""
-        from ..trust.metadata import (MAX_SNAPSHOT_VALUES, SNAPSHOT_KIND, count_field, digest_field, exact_fields,
-                                      header_fields, malformed, parse_payload)
+        from ..trust.metadata import (
+            MAX_SNAPSHOT_VALUES,
+            SNAPSHOT_KIND,
+            count_field,
+            digest_field,
+            exact_fields,
+            header_fields,
+            malformed,
+            parse_payload,
+        )
 
         role = "snapshot"
         fields = {"_type", "spec_version", "version", "issued", "expires", "names"}
-        obj = exact_fields(parse_payload(payload, where, role, MAX_SNAPSHOT_VALUES), fields, "the snapshot", where, role)
+        obj = exact_fields(
+            parse_payload(payload, where, role, MAX_SNAPSHOT_VALUES), fields, "the snapshot", where, role
+        )
         version, issued, expires = header_fields(obj, SNAPSHOT_KIND, where, role)
         if type(obj["names"]) is not dict:
             raise malformed(where, "'names' is not an object", role)
@@ -165,9 +181,11 @@ class Snapshot:
                 except RegistryError as exc:
                     raise malformed(where, str(exc), role) from None
                 e = exact_fields(e, _ENTRY_FIELDS, f"names[{name!r}][{v!r}]", where, role)
-                out[v] = SnapshotEntry(digest_field(e["sha256"], "sha256", where, role),
-                                       count_field(e["size"], "size", where, role, minimum=0),
-                                       digest_field(e["index_sha256"], "index_sha256", where, role))
+                out[v] = SnapshotEntry(
+                    digest_field(e["sha256"], "sha256", where, role),
+                    count_field(e["size"], "size", where, role, minimum=0),
+                    digest_field(e["index_sha256"], "index_sha256", where, role),
+                )
             names[name] = out
         return cls(version, issued, expires, names)
 
@@ -186,12 +204,23 @@ class TrustedMetadata:
     def to_json(self) -> dict[str, Any]:
         from ..trust.metadata import fmt_time
 
-        return {"registry": self.registry, "policy_sha256": self.policy_sha256,
-                "timestamp": {"version": self.timestamp.version, "expires": fmt_time(self.timestamp.expires),
-                              "signers": list(self.timestamp_signers)},
-                "snapshot": {"version": self.snapshot.version, "expires": fmt_time(self.snapshot.expires),
-                             "sha256": self.timestamp.snapshot_sha256, "signers": list(self.snapshot_signers),
-                             "names": len(self.snapshot.names), "versions": self.snapshot.count()}}
+        return {
+            "registry": self.registry,
+            "policy_sha256": self.policy_sha256,
+            "timestamp": {
+                "version": self.timestamp.version,
+                "expires": fmt_time(self.timestamp.expires),
+                "signers": list(self.timestamp_signers),
+            },
+            "snapshot": {
+                "version": self.snapshot.version,
+                "expires": fmt_time(self.snapshot.expires),
+                "sha256": self.timestamp.snapshot_sha256,
+                "signers": list(self.snapshot_signers),
+                "names": len(self.snapshot.names),
+                "versions": self.snapshot.count(),
+            },
+        }
 
 
 # -- the client's memory: the newest metadata this cache verified, per registry ------------------------
@@ -221,8 +250,9 @@ def _raise_seen(reg: Registry, snapshot: int, timestamp: int) -> None:
             old = seen_versions(reg)
             new = (max(old[0], snapshot), max(old[1], timestamp))
             if new != old:
-                _write_small(path, canonical_json({"snapshot": new[0], "timestamp": new[1],
-                                                   "registry": redact_url(reg.url)}))
+                _write_small(
+                    path, canonical_json({"snapshot": new[0], "timestamp": new[1], "registry": redact_url(reg.url)})
+                )
     except OSError:
         pass  # a read-only cache cannot remember; expiry still bounds what an old snapshot can do
 
@@ -231,8 +261,9 @@ def _raise_seen(reg: Registry, snapshot: int, timestamp: int) -> None:
 def _refuse(reason: str, msg: str, reg: Registry, policy: TrustPolicy, **fields: Any) -> RegistryMetadataError:
     from ..trust import reasons
 
-    return RegistryMetadataError(f"{msg}\n  ({reasons.MEANING[reason]})", reason=reason, registry=reg.url,
-                                 policy_sha256=policy.sha256, **fields)
+    return RegistryMetadataError(
+        f"{msg}\n  ({reasons.MEANING[reason]})", reason=reason, registry=reg.url, policy_sha256=policy.sha256, **fields
+    )
 
 
 def load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | None = None) -> TrustedMetadata:
@@ -250,8 +281,16 @@ def load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | No
 
 def _load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | None) -> TrustedMetadata:
     from ..trust import reasons
-    from ..trust.metadata import (MAX_SNAPSHOT_BYTES, MAX_TIMESTAMP_BYTES, SNAPSHOT_TYPE, TIMESTAMP_TYPE, Timestamp,
-                                  fmt_time, parse_envelope, verify_envelope)
+    from ..trust.metadata import (
+        MAX_SNAPSHOT_BYTES,
+        MAX_TIMESTAMP_BYTES,
+        SNAPSHOT_TYPE,
+        TIMESTAMP_TYPE,
+        Timestamp,
+        fmt_time,
+        parse_envelope,
+        verify_envelope,
+    )
 
     rules = policy.registry
     if rules is None:
@@ -261,52 +300,105 @@ def _load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | N
     where = f"{reg.url}/{TIMESTAMP_PATH}"
     data = _read_bounded(store, TIMESTAMP_PATH, MAX_TIMESTAMP_BYTES, "timestamp")
     if data is None:
-        raise _refuse(reasons.METADATA_MISSING, f"{reg.url} has no signed registry metadata ({TIMESTAMP_PATH}), and "
-                      f"trust policy {policy.source} requires it ([registry] require_signed_metadata); a publisher "
-                      "creates it with `karchive publish --registry-key KEY` or `karchive registry-meta refresh "
-                      "--snapshot --key KEY`", reg, policy, role="timestamp")
+        raise _refuse(
+            reasons.METADATA_MISSING,
+            f"{reg.url} has no signed registry metadata ({TIMESTAMP_PATH}), and "
+            f"trust policy {policy.source} requires it ([registry] require_signed_metadata); a publisher "
+            "creates it with `karchive publish --registry-key KEY` or `karchive registry-meta refresh "
+            "--snapshot --key KEY`",
+            reg,
+            policy,
+            role="timestamp",
+        )
     envelope = parse_envelope(data, where, "timestamp", MAX_TIMESTAMP_BYTES)
     ts_keys = verify_envelope(envelope, TIMESTAMP_TYPE, rules.timestamp, policy, now, where)
     ts = Timestamp.parse(envelope.payload, where)
     seen_snapshot, seen_timestamp = seen_versions(reg)
     if ts.version < seen_timestamp:
-        raise _refuse(reasons.METADATA_ROLLBACK, f"{where}: timestamp version {ts.version} is older than version "
-                      f"{seen_timestamp}, which this cache already verified: the registry is serving old metadata",
-                      reg, policy, role="timestamp", version=ts.version, seen=seen_timestamp)
+        raise _refuse(
+            reasons.METADATA_ROLLBACK,
+            f"{where}: timestamp version {ts.version} is older than version "
+            f"{seen_timestamp}, which this cache already verified: the registry is serving old metadata",
+            reg,
+            policy,
+            role="timestamp",
+            version=ts.version,
+            seen=seen_timestamp,
+        )
     if ts.snapshot_version < seen_snapshot:
-        raise _refuse(reasons.METADATA_ROLLBACK, f"{where}: the timestamp names snapshot version {ts.snapshot_version}, "
-                      f"older than version {seen_snapshot}, which this cache already verified (a rollback)",
-                      reg, policy, role="snapshot", version=ts.snapshot_version, seen=seen_snapshot)
+        raise _refuse(
+            reasons.METADATA_ROLLBACK,
+            f"{where}: the timestamp names snapshot version {ts.snapshot_version}, "
+            f"older than version {seen_snapshot}, which this cache already verified (a rollback)",
+            reg,
+            policy,
+            role="snapshot",
+            version=ts.snapshot_version,
+            seen=seen_snapshot,
+        )
     if now >= ts.expires:
-        raise _refuse(reasons.METADATA_EXPIRED, f"{where}: the timestamp (version {ts.version}) expired at "
-                      f"{fmt_time(ts.expires)}: the registry's metadata has not been re-signed since (a freeze, or a "
-                      "stalled `karchive registry-meta refresh`)", reg, policy, role="timestamp", version=ts.version,
-                      expires=fmt_time(ts.expires))
+        raise _refuse(
+            reasons.METADATA_EXPIRED,
+            f"{where}: the timestamp (version {ts.version}) expired at "
+            f"{fmt_time(ts.expires)}: the registry's metadata has not been re-signed since (a freeze, or a "
+            "stalled `karchive registry-meta refresh`)",
+            reg,
+            policy,
+            role="timestamp",
+            version=ts.version,
+            expires=fmt_time(ts.expires),
+        )
     spath = snapshot_path(ts.snapshot_version)
     swhere = f"{reg.url}/{spath}"
     sdata = _read_bounded(store, spath, MAX_SNAPSHOT_BYTES, "snapshot")
     if sdata is None:
-        raise _refuse(reasons.METADATA_MISSING, f"{swhere}: the snapshot the timestamp names is missing", reg, policy,
-                      role="snapshot", version=ts.snapshot_version)
+        raise _refuse(
+            reasons.METADATA_MISSING,
+            f"{swhere}: the snapshot the timestamp names is missing",
+            reg,
+            policy,
+            role="snapshot",
+            version=ts.snapshot_version,
+        )
     if len(sdata) != ts.snapshot_size or hashlib.sha256(sdata).hexdigest() != ts.snapshot_sha256:
-        raise _refuse(reasons.METADATA_MISMATCH, f"{swhere}: sha256 {hashlib.sha256(sdata).hexdigest()} "
-                      f"({len(sdata)} bytes) is not the snapshot the timestamp signs (sha256 {ts.snapshot_sha256}, "
-                      f"{ts.snapshot_size} bytes): mix-and-match", reg, policy, role="snapshot",
-                      version=ts.snapshot_version)
+        raise _refuse(
+            reasons.METADATA_MISMATCH,
+            f"{swhere}: sha256 {hashlib.sha256(sdata).hexdigest()} "
+            f"({len(sdata)} bytes) is not the snapshot the timestamp signs (sha256 {ts.snapshot_sha256}, "
+            f"{ts.snapshot_size} bytes): mix-and-match",
+            reg,
+            policy,
+            role="snapshot",
+            version=ts.snapshot_version,
+        )
     senvelope = parse_envelope(sdata, swhere, "snapshot", MAX_SNAPSHOT_BYTES)
     snap_keys = verify_envelope(senvelope, SNAPSHOT_TYPE, rules.snapshot, policy, now, swhere)
     snap = Snapshot.parse(senvelope.payload, swhere)
     if snap.version != ts.snapshot_version:
-        raise _refuse(reasons.METADATA_MISMATCH, f"{swhere}: says it is snapshot version {snap.version}; the "
-                      f"timestamp names version {ts.snapshot_version}", reg, policy, role="snapshot",
-                      version=snap.version)
+        raise _refuse(
+            reasons.METADATA_MISMATCH,
+            f"{swhere}: says it is snapshot version {snap.version}; the timestamp names version {ts.snapshot_version}",
+            reg,
+            policy,
+            role="snapshot",
+            version=snap.version,
+        )
     if now >= snap.expires:
-        raise _refuse(reasons.METADATA_EXPIRED, f"{swhere}: the snapshot (version {snap.version}) expired at "
-                      f"{fmt_time(snap.expires)}; a publisher re-issues it with `karchive registry-meta refresh "
-                      "--snapshot`", reg, policy, role="snapshot", version=snap.version, expires=fmt_time(snap.expires))
+        raise _refuse(
+            reasons.METADATA_EXPIRED,
+            f"{swhere}: the snapshot (version {snap.version}) expired at "
+            f"{fmt_time(snap.expires)}; a publisher re-issues it with `karchive registry-meta refresh "
+            "--snapshot`",
+            reg,
+            policy,
+            role="snapshot",
+            version=snap.version,
+            expires=fmt_time(snap.expires),
+        )
     _raise_seen(reg, snap.version, ts.version)
-    return TrustedMetadata(reg.url, ts, snap, policy.sha256, tuple(k.name for k in ts_keys),
-                           tuple(k.name for k in snap_keys))
+    return TrustedMetadata(
+        reg.url, ts, snap, policy.sha256, tuple(k.name for k in ts_keys), tuple(k.name for k in snap_keys)
+    )
 
 
 def _read_bounded(store: Store, path: str, limit: int, role: str | None) -> bytes | None:
@@ -326,10 +418,17 @@ def _read_bounded(store: Store, path: str, limit: int, role: str | None) -> byte
         return None
     if len(data) > limit:
         # read before anything is parsed: no version; load_trusted adds the policy
-        raise RegistryMetadataError(f"{store.url}/{path} is larger than {limit} bytes; registry metadata is at most "
-                                    f"{limit}", reason=reasons.METADATA_MALFORMED, registry=store.url,
-                                    role=role, policy_sha256=None,
-                                    archive=None, version=None, seen=None, expires=None)
+        raise RegistryMetadataError(
+            f"{store.url}/{path} is larger than {limit} bytes; registry metadata is at most {limit}",
+            reason=reasons.METADATA_MALFORMED,
+            registry=store.url,
+            role=role,
+            policy_sha256=None,
+            archive=None,
+            version=None,
+            seen=None,
+            expires=None,
+        )
     return data
 
 
@@ -340,15 +439,29 @@ def check_record(meta: TrustedMetadata, record: VersionRecord, reg: Registry, po
     entry = meta.snapshot.entry(record.name, record.version)
     if entry is None:
         listed = ", ".join(sorted(meta.snapshot.versions(record.name))) or "none"
-        raise _refuse(reasons.VERSION_NOT_IN_SNAPSHOT, f"{record.ref} is in {reg.url}, but not in its signed snapshot "
-                      f"(version {meta.snapshot.version}; versions of {record.name} there: {listed}): it was added "
-                      "without the metadata key, or by someone else", reg, policy, role="snapshot",
-                      version=meta.snapshot.version, archive=record.ref)
+        raise _refuse(
+            reasons.VERSION_NOT_IN_SNAPSHOT,
+            f"{record.ref} is in {reg.url}, but not in its signed snapshot "
+            f"(version {meta.snapshot.version}; versions of {record.name} there: {listed}): it was added "
+            "without the metadata key, or by someone else",
+            reg,
+            policy,
+            role="snapshot",
+            version=meta.snapshot.version,
+            archive=record.ref,
+        )
     if entry != SnapshotEntry.of(record):
-        raise _refuse(reasons.METADATA_MISMATCH, f"{record.ref}: the registry's record (sha256 {record.sha256}, "
-                      f"{record.size} bytes, index {record.index_sha256}) differs from the signed snapshot's (sha256 "
-                      f"{entry.sha256}, {entry.size} bytes, index {entry.index_sha256}): the record was rewritten",
-                      reg, policy, role="snapshot", version=meta.snapshot.version, archive=record.ref)
+        raise _refuse(
+            reasons.METADATA_MISMATCH,
+            f"{record.ref}: the registry's record (sha256 {record.sha256}, "
+            f"{record.size} bytes, index {record.index_sha256}) differs from the signed snapshot's (sha256 "
+            f"{entry.sha256}, {entry.size} bytes, index {entry.index_sha256}): the record was rewritten",
+            reg,
+            policy,
+            role="snapshot",
+            version=meta.snapshot.version,
+            archive=record.ref,
+        )
 
 
 def _read_record(reg: Registry, name: str, version: str) -> VersionRecord | None:
@@ -361,8 +474,10 @@ def _read_record(reg: Registry, name: str, version: str) -> VersionRecord | None
         return None
     record = VersionRecord.from_json(data, f"{reg.url}/{path}")
     if (record.name, record.version) != (name, version):
-        raise RegistryError(f"{reg.url}/{path}: record describes {record.ref}, not {name}@{version} (damaged registry)",
-                            registry=reg.url)
+        raise RegistryError(
+            f"{reg.url}/{path}: record describes {record.ref}, not {name}@{version} (damaged registry)",
+            registry=reg.url,
+        )
     return record
 
 
@@ -375,18 +490,32 @@ def resolve_with_metadata(reg: Registry, ref: Ref, policy: TrustPolicy) -> Versi
     if ref.version is None:
         version = newest(meta.snapshot.versions(ref.name))
         if version is None:
-            raise _refuse(reasons.VERSION_NOT_IN_SNAPSHOT, f"{ref.name}: no version of this name is in the signed "
-                          f"snapshot of {reg.url} (version {meta.snapshot.version})", reg, policy, role="snapshot",
-                          version=meta.snapshot.version, archive=str(ref))
+            raise _refuse(
+                reasons.VERSION_NOT_IN_SNAPSHOT,
+                f"{ref.name}: no version of this name is in the signed "
+                f"snapshot of {reg.url} (version {meta.snapshot.version})",
+                reg,
+                policy,
+                role="snapshot",
+                version=meta.snapshot.version,
+                archive=str(ref),
+            )
     else:
         version = ref.version
     record = reg.cache.recall(reg.url, ref.name, version) or _read_record(reg, ref.name, version)
     if record is None:
         if meta.snapshot.entry(ref.name, version) is not None:
-            raise _refuse(reasons.VERSION_WITHHELD, f"{ref.name}@{version} is in the signed snapshot of {reg.url} "
-                          f"(version {meta.snapshot.version}), but the registry does not serve its record: it is "
-                          "withheld (or was deleted)", reg, policy, role="snapshot", version=meta.snapshot.version,
-                          archive=f"{ref.name}@{version}")
+            raise _refuse(
+                reasons.VERSION_WITHHELD,
+                f"{ref.name}@{version} is in the signed snapshot of {reg.url} "
+                f"(version {meta.snapshot.version}), but the registry does not serve its record: it is "
+                "withheld (or was deleted)",
+                reg,
+                policy,
+                role="snapshot",
+                version=meta.snapshot.version,
+                archive=f"{ref.name}@{version}",
+            )
         raise reg._missing_version(ref.name, version)
     check_record(meta, record, reg, policy)
     return record
@@ -409,11 +538,22 @@ class MetadataUpdate:
     timestamp_snapshot: int = 0  # the snapshot the timestamp names: the newest (another writer's, after a race)
 
     def to_json(self) -> dict[str, Any]:
-        return {"registry": self.registry, "snapshot": {"version": self.snapshot_version, "created": self.snapshot_created,
-                                                        "expires": self.snapshot_expires},
-                "timestamp": {"version": self.timestamp_version, "expires": self.timestamp_expires,
-                              "snapshot": self.timestamp_snapshot},
-                "names": self.names, "versions": self.versions, "attempts": self.attempts}
+        return {
+            "registry": self.registry,
+            "snapshot": {
+                "version": self.snapshot_version,
+                "created": self.snapshot_created,
+                "expires": self.snapshot_expires,
+            },
+            "timestamp": {
+                "version": self.timestamp_version,
+                "expires": self.timestamp_expires,
+                "snapshot": self.timestamp_snapshot,
+            },
+            "names": self.names,
+            "versions": self.versions,
+            "attempts": self.attempts,
+        }
 
 
 def _listed_snapshots(store: Store) -> list[int]:
@@ -437,8 +577,9 @@ def _current_timestamp_version(store: Store) -> int:
     if data is None:
         return 0
     try:
-        return Timestamp.parse(parse_envelope(data, TIMESTAMP_PATH, "timestamp", MAX_TIMESTAMP_BYTES).payload,
-                               TIMESTAMP_PATH).version
+        return Timestamp.parse(
+            parse_envelope(data, TIMESTAMP_PATH, "timestamp", MAX_TIMESTAMP_BYTES).payload, TIMESTAMP_PATH
+        ).version
     except RegistryMetadataError:
         return 0
 
@@ -467,8 +608,13 @@ def _collect(reg: Registry) -> dict[str, dict[str, SnapshotEntry]]:
     return {n: dict(sorted(vs.items())) for n, vs in sorted(names.items())}
 
 
-def _check_carried(reg: Registry, previous: bytes | None, number: int, names: Mapping[str, Mapping[str, SnapshotEntry]],
-                   keys: Sequence[SigningKey]) -> None:
+def _check_carried(
+    reg: Registry,
+    previous: bytes | None,
+    number: int,
+    names: Mapping[str, Mapping[str, SnapshotEntry]],
+    keys: Sequence[SigningKey],
+) -> None:
     """Every version of the newest snapshot this writer's keys signed stays, with the same digests: a
     record deleted or rewritten in the bucket is refused, never signed into the next snapshot."""
     from ..trust.metadata import MAX_SNAPSHOT_BYTES, parse_envelope, signed_by_any
@@ -487,21 +633,35 @@ def _check_carried(reg: Registry, previous: bytes | None, number: int, names: Ma
         for version, entry in versions.items():
             now = names.get(name, {}).get(version)
             if now is None:
-                raise RegistryError(f"{name}@{version} is in snapshot {number} (signed by this key) but its record is "
-                                    f"gone from {reg.url}: refusing to sign a snapshot without it (versions are never "
-                                    "deleted; restore the record)", registry=reg.url)
+                raise RegistryError(
+                    f"{name}@{version} is in snapshot {number} (signed by this key) but its record is "
+                    f"gone from {reg.url}: refusing to sign a snapshot without it (versions are never "
+                    "deleted; restore the record)",
+                    registry=reg.url,
+                )
             if now != entry:
-                raise ConflictError(f"{name}@{version}: the record in {reg.url} (sha256 {now.sha256}) differs from "
-                                    f"snapshot {number}'s (sha256 {entry.sha256}), which this key signed: the record "
-                                    "was rewritten; refusing to sign it", registry=reg.url, ref=f"{name}@{version}",
-                                    existing_digest=entry.sha256, new_digest=now.sha256)
+                raise ConflictError(
+                    f"{name}@{version}: the record in {reg.url} (sha256 {now.sha256}) differs from "
+                    f"snapshot {number}'s (sha256 {entry.sha256}), which this key signed: the record "
+                    "was rewritten; refusing to sign it",
+                    registry=reg.url,
+                    ref=f"{name}@{version}",
+                    existing_digest=entry.sha256,
+                    new_digest=now.sha256,
+                )
 
 
-def update_metadata(reg: Registry, keys: Sequence[SigningKey], *, snapshot: bool = True,
-                    timestamp_keys: Sequence[SigningKey] | None = None,
-                    snapshot_expires: datetime.timedelta = DEFAULT_SNAPSHOT_EXPIRY,
-                    timestamp_expires: datetime.timedelta = DEFAULT_TIMESTAMP_EXPIRY,
-                    now: datetime.datetime | None = None, rounds: int = 20) -> MetadataUpdate:
+def update_metadata(
+    reg: Registry,
+    keys: Sequence[SigningKey],
+    *,
+    snapshot: bool = True,
+    timestamp_keys: Sequence[SigningKey] | None = None,
+    snapshot_expires: datetime.timedelta = DEFAULT_SNAPSHOT_EXPIRY,
+    timestamp_expires: datetime.timedelta = DEFAULT_TIMESTAMP_EXPIRY,
+    now: datetime.datetime | None = None,
+    rounds: int = 20,
+) -> MetadataUpdate:
     """Issue a new snapshot from the registry's records (``snapshot=True``; signed by ``keys``) and a
     new timestamp naming the newest snapshot (signed by ``timestamp_keys``, default ``keys``).
     ``snapshot=False`` re-signs only the timestamp (what a scheduled job runs: freeze protection needs
@@ -509,8 +669,9 @@ def update_metadata(reg: Registry, keys: Sequence[SigningKey], *, snapshot: bool
     from ..trust.metadata import MAX_SNAPSHOT_BYTES, SNAPSHOT_TYPE, fmt_time, sign_payload
 
     if not reg.store.writable:
-        raise RegistryError(f"registry {reg.url} is read-only; sign its metadata in the directory or bucket it serves",
-                            registry=reg.url)
+        raise RegistryError(
+            f"registry {reg.url} is read-only; sign its metadata in the directory or bucket it serves", registry=reg.url
+        )
     if snapshot_expires <= datetime.timedelta(0) or timestamp_expires <= datetime.timedelta(0):
         raise RegistryError("metadata expiry must be in the future", registry=reg.url)
     now = (now or datetime.datetime.now(UTC)).replace(microsecond=0)
@@ -530,27 +691,43 @@ def update_metadata(reg: Registry, keys: Sequence[SigningKey], *, snapshot: bool
             snap = Snapshot(number + 1, now, now + snapshot_expires, names)
             data = sign_payload(SNAPSHOT_TYPE, snap.to_payload(), keys).to_bytes()
             if len(data) > MAX_SNAPSHOT_BYTES:
-                raise RegistryError(f"the snapshot of {reg.url} would be {len(data)} bytes, more than the "
-                                    f"{MAX_SNAPSHOT_BYTES} a client reads ({snap.count()} versions)", registry=reg.url)
+                raise RegistryError(
+                    f"the snapshot of {reg.url} would be {len(data)} bytes, more than the "
+                    f"{MAX_SNAPSHOT_BYTES} a client reads ({snap.count()} versions)",
+                    registry=reg.url,
+                )
             if store.create(snapshot_path(snap.version), data):
                 created = True
                 break
         else:
             # contention, not a conflict over one immutable version (ConflictError): no ref, no two digests
-            raise RegistryError(f"{reg.url}: other writers issued {rounds} snapshots while this one tried; try again",
-                                registry=reg.url)
+            raise RegistryError(
+                f"{reg.url}: other writers issued {rounds} snapshots while this one tried; try again", registry=reg.url
+            )
     ts_keys = list(timestamp_keys or keys)
     if not ts_keys:
         raise RegistryError("re-signing the timestamp needs a signing key (--key KEY)", registry=reg.url)
     ts_version, current = _write_timestamp(reg, ts_keys, now, timestamp_expires, rounds)
-    mine = snap if created and snap is not None else current  # a racing writer's newer snapshot may be the one the timestamp names
-    return MetadataUpdate(reg.url, mine.version, created, ts_version, fmt_time(mine.expires),
-                          fmt_time(now + timestamp_expires), len(mine.names), mine.count(), max(attempts, 1),
-                          current.version)
+    mine = (
+        snap if created and snap is not None else current
+    )  # a racing writer's newer snapshot may be the one the timestamp names
+    return MetadataUpdate(
+        reg.url,
+        mine.version,
+        created,
+        ts_version,
+        fmt_time(mine.expires),
+        fmt_time(now + timestamp_expires),
+        len(mine.names),
+        mine.count(),
+        max(attempts, 1),
+        current.version,
+    )
 
 
-def _write_timestamp(reg: Registry, keys: Sequence[SigningKey], now: datetime.datetime,
-                     expires: datetime.timedelta, rounds: int) -> tuple[int, Snapshot]:
+def _write_timestamp(
+    reg: Registry, keys: Sequence[SigningKey], now: datetime.datetime, expires: datetime.timedelta, rounds: int
+) -> tuple[int, Snapshot]:
     """Replace the timestamp with one naming the newest snapshot, then re-list: if a newer snapshot
     appeared meanwhile (its writer's timestamp may have been overwritten by ours), write again. The
     last timestamp written therefore names the newest snapshot."""
@@ -560,8 +737,11 @@ def _write_timestamp(reg: Registry, keys: Sequence[SigningKey], now: datetime.da
     for _ in range(rounds):
         number, data = _newest_snapshot(store)
         if number == 0 or data is None:
-            raise RegistryError(f"{reg.url} has no snapshot to timestamp: issue one first (`karchive registry-meta "
-                                "refresh --snapshot --key KEY`, or publish with --registry-key)", registry=reg.url)
+            raise RegistryError(
+                f"{reg.url} has no snapshot to timestamp: issue one first (`karchive registry-meta "
+                "refresh --snapshot --key KEY`, or publish with --registry-key)",
+                registry=reg.url,
+            )
         where = f"{reg.url}/{snapshot_path(number)}"
         snap = Snapshot.parse(parse_envelope(data, where, "snapshot", MAX_SNAPSHOT_BYTES).payload, where)
         version = _current_timestamp_version(store) + 1
@@ -569,8 +749,9 @@ def _write_timestamp(reg: Registry, keys: Sequence[SigningKey], now: datetime.da
         store.replace(TIMESTAMP_PATH, sign_payload(TIMESTAMP_TYPE, ts.to_payload(), keys).to_bytes())
         if _listed_snapshots(store)[-1:] == [number]:
             return version, snap
-    raise RegistryError(f"{reg.url}: snapshots kept changing while the timestamp was written; try again",
-                        registry=reg.url)  # contention (as in update_metadata), not a ConflictError
+    raise RegistryError(
+        f"{reg.url}: snapshots kept changing while the timestamp was written; try again", registry=reg.url
+    )  # contention (as in update_metadata), not a ConflictError
 
 
 def read_current(reg: Registry) -> tuple[Timestamp | None, Snapshot | None, Envelope | None, Envelope | None]:

@@ -52,8 +52,9 @@ def _oras(url: str) -> Any:
     try:
         import oras.provider
     except ImportError as exc:
-        raise RegistryError(f"oci:// registries need oras-py, which is not installed ({exc}): pip install 'karchive[oci]'",
-                            registry=url) from None
+        raise RegistryError(
+            f"oci:// registries need oras-py, which is not installed ({exc}): pip install 'karchive[oci]'", registry=url
+        ) from None
     return oras.provider
 
 
@@ -64,8 +65,16 @@ class OciClient:
     them, oras reads the Docker credential configuration for the host.
     """
 
-    def __init__(self, host: str, *, url: str, plain_http: bool, username: str | None = None,
-                 password: str | None = None, tls_verify: bool | str = True) -> None:
+    def __init__(
+        self,
+        host: str,
+        *,
+        url: str,
+        plain_http: bool,
+        username: str | None = None,
+        password: str | None = None,
+        tls_verify: bool | str = True,
+    ) -> None:
         self.host = host
         self.url = url
         self.scheme = "http" if plain_http else "https"
@@ -93,8 +102,15 @@ class OciClient:
             """oras' request with its authentication, minus its fixed-sleep retry decorator, and with
             Basic credentials sent up front where the registry wants Basic (not a 401 first each time)."""
 
-            def do_request(self, url: str, method: str = "GET", data: Any = None, headers: Any = None,
-                           json: Any = None, stream: bool = False) -> Any:
+            def do_request(
+                self,
+                url: str,
+                method: str = "GET",
+                data: Any = None,
+                headers: Any = None,
+                json: Any = None,
+                stream: bool = False,
+            ) -> Any:
                 headers = dict(headers or {})
                 basic = getattr(self.auth, "_basic_auth", None)
                 if basic and not isinstance(self.auth, token_auth):
@@ -102,8 +118,9 @@ class OciClient:
                 return provider.Registry.do_request.__wrapped__(self, url, method, data, headers, json, stream)
 
         def make(backend: str) -> Any:
-            client = _OneAttempt(hostname=self.host, insecure=self.scheme == "http", tls_verify=self._tls_verify,
-                                 auth_backend=backend)
+            client = _OneAttempt(
+                hostname=self.host, insecure=self.scheme == "http", tls_verify=self._tls_verify, auth_backend=backend
+            )
             original = client.session.request
 
             def bounded(*args: Any, **kwargs: Any) -> Any:  # oras passes no timeout: the deadline is ours
@@ -124,8 +141,10 @@ class OciClient:
             client.auth.set_basic_auth(self._username, self._password)
         else:  # Docker's credential configuration: ~/.docker/config.json, or $DOCKER_CONFIG/config.json as Docker reads it
             docker = os.environ.get("DOCKER_CONFIG")
-            client.auth.load_configs(client.get_container(f"{self.host}/library/x"),
-                                     [os.path.join(docker, "config.json")] if docker else None)
+            client.auth.load_configs(
+                client.get_container(f"{self.host}/library/x"),
+                [os.path.join(docker, "config.json")] if docker else None,
+            )
         return client
 
     def _timeout(self) -> float:
@@ -139,8 +158,17 @@ class OciClient:
         return bool(getattr(self._client.auth, "_basic_auth", None))
 
     # -- one request --------------------------------------------------------------------------------
-    def request(self, method: str, path: str, *, headers: dict[str, str] | None = None, data: bytes | None = None,
-                ok: tuple[int, ...] = (200,), stream: bool = False, params: dict[str, str] | None = None) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        headers: dict[str, str] | None = None,
+        data: bytes | None = None,
+        ok: tuple[int, ...] = (200,),
+        stream: bool = False,
+        params: dict[str, str] | None = None,
+    ) -> Any:
         """One attempt at ``METHOD /v2/<path>`` (or an absolute URL). 404 raises ``FileNotFoundError``;
         401/403 a :class:`RegistryError` saying whether credentials were missing or refused; any other
         answer outside ``ok`` an :class:`OciHttpError` (the retry policy decides)."""
@@ -163,13 +191,16 @@ class OciClient:
             raise FileNotFoundError(f"{method} {url}: 404 {body}")
         if status in (401, 403):
             raise self._denied(status, body)
-        raise OciHttpError(status, f"{method} {url}: HTTP {status} {body}".strip(),
-                           retry_after(response.headers.get("Retry-After")))
+        raise OciHttpError(
+            status, f"{method} {url}: HTTP {status} {body}".strip(), retry_after(response.headers.get("Retry-After"))
+        )
 
     def _denied(self, status: int, body: str) -> RegistryError:
         if not self.has_credentials():
-            why = ("it asks for credentials and none were given: pass them as storage options "
-                   '({"username": ..., "password": ...} in $KARCHIVE_STORAGE_OPTIONS) or `docker login` to it')
+            why = (
+                "it asks for credentials and none were given: pass them as storage options "
+                '({"username": ..., "password": ...} in $KARCHIVE_STORAGE_OPTIONS) or `docker login` to it'
+            )
         else:
             why = "it refused the credentials given (wrong username or password, or no access to this repository)"
         return RegistryError(f"registry {self.url}: access denied (HTTP {status}): {why}", registry=self.url)

@@ -53,6 +53,7 @@ class ImageResult:
 def _deterministic_tar(root: Path, out: Path) -> None:
     """``root``'s tree as a tar under ``karchive/``: sorted, mtime 0, uid/gid 0, 0444 files, 0555 dirs."""
     with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
+
         def add_dir(name: str) -> None:
             info = tarfile.TarInfo(name)
             info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o555, 0
@@ -87,15 +88,22 @@ def _stage(archives: Sequence[str | os.PathLike], work: Path) -> tuple[VersionRe
         records.append(reg.publish(archive).record)
     names = [r.name for r in records]
     if len(set(names)) != len(names):
-        raise RegistryValueError(f"one image holds one version per name; given {', '.join(r.ref for r in records)}",
-                                 value=repr(names)[:200])
+        raise RegistryValueError(
+            f"one image holds one version per name; given {', '.join(r.ref for r in records)}", value=repr(names)[:200]
+        )
     lock = Lockfile.from_records(records)
     atomic_write(tree / "karchive.lock", lock.to_json())
     return tuple(records)
 
 
-def build_image(archives: Sequence[str | os.PathLike], destination: str, *, tag: str | None = None,
-                storage_options: dict[str, Any] | None = None, platform: str = "linux/amd64") -> ImageResult:
+def build_image(
+    archives: Sequence[str | os.PathLike],
+    destination: str,
+    *,
+    tag: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    platform: str = "linux/amd64",
+) -> ImageResult:
     """Wrap ``archives`` as an OCI image and write it to ``destination``: an OCI image layout directory
     (new or empty), or ``oci://HOST[:PORT]/REPOSITORY`` (pushed; an existing tag is never moved)."""
     if not archives:
@@ -110,14 +118,24 @@ def build_image(archives: Sequence[str | os.PathLike], destination: str, *, tag:
         layer = work / "layer.tar"
         _deterministic_tar(work / "tree", layer)
         layer_digest, layer_size = sha256_file(layer)
-        config = L.encode({"architecture": arch, "os": os_name,
-                           "rootfs": {"type": "layers", "diff_ids": [f"sha256:{layer_digest}"]},
-                           "config": {"Labels": {A_ARCHIVES: ",".join(r.ref for r in records)}}})
+        config = L.encode(
+            {
+                "architecture": arch,
+                "os": os_name,
+                "rootfs": {"type": "layers", "diff_ids": [f"sha256:{layer_digest}"]},
+                "config": {"Labels": {A_ARCHIVES: ",".join(r.ref for r in records)}},
+            }
+        )
         notes = {A_ARCHIVES: ",".join(r.ref for r in records), L.A_TITLE: "karchive kernel archives"}
-        manifest = L.encode({"schemaVersion": 2, "mediaType": L.MANIFEST_TYPE,
-                             "config": L.descriptor(CONFIG_TYPE, L.digest_of(config), len(config)),
-                             "layers": [L.descriptor(LAYER_TYPE, f"sha256:{layer_digest}", layer_size)],
-                             "annotations": notes})
+        manifest = L.encode(
+            {
+                "schemaVersion": 2,
+                "mediaType": L.MANIFEST_TYPE,
+                "config": L.descriptor(CONFIG_TYPE, L.digest_of(config), len(config)),
+                "layers": [L.descriptor(LAYER_TYPE, f"sha256:{layer_digest}", layer_size)],
+                "annotations": notes,
+            }
+        )
         if destination.lower().startswith("oci://"):
             where = _push(destination, tag, layer, f"sha256:{layer_digest}", config, manifest, storage_options)
         else:
@@ -128,8 +146,10 @@ def build_image(archives: Sequence[str | os.PathLike], destination: str, *, tag:
 def _write_layout(out: Path, tag: str, layer: Path, layer_digest: str, config: bytes, manifest: bytes) -> str:
     """An OCI image layout (image-spec ``image-layout.md``): ``oci-layout``, ``index.json``, ``blobs/``."""
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise DestinationError(f"{out} exists and is not an empty directory; an OCI layout is written to a new "
-                               "or empty directory", path=str(out))
+        raise DestinationError(
+            f"{out} exists and is not an empty directory; an OCI layout is written to a new or empty directory",
+            path=str(out),
+        )
     blobs = out / "blobs" / "sha256"
     try:
         blobs.mkdir(parents=True, exist_ok=True)
@@ -137,32 +157,45 @@ def _write_layout(out: Path, tag: str, layer: Path, layer_digest: str, config: b
         for data in (config, manifest):
             atomic_write(blobs / L.digest_of(data)[7:], data)
         atomic_write(out / "oci-layout", L.encode({"imageLayoutVersion": "1.0.0"}))
-        index = {"schemaVersion": 2, "mediaType": L.INDEX_TYPE, "manifests": [
-            L.descriptor(L.MANIFEST_TYPE, L.digest_of(manifest), len(manifest), {A_REF_NAME: tag})]}
+        index = {
+            "schemaVersion": 2,
+            "mediaType": L.INDEX_TYPE,
+            "manifests": [L.descriptor(L.MANIFEST_TYPE, L.digest_of(manifest), len(manifest), {A_REF_NAME: tag})],
+        }
         atomic_write(out / "index.json", L.encode(index))
     except OSError as exc:
         raise DestinationError(f"cannot write the OCI layout at {out}: {exc.strerror or exc}", path=str(out)) from None
     return str(out)
 
 
-def _push(destination: str, tag: str, layer: Path, layer_digest: str, config: bytes, manifest: bytes,
-          storage_options: dict[str, Any] | None) -> str:
+def _push(
+    destination: str,
+    tag: str,
+    layer: Path,
+    layer_digest: str,
+    config: bytes,
+    manifest: bytes,
+    storage_options: dict[str, Any] | None,
+) -> str:
     from .oci_store import OciStore, parse_oci_url
     from .retry import RetryPolicy
 
     host, repo = parse_oci_url(destination)
     if not repo:
-        raise RegistryValueError(f"{destination}: name the image's repository (oci://HOST/REPOSITORY)",
-                                 value=repr(destination)[:200])
+        raise RegistryValueError(
+            f"{destination}: name the image's repository (oci://HOST/REPOSITORY)", value=repr(destination)[:200]
+        )
     store = OciStore(f"oci://{host}", storage_options, RetryPolicy.from_env())
     digest = L.digest_of(manifest)
     existing = store.manifest(repo, tag, "an image manifest")
     if existing is not None and existing[1] != digest:
-        raise RegistryError(f"{destination}:{tag} already names image {existing[1]}; karchive never moves a tag to "
-                            "other bytes: use a new tag", registry=store.url)
+        raise RegistryError(
+            f"{destination}:{tag} already names image {existing[1]}; karchive never moves a tag to "
+            "other bytes: use a new tag",
+            registry=store.url,
+        )
     store.push_file(repo, str(layer), layer_digest, LAYER_TYPE)
     store.push_bytes(repo, config)
     if existing is None:
         store.put_manifest(repo, tag, manifest)
     return f"{store.url}/{repo}:{tag}"
-

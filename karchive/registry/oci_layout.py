@@ -52,9 +52,11 @@ def repository_component(name: str) -> str:
     """An archive name as an OCI repository path component (lower case only, as the distribution spec says)."""
     check_name(name)
     if not fullmatch(_REPO_COMPONENT, name):
-        raise RegistryValueError(f"archive name {name!r} cannot be an OCI repository name: OCI repositories are lower "
-                                 "case letters and digits separated by '.', '_', '__' or '-'; rename the archive",
-                                 value=repr(name)[:200])
+        raise RegistryValueError(
+            f"archive name {name!r} cannot be an OCI repository name: OCI repositories are lower "
+            "case letters and digits separated by '.', '_', '__' or '-'; rename the archive",
+            value=repr(name)[:200],
+        )
     return name
 
 
@@ -63,8 +65,11 @@ def version_tag(version: str) -> str:
     rewritten, so two versions can never share a tag."""
     check_version(version)
     if not fullmatch(_TAG, version) or fullmatch(_FALLBACK_TAG, version):
-        raise RegistryValueError(f"version {version!r} cannot be an OCI tag (letters, digits, '.', '_' and '-' only, "
-                                 "and not the referrers fallback form sha256-...)", value=repr(version)[:200])
+        raise RegistryValueError(
+            f"version {version!r} cannot be an OCI tag (letters, digits, '.', '_' and '-' only, "
+            "and not the referrers fallback form sha256-...)",
+            value=repr(version)[:200],
+        )
     return version
 
 
@@ -86,7 +91,9 @@ def fallback_tag(manifest_digest: str) -> str:
     return manifest_digest.replace(":", "-", 1)
 
 
-def descriptor(media_type: str, data_digest: str, size: int, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+def descriptor(
+    media_type: str, data_digest: str, size: int, annotations: dict[str, str] | None = None
+) -> dict[str, Any]:
     out: dict[str, Any] = {"mediaType": media_type, "digest": data_digest, "size": size}
     if annotations:
         out["annotations"] = annotations
@@ -104,24 +111,48 @@ def encode(doc: dict[str, Any]) -> bytes:
 
 def archive_manifest(record: VersionRecord, *, format_version: str = "", triton: str = "") -> bytes:
     """The archive's manifest: the record's facts as annotations over the one ``.karc`` layer."""
-    notes = {A_NAME: record.name, A_VERSION: record.version, A_INDEX: record.index_sha256,
-             A_VARIANTS: str(record.variants), A_TARGETS: ",".join(record.targets), A_KERNELS: ",".join(record.kernels)}
+    notes = {
+        A_NAME: record.name,
+        A_VERSION: record.version,
+        A_INDEX: record.index_sha256,
+        A_VARIANTS: str(record.variants),
+        A_TARGETS: ",".join(record.targets),
+        A_KERNELS: ",".join(record.kernels),
+    }
     if record.published:
         notes[A_CREATED] = record.published
     if format_version:
         notes[A_FORMAT] = format_version
     if triton:
         notes[A_TRITON] = triton
-    layer = descriptor(ARCHIVE_LAYER, "sha256:" + record.sha256, record.size,
-                       {A_TITLE: f"{record.name}-{record.version}.karc"})
-    return encode({"schemaVersion": 2, "mediaType": MANIFEST_TYPE, "artifactType": ARCHIVE_ARTIFACT,
-                   "config": empty_config(), "layers": [layer], "annotations": notes})
+    layer = descriptor(
+        ARCHIVE_LAYER, "sha256:" + record.sha256, record.size, {A_TITLE: f"{record.name}-{record.version}.karc"}
+    )
+    return encode(
+        {
+            "schemaVersion": 2,
+            "mediaType": MANIFEST_TYPE,
+            "artifactType": ARCHIVE_ARTIFACT,
+            "config": empty_config(),
+            "layers": [layer],
+            "annotations": notes,
+        }
+    )
 
 
 def signature_manifest(subject: dict[str, Any], key_id: str, envelope: bytes) -> bytes:
     layer = descriptor(SIGNATURE_LAYER, digest_of(envelope), len(envelope))
-    return encode({"schemaVersion": 2, "mediaType": MANIFEST_TYPE, "artifactType": SIGNATURE_ARTIFACT,
-                   "config": empty_config(), "layers": [layer], "subject": subject, "annotations": {A_KEY: key_id}})
+    return encode(
+        {
+            "schemaVersion": 2,
+            "mediaType": MANIFEST_TYPE,
+            "artifactType": SIGNATURE_ARTIFACT,
+            "config": empty_config(),
+            "layers": [layer],
+            "subject": subject,
+            "annotations": {A_KEY: key_id},
+        }
+    )
 
 
 def load_manifest(data: bytes, where: str) -> dict[str, Any]:
@@ -148,11 +179,17 @@ def _sha256_of(desc: Any, where: str) -> tuple[str, int]:
 def archive_layer(doc: dict[str, Any], where: str) -> tuple[str, int]:
     """The ``.karc`` layer's ``(sha256 hex, size)`` of an archive manifest (refused if it is not one)."""
     if doc.get("artifactType") != ARCHIVE_ARTIFACT:
-        raise DamagedRegistryError(f"{where}: not a karchive archive (artifactType {doc.get('artifactType')!r}, "
-                                   f"expected {ARCHIVE_ARTIFACT})", where=where)
+        raise DamagedRegistryError(
+            f"{where}: not a karchive archive (artifactType {doc.get('artifactType')!r}, expected {ARCHIVE_ARTIFACT})",
+            where=where,
+        )
     layers = doc.get("layers")
-    if not isinstance(layers, list) or len(layers) != 1 or not isinstance(layers[0], dict) \
-            or layers[0].get("mediaType") != ARCHIVE_LAYER:
+    if (
+        not isinstance(layers, list)
+        or len(layers) != 1
+        or not isinstance(layers[0], dict)
+        or layers[0].get("mediaType") != ARCHIVE_LAYER
+    ):
         raise DamagedRegistryError(f"{where}: an archive manifest has exactly one {ARCHIVE_LAYER} layer", where=where)
     return _sha256_of(layers[0], where)
 
@@ -171,17 +208,29 @@ def record_from_manifest(data: bytes, where: str, manifest_digest: str) -> Versi
     variants = notes.get(A_VARIANTS, "0")
     if not variants.isdigit():
         raise DamagedRegistryError(f"{where}: {A_VARIANTS} annotation {variants!r} is not a count", where=where)
-    obj = {"kind": "karchive-version", "layout": 1, "name": notes.get(A_NAME), "version": notes.get(A_VERSION),
-           "sha256": sha256, "size": size, "index_sha256": notes.get(A_INDEX), "published": notes.get(A_CREATED, ""),
-           "variants": int(variants), "kernels": list(split(A_KERNELS)), "targets": list(split(A_TARGETS)),
-           "manifest": manifest_digest, "format_version": notes.get(A_FORMAT, ""), "triton": notes.get(A_TRITON, "")}
+    obj = {
+        "kind": "karchive-version",
+        "layout": 1,
+        "name": notes.get(A_NAME),
+        "version": notes.get(A_VERSION),
+        "sha256": sha256,
+        "size": size,
+        "index_sha256": notes.get(A_INDEX),
+        "published": notes.get(A_CREATED, ""),
+        "variants": int(variants),
+        "kernels": list(split(A_KERNELS)),
+        "targets": list(split(A_TARGETS)),
+        "manifest": manifest_digest,
+        "format_version": notes.get(A_FORMAT, ""),
+        "triton": notes.get(A_TRITON, ""),
+    }
     return VersionRecord.from_dict(obj, where)
 
 
 def describe_extra(data: bytes) -> dict[str, str]:
     """The annotations a record does not carry (format version, producing Triton), for ``inspect``."""
     notes = load_manifest(data, "manifest").get("annotations") or {}
-    return {k[len(P):]: v for k, v in notes.items() if k in (A_FORMAT, A_TRITON) and isinstance(v, str)}
+    return {k[len(P) :]: v for k, v in notes.items() if k in (A_FORMAT, A_TRITON) and isinstance(v, str)}
 
 
 def signature_key(doc: dict[str, Any], where: str) -> tuple[str, str, int]:
@@ -192,6 +241,8 @@ def signature_key(doc: dict[str, Any], where: str) -> tuple[str, str, int]:
     key_id = notes.get(A_KEY) if isinstance(notes, dict) else None
     layers = doc.get("layers")
     if not is_sha256_hex(key_id) or not isinstance(layers, list) or len(layers) != 1:
-        raise DamagedRegistryError(f"{where}: a signature referrer names one key id and holds one envelope", where=where)
+        raise DamagedRegistryError(
+            f"{where}: a signature referrer names one key id and holds one envelope", where=where
+        )
     digest, size = _sha256_of(layers[0], where)
     return str(key_id), digest, size

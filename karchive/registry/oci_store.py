@@ -24,9 +24,9 @@ of racing publishers the one whose manifest the tag names wins and the others se
 from __future__ import annotations
 
 import dataclasses
-import re
-import os
 import logging
+import os
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -38,8 +38,8 @@ from ..errors import DamagedRegistryError, IntegrityError, RegistryError, Regist
 from . import oci_layout as L
 from .config import redact_url
 from .deadline import current as current_deadline
-from .oci_client import OciClient, OciHttpError, retry_after
 from .metadata_store import SNAPSHOTS_DIR, TIMESTAMP_PATH
+from .oci_client import OciClient, OciHttpError, retry_after
 from .records import VersionRecord, encode_marker
 from .retry import RetryPolicy
 from .store import ProgressFn, Store
@@ -81,13 +81,18 @@ def parse_oci_url(url: str) -> tuple[str, str]:
     """``oci://host[:port][/namespace]`` → ``(host[:port], namespace)``."""
     parts = urlsplit(url)
     if parts.scheme.lower() != "oci" or not parts.hostname or parts.query or parts.fragment:
-        raise RegistryValueError(f"bad OCI registry {redact_url(url)!r}: expected oci://HOST[:PORT][/NAMESPACE]",
-                                 value=repr(redact_url(url))[:200])
+        raise RegistryValueError(
+            f"bad OCI registry {redact_url(url)!r}: expected oci://HOST[:PORT][/NAMESPACE]",
+            value=repr(redact_url(url))[:200],
+        )
     namespace = parts.path.strip("/")
     for part in namespace.split("/") if namespace else ():
         if not fullmatch(L._REPO_COMPONENT, part):
-            raise RegistryValueError(f"bad OCI namespace {namespace!r} in {redact_url(url)}: lower-case path components "
-                                     "of letters and digits separated by '.', '_' or '-'", value=repr(namespace)[:200])
+            raise RegistryValueError(
+                f"bad OCI namespace {namespace!r} in {redact_url(url)}: lower-case path components "
+                "of letters and digits separated by '.', '_' or '-'",
+                value=repr(namespace)[:200],
+            )
     host = parts.netloc.rpartition("@")[2].lower()
     return host, namespace
 
@@ -103,15 +108,24 @@ class OciStore(Store):
         opts = dict(options or {})
         unknown = set(opts) - {"username", "password", "plain_http", "tls_verify"}
         if unknown:
-            raise RegistryValueError(f"unknown storage options for an OCI registry: {', '.join(sorted(unknown))} "
-                                     "(known: username, password, plain_http, tls_verify)", value=repr(sorted(unknown)))
+            raise RegistryValueError(
+                f"unknown storage options for an OCI registry: {', '.join(sorted(unknown))} "
+                "(known: username, password, plain_http, tls_verify)",
+                value=repr(sorted(unknown)),
+            )
         self.host, self.namespace = parse_oci_url(url)
         self.url = redact_url(url).rstrip("/")
         self.retry = retry
         hostname = urlsplit(url).hostname or ""
         plain = opts.get("plain_http", hostname in _LOOPBACK)
-        self.client = OciClient(self.host, url=self.url, plain_http=bool(plain), username=opts.get("username"),
-                                password=opts.get("password"), tls_verify=opts.get("tls_verify", True))
+        self.client = OciClient(
+            self.host,
+            url=self.url,
+            plain_http=bool(plain),
+            username=opts.get("username"),
+            password=opts.get("password"),
+            tls_verify=opts.get("tls_verify", True),
+        )
         self._subjects: dict[str, _Subject] = {}
         self._facts: dict[str, dict[str, str]] = {}
         self._referrers_api: bool | None = None
@@ -134,16 +148,19 @@ class OciStore(Store):
         with self._lock:
             subject = self._subjects.get(digest)
         if subject is None:  # a record always comes first (read, or bound from a lockfile or the cache)
-            raise RegistryError(f"{self.url}: no archive record names blob sha256:{digest} in this session; "
-                                "resolve NAME@VERSION first", registry=self.url)
+            raise RegistryError(
+                f"{self.url}: no archive record names blob sha256:{digest} in this session; resolve NAME@VERSION first",
+                registry=self.url,
+            )
         return subject
 
     def bind(self, record: VersionRecord) -> None:
         with self._lock:
             known = self._subjects.get(record.sha256)
             if known is None or (record.manifest and not known.manifest):
-                self._subjects[record.sha256] = _Subject(self._repo(record.name), L.version_tag(record.version),
-                                                         record.manifest)
+                self._subjects[record.sha256] = _Subject(
+                    self._repo(record.name), L.version_tag(record.version), record.manifest
+                )
 
     def _unmapped(self, path: str) -> RegistryError:
         return RegistryError(f"{self.url}: {path} has no place on an OCI registry (internal error)", registry=self.url)
@@ -152,18 +169,26 @@ class OciStore(Store):
     def manifest(self, repo: str, reference: str, what: str) -> tuple[bytes, str] | None:
         """A manifest's bytes and digest (by tag, or by digest: then the bytes must hash to it)."""
         try:
-            response = self._get(f"{repo}/manifests/{reference}", f"read manifest {repo}:{reference} from",
-                                 accept=f"{L.MANIFEST_TYPE}, {L.INDEX_TYPE}")
+            response = self._get(
+                f"{repo}/manifests/{reference}",
+                f"read manifest {repo}:{reference} from",
+                accept=f"{L.MANIFEST_TYPE}, {L.INDEX_TYPE}",
+            )
         except FileNotFoundError:
             return None
         data = response.content
         if len(data) > L.MAX_MANIFEST_BYTES:
-            raise DamagedRegistryError(f"{self.url}/{repo}:{reference}: manifest larger than {L.MAX_MANIFEST_BYTES} "
-                                       "bytes", where=f"{self.url}/{repo}")
+            raise DamagedRegistryError(
+                f"{self.url}/{repo}:{reference}: manifest larger than {L.MAX_MANIFEST_BYTES} bytes",
+                where=f"{self.url}/{repo}",
+            )
         digest = L.digest_of(data)
         if reference.startswith("sha256:") and digest != reference:
-            raise IntegrityError(f"{self.url}/{repo}@{reference}: the registry served a manifest whose digest is "
-                                 f"{digest} ({what}); refusing it", source=f"{self.url}/{repo}@{reference}")
+            raise IntegrityError(
+                f"{self.url}/{repo}@{reference}: the registry served a manifest whose digest is "
+                f"{digest} ({what}); refusing it",
+                source=f"{self.url}/{repo}@{reference}",
+            )
         return data, digest
 
     def _read_record(self, name: str, version: str) -> bytes | None:
@@ -192,15 +217,24 @@ class OciStore(Store):
                 pass
             start = self.client.request("POST", f"{repo}/blobs/uploads/", ok=(202,))
             location = _absolute(start.headers.get("Location", ""), self.client)
-            self.client.request("PUT", location, params={"digest": digest}, data=data,
-                                headers={"Content-Type": "application/octet-stream"}, ok=(201,))
+            self.client.request(
+                "PUT",
+                location,
+                params={"digest": digest},
+                data=data,
+                headers={"Content-Type": "application/octet-stream"},
+                ok=(201,),
+            )
 
         self._call(push, f"upload {digest[:19]} to {repo} in")
 
     def put_manifest(self, repo: str, reference: str, data: bytes, media_type: str = L.MANIFEST_TYPE) -> None:
-        self._call(lambda: self.client.request("PUT", f"{repo}/manifests/{reference}", data=data,
-                                               headers={"Content-Type": media_type}, ok=(201, 200)),
-                   f"write manifest {repo}:{reference} in")
+        self._call(
+            lambda: self.client.request(
+                "PUT", f"{repo}/manifests/{reference}", data=data, headers={"Content-Type": media_type}, ok=(201, 200)
+            ),
+            f"write manifest {repo}:{reference} in",
+        )
 
     def _create_record(self, data: bytes) -> bool:
         # The manifest is a function of the archive alone (no publish time), so publishing the same bytes
@@ -242,9 +276,16 @@ class OciStore(Store):
         if now is None or now[1] != digest:
             return False
         if took > SETTLE / 2:
-            log.warning("registry %s: writing tag %s:%s took %.1f s after checking it was free, more than %.1f s: "
-                        "another writer of %s may also have been told it won; check with `karchive pull`",
-                        self.url, repo, tag, took, SETTLE / 2, what)
+            log.warning(
+                "registry %s: writing tag %s:%s took %.1f s after checking it was free, more than %.1f s: "
+                "another writer of %s may also have been told it won; check with `karchive pull`",
+                self.url,
+                repo,
+                tag,
+                took,
+                SETTLE / 2,
+                what,
+            )
         return True
 
     # -- signed registry metadata (spec/SIGNING.md §11): one small artifact per document -----------
@@ -272,16 +313,23 @@ class OciStore(Store):
             raise DamagedRegistryError(f"{where}: document larger than {L.MAX_MANIFEST_BYTES} bytes", where=where)
         data: bytes = self._get(f"{repo}/blobs/sha256:{blob}", f"read {tag} from").content
         if L.digest_of(data) != f"sha256:{blob}":
-            raise IntegrityError(f"{where}: the registry served a document that does not hash to sha256:{blob}",
-                                 source=where)
+            raise IntegrityError(
+                f"{where}: the registry served a document that does not hash to sha256:{blob}", source=where
+            )
         return data
 
     def _document_manifest(self, repo: str, data: bytes) -> bytes:
         self.push_bytes(repo, L.EMPTY_BLOB)
         self.push_bytes(repo, data)
-        return L.encode({"schemaVersion": 2, "mediaType": L.MANIFEST_TYPE, "artifactType": L.METADATA_ARTIFACT,
-                         "config": L.empty_config(), "layers": [L.descriptor(L.SIGNATURE_LAYER, L.digest_of(data),
-                                                                             len(data))]})
+        return L.encode(
+            {
+                "schemaVersion": 2,
+                "mediaType": L.MANIFEST_TYPE,
+                "artifactType": L.METADATA_ARTIFACT,
+                "config": L.empty_config(),
+                "layers": [L.descriptor(L.SIGNATURE_LAYER, L.digest_of(data), len(data))],
+            }
+        )
 
     # -- referrers (signatures) ---------------------------------------------------------------------
     def _subject_manifest(self, digest: str) -> _Subject:
@@ -291,8 +339,11 @@ class OciStore(Store):
             if got is None:
                 raise RegistryError(f"{self.url}/{subject.repo}:{subject.tag} is gone", registry=self.url)
             if L.archive_layer(L.load_manifest(got[0], subject.repo), subject.repo)[0] != digest:
-                raise IntegrityError(f"{self.url}/{subject.repo}:{subject.tag} now names other bytes than sha256:"
-                                     f"{digest} (the tag was moved)", source=f"{self.url}/{subject.repo}")
+                raise IntegrityError(
+                    f"{self.url}/{subject.repo}:{subject.tag} now names other bytes than sha256:"
+                    f"{digest} (the tag was moved)",
+                    source=f"{self.url}/{subject.repo}",
+                )
             subject.manifest, subject.manifest_size = got[1], len(got[0])
         return subject
 
@@ -302,8 +353,12 @@ class OciStore(Store):
         doc: Any = None
         if self._referrers_api is not False:
             try:
-                response = self._get(f"{subject.repo}/referrers/{subject.manifest}", f"list referrers of {where} in",
-                                     accept=L.INDEX_TYPE, ok=(200,))
+                response = self._get(
+                    f"{subject.repo}/referrers/{subject.manifest}",
+                    f"list referrers of {where} in",
+                    accept=L.INDEX_TYPE,
+                    ok=(200,),
+                )
                 if response.headers.get("Content-Type", "").startswith(L.INDEX_TYPE):
                     self._referrers_api = True
                     doc = L.load_manifest(response.content, where)
@@ -345,7 +400,9 @@ class OciStore(Store):
         subject = self._subject(digest)
         reference = desc.get("digest")
         if not isinstance(reference, str) or not reference.startswith("sha256:"):
-            raise DamagedRegistryError(f"{self.url}/{subject.repo}: bad referrer digest {reference!r}", where=subject.repo)
+            raise DamagedRegistryError(
+                f"{self.url}/{subject.repo}: bad referrer digest {reference!r}", where=subject.repo
+            )
         got = self.manifest(subject.repo, reference, "a signature referrer")
         if got is None:
             return None
@@ -354,16 +411,21 @@ class OciStore(Store):
         key, blob, size = L.signature_key(doc, where)
         target = doc.get("subject") or {}
         if key != key_id or not isinstance(target, dict) or target.get("digest") != subject.manifest:
-            raise IntegrityError(f"{where}: a signature referrer listed for key {key_id[:16]} of {subject.manifest} "
-                                 f"is for key {key[:16]} of {target.get('digest') if isinstance(target, dict) else None} "
-                                 "(swapped referrer); refusing it", source=where)
+            raise IntegrityError(
+                f"{where}: a signature referrer listed for key {key_id[:16]} of {subject.manifest} "
+                f"is for key {key[:16]} of {target.get('digest') if isinstance(target, dict) else None} "
+                "(swapped referrer); refusing it",
+                source=where,
+            )
         if size > MAX_ENVELOPE_BYTES:
             return b"\0" * (MAX_ENVELOPE_BYTES + 1)  # reported as too large by the reader, never fetched
         response = self._get(f"{subject.repo}/blobs/sha256:{blob}", f"read signature {blob[:12]} from")
         data: bytes = response.content
         if L.digest_of(data) != f"sha256:{blob}":
-            raise IntegrityError(f"{where}: the signature blob the registry served does not hash to sha256:{blob}; "
-                                 "refusing it", source=where)
+            raise IntegrityError(
+                f"{where}: the signature blob the registry served does not hash to sha256:{blob}; refusing it",
+                source=where,
+            )
         return data
 
     def _create_signature(self, digest: str, key_id: str, envelope: bytes) -> bool:
@@ -373,8 +435,9 @@ class OciStore(Store):
         self._listed.pop(digest, None)
         self.push_bytes(subject.repo, L.EMPTY_BLOB)
         self.push_bytes(subject.repo, envelope)
-        manifest = L.signature_manifest(L.descriptor(L.MANIFEST_TYPE, subject.manifest, subject.manifest_size),
-                                        key_id, envelope)
+        manifest = L.signature_manifest(
+            L.descriptor(L.MANIFEST_TYPE, subject.manifest, subject.manifest_size), key_id, envelope
+        )
         reference = L.digest_of(manifest)
         self.put_manifest(subject.repo, reference, manifest)
         if self._referrers_api:
@@ -390,8 +453,11 @@ class OciStore(Store):
             self.put_manifest(subject.repo, tag, index, L.INDEX_TYPE)
             if any(d.get("annotations", {}).get(L.A_KEY) == key_id for d in self._referrers(subject)):
                 return True
-        raise RegistryError(f"{self.url}/{subject.repo}: could not list the signature in the referrers tag {tag} "
-                            "(concurrent signers); sign again", registry=self.url)
+        raise RegistryError(
+            f"{self.url}/{subject.repo}: could not list the signature in the referrers tag {tag} "
+            "(concurrent signers); sign again",
+            registry=self.url,
+        )
 
     # -- the Store interface ------------------------------------------------------------------------
     def read(self, path: str) -> bytes | None:
@@ -420,8 +486,10 @@ class OciStore(Store):
             raise self._unmapped(path)
         subject = self._subject(m.group(1))
         try:
-            response = self._call(lambda: self.client.request("HEAD", f"{subject.repo}/blobs/sha256:{m.group(1)}"),
-                                  f"stat blob {m.group(1)[:12]} in")
+            response = self._call(
+                lambda: self.client.request("HEAD", f"{subject.repo}/blobs/sha256:{m.group(1)}"),
+                f"stat blob {m.group(1)[:12]} in",
+            )
         except FileNotFoundError:
             return None
         length = response.headers.get("Content-Length", "")
@@ -439,8 +507,12 @@ class OciStore(Store):
         subject = self._subject(m.group(1))
         if end <= start:
             return b""
-        response = self.client.request("GET", f"{subject.repo}/blobs/sha256:{m.group(1)}",
-                                       headers={"Range": f"bytes={start}-{end - 1}"}, ok=(206, 200))
+        response = self.client.request(
+            "GET",
+            f"{subject.repo}/blobs/sha256:{m.group(1)}",
+            headers={"Range": f"bytes={start}-{end - 1}"},
+            ok=(206, 200),
+        )
         body: bytes = response.content
         return body[start:end] if response.status_code == 200 else body
 
@@ -486,9 +558,11 @@ class OciStore(Store):
             container = client.get_container(f"{self.host}/{repo}")
             response = client.upload_blob(local, container, layer, do_chunked=size > CHUNKED_ABOVE)
             if response.status_code not in (200, 201, 202):
-                raise OciHttpError(response.status_code, f"upload of {digest} to {repo}: HTTP "
-                                   f"{response.status_code} {response.text[:200]}",
-                                   retry_after(response.headers.get("Retry-After")))
+                raise OciHttpError(
+                    response.status_code,
+                    f"upload of {digest} to {repo}: HTTP {response.status_code} {response.text[:200]}",
+                    retry_after(response.headers.get("Retry-After")),
+                )
 
         self._call(push, f"upload {digest[:19]} to {repo} in")
 
@@ -505,7 +579,7 @@ class OciStore(Store):
             return sorted(f"{k}{SIGNATURE_SUFFIX}" for k in self._signature_descriptors(m.group(1)))
         if path == SNAPSHOTS_DIR:
             repo = self._metadata(TIMESTAMP_PATH)[0]  # type: ignore[index]
-            return sorted(f"{t[len('snapshot-'):]}.json" for t in self._tags(repo) if t.startswith("snapshot-"))
+            return sorted(f"{t[len('snapshot-') :]}.json" for t in self._tags(repo) if t.startswith("snapshot-"))
         raise self._unmapped(path)
 
     def _paged(self, path: str, key: str, what: str) -> list[str]:
@@ -531,16 +605,22 @@ class OciStore(Store):
         try:
             repos = self._paged("_catalog", "repositories", "list repositories of")
         except FileNotFoundError:
-            raise RegistryError(f"registry {self.url} does not list its repositories (no /v2/_catalog); name the "
-                                "archive (NAME@VERSION) instead of listing every name", registry=self.url) from None
+            raise RegistryError(
+                f"registry {self.url} does not list its repositories (no /v2/_catalog); name the "
+                "archive (NAME@VERSION) instead of listing every name",
+                registry=self.url,
+            ) from None
         except TransferError:
             raise
         except RegistryError as exc:
             if not self.client.has_credentials():
                 raise
-            raise RegistryError(f"{exc}; or it does not let this account list repositories (/v2/_catalog): name "
-                                "the archive (NAME@VERSION) instead of listing every name", registry=self.url) from None
-        names = {r[len(prefix):] for r in repos if r.startswith(prefix) and "/" not in r[len(prefix):]}
+            raise RegistryError(
+                f"{exc}; or it does not let this account list repositories (/v2/_catalog): name "
+                "the archive (NAME@VERSION) instead of listing every name",
+                registry=self.url,
+            ) from None
+        names = {r[len(prefix) :] for r in repos if r.startswith(prefix) and "/" not in r[len(prefix) :]}
         return sorted(n for n in names if n)
 
 
@@ -559,8 +639,13 @@ def _archive_facts(local: str) -> dict[str, str]:
     try:
         reader = ArchiveReader(source, limits=Limits())
         variants = reader.manifest.get("variants") or []
-        tritons = {str((v.get("provenance") or {}).get("triton_version") or "") for v in variants if isinstance(v, dict)}
-        return {"format": str(reader.header.get("format_version", "")), "triton": ",".join(sorted(t for t in tritons if t))}
+        tritons = {
+            str((v.get("provenance") or {}).get("triton_version") or "") for v in variants if isinstance(v, dict)
+        }
+        return {
+            "format": str(reader.header.get("format_version", "")),
+            "triton": ",".join(sorted(t for t in tritons if t)),
+        }
     except Exception:  # noqa: BLE001 - the archive was fully verified before; annotations are optional
         return {}
     finally:

@@ -67,8 +67,9 @@ class OpenOptions:
 
     def __post_init__(self) -> None:
         if self.fetch is not None and self.fetch not in FETCH_MODES:
-            raise RegistryValueError(f"fetch mode must be auto, lazy or full, not {self.fetch!r}",
-                                     value=repr(self.fetch)[:200])
+            raise RegistryValueError(
+                f"fetch mode must be auto, lazy or full, not {self.fetch!r}", value=repr(self.fetch)[:200]
+            )
 
     @classmethod
     def of(cls, options: OpenOptions | None = None, **fields: Any) -> OpenOptions:
@@ -82,16 +83,19 @@ class OpenOptions:
             return base
         unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls)})
         if unknown:
-            raise TypeError(f"unknown open option(s) {', '.join(unknown)}; OpenOptions has: "
-                            f"{', '.join(f.name for f in dataclasses.fields(cls))}")
+            raise TypeError(
+                f"unknown open option(s) {', '.join(unknown)}; OpenOptions has: "
+                f"{', '.join(f.name for f in dataclasses.fields(cls))}"
+            )
         return dataclasses.replace(base, **fields)
 
     def fetch_mode(self) -> FetchMode:
         """``fetch``, else ``$KARCHIVE_FETCH``, else ``auto``; a bad value in the environment is refused."""
         mode = self.fetch or settings.fetch() or "auto"
         if mode not in FETCH_MODES:
-            raise RegistryValueError(f"fetch mode must be auto, lazy or full, not {mode!r} (${settings.FETCH.name})",
-                                     value=repr(mode)[:200])
+            raise RegistryValueError(
+                f"fetch mode must be auto, lazy or full, not {mode!r} (${settings.FETCH.name})", value=repr(mode)[:200]
+            )
         return mode  # type: ignore[return-value]
 
     def lockfile_or_env(self) -> Lockfile | str | os.PathLike | None:

@@ -14,8 +14,9 @@ from ..core.units import human_bytes
 
 
 class Progress:
-    def __init__(self, label: str, total: int, stream: TextIO | None = None, delay: float = 0.5,
-                 interval: float = 0.2) -> None:
+    def __init__(
+        self, label: str, total: int, stream: TextIO | None = None, delay: float = 0.5, interval: float = 0.2
+    ) -> None:
         self.label = label
         self.total = total
         self.done = 0
@@ -37,7 +38,9 @@ class Progress:
         self._drawn = True
         rate = self.done / max(now - self._start, 1e-6)
         pct = f"{100 * self.done / self.total:3.0f}%" if self.total else ""
-        self.stream.write(f"\r{self.label}: {human_bytes(self.done)} / {human_bytes(self.total)} {pct} {human_bytes(rate)}/s   ")
+        self.stream.write(
+            f"\r{self.label}: {human_bytes(self.done)} / {human_bytes(self.total)} {pct} {human_bytes(rate)}/s   "
+        )
         self.stream.flush()
 
     def close(self) -> None:

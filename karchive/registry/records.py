@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import DamagedRegistryError, RegistryError
 from ..core.jsonio import canonical_json, parse_json
-from .store_layout import LAYOUT_VERSION, check_digest
+from ..errors import DamagedRegistryError, RegistryError
 from .refs import check_name, check_version
+from .store_layout import LAYOUT_VERSION, check_digest
 
 RECORD_KIND = "karchive-version"
 NAME_INDEX_KIND = "karchive-name-index"
@@ -108,7 +108,8 @@ def _check_layout(obj: dict, where: str) -> None:
     if layout > LAYOUT_VERSION:
         raise DamagedRegistryError(
             f"{where}: registry layout {layout} is newer than this karchive understands ({LAYOUT_VERSION}); upgrade karchive",
-            where=where)
+            where=where,
+        )
 
 
 def _nonneg_int(value: Any, what: str) -> int:
@@ -140,30 +141,36 @@ def _str_list(value: Any, what: str) -> list[str]:
 
 # -- derived indexes -------------------------------------------------------------------------------
 def encode_name_index(name: str, records: list[VersionRecord]) -> bytes:
-    return canonical_json({
-        "kind": NAME_INDEX_KIND,
-        "layout": LAYOUT_VERSION,
-        "name": name,
-        "versions": {r.version: r.to_dict() for r in records},
-    })
+    return canonical_json(
+        {
+            "kind": NAME_INDEX_KIND,
+            "layout": LAYOUT_VERSION,
+            "name": name,
+            "versions": {r.version: r.to_dict() for r in records},
+        }
+    )
 
 
 def decode_name_index(data: bytes, name: str, where: str) -> dict[str, VersionRecord]:
     obj = load_json(data, where)
     if not isinstance(obj, dict) or obj.get("kind") != NAME_INDEX_KIND:
-        raise DamagedRegistryError(f"{where}: corrupt name index (not a {NAME_INDEX_KIND} document); rebuild it with `karchive reindex`",
-                                   where=where)
+        raise DamagedRegistryError(
+            f"{where}: corrupt name index (not a {NAME_INDEX_KIND} document); rebuild it with `karchive reindex`",
+            where=where,
+        )
     _check_layout(obj, where)
     versions = obj.get("versions")
     if obj.get("name") != name or not isinstance(versions, dict):
-        raise DamagedRegistryError(f"{where}: corrupt name index (wrong name or no versions); rebuild it with `karchive reindex`",
-                                   where=where)
+        raise DamagedRegistryError(
+            f"{where}: corrupt name index (wrong name or no versions); rebuild it with `karchive reindex`", where=where
+        )
     out: dict[str, VersionRecord] = {}
     for version, rec in versions.items():
         record = VersionRecord.from_dict(rec, f"{where} [{version}]")
         if record.version != version or record.name != name:
-            raise DamagedRegistryError(f"{where}: entry {version!r} describes {record.ref}; rebuild it with `karchive reindex`",
-                                       where=where)
+            raise DamagedRegistryError(
+                f"{where}: entry {version!r} describes {record.ref}; rebuild it with `karchive reindex`", where=where
+            )
         out[version] = record
     return out
 

@@ -24,7 +24,8 @@ def check_name(name: object) -> str:
     if not isinstance(name, str) or not fullmatch(_NAME_RE, name) or ".." in name:
         raise RegistryValueError(
             f"bad archive name {name!r}: use letters, digits, '.', '_' and '-', starting with a letter or digit",
-            value=_shown(name))
+            value=_shown(name),
+        )
     return name
 
 
@@ -33,10 +34,12 @@ def check_version(version: object) -> str:
     if not isinstance(version, str) or not fullmatch(_VERSION_RE, version) or ".." in version:
         raise RegistryValueError(
             f"bad version {version!r}: use letters, digits, '.', '_', '+' and '-', starting with a letter or digit",
-            value=_shown(version))
+            value=_shown(version),
+        )
     if version.lower() == LATEST:
-        raise RegistryValueError(f"{version!r} is reserved: it means 'the newest version' and cannot be published",
-                                 value=_shown(version))
+        raise RegistryValueError(
+            f"{version!r} is reserved: it means 'the newest version' and cannot be published", value=_shown(version)
+        )
     return version
 
 
@@ -53,8 +56,9 @@ class Ref:
 
 def parse_ref(text: object) -> Ref:
     if not isinstance(text, str) or not text.strip():
-        raise RegistryValueError(f"bad archive reference {text!r}: expected NAME, NAME@VERSION or NAME@latest",
-                                 value=_shown(text))
+        raise RegistryValueError(
+            f"bad archive reference {text!r}: expected NAME, NAME@VERSION or NAME@latest", value=_shown(text)
+        )
     name, sep, version = text.strip().partition("@")
     if sep and not version:
         raise RegistryValueError(f"bad archive reference {text!r}: nothing after '@'", value=_shown(text))

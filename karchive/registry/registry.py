@@ -29,26 +29,49 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..core import settings
 from ..core.destination import output_file
 from ..core.fsio import atomic_writer
-from ..errors import (ConflictError, DestinationError, IntegrityError, KarchiveError, NotFoundError, RegistryError,
-                      RegistryValueError)
-from ..format.reader import ArchiveReader, Limits
+from ..errors import (
+    ConflictError,
+    DestinationError,
+    IntegrityError,
+    KarchiveError,
+    NotFoundError,
+    RegistryError,
+    RegistryValueError,
+)
 from ..format.check import ArchiveFacts, check_archive_file
+from ..format.reader import ArchiveReader, Limits
 from .cache import Cache
-from .filelock import FileLock
 from .config import registry_url
 from .deadline import check_timeout, operation
-from .store_layout import MARKER, NAMES_DIR, RECORD_SUFFIX, ROOT_INDEX, blob_path, name_index_path, version_record_path, versions_dir
+from .filelock import FileLock
 from .lockfile import Lockfile, load_lockfile
+from .options import FetchMode, OpenOptions  # noqa: F401 - FetchMode re-exported
 from .progress import make_progress
-from .records import (VersionRecord, check_marker, decode_name_index, decode_root_index, encode_marker,
-                      encode_name_index, encode_root_index)
+from .records import (
+    VersionRecord,
+    check_marker,
+    decode_name_index,
+    decode_root_index,
+    encode_marker,
+    encode_name_index,
+    encode_root_index,
+)
 from .refs import Ref, check_name, check_version, parse_ref
 from .retry import RetryPolicy
 from .signatures import put_signature, refresh_signature_index, signer_ids
-from .store_source import StoreSource
 from .store import Store, open_store
+from .store_layout import (
+    MARKER,
+    NAMES_DIR,
+    RECORD_SUFFIX,
+    ROOT_INDEX,
+    blob_path,
+    name_index_path,
+    version_record_path,
+    versions_dir,
+)
+from .store_source import StoreSource
 from .transfer import download
-from .options import FetchMode, OpenOptions  # noqa: F401 - FetchMode re-exported
 from .verdict import Verdict, check_downgrade, decide_record
 from .versions import newest, sort_versions, version_key
 
@@ -60,6 +83,7 @@ _M = TypeVar("_M", bound=Callable[..., Any])
 def _operation(method: _M) -> _M:
     """One registry operation: its requests, retries and backoff share one deadline (:mod:`.deadline`);
     an operation inside another (``pull`` resolving a name) shares the outer one."""
+
     @functools.wraps(method)
     def bounded(self: Registry, *args: Any, **kwargs: Any) -> Any:
         with operation(self.retry.timeout):
@@ -67,10 +91,12 @@ def _operation(method: _M) -> _M:
 
     return bounded  # type: ignore[return-value]
 
+
 if TYPE_CHECKING:  # pragma: no cover - signing needs cryptography; naming the types does not
-    from .metadata_store import MetadataUpdate
     from ..trust.keys import SigningKey
     from ..trust.policy import TrustPolicy
+    from .metadata_store import MetadataUpdate
+
 
 @dataclass(frozen=True)
 class StoredSignature:
@@ -127,9 +153,16 @@ class Registry:
     ``storage_options`` go to fsspec unchanged (credentials, endpoints); karchive never stores them.
     """
 
-    def __init__(self, url: str | os.PathLike | None = None, storage_options: dict[str, Any] | None = None, *,
-                 cache: Cache | str | os.PathLike | None = None, retry: RetryPolicy | None = None,
-                 progress: bool | None = False, timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        url: str | os.PathLike | None = None,
+        storage_options: dict[str, Any] | None = None,
+        *,
+        cache: Cache | str | os.PathLike | None = None,
+        retry: RetryPolicy | None = None,
+        progress: bool | None = False,
+        timeout: float | None = None,
+    ) -> None:
         self.retry = retry or RetryPolicy.from_env()
         if timeout is not None:  # the deadline of each operation (default $KARCHIVE_REGISTRY_TIMEOUT, 60 s)
             self.retry = dataclasses.replace(self.retry, timeout=check_timeout(timeout))
@@ -158,8 +191,10 @@ class Registry:
             return None
         record = VersionRecord.from_json(data, self._where(path))
         if (record.name, record.version) != (name, version):
-            raise RegistryError(f"{self._where(path)}: record describes {record.ref}, not {name}@{version} (damaged registry)",
-                                registry=self.url)
+            raise RegistryError(
+                f"{self._where(path)}: record describes {record.ref}, not {name}@{version} (damaged registry)",
+                registry=self.url,
+            )
         return record
 
     def _read_name_index(self, name: str) -> dict[str, VersionRecord] | None:
@@ -211,10 +246,13 @@ class Registry:
             return
         if self.is_default and self.store.is_local and not Path(self.url).exists():
             return
-        raise NotFoundError(f"{self.url} is not a karchive registry (it has no {MARKER}): a mistyped location? "
-                            "A registry is created by its first `karchive publish` (--create-registry)",
-                            registry=self.url,
-                            name=None, version=None)  # no name was missing: the location holds no registry
+        raise NotFoundError(
+            f"{self.url} is not a karchive registry (it has no {MARKER}): a mistyped location? "
+            "A registry is created by its first `karchive publish` (--create-registry)",
+            registry=self.url,
+            name=None,
+            version=None,
+        )  # no name was missing: the location holds no registry
 
     @_operation
     def versions(self, name: str) -> list[VersionRecord]:
@@ -232,8 +270,13 @@ class Registry:
             records = list((self._read_name_index(name) or {}).values())
         if not records:
             names = self.names()
-            raise NotFoundError(f"no archive named {name!r} in registry {self.url}; it has: {_listing(names)}",
-                                registry=self.url, name=name, version=None, available=tuple(names))
+            raise NotFoundError(
+                f"no archive named {name!r} in registry {self.url}; it has: {_listing(names)}",
+                registry=self.url,
+                name=name,
+                version=None,
+                available=tuple(names),
+            )
         return sorted(records, key=lambda r: version_key(r.version))
 
     @_operation
@@ -265,12 +308,19 @@ class Registry:
         latest = newest(versions)
         if latest is None:
             names = self.names()
-            raise NotFoundError(f"no archive named {ref.name!r} in registry {self.url}; it has: {_listing(names)}",
-                                registry=self.url, name=ref.name, version=None, available=tuple(names))
+            raise NotFoundError(
+                f"no archive named {ref.name!r} in registry {self.url}; it has: {_listing(names)}",
+                registry=self.url,
+                name=ref.name,
+                version=None,
+                available=tuple(names),
+            )
         record = self._read_record(ref.name, latest)
         if record is None:
-            raise RegistryError(f"{self._where(version_record_path(ref.name, latest))} is listed but missing (damaged index)",
-                                registry=self.url)
+            raise RegistryError(
+                f"{self._where(version_record_path(ref.name, latest))} is listed but missing (damaged index)",
+                registry=self.url,
+            )
         return record
 
     def _missing_version(self, name: str, version: str) -> NotFoundError:
@@ -278,15 +328,27 @@ class Registry:
             versions = [r.version for r in self.versions(name)]
         except NotFoundError as exc:
             return NotFoundError(str(exc), **{**exc.fields, "version": version})
-        return NotFoundError(f"{name}@{version} is not in registry {self.url}; versions of {name}: "
-                             f"{_listing(sort_versions(versions)[::-1])} (latest: {newest(versions)})",
-                             registry=self.url, name=name, version=version, available=tuple(sort_versions(versions)))
+        return NotFoundError(
+            f"{name}@{version} is not in registry {self.url}; versions of {name}: "
+            f"{_listing(sort_versions(versions)[::-1])} (latest: {newest(versions)})",
+            registry=self.url,
+            name=name,
+            version=version,
+            available=tuple(sort_versions(versions)),
+        )
 
     # -- publishing -------------------------------------------------------------------------------
     @_operation
-    def publish(self, archive: str | os.PathLike, *, sign: Sequence[SigningKey] = (),
-                build_info: dict[str, Any] | None = None, sidecar: bool = True,
-                registry_keys: Sequence[SigningKey] = (), create: bool = True) -> PublishResult:
+    def publish(
+        self,
+        archive: str | os.PathLike,
+        *,
+        sign: Sequence[SigningKey] = (),
+        build_info: dict[str, Any] | None = None,
+        sidecar: bool = True,
+        registry_keys: Sequence[SigningKey] = (),
+        create: bool = True,
+    ) -> PublishResult:
         """Verify ``archive`` and publish it under the name and version in its manifest; with
         ``registry_keys``, then issue the registry's next signed snapshot and timestamp (spec/SIGNING.md
         §11), which list it.
@@ -308,11 +370,19 @@ class Registry:
 
         return update_metadata(self, keys, **options)
 
-    def _publish(self, archive: str | os.PathLike, *, sign: Sequence[SigningKey], build_info: dict[str, Any] | None,
-                 sidecar: bool, create: bool = True) -> PublishResult:
+    def _publish(
+        self,
+        archive: str | os.PathLike,
+        *,
+        sign: Sequence[SigningKey],
+        build_info: dict[str, Any] | None,
+        sidecar: bool,
+        create: bool = True,
+    ) -> PublishResult:
         if not self.store.writable:
-            raise RegistryError(f"registry {self.url} is read-only; publish to the directory or bucket it serves",
-                                registry=self.url)
+            raise RegistryError(
+                f"registry {self.url} is read-only; publish to the directory or bucket it serves", registry=self.url
+            )
         source = Path(archive)
         if not source.is_file():
             raise RegistryError(f"no such archive file: {source}", registry=self.url)
@@ -324,10 +394,15 @@ class Registry:
             except KarchiveError as exc:  # name the user's file, not our private copy of it
                 raise _renamed(exc, str(snapshot), str(source)) from None
             record = VersionRecord(
-                name=check_name(facts.name), version=check_version(facts.version), sha256=facts.sha256,
-                size=facts.size, index_sha256=facts.index_sha256,
+                name=check_name(facts.name),
+                version=check_version(facts.version),
+                sha256=facts.sha256,
+                size=facts.size,
+                index_sha256=facts.index_sha256,
                 published=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                variants=facts.variants, kernels=facts.kernels, targets=facts.targets,
+                variants=facts.variants,
+                kernels=facts.kernels,
+                targets=facts.targets,
             )
             # Signed before anything is written: a bad key or a stale sidecar leaves the registry untouched.
             envelopes = self._signatures_to_store(snapshot, source, facts, sign, build_info, sidecar)
@@ -340,8 +415,9 @@ class Registry:
         if not self.store.create(version_record_path(record.name, record.version), record.to_json()):
             existing = self._read_record(record.name, record.version)
             if existing is None:
-                raise RegistryError(f"{record.ref}: the backend refused to create the record but it does not exist",
-                                    registry=self.url)
+                raise RegistryError(
+                    f"{record.ref}: the backend refused to create the record but it does not exist", registry=self.url
+                )
             return self._store_signatures(self._same_or_conflict(existing, record), envelopes)
         try:
             self._refresh_indexes(record.name)
@@ -350,8 +426,15 @@ class Registry:
             current = False  # the version is published; `karchive reindex` repairs the derived indexes
         return self._store_signatures(PublishResult(record, True, self.url, current), envelopes)
 
-    def _signatures_to_store(self, snapshot: Path, source: Path, facts: ArchiveFacts, keys: Sequence[SigningKey],
-                             build_info: dict[str, Any] | None, sidecar: bool) -> tuple[tuple[str, bytes, str], ...]:
+    def _signatures_to_store(
+        self,
+        snapshot: Path,
+        source: Path,
+        facts: ArchiveFacts,
+        keys: Sequence[SigningKey],
+        build_info: dict[str, Any] | None,
+        sidecar: bool,
+    ) -> tuple[tuple[str, bytes, str], ...]:
         """``(key id, envelope bytes, source)`` for every signature publish stores: one fresh
         envelope per key, then the sidecar's signatures, each as a one-signature envelope."""
         out: builtins.list[tuple[str, bytes, str]] = []
@@ -369,8 +452,9 @@ class Registry:
         if sidecar and os.path.exists(side):
             from ..trust.sidecar import split_sidecar
 
-            for key_id, data in split_sidecar(side, name=facts.name, version=facts.version, sha256=facts.sha256,
-                                              index_sha256=facts.index_sha256):
+            for key_id, data in split_sidecar(
+                side, name=facts.name, version=facts.version, sha256=facts.sha256, index_sha256=facts.index_sha256
+            ):
                 if key_id not in {k for k, _, _ in out}:
                     out.append((key_id, data, "sidecar"))
         return tuple(out)
@@ -378,9 +462,12 @@ class Registry:
     def _store_signatures(self, result: PublishResult, envelopes: tuple[tuple[str, bytes, str], ...]) -> PublishResult:
         if not envelopes:
             return result
-        stored = tuple(StoredSignature(key_id, put_signature(self.store, result.record.sha256, key_id, data,
-                                                             result.record.ref), origin)
-                       for key_id, data, origin in envelopes)
+        stored = tuple(
+            StoredSignature(
+                key_id, put_signature(self.store, result.record.sha256, key_id, data, result.record.ref), origin
+            )
+            for key_id, data, origin in envelopes
+        )
         try:
             refresh_signature_index(self.store, result.record.sha256)
             current = result.index_current
@@ -389,8 +476,14 @@ class Registry:
         return dataclasses.replace(result, signatures=stored, index_current=current)
 
     @_operation
-    def sign(self, ref: str | Ref, key: SigningKey, *, build_info: dict[str, Any] | None = None,
-             registry_keys: Sequence[SigningKey] = ()) -> SignResult:
+    def sign(
+        self,
+        ref: str | Ref,
+        key: SigningKey,
+        *,
+        build_info: dict[str, Any] | None = None,
+        registry_keys: Sequence[SigningKey] = (),
+    ) -> SignResult:
         """Add ``key``'s signature to the published ``NAME@VERSION`` (REGISTRY.md §3).
 
         The archive is pulled into the cache and verified first (its sha256 must be the record's), so
@@ -398,12 +491,16 @@ class Registry:
         separate object, created exclusively, so signers working at once never lose one another's.
         With ``registry_keys``, the registry's signed snapshot and timestamp are then issued anew."""
         if not self.store.writable:
-            raise RegistryError(f"registry {self.url} is read-only; sign in the directory or bucket it serves",
-                                registry=self.url)
+            raise RegistryError(
+                f"registry {self.url} is read-only; sign in the directory or bucket it serves", registry=self.url
+            )
         ref = parse_ref(ref) if isinstance(ref, str) else ref
         if ref.version is None:
-            raise RegistryError(f"sign {ref.name}@VERSION: say which version to sign ('latest' can change "
-                                "between reading it and signing it)", registry=self.url)
+            raise RegistryError(
+                f"sign {ref.name}@VERSION: say which version to sign ('latest' can change "
+                "between reading it and signing it)",
+                registry=self.url,
+            )
         from ..trust.sign import sign_statement
 
         record = self.resolve(ref)
@@ -415,9 +512,11 @@ class Registry:
             if hold is not None:
                 hold.release()
         if (signed.name, signed.version, signed.sha256) != (record.name, record.version, record.sha256):
-            raise IntegrityError(f"{record.ref}: the cached archive is {signed.name}@{signed.version} sha256 "
-                                 f"{signed.sha256}, the record says sha256 {record.sha256}; refusing to sign",
-                                 source=str(path))
+            raise IntegrityError(
+                f"{record.ref}: the cached archive is {signed.name}@{signed.version} sha256 "
+                f"{signed.sha256}, the record says sha256 {record.sha256}; refusing to sign",
+                source=str(path),
+            )
         created = put_signature(self.store, record.sha256, key.key_id, signed.envelope.to_bytes(), record.ref)
         try:
             refresh_signature_index(self.store, record.sha256)
@@ -439,15 +538,22 @@ class Registry:
             f"{record.ref} already exists in {self.url} with different bytes: published sha256 {existing.sha256} "
             f"({existing.size} bytes), this archive sha256 {record.sha256} ({record.size} bytes). "
             "Versions are immutable; publish under a new version",
-            registry=self.url, ref=record.ref, existing_digest=existing.sha256, new_digest=record.sha256,
+            registry=self.url,
+            ref=record.ref,
+            existing_digest=existing.sha256,
+            new_digest=record.sha256,
         )
 
     def _ensure_marker(self, create: bool = True) -> None:
         data = self.store.read(MARKER)
         if data is None and not create:
-            raise NotFoundError(f"{self.url} holds no karchive registry (no {MARKER}): a mistyped location? To make "
-                                "a new registry there, publish with --create-registry", registry=self.url,
-                                name=None, version=None)  # the location holds no registry
+            raise NotFoundError(
+                f"{self.url} holds no karchive registry (no {MARKER}): a mistyped location? To make "
+                "a new registry there, publish with --create-registry",
+                registry=self.url,
+                name=None,
+                version=None,
+            )  # the location holds no registry
         if data is None:
             self.store.create(MARKER, encode_marker())
         else:
@@ -462,8 +568,10 @@ class Registry:
             progress.close()
         size = self.store.size(path)
         if size != record.size:
-            raise RegistryError(f"{self._where(path)} holds {size} bytes, expected {record.size} (damaged registry blob)",
-                                registry=self.url)
+            raise RegistryError(
+                f"{self._where(path)} holds {size} bytes, expected {record.size} (damaged registry blob)",
+                registry=self.url,
+            )
 
     # -- derived indexes --------------------------------------------------------------------------
     def _refresh_indexes(self, name: str, full: bool = False, rounds: int = 5) -> None:
@@ -515,8 +623,14 @@ class Registry:
 
     # -- pulling and opening ----------------------------------------------------------------------
     @_operation
-    def record_for(self, ref: str | Ref, lockfile: Lockfile | str | os.PathLike | None = None, *,
-                   allow_downgrade: bool = False, policy: TrustPolicy | None = None) -> VersionRecord:
+    def record_for(
+        self,
+        ref: str | Ref,
+        lockfile: Lockfile | str | os.PathLike | None = None,
+        *,
+        allow_downgrade: bool = False,
+        policy: TrustPolicy | None = None,
+    ) -> VersionRecord:
         """Resolve, preferring what needs no network: a lockfile pin or a cached (immutable) record.
 
         ``NAME@latest`` that resolves below a version this cache already verified under a trust
@@ -528,8 +642,9 @@ class Registry:
         if lock is not None:
             pin = lock.pin_for(ref.name, ref.version)
             if self.cache.lookup(pin.sha256, pin.size) is not None:
-                record = VersionRecord(pin.name, pin.version, pin.sha256, pin.size, pin.index_sha256,
-                                       manifest=pin.manifest)
+                record = VersionRecord(
+                    pin.name, pin.version, pin.sha256, pin.size, pin.index_sha256, manifest=pin.manifest
+                )
                 self.store.bind(record)
                 return record
             record = self.cache.recall(self.url, pin.name, pin.version) or self.resolve(Ref(pin.name, pin.version))
@@ -554,6 +669,7 @@ class Registry:
     def fetch(self, record: VersionRecord) -> tuple[Path, bool]:
         """The verified archive for ``record`` in the local cache; downloads only on a miss."""
         self.store.bind(record)
+
         def fill(out: Any) -> None:
             progress = make_progress(self.progress, f"pull {record.ref}", record.size)
             download(self.store, blob_path(record.sha256), record.size, out, retry=self.retry, progress=progress)
@@ -561,8 +677,9 @@ class Registry:
         return self.cache.install(record.sha256, record.size, fill, name=record.name, version=record.version)
 
     @_operation
-    def pull(self, ref: str | Ref, dest: str | os.PathLike | None = None,
-             options: OpenOptions | None = None) -> PullResult:
+    def pull(
+        self, ref: str | Ref, dest: str | os.PathLike | None = None, options: OpenOptions | None = None
+    ) -> PullResult:
         """Fetch ``ref`` into the cache (verified), and with a trust policy (``options.trust`` or
         ``$KARCHIVE_TRUST_POLICY``) check its signatures; ``dest`` gets a copy only if all passed.
 
@@ -582,12 +699,14 @@ class Registry:
         try:
             path, downloaded = self.fetch(record)
             if policy is not None:
-                reader, verdict = self._open_cached(record, path, opts.limits or Limits(), policy, lock,
-                                                    opts.reuse_verdict)
+                reader, verdict = self._open_cached(
+                    record, path, opts.limits or Limits(), policy, lock, opts.reuse_verdict
+                )
                 _close(reader)
             else:  # nothing to verify, but a lockfile that pins signers is refused without a policy
-                verdict = decide_record(self.store, None, record, index_sha256=record.index_sha256,
-                                        sha256=record.sha256, lock=lock)
+                verdict = decide_record(
+                    self.store, None, record, index_sha256=record.index_sha256, sha256=record.sha256, lock=lock
+                )
             if verdict is not None:
                 self.cache.raise_mark(self.url, record.name, record.version)
             if dest is not None:
@@ -656,14 +775,24 @@ class Registry:
         """Deprecated: ``reader = reg.open(ref, ...)``; ``reader.verdict`` is the second value this returned."""
         import warnings
 
-        warnings.warn("Registry.open_verified(ref, ...) is deprecated: use reg.open(ref, ...) and its reader's "
-                      ".verdict", DeprecationWarning, stacklevel=2)
+        warnings.warn(
+            "Registry.open_verified(ref, ...) is deprecated: use reg.open(ref, ...) and its reader's .verdict",
+            DeprecationWarning,
+            stacklevel=2,
+        )
         reader = self.open(ref, **fields)
         return reader, reader.verdict
 
-    def _open_cached(self, record: VersionRecord, path: Path, limits: Limits, policy: TrustPolicy | None,
-                     lock: Lockfile | None = None, reuse_verdict: bool = True,
-                     hold: FileLock | None = None) -> tuple[ArchiveReader, Verdict | None]:
+    def _open_cached(
+        self,
+        record: VersionRecord,
+        path: Path,
+        limits: Limits,
+        policy: TrustPolicy | None,
+        lock: Lockfile | None = None,
+        reuse_verdict: bool = True,
+        hold: FileLock | None = None,
+    ) -> tuple[ArchiveReader, Verdict | None]:
         """Open the cached blob so that the reader is bound to what the cache verified: the index digest
         of the footer the reader opened from must be the one the receipt recorded when the file was
         hashed (a file swapped or changed after the receipt check is refused, never trusted). ``hold``
@@ -676,27 +805,42 @@ class Registry:
             reader, index = open_recorded(source, limits)
             receipt = self.cache.receipt(record.sha256)
             if receipt is None or receipt.get("index_sha256") != index:
-                raise IntegrityError(f"{path} changed after it was verified (its cache receipt no longer matches); "
-                                     "refusing it: load it again to verify it anew", source=str(path))
-            verdict = decide_record(self.store, policy, record, index_sha256=index, sha256=record.sha256, lock=lock,
-                                    cache=self.cache, reuse=reuse_verdict)
+                raise IntegrityError(
+                    f"{path} changed after it was verified (its cache receipt no longer matches); "
+                    "refusing it: load it again to verify it anew",
+                    source=str(path),
+                )
+            verdict = decide_record(
+                self.store,
+                policy,
+                record,
+                index_sha256=index,
+                sha256=record.sha256,
+                lock=lock,
+                cache=self.cache,
+                reuse=reuse_verdict,
+            )
         except BaseException:
             source.close()
             raise
         return reader, verdict
 
-    def _verify_lazy(self, record: VersionRecord, reader: ArchiveReader, policy: TrustPolicy | None,
-                     lock: Lockfile | None) -> Verdict | None:
+    def _verify_lazy(
+        self, record: VersionRecord, reader: ArchiveReader, policy: TrustPolicy | None, lock: Lockfile | None
+    ) -> Verdict | None:
         """A ranged reader never hashes the whole blob: bind the signature to the footer it opened from
         (already compared with the record by :meth:`open_lazy`) and to its manifest's identity."""
         if policy is not None:
             manifest = reader.header  # the identity, without reading a format-2 archive's shards
             if (manifest.get("name"), manifest.get("version")) != (record.name, record.version):
-                raise IntegrityError(f"{record.ref}: the blob's manifest says {manifest.get('name')}@"
-                                     f"{manifest.get('version')} (tampered or wrong blob)",
-                                     source=self._where(blob_path(record.sha256)))
-        return decide_record(self.store, policy, record, index_sha256=record.index_sha256, sha256=record.sha256,
-                             lock=lock)
+                raise IntegrityError(
+                    f"{record.ref}: the blob's manifest says {manifest.get('name')}@"
+                    f"{manifest.get('version')} (tampered or wrong blob)",
+                    source=self._where(blob_path(record.sha256)),
+                )
+        return decide_record(
+            self.store, policy, record, index_sha256=record.index_sha256, sha256=record.sha256, lock=lock
+        )
 
     @_operation
     def open_lazy(self, record: VersionRecord, limits: Limits | None = None) -> ArchiveReader:
@@ -706,13 +850,17 @@ class Registry:
         reader = ArchiveReader(source, limits=limits or Limits())
         found = source.footer_index_sha256()
         if found != record.index_sha256:
-            raise IntegrityError(f"{source.describe()}: index digest {found} differs from {record.ref}'s record "
-                                 f"{record.index_sha256} (tampered or wrong blob)", source=source.describe())
+            raise IntegrityError(
+                f"{source.describe()}: index digest {found} differs from {record.ref}'s record "
+                f"{record.index_sha256} (tampered or wrong blob)",
+                source=source.describe(),
+            )
         return reader
 
     @_operation
-    def lock(self, refs: Sequence[str | Ref],
-             options: OpenOptions | None = None) -> tuple[Lockfile, dict[str, Verdict]]:
+    def lock(
+        self, refs: Sequence[str | Ref], options: OpenOptions | None = None
+    ) -> tuple[Lockfile, dict[str, Verdict]]:
         """A lockfile pinning each reference's digests and, with a trust policy (``options.trust`` or
         ``$KARCHIVE_TRUST_POLICY``), its signers (the key ids whose signatures count now). Each archive
         is then pulled and verified (:meth:`pull`, with the same ``options``) to learn them.
@@ -723,8 +871,10 @@ class Registry:
 
         opts = OpenOptions.of(options)
         if opts.lockfile is not None:
-            raise RegistryValueError("Registry.lock makes a lockfile; it does not read one (options.lockfile is set)",
-                                     value=repr(opts.lockfile)[:200])
+            raise RegistryValueError(
+                "Registry.lock makes a lockfile; it does not read one (options.lockfile is set)",
+                value=repr(opts.lockfile)[:200],
+            )
         policy = resolve_policy(opts.trust)
         records, verdicts = [], {}
         for ref in refs:

@@ -9,24 +9,44 @@ from __future__ import annotations
 import random
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
-from collections.abc import Callable
 
-from ..errors import KarchiveError, RegistryError, TransferError
 from ..core import settings
+from ..errors import KarchiveError, RegistryError, TransferError
 from .deadline import DEFAULT_TIMEOUT, TIMEOUT_ENV, Deadline, operation, timeout_from_env
 
 T = TypeVar("T")
 #: The longest ``Retry-After`` honoured before the next attempt (the deadline still bounds the whole).
 MAX_RETRY_AFTER = 30.0
 
-_PERMANENT = (FileNotFoundError, FileExistsError, PermissionError, IsADirectoryError, NotADirectoryError,
-              KarchiveError, ValueError, TypeError, KeyError, NotImplementedError)
+_PERMANENT = (
+    FileNotFoundError,
+    FileExistsError,
+    PermissionError,
+    IsADirectoryError,
+    NotADirectoryError,
+    KarchiveError,
+    ValueError,
+    TypeError,
+    KeyError,
+    NotImplementedError,
+)
 #: Exception class names (anywhere in the MRO) of network libraries we do not import.
-_TRANSIENT_NAMES = {"ClientError", "ClientConnectionError", "ClientPayloadError", "ServerDisconnectedError",
-                    "ServerTimeoutError", "EndpointConnectionError", "ConnectionClosedError", "ReadTimeoutError",
-                    "ConnectTimeoutError", "IncompleteReadError", "ChunkedEncodingError"}
+_TRANSIENT_NAMES = {
+    "ClientError",
+    "ClientConnectionError",
+    "ClientPayloadError",
+    "ServerDisconnectedError",
+    "ServerTimeoutError",
+    "EndpointConnectionError",
+    "ConnectionClosedError",
+    "ReadTimeoutError",
+    "ConnectTimeoutError",
+    "IncompleteReadError",
+    "ChunkedEncodingError",
+}
 
 
 def _status(exc: BaseException) -> int | None:
@@ -46,7 +66,10 @@ def cannot_resolve(exc: BaseException) -> bool:
     seen = 0
     node: BaseException | None = exc
     while node is not None and seen < 16:
-        if isinstance(node, socket.gaierror) or type(node).__name__ in ("ClientConnectorDNSError", "NameResolutionError"):
+        if isinstance(node, socket.gaierror) or type(node).__name__ in (
+            "ClientConnectorDNSError",
+            "NameResolutionError",
+        ):
             return True
         node, seen = node.__cause__ or node.__context__, seen + 1
     return False
@@ -76,12 +99,15 @@ class RetryPolicy:
         """``KARCHIVE_RETRIES`` (attempts), ``KARCHIVE_RETRY_DELAY`` (first backoff, seconds) and
         ``KARCHIVE_REGISTRY_TIMEOUT`` (the operation deadline, seconds)."""
         attempts, delay = settings.retries(), settings.retry_delay()  # checked there: a bad value is an error
-        return cls(attempts=cls.attempts if attempts is None else attempts,
-                   base_delay=cls.base_delay if delay is None else delay, timeout=timeout_from_env())
+        return cls(
+            attempts=cls.attempts if attempts is None else attempts,
+            base_delay=cls.base_delay if delay is None else delay,
+            timeout=timeout_from_env(),
+        )
 
     def delay(self, attempt: int) -> float:
         """Full-jitter exponential backoff, so many clients retrying at once spread out."""
-        return random.uniform(0, min(self.max_delay, self.base_delay * (2 ** attempt)))
+        return random.uniform(0, min(self.max_delay, self.base_delay * (2**attempt)))
 
     def wait(self, attempt: int, exc: BaseException) -> float:
         """The backoff before the next attempt: at least the server's ``Retry-After`` where it sent one
@@ -92,8 +118,14 @@ class RetryPolicy:
             return max(self.delay(attempt), min(float(asked), MAX_RETRY_AFTER))
         return self.delay(attempt)
 
-    def call(self, fn: Callable[[], T], what: str, sleep: Callable[[float], None] = time.sleep, *,
-             registry: str | None = None) -> T:
+    def call(
+        self,
+        fn: Callable[[], T],
+        what: str,
+        sleep: Callable[[float], None] = time.sleep,
+        *,
+        registry: str | None = None,
+    ) -> T:
         """Run ``fn``; transient errors are retried, then a :class:`TransferError`.
 
         Missing and existing objects (``FileNotFoundError``/``FileExistsError``) and karchive's own
@@ -104,8 +136,9 @@ class RetryPolicy:
         with operation(self.timeout) as deadline:
             return self._call(fn, what, sleep, deadline, registry)
 
-    def _call(self, fn: Callable[[], T], what: str, sleep: Callable[[float], None], deadline: Deadline,
-              registry: str | None) -> T:
+    def _call(
+        self, fn: Callable[[], T], what: str, sleep: Callable[[float], None], deadline: Deadline, registry: str | None
+    ) -> T:
         last: BaseException | None = None
         for attempt in range(self.attempts):
             if deadline.remaining() <= 0:
@@ -114,30 +147,48 @@ class RetryPolicy:
                 with deadline.waiting():
                     return fn()
             except BaseException as exc:
-                if not isinstance(exc, Exception) or isinstance(exc, (KarchiveError, FileNotFoundError, FileExistsError)):
+                if not isinstance(exc, Exception) or isinstance(
+                    exc, (KarchiveError, FileNotFoundError, FileExistsError)
+                ):
                     raise
                 if isinstance(exc, PermissionError) or _status(exc) in (401, 403):
-                    raise RegistryError(f"{what}: access denied ({exc}); check the backend's credentials",
-                                        registry=registry) from exc
+                    raise RegistryError(
+                        f"{what}: access denied ({exc}); check the backend's credentials", registry=registry
+                    ) from exc
                 if not is_transient(exc):
-                    raise TransferError(f"{what} failed: {type(exc).__name__}: {exc}", attempts=attempt + 1,
-                                        registry=registry, url=registry) from exc
+                    raise TransferError(
+                        f"{what} failed: {type(exc).__name__}: {exc}",
+                        attempts=attempt + 1,
+                        registry=registry,
+                        url=registry,
+                    ) from exc
                 last = exc
                 if deadline.remaining() <= 0:  # the request itself used up the budget (a silent server)
                     raise _too_late(what, deadline, attempt + 1, exc, registry) from exc
                 if attempt + 1 >= self.attempts:
                     raise TransferError(
                         f"{what} failed after {self.attempts} attempts: {type(exc).__name__}: {exc}",
-                        attempts=self.attempts, registry=registry, url=registry,
+                        attempts=self.attempts,
+                        registry=registry,
+                        url=registry,
                     ) from exc
                 with deadline.waiting():
                     sleep(min(self.wait(attempt, exc), max(0.0, deadline.remaining())))
         raise AssertionError("unreachable")
 
 
-def _too_late(what: str, deadline: Deadline, attempts: int, last: BaseException | None,
-              registry: str | None) -> TransferError:
-    why = f"; last error: {type(last).__name__}: {last}" if last is not None and str(last) else (
-        f"; last error: {type(last).__name__}" if last is not None else "")
-    return TransferError(f"{what}: no answer within {deadline.seconds:g} s, the registry deadline (${TIMEOUT_ENV} "
-                         f"or Registry(timeout=...)){why}", attempts=attempts, registry=registry, url=registry)
+def _too_late(
+    what: str, deadline: Deadline, attempts: int, last: BaseException | None, registry: str | None
+) -> TransferError:
+    why = (
+        f"; last error: {type(last).__name__}: {last}"
+        if last is not None and str(last)
+        else (f"; last error: {type(last).__name__}" if last is not None else "")
+    )
+    return TransferError(
+        f"{what}: no answer within {deadline.seconds:g} s, the registry deadline (${TIMEOUT_ENV} "
+        f"or Registry(timeout=...)){why}",
+        attempts=attempts,
+        registry=registry,
+        url=registry,
+    )

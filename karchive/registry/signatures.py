@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING
 from ..core.digest import is_sha256_hex
 from ..core.jsonio import canonical_json
 from ..errors import ConflictError, DamagedRegistryError, EnvelopeError, RegistryError
-from .store_layout import LAYOUT_VERSION, SIGNATURE_SUFFIX, signature_index_path, signature_path, signatures_dir
 from .records import _check_layout, load_json
 from .store import Store
+from .store_layout import LAYOUT_VERSION, SIGNATURE_SUFFIX, signature_index_path, signature_path, signatures_dir
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..trust.dsse import Envelope
@@ -55,8 +55,9 @@ class SignatureSet:
 
 
 def encode_signature_index(digest: str, key_ids: Collection[str]) -> bytes:
-    return canonical_json({"kind": SIGNATURE_INDEX_KIND, "layout": LAYOUT_VERSION, "sha256": digest,
-                           "keyids": sorted(set(key_ids))})
+    return canonical_json(
+        {"kind": SIGNATURE_INDEX_KIND, "layout": LAYOUT_VERSION, "sha256": digest, "keyids": sorted(set(key_ids))}
+    )
 
 
 def decode_signature_index(data: bytes, digest: str, where: str) -> list[str]:
@@ -66,15 +67,20 @@ def decode_signature_index(data: bytes, digest: str, where: str) -> list[str]:
     _check_layout(obj, where)
     keyids = obj.get("keyids")
     if obj.get("sha256") != digest or not isinstance(keyids, list) or not all(is_sha256_hex(k) for k in keyids):
-        raise DamagedRegistryError(f"{where}: corrupt signature index (wrong digest or key ids); rebuild it with "
-                            "`karchive reindex`", where=where)
+        raise DamagedRegistryError(
+            f"{where}: corrupt signature index (wrong digest or key ids); rebuild it with `karchive reindex`",
+            where=where,
+        )
     return list(keyids)
 
 
 def _listed(store: Store, digest: str) -> list[str]:
     names = store.list_dir(signatures_dir(digest))
-    return [n[: -len(SIGNATURE_SUFFIX)] for n in names
-            if n.endswith(SIGNATURE_SUFFIX) and is_sha256_hex(n[: -len(SIGNATURE_SUFFIX)])]
+    return [
+        n[: -len(SIGNATURE_SUFFIX)]
+        for n in names
+        if n.endswith(SIGNATURE_SUFFIX) and is_sha256_hex(n[: -len(SIGNATURE_SUFFIX)])
+    ]
 
 
 def signer_ids(store: Store, digest: str) -> list[str]:
@@ -121,14 +127,18 @@ def put_signature(store: Store, digest: str, key_id: str, data: bytes, ref: str)
     if existing == data:
         return False
     if existing is None:
-        raise RegistryError(f"{store.url}/{path}: the backend refused to create it but it does not exist",
-                            registry=store.url)
+        raise RegistryError(
+            f"{store.url}/{path}: the backend refused to create it but it does not exist", registry=store.url
+        )
     raise ConflictError(
         f"{ref} already has a signature by key {key_id[:16]} in {store.url} with a different statement "
         f"(object sha256 {hashlib.sha256(existing).hexdigest()[:16]}, this one {hashlib.sha256(data).hexdigest()[:16]}). "
         "A signer's signature is never replaced; sign with another key, or publish a new version",
-        registry=store.url, ref=ref, existing_digest=hashlib.sha256(existing).hexdigest(),
-        new_digest=hashlib.sha256(data).hexdigest())
+        registry=store.url,
+        ref=ref,
+        existing_digest=hashlib.sha256(existing).hexdigest(),
+        new_digest=hashlib.sha256(data).hexdigest(),
+    )
 
 
 def refresh_signature_index(store: Store, digest: str, rounds: int = 5) -> list[str]:
@@ -141,4 +151,3 @@ def refresh_signature_index(store: Store, digest: str, rounds: int = 5) -> list[
         if sorted(_listed(store, digest)) == listed:
             break
     return listed
-

@@ -16,9 +16,9 @@ import abc
 import os
 import socket
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable
 from urllib.parse import urlsplit
 
 from ..core.fsio import fsync_dir, read_regular, temp_path_for
@@ -84,8 +84,9 @@ class Store(abc.ABC):
         path-addressed backends ignore it."""
 
     def _read_only(self) -> RegistryError:
-        return RegistryError(f"registry {self.url} is read-only (publish to the directory or bucket it serves)",
-                             registry=self.url)
+        return RegistryError(
+            f"registry {self.url} is read-only (publish to the directory or bucket it serves)", registry=self.url
+        )
 
 
 # -- local directory -------------------------------------------------------------------------------
@@ -105,13 +106,15 @@ class LocalStore(Store):
         except (FileNotFoundError, NotADirectoryError):
             return None
         except IsADirectoryError:
-            raise RegistryError(f"{self._p(path)} is a directory, expected a file (damaged registry)",
-                                registry=self.url) from None
+            raise RegistryError(
+                f"{self._p(path)} is a directory, expected a file (damaged registry)", registry=self.url
+            ) from None
         except PermissionError as exc:
             raise RegistryError(f"cannot read {self._p(path)}: {exc}", registry=self.url) from None
         except OSError as exc:
-            raise RegistryError(f"cannot read {self._p(path)}: {exc.strerror or exc} (damaged registry)",
-                                registry=self.url) from None
+            raise RegistryError(
+                f"cannot read {self._p(path)}: {exc.strerror or exc} (damaged registry)", registry=self.url
+            ) from None
 
     def size(self, path: str) -> int | None:
         try:
@@ -279,8 +282,11 @@ class FsspecStore(Store):
 
     def read_range(self, path: str, start: int, end: int) -> bytes:
         full = self._p(path)
-        return self._call(lambda: self.fs.cat_file(full, start=start, end=end, **self._limit()),
-                          f"read {path} [{start}, {end}) from", retry=False)
+        return self._call(
+            lambda: self.fs.cat_file(full, start=start, end=end, **self._limit()),
+            f"read {path} [{start}, {end}) from",
+            retry=False,
+        )
 
     def create(self, path: str, data: bytes) -> bool:
         if not self.writable:
@@ -293,9 +299,11 @@ class FsspecStore(Store):
                 return False
             except TransferError as exc:
                 if isinstance(exc.__cause__, TypeError):  # a backend from before exclusive writes existed
-                    raise RegistryError(f"{self.url}: this fsspec backend cannot create files exclusively "
-                                        f"({exc.__cause__}); upgrade fsspec/s3fs/gcsfs to 2024.12 or newer",
-                                        registry=self.url) from None
+                    raise RegistryError(
+                        f"{self.url}: this fsspec backend cannot create files exclusively "
+                        f"({exc.__cause__}); upgrade fsspec/s3fs/gcsfs to 2024.12 or newer",
+                        registry=self.url,
+                    ) from None
                 raise
         return True
 
@@ -312,8 +320,10 @@ class FsspecStore(Store):
             return False
         full = self._p(path)
         try:
-            self._call(lambda: self.fs.put_file(local, full, callback=_progress_callback(progress), mode="create"),
-                       f"upload {path} to")
+            self._call(
+                lambda: self.fs.put_file(local, full, callback=_progress_callback(progress), mode="create"),
+                f"upload {path} to",
+            )
         except FileExistsError:
             return False
         return True
@@ -368,9 +378,13 @@ def check_resolvable(host: str | None, url: str) -> None:
     try:
         socket.getaddrinfo(host, None)
     except socket.gaierror as exc:
-        raise TransferError(f"registry {url}: cannot resolve {host} ({exc.strerror or exc}): no network, or a "
-                            "wrong endpoint (storage options / STORAGE_EMULATOR_HOST / AWS_ENDPOINT_URL)",
-                            registry=url, url=url, attempts=0) from None
+        raise TransferError(
+            f"registry {url}: cannot resolve {host} ({exc.strerror or exc}): no network, or a "
+            "wrong endpoint (storage options / STORAGE_EMULATOR_HOST / AWS_ENDPOINT_URL)",
+            registry=url,
+            url=url,
+            attempts=0,
+        ) from None
     except (UnicodeError, ValueError) as exc:
         raise RegistryError(f"registry {url}: bad host name {host!r}: {exc}", registry=url) from None
 
@@ -379,12 +393,12 @@ def _missing_backend(url: str, exc: Exception) -> RegistryError:
     return RegistryError(
         f"registry {redact_url(url)} needs an fsspec backend that is not installed ({exc}); "
         "install karchive[s3] for s3://, karchive[gcs] for gs://, karchive[http] for http(s)://, "
-        "karchive[oci] for oci://"
-    , registry=redact_url(url))
+        "karchive[oci] for oci://",
+        registry=redact_url(url),
+    )
 
 
-def open_store(url: str, storage_options: dict[str, Any] | None = None,
-               retry: RetryPolicy | None = None) -> Store:
+def open_store(url: str, storage_options: dict[str, Any] | None = None, retry: RetryPolicy | None = None) -> Store:
     """A local directory for paths and ``file://``; fsspec for every other URL (client made lazily)."""
     retry = retry or RetryPolicy.from_env()
     options = dict(storage_options or {})
@@ -401,7 +415,7 @@ def open_store(url: str, storage_options: dict[str, Any] | None = None,
     if "://" not in url:
         return LocalStore(url)
     if url.startswith("file://"):
-        return LocalStore(url[len("file://"):])
+        return LocalStore(url[len("file://") :])
     import fsspec
 
     if "::" in url:  # chained URLs (e.g. simplecache::s3://...): let fsspec build the chain now

@@ -15,8 +15,9 @@ RECORD_SUFFIX = ".json"
 
 def check_digest(digest: object) -> str:
     if not is_sha256_hex(digest):
-        raise RegistryValueError(f"bad sha256 digest {digest!r}: expected 64 lowercase hex digits",
-                                 value=repr(digest)[:200])
+        raise RegistryValueError(
+            f"bad sha256 digest {digest!r}: expected 64 lowercase hex digits", value=repr(digest)[:200]
+        )
     return digest
 
 
@@ -48,8 +49,10 @@ def signatures_dir(digest: str) -> str:
 
 def signature_path(digest: str, key_id: str) -> str:
     if not is_sha256_hex(key_id):
-        raise RegistryValueError(f"bad key id {key_id!r}: expected 64 lowercase hex digits (karchive keygen prints it)",
-                                 value=repr(key_id)[:200])
+        raise RegistryValueError(
+            f"bad key id {key_id!r}: expected 64 lowercase hex digits (karchive keygen prints it)",
+            value=repr(key_id)[:200],
+        )
     return f"{signatures_dir(digest)}/{key_id}{SIGNATURE_SUFFIX}"
 
 

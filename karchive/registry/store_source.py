@@ -12,8 +12,8 @@ from __future__ import annotations
 import threading
 
 from ..errors import FormatError, TransferError
-from ..format.constants import FOOTER_SIZE
 from ..format.check import index_sha256_from_footer
+from ..format.constants import FOOTER_SIZE
 from .retry import RetryPolicy
 from .store import Store
 
@@ -40,12 +40,16 @@ class StoreSource:
             return data
 
         try:
-            data = self.retry.call(fetch, f"range read of {self.describe()} [{offset}, {offset + length})",
-                                   registry=self.store.url)
+            data = self.retry.call(
+                fetch, f"range read of {self.describe()} [{offset}, {offset + length})", registry=self.store.url
+            )
         except FileNotFoundError:
-            raise TransferError(f"{self.describe()} is missing although a version record points at it "
-                                "(damaged registry)", registry=self.store.url, url=self.describe(),
-                                attempts=1) from None  # a missing object is not retried
+            raise TransferError(
+                f"{self.describe()} is missing although a version record points at it (damaged registry)",
+                registry=self.store.url,
+                url=self.describe(),
+                attempts=1,
+            ) from None  # a missing object is not retried
         with self._lock:
             self.requests += 1
             self.bytes_read += length

@@ -14,8 +14,16 @@ from .store import Store
 CHUNK = 8 * 1024 * 1024
 
 
-def download(store: Store, path: str, size: int, out: BinaryIO, *, retry: RetryPolicy,
-             progress: Progress | NoProgress | None = None, chunk: int = CHUNK) -> None:
+def download(
+    store: Store,
+    path: str,
+    size: int,
+    out: BinaryIO,
+    *,
+    retry: RetryPolicy,
+    progress: Progress | NoProgress | None = None,
+    chunk: int = CHUNK,
+) -> None:
     progress = progress or NoProgress()
     offset = 0
     try:
@@ -37,8 +45,11 @@ def download(store: Store, path: str, size: int, out: BinaryIO, *, retry: RetryP
             offset += len(data)
             progress.update(len(data))
     except FileNotFoundError:
-        raise TransferError(f"{path} is missing from {store.url} although a version record points at it "
-                            "(damaged registry)", registry=store.url, url=f"{store.url}/{path}",
-                            attempts=1) from None  # a missing object is not retried
+        raise TransferError(
+            f"{path} is missing from {store.url} although a version record points at it (damaged registry)",
+            registry=store.url,
+            url=f"{store.url}/{path}",
+            attempts=1,
+        ) from None  # a missing object is not retried
     finally:
         progress.close()

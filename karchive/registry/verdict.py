@@ -22,20 +22,35 @@ if TYPE_CHECKING:  # pragma: no cover - a policy needs cryptography; naming the 
     from .store import Store
 
 
-def decide_record(store: Store, policy: TrustPolicy | None, record: VersionRecord, *, index_sha256: str,
-                  sha256: str | None, lock: Lockfile | None = None, cache: Cache | None = None,
-                  reuse: bool = True) -> Verdict | None:
+def decide_record(
+    store: Store,
+    policy: TrustPolicy | None,
+    record: VersionRecord,
+    *,
+    index_sha256: str,
+    sha256: str | None,
+    lock: Lockfile | None = None,
+    cache: Cache | None = None,
+    reuse: bool = True,
+) -> Verdict | None:
     """:func:`~karchive.trust.decide.decide` for the archive ``record`` names, read by a reader that
     checked ``index_sha256`` (and, with ``sha256``, hashed to it or found it in the cache), with the
     signatures stored beside its blob as the evidence. With ``cache`` (the blob is in it and its
     receipt matched) the receipt's verdict is reused and a fresh one remembered."""
+
     def evidence(p: TrustPolicy) -> Evidence:
         sigs = read_signatures(store, record.sha256, prefer=[k.key_id for k in p.keys])
         return Evidence(sigs.envelopes, sigs.unreadable)
 
-    return decide(policy, Subject(record.ref, record.name, record.version, sha256, index_sha256), evidence,
-                  receipts=cache, receipt_key=record.sha256 if cache is not None else None, reuse=reuse,
-                  pins=pins_for(lock, record))
+    return decide(
+        policy,
+        Subject(record.ref, record.name, record.version, sha256, index_sha256),
+        evidence,
+        receipts=cache,
+        receipt_key=record.sha256 if cache is not None else None,
+        reuse=reuse,
+        pins=pins_for(lock, record),
+    )
 
 
 def pins_for(lock: Lockfile | None, record: VersionRecord) -> Pins | None:
@@ -59,4 +74,8 @@ def check_downgrade(cache: Cache, registry_url: str, record: VersionRecord) -> N
             f"{record.name}@latest resolves to {record.version} in {registry_url}, but this cache already loaded and "
             f"verified {record.name}@{bound}: the registry may be hiding newer versions (a rollback). Load "
             f"{record.name}@{record.version} explicitly, or allow it with allow_downgrade=True / --allow-downgrade",
-            archive=record.ref, registry=registry_url, newest_seen=bound, resolved=record.version)
+            archive=record.ref,
+            registry=registry_url,
+            newest_seen=bound,
+            resolved=record.version,
+        )

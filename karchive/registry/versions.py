@@ -44,8 +44,9 @@ def version_key(version: str) -> tuple:
         pre = (_INF, 0)
     post = int(m.group("post_n") or 0) if m.group("post_l") else -1
     dev = int(m.group("dev_n") or 0) if m.group("dev_l") else _INF
-    local = tuple((0, int(p), "") if p.isdigit() else (-1, 0, p.lower())
-                  for p in re.split(r"[-_.]", m.group("local") or "") if p)
+    local = tuple(
+        (0, int(p), "") if p.isdigit() else (-1, 0, p.lower()) for p in re.split(r"[-_.]", m.group("local") or "") if p
+    )
     return (1, release, (pre, post, dev, local), version)
 
 

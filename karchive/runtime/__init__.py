@@ -7,7 +7,7 @@ Importing this package imports no GPU bindings: the driver is initialised on the
 
 from .archive import Archive, open_archive
 from .device import DeviceInfo
-from .launch.kernel import Kernel
 from .launch._record import BoundLauncher
+from .launch.kernel import Kernel
 
 __all__ = ["Archive", "BoundLauncher", "DeviceInfo", "Kernel", "open_archive"]

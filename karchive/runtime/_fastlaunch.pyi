@@ -29,7 +29,11 @@ class DispatcherOwner(Protocol):
     def miss(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], /) -> CallTarget | Any: ...
     def slow(self, grid: Any, args: tuple[Any, ...], kwargs: dict[str, Any], /) -> Any: ...
     def grid(
-        self, grid: Any, meta: dict[str, Any], values: tuple[Any, ...], /,
+        self,
+        grid: Any,
+        meta: dict[str, Any],
+        values: tuple[Any, ...],
+        /,
     ) -> tuple[int, int, int, tuple[tuple[int, ...], tuple[str, ...]] | None]: ...
     def stream_handle(self, obj: Any, /) -> int: ...
     def pointer_info(self, obj: Any, /) -> tuple[int, Any, int | None]: ...
@@ -48,11 +52,23 @@ class Entry:
     """One variant loaded on one device, as the compiled launcher needs it."""
 
     def __new__(
-        cls, launch: int, function: int, block_x: int, shared: int, device: int,
-        slots: tuple[tuple[Any, ...], ...], buffer_size: int, meta: dict[str, Any],
-        owner: EntryOwner, via_python: bool, param_offsets: tuple[int, ...] = ...,
-        desc_type: type | None = ..., launch_ex: int = ..., cluster: tuple[int, int, int] = ...,
-        cooperative: bool = ..., pdl: bool = ...,
+        cls,
+        launch: int,
+        function: int,
+        block_x: int,
+        shared: int,
+        device: int,
+        slots: tuple[tuple[Any, ...], ...],
+        buffer_size: int,
+        meta: dict[str, Any],
+        owner: EntryOwner,
+        via_python: bool,
+        param_offsets: tuple[int, ...] = ...,
+        desc_type: type | None = ...,
+        launch_ex: int = ...,
+        cluster: tuple[int, int, int] = ...,
+        cooperative: bool = ...,
+        pdl: bool = ...,
     ) -> Entry: ...
     @property
     def meta(self) -> dict[str, Any]: ...
@@ -64,8 +80,15 @@ class Dispatcher:
     """``kernel[grid](...)`` of one kernel: bind, key, look up, pack, launch (``len()``: resolved keys)."""
 
     def __new__(
-        cls, names: tuple[str, ...], roles: bytes, flags: bytes, n_params: int, call_positions: tuple[int, ...],
-        owner: DispatcherOwner, missing: object, qualname: str,
+        cls,
+        names: tuple[str, ...],
+        roles: bytes,
+        flags: bytes,
+        n_params: int,
+        call_positions: tuple[int, ...],
+        owner: DispatcherOwner,
+        missing: object,
+        qualname: str,
     ) -> Dispatcher: ...
     def __call__(self, grid: Any, /, *args: Any, **kwargs: Any) -> Any: ...
     def __len__(self) -> int: ...
@@ -83,8 +106,17 @@ class Bound:
     def __call__(self, *values: Any) -> None: ...
     def launch(self, *values: Any) -> None: ...
     def _configure(
-        self, launch: int, function: int, grid: tuple[int, int, int], block_x: int, shared: int, stream: int,
-        kernel_params: int, buffer: int, buffer_size: int, slots: tuple[tuple[str, int, bool], ...],
+        self,
+        launch: int,
+        function: int,
+        grid: tuple[int, int, int],
+        block_x: int,
+        shared: int,
+        stream: int,
+        kernel_params: int,
+        buffer: int,
+        buffer_size: int,
+        slots: tuple[tuple[str, int, bool], ...],
         pointer_value: Callable[[Any], int],
     ) -> None: ...
     def _set_grid(self, gx: int, gy: int, gz: int, /) -> None: ...
@@ -103,14 +135,20 @@ subscript: _Subscript
 def set_tensor_type(tp: type | None, /) -> None: ...
 def set_tensor_subtype(tp: type | None, /) -> None: ...
 def set_tensor_abi(
-    fns: tuple[int, int, int, int] | None, host_type: int = ..., gpu_type: int = ..., dtypes: dict[int, Any] = ...,
-    direct: int = ..., /,
+    fns: tuple[int, int, int, int] | None,
+    host_type: int = ...,
+    gpu_type: int = ...,
+    dtypes: dict[int, Any] = ...,
+    direct: int = ...,
+    /,
 ) -> None: ...
 def tensor_abi_activate() -> None: ...
 def set_tensor_stream(getter: Callable[[int], int] | None, address: int = ..., /) -> None: ...
 def tensor_stream_state() -> int | None: ...
 def tensor_abi_codes(
-    t: Any, fns: tuple[int, int, int, int], /,
+    t: Any,
+    fns: tuple[int, int, int, int],
+    /,
 ) -> tuple[int | None, int | None, int | None, int | None]: ...
 def tensor_abi_read(t: Any, /) -> tuple[int, Any, int] | None: ...
 def forward_address() -> int: ...
@@ -118,6 +156,12 @@ def noop_address() -> int: ...
 def forward_ex_address() -> int: ...
 def forward_to(target: Callable[..., Any] | None, /) -> None: ...
 def time_launches(
-    launch: int, function: int, grid: tuple[int, int, int], block_x: int, shared: int, stream: int,
-    kernel_params: int, count: int,
+    launch: int,
+    function: int,
+    grid: tuple[int, int, int],
+    block_x: int,
+    shared: int,
+    stream: int,
+    kernel_params: int,
+    count: int,
 ) -> tuple[float, int]: ...

@@ -30,8 +30,12 @@ from typing import Any
 from ..core import settings
 
 #: The shim's functions the reader calls, in the order set_tensor_abi takes their addresses.
-FUNCTIONS = ("aoti_torch_get_data_ptr", "aoti_torch_get_dtype", "aoti_torch_get_device_type",
-             "aoti_torch_get_device_index")
+FUNCTIONS = (
+    "aoti_torch_get_data_ptr",
+    "aoti_torch_get_dtype",
+    "aoti_torch_get_device_type",
+    "aoti_torch_get_device_index",
+)
 #: Where each platform's torch keeps the library that exports them.
 _LIBRARIES = ("libtorch_cpu.so", "libtorch_cpu.dylib", "torch_cpu.dll")
 
@@ -40,7 +44,7 @@ _status = "off: no torch tensor launched yet"
 
 
 def status(ext: ModuleType) -> str:
-    """"on: ..." or "off: <why>" for the compiled launcher ``ext``'s torch reader (and its current-stream query)."""
+    """ "on: ..." or "off: <why>" for the compiled launcher ``ext``'s torch reader (and its current-stream query)."""
     state = ext.tensor_stream_state() if _status.startswith("on") else None
     if state is None:
         return _status
@@ -81,8 +85,9 @@ def _enable(ext: ModuleType, tp: Any, parameter: type | None) -> str:
     lib = _library(torch)
     if lib is None:
         return f"off: none of {', '.join(_LIBRARIES)} under {pathlib.Path(str(torch.__file__)).parent / 'lib'}"
-    missing = [n for n in (*FUNCTIONS, "aoti_torch_device_type_cpu", "aoti_torch_device_type_cuda")
-               if not hasattr(lib, n)]
+    missing = [
+        n for n in (*FUNCTIONS, "aoti_torch_device_type_cpu", "aoti_torch_device_type_cuda") if not hasattr(lib, n)
+    ]
     if missing:
         return f"off: torch {torch.__version__} does not export {', '.join(missing)}"
     fns = tuple(int(ctypes.cast(getattr(lib, n), ctypes.c_void_p).value or 0) for n in FUNCTIONS)
@@ -100,8 +105,10 @@ def _enable(ext: ModuleType, tp: Any, parameter: type | None) -> str:
             continue
         address, code, device_type, _ = ext.tensor_abi_codes(t, fns)
         if address != t.data_ptr() or device_type != host or not isinstance(code, int):
-            return (f"off: torch {torch.__version__}'s C ABI answered {(address, code, device_type)} for a "
-                    f"{dtype} tensor at {t.data_ptr():#x} on the host")
+            return (
+                f"off: torch {torch.__version__}'s C ABI answered {(address, code, device_type)} for a "
+                f"{dtype} tensor at {t.data_ptr():#x} on the host"
+            )
         if dtypes.setdefault(code, dtype) is not dtype:
             return f"off: torch {torch.__version__}'s C ABI gives {dtypes[code]} and {dtype} one code ({code})"
         samples.append(t)
@@ -163,9 +170,14 @@ def _plain_parameter(tp: Any) -> type | None:
     tensor = getattr(torch, "Tensor", None)
     parameter = getattr(getattr(torch, "nn", None), "Parameter", None)
     disabled = getattr(getattr(torch, "_C", None), "_disabled_torch_function_impl", None)
-    if (not isinstance(tensor, type) or tp is not tensor
-            or not isinstance(parameter, type) or not issubclass(parameter, tensor) or disabled is None
-            or getattr(parameter, "__torch_function__", None) is not disabled):
+    if (
+        not isinstance(tensor, type)
+        or tp is not tensor
+        or not isinstance(parameter, type)
+        or not issubclass(parameter, tensor)
+        or disabled is None
+        or getattr(parameter, "__torch_function__", None) is not disabled
+    ):
         return None
     return parameter
 

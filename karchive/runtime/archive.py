@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from .. import resolve
 from ..core.text import plural, printable, table
 from ..core.units import human_bytes
 from ..errors import KernelNameError, NoDeviceError, NoMatchingVariantError
@@ -22,10 +23,9 @@ from ..format.heuristics import records_for as heuristics_records
 from ..format.manifest import Manifest, Variant
 from ..format.names import KernelIndex
 from ..format.reader import ArchiveReader
-from .. import resolve
 from ..registry.options import OpenOptions
-from .device import ptx_header
 from .autotuned import AutotuneResolver, HeuristicsResolver
+from .device import ptx_header
 from .launch._lazy import TargetSource
 from .launch.kernel import Kernel
 from .select import DeviceFit
@@ -35,11 +35,13 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger("karchive.runtime")
 
+
 class Archive:
     """The consumer's view of one archive: ``kernel(name)`` returns a dispatcher over its variants."""
 
-    def __init__(self, reader: ArchiveReader, *, ref: str = "<archive>", allow_ptx: bool = False,
-                 backend: str | None = None) -> None:
+    def __init__(
+        self, reader: ArchiveReader, *, ref: str = "<archive>", allow_ptx: bool = False, backend: str | None = None
+    ) -> None:
         self.reader = reader
         self.ref = ref
         # Variants are parsed (and schema-checked) per kernel on first use, and a format-2 archive reads
@@ -77,8 +79,10 @@ class Archive:
 
     def __repr__(self) -> str:
         n = len(self.manifest)
-        return printable(f"<karchive.Archive {self.name} {self.version}: {n} variant{'' if n == 1 else 's'} of "
-                         f"{len(self.kernels())} kernel{'' if len(self.kernels()) == 1 else 's'}, from {self.ref}>")
+        return printable(
+            f"<karchive.Archive {self.name} {self.version}: {n} variant{'' if n == 1 else 's'} of "
+            f"{len(self.kernels())} kernel{'' if len(self.kernels()) == 1 else 's'}, from {self.ref}>"
+        )
 
     def summary(self) -> str:
         """What the archive holds, readable (``print(arc.summary())``): one line per kernel with its targets
@@ -96,13 +100,25 @@ class Archive:
                         values.setdefault(p.name, set()).add(p.constexpr)
             spec = [f"{k}==1" + ("" if n == len(vs) else f" (in {n})") for k, n in fixed.items()]
             spec += [f"{k}=" + "|".join(str(x) for x in sorted(vals, key=_value_order)) for k, vals in values.items()]
-            rows.append([name, plural(len(vs), "variant"), ", ".join(sorted({str(v.target) for v in vs})),
-                         " ".join(spec) or "-"])
-        head = (f"{self.name} {self.version}: {plural(len(self.manifest), 'variant')} of "
-                f"{plural(len(rows), 'kernel')} ({human_bytes(self.reader.source.size)}) from {self.ref}")
-        return printable(head) + "\n" + table(["kernel", "variants", "targets", "specialisations"], rows) + \
-            "\n\narc.kernel(NAME) gives a launcher; arc.variants(NAME) lists the variants; `karchive inspect` " \
+            rows.append(
+                [
+                    name,
+                    plural(len(vs), "variant"),
+                    ", ".join(sorted({str(v.target) for v in vs})),
+                    " ".join(spec) or "-",
+                ]
+            )
+        head = (
+            f"{self.name} {self.version}: {plural(len(self.manifest), 'variant')} of "
+            f"{plural(len(rows), 'kernel')} ({human_bytes(self.reader.source.size)}) from {self.ref}"
+        )
+        return (
+            printable(head)
+            + "\n"
+            + table(["kernel", "variants", "targets", "specialisations"], rows)
+            + "\n\narc.kernel(NAME) gives a launcher; arc.variants(NAME) lists the variants; `karchive inspect` "
             "shows every variant."
+        )
 
     def kernel(self, name: str, *, benchmark: bool = False, targets: Iterable[str] | None = None) -> Kernel:
         """The dispatcher for ``name`` (created once per archive, and per ``targets``).
@@ -142,17 +158,21 @@ class Archive:
                 have = tuple(t for s in self.manifest.summary() if s.kernel == name for t, _ in s.targets)
                 raise NoMatchingVariantError(
                     f"{self.ref}: kernel {name!r} has no variant for {', '.join(targets) or 'no target'} "
-                    f"(it has {', '.join(have)})", kernel=name,
+                    f"(it has {', '.join(have)})",
+                    kernel=name,
                     rejections=tuple((t, "built for a target not asked for") for t in have),
-                    param="targets", values=tuple(map(repr, have)))
+                    param="targets",
+                    values=tuple(map(repr, have)),
+                )
             return self._make_kernel(name, variants, benchmark)
         k = self._lazy_kernel(name)
         if k is not None:
             return k
         variants = self.variants(name)
         if not variants:
-            raise KernelNameError(f"{self.ref}: kernel {name!r} has no variants", kernel=name,
-                                  available=tuple(self.kernels()))
+            raise KernelNameError(
+                f"{self.ref}: kernel {name!r} has no variants", kernel=name, available=tuple(self.kernels())
+            )
         return self._make_kernel(name, variants, benchmark)
 
     def _lazy_kernel(self, name: str) -> Kernel | None:
@@ -163,25 +183,37 @@ class Archive:
         if not self.reader.sharded or not self.reader.split_by_target(name):
             return None
         summary = manifest.summary_of(name)
-        if summary is None or len(summary.targets) < 2 or heuristics_records(manifest.heuristics, name) or any(
-                isinstance(r, dict) and r.get("kernel") == name for r in manifest.autotune or []):
+        if (
+            summary is None
+            or len(summary.targets) < 2
+            or heuristics_records(manifest.heuristics, name)
+            or any(isinstance(r, dict) and r.get("kernel") == name for r in manifest.autotune or [])
+        ):
             return None
 
         def load(targets: Iterable[str]) -> list[Variant]:
             return sorted((v for t in targets for v in manifest.variants_of(name, t)), key=lambda v: v.key)
 
-        return Kernel.lazy(self, name, TargetSource([t for t, _ in summary.targets], summary.variants, load,
-                                                    lambda: manifest.variants_of(name)))
+        return Kernel.lazy(
+            self,
+            name,
+            TargetSource([t for t, _ in summary.targets], summary.variants, load, lambda: manifest.variants_of(name)),
+        )
 
     def _make_kernel(self, name: str, variants: list[Variant], benchmark: bool) -> Kernel:
         """A dispatcher over ``variants``, with the resolver the manifest's records call for."""
         k = Kernel(self, name, variants)
-        records = [AutotuneRecord.from_json(r) for r in self.manifest.autotune or []
-                   if isinstance(r, dict) and r.get("kernel") == name]
+        records = [
+            AutotuneRecord.from_json(r)
+            for r in self.manifest.autotune or []
+            if isinstance(r, dict) and r.get("kernel") == name
+        ]
         heuristics = heuristics_records(self.manifest.heuristics, name)
         # The resolver chooses among subsets of ``k``'s variants; the kernel handed out asks it first.
         if records:
-            return Kernel(self, name, variants, AutotuneResolver(k, records, benchmark=benchmark, heuristics=heuristics))
+            return Kernel(
+                self, name, variants, AutotuneResolver(k, records, benchmark=benchmark, heuristics=heuristics)
+            )
         if heuristics:
             return Kernel(self, name, variants, HeuristicsResolver(k, heuristics))
         return k
@@ -199,9 +231,14 @@ class Archive:
             raise KernelNameError(
                 f"{self.ref} has {len(found)} kernels named {name!r} (in different modules): "
                 f"{', '.join(found)}; ask for one by its qualified name, e.g. arc.kernel({found[0]!r})",
-                kernel=name, available=tuple(found))
-        raise KernelNameError(f"{self.ref} has no kernel named {name!r}; it has: {', '.join(have) or '(none)'}",
-                              kernel=name if isinstance(name, str) else repr(name), available=tuple(have))
+                kernel=name,
+                available=tuple(found),
+            )
+        raise KernelNameError(
+            f"{self.ref} has no kernel named {name!r}; it has: {', '.join(have) or '(none)'}",
+            kernel=name if isinstance(name, str) else repr(name),
+            available=tuple(have),
+        )
 
     def _names(self) -> KernelIndex:
         index = self._index
@@ -257,9 +294,15 @@ class Archive:
             if fit.mode == "ptx":
                 image = self.reader.read(variant.ir["ptx"].path) + b"\0"
                 version, target = self.ptx_header(variant)
-                log.warning("karchive: JIT-compiling PTX (%s, ISA %s) of %s variant %s for %s; "
-                            "ship a cubin for this arch to avoid it", target, version, variant.kernel,
-                            variant.key[:12], backend.device_info(device))
+                log.warning(
+                    "karchive: JIT-compiling PTX (%s, ISA %s) of %s variant %s for %s; "
+                    "ship a cubin for this arch to avoid it",
+                    target,
+                    version,
+                    variant.kernel,
+                    variant.key[:12],
+                    backend.device_info(device),
+                )
             else:
                 image = self.reader.read(variant.binary.path)
             fn = backend.load(device, image, variant.abi.entry, variant.abi.shared, variant.abi.num_ctas)
@@ -279,8 +322,14 @@ def _value_order(value: Any) -> tuple[int, Any]:
     return (0, value) if isinstance(value, (int, float)) else (1, str(value))
 
 
-def open_archive(ref: str | os.PathLike, options: OpenOptions | None = None, *, allow_ptx: bool = False,
-                 backend: str | None = None, **fields: Any) -> Archive:
+def open_archive(
+    ref: str | os.PathLike,
+    options: OpenOptions | None = None,
+    *,
+    allow_ptx: bool = False,
+    backend: str | None = None,
+    **fields: Any,
+) -> Archive:
     """Open an archive for launching: a local path, any fsspec URL, or a registry ``name[@version]``.
 
     ``options`` (:class:`~karchive.registry.options.OpenOptions`) say how the reference is opened;

@@ -14,8 +14,8 @@ from __future__ import annotations
 import ctypes
 import operator
 import sys
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 from .arg_dtypes import DLPackDtype
 
@@ -73,8 +73,13 @@ class _DLDataType(ctypes.Structure):
 
 class _DLTensor(ctypes.Structure):
     _fields_ = [
-        ("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int), ("dtype", _DLDataType),
-        ("shape", ctypes.c_void_p), ("strides", ctypes.c_void_p), ("byte_offset", ctypes.c_uint64),
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.c_void_p),
+        ("strides", ctypes.c_void_p),
+        ("byte_offset", ctypes.c_uint64),
     ]
 
 
@@ -190,8 +195,10 @@ def _choose(tp: type) -> Extractor:
     if _module_root(tp) == "numpy" and issubclass(tp, getattr(sys.modules.get("numpy"), "integer", ())):
         return _int
     if tp in (float, complex, str, bytes) or issubclass(tp, (float, str, bytes)):
-        raise NotAPointer(f"a {tp.__name__} is not a pointer: expected a tensor/array with data_ptr(), "
-                          "__cuda_array_interface__ or __dlpack__, or an int address")
+        raise NotAPointer(
+            f"a {tp.__name__} is not a pointer: expected a tensor/array with data_ptr(), "
+            "__cuda_array_interface__ or __dlpack__, or an int address"
+        )
     return _per_instance
 
 
@@ -202,8 +209,10 @@ def _per_instance(a: Any) -> PointerInfo:
     if hasattr(a, "__dlpack__") and hasattr(a, "__dlpack_device__"):
         return _dlpack(a)
     tp = type(a)
-    raise NotAPointer(f"{tp.__module__}.{tp.__qualname__} is not a pointer: expected a tensor/array with "
-                      "data_ptr(), __cuda_array_interface__ or __dlpack__, or an int address")
+    raise NotAPointer(
+        f"{tp.__module__}.{tp.__qualname__} is not a pointer: expected a tensor/array with "
+        "data_ptr(), __cuda_array_interface__ or __dlpack__, or an int address"
+    )
 
 
 def _device_of(a: Any) -> int | None:
@@ -255,8 +264,10 @@ def address_of(value: Any, owner: Any) -> int:
         except TypeError:
             pass
     tp = type(owner)
-    raise NotAPointer(f"{tp.__module__}.{tp.__qualname__} gave its device address as a {type(value).__name__} "
-                      f"({ascii(value)[:40]}), not an int")
+    raise NotAPointer(
+        f"{tp.__module__}.{tp.__qualname__} gave its device address as a {type(value).__name__} "
+        f"({ascii(value)[:40]}), not an int"
+    )
 
 
 def describe_arg(a: Any) -> str:

@@ -27,16 +27,16 @@ from __future__ import annotations
 
 import copy
 import threading
-from typing import Any, NamedTuple
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 from ..errors import ArgumentError, LaunchError, NoMatchingVariantError
 from ..format.autotune import AutotuneConfig, AutotuneEntry, AutotuneRecord, choose_entry
 from ..format.heuristics import OPTION_NAMES, HeuristicsRecord, missing_inputs, resolve
 from ..format.manifest import Variant
-from .tuning.bench import DeviceBench, RepPolicy, TuningHooks, choose, quantiles
 from .device import DeviceInfo
 from .launch.kernel import Kernel
+from .tuning.bench import DeviceBench, RepPolicy, TuningHooks, choose, quantiles
 
 
 def _fits(v: Variant, constexprs: Mapping[str, Any], options: Mapping[str, Any]) -> bool:
@@ -82,8 +82,11 @@ class _Subsets:
         """The dispatcher over the variants compiled with these constexprs and options (else the pinned one)."""
         key: tuple | None
         try:
-            key = (tuple(sorted((k, type(v).__name__, v) for k, v in constexprs.items())),
-                   tuple(sorted(options.items())), pinned)
+            key = (
+                tuple(sorted((k, type(v).__name__, v) for k, v in constexprs.items())),
+                tuple(sorted(options.items())),
+                pinned,
+            )
             hit = self._fitting.get(key)
         except TypeError:  # an unhashable value: no caching
             key, hit = None, None
@@ -118,8 +121,11 @@ class _Heuristics:
         not checked) must be the one a concretely recorded case ran on."""
         current = dict(named)
         out: dict[str, Any] = {}
-        dev_key = device if device is None or isinstance(device, str) else (
-            getattr(device, "backend", ""), getattr(device, "arch", ""), getattr(device, "name", ""))
+        dev_key = (
+            device
+            if device is None or isinstance(device, str)
+            else (getattr(device, "backend", ""), getattr(device, "arch", ""), getattr(device, "name", ""))
+        )
         for record in self.records:
             key = (id(record), skip, record.call_key(current), dev_key)
             hit = self._cache.get(key)
@@ -141,13 +147,18 @@ class _Heuristics:
                 raise NoMatchingVariantError(
                     f"{self.name}: missing argument {', '.join(missing)}: @triton.heuristics computes {name} from "
                     f"it, and this call does not pass it (Triton's heuristic fails on this call too); pass "
-                    f"{', '.join(f'{m}=...' for m in missing)}", kernel=self.name, param=missing[0])
+                    f"{', '.join(f'{m}=...' for m in missing)}",
+                    kernel=self.name,
+                    param=missing[0],
+                )
         why = "; ".join(f"{n}: {w}" for n, w in unresolved.items())
         raise NoMatchingVariantError(
             f"{self.name}: the @triton.heuristics value(s) {sorted(unresolved)} for this call were never recorded "
             f"({why}); Triton computes them from every call and replaces a value passed, so karchive cannot take "
             "them from the caller either: capture calls like this one (docs/capture.md)",
-            kernel=self.name, param=None)
+            kernel=self.name,
+            param=None,
+        )
 
 
 def _overridden(values: Mapping[str, Any], cx: Mapping[str, Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
@@ -230,12 +241,21 @@ class HeuristicsResolver:
         """Whether the same call always gets the same answer from now on (always, for recorded heuristics)."""
         return True
 
-    def resolve(self, grid: Any, args: Sequence[Any], kwargs: Mapping[str, Any], stream: Any, *,
-                may_benchmark: bool = True, device: Any = None) -> tuple[Kernel, dict]:
+    def resolve(
+        self,
+        grid: Any,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        stream: Any,
+        *,
+        may_benchmark: bool = True,
+        device: Any = None,
+    ) -> tuple[Kernel, dict]:
         """(the kernel over the variants the computed options leave, the computed constexprs to pass)."""
         named = _named(self.name, self.param_names, args, kwargs)
-        values = self.heuristics.values(named, self.trusted.intersection(kwargs),
-                                        device if isinstance(device, (str, DeviceInfo)) else None)
+        values = self.heuristics.values(
+            named, self.trusted.intersection(kwargs), device if isinstance(device, (str, DeviceInfo)) else None
+        )
         cx, opts = _split(values, self.param_names)
         kernel = self._subsets.fitting({}, opts) if opts else self.base
         return kernel, _overridden(values, cx, kwargs)
@@ -250,8 +270,9 @@ def _config_dict(cfg: AutotuneConfig | None, variant: Any) -> dict[str, Any]:
 
 def _named(name: str, param_names: Sequence[str], args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
     if len(args) > len(param_names):
-        raise ArgumentError(f"{name}: {len(args)} positional arguments for {len(param_names)} parameters",
-                            kernel=name, param=None)
+        raise ArgumentError(
+            f"{name}: {len(args)} positional arguments for {len(param_names)} parameters", kernel=name, param=None
+        )
     return {**dict(zip(param_names, args)), **kwargs}
 
 
@@ -266,8 +287,15 @@ class AutotuneResolver:
     fallback rule's pick.
     """
 
-    def __init__(self, base: Kernel, records: Sequence[AutotuneRecord], *, benchmark: bool = False,
-                 rep_policy: RepPolicy | None = None, heuristics: Sequence[HeuristicsRecord] = ()) -> None:
+    def __init__(
+        self,
+        base: Kernel,
+        records: Sequence[AutotuneRecord],
+        *,
+        benchmark: bool = False,
+        rep_policy: RepPolicy | None = None,
+        heuristics: Sequence[HeuristicsRecord] = (),
+    ) -> None:
         self.base = base
         self.name = base.name
         self.param_names = base.param_names
@@ -297,10 +325,13 @@ class AutotuneResolver:
         """What a call's answer depends on: the ``key=`` values and every argument's dtype (the autotune key),
         then what the heuristics around the autotuner read. (``reset_to_zero`` / ``restore_value`` act only
         while a key is timed, inside the first launch with that key.)"""
-        read, shallow, outputs = _heuristics_reads(self.heuristics.records) if self.heuristics else (set(), set(), set())
+        read, shallow, outputs = (
+            _heuristics_reads(self.heuristics.records) if self.heuristics else (set(), set(), set())
+        )
         keys = {n for r in self.records for n in r.key_names}
-        return Reads(frozenset((read - shallow) | keys), frozenset(shallow - keys), True,
-                     frozenset(outputs) | self.tuned_names)
+        return Reads(
+            frozenset((read - shallow) | keys), frozenset(shallow - keys), True, frozenset(outputs) | self.tuned_names
+        )
 
     @property
     def settled(self) -> bool:
@@ -347,7 +378,9 @@ class AutotuneResolver:
             raise NoMatchingVariantError(
                 f"{self.name}: autotune key {key} matches no recorded config (recorded keys: "
                 f"{', '.join(recorded) or 'none'}); pass the meta-parameters {sorted(self.tuned_names)} explicitly",
-                kernel=self.name, param=sorted(self.tuned_names)[0] if self.tuned_names else None)
+                kernel=self.name,
+                param=sorted(self.tuned_names)[0] if self.tuned_names else None,
+            )
         entry = chosen[1]
         cfg = _config_dict(entry.config, entry.variant)
         return self._subsets.fitting(cfg["kwargs"], cfg["options"], cfg["variant"]), dict(cfg["kwargs"]), entry
@@ -356,8 +389,16 @@ class AutotuneResolver:
         want = list(key)
         return any(list(e.key) == want for r in self.records for e in r.entries)
 
-    def _tuned(self, named: Mapping[str, Any], grid: Any, args: Sequence[Any], kwargs: dict, stream: Any,
-               may_benchmark: bool, outer_cx: Mapping[str, Any]) -> tuple[Mapping[str, Any], dict, Kernel]:
+    def _tuned(
+        self,
+        named: Mapping[str, Any],
+        grid: Any,
+        args: Sequence[Any],
+        kwargs: dict,
+        stream: Any,
+        may_benchmark: bool,
+        outer_cx: Mapping[str, Any],
+    ) -> tuple[Mapping[str, Any], dict, Kernel]:
         """(config, its constexprs, dispatcher over its variants) for this call's autotune key, remembered per key."""
         key = tuple(repr(k) for k in self.key(named))
         hit = self._choices.get(key)
@@ -372,12 +413,17 @@ class AutotuneResolver:
                 raise NoMatchingVariantError(
                     f"{self.name}: autotune key {self.key(named)} is not tuned yet: this archive was built ahead "
                     "of time with every config, and a launch tunes the key on the device (select() does not)",
-                    kernel=self.name, param=sorted(self.tuned_names)[0] if self.tuned_names else None)
+                    kernel=self.name,
+                    param=sorted(self.tuned_names)[0] if self.tuned_names else None,
+                )
             cfg = remembered
         else:
             _kernel, cx, entry = self.choose(named)
-            cfg = _config_dict(entry.config, entry.variant) if entry is not None else {
-                "kwargs": cx, "options": {}, "variant": None}
+            cfg = (
+                _config_dict(entry.config, entry.variant)
+                if entry is not None
+                else {"kwargs": cx, "options": {}, "variant": None}
+            )
             if self.benchmark and entry is not None and not self._exact(self.key(named)):
                 tuned = self._remembered_or_tuned(named, grid, args, kwargs, stream, may_benchmark, outer_cx)
                 if tuned is None:  # select(): answer by the rule, remember nothing (a launch will benchmark)
@@ -388,7 +434,9 @@ class AutotuneResolver:
             self._choices[key] = hit = (cfg, dict(cfg["kwargs"]), kernel)
         return hit
 
-    def _from_table(self, named: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    def _from_table(
+        self, named: Mapping[str, Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Mapping[str, Any] | None:
         """The config the archive's tuning table for this device's GPU model holds for exactly this key."""
         from ..format.tuned import lookup
 
@@ -398,8 +446,16 @@ class AutotuneResolver:
         hit = lookup([r.raw for r in self.records], device.name, f"{device.backend}:{device.arch}", self.key(named))
         return _config_dict(AutotuneConfig.from_json(hit[1]), None) if hit is not None else None
 
-    def _remembered_or_tuned(self, named: Mapping[str, Any], grid: Any, args: Sequence[Any], kwargs: dict,
-                             stream: Any, may_benchmark: bool, outer_cx: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    def _remembered_or_tuned(
+        self,
+        named: Mapping[str, Any],
+        grid: Any,
+        args: Sequence[Any],
+        kwargs: dict,
+        stream: Any,
+        may_benchmark: bool,
+        outer_cx: Mapping[str, Any],
+    ) -> Mapping[str, Any] | None:
         """The decision for this key on this device: from the local tuning cache (:mod:`.tuning`), else timed
         now (and remembered there) when the call may benchmark, else None."""
         from .tuning.decisions import TuningStore, kernel_digest
@@ -407,8 +463,9 @@ class AutotuneResolver:
         key = self.key(named)
         device = self._device_of(args, kwargs)
         if self._store is None:
-            self._store = TuningStore(self.name, kernel_digest(self.name, [v.key for v in self.variants],
-                                                                [r.to_json() for r in self.records]))
+            self._store = TuningStore(
+                self.name, kernel_digest(self.name, [v.key for v in self.variants], [r.to_json() for r in self.records])
+            )
         if device is not None:
             hit = self._store.get(device, key, self._candidates())
             if hit is not None:
@@ -451,8 +508,9 @@ class AutotuneResolver:
         inner = frozenset(self.heuristics.names) - outer
         return self.heuristics.values(named, inner | (self.trusted.intersection(named)))
 
-    def chosen_config(self, grid: Any, args: Sequence[Any], kwargs: Mapping[str, Any],
-                      stream: Any = None) -> Mapping[str, Any]:
+    def chosen_config(
+        self, grid: Any, args: Sequence[Any], kwargs: Mapping[str, Any], stream: Any = None
+    ) -> Mapping[str, Any]:
         """The config (``{"kwargs", "options", ...}``) this call's autotune key launches (recorded, from the tuning
         table, or tuned now), the one :meth:`resolve` then uses: Triton's ``best_config`` after the call. A served
         call site whose configs carry a ``pre_hook`` runs the library's hook with it, as Triton's ``run`` does."""
@@ -463,8 +521,16 @@ class AutotuneResolver:
         cfg, _cx, _kernel = self._tuned({**named, **outer_vals}, grid, args, kwargs, stream, True, ocx)
         return cfg
 
-    def resolve(self, grid: Any, args: Sequence[Any], kwargs: Mapping[str, Any], stream: Any, *,
-                may_benchmark: bool = True, device: Any = None) -> tuple[Kernel, dict]:
+    def resolve(
+        self,
+        grid: Any,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        stream: Any,
+        *,
+        may_benchmark: bool = True,
+        device: Any = None,
+    ) -> tuple[Kernel, dict]:
         """(the kernel over the variants of the chosen config, the constexprs to pass): the config recorded
         (or tuned) for the call's autotune key, then the heuristics below the autotuner."""
         kwargs = dict(kwargs)
@@ -475,9 +541,12 @@ class AutotuneResolver:
         ocx, oopts = _split(outer_vals, self.param_names)
         if given:
             if given != self.tuned_names:
-                raise ArgumentError(f"{self.name}: give all tuned meta-parameters {sorted(self.tuned_names)} "
-                                    f"or none (got {sorted(given)})", kernel=self.name,
-                                    param=sorted(self.tuned_names ^ given)[0])  # the first one missing or extra
+                raise ArgumentError(
+                    f"{self.name}: give all tuned meta-parameters {sorted(self.tuned_names)} "
+                    f"or none (got {sorted(given)})",
+                    kernel=self.name,
+                    param=sorted(self.tuned_names ^ given)[0],
+                )  # the first one missing or extra
             cfg: Mapping[str, Any] = {"kwargs": {}, "options": {}, "variant": None}
             cx: dict = {}
             kernel = self.base
@@ -491,8 +560,15 @@ class AutotuneResolver:
         kernel = self._subsets.fitting({**cfg["kwargs"], **ocx, **hcx}, {**cfg["options"], **oopts, **hopts})
         return kernel, _overridden({**outer_vals, **values}, {**ocx, **cx, **hcx}, kwargs)
 
-    def _fastest(self, grid: Any, args: Sequence[Any], kwargs: dict, stream: Any, named: Mapping[str, Any],
-                 outer_cx: Mapping[str, Any]) -> Mapping[str, Any]:
+    def _fastest(
+        self,
+        grid: Any,
+        args: Sequence[Any],
+        kwargs: dict,
+        stream: Any,
+        named: Mapping[str, Any],
+        outer_cx: Mapping[str, Any],
+    ) -> Mapping[str, Any]:
         """The fastest of the configs on this call (:meth:`time_configs`). The kernel's own time by CUDA events
         where torch is in use and the launch goes on its current stream (the default: no stream given); else
         wall time around a synchronised launch."""
@@ -506,14 +582,22 @@ class AutotuneResolver:
         best, _timings, skipped = self.time_configs(candidates, named, outer, bind, bench)
         if best is None:
             why = "; ".join(f"config {candidates[i]['kwargs']}: {w}" for i, w in sorted(skipped.items()))
-            raise NoMatchingVariantError(f"{self.name}: no prebuilt config can run on this device for this call "
-                                         f"({why})", kernel=self.name, param=None)  # nothing omitted: no config fits
+            raise NoMatchingVariantError(
+                f"{self.name}: no prebuilt config can run on this device for this call ({why})",
+                kernel=self.name,
+                param=None,
+            )  # nothing omitted: no config fits
         return candidates[best]
 
-    def time_configs(self, configs: Sequence[Mapping[str, Any]], named: Mapping[str, Any], outer: Mapping[str, Any],
-                     bind: Callable[[int, Kernel, dict], Any], bench: Any,
-                     skip: tuple[type[Exception], ...] = (NoMatchingVariantError,),
-                     ) -> tuple[int | None, list[float | None], dict[int, str]]:
+    def time_configs(
+        self,
+        configs: Sequence[Mapping[str, Any]],
+        named: Mapping[str, Any],
+        outer: Mapping[str, Any],
+        bind: Callable[[int, Kernel, dict], Any],
+        bench: Any,
+        skip: tuple[type[Exception], ...] = (NoMatchingVariantError,),
+    ) -> tuple[int | None, list[float | None], dict[int, str]]:
         """Time each config (``{"kwargs", "options"}``) on one call, as Triton's autotuner does: the heuristics
         below the autotuner see the config's values, ``bind(index, kernel over the config's variants,
         constexprs)`` makes the launch, ``bench`` (:class:`~.tuning.bench.DeviceBench`, or a test's table) times it
@@ -533,8 +617,9 @@ class AutotuneResolver:
                 options = {**cfg["options"], **oopts}
                 if self.heuristics is not None:
                     try:
-                        values = self.heuristics.values({**named, **outer, **cfg["kwargs"]},
-                                                          frozenset(outer) | (self.trusted.intersection(named)))
+                        values = self.heuristics.values(
+                            {**named, **outer, **cfg["kwargs"]}, frozenset(outer) | (self.trusted.intersection(named))
+                        )
                     except NoMatchingVariantError as exc:
                         skipped[i] = f"heuristics: {exc}"
                         continue

@@ -11,11 +11,10 @@ naming what is missing. This module imports no binding (the backends are importe
 from __future__ import annotations
 
 import re
-
 import threading
+from collections.abc import Callable
 from contextlib import AbstractContextManager as ContextManager
 from typing import Any, Protocol, runtime_checkable
-from collections.abc import Callable
 
 from ..errors import ArgumentError, NoDeviceError
 from .device import DeviceInfo
@@ -54,11 +53,15 @@ def stream_handle(obj: Any) -> int:
                 try:
                     value = int(obj)  # cuda-python CUstream / hip-python hipStream_t
                 except (TypeError, ValueError):
-                    raise ArgumentError(f"stream={obj!r}: expected an int handle or a torch/CuPy/__cuda_stream__ "
-                                        "stream", kernel=None, param="stream") from None
+                    raise ArgumentError(
+                        f"stream={obj!r}: expected an int handle or a torch/CuPy/__cuda_stream__ stream",
+                        kernel=None,
+                        param="stream",
+                    ) from None
     if not 0 <= value < 1 << 64:
-        raise ArgumentError(f"stream={obj!r}: {value} is not a stream handle (an address in [0, 2**64))",
-                            kernel=None, param="stream")  # the same check for every kernel: not told which
+        raise ArgumentError(
+            f"stream={obj!r}: {value} is not a stream handle (an address in [0, 2**64))", kernel=None, param="stream"
+        )  # the same check for every kernel: not told which
     return value
 
 
@@ -125,14 +128,24 @@ class Backend(Protocol):
     def synchronize(self, stream: Any) -> None: ...
 
     # launching
-    def launch(self, function: Any, gx: int, gy: int, gz: int, block_x: int, shared: int, stream: Any,
-               kernel_params: int) -> int:
+    def launch(
+        self, function: Any, gx: int, gy: int, gz: int, block_x: int, shared: int, stream: Any, kernel_params: int
+    ) -> int:
         """One plain launch through the binding; returns the driver's result (0 = success)."""
         ...
 
-    def launch_ex(self, function: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared: int,
-                  stream: Any, kernel_params: int, cluster: tuple[int, int, int], cooperative: bool,
-                  pdl: bool) -> int:
+    def launch_ex(
+        self,
+        function: Any,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared: int,
+        stream: Any,
+        kernel_params: int,
+        cluster: tuple[int, int, int],
+        cooperative: bool,
+        pdl: bool,
+    ) -> int:
         """A launch with clusters / cooperative grid / PDL attributes; returns the driver's result."""
         ...
 
@@ -197,5 +210,6 @@ def first_available(names: list[str]) -> Backend:
             errors.append(str(exc))
     if not errors:
         raise NoDeviceError("the archive holds no variant for any known backend", backend=",".join(names))
-    raise NoDeviceError(errors[0] if len(errors) == 1 else "no usable GPU backend:\n  " + "\n  ".join(errors),
-                        backend=",".join(names))
+    raise NoDeviceError(
+        errors[0] if len(errors) == 1 else "no usable GPU backend:\n  " + "\n  ".join(errors), backend=",".join(names)
+    )

@@ -28,25 +28,45 @@ import operator
 import struct
 import sys
 import threading
-from itertools import islice
-from dataclasses import dataclass
-from typing import Any
 from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any
 
 from ..errors import ArgumentError, DriverError
 from ..format.dtypes import SCALAR_SIZES
 from ..format.tensordesc import TENSORMAP, TENSORMAP_ALIGN, TENSORMAP_SIZE, TensorDescAbi, parse_tensordesc_type
-from .args import NotAPointer, pointer_info
 from .arg_dtypes import element_type, triton_dtype
+from .args import NotAPointer, pointer_info
 
-__all__ = ["TensorDescriptor", "EncodeParams", "Im2colParams", "descriptor_reason", "encode_params", "im2col_params",
-           "expand", "slot_formats", "is_descriptor", "clear_cache", "packed"]
+__all__ = [
+    "TensorDescriptor",
+    "EncodeParams",
+    "Im2colParams",
+    "descriptor_reason",
+    "encode_params",
+    "im2col_params",
+    "expand",
+    "slot_formats",
+    "is_descriptor",
+    "clear_cache",
+    "packed",
+]
 
 #: Bytes per element of each element type a descriptor may have (fp4: two values per byte, as Triton's
 #: ``float4_e2m1fn_x2`` bytes; fp8 kinds one byte).
-ELEMENT_SIZES: dict[str, int] = {**{k: v for k, v in SCALAR_SIZES.items() if k not in ("i1", "u1")}, "i1": 1, "u1": 1,
-                                 "fp8e4nv": 1, "fp8e5": 1, "fp8e4b15": 1, "fp8e4b8": 1, "fp8e5b16": 1, "fp8e8m0": 1,
-                                 "fp4": 1}
+ELEMENT_SIZES: dict[str, int] = {
+    **{k: v for k, v in SCALAR_SIZES.items() if k not in ("i1", "u1")},
+    "i1": 1,
+    "u1": 1,
+    "fp8e4nv": 1,
+    "fp8e5": 1,
+    "fp8e4b15": 1,
+    "fp8e4b8": 1,
+    "fp8e5b16": 1,
+    "fp8e8m0": 1,
+    "fp4": 1,
+}
 #: Triton's device-side TMA data type codes -> CUtensorMapDataType (``TMA_DTYPE_DEVICE_TO_HOST`` in
 #: triton/backends/nvidia/driver.py, the same in 3.5 to 3.9).
 _DEVICE_TO_HOST = {i: i for i in range(16)}
@@ -89,15 +109,36 @@ class TensorDescriptor:
 
     # No ``dtype`` attribute, on purpose: Triton's autotune key adds ``str(x.dtype)`` of every argument that has
     # one, and Triton's own descriptor has none; karchive's must give the same key (spec/FORMAT.md §6.3).
-    __slots__ = ("source", "shape", "strides", "block_shape", "elem_dtype", "padding", "round_f32_to_tf32",
-                 "pixel_box_lower_corner", "pixel_box_upper_corner", "element_strides",
-                 "_fixed_ptr", "_memo", "__weakref__")  # (weak: the compiled launcher's memo, c-ext/dispatcher.c)
+    __slots__ = (
+        "source",
+        "shape",
+        "strides",
+        "block_shape",
+        "elem_dtype",
+        "padding",
+        "round_f32_to_tf32",
+        "pixel_box_lower_corner",
+        "pixel_box_upper_corner",
+        "element_strides",
+        "_fixed_ptr",
+        "_memo",
+        "__weakref__",
+    )  # (weak: the compiled launcher's memo, c-ext/dispatcher.c)
 
-    def __init__(self, x: Any, block_shape: Sequence[int] | None = None, *, shape: Sequence[int] | None = None,
-                 strides: Sequence[int] | None = None, dtype: Any = None, padding: str = "zero",
-                 round_f32_to_tf32: bool = False, pixel_box_lower_corner: Sequence[int] | None = None,
-                 pixel_box_upper_corner: Sequence[int] | None = None,
-                 element_strides: Sequence[int] | None = None) -> None:
+    def __init__(
+        self,
+        x: Any,
+        block_shape: Sequence[int] | None = None,
+        *,
+        shape: Sequence[int] | None = None,
+        strides: Sequence[int] | None = None,
+        dtype: Any = None,
+        padding: str = "zero",
+        round_f32_to_tf32: bool = False,
+        pixel_box_lower_corner: Sequence[int] | None = None,
+        pixel_box_upper_corner: Sequence[int] | None = None,
+        element_strides: Sequence[int] | None = None,
+    ) -> None:
         _check_options(padding, round_f32_to_tf32, "TensorDescriptor: ", None)
         self.source = x
         self._fixed_ptr: int | None = None
@@ -107,8 +148,11 @@ class TensorDescriptor:
         address = _raw_address(x)
         if address is not None:
             if shape is None or strides is None or dtype is None:
-                raise ArgumentError("TensorDescriptor: a raw address needs shape=, strides= and dtype=", kernel=None,
-                                    param="shape" if shape is None else "strides" if strides is None else "dtype")
+                raise ArgumentError(
+                    "TensorDescriptor: a raw address needs shape=, strides= and dtype=",
+                    kernel=None,
+                    param="shape" if shape is None else "strides" if strides is None else "dtype",
+                )
             self._fixed_ptr = address
             found_dtype: Any = _given_dtype(dtype)
         else:
@@ -125,11 +169,16 @@ class TensorDescriptor:
         self.shape = _int_fields(shape, "shape", "TensorDescriptor: ", None, positive=True)
         self.strides = _int_fields(strides, "strides", "TensorDescriptor: ", None)
         if len(self.shape) != len(self.strides) or not 1 <= len(self.shape) <= 5:
-            raise ArgumentError(f"TensorDescriptor: shape {self.shape} and strides {self.strides} must have one "
-                                "length, 1 to 5", kernel=None,
-                                param="shape" if not 1 <= len(self.shape) <= 5 else "strides")
-        self.block_shape = None if block_shape is None else _int_fields(block_shape, "block_shape",
-                                                                       "TensorDescriptor: ", None, positive=True)
+            raise ArgumentError(
+                f"TensorDescriptor: shape {self.shape} and strides {self.strides} must have one length, 1 to 5",
+                kernel=None,
+                param="shape" if not 1 <= len(self.shape) <= 5 else "strides",
+            )
+        self.block_shape = (
+            None
+            if block_shape is None
+            else _int_fields(block_shape, "block_shape", "TensorDescriptor: ", None, positive=True)
+        )
         self.pixel_box_lower_corner = _opt_ints(pixel_box_lower_corner, "pixel_box_lower_corner")
         self.pixel_box_upper_corner = _opt_ints(pixel_box_upper_corner, "pixel_box_upper_corner")
         self.element_strides = _opt_ints(element_strides, "element_strides")
@@ -139,18 +188,29 @@ class TensorDescriptor:
             if problem:
                 raise ArgumentError(f"TensorDescriptor: {problem}", kernel=None, param=None)
             if self.block_shape is not None and len(self.block_shape) != 2:
-                raise ArgumentError(f"TensorDescriptor: an im2col block_shape is [pixels per column, channels per "
-                                    f"pixel], got {list(self.block_shape)}", kernel=None, param=None)
+                raise ArgumentError(
+                    f"TensorDescriptor: an im2col block_shape is [pixels per column, channels per "
+                    f"pixel], got {list(self.block_shape)}",
+                    kernel=None,
+                    param=None,
+                )
         elif self.block_shape is not None and len(self.block_shape) != len(self.shape):
-            hint = ("; an im2col descriptor also needs pixel_box_lower_corner= and pixel_box_upper_corner="
-                    if len(self.block_shape) == 2 and len(self.shape) in IM2COL_CORNER_RANGE else "")
-            raise ArgumentError(f"TensorDescriptor: block_shape {list(self.block_shape)} has rank "
-                                f"{len(self.block_shape)}, the tensor {len(self.shape)}{hint}", kernel=None,
-                                param="block_shape")
+            hint = (
+                "; an im2col descriptor also needs pixel_box_lower_corner= and pixel_box_upper_corner="
+                if len(self.block_shape) == 2 and len(self.shape) in IM2COL_CORNER_RANGE
+                else ""
+            )
+            raise ArgumentError(
+                f"TensorDescriptor: block_shape {list(self.block_shape)} has rank "
+                f"{len(self.block_shape)}, the tensor {len(self.shape)}{hint}",
+                kernel=None,
+                param="block_shape",
+            )
         known = triton_dtype(found_dtype)
         if round_f32_to_tf32 and known is not None and known != "fp32":
-            raise ArgumentError(f"TensorDescriptor: {_TF32_FP32_ONLY}; this tensor is {known}", kernel=None,
-                                param="round_f32_to_tf32")
+            raise ArgumentError(
+                f"TensorDescriptor: {_TF32_FP32_ONLY}; this tensor is {known}", kernel=None, param="round_f32_to_tf32"
+            )
         self.elem_dtype = found_dtype
         self.padding = padding
         self.round_f32_to_tf32 = round_f32_to_tf32
@@ -165,13 +225,20 @@ class TensorDescriptor:
         return self.pixel_box_lower_corner is not None
 
     def __repr__(self) -> str:
-        box = "" if not self.im2col else (
-            f", pixel_box_lower_corner={list(self.pixel_box_lower_corner or ())}, "
-            f"pixel_box_upper_corner={list(self.pixel_box_upper_corner or ())}, "
-            f"element_strides={None if self.element_strides is None else list(self.element_strides)}")
-        return (f"karchive.TensorDescriptor(shape={list(self.shape)}, strides={list(self.strides)}, "
-                f"block_shape={None if self.block_shape is None else list(self.block_shape)}, "
-                f"dtype={triton_dtype(self.elem_dtype) or self.elem_dtype}{box})")
+        box = (
+            ""
+            if not self.im2col
+            else (
+                f", pixel_box_lower_corner={list(self.pixel_box_lower_corner or ())}, "
+                f"pixel_box_upper_corner={list(self.pixel_box_upper_corner or ())}, "
+                f"element_strides={None if self.element_strides is None else list(self.element_strides)}"
+            )
+        )
+        return (
+            f"karchive.TensorDescriptor(shape={list(self.shape)}, strides={list(self.strides)}, "
+            f"block_shape={None if self.block_shape is None else list(self.block_shape)}, "
+            f"dtype={triton_dtype(self.elem_dtype) or self.elem_dtype}{box})"
+        )
 
 
 #: Triton's own words (``TensorDescriptor.__post_init__``, 3.7+; 3.5 and 3.6 have no such option).
@@ -190,8 +257,11 @@ def _raw_address(x: Any) -> int | None:
         return None
     address = operator.index(x)
     if not 0 <= address < _U64:
-        raise ArgumentError(f"TensorDescriptor: address {address} is not a device address (an int in [0, 2**64))",
-                            kernel=None, param="x")
+        raise ArgumentError(
+            f"TensorDescriptor: address {address} is not a device address (an int in [0, 2**64))",
+            kernel=None,
+            param="x",
+        )
     return address
 
 
@@ -205,9 +275,13 @@ def _given_dtype(dtype: Any) -> Any:
     ``ArgumentError``: a descriptor whose element type is not known could not be checked against a variant."""
     found = element_type(dtype)
     if found is None:
-        raise ArgumentError(f"TensorDescriptor: dtype {ascii(dtype)[:60]} is not an element type karchive knows "
-                            "(Triton's names: fp16, bf16, fp32, fp8e4nv, i8 ...; or a framework dtype such as "
-                            "torch.float16)", kernel=None, param="dtype")
+        raise ArgumentError(
+            f"TensorDescriptor: dtype {ascii(dtype)[:60]} is not an element type karchive knows "
+            "(Triton's names: fp16, bf16, fp32, fp8e4nv, i8 ...; or a framework dtype such as "
+            "torch.float16)",
+            kernel=None,
+            param="dtype",
+        )
     return found
 
 
@@ -236,8 +310,11 @@ def _int_fields(value: Any, field: str, where: str, param: str | None, *, positi
             out.append(number)
     if items is None or len(items) > 8 or len(out) != len(items):
         what = "positive integers" if positive else "integers"
-        raise ArgumentError(f"{where}{field} must be a list of {what}, got {ascii(value)[:80]}", kernel=None,
-                            param=param if param is not None else field)
+        raise ArgumentError(
+            f"{where}{field} must be a list of {what}, got {ascii(value)[:80]}",
+            kernel=None,
+            param=param if param is not None else field,
+        )
     return tuple(out)
 
 
@@ -248,48 +325,65 @@ def _opt_ints(values: Any, field: str) -> tuple[int, ...] | None:
 def _check_options(padding: Any, tf32: Any, where: str, param: str | None) -> None:
     """A descriptor's ``padding`` ("zero" or "nan", exactly) and ``round_f32_to_tf32`` (a bool), or ArgumentError."""
     if type(padding) is not str or padding not in ("zero", "nan"):
-        raise ArgumentError(f"{where}padding must be 'zero' or 'nan', got {ascii(padding)[:40]}", kernel=None,
-                            param=param if param is not None else "padding")
+        raise ArgumentError(
+            f"{where}padding must be 'zero' or 'nan', got {ascii(padding)[:40]}",
+            kernel=None,
+            param=param if param is not None else "padding",
+        )
     if type(tf32) is not bool:
-        raise ArgumentError(f"{where}round_f32_to_tf32 must be True or False, got {ascii(tf32)[:40]}", kernel=None,
-                            param=param if param is not None else "round_f32_to_tf32")
+        raise ArgumentError(
+            f"{where}round_f32_to_tf32 must be True or False, got {ascii(tf32)[:40]}",
+            kernel=None,
+            param=param if param is not None else "round_f32_to_tf32",
+        )
 
 
 #: An im2col descriptor's box: (lower corner, upper corner, element strides or None), spatial dims outermost first.
 Im2colBox = tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...] | None]
 
 
-def _im2col_of(lower: Sequence[int] | None, upper: Sequence[int] | None,
-               element_strides: Sequence[int] | None) -> Im2colBox | None:
+def _im2col_of(
+    lower: Sequence[int] | None, upper: Sequence[int] | None, element_strides: Sequence[int] | None
+) -> Im2colBox | None:
     """The box of a descriptor's im2col fields; None for a tiled one (no corner given). One corner alone is
     kept as a box with the other empty, so :func:`im2col_problem` names what is missing."""
     if lower is None and upper is None:
         return None
-    return (tuple(int(v) for v in lower or ()), tuple(int(v) for v in upper or ()),
-            None if element_strides is None else tuple(int(v) for v in element_strides))
+    return (
+        tuple(int(v) for v in lower or ()),
+        tuple(int(v) for v in upper or ()),
+        None if element_strides is None else tuple(int(v) for v in element_strides),
+    )
 
 
 def im2col_problem(rank: int, box: Im2colBox | None, element_strides: Sequence[int] | None = None) -> str | None:
     """What is wrong with an im2col descriptor's box for a tensor of ``rank`` (None: nothing), by the limits
     ``cuTensorMapEncodeIm2col`` sets and Gluon's ``TensorDescriptorIm2Col`` asserts."""
     if box is None:
-        return ("element_strides is an im2col option: give pixel_box_lower_corner and pixel_box_upper_corner "
-                "too" if element_strides is not None else None)
+        return (
+            "element_strides is an im2col option: give pixel_box_lower_corner and pixel_box_upper_corner too"
+            if element_strides is not None
+            else None
+        )
     lower, upper, strides = box
     if rank not in IM2COL_CORNER_RANGE:
         return f"im2col descriptors need a tensor of rank 3, 4 or 5 (NWC, NHWC, NDHWC), this one has rank {rank}"
     spatial = rank - 2
     if len(lower) != spatial or len(upper) != spatial:
-        return (f"pixel_box_lower_corner {list(lower)} and pixel_box_upper_corner {list(upper)} need one entry per "
-                f"spatial dimension ({spatial} for rank {rank})")
+        return (
+            f"pixel_box_lower_corner {list(lower)} and pixel_box_upper_corner {list(upper)} need one entry per "
+            f"spatial dimension ({spatial} for rank {rank})"
+        )
     lo, hi = IM2COL_CORNER_RANGE[rank]
     bad = [v for v in lower + upper if not lo <= v <= hi]
     if bad:
         return f"pixel box corners must lie in [{lo}, {hi}] for rank {rank}, got {bad}"
     if strides is not None:
         if len(strides) != rank or not all(0 < s <= 8 for s in strides) or strides[-1] != 1:
-            return (f"element_strides {list(strides)} must have {rank} entries in [1, 8], the last 1 (the channel "
-                    "dimension)")
+            return (
+                f"element_strides {list(strides)} must have {rank} entries in [1, 8], the last 1 (the channel "
+                "dimension)"
+            )
     return None
 
 
@@ -343,14 +437,16 @@ def _itemsize(dtype: Any) -> int:
     size = getattr(dtype, "itemsize", None)
     if isinstance(size, int) and size > 0:
         return size
-    raise ArgumentError(f"TensorDescriptor: cannot tell the element size of dtype {dtype!r}", kernel=None,
-                        param="dtype")
+    raise ArgumentError(
+        f"TensorDescriptor: cannot tell the element size of dtype {dtype!r}", kernel=None, param="dtype"
+    )
 
 
 def is_descriptor(value: Any) -> bool:
     """karchive's descriptor, or one shaped like Triton's (duck-typed: base, shape, strides, block_shape)."""
     return isinstance(value, TensorDescriptor) or all(
-        hasattr(value, a) for a in ("base", "shape", "strides", "block_shape"))
+        hasattr(value, a) for a in ("base", "shape", "strides", "block_shape")
+    )
 
 
 @dataclass(frozen=True)
@@ -376,9 +472,17 @@ def _read(value: Any, name: str) -> _Call:
             ptr, dev = value._fixed_ptr, None
         else:
             ptr, dev = _address(value, name)
-        return _Call(ptr, value.shape, value.strides, value.block_shape, value.elem_dtype, dev, value.padding,
-                     value.round_f32_to_tf32, _im2col_of(value.pixel_box_lower_corner, value.pixel_box_upper_corner,
-                                                         value.element_strides))
+        return _Call(
+            ptr,
+            value.shape,
+            value.strides,
+            value.block_shape,
+            value.elem_dtype,
+            dev,
+            value.padding,
+            value.round_f32_to_tf32,
+            _im2col_of(value.pixel_box_lower_corner, value.pixel_box_upper_corner, value.element_strides),
+        )
     if is_descriptor(value):  # Triton's TensorDescriptor (any release with host descriptors; Gluon's im2col one)
         try:
             ptr, dtype, dev = pointer_info(value.base)
@@ -387,16 +491,30 @@ def _read(value: Any, name: str) -> _Call:
         where = "descriptor "
         padding, tf32 = getattr(value, "padding", "zero"), getattr(value, "round_f32_to_tf32", False)
         _check_options(padding, tf32, where, name)
-        corners = [getattr(value, f, None) for f in ("pixel_box_lower_corner", "pixel_box_upper_corner",
-                                                     "element_strides")]
-        lower, upper, estrides = (None if c is None else _int_fields(c, f, where, name) for c, f in zip(
-            corners, ("pixel_box_lower_corner", "pixel_box_upper_corner", "element_strides")))
-        return _Call(ptr, _int_fields(value.shape, "shape", where, name, positive=True),
-                     _int_fields(value.strides, "strides", where, name),
-                     _int_fields(value.block_shape, "block_shape", where, name, positive=True), dtype, dev, padding,
-                     tf32, _im2col_of(lower, upper, estrides))
-    raise ArgumentError(f"expected a tensor descriptor (karchive.TensorDescriptor or Triton's TensorDescriptor), "
-                        f"got {type(value).__name__}", kernel=None, param=name)
+        corners = [
+            getattr(value, f, None) for f in ("pixel_box_lower_corner", "pixel_box_upper_corner", "element_strides")
+        ]
+        lower, upper, estrides = (
+            None if c is None else _int_fields(c, f, where, name)
+            for c, f in zip(corners, ("pixel_box_lower_corner", "pixel_box_upper_corner", "element_strides"))
+        )
+        return _Call(
+            ptr,
+            _int_fields(value.shape, "shape", where, name, positive=True),
+            _int_fields(value.strides, "strides", where, name),
+            _int_fields(value.block_shape, "block_shape", where, name, positive=True),
+            dtype,
+            dev,
+            padding,
+            tf32,
+            _im2col_of(lower, upper, estrides),
+        )
+    raise ArgumentError(
+        f"expected a tensor descriptor (karchive.TensorDescriptor or Triton's TensorDescriptor), "
+        f"got {type(value).__name__}",
+        kernel=None,
+        param=name,
+    )
 
 
 def _address(value: TensorDescriptor, name: str) -> tuple[int, int | None]:
@@ -427,11 +545,15 @@ def descriptor_reason(name: str, typ: str, value: Any, block_from_variant: bool 
     if len(call.shape) != parsed.rank:
         return f"{name} has rank {len(call.shape)}, this variant takes {typ}"
     if parsed.im2col != (call.im2col is not None):
-        return (f"{name} is {'an im2col' if call.im2col is not None else 'a tiled'} descriptor, this variant takes "
-                f"{'an im2col' if parsed.im2col else 'a tiled'} one ({typ})")
+        return (
+            f"{name} is {'an im2col' if call.im2col is not None else 'a tiled'} descriptor, this variant takes "
+            f"{'an im2col' if parsed.im2col else 'a tiled'} one ({typ})"
+        )
     if call.block is not None and not block_from_variant and call.block != parsed.block_shape:
-        return (f"{name} has block_shape {list(call.block)}, this variant was compiled for "
-                f"{list(parsed.block_shape)} ({typ})")
+        return (
+            f"{name} has block_shape {list(call.block)}, this variant was compiled for "
+            f"{list(parsed.block_shape)} ({typ})"
+        )
     return None
 
 
@@ -453,8 +575,15 @@ class EncodeParams:
     clear_small_tensor_bit: bool = False
 
 
-def encode_params(d: TensorDescAbi, ptr: int, shape: Sequence[int], strides: Sequence[int], padding: str,
-                  tf32: bool, driver_version: int) -> EncodeParams:
+def encode_params(
+    d: TensorDescAbi,
+    ptr: int,
+    shape: Sequence[int],
+    strides: Sequence[int],
+    padding: str,
+    tf32: bool,
+    driver_version: int,
+) -> EncodeParams:
     """What the producing Triton's launcher passes to ``cuTensorMapEncodeTiled`` for this descriptor
     (``make_tensordesc_arg`` + ``fillTMADescriptorTiled``), with karchive's checks first."""
     assert d.elem_size is not None and d.elem_type is not None and d.swizzle is not None
@@ -475,8 +604,18 @@ def encode_params(d: TensorDescAbi, ptr: int, shape: Sequence[int], strides: Seq
         inner = [d.elem_size] + list(global_strides)
         top = sum((gd - 1) * st for gd, st in zip(global_dim, inner))
         clear = top + 1 < _SMALL_TENSOR_BYTES
-    return EncodeParams(data_type, rank, ptr, global_dim, global_strides, box, (1,) * rank, d.swizzle,
-                        OOB_FILL_NAN if padding == "nan" else OOB_FILL_NONE, clear_small_tensor_bit=clear)
+    return EncodeParams(
+        data_type,
+        rank,
+        ptr,
+        global_dim,
+        global_strides,
+        box,
+        (1,) * rank,
+        d.swizzle,
+        OOB_FILL_NAN if padding == "nan" else OOB_FILL_NONE,
+        clear_small_tensor_bit=clear,
+    )
 
 
 @dataclass(frozen=True)
@@ -505,14 +644,19 @@ def _data_type(d: TensorDescAbi, tf32: bool) -> int:
     assert d.elem_type is not None
     if tf32:
         if d.convention == "triton-3.5":
-            raise ArgumentError("round_f32_to_tf32 descriptors did not exist before Triton 3.7; this variant's "
-                                "convention (triton-3.5) cannot take one", kernel=None, param="round_f32_to_tf32")
+            raise ArgumentError(
+                "round_f32_to_tf32 descriptors did not exist before Triton 3.7; this variant's "
+                "convention (triton-3.5) cannot take one",
+                kernel=None,
+                param="round_f32_to_tf32",
+            )
         return TMA_TF32
     return _DEVICE_TO_HOST[d.elem_type]
 
 
-def im2col_params(d: TensorDescAbi, ptr: int, shape: Sequence[int], strides: Sequence[int], padding: str,
-                  tf32: bool, box: Im2colBox) -> Im2colParams:
+def im2col_params(
+    d: TensorDescAbi, ptr: int, shape: Sequence[int], strides: Sequence[int], padding: str, tf32: bool, box: Im2colBox
+) -> Im2colParams:
     """What Triton's launcher (3.8 and 3.9: ``make_tensordesc_arg`` + ``fillTMADescriptorIm2col``) passes to
     ``cuTensorMapEncodeIm2col`` for this descriptor. Unlike the tiled map, no bit of the result is patched
     for small tensors (Triton's im2col fill has no such step)."""
@@ -523,17 +667,25 @@ def im2col_params(d: TensorDescAbi, ptr: int, shape: Sequence[int], strides: Seq
     lower, upper, estrides = box
     rank = len(dims)
     return Im2colParams(
-        _data_type(d, tf32), rank, ptr, tuple(int(s) for s in reversed(dims)),
+        _data_type(d, tf32),
+        rank,
+        ptr,
+        tuple(int(s) for s in reversed(dims)),
         tuple(reversed([int(s) * d.elem_size for s in strides[:-1]])),
-        tuple(reversed(lower)), tuple(reversed(upper)),
+        tuple(reversed(lower)),
+        tuple(reversed(upper)),
         # Triton's block_size is [pixelsPerColumn, channelsPerPixel]; its C reverses it into the box
-        channels_per_pixel=int(d.block_shape[1]), pixels_per_column=int(d.block_shape[0]),
+        channels_per_pixel=int(d.block_shape[1]),
+        pixels_per_column=int(d.block_shape[0]),
         element_strides=tuple(reversed(estrides)) if estrides is not None else (1,) * rank,
-        swizzle=d.swizzle, oob_fill=OOB_FILL_NAN if padding == "nan" else OOB_FILL_NONE)
+        swizzle=d.swizzle,
+        oob_fill=OOB_FILL_NAN if padding == "nan" else OOB_FILL_NONE,
+    )
 
 
-def check_call(name: str, d: TensorDescAbi, call: _Call, block_from_variant: bool,
-               block: tuple[int, ...] | None = None) -> None:
+def check_call(
+    name: str, d: TensorDescAbi, call: _Call, block_from_variant: bool, block: tuple[int, ...] | None = None
+) -> None:
     """The argument checks that must pass before a launch (ArgumentError naming the parameter). ``block`` is
     the block of the variant's signature (``tensordesc<fp16[128, 128]>``), which the call's descriptor must
     have; the ABI's ``block_shape`` is the TMA box Triton encodes, which can be smaller (a 128-column fp16
@@ -542,61 +694,96 @@ def check_call(name: str, d: TensorDescAbi, call: _Call, block_from_variant: boo
     kind = "tensordesc_im2col" if d.im2col else "tensordesc"
     where = f"parameter {name!r} ({kind}<{d.dtype}[{', '.join(map(str, d.block_shape))}]>)"
     if d.im2col and call.im2col is None:
-        raise ArgumentError(f"{where}: this parameter takes an im2col descriptor: give the pixel box, "
-                            "karchive.TensorDescriptor(x, block_shape, pixel_box_lower_corner=[...], "
-                            "pixel_box_upper_corner=[...]) (or Gluon's TensorDescriptorIm2Col)", kernel=None, param=name)
+        raise ArgumentError(
+            f"{where}: this parameter takes an im2col descriptor: give the pixel box, "
+            "karchive.TensorDescriptor(x, block_shape, pixel_box_lower_corner=[...], "
+            "pixel_box_upper_corner=[...]) (or Gluon's TensorDescriptorIm2Col)",
+            kernel=None,
+            param=name,
+        )
     if call.im2col is not None and not d.im2col:
-        raise ArgumentError(f"{where}: an im2col descriptor (it has a pixel box) for a tiled descriptor parameter",
-                            kernel=None, param=name)
+        raise ArgumentError(
+            f"{where}: an im2col descriptor (it has a pixel box) for a tiled descriptor parameter",
+            kernel=None,
+            param=name,
+        )
     if call.im2col is not None:
         problem = im2col_problem(len(call.shape), call.im2col)
         if problem:
             raise ArgumentError(f"{where}: {problem}", kernel=None, param=name)
     got = triton_dtype(call.dtype)
     if call.dtype is not None and got != d.dtype:
-        raise ArgumentError(f"{where}: the tensor has dtype {got or call.dtype}, the variant takes {d.dtype}",
-                            kernel=None, param=name)
+        raise ArgumentError(
+            f"{where}: the tensor has dtype {got or call.dtype}, the variant takes {d.dtype}", kernel=None, param=name
+        )
     if len(call.shape) != d.rank or len(call.strides) != d.rank:
-        raise ArgumentError(f"{where}: the descriptor has rank {len(call.shape)}, the variant takes {d.rank}",
-                            kernel=None, param=name)
+        raise ArgumentError(
+            f"{where}: the descriptor has rank {len(call.shape)}, the variant takes {d.rank}", kernel=None, param=name
+        )
     want = block if block is not None else d.block_shape
     if call.block is not None and not block_from_variant and call.block != want:
-        raise ArgumentError(f"{where}: the descriptor's block_shape is {list(call.block)}, the variant was compiled "
-                            f"for {list(want)}", kernel=None, param=name)
+        raise ArgumentError(
+            f"{where}: the descriptor's block_shape is {list(call.block)}, the variant was compiled for {list(want)}",
+            kernel=None,
+            param=name,
+        )
     if call.device is not None and call.device < 0:
         raise ArgumentError(f"{where}: the tensor is in host memory; TMA needs device memory", kernel=None, param=name)
     if any(s <= 0 for s in call.shape):
         raise ArgumentError(f"{where}: shape {list(call.shape)} must be positive", kernel=None, param=name)
     # What the binary's own parameters can hold, in every mode: each dimension an i32, each stride an i64.
     if any(s > _I32_MAX for s in call.shape):
-        raise ArgumentError(f"{where}: shape {list(call.shape)} has a dimension of 2**31 or more; the kernel takes "
-                            "each dimension as an i32", kernel=None, param=name)
+        raise ArgumentError(
+            f"{where}: shape {list(call.shape)} has a dimension of 2**31 or more; the kernel takes "
+            "each dimension as an i32",
+            kernel=None,
+            param=name,
+        )
     if any(not -_I64_LIMIT <= s < _I64_LIMIT for s in call.strides):
-        raise ArgumentError(f"{where}: stride out of the i64 range the kernel takes, strides are "
-                            f"{list(call.strides)}", kernel=None, param=name)
+        raise ArgumentError(
+            f"{where}: stride out of the i64 range the kernel takes, strides are {list(call.strides)}",
+            kernel=None,
+            param=name,
+        )
     if not 0 <= call.ptr < _U64:
-        raise ArgumentError(f"{where}: base address {call.ptr} is not a device address (an int in [0, 2**64))",
-                            kernel=None, param=name)
+        raise ArgumentError(
+            f"{where}: base address {call.ptr} is not a device address (an int in [0, 2**64))", kernel=None, param=name
+        )
     if d.mode == "tma":
         size = d.elem_size or ELEMENT_SIZES.get(d.dtype, 1)
         if call.ptr % 16:
-            raise ArgumentError(f"{where}: base address 0x{call.ptr:x} is not 16-byte aligned (TMA needs it)",
-                                kernel=None, param=name)
+            raise ArgumentError(
+                f"{where}: base address 0x{call.ptr:x} is not 16-byte aligned (TMA needs it)", kernel=None, param=name
+            )
         if call.strides[-1] != 1:
-            raise ArgumentError(f"{where}: the last dimension must be contiguous (stride 1), strides are "
-                                f"{list(call.strides)}", kernel=None, param=name)
+            raise ArgumentError(
+                f"{where}: the last dimension must be contiguous (stride 1), strides are {list(call.strides)}",
+                kernel=None,
+                param=name,
+            )
         # cuTensorMapEncodeTiled / Im2col: globalStrides are unsigned byte counts, multiples of 16 below 2**40
         if any(s <= 0 for s in call.strides[:-1]):
-            raise ArgumentError(f"{where}: strides {list(call.strides)}: every stride but the last must be positive "
-                                "for a TMA map (the driver takes unsigned byte strides)", kernel=None, param=name)
+            raise ArgumentError(
+                f"{where}: strides {list(call.strides)}: every stride but the last must be positive "
+                "for a TMA map (the driver takes unsigned byte strides)",
+                kernel=None,
+                param=name,
+            )
         if any(s * size >= _TMA_STRIDE_LIMIT for s in call.strides[:-1]):
-            raise ArgumentError(f"{where}: strides {list(call.strides)} of {size}-byte elements reach 2**40 bytes or "
-                                "more (the driver's limit for a TMA map's strides)", kernel=None, param=name)
+            raise ArgumentError(
+                f"{where}: strides {list(call.strides)} of {size}-byte elements reach 2**40 bytes or "
+                "more (the driver's limit for a TMA map's strides)",
+                kernel=None,
+                param=name,
+            )
         bad = [s for s in call.strides[:-1] if (s * size) % 16]
         if bad:
-            raise ArgumentError(f"{where}: strides {list(call.strides)} of {size}-byte elements are not multiples of "
-                                "16 bytes (TMA needs every stride but the last 16-byte aligned)", kernel=None,
-                                param=name)
+            raise ArgumentError(
+                f"{where}: strides {list(call.strides)} of {size}-byte elements are not multiples of "
+                "16 bytes (TMA needs every stride but the last 16-byte aligned)",
+                kernel=None,
+                param=name,
+            )
     if call.padding == "nan" and not d.dtype.startswith(("fp", "bf")):
         raise ArgumentError(f"{where}: padding 'nan' needs a floating-point tensor", kernel=None, param=name)
     if call.tf32 and d.dtype != "fp32":
@@ -604,8 +791,12 @@ def check_call(name: str, d: TensorDescAbi, call: _Call, block_from_variant: boo
     if call.tf32 and d.convention == "triton-3.5":
         # the binary has no rounding flag to take (decomposed) nor a TF32 map to read (tma): launching would
         # silently skip the rounding the caller asked for
-        raise ArgumentError(f"{where}: round_f32_to_tf32 descriptors did not exist before Triton 3.7; this variant's "
-                            "convention (triton-3.5) cannot take one", kernel=None, param=name)
+        raise ArgumentError(
+            f"{where}: round_f32_to_tf32 descriptors did not exist before Triton 3.7; this variant's "
+            "convention (triton-3.5) cannot take one",
+            kernel=None,
+            param=name,
+        )
 
 
 _lock = threading.Lock()
@@ -632,8 +823,9 @@ def _driver() -> int:
 
 def _driver_error(call: str, cu: Any, err: Any, p: Any) -> DriverError:
     _e, text = cu.cuGetErrorString(err)
-    return DriverError(f"{call} failed: {text.decode() if isinstance(text, bytes) else text} ({p})", call=call,
-                       code=int(err))
+    return DriverError(
+        f"{call} failed: {text.decode() if isinstance(text, bytes) else text} ({p})", call=call, code=int(err)
+    )
 
 
 def encode_im2col(p: Im2colParams) -> bytes:
@@ -642,11 +834,21 @@ def encode_im2col(p: Im2colParams) -> bytes:
 
     u64, u32 = cu.cuuint64_t, cu.cuuint32_t
     err, tmap = cu.cuTensorMapEncodeIm2col(
-        cu.CUtensorMapDataType(p.data_type), p.rank, p.address, [u64(v) for v in p.global_dim],
-        [u64(v) for v in p.global_strides], list(p.pixel_box_lower_corner), list(p.pixel_box_upper_corner),
-        p.channels_per_pixel, p.pixels_per_column, [u32(v) for v in p.element_strides],
-        cu.CUtensorMapInterleave(p.interleave), cu.CUtensorMapSwizzle(p.swizzle),
-        cu.CUtensorMapL2promotion(p.l2_promotion), cu.CUtensorMapFloatOOBfill(p.oob_fill))
+        cu.CUtensorMapDataType(p.data_type),
+        p.rank,
+        p.address,
+        [u64(v) for v in p.global_dim],
+        [u64(v) for v in p.global_strides],
+        list(p.pixel_box_lower_corner),
+        list(p.pixel_box_upper_corner),
+        p.channels_per_pixel,
+        p.pixels_per_column,
+        [u32(v) for v in p.element_strides],
+        cu.CUtensorMapInterleave(p.interleave),
+        cu.CUtensorMapSwizzle(p.swizzle),
+        cu.CUtensorMapL2promotion(p.l2_promotion),
+        cu.CUtensorMapFloatOOBfill(p.oob_fill),
+    )
     if int(err) != 0:
         raise _driver_error("cuTensorMapEncodeIm2col", cu, err, p)
     return bytes(ctypes.string_at(tmap.getPtr(), TENSORMAP_SIZE))
@@ -658,11 +860,18 @@ def encode_tiled(p: EncodeParams) -> bytes:
 
     u64, u32 = cu.cuuint64_t, cu.cuuint32_t  # the binding takes its own integer types in these lists
     err, tmap = cu.cuTensorMapEncodeTiled(
-        cu.CUtensorMapDataType(p.data_type), p.rank, p.address, [u64(v) for v in p.global_dim],
-        [u64(v) for v in p.global_strides], [u32(v) for v in p.box_dim], [u32(v) for v in p.element_strides],
+        cu.CUtensorMapDataType(p.data_type),
+        p.rank,
+        p.address,
+        [u64(v) for v in p.global_dim],
+        [u64(v) for v in p.global_strides],
+        [u32(v) for v in p.box_dim],
+        [u32(v) for v in p.element_strides],
         cu.CUtensorMapInterleave(p.interleave),
-        cu.CUtensorMapSwizzle(p.swizzle), cu.CUtensorMapL2promotion(p.l2_promotion),
-        cu.CUtensorMapFloatOOBfill(p.oob_fill))
+        cu.CUtensorMapSwizzle(p.swizzle),
+        cu.CUtensorMapL2promotion(p.l2_promotion),
+        cu.CUtensorMapFloatOOBfill(p.oob_fill),
+    )
     if int(err) != 0:
         raise _driver_error("cuTensorMapEncodeTiled", cu, err, p)
     raw = bytearray(ctypes.string_at(tmap.getPtr(), TENSORMAP_SIZE))
@@ -683,8 +892,14 @@ class Expansion(list):
         self.blob: bytes | None = None
 
 
-def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = False,
-           device: int | None = None, block: tuple[int, ...] | None = None) -> list[Any]:
+def expand(
+    name: str,
+    d: TensorDescAbi,
+    value: Any,
+    block_from_variant: bool = False,
+    device: int | None = None,
+    block: tuple[int, ...] | None = None,
+) -> list[Any]:
     """A descriptor argument as the values of the binary parameters ``d`` lists (``d.slots``, in order):
     bytes for a ``tensormap`` slot, ints (bools as 0/1) for the rest. Cached by everything it depends on.
     ``device``: the launch's device; a descriptor over memory of another GPU is refused."""
@@ -692,42 +907,89 @@ def expand(name: str, d: TensorDescAbi, value: Any, block_from_variant: bool = F
         fixed = value._fixed_ptr
         ptr, dev = (fixed, None) if fixed is not None else _address(value, name)
         memo = value._memo
-        if memo is not None and memo[3] == ptr and memo[0] == id(d) and memo[4] == dev and memo[2] == device \
-                and memo[1] == block_from_variant and memo[6] == block:
+        if (
+            memo is not None
+            and memo[3] == ptr
+            and memo[0] == id(d)
+            and memo[4] == dev
+            and memo[2] == device
+            and memo[1] == block_from_variant
+            and memo[6] == block
+        ):
             return memo[5]
         box = _im2col_of(value.pixel_box_lower_corner, value.pixel_box_upper_corner, value.element_strides)
-        key = (ptr, value.shape, value.strides, value.elem_dtype, dev, value.block_shape, value.padding,
-               value.round_f32_to_tf32, id(d), block_from_variant, device, block, box)
+        key = (
+            ptr,
+            value.shape,
+            value.strides,
+            value.elem_dtype,
+            dev,
+            value.block_shape,
+            value.padding,
+            value.round_f32_to_tf32,
+            id(d),
+            block_from_variant,
+            device,
+            block,
+            box,
+        )
         out = _cache.get(key)
         if out is not None:
             value._memo = (id(d), block_from_variant, device, ptr, dev, out, block)
             return out
-        call = _Call(ptr, value.shape, value.strides, value.block_shape, value.elem_dtype, dev, value.padding,
-                     value.round_f32_to_tf32, box)
+        call = _Call(
+            ptr,
+            value.shape,
+            value.strides,
+            value.block_shape,
+            value.elem_dtype,
+            dev,
+            value.padding,
+            value.round_f32_to_tf32,
+            box,
+        )
     else:
         try:
             call = _read(value, name)
         except ArgumentError as exc:
             raise ArgumentError(f"parameter {name!r}: {exc}", kernel=None, param=name) from None
-        key = (call.ptr, call.shape, call.strides, call.dtype, call.device, call.block, call.padding, call.tf32, id(d),
-               block_from_variant, device, block, call.im2col)
+        key = (
+            call.ptr,
+            call.shape,
+            call.strides,
+            call.dtype,
+            call.device,
+            call.block,
+            call.padding,
+            call.tf32,
+            id(d),
+            block_from_variant,
+            device,
+            block,
+            call.im2col,
+        )
         out = _cache.get(key)
         if out is not None:
             return out
     check_call(name, d, call, block_from_variant, block)
     if device is not None and call.device is not None and call.device >= 0 and call.device != device:
-        raise ArgumentError(f"parameter {name!r}: the descriptor's tensor is on device {call.device}, the launch on "
-                            f"device {device}; a tensor map must describe memory of the launching GPU", kernel=None,
-                            param=name)
+        raise ArgumentError(
+            f"parameter {name!r}: the descriptor's tensor is on device {call.device}, the launch on "
+            f"device {device}; a tensor map must describe memory of the launching GPU",
+            kernel=None,
+            param=name,
+        )
     r = d.rank
     if d.mode == "tma":
         if d.im2col:
             assert call.im2col is not None  # check_call: an im2col parameter has a box
-            tmap = encode_im2col(im2col_params(d, call.ptr, call.shape, call.strides, call.padding, call.tf32,
-                                               call.im2col))
+            tmap = encode_im2col(
+                im2col_params(d, call.ptr, call.shape, call.strides, call.padding, call.tf32, call.im2col)
+            )
         else:
-            tmap = encode_tiled(encode_params(d, call.ptr, call.shape, call.strides, call.padding, call.tf32,
-                                              _driver()))
+            tmap = encode_tiled(
+                encode_params(d, call.ptr, call.shape, call.strides, call.padding, call.tf32, _driver())
+            )
         shape = list(call.shape)
         if d.fp4_padded and d.convention == "triton-3.5":  # 3.5/3.6 pass the doubled shape on as well
             shape[-1] *= 2

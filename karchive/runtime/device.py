@@ -12,9 +12,27 @@ from dataclasses import dataclass
 #: Highest PTX ISA version each CUDA driver (``cuDriverGetVersion``) can JIT, from NVIDIA's PTX ISA
 #: release notes. A driver newer than the table is assumed to read everything the table knows.
 DRIVER_PTX_ISA: dict[int, tuple[int, int]] = {
-    11000: (7, 0), 11010: (7, 1), 11020: (7, 2), 11030: (7, 3), 11040: (7, 4), 11050: (7, 5), 11060: (7, 6),
-    11070: (7, 7), 11080: (7, 8), 12000: (8, 0), 12010: (8, 1), 12020: (8, 2), 12030: (8, 3), 12040: (8, 4),
-    12050: (8, 5), 12060: (8, 5), 12080: (8, 7), 12090: (8, 8), 13000: (9, 0), 13010: (9, 1), 13020: (9, 2),
+    11000: (7, 0),
+    11010: (7, 1),
+    11020: (7, 2),
+    11030: (7, 3),
+    11040: (7, 4),
+    11050: (7, 5),
+    11060: (7, 6),
+    11070: (7, 7),
+    11080: (7, 8),
+    12000: (8, 0),
+    12010: (8, 1),
+    12020: (8, 2),
+    12030: (8, 3),
+    12040: (8, 4),
+    12050: (8, 5),
+    12060: (8, 5),
+    12080: (8, 7),
+    12090: (8, 8),
+    13000: (9, 0),
+    13010: (9, 1),
+    13020: (9, 2),
 }
 
 
@@ -65,14 +83,29 @@ class DeviceInfo:
         return f"{self.backend} device {self.index} ({what}{', ' + self.name if self.name else ''})"
 
     @classmethod
-    def describe_target(cls, target: str, *, index: int = 0, shared_optin: int | None = None,
-                        driver_version: int | None = None, name: str = "") -> DeviceInfo:
+    def describe_target(
+        cls,
+        target: str,
+        *,
+        index: int = 0,
+        shared_optin: int | None = None,
+        driver_version: int | None = None,
+        name: str = "",
+    ) -> DeviceInfo:
         """A device description from ``cuda:86`` / ``hip:gfx942`` (selection without a GPU; no driver involved)."""
         from ..format.target import Target
 
         t = Target.parse(target)
         if t.backend == "cuda":
             cap = int(t.arch)
-            return cls("cuda", index, t.arch, t.warp_size, cc=divmod(cap, 10), shared_optin=shared_optin,
-                       driver_version=driver_version, name=name)
+            return cls(
+                "cuda",
+                index,
+                t.arch,
+                t.warp_size,
+                cc=divmod(cap, 10),
+                shared_optin=shared_optin,
+                driver_version=driver_version,
+                name=name,
+            )
         return cls("hip", index, t.arch, t.warp_size, shared_optin=shared_optin, name=name)

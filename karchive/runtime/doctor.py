@@ -52,8 +52,16 @@ def _devices(name: str) -> dict[str, Any]:
         except KarchiveError as exc:
             out["devices"].append({"index": i, "error": str(exc)})
             continue
-        out["devices"].append({"index": i, "name": d.name, "arch": d.arch, "warp_size": d.warp_size,
-                               "multiprocessors": d.multiprocessors, "shared_optin": d.shared_optin})
+        out["devices"].append(
+            {
+                "index": i,
+                "name": d.name,
+                "arch": d.arch,
+                "warp_size": d.warp_size,
+                "multiprocessors": d.multiprocessors,
+                "shared_optin": d.shared_optin,
+            }
+        )
     return out
 
 
@@ -68,11 +76,19 @@ def report(probe_drivers: bool = True) -> dict[str, Any]:
     hip = _package(("hip-python", "rocm-bindings-hip"), "hip")
     out: dict[str, Any] = {
         "karchive": __version__,
-        "python": {"version": platform.python_version(), "implementation": platform.python_implementation(),
-                   "platform": platform.platform(terse=True)},
-        "launch_path": {"active": status.active, "requested": status.requested, "extension_built": status.built,
-                        "detail": status.detail, "env": settings.launch_path(),
-                        "torch_reader": status.torch_reader},
+        "python": {
+            "version": platform.python_version(),
+            "implementation": platform.python_implementation(),
+            "platform": platform.platform(terse=True),
+        },
+        "launch_path": {
+            "active": status.active,
+            "requested": status.requested,
+            "extension_built": status.built,
+            "detail": status.detail,
+            "env": settings.launch_path(),
+            "torch_reader": status.torch_reader,
+        },
         "cuda_python": cuda,
         "hip_python": hip,
     }

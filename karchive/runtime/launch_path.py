@@ -15,9 +15,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import threading
+from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any, NamedTuple
-from collections.abc import Callable, Iterator
 
 from ..core import settings
 from ..errors import RuntimeLoadError
@@ -59,8 +59,11 @@ def _load() -> tuple[ModuleType | None, str]:
                 else:
                     version = getattr(_fastlaunch, "ABI_VERSION", None)
                     if version != ABI_VERSION:
-                        _loaded = (None, f"stale build at {_fastlaunch.__file__} (interface {version}, this code "
-                                         f"needs {ABI_VERSION}): rebuild it (pip install -e .)")
+                        _loaded = (
+                            None,
+                            f"stale build at {_fastlaunch.__file__} (interface {version}, this code "
+                            f"needs {ABI_VERSION}): rebuild it (pip install -e .)",
+                        )
                     else:
                         from . import _torch_abi
                         from .args import on_tensor_type
@@ -101,8 +104,10 @@ def require_extension() -> ModuleType:
     """The compiled launcher for a kernel on the extension path; a clear error when it is not there."""
     module, detail = _load()
     if module is None:
-        raise RuntimeLoadError(f"{ENV}={requested()} asks for karchive's compiled launcher, which is {detail}; "
-                               f"build it (a C compiler and Python headers: pip install -e .) or set {ENV}=python")
+        raise RuntimeLoadError(
+            f"{ENV}={requested()} asks for karchive's compiled launcher, which is {detail}; "
+            f"build it (a C compiler and Python headers: pip install -e .) or set {ENV}=python"
+        )
     return module
 
 

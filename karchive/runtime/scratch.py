@@ -28,8 +28,9 @@ class ScratchPool:
         the kernel launched, named by the error)."""
         return self.reserve(device, stream_key, stream, kind, nbytes, align, kernel)[0]
 
-    def reserve(self, device: int, stream_key: int, stream: Any, kind: str, nbytes: int, align: int,
-                kernel: str) -> tuple[int, int]:
+    def reserve(
+        self, device: int, stream_key: int, stream: Any, kind: str, nbytes: int, align: int, kernel: str
+    ) -> tuple[int, int]:
         """(:meth:`get`'s address, how many bytes from it are usable): the compiled launcher takes the same
         address again, without asking, while a launch on this stream needs no more (an outgrown buffer is
         kept alive, so an address given once stays valid while the pool lives)."""
@@ -46,7 +47,8 @@ class ScratchPool:
                     f"this kernel needs {nbytes} bytes of {kind} scratch, more than karchive has allocated for "
                     "this stream, and the stream is being captured (allocating now would break the capture); "
                     "launch it once outside the capture with the same or a larger grid to preallocate",
-                    kernel=kernel)
+                    kernel=kernel,
+                )
             size = max(nbytes, 2 * have[1] if have else 0, 1 << 16)
             base = self.backend.alloc(device, size + max(align, 1))
             if have is not None:

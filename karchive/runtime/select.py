@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Mapping, Sequence
 
 from ..core.grammar import whole
 from ..errors import NoMatchingVariantError
-from ..format.manifest import Param, Variant
-from .args import PointerInfo, describe_arg
-from .device import DeviceInfo
-from .arg_dtypes import pointer_element, triton_dtype
 from ..format.dtypes import FLOAT_TYPES, INT_RANGES
-from .launch._plan import LAUNCH_OPTIONS, option_value
+from ..format.manifest import Param, Variant
+from .arg_dtypes import pointer_element, triton_dtype
+from .args import PointerInfo, describe_arg
 from .descriptors import descriptor_reason
+from .device import DeviceInfo
+from .launch._plan import LAUNCH_OPTIONS, option_value
 
 
 class _Missing:
@@ -69,9 +69,11 @@ def _arch_rule(binary_arch: str, cc: tuple[int, int]) -> str:
         return " (an arch name karchive cannot read)"
     major, minor = divmod(int(m.group(1)), 10)
     if m.group(2) == "a":
-        return (f" (an arch-specific sm_{m.group(1)}a cubin runs only on exactly sm_{m.group(1)}: its "
-                f"architecture-specific instructions (wgmma, tcgen05, setmaxnreg) are not carried to other models, "
-                f"not even sm_{major}x siblings)")
+        return (
+            f" (an arch-specific sm_{m.group(1)}a cubin runs only on exactly sm_{m.group(1)}: its "
+            f"architecture-specific instructions (wgmma, tcgen05, setmaxnreg) are not carried to other models, "
+            f"not even sm_{major}x siblings)"
+        )
     if m.group(2) == "f":
         return f" (a family-specific sm_{m.group(1)}f cubin runs on sm_{major}x with x >= {minor} only)"
     if (cc[0], cc[1]) < (major, minor):
@@ -124,9 +126,12 @@ class DeviceFit:
     distance: int  # 0 = built for exactly this arch; larger = older compatible arch
 
 
-def device_fit(v: Variant, dev: DeviceInfo, allow_ptx: bool,
-               ptx_header: Callable[[Variant], tuple[tuple[int, int] | None, str | None]] | None = None,
-               ) -> DeviceFit | str:
+def device_fit(
+    v: Variant,
+    dev: DeviceInfo,
+    allow_ptx: bool,
+    ptx_header: Callable[[Variant], tuple[tuple[int, int] | None, str | None]] | None = None,
+) -> DeviceFit | str:
     """A :class:`DeviceFit`, or the reason the variant cannot run on ``dev``."""
     abi = v.abi
     if v.target.backend != dev.backend:
@@ -164,8 +169,10 @@ def device_fit(v: Variant, dev: DeviceInfo, allow_ptx: bool,
     if isa is None:
         return why + "; the driver's PTX ISA level is unknown, so its PTX is not tried"
     if version > isa:
-        return (why + f"; its PTX is ISA {version[0]}.{version[1]}, the driver (version {dev.driver_version}) "
-                f"reads up to {isa[0]}.{isa[1]}")
+        return (
+            why + f"; its PTX is ISA {version[0]}.{version[1]}, the driver (version {dev.driver_version}) "
+            f"reads up to {isa[0]}.{isa[1]}"
+        )
     return DeviceFit("ptx", 1000)
 
 
@@ -181,12 +188,18 @@ def _cubin_fit(binary_arch: str, cc: tuple[int, ...]) -> DeviceFit | None:
 
 
 def _is_int(value: Any) -> bool:
-    return isinstance(value, int) or (hasattr(value, "__index__") and not hasattr(value, "__float__")) or \
-        type(value).__module__ == "numpy" and hasattr(value, "__index__") and "int" in type(value).__name__
+    return (
+        isinstance(value, int)
+        or (hasattr(value, "__index__") and not hasattr(value, "__float__"))
+        or type(value).__module__ == "numpy"
+        and hasattr(value, "__index__")
+        and "int" in type(value).__name__
+    )
 
 
-def param_reason(p: Param, value: Any, info: PointerInfo | None, given_cx: bool,
-                 block_from_variant: bool = False) -> str | None:
+def param_reason(
+    p: Param, value: Any, info: PointerInfo | None, given_cx: bool, block_from_variant: bool = False
+) -> str | None:
     """Why ``value`` does not fit parameter ``p`` of one variant (None when it fits)."""
     name = p.name
     if p.equal_to_1:
@@ -201,8 +214,10 @@ def param_reason(p: Param, value: Any, info: PointerInfo | None, given_cx: bool,
                 return None
             value = p.default  # the call takes the signature's default, as Triton does
             if _differs(value, p.constexpr):
-                return (f"{name} is not passed, so it takes its default {value!r}, but this variant was "
-                        f"compiled with {name}={p.constexpr!r}")
+                return (
+                    f"{name} is not passed, so it takes its default {value!r}, but this variant was "
+                    f"compiled with {name}={p.constexpr!r}"
+                )
             return None
         want = p.constexpr
         if value != want or (isinstance(value, bool) != isinstance(want, bool)):
@@ -212,7 +227,9 @@ def param_reason(p: Param, value: Any, info: PointerInfo | None, given_cx: bool,
         return f"{name} is missing"
     typ = p.type
     if typ.startswith("*"):
-        if value is None:  # Triton specialises a None argument to the constexpr None: another variant, never a null pointer
+        if (
+            value is None
+        ):  # Triton specialises a None argument to the constexpr None: another variant, never a null pointer
             return f"{name} is None, which Triton compiles as the constexpr None; this variant takes a pointer ({typ})"
         if info is None:
             return f"{name} expects a pointer ({typ}), got {describe_arg(value)}"
@@ -298,22 +315,39 @@ def omitted_constexprs(kernel: str, variants: Sequence[Variant], values: Sequenc
     for i, name in enumerate(names):
         if values[i] is not MISSING:
             continue
-        ps = [v.params[i] for v in variants if v.params[i].is_constexpr and not v.params[i].equal_to_1
-              and not v.params[i].has_default]
+        ps = [
+            v.params[i]
+            for v in variants
+            if v.params[i].is_constexpr and not v.params[i].equal_to_1 and not v.params[i].has_default
+        ]
         archived = [p.constexpr for p in ps]
         if len({_value_key(x) for x in archived}) > 1:
-            why = ("has no default in the kernel's signature" if any(p.has_default is False for p in ps)
-                   else "has no default recorded in this archive (written before karchive recorded them)")
-            problems.append((name, f"the call omits constexpr {name!r}, which {why}, and the archive holds "
-                             f"{name} = {_listing(archived)}: pass one, e.g. {name}={_reprs(archived)[0]}",
-                             _reprs(archived)))
+            why = (
+                "has no default in the kernel's signature"
+                if any(p.has_default is False for p in ps)
+                else "has no default recorded in this archive (written before karchive recorded them)"
+            )
+            problems.append(
+                (
+                    name,
+                    f"the call omits constexpr {name!r}, which {why}, and the archive holds "
+                    f"{name} = {_listing(archived)}: pass one, e.g. {name}={_reprs(archived)[0]}",
+                    _reprs(archived),
+                )
+            )
     if problems:
-        raise NoMatchingVariantError(f"{kernel}: " + "; ".join(p[1] for p in problems),
-                                     kernel=kernel, rejections=(), param=problems[0][0], values=problems[0][2])
+        raise NoMatchingVariantError(
+            f"{kernel}: " + "; ".join(p[1] for p in problems),
+            kernel=kernel,
+            rejections=(),
+            param=problems[0][0],
+            values=problems[0][2],
+        )
 
 
-def resolve_options(kernel: str, fits: Sequence[Variant], option_names: Sequence[str], given: Mapping[str, Any],
-                    backend: str) -> list[Variant]:
+def resolve_options(
+    kernel: str, fits: Sequence[Variant], option_names: Sequence[str], given: Mapping[str, Any], backend: str
+) -> list[Variant]:
     """The candidates left once the launch options the call omits are settled (docs/runtime.md,
     "Omitted arguments"): for each omitted option on which the candidates differ, the candidates built
     with Triton's default for it (:data:`TRITON_OPTION_DEFAULTS`), for every such option at once, so
@@ -321,20 +355,25 @@ def resolve_options(kernel: str, fits: Sequence[Variant], option_names: Sequence
     candidate shares needs no rule (launch options change how fast a kernel runs, not what it computes).
     """
     defaults = TRITON_OPTION_DEFAULTS.get(backend, TRITON_OPTION_DEFAULTS["cuda"])
-    ambiguous = [o for o in option_names if o not in given
-                 and len({_value_key(option_value(v, o)) for v in fits}) > 1]
+    ambiguous = [o for o in option_names if o not in given and len({_value_key(option_value(v, o)) for v in fits}) > 1]
     if not ambiguous:
         return list(fits)
     chosen = [v for v in fits if all(not _differs(option_value(v, o), defaults.get(o)) for o in ambiguous)]
     if chosen:
         return chosen
-    choices = "; ".join(f"{o} = {_listing([option_value(v, o) for v in fits])} (Triton's default: {defaults.get(o)!r})"
-                        for o in ambiguous)
+    choices = "; ".join(
+        f"{o} = {_listing([option_value(v, o) for v in fits])} (Triton's default: {defaults.get(o)!r})"
+        for o in ambiguous
+    )
     raise NoMatchingVariantError(
         f"{kernel}: the call omits launch option(s) {', '.join(ambiguous)}, the variants that fit differ on "
         f"them and none was built with Triton's defaults for all of them; archived: {choices}. Pass the one "
-        f"you want, e.g. {ambiguous[0]}=...", kernel=kernel, rejections=(), param=ambiguous[0],
-        values=_reprs([option_value(v, ambiguous[0]) for v in fits]))
+        f"you want, e.g. {ambiguous[0]}=...",
+        kernel=kernel,
+        rejections=(),
+        param=ambiguous[0],
+        values=_reprs([option_value(v, ambiguous[0]) for v in fits]),
+    )
 
 
 def option_reason(v: Variant, options: Mapping[str, Any]) -> str | None:
@@ -346,9 +385,14 @@ def option_reason(v: Variant, options: Mapping[str, Any]) -> str | None:
     return None
 
 
-def call_reason(v: Variant, values: Sequence[Any], infos: Sequence[PointerInfo | None],
-                options: Mapping[str, Any] | None = None, block_from_variant: bool = False,
-                memo: list[dict[int, str | None]] | None = None) -> str | None:
+def call_reason(
+    v: Variant,
+    values: Sequence[Any],
+    infos: Sequence[PointerInfo | None],
+    options: Mapping[str, Any] | None = None,
+    block_from_variant: bool = False,
+    memo: list[dict[int, str | None]] | None = None,
+) -> str | None:
     """Why the call's arguments and launch options do not fit variant ``v`` (None when they do).
     ``block_from_variant``: descriptors take the variant's block shape (autotuned kernels), so theirs is not compared.
 
@@ -359,8 +403,9 @@ def call_reason(v: Variant, values: Sequence[Any], infos: Sequence[PointerInfo |
     if len(values) != len(v.params):
         return f"takes {len(v.params)} parameters, the call gave {len(values)}"
     if memo is None:
-        reasons = [r for p, x, i in zip(v.params, values, infos)
-                   if (r := param_reason(p, x, i, False, block_from_variant))]
+        reasons = [
+            r for p, x, i in zip(v.params, values, infos) if (r := param_reason(p, x, i, False, block_from_variant))
+        ]
     else:
         while len(memo) < len(values):
             memo.append({})
@@ -384,17 +429,29 @@ def variant_label(v: Variant) -> str:
     cx = ", ".join(f"{k}={val!r}" for k, val in v.constexprs.items())
     hints = ",".join(p.name + (":1" if p.equal_to_1 else ":16") for p in v.params if p.equal_to_1 or p.divisibility)
     stages = v.options.get("num_stages")
-    opts = (f"num_warps={v.abi.num_warps}" + (f", num_stages={stages}" if stages is not None else "")
-            + (f", num_ctas={v.abi.num_ctas}" if v.abi.num_ctas != 1 else "")
-            + (f", maxnreg={v.options['maxnreg']}" if v.options.get("maxnreg") is not None else ""))
-    return (f"{v.key[:12]} [{v.target}/{v.abi.binary_arch}; {cx}{'; ' if cx else ''}{opts}"
-            f"{'; ' + hints if hints else ''}]")
+    opts = (
+        f"num_warps={v.abi.num_warps}"
+        + (f", num_stages={stages}" if stages is not None else "")
+        + (f", num_ctas={v.abi.num_ctas}" if v.abi.num_ctas != 1 else "")
+        + (f", maxnreg={v.options['maxnreg']}" if v.options.get("maxnreg") is not None else "")
+    )
+    return (
+        f"{v.key[:12]} [{v.target}/{v.abi.binary_arch}; {cx}{'; ' if cx else ''}{opts}{'; ' + hints if hints else ''}]"
+    )
 
 
-def select_variant(kernel: str, variants: Sequence[Variant], dev: DeviceInfo, values: Sequence[Any],
-                   infos: Sequence[PointerInfo | None], names: Sequence[str], allow_ptx: bool = False,
-                   ptx_header: Callable | None = None, options: Mapping[str, Any] | None = None,
-                   block_from_variant: bool = False) -> tuple[Variant, DeviceFit]:
+def select_variant(
+    kernel: str,
+    variants: Sequence[Variant],
+    dev: DeviceInfo,
+    values: Sequence[Any],
+    infos: Sequence[PointerInfo | None],
+    names: Sequence[str],
+    allow_ptx: bool = False,
+    ptx_header: Callable | None = None,
+    options: Mapping[str, Any] | None = None,
+    block_from_variant: bool = False,
+) -> tuple[Variant, DeviceFit]:
     """The best variant for this device, call and launch options, or :class:`NoMatchingVariantError` listing
     every rejection.
 
@@ -423,17 +480,20 @@ def select_variant(kernel: str, variants: Sequence[Variant], dev: DeviceInfo, va
         fits.append(((fit.mode != "binary", -specialisation_count(v), fit.distance, v.key), i, v, fit))
     if fits:
         option_names = [o for o in LAUNCH_OPTIONS if o not in names]
-        keep = {id(v) for v in resolve_options(kernel, [t[2] for t in fits], option_names, options or {},
-                                               dev.backend)}
+        keep = {id(v) for v in resolve_options(kernel, [t[2] for t in fits], option_names, options or {}, dev.backend)}
         # What is left differs only in how well it runs (binary, hints, arch), never in what it computes;
         # the variant key breaks the last tie, so no manifest or insertion order decides.
         best = min((t for t in fits if id(t[2]) in keep), key=lambda t: t[0])
         return best[2], best[3]
     labelled = [(variant_label(v), why) for v, why in rejected]
-    asked = ", ".join([f"{n}={describe_arg(x)}" for n, x in zip(names, values) if x is not MISSING]
-                      + [f"{n}={x!r}" for n, x in (options or {}).items()])
+    asked = ", ".join(
+        [f"{n}={describe_arg(x)}" for n, x in zip(names, values) if x is not MISSING]
+        + [f"{n}={x!r}" for n, x in (options or {}).items()]
+    )
     raise NoMatchingVariantError(
         f"no variant of {kernel!r} fits the call {kernel}({asked}) on {dev}; "
         f"{len(variants)} variant(s) rejected:\n" + "\n".join(f"  - {label}: {why}" for label, why in labelled),
-        kernel=kernel, rejections=tuple(labelled), param=None,  # every variant was tried: the call omits nothing
+        kernel=kernel,
+        rejections=tuple(labelled),
+        param=None,  # every variant was tried: the call omits nothing
     )

@@ -29,8 +29,22 @@ from ..errors import KarchiveError
 from .core import AUDIT, FALLBACK, MODES, STRICT, Session, active, install, uninstall
 from .ledger import Report
 
-__all__ = ["serve", "serve_report", "stop", "activate_from_env", "STRICT", "FALLBACK", "AUDIT", "Report",
-           "ENV_ARCHIVES", "ENV_MODE", "ENV_REPORT", "ENV_MISSES", "shim_active", "shim_version"]
+__all__ = [
+    "serve",
+    "serve_report",
+    "stop",
+    "activate_from_env",
+    "STRICT",
+    "FALLBACK",
+    "AUDIT",
+    "Report",
+    "ENV_ARCHIVES",
+    "ENV_MODE",
+    "ENV_REPORT",
+    "ENV_MISSES",
+    "shim_active",
+    "shim_version",
+]
 
 # The variables are declared (and documented) in karchive/core/settings.py.
 ENV_ARCHIVES = settings.SERVE.name
@@ -60,6 +74,7 @@ def _ensure_triton(version: str | None = None) -> bool:
     if have is _MISSING:
         try:
             import triton  # noqa: F401 - real Triton: its classes are patched
+
             return shim_active()
         except ImportError:
             pass
@@ -67,8 +82,9 @@ def _ensure_triton(version: str | None = None) -> bool:
     for name in [m for m in sys.modules if m.startswith("triton.")]:
         del sys.modules[name]  # a half-imported Triton must not shadow the shim's submodules
     package = os.path.join(_SHIM_DIR, "triton")
-    spec = importlib.util.spec_from_file_location("triton", os.path.join(package, "__init__.py"),
-                                                  submodule_search_locations=[package])
+    spec = importlib.util.spec_from_file_location(
+        "triton", os.path.join(package, "__init__.py"), submodule_search_locations=[package]
+    )
     assert spec is not None and spec.loader is not None
     shim = importlib.util.module_from_spec(spec)
     sys.modules["triton"] = shim
@@ -92,8 +108,13 @@ def shim_version(version: str | None) -> str | None:
     return None
 
 
-def serve(*archives: Any, mode: str = STRICT, misses: str | os.PathLike | None = None,
-          report_at_exit: bool | str = False, **open_kwargs: Any) -> Report:
+def serve(
+    *archives: Any,
+    mode: str = STRICT,
+    misses: str | os.PathLike | None = None,
+    report_at_exit: bool | str = False,
+    **open_kwargs: Any,
+) -> Report:
     """Serve launches of the kernels in ``archives`` (Archive objects, paths, URLs or NAME@VERSION).
 
     ``misses``: in fallback mode, write the launches that were not served there as a build spec.
@@ -109,8 +130,10 @@ def serve(*archives: Any, mode: str = STRICT, misses: str | os.PathLike | None =
     built_with = next((str(v) for a in opened if (v := (a.manifest.produced_by or {}).get("triton"))), None)
     shim = _ensure_triton(built_with)
     if shim and mode != STRICT:
-        raise KarchiveError(f"karchive.serve(mode={mode!r}) needs Triton to compile misses; it is not installed "
-                            "(only the import shim is): use mode='strict'")
+        raise KarchiveError(
+            f"karchive.serve(mode={mode!r}) needs Triton to compile misses; it is not installed "
+            "(only the import shim is): use mode='strict'"
+        )
     log = None
     if misses is not None and mode == FALLBACK:
         from .misses import MissLog
@@ -155,8 +178,11 @@ def _warn_unsigned(report: Report) -> None:
 
     logging.getLogger("karchive.serve").warning(
         "karchive.serve: serving %s unsigned (%s): an archive can claim any kernel's source key; set "
-        "%s to serve only archives your keys signed (docs/serving.md)", ", ".join(new),
-        report.trust.get(new[0], "").partition(": ")[2], settings.TRUST_POLICY.name)
+        "%s to serve only archives your keys signed (docs/serving.md)",
+        ", ".join(new),
+        report.trust.get(new[0], "").partition(": ")[2],
+        settings.TRUST_POLICY.name,
+    )
 
 
 def serve_report() -> Report | None:

@@ -20,8 +20,10 @@ import sys
 from ..core import settings
 
 PROG = "python -m karchive.serve"
-USAGE = (f"usage: {PROG} [--archive REF]... [--mode strict|fallback|audit] [--report stderr|PATH] "
-         "[--misses PATH] -- PROGRAM.py|-m MODULE [ARGS...]")
+USAGE = (
+    f"usage: {PROG} [--archive REF]... [--mode strict|fallback|audit] [--report stderr|PATH] "
+    "[--misses PATH] -- PROGRAM.py|-m MODULE [ARGS...]"
+)
 
 
 class _Usage(Exception):
@@ -30,14 +32,14 @@ class _Usage(Exception):
 
 def _parse(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     if "--" not in argv:
-        raise _Usage(f"give the program after --; {USAGE[len('usage: '):]}")
+        raise _Usage(f"give the program after --; {USAGE[len('usage: ') :]}")
     cut = argv.index("--")
     parser = argparse.ArgumentParser(prog=PROG)
     parser.add_argument("--archive", action="append", default=[], help="archive to serve from (repeatable)")
     parser.add_argument("--mode", type=str.lower, choices=("strict", "fallback", "audit"))
     parser.add_argument("--report", help="stderr, or a path for the JSON report, written at exit")
     parser.add_argument("--misses", help="fallback: write the misses as a build spec here")
-    return parser.parse_args(argv[:cut]), argv[cut + 1:]
+    return parser.parse_args(argv[:cut]), argv[cut + 1 :]
 
 
 def _check_program(prog: list[str]) -> None:
@@ -67,8 +69,11 @@ def main(argv: list[str] | None = None) -> int:
         env = os.environ
         if ns.archive:
             env[settings.SERVE.name] = ",".join(ns.archive)
-        for name, value in ((settings.SERVE_MODE.name, ns.mode), (settings.SERVE_REPORT.name, ns.report),
-                            (settings.SERVE_MISSES.name, ns.misses)):
+        for name, value in (
+            (settings.SERVE_MODE.name, ns.mode),
+            (settings.SERVE_REPORT.name, ns.report),
+            (settings.SERVE_MISSES.name, ns.misses),
+        ):
             if value:
                 env[name] = value
         _check_program(prog)

@@ -40,10 +40,19 @@ from .identity import LiveIdentity, find, live_identity
 INF = float("inf")
 #: Options that describe what a Triton install can do, not what was asked of the compile: they may differ
 #: between the release that built an archive and the one serving it without changing the binary.
-CAPABILITY_OPTIONS = frozenset({
-    "supported_fp8_dtypes", "deprecated_fp8_dot_operand_dtypes", "allowed_dot_input_precisions", "extern_libs",
-    "backend_name", "ptx_version", "arch", "warp_size", "max_num_imprecise_acc_default",
-})
+CAPABILITY_OPTIONS = frozenset(
+    {
+        "supported_fp8_dtypes",
+        "deprecated_fp8_dot_operand_dtypes",
+        "allowed_dot_input_precisions",
+        "extern_libs",
+        "backend_name",
+        "ptx_version",
+        "arch",
+        "warp_size",
+        "max_num_imprecise_acc_default",
+    }
+)
 #: Options Triton sets per call from its knobs (``knobs.runtime.debug`` & co.), compared when both sides hold them.
 _IR_SUFFIX = {"ptx": "ptx", "ttir": "ttir", "ttgir": "ttgir", "llir": "llir", "amdgcn": "amdgcn", "source": "source"}
 
@@ -101,8 +110,11 @@ class Request:
                 parts.append(f"{n}={_plain(self.constexprs[n])!r}")
             else:
                 parts.append(f"{n}:{t}" + (f":{self.divisibility[n]}" if n in self.divisibility else ""))
-        opts = [f"{k}={self.options[k]}" for k in ("num_warps", "num_stages", "num_ctas", "maxnreg")
-                if self.options.get(k) is not None]
+        opts = [
+            f"{k}={self.options[k]}"
+            for k in ("num_warps", "num_stages", "num_ctas", "maxnreg")
+            if self.options.get(k) is not None
+        ]
         return ", ".join(parts + opts)
 
 
@@ -150,8 +162,10 @@ def mismatch(v: Any, req: Request) -> str | None:
         if p.type != t:
             return f"{p.name}: {p.type} in the variant, {t} in the call"
         if (p.divisibility or None) != (req.divisibility.get(p.name) or None):
-            return (f"{p.name}: divisibility {p.divisibility or 'none'} in the variant, "
-                    f"{req.divisibility.get(p.name) or 'none'} in the call")
+            return (
+                f"{p.name}: divisibility {p.divisibility or 'none'} in the variant, "
+                f"{req.divisibility.get(p.name) or 'none'} in the call"
+            )
     return _option_mismatch(v, req.options)
 
 
@@ -212,16 +226,29 @@ class Launcher:
         self._positions = tuple(plan.call_positions)
         self._pointers = frozenset(plan.extracted)
 
-    def __call__(self, gx: int, gy: int, gz: int, stream: Any, function: Any, packed_metadata: Any,
-                 launch_metadata: Any, enter_hook: Any, exit_hook: Any, *args: Any) -> None:
+    def __call__(
+        self,
+        gx: int,
+        gy: int,
+        gz: int,
+        stream: Any,
+        function: Any,
+        packed_metadata: Any,
+        launch_metadata: Any,
+        enter_hook: Any,
+        exit_hook: Any,
+        *args: Any,
+    ) -> None:
         if enter_hook is not None:
             enter_hook(launch_metadata)
         full = self.complete(args)
         if gx * gy * gz > 0:  # Triton's launcher launches nothing for an empty grid (the hooks still run)
             from ..runtime.args import pointer_value
 
-            values = [pointer_value(full[i]) if i in self._pointers and full[i] is not None else full[i]
-                      for i in self._positions]
+            values = [
+                pointer_value(full[i]) if i in self._pointers and full[i] is not None else full[i]
+                for i in self._positions
+            ]
             self.entry().launch_dims(gx, gy, gz, stream, values)
             self.record.calls += 1
         if exit_hook is not None:
@@ -254,8 +281,14 @@ class Launcher:
             return full
         raise ServeMissError(
             f"karchive.serve: {self.kernel.name} launched with {len(args)} arguments; its binary takes "
-            f"{len(self.runtime_pos)} runtime arguments ({self.n} parameters)", kernel=self.kernel.name,
-            call="", rejections=(), archives=(self.record.archive,), param=None, values=())
+            f"{len(self.runtime_pos)} runtime arguments ({self.n} parameters)",
+            kernel=self.kernel.name,
+            call="",
+            rejections=(),
+            archives=(self.record.archive,),
+            param=None,
+            values=(),
+        )
 
 
 class _Files:
@@ -294,16 +327,27 @@ def _metadata(arc: Any, variant: Any) -> dict[str, Any]:
     meta = restore_paths(meta, os.path.dirname(os.path.dirname(os.path.abspath(triton.__file__))))
     if str(meta.get("triton_version", "")) != str(getattr(triton, "__version__", "")):
         abi = variant.abi
-        fill = {"name": abi.entry, "num_warps": abi.num_warps, "num_ctas": abi.num_ctas, "shared": abi.shared,
-                "cluster_dims": list(abi.cluster_dims), "tmem_size": abi.tmem_size,
-                "global_scratch_size": abi.global_scratch_size, "global_scratch_align": abi.global_scratch_align,
-                "profile_scratch_size": abi.profile_scratch_size,
-                "profile_scratch_align": abi.profile_scratch_align, "launch_cooperative_grid": abi.cooperative_grid,
-                "launch_pdl": abi.pdl, "warp_size": abi.warp_size}
+        fill = {
+            "name": abi.entry,
+            "num_warps": abi.num_warps,
+            "num_ctas": abi.num_ctas,
+            "shared": abi.shared,
+            "cluster_dims": list(abi.cluster_dims),
+            "tmem_size": abi.tmem_size,
+            "global_scratch_size": abi.global_scratch_size,
+            "global_scratch_align": abi.global_scratch_align,
+            "profile_scratch_size": abi.profile_scratch_size,
+            "profile_scratch_align": abi.profile_scratch_align,
+            "launch_cooperative_grid": abi.cooperative_grid,
+            "launch_pdl": abi.pdl,
+            "warp_size": abi.warp_size,
+        }
         for k, v in fill.items():
             meta.setdefault(k, v)
-    meta.setdefault("target", {"backend": variant.target.backend, "arch": variant.target.arch,
-                               "warp_size": variant.target.warp_size})
+    meta.setdefault(
+        "target",
+        {"backend": variant.target.backend, "arch": variant.target.arch, "warp_size": variant.target.warp_size},
+    )
     meta.setdefault("hash", variant.key)
     return meta
 
@@ -321,8 +365,10 @@ def compiled_kernel(arc: Any, variant: Any, src: Any, record: Served, single: An
     where = os.path.join(_FILES.directory(), variant.key)
     os.makedirs(where, exist_ok=True)
     backend = variant.target.backend
-    files = {f"{name}.json": json.dumps(meta).encode(), f"{name}.{_BINARY_EXT.get(backend, 'bin')}":
-             arc.reader.read(variant.binary.path)}
+    files = {
+        f"{name}.json": json.dumps(meta).encode(),
+        f"{name}.{_BINARY_EXT.get(backend, 'bin')}": arc.reader.read(variant.binary.path),
+    }
     for stage, ref in variant.ir.items():
         if stage in _IR_SUFFIX:
             files[f"{name}.{_IR_SUFFIX[stage]}"] = arc.reader.read(ref.path)
@@ -409,8 +455,15 @@ class Boundary:
         fn = getattr(src, "fn", None)
         mode = self.session.mode
         if fn is None or not hasattr(fn, "arg_names"):
-            return self._unserved(src, target, options, _env_vars, None, None,
-                                  [f"a compile from {type(src).__name__} (not a @triton.jit source) is not served"])
+            return self._unserved(
+                src,
+                target,
+                options,
+                _env_vars,
+                None,
+                None,
+                [f"a compile from {type(src).__name__} (not a @triton.jit source) is not served"],
+            )
         live = live_identity(fn)
         req = Request(src, target, options if isinstance(options, Mapping) else getattr(options, "__dict__", {}))
         req.kernel = live.name
@@ -455,13 +508,23 @@ class Boundary:
                     return (arc, v, name), []
                 near.append(f"{v.key[:12]}: {why_not}")
             shown = "; ".join(near[:4]) + (f"; ... {len(near) - 4} more" if len(near) > 4 else "")
-            reasons.append(f"{label}: no variant of {name} is this specialisation for "
-                           f"{req.target[0] if req.target else '?'}:{req.target[1] if req.target else '?'} "
-                           f"({shown or 'no variants'})")
+            reasons.append(
+                f"{label}: no variant of {name} is this specialisation for "
+                f"{req.target[0] if req.target else '?'}:{req.target[1] if req.target else '?'} "
+                f"({shown or 'no variants'})"
+            )
         return None, reasons
 
-    def _unserved(self, src: Any, target: Any, options: Any, env: Any, live: LiveIdentity | None,
-                  req: Request | None, reasons: list[str]) -> Any:
+    def _unserved(
+        self,
+        src: Any,
+        target: Any,
+        options: Any,
+        env: Any,
+        live: LiveIdentity | None,
+        req: Request | None,
+        reasons: list[str],
+    ) -> Any:
         name = live.name if live is not None else str(getattr(src, "name", "?"))
         call = f"{name}({req.spec()})" if req is not None else name
         reason = "; ".join(reasons) or "not in the archives"
@@ -470,8 +533,13 @@ class Boundary:
             raise ServeMissError(
                 f"karchive.serve(strict): cannot serve {call}: {reason}. Triton was not asked to compile it; "
                 f"archives: {', '.join(self.session.labels()) or '(none)'}",
-                kernel=name, call=call, rejections=tuple((name, r) for r in reasons), archives=self.session.labels(),
-                param=None, values=())
+                kernel=name,
+                call=call,
+                rejections=tuple((name, r) for r in reasons),
+                archives=self.session.labels(),
+                param=None,
+                values=(),
+            )
         log = self.session.misses
         if log is not None and req is not None and live is not None:
             log.add_request(getattr(src, "fn", None), live.name, req, reason)
@@ -507,8 +575,11 @@ class Boundary:
         where there is none (another kind of object, not archived, a fast path that was turned off)."""
         found: Any = False
         jit_type, tuner_type = _STATE["jit_type"], _STATE["tuner_type"]
-        tuned = type(obj) is tuner_type and type(getattr(obj, "fn", None)) is jit_type and not any(
-            getattr(c, "pre_hook", None) for c in getattr(obj, "configs", ()) or ())
+        tuned = (
+            type(obj) is tuner_type
+            and type(getattr(obj, "fn", None)) is jit_type
+            and not any(getattr(c, "pre_hook", None) for c in getattr(obj, "configs", ()) or ())
+        )
         if type(obj) is jit_type or tuned:
             live = live_identity(obj.fn if tuned else obj)
             for arc in self.session.archives:
@@ -520,7 +591,9 @@ class Boundary:
                 record = self._record(live.name, arc)
                 if not tuned:
                     found = FastPath(obj, self, arc, name, record, _STATE["jit_run"])
-                elif hasattr(arc.kernel(name).resolver, "chosen_config") and not arc.kernel(name).resolver.tune_on_device:
+                elif (
+                    hasattr(arc.kernel(name).resolver, "chosen_config") and not arc.kernel(name).resolver.tune_on_device
+                ):
                     # (a key Triton times on the device is Triton's decision: its path decides, not karchive's timing)
                     found = TunedFastPath(obj, self, arc, name, record, _STATE["tuner_run"])
                 break
@@ -533,8 +606,10 @@ class Boundary:
         the others); Triton's own timing where the archive has configs but no decisions (ahead-of-time builds)."""
         conflicts = meta.keys() & getattr(config, "kwargs", {}).keys()
         if conflicts:  # Triton's own check, before anything is timed (the caller re-defined a tuned symbol)
-            raise ValueError(f"Conflicting meta-parameters: {', '.join(conflicts)}."
-                             " Make sure that you don't re-define auto-tuned symbols.")
+            raise ValueError(
+                f"Conflicting meta-parameters: {', '.join(conflicts)}."
+                " Make sure that you don't re-define auto-tuned symbols."
+            )
         decision = self.decision(tuner, args, meta)
         if decision is None:
             found = tuner.__dict__.get("_karchive_resolver")
@@ -558,8 +633,14 @@ class Boundary:
                 name = getattr(resolver, "name", "?")
                 raise ServeMissError(
                     f"karchive.serve(strict): {name}: the archives hold no tuning decision for this call: {exc}. "
-                    "Triton was not asked to benchmark it", kernel=name, call="", rejections=((name, str(exc)),),
-                    archives=self.session.labels(), param=None, values=()) from exc
+                    "Triton was not asked to benchmark it",
+                    kernel=name,
+                    call="",
+                    rejections=((name, str(exc)),),
+                    archives=self.session.labels(),
+                    param=None,
+                    values=(),
+                ) from exc
             return None
 
     def _resolver(self, tuner: Any) -> Any:
@@ -603,8 +684,16 @@ def _config_is(config: Any, decision: Mapping[str, Any]) -> bool:
 
 
 # -- installing -----------------------------------------------------------------------------------------------
-_STATE: dict[str, Any] = {"boundary": None, "patched": None, "orig": None, "jit_type": None, "jit_run": None,
-                          "tuner_type": None, "tuner_run": None, "knobs": None}
+_STATE: dict[str, Any] = {
+    "boundary": None,
+    "patched": None,
+    "orig": None,
+    "jit_type": None,
+    "jit_run": None,
+    "tuner_type": None,
+    "tuner_run": None,
+    "knobs": None,
+}
 
 
 def _compile(src: Any, target: Any = None, options: Any = None, _env_vars: Any = None) -> Any:
@@ -662,15 +751,23 @@ def install(session: Any) -> Boundary:
     b = Boundary(session)
     if _STATE["patched"] is None:
         first = _compile_modules()[0]
-        patched = {"compile": first.compile, "_bench": Autotuner.__dict__["_bench"],
-                   "__getitem__": KernelInterface.__dict__["__getitem__"]}
+        patched = {
+            "compile": first.compile,
+            "_bench": Autotuner.__dict__["_bench"],
+            "__getitem__": KernelInterface.__dict__["__getitem__"],
+        }
         for mod in _compile_modules():
             if getattr(mod, "compile", None) is patched["compile"]:
                 mod.compile = _compile
         Autotuner._bench = _bench
         KernelInterface.__getitem__ = _getitem
-        _STATE.update(jit_type=JITFunction, jit_run=JITFunction.run, tuner_type=Autotuner, tuner_run=Autotuner.run,
-                      knobs=knobs.runtime)
+        _STATE.update(
+            jit_type=JITFunction,
+            jit_run=JITFunction.run,
+            tuner_type=Autotuner,
+            tuner_run=Autotuner.run,
+            knobs=knobs.runtime,
+        )
         _STATE["patched"] = patched
         _STATE["orig"] = patched["compile"]
         _rebind_existing()

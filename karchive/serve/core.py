@@ -28,9 +28,9 @@ import itertools
 import os
 import sys
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
-from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import ArgumentError, KarchiveError, NoMatchingVariantError, ServeMissError
 from .identity import LiveIdentity, find, live_identity
@@ -161,8 +161,10 @@ class Route:
         if self.tuner is not None and not hasattr(resolver, "tuned_names"):
             configs = list(getattr(self.tuner, "configs", []) or [])
             if len(configs) != 1:
-                self.reasons = [f"{self.live.name} is autotuned at this call site ({len(configs)} configs) but "
-                                f"{arc.name}@{arc.version} holds no tuning records for it"]
+                self.reasons = [
+                    f"{self.live.name} is autotuned at this call site ({len(configs)} configs) but "
+                    f"{arc.name}@{arc.version} holds no tuning records for it"
+                ]
                 return
             self.extra = {k: v for k, v in configs[0].all_kwargs().items() if k != "ir_override"}
         # Configs with a pre_hook (the usual pattern of descriptor kernels: the hook sets each descriptor's block
@@ -170,13 +172,17 @@ class Route:
         # best_config (Liger's fused MLP reads it); a served call does both (the hook is the library's own code).
         self.config_hooks = any(getattr(c, "pre_hook", None) for c in getattr(self.tuner, "configs", None) or [])
         if self.config_hooks and not hasattr(resolver, "chosen_config"):
-            self.reasons = [f"{self.live.name}: a config of its autotuner has a pre_hook, and {arc.name}@"
-                            f"{arc.version} records no tuning that says which config a call launches"]
+            self.reasons = [
+                f"{self.live.name}: a config of its autotuner has a pre_hook, and {arc.name}@"
+                f"{arc.version} records no tuning that says which config a call launches"
+            ]
             return
         recorded = set(getattr(getattr(resolver, "heuristics", None), "names", ()) or ())
         if inner_h - recorded:
-            self.reasons = [f"{self.live.name}: the heuristics {sorted(inner_h - recorded)} under its autotuner "
-                            f"are not recorded in {arc.name}@{arc.version}"]
+            self.reasons = [
+                f"{self.live.name}: the heuristics {sorted(inner_h - recorded)} under its autotuner "
+                f"are not recorded in {arc.name}@{arc.version}"
+            ]
             return
         if self.outer:  # the values its outer heuristics compute come from the library's own functions (launch)
             from ..runtime.autotuned import computed_by_caller
@@ -252,14 +258,19 @@ class Route:
         assert tuner is not None  # config_hooks is set only for a route with an autotuner
         cfg = self.kernel.resolver.chosen_config(grid, args, kwargs)
         values, options = dict(cfg["kwargs"]), dict(cfg["options"])
-        matches = [c for c in tuner.configs
-                   if {k: v for k, v in c.kwargs.items()} == values
-                   and all(getattr(c, k, None) == v for k, v in options.items() if hasattr(c, k))]
+        matches = [
+            c
+            for c in tuner.configs
+            if {k: v for k, v in c.kwargs.items()} == values
+            and all(getattr(c, k, None) == v for k, v in options.items() if hasattr(c, k))
+        ]
         if len({id(getattr(c, "pre_hook", None)) for c in matches}) != 1:
             raise NoMatchingVariantError(
                 f"{self.live.name}: the archive's config {values} {options} matches "
                 f"{'no' if not matches else len(matches)} config(s) of the call site's autotuner with one pre_hook",
-                kernel=self.live.name, param=None)
+                kernel=self.live.name,
+                param=None,
+            )
         config = matches[0]
         tuner.best_config = config
         if config.pre_hook is not None:
@@ -291,19 +302,35 @@ class Route:
                 kwargs[name] = heur({**dict(zip(arg_names, args)), **kwargs})
         return kwargs
 
-    def _missed(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any], exc: BaseException | None,
-                warmup: bool = False, orig: Callable[..., Any] | None = None, obj: Any = None) -> Any:
+    def _missed(
+        self,
+        grid: Any,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+        exc: BaseException | None,
+        warmup: bool = False,
+        orig: Callable[..., Any] | None = None,
+        obj: Any = None,
+    ) -> Any:
         reason = _reason(exc) if exc is not None else "; ".join(self.reasons) or "not served"
         call = self.describe(args, kwargs)
         self.session.report.missed(self.live.name, reason, call)
         if self.mode == STRICT:
-            rejections = tuple(getattr(exc, "rejections", ()) or ()) if exc is not None else \
-                tuple((self.live.name, r) for r in self.reasons)
+            rejections = (
+                tuple(getattr(exc, "rejections", ()) or ())
+                if exc is not None
+                else tuple((self.live.name, r) for r in self.reasons)
+            )
             raise ServeMissError(
                 f"karchive.serve(strict): cannot serve {call}: {reason}. Triton was not asked to compile it; "
                 f"archives: {', '.join(self.session.labels()) or '(none)'}",
-                kernel=self.live.name, call=call, rejections=rejections, archives=self.session.labels(),
-                param=getattr(exc, "param", None), values=tuple(getattr(exc, "values", ()) or ())) from exc
+                kernel=self.live.name,
+                call=call,
+                rejections=rejections,
+                archives=self.session.labels(),
+                param=getattr(exc, "param", None),
+                values=tuple(getattr(exc, "values", ()) or ()),
+            ) from exc
         if self.session.misses is not None and self.jit is not None:
             self.session.misses.add(self, args, kwargs, reason)
         sig = call_shape(self, args, kwargs)
@@ -312,8 +339,15 @@ class Route:
             self.fast = None  # the memo is read on the run path
         return self.triton(obj if obj is not None else self.obj, orig, grid, warmup, args, kwargs)
 
-    def triton(self, obj: Any, orig: Callable[..., Any] | None, grid: Any, warmup: bool, args: Sequence[Any],
-               kwargs: dict[str, Any]) -> Any:
+    def triton(
+        self,
+        obj: Any,
+        orig: Callable[..., Any] | None,
+        grid: Any,
+        warmup: bool,
+        args: Sequence[Any],
+        kwargs: dict[str, Any],
+    ) -> Any:
         """Triton's own run of the call (layers below see depth > 0 and go to Triton too)."""
         _TLS.depth += 1
         try:
@@ -359,8 +393,9 @@ class Route:
         full = self._heuristics(args, kwargs) if self.outer else dict(kwargs)
         full.update(self.extra)
         try:
-            label, variant = _select_any([(f"{self.archive.name}@{self.archive.version}", self.kernel),
-                                          *self.alternates], args, full)
+            label, variant = _select_any(
+                [(f"{self.archive.name}@{self.archive.version}", self.kernel), *self.alternates], args, full
+            )
             verdict: str | None = None
             self.session.report.would_serve(self.live.name, getattr(variant, "key", "")[:12], label)
         except MISS_ERRORS as exc:

@@ -119,7 +119,9 @@ class FastKernel(Kernel):
 class FastPath:
     """One served plain JIT function's fast path (made at its first ``kernel[grid]`` while a session serves it)."""
 
-    def __init__(self, jit: Any, boundary: Any, arc: Any, name: str, record: Any, triton_run: Callable[..., Any]) -> None:
+    def __init__(
+        self, jit: Any, boundary: Any, arc: Any, name: str, record: Any, triton_run: Callable[..., Any]
+    ) -> None:
         self.jit = jit
         self.boundary = boundary
         self.record = record
@@ -200,8 +202,9 @@ class FastPath:
 class TunedFastPath(FastPath):
     """The fast path of a served ``@triton.autotune`` call site (see the module's docstring)."""
 
-    def __init__(self, tuner: Any, boundary: Any, arc: Any, name: str, record: Any,
-                 triton_run: Callable[..., Any]) -> None:
+    def __init__(
+        self, tuner: Any, boundary: Any, arc: Any, name: str, record: Any, triton_run: Callable[..., Any]
+    ) -> None:
         self.jit = tuner
         self.boundary = boundary
         self.record = record
@@ -239,8 +242,13 @@ class TunedFastPath(FastPath):
         config = getattr(self.jit, "best_config", None)
         served = getattr(compiled, "__dict__", {}).get("_karchive_served")
         known = self.results.get(served[1]) if served is not None else None
-        if variant is None or served is None or served[1] != variant.key or config is None or \
-                (known is not None and known is not compiled):
+        if (
+            variant is None
+            or served is None
+            or served[1] != variant.key
+            or config is None
+            or (known is not None and known is not compiled)
+        ):
             self.on = False
             raise _Refer
         self.results[variant.key] = compiled

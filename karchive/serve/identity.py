@@ -122,8 +122,10 @@ def _release_note(versions: list[str], live: str | None) -> str:
     """Why the source keys differ, as far as the releases tell: another Triton release (its keys differ between
     releases), or the same one (then the kernel's own code, a jitted function it calls or its line changed)."""
     if live is not None and set(versions) == {live}:
-        return (f"; built with this process's Triton {live}: the kernel's code, a @triton.jit function it calls, "
-                "or its line in the module changed")
+        return (
+            f"; built with this process's Triton {live}: the kernel's code, a @triton.jit function it calls, "
+            "or its line in the module changed"
+        )
     running = f", this process runs Triton {live}" if live else ""
     return f"; built with Triton {', '.join(versions)}{running}: Triton's source keys differ between releases"
 
@@ -140,9 +142,12 @@ def find(archive: Any, live: LiveIdentity) -> tuple[str | None, list[str]]:
             return live.name, []
         have = sorted({str(variant_digest(v, live.kind))[:16] for v in stale})
         versions = sorted({v.provenance.triton_version for v in stale if v.provenance.triton_version})
-        why.append(f"{label}: {live.name} has {len(stale)} of {len(variants)} variants built from another source "
-                   f"(archived {', '.join(have)}, live {str(live.digest)[:16]}"
-                   + (_release_note(versions, live.triton) if versions and live.kind == CACHE_KEY else "") + ")")
+        why.append(
+            f"{label}: {live.name} has {len(stale)} of {len(variants)} variants built from another source "
+            f"(archived {', '.join(have)}, live {str(live.digest)[:16]}"
+            + (_release_note(versions, live.triton) if versions and live.kind == CACHE_KEY else "")
+            + ")"
+        )
         return None, why
     same_short = [k for k in kernels if short_name(k) == live.short]
     for k in same_short:
@@ -150,8 +155,10 @@ def find(archive: Any, live: LiveIdentity) -> tuple[str | None, list[str]]:
             if all(matches(v, live) for v in archive.variants(k)):
                 if ":" not in k:  # an archive from before qualified names: the source digest names it
                     return k, []
-                why.append(f"{label}: {k} has the same source but another module name than {live.name} "
-                           "(the module was imported under another name when the archive was built)")
+                why.append(
+                    f"{label}: {k} has the same source but another module name than {live.name} "
+                    "(the module was imported under another name when the archive was built)"
+                )
                 continue
         why.append(f"{label}: has {k}, not {live.name}")
     if not why:

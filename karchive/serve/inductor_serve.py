@@ -32,8 +32,8 @@ import importlib.abc
 import importlib.util
 import sys
 import threading
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 from ..errors import ServeMissError
 from ..format import inductor_source
@@ -86,7 +86,12 @@ class InductorServing:
         if self.mode == STRICT:
             raise ServeMissError(
                 f"karchive.serve(strict): Inductor {what} {name}: {reason}. Nothing was benchmarked; archives: "
-                f"{', '.join(self.labels) or '(none)'}", kernel=name, call=what, archives=self.labels, param=None)
+                f"{', '.join(self.labels) or '(none)'}",
+                kernel=name,
+                call=what,
+                archives=self.labels,
+                param=None,
+            )
 
     # -- the decisions -----------------------------------------------------------------------------
     def pin(self, tuner: Any) -> None:
@@ -100,15 +105,26 @@ class InductorServing:
         coordesc = bool(getattr(tuner, "inductor_meta", {}).get("coordinate_descent_tuning", False))
         if decision is None:
             if len(configs) > 1 or coordesc:
-                why = "its source is not an Inductor module karchive can read" if ident is None else \
-                    "the archives record no autotune decision for this source"
-                self.miss("kernel", name, f"{why} (Inductor would benchmark {len(configs)} configs"
-                          f"{' and run coordinate descent' if coordesc else ''})")
+                why = (
+                    "its source is not an Inductor module karchive can read"
+                    if ident is None
+                    else "the archives record no autotune decision for this source"
+                )
+                self.miss(
+                    "kernel",
+                    name,
+                    f"{why} (Inductor would benchmark {len(configs)} configs"
+                    f"{' and run coordinate descent' if coordesc else ''})",
+                )
             return
         shapes = {frozenset(getattr(c, "kwargs", {}) or {}) for c in configs}
         if shapes and frozenset(decision.config["kwargs"]) not in shapes:  # an archive never adds a constexpr
-            self.miss("kernel", name, f"the recorded config sets {sorted(decision.config['kwargs'])}, which no "
-                      f"config of this kernel does ({sorted(sorted(k) for k in shapes)})")
+            self.miss(
+                "kernel",
+                name,
+                f"the recorded config sets {sorted(decision.config['kwargs'])}, which no "
+                f"config of this kernel does ({sorted(sorted(k) for k in shapes)})",
+            )
             return
         if self.mode == AUDIT:
             with self.lock:
@@ -177,8 +193,11 @@ class InductorServing:
                     me.templates_answered += 1
                 return answered
             if answered is None and benchmark is not None:
-                me.miss("template selection", f"{op}({inputs})",
-                        f"the archives record no times for {len(choices)} choices (Inductor would benchmark them)")
+                me.miss(
+                    "template selection",
+                    f"{op}({inputs})",
+                    f"the archives record no times for {len(choices)} choices (Inductor would benchmark them)",
+                )
             return orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
 
         self._undo = self._wrap_module_benchmark()
@@ -215,8 +234,12 @@ class InductorServing:
                 return ms, mod.__file__
             if ms is None:
                 name = f"{digest[:16] if digest else '?'} ({getattr(mod, '__file__', '?')})"
-                me.miss("module benchmark", name, "the archives record no time for a module of this source "
-                        "(the scheduler would compile and benchmark it)")
+                me.miss(
+                    "module benchmark",
+                    name,
+                    "the archives record no time for a module of this source "
+                    "(the scheduler would compile and benchmark it)",
+                )
             return orig(self, mod, *args, **kwargs)
 
         TritonScheduling.benchmark_codegened_module = bench
@@ -229,10 +252,14 @@ class InductorServing:
 
     def to_json(self) -> dict[str, Any]:
         with self.lock:
-            return {"autotuners_pinned": self.pinned, "configs_not_compiled": self.configs_skipped,
-                    "template_selections_answered": self.templates_answered,
-                    "module_benchmarks_answered": self.modules_answered, "benchmarks": self.benchmarks,
-                    "misses": list(self.misses)}
+            return {
+                "autotuners_pinned": self.pinned,
+                "configs_not_compiled": self.configs_skipped,
+                "template_selections_answered": self.templates_answered,
+                "module_benchmarks_answered": self.modules_answered,
+                "benchmarks": self.benchmarks,
+                "misses": list(self.misses),
+            }
 
 
 def make_config(decision: KernelDecision, config_type: Any = None) -> Any:
@@ -319,5 +346,12 @@ def active_inductor() -> InductorServing | None:
     return _ACTIVE["serving"]
 
 
-__all__ = ["InductorServing", "install_inductor", "install_inductor_on_import", "uninstall_inductor",
-           "active_inductor", "make_config", "TRIGGER"]
+__all__ = [
+    "InductorServing",
+    "install_inductor",
+    "install_inductor_on_import",
+    "uninstall_inductor",
+    "active_inductor",
+    "make_config",
+    "TRIGGER",
+]

@@ -48,8 +48,9 @@ class Report:
         if first and self.mode != "strict":
             import logging
 
-            logging.getLogger("karchive.serve").warning("karchive.serve(%s): not served: %s: %s", self.mode,
-                                                        call[:_MAX_CALL], reason)
+            logging.getLogger("karchive.serve").warning(
+                "karchive.serve(%s): not served: %s: %s", self.mode, call[:_MAX_CALL], reason
+            )
         return first
 
     def again(self, kernel: str, reason: str) -> None:
@@ -80,19 +81,22 @@ class Report:
                 first = entries[0][0]
                 counts = _credit(entries)
                 routes = [r for _a, r in entries]
-                out[kernel] = {"archive": first, "calls": counts.pop(first, 0),
-                               "direct": any(r.direct for r in routes)}
+                out[kernel] = {"archive": first, "calls": counts.pop(first, 0), "direct": any(r.direct for r in routes)}
                 others = {a: n for a, n in sorted(counts.items()) if n or any(a == e for e, _r in entries)}
                 if others:
                     out[kernel]["also_served_by"] = others
-                if any(getattr(r, "tunes_on_device", False)
-                       or getattr(getattr(r.kernel, "resolver", None), "tune_on_device", False) for r in routes):
+                if any(
+                    getattr(r, "tunes_on_device", False)
+                    or getattr(getattr(r.kernel, "resolver", None), "tune_on_device", False)
+                    for r in routes
+                ):
                     # an archive built ahead of time holds configs but no decisions: the runtime times them on
                     # the device once per key (and remembers it in the local tuning cache)
                     out[kernel]["tunes_on_device"] = True
                 if kernel in self._would:
-                    out[kernel]["would_launch"] = sorted(v if a == first else f"{v} ({a})"
-                                                         for a, v in self._would[kernel])
+                    out[kernel]["would_launch"] = sorted(
+                        v if a == first else f"{v} ({a})" for a, v in self._would[kernel]
+                    )
         return out
 
     @property
@@ -106,9 +110,15 @@ class Report:
             return [dict(m) for m in self._misses.values()]
 
     def to_json(self) -> dict[str, Any]:
-        out = {"format": "karchive-serve-report/1", "mode": self.mode, "archives": list(self.archives),
-               "trust": {a: self.trust.get(a, "unsigned: not checked") for a in self.archives},
-               "unsigned": self.unsigned, "served": self.served, "missed": self.missed_list}
+        out = {
+            "format": "karchive-serve-report/1",
+            "mode": self.mode,
+            "archives": list(self.archives),
+            "trust": {a: self.trust.get(a, "unsigned: not checked") for a in self.archives},
+            "unsigned": self.unsigned,
+            "served": self.served,
+            "missed": self.missed_list,
+        }
         for name, part in self.sources.items():
             got = part()
             if got is not None:
@@ -120,19 +130,24 @@ class Report:
 
         served = self.served
         missed = self.missed_list
-        lines = [f"karchive.serve({self.mode}) from {', '.join(self.archives) or '(no archives)'}: "
-                 f"{len(served)} kernel(s) served, {len(missed)} miss(es)"]
+        lines = [
+            f"karchive.serve({self.mode}) from {', '.join(self.archives) or '(no archives)'}: "
+            f"{len(served)} kernel(s) served, {len(missed)} miss(es)"
+        ]
         for archive in self.unsigned:
-            lines.append(f"  UNSIGNED {archive}: served without a verified signature "
-                         f"({self.trust.get(archive, 'unsigned: not checked').partition(': ')[2]}); an archive can "
-                         "claim any kernel's source key: set KARCHIVE_TRUST_POLICY (docs/serving.md)")
+            lines.append(
+                f"  UNSIGNED {archive}: served without a verified signature "
+                f"({self.trust.get(archive, 'unsigned: not checked').partition(': ')[2]}); an archive can "
+                "claim any kernel's source key: set KARCHIVE_TRUST_POLICY (docs/serving.md)"
+            )
         for kernel, info in served.items():
             extra = f", would launch {', '.join(info['would_launch'])}" if "would_launch" in info else ""
             direct = " + direct kernel[grid] launches (not counted)" if info["direct"] else ""
             tunes = ", tunes new keys on the device (no recorded decisions)" if info.get("tunes_on_device") else ""
             also = "".join(f"; from {a}: {n} launch(es)" for a, n in info.get("also_served_by", {}).items())
-            lines.append(f"  served  {kernel} from {info['archive']}: {info['calls']} launch(es){direct}{also}{extra}"
-                         f"{tunes}")
+            lines.append(
+                f"  served  {kernel} from {info['archive']}: {info['calls']} launch(es){direct}{also}{extra}{tunes}"
+            )
         for m in missed:
             head, *rest = str(m["reason"]).splitlines() or [""]
             lines.append(f"  missed  {m['kernel']} ({m['count']} call(s)): {head}")

@@ -16,13 +16,30 @@ import json
 import os
 import sys
 import threading
-from typing import Any
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ..runtime.arg_dtypes import triton_dtype
 
-_TRITON_TYPES = {"i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32", "fp64",
-                 "fp8e4nv", "fp8e5", "fp8e4b8", "fp8e5b16"}
+_TRITON_TYPES = {
+    "i1",
+    "i8",
+    "i16",
+    "i32",
+    "i64",
+    "u8",
+    "u16",
+    "u32",
+    "u64",
+    "fp16",
+    "bf16",
+    "fp32",
+    "fp64",
+    "fp8e4nv",
+    "fp8e5",
+    "fp8e4b8",
+    "fp8e5b16",
+}
 _OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
 
@@ -44,8 +61,9 @@ def _source(jit: Any, name: str) -> str:
     return f"{os.path.abspath(getattr(code, 'co_filename', 'unknown.py'))}:{name}"
 
 
-def signature_of(jit: Any, args: Sequence[Any], kwargs: Mapping[str, Any], skip: set[str]) -> tuple[
-        list[str], dict[str, Any], list[str]]:
+def signature_of(
+    jit: Any, args: Sequence[Any], kwargs: Mapping[str, Any], skip: set[str]
+) -> tuple[list[str], dict[str, Any], list[str]]:
     """(signature entries of the non-constexpr parameters, constexpr values, notes) of a call, as Triton
     specialises it."""
     import inspect
@@ -53,8 +71,11 @@ def signature_of(jit: Any, args: Sequence[Any], kwargs: Mapping[str, Any], skip:
     sig: list[str] = []
     cx: dict[str, Any] = {}
     notes: list[str] = []
-    defaults = {n: p.default for n, p in getattr(jit, "signature", inspect.Signature()).parameters.items()
-                if p.default is not inspect.Parameter.empty}
+    defaults = {
+        n: p.default
+        for n, p in getattr(jit, "signature", inspect.Signature()).parameters.items()
+        if p.default is not inspect.Parameter.empty
+    }
     for p in getattr(jit, "params", []):
         i, name = p.num, p.name
         if i < len(args):
@@ -120,9 +141,16 @@ class MissLog:
         sig, cx, notes = signature_of(jit, args, kwargs, tuned)
         opts = {k: kwargs[k] for k in _OPTIONS if k in kwargs and _toml(kwargs[k]) is not None}
         top = route.obj
-        entry = {"source": _source(jit, getattr(jit, "__name__", "kernel")), "signature": ", ".join(sig),
-                 "constexprs": cx, "options": opts, "notes": notes, "reason": reason.splitlines()[0][:300],
-                 "kernel": route.live.name, "autotuned": tuner is not None and top is not jit}
+        entry = {
+            "source": _source(jit, getattr(jit, "__name__", "kernel")),
+            "signature": ", ".join(sig),
+            "constexprs": cx,
+            "options": opts,
+            "notes": notes,
+            "reason": reason.splitlines()[0][:300],
+            "kernel": route.live.name,
+            "autotuned": tuner is not None and top is not jit,
+        }
         self._add(entry)
 
     def add_request(self, jit: Any, kernel: str, req: Any, reason: str) -> None:
@@ -136,8 +164,12 @@ class MissLog:
             t = req.types[n]
             value = req.constexprs.get(n)
             if t == "constexpr":
-                if type(value) is int and value == 1 and n not in getattr(jit, "constexprs_names", ()) and \
-                        not any(getattr(p, "is_constexpr", False) for p in getattr(jit, "params", []) if p.name == n):
+                if (
+                    type(value) is int
+                    and value == 1
+                    and n not in getattr(jit, "constexprs_names", ())
+                    and not any(getattr(p, "is_constexpr", False) for p in getattr(jit, "params", []) if p.name == n)
+                ):
                     sig.append("i32:1")
                 elif _toml(value) is not None:
                     cx[n] = value
@@ -146,15 +178,23 @@ class MissLog:
             else:
                 sig.append(t + (f":{req.divisibility[n]}" if n in req.divisibility else ""))
         opts = {k: req.options[k] for k in _OPTIONS if _toml(req.options.get(k)) is not None}
-        entry = {"source": _source(jit, getattr(jit, "__name__", "kernel")), "signature": ", ".join(sig),
-                 "constexprs": cx, "options": opts, "notes": notes, "reason": reason.splitlines()[0][:300],
-                 "kernel": kernel, "autotuned": False}
+        entry = {
+            "source": _source(jit, getattr(jit, "__name__", "kernel")),
+            "signature": ", ".join(sig),
+            "constexprs": cx,
+            "options": opts,
+            "notes": notes,
+            "reason": reason.splitlines()[0][:300],
+            "kernel": kernel,
+            "autotuned": False,
+        }
         self._add(entry)
 
     def _add(self, entry: dict[str, Any]) -> None:
         cx, opts = entry["constexprs"], entry["options"]
-        ident = json.dumps([entry["source"], entry["signature"], sorted(cx.items(), key=str), sorted(opts.items())],
-                           default=str)
+        ident = json.dumps(
+            [entry["source"], entry["signature"], sorted(cx.items(), key=str), sorted(opts.items())], default=str
+        )
         with self._lock:
             if ident in self._seen:
                 return
@@ -166,24 +206,32 @@ class MissLog:
                 print(f"karchive.serve: cannot write {self.path}: {exc}", file=sys.stderr)
 
     def text(self) -> str:
-        out = ["# Launches karchive.serve(fallback) could not serve; build them with:",
-               f"#   karchive build {os.path.basename(self.path)} -o out/",
-               "[archive]", f"name = {json.dumps(self.name)}", f"version = {json.dumps(self.version)}",
-               'targets = ["cuda:90"]  # edit: the targets to build for', ""]
+        out = [
+            "# Launches karchive.serve(fallback) could not serve; build them with:",
+            f"#   karchive build {os.path.basename(self.path)} -o out/",
+            "[archive]",
+            f"name = {json.dumps(self.name)}",
+            f"version = {json.dumps(self.version)}",
+            'targets = ["cuda:90"]  # edit: the targets to build for',
+            "",
+        ]
         for e in self.entries:
             out.append("[[kernel]]")
             out.append(f"# {e['kernel']}: {e['reason']}".replace("\n", " "))
             for note in e["notes"]:
                 out.append(f"# note: {note}")
             if e["autotuned"]:
-                out.append("# autotuned: the build compiles every config and records no decision; served, the runtime "
-                           "times the configs once per key on the device (capture the call, or ship decisions with "
-                           "`karchive tune --import`, for none)")
+                out.append(
+                    "# autotuned: the build compiles every config and records no decision; served, the runtime "
+                    "times the configs once per key on the device (capture the call, or ship decisions with "
+                    "`karchive tune --import`, for none)"
+                )
             out.append(f"source = {json.dumps(e['source'])}")
             out.append(f"signature = {json.dumps(e['signature'])}")
             if e["constexprs"]:
-                out.append("constexprs = { " + ", ".join(f"{k} = [{_toml(v)}]" for k, v in e["constexprs"].items())
-                           + " }")
+                out.append(
+                    "constexprs = { " + ", ".join(f"{k} = [{_toml(v)}]" for k, v in e["constexprs"].items()) + " }"
+                )
             for k, v in e["options"].items():
                 out.append(f"{k} = {_toml(v)}")
             out.append("")

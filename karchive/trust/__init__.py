@@ -14,15 +14,29 @@ import importlib
 from typing import Any
 
 _LAZY = {
-    "SigningKey": "keys", "PublicKey": "keys", "load_private_key": "keys", "load_public_key": "keys",
-    "save_keypair": "keys", "key_id_of": "keys",
-    "Envelope": "dsse", "pae": "dsse", "INTOTO_PAYLOAD_TYPE": "dsse",
-    "build_statement": "provenance", "parse_statement": "provenance", "Statement": "provenance",
-    "collect_build_info": "buildinfo", "load_build_info": "buildinfo", "check_build_info": "buildinfo",
+    "SigningKey": "keys",
+    "PublicKey": "keys",
+    "load_private_key": "keys",
+    "load_public_key": "keys",
+    "save_keypair": "keys",
+    "key_id_of": "keys",
+    "Envelope": "dsse",
+    "pae": "dsse",
+    "INTOTO_PAYLOAD_TYPE": "dsse",
+    "build_statement": "provenance",
+    "parse_statement": "provenance",
+    "Statement": "provenance",
+    "collect_build_info": "buildinfo",
+    "load_build_info": "buildinfo",
+    "check_build_info": "buildinfo",
     "TrustPolicy": "policy",
-    "verify_archive_signatures": "verify", "TrustResult": "verify",
-    "sidecar_path": "sidecar", "read_sidecar": "sidecar", "write_sidecar": "sidecar",
-    "sign_archive": "sign", "SignOutcome": "sign",
+    "verify_archive_signatures": "verify",
+    "TrustResult": "verify",
+    "sidecar_path": "sidecar",
+    "read_sidecar": "sidecar",
+    "write_sidecar": "sidecar",
+    "sign_archive": "sign",
+    "SignOutcome": "sign",
 }
 
 __all__ = list(_LAZY)

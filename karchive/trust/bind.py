@@ -69,6 +69,7 @@ def hash_source(source: Any, index_sha256: str) -> str:
         h.update(block)
         last = (last + block)[-FOOTER_SIZE:]
     if len(last) != FOOTER_SIZE or index_sha256_from_footer(last) != index_sha256:
-        raise IntegrityError(f"{source.describe()} changed while it was being opened and hashed; refusing it",
-                             source=source.describe())
+        raise IntegrityError(
+            f"{source.describe()} changed while it was being opened and hashed; refusing it", source=source.describe()
+        )
     return h.hexdigest()

@@ -27,16 +27,16 @@ from . import reasons
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _FIELDS = {
-    "builder_id": str,        # SLSA runDetails.builder.id, e.g. a CI workflow URI
-    "command": str,           # "build", "compile", "capture"
-    "spec": dict,             # {"name": relative file name, "sha256": hex}
-    "parameters": dict,       # command parameters (jobs, keep_going, no_ir, ...)
-    "toolchain": dict,        # extra toolchain versions: {"rocm": "6.2.0", ...}
-    "platform": str,          # host platform tag, e.g. "linux-x86_64"
-    "env": dict,              # environment that shapes the build: {"TRITON_DEFAULT_FP_FUSION": "1"}
-    "dependencies": list,     # extra resolved dependencies: [{"uri"?, "name"?, "digest": {alg: hex}}]
-    "invocation_id": str,     # SLSA runDetails.metadata.invocationId
-    "started_on": str,        # RFC 3339 UTC, e.g. "2026-01-02T03:04:05Z"
+    "builder_id": str,  # SLSA runDetails.builder.id, e.g. a CI workflow URI
+    "command": str,  # "build", "compile", "capture"
+    "spec": dict,  # {"name": relative file name, "sha256": hex}
+    "parameters": dict,  # command parameters (jobs, keep_going, no_ir, ...)
+    "toolchain": dict,  # extra toolchain versions: {"rocm": "6.2.0", ...}
+    "platform": str,  # host platform tag, e.g. "linux-x86_64"
+    "env": dict,  # environment that shapes the build: {"TRITON_DEFAULT_FP_FUSION": "1"}
+    "dependencies": list,  # extra resolved dependencies: [{"uri"?, "name"?, "digest": {alg: hex}}]
+    "invocation_id": str,  # SLSA runDetails.metadata.invocationId
+    "started_on": str,  # RFC 3339 UTC, e.g. "2026-01-02T03:04:05Z"
     "finished_on": str,
 }
 _TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z")
@@ -81,7 +81,7 @@ def check_build_info(info: Any) -> dict[str, Any]:
     spec = info.get("spec")
     if spec is not None:
         if set(spec) - {"name", "sha256"} or not fullmatch(_HEX64, spec.get("sha256")):
-            raise _fail("'spec' must be {\"name\": file name, \"sha256\": 64 lowercase hex digits}")
+            raise _fail('\'spec\' must be {"name": file name, "sha256": 64 lowercase hex digits}')
         if "name" in spec and type(spec["name"]) is not str:
             raise _fail("'spec.name' must be a string")
     for key in ("toolchain", "env"):
@@ -91,11 +91,16 @@ def check_build_info(info: Any) -> dict[str, Any]:
     _check_json_tree(info.get("parameters") or {}, "parameters")
     for i, dep in enumerate(info.get("dependencies") or []):
         digest = dep.get("digest") if type(dep) is dict else None
-        if (type(digest) is not dict or not digest or set(dep) - {"uri", "name", "digest"}
-                or any(type(dep.get(k, "")) is not str for k in ("uri", "name"))
-                or any(type(k) is not str or type(v) is not str or not re.fullmatch(r"[0-9a-f]+", v)
-                       for k, v in digest.items())):
-            raise _fail(f"dependencies[{i}] must be {{\"uri\"?, \"name\"?, \"digest\": {{algorithm: lowercase hex}}}}")
+        if (
+            type(digest) is not dict
+            or not digest
+            or set(dep) - {"uri", "name", "digest"}
+            or any(type(dep.get(k, "")) is not str for k in ("uri", "name"))
+            or any(
+                type(k) is not str or type(v) is not str or not re.fullmatch(r"[0-9a-f]+", v) for k, v in digest.items()
+            )
+        ):
+            raise _fail(f'dependencies[{i}] must be {{"uri"?, "name"?, "digest": {{algorithm: lowercase hex}}}}')
     for key in ("started_on", "finished_on"):
         if key in info and not fullmatch(_TIME, info[key]):
             raise _fail(f"{key!r} must be an RFC 3339 UTC time such as 2026-01-02T03:04:05Z")
@@ -140,10 +145,15 @@ def _utc_now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def collect_build_info(*, command: str, spec_path: str | os.PathLike | None = None,
-                       parameters: dict[str, Any] | None = None, started_on: str | None = None,
-                       timestamps: bool = False, env_names: tuple[str, ...] = ("TRITON_DEFAULT_FP_FUSION",
-                                                                               "SOURCE_DATE_EPOCH")) -> dict[str, Any]:
+def collect_build_info(
+    *,
+    command: str,
+    spec_path: str | os.PathLike | None = None,
+    parameters: dict[str, Any] | None = None,
+    started_on: str | None = None,
+    timestamps: bool = False,
+    env_names: tuple[str, ...] = ("TRITON_DEFAULT_FP_FUSION", "SOURCE_DATE_EPOCH"),
+) -> dict[str, Any]:
     """What a build command passes to signing. The spec is named by its base name and digest (no
     directory: no machine path); times are recorded only when ``timestamps`` is asked for, since
     provenance should be as reproducible as the archive."""
@@ -158,8 +168,10 @@ def collect_build_info(*, command: str, spec_path: str | os.PathLike | None = No
         info["toolchain"]["rocm"] = rocm
     if spec_path is not None:
         with open(spec_path, "rb") as fh:
-            info["spec"] = {"name": os.path.basename(os.fspath(spec_path)),
-                            "sha256": hashlib.sha256(fh.read()).hexdigest()}
+            info["spec"] = {
+                "name": os.path.basename(os.fspath(spec_path)),
+                "sha256": hashlib.sha256(fh.read()).hexdigest(),
+            }
     env = {k: os.environ[k] for k in env_names if k in os.environ}
     if env:
         info["env"] = env

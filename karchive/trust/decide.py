@@ -98,9 +98,16 @@ class Verdict:
     def to_json(self) -> dict[str, Any]:
         if self.result is not None:
             return {**self.result.to_json(), "from_receipt": False}
-        return {"ok": True, "archive": self.ref, "sha256": self.sha256, "index_sha256": self.index_sha256,
-                "policy": {"source": self.policy_source, "sha256": self.policy_sha256}, "from_receipt": True,
-                "signers": [{"key_id": k, "key_name": n} for k, n in self.signers], "rejected": []}
+        return {
+            "ok": True,
+            "archive": self.ref,
+            "sha256": self.sha256,
+            "index_sha256": self.index_sha256,
+            "policy": {"source": self.policy_source, "sha256": self.policy_sha256},
+            "from_receipt": True,
+            "signers": [{"key_id": k, "key_name": n} for k, n in self.signers],
+            "rejected": [],
+        }
 
     def describe(self) -> str:
         who = ", ".join(f"{n} ({k[:16]})" for k, n in self.signers) or "nobody (the policy allows unsigned)"
@@ -108,9 +115,17 @@ class Verdict:
         return f"trusted under policy {self.policy_source} (sha256 {self.policy_sha256[:16]}): signed by {who}; {how}"
 
 
-def decide(policy: TrustPolicy | None, subject: Subject, signatures: Callable[[TrustPolicy], Evidence], *,
-           receipts: Receipts | None = None, receipt_key: str | None = None, reuse: bool = True,
-           pins: Pins | None = None, now: datetime.datetime | None = None) -> Verdict | None:
+def decide(
+    policy: TrustPolicy | None,
+    subject: Subject,
+    signatures: Callable[[TrustPolicy], Evidence],
+    *,
+    receipts: Receipts | None = None,
+    receipt_key: str | None = None,
+    reuse: bool = True,
+    pins: Pins | None = None,
+    now: datetime.datetime | None = None,
+) -> Verdict | None:
     """Accept ``subject`` under ``policy`` (a :class:`Verdict`), or raise a :class:`TrustError`
     subclass naming why not; None when there is no policy and nothing is pinned.
 
@@ -123,9 +138,14 @@ def decide(policy: TrustPolicy | None, subject: Subject, signatures: Callable[[T
             raise PinnedSignerError(
                 f"{subject.archive}: {pins.lockfile} pins its signers ({', '.join(k[:16] for k in pins.signers)}), "
                 "which only a trust policy can check; give one (trust=POLICY, --trust POLICY or "
-                "$KARCHIVE_TRUST_POLICY)", reason=reasons.POLICY_REQUIRED, archive=subject.archive,
-                key_id=pins.signers[0], lockfile=pins.lockfile, pinned=pins.signers,
-                policy_sha256=None)  # no policy was given: that is the refusal
+                "$KARCHIVE_TRUST_POLICY)",
+                reason=reasons.POLICY_REQUIRED,
+                archive=subject.archive,
+                key_id=pins.signers[0],
+                lockfile=pins.lockfile,
+                pinned=pins.signers,
+                policy_sha256=None,
+            )  # no policy was given: that is the refusal
         return None
     verdict = _remembered(policy, subject, receipts, receipt_key) if reuse else None
     if verdict is None:
@@ -133,23 +153,34 @@ def decide(policy: TrustPolicy | None, subject: Subject, signatures: Callable[[T
         if receipts is not None and receipt_key is not None:
             assert verdict.result is not None
             until = verdict.result.valid_until()
-            receipts.record_trust(receipt_key, policy.sha256, {
-                "archive": subject.archive, "index_sha256": subject.index_sha256,
-                "signers": [list(s) for s in verdict.signers],
-                "valid_until_ns": None if until is None else int(until.timestamp()) * 10**9})
+            receipts.record_trust(
+                receipt_key,
+                policy.sha256,
+                {
+                    "archive": subject.archive,
+                    "index_sha256": subject.index_sha256,
+                    "signers": [list(s) for s in verdict.signers],
+                    "valid_until_ns": None if until is None else int(until.timestamp()) * 10**9,
+                },
+            )
     if pins is not None and pins.signers:
         _check_pins(pins, subject, verdict)
     return verdict
 
 
-def _remembered(policy: TrustPolicy, subject: Subject, receipts: Receipts | None,
-                receipt_key: str | None) -> Verdict | None:
+def _remembered(
+    policy: TrustPolicy, subject: Subject, receipts: Receipts | None, receipt_key: str | None
+) -> Verdict | None:
     """The receipt's verdict for this policy, if it is about these digests and this archive."""
     if receipts is None or receipt_key is None:
         return None
     entry = receipts.trusted(receipt_key, policy.sha256)
-    if (entry is None or entry.get("index_sha256") != subject.index_sha256 or entry.get("archive") != subject.archive
-            or not isinstance(entry.get("signers"), list)):
+    if (
+        entry is None
+        or entry.get("index_sha256") != subject.index_sha256
+        or entry.get("archive") != subject.archive
+        or not isinstance(entry.get("signers"), list)
+    ):
         return None
     signers = tuple((s[0], s[1]) for s in entry["signers"] if isinstance(s, list) and len(s) == 2)
     return Verdict(subject.archive, subject.sha256, subject.index_sha256, policy.sha256, policy.source, signers, True)
@@ -158,13 +189,20 @@ def _remembered(policy: TrustPolicy, subject: Subject, receipts: Receipts | None
 def _verify(policy: TrustPolicy, subject: Subject, evidence: Evidence, now: datetime.datetime | None) -> Verdict:
     from . import verify  # by module: tests count verifications by wrapping verify_archive_signatures
 
-    result = verify.verify_archive_signatures(sha256=subject.sha256, index_sha256=subject.index_sha256,
-                                              name=subject.name, version=subject.version,
-                                              envelopes=evidence.envelopes, unreadable=evidence.unreadable,
-                                              policy=policy, now=now)
+    result = verify.verify_archive_signatures(
+        sha256=subject.sha256,
+        index_sha256=subject.index_sha256,
+        name=subject.name,
+        version=subject.version,
+        envelopes=evidence.envelopes,
+        unreadable=evidence.unreadable,
+        policy=policy,
+        now=now,
+    )
     signers = tuple(sorted((s.key.key_id, s.key.name) for s in result.signers))
-    return Verdict(subject.archive, subject.sha256, subject.index_sha256, policy.sha256, policy.source, signers,
-                   False, result)
+    return Verdict(
+        subject.archive, subject.sha256, subject.index_sha256, policy.sha256, policy.source, signers, False, result
+    )
 
 
 def _check_pins(pins: Pins, subject: Subject, verdict: Verdict) -> None:
@@ -175,8 +213,13 @@ def _check_pins(pins: Pins, subject: Subject, verdict: Verdict) -> None:
             f"{subject.archive}: {pins.lockfile} pins signer(s) {', '.join(k[:16] for k in missing)}, whose signature "
             f"does not count now (counting: {', '.join(k[:16] for k in verdict.key_ids) or 'none'}): the signature "
             "is gone, or the key was revoked or rotated out. Re-run `karchive lock` to accept the current signers",
-            archive=subject.archive, key_id=missing[0], lockfile=pins.lockfile, pinned=pins.signers,
-            found=verdict.key_ids, policy_sha256=verdict.policy_sha256)
+            archive=subject.archive,
+            key_id=missing[0],
+            lockfile=pins.lockfile,
+            pinned=pins.signers,
+            found=verdict.key_ids,
+            policy_sha256=verdict.policy_sha256,
+        )
 
 
 def sidecar_evidence(envelope: Envelope | None) -> Evidence:

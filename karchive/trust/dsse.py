@@ -108,8 +108,9 @@ class Envelope:
         sigs = []
         for i, s in enumerate(obj["signatures"]):
             if type(s) is not dict or type(s.get("sig")) is not str or type(s.get("keyid", "")) is not str:
-                raise EnvelopeError(f"{where}: signatures[{i}] needs a string 'sig' (and an optional string 'keyid')",
-                                    path=where)
+                raise EnvelopeError(
+                    f"{where}: signatures[{i}] needs a string 'sig' (and an optional string 'keyid')", path=where
+                )
             try:
                 sigs.append(Signature(s.get("keyid", ""), b64decode(s["sig"], f"signatures[{i}].sig", where)))
             except EnvelopeError as exc:

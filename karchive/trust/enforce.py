@@ -62,13 +62,15 @@ def manifest_identity(reader: ArchiveReader, where: str) -> tuple[str, str]:
     # The header (format 2) or the whole manifest (1.0): both carry the identity; no shard is read.
     name, version = reader.header.get("name"), reader.header.get("version")
     if not isinstance(name, str) or not isinstance(version, str):
-        raise TrustError(f"{where}: the manifest has no usable name and version", reason=reasons.DAMAGED_ARCHIVE,
-                         archive=None)  # no NAME@VERSION to give: ``where`` names the file
+        raise TrustError(
+            f"{where}: the manifest has no usable name and version", reason=reasons.DAMAGED_ARCHIVE, archive=None
+        )  # no NAME@VERSION to give: ``where`` names the file
     return name, version
 
 
-def open_trusted_path(path: str, policy: TrustPolicy,
-                      limits: Limits | None = None) -> tuple[ArchiveReader, Verdict | None]:
+def open_trusted_path(
+    path: str, policy: TrustPolicy, limits: Limits | None = None
+) -> tuple[ArchiveReader, Verdict | None]:
     """A local archive whose sidecar (``PATH.sig.json``) satisfies ``policy`` (:func:`.decide.decide`).
     The file is hashed through the reader's own descriptor, so the sha256 and the index digest checked
     describe the bytes the reader uses; a refusal closes the file and raises."""
@@ -82,16 +84,20 @@ def open_trusted_path(path: str, policy: TrustPolicy,
         reader, index = open_recorded(source, limits)
         sha256 = hash_source(source, index)
         name, version = manifest_identity(reader, path)
-        verdict = decide(policy, Subject(f"{name}@{version}", name, version, sha256, index),
-                         lambda _: sidecar_evidence(read_sidecar(sidecar_path(path))))
+        verdict = decide(
+            policy,
+            Subject(f"{name}@{version}", name, version, sha256, index),
+            lambda _: sidecar_evidence(read_sidecar(sidecar_path(path))),
+        )
     except BaseException:
         source.close()
         raise
     return reader, verdict
 
 
-def open_trusted_url(url: str, policy: TrustPolicy, storage_options: dict[str, Any] | None = None,
-                     limits: Limits | None = None) -> tuple[ArchiveReader, Verdict | None]:
+def open_trusted_url(
+    url: str, policy: TrustPolicy, storage_options: dict[str, Any] | None = None, limits: Limits | None = None
+) -> tuple[ArchiveReader, Verdict | None]:
     """A remote archive (any fsspec URL, read with ranged requests) whose sidecar beside the URL
     satisfies ``policy`` (:func:`.decide.decide`). Nothing hashes the whole object, so the signature is
     bound through the index digest of the footer the reader opened from (SIGNING.md §6.1); a frame
@@ -113,8 +119,11 @@ def open_trusted_url(url: str, policy: TrustPolicy, storage_options: dict[str, A
     try:
         reader, index = open_recorded(source, limits)
         name, version = manifest_identity(reader, url)
-        verdict = decide(policy, Subject(f"{name}@{version}", name, version, None, index),
-                         lambda _: sidecar_evidence(read_sidecar_url(url, storage_options)))
+        verdict = decide(
+            policy,
+            Subject(f"{name}@{version}", name, version, None, index),
+            lambda _: sidecar_evidence(read_sidecar_url(url, storage_options)),
+        )
     except BaseException:
         getattr(source, "close", lambda: None)()
         raise

@@ -28,8 +28,11 @@ try:  # cryptography is the `trust` extra: fail closed, and say what to install
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 except ImportError as exc:  # pragma: no cover - exercised only on installs without the extra
-    raise TrustError("signing and signature verification need the 'cryptography' package: "
-                     "pip install 'karchive[trust]'", reason=reasons.MISSING_DEPENDENCY, archive=None) from exc
+    raise TrustError(
+        "signing and signature verification need the 'cryptography' package: pip install 'karchive[trust]'",
+        reason=reasons.MISSING_DEPENDENCY,
+        archive=None,
+    ) from exc
 
 ALGORITHM = "ed25519"
 #: Key files are small; anything larger is not a key (and is not read whole).
@@ -103,8 +106,7 @@ class SigningKey:
         return self.key.sign(message)
 
     def to_pem(self, passphrase: bytes | None = None) -> bytes:
-        encryption = (serialization.BestAvailableEncryption(passphrase) if passphrase
-                      else serialization.NoEncryption())
+        encryption = serialization.BestAvailableEncryption(passphrase) if passphrase else serialization.NoEncryption()
         return self.key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption)
 
 
@@ -113,8 +115,9 @@ def parse_inline_public_key(text: object, where: str = "public key", path: str |
     the text was read from (a key file or a trust policy), named by the error; None for text from no file."""
     match = whole(_INLINE, text)
     if not match:
-        raise KeyFileError(f"{where}: expected 'ed25519:' followed by the base64 of a 32-byte key, got {text!r}",
-                           path=path)
+        raise KeyFileError(
+            f"{where}: expected 'ed25519:' followed by the base64 of a 32-byte key, got {text!r}", path=path
+        )
     return PublicKey.from_raw(base64.b64decode(match.group(1), validate=True), path)
 
 
@@ -142,11 +145,15 @@ def load_private_key(path: str | os.PathLike, passphrase: bytes | None = None) -
         need = "is encrypted: give its passphrase" if b"ENCRYPTED" in data else "is not encrypted: give no passphrase"
         raise KeyFileError(f"{where} {need}", path=where) from exc
     except (ValueError, UnsupportedAlgorithm) as exc:
-        raise KeyFileError(f"cannot load private key {where}: wrong passphrase or damaged file ({exc})",
-                           path=where) from exc
+        raise KeyFileError(
+            f"cannot load private key {where}: wrong passphrase or damaged file ({exc})", path=where
+        ) from exc
     if not isinstance(key, Ed25519PrivateKey):
-        raise KeyFileError(f"{where} holds a {type(key).__name__.removesuffix('PrivateKey') or 'non'} key; "
-                           "karchive signs with Ed25519 only (karchive keygen makes one)", path=where)
+        raise KeyFileError(
+            f"{where} holds a {type(key).__name__.removesuffix('PrivateKey') or 'non'} key; "
+            "karchive signs with Ed25519 only (karchive keygen makes one)",
+            path=where,
+        )
     return SigningKey(key)
 
 
@@ -186,8 +193,9 @@ def _create_exclusive(path: str, data: bytes, mode: int) -> None:
         raise
 
 
-def save_keypair(key: SigningKey, private_path: str | os.PathLike, public_path: str | os.PathLike,
-                 passphrase: bytes | None = None) -> None:
+def save_keypair(
+    key: SigningKey, private_path: str | os.PathLike, public_path: str | os.PathLike, passphrase: bytes | None = None
+) -> None:
     """Private key with mode 0600, public key 0644; both created exclusively (no overwrite)."""
     priv, pub = os.fspath(private_path), os.fspath(public_path)
     for p in (priv, pub):

@@ -61,8 +61,17 @@ def fmt_time(t: datetime.datetime) -> str:
 def malformed(where: str, msg: str, role: str) -> RegistryMetadataError:
     # The document layer knows neither registry nor policy (``where`` names the document; load_trusted adds
     # them); a malformed document has no version to trust, and no other reason's fields apply.
-    return RegistryMetadataError(f"{where}: {msg}", reason=reasons.METADATA_MALFORMED, role=role, registry=None,
-                                 policy_sha256=None, archive=None, version=None, seen=None, expires=None)
+    return RegistryMetadataError(
+        f"{where}: {msg}",
+        reason=reasons.METADATA_MALFORMED,
+        role=role,
+        registry=None,
+        policy_sha256=None,
+        archive=None,
+        version=None,
+        seen=None,
+        expires=None,
+    )
 
 
 def parse_time(value: Any, what: str, where: str, role: str) -> datetime.datetime:
@@ -76,8 +85,9 @@ def parse_time(value: Any, what: str, where: str, role: str) -> datetime.datetim
 
 def count_field(value: Any, what: str, where: str, role: str, minimum: int = 1) -> int:
     if type(value) is not int or not minimum <= value <= MAX_VERSION:
-        raise malformed(where, f"'{what}' must be an integer from {minimum} to {MAX_VERSION}, got {str(value)[:40]!r}",
-                         role)
+        raise malformed(
+            where, f"'{what}' must be an integer from {minimum} to {MAX_VERSION}, got {str(value)[:40]!r}", role
+        )
     return value
 
 
@@ -92,8 +102,9 @@ def exact_fields(obj: Any, allowed: set[str], what: str, where: str, role: str) 
         raise malformed(where, f"{what} is not a JSON object", role)
     if set(obj) != allowed:
         missing, extra = sorted(allowed - set(obj)), sorted(set(obj) - allowed)
-        raise malformed(where, f"{what}: missing field(s) {missing}, unknown field(s) {[e[:40] for e in extra][:5]}",
-                         role)
+        raise malformed(
+            where, f"{what}: missing field(s) {missing}, unknown field(s) {[e[:40] for e in extra][:5]}", role
+        )
     return obj
 
 
@@ -101,8 +112,12 @@ def header_fields(obj: dict, kind: str, where: str, role: str) -> tuple[int, dat
     if obj["_type"] != kind:
         raise malformed(where, f"'_type' is {str(obj['_type'])[:60]!r}, not {kind!r}", role)
     if type(obj["spec_version"]) is not int or obj["spec_version"] != SPEC_VERSION:
-        raise malformed(where, f"spec_version {str(obj['spec_version'])[:20]!r} is not {SPEC_VERSION}: a newer "
-                                "karchive wrote it (upgrade karchive)", role)
+        raise malformed(
+            where,
+            f"spec_version {str(obj['spec_version'])[:20]!r} is not {SPEC_VERSION}: a newer "
+            "karchive wrote it (upgrade karchive)",
+            role,
+        )
     version = count_field(obj["version"], "version", where, role)
     issued = parse_time(obj["issued"], "issued", where, role)
     expires = parse_time(obj["expires"], "expires", where, role)
@@ -132,11 +147,20 @@ class Timestamp:
     snapshot_size: int
 
     def to_payload(self) -> bytes:
-        return canonical_json({
-            "_type": TIMESTAMP_KIND, "spec_version": SPEC_VERSION, "version": self.version,
-            "issued": fmt_time(self.issued), "expires": fmt_time(self.expires),
-            "snapshot": {"version": self.snapshot_version, "sha256": self.snapshot_sha256, "size": self.snapshot_size},
-        })
+        return canonical_json(
+            {
+                "_type": TIMESTAMP_KIND,
+                "spec_version": SPEC_VERSION,
+                "version": self.version,
+                "issued": fmt_time(self.issued),
+                "expires": fmt_time(self.expires),
+                "snapshot": {
+                    "version": self.snapshot_version,
+                    "sha256": self.snapshot_sha256,
+                    "size": self.snapshot_size,
+                },
+            }
+        )
 
     @classmethod
     def parse(cls, payload: bytes, where: str) -> Timestamp:
@@ -144,18 +168,31 @@ class Timestamp:
         obj = exact_fields(parse_payload(payload, where, role, 64), _TIMESTAMP_FIELDS, "the timestamp", where, role)
         version, issued, expires = header_fields(obj, TIMESTAMP_KIND, where, role)
         pointer = exact_fields(obj["snapshot"], _POINTER_FIELDS, "'snapshot'", where, role)
-        return cls(version, issued, expires, count_field(pointer["version"], "snapshot.version", where, role),
-                   digest_field(pointer["sha256"], "snapshot.sha256", where, role),
-                   count_field(pointer["size"], "snapshot.size", where, role, minimum=0))
+        return cls(
+            version,
+            issued,
+            expires,
+            count_field(pointer["version"], "snapshot.version", where, role),
+            digest_field(pointer["sha256"], "snapshot.sha256", where, role),
+            count_field(pointer["size"], "snapshot.size", where, role, minimum=0),
+        )
 
 
 # -- signing ----------------------------------------------------------------------------------------
 def sign_payload(payload_type: str, payload: bytes, keys: Sequence[SigningKey]) -> Envelope:
     """One envelope with one signature per key (several keys meet a threshold > 1)."""
     if not keys:
-        raise RegistryMetadataError("signing registry metadata needs at least one key", reason=reasons.METADATA_SIGNATURE,
-                                    role=_ROLE_OF.get(payload_type), registry=None, policy_sha256=None, archive=None,
-                                    version=None, seen=None, expires=None)  # a writer's mistake: nothing read yet
+        raise RegistryMetadataError(
+            "signing registry metadata needs at least one key",
+            reason=reasons.METADATA_SIGNATURE,
+            role=_ROLE_OF.get(payload_type),
+            registry=None,
+            policy_sha256=None,
+            archive=None,
+            version=None,
+            seen=None,
+            expires=None,
+        )  # a writer's mistake: nothing read yet
     envelope = Envelope(payload_type, payload)
     for key in keys:
         envelope = envelope.add_signature(key)
@@ -164,8 +201,12 @@ def sign_payload(payload_type: str, payload: bytes, keys: Sequence[SigningKey]) 
 
 def signed_by_any(envelope: Envelope, keys: Sequence[PublicKey]) -> bool:
     """Whether one of ``keys`` signed ``envelope`` (a writer checking its own earlier metadata)."""
-    return any(verify_signature(envelope, sig, key) for sig in envelope.signatures for key in keys
-               if sig.keyid in ("", key.key_id))
+    return any(
+        verify_signature(envelope, sig, key)
+        for sig in envelope.signatures
+        for key in keys
+        if sig.keyid in ("", key.key_id)
+    )
 
 
 # -- verification -----------------------------------------------------------------------------------
@@ -178,18 +219,22 @@ def parse_envelope(data: bytes, where: str, role: str, limit: int) -> Envelope:
         raise malformed(where, f"not a DSSE envelope: {exc}", role) from None
 
 
-def _key_problem(key: PolicyKey, policy: TrustPolicy, role: MetadataRole, now: datetime.datetime) -> tuple[str, str] | None:
+def _key_problem(
+    key: PolicyKey, policy: TrustPolicy, role: MetadataRole, now: datetime.datetime
+) -> tuple[str, str] | None:
     standing = key_standing(key, policy, now)
     if standing is not None:
         return standing
     if key.name not in role.keys:
-        return reasons.KEY_NOT_ALLOWED, (f"key {key.name} may not sign the registry {role.role} "
-                                         f"(allowed: {', '.join(role.keys)})")
+        return reasons.KEY_NOT_ALLOWED, (
+            f"key {key.name} may not sign the registry {role.role} (allowed: {', '.join(role.keys)})"
+        )
     return None
 
 
-def verify_envelope(envelope: Envelope, payload_type: str, role: MetadataRole, policy: TrustPolicy,
-                    now: datetime.datetime, where: str) -> tuple[PolicyKey, ...]:
+def verify_envelope(
+    envelope: Envelope, payload_type: str, role: MetadataRole, policy: TrustPolicy, now: datetime.datetime, where: str
+) -> tuple[PolicyKey, ...]:
     """The keys whose signatures count for ``role``; refuses (``metadata-signature``) below its
     threshold, listing every signature that did not count and why (the reasons of SIGNING.md §7)."""
     budget = [MAX_VERIFICATIONS, MAX_VERIFIED_BYTES]
@@ -200,28 +245,62 @@ def verify_envelope(envelope: Envelope, payload_type: str, role: MetadataRole, p
         hint = sig.keyid[:100]
         if key is None:
             named = policy.key(sig.keyid)
-            reason = (reasons.REVOKED_KEY if sig.keyid in policy.revoked else
-                      reasons.BAD_SIGNATURE if named is not None else reasons.UNKNOWN_KEY)
-            rejected.append({"reason": reason, "key_id": hint, "verified": False,
-                             "key_name": named.name if named else None, "detail": reasons.MEANING[reason]})
+            reason = (
+                reasons.REVOKED_KEY
+                if sig.keyid in policy.revoked
+                else reasons.BAD_SIGNATURE
+                if named is not None
+                else reasons.UNKNOWN_KEY
+            )
+            rejected.append(
+                {
+                    "reason": reason,
+                    "key_id": hint,
+                    "verified": False,
+                    "key_name": named.name if named else None,
+                    "detail": reasons.MEANING[reason],
+                }
+            )
             continue
         problem: tuple[str, str] | None = None
         if envelope.payload_type != payload_type:
-            problem = reasons.WRONG_PAYLOAD_TYPE, (f"payloadType is {envelope.payload_type[:100]!r}, "
-                                                   f"not {payload_type!r}")
+            problem = (
+                reasons.WRONG_PAYLOAD_TYPE,
+                (f"payloadType is {envelope.payload_type[:100]!r}, not {payload_type!r}"),
+            )
         problem = problem or _key_problem(key, policy, role, now)
         if problem:
-            rejected.append({"reason": problem[0], "key_id": key.key_id, "verified": True, "key_name": key.name,
-                             "detail": problem[1]})
+            rejected.append(
+                {
+                    "reason": problem[0],
+                    "key_id": key.key_id,
+                    "verified": True,
+                    "key_name": key.name,
+                    "detail": problem[1],
+                }
+            )
         else:
             signers.setdefault(key.key_id, key)
     if len(signers) >= role.threshold:
         return tuple(signers.values())
-    lines = [f"{where}: the registry {role.role} has {len(signers)} valid signature(s) by the keys the trust policy "
-             f"names for it ({', '.join(role.keys)}), {role.threshold} needed"]
-    lines += [f"  - key {r['key_name'] or short_id(r['key_id']) or '(no keyid)'}: {r['reason']}: {r['detail']}"
-              for r in rejected]
+    lines = [
+        f"{where}: the registry {role.role} has {len(signers)} valid signature(s) by the keys the trust policy "
+        f"names for it ({', '.join(role.keys)}), {role.threshold} needed"
+    ]
+    lines += [
+        f"  - key {r['key_name'] or short_id(r['key_id']) or '(no keyid)'}: {r['reason']}: {r['detail']}"
+        for r in rejected
+    ]
     # signatures are checked before the payload is read: no version yet; load_trusted adds the registry
-    raise RegistryMetadataError("\n".join(lines), reason=reasons.METADATA_SIGNATURE, role=role.role,
-                                rejected=tuple(rejected), policy_sha256=policy.sha256, registry=None, archive=None,
-                                version=None, seen=None, expires=None)
+    raise RegistryMetadataError(
+        "\n".join(lines),
+        reason=reasons.METADATA_SIGNATURE,
+        role=role.role,
+        rejected=tuple(rejected),
+        policy_sha256=policy.sha256,
+        registry=None,
+        archive=None,
+        version=None,
+        seen=None,
+        expires=None,
+    )

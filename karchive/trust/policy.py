@@ -39,7 +39,6 @@ def is_key_name(value: object) -> bool:
     return fullmatch(_KEY_NAME, value)
 
 
-
 @dataclass(frozen=True)
 class PolicyKey:
     """A public key the policy knows, with its rotation window (None: open on that side)."""
@@ -124,16 +123,22 @@ def _time(value: Any, where: str, path: str) -> datetime.datetime | None:
         except ValueError:
             value = None
     if not isinstance(value, datetime.datetime) or value.tzinfo is None:
-        raise TrustPolicyError(f"{path}: {where} must be a date-time with a UTC offset, e.g. 2026-07-01T00:00:00Z "
-                               "(a local time would mean different instants on different servers)", path=path)
+        raise TrustPolicyError(
+            f"{path}: {where} must be a date-time with a UTC offset, e.g. 2026-07-01T00:00:00Z "
+            "(a local time would mean different instants on different servers)",
+            path=path,
+        )
     return value
 
 
 def _unknown(obj: dict, allowed: set[str], where: str, path: str) -> None:
     extra = sorted(set(obj) - allowed)
     if extra:
-        raise TrustPolicyError(f"{path}: {where} has unknown field(s) {', '.join(map(repr, extra))}; "
-                               f"allowed: {', '.join(sorted(allowed))}", path=path)
+        raise TrustPolicyError(
+            f"{path}: {where} has unknown field(s) {', '.join(map(repr, extra))}; "
+            f"allowed: {', '.join(sorted(allowed))}",
+            path=path,
+        )
 
 
 def _parse(doc: dict, sha256: str, path: str) -> TrustPolicy:
@@ -145,10 +150,15 @@ def _parse(doc: dict, sha256: str, path: str) -> TrustPolicy:
     # and `revoked = {}` is falsy, so loose checks accepted them as a policy they do not spell.
     version = doc.get("version")
     if type(version) is not int or version != POLICY_VERSION:
-        raise bad(f"'version = {POLICY_VERSION}' is required, an integer (found {version!r}); "
-                  "a newer policy version needs a newer karchive")
-    for table, spelling in (("keys", "an array of [[keys]] tables"), ("rules", "an array of [[rules]] tables"),
-                            ("revoked", "a list of key ids")):
+        raise bad(
+            f"'version = {POLICY_VERSION}' is required, an integer (found {version!r}); "
+            "a newer policy version needs a newer karchive"
+        )
+    for table, spelling in (
+        ("keys", "an array of [[keys]] tables"),
+        ("rules", "an array of [[rules]] tables"),
+        ("revoked", "a list of key ids"),
+    ):
         if table in doc and type(doc[table]) is not list:
             raise bad(f"'{table}' must be {spelling}, not {type(doc[table]).__name__}")
     keys: list[PolicyKey] = []
@@ -165,8 +175,10 @@ def _parse(doc: dict, sha256: str, path: str) -> TrustPolicy:
         except KeyFileError as exc:
             raise bad(str(exc)) from exc
         if "id" in k and (type(k["id"]) is not str or k["id"] != public.key_id):
-            raise bad(f"key {name!r}: id {k['id']!r} is not the id of its public_key ({public.key_id}); "
-                      "one of them was copied wrongly")
+            raise bad(
+                f"key {name!r}: id {k['id']!r} is not the id of its public_key ({public.key_id}); "
+                "one of them was copied wrongly"
+            )
         nb = _time(k.get("not_before"), f"key {name!r}: not_before", path)
         na = _time(k.get("not_after"), f"key {name!r}: not_after", path)
         if nb and na and nb >= na:
@@ -182,8 +194,10 @@ def _parse(doc: dict, sha256: str, path: str) -> TrustPolicy:
     revoked = doc.get("revoked", [])
     wrong = next((r for r in revoked if not fullmatch(_HEX64, r)), None)
     if wrong is not None:  # whole string: "<id>\n" (a TOML multi-line string) once loaded and revoked nothing
-        raise bad(f"'revoked' must be a list of key ids (64 lowercase hex digits, as karchive keygen prints, "
-                  f"nothing before or after them), got {wrong!r}")
+        raise bad(
+            f"'revoked' must be a list of key ids (64 lowercase hex digits, as karchive keygen prints, "
+            f"nothing before or after them), got {wrong!r}"
+        )
     rules: list[Rule] = []
     for i, r in enumerate(doc.get("rules", [])):
         where = f"[[rules]] #{i + 1}"
@@ -203,9 +217,11 @@ def _parse(doc: dict, sha256: str, path: str) -> TrustPolicy:
         if type(threshold) is not int or threshold < 0:
             raise bad(f"{where}: 'threshold' must be an integer >= 0")
         if threshold > len(set(rkeys)):
-            raise bad(f"{where}: threshold {threshold} needs more distinct keys than the rule lists ({len(set(rkeys))})")
+            raise bad(
+                f"{where}: threshold {threshold} needs more distinct keys than the rule lists ({len(set(rkeys))})"
+            )
         rules.append(Rule(tuple(pats), tuple(dict.fromkeys(rkeys)), threshold, i))
     if not rules:
-        raise bad("no [[rules]]: the policy would refuse every archive; add a rule (names = [\"*\"] for all)")
+        raise bad('no [[rules]]: the policy would refuse every archive; add a rule (names = ["*"] for all)')
     registry = parse_registry_section(doc.get("registry"), names, path)
     return TrustPolicy(tuple(keys), tuple(rules), frozenset(revoked), sha256, path, registry)

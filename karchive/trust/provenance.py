@@ -46,16 +46,20 @@ def _builder_version(produced_by: dict, info: dict, archive: str) -> dict[str, s
     out = {k: str(v) for k, v in sorted((produced_by or {}).items()) if v is not None}
     for k, v in (info.get("toolchain") or {}).items():
         if k in out and out[k] != v:
-            raise TrustError(f"build info says {k} {v}, the archive's manifest says {out[k]}",
-                             reason=reasons.BAD_BUILD_INFO, archive=archive)
+            raise TrustError(
+                f"build info says {k} {v}, the archive's manifest says {out[k]}",
+                reason=reasons.BAD_BUILD_INFO,
+                archive=archive,
+            )
         out[k] = v
     if "platform" in info:
         out["platform"] = info["platform"]
     return out
 
 
-def build_statement(manifest: Manifest | dict, sha256: str, build_info: dict | None = None, *,
-                    index_sha256: str) -> dict[str, Any]:
+def build_statement(
+    manifest: Manifest | dict, sha256: str, build_info: dict | None = None, *, index_sha256: str
+) -> dict[str, Any]:
     """The statement for the archive whose bytes hash to ``sha256``, whose footer names the index
     digest ``index_sha256``, and whose manifest is ``manifest`` (the typed model, or its JSON).
 
@@ -85,17 +89,28 @@ def build_statement(manifest: Manifest | dict, sha256: str, build_info: dict | N
         internal["env"] = info["env"]
     deps = [{"name": s.path, "digest": {"sha256": s.sha256}} for s in model.sources]
     deps += [dict(d) for d in info.get("dependencies") or []]
-    metadata = {k2: info[k1] for k1, k2 in (("invocation_id", "invocationId"), ("started_on", "startedOn"),
-                                            ("finished_on", "finishedOn")) if k1 in info}
-    run: dict[str, Any] = {"builder": {"id": info.get("builder_id", DEFAULT_BUILDER_ID),
-                                       "version": _builder_version(model.produced_by, info,
-                                                                   subject_name(name, version))}}
+    metadata = {
+        k2: info[k1]
+        for k1, k2 in (("invocation_id", "invocationId"), ("started_on", "startedOn"), ("finished_on", "finishedOn"))
+        if k1 in info
+    }
+    run: dict[str, Any] = {
+        "builder": {
+            "id": info.get("builder_id", DEFAULT_BUILDER_ID),
+            "version": _builder_version(model.produced_by, info, subject_name(name, version)),
+        }
+    }
     if metadata:
         run["metadata"] = metadata
     return {
         "_type": STATEMENT_TYPE,
-        "subject": [{"name": subject_name(name, version), "digest": {"sha256": sha256},
-                     "annotations": {ANNOTATION: {"index_sha256": index_sha256}}}],
+        "subject": [
+            {
+                "name": subject_name(name, version),
+                "digest": {"sha256": sha256},
+                "annotations": {ANNOTATION: {"index_sha256": index_sha256}},
+            }
+        ],
         "predicateType": PREDICATE_TYPE,
         "predicate": {
             "buildDefinition": {
@@ -132,9 +147,14 @@ class Statement:
         """What the CLI shows about a signer's claim."""
         build = self.raw["predicate"].get("buildDefinition") or {}
         ext = build.get("externalParameters") or {}
-        return {"subject": subject_name(self.name, self.version), "sha256": self.sha256,
-                "index_sha256": self.index_sha256, "builder": self.builder_id, "toolchain": self.builder_version,
-                **({"spec": ext["spec"]} if isinstance(ext.get("spec"), dict) else {})}
+        return {
+            "subject": subject_name(self.name, self.version),
+            "sha256": self.sha256,
+            "index_sha256": self.index_sha256,
+            "builder": self.builder_id,
+            "toolchain": self.builder_version,
+            **({"spec": ext["spec"]} if isinstance(ext.get("spec"), dict) else {}),
+        }
 
 
 def _bad(msg: str) -> TrustError:
@@ -169,18 +189,31 @@ def parse_statement(payload: bytes) -> Statement:
     ours = notes.get(ANNOTATION) if type(notes) is dict else None
     index = ours.get("index_sha256") if type(ours) is dict else None
     if not isinstance(index, str) or not fullmatch(_HEX64, index):
-        raise _bad(f"the subject has no annotations.{ANNOTATION}.index_sha256 (64 lowercase hex digits): "
-                   "statements must carry the archive's index digest (sign the archive again)")
+        raise _bad(
+            f"the subject has no annotations.{ANNOTATION}.index_sha256 (64 lowercase hex digits): "
+            "statements must carry the archive's index digest (sign the archive again)"
+        )
     predicate = obj.get("predicate")
     build = predicate.get("buildDefinition") if type(predicate) is dict else None
     run = predicate.get("runDetails") if type(predicate) is dict else None
     builder = run.get("builder") if type(run) is dict else None
-    if (type(build) is not dict or type(build.get("buildType")) is not str or type(builder) is not dict
-            or type(builder.get("id")) is not str):
+    if (
+        type(build) is not dict
+        or type(build.get("buildType")) is not str
+        or type(builder) is not dict
+        or type(builder.get("id")) is not str
+    ):
         raise _bad("the SLSA predicate needs buildDefinition.buildType and runDetails.builder.id")
     version = builder.get("version", {})
     if type(version) is not dict:
         raise _bad("runDetails.builder.version must be an object")
     name, _, ver = sname.partition("@")
-    return Statement(name=name, version=ver, sha256=sha, index_sha256=index, builder_id=builder["id"],
-                     builder_version=version, raw=obj)
+    return Statement(
+        name=name,
+        version=ver,
+        sha256=sha,
+        index_sha256=index,
+        builder_id=builder["id"],
+        builder_version=version,
+        raw=obj,
+    )

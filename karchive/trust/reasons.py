@@ -8,44 +8,44 @@ with the reason of the signature that got furthest, since it says the most about
 
 from __future__ import annotations
 
-UNSIGNED = "unsigned"                      # no signature at all (no sidecar, or an empty one)
-NO_RULE = "no-rule"                        # the policy has no rule for this archive name
-THRESHOLD_NOT_MET = "threshold-not-met"    # some signatures count, fewer than the rule needs
+UNSIGNED = "unsigned"  # no signature at all (no sidecar, or an empty one)
+NO_RULE = "no-rule"  # the policy has no rule for this archive name
+THRESHOLD_NOT_MET = "threshold-not-met"  # some signatures count, fewer than the rule needs
 
 MALFORMED_ENVELOPE = "malformed-envelope"  # the sidecar is not a DSSE envelope we can read
-UNKNOWN_KEY = "unknown-key"                # no key in the policy verifies the signature
-BAD_SIGNATURE = "bad-signature"            # the named key does not verify it: envelope altered
+UNKNOWN_KEY = "unknown-key"  # no key in the policy verifies the signature
+BAD_SIGNATURE = "bad-signature"  # the named key does not verify it: envelope altered
 WRONG_PAYLOAD_TYPE = "wrong-payload-type"  # validly signed, but not an in-toto statement
 MALFORMED_STATEMENT = "malformed-statement"  # validly signed, but not a karchive provenance statement
-SWAPPED_ENVELOPE = "swapped-envelope"      # validly signed statement about another archive (name/version)
-DIGEST_MISMATCH = "digest-mismatch"        # validly signed statement about other bytes of this archive
-REVOKED_KEY = "revoked-key"                # signed by a key the policy revokes
-KEY_NOT_YET_VALID = "key-not-yet-valid"    # before the key's rotation window opens
-KEY_EXPIRED = "key-expired"                # after the key's rotation window closed
-KEY_NOT_ALLOWED = "key-not-allowed"        # a known key, but not one the rule lets sign this name
+SWAPPED_ENVELOPE = "swapped-envelope"  # validly signed statement about another archive (name/version)
+DIGEST_MISMATCH = "digest-mismatch"  # validly signed statement about other bytes of this archive
+REVOKED_KEY = "revoked-key"  # signed by a key the policy revokes
+KEY_NOT_YET_VALID = "key-not-yet-valid"  # before the key's rotation window opens
+KEY_EXPIRED = "key-expired"  # after the key's rotation window closed
+KEY_NOT_ALLOWED = "key-not-allowed"  # a known key, but not one the rule lets sign this name
 
 # Errors before or around verification (the first three are the class defaults in karchive/errors.py).
-BAD_POLICY = "bad-policy"                  # TrustPolicyError: the policy file is invalid
-BAD_KEY_FILE = "bad-key-file"              # KeyFileError: a key file cannot be used
-BAD_BUILD_INFO = "bad-build-info"          # build info is invalid or contradicts the manifest
+BAD_POLICY = "bad-policy"  # TrustPolicyError: the policy file is invalid
+BAD_KEY_FILE = "bad-key-file"  # KeyFileError: a key file cannot be used
+BAD_BUILD_INFO = "bad-build-info"  # build info is invalid or contradicts the manifest
 STATEMENT_CONFLICT = "statement-conflict"  # sign: the sidecar already holds another statement
-DAMAGED_ARCHIVE = "damaged-archive"        # the archive's own name/version cannot be read
+DAMAGED_ARCHIVE = "damaged-archive"  # the archive's own name/version cannot be read
 MISSING_DEPENDENCY = "missing-dependency"  # the cryptography package is not installed
 
 # Refusals by the loader around verification (spec/SIGNING.md §9, REGISTRY.md §6-§7).
-DOWNGRADE = "downgrade"                    # NAME@latest resolved below a version this cache verified
+DOWNGRADE = "downgrade"  # NAME@latest resolved below a version this cache verified
 PINNED_SIGNER_MISSING = "pinned-signer-missing"  # a lockfile pins a signer whose signature does not count now
-POLICY_REQUIRED = "policy-required"        # a lockfile pins signers, but no trust policy was given
+POLICY_REQUIRED = "policy-required"  # a lockfile pins signers, but no trust policy was given
 
 # Signed registry metadata (spec/SIGNING.md §11; RegistryMetadataError).
-METADATA_MISSING = "metadata-missing"      # the policy requires registry metadata; the registry has none
+METADATA_MISSING = "metadata-missing"  # the policy requires registry metadata; the registry has none
 METADATA_MALFORMED = "metadata-malformed"  # a snapshot/timestamp is not a document of §11.2
 METADATA_SIGNATURE = "metadata-signature"  # bad, untrusted or too few signatures on a snapshot/timestamp
-METADATA_EXPIRED = "metadata-expired"      # the snapshot or timestamp is past its expiry (freeze)
-METADATA_ROLLBACK = "metadata-rollback"    # older snapshot/timestamp than this cache already verified
-METADATA_MISMATCH = "metadata-mismatch"    # the timestamp's snapshot digest, or a record's digests, differ
+METADATA_EXPIRED = "metadata-expired"  # the snapshot or timestamp is past its expiry (freeze)
+METADATA_ROLLBACK = "metadata-rollback"  # older snapshot/timestamp than this cache already verified
+METADATA_MISMATCH = "metadata-mismatch"  # the timestamp's snapshot digest, or a record's digests, differ
 VERSION_NOT_IN_SNAPSHOT = "version-not-in-snapshot"  # the registry serves a version the snapshot lacks
-VERSION_WITHHELD = "version-withheld"      # the snapshot lists a version the registry does not serve
+VERSION_WITHHELD = "version-withheld"  # the snapshot lists a version the registry does not serve
 
 #: Per-signature codes in the order verification reaches them (spec/SIGNING.md §6).
 STAGE = {

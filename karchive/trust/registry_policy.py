@@ -37,8 +37,15 @@ class RegistryRules:
     timestamp: MetadataRole
 
 
-def _role(section: dict, role: str, key_field: str, threshold_field: str, known: Sequence[str], path: str,
-          default: MetadataRole | None) -> MetadataRole:
+def _role(
+    section: dict,
+    role: str,
+    key_field: str,
+    threshold_field: str,
+    known: Sequence[str],
+    path: str,
+    default: MetadataRole | None,
+) -> MetadataRole:
     def bad(msg: str) -> TrustPolicyError:
         return TrustPolicyError(f"{path}: [registry] {msg}", path=path)
 
@@ -72,8 +79,11 @@ def parse_registry_section(section: Any, key_names: Sequence[str], path: str) ->
         raise TrustPolicyError(f"{path}: [registry] must be a table", path=path)
     extra = sorted(set(section) - _FIELDS)
     if extra:
-        raise TrustPolicyError(f"{path}: [registry] has unknown field(s) {', '.join(map(repr, extra))}; allowed: "
-                               f"{', '.join(sorted(_FIELDS))}", path=path)
+        raise TrustPolicyError(
+            f"{path}: [registry] has unknown field(s) {', '.join(map(repr, extra))}; allowed: "
+            f"{', '.join(sorted(_FIELDS))}",
+            path=path,
+        )
     require = section.get("require_signed_metadata", False)
     if type(require) is not bool:
         raise TrustPolicyError(f"{path}: [registry] 'require_signed_metadata' must be true or false", path=path)

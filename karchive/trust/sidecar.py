@@ -84,17 +84,18 @@ def write_sidecar(path: str | os.PathLike, envelope: Envelope) -> None:
         raise
 
 
-def split_sidecar(path: str | os.PathLike, *, name: str, version: str, sha256: str,
-                  index_sha256: str) -> list[tuple[str, bytes]]:
+def split_sidecar(
+    path: str | os.PathLike, *, name: str, version: str, sha256: str, index_sha256: str
+) -> list[tuple[str, bytes]]:
     """The sidecar's signatures as one-signature envelopes ``(key id, bytes)``, as a registry stores
     them (one object per signer, REGISTRY.md §3). Refused, before anything is stored, if the sidecar
     is not about this archive (a stale sidecar from an earlier build: re-sign it) or a signature has
     no key id karchive can name an object by. The signatures themselves are verified by readers."""
     from ..core.digest import is_sha256_hex
+    from ..errors import TrustError
     from . import reasons
     from .dsse import Envelope
     from .provenance import parse_statement, subject_name
-    from ..errors import TrustError
 
     where = os.fspath(path)
     envelope = read_sidecar(where)
@@ -103,19 +104,33 @@ def split_sidecar(path: str | os.PathLike, *, name: str, version: str, sha256: s
     try:  # not verified here (readers do that): only to catch a stale or outdated sidecar early
         statement = parse_statement(envelope.payload)
     except TrustError as exc:
-        raise TrustError(f"{where}: {exc}; sign the archive again (karchive sign --replace), or leave the "
-                         "sidecar out (--no-sidecar)", reason=exc.reason, archive=subject_name(name, version)) from None
-    if (statement.name, statement.version, statement.sha256, statement.index_sha256) != (name, version, sha256,
-                                                                                           index_sha256):
-        raise TrustError(f"{where} signs {subject_name(statement.name, statement.version)} sha256 {statement.sha256}, "
-                         f"not this archive ({subject_name(name, version)} sha256 {sha256}): a stale signature file; "
-                         "sign the archive again (karchive sign --replace), or leave it out (--no-sidecar)",
-                         reason=reasons.DIGEST_MISMATCH, archive=subject_name(name, version))
+        raise TrustError(
+            f"{where}: {exc}; sign the archive again (karchive sign --replace), or leave the "
+            "sidecar out (--no-sidecar)",
+            reason=exc.reason,
+            archive=subject_name(name, version),
+        ) from None
+    if (statement.name, statement.version, statement.sha256, statement.index_sha256) != (
+        name,
+        version,
+        sha256,
+        index_sha256,
+    ):
+        raise TrustError(
+            f"{where} signs {subject_name(statement.name, statement.version)} sha256 {statement.sha256}, "
+            f"not this archive ({subject_name(name, version)} sha256 {sha256}): a stale signature file; "
+            "sign the archive again (karchive sign --replace), or leave it out (--no-sidecar)",
+            reason=reasons.DIGEST_MISMATCH,
+            archive=subject_name(name, version),
+        )
     out = []
     for sig in envelope.signatures:
         if not is_sha256_hex(sig.keyid):
-            raise TrustError(f"{where}: a signature's keyid {sig.keyid[:80]!r} is not a karchive key id (64 hex "
-                             "digits); the registry stores each signature under its signer's key id",
-                             reason=reasons.MALFORMED_ENVELOPE, archive=subject_name(name, version))
+            raise TrustError(
+                f"{where}: a signature's keyid {sig.keyid[:80]!r} is not a karchive key id (64 hex "
+                "digits); the registry stores each signature under its signer's key id",
+                reason=reasons.MALFORMED_ENVELOPE,
+                archive=subject_name(name, version),
+            )
         out.append((sig.keyid, Envelope(envelope.payload_type, envelope.payload, (sig,)).to_bytes()))
     return out

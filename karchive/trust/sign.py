@@ -27,22 +27,31 @@ class SignOutcome:
     version: str
     sha256: str
     key_id: str
-    cosigned: bool                 # True: added a signature to the statement already in the sidecar
-    key_ids: tuple[str, ...]       # every keyid in the sidecar now (hints; verification decides)
+    cosigned: bool  # True: added a signature to the statement already in the sidecar
+    key_ids: tuple[str, ...]  # every keyid in the sidecar now (hints; verification decides)
     statement: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
-        return {"archive": self.archive, "sidecar": self.sidecar, "name": self.name, "version": self.version,
-                "sha256": self.sha256, "key_id": self.key_id, "cosigned": self.cosigned,
-                "signatures": len(self.key_ids), "key_ids": list(self.key_ids), "statement": self.statement}
+        return {
+            "archive": self.archive,
+            "sidecar": self.sidecar,
+            "name": self.name,
+            "version": self.version,
+            "sha256": self.sha256,
+            "key_id": self.key_id,
+            "cosigned": self.cosigned,
+            "signatures": len(self.key_ids),
+            "key_ids": list(self.key_ids),
+            "statement": self.statement,
+        }
 
 
 def _verified_manifest(path: str) -> tuple[str, str, Manifest]:
     """sha256, index digest and manifest of an archive that verifies completely: nobody should sign
     damaged bytes."""
+    from ..format.check import check_archive_file
     from ..format.reader import ArchiveReader
     from ..format.source import FileSource
-    from ..format.check import check_archive_file
 
     facts = check_archive_file(path)  # hashes the file, verifies every frame and digest, parses the manifest
     source = FileSource(path)
@@ -64,8 +73,9 @@ class SignedStatement:
     envelope: Envelope
 
 
-def sign_statement(archive: str | os.PathLike, key: SigningKey, *,
-                   build_info: dict[str, Any] | None = None) -> SignedStatement:
+def sign_statement(
+    archive: str | os.PathLike, key: SigningKey, *, build_info: dict[str, Any] | None = None
+) -> SignedStatement:
     """Verify ``archive`` completely, make its statement and sign it: the envelope a registry stores
     as one signer's object (REGISTRY.md §3). Refuses if the file changed while it was being signed."""
     from ..core.digest import sha256_file
@@ -75,13 +85,22 @@ def sign_statement(archive: str | os.PathLike, key: SigningKey, *,
     payload = statement_bytes(build_statement(manifest, sha256, build_info, index_sha256=index_sha256))
     envelope = Envelope.create(INTOTO_PAYLOAD_TYPE, payload, key)
     if sha256_file(path)[0] != sha256:
-        raise TrustError(f"{path} changed while it was being signed", reason=reasons.DIGEST_MISMATCH,
-                         archive=subject_name(manifest.name, manifest.version))
+        raise TrustError(
+            f"{path} changed while it was being signed",
+            reason=reasons.DIGEST_MISMATCH,
+            archive=subject_name(manifest.name, manifest.version),
+        )
     return SignedStatement(manifest.name, manifest.version, sha256, index_sha256, envelope)
 
 
-def sign_archive(archive: str | os.PathLike, key: SigningKey, *, build_info: dict[str, Any] | None = None,
-                 replace: bool = False, sidecar: str | os.PathLike | None = None) -> SignOutcome:
+def sign_archive(
+    archive: str | os.PathLike,
+    key: SigningKey,
+    *,
+    build_info: dict[str, Any] | None = None,
+    replace: bool = False,
+    sidecar: str | os.PathLike | None = None,
+) -> SignOutcome:
     """Add ``key``'s signature to the archive's sidecar.
 
     With no sidecar (or ``replace``), a new statement is made and signed. With one, the new
@@ -102,29 +121,52 @@ def sign_archive(archive: str | os.PathLike, key: SigningKey, *, build_info: dic
     if existing is not None and existing.signatures:
         who = subject_name(name, version)
         if existing.payload_type != INTOTO_PAYLOAD_TYPE:
-            raise TrustError(f"{side} holds a {existing.payload_type!r} payload, not a provenance statement; "
-                             "use --replace to start a new one", reason=reasons.WRONG_PAYLOAD_TYPE, archive=who)
+            raise TrustError(
+                f"{side} holds a {existing.payload_type!r} payload, not a provenance statement; "
+                "use --replace to start a new one",
+                reason=reasons.WRONG_PAYLOAD_TYPE,
+                archive=who,
+            )
         try:
             old = parse_statement(existing.payload)
         except TrustError as exc:  # e.g. a statement without the index digest (made before it was required)
-            raise TrustError(f"{side}: {exc}; use --replace to start a new statement",
-                             reason=exc.reason, archive=who) from None
+            raise TrustError(
+                f"{side}: {exc}; use --replace to start a new statement", reason=exc.reason, archive=who
+            ) from None
         if (old.name, old.version, old.sha256, old.index_sha256) != (name, version, sha256, index_sha256):
-            raise TrustError(f"{side} signs {subject_name(old.name, old.version)} sha256 {old.sha256}, not these bytes "
-                             f"({who} sha256 {sha256}): the archive was rebuilt; use --replace to sign it anew",
-                             reason=reasons.DIGEST_MISMATCH, archive=who)
+            raise TrustError(
+                f"{side} signs {subject_name(old.name, old.version)} sha256 {old.sha256}, not these bytes "
+                f"({who} sha256 {sha256}): the archive was rebuilt; use --replace to sign it anew",
+                reason=reasons.DIGEST_MISMATCH,
+                archive=who,
+            )
         if build_info is not None and existing.payload != payload:
-            raise TrustError(f"{side} already holds a different provenance statement for {who}; co-signers sign "
-                             "that statement (leave out --provenance), or use --replace to drop its signatures",
-                             reason=reasons.STATEMENT_CONFLICT, archive=who)
+            raise TrustError(
+                f"{side} already holds a different provenance statement for {who}; co-signers sign "
+                "that statement (leave out --provenance), or use --replace to drop its signatures",
+                reason=reasons.STATEMENT_CONFLICT,
+                archive=who,
+            )
         envelope = existing.add_signature(key)
         statement = old.raw
         cosigned = True
     else:
         envelope = Envelope.create(INTOTO_PAYLOAD_TYPE, payload, key)
     if sha256_file(path)[0] != sha256:  # what was signed must be what is there now
-        raise TrustError(f"{path} changed while it was being signed", reason=reasons.DIGEST_MISMATCH,
-                         archive=subject_name(name, version))
+        raise TrustError(
+            f"{path} changed while it was being signed",
+            reason=reasons.DIGEST_MISMATCH,
+            archive=subject_name(name, version),
+        )
     write_sidecar(side, envelope)
-    return SignOutcome(archive=path, sidecar=side, name=name, version=version, sha256=sha256, key_id=key.key_id,
-                       cosigned=cosigned, key_ids=tuple(s.keyid for s in envelope.signatures), statement=statement)
+    return SignOutcome(
+        archive=path,
+        sidecar=side,
+        name=name,
+        version=version,
+        sha256=sha256,
+        key_id=key.key_id,
+        cosigned=cosigned,
+        key_ids=tuple(s.keyid for s in envelope.signatures),
+        statement=statement,
+    )

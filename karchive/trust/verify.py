@@ -43,8 +43,13 @@ class Signer:
     envelope: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"key_id": self.key.key_id, "key_name": self.key.name, **self.key.window(),
-                "envelope": self.envelope, "statement": self.statement.summary()}
+        return {
+            "key_id": self.key.key_id,
+            "key_name": self.key.name,
+            **self.key.window(),
+            "envelope": self.envelope,
+            "statement": self.statement.summary(),
+        }
 
 
 @dataclass(frozen=True)
@@ -53,14 +58,20 @@ class Rejection:
 
     reason: str
     detail: str
-    key_id: str        # the verifying key's id, or the envelope's unverified keyid hint
-    verified: bool     # whether key_id is the key that verified the signature
+    key_id: str  # the verifying key's id, or the envelope's unverified keyid hint
+    verified: bool  # whether key_id is the key that verified the signature
     key_name: str | None = None
     envelope: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"reason": self.reason, "detail": self.detail, "key_id": self.key_id, "verified": self.verified,
-                "key_name": self.key_name, "envelope": self.envelope}
+        return {
+            "reason": self.reason,
+            "detail": self.detail,
+            "key_id": self.key_id,
+            "verified": self.verified,
+            "key_name": self.key_name,
+            "envelope": self.envelope,
+        }
 
     def who(self) -> str:
         if self.key_name:
@@ -94,25 +105,34 @@ class TrustResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "ok": True, "archive": subject_name(self.name, self.version or "*"), "sha256": self.sha256,
+            "ok": True,
+            "archive": subject_name(self.name, self.version or "*"),
+            "sha256": self.sha256,
             **({"index_sha256": self.index_sha256} if self.index_sha256 else {}),
             "policy": self.policy.to_json(),
             "rule": {"index": self.rule.index, "names": list(self.rule.names), "threshold": self.rule.threshold},
-            "signers": [s.to_json() for s in self.signers], "rejected": [r.to_json() for r in self.rejected],
+            "signers": [s.to_json() for s in self.signers],
+            "rejected": [r.to_json() for r in self.rejected],
         }
 
 
-def _check_subject(stmt: Statement, name: str, version: str | None, sha256: str | None,
-                   index_sha256: str | None) -> tuple[str, str] | None:
+def _check_subject(
+    stmt: Statement, name: str, version: str | None, sha256: str | None, index_sha256: str | None
+) -> tuple[str, str] | None:
     if stmt.name != name or (version is not None and stmt.version != version):
-        return reasons.SWAPPED_ENVELOPE, (f"the signed statement is about {subject_name(stmt.name, stmt.version)}, "
-                                          f"not {subject_name(name, version or stmt.version)}")
+        return reasons.SWAPPED_ENVELOPE, (
+            f"the signed statement is about {subject_name(stmt.name, stmt.version)}, "
+            f"not {subject_name(name, version or stmt.version)}"
+        )
     if sha256 is not None and stmt.sha256 != sha256:
-        return reasons.DIGEST_MISMATCH, (f"the signed statement covers sha256 {stmt.sha256}; "
-                                         f"these bytes are sha256 {sha256}")
+        return reasons.DIGEST_MISMATCH, (
+            f"the signed statement covers sha256 {stmt.sha256}; these bytes are sha256 {sha256}"
+        )
     if index_sha256 is not None and stmt.index_sha256 != index_sha256:
-        return reasons.DIGEST_MISMATCH, (f"the signed statement covers an archive whose index digest is "
-                                         f"{stmt.index_sha256}; this archive's index digest is {index_sha256}")
+        return reasons.DIGEST_MISMATCH, (
+            f"the signed statement covers an archive whose index digest is "
+            f"{stmt.index_sha256}; this archive's index digest is {index_sha256}"
+        )
     return None
 
 
@@ -124,8 +144,9 @@ def key_standing(key: PolicyKey, policy: TrustPolicy, now: datetime.datetime) ->
     if key.not_before is not None and now < key.not_before:
         return reasons.KEY_NOT_YET_VALID, f"key {key.name} is valid from {key.window()['not_before']}"
     if key.not_after is not None and now > key.not_after:
-        return reasons.KEY_EXPIRED, (f"key {key.name} was valid until {key.window()['not_after']} "
-                                     "(rotated out: re-sign with a current key)")
+        return reasons.KEY_EXPIRED, (
+            f"key {key.name} was valid until {key.window()['not_after']} (rotated out: re-sign with a current key)"
+        )
     return None
 
 
@@ -134,8 +155,9 @@ def _check_key(key: PolicyKey, policy: TrustPolicy, rule: Rule, now: datetime.da
     if standing is not None:
         return standing
     if key.name not in rule.keys:
-        return reasons.KEY_NOT_ALLOWED, (f"key {key.name} may not sign this name under {rule.describe()} "
-                                         f"(allowed: {', '.join(rule.keys) or 'none'})")
+        return reasons.KEY_NOT_ALLOWED, (
+            f"key {key.name} may not sign this name under {rule.describe()} (allowed: {', '.join(rule.keys) or 'none'})"
+        )
     return None
 
 
@@ -161,18 +183,26 @@ def _content(envelope: Envelope) -> Statement | tuple[str, str]:
     """The statement in the (already verified) payload bytes, or why it is not acceptable. The type
     is authenticated with the payload (PAE), so it is checked only after a signature verified."""
     if envelope.payload_type != INTOTO_PAYLOAD_TYPE:
-        return reasons.WRONG_PAYLOAD_TYPE, (f"payloadType is {envelope.payload_type[:_MAX_HINT]!r}, "
-                                            f"not {INTOTO_PAYLOAD_TYPE!r}")
+        return reasons.WRONG_PAYLOAD_TYPE, (
+            f"payloadType is {envelope.payload_type[:_MAX_HINT]!r}, not {INTOTO_PAYLOAD_TYPE!r}"
+        )
     try:
         return parse_statement(envelope.payload)
     except TrustError as exc:
         return reasons.MALFORMED_STATEMENT, str(exc)
 
 
-def verify_archive_signatures(*, sha256: str | None, name: str, version: str | None, envelopes: Sequence[Envelope],
-                              policy: TrustPolicy, now: datetime.datetime | None = None,
-                              index_sha256: str | None = None,
-                              unreadable: Sequence[tuple[str, str]] = ()) -> TrustResult:
+def verify_archive_signatures(
+    *,
+    sha256: str | None,
+    name: str,
+    version: str | None,
+    envelopes: Sequence[Envelope],
+    policy: TrustPolicy,
+    now: datetime.datetime | None = None,
+    index_sha256: str | None = None,
+    unreadable: Sequence[tuple[str, str]] = (),
+) -> TrustResult:
     """Accept or refuse the archive whose bytes hash to ``sha256`` and/or whose reader checked its
     index against ``index_sha256`` (at least one is needed), and whose manifest says ``name`` (and
     ``version``; None accepts any version the signer named). ``now`` decides rotation windows.
@@ -186,12 +216,18 @@ def verify_archive_signatures(*, sha256: str | None, name: str, version: str | N
     archive = subject_name(name, version) if version else name
     rule = policy.rule_for(name)
     if rule is None:
-        raise UntrustedArchiveError(f"{archive}: no rule of trust policy {policy.source} covers the name {name!r}",
-                                    reason=reasons.NO_RULE, archive=archive, policy_sha256=policy.sha256,
-                                    key_id=None)  # no signature was looked at
+        raise UntrustedArchiveError(
+            f"{archive}: no rule of trust policy {policy.source} covers the name {name!r}",
+            reason=reasons.NO_RULE,
+            archive=archive,
+            policy_sha256=policy.sha256,
+            key_id=None,
+        )  # no signature was looked at
     signers: dict[str, Signer] = {}
-    rejected: list[Rejection] = [Rejection(reasons.MALFORMED_ENVELOPE, why[:500], hint[:_MAX_HINT], False, envelope=-1)
-                                 for hint, why in unreadable]
+    rejected: list[Rejection] = [
+        Rejection(reasons.MALFORMED_ENVELOPE, why[:500], hint[:_MAX_HINT], False, envelope=-1)
+        for hint, why in unreadable
+    ]
     total = len(rejected)
     budget = [MAX_VERIFICATIONS, MAX_VERIFIED_BYTES]
     for e, envelope in enumerate(envelopes):
@@ -202,20 +238,33 @@ def verify_archive_signatures(*, sha256: str | None, name: str, version: str | N
             if key is None:
                 hint = sig.keyid[:_MAX_HINT]
                 if sig.keyid in policy.revoked:
-                    rejected.append(Rejection(reasons.REVOKED_KEY, "the signature names a revoked key", hint, False,
-                                              envelope=e))
+                    rejected.append(
+                        Rejection(reasons.REVOKED_KEY, "the signature names a revoked key", hint, False, envelope=e)
+                    )
                 elif (named := policy.key(sig.keyid)) is not None:
-                    rejected.append(Rejection(reasons.BAD_SIGNATURE, "the key the signature names does not verify it "
-                                              "(payload, payloadType or signature altered)", hint, False,
-                                              named.name, e))
+                    rejected.append(
+                        Rejection(
+                            reasons.BAD_SIGNATURE,
+                            "the key the signature names does not verify it "
+                            "(payload, payloadType or signature altered)",
+                            hint,
+                            False,
+                            named.name,
+                            e,
+                        )
+                    )
                 else:
-                    rejected.append(Rejection(reasons.UNKNOWN_KEY, "no key in the policy verifies this signature",
-                                              hint, False, envelope=e))
+                    rejected.append(
+                        Rejection(
+                            reasons.UNKNOWN_KEY, "no key in the policy verifies this signature", hint, False, envelope=e
+                        )
+                    )
                 continue
             if content is None:
                 content = _content(envelope)
-            problem = content if isinstance(content, tuple) else _check_subject(content, name, version, sha256,
-                                                                                index_sha256)
+            problem = (
+                content if isinstance(content, tuple) else _check_subject(content, name, version, sha256, index_sha256)
+            )
             problem = problem or _check_key(key, policy, rule, now)
             if problem:
                 rejected.append(Rejection(problem[0], problem[1], key.key_id, True, key.name, e))
@@ -230,9 +279,16 @@ def verify_archive_signatures(*, sha256: str | None, name: str, version: str | N
     else:
         reason = max(rejected, key=lambda r: reasons.STAGE[r.reason]).reason
     primary = next((r for r in rejected if r.reason == reason), None)
-    lines = [f"{archive} is not trusted under policy {policy.source} ({rule.describe()}, "
-             f"{rule.threshold} signature(s) needed, {len(signers)} valid): {reasons.MEANING[reason]}"]
+    lines = [
+        f"{archive} is not trusted under policy {policy.source} ({rule.describe()}, "
+        f"{rule.threshold} signature(s) needed, {len(signers)} valid): {reasons.MEANING[reason]}"
+    ]
     lines += [f"  - {r.who()}: {r.reason}: {r.detail}" for r in rejected]
-    raise UntrustedArchiveError("\n".join(lines), reason=reason, archive=archive,
-                                key_id=primary.key_id if primary else None,
-                                rejected=tuple(r.to_json() for r in rejected), policy_sha256=policy.sha256)
+    raise UntrustedArchiveError(
+        "\n".join(lines),
+        reason=reason,
+        archive=archive,
+        key_id=primary.key_id if primary else None,
+        rejected=tuple(r.to_json() for r in rejected),
+        policy_sha256=policy.sha256,
+    )

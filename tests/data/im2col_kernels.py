@@ -15,8 +15,9 @@ from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 
 @gluon.jit
-def im2col_gather(in_desc, out_desc, OUT_H, OUT_W, C, STRIDE, PAD, S: gl.constexpr, BLOCK_PIX: gl.constexpr,
-                  BLOCK_C: gl.constexpr):
+def im2col_gather(
+    in_desc, out_desc, OUT_H, OUT_W, C, STRIDE, PAD, S: gl.constexpr, BLOCK_PIX: gl.constexpr, BLOCK_C: gl.constexpr
+):
     pid_m = gl.program_id(0)
     tap = gl.program_id(1)
     pid_c = gl.program_id(2)
@@ -31,8 +32,9 @@ def im2col_gather(in_desc, out_desc, OUT_H, OUT_W, C, STRIDE, PAD, S: gl.constex
     bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     mbarrier.init(bar, count=1)
     mbarrier.expect(bar, in_desc.block_type.nbytes)
-    tma.async_load_im2col(in_desc, [n, oy * STRIDE - PAD, ox * STRIDE - PAD, pid_c * BLOCK_C],
-                          [r.to(gl.int16), s.to(gl.int16)], bar, smem)
+    tma.async_load_im2col(
+        in_desc, [n, oy * STRIDE - PAD, ox * STRIDE - PAD, pid_c * BLOCK_C], [r.to(gl.int16), s.to(gl.int16)], bar, smem
+    )
     mbarrier.wait(bar, phase=0)
     mbarrier.invalidate(bar)
     tma.async_store(out_desc, [first, tap * C + pid_c * BLOCK_C], smem)

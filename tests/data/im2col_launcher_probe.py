@@ -30,12 +30,20 @@ CASES = [
 
 def _as_c_encodes(args: tuple) -> dict:
     ptr, swizzle, elem_size, host_type, block, shape, strides, padding, lower, upper, estrides = args
-    return {"data_type": host_type, "rank": len(shape), "address": ptr,
-            "global_dim": [int(s) for s in reversed(shape)],
-            "global_strides": [int(s) * elem_size for s in reversed(list(strides)[:-1])],
-            "lower": [int(v) for v in reversed(lower)], "upper": [int(v) for v in reversed(upper)],
-            "channels_per_pixel": int(block[1]), "pixels_per_column": int(block[0]),
-            "element_strides": [int(v) for v in reversed(estrides)], "swizzle": swizzle, "oob_fill": padding}
+    return {
+        "data_type": host_type,
+        "rank": len(shape),
+        "address": ptr,
+        "global_dim": [int(s) for s in reversed(shape)],
+        "global_strides": [int(s) * elem_size for s in reversed(list(strides)[:-1])],
+        "lower": [int(v) for v in reversed(lower)],
+        "upper": [int(v) for v in reversed(upper)],
+        "channels_per_pixel": int(block[1]),
+        "pixels_per_column": int(block[0]),
+        "element_strides": [int(v) for v in reversed(estrides)],
+        "swizzle": swizzle,
+        "oob_fill": padding,
+    }
 
 
 def main() -> dict:
@@ -68,12 +76,26 @@ def main() -> dict:
             strides[i] = strides[i + 1] * shape[i + 1]
         base = FakeTensor(0x7F0000010000, shape, dtype, strides)
         layout = gl.NVMMASharedLayout.get_default_for(block, gl.float16 if kdtype == "fp16" else gl.float32)
-        desc = TensorDescriptorIm2Col.from_tensor(base, block, layout, padding=padding, element_strides=estrides,
-                                                  pixel_box_lower_corner=lower, pixel_box_upper_corner=upper)
-        meta = {"swizzle": 3, "elem_size": size, "elem_type": etype, "block_size": block, "fp4_padded": False,
-                "is_im2col": True}
-        record = TensorDescAbi(convention, "tma", kdtype, len(shape), tuple(block), swizzle=3, elem_size=size,
-                               elem_type=etype, im2col=True)
+        desc = TensorDescriptorIm2Col.from_tensor(
+            base,
+            block,
+            layout,
+            padding=padding,
+            element_strides=estrides,
+            pixel_box_lower_corner=lower,
+            pixel_box_upper_corner=upper,
+        )
+        meta = {
+            "swizzle": 3,
+            "elem_size": size,
+            "elem_type": etype,
+            "block_size": block,
+            "fp4_padded": False,
+            "is_im2col": True,
+        }
+        record = TensorDescAbi(
+            convention, "tma", kdtype, len(shape), tuple(block), swizzle=3, elem_size=size, elem_type=etype, im2col=True
+        )
         fake.utils.calls.clear()
         encoded.clear()
         theirs = nvdriver.make_tensordesc_arg(desc, meta, None)
@@ -83,16 +105,29 @@ def main() -> dict:
         sig = f"tensordesc_im2col<{kdtype}[{', '.join(map(str, block))}],input_rank={len(shape)},{layout!r}>"
         out["cases"][name] = {
             "slots": list(record.slots),
-            "their_slots": ["tensormap" if s == "nvTmaDesc" else s for s in expand_signature([sig], [meta], "nvTmaDesc")],
+            "their_slots": [
+                "tensormap" if s == "nvTmaDesc" else s for s in expand_signature([sig], [meta], "nvTmaDesc")
+            ],
             "theirs": {"encode": _as_c_encodes(call), "after_map": [int(v) for v in theirs[1:]], "map": theirs[0]},
-            "ours": {"encode": {"data_type": p.data_type, "rank": p.rank, "address": p.address,
-                                "global_dim": list(p.global_dim), "global_strides": list(p.global_strides),
-                                "lower": list(p.pixel_box_lower_corner), "upper": list(p.pixel_box_upper_corner),
-                                "channels_per_pixel": p.channels_per_pixel, "pixels_per_column": p.pixels_per_column,
-                                "element_strides": list(p.element_strides), "swizzle": p.swizzle,
-                                "oob_fill": p.oob_fill},
-                     "after_map": [int(v) for v in ours[1:]], "map": "MAP" if ours[0] == bytes(128) else "?",
-                     "fixed": [p.interleave, p.l2_promotion]},
+            "ours": {
+                "encode": {
+                    "data_type": p.data_type,
+                    "rank": p.rank,
+                    "address": p.address,
+                    "global_dim": list(p.global_dim),
+                    "global_strides": list(p.global_strides),
+                    "lower": list(p.pixel_box_lower_corner),
+                    "upper": list(p.pixel_box_upper_corner),
+                    "channels_per_pixel": p.channels_per_pixel,
+                    "pixels_per_column": p.pixels_per_column,
+                    "element_strides": list(p.element_strides),
+                    "swizzle": p.swizzle,
+                    "oob_fill": p.oob_fill,
+                },
+                "after_map": [int(v) for v in ours[1:]],
+                "map": "MAP" if ours[0] == bytes(128) else "?",
+                "fixed": [p.interleave, p.l2_promotion],
+            },
         }
     return out
 

@@ -44,18 +44,58 @@ class FakeTensor:  # the class name Triton's descriptor accepts without a real a
         return 0
 
 
-FP16, BF16, FP32, U8 = (FakeDtype("float16", 2, True), FakeDtype("bfloat16", 2, True),
-                        FakeDtype("float32", 4, True), FakeDtype("uint8", 1, False))
+FP16, BF16, FP32, U8 = (
+    FakeDtype("float16", 2, True),
+    FakeDtype("bfloat16", 2, True),
+    FakeDtype("float32", 4, True),
+    FakeDtype("uint8", 1, False),
+)
 #: name, karchive dtype, tensor dtype, shape, strides, block, padding, tf32, tensordesc_meta (None: decomposed)
 CASES: list[tuple[str, str, FakeDtype, list[int], list[int], list[int], str, bool, dict | None]] = [
-    ("fp16-2d", "fp16", FP16, [256, 128], [128, 1], [64, 64], "zero", False,
-     {"swizzle": 3, "elem_size": 2, "elem_type": 6, "block_size": [64, 64], "fp4_padded": False}),
-    ("bf16-3d-nan", "bf16", BF16, [8, 96, 64], [96 * 64, 64, 1], [2, 32, 64], "nan", False,
-     {"swizzle": 2, "elem_size": 2, "elem_type": 10, "block_size": [2, 32, 64], "fp4_padded": False}),
-    ("fp4-padded", "u8", U8, [64, 32], [32, 1], [64, 64], "zero", False,
-     {"swizzle": 3, "elem_size": 1, "elem_type": 0, "block_size": [64, 64], "fp4_padded": True}),
-    ("fp32-tf32", "fp32", FP32, [128, 64], [64, 1], [32, 32], "zero", True,
-     {"swizzle": 3, "elem_size": 4, "elem_type": 7, "block_size": [32, 32], "fp4_padded": False}),
+    (
+        "fp16-2d",
+        "fp16",
+        FP16,
+        [256, 128],
+        [128, 1],
+        [64, 64],
+        "zero",
+        False,
+        {"swizzle": 3, "elem_size": 2, "elem_type": 6, "block_size": [64, 64], "fp4_padded": False},
+    ),
+    (
+        "bf16-3d-nan",
+        "bf16",
+        BF16,
+        [8, 96, 64],
+        [96 * 64, 64, 1],
+        [2, 32, 64],
+        "nan",
+        False,
+        {"swizzle": 2, "elem_size": 2, "elem_type": 10, "block_size": [2, 32, 64], "fp4_padded": False},
+    ),
+    (
+        "fp4-padded",
+        "u8",
+        U8,
+        [64, 32],
+        [32, 1],
+        [64, 64],
+        "zero",
+        False,
+        {"swizzle": 3, "elem_size": 1, "elem_type": 0, "block_size": [64, 64], "fp4_padded": True},
+    ),
+    (
+        "fp32-tf32",
+        "fp32",
+        FP32,
+        [128, 64],
+        [64, 1],
+        [32, 32],
+        "zero",
+        True,
+        {"swizzle": 3, "elem_size": 4, "elem_type": 7, "block_size": [32, 32], "fp4_padded": False},
+    ),
     ("fp16-2d-decomposed", "fp16", FP16, [256, 128], [128, 1], [64, 64], "zero", False, None),
     ("bf16-3d-nan-decomposed", "bf16", BF16, [8, 96, 64], [96 * 64, 64, 1], [2, 32, 64], "nan", False, None),
     ("fp32-tf32-decomposed", "fp32", FP32, [128, 64], [64, 1], [32, 32], "zero", True, None),
@@ -84,10 +124,16 @@ def _as_c_encodes(args: tuple) -> dict:
     """What the release's C ``fillTMADescriptorTiled`` passes to the driver for these arguments (its loops:
     every list reversed, byte strides for all but the innermost dimension; the rest is fixed there)."""
     ptr, swizzle, elem_size, host_type, block, shape, strides, padding = args
-    return {"data_type": host_type, "rank": len(block), "address": ptr,
-            "global_dim": [int(s) for s in reversed(shape)],
-            "global_strides": [int(s) * elem_size for s in reversed(list(strides)[:-1])],
-            "box_dim": [int(b) for b in reversed(block)], "swizzle": swizzle, "oob_fill": padding}
+    return {
+        "data_type": host_type,
+        "rank": len(block),
+        "address": ptr,
+        "global_dim": [int(s) for s in reversed(shape)],
+        "global_strides": [int(s) * elem_size for s in reversed(list(strides)[:-1])],
+        "box_dim": [int(b) for b in reversed(block)],
+        "swizzle": swizzle,
+        "oob_fill": padding,
+    }
 
 
 def _their_slots(nvdriver: Any, sig: str, meta: dict | None) -> list[str] | None:
@@ -119,11 +165,11 @@ def main() -> dict:
     from karchive.runtime import descriptors as td
 
     convention = convention_for_triton(triton.__version__)
-    out: dict = {"triton": triton.__version__, "convention": convention, "karchive": karchive.__file__,
-                 "cases": {}}
+    out: dict = {"triton": triton.__version__, "convention": convention, "karchive": karchive.__file__, "cases": {}}
     if convention is None:
         return out
     encoded: list[td.EncodeParams] = []
+
     def recorded_encode(p: td.EncodeParams) -> bytes:  # the driver call itself needs a GPU
         encoded.append(p)
         return bytes(128)
@@ -137,17 +183,35 @@ def main() -> dict:
     for name, kdtype, dtype, shape, strides, block, padding, tf32, meta in CASES:
         base = FakeTensor(0x7F0000010000, shape, dtype, strides)
         mode = "decomposed" if meta is None else "tma"
-        record = (TensorDescAbi(convention, mode, kdtype, len(shape), tuple(block)) if meta is None else
-                  TensorDescAbi(convention, mode, kdtype, len(shape), tuple(meta["block_size"]),
-                                swizzle=meta["swizzle"], elem_size=meta["elem_size"], elem_type=meta["elem_type"],
-                                fp4_padded=meta["fp4_padded"]))
-        case: dict = {"mode": mode, "slots": list(record.slots),
-                      "their_slots": _their_slots(nvdriver, f"tensordesc<{kdtype}[{', '.join(map(str, block))}]>",
-                                                  meta)}
+        record = (
+            TensorDescAbi(convention, mode, kdtype, len(shape), tuple(block))
+            if meta is None
+            else TensorDescAbi(
+                convention,
+                mode,
+                kdtype,
+                len(shape),
+                tuple(meta["block_size"]),
+                swizzle=meta["swizzle"],
+                elem_size=meta["elem_size"],
+                elem_type=meta["elem_type"],
+                fp4_padded=meta["fp4_padded"],
+            )
+        )
+        case: dict = {
+            "mode": mode,
+            "slots": list(record.slots),
+            "their_slots": _their_slots(nvdriver, f"tensordesc<{kdtype}[{', '.join(map(str, block))}]>", meta),
+        }
         if tf32 and not takes_tf32:  # 3.5/3.6: no such descriptor; karchive must refuse it under their convention
             try:
-                td.expand("d", record, td.TensorDescriptor(base.ptr, block, shape=shape, strides=strides,
-                                                           dtype="fp32", round_f32_to_tf32=True))
+                td.expand(
+                    "d",
+                    record,
+                    td.TensorDescriptor(
+                        base.ptr, block, shape=shape, strides=strides, dtype="fp32", round_f32_to_tf32=True
+                    ),
+                )
                 case["ours_refused"] = False
             except ArgumentError:
                 case["ours_refused"] = True
@@ -165,13 +229,26 @@ def main() -> dict:
         else:
             (call,) = fake.utils.calls
             (p,) = encoded
-            case["theirs"] = {"encode": _as_c_encodes(call), "after_map": [int(v) for v in theirs[1:]],
-                              "map": theirs[0]}
-            case["ours"] = {"encode": {"data_type": p.data_type, "rank": p.rank, "address": p.address,
-                                       "global_dim": list(p.global_dim), "global_strides": list(p.global_strides),
-                                       "box_dim": list(p.box_dim), "swizzle": p.swizzle, "oob_fill": p.oob_fill},
-                            "after_map": [int(v) for v in ours[1:]], "map": "MAP" if ours[0] == bytes(128) else "?",
-                            "fixed": [p.interleave, p.l2_promotion, list(p.element_strides)]}
+            case["theirs"] = {
+                "encode": _as_c_encodes(call),
+                "after_map": [int(v) for v in theirs[1:]],
+                "map": theirs[0],
+            }
+            case["ours"] = {
+                "encode": {
+                    "data_type": p.data_type,
+                    "rank": p.rank,
+                    "address": p.address,
+                    "global_dim": list(p.global_dim),
+                    "global_strides": list(p.global_strides),
+                    "box_dim": list(p.box_dim),
+                    "swizzle": p.swizzle,
+                    "oob_fill": p.oob_fill,
+                },
+                "after_map": [int(v) for v in ours[1:]],
+                "map": "MAP" if ours[0] == bytes(128) else "?",
+                "fixed": [p.interleave, p.l2_promotion, list(p.element_strides)],
+            }
         out["cases"][name] = case
     return out
 

@@ -24,13 +24,25 @@ def desc_add(a_desc, b_desc, c_desc, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexp
     """C = A + B, one tile per program: three descriptors and little work (tools/bench_launch.py times it)."""
     pm = tl.program_id(0)
     pn = tl.program_id(1)
-    c_desc.store([pm * BLOCK_M, pn * BLOCK_N],
-                 a_desc.load([pm * BLOCK_M, pn * BLOCK_N]) + b_desc.load([pm * BLOCK_M, pn * BLOCK_N]))
+    c_desc.store(
+        [pm * BLOCK_M, pn * BLOCK_N],
+        a_desc.load([pm * BLOCK_M, pn * BLOCK_N]) + b_desc.load([pm * BLOCK_M, pn * BLOCK_N]),
+    )
 
 
 @triton.jit
-def desc_matmul_persistent(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           BLOCK_K: tl.constexpr, NUM_PROGRAMS: tl.constexpr):
+def desc_matmul_persistent(
+    a_desc,
+    b_desc,
+    c_desc,
+    M,
+    N,
+    K,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    NUM_PROGRAMS: tl.constexpr,
+):
     """C[M, N] = A[M, K] @ B[N, K]^T, fp32 accumulation; each program walks tiles start, start + P, ..."""
     start = tl.program_id(0)
     tiles_m = tl.cdiv(M, BLOCK_M)
@@ -47,8 +59,17 @@ def desc_matmul_persistent(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexp
 
 
 @triton.jit
-def desc_attention_fwd(q_desc, k_desc, v_desc, o_desc, seq_len, sm_scale, HEAD_DIM: tl.constexpr,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def desc_attention_fwd(
+    q_desc,
+    k_desc,
+    v_desc,
+    o_desc,
+    seq_len,
+    sm_scale,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+):
     """Non-causal attention over [batch*heads*seq, HEAD_DIM] views; grid (seq/BLOCK_M, batch*heads)."""
     qblock = tl.program_id(0)
     head = tl.program_id(1)
@@ -89,13 +110,17 @@ def _descriptor_blocks(nargs):
     nargs["c_desc"].block_shape = [bm, bn]
 
 
-@triton.autotune(configs=[triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}, num_warps=4,
-                                        pre_hook=_descriptor_blocks),
-                          triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64}, num_warps=8,
-                                        pre_hook=_descriptor_blocks)], key=["M", "N", "K"])
+@triton.autotune(
+    configs=[
+        triton.Config({"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 64}, num_warps=4, pre_hook=_descriptor_blocks),
+        triton.Config({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64}, num_warps=8, pre_hook=_descriptor_blocks),
+    ],
+    key=["M", "N", "K"],
+)
 @triton.jit
-def desc_matmul_tuned(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      BLOCK_K: tl.constexpr):
+def desc_matmul_tuned(
+    a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr
+):
     """One output tile per program: C = A @ B^T with block shapes chosen by the autotuner."""
     pid = tl.program_id(0)
     tiles_n = tl.cdiv(N, BLOCK_N)

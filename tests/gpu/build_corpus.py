@@ -34,31 +34,45 @@ WHEELS = {"liger": "liger_kernel-0.8.5-py3-none-any.whl", "fla": "fla_core-0.6.0
 #: The signatures are the ones the corpus workload's launches specialise to (tests/gpu/corpus_phases.py).
 KERNELS: dict[str, dict] = {
     "tutorials-matmul": {
-        "library": "tutorials", "file": "tutorials:tut03_matrix_multiplication.py", "kernel": "matmul_kernel",
+        "library": "tutorials",
+        "file": "tutorials:tut03_matrix_multiplication.py",
+        "kernel": "matmul_kernel",
         # a, b, c; M, N, K (512 and 128..384: multiples of 16); strides (row strides multiples of 16, column 1)
         "signature": "*fp16:16, *fp16:16, *fp16:16, i32:16, i32:16, i32:16, i32:16, i32:1, i32:16, i32:1, "
-                     "i32:16, i32:1",
+        "i32:16, i32:1",
         "constexprs": {"ACTIVATION": ["", "leaky_relu"]},
     },
     "liger-dyt-fwd": {
-        "library": "liger", "file": "site:liger_kernel/ops/dyt.py", "kernel": "_dyt_fwd_kernel",
+        "library": "liger",
+        "file": "site:liger_kernel/ops/dyt.py",
+        "kernel": "_dyt_fwd_kernel",
         "signature": "*fp32:16, *fp32:16, *fp32:16, *fp32:16, *fp32:16",  # X, Y, Alpha, Gamma, Beta
         "constexprs": {"HAVE_BETA": [True], "N": [512]},
     },
     "liger-dyt-bwd": {
-        "library": "liger", "file": "site:liger_kernel/ops/dyt.py", "kernel": "_dyt_bwd_kernel",
+        "library": "liger",
+        "file": "site:liger_kernel/ops/dyt.py",
+        "kernel": "_dyt_bwd_kernel",
         # DY, DX, DA, DG, DB, X, Alpha, Gamma; M
         "signature": "*fp32:16, *fp32:16, *fp32:16, *fp32:16, *fp32:16, *fp32:16, *fp32:16, *fp32:16, i32:16",
         "constexprs": {"HAVE_BETA": [True], "N": [512]},
     },
     "fla-kkt": {
-        "library": "fla-delta-rule", "file": "site:fla/ops/common/chunk_scaled_dot_kkt.py",
+        "library": "fla-delta-rule",
+        "file": "site:fla/ops/common/chunk_scaled_dot_kkt.py",
         "kernel": "chunk_scaled_dot_kkt_fwd_kernel",  # @triton.heuristics over @triton.autotune (tunes BK)
         # k, beta (bf16), A (fp32), T (do_not_specialize); g, cu_seqlens and chunk_indices are None in the
         # corpus step (a spec writes None, the constexpr Triton specialises a None argument to) and USE_G /
         # IS_VARLEN come from its heuristics
-        "signature": {"k": "*bf16:16", "g": "None", "beta": "*bf16:16", "A": "*fp32:16", "T": "i32",
-                      "cu_seqlens": "None", "chunk_indices": "None"},
+        "signature": {
+            "k": "*bf16:16",
+            "g": "None",
+            "beta": "*bf16:16",
+            "A": "*fp32:16",
+            "T": "i32",
+            "cu_seqlens": "None",
+            "chunk_indices": "None",
+        },
         "constexprs": {"H": [4], "HV": [4], "K": [64], "BT": [64]},
     },
 }
@@ -77,11 +91,21 @@ def _toml_value(v: object) -> str:
 
 
 def spec_text(entry: str, info: dict, source: pathlib.Path) -> str:
-    return "\n".join([
-        f"# {entry}: the library's autotuned kernel, every config (written by tests/gpu/build_corpus.py)",
-        "[archive]", f'name = "corpus-{entry}"', 'version = "1.0"', 'targets = ["cuda:90"]', "",
-        "[[kernel]]", "source = " + json.dumps(f"{source}:{info['kernel']}"),
-        f"signature = {_toml_value(info['signature'])}", f"constexprs = {_toml_value(info['constexprs'])}", ""])
+    return "\n".join(
+        [
+            f"# {entry}: the library's autotuned kernel, every config (written by tests/gpu/build_corpus.py)",
+            "[archive]",
+            f'name = "corpus-{entry}"',
+            'version = "1.0"',
+            'targets = ["cuda:90"]',
+            "",
+            "[[kernel]]",
+            "source = " + json.dumps(f"{source}:{info['kernel']}"),
+            f"signature = {_toml_value(info['signature'])}",
+            f"constexprs = {_toml_value(info['constexprs'])}",
+            "",
+        ]
+    )
 
 
 def unpack_wheels(site: pathlib.Path) -> dict[str, str]:
@@ -116,8 +140,15 @@ def build(out: pathlib.Path, only: list[str] | None = None) -> int:
             continue
         where, _, rel = info["file"].partition(":")
         source = (SRC if where == "tutorials" else site) / rel
-        row = {"library": info["library"], "kernel": info["kernel"], "archive": f"{entry}.karc", "ok": False,
-               "error": None, "seconds": None, "spec": f"{entry}.toml"}
+        row = {
+            "library": info["library"],
+            "kernel": info["kernel"],
+            "archive": f"{entry}.karc",
+            "ok": False,
+            "error": None,
+            "seconds": None,
+            "spec": f"{entry}.toml",
+        }
         report[entry] = row
         if info["library"].partition("-")[0] in missing:
             row["error"] = missing[info["library"].partition("-")[0]]
@@ -133,8 +164,14 @@ def build(out: pathlib.Path, only: list[str] | None = None) -> int:
         archive.unlink(missing_ok=True)
         t0 = time.perf_counter()
         try:
-            r = subprocess.run([sys.executable, "-m", "karchive", "build", str(spec), "-o", str(archive)],
-                               capture_output=True, text=True, env=env, timeout=900, cwd=out)
+            r = subprocess.run(
+                [sys.executable, "-m", "karchive", "build", str(spec), "-o", str(archive)],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=900,
+                cwd=out,
+            )
             rc, text = r.returncode, (r.stderr or "") + (r.stdout or "")
         except subprocess.TimeoutExpired:
             rc, text = 124, "karchive build timed out after 900 s"
@@ -148,8 +185,10 @@ def build(out: pathlib.Path, only: list[str] | None = None) -> int:
             print(f"{entry}: NOT BUILT (exit {rc}, {row['seconds']} s): {row['error']}")
     from karchive.producer.compile.aot import toolchain_versions
 
-    (out / "corpus-build.json").write_text(json.dumps(
-        {"built_with": toolchain_versions(), "kernels": report}, indent=1, sort_keys=True, default=str) + "\n")
+    (out / "corpus-build.json").write_text(
+        json.dumps({"built_with": toolchain_versions(), "kernels": report}, indent=1, sort_keys=True, default=str)
+        + "\n"
+    )
     print(f"{len(report) - failed} of {len(report)} corpus kernels built into {out} (corpus-build.json)")
     return 1 if failed else 0
 

@@ -43,7 +43,7 @@ def _build(python: str, out: pathlib.Path, spec: pathlib.Path = SPEC) -> str:
 def venv_triton(venv: pathlib.Path) -> str | None:
     """The Triton version a release venv holds, from its installed distribution (None: no single one)."""
     dists = sorted(venv.glob("lib/python*/site-packages/triton-*.dist-info"))
-    return dists[0].name[len("triton-"):-len(".dist-info")] if len(dists) == 1 else None
+    return dists[0].name[len("triton-") : -len(".dist-info")] if len(dists) == 1 else None
 
 
 def release_venvs(base: pathlib.Path) -> tuple[list[pathlib.Path], list[str]]:
@@ -62,8 +62,9 @@ def release_venvs(base: pathlib.Path) -> tuple[list[pathlib.Path], list[str]]:
             notes.append(f"skipped {venv}: no single triton distribution installed there")
         elif convention_for_triton(version) is None:
             known = "; ".join(f"{c}: Triton {', '.join(m)}" for c, m in CONVENTIONS.items())
-            notes.append(f"skipped {venv}: karchive knows no tensor-descriptor convention for Triton {version} "
-                         f"(known: {known})")
+            notes.append(
+                f"skipped {venv}: karchive knows no tensor-descriptor convention for Triton {version} (known: {known})"
+            )
         else:
             use.append(venv)
     return use, notes

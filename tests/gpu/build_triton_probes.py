@@ -44,8 +44,13 @@ def main(argv: list[str]) -> int:
         for v in found:
             t0 = time.time()
             path = out / f"probes-triton-{v.version}.karc"
-            build(v, PROBES / "build.toml", path, cwd=pathlib.Path(tmp),
-                  env=dict(env, KARCHIVE_CACHE_DIR=os.path.join(tmp, v.version)))
+            build(
+                v,
+                PROBES / "build.toml",
+                path,
+                cwd=pathlib.Path(tmp),
+                env=dict(env, KARCHIVE_CACHE_DIR=os.path.join(tmp, v.version)),
+            )
             data = path.read_bytes()
             from karchive.format.reader import ArchiveReader
 

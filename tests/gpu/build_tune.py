@@ -54,20 +54,47 @@ def keys_file() -> dict:
     calls = []
     f16 = "torch.float16"
     for m, n, k in LINEAR_SHAPES:
-        calls.append({
-            "kernel": "tq_linear", "label": f"linear {m}x{n}x{k}",
-            "args": {"x_ptr": _t([m, k], "float16"), "w_ptr": _t([n, k], "float16"), "bias_ptr": _t([n], "float16"),
-                     "out_ptr": _t([m, n], "float16", "zeros"), "M": m, "N": n, "K": k,
-                     "stride_xm": _stride0("x_ptr"), "stride_wn": _stride0("w_ptr"), "stride_om": _stride0("out_ptr")},
-            "grid": [["*", ["call", "cdiv", ["arg", "M"], ["arg", "TILE_M"]],
-                      ["call", "cdiv", ["arg", "N"], ["arg", "TILE_N"]]]],
-            "key": [m, n, k, f16, f16, f16, f16]})
+        calls.append(
+            {
+                "kernel": "tq_linear",
+                "label": f"linear {m}x{n}x{k}",
+                "args": {
+                    "x_ptr": _t([m, k], "float16"),
+                    "w_ptr": _t([n, k], "float16"),
+                    "bias_ptr": _t([n], "float16"),
+                    "out_ptr": _t([m, n], "float16", "zeros"),
+                    "M": m,
+                    "N": n,
+                    "K": k,
+                    "stride_xm": _stride0("x_ptr"),
+                    "stride_wn": _stride0("w_ptr"),
+                    "stride_om": _stride0("out_ptr"),
+                },
+                "grid": [
+                    [
+                        "*",
+                        ["call", "cdiv", ["arg", "M"], ["arg", "TILE_M"]],
+                        ["call", "cdiv", ["arg", "N"], ["arg", "TILE_N"]],
+                    ]
+                ],
+                "key": [m, n, k, f16, f16, f16, f16],
+            }
+        )
     for rows, cols in ROW_SHAPES:
-        calls.append({
-            "kernel": "tq_row_l2", "label": f"row_l2 {rows}x{cols}",
-            "args": {"x_ptr": _t([rows, cols], "float32"), "out_ptr": _t([rows], "float32", "zeros"), "n_cols": cols,
-                     "row_stride": _stride0("x_ptr")},
-            "grid": [rows], "key": [cols, "torch.float32", "torch.float32"]})
+        calls.append(
+            {
+                "kernel": "tq_row_l2",
+                "label": f"row_l2 {rows}x{cols}",
+                "args": {
+                    "x_ptr": _t([rows, cols], "float32"),
+                    "out_ptr": _t([rows], "float32", "zeros"),
+                    "n_cols": cols,
+                    "row_stride": _stride0("x_ptr"),
+                },
+                "grid": [rows],
+                "key": [cols, "torch.float32", "torch.float32"],
+            }
+        )
     return {"format": "karchive-tune-keys/1", "calls": calls}
 
 
@@ -89,8 +116,12 @@ def build(out: pathlib.Path) -> dict:
     (out / "tune-keys.json").write_text(json.dumps(keys_file(), indent=1) + "\n")
     import triton
 
-    return {"variants": len(result.built), "seconds": round(time.perf_counter() - t0, 1), "triton": triton.__version__,
-            "warnings": warnings + [w for w in result.warnings if w not in warnings]}
+    return {
+        "variants": len(result.built),
+        "seconds": round(time.perf_counter() - t0, 1),
+        "triton": triton.__version__,
+        "warnings": warnings + [w for w in result.warnings if w not in warnings],
+    }
 
 
 def main(argv: list[str]) -> int:

@@ -28,7 +28,11 @@ def ok(result: dict) -> dict:
 
 def export(archive: Path, dest: Path) -> dict:
     """``karchive export-triton-cache`` (the CLI, in its own process) into ``dest``; returns the JSON report."""
-    r = subprocess.run([sys.executable, "-m", "karchive", "export-triton-cache", str(archive), "--cache-dir", str(dest),
-                        "--json"], capture_output=True, text=True, env=phase_env(dest.parent / "export-own-cache"))
+    r = subprocess.run(
+        [sys.executable, "-m", "karchive", "export-triton-cache", str(archive), "--cache-dir", str(dest), "--json"],
+        capture_output=True,
+        text=True,
+        env=phase_env(dest.parent / "export-own-cache"),
+    )
     assert r.returncode == 0, r.stderr or r.stdout
     return json.loads(r.stdout)

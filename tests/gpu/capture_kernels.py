@@ -79,8 +79,9 @@ def bwd_dw(dh_ptr, x_ptr, dw_ptr, nrows, ncols, BLOCK_N: tl.constexpr):
     m = cols < ncols
     acc = tl.zeros([BLOCK_N], dtype=tl.float32)
     for r in range(0, nrows):  # one row at a time, in order: the same sum whatever BLOCK_N is
-        acc += tl.load(dh_ptr + r * ncols + cols, mask=m, other=0.0) * tl.load(x_ptr + r * ncols + cols, mask=m,
-                                                                                 other=0.0)
+        acc += tl.load(dh_ptr + r * ncols + cols, mask=m, other=0.0) * tl.load(
+            x_ptr + r * ncols + cols, mask=m, other=0.0
+        )
     tl.store(dw_ptr + cols, acc, mask=m)
 
 
@@ -140,8 +141,11 @@ def make_inputs(device: str = "cuda", seed: int = 0) -> dict:
     import torch
 
     g = torch.Generator(device="cpu").manual_seed(seed)
-    return {"x": torch.randn(M, N, generator=g).to(device), "w": torch.randn(N, generator=g).to(device),
-            "gy": torch.randn(M, N, generator=g).to(device)}
+    return {
+        "x": torch.randn(M, N, generator=g).to(device),
+        "w": torch.randn(N, generator=g).to(device),
+        "gy": torch.randn(M, N, generator=g).to(device),
+    }
 
 
 def step(inp: dict) -> dict:

@@ -33,9 +33,9 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -80,14 +80,17 @@ class CompileCounter:
         self.cache_dir = os.environ.get("TRITON_CACHE_DIR", "")
         self.before = kernel_hashes(self.cache_dir)
         knobs.compilation.listener = lambda **kw: self.events.append(
-            (str(getattr(kw.get("src"), "name", "?")), bool(kw.get("cache_hit"))))
+            (str(getattr(kw.get("src"), "name", "?")), bool(kw.get("cache_hit")))
+        )
 
     def result(self) -> dict:
         new = kernel_hashes(self.cache_dir) - self.before
-        return {"compiles": sum(1 for _, hit in self.events if not hit),
-                "cache_hits": sum(1 for _, hit in self.events if hit),
-                "compiled_kernels": sorted({k for k, hit in self.events if not hit}),
-                "new_cache_entries": len(new)}
+        return {
+            "compiles": sum(1 for _, hit in self.events if not hit),
+            "cache_hits": sum(1 for _, hit in self.events if hit),
+            "compiled_kernels": sorted({k for k, hit in self.events if not hit}),
+            "new_cache_entries": len(new),
+        }
 
 
 def kernel_hashes(cache_dir: str) -> set[str]:
@@ -125,8 +128,12 @@ def make_workload_inputs(seed: int = 0) -> dict:
     import torch
 
     g = torch.Generator(device="cpu").manual_seed(seed)
-    t = {"x": torch.randn(98_431, generator=g), "y": torch.randn(98_431, generator=g),
-         "sm_in": torch.randn(333, 781, generator=g), "x2": torch.randn(2 * 50_000, generator=g)}
+    t = {
+        "x": torch.randn(98_431, generator=g),
+        "y": torch.randn(98_431, generator=g),
+        "sm_in": torch.randn(333, 781, generator=g),
+        "x2": torch.randn(2 * 50_000, generator=g),
+    }
     for i, (m, n, k) in enumerate(MM_SHAPES):
         t[f"a{i}"] = torch.randn(m, k, generator=g).half()
         t[f"b{i}"] = torch.randn(k, n, generator=g).half()
@@ -143,9 +150,16 @@ def run_workload(inp: dict, tuned: Any = None, timer: Callable[[str], None] | No
     log: list = []
 
     def call(kernel: str, grid: Any, named: dict, out_names: list, autotune: bool = False, cx: dict | None = None):
-        log.append({"kernel": kernel, "grid": list(grid) if isinstance(grid, tuple) else None, "autotune": autotune,
-                    "args": {k: ({"tensor": v} if isinstance(v, str) else {"value": v}) for k, v in named.items()},
-                    "constexprs": cx or {}, "outputs": out_names})
+        log.append(
+            {
+                "kernel": kernel,
+                "grid": list(grid) if isinstance(grid, tuple) else None,
+                "autotune": autotune,
+                "args": {k: ({"tensor": v} if isinstance(v, str) else {"value": v}) for k, v in named.items()},
+                "constexprs": cx or {},
+                "outputs": out_names,
+            }
+        )
 
     n = inp["x"].numel()
     out["add"] = torch.full_like(inp["x"], float("nan"))
@@ -153,40 +167,73 @@ def run_workload(inp: dict, tuned: Any = None, timer: Callable[[str], None] | No
     _sync()
     if timer:
         timer("first_call")
-    call("add_kernel", (cdiv(n, 1024),), {"x_ptr": "x", "y_ptr": "y", "out_ptr": "add", "n_elements": n},
-         ["add"], cx={"BLOCK": 1024})
+    call(
+        "add_kernel",
+        (cdiv(n, 1024),),
+        {"x_ptr": "x", "y_ptr": "y", "out_ptr": "add", "n_elements": n},
+        ["add"],
+        cx={"BLOCK": 1024},
+    )
 
     rows, cols = inp["sm_in"].shape
     out["softmax"] = torch.full_like(inp["sm_in"], float("nan"))
-    kernels.softmax_kernel[(rows,)](out["softmax"], inp["sm_in"], inp["sm_in"].stride(0), out["softmax"].stride(0),
-                                    cols, BLOCK=1024)
-    call("softmax_kernel", (rows,), {"out_ptr": "softmax", "in_ptr": "sm_in", "in_row_stride": cols,
-                                     "out_row_stride": cols, "n_cols": cols}, ["softmax"], cx={"BLOCK": 1024})
+    kernels.softmax_kernel[(rows,)](
+        out["softmax"], inp["sm_in"], inp["sm_in"].stride(0), out["softmax"].stride(0), cols, BLOCK=1024
+    )
+    call(
+        "softmax_kernel",
+        (rows,),
+        {"out_ptr": "softmax", "in_ptr": "sm_in", "in_row_stride": cols, "out_row_stride": cols, "n_cols": cols},
+        ["softmax"],
+        cx={"BLOCK": 1024},
+    )
 
     for stride, src, name in ((1, "x", "scale1"), (2, "x2", "scale2")):
         m = 50_000
         out[name] = torch.full((m,), float("nan"), device=inp["x"].device)
         kernels.scale_kernel[(cdiv(m, 1024),)](inp[src], out[name], m, stride, 2.5, BLOCK=1024)
-        call("scale_kernel", (cdiv(m, 1024),), {"x_ptr": src, "out_ptr": name, "n_elements": m, "stride": stride,
-                                               "alpha": 2.5}, [name], cx={"BLOCK": 1024})
+        call(
+            "scale_kernel",
+            (cdiv(m, 1024),),
+            {"x_ptr": src, "out_ptr": name, "n_elements": m, "stride": stride, "alpha": 2.5},
+            [name],
+            cx={"BLOCK": 1024},
+        )
 
     for i, (M, N, K) in enumerate(MM_SHAPES):
         a, b = inp[f"a{i}"], inp[f"b{i}"]
         c = out[f"c{i}"] = torch.full((M, N), float("nan"), device=a.device, dtype=torch.float16)
         grid = lambda meta, M=M, N=N: (cdiv(M, meta["BLOCK_M"]) * cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
         tuned[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
-        call("matmul_kernel", None, {"a_ptr": f"a{i}", "b_ptr": f"b{i}", "c_ptr": f"c{i}", "M": M, "N": N, "K": K,
-                                     "stride_am": a.stride(0), "stride_ak": a.stride(1), "stride_bk": b.stride(0),
-                                     "stride_bn": b.stride(1), "stride_cm": c.stride(0), "stride_cn": c.stride(1)},
-             [f"c{i}"], autotune=True)
+        call(
+            "matmul_kernel",
+            None,
+            {
+                "a_ptr": f"a{i}",
+                "b_ptr": f"b{i}",
+                "c_ptr": f"c{i}",
+                "M": M,
+                "N": N,
+                "K": K,
+                "stride_am": a.stride(0),
+                "stride_ak": a.stride(1),
+                "stride_bk": b.stride(0),
+                "stride_bn": b.stride(1),
+                "stride_cm": c.stride(0),
+                "stride_cn": c.stride(1),
+            },
+            [f"c{i}"],
+            autotune=True,
+        )
     _sync()
     return out, log
 
 
 def phase_workload_capture(work: Path, opts: dict) -> dict:
-    import karchive
     import torch
     import triton
+
+    import karchive
 
     inp = {k: v.cuda() for k, v in make_workload_inputs().items()}
     with karchive.capture("gpu-capture", version="1.0", strict=True) as cap:
@@ -198,13 +245,13 @@ def phase_workload_capture(work: Path, opts: dict) -> dict:
     from karchive.format.names import short_name
 
     n_mm = sum(1 for v in cap.variants.values() if short_name(v.kernel) == "matmul_kernel")  # module:qualname
-    return {"summary": s, "matmul_variants": n_mm, "archive_bytes": stats.archive_bytes,
-            "triton": triton.__version__}
+    return {"summary": s, "matmul_variants": n_mm, "archive_bytes": stats.archive_bytes, "triton": triton.__version__}
 
 
 def phase_workload_relaunch(work: Path, opts: dict) -> dict:
-    import karchive
     import torch
+
+    import karchive
 
     saved = torch.load(work / "workload.pt")
     t = {k: v.cuda() for k, v in saved.items()}
@@ -215,8 +262,9 @@ def phase_workload_relaunch(work: Path, opts: dict) -> dict:
     checks = 0
     for c in calls:
         fresh = {o: torch.full_like(t[o], float("nan")) for o in c["outputs"]}
-        named = {k: (fresh.get(v["tensor"], t[v["tensor"]]) if "tensor" in v else v["value"])
-                 for k, v in c["args"].items()}
+        named = {
+            k: (fresh.get(v["tensor"], t[v["tensor"]]) if "tensor" in v else v["value"]) for k, v in c["args"].items()
+        }
         k = arc.kernel(c["kernel"])
         cx = dict(c["constexprs"])
         if c["autotune"]:  # the runtime reads the records itself: no meta-parameters passed
@@ -231,8 +279,10 @@ def phase_workload_relaunch(work: Path, opts: dict) -> dict:
         for o, got in fresh.items():
             checks += 1
             if not torch.equal(got, t[o]):
-                problems.append(f"{c['kernel']} -> {o}: differs from the JIT output "
-                                f"(max abs diff {(got.float() - t[o].float()).abs().max().item()})")
+                problems.append(
+                    f"{c['kernel']} -> {o}: differs from the JIT output "
+                    f"(max abs diff {(got.float() - t[o].float()).abs().max().item()})"
+                )
     a, b = t["a0"], t["b0"]
     ref = a.float() @ b.float()
     mm = arc.kernel("matmul_kernel")
@@ -242,8 +292,20 @@ def phase_workload_relaunch(work: Path, opts: dict) -> dict:
         cx = v.constexprs
         M, N, K = MM_SHAPES[0]
         c = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float16)
-        args = dict(a_ptr=a, b_ptr=b, c_ptr=c, M=M, N=N, K=K, stride_am=a.stride(0), stride_ak=a.stride(1),
-                    stride_bk=b.stride(0), stride_bn=b.stride(1), stride_cm=c.stride(0), stride_cn=c.stride(1))
+        args = dict(
+            a_ptr=a,
+            b_ptr=b,
+            c_ptr=c,
+            M=M,
+            N=N,
+            K=K,
+            stride_am=a.stride(0),
+            stride_ak=a.stride(1),
+            stride_bk=b.stride(0),
+            stride_bn=b.stride(1),
+            stride_cm=c.stride(0),
+            stride_cn=c.stride(1),
+        )
         if mm.select(**args, **cx).key != v.key:
             problems.append(f"matmul variant {v.key[:12]} ({cx}) not selectable with shape 0")
             continue
@@ -256,8 +318,13 @@ def phase_workload_relaunch(work: Path, opts: dict) -> dict:
     missing = [f"{v.kernel}:{v.key[:12]}" for v in arc.manifest.variants if v.key not in launched]
     if missing:
         problems.append(f"variants never launched: {missing}")
-    return {"launched": len(launched), "variants": len(arc.manifest.variants), "checks": checks,
-            "triton_imported": "triton" in sys.modules, "problems": problems}
+    return {
+        "launched": len(launched),
+        "variants": len(arc.manifest.variants),
+        "checks": checks,
+        "triton_imported": "triton" in sys.modules,
+        "problems": problems,
+    }
 
 
 def phase_workload_jitrun(work: Path, opts: dict) -> dict:
@@ -273,9 +340,14 @@ def phase_workload_jitrun(work: Path, opts: dict) -> dict:
     ref = torch.load(work / "workload.pt")
     # Same binaries, same inputs: bit-equal; the matmul may be re-tuned to another config: a tolerance.
     same = not _equal(out, ref, ["add", "softmax", "scale1", "scale2"]) and all(
-        torch.allclose(out[k].cpu().float(), ref[k].float(), atol=5e-2, rtol=1e-2) for k in ("c0", "c1"))
-    return {**counter.result(), "first_call_s": round(marks.get("first_call", float("nan")), 4),
-            "workload_s": round(total, 3), "outputs_equal_capture": same}
+        torch.allclose(out[k].cpu().float(), ref[k].float(), atol=5e-2, rtol=1e-2) for k in ("c0", "c1")
+    )
+    return {
+        **counter.result(),
+        "first_call_s": round(marks.get("first_call", float("nan")), 4),
+        "workload_s": round(total, 3),
+        "outputs_equal_capture": same,
+    }
 
 
 # --- the training step (custom autograd.Function, tests/gpu/capture_kernels.py) --------------------------------
@@ -287,8 +359,9 @@ def _train_inputs() -> dict:
 
 def phase_train_capture(work: Path, opts: dict) -> dict:
     import capture_kernels as ck
-    import karchive
     import torch
+
+    import karchive
 
     scope = opts.get("scope", "process")
     use_capture = opts.get("capture", "1") == "1"
@@ -307,10 +380,14 @@ def phase_train_capture(work: Path, opts: dict) -> dict:
         out = ck.step(inp)
         _sync()
     first = time.perf_counter() - t0
-    result: dict[str, Any] = {"first_step_s": round(first, 4), "since_spawn_s": _since_spawn(),
-                              "main_thread": threading.current_thread().name,
-                              "backward_thread": ck.SAVED.get("backward_thread")}
+    result: dict[str, Any] = {
+        "first_step_s": round(first, 4),
+        "since_spawn_s": _since_spawn(),
+        "main_thread": threading.current_thread().name,
+        "backward_thread": ck.SAVED.get("backward_thread"),
+    }
     if steps:  # steady state: per-step time with the capture's hooks active and without
+
         def timed(active: bool) -> float:
             for _ in range(3):
                 ck.step(inp)
@@ -330,13 +407,22 @@ def phase_train_capture(work: Path, opts: dict) -> dict:
 
         s = cap.summary()
         stats = cap.save(work / f"{tag}.karc")
-        result.update(summary=s, archive_bytes=stats.archive_bytes,
-                      events=[{"kernel": e.kernel, "how": e.how, "thread": e.thread, "note": e.note}
-                              for e in cap.events],
-                      autotune_kernels=sorted(short_name(r["kernel"]) for r in cap.autotune.to_json()),
-                      heuristics_kernels=sorted(short_name(r["kernel"]) for r in cap.heuristics.to_json()))
-        torch.save({**{k: v.cpu() for k, v in inp.items()}, **{k: v.cpu() for k, v in out.items()},
-                    "h": ck.SAVED["h"].cpu(), "dh": ck.SAVED["dh"].cpu()}, work / f"{tag}.pt")
+        result.update(
+            summary=s,
+            archive_bytes=stats.archive_bytes,
+            events=[{"kernel": e.kernel, "how": e.how, "thread": e.thread, "note": e.note} for e in cap.events],
+            autotune_kernels=sorted(short_name(r["kernel"]) for r in cap.autotune.to_json()),
+            heuristics_kernels=sorted(short_name(r["kernel"]) for r in cap.heuristics.to_json()),
+        )
+        torch.save(
+            {
+                **{k: v.cpu() for k, v in inp.items()},
+                **{k: v.cpu() for k, v in out.items()},
+                "h": ck.SAVED["h"].cpu(),
+                "dh": ck.SAVED["dh"].cpu(),
+            },
+            work / f"{tag}.pt",
+        )
     return result
 
 
@@ -353,8 +439,12 @@ def phase_train_rerun(work: Path, opts: dict) -> dict:
     _sync()
     first = time.perf_counter() - t0
     ref = torch.load(work / f"{tag}.pt")
-    return {**counter.result(), "first_step_s": round(first, 4), "since_spawn_s": _since_spawn(),
-            "not_bit_equal": _equal(out, ref, ["y", "dx", "dw"])}
+    return {
+        **counter.result(),
+        "first_step_s": round(first, 4),
+        "since_spawn_s": _since_spawn(),
+        "not_bit_equal": _equal(out, ref, ["y", "dx", "dw"]),
+    }
 
 
 def karchive_step(arc: Any, t: dict) -> dict:
@@ -403,11 +493,18 @@ def phase_train_karchive(work: Path, opts: dict) -> dict:
             karchive_step(arc, t)
         _sync()
         steady = round((time.perf_counter() - s0) / steps, 6)
-    kinds = {name: type(arc.kernel(name).resolver or arc.kernel(name)).__name__ for name in ("fwd_mul", "fwd_silu", "bwd_silu", "bwd_dx",
-                                                                "bwd_dw")}
-    return {"first_step_s": round(first, 4), "since_spawn_s": _since_spawn(), "steady_step_s": steady,
-            "not_bit_equal": _equal(out, ref, ["y", "h", "dh", "dx", "dw"]), "dispatchers": kinds,
-            "triton_importable": _triton_importable()}
+    kinds = {
+        name: type(arc.kernel(name).resolver or arc.kernel(name)).__name__
+        for name in ("fwd_mul", "fwd_silu", "bwd_silu", "bwd_dx", "bwd_dw")
+    }
+    return {
+        "first_step_s": round(first, 4),
+        "since_spawn_s": _since_spawn(),
+        "steady_step_s": steady,
+        "not_bit_equal": _equal(out, ref, ["y", "h", "dh", "dx", "dw"]),
+        "dispatchers": kinds,
+        "triton_importable": _triton_importable(),
+    }
 
 
 def _triton_importable() -> bool:
@@ -450,8 +547,9 @@ def _compiled_run(fn: Any, x0: Any, w0: Any) -> dict:
 
 
 def phase_compile_capture(work: Path, opts: dict) -> dict:
-    import karchive
     import torch
+
+    import karchive
 
     tag = opts.get("tag", "compile")
     fn = _compiled_step()
@@ -475,10 +573,15 @@ def phase_compile_capture(work: Path, opts: dict) -> dict:
     s = cap.summary()
     stats = cap.save(work / f"{tag}.karc")
     torch.save({"x": x.cpu(), "w": w.cpu(), **{k: v.cpu() for k, v in out.items()}}, work / f"{tag}.pt")
-    return {"summary": s, "archive_bytes": stats.archive_bytes, "first_step_s": round(first, 4),
-            "forward_events": forward_events, "backward_events": len(cap.events) - forward_events,
-            "events": [{"kernel": e.kernel, "how": e.how, "thread": e.thread, "note": e.note} for e in cap.events],
-            "main_thread": threading.current_thread().name}
+    return {
+        "summary": s,
+        "archive_bytes": stats.archive_bytes,
+        "first_step_s": round(first, 4),
+        "forward_events": forward_events,
+        "backward_events": len(cap.events) - forward_events,
+        "events": [{"kernel": e.kernel, "how": e.how, "thread": e.thread, "note": e.note} for e in cap.events],
+        "main_thread": threading.current_thread().name,
+    }
 
 
 def phase_compile_rerun(work: Path, opts: dict) -> dict:
@@ -492,8 +595,12 @@ def phase_compile_rerun(work: Path, opts: dict) -> dict:
     out = _compiled_run(fn, x, w)
     first = time.perf_counter() - t0
     ref = torch.load(work / f"{tag}.pt")
-    return {**counter.result(), "first_step_s": round(first, 4), "since_spawn_s": _since_spawn(),
-            "not_bit_equal": _equal(out, ref, ["loss", "dx", "dw"])}
+    return {
+        **counter.result(),
+        "first_step_s": round(first, 4),
+        "since_spawn_s": _since_spawn(),
+        "not_bit_equal": _equal(out, ref, ["loss", "dx", "dw"]),
+    }
 
 
 _POINTWISE = {"inproc": 1.0, "workers": 2.0}  # a different constant: a different kernel per run
@@ -501,8 +608,9 @@ _POINTWISE = {"inproc": 1.0, "workers": 2.0}  # a different constant: a differen
 
 def phase_pointwise_capture(work: Path, opts: dict) -> dict:
     """(from tools/gpu_capture.py) torch.compile'd relu(x * y + c) under capture; relaunched by pointwise_relaunch."""
-    import karchive
     import torch
+
+    import karchive
 
     which = opts.get("which", "inproc")
     c = _POINTWISE[which]
@@ -529,15 +637,20 @@ def _block_of(arc: Any, v: Any) -> int | None:
         if name in v.constexprs:
             return int(v.constexprs[name])
     if "ttir" in v.ir:  # a harvested variant: the block size is baked in; read it from the IR
-        ends = [int(m) for m in re.findall(r"tt\.make_range \{end = (\d+) : i32, start = 0",
-                                           arc.reader.read(v.ir["ttir"].path).decode())]
+        ends = [
+            int(m)
+            for m in re.findall(
+                r"tt\.make_range \{end = (\d+) : i32, start = 0", arc.reader.read(v.ir["ttir"].path).decode()
+            )
+        ]
         return max(ends) if ends else None
     return None
 
 
 def phase_pointwise_relaunch(work: Path, opts: dict) -> dict:
-    import karchive
     import torch
+
+    import karchive
 
     which = opts.get("which", "inproc")
     saved = torch.load(work / f"pointwise-{which}.pt")
@@ -569,18 +682,24 @@ def phase_pointwise_relaunch(work: Path, opts: dict) -> dict:
         _sync()
         for o in outs.values():
             if not torch.equal(o, ref):
-                problems.append(f"{v.kernel}: output differs from torch.compile's (max abs diff "
-                                f"{(o - ref).abs().max().item()})")
+                problems.append(
+                    f"{v.kernel}: output differs from torch.compile's (max abs diff {(o - ref).abs().max().item()})"
+                )
         done.append(f"{v.kernel}[{v.provenance.origin}{', harvested' if v.provenance.harvested else ''}]")
     return {"relaunched": done, "problems": problems}
 
 
 PHASES: dict[str, Callable[[Path, dict], dict]] = {
-    "workload_capture": phase_workload_capture, "workload_relaunch": phase_workload_relaunch,
-    "workload_jitrun": phase_workload_jitrun, "train_capture": phase_train_capture,
-    "train_rerun": phase_train_rerun, "train_karchive": phase_train_karchive,
-    "compile_capture": phase_compile_capture, "compile_rerun": phase_compile_rerun,
-    "pointwise_capture": phase_pointwise_capture, "pointwise_relaunch": phase_pointwise_relaunch,
+    "workload_capture": phase_workload_capture,
+    "workload_relaunch": phase_workload_relaunch,
+    "workload_jitrun": phase_workload_jitrun,
+    "train_capture": phase_train_capture,
+    "train_rerun": phase_train_rerun,
+    "train_karchive": phase_train_karchive,
+    "compile_capture": phase_compile_capture,
+    "compile_rerun": phase_compile_rerun,
+    "pointwise_capture": phase_pointwise_capture,
+    "pointwise_relaunch": phase_pointwise_relaunch,
 }
 #: Phases that must run with Triton unimportable (blocked before anything is imported).
 NO_TRITON = {"train_karchive"}
@@ -591,15 +710,22 @@ def phase_env(cache: Path | str | None, extra: dict | None = None) -> dict:
     env = dict(os.environ)
     if cache is not None:
         env["TRITON_CACHE_DIR"] = str(cache)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "examples"), str(HERE),
-                                         os.environ.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(ROOT), str(ROOT / "examples"), str(HERE), os.environ.get("PYTHONPATH", "")]
+    )
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # the same cache-invalidating environment in every phase
     env.update(extra or {})
     return env
 
 
-def run_phase(phase: str, work: Path, cache: Path | str | None, extra_env: dict | None = None,
-              opts: dict | None = None, timeout: int = 240) -> dict:
+def run_phase(
+    phase: str,
+    work: Path,
+    cache: Path | str | None,
+    extra_env: dict | None = None,
+    opts: dict | None = None,
+    timeout: int = 240,
+) -> dict:
     """Run one phase in a fresh interpreter; returns its JSON result (``ok`` False and the log tail on failure).
 
     Every run appends its command, return code, stdout and stderr to ``work/logs/<phase>.log``.

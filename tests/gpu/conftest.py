@@ -45,8 +45,10 @@ def _device_reason() -> str | None:
         return "no CUDA GPU visible to torch"
     cc = torch.cuda.get_device_capability(0)
     if cc != (9, 0):
-        return (f"the GPU test archives hold sm_90a cubins (H100/H200); {torch.cuda.get_device_name(0)} is "
-                f"sm_{cc[0]}{cc[1]}")
+        return (
+            f"the GPU test archives hold sm_90a cubins (H100/H200); {torch.cuda.get_device_name(0)} is "
+            f"sm_{cc[0]}{cc[1]}"
+        )
     return None
 
 
@@ -146,10 +148,13 @@ def problem() -> Problem:
     np = pytest.importorskip("numpy")
     rng = np.random.default_rng(0)
     n, rows, cols, m, nn, k = 1 << 20, 64, 1000, 256, 256, 256
-    return Problem(xs=rng.standard_normal(n, dtype=np.float32), ys=rng.standard_normal(n, dtype=np.float32),
-                   sm_in=rng.standard_normal((rows, cols), dtype=np.float32),
-                   am=(rng.standard_normal((m, k)) * 0.1).astype(np.float16),
-                   bm=(rng.standard_normal((k, nn)) * 0.1).astype(np.float16))
+    return Problem(
+        xs=rng.standard_normal(n, dtype=np.float32),
+        ys=rng.standard_normal(n, dtype=np.float32),
+        sm_in=rng.standard_normal((rows, cols), dtype=np.float32),
+        am=(rng.standard_normal((m, k)) * 0.1).astype(np.float16),
+        bm=(rng.standard_normal((k, nn)) * 0.1).astype(np.float16),
+    )
 
 
 @pytest.fixture(scope="session")
@@ -169,15 +174,34 @@ def triton_ref(problem: Problem, tk: ModuleType) -> dict[str, Any]:
     c = torch.empty((p.M, p.NN), dtype=torch.float16, device=dev)
     mm = dict(p.MM)
     tk.matmul_kernel[(-(-p.M // mm["BLOCK_M"]) * -(-p.NN // mm["BLOCK_N"]),)](
-        a, b, c, p.M, p.NN, p.K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-        num_warps=4, num_stages=4, **mm)
+        a,
+        b,
+        c,
+        p.M,
+        p.NN,
+        p.K,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        c.stride(0),
+        c.stride(1),
+        num_warps=4,
+        num_stages=4,
+        **mm,
+    )
     o1 = torch.empty_like(x)
     tk.scale_kernel[(blocks,)](x, o1, p.N, 1, 2.5, BLOCK=1024)
     o2 = torch.empty(p.N // 2, device=dev)
     tk.scale_kernel[((p.N // 2 + 1023) // 1024,)](x, o2, p.N // 2, 2, -0.75, BLOCK=1024)
     torch.cuda.synchronize()
-    return {"add": out.cpu().numpy(), "softmax": s_out.cpu().numpy(), "matmul": c.cpu().numpy(),
-            "scale1": o1.cpu().numpy(), "scale2": o2.cpu().numpy()}
+    return {
+        "add": out.cpu().numpy(),
+        "softmax": s_out.cpu().numpy(),
+        "matmul": c.cpu().numpy(),
+        "scale1": o1.cpu().numpy(),
+        "scale2": o2.cpu().numpy(),
+    }
 
 
 @pytest.fixture(scope="session")
@@ -186,8 +210,9 @@ def runtime_ref(problem: Problem, earc: Any) -> dict[str, Any]:
     torch = pytest.importorskip("torch")
 
     p, dev = problem, "cuda"
-    k_add, k_sm, k_mm, k_sc = (earc.kernel(n) for n in ("add_kernel", "softmax_kernel", "matmul_kernel",
-                                                         "scale_kernel"))
+    k_add, k_sm, k_mm, k_sc = (
+        earc.kernel(n) for n in ("add_kernel", "softmax_kernel", "matmul_kernel", "scale_kernel")
+    )
     x, y = torch.from_numpy(p.xs).to(dev), torch.from_numpy(p.ys).to(dev)
     o = torch.empty_like(x)
     k_add[p.add_grid](x, y, o, p.N, BLOCK=1024)
@@ -202,8 +227,13 @@ def runtime_ref(problem: Problem, earc: Any) -> dict[str, Any]:
     o2 = torch.empty(p.N // 2, device=dev)
     k_sc[p.add_grid](x, o2, p.N // 2, 2, -0.75, BLOCK=1024)
     torch.cuda.synchronize()
-    return {"add": o.cpu().numpy(), "softmax": so.cpu().numpy(), "matmul": c.cpu().numpy(),
-            "scale1": o1.cpu().numpy(), "scale2": o2.cpu().numpy()}
+    return {
+        "add": o.cpu().numpy(),
+        "softmax": so.cpu().numpy(),
+        "matmul": c.cpu().numpy(),
+        "scale1": o1.cpu().numpy(),
+        "scale2": o2.cpu().numpy(),
+    }
 
 
 # -- what the interop tests found, printed at the end of the run (no timings: tools/bench_interop.py) -----

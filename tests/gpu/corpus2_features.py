@@ -27,9 +27,17 @@ def fake_h100() -> None:
     """torch.cuda's device queries answered as on an H100 (the CPU machine has no GPU; nothing is launched)."""
     import torch
 
-    props = types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", major=9, minor=0, multi_processor_count=132,
-                                  total_memory=80 * 2**30, warp_size=32, max_threads_per_multi_processor=2048,
-                                  L2_cache_size=50 * 2**20, regs_per_multiprocessor=65536)
+    props = types.SimpleNamespace(
+        name="NVIDIA H100 80GB HBM3",
+        major=9,
+        minor=0,
+        multi_processor_count=132,
+        total_memory=80 * 2**30,
+        warp_size=32,
+        max_threads_per_multi_processor=2048,
+        L2_cache_size=50 * 2**20,
+        regs_per_multiprocessor=65536,
+    )
     cuda = torch.cuda
     cuda.is_available = lambda: True  # type: ignore[assignment]
     cuda.device_count = lambda: 1  # type: ignore[assignment]
@@ -55,36 +63,71 @@ def instrument() -> collections.Counter:
 
     def count_jit(fn: Any = None, **kw: Any) -> Any:
         seen["jit"] += 1
-        for name in ("do_not_specialize", "do_not_specialize_on_alignment", "launch_metadata", "repr", "debug",
-                     "noinline"):
+        for name in (
+            "do_not_specialize",
+            "do_not_specialize_on_alignment",
+            "launch_metadata",
+            "repr",
+            "debug",
+            "noinline",
+        ):
             if kw.get(name):
                 seen[f"jit.{name}"] += 1
         target = fn
-        if target is not None and any(p.default is not inspect.Parameter.empty
-                                      for p in inspect.signature(target).parameters.values()):
+        if target is not None and any(
+            p.default is not inspect.Parameter.empty for p in inspect.signature(target).parameters.values()
+        ):
             seen["jit.params_with_defaults"] += 1
         return jit(fn, **kw) if fn is not None else jit(**kw)
 
-    def count_autotune(configs: Any, key: Any, prune_configs_by: Any = None, reset_to_zero: Any = None,
-                       restore_value: Any = None, pre_hook: Any = None, post_hook: Any = None, warmup: Any = None,
-                       rep: Any = None, use_cuda_graph: bool = False, do_bench: Any = None,
-                       cache_results: bool = False) -> Any:
+    def count_autotune(
+        configs: Any,
+        key: Any,
+        prune_configs_by: Any = None,
+        reset_to_zero: Any = None,
+        restore_value: Any = None,
+        pre_hook: Any = None,
+        post_hook: Any = None,
+        warmup: Any = None,
+        rep: Any = None,
+        use_cuda_graph: bool = False,
+        do_bench: Any = None,
+        cache_results: bool = False,
+    ) -> Any:
         seen["autotune"] += 1
-        for name, value in (("prune_configs_by", prune_configs_by), ("reset_to_zero", reset_to_zero),
-                            ("restore_value", restore_value), ("pre_hook", pre_hook), ("post_hook", post_hook),
-                            ("warmup_rep", warmup or rep), ("use_cuda_graph", use_cuda_graph), ("do_bench", do_bench),
-                            ("cache_results", cache_results)):
+        for name, value in (
+            ("prune_configs_by", prune_configs_by),
+            ("reset_to_zero", reset_to_zero),
+            ("restore_value", restore_value),
+            ("pre_hook", pre_hook),
+            ("post_hook", post_hook),
+            ("warmup_rep", warmup or rep),
+            ("use_cuda_graph", use_cuda_graph),
+            ("do_bench", do_bench),
+            ("cache_results", cache_results),
+        ):
             if value:
                 seen[f"autotune.{name}"] += 1
-        for k in (prune_configs_by or {}):
+        for k in prune_configs_by or {}:
             seen[f"autotune.prune_configs_by.{k}"] += 1
         if any(getattr(c, "pre_hook", None) for c in configs or []):
             seen["autotune.config_pre_hook"] += 1
         if len(configs or []) <= 1:
             seen["autotune.one_config"] += 1
-        return autotune(configs, key, prune_configs_by=prune_configs_by, reset_to_zero=reset_to_zero,
-                        restore_value=restore_value, pre_hook=pre_hook, post_hook=post_hook, warmup=warmup, rep=rep,
-                        use_cuda_graph=use_cuda_graph, do_bench=do_bench, cache_results=cache_results)
+        return autotune(
+            configs,
+            key,
+            prune_configs_by=prune_configs_by,
+            reset_to_zero=reset_to_zero,
+            restore_value=restore_value,
+            pre_hook=pre_hook,
+            post_hook=post_hook,
+            warmup=warmup,
+            rep=rep,
+            use_cuda_graph=use_cuda_graph,
+            do_bench=do_bench,
+            cache_results=cache_results,
+        )
 
     def count_heuristics(values: Any) -> Any:
         seen["heuristics"] += 1
@@ -96,7 +139,7 @@ def instrument() -> collections.Counter:
         if type(self) is not autotuner.Autotuner:
             seen[f"Autotuner subclass {type(self).__module__}.{type(self).__qualname__.split('.')[0]}"] += 1
             mro = type(self).__mro__
-            own = mro[:mro.index(autotuner.Autotuner)]  # the library's classes above Triton's
+            own = mro[: mro.index(autotuner.Autotuner)]  # the library's classes above Triton's
             for meth in ("run", "prune_configs", "_bench", "do_bench", "check_disk_cache", "warmup"):
                 if any(meth in c.__dict__ for c in own):
                     seen[f"Autotuner subclass overrides {meth}"] += 1
@@ -123,8 +166,9 @@ def main() -> int:
             importlib.import_module(name)
         except Exception as exc:
             errors[name] = f"{type(exc).__name__}: {exc}"[:500]
-    print(json.dumps({"modules": args.modules, "features": dict(sorted(seen.items())), "import_errors": errors},
-                     indent=1))
+    print(
+        json.dumps({"modules": args.modules, "features": dict(sorted(seen.items())), "import_errors": errors}, indent=1)
+    )
     return 1 if errors else 0
 
 

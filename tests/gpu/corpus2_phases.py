@@ -49,9 +49,12 @@ ROOT = HERE.parents[1]
 sys.path[:0] = [str(ROOT), str(HERE)]
 
 #: import name, distribution, version (the wheels in .whl/)
-VERSIONS = {"flaggems": ("flag_gems", "flag-gems", "5.0.2"), "gemlite": ("gemlite", "gemlite", "0.6.0.post2"),
-            "cce": ("cut_cross_entropy", "cut-cross-entropy", "25.1.1"),
-            "cce-autotune": ("cut_cross_entropy", "cut-cross-entropy", "25.1.1")}
+VERSIONS = {
+    "flaggems": ("flag_gems", "flag-gems", "5.0.2"),
+    "gemlite": ("gemlite", "gemlite", "0.6.0.post2"),
+    "cce": ("cut_cross_entropy", "cut-cross-entropy", "25.1.1"),
+    "cce-autotune": ("cut_cross_entropy", "cut-cross-entropy", "25.1.1"),
+}
 #: Environment each library's processes get (besides the per-phase caches).
 LIB_ENV = {"cce-autotune": {"CCE_AUTOTUNE": "1"}, "cce": {"CCE_AUTOTUNE": "0"}}
 CALLS = 3
@@ -95,27 +98,53 @@ def _backward(outs: tuple, seed: int) -> None:
     import torch
 
     g = _gen(seed)
-    loss = sum((o.float() * torch.randn(o.shape, generator=g, device=o.device)).sum() for o in outs
-               if o.is_floating_point() and o.requires_grad)
+    loss = sum(
+        (o.float() * torch.randn(o.shape, generator=g, device=o.device)).sum()
+        for o in outs
+        if o.is_floating_point() and o.requires_grad
+    )
     loss.backward()
 
 
 def workload_flaggems(k: Kept) -> None:
+    import flag_gems
     import torch
     import torch.nn.functional as F
 
-    import flag_gems
-
     g = _gen(0)
     B, D, V = 96, 512, 1000
-    base = [torch.randn(B, D, generator=g, device="cuda"), 1 + 0.1 * torch.randn(D, generator=g, device="cuda"),
-            0.1 * torch.randn(D, generator=g, device="cuda"), 0.02 * torch.randn(V, D, generator=g, device="cuda"),
-            0.01 * torch.randn(V, generator=g, device="cuda")]
+    base = [
+        torch.randn(B, D, generator=g, device="cuda"),
+        1 + 0.1 * torch.randn(D, generator=g, device="cuda"),
+        0.1 * torch.randn(D, generator=g, device="cuda"),
+        0.02 * torch.randn(V, D, generator=g, device="cuda"),
+        0.01 * torch.randn(V, generator=g, device="cuda"),
+    ]
     # FlagGems names its ops by function; what they replace in aten:
-    include = ["layer_norm", "layer_norm_backward", "gelu", "gelu_backward", "softmax", "softmax_backward",
-               "log_softmax", "log_softmax_backward", "addmm", "sum"]
-    aten = {"native_layer_norm", "native_layer_norm_backward", "gelu", "gelu_backward", "_softmax",
-            "_softmax_backward_data", "_log_softmax", "_log_softmax_backward_data", "addmm", "sum"}
+    include = [
+        "layer_norm",
+        "layer_norm_backward",
+        "gelu",
+        "gelu_backward",
+        "softmax",
+        "softmax_backward",
+        "log_softmax",
+        "log_softmax_backward",
+        "addmm",
+        "sum",
+    ]
+    aten = {
+        "native_layer_norm",
+        "native_layer_norm_backward",
+        "gelu",
+        "gelu_backward",
+        "_softmax",
+        "_softmax_backward_data",
+        "_log_softmax",
+        "_log_softmax_backward_data",
+        "addmm",
+        "sum",
+    }
 
     def block(x: Any, w: Any, b: Any, W: Any, bias: Any) -> tuple:
         h = F.gelu(F.layer_norm(x, (D,), w, b, 1e-5))
@@ -126,6 +155,7 @@ def workload_flaggems(k: Kept) -> None:
         missing = aten - set(flag_gems.all_registered_keys())
         assert not missing, f"FlagGems did not take over {sorted(missing)}"
         for step in range(CALLS):
+
             def one(step: int = step) -> None:
                 leaves = _leaves(*base)
                 outs = block(*leaves)
@@ -140,27 +170,30 @@ def workload_flaggems(k: Kept) -> None:
 
 def workload_gemlite(k: Kept) -> None:
     import torch
-
-    from gemlite.helper import A8W8_int8_dynamic, A16W8
+    from gemlite.helper import A16W8, A8W8_int8_dynamic
 
     g = _gen(0)
     K, N = 1024, 2048
     W = 0.02 * torch.randn(N, K, generator=g, device="cuda", dtype=torch.float16)
     bias = 0.01 * torch.randn(N, generator=g, device="cuda", dtype=torch.float16)
-    layers = {"A16W8": A16W8(device="cuda:0").from_weights(W.clone(), bias=bias.clone()),
-              "A8W8_int8_dynamic": A8W8_int8_dynamic(device="cuda:0", dtype=torch.float16).from_weights(
-                  W.clone(), bias=bias.clone())}
+    layers = {
+        "A16W8": A16W8(device="cuda:0").from_weights(W.clone(), bias=bias.clone()),
+        "A8W8_int8_dynamic": A8W8_int8_dynamic(device="cuda:0", dtype=torch.float16).from_weights(
+            W.clone(), bias=bias.clone()
+        ),
+    }
     for name, layer in layers.items():
         for m in (1, 16, 128):
             x = torch.randn(m, K, generator=g, device="cuda", dtype=torch.float16)
             for call in range(CALLS):
-                k.run(f"{name} M={m} #{call}", lambda name=name, layer=layer, x=x, m=m, call=call:
-                      k.keep(f"{name}.M{m}.call{call}", layer(x)))
+                k.run(
+                    f"{name} M={m} #{call}",
+                    lambda name=name, layer=layer, x=x, m=m, call=call: k.keep(f"{name}.M{m}.call{call}", layer(x)),
+                )
 
 
 def workload_cce(k: Kept) -> None:
     import torch
-
     from cut_cross_entropy import linear_cross_entropy
 
     g = _gen(0)
@@ -169,6 +202,7 @@ def workload_cce(k: Kept) -> None:
     c0 = 0.05 * torch.randn(V, D, generator=g, device="cuda", dtype=torch.bfloat16)
     targets = torch.randint(0, V, (B,), generator=g, device="cuda")
     for call in range(CALLS):
+
         def one(call: int = call) -> None:
             e, c = _leaves(e0, c0)
             loss = linear_cross_entropy(e, c, targets)
@@ -180,8 +214,12 @@ def workload_cce(k: Kept) -> None:
         k.run(f"linear_cross_entropy fwd+bwd #{call}", one)
 
 
-LIBRARIES: dict[str, Callable[[Kept], None]] = {"flaggems": workload_flaggems, "gemlite": workload_gemlite,
-                                                 "cce": workload_cce, "cce-autotune": workload_cce}
+LIBRARIES: dict[str, Callable[[Kept], None]] = {
+    "flaggems": workload_flaggems,
+    "gemlite": workload_gemlite,
+    "cce": workload_cce,
+    "cce-autotune": workload_cce,
+}
 
 
 def unavailable(lib: str) -> str | None:
@@ -239,10 +277,17 @@ def phase_reference(lib: str, work: Path) -> dict:
         note = _null_non_finite_timings(cap)  # issue 23's known capture failure, as the corpus does
         cap.save(work / f"{lib}.karc")
     summary = cap.summary()
-    return {"ops": k.ops, "op_errors": k.errors, "step_s": round(step_s, 3), "tensors": len(k.tensors),
-            "library": library_version(lib), "save_workaround": note, "left_out": summary.get("left_out"),
-            "capture_warnings": [str(w) for w in cap.warnings], "kernels": sorted(karchive.open(
-                work / f"{lib}.karc").kernels())}
+    return {
+        "ops": k.ops,
+        "op_errors": k.errors,
+        "step_s": round(step_s, 3),
+        "tensors": len(k.tensors),
+        "library": library_version(lib),
+        "save_workaround": note,
+        "left_out": summary.get("left_out"),
+        "capture_warnings": [str(w) for w in cap.warnings],
+        "kernels": sorted(karchive.open(work / f"{lib}.karc").kernels()),
+    }
 
 
 def phase_serve(lib: str, work: Path) -> dict:
@@ -263,8 +308,15 @@ def phase_serve(lib: str, work: Path) -> dict:
     finally:
         cached = sorted(p.name for p in cache.rglob("*") if p.is_file())
     torch.save(k.tensors, work / f"{lib}-serve.pt")
-    return {"ops": k.ops, "op_errors": k.errors, "compiles": count["compiles"], "triton_cache_files": cached,
-            "step_s": round(step_s, 3), "report": report.to_json(), "report_text": str(report)}
+    return {
+        "ops": k.ops,
+        "op_errors": k.errors,
+        "compiles": count["compiles"],
+        "triton_cache_files": cached,
+        "step_s": round(step_s, 3),
+        "report": report.to_json(),
+        "report_text": str(report),
+    }
 
 
 def phase_plain(lib: str, work: Path) -> dict:
@@ -294,8 +346,17 @@ def run_phase(phase: str, lib: str, work: Path, timeout: int = 400) -> dict:
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     if phase == "serve":
         env["TRITON_PTXAS_PATH"] = "/nonexistent/ptxas"  # and no assembler either
-    return run_child(Path(__file__).resolve(), [phase, "--lib", lib], work, f"corpus2-{phase}-{lib}",
-                     f"corpus2-{phase}-{lib}.log", env, timeout, f"phase {phase} {lib}", time_key="process_s")
+    return run_child(
+        Path(__file__).resolve(),
+        [phase, "--lib", lib],
+        work,
+        f"corpus2-{phase}-{lib}",
+        f"corpus2-{phase}-{lib}.log",
+        env,
+        timeout,
+        f"phase {phase} {lib}",
+        time_key="process_s",
+    )
 
 
 def main() -> int:

@@ -40,9 +40,9 @@ import os
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-from collections.abc import Callable
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -133,8 +133,10 @@ def workload_tutorials() -> dict:
     w = _leaf(torch.rand(N, generator=g, device="cuda", dtype=torch.float16))
     bias = _leaf(torch.rand(N, generator=g, device="cuda", dtype=torch.float16))
     xx = _leaf(-2.3 + 0.5 * torch.randn(M, N, generator=g, device="cuda", dtype=torch.float16))
-    ops.run("layer_norm fwd+bwd", lambda: _grad_step(lambda a, b_, c: t05.layer_norm(a, (N,), b_, c, 1e-5),
-                                                     [xx, w, bias], 1))
+    ops.run(
+        "layer_norm fwd+bwd",
+        lambda: _grad_step(lambda a, b_, c: t05.layer_norm(a, (N,), b_, c, 1e-5), [xx, w, bias], 1),
+    )
     return ops.result()
 
 
@@ -156,25 +158,43 @@ def workload_liger() -> dict:
 
     T, H = 256, 512
     ops = Ops()
-    ops.run("rms_norm", lambda: _grad_step(lambda x, w: LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "llama", False),
-                                           [r(T, H), r(H)], 1))
+    ops.run(
+        "rms_norm",
+        lambda: _grad_step(
+            lambda x, w: LigerRMSNormFunction.apply(x, w, 1e-6, 0.0, "llama", False), [r(T, H), r(H)], 1
+        ),
+    )
     ops.run("swiglu", lambda: _grad_step(lambda a, b: LigerSiLUMulFunction.apply(a, b), [r(T, 4 * H), r(T, 4 * H)], 2))
     ops.run("geglu", lambda: _grad_step(lambda a, b: LigerGELUMulFunction.apply(a, b), [r(T, 4 * H), r(T, 4 * H)], 3))
-    ops.run("layer_norm", lambda: _grad_step(lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5),
-                                             [r(T, H), r(H), r(H)], 4))
+    ops.run(
+        "layer_norm",
+        lambda: _grad_step(lambda x, w, b: LigerLayerNormFunction.apply(x, w, b, 1e-5), [r(T, H), r(H), r(H)], 4),
+    )
     B, NH, S, D = 2, 4, 128, 64
     cos = torch.randn(1, S, D, generator=g, device="cuda", dtype=bf16)
     sin = torch.randn(1, S, D, generator=g, device="cuda", dtype=bf16)
-    ops.run("rope", lambda: _grad_step(lambda q, k: LigerRopeFunction.apply(q, k, cos, sin),
-                                       [r(B, NH, S, D), r(B, 2, S, D)], 5))
+    ops.run(
+        "rope",
+        lambda: _grad_step(lambda q, k: LigerRopeFunction.apply(q, k, cos, sin), [r(B, NH, S, D), r(B, 2, S, D)], 5),
+    )
     V = 4096
     logits = r(T, V, dtype=torch.float32)
     target = torch.randint(0, V, (T,), generator=g, device="cuda")
-    ops.run("cross_entropy", lambda: _grad_step(
-        lambda x: LigerCrossEntropyFunction.apply(x, target, None, -100, 0.0, 0.1, "mean")[0], [logits], 6))
+    ops.run(
+        "cross_entropy",
+        lambda: _grad_step(
+            lambda x: LigerCrossEntropyFunction.apply(x, target, None, -100, 0.0, 0.1, "mean")[0], [logits], 6
+        ),
+    )
     f32 = torch.float32
-    ops.run("dyt", lambda: _grad_step(lambda x, a, gm, bt: LigerDyTFunction.apply(x, a, gm, bt),
-                                      [r(T, H, dtype=f32), r(1, dtype=f32), r(H, dtype=f32), r(H, dtype=f32)], 7))
+    ops.run(
+        "dyt",
+        lambda: _grad_step(
+            lambda x, a, gm, bt: LigerDyTFunction.apply(x, a, gm, bt),
+            [r(T, H, dtype=f32), r(1, dtype=f32), r(H, dtype=f32), r(H, dtype=f32)],
+            7,
+        ),
+    )
     return ops.result()
 
 
@@ -195,21 +215,29 @@ def workload_fla(op: str) -> dict:
         # Head-wise decay (g_gamma, RetNet's): fla 0.6.0 refuses the per-token gate's backward on Hopper with
         # Triton < 3.7.1 ("produces incorrect results for gated chunk_bwd_dqkwg", fla issue 640).
         gamma = torch.log1p(-torch.pow(2.0, -5.0 - torch.arange(H, device="cuda", dtype=torch.float32)))
-        _grad_step(lambda q, k, v: chunk_simple_gla(q, k, v, g_gamma=gamma, output_final_state=True),
-                   [r(B, T, H, K), r(B, T, H, K), r(B, T, H, V)], 1)
+        _grad_step(
+            lambda q, k, v: chunk_simple_gla(q, k, v, g_gamma=gamma, output_final_state=True),
+            [r(B, T, H, K), r(B, T, H, K), r(B, T, H, V)],
+            1,
+        )
     elif op == "chunk_gla":
         from fla.ops.gla import chunk_gla
 
         gk = _leaf(F.logsigmoid(torch.randn(B, T, H, K, generator=g, device="cuda")) / 16)
-        _grad_step(lambda q, k, v, gg: chunk_gla(q, k, v, gg, output_final_state=True),
-                   [r(B, T, H, K), r(B, T, H, K), r(B, T, H, V), gk], 2)
+        _grad_step(
+            lambda q, k, v, gg: chunk_gla(q, k, v, gg, output_final_state=True),
+            [r(B, T, H, K), r(B, T, H, K), r(B, T, H, V), gk],
+            2,
+        )
     elif op == "chunk_delta_rule":
         from fla.ops.delta_rule import chunk_delta_rule
 
         beta = _leaf(torch.rand(B, T, H, generator=g, device="cuda", dtype=bf16))
-        _grad_step(lambda q, k, v, bt: chunk_delta_rule(q, k, v, bt, use_qk_l2norm_in_kernel=True,
-                                                        output_final_state=True),
-                   [r(B, T, H, K), r(B, T, H, K), r(B, T, H, V), beta], 3)
+        _grad_step(
+            lambda q, k, v, bt: chunk_delta_rule(q, k, v, bt, use_qk_l2norm_in_kernel=True, output_final_state=True),
+            [r(B, T, H, K), r(B, T, H, K), r(B, T, H, V), beta],
+            3,
+        )
     else:
         raise ValueError(f"unknown fla op {op!r}")
     return {"ops": [op], "op_errors": {}}
@@ -219,7 +247,6 @@ def workload_liger_mlp() -> dict:
     """Liger-Kernel's fused SwiGLU MLP (``LigerMLPFunction``), forward and backward: autotuned kernels over host
     tensor descriptors (TMA) whose ``pre_hook`` sets each descriptor's block per config (issue 21)."""
     import torch
-
     from liger_kernel.ops.mlp import LigerMLPFunction
 
     g = _gen(0)
@@ -232,8 +259,9 @@ def workload_liger_mlp() -> dict:
 
     x = r(B, S, dim)
     wg, wu, wd = r(hidden, dim, scale=0.05), r(hidden, dim, scale=0.05), r(dim, hidden, scale=0.05)
-    ops.run("mlp fwd+bwd", lambda: _grad_step(lambda a, b, c, d: LigerMLPFunction.apply(a, b, c, d),
-                                              [x, wg, wu, wd], 7))
+    ops.run(
+        "mlp fwd+bwd", lambda: _grad_step(lambda a, b, c, d: LigerMLPFunction.apply(a, b, c, d), [x, wg, wu, wd], 7)
+    )
     return ops.result()
 
 
@@ -245,7 +273,6 @@ def workload_liger_compiled() -> dict:
     generates and compiles kernels of its own, which are not ``kernel[grid](...)`` call sites of the library
     (docs/serving.md: what serving covers)."""
     import torch
-
     from liger_kernel.ops.rms_norm import LigerRMSNormFunction
     from liger_kernel.ops.swiglu import LigerSiLUMulFunction
 
@@ -277,24 +304,31 @@ def workload_liger_compiled() -> dict:
 #: One entry per library, fla's per op: each op autotunes tens of configs for each of its kernels and every
 #: config compiles during the capture, one at a time per process, so the ops capture in parallel processes.
 LIBRARIES: dict[str, Callable[[], dict]] = {
-    "tutorials": workload_tutorials, "liger": workload_liger, "liger-mlp": workload_liger_mlp,
+    "tutorials": workload_tutorials,
+    "liger": workload_liger,
+    "liger-mlp": workload_liger_mlp,
     "liger-compiled": workload_liger_compiled,
-    "fla-simple-gla": lambda: workload_fla("chunk_simple_gla"), "fla-gla": lambda: workload_fla("chunk_gla"),
-    "fla-delta-rule": lambda: workload_fla("chunk_delta_rule")}
+    "fla-simple-gla": lambda: workload_fla("chunk_simple_gla"),
+    "fla-gla": lambda: workload_fla("chunk_gla"),
+    "fla-delta-rule": lambda: workload_fla("chunk_delta_rule"),
+}
 #: Run unless KARCHIVE_CORPUS_LIBS names others; the rest are skipped with the reason in :data:`NOT_BY_DEFAULT`.
 DEFAULT_LIBS = ("tutorials", "liger", "liger-mlp", "fla-simple-gla", "fla-delta-rule")
 NOT_BY_DEFAULT = {
     "liger-compiled": "the torch.compile'd step is issue 22's (tests/gpu/test_serve_gpu.py serves it); its kernels are "
-                      "the liger entry's",
+    "the liger entry's",
     "fla-gla": "chunk_gla's capture did not finish in 285 s on the H100 of 2026-11-24 (every config of its "
-               "autotuned kernels compiles in the capture process): opt in with KARCHIVE_CORPUS_LIBS=...,fla-gla "
-               "and KARCHIVE_CORPUS_TIMEOUT=550, in a device call of its own"}
+    "autotuned kernels compiles in the capture process): opt in with KARCHIVE_CORPUS_LIBS=...,fla-gla "
+    "and KARCHIVE_CORPUS_TIMEOUT=550, in a device call of its own",
+}
 
 
 def library_version(lib: str) -> str:
     if lib == "tutorials":
-        heads = sorted(p.read_text().splitlines()[4].partition("/blob/")[2].partition("/")[0][:12]
-                       for p in TUTORIALS.glob("tut0*.py"))
+        heads = sorted(
+            p.read_text().splitlines()[4].partition("/blob/")[2].partition("/")[0][:12]
+            for p in TUTORIALS.glob("tut0*.py")
+        )
         return "triton-lang/triton tutorials @ " + ", ".join(dict.fromkeys(heads))
     from importlib.metadata import version
 
@@ -305,10 +339,17 @@ def library_version(lib: str) -> str:
 def unavailable(lib: str) -> str | None:
     """Why ``lib`` cannot run here (the tests skip with this), or None."""
     if lib == "tutorials":
-        missing = [n for n in ("tut01_vector_add.py", "tut02_fused_softmax.py", "tut03_matrix_multiplication.py",
-                               "tut05_layer_norm.py") if not (TUTORIALS / n).is_file()]
-        return f"{TUTORIALS} lacks {', '.join(missing)} (tests/gpu/CORPUS.md says how to get them)" if missing \
-            else None
+        missing = [
+            n
+            for n in (
+                "tut01_vector_add.py",
+                "tut02_fused_softmax.py",
+                "tut03_matrix_multiplication.py",
+                "tut05_layer_norm.py",
+            )
+            if not (TUTORIALS / n).is_file()
+        ]
+        return f"{TUTORIALS} lacks {', '.join(missing)} (tests/gpu/CORPUS.md says how to get them)" if missing else None
     module, dist, pinned = VERSIONS[lib.partition("-")[0]]
     try:
         from importlib.metadata import PackageNotFoundError, version
@@ -325,9 +366,9 @@ def unavailable(lib: str) -> str | None:
 def phase_capture(lib: str, work: Path) -> dict:
     import torch
     import triton
+    from corpus_record import Recorder
 
     import karchive
-    from corpus_record import Recorder
 
     reason = unavailable(lib)
     if reason:
@@ -341,14 +382,22 @@ def phase_capture(lib: str, work: Path) -> dict:
             _sync()
     step_s = time.perf_counter() - t0
     summary = cap.summary()
-    result: dict[str, Any] = {"library": library_version(lib), "triton": triton.__version__, "torch": torch.__version__,
-                              "ops": info["ops"], "op_errors": info["op_errors"], "capture_step_s": round(step_s, 3), "summary": summary,
-                              "launches": len(rec.launches),
-                              "launched_kernels": sorted({r["kernel"] for r in rec.launches}),
-                              "kinds": {k: sorted({r["kernel"] for r in rec.launches if r["kind"] == k})
-                                        for k in ("autotune", "heuristics", "jit", "compiled")},
-                              "unreplayable": sorted({f"{r['kernel']}: {r['unreplayable']}" for r in rec.launches
-                                                      if "unreplayable" in r})}
+    result: dict[str, Any] = {
+        "library": library_version(lib),
+        "triton": triton.__version__,
+        "torch": torch.__version__,
+        "ops": info["ops"],
+        "op_errors": info["op_errors"],
+        "capture_step_s": round(step_s, 3),
+        "summary": summary,
+        "launches": len(rec.launches),
+        "launched_kernels": sorted({r["kernel"] for r in rec.launches}),
+        "kinds": {
+            k: sorted({r["kernel"] for r in rec.launches if r["kind"] == k})
+            for k in ("autotune", "heuristics", "jit", "compiled")
+        },
+        "unreplayable": sorted({f"{r['kernel']}: {r['unreplayable']}" for r in rec.launches if "unreplayable" in r}),
+    }
     torch.save(rec.launches, work / f"{lib}-launches.pt")
     t1 = time.perf_counter()
     try:
@@ -397,9 +446,13 @@ def _picked(row: dict, rec: dict, kernel: Any, args: tuple, kwargs: dict) -> Non
         v = kernel.select(*args, **kwargs)
         picked = v.provenance.triton_hash
         row["same_binary_as_triton"] = None if rec.get("triton_hash") is None else picked == rec["triton_hash"]
-        row["karchive_variant"] = {"key": v.key[:16], "constexprs": {k: x for k, x in v.constexprs.items()
-                                                                     if x is None or isinstance(x, (bool, int, float, str))},
-                                   "num_warps": v.abi.num_warps}
+        row["karchive_variant"] = {
+            "key": v.key[:16],
+            "constexprs": {
+                k: x for k, x in v.constexprs.items() if x is None or isinstance(x, (bool, int, float, str))
+            },
+            "num_warps": v.abi.num_warps,
+        }
     except Exception as exc:  # the launch reports the same problem
         row["select_error"] = f"{type(exc).__name__}: {exc}"[:300]
 
@@ -407,7 +460,6 @@ def _picked(row: dict, rec: dict, kernel: Any, args: tuple, kwargs: dict) -> Non
 def replay(arc: Any, launches: list, only: set[str] | None = None, benchmark: bool = False) -> dict:
     """Every recorded launch through ``arc``; per launch: equal, within-tolerance, differs or error."""
     import torch
-
     from corpus_record import compare, rebuild, replay_grid
 
     atomics = _atomic_kernels(arc)
@@ -464,13 +516,18 @@ def replay(arc: Any, launches: list, only: set[str] | None = None, benchmark: bo
         per_kernel.setdefault(row["kernel"], {}).setdefault(row["status"], 0)
         per_kernel[row["kernel"]][row["status"]] += 1
     other_binary = sorted({r["kernel"] for r in rows if r.get("same_binary_as_triton") is False})
-    return {"launches": len(rows), "counts": counts, "per_kernel": per_kernel, "atomic_kernels": sorted(atomics),
-            "other_binary_than_triton": other_binary,
-            "problems": [r for r in rows if r["status"] in ("differs", "error")],
-            "tolerated": [r for r in rows if r["status"] == "within-tolerance"],
-            "grid_of_tritons_config": [r["i"] for r in rows if str(r.get("grid", "")).startswith("recorded")],
-            "pre_equals_post": [r["i"] for r in rows if r.get("pre_equals_post")],
-            "relaunch_s": round(time.perf_counter() - t0, 3)}
+    return {
+        "launches": len(rows),
+        "counts": counts,
+        "per_kernel": per_kernel,
+        "atomic_kernels": sorted(atomics),
+        "other_binary_than_triton": other_binary,
+        "problems": [r for r in rows if r["status"] in ("differs", "error")],
+        "tolerated": [r for r in rows if r["status"] == "within-tolerance"],
+        "grid_of_tritons_config": [r["i"] for r in rows if str(r.get("grid", "")).startswith("recorded")],
+        "pre_equals_post": [r["i"] for r in rows if r.get("pre_equals_post")],
+        "relaunch_s": round(time.perf_counter() - t0, 3),
+    }
 
 
 def _triton_importable() -> bool:
@@ -491,8 +548,12 @@ def phase_relaunch(lib: str, work: Path) -> dict:
     launches = torch.load(work / f"{lib}-launches.pt", weights_only=True)
     open_s = time.perf_counter() - t0
     out = replay(arc, launches)
-    out.update(open_s=round(open_s, 4), variants=len(arc.manifest.variants),
-               kernels=sorted({v.kernel for v in arc.manifest.variants}), triton_importable=_triton_importable())
+    out.update(
+        open_s=round(open_s, 4),
+        variants=len(arc.manifest.variants),
+        kernels=sorted({v.kernel for v in arc.manifest.variants}),
+        triton_importable=_triton_importable(),
+    )
     return out
 
 
@@ -537,8 +598,16 @@ def run_phase(phase: str, lib: str, work: Path, timeout: int = 300, env: dict | 
     full_env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
     full_env.setdefault("FLA_USE_TMA", "0")  # fla's default; its TMA path fails to compile under Triton 3.6
     full_env.update(env or {})
-    return run_child(Path(__file__).resolve(), [phase, "--lib", lib], work, f"{phase}-{lib}", f"{phase}-{lib}.log",
-                     full_env, timeout, f"phase {phase} {lib}")
+    return run_child(
+        Path(__file__).resolve(),
+        [phase, "--lib", lib],
+        work,
+        f"{phase}-{lib}",
+        f"{phase}-{lib}.log",
+        full_env,
+        timeout,
+        f"phase {phase} {lib}",
+    )
 
 
 def main() -> int:

@@ -44,8 +44,9 @@ def _is_tensor(x: Any) -> bool:
 
 def _is_desc(x: Any) -> bool:
     """Triton's host ``TensorDescriptor`` (triton.tools.tensor_descriptor): a base tensor, shape, strides, block."""
-    return type(x).__name__ == "TensorDescriptor" and all(hasattr(x, a) for a in ("base", "shape", "strides",
-                                                                                      "block_shape"))
+    return type(x).__name__ == "TensorDescriptor" and all(
+        hasattr(x, a) for a in ("base", "shape", "strides", "block_shape")
+    )
 
 
 def _tensors_in(values: Any) -> list:
@@ -184,18 +185,34 @@ class Recorder:
         torch.cuda.synchronize()
         try:
             grid = _resolve_grid(jit, args, kwargs)
-            frame["launch"] = {"name": jit.__name__, "grid": grid, "pre": pre, "post": _snapshot(tensors),
-                               "tensors": tensors, "triton_hash": getattr(ret, "hash", None),
-                               "grid_callable": callable(kwargs.get("grid")),
-                               "grid_per_config": _grids_per_config(frame, jit, args, kwargs)}
+            frame["launch"] = {
+                "name": jit.__name__,
+                "grid": grid,
+                "pre": pre,
+                "post": _snapshot(tensors),
+                "tensors": tensors,
+                "triton_hash": getattr(ret, "hash", None),
+                "grid_callable": callable(kwargs.get("grid")),
+                "grid_per_config": _grids_per_config(frame, jit, args, kwargs),
+            }
         except Exception as exc:  # noted as above
             self._failed(jit.__name__, f"grid or snapshot after the launch: {type(exc).__name__}: {exc}")
         return ret
 
     def _failed(self, kernel: str, why: str) -> None:
         with self._lock:
-            self.launches.append({"kind": "unrecorded", "kernel": kernel, "grid": [], "args": [], "kwargs": {},
-                                  "pre": [], "post": [], "unreplayable": [why[:300]]})
+            self.launches.append(
+                {
+                    "kind": "unrecorded",
+                    "kernel": kernel,
+                    "grid": [],
+                    "args": [],
+                    "kwargs": {},
+                    "pre": [],
+                    "post": [],
+                    "unreplayable": [why[:300]],
+                }
+            )
 
     def _launch_compiled(self, kernel: Any, frame: dict, grid: Any, pre: dict, go: Any) -> None:
         import torch
@@ -204,9 +221,14 @@ class Recorder:
         go()
         torch.cuda.synchronize()
         g = tuple(int(v) for v in grid) + (1,) * (3 - len(tuple(grid)))
-        frame["launch"] = {"name": kernel.src.fn.__name__ if getattr(kernel, "src", None) is not None else kernel.name,
-                           "grid": g, "pre": pre, "post": _snapshot(tensors), "tensors": tensors,
-                           "triton_hash": getattr(kernel, "hash", None)}
+        frame["launch"] = {
+            "name": kernel.src.fn.__name__ if getattr(kernel, "src", None) is not None else kernel.name,
+            "grid": g,
+            "pre": pre,
+            "post": _snapshot(tensors),
+            "tensors": tensors,
+            "triton_hash": getattr(kernel, "hash", None),
+        }
 
     def _finish(self, frame: dict) -> None:
         launch = frame.get("launch")
@@ -230,14 +252,26 @@ class Recorder:
 
             if _is_tensor(v):
                 s = v.untyped_storage()
-                return {"tensor": {"storage": storages[s.data_ptr()], "offset": v.storage_offset(),
-                                   "size": list(v.shape), "stride": list(v.stride()), "dtype": str(v.dtype)}}
+                return {
+                    "tensor": {
+                        "storage": storages[s.data_ptr()],
+                        "offset": v.storage_offset(),
+                        "size": list(v.shape),
+                        "stride": list(v.stride()),
+                        "dtype": str(v.dtype),
+                    }
+                }
             if _is_desc(v):
                 # the block as the launch had it (an autotune pre_hook sets it per config before the launch)
-                return {"tensordesc": {**enc(v.base), "shape": [int(x) for x in v.shape],
-                                       "strides": [int(x) for x in v.strides],
-                                       "block_shape": [int(x) for x in v.block_shape],
-                                       "padding": str(getattr(v, "padding", "zero"))}}
+                return {
+                    "tensordesc": {
+                        **enc(v.base),
+                        "shape": [int(x) for x in v.shape],
+                        "strides": [int(x) for x in v.strides],
+                        "block_shape": [int(x) for x in v.block_shape],
+                        "padding": str(getattr(v, "padding", "zero")),
+                    }
+                }
             if v is None or isinstance(v, (bool, int, float, str)):
                 return {"value": v}
             if isinstance(v, torch.dtype):
@@ -251,11 +285,16 @@ class Recorder:
 
         kwargs = {k: v for k, v in frame["kwargs"].items() if k not in ("grid", "warmup")}
         th = launch.get("triton_hash")
-        record = {"kind": frame["kind"], "kernel": launch["name"], "grid": list(launch["grid"]),
-                  "triton_hash": th if isinstance(th, str) else None,
-                  "args": [enc(a) for a in frame["args"]], "kwargs": {k: enc(v) for k, v in kwargs.items()},
-                  "pre": [launch["pre"]["bytes"][k] for k in storages],
-                  "post": [launch["post"]["bytes"][k] for k in storages]}
+        record = {
+            "kind": frame["kind"],
+            "kernel": launch["name"],
+            "grid": list(launch["grid"]),
+            "triton_hash": th if isinstance(th, str) else None,
+            "args": [enc(a) for a in frame["args"]],
+            "kwargs": {k: enc(v) for k, v in kwargs.items()},
+            "pre": [launch["pre"]["bytes"][k] for k in storages],
+            "post": [launch["post"]["bytes"][k] for k in storages],
+        }
         if "grid_callable" in launch:
             record["grid_callable"] = bool(launch["grid_callable"])
         if launch.get("grid_per_config"):
@@ -340,8 +379,13 @@ def rebuild(record: dict, device: str = "cuda") -> tuple[list, tuple, dict]:
 
             d = v["tensordesc"]
             block = None if record["kind"] in ("autotune", "heuristics") else d["block_shape"]
-            return karchive.TensorDescriptor(_view(bufs[d["tensor"]["storage"]], d["tensor"]), block,
-                                             shape=d["shape"], strides=d["strides"], padding=d["padding"])
+            return karchive.TensorDescriptor(
+                _view(bufs[d["tensor"]["storage"]], d["tensor"]),
+                block,
+                shape=d["shape"],
+                strides=d["strides"],
+                padding=d["padding"],
+            )
         if "torch_dtype" in v:
             return getattr(torch, v["torch_dtype"].rpartition(".")[2])
         return v["value"]
@@ -362,11 +406,13 @@ def replay_grid(record: dict, per_config: bool) -> tuple[Any, list]:
 
     def grid(meta: dict) -> tuple:
         for entry in table:
-            if all(k in meta and meta[k] == v and isinstance(meta[k], bool) == isinstance(v, bool)
-                   for k, v in entry["kwargs"].items()):
+            if all(
+                k in meta and meta[k] == v and isinstance(meta[k], bool) == isinstance(v, bool)
+                for k, v in entry["kwargs"].items()
+            ):
                 used.append(list(entry["grid"]))
                 return tuple(entry["grid"])
-        raise LookupError(f"no recorded grid for a config with {({k: meta.get(k) for k in table[0]['kwargs']})}")
+        raise LookupError(f"no recorded grid for a config with { ({k: meta.get(k) for k in table[0]['kwargs']}) }")
 
     return grid, used
 
@@ -376,8 +422,9 @@ def _view(buf: Any, t: dict) -> Any:
     import torch
 
     dtype = getattr(torch, t["dtype"].rpartition(".")[2])
-    return torch.empty(0, dtype=dtype, device=buf.device).set_(buf.untyped_storage(), t["offset"], t["size"],
-                                                               t["stride"])
+    return torch.empty(0, dtype=dtype, device=buf.device).set_(
+        buf.untyped_storage(), t["offset"], t["size"], t["stride"]
+    )
 
 
 def compare(bufs: list, record: dict, rtol: float = 1e-2) -> tuple[bool, float | None, float | None]:

@@ -27,8 +27,10 @@ def add16_kernel(out_ptr, p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, p12,
 # The tuned kinds of tools/bench_launch*.py (issue 33): the same body as examples/kernels.py's add_kernel (4 launch
 # arguments), autotuned, with a heuristic, and heuristics over autotune (flash-linear-attention's stacking: the
 # heuristic's value is part of the autotune key). tools/tuned_bench.py builds their archive with recorded choices.
-@triton.autotune(configs=[triton.Config({"BLOCK": 1024}, num_warps=4), triton.Config({"BLOCK": 512}, num_warps=4)],
-                 key=["n_elements"])
+@triton.autotune(
+    configs=[triton.Config({"BLOCK": 1024}, num_warps=4), triton.Config({"BLOCK": 512}, num_warps=4)],
+    key=["n_elements"],
+)
 @triton.jit
 def add_tuned(x_ptr, y_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -45,8 +47,10 @@ def add_heur(x_ptr, y_ptr, out_ptr, n_elements, BLOCK: tl.constexpr):
 
 
 @triton.heuristics({"EVEN": lambda args: args["n_elements"] % 1024 == 0})
-@triton.autotune(configs=[triton.Config({"BLOCK": 1024}, num_warps=4), triton.Config({"BLOCK": 512}, num_warps=4)],
-                 key=["n_elements", "EVEN"])
+@triton.autotune(
+    configs=[triton.Config({"BLOCK": 1024}, num_warps=4), triton.Config({"BLOCK": 512}, num_warps=4)],
+    key=["n_elements", "EVEN"],
+)
 @triton.jit
 def add_stacked(x_ptr, y_ptr, out_ptr, n_elements, BLOCK: tl.constexpr, EVEN: tl.constexpr):
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
@@ -54,5 +58,6 @@ def add_stacked(x_ptr, y_ptr, out_ptr, n_elements, BLOCK: tl.constexpr, EVEN: tl
         tl.store(out_ptr + offsets, tl.load(x_ptr + offsets) + tl.load(y_ptr + offsets))
     else:
         mask = offsets < n_elements
-        tl.store(out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask),
-                 mask=mask)
+        tl.store(
+            out_ptr + offsets, tl.load(x_ptr + offsets, mask=mask) + tl.load(y_ptr + offsets, mask=mask), mask=mask
+        )

@@ -15,8 +15,17 @@ import time
 from pathlib import Path
 
 
-def run_child(script: Path, args: list[str], work: Path, result_name: str, log_name: str, env: dict[str, str],
-              timeout: int, label: str, time_key: str = "wall_s") -> dict:
+def run_child(
+    script: Path,
+    args: list[str],
+    work: Path,
+    result_name: str,
+    log_name: str,
+    env: dict[str, str],
+    timeout: int,
+    label: str,
+    time_key: str = "wall_s",
+) -> dict:
     """``python SCRIPT ARGS --work WORK --result FILE`` with ``env``; its JSON result, with the child's wall time
     under ``time_key``. The command, return code, stdout and stderr are appended to ``work/logs/LOG_NAME``; a
     child that wrote no result gives ``{"ok": False, "error": label + the output's tail}``."""
@@ -32,8 +41,10 @@ def run_child(script: Path, args: list[str], work: Path, result_name: str, log_n
         rc, stdout, stderr = 124, str(exc.stdout or ""), f"timed out after {timeout}s"
     with open(work / "logs" / log_name, "a") as fh:
         cache = env.get("TRITON_CACHE_DIR")
-        fh.write(f"$ TRITON_CACHE_DIR={cache} {' '.join(cmd)}\nrc={rc} ({time.perf_counter() - t0:.1f}s)\n"
-                 f"--- stdout\n{stdout}\n--- stderr\n{stderr}\n")
+        fh.write(
+            f"$ TRITON_CACHE_DIR={cache} {' '.join(cmd)}\nrc={rc} ({time.perf_counter() - t0:.1f}s)\n"
+            f"--- stdout\n{stdout}\n--- stderr\n{stderr}\n"
+        )
     if result_file.exists():
         result = json.loads(result_file.read_text())
     else:

@@ -42,7 +42,6 @@ def _workload(device: int) -> tuple[dict[str, Any], list[str]]:
     sys.path.insert(0, str(ROOT / "examples"))
     import kernels  # karchive's example kernels, module name "kernels" as their archives file them
     import triton
-
     from cut_cross_entropy import linear_cross_entropy
 
     out: dict[str, Any] = {}
@@ -59,8 +58,9 @@ def _workload(device: int) -> tuple[dict[str, Any], list[str]]:
 
     def softmax(a: Any) -> Any:
         o = torch.empty_like(a)
-        kernels.softmax_kernel[(a.shape[0],)](o, a, a.stride(0), o.stride(0), a.shape[1],
-                                              BLOCK=triton.next_power_of_2(a.shape[1]))
+        kernels.softmax_kernel[(a.shape[0],)](
+            o, a, a.stride(0), o.stride(0), a.shape[1], BLOCK=triton.next_power_of_2(a.shape[1])
+        )
         return o
 
     for i in range(3):
@@ -122,9 +122,11 @@ def rank_main(phase: str, work: Path) -> int:
             import karchive.serve
 
             report = karchive.serve.serve_report()
-            result.update(report=report.to_json() if report is not None else None,
-                          report_text=str(report) if report is not None else None,
-                          compile_listener_calls=listened["n"])
+            result.update(
+                report=report.to_json() if report is not None else None,
+                report_text=str(report) if report is not None else None,
+                compile_listener_calls=listened["n"],
+            )
         else:
             import karchive
 
@@ -132,8 +134,13 @@ def rank_main(phase: str, work: Path) -> int:
                 outs, ran = _workload(rank)
             cap.save(work / f"mg-rank{rank}.karc")
         torch.save(outs, work / f"mg-{phase}-rank{rank}.pt")
-        result.update(ok=True, ran=ran, device=torch.cuda.current_device(),
-                      device_name=torch.cuda.get_device_name(rank), tensors=len(outs))
+        result.update(
+            ok=True,
+            ran=ran,
+            device=torch.cuda.current_device(),
+            device_name=torch.cuda.get_device_name(rank),
+            tensors=len(outs),
+        )
     except BaseException as exc:
         traceback.print_exc()
         result["error"] = f"{type(exc).__name__}: {exc}"[:3000]
@@ -154,13 +161,30 @@ def job_main(phase: str, work: Path, timeout: int) -> dict:
     shutil.rmtree(cache, ignore_errors=True)
     cache.mkdir(parents=True)
     env = dict(os.environ)
-    env.update(TRITON_CACHE_DIR=str(cache), CCE_AUTOTUNE="0", TRITON_DEFAULT_FP_FUSION="1",
-               PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))
-    run = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(NPROC), str(Path(__file__).resolve()),
-           "rank", phase, "--work", str(work)]
+    env.update(
+        TRITON_CACHE_DIR=str(cache),
+        CCE_AUTOTUNE="0",
+        TRITON_DEFAULT_FP_FUSION="1",
+        PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]),
+    )
+    run = [
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(NPROC),
+        str(Path(__file__).resolve()),
+        "rank",
+        phase,
+        "--work",
+        str(work),
+    ]
     if phase == "serve":
-        env.update(KARCHIVE_SERVE=",".join(str(work / f"mg-rank{r}.karc") for r in range(NPROC)),
-                   KARCHIVE_SERVE_MODE="strict", TRITON_PTXAS_PATH="/nonexistent/ptxas")
+        env.update(
+            KARCHIVE_SERVE=",".join(str(work / f"mg-rank{r}.karc") for r in range(NPROC)),
+            KARCHIVE_SERVE_MODE="strict",
+            TRITON_PTXAS_PATH="/nonexistent/ptxas",
+        )
         cmd = [sys.executable, "-m", "karchive.serve", "--", *run]
     else:
         for var in ("KARCHIVE_SERVE", "KARCHIVE_SERVE_MODE"):
@@ -177,11 +201,19 @@ def job_main(phase: str, work: Path, timeout: int) -> dict:
     ranks = []
     for rank in range(NPROC):
         f = work / f"mg-{phase}-rank{rank}.json"
-        ranks.append(json.loads(f.read_text()) if f.exists() else {"rank": rank, "ok": False,
-                                                                     "error": "no result: " + log[-3000:]})
+        ranks.append(
+            json.loads(f.read_text())
+            if f.exists()
+            else {"rank": rank, "ok": False, "error": "no result: " + log[-3000:]}
+        )
     kernel_files = sorted(p.name for p in cache.rglob("*") if p.is_file() and p.name.endswith(KERNEL_SUFFIXES))
-    return {"rc": rc, "ranks": ranks, "wall_s": round(time.perf_counter() - t0, 2), "command": cmd,
-            "triton_cache_kernel_files": kernel_files}
+    return {
+        "rc": rc,
+        "ranks": ranks,
+        "wall_s": round(time.perf_counter() - t0, 2),
+        "command": cmd,
+        "triton_cache_kernel_files": kernel_files,
+    }
 
 
 def main() -> int:

@@ -99,8 +99,14 @@ def phase_reference(lib: str, work: Path) -> dict:
             raise
         note = corpus_phases._null_non_finite_timings(cap)  # issue 23's known capture failure, as the corpus does
         cap.save(work / f"{lib}.karc")
-    return {"save_workaround": note, "ops": info["ops"], "op_errors": info["op_errors"], "step_s": round(step_s, 3),
-            "tensors": len(kept), "library": corpus_phases.library_version(lib)}
+    return {
+        "save_workaround": note,
+        "ops": info["ops"],
+        "op_errors": info["op_errors"],
+        "step_s": round(step_s, 3),
+        "tensors": len(kept),
+        "library": corpus_phases.library_version(lib),
+    }
 
 
 class _NoCompiler(Exception):
@@ -145,9 +151,16 @@ def phase_serve(lib: str, work: Path) -> dict:
     finally:
         cached = sorted(p.name for p in cache.rglob("*") if p.is_file())
     torch.save(dict(kept), work / f"{lib}-serve.pt")
-    return {"ops": info["ops"], "op_errors": info["op_errors"], "compiles": count["compiles"],
-            "triton_cache_files": cached, "serve_call_s": round(serve_s, 4), "step_s": round(step_s, 3),
-            "report": report.to_json(), "report_text": str(report)}
+    return {
+        "ops": info["ops"],
+        "op_errors": info["op_errors"],
+        "compiles": count["compiles"],
+        "triton_cache_files": cached,
+        "serve_call_s": round(serve_s, 4),
+        "step_s": round(step_s, 3),
+        "report": report.to_json(),
+        "report_text": str(report),
+    }
 
 
 def _plain(lib: str, work: Path, fresh: bool, export: bool = False) -> dict:
@@ -161,8 +174,12 @@ def _plain(lib: str, work: Path, fresh: bool, export: bool = False) -> dict:
     export_s = None
     if export:
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "karchive", "export-triton-cache", str(work / f"{lib}.karc")],
-                       check=True, env=dict(os.environ), capture_output=True)
+        subprocess.run(
+            [sys.executable, "-m", "karchive", "export-triton-cache", str(work / f"{lib}.karc")],
+            check=True,
+            env=dict(os.environ),
+            capture_output=True,
+        )
         export_s = round(time.perf_counter() - t0, 3)
     info, _kept, step_s = _step(lib)
     return {"ops": info["ops"], "op_errors": info["op_errors"], "step_s": round(step_s, 3), "export_s": export_s}
@@ -184,21 +201,39 @@ def phase_shim(lib: str, work: Path) -> dict:
         info, kept, step_s = _step(lib)
     except Exception as exc:  # the library needs real Triton: the test reports why
         traceback.print_exc()
-        return {"needs_triton": f"{type(exc).__name__}: {exc}"[:1500], "report_text": str(report),
-                "traceback": traceback.format_exc()[-4000:]}
+        return {
+            "needs_triton": f"{type(exc).__name__}: {exc}"[:1500],
+            "report_text": str(report),
+            "traceback": traceback.format_exc()[-4000:],
+        }
     torch.save(dict(kept), work / f"{lib}-shim.pt")
-    return {"ops": info["ops"], "op_errors": info["op_errors"], "step_s": round(step_s, 3),
-            "report": report.to_json(), "report_text": str(report),
-            "triton_version_seen": getattr(sys.modules["triton"], "__version__", None)}
+    return {
+        "ops": info["ops"],
+        "op_errors": info["op_errors"],
+        "step_s": round(step_s, 3),
+        "report": report.to_json(),
+        "report_text": str(report),
+        "triton_version_seen": getattr(sys.modules["triton"], "__version__", None),
+    }
 
 
-PHASES = {"reference": phase_reference, "serve": phase_serve, "shim": phase_shim,
-          "cold": lambda lib, work: _plain(lib, work, fresh=True),
-          "warm": lambda lib, work: _plain(lib, work, fresh=False),
-          "exported": lambda lib, work: _plain(lib, work, fresh=True, export=True)}
+PHASES = {
+    "reference": phase_reference,
+    "serve": phase_serve,
+    "shim": phase_shim,
+    "cold": lambda lib, work: _plain(lib, work, fresh=True),
+    "warm": lambda lib, work: _plain(lib, work, fresh=False),
+    "exported": lambda lib, work: _plain(lib, work, fresh=True, export=True),
+}
 #: Each phase's own Triton cache directory under the work directory (warm reuses cold's).
-CACHES = {"reference": "tc-reference", "serve": "tc-serve", "shim": "tc-shim", "cold": "tc-plain", "warm": "tc-plain",
-          "exported": "tc-exported"}
+CACHES = {
+    "reference": "tc-reference",
+    "serve": "tc-serve",
+    "shim": "tc-shim",
+    "cold": "tc-plain",
+    "warm": "tc-plain",
+    "exported": "tc-exported",
+}
 
 
 def run_phase(phase: str, lib: str, work: Path, timeout: int = 400) -> dict:
@@ -212,8 +247,17 @@ def run_phase(phase: str, lib: str, work: Path, timeout: int = 400) -> dict:
     env.setdefault("FLA_USE_TMA", "0")
     if phase == "serve":
         env["TRITON_PTXAS_PATH"] = "/nonexistent/ptxas"  # and no assembler either
-    return run_child(Path(__file__).resolve(), [phase, "--lib", lib], work, f"serve-{phase}-{lib}",
-                     f"serve-{phase}-{lib}.log", env, timeout, f"phase {phase} {lib}", time_key="process_s")
+    return run_child(
+        Path(__file__).resolve(),
+        [phase, "--lib", lib],
+        work,
+        f"serve-{phase}-{lib}",
+        f"serve-{phase}-{lib}.log",
+        env,
+        timeout,
+        f"phase {phase} {lib}",
+        time_key="process_s",
+    )
 
 
 def main() -> int:

@@ -8,7 +8,6 @@ phase runs in a fresh process (tests/gpu/capture_phases.py) with its own Triton 
 from __future__ import annotations
 
 import pytest
-
 from capture_gpu import export, ok, work_dir
 from capture_phases import run_phase
 
@@ -45,8 +44,11 @@ def test_capture_holds_the_forward_and_backward_kernels_and_their_records(captur
 
 
 def test_thread_scope_follows_the_backward_into_the_autograd_engine(work):
-    r = ok(run_phase("train_capture", work, work / "caches" / "capture-thread",
-                     opts={"scope": "thread", "tag": "train-thread"}))
+    r = ok(
+        run_phase(
+            "train_capture", work, work / "caches" / "capture-thread", opts={"scope": "thread", "tag": "train-thread"}
+        )
+    )
     _check_capture(r)
     notes = {e["note"] for e in r["events"] if e["kernel"] in BACKWARD}
     assert notes and all(n.startswith("autograd engine") for n in notes), r["events"]

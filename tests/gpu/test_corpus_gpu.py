@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 from corpus_phases import ATOMIC_ATOL, ATOMIC_RTOL, DEFAULT_LIBS, LIBRARIES, NOT_BY_DEFAULT, run_phase
 
 ENABLED = os.environ.get("KARCHIVE_CORPUS") == "1"
@@ -35,15 +34,19 @@ LIBS = [lb for lb in os.environ.get("KARCHIVE_CORPUS_LIBS", ",".join(DEFAULT_LIB
 PHASE_TIMEOUT = int(os.environ.get("KARCHIVE_CORPUS_TIMEOUT", "400"))
 #: (what a failing launch's error says, the reason it is known) - issue 23's items that wt/autotune fixes.
 KNOWN_ISSUES = [
-    (re.compile(r"autotune key \[.*\] matches no recorded config \(recorded keys: "),
-     "issue 23, exact autotune keys: Triton's key includes the values @triton.heuristics computed (the "
-     "recorded key has them), karchive's key for the call omits them (fix on wt/autotune)"),
+    (
+        re.compile(r"autotune key \[.*\] matches no recorded config \(recorded keys: "),
+        "issue 23, exact autotune keys: Triton's key includes the values @triton.heuristics computed (the "
+        "recorded key has them), karchive's key for the call omits them (fix on wt/autotune)",
+    ),
 ]
 _RESULTS: dict[tuple[str, str], dict] = {}
 _SUMMARY: dict[str, Any] = {}
 
-pytestmark = pytest.mark.skipif(not ENABLED, reason="the corpus takes minutes: KARCHIVE_CORPUS=1 pytest "
-                                                     "tests/gpu/test_corpus_gpu.py (tests/gpu/CORPUS.md)")
+pytestmark = pytest.mark.skipif(
+    not ENABLED,
+    reason="the corpus takes minutes: KARCHIVE_CORPUS=1 pytest tests/gpu/test_corpus_gpu.py (tests/gpu/CORPUS.md)",
+)
 
 
 @pytest.fixture(scope="module")
@@ -104,9 +107,11 @@ ALL = sorted(LIBRARIES)
 def test_capture_of_the_training_step_holds_every_kernel_launched(lib, work):
     r = _captured(lib, work)
     s = r["summary"]
-    print(f"\n{lib} ({r['library']}): {r['launches']} launches of {len(r['launched_kernels'])} kernels, "
-          f"{s['variants']} variants, {s['autotune_records']} autotune / {s['heuristics_records']} heuristics records, "
-          f"step {r['capture_step_s']} s, save {r['save_s']} s")
+    print(
+        f"\n{lib} ({r['library']}): {r['launches']} launches of {len(r['launched_kernels'])} kernels, "
+        f"{s['variants']} variants, {s['autotune_records']} autotune / {s['heuristics_records']} heuristics records, "
+        f"step {r['capture_step_s']} s, save {r['save_s']} s"
+    )
     assert r["op_errors"] == {}, r["op_errors"]
     assert r["launches"] > 0
     assert s["lost"] == 0 and s["errors"] == [], (s["left_out"], s["errors"])
@@ -118,8 +123,10 @@ def test_capture_of_the_training_step_holds_every_kernel_launched(lib, work):
     if lib.startswith("fla"):  # heuristics over autotune, the library's usual stacking
         assert s["heuristics_records"] > 0, s
     if r.get("save_error"):  # saved for the relaunch tests only through the phase's workaround
-        pytest.xfail(f"issue 23, capture loses a window on non-finite autotune timings (fix on wt/autotune): "
-                     f"cap.save raised {r['save_error'][:300]}")
+        pytest.xfail(
+            f"issue 23, capture loses a window on non-finite autotune timings (fix on wt/autotune): "
+            f"cap.save raised {r['save_error'][:300]}"
+        )
 
 
 def _relaunched(lib: str, work: Path) -> dict:
@@ -133,8 +140,10 @@ def _relaunched(lib: str, work: Path) -> dict:
 @pytest.mark.parametrize("lib", ALL)
 def test_every_launch_relaunches_bit_equal_through_karchive_without_triton(lib, work):
     r = _relaunched(lib, work)
-    print(f"\n{lib}: {r['launches']} launches relaunched: {r['counts']} (atomic kernels {r['atomic_kernels']}, "
-          f"tolerance atol {ATOMIC_ATOL} + rtol {ATOMIC_RTOL}); open {r['open_s']} s, relaunch {r['relaunch_s']} s")
+    print(
+        f"\n{lib}: {r['launches']} launches relaunched: {r['counts']} (atomic kernels {r['atomic_kernels']}, "
+        f"tolerance atol {ATOMIC_ATOL} + rtol {ATOMIC_RTOL}); open {r['open_s']} s, relaunch {r['relaunch_s']} s"
+    )
     for t in r["tolerated"]:
         print(f"  within tolerance: {t['kernel']} max abs diff {t['max_abs_diff']}")
     problems = [p for p in r["problems"] if known_issue(p) is None]
@@ -174,5 +183,7 @@ def test_autotuned_kernels_built_ahead_of_time_on_the_cpu_launch(lib, work):
             assert v["grid_of_tritons_config"] == [], v["grid_of_tritons_config"]
     unbuilt = {k: v["error"] for k, v in kernels.items() if not v["built"]}
     if unbuilt:
-        pytest.xfail("build_corpus.py could not build (issue 23, AOT of autotuned kernels; and the libraries "
-                     "import torch): " + "; ".join(f"{k}: {(e or '?').splitlines()[-1]}" for k, e in unbuilt.items()))
+        pytest.xfail(
+            "build_corpus.py could not build (issue 23, AOT of autotuned kernels; and the libraries "
+            "import torch): " + "; ".join(f"{k}: {(e or '?').splitlines()[-1]}" for k, e in unbuilt.items())
+        )

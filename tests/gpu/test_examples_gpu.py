@@ -20,16 +20,25 @@ EXPECT = {
     "jax_example.py": ["jax example OK: add_kernel ran inside jax.jit from the archive's"],
     "cupy_example.py": ["cupy example OK"],
     # raw cuda.bindings pointers: no Triton, no torch, no numpy in the process
-    "launch.py": ["add_kernel     ok", "scale_kernel   ok", "softmax_kernel ok",
-                  "triton imported: False | torch imported: False"],
+    "launch.py": [
+        "add_kernel     ok",
+        "scale_kernel   ok",
+        "softmax_kernel ok",
+        "triton imported: False | torch imported: False",
+    ],
 }
 
 
 @pytest.mark.parametrize("script", sorted(EXPECT))
 def test_example_script(script, examples_archive):
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    r = subprocess.run([sys.executable, str(ROOT / "examples" / script), str(examples_archive)],
-                       capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": path})
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / script), str(examples_archive)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONPATH": path},
+    )
     out = r.stdout + r.stderr
     skipped = [ln for ln in r.stdout.splitlines() if ln.startswith("skipped")]
     if skipped and r.returncode == 0:

@@ -16,8 +16,8 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def _repacked_as_2_0(path: Path, out: Path) -> Path:
-    from karchive.producer.compile.describe import CompiledVariant
     from karchive.producer.build.pack import ArchiveBuilder
+    from karchive.producer.compile.describe import CompiledVariant
 
     reader = ArchiveReader.from_path(path)
     builder = ArchiveBuilder("v1-fixture", "2.0.0")

@@ -29,8 +29,9 @@ DEV = "cuda"
 def path(request):
     """Kernels made during the test use this launch path."""
     if request.param == launch_path.EXTENSION and launch_path.extension() is None:
-        pytest.skip(f"the compiled launcher is not built: {launch_path.status().detail} "
-                    "(python tools/build_extension.py)")
+        pytest.skip(
+            f"the compiled launcher is not built: {launch_path.status().detail} (python tools/build_extension.py)"
+        )
     with launch_path.forced(request.param):
         yield request.param
 
@@ -129,10 +130,26 @@ def test_matmul_matches_triton(arc, tk, blocks):
     grid = (cdiv(M, bm) * cdiv(N, bn),)
     mm[grid](*args, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk)
     ref = poison(c)
-    tk.matmul_kernel[grid](a, b, ref, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), ref.stride(0),
-                           ref.stride(1), BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=v.abi.num_warps)
+    tk.matmul_kernel[grid](
+        a,
+        b,
+        ref,
+        M,
+        N,
+        K,
+        a.stride(0),
+        a.stride(1),
+        b.stride(0),
+        b.stride(1),
+        ref.stride(0),
+        ref.stride(1),
+        BLOCK_M=bm,
+        BLOCK_N=bn,
+        BLOCK_K=bk,
+        num_warps=v.abi.num_warps,
+    )
     torch.cuda.synchronize()
-    exact = (a.double() @ b.double())
+    exact = a.double() @ b.double()
     err = ((c.double() - exact).norm() / exact.norm()).item()
     assert not torch.isnan(c).any()
     assert err < 2e-3, err
@@ -372,7 +389,10 @@ def test_launch_ex_features(fixtures, name):
     out = poison(x)
     v = add.select(x, y, out, n)
     assert (v.abi.num_ctas, v.abi.pdl, v.abi.cooperative_grid) == {
-        "cluster": (2, False, False), "pdl": (1, True, False), "coop": (1, False, True)}[name]
+        "cluster": (2, False, False),
+        "pdl": (1, True, False),
+        "coop": (1, False, True),
+    }[name]
     add[(cdiv(n, 1024),)](x, y, out, n)
     torch.cuda.synchronize()
     assert torch.equal(out, x + y)
@@ -540,8 +560,13 @@ def test_launch_path_imports_neither_triton_nor_torch(fixtures, tmp_path, path):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     env = {**os.environ, launch_path.ENV: path}
-    r = subprocess.run([sys.executable, str(script), str(fixtures / "examples_gpu.karc")], capture_output=True,
-                       text=True, env=env, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(script), str(fixtures / "examples_gpu.karc")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "OK no triton, no torch" in r.stdout
 

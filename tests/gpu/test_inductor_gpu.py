@@ -38,8 +38,11 @@ WORKLOADS = [w for w in os.environ.get("KARCHIVE_INDUCTOR_WORKLOADS", "default,d
 TIMEOUT = int(os.environ.get("KARCHIVE_INDUCTOR_TIMEOUT", "300"))
 ROOT = Path(__file__).resolve().parents[2]
 
-pytestmark = pytest.mark.skipif(not ENABLED, reason="captures compile and autotune a whole model (minutes): "
-                                                     "KARCHIVE_INDUCTOR_GPU=1 pytest tests/gpu/test_inductor_gpu.py")
+pytestmark = pytest.mark.skipif(
+    not ENABLED,
+    reason="captures compile and autotune a whole model (minutes): "
+    "KARCHIVE_INDUCTOR_GPU=1 pytest tests/gpu/test_inductor_gpu.py",
+)
 
 
 def _bench():

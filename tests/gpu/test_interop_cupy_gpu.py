@@ -43,14 +43,16 @@ def test_raw_int_pointers_and_an_explicit_stream(earc, problem, c, triton_ref):
     xc, yc = c
     s = cp.cuda.Stream(non_blocking=True)
     out = cp.empty_like(xc)
-    earc.kernel("add_kernel")[problem.add_grid](xc.data.ptr, yc.data.ptr, out.data.ptr, problem.N, BLOCK=1024,
-                                                 stream=s.ptr)
+    earc.kernel("add_kernel")[problem.add_grid](
+        xc.data.ptr, yc.data.ptr, out.data.ptr, problem.N, BLOCK=1024, stream=s.ptr
+    )
     s.synchronize()
     same(cp.asnumpy(out), triton_ref["add"])
 
 
 def test_cuda_array_interface_objects(earc, problem, c, triton_ref):
     """Any object with ``__cuda_array_interface__`` (Numba's protocol), here one that is nothing else."""
+
     class CAI:
         def __init__(self, a: Any) -> None:
             self.__cuda_array_interface__ = a.__cuda_array_interface__

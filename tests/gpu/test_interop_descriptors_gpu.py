@@ -28,8 +28,10 @@ def _archive(name: str):
 
     path = OUT / name
     if not path.exists():
-        pytest.skip(f"{path} missing: on the CPU machine run `python tests/gpu/build_tensordesc.py` (Triton 3.8+ for "
-                    "im2col.karc), then carry .gpu/tensordesc")
+        pytest.skip(
+            f"{path} missing: on the CPU machine run `python tests/gpu/build_tensordesc.py` (Triton 3.8+ for "
+            "im2col.karc), then carry .gpu/tensordesc"
+        )
     return karchive.open(str(path))
 
 
@@ -38,19 +40,28 @@ def ops():
     from karchive.interop import torch as kt
 
     arc = _archive("tensordesc.karc")
-    copy = kt.custom_op("karchive_desc_gpu::copy", arc.kernel("desc_copy"), out="out_desc",
-                        grid=lambda m: (m["in_desc"].shape[0] // 64, m["in_desc"].shape[1] // 64),
-                        constexprs={"BLOCK_M": 64, "BLOCK_N": 64})
-    mm = kt.custom_op("karchive_desc_gpu::matmul", arc.kernel("desc_matmul_persistent"),
-                      out={"c_desc": lambda a: ((a["M"], a["N"]), a["a_desc"].dtype)}, grid=(132,),
-                      constexprs={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "NUM_PROGRAMS": 132})
+    copy = kt.custom_op(
+        "karchive_desc_gpu::copy",
+        arc.kernel("desc_copy"),
+        out="out_desc",
+        grid=lambda m: (m["in_desc"].shape[0] // 64, m["in_desc"].shape[1] // 64),
+        constexprs={"BLOCK_M": 64, "BLOCK_N": 64},
+    )
+    mm = kt.custom_op(
+        "karchive_desc_gpu::matmul",
+        arc.kernel("desc_matmul_persistent"),
+        out={"c_desc": lambda a: ((a["M"], a["N"]), a["a_desc"].dtype)},
+        grid=(132,),
+        constexprs={"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "NUM_PROGRAMS": 132},
+    )
     return {"copy": copy, "matmul": mm}
 
 
 def test_descriptor_op_schema_takes_tensors(ops):
     assert str(ops["copy"]._opoverload._schema).endswith("(Tensor in_desc) -> Tensor")
     assert str(ops["matmul"]._opoverload._schema).endswith(
-        "(Tensor a_desc, Tensor b_desc, SymInt M, SymInt N, SymInt K) -> Tensor")
+        "(Tensor a_desc, Tensor b_desc, SymInt M, SymInt N, SymInt K) -> Tensor"
+    )
 
 
 def test_descriptor_copy_eager_compiled_and_graph_replayed(ops):
@@ -89,11 +100,14 @@ def test_im2col_op_matches_torch_unfold():
     arc = _archive("im2col.karc")
     N, H, W, C, R, S = 2, 16, 16, 64, 3, 3
     M = N * H * W
-    op = kt.custom_op("karchive_desc_gpu::im2col", arc.kernel("im2col_gather"),
-                      out={"out_desc": lambda a: ((M, R * S * C), a["in_desc"].dtype)},
-                      grid=(M // 64, R * S, C // 64), constexprs={"S": S, "BLOCK_PIX": 64, "BLOCK_C": 64},
-                      descriptors={"in_desc": {"pixel_box_lower_corner": [-1, -1],
-                                               "pixel_box_upper_corner": [-1, -1]}})
+    op = kt.custom_op(
+        "karchive_desc_gpu::im2col",
+        arc.kernel("im2col_gather"),
+        out={"out_desc": lambda a: ((M, R * S * C), a["in_desc"].dtype)},
+        grid=(M // 64, R * S, C // 64),
+        constexprs={"S": S, "BLOCK_PIX": 64, "BLOCK_C": 64},
+        descriptors={"in_desc": {"pixel_box_lower_corner": [-1, -1], "pixel_box_upper_corner": [-1, -1]}},
+    )
     torch.manual_seed(2)
     x = torch.randn(N, H, W, C, device=DEV, dtype=torch.float16)
     got = op(x, H, W, C, 1, 1)
@@ -119,13 +133,15 @@ def test_jax_refuses_descriptor_kernels_in_triton_call_and_the_runtime_launches_
     k = _archive("tensordesc.karc").kernel("desc_copy")
     x = jnp.asarray(np.random.default_rng(0).standard_normal((256, 128)).astype(np.float16))
     with pytest.raises(InteropError, match="parameter 'in_desc' is a host tensor descriptor"):
-        jax.jit(lambda a: kj.triton_call(k, a, out_shape=jax.ShapeDtypeStruct(a.shape, a.dtype), grid=(4, 2),
-                                         BLOCK_M=64, BLOCK_N=64))(x)
+        jax.jit(
+            lambda a: kj.triton_call(
+                k, a, out_shape=jax.ShapeDtypeStruct(a.shape, a.dtype), grid=(4, 2), BLOCK_M=64, BLOCK_N=64
+            )
+        )(x)
     y = jnp.zeros_like(x)
     x.block_until_ready()
     y.block_until_ready()
-    k[(4, 2)](karchive.TensorDescriptor(x, [64, 64]), karchive.TensorDescriptor(y, [64, 64]), BLOCK_M=64,
-              BLOCK_N=64)
+    k[(4, 2)](karchive.TensorDescriptor(x, [64, 64]), karchive.TensorDescriptor(y, [64, 64]), BLOCK_M=64, BLOCK_N=64)
     (err,) = cu.cuCtxSynchronize()  # the launch went to stream 0, not one JAX orders its reads after
     assert int(err) == 0
     assert np.array_equal(np.asarray(y), np.asarray(x))

@@ -16,9 +16,9 @@ import pytest
 jax = pytest.importorskip("jax")
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+from gpu_compare import same  # noqa: E402
 
 import karchive  # noqa: E402
-from gpu_compare import same  # noqa: E402
 
 SD = jax.ShapeDtypeStruct
 
@@ -59,27 +59,70 @@ def test_runtime_reference_is_sane(problem, runtime_ref):
     same(runtime_ref["add"], problem.xs + problem.ys)
 
 
-@pytest.mark.parametrize("case", ["scale_stride2_fp32", "add_zeroed", "softmax_materialized", "matmul_fp16",
-                                  "scratch"])
+@pytest.mark.parametrize("case", ["scale_stride2_fp32", "add_zeroed", "softmax_materialized", "matmul_fp16", "scratch"])
 def test_own_encoder_writes_jaxlibs_bytes(kj, support, earc, fixtures, problem, case, interop_report):
     """``encode_pure`` (used where jaxlib has no CUDA plugin, e.g. to lower on a CPU host) == ``to_proto``."""
     p, f32 = problem, jnp.float32
     if case == "scale_stride2_fp32":
-        desc = kj.describe(earc.kernel("scale_kernel"), SD((p.N,), f32), p.N // 2, 2, -0.75,
-                           out_shape=SD((p.N // 2,), f32), grid=p.add_grid, BLOCK=1024, mode="ptx")
+        desc = kj.describe(
+            earc.kernel("scale_kernel"),
+            SD((p.N,), f32),
+            p.N // 2,
+            2,
+            -0.75,
+            out_shape=SD((p.N // 2,), f32),
+            grid=p.add_grid,
+            BLOCK=1024,
+            mode="ptx",
+        )
     elif case == "add_zeroed":
         x = SD((p.N,), f32)
-        desc = kj.describe(earc.kernel("add_kernel"), x, x, p.N, out_shape=x, zeroed_outputs=(0,), grid=p.add_grid,
-                           BLOCK=1024, mode="ptx")
+        desc = kj.describe(
+            earc.kernel("add_kernel"),
+            x,
+            x,
+            p.N,
+            out_shape=x,
+            zeroed_outputs=(0,),
+            grid=p.add_grid,
+            BLOCK=1024,
+            mode="ptx",
+        )
         assert desc.params[2].bytes_to_zero == p.N * 4
     elif case == "softmax_materialized":
         s = SD((p.ROWS, p.COLS), f32)
-        desc = kj.describe(earc.kernel("softmax_kernel"), s, p.COLS, p.COLS, p.COLS, out_shape=s,
-                           out_names=["out_ptr"], grid=(p.ROWS,), BLOCK=1024, mode="ptx")
+        desc = kj.describe(
+            earc.kernel("softmax_kernel"),
+            s,
+            p.COLS,
+            p.COLS,
+            p.COLS,
+            out_shape=s,
+            out_names=["out_ptr"],
+            grid=(p.ROWS,),
+            BLOCK=1024,
+            mode="ptx",
+        )
     elif case == "matmul_fp16":
         a = SD((p.M, p.K), jnp.float16)
-        desc = kj.describe(earc.kernel("matmul_kernel"), a, a, p.M, p.NN, p.K, p.K, 1, p.NN, 1, p.NN, 1,
-                           out_shape=SD((p.M, p.NN), jnp.float16), grid=p.mm_grid, mode="ptx", **dict(p.MM))
+        desc = kj.describe(
+            earc.kernel("matmul_kernel"),
+            a,
+            a,
+            p.M,
+            p.NN,
+            p.K,
+            p.K,
+            1,
+            p.NN,
+            1,
+            p.NN,
+            1,
+            out_shape=SD((p.M, p.NN), jnp.float16),
+            grid=p.mm_grid,
+            mode="ptx",
+            **dict(p.MM),
+        )
     else:
         if support.kernel_field("global_scratch_size") is None:
             pytest.skip(f"jaxlib {support.summary()['jaxlib']} has no global_scratch_size field")
@@ -94,8 +137,11 @@ def test_own_encoder_writes_jaxlibs_bytes(kj, support, earc, fixtures, problem, 
 
 
 def _jit_add(kj: Any, kernel: Any, problem: Any, mode: str, block: int) -> Any:
-    return jax.jit(lambda a, b: kj.triton_call(kernel, a, b, a.size, out_shape=SD(a.shape, a.dtype),
-                                               grid=problem.add_grid, BLOCK=block, mode=mode))
+    return jax.jit(
+        lambda a, b: kj.triton_call(
+            kernel, a, b, a.size, out_shape=SD(a.shape, a.dtype), grid=problem.add_grid, BLOCK=block, mode=mode
+        )
+    )
 
 
 @pytest.mark.parametrize("mode", ["cubin", "auto"])
@@ -103,8 +149,9 @@ def test_jit_add_cubin_and_auto_paths(kj, support, earc, problem, xj, yj, runtim
     if not support.accepts_cubin:
         pytest.skip(f"jaxlib {support.summary()['jaxlib']} takes no module image: {'; '.join(support.notes)}")
     k = earc.kernel("add_kernel")
-    desc = kj.describe(k, xj, yj, problem.N, out_shape=SD(xj.shape, xj.dtype), grid=problem.add_grid, BLOCK=1024,
-                       mode=mode)
+    desc = kj.describe(
+        k, xj, yj, problem.N, out_shape=SD(xj.shape, xj.dtype), grid=problem.add_grid, BLOCK=1024, mode=mode
+    )
     assert desc.path == "cubin" and desc.ptx.startswith("// karchive") == (mode == "cubin")
     out = _jit_add(kj, k, problem, mode, 1024)(xj, yj).block_until_ready()
     detail = same(np.asarray(out), runtime_ref["add"])
@@ -127,43 +174,81 @@ def test_jit_add_ptx_path_on_the_example_archive(kj, earc, problem, xj, yj, runt
 def test_jit_add_ptx_path_with_an_older_ptx_isa(kj, fixtures, problem, xj, yj, interop_report):
     """jaxptx.karc's PTX is ISA 8.4 (built with ptx_version=84): jaxlib assembles it and runs it."""
     k = karchive.open(str(fixtures / "jaxptx.karc")).kernel("add_kernel")
-    desc = kj.describe(k, xj, yj, problem.N, out_shape=SD(xj.shape, xj.dtype), grid=problem.add_grid, BLOCK=1024,
-                       mode="ptx")
+    desc = kj.describe(
+        k, xj, yj, problem.N, out_shape=SD(xj.shape, xj.dtype), grid=problem.add_grid, BLOCK=1024, mode="ptx"
+    )
     assert desc.path == "ptx" and desc.cubin is None and ".version 8.4" in desc.ptx
     out = _jit_add(kj, k, problem, "ptx", 1024)(xj, yj).block_until_ready()
     interop_report.append(("jax", "jit add mode=ptx (ISA 8.4)", same(np.asarray(out), problem.xs + problem.ys)))
 
 
 def test_eager_call_outside_jit(kj, earc, problem, xj, yj, runtime_ref):
-    out = kj.triton_call(earc.kernel("add_kernel"), xj, yj, problem.N, out_shape=SD((problem.N,), jnp.float32),
-                         grid=problem.add_grid, BLOCK=1024)
+    out = kj.triton_call(
+        earc.kernel("add_kernel"),
+        xj,
+        yj,
+        problem.N,
+        out_shape=SD((problem.N,), jnp.float32),
+        grid=problem.add_grid,
+        BLOCK=1024,
+    )
     same(np.asarray(out), runtime_ref["add"])
 
 
 def test_output_first_kernel_gets_a_zero_filled_aliased_operand(kj, earc, problem, runtime_ref, interop_report):
     p = problem
-    f = jax.jit(lambda s: kj.triton_call(earc.kernel("softmax_kernel"), s, p.COLS, p.COLS, p.COLS,
-                                         out_shape=SD(s.shape, s.dtype), out_names=["out_ptr"], grid=(p.ROWS,),
-                                         BLOCK=1024))
+    f = jax.jit(
+        lambda s: kj.triton_call(
+            earc.kernel("softmax_kernel"),
+            s,
+            p.COLS,
+            p.COLS,
+            p.COLS,
+            out_shape=SD(s.shape, s.dtype),
+            out_names=["out_ptr"],
+            grid=(p.ROWS,),
+            BLOCK=1024,
+        )
+    )
     detail = same(np.asarray(f(jnp.asarray(p.sm_in))), runtime_ref["softmax"], exact=False)
     interop_report.append(("jax", "jit softmax (out_ptr first)", detail))
 
 
 def test_jit_matmul_fp16(kj, earc, problem, runtime_ref, interop_report):
     p = problem
-    f = jax.jit(lambda a, b: kj.triton_call(earc.kernel("matmul_kernel"), a, b, p.M, p.NN, p.K, p.K, 1, p.NN, 1,
-                                            p.NN, 1, out_shape=SD((p.M, p.NN), jnp.float16), grid=p.mm_grid,
-                                            **dict(p.MM)))
+    f = jax.jit(
+        lambda a, b: kj.triton_call(
+            earc.kernel("matmul_kernel"),
+            a,
+            b,
+            p.M,
+            p.NN,
+            p.K,
+            p.K,
+            1,
+            p.NN,
+            1,
+            p.NN,
+            1,
+            out_shape=SD((p.M, p.NN), jnp.float16),
+            grid=p.mm_grid,
+            **dict(p.MM),
+        )
+    )
     detail = same(np.asarray(f(jnp.asarray(p.am), jnp.asarray(p.bm))), runtime_ref["matmul"], exact=False, tol=2e-2)
     interop_report.append(("jax", "jit matmul fp16", detail))
 
 
 def test_jit_scale_picks_the_stride_1_and_the_general_variant(kj, earc, problem, xj, runtime_ref):
     p, k = problem, earc.kernel("scale_kernel")
-    f1 = jax.jit(lambda a: kj.triton_call(k, a, p.N, 1, 2.5, out_shape=SD(a.shape, a.dtype), grid=p.add_grid,
-                                          BLOCK=1024))
-    f2 = jax.jit(lambda a: kj.triton_call(k, a, p.N // 2, 2, -0.75, out_shape=SD((p.N // 2,), a.dtype),
-                                          grid=p.add_grid, BLOCK=1024))
+    f1 = jax.jit(
+        lambda a: kj.triton_call(k, a, p.N, 1, 2.5, out_shape=SD(a.shape, a.dtype), grid=p.add_grid, BLOCK=1024)
+    )
+    f2 = jax.jit(
+        lambda a: kj.triton_call(
+            k, a, p.N // 2, 2, -0.75, out_shape=SD((p.N // 2,), a.dtype), grid=p.add_grid, BLOCK=1024
+        )
+    )
     d1 = kj.describe(k, xj, p.N, 1, 2.5, out_shape=SD(xj.shape, xj.dtype), grid=p.add_grid, BLOCK=1024)
     d2 = kj.describe(k, xj, p.N // 2, 2, -0.75, out_shape=SD((p.N // 2,), xj.dtype), grid=p.add_grid, BLOCK=1024)
     assert d1.variant_key != d2.variant_key
@@ -173,17 +258,38 @@ def test_jit_scale_picks_the_stride_1_and_the_general_variant(kj, earc, problem,
 
 def test_input_output_aliases_update_in_place(kj, earc, problem, xj, yj, runtime_ref):
     p = problem
-    f = jax.jit(lambda a, b, o: kj.triton_call(earc.kernel("add_kernel"), a, b, o, p.N, out_shape=SD(o.shape, o.dtype),
-                                               input_output_aliases={2: 0}, grid=p.add_grid, BLOCK=1024),
-                donate_argnums=2)
+    f = jax.jit(
+        lambda a, b, o: kj.triton_call(
+            earc.kernel("add_kernel"),
+            a,
+            b,
+            o,
+            p.N,
+            out_shape=SD(o.shape, o.dtype),
+            input_output_aliases={2: 0},
+            grid=p.add_grid,
+            BLOCK=1024,
+        ),
+        donate_argnums=2,
+    )
     same(np.asarray(f(xj, yj, jnp.zeros_like(xj))), runtime_ref["add"])
 
 
 def test_zeroed_outputs_are_zero_where_the_kernel_does_not_write(kj, earc, problem, xj, yj):
     """add over the first n elements of an N-element output: the tail must be zero, not XLA's garbage."""
     p, n = problem, problem.N - 1000
-    f = jax.jit(lambda a, b: kj.triton_call(earc.kernel("add_kernel"), a, b, n, out_shape=SD(a.shape, a.dtype),
-                                            zeroed_outputs=(0,), grid=p.add_grid, BLOCK=1024))
+    f = jax.jit(
+        lambda a, b: kj.triton_call(
+            earc.kernel("add_kernel"),
+            a,
+            b,
+            n,
+            out_shape=SD(a.shape, a.dtype),
+            zeroed_outputs=(0,),
+            grid=p.add_grid,
+            BLOCK=1024,
+        )
+    )
     g = jax.jit(lambda a, b: jnp.full_like(a, jnp.nan))  # leave NaNs in XLA's allocator for the next output
     g(xj, yj).block_until_ready()
     out = np.asarray(f(xj, yj))
@@ -198,8 +304,9 @@ def test_global_scratch_kernel_inside_jit(kj, support, fixtures, interop_report)
     k = karchive.open(str(fixtures / "scratch.karc")).kernel("tma_scale_kernel")
     m, n = 256, 192
     x = jnp.asarray(np.random.default_rng(1).standard_normal((m, n), dtype=np.float32))
-    f = jax.jit(lambda a: kj.triton_call(k, a, m, n, out_shape=SD(a.shape, a.dtype), grid=(m // 64, n // 64),
-                                         BM=64, BN=64))
+    f = jax.jit(
+        lambda a: kj.triton_call(k, a, m, n, out_shape=SD(a.shape, a.dtype), grid=(m // 64, n // 64), BM=64, BN=64)
+    )
     interop_report.append(("jax", "jit TMA kernel (global scratch)", same(np.asarray(f(x)), np.asarray(x) * 2)))
 
 

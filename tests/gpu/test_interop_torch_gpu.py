@@ -25,27 +25,49 @@ def ops(earc: Any, problem: Any) -> dict[str, Any]:
     """The example kernels registered once per process as karchive_gpu::* ops."""
     from karchive.interop import torch as kt
 
-    k_add, k_sm, k_mm, k_sc = (earc.kernel(n) for n in ("add_kernel", "softmax_kernel", "matmul_kernel",
-                                                         "scale_kernel"))
+    k_add, k_sm, k_mm, k_sc = (
+        earc.kernel(n) for n in ("add_kernel", "softmax_kernel", "matmul_kernel", "scale_kernel")
+    )
     return {
-        "add": kt.custom_op("karchive_gpu::add", k_add, out="out_ptr", grid=problem.add_grid,
-                            constexprs={"BLOCK": 1024}),
-        "add_into": kt.custom_op("karchive_gpu::add_into", k_add, mutates_args=("out_ptr",), grid=problem.add_grid,
-                                 constexprs={"BLOCK": 1024}),
-        "softmax": kt.custom_op("karchive_gpu::softmax", k_sm, out={"out_ptr": "in_ptr"},
-                                grid=lambda m: (m["in_ptr"].shape[0],), constexprs={"BLOCK": 1024}),
-        "matmul": kt.custom_op("karchive_gpu::matmul", k_mm, grid=problem.mm_grid, constexprs=dict(problem.MM),
-                               out={"c_ptr": lambda a: ((a["M"], a["N"]), a["a_ptr"].dtype)}),
-        "scale": kt.custom_op("karchive_gpu::scale", k_sc, out="out_ptr", grid=problem.add_grid,
-                              constexprs={"BLOCK": 1024}),
+        "add": kt.custom_op(
+            "karchive_gpu::add", k_add, out="out_ptr", grid=problem.add_grid, constexprs={"BLOCK": 1024}
+        ),
+        "add_into": kt.custom_op(
+            "karchive_gpu::add_into",
+            k_add,
+            mutates_args=("out_ptr",),
+            grid=problem.add_grid,
+            constexprs={"BLOCK": 1024},
+        ),
+        "softmax": kt.custom_op(
+            "karchive_gpu::softmax",
+            k_sm,
+            out={"out_ptr": "in_ptr"},
+            grid=lambda m: (m["in_ptr"].shape[0],),
+            constexprs={"BLOCK": 1024},
+        ),
+        "matmul": kt.custom_op(
+            "karchive_gpu::matmul",
+            k_mm,
+            grid=problem.mm_grid,
+            constexprs=dict(problem.MM),
+            out={"c_ptr": lambda a: ((a["M"], a["N"]), a["a_ptr"].dtype)},
+        ),
+        "scale": kt.custom_op(
+            "karchive_gpu::scale", k_sc, out="out_ptr", grid=problem.add_grid, constexprs={"BLOCK": 1024}
+        ),
     }
 
 
 @pytest.fixture(scope="module")
 def t(problem: Any) -> SimpleNamespace:
     """``problem``'s inputs as CUDA tensors."""
-    return SimpleNamespace(**{name: torch.from_numpy(getattr(problem, src)).to(DEV) for name, src in
-                              (("x", "xs"), ("y", "ys"), ("s_in", "sm_in"), ("a", "am"), ("b", "bm"))})
+    return SimpleNamespace(
+        **{
+            name: torch.from_numpy(getattr(problem, src)).to(DEV)
+            for name, src in (("x", "xs"), ("y", "ys"), ("s_in", "sm_in"), ("a", "am"), ("b", "bm"))
+        }
+    )
 
 
 def run_all(ops: dict[str, Any], t: Any, p: Any) -> dict[str, Any]:
@@ -62,8 +84,9 @@ def compare(outs: dict[str, Any], ref: dict[str, Any]) -> str:
     parts = []
     for key, tensor in outs.items():
         exact = key in ("add", "scale1")
-        parts.append(f"{key} " + same(tensor.float().cpu().numpy(), ref[key], exact=exact,
-                                      tol=2e-2 if key == "matmul" else 1e-5))
+        parts.append(
+            f"{key} " + same(tensor.float().cpu().numpy(), ref[key], exact=exact, tol=2e-2 if key == "matmul" else 1e-5)
+        )
     return ", ".join(parts)
 
 
@@ -74,12 +97,15 @@ def test_triton_reference_is_sane(problem, triton_ref):
 def test_ops_register_with_the_kernel_signature_as_schema(ops, interop_report):
     schemas = {k: str(op._opoverload._schema) for k, op in ops.items()}
     assert schemas["add"] == "karchive_gpu::add(Tensor x_ptr, Tensor y_ptr, SymInt n_elements) -> Tensor"
-    assert schemas["softmax"] == ("karchive_gpu::softmax(Tensor in_ptr, SymInt in_row_stride, SymInt out_row_stride, "
-                                  "SymInt n_cols) -> Tensor")
-    assert schemas["scale"] == ("karchive_gpu::scale(Tensor x_ptr, SymInt n_elements, SymInt stride, float alpha) "
-                                "-> Tensor")
-    assert schemas["matmul"].startswith("karchive_gpu::matmul(Tensor a_ptr, Tensor b_ptr, SymInt M, SymInt N, "
-                                        "SymInt K,")
+    assert schemas["softmax"] == (
+        "karchive_gpu::softmax(Tensor in_ptr, SymInt in_row_stride, SymInt out_row_stride, SymInt n_cols) -> Tensor"
+    )
+    assert schemas["scale"] == (
+        "karchive_gpu::scale(Tensor x_ptr, SymInt n_elements, SymInt stride, float alpha) -> Tensor"
+    )
+    assert schemas["matmul"].startswith(
+        "karchive_gpu::matmul(Tensor a_ptr, Tensor b_ptr, SymInt M, SymInt N, SymInt K,"
+    )
     assert "!) out_ptr" in schemas["add_into"] and schemas["add_into"].endswith("-> ()")  # written in place
     interop_report.append(("torch", "schemas", "; ".join(schemas.values())))
 

@@ -20,7 +20,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from corpus2_phases import LIBRARIES, run_phase
 from corpus_phases import ATOMIC_ATOL, ATOMIC_RTOL
 
@@ -30,8 +29,11 @@ LIBS = [lb for lb in os.environ.get("KARCHIVE_CORPUS2_LIBS", ",".join(LIBRARIES)
 TIMEOUT = int(os.environ.get("KARCHIVE_CORPUS_TIMEOUT", "300"))
 _SUMMARY: dict[str, dict] = {}
 
-pytestmark = pytest.mark.skipif(not ENABLED, reason="compiles and tunes public libraries (minutes): "
-                                                     "KARCHIVE_SERVE_GPU=1 pytest tests/gpu/test_serve_corpus2_gpu.py")
+pytestmark = pytest.mark.skipif(
+    not ENABLED,
+    reason="compiles and tunes public libraries (minutes): "
+    "KARCHIVE_SERVE_GPU=1 pytest tests/gpu/test_serve_corpus2_gpu.py",
+)
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +78,11 @@ def _compare(want: dict, got: dict, tolerate: bool) -> tuple[list[str], list[str
         if g.shape != w.shape or g.dtype != w.dtype:
             differ.append(f"{name}: {tuple(g.shape)} {g.dtype}, want {tuple(w.shape)} {w.dtype}")
             continue
-        if torch.equal(g, w) or (g.is_floating_point() and torch.equal(g.isnan(), w.isnan())
-                                 and torch.equal(torch.nan_to_num(g), torch.nan_to_num(w))):
+        if torch.equal(g, w) or (
+            g.is_floating_point()
+            and torch.equal(g.isnan(), w.isnan())
+            and torch.equal(torch.nan_to_num(g), torch.nan_to_num(w))
+        ):
             continue
         if tolerate and torch.allclose(g.float(), w.float(), atol=ATOMIC_ATOL, rtol=ATOMIC_RTOL, equal_nan=True):
             tolerated.append(name)
@@ -92,16 +97,21 @@ def test_library_served_strict_zero_compiles_bit_equal(lib, work):
 
     summary = _SUMMARY.setdefault(lib, {})
     ref = _ok(run_phase("reference", lib, work, TIMEOUT), f"{lib} reference")
-    summary["reference"] = {k: ref.get(k) for k in ("library", "ops", "step_s", "process_s", "kernels", "left_out",
-                                                     "capture_warnings", "save_workaround")}
+    summary["reference"] = {
+        k: ref.get(k)
+        for k in ("library", "ops", "step_s", "process_s", "kernels", "left_out", "capture_warnings", "save_workaround")
+    }
     assert ref["left_out"] == [], ref["left_out"]
     served = run_phase("serve", lib, work, TIMEOUT)
     summary["serve"] = served
     _save(work)
     served = _ok(served, f"{lib} serve(strict)")
     assert served["compiles"] == 0, f"Triton compiled {served['compiles']} time(s)"
-    kernels = [f for f in served["triton_cache_files"]
-               if f.endswith((".cubin", ".ptx", ".ttir", ".ttgir", ".llir", ".hsaco", ".amdgcn"))]
+    kernels = [
+        f
+        for f in served["triton_cache_files"]
+        if f.endswith((".cubin", ".ptx", ".ttir", ".ttgir", ".llir", ".hsaco", ".amdgcn"))
+    ]
     assert kernels == [], kernels
     assert served["report"]["missed"] == [], served["report_text"]
     assert served["report"]["served"], "nothing was served"
@@ -111,13 +121,19 @@ def test_library_served_strict_zero_compiles_bit_equal(lib, work):
     assert set(got) == set(want) and want
     atomics = _atomic_kernels(work / f"{lib}.karc")
     differ, tolerated = _compare(want, got, bool(atomics))
-    summary.update(tensors=len(want), bit_equal=len(want) - len(tolerated) - len(differ), within_tolerance=tolerated,
-                   atomic_kernels=sorted(atomics), differ=differ)
+    summary.update(
+        tensors=len(want),
+        bit_equal=len(want) - len(tolerated) - len(differ),
+        within_tolerance=tolerated,
+        atomic_kernels=sorted(atomics),
+        differ=differ,
+    )
     if tolerated:  # is that plain Triton's own run-to-run difference? a second plain run says
         plain = _ok(run_phase("plain", lib, work, TIMEOUT), f"{lib} plain")
         again = torch.load(work / f"{lib}-plain.pt", weights_only=True)
-        summary["plain_rerun_differs_in"] = sorted(set(_compare(want, again, True)[1]) | set(
-            _compare(want, again, False)[0]))
+        summary["plain_rerun_differs_in"] = sorted(
+            set(_compare(want, again, True)[1]) | set(_compare(want, again, False)[0])
+        )
         summary["plain_step_s"] = plain["step_s"]
     _save(work)
     assert not differ, f"outputs differ from the reference run: {differ}"
@@ -128,7 +144,6 @@ def test_two_ranks_each_serve_their_own_device(work):
     own GPU (default stream, a side stream, a CUDA graph captured on a side stream), 0 compiles, outputs equal to a
     plain Triton run of the same job (cut-cross-entropy's atomics: within the stated tolerance)."""
     import torch
-
     from serve_multigpu import job_main
 
     ref = job_main("reference", work, TIMEOUT)

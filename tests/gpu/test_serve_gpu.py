@@ -21,7 +21,6 @@ import os
 from pathlib import Path
 
 import pytest
-
 from corpus_phases import ATOMIC_ATOL, ATOMIC_RTOL
 from serve_phases import SERVE_LIBS, run_phase
 
@@ -31,8 +30,10 @@ LIBS = [lb for lb in os.environ.get("KARCHIVE_SERVE_LIBS", ",".join(SERVE_LIBS))
 TIMEOUT = int(os.environ.get("KARCHIVE_CORPUS_TIMEOUT", "400"))
 _SUMMARY: dict[str, dict] = {}
 
-pytestmark = pytest.mark.skipif(not ENABLED, reason="captures compile every autotune config (minutes): "
-                                                     "KARCHIVE_SERVE_GPU=1 pytest tests/gpu/test_serve_gpu.py")
+pytestmark = pytest.mark.skipif(
+    not ENABLED,
+    reason="captures compile every autotune config (minutes): KARCHIVE_SERVE_GPU=1 pytest tests/gpu/test_serve_gpu.py",
+)
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +75,11 @@ def test_unmodified_library_step_served_strict_zero_compiles_bit_equal(lib, work
     assert served["compiles"] == 0, f"Triton compiled {served['compiles']} time(s)"
     # Triton's driver builds its small host helpers (cuda_utils.so, __triton_launcher.so) into the cache when a
     # library asks it about the device; no kernel may be there (a cubin, PTX or IR file would be a compile)
-    kernels = [f for f in served["triton_cache_files"]
-               if f.endswith((".cubin", ".ptx", ".ttir", ".ttgir", ".llir", ".hsaco", ".amdgcn"))]
+    kernels = [
+        f
+        for f in served["triton_cache_files"]
+        if f.endswith((".cubin", ".ptx", ".ttir", ".ttgir", ".llir", ".hsaco", ".amdgcn"))
+    ]
     assert kernels == [], kernels
     report = served["report"]
     assert report["missed"] == [], served["report_text"]
@@ -87,8 +91,12 @@ def test_unmodified_library_step_served_strict_zero_compiles_bit_equal(lib, work
     assert set(got) == set(want) and want
     atomics = _atomic_kernels(work / f"{lib}.karc")
     differ, tolerated = _compare(want, got, atomics)
-    summary.update(tensors=len(want), bit_equal=len(want) - len(tolerated) - len(differ), within_tolerance=tolerated,
-                   atomic_kernels=sorted(atomics))
+    summary.update(
+        tensors=len(want),
+        bit_equal=len(want) - len(tolerated) - len(differ),
+        within_tolerance=tolerated,
+        atomic_kernels=sorted(atomics),
+    )
     assert not differ, f"outputs differ from the reference run: {differ}"
 
 
@@ -100,8 +108,11 @@ def _compare(want: dict, got: dict, atomics: set[str]) -> tuple[list[str], list[
     for name, w in want.items():
         g = got[name]
         assert g.shape == w.shape and g.dtype == w.dtype, name
-        if torch.equal(g, w) or (g.is_floating_point() and torch.equal(g.isnan(), w.isnan())
-                                 and torch.equal(torch.nan_to_num(g), torch.nan_to_num(w))):
+        if torch.equal(g, w) or (
+            g.is_floating_point()
+            and torch.equal(g.isnan(), w.isnan())
+            and torch.equal(torch.nan_to_num(g), torch.nan_to_num(w))
+        ):
             continue
         if atomics and torch.allclose(g.float(), w.float(), atol=ATOMIC_ATOL, rtol=ATOMIC_RTOL, equal_nan=True):
             tolerated.append(name)
@@ -152,8 +163,11 @@ def test_first_step_time_cold_warm_exported_served(lib, work):
         r = _ok(run_phase(phase, lib, work, TIMEOUT), f"{lib} {phase}")
         times[phase] = {"step_s": r["step_s"], "process_s": r["process_s"], "export_s": r.get("export_s")}
     served = _SUMMARY.get(lib, {}).get("serve") or _ok(run_phase("serve", lib, work, TIMEOUT), f"{lib} serve")
-    times["serve_strict"] = {"step_s": served["step_s"], "process_s": served["process_s"],
-                             "compiles": served["compiles"]}
+    times["serve_strict"] = {
+        "step_s": served["step_s"],
+        "process_s": served["process_s"],
+        "compiles": served["compiles"],
+    }
     _SUMMARY.setdefault(lib, {})["first_step"] = times
     out = os.environ.get("OUT")
     if out:

@@ -46,15 +46,18 @@ def _index() -> dict[str, str]:
 
 
 _ARCHIVES = _index()
-_MISSING = (f"{OUT}/index.json missing: on the CPU machine run `bash tools/tritons.sh 3.6` (optional) and "
-            "`python tests/gpu/build_tensordesc.py`, then carry .gpu/tensordesc")
+_MISSING = (
+    f"{OUT}/index.json missing: on the CPU machine run `bash tools/tritons.sh 3.6` (optional) and "
+    "`python tests/gpu/build_tensordesc.py`, then carry .gpu/tensordesc"
+)
 _RELEASES = [pytest.param(v, id=f"archive-triton-{v}") for v in sorted(_ARCHIVES)] or [
-    pytest.param(None, id="no-archives", marks=pytest.mark.skip(reason=_MISSING))]
+    pytest.param(None, id="no-archives", marks=pytest.mark.skip(reason=_MISSING))
+]
 
 # Problem sizes (multiples of every block, so no masking question arises).
 SIZES = {"copy": (256, 128), "mm": (512, 384, 256), "attn": (2, 4, 256, 64), "tuned": (256, 256, 128)}
 
-CHILD = textwrap.dedent(r'''
+CHILD = textwrap.dedent(r"""
     import json, os, sys
 
 
@@ -142,7 +145,7 @@ CHILD = textwrap.dedent(r'''
     torch.cuda.synchronize()
     torch.save({n: t.cpu() for n, t in got.items()}, out_path)
     print(json.dumps(info))
-''')
+""")
 
 
 def _inputs(path: pathlib.Path) -> dict:
@@ -154,11 +157,18 @@ def _inputs(path: pathlib.Path) -> dict:
     z, h, seq, dh = SIZES["attn"]
     tm, tn, tk = SIZES["tuned"]
     x = {
-        "a": torch.randn(r, c, generator=g).half(), "b": torch.randn(r, c, generator=g).half(),
-        "ma": (torch.randn(M, K, generator=g) * 0.1).half(), "mb": (torch.randn(N, K, generator=g) * 0.1).half(),
-        "q": torch.randn(z * h * seq, dh, generator=g).half(), "k": torch.randn(z * h * seq, dh, generator=g).half(),
-        "v": torch.randn(z * h * seq, dh, generator=g).half(), "seq": seq, "heads": z * h, "scale": dh ** -0.5,
-        "ta": (torch.randn(tm, tk, generator=g) * 0.1).half(), "tb": (torch.randn(tn, tk, generator=g) * 0.1).half(),
+        "a": torch.randn(r, c, generator=g).half(),
+        "b": torch.randn(r, c, generator=g).half(),
+        "ma": (torch.randn(M, K, generator=g) * 0.1).half(),
+        "mb": (torch.randn(N, K, generator=g) * 0.1).half(),
+        "q": torch.randn(z * h * seq, dh, generator=g).half(),
+        "k": torch.randn(z * h * seq, dh, generator=g).half(),
+        "v": torch.randn(z * h * seq, dh, generator=g).half(),
+        "seq": seq,
+        "heads": z * h,
+        "scale": dh**-0.5,
+        "ta": (torch.randn(tm, tk, generator=g) * 0.1).half(),
+        "tb": (torch.randn(tn, tk, generator=g) * 0.1).half(),
     }
     torch.save(x, path)
     return x
@@ -180,25 +190,46 @@ def _triton_reference(x: dict) -> tuple[dict, dict]:
     ref, info = {}, {}
     a, b = x["a"].to(dev), x["b"].to(dev)
     y = torch.full_like(a, float("nan"))
-    tk.desc_copy[(a.shape[0] // 64, a.shape[1] // 64)](TD.from_tensor(a, [64, 64]), TD.from_tensor(y, [64, 64]),
-                                                       BLOCK_M=64, BLOCK_N=64)
+    tk.desc_copy[(a.shape[0] // 64, a.shape[1] // 64)](
+        TD.from_tensor(a, [64, 64]), TD.from_tensor(y, [64, 64]), BLOCK_M=64, BLOCK_N=64
+    )
     ref["copy"] = y
     s = torch.full_like(a, float("nan"))
-    tk.desc_add[(a.shape[0] // 64, a.shape[1] // 64)](TD.from_tensor(a, [64, 64]), TD.from_tensor(b, [64, 64]),
-                                                      TD.from_tensor(s, [64, 64]), BLOCK_M=64, BLOCK_N=64)
+    tk.desc_add[(a.shape[0] // 64, a.shape[1] // 64)](
+        TD.from_tensor(a, [64, 64]), TD.from_tensor(b, [64, 64]), TD.from_tensor(s, [64, 64]), BLOCK_M=64, BLOCK_N=64
+    )
     ref["add"] = s
     ma, mb = x["ma"].to(dev), x["mb"].to(dev)
     mc = torch.full((ma.shape[0], mb.shape[0]), float("nan"), device=dev, dtype=torch.float16)
-    tk.desc_matmul_persistent[(132,)](TD.from_tensor(ma, [128, 64]), TD.from_tensor(mb, [128, 64]),
-                                      TD.from_tensor(mc, [128, 128]), ma.shape[0], mb.shape[0], ma.shape[1],
-                                      BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, NUM_PROGRAMS=132, num_warps=8,
-                                      num_stages=3)
+    tk.desc_matmul_persistent[(132,)](
+        TD.from_tensor(ma, [128, 64]),
+        TD.from_tensor(mb, [128, 64]),
+        TD.from_tensor(mc, [128, 128]),
+        ma.shape[0],
+        mb.shape[0],
+        ma.shape[1],
+        BLOCK_M=128,
+        BLOCK_N=128,
+        BLOCK_K=64,
+        NUM_PROGRAMS=132,
+        num_warps=8,
+        num_stages=3,
+    )
     ref["matmul"] = mc
     q, kk, v = (x[n].to(dev) for n in ("q", "k", "v"))
     o = torch.full_like(q, float("nan"))
     tk.desc_attention_fwd[(x["seq"] // 128, x["heads"])](
-        TD.from_tensor(q, [128, 64]), TD.from_tensor(kk, [64, 64]), TD.from_tensor(v, [64, 64]),
-        TD.from_tensor(o, [128, 64]), x["seq"], x["scale"], HEAD_DIM=64, BLOCK_M=128, BLOCK_N=64, num_warps=8)
+        TD.from_tensor(q, [128, 64]),
+        TD.from_tensor(kk, [64, 64]),
+        TD.from_tensor(v, [64, 64]),
+        TD.from_tensor(o, [128, 64]),
+        x["seq"],
+        x["scale"],
+        HEAD_DIM=64,
+        BLOCK_M=128,
+        BLOCK_N=64,
+        num_warps=8,
+    )
     ref["attention"] = o
     d = torch.full_like(a, float("nan"))
     tk.device_desc_copy[(a.shape[0] // 64, a.shape[1] // 64)](a, d, a.shape[0], a.shape[1], BLOCK_M=64, BLOCK_N=64)
@@ -207,7 +238,8 @@ def _triton_reference(x: dict) -> tuple[dict, dict]:
     tc = torch.full((ta.shape[0], tb.shape[0]), float("nan"), device=dev, dtype=torch.float16)
     M, N, K = ta.shape[0], tb.shape[0], ta.shape[1]
     tk.desc_matmul_tuned[lambda meta: ((M // meta["BLOCK_M"]) * (N // meta["BLOCK_N"]),)](
-        TD(ta, [M, K], [K, 1], [1, 1]), TD(tb, [N, K], [K, 1], [1, 1]), TD(tc, [M, N], [N, 1], [1, 1]), M, N, K)
+        TD(ta, [M, K], [K, 1], [1, 1]), TD(tb, [N, K], [K, 1], [1, 1]), TD(tc, [M, N], [N, 1], [1, 1]), M, N, K
+    )
     best = tk.desc_matmul_tuned.best_config
     info["tuned_config"] = {n: best.kwargs[n] for n in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}
     ref["tuned"] = tc
@@ -234,9 +266,16 @@ def test_descriptor_kernels_launch_without_triton_equal_to_tritons_launch(versio
         pytest.skip(f"the compiled launcher is not built here: {launch_path.status().detail}")
     inputs, x, ref, ref_info = reference
     out = tmp_path / "out.pt"
-    env = dict(os.environ, KARCHIVE_LAUNCH_PATH=path, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(OUT / _ARCHIVES[version]), str(inputs), str(out)],
-                          capture_output=True, text=True, env=env, timeout=600)
+    env = dict(
+        os.environ, KARCHIVE_LAUNCH_PATH=path, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(OUT / _ARCHIVES[version]), str(inputs), str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     got = torch.load(out)
@@ -257,7 +296,7 @@ def test_descriptor_kernels_launch_without_triton_equal_to_tritons_launch(versio
             assert torch.equal(got[name], ref[name]), (version, path, name, diff)
         else:
             assert diff <= tol, (version, path, name, diff)
-    mm_ref = (x["ma"].float() @ x["mb"].float().T)
+    mm_ref = x["ma"].float() @ x["mb"].float().T
     assert float((got["matmul"].float() - mm_ref).abs().max()) <= 2e-2
     q, kk, v = (x[n].float().view(x["heads"], x["seq"], -1) for n in ("q", "k", "v"))
     attn_ref = (torch.softmax(q @ kk.transpose(1, 2) * x["scale"], -1) @ v).reshape(-1, q.shape[-1])
@@ -266,6 +305,8 @@ def test_descriptor_kernels_launch_without_triton_equal_to_tritons_launch(versio
     assert float((got["tuned"].float() - tuned_ref).abs().max()) <= 2e-2
     if same_release and info["tuned_config"] == ref_info["tuned_config"]:
         assert torch.equal(got["tuned"], ref["tuned"])
-    print(f"\n[tensordesc] archive triton {version}, {path} path, here triton {triton.__version__}: "
-          f"max |karchive - triton| {report}; tuned config karchive {info['tuned_config']} "
-          f"triton {ref_info['tuned_config']}")
+    print(
+        f"\n[tensordesc] archive triton {version}, {path} path, here triton {triton.__version__}: "
+        f"max |karchive - triton| {report}; tuned config karchive {info['tuned_config']} "
+        f"triton {ref_info['tuned_config']}"
+    )

@@ -48,8 +48,10 @@ def test_im2col_descriptor_gathers_what_torch_unfold_gives(path, padding, stride
     import karchive
 
     if not ARCHIVE.exists():
-        pytest.skip(f"{ARCHIVE} missing: on the CPU machine run `python tests/gpu/build_tensordesc.py` with "
-                    "Triton 3.8+ (the worktree venv), then carry .gpu/tensordesc")
+        pytest.skip(
+            f"{ARCHIVE} missing: on the CPU machine run `python tests/gpu/build_tensordesc.py` with "
+            "Triton 3.8+ (the worktree venv), then carry .gpu/tensordesc"
+        )
     if path == launch_path.EXTENSION and launch_path.extension() is None:
         pytest.skip(f"the compiled launcher is not built here: {launch_path.status().detail}")
     pad = 1
@@ -65,8 +67,14 @@ def test_im2col_descriptor_gathers_what_torch_unfold_gives(path, padding, stride
         k = karchive.open(str(ARCHIVE)).kernel("im2col_gather")
         assert k.launch_path == path
         out = torch.full((M, R * S * C), 7.0, device="cuda", dtype=torch.float16)
-        a = karchive.TensorDescriptor(x, [64, 64], padding=padding, pixel_box_lower_corner=[-pad, -pad],
-                                      pixel_box_upper_corner=upper, element_strides=[1, stride, stride, 1])
+        a = karchive.TensorDescriptor(
+            x,
+            [64, 64],
+            padding=padding,
+            pixel_box_lower_corner=[-pad, -pad],
+            pixel_box_upper_corner=upper,
+            element_strides=[1, stride, stride, 1],
+        )
         b = karchive.TensorDescriptor(out, [64, 64])
         k[(M // 64, R * S, C // 64)](a, b, out_h, out_w, C, stride, pad, S=S, BLOCK_PIX=64, BLOCK_C=64)
         k[(M // 64, R * S, C // 64)](a, b, out_h, out_w, C, stride, pad, S=S, BLOCK_PIX=64, BLOCK_C=64)  # cached map
@@ -80,7 +88,19 @@ def test_im2col_descriptor_gathers_what_torch_unfold_gives(path, padding, stride
         from karchive.errors import ArgumentError
 
         with pytest.raises(ArgumentError, match="takes an im2col descriptor"):
-            k[(M // 64, R * S, 1)](karchive.TensorDescriptor(x, [1, 1, 64, 64]), b, out_h, out_w, C, stride, pad,
-                                   S=S, BLOCK_PIX=64, BLOCK_C=64)
-    print(f"\n[im2col] stride {stride}, padding {padding}, {path} path: {M} x {R * S * C} im2col matrix as torch "
-          "unfold gives it")
+            k[(M // 64, R * S, 1)](
+                karchive.TensorDescriptor(x, [1, 1, 64, 64]),
+                b,
+                out_h,
+                out_w,
+                C,
+                stride,
+                pad,
+                S=S,
+                BLOCK_PIX=64,
+                BLOCK_C=64,
+            )
+    print(
+        f"\n[im2col] stride {stride}, padding {padding}, {path} path: {M} x {R * S * C} im2col matrix as torch "
+        "unfold gives it"
+    )

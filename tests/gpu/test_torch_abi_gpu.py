@@ -35,8 +35,14 @@ def device_tensors(device: str) -> list:
         except (RuntimeError, TypeError):  # dtypes torch cannot allocate plainly on the GPU
             continue
     base = torch.arange(512, dtype=torch.float32, device=device)
-    out += [base[5:], base[1::3], base.view(8, 64).t()[7], base.view(torch.int8)[11:],
-            torch.empty(0, device=device), torch.nn.Parameter(torch.ones(7, device=device, dtype=torch.bfloat16))]
+    out += [
+        base[5:],
+        base[1::3],
+        base.view(8, 64).t()[7],
+        base.view(torch.int8)[11:],
+        torch.empty(0, device=device),
+        torch.nn.Parameter(torch.ones(7, device=device, dtype=torch.bfloat16)),
+    ]
     return out
 
 
@@ -63,8 +69,8 @@ def test_launches_through_the_reader_equal_torch(ext, fixtures, monkeypatch, rea
     n = 4096
     for offset in (0, 4, 12, 36):  # element offsets: 16-byte aligned views and not (other variants)
         base = torch.randn(3 * n + 64, device="cuda")
-        x, y = base[offset:offset + n], torch.nn.Parameter(base[n + 64:2 * n + 64].clone())
-        out = torch.full((n + 8,), float("nan"), device="cuda")[offset % 8:offset % 8 + n]
+        x, y = base[offset : offset + n], torch.nn.Parameter(base[n + 64 : 2 * n + 64].clone())
+        out = torch.full((n + 8,), float("nan"), device="cuda")[offset % 8 : offset % 8 + n]
         for _ in range(3):  # the miss, then the remembered key
             add[(n // 1024,)](x, y, out, n, BLOCK=1024)
         torch.cuda.synchronize()

@@ -40,12 +40,15 @@ def _index() -> dict[str, dict]:
 
 
 _ARCHIVES = _index()
-_MISSING = (f"{TRITONS}/index.json missing: on the CPU machine run `bash tools/tritons.sh all` and "
-            "`python tests/gpu/build_triton_probes.py`, then carry .gpu/tritons")
+_MISSING = (
+    f"{TRITONS}/index.json missing: on the CPU machine run `bash tools/tritons.sh all` and "
+    "`python tests/gpu/build_triton_probes.py`, then carry .gpu/tritons"
+)
 _RELEASES = [pytest.param(v, id=f"triton-{v}") for v in sorted(_ARCHIVES)] or [
-    pytest.param(None, id="no-archives", marks=pytest.mark.skip(reason=_MISSING))]
+    pytest.param(None, id="no-archives", marks=pytest.mark.skip(reason=_MISSING))
+]
 
-CHILD = textwrap.dedent(r'''
+CHILD = textwrap.dedent(r"""
     import json, math, os, sys
 
 
@@ -133,14 +136,15 @@ CHILD = textwrap.dedent(r'''
 
     results["_triton_modules"] = sorted(m for m, mod in sys.modules.items() if m.split(".")[0] == "triton" and mod is not None)
     print(json.dumps(results))
-''')
+""")
 
 
 @pytest.fixture(params=[launch_path.EXTENSION, launch_path.PYTHON])
 def path(request) -> str:
     if request.param == launch_path.EXTENSION and launch_path.extension() is None:
-        pytest.skip(f"the compiled launcher is not built: {launch_path.status().detail} "
-                    "(python tools/build_extension.py)")
+        pytest.skip(
+            f"the compiled launcher is not built: {launch_path.status().detail} (python tools/build_extension.py)"
+        )
     return request.param
 
 
@@ -153,18 +157,27 @@ def test_every_probe_of_each_release_launches_without_triton(release, path, tmp_
     assert hashlib.sha256(archive.read_bytes()).hexdigest() == entry["sha256"], f"{archive} changed since it was built"
     script = tmp_path / "child.py"
     script.write_text(CHILD)
-    env = {**os.environ, launch_path.ENV: path, "PYTHONPATH": os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)}
-    r = subprocess.run([sys.executable, str(script), str(archive)], capture_output=True, text=True, env=env,
-                       timeout=300)
+    env = {
+        **os.environ,
+        launch_path.ENV: path,
+        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
+    }
+    r = subprocess.run(
+        [sys.executable, str(script), str(archive)], capture_output=True, text=True, env=env, timeout=300
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     results = json.loads(r.stdout.strip().splitlines()[-1])
     assert results.pop("_triton_modules") == []
     assert sorted(results) == sorted(KERNELS)
     for name, res in sorted(results.items()):
-        interop_report.append(("triton", f"{release} {path} {name}",
-                               f"{res['target']} max|diff|={res['max_abs_diff']:.3g} (atol {res['atol']:.3g}, "
-                               f"rtol {res['rtol']:.3g}){'' if res['ok'] else ' FAILED'}"))
+        interop_report.append(
+            (
+                "triton",
+                f"{release} {path} {name}",
+                f"{res['target']} max|diff|={res['max_abs_diff']:.3g} (atol {res['atol']:.3g}, "
+                f"rtol {res['rtol']:.3g}){'' if res['ok'] else ' FAILED'}",
+            )
+        )
     bad = {name: res for name, res in results.items() if not res["ok"] or res["target"] != "cuda:90"}
     assert not bad, bad
 

@@ -27,8 +27,10 @@ def signed(fixtures: Path, tmp_path: Path) -> tuple[Path, Path]:
     shutil.copyfile(fixtures / "examples_gpu.karc", path)
     sign_archive(path, key)
     policy = tmp_path / "policy.toml"
-    policy.write_text(f'version = 1\n[[keys]]\nname = "gpu-ci"\npublic_key = "{key.public.inline()}"\n'
-                      '[[rules]]\nnames = ["*"]\nkeys = ["gpu-ci"]\n')
+    policy.write_text(
+        f'version = 1\n[[keys]]\nname = "gpu-ci"\npublic_key = "{key.public.inline()}"\n'
+        '[[rules]]\nnames = ["*"]\nkeys = ["gpu-ci"]\n'
+    )
     return path, policy
 
 

@@ -31,8 +31,13 @@ def run(phase: str, work: Path, cache: Path, env: dict | None = None) -> dict:
     result = work / f"{phase}-{time.monotonic_ns()}.json"
     full = dict(os.environ, TRITON_CACHE_DIR=str(cache), **(env or {}))
     full["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), full.get("PYTHONPATH", "")])
-    r = subprocess.run([sys.executable, str(HERE / "wrapped_phases.py"), phase, "--work", str(work), "--result",
-                        str(result)], env=full, capture_output=True, text=True, timeout=400)
+    r = subprocess.run(
+        [sys.executable, str(HERE / "wrapped_phases.py"), phase, "--work", str(work), "--result", str(result)],
+        env=full,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
     (work / f"{phase}.log").write_text(f"rc={r.returncode}\n--- stdout\n{r.stdout}\n--- stderr\n{r.stderr}\n")
     data = json.loads(result.read_text()) if result.exists() else {"ok": False, "error": r.stderr[-3000:]}
     assert data.get("ok"), data.get("error")
@@ -93,9 +98,21 @@ def test_exported_cache_neither_compiles_nor_retunes(work):
     if not (work / "cap.karc").exists():
         run("capture", work, work / "cache-cap")
     dest = work / "exported"
-    r = subprocess.run([sys.executable, "-m", "karchive", "export-triton-cache", str(work / "cap.karc"),
-                        "--cache-dir", str(dest), "--json"], capture_output=True, text=True,
-                       env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])))
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "karchive",
+            "export-triton-cache",
+            str(work / "cap.karc"),
+            "--cache-dir",
+            str(dest),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])),
+    )
     assert r.returncode == 0, r.stderr or r.stdout
     counts = json.loads(r.stdout)["counts"]
     assert counts.get("written", 0) > 0 and set(counts) == {"written"}, counts
@@ -125,8 +142,10 @@ def test_karchive_tune_picks_within_5_percent_of_triton(tmp_path_factory):
     if built_by != version("triton"):
         env = {"KARCHIVE_GPU_FIXTURES": str(w / "tune-fixtures")}
         rebuilt = run("tune_build", w, w / "cache-tune-build", {**env, "CUDA_VISIBLE_DEVICES": ""})
-        print(f"  {fx / 'tune.karc'} was built by Triton {built_by}; rebuilt with Triton {rebuilt['triton']} "
-              f"({rebuilt['variants']} variants, {rebuilt['seconds']} s) so the timings compare one compiler's code")
+        print(
+            f"  {fx / 'tune.karc'} was built by Triton {built_by}; rebuilt with Triton {rebuilt['triton']} "
+            f"({rebuilt['variants']} variants, {rebuilt['seconds']} s) so the timings compare one compiler's code"
+        )
     cli = run("tune_cli", w, w / "cache-tune-cli", env)
     assert cli["triton_importable"] is False
     assert cli["tuning_cache_files"] == [] and cli["relative_errors_over_1e-2"] == {}, cli
@@ -138,13 +157,16 @@ def test_karchive_tune_picks_within_5_percent_of_triton(tmp_path_factory):
         cross = run("tune_cli", cross_work, w / "cache-tune-cli-cpu")
         assert cross["tuning_cache_files"] == [] and cross["relative_errors_over_1e-2"] == {}, cross
         same = sum(a["config"] == b["config"] for a, b in zip(cross["report"]["decisions"], decisions))
-        print(f"  the CPU-built archive (Triton {built_by}) tuned here: {same} of 7 keys chose the config this "
-              "Triton's build chose")
+        print(
+            f"  the CPU-built archive (Triton {built_by}) tuned here: {same} of 7 keys chose the config this "
+            "Triton's build chose"
+        )
     r = run("tune_compare", w, w / "cache-tune-cmp", env)
     for row in r["results"]:
-        print(f"  {row['kernel']} {row['case']}: triton {row['triton_ms']} ms ({row['triton']}), karchive tune "
-              f"{row['karchive_ms']} ms ({row['karchive']}), ratio {row['ratio']}")
+        print(
+            f"  {row['kernel']} {row['case']}: triton {row['triton_ms']} ms ({row['triton']}), karchive tune "
+            f"{row['karchive_ms']} ms ({row['karchive']}), ratio {row['ratio']}"
+        )
     assert {row["kernel"] for row in r["results"]} == {"tq_linear", "tq_row_l2"} and len(r["results"]) == 7
     slow = [row for row in r["results"] if row["ratio"] > 1.05]
     assert not slow, slow
-

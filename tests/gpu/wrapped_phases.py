@@ -119,8 +119,7 @@ def phase_triton_ref(work: Path, opts: dict) -> dict:
     t = _inputs()
     wk = _triton_kernels()
     out = _calls(wk, t)
-    torch.save({**{k: v.cpu() for k, v in out.items()}, **{"in_" + k: v.cpu() for k, v in t.items()}},
-               work / "ref.pt")
+    torch.save({**{k: v.cpu() for k, v in out.items()}, **{"in_" + k: v.cpu() for k, v in t.items()}}, work / "ref.pt")
     chosen = _chosen(wk)
     (work / "ref.json").write_text(json.dumps(chosen, indent=1))
     return {"chosen": chosen}
@@ -136,8 +135,12 @@ def phase_aot_build(work: Path, opts: dict) -> dict:
     warnings = validate_requests(spec.requests)
     t0 = time.perf_counter()
     result = build_archive(spec, work / "aot.karc", progress=False)
-    return {"variants": len(result.built), "seconds": round(time.perf_counter() - t0, 2), "warnings": warnings,
-            "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES")}
+    return {
+        "variants": len(result.built),
+        "seconds": round(time.perf_counter() - t0, 2),
+        "warnings": warnings,
+        "cuda_visible": os.environ.get("CUDA_VISIBLE_DEVICES"),
+    }
 
 
 def _load_ref(work: Path) -> tuple[dict, dict]:
@@ -168,15 +171,24 @@ def phase_aot_launch(work: Path, opts: dict) -> dict:
     t0 = time.perf_counter()
     again = _calls(k, t)  # every key tuned: no benchmarking now
     second = time.perf_counter() - t0
-    chosen = {n: {repr(key): c[0]["kwargs"] | c[0]["options"] for key, c in kern.resolver._choices.items()}
-              for n, kern in k.items()}
+    chosen = {
+        n: {repr(key): c[0]["kwargs"] | c[0]["options"] for key, c in kern.resolver._choices.items()}
+        for n, kern in k.items()
+    }
     from karchive.runtime import launch_path
 
     # issue 24: the variants a tuned call resolves to launch on their own path (the C dispatcher where built)
     paths = {n: sorted({type(c[2]._run).__name__ for c in kern.resolver._choices.values()}) for n, kern in k.items()}
-    return {"not_bit_equal": _diff(out, ref), "not_bit_equal_again": _diff(again, ref), "first_s": round(first, 3),
-            "second_s": round(second, 4), "chosen": chosen, "triton_importable": _triton_importable(),
-            "tuned_launch_paths": paths, "launch_path": launch_path.choose()}
+    return {
+        "not_bit_equal": _diff(out, ref),
+        "not_bit_equal_again": _diff(again, ref),
+        "first_s": round(first, 3),
+        "second_s": round(second, 4),
+        "chosen": chosen,
+        "triton_importable": _triton_importable(),
+        "tuned_launch_paths": paths,
+        "launch_path": launch_path.choose(),
+    }
 
 
 def phase_capture(work: Path, opts: dict) -> dict:
@@ -193,14 +205,16 @@ def phase_capture(work: Path, opts: dict) -> dict:
         out["h_device"] = o
         torch.cuda.synchronize()
     cap.save(work / "cap.karc")
-    torch.save({**{k: v.cpu() for k, v in out.items()}, **{"in_" + k: v.cpu() for k, v in t.items()}},
-               work / "cap.pt")
+    torch.save({**{k: v.cpu() for k, v in out.items()}, **{"in_" + k: v.cpu() for k, v in t.items()}}, work / "cap.pt")
     s = cap.summary()
     heur = {r["kernel"].rsplit(":", 1)[-1]: r for r in cap.heuristics.to_json()}
-    return {"summary": {k: s[k] for k in ("kernels", "variants", "autotune_records", "heuristics_records",
-                                          "errors", "lost")},
-            "outer": {r["kernel"].rsplit(":", 1)[-1]: r.get("outer_heuristics") for r in cap.autotune.to_json()},
-            "h_device_cases": heur.get("h_device", {}).get("cases")}
+    return {
+        "summary": {
+            k: s[k] for k in ("kernels", "variants", "autotune_records", "heuristics_records", "errors", "lost")
+        },
+        "outer": {r["kernel"].rsplit(":", 1)[-1]: r.get("outer_heuristics") for r in cap.autotune.to_json()},
+        "h_device_cases": heur.get("h_device", {}).get("cases"),
+    }
 
 
 def phase_relaunch(work: Path, opts: dict) -> dict:
@@ -222,8 +236,12 @@ def phase_relaunch(work: Path, opts: dict) -> dict:
         k["h_device"][_grid(N // 2)](t["x"], torch.empty_like(t["x"]), N // 2)
     except NoMatchingVariantError as exc:
         refused = str(exc)
-    return {"not_bit_equal": _diff(out, ref), "refused": refused, "triton_importable": _triton_importable(),
-            "kinds": {n: type(v).__name__ for n, v in k.items()}}
+    return {
+        "not_bit_equal": _diff(out, ref),
+        "refused": refused,
+        "triton_importable": _triton_importable(),
+        "kinds": {n: type(v).__name__ for n, v in k.items()},
+    }
 
 
 def _load_ref_file(path: Path) -> tuple[dict, dict]:
@@ -256,8 +274,12 @@ def phase_jit_rerun(work: Path, opts: dict) -> dict:
     wk["h_device"][_grid(N)](t["x"], o, N)
     torch.cuda.synchronize()
     out["h_device"] = o
-    return {"benchmarked": len(benched), "compiled": sum(1 for hit in compiles if not hit),
-            "cache_hits": sum(1 for hit in compiles if hit), "not_bit_equal": _diff(out, ref)}
+    return {
+        "benchmarked": len(benched),
+        "compiled": sum(1 for hit in compiles if not hit),
+        "cache_hits": sum(1 for hit in compiles if hit),
+        "not_bit_equal": _diff(out, ref),
+    }
 
 
 # -- karchive tune (the CLI) against Triton's autotuner, on the archive and keys file of build_tune.py -------------
@@ -294,8 +316,17 @@ def phase_tune_cli(work: Path, opts: dict) -> dict:
     out = io.StringIO()
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(out):
-        rc = karchive_main(["tune", str(fx / "tune.karc"), "--keys", str(fx / "tune-keys.json"), "-o",
-                            str(work / "tuned.karc"), "--json"])
+        rc = karchive_main(
+            [
+                "tune",
+                str(fx / "tune.karc"),
+                "--keys",
+                str(fx / "tune-keys.json"),
+                "-o",
+                str(work / "tuned.karc"),
+                "--json",
+            ]
+        )
     tune_s = time.perf_counter() - t0
     if rc != 0:
         raise RuntimeError(f"karchive tune exited {rc}: {out.getvalue()[-2000:]}")
@@ -314,7 +345,7 @@ def phase_tune_cli(work: Path, opts: dict) -> dict:
         k[lambda meta, call=call, a=a: grid_for(call, {**a, **meta}, None)](*[a[n] for n in params])
         torch.cuda.synchronize()
         if call.kernel == "tq_linear":
-            want = (a["x_ptr"].float() @ a["w_ptr"].float().T + a["bias_ptr"].float())
+            want = a["x_ptr"].float() @ a["w_ptr"].float().T + a["bias_ptr"].float()
             got = a["out_ptr"].float()
         else:
             want = torch.linalg.vector_norm(a["x_ptr"].float(), dim=1)
@@ -323,8 +354,13 @@ def phase_tune_cli(work: Path, opts: dict) -> dict:
         if not err < 1e-2:
             errors[f"{call.kernel} {call.index}"] = err
     tuned_files = [str(p) for p in (cache / "tuning").rglob("*.json")] if (cache / "tuning").exists() else []
-    return {"report": report, "tune_s": round(tune_s, 2), "relative_errors_over_1e-2": errors,
-            "tuning_cache_files": tuned_files, "triton_importable": _triton_importable()}
+    return {
+        "report": report,
+        "tune_s": round(tune_s, 2),
+        "relative_errors_over_1e-2": errors,
+        "tuning_cache_files": tuned_files,
+        "triton_importable": _triton_importable(),
+    }
 
 
 def phase_tune_from_capture(work: Path, opts: dict) -> dict:
@@ -338,8 +374,17 @@ def phase_tune_from_capture(work: Path, opts: dict) -> dict:
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        rc = karchive_main(["tune", str(work / "cap.karc"), "--from-capture", "-o", str(work / "cap-tuned.karc"),
-                            "--keep-going", "--json"])
+        rc = karchive_main(
+            [
+                "tune",
+                str(work / "cap.karc"),
+                "--from-capture",
+                "-o",
+                str(work / "cap-tuned.karc"),
+                "--keep-going",
+                "--json",
+            ]
+        )
     if rc != 0:
         raise RuntimeError(f"karchive tune --from-capture exited {rc}: {out.getvalue()[-2000:]}")
     report = json.loads(out.getvalue())
@@ -348,9 +393,13 @@ def phase_tune_from_capture(work: Path, opts: dict) -> dict:
     got = _calls({n: arc.kernel(n) for n in ("at_copy", "h_over_at", "at_over_h")}, t)
     ref = {k: v for k, v in ref.items() if k in got}
     tables = {r["kernel"]: len(r.get("tuned", [{}])[0].get("entries", [])) for r in arc.manifest.autotune}
-    return {"decisions": [{k: d[k] for k in ("kernel", "key", "config", "timings_ms")} for d in report["decisions"]],
-            "failed": report.get("failed", []),
-            "tables": tables, "not_bit_equal": _diff(got, ref), "triton_importable": _triton_importable()}
+    return {
+        "decisions": [{k: d[k] for k in ("kernel", "key", "config", "timings_ms")} for d in report["decisions"]],
+        "failed": report.get("failed", []),
+        "tables": tables,
+        "not_bit_equal": _diff(got, ref),
+        "triton_importable": _triton_importable(),
+    }
 
 
 def phase_tune_compare(work: Path, opts: dict) -> dict:
@@ -393,6 +442,7 @@ def phase_tune_compare(work: Path, opts: dict) -> dict:
         k_index = chosen[(call.kernel, json.dumps(key))]
         k_cfg = tuner.configs[k_index]
         t_meta, k_meta = t_cfg.all_kwargs(), k_cfg.all_kwargs()
+
         def timed(meta: dict, fn: Any = fn, grid: Any = grid, pos: list = pos) -> float:
             return do_bench(lambda: fn[grid](*pos, **meta), warmup=50, rep=300)
 
@@ -402,15 +452,33 @@ def phase_tune_compare(work: Path, opts: dict) -> dict:
             k_ms.append(timed(k_meta))
         t_best, k_best = min(t_ms), min(k_ms)
         shape = key[:3] if call.kernel == "tq_linear" else key[:1]
-        results.append({"kernel": call.kernel, "case": " x ".join(str(x) for x in shape),
-                        "triton": str(t_cfg), "karchive": str(k_cfg), "same_config": t_cfg is k_cfg,
-                        "triton_ms": round(t_best, 5), "karchive_ms": round(k_best, 5),
-                        "ratio": round(k_best / t_best, 4)})
+        results.append(
+            {
+                "kernel": call.kernel,
+                "case": " x ".join(str(x) for x in shape),
+                "triton": str(t_cfg),
+                "karchive": str(k_cfg),
+                "same_config": t_cfg is k_cfg,
+                "triton_ms": round(t_best, 5),
+                "karchive_ms": round(k_best, 5),
+                "ratio": round(k_best / t_best, 4),
+            }
+        )
     return {"results": results, "device": torch.cuda.get_device_name(0)}
 
 
-PHASES = {"tune_build": phase_tune_build, "tune_from_capture": phase_tune_from_capture, "tune_cli": phase_tune_cli, "tune_compare": phase_tune_compare, "triton_ref": phase_triton_ref, "aot_build": phase_aot_build, "aot_launch": phase_aot_launch,
-          "capture": phase_capture, "relaunch": phase_relaunch, "jit_rerun": phase_jit_rerun}
+PHASES = {
+    "tune_build": phase_tune_build,
+    "tune_from_capture": phase_tune_from_capture,
+    "tune_cli": phase_tune_cli,
+    "tune_compare": phase_tune_compare,
+    "triton_ref": phase_triton_ref,
+    "aot_build": phase_aot_build,
+    "aot_launch": phase_aot_launch,
+    "capture": phase_capture,
+    "relaunch": phase_relaunch,
+    "jit_rerun": phase_jit_rerun,
+}
 
 
 def main() -> int:

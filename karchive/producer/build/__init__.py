@@ -18,7 +18,22 @@ from .reuse import ReusePlan, plan_reuse
 from .spec_file import BuildSpec, load_spec, parse_spec, validate_requests
 
 __all__ = [
-    "ArchiveBuilder", "BuildResult", "BuildSpec", "Executor", "LocalExecutor", "RebuildReport", "ReusePlan",
-    "TaskOutcome", "VariantRequest", "build_archive", "compile_all", "executor_kind", "load_spec",
-    "make_executor", "parse_spec", "plan_reuse", "rebuild_archive", "validate_requests",
+    "ArchiveBuilder",
+    "BuildResult",
+    "BuildSpec",
+    "Executor",
+    "LocalExecutor",
+    "RebuildReport",
+    "ReusePlan",
+    "TaskOutcome",
+    "VariantRequest",
+    "build_archive",
+    "compile_all",
+    "executor_kind",
+    "load_spec",
+    "make_executor",
+    "parse_spec",
+    "plan_reuse",
+    "rebuild_archive",
+    "validate_requests",
 ]

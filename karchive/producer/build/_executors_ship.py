@@ -110,8 +110,9 @@ def ship_kernel(kernel_ref: str, base_dir: str | None) -> ShippedKernel:
     attr = split_ref(kernel_ref)[1]
     jit = module_sources(fn)
     if not any(s.module == module.__name__ for s in jit):
-        raise CompileError(f"{kernel_ref}: cannot find the source of module {module.__name__!r} to send to the workers",
-                           variant=None)  # a kernel's sources, before any variant is compiled
+        raise CompileError(
+            f"{kernel_ref}: cannot find the source of module {module.__name__!r} to send to the workers", variant=None
+        )  # a kernel's sources, before any variant is compiled
     shipped: dict[str, ShippedModule] = {}
     roots: set[str] = set()
     for s in jit:
@@ -129,8 +130,11 @@ def ship_kernel(kernel_ref: str, base_dir: str | None) -> ShippedKernel:
             continue
         text = _module_text(mod)
         if text is None:
-            raise CompileError(f"{kernel_ref}: module {name!r} ({found[0]}) is part of the kernel's source tree but "
-                               "its source cannot be read to send it to the workers", variant=None)
+            raise CompileError(
+                f"{kernel_ref}: module {name!r} ({found[0]}) is part of the kernel's source tree but "
+                "its source cannot be read to send it to the workers",
+                variant=None,
+            )
         shipped[name] = ShippedModule(name, name_for_module(name, found[1]), text, found[1])
     # By name alone: kernels of one checkout then carry equal module sets, which an executor sends once.
     return ShippedKernel(f"{module.__name__}:{attr}", tuple(sorted(shipped.values(), key=lambda m: m.module)))
@@ -153,9 +157,11 @@ def ship_requests(requests: list[VariantRequest]) -> tuple[list[VariantRequest],
         shipped = by_ref[k]
         prev = kernels.setdefault(shipped.kernel_ref, shipped)
         if prev.modules != shipped.modules:
-            raise CompileError(f"two kernels of this build import as {shipped.kernel_ref!r} from different sources "
-                               f"({req.kernel_ref} and another): rename one module so workers can tell them apart",
-                               variant=None)
+            raise CompileError(
+                f"two kernels of this build import as {shipped.kernel_ref!r} from different sources "
+                f"({req.kernel_ref} and another): rename one module so workers can tell them apart",
+                variant=None,
+            )
         out.append(replace(req, kernel_ref=shipped.kernel_ref, base_dir=None))
     return out, kernels
 
@@ -190,8 +196,9 @@ def _import_shipped(modules: tuple[ShippedModule, ...]) -> None:
     _IMPORTED = (modules, finder)
 
 
-def compile_shipped(request: VariantRequest, modules: tuple[ShippedModule, ...]
-                    ) -> tuple[CompiledVariant | None, str | None, float]:
+def compile_shipped(
+    request: VariantRequest, modules: tuple[ShippedModule, ...]
+) -> tuple[CompiledVariant | None, str | None, float]:
     """Worker side: import the shipped modules by their canonical names and compile."""
     start = time.perf_counter()
     if "triton" not in sys.modules:

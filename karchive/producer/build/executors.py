@@ -17,9 +17,9 @@ import sys
 import threading
 import time
 import types
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
-from collections.abc import Callable
 from typing import Any
 
 from ...core.text import plural

@@ -24,14 +24,15 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without Ray (tests/test_build_ray.py)
     from ...errors import BuildError
 
-    raise BuildError("--executor ray needs Ray on this machine and on the cluster: pip install 'karchive[ray]' "
-                     f"({exc})") from exc
+    raise BuildError(
+        f"--executor ray needs Ray on this machine and on the cluster: pip install 'karchive[ray]' ({exc})"
+    ) from exc
 
 from ...core.text import plural
 from ...errors import BuildError
 from ..compile.aot import VariantRequest
-from .executors import Executor, OnOutcome, TaskOutcome
 from ._executors_ship import ShippedKernel, ShippedModule, compile_shipped, ship_requests, toolchain_identity
+from .executors import Executor, OnOutcome, TaskOutcome
 
 __all__ = ["CLIENT_CONNECT_ATTEMPTS", "MAX_RETRIES", "RayExecutor", "WAIT_BATCH", "WAIT_S"]
 
@@ -66,8 +67,15 @@ class RayExecutor(Executor):
 
     kind = "ray"
 
-    def __init__(self, address: str | None, *, num_cpus: int | None = None, max_in_flight: int | None = None,
-                 max_retries: int = MAX_RETRIES, log_to_driver: bool = True) -> None:
+    def __init__(
+        self,
+        address: str | None,
+        *,
+        num_cpus: int | None = None,
+        max_in_flight: int | None = None,
+        max_retries: int = MAX_RETRIES,
+        log_to_driver: bool = True,
+    ) -> None:
         self.address = address
         self.log_to_driver = log_to_driver  # Ray prints worker logs on this process's stdout: not with --json
         self.num_cpus = num_cpus
@@ -116,8 +124,12 @@ class RayExecutor(Executor):
             except ConnectionError as exc:  # ConnectionAbortedError is one
                 if attempt == attempts:
                     raise
-                print(f"karchive: Ray client connection to {self.address} failed ({type(exc).__name__}); "
-                      f"retrying ({attempt}/{attempts - 1})", file=sys.stderr, flush=True)
+                print(
+                    f"karchive: Ray client connection to {self.address} failed ({type(exc).__name__}); "
+                    f"retrying ({attempt}/{attempts - 1})",
+                    file=sys.stderr,
+                    flush=True,
+                )
                 with contextlib.suppress(Exception):
                     ray.shutdown()  # a half-made client connection must not be taken for a live one
                 time.sleep(2.0 * attempt)
@@ -162,8 +174,9 @@ class RayExecutor(Executor):
         shipped, kernels = ship_requests(requests)  # reads the driver's modules before anything is sent
         self.run_shipped(shipped, kernels, on_outcome)
 
-    def run_shipped(self, requests: list[VariantRequest], kernels: dict[str, ShippedKernel],
-                    on_outcome: OnOutcome) -> None:
+    def run_shipped(
+        self, requests: list[VariantRequest], kernels: dict[str, ShippedKernel], on_outcome: OnOutcome
+    ) -> None:
         """Run requests already rewritten by :func:`ship_requests`: from here on no driver file is read."""
         self.start()
         expected = toolchain_identity()
@@ -199,15 +212,26 @@ class RayExecutor(Executor):
             # The task could not finish: its worker or node died more than max_retries times, or Ray
             # could not run it at all (a worker without karchive cannot even unpickle the request).
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return TaskOutcome(index, None, f"{req.label()}: the Ray task failed ({type(exc).__name__}, "
-                                            f"after up to {self.max_retries} retries): {first}", 0.0, "")
+            return TaskOutcome(
+                index,
+                None,
+                f"{req.label()}: the Ray task failed ({type(exc).__name__}, "
+                f"after up to {self.max_retries} retries): {first}",
+                0.0,
+                "",
+            )
         worker = f"node {_short(who.get('node'))} pid {who.get('pid')}"
         got = who.get("toolchain") or {}
         if got != expected:
-            differs = ", ".join(f"{k} {got.get(k)} (worker) vs {expected.get(k)} (here)"
-                                for k in sorted(set(got) | set(expected)) if got.get(k) != expected.get(k))
-            raise BuildError(f"worker {worker} compiles with another toolchain ({differs}); an archive records one "
-                             "toolchain, so every worker needs the same karchive, Triton and ptxas as this machine "
-                             "(docs/build-at-scale.md)")
+            differs = ", ".join(
+                f"{k} {got.get(k)} (worker) vs {expected.get(k)} (here)"
+                for k in sorted(set(got) | set(expected))
+                if got.get(k) != expected.get(k)
+            )
+            raise BuildError(
+                f"worker {worker} compiles with another toolchain ({differs}); an archive records one "
+                "toolchain, so every worker needs the same karchive, Triton and ptxas as this machine "
+                "(docs/build-at-scale.md)"
+            )
         self.workers[worker] = self.workers.get(worker, 0) + 1
         return TaskOutcome(index, variant, error, secs, worker)

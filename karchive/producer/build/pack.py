@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ... import __version__
-from ...errors import BuildError, FormatError
 from ...core.digest import sha256_hex
+from ...errors import BuildError, FormatError
 from ...format.layout import source_member
 from ...format.manifest import FileRef, Manifest, Variant
 from ...format.writer import ArchiveWriter, DictionaryMode, WriteStats, source_date_epoch
@@ -69,12 +69,18 @@ class ArchiveBuilder:
         created = None
         if os.environ.get("SOURCE_DATE_EPOCH"):  # a timestamp only when the user asks for one
             created = datetime.datetime.fromtimestamp(source_date_epoch(), datetime.timezone.utc).strftime(
-                "%Y-%m-%dT%H:%M:%SZ")
+                "%Y-%m-%dT%H:%M:%SZ"
+            )
         return Manifest.build(
-            self.name, self.version, (v.variant for v in self.variants.values()),
-            produced_by={"karchive": __version__, **self.produced_by}, created=created,
+            self.name,
+            self.version,
+            (v.variant for v in self.variants.values()),
+            produced_by={"karchive": __version__, **self.produced_by},
+            created=created,
             sources=[FileRef.for_bytes(path, data) for path, data in sources.items()],
-            autotune=self.autotune, heuristics=self.heuristics, extra=self.extra,
+            autotune=self.autotune,
+            heuristics=self.heuristics,
+            extra=self.extra,
         )
 
     def _check_kernel_identity(self) -> None:
@@ -93,9 +99,11 @@ class ArchiveBuilder:
         if clash:
             kernel, found = sorted(clash.items())[0]
             detail = "; ".join(f"source key {sk[:12]} from {where}" for sk, where in sorted(found.items()))
-            msg = (f"two different kernels would be archived as {kernel!r} ({detail}): a kernel is named by its "
-                   "module and qualified name, and these share both (two modules of one name, e.g. two files "
-                   "kernels.py in different directories, or a module changed between compiles); rename one")
+            msg = (
+                f"two different kernels would be archived as {kernel!r} ({detail}): a kernel is named by its "
+                "module and qualified name, and these share both (two modules of one name, e.g. two files "
+                "kernels.py in different directories, or a module changed between compiles); rename one"
+            )
             raise BuildError(msg, failures=tuple((k, f"{len(f)} different sources") for k, f in sorted(clash.items())))
 
     def manifest_and_writer(self) -> tuple[dict[str, Any], ArchiveWriter]:
@@ -118,13 +126,21 @@ class ArchiveBuilder:
             for v in variants:
                 by_target.setdefault(str(v.target), []).append(v)
             for target in sorted(by_target):
-                units = [[(v.binary.path, self.variants[v.key].files["binary"]),
-                          (v.metadata.path, self.variants[v.key].files["metadata"])] for v in by_target[target]]
+                units = [
+                    [
+                        (v.binary.path, self.variants[v.key].files["binary"]),
+                        (v.metadata.path, self.variants[v.key].files["metadata"]),
+                    ]
+                    for v in by_target[target]
+                ]
                 for group in _chunks(units, LAUNCH_FRAME):
                     writer.add_group(group)
             for target in sorted(by_target):
-                units = [[(v.ir[stage].path, self.variants[v.key].files[stage]) for stage in sorted(v.ir)]
-                         for v in by_target[target] if v.ir]
+                units = [
+                    [(v.ir[stage].path, self.variants[v.key].files[stage]) for stage in sorted(v.ir)]
+                    for v in by_target[target]
+                    if v.ir
+                ]
                 for group in _chunks(units, IR_FRAME):
                     writer.add_group(group, use_dict=False)
 

@@ -10,8 +10,8 @@ import os
 import re
 import sys
 import time
-from dataclasses import dataclass, field
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...core.destination import output_file
@@ -19,15 +19,22 @@ from ...core.text import plural
 from ...errors import BuildError
 from ..compile.aot import VariantRequest, toolchain_versions
 from ..compile.buildenv import check_cache_root, shell_warning
-from ..compile.toolchain import require_triton
 from ..compile.describe import CompiledVariant
+from ..compile.toolchain import require_triton
+from ..compile.wrapped import align_kernel_names
+from ..compile.wrapped import expand as expand_wrapped
 from .executors import Executor, LocalExecutor, TaskOutcome
 from .pack import ArchiveBuilder
 from .spec_file import BuildSpec
-from ..compile.wrapped import align_kernel_names, expand as expand_wrapped
 
 __all__ = [
-    "BuildResult", "EXECUTOR_HELP", "Progress", "build_archive", "compile_all", "executor_kind", "make_executor",
+    "BuildResult",
+    "EXECUTOR_HELP",
+    "Progress",
+    "build_archive",
+    "compile_all",
+    "executor_kind",
+    "make_executor",
 ]
 
 
@@ -57,20 +64,26 @@ class Progress:
         self._bar = None
         if enabled and sys.stderr.isatty():
             try:
-                from rich.progress import BarColumn, MofNCompleteColumn, Progress as RichProgress, TextColumn, TimeElapsedColumn
-
+                from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+                from rich.progress import Progress as RichProgress
                 from rich.table import Column
 
                 # The label is the one flexible column, cut with "…" at the terminal's edge (a long label
                 # otherwise squeezes the bar away); markup=False: "[cuda:90]" is text, not a rich style tag.
                 fixed = Column(no_wrap=True)
-                self._bar = RichProgress(TextColumn("compiling", table_column=fixed),
-                                         BarColumn(bar_width=24, table_column=Column(no_wrap=True)),
-                                         MofNCompleteColumn(table_column=Column(no_wrap=True)),
-                                         TimeElapsedColumn(table_column=Column(no_wrap=True)),
-                                         TextColumn("{task.description}", markup=False,
-                                                    table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1)),
-                                         transient=True, expand=True)
+                self._bar = RichProgress(
+                    TextColumn("compiling", table_column=fixed),
+                    BarColumn(bar_width=24, table_column=Column(no_wrap=True)),
+                    MofNCompleteColumn(table_column=Column(no_wrap=True)),
+                    TimeElapsedColumn(table_column=Column(no_wrap=True)),
+                    TextColumn(
+                        "{task.description}",
+                        markup=False,
+                        table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1),
+                    ),
+                    transient=True,
+                    expand=True,
+                )
                 self._bar.start()
                 self._task = self._bar.add_task("", total=total)
             except ImportError:
@@ -93,9 +106,13 @@ class Progress:
             self._bar.stop()
 
 
-def compile_all(requests: list[VariantRequest], jobs: int = 0, progress: bool = True,
-                on_result: Callable[[VariantRequest, CompiledVariant | None, str | None], None] | None = None,
-                executor: Executor | None = None) -> tuple[list[CompiledVariant], list[tuple[VariantRequest, str]]]:
+def compile_all(
+    requests: list[VariantRequest],
+    jobs: int = 0,
+    progress: bool = True,
+    on_result: Callable[[VariantRequest, CompiledVariant | None, str | None], None] | None = None,
+    executor: Executor | None = None,
+) -> tuple[list[CompiledVariant], list[tuple[VariantRequest, str]]]:
     """Compile ``requests`` on ``executor`` (default: ``jobs`` local worker processes).
 
     Returns (built, failed); ``failed`` is in request order. The executor is its caller's: it starts
@@ -113,8 +130,13 @@ def compile_all(requests: list[VariantRequest], jobs: int = 0, progress: bool = 
             built.append(out.variant)
         else:
             failed.append((out.index, req, out.error or "unknown error"))
-        bar.step(req.label(), out.variant is not None, out.seconds, out.worker if show_where else "",
-                 cached=out.variant is not None and out.variant.from_cache)
+        bar.step(
+            req.label(),
+            out.variant is not None,
+            out.seconds,
+            out.worker if show_where else "",
+            cached=out.variant is not None and out.variant.from_cache,
+        )
         if on_result:
             on_result(req, out.variant, out.error)
 
@@ -129,9 +151,17 @@ def compile_all(requests: list[VariantRequest], jobs: int = 0, progress: bool = 
     return built, [(req, msg) for _, req, msg in failed]
 
 
-def build_archive(spec: BuildSpec, output: str | os.PathLike, *, jobs: int = 0, keep_going: bool = False,
-                  progress: bool = True, executor: str | Executor | None = None, reuse: Any = None,
-                  reuse_label: str = "") -> BuildResult:
+def build_archive(
+    spec: BuildSpec,
+    output: str | os.PathLike,
+    *,
+    jobs: int = 0,
+    keep_going: bool = False,
+    progress: bool = True,
+    executor: str | Executor | None = None,
+    reuse: Any = None,
+    reuse_label: str = "",
+) -> BuildResult:
     """Compile every request of ``spec`` and write the archive; fail unless all built or ``keep_going``.
 
     ``executor``: an :class:`Executor` or a ``--executor`` value (executors.make_executor; default
@@ -185,12 +215,14 @@ def build_archive(spec: BuildSpec, output: str | os.PathLike, *, jobs: int = 0, 
         result.seconds = time.perf_counter() - start
         hint = " (use --keep-going to pack the rest)" if result.built else ""  # only where there is a rest
         noun = "variant" if len(spec.requests) == 1 else "variants"
-        raise BuildError(f"{len(result.failed)} of {len(spec.requests)} {noun} failed{hint}:\n{lines}",
-                         failures=failures)
+        raise BuildError(
+            f"{len(result.failed)} of {len(spec.requests)} {noun} failed{hint}:\n{lines}", failures=failures
+        )
     if not result.built:
         raise BuildError("no variant was built; nothing to pack" + (f":\n{lines}" if lines else ""), failures=failures)
-    builder = ArchiveBuilder(spec.name, spec.version, produced_by=toolchain_versions(), level=spec.level,
-                             dictionary=spec.dictionary)
+    builder = ArchiveBuilder(
+        spec.name, spec.version, produced_by=toolchain_versions(), level=spec.level, dictionary=spec.dictionary
+    )
     for v in result.built:
         if not builder.add(v):
             result.duplicates += 1
@@ -210,10 +242,12 @@ def build_archive(spec: BuildSpec, output: str | os.PathLike, *, jobs: int = 0, 
 #: ``HOST:PORT`` of a Ray cluster's GCS, as ``ray start --head`` prints it (IPv6 in brackets).
 _GCS_ADDRESS = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):\d{1,5}")
 
-EXECUTOR_HELP = ("local (default: -j worker processes here), ray (a local Ray started for this build), "
-                 "auto (the Ray cluster this machine belongs to: RAY_ADDRESS or the one `ray start` made), "
-                 "ray://HOST:PORT (Ray Client) or HOST:PORT (a cluster's GCS address); with a cluster, -j caps the "
-                 "compiles in flight (default: as many as the cluster schedules)")
+EXECUTOR_HELP = (
+    "local (default: -j worker processes here), ray (a local Ray started for this build), "
+    "auto (the Ray cluster this machine belongs to: RAY_ADDRESS or the one `ray start` made), "
+    "ray://HOST:PORT (Ray Client) or HOST:PORT (a cluster's GCS address); with a cluster, -j caps the "
+    "compiles in flight (default: as many as the cluster schedules)"
+)
 
 
 def executor_kind(spec: str | None) -> str:

@@ -29,13 +29,13 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from collections.abc import Callable
 
-from ...errors import KarchiveError, SpecFileError
 from ...core.jsonio import canonical_json
+from ...errors import KarchiveError, SpecFileError
 from ..compile.buildenv import strip_shell, validate_env
 from ..compile.canonical import SCHEME, name_for_module
 
@@ -43,13 +43,23 @@ if TYPE_CHECKING:
     from ...format.reader import ArchiveReader
 
 __all__ = [
-    "ArchiveSourceFinder", "RebuildReport", "VariantCheck", "compare_variant", "first_difference", "rebuild_archive",
+    "ArchiveSourceFinder",
+    "RebuildReport",
+    "VariantCheck",
+    "compare_variant",
+    "first_difference",
+    "rebuild_archive",
     "toolchain_summary",
 ]
 
 #: Statuses, from best to worst for the exit code: 0 only if every variant is reproduced.
 REPRODUCED, CONSISTENT, NOT_REBUILDABLE, FAILED, MISMATCH = (
-    "reproduced", "consistent", "not-rebuildable", "failed", "mismatch")
+    "reproduced",
+    "consistent",
+    "not-rebuildable",
+    "failed",
+    "mismatch",
+)
 
 #: IR stages that do not depend on ptxas (CUDA) or the AMD code generator (HIP). The PTX does: Triton
 #: picks the PTX ISA version from the ptxas version.
@@ -102,8 +112,15 @@ class RebuildReport:
         return 0 if statuses == {REPRODUCED} else 3
 
     def to_json(self) -> dict:
-        return {"archive": self.archive, "name": self.name, "version": self.version, "toolchain": self.toolchain,
-                "counts": self.counts(), "exit_code": self.exit_code(), "variants": [v.to_json() for v in self.variants]}
+        return {
+            "archive": self.archive,
+            "name": self.name,
+            "version": self.version,
+            "toolchain": self.toolchain,
+            "counts": self.counts(),
+            "exit_code": self.exit_code(),
+            "variants": [v.to_json() for v in self.variants],
+        }
 
 
 # --- what a variant needs ------------------------------------------------------------------------
@@ -119,11 +136,12 @@ class _Task:
 
 def _target_text(v: dict) -> str:
     t = v.get("target") or {}
-    return f'{t.get("backend")}:{t.get("arch")}'
+    return f"{t.get('backend')}:{t.get('arch')}"
 
 
 def _plan(reader: Any, index: int, v: dict, cache_dir: str) -> _Task | VariantCheck:
     """A rebuild task for the variant, or the reason it cannot be rebuilt."""
+
     def refuse(reason: str) -> VariantCheck:
         return VariantCheck(v["kernel"], v["key"], _target_text(v), NOT_REBUILDABLE, reason)
 
@@ -131,9 +149,11 @@ def _plan(reader: Any, index: int, v: dict, cache_dir: str) -> _Task | VariantCh
     record = prov.get("build")
     if not isinstance(record, dict):
         origin = prov.get("origin")
-        why = {"triton-cache": "imported from a Triton cache: the archive holds the binary, not the source and "
-                               "constexpr values it was compiled from",
-               "capture": "captured from a JIT run, which records no build request"}.get(str(origin), "no build record")
+        why = {
+            "triton-cache": "imported from a Triton cache: the archive holds the binary, not the source and "
+            "constexpr values it was compiled from",
+            "capture": "captured from a JIT run, which records no build request",
+        }.get(str(origin), "no build record")
         return refuse(f"{why} (provenance.build is absent)")
     if record.get("scheme") != SCHEME:
         return refuse(f"source naming scheme {record.get('scheme')!r}; this karchive implements scheme {SCHEME}")
@@ -144,8 +164,11 @@ def _plan(reader: Any, index: int, v: dict, cache_dir: str) -> _Task | VariantCh
     for name in ("module", "attr", "target"):
         if not isinstance(record.get(name), str):
             return refuse(f"provenance.build.{name} is missing")
-    if not isinstance(record.get("constexprs", {}), dict) or not isinstance(record.get("options", {}), dict) \
-            or not isinstance(record.get("signature"), (str, dict)):
+    if (
+        not isinstance(record.get("constexprs", {}), dict)
+        or not isinstance(record.get("options", {}), dict)
+        or not isinstance(record.get("signature"), (str, dict))
+    ):
         return refuse("provenance.build has a malformed signature, constexprs or options")
     sources = record.get("sources")
     if not isinstance(sources, list) or not all(isinstance(x, dict) for x in sources):
@@ -227,9 +250,16 @@ def _rebuild_one(task: _Task) -> tuple[int, Any, str | None]:
     finder.install()
     try:
         r = task.record
-        req = VariantRequest(kernel_ref=f"{r['module']}:{r['attr']}", signature=r.get("signature"), target=r["target"],
-                             constexprs=dict(r.get("constexprs") or {}), options=dict(r.get("options") or {}),
-                             include_ir=task.include_ir, env=dict(r.get("env") or {}), kernel_name=task.kernel)
+        req = VariantRequest(
+            kernel_ref=f"{r['module']}:{r['attr']}",
+            signature=r.get("signature"),
+            target=r["target"],
+            constexprs=dict(r.get("constexprs") or {}),
+            options=dict(r.get("options") or {}),
+            include_ir=task.include_ir,
+            env=dict(r.get("env") or {}),
+            kernel_name=task.kernel,
+        )
         return task.index, compile_variant(req, cache_dir=task.cache_dir, always_compile=True), None
     except KarchiveError as exc:
         return task.index, None, str(exc)
@@ -247,7 +277,7 @@ def first_difference(a: bytes, b: bytes) -> int | None:
     n = min(len(a), len(b))
     lo = 0
     step = 4096
-    while lo < n and a[lo:lo + step] == b[lo:lo + step]:
+    while lo < n and a[lo : lo + step] == b[lo : lo + step]:
         lo += step
     for i in range(lo, min(lo + step, n)):
         if a[i] != b[i]:
@@ -283,8 +313,9 @@ def _member_differences(reader: Any, v: dict, files: dict[str, bytes], stages: t
             continue
         off = first_difference(archived, rebuilt)
         if off is not None:
-            out.append({"member": ref["path"], "offset": off, "archived_size": len(archived),
-                        "rebuilt_size": len(rebuilt)})
+            out.append(
+                {"member": ref["path"], "offset": off, "archived_size": len(archived), "rebuilt_size": len(rebuilt)}
+            )
     return out
 
 
@@ -294,8 +325,9 @@ def _toolchain_differences(v: dict, produced_by: dict, local: dict, rebuilt_entr
     differs = []
     archived_fp = (v.get("provenance") or {}).get("triton_cache") or {}
     local_fp = (rebuilt_entry.get("provenance") or {}).get("triton_cache") or {}
-    same_triton = (str(produced_by.get("triton")) == str(local.get("triton"))
-                   and archived_fp.get("triton_key_sha256") == local_fp.get("triton_key_sha256"))
+    same_triton = str(produced_by.get("triton")) == str(local.get("triton")) and archived_fp.get(
+        "triton_key_sha256"
+    ) == local_fp.get("triton_key_sha256")
     if not same_triton:
         differs.append("triton")
     tool = "ptxas" if backend == "cuda" else "amd_codegen"
@@ -338,16 +370,28 @@ def compare_variant(reader: Any, v: dict, rebuilt: Any, produced_by: dict, local
         must = {k: archived_entry.get(k) for k in ("key", "target", "params", "options", "abi")}
         _field_differences(must, {k: entry.get(k) for k in must}, "", diffs)
         diffs += _member_differences(reader, v, rebuilt.files, _TRITON_STAGES[v["target"]["backend"]])
-        check.reason = (f"{', '.join(differs)} differs: compared key, options, launch ABI, TTIR, TTGIR and LLVM IR; "
-                        "not the PTX and binary, which depend on it")
+        check.reason = (
+            f"{', '.join(differs)} differs: compared key, options, launch ABI, TTIR, TTGIR and LLVM IR; "
+            "not the PTX and binary, which depend on it"
+        )
     else:
-        must = {"target": archived_entry.get("target"), "params": archived_entry.get("params"),
-                "abi": {k: (archived_entry.get("abi") or {}).get(k) for k in ("entry", "binary_format", "binary_arch", "params")}}
-        got = {"target": entry.get("target"), "params": entry.get("params"),
-               "abi": {k: entry["abi"].get(k) for k in ("entry", "binary_format", "binary_arch", "params")}}
+        must = {
+            "target": archived_entry.get("target"),
+            "params": archived_entry.get("params"),
+            "abi": {
+                k: (archived_entry.get("abi") or {}).get(k) for k in ("entry", "binary_format", "binary_arch", "params")
+            },
+        }
+        got = {
+            "target": entry.get("target"),
+            "params": entry.get("params"),
+            "abi": {k: entry["abi"].get(k) for k in ("entry", "binary_format", "binary_arch", "params")},
+        }
         _field_differences(must, got, "", diffs)
-        check.reason = (f"{', '.join(differs)} differs: compared the signature and launch ABI; the key and the bytes "
-                        "depend on the Triton version")
+        check.reason = (
+            f"{', '.join(differs)} differs: compared the signature and launch ABI; the key and the bytes "
+            "depend on the Triton version"
+        )
     if diffs:
         check.status = MISMATCH
         check.differences = diffs
@@ -359,18 +403,30 @@ def compare_variant(reader: Any, v: dict, rebuilt: Any, produced_by: dict, local
 # --- the whole archive ---------------------------------------------------------------------------
 def toolchain_summary(produced_by: dict, local: dict) -> dict:
     names = sorted(set(produced_by) | set(local))
-    return {"archive": dict(produced_by), "local": dict(local),
-            "differs": [n for n in names if produced_by.get(n) != local.get(n)]}
+    return {
+        "archive": dict(produced_by),
+        "local": dict(local),
+        "differs": [n for n in names if produced_by.get(n) != local.get(n)],
+    }
 
 
-def rebuild_archive(reader: ArchiveReader, *, label: str = "", jobs: int = 1, kernels: list[str] | None = None,
-                    on_result: Callable[[VariantCheck], None] | None = None) -> RebuildReport:
+def rebuild_archive(
+    reader: ArchiveReader,
+    *,
+    label: str = "",
+    jobs: int = 1,
+    kernels: list[str] | None = None,
+    on_result: Callable[[VariantCheck], None] | None = None,
+) -> RebuildReport:
     """Rebuild every (selected) variant of an open archive and compare; see the module docstring."""
     from ... import __version__
     from ..compile.aot import toolchain_versions
 
     produced_by = dict(reader.model.produced_by)
-    local = {**{k: (None if val is None else str(val)) for k, val in toolchain_versions().items()}, "karchive": __version__}
+    local = {
+        **{k: (None if val is None else str(val)) for k, val in toolchain_versions().items()},
+        "karchive": __version__,
+    }
     # The selected kernels' raw entries only (format 2: their shards), as the manifest holds them.
     variants = reader.manifest_of(kernels).get("variants") or []
     results: list[VariantCheck | None] = [None] * len(variants)
@@ -396,8 +452,9 @@ def rebuild_archive(reader: ArchiveReader, *, label: str = "", jobs: int = 1, ke
                     i, rebuilt, error = fut.result()
                     v = variants[i]
                     if rebuilt is None:
-                        check = VariantCheck(v["kernel"], v["key"], _target_text(v), FAILED,
-                                             f"could not rebuild here: {error}")
+                        check = VariantCheck(
+                            v["kernel"], v["key"], _target_text(v), FAILED, f"could not rebuild here: {error}"
+                        )
                     else:
                         check = compare_variant(reader, v, rebuilt, produced_by, local)
                     results[i] = check
@@ -405,5 +462,10 @@ def rebuild_archive(reader: ArchiveReader, *, label: str = "", jobs: int = 1, ke
                         on_result(check)
     finally:
         shutil.rmtree(cache_dir, ignore_errors=True)
-    return RebuildReport(label, reader.model.name, reader.model.version,
-                         toolchain_summary(produced_by, local), [r for r in results if r is not None])
+    return RebuildReport(
+        label,
+        reader.model.name,
+        reader.model.version,
+        toolchain_summary(produced_by, local),
+        [r for r in results if r is not None],
+    )

@@ -51,19 +51,30 @@ from ..compile.aot import VariantRequest, module_source, pipeline_hooks
 from ..compile.buildenv import DEFAULT_FP_FUSION, compile_environment, validate_env
 from ..compile.canonical import SCHEME, SourceModule, kernel_name, module_sources
 from ..compile.describe import CompiledVariant
-from ._executors_ship import toolchain_identity
 from ..compile.kernel_ref import load_kernel, split_ref
+from ._executors_ship import toolchain_identity
 
 __all__ = [
-    "REQUEST_FIELDS", "ReusePlan", "ReuseReport", "plan_reuse", "recorded", "reuse_variant", "toolchain_differences",
+    "REQUEST_FIELDS",
+    "ReusePlan",
+    "ReuseReport",
+    "plan_reuse",
+    "recorded",
+    "reuse_variant",
+    "toolchain_differences",
     "wanted",
 ]
 
 #: provenance.build fields that make up the request (sources are compared apart: their digests may differ).
 REQUEST_FIELDS = ("module", "attr", "target", "signature", "constexprs", "options", "env")
 
-NEW, SOURCE, TOOLCHAIN, IR, NOT_REUSABLE = ("new", "source changed", "toolchain changed", "IR setting changed",
-                                            "not re-creatable")
+NEW, SOURCE, TOOLCHAIN, IR, NOT_REUSABLE = (
+    "new",
+    "source changed",
+    "toolchain changed",
+    "IR setting changed",
+    "not re-creatable",
+)
 
 
 @dataclass
@@ -88,9 +99,15 @@ class ReuseReport:
         return text + (f"; compiling {self.compiled} ({why})" if self.compiled else "; nothing to compile")
 
     def to_json(self) -> dict[str, Any]:
-        return {"previous": self.previous, "requested": self.requested, "reused": self.reused,
-                "compiled": self.compiled, "same_toolchain": not self.toolchain_differs,
-                "toolchain_differs": list(self.toolchain_differs), "compiled_because": dict(self.compiled_because)}
+        return {
+            "previous": self.previous,
+            "requested": self.requested,
+            "reused": self.reused,
+            "compiled": self.compiled,
+            "same_toolchain": not self.toolchain_differs,
+            "toolchain_differs": list(self.toolchain_differs),
+            "compiled_because": dict(self.compiled_because),
+        }
 
 
 @dataclass
@@ -123,7 +140,9 @@ def toolchain_differences(produced_by: dict[str, Any], format_version: Any) -> l
     local = {**toolchain_identity(), "format_version": f"{FORMAT_VERSION[0]}.{FORMAT_VERSION[1]}"}
     prev = {k: (None if v is None else str(v)) for k, v in (produced_by or {}).items()}
     prev["format_version"] = None if format_version is None else str(format_version)
-    return [f"{k} {prev.get(k)} -> {local.get(k)}" for k in sorted(set(local) | set(prev)) if local.get(k) != prev.get(k)]
+    return [
+        f"{k} {prev.get(k)} -> {local.get(k)}" for k in sorted(set(local) | set(prev)) if local.get(k) != prev.get(k)
+    ]
 
 
 @functools.lru_cache(maxsize=64)
@@ -158,18 +177,29 @@ def wanted(req: VariantRequest, kernels: _Kernels, hooks: list[dict]) -> _Wanted
     env = validate_env(req.env)
     # As aot.build_record writes it: the options passed to Triton, fp fusion explicit, sorted.
     options = dict(sorted({"enable_fp_fusion": DEFAULT_FP_FUSION, **req.options}.items()))
-    record = {"module": module.__name__, "attr": split_ref(req.kernel_ref)[1], "target": req.target,
-              "signature": req.signature, "constexprs": dict(req.constexprs), "options": options, "env": env}
-    inputs = None if source_key is None else {
-        "source_key": source_key,
-        "modules": [[s.module, s.name] for s in sources],
-        "hooks": hooks,
-        "triton_cache": _fingerprint(req.target, tuple(sorted(env.items()))),
-        "include_ir": bool(req.include_ir),
-        # The name the variant is filed under (module:qualname): an archive written before qualified
-        # names holds the bare name, and a reused variant must not keep it beside new ones.
-        "kernel": kernel_name(fn),
+    record = {
+        "module": module.__name__,
+        "attr": split_ref(req.kernel_ref)[1],
+        "target": req.target,
+        "signature": req.signature,
+        "constexprs": dict(req.constexprs),
+        "options": options,
+        "env": env,
     }
+    inputs = (
+        None
+        if source_key is None
+        else {
+            "source_key": source_key,
+            "modules": [[s.module, s.name] for s in sources],
+            "hooks": hooks,
+            "triton_cache": _fingerprint(req.target, tuple(sorted(env.items()))),
+            "include_ir": bool(req.include_ir),
+            # The name the variant is filed under (module:qualname): an archive written before qualified
+            # names holds the bare name, and a reused variant must not keep it beside new ones.
+            "kernel": kernel_name(fn),
+        }
+    )
     return _Wanted(_request_key(record), inputs, module_source(module), sources)
 
 
@@ -227,8 +257,9 @@ def reuse_variant(reader: Any, entry: dict[str, Any], want: _Wanted) -> Compiled
     for stage, ref in variant.ir.items():
         files[stage] = reader.read(ref.path)  # each read checks the member's size and sha256
     build = dict(variant.provenance.build or {})
-    build["sources"] = [{"module": s.module, "name": s.name, "sha256": sha256_hex(s.text.encode())}
-                        for s in want.sources]
+    build["sources"] = [
+        {"module": s.module, "name": s.name, "sha256": sha256_hex(s.text.encode())} for s in want.sources
+    ]
     variant = replace(variant, provenance=replace(variant.provenance, build=build))
     return CompiledVariant.assemble(variant, files, want.source_text, extra_sources=[s.text for s in want.sources])
 

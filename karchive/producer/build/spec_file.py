@@ -21,10 +21,11 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from ...core.fsio import read_bounded
-from ...core.tomlio import MAX_DEPTH, depth as toml_depth
+from ...core.tomlio import MAX_DEPTH
+from ...core.tomlio import depth as toml_depth
 from ...errors import KarchiveError, SpecFileError
-from ..compile.aot import BACKEND_OPTIONS, VariantRequest
 from ...format.target import Target
+from ..compile.aot import BACKEND_OPTIONS, VariantRequest
 from ..compile.buildenv import validate_env
 
 #: A build spec larger than this is refused before it is parsed (a spec of 10,000 kernels is ~2 MiB).
@@ -55,17 +56,31 @@ def _product(table: dict[str, Any], where: str = "<spec>", path: str | None = No
     keys = sorted(table)
     for k in keys:
         if isinstance(table[k], (list, tuple)) and not table[k]:
-            raise SpecFileError(f"{where}: {k} = [] lists no values, so it would build no variant; "
-                                "give at least one value or remove it", path=path)
+            raise SpecFileError(
+                f"{where}: {k} = [] lists no values, so it would build no variant; "
+                "give at least one value or remove it",
+                path=path,
+            )
     return [dict(zip(keys, combo)) for combo in itertools.product(*(_as_list(table[k]) for k in keys))]
 
 
 #: The type of each option's value (Triton's CUDAOptions/HIPOptions fields), and the rule for ints.
 OPTION_TYPES: dict[str, type] = {
-    "num_warps": int, "num_stages": int, "num_ctas": int, "maxnreg": int, "ptx_version": int,
-    "waves_per_eu": int, "matrix_instr_nonkdim": int, "kpack": int, "schedule_hint": str,
-    "enable_fp_fusion": bool, "enable_reflect_ftz": bool, "debug": bool, "launch_cooperative_grid": bool,
-    "launch_pdl": bool, "sanitize_overflow": bool,
+    "num_warps": int,
+    "num_stages": int,
+    "num_ctas": int,
+    "maxnreg": int,
+    "ptx_version": int,
+    "waves_per_eu": int,
+    "matrix_instr_nonkdim": int,
+    "kpack": int,
+    "schedule_hint": str,
+    "enable_fp_fusion": bool,
+    "enable_reflect_ftz": bool,
+    "debug": bool,
+    "launch_cooperative_grid": bool,
+    "launch_pdl": bool,
+    "sanitize_overflow": bool,
 }
 _INT_MINIMUM = {"num_stages": 0, "waves_per_eu": 0, "matrix_instr_nonkdim": 0}  # others: at least 1
 
@@ -88,11 +103,13 @@ def check_option(name: str, value: Any, where: str, path: str | None = None) -> 
         if value < low:
             raise SpecFileError(f"{where}: {name} must be at least {low}, not {value}", path=path)
         if name == "num_warps" and value & (value - 1):
-            raise SpecFileError(f"{where}: num_warps must be a power of two (1, 2, 4, 8, 16, 32), not {value}",
-                                path=path)
+            raise SpecFileError(
+                f"{where}: num_warps must be a power of two (1, 2, 4, 8, 16, 32), not {value}", path=path
+            )
     elif not isinstance(value, typ):
-        raise SpecFileError(f"{where}: {name} must be {'true or false' if typ is bool else 'a string'}, not {value!r}",
-                            path=path)
+        raise SpecFileError(
+            f"{where}: {name} must be {'true or false' if typ is bool else 'a string'}, not {value!r}", path=path
+        )
 
 
 def _check_options(options: dict[str, Any], where: str, path: str | None) -> None:
@@ -105,16 +122,21 @@ def _check_constexprs(constexprs: dict[str, Any], where: str, path: str | None) 
     for name, value in constexprs.items():
         for v in _as_list(value):
             if not isinstance(v, (bool, int, float, str)):
-                raise SpecFileError(f"{where}: constexpr {name} = {v!r}: a value is an integer, float, boolean or "
-                                    "string (a list gives one variant per value)", path=path)
+                raise SpecFileError(
+                    f"{where}: constexpr {name} = {v!r}: a value is an integer, float, boolean or "
+                    "string (a list gives one variant per value)",
+                    path=path,
+                )
 
 
 def _text(archive: dict, key: str, label: str, path: str | None) -> str:
     value = archive.get(key)
     if not isinstance(value, str) or not value:
-        raise SpecFileError(f"{label}: [archive] needs {key} = \"...\", a non-empty string"
-                            + (f" (quote it: {key} = \"{value}\")" if isinstance(value, (int, float)) else ""),
-                            path=path)
+        raise SpecFileError(
+            f'{label}: [archive] needs {key} = "...", a non-empty string'
+            + (f' (quote it: {key} = "{value}")' if isinstance(value, (int, float)) else ""),
+            path=path,
+        )
     return value
 
 
@@ -142,8 +164,9 @@ def load_spec(path: str | os.PathLike) -> BuildSpec:
     except FileNotFoundError as exc:
         raise SpecFileError(f"spec file not found: {path}", path=path) from exc
     except IsADirectoryError:
-        raise SpecFileError(f"{path} is a directory; give the build spec file (TOML), e.g. {path}/build.toml",
-                            path=path) from None
+        raise SpecFileError(
+            f"{path} is a directory; give the build spec file (TOML), e.g. {path}/build.toml", path=path
+        ) from None
     except OSError as exc:
         raise SpecFileError(f"cannot read spec file {path}: {exc.strerror or exc}", path=path) from None
     except UnicodeDecodeError:
@@ -165,8 +188,11 @@ def parse_spec(data: dict, base_dir: str, label: str = "<spec>", path: str | Non
         raise SpecFileError(f"{label}: missing [archive] table", path=path)
     unknown_top = set(data) - {"archive", "kernel"}
     if unknown_top:
-        raise SpecFileError(f"{label}: unknown top-level {_unknown(unknown_top, {'archive', 'kernel'})} "
-                            "(a spec has [archive] and [[kernel]] tables)", path=path)
+        raise SpecFileError(
+            f"{label}: unknown top-level {_unknown(unknown_top, {'archive', 'kernel'})} "
+            "(a spec has [archive] and [[kernel]] tables)",
+            path=path,
+        )
     name, version = _text(archive, "name", label, path), _text(archive, "version", label, path)
     archive_keys = {"name", "version", "targets", "include_ir", "dictionary", "level", "env"}
     unknown_archive = set(archive) - archive_keys
@@ -194,14 +220,18 @@ def parse_spec(data: dict, base_dir: str, label: str = "<spec>", path: str | Non
         options = {key: k[key] for key in k if key in _ALL_OPTIONS}
         unknown = set(k) - _KERNEL_KEYS - _ALL_OPTIONS
         if unknown:
-            raise SpecFileError(f"{where}: unknown {_unknown(unknown, _KERNEL_KEYS | _ALL_OPTIONS)} "
-                                f"(options known: {', '.join(sorted(_ALL_OPTIONS))})", path=path)
+            raise SpecFileError(
+                f"{where}: unknown {_unknown(unknown, _KERNEL_KEYS | _ALL_OPTIONS)} "
+                f"(options known: {', '.join(sorted(_ALL_OPTIONS))})",
+                path=path,
+            )
         if "signature" in k and "signatures" in k:
             raise SpecFileError(f"{where}: give 'signature' or 'signatures', not both", path=path)
         signatures = _as_list(k["signatures"]) if "signatures" in k else [k.get("signature")]
         if any(not isinstance(s, (str, dict)) for s in signatures):
-            raise SpecFileError(f"{where}: signature must be a string such as '*fp32:16, i32' or a table name -> type",
-                                path=path)
+            raise SpecFileError(
+                f"{where}: signature must be a string such as '*fp32:16, i32' or a table name -> type", path=path
+            )
         if not signatures:
             raise SpecFileError(f"{where}: signatures = [] lists no signature", path=path)
         constexprs = k.get("constexprs", {})
@@ -211,8 +241,11 @@ def parse_spec(data: dict, base_dir: str, label: str = "<spec>", path: str | Non
         _check_options(options, where, path)
         kernel_ir = _bool(k, "include_ir", include_ir, where, path)
         configs = k.get("configs")
-        if configs is not None and (not isinstance(configs, list) or not configs or not all(
-                isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in configs)):
+        if configs is not None and (
+            not isinstance(configs, list)
+            or not configs
+            or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in configs)
+        ):
             raise SpecFileError(f"{where}: configs must list autotune config indexes, e.g. configs = [0, 2]", path=path)
         targets = _as_list(k.get("targets", default_targets))
         if not targets:
@@ -230,13 +263,20 @@ def parse_spec(data: dict, base_dir: str, label: str = "<spec>", path: str | Non
                 raise SpecFileError(
                     f"{where}: options {sorted(bad)} do not apply to {target.backend}; "
                     f"put them under a [kernel.{'cuda' if target.backend == 'hip' else 'hip'}] table or remove them",
-                    path=path)
+                    path=path,
+                )
             for sig in signatures:
                 for cx in _product(constexprs, where, path):
                     for op in _product(opts, where, path):
                         req = VariantRequest(
-                            kernel_ref=k["source"], signature=sig, target=str(target), constexprs=cx, options=op,
-                            include_ir=kernel_ir, base_dir=base_dir, env=dict(env),
+                            kernel_ref=k["source"],
+                            signature=sig,
+                            target=str(target),
+                            constexprs=cx,
+                            options=op,
+                            include_ir=kernel_ir,
+                            base_dir=base_dir,
+                            env=dict(env),
                             configs=list(configs) if configs is not None else None,
                         )
                         ident = _identity(req)
@@ -246,19 +286,41 @@ def parse_spec(data: dict, base_dir: str, label: str = "<spec>", path: str | Non
                         seen[ident] = req
                         requests.append(req)
     dictionary = archive.get("dictionary", "auto")
-    if dictionary not in ("auto", "none", "always") and (isinstance(dictionary, bool) or not isinstance(dictionary, int)):
+    if dictionary not in ("auto", "none", "always") and (
+        isinstance(dictionary, bool) or not isinstance(dictionary, int)
+    ):
         raise SpecFileError(f"{label}: dictionary must be 'auto', 'none', 'always' or a size in bytes", path=path)
     warnings = [f"{seen[i].label()} is listed {n} times; it is compiled once" for i, n in repeats.items()]
-    return BuildSpec(name=name, version=version, requests=requests, include_ir=include_ir, dictionary=dictionary,
-                     level=level, path=label, env=env, warnings=warnings)
+    return BuildSpec(
+        name=name,
+        version=version,
+        requests=requests,
+        include_ir=include_ir,
+        dictionary=dictionary,
+        level=level,
+        path=label,
+        env=env,
+        warnings=warnings,
+    )
 
 
 def _identity(req: VariantRequest) -> str:
     """Two requests with the same identity compile to the same variant (the spec asked twice)."""
     import json
 
-    return json.dumps([req.kernel_ref, req.signature, str(Target.parse(req.target)), req.constexprs, req.options,
-                       req.include_ir, req.configs], sort_keys=True, default=str)
+    return json.dumps(
+        [
+            req.kernel_ref,
+            req.signature,
+            str(Target.parse(req.target)),
+            req.constexprs,
+            req.options,
+            req.include_ir,
+            req.configs,
+        ],
+        sort_keys=True,
+        default=str,
+    )
 
 
 def validate_requests(requests: list[VariantRequest], path: str | None = None) -> list[str]:

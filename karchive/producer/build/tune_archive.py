@@ -20,8 +20,14 @@ from ..compile.describe import CompiledVariant
 from .pack import ArchiveBuilder
 
 
-def tuned_records(records: Sequence[Mapping[str, Any]], decisions: Sequence[Mapping[str, Any]], *,
-                  device_name: str, target: str | None, provenance: Mapping[str, Any]) -> list[dict[str, Any]]:
+def tuned_records(
+    records: Sequence[Mapping[str, Any]],
+    decisions: Sequence[Mapping[str, Any]],
+    *,
+    device_name: str,
+    target: str | None,
+    provenance: Mapping[str, Any],
+) -> list[dict[str, Any]]:
     """``records`` with each decision (``{"kernel", "key", "config", "record"?}``) merged into its kernel's
     table for this GPU model. A decision for a kernel with no record is an error (nothing to attach it to)."""
     per: dict[tuple[str, int], dict[str, int]] = {}
@@ -32,16 +38,18 @@ def tuned_records(records: Sequence[Mapping[str, Any]], decisions: Sequence[Mapp
     for (kernel, which), entries in sorted(per.items()):
         mine = [i for i, r in enumerate(out) if r.get("kernel") == kernel]
         if which >= len(mine):
-            raise SchemaError(f"{kernel}: tuning decisions for autotune record {which}, but the archive has "
-                              f"{len(mine)} for this kernel", where="autotune")
+            raise SchemaError(
+                f"{kernel}: tuning decisions for autotune record {which}, but the archive has "
+                f"{len(mine)} for this kernel",
+                where="autotune",
+            )
         i = mine[which]
         out[i] = merge_table(out[i], device, entries, provenance)
     return out
 
 
 def provenance(*, source: Mapping[str, Any], driver: int | None, bench: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"by": "karchive tune", "karchive": __version__, "from": dict(source),
-                           "bench": dict(bench)}
+    out: dict[str, Any] = {"by": "karchive tune", "karchive": __version__, "from": dict(source), "bench": dict(bench)}
     if driver is not None:
         out["driver"] = driver
     return out
@@ -61,16 +69,28 @@ def _variants(reader: Any) -> list[CompiledVariant]:
     return out
 
 
-def write_tuned_version(reader: Any, out: str | os.PathLike, *, version: str,
-                        records: list[dict[str, Any]]) -> dict[str, Any]:
+def write_tuned_version(
+    reader: Any, out: str | os.PathLike, *, version: str, records: list[dict[str, Any]]
+) -> dict[str, Any]:
     """Write ``reader``'s archive as ``version`` with ``records`` as its autotune records; returns a summary."""
     model = reader.model
     # written in format 2 whatever the source's format (karchive writes format 2 only)
-    builder = ArchiveBuilder(model.name, version, produced_by=dict(model.produced_by), autotune=records,
-                             heuristics=model.heuristics, extra=dict(model.extra))
+    builder = ArchiveBuilder(
+        model.name,
+        version,
+        produced_by=dict(model.produced_by),
+        autotune=records,
+        heuristics=model.heuristics,
+        extra=dict(model.extra),
+    )
     builder.extend(_variants(reader))
     manifest, writer = builder.manifest_and_writer()
     manifest["created"] = model.created  # the variants' build time, not the tuning run's
     stats = writer.write(out, manifest)
-    return {"archive": os.fspath(out), "name": model.name, "version": version, "variants": len(builder.variants),
-            "bytes": stats.archive_bytes}
+    return {
+        "archive": os.fspath(out),
+        "name": model.name,
+        "version": version,
+        "variants": len(builder.variants),
+        "bytes": stats.archive_bytes,
+    }

@@ -14,6 +14,14 @@ from .jit_capture import Capture, CaptureIncompleteWarning, capture
 from .triton_cache import ExportResult, ImportResult, export_archive, import_cache, iter_cache, local_cache_dir
 
 __all__ = [
-    "Capture", "CaptureIncompleteWarning", "ExportResult", "ImportResult", "LeftOut", "capture", "export_archive",
-    "import_cache", "iter_cache", "local_cache_dir",
+    "Capture",
+    "CaptureIncompleteWarning",
+    "ExportResult",
+    "ImportResult",
+    "LeftOut",
+    "capture",
+    "export_archive",
+    "import_cache",
+    "iter_cache",
+    "local_cache_dir",
 ]

@@ -52,10 +52,17 @@ class AutotuneRecord:
     restore_value: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {"kernel": self.kernel, "key_names": self.key_names, "dtype_args": self.dtype_args,
-                "configs": self.configs, "entries": list(self.entries.values()), "fallback": FALLBACK_RULE,
-                "outer_heuristics": list(self.outer_heuristics), "reset_to_zero": list(self.reset_to_zero),
-                "restore_value": list(self.restore_value)}
+        return {
+            "kernel": self.kernel,
+            "key_names": self.key_names,
+            "dtype_args": self.dtype_args,
+            "configs": self.configs,
+            "entries": list(self.entries.values()),
+            "fallback": FALLBACK_RULE,
+            "outer_heuristics": list(self.outer_heuristics),
+            "reset_to_zero": list(self.reset_to_zero),
+            "restore_value": list(self.restore_value),
+        }
 
 
 class AutotuneLog:
@@ -66,8 +73,18 @@ class AutotuneLog:
         self.warnings: list[str] = []
         self._known: dict[tuple, Any] = {}  # (tuner, key, chosen config, variant) already recorded -> the tuner
 
-    def observe(self, tuner: Any, args: tuple, kwargs: dict, *, key: tuple | None, chosen: Any,
-                timings: dict | None, variant_key: str | None, outer: list[str] | None = None) -> None:
+    def observe(
+        self,
+        tuner: Any,
+        args: tuple,
+        kwargs: dict,
+        *,
+        key: tuple | None,
+        chosen: Any,
+        timings: dict | None,
+        variant_key: str | None,
+        outer: list[str] | None = None,
+    ) -> None:
         if key is None:
             key = tuning_key(tuner, call_args(tuner, args, kwargs))
         known: tuple | None
@@ -85,11 +102,18 @@ class AutotuneLog:
         record = self.records.get(rec_id)
         if record is None:
             if any(r.kernel == kernel for r in self.records.values()):
-                self.warnings.append(f"{kernel}: two autotuners with different keys/configs wrap this kernel; "
-                                     "both records are kept and the runtime sees two records for one kernel")
-            record = AutotuneRecord(kernel, list(tuner.keys), [n for n, v in named.items() if hasattr(v, "dtype")],
-                                    configs, reset_to_zero=[str(n) for n in getattr(tuner, "reset_to_zero", None) or []],
-                                    restore_value=[str(n) for n in getattr(tuner, "restore_value", None) or []])
+                self.warnings.append(
+                    f"{kernel}: two autotuners with different keys/configs wrap this kernel; "
+                    "both records are kept and the runtime sees two records for one kernel"
+                )
+            record = AutotuneRecord(
+                kernel,
+                list(tuner.keys),
+                [n for n, v in named.items() if hasattr(v, "dtype")],
+                configs,
+                reset_to_zero=[str(n) for n in getattr(tuner, "reset_to_zero", None) or []],
+                restore_value=[str(n) for n in getattr(tuner, "restore_value", None) or []],
+            )
             self.records[rec_id] = record
         for name in outer or ():
             if name not in record.outer_heuristics:
@@ -97,8 +121,10 @@ class AutotuneLog:
         if any(c.get("pre_hook") for c in configs):
             msg = f"{kernel}: autotune configs have pre_hooks; the runtime launches the binary but cannot run the hook"
             if any(hasattr(v, "block_shape") and hasattr(v, "base") for v in named.values()):  # issue 21
-                msg += ("; its tensor descriptors take each variant's compiled block shape (what such hooks "
-                        "usually set), anything else the hook does is not reproduced")
+                msg += (
+                    "; its tensor descriptors take each variant's compiled block shape (what such hooks "
+                    "usually set), anything else the hook does is not reproduced"
+                )
             if msg not in self.warnings:
                 self.warnings.append(msg)
         index = _config_index(tuner.configs, chosen)

@@ -14,13 +14,13 @@ it ran on, so that very call replays and any other is refused naming the input t
 from __future__ import annotations
 
 import sys
-from typing import TYPE_CHECKING, Any
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ...format.heuristics import MAX_CASES, fingerprint, nonfinite_input
 from ...format.probes import ABSENT, NOT_SCALAR, PROBE_ATTRS, PROBE_METHODS, probe_name, probe_value, run_probe, scalar
-from ._autotune_log import innermost_jit
 from ..compile.canonical import kernel_name
+from ._autotune_log import innermost_jit
 
 if TYPE_CHECKING:  # the view types dict's own keys()/values()/items() return (typeshed names them here)
     from _collections_abc import dict_items, dict_keys, dict_values
@@ -48,6 +48,7 @@ class _Probe:
             seen[name] = probe_value(value)
             return value
         if name in PROBE_METHODS and callable(value):
+
             def call(*args: Any, **kwargs: Any) -> Any:
                 result = value(*args, **kwargs)
                 spelling = None if kwargs else probe_name(name, args)
@@ -172,8 +173,9 @@ def _encode(read: tuple, opaque_objects: str | None) -> Any:
     return {"object": dict(sorted(seen.items()))}
 
 
-def trace_heuristic(fn: Callable[[dict], Any], named: dict,
-                    expected: Any = _UNKNOWN) -> tuple[Any, dict[str, Any], bool]:
+def trace_heuristic(
+    fn: Callable[[dict], Any], named: dict, expected: Any = _UNKNOWN
+) -> tuple[Any, dict[str, Any], bool]:
     """Evaluate ``fn`` on a noting copy of ``named``: (value, recorded inputs, ok).
 
     First with probes around non-scalar arguments; if that raises or does not give ``expected`` (Triton's
@@ -192,8 +194,12 @@ def trace_heuristic(fn: Callable[[dict], Any], named: dict,
                 if isinstance(k, str) and k not in reads.read:
                     scalar_like = v is None or scalar(v) is not NOT_SCALAR or nonfinite_input(v) is not None
                     reads.read[k] = ("scalar", v) if scalar_like else ("object", {"?": "iterates over the arguments"})
-        why = None if probes else "used in a way karchive cannot replay (the heuristic needs the object itself, " \
+        why = (
+            None
+            if probes
+            else "used in a way karchive cannot replay (the heuristic needs the object itself, "
             "e.g. isinstance or arithmetic)"
+        )
         last = (value, {k: _encode(r, why) for k, r in sorted(reads.read.items())})
         if expected is _UNKNOWN or _equal(value, expected):
             return last[0], last[1], True
@@ -243,8 +249,10 @@ class HeuristicsLog:
                 continue
             json_value = scalar(value)
             if json_value is NOT_SCALAR or isinstance(json_value, list):
-                self._warn(f"{kernel}: heuristic {name!r} returned {type(value).__name__}, which an archive cannot "
-                           "store; callers must pass it")
+                self._warn(
+                    f"{kernel}: heuristic {name!r} returned {type(value).__name__}, which an archive cannot "
+                    "store; callers must pass it"
+                )
                 named[name] = value
                 continue
             if name not in record["names"]:
@@ -256,8 +264,9 @@ class HeuristicsLog:
             if len(cases) < MAX_CASES:
                 cases.setdefault(repr(case), case)
             else:
-                self._warn(f"{kernel}: heuristic {name!r}: more than {MAX_CASES} distinct cases; later ones are "
-                           "not recorded")
+                self._warn(
+                    f"{kernel}: heuristic {name!r}: more than {MAX_CASES} distinct cases; later ones are not recorded"
+                )
             if known and not memo["off"]:
                 self._learn(memo, inputs)
                 call = self._fingerprint(memo, named, value) if not memo["off"] else None
@@ -278,8 +287,13 @@ class HeuristicsLog:
     @staticmethod
     def _fingerprint(memo: dict, named: dict, value: Any) -> tuple | None:
         try:
-            return (tuple((arg, fingerprint(named.get(arg, ABSENT), spellings))
-                          for arg, spellings in sorted(memo["reads"].items())), repr(value))
+            return (
+                tuple(
+                    (arg, fingerprint(named.get(arg, ABSENT), spellings))
+                    for arg, spellings in sorted(memo["reads"].items())
+                ),
+                repr(value),
+            )
         except Exception:  # noqa: BLE001 - an argument that cannot be fingerprinted: trace every time
             return None
 
@@ -310,8 +324,13 @@ class HeuristicsLog:
         out = []
         for kernel, rec in sorted(self.records.items()):
             if rec["names"]:
-                out.append({"kernel": kernel, "names": list(rec["names"]),
-                            "cases": {n: list(rec["cases"].get(n, {}).values()) for n in rec["names"]}})
+                out.append(
+                    {
+                        "kernel": kernel,
+                        "names": list(rec["names"]),
+                        "cases": {n: list(rec["cases"].get(n, {}).values()) for n in rec["names"]},
+                    }
+                )
         return out
 
 

@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
-from collections.abc import Iterable, Sequence
 
 from .triton_cache import CacheEntry, cache_dir_name, entries_in_dir, local_cache_dir
 
@@ -42,6 +42,7 @@ class RecordingCapture(Protocol):
     def recorded_hashes(self) -> set[str]: ...
 
     def failures(self) -> dict[str, tuple[str, str]]: ...
+
 
 #: Categories of a left-out kernel; only ``elsewhere`` is not a loss.
 CATEGORIES = {
@@ -103,13 +104,29 @@ class Ledger:
         self._sightings: list[Sighting] = []
         self._entry_names: set[str] = set()  # cache-dir names produced in this process (harvest skips them)
 
-    def note(self, triton_hash: str | None, kernel: str, cache_hit: bool, how: str, caps: Iterable[RecordingCapture],
-             entry_dir: str | None) -> Sighting:
+    def note(
+        self,
+        triton_hash: str | None,
+        kernel: str,
+        cache_hit: bool,
+        how: str,
+        caps: Iterable[RecordingCapture],
+        entry_dir: str | None,
+    ) -> Sighting:
         caps = list(caps)
         with self._lock:
             self._seq += 1
-            s = Sighting(self._seq, triton_hash, kernel, cache_hit, threading.current_thread().name, how,
-                         tuple(id(c) for c in caps), tuple(c.name for c in caps), entry_dir)
+            s = Sighting(
+                self._seq,
+                triton_hash,
+                kernel,
+                cache_hit,
+                threading.current_thread().name,
+                how,
+                tuple(id(c) for c in caps),
+                tuple(c.name for c in caps),
+                entry_dir,
+            )
             self._sightings.append(s)
             if isinstance(triton_hash, str):
                 try:
@@ -200,8 +217,13 @@ def candidate_dirs() -> list[str]:
         return []
 
 
-def left_out(cap: RecordingCapture, sightings: list[Sighting], new_entries: list[tuple[str, CacheEntry]],
-             in_process: set[str], later: Sequence[Sighting] = ()) -> list[LeftOut]:
+def left_out(
+    cap: RecordingCapture,
+    sightings: list[Sighting],
+    new_entries: list[tuple[str, CacheEntry]],
+    in_process: set[str],
+    later: Sequence[Sighting] = (),
+) -> list[LeftOut]:
     """Every kernel of the window that ``cap`` does not hold, with the reason (one per Triton hash).
 
     ``later``: sightings reported after the window closed. A concurrent capture's compile can write its cache
@@ -219,17 +241,25 @@ def left_out(cap: RecordingCapture, sightings: list[Sighting], new_entries: list
             category, why = failures[h]
             out[h] = LeftOut(s.kernel, h, category, f"{verb} but not archived: {why}", s.thread)
         elif s.claimed_by and me not in s.claimed_by:
-            out[h] = LeftOut(s.kernel, h, "elsewhere",
-                             f"{verb} for concurrent capture(s) {', '.join(map(repr, s.claimed_names))} ({s.how})",
-                             s.thread)
+            out[h] = LeftOut(
+                s.kernel,
+                h,
+                "elsewhere",
+                f"{verb} for concurrent capture(s) {', '.join(map(repr, s.claimed_names))} ({s.how})",
+                s.thread,
+            )
         elif not s.claimed_by:
-            why = (f"{verb} on a thread not tied to this capture ({s.how}); scope='thread' records only its own "
-                   "thread and work handed over from it: use scope='process', or capture that thread's work too"
-                   if cap.scope == "thread" else f"{verb} on a thread no capture claimed ({s.how})")
+            why = (
+                f"{verb} on a thread not tied to this capture ({s.how}); scope='thread' records only its own "
+                "thread and work handed over from it: use scope='process', or capture that thread's work too"
+                if cap.scope == "thread"
+                else f"{verb} on a thread no capture claimed ({s.how})"
+            )
             out[h] = LeftOut(s.kernel, h, "out-of-scope" if cap.scope == "thread" else "unrecorded", why, s.thread)
         else:
-            out[h] = LeftOut(s.kernel, h, "unrecorded", f"{verb}, but Triton's report carried no files to read",
-                             s.thread)
+            out[h] = LeftOut(
+                s.kernel, h, "unrecorded", f"{verb}, but Triton's report carried no files to read", s.thread
+            )
     for name, entry in new_entries:
         h = entry.triton_hash
         if h is None or h in recorded or h in out:
@@ -240,16 +270,28 @@ def left_out(cap: RecordingCapture, sightings: list[Sighting], new_entries: list
         elif name in in_process:
             owners = [s for s in later if s.triton_hash == h and s.claimed_by and me not in s.claimed_by]
             if owners:
-                out[h] = LeftOut(entry.stem, h, "elsewhere",
-                                 f"compiled for concurrent capture(s) {', '.join(map(repr, owners[0].claimed_names))} "
-                                 f"(reported just after this window closed)", owners[0].thread)
+                out[h] = LeftOut(
+                    entry.stem,
+                    h,
+                    "elsewhere",
+                    f"compiled for concurrent capture(s) {', '.join(map(repr, owners[0].claimed_names))} "
+                    f"(reported just after this window closed)",
+                    owners[0].thread,
+                )
             else:
-                out[h] = LeftOut(entry.stem, h, "unrecorded",
-                                 "compiled in this process, but its compile was reported outside the capture window")
+                out[h] = LeftOut(
+                    entry.stem,
+                    h,
+                    "unrecorded",
+                    "compiled in this process, but its compile was reported outside the capture window",
+                )
         elif not cap.harvest:
-            out[h] = LeftOut(entry.stem, h, "not-harvested",
-                             "compiled by another process (e.g. a torch.compile worker) into the Triton cache; "
-                             "harvest=False")
+            out[h] = LeftOut(
+                entry.stem,
+                h,
+                "not-harvested",
+                "compiled by another process (e.g. a torch.compile worker) into the Triton cache; harvest=False",
+            )
         else:
             out[h] = LeftOut(entry.stem, h, "unrecorded", "new Triton cache entry that harvesting did not take")
     return list(out.values())

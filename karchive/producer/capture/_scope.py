@@ -24,8 +24,8 @@ import contextlib
 import functools
 import sys
 import threading
-from typing import Any, Protocol
 from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 
 class ScopedCapture(Protocol):
@@ -115,8 +115,9 @@ def targets() -> tuple[list[Held], str]:
         distinct = _dedupe(frozenset(w) for w in waits)
         if len(distinct) == 1:
             return list(waits[0]), "autograd engine (capturing thread inside backward)"
-        return _dedupe([*procs, *(c for w in waits for c in w)]), "autograd engine (several capturing threads " \
-            "inside backward: cannot tell which)"
+        return _dedupe(
+            [*procs, *(c for w in waits for c in w)]
+        ), "autograd engine (several capturing threads inside backward: cannot tell which)"
     return procs, "unowned thread"
 
 
@@ -175,8 +176,9 @@ def install_followers() -> list[Callable[[], None]]:
         return original_submit(self, fn, *args, **kwargs)
 
     ThreadPoolExecutor.submit = submit  # type: ignore[method-assign]  # patched on purpose; undone below
-    undo.append(lambda: setattr(ThreadPoolExecutor, "submit", original_submit)
-                if ThreadPoolExecutor.submit is submit else None)
+    undo.append(
+        lambda: setattr(ThreadPoolExecutor, "submit", original_submit) if ThreadPoolExecutor.submit is submit else None
+    )
 
     autograd = sys.modules.get("torch.autograd")  # only if the workload already imported torch
     for name in ("backward", "grad"):

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import sys
 import threading
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 from ...format import inductor_source
 from ...format.inductor_records import SECTION_VERSION, KernelDecision, TemplateChoices, graph_label, modules_json
@@ -52,9 +52,15 @@ class InductorLog:
             entries = self.decisions.setdefault(decision.source_digest, [])
             for i, old in enumerate(entries):
                 if old.config == decision.config and old.found_by_coordesc == decision.found_by_coordesc:
-                    entries[i] = KernelDecision(old.kernel, old.source_digest, old.config, old.found_by_coordesc,
-                                                old.heuristic, tuple(dict.fromkeys(old.graphs + decision.graphs)),
-                                                old.configs_compiled)
+                    entries[i] = KernelDecision(
+                        old.kernel,
+                        old.source_digest,
+                        old.config,
+                        old.found_by_coordesc,
+                        old.heuristic,
+                        tuple(dict.fromkeys(old.graphs + decision.graphs)),
+                        old.configs_compiled,
+                    )
                     return
             entries.append(decision)
 
@@ -71,14 +77,19 @@ class InductorLog:
         module benchmark."""
         with self._lock:
             decided = [d for ds in self.decisions.values() for d in ds if d.kernel in kernels]
-            templates = [TemplateChoices(op, inputs, precision, dict(t), hint)
-                         for (op, inputs, precision, hint), t in self.templates.items()]
+            templates = [
+                TemplateChoices(op, inputs, precision, dict(t), hint)
+                for (op, inputs, precision, hint), t in self.templates.items()
+            ]
             modules = dict(self.modules)
         if not decided and not templates and not modules:
             return None
-        return {"version": SECTION_VERSION, "kernels": [d.to_json() for d in sorted(decided, key=lambda d: d.kernel)],
-                "templates": [t.to_json() for t in sorted(templates, key=lambda t: (t.op, t.inputs, t.precision))],
-                "modules": modules_json(modules)}
+        return {
+            "version": SECTION_VERSION,
+            "kernels": [d.to_json() for d in sorted(decided, key=lambda d: d.kernel)],
+            "templates": [t.to_json() for t in sorted(templates, key=lambda t: (t.op, t.inputs, t.precision))],
+            "modules": modules_json(modules),
+        }
 
 
 def decision_of(autotuner: Any) -> KernelDecision | None:
@@ -92,11 +103,15 @@ def decision_of(autotuner: Any) -> KernelDecision | None:
     config = launchers[0].config
     graph = graph_label(autotuner)
     data = config_json(config)
-    return KernelDecision(ident.name, ident.digest, {k: data.get(k) for k in
-                                                     ("kwargs", "num_warps", "num_stages", "num_ctas", "maxnreg")},
-                          found_by_coordesc=bool(getattr(config, "found_by_coordesc", False)),
-                          heuristic=ident.heuristic, graphs=(graph,) if graph else (),
-                          configs_compiled=getattr(autotuner, "_karchive_compiled", None))
+    return KernelDecision(
+        ident.name,
+        ident.digest,
+        {k: data.get(k) for k in ("kwargs", "num_warps", "num_stages", "num_ctas", "maxnreg")},
+        found_by_coordesc=bool(getattr(config, "found_by_coordesc", False)),
+        heuristic=ident.heuristic,
+        graphs=(graph,) if graph else (),
+        configs_compiled=getattr(autotuner, "_karchive_compiled", None),
+    )
 
 
 def _logs() -> list[InductorLog]:
@@ -169,8 +184,9 @@ def install() -> list[Callable[[], None]]:
     CachingAutotuner.precompile = precompile
     PersistentCache.lookup = lookup
     undo.append(lambda: setattr(CachingAutotuner, "run", orig_run) if CachingAutotuner.run is run else None)
-    undo.append(lambda: setattr(CachingAutotuner, "precompile", orig_pre)
-                if CachingAutotuner.precompile is precompile else None)
+    undo.append(
+        lambda: setattr(CachingAutotuner, "precompile", orig_pre) if CachingAutotuner.precompile is precompile else None
+    )
     undo.append(lambda: setattr(PersistentCache, "lookup", orig_lookup) if PersistentCache.lookup is lookup else None)
     return undo
 
@@ -209,8 +225,13 @@ def _wrap_module_benchmark() -> list[Callable[[], None]]:
         return out
 
     TritonScheduling.benchmark_codegened_module = bench
-    return [lambda: setattr(TritonScheduling, "benchmark_codegened_module", orig)
-            if TritonScheduling.benchmark_codegened_module is bench else None]
+    return [
+        lambda: (
+            setattr(TritonScheduling, "benchmark_codegened_module", orig)
+            if TritonScheduling.benchmark_codegened_module is bench
+            else None
+        )
+    ]
 
 
 def provenance(fn: Any) -> tuple[str, dict[str, Any]] | None:

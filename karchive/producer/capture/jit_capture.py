@@ -39,23 +39,23 @@ import os
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar, cast
-from collections.abc import Callable
 
 from ...core.jsonio import canonical_json
 from ...errors import CaptureError, KarchiveError, UnsupportedKernelError
 from ...format.autotune import json_safe
+from ..build.pack import ArchiveBuilder
+from ..compile.canonical import kernel_name
+from ..compile.describe import BINARY_EXT, IR_STAGES, CompiledVariant, describe_variant, signature_defaults
+from ..compile.toolchain import build_fingerprint
+from ..compile.wrapped import align_kernel_names
 from . import _scope as scope
 from . import inductor_capture
 from ._autotune_log import AutotuneLog, call_args, innermost_jit, tuning_key
-from ..compile.canonical import kernel_name
-from ._report import LEDGER, CacheWatch, LeftOut, describe_left_out, left_out, summarize
-from ..compile.describe import BINARY_EXT, IR_STAGES, CompiledVariant, describe_variant, signature_defaults
 from ._heuristics_log import HeuristicsLog
-from ..compile.wrapped import align_kernel_names
-from ..build.pack import ArchiveBuilder
-from ..compile.toolchain import build_fingerprint
+from ._report import LEDGER, CacheWatch, LeftOut, describe_left_out, left_out, summarize
 from .triton_cache import (
     CacheEntry,
     describe_entry,
@@ -96,8 +96,15 @@ def _constexpr_names(fn: Any) -> set[str]:
     return {fn.arg_names[i] for i in getattr(fn, "constexprs", [])}
 
 
-def describe_source(src: Any, entry: CacheEntry, *, origin: str = "capture", include_ir: bool = True,
-                    hooks: list[dict] | None = None, provenance_extra: dict | None = None) -> CompiledVariant:
+def describe_source(
+    src: Any,
+    entry: CacheEntry,
+    *,
+    origin: str = "capture",
+    include_ir: bool = True,
+    hooks: list[dict] | None = None,
+    provenance_extra: dict | None = None,
+) -> CompiledVariant:
     """Describe a compile from its ``ASTSource`` exactly as AOT describes one: same params, same key."""
     from ..compile.aot import pipeline_hooks
 
@@ -114,7 +121,9 @@ def describe_source(src: Any, entry: CacheEntry, *, origin: str = "capture", inc
         if isinstance(path, str):
             path = (names.index(path),)
         if len(path) != 1:
-            raise UnsupportedKernelError(f"{kernel}: tuple parameters are not supported by the launch ABI", kernel=kernel)
+            raise UnsupportedKernelError(
+                f"{kernel}: tuple parameters are not supported by the launch ABI", kernel=kernel
+            )
         consts[path[0]] = value
     declared_constexpr = _constexpr_names(fn)
     types: dict[str, str] = {}
@@ -123,8 +132,9 @@ def describe_source(src: Any, entry: CacheEntry, *, origin: str = "capture", inc
     for i, name in enumerate(names):
         typ = signature.get(name, signature.get(i))
         if not isinstance(typ, str):
-            raise UnsupportedKernelError(f"{kernel}: parameter {name!r} has type {typ!r} (tuples are not supported)",
-                                         kernel=kernel)
+            raise UnsupportedKernelError(
+                f"{kernel}: parameter {name!r} has type {typ!r} (tuples are not supported)", kernel=kernel
+            )
         types[name] = typ
         if typ == "constexpr":
             value = consts.get(i)
@@ -139,16 +149,32 @@ def describe_source(src: Any, entry: CacheEntry, *, origin: str = "capture", inc
             if attr_name != "tt.divisibility" or len(path) != 1:
                 raise UnsupportedKernelError(
                     f"{kernel}: specialisation {attr_name}={attr_value} on argument {path} is not expressible in a "
-                    "variant's hints (only tt.divisibility is)", kernel=kernel)
+                    "variant's hints (only tt.divisibility is)",
+                    kernel=kernel,
+                )
             divisibility[names[path[0]]] = int(attr_value)
-    backend = entry.metadata["target"]["backend"] if isinstance(entry.metadata["target"], dict) \
+    backend = (
+        entry.metadata["target"]["backend"]
+        if isinstance(entry.metadata["target"], dict)
         else entry.metadata["target"].backend
+    )
     asm = {k: v for k, v in entry.read_asm().items() if k in IR_STAGES.get(backend, ()) or k == BINARY_EXT.get(backend)}
     return describe_variant(
-        kernel=kernel, param_names=names, param_types=types, constexprs=constexprs, divisibility=divisibility,
-        equal_to_1=equal_to_1, metadata=entry.metadata, asm=asm, source_key=fn.cache_key,
-        source_text=_module_source(fn), hooks=pipeline_hooks() if hooks is None else hooks, origin=origin,
-        include_ir=include_ir, provenance_extra=provenance_extra, signature_defaults=signature_defaults(fn),
+        kernel=kernel,
+        param_names=names,
+        param_types=types,
+        constexprs=constexprs,
+        divisibility=divisibility,
+        equal_to_1=equal_to_1,
+        metadata=entry.metadata,
+        asm=asm,
+        source_key=fn.cache_key,
+        source_text=_module_source(fn),
+        hooks=pipeline_hooks() if hooks is None else hooks,
+        origin=origin,
+        include_ir=include_ir,
+        provenance_extra=provenance_extra,
+        signature_defaults=signature_defaults(fn),
     )
 
 
@@ -173,9 +199,19 @@ class Capture:
     :mod:`karchive.producer.capture._scope`.
     """
 
-    def __init__(self, name: str, version: str, *, path: str | os.PathLike | None = None, include_ir: bool = True,
-                 record_launches: bool = True, harvest: bool = True, strict: bool = False,
-                 scope: str = "process", inductor_in_process: bool = True) -> None:
+    def __init__(
+        self,
+        name: str,
+        version: str,
+        *,
+        path: str | os.PathLike | None = None,
+        include_ir: bool = True,
+        record_launches: bool = True,
+        harvest: bool = True,
+        strict: bool = False,
+        scope: str = "process",
+        inductor_in_process: bool = True,
+    ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise CaptureError("capture needs a non-empty archive name")
         if not isinstance(version, str) or not version.strip():
@@ -250,8 +286,10 @@ class Capture:
         if exc_type is None and last:
             problems = [f"{len(self.errors)} error(s): " + "; ".join(self.errors)] if self.errors else []
             if lost:
-                problems.append(f"{len(lost)} kernel(s) compiled during the capture are not in the archive:\n"
-                                + describe_left_out(lost))
+                problems.append(
+                    f"{len(lost)} kernel(s) compiled during the capture are not in the archive:\n"
+                    + describe_left_out(lost)
+                )
             if self.strict and problems:
                 raise CaptureError(f"capture {self.name!r} (strict): " + "\n".join(problems))
             if self.path is not None:
@@ -282,9 +320,13 @@ class Capture:
             counts["other_processes"] += len({e.triton_hash for name, e in new_entries if name not in in_process})
         lost = [i for i in fresh if i.lost]
         if lost:
-            warnings.warn(CaptureIncompleteWarning(
-                f"karchive capture {self.name!r}: {len(lost)} kernel(s) compiled during the capture are not in "
-                f"the archive:\n{describe_left_out(lost)}"), stacklevel=3)
+            warnings.warn(
+                CaptureIncompleteWarning(
+                    f"karchive capture {self.name!r}: {len(lost)} kernel(s) compiled during the capture are not in "
+                    f"the archive:\n{describe_left_out(lost)}"
+                ),
+                stacklevel=3,
+            )
         return lost
 
     def __call__(self, fn: F) -> F:
@@ -302,8 +344,9 @@ class Capture:
     def _seen(self, triton_hash: str | None) -> TypeGuard[str]:
         return triton_hash is not None and triton_hash in self._hash_to_key  # a dict lookup: atomic in CPython
 
-    def _add(self, variant: CompiledVariant | None, triton_hash: str | None, how: str, kernel: str,
-             note: str = "") -> None:
+    def _add(
+        self, variant: CompiledVariant | None, triton_hash: str | None, how: str, kernel: str, note: str = ""
+    ) -> None:
         with self._lock:
             key = None
             if variant is not None:
@@ -326,8 +369,9 @@ class Capture:
             if triton_hash is not None:
                 self._hash_to_key[triton_hash] = None
                 self._failed[triton_hash] = (category, f"{type(exc).__name__}: {exc}")
-            self.events.append(CaptureEvent(kernel, None, triton_hash, how, f"failed: {exc}",
-                                            threading.current_thread().name))
+            self.events.append(
+                CaptureEvent(kernel, None, triton_hash, how, f"failed: {exc}", threading.current_thread().name)
+            )
 
     def variant_for_hash(self, triton_hash: str) -> str | None:
         with self._lock:
@@ -362,13 +406,22 @@ class Capture:
                 continue
             try:
                 fp = build_fingerprint(entry.metadata["target"])
-                variant = describe_entry(entry, origin="triton-cache", include_ir=self.include_ir,
-                                         provenance_extra={"triton_cache": fp, "harvested": True})
+                variant = describe_entry(
+                    entry,
+                    origin="triton-cache",
+                    include_ir=self.include_ir,
+                    provenance_extra={"triton_cache": fp, "harvested": True},
+                )
             except Exception as exc:  # noqa: BLE001 - a harvested entry that cannot be described is reported as left out, never fatal
                 self._fail(entry.stem, entry.triton_hash, "harvested", exc)
                 continue
-            self._add(variant, entry.triton_hash, "harvested", entry.stem,
-                      "compiled by another process; params are the binary's runtime arguments only")
+            self._add(
+                variant,
+                entry.triton_hash,
+                "harvested",
+                entry.stem,
+                "compiled by another process; params are the binary's runtime arguments only",
+            )
 
     # -- results -----------------------------------------------------------------------------------
     def kernels(self) -> list[str]:
@@ -398,7 +451,8 @@ class Capture:
             raise CaptureError(
                 f"capture {self.name!r} recorded no kernels: nothing Triton compiled or launched "
                 f"{'on this thread ' if self.scope == 'thread' else ''}while it was active"
-                + (f" ({len(self.warnings)} skipped: {'; '.join(self.warnings)})" if self.warnings else ""))
+                + (f" ({len(self.warnings)} skipped: {'; '.join(self.warnings)})" if self.warnings else "")
+            )
         produced = {k: (None if v is None else str(v)) for k, v in toolchain_versions().items()}
         builder = ArchiveBuilder(self.name, self.version, produced_by=produced, **kwargs)
         builder.extend(variants)
@@ -423,8 +477,12 @@ class Capture:
             except Exception as exc:  # noqa: BLE001 - one variant Triton described oddly must not cost the others
                 with self._lock:
                     hashes = [h for h, k in self._hash_to_key.items() if k == v.key]
-                    item = LeftOut(v.kernel, hashes[0] if hashes else None, "failed",
-                                   f"its manifest entry cannot be stored: {type(exc).__name__}: {exc}")
+                    item = LeftOut(
+                        v.kernel,
+                        hashes[0] if hashes else None,
+                        "failed",
+                        f"its manifest entry cannot be stored: {type(exc).__name__}: {exc}",
+                    )
                     if item not in self.left_out:
                         self.left_out.append(item)
                     self.errors.append(f"{v.kernel}: left out: {item.reason}")
@@ -459,8 +517,9 @@ class Capture:
         except KarchiveError:
             raise
         except Exception as exc:  # the caller's window is worth a clear error, not a bare ValueError from json
-            raise CaptureError(f"capture {self.name!r}: writing {os.fspath(path)} failed: "
-                               f"{type(exc).__name__}: {exc}") from exc
+            raise CaptureError(
+                f"capture {self.name!r}: writing {os.fspath(path)} failed: {type(exc).__name__}: {exc}"
+            ) from exc
 
     def summary(self) -> dict:
         """What the capture saw and recorded.
@@ -476,16 +535,23 @@ class Capture:
             for e in self.events:
                 hows[e.how] = hows.get(e.how, 0) + 1
                 threads[e.thread] = threads.get(e.thread, 0) + 1
-            return {"variants": len(self.variants), "kernels": self.kernels(), "events": hows, "threads": threads,
-                    "scope": self.scope, "autotune_records": len(self.autotune.records),
-                    "inductor_decisions": len(self.inductor.decisions),
-                    "inductor_template_tables": len(self.inductor.templates),
-                    "heuristics_records": len(self.heuristics.to_json()),
-                    "warnings": list(self.warnings), "errors": list(self.errors),
-                    "window": dict(self._window_counts),
-                    "left_out": [i.to_json() for i in self.left_out],
-                    "left_out_counts": summarize(self.left_out),
-                    "lost": sum(1 for i in self.left_out if i.lost)}
+            return {
+                "variants": len(self.variants),
+                "kernels": self.kernels(),
+                "events": hows,
+                "threads": threads,
+                "scope": self.scope,
+                "autotune_records": len(self.autotune.records),
+                "inductor_decisions": len(self.inductor.decisions),
+                "inductor_template_tables": len(self.inductor.templates),
+                "heuristics_records": len(self.heuristics.to_json()),
+                "warnings": list(self.warnings),
+                "errors": list(self.errors),
+                "window": dict(self._window_counts),
+                "left_out": [i.to_json() for i in self.left_out],
+                "left_out_counts": summarize(self.left_out),
+                "lost": sum(1 for i in self.left_out if i.lost),
+            }
 
 
 _SCOPES = scope.SCOPES
@@ -517,14 +583,16 @@ def _entry_dir(metadata_group: Any) -> str | None:
         return None
 
 
-def _on_compile(*, src: Any = None, metadata: Any = None, metadata_group: Any = None, cache_hit: bool = False,
-                **_: Any) -> None:
+def _on_compile(
+    *, src: Any = None, metadata: Any = None, metadata_group: Any = None, cache_hit: bool = False, **_: Any
+) -> None:
     triton_hash = metadata.get("hash") if isinstance(metadata, dict) else getattr(metadata, "hash", None)
     triton_hash = triton_hash if isinstance(triton_hash, str) else None
     targets, rule = scope.targets()
     kernel = getattr(src, "name", "?")
-    LEDGER.note(triton_hash, kernel, bool(cache_hit), rule, targets, _entry_dir(metadata_group) if metadata_group
-                else None)
+    LEDGER.note(
+        triton_hash, kernel, bool(cache_hit), rule, targets, _entry_dir(metadata_group) if metadata_group else None
+    )
     caps = [c for c in targets if not c._seen(triton_hash)]
     if not caps or not metadata_group:
         return
@@ -537,11 +605,13 @@ def _on_compile(*, src: Any = None, metadata: Any = None, metadata_group: Any = 
                 entry = entry_from_group(metadata_group)
                 fp = build_fingerprint(entry.metadata["target"])
                 if hasattr(src, "fn"):
-                    by_ir[cap.include_ir] = describe_source(src, entry, include_ir=cap.include_ir,
-                                                            provenance_extra={"triton_cache": fp})
+                    by_ir[cap.include_ir] = describe_source(
+                        src, entry, include_ir=cap.include_ir, provenance_extra={"triton_cache": fp}
+                    )
                 else:  # compiled from an IR file: describe from the entry
-                    by_ir[cap.include_ir] = describe_entry(entry, origin="capture", include_ir=cap.include_ir,
-                                                           provenance_extra={"triton_cache": fp})
+                    by_ir[cap.include_ir] = describe_entry(
+                        entry, origin="capture", include_ir=cap.include_ir, provenance_extra={"triton_cache": fp}
+                    )
             except Exception as exc:  # noqa: BLE001 - kept per include_ir; every capture it concerns reports it as failed
                 by_ir[cap.include_ir] = exc
         result = by_ir[cap.include_ir]
@@ -589,15 +659,17 @@ def _after_jit_run(kernel: Any, kwargs: dict) -> None:
             cap.add_compiled_kernel(kernel, how="launched")
 
 
-def _after_autotune(tuner: Any, args: tuple, kwargs: dict, before: int, ret: Any, heard: dict | None,
-                    caps: list[Capture]) -> None:
+def _after_autotune(
+    tuner: Any, args: tuple, kwargs: dict, before: int, ret: Any, heard: dict | None, caps: list[Capture]
+) -> None:
     if heard is not None:
         key, timings, chosen = heard["key"], heard.get("configs_timings"), heard.get("best_config")
     else:
         new = list(tuner.cache)[before:]  # a dict keeps insertion order: the keys this call tuned
         key = new[0] if len(new) == 1 else tuning_key(tuner, call_args(tuner, args, kwargs))
-        chosen = tuner.cache.get(key, getattr(tuner, "best_config", None)) if len(tuner.configs) > 1 \
-            else tuner.configs[0]
+        chosen = (
+            tuner.cache.get(key, getattr(tuner, "best_config", None)) if len(tuner.configs) > 1 else tuner.configs[0]
+        )
         timings = getattr(tuner, "configs_timings", None) if new else None
     # @triton.heuristics above this autotuner: their frames are still open, and what they computed reached
     # the tuner as keywords (part of its key: the runtime must compute them before the key).
@@ -606,8 +678,9 @@ def _after_autotune(tuner: Any, args: tuple, kwargs: dict, before: int, ret: Any
         variant_key = cap.add_compiled_kernel(ret, how="autotune") if _is_compiled_kernel(ret) else None
         try:
             with cap._lock:
-                cap.autotune.observe(tuner, args, kwargs, key=key, chosen=chosen, timings=timings,
-                                     variant_key=variant_key, outer=outer)
+                cap.autotune.observe(
+                    tuner, args, kwargs, key=key, chosen=chosen, timings=timings, variant_key=variant_key, outer=outer
+                )
         except Exception as exc:  # noqa: BLE001 - capture must never break the user's workload: the failure is reported
             cap._fail(getattr(innermost_jit(tuner), "__name__", "autotuner"), None, "autotune", exc)
         with cap._lock:
@@ -668,8 +741,10 @@ class _Hooks:
         except ImportError as exc:
             raise CaptureError("capture needs Triton >= 3.4 installed (pip install 'karchive[producer]')") from exc
         if not hasattr(getattr(knobs, "compilation", None), "listener"):
-            raise CaptureError(f"capture needs Triton >= 3.4 (triton.knobs.compilation.listener); found Triton "
-                               f"{getattr(triton, '__version__', '?')}")
+            raise CaptureError(
+                f"capture needs Triton >= 3.4 (triton.knobs.compilation.listener); found Triton "
+                f"{getattr(triton, '__version__', '?')}"
+            )
         self._restore = []
         self._chain(knobs.compilation, "listener", _on_compile)
         if hasattr(knobs.runtime, "jit_post_compile_hook"):
@@ -786,5 +861,12 @@ def _on_autotune_listener(*, key: Any = None, best_config: Any = None, configs_t
 _HOOKS = _Hooks()
 
 
-__all__ = ["Capture", "CaptureEvent", "CaptureIncompleteWarning", "LeftOut", "capture", "describe_source",
-           "active_captures"]
+__all__ = [
+    "Capture",
+    "CaptureEvent",
+    "CaptureIncompleteWarning",
+    "LeftOut",
+    "capture",
+    "describe_source",
+    "active_captures",
+]

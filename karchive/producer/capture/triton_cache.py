@@ -15,9 +15,9 @@ import json
 import os
 import re
 import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Iterator, Mapping
 
 from ...core.fsio import read_regular
 from ...core.grammar import fullmatch
@@ -26,14 +26,30 @@ from ...errors import CaptureError, KarchiveError, SchemaError, UnsupportedKerne
 from ...format.layout import BINARY_EXT, IR_STAGES
 from ...format.manifest import Variant, is_ir_stage
 from ...format.names import SHORT_NAME, select_kernels, short_name
+from ..compile._irtext import enclosed, split_top_level
 from ..compile.describe import CompiledVariant, describe_variant
 from ..compile.toolchain import backend_hash, build_fingerprint, cache_env_vars
-from ..compile._irtext import enclosed, split_top_level
 
 __all__ = [
-    "BINARY_EXTS", "CacheEntry", "ExportResult", "ImportResult", "TEXT_EXTS", "TtirArg", "autotune_cache_files",
-    "cache_dir_name", "check_build", "describe_entry", "entries_in_dir", "entry_from_group", "export_archive",
-    "export_autotune", "import_cache", "iter_cache", "local_cache_dir", "parse_ttir_signature", "triton_site_root",
+    "BINARY_EXTS",
+    "CacheEntry",
+    "ExportResult",
+    "ImportResult",
+    "TEXT_EXTS",
+    "TtirArg",
+    "autotune_cache_files",
+    "cache_dir_name",
+    "check_build",
+    "describe_entry",
+    "entries_in_dir",
+    "entry_from_group",
+    "export_archive",
+    "export_autotune",
+    "import_cache",
+    "iter_cache",
+    "local_cache_dir",
+    "parse_ttir_signature",
+    "triton_site_root",
     "write_entry",
 ]
 
@@ -155,9 +171,19 @@ def iter_cache(cache_dir: str) -> Iterator[CacheEntry]:
 
 # --- describing an entry without its Python source -----------------------------------------------
 _MLIR_TYPES = {
-    "i1": "i1", "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64",
-    "f16": "fp16", "bf16": "bf16", "f32": "fp32", "f64": "fp64",
-    "f8E4M3FN": "fp8e4nv", "f8E5M2": "fp8e5", "f8E4M3FNUZ": "fp8e4b8", "f8E5M2FNUZ": "fp8e5b16",
+    "i1": "i1",
+    "i8": "i8",
+    "i16": "i16",
+    "i32": "i32",
+    "i64": "i64",
+    "f16": "fp16",
+    "bf16": "bf16",
+    "f32": "fp32",
+    "f64": "fp64",
+    "f8E4M3FN": "fp8e4nv",
+    "f8E5M2": "fp8e5",
+    "f8E4M3FNUZ": "fp8e4b8",
+    "f8E5M2FNUZ": "fp8e5b16",
     "f8E4M3B11FNUZ": "fp8e4b15",
 }
 
@@ -176,14 +202,16 @@ def _mlir_type(text: str, where: str, kernel: str) -> str:
         return "*" + _mlir_type(m.group(1), where, kernel)
     if text in _MLIR_TYPES:
         return _MLIR_TYPES[text]
-    raise UnsupportedKernelError(f"{where}: parameter type {text!r} cannot be described by karchive's launch ABI",
-                                 kernel=kernel)
+    raise UnsupportedKernelError(
+        f"{where}: parameter type {text!r} cannot be described by karchive's launch ABI", kernel=kernel
+    )
 
 
 def parse_ttir_signature(ttir: str, kernel: str) -> list[TtirArg]:
     """The public function's parameters as the binary takes them: names (from ``loc``), types, hints."""
     m = re.search(r"tt\.func\s+public\s+@" + re.escape(kernel) + r"\s*\(", ttir) or re.search(
-        r"tt\.func\s+public\s+@[\w$.]+\s*\(", ttir)
+        r"tt\.func\s+public\s+@[\w$.]+\s*\(", ttir
+    )
     if not m:
         raise CaptureError(f"{kernel}: no public tt.func in the Triton IR")
     params = enclosed(ttir, m.end())
@@ -199,12 +227,15 @@ def parse_ttir_signature(ttir: str, kernel: str) -> list[TtirArg]:
         loc = re.search(r'loc\("([^"]+)"', rest)
         name = loc.group(1) if loc else (ssa if not re.fullmatch(r"arg\d+", ssa) else f"arg{i}")
         div = re.search(r"tt\.divisibility\s*=\s*(\d+)", rest)
-        args.append(TtirArg(name, _mlir_type(type_text, f"{kernel} parameter {i}", kernel), int(div.group(1)) if div else None))
+        args.append(
+            TtirArg(name, _mlir_type(type_text, f"{kernel} parameter {i}", kernel), int(div.group(1)) if div else None)
+        )
     return args
 
 
-def describe_entry(entry: CacheEntry, *, origin: str = "triton-cache", include_ir: bool = True,
-                   provenance_extra: dict | None = None) -> CompiledVariant:
+def describe_entry(
+    entry: CacheEntry, *, origin: str = "triton-cache", include_ir: bool = True, provenance_extra: dict | None = None
+) -> CompiledVariant:
     """Describe a cache entry from what it holds: the binary's own parameters, no constexpr values.
 
     The params are the kernel's runtime arguments only (constexprs and ``== 1`` specialisations are
@@ -226,9 +257,19 @@ def describe_entry(entry: CacheEntry, *, origin: str = "triton-cache", include_i
     divisibility = {n: a.divisibility for n, a in zip(names, args) if a.divisibility}
     h = entry.triton_hash
     return describe_variant(
-        kernel=entry.stem, param_names=names, param_types={n: a.type for n, a in zip(names, args)}, constexprs={},
-        divisibility=divisibility, equal_to_1={}, metadata=entry.metadata, asm=asm,
-        source_key=f"triton-cache:{h}", source_text=None, hooks=[], origin=origin, include_ir=include_ir,
+        kernel=entry.stem,
+        param_names=names,
+        param_types={n: a.type for n, a in zip(names, args)},
+        constexprs={},
+        divisibility=divisibility,
+        equal_to_1={},
+        metadata=entry.metadata,
+        asm=asm,
+        source_key=f"triton-cache:{h}",
+        source_text=None,
+        hooks=[],
+        origin=origin,
+        include_ir=include_ir,
         provenance_extra=provenance_extra,
     )
 
@@ -253,15 +294,21 @@ def check_build(variant: Variant) -> tuple[str, str]:
         return "unverified", "no Triton build fingerprint recorded (provenance.triton_cache)"
     local = build_fingerprint(variant.target.to_json())
     if recorded["triton_key_sha256"] != local["triton_key_sha256"]:
-        return "mismatch", (f"built by Triton {prov.triton_version or '?'} build "
-                            f"{recorded['triton_key_sha256'][:12]}, this is Triton {_local_version()} build "
-                            f"{(local['triton_key_sha256'] or 'unknown')[:12]}; Triton would never look these entries up")
+        return "mismatch", (
+            f"built by Triton {prov.triton_version or '?'} build "
+            f"{recorded['triton_key_sha256'][:12]}, this is Triton {_local_version()} build "
+            f"{(local['triton_key_sha256'] or 'unknown')[:12]}; Triton would never look these entries up"
+        )
     if recorded.get("backend_hash") != local["backend_hash"]:
-        return "mismatch", (f"backend hash differs (recorded {recorded.get('backend_hash')!r}, local "
-                            f"{local['backend_hash']!r}: another ptxas/ROCm toolchain)")
+        return "mismatch", (
+            f"backend hash differs (recorded {recorded.get('backend_hash')!r}, local "
+            f"{local['backend_hash']!r}: another ptxas/ROCm toolchain)"
+        )
     if (recorded.get("env_vars") or {}) != local["env_vars"]:
-        return "ok", (f"note: cache-invalidating environment differs (recorded {recorded.get('env_vars')}, "
-                      f"now {local['env_vars']}); Triton only hits the entry under the recorded environment")
+        return "ok", (
+            f"note: cache-invalidating environment differs (recorded {recorded.get('env_vars')}, "
+            f"now {local['env_vars']}); Triton only hits the entry under the recorded environment"
+        )
     return "ok", ""
 
 
@@ -328,8 +375,9 @@ def write_entry(cache_dir: str, triton_hash: str, stem: str, files: Mapping[str,
             os.rmdir(tmp)
 
 
-def export_archive(reader: Any, cache_dir: str | None = None, *, allow_unverified: bool = False,
-                   kernels: list[str] | None = None) -> list[ExportResult]:
+def export_archive(
+    reader: Any, cache_dir: str | None = None, *, allow_unverified: bool = False, kernels: list[str] | None = None
+) -> list[ExportResult]:
     """Write every variant of an open archive into a Triton cache directory (default: Triton's own)."""
     from ...format.sentinel import restore_json_bytes
 
@@ -346,8 +394,10 @@ def export_archive(reader: Any, cache_dir: str | None = None, *, allow_unverifie
         if not triton_hash:
             results.append(ExportResult(v.kernel, v.key, "skipped", "no Triton cache hash recorded"))
             continue
-        files = {BINARY_EXT[v.target.backend]: reader.read(v.binary.path),
-                 "json": restore_json_bytes(reader.read(v.metadata.path), root)}
+        files = {
+            BINARY_EXT[v.target.backend]: reader.read(v.binary.path),
+            "json": restore_json_bytes(reader.read(v.metadata.path), root),
+        }
         for stage, ref in v.ir.items():
             if stage not in files:  # a stage named like the binary or metadata must not replace them
                 files[stage] = reader.read(ref.path)
@@ -364,8 +414,10 @@ def export_archive(reader: Any, cache_dir: str | None = None, *, allow_unverifie
     # compile the chosen config; for a refused build it would never be looked up).
     exported = sorted({r.kernel for r in results if r.status in ("written", "exists")})
     if getattr(model, "autotune", None) and exported:
-        manifest = {"variants": [v.to_json() for k in exported for v in model.variants_of(k)],
-                    "autotune": model.autotune}
+        manifest = {
+            "variants": [v.to_json() for k in exported for v in model.variants_of(k)],
+            "autotune": model.autotune,
+        }
         results.extend(export_autotune(manifest, cache_dir, exported))
     return results
 
@@ -418,8 +470,11 @@ def autotune_cache_files(manifest: Mapping[str, Any], kernels: list[str] | None 
                 continue
             timings = entry.get("timings_ms")
             # The configs Triton benchmarked for this key (after pruning): those with a timing; all without timings.
-            picked = [i for i, t in enumerate(timings) if t is not None] if isinstance(timings, list) and \
-                len(timings) == len(configs) else list(range(len(configs)))
+            picked = (
+                [i for i, t in enumerate(timings) if t is not None]
+                if isinstance(timings, list) and len(timings) == len(configs)
+                else list(range(len(configs)))
+            )
             if index not in picked or any(configs[i] is None for i in picked):
                 out.append((kernel, "", "a benchmarked config cannot be rebuilt (a pre_hook or ir_override)"))
                 continue
@@ -433,8 +488,10 @@ def autotune_cache_files(manifest: Mapping[str, Any], kernels: list[str] | None 
             cache_key = hashlib.sha256("-".join(parts).encode("utf-8")).hexdigest()
             # Triton takes the minimum: the recorded timings where they make the recorded choice win, else 0
             # for the choice and 1 for the others (the decision is what is exported, not the measurements).
-            times = {i: (timings[i] if isinstance(timings, list) and isinstance(timings[i], (int, float)) else None)
-                     for i in picked}
+            times = {
+                i: (timings[i] if isinstance(timings, list) and isinstance(timings[i], (int, float)) else None)
+                for i in picked
+            }
             chosen_t = times[index]
             honest = chosen_t is not None and all(times[i] is None or times[i] > chosen_t for i in picked if i != index)
             rows = []
@@ -448,7 +505,9 @@ def autotune_cache_files(manifest: Mapping[str, Any], kernels: list[str] | None 
     return out
 
 
-def export_autotune(manifest: Mapping[str, Any], cache_dir: str, kernels: list[str] | None = None) -> list[ExportResult]:
+def export_autotune(
+    manifest: Mapping[str, Any], cache_dir: str, kernels: list[str] | None = None
+) -> list[ExportResult]:
     """Write the archive's autotune decisions into a Triton cache (see :func:`autotune_cache_files`). Triton
     reads them for autotuners with ``cache_results=True``, or every autotuner under ``TRITON_CACHE_AUTOTUNING=1``:
     a fresh process then benchmarks nothing for the recorded keys."""
@@ -471,8 +530,15 @@ def export_autotune(manifest: Mapping[str, Any], cache_dir: str, kernels: list[s
             os.replace(tmp, path)
         except OSError as exc:
             raise CaptureError(f"cannot write Triton autotune cache files under {cache_dir}: {exc}") from exc
-        results.append(ExportResult(kernel, cache_key, "written", "autotune decision (read under cache_results=True "
-                                                                  "or TRITON_CACHE_AUTOTUNING=1)", path))
+        results.append(
+            ExportResult(
+                kernel,
+                cache_key,
+                "written",
+                "autotune decision (read under cache_results=True or TRITON_CACHE_AUTOTUNING=1)",
+                path,
+            )
+        )
     return results
 
 

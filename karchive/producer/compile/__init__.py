@@ -20,7 +20,20 @@ from .toolchain import build_fingerprint, check_target, cuda_capabilities, toolc
 from .variant_key import variant_key
 
 __all__ = [
-    "CompiledVariant", "Specialization", "VariantRequest", "build_fingerprint", "check_target", "compile_environment",
-    "compile_variant", "cuda_capabilities", "kernel_name", "load_kernel", "module_sources", "specialize",
-    "strip_shell", "toolchain_report", "toolchain_versions", "variant_key",
+    "CompiledVariant",
+    "Specialization",
+    "VariantRequest",
+    "build_fingerprint",
+    "check_target",
+    "compile_environment",
+    "compile_variant",
+    "cuda_capabilities",
+    "kernel_name",
+    "load_kernel",
+    "module_sources",
+    "specialize",
+    "strip_shell",
+    "toolchain_report",
+    "toolchain_versions",
+    "variant_key",
 ]

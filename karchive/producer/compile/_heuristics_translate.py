@@ -17,12 +17,32 @@ import inspect
 import textwrap
 from typing import Any
 
-from ...format.probes import NOT_SCALAR, PROBE_ATTRS, PROBE_METHODS, probe_name, scalar
 from ...format.heuristics_expr import CALLS, check
+from ...format.probes import NOT_SCALAR, PROBE_ATTRS, PROBE_METHODS, probe_name, scalar
 
-_BINOPS: dict[type, str] = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
-           ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>", ast.BitAnd: "&", ast.BitOr: "|", ast.BitXor: "^"}
-_CMPOPS: dict[type, str] = {ast.Eq: "==", ast.NotEq: "!=", ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.In: "in"}
+_BINOPS: dict[type, str] = {
+    ast.Add: "+",
+    ast.Sub: "-",
+    ast.Mult: "*",
+    ast.Div: "/",
+    ast.FloorDiv: "//",
+    ast.Mod: "%",
+    ast.Pow: "**",
+    ast.LShift: "<<",
+    ast.RShift: ">>",
+    ast.BitAnd: "&",
+    ast.BitOr: "|",
+    ast.BitXor: "^",
+}
+_CMPOPS: dict[type, str] = {
+    ast.Eq: "==",
+    ast.NotEq: "!=",
+    ast.Lt: "<",
+    ast.LtE: "<=",
+    ast.Gt: ">",
+    ast.GtE: ">=",
+    ast.In: "in",
+}
 _BUILTIN_CALLS = {getattr(builtins, n): n for n in ("min", "max", "abs", "int", "float", "bool", "len")}
 
 
@@ -53,9 +73,13 @@ def _node_for(fn: Any) -> tuple[ast.expr, str]:
             if (node.body.lineno, node.body.col_offset) in positions or not found:
                 if len(node.args.args) == 1:
                     found.append((node.body, node.args.args[0].arg))
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == fn.__name__ \
-                and (node.lineno == code.co_firstlineno or any(d.lineno == code.co_firstlineno
-                                                                for d in node.decorator_list)):
+        elif (
+            isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.name == fn.__name__
+            and (
+                node.lineno == code.co_firstlineno or any(d.lineno == code.co_firstlineno for d in node.decorator_list)
+            )
+        ):
             body = [b for b in node.body if not (isinstance(b, ast.Expr) and isinstance(b.value, ast.Constant))]
             if len(body) != 1 or not isinstance(body[0], ast.Return) or body[0].value is None:
                 raise Untranslatable("its body is not a single 'return EXPR'")
@@ -186,8 +210,13 @@ class _Translator:
         func = node.func
         # args.get("name"[, default])
         if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == self.param:
-            if func.attr == "get" and node.args and isinstance(node.args[0], ast.Constant) \
-                    and isinstance(node.args[0].value, str) and len(node.args) <= 2:
+            if (
+                func.attr == "get"
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+                and isinstance(node.args[0].value, str)
+                and len(node.args) <= 2
+            ):
                 default = self.visit(node.args[1]) if len(node.args) == 2 else ["const", None]
                 return ["get", node.args[0].value, default]
             raise self.fail(node, f"args.{func.attr}()")

@@ -9,34 +9,65 @@ from __future__ import annotations
 import hashlib
 import inspect
 import os
-import time
 import sys
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Mapping
 
-from ...errors import CompileError, KarchiveError, UnsupportedKernelError
 from ...core.digest import sha256_hex
-from .buildenv import (COMPILE_LOCK, DEFAULT_FP_FUSION, cache_namespace, check_cache_root, check_import_time_state, compile_environment,
-                       validate_env)
+from ...errors import CompileError, KarchiveError, UnsupportedKernelError
 from ._compile_errors import compiler_message
-from .canonical import (SCHEME, Canonicalised, canonical_locations, find_machine_paths, install_independent_keys,
-                        kernel_name, machine_roots)
+from .buildenv import (
+    COMPILE_LOCK,
+    DEFAULT_FP_FUSION,
+    cache_namespace,
+    check_cache_root,
+    check_import_time_state,
+    compile_environment,
+    validate_env,
+)
+from .canonical import (
+    SCHEME,
+    Canonicalised,
+    canonical_locations,
+    find_machine_paths,
+    install_independent_keys,
+    kernel_name,
+    machine_roots,
+)
 from .describe import CompiledVariant, describe_variant, signature_defaults
 from .kernel_ref import load_kernel, split_ref
 from .signature import Specialization, resolve
-from .toolchain import check_target
 from .tensordesc_abi import bind_descriptor_blocks
+from .toolchain import check_target
 
 __all__ = [
-    "BACKEND_OPTIONS", "COMMON_OPTIONS", "PLUGIN_ENV_VARS", "VariantRequest", "build_record",
-    "check_no_machine_paths", "compile_variant", "constexpr_params", "module_source", "pipeline_hooks", "specialize",
+    "BACKEND_OPTIONS",
+    "COMMON_OPTIONS",
+    "PLUGIN_ENV_VARS",
+    "VariantRequest",
+    "build_record",
+    "check_no_machine_paths",
+    "compile_variant",
+    "constexpr_params",
+    "module_source",
+    "pipeline_hooks",
+    "specialize",
     "toolchain_versions",
 ]
 
 #: Options each backend accepts from the command line / spec file (others are refused early).
-COMMON_OPTIONS = {"num_warps", "num_stages", "num_ctas", "enable_fp_fusion", "debug", "launch_cooperative_grid",
-                  "launch_pdl", "sanitize_overflow"}
+COMMON_OPTIONS = {
+    "num_warps",
+    "num_stages",
+    "num_ctas",
+    "enable_fp_fusion",
+    "debug",
+    "launch_cooperative_grid",
+    "launch_pdl",
+    "sanitize_overflow",
+}
 BACKEND_OPTIONS = {
     "cuda": COMMON_OPTIONS | {"maxnreg", "ptx_version", "enable_reflect_ftz"},
     "hip": COMMON_OPTIONS | {"waves_per_eu", "matrix_instr_nonkdim", "kpack", "schedule_hint"},
@@ -75,8 +106,11 @@ class VariantRequest:
         elif isinstance(self.signature, str):  # not resolved yet: positions in the signature string
             fixed = [f"#{i}==1" for i, tok in enumerate(self.signature.split(",")) if tok.strip().endswith(":1")]
         else:
-            fixed = [f"{name}==1" for name, typ in self.signature.items() if str(typ).strip().endswith(":1")] \
-                if isinstance(self.signature, dict) else []
+            fixed = (
+                [f"{name}==1" for name, typ in self.signature.items() if str(typ).strip().endswith(":1")]
+                if isinstance(self.signature, dict)
+                else []
+            )
         args = ",".join(fixed + ([cx] if cx else []))
         return f"{self.kernel_ref.rpartition(':')[2]}[{self.target}]({args}{';' if args and opts else ''}{opts})"
 
@@ -96,8 +130,9 @@ def pipeline_hooks() -> list[dict]:
                 with open(path, "rb") as fh:
                     digest = hashlib.sha256(fh.read()).hexdigest()
             except OSError as exc:
-                raise CompileError(f"{var} names {path!r}, which cannot be read: {exc}",
-                                   variant=None) from exc  # the process's pass pipeline: no one variant
+                raise CompileError(
+                    f"{var} names {path!r}, which cannot be read: {exc}", variant=None
+                ) from exc  # the process's pass pipeline: no one variant
             hooks.append({"kind": "pass_plugin", "name": os.path.basename(path), "sha256": digest})
     try:
         from triton import knobs
@@ -129,7 +164,9 @@ def module_source(module: Any) -> str | None:
         return None
 
 
-def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always_compile: bool = False) -> CompiledVariant:
+def compile_variant(
+    req: VariantRequest, *, cache_dir: str | None = None, always_compile: bool = False
+) -> CompiledVariant:
     """Compile one variant; every failure is a :class:`KarchiveError` with the compiler's text.
 
     The compile runs under canonical source names (canonical.py) and an explicit environment and
@@ -141,7 +178,8 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
     if unknown:
         raise CompileError(
             f"option(s) {sorted(unknown)} are not supported for {target.backend}; "
-            f"supported: {sorted(BACKEND_OPTIONS[target.backend])}", variant=req.label()
+            f"supported: {sorted(BACKEND_OPTIONS[target.backend])}",
+            variant=req.label(),
         )
     env = validate_env(req.env)
     fn, module = load_kernel(req.kernel_ref, req.base_dir)
@@ -158,12 +196,16 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
     arch: Any = int(target.arch) if target.backend == "cuda" else target.arch
     # One entry per non-constexpr parameter, as Triton's JIT builds them: Triton's own hash then
     # equals the JIT's, so an exported AOT variant is a cache hit for plain JIT calls.
-    attrs = {(i,): ([["tt.divisibility", spec.divisibility[n]]] if n in spec.divisibility else [])
-             for i, n in enumerate(spec.names) if spec.types[n] != "constexpr"}
+    attrs = {
+        (i,): ([["tt.divisibility", spec.divisibility[n]]] if n in spec.divisibility else [])
+        for i, n in enumerate(spec.names)
+        if spec.types[n] != "constexpr"
+    }
     from .gluon import ast_source_class
 
     src = ast_source_class(fn)(fn=fn, signature=dict(spec.types), constexprs=dict(spec.constexprs), attrs=attrs)
     from .toolchain import build_fingerprint
+
     try:
         # Every compile that generates code imports this (and, through it, Gluon's modules); a cache hit
         # does not. The build cache's namespace hashes the canonical names of every loaded Triton module,
@@ -178,8 +220,9 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
         try:
             with compile_environment(env, cache, always_compile=always_compile), install_independent_keys():
                 started = time.time()
-                compiled = triton.compile(src, target=GPUTarget(target.backend, arch, target.warp_size),
-                                          options=dict(options))
+                compiled = triton.compile(
+                    src, target=GPUTarget(target.backend, arch, target.warp_size), options=dict(options)
+                )
                 from_cache = _served_from_cache(cache, compiled, started)
                 metadata = compiled.metadata._asdict()
                 asm = dict(compiled.asm)
@@ -187,16 +230,28 @@ def compile_variant(req: VariantRequest, *, cache_dir: str | None = None, always
         except KarchiveError:
             raise
         except Exception as exc:  # Triton raises CompilationError, RuntimeError (ptxas), AssertionError ...
-            raise CompileError(f"{req.label()}: Triton failed to compile: {compiler_message(exc)}",
-                               variant=req.label()) from exc
+            raise CompileError(
+                f"{req.label()}: Triton failed to compile: {compiler_message(exc)}", variant=req.label()
+            ) from exc
     build = build_record(req, module.__name__, options, env, canon)
     try:
         variant = describe_variant(
-            kernel=req.kernel_name or kernel_name(fn), param_names=spec.names, param_types=spec.types, constexprs=spec.constexprs,
-            divisibility=spec.divisibility, equal_to_1=spec.equal_to_1, metadata=metadata, asm=asm,
-            source_key=fn.cache_key, source_text=module_source(module), hooks=pipeline_hooks(), origin="aot",
-            include_ir=req.include_ir, provenance_extra={"triton_cache": fingerprint, "build": build},
-            codegen_env=env, signature_defaults=signature_defaults(fn),
+            kernel=req.kernel_name or kernel_name(fn),
+            param_names=spec.names,
+            param_types=spec.types,
+            constexprs=spec.constexprs,
+            divisibility=spec.divisibility,
+            equal_to_1=spec.equal_to_1,
+            metadata=metadata,
+            asm=asm,
+            source_key=fn.cache_key,
+            source_text=module_source(module),
+            hooks=pipeline_hooks(),
+            origin="aot",
+            include_ir=req.include_ir,
+            provenance_extra={"triton_cache": fingerprint, "build": build},
+            codegen_env=env,
+            signature_defaults=signature_defaults(fn),
         )
     except UnsupportedKernelError as exc:
         raise UnsupportedKernelError(f"{req.label()}: {exc}", kernel=exc.kernel) from exc
@@ -243,8 +298,11 @@ def check_no_machine_paths(label: str, variant: CompiledVariant, canon: Canonica
     hits = find_machine_paths(variant.files, machine_roots(dirs))
     if hits:
         where = "; ".join(f"{member} names {root!r} at byte {offset}" for member, root, offset in hits)
-        raise CompileError(f"{label}: a machine path reached the compiled files ({where}); karchive names sources "
-                           "canonically (spec/FORMAT.md §12) and refuses to pack what it could not rename", variant=label)
+        raise CompileError(
+            f"{label}: a machine path reached the compiled files ({where}); karchive names sources "
+            "canonically (spec/FORMAT.md §12) and refuses to pack what it could not rename",
+            variant=label,
+        )
 
 
 def toolchain_versions() -> dict[str, Any]:

@@ -26,17 +26,28 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterator, Mapping, MutableMapping
 from contextlib import ExitStack, contextmanager
 from typing import Any
-from collections.abc import Iterator, Mapping, MutableMapping
 
 from ...errors import CompileError, SpecFileError
 
 __all__ = [
-    "CLEARED_ENV", "CODEGEN_ENV", "COMPILE_LOCK", "DEFAULT_FP_FUSION", "cache_namespace", "cache_root",
+    "CLEARED_ENV",
+    "CODEGEN_ENV",
+    "COMPILE_LOCK",
+    "DEFAULT_FP_FUSION",
+    "cache_namespace",
+    "cache_root",
     "check_cache_root",
-    "check_import_time_state", "compile_environment", "controlled_names", "ignored_from_shell", "shell_warning",
-    "strip_shell", "triton_env_vars", "validate_env",
+    "check_import_time_state",
+    "compile_environment",
+    "controlled_names",
+    "ignored_from_shell",
+    "shell_warning",
+    "strip_shell",
+    "triton_env_vars",
+    "validate_env",
 ]
 
 #: Triton 3.9 defaults to FP fusion when neither the option nor TRITON_DEFAULT_FP_FUSION is given;
@@ -45,28 +56,72 @@ DEFAULT_FP_FUSION = True
 
 #: Variables that change code generation and that a build spec may set in ``[archive] env``.
 #: From Triton 3.9's cache-invalidating list (``get_cache_invalidating_env_vars``) and its knobs.
-CODEGEN_ENV = frozenset({
-    "DISABLE_LLVM_OPT", "DISABLE_MMA_V3", "DISABLE_MMA_V5", "DISABLE_PTXAS_OPT",
-    "LLVM_EXTRACT_DI_LOCAL_VARIABLES", "TRITON_DISABLE_LINE_INFO", "TRITON_ENABLE_ASAN",
-    "TRITON_ENABLE_EXPERIMENTAL_CONSAN", "TRITON_CONSAN_INIT_ALLOCATIONS", "TRITON_F32_DEFAULT",
-    "TRITON_FORCE_DISABLE_FP_FUSION", "TRITON_ALLOW_NON_CONSTEXPR_GLOBALS",
-    "TRITON_HIP_USE_ASYNC_COPY", "TRITON_HIP_USE_BLOCK_PINGPONG", "TRITON_HIP_USE_COEXEC_SCHEDULER",
-    "TRITON_HIP_USE_EXPERT_SCHEDULING", "TRITON_HIP_USE_IN_THREAD_TRANSPOSE", "AMDGCN_USE_BUFFER_ATOMICS",
-    "AMDGCN_USE_BUFFER_OPS", "AMDGCN_ANALYZE_SMALL_TENSOR_RANGE", "AMDGCN_SCALARIZE_PACKED_FOPS",
-})
+CODEGEN_ENV = frozenset(
+    {
+        "DISABLE_LLVM_OPT",
+        "DISABLE_MMA_V3",
+        "DISABLE_MMA_V5",
+        "DISABLE_PTXAS_OPT",
+        "LLVM_EXTRACT_DI_LOCAL_VARIABLES",
+        "TRITON_DISABLE_LINE_INFO",
+        "TRITON_ENABLE_ASAN",
+        "TRITON_ENABLE_EXPERIMENTAL_CONSAN",
+        "TRITON_CONSAN_INIT_ALLOCATIONS",
+        "TRITON_F32_DEFAULT",
+        "TRITON_FORCE_DISABLE_FP_FUSION",
+        "TRITON_ALLOW_NON_CONSTEXPR_GLOBALS",
+        "TRITON_HIP_USE_ASYNC_COPY",
+        "TRITON_HIP_USE_BLOCK_PINGPONG",
+        "TRITON_HIP_USE_COEXEC_SCHEDULER",
+        "TRITON_HIP_USE_EXPERT_SCHEDULING",
+        "TRITON_HIP_USE_IN_THREAD_TRANSPOSE",
+        "AMDGCN_USE_BUFFER_ATOMICS",
+        "AMDGCN_USE_BUFFER_OPS",
+        "AMDGCN_ANALYZE_SMALL_TENSOR_RANGE",
+        "AMDGCN_SCALARIZE_PACKED_FOPS",
+    }
+)
 
 #: Variables removed from every compile and never settable: caches and overrides that substitute
 #: other artifacts, paths to replacement inputs, dumps Triton copies into metadata, JIT-only knobs.
-CLEARED_ENV = frozenset({
-    "TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_CACHE_MANAGER", "TRITON_REMOTE_CACHE_BACKEND",
-    "TRITON_ALWAYS_COMPILE", "TRITON_STORE_BINARY_ONLY", "TRITON_KERNEL_OVERRIDE", "TRITON_OVERRIDE_DIR",
-    "USE_IR_LOC", "TRITON_OVERRIDE_ARCH", "TRITON_MOCK_PTX_VERSION", "TRITON_LIBDEVICE_PATH", "PTXAS_OPTIONS",
-    "TRITON_SWAP_MIR", "TRITON_SWAP_MIR_ENABLE_MISCHED", "TRITON_DUMP_MIR", "TRITON_KERNEL_DUMP", "TRITON_DUMP_DIR",
-    "MLIR_ENABLE_DUMP", "MLIR_DUMP_PATH", "LLVM_IR_ENABLE_DUMP", "NVPTX_ENABLE_DUMP", "AMDGCN_ENABLE_DUMP",
-    "MLIR_ENABLE_DIAGNOSTICS", "MLIR_ENABLE_TIMING", "LLVM_ENABLE_TIMING", "TRITON_REPRODUCER_PATH",
-    "TRITON_ENABLE_LLVM_DEBUG", "TRITON_LLVM_DEBUG_ONLY", "TRITON_DEBUG", "TRITON_INSTRUMENTATION_MODE",
-    "TRITON_FPSAN_HOMOMORPHIC_CASTS", "TRITON_FRONT_END_DEBUGGING", "TRITON_DEFAULT_FP_FUSION",
-})
+CLEARED_ENV = frozenset(
+    {
+        "TRITON_CACHE_DIR",
+        "TRITON_HOME",
+        "TRITON_CACHE_MANAGER",
+        "TRITON_REMOTE_CACHE_BACKEND",
+        "TRITON_ALWAYS_COMPILE",
+        "TRITON_STORE_BINARY_ONLY",
+        "TRITON_KERNEL_OVERRIDE",
+        "TRITON_OVERRIDE_DIR",
+        "USE_IR_LOC",
+        "TRITON_OVERRIDE_ARCH",
+        "TRITON_MOCK_PTX_VERSION",
+        "TRITON_LIBDEVICE_PATH",
+        "PTXAS_OPTIONS",
+        "TRITON_SWAP_MIR",
+        "TRITON_SWAP_MIR_ENABLE_MISCHED",
+        "TRITON_DUMP_MIR",
+        "TRITON_KERNEL_DUMP",
+        "TRITON_DUMP_DIR",
+        "MLIR_ENABLE_DUMP",
+        "MLIR_DUMP_PATH",
+        "LLVM_IR_ENABLE_DUMP",
+        "NVPTX_ENABLE_DUMP",
+        "AMDGCN_ENABLE_DUMP",
+        "MLIR_ENABLE_DIAGNOSTICS",
+        "MLIR_ENABLE_TIMING",
+        "LLVM_ENABLE_TIMING",
+        "TRITON_REPRODUCER_PATH",
+        "TRITON_ENABLE_LLVM_DEBUG",
+        "TRITON_LLVM_DEBUG_ONLY",
+        "TRITON_DEBUG",
+        "TRITON_INSTRUMENTATION_MODE",
+        "TRITON_FPSAN_HOMOMORPHIC_CASTS",
+        "TRITON_FRONT_END_DEBUGGING",
+        "TRITON_DEFAULT_FP_FUSION",
+    }
+)
 
 _MAX_VALUE = 256
 
@@ -100,10 +155,15 @@ def shell_warning(environ: Mapping[str, str] | None = None) -> str | None:
     if not ignored:
         return None
     listed = ", ".join(f"{k}={v}" for k, v in ignored.items())
-    where = "; Triton's cache for builds is <karchive cache>/triton-build ($KARCHIVE_CACHE_DIR)" \
-        if {"TRITON_CACHE_DIR", "TRITON_HOME"} & ignored.keys() else ""
-    return (f"ignoring {listed} from the environment: a build applies only its spec's [archive] env table "
-            f"(spec/BUILD.md, 'Environment'), so the result does not depend on the shell{where}")
+    where = (
+        "; Triton's cache for builds is <karchive cache>/triton-build ($KARCHIVE_CACHE_DIR)"
+        if {"TRITON_CACHE_DIR", "TRITON_HOME"} & ignored.keys()
+        else ""
+    )
+    return (
+        f"ignoring {listed} from the environment: a build applies only its spec's [archive] env table "
+        f"(spec/BUILD.md, 'Environment'), so the result does not depend on the shell{where}"
+    )
 
 
 def validate_env(env: Any, where: str = "env", path: str | None = None) -> dict[str, str]:
@@ -112,14 +172,18 @@ def validate_env(env: Any, where: str = "env", path: str | None = None) -> dict[
     if env is None:
         return {}
     if not isinstance(env, dict):
-        raise SpecFileError(f"{where} must be a table of NAME = \"value\"", path=path)
+        raise SpecFileError(f'{where} must be a table of NAME = "value"', path=path)
     out: dict[str, str] = {}
     for name, value in env.items():
         if name not in CODEGEN_ENV:
-            hint = " (karchive always passes enable_fp_fusion; set that option instead)" \
-                if name == "TRITON_DEFAULT_FP_FUSION" else ""
-            raise SpecFileError(f"{where}: {name!r} cannot be set by a build{hint}; settable: {sorted(CODEGEN_ENV)}",
-                                path=path)
+            hint = (
+                " (karchive always passes enable_fp_fusion; set that option instead)"
+                if name == "TRITON_DEFAULT_FP_FUSION"
+                else ""
+            )
+            raise SpecFileError(
+                f"{where}: {name!r} cannot be set by a build{hint}; settable: {sorted(CODEGEN_ENV)}", path=path
+            )
         if isinstance(value, bool):
             value = "1" if value else "0"
         elif isinstance(value, int):
@@ -156,8 +220,9 @@ def check_cache_root() -> str:
     else:
         why = unwritable(root)
     if why:
-        raise CacheError(f"the build cache {root} cannot be used ({why}); set KARCHIVE_CACHE_DIR to a writable "
-                         "directory", path=root)
+        raise CacheError(
+            f"the build cache {root} cannot be used ({why}); set KARCHIVE_CACHE_DIR to a writable directory", path=root
+        )
     return root
 
 
@@ -167,8 +232,13 @@ def cache_namespace(names: list[str], env: Mapping[str, str]) -> str:
     from ...core.jsonio import canonical_json
     from .canonical import NAMING_REVISION, SCHEME
 
-    desc = {"karchive": __version__, "scheme": SCHEME, "naming": NAMING_REVISION, "names": sorted(names),
-            "env": dict(env)}
+    desc = {
+        "karchive": __version__,
+        "scheme": SCHEME,
+        "naming": NAMING_REVISION,
+        "names": sorted(names),
+        "env": dict(env),
+    }
     return hashlib.sha256(canonical_json(desc)).hexdigest()[:32]
 
 
@@ -233,7 +303,8 @@ def check_import_time_state(backend: str, env: Mapping[str, str]) -> None:
             f"this process imported Triton while PTXAS_OPTIONS={baked!r} was set, and Triton made it the default "
             "of every CUDA compile; karchive builds do not depend on the shell, so unset it before Triton is "
             "imported (the karchive CLI and build workers with -j > 1 do this themselves)",
-            variant=None)  # the process's state: every variant alike
+            variant=None,
+        )  # the process's state: every variant alike
 
 
 def strip_shell(environ: MutableMapping[str, str] | None = None) -> None:
@@ -266,8 +337,9 @@ def compile_environment(env: Mapping[str, str], cache_dir: str, *, always_compil
 
     controlled = controlled_names() | set(env)
     saved = {k: os.environ.get(k) for k in controlled}
-    groups = [getattr(knobs, g) for g in ("cache", "compilation", "language", "nvidia", "amd", "runtime")
-              if hasattr(knobs, g)]
+    groups = [
+        getattr(knobs, g) for g in ("cache", "compilation", "language", "nvidia", "amd", "runtime") if hasattr(knobs, g)
+    ]
     with ExitStack() as stack:
         for group in groups:
             stack.enter_context(group.scope())

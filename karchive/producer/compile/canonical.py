@@ -30,16 +30,30 @@ import re
 import sys
 import tempfile
 import weakref
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from types import FunctionType, ModuleType
 from typing import Any
-from collections.abc import Iterable, Iterator, Mapping
 
 __all__ = [
-    "Canonicalised", "NAMING_REVISION", "SCHEME", "SourceModule", "TOOLCHAIN_MODULES", "canonical_locations",
-    "find_machine_paths", "install_independent_keys", "jit_callable_type", "kernel_name", "machine_roots",
-    "module_for_name", "module_sources", "name_for_module", "ptx_debug_bytes", "reached_functions", "source_file",
+    "Canonicalised",
+    "NAMING_REVISION",
+    "SCHEME",
+    "SourceModule",
+    "TOOLCHAIN_MODULES",
+    "canonical_locations",
+    "find_machine_paths",
+    "install_independent_keys",
+    "jit_callable_type",
+    "kernel_name",
+    "machine_roots",
+    "module_for_name",
+    "module_sources",
+    "name_for_module",
+    "ptx_debug_bytes",
+    "reached_functions",
+    "source_file",
 ]
 
 #: Version of the naming rules; it enters the build cache namespace (buildenv.py) and provenance.build.
@@ -224,8 +238,11 @@ def _kernel_name(fn: Any) -> str:
     for candidate in (f"{module}:{qualname}", short):
         if is_kernel_name(candidate):
             return str(candidate)
-    raise UnsupportedKernelError(f"kernel {short!r} of module {module!r}: neither {module}:{qualname} nor "
-                                 f"{short!r} is a kernel name an archive can hold (ASCII identifiers)", kernel=str(short))
+    raise UnsupportedKernelError(
+        f"kernel {short!r} of module {module!r}: neither {module}:{qualname} nor "
+        f"{short!r} is a kernel name an archive can hold (ASCII identifiers)",
+        kernel=str(short),
+    )
 
 
 def jit_callable_type() -> type | None:
@@ -310,21 +327,24 @@ class Canonicalised:
     sources: list[SourceModule]  # non-toolchain modules defining reached JIT functions, kernel's first
 
 
-def _modules_and_sources(kernel: Any, reached: list[Any], namer: _Namer,
-                         jit_type: type) -> tuple[dict[str, ModuleType], list[SourceModule]]:
+def _modules_and_sources(
+    kernel: Any, reached: list[Any], namer: _Namer, jit_type: type
+) -> tuple[dict[str, ModuleType], list[SourceModule]]:
     """Modules whose JIT functions get canonical names, and the non-Triton ones a rebuild must import."""
     kernel_fn = _unwrap(kernel, jit_type)
     kernel_module = namer.module_of(kernel_fn) if kernel_fn is not None else None
-    modules: dict[str, ModuleType] = {n: m for n, m in sorted(sys.modules.items())
-                                      if isinstance(m, ModuleType) and _is_toolchain(n)}
+    modules: dict[str, ModuleType] = {
+        n: m for n, m in sorted(sys.modules.items()) if isinstance(m, ModuleType) and _is_toolchain(n)
+    }
     sources: dict[str, SourceModule] = {}
     for fn in reached:
         found = namer.module_of(fn)
         if found is not None and found[0] in sys.modules:
             modules.setdefault(found[0], sys.modules[found[0]])
             if not _is_toolchain(found[0]) and found[0] not in sources:
-                sources[found[0]] = SourceModule(found[0], name_for_module(*found),
-                                                 _source_of(sys.modules[found[0]], found[0]))
+                sources[found[0]] = SourceModule(
+                    found[0], name_for_module(*found), _source_of(sys.modules[found[0]], found[0])
+                )
     first = kernel_module[0] if kernel_module is not None else None
     return modules, sorted(sources.values(), key=lambda s: (s.module != first, s.module))
 
@@ -396,8 +416,10 @@ def _source_of(module: ModuleType, name: str) -> str:
     except (OSError, TypeError) as exc:
         from ...errors import CompileError
 
-        raise CompileError(f"cannot read the source of module {name!r}, which defines a JIT function the kernel "
-                           f"uses: {exc}", variant=None) from exc  # a kernel's sources: every variant alike
+        raise CompileError(
+            f"cannot read the source of module {name!r}, which defines a JIT function the kernel uses: {exc}",
+            variant=None,
+        ) from exc  # a kernel's sources: every variant alike
 
 
 # --- Triton's cache key, install-independent ----------------------------------------------------
@@ -414,8 +436,10 @@ def _content_hash(self: Any) -> str:
 
     fields = dict(self.__dict__)
     libs = fields.get("extern_libs") or ()
-    fields["extern_libs"] = tuple((k, file_sha256(v) if isinstance(v, str) and os.path.isfile(v) else v)
-                                  for k, v in (libs.items() if isinstance(libs, dict) else libs))
+    fields["extern_libs"] = tuple(
+        (k, file_sha256(v) if isinstance(v, str) and os.path.isfile(v) else v)
+        for k, v in (libs.items() if isinstance(libs, dict) else libs)
+    )
     key = "_".join(f"{name}-{value}" for name, value in sorted(fields.items()))
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
@@ -492,8 +516,22 @@ def install_independent_keys() -> Iterator[None]:
 
 
 # --- checking the result -------------------------------------------------------------------------
-_GENERIC_DIRS = frozenset({"/tmp", "/var", "/usr", "/opt", "/home", "/srv", "/mnt", "/private", "/Users", "/var/tmp",
-                           "/private/tmp", "/private/var"})
+_GENERIC_DIRS = frozenset(
+    {
+        "/tmp",
+        "/var",
+        "/usr",
+        "/opt",
+        "/home",
+        "/srv",
+        "/mnt",
+        "/private",
+        "/Users",
+        "/var/tmp",
+        "/private/tmp",
+        "/private/var",
+    }
+)
 
 
 def machine_roots(extra: Iterable[str] = ()) -> list[str]:

@@ -28,7 +28,18 @@ from .variant_key import normalize_options, variant_key
 __all__ = ["BINARY_EXT", "IR_STAGES", "CompiledVariant", "build_abi", "describe_variant"]
 
 _PTX_SIZES = {"8": 1, "16": 2, "32": 4, "64": 8}
-_LLVM_SIZES = {"ptr": 8, "half": 2, "bfloat": 2, "float": 4, "double": 8, "i1": 1, "i8": 1, "i16": 2, "i32": 4, "i64": 8}
+_LLVM_SIZES = {
+    "ptr": 8,
+    "half": 2,
+    "bfloat": 2,
+    "float": 4,
+    "double": 8,
+    "i1": 1,
+    "i8": 1,
+    "i16": 2,
+    "i32": 4,
+    "i64": 8,
+}
 
 
 @dataclass
@@ -54,18 +65,28 @@ class CompiledVariant:
         return self.variant.kernel
 
     @classmethod
-    def assemble(cls, variant: Variant, files: dict[str, bytes], source_text: str | None,
-                 warnings: list[str] | None = None, extra_sources: list[str] | None = None) -> CompiledVariant:
+    def assemble(
+        cls,
+        variant: Variant,
+        files: dict[str, bytes],
+        source_text: str | None,
+        warnings: list[str] | None = None,
+        extra_sources: list[str] | None = None,
+    ) -> CompiledVariant:
         """Point ``variant``'s file refs at ``files`` (member names from the format's layout rule)."""
         key, backend = variant.key, variant.target.backend
-        ir = {stage: FileRef.for_bytes(variant_member(key, stage), data)
-              for stage, data in sorted(files.items()) if stage not in ("binary", "metadata")}
+        ir = {
+            stage: FileRef.for_bytes(variant_member(key, stage), data)
+            for stage, data in sorted(files.items())
+            if stage not in ("binary", "metadata")
+        }
         source = source_member(sha256_hex(source_text.encode())) if source_text is not None else None
         complete = replace(
             variant,
             binary=FileRef.for_bytes(variant_member(key, BINARY_EXT[backend]), files["binary"]),
             metadata=FileRef.for_bytes(variant_member(key, METADATA_EXT), files["metadata"]),
-            ir=ir, source=source,
+            ir=ir,
+            source=source,
         )
         return cls(complete, dict(files), source_text, list(warnings or []), list(extra_sources or []))
 
@@ -75,8 +96,9 @@ class CompiledVariant:
 
     def replaced(self, variant: Variant, files: dict[str, bytes] | None = None) -> CompiledVariant:
         """Another manifest entry (and optionally other bytes) for the same sources; refs re-derived."""
-        return CompiledVariant.assemble(variant, files if files is not None else self.files, self.source_text,
-                                        self.warnings, self.extra_sources)
+        return CompiledVariant.assemble(
+            variant, files if files is not None else self.files, self.source_text, self.warnings, self.extra_sources
+        )
 
 
 def ptx_entry_param_sizes(ptx: str, entry: str) -> list[int] | None:
@@ -120,13 +142,19 @@ def _target_json(metadata: dict) -> dict:
 
 
 def build_abi(
-    *, kernel: str, param_names: list[str], param_types: dict[str, str], metadata: dict, target: dict,
+    *,
+    kernel: str,
+    param_names: list[str],
+    param_types: dict[str, str],
+    metadata: dict,
+    target: dict,
     asm: dict[str, Any],
 ) -> Abi:
     """The launch ABI, explicit: the loader follows it and never consults a Triton version."""
     if any(isinstance(t, (tuple, list)) for t in param_types.values()):
-        raise UnsupportedKernelError(f"{kernel}: tuple parameters are not supported by launch ABI v{ABI_VERSION}",
-                                     kernel=kernel)
+        raise UnsupportedKernelError(
+            f"{kernel}: tuple parameters are not supported by launch ABI v{ABI_VERSION}", kernel=kernel
+        )
     descs = tensordesc_records(kernel, param_names, param_types, metadata)
     params: list[AbiParam] = []
     for i, name in enumerate(param_names):
@@ -140,8 +168,9 @@ def build_abi(
         elif typ in SCALAR_SIZES:
             params.append(AbiParam(name, "scalar", typ, i, SCALAR_SIZES[typ]))
         else:
-            raise UnsupportedKernelError(f"{kernel}: parameter {name!r} has type {typ!r}, which ABI v{ABI_VERSION} cannot pass",
-                                         kernel=kernel)
+            raise UnsupportedKernelError(
+                f"{kernel}: parameter {name!r} has type {typ!r}, which ABI v{ABI_VERSION} cannot pass", kernel=kernel
+            )
     entry = metadata["name"]
     backend = target["backend"]
     sizes = None
@@ -153,11 +182,16 @@ def build_abi(
     n_user = len(expected)
     if sizes is not None:
         extra = len(sizes) - n_user
-        if extra not in (0, 1, 2) or any(s != e for s, e in zip(sizes, expected)) or any(s != 8 for s in sizes[n_user:]):
+        if (
+            extra not in (0, 1, 2)
+            or any(s != e for s, e in zip(sizes, expected))
+            or any(s != 8 for s in sizes[n_user:])
+        ):
             raise UnsupportedKernelError(
                 f"{kernel}: the binary's entry takes {len(sizes)} parameters of sizes {sizes}, which karchive cannot map "
                 f"onto {n_user} kernel parameters plus scratch pointers; refusing to pack a kernel it would launch wrongly",
-                kernel=kernel)
+                kernel=kernel,
+            )
     else:  # binary-only input: follow the documented Triton history (3.3 added one pointer, 3.5 a second)
         major_minor = tuple(int(x) for x in str(metadata.get("triton_version", "3.5")).split(".")[:2])
         extra = 2 if major_minor >= (3, 5) else 1 if major_minor >= (3, 3) else 0
@@ -261,25 +295,39 @@ def describe_variant(
     Triton-cache import has no function to read it from)."""
     target = _target_json(metadata)
     backend = target["backend"]
-    abi = build_abi(kernel=kernel, param_names=param_names, param_types=param_types, metadata=metadata,
-                    target=target, asm=asm)
+    abi = build_abi(
+        kernel=kernel, param_names=param_names, param_types=param_types, metadata=metadata, target=target, asm=asm
+    )
     params = []
     for name in param_names:
         typ = param_types[name]
         has_default, default = (signature_defaults or {}).get(name, (None, None))
-        params.append(Param(
-            name=name, type=equal_to_1.get(name, typ),
-            constexpr=_json_value(constexprs[name]) if typ == "constexpr" else None, is_constexpr=typ == "constexpr",
-            divisibility=divisibility.get(name), equal_to_1=name in equal_to_1,
-            has_default=has_default, default=_json_value(default) if has_default else None,
-        ))
+        params.append(
+            Param(
+                name=name,
+                type=equal_to_1.get(name, typ),
+                constexpr=_json_value(constexprs[name]) if typ == "constexpr" else None,
+                is_constexpr=typ == "constexpr",
+                divisibility=divisibility.get(name),
+                equal_to_1=name in equal_to_1,
+                has_default=has_default,
+                default=_json_value(default) if has_default else None,
+            )
+        )
     options = normalize_options(metadata)
     hint_desc = {n: {"divisibility": d} for n, d in divisibility.items()}
     hint_desc.update({n: {"equal_to_1": True} for n in equal_to_1})
     key = variant_key(
-        kernel=kernel, source_key=source_key, signature={n: param_types[n] for n in param_names},
-        constexprs={n: _json_value(v) for n, v in constexprs.items()}, hints=hint_desc, target=target,
-        options=options, triton_version=str(metadata.get("triton_version", "")), hooks=hooks, env=codegen_env,
+        kernel=kernel,
+        source_key=source_key,
+        signature={n: param_types[n] for n in param_names},
+        constexprs={n: _json_value(v) for n, v in constexprs.items()},
+        hints=hint_desc,
+        target=target,
+        options=options,
+        triton_version=str(metadata.get("triton_version", "")),
+        hooks=hooks,
+        env=codegen_env,
     )
     plain_meta = json.loads(json.dumps(metadata, default=_json_default))
     roots = triton_roots() + install_roots_in(plain_meta) + (extra_roots or [])
@@ -294,14 +342,28 @@ def describe_variant(
                 files[stage] = _as_bytes(asm[stage])
     extra = dict(provenance_extra or {})
     provenance = Provenance(
-        origin=origin, triton_version=str(metadata.get("triton_version", "")), triton_hash=metadata.get("hash"),
-        source_key=source_key, hooks=tuple(hooks), triton_cache=extra.pop("triton_cache", None),
-        harvested=extra.pop("harvested", None), build=extra.pop("build", None), extra=extra,
+        origin=origin,
+        triton_version=str(metadata.get("triton_version", "")),
+        triton_hash=metadata.get("hash"),
+        source_key=source_key,
+        hooks=tuple(hooks),
+        triton_cache=extra.pop("triton_cache", None),
+        harvested=extra.pop("harvested", None),
+        build=extra.pop("build", None),
+        extra=extra,
     )
     placeholder = FileRef("", 0, "0" * 64)  # replaced by assemble() once the bytes are final
-    variant = Variant(kernel=kernel, key=key, target=Target(target["backend"], target["arch"], target["warp_size"]),
-                      params=tuple(params), options=options, abi=abi, binary=placeholder, metadata=placeholder,
-                      provenance=provenance)
+    variant = Variant(
+        kernel=kernel,
+        key=key,
+        target=Target(target["backend"], target["arch"], target["warp_size"]),
+        params=tuple(params),
+        options=options,
+        abi=abi,
+        binary=placeholder,
+        metadata=placeholder,
+        provenance=provenance,
+    )
     return CompiledVariant.assemble(variant, files, source_text)
 
 

@@ -14,7 +14,14 @@ from ...errors import KernelNotFoundError
 from ...format.autotune import json_scalar, normalize_value
 
 __all__ = [
-    "config_json", "is_jit", "kernel_names", "load_kernel", "load_module", "load_object", "split_ref", "unwrap",
+    "config_json",
+    "is_jit",
+    "kernel_names",
+    "load_kernel",
+    "load_module",
+    "load_object",
+    "split_ref",
+    "unwrap",
     "wrappers",
 ]
 
@@ -22,8 +29,9 @@ __all__ = [
 def split_ref(ref: str) -> tuple[str, str]:
     where, sep, name = str(ref).rpartition(":")
     if not sep or not where or not name:
-        raise KernelNotFoundError(f"bad kernel reference {ref!r}: expected 'path/to/file.py:fn' or 'package.module:fn'",
-                                  ref=str(ref))
+        raise KernelNotFoundError(
+            f"bad kernel reference {ref!r}: expected 'path/to/file.py:fn' or 'package.module:fn'", ref=str(ref)
+        )
     return where, name
 
 
@@ -63,8 +71,13 @@ def load_module(where: str, base_dir: str | None = None, ref: str | None = None)
 def is_jit(obj: Any) -> bool:
     """A ``@triton.jit`` function (JITFunction): its source, parameters and cache key. Triton 3.9's
     Autotuner and Heuristics also carry ``arg_names``, so that alone does not tell a kernel."""
-    return hasattr(obj, "arg_names") and hasattr(obj, "src") and hasattr(obj, "params") \
-        and not hasattr(obj, "configs") and not hasattr(obj, "values")
+    return (
+        hasattr(obj, "arg_names")
+        and hasattr(obj, "src")
+        and hasattr(obj, "params")
+        and not hasattr(obj, "configs")
+        and not hasattr(obj, "values")
+    )
 
 
 def wrappers(obj: Any) -> list[Any]:
@@ -134,7 +147,9 @@ def load_object(ref: str, base_dir: str | None = None) -> tuple[Any, ModuleType]
             kernels = kernel_names(module)
             raise KernelNotFoundError(
                 f"{name!r} not found in {where}; Triton kernels there: {', '.join(kernels) or 'none'}",
-                ref=ref, available=tuple(kernels))
+                ref=ref,
+                available=tuple(kernels),
+            )
         obj = getattr(obj, part)
     return obj, module
 
@@ -144,6 +159,7 @@ def load_kernel(ref: str, base_dir: str | None = None) -> tuple[Any, ModuleType]
     obj, module = load_object(ref, base_dir)
     fn = unwrap(obj)
     if not is_jit(fn):
-        raise KernelNotFoundError(f"{ref} is a {type(fn).__name__}, not a @triton.jit kernel", ref=ref,
-                                  available=tuple(kernel_names(module)))
+        raise KernelNotFoundError(
+            f"{ref} is a {type(fn).__name__}, not a @triton.jit kernel", ref=ref, available=tuple(kernel_names(module))
+        )
     return fn, module

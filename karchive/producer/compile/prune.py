@@ -24,9 +24,11 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-PERF_MODEL_SKIPPED = ("perf_model/top_k not applied ahead of time: the model estimates each config's time from the "
-                      "launch's arguments and the device, which a build has not; every config early_config_prune "
-                      "kept is built and the device tunes among them")
+PERF_MODEL_SKIPPED = (
+    "perf_model/top_k not applied ahead of time: the model estimates each config's time from the "
+    "launch's arguments and the device, which a build has not; every config early_config_prune "
+    "kept is built and the device tunes among them"
+)
 
 
 class _NeedsArgument(Exception):
@@ -86,8 +88,11 @@ class PruneOutcome:
         if self.early:
             out["early_config_prune"] = self.early
         if self.perf_model:
-            out["perf_model"] = {"applied": False, "reason": PERF_MODEL_SKIPPED,
-                                 "top_k": self.top_k if isinstance(self.top_k, (int, float)) else None}
+            out["perf_model"] = {
+                "applied": False,
+                "reason": PERF_MODEL_SKIPPED,
+                "top_k": self.top_k if isinstance(self.top_k, (int, float)) else None,
+            }
         return out
 
     def summary(self) -> str:
@@ -99,8 +104,11 @@ class PruneOutcome:
             kept = sorted({i for e in applied for i in e["kept"]})
             parts.append(f"early_config_prune applied ahead of time with the spec's arguments (kept configs {kept})")
         if skipped:
-            parts.append("early_config_prune not applied ahead of time: " + "; ".join(
-                sorted({e["reason"] for e in skipped})) + "; every config is built and the device tunes among them")
+            parts.append(
+                "early_config_prune not applied ahead of time: "
+                + "; ".join(sorted({e["reason"] for e in skipped}))
+                + "; every config is built and the device tunes among them"
+            )
         if self.perf_model:
             parts.append(PERF_MODEL_SKIPPED)
         return "; ".join(parts)
@@ -131,11 +139,16 @@ def early_prune(tuner: Any, known: Mapping[str, Any], params: set[str]) -> dict[
     try:
         kept = fn(list(configs), args)
     except _NeedsArgument as need:
-        return {"applied": False, "reason": f"it reads {need.what}, which a build does not know (only the spec's "
-                                            "constexpr values)"}
+        return {
+            "applied": False,
+            "reason": f"it reads {need.what}, which a build does not know (only the spec's constexpr values)",
+        }
     except Exception as exc:  # noqa: BLE001 - the user's function, run without a launch: any failure means "not now"
-        return {"applied": False, "reason": f"it raised {type(exc).__name__}: {str(exc)[:200]} when called with the "
-                                            "spec's arguments and no device call"}
+        return {
+            "applied": False,
+            "reason": f"it raised {type(exc).__name__}: {str(exc)[:200]} when called with the "
+            "spec's arguments and no device call",
+        }
     try:
         kept_list = list(kept)
     except TypeError:

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from collections.abc import Mapping, Sequence
 
 from ...errors import SignatureError
 from ...format.manifest import POINTER_ELEMENT_TYPES, SCALAR_SIZES
@@ -70,8 +70,9 @@ def _check_type(typ: str, where: str, kernel: str, param: str) -> str:
         base = base[1:]
     known = POINTER_ELEMENT_TYPES if typ.startswith("*") else SCALAR_SIZES
     if base not in known:
-        raise SignatureError(f"{where}: unknown type {typ!r} (known: {', '.join(sorted(known))})", kernel=kernel,
-                             param=param)
+        raise SignatureError(
+            f"{where}: unknown type {typ!r} (known: {', '.join(sorted(known))})", kernel=kernel, param=param
+        )
     return typ
 
 
@@ -89,8 +90,11 @@ def parse_token(text: str, where: str, kernel: str, param: str) -> Token:
     hint = None
     if hint_text:
         if hint_text.strip() not in ("16", "1"):
-            raise SignatureError(f"{where}: hint {hint_text.strip()!r} in {raw!r} is not supported (use :16 or :1)",
-                                 kernel=kernel, param=param)
+            raise SignatureError(
+                f"{where}: hint {hint_text.strip()!r} in {raw!r} is not supported (use :16 or :1)",
+                kernel=kernel,
+                param=param,
+            )
         hint = int(hint_text)
     is_none = body == "None"  # an argument passed as None: Triton specialises it to the constexpr None
     value = None if is_none else _parse_value(body)
@@ -99,8 +103,9 @@ def parse_token(text: str, where: str, kernel: str, param: str) -> Token:
             raise SignatureError(f"{where}: a constexpr value cannot carry a hint: {raw!r}", kernel=kernel, param=param)
         return Token(raw, None, value)
     if not _TYPE_RE.fullmatch(body):
-        raise SignatureError(f"{where}: cannot parse {raw!r} as a type or a constexpr value", kernel=kernel,
-                             param=param)
+        raise SignatureError(
+            f"{where}: cannot parse {raw!r} as a type or a constexpr value", kernel=kernel, param=param
+        )
     typ = _check_type(body, where, kernel, param)
     if hint == 1 and typ.startswith("*"):
         raise SignatureError(f"{where}: ':1' applies to integers, not pointers ({raw!r})", kernel=kernel, param=param)
@@ -121,8 +126,9 @@ def _with_suggestion(name: str, known: Sequence[str]) -> str:
     return f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name)
 
 
-def _missing(names: Sequence[str], constexpr_params: Sequence[str], entries: Sequence[str],
-             given: Mapping[str, Any]) -> list[str]:
+def _missing(
+    names: Sequence[str], constexpr_params: Sequence[str], entries: Sequence[str], given: Mapping[str, Any]
+) -> list[str]:
     """The parameters whose omission would make a signature of ``len(names) - 1`` entries fit the kernel: each
     ``tl.constexpr`` parameter a value, each other one a type (``None`` fits either), and, where the kernel names
     its pointers ``*ptr*``, the pointer types on those. Empty when none does, or an entry does not parse."""
@@ -145,8 +151,11 @@ def _missing(names: Sequence[str], constexpr_params: Sequence[str], entries: Seq
         return True
 
     for strict in (True, False):
-        out = [m for i, m in enumerate(names) if m not in given
-               and all(fits(n, t, strict) for n, t in zip([*names[:i], *names[i + 1:]], toks))]
+        out = [
+            m
+            for i, m in enumerate(names)
+            if m not in given and all(fits(n, t, strict) for n, t in zip([*names[:i], *names[i + 1 :]], toks))
+        ]
         if out:
             return out
     return []
@@ -185,19 +194,28 @@ def resolve(
     runtime_params = [n for n in names if n not in constexpr_params]
     unknown_cx = [k for k in constexprs if k not in names]
     if unknown_cx:  # before anything else: a typo ("BLOCKK") would otherwise surface as "BLOCK: no value given"
-        raise SignatureError(f"{kernel_name}: unknown constexpr{'' if len(unknown_cx) == 1 else 's'} "
-                             f"{', '.join(_with_suggestion(k, names) for k in unknown_cx)}: not a parameter of "
-                             f"{kernel_name}, whose parameters are {', '.join(names)}",
-                             kernel=kernel_name, param=unknown_cx[0])
+        raise SignatureError(
+            f"{kernel_name}: unknown constexpr{'' if len(unknown_cx) == 1 else 's'} "
+            f"{', '.join(_with_suggestion(k, names) for k in unknown_cx)}: not a parameter of "
+            f"{kernel_name}, whose parameters are {', '.join(names)}",
+            kernel=kernel_name,
+            param=unknown_cx[0],
+        )
     if not isinstance(signature, (str, Mapping, list, tuple)):
-        raise SignatureError(f"{kernel_name}: a signature is a string such as '*fp32:16, i32', a list of those "
-                             f"entries or a table name -> type, not {type(signature).__name__}", kernel=kernel_name,
-                             param=None)  # the signature as a whole
+        raise SignatureError(
+            f"{kernel_name}: a signature is a string such as '*fp32:16, i32', a list of those "
+            f"entries or a table name -> type, not {type(signature).__name__}",
+            kernel=kernel_name,
+            param=None,
+        )  # the signature as a whole
     if isinstance(signature, Mapping):
         unknown = set(signature) - set(names)
         if unknown:
-            raise SignatureError(f"{kernel_name}: signature names unknown parameters {sorted(unknown)}; parameters are {names}",
-                                 kernel=kernel_name, param=sorted(unknown)[0])
+            raise SignatureError(
+                f"{kernel_name}: signature names unknown parameters {sorted(unknown)}; parameters are {names}",
+                kernel=kernel_name,
+                param=sorted(unknown)[0],
+            )
         assigned = {n: str(signature[n]) for n in names if n in signature}
     else:
         entries = split_signature(signature)
@@ -207,10 +225,16 @@ def resolve(
         if not missing and constexprs:
             covered, table = [n for n in names if n not in constexprs], " the constexprs table does not give"
             missing = _missing(covered, constexpr_params, entries, constexprs)
-        shifted = (f"{kernel_name}: signature has {len(entries)} entries for the {len(covered)} parameters{table} "
-                   f"({', '.join(covered)}): {_missing_text(missing)} (without it, each entry fits its parameter: a "
-                   "value for each tl.constexpr, a type for the others); give one entry per parameter, or name them "
-                   f"(signature = {{ {names[0]} = \"...\", ... }})") if missing else ""
+        shifted = (
+            (
+                f"{kernel_name}: signature has {len(entries)} entries for the {len(covered)} parameters{table} "
+                f"({', '.join(covered)}): {_missing_text(missing)} (without it, each entry fits its parameter: a "
+                "value for each tl.constexpr, a type for the others); give one entry per parameter, or name them "
+                f'(signature = {{ {names[0]} = "...", ... }})'
+            )
+            if missing
+            else ""
+        )
         if len(entries) == len(names):
             assigned = dict(zip(names, entries))
         elif len(entries) == len(runtime_params):
@@ -229,21 +253,27 @@ def resolve(
                 f"{kernel_name}: signature has {len(entries)} entries, but the kernel has {len(names)} parameters "
                 f"({', '.join(names)}) of which {len(runtime_params)} are not constexpr "
                 f"({', '.join(runtime_params)}); give one entry per parameter or per non-constexpr parameter",
-                kernel=kernel_name, param=None)  # the count is wrong, not one parameter
+                kernel=kernel_name,
+                param=None,
+            )  # the count is wrong, not one parameter
     spec = Specialization(names=names, types={})
     for i, name in enumerate(names):
         where = f"{kernel_name}: parameter {i} ({name})"
         if name in assigned:
             if name in constexprs:
-                raise SignatureError(f"{where}: given both in the signature and in constexprs", kernel=kernel_name,
-                                     param=name)
+                raise SignatureError(
+                    f"{where}: given both in the signature and in constexprs", kernel=kernel_name, param=name
+                )
             tok = parse_token(assigned[name], where, kernel_name, name)
             if tok.type is None:
                 spec.types[name] = "constexpr"
                 spec.constexprs[name] = tok.value
             elif name in constexpr_params:
-                raise SignatureError(f"{where}: is tl.constexpr, so it needs a value, not the type {tok.type!r}",
-                                     kernel=kernel_name, param=name)
+                raise SignatureError(
+                    f"{where}: is tl.constexpr, so it needs a value, not the type {tok.type!r}",
+                    kernel=kernel_name,
+                    param=name,
+                )
             elif tok.hint == 1:
                 spec.types[name] = "constexpr"
                 spec.constexprs[name] = 1
@@ -258,6 +288,9 @@ def resolve(
         else:
             raise SignatureError(f"{where}: no type or constexpr value given", kernel=kernel_name, param=name)
     if constexprs:
-        raise SignatureError(f"{kernel_name}: constexprs name unknown or already-typed parameters {sorted(constexprs)}",
-                             kernel=kernel_name, param=sorted(constexprs)[0])
+        raise SignatureError(
+            f"{kernel_name}: constexprs name unknown or already-typed parameters {sorted(constexprs)}",
+            kernel=kernel_name,
+            param=sorted(constexprs)[0],
+        )
     return spec

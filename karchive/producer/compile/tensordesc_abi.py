@@ -17,7 +17,11 @@ from ...core.grammar import whole
 from ...errors import UnsupportedKernelError
 from ...format.manifest import AbiParam
 from ...format.tensordesc import (
-    CONVENTIONS, TensorDescAbi, convention_for_triton, parse_tensordesc_type, slot_size,
+    CONVENTIONS,
+    TensorDescAbi,
+    convention_for_triton,
+    parse_tensordesc_type,
+    slot_size,
 )
 
 __all__ = ["binary_param_sizes", "bind_descriptor_blocks", "tensordesc_records"]
@@ -35,8 +39,9 @@ def _triton_version(metadata: dict) -> str:
         return ""
 
 
-def tensordesc_records(kernel: str, param_names: Sequence[str], param_types: dict[str, Any],
-                       metadata: dict) -> dict[str, TensorDescAbi]:
+def tensordesc_records(
+    kernel: str, param_names: Sequence[str], param_types: dict[str, Any], metadata: dict
+) -> dict[str, TensorDescAbi]:
     """Per descriptor parameter name, its expansion record; {} for a kernel without descriptors.
 
     Refuses (:class:`UnsupportedKernelError`) what karchive cannot launch correctly: a Triton release whose
@@ -45,14 +50,16 @@ def tensordesc_records(kernel: str, param_names: Sequence[str], param_types: dic
     names = [n for n in param_names if str(param_types[n]).startswith("tensordesc")]
     if not names:
         if metadata.get("tensordesc_meta"):
-            raise UnsupportedKernelError(f"{kernel}: tensor-descriptor metadata but no tensordesc parameter",
-                                         kernel=kernel)
+            raise UnsupportedKernelError(
+                f"{kernel}: tensor-descriptor metadata but no tensordesc parameter", kernel=kernel
+            )
         return {}
     target = metadata.get("target")
     backend = target.get("backend") if isinstance(target, dict) else getattr(target, "backend", None)
     if backend != "cuda":
-        raise UnsupportedKernelError(f"{kernel}: host tensor descriptors are recorded for CUDA only, not {backend}",
-                                     kernel=kernel)
+        raise UnsupportedKernelError(
+            f"{kernel}: host tensor descriptors are recorded for CUDA only, not {backend}", kernel=kernel
+        )
     version = _triton_version(metadata)
     convention = convention_for_triton(version)
     if convention is None:
@@ -60,27 +67,38 @@ def tensordesc_records(kernel: str, param_names: Sequence[str], param_types: dic
         raise UnsupportedKernelError(
             f"{kernel}: karchive does not know how Triton {version or '(unknown version)'} passes host tensor "
             f"descriptors to the binary (known conventions: {known}); refusing to record a launch it cannot "
-            "describe", kernel=kernel)
+            "describe",
+            kernel=kernel,
+        )
     metas = metadata.get("tensordesc_meta") or []
     if metas and len(metas) != len(names):
-        raise UnsupportedKernelError(f"{kernel}: {len(metas)} tensor-descriptor metadata records for "
-                                     f"{len(names)} descriptor parameters", kernel=kernel)
+        raise UnsupportedKernelError(
+            f"{kernel}: {len(metas)} tensor-descriptor metadata records for {len(names)} descriptor parameters",
+            kernel=kernel,
+        )
     out: dict[str, TensorDescAbi] = {}
     for i, name in enumerate(names):
         parsed = parse_tensordesc_type(str(param_types[name]))
         if parsed is None:
-            raise UnsupportedKernelError(f"{kernel}: cannot read descriptor type {param_types[name]!r} of {name!r}",
-                                         kernel=kernel)
+            raise UnsupportedKernelError(
+                f"{kernel}: cannot read descriptor type {param_types[name]!r} of {name!r}", kernel=kernel
+            )
         if not metas:  # below sm_90 (or TMA off): Triton's decomposed expansion
             out[name] = TensorDescAbi(convention, "decomposed", parsed.dtype, parsed.rank, parsed.block_shape)
             continue
         meta = dict(metas[i])
         im2col = bool(meta.get("is_im2col", False))
         out[name] = TensorDescAbi(
-            convention, "tma", parsed.dtype, parsed.rank,
+            convention,
+            "tma",
+            parsed.dtype,
+            parsed.rank,
             tuple(int(b) for b in meta.get("block_size") or parsed.block_shape),
-            swizzle=int(meta["swizzle"]), elem_size=int(meta["elem_size"]), elem_type=int(meta["elem_type"]),
-            fp4_padded=bool(meta.get("fp4_padded", False)), im2col=im2col,
+            swizzle=int(meta["swizzle"]),
+            elem_size=int(meta["elem_size"]),
+            elem_type=int(meta["elem_type"]),
+            fp4_padded=bool(meta.get("fp4_padded", False)),
+            im2col=im2col,
         )
     return out
 
@@ -118,7 +136,9 @@ def bind_descriptor_blocks(types: dict[str, str], constexprs: dict[str, Any], ke
             if type(value) is not int:
                 raise UnsupportedKernelError(
                     f"{kernel}: descriptor {name!r} names block dimension {part!r}, which is not an int constexpr "
-                    f"of this variant (constexprs: {sorted(constexprs)})", kernel=kernel)
+                    f"of this variant (constexprs: {sorted(constexprs)})",
+                    kernel=kernel,
+                )
             dims.append(str(value))
         out[name] = f"{m.group(1)}{', '.join(dims)}{m.group(3)}"
     return out

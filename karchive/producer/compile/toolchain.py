@@ -34,8 +34,15 @@ from ...errors import CompileError, TargetError
 from ...format.target import Target
 
 __all__ = [
-    "HIP_EXAMPLES", "backend_hash", "build_fingerprint", "cache_env_vars", "check_target", "cuda_capabilities",
-    "require_triton", "toolchain_report", "triton_key_sha256",
+    "HIP_EXAMPLES",
+    "backend_hash",
+    "build_fingerprint",
+    "cache_env_vars",
+    "check_target",
+    "cuda_capabilities",
+    "require_triton",
+    "toolchain_report",
+    "triton_key_sha256",
 ]
 
 #: Examples named when a gfx arch is refused (each compiles with Triton 3.9; the check itself asks the toolchain).
@@ -48,8 +55,10 @@ def require_triton() -> None:
     import importlib.util
 
     if importlib.util.find_spec("triton") is None:
-        raise CompileError("compiling kernels needs Triton, which is not installed here: "
-                           "pip install 'karchive[producer]'", variant=None)  # every variant alike
+        raise CompileError(
+            "compiling kernels needs Triton, which is not installed here: pip install 'karchive[producer]'",
+            variant=None,
+        )  # every variant alike
 
 
 def _triton_version() -> str:
@@ -131,8 +140,11 @@ def _check_cuda(target: Target) -> None:
     if tool is None or _cuda_ok(capability):
         return
     known = ", ".join(f"cuda:{c}" for c in cuda_capabilities())
-    raise TargetError(f"target {target} is not supported by this {_triton_version()}: its ptxas (CUDA {tool[1]}) "
-                      f"has no {sm_name(capability)}; CUDA targets it can build: {known}", target=str(target))
+    raise TargetError(
+        f"target {target} is not supported by this {_triton_version()}: its ptxas (CUDA {tool[1]}) "
+        f"has no {sm_name(capability)}; CUDA targets it can build: {known}",
+        target=str(target),
+    )
 
 
 def _check_hip_llvm(target: Target) -> None:
@@ -146,8 +158,11 @@ def _check_hip_llvm(target: Target) -> None:
     try:
         get_triple(target.arch)
     except ValueError:
-        raise TargetError(f"target {target} is not supported by this {_triton_version()}: its LLVM knows no AMD GPU "
-                          f"{target.arch!r} (targets it builds include {HIP_EXAMPLES})", target=str(target)) from None
+        raise TargetError(
+            f"target {target} is not supported by this {_triton_version()}: its LLVM knows no AMD GPU "
+            f"{target.arch!r} (targets it builds include {HIP_EXAMPLES})",
+            target=str(target),
+        ) from None
 
 
 @contextlib.contextmanager
@@ -176,16 +191,20 @@ def _hip_compiles(arch: str, warp_size: int) -> str | None:
     from .buildenv import COMPILE_LOCK, DEFAULT_FP_FUSION, cache_root, compile_environment
 
     src = ASTSource(fn=_probe_kernel.karchive_probe, signature={"x": "*fp32"}, constexprs={})
-    with COMPILE_LOCK, compile_environment({}, os.path.join(cache_root(), "target-probe")), \
-            _quiet_stderr() as sink:
+    with COMPILE_LOCK, compile_environment({}, os.path.join(cache_root(), "target-probe")), _quiet_stderr() as sink:
         try:
-            triton.compile(src, target=GPUTarget("hip", arch, warp_size),
-                           options={"enable_fp_fusion": DEFAULT_FP_FUSION})
+            triton.compile(
+                src, target=GPUTarget("hip", arch, warp_size), options={"enable_fp_fusion": DEFAULT_FP_FUSION}
+            )
         except Exception as exc:  # noqa: BLE001 - any failure means "cannot build for this target"
             sink.seek(0)
             printed = sink.read().decode("utf-8", "replace")
             m = re.search(r"error: (unsupported target[^\n]*)", printed)
-            return m.group(1) if m else f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            return (
+                m.group(1)
+                if m
+                else f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+            )
     return None
 
 
@@ -207,8 +226,11 @@ def check_target(target: Target | str, *, probe: bool = False) -> Target:
                 return t
             reason = _hip_compiles(t.arch, t.warp_size)
             if reason is not None:
-                raise TargetError(f"target {t} is not supported by this {_triton_version()}'s AMD backend "
-                                  f"({reason}); targets it builds include {HIP_EXAMPLES}", target=str(t))
+                raise TargetError(
+                    f"target {t} is not supported by this {_triton_version()}'s AMD backend "
+                    f"({reason}); targets it builds include {HIP_EXAMPLES}",
+                    target=str(t),
+                )
     return t
 
 
@@ -239,9 +261,13 @@ def toolchain_report() -> dict[str, Any]:
         hip_llvm = getattr(amd, "get_target_triple", None) is not None
     except Exception:  # noqa: BLE001 - no AMD backend in this Triton build
         hip_llvm = False
-    return {"triton": getattr(triton, "__version__", None), "backends": names, "ptxas": ptxas,
-            "cuda_targets": [f"cuda:{c}" for c in cuda_capabilities()],
-            "hip": {"llvm": hip_llvm, "targets_include": HIP_EXAMPLES.split(", ") if hip_llvm else []}}
+    return {
+        "triton": getattr(triton, "__version__", None),
+        "backends": names,
+        "ptxas": ptxas,
+        "cuda_targets": [f"cuda:{c}" for c in cuda_capabilities()],
+        "hip": {"llvm": hip_llvm, "targets_include": HIP_EXAMPLES.split(", ") if hip_llvm else []},
+    }
 
 
 # --- identity of the installed Triton build ---------------------------------------------------

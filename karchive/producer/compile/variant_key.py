@@ -23,9 +23,20 @@ KEY_SCHEMA = 1
 #: Metadata fields that describe the compiled result, not the request; they stay out of the key.
 RESULT_FIELDS = frozenset(
     {
-        "hash", "name", "shared", "tmem_size", "global_scratch_size", "global_scratch_align",
-        "profile_scratch_size", "profile_scratch_align", "target", "triton_version", "tensordesc_meta",
-        "cluster_dims", "num_tma_descriptors", "ir_override",
+        "hash",
+        "name",
+        "shared",
+        "tmem_size",
+        "global_scratch_size",
+        "global_scratch_align",
+        "profile_scratch_size",
+        "profile_scratch_align",
+        "target",
+        "triton_version",
+        "tensordesc_meta",
+        "cluster_dims",
+        "num_tma_descriptors",
+        "ir_override",
     }
 )
 
@@ -51,7 +62,7 @@ def local_triton_file(path: str) -> str | None:
         import triton
     except ImportError:
         return None
-    local = os.path.join(os.path.dirname(os.path.abspath(triton.__file__)), path[i + len(marker):])
+    local = os.path.join(os.path.dirname(os.path.abspath(triton.__file__)), path[i + len(marker) :])
     return local if os.path.isfile(local) else None
 
 

@@ -20,8 +20,8 @@ the rest was not, is recorded (:mod:`.prune`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import KarchiveError, SpecFileError
@@ -65,8 +65,9 @@ def stack_of(obj: Any) -> Stack:
         elif hasattr(w, "values"):
             layers.append(("heuristics", w))
         else:
-            raise KarchiveError(f"{type(w).__name__} wraps the kernel; karchive knows @triton.autotune and "
-                                "@triton.heuristics")
+            raise KarchiveError(
+                f"{type(w).__name__} wraps the kernel; karchive knows @triton.autotune and @triton.heuristics"
+            )
     return Stack(layers, unwrap(obj))
 
 
@@ -118,8 +119,11 @@ def expand(requests: list, path: str | None = None) -> WrappedPlan:
         if chosen is not None:
             bad = [i for i in chosen if not (isinstance(i, int) and 0 <= i < len(configs))]
             if bad or stack.tuner is None:
-                raise SpecFileError(f"{req.label()}: configs = {chosen} does not index the autotuner's "
-                                    f"{len(configs) if stack.tuner is not None else 0} configs", path=path)
+                raise SpecFileError(
+                    f"{req.label()}: configs = {chosen} does not index the autotuner's "
+                    f"{len(configs) if stack.tuner is not None else 0} configs",
+                    path=path,
+                )
         indexes = list(chosen) if chosen is not None else list(range(len(configs)))
         if outcome is not None and outcome["applied"]:
             indexes = [i for i in indexes if i in outcome["kept"]]
@@ -131,8 +135,10 @@ def expand(requests: list, path: str | None = None) -> WrappedPlan:
             if cfg is not None:
                 for k, v in cfg.kwargs.items():
                     if k not in params:
-                        raise SpecFileError(f"{req.label()}: autotune config {cfg} sets {k!r}, which is not a "
-                                            "parameter of the kernel", path=path)
+                        raise SpecFileError(
+                            f"{req.label()}: autotune config {cfg} sets {k!r}, which is not a parameter of the kernel",
+                            path=path,
+                        )
                     cx[k] = v
                 for k in OPTION_NAMES:
                     v = getattr(cfg, k, None)
@@ -148,14 +154,28 @@ def expand(requests: list, path: str | None = None) -> WrappedPlan:
                     raise SpecFileError(
                         f"{req.label()}: @triton.heuristics computes {name!r} at each call and its value is not "
                         f"a boolean karchive can enumerate; list the values to build, e.g. constexprs = "
-                        f"{{ {name} = [...] }}" if name in params else
-                        f"{req.label()}: @triton.heuristics computes {name!r}; list the values to build", path=path)
-                variants = [({**c, name: v}, o) if name in params else (c, {**o, name: v})
-                            for c, o in variants for v in values]
+                        f"{{ {name} = [...] }}"
+                        if name in params
+                        else f"{req.label()}: @triton.heuristics computes {name!r}; list the values to build",
+                        path=path,
+                    )
+                variants = [
+                    ({**c, name: v}, o) if name in params else (c, {**o, name: v}) for c, o in variants for v in values
+                ]
             for c, o in variants:
-                plan.requests.append(VariantRequest(
-                    kernel_ref=req.kernel_ref, signature=req.signature, target=req.target, constexprs=c, options=o,
-                    include_ir=req.include_ir, base_dir=req.base_dir, env=dict(req.env), expanded=True))
+                plan.requests.append(
+                    VariantRequest(
+                        kernel_ref=req.kernel_ref,
+                        signature=req.signature,
+                        target=req.target,
+                        constexprs=c,
+                        options=o,
+                        include_ir=req.include_ir,
+                        base_dir=req.base_dir,
+                        env=dict(req.env),
+                        expanded=True,
+                    )
+                )
     for ref, (at, he) in done.items():
         if at is not None:
             _record_pruning(at, _stack_of(stacks, ref), pruned.get(ref), plan.warnings, ref)
@@ -239,15 +259,23 @@ def _records(stack: Stack, warnings: list[str], ref: str) -> tuple[dict | None, 
     at = None
     if stack.tuner is not None:
         t = stack.tuner
-        at = {"kernel": kernel, "key_names": [str(k) for k in t.keys], "dtype_args": [],
-              "configs": [config_json(c) for c in t.configs], "entries": [], "fallback": "nearest-log2",
-              "origin": "aot", "key_rule": "triton",
-              "reset_to_zero": [str(n) for n in getattr(t, "reset_to_zero", None) or []],
-              "restore_value": [str(n) for n in getattr(t, "restore_value", None) or []],
-              "outer_heuristics": [n for n, _fn, outer in heur if outer]}
+        at = {
+            "kernel": kernel,
+            "key_names": [str(k) for k in t.keys],
+            "dtype_args": [],
+            "configs": [config_json(c) for c in t.configs],
+            "entries": [],
+            "fallback": "nearest-log2",
+            "origin": "aot",
+            "key_rule": "triton",
+            "reset_to_zero": [str(n) for n in getattr(t, "reset_to_zero", None) or []],
+            "restore_value": [str(n) for n in getattr(t, "restore_value", None) or []],
+            "outer_heuristics": [n for n, _fn, outer in heur if outer],
+        }
         if getattr(t, "user_defined_pre_hook", False) or getattr(t, "user_defined_post_hook", False):
-            warnings.append(f"{ref}: the autotuner's pre_hook/post_hook is Python the runtime cannot run; "
-                            "it is not recorded")
+            warnings.append(
+                f"{ref}: the autotuner's pre_hook/post_hook is Python the runtime cannot run; it is not recorded"
+            )
     he = None
     if heur:
         exprs: dict[str, list] = {}
@@ -255,9 +283,11 @@ def _records(stack: Stack, warnings: list[str], ref: str) -> tuple[dict | None, 
             try:
                 exprs[name] = translate(fn)
             except Untranslatable as exc:
-                warnings.append(f"{ref}: heuristic {name!r} is not stored ({exc}); the archive cannot compute {name} "
-                                "for a call (Triton computes it from each call), so a direct launch is refused; a "
-                                "call site served by karchive.serve computes it with the library's own function")
+                warnings.append(
+                    f"{ref}: heuristic {name!r} is not stored ({exc}); the archive cannot compute {name} "
+                    "for a call (Triton computes it from each call), so a direct launch is refused; a "
+                    "call site served by karchive.serve computes it with the library's own function"
+                )
         he = {"kernel": kernel, "names": [n for n, _f, _o in heur], "cases": {}, "exprs": exprs}
     return at, he
 

@@ -15,8 +15,8 @@ import threading
 from typing import Any, Literal
 
 from ...errors import DriverError, LaunchError, NoDeviceError
-from ..device import DeviceInfo
 from ..backend import LoadedFunction, StreamCache, plain_text
+from ..device import DeviceInfo
 
 _DEFAULT_SHARED = 48 * 1024
 #: cuLaunchKernel exists since CUDA 4.0; its ABI has not changed (cuda.h: ``cuLaunchKernel`` has no _v2).
@@ -39,8 +39,9 @@ def import_driver() -> Any:
     except ImportError as exc:
         raise NoDeviceError(
             "cannot launch on CUDA: the cuda-python driver bindings are not installed "
-            f"(pip install 'karchive[cuda]', i.e. cuda-python); import failed with: {exc}"
-        , backend="cuda") from exc
+            f"(pip install 'karchive[cuda]', i.e. cuda-python); import failed with: {exc}",
+            backend="cuda",
+        ) from exc
 
 
 def per_thread_default_stream() -> bool:
@@ -71,19 +72,24 @@ class CudaBackend:
             ) from exc
         if err != self.SUCCESS:
             if err == d.CUresult.CUDA_ERROR_NO_DEVICE:
-                raise NoDeviceError("cannot launch on CUDA: the driver is installed but reports no CUDA device",
-                                    backend="cuda")
+                raise NoDeviceError(
+                    "cannot launch on CUDA: the driver is installed but reports no CUDA device", backend="cuda"
+                )
             raise NoDeviceError(f"cannot launch on CUDA: cuInit failed: {self.error_text(err)}", backend="cuda")
         err, count = d.cuDeviceGetCount()
         if err != self.SUCCESS or count == 0:
-            raise NoDeviceError("cannot launch on CUDA: no CUDA device is visible "
-                                "(check CUDA_VISIBLE_DEVICES and the driver)", backend="cuda")
+            raise NoDeviceError(
+                "cannot launch on CUDA: no CUDA device is visible (check CUDA_VISIBLE_DEVICES and the driver)",
+                backend="cuda",
+            )
         self.count = count
         err, self.driver_version = d.cuDriverGetVersion()
         self._launch_kernel = d.cuLaunchKernel
-        self.context_errors = frozenset(int(getattr(d.CUresult, n)) for n in
-                                        ("CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HANDLE",
-                                         "CUDA_ERROR_CONTEXT_IS_DESTROYED") if hasattr(d.CUresult, n))
+        self.context_errors = frozenset(
+            int(getattr(d.CUresult, n))
+            for n in ("CUDA_ERROR_INVALID_CONTEXT", "CUDA_ERROR_INVALID_HANDLE", "CUDA_ERROR_CONTEXT_IS_DESTROYED")
+            if hasattr(d.CUresult, n)
+        )
         self._lock = threading.Lock()
         self._contexts: dict[int, Any] = {}
         self._infos: dict[int, DeviceInfo] = {}
@@ -127,9 +133,14 @@ class CudaBackend:
         raw_name = self.check(d.cuDeviceGetName(256, dev), "cuDeviceGetName")
         name = raw_name.split(b"\0", 1)[0].decode(errors="replace") if isinstance(raw_name, bytes) else str(raw_name)
         info = DeviceInfo(
-            backend="cuda", index=index, arch=f"{major}{minor}", warp_size=attr("CU_DEVICE_ATTRIBUTE_WARP_SIZE"),
-            cc=(major, minor), shared_optin=attr("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
-            name=name, driver_version=int(self.driver_version),
+            backend="cuda",
+            index=index,
+            arch=f"{major}{minor}",
+            warp_size=attr("CU_DEVICE_ATTRIBUTE_WARP_SIZE"),
+            cc=(major, minor),
+            shared_optin=attr("CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN"),
+            name=name,
+            driver_version=int(self.driver_version),
             multiprocessors=attr("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"),
         )
         self._infos[index] = info
@@ -183,8 +194,11 @@ class CudaBackend:
         d = self.d
         info = self.device_info(index)
         if shared > _DEFAULT_SHARED and info.shared_optin is not None and shared > info.shared_optin:
-            raise LaunchError(f"{entry} needs {shared} bytes of dynamic shared memory; {info} allows at most "
-                              f"{info.shared_optin} per block", kernel=entry)
+            raise LaunchError(
+                f"{entry} needs {shared} bytes of dynamic shared memory; {info} allows at most "
+                f"{info.shared_optin} per block",
+                kernel=entry,
+            )
         with self.in_context(index):
             module = self.check(d.cuModuleLoadData(image), f"cuModuleLoadData({entry})")
             func = self.check(d.cuModuleGetFunction(module, entry.encode()), f"cuModuleGetFunction({entry})")
@@ -193,19 +207,30 @@ class CudaBackend:
                 # split and the whole opt-in allowed, so a binary runs (and tuning times it) as the JIT runs it.
                 limit = shared
                 if info.shared_optin is not None and info.shared_optin > _DEFAULT_SHARED:
-                    self.check(d.cuFuncSetCacheConfig(func, d.CUfunc_cache.CU_FUNC_CACHE_PREFER_SHARED),
-                               "cuFuncSetCacheConfig(PREFER_SHARED)")
-                    static = int(self.check(d.cuFuncGetAttribute(
-                        d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, func),
-                        "cuFuncGetAttribute(SHARED_SIZE_BYTES)"))
+                    self.check(
+                        d.cuFuncSetCacheConfig(func, d.CUfunc_cache.CU_FUNC_CACHE_PREFER_SHARED),
+                        "cuFuncSetCacheConfig(PREFER_SHARED)",
+                    )
+                    static = int(
+                        self.check(
+                            d.cuFuncGetAttribute(d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, func),
+                            "cuFuncGetAttribute(SHARED_SIZE_BYTES)",
+                        )
+                    )
                     limit = max(shared, info.shared_optin - static)
-                self.check(d.cuFuncSetAttribute(
-                    func, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit),
-                    f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={limit})")
+                self.check(
+                    d.cuFuncSetAttribute(
+                        func, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, limit
+                    ),
+                    f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={limit})",
+                )
             if num_ctas > 8:
-                self.check(d.cuFuncSetAttribute(
-                    func, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1),
-                    "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)")
+                self.check(
+                    d.cuFuncSetAttribute(
+                        func, d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED, 1
+                    ),
+                    "cuFuncSetAttribute(NON_PORTABLE_CLUSTER_SIZE_ALLOWED)",
+                )
         return LoadedFunction(module, func, self.context(index), index)
 
     def function_attributes(self, function: Any) -> tuple[int, int, int]:
@@ -214,10 +239,12 @@ class CudaBackend:
         d = self.d
         attr = d.CUfunction_attribute
         regs = self.check(d.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_NUM_REGS, function), "cuFuncGetAttribute")
-        local = self.check(d.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, function),
-                           "cuFuncGetAttribute")
-        most = self.check(d.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function),
-                          "cuFuncGetAttribute")
+        local = self.check(
+            d.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, function), "cuFuncGetAttribute"
+        )
+        most = self.check(
+            d.cuFuncGetAttribute(attr.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function), "cuFuncGetAttribute"
+        )
         return int(regs), int(local) // 4, int(most)
 
     # -- streams --------------------------------------------------------------------------------------
@@ -242,8 +269,9 @@ class CudaBackend:
             self.check(self.d.cuMemFree(ptr), "cuMemFree")
 
     # -- launch ---------------------------------------------------------------------------------------
-    def launch(self, function: Any, gx: int, gy: int, gz: int, block_x: int, shared: int, stream: Any,
-               kernel_params: int) -> int:
+    def launch(
+        self, function: Any, gx: int, gy: int, gz: int, block_x: int, shared: int, stream: Any, kernel_params: int
+    ) -> int:
         """``cuLaunchKernel`` through cuda-python (the pure-Python route; the compiled one calls the driver)."""
         return self._launch_kernel(function, gx, gy, gz, block_x, 1, 1, shared, stream, kernel_params, 0)[0]
 
@@ -265,8 +293,11 @@ class CudaBackend:
         if get is None:
             return None
         flags = d.CUdriverProcAddress_flags
-        flag = (flags.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM if per_thread_default_stream()
-                else flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM)
+        flag = (
+            flags.CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM
+            if per_thread_default_stream()
+            else flags.CU_GET_PROC_ADDRESS_LEGACY_STREAM
+        )
         try:
             result = get(symbol.encode(), version, flag)
         except Exception:  # noqa: BLE001 - an old binding with another signature: use the Python route
@@ -280,9 +311,18 @@ class CudaBackend:
     def handle_address(self, obj: Any) -> int:
         return int(obj)
 
-    def launch_ex(self, func: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared: int,
-                  stream: Any, kernel_params: int, cluster: tuple[int, int, int], cooperative: bool,
-                  pdl: bool) -> int:
+    def launch_ex(
+        self,
+        func: Any,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared: int,
+        stream: Any,
+        kernel_params: int,
+        cluster: tuple[int, int, int],
+        cooperative: bool,
+        pdl: bool,
+    ) -> int:
         """``cuLaunchKernelEx`` with cluster / cooperative / PDL attributes, as Triton's launcher sets them."""
         d = self.d
         cfg = d.CUlaunchConfig()

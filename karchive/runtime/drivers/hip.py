@@ -17,8 +17,8 @@ import threading
 from typing import Any, Literal
 
 from ...errors import DriverError, LaunchError, NoDeviceError
-from ..device import DeviceInfo
 from ..backend import LoadedFunction, StreamCache, plain_text
+from ..device import DeviceInfo
 
 #: hipGetProcAddress takes a HIP version as 100 * major + minor; hipModuleLaunchKernel predates 6.0.
 _LAUNCH_KERNEL_VERSION = 600
@@ -32,8 +32,9 @@ def import_hip() -> Any:
     except ImportError as exc:
         raise NoDeviceError(
             "cannot launch on HIP: hip-python is not installed (pip install 'karchive[hip]'); "
-            f"import failed with: {exc}"
-        , backend="hip") from exc
+            f"import failed with: {exc}",
+            backend="hip",
+        ) from exc
 
 
 def _text(value: Any) -> str:
@@ -54,20 +55,25 @@ class HipBackend:
         try:
             (err,) = h.hipInit(0)
         except Exception as exc:
-            raise NoDeviceError("cannot launch on HIP: the ROCm runtime (libamdhip64.so) could not be loaded: "
-                                f"{plain_text(exc)}", backend="hip") from exc
+            raise NoDeviceError(
+                f"cannot launch on HIP: the ROCm runtime (libamdhip64.so) could not be loaded: {plain_text(exc)}",
+                backend="hip",
+            ) from exc
         if err != self.SUCCESS:
             raise NoDeviceError(f"cannot launch on HIP: hipInit failed: {self.error_text(err)}", backend="hip")
         err, count = h.hipGetDeviceCount()
         if err != self.SUCCESS or count == 0:
-            raise NoDeviceError("cannot launch on HIP: no AMD GPU is visible (check HIP_VISIBLE_DEVICES)",
-                                backend="hip")
+            raise NoDeviceError(
+                "cannot launch on HIP: no AMD GPU is visible (check HIP_VISIBLE_DEVICES)", backend="hip"
+            )
         self.count = count
         err, version = h.hipDriverGetVersion()
         self.driver_version = int(version) if err == self.SUCCESS else None
-        self.context_errors = frozenset(int(getattr(h.hipError_t, n)) for n in
-                                        ("hipErrorInvalidContext", "hipErrorInvalidHandle", "hipErrorContextIsDestroyed")
-                                        if hasattr(h.hipError_t, n))
+        self.context_errors = frozenset(
+            int(getattr(h.hipError_t, n))
+            for n in ("hipErrorInvalidContext", "hipErrorInvalidHandle", "hipErrorContextIsDestroyed")
+            if hasattr(h.hipError_t, n)
+        )
         self._lock = threading.Lock()
         self._infos: dict[int, DeviceInfo] = {}
         self.streams = StreamCache(lambda raw: raw)  # hip-python accepts an int address for hipStream_t
@@ -97,9 +103,16 @@ class HipBackend:
         props = self.check(self.d.hipGetDeviceProperties(index), "hipGetDeviceProperties")
         arch = _text(props.gcnArchName).split(":", 1)[0]
         optin = getattr(props, "sharedMemPerBlockOptin", 0) or getattr(props, "sharedMemPerBlock", 0) or None
-        info = DeviceInfo(backend="hip", index=index, arch=arch, warp_size=int(props.warpSize),
-                          shared_optin=int(optin) if optin else None, name=_text(props.name),
-                          driver_version=self.driver_version, multiprocessors=int(props.multiProcessorCount))
+        info = DeviceInfo(
+            backend="hip",
+            index=index,
+            arch=arch,
+            warp_size=int(props.warpSize),
+            shared_optin=int(optin) if optin else None,
+            name=_text(props.name),
+            driver_version=self.driver_version,
+            multiprocessors=int(props.multiProcessorCount),
+        )
         self._infos[index] = info
         return info
 
@@ -133,8 +146,9 @@ class HipBackend:
     def load(self, index: int, image: bytes, entry: str, shared: int, num_ctas: int = 1) -> LoadedFunction:
         info = self.device_info(index)
         if info.shared_optin is not None and shared > info.shared_optin:
-            raise LaunchError(f"{entry} needs {shared} bytes of shared memory; {info} allows {info.shared_optin}",
-                              kernel=entry)
+            raise LaunchError(
+                f"{entry} needs {shared} bytes of shared memory; {info} allows {info.shared_optin}", kernel=entry
+            )
         with self.in_context(index):
             module = self.check(self.d.hipModuleLoadData(image), f"hipModuleLoadData({entry})")
             func = self.check(self.d.hipModuleGetFunction(module, entry.encode()), f"hipModuleGetFunction({entry})")
@@ -161,14 +175,24 @@ class HipBackend:
         with self.in_context(index):
             self.check(self.d.hipFree(ptr), "hipFree")
 
-    def launch(self, function: Any, gx: int, gy: int, gz: int, block_x: int, shared: int, stream: Any,
-               kernel_params: int) -> int:
+    def launch(
+        self, function: Any, gx: int, gy: int, gz: int, block_x: int, shared: int, stream: Any, kernel_params: int
+    ) -> int:
         result = self.d.hipModuleLaunchKernel(function, gx, gy, gz, block_x, 1, 1, shared, stream, kernel_params, None)
         return result[0] if isinstance(result, tuple) else result
 
-    def launch_ex(self, func: Any, grid: tuple[int, int, int], block: tuple[int, int, int], shared: int,
-                  stream: Any, kernel_params: int, cluster: tuple[int, int, int], cooperative: bool,
-                  pdl: bool) -> int:
+    def launch_ex(
+        self,
+        func: Any,
+        grid: tuple[int, int, int],
+        block: tuple[int, int, int],
+        shared: int,
+        stream: Any,
+        kernel_params: int,
+        cluster: tuple[int, int, int],
+        cooperative: bool,
+        pdl: bool,
+    ) -> int:
         if cluster[0] * cluster[1] * cluster[2] > 1 or pdl:
             # the backend is not told the kernel: LaunchEntry.raw_launch names it on the way out
             raise LaunchError("clusters and PDL do not exist on HIP; this variant cannot launch here", kernel=None)

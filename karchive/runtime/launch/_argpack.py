@@ -19,8 +19,8 @@ from __future__ import annotations
 import ctypes
 import math
 import struct
-from typing import Any, cast
 from collections.abc import Sequence
+from typing import Any, cast
 
 from ...errors import ArgumentError, LaunchError
 from ...format.dtypes import FLOAT_TYPES, INT_RANGES
@@ -29,9 +29,20 @@ from ..descriptors import slot_formats
 
 #: struct format characters per Triton scalar type (pointers are "Q").
 SCALAR_FORMATS: dict[str, str] = {
-    "i1": "b", "i8": "b", "i16": "h", "i32": "i", "i64": "q",
-    "u1": "B", "u8": "B", "u16": "H", "u32": "I", "u64": "Q",
-    "fp16": "e", "bf16": "H", "fp32": "f", "fp64": "d",
+    "i1": "b",
+    "i8": "b",
+    "i16": "h",
+    "i32": "i",
+    "i64": "q",
+    "u1": "B",
+    "u8": "B",
+    "u16": "H",
+    "u32": "I",
+    "u64": "Q",
+    "fp16": "e",
+    "bf16": "H",
+    "fp32": "f",
+    "fp64": "d",
 }
 
 #: How the compiled launcher writes each ABI parameter: the struct format character of the scalar,
@@ -77,17 +88,32 @@ class ParamLayout:
     name the kernel by the binary's entry point (the layout is not told the archive's kernel name;
     :class:`~._record.LaunchEntry` re-raises them with it)."""
 
-    __slots__ = ("abi", "names", "types", "offsets", "size", "buffer", "pointers", "kernel_params",
-                 "struct", "pack_into", "n_user", "scratch_offsets", "_keep", "n_values",
-                 "param_offsets")
+    __slots__ = (
+        "abi",
+        "names",
+        "types",
+        "offsets",
+        "size",
+        "buffer",
+        "pointers",
+        "kernel_params",
+        "struct",
+        "pack_into",
+        "n_user",
+        "scratch_offsets",
+        "_keep",
+        "n_values",
+        "param_offsets",
+    )
 
     def __init__(self, abi: Abi) -> None:
         self.abi = abi
         user = [p for p in abi.params if p.kind in ("pointer", "scalar", "tensordesc")]
         self.n_user = len(user)
         if list(abi.params[: self.n_user]) != user:
-            raise LaunchError(f"{abi.entry}: scratch parameters must follow the kernel's own parameters in ABI v1",
-                              kernel=abi.entry)
+            raise LaunchError(
+                f"{abi.entry}: scratch parameters must follow the kernel's own parameters in ABI v1", kernel=abi.entry
+            )
         fmt = ["<"]
         offsets: list[int] = []  # per ABI parameter: its (first) binary parameter's offset
         slot_offsets: list[int] = []  # per binary parameter (a tensor descriptor is several)
@@ -164,8 +190,11 @@ class ParamLayout:
 
     def explain(self, values: Sequence[Any], exc: BaseException | None) -> ArgumentError:
         if len(values) != self.n_user or self.n_values != self.n_user:  # (descriptors: expanded values)
-            return ArgumentError(f"{self.abi.entry}: {len(values)} values for {self.n_user} parameters "
-                                 f"{list(self.names)}: {exc}", kernel=self.abi.entry, param=None)  # the call as a whole
+            return ArgumentError(
+                f"{self.abi.entry}: {len(values)} values for {self.n_user} parameters {list(self.names)}: {exc}",
+                kernel=self.abi.entry,
+                param=None,
+            )  # the call as a whole
         for i, value in enumerate(values):
             p = self.abi.params[i]
             fmt = "<" + _struct_char(p)

@@ -22,8 +22,8 @@ defaults) is evaluated on every launch, as the Python path always does.
 from __future__ import annotations
 
 import types
-from typing import Any
 from collections.abc import Sequence
+from typing import Any
 
 from ..select import MISSING
 
@@ -90,9 +90,25 @@ def _reads_all(name: str) -> Any:
 
 
 # every other way to look at the mapping reads all of it (or changes it): its answer is not remembered
-for _name in ("setdefault", "pop", "popitem", "update", "__setitem__", "__delitem__", "__eq__", "__ne__",
-              "__repr__", "__str__", "__or__", "__ror__", "__ior__", "__reduce__", "__reduce_ex__", "__reversed__",
-              "clear"):
+for _name in (
+    "setdefault",
+    "pop",
+    "popitem",
+    "update",
+    "__setitem__",
+    "__delitem__",
+    "__eq__",
+    "__ne__",
+    "__repr__",
+    "__str__",
+    "__or__",
+    "__ror__",
+    "__ior__",
+    "__reduce__",
+    "__reduce_ex__",
+    "__reversed__",
+    "clear",
+):
     setattr(_Reading, _name, _reads_all(_name))
 
 
@@ -104,8 +120,9 @@ def evaluate(grid: Any, names: Sequence[str], meta: dict[str, Any], values: Sequ
     return grid({**named, **meta})
 
 
-def evaluate_reading(grid: Any, names: Sequence[str], meta: dict[str, Any], values: Sequence[Any]
-                     ) -> tuple[Any, tuple[tuple[int, ...], tuple[str, ...]] | None]:
+def evaluate_reading(
+    grid: Any, names: Sequence[str], meta: dict[str, Any], values: Sequence[Any]
+) -> tuple[Any, tuple[tuple[int, ...], tuple[str, ...]] | None]:
     """(the grid of a call, what it read: (parameter indices, global names), or None where its answer must
     not be remembered). Only a plain function is watched (:func:`reads`); anything else is :func:`evaluate`."""
     if type(grid) is not types.FunctionType or not _plain_function(grid):
@@ -129,8 +146,9 @@ def _plain_function(fn: types.FunctionType) -> bool:
     return fn.__defaults__ is None and not fn.__kwdefaults__ and all(_fixed(v) for v in cells)
 
 
-def reads(fn: types.FunctionType, seen: _Reading, names: Sequence[str], meta: dict[str, Any],
-          values: Sequence[Any]) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
+def reads(
+    fn: types.FunctionType, seen: _Reading, names: Sequence[str], meta: dict[str, Any], values: Sequence[Any]
+) -> tuple[tuple[int, ...], tuple[str, ...]] | None:
     """What the compiled path compares before taking a remembered answer of ``fn`` (None: never remember)."""
     if seen.whole or not _plain_function(fn):
         return None

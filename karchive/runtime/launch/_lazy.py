@@ -28,9 +28,9 @@ the kernel is set up over every variant, as an eager one.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any
-from collections.abc import Callable, Mapping, Sequence
 
 from ...errors import ArgumentError, KarchiveError, NoMatchingVariantError
 from ...format.manifest import Variant, target_labels
@@ -55,8 +55,13 @@ class TargetSource:
     the kernel (as the eager kernel gets them); ``targets`` and ``count`` come from the archive's index.
     """
 
-    def __init__(self, targets: Sequence[str], count: int, load: Callable[[Sequence[str]], list[Variant]],
-                 load_all: Callable[[], list[Variant]]) -> None:
+    def __init__(
+        self,
+        targets: Sequence[str],
+        count: int,
+        load: Callable[[Sequence[str]], list[Variant]],
+        load_all: Callable[[], list[Variant]],
+    ) -> None:
         self.targets = tuple(targets)
         self.count = count
         self._load = load
@@ -90,8 +95,9 @@ class TargetSource:
         if not targets or len(targets) == len(self.targets):
             return None
         variants = tuple(self._load(targets))
-        if not variants or not all(target_agrees(t, arch) for t, arch in
-                                   set(zip(target_labels(variants), map(_BINARY_ARCH, variants)))):
+        if not variants or not all(
+            target_agrees(t, arch) for t, arch in set(zip(target_labels(variants), map(_BINARY_ARCH, variants)))
+        ):
             return None
         return variants
 
@@ -151,8 +157,14 @@ class TargetSource:
                 self.explain(kernel, exc, args, kwargs, dev)
             raise
 
-    def explain(self, kernel: Kernel, exc: Exception, args: Sequence[Any], kwargs: Mapping[str, Any],
-                device: DeviceInfo | int | str | None = None) -> None:
+    def explain(
+        self,
+        kernel: Kernel,
+        exc: Exception,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        device: DeviceInfo | int | str | None = None,
+    ) -> None:
         """Raise what the kernel over every variant says of this call: the eager kernel's error (its
         rejection list names every variant of every target). Returns (the original error stands) where
         ``kernel`` holds every variant already, or where that kernel accepts the call."""

@@ -8,20 +8,20 @@ made from :class:`._record.VariantRecord` values, never the reverse.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from ...errors import LaunchError
 from .. import launch_path
 from ..args import pointer_info, pointer_value
 from ..backend import stream_handle
 from ..descriptors import TensorDescriptor, blob_offsets, blob_struct
-from ._record import BoundLauncher, LaunchEntry, grid_dims
+from ..select import MISSING
 from ._argpack import NULL_CODE, pack_code
 from ._grid import evaluate_reading
 from ._plan import FLOAT, INT, MIXED, PTR, STREAM, VALUE, Done, KernelPlan, PlannedKernel, mixed_key
 from ._pypath import build, launch_function_name
-from ..select import MISSING
+from ._record import BoundLauncher, LaunchEntry, grid_dims
 
 if TYPE_CHECKING:  # pragma: no cover
     from .. import _fastlaunch  # its stub (_fastlaunch.pyi), for the types of what this module calls
@@ -159,8 +159,13 @@ def make_dispatcher(kernel: PlannedKernel) -> Any:
     assert extra_flags is not None
     flags = [p.flags | f for p, f in zip(plan.params, extra_flags)] + [0] * len(plan.options)
     return _fastlaunch.Dispatcher(
-        names=plan.names + plan.options + (STREAM,), roles=bytes(roles), flags=bytes(flags),
-        n_params=len(plan.params), call_positions=plan.call_positions, owner=owner, missing=MISSING,
+        names=plan.names + plan.options + (STREAM,),
+        roles=bytes(roles),
+        flags=bytes(flags),
+        n_params=len(plan.params),
+        call_positions=plan.call_positions,
+        owner=owner,
+        missing=MISSING,
         qualname=launch_function_name(kernel.name),
     )
 
@@ -207,11 +212,18 @@ def make_entry(entry: LaunchEntry, plan: KernelPlan | None = None) -> Any:
     # the dispatcher's call value of each of the entry's (the same where the plans agree)
     calls = plan.call_positions if plan is not None else r.call_positions
     picks = [calls.index(p) for p in r.call_positions]
-    extracted = plan.extracted if plan is not None else frozenset(r.call_positions[s.value] for s in r.slots
-                                                                  if s.convert != "ptr")
-    unread = frozenset(j for j, p in enumerate(r.call_positions)
-                       if p not in extracted and any(s.value == j and s.convert is None for s in r.slots)
-                       and r.variant.params[p].type.startswith("*"))
+    extracted = (
+        plan.extracted
+        if plan is not None
+        else frozenset(r.call_positions[s.value] for s in r.slots if s.convert != "ptr")
+    )
+    unread = frozenset(
+        j
+        for j, p in enumerate(r.call_positions)
+        if p not in extracted
+        and any(s.value == j and s.convert is None for s in r.slots)
+        and r.variant.params[p].type.startswith("*")
+    )
     slots: list[tuple[Any, ...]] = []
     scratch = {kind: j for j, (kind, _size, _align) in enumerate(r.scratch)}
     descriptors_fit = True
@@ -219,7 +231,7 @@ def make_entry(entry: LaunchEntry, plan: KernelPlan | None = None) -> Any:
         if p.desc is not None and i < layout.n_user:
             start = layout.offsets[i]
             first = layout.param_offsets.index(start)
-            mine = layout.param_offsets[first: first + len(p.desc.slots)]
+            mine = layout.param_offsets[first : first + len(p.desc.slots)]
             # the packed bytes are laid out from offset 0: they fit where the buffer's offsets agree
             descriptors_fit &= tuple(o - start for o in mine) == blob_offsets(p.desc)
             slots.append((picks[r.slots[i].value], "D", start, entry.descriptor_packer(i), blob_struct(p.desc).size))
@@ -236,15 +248,30 @@ def make_entry(entry: LaunchEntry, plan: KernelPlan | None = None) -> Any:
     # launch attributes (clusters, cooperative grid, PDL): a CUlaunchConfig packed in C, where the binding gives
     # cuLaunchKernelEx's address (CUDA)
     ex_address = getattr(entry.backend, "launch_ex_address", lambda: None)() if r.use_ex else None
-    via_python = bool((r.use_ex and ex_address is None) or not descriptors_fit or address is None
-                      or unread or any(s.convert == "ptr" for s in r.slots))
+    via_python = bool(
+        (r.use_ex and ex_address is None)
+        or not descriptors_fit
+        or address is None
+        or unread
+        or any(s.convert == "ptr" for s in r.slots)
+    )
     native = _fastlaunch.Entry(
         launch=0 if via_python or address is None else address,
         function=0 if via_python else entry.backend.handle_address(r.loaded.function),
-        block_x=r.block_x, shared=r.shared, device=r.device, slots=tuple(slots), buffer_size=layout.size,
-        meta=r.meta, owner=owner, via_python=via_python, param_offsets=layout.param_offsets,
-        desc_type=TensorDescriptor, launch_ex=0 if via_python or ex_address is None else ex_address,
-        cluster=r.cluster, cooperative=r.cooperative, pdl=r.pdl,
+        block_x=r.block_x,
+        shared=r.shared,
+        device=r.device,
+        slots=tuple(slots),
+        buffer_size=layout.size,
+        meta=r.meta,
+        owner=owner,
+        via_python=via_python,
+        param_offsets=layout.param_offsets,
+        desc_type=TensorDescriptor,
+        launch_ex=0 if via_python or ex_address is None else ex_address,
+        cluster=r.cluster,
+        cooperative=r.cooperative,
+        pdl=r.pdl,
     )
     native.result = entry.result
     entry.natives.append(native)
@@ -258,18 +285,27 @@ class NativeBoundLauncher(_fastlaunch.Bound, BoundLauncher):
     def __init__(self, entry: LaunchEntry, grid: tuple[int, int, int], stream: Any, values: Sequence[Any]) -> None:
         launch = entry.backend.launch_address()
         if launch is None:  # Kernel.bind makes this class only where the binding gives the driver's address
-            raise LaunchError(f"{entry.kernel}: no launch function address for the compiled bound launcher",
-                              kernel=entry.kernel)
+            raise LaunchError(
+                f"{entry.kernel}: no launch function address for the compiled bound launcher", kernel=entry.kernel
+            )
         BoundLauncher.__init__(self, entry, grid, stream, values)
         abi = entry.variant.abi
         user = abi.params[: self.layout.n_user]
-        slots = tuple((pack_code(p.kind, p.type), self.layout.offsets[i], i in self._aligned)
-                      for i, p in enumerate(user))
+        slots = tuple(
+            (pack_code(p.kind, p.type), self.layout.offsets[i], i in self._aligned) for i, p in enumerate(user)
+        )
         self._configure(
-            launch=launch, function=entry.backend.handle_address(entry.function),
-            grid=self.grid, block_x=entry.block_x, shared=entry.shared, stream=stream_handle(stream),
-            kernel_params=self.layout.kernel_params, buffer=_address(self.layout.buffer), buffer_size=self.layout.size,
-            slots=slots, pointer_value=pointer_value,
+            launch=launch,
+            function=entry.backend.handle_address(entry.function),
+            grid=self.grid,
+            block_x=entry.block_x,
+            shared=entry.shared,
+            stream=stream_handle(stream),
+            kernel_params=self.layout.kernel_params,
+            buffer=_address(self.layout.buffer),
+            buffer_size=self.layout.size,
+            slots=slots,
+            pointer_value=pointer_value,
         )
 
     def set_grid(self, grid: Any) -> None:

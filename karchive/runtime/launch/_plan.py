@@ -21,13 +21,13 @@ A parameter that was not passed is part of the key too (as "missing").
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple, Protocol
 from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple, Protocol
 
 from ...errors import ArgumentError
+from ...format.dtypes import INT_RANGES
 from ...format.manifest import Variant
 from ..args import pointer_info
-from ...format.dtypes import INT_RANGES
 
 #: Keyword arguments of a launch that select among variants, as Triton's ``kernel[grid](..., num_warps=8)``.
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
@@ -80,8 +80,9 @@ def make_plan(kernel: str, variants: Sequence[Variant]) -> KernelPlan:
     """Roles and key flags per parameter position, over every variant of the kernel."""
     names = [p.name for p in variants[0].params]
     if STREAM in names:
-        raise ArgumentError(f"{kernel}: a kernel parameter is named like the launch option {STREAM!r}", kernel=kernel,
-                            param=STREAM)
+        raise ArgumentError(
+            f"{kernel}: a kernel parameter is named like the launch option {STREAM!r}", kernel=kernel, param=STREAM
+        )
     params: list[ParamPlan] = []
     for i, name in enumerate(names):
         column = [v.params[i] for v in variants]

@@ -18,8 +18,8 @@ from __future__ import annotations
 import inspect
 import keyword
 import threading
-from typing import Any
 from collections.abc import Callable
+from typing import Any
 
 from ...format.names import short_name
 from .. import args as args_module
@@ -163,7 +163,9 @@ def build(kernel: PlannedKernel) -> Callable[..., Any]:
 
 def _signature(names: tuple[str, ...], options: tuple[str, ...]) -> inspect.Signature | None:
     """``(grid, x_ptr, ..., *, stream=None, num_warps=..., ...)``; None when a name cannot be a Python parameter."""
-    if not all(n.isidentifier() and not keyword.iskeyword(n) for n in names) or "grid" in names:  # a signature cannot name "grid" twice
+    if (
+        not all(n.isidentifier() and not keyword.iskeyword(n) for n in names) or "grid" in names
+    ):  # a signature cannot name "grid" twice
         return None
     P = inspect.Parameter
     params = [P("grid", P.POSITIONAL_ONLY)]

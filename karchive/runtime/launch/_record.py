@@ -19,20 +19,20 @@ from __future__ import annotations
 import logging
 import operator
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, cast
-from collections.abc import Callable, Sequence
 
 from ...errors import ArgumentError, LaunchError
 from ...format.manifest import Variant
+from ...format.tensordesc import TensorDescAbi, parse_tensordesc_type
 from .. import args as args_module
 from ..args import NotAPointer, pointer_value
 from ..backend import Backend, LoadedFunction, stream_handle
+from ..descriptors import expand, packed
+from ..select import MISSING, DeviceFit, variant_label
 from ._argpack import ParamLayout, bf16_bits
 from ._plan import KernelPlan
-from ..select import MISSING, DeviceFit, variant_label
-from ...format.tensordesc import TensorDescAbi, parse_tensordesc_type
-from ..descriptors import expand, packed
 
 log = logging.getLogger("karchive.runtime")
 
@@ -48,16 +48,25 @@ def grid_dims(grid: Any, kernel: str) -> tuple[int, int, int]:
     """
     if type(grid) is tuple and len(grid) == 3:
         gx, gy, gz = grid
-        if type(gx) is int and type(gy) is int and type(gz) is int and 0 <= gx <= _MAX_DIM \
-                and 0 <= gy <= _MAX_DIM and 0 <= gz <= _MAX_DIM:
+        if (
+            type(gx) is int
+            and type(gy) is int
+            and type(gz) is int
+            and 0 <= gx <= _MAX_DIM
+            and 0 <= gy <= _MAX_DIM
+            and 0 <= gz <= _MAX_DIM
+        ):
             return grid
     if isinstance(grid, int) and not isinstance(grid, bool):
         grid = (grid,)
     try:
         dims = tuple(grid)
     except TypeError:
-        raise ArgumentError(f"grid must be 1 to 3 ints, a tuple of them, or a callable returning one; "
-                            f"got {grid!r}", kernel=kernel, param="grid") from None
+        raise ArgumentError(
+            f"grid must be 1 to 3 ints, a tuple of them, or a callable returning one; got {grid!r}",
+            kernel=kernel,
+            param="grid",
+        ) from None
     if not 1 <= len(dims) <= 3:
         raise ArgumentError(f"grid must have 1 to 3 dimensions, got {grid!r}", kernel=kernel, param="grid")
     out = []
@@ -66,8 +75,9 @@ def grid_dims(grid: Any, kernel: str) -> tuple[int, int, int]:
             raise ArgumentError(f"grid dimensions must be ints, got {grid!r}", kernel=kernel, param="grid")
         d = operator.index(d)
         if not 0 <= d <= _MAX_DIM:
-            raise ArgumentError(f"grid dimension {d} is out of range [0, 2**32) in {grid!r}", kernel=kernel,
-                                param="grid")
+            raise ArgumentError(
+                f"grid dimension {d} is out of range [0, 2**32) in {grid!r}", kernel=kernel, param="grid"
+            )
         out.append(d)
     out += [1] * (3 - len(out))
     return (out[0], out[1], out[2])
@@ -126,12 +136,24 @@ class VariantRecord:
         return any(s.convert for s in self.slots)
 
     @classmethod
-    def of(cls, kernel: str, variant: Variant, fit: DeviceFit, loaded: LoadedFunction, plan: KernelPlan,
-           layout: ParamLayout) -> VariantRecord:
+    def of(
+        cls,
+        kernel: str,
+        variant: Variant,
+        fit: DeviceFit,
+        loaded: LoadedFunction,
+        plan: KernelPlan,
+        layout: ParamLayout,
+    ) -> VariantRecord:
         abi = variant.abi
-        scratch = tuple((k, s, a) for k, s, a in (("global_scratch", abi.global_scratch_size, abi.global_scratch_align),
-                                                  ("profile_scratch", abi.profile_scratch_size, abi.profile_scratch_align))
-                        if s > 0 and k in layout.scratch_offsets)
+        scratch = tuple(
+            (k, s, a)
+            for k, s, a in (
+                ("global_scratch", abi.global_scratch_size, abi.global_scratch_align),
+                ("profile_scratch", abi.profile_scratch_size, abi.profile_scratch_align),
+            )
+            if s > 0 and k in layout.scratch_offsets
+        )
         extracted = plan.extracted
         slots = []
         for p in abi.params[: layout.n_user]:
@@ -143,11 +165,30 @@ class VariantRecord:
             elif p.type == "bf16":
                 convert = "bf16"
             slots.append(PackSlot(plan.call_positions.index(p.arg), convert))
-        meta = {**variant.constexprs, "num_warps": abi.num_warps, "num_ctas": abi.num_ctas,
-                "num_stages": variant.options.get("num_stages")}
-        return cls(kernel, variant, fit, loaded, loaded.device, abi.num_warps * abi.warp_size, abi.shared,
-                   abi.cluster_dims, abi.num_ctas, abi.cooperative_grid, abi.pdl, scratch, tuple(slots),
-                   plan.call_positions, meta, variant_label(variant))
+        meta = {
+            **variant.constexprs,
+            "num_warps": abi.num_warps,
+            "num_ctas": abi.num_ctas,
+            "num_stages": variant.options.get("num_stages"),
+        }
+        return cls(
+            kernel,
+            variant,
+            fit,
+            loaded,
+            loaded.device,
+            abi.num_warps * abi.warp_size,
+            abi.shared,
+            abi.cluster_dims,
+            abi.num_ctas,
+            abi.cooperative_grid,
+            abi.pdl,
+            scratch,
+            tuple(slots),
+            plan.call_positions,
+            meta,
+            variant_label(variant),
+        )
 
 
 class LaunchEntry:
@@ -196,8 +237,16 @@ class LaunchEntry:
         self.launch: Callable[[Any, Any, Sequence[Any]], None] = self._make_launch()
 
     @classmethod
-    def load(cls, kernel: str, variant: Variant, fit: DeviceFit, loaded: LoadedFunction, backend: Backend,
-             pool: Any, plan: KernelPlan) -> LaunchEntry:
+    def load(
+        cls,
+        kernel: str,
+        variant: Variant,
+        fit: DeviceFit,
+        loaded: LoadedFunction,
+        backend: Backend,
+        pool: Any,
+        plan: KernelPlan,
+    ) -> LaunchEntry:
         layout = ParamLayout(variant.abi)
         return cls(VariantRecord.of(kernel, variant, fit, loaded, plan, layout), layout, backend, pool)
 
@@ -215,8 +264,16 @@ class LaunchEntry:
             v = values[j]
             if conv == "desc":
                 try:
-                    out.extend(expand(p.name, cast(TensorDescAbi, p.desc), v, self.descriptor_block_from_variant,
-                                      self.device, self.desc_blocks.get(p.arg)))
+                    out.extend(
+                        expand(
+                            p.name,
+                            cast(TensorDescAbi, p.desc),
+                            v,
+                            self.descriptor_block_from_variant,
+                            self.device,
+                            self.desc_blocks.get(p.arg),
+                        )
+                    )
                 except ArgumentError as exc:
                     raise ArgumentError(f"{self.kernel}: {exc}", kernel=self.kernel, param=p.name) from None
                 continue
@@ -224,14 +281,16 @@ class LaunchEntry:
                 try:
                     v = pointer_value(v)
                 except (NotAPointer, TypeError) as exc:
-                    raise ArgumentError(f"{self.kernel}: parameter {p.name!r} ({p.type}): {exc}", kernel=self.kernel,
-                                        param=p.name) from None
+                    raise ArgumentError(
+                        f"{self.kernel}: parameter {p.name!r} ({p.type}): {exc}", kernel=self.kernel, param=p.name
+                    ) from None
             elif conv == "bf16":
                 try:
                     v = bf16_bits(v)
                 except (TypeError, ValueError, OverflowError) as exc:
-                    raise ArgumentError(f"{self.kernel}: parameter {p.name!r} (bf16): {v!r}: {exc}", kernel=self.kernel,
-                                        param=p.name) from None
+                    raise ArgumentError(
+                        f"{self.kernel}: parameter {p.name!r} (bf16): {v!r}: {exc}", kernel=self.kernel, param=p.name
+                    ) from None
             out.append(v)
         return out
 
@@ -317,7 +376,9 @@ class LaunchEntry:
             except Exception as exc:  # noqa: BLE001 - struct.error, OverflowError, TypeError
                 raise explain(values, exc) from None
             s = known(stream) if type(stream) is int else None
-            err = driver_launch(function, gx, gy, gz, block_x, shared, s if s is not None else stream_of(stream), params)
+            err = driver_launch(
+                function, gx, gy, gz, block_x, shared, s if s is not None else stream_of(stream), params
+            )
             if err:
                 failed(err, gx, gy, gz, stream, values, layout)
 
@@ -345,8 +406,9 @@ class LaunchEntry:
         """For the compiled launcher: (address, usable bytes) of the ``index``-th scratch buffer this entry takes,
         ``nbytes`` long, on the stream with this handle (the pool's rules and errors, as :meth:`set_scratch`)."""
         kind, _size, align = self.scratch[index]
-        address, usable = self.pool.reserve(self.device, stream, self.backend.stream(stream), kind, nbytes, align,
-                                            self.kernel)
+        address, usable = self.pool.reserve(
+            self.device, stream, self.backend.stream(stream), kind, nbytes, align, self.kernel
+        )
         return int(address), int(usable)
 
     def raw_launch(self, gx: int, gy: int, gz: int, s: Any, layout: ParamLayout) -> int:
@@ -354,16 +416,33 @@ class LaunchEntry:
         if self.use_ex:
             c = self.cluster
             try:
-                return self.backend.launch_ex(self.function, (gx * c[0], gy * c[1], gz * c[2]), (self.block_x, 1, 1),
-                                              self.shared, s, layout.kernel_params, c, self.cooperative, self.pdl)
+                return self.backend.launch_ex(
+                    self.function,
+                    (gx * c[0], gy * c[1], gz * c[2]),
+                    (self.block_x, 1, 1),
+                    self.shared,
+                    s,
+                    layout.kernel_params,
+                    c,
+                    self.cooperative,
+                    self.pdl,
+                )
             except LaunchError as exc:  # a backend refusing the launch's attributes is not told the kernel
                 if exc.kernel is None and "kernel" in exc._field_names:
                     exc.kernel = self.kernel
                 raise
         return self.backend.launch(self.function, gx, gy, gz, self.block_x, self.shared, s, layout.kernel_params)
 
-    def failed(self, err: Any, gx: int, gy: int, gz: int, stream: Any, values: Sequence[Any] | None,
-               layout: ParamLayout | None = None) -> None:
+    def failed(
+        self,
+        err: Any,
+        gx: int,
+        gy: int,
+        gz: int,
+        stream: Any,
+        values: Sequence[Any] | None,
+        layout: ParamLayout | None = None,
+    ) -> None:
         """After a non-zero driver result: retry once in the device's context, else raise :class:`LaunchError`.
 
         A thread that never touched the GPU has no current context; adopting the device's primary
@@ -388,7 +467,8 @@ class LaunchEntry:
                 return
         raise LaunchError(
             f"launching {self.kernel} {self.label} on {b.name} device {self.device} failed: {b.error_text(err)} "
-            f"(grid=({gx}, {gy}, {gz}), block=({self.block_x}, 1, 1), shared={self.shared})", kernel=self.kernel
+            f"(grid=({gx}, {gy}, {gz}), block=({self.block_x}, 1, 1), shared={self.shared})",
+            kernel=self.kernel,
         )
 
 
@@ -410,8 +490,11 @@ class BoundLauncher:
         user = abi.params[: self.layout.n_user]
         self.param_names = tuple(p.name for p in user)
         # A pointer always has its call argument's index (AbiParam.from_json refuses one without).
-        self._aligned = tuple(i for i, p in enumerate(user)
-                              if p.kind == "pointer" and entry.variant.params[cast(int, p.arg)].divisibility == 16)
+        self._aligned = tuple(
+            i
+            for i, p in enumerate(user)
+            if p.kind == "pointer" and entry.variant.params[cast(int, p.arg)].divisibility == 16
+        )
         # where each parameter's value sits among the packed values (a tensor descriptor packs several)
         self._flat = [0] * len(user)
         for i in range(1, len(user)):
@@ -454,17 +537,25 @@ class BoundLauncher:
         try:
             i = self.param_names.index(name)
         except ValueError:
-            raise ArgumentError(f"{self.entry.kernel}: no parameter {name!r} to set; "
-                                f"settable: {list(self.param_names)}", kernel=self.entry.kernel, param=name) from None
+            raise ArgumentError(
+                f"{self.entry.kernel}: no parameter {name!r} to set; settable: {list(self.param_names)}",
+                kernel=self.entry.kernel,
+                param=name,
+            ) from None
         if self.variant.abi.params[i].kind == "tensordesc":
-            raise ArgumentError(f"{self.entry.kernel}: {name!r} is a tensor descriptor; pass every value to the bound "
-                                "launcher (bound(*values)) to change it", kernel=self.entry.kernel, param=name)
+            raise ArgumentError(
+                f"{self.entry.kernel}: {name!r} is a tensor descriptor; pass every value to the bound "
+                "launcher (bound(*values)) to change it",
+                kernel=self.entry.kernel,
+                param=name,
+            )
         if self.variant.abi.params[i].kind == "pointer":
             try:
                 value = pointer_value(value)
             except (NotAPointer, TypeError) as exc:
-                raise ArgumentError(f"{self.entry.kernel}: parameter {name!r}: {exc}", kernel=self.entry.kernel,
-                                    param=name) from None
+                raise ArgumentError(
+                    f"{self.entry.kernel}: parameter {name!r}: {exc}", kernel=self.entry.kernel, param=name
+                ) from None
             if i in self._aligned:
                 self._misaligned([value], (i,))
         self.layout.set_one(i, value)
@@ -481,15 +572,27 @@ class BoundLauncher:
 
     def _values(self, args: Sequence[Any]) -> list[Any]:
         if len(args) != len(self.param_names):
-            raise ArgumentError(f"{self.entry.kernel}: the bound launcher takes {len(self.param_names)} values "
-                                f"{list(self.param_names)}, got {len(args)}", kernel=self.entry.kernel, param=None)
+            raise ArgumentError(
+                f"{self.entry.kernel}: the bound launcher takes {len(self.param_names)} values "
+                f"{list(self.param_names)}, got {len(args)}",
+                kernel=self.entry.kernel,
+                param=None,
+            )
         out = []
         tensor = args_module.TENSOR_TYPE
         for p, v in zip(self.variant.abi.params, args):
             if p.kind == "tensordesc":
                 try:
-                    out.extend(expand(p.name, cast(TensorDescAbi, p.desc), v, self.entry.descriptor_block_from_variant,
-                                      self.entry.device, self.entry.desc_blocks.get(p.arg)))
+                    out.extend(
+                        expand(
+                            p.name,
+                            cast(TensorDescAbi, p.desc),
+                            v,
+                            self.entry.descriptor_block_from_variant,
+                            self.entry.device,
+                            self.entry.desc_blocks.get(p.arg),
+                        )
+                    )
                 except ArgumentError as exc:  # as LaunchEntry.convert does: the expansion is not told the kernel
                     raise ArgumentError(f"{self.entry.kernel}: {exc}", kernel=self.entry.kernel, param=p.name) from None
                 continue
@@ -497,14 +600,18 @@ class BoundLauncher:
                 try:  # the bound path reads only the address (the binding checked dtypes and devices)
                     v = v.data_ptr() if type(v) is tensor else v if type(v) is int else pointer_value(v)
                 except (NotAPointer, TypeError) as exc:
-                    raise ArgumentError(f"{self.entry.kernel}: parameter {p.name!r}: {exc}", kernel=self.entry.kernel,
-                                        param=p.name) from None
+                    raise ArgumentError(
+                        f"{self.entry.kernel}: parameter {p.name!r}: {exc}", kernel=self.entry.kernel, param=p.name
+                    ) from None
             elif p.type == "bf16":
                 try:
                     v = bf16_bits(v)
                 except (TypeError, ValueError, OverflowError) as exc:
-                    raise ArgumentError(f"{self.entry.kernel}: parameter {p.name!r} (bf16): {v!r}: {exc}",
-                                        kernel=self.entry.kernel, param=p.name) from None
+                    raise ArgumentError(
+                        f"{self.entry.kernel}: parameter {p.name!r} (bf16): {v!r}: {exc}",
+                        kernel=self.entry.kernel,
+                        param=p.name,
+                    ) from None
             out.append(v)
         return out
 
@@ -524,8 +631,12 @@ class BoundLauncher:
         for i, a in zip(indices, addresses):
             if isinstance(a, int) and a % 16:
                 name = self.param_names[i]
-                raise ArgumentError(f"{self.entry.kernel}: {name} address 0x{a:x} is not 16-byte aligned; "
-                                    f"the bound variant assumes {name}:16", kernel=self.entry.kernel, param=name)
+                raise ArgumentError(
+                    f"{self.entry.kernel}: {name} address 0x{a:x} is not 16-byte aligned; "
+                    f"the bound variant assumes {name}:16",
+                    kernel=self.entry.kernel,
+                    param=name,
+                )
 
     def _failed(self, err: Any) -> None:
         gx, gy, gz = self.grid

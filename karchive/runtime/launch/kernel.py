@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property, partial
 from typing import Any, Protocol
-from collections.abc import Callable, Mapping, Sequence
 
 from ...errors import ArgumentError, NoMatchingVariantError
 from ...format.manifest import Variant
@@ -33,9 +33,9 @@ from ..args import NotAPointer, framework_of, notice_tensors, pointer_info
 from ..backend import Backend, LoadedFunction
 from ..device import DeviceInfo
 from ..select import MISSING, DeviceFit, device_fit, select_variant
-from ._plan import MIXED, PTR, STREAM, KernelPlan, make_plan
-from ._lazy import REFUSALS, TargetSource
 from ._grid import evaluate as evaluate_grid
+from ._lazy import REFUSALS, TargetSource
+from ._plan import MIXED, PTR, STREAM, KernelPlan, make_plan
 from ._record import BoundLauncher, LaunchEntry, grid_dims
 
 
@@ -64,8 +64,16 @@ class MetaResolver(Protocol):
 
     base: Kernel  # the plain kernel over every variant
 
-    def resolve(self, grid: Any, args: Sequence[Any], kwargs: Mapping[str, Any], stream: Any, *,
-                may_benchmark: bool = True, device: Any = None) -> tuple[Kernel, dict[str, Any]]: ...
+    def resolve(
+        self,
+        grid: Any,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        stream: Any,
+        *,
+        may_benchmark: bool = True,
+        device: Any = None,
+    ) -> tuple[Kernel, dict[str, Any]]: ...
 
     def describe(self) -> str: ...
 
@@ -134,8 +142,9 @@ class Kernel:
     #: read on every such launch, so a plain attribute (``param_names`` is the property that sets up).
     _param_names: tuple[str, ...]
 
-    def __init__(self, archive: Host, name: str, variants: Sequence[Variant],
-                 resolver: MetaResolver | None = None) -> None:
+    def __init__(
+        self, archive: Host, name: str, variants: Sequence[Variant], resolver: MetaResolver | None = None
+    ) -> None:
         self._init_fields(archive, name, resolver)
         self._variants = vs = tuple(variants)
         self._setup(vs)
@@ -193,7 +202,10 @@ class Kernel:
             if [p.name for p in v.params] != names:
                 raise NoMatchingVariantError(
                     f"variants of {name!r} disagree on the parameter list ({names} vs {[p.name for p in v.params]}); "
-                    "karchive cannot dispatch between them", kernel=name, param=None)
+                    "karchive cannot dispatch between them",
+                    kernel=name,
+                    param=None,
+                )
         self._cands = variants
         plan = self._plan = make_plan(name, variants)
         self._param_names = plan.names
@@ -289,8 +301,10 @@ class Kernel:
             n, targets = len(self.variants), ", ".join(sorted({str(v.target) for v in self.variants}))
             names = self.param_names
         how = "" if self.resolver is None else f"; {type(self.resolver).__name__}: {self.resolver.describe()}"
-        return printable(f"<karchive.Kernel {self.name}({', '.join(names)}): {n} variant"
-                         f"{'' if n == 1 else 's'} for {targets}, from {self.archive.name} {self.archive.version}{how}>")
+        return printable(
+            f"<karchive.Kernel {self.name}({', '.join(names)}): {n} variant"
+            f"{'' if n == 1 else 's'} for {targets}, from {self.archive.name} {self.archive.version}{how}>"
+        )
 
     @property
     def cached_calls(self) -> int:
@@ -400,8 +414,13 @@ class Kernel:
             raise
         return values, ent, infos
 
-    def _explain(self, exc: Exception, args: Sequence[Any], kwargs: Mapping[str, Any],
-                 device: DeviceInfo | int | str | None = None) -> None:
+    def _explain(
+        self,
+        exc: Exception,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        device: DeviceInfo | int | str | None = None,
+    ) -> None:
         """A call this kernel refuses (its arguments, or no variant fits), before the error is raised: a
         kernel set up over some of its variants (:meth:`lazy`, :mod:`._lazy`) raises what the kernel over
         every variant says instead. A kernel made over every variant: the error stands."""
@@ -422,8 +441,12 @@ class Kernel:
     def _bind_values(self, args: Sequence[Any], kwargs: dict[str, Any]) -> list[Any]:
         n = len(self.param_names)
         if len(args) > n:
-            raise ArgumentError(f"{self.name}() takes {n} arguments ({', '.join(self.param_names)}), "
-                                f"got {len(args)} positional arguments", kernel=self.name, param=None)
+            raise ArgumentError(
+                f"{self.name}() takes {n} arguments ({', '.join(self.param_names)}), "
+                f"got {len(args)} positional arguments",
+                kernel=self.name,
+                param=None,
+            )
         values = list(args) + [MISSING] * (n - len(args))
         for k, v in kwargs.items():
             try:
@@ -432,36 +455,52 @@ class Kernel:
                 raise ArgumentError(
                     f"{self.name}() got an unknown keyword argument {k!r}; parameters are "
                     f"{', '.join(self.param_names)} (launch options: {', '.join(self.plan.options + (STREAM,))})",
-                    kernel=self.name, param=k) from None
+                    kernel=self.name,
+                    param=k,
+                ) from None
             if values[i] is not MISSING:
                 raise ArgumentError(f"{self.name}() got two values for {k!r}", kernel=self.name, param=k)
             values[i] = v
         for i, p in enumerate(self.plan.params):
             if p.required and values[i] is MISSING:
-                raise ArgumentError(f"{self.name}() is missing argument {p.name!r} "
-                                    f"(parameter {i} of {', '.join(self.param_names)})", kernel=self.name, param=p.name)
+                raise ArgumentError(
+                    f"{self.name}() is missing argument {p.name!r} (parameter {i} of {', '.join(self.param_names)})",
+                    kernel=self.name,
+                    param=p.name,
+                )
         return values
 
     def _infos(self, values: Sequence[Any]) -> list[Any]:
         infos: list[Any] = []
         for p, v in zip(self.plan.params, values):
             role = p.role
-            if role in (PTR, MIXED) and v is not MISSING and not isinstance(v, (bool, float)) \
-                    and not (role == MIXED and isinstance(v, (int, str))):
+            if (
+                role in (PTR, MIXED)
+                and v is not MISSING
+                and not isinstance(v, (bool, float))
+                and not (role == MIXED and isinstance(v, (int, str)))
+            ):
                 try:
                     infos.append(pointer_info(v))
                 except NotAPointer as exc:
                     if role == PTR:
-                        raise ArgumentError(f"{self.name}: argument {p.name!r}: {exc}", kernel=self.name,
-                                            param=p.name) from None
+                        raise ArgumentError(
+                            f"{self.name}: argument {p.name!r}: {exc}", kernel=self.name, param=p.name
+                        ) from None
                     infos.append(None)
                 except Exception as exc:  # noqa: BLE001 - a framework accessor failed
-                    raise ArgumentError(f"{self.name}: argument {p.name!r}: cannot read its device "
-                                        f"pointer: {exc}", kernel=self.name, param=p.name) from None
+                    raise ArgumentError(
+                        f"{self.name}: argument {p.name!r}: cannot read its device pointer: {exc}",
+                        kernel=self.name,
+                        param=p.name,
+                    ) from None
             elif role == PTR and isinstance(v, (bool, float)):
-                raise ArgumentError(f"{self.name}: argument {p.name!r} must be a pointer "
-                                    f"(tensor/array or int address), got {type(v).__name__} {v!r}", kernel=self.name,
-                                    param=p.name)
+                raise ArgumentError(
+                    f"{self.name}: argument {p.name!r} must be a pointer "
+                    f"(tensor/array or int address), got {type(v).__name__} {v!r}",
+                    kernel=self.name,
+                    param=p.name,
+                )
             else:
                 infos.append(None)
         return infos
@@ -482,22 +521,38 @@ class Kernel:
             if dev is None:
                 continue
             if dev < 0:
-                raise ArgumentError(f"{self.name}: argument {name!r} is in host (CPU) memory; "
-                                    "kernels need device memory (move it to the GPU first)", kernel=self.name,
-                                    param=name)
+                raise ArgumentError(
+                    f"{self.name}: argument {name!r} is in host (CPU) memory; "
+                    "kernels need device memory (move it to the GPU first)",
+                    kernel=self.name,
+                    param=name,
+                )
             if first is None:
                 first = (name, dev)
             elif dev != first[1]:
-                raise ArgumentError(f"{self.name}: argument {name!r} is on device {dev} but {first[0]!r} is on "
-                                    f"device {first[1]}; all tensors of one launch must be on one GPU", kernel=self.name,
-                                    param=name)
+                raise ArgumentError(
+                    f"{self.name}: argument {name!r} is on device {dev} but {first[0]!r} is on "
+                    f"device {first[1]}; all tensors of one launch must be on one GPU",
+                    kernel=self.name,
+                    param=name,
+                )
         return None if first is None else first[1]
 
-    def _select(self, dev: DeviceInfo, values: Sequence[Any], infos: Sequence[Any],
-                options: dict[str, Any]) -> tuple[Variant, DeviceFit]:
-        return select_variant(self.name, self._candidates, dev, values, infos, self.param_names,
-                              self.archive.allow_ptx, self.archive.ptx_header, options,
-                              block_from_variant=self.descriptor_block_from_variant)
+    def _select(
+        self, dev: DeviceInfo, values: Sequence[Any], infos: Sequence[Any], options: dict[str, Any]
+    ) -> tuple[Variant, DeviceFit]:
+        return select_variant(
+            self.name,
+            self._candidates,
+            dev,
+            values,
+            infos,
+            self.param_names,
+            self.archive.allow_ptx,
+            self.archive.ptx_header,
+            options,
+            block_from_variant=self.descriptor_block_from_variant,
+        )
 
     def _entry(self, variant: Variant, fit: DeviceFit, index: int) -> LaunchEntry:
         key = (variant.key, index)
@@ -507,8 +562,9 @@ class Kernel:
                 ent = self._entries.get(key)
                 if ent is None:
                     loaded = self.archive.load_function(variant, fit, index)
-                    ent = LaunchEntry.load(self.name, variant, fit, loaded, self.archive.backend(),
-                                           self.archive.scratch_pool(), self.plan)
+                    ent = LaunchEntry.load(
+                        self.name, variant, fit, loaded, self.archive.backend(), self.archive.scratch_pool(), self.plan
+                    )
                     ent.descriptor_block_from_variant = self.descriptor_block_from_variant
                     if variant.key in self._results:
                         ent.set_result(self._results[variant.key])

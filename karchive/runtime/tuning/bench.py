@@ -30,9 +30,9 @@ from __future__ import annotations
 import math
 import sys
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from collections.abc import Callable, Mapping, Sequence
 
 from ...errors import ArgumentError
 
@@ -121,14 +121,22 @@ class TuningHooks:
             if obj is None:
                 continue
             if not (hasattr(obj, "clone") and hasattr(obj, "copy_")):
-                raise ArgumentError(f"{name}: restore_value names {n!r}, and tuning must put it back after each run, "
-                                    f"but a {type(obj).__name__} has no clone()/copy_(); pass a tensor, or pass the "
-                                    "meta-parameters explicitly", kernel=name, param=n)
+                raise ArgumentError(
+                    f"{name}: restore_value names {n!r}, and tuning must put it back after each run, "
+                    f"but a {type(obj).__name__} has no clone()/copy_(); pass a tensor, or pass the "
+                    "meta-parameters explicitly",
+                    kernel=name,
+                    param=n,
+                )
             self.restore.append((n, obj, obj.clone()))
         for n, obj in self.reset:
             if not hasattr(obj, "zero_"):
-                raise ArgumentError(f"{name}: reset_to_zero names {n!r}, but a {type(obj).__name__} has no zero_(); "
-                                    "pass a tensor, or pass the meta-parameters explicitly", kernel=name, param=n)
+                raise ArgumentError(
+                    f"{name}: reset_to_zero names {n!r}, but a {type(obj).__name__} has no zero_(); "
+                    "pass a tensor, or pass the meta-parameters explicitly",
+                    kernel=name,
+                    param=n,
+                )
 
     def before(self) -> None:
         for _n, obj in self.reset:
@@ -160,12 +168,19 @@ class DeviceBench:
         """The settings, as ``karchive tune`` records them in a tuning table's provenance (constant for a run)."""
         p = self.policy
         if self.by_time:
-            return {"warmup_ms": p.warmup_ms, "rep_ms": p.rep_ms, "min_reps": p.min_reps, "max_reps": p.max_reps,
-                    "l2_flush": self.l2_flush, "timer": self.timer}
+            return {
+                "warmup_ms": p.warmup_ms,
+                "rep_ms": p.rep_ms,
+                "min_reps": p.min_reps,
+                "max_reps": p.max_reps,
+                "l2_flush": self.l2_flush,
+                "timer": self.timer,
+            }
         return {"warmup": p.warmup, "reps": p.reps, "l2_flush": self.l2_flush, "timer": self.timer}
 
-    def __call__(self, config: Mapping[str, Any], launch: Callable[[], None], hooks: Any,
-                 sync: Callable[[], None]) -> list[float]:
+    def __call__(
+        self, config: Mapping[str, Any], launch: Callable[[], None], hooks: Any, sync: Callable[[], None]
+    ) -> list[float]:
         if self.by_time:
             return self._by_events(launch, hooks, sync)
         return self._fixed(launch, hooks, sync)

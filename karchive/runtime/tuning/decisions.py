@@ -22,13 +22,13 @@ import os
 import re
 import threading
 import uuid
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from collections.abc import Mapping, Sequence
 
-from ...core.jsonio import canonical_json, parse_json
 from ...core import settings
+from ...core.jsonio import canonical_json, parse_json
 from ...core.paths import cache_dir
 from ...errors import KarchiveError
 from ...format.autotune import AutotuneConfig
@@ -46,8 +46,9 @@ def enabled() -> bool:
 def kernel_digest(name: str, variant_keys: Sequence[str], records: Sequence[Mapping[str, Any]]) -> str:
     # tuning tables (karchive tune) are left out: a tuned version holds the same binaries and configs, and
     # shares the decisions this machine made for its untuned one
-    data = canonical_json({"kernel": name, "variants": sorted(variant_keys),
-                           "records": [without_tables(r) for r in records]})
+    data = canonical_json(
+        {"kernel": name, "variants": sorted(variant_keys), "records": [without_tables(r) for r in records]}
+    )
     return hashlib.sha256(data).hexdigest()
 
 
@@ -122,9 +123,14 @@ class TuningStore:
             decisions = self._load(device)
             decisions[key_text(key)] = {"kwargs": dict(cfg["kwargs"]), "options": dict(cfg["options"])}
             path = self._path(device)
-            body = {"kernel": self.kernel, "device": {"name": str(getattr(device, "name", "") or ""),
-                                                      "driver": getattr(device, "driver_version", None)},
-                    "decisions": decisions}
+            body = {
+                "kernel": self.kernel,
+                "device": {
+                    "name": str(getattr(device, "name", "") or ""),
+                    "driver": getattr(device, "driver_version", None),
+                },
+                "decisions": decisions,
+            }
             try:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
@@ -161,7 +167,11 @@ def export_decisions(manifest: Any, root: Path | None = None) -> dict[str, Any]:
                 data = parse_json(_read(path), str(path), error=KarchiveError)
             except (OSError, KarchiveError):
                 continue
-            if isinstance(data, dict) and isinstance(data.get("decisions"), dict) and isinstance(data.get("device"), dict):
+            if (
+                isinstance(data, dict)
+                and isinstance(data.get("decisions"), dict)
+                and isinstance(data.get("device"), dict)
+            ):
                 devices.append({"device": data["device"], "decisions": data["decisions"]})
         if devices:
             kernels.append({"kernel": name, "digest": digest, "devices": devices})
@@ -188,10 +198,15 @@ def import_decisions(manifest: Any, data: Any, root: Path | None = None) -> dict
             device, decisions = (d.get("device"), d.get("decisions")) if isinstance(d, dict) else (None, None)
             if not isinstance(device, dict) or not isinstance(decisions, dict):
                 raise KarchiveError(f"{name}: a device entry needs 'device' and 'decisions' objects")
-            dev = DeviceKey(str(device.get("name") or ""), device.get("driver") if isinstance(device.get("driver"), int)
-                          else None)
+            dev = DeviceKey(
+                str(device.get("name") or ""), device.get("driver") if isinstance(device.get("driver"), int) else None
+            )
             for text, cfg in decisions.items():
-                if isinstance(cfg, dict) and isinstance(cfg.get("kwargs"), dict) and isinstance(cfg.get("options"), dict):
+                if (
+                    isinstance(cfg, dict)
+                    and isinstance(cfg.get("kwargs"), dict)
+                    and isinstance(cfg.get("options"), dict)
+                ):
                     key = parse_json(str(text).encode(), "a tuning key", error=KarchiveError)
                     store.put(dev, key if isinstance(key, list) else [key], cfg)
                     written += 1

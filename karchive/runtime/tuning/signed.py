@@ -36,16 +36,20 @@ def sign_tuning(document: dict[str, Any], keys: Sequence[SigningKey]) -> Envelop
     """An envelope over the document's canonical JSON, signed by every key (deterministic: Ed25519)."""
     if not keys:
         source = document.get("archive") or {}  # the archive the decisions were tuned for (its name and version)
-        raise TrustError("a tuning sidecar is signed: give --sign KEY", reason=reasons.UNSIGNED,
-                         archive=f"{source.get('name')}@{source.get('version')}" if source.get("name") else None)
+        raise TrustError(
+            "a tuning sidecar is signed: give --sign KEY",
+            reason=reasons.UNSIGNED,
+            archive=f"{source.get('name')}@{source.get('version')}" if source.get("name") else None,
+        )
     env = Envelope(PAYLOAD_TYPE, canonical_json(document))
     for k in keys:
         env = env.add_signature(k)
     return env
 
 
-def verify_tuning(raw: bytes, keys: Sequence[PublicKey], where: str = "tuning sidecar",
-                  archive: str | None = None) -> dict[str, Any]:
+def verify_tuning(
+    raw: bytes, keys: Sequence[PublicKey], where: str = "tuning sidecar", archive: str | None = None
+) -> dict[str, Any]:
     """The document inside a signed tuning sidecar, after one of ``keys`` verified its signature over
     exactly these payload bytes and type; :class:`TrustError` otherwise, naming ``archive`` (NAME@VERSION:
     the archive the sidecar is imported into; None where it is verified on its own)."""
@@ -54,20 +58,33 @@ def verify_tuning(raw: bytes, keys: Sequence[PublicKey], where: str = "tuning si
     except TrustError:
         raise
     if env.payload_type != PAYLOAD_TYPE:
-        raise TrustError(f"{where} holds a {env.payload_type!r} payload, not karchive tuning decisions",
-                         reason=reasons.WRONG_PAYLOAD_TYPE, archive=archive)
+        raise TrustError(
+            f"{where} holds a {env.payload_type!r} payload, not karchive tuning decisions",
+            reason=reasons.WRONG_PAYLOAD_TYPE,
+            archive=archive,
+        )
     if not env.signatures:
         raise TrustError(f"{where} has no signature", reason=reasons.UNSIGNED, archive=archive)
     ok = [s for s in env.signatures for k in keys if verify_signature(env, s, k)]
     if not ok:
-        raise TrustError(f"{where}: no given key verifies its signature(s) (signed by key id(s) "
-                         f"{', '.join(sorted({s.keyid or '?' for s in env.signatures}))})", reason=reasons.UNKNOWN_KEY,
-                         archive=archive)
+        raise TrustError(
+            f"{where}: no given key verifies its signature(s) (signed by key id(s) "
+            f"{', '.join(sorted({s.keyid or '?' for s in env.signatures}))})",
+            reason=reasons.UNKNOWN_KEY,
+            archive=archive,
+        )
     doc = parse_json(env.payload, where, error=TrustError)
-    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("kernels"), list) \
-            or not isinstance(doc.get("archive"), dict):
-        raise TrustError(f"{where}: the signed payload is not a {FORMAT} document",
-                         reason=reasons.MALFORMED_STATEMENT, archive=archive)
+    if (
+        not isinstance(doc, dict)
+        or doc.get("format") != FORMAT
+        or not isinstance(doc.get("kernels"), list)
+        or not isinstance(doc.get("archive"), dict)
+    ):
+        raise TrustError(
+            f"{where}: the signed payload is not a {FORMAT} document",
+            reason=reasons.MALFORMED_STATEMENT,
+            archive=archive,
+        )
     return doc
 
 
@@ -78,8 +95,9 @@ def is_envelope(raw: bytes) -> bool:
 
 
 # -- the document, and its decisions into the local cache -------------------------------------------------------
-def tables_document(manifest: Any, records: Sequence[Mapping[str, Any]], device_name: str,
-                    archive: Mapping[str, Any]) -> dict[str, Any]:
+def tables_document(
+    manifest: Any, records: Sequence[Mapping[str, Any]], device_name: str, archive: Mapping[str, Any]
+) -> dict[str, Any]:
     """The sidecar document: per kernel (with its content digest), the tuning tables for ``device_name``."""
     digests = dict(archive_kernels(manifest))
     kernels = []
@@ -91,8 +109,9 @@ def tables_document(manifest: Any, records: Sequence[Mapping[str, Any]], device_
     return {"format": FORMAT, "archive": dict(archive), "kernels": kernels}
 
 
-def import_tables(manifest: Any, document: Mapping[str, Any], root: Path | None = None,
-                  local: Any = None) -> dict[str, Any]:
+def import_tables(
+    manifest: Any, document: Mapping[str, Any], root: Path | None = None, local: Any = None
+) -> dict[str, Any]:
     """Write a (verified) sidecar document's decisions into this machine's tuning cache, for the kernels whose
     content (digest) is the same here: per GPU model, under this machine's driver version when ``local`` (its
     device) is that GPU model (tables are per model; the cache is per driver too), else the table's."""
@@ -140,8 +159,10 @@ def _check_tables(kernel: Mapping[str, Any], check_tables: Callable[[Mapping[str
             if not isinstance(entry, dict):
                 raise KarchiveError(f"{where}: tuned[{t}] entry {n} is not an object")
             if not isinstance(key, list) or not all(_key_part(v) for v in key):
-                raise KarchiveError(f"{where}: tuned[{t}] entry {n}: the key must be a list of numbers, strings, "
-                                    f"booleans or nulls, not {repr(key)[:120]}")
+                raise KarchiveError(
+                    f"{where}: tuned[{t}] entry {n}: the key must be a list of numbers, strings, "
+                    f"booleans or nulls, not {repr(key)[:120]}"
+                )
 
 
 def _key_part(value: Any) -> bool:

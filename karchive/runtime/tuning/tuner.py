@@ -34,17 +34,19 @@ every run), a table in the tests.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
-from collections.abc import Callable, Mapping, Sequence
 
 from ...core.jsonio import parse_json
 from ...errors import ArgumentError, NoMatchingVariantError, SchemaError, TuneError
 from ...format.autotune import normalize_key
 from ...format.heuristics_expr import ExprError, check, evaluate
 from ...format.tuned import KEY_DTYPES, KEY_MAX_VALUES
+
 # the device's bench (karchive tune's default, the runtime's rule) and its policy, for the CLI and callers
-from .bench import DeviceBench as DeviceBench, RepPolicy as RepPolicy
+from .bench import DeviceBench as DeviceBench
+from .bench import RepPolicy as RepPolicy
 from .decisions import as_decision
 
 KEYS_FORMAT = "karchive-tune-keys/1"
@@ -97,8 +99,9 @@ def _tensor(obj: Any, where: str, index: int) -> TensorSpec:
     if dtype not in DTYPES:
         raise _fail(f"{where}.dtype {dtype!r} is not one of {', '.join(DTYPES)}", index)
     stride = obj.get("stride")
-    if stride is not None and (not isinstance(stride, list) or len(stride) != len(shape)
-                               or not all(type(s) is int and s >= 0 for s in stride)):
+    if stride is not None and (
+        not isinstance(stride, list) or len(stride) != len(shape) or not all(type(s) is int and s >= 0 for s in stride)
+    ):
         raise _fail(f"{where}.stride must give one non-negative integer per dimension", index)
     floating = dtype.startswith(("float", "bfloat"))
     init = obj.get("init", "randn" if floating else "zeros")
@@ -106,13 +109,24 @@ def _tensor(obj: Any, where: str, index: int) -> TensorSpec:
         raise _fail(f"{where}.init {init!r} is not one of {', '.join(INITS)}", index)
     values = obj.get("values")
     if values is not None:
-        ok = isinstance(values, list) and len(values) == math.prod(shape) <= MAX_VALUES and all(
-            type(v) in (int, bool) or (type(v) is float and math.isfinite(v)) for v in values)
+        ok = (
+            isinstance(values, list)
+            and len(values) == math.prod(shape) <= MAX_VALUES
+            and all(type(v) in (int, bool) or (type(v) is float and math.isfinite(v)) for v in values)
+        )
         if not ok:
-            raise _fail(f"{where}.values must list the tensor's {math.prod(shape)} elements as finite numbers "
-                        f"(at most {MAX_VALUES})", index)
-    return TensorSpec(tuple(shape), dtype, tuple(stride) if stride is not None else None, init,
-                      tuple(values) if values is not None else None)
+            raise _fail(
+                f"{where}.values must list the tensor's {math.prod(shape)} elements as finite numbers "
+                f"(at most {MAX_VALUES})",
+                index,
+            )
+    return TensorSpec(
+        tuple(shape),
+        dtype,
+        tuple(stride) if stride is not None else None,
+        init,
+        tuple(values) if values is not None else None,
+    )
 
 
 def _arg(value: Any, where: str, index: int) -> Any:
@@ -159,8 +173,13 @@ def parse_call(obj: Any, index: int, where: str = "calls") -> TuneCall:
     key = obj.get("key")
     if key is not None and not isinstance(key, list):
         raise _fail(f"{w}.key must be a list (the autotune key)", index, kernel)
-    return TuneCall(kernel, {str(n): _arg(v, f"{w}.args.{n}", index) for n, v in args.items()},
-                    _grid(obj.get("grid"), f"{w}.grid", index), key, index)
+    return TuneCall(
+        kernel,
+        {str(n): _arg(v, f"{w}.args.{n}", index) for n, v in args.items()},
+        _grid(obj.get("grid"), f"{w}.grid", index),
+        key,
+        index,
+    )
 
 
 def parse_keys_file(raw: bytes, where: str = "keys file") -> list[TuneCall]:
@@ -169,8 +188,11 @@ def parse_keys_file(raw: bytes, where: str = "keys file") -> list[TuneCall]:
         raise TuneError(f"{where} is larger than {MAX_KEYS_BYTES} bytes", kernel=None, call=None)
     data = parse_json(raw, where, error=TuneError)
     if not isinstance(data, dict) or data.get("format") != KEYS_FORMAT or not isinstance(data.get("calls"), list):
-        raise TuneError(f"{where} is not a keys file: expected {{'format': {KEYS_FORMAT!r}, 'calls': [...]}}",
-                        kernel=None, call=None)
+        raise TuneError(
+            f"{where} is not a keys file: expected {{'format': {KEYS_FORMAT!r}, 'calls': [...]}}",
+            kernel=None,
+            call=None,
+        )
     if len(data["calls"]) > MAX_CALLS:
         raise TuneError(f"{where} holds {len(data['calls'])} calls; at most {MAX_CALLS}", kernel=None, call=None)
     return [parse_call(c, i) for i, c in enumerate(data["calls"])]
@@ -192,11 +214,26 @@ def calls_from_records(records: Sequence[Mapping[str, Any]], kernels: Sequence[s
             if not isinstance(grids, list):
                 continue
             i = len(out)
-            tc = TuneCall(name, {str(n): _arg(v, f"{name}.call.args.{n}", i) for n, v in call["args"].items()},
-                          [], list(e.get("key") or []), i)
+            tc = TuneCall(
+                name,
+                {str(n): _arg(v, f"{name}.call.args.{n}", i) for n, v in call["args"].items()},
+                [],
+                list(e.get("key") or []),
+                i,
+            )
             # archive data: a grid is used only as 1 to 3 non-negative integers, anything else is "not recorded"
-            tc.grid = [_PerConfig([g if isinstance(g, list) and 1 <= len(g) <= 3 and all(
-                type(x) is int and 0 <= x < (1 << 31) for x in g) else None for g in grids])]
+            tc.grid = [
+                _PerConfig(
+                    [
+                        g
+                        if isinstance(g, list)
+                        and 1 <= len(g) <= 3
+                        and all(type(x) is int and 0 <= x < (1 << 31) for x in g)
+                        else None
+                        for g in grids
+                    ]
+                )
+            ]
             out.append(tc)
     return out
 
@@ -220,8 +257,11 @@ class TorchFactory:
         try:
             import torch
         except ImportError:
-            raise TuneError("tuning makes the keys file's tensors with torch, which is not installed here "
-                            "(pip install torch)", kernel=None, call=None) from None
+            raise TuneError(
+                "tuning makes the keys file's tensors with torch, which is not installed here (pip install torch)",
+                kernel=None,
+                call=None,
+            ) from None
 
         self.torch = torch
         self.device = device
@@ -277,8 +317,9 @@ def grid_for(call: TuneCall, named: Mapping[str, Any], config_index: int | None)
         grids = call.grid[0].grids
         g = grids[config_index] if config_index is not None and 0 <= config_index < len(grids) else None
         if g is None:
-            raise _fail(f"calls[{call.index}]: the capture recorded no grid for config {config_index}", call.index,
-                        call.kernel)
+            raise _fail(
+                f"calls[{call.index}]: the capture recorded no grid for config {config_index}", call.index, call.kernel
+            )
         return tuple(int(x) for x in g)
     out = []
     for item in call.grid:
@@ -288,8 +329,11 @@ def grid_for(call: TuneCall, named: Mapping[str, Any], config_index: int | None)
             except ExprError as exc:
                 raise _fail(f"calls[{call.index}].grid: {exc}", call.index, call.kernel) from None
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise _fail(f"calls[{call.index}].grid: an item evaluated to {value!r}, not a non-negative integer",
-                            call.index, call.kernel)
+                raise _fail(
+                    f"calls[{call.index}].grid: an item evaluated to {value!r}, not a non-negative integer",
+                    call.index,
+                    call.kernel,
+                )
             out.append(value)
         else:
             out.append(int(item))
@@ -300,8 +344,9 @@ def grid_for(call: TuneCall, named: Mapping[str, Any], config_index: int | None)
 class Bench(Protocol):
     """Seconds of each timed run of ``launch`` (the median is taken); ``hooks`` go around every run."""
 
-    def __call__(self, config: Mapping[str, Any], launch: Callable[[], None], hooks: Any,
-                 sync: Callable[[], None]) -> list[float]: ...
+    def __call__(
+        self, config: Mapping[str, Any], launch: Callable[[], None], hooks: Any, sync: Callable[[], None]
+    ) -> list[float]: ...
 
 
 @dataclass
@@ -317,15 +362,27 @@ class Decision:
     call: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"kernel": self.kernel, "key": self.key, "config": self.config, "call": self.call,
-                "timings_ms": self.timings_ms, "skipped": {str(k): v for k, v in sorted(self.skipped.items())}}
+        return {
+            "kernel": self.kernel,
+            "key": self.key,
+            "config": self.config,
+            "call": self.call,
+            "timings_ms": self.timings_ms,
+            "skipped": {str(k): v for k, v in sorted(self.skipped.items())},
+        }
 
 
 class Tuner:
     """Times every prebuilt config of an archive's autotuned kernels on calls, one decision per key."""
 
-    def __init__(self, archive: Any, *, bench: Bench | None = None, make_bench: Callable[[Any], Bench] | None = None,
-                 factory: ArgFactory | None = None) -> None:
+    def __init__(
+        self,
+        archive: Any,
+        *,
+        bench: Bench | None = None,
+        make_bench: Callable[[Any], Bench] | None = None,
+        factory: ArgFactory | None = None,
+    ) -> None:
         self.archive = archive
         self._bench = bench
         self._make_bench = make_bench or DeviceBench  # made for the device of the first call (its L2 flush)
@@ -342,8 +399,12 @@ class Tuner:
         except NoMatchingVariantError as exc:
             raise _fail(f"calls[{call.index}]: {exc}", call.index, call.kernel) from None
         if not isinstance(k, AutotuneResolver):
-            raise _fail(f"calls[{call.index}]: {call.kernel} is not an autotuned kernel (no autotune record): "
-                        "there is nothing to choose", call.index, call.kernel)
+            raise _fail(
+                f"calls[{call.index}]: {call.kernel} is not an autotuned kernel (no autotune record): "
+                "there is nothing to choose",
+                call.index,
+                call.kernel,
+            )
         return k
 
     def tune(self, calls: Sequence[TuneCall], *, keep_going: bool = False) -> list[Decision]:
@@ -375,8 +436,12 @@ class Tuner:
             raise _fail(f"calls[{call.index}]: {k.name} has no parameter(s) {unknown}", call.index, k.name)
         key: list = k.tuning_key(*positional)
         if call.key is not None and normalize_key(call.key) != key:
-            raise _fail(f"calls[{call.index}]: the file says key {call.key}, the runtime computes {key} for these "
-                        "arguments (the file was written for another kernel or argument list)", call.index, k.name)
+            raise _fail(
+                f"calls[{call.index}]: the file says key {call.key}, the runtime computes {key} for these "
+                "arguments (the file was written for another kernel or argument list)",
+                call.index,
+                k.name,
+            )
         return key
 
     def _bench_for(self, device: Any) -> Bench:
@@ -401,11 +466,15 @@ class Tuner:
         def bind(i: int, kernel: Any, cx: dict) -> Any:
             return kernel.bind(grid_for(call, {**named, **cx}, i), *positional, **cx)
 
-        best, times, skipped = k.time_configs(configs, named, outer, bind, bench,
-                                              skip=(NoMatchingVariantError, ArgumentError))
+        best, times, skipped = k.time_configs(
+            configs, named, outer, bind, bench, skip=(NoMatchingVariantError, ArgumentError)
+        )
         timings = [round(t * 1000.0, 6) if t is not None and math.isfinite(t) else None for t in times]
         if best is None:
             why = "; ".join(f"config {i}: {w}" for i, w in sorted(skipped.items()))
-            raise _fail(f"calls[{call.index}]: no prebuilt config of {k.name} can run key {key} here ({why})",
-                        call.index, k.name)
+            raise _fail(
+                f"calls[{call.index}]: no prebuilt config of {k.name} can run key {key} here ({why})",
+                call.index,
+                k.name,
+            )
         return Decision(k.name, key, best, record_index, timings, skipped, call.index)

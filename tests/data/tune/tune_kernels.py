@@ -16,15 +16,36 @@ import triton.language as tl
 
 LINEAR_CONFIGS = [
     triton.Config({"TILE_M": tm, "TILE_N": tn, "TILE_K": tk, "GROUP_M": 8}, num_warps=w, num_stages=s)
-    for tm, tn, tk, w, s in ((32, 32, 32, 2, 2), (64, 64, 32, 4, 3), (64, 128, 64, 4, 3), (128, 64, 32, 4, 4),
-                             (128, 128, 64, 8, 3), (128, 256, 64, 8, 3), (256, 128, 32, 8, 3))
+    for tm, tn, tk, w, s in (
+        (32, 32, 32, 2, 2),
+        (64, 64, 32, 4, 3),
+        (64, 128, 64, 4, 3),
+        (128, 64, 32, 4, 4),
+        (128, 128, 64, 8, 3),
+        (128, 256, 64, 8, 3),
+        (256, 128, 32, 8, 3),
+    )
 ]
 
 
 @triton.autotune(configs=LINEAR_CONFIGS, key=["M", "N", "K"])
 @triton.jit
-def tq_linear(x_ptr, w_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, stride_om,
-              TILE_M: tl.constexpr, TILE_N: tl.constexpr, TILE_K: tl.constexpr, GROUP_M: tl.constexpr):
+def tq_linear(
+    x_ptr,
+    w_ptr,
+    bias_ptr,
+    out_ptr,
+    M,
+    N,
+    K,
+    stride_xm,
+    stride_wn,
+    stride_om,
+    TILE_M: tl.constexpr,
+    TILE_N: tl.constexpr,
+    TILE_K: tl.constexpr,
+    GROUP_M: tl.constexpr,
+):
     pid = tl.program_id(0)
     tiles_m = tl.cdiv(M, TILE_M)
     tiles_n = tl.cdiv(N, TILE_N)
@@ -54,8 +75,10 @@ def tq_linear(x_ptr, w_ptr, bias_ptr, out_ptr, M, N, K, stride_xm, stride_wn, st
     tl.store(out, acc.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
-ROW_CONFIGS = [triton.Config({"CHUNK": c}, num_warps=w)
-               for c, w in ((128, 1), (256, 2), (512, 4), (1024, 4), (2048, 8), (4096, 16), (8192, 16))]
+ROW_CONFIGS = [
+    triton.Config({"CHUNK": c}, num_warps=w)
+    for c, w in ((128, 1), (256, 2), (512, 4), (1024, 4), (2048, 8), (4096, 16), (8192, 16))
+]
 
 
 @triton.autotune(configs=ROW_CONFIGS, key=["n_cols"])

@@ -9,8 +9,19 @@ from .runtime.jit import JITFunction, KernelInterface, jit
 __karchive_shim__ = True
 __version__ = "0.0.0+karchive.shim"
 
-__all__ = ["jit", "autotune", "heuristics", "Config", "cdiv", "next_power_of_2", "language", "JITFunction",
-           "Autotuner", "Heuristics", "KernelInterface"]
+__all__ = [
+    "jit",
+    "autotune",
+    "heuristics",
+    "Config",
+    "cdiv",
+    "next_power_of_2",
+    "language",
+    "JITFunction",
+    "Autotuner",
+    "Heuristics",
+    "KernelInterface",
+]
 
 
 def cdiv(x: int, y: int) -> int:

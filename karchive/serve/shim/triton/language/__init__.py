@@ -62,8 +62,10 @@ class _Stub:
         self.__name__ = name
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(f"triton.language.{self.__name__}: karchive's import shim has no Triton compiler; "
-                           "kernel bodies run only from archives")
+        raise RuntimeError(
+            f"triton.language.{self.__name__}: karchive's import shim has no Triton compiler; "
+            "kernel bodies run only from archives"
+        )
 
     def __getattr__(self, name: str) -> _Stub:
         return _Stub(f"{self.__name__}.{name}")

@@ -27,9 +27,12 @@ def _torch() -> Any:
 class _Utils:
     def get_device_properties(self, device: int) -> dict[str, Any]:
         p = _torch().cuda.get_device_properties(device)
-        return {"max_shared_mem": int(getattr(p, "shared_memory_per_block_optin", p.shared_memory_per_block)),
-                "multiprocessor_count": p.multi_processor_count, "max_num_regs": getattr(p, "regs_per_multiprocessor", 65536),
-                "warpSize": getattr(p, "warp_size", 32)}
+        return {
+            "max_shared_mem": int(getattr(p, "shared_memory_per_block_optin", p.shared_memory_per_block)),
+            "multiprocessor_count": p.multi_processor_count,
+            "max_num_regs": getattr(p, "regs_per_multiprocessor", 65536),
+            "warpSize": getattr(p, "warp_size", 32),
+        }
 
 
 class _Active:

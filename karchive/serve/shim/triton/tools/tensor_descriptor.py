@@ -23,16 +23,26 @@ class TensorDescriptor:
     def __post_init__(self) -> None:
         rank = len(self.shape)
         if not 1 <= rank <= 5 or len(self.strides) != rank or len(self.block_shape) != rank:
-            raise ArgumentError(f"TensorDescriptor: shape {list(self.shape)}, strides {list(self.strides)} and block "
-                                f"{list(self.block_shape)} need one rank from 1 to 5", kernel=None, param="shape")
+            raise ArgumentError(
+                f"TensorDescriptor: shape {list(self.shape)}, strides {list(self.strides)} and block "
+                f"{list(self.block_shape)} need one rank from 1 to 5",
+                kernel=None,
+                param="shape",
+            )
         if self.padding not in ("zero", "nan"):
-            raise ArgumentError(f"TensorDescriptor: padding must be 'zero' or 'nan', got {self.padding!r}",
-                                kernel=None, param="padding")
+            raise ArgumentError(
+                f"TensorDescriptor: padding must be 'zero' or 'nan', got {self.padding!r}", kernel=None, param="padding"
+            )
         if int(self.strides[-1]) != 1:
-            raise ArgumentError(f"TensorDescriptor: the last dimension must be contiguous (strides {list(self.strides)})",
-                                kernel=None, param="strides")
+            raise ArgumentError(
+                f"TensorDescriptor: the last dimension must be contiguous (strides {list(self.strides)})",
+                kernel=None,
+                param="strides",
+            )
         if any(int(s) <= 0 for s in self.shape):
-            raise ArgumentError(f"TensorDescriptor: shape {list(self.shape)} must be positive", kernel=None, param="shape")
+            raise ArgumentError(
+                f"TensorDescriptor: shape {list(self.shape)} must be positive", kernel=None, param="shape"
+            )
 
     @staticmethod
     def from_tensor(tensor: Any, block_shape: list[int], padding: str = "zero") -> TensorDescriptor:
