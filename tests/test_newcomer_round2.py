@@ -121,9 +121,13 @@ def test_the_real_venv_reruns_offline():
     if not (venv / ".karchive-install").exists():
         pytest.skip(f"{venv} was not made by tools/venv.sh (no .karchive-install)")
 
-    try:  # another checkout's venv (a git worktree run with a shared venv): a "rerun" would repoint its install
-        url = json.loads(importlib.metadata.distribution("karchive").read_text("direct_url.json") or "{}").get("url")
-    except (importlib.metadata.PackageNotFoundError, ValueError):
+    # another checkout's venv (a git worktree run with a shared venv): a "rerun" would repoint its install. The
+    # venv's own record (a checkout's karchive.egg-info, first on sys.path, has no direct_url.json)
+    site = [p for p in sys.path if p.startswith(str(venv)) and p.endswith("site-packages")]
+    try:
+        dist = next(iter(importlib.metadata.distributions(name="karchive", path=site)))
+        url = json.loads(dist.read_text("direct_url.json") or "{}").get("url")
+    except (StopIteration, ValueError):
         url = None
     if url != ROOT.as_uri():
         pytest.skip(f"{venv} holds the install of {url}, not of this checkout ({ROOT})")

@@ -167,7 +167,7 @@ def test_a_python_process_finds_credentials_in_dockers_configuration(
 def test_cli_publish_ls_pull_through_an_oci_registry(oci: OciRegistry, tmp_path: Path) -> None:
     space = ns()
     env = {**env_for(oci, oci), "KARCHIVE_REGISTRY": oci.url(space)}
-    out = run_cli("publish", str(small_archive("examples", "0.1.0")), env=env)
+    out = run_cli("publish", str(small_archive("examples", "0.1.0")), "--create-registry", env=env)
     assert out.returncode == 0, out.stderr
     listed = run_cli("ls", "--json", env=env)
     assert listed.returncode == 0, listed.stderr

@@ -1086,8 +1086,15 @@ dispatcher_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     d->stream_handle = d->grid_of ? PyObject_GetAttrString(owner, "stream_handle") : NULL;
     d->pointer_info = d->stream_handle ? PyObject_GetAttrString(owner, "pointer_info") : NULL;
     d->mixed_key = d->pointer_info ? PyObject_GetAttrString(owner, "mixed_key") : NULL;
-    d->done_type = d->mixed_key ? PyObject_GetAttrString(owner, "done_type") : NULL;
-    if (d->done_type == NULL) {
+    if (d->mixed_key != NULL) {
+        /* optional: an owner without it answers every miss with a target */
+        d->done_type = PyObject_GetAttrString(owner, "done_type");
+        if (d->done_type == NULL) {
+            PyErr_Clear();
+            d->done_type = Py_NewRef(Py_None);
+        }
+    }
+    if (d->mixed_key == NULL) {
         Py_DECREF(d);
         return NULL;
     }
