@@ -271,7 +271,8 @@ class OciStore(Store):
                 return False  # an immutable tag, refused by the registry: the caller reads what it holds
             raise
         took = time.monotonic() - started
-        time.sleep(SETTLE)
+        # the wait outlasts any writer's check-to-write as this one saw it (a loaded host slows them all alike)
+        time.sleep(max(SETTLE, 3 * took))
         now = self.manifest(repo, tag, "a manifest")
         if now is None or now[1] != digest:
             return False
