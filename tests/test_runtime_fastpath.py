@@ -167,8 +167,9 @@ def test_same_launches_on_both_paths(monkeypatch, cuda_archive):
         lambda a: a.kernel("add_kernel")[(0,)](X, Y, OUT, 6),  # empty grid: nothing launches
         lambda a: a.kernel("add_kernel")[(3, 0)](X, Y, OUT, 6),
         lambda a: a.kernel("add_kernel").run(X, Y, OUT, 11, grid=(2,), stream=5),
-        lambda a: a.kernel("scale_kernel")[(2,)](X, OUT, 100, 1, 0.5),  # == 1 variant: stride not passed
-        lambda a: a.kernel("scale_kernel")[(2,)](X, OUT, 100, 3, 0.5),
+        # fp32 pointers: raw addresses carry no dtype, and the archive holds fp32 and bf16 scale_kernels
+        lambda a: a.kernel("scale_kernel")[(2,)](T(X), T(OUT), 100, 1, 0.5),  # == 1 variant: stride not passed
+        lambda a: a.kernel("scale_kernel")[(2,)](T(X), T(OUT), 100, 3, 0.5),
         lambda a: a.kernel("scale_kernel")[(2,)](T(X, BF16), T(OUT, BF16), 100, 1, 0.3333),  # bf16 scalar
         lambda a: a.kernel("scale_kernel")[(2,)](T(X, BF16), T(OUT, BF16), 100, stride=1, alpha=-2.5),
         lambda a: a.kernel("matmul_kernel")[(8,)](X, Y, OUT, 64, 64, 64, 64, 1, 64, 1, 64, 1),
@@ -264,11 +265,11 @@ def test_same_errors_and_nothing_launched(monkeypatch, cuda_archive):
         lambda a: a.kernel(add)[(1,)](X, Y, OUT, 5, num_warps=3),
         lambda a: a.kernel(add)[(1,)](X, Y, OUT, 5, BLOCK=512),  # only as an sm_80 cubin: not on this sm_90 device
         lambda a: a.kernel(add)[(1,)](X, Y, OUT, 5, BLOCK=True),
-        lambda a: a.kernel("scale_kernel")[(1,)](X, OUT, 100, 1, "x"),
-        lambda a: a.kernel("scale_kernel")[(1,)](X, OUT, 100, 1, 0.5),
-        lambda a: a.kernel("scale_kernel")[(1,)](X, OUT, 100, 1, 1e39),  # fp32 overflow while packing
+        lambda a: a.kernel("scale_kernel")[(1,)](T(X), T(OUT), 100, 1, "x"),
+        lambda a: a.kernel("scale_kernel")[(1,)](T(X), T(OUT), 100, 1, 0.5),
+        lambda a: a.kernel("scale_kernel")[(1,)](T(X), T(OUT), 100, 1, 1e39),  # fp32 overflow while packing
         lambda a: a.kernel("scale_kernel")[(1,)](T(X, BF16), T(OUT, BF16), 100, 1, 1e39),  # bf16: through fp32
-        lambda a: a.kernel("scale_kernel")[(1,)](X, OUT, 100, 2.0, 0.5),
+        lambda a: a.kernel("scale_kernel")[(1,)](T(X), T(OUT), 100, 2.0, 0.5),
     ]
     outcomes = both(monkeypatch, cuda_archive, script)
     assert outcomes[0][0] == ("ok",) and outcomes[32][0] == ("ok",)
