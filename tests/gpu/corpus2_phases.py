@@ -341,6 +341,9 @@ def run_phase(phase: str, lib: str, work: Path, timeout: int = 400) -> dict:
     env = dict(os.environ)
     env.update(LIB_ENV.get(lib, {}))
     env["TRITON_CACHE_DIR"] = str(work / f"tc-{phase}" / lib)
+    # Inductor's own caches (FX graph cache, its Triton bundles) per phase, emptied: a serve phase must not load
+    # what the reference phase's torch.compile left there (cut-cross-entropy compiles a cast with Inductor)
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(_fresh(work / f"ic-{phase}" / lib))
     env["FLAGGEMS_CACHE_DIR"] = str(_fresh(work / f"flaggems-{phase}" / lib))  # its tuning DB and generated code
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")])
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")

@@ -22,6 +22,7 @@ undone when the last capture ends. The records become the manifest's ``inductor`
 
 from __future__ import annotations
 
+import os
 import sys
 import threading
 from collections.abc import Callable
@@ -195,13 +196,25 @@ def compile_in_process() -> Callable[[], None] | None:
     """``compile_threads = 1`` (no compile worker) where torch's Inductor is imported; the undo, or None."""
     if "torch" not in sys.modules:
         return None
+    env = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
+    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"  # what Inductor's config reads where it is imported now
     try:
         from torch._inductor import config as inductor_config
     except Exception:  # noqa: BLE001 - no Inductor: nothing compiles in workers
-        return None
-    threads = inductor_config.compile_threads
-    inductor_config.compile_threads = 1
-    return lambda: setattr(inductor_config, "compile_threads", threads)
+        inductor_config = None
+    threads = getattr(inductor_config, "compile_threads", None)
+    if inductor_config is not None:
+        inductor_config.compile_threads = 1
+
+    def undo() -> None:
+        if env is None:
+            os.environ.pop("TORCHINDUCTOR_COMPILE_THREADS", None)
+        else:
+            os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = env
+        if inductor_config is not None:
+            inductor_config.compile_threads = threads
+
+    return undo
 
 
 def _wrap_module_benchmark() -> list[Callable[[], None]]:
