@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..format.dtypes import POINTER_ELEMENT_TYPES
+
 #: Triton element type names by the framework's short dtype name (torch, NumPy, ml_dtypes, JAX).
 _BY_NAME: dict[str, str] = {
     "bool": "i1",
@@ -38,31 +40,7 @@ _BY_NAME: dict[str, str] = {
 }
 #: Triton's own names, as ``triton.language`` dtypes print them (``tl.float16`` -> "fp16"): a base tensor
 #: that already speaks Triton (Triton's MockTensor, a descriptor's base) needs no translation.
-_TRITON_NAMES = frozenset(
-    [
-        "i1",
-        "i8",
-        "i16",
-        "i32",
-        "i64",
-        "u1",
-        "u8",
-        "u16",
-        "u32",
-        "u64",
-        "fp16",
-        "bf16",
-        "fp32",
-        "fp64",
-        "fp8e4nv",
-        "fp8e5",
-        "fp8e4b15",
-        "fp8e4b8",
-        "fp8e5b16",
-        "fp8e8m0",
-        "fp4",
-    ]
-)
+_TRITON_NAMES = POINTER_ELEMENT_TYPES  # the element types a pointer parameter names (format/dtypes)
 
 #: ``__cuda_array_interface__`` typestr (without byte order) to Triton names.
 _BY_TYPESTR: dict[str, str] = {

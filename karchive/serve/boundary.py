@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import KarchiveError, NoMatchingVariantError, ServeMissError
+from ..runtime.args import pointer_value
 from .identity import LiveIdentity, find, live_identity
 
 INF = float("inf")
@@ -243,8 +244,6 @@ class Launcher:
             enter_hook(launch_metadata)
         full = self.complete(args)
         if gx * gy * gz > 0:  # Triton's launcher launches nothing for an empty grid (the hooks still run)
-            from ..runtime.args import pointer_value
-
             values = [
                 pointer_value(full[i]) if i in self._pointers and full[i] is not None else full[i]
                 for i in self._positions
