@@ -14,12 +14,18 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import threading
 from collections.abc import Iterator
 
 import triton
 import triton.language as tl
 
 FAKE_TARGET = ("cuda", 90, 32)
+
+# Tests that compile from several threads take this around each compile: they test attribution, not
+# CPython 3.11's ast.parse, which two threads entering at once can fail with "AST constructor recursion depth
+# mismatch" (python/cpython gh-106905, in Triton's own parse; seen once in CI).
+ONE_COMPILE_AT_A_TIME = threading.Lock()
 
 
 class _FakeUtils:

@@ -27,9 +27,10 @@ def gpu(triton_cache_dir, fake_gpu_driver):
 
 
 def _compile(block: int, n: int = 1000) -> None:
-    from capture_fakes import ptr, scale_rows
+    from capture_fakes import ONE_COMPILE_AT_A_TIME, ptr, scale_rows
 
-    scale_rows[(1,)](ptr(), ptr(), n, 2.0, BLOCK=block)
+    with ONE_COMPILE_AT_A_TIME:
+        scale_rows[(1,)](ptr(), ptr(), n, 2.0, BLOCK=block)
 
 
 def _incomplete() -> type[Warning]:

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..core import pysource
 from ..errors import FormatError, KarchiveError, SchemaError
 from ..format.names import did_you_mean, select_kernels
 from .match import TUNING_OPTIONS, Pair, canonical, pair_variants, specialisation_text, target_text
@@ -578,7 +579,7 @@ def _kernel_text(module: bytes, qualname: str) -> tuple[str, int] | None:
     import ast
 
     try:
-        tree = ast.parse(module.decode("utf-8"))
+        tree = pysource.parse(module.decode("utf-8"))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     nodes: list[Any] = tree.body

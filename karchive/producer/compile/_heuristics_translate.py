@@ -17,6 +17,7 @@ import inspect
 import textwrap
 from typing import Any
 
+from ...core import pysource
 from ...format.heuristics_expr import CALLS, check
 from ...format.probes import NOT_SCALAR, PROBE_ATTRS, PROBE_METHODS, probe_name, scalar
 
@@ -62,9 +63,9 @@ def _node_for(fn: Any) -> tuple[ast.expr, str]:
     except (OSError, TypeError) as exc:
         raise Untranslatable(f"its source cannot be read ({exc})") from None
     try:
-        tree = ast.parse("".join(lines))
+        tree = pysource.parse("".join(lines))
     except SyntaxError:
-        tree = ast.parse(textwrap.dedent("".join(lines)))
+        tree = pysource.parse(textwrap.dedent("".join(lines)))
     # Candidates on the function's first line; a lambda is told from its neighbours by where its body is.
     positions = {(p[0], p[2]) for p in code.co_positions() if p[0] is not None and p[2] is not None}
     found: list[tuple[ast.expr, str]] = []

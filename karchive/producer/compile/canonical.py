@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from types import FunctionType, ModuleType
 from typing import Any
 
+from ...core import pysource
+
 __all__ = [
     "Canonicalised",
     "NAMING_REVISION",
@@ -268,7 +270,7 @@ def _unwrap(obj: Any, jit_type: type) -> Any:
 def _referenced_values(fn: Any) -> Iterator[Any]:
     """Globals, nonlocals and attribute chains (``mod.helper``) a JIT function's source names."""
     try:
-        tree = ast.parse(fn.src if isinstance(getattr(fn, "src", None), str) else inspect.getsource(fn.fn))
+        tree = pysource.parse(fn.src if isinstance(getattr(fn, "src", None), str) else inspect.getsource(fn.fn))
     except (OSError, TypeError, SyntaxError, AttributeError):
         return
     scope = dict(getattr(fn, "__globals__", {}) or {})
