@@ -108,6 +108,18 @@ OMIT_REQS = [
 ]
 
 
+class Cai:
+    """A device array that only speaks ``__cuda_array_interface__`` (Numba, others): a typed pointer with no
+    framework behind it."""
+
+    def __init__(self, ptr: int, typestr: str = "<f4") -> None:
+        self.ptr, self.typestr = ptr, typestr
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {"data": (self.ptr, False), "typestr": self.typestr, "shape": (4,), "version": 3}
+
+
 class Handle:
     """A binding's opaque handle (CUfunction, CUstream, ...): only ``int()`` gives its value."""
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from runtime_support import PATHS, ROOT, fake_cuda, q, register_sizes
+from runtime_support import PATHS, ROOT, Cai, fake_cuda, q, register_sizes
 
 import karchive
 from karchive.errors import ArgumentError, KarchiveError, NoMatchingVariantError, RuntimeLoadError
@@ -67,17 +67,6 @@ class FakeTensor:
 
     def get_device(self) -> int:
         return self._device
-
-
-class Cai:
-    """A device array that only speaks ``__cuda_array_interface__`` (Numba, others)."""
-
-    def __init__(self, ptr: int, typestr: str = "<f4") -> None:
-        self.ptr, self.typestr = ptr, typestr
-
-    @property
-    def __cuda_array_interface__(self) -> dict:
-        return {"data": (self.ptr, False), "typestr": self.typestr, "shape": (4,), "version": 3}
 
 
 class TorchLikeStream:

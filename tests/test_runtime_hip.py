@@ -15,7 +15,7 @@ import struct
 import threading
 
 import pytest
-from runtime_support import PATHS, fake_hip, path_param, q, register_sizes
+from runtime_support import PATHS, Cai, fake_hip, path_param, q, register_sizes
 
 import karchive
 from karchive.errors import ArgumentError, LaunchError, NoMatchingVariantError
@@ -68,10 +68,14 @@ def test_second_call_hits_the_cache_and_repacks(env):
 def test_equal_to_1_param_is_not_passed_and_fp16_is_two_bytes(env):
     hip, arc = env
     scale = arc.kernel("scale_kernel")
-    scale[(1,)](X, OUT, 100, 1, 0.1, BLOCK=256)
+    half = Cai(X, "<f2"), Cai(OUT, "<f2")
+    scale[(1,)](*half, 100, 1, 0.1, BLOCK=256)
     # x, out, n, alpha(fp16), scratch, scratch: stride == 1 was compiled in
     assert hip.launches()[-1].params == (q(X), q(OUT), struct.pack("<i", 100), struct.pack("<e", 0.1), q(0), q(0))
-    scale[(1,)](X, OUT, 100, 3, 0.1, BLOCK=256)  # raw int pointers say no dtype: the general fp32 variant
+    with pytest.raises(NoMatchingVariantError, match=r"x_ptr is a raw address.*\*fp16, \*fp32") as err:
+        scale[(1,)](X, OUT, 100, 1, 0.1, BLOCK=256)  # raw addresses say no dtype: fp16 or fp32 is not a guess
+    assert err.value.param == "x_ptr"
+    scale[(1,)](X, OUT, 100, 3, 0.1, BLOCK=256)  # only the general fp32 variant takes stride 3
     assert hip.launches()[-1].params == (
         q(X),
         q(OUT),

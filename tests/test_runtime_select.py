@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from runtime_support import Cai
 
 import karchive
 from karchive.errors import NoMatchingVariantError
@@ -119,10 +120,16 @@ def test_call_rules_alignment_dtype_equal_to_1(cuda_archive):
     add = arc.kernel("add_kernel")
     assert add.select(ALIGNED, OFF, ALIGNED, 10, device=H100).abi.num_warps == 8  # the unspecialised variant
     scale = arc.kernel("scale_kernel")
-    eq1 = scale.select(ALIGNED, ALIGNED, 10, 1, 2.0, device=H100)
-    gen = scale.select(ALIGNED, ALIGNED, 10, 3, 2.0, device=H100)
+    f32 = Cai(ALIGNED, "<f4")
+    eq1 = scale.select(f32, f32, 10, 1, 2.0, device=H100)
+    gen = scale.select(f32, f32, 10, 3, 2.0, device=H100)
     assert [p.name for p in eq1.params if p.equal_to_1] == ["stride"]
     assert not any(p.equal_to_1 for p in gen.params)
+    # Raw addresses say no dtype: stride == 1 fits the *bf16 variant and the general *fp32 one alike.
+    with pytest.raises(NoMatchingVariantError, match=r"x_ptr is a raw address.*take \*bf16, \*fp32") as e:
+        scale.select(ALIGNED, ALIGNED, 10, 1, 2.0, device=H100)
+    assert (e.value.param, e.value.values) == ("x_ptr", ("*bf16", "*fp32"))
+    assert scale.select(ALIGNED, ALIGNED, 10, 3, 2.0, device=H100).key == gen.key  # only *fp32 takes stride 3
     with pytest.raises(NoMatchingVariantError) as e:
         scale.select(ALIGNED, OFF, 10, 2, 2.0, device=H100)
     assert "out_ptr address 0x7f0000000004 is not 16-byte aligned" in str(e.value)

@@ -376,6 +376,26 @@ def resolve_options(
     )
 
 
+def untyped_pointers(
+    kernel: str, fits: Sequence[Variant], infos: Sequence[PointerInfo | None], names: Sequence[str]
+) -> None:
+    """Refuse a call whose raw address (an int: no dtype) fits variants of different element types
+    (``*fp32`` and ``*bf16``): they compute different things, and no order of keys may choose between them."""
+    for i, info in enumerate(infos):
+        if info is None or info[1] is not None:
+            continue
+        types = sorted({t for v in fits if (t := v.params[i].type).startswith("*")})
+        if len(types) > 1:
+            raise NoMatchingVariantError(
+                f"{kernel}: {names[i]} is a raw address, which says no element type, and the variants that fit "
+                f"take {', '.join(types)}: pass an object with a dtype (a tensor, an array) so the call picks one",
+                kernel=kernel,
+                rejections=(),
+                param=names[i],
+                values=tuple(types),
+            )
+
+
 def option_reason(v: Variant, options: Mapping[str, Any]) -> str | None:
     """Why the launch options (``num_warps=`` & co.) do not fit variant ``v`` (None when they do)."""
     for name, want in options.items():
@@ -483,7 +503,9 @@ def select_variant(
         keep = {id(v) for v in resolve_options(kernel, [t[2] for t in fits], option_names, options or {}, dev.backend)}
         # What is left differs only in how well it runs (binary, hints, arch), never in what it computes;
         # the variant key breaks the last tie, so no manifest or insertion order decides.
-        best = min((t for t in fits if id(t[2]) in keep), key=lambda t: t[0])
+        kept = [t for t in fits if id(t[2]) in keep]
+        untyped_pointers(kernel, [t[2] for t in kept], infos, names)
+        best = min(kept, key=lambda t: t[0])
         return best[2], best[3]
     labelled = [(variant_label(v), why) for v, why in rejected]
     asked = ", ".join(
