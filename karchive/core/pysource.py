@@ -16,12 +16,12 @@ __all__ = ["parse"]
 _LOCK = threading.Lock()
 
 
-def parse(text: str, filename: str = "<unknown>", mode: str = "exec") -> ast.AST:
+def parse(text: str, filename: str = "<unknown>") -> ast.Module:
     """``ast.parse``, serialised among karchive's callers and retried once after the CPython race."""
     with _LOCK:
         try:
-            return ast.parse(text, filename, mode)
+            return ast.parse(text, filename)
         except SystemError as exc:
             if "recursion depth mismatch" not in str(exc):
                 raise
-            return ast.parse(text, filename, mode)
+            return ast.parse(text, filename)
