@@ -23,10 +23,10 @@ key (the recorded config, then karchive's selection among its variants) is confi
 ``Autotuner.run`` (``warmup=True``: Triton's key, its cache -- a library may have filled it --, its prune and the
 archive's decision) and kept only if Triton's ``CompiledKernel`` is the same variant (and the same config as for
 that variant's other keys); every launch then sets ``best_config`` to the config Triton chose before it launches,
-as ``Autotuner.run`` does -- inside the dispatcher (the variant's ``set_result`` effect), so ``kernel[grid]`` is the
-dispatcher's own subscript here too, with no Python step per launch on the compiled path. Heuristics call sites, autotuner
-subclasses and configs with hooks keep Triton's path (their per-call Python -- the library's heuristic functions,
-its own ``run``, hooks -- is what a library observes).
+as ``Autotuner.run`` does -- inside the dispatcher (the variant's ``set_result`` effect), so ``kernel[grid]`` is
+the dispatcher's own subscript here too, with no Python step per launch on the compiled path. Heuristics call
+sites, autotuner subclasses and configs with hooks keep Triton's path (their per-call Python -- the library's
+heuristic functions, its own ``run``, hooks -- is what a library observes).
 """
 
 from __future__ import annotations

@@ -370,8 +370,10 @@ entry_get_effect(Entry *self, void *closure)
 static int
 entry_set_effect(Entry *self, PyObject *value, void *closure)
 {
-    if (value != NULL && value != Py_None
-        && !(PyTuple_CheckExact(value) && PyTuple_GET_SIZE(value) == 3 && PyUnicode_Check(PyTuple_GET_ITEM(value, 1)))) {
+    int ok = value == NULL || value == Py_None
+             || (PyTuple_CheckExact(value) && PyTuple_GET_SIZE(value) == 3
+                 && PyUnicode_Check(PyTuple_GET_ITEM(value, 1)));
+    if (!ok) {
         PyErr_SetString(PyExc_TypeError, "Entry.effect: None or (obj, name, value)");
         return -1;
     }
