@@ -600,6 +600,28 @@ def autotune_best_config(c: Ctx) -> Any:
 
 
 @scenario
+def autotune_best_config_when_the_launch_raises(c: Ctx) -> Any:
+    """Autotuner.run sets ``best_config`` before its launch: a call whose grid raises leaves it set to the call's
+    config (keys alternating: 1000 after 4096)."""
+    x, out = c.buf("x"), c.buf("out")
+    c.k.tuned[(4,)](x, out, 4096)
+    c.k.tuned[(4,)](x, out, 1000)
+
+    def grid(meta: dict) -> tuple[int]:
+        raise ZeroDivisionError("the grid raised")
+
+    seen = []
+    for n in (4096, 1000):
+        c.k.tuned.best_config = None
+        seen.append([raised(lambda n=n: c.k.tuned[grid](x, out, n)), config_summary(c.k.tuned.best_config)])
+    return {
+        "seen": seen,
+        "cache": {repr(k): config_summary(v) for k, v in c.k.tuned.cache.items()},
+        "launches": c.launches(),
+    }
+
+
+@scenario
 def autotune_prefilled_cache(c: Ctx) -> Any:
     """A library fills ``Autotuner.cache`` itself (a shipped decision, even a config not among ``configs``): Triton
     uses it without benchmarking."""

@@ -27,6 +27,7 @@ class Recorder:
             meta={"BLOCK": 64},
             device=0,
             result=self.result,
+            effect=None,
             launch=lambda grid, stream, values: self.launches.append((grid, stream, values)),
         )
         self.kernel = types.SimpleNamespace(

@@ -323,6 +323,57 @@ def test_a_launch_returns_the_result_set_for_its_variant(monkeypatch, tuned_arch
         assert plain[(4,)](X, Y, OUT, 4096) is None
 
 
+@pytest.mark.parametrize("path", [launch_path.PYTHON, launch_path.EXTENSION])
+def test_a_launch_sets_the_effect_set_for_its_variant_before_its_grid(monkeypatch, tuned_archive, path):
+    """``set_result(variant, result, (obj, name, value))``: every launch of the variant first sets the attribute
+    (before a callable grid runs: one that raises leaves it set), the other variant's launches set theirs, an empty
+    grid sets it too; ``None`` again stops it; the C entry refuses an effect of another shape."""
+    if path == launch_path.EXTENSION and launch_path.extension() is None:
+        pytest.skip("the compiled launcher is not built here")
+
+    class Tuner:
+        best_config: Any = None
+
+    tuner = Tuner()
+    seen: list[Any] = []
+
+    def grid(meta: dict) -> tuple[int]:
+        seen.append(tuner.best_config)
+        return (4,)
+
+    def bad_grid(meta: dict) -> tuple[int]:
+        raise ZeroDivisionError("grid")
+
+    with fake_cuda(monkeypatch, path) as (rec, _b):
+        arc = karchive.open(str(tuned_archive))
+        register_sizes(rec, arc)
+        k = arc.kernel("add_tuned")
+        by_block = {v.constexprs["BLOCK"]: v for v in arc.variants("add_tuned")}
+        k[(4,)](X, Y, OUT, 4096)  # loaded before: the loaded entries follow
+        for block in (1024, 512):
+            k.set_result(by_block[block], f"ck{block}", (tuner, "best_config", f"config{block}"))
+        assert k[grid](X, Y, OUT, 4096) == "ck1024" and seen == ["config1024"]
+        tuner.best_config = None
+        assert k[(4,)](X, Y, OUT, 4096, BLOCK=512) == "ck512" and tuner.best_config == "config512"
+        tuner.best_config = None
+        assert k[(0,)](X, Y, OUT, 4096) == "ck1024" and tuner.best_config == "config1024"
+        tuner.best_config = None
+        with pytest.raises(ZeroDivisionError):
+            k[bad_grid](X, Y, OUT, 4096, BLOCK=512)
+        assert tuner.best_config == "config512"
+        k.set_result(by_block[1024], None)
+        tuner.best_config = None
+        assert k[(4,)](X, Y, OUT, 4096) is None and tuner.best_config is None
+        if path == launch_path.EXTENSION:
+            from karchive.runtime import _fastlaunch
+
+            native = next(n for k_ in k._family for e in k_._entries.values() for n in e.natives)
+            assert isinstance(native, _fastlaunch.Entry)
+            with pytest.raises(TypeError, match="None or"):
+                native.effect = (tuner, 3, "x")
+    assert len(rec.launches()) == 4  # (the empty grid and the raising grid launch nothing)
+
+
 # -- launch attributes ----------------------------------------------------------------------------------------
 FEATURES = {"pdl": {"launch_pdl": True}, "coop": {"launch_cooperative_grid": True}, "cluster": {"num_ctas": 2}}
 

@@ -837,18 +837,10 @@ def test_an_autotuned_call_site_takes_the_fast_path_and_sets_best_config_as_trit
     Triton's own Autotuner.run (warmup), later ones launch through karchive's dispatcher, return Triton's
     CompiledKernel and leave ``best_config`` as Triton would."""
     from capture_fakes import fresh, tuned_copy
-    from triton.runtime.autotuner import Autotuner
 
     import karchive
 
-    runs: list[bool] = []
-    orig = Autotuner.run
-
-    def spy(self, *args, **kwargs):
-        runs.append(bool(kwargs.get("warmup")))
-        return orig(self, *args, **kwargs)
-
-    monkeypatch.setattr(Autotuner, "run", spy)
+    runs = _spy_tuner_runs(monkeypatch)
     fresh(tuned_copy)
     tuned_copy.__dict__.pop("_karchive_fast", None)
     with rs.fake_cuda(monkeypatch, path) as (rec, _b):
@@ -862,8 +854,203 @@ def test_an_autotuned_call_site_takes_the_fast_path_and_sets_best_config_as_trit
     assert [la.block for la in rec.launches()] == [(128, 1, 1)] * 4 and triton_side == []
 
 
+@pytest.fixture(scope="module")
+def two_keys(tmp_path_factory):
+    """A capture of capture_fakes' ``tuned_copy`` for two keys whose winners differ (scripted timings: n=4096 ->
+    BLOCK 128 / 4 warps, n=1024 -> BLOCK 64 / 2 warps)."""
+    from capture_fakes import fake_gpu, fresh, ptr, tuned_copy
+
+    import karchive
+
+    base = tmp_path_factory.mktemp("two-keys")
+    old = os.environ.get("TRITON_CACHE_DIR")
+    os.environ["TRITON_CACHE_DIR"] = str(base / "cache")
+    try:
+        fresh(tuned_copy)
+        with fake_gpu(timings=[3.0, 1.0, 2.0, 1.0, 2.0, 3.0]):
+            with karchive.capture("two-keys", version="1", strict=True) as cap:
+                tuned_copy[(1,)](ptr(), ptr(), 4096)
+                tuned_copy[(1,)](ptr(), ptr(), 1024)
+        fresh(tuned_copy)
+    finally:
+        if old is None:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+        else:
+            os.environ["TRITON_CACHE_DIR"] = old
+    out = base / "two-keys.karc"
+    cap.save(out)
+    return out
+
+
+def _karchive_python_calls(fn):
+    """The Python functions of karchive's own modules entered while ``fn()`` runs ("module.py:name", in order), but
+    for runtime/args.py (reading a duck-typed pointer argument: what a plain kernel's launch pays as well)."""
+    import karchive
+
+    home = pathlib.Path(karchive.__file__).parent
+    seen: list[str] = []
+
+    def profile(frame, event, arg):
+        file = pathlib.Path(frame.f_code.co_filename)
+        if event == "call" and home in file.parents and file != home / "runtime" / "args.py":
+            seen.append(f"{file.name}:{frame.f_code.co_name}")
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return seen
+
+
+def _spy_tuner_runs(monkeypatch):
+    """Every ``Autotuner.run`` call: whether it was a warmup (Triton confirming a key) or a launch."""
+    from triton.runtime.autotuner import Autotuner
+
+    runs: list[bool] = []
+    orig = Autotuner.run
+
+    def spy(self, *args, **kwargs):
+        runs.append(bool(kwargs.get("warmup")))
+        return orig(self, *args, **kwargs)
+
+    monkeypatch.setattr(Autotuner, "run", spy)
+    return runs
+
+
+def test_a_served_autotuned_call_site_sets_best_config_per_launch_as_triton_with_alternating_keys(
+    two_keys, monkeypatch, path, triton_side
+):
+    """Two autotune keys with different configs, launched alternately: each launch leaves ``best_config`` the very
+    Config Triton's own ``Autotuner.run`` sets for that key (its ``cache[key]``), launches that config's variant,
+    and returns Triton's CompiledKernel; each key is confirmed with Triton once. On the compiled path a steady-state
+    launch runs no Python beyond the served ``KernelInterface.__getitem__`` (best_config is set in C)."""
+    from capture_fakes import fresh, tuned_copy
+
+    import karchive
+
+    runs = _spy_tuner_runs(monkeypatch)
+    fresh(tuned_copy)
+    tuned_copy.__dict__.pop("_karchive_fast", None)
+    x, o = mock(), mock()
+    with rs.fake_cuda(monkeypatch, path) as (rec, _b):
+        karchive.serve(_arc(two_keys, rec), mode="strict")
+        got: dict[int, set[int]] = {}
+        for n in (4096, 1024) * 3:
+            tuned_copy.best_config = None
+            got.setdefault(n, set()).add(id(tuned_copy[(4,)](x, o, n)))
+            assert tuned_copy.best_config is tuned_copy.cache[(n, "fp32", "fp32")], n
+        steady = _karchive_python_calls(lambda: tuned_copy[(4,)](x, o, 1024))
+    assert runs == [True, True]  # one confirmation per key; every other launch is karchive's
+    assert tuned_copy.best_config.kwargs == {"BLOCK": 64} and tuned_copy.best_config.num_warps == 2
+    assert tuned_copy.cache[(4096, "fp32", "fp32")].kwargs == {"BLOCK": 128}
+    assert all(len(ids) == 1 for ids in got.values()) and got[4096] != got[1024]
+    assert [la.block for la in rec.launches()] == [(128, 1, 1), (64, 1, 1)] * 3 + [(64, 1, 1)]
+    if path == launch_path.EXTENSION:
+        assert steady == ["boundary.py:_getitem"], steady
+    assert triton_side == []
+
+
+def test_a_served_autotuned_launch_that_raises_leaves_best_config_as_triton_does(
+    two_keys, monkeypatch, path, triton_side
+):
+    """Triton's ``Autotuner.run`` sets ``best_config`` before its launch: a launch whose grid raises leaves it set to
+    the key's config. The served fast path sets it at the same point."""
+    from capture_fakes import fresh, tuned_copy
+
+    import karchive
+
+    fresh(tuned_copy)
+    tuned_copy.__dict__.pop("_karchive_fast", None)
+    x, o = mock(), mock()
+
+    def bad_grid(meta):
+        raise ZeroDivisionError("grid")
+
+    with rs.fake_cuda(monkeypatch, path) as (rec, _b):
+        karchive.serve(_arc(two_keys, rec), mode="strict")
+        tuned_copy[(4,)](x, o, 4096)
+        tuned_copy[(4,)](x, o, 1024)
+        for n in (4096, 1024):
+            tuned_copy.best_config = None
+            with pytest.raises(ZeroDivisionError, match="grid"):
+                tuned_copy[bad_grid](x, o, n)
+            assert tuned_copy.best_config is tuned_copy.cache[(n, "fp32", "fp32")]
+        assert tuned_copy.__dict__["_karchive_fast"][1].on
+    assert len(rec.launches()) == 2 and triton_side == []
+
+
+def test_a_served_autotuned_call_karchive_cannot_select_for_is_answered_by_triton(
+    two_keys, monkeypatch, path, triton_side
+):
+    """A served autotuned call site whose call karchive has no variant for (fp16 pointers: never captured) gets
+    Triton's own answer (strict serving: the boundary's miss for Triton's key, raised from Triton's
+    ``Autotuner.run``), no error of karchive's dispatcher and no launch; calls with the captured key stay karchive's."""
+    from capture_fakes import fresh, tuned_copy
+
+    import karchive
+
+    runs = _spy_tuner_runs(monkeypatch)
+    fresh(tuned_copy)
+    tuned_copy.__dict__.pop("_karchive_fast", None)
+    half = DevBuf(A, "fp16")
+    with rs.fake_cuda(monkeypatch, path) as (rec, _b):
+        karchive.serve(_arc(two_keys, rec), mode="strict")
+        tuned_copy[(4,)](mock(), mock(), 4096)
+        with pytest.raises(ServeMissError, match=r"autotune key \[4096, 'fp16', 'fp16'\] matches no recorded"):
+            tuned_copy[(4,)](half, half, 4096)
+        tuned_copy[(4,)](mock(), mock(), 4096)
+    assert runs == [True, False]  # the confirmation of the captured key; Triton's own run of the fp16 call
+    assert [la.block for la in rec.launches()] == [(128, 1, 1)] * 2 and triton_side == []
+
+
+def test_a_launch_hook_or_pre_run_hook_turns_a_served_autotuned_call_site_to_triton(
+    two_keys, monkeypatch, path, triton_side
+):
+    """``knobs.runtime.launch_enter_hook`` (profilers) or a JIT ``pre_run_hook`` set after the fast path is warm:
+    the next ``tuned[grid](...)`` is Triton's own ``Autotuner.run`` (the hooks run); the fast path is back once
+    they are gone."""
+    import triton
+    from capture_fakes import fresh, tuned_copy
+
+    import karchive
+
+    runs = _spy_tuner_runs(monkeypatch)
+    fresh(tuned_copy)
+    tuned_copy.__dict__.pop("_karchive_fast", None)
+    x, o = mock(), mock()
+    hooked: list[str] = []
+    rt = triton.knobs.runtime
+
+    def enter(md):
+        hooked.append("enter")
+
+    with rs.fake_cuda(monkeypatch, path) as (rec, _b):
+        karchive.serve(_arc(two_keys, rec), mode="strict")
+        tuned_copy[(4,)](x, o, 4096)
+        tuned_copy[(4,)](x, o, 4096)
+        assert runs == [True]
+        rt.launch_enter_hook.add(enter)
+        try:
+            tuned_copy[(4,)](x, o, 4096)
+        finally:
+            rt.launch_enter_hook.remove(enter)
+        assert runs == [True, False]
+        tuned_copy.fn.add_pre_run_hook(lambda *a, **k: hooked.append("pre_run"))
+        try:
+            tuned_copy[(4,)](x, o, 4096)
+        finally:
+            tuned_copy.fn.pre_run_hooks.clear()
+        assert runs == [True, False, False]
+        tuned_copy.best_config = None
+        tuned_copy[(4,)](x, o, 4096)
+    assert runs == [True, False, False] and hooked == ["enter", "pre_run"]
+    assert tuned_copy.best_config is tuned_copy.cache[(4096, "fp32", "fp32")]
+    assert [la.block for la in rec.launches()] == [(128, 1, 1)] * 5 and triton_side == []
+
+
 def test_a_library_that_prefilled_the_autotuner_cache_gets_its_own_config_as_with_triton(
-    captured, monkeypatch, triton_side
+    captured, monkeypatch, path, triton_side
 ):
     """Libraries fill ``Autotuner.cache`` themselves (tables per GPU): Triton then launches their config, not the
     archive's decision. Served, the same: the fast path sees Triton's answer differ and leaves it to Triton."""
@@ -874,7 +1061,7 @@ def test_a_library_that_prefilled_the_autotuner_cache_gets_its_own_config_as_wit
     fresh(tuned_copy)
     tuned_copy.__dict__.pop("_karchive_fast", None)
     other = next(c for c in tuned_copy.configs if c.kwargs != {"BLOCK": 128})
-    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
+    with rs.fake_cuda(monkeypatch, path) as (rec, _b):
         karchive.serve(_arc(captured, rec), mode="strict")
         key = (4096, "fp32", "fp32")
         tuned_copy.cache[key] = other

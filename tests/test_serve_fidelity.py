@@ -233,6 +233,13 @@ def _expect_autotune_best_config(o):
     ] + [32 * o["cache"]["(4096, 'fp32', 'fp32')"]["num_warps"]]
 
 
+def _expect_autotune_best_config_when_the_launch_raises(o):
+    for (what, best), n in zip(o["seen"], (4096, 1000)):
+        assert what[:2] == ["raises", "ZeroDivisionError"] and what[3] == "the grid raised"
+        assert best == o["cache"][f"({n}, 'fp32', 'fp32')"]  # set before the launch, as Autotuner.run does
+    assert len(o["launches"]) == 2
+
+
 def _expect_autotune_prefilled_cache(o):
     assert o["best_config"]["kwargs"] == {"BLOCK": 32} and o["best_config"]["num_warps"] == 1
     assert _blocks(o["launches"]) == [32, 32]

@@ -16,7 +16,10 @@ the unchanged ``@triton.jit`` call site of examples/kernels.py (imported as ``ke
 need Triton to compile tools/tuned_bench.py's archive): ``callable grid`` (``add[lambda meta: ...]``),
 ``autotuned``, ``heuristics``, ``stacked`` (heuristics over autotune), each beside ``k[grid](...) 4 args`` (the
 plain fixed-grid kernel of the same arity), and ``served autotuned``: tests/gpu/extra_kernels.py's
-``@triton.autotune`` call site under ``karchive.serve``. Arguments are int addresses, or with ``--torch``
+``@triton.autotune`` call site under ``karchive.serve``. The served rows need ``--torch`` (Triton reads an int
+address as an integer: another specialisation) and call with n = 4095 (as tools/bench_launch.py's); without a GPU,
+a served call site's first call per key runs Triton's warmup on tests/capture_fakes.py's GPU-less Triton driver,
+and a row whose call site left karchive's fast path is skipped. Arguments are int addresses, or with ``--torch``
 CPU torch tensors standing for device ones (their host check is switched off in this process only:
 BENCHMARK ONLY). Wall time on a shared machine is noisy; ``--instructions`` under callgrind is exact
 (it compiles a 3-line helper against valgrind's headers to zero and dump the counters around each row).
@@ -74,7 +77,11 @@ class NoopDriver:
             }
         )
         self.CUfunction_attribute = e(
-            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES=1
+            CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8,
+            CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES=1,
+            CU_FUNC_ATTRIBUTE_NUM_REGS=4,  # (a served call site's CompiledKernel reads these three)
+            CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES=3,
+            CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK=0,
         )
         self.CUfunc_cache = e(CU_FUNC_CACHE_PREFER_SHARED=1)
         self.CUdriverProcAddress_flags = e(
@@ -207,6 +214,21 @@ def _no_encoding() -> None:
     td._driver = lambda: 13020  # type: ignore[assignment]
 
 
+def _triton_driver() -> None:
+    """BENCHMARK ONLY: where Triton has no active driver (no GPU), tests/capture_fakes.py's GPU-less one, so that a
+    served call site's first call per key (Triton's own run, warmup: it compiles from the archive and launches
+    nothing) runs here; every timed launch is karchive's, into the do-nothing driver."""
+    from triton.runtime.driver import driver
+
+    try:
+        driver.active.get_current_target()
+    except RuntimeError:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from capture_fakes import FakeDriver
+
+        driver.set_active(FakeDriver())
+
+
 def _served(arc: Any, *more: Any) -> tuple[Any, Any] | None:
     """The unchanged ``@triton.jit`` functions of the archive's kernels, served from ``arc`` (and ``more``
     archives; strict); None without Triton."""
@@ -217,6 +239,8 @@ def _served(arc: Any, *more: Any) -> tuple[Any, Any] | None:
     import importlib.util
 
     import karchive.serve
+
+    _triton_driver()
 
     mods = []
     for name, file in (
@@ -295,7 +319,7 @@ def main() -> None:
     if args.torch:
         import torch
 
-        Kernel._device_index = lambda self, infos: 0  # BENCHMARK ONLY: CPU tensors stand for device ones
+        Kernel._argument_device = lambda self, infos: None  # BENCHMARK ONLY: CPU tensors stand for device ones
         pool = [torch.empty(4096 + 4 * i) for i in range(64)]
         values = [t for t in pool if t.data_ptr() % 16 == 0][:15]
     else:
@@ -362,14 +386,18 @@ def main() -> None:
                 )
             path_rows.update(TUNED_ROWS)
         served = _served(arc) if tuned is None else _served(arc, tuned[0])
-        if served is not None:
+        if served is not None and not args.torch:  # Triton reads an int address as an integer: another key
+            print(f"served rows [{path}]: skipped here (they need --torch: pointer arguments Triton reads as such)")
+        elif served is not None:
+            # n = 4095: Triton specialises 4096 as i32:16, and the archives hold the i32 binaries (as
+            # tools/bench_launch.py's served rows); the autotune records' nearest-log2 rule keys it to their config
             ns["sadd"], ns["sadd16"] = served[:2]
             if tuned is not None:
                 ns["stuned"] = tuned[1].add_tuned
-                path_rows["served autotuned 4 args"] = "stuned[g](x, y, o, 4096)"
-            path_rows["served k[grid](...) 4 args"] = "sadd[g](x, y, o, 4096, BLOCK=1024)"
+                path_rows["served autotuned 4 args"] = "stuned[g](x, y, o, 4095)"
+            path_rows["served k[grid](...) 4 args"] = "sadd[g](x, y, o, 4095, BLOCK=1024)"
             path_rows["served k[grid](...) 16 args"] = (
-                "sadd16[g](o, x, y, p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, 4096, BLOCK=1024)"
+                "sadd16[g](o, x, y, p0, p1, p2, p3, p4, p5, p6, p7, p8, p9, p10, p11, 4095, BLOCK=1024)"
             )
         for row, body in path_rows.items():
             if args.only and args.only not in row and not row.startswith("(warm-up"):
@@ -383,11 +411,17 @@ def main() -> None:
             loop = scope["make"](**ns)
             label = f"{row} [{path}]"
             try:
-                loop(50)
+                with launch_path.forced(path):  # (a served call site's fast path is made at its first call)
+                    loop(50)
             except Exception as exc:  # a served row that needs what this machine lacks (a GPU)
                 if not row.startswith("served"):
                     raise
                 print(f"{label}: skipped here ({type(exc).__name__}: {exc})")
+                continue
+            site = ns.get(body.split("[", 1)[0]) if row.startswith("served") else None
+            fast = getattr(site, "__dict__", {}).get("_karchive_fast", (None, None))[1]
+            if site is not None and not (fast and fast.on):  # the row would time Triton's own path
+                print(f"{label}: skipped here (the call site is not on karchive's fast path)")
                 continue
             if cg is not None:
                 cg.cg_zero()

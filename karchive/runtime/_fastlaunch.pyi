@@ -74,6 +74,8 @@ class Entry:
     def meta(self) -> dict[str, Any]: ...
     #: What a launch of this entry returns (None until set; ``del`` sets None again).
     result: Any
+    #: None, or ``(obj, name, value)``: every launch first does ``setattr(obj, name, value)`` (``del``: None).
+    effect: tuple[Any, str, Any] | None
 
 @final
 class Dispatcher:

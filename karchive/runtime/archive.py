@@ -200,8 +200,9 @@ class Archive:
             TargetSource([t for t, _ in summary.targets], summary.variants, load, lambda: manifest.variants_of(name)),
         )
 
-    def _make_kernel(self, name: str, variants: list[Variant], benchmark: bool) -> Kernel:
-        """A dispatcher over ``variants``, with the resolver the manifest's records call for."""
+    def _make_kernel(self, name: str, variants: list[Variant], benchmark: bool, cls: type[Kernel] = Kernel) -> Kernel:
+        """A dispatcher over ``variants``, with the resolver the manifest's records call for (a tuned one of
+        type ``cls``: a served call site's own)."""
         k = Kernel(self, name, variants)
         records = [
             AutotuneRecord.from_json(r)
@@ -211,9 +212,7 @@ class Archive:
         heuristics = heuristics_records(self.manifest.heuristics, name)
         # The resolver chooses among subsets of ``k``'s variants; the kernel handed out asks it first.
         if records:
-            return Kernel(
-                self, name, variants, AutotuneResolver(k, records, benchmark=benchmark, heuristics=heuristics)
-            )
+            return cls(self, name, variants, AutotuneResolver(k, records, benchmark=benchmark, heuristics=heuristics))
         if heuristics:
             return Kernel(self, name, variants, HeuristicsResolver(k, heuristics))
         return k

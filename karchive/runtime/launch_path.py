@@ -25,7 +25,7 @@ from ..errors import RuntimeLoadError
 ENV = settings.LAUNCH_PATH.name
 EXTENSION, PYTHON, AUTO = "extension", "python", "auto"
 #: The interface version this Python code expects of ``_fastlaunch`` (a stale build is not used).
-ABI_VERSION = 7
+ABI_VERSION = 8
 
 _lock = threading.Lock()
 _loaded: tuple[ModuleType | None, str] | None = None

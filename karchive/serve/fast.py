@@ -21,10 +21,12 @@ An **autotuned** call site (exactly ``triton.autotune`` over a plain JIT functio
 the same kind of fast path over the archive's kernel with its autotune resolver: the resolver's answer for a new
 key (the recorded config, then karchive's selection among its variants) is confirmed with Triton's own
 ``Autotuner.run`` (``warmup=True``: Triton's key, its cache -- a library may have filled it --, its prune and the
-archive's decision) and kept only if Triton's ``CompiledKernel`` is the same variant; every launch then sets
-``best_config`` to the config Triton chose, as ``Autotuner.run`` does. Heuristics call sites, autotuner
-subclasses and configs with hooks keep Triton's path (their per-call Python -- the library's heuristic functions,
-its own ``run``, hooks -- is what a library observes).
+archive's decision) and kept only if Triton's ``CompiledKernel`` is the same variant (and the same config as for
+that variant's other keys); every launch then sets ``best_config`` to the config Triton chose before it launches,
+as ``Autotuner.run`` does -- inside the dispatcher (the variant's ``set_result`` effect), so ``kernel[grid]`` is
+the dispatcher's own subscript here too, with no Python step per launch on the compiled path. Heuristics call
+sites, autotuner subclasses and configs with hooks keep Triton's path (their per-call Python -- the library's
+heuristic functions, its own ``run``, hooks -- is what a library observes).
 """
 
 from __future__ import annotations
@@ -72,24 +74,28 @@ class _Confirming:
 
 class FastKernel(Kernel):
     """karchive's dispatcher over a served kernel's variants, handed to the call site as its ``kernel[grid]``: a new
-    selection key is confirmed with Triton first; a call karchive cannot bind or select for, or whose key Triton
-    answers otherwise, is answered by Triton's own run (a :class:`Done`: its result, or its error, nothing kept)."""
+    selection key is confirmed with Triton first; a call karchive cannot bind, resolve or select for, or whose key
+    Triton answers otherwise, is answered by Triton's own run (a :class:`Done`: its result, or its error, nothing
+    kept). An autotuned call site's has the archive's autotune resolver (its confirmation: :class:`_Confirming`)."""
 
     fast: FastPath
     answers_misses = True
 
     def _miss(self, args: Sequence[Any], kwargs: dict[str, Any], grid: Any = None) -> Any:
-        fast = self.fast
         try:
             target = super()._miss(args, kwargs)
-            fast.confirm(target.entry.variant, args, kwargs)
-        except (NoMatchingVariantError, ArgumentError, _Refer) as exc:
-            if isinstance(exc, _Refer) and exc.args:  # Triton's own run answered this call with an error
-                raise exc.args[0] from None
-            if grid is None:  # (select()/bind(): no call to hand over)
-                raise
-            return Done(fast.triton(grid, *self._as_called(args, kwargs)))
+            self.fast.confirm(target.entry.variant, args, kwargs)
+        except Exception as exc:  # noqa: BLE001 - _answer re-raises what it does not answer
+            return self._answer(exc, grid, args, kwargs)
         return target
+
+    def _answer(self, exc: Exception, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Done:
+        """A call karchive refused, or whose key Triton answered otherwise: Triton's own run answers it."""
+        if isinstance(exc, _Refer) and exc.args:  # Triton's own run answered this call with an error
+            raise exc.args[0] from None
+        if grid is None or not isinstance(exc, (NoMatchingVariantError, ArgumentError, _Refer)):
+            raise exc  # (select()/bind(): no call to hand over; or not a refusal)
+        return Done(self.fast.triton(grid, *self._as_called(args, kwargs)))
 
     def _as_called(self, args: Sequence[Any], kwargs: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
         """The call as the call site made it: the Python launch path hands misses every parameter in order, an
@@ -175,20 +181,6 @@ class FastPath:
             return self.triton(grid, args, kwargs)
         return self.run(grid, *args, **kwargs)
 
-    def call(self, grid: Any, *args: Any, **kwargs: Any) -> Any:
-        """One ``kernel[grid](...)`` of a tuned call site: karchive's dispatcher; Triton's own run where karchive
-        cannot answer."""
-        try:
-            out = self.run(grid, *args, **kwargs)
-        except _Refer as refer:
-            if refer.args:  # Triton's own run already answered this call with an error: the same error
-                raise refer.args[0] from None
-            return self.triton_run(self.jit, *args, grid=grid, warmup=False, **kwargs)
-        except (NoMatchingVariantError, ArgumentError):
-            return self.triton_run(self.jit, *args, grid=grid, warmup=False, **kwargs)
-        self.record.calls += 1
-        return out
-
     def _globals_changed(self) -> bool:
         missing = object()
         return any(scope.get(name, missing) != value for (name, _), (value, scope) in self.globals)
@@ -212,15 +204,18 @@ class TunedFastPath(FastPath):
         self.on = True
         self.results = {}
         self.globals = []
-        self.config_of: dict[int, Any] = {}  # id(CompiledKernel) -> the Config Triton chose for it
+        self.config_of: dict[str, Any] = {}  # variant key -> the Config Triton chose for it (one per variant)
         self.hooks: list[Any] = tuner.fn.pre_run_hooks  # the JIT function's live list
-        self.subscript = self.bound  # every launch sets best_config: a Python step
         self.confirmed: set[tuple[str, str]] = set()  # (autotune key, variant) pairs Triton agreed on
-        k = arc._make_kernel(name, list(arc.variants(name)), False)  # this call site's own (results are its own)
+        # this call site's own kernel (results are its own), answering refused calls with Triton's run
+        k = arc._make_kernel(name, list(arc.variants(name)), False, FastKernel)
         self.tuning_key = getattr(k.resolver, "tuning_key")  # noqa: B009 - an AutotuneResolver (the boundary checked)
         k.resolver = _Confirming(k.resolver, self)
+        k.fast = self
         self.kernel = k
         self.run = k._run
+        self.subscript = k.__getitem__  # the dispatcher's own kernel[grid]: each launch sets best_config in it
+        record.direct = True  # kernel[grid] is karchive's dispatcher: its launches are not counted
 
     def confirm_tuned(self, sub: Any, cx: dict[str, Any], args: Sequence[Any], kwargs: Any) -> None:
         if not all(_checkable(a) for a in args) or not all(_checkable(v) for v in kwargs.values()):
@@ -248,21 +243,13 @@ class TunedFastPath(FastPath):
             or served[1] != variant.key
             or config is None
             or (known is not None and known is not compiled)
+            or self.config_of.get(variant.key, config) is not config  # (one best_config per launched variant)
         ):
             self.on = False
             raise _Refer
         self.results[variant.key] = compiled
-        self.config_of[id(compiled)] = config
+        self.config_of[variant.key] = config
         self.confirmed.add((repr(self.tuning_key(*args, **kwargs)), variant.key))
-        self.kernel.set_result(variant.key, compiled)
-        sub.set_result(variant.key, compiled)  # the kernel over the config's variants, which launches it
-
-    def bound(self, grid: Any) -> Callable[..., Any]:
-        return partial(self.call, grid)
-
-    def call(self, grid: Any, *args: Any, **kwargs: Any) -> Any:
-        out = super().call(grid, *args, **kwargs)
-        config = self.config_of.get(id(out))
-        if config is not None:
-            self.jit.best_config = config
-        return out
+        effect = (self.jit, "best_config", config)  # set by each launch before it launches, as Autotuner.run does
+        self.kernel.set_result(variant.key, compiled, effect)
+        sub.set_result(variant.key, compiled, effect)  # the kernel over the config's variants, which launches it

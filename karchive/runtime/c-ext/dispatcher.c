@@ -795,11 +795,23 @@ launch_with_attributes(Entry *e, const unsigned int *g, uint64_t stream, void **
     return err;
 }
 
-/* Step 4: grid, stream, pack, launch. */
+/* An entry's Entry.effect: setattr(obj, name, value) (held while it runs: Python code may replace it). */
+static KA_NOINLINE int
+apply_effect(Entry *e)
+{
+    PyObject *eff = Py_NewRef(e->effect);
+    int rc = PyObject_SetAttr(PyTuple_GET_ITEM(eff, 0), PyTuple_GET_ITEM(eff, 1), PyTuple_GET_ITEM(eff, 2));
+    Py_DECREF(eff);
+    return rc;
+}
+
+/* Step 4: effect, grid, stream, pack, launch. */
 static PyObject *
 launch_hit(Dispatcher *d, Key *hit, PyObject *grid, PyObject *stream, PyObject **vals, uint64_t *ptrs)
 {
     Entry *e = hit->entry;
+    if (e->effect != Py_None && apply_effect(e) < 0)
+        return NULL; /* first, as Triton's Autotuner.run sets best_config before its launch (which may raise) */
     if (hit->extra != NULL) /* the resolver's values (the key holds them while this call runs) */
         for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(hit->extra); j++) {
             PyObject *pair = PyTuple_GET_ITEM(hit->extra, j);

@@ -53,6 +53,7 @@ typedef struct {
     PyObject *explain;       /* owner.explain(values, exc) -> the exception to raise */
     PyObject *desc_type;     /* karchive.TensorDescriptor (the type 'D' slots memoise in C), or None */
     PyObject *result;        /* what a launch of this entry returns (None unless set: Entry.result) */
+    PyObject *effect;        /* None, or (obj, name, value): setattr'd before each launch (Entry.effect) */
     PyObject *scratch;       /* owner.scratch_for(index, nbytes, stream) -> (address, usable bytes), or NULL */
     int has_scratch;         /* some slot is 'S' */
 } Entry;
@@ -158,6 +159,7 @@ entry_traverse(Entry *self, visitproc visit, void *arg)
     Py_VISIT(self->explain);
     Py_VISIT(self->desc_type);
     Py_VISIT(self->result);
+    Py_VISIT(self->effect);
     Py_VISIT(self->scratch);
     for (Py_ssize_t i = 0; self->slots != NULL && i < self->n_params; i++) {
         Py_VISIT(self->slots[i].expand);
@@ -177,6 +179,7 @@ entry_clear(Entry *self)
     Py_CLEAR(self->explain);
     Py_CLEAR(self->desc_type);
     Py_CLEAR(self->result);
+    Py_CLEAR(self->effect);
     Py_CLEAR(self->scratch);
     for (Py_ssize_t i = 0; self->slots != NULL && i < self->n_params; i++) {
         Py_CLEAR(self->slots[i].expand);
@@ -299,6 +302,7 @@ entry_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
     self->meta = Py_NewRef(meta);
     self->desc_type = Py_NewRef(desc_type);
     self->result = Py_NewRef(Py_None);
+    self->effect = Py_NewRef(Py_None);
     self->python_launch = via_python ? PyObject_GetAttrString(owner, "launch_dims") : Py_NewRef(Py_None);
     self->failed = PyObject_GetAttrString(owner, "failed");
     if (self->has_scratch && !via_python && (self->scratch = PyObject_GetAttrString(owner, "scratch_for")) == NULL) {
@@ -357,9 +361,31 @@ entry_set_result(Entry *self, PyObject *value, void *closure)
     return 0;
 }
 
+static PyObject *
+entry_get_effect(Entry *self, void *closure)
+{
+    return Py_NewRef(self->effect);
+}
+
+static int
+entry_set_effect(Entry *self, PyObject *value, void *closure)
+{
+    int ok = value == NULL || value == Py_None
+             || (PyTuple_CheckExact(value) && PyTuple_GET_SIZE(value) == 3
+                 && PyUnicode_Check(PyTuple_GET_ITEM(value, 1)));
+    if (!ok) {
+        PyErr_SetString(PyExc_TypeError, "Entry.effect: None or (obj, name, value)");
+        return -1;
+    }
+    Py_XSETREF(self->effect, Py_NewRef(value != NULL ? value : Py_None)); /* del: back to None */
+    return 0;
+}
+
 static PyGetSetDef entry_getset[] = {
     {"meta", (getter)entry_get_meta, NULL, "the variant's meta-parameters", NULL},
     {"result", (getter)entry_get_result, (setter)entry_set_result, "what a launch of this entry returns", NULL},
+    {"effect", (getter)entry_get_effect, (setter)entry_set_effect,
+     "None, or (obj, name, value): setattr(obj, name, value) before each launch of this entry", NULL},
     {NULL},
 };
 

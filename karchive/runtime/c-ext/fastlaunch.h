@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#define ABI_VERSION 7
+#define ABI_VERSION 8
 
 #if PY_VERSION_HEX < 0x030B0000 /* public from 3.11 on; before, private and taking unsigned char * */
 #define PyFloat_Pack2(x, p, le) _PyFloat_Pack2((x), (unsigned char *)(p), (le))
@@ -113,6 +113,9 @@ enum { F_EXACT = 0x10, F_VALUE = 0x20 };
  *   owner.scratch_for(index, nbytes, stream) -> (address, usable bytes)   a scratch slot ("S") whose last
  *                                                    buffer is another stream's or too small
  *   and, per descriptor slot, the slot's expand(value) -> bytes
- * Entry.result: what a launch of the entry returns (default None; settable). */
+ * Entry.result: what a launch of the entry returns (default None; settable).
+ * Entry.effect: None (default), or (obj, name, value): every launch of the entry first does setattr(obj, name,
+ *   value), before the grid is evaluated (a served autotuned call site's Autotuner.best_config, set as Triton's
+ *   Autotuner.run sets it before its launch). */
 
 #endif /* KARCHIVE_FASTLAUNCH_H */

@@ -89,6 +89,13 @@ class ResolvingOwner(Owner):
         self.valued = {i for i, p in enumerate(kernel.plan.params) if p.role == VALUE}
 
     def miss(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        try:
+            return self.resolved(grid, args, kwargs)
+        except Exception as exc:  # noqa: BLE001 - _answer re-raises what the kernel does not answer (a Done: answered)
+            return self.kernel._answer(exc, grid, args, kwargs)
+
+    def resolved(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
+        """The resolver's answer, then the miss of the kernel over the variants it leaves (with the C twin)."""
         kwargs = dict(kwargs)
         stream = kwargs.pop(STREAM, None)
         settled = self.resolver.settled  # before: a resolver that learns on this call is not remembered
@@ -273,7 +280,7 @@ def make_entry(entry: LaunchEntry, plan: KernelPlan | None = None) -> Any:
         cooperative=r.cooperative,
         pdl=r.pdl,
     )
-    native.result = entry.result
+    native.result, native.effect = entry.result, entry.effect
     entry.natives.append(native)
     return native
 

@@ -142,6 +142,8 @@ def build(kernel: PlannedKernel) -> Callable[..., Any]:
             return slow(grid, tuple(vals[:n]), {**_given(vals), STREAM: stream})
         # 4. launch
         entry = target.entry
+        if entry.effect is not None:  # (before the grid: Triton's Autotuner.run sets best_config first)
+            setattr(*entry.effect)
         if type(grid) is not tuple:
             grid = grid_of(grid, entry.meta, tuple(vals[:n]))
         if stream is None:

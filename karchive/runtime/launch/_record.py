@@ -230,6 +230,8 @@ class LaunchEntry:
         self._tls = threading.local()
         #: What a launch of this entry returns (:meth:`set_result`; ``Kernel.set_result`` sets it by variant).
         self.result: Any = None
+        #: None, or ``(obj, name, value)`` set before each launch, grid first evaluated after (:meth:`set_result`).
+        self.effect: tuple[Any, str, Any] | None = None
         #: The compiled launcher's ``_fastlaunch.Entry`` twins of this entry (their ``result`` follows this one's).
         self.natives: list[Any] = []
         #: ``launch(grid, stream, values)``: the Python path's launch (grid as the caller gave it, after a
@@ -250,11 +252,11 @@ class LaunchEntry:
         layout = ParamLayout(variant.abi)
         return cls(VariantRecord.of(kernel, variant, fit, loaded, plan, layout), layout, backend, pool)
 
-    def set_result(self, result: Any) -> None:
-        """What a launch of this entry returns, on both paths (the C twins hold the same object)."""
-        self.result = result
+    def set_result(self, result: Any, effect: tuple[Any, str, Any] | None = None) -> None:
+        """What a launch of this entry returns, and what it sets first, on both paths (the C twins hold the same)."""
+        self.result, self.effect = result, effect
         for native in self.natives:
-            native.result = result
+            native.result, native.effect = result, effect
 
     # -- values -> parameter buffer ------------------------------------------------------------------
     def convert(self, values: Sequence[Any]) -> list[Any]:

@@ -35,7 +35,7 @@ from ..device import DeviceInfo
 from ..select import MISSING, DeviceFit, device_fit, select_variant
 from ._grid import evaluate as evaluate_grid
 from ._lazy import REFUSALS, TargetSource
-from ._plan import MIXED, PTR, STREAM, KernelPlan, make_plan
+from ._plan import MIXED, PTR, STREAM, Done, KernelPlan, make_plan
 from ._record import BoundLauncher, LaunchEntry, grid_dims
 
 
@@ -134,9 +134,9 @@ class Kernel:
     __getitem__ = launch_path.subscript(_getitem)
 
     _variants: tuple[Variant, ...] | None  # every variant (None: a lazy kernel's, not read yet)
-    #: What a launch of a variant returns (:meth:`set_result`), by variant key; shared with the kernels a
-    #: resolver makes over subsets of the variants (``_family``), so one call sets it for all of them.
-    _results: dict[str, Any]
+    #: What a launch of a variant returns and sets first (:meth:`set_result`), by variant key; shared with the
+    #: kernels a resolver makes over subsets of the variants (``_family``), so one call sets it for all of them.
+    _results: dict[str, tuple[Any, tuple[Any, str, Any] | None]]
     _family: list[Kernel]
     #: The plan's names (``()`` until a lazy kernel is set up): what a callable grid is evaluated with,
     #: read on every such launch, so a plain attribute (``param_names`` is the property that sets up).
@@ -264,11 +264,15 @@ class Kernel:
         the meta-parameters, then the chosen variants' own launch path with them added to the call."""
         from ._pypath import launch_function_name
 
-        resolve = resolver.resolve
+        resolve, answer = resolver.resolve, self._answer
 
         def run(grid: Any, /, *args: Any, stream: Any = None, **kwargs: Any) -> Any:
-            kernel, cx = resolve(grid, args, kwargs, stream)
-            return kernel._run(grid, *args, stream=stream, **{**kwargs, **cx})  # computed values replace the caller's
+            try:
+                kernel, cx = resolve(grid, args, kwargs, stream)
+                # (computed values replace the caller's)
+                return kernel._run(grid, *args, stream=stream, **{**kwargs, **cx})
+            except Exception as exc:  # noqa: BLE001 - _answer re-raises what the kernel does not answer
+                return answer(exc, grid, args, {**kwargs, STREAM: stream}).result
 
         run.__qualname__ = run.__name__ = launch_function_name(self.name)
         return run
@@ -277,17 +281,18 @@ class Kernel:
     def run(self, *args: Any, grid: Any, stream: Any = None, **kwargs: Any) -> Any:
         return self._run(grid, *args, stream=stream, **kwargs)
 
-    def set_result(self, variant: Variant | str, result: Any) -> None:
+    def set_result(self, variant: Variant | str, result: Any, effect: tuple[Any, str, Any] | None = None) -> None:
         """What ``kernel[grid](...)`` returns when it launches ``variant`` (a Variant or its key; default None):
-        a served call site gives the object Triton's launch returns. Both launch paths, every device, and the
-        kernels a resolver makes over subsets of the variants; the launch returns it without a Python step."""
+        a served call site gives the object Triton's launch returns. ``effect``: ``(obj, name, value)`` each such
+        launch sets first (a served autotuned call site's ``best_config``). Both launch paths, every device, and
+        the kernels a resolver makes over subsets of the variants; the launch does it without a Python step."""
         key = variant if isinstance(variant, str) else variant.key
         with self._lock:
-            self._results[key] = result
+            self._results[key] = (result, effect)
             for k in list(self._family):
                 for (vkey, _index), ent in list(k._entries.items()):
                     if vkey == key:
-                        ent.set_result(result)
+                        ent.set_result(result, effect)
 
     def __repr__(self) -> str:
         """``<karchive.Kernel add_kernel(x_ptr, y_ptr, out_ptr, n_elements, BLOCK): 6 variants for cuda:80,
@@ -383,7 +388,8 @@ class Kernel:
 
     # -- what both launch paths call -------------------------------------------------------------------
     #: A kernel whose ``_miss`` takes the call's grid and may answer a call itself (a ``_plan.Done``: its result,
-    #: nothing remembered), on both launch paths: a served call site's (serve/fast.py).
+    #: nothing remembered), on both launch paths; with a resolver, a refused resolution is given to
+    #: :meth:`_answer`: a served call site's (serve/fast.py).
     answers_misses = False
 
     def _miss(self, args: Sequence[Any], kwargs: dict[str, Any], grid: Any = None) -> Any:
@@ -393,10 +399,17 @@ class Kernel:
         notice_tensors(values)
         return CallTarget(ent, self._stream_fn(values, infos))
 
+    def _answer(self, exc: Exception, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Done:
+        """A call this kernel refused (``exc``, raised while it resolved, selected or loaded): a kernel that
+        ``answers_misses`` may answer it itself (a :class:`Done`); otherwise, and here, the refusal stands."""
+        raise exc
+
     def _slow(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
         """A call the fast steps could not bind or key: every step in plain Python (raises for a bad call)."""
         stream = kwargs.get(STREAM)
         values, ent, infos = self._checked(args, kwargs)
+        if ent.effect is not None:
+            setattr(*ent.effect)
         if stream is None:
             fn = self._stream_fn(values, infos)
             stream = 0 if fn is None else fn(ent.device)
@@ -567,7 +580,7 @@ class Kernel:
                     )
                     ent.descriptor_block_from_variant = self.descriptor_block_from_variant
                     if variant.key in self._results:
-                        ent.set_result(self._results[variant.key])
+                        ent.set_result(*self._results[variant.key])
                     self._entries[key] = ent
         return ent
 
