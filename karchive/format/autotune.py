@@ -35,7 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FALLBACK_RULE = "nearest-log2"
-#: A config's codegen options besides its ``kwargs`` (the launch options a variant records).
+#: A config's codegen options besides its ``kwargs`` (the launch options a variant records): the one list, which
+#: heuristics, the launch plan, serve's miss spec and the producers read.
 CONFIG_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
 

@@ -19,28 +19,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..format.autotune import CONFIG_OPTIONS
+from ..format.dtypes import POINTER_ELEMENT_TYPES
 from ..runtime.arg_dtypes import triton_dtype
-
-_TRITON_TYPES = {
-    "i1",
-    "i8",
-    "i16",
-    "i32",
-    "i64",
-    "u8",
-    "u16",
-    "u32",
-    "u64",
-    "fp16",
-    "bf16",
-    "fp32",
-    "fp64",
-    "fp8e4nv",
-    "fp8e5",
-    "fp8e4b8",
-    "fp8e5b16",
-}
-_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
 
 def _toml(value: Any) -> str | None:
@@ -113,7 +94,7 @@ def signature_of(
             sig.append("fp32")
         elif callable(getattr(value, "data_ptr", None)):
             dt = getattr(value, "dtype", None)
-            elem = triton_dtype(dt) or (str(dt) if str(dt) in _TRITON_TYPES else "i8")
+            elem = triton_dtype(dt) or (str(dt) if str(dt) in POINTER_ELEMENT_TYPES else "i8")
             aligned = value.data_ptr() % 16 == 0 and not dns_align
             sig.append(f"*{elem}" + (":16" if aligned else ""))
         else:
@@ -139,7 +120,7 @@ class MissLog:
         for cfg in getattr(tuner, "configs", None) or []:
             tuned |= set(getattr(cfg, "kwargs", {}) or {})
         sig, cx, notes = signature_of(jit, args, kwargs, tuned)
-        opts = {k: kwargs[k] for k in _OPTIONS if k in kwargs and _toml(kwargs[k]) is not None}
+        opts = {k: kwargs[k] for k in CONFIG_OPTIONS if k in kwargs and _toml(kwargs[k]) is not None}
         top = route.obj
         entry = {
             "source": _source(jit, getattr(jit, "__name__", "kernel")),
@@ -177,7 +158,7 @@ class MissLog:
                     notes.append(f"{n}: constexpr {value!r} cannot be written in a build spec")
             else:
                 sig.append(t + (f":{req.divisibility[n]}" if n in req.divisibility else ""))
-        opts = {k: req.options[k] for k in _OPTIONS if _toml(req.options.get(k)) is not None}
+        opts = {k: req.options[k] for k in CONFIG_OPTIONS if _toml(req.options.get(k)) is not None}
         entry = {
             "source": _source(jit, getattr(jit, "__name__", "kernel")),
             "signature": ", ".join(sig),

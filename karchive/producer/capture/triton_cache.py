@@ -23,6 +23,7 @@ from ...core.fsio import read_regular
 from ...core.grammar import fullmatch
 from ...core.jsonio import parse_json
 from ...errors import CaptureError, KarchiveError, SchemaError, UnsupportedKernelError
+from ...format.autotune import CONFIG_OPTIONS
 from ...format.layout import BINARY_EXT, IR_STAGES
 from ...format.manifest import Variant, is_ir_stage
 from ...format.names import SHORT_NAME, select_kernels, short_name
@@ -435,7 +436,7 @@ def _triton_config(c: Mapping[str, Any]) -> Any:
 
     if c.get("pre_hook") or c.get("ir_override") or not isinstance(c.get("kwargs"), dict):
         return None  # Triton does not read its disk cache for configs with pre_hooks; overrides are files
-    opts = {k: c[k] for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if c.get(k) is not None}
+    opts = {k: c[k] for k in CONFIG_OPTIONS if c.get(k) is not None}
     return triton.Config(dict(c["kwargs"]), **opts)
 
 
