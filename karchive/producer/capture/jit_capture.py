@@ -72,11 +72,6 @@ class CaptureIncompleteWarning(UserWarning):
     """A capture window saw kernels that no archive of that window holds (the message says which and why)."""
 
 
-def active_captures() -> list[Capture]:
-    """Captures the calling thread works for (entered here or handed over to it), outermost first."""
-    return scope.owned()
-
-
 # --- describing a compile ------------------------------------------------------------------------
 def _module_source(fn: Any) -> str | None:
     name = getattr(fn, "module", None) or getattr(getattr(fn, "fn", None), "__module__", None)
@@ -868,5 +863,4 @@ __all__ = [
     "LeftOut",
     "capture",
     "describe_source",
-    "active_captures",
 ]
