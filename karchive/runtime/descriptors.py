@@ -464,25 +464,29 @@ class _Call:
     im2col: Im2colBox | None = None
 
 
+def _own_call(value: TensorDescriptor, ptr: int, dev: int | None, box: Im2colBox | None) -> _Call:
+    """What karchive's own descriptor says, its address already read."""
+    return _Call(
+        ptr,
+        value.shape,
+        value.strides,
+        value.block_shape,
+        value.elem_dtype,
+        dev,
+        value.padding,
+        value.round_f32_to_tf32,
+        box,
+    )
+
+
 def _read(value: Any, name: str) -> _Call:
     """What ``value``, the argument of descriptor parameter ``name``, says. Its errors name the parameter but no
     kernel (this module is not told it): the launch path re-raises them with it (launch/_record.py)."""
     if isinstance(value, TensorDescriptor):
-        if value._fixed_ptr is not None:
-            ptr, dev = value._fixed_ptr, None
-        else:
-            ptr, dev = _address(value, name)
-        return _Call(
-            ptr,
-            value.shape,
-            value.strides,
-            value.block_shape,
-            value.elem_dtype,
-            dev,
-            value.padding,
-            value.round_f32_to_tf32,
-            _im2col_of(value.pixel_box_lower_corner, value.pixel_box_upper_corner, value.element_strides),
-        )
+        fixed = value._fixed_ptr
+        ptr, dev = (fixed, None) if fixed is not None else _address(value, name)
+        box = _im2col_of(value.pixel_box_lower_corner, value.pixel_box_upper_corner, value.element_strides)
+        return _own_call(value, ptr, dev, box)
     if is_descriptor(value):  # Triton's TensorDescriptor (any release with host descriptors; Gluon's im2col one)
         try:
             ptr, dtype, dev = pointer_info(value.base)
@@ -937,17 +941,7 @@ def expand(
         if out is not None:
             value._memo = (id(d), block_from_variant, device, ptr, dev, out, block)
             return out
-        call = _Call(
-            ptr,
-            value.shape,
-            value.strides,
-            value.block_shape,
-            value.elem_dtype,
-            dev,
-            value.padding,
-            value.round_f32_to_tf32,
-            box,
-        )
+        call = _own_call(value, ptr, dev, box)
     else:
         try:
             call = _read(value, name)
