@@ -219,19 +219,6 @@ def parse_envelope(data: bytes, where: str, role: str, limit: int) -> Envelope:
         raise malformed(where, f"not a DSSE envelope: {exc}", role) from None
 
 
-def _key_problem(
-    key: PolicyKey, policy: TrustPolicy, role: MetadataRole, now: datetime.datetime
-) -> tuple[str, str] | None:
-    standing = key_standing(key, policy, now)
-    if standing is not None:
-        return standing
-    if key.name not in role.keys:
-        return reasons.KEY_NOT_ALLOWED, (
-            f"key {key.name} may not sign the registry {role.role} (allowed: {', '.join(role.keys)})"
-        )
-    return None
-
-
 def verify_envelope(
     envelope: Envelope, payload_type: str, role: MetadataRole, policy: TrustPolicy, now: datetime.datetime, where: str
 ) -> tuple[PolicyKey, ...]:
@@ -268,7 +255,7 @@ def verify_envelope(
                 reasons.WRONG_PAYLOAD_TYPE,
                 (f"payloadType is {envelope.payload_type[:100]!r}, not {payload_type!r}"),
             )
-        problem = problem or _key_problem(key, policy, role, now)
+        problem = problem or key_standing(key, policy, now, role.keys, f"the registry {role.role}")
         if problem:
             rejected.append(
                 {
