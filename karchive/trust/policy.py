@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.digest import is_sha256_hex
 from ..core.fsio import read_regular
 from ..core.grammar import fullmatch
 from ..core.tomlio import parse_toml
@@ -27,7 +28,6 @@ from .registry_policy import RegistryRules, parse_registry_section
 POLICY_VERSION = 1
 MAX_POLICY_BYTES = 1024 * 1024
 _KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 _TOP = {"version", "keys", "rules", "revoked", "registry"}
 _KEY_FIELDS = {"name", "public_key", "id", "not_before", "not_after"}
@@ -192,7 +192,7 @@ def _parse(doc: dict, sha256: str, path: str) -> TrustPolicy:
         dup = next(k for k in keys if ids.count(k.key_id) > 1)
         raise bad(f"the same public key is listed twice (id {dup.key_id}); list it once, with one window")
     revoked = doc.get("revoked", [])
-    wrong = next((r for r in revoked if not fullmatch(_HEX64, r)), None)
+    wrong = next((r for r in revoked if not is_sha256_hex(r)), None)
     if wrong is not None:  # whole string: "<id>\n" (a TOML multi-line string) once loaded and revoked nothing
         raise bad(
             f"'revoked' must be a list of key ids (64 lowercase hex digits, as karchive keygen prints, "

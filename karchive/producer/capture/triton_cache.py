@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...core.digest import is_sha256_hex
 from ...core.fsio import read_regular
 from ...core.grammar import fullmatch
 from ...core.jsonio import parse_json
@@ -54,7 +55,6 @@ __all__ = [
     "write_entry",
 ]
 
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 TEXT_EXTS = ("source", "ttir", "ttgir", "llir", "ptx", "amdgcn")
 BINARY_EXTS = tuple(BINARY_EXT.values())
 
@@ -62,7 +62,7 @@ BINARY_EXTS = tuple(BINARY_EXT.values())
 # --- identity of the local Triton build ----------------------------------------------------------
 def cache_dir_name(triton_hash: str) -> str:
     """Triton's entry directory name for a metadata ``hash`` (runtime/cache.py ``_base32``)."""
-    if not isinstance(triton_hash, str) or not fullmatch(_HEX64, triton_hash):
+    if not is_sha256_hex(triton_hash):
         raise CaptureError(f"not a Triton cache hash (64 lowercase hex digits): {triton_hash!r}")
     return base64.b32encode(bytes.fromhex(triton_hash)).decode().rstrip("=")
 
