@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.grammar import fullmatch
 from ..core.jsonio import canonical_json
+from ..core.units import utc_text
 from ..errors import ConflictError, NotFoundError, RegistryError, RegistryMetadataError
 from .cache import _write_small, registry_key
 from .config import redact_url
@@ -130,15 +131,15 @@ class Snapshot:
         return sum(len(v) for v in self.names.values())
 
     def to_payload(self) -> bytes:
-        from ..trust.metadata import SNAPSHOT_KIND, SPEC_VERSION, fmt_time
+        from ..trust.metadata import SNAPSHOT_KIND, SPEC_VERSION
 
         return canonical_json(
             {
                 "_type": SNAPSHOT_KIND,
                 "spec_version": SPEC_VERSION,
                 "version": self.version,
-                "issued": fmt_time(self.issued),
-                "expires": fmt_time(self.expires),
+                "issued": utc_text(self.issued),
+                "expires": utc_text(self.expires),
                 "names": {n: {v: e.to_json() for v, e in vs.items()} for n, vs in self.names.items()},
             }
         )
@@ -202,19 +203,17 @@ class TrustedMetadata:
     snapshot_signers: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        from ..trust.metadata import fmt_time
-
         return {
             "registry": self.registry,
             "policy_sha256": self.policy_sha256,
             "timestamp": {
                 "version": self.timestamp.version,
-                "expires": fmt_time(self.timestamp.expires),
+                "expires": utc_text(self.timestamp.expires),
                 "signers": list(self.timestamp_signers),
             },
             "snapshot": {
                 "version": self.snapshot.version,
-                "expires": fmt_time(self.snapshot.expires),
+                "expires": utc_text(self.snapshot.expires),
                 "sha256": self.timestamp.snapshot_sha256,
                 "signers": list(self.snapshot_signers),
                 "names": len(self.snapshot.names),
@@ -287,7 +286,6 @@ def _load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | N
         SNAPSHOT_TYPE,
         TIMESTAMP_TYPE,
         Timestamp,
-        fmt_time,
         parse_envelope,
         verify_envelope,
     )
@@ -340,13 +338,13 @@ def _load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | N
         raise _refuse(
             reasons.METADATA_EXPIRED,
             f"{where}: the timestamp (version {ts.version}) expired at "
-            f"{fmt_time(ts.expires)}: the registry's metadata has not been re-signed since (a freeze, or a "
+            f"{utc_text(ts.expires)}: the registry's metadata has not been re-signed since (a freeze, or a "
             "stalled `karchive registry-meta refresh`)",
             reg,
             policy,
             role="timestamp",
             version=ts.version,
-            expires=fmt_time(ts.expires),
+            expires=utc_text(ts.expires),
         )
     spath = snapshot_path(ts.snapshot_version)
     swhere = f"{reg.url}/{spath}"
@@ -387,13 +385,13 @@ def _load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | N
         raise _refuse(
             reasons.METADATA_EXPIRED,
             f"{swhere}: the snapshot (version {snap.version}) expired at "
-            f"{fmt_time(snap.expires)}; a publisher re-issues it with `karchive registry-meta refresh "
+            f"{utc_text(snap.expires)}; a publisher re-issues it with `karchive registry-meta refresh "
             "--snapshot`",
             reg,
             policy,
             role="snapshot",
             version=snap.version,
-            expires=fmt_time(snap.expires),
+            expires=utc_text(snap.expires),
         )
     _raise_seen(reg, snap.version, ts.version)
     return TrustedMetadata(
@@ -666,7 +664,7 @@ def update_metadata(
     new timestamp naming the newest snapshot (signed by ``timestamp_keys``, default ``keys``).
     ``snapshot=False`` re-signs only the timestamp (what a scheduled job runs: freeze protection needs
     it re-signed before it expires). ``now`` is the issue time (tests sign in the past)."""
-    from ..trust.metadata import MAX_SNAPSHOT_BYTES, SNAPSHOT_TYPE, fmt_time, sign_payload
+    from ..trust.metadata import MAX_SNAPSHOT_BYTES, SNAPSHOT_TYPE, sign_payload
 
     if not reg.store.writable:
         raise RegistryError(
@@ -716,8 +714,8 @@ def update_metadata(
         mine.version,
         created,
         ts_version,
-        fmt_time(mine.expires),
-        fmt_time(now + timestamp_expires),
+        utc_text(mine.expires),
+        utc_text(now + timestamp_expires),
         len(mine.names),
         mine.count(),
         max(attempts, 1),

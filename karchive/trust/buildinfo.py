@@ -10,7 +10,6 @@ claim), and it never holds a machine path, user or host name unless the caller p
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import math
@@ -23,6 +22,7 @@ from typing import Any
 from ..core.digest import is_sha256_hex
 from ..core.fsio import read_regular
 from ..core.grammar import fullmatch
+from ..core.units import utc_text
 from ..errors import TrustError
 from . import reasons
 
@@ -141,10 +141,6 @@ def rocm_version() -> str | None:
     return None
 
 
-def _utc_now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def collect_build_info(
     *,
     command: str,
@@ -176,6 +172,6 @@ def collect_build_info(
     if env:
         info["env"] = env
     if timestamps:
-        info["started_on"] = started_on or _utc_now()
-        info["finished_on"] = _utc_now()
+        info["started_on"] = started_on or utc_text()
+        info["finished_on"] = utc_text()
     return check_build_info(info)

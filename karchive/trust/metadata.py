@@ -21,6 +21,7 @@ from typing import Any
 from ..core.digest import is_sha256_hex
 from ..core.grammar import fullmatch
 from ..core.jsonio import canonical_json, parse_json
+from ..core.units import UTC_TIME, utc_text
 from ..errors import EnvelopeError, RegistryMetadataError
 from . import reasons
 from .dsse import MAX_ENVELOPE_BYTES, Envelope, verify_signature
@@ -54,10 +55,6 @@ _POINTER_FIELDS = {"version", "sha256", "size"}
 UTC = datetime.timezone.utc
 
 
-def fmt_time(t: datetime.datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def malformed(where: str, msg: str, role: str) -> RegistryMetadataError:
     # The document layer knows neither registry nor policy (``where`` names the document; load_trusted adds
     # them); a malformed document has no version to trust, and no other reason's fields apply.
@@ -78,7 +75,7 @@ def parse_time(value: Any, what: str, where: str, role: str) -> datetime.datetim
     if not fullmatch(_TIME, value):
         raise malformed(where, f"'{what}' must be a UTC time YYYY-MM-DDTHH:MM:SSZ, got {str(value)[:40]!r}", role)
     try:
-        return datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        return datetime.datetime.strptime(value, UTC_TIME).replace(tzinfo=UTC)
     except ValueError as exc:
         raise malformed(where, f"'{what}' is not a real time: {exc}", role) from None
 
@@ -152,8 +149,8 @@ class Timestamp:
                 "_type": TIMESTAMP_KIND,
                 "spec_version": SPEC_VERSION,
                 "version": self.version,
-                "issued": fmt_time(self.issued),
-                "expires": fmt_time(self.expires),
+                "issued": utc_text(self.issued),
+                "expires": utc_text(self.expires),
                 "snapshot": {
                     "version": self.snapshot_version,
                     "sha256": self.snapshot_sha256,

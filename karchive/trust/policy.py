@@ -21,6 +21,7 @@ from ..core.digest import is_sha256_hex
 from ..core.fsio import read_regular
 from ..core.grammar import fullmatch
 from ..core.tomlio import parse_toml
+from ..core.units import utc_text
 from ..errors import KeyFileError, TrustPolicyError
 from .keys import PublicKey, parse_inline_public_key
 from .registry_policy import RegistryRules, parse_registry_section
@@ -111,7 +112,7 @@ class TrustPolicy:
 
 
 def _fmt(t: datetime.datetime | None) -> str | None:
-    return None if t is None else t.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return None if t is None else utc_text(t)
 
 
 def _time(value: Any, where: str, path: str) -> datetime.datetime | None:
