@@ -24,7 +24,7 @@ from ..core.tomlio import parse_toml
 from ..core.units import utc_text
 from ..errors import KeyFileError, TrustPolicyError
 from .keys import PublicKey, parse_inline_public_key
-from .registry_policy import RegistryRules, parse_registry_section
+from .registry_policy import RegistryRules, parse_registry_section, unknown_fields
 
 POLICY_VERSION = 1
 MAX_POLICY_BYTES = 1024 * 1024
@@ -132,21 +132,11 @@ def _time(value: Any, where: str, path: str) -> datetime.datetime | None:
     return value
 
 
-def _unknown(obj: dict, allowed: set[str], where: str, path: str) -> None:
-    extra = sorted(set(obj) - allowed)
-    if extra:
-        raise TrustPolicyError(
-            f"{path}: {where} has unknown field(s) {', '.join(map(repr, extra))}; "
-            f"allowed: {', '.join(sorted(allowed))}",
-            path=path,
-        )
-
-
 def _parse(doc: dict, sha256: str, path: str) -> TrustPolicy:
     def bad(msg: str) -> TrustPolicyError:
         return TrustPolicyError(f"{path}: {msg}", path=path)
 
-    _unknown(doc, _TOP, "the policy", path)
+    unknown_fields(doc, _TOP, "the policy", path)
     # Values are typed strictly (issue 20): `version = true` and `version = 1.0` both equal 1 in Python,
     # and `revoked = {}` is falsy, so loose checks accepted them as a policy they do not spell.
     version = doc.get("version")
@@ -167,7 +157,7 @@ def _parse(doc: dict, sha256: str, path: str) -> TrustPolicy:
         where = f"[[keys]] #{i + 1}"
         if not isinstance(k, dict):
             raise bad(f"{where} is not a table")
-        _unknown(k, _KEY_FIELDS, where, path)
+        unknown_fields(k, _KEY_FIELDS, where, path)
         name = k.get("name")
         if not isinstance(name, str) or not fullmatch(_KEY_NAME, name):
             raise bad(f"{where} needs a name (letters, digits, '._@+-', up to 128 characters), got {name!r}")
@@ -204,7 +194,7 @@ def _parse(doc: dict, sha256: str, path: str) -> TrustPolicy:
         where = f"[[rules]] #{i + 1}"
         if not isinstance(r, dict):
             raise bad(f"{where} is not a table")
-        _unknown(r, _RULE_FIELDS, where, path)
+        unknown_fields(r, _RULE_FIELDS, where, path)
         pats = r.get("names")
         if not isinstance(pats, list) or not pats or any(not isinstance(p, str) or not p for p in pats):
             raise bad(f"{where}: 'names' must be a non-empty list of archive-name patterns (globs such as 'kernels-*')")
