@@ -143,6 +143,13 @@ class DriverBase:
         return int(obj)
 
 
+def c_text(value: Any) -> str:
+    """A binding's C string (bytes up to the first NUL; anything else as ``str``) as text."""
+    if isinstance(value, bytes):
+        return value.split(b"\0", 1)[0].decode(errors="replace")
+    return str(value)
+
+
 def error_code(err: Any) -> int | None:
     """The driver's numeric error code (the bindings give an enum member; an int where they give one)."""
     try:

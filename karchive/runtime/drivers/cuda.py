@@ -15,7 +15,7 @@ import threading
 from typing import Any, Literal
 
 from ...errors import LaunchError, NoDeviceError
-from ..backend import DriverBase, LoadedFunction, StreamCache, plain_text
+from ..backend import DriverBase, LoadedFunction, StreamCache, c_text, plain_text
 from ..device import DeviceInfo
 
 _DEFAULT_SHARED = 48 * 1024
@@ -119,8 +119,7 @@ class CudaBackend(DriverBase):
 
         major = attr("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR")
         minor = attr("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR")
-        raw_name = self.check(d.cuDeviceGetName(256, dev), "cuDeviceGetName")
-        name = raw_name.split(b"\0", 1)[0].decode(errors="replace") if isinstance(raw_name, bytes) else str(raw_name)
+        name = c_text(self.check(d.cuDeviceGetName(256, dev), "cuDeviceGetName"))
         return DeviceInfo(
             backend="cuda",
             index=index,

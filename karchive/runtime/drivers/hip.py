@@ -17,7 +17,7 @@ import threading
 from typing import Any, Literal
 
 from ...errors import LaunchError, NoDeviceError
-from ..backend import DriverBase, LoadedFunction, StreamCache, plain_text
+from ..backend import DriverBase, LoadedFunction, StreamCache, c_text, plain_text
 from ..device import DeviceInfo
 
 #: hipGetProcAddress takes a HIP version as 100 * major + minor; hipModuleLaunchKernel predates 6.0.
@@ -35,12 +35,6 @@ def import_hip() -> Any:
             f"import failed with: {exc}",
             backend="hip",
         ) from exc
-
-
-def _text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.split(b"\0", 1)[0].decode(errors="replace")
-    return str(value)
 
 
 class HipBackend(DriverBase):
@@ -82,13 +76,13 @@ class HipBackend(DriverBase):
     def error_text(self, err: Any) -> str:
         try:
             name = self.d.hipGetErrorName(err)
-            return _text(name[0] if isinstance(name, tuple) else name)
+            return c_text(name[0] if isinstance(name, tuple) else name)
         except Exception:  # noqa: BLE001 - naming an error must never hide the error itself
             return str(err)
 
     def _query_device(self, index: int) -> DeviceInfo:
         props = self.check(self.d.hipGetDeviceProperties(index), "hipGetDeviceProperties")
-        arch = _text(props.gcnArchName).split(":", 1)[0]
+        arch = c_text(props.gcnArchName).split(":", 1)[0]
         optin = getattr(props, "sharedMemPerBlockOptin", 0) or getattr(props, "sharedMemPerBlock", 0) or None
         return DeviceInfo(
             backend="hip",
@@ -96,7 +90,7 @@ class HipBackend(DriverBase):
             arch=arch,
             warp_size=int(props.warpSize),
             shared_optin=int(optin) if optin else None,
-            name=_text(props.name),
+            name=c_text(props.name),
             driver_version=self.driver_version,
             multiprocessors=int(props.multiProcessorCount),
         )
