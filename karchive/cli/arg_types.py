@@ -1,6 +1,6 @@
 """Argument values that several commands take: sizes and ages (``--max-size 2G``, ``--max-age 30d``), a
-passphrase named by ``--passphrase-env``, a worker count (``-j``) and the archive ``-o`` writes. Below every ``*_cmds`` module, so no command module imports another
-for them.
+passphrase named by ``--passphrase-env`` and the keys ``--sign`` names, a worker count (``-j``) and the archive
+``-o`` writes. Below every ``*_cmds`` module, so no command module imports another for them.
 """
 
 from __future__ import annotations
@@ -8,10 +8,11 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from typing import Any
 
 from ..errors import KeyFileError, RegistryValueError
 
-__all__ = ["add_archive_out", "archive_out", "parse_age", "parse_size", "passphrase", "positive_int"]
+__all__ = ["add_archive_out", "archive_out", "parse_age", "parse_size", "passphrase", "positive_int", "signing_keys"]
 
 _SIZE_UNITS = {
     "": 1,
@@ -57,6 +58,16 @@ def passphrase(var: str | None, key: str) -> bytes | None:
     if not value:
         raise KeyFileError(f"--passphrase-env {var}: the variable is not set or empty", path=key)
     return value.encode()
+
+
+def signing_keys(args: argparse.Namespace) -> list[Any]:
+    """``--sign KEY`` (repeatable): the private keys, loaded (and their passphrase read) up front."""
+    if not args.sign:
+        return []
+    from ..trust.keys import load_private_key
+
+    secret = passphrase(args.passphrase_env, args.sign[0])
+    return [load_private_key(path, secret) for path in args.sign]
 
 
 def positive_int(text: str) -> int:

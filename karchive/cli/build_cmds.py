@@ -9,7 +9,7 @@ from collections import Counter
 from collections.abc import Callable
 
 from ..errors import KarchiveError
-from .arg_types import add_archive_out, archive_out, positive_int
+from .arg_types import add_archive_out, archive_out, positive_int, signing_keys
 from .output import emit_json, human_bytes, plural
 
 
@@ -180,19 +180,6 @@ def _print_summary(summary: dict) -> None:
         )
 
 
-def _signing_keys(args: argparse.Namespace) -> list:
-    """``--sign KEY`` (repeatable): the private keys, loaded (and their passphrase read) up front."""
-    if not getattr(args, "sign", None):
-        if getattr(args, "provenance", False):
-            raise KarchiveError("--provenance goes into the signed statement: give --sign KEY too")
-        return []
-    from ..trust.keys import load_private_key
-    from .arg_types import passphrase
-
-    secret = passphrase(args.passphrase_env, args.sign[0])
-    return [load_private_key(path, secret) for path in args.sign]
-
-
 def _sign(out: str, keys: list, args: argparse.Namespace, parameters: dict) -> list[dict]:
     """Sign the archive just written (ARCHIVE.sig.json beside it, never inside: its bytes do not change).
 
@@ -234,7 +221,9 @@ def cmd_build(args: argparse.Namespace) -> int:
         # "to build", not "to compile": what the build cache already holds is not compiled again (the
         # summary says how many came from it).
         print(f"{spec.name} {spec.version}: {plural(len(spec.requests), 'variant')} to build", file=sys.stderr)
-    signers = _signing_keys(args)  # a bad key or passphrase fails before anything compiles
+    if args.provenance and not args.sign:
+        raise KarchiveError("--provenance goes into the signed statement: give --sign KEY too")
+    signers = signing_keys(args)  # a bad key or passphrase fails before anything compiles
     result = build_archive(
         spec,
         out,
