@@ -150,6 +150,7 @@ class Snapshot:
         §2), digests 64 lowercase hex digits, no unknown fields."""
         from ..trust.metadata import (
             MAX_SNAPSHOT_VALUES,
+            SNAPSHOT_FIELDS,
             SNAPSHOT_KIND,
             count_field,
             digest_field,
@@ -160,9 +161,8 @@ class Snapshot:
         )
 
         role = "snapshot"
-        fields = {"_type", "spec_version", "version", "issued", "expires", "names"}
         obj = exact_fields(
-            parse_payload(payload, where, role, MAX_SNAPSHOT_VALUES), fields, "the snapshot", where, role
+            parse_payload(payload, where, role, MAX_SNAPSHOT_VALUES), SNAPSHOT_FIELDS, "the snapshot", where, role
         )
         version, issued, expires = header_fields(obj, SNAPSHOT_KIND, where, role)
         if type(obj["names"]) is not dict:

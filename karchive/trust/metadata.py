@@ -48,7 +48,7 @@ MAX_SNAPSHOT_VALUES = 400_000
 MAX_VERSION = 2**53 - 1
 
 _TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
-_SNAPSHOT_FIELDS = {"_type", "spec_version", "version", "issued", "expires", "names"}
+SNAPSHOT_FIELDS = {"_type", "spec_version", "version", "issued", "expires", "names"}
 _TIMESTAMP_FIELDS = {"_type", "spec_version", "version", "issued", "expires", "snapshot"}
 _POINTER_FIELDS = {"version", "sha256", "size"}
 
