@@ -147,10 +147,11 @@ def pipeline_hooks() -> list[dict]:
 
 
 def constexpr_params(fn: Any) -> list[str]:
+    """The names of ``fn``'s ``tl.constexpr`` parameters (a JITFunction without ``params`` lists their indices)."""
     params = getattr(fn, "params", None)
     if params is not None:
         return [p.name for p in params if getattr(p, "is_constexpr", False)]
-    return list(getattr(fn, "constexprs", []))
+    return [fn.arg_names[i] for i in getattr(fn, "constexprs", [])]
 
 
 def specialize(fn: Any, signature: Any, constexprs: Mapping[str, Any] | None = None) -> Specialization:
