@@ -294,18 +294,20 @@ def _load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | N
     if rules is None:
         raise TypeError("the policy has no [registry] section")
     now = now or datetime.datetime.now(UTC)
+
+    def refuse(reason: str, msg: str, **fields: Any) -> RegistryMetadataError:
+        return _refuse(reason, msg, reg, policy, **fields)
+
     store = reg.store
     where = f"{reg.url}/{TIMESTAMP_PATH}"
     data = _read_bounded(store, TIMESTAMP_PATH, MAX_TIMESTAMP_BYTES, "timestamp")
     if data is None:
-        raise _refuse(
+        raise refuse(
             reasons.METADATA_MISSING,
             f"{reg.url} has no signed registry metadata ({TIMESTAMP_PATH}), and "
             f"trust policy {policy.source} requires it ([registry] require_signed_metadata); a publisher "
             "creates it with `karchive publish --registry-key KEY` or `karchive registry-meta refresh "
             "--snapshot --key KEY`",
-            reg,
-            policy,
             role="timestamp",
         )
     envelope = parse_envelope(data, where, "timestamp", MAX_TIMESTAMP_BYTES)
@@ -313,35 +315,29 @@ def _load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | N
     ts = Timestamp.parse(envelope.payload, where)
     seen_snapshot, seen_timestamp = seen_versions(reg)
     if ts.version < seen_timestamp:
-        raise _refuse(
+        raise refuse(
             reasons.METADATA_ROLLBACK,
             f"{where}: timestamp version {ts.version} is older than version "
             f"{seen_timestamp}, which this cache already verified: the registry is serving old metadata",
-            reg,
-            policy,
             role="timestamp",
             version=ts.version,
             seen=seen_timestamp,
         )
     if ts.snapshot_version < seen_snapshot:
-        raise _refuse(
+        raise refuse(
             reasons.METADATA_ROLLBACK,
             f"{where}: the timestamp names snapshot version {ts.snapshot_version}, "
             f"older than version {seen_snapshot}, which this cache already verified (a rollback)",
-            reg,
-            policy,
             role="snapshot",
             version=ts.snapshot_version,
             seen=seen_snapshot,
         )
     if now >= ts.expires:
-        raise _refuse(
+        raise refuse(
             reasons.METADATA_EXPIRED,
             f"{where}: the timestamp (version {ts.version}) expired at "
             f"{utc_text(ts.expires)}: the registry's metadata has not been re-signed since (a freeze, or a "
             "stalled `karchive registry-meta refresh`)",
-            reg,
-            policy,
             role="timestamp",
             version=ts.version,
             expires=utc_text(ts.expires),
@@ -350,22 +346,18 @@ def _load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | N
     swhere = f"{reg.url}/{spath}"
     sdata = _read_bounded(store, spath, MAX_SNAPSHOT_BYTES, "snapshot")
     if sdata is None:
-        raise _refuse(
+        raise refuse(
             reasons.METADATA_MISSING,
             f"{swhere}: the snapshot the timestamp names is missing",
-            reg,
-            policy,
             role="snapshot",
             version=ts.snapshot_version,
         )
     if len(sdata) != ts.snapshot_size or hashlib.sha256(sdata).hexdigest() != ts.snapshot_sha256:
-        raise _refuse(
+        raise refuse(
             reasons.METADATA_MISMATCH,
             f"{swhere}: sha256 {hashlib.sha256(sdata).hexdigest()} "
             f"({len(sdata)} bytes) is not the snapshot the timestamp signs (sha256 {ts.snapshot_sha256}, "
             f"{ts.snapshot_size} bytes): mix-and-match",
-            reg,
-            policy,
             role="snapshot",
             version=ts.snapshot_version,
         )
@@ -373,22 +365,18 @@ def _load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | N
     snap_keys = verify_envelope(senvelope, SNAPSHOT_TYPE, rules.snapshot, policy, now, swhere)
     snap = Snapshot.parse(senvelope.payload, swhere)
     if snap.version != ts.snapshot_version:
-        raise _refuse(
+        raise refuse(
             reasons.METADATA_MISMATCH,
             f"{swhere}: says it is snapshot version {snap.version}; the timestamp names version {ts.snapshot_version}",
-            reg,
-            policy,
             role="snapshot",
             version=snap.version,
         )
     if now >= snap.expires:
-        raise _refuse(
+        raise refuse(
             reasons.METADATA_EXPIRED,
             f"{swhere}: the snapshot (version {snap.version}) expired at "
             f"{utc_text(snap.expires)}; a publisher re-issues it with `karchive registry-meta refresh "
             "--snapshot`",
-            reg,
-            policy,
             role="snapshot",
             version=snap.version,
             expires=utc_text(snap.expires),
