@@ -571,7 +571,7 @@ def _kernel_text(module: bytes, qualname: str) -> tuple[str, int] | None:
         tree = pysource.parse(module.decode("utf-8"))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    nodes: list[Any] = tree.body
+    nodes: list[Any] = tree.body if isinstance(tree, ast.Module) else []  # exec mode: always a Module
     found: Any = None
     for part in qualname.split("."):
         found = next(
