@@ -189,28 +189,24 @@ def bind_arguments(
 
 def _checked_value(kernel_name: str, role: Role, v: Any) -> Any:
     """Arrays for pointers; static numbers for scalars (a concrete 0-d array counts as its number)."""
+
+    def refuse(msg: str) -> ArgumentError:
+        return ArgumentError(f"{kernel_name}: {msg}", kernel=kernel_name, param=role.name)
+
     if role.kind in ARRAY_KINDS:
         if not is_array(v):
-            raise ArgumentError(
-                f"{kernel_name}: {role.name} is a {role.kind} parameter; pass an array, got {type(v).__name__}",
-                kernel=kernel_name,
-                param=role.name,
-            )
+            raise refuse(f"{role.name} is a {role.kind} parameter; pass an array, got {type(v).__name__}")
         return v
     if not is_array(v):
         return v
     if tuple(getattr(v, "shape", ())) != ():
-        raise ArgumentError(
-            f"{kernel_name}: {role.name} is a scalar parameter; got an array", kernel=kernel_name, param=role.name
-        )
+        raise refuse(f"{role.name} is a scalar parameter; got an array")
     try:  # a concrete 0-d array is a number; a tracer is not (scalars are baked into the call)
         return v.item()
     except Exception:  # noqa: BLE001 - jax raises ConcretizationTypeError for tracers
-        raise ArgumentError(
-            f"{kernel_name}: {role.name} must be a static Python number: scalars are baked into the custom call, "
-            f"and inside jit this one is traced ({type(v).__name__})",
-            kernel=kernel_name,
-            param=role.name,
+        raise refuse(
+            f"{role.name} must be a static Python number: scalars are baked into the custom call, "
+            f"and inside jit this one is traced ({type(v).__name__})"
         ) from None
 
 

@@ -78,9 +78,13 @@ def _check_type(typ: str, where: str, kernel: str, param: str) -> str:
 
 def parse_token(text: str, where: str, kernel: str, param: str) -> Token:
     """One signature entry, for parameter ``param`` of ``kernel`` (both named by the errors)."""
+
+    def refuse(msg: str) -> SignatureError:
+        return SignatureError(f"{where}: {msg}", kernel=kernel, param=param)
+
     raw = text.strip()
     if not raw:
-        raise SignatureError(f"{where}: empty entry", kernel=kernel, param=param)
+        raise refuse("empty entry")
     if raw.startswith(("tensordesc<", "tensordesc_im2col<")) and raw.endswith(">"):
         # Triton compiles these (im2col: Gluon, Triton 3.9+); whether karchive can launch them is decided from the
         # compiled result.
@@ -90,27 +94,21 @@ def parse_token(text: str, where: str, kernel: str, param: str) -> Token:
     hint = None
     if hint_text:
         if hint_text.strip() not in ("16", "1"):
-            raise SignatureError(
-                f"{where}: hint {hint_text.strip()!r} in {raw!r} is not supported (use :16 or :1)",
-                kernel=kernel,
-                param=param,
-            )
+            raise refuse(f"hint {hint_text.strip()!r} in {raw!r} is not supported (use :16 or :1)")
         hint = int(hint_text)
     is_none = body == "None"  # an argument passed as None: Triton specialises it to the constexpr None
     value = None if is_none else _parse_value(body)
     if (is_none or value is not None) and not _TYPE_RE.fullmatch(body):
         if hint is not None:
-            raise SignatureError(f"{where}: a constexpr value cannot carry a hint: {raw!r}", kernel=kernel, param=param)
+            raise refuse(f"a constexpr value cannot carry a hint: {raw!r}")
         return Token(raw, None, value)
     if not _TYPE_RE.fullmatch(body):
-        raise SignatureError(
-            f"{where}: cannot parse {raw!r} as a type or a constexpr value", kernel=kernel, param=param
-        )
+        raise refuse(f"cannot parse {raw!r} as a type or a constexpr value")
     typ = _check_type(body, where, kernel, param)
     if hint == 1 and typ.startswith("*"):
-        raise SignatureError(f"{where}: ':1' applies to integers, not pointers ({raw!r})", kernel=kernel, param=param)
+        raise refuse(f"':1' applies to integers, not pointers ({raw!r})")
     if hint is not None and typ.startswith(("fp", "bf")):
-        raise SignatureError(f"{where}: hints apply to pointers and integers, not {typ!r}", kernel=kernel, param=param)
+        raise refuse(f"hints apply to pointers and integers, not {typ!r}")
     return Token(raw, typ, None, hint)
 
 
