@@ -17,6 +17,7 @@ from typing import Any
 
 from ...core.digest import sha256_hex
 from ...errors import CompileError, KarchiveError, UnsupportedKernelError
+from ...format.autotune import HIP_TUNING_OPTIONS
 from ._compile_errors import compiler_message
 from .buildenv import (
     COMPILE_LOCK,
@@ -70,7 +71,7 @@ COMMON_OPTIONS = {
 }
 BACKEND_OPTIONS = {
     "cuda": COMMON_OPTIONS | {"maxnreg", "ptx_version", "enable_reflect_ftz"},
-    "hip": COMMON_OPTIONS | {"waves_per_eu", "matrix_instr_nonkdim", "kpack", "schedule_hint"},
+    "hip": COMMON_OPTIONS | set(HIP_TUNING_OPTIONS),
 }
 
 
