@@ -18,44 +18,5 @@ or from requests made in code::
 Needs the ``producer`` extra (Triton), imported when a compile runs; ``executor="ray"`` needs ``ray``.
 """
 
-from .producer.build import (
-    ArchiveBuilder,
-    BuildResult,
-    BuildSpec,
-    Executor,
-    LocalExecutor,
-    RebuildReport,
-    ReusePlan,
-    TaskOutcome,
-    VariantRequest,
-    build_archive,
-    compile_all,
-    executor_kind,
-    load_spec,
-    make_executor,
-    parse_spec,
-    plan_reuse,
-    rebuild_archive,
-    validate_requests,
-)
-
-__all__ = [
-    "ArchiveBuilder",
-    "BuildResult",
-    "BuildSpec",
-    "Executor",
-    "LocalExecutor",
-    "RebuildReport",
-    "ReusePlan",
-    "TaskOutcome",
-    "VariantRequest",
-    "build_archive",
-    "compile_all",
-    "executor_kind",
-    "load_spec",
-    "make_executor",
-    "parse_spec",
-    "plan_reuse",
-    "rebuild_archive",
-    "validate_requests",
-]
+from .producer.build import *  # noqa: F403 - the face is the package's own list of names
+from .producer.build import __all__ as __all__

@@ -12,40 +12,5 @@ Needs the ``producer`` extra (Triton), imported when a compile runs. To build a 
 see :mod:`karchive.build`.
 """
 
-from .producer.compile import (
-    CompiledVariant,
-    Specialization,
-    VariantRequest,
-    build_fingerprint,
-    check_target,
-    compile_environment,
-    compile_variant,
-    cuda_capabilities,
-    kernel_name,
-    load_kernel,
-    module_sources,
-    specialize,
-    strip_shell,
-    toolchain_report,
-    toolchain_versions,
-    variant_key,
-)
-
-__all__ = [
-    "CompiledVariant",
-    "Specialization",
-    "VariantRequest",
-    "build_fingerprint",
-    "check_target",
-    "compile_environment",
-    "compile_variant",
-    "cuda_capabilities",
-    "kernel_name",
-    "load_kernel",
-    "module_sources",
-    "specialize",
-    "strip_shell",
-    "toolchain_report",
-    "toolchain_versions",
-    "variant_key",
-]
+from .producer.compile import *  # noqa: F403 - the face is the package's own list of names
+from .producer.compile import __all__ as __all__

@@ -433,53 +433,42 @@ def _compare_checked(
 ) -> ArchiveDiff:
     """:func:`diff_manifests` on manifests already checked by :func:`_check_manifest`."""
     try:
-        return _diff_manifests(ma, mb, kernels, targets, refs, resources)
+        kernels = list(kernels or [])
+        targets = list(targets or [])
+        va, vb = _select(ma, kernels, targets), _select(mb, kernels, targets)
+        if (kernels or targets) and not va and not vb:
+            have = sorted({f"{v['kernel']} ({target_text(v)})" for m in (ma, mb) for v in m["variants"]})
+            names = {v["kernel"] for m in (ma, mb) for v in m["variants"]}
+            hints = "".join(did_you_mean(k, names) for k in kernels if not select_kernels([k], names))
+            raise KarchiveError(
+                f"no variant in either archive matches the selection{hints}; they hold: {', '.join(have) or 'none'}"
+            )
+        sources_a = {s["path"]: s for s in ma.get("sources") or []}
+        sources_b = {s["path"]: s for s in mb.get("sources") or []}
+        res_a, res_b = resources or ({}, {})
+        pairs = pair_variants(va, vb)
+        # Show the full signature only where the short form would make two slots look alike.
+        short_slots: dict[tuple[str, str, str], set[str]] = {}
+        for p in pairs:
+            v = p.variant
+            short_slots.setdefault((p.kernel, target_text(v), specialisation_text(v)), set()).add(p.slot)
+        rows = []
+        for p in pairs:
+            v = p.variant
+            full = len(short_slots[(p.kernel, target_text(v), specialisation_text(v))]) > 1
+            rows.append(_row(p, specialisation_text(v, full=full), sources_a, sources_b, res_a, res_b))
+        return ArchiveDiff(
+            a=_identity(ma, refs[0], va),
+            b=_identity(mb, refs[1], vb),
+            archive_changes=_archive_changes(ma, mb),
+            variants=rows,
+            autotune=_autotune_changes(ma, mb, set(kernels) if kernels else None),
+        )
     except (KeyError, TypeError, AttributeError, ValueError, IndexError) as exc:
         raise SchemaError(
             f"manifest does not follow the schema ({type(exc).__name__}: {exc}); 'karchive verify' lists every problem",
             where="manifest",
         ) from exc
-
-
-def _diff_manifests(
-    ma: dict,
-    mb: dict,
-    kernels: Iterable[str] | None,
-    targets: Iterable[str] | None,
-    refs: tuple[str | None, str | None],
-    resources: tuple[dict[str, dict], dict[str, dict]] | None,
-) -> ArchiveDiff:
-    kernels = list(kernels or [])
-    targets = list(targets or [])
-    va, vb = _select(ma, kernels, targets), _select(mb, kernels, targets)
-    if (kernels or targets) and not va and not vb:
-        have = sorted({f"{v['kernel']} ({target_text(v)})" for m in (ma, mb) for v in m["variants"]})
-        names = {v["kernel"] for m in (ma, mb) for v in m["variants"]}
-        hints = "".join(did_you_mean(k, names) for k in kernels if not select_kernels([k], names))
-        raise KarchiveError(
-            f"no variant in either archive matches the selection{hints}; they hold: {', '.join(have) or 'none'}"
-        )
-    sources_a = {s["path"]: s for s in ma.get("sources") or []}
-    sources_b = {s["path"]: s for s in mb.get("sources") or []}
-    res_a, res_b = resources or ({}, {})
-    pairs = pair_variants(va, vb)
-    # Show the full signature only where the short form would make two slots look alike.
-    short_slots: dict[tuple[str, str, str], set[str]] = {}
-    for p in pairs:
-        v = p.variant
-        short_slots.setdefault((p.kernel, target_text(v), specialisation_text(v)), set()).add(p.slot)
-    rows = []
-    for p in pairs:
-        v = p.variant
-        full = len(short_slots[(p.kernel, target_text(v), specialisation_text(v))]) > 1
-        rows.append(_row(p, specialisation_text(v, full=full), sources_a, sources_b, res_a, res_b))
-    return ArchiveDiff(
-        a=_identity(ma, refs[0], va),
-        b=_identity(mb, refs[1], vb),
-        archive_changes=_archive_changes(ma, mb),
-        variants=rows,
-        autotune=_autotune_changes(ma, mb, set(kernels) if kernels else None),
-    )
 
 
 def _row(p: Pair, spec: str, sources_a: dict, sources_b: dict, res_a: dict, res_b: dict) -> VariantDiff:
@@ -582,7 +571,7 @@ def _kernel_text(module: bytes, qualname: str) -> tuple[str, int] | None:
         tree = pysource.parse(module.decode("utf-8"))
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    nodes: list[Any] = tree.body
+    nodes: list[Any] = tree.body if isinstance(tree, ast.Module) else []  # exec mode: always a Module
     found: Any = None
     for part in qualname.split("."):
         found = next(

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ..format.autotune import CONFIG_OPTIONS, HIP_TUNING_OPTIONS
 from ..format.names import is_qualified, short_name
 
 __all__ = [
@@ -51,16 +52,7 @@ __all__ = [
 
 #: Options that shape the launch and that builds sweep (spec/BUILD.md): within a slot they tell
 #: variants apart before the looser "one left on each side" round.
-TUNING_OPTIONS = (
-    "num_warps",
-    "num_stages",
-    "num_ctas",
-    "maxnreg",
-    "waves_per_eu",
-    "matrix_instr_nonkdim",
-    "kpack",
-    "schedule_hint",
-)
+TUNING_OPTIONS = CONFIG_OPTIONS + HIP_TUNING_OPTIONS
 
 
 def canonical(value: Any) -> str:

@@ -1,16 +1,18 @@
-"""Argument values that several commands take: sizes and ages (``--max-size 2G``, ``--max-age 30d``) and a
-passphrase named by ``--passphrase-env``. Below every ``*_cmds`` module, so no command module imports another
-for them.
+"""Argument values that several commands take: sizes and ages (``--max-size 2G``, ``--max-age 30d``), a
+passphrase named by ``--passphrase-env`` and the keys ``--sign`` names, a worker count (``-j``) and the archive
+``-o`` writes. Below every ``*_cmds`` module, so no command module imports another for them.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
+from typing import Any
 
 from ..errors import KeyFileError, RegistryValueError
 
-__all__ = ["parse_age", "parse_size", "passphrase"]
+__all__ = ["add_archive_out", "archive_out", "parse_age", "parse_size", "passphrase", "positive_int", "signing_keys"]
 
 _SIZE_UNITS = {
     "": 1,
@@ -56,3 +58,53 @@ def passphrase(var: str | None, key: str) -> bytes | None:
     if not value:
         raise KeyFileError(f"--passphrase-env {var}: the variable is not set or empty", path=key)
     return value.encode()
+
+
+def signing_keys(args: argparse.Namespace) -> list[Any]:
+    """``--sign KEY`` (repeatable): the private keys, loaded (and their passphrase read) up front."""
+    if not args.sign:
+        return []
+    from ..trust.keys import load_private_key
+
+    secret = passphrase(args.passphrase_env, args.sign[0])
+    return [load_private_key(path, secret) for path in args.sign]
+
+
+def positive_int(text: str) -> int:
+    """``-j``: a count of worker processes, at least 1 (``-j 0`` and ``-j -3`` are typos, not requests)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def archive_out(path: str, name: str, version: str) -> str:
+    """The archive file ``-o`` names, checked (and its directory created) before anything compiles: a build
+    must not fail at the end. An existing file is replaced only if it is an archive: ``-o kernels.py``
+    (a slip of the tab key) must not turn a source file into zstd frames."""
+    from ..core.destination import output_file
+    from ..errors import DestinationError, FormatError
+    from ..format.open import open_location
+
+    out = output_file(path, default_name=f"{name}-{version}.karc")
+    if os.path.isfile(out) and os.path.getsize(out) > 0:
+        try:
+            open_location(out)
+        except FormatError:
+            raise DestinationError(
+                f"{out} exists and is not a karchive archive; not replacing it (remove it or give another -o)", path=out
+            ) from None
+    return out
+
+
+def add_archive_out(p: argparse.ArgumentParser) -> None:
+    """``-o/--out``, the archive a producing command writes (its value goes through :func:`archive_out`)."""
+    p.add_argument(
+        "-o",
+        "--out",
+        required=True,
+        help="archive to write (.karc); a directory (existing, or ending in /) gets NAME-VERSION.karc",
+    )

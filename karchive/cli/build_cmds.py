@@ -9,18 +9,8 @@ from collections import Counter
 from collections.abc import Callable
 
 from ..errors import KarchiveError
+from .arg_types import add_archive_out, archive_out, positive_int, signing_keys
 from .output import emit_json, human_bytes, plural
-
-
-def positive_int(text: str) -> int:
-    """``-j``: a count of worker processes, at least 1 (``-j 0`` and ``-j -3`` are typos, not requests)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
 
 
 def _option(name: str) -> Callable[[str], int]:
@@ -72,12 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--num-ctas", type=_option("num_ctas"), default=None, help="CTAs per cluster (cuda:90 and newer; default: 1)"
     )
     p.add_argument("--maxnreg", type=_option("maxnreg"), default=None, help="register cap per thread (cuda only)")
-    p.add_argument(
-        "-o",
-        "--out",
-        required=True,
-        help="archive to write (.karc); a directory (existing, or ending in /) gets NAME-VERSION.karc",
-    )
+    add_archive_out(p)
     p.add_argument("--name", help="archive name (default: the kernel name)")
     p.add_argument("--version", dest="archive_version", default="0.0.0", help="archive version")
     p.add_argument("--no-ir", action="store_true", help="leave IR stages out (slim archive)")
@@ -86,12 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     b = sub.add_parser("build", help="compile every variant a spec file asks for, in parallel, into one archive")
     b.add_argument("spec", help="build spec (TOML), see spec/BUILD.md")
-    b.add_argument(
-        "-o",
-        "--out",
-        required=True,
-        help="archive to write (.karc); a directory (existing, or ending in /) gets NAME-VERSION.karc",
-    )
+    add_archive_out(b)
     b.add_argument("-j", "--jobs", type=positive_int, default=None, help="worker processes (default: CPU count)")
     b.add_argument("--keep-going", action="store_true", help="pack what built even if some variants failed")
     b.add_argument(
@@ -200,42 +180,6 @@ def _print_summary(summary: dict) -> None:
         )
 
 
-def archive_out(path: str, name: str, version: str) -> str:
-    """The archive file ``-o`` names, checked (and its directory created) before anything compiles: a build
-    must not fail at the end. An existing file is replaced only if it is an archive: ``-o kernels.py``
-    (a slip of the tab key) must not turn a source file into zstd frames."""
-    from ..core.destination import output_file
-    from ..errors import DestinationError, FormatError
-    from ..format.open import open_location
-
-    out = output_file(path, default_name=f"{name}-{version}.karc")
-    if os.path.isfile(out) and os.path.getsize(out) > 0:
-        try:
-            open_location(out)
-        except FormatError:
-            raise DestinationError(
-                f"{out} exists and is not a karchive archive; not replacing it (remove it or give another -o)", path=out
-            ) from None
-    return out
-
-
-def _out_path(args: argparse.Namespace, name: str, version: str) -> str:
-    return archive_out(args.out, name, version)
-
-
-def _signing_keys(args: argparse.Namespace) -> list:
-    """``--sign KEY`` (repeatable): the private keys, loaded (and their passphrase read) up front."""
-    if not getattr(args, "sign", None):
-        if getattr(args, "provenance", False):
-            raise KarchiveError("--provenance goes into the signed statement: give --sign KEY too")
-        return []
-    from ..trust.keys import load_private_key
-    from .arg_types import passphrase
-
-    secret = passphrase(args.passphrase_env, args.sign[0])
-    return [load_private_key(path, secret) for path in args.sign]
-
-
 def _sign(out: str, keys: list, args: argparse.Namespace, parameters: dict) -> list[dict]:
     """Sign the archive just written (ARCHIVE.sig.json beside it, never inside: its bytes do not change).
 
@@ -259,7 +203,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
     shell_warnings = _take_shell_env()
     spec = load_spec(args.spec)
-    out = _out_path(args, spec.name, spec.version)
+    out = archive_out(args.out, spec.name, spec.version)
     if executor_kind(args.executor) == "local":
         check_cache_root()  # one line naming it, before the header (build_archive checks again, for the API)
     if args.no_ir:
@@ -277,7 +221,9 @@ def cmd_build(args: argparse.Namespace) -> int:
         # "to build", not "to compile": what the build cache already holds is not compiled again (the
         # summary says how many came from it).
         print(f"{spec.name} {spec.version}: {plural(len(spec.requests), 'variant')} to build", file=sys.stderr)
-    signers = _signing_keys(args)  # a bad key or passphrase fails before anything compiles
+    if args.provenance and not args.sign:
+        raise KarchiveError("--provenance goes into the signed statement: give --sign KEY too")
+    signers = signing_keys(args)  # a bad key or passphrase fails before anything compiles
     result = build_archive(
         spec,
         out,
@@ -324,7 +270,7 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     shell_warnings = _take_shell_env()
     name = args.name or args.kernel_name
-    out = _out_path(args, name, args.archive_version)
+    out = archive_out(args.out, name, args.archive_version)
     ref = f"{args.path}:{args.kernel_name}"
     options = {"num_warps": args.num_warps}
     for key in ("num_stages", "num_ctas", "maxnreg"):

@@ -9,6 +9,7 @@ from collections import Counter
 
 from ..errors import CaptureError, KarchiveError
 from ..format.names import select_kernels
+from .arg_types import add_archive_out, archive_out
 from .output import emit_json, human_bytes, plural, table
 
 
@@ -35,12 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     i = sub.add_parser("import-triton-cache", help="turn a Triton cache directory into an archive")
     i.add_argument("cache_dir", metavar="DIR", help="a Triton cache directory (e.g. ~/.triton/cache)")
-    i.add_argument(
-        "-o",
-        "--out",
-        required=True,
-        help="archive to write (.karc); a directory (existing, or ending in /) gets NAME-VERSION.karc",
-    )
+    add_archive_out(i)
     i.add_argument("--name", help="archive name (default: triton-cache)")
     i.add_argument("--version", dest="archive_version", default="0.0.0", help="archive version")
     i.add_argument(
@@ -103,7 +99,6 @@ def cmd_import(args: argparse.Namespace) -> int:
     from ..producer.build.pack import ArchiveBuilder
     from ..producer.capture.triton_cache import import_cache
     from ..producer.compile.aot import toolchain_versions
-    from .build_cmds import archive_out
 
     out = archive_out(args.out, args.name or "triton-cache", args.archive_version)
     result = import_cache(args.cache_dir, same_build=args.same_build, include_ir=not args.no_ir)

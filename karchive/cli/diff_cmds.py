@@ -12,6 +12,7 @@ import re
 from collections import Counter
 from typing import Any
 
+from ..core.digest import is_sha256_hex
 from ..errors import KarchiveError
 from .output import EXIT_NEGATIVE, EXIT_OK, emit_json, human_bytes, printable, table
 
@@ -31,7 +32,6 @@ _BYTES_FIELDS = {"shared", "stack"}
 _FILE_FIELDS = {"binary", "source", "metadata"}
 _SHORT_FIELDS = {"key", "source_key"}
 _MAX_LISTED = 5
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -210,7 +210,7 @@ def fmt_value(name: str, value: Any) -> str:
         return f"sha256:{str(value.get('sha256'))[:12]} ({human_bytes(value.get('size'))})"
     if name in _BYTES_FIELDS and isinstance(value, int):
         return human_bytes(value)
-    if isinstance(value, str) and (name in _SHORT_FIELDS or _HEX64.fullmatch(value)):
+    if isinstance(value, str) and (name in _SHORT_FIELDS or is_sha256_hex(value)):
         return value[:12]
     if name == "backend" and isinstance(value, str):
         return _ptxas(value)

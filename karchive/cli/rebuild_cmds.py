@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..format.names import select_kernels
-from .build_cmds import positive_int
+from .arg_types import positive_int
 from .output import emit_json, plural, printable, table
 
 

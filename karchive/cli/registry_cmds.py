@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.paths import BUILD_CACHE
-from .arg_types import parse_age, parse_size, passphrase
+from .arg_types import parse_age, parse_size, signing_keys
 from .output import emit_json, human_bytes, plural, printable, table
 
 
@@ -64,18 +64,9 @@ def _record_row(r: Any, latest: str | None = None) -> list[Any]:
 
 
 # -- commands -------------------------------------------------------------------------------------
-def _signing_keys(args: argparse.Namespace) -> list[Any]:
-    if not args.sign:
-        return []
-    from ..trust.keys import load_private_key
-
-    secret = passphrase(args.passphrase_env, args.sign[0])
-    return [load_private_key(path, secret) for path in args.sign]
-
-
 def cmd_publish(args: argparse.Namespace) -> int:
     reg = _registry(args)
-    keys = _signing_keys(args)
+    keys = signing_keys(args)
     info = None
     if args.provenance:
         from ..trust.buildinfo import load_build_info

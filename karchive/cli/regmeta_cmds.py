@@ -13,6 +13,7 @@ import datetime
 from typing import Any
 
 from ..core import settings
+from ..core.units import utc_text
 from ..errors import RegistryError, RegistryValueError
 from .output import emit_json, printable
 
@@ -103,8 +104,6 @@ def cmd_refresh(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    from ..trust.metadata import fmt_time
-
     reg = _registry(args)
     if args.trust:
         from ..registry.metadata_store import load_trusted
@@ -135,8 +134,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         "verified": verified is not None,
         "timestamp": {
             "version": ts.version,
-            "issued": fmt_time(ts.issued),
-            "expires": fmt_time(ts.expires),
+            "issued": utc_text(ts.issued),
+            "expires": utc_text(ts.expires),
             "snapshot_version": ts.snapshot_version,
             "snapshot_sha256": ts.snapshot_sha256,
         },
@@ -144,8 +143,8 @@ def cmd_show(args: argparse.Namespace) -> int:
     if snap is not None:
         doc["snapshot"] = {
             "version": snap.version,
-            "issued": fmt_time(snap.issued),
-            "expires": fmt_time(snap.expires),
+            "issued": utc_text(snap.issued),
+            "expires": utc_text(snap.expires),
             "names": {n: sorted(vs) for n, vs in snap.names.items()},
         }
     if verified is not None:
@@ -156,12 +155,12 @@ def cmd_show(args: argparse.Namespace) -> int:
     how = f"verified under {args.trust}" if verified is not None else "NOT verified (give --trust POLICY to check it)"
     print(printable(f"registry metadata of {reg.url}: {how}"))
     print(
-        f"  timestamp {ts.version}: issued {fmt_time(ts.issued)}, expires {fmt_time(ts.expires)}, names snapshot "
+        f"  timestamp {ts.version}: issued {utc_text(ts.issued)}, expires {utc_text(ts.expires)}, names snapshot "
         f"{ts.snapshot_version} (sha256 {ts.snapshot_sha256[:16]})"
     )
     if snap is not None:
         print(
-            f"  snapshot {snap.version}: issued {fmt_time(snap.issued)}, expires {fmt_time(snap.expires)}, "
+            f"  snapshot {snap.version}: issued {utc_text(snap.issued)}, expires {utc_text(snap.expires)}, "
             f"{snap.count()} versions of {len(snap.names)} names"
         )
         for name, versions in snap.names.items():

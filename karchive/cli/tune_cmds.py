@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KarchiveError
+from .arg_types import signing_keys
 from .output import EXIT_NEGATIVE, emit_json
 
 _SLUG = re.compile(r"[^A-Za-z0-9.-]+")
@@ -190,7 +191,7 @@ def tune_from_args(args: argparse.Namespace, reader: Any) -> dict[str, Any]:
                 f"{args.from_capture or args.archive}: no autotune entry records its call (a "
                 "capture by this karchive records them); write a keys file instead"
             )
-    signers = _signing_keys(args)
+    signers = signing_keys(args)
     return tune_archive(
         reader,
         calls,
@@ -202,16 +203,6 @@ def tune_from_args(args: argparse.Namespace, reader: Any) -> dict[str, Any]:
         make_bench=lambda device: DeviceBench(device, policy),
         keep_going=args.keep_going,
     )
-
-
-def _signing_keys(args: argparse.Namespace) -> list:
-    if not args.sign:
-        return []
-    from ..trust.keys import load_private_key
-    from .trust_cmds import passphrase
-
-    secret = passphrase(args.passphrase_env, args.sign[0])
-    return [load_private_key(p, secret) for p in args.sign]
 
 
 def tune_archive(

@@ -35,8 +35,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 FALLBACK_RULE = "nearest-log2"
-#: A config's codegen options besides its ``kwargs`` (the launch options a variant records).
+#: A config's codegen options besides its ``kwargs`` (the launch options a variant records): the one list, which
+#: heuristics, the launch plan, serve's miss spec and the producers read.
 CONFIG_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+#: The AMD backend's own codegen options that builds sweep besides those (spec/BUILD.md).
+HIP_TUNING_OPTIONS = ("waves_per_eu", "matrix_instr_nonkdim", "kpack", "schedule_hint")
 
 
 #: The spellings of the non-finite floats JSON cannot hold, as ``{"float": <spelling>}``.

@@ -33,13 +33,13 @@ from typing import Any
 
 from ..core.grammar import fullmatch
 from ..errors import SchemaError
-from .autotune import NONFINITE, nonfinite
+from .autotune import CONFIG_OPTIONS, NONFINITE, nonfinite
 from .names import is_param_name
 from .probes import ABSENT, NOT_SCALAR, run_probe, scalar
 from .probes import PROBE as _PROBE
 
 #: Options Triton takes from a heuristic's result like it takes them from an autotune config.
-OPTION_NAMES = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+OPTION_NAMES = CONFIG_OPTIONS
 #: Bounds on what a hostile manifest can make the runtime hold or scan.
 MAX_NAMES = 64
 MAX_CASES = 4096

@@ -50,7 +50,6 @@ __all__ = [
     "Provenance",
     "Target",
     "Variant",
-    "parse_variant",
     "target_label",
     "target_labels",
 ]
@@ -880,10 +879,6 @@ def _has_tensordesc(params: tuple[AbiParam, ...], memo: dict | None) -> bool:
 
 def _param_parser(raw: Any, where: str) -> Callable[[], Param]:
     return lambda: Param.from_json(raw, where)
-
-
-def parse_variant(obj: Any, where: str) -> Variant:
-    return Variant.from_json(obj, where)
 
 
 def target_labels(variants: Iterable[Variant]) -> list[str]:

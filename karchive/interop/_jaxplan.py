@@ -156,13 +156,15 @@ def bind_arguments(
 ) -> Binding:
     """Arguments onto the input parameters (declaration order, outputs left out); constexprs apart."""
     name = kernel.name
+
+    def refuse(param: str | None, msg: str) -> ArgumentError:
+        return ArgumentError(f"{name}: {msg}", kernel=name, param=param)
+
     inputs = tuple(r for r in roles if r.kind != "constexpr" and r.name not in outputs.param_of)
     if len(args) > len(inputs):
-        raise ArgumentError(
-            f"{name}: takes {len(inputs)} inputs ({', '.join(r.name for r in inputs)}), "
-            f"got {len(args)} positional arguments",
-            kernel=name,
-            param=None,
+        raise refuse(
+            None,
+            f"takes {len(inputs)} inputs ({', '.join(r.name for r in inputs)}), got {len(args)} positional arguments",
         )
     values: dict[str, Any] = {r.name: a for r, a in zip(inputs, args)}
     constexprs: dict[str, Any] = {}
@@ -170,22 +172,16 @@ def bind_arguments(
     constexpr_names = {r.name for r in roles if r.kind == "constexpr"}
     for key, v in kwargs.items():
         if key in values:
-            raise ArgumentError(f"{name}: got two values for {key!r}", kernel=name, param=key)
+            raise refuse(key, f"got two values for {key!r}")
         if key in input_names:
             values[key] = v
         elif key in constexpr_names:
             constexprs[key] = v
         else:
-            raise ArgumentError(
-                f"{name}: unknown argument {key!r}; parameters: {', '.join(kernel.param_names)}", kernel=name, param=key
-            )
+            raise refuse(key, f"unknown argument {key!r}; parameters: {', '.join(kernel.param_names)}")
     missing = [r.name for r in inputs if r.name not in values]
     if missing:
-        raise ArgumentError(
-            f"{name}: missing argument(s) {', '.join(missing)} (outputs are {list(outputs.param_of)})",
-            kernel=name,
-            param=missing[0],
-        )
+        raise refuse(missing[0], f"missing argument(s) {', '.join(missing)} (outputs are {list(outputs.param_of)})")
     binding = Binding(inputs, {r.name: _checked_value(name, r, values[r.name]) for r in inputs}, constexprs)
     _check_aliases(name, outputs, binding)
     return binding
@@ -193,28 +189,24 @@ def bind_arguments(
 
 def _checked_value(kernel_name: str, role: Role, v: Any) -> Any:
     """Arrays for pointers; static numbers for scalars (a concrete 0-d array counts as its number)."""
+
+    def refuse(msg: str) -> ArgumentError:
+        return ArgumentError(f"{kernel_name}: {msg}", kernel=kernel_name, param=role.name)
+
     if role.kind in ARRAY_KINDS:
         if not is_array(v):
-            raise ArgumentError(
-                f"{kernel_name}: {role.name} is a {role.kind} parameter; pass an array, got {type(v).__name__}",
-                kernel=kernel_name,
-                param=role.name,
-            )
+            raise refuse(f"{role.name} is a {role.kind} parameter; pass an array, got {type(v).__name__}")
         return v
     if not is_array(v):
         return v
     if tuple(getattr(v, "shape", ())) != ():
-        raise ArgumentError(
-            f"{kernel_name}: {role.name} is a scalar parameter; got an array", kernel=kernel_name, param=role.name
-        )
+        raise refuse(f"{role.name} is a scalar parameter; got an array")
     try:  # a concrete 0-d array is a number; a tracer is not (scalars are baked into the call)
         return v.item()
     except Exception:  # noqa: BLE001 - jax raises ConcretizationTypeError for tracers
-        raise ArgumentError(
-            f"{kernel_name}: {role.name} must be a static Python number: scalars are baked into the custom call, "
-            f"and inside jit this one is traced ({type(v).__name__})",
-            kernel=kernel_name,
-            param=role.name,
+        raise refuse(
+            f"{role.name} must be a static Python number: scalars are baked into the custom call, "
+            f"and inside jit this one is traced ({type(v).__name__})"
         ) from None
 
 

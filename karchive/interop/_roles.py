@@ -99,43 +99,37 @@ def kernel_roles(kernel: Any) -> list[Role]:
 def descriptor_options(kernel_name: str, desc_names: Sequence[str], descriptors: Any) -> dict[str, dict[str, Any]]:
     """A bridge's ``descriptors`` argument as keyword options of karchive.TensorDescriptor per descriptor
     parameter (``{}``: the variant's block, no options), checked against the parameters and the options."""
+
+    def refuse(param: str, msg: str) -> ArgumentError:
+        return ArgumentError(f"{kernel_name}: {msg}", kernel=kernel_name, param=param)
+
     out: dict[str, dict[str, Any]] = {n: {} for n in desc_names}
     if descriptors is None:
         return out
     if not isinstance(descriptors, Mapping):
-        raise ArgumentError(
-            f"{kernel_name}: descriptors must map descriptor parameter names to a block shape or "
+        raise refuse(
+            "descriptors",
+            f"descriptors must map descriptor parameter names to a block shape or "
             f"a dict of TensorDescriptor options, got {type(descriptors).__name__}",
-            kernel=kernel_name,
-            param="descriptors",
         )
     for n, spec in descriptors.items():
         if n not in out:
-            raise ArgumentError(
-                f"{kernel_name}: descriptors names {n!r}, which is not a tensor-descriptor parameter "
-                f"({list(desc_names)})",
-                kernel=kernel_name,
-                param=n,
-            )
+            raise refuse(n, f"descriptors names {n!r}, which is not a tensor-descriptor parameter ({list(desc_names)})")
         if spec is None:
             continue
         if isinstance(spec, Mapping):
             bad = [k for k in spec if k not in DESCRIPTOR_OPTIONS]
             if bad:
-                raise ArgumentError(
-                    f"{kernel_name}: descriptors[{n!r}] has unknown option(s) {bad} (known: "
-                    f"{', '.join(DESCRIPTOR_OPTIONS)})",
-                    kernel=kernel_name,
-                    param=n,
+                raise refuse(
+                    n, f"descriptors[{n!r}] has unknown option(s) {bad} (known: {', '.join(DESCRIPTOR_OPTIONS)})"
                 )
             out[n] = dict(spec)
         elif isinstance(spec, (list, tuple)) and all(isinstance(b, int) and not isinstance(b, bool) for b in spec):
             out[n] = {"block_shape": list(spec)}
         else:
-            raise ArgumentError(
-                f"{kernel_name}: descriptors[{n!r}] must be a block shape (list of ints) or a dict of "
+            raise refuse(
+                n,
+                f"descriptors[{n!r}] must be a block shape (list of ints) or a dict of "
                 f"TensorDescriptor options, got {spec!r}",
-                kernel=kernel_name,
-                param=n,
             )
     return out

@@ -107,28 +107,25 @@ def custom_op(
       op passes that parameter's tensor as a ``karchive.TensorDescriptor``; by default with the block of the
       variant it launches).
     """
+
+    def bad(param: str | None, msg: str) -> ArgumentError:
+        return ArgumentError(f"{kernel.name}: {msg}", kernel=kernel.name, param=param)
+
     roles = kernel_roles(kernel)
     by_name = {r.name: r for r in roles}
     constexprs = dict(constexprs or {})
     for k in constexprs:
         if k not in by_name:
-            raise ArgumentError(f"{kernel.name}: constexprs names unknown parameter {k!r}", kernel=kernel.name, param=k)
+            raise bad(k, f"constexprs names unknown parameter {k!r}")
         if by_name[k].kind != "constexpr":
-            raise ArgumentError(
-                f"{kernel.name}: {k!r} is a runtime parameter, not a constexpr", kernel=kernel.name, param=k
-            )
+            raise bad(k, f"{k!r} is a runtime parameter, not a constexpr")
     runtime = [r for r in roles if r.kind != "constexpr"]
     pointer_names = [r.name for r in runtime if r.kind in ("pointer", "tensordesc")]  # tensors to the op
     desc_options = descriptor_options(kernel.name, [r.name for r in runtime if r.kind == "tensordesc"], descriptors)
     outs = _normalise_out(out)
     for o in outs:
         if o not in pointer_names:
-            raise ArgumentError(
-                f"{kernel.name}: out names {o!r}, which is not a pointer or tensor-descriptor parameter "
-                f"({pointer_names})",
-                kernel=kernel.name,
-                param=o,
-            )
+            raise bad(o, f"out names {o!r}, which is not a pointer or tensor-descriptor parameter ({pointer_names})")
     inputs = [r for r in runtime if r.name not in outs]
     in_names = [r.name for r in inputs]
     tensor_inputs = [r.name for r in inputs if r.kind in ("pointer", "tensordesc")]
@@ -139,30 +136,24 @@ def custom_op(
             or (isinstance(spec, str) and spec not in tensor_inputs)
             or not (isinstance(spec, str) or callable(spec))
         ):
-            raise ArgumentError(
-                f"{kernel.name}: output {o!r}: spec must name an input tensor parameter "
+            raise bad(
+                o,
+                f"output {o!r}: spec must name an input tensor parameter "
                 f"({tensor_inputs}) or be a callable args -> (shape, dtype); got {spec!r}",
-                kernel=kernel.name,
-                param=o,
             )
     mutates = tuple(mutates_args)
     for m in mutates:
         if m not in tensor_inputs:
-            raise ArgumentError(
-                f"{kernel.name}: mutates_args names {m!r}, which is not an input tensor parameter "
+            raise bad(
+                m,
+                f"mutates_args names {m!r}, which is not an input tensor parameter "
                 f"({tensor_inputs}; allocated outputs are not mutated arguments)",
-                kernel=kernel.name,
-                param=m,
             )
     for z in zeroed:
         if z not in outs:
-            raise ArgumentError(
-                f"{kernel.name}: zeroed names {z!r}, which is not an output ({list(outs)})", kernel=kernel.name, param=z
-            )
+            raise bad(z, f"zeroed names {z!r}, which is not an output ({list(outs)})")
     if not tensor_inputs:
-        raise ArgumentError(
-            f"{kernel.name}: the op needs at least one tensor input to know its device", kernel=kernel.name, param=None
-        )
+        raise bad(None, "the op needs at least one tensor input to know its device")
     zeroed_set = frozenset(zeroed)
     out_items = list(outs.items())
     template = [constexprs.get(n, MISSING) for n in kernel.param_names]

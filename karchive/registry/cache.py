@@ -30,7 +30,6 @@ fetches it again: a pruned entry is a cache miss, never "changed after it was ve
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import os
@@ -44,6 +43,7 @@ from typing import BinaryIO
 from .. import __version__
 from ..core.fsio import atomic_write, fsync_dir, read_bounded
 from ..core.jsonio import canonical_json
+from ..core.units import utc_text
 from ..errors import CacheError, FormatError, RegistryError
 from ..format.check import check_archive_file
 from ..format.source import FileSource
@@ -70,7 +70,7 @@ class CacheEntry:
             "size": self.size,
             "verified": self.verified,
             "refs": self.refs,
-            "last_used": _iso(self.last_used),
+            "last_used": utc_text(self.last_used),
         }
 
 
@@ -85,10 +85,6 @@ class PruneReport:
     @property
     def freed(self) -> int:
         return sum(e.size for e in self.removed)
-
-
-def _iso(ts: float) -> str:
-    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def registry_key(url: str) -> str:
@@ -199,7 +195,7 @@ class Cache:
             "sha256": digest,
             "index_sha256": index_sha256,
             "file": self._identity(blob.stat()),
-            "verified": _iso(time.time()),
+            "verified": utc_text(time.time()),
             "karchive": __version__,
             "trust": {},
         }
@@ -240,7 +236,7 @@ class Cache:
         verdicts = receipt.get("trust")
         receipt["trust"] = {
             **(verdicts if isinstance(verdicts, dict) else {}),
-            policy_sha256: {**entry, "verified": _iso(time.time())},
+            policy_sha256: {**entry, "verified": utc_text(time.time())},
         }
         try:
             _write_small(self._receipt_path(digest), canonical_json(receipt))

@@ -16,10 +16,7 @@ from ..core.jsonio import parse_json
 from ..core.paths import CACHE_ENV, cache_dir, default_cache_dir, xdg_dir  # noqa: F401 - re-exported
 from ..errors import RegistryError, RegistryValueError
 
-REGISTRY_ENV = settings.REGISTRY.name
-LOCKFILE_ENV = settings.LOCKFILE.name
 STORAGE_OPTIONS_ENV = settings.STORAGE_OPTIONS.name
-FETCH_ENV = settings.FETCH.name
 
 
 def default_registry_dir() -> Path:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from ..core.grammar import fullmatch
 from ..core.jsonio import canonical_json
+from ..core.units import utc_text
 from ..errors import ConflictError, NotFoundError, RegistryError, RegistryMetadataError
 from .cache import _write_small, registry_key
 from .config import redact_url
@@ -130,15 +131,15 @@ class Snapshot:
         return sum(len(v) for v in self.names.values())
 
     def to_payload(self) -> bytes:
-        from ..trust.metadata import SNAPSHOT_KIND, SPEC_VERSION, fmt_time
+        from ..trust.metadata import SNAPSHOT_KIND, SPEC_VERSION
 
         return canonical_json(
             {
                 "_type": SNAPSHOT_KIND,
                 "spec_version": SPEC_VERSION,
                 "version": self.version,
-                "issued": fmt_time(self.issued),
-                "expires": fmt_time(self.expires),
+                "issued": utc_text(self.issued),
+                "expires": utc_text(self.expires),
                 "names": {n: {v: e.to_json() for v, e in vs.items()} for n, vs in self.names.items()},
             }
         )
@@ -149,6 +150,7 @@ class Snapshot:
         §2), digests 64 lowercase hex digits, no unknown fields."""
         from ..trust.metadata import (
             MAX_SNAPSHOT_VALUES,
+            SNAPSHOT_FIELDS,
             SNAPSHOT_KIND,
             count_field,
             digest_field,
@@ -159,9 +161,8 @@ class Snapshot:
         )
 
         role = "snapshot"
-        fields = {"_type", "spec_version", "version", "issued", "expires", "names"}
         obj = exact_fields(
-            parse_payload(payload, where, role, MAX_SNAPSHOT_VALUES), fields, "the snapshot", where, role
+            parse_payload(payload, where, role, MAX_SNAPSHOT_VALUES), SNAPSHOT_FIELDS, "the snapshot", where, role
         )
         version, issued, expires = header_fields(obj, SNAPSHOT_KIND, where, role)
         if type(obj["names"]) is not dict:
@@ -202,19 +203,17 @@ class TrustedMetadata:
     snapshot_signers: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        from ..trust.metadata import fmt_time
-
         return {
             "registry": self.registry,
             "policy_sha256": self.policy_sha256,
             "timestamp": {
                 "version": self.timestamp.version,
-                "expires": fmt_time(self.timestamp.expires),
+                "expires": utc_text(self.timestamp.expires),
                 "signers": list(self.timestamp_signers),
             },
             "snapshot": {
                 "version": self.snapshot.version,
-                "expires": fmt_time(self.snapshot.expires),
+                "expires": utc_text(self.snapshot.expires),
                 "sha256": self.timestamp.snapshot_sha256,
                 "signers": list(self.snapshot_signers),
                 "names": len(self.snapshot.names),
@@ -287,7 +286,6 @@ def _load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | N
         SNAPSHOT_TYPE,
         TIMESTAMP_TYPE,
         Timestamp,
-        fmt_time,
         parse_envelope,
         verify_envelope,
     )
@@ -296,18 +294,20 @@ def _load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | N
     if rules is None:
         raise TypeError("the policy has no [registry] section")
     now = now or datetime.datetime.now(UTC)
+
+    def refuse(reason: str, msg: str, **fields: Any) -> RegistryMetadataError:
+        return _refuse(reason, msg, reg, policy, **fields)
+
     store = reg.store
     where = f"{reg.url}/{TIMESTAMP_PATH}"
     data = _read_bounded(store, TIMESTAMP_PATH, MAX_TIMESTAMP_BYTES, "timestamp")
     if data is None:
-        raise _refuse(
+        raise refuse(
             reasons.METADATA_MISSING,
             f"{reg.url} has no signed registry metadata ({TIMESTAMP_PATH}), and "
             f"trust policy {policy.source} requires it ([registry] require_signed_metadata); a publisher "
             "creates it with `karchive publish --registry-key KEY` or `karchive registry-meta refresh "
             "--snapshot --key KEY`",
-            reg,
-            policy,
             role="timestamp",
         )
     envelope = parse_envelope(data, where, "timestamp", MAX_TIMESTAMP_BYTES)
@@ -315,59 +315,49 @@ def _load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | N
     ts = Timestamp.parse(envelope.payload, where)
     seen_snapshot, seen_timestamp = seen_versions(reg)
     if ts.version < seen_timestamp:
-        raise _refuse(
+        raise refuse(
             reasons.METADATA_ROLLBACK,
             f"{where}: timestamp version {ts.version} is older than version "
             f"{seen_timestamp}, which this cache already verified: the registry is serving old metadata",
-            reg,
-            policy,
             role="timestamp",
             version=ts.version,
             seen=seen_timestamp,
         )
     if ts.snapshot_version < seen_snapshot:
-        raise _refuse(
+        raise refuse(
             reasons.METADATA_ROLLBACK,
             f"{where}: the timestamp names snapshot version {ts.snapshot_version}, "
             f"older than version {seen_snapshot}, which this cache already verified (a rollback)",
-            reg,
-            policy,
             role="snapshot",
             version=ts.snapshot_version,
             seen=seen_snapshot,
         )
     if now >= ts.expires:
-        raise _refuse(
+        raise refuse(
             reasons.METADATA_EXPIRED,
             f"{where}: the timestamp (version {ts.version}) expired at "
-            f"{fmt_time(ts.expires)}: the registry's metadata has not been re-signed since (a freeze, or a "
+            f"{utc_text(ts.expires)}: the registry's metadata has not been re-signed since (a freeze, or a "
             "stalled `karchive registry-meta refresh`)",
-            reg,
-            policy,
             role="timestamp",
             version=ts.version,
-            expires=fmt_time(ts.expires),
+            expires=utc_text(ts.expires),
         )
     spath = snapshot_path(ts.snapshot_version)
     swhere = f"{reg.url}/{spath}"
     sdata = _read_bounded(store, spath, MAX_SNAPSHOT_BYTES, "snapshot")
     if sdata is None:
-        raise _refuse(
+        raise refuse(
             reasons.METADATA_MISSING,
             f"{swhere}: the snapshot the timestamp names is missing",
-            reg,
-            policy,
             role="snapshot",
             version=ts.snapshot_version,
         )
     if len(sdata) != ts.snapshot_size or hashlib.sha256(sdata).hexdigest() != ts.snapshot_sha256:
-        raise _refuse(
+        raise refuse(
             reasons.METADATA_MISMATCH,
             f"{swhere}: sha256 {hashlib.sha256(sdata).hexdigest()} "
             f"({len(sdata)} bytes) is not the snapshot the timestamp signs (sha256 {ts.snapshot_sha256}, "
             f"{ts.snapshot_size} bytes): mix-and-match",
-            reg,
-            policy,
             role="snapshot",
             version=ts.snapshot_version,
         )
@@ -375,25 +365,21 @@ def _load_trusted(reg: Registry, policy: TrustPolicy, now: datetime.datetime | N
     snap_keys = verify_envelope(senvelope, SNAPSHOT_TYPE, rules.snapshot, policy, now, swhere)
     snap = Snapshot.parse(senvelope.payload, swhere)
     if snap.version != ts.snapshot_version:
-        raise _refuse(
+        raise refuse(
             reasons.METADATA_MISMATCH,
             f"{swhere}: says it is snapshot version {snap.version}; the timestamp names version {ts.snapshot_version}",
-            reg,
-            policy,
             role="snapshot",
             version=snap.version,
         )
     if now >= snap.expires:
-        raise _refuse(
+        raise refuse(
             reasons.METADATA_EXPIRED,
             f"{swhere}: the snapshot (version {snap.version}) expired at "
-            f"{fmt_time(snap.expires)}; a publisher re-issues it with `karchive registry-meta refresh "
+            f"{utc_text(snap.expires)}; a publisher re-issues it with `karchive registry-meta refresh "
             "--snapshot`",
-            reg,
-            policy,
             role="snapshot",
             version=snap.version,
-            expires=fmt_time(snap.expires),
+            expires=utc_text(snap.expires),
         )
     _raise_seen(reg, snap.version, ts.version)
     return TrustedMetadata(
@@ -666,7 +652,7 @@ def update_metadata(
     new timestamp naming the newest snapshot (signed by ``timestamp_keys``, default ``keys``).
     ``snapshot=False`` re-signs only the timestamp (what a scheduled job runs: freeze protection needs
     it re-signed before it expires). ``now`` is the issue time (tests sign in the past)."""
-    from ..trust.metadata import MAX_SNAPSHOT_BYTES, SNAPSHOT_TYPE, fmt_time, sign_payload
+    from ..trust.metadata import MAX_SNAPSHOT_BYTES, SNAPSHOT_TYPE, sign_payload
 
     if not reg.store.writable:
         raise RegistryError(
@@ -716,8 +702,8 @@ def update_metadata(
         mine.version,
         created,
         ts_version,
-        fmt_time(mine.expires),
-        fmt_time(now + timestamp_expires),
+        utc_text(mine.expires),
+        utc_text(now + timestamp_expires),
         len(mine.names),
         mine.count(),
         max(attempts, 1),

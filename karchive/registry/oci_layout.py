@@ -227,12 +227,6 @@ def record_from_manifest(data: bytes, where: str, manifest_digest: str) -> Versi
     return VersionRecord.from_dict(obj, where)
 
 
-def describe_extra(data: bytes) -> dict[str, str]:
-    """The annotations a record does not carry (format version, producing Triton), for ``inspect``."""
-    notes = load_manifest(data, "manifest").get("annotations") or {}
-    return {k[len(P) :]: v for k, v in notes.items() if k in (A_FORMAT, A_TRITON) and isinstance(v, str)}
-
-
 def signature_key(doc: dict[str, Any], where: str) -> tuple[str, str, int]:
     """``(key id, envelope sha256 hex, size)`` of a signature referrer."""
     if doc.get("artifactType") != SIGNATURE_ARTIFACT:

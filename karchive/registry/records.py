@@ -152,25 +152,21 @@ def encode_name_index(name: str, records: list[VersionRecord]) -> bytes:
 
 
 def decode_name_index(data: bytes, name: str, where: str) -> dict[str, VersionRecord]:
+    def refuse(msg: str) -> DamagedRegistryError:
+        return DamagedRegistryError(f"{where}: {msg}", where=where)
+
     obj = load_json(data, where)
     if not isinstance(obj, dict) or obj.get("kind") != NAME_INDEX_KIND:
-        raise DamagedRegistryError(
-            f"{where}: corrupt name index (not a {NAME_INDEX_KIND} document); rebuild it with `karchive reindex`",
-            where=where,
-        )
+        raise refuse(f"corrupt name index (not a {NAME_INDEX_KIND} document); rebuild it with `karchive reindex`")
     _check_layout(obj, where)
     versions = obj.get("versions")
     if obj.get("name") != name or not isinstance(versions, dict):
-        raise DamagedRegistryError(
-            f"{where}: corrupt name index (wrong name or no versions); rebuild it with `karchive reindex`", where=where
-        )
+        raise refuse("corrupt name index (wrong name or no versions); rebuild it with `karchive reindex`")
     out: dict[str, VersionRecord] = {}
     for version, rec in versions.items():
         record = VersionRecord.from_dict(rec, f"{where} [{version}]")
         if record.version != version or record.name != name:
-            raise DamagedRegistryError(
-                f"{where}: entry {version!r} describes {record.ref}; rebuild it with `karchive reindex`", where=where
-            )
+            raise refuse(f"entry {version!r} describes {record.ref}; rebuild it with `karchive reindex`")
         out[version] = record
     return out
 

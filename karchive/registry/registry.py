@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import builtins
 import dataclasses
-import datetime
 import functools
 import logging
 import os
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ..core import settings
 from ..core.destination import output_file
 from ..core.fsio import atomic_writer
+from ..core.units import utc_text
 from ..errors import (
     ConflictError,
     DestinationError,
@@ -399,7 +399,7 @@ class Registry:
                 sha256=facts.sha256,
                 size=facts.size,
                 index_sha256=facts.index_sha256,
-                published=datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                published=utc_text(),
                 variants=facts.variants,
                 kernels=facts.kernels,
                 targets=facts.targets,

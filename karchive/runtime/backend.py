@@ -16,7 +16,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager as ContextManager
 from typing import Any, Protocol, runtime_checkable
 
-from ..errors import ArgumentError, NoDeviceError
+from ..errors import ArgumentError, DriverError, NoDeviceError
 from .device import DeviceInfo
 
 
@@ -95,6 +95,67 @@ class StreamCache:
                     self._objects.clear()
                 self._objects[raw] = s
         return s
+
+
+class DriverBase:
+    """What the CUDA and HIP backends share: checking a binding's result, the device-info cache, streams and
+    handles. A subclass sets ``name``, ``d`` (the binding), ``SUCCESS``, ``count``, ``streams`` and ``_infos``,
+    and gives ``error_text`` and ``_query_device``."""
+
+    name: str
+    d: Any
+    SUCCESS: Any
+    count: int
+    streams: StreamCache
+    _infos: dict[int, DeviceInfo]
+
+    def error_text(self, err: Any) -> str:
+        raise NotImplementedError
+
+    def _query_device(self, index: int) -> DeviceInfo:
+        raise NotImplementedError
+
+    def check(self, result: Any, what: str) -> Any:
+        """The value(s) after a binding's result code (None for a bare code), or :class:`DriverError`."""
+        err = result[0] if isinstance(result, tuple) else result
+        if err != self.SUCCESS:
+            raise DriverError(f"{what} failed: {self.error_text(err)}", call=what, code=error_code(err))
+        if not isinstance(result, tuple):
+            return None
+        return result[1] if len(result) == 2 else result[1:]
+
+    def device_info(self, index: int) -> DeviceInfo:
+        """The device's properties, queried once."""
+        info = self._infos.get(index)
+        if info is None:
+            if not 0 <= index < self.count:
+                raise NoDeviceError(
+                    f"{self.name.upper()} device {index} does not exist ({self.count} visible)", backend=self.name
+                )
+            info = self._infos[index] = self._query_device(index)
+        return info
+
+    def stream(self, handle: Any) -> Any:
+        """The binding's stream for an int handle or any stream object (torch, CuPy, ``__cuda_stream__``), cached."""
+        return self.streams.get(handle)
+
+    def handle_address(self, obj: Any) -> int:
+        return int(obj)
+
+
+def c_text(value: Any) -> str:
+    """A binding's C string (bytes up to the first NUL; anything else as ``str``) as text."""
+    if isinstance(value, bytes):
+        return value.split(b"\0", 1)[0].decode(errors="replace")
+    return str(value)
+
+
+def error_code(err: Any) -> int | None:
+    """The driver's numeric error code (the bindings give an enum member; an int where they give one)."""
+    try:
+        return int(err)
+    except (TypeError, ValueError):
+        return None
 
 
 @runtime_checkable

@@ -464,25 +464,29 @@ class _Call:
     im2col: Im2colBox | None = None
 
 
+def _own_call(value: TensorDescriptor, ptr: int, dev: int | None, box: Im2colBox | None) -> _Call:
+    """What karchive's own descriptor says, its address already read."""
+    return _Call(
+        ptr,
+        value.shape,
+        value.strides,
+        value.block_shape,
+        value.elem_dtype,
+        dev,
+        value.padding,
+        value.round_f32_to_tf32,
+        box,
+    )
+
+
 def _read(value: Any, name: str) -> _Call:
     """What ``value``, the argument of descriptor parameter ``name``, says. Its errors name the parameter but no
     kernel (this module is not told it): the launch path re-raises them with it (launch/_record.py)."""
     if isinstance(value, TensorDescriptor):
-        if value._fixed_ptr is not None:
-            ptr, dev = value._fixed_ptr, None
-        else:
-            ptr, dev = _address(value, name)
-        return _Call(
-            ptr,
-            value.shape,
-            value.strides,
-            value.block_shape,
-            value.elem_dtype,
-            dev,
-            value.padding,
-            value.round_f32_to_tf32,
-            _im2col_of(value.pixel_box_lower_corner, value.pixel_box_upper_corner, value.element_strides),
-        )
+        fixed = value._fixed_ptr
+        ptr, dev = (fixed, None) if fixed is not None else _address(value, name)
+        box = _im2col_of(value.pixel_box_lower_corner, value.pixel_box_upper_corner, value.element_strides)
+        return _own_call(value, ptr, dev, box)
     if is_descriptor(value):  # Triton's TensorDescriptor (any release with host descriptors; Gluon's im2col one)
         try:
             ptr, dtype, dev = pointer_info(value.base)
@@ -683,6 +687,11 @@ def im2col_params(
     )
 
 
+def _bad(where: str, name: str, msg: str) -> ArgumentError:
+    """A refused descriptor argument (no kernel: the launch path names it, launch/_record.py)."""
+    return ArgumentError(f"{where}: {msg}", kernel=None, param=name)
+
+
 def check_call(
     name: str, d: TensorDescAbi, call: _Call, block_from_variant: bool, block: tuple[int, ...] | None = None
 ) -> None:
@@ -694,108 +703,89 @@ def check_call(
     kind = "tensordesc_im2col" if d.im2col else "tensordesc"
     where = f"parameter {name!r} ({kind}<{d.dtype}[{', '.join(map(str, d.block_shape))}]>)"
     if d.im2col and call.im2col is None:
-        raise ArgumentError(
-            f"{where}: this parameter takes an im2col descriptor: give the pixel box, "
+        raise _bad(
+            where,
+            name,
+            "this parameter takes an im2col descriptor: give the pixel box, "
             "karchive.TensorDescriptor(x, block_shape, pixel_box_lower_corner=[...], "
             "pixel_box_upper_corner=[...]) (or Gluon's TensorDescriptorIm2Col)",
-            kernel=None,
-            param=name,
         )
     if call.im2col is not None and not d.im2col:
-        raise ArgumentError(
-            f"{where}: an im2col descriptor (it has a pixel box) for a tiled descriptor parameter",
-            kernel=None,
-            param=name,
-        )
+        raise _bad(where, name, "an im2col descriptor (it has a pixel box) for a tiled descriptor parameter")
     if call.im2col is not None:
         problem = im2col_problem(len(call.shape), call.im2col)
         if problem:
-            raise ArgumentError(f"{where}: {problem}", kernel=None, param=name)
+            raise _bad(where, name, problem)
     got = triton_dtype(call.dtype)
     if call.dtype is not None and got != d.dtype:
-        raise ArgumentError(
-            f"{where}: the tensor has dtype {got or call.dtype}, the variant takes {d.dtype}", kernel=None, param=name
-        )
+        raise _bad(where, name, f"the tensor has dtype {got or call.dtype}, the variant takes {d.dtype}")
     if len(call.shape) != d.rank or len(call.strides) != d.rank:
-        raise ArgumentError(
-            f"{where}: the descriptor has rank {len(call.shape)}, the variant takes {d.rank}", kernel=None, param=name
-        )
+        raise _bad(where, name, f"the descriptor has rank {len(call.shape)}, the variant takes {d.rank}")
     want = block if block is not None else d.block_shape
     if call.block is not None and not block_from_variant and call.block != want:
-        raise ArgumentError(
-            f"{where}: the descriptor's block_shape is {list(call.block)}, the variant was compiled for {list(want)}",
-            kernel=None,
-            param=name,
+        raise _bad(
+            where,
+            name,
+            f"the descriptor's block_shape is {list(call.block)}, the variant was compiled for {list(want)}",
         )
     if call.device is not None and call.device < 0:
-        raise ArgumentError(f"{where}: the tensor is in host memory; TMA needs device memory", kernel=None, param=name)
+        raise _bad(where, name, "the tensor is in host memory; TMA needs device memory")
     if any(s <= 0 for s in call.shape):
-        raise ArgumentError(f"{where}: shape {list(call.shape)} must be positive", kernel=None, param=name)
+        raise _bad(where, name, f"shape {list(call.shape)} must be positive")
     # What the binary's own parameters can hold, in every mode: each dimension an i32, each stride an i64.
     if any(s > _I32_MAX for s in call.shape):
-        raise ArgumentError(
-            f"{where}: shape {list(call.shape)} has a dimension of 2**31 or more; the kernel takes "
-            "each dimension as an i32",
-            kernel=None,
-            param=name,
+        raise _bad(
+            where,
+            name,
+            f"shape {list(call.shape)} has a dimension of 2**31 or more; the kernel takes each dimension as an i32",
         )
     if any(not -_I64_LIMIT <= s < _I64_LIMIT for s in call.strides):
-        raise ArgumentError(
-            f"{where}: stride out of the i64 range the kernel takes, strides are {list(call.strides)}",
-            kernel=None,
-            param=name,
-        )
+        raise _bad(where, name, f"stride out of the i64 range the kernel takes, strides are {list(call.strides)}")
     if not 0 <= call.ptr < _U64:
-        raise ArgumentError(
-            f"{where}: base address {call.ptr} is not a device address (an int in [0, 2**64))", kernel=None, param=name
-        )
+        raise _bad(where, name, f"base address {call.ptr} is not a device address (an int in [0, 2**64))")
     if d.mode == "tma":
         size = d.elem_size or ELEMENT_SIZES.get(d.dtype, 1)
         if call.ptr % 16:
-            raise ArgumentError(
-                f"{where}: base address 0x{call.ptr:x} is not 16-byte aligned (TMA needs it)", kernel=None, param=name
-            )
+            raise _bad(where, name, f"base address 0x{call.ptr:x} is not 16-byte aligned (TMA needs it)")
         if call.strides[-1] != 1:
-            raise ArgumentError(
-                f"{where}: the last dimension must be contiguous (stride 1), strides are {list(call.strides)}",
-                kernel=None,
-                param=name,
+            raise _bad(
+                where, name, f"the last dimension must be contiguous (stride 1), strides are {list(call.strides)}"
             )
         # cuTensorMapEncodeTiled / Im2col: globalStrides are unsigned byte counts, multiples of 16 below 2**40
         if any(s <= 0 for s in call.strides[:-1]):
-            raise ArgumentError(
-                f"{where}: strides {list(call.strides)}: every stride but the last must be positive "
+            raise _bad(
+                where,
+                name,
+                f"strides {list(call.strides)}: every stride but the last must be positive "
                 "for a TMA map (the driver takes unsigned byte strides)",
-                kernel=None,
-                param=name,
             )
         if any(s * size >= _TMA_STRIDE_LIMIT for s in call.strides[:-1]):
-            raise ArgumentError(
-                f"{where}: strides {list(call.strides)} of {size}-byte elements reach 2**40 bytes or "
+            raise _bad(
+                where,
+                name,
+                f"strides {list(call.strides)} of {size}-byte elements reach 2**40 bytes or "
                 "more (the driver's limit for a TMA map's strides)",
-                kernel=None,
-                param=name,
             )
         bad = [s for s in call.strides[:-1] if (s * size) % 16]
         if bad:
-            raise ArgumentError(
-                f"{where}: strides {list(call.strides)} of {size}-byte elements are not multiples of "
+            raise _bad(
+                where,
+                name,
+                f"strides {list(call.strides)} of {size}-byte elements are not multiples of "
                 "16 bytes (TMA needs every stride but the last 16-byte aligned)",
-                kernel=None,
-                param=name,
             )
     if call.padding == "nan" and not d.dtype.startswith(("fp", "bf")):
-        raise ArgumentError(f"{where}: padding 'nan' needs a floating-point tensor", kernel=None, param=name)
+        raise _bad(where, name, "padding 'nan' needs a floating-point tensor")
     if call.tf32 and d.dtype != "fp32":
-        raise ArgumentError(f"{where}: {_TF32_FP32_ONLY}; this one is {d.dtype}", kernel=None, param=name)
+        raise _bad(where, name, f"{_TF32_FP32_ONLY}; this one is {d.dtype}")
     if call.tf32 and d.convention == "triton-3.5":
         # the binary has no rounding flag to take (decomposed) nor a TF32 map to read (tma): launching would
         # silently skip the rounding the caller asked for
-        raise ArgumentError(
-            f"{where}: round_f32_to_tf32 descriptors did not exist before Triton 3.7; this variant's "
+        raise _bad(
+            where,
+            name,
+            "round_f32_to_tf32 descriptors did not exist before Triton 3.7; this variant's "
             "convention (triton-3.5) cannot take one",
-            kernel=None,
-            param=name,
         )
 
 
@@ -937,17 +927,7 @@ def expand(
         if out is not None:
             value._memo = (id(d), block_from_variant, device, ptr, dev, out, block)
             return out
-        call = _Call(
-            ptr,
-            value.shape,
-            value.strides,
-            value.block_shape,
-            value.elem_dtype,
-            dev,
-            value.padding,
-            value.round_f32_to_tf32,
-            box,
-        )
+        call = _own_call(value, ptr, dev, box)
     else:
         try:
             call = _read(value, name)

@@ -50,16 +50,11 @@ def cubin_runs_on(binary_arch: str, cc: tuple[int, int]) -> bool:
 
 
 def ptx_runs_on(ptx_target: str, cc: tuple[int, int]) -> bool:
-    """PTX for sm_XY JITs for any cc >= X.Y; sm_XYa only for X.Y; sm_XYf for the same family."""
+    """PTX for sm_XY JITs for any cc >= X.Y; sm_XYa and sm_XYf run where their cubin would."""
     m = whole(_SM, ptx_target)
-    if not m:
-        return False
-    major, minor = divmod(int(m.group(1)), 10)
-    if m.group(2) == "a":
-        return cc == (major, minor)
-    if m.group(2) == "f":
-        return cc[0] == major and cc[1] >= minor
-    return cc >= (major, minor)
+    if not m or m.group(2):
+        return cubin_runs_on(ptx_target, cc)
+    return cc >= divmod(int(m.group(1)), 10)
 
 
 def _arch_rule(binary_arch: str, cc: tuple[int, int]) -> str:

@@ -19,28 +19,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..format.autotune import CONFIG_OPTIONS
+from ..format.dtypes import POINTER_ELEMENT_TYPES
 from ..runtime.arg_dtypes import triton_dtype
-
-_TRITON_TYPES = {
-    "i1",
-    "i8",
-    "i16",
-    "i32",
-    "i64",
-    "u8",
-    "u16",
-    "u32",
-    "u64",
-    "fp16",
-    "bf16",
-    "fp32",
-    "fp64",
-    "fp8e4nv",
-    "fp8e5",
-    "fp8e4b8",
-    "fp8e5b16",
-}
-_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
 
 
 def _toml(value: Any) -> str | None:
@@ -61,9 +42,11 @@ def _source(jit: Any, name: str) -> str:
     return f"{os.path.abspath(getattr(code, 'co_filename', 'unknown.py'))}:{name}"
 
 
-def signature_of(
-    jit: Any, args: Sequence[Any], kwargs: Mapping[str, Any], skip: set[str]
-) -> tuple[list[str], dict[str, Any], list[str]]:
+#: A call as a spec entry states it: (signature entries, constexpr values, notes).
+_Found = tuple[list[str], dict[str, Any], list[str]]
+
+
+def signature_of(jit: Any, args: Sequence[Any], kwargs: Mapping[str, Any], skip: set[str]) -> _Found:
     """(signature entries of the non-constexpr parameters, constexpr values, notes) of a call, as Triton
     specialises it."""
     import inspect
@@ -113,7 +96,7 @@ def signature_of(
             sig.append("fp32")
         elif callable(getattr(value, "data_ptr", None)):
             dt = getattr(value, "dtype", None)
-            elem = triton_dtype(dt) or (str(dt) if str(dt) in _TRITON_TYPES else "i8")
+            elem = triton_dtype(dt) or (str(dt) if str(dt) in POINTER_ELEMENT_TYPES else "i8")
             aligned = value.data_ptr() % 16 == 0 and not dns_align
             sig.append(f"*{elem}" + (":16" if aligned else ""))
         else:
@@ -138,20 +121,8 @@ class MissLog:
         tuner = getattr(route, "tuner", None)
         for cfg in getattr(tuner, "configs", None) or []:
             tuned |= set(getattr(cfg, "kwargs", {}) or {})
-        sig, cx, notes = signature_of(jit, args, kwargs, tuned)
-        opts = {k: kwargs[k] for k in _OPTIONS if k in kwargs and _toml(kwargs[k]) is not None}
-        top = route.obj
-        entry = {
-            "source": _source(jit, getattr(jit, "__name__", "kernel")),
-            "signature": ", ".join(sig),
-            "constexprs": cx,
-            "options": opts,
-            "notes": notes,
-            "reason": reason.splitlines()[0][:300],
-            "kernel": route.live.name,
-            "autotuned": tuner is not None and top is not jit,
-        }
-        self._add(entry)
+        found = signature_of(jit, args, kwargs, tuned)
+        self._add(jit, route.live.name, found, kwargs, reason, tuner is not None and route.obj is not jit)
 
     def add_request(self, jit: Any, kernel: str, req: Any, reason: str) -> None:
         """A compile request the archives could not answer (serving at Triton's compile boundary): Triton's own
@@ -177,7 +148,12 @@ class MissLog:
                     notes.append(f"{n}: constexpr {value!r} cannot be written in a build spec")
             else:
                 sig.append(t + (f":{req.divisibility[n]}" if n in req.divisibility else ""))
-        opts = {k: req.options[k] for k in _OPTIONS if _toml(req.options.get(k)) is not None}
+        self._add(jit, kernel, (sig, cx, notes), req.options, reason, False)
+
+    def _add(self, jit: Any, kernel: str, found: _Found, options: Mapping[str, Any], reason: str, tuned: bool) -> None:
+        """One entry: ``found`` is the call's (signature, constexprs, notes), as :func:`signature_of` gives them."""
+        sig, cx, notes = found
+        opts = {k: options[k] for k in CONFIG_OPTIONS if _toml(options.get(k)) is not None}
         entry = {
             "source": _source(jit, getattr(jit, "__name__", "kernel")),
             "signature": ", ".join(sig),
@@ -186,12 +162,8 @@ class MissLog:
             "notes": notes,
             "reason": reason.splitlines()[0][:300],
             "kernel": kernel,
-            "autotuned": False,
+            "autotuned": tuned,
         }
-        self._add(entry)
-
-    def _add(self, entry: dict[str, Any]) -> None:
-        cx, opts = entry["constexprs"], entry["options"]
         ident = json.dumps(
             [entry["source"], entry["signature"], sorted(cx.items(), key=str), sorted(opts.items())], default=str
         )

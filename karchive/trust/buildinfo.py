@@ -10,7 +10,6 @@ claim), and it never holds a machine path, user or host name unless the caller p
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
 import math
@@ -20,12 +19,13 @@ import re
 import sysconfig
 from typing import Any
 
+from ..core.digest import is_sha256_hex
 from ..core.fsio import read_regular
 from ..core.grammar import fullmatch
+from ..core.units import utc_text
 from ..errors import TrustError
 from . import reasons
 
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 _FIELDS = {
     "builder_id": str,  # SLSA runDetails.builder.id, e.g. a CI workflow URI
     "command": str,  # "build", "compile", "capture"
@@ -80,7 +80,7 @@ def check_build_info(info: Any) -> dict[str, Any]:
             raise _fail(f"{key!r} must be a {'JSON object' if typ is dict else typ.__name__}")
     spec = info.get("spec")
     if spec is not None:
-        if set(spec) - {"name", "sha256"} or not fullmatch(_HEX64, spec.get("sha256")):
+        if set(spec) - {"name", "sha256"} or not is_sha256_hex(spec.get("sha256")):
             raise _fail('\'spec\' must be {"name": file name, "sha256": 64 lowercase hex digits}')
         if "name" in spec and type(spec["name"]) is not str:
             raise _fail("'spec.name' must be a string")
@@ -141,10 +141,6 @@ def rocm_version() -> str | None:
     return None
 
 
-def _utc_now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def collect_build_info(
     *,
     command: str,
@@ -176,6 +172,6 @@ def collect_build_info(
     if env:
         info["env"] = env
     if timestamps:
-        info["started_on"] = started_on or _utc_now()
-        info["finished_on"] = _utc_now()
+        info["started_on"] = started_on or utc_text()
+        info["finished_on"] = utc_text()
     return check_build_info(info)

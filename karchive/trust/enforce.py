@@ -21,9 +21,6 @@ if TYPE_CHECKING:  # pragma: no cover - a policy needs cryptography; naming the 
     from .decide import Verdict
     from .policy import TrustPolicy
 
-#: For servers that do not change code: every load without an explicit ``trust=`` applies this policy.
-POLICY_ENV = settings.TRUST_POLICY.name
-
 TrustArg = Union["TrustPolicy", str, os.PathLike, bool, None]
 
 

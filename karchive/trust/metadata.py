@@ -21,6 +21,7 @@ from typing import Any
 from ..core.digest import is_sha256_hex
 from ..core.grammar import fullmatch
 from ..core.jsonio import canonical_json, parse_json
+from ..core.units import UTC_TIME, utc_text
 from ..errors import EnvelopeError, RegistryMetadataError
 from . import reasons
 from .dsse import MAX_ENVELOPE_BYTES, Envelope, verify_signature
@@ -47,15 +48,11 @@ MAX_SNAPSHOT_VALUES = 400_000
 MAX_VERSION = 2**53 - 1
 
 _TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")
-_SNAPSHOT_FIELDS = {"_type", "spec_version", "version", "issued", "expires", "names"}
+SNAPSHOT_FIELDS = {"_type", "spec_version", "version", "issued", "expires", "names"}
 _TIMESTAMP_FIELDS = {"_type", "spec_version", "version", "issued", "expires", "snapshot"}
 _POINTER_FIELDS = {"version", "sha256", "size"}
 
 UTC = datetime.timezone.utc
-
-
-def fmt_time(t: datetime.datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def malformed(where: str, msg: str, role: str) -> RegistryMetadataError:
@@ -78,7 +75,7 @@ def parse_time(value: Any, what: str, where: str, role: str) -> datetime.datetim
     if not fullmatch(_TIME, value):
         raise malformed(where, f"'{what}' must be a UTC time YYYY-MM-DDTHH:MM:SSZ, got {str(value)[:40]!r}", role)
     try:
-        return datetime.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        return datetime.datetime.strptime(value, UTC_TIME).replace(tzinfo=UTC)
     except ValueError as exc:
         raise malformed(where, f"'{what}' is not a real time: {exc}", role) from None
 
@@ -152,8 +149,8 @@ class Timestamp:
                 "_type": TIMESTAMP_KIND,
                 "spec_version": SPEC_VERSION,
                 "version": self.version,
-                "issued": fmt_time(self.issued),
-                "expires": fmt_time(self.expires),
+                "issued": utc_text(self.issued),
+                "expires": utc_text(self.expires),
                 "snapshot": {
                     "version": self.snapshot_version,
                     "sha256": self.snapshot_sha256,
@@ -219,19 +216,6 @@ def parse_envelope(data: bytes, where: str, role: str, limit: int) -> Envelope:
         raise malformed(where, f"not a DSSE envelope: {exc}", role) from None
 
 
-def _key_problem(
-    key: PolicyKey, policy: TrustPolicy, role: MetadataRole, now: datetime.datetime
-) -> tuple[str, str] | None:
-    standing = key_standing(key, policy, now)
-    if standing is not None:
-        return standing
-    if key.name not in role.keys:
-        return reasons.KEY_NOT_ALLOWED, (
-            f"key {key.name} may not sign the registry {role.role} (allowed: {', '.join(role.keys)})"
-        )
-    return None
-
-
 def verify_envelope(
     envelope: Envelope, payload_type: str, role: MetadataRole, policy: TrustPolicy, now: datetime.datetime, where: str
 ) -> tuple[PolicyKey, ...]:
@@ -268,7 +252,7 @@ def verify_envelope(
                 reasons.WRONG_PAYLOAD_TYPE,
                 (f"payloadType is {envelope.payload_type[:100]!r}, not {payload_type!r}"),
             )
-        problem = problem or _key_problem(key, policy, role, now)
+        problem = problem or key_standing(key, policy, now, role.keys, f"the registry {role.role}")
         if problem:
             rejected.append(
                 {

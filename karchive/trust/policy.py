@@ -17,17 +17,18 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.digest import is_sha256_hex
 from ..core.fsio import read_regular
 from ..core.grammar import fullmatch
 from ..core.tomlio import parse_toml
+from ..core.units import utc_text
 from ..errors import KeyFileError, TrustPolicyError
 from .keys import PublicKey, parse_inline_public_key
-from .registry_policy import RegistryRules, parse_registry_section
+from .registry_policy import RegistryRules, parse_registry_section, unknown_fields
 
 POLICY_VERSION = 1
 MAX_POLICY_BYTES = 1024 * 1024
 _KEY_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@+-]{0,127}")
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 _TOP = {"version", "keys", "rules", "revoked", "registry"}
 _KEY_FIELDS = {"name", "public_key", "id", "not_before", "not_after"}
@@ -111,7 +112,7 @@ class TrustPolicy:
 
 
 def _fmt(t: datetime.datetime | None) -> str | None:
-    return None if t is None else t.astimezone(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return None if t is None else utc_text(t)
 
 
 def _time(value: Any, where: str, path: str) -> datetime.datetime | None:
@@ -131,21 +132,11 @@ def _time(value: Any, where: str, path: str) -> datetime.datetime | None:
     return value
 
 
-def _unknown(obj: dict, allowed: set[str], where: str, path: str) -> None:
-    extra = sorted(set(obj) - allowed)
-    if extra:
-        raise TrustPolicyError(
-            f"{path}: {where} has unknown field(s) {', '.join(map(repr, extra))}; "
-            f"allowed: {', '.join(sorted(allowed))}",
-            path=path,
-        )
-
-
 def _parse(doc: dict, sha256: str, path: str) -> TrustPolicy:
     def bad(msg: str) -> TrustPolicyError:
         return TrustPolicyError(f"{path}: {msg}", path=path)
 
-    _unknown(doc, _TOP, "the policy", path)
+    unknown_fields(doc, _TOP, "the policy", path)
     # Values are typed strictly (issue 20): `version = true` and `version = 1.0` both equal 1 in Python,
     # and `revoked = {}` is falsy, so loose checks accepted them as a policy they do not spell.
     version = doc.get("version")
@@ -166,7 +157,7 @@ def _parse(doc: dict, sha256: str, path: str) -> TrustPolicy:
         where = f"[[keys]] #{i + 1}"
         if not isinstance(k, dict):
             raise bad(f"{where} is not a table")
-        _unknown(k, _KEY_FIELDS, where, path)
+        unknown_fields(k, _KEY_FIELDS, where, path)
         name = k.get("name")
         if not isinstance(name, str) or not fullmatch(_KEY_NAME, name):
             raise bad(f"{where} needs a name (letters, digits, '._@+-', up to 128 characters), got {name!r}")
@@ -192,7 +183,7 @@ def _parse(doc: dict, sha256: str, path: str) -> TrustPolicy:
         dup = next(k for k in keys if ids.count(k.key_id) > 1)
         raise bad(f"the same public key is listed twice (id {dup.key_id}); list it once, with one window")
     revoked = doc.get("revoked", [])
-    wrong = next((r for r in revoked if not fullmatch(_HEX64, r)), None)
+    wrong = next((r for r in revoked if not is_sha256_hex(r)), None)
     if wrong is not None:  # whole string: "<id>\n" (a TOML multi-line string) once loaded and revoked nothing
         raise bad(
             f"'revoked' must be a list of key ids (64 lowercase hex digits, as karchive keygen prints, "
@@ -203,7 +194,7 @@ def _parse(doc: dict, sha256: str, path: str) -> TrustPolicy:
         where = f"[[rules]] #{i + 1}"
         if not isinstance(r, dict):
             raise bad(f"{where} is not a table")
-        _unknown(r, _RULE_FIELDS, where, path)
+        unknown_fields(r, _RULE_FIELDS, where, path)
         pats = r.get("names")
         if not isinstance(pats, list) or not pats or any(not isinstance(p, str) or not p for p in pats):
             raise bad(f"{where}: 'names' must be a non-empty list of archive-name patterns (globs such as 'kernels-*')")

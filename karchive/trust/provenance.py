@@ -13,11 +13,10 @@ signed or not.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.grammar import fullmatch
+from ..core.digest import is_sha256_hex
 from ..errors import TrustError
 from ..format.manifest import Manifest
 from . import reasons
@@ -32,8 +31,6 @@ DEFAULT_BUILDER_ID = "urn:karchive:builder:local"
 #: The subject's annotation holding karchive-specific digests. in-toto ResourceDescriptor v1 makes
 #: ``annotations`` a map of field name -> object, so the index digest sits one level down.
 ANNOTATION = "karchive"
-
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def subject_name(name: str, version: str) -> str:
@@ -66,7 +63,7 @@ def build_statement(
     Only the manifest's header is needed — identity, toolchain, sources, and kernels and targets
     from the per-kernel counts — so signing a format-2 archive reads none of its shards."""
     for what, digest in (("sha256", sha256), ("index_sha256", index_sha256)):
-        if not fullmatch(_HEX64, digest):
+        if not is_sha256_hex(digest):
             raise ValueError(f"{what} is not a sha256 digest: {digest!r}")
     info = check_build_info(dict(build_info or {}))
     model = manifest if isinstance(manifest, Manifest) else Manifest.from_json(manifest, lazy=True)
@@ -183,12 +180,12 @@ def parse_statement(payload: bytes) -> Statement:
     if type(sname) is not str or sname.count("@") != 1 or type(digest) is not dict:
         raise _bad("the subject needs a name NAME@VERSION and a digest")
     sha = digest.get("sha256")
-    if not isinstance(sha, str) or not fullmatch(_HEX64, sha):
+    if not is_sha256_hex(sha):
         raise _bad("the subject has no sha256 digest (64 lowercase hex digits)")
     notes = subj.get("annotations")
     ours = notes.get(ANNOTATION) if type(notes) is dict else None
     index = ours.get("index_sha256") if type(ours) is dict else None
-    if not isinstance(index, str) or not fullmatch(_HEX64, index):
+    if not is_sha256_hex(index):
         raise _bad(
             f"the subject has no annotations.{ANNOTATION}.index_sha256 (64 lowercase hex digits): "
             "statements must carry the archive's index digest (sign the archive again)"

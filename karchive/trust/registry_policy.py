@@ -77,16 +77,21 @@ def parse_registry_section(section: Any, key_names: Sequence[str], path: str) ->
         return None
     if type(section) is not dict:
         raise TrustPolicyError(f"{path}: [registry] must be a table", path=path)
-    extra = sorted(set(section) - _FIELDS)
-    if extra:
-        raise TrustPolicyError(
-            f"{path}: [registry] has unknown field(s) {', '.join(map(repr, extra))}; allowed: "
-            f"{', '.join(sorted(_FIELDS))}",
-            path=path,
-        )
+    unknown_fields(section, _FIELDS, "[registry]", path)
     require = section.get("require_signed_metadata", False)
     if type(require) is not bool:
         raise TrustPolicyError(f"{path}: [registry] 'require_signed_metadata' must be true or false", path=path)
     snapshot = _role(section, "snapshot", "keys", "threshold", key_names, path, None)
     timestamp = _role(section, "timestamp", "timestamp_keys", "timestamp_threshold", key_names, path, snapshot)
     return RegistryRules(require, snapshot, timestamp)
+
+
+def unknown_fields(obj: dict, allowed: set[str], where: str, path: str) -> None:
+    """Refuse a policy table with a field it does not define (a typo must never weaken a policy)."""
+    extra = sorted(set(obj) - allowed)
+    if extra:
+        raise TrustPolicyError(
+            f"{path}: {where} has unknown field(s) {', '.join(map(repr, extra))}; "
+            f"allowed: {', '.join(sorted(allowed))}",
+            path=path,
+        )

@@ -136,9 +136,12 @@ def _check_subject(
     return None
 
 
-def key_standing(key: PolicyKey, policy: TrustPolicy, now: datetime.datetime) -> tuple[str, str] | None:
-    """Why ``key`` may not sign anything at ``now`` (revoked, or outside its validity window), or None.
-    One rule for archive signatures and registry metadata alike (spec/SIGNING.md §5, §11)."""
+def key_standing(
+    key: PolicyKey, policy: TrustPolicy, now: datetime.datetime, allowed: tuple[str, ...], signs: str
+) -> tuple[str, str] | None:
+    """Why ``key`` may not sign ``signs`` at ``now`` (revoked, outside its validity window, or not among the
+    ``allowed`` key names), or None. One rule for archive signatures and registry metadata alike
+    (spec/SIGNING.md §5, §11)."""
     if key.key_id in policy.revoked:
         return reasons.REVOKED_KEY, f"key {key.name} is revoked by the policy"
     if key.not_before is not None and now < key.not_before:
@@ -147,17 +150,8 @@ def key_standing(key: PolicyKey, policy: TrustPolicy, now: datetime.datetime) ->
         return reasons.KEY_EXPIRED, (
             f"key {key.name} was valid until {key.window()['not_after']} (rotated out: re-sign with a current key)"
         )
-    return None
-
-
-def _check_key(key: PolicyKey, policy: TrustPolicy, rule: Rule, now: datetime.datetime) -> tuple[str, str] | None:
-    standing = key_standing(key, policy, now)
-    if standing is not None:
-        return standing
-    if key.name not in rule.keys:
-        return reasons.KEY_NOT_ALLOWED, (
-            f"key {key.name} may not sign this name under {rule.describe()} (allowed: {', '.join(rule.keys) or 'none'})"
-        )
+    if key.name not in allowed:
+        return reasons.KEY_NOT_ALLOWED, f"key {key.name} may not sign {signs} (allowed: {', '.join(allowed) or 'none'})"
     return None
 
 
@@ -265,7 +259,7 @@ def verify_archive_signatures(
             problem = (
                 content if isinstance(content, tuple) else _check_subject(content, name, version, sha256, index_sha256)
             )
-            problem = problem or _check_key(key, policy, rule, now)
+            problem = problem or key_standing(key, policy, now, rule.keys, f"this name under {rule.describe()}")
             if problem:
                 rejected.append(Rejection(problem[0], problem[1], key.key_id, True, key.name, e))
             elif isinstance(content, Statement) and key.key_id not in signers:

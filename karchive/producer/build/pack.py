@@ -13,7 +13,6 @@ typed model (:class:`karchive.format.manifest.Manifest`).
 
 from __future__ import annotations
 
-import datetime
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 
 from ... import __version__
 from ...core.digest import sha256_hex
+from ...core.units import utc_text
 from ...errors import BuildError, FormatError
 from ...format.layout import source_member
 from ...format.manifest import FileRef, Manifest, Variant
@@ -68,9 +68,7 @@ class ArchiveBuilder:
         sources = self._sources()
         created = None
         if os.environ.get("SOURCE_DATE_EPOCH"):  # a timestamp only when the user asks for one
-            created = datetime.datetime.fromtimestamp(source_date_epoch(), datetime.timezone.utc).strftime(
-                "%Y-%m-%dT%H:%M:%SZ"
-            )
+            created = utc_text(source_date_epoch())
         return Manifest.build(
             self.name,
             self.version,

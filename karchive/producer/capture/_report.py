@@ -44,15 +44,6 @@ class RecordingCapture(Protocol):
     def failures(self) -> dict[str, tuple[str, str]]: ...
 
 
-#: Categories of a left-out kernel; only ``elsewhere`` is not a loss.
-CATEGORIES = {
-    "elsewhere": "held by a concurrent capture",
-    "out-of-scope": "compiled on a thread this capture does not record (scope='thread')",
-    "unsupported": "its launch ABI cannot be described",
-    "failed": "reading or describing it failed",
-    "not-harvested": "compiled by another process while harvest=False",
-    "unrecorded": "seen during the window but recorded by no capture",
-}
 #: Slack for entries found by modification time (directories without a snapshot): filesystem timestamps
 #: can be coarser than the clock.
 MTIME_SLACK_S = 2.0

@@ -72,11 +72,6 @@ class CaptureIncompleteWarning(UserWarning):
     """A capture window saw kernels that no archive of that window holds (the message says which and why)."""
 
 
-def active_captures() -> list[Capture]:
-    """Captures the calling thread works for (entered here or handed over to it), outermost first."""
-    return scope.owned()
-
-
 # --- describing a compile ------------------------------------------------------------------------
 def _module_source(fn: Any) -> str | None:
     name = getattr(fn, "module", None) or getattr(getattr(fn, "fn", None), "__module__", None)
@@ -89,13 +84,6 @@ def _module_source(fn: Any) -> str | None:
         return None
 
 
-def _constexpr_names(fn: Any) -> set[str]:
-    params = getattr(fn, "params", None)
-    if params is not None:
-        return {p.name for p in params if getattr(p, "is_constexpr", False)}
-    return {fn.arg_names[i] for i in getattr(fn, "constexprs", [])}
-
-
 def describe_source(
     src: Any,
     entry: CacheEntry,
@@ -106,7 +94,7 @@ def describe_source(
     provenance_extra: dict | None = None,
 ) -> CompiledVariant:
     """Describe a compile from its ``ASTSource`` exactly as AOT describes one: same params, same key."""
-    from ..compile.aot import pipeline_hooks
+    from ..compile.aot import constexpr_params, pipeline_hooks
 
     fn = src.fn
     inductor = inductor_capture.provenance(fn)  # Inductor's generated kernels: a name no path or user changes
@@ -125,7 +113,7 @@ def describe_source(
                 f"{kernel}: tuple parameters are not supported by the launch ABI", kernel=kernel
             )
         consts[path[0]] = value
-    declared_constexpr = _constexpr_names(fn)
+    declared_constexpr = set(constexpr_params(fn))
     types: dict[str, str] = {}
     constexprs: dict[str, Any] = {}
     equal_to_1: dict[str, str] = {}
@@ -868,5 +856,4 @@ __all__ = [
     "LeftOut",
     "capture",
     "describe_source",
-    "active_captures",
 ]

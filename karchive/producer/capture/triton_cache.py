@@ -19,10 +19,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...core.digest import is_sha256_hex
 from ...core.fsio import read_regular
 from ...core.grammar import fullmatch
 from ...core.jsonio import parse_json
 from ...errors import CaptureError, KarchiveError, SchemaError, UnsupportedKernelError
+from ...format.autotune import CONFIG_OPTIONS
 from ...format.layout import BINARY_EXT, IR_STAGES
 from ...format.manifest import Variant, is_ir_stage
 from ...format.names import SHORT_NAME, select_kernels, short_name
@@ -53,7 +55,6 @@ __all__ = [
     "write_entry",
 ]
 
-_HEX64 = re.compile(r"[0-9a-f]{64}")
 TEXT_EXTS = ("source", "ttir", "ttgir", "llir", "ptx", "amdgcn")
 BINARY_EXTS = tuple(BINARY_EXT.values())
 
@@ -61,7 +62,7 @@ BINARY_EXTS = tuple(BINARY_EXT.values())
 # --- identity of the local Triton build ----------------------------------------------------------
 def cache_dir_name(triton_hash: str) -> str:
     """Triton's entry directory name for a metadata ``hash`` (runtime/cache.py ``_base32``)."""
-    if not isinstance(triton_hash, str) or not fullmatch(_HEX64, triton_hash):
+    if not is_sha256_hex(triton_hash):
         raise CaptureError(f"not a Triton cache hash (64 lowercase hex digits): {triton_hash!r}")
     return base64.b32encode(bytes.fromhex(triton_hash)).decode().rstrip("=")
 
@@ -435,7 +436,7 @@ def _triton_config(c: Mapping[str, Any]) -> Any:
 
     if c.get("pre_hook") or c.get("ir_override") or not isinstance(c.get("kwargs"), dict):
         return None  # Triton does not read its disk cache for configs with pre_hooks; overrides are files
-    opts = {k: c[k] for k in ("num_warps", "num_stages", "num_ctas", "maxnreg") if c.get(k) is not None}
+    opts = {k: c[k] for k in CONFIG_OPTIONS if c.get(k) is not None}
     return triton.Config(dict(c["kwargs"]), **opts)
 
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from ...core.digest import sha256_hex
 from ...errors import CompileError, KarchiveError, UnsupportedKernelError
+from ...format.autotune import HIP_TUNING_OPTIONS
 from ._compile_errors import compiler_message
 from .buildenv import (
     COMPILE_LOCK,
@@ -70,7 +71,7 @@ COMMON_OPTIONS = {
 }
 BACKEND_OPTIONS = {
     "cuda": COMMON_OPTIONS | {"maxnreg", "ptx_version", "enable_reflect_ftz"},
-    "hip": COMMON_OPTIONS | {"waves_per_eu", "matrix_instr_nonkdim", "kpack", "schedule_hint"},
+    "hip": COMMON_OPTIONS | set(HIP_TUNING_OPTIONS),
 }
 
 
@@ -147,10 +148,11 @@ def pipeline_hooks() -> list[dict]:
 
 
 def constexpr_params(fn: Any) -> list[str]:
+    """The names of ``fn``'s ``tl.constexpr`` parameters (a JITFunction without ``params`` lists their indices)."""
     params = getattr(fn, "params", None)
     if params is not None:
         return [p.name for p in params if getattr(p, "is_constexpr", False)]
-    return list(getattr(fn, "constexprs", []))
+    return [fn.arg_names[i] for i in getattr(fn, "constexprs", [])]
 
 
 def specialize(fn: Any, signature: Any, constexprs: Mapping[str, Any] | None = None) -> Specialization:

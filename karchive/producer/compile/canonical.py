@@ -50,7 +50,6 @@ __all__ = [
     "jit_callable_type",
     "kernel_name",
     "machine_roots",
-    "module_for_name",
     "module_sources",
     "name_for_module",
     "ptx_debug_bytes",
@@ -84,13 +83,6 @@ def name_for_module(module: str, is_package: bool = False) -> str:
     """``pkg.ops`` -> ``pkg/ops.py``; a package's own file -> ``pkg/__init__.py``."""
     base = module.replace(".", "/")
     return f"{base}/__init__.py" if is_package else f"{base}.py"
-
-
-def module_for_name(name: str) -> tuple[str, bool]:
-    """The inverse of :func:`name_for_module`: ``(import name, is package)``."""
-    if name.endswith("/__init__.py"):
-        return name[: -len("/__init__.py")].replace("/", "."), True
-    return name[: -len(".py")].replace("/", "."), False
 
 
 def _is_toolchain(module: str) -> bool:

@@ -78,9 +78,13 @@ def _check_type(typ: str, where: str, kernel: str, param: str) -> str:
 
 def parse_token(text: str, where: str, kernel: str, param: str) -> Token:
     """One signature entry, for parameter ``param`` of ``kernel`` (both named by the errors)."""
+
+    def refuse(msg: str) -> SignatureError:
+        return SignatureError(f"{where}: {msg}", kernel=kernel, param=param)
+
     raw = text.strip()
     if not raw:
-        raise SignatureError(f"{where}: empty entry", kernel=kernel, param=param)
+        raise refuse("empty entry")
     if raw.startswith(("tensordesc<", "tensordesc_im2col<")) and raw.endswith(">"):
         # Triton compiles these (im2col: Gluon, Triton 3.9+); whether karchive can launch them is decided from the
         # compiled result.
@@ -90,27 +94,21 @@ def parse_token(text: str, where: str, kernel: str, param: str) -> Token:
     hint = None
     if hint_text:
         if hint_text.strip() not in ("16", "1"):
-            raise SignatureError(
-                f"{where}: hint {hint_text.strip()!r} in {raw!r} is not supported (use :16 or :1)",
-                kernel=kernel,
-                param=param,
-            )
+            raise refuse(f"hint {hint_text.strip()!r} in {raw!r} is not supported (use :16 or :1)")
         hint = int(hint_text)
     is_none = body == "None"  # an argument passed as None: Triton specialises it to the constexpr None
     value = None if is_none else _parse_value(body)
     if (is_none or value is not None) and not _TYPE_RE.fullmatch(body):
         if hint is not None:
-            raise SignatureError(f"{where}: a constexpr value cannot carry a hint: {raw!r}", kernel=kernel, param=param)
+            raise refuse(f"a constexpr value cannot carry a hint: {raw!r}")
         return Token(raw, None, value)
     if not _TYPE_RE.fullmatch(body):
-        raise SignatureError(
-            f"{where}: cannot parse {raw!r} as a type or a constexpr value", kernel=kernel, param=param
-        )
+        raise refuse(f"cannot parse {raw!r} as a type or a constexpr value")
     typ = _check_type(body, where, kernel, param)
     if hint == 1 and typ.startswith("*"):
-        raise SignatureError(f"{where}: ':1' applies to integers, not pointers ({raw!r})", kernel=kernel, param=param)
+        raise refuse(f"':1' applies to integers, not pointers ({raw!r})")
     if hint is not None and typ.startswith(("fp", "bf")):
-        raise SignatureError(f"{where}: hints apply to pointers and integers, not {typ!r}", kernel=kernel, param=param)
+        raise refuse(f"hints apply to pointers and integers, not {typ!r}")
     return Token(raw, typ, None, hint)
 
 
@@ -189,32 +187,32 @@ def resolve(
     ``tl.constexpr``. A string/list signature may cover all parameters (compile.py style) or only
     the non-constexpr ones (with ``constexprs`` giving the rest); a mapping names parameters.
     """
+
+    def refuse(param: str | None, msg: str) -> SignatureError:
+        return SignatureError(f"{kernel_name}: {msg}", kernel=kernel_name, param=param)
+
     constexprs = dict(constexprs or {})
     names = list(kernel_params)
     runtime_params = [n for n in names if n not in constexpr_params]
     unknown_cx = [k for k in constexprs if k not in names]
     if unknown_cx:  # before anything else: a typo ("BLOCKK") would otherwise surface as "BLOCK: no value given"
-        raise SignatureError(
-            f"{kernel_name}: unknown constexpr{'' if len(unknown_cx) == 1 else 's'} "
+        raise refuse(
+            unknown_cx[0],
+            f"unknown constexpr{'' if len(unknown_cx) == 1 else 's'} "
             f"{', '.join(_with_suggestion(k, names) for k in unknown_cx)}: not a parameter of "
             f"{kernel_name}, whose parameters are {', '.join(names)}",
-            kernel=kernel_name,
-            param=unknown_cx[0],
         )
     if not isinstance(signature, (str, Mapping, list, tuple)):
-        raise SignatureError(
-            f"{kernel_name}: a signature is a string such as '*fp32:16, i32', a list of those "
+        raise refuse(
+            None,
+            f"a signature is a string such as '*fp32:16, i32', a list of those "
             f"entries or a table name -> type, not {type(signature).__name__}",
-            kernel=kernel_name,
-            param=None,
         )  # the signature as a whole
     if isinstance(signature, Mapping):
         unknown = set(signature) - set(names)
         if unknown:
-            raise SignatureError(
-                f"{kernel_name}: signature names unknown parameters {sorted(unknown)}; parameters are {names}",
-                kernel=kernel_name,
-                param=sorted(unknown)[0],
+            raise refuse(
+                sorted(unknown)[0], f"signature names unknown parameters {sorted(unknown)}; parameters are {names}"
             )
         assigned = {n: str(signature[n]) for n in names if n in signature}
     else:
@@ -249,12 +247,11 @@ def resolve(
         elif missing:
             raise SignatureError(shifted, kernel=kernel_name, param=missing[0] if len(missing) == 1 else None)
         else:
-            raise SignatureError(
-                f"{kernel_name}: signature has {len(entries)} entries, but the kernel has {len(names)} parameters "
+            raise refuse(
+                None,
+                f"signature has {len(entries)} entries, but the kernel has {len(names)} parameters "
                 f"({', '.join(names)}) of which {len(runtime_params)} are not constexpr "
                 f"({', '.join(runtime_params)}); give one entry per parameter or per non-constexpr parameter",
-                kernel=kernel_name,
-                param=None,
             )  # the count is wrong, not one parameter
     spec = Specialization(names=names, types={})
     for i, name in enumerate(names):
@@ -288,9 +285,5 @@ def resolve(
         else:
             raise SignatureError(f"{where}: no type or constexpr value given", kernel=kernel_name, param=name)
     if constexprs:
-        raise SignatureError(
-            f"{kernel_name}: constexprs name unknown or already-typed parameters {sorted(constexprs)}",
-            kernel=kernel_name,
-            param=sorted(constexprs)[0],
-        )
+        raise refuse(sorted(constexprs)[0], f"constexprs name unknown or already-typed parameters {sorted(constexprs)}")
     return spec

@@ -47,42 +47,36 @@ def tensordesc_records(
     Refuses (:class:`UnsupportedKernelError`) what karchive cannot launch correctly: a Triton release whose
     convention it has not read, descriptors on a backend other than CUDA, metadata that does not line up.
     """
+
+    def refuse(msg: str) -> UnsupportedKernelError:
+        return UnsupportedKernelError(f"{kernel}: {msg}", kernel=kernel)
+
     names = [n for n in param_names if str(param_types[n]).startswith("tensordesc")]
     if not names:
         if metadata.get("tensordesc_meta"):
-            raise UnsupportedKernelError(
-                f"{kernel}: tensor-descriptor metadata but no tensordesc parameter", kernel=kernel
-            )
+            raise refuse("tensor-descriptor metadata but no tensordesc parameter")
         return {}
     target = metadata.get("target")
     backend = target.get("backend") if isinstance(target, dict) else getattr(target, "backend", None)
     if backend != "cuda":
-        raise UnsupportedKernelError(
-            f"{kernel}: host tensor descriptors are recorded for CUDA only, not {backend}", kernel=kernel
-        )
+        raise refuse(f"host tensor descriptors are recorded for CUDA only, not {backend}")
     version = _triton_version(metadata)
     convention = convention_for_triton(version)
     if convention is None:
         known = "; ".join(f"{c}: Triton {', '.join(m)}" for c, m in CONVENTIONS.items())
-        raise UnsupportedKernelError(
-            f"{kernel}: karchive does not know how Triton {version or '(unknown version)'} passes host tensor "
+        raise refuse(
+            f"karchive does not know how Triton {version or '(unknown version)'} passes host tensor "
             f"descriptors to the binary (known conventions: {known}); refusing to record a launch it cannot "
-            "describe",
-            kernel=kernel,
+            "describe"
         )
     metas = metadata.get("tensordesc_meta") or []
     if metas and len(metas) != len(names):
-        raise UnsupportedKernelError(
-            f"{kernel}: {len(metas)} tensor-descriptor metadata records for {len(names)} descriptor parameters",
-            kernel=kernel,
-        )
+        raise refuse(f"{len(metas)} tensor-descriptor metadata records for {len(names)} descriptor parameters")
     out: dict[str, TensorDescAbi] = {}
     for i, name in enumerate(names):
         parsed = parse_tensordesc_type(str(param_types[name]))
         if parsed is None:
-            raise UnsupportedKernelError(
-                f"{kernel}: cannot read descriptor type {param_types[name]!r} of {name!r}", kernel=kernel
-            )
+            raise refuse(f"cannot read descriptor type {param_types[name]!r} of {name!r}")
         if not metas:  # below sm_90 (or TMA off): Triton's decomposed expansion
             out[name] = TensorDescAbi(convention, "decomposed", parsed.dtype, parsed.rank, parsed.block_shape)
             continue

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...errors import KarchiveError, SpecFileError
-from ...format.heuristics import OPTION_NAMES
+from ...format.autotune import CONFIG_OPTIONS
 from ...format.heuristics_expr import ExprError, evaluate, is_boolean
 from ._heuristics_translate import Untranslatable, translate
 from .kernel_ref import config_json, load_object, unwrap, wrappers
@@ -140,7 +140,7 @@ def expand(requests: list, path: str | None = None) -> WrappedPlan:
                             path=path,
                         )
                     cx[k] = v
-                for k in OPTION_NAMES:
+                for k in CONFIG_OPTIONS:
                     v = getattr(cfg, k, None)
                     if v is not None:
                         opts[k] = v

@@ -14,8 +14,8 @@ import os
 import threading
 from typing import Any, Literal
 
-from ...errors import DriverError, LaunchError, NoDeviceError
-from ..backend import LoadedFunction, StreamCache, plain_text
+from ...errors import LaunchError, NoDeviceError
+from ..backend import DriverBase, LoadedFunction, StreamCache, c_text, plain_text
 from ..device import DeviceInfo
 
 _DEFAULT_SHARED = 48 * 1024
@@ -54,7 +54,7 @@ def per_thread_default_stream() -> bool:
         return False
 
 
-class CudaBackend:
+class CudaBackend(DriverBase):
     """One per process (see :func:`karchive.runtime.backend.get_backend`)."""
 
     name = "cuda"
@@ -108,20 +108,9 @@ class CudaBackend:
         except Exception:  # noqa: BLE001 - naming an error must never hide the error itself
             return str(err)
 
-    def check(self, result: Any, what: str) -> Any:
-        err = result[0]
-        if err != self.SUCCESS:
-            raise DriverError(f"{what} failed: {self.error_text(err)}", call=what, code=_code(err))
-        return result[1] if len(result) == 2 else result[1:]
-
     # -- devices and contexts ------------------------------------------------------------------------
-    def device_info(self, index: int) -> DeviceInfo:
-        info = self._infos.get(index)
-        if info is not None:
-            return info
+    def _query_device(self, index: int) -> DeviceInfo:
         d = self.d
-        if not 0 <= index < self.count:
-            raise NoDeviceError(f"CUDA device {index} does not exist ({self.count} visible)", backend="cuda")
         dev = self.check(d.cuDeviceGet(index), "cuDeviceGet")
         A = d.CUdevice_attribute
 
@@ -130,9 +119,8 @@ class CudaBackend:
 
         major = attr("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR")
         minor = attr("CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR")
-        raw_name = self.check(d.cuDeviceGetName(256, dev), "cuDeviceGetName")
-        name = raw_name.split(b"\0", 1)[0].decode(errors="replace") if isinstance(raw_name, bytes) else str(raw_name)
-        info = DeviceInfo(
+        name = c_text(self.check(d.cuDeviceGetName(256, dev), "cuDeviceGetName"))
+        return DeviceInfo(
             backend="cuda",
             index=index,
             arch=f"{major}{minor}",
@@ -143,8 +131,6 @@ class CudaBackend:
             driver_version=int(self.driver_version),
             multiprocessors=attr("CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT"),
         )
-        self._infos[index] = info
-        return info
 
     def context(self, index: int) -> Any:
         """The device's primary context (the one torch, CuPy and Triton share), retained once."""
@@ -248,10 +234,6 @@ class CudaBackend:
         return int(regs), int(local) // 4, int(most)
 
     # -- streams --------------------------------------------------------------------------------------
-    def stream(self, handle: Any) -> Any:
-        """A cached ``CUstream`` for an int handle or any stream object (torch, CuPy, ``__cuda_stream__``)."""
-        return self.streams.get(handle)
-
     def is_capturing(self, stream: Any) -> bool:
         err, status = self.d.cuStreamIsCapturing(stream)
         return err == self.SUCCESS and int(status) != 0
@@ -308,9 +290,6 @@ class CudaBackend:
             return None
         return int(result[1])
 
-    def handle_address(self, obj: Any) -> int:
-        return int(obj)
-
     def launch_ex(
         self,
         func: Any,
@@ -354,11 +333,3 @@ class CudaBackend:
         cfg.attrs = attrs
         cfg.numAttrs = len(attrs)
         return d.cuLaunchKernelEx(cfg, func, kernel_params, 0)[0]
-
-
-def _code(err: Any) -> int | None:
-    """The driver's numeric error code (the bindings give an enum member; an int where they give one)."""
-    try:
-        return int(err)
-    except (TypeError, ValueError):
-        return None

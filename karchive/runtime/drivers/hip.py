@@ -16,8 +16,8 @@ from __future__ import annotations
 import threading
 from typing import Any, Literal
 
-from ...errors import DriverError, LaunchError, NoDeviceError
-from ..backend import LoadedFunction, StreamCache, plain_text
+from ...errors import LaunchError, NoDeviceError
+from ..backend import DriverBase, LoadedFunction, StreamCache, c_text, plain_text
 from ..device import DeviceInfo
 
 #: hipGetProcAddress takes a HIP version as 100 * major + minor; hipModuleLaunchKernel predates 6.0.
@@ -37,13 +37,7 @@ def import_hip() -> Any:
         ) from exc
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return value.split(b"\0", 1)[0].decode(errors="replace")
-    return str(value)
-
-
-class HipBackend:
+class HipBackend(DriverBase):
     """One per process; satisfies :class:`karchive.runtime.backend.Backend`."""
 
     name = "hip"
@@ -82,39 +76,24 @@ class HipBackend:
     def error_text(self, err: Any) -> str:
         try:
             name = self.d.hipGetErrorName(err)
-            return _text(name[0] if isinstance(name, tuple) else name)
+            return c_text(name[0] if isinstance(name, tuple) else name)
         except Exception:  # noqa: BLE001 - naming an error must never hide the error itself
             return str(err)
 
-    def check(self, result: Any, what: str) -> Any:
-        err = result[0] if isinstance(result, tuple) else result
-        if err != self.SUCCESS:
-            raise DriverError(f"{what} failed: {self.error_text(err)}", call=what, code=_code(err))
-        if not isinstance(result, tuple):
-            return None
-        return result[1] if len(result) == 2 else result[1:]
-
-    def device_info(self, index: int) -> DeviceInfo:
-        info = self._infos.get(index)
-        if info is not None:
-            return info
-        if not 0 <= index < self.count:
-            raise NoDeviceError(f"HIP device {index} does not exist ({self.count} visible)", backend="hip")
+    def _query_device(self, index: int) -> DeviceInfo:
         props = self.check(self.d.hipGetDeviceProperties(index), "hipGetDeviceProperties")
-        arch = _text(props.gcnArchName).split(":", 1)[0]
+        arch = c_text(props.gcnArchName).split(":", 1)[0]
         optin = getattr(props, "sharedMemPerBlockOptin", 0) or getattr(props, "sharedMemPerBlock", 0) or None
-        info = DeviceInfo(
+        return DeviceInfo(
             backend="hip",
             index=index,
             arch=arch,
             warp_size=int(props.warpSize),
             shared_optin=int(optin) if optin else None,
-            name=_text(props.name),
+            name=c_text(props.name),
             driver_version=self.driver_version,
             multiprocessors=int(props.multiProcessorCount),
         )
-        self._infos[index] = info
-        return info
 
     def current_device(self) -> int:
         err, dev = self.d.hipGetDevice()
@@ -153,9 +132,6 @@ class HipBackend:
             module = self.check(self.d.hipModuleLoadData(image), f"hipModuleLoadData({entry})")
             func = self.check(self.d.hipModuleGetFunction(module, entry.encode()), f"hipModuleGetFunction({entry})")
         return LoadedFunction(module, func, None, index)
-
-    def stream(self, handle: Any) -> Any:
-        return self.streams.get(handle)
 
     def is_capturing(self, stream: Any) -> bool:
         try:
@@ -216,14 +192,3 @@ class HipBackend:
                 except Exception:  # noqa: BLE001 - unverified binding conventions (never run on AMD hardware)
                     self._launch_address = None
         return self._launch_address
-
-    def handle_address(self, obj: Any) -> int:
-        return int(obj)
-
-
-def _code(err: Any) -> int | None:
-    """The driver's numeric error code (the bindings give an enum member; an int where they give one)."""
-    try:
-        return int(err)
-    except (TypeError, ValueError):
-        return None

@@ -25,12 +25,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from ...errors import ArgumentError
+from ...format.autotune import CONFIG_OPTIONS
 from ...format.dtypes import INT_RANGES
 from ...format.manifest import Variant
 from ..args import pointer_info
 
 #: Keyword arguments of a launch that select among variants, as Triton's ``kernel[grid](..., num_warps=8)``.
-LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")
+LAUNCH_OPTIONS = CONFIG_OPTIONS
 #: The stream keyword (not part of the key).
 STREAM = "stream"
 
