@@ -140,7 +140,7 @@ def serve(
 
         log = MissLog(misses)
     session = Session(opened, mode, log)
-    session.report.trust = {f"{a.name}@{a.version}": _trust_of(a) for a in opened}
+    session.report.trust = {f"{a.name}@{a.version}": trust_of(a) for a in opened}
     _warn_unsigned(session.report)
     install(session)
     if report_at_exit:
@@ -151,7 +151,7 @@ def serve(
     return session.report
 
 
-def _trust_of(arc: Any) -> str:
+def trust_of(arc: Any) -> str:
     """How an archive's signatures were checked when it was opened: the verdict of the trust policy (the one
     given as ``trust=``, else ``KARCHIVE_TRUST_POLICY``), or none."""
     verdict = getattr(getattr(arc, "reader", None), "verdict", None)
