@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 from ..core import settings
 from ..errors import KarchiveError
 from .core import AUDIT, FALLBACK, MODES, STRICT, Session, active, install, uninstall
-from .ledger import Report
+from .ledger import Report, trust_of
 
 __all__ = [
     "serve",
@@ -149,18 +149,6 @@ def serve(
             atexit.register(_report_at_exit)
             _exit_hook["registered"] = True
     return session.report
-
-
-def trust_of(arc: Any) -> str:
-    """How an archive's signatures were checked when it was opened: the verdict of the trust policy (the one
-    given as ``trust=``, else ``KARCHIVE_TRUST_POLICY``), or none."""
-    verdict = getattr(getattr(arc, "reader", None), "verdict", None)
-    if verdict is None:
-        return "unsigned: no trust policy checked it"
-    signers = getattr(verdict, "signers", ())
-    if not signers:
-        return "unsigned: the trust policy allows unsigned archives"
-    return "signed: " + ", ".join(f"{name} ({key[:16]})" for key, name in signers)
 
 
 #: Archives already warned about in this process (the warning is said once, the report says it every time).

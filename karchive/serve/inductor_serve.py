@@ -48,6 +48,7 @@ from typing import Any
 from ..errors import ServeMissError
 from ..format import inductor_source
 from ..format.inductor_records import CacheArtifacts, InductorSection, KernelDecision, graph_label, section_of
+from .ledger import trust_of
 
 STRICT, FALLBACK, AUDIT = "strict", "fallback", "audit"
 
@@ -277,7 +278,7 @@ class InductorServing:
                     me.bundles_refused += 1
             return None
 
-        TritonBundler.read_and_emit = staticmethod(read_and_emit)  # type: ignore[method-assign]
+        TritonBundler.read_and_emit = staticmethod(read_and_emit)
         return [lambda: setattr(TritonBundler, "read_and_emit", orig)]
 
     def load_cache_artifacts(self) -> None:
@@ -311,8 +312,6 @@ class InductorServing:
         """Why an archive's cache artifacts are not loaded here, or None: they may be."""
         if self.mode == AUDIT:
             return "audit mode changes nothing"
-        from . import trust_of
-
         trust = trust_of(arc)
         if not trust.startswith("signed"):
             return f"{trust}: loading them would unpickle the archive's content; only a signed archive's are loaded"

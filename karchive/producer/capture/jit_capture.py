@@ -472,8 +472,7 @@ class Capture:
         )
         if cache is not None:  # torch's own cache artifacts: Inductor's codegen skipped where serving trusts them
             data, record = cache
-            section = section or self.inductor.section(kernels, empty=True)
-            section["cache_artifacts"] = record
+            section = {**(section or self.inductor.section(kernels, empty=True) or {}), "cache_artifacts": record}
             builder.members[record["path"]] = data
         if section is not None:
             builder.extra["inductor"] = section
