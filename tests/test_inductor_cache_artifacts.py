@@ -212,8 +212,25 @@ import cached_model
 x, w = cached_model.inputs()
 torch.compile(cached_model.step)(x, w).sum().backward()
 files = [str(p) for p in __import__("pathlib").Path(os.environ["TRITON_CACHE_DIR"]).rglob("*") if p.is_file()]
+# the archive's Inductor kernel, generated again under another user's cache: compiled through the boundary
+from capture_fakes import fake_gpu
+from inductor_support import load_generated
+from karchive.serve import boundary
+real = []
+b = boundary._STATE["boundary"]
+orig = b.orig_compile                                  # Triton's own compile, below karchive's boundary
+b.orig_compile = lambda *a, **k: (real.append(1), orig(*a, **k))[1]
+with fake_gpu(timings=[3.0, 1.0, 2.0]):
+    tuner = load_generated("pointwise_gelu.py", __import__("pathlib").Path(sys.argv[3]) / "served", user="carol")
+    tuner.precompile(warm_cache_only=True)
+arc = karchive.open(sys.argv[1])
+binaries = {arc.reader.read(v.binary.path) for k in arc.kernels() for v in arc.variants(k)}
+kernel = tuner.compile_results[0].kernel  # Inductor's static launcher (its cubin) or the CompiledKernel (its asm)
+binary = getattr(kernel, "cubin_raw", None) or getattr(kernel, "asm", {}).get("cubin")
 print(json.dumps({"inductor": report.to_json()["inductor"], "trust": report.to_json()["trust"],
-                  "fx": dict(counters["inductor"]), "aot": dict(counters["aot_autograd"]), "triton_files": files}))
+                  "fx": dict(counters["inductor"]), "aot": dict(counters["aot_autograd"]), "triton_files": files,
+                  "kernel_from_archive": binary in binaries, "real_compiles": len(real),
+                  "served": sorted(report.served)}))
 """
 
 
@@ -231,7 +248,7 @@ def _serve(captured, tmp_path: Path, archive: Path, policy: Path | None) -> dict
     args = [str(archive), str(policy) if policy else "", str(tmp_path / "model")]
     r = subprocess.run([sys.executable, "-c", SERVE, *args], capture_output=True, text=True, env=env, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
-    return json.loads(r.stdout.strip().splitlines()[-1])
+    return {**json.loads(r.stdout.strip().splitlines()[-1]), "stderr": r.stderr[-3000:]}
 
 
 def test_an_unsigned_archive_serves_without_loading_them(captured, tmp_path):
@@ -239,6 +256,9 @@ def test_an_unsigned_archive_serves_without_loading_them(captured, tmp_path):
     (entry,) = got["inductor"]["cache_artifacts"]
     assert entry["loaded"] is False and entry["reason"].startswith("unsigned: no trust policy checked it")
     assert got["fx"].get("fxgraph_cache_hit", 0) == 0 and got["fx"]["fxgraph_cache_miss"] >= 2  # lowered again
+    assert got["kernel_from_archive"] and got["real_compiles"] == 0, {
+        k: got[k] for k in ("served", "real_compiles", "stderr")
+    }
 
 
 def test_a_signed_trusted_archive_loads_them_and_inductor_skips_codegen(captured, tmp_path):
@@ -260,3 +280,6 @@ def test_a_signed_trusted_archive_loads_them_and_inductor_skips_codegen(captured
     assert got["aot"].get("autograd_cache_hit", 0) >= 1
     # the Triton bundle the capture's graphs had was not stored, nor restored: no binary reached Triton's cache
     assert not [f for f in got["triton_files"] if f.endswith(".cubin")]
+    # and the archive's Inductor kernel still comes from the archive: Triton compiled nothing, Inductor holds the
+    # archive's cubin
+    assert got["kernel_from_archive"] and got["real_compiles"] == 0 and len(got["served"]) == 1
