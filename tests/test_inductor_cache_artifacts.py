@@ -283,3 +283,15 @@ def test_a_signed_trusted_archive_loads_them_and_inductor_skips_codegen(captured
     # and the archive's Inductor kernel still comes from the archive: Triton compiled nothing, Inductor holds the
     # archive's cubin
     assert got["kernel_from_archive"] and got["real_compiles"] == 0 and len(got["served"]) == 1
+
+
+def test_an_archive_rewritten_by_tune_keeps_the_member(captured, tmp_path):
+    """``karchive tune`` writes the archive again with its extra fields: the member they name goes with them."""
+    from karchive.producer.build.tune_archive import write_tuned_version
+
+    reader = open_location(captured.path)
+    write_tuned_version(reader, tmp_path / "tuned.karc", version="2", records=[])
+    record = _record(tmp_path / "tuned.karc")
+    assert record == _record(captured.path)
+    tuned = open_location(tmp_path / "tuned.karc")
+    assert tuned.read(record.path) == reader.read(record.path) and tuned.verify() == []

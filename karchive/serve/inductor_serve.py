@@ -28,7 +28,9 @@ statically launchable autotuners made from them, binaries that never pass the bo
 pickles) are loaded with ``torch.compiler.load_cache_artifacts`` when this is installed, before Inductor's first
 compile, so that a graph the capture compiled is an FX graph cache hit (no lowering, no codegen): only from an
 archive whose signatures a trust policy verified, and only where torch and Triton are the versions recorded.
-Otherwise they are skipped and the report says why; serving never depends on them. ``strict``: a kernel with several configs and no recorded decision, or a template selection with no
+Otherwise they are skipped and the report says why; serving never depends on them.
+
+``strict``: a kernel with several configs and no recorded decision, or a template selection with no
 recorded times, raises :class:`~karchive.errors.ServeMissError` naming it. ``fallback``: Inductor benchmarks as it
 would, the miss is reported (the boundary compiles and records the kernels). ``audit``: nothing is changed, what
 would have been answered is counted.

@@ -65,6 +65,12 @@ class ArchiveBuilder:
         for v in variants:
             self.add(v)
 
+    def carry_members(self, reader: Any) -> None:
+        """The members the file objects in ``extra`` name, read (digests checked) from ``reader``: what an archive
+        rewritten with its extra fields kept (``karchive tune``) must keep too."""
+        for f in scan_manifest(self.extra, 64):
+            self.members[f["path"]] = reader.read(f["path"])
+
     def manifest(self) -> Manifest:
         if not self.name or not self.version:
             raise FormatError("an archive needs a name and a version")
@@ -123,6 +129,9 @@ class ArchiveBuilder:
             if named.get(path) != (len(data), sha256_hex(data)):
                 raise FormatError(f"member {path!r}: no file object in the manifest names it with its size and sha256")
             writer.add_group([(path, data)], use_dict=False)  # one frame of its own, read only by who needs it
+        missing = sorted(set(named) - set(self.members))
+        if missing:  # a rewritten archive that kept the extra fields must keep their members (carry_members)
+            raise FormatError(f"the manifest names {missing[0]!r}, a member the builder was not given")
         return manifest.to_json(), writer
 
     def _add_chunked(self, writer: ArchiveWriter, manifest: Manifest) -> None:
