@@ -288,10 +288,12 @@ def cache_artifacts(
         from torch.utils._appending_byte_serializer import AppendingByteSerializer
 
         saved = torch.compiler.save_cache_artifacts()
+        if saved is None:  # nothing cached in this process (a capture without torch.compile)
+            return None
         CacheArtifactManager._ensure_cache_artifacts_registered()
         # a list of (kind, artifacts) groups: one per save so far, so a kind may repeat (torch's own dict() of it
         # keeps the last group only)
-        groups = AppendingByteSerializer.to_list(saved[0], deserialize_fn=_deserialize_single_cache) if saved else []
+        groups = AppendingByteSerializer.to_list(saved[0], deserialize_fn=_deserialize_single_cache)
         by_kind: dict[str, dict[str, Any]] = {}
         for kind, items in groups:
             for a in items:
