@@ -13,6 +13,11 @@ and Inductor compiling in-process (``TORCHINDUCTOR_COMPILE_THREADS=1``, as the i
   serve      empty caches, Triton's compiler disabled (every ``triton.compile`` raises and is counted; ptxas points
              nowhere), ``karchive.serve(WORKLOAD.karc, mode="strict")`` (and Inductor's side, install_inductor):
              the same steps, outputs compared bit for bit with ``capture``'s
+  serve-cache  as ``serve``, from a signed copy of the archive (WORKLOAD-signed.karc, a key made for the run) under a
+             trust policy that lists its key (``trust=``): the archive's torch cache artifacts (the member the capture
+             stored) are loaded before the first compile, so Inductor's FX graph cache hits and it neither lowers nor
+             generates code; the kernels still come from the archive (Triton's compiler disabled). Needs
+             ``cryptography`` in the orchestrating process (skipped without it)
   decisions  Inductor's side alone, without the compile boundary: an empty Inductor cache, the Triton cache
              filled by ``karchive export-triton-cache WORKLOAD.karc``, ``install_inductor`` (strict): Triton
              compiles only as cache hits (fresh compiles counted), Inductor benchmarks nothing; bit-equal
@@ -23,8 +28,8 @@ here, and the summary says so), then a training step (forward with labels, backw
 (``torch.compile(model)``), ``max-autotune`` (``mode="max-autotune-no-cudagraphs"``), ``dynamic``
 (``dynamic=True``, then a second sequence length that must not compile). Per phase: time from process start to
 the end of the first forward and of the training step, Triton compile calls (fresh compiles and cache hits, from
-Triton's compilation listener), GPU benchmarks Inductor ran, and for serve the karchive reports and the
-comparison. Everything lands in ``OUT/summary.json`` (written after each phase, so a budget cut keeps what ran).
+Triton's compilation listener), GPU benchmarks Inductor ran, torch's own cache counters (``torch_caches``: FX graph
+and AOTAutograd cache hits and misses), and for serve the karchive reports and the comparison. Everything lands in ``OUT/summary.json`` (written after each phase, so a budget cut keeps what ran).
 
 ``--budget`` (seconds, default 360; each phase at most ``--timeout``, 240) skips the phases that would start
 after it; the order runs the karchive proofs of ``default`` first. ``--smoke`` runs the plumbing on the CPU (a
@@ -55,7 +60,7 @@ WORKLOADS: dict[str, dict[str, Any]] = {  # in the order they run (max-autotune,
 }
 #: phases run per workload, in this order (capture before serve; cold before warm and megacache)
 PLANS: dict[str, tuple[str, ...]] = {
-    "default": ("capture", "serve", "decisions", "cold", "warm", "megacache"),
+    "default": ("capture", "serve", "serve-cache", "decisions", "cold", "warm", "megacache"),
     "max-autotune": ("capture", "serve", "decisions"),
     "dynamic": ("capture", "serve"),
 }
@@ -66,9 +71,11 @@ CACHES = {
     "megacache": "mega",
     "capture": "capture",
     "serve": "serve",
+    "serve-cache": "serve-cache",
     "decisions": "decisions",
 }
-FRESH = {"cold", "megacache", "capture", "serve", "decisions"}
+FRESH = {"cold", "megacache", "capture", "serve", "serve-cache", "decisions"}
+SERVING = ("serve", "serve-cache")  # Triton's compiler disabled, karchive.serve strict
 BATCH, SEQ, SEQ2 = 2, 512, 384
 
 
@@ -324,7 +331,21 @@ def run_steps(workload: str, device: str, smoke: bool, t_start: float) -> tuple[
         sync()
         out["second_length_forward_s"] = round(time.perf_counter() - t0, 3)
     out["counts"] = COUNTERS.snapshot() if COUNTERS else None
+    out["torch_caches"] = torch_caches()
     return out, tensors
+
+
+def torch_caches() -> dict[str, int]:
+    """torch's own cache counters: FX graph cache and AOTAutograd cache hits and misses."""
+    from torch._dynamo.utils import counters
+
+    ind, aot = counters["inductor"], counters["aot_autograd"]
+    return {
+        "fxgraph_cache_hit": ind["fxgraph_cache_hit"],
+        "fxgraph_cache_miss": ind["fxgraph_cache_miss"],
+        "autograd_cache_hit": aot["autograd_cache_hit"],
+        "autograd_cache_miss": aot["autograd_cache_miss"],
+    }
 
 
 COUNTERS: Counters | None = None
@@ -347,7 +368,7 @@ def child(phase: str, workload: str, work: Path, smoke: bool, t_start: float) ->
 
     out["triton"] = triton.__version__
     COUNTERS = Counters()
-    COUNTERS.install(refuse=(phase == "serve"))
+    COUNTERS.install(refuse=(phase in SERVING))
     mega = work / f"{workload}-megacache.bin"
     arc = work / f"{workload}.karc"
     ref = work / f"{workload}-capture.pt"
@@ -389,13 +410,16 @@ def child(phase: str, workload: str, work: Path, smoke: bool, t_start: float) ->
         out["save_s"] = round(time.perf_counter() - t0, 3)
         torch.save(tensors, ref)
         return out
-    if phase == "serve":
+    if phase in SERVING:
         import karchive
         import karchive.serve
         from karchive.serve import core, inductor_serve
 
+        trust = {}
+        if phase == "serve-cache":
+            arc, trust = work / f"{workload}-signed.karc", {"trust": str(work / f"{workload}-policy.toml")}
         t0 = time.perf_counter()
-        report = karchive.serve(arc, mode="strict")
+        report = karchive.serve(arc, mode="strict", **trust)
         if inductor_serve.active_inductor() is None:  # until serve() installs it itself
             inductor_serve.install_inductor(core.active())
         out["serve_call_s"] = round(time.perf_counter() - t0, 3)
@@ -486,8 +510,12 @@ def run_phase(phase: str, workload: str, work: Path, smoke: bool, timeout: int) 
             "PYTHONPATH": os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]),
         }
     )
-    if phase == "serve":
+    if phase in SERVING:
         env["TRITON_PTXAS_PATH"] = "/nonexistent/ptxas"
+    if phase == "serve-cache":
+        why = sign_for_run(work, workload)
+        if why is not None:
+            return {"ok": False, "skip": why}
     args = ["--child", phase, "--workload", workload, "--t-start", repr(time.time())] + (["--smoke"] if smoke else [])
     result = run_child(
         Path(__file__).resolve(),
@@ -500,12 +528,34 @@ def run_phase(phase: str, workload: str, work: Path, smoke: bool, timeout: int) 
         f"phase {phase} of {workload}",
         time_key="process_s",
     )
-    if phase in ("serve", "capture", "cold", "warm", "megacache"):
+    if phase in ("serve", "serve-cache", "capture", "cold", "warm", "megacache"):
         files = [p for p in (caches / "triton").rglob("*") if p.is_file()]
         # IR files only a compile writes; a cubin may be the archive's, written for Inductor's static launcher
         result["triton_cache_ir_files"] = sum(1 for p in files if p.suffix in (".ptx", ".ttir", ".ttgir", ".llir"))
         result["triton_cache_cubins"] = sum(1 for p in files if p.suffix == ".cubin")
     return result
+
+
+def sign_for_run(work: Path, workload: str) -> str | None:
+    """WORKLOAD-signed.karc (the captured archive signed with a key made now) and WORKLOAD-policy.toml trusting that
+    key, for ``serve-cache``; None, or why not."""
+    arc = work / f"{workload}.karc"
+    if not arc.exists():
+        return "the capture phase wrote no archive"
+    try:
+        from karchive.trust.keys import SigningKey
+        from karchive.trust.sign import sign_archive
+    except Exception as exc:  # cryptography is the trust extra
+        return f"signing needs karchive[trust] here: {type(exc).__name__}: {exc}"
+    key = SigningKey.generate()
+    signed = work / f"{workload}-signed.karc"
+    shutil.copyfile(arc, signed)
+    sign_archive(signed, key, replace=True)
+    (work / f"{workload}-policy.toml").write_text(
+        f'version = 1\n\n[[keys]]\nname = "bench"\npublic_key = "{key.public.inline()}"\n\n'
+        '[[rules]]\nnames = ["*"]\nkeys = ["bench"]\nthreshold = 1\n'
+    )
+    return None
 
 
 def verdict(result: dict) -> dict:
@@ -522,6 +572,11 @@ def verdict(result: dict) -> dict:
         "forward_bit_equal": bool(cmp.get("forward_bit_equal")),
         "all_bit_equal": bool(cmp.get("all_bit_equal")),
     }
+    if result.get("phase") == "serve-cache":  # and torch's cache artifacts loaded: Inductor's codegen skipped
+        loads = ind.get("cache_artifacts") or []
+        checks["cache_artifacts_loaded"] = bool(loads) and all(e.get("loaded") for e in loads)
+        checks["fx_graph_cache_hits"] = (result.get("torch_caches") or {}).get("fxgraph_cache_hit", 0) > 0
+        checks["no_triton_bundle_restored"] = ind.get("triton_bundles_not_restored") == 0
     return {"checks": checks, "passed": all(v for k, v in checks.items() if k != "all_bit_equal")}
 
 
@@ -587,7 +642,7 @@ def main() -> int:
                 continue
             print(f"[{time.monotonic() - t0:6.1f}s] {workload}: {phase} ...", flush=True)
             result = run_phase(phase, workload, out, args.smoke, args.timeout)
-            if phase == "serve":
+            if phase in SERVING and "skip" not in result:
                 result["verdict"] = verdict(result)
             if phase == "decisions":
                 result["verdict"] = decisions_verdict(result)
@@ -603,7 +658,10 @@ def main() -> int:
             summary["elapsed_s"] = round(time.monotonic() - t0, 1)
             (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
     serves = {
-        f"{w}/{p}": r[p]["verdict"] for w, r in summary["workloads"].items() for p in ("serve", "decisions") if p in r
+        f"{w}/{p}": r[p]["verdict"]
+        for w, r in summary["workloads"].items()
+        for p in ("serve", "serve-cache", "decisions")
+        if "verdict" in r.get(p, {})
     }
     summary["serve_verdicts"] = serves
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=str))

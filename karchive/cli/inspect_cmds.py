@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from ..errors import FormatError, KarchiveError, NotAnArchiveError, TargetError
-from ..format.inductor_records import InductorSection, section_of
+from ..format.inductor_records import CacheArtifacts, InductorSection, section_of
 from ..format.manifest import FileRef, Manifest, Variant
 from ..format.names import did_you_mean, kernel_matches, select_kernels
 from ..format.reader import ArchiveReader
@@ -224,6 +224,11 @@ def _print_summary(m: Manifest, reader: ArchiveReader, args: argparse.Namespace)
                 **({"autotune": len(autotune)} if autotune else {}),
                 **({"heuristics": len(heuristics)} if heuristics else {}),
                 **({"inductor_kernels": len(inductor.kernels)} if inductor is not None else {}),
+                **(
+                    {"inductor_cache_artifacts": inductor.cache_artifacts.to_json()}
+                    if inductor is not None and inductor.cache_artifacts is not None
+                    else {}
+                ),
             }
         )
         return 0
@@ -239,6 +244,9 @@ def _print_summary(m: Manifest, reader: ArchiveReader, args: argparse.Namespace)
     rows = [[k, str(n), ", ".join(f"{t} {c}" for t, c in ts)] for k, n, ts in rows_of]
     print(table(["kernel", "variants", "per target"], rows, right=["variants"]))
     _print_records(autotune, heuristics)
+    if inductor is not None and inductor.cache_artifacts is not None:
+        print()
+        print(printable(_cache_artifacts_line(inductor.cache_artifacts)))
     return 0
 
 
@@ -378,6 +386,19 @@ def _print_inductor(section: InductorSection) -> None:
         )
     if rows:
         print(table(["function", "source", "heuristic", "chosen config", "configs", "graphs"], rows, right=["configs"]))
+    if section.cache_artifacts is not None:
+        print(printable(_cache_artifacts_line(section.cache_artifacts)))
+
+
+def _cache_artifacts_line(c: CacheArtifacts) -> str:
+    """The archive carries torch's own cache artifacts: how large, what they need to be used (a serving process
+    loads them only from a signed archive, docs/inductor-notes.md)."""
+    entries = ", ".join(f"{n} {k}" for k, n in sorted(c.entries.items())) or "no entries listed"
+    device = f", {c.device} (sm {c.capability})" if c.device else ""
+    return (
+        f"torch cache artifacts: {human_bytes(c.size)} ({entries}) for torch {c.torch}, "
+        f"Triton {c.triton or '?'}{device}; loaded by karchive.serve only from a signed archive"
+    )
 
 
 def _heuristics_line(records: list[dict]) -> str:

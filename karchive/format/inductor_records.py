@@ -9,8 +9,11 @@ watched, so that a serving process makes none of them again (spec/FORMAT.md §6.
 - ``modules``: the scheduler's benchmarks of generated modules (epilogue/prologue fusion of templates, fusion
   benchmarking, mix-order reduction split sizes): the module's source digest (:mod:`.inductor_source`) and the
   milliseconds Inductor measured (``null``: ``inf``, it did not compile or spilled).
+- ``cache_artifacts``: the member holding torch's own cache artifacts (``torch.compiler.save_cache_artifacts``:
+  FX graph and AOTAutograd cache entries, without Triton binaries) and what they depend on (:class:`CacheArtifacts`).
 
-Read from untrusted archives: every field is type-checked here and nothing is executed.
+Read from untrusted archives: every field is type-checked here and nothing is executed. The cache artifacts are
+pickles: only a serving process that verified the archive's signature loads them (docs/inductor-notes.md).
 """
 
 from __future__ import annotations
@@ -19,13 +22,21 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import SchemaError
-from ._fields import opt, req
+from ..errors import FormatError, SchemaError
+from ._fields import nonneg, opt, req
 from .inductor_source import is_inductor_name
+from .tarheader import check_member_name
 
 #: Version of the section's shape.
 SECTION_VERSION = 1
 _CONFIG_KEYS = ("kwargs", "num_warps", "num_stages", "num_ctas", "maxnreg")
+#: The kinds of torch's cache artifacts an archive carries: FX graph cache entries (``inductor``: a compiled graph's
+#: wrapper code and kernel sources; Triton binaries stripped) and AOTAutograd cache entries. Never ``autotune``
+#: (best configs: the section's decisions own them), ``pgo`` (would change what Dynamo compiles), ``precompile``
+#: (whole Dynamo packages) or a kind newer than this list.
+CACHE_ARTIFACT_KINDS = ("inductor", "aot_autograd")
+#: Largest cache-artifacts member written or read.
+MAX_CACHE_ARTIFACTS_BYTES = 256 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -130,12 +141,76 @@ class TemplateChoices:
 
 
 @dataclass(frozen=True)
+class CacheArtifacts:
+    """The archive member holding torch's cache artifacts, and what they depend on: a serving process loads them
+    only where its torch and Triton are these (the FX graph cache keys also hold the GPU's name and CUDA version:
+    another GPU only misses them)."""
+
+    path: str
+    size: int
+    sha256: str
+    torch: str  # torch.__version__ of the capture
+    triton: str | None = None  # triton.__version__
+    device: str | None = None  # torch.cuda.get_device_name() where CUDA was in use
+    capability: str | None = None  # "9.0"
+    entries: dict[str, int] = field(default_factory=dict)  # kind -> how many
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str) -> CacheArtifacts:
+        if not isinstance(obj, dict):
+            raise SchemaError(f"{where}: expected an object", where=where)
+        path = req(obj, "path", str, where)
+        try:
+            check_member_name(path)
+        except FormatError as exc:
+            raise SchemaError(f"{where}.path: {exc}", where=f"{where}.path") from exc
+        size = nonneg(req(obj, "size", int, where), f"{where}.size")
+        if size > MAX_CACHE_ARTIFACTS_BYTES:
+            raise SchemaError(
+                f"{where}.size: {size} bytes exceeds the limit of {MAX_CACHE_ARTIFACTS_BYTES}", where=f"{where}.size"
+            )
+        digest = req(obj, "sha256", str, where)
+        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
+            raise SchemaError(f"{where}.sha256: expected 64 lowercase hex digits", where=f"{where}.sha256")
+        entries = opt(obj, "entries", dict, where) or {}
+        for k, v in entries.items():
+            if k not in CACHE_ARTIFACT_KINDS or not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise SchemaError(
+                    f"{where}.entries[{k!r}]: expected a count of one of {', '.join(CACHE_ARTIFACT_KINDS)}",
+                    where=f"{where}.entries",
+                )
+        return cls(
+            path=path,
+            size=size,
+            sha256=digest,
+            torch=req(obj, "torch", str, where),
+            triton=opt(obj, "triton", str, where),
+            device=opt(obj, "device", str, where),
+            capability=opt(obj, "capability", str, where),
+            entries=dict(entries),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "size": self.size,
+            "sha256": self.sha256,
+            "torch": self.torch,
+            "triton": self.triton,
+            "device": self.device,
+            "capability": self.capability,
+            "entries": dict(sorted(self.entries.items())),
+        }
+
+
+@dataclass(frozen=True)
 class InductorSection:
     """The whole ``inductor`` section, with the lookups serving makes."""
 
     kernels: tuple[KernelDecision, ...] = ()
     templates: tuple[TemplateChoices, ...] = ()
     modules: dict[str, float] = field(default_factory=dict)  # benchmark module source digest -> ms
+    cache_artifacts: CacheArtifacts | None = None
     _by_digest: dict[str, list[KernelDecision]] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -159,19 +234,24 @@ class InductorSection:
             if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)):
                 raise SchemaError(f"{where}.modules[{k!r}]: expected a finite number or null", where=f"{where}.modules")
             modules[k] = math.inf if v is None else float(v)
+        cache = opt(obj, "cache_artifacts", dict, where)
         return cls(
             tuple(KernelDecision.from_json(k, f"{where}.kernels[{i}]") for i, k in enumerate(kernels)),
             tuple(TemplateChoices.from_json(t, f"{where}.templates[{i}]") for i, t in enumerate(templates)),
             modules,
+            None if cache is None else CacheArtifacts.from_json(cache, f"{where}.cache_artifacts"),
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "version": SECTION_VERSION,
             "kernels": [k.to_json() for k in self.kernels],
             "templates": [t.to_json() for t in self.templates],
             "modules": modules_json(self.modules),
         }
+        if self.cache_artifacts is not None:
+            out["cache_artifacts"] = self.cache_artifacts.to_json()
+        return out
 
     def decision(self, source_digest: str, graph: str | None = None) -> KernelDecision | None:
         """The decision for a kernel of this source: the one recorded in ``graph`` where the same source chose
@@ -213,6 +293,9 @@ def section_of(manifest: Any) -> InductorSection | None:
 
 __all__ = [
     "SECTION_VERSION",
+    "CACHE_ARTIFACT_KINDS",
+    "MAX_CACHE_ARTIFACTS_BYTES",
+    "CacheArtifacts",
     "KernelDecision",
     "TemplateChoices",
     "InductorSection",

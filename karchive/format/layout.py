@@ -6,7 +6,7 @@ the same names; readers never rely on them (they follow the index and the manife
 
 from __future__ import annotations
 
-__all__ = ["BINARY_EXT", "IR_STAGES", "METADATA_EXT", "source_member", "variant_member"]
+__all__ = ["BINARY_EXT", "IR_STAGES", "METADATA_EXT", "inductor_cache_member", "source_member", "variant_member"]
 
 #: Binary file extension per backend.
 BINARY_EXT: dict[str, str] = {"cuda": "cubin", "hip": "hsaco"}
@@ -26,3 +26,9 @@ def variant_member(key: str, ext: str) -> str:
 def source_member(digest: str) -> str:
     """``sources/<sha256>.py``: a module source, stored once however many variants share it."""
     return f"sources/{digest}.py"
+
+
+def inductor_cache_member(digest: str) -> str:
+    """``inductor/cache-artifacts-<sha256>.bin``: torch's own cache artifacts (Mega-Cache bytes) a capture of a
+    ``torch.compile``d model stored (spec/FORMAT.md §6.7)."""
+    return f"inductor/cache-artifacts-{digest}.bin"

@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 from ..core import settings
 from ..errors import KarchiveError
 from .core import AUDIT, FALLBACK, MODES, STRICT, Session, active, install, uninstall
-from .ledger import Report
+from .ledger import Report, trust_of
 
 __all__ = [
     "serve",
@@ -140,7 +140,7 @@ def serve(
 
         log = MissLog(misses)
     session = Session(opened, mode, log)
-    session.report.trust = {f"{a.name}@{a.version}": _trust_of(a) for a in opened}
+    session.report.trust = {f"{a.name}@{a.version}": trust_of(a) for a in opened}
     _warn_unsigned(session.report)
     install(session)
     if report_at_exit:
@@ -149,18 +149,6 @@ def serve(
             atexit.register(_report_at_exit)
             _exit_hook["registered"] = True
     return session.report
-
-
-def _trust_of(arc: Any) -> str:
-    """How an archive's signatures were checked when it was opened: the verdict of the trust policy (the one
-    given as ``trust=``, else ``KARCHIVE_TRUST_POLICY``), or none."""
-    verdict = getattr(getattr(arc, "reader", None), "verdict", None)
-    if verdict is None:
-        return "unsigned: no trust policy checked it"
-    signers = getattr(verdict, "signers", ())
-    if not signers:
-        return "unsigned: the trust policy allows unsigned archives"
-    return "signed: " + ", ".join(f"{name} ({key[:16]})" for key, name in signers)
 
 
 #: Archives already warned about in this process (the warning is said once, the report says it every time).

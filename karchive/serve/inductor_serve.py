@@ -20,7 +20,17 @@ Inductor benchmarks in three places, each answered here from the manifest's ``in
   ``strict`` session refuses it.
 
 Inductor compiles in this process while serving (``compile_threads = 1``): a compile worker would compile outside
-the boundary. ``strict``: a kernel with several configs and no recorded decision, or a template selection with no
+the boundary. Inductor's Triton bundle is never restored while serving (``TritonBundler.read_and_emit`` answers
+nothing): an FX graph cache hit would otherwise write the bundle's cubins into Triton's cache and hand Inductor
+statically launchable autotuners made from them, binaries that never pass the boundary.
+
+**torch's cache artifacts** (the section's ``cache_artifacts`` member: FX graph and AOTAutograd cache entries,
+pickles) are loaded with ``torch.compiler.load_cache_artifacts`` when this is installed, before Inductor's first
+compile, so that a graph the capture compiled is an FX graph cache hit (no lowering, no codegen): only from an
+archive whose signatures a trust policy verified, and only where torch and Triton are the versions recorded.
+Otherwise they are skipped and the report says why; serving never depends on them.
+
+``strict``: a kernel with several configs and no recorded decision, or a template selection with no
 recorded times, raises :class:`~karchive.errors.ServeMissError` naming it. ``fallback``: Inductor benchmarks as it
 would, the miss is reported (the boundary compiles and records the kernels). ``audit``: nothing is changed, what
 would have been answered is counted.
@@ -30,14 +40,17 @@ from __future__ import annotations
 
 import importlib.abc
 import importlib.util
+import logging
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 from ..errors import ServeMissError
 from ..format import inductor_source
-from ..format.inductor_records import InductorSection, KernelDecision, graph_label, section_of
+from ..format.inductor_records import CacheArtifacts, InductorSection, KernelDecision, graph_label, section_of
+from .ledger import trust_of
 
 STRICT, FALLBACK, AUDIT = "strict", "fallback", "audit"
 
@@ -47,6 +60,7 @@ class InductorServing:
 
     def __init__(self, archives: list[Any], mode: str) -> None:
         self.mode = mode
+        self.archives = list(archives)
         self.labels = tuple(f"{a.name}@{a.version}" for a in archives)
         self.sections: list[InductorSection] = [s for a in archives if (s := section_of(a.manifest)) is not None]
         self.lock = threading.Lock()
@@ -56,6 +70,8 @@ class InductorServing:
         self.modules_answered = 0
         self.benchmarks = 0  # benchmark / coordinate-descent runs that still happened (0 when served)
         self.misses: list[dict[str, str]] = []
+        self.bundles_refused = 0  # Triton bundles of FX graph cache entries not restored (binaries not from karchive)
+        self.cache_artifacts: list[dict[str, Any]] = []  # per archive with the member: loaded or skipped, and why
         self._undo: list[Callable[[], None]] = []
 
     # -- lookups -----------------------------------------------------------------------------------
@@ -201,6 +217,8 @@ class InductorServing:
             return orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
 
         self._undo = self._wrap_module_benchmark()
+        if self.mode != AUDIT:
+            self._undo += self._no_triton_bundles()
         CachingAutotuner.precompile = precompile
         CachingAutotuner.benchmark_all_configs = counted(orig_bench, "benchmark_all_configs")
         CachingAutotuner.coordinate_descent_tuning = counted(orig_coord, "coordinate_descent_tuning")
@@ -245,6 +263,69 @@ class InductorServing:
         TritonScheduling.benchmark_codegened_module = bench
         return [lambda: setattr(TritonScheduling, "benchmark_codegened_module", orig)]
 
+    def _no_triton_bundles(self) -> list[Callable[[], None]]:
+        """``TritonBundler.read_and_emit`` answers nothing: no bundle (an FX graph cache entry's cubins and statically
+        launchable autotuners) is written into Triton's cache or handed to Inductor, so every kernel of a cache hit
+        is compiled through the boundary, from the archive. Not a config switch: ``bundle_triton_into_fx_graph_cache``
+        is part of the FX graph cache key."""
+        try:
+            from torch._inductor.triton_bundler import TritonBundler
+        except Exception:  # noqa: BLE001 - an Inductor without a Triton bundler restores none
+            return []
+        me, orig = self, TritonBundler.__dict__["read_and_emit"]
+
+        def read_and_emit(bundle: Any) -> None:
+            if getattr(bundle, "kernel_artifacts", None) or getattr(bundle, "static_autotuners", None):
+                with me.lock:
+                    me.bundles_refused += 1
+            return None
+
+        TritonBundler.read_and_emit = staticmethod(read_and_emit)
+        return [lambda: setattr(TritonBundler, "read_and_emit", orig)]
+
+    def load_cache_artifacts(self) -> None:
+        """Load each archive's cache artifacts where it may (see the module doc); record what happened."""
+        for arc in self.archives:
+            section = section_of(arc.manifest)
+            record = section.cache_artifacts if section is not None else None
+            if record is None:
+                continue
+            label = f"{arc.name}@{arc.version}"
+            entry: dict[str, Any] = {"archive": label, "bytes": record.size, "torch": record.torch}
+            why = self._why_not_load(arc, record)
+            if why is None:
+                import torch
+
+                t0 = time.perf_counter()
+                try:
+                    info = torch.compiler.load_cache_artifacts(arc.reader.read(record.path))
+                    why = None if info is not None else "torch could not read them"
+                except Exception as exc:  # noqa: BLE001 - the kernels never depend on them: say why, serve on
+                    why = f"refused: {type(exc).__name__}: {exc}"
+                entry["load_s"] = round(time.perf_counter() - t0, 4)
+            entry.update({"loaded": True} if why is None else {"loaded": False, "reason": why})
+            if why is not None:
+                logging.getLogger("karchive.serve").info(
+                    "karchive.serve: torch's cache artifacts of %s not loaded: %s", label, why
+                )
+            self.cache_artifacts.append(entry)
+
+    def _why_not_load(self, arc: Any, record: CacheArtifacts) -> str | None:
+        """Why an archive's cache artifacts are not loaded here, or None: they may be."""
+        if self.mode == AUDIT:
+            return "audit mode changes nothing"
+        trust = trust_of(arc)
+        if not trust.startswith("signed"):
+            return f"{trust}: loading them would unpickle the archive's content; only a signed archive's are loaded"
+        import torch
+
+        if str(torch.__version__) != record.torch:
+            return f"recorded with torch {record.torch}, this process has torch {torch.__version__}"
+        triton = str(getattr(sys.modules.get("triton"), "__version__", ""))
+        if record.triton is not None and triton != record.triton:
+            return f"recorded with Triton {record.triton}, this process has Triton {triton or '(none)'}"
+        return None
+
     def uninstall(self) -> None:
         for undo in reversed(self._undo):
             undo()
@@ -259,6 +340,8 @@ class InductorServing:
                 "module_benchmarks_answered": self.modules_answered,
                 "benchmarks": self.benchmarks,
                 "misses": list(self.misses),
+                "triton_bundles_not_restored": self.bundles_refused,
+                "cache_artifacts": [dict(e) for e in self.cache_artifacts],
             }
 
 
@@ -288,6 +371,7 @@ def install_inductor(session: Any) -> InductorServing | None:
     if not serving.install():
         return None
     _ACTIVE["serving"] = serving
+    serving.load_cache_artifacts()  # after the bundle switch: loading may already restore bundles (torch 2.13)
     return serving
 
 

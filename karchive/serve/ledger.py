@@ -157,6 +157,18 @@ class Report:
         return "\n".join(printable(line) for line in lines)
 
 
+def trust_of(arc: Any) -> str:
+    """How an archive's signatures were checked when it was opened: the verdict of the trust policy (the one
+    given as ``trust=``, else ``KARCHIVE_TRUST_POLICY``), or none."""
+    verdict = getattr(getattr(arc, "reader", None), "verdict", None)
+    if verdict is None:
+        return "unsigned: no trust policy checked it"
+    signers = getattr(verdict, "signers", ())
+    if not signers:
+        return "unsigned: the trust policy allows unsigned archives"
+    return "signed: " + ", ".join(f"{name} ({key[:16]})" for key, name in signers)
+
+
 def _credit(entries: list[tuple[str, Any]]) -> dict[str, int]:
     """archive -> the launches whose binary came from it: a route's own archive gets its calls less those a
     later archive served (``alt_calls``), which go to that archive."""

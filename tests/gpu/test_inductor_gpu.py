@@ -14,7 +14,9 @@ says which.
 
 ``test_inductor_decisions_alone_...`` checks Inductor's side without the compile boundary: the archive exported
 into an empty Triton cache (``karchive export-triton-cache``) and ``install_inductor``: every Triton compile a cache
-hit, no benchmark, bit-equal.
+hit, no benchmark, bit-equal. ``test_torch_cache_artifacts_...`` checks ``serve-cache``: the same serving from a
+signed archive under a trust policy, its torch cache artifacts loaded, Inductor's FX graph cache hit, still 0
+compiles (skipped where ``cryptography`` is missing to sign).
 
 Opt-in (its capture compiles and autotunes everything, minutes): ``KARCHIVE_INDUCTOR_GPU=1``. Where
 ``tools/bench_compiled_model.py`` already ran in this session (``$OUT/inductor-bench/summary.json``), its serve
@@ -107,3 +109,25 @@ def test_inductor_decisions_alone_benchmark_nothing_and_hit_the_exported_cache(w
     _common(result, "decisions default")
     assert result["export_rc"] == 0, result["export_tail"]
     assert result["counts"]["triton_fresh_compiles"] == 0, result["counts"]
+
+
+def test_torch_cache_artifacts_from_a_signed_archive_skip_inductors_codegen(work):
+    """``serve-cache``: the archive signed, a trust policy given to ``serve``: its torch cache artifacts are loaded,
+    Inductor's FX graph cache hits (no lowering, no codegen), and every kernel still comes from the archive (Triton's
+    compiler disabled: 0 compiles), no Triton bundle restored, outputs as ``serve``'s."""
+    result = _phase_result("serve-cache", "default", work)
+    if result.get("skip"):
+        pytest.skip(result["skip"])
+    _common(result, "serve-cache default")
+    assert result["counts"]["triton_compile_calls"] == 0, result["counts"]
+    assert result["triton_cache_ir_files"] == 0
+    ind = result["inductor_serve"]
+    assert [e["loaded"] for e in ind["cache_artifacts"]] == [True], ind["cache_artifacts"]
+    assert ind["triton_bundles_not_restored"] == 0
+    caches = result["torch_caches"]
+    assert caches["fxgraph_cache_hit"] > 0, caches
+    print(
+        f"\nserve-cache default: first forward {result['first_forward_since_start_s']} s, training step "
+        f"{result['train_step_since_start_s']} s since start; torch caches {caches}; "
+        f"load {ind['cache_artifacts'][0].get('load_s')} s"
+    )

@@ -24,6 +24,7 @@ from ...core.units import utc_text
 from ...errors import BuildError, FormatError
 from ...format.layout import source_member
 from ...format.manifest import FileRef, Manifest, Variant
+from ...format.reader import scan_manifest
 from ...format.writer import ArchiveWriter, DictionaryMode, WriteStats, source_date_epoch
 from ..compile.describe import CompiledVariant
 
@@ -49,6 +50,9 @@ class ArchiveBuilder:
     autotune: list[dict] | None = None  # autotune records (capture)
     heuristics: list[dict] | None = None  # heuristics records (capture)
     extra: dict[str, Any] = field(default_factory=dict)  # other optional top-level manifest fields
+    #: other members (path -> bytes), each named with its size and sha256 by a file object in ``extra`` (the
+    #: reader refuses a member the manifest does not list): Inductor's cache artifacts (spec/FORMAT.md §6.7)
+    members: dict[str, bytes] = field(default_factory=dict)
 
     def add(self, variant: CompiledVariant) -> bool:
         """Add a variant; a second variant with the same key is dropped (same inputs, same binary)."""
@@ -60,6 +64,12 @@ class ArchiveBuilder:
     def extend(self, variants: Iterable[CompiledVariant]) -> None:
         for v in variants:
             self.add(v)
+
+    def carry_members(self, reader: Any) -> None:
+        """The members the file objects in ``extra`` name, read (digests checked) from ``reader``: what an archive
+        rewritten with its extra fields kept (``karchive tune``) must keep too."""
+        for f in scan_manifest(self.extra, 64):
+            self.members[f["path"]] = reader.read(f["path"])
 
     def manifest(self) -> Manifest:
         if not self.name or not self.version:
@@ -112,6 +122,14 @@ class ArchiveBuilder:
         sources = self._sources()
         for ref in manifest.sources:
             writer.add_group([(ref.path, sources[ref.path])])
+        named = {f["path"]: (f["size"], f["sha256"]) for f in scan_manifest(self.extra, 64)}
+        for path, data in sorted(self.members.items()):
+            if named.get(path) != (len(data), sha256_hex(data)):
+                raise FormatError(f"member {path!r}: no file object in the manifest names it with its size and sha256")
+            writer.add_group([(path, data)], use_dict=False)  # one frame of its own, read only by who needs it
+        missing = sorted(set(named) - set(self.members))
+        if missing:  # a rewritten archive that kept the extra fields must keep their members (carry_members)
+            raise FormatError(f"the manifest names {missing[0]!r}, a member the builder was not given")
         return manifest.to_json(), writer
 
     def _add_chunked(self, writer: ArchiveWriter, manifest: Manifest) -> None:

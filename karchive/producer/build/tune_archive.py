@@ -84,6 +84,7 @@ def write_tuned_version(
         extra=dict(model.extra),
     )
     builder.extend(_variants(reader))
+    builder.carry_members(reader)  # e.g. Inductor's cache artifacts, named in the extra fields
     manifest, writer = builder.manifest_and_writer()
     manifest["created"] = model.created  # the variants' build time, not the tuning run's
     stats = writer.write(out, manifest)

@@ -13,7 +13,11 @@ here, while any capture is active:
 - **compiles stay in this process** (``Capture(inductor_in_process=True)``, the default):
   ``torch._inductor.config.compile_threads`` is 1 while capturing, so that no compile worker compiles a kernel
   this process never sees as a source (a worker's compile reaches the archive only as a harvested cache entry,
-  without Inductor's identity and decisions).
+  without Inductor's identity and decisions);
+- **torch's own cache artifacts** (``Capture(inductor_cache_artifacts=True)``, the default): at save, the
+  Mega-Cache entries (``torch.compiler.save_cache_artifacts``) recorded while the capture was open, of the kinds
+  :data:`~karchive.format.inductor_records.CACHE_ARTIFACT_KINDS` names, FX graph entries without their Triton
+  bundle (binaries come from the archive's variants only), become one member (:func:`cache_artifacts`).
 
 The hooks are installed only when torch is already imported (a capture never imports torch itself) and are
 undone when the last capture ends. The records become the manifest's ``inductor`` section
@@ -23,13 +27,24 @@ undone when the last capture ends. The records become the manifest's ``inductor`
 from __future__ import annotations
 
 import os
+import pickle
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
+from ...core.digest import sha256_hex
 from ...format import inductor_source
-from ...format.inductor_records import SECTION_VERSION, KernelDecision, TemplateChoices, graph_label, modules_json
+from ...format.inductor_records import (
+    CACHE_ARTIFACT_KINDS,
+    MAX_CACHE_ARTIFACTS_BYTES,
+    SECTION_VERSION,
+    KernelDecision,
+    TemplateChoices,
+    graph_label,
+    modules_json,
+)
+from ...format.layout import inductor_cache_member
 from ..compile.kernel_ref import config_json
 from . import _scope as scope
 
@@ -73,9 +88,9 @@ class InductorLog:
         with self._lock:
             self.modules[digest] = ms
 
-    def section(self, kernels: set[str]) -> dict[str, Any] | None:
+    def section(self, kernels: set[str], empty: bool = False) -> dict[str, Any] | None:
         """The manifest's ``inductor`` section: decisions of the kernels the archive holds, every template table and
-        module benchmark."""
+        module benchmark (None when there is none; :func:`cache_artifacts` may add its member to an empty one)."""
         with self._lock:
             decided = [d for ds in self.decisions.values() for d in ds if d.kernel in kernels]
             templates = [
@@ -83,7 +98,7 @@ class InductorLog:
                 for (op, inputs, precision, hint), t in self.templates.items()
             ]
             modules = dict(self.modules)
-        if not decided and not templates and not modules:
+        if not decided and not templates and not modules and not empty:
             return None
         return {
             "version": SECTION_VERSION,
@@ -247,6 +262,96 @@ def _wrap_module_benchmark() -> list[Callable[[], None]]:
     ]
 
 
+def cache_artifacts_mark() -> frozenset[tuple[str, str]]:
+    """The Mega-Cache entries (kind, key) this process recorded before a capture opened: not the capture's."""
+    torch_cache = sys.modules.get("torch.compiler._cache")
+    manager = getattr(torch_cache, "CacheArtifactManager", None)
+    return frozenset((a.type(), a.key) for a in list(getattr(manager, "_seen_artifacts", None) or ()))
+
+
+def cache_artifacts(
+    window: tuple[frozenset[tuple[str, str]], frozenset[tuple[str, str]] | None], warnings: list[str]
+) -> tuple[bytes, dict[str, Any]] | None:
+    """torch's cache artifacts recorded in ``window`` (:func:`cache_artifacts_mark` when it opened and when it
+    closed, None: still open) as (member bytes, the section's ``cache_artifacts`` record), or None: torch not
+    imported, nothing recorded, or (said in ``warnings``) torch could not give them.
+
+    Only :data:`CACHE_ARTIFACT_KINDS`; an FX graph entry loses its Triton bundle (``_triton_bundle``: the kernels'
+    cubins and Inductor's statically launchable autotuners), so the bytes hold no binary; the bytes are torch's own
+    format (``torch.compiler.load_cache_artifacts`` reads them)."""
+    if "torch" not in sys.modules:
+        return None
+    before, after = window
+    try:
+        import torch
+        from torch.compiler._cache import CacheArtifactManager, _deserialize_single_cache, _serialize_single_cache
+        from torch.utils._appending_byte_serializer import AppendingByteSerializer
+
+        saved = torch.compiler.save_cache_artifacts()
+        if saved is None:  # nothing cached in this process (a capture without torch.compile)
+            return None
+        CacheArtifactManager._ensure_cache_artifacts_registered()
+        # a list of (kind, artifacts) groups: one per save so far, so a kind may repeat (torch's own dict() of it
+        # keeps the last group only)
+        groups = AppendingByteSerializer.to_list(saved[0], deserialize_fn=_deserialize_single_cache)
+        by_kind: dict[str, dict[str, Any]] = {}
+        for kind, items in groups:
+            for a in items:
+                mark = (kind, a.key)
+                if kind in CACHE_ARTIFACT_KINDS and mark not in before and (after is None or mark in after):
+                    by_kind.setdefault(kind, {})[a.key] = _without_triton_bundle(a) if kind == "inductor" else a
+        kept = {kind: list(by_kind[kind].values()) for kind in CACHE_ARTIFACT_KINDS if kind in by_kind}
+        if not kept:
+            return None
+        out = AppendingByteSerializer(serialize_fn=_serialize_single_cache)
+        out.extend(kept.items())
+        data = out.to_bytes()
+    except Exception as exc:  # noqa: BLE001 - the archive is whole without them; say why they are missing
+        warnings.append(f"torch's cache artifacts are not stored: {type(exc).__name__}: {exc}")
+        return None
+    if len(data) > MAX_CACHE_ARTIFACTS_BYTES:
+        warnings.append(
+            f"torch's cache artifacts are not stored: {len(data)} bytes exceed the limit of {MAX_CACHE_ARTIFACTS_BYTES}"
+        )
+        return None
+    digest = sha256_hex(data)
+    triton = sys.modules.get("triton")
+    device, capability = _device(torch)
+    record = {
+        "path": inductor_cache_member(digest),
+        "size": len(data),
+        "sha256": digest,
+        "torch": str(torch.__version__),
+        "triton": str(getattr(triton, "__version__", "")) or None,
+        "device": device,
+        "capability": capability,
+        "entries": {kind: len(items) for kind, items in kept.items()},
+    }
+    return data, record
+
+
+def _without_triton_bundle(artifact: Any) -> Any:
+    """An FX graph cache artifact whose compiled graph carries no Triton bundle (its content is this process's own
+    pickle of a ``CompiledFxGraph``)."""
+    graph = pickle.loads(artifact.content)
+    if getattr(graph, "_triton_bundle", None) is None:
+        return artifact
+    graph._triton_bundle = None
+    return type(artifact)(artifact.key, pickle.dumps(graph))
+
+
+def _device(torch: Any) -> tuple[str | None, str | None]:
+    """The CUDA device's name and capability where this process uses CUDA already (never initialises it)."""
+    cuda = getattr(torch, "cuda", None)
+    try:
+        if cuda is None or not cuda.is_initialized():
+            return None, None
+        major, minor = cuda.get_device_capability()
+        return str(cuda.get_device_name()), f"{major}.{minor}"
+    except Exception:  # noqa: BLE001 - a record without the device is still true
+        return None, None
+
+
 def provenance(fn: Any) -> tuple[str, dict[str, Any]] | None:
     """(archive name, ``provenance.inductor``) of a JIT function Inductor generated, else None."""
     ident = inductor_source.of_function(fn)
@@ -258,4 +363,12 @@ def provenance(fn: Any) -> tuple[str, dict[str, Any]] | None:
     return ident.name, prov
 
 
-__all__ = ["InductorLog", "compile_in_process", "decision_of", "install", "provenance"]
+__all__ = [
+    "InductorLog",
+    "cache_artifacts",
+    "cache_artifacts_mark",
+    "compile_in_process",
+    "decision_of",
+    "install",
+    "provenance",
+]

@@ -199,6 +199,7 @@ class Capture:
         strict: bool = False,
         scope: str = "process",
         inductor_in_process: bool = True,
+        inductor_cache_artifacts: bool = True,
     ) -> None:
         if not isinstance(name, str) or not name.strip():
             raise CaptureError("capture needs a non-empty archive name")
@@ -215,6 +216,9 @@ class Capture:
         self.strict = strict
         self.scope = scope
         self.inductor_in_process = inductor_in_process
+        self.inductor_cache_artifacts = inductor_cache_artifacts
+        #: torch's cache artifacts recorded before the window opened, and by when it closed (None: open)
+        self._cache_window: tuple[frozenset[tuple[str, str]], frozenset[tuple[str, str]] | None] = (frozenset(), None)
         self._undo_threads: Callable[[], None] | None = None
         self.variants: dict[str, CompiledVariant] = {}
         self.events: list[CaptureEvent] = []
@@ -239,6 +243,8 @@ class Capture:
                 if not any(self._depth.values()):
                     self._window = (LEDGER.mark(), CacheWatch.start())
                     scope.activate(self)
+                    if self.inductor_cache_artifacts:
+                        self._cache_window = (inductor_capture.cache_artifacts_mark(), None)
                     if self.inductor_in_process:
                         self._undo_threads = inductor_capture.compile_in_process()
                 tid = threading.get_ident()
@@ -264,6 +270,8 @@ class Capture:
                 window, self._window = (self._window, None) if last else (None, self._window)
             if last:
                 scope.deactivate(self)
+                if self.inductor_cache_artifacts:
+                    self._cache_window = (self._cache_window[0], inductor_capture.cache_artifacts_mark())
                 if self._undo_threads is not None:
                     self._undo_threads()
                     self._undo_threads = None
@@ -445,6 +453,15 @@ class Capture:
         builder = ArchiveBuilder(self.name, self.version, produced_by=produced, **kwargs)
         builder.extend(variants)
         section = self.inductor.section(kernels)
+        cache = (
+            inductor_capture.cache_artifacts(self._cache_window, self.inductor.warnings)
+            if self.inductor_cache_artifacts
+            else None
+        )
+        if cache is not None:  # torch's own cache artifacts: Inductor's codegen skipped where serving trusts them
+            data, record = cache
+            section = {**(section or self.inductor.section(kernels, empty=True) or {}), "cache_artifacts": record}
+            builder.members[record["path"]] = data
         if section is not None:
             builder.extra["inductor"] = section
         for w in self.inductor.warnings:
