@@ -26,7 +26,9 @@ The steps: an inference forward (``no_grad``) of a Llama-style decoder (transfor
 ``LlamaConfig``, 4 layers, hidden 1024, bf16, random weights; without transformers, the same architecture written
 here, and the summary says so), then a training step (forward with labels, backward). Workloads: ``default``
 (``torch.compile(model)``), ``max-autotune`` (``mode="max-autotune-no-cudagraphs"``), ``dynamic``
-(``dynamic=True``, then a second sequence length that must not compile). Per phase: time from process start to
+(``dynamic=True``, then a second sequence length that must not compile), ``eager-attention`` (``default`` with
+attention written out instead of SDPA's flash kernel, whose backward sums dQ with atomics: the gradients can be
+compared bit for bit). Per phase: time from process start to
 the end of the first forward and of the training step, Triton compile calls (fresh compiles and cache hits, from
 Triton's compilation listener), GPU benchmarks Inductor ran, torch's own cache counters (``torch_caches``: FX graph
 and AOTAutograd cache hits and misses), and for serve the karchive reports and the comparison. Everything lands in ``OUT/summary.json`` (written after each phase, so a budget cut keeps what ran).
@@ -57,12 +59,16 @@ WORKLOADS: dict[str, dict[str, Any]] = {  # in the order they run (max-autotune,
     "default": {},
     "dynamic": {"dynamic": True},
     "max-autotune": {"mode": "max-autotune-no-cudagraphs"},
+    # default compile, attention written out (softmax(QK^T)V) instead of SDPA's flash kernel, whose backward
+    # accumulates dQ with atomics: the training step's gradients can then be compared bit for bit
+    "eager-attention": {"attention": "eager"},
 }
 #: phases run per workload, in this order (capture before serve; cold before warm and megacache)
 PLANS: dict[str, tuple[str, ...]] = {
     "default": ("capture", "serve", "serve-cache", "decisions", "cold", "warm", "megacache"),
     "max-autotune": ("capture", "serve", "decisions"),
     "dynamic": ("capture", "serve"),
+    "eager-attention": ("capture", "serve"),
 }
 #: which cache directories each phase uses (warm reuses cold's)
 CACHES = {
@@ -80,7 +86,7 @@ BATCH, SEQ, SEQ2 = 2, 512, 384
 
 
 # --- the model -----------------------------------------------------------------------------------------------
-def build_model(smoke: bool) -> tuple[Any, str]:
+def build_model(smoke: bool, attention: str = "sdpa") -> tuple[Any, str]:
     """(model, where it came from): transformers' LlamaForCausalLM when importable, else the same architecture."""
     import torch
 
@@ -102,14 +108,14 @@ def build_model(smoke: bool) -> tuple[Any, str]:
             vocab_size=size["vocab"],
             max_position_embeddings=2048,
             use_cache=False,
-            attn_implementation="sdpa",
+            attn_implementation=attention,
         )
         model = LlamaForCausalLM(cfg)
         import transformers
 
         origin = f"transformers {transformers.__version__} LlamaForCausalLM"
     except ImportError as exc:
-        model = _Decoder(**size)
+        model = _Decoder(**size, eager_attention=attention == "eager")
         origin = f"built-in Llama-style decoder (transformers not importable: {exc})"
     return model, origin
 
@@ -132,6 +138,7 @@ def _decoder_classes() -> Any:
         def __init__(self, hidden: int, inter: int, heads: int, kv: int) -> None:
             super().__init__()
             self.h, self.kv, self.d = heads, kv, hidden // heads
+            self.eager_attention = False  # set by _Decoder
             self.norm1, self.norm2 = RMSNorm(hidden), RMSNorm(hidden)
             self.q = nn.Linear(hidden, heads * self.d, bias=False)
             self.k = nn.Linear(hidden, kv * self.d, bias=False)
@@ -157,7 +164,12 @@ def _decoder_classes() -> Any:
             v = self.v(h).view(b, t, self.kv, self.d).transpose(1, 2)
             rep = self.h // self.kv
             k, v = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
-            a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, -1)
+            if self.eager_attention:
+                w = (q @ k.transpose(-1, -2)) * self.d**-0.5
+                w = w.masked_fill(torch.ones(t, t, dtype=torch.bool, device=x.device).triu(1), float("-inf"))
+                a = (w.float().softmax(-1).to(q.dtype) @ v).transpose(1, 2).reshape(b, t, -1)
+            else:
+                a = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, t, -1)
             x = x + self.o(a)
             h = self.norm2(x)
             return x + self.down(F.silu(self.gate(h)) * self.up(h))
@@ -183,8 +195,11 @@ def _decoder_classes() -> Any:
     return Decoder
 
 
-def _Decoder(**size: int) -> Any:
-    return _decoder_classes()(**size)
+def _Decoder(eager_attention: bool = False, **size: int) -> Any:
+    model = _decoder_classes()(**size)
+    for layer in model.layers:
+        layer.eager_attention = eager_attention
+    return model
 
 
 def _get(out: Any, name: str) -> Any:
@@ -287,11 +302,11 @@ def run_steps(workload: str, device: str, smoke: bool, t_start: float) -> tuple[
 
     out: dict[str, Any] = {}
     tensors: dict[str, Any] = {}
-    model, origin = build_model(smoke)
+    kwargs = dict(WORKLOADS[workload])
+    model, origin = build_model(smoke, kwargs.pop("attention", "sdpa"))
     dtype = torch.float32 if smoke else torch.bfloat16
     model = model.to(device=device, dtype=dtype)
     vocab = model.lm_head.weight.shape[0]
-    kwargs = dict(WORKLOADS[workload])
     if smoke:
         kwargs = {"backend": "aot_eager", **({"dynamic": True} if workload == "dynamic" else {})}
     compiled = torch.compile(model, **kwargs)
