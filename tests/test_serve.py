@@ -1072,3 +1072,56 @@ def test_a_library_that_prefilled_the_autotuner_cache_gets_its_own_config_as_wit
     assert tuned_copy.__dict__["_karchive_fast"][1].on is False
     assert tuned_copy.best_config is other and out.metadata.num_warps == other.num_warps
     assert [la.block for la in rec.launches()] == [(32 * other.num_warps, 1, 1)] and triton_side == []
+
+
+# -- review findings (wt/hostile2): calls where the served dispatcher and Triton's own run answer differently ------
+def test_a_served_autotuned_call_whose_grid_triton_takes_is_answered_as_triton_does(
+    two_keys, monkeypatch, path, triton_side, request
+):
+    """Triton's ``JITFunction.run`` launches a grid of more than three dims with its first three (``grid[0..2]``);
+    karchive's grid check refuses it (ArgumentError). A served autotuned call site hands a call karchive refuses to
+    Triton's own run: the Python launch path does (``Kernel._answer`` around the resolving run), the compiled
+    dispatcher raises its own ArgumentError from its launch step (the grid is checked after the key was memoised,
+    where no refusal is handed over). Before 4623022 ``TunedFastPath.call`` handed it to Triton on both paths."""
+    from capture_fakes import fresh, tuned_copy
+
+    import karchive
+
+    if path == launch_path.EXTENSION:
+        request.applymarker(pytest.mark.xfail(strict=True, reason="launch_hit's grid refusal is not answered"))
+    runs = _spy_tuner_runs(monkeypatch)
+    fresh(tuned_copy)
+    tuned_copy.__dict__.pop("_karchive_fast", None)
+    x, o = mock(), mock()
+    with rs.fake_cuda(monkeypatch, path) as (rec, _b):
+        karchive.serve(_arc(two_keys, rec), mode="strict")
+        first = tuned_copy[(4,)](x, o, 4096)
+        got = tuned_copy[(4, 1, 1, 1)](x, o, 4096)
+    assert runs == [True, False]  # the confirmation, then Triton's own run of the 4-dim grid
+    assert got is first  # Triton's CompiledKernel of the key's variant
+
+
+@pytest.mark.xfail(strict=True, reason="a memoised key launches with the caller's stream=; Triton refuses stream=")
+def test_a_served_call_with_a_stream_keyword_is_refused_as_triton_refuses_it(two_keys, monkeypatch, path, triton_side):
+    """Triton refuses ``kernel[grid](..., stream=s)`` (``stream`` joins the options, so its cache misses and
+    ``_pack_args`` asserts "stream option is deprecated"). Served, the first call of a key with ``stream=`` is
+    Triton's refusal (the confirmation passes it on), but once the key is memoised the dispatcher takes ``stream``
+    as its own keyword and launches on it."""
+    from capture_fakes import fresh, tuned_copy
+
+    import karchive
+
+    fresh(tuned_copy)
+    tuned_copy.__dict__.pop("_karchive_fast", None)
+    x, o = mock(), mock()
+    with rs.fake_cuda(monkeypatch, path) as (rec, _b):
+        karchive.serve(_arc(two_keys, rec), mode="strict")
+        with pytest.raises(AssertionError, match="stream option is deprecated"):
+            tuned_copy.run(x, o, 4096, grid=(4,), warmup=False, stream=0)  # Triton's own answer
+        fresh(tuned_copy)
+        tuned_copy.__dict__.pop("_karchive_fast", None)
+        tuned_copy[(4,)](x, o, 4096)
+        n = len(rec.launches())
+        with pytest.raises(AssertionError, match="stream option is deprecated"):
+            tuned_copy[(4,)](x, o, 4096, stream=0)
+        assert len(rec.launches()) == n
