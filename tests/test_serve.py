@@ -1125,3 +1125,31 @@ def test_a_served_call_with_a_stream_keyword_is_refused_as_triton_refuses_it(two
         with pytest.raises(AssertionError, match="stream option is deprecated"):
             tuned_copy[(4,)](x, o, 4096, stream=0)
         assert len(rec.launches()) == n
+
+
+@pytest.mark.xfail(strict=True, reason="a confirmed key is never asked again: a later Autotuner.cache change is unseen")
+def test_a_library_that_changes_the_autotuner_cache_after_a_key_is_confirmed_gets_its_config_as_with_triton(
+    captured, monkeypatch, path, triton_side
+):
+    """A library that sets ``Autotuner.cache[key]`` after the key was first launched (a table loaded late, a re-tune)
+    gets that config from Triton's own ``run`` (``config = self.cache[key]``): ``best_config`` and the launch. Served,
+    the key was confirmed once and memoised: the dispatcher keeps launching the archive's variant and setting the
+    config confirmed then (its ``Entry.effect``)."""
+    from capture_fakes import fresh, tuned_copy
+
+    import karchive
+
+    fresh(tuned_copy)
+    tuned_copy.__dict__.pop("_karchive_fast", None)
+    other = next(c for c in tuned_copy.configs if c.kwargs != {"BLOCK": 128})
+    x, o = mock(), mock()
+    with rs.fake_cuda(monkeypatch, path) as (rec, _b):
+        karchive.serve(_arc(captured, rec), mode="strict")
+        tuned_copy[(32,)](x, o, 4096)
+        tuned_copy.cache[(4096, "fp32", "fp32")] = other
+        try:
+            tuned_copy[(32,)](x, o, 4096)
+        finally:
+            tuned_copy.cache.clear()
+    assert tuned_copy.best_config is other
+    assert [la.block for la in rec.launches()] == [(128, 1, 1), (32 * other.num_warps, 1, 1)]
