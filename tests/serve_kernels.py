@@ -47,3 +47,18 @@ def hooked_copy(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < n
     tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m), mask=m)
+
+
+#: A constexpr global ``tuned_global`` reads (Triton records it in the JIT function's ``used_global_vals`` and
+#: refuses a launch once it changed).
+SCALE = tl.constexpr(2)
+
+
+@triton.autotune(
+    configs=[triton.Config({"BLOCK": 64}, num_warps=2), triton.Config({"BLOCK": 128}, num_warps=4)], key=["n"]
+)
+@triton.jit
+def tuned_global(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) * SCALE, mask=m)

@@ -1153,3 +1153,58 @@ def test_a_library_that_changes_the_autotuner_cache_after_a_key_is_confirmed_get
             tuned_copy.cache.clear()
     assert tuned_copy.best_config is other
     assert [la.block for la in rec.launches()] == [(128, 1, 1), (32 * other.num_warps, 1, 1)]
+
+
+@pytest.fixture(scope="module")
+def tuned_global_archive(tmp_path_factory):
+    """A capture of serve_kernels' ``tuned_global`` (an autotuned kernel that reads the constexpr global SCALE)."""
+    from capture_fakes import fake_gpu, fresh, ptr
+    from serve_kernels import tuned_global
+
+    import karchive
+
+    base = tmp_path_factory.mktemp("tuned-global")
+    old = os.environ.get("TRITON_CACHE_DIR")
+    os.environ["TRITON_CACHE_DIR"] = str(base / "cache")
+    try:
+        fresh(tuned_global)
+        with fake_gpu(timings=[3.0, 1.0]):
+            with karchive.capture("tuned-global", version="1", strict=True) as cap:
+                tuned_global[(1,)](ptr(), ptr(), 4096)
+        fresh(tuned_global)
+    finally:
+        if old is None:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+        else:
+            os.environ["TRITON_CACHE_DIR"] = old
+    out = base / "tuned-global.karc"
+    cap.save(out)
+    return out
+
+
+def test_a_served_autotuned_kernel_whose_global_changed_is_refused_as_triton_refuses_it(
+    tuned_global_archive, monkeypatch, path, triton_side
+):
+    """Triton's ``JITFunction.run`` refuses a launch once a global its kernel read changed (RuntimeError naming it),
+    also under ``Autotuner.run``. Served, the same: the fast path of an autotuned call site checks the globals of the
+    JIT function under the autotuner before each launch, as a plain call site's does (``FastPath.bound``)."""
+    import serve_kernels
+    import triton.language as tl
+    from capture_fakes import fresh
+
+    import karchive
+
+    k = serve_kernels.tuned_global
+    fresh(k)
+    k.__dict__.pop("_karchive_fast", None)
+    x, o = mock(), mock()
+    with rs.fake_cuda(monkeypatch, path) as (rec, _b):
+        karchive.serve(_arc(tuned_global_archive, rec), mode="strict")
+        k[(4,)](x, o, 4096)
+        k[(4,)](x, o, 4096)
+        monkeypatch.setattr(serve_kernels, "SCALE", tl.constexpr(3))
+        with pytest.raises(RuntimeError, match="Global variable SCALE has changed"):
+            k[(4,)](x, o, 4096)
+        monkeypatch.setattr(serve_kernels, "SCALE", tl.constexpr(2))
+        k[(4,)](x, o, 4096)
+    assert [la.block for la in rec.launches()] == [(128, 1, 1)] * 3 and triton_side == []

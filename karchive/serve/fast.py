@@ -249,6 +249,8 @@ class TunedFastPath(FastPath):
             raise _Refer
         self.results[variant.key] = compiled
         self.config_of[variant.key] = config
+        # the globals the JIT function under the autotuner read: kernel[grid] checks them first (FastPath.bound)
+        self.globals = list(getattr(self.jit.fn, "used_global_vals", {}).items())
         self.confirmed.add((repr(self.tuning_key(*args, **kwargs)), variant.key))
         effect = (self.jit, "best_config", config)  # set by each launch before it launches, as Autotuner.run does
         self.kernel.set_result(variant.key, compiled, effect)
