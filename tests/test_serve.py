@@ -1208,3 +1208,24 @@ def test_a_served_autotuned_kernel_whose_global_changed_is_refused_as_triton_ref
         monkeypatch.setattr(serve_kernels, "SCALE", tl.constexpr(2))
         k[(4,)](x, o, 4096)
     assert [la.block for la in rec.launches()] == [(128, 1, 1)] * 3 and triton_side == []
+
+
+@pytest.mark.xfail(strict=True, reason="karchive's grid check takes a bare int, Triton's run calls len(grid)")
+def test_a_served_call_with_a_bare_int_grid_is_refused_as_triton_refuses_it(two_keys, monkeypatch, path, triton_side):
+    """``kernel[4](...)``: Triton's ``JITFunction.run`` refuses it (``len(grid)``: TypeError), karchive's grid check
+    takes a bare int as ``(4,)``; a served call site (plain or autotuned) launches it."""
+    from capture_fakes import fresh, tuned_copy
+
+    import karchive
+
+    fresh(tuned_copy)
+    tuned_copy.__dict__.pop("_karchive_fast", None)
+    x, o = mock(), mock()
+    with rs.fake_cuda(monkeypatch, path) as (rec, _b):
+        karchive.serve(_arc(two_keys, rec), mode="strict")
+        tuned_copy[(4,)](x, o, 4096)
+        with pytest.raises(TypeError, match="has no len"):
+            tuned_copy.run(x, o, 4096, grid=4, warmup=False)  # Triton's own answer
+        with pytest.raises(TypeError, match="has no len"):
+            tuned_copy[4](x, o, 4096)
+    assert len(rec.launches()) == 1
