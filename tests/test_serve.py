@@ -1076,19 +1076,16 @@ def test_a_library_that_prefilled_the_autotuner_cache_gets_its_own_config_as_wit
 
 # -- review findings (wt/hostile2): calls where the served dispatcher and Triton's own run answer differently ------
 def test_a_served_autotuned_call_whose_grid_triton_takes_is_answered_as_triton_does(
-    two_keys, monkeypatch, path, triton_side, request
+    two_keys, monkeypatch, path, triton_side
 ):
     """Triton's ``JITFunction.run`` launches a grid of more than three dims with its first three (``grid[0..2]``);
-    karchive's grid check refuses it (ArgumentError). A served autotuned call site hands a call karchive refuses to
-    Triton's own run: the Python launch path does (``Kernel._answer`` around the resolving run), the compiled
-    dispatcher raises its own ArgumentError from its launch step (the grid is checked after the key was memoised,
-    where no refusal is handed over). Before 4623022 ``TunedFastPath.call`` handed it to Triton on both paths."""
+    karchive's grid check refuses it (ArgumentError). A served call site hands such a grid to Triton's own
+    ``__getitem__`` before the dispatcher sees it (the compiled dispatcher checks the grid after the key was
+    memoised, where no refusal is handed over)."""
     from capture_fakes import fresh, tuned_copy
 
     import karchive
 
-    if path == launch_path.EXTENSION:
-        request.applymarker(pytest.mark.xfail(strict=True, reason="launch_hit's grid refusal is not answered"))
     runs = _spy_tuner_runs(monkeypatch)
     fresh(tuned_copy)
     tuned_copy.__dict__.pop("_karchive_fast", None)
@@ -1210,7 +1207,6 @@ def test_a_served_autotuned_kernel_whose_global_changed_is_refused_as_triton_ref
     assert [la.block for la in rec.launches()] == [(128, 1, 1)] * 3 and triton_side == []
 
 
-@pytest.mark.xfail(strict=True, reason="karchive's grid check takes a bare int, Triton's run calls len(grid)")
 def test_a_served_call_with_a_bare_int_grid_is_refused_as_triton_refuses_it(two_keys, monkeypatch, path, triton_side):
     """``kernel[4](...)``: Triton's ``JITFunction.run`` refuses it (``len(grid)``: TypeError), karchive's grid check
     takes a bare int as ``(4,)``; a served call site (plain or autotuned) launches it."""
@@ -1229,3 +1225,30 @@ def test_a_served_call_with_a_bare_int_grid_is_refused_as_triton_refuses_it(two_
         with pytest.raises(TypeError, match="has no len"):
             tuned_copy[4](x, o, 4096)
     assert len(rec.launches()) == 1
+
+
+def test_a_served_autotuned_call_site_confirms_a_key_again_on_another_device(two_keys, monkeypatch, path, triton_side):
+    """Triton's autotune key holds no device, its kernel cache does: the first call of a confirmed key on another
+    device is confirmed with Triton again (its CompiledKernel there is another object), and the fast path gives
+    that call site back to Triton, as for a plain call site. The Python launch path resolves every call (the
+    compiled one memoises raw-pointer keys with the device of their first call: docs/runtime.md)."""
+    import capture_fakes
+    from capture_fakes import fresh, tuned_copy
+
+    import karchive
+
+    runs = _spy_tuner_runs(monkeypatch)
+    fresh(tuned_copy)
+    tuned_copy.__dict__.pop("_karchive_fast", None)
+    x, o = mock(), mock()
+    with rs.fake_cuda(monkeypatch, path) as (rec, _b):
+        karchive.serve(_arc(two_keys, rec), mode="strict")
+        tuned_copy[(4,)](x, o, 4096)
+        assert runs == [True]  # the confirmation
+        if path != launch_path.PYTHON:
+            return
+        monkeypatch.setattr(capture_fakes.FakeDriver, "get_current_device", lambda self: 1)
+        tuned_copy[(4,)](x, o, 4096)
+        assert runs[:2] == [True, True]  # confirmed again on device 1
+        tuned_copy[(4,)](x, o, 4096)
+    assert runs[2:] and all(r is False for r in runs[2:])  # then Triton's own runs: the fast path is off

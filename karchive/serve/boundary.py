@@ -717,9 +717,13 @@ def _bench(self: Any, *args: Any, config: Any, **meta: Any) -> Any:
 
 def _getitem(self: Any, grid: Any) -> Any:
     """``KernelInterface.__getitem__`` while serving: a served call site's fast path where it holds (:mod:`.fast`),
-    else Triton's own. Written flat: it runs at every ``kernel[grid]`` of every Triton kernel in the process."""
+    else Triton's own. Written flat: it runs at every ``kernel[grid]`` of every Triton kernel in the process.
+    Only grids whose reading Triton and the dispatcher share take the fast path (a callable, a tuple or list of 1 to
+    3 entries): Triton launches a longer one with its first three dims and refuses a bare int, the dispatcher would
+    refuse the one and take the other as ``(n,)``."""
     b = _STATE["boundary"]
-    if b is not None:
+    g = type(grid)
+    if b is not None and ((g is tuple or g is list) and 0 < len(grid) < 4 or callable(grid)):
         mine = self.__dict__.get("_karchive_fast")
         fp = mine[1] if mine is not None and mine[0] is b else b.fast_path(self)
         if fp and fp.on and not fp.hooks:

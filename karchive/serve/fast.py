@@ -31,6 +31,7 @@ heuristic functions, its own ``run``, hooks -- is what a library observes).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Any
@@ -206,7 +207,9 @@ class TunedFastPath(FastPath):
         self.globals = []
         self.config_of: dict[str, Any] = {}  # variant key -> the Config Triton chose for it (one per variant)
         self.hooks: list[Any] = tuner.fn.pre_run_hooks  # the JIT function's live list
-        self.confirmed: set[tuple[str, str]] = set()  # (autotune key, variant) pairs Triton agreed on
+        self.confirmed: set[tuple[str, int, str]] = set()  # (autotune key, device, variant) Triton agreed on
+        # one confirmation at a time: each reads best_config, which Autotuner.run sets on the shared autotuner
+        self.lock = threading.Lock()
         # this call site's own kernel (results are its own), answering refused calls with Triton's run
         k = arc._make_kernel(name, list(arc.variants(name)), False, FastKernel)
         self.tuning_key = getattr(k.resolver, "tuning_key")  # noqa: B009 - an AutotuneResolver (the boundary checked)
@@ -221,12 +224,21 @@ class TunedFastPath(FastPath):
         if not all(_checkable(a) for a in args) or not all(_checkable(v) for v in kwargs.values()):
             self.on = False
             raise _Refer
+        with self.lock:
+            self._confirm_tuned(sub, cx, args, kwargs)
+
+    def _confirm_tuned(self, sub: Any, cx: dict[str, Any], args: Sequence[Any], kwargs: Any) -> None:
+        from triton.runtime import driver
+
+        # Triton's autotune key holds no device: another device's first call is confirmed too (its CompiledKernel
+        # is another object, which turns the fast path off, as for plain call sites)
+        device = driver.active.get_current_device()
         try:
             variant = sub.select(*args, **kwargs, **cx)
         except (NoMatchingVariantError, ArgumentError):
             variant = None
         if variant is not None:  # the Python launch path resolves every call: one confirmation per key and variant
-            memo = (repr(self.tuning_key(*args, **kwargs)), variant.key)
+            memo = (repr(self.tuning_key(*args, **kwargs)), device, variant.key)
             if memo in self.confirmed:
                 return
         try:
@@ -251,7 +263,7 @@ class TunedFastPath(FastPath):
         self.config_of[variant.key] = config
         # the globals the JIT function under the autotuner read: kernel[grid] checks them first (FastPath.bound)
         self.globals = list(getattr(self.jit.fn, "used_global_vals", {}).items())
-        self.confirmed.add((repr(self.tuning_key(*args, **kwargs)), variant.key))
+        self.confirmed.add((repr(self.tuning_key(*args, **kwargs)), device, variant.key))
         effect = (self.jit, "best_config", config)  # set by each launch before it launches, as Autotuner.run does
         self.kernel.set_result(variant.key, compiled, effect)
         sub.set_result(variant.key, compiled, effect)  # the kernel over the config's variants, which launches it
