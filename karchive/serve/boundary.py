@@ -35,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import KarchiveError, NoMatchingVariantError, ServeMissError
+from ..format.autotune import CONFIG_OPTIONS
 from ..runtime.args import pointer_value
 from .identity import LiveIdentity, find, live_identity
 
@@ -111,11 +112,7 @@ class Request:
                 parts.append(f"{n}={_plain(self.constexprs[n])!r}")
             else:
                 parts.append(f"{n}:{t}" + (f":{self.divisibility[n]}" if n in self.divisibility else ""))
-        opts = [
-            f"{k}={self.options[k]}"
-            for k in ("num_warps", "num_stages", "num_ctas", "maxnreg")
-            if self.options.get(k) is not None
-        ]
+        opts = [f"{k}={self.options[k]}" for k in CONFIG_OPTIONS if self.options.get(k) is not None]
         return ", ".join(parts + opts)
 
 
