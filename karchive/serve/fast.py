@@ -192,6 +192,51 @@ class FastPath:
         return partial(self.guarded, grid)
 
 
+class _WatchedCache(dict):
+    """``Autotuner.cache`` of a served autotuned call site. Triton's ``run`` reads ``cache[key]`` on every call; the
+    dispatcher remembers what it confirmed. So a change after a key was confirmed (a library's table loaded late, a
+    re-tune) turns the fast path off: Triton's own run then reads the cache on every call, as without serving.
+    Triton's own writes while karchive confirms a key are not changes. A reference to the dict taken before the call
+    site's first served launch is not watched."""
+
+    __slots__ = ("fast",)
+    fast: TunedFastPath
+
+    def _changed(self) -> None:
+        fast = self.fast
+        if fast.confirmed and fast.confirming != threading.get_ident():
+            fast.on = False
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self._changed()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: Any) -> None:
+        self._changed()
+        super().__delitem__(key)
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        self._changed()
+        super().update(*args, **kwargs)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        if key not in self:
+            self._changed()
+        return super().setdefault(key, default)
+
+    def pop(self, *args: Any) -> Any:
+        self._changed()
+        return super().pop(*args)
+
+    def popitem(self) -> Any:
+        self._changed()
+        return super().popitem()
+
+    def clear(self) -> None:
+        self._changed()
+        super().clear()
+
+
 class TunedFastPath(FastPath):
     """The fast path of a served ``@triton.autotune`` call site (see the module's docstring)."""
 
@@ -210,6 +255,10 @@ class TunedFastPath(FastPath):
         self.confirmed: set[tuple[str, int, str]] = set()  # (autotune key, device, variant) Triton agreed on
         # one confirmation at a time: each reads best_config, which Autotuner.run sets on the shared autotuner
         self.lock = threading.Lock()
+        self.confirming: int | None = None  # the thread confirming a key (its writes to the cache are Triton's)
+        watched = _WatchedCache(tuner.cache)
+        watched.fast = self
+        tuner.cache = watched
         # this call site's own kernel (results are its own), answering refused calls with Triton's run
         k = arc._make_kernel(name, list(arc.variants(name)), False, FastKernel)
         self.tuning_key = getattr(k.resolver, "tuning_key")  # noqa: B009 - an AutotuneResolver (the boundary checked)
@@ -225,7 +274,11 @@ class TunedFastPath(FastPath):
             self.on = False
             raise _Refer
         with self.lock:
-            self._confirm_tuned(sub, cx, args, kwargs)
+            self.confirming = threading.get_ident()
+            try:
+                self._confirm_tuned(sub, cx, args, kwargs)
+            finally:
+                self.confirming = None
 
     def _confirm_tuned(self, sub: Any, cx: dict[str, Any], args: Sequence[Any], kwargs: Any) -> None:
         from triton.runtime import driver
