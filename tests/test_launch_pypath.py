@@ -34,6 +34,7 @@ class Recorder:
             name="pkg.ops:k",
             plan=plan,
             _py_cache={},
+            takes_stream=True,
             _miss=lambda values, options: (
                 self.misses.append((values, options)) or types.SimpleNamespace(entry=entry, stream_fn=None)
             ),
@@ -80,7 +81,9 @@ def test_options_unknown_keywords_and_values_given_twice():
     assert len(rec.misses) == 2 and len(rec.launches) == 3
     run((1,), 0x1000, 7, BLOCK=64, BLOK=1)
     run((1,), 0x1000, 7, 64, 5)
-    assert [s[2] for s in rec.slow] == [{"BLOCK": 64, "BLOK": 1, "stream": None}, {"stream": None}]
+    run((1,), 0x1000, 7, 64, 5, stream=3)
+    # the slow path gets stream only where the call gave one (a served kernel hands the call on as given)
+    assert [s[2] for s in rec.slow] == [{"BLOCK": 64, "BLOK": 1}, {}, {"stream": 3}]
     with pytest.raises(TypeError, match=r"^k_launch\(\) got multiple values for argument 'grid'$"):
         run((1,), 0x1000, 7, grid=7)
     run((1,), object(), 7, BLOCK=64)  # no pointer to read: the slow path says why

@@ -1098,7 +1098,6 @@ def test_a_served_autotuned_call_whose_grid_triton_takes_is_answered_as_triton_d
     assert got is first  # Triton's CompiledKernel of the key's variant
 
 
-@pytest.mark.xfail(strict=True, reason="a memoised key launches with the caller's stream=; Triton refuses stream=")
 def test_a_served_call_with_a_stream_keyword_is_refused_as_triton_refuses_it(two_keys, monkeypatch, path, triton_side):
     """Triton refuses ``kernel[grid](..., stream=s)`` (``stream`` joins the options, so its cache misses and
     ``_pack_args`` asserts "stream option is deprecated"). Served, the first call of a key with ``stream=`` is

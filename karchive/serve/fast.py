@@ -81,6 +81,7 @@ class FastKernel(Kernel):
 
     fast: FastPath
     answers_misses = True
+    takes_stream = False
 
     def _miss(self, args: Sequence[Any], kwargs: dict[str, Any], grid: Any = None) -> Any:
         try:
@@ -168,11 +169,8 @@ class FastPath:
         self.kernel.set_result(variant.key, compiled)
 
     def triton(self, grid: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> Any:
-        """The call through Triton's own run (its binder, its errors; a compile reaches the boundary). The launch
-        paths hand misses ``stream=None`` of their own: only a stream the caller gave goes to Triton (which refuses
-        it, as without serving)."""
-        if "stream" in kwargs and kwargs["stream"] is None:
-            kwargs = {k: v for k, v in kwargs.items() if k != "stream"}
+        """The call through Triton's own run (its binder, its errors; a compile reaches the boundary). ``stream`` is
+        in ``kwargs`` only where the caller gave it (``FastKernel.takes_stream``): Triton refuses it."""
         return self.triton_run(self.jit, *args, grid=grid, warmup=False, **kwargs)
 
     def guarded(self, grid: Any, *args: Any, **kwargs: Any) -> Any:

@@ -166,7 +166,8 @@ def make_dispatcher(kernel: PlannedKernel) -> Any:
     assert extra_flags is not None
     flags = [p.flags | f for p, f in zip(plan.params, extra_flags)] + [0] * len(plan.options)
     return _fastlaunch.Dispatcher(
-        names=plan.names + plan.options + (STREAM,),
+        # (a kernel without the stream keyword: a name no keyword argument spells, so stream= is an unknown keyword)
+        names=plan.names + plan.options + (STREAM if kernel.takes_stream else "\x00stream",),
         roles=bytes(roles),
         flags=bytes(flags),
         n_params=len(plan.params),

@@ -147,6 +147,7 @@ class PlannedKernel(Protocol):
     name: str
     _py_cache: dict[Any, Any]
     resolver: Any  # the MetaResolver of a tuned or heuristics kernel; None for a plain one
+    takes_stream: bool  # stream= is its launch keyword (not a served call site's: Triton refuses it)
 
     @property
     def plan(self) -> KernelPlan: ...

@@ -69,14 +69,14 @@ def build(kernel: PlannedKernel) -> Callable[..., Any]:
         # 1. bind (Python's own binding error for a value given twice, as a def with these parameters gives)
         nargs = len(args)
         if nargs > n:
-            return slow(grid, args, {**kwargs, STREAM: stream})
+            return slow(grid, args, _with(kwargs, stream))
         has_options = False
         if kwargs:
             vals = list(args + pad[nargs:])
             for k, v in kwargs.items():
                 j = slot_of(k)
                 if j is None:
-                    return slow(grid, args, {**kwargs, STREAM: stream})
+                    return slow(grid, args, _with(kwargs, stream))
                 if j < nargs:
                     raise TypeError(f"{qualname}() got multiple values for argument {k!r}")
                 vals[j] = v
@@ -126,7 +126,7 @@ def build(kernel: PlannedKernel) -> Callable[..., Any]:
                 for o in vals[n:]:
                     key += (type(o), o)
         except Exception:  # noqa: BLE001 - an argument whose pointer cannot be read: the slow path says why
-            return slow(grid, tuple(vals[:n]), {**_given(vals), STREAM: stream})
+            return slow(grid, tuple(vals[:n]), _with(_given(vals), stream))
         # 3. look up, or resolve
         try:
             target = cache[tuple(key)]
@@ -139,7 +139,7 @@ def build(kernel: PlannedKernel) -> Callable[..., Any]:
                     cache.clear()
                 cache[tuple(key)] = target
         except TypeError:  # an unhashable constexpr value: launch without caching
-            return slow(grid, tuple(vals[:n]), {**_given(vals), STREAM: stream})
+            return slow(grid, tuple(vals[:n]), _with(_given(vals), stream))
         # 4. launch
         entry = target.entry
         if entry.effect is not None:  # (before the grid: Triton's Autotuner.run sets best_config first)
@@ -155,12 +155,25 @@ def build(kernel: PlannedKernel) -> Callable[..., Any]:
         """The launch options a call gave."""
         return {o: vals[n + i] for i, o in enumerate(options) if vals[n + i] is not MISSING}
 
+    if not kernel.takes_stream:
+        inner = launch
+
+        def launch(grid: Any, /, *args: Any, **kwargs: Any) -> Any:
+            if STREAM in kwargs:  # not this kernel's keyword (Kernel.takes_stream): its slow path gets it as given
+                return slow(grid, args, kwargs)
+            return inner(grid, *args, **kwargs)
+
     launch.__qualname__ = launch.__name__ = qualname
     launch.__doc__ = f"{kernel.name}[grid](...) on karchive's Python launch path."
     signature = _signature(names, options)
     if signature is not None:
         launch.__signature__ = signature  # type: ignore[attr-defined]  # help() and inspect show the kernel's names
     return launch
+
+
+def _with(kwargs: dict[str, Any], stream: Any) -> dict[str, Any]:
+    """The keywords the slow path gets: ``stream`` only where the call gave one."""
+    return kwargs if stream is None else {**kwargs, STREAM: stream}
 
 
 def _signature(names: tuple[str, ...], options: tuple[str, ...]) -> inspect.Signature | None:

@@ -272,7 +272,15 @@ class Kernel:
                 # (computed values replace the caller's)
                 return kernel._run(grid, *args, stream=stream, **{**kwargs, **cx})
             except Exception as exc:  # noqa: BLE001 - _answer re-raises what the kernel does not answer
-                return answer(exc, grid, args, {**kwargs, STREAM: stream}).result
+                return answer(exc, grid, args, kwargs if stream is None else {**kwargs, STREAM: stream}).result
+
+        if not self.takes_stream:
+            inner, slow = run, self._slow
+
+            def run(grid: Any, /, *args: Any, **kwargs: Any) -> Any:
+                if STREAM in kwargs:  # not this kernel's keyword: its slow path gets the call as given
+                    return slow(grid, args, kwargs)
+                return inner(grid, *args, **kwargs)
 
         run.__qualname__ = run.__name__ = launch_function_name(self.name)
         return run
@@ -391,6 +399,9 @@ class Kernel:
     #: nothing remembered), on both launch paths; with a resolver, a refused resolution is given to
     #: :meth:`_answer`: a served call site's (serve/fast.py).
     answers_misses = False
+    #: Whether ``stream=`` is this kernel's launch keyword. A served call site's is not: Triton refuses every
+    #: ``stream=``, so such a call goes to the kernel's ``_slow`` as given, on both launch paths.
+    takes_stream = True
 
     def _miss(self, args: Sequence[Any], kwargs: dict[str, Any], grid: Any = None) -> Any:
         """A selection key seen for the first time: full checks, selection, load (a CallTarget). Raises for a bad
