@@ -1250,3 +1250,42 @@ def test_a_served_autotuned_call_site_confirms_a_key_again_on_another_device(two
         assert runs[:2] == [True, True]  # confirmed again on device 1
         tuned_copy[(4,)](x, o, 4096)
     assert runs[2:] and all(r is False for r in runs[2:])  # then Triton's own runs: the fast path is off
+
+
+def test_triton_adding_a_key_while_a_hook_is_set_leaves_the_fast_path_on(two_keys, monkeypatch, path, triton_side):
+    """While a launch hook is set, calls are Triton's own ``Autotuner.run``, which adds a new key's decision to
+    ``Autotuner.cache``. That entry is none a confirmation read, so the fast path stays: once the hook is gone both
+    keys launch through the dispatcher (the new one confirmed once), with Triton's ``best_config``. A change to an
+    entry a confirmation read ends it (the test above)."""
+    import triton
+    from capture_fakes import fresh, tuned_copy
+
+    import karchive
+
+    runs = _spy_tuner_runs(monkeypatch)
+    fresh(tuned_copy)
+    tuned_copy.__dict__.pop("_karchive_fast", None)
+    x, o = mock(), mock()
+    rt = triton.knobs.runtime
+
+    def enter(md):
+        return None
+
+    with rs.fake_cuda(monkeypatch, path) as (rec, _b):
+        karchive.serve(_arc(two_keys, rec), mode="strict")
+        tuned_copy[(4,)](x, o, 4096)
+        rt.launch_enter_hook.add(enter)
+        try:
+            tuned_copy[(4,)](x, o, 1024)  # Triton's run: the n=1024 key's decision joins the cache
+        finally:
+            rt.launch_enter_hook.remove(enter)
+        assert runs == [True, False] and (1024, "fp32", "fp32") in tuned_copy.cache
+        fast = tuned_copy.__dict__["_karchive_fast"][1]
+        assert fast.on
+        for n in (1024, 4096, 1024):
+            tuned_copy[(4,)](x, o, n)
+            assert tuned_copy.best_config is tuned_copy.cache[(n, "fp32", "fp32")]
+        assert fast.on
+    if path == launch_path.EXTENSION:
+        assert runs == [True, False, True]  # the n=1024 key confirmed once, then the dispatcher's own launches
+    assert [la.block for la in rec.launches()][-3:] == [(64, 1, 1), (128, 1, 1), (64, 1, 1)]

@@ -192,39 +192,49 @@ class FastPath:
 
 class _WatchedCache(dict):
     """``Autotuner.cache`` of a served autotuned call site. Triton's ``run`` reads ``cache[key]`` on every call; the
-    dispatcher remembers what it confirmed. So a change after a key was confirmed (a library's table loaded late, a
-    re-tune) turns the fast path off: Triton's own run then reads the cache on every call, as without serving.
-    Triton's own writes while karchive confirms a key are not changes. A reference to the dict taken before the call
-    site's first served launch is not watched."""
+    dispatcher remembers the config it confirmed for a key. So a change to an entry a confirmation read (a library's
+    table loaded late, a re-tune) turns the fast path off: Triton's own run then reads the cache on every call, as
+    without serving. Entries no confirmation read (Triton's run adding a key while a launch hook is set) change
+    nothing karchive remembered. A reference to the dict taken before the call site's first served launch is not
+    watched."""
 
-    __slots__ = ("fast",)
+    __slots__ = ("fast", "read")
     fast: TunedFastPath
+    read: set[Any]  # the keys confirmations read (Triton's own autotune keys)
 
-    def _changed(self) -> None:
-        fast = self.fast
-        if fast.confirmed and fast.confirming != threading.get_ident():
-            fast.on = False
+    def __getitem__(self, key: Any) -> Any:
+        if self.fast.confirming == threading.get_ident():
+            self.read.add(key)
+        return super().__getitem__(key)
+
+    def _changed(self, *keys: Any) -> None:
+        """Entries ``keys`` (every entry: none given) change: the fast path ends where a confirmation read one."""
+        if self.read and self.fast.confirming != threading.get_ident():
+            if not keys or any(k in self.read for k in keys):
+                self.fast.on = False
 
     def __setitem__(self, key: Any, value: Any) -> None:
-        self._changed()
+        if self.get(key) is not value:
+            self._changed(key)
         super().__setitem__(key, value)
 
     def __delitem__(self, key: Any) -> None:
-        self._changed()
+        self._changed(key)
         super().__delitem__(key)
 
     def update(self, *args: Any, **kwargs: Any) -> None:
-        self._changed()
-        super().update(*args, **kwargs)
+        new = dict(*args, **kwargs)
+        changed = [k for k, v in new.items() if self.get(k) is not v]
+        if changed:
+            self._changed(*changed)
+        super().update(new)
 
     def setdefault(self, key: Any, default: Any = None) -> Any:
-        if key not in self:
-            self._changed()
-        return super().setdefault(key, default)
+        return super().setdefault(key, default)  # (changes no entry that exists)
 
-    def pop(self, *args: Any) -> Any:
-        self._changed()
-        return super().pop(*args)
+    def pop(self, key: Any, *default: Any) -> Any:
+        self._changed(key)
+        return super().pop(key, *default)
 
     def popitem(self) -> Any:
         self._changed()
@@ -255,7 +265,7 @@ class TunedFastPath(FastPath):
         self.lock = threading.Lock()
         self.confirming: int | None = None  # the thread confirming a key (its writes to the cache are Triton's)
         watched = _WatchedCache(tuner.cache)
-        watched.fast = self
+        watched.fast, watched.read = self, set()
         tuner.cache = watched
         # this call site's own kernel (results are its own), answering refused calls with Triton's run
         k = arc._make_kernel(name, list(arc.variants(name)), False, FastKernel)
