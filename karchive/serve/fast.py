@@ -229,9 +229,6 @@ class _WatchedCache(dict):
             self._changed(*changed)
         super().update(new)
 
-    def setdefault(self, key: Any, default: Any = None) -> Any:
-        return super().setdefault(key, default)  # (changes no entry that exists)
-
     def pop(self, key: Any, *default: Any) -> Any:
         self._changed(key)
         return super().pop(key, *default)

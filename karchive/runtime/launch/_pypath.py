@@ -69,14 +69,14 @@ def build(kernel: PlannedKernel) -> Callable[..., Any]:
         # 1. bind (Python's own binding error for a value given twice, as a def with these parameters gives)
         nargs = len(args)
         if nargs > n:
-            return slow(grid, args, _with(kwargs, stream))
+            return slow(grid, args, with_stream(kwargs, stream))
         has_options = False
         if kwargs:
             vals = list(args + pad[nargs:])
             for k, v in kwargs.items():
                 j = slot_of(k)
                 if j is None:
-                    return slow(grid, args, _with(kwargs, stream))
+                    return slow(grid, args, with_stream(kwargs, stream))
                 if j < nargs:
                     raise TypeError(f"{qualname}() got multiple values for argument {k!r}")
                 vals[j] = v
@@ -126,7 +126,7 @@ def build(kernel: PlannedKernel) -> Callable[..., Any]:
                 for o in vals[n:]:
                     key += (type(o), o)
         except Exception:  # noqa: BLE001 - an argument whose pointer cannot be read: the slow path says why
-            return slow(grid, tuple(vals[:n]), _with(_given(vals), stream))
+            return slow(grid, tuple(vals[:n]), with_stream(_given(vals), stream))
         # 3. look up, or resolve
         try:
             target = cache[tuple(key)]
@@ -139,7 +139,7 @@ def build(kernel: PlannedKernel) -> Callable[..., Any]:
                     cache.clear()
                 cache[tuple(key)] = target
         except TypeError:  # an unhashable constexpr value: launch without caching
-            return slow(grid, tuple(vals[:n]), _with(_given(vals), stream))
+            return slow(grid, tuple(vals[:n]), with_stream(_given(vals), stream))
         # 4. launch
         entry = target.entry
         if entry.effect is not None:  # (before the grid: Triton's Autotuner.run sets best_config first)
@@ -156,13 +156,7 @@ def build(kernel: PlannedKernel) -> Callable[..., Any]:
         return {o: vals[n + i] for i, o in enumerate(options) if vals[n + i] is not MISSING}
 
     if not kernel.takes_stream:
-        inner = launch
-
-        def launch(grid: Any, /, *args: Any, **kwargs: Any) -> Any:
-            if STREAM in kwargs:  # not this kernel's keyword (Kernel.takes_stream): its slow path gets it as given
-                return slow(grid, args, kwargs)
-            return inner(grid, *args, **kwargs)
-
+        launch = without_stream(launch, slow)
     launch.__qualname__ = launch.__name__ = qualname
     launch.__doc__ = f"{kernel.name}[grid](...) on karchive's Python launch path."
     signature = _signature(names, options)
@@ -171,9 +165,21 @@ def build(kernel: PlannedKernel) -> Callable[..., Any]:
     return launch
 
 
-def _with(kwargs: dict[str, Any], stream: Any) -> dict[str, Any]:
+def with_stream(kwargs: dict[str, Any], stream: Any) -> dict[str, Any]:
     """The keywords the slow path gets: ``stream`` only where the call gave one."""
     return kwargs if stream is None else {**kwargs, STREAM: stream}
+
+
+def without_stream(run: Callable[..., Any], slow: Callable[..., Any]) -> Callable[..., Any]:
+    """``run`` of a kernel whose launch keywords do not include ``stream`` (``Kernel.takes_stream``): a call that
+    gives one goes to the kernel's slow path as given."""
+
+    def launch(grid: Any, /, *args: Any, **kwargs: Any) -> Any:
+        if STREAM in kwargs:
+            return slow(grid, args, kwargs)
+        return run(grid, *args, **kwargs)
+
+    return launch
 
 
 def _signature(names: tuple[str, ...], options: tuple[str, ...]) -> inspect.Signature | None:

@@ -262,7 +262,7 @@ class Kernel:
     def _resolving_run(self, resolver: MetaResolver) -> Callable[..., Any]:
         """``_run`` of a kernel with a resolver on the Python path (and the compiled path's slow step): resolve
         the meta-parameters, then the chosen variants' own launch path with them added to the call."""
-        from ._pypath import launch_function_name
+        from ._pypath import launch_function_name, with_stream, without_stream
 
         resolve, answer = resolver.resolve, self._answer
 
@@ -272,18 +272,11 @@ class Kernel:
                 # (computed values replace the caller's)
                 return kernel._run(grid, *args, stream=stream, **{**kwargs, **cx})
             except Exception as exc:  # noqa: BLE001 - _answer re-raises what the kernel does not answer
-                return answer(exc, grid, args, kwargs if stream is None else {**kwargs, STREAM: stream}).result
+                return answer(exc, grid, args, with_stream(kwargs, stream)).result
 
-        if not self.takes_stream:
-            inner, slow = run, self._slow
-
-            def run(grid: Any, /, *args: Any, **kwargs: Any) -> Any:
-                if STREAM in kwargs:  # not this kernel's keyword: its slow path gets the call as given
-                    return slow(grid, args, kwargs)
-                return inner(grid, *args, **kwargs)
-
-        run.__qualname__ = run.__name__ = launch_function_name(self.name)
-        return run
+        launch = run if self.takes_stream else without_stream(run, self._slow)
+        launch.__qualname__ = launch.__name__ = launch_function_name(self.name)
+        return launch
 
     # -- public API ------------------------------------------------------------------------------------
     def run(self, *args: Any, grid: Any, stream: Any = None, **kwargs: Any) -> Any:
