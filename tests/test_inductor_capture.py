@@ -144,3 +144,47 @@ def test_compiles_stay_in_process_only_while_capturing_unless_asked_not_to():
             assert inductor_config.compile_threads == 4  # Inductor's workers compile: harvested, no identity
     finally:
         inductor_config.compile_threads = before
+
+
+def test_one_kernel_in_two_generated_modules_is_filed_under_both_identities(inductor_gpu, tmp_path):
+    """Two modules holding the same ``@triton.jit`` function (a graph's and a benchmark's: here they differ in
+    ``num_load``) are one Triton hash and two Inductor identities; serving looks each up by its own module, so the
+    capture files the binary under both, each with its decision (a second sighting of the hash once went unrecorded,
+    and its module's decision was dropped with it)."""
+    a = load_generated("reduction_rmsnorm.py", tmp_path / "x")
+    b = load_generated("reduction_rmsnorm.py", tmp_path / "y", edit=("'num_load': 3", "'num_load': 4"))
+    ia, ib = inductor_source.of_function(a.fn), inductor_source.of_function(b.fn)
+    assert ia.digest != ib.digest and ia.function == ib.function
+    with karchive.capture("m", version="1") as cap:
+        a.precompile(warm_cache_only=True)
+        b.precompile(warm_cache_only=True)  # Triton cache hits: the same hashes
+        _decide(a, compile_id="0/0")
+        _decide(b, index=1, compile_id="1/0")
+    hashes = {e.triton_hash for e in cap.events}
+    assert len(hashes) == len(a.configs or a.compile_results)  # one binary per config, seen twice
+    assert sorted(cap.kernels()) == sorted([ia.name, ib.name])
+    section = InductorSection.from_json(cap.inductor.section(set(cap.kernels())))
+    assert section.decision(ia.digest) is not None and section.decision(ib.digest) is not None
+
+
+def test_a_capture_restores_no_triton_bundle_of_a_warm_inductor_cache(monkeypatch):
+    """An FX graph cache hit's Triton bundle would hand Inductor statically launchable kernels (no triton.compile)
+    and write cubins the capture could only harvest under plain names: while capturing, none is restored."""
+    import torch  # noqa: F401 - the hooks install only where torch is imported
+    from torch._inductor.triton_bundler import TritonBundler
+
+    from karchive.core.inductor_bundles import refuse_triton_bundles
+
+    orig = TritonBundler.__dict__["read_and_emit"]
+    restored = []
+    monkeypatch.setattr(TritonBundler, "read_and_emit", staticmethod(lambda bundle: restored.append(bundle) or "meta"))
+    bundle = type("Bundle", (), {"kernel_artifacts": ["k"], "static_autotuners": []})()
+    with karchive.capture("m", version="1") as cap:
+        assert TritonBundler.read_and_emit(bundle) is None
+    assert restored == [] and cap.summary()["inductor_bundles_not_restored"] == 1
+    assert TritonBundler.read_and_emit(bundle) == "meta" and restored == [bundle]  # undone with the capture
+    undo = refuse_triton_bundles(lambda: None)
+    assert undo is not None and TritonBundler.read_and_emit(bundle) is None
+    undo()
+    assert TritonBundler.read_and_emit(bundle) == "meta"
+    monkeypatch.setattr(TritonBundler, "read_and_emit", orig)

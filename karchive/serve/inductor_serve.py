@@ -9,7 +9,9 @@ Inductor benchmarks in three places, each answered here from the manifest's ``in
 - ``CachingAutotuner`` (every generated kernel with more than one config): before it precompiles, its configs
   become the one config the capture saw it launch with, marked found by coordinate descent and as an autotune-cache
   hit, exactly what Inductor does itself on a hit of its own autotune cache, so it compiles that config alone
-  (through the boundary), never benchmarks, never runs coordinate descent nor rescales its reduction block;
+  (through the boundary), never benchmarks, never runs coordinate descent nor rescales its reduction block
+  (``dynamic_scale_rblock`` off for it: not every torch release skips the rescale on a cache hit, and a rescale
+  compiles a second config and benchmarks the two);
 - max-autotune's template selection: ``PersistentCache.lookup`` answers with the recorded time of every choice,
   so Inductor neither precompiles the choices nor benchmarks them and picks what the capture picked;
 - the scheduler's benchmarks of generated modules (``TritonScheduling.benchmark_codegened_module``: template
@@ -47,6 +49,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..core.inductor_bundles import refuse_triton_bundles
 from ..errors import ServeMissError
 from ..format import inductor_source
 from ..format.inductor_records import CacheArtifacts, InductorSection, KernelDecision, graph_label, section_of
@@ -148,6 +151,9 @@ class InductorServing:
             return
         config = make_config(decision, type(configs[0]) if configs else None)
         tuner.configs = [config]
+        meta = getattr(tuner, "inductor_meta", None)
+        if isinstance(meta, dict):  # not every torch skips halving a reduction's block on a cache hit
+            tuner.inductor_meta = {**meta, "dynamic_scale_rblock": False}
         info = dict(getattr(tuner, "autotune_cache_info", None) or {})
         info.update({"autotune_cache_state": "hit", "karchive": name})
         tuner.autotune_cache_info = info
@@ -264,24 +270,14 @@ class InductorServing:
         return [lambda: setattr(TritonScheduling, "benchmark_codegened_module", orig)]
 
     def _no_triton_bundles(self) -> list[Callable[[], None]]:
-        """``TritonBundler.read_and_emit`` answers nothing: no bundle (an FX graph cache entry's cubins and statically
-        launchable autotuners) is written into Triton's cache or handed to Inductor, so every kernel of a cache hit
-        is compiled through the boundary, from the archive. Not a config switch: ``bundle_triton_into_fx_graph_cache``
-        is part of the FX graph cache key."""
-        try:
-            from torch._inductor.triton_bundler import TritonBundler
-        except Exception:  # noqa: BLE001 - an Inductor without a Triton bundler restores none
-            return []
-        me, orig = self, TritonBundler.__dict__["read_and_emit"]
+        """No Triton bundle restored while serving (:mod:`karchive.core.inductor_bundles`), counted."""
 
-        def read_and_emit(bundle: Any) -> None:
-            if getattr(bundle, "kernel_artifacts", None) or getattr(bundle, "static_autotuners", None):
-                with me.lock:
-                    me.bundles_refused += 1
-            return None
+        def refused() -> None:
+            with self.lock:
+                self.bundles_refused += 1
 
-        TritonBundler.read_and_emit = staticmethod(read_and_emit)
-        return [lambda: setattr(TritonBundler, "read_and_emit", orig)]
+        undo = refuse_triton_bundles(refused)
+        return [] if undo is None else [undo]
 
     def load_cache_artifacts(self) -> None:
         """Load each archive's cache artifacts where it may (see the module doc); record what happened."""

@@ -14,6 +14,9 @@ here, while any capture is active:
   ``torch._inductor.config.compile_threads`` is 1 while capturing, so that no compile worker compiles a kernel
   this process never sees as a source (a worker's compile reaches the archive only as a harvested cache entry,
   without Inductor's identity and decisions);
+- **no Triton bundle restored** (:mod:`karchive.core.inductor_bundles`): an FX graph cache hit of a warm Inductor
+  cache compiles its kernels through ``triton.compile`` (Triton cache hits), so they are filed under their
+  identity with their decisions, never harvested from Triton's cache under a plain name;
 - **torch's own cache artifacts** (``Capture(inductor_cache_artifacts=True)``, the default): at save, the
   Mega-Cache entries (``torch.compiler.save_cache_artifacts``) recorded while the capture was open, of the kinds
   :data:`~karchive.format.inductor_records.CACHE_ARTIFACT_KINDS` names, FX graph entries without their Triton
@@ -34,6 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...core.digest import sha256_hex
+from ...core.inductor_bundles import refuse_triton_bundles
 from ...format import inductor_source
 from ...format.inductor_records import (
     CACHE_ARTIFACT_KINDS,
@@ -59,6 +63,7 @@ class InductorLog:
         self.decisions: dict[str, list[KernelDecision]] = {}  # source digest -> one per distinct config
         self.templates: dict[tuple[str, str, str, int | None], dict[str, float]] = {}
         self.modules: dict[str, float] = {}  # benchmarked module source digest -> ms
+        self.bundles_refused = 0  # FX graph cache hits whose Triton bundle was not restored (compiled instead)
         self.warnings: list[str] = []
 
     def decide(self, decision: KernelDecision) -> None:
@@ -157,6 +162,12 @@ def _after_lookup(choices: Any, op: str, inputs: str, hint: int | None, timings:
         log.timings(op, inputs, precision, hint, table)
 
 
+def _bundle_refused() -> None:
+    for log in _logs():
+        with log._lock:
+            log.bundles_refused += 1
+
+
 def install() -> list[Callable[[], None]]:
     """Wrap Inductor's autotuner, autotune table and module benchmarks; the undo functions. Nothing when torch is
     not imported, or Inductor cannot be."""
@@ -196,6 +207,9 @@ def install() -> list[Callable[[], None]]:
         return out
 
     undo += _wrap_module_benchmark()
+    no_bundles = refuse_triton_bundles(_bundle_refused)
+    if no_bundles is not None:
+        undo.append(no_bundles)
     CachingAutotuner.run = run
     CachingAutotuner.precompile = precompile
     PersistentCache.lookup = lookup

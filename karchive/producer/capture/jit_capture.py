@@ -45,6 +45,7 @@ from typing import Any, TypeGuard, TypeVar, cast
 
 from ...core.jsonio import canonical_json
 from ...errors import CaptureError, KarchiveError, UnsupportedKernelError
+from ...format import inductor_source
 from ...format.autotune import json_safe
 from ..build.pack import ArchiveBuilder
 from ..compile.canonical import kernel_name
@@ -229,6 +230,7 @@ class Capture:
         self.heuristics = HeuristicsLog()
         self.inductor = inductor_capture.InductorLog()  # torch.compile's decisions (autotune configs, templates)
         self._hash_to_key: dict[str, str | None] = {}
+        self._inductor_names: dict[str, set[str]] = {}  # triton hash -> the Inductor identities recorded for it
         self._failed: dict[str, tuple[str, str]] = {}  # triton hash -> (category, why)
         self._lock = threading.RLock()
         self._depth: dict[int, int] = {}
@@ -340,6 +342,14 @@ class Capture:
     def _seen(self, triton_hash: str | None) -> TypeGuard[str]:
         return triton_hash is not None and triton_hash in self._hash_to_key  # a dict lookup: atomic in CPython
 
+    def _wants(self, triton_hash: str | None, inductor_name: str | None) -> bool:
+        """Record this compile? Once per Triton hash, and once more per Inductor identity of it: two generated
+        modules (a graph's and a benchmark's, or two graphs') can hold the same kernel, one binary under two names,
+        and serving looks a kernel up by the module it is launched from."""
+        if not self._seen(triton_hash):
+            return True
+        return inductor_name is not None and inductor_name not in self._inductor_names.get(triton_hash, ())
+
     def _add(
         self, variant: CompiledVariant | None, triton_hash: str | None, how: str, kernel: str, note: str = ""
     ) -> None:
@@ -349,6 +359,8 @@ class Capture:
                 key = variant.key
                 if key not in self.variants:
                     self.variants[key] = variant
+                if triton_hash is not None and inductor_source.is_inductor_name(variant.kernel):
+                    self._inductor_names.setdefault(triton_hash, set()).add(variant.kernel)
             if triton_hash is not None:
                 self._hash_to_key[triton_hash] = key
                 self._failed.pop(triton_hash, None)
@@ -549,6 +561,7 @@ class Capture:
                 "autotune_records": len(self.autotune.records),
                 "inductor_decisions": len(self.inductor.decisions),
                 "inductor_template_tables": len(self.inductor.templates),
+                "inductor_bundles_not_restored": self.inductor.bundles_refused,
                 "heuristics_records": len(self.heuristics.to_json()),
                 "warnings": list(self.warnings),
                 "errors": list(self.errors),
@@ -598,7 +611,8 @@ def _on_compile(
     LEDGER.note(
         triton_hash, kernel, bool(cache_hit), rule, targets, _entry_dir(metadata_group) if metadata_group else None
     )
-    caps = [c for c in targets if not c._seen(triton_hash)]
+    generated = inductor_capture.provenance(src.fn) if hasattr(src, "fn") else None
+    caps = [c for c in targets if c._wants(triton_hash, generated[0] if generated is not None else None)]
     if not caps or not metadata_group:
         return
     how = "cache-hit" if cache_hit else "compiled"
