@@ -115,6 +115,22 @@ def test_a_changed_source_is_a_strict_miss_naming_the_kernel(captured, compiles)
         tuner.precompile(warm_cache_only=True)
     assert err.value.kernel == name and "2 configs" in str(err.value)
     assert compiles == []
+    assert "Earlier misses" not in str(err.value)
+
+
+def test_a_strict_miss_names_the_misses_inductor_caught_before_it(captured, compiles):
+    """Inductor's scheduler catches a failing fusion candidate and carries on without it, so a miss raised there
+    changes what Inductor generates next: the miss that escapes names the earlier ones (the cause)."""
+    _serve(captured, "strict")
+    first = load_generated("pointwise_gelu.py", captured.root / "serve", edit=("0.7071067811865476", "0.7"))
+    with pytest.raises(ServeMissError):  # what Inductor's scheduler would swallow
+        first.precompile(warm_cache_only=True)
+    second = load_generated("pointwise_gelu.py", captured.root / "serve", edit=("0.7071067811865476", "0.6"))
+    with pytest.raises(ServeMissError) as err:
+        second.precompile(warm_cache_only=True)
+    text = str(err.value)
+    assert err.value.kernel == inductor_source.of_function(second.fn).name
+    assert "Earlier misses, caught inside Inductor (1)" in text and inductor_source.of_function(first.fn).name in text
 
 
 def test_fallback_lets_inductor_tune_and_reports_the_miss(captured, compiles):

@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import sys
 import threading
@@ -611,6 +612,30 @@ def decisions_verdict(result: dict) -> dict:
     return {"checks": checks, "passed": all(v for k, v in checks.items() if k != "all_bit_equal")}
 
 
+def keep_missed_sources(out: Path, workload: str, phase: str, error: str) -> list[str]:
+    """The generated modules (capture's and this phase's) that define the Inductor kernel a failed serve phase names,
+    copied to ``OUT/missed-<workload>-<phase>-<n>.py``: the source difference that made it a miss is in them."""
+    found = re.search(r"inductor\.k[0-9a-f]+:([A-Za-z_][A-Za-z0-9_]*)", error)
+    if found is None:
+        return []
+    kept = []
+    for where in ("capture", CACHES[phase]):
+        for path in sorted((out / "caches" / workload / where).rglob("*.py")):
+            try:
+                text = path.read_text()
+            except (OSError, UnicodeDecodeError):
+                continue
+            if (
+                len(kept) < 8
+                and re.search(rf"^def {found.group(1)}\(", text, re.MULTILINE)
+                and "triton_heuristics" in text
+            ):
+                dest = out / f"missed-{workload}-{where}-{len(kept)}.py"
+                dest.write_text(text)
+                kept.append(f"{dest.name} <- {path.relative_to(out)}")
+    return kept
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", help="output directory (default $OUT/inductor-bench)")
@@ -659,6 +684,8 @@ def main() -> int:
             result = run_phase(phase, workload, out, args.smoke, args.timeout)
             if phase in SERVING and "skip" not in result:
                 result["verdict"] = verdict(result)
+                if not result.get("ok"):
+                    result["missed_sources"] = keep_missed_sources(out, workload, phase, str(result.get("error")))
             if phase == "decisions":
                 result["verdict"] = decisions_verdict(result)
             summary["workloads"].setdefault(workload, {})[phase] = result

@@ -101,11 +101,17 @@ class InductorServing:
     def miss(self, what: str, name: str, reason: str) -> None:
         """Report a miss; raise it in strict mode."""
         with self.lock:
+            earlier = list(self.misses)
             self.misses.append({"what": what, "name": name, "reason": reason})
         if self.mode == STRICT:
+            # Inductor catches some errors and carries on without the choice that raised (the scheduler's
+            # prologue/epilogue fusion candidates): such a miss changes what is generated next, so the miss that
+            # finally escapes names the ones before it
+            caught = "; ".join(f"{m['what']} {m['name']}: {m['reason']}" for m in earlier[:3])
             raise ServeMissError(
                 f"karchive.serve(strict): Inductor {what} {name}: {reason}. Nothing was benchmarked; archives: "
-                f"{', '.join(self.labels) or '(none)'}",
+                f"{', '.join(self.labels) or '(none)'}"
+                + (f". Earlier misses, caught inside Inductor ({len(earlier)}): {caught}" if earlier else ""),
                 kernel=name,
                 call=what,
                 archives=self.labels,
