@@ -188,3 +188,71 @@ def test_a_capture_restores_no_triton_bundle_of_a_warm_inductor_cache(monkeypatc
     undo()
     assert TritonBundler.read_and_emit(bundle) == "meta"
     monkeypatch.setattr(TritonBundler, "read_and_emit", orig)
+
+
+@pytest.mark.parametrize("capture_first", [True, False], ids=["capture-then-serve", "serve-then-capture"])
+def test_overlapping_capture_and_serving_keep_bundles_out_until_both_end(monkeypatch, capture_first):
+    """A capture and a serving session both refuse Inductor's Triton bundles and may overlap in any order (the one
+    opened first ended first here): while either is open no bundle is restored, each counts what it refused, and
+    once both have ended torch's own ``read_and_emit`` is back (neither left its refusal installed for good)."""
+    import warnings
+    from types import SimpleNamespace
+
+    import torch  # noqa: F401 - the hooks install only where torch is imported
+    from torch._inductor.triton_bundler import TritonBundler
+
+    from karchive.serve.inductor_serve import install_inductor, uninstall_inductor
+
+    restored = []
+    monkeypatch.setattr(TritonBundler, "read_and_emit", staticmethod(lambda bundle: restored.append(bundle) or "meta"))
+    theirs = TritonBundler.__dict__["read_and_emit"]
+    bundle = type("Bundle", (), {"kernel_artifacts": ["k"], "static_autotuners": []})()
+    cap = karchive.capture("m", version="1")
+    open_capture = cap.__enter__
+    close_capture = lambda: cap.__exit__(None, None, None)  # noqa: E731
+    open_serving = lambda: install_inductor(SimpleNamespace(archives=[], mode="strict"))  # noqa: E731
+    steps = (
+        [open_capture, open_serving, close_capture, uninstall_inductor]
+        if capture_first
+        else [open_serving, open_capture, uninstall_inductor, close_capture]
+    )
+    serving = None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for i, step in enumerate(steps[:3]):
+            out = step()
+            serving = out if step is open_serving else serving
+            assert TritonBundler.read_and_emit(bundle) is None, f"a bundle was restored after step {i}"
+        steps[3]()
+    assert restored == []
+    assert TritonBundler.__dict__["read_and_emit"] is theirs
+    assert TritonBundler.read_and_emit(bundle) == "meta" and restored == [bundle]
+    assert serving is not None and serving.bundles_refused == 2  # while it was open: with the capture, then alone
+    assert cap.summary()["inductor_bundles_not_restored"] == 2
+
+
+def test_a_refusal_wrapped_by_someone_else_passes_through_once_undone(monkeypatch):
+    """Whoever wraps ``read_and_emit`` while a refusal is in force keeps their wrapper after it ends, and the
+    refusal left in their chain passes every bundle on to what it replaced; a second undo changes nothing."""
+    import torch  # noqa: F401
+    from torch._inductor.triton_bundler import TritonBundler
+
+    from karchive.core.inductor_bundles import refuse_triton_bundles
+
+    restored = []
+    monkeypatch.setattr(TritonBundler, "read_and_emit", staticmethod(lambda bundle: restored.append(bundle) or "meta"))
+    bundle = type("Bundle", (), {"kernel_artifacts": ["k"], "static_autotuners": []})()
+    counted = []
+    first = refuse_triton_bundles(lambda: counted.append(1))
+    inner = TritonBundler.read_and_emit
+    theirs = staticmethod(lambda b: ("theirs", inner(b)))
+    TritonBundler.read_and_emit = theirs
+    second = refuse_triton_bundles(lambda: counted.append(2))
+    assert first is not None and second is not None
+    assert TritonBundler.read_and_emit(bundle) == ("theirs", None) and counted == [1, 2]
+    first()
+    first()  # once only: the second refusal is still in force
+    assert TritonBundler.read_and_emit(bundle) == ("theirs", None) and counted == [1, 2, 2] and restored == []
+    second()
+    assert TritonBundler.__dict__["read_and_emit"] is theirs
+    assert TritonBundler.read_and_emit(bundle) == ("theirs", "meta") and restored == [bundle]
