@@ -256,3 +256,38 @@ def test_a_refusal_wrapped_by_someone_else_passes_through_once_undone(monkeypatc
     second()
     assert TritonBundler.__dict__["read_and_emit"] is theirs
     assert TritonBundler.read_and_emit(bundle) == ("theirs", "meta") and restored == [bundle]
+
+
+def test_an_identity_that_cannot_be_described_is_reported_once_and_keeps_the_binary_filed(
+    inductor_gpu, tmp_path, monkeypatch
+):
+    """A second module's identity of an archived binary that fails to be described is one error, however often its
+    module compiles; the binary stays archived under the first identity (not reported lost, its hash still maps
+    to its variant)."""
+    from karchive.errors import UnsupportedKernelError
+    from karchive.producer.capture import jit_capture
+
+    a = load_generated("reduction_rmsnorm.py", tmp_path / "x")
+    b1 = load_generated("reduction_rmsnorm.py", tmp_path / "y", edit=("'num_load': 3", "'num_load': 4"))
+    b2 = load_generated("reduction_rmsnorm.py", tmp_path / "z", edit=("'num_load': 3", "'num_load': 4"))
+    ia, ib = inductor_source.of_function(a.fn), inductor_source.of_function(b1.fn)
+    assert inductor_source.of_function(b2.fn).name == ib.name != ia.name
+    describe = jit_capture.describe_source
+
+    def refuse_b(src, *args, **kwargs):
+        if inductor_source.of_function(src.fn).name == ib.name:
+            raise UnsupportedKernelError("not this one", kernel=ib.name)
+        return describe(src, *args, **kwargs)
+
+    monkeypatch.setattr(jit_capture, "describe_source", refuse_b)
+    with karchive.capture("m", version="1") as cap:
+        a.precompile(warm_cache_only=True)
+        b1.precompile(warm_cache_only=True)  # Triton cache hits on a's binaries, another identity
+        b2.precompile(warm_cache_only=True)  # the same identity again
+    hashes = {e.triton_hash for e in cap.events}
+    assert cap.kernels() == [ia.name]
+    assert hashes and hashes <= cap.recorded_hashes()
+    assert all(cap.variant_for_hash(h) is not None for h in hashes)
+    assert cap.summary()["left_out"] == [] and cap.summary()["lost"] == 0
+    assert len(cap.warnings) == len(hashes)  # one per binary of b's identity, not one per compile of it
+    assert all("not this one" in w for w in cap.warnings)

@@ -230,7 +230,7 @@ class Capture:
         self.heuristics = HeuristicsLog()
         self.inductor = inductor_capture.InductorLog()  # torch.compile's decisions (autotune configs, templates)
         self._hash_to_key: dict[str, str | None] = {}
-        self._inductor_names: dict[str, set[str]] = {}  # triton hash -> the Inductor identities recorded for it
+        self._inductor_names: dict[str, set[str]] = {}  # triton hash -> its Inductor identities recorded or failed
         self._failed: dict[str, tuple[str, str]] = {}  # triton hash -> (category, why)
         self._lock = threading.RLock()
         self._depth: dict[int, int] = {}
@@ -366,7 +366,11 @@ class Capture:
                 self._failed.pop(triton_hash, None)
             self.events.append(CaptureEvent(kernel, key, triton_hash, how, note, threading.current_thread().name))
 
-    def _fail(self, kernel: str, triton_hash: str | None, how: str, exc: BaseException) -> None:
+    def _fail(
+        self, kernel: str, triton_hash: str | None, how: str, exc: BaseException, inductor_name: str | None = None
+    ) -> None:
+        """Report a compile not recorded. Where its binary is archived already (under another Inductor identity),
+        the binary stays recorded; the identity is tried once, as a hash is."""
         with self._lock:
             if isinstance(exc, UnsupportedKernelError):
                 self.warnings.append(f"{kernel}: not archived: {exc}")
@@ -374,7 +378,9 @@ class Capture:
             else:
                 self.errors.append(f"{kernel}: {type(exc).__name__}: {exc}")
                 category = "failed"
-            if triton_hash is not None:
+            if triton_hash is not None and inductor_name is not None:
+                self._inductor_names.setdefault(triton_hash, set()).add(inductor_name)
+            if triton_hash is not None and self._hash_to_key.get(triton_hash) is None:
                 self._hash_to_key[triton_hash] = None
                 self._failed[triton_hash] = (category, f"{type(exc).__name__}: {exc}")
             self.events.append(
@@ -612,7 +618,8 @@ def _on_compile(
         triton_hash, kernel, bool(cache_hit), rule, targets, _entry_dir(metadata_group) if metadata_group else None
     )
     generated = inductor_capture.provenance(src.fn) if hasattr(src, "fn") else None
-    caps = [c for c in targets if c._wants(triton_hash, generated[0] if generated is not None else None)]
+    inductor_name = generated[0] if generated is not None else None
+    caps = [c for c in targets if c._wants(triton_hash, inductor_name)]
     if not caps or not metadata_group:
         return
     how = "cache-hit" if cache_hit else "compiled"
@@ -635,7 +642,7 @@ def _on_compile(
                 by_ir[cap.include_ir] = exc
         result = by_ir[cap.include_ir]
         if isinstance(result, BaseException):
-            cap._fail(kernel, triton_hash, how, result)
+            cap._fail(kernel, triton_hash, how, result, inductor_name)
         else:
             cap._add(result, triton_hash, how, kernel, note)
 
