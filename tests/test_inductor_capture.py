@@ -165,6 +165,10 @@ def test_one_kernel_in_two_generated_modules_is_filed_under_both_identities(indu
     assert sorted(cap.kernels()) == sorted([ia.name, ib.name])
     section = InductorSection.from_json(cap.inductor.section(set(cap.kernels())))
     assert section.decision(ia.digest) is not None and section.decision(ib.digest) is not None
+    cap.save(tmp_path / "m.karc")  # one binary, two variants: neither dropped as a duplicate of the other
+    model = open_location(tmp_path / "m.karc").model
+    filed = sorted(v.kernel for v in model.variants)
+    assert filed == sorted([ia.name] * len(hashes) + [ib.name] * len(hashes))
 
 
 def test_a_capture_restores_no_triton_bundle_of_a_warm_inductor_cache(monkeypatch):
