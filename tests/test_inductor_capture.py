@@ -295,3 +295,27 @@ def test_an_identity_that_cannot_be_described_is_reported_once_and_keeps_the_bin
     assert cap.summary()["left_out"] == [] and cap.summary()["lost"] == 0
     assert len(cap.warnings) == len(hashes)  # one per binary of b's identity, not one per compile of it
     assert all("not this one" in w for w in cap.warnings)
+
+
+def test_an_unstorable_variant_of_a_binary_filed_twice_is_left_out_with_its_hash(inductor_gpu, tmp_path, monkeypatch):
+    """Where one binary is filed under two identities and the first identity's manifest entry cannot be stored,
+    its left-out entry still names the binary's Triton hash (the hash's latest record is the other identity)."""
+    a = load_generated("reduction_rmsnorm.py", tmp_path / "x")
+    b = load_generated("reduction_rmsnorm.py", tmp_path / "y", edit=("'num_load': 3", "'num_load': 4"))
+    ia = inductor_source.of_function(a.fn)
+    with karchive.capture("m", version="1") as cap:
+        a.precompile(warm_cache_only=True)
+        b.precompile(warm_cache_only=True)
+    hashes = {e.triton_hash for e in cap.events}
+    variant_type = type(next(iter(cap.variants.values())).variant)
+    to_json = variant_type.to_json
+
+    def refuse_a(self):
+        if self.kernel == ia.name:
+            raise ValueError("not storable")
+        return to_json(self)
+
+    monkeypatch.setattr(variant_type, "to_json", refuse_a)
+    cap.builder()
+    left = [i for i in cap.left_out if i.kernel == ia.name]
+    assert len(left) == len(hashes) and {i.triton_hash for i in left} == hashes

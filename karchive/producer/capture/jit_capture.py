@@ -499,7 +499,8 @@ class Capture:
                 canonical_json(v.variant.to_json())
             except Exception as exc:  # noqa: BLE001 - one variant Triton described oddly must not cost the others
                 with self._lock:
-                    hashes = [h for h, k in self._hash_to_key.items() if k == v.key]
+                    # by the events: a binary filed under two Inductor identities maps its hash to the later one
+                    hashes = [e.triton_hash for e in self.events if e.key == v.key and e.triton_hash is not None]
                     item = LeftOut(
                         v.kernel,
                         hashes[0] if hashes else None,
