@@ -319,3 +319,65 @@ def test_an_unstorable_variant_of_a_binary_filed_twice_is_left_out_with_its_hash
     cap.builder()
     left = [i for i in cap.left_out if i.kernel == ia.name]
     assert len(left) == len(hashes) and {i.triton_hash for i in left} == hashes
+
+
+@pytest.mark.parametrize("capture_first", [True, False], ids=["capture-then-serve", "serve-then-capture"])
+def test_a_capture_outliving_a_serving_session_it_overlapped_records_inductor_and_serving_is_over(
+    inductor_gpu, tmp_path, monkeypatch, capture_first
+):
+    """Serving and capture both wrap Inductor's autotuner, autotune table and module benchmarks. When a serving
+    session ends inside a capture, the capture still records Inductor's decisions; once both ended, nothing of the
+    serving session acts (a strict session with no archives would refuse every autotuner)."""
+    import warnings
+    from types import SimpleNamespace
+
+    import torch._inductor.runtime.triton_heuristics as th
+    from torch._inductor.codecache import PersistentCache
+    from torch._inductor.codegen.triton import TritonScheduling
+
+    from karchive.serve.inductor_serve import install_inductor, uninstall_inductor
+
+    originals = [
+        th.CachingAutotuner.__dict__[n]
+        for n in ("run", "precompile", "benchmark_all_configs", "coordinate_descent_tuning")
+    ] + [PersistentCache.__dict__["lookup"], TritonScheduling.__dict__["benchmark_codegened_module"]]
+    cap = karchive.capture("m", version="1")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if capture_first:
+            cap.__enter__()
+            install_inductor(SimpleNamespace(archives=[], mode="strict"))
+        else:
+            install_inductor(SimpleNamespace(archives=[], mode="strict"))
+            cap.__enter__()
+            uninstall_inductor()
+            tuner = load_generated("pointwise_gelu.py", tmp_path / "during")
+            tuner.precompile(warm_cache_only=True)  # the serving session is over: not refused
+            _decide(tuner)
+            ((decision,),) = cap.inductor.decisions.values()  # the capture still records, with what it compiled
+            assert decision.configs_compiled == len(tuner.compile_results) > 1
+            monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))  # an empty table
+            choices = [type("Choice", (), {"hash_key": lambda self, k=k: k})() for k in ("mm-a", "mm-b")]
+            PersistentCache().lookup(choices, "mm", "inputs-key", lambda cs: {cs[0]: 0.5, cs[1]: 0.25})
+            assert len(cap.inductor.templates) == 1
+        cap.__exit__(None, None, None)
+        uninstall_inductor()
+    try:
+        after = load_generated("pointwise_gelu.py", tmp_path / "after", user="bob")
+        after.precompile(warm_cache_only=True)  # neither is open: nothing refuses (strict), nothing pins
+        assert len(after.compile_results) > 1 and "_karchive_compiled" not in after.__dict__
+        assert len(cap.inductor.decisions) == (0 if capture_first else 1)  # the closed capture records nothing more
+    finally:  # what either left in place passes calls through (the inner one stays where the outer kept it)
+        for owner, name, orig in zip(
+            [th.CachingAutotuner] * 4 + [PersistentCache, TritonScheduling],
+            (
+                "run",
+                "precompile",
+                "benchmark_all_configs",
+                "coordinate_descent_tuning",
+                "lookup",
+                "benchmark_codegened_module",
+            ),
+            originals,
+        ):
+            setattr(owner, name, orig)

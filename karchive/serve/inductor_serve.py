@@ -76,6 +76,8 @@ class InductorServing:
         self.bundles_refused = 0  # Triton bundles of FX graph cache entries not restored (binaries not from karchive)
         self.cache_artifacts: list[dict[str, Any]] = []  # per archive with the member: loaded or skipped, and why
         self._undo: list[Callable[[], None]] = []
+        #: False once uninstalled: a wrapper a capture's wrapper kept in its chain then passes every call through
+        self.active = False
 
     # -- lookups -----------------------------------------------------------------------------------
     def decision(self, digest: str, graph: str | None = None) -> KernelDecision | None:
@@ -198,11 +200,14 @@ class InductorServing:
         orig_lookup = PersistentCache.lookup
 
         def precompile(self: Any, *args: Any, **kwargs: Any) -> Any:
-            me.pin(self)
+            if me.active:
+                me.pin(self)
             return orig_pre(self, *args, **kwargs)
 
         def counted(orig: Callable[..., Any], what: str) -> Callable[..., Any]:
             def bench(self: Any, *args: Any, **kwargs: Any) -> Any:
+                if not me.active:
+                    return orig(self, *args, **kwargs)
                 ident = inductor_source.of_function(getattr(self, "fn", None))
                 name = ident.name if ident is not None else str(getattr(self.fn, "__name__", "?"))
                 with me.lock:
@@ -214,6 +219,8 @@ class InductorServing:
             return bench
 
         def lookup(self: Any, choices: Any, op: str, inputs: str, benchmark: Any, *args: Any, **kwargs: Any) -> Any:
+            if not me.active:
+                return orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
             hint_override = kwargs.get("hint_override", args[0] if args else None)  # torch >= 2.9 passes it
             answered = me.answer(list(choices), op, inputs, hint_override) if choices else None
             if answered is not None and me.mode != AUDIT:
@@ -228,23 +235,20 @@ class InductorServing:
                 )
             return orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
 
+        self.active = True
         self._undo = self._wrap_module_benchmark()
         if self.mode != AUDIT:
             self._undo += self._no_triton_bundles()
-        CachingAutotuner.precompile = precompile
-        CachingAutotuner.benchmark_all_configs = counted(orig_bench, "benchmark_all_configs")
-        CachingAutotuner.coordinate_descent_tuning = counted(orig_coord, "coordinate_descent_tuning")
-        PersistentCache.lookup = lookup
+        self._undo += [
+            _patch(CachingAutotuner, "precompile", precompile),
+            _patch(CachingAutotuner, "benchmark_all_configs", counted(orig_bench, "benchmark_all_configs")),
+            _patch(CachingAutotuner, "coordinate_descent_tuning", counted(orig_coord, "coordinate_descent_tuning")),
+            _patch(PersistentCache, "lookup", lookup),
+        ]
         threads = inductor_config.compile_threads
         if self.mode != AUDIT:
             inductor_config.compile_threads = 1
-        self._undo += [
-            lambda: setattr(CachingAutotuner, "precompile", orig_pre),
-            lambda: setattr(CachingAutotuner, "benchmark_all_configs", orig_bench),
-            lambda: setattr(CachingAutotuner, "coordinate_descent_tuning", orig_coord),
-            lambda: setattr(PersistentCache, "lookup", orig_lookup),
-            lambda: setattr(inductor_config, "compile_threads", threads),
-        ]
+        self._undo.append(lambda: setattr(inductor_config, "compile_threads", threads))
         return True
 
     def _wrap_module_benchmark(self) -> list[Callable[[], None]]:
@@ -256,6 +260,8 @@ class InductorServing:
         orig = TritonScheduling.benchmark_codegened_module
 
         def bench(self: Any, mod: Any, *args: Any, **kwargs: Any) -> Any:
+            if not me.active:
+                return orig(self, mod, *args, **kwargs)
             digest = inductor_source.module_digest(mod)
             ms = me.module_time(digest) if digest is not None else None
             if ms is not None and me.mode != AUDIT:
@@ -272,8 +278,7 @@ class InductorServing:
                 )
             return orig(self, mod, *args, **kwargs)
 
-        TritonScheduling.benchmark_codegened_module = bench
-        return [lambda: setattr(TritonScheduling, "benchmark_codegened_module", orig)]
+        return [_patch(TritonScheduling, "benchmark_codegened_module", bench)]
 
     def _no_triton_bundles(self) -> list[Callable[[], None]]:
         """No Triton bundle restored while serving (:mod:`karchive.core.inductor_bundles`), counted."""
@@ -329,6 +334,7 @@ class InductorServing:
         return None
 
     def uninstall(self) -> None:
+        self.active = False
         for undo in reversed(self._undo):
             undo()
         self._undo = []
@@ -360,6 +366,19 @@ def make_config(decision: KernelDecision, config_type: Any = None) -> Any:
     config = config_type(dict(c["kwargs"]), **options)
     config.found_by_coordesc = True
     return config
+
+
+def _patch(owner: Any, attr: str, ours: Callable[..., Any]) -> Callable[[], None]:
+    """Set ``owner.attr`` to ``ours``; the undo puts back what it replaced where ``ours`` is still there. Where a
+    capture wrapped it since, the capture's undo puts ``ours`` back later, which then passes calls through."""
+    orig = owner.__dict__[attr] if attr in owner.__dict__ else getattr(owner, attr)
+    setattr(owner, attr, ours)
+
+    def undo() -> None:
+        if owner.__dict__.get(attr) is ours:
+            setattr(owner, attr, orig)
+
+    return undo
 
 
 _ACTIVE: dict[str, InductorServing | None] = {"serving": None}
