@@ -381,3 +381,53 @@ def test_a_capture_outliving_a_serving_session_it_overlapped_records_inductor_an
             originals,
         ):
             setattr(owner, name, orig)
+
+
+@pytest.mark.parametrize("order", ["capture-capture", "capture-serve", "serve-capture"])
+def test_compiles_stay_in_process_until_the_last_of_overlapping_captures_and_serving_ends(monkeypatch, order):
+    """Captures and serving sessions each keep Inductor's compiles in this process while open; when they overlap and
+    the first opened ends first, the other still has ``compile_threads`` 1 (and a capture its environment variable),
+    and once both ended Inductor's own setting is back."""
+    import os
+
+    import torch._inductor.config as inductor_config
+
+    before = inductor_config.compile_threads
+    inductor_config.compile_threads = 4
+    monkeypatch.setenv("TORCHINDUCTOR_COMPILE_THREADS", "4")
+    try:
+        _open_and_close(order)
+        assert inductor_config.compile_threads == 4 and os.environ["TORCHINDUCTOR_COMPILE_THREADS"] == "4"
+    finally:
+        inductor_config.compile_threads = before
+
+
+def _open_and_close(order):
+    """Open two of captures and serving sessions, end the first, then the second (checking in between)."""
+    import os
+    import warnings
+    from types import SimpleNamespace
+
+    import torch._inductor.config as inductor_config
+
+    from karchive.serve.inductor_serve import install_inductor, uninstall_inductor
+
+    def capture_steps(name):
+        cap = karchive.capture(name, version="1")
+        return cap.__enter__, lambda: cap.__exit__(None, None, None)
+
+    serve = (lambda: install_inductor(SimpleNamespace(archives=[], mode="strict")), uninstall_inductor)
+    first, second = {
+        "capture-capture": (capture_steps("a"), capture_steps("b")),
+        "capture-serve": (capture_steps("a"), serve),
+        "serve-capture": (serve, capture_steps("a")),
+    }[order]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        first[0]()
+        second[0]()
+        first[1]()
+        assert inductor_config.compile_threads == 1  # the second still keeps compiles in this process
+        if order != "capture-serve":
+            assert os.environ["TORCHINDUCTOR_COMPILE_THREADS"] == "1"  # a capture's, for an Inductor imported now
+        second[1]()

@@ -49,6 +49,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from ..core.holds import hold_attr
 from ..core.inductor_bundles import refuse_triton_bundles
 from ..errors import ServeMissError
 from ..format import inductor_source
@@ -245,10 +246,8 @@ class InductorServing:
             _patch(CachingAutotuner, "coordinate_descent_tuning", counted(orig_coord, "coordinate_descent_tuning")),
             _patch(PersistentCache, "lookup", lookup),
         ]
-        threads = inductor_config.compile_threads
-        if self.mode != AUDIT:
-            inductor_config.compile_threads = 1
-        self._undo.append(lambda: setattr(inductor_config, "compile_threads", threads))
+        if self.mode != AUDIT:  # held with any capture's (karchive.core.holds): the last to end puts it back
+            self._undo.append(hold_attr(inductor_config, "compile_threads", 1))
         return True
 
     def _wrap_module_benchmark(self) -> list[Callable[[], None]]:

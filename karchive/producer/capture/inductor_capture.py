@@ -29,7 +29,6 @@ undone when the last capture ends. The records become the manifest's ``inductor`
 
 from __future__ import annotations
 
-import os
 import pickle
 import sys
 import threading
@@ -37,6 +36,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...core.digest import sha256_hex
+from ...core.holds import hold_attr, hold_env
 from ...core.inductor_bundles import refuse_triton_bundles
 from ...format import inductor_source
 from ...format.inductor_records import (
@@ -225,23 +225,17 @@ def compile_in_process() -> Callable[[], None] | None:
     """``compile_threads = 1`` (no compile worker) where torch's Inductor is imported; the undo, or None."""
     if "torch" not in sys.modules:
         return None
-    env = os.environ.get("TORCHINDUCTOR_COMPILE_THREADS")
-    os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = "1"  # what Inductor's config reads where it is imported now
+    releases = [hold_env("TORCHINDUCTOR_COMPILE_THREADS", "1")]  # what Inductor's config reads where imported now
     try:
         from torch._inductor import config as inductor_config
     except Exception:  # noqa: BLE001 - no Inductor: nothing compiles in workers
         inductor_config = None
-    threads = getattr(inductor_config, "compile_threads", None)
-    if inductor_config is not None:
-        inductor_config.compile_threads = 1
+    if inductor_config is not None:  # held with a serving session's (karchive.core.holds): the last puts it back
+        releases.append(hold_attr(inductor_config, "compile_threads", 1))
 
     def undo() -> None:
-        if env is None:
-            os.environ.pop("TORCHINDUCTOR_COMPILE_THREADS", None)
-        else:
-            os.environ["TORCHINDUCTOR_COMPILE_THREADS"] = env
-        if inductor_config is not None:
-            inductor_config.compile_threads = threads
+        for release in reversed(releases):
+            release()
 
     return undo
 
