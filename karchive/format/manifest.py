@@ -76,19 +76,20 @@ def _stage_ok(value: str) -> bool:  # each stage of each variant is checked: the
 _kernel_ok = functools.lru_cache(maxsize=4096)(is_kernel_name)
 
 
+def _check_name(value: Any, where: str, ok: Callable[[Any], bool], what: str) -> str:
+    if not ok(value):
+        shown = value if isinstance(value, str) else type(value).__name__
+        raise SchemaError(f"{where}: {ascii(shown)[:80]} is not a {what}", where=where)
+    return str(value)
+
+
 def check_kernel_name(value: Any, where: str) -> str:
     """``value`` if it is a kernel name (spec/FORMAT.md, "Kernel names"), else a :class:`SchemaError`.
 
     Archives are untrusted and kernel names end up in file names (``export-triton-cache``) and
     terminals: ``../../x`` or ``/abs/path`` must never get past the model."""
-    if not is_kernel_name(value):
-        shown = value if isinstance(value, str) else type(value).__name__
-        raise SchemaError(
-            f"{where}: {ascii(shown)[:80]} is not a kernel name (an identifier or module:qualname, "
-            f"at most {MAX_KERNEL_NAME} characters)",
-            where=where,
-        )
-    return str(value)
+    what = f"kernel name (an identifier or module:qualname, at most {MAX_KERNEL_NAME} characters)"
+    return _check_name(value, where, is_kernel_name, what)
 
 
 def check_param_name(value: Any, where: str) -> str:
@@ -96,14 +97,8 @@ def check_param_name(value: Any, where: str) -> str:
 
     Parameter names become Python parameters (a bridge's op signature) and keywords: a quoted payload,
     a keyword or a newline never gets past the model."""
-    if not is_param_name(value):
-        shown = value if isinstance(value, str) else type(value).__name__
-        raise SchemaError(
-            f"{where}: {ascii(shown)[:80]} is not a parameter name (an ASCII identifier that is not a "
-            f"Python keyword, at most {MAX_PARAM_NAME} characters)",
-            where=where,
-        )
-    return str(value)
+    what = f"parameter name (an ASCII identifier that is not a Python keyword, at most {MAX_PARAM_NAME} characters)"
+    return _check_name(value, where, is_param_name, what)
 
 
 def check_distinct_params(params: tuple[Param, ...], where: str) -> tuple[Param, ...]:
@@ -368,19 +363,12 @@ class Abi:
         raw_params = obj.get("params")
         if type(raw_params) is not list:
             raw_params = _req(obj, "params", list, where)
-        hit = memo.get(("abi_params", id(raw_params), n_params)) if memo is not None else None
-        params = (
-            hit[0]
-            if hit is not None
-            else _memo(
-                memo,
-                "abi_params",
-                raw_params,
-                n_params,
-                lambda: tuple(
-                    AbiParam.from_json(p, n_params, f"{where}.params[{i}]") for i, p in enumerate(raw_params)
-                ),
-            )
+        params = _memo(
+            memo,
+            "abi_params",
+            raw_params,
+            n_params,
+            lambda: tuple(AbiParam.from_json(p, n_params, f"{where}.params[{i}]") for i, p in enumerate(raw_params)),
         )
         if version < 2 and _has_tensordesc(params, memo):
             raise SchemaError(
@@ -816,22 +804,7 @@ class Variant:
             if hit is not None
             else _memo(memo, "provenance", raw_prov, 0, lambda: Provenance.from_json(raw_prov, where + ".provenance"))
         )
-        return _new(
-            cls,
-            {
-                "kernel": kernel,
-                "key": key,
-                "target": target,
-                "params": tuple(params),
-                "options": options,
-                "abi": abi,
-                "binary": binary,
-                "metadata": metadata,
-                "ir": ir,
-                "source": source,
-                "provenance": prov,
-            },
-        )
+        return cls.checked_new(kernel, key, target, tuple(params), options, abi, binary, metadata, ir, source, prov)
 
     def to_json(self) -> dict[str, Any]:
         files: dict[str, Any] = {"binary": self.binary.to_json(), "metadata": self.metadata.to_json()}
@@ -868,13 +841,7 @@ def _memo(
 def _has_tensordesc(params: tuple[AbiParam, ...], memo: dict | None) -> bool:
     """Whether an ABI's parameters include a tensor descriptor; answered once per parameter list that
     ``memo`` holds (the ABIs of a shard share one, and the memo keeps it alive, so its id stays its own)."""
-    if memo is None:
-        return any(p.kind == "tensordesc" for p in params)
-    slot = ("abi_tensordesc", id(params), 0)
-    hit = memo.get(slot)
-    if hit is None:
-        hit = memo[slot] = (any(p.kind == "tensordesc" for p in params), params)
-    return bool(hit[0])
+    return bool(_memo(memo, "abi_tensordesc", params, 0, lambda: any(p.kind == "tensordesc" for p in params)))
 
 
 def _param_parser(raw: Any, where: str) -> Callable[[], Param]:
