@@ -34,7 +34,6 @@ Previously installed listeners and hooks are chained and restored when the last 
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 import sys
 import threading
@@ -75,14 +74,11 @@ class CaptureIncompleteWarning(UserWarning):
 
 # --- describing a compile ------------------------------------------------------------------------
 def _module_source(fn: Any) -> str | None:
+    from ..compile.aot import module_source
+
     name = getattr(fn, "module", None) or getattr(getattr(fn, "fn", None), "__module__", None)
     module = sys.modules.get(name) if isinstance(name, str) else None
-    if module is None:
-        return None
-    try:
-        return inspect.getsource(module)
-    except (OSError, TypeError):
-        return None
+    return None if module is None else module_source(module)
 
 
 def describe_source(
