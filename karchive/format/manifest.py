@@ -708,8 +708,10 @@ class Variant:
 
     @classmethod
     def _shared(cls, obj: dict, where: str, memo: dict) -> Variant | None:
-        """:meth:`from_json` for a valid entry whose parts the memo may already know (None sends
-        anything unusual to the full checks, which then raise the precise error)."""
+        """:meth:`from_json` for a valid entry, with no error message built in advance (``verify`` checks
+        every row of every shard this way). Each distinct part is parsed once through ``memo``; a part
+        that is wrong raises its precise error, anything else unusual gives None (the full checks then
+        say what it is)."""
         get = obj.get
         files = get("files")
         if type(files) is not dict:
@@ -727,43 +729,8 @@ class Variant:
                 if ref is None:
                     return None
                 ir[stage] = ref
-        return cls.from_parts(
-            get("kernel"),
-            get("key"),
-            get("target"),
-            get("params"),
-            get("options"),
-            get("abi"),
-            get("provenance"),
-            binary,
-            metadata,
-            ir,
-            fget("source"),
-            where,
-            memo,
-        )
-
-    @classmethod
-    def from_parts(
-        cls,
-        kernel: Any,
-        key: Any,
-        raw_target: Any,
-        raw_params: Any,
-        options: Any,
-        raw_abi: Any,
-        raw_prov: Any,
-        binary: FileRef,
-        metadata: FileRef,
-        ir: dict[str, FileRef],
-        source: Any,
-        where: str,
-        memo: dict,
-    ) -> Variant | None:
-        """A variant from its fields as JSON (file refs already checked), with no error message built in
-        advance: the path a format-2 shard's rows take (thousands per kernel). Each distinct part is
-        parsed once through ``memo``; a part that is wrong raises its precise error, anything else
-        unusual gives None (the caller then runs :meth:`from_json`)."""
+        kernel, key, raw_target, raw_params = get("kernel"), get("key"), get("target"), get("params")
+        options, raw_abi, raw_prov, source = get("options"), get("abi"), get("provenance"), fget("source")
         if not (
             type(key) is str
             and type(kernel) is str
@@ -1100,7 +1067,7 @@ class Manifest:
     ) -> Manifest:
         """A format-2 manifest: ``header`` holds every top-level field but the variants, ``summaries``
         count each kernel's variants, and ``loader(kernel)`` returns that kernel's variants (one shard
-        read, parsed by :meth:`Variant.from_json` or its shortcut :meth:`Variant.from_parts`). ``skip``
+        read, parsed by :meth:`Variant.from_json` or a column at a time by :mod:`.shard`). ``skip``
         names header fields that belong to the container, not the manifest. ``target_loader(kernel, target)``,
         when given, returns that kernel's variants of one target (:meth:`variants_of` with a target)."""
         if not isinstance(header, dict):
