@@ -637,12 +637,9 @@ class Variant:
         if not isinstance(obj, dict):
             raise SchemaError(f"{where}: expected an object", where=where)
         raw_params = _req(obj, "params", list, where)
-        if memo is None:
-            params = tuple(Param.from_json(p, f"{where}.params[{i}]") for i, p in enumerate(raw_params))
-        else:
-            params = tuple(
-                _memo(memo, "param", p, 0, _param_parser(p, f"{where}.params[{i}]")) for i, p in enumerate(raw_params)
-            )
+        params = tuple(
+            _memo(memo, "param", p, 0, _param_parser(p, f"{where}.params[{i}]")) for i, p in enumerate(raw_params)
+        )
         check_distinct_params(params, f"{where}.params")
         files = _req(obj, "files", dict, where)
         raw_ir = _opt(files, "ir", dict, where + ".files") or {}

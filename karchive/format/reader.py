@@ -141,9 +141,7 @@ class _FrameMembers(dict):
 
 
 def parse_version(text: Any) -> tuple[int, int]:
-    if not isinstance(text, str) or text.count(".") != 1 or len(text) > 21:
-        raise SchemaError(f"bad format_version {text!r}", where="format_version")
-    major, minor = text.split(".")
+    major, _, minor = text.partition(".") if isinstance(text, str) and len(text) <= 21 else ("", "", "")
     if not (major.isascii() and major.isdigit() and minor.isascii() and minor.isdigit()):
         raise SchemaError(f"bad format_version {text!r}", where="format_version")
     return int(major), int(minor)
