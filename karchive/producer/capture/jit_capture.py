@@ -38,6 +38,7 @@ import os
 import sys
 import threading
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar, cast
@@ -543,16 +544,11 @@ class Capture:
         with category and reason; ``lost`` counts those no archive of the window holds.
         """
         with self._lock:
-            hows: dict[str, int] = {}
-            threads: dict[str, int] = {}
-            for e in self.events:
-                hows[e.how] = hows.get(e.how, 0) + 1
-                threads[e.thread] = threads.get(e.thread, 0) + 1
             return {
                 "variants": len(self.variants),
                 "kernels": self.kernels(),
-                "events": hows,
-                "threads": threads,
+                "events": dict(Counter(e.how for e in self.events)),
+                "threads": dict(Counter(e.thread for e in self.events)),
                 "scope": self.scope,
                 "autotune_records": len(self.autotune.records),
                 "inductor_decisions": len(self.inductor.decisions),
@@ -578,14 +574,19 @@ def capture(name: str, version: str, **kwargs: Any) -> Capture:
 
 def _describe_kernel_object(kernel: Any, include_ir: bool) -> CompiledVariant:
     group = getattr(kernel, "metadata_group", None)
-    src = getattr(kernel, "src", None)
     if not group:
         raise CaptureError("the compiled kernel carries no metadata_group (file map); cannot read its files")
+    return _describe_group(group, getattr(kernel, "src", None), include_ir)
+
+
+def _describe_group(group: Any, src: Any, include_ir: bool) -> CompiledVariant:
+    """A compile from Triton's file map: from its ``src`` where it has a JIT function, else (compiled from an
+    IR file) from the cache entry alone."""
     entry = entry_from_group(group)
-    fp = build_fingerprint(entry.metadata["target"])
-    if src is not None and hasattr(src, "fn"):
-        return describe_source(src, entry, include_ir=include_ir, provenance_extra={"triton_cache": fp})
-    return describe_entry(entry, origin="capture", include_ir=include_ir, provenance_extra={"triton_cache": fp})
+    extra = {"triton_cache": build_fingerprint(entry.metadata["target"])}
+    if hasattr(src, "fn"):
+        return describe_source(src, entry, include_ir=include_ir, provenance_extra=extra)
+    return describe_entry(entry, origin="capture", include_ir=include_ir, provenance_extra=extra)
 
 
 # --- Triton hooks (process-wide, installed while any capture is active) ---------------------------
@@ -617,16 +618,7 @@ def _on_compile(
     for cap in caps:
         if cap.include_ir not in by_ir:
             try:
-                entry = entry_from_group(metadata_group)
-                fp = build_fingerprint(entry.metadata["target"])
-                if hasattr(src, "fn"):
-                    by_ir[cap.include_ir] = describe_source(
-                        src, entry, include_ir=cap.include_ir, provenance_extra={"triton_cache": fp}
-                    )
-                else:  # compiled from an IR file: describe from the entry
-                    by_ir[cap.include_ir] = describe_entry(
-                        entry, origin="capture", include_ir=cap.include_ir, provenance_extra={"triton_cache": fp}
-                    )
+                by_ir[cap.include_ir] = _describe_group(metadata_group, src, cap.include_ir)
             except Exception as exc:  # noqa: BLE001 - kept per include_ir; every capture it concerns reports it as failed
                 by_ir[cap.include_ir] = exc
         result = by_ir[cap.include_ir]
