@@ -777,13 +777,7 @@ class _Hooks:
             return None
 
         chained.__karchive__ = True  # type: ignore[attr-defined]  # a marker on the function object: ours
-        setattr(owner, attr, chained)
-
-        def undo() -> None:
-            if getattr(owner, attr) is chained:  # someone installed theirs on top: leave it (ours is inert)
-                setattr(owner, attr, previous)
-
-        self._restore.append(undo)
+        self._restore.append(scope.patch(owner, attr, chained))
 
     def _wrap_jit_run(self) -> None:
         from triton.runtime.jit import JITFunction
@@ -799,8 +793,7 @@ class _Hooks:
                     pass
             return kernel
 
-        JITFunction.run = run
-        self._restore.append(lambda: setattr(JITFunction, "run", original) if JITFunction.run is run else None)
+        self._restore.append(scope.patch(JITFunction, "run", run))
 
     def _wrap_autotuner(self) -> None:
         try:
@@ -823,8 +816,7 @@ class _Hooks:
                 pass
             return ret
 
-        Autotuner.run = run
-        self._restore.append(lambda: setattr(Autotuner, "run", original) if Autotuner.run is run else None)
+        self._restore.append(scope.patch(Autotuner, "run", run))
 
     def _wrap_heuristics(self) -> None:
         try:
@@ -855,8 +847,7 @@ class _Hooks:
                 pass
             return ret
 
-        Heuristics.run = run
-        self._restore.append(lambda: setattr(Heuristics, "run", original) if Heuristics.run is run else None)
+        self._restore.append(scope.patch(Heuristics, "run", run))
 
 
 def _on_autotune_listener(*, key: Any = None, best_config: Any = None, configs_timings: Any = None, **_: Any) -> None:
