@@ -637,9 +637,7 @@ class Variant:
         if not isinstance(obj, dict):
             raise SchemaError(f"{where}: expected an object", where=where)
         raw_params = _req(obj, "params", list, where)
-        params = tuple(
-            _memo(memo, "param", p, 0, _param_parser(p, f"{where}.params[{i}]")) for i, p in enumerate(raw_params)
-        )
+        params = tuple(_memo(memo, "param", p, 0, _param_parser(p, where, i)) for i, p in enumerate(raw_params))
         check_distinct_params(params, f"{where}.params")
         files = _req(obj, "files", dict, where)
         raw_ir = _opt(files, "ir", dict, where + ".files") or {}
@@ -742,33 +740,13 @@ class Variant:
             and all(map(is_ir_stage, ir))
         ):
             return None
-        params = []
-        for i, p in enumerate(raw_params):
-            hit = memo.get(("param", id(p), 0))
-            params.append(
-                hit[0] if hit is not None else _memo(memo, "param", p, 0, _param_parser(p, f"{where}.params[{i}]"))
-            )
+        params = tuple(_memo(memo, "param", p, 0, _param_parser(p, where, i)) for i, p in enumerate(raw_params))
         n = len(params)
-        check_distinct_params(tuple(params), f"{where}.params")
-        hit = memo.get(("target", id(raw_target), 0))
-        target = (
-            hit[0]
-            if hit is not None
-            else _memo(memo, "target", raw_target, 0, lambda: Target.from_json(raw_target, where + ".target"))
-        )
-        hit = memo.get(("abi", id(raw_abi), n))
-        abi = (
-            hit[0]
-            if hit is not None
-            else _memo(memo, "abi", raw_abi, n, lambda: Abi.from_json(raw_abi, n, where + ".abi", memo))
-        )
-        hit = memo.get(("provenance", id(raw_prov), 0))
-        prov = (
-            hit[0]
-            if hit is not None
-            else _memo(memo, "provenance", raw_prov, 0, lambda: Provenance.from_json(raw_prov, where + ".provenance"))
-        )
-        return cls.checked_new(kernel, key, target, tuple(params), options, abi, binary, metadata, ir, source, prov)
+        check_distinct_params(params, f"{where}.params")
+        target = _memo(memo, "target", raw_target, 0, lambda: Target.from_json(raw_target, where + ".target"))
+        abi = _memo(memo, "abi", raw_abi, n, lambda: Abi.from_json(raw_abi, n, where + ".abi", memo))
+        prov = _memo(memo, "provenance", raw_prov, 0, lambda: Provenance.from_json(raw_prov, where + ".provenance"))
+        return cls.checked_new(kernel, key, target, params, options, abi, binary, metadata, ir, source, prov)
 
     def to_json(self) -> dict[str, Any]:
         files: dict[str, Any] = {"binary": self.binary.to_json(), "metadata": self.metadata.to_json()}
@@ -808,8 +786,8 @@ def _has_tensordesc(params: tuple[AbiParam, ...], memo: dict | None) -> bool:
     return bool(_memo(memo, "abi_tensordesc", params, 0, lambda: any(p.kind == "tensordesc" for p in params)))
 
 
-def _param_parser(raw: Any, where: str) -> Callable[[], Param]:
-    return lambda: Param.from_json(raw, where)
+def _param_parser(raw: Any, where: str, i: int) -> Callable[[], Param]:
+    return lambda: Param.from_json(raw, f"{where}.params[{i}]")  # the location spelled out only when parsed
 
 
 def target_labels(variants: Iterable[Variant]) -> list[str]:
