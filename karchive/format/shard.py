@@ -298,21 +298,17 @@ class _Shard:
     ) -> dict[str, Any]:
         """Variant ``i``'s ``files`` object (and the members it places, appended to ``located``)."""
         w = f"{self.where}: variants[{i}].files"
-        out: dict[str, Any] = {}
-        for role, value in (("binary", binary), ("metadata", metadata)):
-            if value is not None:
-                loc = _located(value, home, f"{w}.{role}")
-                located.append(loc)
-                out[role] = {"path": loc[0], "size": loc[3], "sha256": loc[4]}
+
+        def ref(value: Any, where: str) -> dict[str, Any]:
+            loc = _located(value, home, where)
+            located.append(loc)
+            return {"path": loc[0], "size": loc[3], "sha256": loc[4]}
+
+        out = {role: ref(v, f"{w}.{role}") for role, v in (("binary", binary), ("metadata", metadata)) if v is not None}
         if ir is not None:
             if type(ir) is not dict:
                 raise FormatError(f"{w}.ir: expected a map of located files")
-            stages = {}
-            for stage, value in ir.items():
-                loc = _located(value, home, f"{w}.ir.{stage}")
-                located.append(loc)
-                stages[stage] = {"path": loc[0], "size": loc[3], "sha256": loc[4]}
-            out["ir"] = stages
+            out["ir"] = {stage: ref(value, f"{w}.ir.{stage}") for stage, value in ir.items()}
         if source is not None:
             out["source"] = _index(source, self.source, f"{w}.source")
         return out
@@ -398,15 +394,8 @@ def _bulk(shard: _Shard, kernel: str) -> tuple[list[Variant], list[Located]] | N
         return [], []
     if set(map(type, keys)) != {str} or not _hex64s(keys):
         return None
-    t = shard.tables
-    targets, abis, options, provs, param, sources = (
-        t["target"],
-        t["abi"],
-        t["options"],
-        t["provenance"],
-        shard.param,
-        shard.source,
-    )
+    targets, abis, options, provs = (shard.tables[k] for k in ("target", "abi", "options", "provenance"))
+    param, sources = shard.param, shard.source
     tc, pc, oc, ac, vc = cols["target"], cols["params"], cols["options"], cols["abi"], cols["provenance"]
     if not (
         int_column(tc, len(targets))
