@@ -497,29 +497,11 @@ def shard_variants(doc: Any, kernel: str) -> tuple[list[Variant], list[Located]]
     located: list[Located] = []
     out: list[Variant] = []
     memo: dict = {}
-    rows = zip(
-        shard.columns["key"],
-        shard.column("target"),
-        shard.column("params"),
-        shard.column("options"),
-        shard.column("abi"),
-        shard.column("provenance"),
-        shard.column(FILES + "binary"),
-        shard.column(FILES + "metadata"),
-        shard.column(FILES + "ir"),
-        shard.column(FILES + "source"),
-    )
-    for i, (key, t, ps, o, a, pv, b, m, ir, src) in enumerate(rows):
+    names = ("key", "target", "params", "options", "abi", "provenance")
+    files = tuple(FILES + role for role in ("binary", "metadata", "ir", "source"))
+    for i, row in enumerate(zip(shard.columns["key"], *map(shard.column, names[1:] + files))):
+        key, (b, m, ir, src) = row[0], row[len(names) :]
         entry: dict[str, Any] = {"kernel": kernel, "files": shard.files(i, b, m, ir, src, f"variants/{key}/", located)}
-        for name, value in (
-            ("key", key),
-            ("target", t),
-            ("params", ps),
-            ("options", o),
-            ("abi", a),
-            ("provenance", pv),
-        ):
-            if value is not None:
-                entry[name] = shard.value(name, value, i)
+        entry.update((name, shard.value(name, value, i)) for name, value in zip(names, row) if value is not None)
         out.append(Variant.from_json(entry, f"{shard.where}: variants[{i}]", memo))
     return out, located
