@@ -76,19 +76,20 @@ def _stage_ok(value: str) -> bool:  # each stage of each variant is checked: the
 _kernel_ok = functools.lru_cache(maxsize=4096)(is_kernel_name)
 
 
+def _check_name(value: Any, where: str, ok: Callable[[Any], bool], what: str) -> str:
+    if not ok(value):
+        shown = value if isinstance(value, str) else type(value).__name__
+        raise SchemaError(f"{where}: {ascii(shown)[:80]} is not a {what}", where=where)
+    return str(value)
+
+
 def check_kernel_name(value: Any, where: str) -> str:
     """``value`` if it is a kernel name (spec/FORMAT.md, "Kernel names"), else a :class:`SchemaError`.
 
     Archives are untrusted and kernel names end up in file names (``export-triton-cache``) and
     terminals: ``../../x`` or ``/abs/path`` must never get past the model."""
-    if not is_kernel_name(value):
-        shown = value if isinstance(value, str) else type(value).__name__
-        raise SchemaError(
-            f"{where}: {ascii(shown)[:80]} is not a kernel name (an identifier or module:qualname, "
-            f"at most {MAX_KERNEL_NAME} characters)",
-            where=where,
-        )
-    return str(value)
+    what = f"kernel name (an identifier or module:qualname, at most {MAX_KERNEL_NAME} characters)"
+    return _check_name(value, where, is_kernel_name, what)
 
 
 def check_param_name(value: Any, where: str) -> str:
@@ -96,14 +97,8 @@ def check_param_name(value: Any, where: str) -> str:
 
     Parameter names become Python parameters (a bridge's op signature) and keywords: a quoted payload,
     a keyword or a newline never gets past the model."""
-    if not is_param_name(value):
-        shown = value if isinstance(value, str) else type(value).__name__
-        raise SchemaError(
-            f"{where}: {ascii(shown)[:80]} is not a parameter name (an ASCII identifier that is not a "
-            f"Python keyword, at most {MAX_PARAM_NAME} characters)",
-            where=where,
-        )
-    return str(value)
+    what = f"parameter name (an ASCII identifier that is not a Python keyword, at most {MAX_PARAM_NAME} characters)"
+    return _check_name(value, where, is_param_name, what)
 
 
 def check_distinct_params(params: tuple[Param, ...], where: str) -> tuple[Param, ...]:
@@ -368,19 +363,12 @@ class Abi:
         raw_params = obj.get("params")
         if type(raw_params) is not list:
             raw_params = _req(obj, "params", list, where)
-        hit = memo.get(("abi_params", id(raw_params), n_params)) if memo is not None else None
-        params = (
-            hit[0]
-            if hit is not None
-            else _memo(
-                memo,
-                "abi_params",
-                raw_params,
-                n_params,
-                lambda: tuple(
-                    AbiParam.from_json(p, n_params, f"{where}.params[{i}]") for i, p in enumerate(raw_params)
-                ),
-            )
+        params = _memo(
+            memo,
+            "abi_params",
+            raw_params,
+            n_params,
+            lambda: tuple(AbiParam.from_json(p, n_params, f"{where}.params[{i}]") for i, p in enumerate(raw_params)),
         )
         if version < 2 and _has_tensordesc(params, memo):
             raise SchemaError(
@@ -649,12 +637,7 @@ class Variant:
         if not isinstance(obj, dict):
             raise SchemaError(f"{where}: expected an object", where=where)
         raw_params = _req(obj, "params", list, where)
-        if memo is None:
-            params = tuple(Param.from_json(p, f"{where}.params[{i}]") for i, p in enumerate(raw_params))
-        else:
-            params = tuple(
-                _memo(memo, "param", p, 0, _param_parser(p, f"{where}.params[{i}]")) for i, p in enumerate(raw_params)
-            )
+        params = tuple(_memo(memo, "param", p, 0, _param_parser(p, where, i)) for i, p in enumerate(raw_params))
         check_distinct_params(params, f"{where}.params")
         files = _req(obj, "files", dict, where)
         raw_ir = _opt(files, "ir", dict, where + ".files") or {}
@@ -720,8 +703,10 @@ class Variant:
 
     @classmethod
     def _shared(cls, obj: dict, where: str, memo: dict) -> Variant | None:
-        """:meth:`from_json` for a valid entry whose parts the memo may already know (None sends
-        anything unusual to the full checks, which then raise the precise error)."""
+        """:meth:`from_json` for a valid entry, with no error message built in advance (``verify`` checks
+        every row of every shard this way). Each distinct part is parsed once through ``memo``; a part
+        that is wrong raises its precise error, anything else unusual gives None (the full checks then
+        say what it is)."""
         get = obj.get
         files = get("files")
         if type(files) is not dict:
@@ -739,43 +724,8 @@ class Variant:
                 if ref is None:
                     return None
                 ir[stage] = ref
-        return cls.from_parts(
-            get("kernel"),
-            get("key"),
-            get("target"),
-            get("params"),
-            get("options"),
-            get("abi"),
-            get("provenance"),
-            binary,
-            metadata,
-            ir,
-            fget("source"),
-            where,
-            memo,
-        )
-
-    @classmethod
-    def from_parts(
-        cls,
-        kernel: Any,
-        key: Any,
-        raw_target: Any,
-        raw_params: Any,
-        options: Any,
-        raw_abi: Any,
-        raw_prov: Any,
-        binary: FileRef,
-        metadata: FileRef,
-        ir: dict[str, FileRef],
-        source: Any,
-        where: str,
-        memo: dict,
-    ) -> Variant | None:
-        """A variant from its fields as JSON (file refs already checked), with no error message built in
-        advance: the path a format-2 shard's rows take (thousands per kernel). Each distinct part is
-        parsed once through ``memo``; a part that is wrong raises its precise error, anything else
-        unusual gives None (the caller then runs :meth:`from_json`)."""
+        kernel, key, raw_target, raw_params = get("kernel"), get("key"), get("target"), get("params")
+        options, raw_abi, raw_prov, source = get("options"), get("abi"), get("provenance"), fget("source")
         if not (
             type(key) is str
             and type(kernel) is str
@@ -790,48 +740,13 @@ class Variant:
             and all(map(is_ir_stage, ir))
         ):
             return None
-        params = []
-        for i, p in enumerate(raw_params):
-            hit = memo.get(("param", id(p), 0))
-            params.append(
-                hit[0] if hit is not None else _memo(memo, "param", p, 0, _param_parser(p, f"{where}.params[{i}]"))
-            )
+        params = tuple(_memo(memo, "param", p, 0, _param_parser(p, where, i)) for i, p in enumerate(raw_params))
         n = len(params)
-        check_distinct_params(tuple(params), f"{where}.params")
-        hit = memo.get(("target", id(raw_target), 0))
-        target = (
-            hit[0]
-            if hit is not None
-            else _memo(memo, "target", raw_target, 0, lambda: Target.from_json(raw_target, where + ".target"))
-        )
-        hit = memo.get(("abi", id(raw_abi), n))
-        abi = (
-            hit[0]
-            if hit is not None
-            else _memo(memo, "abi", raw_abi, n, lambda: Abi.from_json(raw_abi, n, where + ".abi", memo))
-        )
-        hit = memo.get(("provenance", id(raw_prov), 0))
-        prov = (
-            hit[0]
-            if hit is not None
-            else _memo(memo, "provenance", raw_prov, 0, lambda: Provenance.from_json(raw_prov, where + ".provenance"))
-        )
-        return _new(
-            cls,
-            {
-                "kernel": kernel,
-                "key": key,
-                "target": target,
-                "params": tuple(params),
-                "options": options,
-                "abi": abi,
-                "binary": binary,
-                "metadata": metadata,
-                "ir": ir,
-                "source": source,
-                "provenance": prov,
-            },
-        )
+        check_distinct_params(params, f"{where}.params")
+        target = _memo(memo, "target", raw_target, 0, lambda: Target.from_json(raw_target, where + ".target"))
+        abi = _memo(memo, "abi", raw_abi, n, lambda: Abi.from_json(raw_abi, n, where + ".abi", memo))
+        prov = _memo(memo, "provenance", raw_prov, 0, lambda: Provenance.from_json(raw_prov, where + ".provenance"))
+        return cls.checked_new(kernel, key, target, params, options, abi, binary, metadata, ir, source, prov)
 
     def to_json(self) -> dict[str, Any]:
         files: dict[str, Any] = {"binary": self.binary.to_json(), "metadata": self.metadata.to_json()}
@@ -868,17 +783,11 @@ def _memo(
 def _has_tensordesc(params: tuple[AbiParam, ...], memo: dict | None) -> bool:
     """Whether an ABI's parameters include a tensor descriptor; answered once per parameter list that
     ``memo`` holds (the ABIs of a shard share one, and the memo keeps it alive, so its id stays its own)."""
-    if memo is None:
-        return any(p.kind == "tensordesc" for p in params)
-    slot = ("abi_tensordesc", id(params), 0)
-    hit = memo.get(slot)
-    if hit is None:
-        hit = memo[slot] = (any(p.kind == "tensordesc" for p in params), params)
-    return bool(hit[0])
+    return bool(_memo(memo, "abi_tensordesc", params, 0, lambda: any(p.kind == "tensordesc" for p in params)))
 
 
-def _param_parser(raw: Any, where: str) -> Callable[[], Param]:
-    return lambda: Param.from_json(raw, where)
+def _param_parser(raw: Any, where: str, i: int) -> Callable[[], Param]:
+    return lambda: Param.from_json(raw, f"{where}.params[{i}]")  # the location spelled out only when parsed
 
 
 def target_labels(variants: Iterable[Variant]) -> list[str]:
@@ -1133,7 +1042,7 @@ class Manifest:
     ) -> Manifest:
         """A format-2 manifest: ``header`` holds every top-level field but the variants, ``summaries``
         count each kernel's variants, and ``loader(kernel)`` returns that kernel's variants (one shard
-        read, parsed by :meth:`Variant.from_json` or its shortcut :meth:`Variant.from_parts`). ``skip``
+        read, parsed by :meth:`Variant.from_json` or a column at a time by :mod:`.shard`). ``skip``
         names header fields that belong to the container, not the manifest. ``target_loader(kernel, target)``,
         when given, returns that kernel's variants of one target (:meth:`variants_of` with a target)."""
         if not isinstance(header, dict):

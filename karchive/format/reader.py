@@ -141,9 +141,7 @@ class _FrameMembers(dict):
 
 
 def parse_version(text: Any) -> tuple[int, int]:
-    if not isinstance(text, str) or text.count(".") != 1 or len(text) > 21:
-        raise SchemaError(f"bad format_version {text!r}", where="format_version")
-    major, minor = text.split(".")
+    major, _, minor = text.partition(".") if isinstance(text, str) and len(text) <= 21 else ("", "", "")
     if not (major.isascii() and major.isdigit() and minor.isascii() and minor.isdigit()):
         raise SchemaError(f"bad format_version {text!r}", where="format_version")
     return int(major), int(minor)
@@ -199,13 +197,6 @@ def load_json(raw: bytes, what: str, limits: Limits) -> Any:
         limit_error=LimitExceededError,
         max_depth=limits.max_json_depth,
     )
-
-
-def load_shard_json(raw: bytes, what: str, limits: Limits) -> Any:
-    """Parse a format-2 shard: as :func:`load_json` (ASCII, no duplicate keys, no NaN, within the value
-    budget, and no deeper than ``max_json_depth``, counted on the text before parsing: a shard is not
-    walked the way :func:`scan_manifest` walks a format-1 manifest)."""
-    return load_json(raw, what, limits)
 
 
 def compress_bound(size: int) -> int:
@@ -569,14 +560,7 @@ class ArchiveReader:
         self._dctx_dict = None
         self._dict_bytes: bytes | None = None
         if dict_name is not None:
-            dict_bytes = self._member_unchecked(self._members[dict_name])
-            if hashlib.sha256(dict_bytes).hexdigest() != index.get("dictionary_sha256"):
-                raise DigestMismatchError(
-                    "dictionary digest does not match the index (corrupt or tampered)",
-                    source=self.source.describe(),
-                    expected=index.get("dictionary_sha256"),
-                    actual=hashlib.sha256(dict_bytes).hexdigest(),
-                )
+            dict_bytes = self._index_checked(self._members[dict_name], "dictionary")
             try:
                 self._dctx_dict = zstandard.ZstdDecompressor(
                     dict_data=zstandard.ZstdCompressionDict(dict_bytes), max_window_size=self.limits.max_window_bytes
@@ -590,14 +574,7 @@ class ArchiveReader:
             else any(f.uses_dict for f in self.frames)
         ):
             raise FormatError("frames need a dictionary but the index names none")
-        raw = self._member_unchecked(self._members[MANIFEST_NAME])
-        if hashlib.sha256(raw).hexdigest() != index.get("manifest_sha256"):
-            raise DigestMismatchError(
-                "manifest digest does not match the index (corrupt or tampered)",
-                source=self.source.describe(),
-                expected=index.get("manifest_sha256"),
-                actual=hashlib.sha256(raw).hexdigest(),
-            )
+        raw = self._index_checked(self._members[MANIFEST_NAME], "manifest")
         manifest = load_json(raw, "manifest", self.limits)
         if not isinstance(manifest, dict):
             raise SchemaError("manifest is not a JSON object", where="manifest")
@@ -833,7 +810,8 @@ class ArchiveReader:
 
     def _shard_doc(self, i: int | ShardEntry) -> Any:
         shard = self._shards[i] if isinstance(i, int) else i
-        return load_shard_json(self.read(shard.path), f"shard {shard.path}", self.limits)
+        # Depth is bounded on the text before parsing: a shard is not walked as scan_manifest walks format 1.
+        return load_json(self.read(shard.path), f"shard {shard.path}", self.limits)
 
     def _check_counts(self, i: int, targets: Iterable[str | None]) -> None:
         shard = self._shards[i]
@@ -1005,6 +983,19 @@ class ArchiveReader:
             if rest >= TAR_BLOCK and data[pos : pos + TAR_BLOCK].count(0) != TAR_BLOCK:
                 raise FormatError(f"frame {index}: {stray(pos)} after its last member, not {listed}")
             raise FormatError(f"frame {index}: the last frame must end with the tar end-of-archive marker")
+
+    def _index_checked(self, member: Member, what: str) -> bytes:
+        """The manifest's or the dictionary's bytes, checked against the digest the index gives them."""
+        data = self._member_unchecked(member)
+        expected, actual = self._index.get(f"{what}_sha256"), hashlib.sha256(data).hexdigest()
+        if actual != expected:
+            raise DigestMismatchError(
+                f"{what} digest does not match the index (corrupt or tampered)",
+                source=self.source.describe(),
+                expected=expected,
+                actual=actual,
+            )
+        return data
 
     def _member_unchecked(self, member: Member) -> bytes:
         frame = self.frame_bytes(member.frame)

@@ -6,6 +6,7 @@ import json
 import re
 from functools import lru_cache
 from importlib import resources
+from operator import gt, lt
 from typing import Any
 
 __all__ = ["load_schema"]
@@ -88,9 +89,8 @@ class VariantChecker:
             if ref is not None and ref not in seen:
                 seen.add(ref)
                 self._check_keywords(self._resolve(ref), seen)
-            for key in ("properties",):
-                for sub in node.get(key, {}).values():
-                    self._check_keywords(sub, seen)
+            for sub in node.get("properties", {}).values():
+                self._check_keywords(sub, seen)
             for key in ("additionalProperties", "items", "propertyNames", "if", "then", "not"):
                 if isinstance(node.get(key), dict):
                     self._check_keywords(node[key], seen)
@@ -136,8 +136,7 @@ class VariantChecker:
 
     def _step(self, key: str, arg: Any, schema: dict) -> Any:
         if key == "$ref":
-            target = self._compile(self._resolve(arg))
-            return target
+            return self._compile(self._resolve(arg))
         if key == "type":
             types = arg if isinstance(arg, list) else [arg]
             tests = [_TYPES[t] for t in types]
@@ -212,40 +211,27 @@ class VariantChecker:
                     out.append((path, f"{arg!r} was expected"))
 
             return const
-        if key == "minimum":
-            number = _TYPES["number"]
+        if key in ("minimum", "maximum"):
+            number, beyond = _TYPES["number"], (lt if key == "minimum" else gt)
+            limit = "less than the minimum" if key == "minimum" else "greater than the maximum"
 
-            def minimum(v: Any, path: tuple, out: list) -> None:
-                if number(v) and v < arg:
-                    out.append((path, f"{v!r} is less than the minimum of {arg!r}"))
+            def bound(v: Any, path: tuple, out: list) -> None:
+                if number(v) and beyond(v, arg):
+                    out.append((path, f"{v!r} is {limit} of {arg!r}"))
 
-            return minimum
-        if key == "maximum":
-            number = _TYPES["number"]
+            return bound
+        if key in ("minLength", "minItems", "maxLength", "maxItems"):
+            kind = str if key.endswith("Length") else list
+            if key.startswith("min"):
+                beyond, word = lt, "should be non-empty" if arg == 1 else "is too short"
+            else:
+                beyond, word = gt, "is expected to be empty" if arg == 0 else "is too long"
 
-            def maximum(v: Any, path: tuple, out: list) -> None:
-                if number(v) and v > arg:
-                    out.append((path, f"{v!r} is greater than the maximum of {arg!r}"))
-
-            return maximum
-        if key in ("minLength", "minItems"):
-            kind = str if key == "minLength" else list
-            word = "should be non-empty" if arg == 1 else "is too short"
-
-            def at_least(v: Any, path: tuple, out: list) -> None:
-                if isinstance(v, kind) and len(v) < arg:
+            def length(v: Any, path: tuple, out: list) -> None:
+                if isinstance(v, kind) and beyond(len(v), arg):
                     out.append((path, f"{v!r} {word}"))
 
-            return at_least
-        if key in ("maxLength", "maxItems"):
-            kind = str if key == "maxLength" else list
-            word = "is expected to be empty" if arg == 0 else "is too long"
-
-            def at_most(v: Any, path: tuple, out: list) -> None:
-                if isinstance(v, kind) and len(v) > arg:
-                    out.append((path, f"{v!r} {word}"))
-
-            return at_most
+            return length
         if key == "pattern":
             search = self._patterns[arg].search
 

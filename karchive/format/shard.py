@@ -188,19 +188,6 @@ def _loc(value: Any, home: str) -> Located | None:
     return None
 
 
-def _ref(value: Any, home: str) -> FileRef | None:
-    """The file ref of a well-formed located file, else None."""
-    if type(value) is list and len(value) == LOCATED:
-        path, size, digest, frame, offset = value
-        if type(path) is str and type(frame) is int and type(offset) is int and frame >= 0 and offset >= 0:
-            return FileRef.checked(home + path[2:] if path.startswith("./") else path, size, digest)
-    return None
-
-
-def _place(value: list, ref: FileRef) -> Located:
-    return ref.path, value[3], value[4], ref.size, ref.sha256
-
-
 def _located(value: Any, home: str, where: str) -> Located:
     """:func:`_loc`, or the error saying what is wrong with it."""
     loc = _loc(value, home)
@@ -311,21 +298,17 @@ class _Shard:
     ) -> dict[str, Any]:
         """Variant ``i``'s ``files`` object (and the members it places, appended to ``located``)."""
         w = f"{self.where}: variants[{i}].files"
-        out: dict[str, Any] = {}
-        for role, value in (("binary", binary), ("metadata", metadata)):
-            if value is not None:
-                loc = _located(value, home, f"{w}.{role}")
-                located.append(loc)
-                out[role] = {"path": loc[0], "size": loc[3], "sha256": loc[4]}
+
+        def ref(value: Any, where: str) -> dict[str, Any]:
+            loc = _located(value, home, where)
+            located.append(loc)
+            return {"path": loc[0], "size": loc[3], "sha256": loc[4]}
+
+        out = {role: ref(v, f"{w}.{role}") for role, v in (("binary", binary), ("metadata", metadata)) if v is not None}
         if ir is not None:
             if type(ir) is not dict:
                 raise FormatError(f"{w}.ir: expected a map of located files")
-            stages = {}
-            for stage, value in ir.items():
-                loc = _located(value, home, f"{w}.ir.{stage}")
-                located.append(loc)
-                stages[stage] = {"path": loc[0], "size": loc[3], "sha256": loc[4]}
-            out["ir"] = stages
+            out["ir"] = {stage: ref(value, f"{w}.ir.{stage}") for stage, value in ir.items()}
         if source is not None:
             out["source"] = _index(source, self.source, f"{w}.source")
         return out
@@ -404,22 +387,15 @@ def _bulk(shard: _Shard, kernel: str) -> tuple[list[Variant], list[Located]] | N
     if anything is off (the row-by-row path then finds and reports it)."""
     cols, n = shard.columns, shard.n
     required = ("key", "target", "params", "options", "abi", "provenance", "files.binary", "files.metadata")
-    if any(c not in cols for c in required) or not set(cols) <= {*required, "files.ir", "files.source"}:
+    if any(c not in cols for c in required):  # columns this version does not know hold nothing the model keeps
         return None
     keys = cols["key"]
     if n == 0:
         return [], []
     if set(map(type, keys)) != {str} or not _hex64s(keys):
         return None
-    t = shard.tables
-    targets, abis, options, provs, param, sources = (
-        t["target"],
-        t["abi"],
-        t["options"],
-        t["provenance"],
-        shard.param,
-        shard.source,
-    )
+    targets, abis, options, provs = (shard.tables[k] for k in ("target", "abi", "options", "provenance"))
+    param, sources = shard.param, shard.source
     tc, pc, oc, ac, vc = cols["target"], cols["params"], cols["options"], cols["abi"], cols["provenance"]
     if not (
         int_column(tc, len(targets))
@@ -510,9 +486,9 @@ def _bulk(shard: _Shard, kernel: str) -> tuple[list[Variant], list[Located]] | N
 
 
 def shard_variants(doc: Any, kernel: str) -> tuple[list[Variant], list[Located]]:
-    """(checked variants of ``kernel``, the members they place) from a shard, in one pass: each
-    distinct part is parsed once, and a variant whose fields hold no surprise is built without an
-    intermediate JSON object; anything unusual goes through :meth:`Variant.from_json` for the precise error.
+    """(checked variants of ``kernel``, the members they place) from a shard: a column at a time
+    (:func:`_bulk`) when nothing is unusual, else row by row through :meth:`Variant.from_json`, whose
+    memo parses each distinct part once and which gives the precise error.
     """
     shard = _Shard(doc, kernel)
     bulk = _bulk(shard, kernel)
@@ -521,100 +497,11 @@ def shard_variants(doc: Any, kernel: str) -> tuple[list[Variant], list[Located]]
     located: list[Located] = []
     out: list[Variant] = []
     memo: dict = {}
-    cols = shard.columns
-    known = {"key", "target", "params", "options", "abi", "provenance"}
-    extra = [name for name in cols if name not in known and not name.startswith(FILES)]
-    tables = shard.tables
-    targets, abis, options, provs = tables["target"], tables["abi"], tables["options"], tables["provenance"]
-    param, sources = shard.param, shard.source
-    n_targets, n_abis, n_options, n_provs, n_param, n_sources = (
-        len(targets),
-        len(abis),
-        len(options),
-        len(provs),
-        len(param),
-        len(sources),
-    )
-    append = located.append
-    where = shard.where  # a variant's own place is only spelled out by the full checks, when one fails
-    rows = zip(
-        cols["key"],
-        shard.column("target"),
-        shard.column("params"),
-        shard.column("options"),
-        shard.column("abi"),
-        shard.column("provenance"),
-        shard.column(FILES + "binary"),
-        shard.column(FILES + "metadata"),
-        shard.column(FILES + "ir"),
-        shard.column(FILES + "source"),
-    )
-    for i, (key, t, ps, o, a, pv, b, m, ir, src) in enumerate(rows):
-        home = f"variants/{key}/"
-        v = None
-        if (
-            type(t) is int
-            and type(o) is int
-            and type(a) is int
-            and type(pv) is int
-            and type(ps) is list
-            and 0 <= t < n_targets
-            and 0 <= o < n_options
-            and 0 <= a < n_abis
-            and 0 <= pv < n_provs
-            and (not ps or set(map(type, ps)) == {int} and min(ps) >= 0 and max(ps) < n_param)
-            and (src is None or type(src) is int and 0 <= src < n_sources)
-        ):
-            binary, metadata = _ref(b, home), _ref(m, home)
-            stages: dict[str, FileRef] | None = {}
-            if ir is not None:
-                if type(ir) is dict:
-                    for stage, value in ir.items():
-                        ref = _ref(value, home)
-                        if ref is None:
-                            stages = None
-                            break
-                        stages[stage] = ref  # type: ignore[index]
-                else:
-                    stages = None
-            if binary is not None and metadata is not None and stages is not None:
-                try:
-                    v = Variant.from_parts(
-                        kernel,
-                        key,
-                        targets[t],
-                        [param[p] for p in ps],
-                        options[o],
-                        abis[a],
-                        provs[pv],
-                        binary,
-                        metadata,
-                        stages,
-                        sources[src] if src is not None else None,
-                        where,
-                        memo,
-                    )
-                except FormatError:
-                    v = None  # the full checks below raise it again, saying which variant
-                if v is not None:
-                    append(_place(b, binary))
-                    append(_place(m, metadata))
-                    for stage, ref in stages.items():
-                        append(_place(ir[stage], ref))
-        if v is None:  # the full checks, from the variant's JSON, say what is wrong
-            entry: dict[str, Any] = {"kernel": kernel, "files": shard.files(i, b, m, ir, src, home, located)}
-            for name, value in (
-                ("key", key),
-                ("target", t),
-                ("params", ps),
-                ("options", o),
-                ("abi", a),
-                ("provenance", pv),
-            ):
-                if value is not None:
-                    entry[name] = shard.value(name, value, i)
-            v = Variant.from_json(entry, f"{shard.where}: variants[{i}]", memo)
-        for name in extra:  # fields this version does not know: check that they resolve, as decode_shard does
-            shard.value(name, cols[name][i], i)
-        out.append(v)
+    names = ("key", "target", "params", "options", "abi", "provenance")
+    files = tuple(FILES + role for role in ("binary", "metadata", "ir", "source"))
+    for i, row in enumerate(zip(shard.columns["key"], *map(shard.column, names[1:] + files))):
+        key, (b, m, ir, src) = row[0], row[len(names) :]
+        entry: dict[str, Any] = {"kernel": kernel, "files": shard.files(i, b, m, ir, src, f"variants/{key}/", located)}
+        entry.update((name, shard.value(name, value, i)) for name, value in zip(names, row) if value is not None)
+        out.append(Variant.from_json(entry, f"{shard.where}: variants[{i}]", memo))
     return out, located

@@ -29,6 +29,7 @@ import re
 import shutil
 import sys
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -99,10 +100,7 @@ class RebuildReport:
     variants: list[VariantCheck]
 
     def counts(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for v in self.variants:
-            out[v.status] = out.get(v.status, 0) + 1
-        return out
+        return dict(Counter(v.status for v in self.variants))
 
     def exit_code(self) -> int:
         """0 every variant reproduced; 1 any mismatch; 3 nothing wrong found but not all reproduced."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
@@ -137,10 +138,6 @@ class Ledger:
     def entry_names(self) -> set[str]:
         with self._lock:
             return set(self._entry_names)
-
-    def hashes(self) -> set[str]:
-        with self._lock:
-            return {s.triton_hash for s in self._sightings if s.triton_hash}
 
     def clear(self) -> None:
         with self._lock:
@@ -296,7 +293,4 @@ def describe_left_out(items: list[LeftOut], limit: int = 20) -> str:
 
 
 def summarize(items: list[LeftOut]) -> dict[str, Any]:
-    counts: dict[str, int] = {}
-    for i in items:
-        counts[i.category] = counts.get(i.category, 0) + 1
-    return counts
+    return dict(Counter(i.category for i in items))

@@ -175,19 +175,14 @@ def install_followers() -> list[Callable[[], None]]:
             return original_submit(self, functools.partial(_run_adopted, caps, fn), *args, **kwargs)
         return original_submit(self, fn, *args, **kwargs)
 
-    ThreadPoolExecutor.submit = submit  # type: ignore[method-assign]  # patched on purpose; undone below
-    undo.append(
-        lambda: setattr(ThreadPoolExecutor, "submit", original_submit) if ThreadPoolExecutor.submit is submit else None
-    )
+    undo.append(patch(ThreadPoolExecutor, "submit", submit))
 
     autograd = sys.modules.get("torch.autograd")  # only if the workload already imported torch
     for name in ("backward", "grad"):
         original = getattr(autograd, name, None) if autograd is not None else None
         if original is None or getattr(original, "__karchive__", False):
             continue
-        wrapper = _engine_wrapper(original)
-        setattr(autograd, name, wrapper)
-        undo.append(functools.partial(_restore, autograd, name, wrapper, original))
+        undo.append(patch(autograd, name, _engine_wrapper(original)))
     return undo
 
 
@@ -202,6 +197,14 @@ def _engine_wrapper(original: Callable[..., Any]) -> Callable[..., Any]:
 
     call.__karchive__ = True  # type: ignore[attr-defined]  # a marker on the function object: ours, never wrap twice
     return call
+
+
+def patch(owner: Any, name: str, ours: Any) -> Callable[[], None]:
+    """Put ``ours`` at ``owner.name``; the undo puts back what was there, unless someone has installed theirs on
+    top since (then it is left, and ours stays under it, inert)."""
+    original = getattr(owner, name)
+    setattr(owner, name, ours)
+    return functools.partial(_restore, owner, name, ours, original)
 
 
 def _restore(owner: Any, name: str, ours: Any, original: Any) -> None:

@@ -210,14 +210,9 @@ def install() -> list[Callable[[], None]]:
     no_bundles = refuse_triton_bundles(_bundle_refused)
     if no_bundles is not None:
         undo.append(no_bundles)
-    CachingAutotuner.run = run
-    CachingAutotuner.precompile = precompile
-    PersistentCache.lookup = lookup
-    undo.append(lambda: setattr(CachingAutotuner, "run", orig_run) if CachingAutotuner.run is run else None)
-    undo.append(
-        lambda: setattr(CachingAutotuner, "precompile", orig_pre) if CachingAutotuner.precompile is precompile else None
-    )
-    undo.append(lambda: setattr(PersistentCache, "lookup", orig_lookup) if PersistentCache.lookup is lookup else None)
+    undo.append(scope.patch(CachingAutotuner, "run", run))
+    undo.append(scope.patch(CachingAutotuner, "precompile", precompile))
+    undo.append(scope.patch(PersistentCache, "lookup", lookup))
     return undo
 
 
@@ -260,14 +255,7 @@ def _wrap_module_benchmark() -> list[Callable[[], None]]:
                 pass
         return out
 
-    TritonScheduling.benchmark_codegened_module = bench
-    return [
-        lambda: (
-            setattr(TritonScheduling, "benchmark_codegened_module", orig)
-            if TritonScheduling.benchmark_codegened_module is bench
-            else None
-        )
-    ]
+    return [scope.patch(TritonScheduling, "benchmark_codegened_module", bench)]
 
 
 def cache_artifacts_mark() -> frozenset[tuple[str, str]]:

@@ -34,11 +34,11 @@ Previously installed listeners and hooks are chained and restored when the last 
 from __future__ import annotations
 
 import functools
-import inspect
 import os
 import sys
 import threading
 import warnings
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeGuard, TypeVar, cast
@@ -75,14 +75,11 @@ class CaptureIncompleteWarning(UserWarning):
 
 # --- describing a compile ------------------------------------------------------------------------
 def _module_source(fn: Any) -> str | None:
+    from ..compile.aot import module_source
+
     name = getattr(fn, "module", None) or getattr(getattr(fn, "fn", None), "__module__", None)
     module = sys.modules.get(name) if isinstance(name, str) else None
-    if module is None:
-        return None
-    try:
-        return inspect.getsource(module)
-    except (OSError, TypeError):
-        return None
+    return None if module is None else module_source(module)
 
 
 def describe_source(
@@ -554,16 +551,11 @@ class Capture:
         with category and reason; ``lost`` counts those no archive of the window holds.
         """
         with self._lock:
-            hows: dict[str, int] = {}
-            threads: dict[str, int] = {}
-            for e in self.events:
-                hows[e.how] = hows.get(e.how, 0) + 1
-                threads[e.thread] = threads.get(e.thread, 0) + 1
             return {
                 "variants": len(self.variants),
                 "kernels": self.kernels(),
-                "events": hows,
-                "threads": threads,
+                "events": dict(Counter(e.how for e in self.events)),
+                "threads": dict(Counter(e.thread for e in self.events)),
                 "scope": self.scope,
                 "autotune_records": len(self.autotune.records),
                 "inductor_decisions": len(self.inductor.decisions),
@@ -589,14 +581,19 @@ def capture(name: str, version: str, **kwargs: Any) -> Capture:
 
 def _describe_kernel_object(kernel: Any, include_ir: bool) -> CompiledVariant:
     group = getattr(kernel, "metadata_group", None)
-    src = getattr(kernel, "src", None)
     if not group:
         raise CaptureError("the compiled kernel carries no metadata_group (file map); cannot read its files")
+    return _describe_group(group, getattr(kernel, "src", None), include_ir)
+
+
+def _describe_group(group: Any, src: Any, include_ir: bool) -> CompiledVariant:
+    """A compile from Triton's file map: from its ``src`` where it has a JIT function, else (compiled from an
+    IR file) from the cache entry alone."""
     entry = entry_from_group(group)
-    fp = build_fingerprint(entry.metadata["target"])
-    if src is not None and hasattr(src, "fn"):
-        return describe_source(src, entry, include_ir=include_ir, provenance_extra={"triton_cache": fp})
-    return describe_entry(entry, origin="capture", include_ir=include_ir, provenance_extra={"triton_cache": fp})
+    extra = {"triton_cache": build_fingerprint(entry.metadata["target"])}
+    if hasattr(src, "fn"):
+        return describe_source(src, entry, include_ir=include_ir, provenance_extra=extra)
+    return describe_entry(entry, origin="capture", include_ir=include_ir, provenance_extra=extra)
 
 
 # --- Triton hooks (process-wide, installed while any capture is active) ---------------------------
@@ -629,16 +626,7 @@ def _on_compile(
     for cap in caps:
         if cap.include_ir not in by_ir:
             try:
-                entry = entry_from_group(metadata_group)
-                fp = build_fingerprint(entry.metadata["target"])
-                if hasattr(src, "fn"):
-                    by_ir[cap.include_ir] = describe_source(
-                        src, entry, include_ir=cap.include_ir, provenance_extra={"triton_cache": fp}
-                    )
-                else:  # compiled from an IR file: describe from the entry
-                    by_ir[cap.include_ir] = describe_entry(
-                        entry, origin="capture", include_ir=cap.include_ir, provenance_extra={"triton_cache": fp}
-                    )
+                by_ir[cap.include_ir] = _describe_group(metadata_group, src, cap.include_ir)
             except Exception as exc:  # noqa: BLE001 - kept per include_ir; every capture it concerns reports it as failed
                 by_ir[cap.include_ir] = exc
         result = by_ir[cap.include_ir]
@@ -797,13 +785,7 @@ class _Hooks:
             return None
 
         chained.__karchive__ = True  # type: ignore[attr-defined]  # a marker on the function object: ours
-        setattr(owner, attr, chained)
-
-        def undo() -> None:
-            if getattr(owner, attr) is chained:  # someone installed theirs on top: leave it (ours is inert)
-                setattr(owner, attr, previous)
-
-        self._restore.append(undo)
+        self._restore.append(scope.patch(owner, attr, chained))
 
     def _wrap_jit_run(self) -> None:
         from triton.runtime.jit import JITFunction
@@ -819,8 +801,7 @@ class _Hooks:
                     pass
             return kernel
 
-        JITFunction.run = run
-        self._restore.append(lambda: setattr(JITFunction, "run", original) if JITFunction.run is run else None)
+        self._restore.append(scope.patch(JITFunction, "run", run))
 
     def _wrap_autotuner(self) -> None:
         try:
@@ -843,8 +824,7 @@ class _Hooks:
                 pass
             return ret
 
-        Autotuner.run = run
-        self._restore.append(lambda: setattr(Autotuner, "run", original) if Autotuner.run is run else None)
+        self._restore.append(scope.patch(Autotuner, "run", run))
 
     def _wrap_heuristics(self) -> None:
         try:
@@ -875,8 +855,7 @@ class _Hooks:
                 pass
             return ret
 
-        Heuristics.run = run
-        self._restore.append(lambda: setattr(Heuristics, "run", original) if Heuristics.run is run else None)
+        self._restore.append(scope.patch(Heuristics, "run", run))
 
 
 def _on_autotune_listener(*, key: Any = None, best_config: Any = None, configs_timings: Any = None, **_: Any) -> None:
