@@ -302,7 +302,7 @@ def kernel_launches(trace: dict, names: set[str]) -> list[dict]:
     ``[x, 1, 1]``, as Triton's ``32 * num_warps``; ``shared``: static + dynamic shared memory)."""
     found = []
     for event in trace.get("traceEvents", []):
-        if event.get("cat") != "kernel" or event.get("name") not in names:
+        if str(event.get("cat", "")).lower() != "kernel" or event.get("name") not in names:  # older Kineto: "Kernel"
             continue
         args = event.get("args") or {}
         block = list(args.get("block") or [])
@@ -400,7 +400,7 @@ class GpuWorld:
         with open(path) as fh:
             trace = json.load(fh)
         os.unlink(path)
-        kernels = [e for e in trace.get("traceEvents", []) if e.get("cat") == "kernel"]
+        kernels = [e for e in trace.get("traceEvents", []) if str(e.get("cat", "")).lower() == "kernel"]
         if names is None:  # the profiler check: any kernel
             return kernels
         # kernels that are neither the scenarios' nor torch's (``void at::...``): a name the filter missed shows here

@@ -47,7 +47,7 @@ def test_kernel_launches_reads_what_the_gpu_ran_in_launch_order():
             _event("void at::native::vectorized_elementwise_kernel<4, FillFunctor<float>>", 3),
             _event("copy", 5, block=(64, 1, 1), shared=1024),
             _event("cudaLaunchKernel", 4, cat="cuda_runtime"),
-            _event("scaled", 9, block=(32, 2, 1)),
+            _event("scaled", 9, block=(32, 2, 1), cat="Kernel"),
         ]
     }
     assert fs.kernel_launches(trace, {"copy", "scaled"}) == [
