@@ -7,6 +7,7 @@ The device half runs in tests/gpu/test_serve_fidelity_gpu.py; tests/test_serve_f
 from __future__ import annotations
 
 import sys
+import warnings
 import zlib
 from pathlib import Path
 
@@ -158,3 +159,18 @@ def test_the_gpu_wrapper_over_a_recording_driver(tmp_path):
     outs = [[d for n, _, d in drain["buffers"] if n == "out"][0] for drain in got["runtime_defaults"]["gpu"]]
     assert len(outs) == 4 and len(set(outs)) == 1  # nothing ran on this "device": the output is the fill
     assert got["duck_typed_pointers"]["obs"]["launches"][0]["args"]["mask_ptr"] != 0x7F0000100000  # real memory
+
+
+def test_a_profiler_that_sees_no_gpu_kernel_is_said_not_hidden():
+    """Without CUDA, CUPTI sees no kernel: the world says so (the GPU test fails on it) and every drain still digests."""
+    pytest.importorskip("torch")
+    tl = pytest.importorskip("triton.language")
+    with warnings.catch_warnings():  # torch: "CUDA is not available, disabling CUDA profiling"
+        warnings.simplefilter("ignore")
+        world = fs.GpuWorld(device="cpu")
+    assert world.profiler_error  # CPU torch: "No activities specified"; a CUDA torch without CUPTI: "saw no kernel"
+    world.begin()
+    world.buf("x", tl.float32)
+    assert world.drain() == [] and world.end() == [
+        {"launches": 0, "buffers": [["x", "fp32", world.log[0]["buffers"][0][2]]]}
+    ]
