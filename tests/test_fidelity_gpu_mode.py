@@ -1,5 +1,7 @@
 """The ``--gpu`` mode of tests/fidelity_support.py, as far as it runs without a GPU: the flag, the reading of a
-profiler trace, deterministic buffers (CPU torch where installed), and the CPU mode untouched by it.
+profiler trace, deterministic buffers, the CPU mode untouched by it, and -- where torch is installed (CPU torch will
+do: /work/venv-torch) -- its four phases end to end over the recording drivers with CPU memory for the device's,
+checked by every check of the GPU test (all but CUPTI and what the kernels compute).
 
 The device half runs in tests/gpu/test_serve_fidelity_gpu.py; tests/test_serve_fidelity.py is the CPU mode's proof.
 """
@@ -98,67 +100,134 @@ def test_buffers_are_deterministic_and_the_autotuner_calls_reach_the_memory():
     assert x.offset(4).data_ptr() == x.data_ptr() + 4 and x.offset(4).owner is x.owner
 
 
-_SIMULATION = """
-import json, sys
+_DRY = """
+import json, sys, warnings
+import pytest, torch
 import fidelity_support as fs
-import torch
 
-fake = fs._install_driver()            # the recording driver stands in for the real one underneath the --gpu wrapper
-counts = fs._install_gpu_driver()
-world = fs.GpuWorld.__new__(fs.GpuWorld)
-world.torch, world.device, world.bufs, world.log, world.prof = torch, "cpu", [], [], None
-world.profiler_error, world.unmatched = "no GPU: launches read from the recording driver", set()
-fs._GPU[0] = world
-import fidelity_kernels
-world.names = fs.kernel_names(fidelity_kernels)
-only = sys.argv[1:]
-recorded = fs._triton_drain(fake)
+torch.cuda.get_device_name = lambda index=0: "cpu (no GPU: the --gpu machinery only)"
+SOURCE = [None]  # the launches since the last drain: the recording driver's, or the CUDA stand-in's when serving
+INNER = {}
 
-def drain():  # GpuWorld.drain, with the recording driver's launches for CUPTI's
-    got = recorded()
-    world.log.append({"launches": len(got), "buffers": world.digests()})
-    return got
 
-results = fs._run_all(fidelity_kernels, drain, fs._gpu_counts(counts), only=only, world=world)
-results["__inner__"] = {"bench_launches": fake.bench_launches, "loads": len(fake.loads)}
-print(json.dumps(results, default=repr))
+class DryWorld(fs.GpuWorld):
+    \"\"\"CPU memory for the device's; the launches from the recording drivers, in the form CUPTI gives them.\"\"\"
+
+    def __init__(self, device="cuda"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            super().__init__(device="cpu")
+        self.profiler_error = None
+
+    def _start(self):
+        pass
+
+    def _stop(self, names=None):
+        got = SOURCE[0]() if SOURCE[0] else []
+        return [{k: la[k] for k in ("kernel", "grid", "block", "shared")} for la in got]
+
+
+fs.GpuWorld = DryWorld
+install = fs._install_gpu_driver
+
+
+def dry_install():  # the recording driver underneath the --gpu wrapper, in place of Triton's real one
+    fake = INNER["fake"] = fs._install_driver()
+    SOURCE[0] = SOURCE[0] or fs._triton_drain(fake)
+    return install()
+
+
+fs._install_gpu_driver = dry_install
+args = fs.parse_args(sys.argv[1:])
+if args.phase != "serve":
+    result = fs.PHASES[args.phase](args)
+else:
+    import runtime_support as rs
+
+    mp = pytest.MonkeyPatch()
+    with rs.fake_cuda(mp, args.path) as (rec, _backend):
+        done = [0]
+
+        def served():
+            got = rec.launches()[done[0]:]
+            done[0] += len(got)
+            return [fs.launch_record(rec.functions[la.function][0], b"", la.grid, la.block[0], la.shared, {}) for la in got]
+
+        SOURCE[0] = served
+        result = fs.PHASES[args.phase](args)
+    mp.undo()
+result["__inner__"] = {"bench_launches": INNER["fake"].bench_launches}
+open(args.out, "w").write(json.dumps(result, default=repr))
 """
+
+#: GPU forms that read what the kernels computed (buffer digests): nothing computes without a GPU.
+_COMPUTED = {"runtime_defaults", "heuristics_values", "duck_typed_pointers"}
 
 
 @needs_triton
-def test_the_gpu_wrapper_over_a_recording_driver(tmp_path):
-    """The --gpu phases' machinery (Triton's driver wrapped, deterministic tuning, launches made while benchmarking
-    kept from the device, buffers in real memory with the autotuner's zero_/clone/copy_ applied to it, a digest per
-    drain) over the recording driver, with CPU memory for the device's: everything but CUPTI and the GPU."""
+def test_the_gpu_phases_and_their_checks_without_a_gpu(tmp_path):
+    """The four --gpu phases end to end (Triton's driver wrapped: deterministic tuning, benchmark launches kept from
+    the device; buffers in memory, the autotuner's zero_/clone/copy_ applied to it, digests per drain; serve(strict)
+    on both launch paths), with the recording drivers underneath and CPU memory for the device's, then every check of
+    tests/gpu/test_serve_fidelity_gpu.py on their results: all but CUPTI and the GPU's arithmetic."""
     pytest.importorskip("torch")
     import json
     import os
     import subprocess
 
-    only = ["reset_and_restore", "autotune_best_config", "duck_typed_pointers", "specialization", "runtime_defaults"]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)]),
-        "TRITON_CACHE_DIR": str(tmp_path),
-    }
-    r = subprocess.run(
-        [sys.executable, "-c", _SIMULATION, *only], env=env, capture_output=True, text=True, timeout=600, cwd=HERE
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent), str(HERE)]), "TRITON_DEFAULT_FP_FUSION": "1"}
+    out: dict = {}
+    for phase, cache, extra in (
+        ("triton", "tc", []),
+        ("capture", "tc", []),
+        ("serve", "tc-python", ["--path", "python"]),
+        ("serve", "tc-extension", ["--path", "extension"]),
+    ):
+        dest = tmp_path / f"{phase}{'-'.join(['', *extra[1:]])}.json"
+        cmd = [sys.executable, "-c", _DRY, phase, "--gpu", "--out", str(dest), "--archive", str(tmp_path / "f.karc")]
+        r = subprocess.run(
+            [*cmd, *extra],
+            env={**env, "TRITON_CACHE_DIR": str(tmp_path / cache)},
+            capture_output=True,
+            text=True,
+            timeout=600,
+            cwd=HERE,
+        )
+        assert r.returncode == 0 and dest.exists(), r.stderr[-3000:]
+        out[dest.stem] = json.loads(dest.read_text())
+        assert "__phase_error__" not in out[dest.stem], out[dest.stem]
+    gpu = _load_gpu_test()
+    phases = {"triton": out["triton"], "capture": out["capture"], "serve": {p: out[f"serve-{p}"] for p in gpu.PATHS}}
+    for name in gpu.SCENARIOS:
+        for path in gpu.PATHS:
+            gpu.test_served_like_capture(phases, name, path)
+        gpu.test_capture_runs_what_triton_runs(phases, name)
+        if name not in _COMPUTED:
+            gpu.test_triton_does_on_the_gpu(phases, name)
+    for phase in ("triton", "capture", *(f"serve-{p}" for p in gpu.PATHS)):
+        gpu.test_the_phase_observed_the_gpu(phases, phase)
+    gpu.test_the_capture_left_nothing_out(phases)
+    gpu.test_every_gpu_form_replaces_a_cpu_statement()
+    # the wrapper kept every benchmark launch from the driver's launcher and let every other one through
+    triton = out["triton"]
+    assert triton["__gpu__"]["bench_launches"] > 0 and triton["__inner__"]["bench_launches"] == 0
+    drained = sum(d["launches"] for n in gpu.SCENARIOS for d in triton[n]["gpu"])
+    assert drained + 1 == triton["__gpu__"]["triton_launches"]  # + the empty grid: a launcher call, no launch
+    acc = [[d for n, _, d in drain["buffers"] if n == "acc"][0] for drain in triton["reset_and_restore"]["gpu"]]
+    assert triton["reset_and_restore"]["obs"]["first_call"] == [["event", "zero_", "acc"]]
+    assert set(acc) == {fs.digest(bytes(fs.GpuWorld.NBYTES))}  # the reset reached the memory (no GPU adds to it)
+
+
+def _load_gpu_test():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "karchive_gpu_serve_fidelity", HERE / "gpu" / "test_serve_fidelity_gpu.py"
     )
-    assert r.returncode == 0, r.stderr[-3000:]
-    got = json.loads(r.stdout.strip().splitlines()[-1])
-    for name in only:
-        assert "error" not in got[name], got[name]
-        assert got[name]["gpu"] and all(len(d["buffers"]) >= 2 for d in got[name]["gpu"]), got[name]["gpu"]
-    tuned = got["autotune_best_config"]["counts"]
-    assert tuned["benchmarks"] > 0 and tuned["bench_launches"] == tuned["benchmarks"]
-    assert got["__inner__"]["bench_launches"] == 0  # no benchmark launch reached the driver's launcher
-    drained = sum(d["launches"] for n in only for d in got[n]["gpu"])  # what reached the driver, drain by drain
-    assert drained == sum(got[n]["counts"]["triton_launches"] for n in only) > 0
-    acc = [[d for n, _, d in drain["buffers"] if n == "acc"][0] for drain in got["reset_and_restore"]["gpu"]]
-    assert got["reset_and_restore"]["obs"]["first_call"] == [["event", "zero_", "acc"]] and len(set(acc)) == 1
-    outs = [[d for n, _, d in drain["buffers"] if n == "out"][0] for drain in got["runtime_defaults"]["gpu"]]
-    assert len(outs) == 4 and len(set(outs)) == 1  # nothing ran on this "device": the output is the fill
-    assert got["duck_typed_pointers"]["obs"]["launches"][0]["args"]["mask_ptr"] != 0x7F0000100000  # real memory
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def test_a_profiler_that_sees_no_gpu_kernel_is_said_not_hidden():
