@@ -4,6 +4,7 @@
     python tests/fidelity_support.py capture --out OBS.json --archive A.karc  # plain Triton under karchive.capture
     python tests/fidelity_support.py serve   --out OBS.json --archive A.karc [--path extension]  # Triton's compiler
                                                                             # disabled, serve(strict)
+    ... --gpu                                                               # any phase on a CUDA GPU (below)
 
 Each scenario is a function ``scenario(c) -> observations`` (JSON data): ``c.k`` is tests/fidelity_kernels.py (the
 library's kernel objects), ``c.buf()`` a device buffer as a library passes one, ``c.launches()`` the launches since the
@@ -15,6 +16,16 @@ FakeDriver, plus a launcher that does what Triton's C launcher does around the G
 no launch for an empty grid; and the binary each function handle was loaded from). Under serving, the launches reach
 runtime_support's recording CUDA stand-in through karchive's launcher; Triton's driver is still a FidelityDriver (it
 answers device, stream and target) and counts what Triton itself loads, launches or benchmarks: none of it may happen.
+
+``--gpu`` (tests/gpu/test_serve_fidelity_gpu.py): the same scenarios on a CUDA GPU (:class:`GpuWorld`). Triton's
+real driver, wrapped only to count what it loads and launches and to make tuning deterministic: its benchmarker is
+FidelityDriver's (one call per config, the same :func:`_timing` in every process) and the launches made while it
+benchmarks do not reach the GPU (so buffers hold what the chosen configs wrote, as in a served process, which never
+benchmarks). ``c.buf()`` is real device memory (64 KiB, filled deterministically, Triton dtypes as on the CPU);
+``c.launches()`` is what CUPTI (torch.profiler) saw the GPU run -- the fidelity kernels' name, grid, block and
+shared memory, on both of karchive's launch paths alike --, and every drain notes the digest of every buffer
+(``"gpu"`` per scenario). Argument values and which binary ran are not observable on the served path without
+interposing on the driver; the buffer digests stand for them (what the kernels computed from the arguments).
 """
 
 from __future__ import annotations
@@ -22,8 +33,10 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import struct
 import sys
+import tempfile
 import traceback
 import zlib
 from collections.abc import Callable
@@ -96,8 +109,9 @@ class Buf:
     """A device tensor as a library passes one: ``data_ptr()``, a dtype, ``get_device()``; the autotuner's
     reset/restore calls (``zero_``, ``clone``, ``copy_``) are noted in :data:`EVENTS` (outside benchmarking)."""
 
-    def __init__(self, name: str, addr: int, dtype: Any) -> None:
+    def __init__(self, name: str, addr: int, dtype: Any, owner: Any = None) -> None:
         self.name, self.addr, self.dtype = name, addr, dtype
+        self.owner = owner  # --gpu: the device allocation (a torch uint8 tensor) the address lies in
 
     def data_ptr(self) -> int:
         return self.addr
@@ -105,16 +119,27 @@ class Buf:
     def get_device(self) -> int:
         return 0
 
+    def offset(self, nbytes: int) -> Buf:
+        """The same memory ``nbytes`` further on (a misaligned pointer)."""
+        return Buf(f"{self.name}+{nbytes}", self.addr + nbytes, self.dtype, self.owner)
+
     def zero_(self) -> Buf:
         _event("zero_", self.name)
+        if self.owner is not None:
+            self.owner.zero_()
         return self
 
     def clone(self) -> Buf:
         _event("clone", self.name)
+        if self.owner is not None:
+            copy = self.owner.clone()
+            return Buf(self.name + "'", copy.data_ptr() + self.addr - self.owner.data_ptr(), self.dtype, copy)
         return Buf(self.name + "'", self.addr + 0x100000, self.dtype)
 
     def copy_(self, other: Buf) -> Buf:
         _event("copy_", self.name, other.name)
+        if self.owner is not None and other.owner is not None:
+            self.owner.copy_(other.owner)
         return self
 
 
@@ -235,6 +260,262 @@ def launch_record(name: str, binary: bytes, grid: tuple, block: int, shared: int
     }
 
 
+# -- on a GPU (--gpu) ----------------------------------------------------------------------------------------------
+#: The GpuWorld of a ``--gpu`` phase (None on the CPU): :meth:`Ctx.buf` allocates from it.
+_GPU: list[Any] = [None]
+
+#: Triton dtype name -> torch dtype name, for filling a buffer with values of its element type.
+_TORCH_DTYPES = {
+    "fp32": "float32",
+    "fp16": "float16",
+    "bf16": "bfloat16",
+    "fp64": "float64",
+    "int1": "bool",
+    "i1": "bool",
+    "u1": "bool",
+    "int8": "int8",
+    "int16": "int16",
+    "int32": "int32",
+    "int64": "int64",
+    "uint8": "uint8",
+}
+
+
+def kernel_names(module: Any) -> set[str]:
+    """The names the GPU knows the module's kernels by (Triton names a binary's entry after the Python function)."""
+    from triton.runtime import KernelInterface
+
+    names = set()
+    for value in vars(module).values():
+        if not isinstance(value, KernelInterface):
+            continue
+        while hasattr(value, "fn"):  # Autotuner -> Heuristics -> JITFunction -> the Python function
+            value = value.fn
+        names.add(getattr(value, "__name__", ""))
+    names.discard("")
+    return names
+
+
+def kernel_launches(trace: dict, names: set[str]) -> list[dict]:
+    """The launches of the kernels named ``names`` in a torch.profiler (Kineto/CUPTI) Chrome trace, in launch order
+    (CUPTI's correlation id): ``{kernel, grid, block, shared}`` as the GPU ran them (``block`` an int when it is
+    ``[x, 1, 1]``, as Triton's ``32 * num_warps``; ``shared``: static + dynamic shared memory)."""
+    found = []
+    for event in trace.get("traceEvents", []):
+        if str(event.get("cat", "")).lower() != "kernel" or event.get("name") not in names:  # older Kineto: "Kernel"
+            continue
+        args = event.get("args") or {}
+        block = list(args.get("block") or [])
+        found.append(
+            (
+                args.get("correlation", 0),
+                event.get("ts", 0),
+                {
+                    "kernel": event["name"],
+                    "grid": list(args.get("grid") or []),
+                    "block": block[0] if len(block) == 3 and block[1:] == [1, 1] else block,
+                    "shared": args.get("shared memory"),
+                },
+            )
+        )
+    found.sort(key=lambda f: (f[0], f[1]))
+    return [record for _, _, record in found]
+
+
+def fill_values(torch: Any, n: int, dtype_name: str, seed: int, device: str) -> Any:
+    """``n`` deterministic values of a torch dtype: the same bytes in every process (no RNG)."""
+    i = torch.arange(n, device=device, dtype=torch.int64)
+    dtype = getattr(torch, dtype_name)
+    if dtype is torch.bool:
+        return (i + seed) % 3 == 0
+    if dtype.is_floating_point:
+        return (((i * 7 + seed) % 251).to(torch.float32) * 0.25 - 31.0).to(dtype)
+    return ((i * 7 + seed) % 251 - 125).to(dtype)
+
+
+class GpuWorld:
+    """What ``--gpu`` phases give the scenarios: buffers in device memory (:meth:`buf`) and, per drain, the kernels
+    the GPU ran (CUPTI through torch.profiler, started per scenario and per drain) and every buffer's digest."""
+
+    NBYTES = 1 << 16  # per buffer: the scenarios touch at most 4096 fp32 elements
+
+    def __init__(self, device: str = "cuda") -> None:
+        import torch
+
+        if device == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError("--gpu: torch sees no CUDA GPU here")
+        self.torch, self.device = torch, device
+        self.names: set[str] = set()
+        self.bufs: list[tuple[str, str, Any]] = []  # (name, Triton dtype, the uint8 tensor), this scenario's
+        self.log: list[dict] = []
+        self.prof: Any = None
+        self.traces = tempfile.mkdtemp(prefix="fidelity-trace-")
+        self.n_traces = 0
+        self.profiler_error: str | None = None
+        self.unmatched: set[str] = set()
+        self._check_profiler()
+
+    def _check_profiler(self) -> None:
+        """A torch kernel under the profiler must show up as a ``kernel`` event, or launches cannot be observed."""
+        try:
+            self._start()
+            self.torch.ones(1024, device=self.device).mul_(2)
+            events = self._stop(names=None)
+        except Exception as exc:  # said in the phase's result: the GPU test fails on it
+            self.prof, self.profiler_error = None, f"torch.profiler failed: {type(exc).__name__}: {exc}"[:500]
+            return
+        if not events and self.profiler_error is None:
+            self.profiler_error = "torch.profiler saw no CUDA kernel (CUPTI unavailable?): launches not observable"
+
+    def buf(self, name: str, dtype: Any) -> Buf:
+        torch = self.torch
+        raw = torch.empty(self.NBYTES, dtype=torch.uint8, device=self.device)
+        tdt = _TORCH_DTYPES.get(str(dtype), "uint8")
+        view = raw.view(getattr(torch, tdt))
+        view.copy_(fill_values(torch, view.numel(), tdt, zlib.crc32(name.encode()) % 97, self.device))
+        self.bufs.append((name, str(dtype), raw))
+        return Buf(name, raw.data_ptr(), dtype, raw)
+
+    def digests(self) -> list[list[str]]:
+        return [[name, dt, digest(raw.cpu().numpy().tobytes())] for name, dt, raw in self.bufs]
+
+    def _start(self) -> None:
+        if self.profiler_error is not None:
+            return
+        from torch.profiler import ProfilerActivity, profile
+
+        try:
+            prof = profile(activities=[ProfilerActivity.CUDA])
+            prof.start()
+        except Exception as exc:  # as in _stop: said once, launches unobservable from here on
+            self.profiler_error = self.profiler_error or f"torch.profiler failed: {type(exc).__name__}: {exc}"
+            return
+        self.prof = prof
+
+    def _stop(self, names: set[str] | None = None) -> list[dict]:
+        prof, self.prof = self.prof, None
+        if prof is None:
+            return []
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+        try:
+            trace = self._trace(prof)
+        except Exception as exc:  # launches unobservable from here on: said once, the digests still compared
+            if names is None:
+                raise
+            self.profiler_error = self.profiler_error or f"reading the profile failed: {type(exc).__name__}: {exc}"
+            return []
+        kernels = [e for e in trace.get("traceEvents", []) if str(e.get("cat", "")).lower() == "kernel"]
+        if names is None:  # the profiler check: any kernel
+            return kernels
+        # kernels that are neither the scenarios' nor torch's (``void at::...``): a name the filter missed shows here
+        self.unmatched |= {str(e.get("name")) for e in kernels if e.get("name") not in names} - {
+            n for n in (str(e.get("name")) for e in kernels) if n.startswith("void ") or "at::" in n
+        }
+        return kernel_launches(trace, names)
+
+    def _trace(self, prof: Any) -> dict:
+        prof.stop()
+        self.n_traces += 1
+        path = os.path.join(self.traces, f"trace-{self.n_traces}.json")
+        prof.export_chrome_trace(path)
+        with open(path) as fh:
+            trace = json.load(fh)
+        os.unlink(path)
+        return trace
+
+    def begin(self) -> None:
+        """A new scenario: no buffers yet, the profiler running."""
+        self.bufs.clear()
+        self.log = []
+        self._start()
+
+    def drain(self) -> list[dict]:
+        if self.device == "cuda":
+            self.torch.cuda.synchronize()
+        got = self._stop(self.names)
+        self.log.append({"launches": len(got), "buffers": self.digests()})
+        self._start()
+        return got
+
+    def end(self) -> list[dict]:
+        self._stop(self.names)
+        self.bufs.clear()
+        return self.log
+
+
+class GpuCounts:
+    """What Triton's own driver did in a ``--gpu`` phase (a served process: nothing)."""
+
+    def __init__(self) -> None:
+        self.loads: list[str] = []
+        self.launched = 0
+        self.bench_launches = 0
+        self.benchmarks = 0
+
+
+def _install_gpu_driver() -> GpuCounts:
+    """Triton's real driver, wrapped: loads and launches counted, the benchmarker FidelityDriver's (deterministic),
+    and launches made while it benchmarks kept from the GPU (their launch hooks still run, as driver.c runs them)."""
+    from triton.runtime.driver import driver
+
+    real = driver.active
+    counts = GpuCounts()
+    utils = real.utils
+    load = utils.load_binary
+
+    def load_binary(*args: Any) -> Any:
+        counts.loads.append(args[0])
+        return load(*args)
+
+    utils.load_binary = load_binary
+    inner_cls = real.launcher_cls
+
+    def launcher_cls(src: Any, metadata: Any) -> Callable:
+        inner = inner_cls(src, metadata)
+
+        def launch(gx, gy, gz, stream, function, packed_metadata, launch_metadata, enter_hook, exit_hook, *args):
+            if not benchmarking():
+                counts.launched += 1
+                return inner(
+                    gx, gy, gz, stream, function, packed_metadata, launch_metadata, enter_hook, exit_hook, *args
+                )
+            counts.bench_launches += 1
+            if enter_hook is not None:
+                enter_hook(launch_metadata)
+            if exit_hook is not None:
+                exit_hook(launch_metadata)
+            return None
+
+        return launch
+
+    real.launcher_cls = launcher_cls
+    bench = _get_benchmarker(counts)
+    real.get_benchmarker = lambda: bench
+    driver.set_active(real)
+    return counts
+
+
+def _gpu_phase_info(world: GpuWorld, counts: GpuCounts) -> dict:
+    import torch
+    import triton
+
+    rt = triton.knobs.runtime
+    return {
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "profiler_error": world.profiler_error,
+        "kernel_names": sorted(world.names),
+        "other_kernels": sorted(world.unmatched)[:50],
+        "launch_hooks_set": [bool(getattr(h, "calls", h)) for h in (rt.launch_enter_hook, rt.launch_exit_hook)],
+        "triton_loads": len(counts.loads),
+        "triton_launches": counts.launched,
+        "bench_launches": counts.bench_launches,
+        "benchmarks": counts.benchmarks,
+    }
+
+
 # -- what scenarios see --------------------------------------------------------------------------------------------
 class Ctx:
     """What a scenario gets: the library's kernels (``k``), buffers, and the launches the GPU would have seen."""
@@ -247,8 +528,17 @@ class Ctx:
     def buf(self, name: str, dtype: Any = None) -> Buf:
         import triton.language as tl
 
+        dtype = tl.float32 if dtype is None else dtype
+        if _GPU[0] is not None:
+            return _GPU[0].buf(name, dtype)
         self._next += 0x10000
-        return Buf(name, self._next, tl.float32 if dtype is None else dtype)
+        return Buf(name, self._next, dtype)
+
+    def duck(self, name: str, addr: int, dtype: Any) -> DuckPtr:
+        """A duck-typed pointer: at ``addr`` on the CPU, over a fresh device allocation under ``--gpu``."""
+        if _GPU[0] is not None:
+            return DuckPtr(_GPU[0].buf(name, dtype).addr, dtype)
+        return DuckPtr(addr, dtype)
 
     def launches(self) -> list[dict]:
         return self._drain()
@@ -432,9 +722,11 @@ def runtime_defaults(c: Ctx) -> Any:
     """Runtime parameters with defaults, omitted: Triton binds the defaults (``alpha=2.0``, ``flag=3``, ``BLOCK=128``)."""
     x, out = c.buf("x"), c.buf("out")
     c.k.scaled[(8,)](x, out, 1024)
+    launches = c.launches()  # a drain per call: under --gpu each call's output is digested
     c.k.scaled[(8,)](x, out, 1024, 0.5)
+    launches += c.launches()
     c.k.scaled[(8,)](x, out, 1024, flag=7, BLOCK=128)
-    return {"launches": c.launches()}
+    return {"launches": launches + c.launches()}
 
 
 @scenario
@@ -463,7 +755,7 @@ def specialization(c: Ctx) -> Any:
     """Integer specialisation (``n == 1`` becomes a constant, multiples of 16 are marked) vs ``do_not_specialize`` and
     ``do_not_specialize_on_alignment``: which binary each call launches."""
     x, out = c.buf("x"), c.buf("out")
-    odd = Buf("x+4", x.addr + 4, x.dtype)
+    odd = x.offset(4)
     caches = [c.k.copy.device_caches[0][0], c.k.unspecialized.device_caches[0][0]]
     before = [set(cache) for cache in caches]
     for n in (1, 16, 17):
@@ -723,9 +1015,11 @@ def heuristics_values(c: Ctx) -> Any:
     caller passes explicitly is overwritten by the heuristic; ``num_warps`` may come from one."""
     x, out = c.buf("x"), c.buf("out")
     c.k.heuristic[(1,)](x, out, 100)
+    launches = c.launches()  # a drain per call: under --gpu each call's output is digested
     c.k.heuristic[(1,)](x, out, 4096, scale=0.5)
+    launches += c.launches()
     c.k.heuristic[(1,)](x, out, 4096, BLOCK=64)  # the caller's BLOCK loses to the heuristic's
-    return {"seen": seen(), "launches": c.launches()}
+    return {"seen": seen(), "launches": launches + c.launches()}
 
 
 @scenario
@@ -739,7 +1033,7 @@ def none_and_constexpr_args(c: Ctx) -> Any:
     c.k.cast[(1,)](x, out, 64, DT=tl.float16, BLOCK=64)
     c.k.cast[(1,)](x, out, 64, tl.bfloat16, tl.constexpr(64))
     launches = c.launches()
-    return {"launches": launches, "binaries": len({la["binary"] for la in launches})}
+    return {"launches": launches, "binaries": len({la.get("binary") for la in launches})}
 
 
 @scenario
@@ -748,11 +1042,12 @@ def duck_typed_pointers(c: Ctx) -> Any:
     not ``*i1``), a Python bool runtime argument ``u1``."""
     import triton.language as tl
 
-    mask = DuckPtr(0x7F0000100000, tl.int1)
-    out = DuckPtr(0x7F0000200000, tl.float32)
+    mask = c.duck("mask", 0x7F0000100000, tl.int1)
+    out = c.duck("out", 0x7F0000200000, tl.float32)
     c.k.masked[(1,)](mask, out, 64, True, BLOCK=64)
+    launches = c.launches()  # a drain per call: under --gpu each call's output is digested
     c.k.masked[(1,)](mask, out, 64, False, BLOCK=64)
-    return {"launches": c.launches()}
+    return {"launches": launches + c.launches()}
 
 
 @scenario
@@ -842,6 +1137,7 @@ def _run_all(
     drain: Callable[[], list[dict]],
     extra: Callable[[], dict] | None = None,
     only: list[str] | None = None,
+    world: GpuWorld | None = None,
 ) -> dict:
     results: dict[str, Any] = {}
     for name, fn in SCENARIOS.items():
@@ -850,11 +1146,15 @@ def _run_all(
         SEEN_LOG().clear()
         EVENTS.clear()
         before = extra() if extra else {}
+        if world is not None:
+            world.begin()
         try:
             obs: Any = {"obs": fn(Ctx(kernels, drain))}
         except Exception as exc:
             obs = {"error": f"{type(exc).__name__}: {exc}"[:2000], "traceback": traceback.format_exc()[-3000:]}
         drain()
+        if world is not None:
+            obs["gpu"] = world.end()  # per drain: how many launches, every buffer's digest
         if extra:
             after = extra()
             obs["counts"] = {k: after[k] - before.get(k, 0) for k in after}
@@ -879,7 +1179,34 @@ def _triton_drain(fake: Any) -> Callable[[], list[dict]]:
     return drain
 
 
+def _gpu_setup() -> tuple[GpuWorld, GpuCounts]:
+    world = GpuWorld()
+    _GPU[0] = world
+    return world, _install_gpu_driver()
+
+
+def _gpu_counts(counts: GpuCounts) -> Callable[[], dict]:
+    return lambda: {
+        "triton_loads": len(counts.loads),
+        "triton_launches": counts.launched,
+        "bench_launches": counts.bench_launches,
+        "benchmarks": counts.benchmarks,
+    }
+
+
+def _run_gpu(args: argparse.Namespace, world: GpuWorld, counts: GpuCounts, extra: Callable[[], dict]) -> dict:
+    import fidelity_kernels
+
+    world.names = kernel_names(fidelity_kernels)
+    results = _run_all(fidelity_kernels, world.drain, extra, only=args.only, world=world)
+    results["__gpu__"] = _gpu_phase_info(world, counts)
+    return results
+
+
 def phase_triton(args: argparse.Namespace) -> dict:
+    if args.gpu:
+        world, counts = _gpu_setup()
+        return _run_gpu(args, world, counts, _gpu_counts(counts))
     fake = _install_driver()
     import fidelity_kernels
 
@@ -889,11 +1216,16 @@ def phase_triton(args: argparse.Namespace) -> dict:
 def phase_capture(args: argparse.Namespace) -> dict:
     import karchive
 
-    fake = _install_driver()
-    import fidelity_kernels
+    if args.gpu:
+        world, counts = _gpu_setup()
+        with karchive.capture("fidelity", version="1", scope="process") as cap:
+            results = _run_gpu(args, world, counts, _gpu_counts(counts))
+    else:
+        fake = _install_driver()
+        import fidelity_kernels
 
-    with karchive.capture("fidelity", version="1", scope="process") as cap:
-        results = _run_all(fidelity_kernels, _triton_drain(fake), only=args.only)
+        with karchive.capture("fidelity", version="1", scope="process") as cap:
+            results = _run_all(fidelity_kernels, _triton_drain(fake), only=args.only)
     cap.save(args.archive)
     results["__capture__"] = {
         "warnings": [str(w) for w in cap.warnings],
@@ -938,6 +1270,8 @@ def phase_serve(args: argparse.Namespace) -> dict:
     triton.compile = refuse  # type: ignore[attr-defined]
     triton.compiler.compile = refuse  # type: ignore[attr-defined]
     cc.compile = refuse
+    if args.gpu:
+        return _serve_gpu(args, count)
     fake = _install_driver()
 
     import runtime_support as rs
@@ -981,10 +1315,28 @@ def phase_serve(args: argparse.Namespace) -> dict:
     return results
 
 
+def _serve_gpu(args: argparse.Namespace, count: dict) -> dict:
+    """``phase_serve`` on a GPU: karchive's launcher on the real driver, on ``args.path``."""
+    import karchive
+    from karchive.runtime import launch_path
+
+    if args.path == launch_path.EXTENSION and launch_path.extension() is None:
+        return {"__skip__": f"the compiled launcher is not built here: {launch_path.status().detail}"}
+    world, counts = _gpu_setup()
+    tally = _gpu_counts(counts)
+    with launch_path.forced(args.path):
+        arc = karchive.open(args.archive)
+        karchive.serve(arc, mode="strict")
+        results = _run_gpu(args, world, counts, lambda: {"compiles": count["compiles"], **tally()})
+        report = karchive.serve_report()
+        results["__serve__"] = {"report": report.to_json() if report is not None else None}
+    return results
+
+
 PHASES = {"triton": phase_triton, "capture": phase_capture, "serve": phase_serve}
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("phase", choices=sorted(PHASES))
     ap.add_argument("--out", required=True)
@@ -996,7 +1348,19 @@ def main() -> int:
         choices=("python", "extension"),
         help="serve: karchive's launch path (Python, or the compiled launcher)",
     )
-    args = ap.parse_args()
+    ap.add_argument(
+        "--gpu",
+        action="store_true",
+        help="run on a CUDA GPU: Triton's real driver, device buffers, launches as CUPTI saw them (module docstring)",
+    )
+    args = ap.parse_args(argv)
+    if args.phase != "triton" and not args.archive:
+        ap.error(f"{args.phase} needs --archive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     sys.path[:0] = [str(HERE), str(ROOT)]
     try:
         result = PHASES[args.phase](args)
