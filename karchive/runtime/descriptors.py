@@ -811,64 +811,57 @@ def _driver() -> int:
     return _driver_version[0]
 
 
-def _driver_error(call: str, cu: Any, err: Any, p: Any) -> DriverError:
-    _e, text = cu.cuGetErrorString(err)
-    return DriverError(
-        f"{call} failed: {text.decode() if isinstance(text, bytes) else text} ({p})", call=call, code=int(err)
-    )
-
-
-def encode_im2col(p: Im2colParams) -> bytes:
-    """The 128-byte im2col CUtensorMap for ``p`` from the driver (cuda-python ``cuTensorMapEncodeIm2col``)."""
+def _encode(call: str, p: Any, *box_args: Any) -> bytes:
+    """The 128-byte CUtensorMap the driver's ``call`` (cuda-python) encodes for ``p``: the arguments both encoders
+    share around ``box_args``, each encoder's own (the binding takes its own integer types in the lists)."""
     from cuda.bindings import driver as cu
 
-    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
-    err, tmap = cu.cuTensorMapEncodeIm2col(
+    u64 = cu.cuuint64_t
+    err, tmap = getattr(cu, call)(
         cu.CUtensorMapDataType(p.data_type),
         p.rank,
         p.address,
         [u64(v) for v in p.global_dim],
         [u64(v) for v in p.global_strides],
+        *box_args,
+        cu.CUtensorMapInterleave(p.interleave),
+        cu.CUtensorMapSwizzle(p.swizzle),
+        cu.CUtensorMapL2promotion(p.l2_promotion),
+        cu.CUtensorMapFloatOOBfill(p.oob_fill),
+    )
+    if int(err) != 0:
+        _e, text = cu.cuGetErrorString(err)
+        raise DriverError(
+            f"{call} failed: {text.decode() if isinstance(text, bytes) else text} ({p})", call=call, code=int(err)
+        )
+    return bytes(ctypes.string_at(tmap.getPtr(), TENSORMAP_SIZE))
+
+
+def encode_im2col(p: Im2colParams) -> bytes:
+    """The 128-byte im2col CUtensorMap for ``p`` from the driver (cuda-python ``cuTensorMapEncodeIm2col``)."""
+    from cuda.bindings.driver import cuuint32_t as u32
+
+    return _encode(
+        "cuTensorMapEncodeIm2col",
+        p,
         list(p.pixel_box_lower_corner),
         list(p.pixel_box_upper_corner),
         p.channels_per_pixel,
         p.pixels_per_column,
         [u32(v) for v in p.element_strides],
-        cu.CUtensorMapInterleave(p.interleave),
-        cu.CUtensorMapSwizzle(p.swizzle),
-        cu.CUtensorMapL2promotion(p.l2_promotion),
-        cu.CUtensorMapFloatOOBfill(p.oob_fill),
     )
-    if int(err) != 0:
-        raise _driver_error("cuTensorMapEncodeIm2col", cu, err, p)
-    return bytes(ctypes.string_at(tmap.getPtr(), TENSORMAP_SIZE))
 
 
 def encode_tiled(p: EncodeParams) -> bytes:
     """The 128-byte CUtensorMap for ``p`` from the driver (cuda-python), with Triton's bit patch applied."""
-    from cuda.bindings import driver as cu
+    from cuda.bindings.driver import cuuint32_t as u32
 
-    u64, u32 = cu.cuuint64_t, cu.cuuint32_t  # the binding takes its own integer types in these lists
-    err, tmap = cu.cuTensorMapEncodeTiled(
-        cu.CUtensorMapDataType(p.data_type),
-        p.rank,
-        p.address,
-        [u64(v) for v in p.global_dim],
-        [u64(v) for v in p.global_strides],
-        [u32(v) for v in p.box_dim],
-        [u32(v) for v in p.element_strides],
-        cu.CUtensorMapInterleave(p.interleave),
-        cu.CUtensorMapSwizzle(p.swizzle),
-        cu.CUtensorMapL2promotion(p.l2_promotion),
-        cu.CUtensorMapFloatOOBfill(p.oob_fill),
-    )
-    if int(err) != 0:
-        raise _driver_error("cuTensorMapEncodeTiled", cu, err, p)
-    raw = bytearray(ctypes.string_at(tmap.getPtr(), TENSORMAP_SIZE))
-    if p.clear_small_tensor_bit:
-        word = struct.unpack_from("<Q", raw, 8)[0] & ~_SMALL_TENSOR_BIT
-        struct.pack_into("<Q", raw, 8, word)
-    return bytes(raw)
+    raw = _encode("cuTensorMapEncodeTiled", p, [u32(v) for v in p.box_dim], [u32(v) for v in p.element_strides])
+    if not p.clear_small_tensor_bit:
+        return raw
+    patched = bytearray(raw)
+    struct.pack_into("<Q", patched, 8, struct.unpack_from("<Q", patched, 8)[0] & ~_SMALL_TENSOR_BIT)
+    return bytes(patched)
 
 
 class Expansion(list):
