@@ -186,7 +186,10 @@ class Registry:
 
     def _read_record(self, name: str, version: str) -> VersionRecord | None:
         path = version_record_path(name, version)
-        data = self.store.read(path)
+        return self._record_at(path, self.store.read(path), name, version)
+
+    def _record_at(self, path: str, data: bytes | None, name: str, version: str) -> VersionRecord | None:
+        """The record ``data`` (read from ``path``; None: absent) holds, refused unless it is ``name@version``'s."""
         if data is None:
             return None
         record = VersionRecord.from_json(data, self._where(path))
