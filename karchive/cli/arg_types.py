@@ -14,39 +14,27 @@ from ..errors import KeyFileError, RegistryValueError
 
 __all__ = ["add_archive_out", "archive_out", "parse_age", "parse_size", "passphrase", "positive_int", "signing_keys"]
 
-_SIZE_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1 << 10,
-    "kb": 1000,
-    "kib": 1 << 10,
-    "m": 1 << 20,
-    "mb": 1000**2,
-    "mib": 1 << 20,
-    "g": 1 << 30,
-    "gb": 1000**3,
-    "gib": 1 << 30,
-    "t": 1 << 40,
-    "tb": 1000**4,
-    "tib": 1 << 40,
+#: k, m, g, t and their -ib forms are binary; kb, mb, gb, tb decimal.
+_SIZE_UNITS = {"": 1, "b": 1} | {
+    p + suffix: 1000**i if suffix == "b" else 1 << 10 * i for i, p in enumerate("kmgt", 1) for suffix in ("", "b", "ib")
 }
 _AGE_UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-def parse_size(text: str) -> int:
+def _quantity(text: str, units: dict[str, int], bad: str) -> float:
+    """``text``, a number and a unit of ``units`` (any case), as a number of the base unit; else ``bad`` says how."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).lower() not in _SIZE_UNITS:
-        raise RegistryValueError(
-            f"bad size {text!r}: use e.g. 500M, 2G, 1.5GiB or a byte count", value=repr(text)[:200]
-        )
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    if not m or m.group(2).lower() not in units:
+        raise RegistryValueError(f"bad {bad}", value=repr(text)[:200])
+    return float(m.group(1)) * units[m.group(2).lower()]
+
+
+def parse_size(text: str) -> int:
+    return int(_quantity(text, _SIZE_UNITS, f"size {text!r}: use e.g. 500M, 2G, 1.5GiB or a byte count"))
 
 
 def parse_age(text: str) -> float:
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).lower() not in _AGE_UNITS:
-        raise RegistryValueError(f"bad age {text!r}: use e.g. 30d, 12h, 45m or seconds", value=repr(text)[:200])
-    return float(m.group(1)) * _AGE_UNITS[m.group(2).lower()]
+    return _quantity(text, _AGE_UNITS, f"age {text!r}: use e.g. 30d, 12h, 45m or seconds")
 
 
 def passphrase(var: str | None, key: str) -> bytes | None:
