@@ -12,7 +12,16 @@ from typing import Any
 
 from ..errors import KeyFileError, RegistryValueError
 
-__all__ = ["add_archive_out", "archive_out", "parse_age", "parse_size", "passphrase", "positive_int", "signing_keys"]
+__all__ = [
+    "add_archive_out",
+    "archive_out",
+    "open_named",
+    "parse_age",
+    "parse_size",
+    "passphrase",
+    "positive_int",
+    "signing_keys",
+]
 
 #: k, m, g, t and their -ib forms are binary; kb, mb, gb, tb decimal.
 _SIZE_UNITS = {"": 1, "b": 1} | {
@@ -67,6 +76,15 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def open_named(ref: str, registry: str | None, **fields: Any) -> Any:
+    """The archive a command names (path, URL or NAME[@VERSION] in ``registry``), read with the storage
+    credentials of the environment (``$KARCHIVE_STORAGE_OPTIONS``); ``fields``: other open options."""
+    from ..registry.config import storage_options_from_env
+    from ..resolve import open as open_ref
+
+    return open_ref(ref, registry=registry, storage_options=storage_options_from_env(), **fields)
 
 
 def archive_out(path: str, name: str, version: str) -> str:
