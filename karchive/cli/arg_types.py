@@ -20,6 +20,7 @@ __all__ = [
     "parse_size",
     "passphrase",
     "positive_int",
+    "registry_named",
     "signing_keys",
 ]
 
@@ -85,6 +86,15 @@ def open_named(ref: str, registry: str | None, **fields: Any) -> Any:
     from ..resolve import open as open_ref
 
     return open_ref(ref, registry=registry, storage_options=storage_options_from_env(), **fields)
+
+
+def registry_named(args: argparse.Namespace, **fields: Any) -> Any:
+    """The registry ``--registry`` names, read with the environment's storage credentials, and its cache where the
+    command has ``--cache-dir``; ``fields``: other :class:`~karchive.registry.Registry` arguments."""
+    from ..registry import Registry
+    from ..registry.config import storage_options_from_env
+
+    return Registry(args.registry, storage_options_from_env(), cache=getattr(args, "cache_dir", None), **fields)
 
 
 def archive_out(path: str, name: str, version: str) -> str:
