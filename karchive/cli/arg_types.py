@@ -58,14 +58,15 @@ def passphrase(var: str | None, key: str) -> bytes | None:
     return value.encode()
 
 
-def signing_keys(args: argparse.Namespace) -> list[Any]:
-    """``--sign KEY`` (repeatable): the private keys, loaded (and their passphrase read) up front."""
-    if not args.sign:
+def signing_keys(paths: list[str] | None, passphrase_env: str | None) -> list[Any]:
+    """The private keys ``--sign KEY`` (or ``--registry-key``; repeatable) names, loaded (and the passphrase
+    ``--passphrase-env`` names read, one for all) up front."""
+    if not paths:
         return []
     from ..trust.keys import load_private_key
 
-    secret = passphrase(args.passphrase_env, args.sign[0])
-    return [load_private_key(path, secret) for path in args.sign]
+    secret = passphrase(passphrase_env, paths[0])
+    return [load_private_key(path, secret) for path in paths]
 
 
 def positive_int(text: str) -> int:

@@ -57,7 +57,7 @@ def _record_row(r: Any, latest: str | None = None) -> list[Any]:
 # -- commands -------------------------------------------------------------------------------------
 def cmd_publish(args: argparse.Namespace) -> int:
     reg = registry_named(args, progress=args.progress)
-    keys = signing_keys(args)
+    keys = signing_keys(args.sign, args.passphrase_env)
     info = None
     if args.provenance:
         from ..trust.buildinfo import load_build_info

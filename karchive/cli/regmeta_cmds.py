@@ -15,7 +15,7 @@ from typing import Any
 from ..core import settings
 from ..core.units import utc_text
 from ..errors import RegistryError, RegistryValueError
-from .arg_types import parse_age, passphrase, registry_named
+from .arg_types import parse_age, registry_named, signing_keys
 from .output import emit_json, printable
 
 #: A registry-metadata key for every `publish` / `sign NAME@VERSION` without --registry-key (CI sets it once).
@@ -26,13 +26,7 @@ def registry_keys(paths: list[str] | None, passphrase_env: str | None) -> list[A
     """The private keys that sign registry metadata: ``--registry-key`` (repeatable), else the key file
     ``$KARCHIVE_REGISTRY_KEY`` names, else none (metadata is left as it is)."""
     key = settings.registry_key()
-    paths = paths or ([key] if key else [])
-    if not paths:
-        return []
-    from ..trust.keys import load_private_key
-
-    secret = passphrase(passphrase_env, paths[0])
-    return [load_private_key(p, secret) for p in paths]
+    return signing_keys(paths or ([key] if key else []), passphrase_env)
 
 
 def add_registry_key_arg(p: argparse.ArgumentParser) -> None:

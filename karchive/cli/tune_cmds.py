@@ -182,7 +182,7 @@ def tune_from_args(args: argparse.Namespace, reader: Any) -> dict[str, Any]:
                 f"{args.from_capture or args.archive}: no autotune entry records its call (a "
                 "capture by this karchive records them); write a keys file instead"
             )
-    signers = signing_keys(args)
+    signers = signing_keys(args.sign, args.passphrase_env)
     return tune_archive(
         reader,
         calls,
