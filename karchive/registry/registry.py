@@ -272,14 +272,7 @@ class Registry:
         else:
             records = list((self._read_name_index(name) or {}).values())
         if not records:
-            names = self.names()
-            raise NotFoundError(
-                f"no archive named {name!r} in registry {self.url}; it has: {_listing(names)}",
-                registry=self.url,
-                name=name,
-                version=None,
-                available=tuple(names),
-            )
+            raise self._missing_name(name)
         return sorted(records, key=lambda r: version_key(r.version))
 
     @_operation
@@ -310,14 +303,7 @@ class Registry:
             versions = list((self._read_name_index(ref.name) or {}).keys())
         latest = newest(versions)
         if latest is None:
-            names = self.names()
-            raise NotFoundError(
-                f"no archive named {ref.name!r} in registry {self.url}; it has: {_listing(names)}",
-                registry=self.url,
-                name=ref.name,
-                version=None,
-                available=tuple(names),
-            )
+            raise self._missing_name(ref.name)
         record = self._read_record(ref.name, latest)
         if record is None:
             raise RegistryError(
@@ -325,6 +311,16 @@ class Registry:
                 registry=self.url,
             )
         return record
+
+    def _missing_name(self, name: str) -> NotFoundError:
+        names = self.names()
+        return NotFoundError(
+            f"no archive named {name!r} in registry {self.url}; it has: {_listing(names)}",
+            registry=self.url,
+            name=name,
+            version=None,
+            available=tuple(names),
+        )
 
     def _missing_version(self, name: str, version: str) -> NotFoundError:
         try:
