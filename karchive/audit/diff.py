@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..core import pysource
+from ..core.text import plural
 from ..errors import FormatError, KarchiveError, SchemaError
 from ..format.names import did_you_mean, select_kernels
 from .match import TUNING_OPTIONS, Pair, canonical, pair_variants, specialisation_text, target_text
@@ -190,7 +191,7 @@ class ArchiveDiff:
     def summary(self) -> str:
         if self.identical:
             checked = ", every member digest checked" if self.members_checked else ""
-            return f"identical: {_n(self.count('unchanged'), 'variant')} in both{checked}"
+            return f"identical: {plural(self.count('unchanged'), 'variant')} in both{checked}"
         k = self.kernels()
         parts = [f"{len(k[s])} {s}" for s in ("added", "removed", "changed") if k[s]]
         if k["module_only"]:
@@ -219,10 +220,6 @@ class ArchiveDiff:
             "autotune": self.autotune,
             "texts": [t.to_json() for t in self.texts],
         }
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _side_summary(v: dict | None, resources: dict[str, int]) -> dict[str, Any] | None:
