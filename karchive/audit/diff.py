@@ -349,15 +349,10 @@ def _identity(manifest: dict, ref: str | None, variants: list[dict]) -> dict[str
 
 
 def _archive_changes(ma: dict, mb: dict) -> list[Change]:
-    changes = []
-    for name in ("format_version", "abi_version"):
-        if canonical(ma.get(name)) != canonical(mb.get(name)):
-            changes.append(Change(name, ma.get(name), mb.get(name)))
     pa, pb = ma.get("produced_by") or {}, mb.get("produced_by") or {}
-    for name in sorted(set(pa) | set(pb)):
-        if canonical(pa.get(name)) != canonical(pb.get(name)):
-            changes.append(Change(f"produced_by.{name}", pa.get(name), pb.get(name)))
-    return changes
+    pairs = [(name, ma.get(name), mb.get(name)) for name in ("format_version", "abi_version")]
+    pairs += [(f"produced_by.{name}", pa.get(name), pb.get(name)) for name in sorted(set(pa) | set(pb))]
+    return [Change(name, a, b) for name, a, b in pairs if canonical(a) != canonical(b)]
 
 
 def _autotune_changes(ma: dict, mb: dict, kernels: set[str] | None) -> list[dict[str, Any]]:

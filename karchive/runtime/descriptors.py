@@ -378,12 +378,8 @@ def im2col_problem(rank: int, box: Im2colBox | None, element_strides: Sequence[i
     bad = [v for v in lower + upper if not lo <= v <= hi]
     if bad:
         return f"pixel box corners must lie in [{lo}, {hi}] for rank {rank}, got {bad}"
-    if strides is not None:
-        if len(strides) != rank or not all(0 < s <= 8 for s in strides) or strides[-1] != 1:
-            return (
-                f"element_strides {list(strides)} must have {rank} entries in [1, 8], the last 1 (the channel "
-                "dimension)"
-            )
+    if strides is not None and (len(strides) != rank or not all(0 < s <= 8 for s in strides) or strides[-1] != 1):
+        return f"element_strides {list(strides)} must have {rank} entries in [1, 8], the last 1 (the channel dimension)"
     return None
 
 
