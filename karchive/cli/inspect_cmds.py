@@ -317,22 +317,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         )
         return 0
     _print_identity(m, reader, len(variants) if filtered else None)
-    rows = []
-    for v in variants:
-        ir = sorted(v.ir)
-        rows.append(
-            [
-                v.kernel,
-                str(v.target),
-                v.key[:12],
-                f"{v.options.get('num_warps')}/{v.options.get('num_stages')}",
-                human_bytes(v.abi.shared),
-                human_bytes(v.binary.size),
-                ",".join(ir) if ir else "no",
-                ", ".join(str(h.get("name", "?")) for h in v.provenance.hooks) or "-",
-                _constexpr_text(v),
-            ]
-        )
+    rows = [
+        [
+            v.kernel,
+            str(v.target),
+            v.key[:12],
+            f"{v.options.get('num_warps')}/{v.options.get('num_stages')}",
+            human_bytes(v.abi.shared),
+            human_bytes(v.binary.size),
+            ",".join(sorted(v.ir)) or "no",
+            ", ".join(str(h.get("name", "?")) for h in v.provenance.hooks) or "-",
+            _constexpr_text(v),
+        ]
+        for v in variants
+    ]
     print()
     # "specialisation": constexpr values and the ints fixed to 1 (stride==1): what this variant was compiled for.
     print(
