@@ -3,22 +3,16 @@
 A ``tensordesc`` parameter (launch ABI v2, spec/FORMAT.md §6.2.1) becomes several binary parameters whose
 layout the variant records (its *convention*). :func:`expand` is the one function the launch path calls
 for it: descriptor argument -> the values of those parameters, in order. It accepts karchive's own
-:class:`TensorDescriptor` (from a torch tensor, a JAX or CuPy array, anything with
-``__cuda_array_interface__`` or DLPack, or a raw address with shape and strides) and, duck-typed, Triton's
-``triton.tools.tensor_descriptor.TensorDescriptor`` (``base``, ``shape``, ``strides``, ``block_shape``,
-``padding``) without importing Triton.
+:class:`TensorDescriptor` and, duck-typed, Triton's ``triton.tools.tensor_descriptor.TensorDescriptor``
+(``base``, ``shape``, ``strides``, ``block_shape``, ``padding``; Gluon's ``TensorDescriptorIm2Col`` with its
+pixel box) without importing Triton.
 
-The ``CUtensorMap`` is encoded with cuda-python's ``cuTensorMapEncodeTiled`` exactly as the producing
-Triton's launcher encodes it (:func:`encode_params` is that computation, pure and testable without a GPU).
-An im2col parameter (Gluon's ``tensordesc_im2col``, Triton 3.8+) takes a descriptor with a pixel box
-(``pixel_box_lower_corner``/``pixel_box_upper_corner``, optional ``element_strides``: karchive's
-:class:`TensorDescriptor` options, or Gluon's ``TensorDescriptorIm2Col`` duck-typed); its map comes from
-``cuTensorMapEncodeIm2col`` with the arguments :func:`im2col_params` computes as Triton's
-``fill_tma_descriptor_im2col`` does.
-Encoded maps are cached by (address, shape, strides, dtype, device, the variant's record, padding, tf32, the
-im2col box),
-so a steady-state launch with the same tensors costs one dict lookup; every check runs on a cache miss,
-before anything reaches the driver.
+The ``CUtensorMap`` is encoded with cuda-python's ``cuTensorMapEncodeTiled`` (``cuTensorMapEncodeIm2col``)
+exactly as the producing Triton's launcher encodes it (:func:`encode_params` and :func:`im2col_params` are
+that computation, as Triton's ``fill_tma_descriptor*``, pure and testable without a GPU). Encoded maps are
+cached by (address, shape, strides, dtype, device, the variant's record, padding, tf32, the im2col box), so a
+steady-state launch with the same tensors costs one dict lookup; every check runs on a cache miss, before
+anything reaches the driver.
 """
 
 from __future__ import annotations
