@@ -577,11 +577,7 @@ def _collect(reg: Registry) -> dict[str, dict[str, SnapshotEntry]]:
             index = reg._read_name_index(name) or {}
         except RegistryError:
             index = {}
-        for version in reg._listed_versions(name):
-            try:
-                check_version(version)
-            except RegistryError:
-                continue  # a stray file beside the records is not a version
+        for version in reg._listed_versions(name):  # checked versions: stray files are skipped there
             record = index.get(version) or reg._read_record(name, version)
             if record is not None:
                 names.setdefault(name, {})[version] = SnapshotEntry.of(record)
