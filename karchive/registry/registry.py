@@ -418,11 +418,7 @@ class Registry:
                     f"{record.ref}: the backend refused to create the record but it does not exist", registry=self.url
                 )
             return self._store_signatures(self._same_or_conflict(existing, record), envelopes)
-        try:
-            self._refresh_indexes(record.name)
-            current = True
-        except RegistryError:
-            current = False  # the version is published; `karchive reindex` repairs the derived indexes
+        current = _refreshed(lambda: self._refresh_indexes(record.name))
         return self._store_signatures(PublishResult(record, True, self.url, current), envelopes)
 
     def _signatures_to_store(
@@ -467,11 +463,7 @@ class Registry:
             )
             for key_id, data, origin in envelopes
         )
-        try:
-            refresh_signature_index(self.store, result.record.sha256)
-            current = result.index_current
-        except RegistryError:
-            current = False
+        current = _refreshed(lambda: refresh_signature_index(self.store, result.record.sha256)) and result.index_current
         return dataclasses.replace(result, signatures=stored, index_current=current)
 
     @_operation
@@ -517,11 +509,7 @@ class Registry:
                 source=str(path),
             )
         created = put_signature(self.store, record.sha256, key.key_id, signed.envelope.to_bytes(), record.ref)
-        try:
-            refresh_signature_index(self.store, record.sha256)
-            current = True
-        except RegistryError:
-            current = False  # the signature is stored; `karchive reindex` repairs the derived index
+        current = _refreshed(lambda: refresh_signature_index(self.store, record.sha256))
         metadata = self.update_metadata(registry_keys) if registry_keys else None
         return SignResult(record, StoredSignature(key.key_id, created, "key"), self.url, current, metadata)
 
@@ -886,6 +874,16 @@ class Registry:
                 verdicts[result.record.name] = result.trust
         signers = {name: v.key_ids for name, v in verdicts.items()}
         return Lockfile.from_records(records, self.url, signers), verdicts
+
+
+def _refreshed(refresh: Callable[[], object]) -> bool:
+    """Whether a derived index could be refreshed after a write; the write stands either way (a version or a
+    signature stored), and `karchive reindex` repairs the index."""
+    try:
+        refresh()
+    except RegistryError:
+        return False
+    return True
 
 
 def _close(reader: ArchiveReader) -> None:
