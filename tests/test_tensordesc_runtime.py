@@ -307,21 +307,19 @@ def test_selection_checks_descriptors_and_autotuned_dispatchers_take_the_variant
 
     p = Param("a_desc", "tensordesc<fp16[64, 64]>")
     ok = td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP16), [64, 64])
-    assert param_reason(p, ok, None, False) is None
+    assert param_reason(p, ok, None) is None
     wrong_block = td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP16), [128, 64])
-    assert "compiled for [64, 64]" in param_reason(p, wrong_block, None, False)
-    assert param_reason(p, wrong_block, None, False, block_from_variant=True) is None
-    assert "dtype fp8e4nv" in param_reason(
-        p, td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP8), [64, 64]), None, False
-    )
-    assert "expects a tensor descriptor" in param_reason(p, 0x10000, None, False)
+    assert "compiled for [64, 64]" in param_reason(p, wrong_block, None)
+    assert param_reason(p, wrong_block, None, block_from_variant=True) is None
+    assert "dtype fp8e4nv" in param_reason(p, td.TensorDescriptor(FakeTensor(0x10000, [128, 64], FP8), [64, 64]), None)
+    assert "expects a tensor descriptor" in param_reason(p, 0x10000, None)
     # fp8 pointers: the signature's element type is checked against the framework's dtype
     f8 = Param("x", "*fp8e4nv")
-    assert param_reason(f8, object(), (0x10000, FP8, 0), False) is None
-    assert "has dtype fp16, this variant takes *fp8e4nv" in param_reason(f8, object(), (0x10000, FP16, 0), False)
-    assert param_reason(Param("y", "*fp8e5"), object(), (0x10000, FakeDtype("float8_e5m2", 1), 0), False) is None
-    assert param_reason(Param("y", "*fp8e4b15"), object(), (0, "float8_e4m3b11fnuz", 0), False) is None
-    assert param_reason(Param("y", "*fp4"), object(), (0, FakeDtype("float4_e2m1fn_x2", 1), 0), False) is None
+    assert param_reason(f8, object(), (0x10000, FP8, 0)) is None
+    assert "has dtype fp16, this variant takes *fp8e4nv" in param_reason(f8, object(), (0x10000, FP16, 0))
+    assert param_reason(Param("y", "*fp8e5"), object(), (0x10000, FakeDtype("float8_e5m2", 1), 0)) is None
+    assert param_reason(Param("y", "*fp8e4b15"), object(), (0, "float8_e4m3b11fnuz", 0)) is None
+    assert param_reason(Param("y", "*fp4"), object(), (0, FakeDtype("float4_e2m1fn_x2", 1), 0)) is None
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..core import pysource
+from ..core.text import plural
 from ..errors import FormatError, KarchiveError, SchemaError
 from ..format.names import did_you_mean, select_kernels
 from .match import TUNING_OPTIONS, Pair, canonical, pair_variants, specialisation_text, target_text
@@ -190,7 +191,7 @@ class ArchiveDiff:
     def summary(self) -> str:
         if self.identical:
             checked = ", every member digest checked" if self.members_checked else ""
-            return f"identical: {_n(self.count('unchanged'), 'variant')} in both{checked}"
+            return f"identical: {plural(self.count('unchanged'), 'variant')} in both{checked}"
         k = self.kernels()
         parts = [f"{len(k[s])} {s}" for s in ("added", "removed", "changed") if k[s]]
         if k["module_only"]:
@@ -219,10 +220,6 @@ class ArchiveDiff:
             "autotune": self.autotune,
             "texts": [t.to_json() for t in self.texts],
         }
-
-
-def _n(count: int, noun: str) -> str:
-    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _side_summary(v: dict | None, resources: dict[str, int]) -> dict[str, Any] | None:
@@ -352,15 +349,10 @@ def _identity(manifest: dict, ref: str | None, variants: list[dict]) -> dict[str
 
 
 def _archive_changes(ma: dict, mb: dict) -> list[Change]:
-    changes = []
-    for name in ("format_version", "abi_version"):
-        if canonical(ma.get(name)) != canonical(mb.get(name)):
-            changes.append(Change(name, ma.get(name), mb.get(name)))
     pa, pb = ma.get("produced_by") or {}, mb.get("produced_by") or {}
-    for name in sorted(set(pa) | set(pb)):
-        if canonical(pa.get(name)) != canonical(pb.get(name)):
-            changes.append(Change(f"produced_by.{name}", pa.get(name), pb.get(name)))
-    return changes
+    pairs = [(name, ma.get(name), mb.get(name)) for name in ("format_version", "abi_version")]
+    pairs += [(f"produced_by.{name}", pa.get(name), pb.get(name)) for name in sorted(set(pa) | set(pb))]
+    return [Change(name, a, b) for name, a, b in pairs if canonical(a) != canonical(b)]
 
 
 def _autotune_changes(ma: dict, mb: dict, kernels: set[str] | None) -> list[dict[str, Any]]:

@@ -12,41 +12,39 @@ from typing import Any
 
 from ..errors import KeyFileError, RegistryValueError
 
-__all__ = ["add_archive_out", "archive_out", "parse_age", "parse_size", "passphrase", "positive_int", "signing_keys"]
+__all__ = [
+    "add_archive_out",
+    "archive_out",
+    "open_named",
+    "parse_age",
+    "parse_size",
+    "passphrase",
+    "positive_int",
+    "registry_named",
+    "signing_keys",
+]
 
-_SIZE_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1 << 10,
-    "kb": 1000,
-    "kib": 1 << 10,
-    "m": 1 << 20,
-    "mb": 1000**2,
-    "mib": 1 << 20,
-    "g": 1 << 30,
-    "gb": 1000**3,
-    "gib": 1 << 30,
-    "t": 1 << 40,
-    "tb": 1000**4,
-    "tib": 1 << 40,
+#: k, m, g, t and their -ib forms are binary; kb, mb, gb, tb decimal.
+_SIZE_UNITS = {"": 1, "b": 1} | {
+    p + suffix: 1000**i if suffix == "b" else 1 << 10 * i for i, p in enumerate("kmgt", 1) for suffix in ("", "b", "ib")
 }
 _AGE_UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
 
-def parse_size(text: str) -> int:
+def _quantity(text: str, units: dict[str, int], bad: str) -> float:
+    """``text``, a number and a unit of ``units`` (any case), as a number of the base unit; else ``bad`` says how."""
     m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).lower() not in _SIZE_UNITS:
-        raise RegistryValueError(
-            f"bad size {text!r}: use e.g. 500M, 2G, 1.5GiB or a byte count", value=repr(text)[:200]
-        )
-    return int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    if not m or m.group(2).lower() not in units:
+        raise RegistryValueError(f"bad {bad}", value=repr(text)[:200])
+    return float(m.group(1)) * units[m.group(2).lower()]
+
+
+def parse_size(text: str) -> int:
+    return int(_quantity(text, _SIZE_UNITS, f"size {text!r}: use e.g. 500M, 2G, 1.5GiB or a byte count"))
 
 
 def parse_age(text: str) -> float:
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
-    if not m or m.group(2).lower() not in _AGE_UNITS:
-        raise RegistryValueError(f"bad age {text!r}: use e.g. 30d, 12h, 45m or seconds", value=repr(text)[:200])
-    return float(m.group(1)) * _AGE_UNITS[m.group(2).lower()]
+    return _quantity(text, _AGE_UNITS, f"age {text!r}: use e.g. 30d, 12h, 45m or seconds")
 
 
 def passphrase(var: str | None, key: str) -> bytes | None:
@@ -60,14 +58,15 @@ def passphrase(var: str | None, key: str) -> bytes | None:
     return value.encode()
 
 
-def signing_keys(args: argparse.Namespace) -> list[Any]:
-    """``--sign KEY`` (repeatable): the private keys, loaded (and their passphrase read) up front."""
-    if not args.sign:
+def signing_keys(paths: list[str] | None, passphrase_env: str | None) -> list[Any]:
+    """The private keys ``--sign KEY`` (or ``--registry-key``; repeatable) names, loaded (and the passphrase
+    ``--passphrase-env`` names read, one for all) up front."""
+    if not paths:
         return []
     from ..trust.keys import load_private_key
 
-    secret = passphrase(args.passphrase_env, args.sign[0])
-    return [load_private_key(path, secret) for path in args.sign]
+    secret = passphrase(passphrase_env, paths[0])
+    return [load_private_key(path, secret) for path in paths]
 
 
 def positive_int(text: str) -> int:
@@ -79,6 +78,24 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
     return value
+
+
+def open_named(ref: str, registry: str | None, **fields: Any) -> Any:
+    """The archive a command names (path, URL or NAME[@VERSION] in ``registry``), read with the storage
+    credentials of the environment (``$KARCHIVE_STORAGE_OPTIONS``); ``fields``: other open options."""
+    from ..registry.config import storage_options_from_env
+    from ..resolve import open as open_ref
+
+    return open_ref(ref, registry=registry, storage_options=storage_options_from_env(), **fields)
+
+
+def registry_named(args: argparse.Namespace, **fields: Any) -> Any:
+    """The registry ``--registry`` names, read with the environment's storage credentials, and its cache where the
+    command has ``--cache-dir``; ``fields``: other :class:`~karchive.registry.Registry` arguments."""
+    from ..registry import Registry
+    from ..registry.config import storage_options_from_env
+
+    return Registry(args.registry, storage_options_from_env(), cache=getattr(args, "cache_dir", None), **fields)
 
 
 def archive_out(path: str, name: str, version: str) -> str:

@@ -223,7 +223,7 @@ def cmd_build(args: argparse.Namespace) -> int:
         print(f"{spec.name} {spec.version}: {plural(len(spec.requests), 'variant')} to build", file=sys.stderr)
     if args.provenance and not args.sign:
         raise KarchiveError("--provenance goes into the signed statement: give --sign KEY too")
-    signers = signing_keys(args)  # a bad key or passphrase fails before anything compiles
+    signers = signing_keys(args.sign, args.passphrase_env)  # a bad key or passphrase fails before anything compiles
     result = build_archive(
         spec,
         out,

@@ -9,7 +9,7 @@ from collections import Counter
 
 from ..errors import CaptureError, KarchiveError
 from ..format.names import select_kernels
-from .arg_types import add_archive_out, archive_out
+from .arg_types import add_archive_out, archive_out, open_named
 from .output import emit_json, human_bytes, plural, table
 
 
@@ -53,11 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def cmd_export(args: argparse.Namespace) -> int:
     from ..core.destination import output_dir
     from ..producer.capture.triton_cache import export_archive, local_cache_dir
-    from ..registry.config import storage_options_from_env
-    from ..resolve import open as open_ref
 
     cache_dir = os.path.abspath(output_dir(args.cache_dir or local_cache_dir(), create=False))
-    reader = open_ref(args.archive, registry=args.registry, storage_options=storage_options_from_env())
+    reader = open_named(args.archive, args.registry)
     if args.kernel:  # a -k that matches nothing is a typo: say what there is rather than export nothing
         have = reader.model.kernels()  # the header: no shard read
         missing = [k for k in args.kernel if not select_kernels([k], have)]  # short or qualified names

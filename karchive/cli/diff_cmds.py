@@ -14,6 +14,7 @@ from typing import Any
 
 from ..core.digest import is_sha256_hex
 from ..errors import KarchiveError
+from .arg_types import open_named
 from .output import EXIT_NEGATIVE, EXIT_OK, emit_json, human_bytes, printable, table
 
 _MATCHING_HELP = """\
@@ -94,20 +95,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_diff)
 
 
-def _open(ref: str, args: argparse.Namespace) -> Any:
-    from ..registry.config import storage_options_from_env
-    from ..resolve import open as open_ref
-
-    return open_ref(ref, registry=args.registry, cache_dir=args.cache_dir, storage_options=storage_options_from_env())
-
-
 def cmd_diff(args: argparse.Namespace) -> int:
     from ..audit.diff import diff_archives
 
     if args.context < 0:
         raise KarchiveError("--context must be 0 or more")
-    reader_a = _open(args.a, args)
-    reader_b = _open(args.b, args)
+    reader_a = open_named(args.a, args.registry, cache_dir=args.cache_dir)
+    reader_b = open_named(args.b, args.registry, cache_dir=args.cache_dir)
     result = diff_archives(
         reader_a,
         reader_b,

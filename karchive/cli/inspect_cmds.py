@@ -14,6 +14,7 @@ from ..format.names import did_you_mean, kernel_matches, select_kernels
 from ..format.reader import ArchiveReader
 from ..format.schema import VariantChecker
 from ..format.target import Target
+from .arg_types import open_named
 from .hints import wrong_kind
 from .output import emit_json, human_bytes, plural, printable, table
 
@@ -83,18 +84,6 @@ def _registry_args(p: argparse.ArgumentParser) -> None:
         "--cache-dir",
         metavar="DIR",
         help="local cache for NAME@VERSION (default: $KARCHIVE_CACHE_DIR, else $XDG_CACHE_HOME/karchive)",
-    )
-
-
-def _open(ref: str, args: argparse.Namespace | None = None):
-    from ..registry.config import storage_options_from_env
-    from ..resolve import open as open_ref
-
-    return open_ref(
-        ref,
-        registry=getattr(args, "registry", None),
-        cache_dir=getattr(args, "cache_dir", None),
-        storage_options=storage_options_from_env(),
     )
 
 
@@ -305,7 +294,7 @@ def _no_match(m: Manifest, args: argparse.Namespace) -> str:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    reader = _open(args.archive, args)
+    reader = open_named(args.archive, args.registry, cache_dir=args.cache_dir)
     m = reader.model  # every field inspect relies on is checked as it is read: SchemaError
     if args.summary:
         return _print_summary(m, reader, args)
@@ -328,22 +317,20 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         )
         return 0
     _print_identity(m, reader, len(variants) if filtered else None)
-    rows = []
-    for v in variants:
-        ir = sorted(v.ir)
-        rows.append(
-            [
-                v.kernel,
-                str(v.target),
-                v.key[:12],
-                f"{v.options.get('num_warps')}/{v.options.get('num_stages')}",
-                human_bytes(v.abi.shared),
-                human_bytes(v.binary.size),
-                ",".join(ir) if ir else "no",
-                ", ".join(str(h.get("name", "?")) for h in v.provenance.hooks) or "-",
-                _constexpr_text(v),
-            ]
-        )
+    rows = [
+        [
+            v.kernel,
+            str(v.target),
+            v.key[:12],
+            f"{v.options.get('num_warps')}/{v.options.get('num_stages')}",
+            human_bytes(v.abi.shared),
+            human_bytes(v.binary.size),
+            ",".join(sorted(v.ir)) or "no",
+            ", ".join(str(h.get("name", "?")) for h in v.provenance.hooks) or "-",
+            _constexpr_text(v),
+        ]
+        for v in variants
+    ]
     print()
     # "specialisation": constexpr values and the ints fixed to 1 (stride==1): what this variant was compiled for.
     print(
@@ -529,7 +516,6 @@ def _sharded_schema_problems(reader: ArchiveReader) -> list[str]:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from ..resolve import open as open_ref
     from ..trust.enforce import policy_from_env
 
     policy = args.trust or policy_from_env()  # the variable applies to every load, verify's too
@@ -541,15 +527,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     try:
         # Digests first, with no policy (trust=False: not even $KARCHIVE_TRUST_POLICY), so that a damaged
         # archive shows its damage; the signatures are checked below and reported beside it.
-        from ..registry.config import storage_options_from_env
-
-        reader = open_ref(
-            args.archive,
-            registry=args.registry,
-            cache_dir=args.cache_dir,
-            trust=False,
-            storage_options=storage_options_from_env(),
-        )  # credentials of a remote registry
+        reader = open_named(args.archive, args.registry, cache_dir=args.cache_dir, trust=False)
     except FileNotFoundError:
         raise  # nothing to verify: an error (exit 2), as in every command, not "damaged" (exit 1)
     except FormatError as exc:
@@ -602,7 +580,7 @@ def cmd_extract(args: argparse.Namespace) -> int:
 
     # Checked first (a file there, no permission), created only once the archive proved intact.
     output_dir(args.directory, create=False)
-    reader = _open(args.archive, args)
+    reader = open_named(args.archive, args.registry, cache_dir=args.cache_dir)
     metadata_paths = {v.metadata.path for v in reader.model.variants}
     transform = None
     if args.restore_paths:

@@ -16,17 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.paths import BUILD_CACHE
-from .arg_types import parse_age, parse_size, signing_keys
+from .arg_types import parse_age, parse_size, registry_named, signing_keys
 from .output import emit_json, human_bytes, plural, printable, table
-
-
-def _registry(args: argparse.Namespace) -> Any:
-    from ..registry import Registry
-    from ..registry.config import storage_options_from_env
-
-    return Registry(
-        args.registry, storage_options_from_env(), cache=getattr(args, "cache_dir", None), progress=args.progress
-    )
 
 
 def _common(p: argparse.ArgumentParser, *, registry: bool = True, cache: bool = True, progress: bool = True) -> None:
@@ -65,8 +56,8 @@ def _record_row(r: Any, latest: str | None = None) -> list[Any]:
 
 # -- commands -------------------------------------------------------------------------------------
 def cmd_publish(args: argparse.Namespace) -> int:
-    reg = _registry(args)
-    keys = signing_keys(args)
+    reg = registry_named(args, progress=args.progress)
+    keys = signing_keys(args.sign, args.passphrase_env)
     info = None
     if args.provenance:
         from ..trust.buildinfo import load_build_info
@@ -132,7 +123,7 @@ def _open_options(args: argparse.Namespace) -> Any:
 
 
 def cmd_pull(args: argparse.Namespace) -> int:
-    reg = _registry(args)
+    reg = registry_named(args, progress=args.progress)
     result = reg.pull(args.ref, args.output, _open_options(args))
     if args.json:
         emit_json(
@@ -154,7 +145,7 @@ def cmd_pull(args: argparse.Namespace) -> int:
 def cmd_ls(args: argparse.Namespace) -> int:
     from ..registry.versions import newest
 
-    reg = _registry(args)
+    reg = registry_named(args, progress=args.progress)
     records = reg.list(args.name)
     if args.json:  # stray entries were skipped (and warned about on stderr); --json lists them too
         emit_json({"registry": reg.url, "archives": [r.to_dict() for r in records], "skipped": reg.stray})
@@ -185,7 +176,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
     from ..core.destination import output_file
 
     output = output_file(args.output)  # checked (parents made) before anything is resolved
-    reg = _registry(args)
+    reg = registry_named(args, progress=args.progress)
     lock, verdicts = reg.lock(args.refs, _open_options(args))
     lock.write(output)
     if args.json:
@@ -213,7 +204,7 @@ def cmd_lock(args: argparse.Namespace) -> int:
 
 
 def cmd_reindex(args: argparse.Namespace) -> int:
-    reg = _registry(args)
+    reg = registry_named(args, progress=args.progress)
     names = reg.reindex(args.name)
     if args.json:
         emit_json({"registry": reg.url, "reindexed": names})

@@ -15,6 +15,7 @@ from typing import Any
 from ..core import settings
 from ..core.units import utc_text
 from ..errors import RegistryError, RegistryValueError
+from .arg_types import parse_age, registry_named, signing_keys
 from .output import emit_json, printable
 
 #: A registry-metadata key for every `publish` / `sign NAME@VERSION` without --registry-key (CI sets it once).
@@ -25,14 +26,7 @@ def registry_keys(paths: list[str] | None, passphrase_env: str | None) -> list[A
     """The private keys that sign registry metadata: ``--registry-key`` (repeatable), else the key file
     ``$KARCHIVE_REGISTRY_KEY`` names, else none (metadata is left as it is)."""
     key = settings.registry_key()
-    paths = paths or ([key] if key else [])
-    if not paths:
-        return []
-    from ..trust.keys import load_private_key
-    from .arg_types import passphrase
-
-    secret = passphrase(passphrase_env, paths[0])
-    return [load_private_key(p, secret) for p in paths]
+    return signing_keys(paths or ([key] if key else []), passphrase_env)
 
 
 def add_registry_key_arg(p: argparse.ArgumentParser) -> None:
@@ -62,8 +56,6 @@ def metadata_lines(update: Any) -> list[str]:
 
 
 def _duration(text: str) -> datetime.timedelta:
-    from .arg_types import parse_age
-
     seconds = parse_age(text)
     if seconds <= 0:
         raise RegistryValueError(
@@ -72,16 +64,9 @@ def _duration(text: str) -> datetime.timedelta:
     return datetime.timedelta(seconds=seconds)
 
 
-def _registry(args: argparse.Namespace) -> Any:
-    from ..registry import Registry
-    from ..registry.config import storage_options_from_env
-
-    return Registry(args.registry, storage_options_from_env(), cache=getattr(args, "cache_dir", None))
-
-
 def cmd_refresh(args: argparse.Namespace) -> int:
     keys = registry_keys(args.key, args.passphrase_env)
-    reg = _registry(args)  # first: the error below names the registry
+    reg = registry_named(args)  # first: the error below names the registry
     if not keys:
         raise RegistryError(f"registry-meta refresh needs --key KEY (or ${REGISTRY_KEY_ENV})", registry=reg.url)
     update = reg.update_metadata(
@@ -104,7 +89,7 @@ def cmd_refresh(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    reg = _registry(args)
+    reg = registry_named(args)
     if args.trust:
         from ..registry.metadata_store import load_trusted
         from ..trust.policy import TrustPolicy

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from ..errors import FormatError, KeyFileError, TrustError
-from .arg_types import passphrase
+from .arg_types import passphrase, registry_named
 from .output import emit_json, plural, printable
 
 
@@ -131,8 +131,6 @@ def cmd_sign(args: argparse.Namespace) -> int:
 
 def _sign_published(args: argparse.Namespace) -> int:
     """`karchive sign NAME@VERSION --registry URL`: one more signer for an already published version."""
-    from ..registry import Registry
-    from ..registry.config import storage_options_from_env
     from ..trust.buildinfo import load_build_info
     from ..trust.keys import load_private_key
 
@@ -147,7 +145,7 @@ def _sign_published(args: argparse.Namespace) -> int:
     from .regmeta_cmds import metadata_lines, registry_keys
 
     meta_keys = registry_keys(args.registry_key, args.passphrase_env)
-    reg = Registry(args.registry, storage_options_from_env(), cache=args.cache_dir)
+    reg = registry_named(args)
     out = reg.sign(args.archive, key, build_info=info, registry_keys=meta_keys)
     if args.json:
         emit_json(

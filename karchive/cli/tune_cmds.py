@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import KarchiveError
-from .arg_types import signing_keys
+from .arg_types import open_named, signing_keys
 from .output import EXIT_NEGATIVE, emit_json
 
 _SLUG = re.compile(r"[^A-Za-z0-9.-]+")
@@ -106,11 +106,9 @@ def _read(path: str) -> bytes:
 def cmd_tune(args: argparse.Namespace) -> int:
     from ..core.jsonio import canonical_json, parse_json
     from ..core.paths import cache_dir
-    from ..registry.config import storage_options_from_env
-    from ..resolve import open as open_ref
     from ..runtime.tuning.decisions import export_decisions, import_decisions
 
-    reader = open_ref(args.archive, registry=args.registry, storage_options=storage_options_from_env())
+    reader = open_named(args.archive, args.registry)
     root = cache_dir(args.cache_dir)
     if args.keys is not None or args.from_capture is not None:
         report = tune_from_args(args, reader)
@@ -177,21 +175,14 @@ def tune_from_args(args: argparse.Namespace, reader: Any) -> dict[str, Any]:
     if args.keys is not None:
         calls = parse_keys_file(_read(args.keys), args.keys)
     else:
-        from ..registry.config import storage_options_from_env
-        from ..resolve import open as open_ref
-
-        src = (
-            reader
-            if not args.from_capture
-            else open_ref(args.from_capture, registry=args.registry, storage_options=storage_options_from_env())
-        )
+        src = reader if not args.from_capture else open_named(args.from_capture, args.registry)
         calls = calls_from_records(src.model.autotune or [])
         if not calls:
             raise KarchiveError(
                 f"{args.from_capture or args.archive}: no autotune entry records its call (a "
                 "capture by this karchive records them); write a keys file instead"
             )
-    signers = signing_keys(args)
+    signers = signing_keys(args.sign, args.passphrase_env)
     return tune_archive(
         reader,
         calls,

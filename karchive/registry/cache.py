@@ -36,7 +36,7 @@ import os
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
@@ -65,13 +65,7 @@ class CacheEntry:
     refs: list[str] = field(default_factory=list)
 
     def to_json(self) -> dict:
-        return {
-            "sha256": self.sha256,
-            "size": self.size,
-            "verified": self.verified,
-            "refs": self.refs,
-            "last_used": utc_text(self.last_used),
-        }
+        return {**asdict(self), "last_used": utc_text(self.last_used)}
 
 
 @dataclass

@@ -72,6 +72,8 @@ class Registry(Protocol):
 
     def _read_record(self, name: str, version: str) -> VersionRecord | None: ...
 
+    def _record_at(self, path: str, data: bytes | None, name: str, version: str) -> VersionRecord | None: ...
+
     def _read_name_index(self, name: str) -> dict[str, VersionRecord] | None: ...
 
     def _listed_versions(self, name: str) -> list[str]: ...
@@ -456,15 +458,7 @@ def _read_record(reg: Registry, name: str, version: str) -> VersionRecord | None
     created since would read as absent, and a withheld-version alarm would be false.)"""
     path = version_record_path(name, version)
     data = _read_bounded(reg.store, path, MAX_RECORD_BYTES, None)  # a version record: no metadata role
-    if data is None:
-        return None
-    record = VersionRecord.from_json(data, f"{reg.url}/{path}")
-    if (record.name, record.version) != (name, version):
-        raise RegistryError(
-            f"{reg.url}/{path}: record describes {record.ref}, not {name}@{version} (damaged registry)",
-            registry=reg.url,
-        )
-    return record
+    return reg._record_at(path, data, name, version)
 
 
 def resolve_with_metadata(reg: Registry, ref: Ref, policy: TrustPolicy) -> VersionRecord:
@@ -583,11 +577,7 @@ def _collect(reg: Registry) -> dict[str, dict[str, SnapshotEntry]]:
             index = reg._read_name_index(name) or {}
         except RegistryError:
             index = {}
-        for version in reg._listed_versions(name):
-            try:
-                check_version(version)
-            except RegistryError:
-                continue  # a stray file beside the records is not a version
+        for version in reg._listed_versions(name):  # checked versions: stray files are skipped there
             record = index.get(version) or reg._read_record(name, version)
             if record is not None:
                 names.setdefault(name, {})[version] = SnapshotEntry.of(record)

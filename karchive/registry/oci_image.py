@@ -83,9 +83,7 @@ def _stage(archives: Sequence[str | os.PathLike], work: Path) -> tuple[VersionRe
 
     tree = work / "tree"
     reg = Registry(tree / "registry", cache=work / "cache")
-    records = []
-    for archive in archives:
-        records.append(reg.publish(archive).record)
+    records = [reg.publish(archive).record for archive in archives]
     names = [r.name for r in records]
     if len(set(names)) != len(names):
         raise RegistryValueError(

@@ -186,7 +186,10 @@ class Registry:
 
     def _read_record(self, name: str, version: str) -> VersionRecord | None:
         path = version_record_path(name, version)
-        data = self.store.read(path)
+        return self._record_at(path, self.store.read(path), name, version)
+
+    def _record_at(self, path: str, data: bytes | None, name: str, version: str) -> VersionRecord | None:
+        """The record ``data`` (read from ``path``; None: absent) holds, refused unless it is ``name@version``'s."""
         if data is None:
             return None
         record = VersionRecord.from_json(data, self._where(path))
@@ -269,14 +272,7 @@ class Registry:
         else:
             records = list((self._read_name_index(name) or {}).values())
         if not records:
-            names = self.names()
-            raise NotFoundError(
-                f"no archive named {name!r} in registry {self.url}; it has: {_listing(names)}",
-                registry=self.url,
-                name=name,
-                version=None,
-                available=tuple(names),
-            )
+            raise self._missing_name(name)
         return sorted(records, key=lambda r: version_key(r.version))
 
     @_operation
@@ -307,14 +303,7 @@ class Registry:
             versions = list((self._read_name_index(ref.name) or {}).keys())
         latest = newest(versions)
         if latest is None:
-            names = self.names()
-            raise NotFoundError(
-                f"no archive named {ref.name!r} in registry {self.url}; it has: {_listing(names)}",
-                registry=self.url,
-                name=ref.name,
-                version=None,
-                available=tuple(names),
-            )
+            raise self._missing_name(ref.name)
         record = self._read_record(ref.name, latest)
         if record is None:
             raise RegistryError(
@@ -322,6 +311,16 @@ class Registry:
                 registry=self.url,
             )
         return record
+
+    def _missing_name(self, name: str) -> NotFoundError:
+        names = self.names()
+        return NotFoundError(
+            f"no archive named {name!r} in registry {self.url}; it has: {_listing(names)}",
+            registry=self.url,
+            name=name,
+            version=None,
+            available=tuple(names),
+        )
 
     def _missing_version(self, name: str, version: str) -> NotFoundError:
         try:
@@ -419,11 +418,7 @@ class Registry:
                     f"{record.ref}: the backend refused to create the record but it does not exist", registry=self.url
                 )
             return self._store_signatures(self._same_or_conflict(existing, record), envelopes)
-        try:
-            self._refresh_indexes(record.name)
-            current = True
-        except RegistryError:
-            current = False  # the version is published; `karchive reindex` repairs the derived indexes
+        current = _refreshed(lambda: self._refresh_indexes(record.name))
         return self._store_signatures(PublishResult(record, True, self.url, current), envelopes)
 
     def _signatures_to_store(
@@ -468,11 +463,7 @@ class Registry:
             )
             for key_id, data, origin in envelopes
         )
-        try:
-            refresh_signature_index(self.store, result.record.sha256)
-            current = result.index_current
-        except RegistryError:
-            current = False
+        current = _refreshed(lambda: refresh_signature_index(self.store, result.record.sha256)) and result.index_current
         return dataclasses.replace(result, signatures=stored, index_current=current)
 
     @_operation
@@ -518,11 +509,7 @@ class Registry:
                 source=str(path),
             )
         created = put_signature(self.store, record.sha256, key.key_id, signed.envelope.to_bytes(), record.ref)
-        try:
-            refresh_signature_index(self.store, record.sha256)
-            current = True
-        except RegistryError:
-            current = False  # the signature is stored; `karchive reindex` repairs the derived index
+        current = _refreshed(lambda: refresh_signature_index(self.store, record.sha256))
         metadata = self.update_metadata(registry_keys) if registry_keys else None
         return SignResult(record, StoredSignature(key.key_id, created, "key"), self.url, current, metadata)
 
@@ -887,6 +874,16 @@ class Registry:
                 verdicts[result.record.name] = result.trust
         signers = {name: v.key_ids for name, v in verdicts.items()}
         return Lockfile.from_records(records, self.url, signers), verdicts
+
+
+def _refreshed(refresh: Callable[[], object]) -> bool:
+    """Whether a derived index could be refreshed after a write; the write stands either way (a version or a
+    signature stored), and `karchive reindex` repairs the index."""
+    try:
+        refresh()
+    except RegistryError:
+        return False
+    return True
 
 
 def _close(reader: ArchiveReader) -> None:

@@ -434,9 +434,6 @@ def open_store(url: str, storage_options: dict[str, Any] | None = None, retry: R
         raise _missing_backend(url, exc) from None
     except ValueError as exc:
         raise RegistryError(f"cannot open registry {redact_url(url)}: {exc}", registry=redact_url(url)) from None
-    if protocol in ("http", "https"):
-        root = url.rstrip("/")  # HTTPFileSystem paths are full URLs
-    else:
-        root = cls._strip_protocol(url)
+    root = url.rstrip("/") if protocol in ("http", "https") else cls._strip_protocol(url)  # HTTP paths: full URLs
     kwargs = {**cls._get_kwargs_from_urls(url), **options}
     return FsspecStore(lambda: cls(**kwargs), protocol, root, url, retry)

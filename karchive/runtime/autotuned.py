@@ -342,15 +342,9 @@ class AutotuneResolver:
     # -- choosing -------------------------------------------------------------------------------------
     def _candidates(self) -> list[Mapping[str, Any]]:
         """Every config of the records (recorded choices first), once each."""
-        seen, out = set(), []
-        for r in self.records:
-            for e in r.entries:
-                if e.config is not None:
-                    out.append(_config_dict(e.config, e.variant))
-        for r in self.records:
-            for c in r.configs:
-                if c is not None:
-                    out.append(_config_dict(c, None))
+        seen = set()
+        out = [_config_dict(e.config, e.variant) for r in self.records for e in r.entries if e.config is not None]
+        out += [_config_dict(c, None) for r in self.records for c in r.configs if c is not None]
         unique: list[Mapping[str, Any]] = []
         for cfg in out:
             ident = repr((sorted(cfg["kwargs"].items()), sorted(cfg["options"].items())))

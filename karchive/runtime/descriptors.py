@@ -3,22 +3,16 @@
 A ``tensordesc`` parameter (launch ABI v2, spec/FORMAT.md §6.2.1) becomes several binary parameters whose
 layout the variant records (its *convention*). :func:`expand` is the one function the launch path calls
 for it: descriptor argument -> the values of those parameters, in order. It accepts karchive's own
-:class:`TensorDescriptor` (from a torch tensor, a JAX or CuPy array, anything with
-``__cuda_array_interface__`` or DLPack, or a raw address with shape and strides) and, duck-typed, Triton's
-``triton.tools.tensor_descriptor.TensorDescriptor`` (``base``, ``shape``, ``strides``, ``block_shape``,
-``padding``) without importing Triton.
+:class:`TensorDescriptor` and, duck-typed, Triton's ``triton.tools.tensor_descriptor.TensorDescriptor``
+(``base``, ``shape``, ``strides``, ``block_shape``, ``padding``; Gluon's ``TensorDescriptorIm2Col`` with its
+pixel box) without importing Triton.
 
-The ``CUtensorMap`` is encoded with cuda-python's ``cuTensorMapEncodeTiled`` exactly as the producing
-Triton's launcher encodes it (:func:`encode_params` is that computation, pure and testable without a GPU).
-An im2col parameter (Gluon's ``tensordesc_im2col``, Triton 3.8+) takes a descriptor with a pixel box
-(``pixel_box_lower_corner``/``pixel_box_upper_corner``, optional ``element_strides``: karchive's
-:class:`TensorDescriptor` options, or Gluon's ``TensorDescriptorIm2Col`` duck-typed); its map comes from
-``cuTensorMapEncodeIm2col`` with the arguments :func:`im2col_params` computes as Triton's
-``fill_tma_descriptor_im2col`` does.
-Encoded maps are cached by (address, shape, strides, dtype, device, the variant's record, padding, tf32, the
-im2col box),
-so a steady-state launch with the same tensors costs one dict lookup; every check runs on a cache miss,
-before anything reaches the driver.
+The ``CUtensorMap`` is encoded with cuda-python's ``cuTensorMapEncodeTiled`` (``cuTensorMapEncodeIm2col``)
+exactly as the producing Triton's launcher encodes it (:func:`encode_params` and :func:`im2col_params` are
+that computation, as Triton's ``fill_tma_descriptor*``, pure and testable without a GPU). Encoded maps are
+cached by (address, shape, strides, dtype, device, the variant's record, padding, tf32, the im2col box), so a
+steady-state launch with the same tensors costs one dict lookup; every check runs on a cache miss, before
+anything reaches the driver.
 """
 
 from __future__ import annotations
@@ -378,12 +372,8 @@ def im2col_problem(rank: int, box: Im2colBox | None, element_strides: Sequence[i
     bad = [v for v in lower + upper if not lo <= v <= hi]
     if bad:
         return f"pixel box corners must lie in [{lo}, {hi}] for rank {rank}, got {bad}"
-    if strides is not None:
-        if len(strides) != rank or not all(0 < s <= 8 for s in strides) or strides[-1] != 1:
-            return (
-                f"element_strides {list(strides)} must have {rank} entries in [1, 8], the last 1 (the channel "
-                "dimension)"
-            )
+    if strides is not None and (len(strides) != rank or not all(0 < s <= 8 for s in strides) or strides[-1] != 1):
+        return f"element_strides {list(strides)} must have {rank} entries in [1, 8], the last 1 (the channel dimension)"
     return None
 
 
@@ -811,64 +801,57 @@ def _driver() -> int:
     return _driver_version[0]
 
 
-def _driver_error(call: str, cu: Any, err: Any, p: Any) -> DriverError:
-    _e, text = cu.cuGetErrorString(err)
-    return DriverError(
-        f"{call} failed: {text.decode() if isinstance(text, bytes) else text} ({p})", call=call, code=int(err)
-    )
-
-
-def encode_im2col(p: Im2colParams) -> bytes:
-    """The 128-byte im2col CUtensorMap for ``p`` from the driver (cuda-python ``cuTensorMapEncodeIm2col``)."""
+def _encode(call: str, p: Any, *box_args: Any) -> bytes:
+    """The 128-byte CUtensorMap the driver's ``call`` (cuda-python) encodes for ``p``: the arguments both encoders
+    share around ``box_args``, each encoder's own (the binding takes its own integer types in the lists)."""
     from cuda.bindings import driver as cu
 
-    u64, u32 = cu.cuuint64_t, cu.cuuint32_t
-    err, tmap = cu.cuTensorMapEncodeIm2col(
+    u64 = cu.cuuint64_t
+    err, tmap = getattr(cu, call)(
         cu.CUtensorMapDataType(p.data_type),
         p.rank,
         p.address,
         [u64(v) for v in p.global_dim],
         [u64(v) for v in p.global_strides],
+        *box_args,
+        cu.CUtensorMapInterleave(p.interleave),
+        cu.CUtensorMapSwizzle(p.swizzle),
+        cu.CUtensorMapL2promotion(p.l2_promotion),
+        cu.CUtensorMapFloatOOBfill(p.oob_fill),
+    )
+    if int(err) != 0:
+        _e, text = cu.cuGetErrorString(err)
+        raise DriverError(
+            f"{call} failed: {text.decode() if isinstance(text, bytes) else text} ({p})", call=call, code=int(err)
+        )
+    return bytes(ctypes.string_at(tmap.getPtr(), TENSORMAP_SIZE))
+
+
+def encode_im2col(p: Im2colParams) -> bytes:
+    """The 128-byte im2col CUtensorMap for ``p`` from the driver (cuda-python ``cuTensorMapEncodeIm2col``)."""
+    from cuda.bindings.driver import cuuint32_t as u32
+
+    return _encode(
+        "cuTensorMapEncodeIm2col",
+        p,
         list(p.pixel_box_lower_corner),
         list(p.pixel_box_upper_corner),
         p.channels_per_pixel,
         p.pixels_per_column,
         [u32(v) for v in p.element_strides],
-        cu.CUtensorMapInterleave(p.interleave),
-        cu.CUtensorMapSwizzle(p.swizzle),
-        cu.CUtensorMapL2promotion(p.l2_promotion),
-        cu.CUtensorMapFloatOOBfill(p.oob_fill),
     )
-    if int(err) != 0:
-        raise _driver_error("cuTensorMapEncodeIm2col", cu, err, p)
-    return bytes(ctypes.string_at(tmap.getPtr(), TENSORMAP_SIZE))
 
 
 def encode_tiled(p: EncodeParams) -> bytes:
     """The 128-byte CUtensorMap for ``p`` from the driver (cuda-python), with Triton's bit patch applied."""
-    from cuda.bindings import driver as cu
+    from cuda.bindings.driver import cuuint32_t as u32
 
-    u64, u32 = cu.cuuint64_t, cu.cuuint32_t  # the binding takes its own integer types in these lists
-    err, tmap = cu.cuTensorMapEncodeTiled(
-        cu.CUtensorMapDataType(p.data_type),
-        p.rank,
-        p.address,
-        [u64(v) for v in p.global_dim],
-        [u64(v) for v in p.global_strides],
-        [u32(v) for v in p.box_dim],
-        [u32(v) for v in p.element_strides],
-        cu.CUtensorMapInterleave(p.interleave),
-        cu.CUtensorMapSwizzle(p.swizzle),
-        cu.CUtensorMapL2promotion(p.l2_promotion),
-        cu.CUtensorMapFloatOOBfill(p.oob_fill),
-    )
-    if int(err) != 0:
-        raise _driver_error("cuTensorMapEncodeTiled", cu, err, p)
-    raw = bytearray(ctypes.string_at(tmap.getPtr(), TENSORMAP_SIZE))
-    if p.clear_small_tensor_bit:
-        word = struct.unpack_from("<Q", raw, 8)[0] & ~_SMALL_TENSOR_BIT
-        struct.pack_into("<Q", raw, 8, word)
-    return bytes(raw)
+    raw = _encode("cuTensorMapEncodeTiled", p, [u32(v) for v in p.box_dim], [u32(v) for v in p.element_strides])
+    if not p.clear_small_tensor_bit:
+        return raw
+    patched = bytearray(raw)
+    struct.pack_into("<Q", patched, 8, struct.unpack_from("<Q", patched, 8)[0] & ~_SMALL_TENSOR_BIT)
+    return bytes(patched)
 
 
 class Expansion(list):

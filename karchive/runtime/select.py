@@ -192,9 +192,7 @@ def _is_int(value: Any) -> bool:
     )
 
 
-def param_reason(
-    p: Param, value: Any, info: PointerInfo | None, given_cx: bool, block_from_variant: bool = False
-) -> str | None:
+def param_reason(p: Param, value: Any, info: PointerInfo | None, block_from_variant: bool = False) -> str | None:
     """Why ``value`` does not fit parameter ``p`` of one variant (None when it fits)."""
     name = p.name
     if p.equal_to_1:
@@ -418,9 +416,7 @@ def call_reason(
     if len(values) != len(v.params):
         return f"takes {len(v.params)} parameters, the call gave {len(values)}"
     if memo is None:
-        reasons = [
-            r for p, x, i in zip(v.params, values, infos) if (r := param_reason(p, x, i, False, block_from_variant))
-        ]
+        reasons = [r for p, x, i in zip(v.params, values, infos) if (r := param_reason(p, x, i, block_from_variant))]
     else:
         while len(memo) < len(values):
             memo.append({})
@@ -428,7 +424,7 @@ def call_reason(
         for known, p, x, i in zip(memo, v.params, values, infos):
             r = known.get(id(p), _UNKNOWN)
             if r is _UNKNOWN:
-                r = known[id(p)] = param_reason(p, x, i, False, block_from_variant)
+                r = known[id(p)] = param_reason(p, x, i, block_from_variant)
             if r:
                 reasons.append(r)
     if options and (r := option_reason(v, options)):

@@ -844,12 +844,3 @@ def resume(b: Boundary | None) -> None:
     """Serving on again after :func:`suspend` (a session that was stopped meanwhile stays stopped)."""
     if _STATE["patched"] is not None:
         _STATE["boundary"] = b
-
-
-def forget_compiled(jits: Sequence[Any]) -> None:
-    """Drop what Triton compiled for these JIT functions (their device caches), so a new session's boundary
-    answers their next call (tests; a session that replaces another)."""
-    for jit in jits:
-        caches = getattr(jit, "device_caches", None)
-        if caches is not None:
-            caches.clear()

@@ -130,21 +130,28 @@ class FastPath:
     def __init__(
         self, jit: Any, boundary: Any, arc: Any, name: str, record: Any, triton_run: Callable[..., Any]
     ) -> None:
+        self._start(jit, jit.pre_run_hooks, boundary, record, triton_run)  # triton_run: JITFunction.run
+        self._use(FastKernel(arc, name, arc.variants(name)))
+
+    def _start(self, jit: Any, hooks: list[Any], boundary: Any, record: Any, triton_run: Callable[..., Any]) -> None:
+        """What every fast path holds: the call site, Triton's own dispatch of it, what Triton confirmed."""
         self.jit = jit
         self.boundary = boundary
         self.record = record
-        self.triton_run = triton_run  # JITFunction.run: Triton's own dispatch
+        self.triton_run = triton_run  # Triton's own dispatch
         self.on = True
         self.results: dict[str, Any] = {}
         self.globals: list[Any] = []  # Triton's used_global_vals of the kernel: checked before each fast launch
-        k = FastKernel(arc, name, arc.variants(name))
+        #: the JIT function's live list of pre_run_hooks (hooks added later land in it): the fast path only while empty
+        self.hooks = hooks
+
+    def _use(self, k: FastKernel) -> None:
+        """``k`` answers the call site's ``kernel[grid]``."""
         k.fast = self
         self.kernel = k
         self.run = k._run  # the compiled dispatcher (or the Python path): (grid, *args, stream=None, **kwargs)
         self.subscript = k.__getitem__  # kernel[grid] of the dispatcher (C where the extension is built)
-        record.direct = True  # kernel[grid] is karchive's dispatcher: its launches are not counted
-        #: the JIT function's live list of pre_run_hooks (hooks added later land in it): the fast path only while empty
-        self.hooks: list[Any] = jit.pre_run_hooks
+        self.record.direct = True  # kernel[grid] is karchive's dispatcher: its launches are not counted
 
     def confirm(self, variant: Any, args: Sequence[Any], kwargs: dict[str, Any]) -> None:
         """Triton's own answer for a call with a new selection key: the same variant, or the fast path ends."""
@@ -248,15 +255,8 @@ class TunedFastPath(FastPath):
     def __init__(
         self, tuner: Any, boundary: Any, arc: Any, name: str, record: Any, triton_run: Callable[..., Any]
     ) -> None:
-        self.jit = tuner
-        self.boundary = boundary
-        self.record = record
-        self.triton_run = triton_run  # Autotuner.run
-        self.on = True
-        self.results = {}
-        self.globals = []
+        self._start(tuner, tuner.fn.pre_run_hooks, boundary, record, triton_run)  # triton_run: Autotuner.run
         self.config_of: dict[str, Any] = {}  # variant key -> the Config Triton chose for it (one per variant)
-        self.hooks: list[Any] = tuner.fn.pre_run_hooks  # the JIT function's live list
         self.confirmed: set[tuple[str, int, str]] = set()  # (autotune key, device, variant) Triton agreed on
         # one confirmation at a time: each reads best_config, which Autotuner.run sets on the shared autotuner
         self.lock = threading.Lock()
@@ -268,11 +268,7 @@ class TunedFastPath(FastPath):
         k = arc._make_kernel(name, list(arc.variants(name)), False, FastKernel)
         self.tuning_key = getattr(k.resolver, "tuning_key")  # noqa: B009 - an AutotuneResolver (the boundary checked)
         k.resolver = _Confirming(k.resolver, self)
-        k.fast = self
-        self.kernel = k
-        self.run = k._run
-        self.subscript = k.__getitem__  # the dispatcher's own kernel[grid]: each launch sets best_config in it
-        record.direct = True  # kernel[grid] is karchive's dispatcher: its launches are not counted
+        self._use(k)  # the dispatcher's own kernel[grid]: each launch sets best_config in it
 
     def confirm_tuned(self, sub: Any, cx: dict[str, Any], args: Sequence[Any], kwargs: Any) -> None:
         if not all(_checkable(a) for a in args) or not all(_checkable(v) for v in kwargs.values()):

@@ -5,7 +5,7 @@ the sidecar written beside it. The archive is only read, never written (spec/SIG
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import TrustError
@@ -32,18 +32,7 @@ class SignOutcome:
     statement: dict[str, Any]
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "archive": self.archive,
-            "sidecar": self.sidecar,
-            "name": self.name,
-            "version": self.version,
-            "sha256": self.sha256,
-            "key_id": self.key_id,
-            "cosigned": self.cosigned,
-            "signatures": len(self.key_ids),
-            "key_ids": list(self.key_ids),
-            "statement": self.statement,
-        }
+        return {**asdict(self), "signatures": len(self.key_ids), "key_ids": list(self.key_ids)}
 
 
 def _verified_manifest(path: str) -> tuple[str, str, Manifest]:

@@ -53,10 +53,7 @@ def verify_tuning(
     """The document inside a signed tuning sidecar, after one of ``keys`` verified its signature over
     exactly these payload bytes and type; :class:`TrustError` otherwise, naming ``archive`` (NAME@VERSION:
     the archive the sidecar is imported into; None where it is verified on its own)."""
-    try:
-        env = Envelope.parse(raw, where)
-    except TrustError:
-        raise
+    env = Envelope.parse(raw, where)
     if env.payload_type != PAYLOAD_TYPE:
         raise TrustError(
             f"{where} holds a {env.payload_type!r} payload, not karchive tuning decisions",

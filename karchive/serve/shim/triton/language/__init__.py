@@ -71,7 +71,15 @@ class _Stub:
         return _Stub(f"{self.__name__}.{name}")
 
 
-def __getattr__(name: str) -> Any:
-    if name.startswith("__"):
-        raise AttributeError(name)
-    return _Stub(name)
+def _stubs(prefix: str) -> Any:
+    """A shim module's ``__getattr__``: every public name it is asked for, an inert stub named ``prefix + name``."""
+
+    def __getattr__(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Stub(prefix + name)
+
+    return __getattr__
+
+
+__getattr__ = _stubs("")

@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
+from .. import _stubs
 
-
-def __getattr__(name: str) -> Any:
-    if name.startswith("__"):
-        raise AttributeError(name)
-    from .. import _Stub
-
-    return _Stub(f"extra.libdevice.{name}")
+__getattr__ = _stubs("extra.libdevice.")
