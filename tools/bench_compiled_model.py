@@ -28,7 +28,8 @@ here, and the summary says so), then a training step (forward with labels, backw
 (``torch.compile(model)``), ``max-autotune`` (``mode="max-autotune-no-cudagraphs"``), ``dynamic``
 (``dynamic=True``, then a second sequence length that must not compile), ``eager-attention`` (``default`` with
 attention written out instead of SDPA's flash kernel, whose backward sums dQ with atomics: the gradients can be
-compared bit for bit). Per phase: time from process start to
+compared bit for bit), ``user-kernel`` (``eager-attention`` with the MLP's ``silu(gate) * up`` as user-defined
+Triton kernels inside the graph, tests/gpu/inductor_user_kernels.py). Per phase: time from process start to
 the end of the first forward and of the training step, Triton compile calls (fresh compiles and cache hits, from
 Triton's compilation listener), GPU benchmarks Inductor ran, torch's own cache counters (``torch_caches``: FX graph
 and AOTAutograd cache hits and misses), and for serve the karchive reports and the comparison. Everything lands in ``OUT/summary.json`` (written after each phase, so a budget cut keeps what ran).
@@ -63,6 +64,9 @@ WORKLOADS: dict[str, dict[str, Any]] = {  # in the order they run (max-autotune,
     # default compile, attention written out (softmax(QK^T)V) instead of SDPA's flash kernel, whose backward
     # accumulates dQ with atomics: the training step's gradients can then be compared bit for bit
     "eager-attention": {"attention": "eager"},
+    # eager-attention with the MLP's silu(gate) * up as user-defined Triton kernels (tests/gpu/inductor_user_kernels:
+    # a torch.library.triton_op, autotuned forward, plain backward) that Inductor copies into its graph's modules
+    "user-kernel": {"attention": "eager", "mlp": "triton"},
 }
 #: phases run per workload, in this order (capture before serve; cold before warm and megacache)
 PLANS: dict[str, tuple[str, ...]] = {
@@ -70,6 +74,7 @@ PLANS: dict[str, tuple[str, ...]] = {
     "max-autotune": ("capture", "serve", "decisions"),
     "dynamic": ("capture", "serve"),
     "eager-attention": ("capture", "serve"),
+    "user-kernel": ("capture", "serve"),
 }
 #: which cache directories each phase uses (warm reuses cold's)
 CACHES = {
@@ -307,6 +312,14 @@ def run_steps(workload: str, device: str, smoke: bool, t_start: float) -> tuple[
     model, origin = build_model(smoke, kwargs.pop("attention", "sdpa"))
     dtype = torch.float32 if smoke else torch.bfloat16
     model = model.to(device=device, dtype=dtype)
+    if kwargs.pop("mlp", None) == "triton":
+        if smoke:  # Triton kernels need a GPU: the smoke run keeps torch's MLP
+            out["user_kernels"] = "skipped (smoke: no GPU)"
+        else:
+            sys.path.insert(0, str(HERE))
+            from inductor_user_kernels import patch_mlp
+
+            out["user_kernels"] = f"{patch_mlp(model)} MLPs through karchive_bench::silu_mul"
     vocab = model.lm_head.weight.shape[0]
     if smoke:
         kwargs = {"backend": "aot_eager", **({"dynamic": True} if workload == "dynamic" else {})}
