@@ -50,16 +50,16 @@ def hold_attr(owner: Any, attr: str, value: Any) -> Callable[[], None]:
     return _hold(("attr", id(owner), attr), lambda: getattr(owner, attr), lambda v: setattr(owner, attr, v), value)
 
 
-def hold_env(name: str, value: str) -> Callable[[], None]:
-    """``os.environ[name] = value`` until the returned release (unset again where it was unset)."""
+def hold_env(variable: str, value: str) -> Callable[[], None]:
+    """``os.environ[variable] = value`` until the returned release (unset again where it was unset)."""
 
     def write(v: Any) -> None:
         if v is _MISSING:
-            os.environ.pop(name, None)
+            os.environ.pop(variable, None)
         else:
-            os.environ[name] = v
+            os.environ[variable] = v
 
-    return _hold(("env", name), lambda: os.environ.get(name, _MISSING), write, value)
+    return _hold(("env", variable), lambda: os.environ.get(variable, _MISSING), write, value)
 
 
 __all__ = ["hold_attr", "hold_env"]
