@@ -116,6 +116,24 @@ def test_a_changed_source_is_a_strict_miss_naming_the_kernel(captured, compiles)
     assert err.value.kernel == name and "2 configs" in str(err.value)
     assert compiles == []
     assert "Earlier misses" not in str(err.value)
+    # which of the two causes: here a module the capture never generated, beside the one of the same name it did
+    (archived,) = captured.archive.manifest.kernels()
+    assert f"no archived kernel has this source; 1 of the same name have another: {archived}" in str(err.value)
+
+
+def test_a_strict_miss_says_when_the_capture_compiled_the_kernel_but_never_decided_it(captured, compiles):
+    from torch._inductor.codecache import PersistentCache
+
+    never_run = load_generated("reduction_rmsnorm.py", captured.root / "capture2")
+    with karchive.capture("model", version="2") as cap:
+        never_run.precompile(warm_cache_only=True)  # compiled, never launched: no decision
+        PersistentCache().lookup([Choice("a")], "mm", "k2", lambda cs: {cs[0]: 1.0})  # a section to serve
+    cap.save(captured.root / "model2.karc")
+    archive = SimpleNamespace(name="model", version="2", manifest=open_location(captured.root / "model2.karc").model)
+    assert install_inductor(SimpleNamespace(archives=[archive], mode="strict")) is not None
+    tuner = load_generated("reduction_rmsnorm.py", captured.root / "serve", user="bob")
+    with pytest.raises(ServeMissError, match="the capture compiled it but never launched it to a decision"):
+        tuner.precompile(warm_cache_only=True)
 
 
 def test_a_strict_miss_names_the_misses_inductor_caught_before_it(captured, compiles):

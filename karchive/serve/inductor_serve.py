@@ -121,6 +121,24 @@ class InductorServing:
                 param=None,
             )
 
+    def filed(self, ident: inductor_source.InductorIdentity) -> str:
+        """Whether the archives hold a kernel of this source (the capture compiled it but never launched it to a
+        decision) or only kernels of the same function from other sources (this process generated a module the
+        capture did not): the two causes of a kernel without a decision call for different fixes."""
+        held, others = False, []
+        for arc in self.archives:
+            kernels = getattr(getattr(arc, "manifest", None), "kernels", None)
+            names = kernels() if callable(kernels) else []
+            held = held or ident.name in names
+            others += [n for n in names if n != ident.name and n.endswith(f":{ident.function}")]
+        if held:
+            return "the archives hold its binary: the capture compiled it but never launched it to a decision"
+        if not others:
+            return f"no archived kernel is named {ident.function}"
+        return f"no archived kernel has this source; {len(others)} of the same name have another: " + ", ".join(
+            sorted(others)[:4]
+        )
+
     # -- the decisions -----------------------------------------------------------------------------
     def pin(self, tuner: Any) -> None:
         """Narrow a ``CachingAutotuner`` to its recorded config before it compiles (see the module doc)."""
@@ -136,7 +154,7 @@ class InductorServing:
                 why = (
                     "its source is not an Inductor module karchive can read"
                     if ident is None
-                    else "the archives record no autotune decision for this source"
+                    else f"the archives record no autotune decision for this source ({self.filed(ident)})"
                 )
                 self.miss(
                     "kernel",
