@@ -124,9 +124,8 @@ def captured(tmp_path_factory):
     import karchive
 
     base = tmp_path_factory.mktemp("served")
-    old = os.environ.get("TRITON_CACHE_DIR")
-    os.environ["TRITON_CACHE_DIR"] = str(base / "cache")
-    try:
+    with pytest.MonkeyPatch.context() as mp:  # module scope: the cache variable set for the capture alone
+        mp.setenv("TRITON_CACHE_DIR", str(base / "cache"))
         fresh(scale_rows, tuned_copy, heur_copy, tuned_even_copy, cast_copy, h_over_tuned, hooked_copy)
         with fake_gpu(timings=[3.0, 1.0, 2.0]):
             with karchive.capture("served", version="1", strict=True) as cap:
@@ -140,11 +139,6 @@ def captured(tmp_path_factory):
                 hooked_copy[(1,)](ptr(), ptr(), 2048)  # configs with pre_hooks (descriptor kernels' pattern)
         # nothing compiled stays in Triton's memory
         fresh(scale_rows, tuned_copy, heur_copy, tuned_even_copy, cast_copy, h_over_tuned, hooked_copy)
-    finally:
-        if old is None:
-            os.environ.pop("TRITON_CACHE_DIR", None)
-        else:
-            os.environ["TRITON_CACHE_DIR"] = old
     out = base / "served.karc"
     cap.save(out)
     return out
@@ -863,20 +857,14 @@ def two_keys(tmp_path_factory):
     import karchive
 
     base = tmp_path_factory.mktemp("two-keys")
-    old = os.environ.get("TRITON_CACHE_DIR")
-    os.environ["TRITON_CACHE_DIR"] = str(base / "cache")
-    try:
+    with pytest.MonkeyPatch.context() as mp:  # module scope: the cache variable set for the capture alone
+        mp.setenv("TRITON_CACHE_DIR", str(base / "cache"))
         fresh(tuned_copy)
         with fake_gpu(timings=[3.0, 1.0, 2.0, 1.0, 2.0, 3.0]):
             with karchive.capture("two-keys", version="1", strict=True) as cap:
                 tuned_copy[(1,)](ptr(), ptr(), 4096)
                 tuned_copy[(1,)](ptr(), ptr(), 1024)
         fresh(tuned_copy)
-    finally:
-        if old is None:
-            os.environ.pop("TRITON_CACHE_DIR", None)
-        else:
-            os.environ["TRITON_CACHE_DIR"] = old
     out = base / "two-keys.karc"
     cap.save(out)
     return out
@@ -1159,19 +1147,13 @@ def tuned_global_archive(tmp_path_factory):
     import karchive
 
     base = tmp_path_factory.mktemp("tuned-global")
-    old = os.environ.get("TRITON_CACHE_DIR")
-    os.environ["TRITON_CACHE_DIR"] = str(base / "cache")
-    try:
+    with pytest.MonkeyPatch.context() as mp:  # module scope: the cache variable set for the capture alone
+        mp.setenv("TRITON_CACHE_DIR", str(base / "cache"))
         fresh(tuned_global)
         with fake_gpu(timings=[3.0, 1.0]):
             with karchive.capture("tuned-global", version="1", strict=True) as cap:
                 tuned_global[(1,)](ptr(), ptr(), 4096)
         fresh(tuned_global)
-    finally:
-        if old is None:
-            os.environ.pop("TRITON_CACHE_DIR", None)
-        else:
-            os.environ["TRITON_CACHE_DIR"] = old
     out = base / "tuned-global.karc"
     cap.save(out)
     return out
