@@ -632,20 +632,19 @@ def keep_missed_sources(out: Path, workload: str, phase: str, error: str) -> lis
     if found is None:
         return []
     kept = []
-    for where in ("capture", CACHES[phase]):
+    # this phase's first: under max-autotune the capture's cache holds dozens of benchmark modules of that name
+    for where, cap in ((CACHES[phase], 8), ("capture", 40)):
+        n = 0
         for path in sorted((out / "caches" / workload / where).rglob("*.py")):
             try:
                 text = path.read_text()
             except (OSError, UnicodeDecodeError):
                 continue
-            if (
-                len(kept) < 8
-                and re.search(rf"^def {found.group(1)}\(", text, re.MULTILINE)
-                and "triton_heuristics" in text
-            ):
+            if n < cap and re.search(rf"^def {found.group(1)}\(", text, re.MULTILINE) and "triton_heuristics" in text:
                 dest = out / f"missed-{workload}-{where}-{len(kept)}.py"
                 dest.write_text(text)
                 kept.append(f"{dest.name} <- {path.relative_to(out)}")
+                n += 1
     return kept
 
 

@@ -48,6 +48,19 @@ if lane 0; then (
   CUDA_VISIBLE_DEVICES=0 timeout -k 5 $(($(left) - 3)) python3 tools/bench_compiled_model.py --out "$L/ib-max" \
     --workloads max-autotune --phases capture,serve --timeout 400 --budget $(($(left) - 120)) > "$L/ib-max.txt" 2>&1
   stamp "lane 0: max-autotune rc=$?"
+  # every kernel of the captured archive (name, variants, decision or not): what a miss's source is compared with
+  python3 - "$L/ib-max/max-autotune.karc" > "$L/ib-max-kernels.json" 2>&1 <<'PY'
+import json, sys
+import karchive
+from karchive.format.inductor_records import section_of
+arc = karchive.open(sys.argv[1])
+sec = section_of(arc.manifest)
+decided = {d.kernel for d in (sec.kernels if sec else [])}
+per: dict = {}
+for v in arc.manifest.variants:
+    per[v.kernel] = per.get(v.kernel, 0) + 1
+print(json.dumps({k: {"variants": n, "decision": k in decided} for k, n in sorted(per.items())}, indent=0))
+PY
 ) & fi
 if lane 1; then (
   CUDA_VISIBLE_DEVICES=1 timeout -k 5 $(($(left) - 3)) python3 tools/bench_compiled_model.py --out "$L/ib-user" \
