@@ -106,8 +106,8 @@ def test_template_timings_are_recorded_from_inductors_autotune_table(tmp_path, m
         assert inductor_config.compile_threads == 1  # compiles stay where the listener sees them
         PersistentCache().lookup(choices, "mm", "inputs-key", lambda cs: {cs[0]: 0.5, cs[1]: math.inf})
         PersistentCache().lookup(choices, "mm", "other", None)  # a probe without benchmark: nothing to record
-    ((key, table),) = cap.inductor.templates.items()
-    assert key[:2] == ("mm", "inputs-key") and table == {"mm-a": 0.5, "mm-b": math.inf}
+    (answer,) = cap.inductor.templates
+    assert answer.key[:2] == ("mm", "inputs-key") and answer.timings == {"mm-a": 0.5, "mm-b": math.inf}
 
 
 def test_inspect_says_which_kernels_came_from_inductor_and_their_graphs(inductor_gpu, tmp_path, capsys):

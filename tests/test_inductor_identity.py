@@ -126,14 +126,47 @@ def test_section_round_trips_and_answers_lookups():
     assert s.to_json() == section
     assert s.modules == {"cd" * 32: 0.125, "ef" * 32: math.inf}
     assert s.decision("ab" * 32).config["kwargs"] == {"XBLOCK": 256} and s.decision("cd" * 32) is None
-    assert s.timings("mm", "k1", "highest", None) == {"a": 0.5, "b": math.inf}
-    assert s.timings("mm", "k2", "highest", None) is None
+    key = ("mm", "k1", "highest", None)
+    assert s.selection(key, frozenset("ab"), 0) == {"a": 0.5, "b": math.inf}
+    assert s.selection(key, frozenset("a"), 0) == {"a": 0.5}  # version 1: merged, covers a subset
+    assert s.selection(("mm", "k2", "highest", None), frozenset("ab"), 0) is None
+
+
+def test_version_2_answers_each_lookup_of_the_same_choices_in_capture_order():
+    """Inductor's table re-benchmarks a key when asked choices it lacks and overwrites the shared choices' times:
+    the first selection of {a, b} was answered with a=1 (a wins), the one after the re-benchmark with a=3 (b
+    wins). Version 2 replays that; one merged table (version 1) would answer both with the later times."""
+
+    def answer(timings, calls=1):
+        return {"op": "mm", "inputs": "k", "precision": "highest", "hint_override": None, "timings": timings} | (
+            {"calls": calls} if calls != 1 else {}
+        )
+
+    section = {
+        "version": 2,
+        "kernels": [],
+        "templates": [
+            answer({"a": 1.0, "b": 2.0}, calls=2),
+            answer({"a": 3.0, "b": 2.0, "c": 5.0}),
+            answer({"a": 3.0, "b": 2.0}),
+        ],
+        "modules": {},
+    }
+    s = InductorSection.from_json(section)
+    assert s.to_json() == section
+    key, ab = ("mm", "k", "highest", None), frozenset("ab")
+    assert [s.selection(key, ab, n) for n in range(4)] == [{"a": 1.0, "b": 2.0}] * 2 + [{"a": 3.0, "b": 2.0}] * 2
+    assert s.selection(key, frozenset("abc"), 0) == {"a": 3.0, "b": 2.0, "c": 5.0}
+    assert s.selection(key, frozenset("a"), 0) is None  # never asked: not guessed from another answer
+    assert s.weighed(key) == [2, 3, 2]
+    assert InductorSection.from_json({**section, "version": 1}).selection(key, ab, 0) == {"a": 3.0, "b": 2.0}
 
 
 @pytest.mark.parametrize(
     "bad",
     [
-        {"version": 2},
+        {"version": 3},
+        {"version": 2, "templates": [{"op": "mm", "inputs": "k", "precision": "x", "timings": {}, "calls": 0}]},
         {"version": 1, "kernels": [_decision(kernel="pkg:k")]},
         {"version": 1, "kernels": [_decision(config={"kwargs": {"X": [1]}})]},
         {"version": 1, "kernels": [_decision(config={"kwargs": {}, "num_warps": True})]},

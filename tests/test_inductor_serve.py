@@ -175,9 +175,53 @@ def test_template_selection_is_answered_from_the_recorded_times(captured, compil
         PersistentCache().lookup([a, b], "mm", "other", never)
     with pytest.raises(ServeMissError):  # a choice the capture did not weigh
         PersistentCache().lookup([a, Choice("c")], "mm", "k", never)
-    assert serving.to_json()["template_selections_answered"] == 2
+    assert serving.to_json()["template_selections_answered"] == 1  # selections; the probe is not one
     _serve(captured, "fallback")
     assert PersistentCache().lookup([a, Choice("c")], "mm", "k", lambda cs: {c: math.inf for c in cs})[a] == math.inf
+
+
+def test_selections_are_answered_as_the_capture_was_after_a_rebenchmark(
+    fake_gpu_driver, triton_cache_dir, tmp_path, monkeypatch
+):
+    """Inductor's real autotune table: a selection of {a, b}, then one of {a, b, c} under the same key (the table
+    lacks c, so Inductor benchmarks all three again and overwrites a and b), then {a, b} again (answered from the
+    table: the new times). Served, each lookup gets what it got in the capture, in order, benchmarking nothing; a
+    merged table would hand the first selection the later times and flip its winner (the H200 max-autotune miss)."""
+    from torch._inductor.codecache import PersistentCache
+
+    a, b, c = Choice("a"), Choice("b"), Choice("c")
+    times = iter([{a: 1.0, b: 2.0}, {a: 3.0, b: 2.0, c: 5.0}])
+
+    def lookups(bench):
+        cache = PersistentCache()
+        got = [cache.lookup([a, b], "mm", "k-rebench", bench), cache.lookup([a, b, c], "mm", "k-rebench", bench)]
+        return got + [cache.lookup([a, b], "mm", "k-rebench", bench)]
+
+    # a key no other test's table holds (Inductor memoises its cache directory per process)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "capture-cache"))
+
+    def bench(choices):
+        measured = next(times)
+        return {ch: measured[ch] for ch in choices}
+
+    tuner = load_generated("pointwise_gelu.py", tmp_path / "capture")
+    with karchive.capture("m", version="1") as cap:
+        tuner.precompile(warm_cache_only=True)  # an archive holds kernels
+        captured = lookups(bench)
+    assert [min(t, key=t.get).key for t in captured] == ["a", "b", "b"]
+    cap.save(tmp_path / "m.karc")
+    archive = SimpleNamespace(name="m", version="1", manifest=open_location(tmp_path / "m.karc").model)
+
+    def never(_choices):
+        raise AssertionError("benchmarked")
+
+    serving = _serve(SimpleNamespace(archive=archive), "strict")
+    assert PersistentCache().lookup([a, b], "mm", "k-rebench", None) == captured[0]  # the probe consumes nothing
+    assert lookups(never) == captured
+    assert serving.to_json()["template_selections_answered"] == 3
+    with pytest.raises(ServeMissError, match=r"no answer for these 1 choices \(the capture weighed 2, 3 choices"):
+        PersistentCache().lookup([a], "mm", "k-rebench", never)
+    uninstall_inductor()
 
 
 def test_uninstall_gives_inductor_its_methods_back(captured, compiles):

@@ -263,6 +263,36 @@ def test_audit_names_the_archive_of_a_variant_another_archive_holds(
     assert report.missed_list == []
 
 
+def test_a_served_binary_that_needs_more_shared_memory_than_the_device_raises_tritons_out_of_resources(
+    cuda_archive, kernels_module, monkeypatch
+):
+    """Triton's ``CompiledKernel._init_handles`` raises ``OutOfResources`` (required, limit, "shared memory") when
+    a binary needs more shared memory than the device allows, on every launch; its autotuner times such a config
+    ``inf`` and Inductor's ``_make_launchers`` drops it (a max-autotune choice that fails to load). A served binary
+    raises the same, never a karchive error those callers do not catch, and launches nothing."""
+    from triton.runtime.errors import OutOfResources
+
+    import karchive
+
+    orig = rs.FakeCuda.cuDeviceGetAttribute
+
+    def small_device(self, attr, dev):
+        err, value = orig(self, attr, dev)
+        return err, (1024 if attr == "CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN" else value)
+
+    monkeypatch.setattr(rs.FakeCuda, "cuDeviceGetAttribute", small_device)
+    h = DevBuf(text="fp16")
+    with rs.fake_cuda(monkeypatch, launch_path.PYTHON) as (rec, _b):
+        karchive.serve(_arc(cuda_archive, rec), mode="strict")
+        for _ in range(2):
+            with pytest.raises(OutOfResources) as err:
+                kernels_module.matmul_kernel[(1,)](
+                    h, h, h, 100, 100, 100, 100, 1, 100, 1, 100, 1, BLOCK_M=64, BLOCK_N=64, BLOCK_K=32
+                )
+            assert err.value.name == "shared memory" and err.value.limit == 1024 and err.value.required > 1024
+    assert rec.launches() == []
+
+
 def test_an_edited_kernel_is_never_served_the_archived_binary(cuda_archive, tmp_path, monkeypatch):
     """Same module name, same qualified name, edited body: Triton's source key differs, so it is a miss.
     The module is imported after serve() started (the patches are on the classes)."""

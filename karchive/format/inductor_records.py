@@ -3,9 +3,12 @@ watched, so that a serving process makes none of them again (spec/FORMAT.md §6.
 
 - ``kernels``: per generated kernel (by :mod:`.inductor_source` identity), the config its ``CachingAutotuner``
   launched with (after benchmarking its configs and, where on, coordinate descent), and the graphs it ran in.
-- ``templates``: max-autotune's template choices, as Inductor's own autotune table holds them
-  (``PersistentCache``: op, inputs key, matmul precision, then each choice's key and its time; a choice that
-  failed has ``null``, Inductor's ``inf``).
+- ``templates``: max-autotune's template selections, every answer Inductor's autotune table
+  (``PersistentCache.lookup``) gave a selection, in the order it gave them: op, inputs key, matmul precision,
+  each choice's key and its time (a choice that failed has ``null``, Inductor's ``inf``), and how many lookups in
+  a row gave that answer. Order matters: a lookup whose choices the table lacks re-benchmarks them all and
+  overwrites the times other selections of the same key read later (version 1 kept one merged table per key,
+  which answers a selection made before a later re-benchmark with the later times).
 - ``modules``: the scheduler's benchmarks of generated modules (epilogue/prologue fusion of templates, fusion
   benchmarking, mix-order reduction split sizes): the module's source digest (:mod:`.inductor_source`) and the
   milliseconds Inductor measured (``null``: ``inf``, it did not compile or spilled).
@@ -27,8 +30,10 @@ from ._fields import nonneg, opt, req
 from .inductor_source import is_inductor_name
 from .tarheader import check_member_name
 
-#: Version of the section's shape.
-SECTION_VERSION = 1
+#: Version of the section's shape written; 2: ``templates`` in lookup order with ``calls`` (see the module doc).
+SECTION_VERSION = 2
+#: Versions read (1: one merged table per selection key, answered as it always was).
+SECTION_VERSIONS = (1, 2)
 _CONFIG_KEYS = ("kwargs", "num_warps", "num_stages", "num_ctas", "maxnreg")
 #: The kinds of torch's cache artifacts an archive carries: FX graph cache entries (``inductor``: a compiled graph's
 #: wrapper code and kernel sources; Triton binaries stripped) and AOTAutograd cache entries. Never ``autotune``
@@ -100,13 +105,19 @@ class KernelDecision:
 
 @dataclass(frozen=True)
 class TemplateChoices:
-    """One max-autotune selection: the time of every choice Inductor weighed (``inf``: it failed)."""
+    """One answer of Inductor's autotune table to a max-autotune selection: the time of every choice it weighed
+    (``inf``: it failed), given ``calls`` lookups in a row."""
 
     op: str
     inputs: str
     precision: str
     timings: dict[str, float]
     hint_override: int | None = None
+    calls: int = 1
+
+    @property
+    def key(self) -> tuple[str, str, str, int | None]:
+        return (self.op, self.inputs, self.precision, self.hint_override)
 
     @classmethod
     def from_json(cls, obj: Any, where: str) -> TemplateChoices:
@@ -122,22 +133,29 @@ class TemplateChoices:
             else:
                 raise SchemaError(f"{where}.timings[{k!r}]: expected a finite number or null", where=f"{where}.timings")
         hint = opt(obj, "hint_override", int, where)
+        calls = opt(obj, "calls", int, where)
+        if calls is not None and (isinstance(calls, bool) or calls < 1):
+            raise SchemaError(f"{where}.calls: expected a positive integer", where=f"{where}.calls")
         return cls(
             op=req(obj, "op", str, where),
             inputs=req(obj, "inputs", str, where),
             precision=req(obj, "precision", str, where),
             timings=timings,
             hint_override=hint,
+            calls=1 if calls is None else calls,
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "op": self.op,
             "inputs": self.inputs,
             "precision": self.precision,
             "hint_override": self.hint_override,
             "timings": {k: (v if math.isfinite(v) else None) for k, v in sorted(self.timings.items())},
         }
+        if self.calls != 1:
+            out["calls"] = self.calls
+        return out
 
 
 @dataclass(frozen=True)
@@ -211,6 +229,7 @@ class InductorSection:
     templates: tuple[TemplateChoices, ...] = ()
     modules: dict[str, float] = field(default_factory=dict)  # benchmark module source digest -> ms
     cache_artifacts: CacheArtifacts | None = None
+    version: int = SECTION_VERSION
     _by_digest: dict[str, list[KernelDecision]] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -222,9 +241,9 @@ class InductorSection:
         if not isinstance(obj, dict):
             raise SchemaError(f"{where}: expected an object", where=where)
         version = req(obj, "version", int, where)
-        if version != SECTION_VERSION:
+        if version not in SECTION_VERSIONS:
             raise SchemaError(
-                f"{where}.version: this karchive reads version {SECTION_VERSION}, got {version}",
+                f"{where}.version: this karchive reads versions {', '.join(map(str, SECTION_VERSIONS))}, got {version}",
                 where=f"{where}.version",
             )
         kernels = opt(obj, "kernels", list, where) or []
@@ -240,11 +259,12 @@ class InductorSection:
             tuple(TemplateChoices.from_json(t, f"{where}.templates[{i}]") for i, t in enumerate(templates)),
             modules,
             None if cache is None else CacheArtifacts.from_json(cache, f"{where}.cache_artifacts"),
+            version,
         )
 
     def to_json(self) -> dict[str, Any]:
         out = {
-            "version": SECTION_VERSION,
+            "version": self.version,
             "kernels": [k.to_json() for k in self.kernels],
             "templates": [t.to_json() for t in self.templates],
             "modules": modules_json(self.modules),
@@ -261,13 +281,31 @@ class InductorSection:
             return None
         return next((d for d in found if graph is not None and graph in d.graphs), found[0])
 
-    def timings(self, op: str, inputs: str, precision: str, hint_override: int | None) -> dict[str, float] | None:
-        """Every recorded choice time of one selection (the last record of it wins), or None."""
-        hit = None
+    def selection(
+        self, key: tuple[str, str, str, int | None], choices: frozenset[str], nth: int
+    ) -> dict[str, float] | None:
+        """What Inductor's autotune table answered the ``nth`` (from 0) lookup of these ``choices`` under ``key``
+        (op, inputs key, precision, hint override) in the capture: the answers for exactly these choices in order,
+        the last one again past the end; None when the capture never looked them up. A version-1 section merged
+        its answers per key (the last wins): it answers any choices its table covers."""
+        if self.version == 1:
+            merged: dict[str, float] = {}
+            for t in self.templates:
+                if t.key == key:
+                    merged.update(t.timings)
+            return {k: merged[k] for k in choices} if choices and choices <= merged.keys() else None
+        last = None
         for t in self.templates:
-            if (t.op, t.inputs, t.precision, t.hint_override) == (op, inputs, precision, hint_override):
-                hit = t.timings if hit is None else {**hit, **t.timings}
-        return hit
+            if t.key == key and t.timings.keys() == choices:
+                if nth < t.calls:
+                    return t.timings
+                nth -= t.calls
+                last = t.timings
+        return last
+
+    def weighed(self, key: tuple[str, str, str, int | None]) -> list[int]:
+        """How many choices each recorded answer under ``key`` held (what a miss reports)."""
+        return [len(t.timings) for t in self.templates if t.key == key]
 
 
 def graph_label(autotuner: Any) -> str | None:

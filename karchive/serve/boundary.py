@@ -407,7 +407,14 @@ class _Handles:
                 return
             backend = self.arc.backend()
             index = backend.current_device()
-            fit = device_fit(self.variant, backend.device_info(index), self.arc.allow_ptx, self.arc.ptx_header)
+            info = backend.device_info(index)
+            shared = self.variant.abi.shared
+            if info.shared_optin is not None and shared > info.shared_optin:
+                # Triton's own error and fields: its autotuner times such a config inf, Inductor drops it
+                from triton.runtime.errors import OutOfResources
+
+                raise OutOfResources(shared, info.shared_optin, "shared memory")
+            fit = device_fit(self.variant, info, self.arc.allow_ptx, self.arc.ptx_header)
             if isinstance(fit, str):
                 raise NoMatchingVariantError(f"{self.variant.kernel}: {fit}", kernel=self.variant.kernel, param=None)
             start = getattr(knobs.runtime, "kernel_load_start_hook", None)

@@ -12,8 +12,11 @@ Inductor benchmarks in three places, each answered here from the manifest's ``in
   (through the boundary), never benchmarks, never runs coordinate descent nor rescales its reduction block
   (``dynamic_scale_rblock`` off for it: not every torch release skips the rescale on a cache hit, and a rescale
   compiles a second config and benchmarks the two);
-- max-autotune's template selection: ``PersistentCache.lookup`` answers with the recorded time of every choice,
-  so Inductor neither precompiles the choices nor benchmarks them and picks what the capture picked;
+- max-autotune's template selection: ``PersistentCache.lookup`` answers each selection with what the capture's
+  autotune table answered the same lookup (the same choices under the same key, counted in order: a later
+  re-benchmark of a key changes what later lookups read), so Inductor benchmarks nothing and picks what the capture
+  picked; the precompile probe is answered only for choices the capture weighed exactly, else Inductor precompiles
+  them (through the boundary) and drops those that fail to load, as it did in the capture;
 - the scheduler's benchmarks of generated modules (``TritonScheduling.benchmark_codegened_module``: template
   epilogue/prologue fusion, fusion benchmarking, mix-order reduction split sizes): answered with the milliseconds
   the capture measured for a module of the same source digest, so the module is neither compiled nor run and the
@@ -74,6 +77,7 @@ class InductorServing:
         self.modules_answered = 0
         self.benchmarks = 0  # benchmark / coordinate-descent runs that still happened (0 when served)
         self.misses: list[dict[str, str]] = []
+        self._lookups: dict[tuple[Any, ...], int] = {}  # (key, choices) -> selection lookups answered so far
         self.bundles_refused = 0  # Triton bundles of FX graph cache entries not restored (binaries not from karchive)
         self.cache_artifacts: list[dict[str, Any]] = []  # per archive with the member: loaded or skipped, and why
         self._undo: list[Callable[[], None]] = []
@@ -86,13 +90,6 @@ class InductorServing:
             d = s.decision(digest, graph)
             if d is not None:
                 return d
-        return None
-
-    def timings(self, op: str, inputs: str, precision: str, hint: int | None) -> dict[str, float] | None:
-        for s in self.sections:
-            t = s.timings(op, inputs, precision, hint)
-            if t is not None:
-                return t
         return None
 
     def module_time(self, digest: str) -> float | None:
@@ -148,9 +145,10 @@ class InductorServing:
         ident = inductor_source.of_function(getattr(tuner, "fn", None))
         name = ident.name if ident is not None else str(getattr(getattr(tuner, "fn", None), "__name__", "?"))
         decision = self.decision(ident.digest, graph_label(tuner)) if ident is not None else None
-        coordesc = bool(getattr(tuner, "inductor_meta", {}).get("coordinate_descent_tuning", False))
         if decision is None:
-            if len(configs) > 1 or coordesc:
+            # one config: nothing to decide before it runs (coordinate descent starts at its first launch, where the
+            # counted wrapper misses it); a template choice that only loads to fail, as in the capture, is no miss
+            if len(configs) > 1:
                 why = (
                     "its source is not an Inductor module karchive can read"
                     if ident is None
@@ -159,8 +157,7 @@ class InductorServing:
                 self.miss(
                     "kernel",
                     name,
-                    f"{why} (Inductor would benchmark {len(configs)} configs"
-                    f"{' and run coordinate descent' if coordesc else ''})",
+                    f"{why} (Inductor would benchmark {len(configs)} configs)",
                 )
             return
         shapes = {frozenset(getattr(c, "kwargs", {}) or {}) for c in configs}
@@ -189,17 +186,33 @@ class InductorServing:
             self.pinned += 1
             self.configs_skipped += max(0, len(configs) - 1)
 
-    def answer(self, choices: list[Any], op: str, inputs: str, hint: int | None) -> dict[Any, float] | None:
-        """Every choice's recorded time, or None when any is missing."""
+    def answer(
+        self, choices: list[Any], op: str, inputs: str, hint: int | None, consume: bool
+    ) -> dict[Any, float] | None:
+        """What the capture's autotune table answered this lookup (see :meth:`InductorSection.selection`), or None;
+        ``consume``: a selection's lookup (counted), not the precompile probe."""
         import torch
 
-        table = self.timings(op, inputs, str(torch.get_float32_matmul_precision()), hint)
-        if table is None:
-            return None
+        key = (op, inputs, str(torch.get_float32_matmul_precision()), hint)
         keys = [str(c.hash_key()) for c in choices]
-        if not all(k in table for k in keys):
-            return None
-        return {c: table[k] for c, k in zip(choices, keys)}
+        asked = frozenset(keys)
+        with self.lock:
+            nth = self._lookups.get((key, asked), 0)
+            for s in self.sections:
+                table = s.selection(key, asked, nth)
+                if table is not None:
+                    if consume:
+                        self._lookups[(key, asked)] = nth + 1
+                    return {c: table[k] for c, k in zip(choices, keys)}
+        return None
+
+    def weighed(self, op: str, inputs: str, hint: int | None) -> str:
+        """What the capture weighed under this selection key (for a miss)."""
+        import torch
+
+        key = (op, inputs, str(torch.get_float32_matmul_precision()), hint)
+        sizes = sorted({n for s in self.sections for n in s.weighed(key)})
+        return f"the capture weighed {', '.join(map(str, sizes))} choices there" if sizes else "the capture made none"
 
     # -- patches -----------------------------------------------------------------------------------
     def install(self) -> bool:
@@ -232,7 +245,10 @@ class InductorServing:
                 with me.lock:
                     me.benchmarks += 1
                 if me.mode == STRICT:
-                    me.miss("kernel", name, f"{what} was reached (the archives do not pin this kernel's config)")
+                    filed = f": {me.filed(ident)}" if ident is not None else ""
+                    me.miss(
+                        "kernel", name, f"{what} was reached (the archives record no decision for its source{filed})"
+                    )
                 return orig(self, *args, **kwargs)
 
             return bench
@@ -241,16 +257,19 @@ class InductorServing:
             if not me.active:
                 return orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
             hint_override = kwargs.get("hint_override", args[0] if args else None)  # torch >= 2.9 passes it
-            answered = me.answer(list(choices), op, inputs, hint_override) if choices else None
+            selection = benchmark is not None
+            answered = me.answer(list(choices), op, inputs, hint_override, selection) if choices else None
             if answered is not None and me.mode != AUDIT:
-                with me.lock:
-                    me.templates_answered += 1
+                if selection:
+                    with me.lock:
+                        me.templates_answered += 1
                 return answered
-            if answered is None and benchmark is not None:
+            if answered is None and selection:
                 me.miss(
                     "template selection",
                     f"{op}({inputs})",
-                    f"the archives record no times for {len(choices)} choices (Inductor would benchmark them)",
+                    f"the archives record no answer for these {len(choices)} choices "
+                    f"({me.weighed(op, inputs, hint_override)}; Inductor would benchmark them)",
                 )
             return orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
 

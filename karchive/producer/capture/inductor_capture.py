@@ -8,8 +8,10 @@ here, while any capture is active:
 - **which config each ``CachingAutotuner`` launched with** (``CachingAutotuner.run`` wrapped: once it has one
   launcher, after benchmarking and coordinate descent), how many it compiled to choose, and the graph
   (``compile_id``, forward or backward) it ran in;
-- **max-autotune's template choices**: every complete answer of Inductor's autotune table
-  (``PersistentCache.lookup``: op, inputs key, matmul precision, each choice's key and time);
+- **max-autotune's template choices**: every answer of Inductor's autotune table to a selection, in order
+  (``PersistentCache.lookup`` with a benchmark: op, inputs key, matmul precision, each choice's key and time);
+  a serving process replays them in the same order, because a later re-benchmark of the same key overwrites the
+  times an earlier selection was answered with;
 - **compiles stay in this process** (``Capture(inductor_in_process=True)``, the default):
   ``torch._inductor.config.compile_threads`` is 1 while capturing, so that no compile worker compiles a kernel
   this process never sees as a source (a worker's compile reaches the archive only as a harvested cache entry,
@@ -33,6 +35,7 @@ import pickle
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from ...core.digest import sha256_hex
@@ -61,7 +64,7 @@ class InductorLog:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.decisions: dict[str, list[KernelDecision]] = {}  # source digest -> one per distinct config
-        self.templates: dict[tuple[str, str, str, int | None], dict[str, float]] = {}
+        self.templates: list[TemplateChoices] = []  # every answer to a selection, in lookup order
         self.modules: dict[str, float] = {}  # benchmarked module source digest -> ms
         self.bundles_refused = 0  # FX graph cache hits whose Triton bundle was not restored (compiled instead)
         self.warnings: list[str] = []
@@ -86,8 +89,17 @@ class InductorLog:
             entries.append(decision)
 
     def timings(self, op: str, inputs: str, precision: str, hint: int | None, timings: dict[str, float]) -> None:
+        """One answer of the autotune table; the same answer as the last one to the same choices counts a call."""
+        answer = TemplateChoices(op, inputs, precision, dict(timings), hint)
         with self._lock:
-            self.templates.setdefault((op, inputs, precision, hint), {}).update(timings)
+            for i in range(len(self.templates) - 1, -1, -1):
+                t = self.templates[i]
+                if t.key == answer.key and t.timings.keys() == answer.timings.keys():
+                    if t.timings == answer.timings:
+                        self.templates[i] = replace(t, calls=t.calls + 1)
+                        return
+                    break
+            self.templates.append(answer)
 
     def module_time(self, digest: str, ms: float) -> None:
         with self._lock:
@@ -98,16 +110,14 @@ class InductorLog:
         module benchmark (None when there is none; :func:`cache_artifacts` may add its member to an empty one)."""
         with self._lock:
             decided = [d for ds in self.decisions.values() for d in ds if d.kernel in kernels]
-            templates = [
-                TemplateChoices(op, inputs, precision, dict(t), hint)
-                for (op, inputs, precision, hint), t in self.templates.items()
-            ]
+            templates = list(self.templates)
             modules = dict(self.modules)
         if not decided and not templates and not modules and not empty:
             return None
         return {
             "version": SECTION_VERSION,
             "kernels": [d.to_json() for d in sorted(decided, key=lambda d: d.kernel)],
+            # grouped by key for reading; the sort is stable, so each key's answers keep their lookup order
             "templates": [t.to_json() for t in sorted(templates, key=lambda t: (t.op, t.inputs, t.precision))],
             "modules": modules_json(modules),
         }
@@ -199,7 +209,8 @@ def install() -> list[Callable[[], None]]:
     def lookup(self: Any, choices: Any, op: str, inputs: str, benchmark: Any, *args: Any, **kwargs: Any) -> Any:
         hint_override = kwargs.get("hint_override", args[0] if args else None)  # torch >= 2.9 passes it
         out = orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
-        if scope.any_active():
+        # a selection's lookup, not the precompile probe (``benchmark=None``, whose answer decides nothing)
+        if benchmark is not None and scope.any_active():
             try:
                 _after_lookup(choices, op, inputs, hint_override, out)
             except Exception:  # noqa: BLE001 - recording must never break the compile
