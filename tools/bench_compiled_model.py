@@ -302,6 +302,63 @@ def _inputs(device: str, vocab: int, seq: int) -> Any:
     return torch.randint(0, vocab, (BATCH, seq), generator=g).to(device)
 
 
+def trace_inductor(path: Path) -> None:
+    """Diagnostics (``OUT/<workload>-<phase>-trace.log``): every template lookup, module benchmark, fusion
+    benchmark and multi-template finalisation as Inductor sees it, one JSON line each, written as it happens (a
+    crash keeps them). Patched above karchive's patches, so the capture's and the serving process's lines compare
+    one to one: the first line that differs is where serving answered differently."""
+    from torch._inductor import ir
+    from torch._inductor.codecache import PersistentCache
+    from torch._inductor.codegen.triton import TritonScheduling
+    from torch._inductor.scheduler import Scheduler
+
+    out = path.open("a")
+    lock = threading.Lock()
+
+    def emit(**kw: Any) -> None:
+        with lock:
+            out.write(json.dumps(kw, default=str) + "\n")
+            out.flush()
+
+    def desc(c: Any) -> str:
+        return re.sub(r"ACC_TYPE=.*?ALLOW_TF32=\w+, |USE_FAST_ACCUM=\w+, ", "", str(getattr(c, "description", c)))[:120]
+
+    orig_lookup = PersistentCache.lookup
+
+    def lookup(self: Any, choices: Any, op: str, inputs: str, benchmark: Any, *a: Any, **k: Any) -> Any:
+        got = orig_lookup(self, choices, op, inputs, benchmark, *a, **k)
+        best = min(got, key=got.get) if got else None
+        emit(
+            ev="lookup", op=op, inputs=str(inputs)[:24], n=len(choices), probe=benchmark is None, got=len(got or {}),
+            best=None if best is None else desc(best), ms=None if best is None else got[best],
+        )  # fmt: skip
+        return got
+
+    orig_module = TritonScheduling.benchmark_codegened_module
+
+    def module(self: Any, mod: Any, *a: Any, **k: Any) -> Any:
+        got = orig_module(self, mod, *a, **k)
+        emit(ev="module", file=os.path.basename(str(getattr(mod, "__file__", "?"))), ms=got[0])
+        return got
+
+    orig_fusion = Scheduler.speedup_by_fusion
+
+    def fusion(self: Any, node1: Any, node2: Any) -> Any:
+        emit(ev="fusion", n1=node1.get_name(), n2=node2.get_name())
+        return orig_fusion(self, node1, node2)
+
+    orig_final = ir.MultiTemplateBuffer.finalize_as_triton_caller
+
+    def final(self: Any, caller: Any) -> Any:
+        emit(ev="finalize", node=self.get_name(), choice=desc(caller))
+        return orig_final(self, caller)
+
+    PersistentCache.lookup = lookup
+    TritonScheduling.benchmark_codegened_module = module
+    Scheduler.speedup_by_fusion = fusion
+    ir.MultiTemplateBuffer.finalize_as_triton_caller = final
+
+
 def run_steps(workload: str, device: str, smoke: bool, t_start: float) -> tuple[dict, dict]:
     """The inference forward and the training step; (timings and counts, tensors to compare)."""
     import torch
@@ -413,6 +470,8 @@ def child(phase: str, workload: str, work: Path, smoke: bool, t_start: float) ->
         import karchive
 
         with karchive.capture(f"compiled-llama-{workload}", version="1") as cap:
+            if workload == "max-autotune" and not smoke:
+                trace_inductor(work / f"{workload}-{phase}-trace.log")
             steps, tensors = run_steps(workload, device, smoke, t_start)
         out.update(steps)
         summary = cap.summary()
@@ -452,6 +511,8 @@ def child(phase: str, workload: str, work: Path, smoke: bool, t_start: float) ->
         if inductor_serve.active_inductor() is None:  # until serve() installs it itself
             inductor_serve.install_inductor(core.active())
         out["serve_call_s"] = round(time.perf_counter() - t0, 3)
+        if workload == "max-autotune" and not smoke:
+            trace_inductor(work / f"{workload}-{phase}-trace.log")
         try:
             steps, tensors = run_steps(workload, device, smoke, t_start)
         finally:
