@@ -183,32 +183,37 @@ def test_template_selection_is_answered_from_the_recorded_times(captured, compil
 def test_selections_are_answered_as_the_capture_was_after_a_rebenchmark(
     fake_gpu_driver, triton_cache_dir, tmp_path, monkeypatch
 ):
-    """Inductor's real autotune table: a selection of {a, b}, then one of {a, b, c} under the same key (the table
-    lacks c, so Inductor benchmarks all three again and overwrites a and b), then {a, b} again (answered from the
-    table: the new times). Served, each lookup gets what it got in the capture, in order, benchmarking nothing; a
-    merged table would hand the first selection the later times and flip its winner (the H200 max-autotune miss)."""
+    """Inductor's real autotune table, as max-autotune drives it: every selection's precompile probe first (no
+    benchmark; a miss makes Inductor precompile the choices), then a selection of {a, b}, one of {a, b, c} under the
+    same key (the table lacks c, so Inductor benchmarks all three again and overwrites a and b), and {a, b} again
+    (answered from the table: the new times). Served, every lookup, probes included, gets what it got in the
+    capture, in order, benchmarking nothing; one merged table would hand the first selection the later times and
+    flip its winner, and a probe answered from the whole record would skip a precompile the capture made (the
+    H200 max-autotune misses of 2026-11-28)."""
     from torch._inductor.codecache import PersistentCache
 
     a, b, c = Choice("a"), Choice("b"), Choice("c")
     times = iter([{a: 1.0, b: 2.0}, {a: 3.0, b: 2.0, c: 5.0}])
+    key = ("mm", "k-rebench")  # a key no other test's table holds (Inductor memoises its cache directory)
 
     def lookups(bench):
         cache = PersistentCache()
-        got = [cache.lookup([a, b], "mm", "k-rebench", bench), cache.lookup([a, b, c], "mm", "k-rebench", bench)]
-        return got + [cache.lookup([a, b], "mm", "k-rebench", bench)]
-
-    # a key no other test's table holds (Inductor memoises its cache directory per process)
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "capture-cache"))
+        got = [cache.lookup([a, b], *key, None), cache.lookup([a, b, c], *key, None)]
+        got += [cache.lookup([a, b], *key, bench), cache.lookup([a, b, c], *key, None)]
+        got += [cache.lookup([a, b, c], *key, bench), cache.lookup([a, b], *key, bench)]
+        return got + [cache.lookup([a, b, c], *key, None)]
 
     def bench(choices):
         measured = next(times)
         return {ch: measured[ch] for ch in choices}
 
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "capture-cache"))
     tuner = load_generated("pointwise_gelu.py", tmp_path / "capture")
     with karchive.capture("m", version="1") as cap:
         tuner.precompile(warm_cache_only=True)  # an archive holds kernels
         captured = lookups(bench)
-    assert [min(t, key=t.get).key for t in captured] == ["a", "b", "b"]
+    assert [len(t) for t in captured] == [0, 0, 2, 2, 3, 2, 3]  # probes: nothing, then a partial, then a hit
+    assert [min(t, key=t.get).key for t in captured[2::2]] == ["a", "b", "b"]
     cap.save(tmp_path / "m.karc")
     archive = SimpleNamespace(name="m", version="1", manifest=open_location(tmp_path / "m.karc").model)
 
@@ -216,11 +221,10 @@ def test_selections_are_answered_as_the_capture_was_after_a_rebenchmark(
         raise AssertionError("benchmarked")
 
     serving = _serve(SimpleNamespace(archive=archive), "strict")
-    assert PersistentCache().lookup([a, b], "mm", "k-rebench", None) == captured[0]  # the probe consumes nothing
     assert lookups(never) == captured
     assert serving.to_json()["template_selections_answered"] == 3
     with pytest.raises(ServeMissError, match=r"no answer for these 1 choices \(the capture weighed 2, 3 choices"):
-        PersistentCache().lookup([a], "mm", "k-rebench", never)
+        PersistentCache().lookup([a], *key, never)
     uninstall_inductor()
 
 

@@ -15,8 +15,9 @@ Inductor benchmarks in three places, each answered here from the manifest's ``in
 - max-autotune's template selection: ``PersistentCache.lookup`` answers each selection with what the capture's
   autotune table answered the same lookup (the same choices under the same key, counted in order: a later
   re-benchmark of a key changes what later lookups read), so Inductor benchmarks nothing and picks what the capture
-  picked; the precompile probe is answered only for choices the capture weighed exactly, else Inductor precompiles
-  them (through the boundary) and drops those that fail to load, as it did in the capture;
+  picked; the precompile probe is answered from the answers given so far, as the capture's table stood at that
+  point, so Inductor precompiles (through the boundary) and drops the choices that fail to load where it did in
+  the capture, and each selection asks for the same choices;
 - the scheduler's benchmarks of generated modules (``TritonScheduling.benchmark_codegened_module``: template
   epilogue/prologue fusion, fusion benchmarking, mix-order reduction split sizes): answered with the milliseconds
   the capture measured for a module of the same source digest, so the module is neither compiled nor run and the
@@ -78,6 +79,7 @@ class InductorServing:
         self.benchmarks = 0  # benchmark / coordinate-descent runs that still happened (0 when served)
         self.misses: list[dict[str, str]] = []
         self._lookups: dict[tuple[Any, ...], int] = {}  # (key, choices) -> selection lookups answered so far
+        self._table: dict[tuple[Any, ...], dict[str, float]] = {}  # key -> choice -> time: answered so far, merged
         self.bundles_refused = 0  # Triton bundles of FX graph cache entries not restored (binaries not from karchive)
         self.cache_artifacts: list[dict[str, Any]] = []  # per archive with the member: loaded or skipped, and why
         self._undo: list[Callable[[], None]] = []
@@ -186,11 +188,10 @@ class InductorServing:
             self.pinned += 1
             self.configs_skipped += max(0, len(configs) - 1)
 
-    def answer(
-        self, choices: list[Any], op: str, inputs: str, hint: int | None, consume: bool
-    ) -> dict[Any, float] | None:
-        """What the capture's autotune table answered this lookup (see :meth:`InductorSection.selection`), or None;
-        ``consume``: a selection's lookup (counted), not the precompile probe."""
+    def answer(self, choices: list[Any], op: str, inputs: str, hint: int | None) -> dict[Any, float] | None:
+        """A selection's lookup: what the capture's autotune table answered the same lookup (see
+        :meth:`InductorSection.selection`, counted per key and choices), or None; the table this process has
+        answered so far (:meth:`probe`) takes it in."""
         import torch
 
         key = (op, inputs, str(torch.get_float32_matmul_precision()), hint)
@@ -201,10 +202,36 @@ class InductorServing:
             for s in self.sections:
                 table = s.selection(key, asked, nth)
                 if table is not None:
-                    if consume:
-                        self._lookups[(key, asked)] = nth + 1
+                    self._lookups[(key, asked)] = nth + 1
+                    self._table.setdefault(key, {}).update(table)
                     return {c: table[k] for c, k in zip(choices, keys)}
         return None
+
+    def probe(self, choices: list[Any], op: str, inputs: str, hint: int | None) -> dict[Any, float]:
+        """The precompile probe (a lookup without a benchmark): answered from the table as the capture's stood at
+        the same point (every selection answered so far in this process, merged as Inductor merges them; empty at
+        the start, as the capture's was), so Inductor precompiles exactly the choices it precompiled there and drops
+        the same failures (another set of choices would be looked up otherwise)."""
+        import torch
+
+        key = (op, inputs, str(torch.get_float32_matmul_precision()), hint)
+        got: dict[Any, float] = {}
+        with self.lock:
+            table = self._table.get(key, {})
+            for c in choices:  # as Inductor's check does: the hits up to the first choice it lacks
+                k = str(c.hash_key())
+                if k not in table:
+                    break
+                got[c] = table[k]
+        return got
+
+    def taken(self, op: str, inputs: str, hint: int | None, timings: dict[Any, float]) -> None:
+        """A selection Inductor benchmarked itself (fallback): in the table, as in Inductor's."""
+        import torch
+
+        key = (op, inputs, str(torch.get_float32_matmul_precision()), hint)
+        with self.lock:
+            self._table.setdefault(key, {}).update({str(c.hash_key()): float(t) for c, t in timings.items()})
 
     def weighed(self, op: str, inputs: str, hint: int | None) -> str:
         """What the capture weighed under this selection key (for a miss)."""
@@ -257,21 +284,26 @@ class InductorServing:
             if not me.active:
                 return orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
             hint_override = kwargs.get("hint_override", args[0] if args else None)  # torch >= 2.9 passes it
-            selection = benchmark is not None
-            answered = me.answer(list(choices), op, inputs, hint_override, selection) if choices else None
+            if benchmark is None:
+                if me.mode == AUDIT:
+                    return orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
+                return me.probe(list(choices), op, inputs, hint_override)
+            answered = me.answer(list(choices), op, inputs, hint_override) if choices else None
             if answered is not None and me.mode != AUDIT:
-                if selection:
-                    with me.lock:
-                        me.templates_answered += 1
+                with me.lock:
+                    me.templates_answered += 1
                 return answered
-            if answered is None and selection:
+            if answered is None:
                 me.miss(
                     "template selection",
                     f"{op}({inputs})",
                     f"the archives record no answer for these {len(choices)} choices "
                     f"({me.weighed(op, inputs, hint_override)}; Inductor would benchmark them)",
                 )
-            return orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
+            got = orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
+            if isinstance(got, dict) and me.mode != AUDIT:
+                me.taken(op, inputs, hint_override, got)
+            return got
 
         self.active = True
         self._undo = self._wrap_module_benchmark()
