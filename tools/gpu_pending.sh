@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The proofs tests/gpu/README.md lists as still to run ("The proofs of 2026-11-28"), in ONE device call on a
-# 2-GPU machine (`nvidia-h200-x2`), in parallel lanes, so that a 30-minute device budget covers them:
+# The GPU proofs of issues 30 and 31 that sessions 31-32 added (tests/gpu/README.md, "The proofs of 2026-11-28"), in
+# ONE device call on a 2-GPU machine (`nvidia-h200-x2`), in parallel lanes, so that a 30-minute device budget covers
+# them (session 32 ran them all; LANES="0" re-runs max-autotune alone, ~300 s):
 #
 #   lane 0 (GPU 0)   max-autotune: capture, then serve(strict); a miss keeps both processes' module sources
 #   lane 1 (GPU 1)   the user-kernel workload (user-defined Triton kernels inside the graph), then the
