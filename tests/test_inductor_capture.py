@@ -383,6 +383,34 @@ def test_a_capture_outliving_a_serving_session_it_overlapped_records_inductor_an
             setattr(owner, name, orig)
 
 
+def test_a_selection_is_recorded_once_over_the_wrapper_an_overlap_left(monkeypatch, tmp_path):
+    """A capture that ends while a serving session sits over its wrappers leaves them in the chain (inert while no
+    capture is open); a later capture wraps again. Each selection must still be recorded once: answers are replayed
+    in order and counted, so a doubled record would answer the next lookup of the same choices with a stale one."""
+    import torch._inductor.runtime.triton_heuristics as th
+    from torch._inductor.codecache import PersistentCache
+    from torch._inductor.codegen.triton import TritonScheduling
+
+    names = ("run", "precompile", "benchmark_all_configs", "coordinate_descent_tuning")
+    originals = [th.CachingAutotuner.__dict__[n] for n in names]
+    originals += [PersistentCache.__dict__["lookup"], TritonScheduling.__dict__["benchmark_codegened_module"]]
+    try:
+        _open_and_close("capture-serve")
+        assert PersistentCache.__dict__["lookup"] is not originals[-2]  # the first capture's wrapper stayed
+        monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
+        choices = [type("Choice", (), {"hash_key": lambda self, k=k: k})() for k in ("once-a", "once-b")]
+        with karchive.capture("b", version="1") as cap:
+            PersistentCache().lookup(choices, "mm", "once-key", lambda cs: {cs[0]: 0.5, cs[1]: 0.25})
+        assert [t.calls for t in cap.inductor.templates] == [1]
+    finally:
+        for owner, name, orig in zip(
+            [th.CachingAutotuner] * 4 + [PersistentCache, TritonScheduling],
+            (*names, "lookup", "benchmark_codegened_module"),
+            originals,
+        ):
+            setattr(owner, name, orig)
+
+
 @pytest.mark.parametrize("order", ["capture-capture", "capture-serve", "serve-capture"])
 def test_compiles_stay_in_process_until_the_last_of_overlapping_captures_and_serving_ends(monkeypatch, order):
     """Captures and serving sessions each keep Inductor's compiles in this process while open; when they overlap and

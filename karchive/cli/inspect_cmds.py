@@ -353,7 +353,7 @@ def _print_inductor(section: InductorSection) -> None:
     print(
         printable(
             f"torch.compile (Inductor): {plural(len(section.kernels), 'kernel')} with recorded autotune "
-            f"decisions, {plural(len(section.templates), 'template selection')}"
+            f"decisions, {plural(sum(t.calls for t in section.templates), 'template selection')} answered"
         )
     )
     rows = []

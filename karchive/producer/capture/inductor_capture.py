@@ -56,6 +56,7 @@ from ..compile.kernel_ref import config_json
 from . import _scope as scope
 
 _MARK = "_karchive_decided"  # set on an autotuner once its decision is recorded
+_LOOKUP = threading.local()  # .inside: a capture's lookup wrapper is running on this thread
 
 
 class InductorLog:
@@ -208,9 +209,17 @@ def install() -> list[Callable[[], None]]:
 
     def lookup(self: Any, choices: Any, op: str, inputs: str, benchmark: Any, *args: Any, **kwargs: Any) -> Any:
         hint_override = kwargs.get("hint_override", args[0] if args else None)  # torch >= 2.9 passes it
-        out = orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
+        # An earlier capture's wrapper can sit under this one (a serving session installed over it kept it in the
+        # chain): the outermost records, once, since answers are replayed in order and counted
+        outer = not getattr(_LOOKUP, "inside", False)
+        _LOOKUP.inside = True
+        try:
+            out = orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
+        finally:
+            if outer:
+                _LOOKUP.inside = False
         # a selection's lookup, not the precompile probe (``benchmark=None``, whose answer decides nothing)
-        if benchmark is not None and scope.any_active():
+        if outer and benchmark is not None and scope.any_active():
             try:
                 _after_lookup(choices, op, inputs, hint_override, out)
             except Exception:  # noqa: BLE001 - recording must never break the compile

@@ -559,7 +559,7 @@ class Capture:
                 "scope": self.scope,
                 "autotune_records": len(self.autotune.records),
                 "inductor_decisions": len(self.inductor.decisions),
-                "inductor_template_tables": len(self.inductor.templates),
+                "inductor_template_tables": sum(t.calls for t in self.inductor.templates),  # selections answered
                 "inductor_bundles_not_restored": self.inductor.bundles_refused,
                 "heuristics_records": len(self.heuristics.to_json()),
                 "warnings": list(self.warnings),
