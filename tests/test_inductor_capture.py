@@ -411,6 +411,25 @@ def test_a_selection_is_recorded_once_over_the_wrapper_an_overlap_left(monkeypat
             setattr(owner, name, orig)
 
 
+def test_a_capture_tunes_over_a_private_empty_table(monkeypatch, tmp_path):
+    """Inductor's on-disk autotune table holds other runs' times (and other processes', two ranks share it); what it
+    held decides whether a selection's precompile probe hits. A capture tunes over a private table, empty at its
+    start, as a serving process replays it; the on-disk table is neither read nor written meanwhile."""
+    from torch._inductor.codecache import PersistentCache
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor-cache"))
+    choices = [type("Choice", (), {"hash_key": lambda self, k=k: k})() for k in ("private-a", "private-b")]
+    PersistentCache().lookup(choices, "mm", "private-key", lambda cs: {cs[0]: 0.5, cs[1]: 0.25})  # an earlier run
+    on_disk = PersistentCache().get_local_cache()
+    assert PersistentCache().lookup(choices, "mm", "private-key", None)  # its probe hits
+    with karchive.capture("m", version="1") as cap:
+        assert PersistentCache().lookup(choices, "mm", "private-key", None) == {}  # the capture's does not
+        PersistentCache().lookup(choices, "mm", "private-key", lambda cs: {cs[0]: 0.125, cs[1]: 0.75})
+        assert len(PersistentCache().lookup(choices, "mm", "private-key", None)) == 2
+    assert [t.timings for t in cap.inductor.templates] == [{"private-a": 0.125, "private-b": 0.75}]
+    assert PersistentCache().get_local_cache() == on_disk  # untouched
+
+
 @pytest.mark.parametrize("order", ["capture-capture", "capture-serve", "serve-capture"])
 def test_compiles_stay_in_process_until_the_last_of_overlapping_captures_and_serving_ends(monkeypatch, order):
     """Captures and serving sessions each keep Inductor's compiles in this process while open; when they overlap and

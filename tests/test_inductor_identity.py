@@ -155,11 +155,29 @@ def test_version_2_answers_each_lookup_of_the_same_choices_in_capture_order():
     s = InductorSection.from_json(section)
     assert s.to_json() == section
     key, ab = ("mm", "k", "highest", None), frozenset("ab")
-    assert [s.selection(key, ab, n) for n in range(4)] == [{"a": 1.0, "b": 2.0}] * 2 + [{"a": 3.0, "b": 2.0}] * 2
+    assert [s.selection(key, ab, n) for n in range(4)] == [{"a": 1.0, "b": 2.0}] * 2 + [{"a": 3.0, "b": 2.0}, None]
     assert s.selection(key, frozenset("abc"), 0) == {"a": 3.0, "b": 2.0, "c": 5.0}
     assert s.selection(key, frozenset("a"), 0) is None  # never asked: not guessed from another answer
     assert s.weighed(key) == [2, 3, 2]
-    assert InductorSection.from_json({**section, "version": 1}).selection(key, ab, 0) == {"a": 3.0, "b": 2.0}
+    v1 = InductorSection.from_json({**section, "version": 1})
+    assert v1.selection(key, ab, 0) == v1.selection(key, ab, 5) == {"a": 3.0, "b": 2.0}  # one merged answer
+
+
+def test_answers_are_counted_per_graph_where_the_capture_recorded_graphs():
+    """A graph another process lowers in another order, or takes from torch's caches, must not shift the answers
+    the next graph's lookups get: answers recorded with a graph are counted within it."""
+
+    def answer(graph, a):
+        return {"op": "mm", "inputs": "k", "precision": "p", "hint_override": None, "timings": {"a": a}, "graph": graph}
+
+    s = InductorSection.from_json(
+        {"version": 2, "templates": [answer("0/0 forward", 1.0), answer("0/0 backward", 2.0)], "modules": {}}
+    )
+    key, a = ("mm", "k", "p", None), frozenset("a")
+    assert s.selection(key, a, 0, "0/0 backward") == {"a": 2.0}  # the forward's lookup never happened here
+    assert s.answers(key, a, "0/0 backward")[0] == "0/0 backward"
+    assert s.answers(key, a, "1/0 forward") == (None, list(s.templates))  # a graph it never saw: counted overall
+    assert s.selection(key, a, 1, None) == {"a": 2.0} and s.selection(key, a, 2, None) is None
 
 
 @pytest.mark.parametrize(
@@ -202,9 +220,12 @@ def test_the_schema_describes_the_section_and_the_provenance():
         ],
         "modules": {"ab" * 32: 1.5},
     }
-    jsonschema.validate(
-        InductorSection.from_json(section).to_json(), {**schema["properties"]["inductor"], "$defs": schema["$defs"]}
-    )
+    inductor = {**schema["properties"]["inductor"], "$defs": schema["$defs"]}
+    jsonschema.validate(InductorSection.from_json(section).to_json(), inductor)
+    answer = {**section["templates"][0], "calls": 3, "graph": "0/0 forward"}
+    jsonschema.validate(InductorSection.from_json({**section, "version": 2, "templates": [answer]}).to_json(), inductor)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**section, "version": 2, "templates": [{**answer, "calls": 0}]}, inductor)
     prov = schema["$defs"]["variant"]["properties"]["provenance"]["properties"]["inductor"]
     jsonschema.validate({"source_digest": "ab" * 32, "function": "k"}, prov)
     with pytest.raises(jsonschema.ValidationError):

@@ -22,6 +22,7 @@ pickles: only a serving process that verified the archive's signature loads them
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +115,7 @@ class TemplateChoices:
     timings: dict[str, float]
     hint_override: int | None = None
     calls: int = 1
+    graph: str | None = None  # the graph whose lowering looked it up (:func:`current_graph`), where known
 
     @property
     def key(self) -> tuple[str, str, str, int | None]:
@@ -134,6 +136,7 @@ class TemplateChoices:
                 raise SchemaError(f"{where}.timings[{k!r}]: expected a finite number or null", where=f"{where}.timings")
         hint = opt(obj, "hint_override", int, where)
         calls = opt(obj, "calls", int, where)
+        graph = opt(obj, "graph", str, where)
         if calls is not None and (isinstance(calls, bool) or calls < 1):
             raise SchemaError(f"{where}.calls: expected a positive integer", where=f"{where}.calls")
         return cls(
@@ -143,6 +146,7 @@ class TemplateChoices:
             timings=timings,
             hint_override=hint,
             calls=1 if calls is None else calls,
+            graph=graph,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -155,6 +159,8 @@ class TemplateChoices:
         }
         if self.calls != 1:
             out["calls"] = self.calls
+        if self.graph is not None:
+            out["graph"] = self.graph
         return out
 
 
@@ -281,27 +287,40 @@ class InductorSection:
             return None
         return next((d for d in found if graph is not None and graph in d.graphs), found[0])
 
-    def selection(
-        self, key: tuple[str, str, str, int | None], choices: frozenset[str], nth: int
-    ) -> dict[str, float] | None:
-        """What Inductor's autotune table answered the ``nth`` (from 0) lookup of these ``choices`` under ``key``
-        (op, inputs key, precision, hint override) in the capture: the answers for exactly these choices in order,
-        the last one again past the end; None when the capture never looked them up. A version-1 section merged
-        its answers per key (the last wins): it answers any choices its table covers."""
+    def answers(
+        self, key: tuple[str, str, str, int | None], choices: frozenset[str], graph: str | None
+    ) -> tuple[str | None, list[TemplateChoices]]:
+        """The recorded answers to lookups of exactly these ``choices`` under ``key`` (op, inputs key, precision,
+        hint override), in lookup order: those ``graph`` made where it made any (so a graph another process compiled
+        in another order, or took from a cache, does not shift the count), else all; and the graph they are
+        counted under (None: the whole process). A version-1 section merged its answers per key (the last wins):
+        one answer for any choices its table covers."""
         if self.version == 1:
             merged: dict[str, float] = {}
             for t in self.templates:
                 if t.key == key:
                     merged.update(t.timings)
-            return {k: merged[k] for k in choices} if choices and choices <= merged.keys() else None
-        last = None
-        for t in self.templates:
-            if t.key == key and t.timings.keys() == choices:
-                if nth < t.calls:
-                    return t.timings
-                nth -= t.calls
-                last = t.timings
-        return last
+            if not choices or not choices <= merged.keys():
+                return None, []
+            return None, [TemplateChoices(*key[:3], {k: merged[k] for k in choices}, key[3])]
+        found = [t for t in self.templates if t.key == key and t.timings.keys() == choices]
+        mine = [t for t in found if graph is not None and t.graph == graph]
+        return (graph, mine) if mine else (None, found)
+
+    def selection(
+        self, key: tuple[str, str, str, int | None], choices: frozenset[str], nth: int, graph: str | None = None
+    ) -> dict[str, float] | None:
+        """What the ``nth`` (from 0) lookup of these choices got in the capture (:meth:`answers`); None when the
+        capture never looked them up, or looked them up fewer times (this process asks what the capture never
+        answered: serving says so rather than guess). A version-1 section's one answer answers every lookup."""
+        found = self.answers(key, choices, graph)[1]
+        if self.version == 1:
+            return found[0].timings if found else None
+        for t in found:
+            if nth < t.calls:
+                return t.timings
+            nth -= t.calls
+        return None
 
     def weighed(self, key: tuple[str, str, str, int | None]) -> list[int]:
         """How many choices each recorded answer under ``key`` held (what a miss reports)."""
@@ -315,6 +334,22 @@ def graph_label(autotuner: Any) -> str | None:
     if cid is None:
         return None
     return f"{cid} {'backward' if getattr(autotuner, 'is_backward', False) else 'forward'}"
+
+
+def current_graph() -> str | None:
+    """``<compile_id> forward|backward`` of the graph Inductor is lowering now (what it passes to
+    ``set_compile_info``), or None outside one; the label :func:`graph_label` reads off an autotuner."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        from torch._inductor.virtualized import V
+
+        cid = torch._guards.CompileContext.current_compile_id()
+        backward = bool(getattr(V.graph, "is_backward", False)) if cid is not None else False
+    except Exception:  # noqa: BLE001 - outside a compile (V.graph unset), or a torch without these: no label
+        return None
+    return None if cid is None else f"{cid} {'backward' if backward else 'forward'}"
 
 
 def modules_json(modules: dict[str, float]) -> dict[str, float | None]:

@@ -57,7 +57,14 @@ from ..core.holds import hold_attr
 from ..core.inductor_bundles import refuse_triton_bundles
 from ..errors import ServeMissError
 from ..format import inductor_source
-from ..format.inductor_records import CacheArtifacts, InductorSection, KernelDecision, graph_label, section_of
+from ..format.inductor_records import (
+    CacheArtifacts,
+    InductorSection,
+    KernelDecision,
+    current_graph,
+    graph_label,
+    section_of,
+)
 from .ledger import trust_of
 
 STRICT, FALLBACK, AUDIT = "strict", "fallback", "audit"
@@ -147,10 +154,13 @@ class InductorServing:
         ident = inductor_source.of_function(getattr(tuner, "fn", None))
         name = ident.name if ident is not None else str(getattr(getattr(tuner, "fn", None), "__name__", "?"))
         decision = self.decision(ident.digest, graph_label(tuner)) if ident is not None else None
+        coordesc = bool(getattr(tuner, "inductor_meta", {}).get("coordinate_descent_tuning", False))
         if decision is None:
-            # one config: nothing to decide before it runs (coordinate descent starts at its first launch, where the
-            # counted wrapper misses it); a template choice that only loads to fail, as in the capture, is no miss
-            if len(configs) > 1:
+            # A template (max-autotune's choices: one config each) needs no decision to compile: every choice is
+            # precompiled, only the winners launch (coordinate descent at a first launch is still the counted
+            # wrapper's miss), and a choice that loads only to fail, as in the capture, is no miss
+            template = ident is not None and ident.heuristic == "template" and len(configs) == 1
+            if not template and (len(configs) > 1 or coordesc):
                 why = (
                     "its source is not an Inductor module karchive can read"
                     if ident is None
@@ -159,7 +169,8 @@ class InductorServing:
                 self.miss(
                     "kernel",
                     name,
-                    f"{why} (Inductor would benchmark {len(configs)} configs)",
+                    f"{why} (Inductor would benchmark {len(configs)} configs"
+                    f"{' and run coordinate descent' if coordesc else ''})",
                 )
             return
         shapes = {frozenset(getattr(c, "kwargs", {}) or {}) for c in configs}
@@ -190,21 +201,26 @@ class InductorServing:
 
     def answer(self, choices: list[Any], op: str, inputs: str, hint: int | None) -> dict[Any, float] | None:
         """A selection's lookup: what the capture's autotune table answered the same lookup (see
-        :meth:`InductorSection.selection`, counted per key and choices), or None; the table this process has
+        :meth:`InductorSection.selection`, counted per key, choices and graph), or None; the table this process has
         answered so far (:meth:`probe`) takes it in."""
         import torch
 
         key = (op, inputs, str(torch.get_float32_matmul_precision()), hint)
         keys = [str(c.hash_key()) for c in choices]
         asked = frozenset(keys)
+        graph = current_graph()
         with self.lock:
-            nth = self._lookups.get((key, asked), 0)
             for s in self.sections:
-                table = s.selection(key, asked, nth)
-                if table is not None:
-                    self._lookups[(key, asked)] = nth + 1
-                    self._table.setdefault(key, {}).update(table)
-                    return {c: table[k] for c, k in zip(choices, keys)}
+                counted, found = s.answers(key, asked, graph)
+                if not found:
+                    continue
+                nth = self._lookups.get((key, asked, counted), 0)
+                table = s.selection(key, asked, nth, graph)
+                if table is None:
+                    return None  # asked more often than in the capture
+                self._lookups[(key, asked, counted)] = nth + 1
+                self._table.setdefault(key, {}).update(table)
+                return {c: table[k] for c, k in zip(choices, keys)}
         return None
 
     def probe(self, choices: list[Any], op: str, inputs: str, hint: int | None) -> dict[Any, float]:
@@ -213,9 +229,12 @@ class InductorServing:
         the start, as the capture's was), so Inductor precompiles exactly the choices it precompiled there and drops
         the same failures (another set of choices would be looked up otherwise)."""
         import torch
+        from torch._inductor import config as inductor_config
 
         key = (op, inputs, str(torch.get_float32_matmul_precision()), hint)
         got: dict[Any, float] = {}
+        if not inductor_config.autotune_local_cache:
+            return got  # Inductor's probe reads no table then: it always precompiles
         with self.lock:
             table = self._table.get(key, {})
             for c in choices:  # as Inductor's check does: the hits up to the first choice it lacks

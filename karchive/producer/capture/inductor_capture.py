@@ -48,6 +48,7 @@ from ...format.inductor_records import (
     SECTION_VERSION,
     KernelDecision,
     TemplateChoices,
+    current_graph,
     graph_label,
     modules_json,
 )
@@ -56,7 +57,7 @@ from ..compile.kernel_ref import config_json
 from . import _scope as scope
 
 _MARK = "_karchive_decided"  # set on an autotuner once its decision is recorded
-_LOOKUP = threading.local()  # .inside: a capture's lookup wrapper is running on this thread
+_GENERATION = [0]  # installations of these hooks so far (see install)
 
 
 class InductorLog:
@@ -89,13 +90,16 @@ class InductorLog:
                     return
             entries.append(decision)
 
-    def timings(self, op: str, inputs: str, precision: str, hint: int | None, timings: dict[str, float]) -> None:
-        """One answer of the autotune table; the same answer as the last one to the same choices counts a call."""
-        answer = TemplateChoices(op, inputs, precision, dict(timings), hint)
+    def timings(
+        self, op: str, inputs: str, precision: str, hint: int | None, timings: dict[str, float], graph: str | None
+    ) -> None:
+        """One answer of the autotune table; the same answer as the last one to the same choices in the same graph
+        counts a call."""
+        answer = TemplateChoices(op, inputs, precision, dict(timings), hint, graph=graph)
         with self._lock:
             for i in range(len(self.templates) - 1, -1, -1):
                 t = self.templates[i]
-                if t.key == answer.key and t.timings.keys() == answer.timings.keys():
+                if t.key == answer.key and t.timings.keys() == answer.timings.keys() and t.graph == graph:
                     if t.timings == answer.timings:
                         self.templates[i] = replace(t, calls=t.calls + 1)
                         return
@@ -169,8 +173,9 @@ def _after_lookup(choices: Any, op: str, inputs: str, hint: int | None, timings:
 
     precision = str(torch.get_float32_matmul_precision())
     table = {str(c.hash_key()): float(t) for c, t in timings.items()}
+    graph = current_graph()
     for log in _logs():
-        log.timings(op, inputs, precision, hint, table)
+        log.timings(op, inputs, precision, hint, table, graph)
 
 
 def _bundle_refused() -> None:
@@ -191,6 +196,24 @@ def install() -> list[Callable[[], None]]:
         return []
     undo: list[Callable[[], None]] = []
     orig_run, orig_pre, orig_lookup = CachingAutotuner.run, CachingAutotuner.precompile, PersistentCache.lookup
+    orig_get, orig_update = PersistentCache.get_local_cache, PersistentCache.update_local_cache
+    # This installation's generation: an earlier one's wrappers can stay in the chain under these (a serving
+    # session installed over them kept them there) and must not record the same answers again or keep a table
+    _GENERATION[0] += 1
+    gen = _GENERATION[0]
+    # Inductor's autotune table while capturing: private and empty at the start, as a serving process replays it
+    # (the on-disk one holds other runs' and other processes' times, which decide probes and selections)
+    table: dict[str, Any] = {}
+
+    def current() -> bool:
+        return gen == _GENERATION[0] and scope.any_active()
+
+    def get_local_cache(self: Any) -> Any:
+        return table if current() else orig_get(self)
+
+    def update_local_cache(self: Any, local_cache: Any) -> None:
+        if not current():
+            orig_update(self, local_cache)
 
     def run(self: Any, *args: Any, **kwargs: Any) -> Any:
         out = orig_run(self, *args, **kwargs)
@@ -209,17 +232,10 @@ def install() -> list[Callable[[], None]]:
 
     def lookup(self: Any, choices: Any, op: str, inputs: str, benchmark: Any, *args: Any, **kwargs: Any) -> Any:
         hint_override = kwargs.get("hint_override", args[0] if args else None)  # torch >= 2.9 passes it
-        # An earlier capture's wrapper can sit under this one (a serving session installed over it kept it in the
-        # chain): the outermost records, once, since answers are replayed in order and counted
-        outer = not getattr(_LOOKUP, "inside", False)
-        _LOOKUP.inside = True
-        try:
-            out = orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
-        finally:
-            if outer:
-                _LOOKUP.inside = False
-        # a selection's lookup, not the precompile probe (``benchmark=None``, whose answer decides nothing)
-        if outer and benchmark is not None and scope.any_active():
+        out = orig_lookup(self, choices, op, inputs, benchmark, *args, **kwargs)
+        # a selection's lookup, not the precompile probe (``benchmark=None``, whose answer decides nothing);
+        # recorded once, by this generation (answers are replayed in order and counted)
+        if benchmark is not None and current():
             try:
                 _after_lookup(choices, op, inputs, hint_override, out)
             except Exception:  # noqa: BLE001 - recording must never break the compile
@@ -233,6 +249,8 @@ def install() -> list[Callable[[], None]]:
     undo.append(scope.patch(CachingAutotuner, "run", run))
     undo.append(scope.patch(CachingAutotuner, "precompile", precompile))
     undo.append(scope.patch(PersistentCache, "lookup", lookup))
+    undo.append(scope.patch(PersistentCache, "get_local_cache", get_local_cache))
+    undo.append(scope.patch(PersistentCache, "update_local_cache", update_local_cache))
     return undo
 
 
