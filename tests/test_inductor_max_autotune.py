@@ -44,6 +44,8 @@ def test_a_served_max_autotune_compile_generates_what_the_capture_generated(tmp_
     section = captured["section"]
     assert captured["counts"]["selection_benchmarks"] > 0 and section["templates"], "no template was selected"
     assert captured["counts"]["module_benchmarks"] > 0 and section["modules"], "no fusion was benchmarked"
+    graphs = {t.get("graph", "").split(" ")[-1] for t in section["templates"]}
+    assert graphs == {"forward", "backward"}, graphs  # every answer counted within the graph that asked it
 
     served = _phase("serve", tmp_path, seed + 1)  # another seed: any benchmark left would measure other times
     report = served["report"]
