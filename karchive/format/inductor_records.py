@@ -313,7 +313,10 @@ class InductorSection:
         """What the ``nth`` (from 0) lookup of these choices got in the capture (:meth:`answers`); None when the
         capture never looked them up, or looked them up fewer times (this process asks what the capture never
         answered: serving says so rather than guess). A version-1 section's one answer answers every lookup."""
-        found = self.answers(key, choices, graph)[1]
+        return self.pick(self.answers(key, choices, graph)[1], nth)
+
+    def pick(self, found: list[TemplateChoices], nth: int) -> dict[str, float] | None:
+        """The ``nth`` of :meth:`answers`' list, as :meth:`selection` says."""
         if self.version == 1:
             return found[0].timings if found else None
         for t in found:

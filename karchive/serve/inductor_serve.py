@@ -85,7 +85,7 @@ class InductorServing:
         self.modules_answered = 0
         self.benchmarks = 0  # benchmark / coordinate-descent runs that still happened (0 when served)
         self.misses: list[dict[str, str]] = []
-        self._lookups: dict[tuple[Any, ...], int] = {}  # (key, choices) -> selection lookups answered so far
+        self._lookups: dict[tuple[Any, ...], int] = {}  # (key, choices, graph counted in) -> lookups answered
         self._table: dict[tuple[Any, ...], dict[str, float]] = {}  # key -> choice -> time: answered so far, merged
         self.bundles_refused = 0  # Triton bundles of FX graph cache entries not restored (binaries not from karchive)
         self.cache_artifacts: list[dict[str, Any]] = []  # per archive with the member: loaded or skipped, and why
@@ -203,9 +203,7 @@ class InductorServing:
         """A selection's lookup: what the capture's autotune table answered the same lookup (see
         :meth:`InductorSection.selection`, counted per key, choices and graph), or None; the table this process has
         answered so far (:meth:`probe`) takes it in."""
-        import torch
-
-        key = (op, inputs, str(torch.get_float32_matmul_precision()), hint)
+        key = _key(op, inputs, hint)
         keys = [str(c.hash_key()) for c in choices]
         asked = frozenset(keys)
         graph = current_graph()
@@ -215,7 +213,7 @@ class InductorServing:
                 if not found:
                     continue
                 nth = self._lookups.get((key, asked, counted), 0)
-                table = s.selection(key, asked, nth, graph)
+                table = s.pick(found, nth)
                 if table is None:
                     return None  # asked more often than in the capture
                 self._lookups[(key, asked, counted)] = nth + 1
@@ -228,10 +226,9 @@ class InductorServing:
         the same point (every selection answered so far in this process, merged as Inductor merges them; empty at
         the start, as the capture's was), so Inductor precompiles exactly the choices it precompiled there and drops
         the same failures (another set of choices would be looked up otherwise)."""
-        import torch
         from torch._inductor import config as inductor_config
 
-        key = (op, inputs, str(torch.get_float32_matmul_precision()), hint)
+        key = _key(op, inputs, hint)
         got: dict[Any, float] = {}
         if not inductor_config.autotune_local_cache:
             return got  # Inductor's probe reads no table then: it always precompiles
@@ -246,18 +243,13 @@ class InductorServing:
 
     def taken(self, op: str, inputs: str, hint: int | None, timings: dict[Any, float]) -> None:
         """A selection Inductor benchmarked itself (fallback): in the table, as in Inductor's."""
-        import torch
-
-        key = (op, inputs, str(torch.get_float32_matmul_precision()), hint)
+        key = _key(op, inputs, hint)
         with self.lock:
             self._table.setdefault(key, {}).update({str(c.hash_key()): float(t) for c, t in timings.items()})
 
     def weighed(self, op: str, inputs: str, hint: int | None) -> str:
         """What the capture weighed under this selection key (for a miss)."""
-        import torch
-
-        key = (op, inputs, str(torch.get_float32_matmul_precision()), hint)
-        sizes = sorted({n for s in self.sections for n in s.weighed(key)})
+        sizes = sorted({n for s in self.sections for n in s.weighed(_key(op, inputs, hint))})
         return f"the capture weighed {', '.join(map(str, sizes))} choices there" if sizes else "the capture made none"
 
     # -- patches -----------------------------------------------------------------------------------
@@ -438,6 +430,13 @@ class InductorServing:
                 "triton_bundles_not_restored": self.bundles_refused,
                 "cache_artifacts": [dict(e) for e in self.cache_artifacts],
             }
+
+
+def _key(op: str, inputs: str, hint: int | None) -> tuple[str, str, str, int | None]:
+    """A template selection's key as Inductor's autotune table files it: op, inputs key, matmul precision, hint."""
+    import torch
+
+    return (op, inputs, str(torch.get_float32_matmul_precision()), hint)
 
 
 def make_config(decision: KernelDecision, config_type: Any = None) -> Any:
